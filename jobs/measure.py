@@ -1,0 +1,119 @@
+"""Measuring one work item: build, compile, check against the reference, time.
+
+A bad config is a record, never an exception: compile failures, resource exhaustion and
+wrong shapes come back as ``{"error": "Type: message"}``. Inputs and the reference
+outputs are computed once per shape (``ShapeContext``) and shared by every config of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.plan import WorkItem
+from orchestrator.schema import SweepSpec
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 2000
+
+
+def error_string(exc: BaseException) -> str:
+    """``"Type: message"`` as the reference run records failures, bounded in length."""
+    msg = str(exc).strip()
+    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def interpret_flag(spec: SweepSpec) -> bool | None:
+    """Spec's kernel.interpret as the kernel takes it (None: decided by the backend)."""
+    value = spec.kernel.interpret
+    return None if value == "auto" else bool(value)
+
+
+@dataclass
+class ShapeContext:
+    """Inputs and reference outputs of one shape and mode, made once, used by every config."""
+
+    args: tuple
+    refs: dict[str, tuple]  # mode -> reference outputs
+
+    @classmethod
+    def make(cls, item: WorkItem, spec: SweepSpec) -> "ShapeContext":
+        from kernels import attention
+
+        args = attention.make_inputs(
+            batch=item.batch, seq=item.seq, heads=item.heads, head_dim=item.head_dim,
+            dtype=item.dtype, seed=spec.timing.seed,
+        )
+        return cls(args=args, refs={})
+
+    def reference(self, mode: str) -> tuple:
+        if mode not in self.refs:
+            import jax
+
+            from kernels import attention
+
+            ref_fn = jax.jit(attention.build_reference(mode))
+            self.refs[mode] = tuple(jax.block_until_ready(ref_fn(*self.args)))
+        return self.refs[mode]
+
+
+def kernel_config(item: WorkItem, spec: SweepSpec) -> Any:
+    from kernels import attention
+
+    cfg = item.kernel_config()
+    if cfg is None:
+        return attention.auto_config(
+            mode=item.mode, dtype=item.dtype, head_dim=item.head_dim, seq=item.seq,
+            smem_limit_bytes=spec.smem_limit_bytes,
+        )
+    return attention.AttentionConfig(**cfg)
+
+
+def measure_item(item: WorkItem, ctx: ShapeContext, spec: SweepSpec) -> dict[str, Any]:
+    """The record of one runnable item (results or an error)."""
+    import jax
+
+    from kernels import attention, timing
+
+    rec = item.record_fields()
+    try:
+        config = kernel_config(item, spec)
+        fn = attention.build(item.mode, config, interpret=interpret_flag(spec))
+        compiled, compile_s = timing.compile_fn(fn, ctx.args)
+        outs = jax.block_until_ready(compiled(*ctx.args))
+        err = attention.rel_err(outs, ctx.reference(item.mode))
+        t = timing.measure(
+            compiled, ctx.args, repeats=spec.repeats, target_ms=spec.timing.target_ms,
+            max_inner=spec.timing.max_inner, warmup=spec.timing.warmup,
+        )
+    except Exception as exc:  # a bad config is a record
+        log.info("item %s failed: %s", item.id, error_string(exc))
+        rec["error"] = error_string(exc)
+        return rec
+    rec.update(
+        rel_err=float(err), compile_s=float(compile_s), inner=int(t.inner),
+        median_ms=float(t.median_ms), q1_ms=float(t.q1_ms), q3_ms=float(t.q3_ms), timer=t.timer,
+    )
+    return rec
+
+
+def skipped_record(item: WorkItem) -> dict[str, Any]:
+    """Record of an item the plan marked invalid or pruned (never compiled)."""
+    rec = item.record_fields()
+    rec["error"] = item.reason
+    if item.kind == "pruned":
+        rec["pruned"] = True
+        rec["smem_bytes"] = item.smem_bytes
+    return rec
+
+
+def crashed_record(item: WorkItem, attempts: int) -> dict[str, Any]:
+    rec = item.record_fields()
+    rec["error"] = (
+        f"WorkerCrashed: this config was started {attempts} times and its worker died each time "
+        "(killed, hung past the time limit, or crashed the process); not retried"
+    )
+    return rec

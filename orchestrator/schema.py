@@ -1,0 +1,217 @@
+"""The single source of truth for what a sweep spec and a result record look like.
+
+The reference run's config block loads unchanged: every one of its fields keeps its name
+and meaning here. What the reference lacked (executor, sharding, timing, kernel, merge
+options) lives in added sections that all have defaults, so an old config block is a
+complete spec. Every model forbids unknown keys: a typo is an error naming the field and
+the allowed ones, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+DTYPES = ("bfloat16", "float32")
+MODES = ("fwd", "fwd_bwd")
+
+# The reference config block, in the reference document's key order.
+REFERENCE_CONFIG_FIELDS = (
+    "output", "append", "dtypes", "head_dims", "seq_lens", "modes", "batch", "heads",
+    "repeats", "auto_only", "tag", "fwd_block_q", "fwd_block_k", "fwd_stages", "fwd_warps",
+    "bwd_outer", "bwd_inner", "bwd_stages", "bwd_warps", "bwd_fwd_config", "smem_limit_bytes",
+)
+
+# Record layout, in the reference document's key order.
+IDENTITY_FIELDS = ("dtype", "head_dim", "seq", "batch", "heads", "tag", "mode", "config")
+FWD_CONFIG_FIELDS = ("block_q", "block_k", "num_stages", "num_warps")
+FWD_BWD_CONFIG_FIELDS = ("fwd_block_q", "fwd_block_k", "bwd_outer", "bwd_inner", "num_stages", "num_warps")
+RESULT_FIELDS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms")
+# Documented extras tilesweep appends after the reference fields of a record.
+EXTRA_RECORD_FIELDS = ("timer", "pruned", "smem_bytes", "compile_cached", "unit", "attempt")
+
+
+def config_fields(mode: str, config: str) -> tuple[str, ...]:
+    """The config fields a record of this mode and config kind carries."""
+    if config == "auto":
+        return ()
+    return FWD_CONFIG_FIELDS if mode == "fwd" else FWD_BWD_CONFIG_FIELDS
+
+
+def _power_of_two(values: list[int]) -> list[int]:
+    bad = [v for v in values if v < 1 or v & (v - 1)]
+    if bad:
+        raise ValueError(f"must be powers of two (16, 32, 64, 128, ...), got {bad}")
+    return values
+
+
+def _positive(values: list[int]) -> list[int]:
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise ValueError(f"must be positive integers, got {bad}")
+    return values
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    dupes = sorted({repr(v) for v in values if values.count(v) > 1})
+    if dupes:
+        raise ValueError(f"lists each value once; repeated: {', '.join(dupes)}")
+    return values
+
+
+NonEmpty = Field(min_length=1)
+Pow2List = Annotated[list[int], NonEmpty, AfterValidator(_power_of_two), AfterValidator(_unique)]
+PosList = Annotated[list[int], NonEmpty, AfterValidator(_positive), AfterValidator(_unique)]
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class ForwardBlocks(_Model):
+    """Forward tiles used by fwd_bwd configs (the reference's ``bwd_fwd_config``)."""
+
+    block_q: Annotated[int, AfterValidator(lambda v: _power_of_two([v])[0])] = 128
+    block_k: Annotated[int, AfterValidator(lambda v: _power_of_two([v])[0])] = 128
+
+
+EXECUTOR_KINDS = ("local", "slurm", "debug")
+
+
+class ExecutorSettings(_Model):
+    """Where units run. Keys other than ``kind`` and tilesweep's own are submitit's
+    AutoExecutor parameter names, passed through unchanged."""
+
+    kind: Literal["local", "slurm", "debug"] = "local"
+    # submitit / sbatch parameters
+    slurm_partition: str | None = None
+    gpus_per_node: int | None = Field(default=None, ge=0)
+    cpus_per_task: int | None = Field(default=None, ge=1)
+    mem_gb: float | None = Field(default=None, gt=0)
+    timeout_min: int = Field(default=60, ge=1)
+    slurm_account: str | None = None
+    slurm_qos: str | None = None
+    slurm_constraint: str | None = None
+    slurm_exclude: str | None = None
+    slurm_array_parallelism: int | None = Field(default=None, ge=1)
+    slurm_setup: list[str] = Field(default_factory=list)
+    slurm_additional_parameters: dict[str, Any] = Field(default_factory=dict)
+    slurm_signal_delay_s: int | None = Field(default=None, ge=1)
+    slurm_job_name: str | None = None
+    # tilesweep's own
+    local_workers: int | None = Field(default=None, ge=1, description="local: parallel workers (default: one per visible GPU, one without GPU)")
+    max_requeues: int = Field(default=3, ge=0, description="times a preempted or timed-out task is requeued")
+    max_config_attempts: int = Field(default=2, ge=1, description="a config that kills its worker this often is recorded as an error")
+
+
+class ShardingSettings(_Model):
+    """How items are grouped into units (one unit = one job array task)."""
+
+    units: int | None = Field(default=None, ge=1, description="number of units; default: one per shape, at most 4")
+    strategy: Literal["shape", "balanced"] = "shape"
+
+
+class TimingSettings(_Model):
+    target_ms: float = Field(default=50.0, gt=0, description="wall time one timed sample aims for")
+    max_inner: int = Field(default=200, ge=1, description="cap on calls per timed sample")
+    warmup: int = Field(default=1, ge=0, description="untimed calls before the probe")
+    seed: int = 0
+
+
+class KernelSettings(_Model):
+    interpret: Literal["auto", True, False] = "auto"
+    prune_smem: Literal["predict", "off"] = "predict"
+
+
+class CompileSettings(_Model):
+    workers: int | None = Field(default=None, ge=1, description="compile pool size; default: CPUs of the allocation")
+    cache_dir: str | None = Field(default=None, description="persistent compilation cache; default: SWEEP_DIR/compile-cache; 'off' disables")
+
+
+class MergeSettings(_Model):
+    lock: Literal["hard", "soft"] = Field(default="hard", description="soft: a lock file that works where flock does not (NFS, Lustre)")
+    lock_timeout_s: float = Field(default=600.0, gt=0)
+    mix_devices: bool = Field(default=False, description="append into a document of another device; records then carry their device")
+
+
+class SweepSpec(_Model):
+    """A sweep: the reference config block plus tilesweep's sections."""
+
+    output: str = "attention_tiles.json"
+    append: bool = False
+    dtypes: Annotated[list[Literal["bfloat16", "float32"]], NonEmpty, AfterValidator(_unique)] = ["bfloat16", "float32"]
+    head_dims: PosList = [64, 128]
+    seq_lens: PosList = [2048, 8192]
+    modes: Annotated[list[Literal["fwd", "fwd_bwd"]], NonEmpty, AfterValidator(_unique)] = ["fwd", "fwd_bwd"]
+    batch: PositiveInt = 4
+    heads: PositiveInt = 8
+    repeats: PositiveInt = 5
+    auto_only: bool = False
+    tag: str = ""
+    fwd_block_q: Pow2List = [32, 64, 128]
+    fwd_block_k: Pow2List = [32, 64, 128]
+    fwd_stages: PosList = [1, 2, 3]
+    fwd_warps: Pow2List = [4, 8]
+    bwd_outer: Pow2List = [32, 64, 128]
+    bwd_inner: Pow2List = [16, 32, 64, 128]
+    bwd_stages: PosList = [1, 2]
+    bwd_warps: Pow2List = [4, 8]
+    bwd_fwd_config: ForwardBlocks | None = None
+    smem_limit_bytes: int | None = Field(default=232448, ge=1)
+
+    executor: ExecutorSettings = ExecutorSettings()
+    sharding: ShardingSettings = ShardingSettings()
+    timing: TimingSettings = TimingSettings()
+    kernel: KernelSettings = KernelSettings()
+    compile: CompileSettings = CompileSettings()
+    merge: MergeSettings = MergeSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_pair_for_bwd_fwd_config(cls, data: Any) -> Any:
+        # ``bwd_fwd_config`` may also be written as [block_q, block_k].
+        if isinstance(data, dict) and isinstance(data.get("bwd_fwd_config"), (list, tuple)):
+            pair = data["bwd_fwd_config"]
+            if len(pair) != 2:
+                raise ValueError("bwd_fwd_config as a list must be [block_q, block_k]")
+            data = {**data, "bwd_fwd_config": {"block_q": pair[0], "block_k": pair[1]}}
+        return data
+
+    @property
+    def forward_blocks(self) -> ForwardBlocks:
+        """Forward tiles of fwd_bwd configs: null in the reference means 128/128."""
+        return self.bwd_fwd_config or ForwardBlocks()
+
+    def reference_config(self) -> dict[str, Any]:
+        """The config block as the reference document has it (field order included)."""
+        dumped = self.model_dump(mode="json")
+        return {name: dumped[name] for name in REFERENCE_CONFIG_FIELDS}
+
+    def fingerprint(self) -> str:
+        """Identity of what is measured: the problem and grid fields plus timing and kernel
+        options. Executor, sharding, output and merge settings may change between submit
+        and resume without invalidating records, so they are left out."""
+        dumped = self.model_dump(mode="json")
+        measured = {k: dumped[k] for k in REFERENCE_CONFIG_FIELDS if k not in ("output", "append")}
+        measured["timing"] = dumped["timing"]
+        measured["kernel"] = dumped["kernel"]
+        return canonical_hash(measured)
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def canonical_hash(obj: Any, length: int = 16) -> str:
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:length]
+
+
+def env_fingerprint(device: dict[str, Any]) -> dict[str, Any]:
+    """The part of a device block that must match for records to mix."""
+    return {k: device.get(k) for k in ("jax", "jaxlib", "backend", "device_kind")}

@@ -1,0 +1,299 @@
+"""The sweep directory: everything about one sweep, readable hours later by a new process.
+
+Layout::
+
+    sweep.json          frozen spec, its fingerprint, resolved output path
+    units.json          index of every unit ever planned (plan and resume), in order
+    units/<id>.json     one unit: the ids and plan indices of its items
+    partials/<id>.jsonl one per unit, appended by its worker only (header + record lines)
+    done/<id>.json      completion marker, written atomically at the end of a unit
+    env.json            environment fingerprint of the first worker (later ones must match)
+    jobs.jsonl          submission history (executor, job ids, attempt)
+    logs/               submitit's folder (sbatch files, stdout/stderr per task)
+
+Files that several processes may write (units.json, env.json, markers, the results
+document) are written to a temp file and ``os.replace``d into place.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import MismatchError, SweepDirError
+from .plan import Unit, WorkItem, expand
+from .schema import SCHEMA_VERSION, SweepSpec
+
+SWEEP_FILE = "sweep.json"
+FORMAT = "tilesweep-sweep"
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory, fsync, then rename into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any, indent: int | None = None) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+def read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SweepDirError(f"{what} {path} is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SweepDirError(f"{what} {path} is unreadable ({exc}); the sweep directory is damaged") from None
+
+
+@dataclass
+class SweepDir:
+    """A handle on a sweep directory; cheap to create, reads lazily."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        self._spec: SweepSpec | None = None
+        self._meta: dict[str, Any] | None = None
+        self._items: list[WorkItem] | None = None
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def partials(self) -> Path:
+        return self.root / "partials"
+
+    @property
+    def done(self) -> Path:
+        return self.root / "done"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def partial_path(self, unit_id: str) -> Path:
+        return self.partials / f"{unit_id}.jsonl"
+
+    def marker_path(self, unit_id: str) -> Path:
+        return self.done / f"{unit_id}.json"
+
+    def unit_path(self, unit_id: str) -> Path:
+        return self.root / "units" / f"{unit_id}.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "sweep.lock"
+
+    # ------------------------------------------------------------------ create / open
+    @classmethod
+    def create(cls, root: str | Path, spec: SweepSpec, *, output: Path, spec_source: str | None, planned: int) -> "SweepDir":
+        """Create a new sweep directory; refuses one that holds another sweep."""
+        root = Path(root)
+        if (root / SWEEP_FILE).exists():
+            existing = cls.open(root)
+            if existing.spec.fingerprint() != spec.fingerprint():
+                raise MismatchError(
+                    f"{root} already holds a sweep of another spec (fingerprint {existing.spec.fingerprint()} "
+                    f"!= {spec.fingerprint()}); use a new --sweep-dir, or `tilesweep resume {root}`"
+                )
+            return existing
+        if root.exists() and not root.is_dir():
+            raise SweepDirError(f"sweep directory {root} exists and is not a directory; pick another --sweep-dir")
+        if root.exists() and any(p.name != ".keep" for p in root.iterdir()):
+            raise SweepDirError(f"{root} is not empty and holds no {SWEEP_FILE}; pick a new or empty --sweep-dir")
+        for sub in ("units", "partials", "done", "logs"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        meta = {
+            "format": FORMAT,
+            "version": SCHEMA_VERSION,
+            "created": now_iso(),
+            "fingerprint": spec.fingerprint(),
+            "output": str(output),
+            "planned": planned,
+            "spec_source": spec_source,
+            "spec": spec.model_dump(mode="json"),
+        }
+        atomic_write_json(root / SWEEP_FILE, meta, indent=1)
+        atomic_write_json(root / "units.json", [], indent=None)
+        return cls(root)
+
+    @classmethod
+    def open(cls, root: str | Path) -> "SweepDir":
+        root = Path(root)
+        if not root.is_dir():
+            raise SweepDirError(f"sweep directory {root} does not exist; pass the --sweep-dir of a submitted sweep")
+        if not (root / SWEEP_FILE).is_file():
+            raise SweepDirError(f"{root} is not a sweep directory (no {SWEEP_FILE}); pass the --sweep-dir of a submitted sweep")
+        sd = cls(root)
+        meta = sd.meta
+        if meta.get("format") != FORMAT:
+            raise SweepDirError(f"{root / SWEEP_FILE} is not a tilesweep sweep file")
+        if meta.get("version") != SCHEMA_VERSION:
+            raise SweepDirError(
+                f"{root / SWEEP_FILE} has schema version {meta.get('version')}, this tilesweep reads {SCHEMA_VERSION}; "
+                "use the tilesweep version that made it"
+            )
+        return sd
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        if self._meta is None:
+            meta = read_json(self.root / SWEEP_FILE, "sweep file")
+            if not isinstance(meta, dict):
+                raise SweepDirError(f"{self.root / SWEEP_FILE} is not a tilesweep sweep file")
+            self._meta = meta
+        return self._meta
+
+    @property
+    def spec(self) -> SweepSpec:
+        if self._spec is None:
+            from .specio import spec_from_data
+
+            self._spec = spec_from_data(self.meta["spec"], source=str(self.root / SWEEP_FILE))
+        return self._spec
+
+    @property
+    def planned(self) -> int:
+        """Number of items the spec expands to (stored, so status need not expand it)."""
+        return int(self.meta.get("planned") or len(self.items()))
+
+    @property
+    def output(self) -> Path:
+        return Path(self.meta["output"])
+
+    def items(self) -> list[WorkItem]:
+        """The sweep's items in plan order (re-expanded from the frozen spec)."""
+        if self._items is None:
+            self._items = expand(self.spec)
+        return self._items
+
+    # ------------------------------------------------------------------ units
+    def unit_index(self) -> list[dict[str, Any]]:
+        data = read_json(self.root / "units.json", "unit index")
+        if not isinstance(data, list):
+            raise SweepDirError(f"{self.root / 'units.json'} is damaged (not a list)")
+        return data
+
+    def add_units(self, units: list[Unit], origin: str) -> list[dict[str, Any]]:
+        """Write unit files and append them to the index (caller holds the sweep lock)."""
+        index = self.unit_index()
+        known = {u["id"] for u in index}
+        added = []
+        for u in units:
+            if u.id in known:
+                continue
+            atomic_write_json(self.unit_path(u.id), {"id": u.id, "items": [[it.index, it.id] for it in u.items]})
+            entry = {"id": u.id, "n_items": len(u.items), "origin": origin, "created": now_iso()}
+            index.append(entry)
+            added.append(entry)
+            known.add(u.id)
+        atomic_write_json(self.root / "units.json", index)
+        return added
+
+    def resolve_unit(self, key: str) -> str:
+        """A unit id from an id, a unique id prefix or a position in the unit index."""
+        index = self.unit_index()
+        ids = [u["id"] for u in index]
+        if key in ids:
+            return key
+        if key.isdigit() and int(key) < len(ids):
+            return ids[int(key)]
+        matches = [i for i in ids if i.startswith(key)]
+        if len(matches) == 1:
+            return matches[0]
+        raise SweepDirError(
+            f"unit {key!r} is not in {self.root / 'units.json'} ({len(ids)} units); pass a unit id or a number 0..{len(ids) - 1}"
+        )
+
+    def unit_items(self, unit_id: str) -> list[WorkItem]:
+        data = read_json(self.unit_path(unit_id), f"unit file of unit {unit_id}")
+        items = self.items()
+        out = []
+        for index, iid in data["items"]:
+            if index >= len(items) or items[index].id != iid:
+                raise MismatchError(
+                    f"unit {unit_id} ({self.unit_path(unit_id)}) names item {iid} at plan position {index}, "
+                    "which the frozen spec does not expand to; the sweep was planned by another tilesweep version"
+                )
+            out.append(items[index])
+        return out
+
+    # ------------------------------------------------------------------ history
+    def record_jobs(self, entries: list[dict[str, Any]]) -> None:
+        """Append submission records to jobs.jsonl (one line each, fsynced)."""
+        with open(self.root / "jobs.jsonl", "a", encoding="utf-8") as f:
+            for e in entries:
+                f.write(json.dumps(e) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def job_history(self) -> list[dict[str, Any]]:
+        path = self.root / "jobs.jsonl"
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line after a crash
+        return out
+
+    # ------------------------------------------------------------------ environment
+    def check_env(self, env: dict[str, Any]) -> None:
+        """First worker records its environment; later ones must match it."""
+        path = self.root / "env.json"
+        if not path.exists():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(fd, "w") as f:
+                    f.write(json.dumps(env) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                return
+        recorded = self.recorded_env()
+        if recorded is not None and recorded != env:
+            diff = ", ".join(f"{k}: {recorded.get(k)!r} vs {env.get(k)!r}" for k in env if recorded.get(k) != env.get(k))
+            raise MismatchError(
+                f"this worker's environment differs from the one the sweep in {self.root} was measured in "
+                f"({diff}; see {path}); run it on the same stack, or start a new sweep directory"
+            )
+
+    def recorded_env(self) -> dict[str, Any] | None:
+        path = self.root / "env.json"
+        for _ in range(50):  # a racing first writer may not have filled it yet
+            try:
+                text = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                return None
+            if text.endswith("\n"):
+                return json.loads(text)
+            import time
+
+            time.sleep(0.02)
+        raise SweepDirError(f"{path} is damaged (incomplete); delete it only if no worker has written records")
