@@ -29,6 +29,20 @@ from . import measure
 
 log = logging.getLogger(__name__)
 
+# The config in flight, so a preemption handler can mark it abandoned (not a crash).
+_IN_FLIGHT: dict[str, Any] = {}
+
+
+def abandon_in_flight() -> str | None:
+    """Record that the config in flight is given up on purpose (preemption, time-limit
+    warning), so it is not counted as a config that killed its worker. Returns its id."""
+    writer, item, attempt = (_IN_FLIGHT.get(k) for k in ("writer", "item", "attempt"))
+    if writer is None or item is None:
+        return None
+    writer.write({"abandon": item, "attempt": attempt})
+    _IN_FLIGHT["item"] = None
+    return item
+
 
 def device_block() -> dict[str, Any]:
     """The reference document's ``device`` block, plus jaxlib (part of the fingerprint)."""
@@ -84,15 +98,18 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None) -> dict[s
                     rec = measure.crashed_record(it, existing.starts[it.id])
                 else:
                     w.write({"start": it.id, "attempt": attempt})
+                    _IN_FLIGHT.update(writer=w, item=it.id, attempt=attempt)
                     if ctx is None:
                         ctx = measure.ShapeContext.make(it, spec)
                     rec = measure.measure_item(it, ctx, spec)
+                    _IN_FLIGHT["item"] = None
                 w.write({"id": it.id, "attempt": attempt, "record": rec})
                 done += 1
                 errors += "error" in rec
                 log.info("unit %s: %d/%d %s", unit_id, done, len(todo), "error" if "error" in rec else "ok")
             if stopped:
                 break
+    _IN_FLIGHT.clear()
     summary = {
         "unit": unit_id, "attempt": attempt, "done": done, "errors": errors,
         "total": len(items), "already": len(items) - len(todo), "stopped": stopped,

@@ -4,11 +4,14 @@ Each line is one JSON object, flushed and fsynced when written:
 
     {"header": {...}}                    a worker attempt started (device, env, attempt, job)
     {"start": ITEM_ID, "attempt": N}     a config is about to be compiled and timed
+    {"abandon": ITEM_ID, "attempt": N}   the worker gave that config up on purpose
+                                         (preemption or time-limit warning), not its fault
     {"id": ITEM_ID, "attempt": N, "record": {...}}   a finished record
 
 A worker killed mid-write leaves a torn last line; readers skip it with a warning naming
-the file and line, and the item is redone. ``start`` lines without a record count the
-attempts that died on a config, so one that keeps killing its worker is given up on.
+the file and line, and the item is redone. ``start`` lines without a record or an
+``abandon`` count the attempts that died on a config, so one that keeps killing its
+worker is given up on.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ def read_partial(path: Path) -> PartialContent:
                 content.records[iid] = (int(obj.get("attempt", 0)), rec)
             elif "start" in obj:
                 content.starts[obj["start"]] += 1
+            elif "abandon" in obj:
+                content.starts[obj["abandon"]] -= 1
             elif "header" in obj:
                 header = obj["header"]
                 if not isinstance(header, dict):
