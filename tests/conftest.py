@@ -1,0 +1,64 @@
+"""Shared fixtures: tiny specs that run in seconds in interpret mode on a CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO.parent / "shared" / "seed" / "attention_tiles.sample.json"
+
+# A sweep small enough for tests: one tiny shape, both modes, a few configs, quick timing.
+TINY_SPEC: dict[str, Any] = {
+    "dtypes": ["float32"],
+    "head_dims": [16],
+    "seq_lens": [64],
+    "modes": ["fwd", "fwd_bwd"],
+    "batch": 1,
+    "heads": 1,
+    "repeats": 2,
+    "tag": "test",
+    "fwd_block_q": [32, 64],
+    "fwd_block_k": [32],
+    "fwd_stages": [2],
+    "fwd_warps": [4],
+    "bwd_outer": [32],
+    "bwd_inner": [16, 32],
+    "bwd_stages": [2],
+    "bwd_warps": [4],
+    "timing": {"target_ms": 1, "max_inner": 2, "warmup": 0},
+}
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path) -> Callable[..., Path]:
+    """Write a spec file (TINY_SPEC updated with overrides) and return its path."""
+
+    def _write(name: str = "spec.json", **overrides: Any) -> Path:
+        data = {**TINY_SPEC, "output": str(tmp_path / "results.json"), **overrides}
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        return path
+
+    return _write
+
+
+@pytest.fixture
+def sample_doc() -> dict[str, Any]:
+    if not SAMPLE.exists():
+        pytest.skip(f"reference sample {SAMPLE} not present (it ships in shared/ beside the repo)")
+    return json.loads(SAMPLE.read_text())
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m orchestrator ARGS`` in a real subprocess, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=timeout,
+        cwd=cwd or REPO, env={**os.environ, **(env or {})},
+    )

@@ -1,0 +1,148 @@
+"""End to end on this machine: a tiny sweep through submitit's local executor, a worker
+killed with SIGKILL and rerun, and the CLI's answers to bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.schema import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, IDENTITY_FIELDS, RESULT_FIELDS
+
+from .conftest import REPO, run_cli
+
+EXTRAS = ("timer", "pruned", "smem_bytes", "compile_cached", "unit", "attempt")
+
+
+def _record_lines(partial: Path) -> list[dict]:
+    out = []
+    for line in partial.read_text().splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "record" in obj:
+            out.append(obj)
+    return out
+
+
+def _check_reference_format(doc: dict, sample_record_types: dict[str, type]) -> None:
+    assert list(doc)[:3] == ["device", "config", "results"]
+    assert list(doc["device"]) == ["jax", "backend", "devices", "python", "device_kind"]
+    for rec in doc["results"]:
+        keys = list(rec)
+        cfg = () if rec["config"] == "auto" else (FWD_CONFIG_FIELDS if rec["mode"] == "fwd" else FWD_BWD_CONFIG_FIELDS)
+        head = list(IDENTITY_FIELDS) + list(cfg)
+        assert keys[: len(head)] == head
+        tail = keys[len(head):]
+        if "error" in rec:
+            assert tail[0] == "error" and isinstance(rec["error"], str)
+        else:
+            assert tail[: len(RESULT_FIELDS)] == list(RESULT_FIELDS)
+            for k in RESULT_FIELDS:
+                assert isinstance(rec[k], sample_record_types[k]), (k, rec[k])
+        assert set(tail) - set(RESULT_FIELDS) - {"error"} <= set(EXTRAS)
+
+
+def test_tiny_sweep_end_to_end(write_spec, tmp_path):
+    spec = write_spec()
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    types = {"rel_err": float, "compile_s": float, "inner": int, "median_ms": float, "q1_ms": float, "q3_ms": float}
+    _check_reference_format(doc, types)
+    # every planned item once, in plan order, each checked against the reference
+    plan = [json.loads(l) for l in run_cli("plan", str(spec), "--dry-run", "--json").stdout.splitlines()]
+    strip = lambda rec: {k: v for k, v in rec.items() if k in IDENTITY_FIELDS + FWD_CONFIG_FIELDS + FWD_BWD_CONFIG_FIELDS}
+    assert [strip(r) for r in doc["results"]] == [strip(p) for p in plan]
+    assert all(r["rel_err"] < 1e-4 for r in doc["results"] if "error" not in r)
+    assert all(r["q1_ms"] <= r["median_ms"] <= r["q3_ms"] and 1 <= r["inner"] <= 2 for r in doc["results"])
+    assert doc["config"]["dtypes"] == ["float32"]
+    # the best-config table is printed
+    assert "speedup" in r.stdout and "fwd_bwd" in r.stdout
+    # running again redoes nothing: the partials keep one record per item
+    partials = sorted((sweep / "partials").glob("*.jsonl"))
+    before = sum(len(_record_lines(p)) for p in partials)
+    r2 = run_cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert r2.returncode == 0, r2.stderr
+    assert sum(len(_record_lines(p)) for p in partials) == before == len(plan)
+    # status from a new process
+    st = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    assert st["done"] == st["planned"] == len(plan) and st["complete"]
+
+
+def test_worker_killed_with_sigkill_and_rerun_keeps_every_record(write_spec, tmp_path):
+    spec = write_spec(fwd_block_q=[16, 32, 64], fwd_block_k=[16, 32, 64], modes=["fwd"])
+    sweep = tmp_path / "sweep"
+    r = run_cli("plan", str(spec), "--units", "1", "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    partial = next((sweep / "partials").glob("*.jsonl"), None)
+    worker = subprocess.Popen([sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        partial = next((sweep / "partials").glob("*.jsonl"), None)
+        if partial is not None and len(_record_lines(partial)) >= 3:
+            break
+        assert worker.poll() is None, worker.stderr.read().decode()
+        time.sleep(0.05)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+    before = {o["id"]: o["record"] for o in _record_lines(partial)}
+    assert 3 <= len(before) < 10
+    assert not any((sweep / "done").iterdir()), "a killed unit must not be marked complete"
+    rerun = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    after = _record_lines(partial)
+    ids = [o["id"] for o in after]
+    assert len(ids) == len(set(ids)) == 10  # every item once: none lost, none duplicated
+    assert all({o["id"]: o["record"] for o in after}[i] == rec for i, rec in before.items())
+    assert [o["attempt"] for o in after if o["id"] not in before] == [2] * (10 - len(before))
+    assert any((sweep / "done").iterdir())
+    assert run_cli("merge", str(sweep)).returncode == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert len(doc["results"]) == 10
+
+
+def _one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_bad_input_gets_one_line_errors(write_spec, tmp_path):
+    _one_line_error(run_cli("run", str(tmp_path / "missing.json")), "missing.json", "does not exist")
+    bad = write_spec("bad.json", fwd_block_q=[32, 48])
+    _one_line_error(run_cli("plan", str(bad), "--dry-run"), "bad.json", "fwd_block_q", "powers of two")
+    typo = write_spec("typo.json", head_dim=[64])
+    _one_line_error(run_cli("plan", str(typo), "--dry-run"), "unknown field 'head_dim'", "did you mean 'head_dims'")
+    empty = write_spec("empty.json", seq_lens=[])
+    _one_line_error(run_cli("plan", str(empty), "--dry-run"), "seq_lens")
+    wrong_type = write_spec("wt.json", repeats="many")
+    _one_line_error(run_cli("plan", str(wrong_type), "--dry-run"), "repeats")
+    garbage = tmp_path / "garbage.toml"
+    garbage.write_text("= =")
+    _one_line_error(run_cli("plan", str(garbage), "--dry-run"), "garbage.toml", "TOML")
+    _one_line_error(run_cli("status", str(tmp_path)), "not a sweep directory")
+    _one_line_error(run_cli("merge", str(tmp_path / "nowhere")), "does not exist")
+    _one_line_error(run_cli("plan", str(write_spec()), "--units", "0", "--dry-run"), "--units")
+    _one_line_error(run_cli("frobnicate"), "invalid choice")
+    # a sweep directory of another spec is refused, and nothing in it is touched
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(write_spec("a.json")), "--sweep-dir", str(sweep)).returncode == 0
+    frozen = (sweep / "sweep.json").read_text()
+    _one_line_error(run_cli("run", str(write_spec("b.json", repeats=3)), "--sweep-dir", str(sweep)), "another spec")
+    assert (sweep / "sweep.json").read_text() == frozen
+    # the worker by hand: a unit that does not exist
+    w = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "nope"], cwd=REPO, capture_output=True, text=True)
+    _one_line_error(w, "unit 'nope'")

@@ -1,0 +1,94 @@
+"""Spec files: the reference config block loads unchanged; bad specs get one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import SpecError
+from orchestrator.schema import REFERENCE_CONFIG_FIELDS, SweepSpec
+from orchestrator.specio import load_spec, spec_from_data
+
+
+def test_reference_config_block_loads_unchanged(sample_doc, tmp_path):
+    path = tmp_path / "reference.json"
+    path.write_text(json.dumps(sample_doc["config"]))
+    spec = load_spec(path)
+    assert spec.reference_config() == sample_doc["config"]
+    assert list(spec.reference_config()) == list(sample_doc["config"]) == list(REFERENCE_CONFIG_FIELDS)
+    # tilesweep's own sections default sensibly
+    assert spec.executor.kind == "local" and spec.timing.target_ms == 50 and spec.timing.max_inner == 200
+
+
+def test_results_document_is_accepted_as_spec(sample_doc, tmp_path):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(sample_doc))
+    assert load_spec(path).reference_config() == sample_doc["config"]
+
+
+def test_toml_spec(tmp_path):
+    path = tmp_path / "spec.toml"
+    path.write_text(
+        'dtypes = ["bfloat16"]\nhead_dims = [64]\nseq_lens = [1024]\nmodes = ["fwd"]\n'
+        '[executor]\nkind = "slurm"\nslurm_partition = "gpu"\ngpus_per_node = 1\n'
+    )
+    spec = load_spec(path)
+    assert spec.dtypes == ["bfloat16"] and spec.executor.slurm_partition == "gpu"
+
+
+def test_bwd_fwd_config_null_means_128():
+    assert spec_from_data({}).forward_blocks.block_q == 128
+    assert spec_from_data({"bwd_fwd_config": [64, 32]}).forward_blocks.block_k == 32
+    assert spec_from_data({"bwd_fwd_config": {"block_q": 64, "block_k": 64}}).forward_blocks.block_q == 64
+
+
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        ({"fwd_blockq": [32]}, "unknown field 'fwd_blockq' (did you mean 'fwd_block_q'?)"),
+        ({"executor": {"slurm_partiton": "gpu"}}, "allowed: kind, slurm_partition"),
+        ({"dtypes": ["fp8"]}, "'dtypes.0'"),
+        ({"batch": "four"}, "'batch'"),
+        ({"fwd_block_q": [48]}, "powers of two"),
+        ({"head_dims": []}, "'head_dims'"),
+        ({"modes": ["fwd", "fwd"]}, "repeated"),
+        ({"executor": {"kind": "pbs"}}, "'local', 'slurm' or 'debug'"),
+    ],
+)
+def test_bad_spec_fields_name_the_field(data, needle):
+    with pytest.raises(SpecError) as err:
+        spec_from_data(data, source="s.json")
+    msg = err.value.message
+    assert needle in msg and msg.startswith("s.json: ") and "\n" not in msg
+
+
+def test_missing_and_unparsable_files(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        load_spec(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not json")
+    with pytest.raises(SpecError, match=r"bad.json is not valid JSON: .* line 1"):
+        load_spec(bad)
+    badt = tmp_path / "bad.toml"
+    badt.write_text("dtypes = [")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(badt)
+    arr = tmp_path / "arr.json"
+    arr.write_text("[1, 2]")
+    with pytest.raises(SpecError, match="must hold an object"):
+        load_spec(arr)
+
+
+def test_fingerprint_ignores_where_and_how_it_runs():
+    a = SweepSpec()
+    b = SweepSpec(output="elsewhere.json", executor={"kind": "slurm", "slurm_partition": "x"}, sharding={"units": 9})
+    c = SweepSpec(repeats=7)
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def test_schema_lists_every_field():
+    schema = SweepSpec.model_json_schema()
+    assert set(REFERENCE_CONFIG_FIELDS) <= set(schema["properties"])
+    assert schema.get("additionalProperties") is False
