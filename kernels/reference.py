@@ -1,0 +1,114 @@
+"""Plain-jnp attention, the inputs and the error measure every kernel result is judged by.
+
+Kept apart from the kernel so that a bug in the Pallas code cannot leak into the yardstick:
+this module imports nothing from ``kernels.attention``. The reference runs in float32 with
+``Precision.HIGHEST`` (on a GPU the default float32 matmul is tf32, which would make the
+yardstick as coarse as the thing it measures), or in float64 when x64 is enabled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.smem import check_mode, dtype_name
+
+AttentionFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+ModeFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], tuple[jax.Array, ...]]
+
+
+def default_sm_scale(head_dim: int) -> float:
+    """The usual 1/sqrt(head_dim) softmax scale."""
+    return 1.0 / math.sqrt(head_dim)
+
+
+def _compute_dtype() -> Any:
+    return jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
+
+
+def attention_reference(q: jax.Array, k: jax.Array, v: jax.Array, *,
+                        sm_scale: float | None = None) -> jax.Array:
+    """softmax(q k^T * sm_scale) v over layout (batch, seq, heads, head_dim), as float32."""
+    ct = _compute_dtype()
+    q, k, v = (x.astype(ct) for x in (q, k, v))
+    scale = default_sm_scale(q.shape[-1]) if sm_scale is None else sm_scale
+    hi = jax.lax.Precision.HIGHEST
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=hi) * scale
+    weights = jax.nn.softmax(logits, axis=-1)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v, precision=hi).astype(jnp.float32)
+
+
+def mode_fn(mode: str, attend: AttentionFn) -> ModeFn:
+    """Wrap an attention function into the sweep's uniform ``f(q, k, v, do) -> outputs``.
+
+    One signature for both modes lets the timing harness and the worker treat every config
+    alike: "fwd" returns ``(o,)`` and ignores ``do``; "fwd_bwd" returns ``(o, dq, dk, dv)``
+    from ``jax.vjp`` with ``do`` as the cotangent, so the timed program is forward + backward.
+    """
+    check_mode(mode)
+    if mode == "fwd":
+        def fwd(q: jax.Array, k: jax.Array, v: jax.Array, do: jax.Array) -> tuple[jax.Array]:
+            del do
+            return (attend(q, k, v),)
+        return fwd
+
+    def fwd_bwd(q: jax.Array, k: jax.Array, v: jax.Array,
+                do: jax.Array) -> tuple[jax.Array, ...]:
+        o, vjp = jax.vjp(attend, q, k, v)
+        return (o, *vjp(do.astype(o.dtype)))
+    return fwd_bwd
+
+
+def build_reference(mode: str, *, sm_scale: float | None = None) -> ModeFn:
+    """``mode_fn`` over ``attention_reference``; every output (gradients too) is float32."""
+    inner = mode_fn(mode, lambda q, k, v: attention_reference(q, k, v, sm_scale=sm_scale))
+
+    def reference(q: jax.Array, k: jax.Array, v: jax.Array,
+                  do: jax.Array) -> tuple[jax.Array, ...]:
+        # Differentiate with respect to upcast inputs so the gradients are not rounded back
+        # to the inputs' (possibly bfloat16) dtype.
+        ct = _compute_dtype()
+        outs = inner(*(x.astype(ct) for x in (q, k, v, do)))
+        return tuple(x.astype(jnp.float32) for x in outs)
+    return reference
+
+
+def make_inputs(*, batch: int, seq: int, heads: int, head_dim: int, dtype: Any,
+                seed: int = 0) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(q, k, v, do): seeded standard-normal arrays, never zeros (zeros hide wrong kernels).
+
+    Drawn with jax.random, which gives the same numbers on every backend for a seed.
+    """
+    shape = (batch, seq, heads, head_dim)
+    dt = jnp.dtype(dtype_name(dtype))
+    keys = jax.random.split(jax.random.key(seed), 4)
+    q, k, v, do = (jax.random.normal(key, shape, dtype=dt) for key in keys)
+    return q, k, v, do
+
+
+def _as_float64(xs: Sequence[Any] | jax.Array | np.ndarray) -> list[np.ndarray]:
+    if isinstance(xs, (jax.Array, np.ndarray)):
+        xs = [xs]
+    return [np.asarray(x).astype(np.float64) for x in xs]
+
+
+def rel_err(outs: Sequence[Any], refs: Sequence[Any]) -> float:
+    """||out - ref|| / ||ref|| over all outputs concatenated, in float64.
+
+    One number per config: for fwd_bwd it pools the output and the three gradients, so a
+    wrong gradient cannot hide behind a correct output.
+    """
+    a, b = _as_float64(outs), _as_float64(refs)
+    if [x.shape for x in a] != [x.shape for x in b]:
+        raise ValueError(f"outputs and references differ in shape: "
+                         f"{[x.shape for x in a]} vs {[x.shape for x in b]}")
+    ref_norm = math.sqrt(sum(float(np.sum(y * y)) for y in b))
+    diff_norm = math.sqrt(sum(float(np.sum((x - y) ** 2)) for x, y in zip(a, b)))
+    if ref_norm == 0.0:
+        return 0.0 if diff_norm == 0.0 else math.inf
+    return diff_norm / ref_norm

@@ -1,0 +1,135 @@
+"""The shared-memory model against the reference run, and ``auto_config`` against the model."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+import jax.numpy as jnp
+import pytest
+
+from kernels import smem
+from kernels.attention import AttentionConfig, auto_config
+
+H100_LIMIT = 232448
+SAMPLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "seed" / \
+    "attention_tiles.sample.json"
+
+
+def _sample_records() -> list[dict]:
+    if not SAMPLE.is_file():
+        pytest.skip(f"reference sample not found at ../shared/seed/{SAMPLE.name} "
+                    "(relative to the repo root)")
+    return [r for r in json.loads(SAMPLE.read_text())["results"] if r["config"] == "forced"]
+
+
+def _record_config(rec: dict) -> AttentionConfig:
+    if rec["mode"] == "fwd":
+        return AttentionConfig(block_q=rec["block_q"], block_k=rec["block_k"],
+                               num_stages=rec["num_stages"], num_warps=rec["num_warps"])
+    return AttentionConfig(block_q=rec["fwd_block_q"], block_k=rec["fwd_block_k"],
+                           bwd_outer=rec["bwd_outer"], bwd_inner=rec["bwd_inner"],
+                           num_stages=rec["num_stages"], num_warps=rec["num_warps"])
+
+
+def test_model_reproduces_reference_sample() -> None:
+    records = _sample_records()
+    failures = successes = 0
+    for rec in records:
+        preds = smem.predict(rec["mode"], rec["dtype"], rec["head_dim"], _record_config(rec),
+                             seq=rec["seq"])
+        over = smem.first_over(preds, H100_LIMIT)
+        if "error" in rec:
+            requested = int(re.search(r"requested (\d+), available: 232448", rec["error"])[1])
+            assert over is not None and over[1] == requested, (rec, preds)
+            failures += 1
+        else:
+            assert over is None, (rec, preds)
+            assert max(b for _, b in preds) <= H100_LIMIT
+            successes += 1
+    assert failures > 0 and successes > 0  # the sample holds both kinds
+
+
+def test_known_byte_counts() -> None:
+    # The default float32 head_dim-128 forward: the reference run's one auto fallback.
+    assert smem.fwd_bytes("float32", 128, 128, 128, 2) == 262144
+    assert smem.fwd_bytes(jnp.float32, 128, 128, 128, 1) == 196608
+    # The closest success in the reference run.
+    assert smem.bwd_bytes("float32", 128, 128, 64, 1) == 229376
+    assert smem.bwd_bytes(jnp.bfloat16, 64, 128, 128, 2) == 66560
+
+
+def test_predict_order_clamping_and_keyword_form() -> None:
+    cfg = AttentionConfig(bwd_outer=64, bwd_inner=32, num_stages=3)
+    preds = smem.predict("fwd_bwd", "bfloat16", 64, cfg)
+    assert [k for k, _ in preds] == [smem.FWD_KERNEL, smem.BWD_KERNEL]
+    assert preds == smem.predict_bytes("fwd_bwd", "bfloat16", 64, block_q=128, block_k=128,
+                                       bwd_outer=64, bwd_inner=32, num_stages=3, num_warps=8)
+    assert smem.predict("fwd", "bfloat16", 64, cfg, seq=32) == \
+        [(smem.FWD_KERNEL, smem.fwd_bytes("bfloat16", 64, 32, 32, 3))]
+    # A non-power-of-two head_dim is modelled at its padded size.
+    assert smem.fwd_bytes("float32", 40, 64, 64, 2) == smem.fwd_bytes("float32", 64, 64, 64, 2)
+
+
+def test_first_over_reports_first_kernel_over_limit() -> None:
+    preds = [("a", 10), ("b", 30), ("c", 40)]
+    assert smem.first_over(preds, 25) == ("b", 30)
+    assert smem.first_over(preds, 40) is None
+    assert smem.first_over(preds, None) is None
+
+
+def test_vocabulary_errors_name_allowed_values() -> None:
+    with pytest.raises(ValueError, match="allowed: fwd, fwd_bwd"):
+        smem.predict("bwd", "float32", 64, AttentionConfig())
+    with pytest.raises(ValueError, match="allowed: bfloat16, float32"):
+        smem.fwd_bytes("float16", 64, 64, 64, 2)
+
+
+@pytest.mark.parametrize("mode", smem.MODES)
+@pytest.mark.parametrize(("dtype", "head_dim", "seq"),
+                         list(itertools.product(smem.DTYPES, [64, 128, 256], [2048, 8192])))
+def test_auto_config_fits(mode: str, dtype: str, head_dim: int, seq: int) -> None:
+    cfg = auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=seq,
+                      smem_limit_bytes=H100_LIMIT)
+    assert smem.first_over(smem.predict(mode, dtype, head_dim, cfg), H100_LIMIT) is None
+    assert cfg.num_warps in (4, 8)
+    for block in (cfg.block_q, cfg.block_k, cfg.bwd_outer, cfg.bwd_inner):
+        assert seq % block == 0 and block >= 16
+
+
+def test_auto_config_matches_reference_run_where_known() -> None:
+    def auto(mode: str, dtype: str, head_dim: int) -> AttentionConfig:
+        return auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=2048,
+                           smem_limit_bytes=H100_LIMIT)
+
+    assert auto("fwd", "bfloat16", 64) == AttentionConfig(num_warps=4, num_stages=2)
+    assert auto("fwd", "bfloat16", 128) == AttentionConfig(num_warps=8, num_stages=2)
+    # float32 head_dim 128 does not fit at 2 stages: 128/128 with 1 stage, as the run's auto.
+    assert auto("fwd", "float32", 128) == AttentionConfig(num_warps=8, num_stages=1)
+    assert auto("fwd_bwd", "bfloat16", 64) == AttentionConfig(num_warps=8, num_stages=2)
+    assert auto("fwd_bwd", "float32", 128) == AttentionConfig(bwd_inner=64, num_warps=8,
+                                                              num_stages=1)
+
+
+def test_auto_config_without_limit_clamping_and_impossible_limit() -> None:
+    assert auto_config(mode="fwd_bwd", dtype="float32", head_dim=256, seq=8192,
+                       smem_limit_bytes=None) == AttentionConfig(num_warps=8)
+    small = auto_config(mode="fwd_bwd", dtype="bfloat16", head_dim=64, seq=64,
+                        smem_limit_bytes=H100_LIMIT)
+    assert (small.block_q, small.block_k, small.bwd_outer, small.bwd_inner) == (64, 64, 64, 64)
+    assert small.num_warps == 4
+    for seq, block in [(192, 64), (96, 32)]:  # powers of two that divide seq
+        assert auto_config(mode="fwd", dtype="bfloat16", head_dim=64, seq=seq,
+                           smem_limit_bytes=None).block_q == block
+    with pytest.raises(ValueError, match="smem_limit_bytes=1000"):
+        auto_config(mode="fwd", dtype="float32", head_dim=64, seq=2048, smem_limit_bytes=1000)
+
+
+def test_smem_module_imports_without_jax() -> None:
+    import subprocess
+    import sys
+    code = "import sys, kernels.smem; assert 'jax' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   cwd=Path(__file__).resolve().parents[2])
