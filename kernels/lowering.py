@@ -1,0 +1,64 @@
+"""Lower the kernel for CUDA on a machine without a GPU, and read back what reached Triton.
+
+Interpret mode checks the numbers but never runs the Triton lowering, and it ignores
+num_warps/num_stages entirely. Lowering under an abstract CUDA mesh does run the Pallas ->
+Triton lowering of every kernel and leaves one ``__gpu$xla.gpu.triton`` custom call per launch,
+carrying name, num_warps, num_stages and grid. So a CPU test can prove that a config lowers
+and that its warps and stages reached every launch. What it cannot show: the PTX compile and
+the real shared-memory use (``.compile()`` needs the CUDA plugin).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
+
+from kernels.attention import AttentionConfig, build
+from kernels.smem import dtype_name
+
+TRITON_CALL_TARGET = "__gpu$xla.gpu.triton"
+_DEVICE = AbstractDevice(device_kind="NVIDIA H100", num_cores=132, platform="cuda")
+
+
+def _custom_calls(op: Any, found: list[Any]) -> list[Any]:
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                child = child.operation
+                if child.name == "stablehlo.custom_call":
+                    found.append(child)
+                _custom_calls(child, found)
+    return found
+
+
+def _triton_calls(module: Any) -> list[dict[str, Any]]:
+    calls = []
+    for op in _custom_calls(module.operation, []):
+        if op.attributes["call_target_name"].value != TRITON_CALL_TARGET:
+            continue
+        cfg = op.attributes["mhlo.backend_config"]
+        calls.append({
+            "name": cfg["name"].value,
+            "num_warps": cfg["num_warps"].value,
+            "num_stages": cfg["num_stages"].value,
+            "grid": tuple(cfg[f"grid_{axis}"].value for axis in "xyz"),
+        })
+    return calls
+
+
+def lower_for_cuda(mode: str, config: AttentionConfig, *, batch: int, seq: int, heads: int,
+                   head_dim: int, dtype: Any) -> list[dict[str, Any]]:
+    """Triton launches of ``build(mode, config)`` lowered for an H100, in program order.
+
+    Each entry: ``{"name", "num_warps", "num_stages", "grid": (x, y, z)}``. Raises whatever
+    the lowering raises (a config Triton cannot express fails here, as on the GPU).
+    """
+    shape = jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dtype_name(dtype))
+    fn = build(mode, config, interpret=False)
+    mesh = AbstractMesh((1,), ("x",), abstract_device=_DEVICE)
+    with use_abstract_mesh(mesh):
+        lowered = jax.jit(fn).trace(shape, shape, shape, shape).lower(
+            lowering_platforms=("cuda",))
+    return _triton_calls(lowered.compiler_ir("stablehlo"))
