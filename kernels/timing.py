@@ -1,0 +1,76 @@
+"""Compile once, then time a compiled function the way the reference run did.
+
+Compilation is timed apart from the runs (it is most of a sweep's cost and must not pollute a
+kernel's time). A sample times ``inner`` back-to-back calls ending in one
+``block_until_ready``, so dispatch overhead is amortised for sub-millisecond kernels; ``inner``
+is sized from a probe call to make each sample about ``target_ms`` long. Per-call times are
+sample / inner; every sample is kept so a report can show spread, and selection uses the median.
+The timer is wall clock (perf_counter) with block_until_ready, named in each result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+TIMER = "wall_clock+block_until_ready"
+PROBE_OVERHEAD_MS = 0.1  # per-call dispatch overhead assumed when sizing inner
+
+
+@dataclasses.dataclass
+class Timing:
+    """Per-call times in milliseconds; ``samples_ms`` holds every sample (already / inner)."""
+
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    inner: int
+    samples_ms: list[float]
+    timer: str
+
+
+def compile_fn(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, float]:
+    """``jax.jit(fn).lower(*args).compile()`` and its wall time (lower + compile) in seconds."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled, time.perf_counter() - start
+
+
+def inner_for(probe_ms: float, *, target_ms: float, max_inner: int) -> int:
+    """Calls per sample: ``clamp(floor(target_ms / (probe_ms + 0.1)), 1, max_inner)``."""
+    return max(1, min(max_inner, math.floor(target_ms / (probe_ms + PROBE_OVERHEAD_MS))))
+
+
+def _timed_calls(compiled: Any, args: Sequence[Any], n: int) -> float:
+    """Seconds for ``n`` back-to-back calls, waiting only for the last result."""
+    start = time.perf_counter()
+    out = None
+    for _ in range(n):
+        out = compiled(*args)
+    jax.block_until_ready(out)
+    return time.perf_counter() - start
+
+
+def measure(compiled: Any, args: Sequence[Any], *, repeats: int, target_ms: float = 50.0,
+            max_inner: int = 200, warmup: int = 1) -> Timing:
+    """Warm up, probe one call to size ``inner``, then take ``repeats`` samples."""
+    if repeats < 1 or max_inner < 1 or warmup < 0:
+        raise ValueError(f"need {repeats=} >= 1, {max_inner=} >= 1, {warmup=} >= 0")
+    for _ in range(warmup):
+        jax.block_until_ready(compiled(*args))
+    probe_ms = _timed_calls(compiled, args, 1) * 1e3
+    inner = inner_for(probe_ms, target_ms=target_ms, max_inner=max_inner)
+    samples = [_timed_calls(compiled, args, inner) * 1e3 / inner for _ in range(repeats)]
+    q1, median, q3 = np.percentile(samples, [25, 50, 75])
+    logger.debug("probe %.3f ms -> inner %d, median %.4f ms", probe_ms, inner, median)
+    return Timing(median_ms=float(median), q1_ms=float(q1), q3_ms=float(q3), inner=inner,
+                  samples_ms=samples, timer=TIMER)
