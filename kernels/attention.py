@@ -144,7 +144,7 @@ def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array,
 def _attention_bwd(plan: _Plan, residuals: tuple[jax.Array, ...],
                    do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     q, k, v, o, lse = residuals
-    return flash_bwd(q, k, v, o, lse, do.astype(o.dtype), sm_scale=plan.sm_scale,
+    return flash_bwd(q, k, v, o, lse, do, sm_scale=plan.sm_scale,
                      bwd_outer=plan.bwd_outer, bwd_inner=plan.bwd_inner,
                      num_warps=plan.num_warps, num_stages=plan.num_stages,
                      interpret=plan.interpret)

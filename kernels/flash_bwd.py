@@ -48,7 +48,8 @@ def _bwd_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref,
         rows = pl.ds(j * inner, inner)
         q = q_ref[rows, :]
         do = do_ref[rows, :]
-        p = jnp.exp2(dot_f32(q, k, contract_b=1) * qk_scale - lse_ref[rows][:, None])  # (inner, outer)
+        # (inner, outer) probabilities, rebuilt from the forward's base-2 lse
+        p = jnp.exp2(dot_f32(q, k, contract_b=1) * qk_scale - lse_ref[rows][:, None])
         dv = dv + dot_f32(p.astype(do.dtype), do, contract_a=0)
         dp = dot_f32(do, v, contract_b=1)
         ds = p * (dp - delta_ref[rows][:, None])

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
 DTYPES: tuple[str, ...] = ("bfloat16", "float32")
 _ELEMENT_BYTES: dict[str, int] = {"bfloat16": 2, "float32": 4}
+H100_SMEM_LIMIT_BYTES = 232448  # per-block opt-in limit of the reference run's H100 (and H200)
 
 # Kernel names as they appear in pallas_call(name=...) and hence in the lowered custom calls.
 FWD_KERNEL = "flash_fwd"

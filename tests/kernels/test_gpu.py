@@ -19,10 +19,9 @@ from kernels.attention import (
     make_inputs,
     rel_err,
 )
-from kernels.smem import first_over, predict
+from kernels.smem import H100_SMEM_LIMIT_BYTES, first_over, predict
 from kernels.timing import compile_fn, measure
 
-H100_LIMIT = 232448
 # float32 dots run as tf32 on the GPU (the reference run saw ~5e-4 to 8e-4).
 GPU_TOL = {"bfloat16": 2e-2, "float32": 5e-3}
 
@@ -44,7 +43,7 @@ def _is_hopper() -> bool:
 def test_compiled_auto_config_is_correct(mode: str, dtype: str, head_dim: int) -> None:
     args = make_inputs(batch=2, seq=1024, heads=4, head_dim=head_dim, dtype=dtype)
     cfg = auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=1024,
-                      smem_limit_bytes=H100_LIMIT)
+                      smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
     compiled, compile_s = compile_fn(build(mode, cfg, interpret=False), args)
     outs = jax.block_until_ready(compiled(*args))
     refs = jax.jit(build_reference(mode))(*args)
@@ -63,7 +62,7 @@ def test_smem_model_matches_the_compiler(mode: str, cfg: AttentionConfig) -> Non
     if not _is_hopper():
         pytest.skip(f"the byte counts are the H100/H200 ones, not {jax.devices()[0].device_kind}")
     dtype, head_dim = "float32", 128
-    predicted = first_over(predict(mode, dtype, head_dim, cfg), H100_LIMIT)
+    predicted = first_over(predict(mode, dtype, head_dim, cfg), H100_SMEM_LIMIT_BYTES)
     assert predicted is not None
     args = make_inputs(batch=1, seq=512, heads=2, head_dim=head_dim, dtype=dtype)
     with pytest.raises(Exception, match="Shared memory size limit exceeded") as info:

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import pytest
 
 from kernels import smem
+from kernels.smem import H100_SMEM_LIMIT_BYTES
 from kernels.attention import AttentionConfig, auto_config
 
-H100_LIMIT = 232448
 SAMPLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "seed" / \
     "attention_tiles.sample.json"
 
@@ -40,14 +40,14 @@ def test_model_reproduces_reference_sample() -> None:
     for rec in records:
         preds = smem.predict(rec["mode"], rec["dtype"], rec["head_dim"], _record_config(rec),
                              seq=rec["seq"])
-        over = smem.first_over(preds, H100_LIMIT)
+        over = smem.first_over(preds, H100_SMEM_LIMIT_BYTES)
         if "error" in rec:
             requested = int(re.search(r"requested (\d+), available: 232448", rec["error"])[1])
             assert over is not None and over[1] == requested, (rec, preds)
             failures += 1
         else:
             assert over is None, (rec, preds)
-            assert max(b for _, b in preds) <= H100_LIMIT
+            assert max(b for _, b in preds) <= H100_SMEM_LIMIT_BYTES
             successes += 1
     assert failures > 0 and successes > 0  # the sample holds both kinds
 
@@ -92,8 +92,8 @@ def test_vocabulary_errors_name_allowed_values() -> None:
                          list(itertools.product(smem.DTYPES, [64, 128, 256], [2048, 8192])))
 def test_auto_config_fits(mode: str, dtype: str, head_dim: int, seq: int) -> None:
     cfg = auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=seq,
-                      smem_limit_bytes=H100_LIMIT)
-    assert smem.first_over(smem.predict(mode, dtype, head_dim, cfg), H100_LIMIT) is None
+                      smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
+    assert smem.first_over(smem.predict(mode, dtype, head_dim, cfg), H100_SMEM_LIMIT_BYTES) is None
     assert cfg.num_warps in (4, 8)
     for block in (cfg.block_q, cfg.block_k, cfg.bwd_outer, cfg.bwd_inner):
         assert seq % block == 0 and block >= 16
@@ -102,7 +102,7 @@ def test_auto_config_fits(mode: str, dtype: str, head_dim: int, seq: int) -> Non
 def test_auto_config_matches_reference_run_where_known() -> None:
     def auto(mode: str, dtype: str, head_dim: int) -> AttentionConfig:
         return auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=2048,
-                           smem_limit_bytes=H100_LIMIT)
+                           smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
 
     assert auto("fwd", "bfloat16", 64) == AttentionConfig(num_warps=4, num_stages=2)
     assert auto("fwd", "bfloat16", 128) == AttentionConfig(num_warps=8, num_stages=2)
@@ -117,7 +117,7 @@ def test_auto_config_without_limit_clamping_and_impossible_limit() -> None:
     assert auto_config(mode="fwd_bwd", dtype="float32", head_dim=256, seq=8192,
                        smem_limit_bytes=None) == AttentionConfig(num_warps=8)
     small = auto_config(mode="fwd_bwd", dtype="bfloat16", head_dim=64, seq=64,
-                        smem_limit_bytes=H100_LIMIT)
+                        smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
     assert (small.block_q, small.block_k, small.bwd_outer, small.bwd_inner) == (64, 64, 64, 64)
     assert small.num_warps == 4
     for seq, block in [(192, 64), (96, 32)]:  # powers of two that divide seq
