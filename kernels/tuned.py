@@ -1,0 +1,290 @@
+"""Load the tuned table a sweep exported and pick a tile config for a call.
+
+The table (written by ``tilesweep export``) is small, versioned JSON::
+
+    {"format": "tilesweep-tuned", "version": 1, "device": {"device_kind": ..., "jax": ...},
+     "entries": [{"dtype", "head_dim", "seq", "batch", "heads", "mode",
+                  "config": {block_q, block_k, bwd_outer, bwd_inner, num_warps, num_stages} | null,
+                  "median_ms", "auto_ms"}]}
+
+``config`` holds exactly the fields of ``kernels.attention.AttentionConfig``. ``config: null``
+records a measured problem where the harness's auto beat every forced config (or every
+forced config failed): the answer there is "use auto", and a neighbouring seq must not
+override it.
+
+Lookup rule (``TunedTable.lookup``), so a kernel asked for an unmeasured shape degrades to
+auto instead of to a config that would raise:
+
+1. Candidates are the entries with the same dtype, head_dim and mode. ``batch`` and ``heads``
+   are soft: when given and some candidate has that value, only those are kept (they change the
+   grid, not which tiles fit); when not given they match anything.
+2. A candidate with the asked seq wins (ties: smaller batch, then smaller heads).
+3. Otherwise the candidate with the nearest seq on a log scale (``|log(seq_e / seq)|``; ties go
+   to the smaller seq) is taken, but only if its blocks divide the asked seq (block_q and
+   block_k; for fwd_bwd also bwd_outer and bwd_inner): the kernel rejects a seq that is not a
+   multiple of a block.
+4. Anything else is ``None``: use auto.
+
+The table is only as good as the device and stack it was measured on: loading a table
+measured on another device kind or jax version warns (``TunedTableMismatchWarning``) and
+still loads. This module imports nothing from the orchestrator.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+FORMAT = "tilesweep-tuned"
+VERSION = 1
+CONFIG_FIELDS: tuple[str, ...] = (
+    "block_q", "block_k", "bwd_outer", "bwd_inner", "num_warps", "num_stages",
+)
+ENTRY_FIELDS: tuple[str, ...] = (
+    "dtype", "head_dim", "seq", "batch", "heads", "mode", "config", "median_ms", "auto_ms",
+)
+_INT_FIELDS = ("head_dim", "seq", "batch", "heads")
+
+
+class TunedTableError(ValueError):
+    """A tuned-table file is missing, unreadable, or not a tilesweep tuned table."""
+
+
+class TunedTableMismatchWarning(UserWarning):
+    """The table was measured on another device kind or jax version than the running one."""
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a table is checked against; tests pass one in instead of asking jax."""
+
+    device_kind: str | None
+    jax_version: str | None
+
+    @classmethod
+    def current(cls) -> Environment | None:
+        """The running device kind and jax version, or ``None`` when jax is unusable here."""
+        try:
+            import jax
+
+            return cls(device_kind=jax.devices()[0].device_kind, jax_version=jax.__version__)
+        except Exception as exc:  # no jax, no backend: nothing to compare against
+            log.debug("cannot read the running environment: %s", exc)
+            return None
+
+
+@dataclass(frozen=True)
+class TunedEntry:
+    dtype: str
+    head_dim: int
+    seq: int
+    batch: int
+    heads: int
+    mode: str
+    config: dict[str, int] | None
+    median_ms: float | None
+    auto_ms: float | None
+
+
+class TunedTable:
+    """An in-memory tuned table; build it with ``TunedTable.load``."""
+
+    def __init__(
+        self, device: dict[str, Any], entries: list[TunedEntry], path: str | None = None
+    ) -> None:
+        self.device = dict(device)
+        self.entries = list(entries)
+        self.path = path
+        self._by_problem: dict[tuple[str, int, str], list[TunedEntry]] = {}
+        for e in self.entries:
+            self._by_problem.setdefault((e.dtype, e.head_dim, e.mode), []).append(e)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __repr__(self) -> str:
+        return f"TunedTable({len(self.entries)} entries, device={self.device.get('device_kind')!r})"
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        env: Environment | None = None,
+        check_env: bool = True,
+    ) -> TunedTable:
+        """Read a tuned table; warn if it was measured elsewhere.
+
+        ``env`` is the environment to compare with (default: ask jax); ``check_env=False``
+        skips the comparison, for tools that only inspect a table.
+        """
+        spath = os.fspath(path)
+        try:
+            with open(spath, "rb") as fh:
+                obj = json.load(fh)
+        except FileNotFoundError:
+            raise TunedTableError(f"{spath}: no such file") from None
+        except (OSError, ValueError) as exc:
+            raise TunedTableError(f"{spath}: cannot read a tuned table ({exc})") from None
+        table = cls.from_obj(obj, name=spath)
+        if check_env:
+            table.check_environment(env if env is not None else Environment.current())
+        return table
+
+    @classmethod
+    def from_obj(cls, obj: Any, *, name: str = "<tuned table>") -> TunedTable:
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+            raise TunedTableError(f"{name}: not a tilesweep tuned table (want format {FORMAT!r})")
+        if obj.get("version") != VERSION:
+            raise TunedTableError(
+                f"{name}: tuned table version {obj.get('version')!r} is not supported "
+                f"(this code reads version {VERSION}); re-export it with this tilesweep"
+            )
+        device = obj.get("device")
+        entries = obj.get("entries")
+        if not isinstance(device, dict) or not isinstance(entries, list):
+            raise TunedTableError(f"{name}: tuned table needs a 'device' object and an 'entries' array")
+        return cls(device, [_entry(e, i, name) for i, e in enumerate(entries)], path=name)
+
+    def check_environment(self, env: Environment | None) -> bool:
+        """Warn when the table's device kind or jax version differ from ``env``; True if they match."""
+        if env is None:
+            return True
+        diffs = []
+        kind, jax_v = self.device.get("device_kind"), self.device.get("jax")
+        if kind and env.device_kind and kind != env.device_kind:
+            diffs.append(f"device kind {kind!r} (running on {env.device_kind!r})")
+        if jax_v and env.jax_version and jax_v != env.jax_version:
+            diffs.append(f"jax {jax_v} (running {env.jax_version})")
+        if diffs:
+            warnings.warn(
+                f"tuned table {self.path or ''} was measured with {' and '.join(diffs)}; "
+                "its configs may be slower here or fail to fit, re-tune on this stack",
+                TunedTableMismatchWarning,
+                stacklevel=3,
+            )
+            return False
+        return True
+
+    # ------------------------------------------------------------------ lookup
+
+    def entry(
+        self,
+        *,
+        dtype: Any,
+        head_dim: int,
+        seq: int,
+        mode: str,
+        batch: int | None = None,
+        heads: int | None = None,
+    ) -> TunedEntry | None:
+        """The entry the lookup rule (module docstring) picks, or ``None``; see ``lookup``."""
+        dtype = dtype_name(dtype)
+        cands = self._by_problem.get((dtype, int(head_dim), mode), [])
+        if batch is not None and any(e.batch == batch for e in cands):
+            cands = [e for e in cands if e.batch == batch]
+        if heads is not None and any(e.heads == heads for e in cands):
+            cands = [e for e in cands if e.heads == heads]
+        if not cands:
+            return None
+        exact = [e for e in cands if e.seq == seq]
+        if exact:
+            return min(exact, key=lambda e: (e.batch, e.heads))
+        nearest = min(cands, key=lambda e: (abs(math.log(e.seq / seq)), e.seq, e.batch, e.heads))
+        if nearest.config is not None and not _blocks_divide(nearest.config, seq, mode):
+            log.debug("nearest tuned seq %d has blocks that do not divide seq=%d", nearest.seq, seq)
+            return None
+        return nearest
+
+    def lookup(
+        self,
+        *,
+        dtype: Any,
+        head_dim: int,
+        seq: int,
+        mode: str,
+        batch: int | None = None,
+        heads: int | None = None,
+    ) -> dict[str, int] | None:
+        """``AttentionConfig`` keyword arguments for this call, or ``None`` meaning "use auto".
+
+        ``dtype`` is a name ("bfloat16") or anything numpy understands as a dtype.
+        """
+        e = self.entry(dtype=dtype, head_dim=head_dim, seq=seq, mode=mode, batch=batch, heads=heads)
+        if e is None or e.config is None:
+            return None
+        return dict(e.config)
+
+    def config_for(self, **kwargs: Any) -> Any:
+        """``lookup`` as a ``kernels.attention.AttentionConfig`` (``None``: use auto)."""
+        cfg = self.lookup(**kwargs)
+        return None if cfg is None else to_attention_config(cfg)
+
+
+def config_for(table: TunedTable | str | os.PathLike[str], **kwargs: Any) -> Any:
+    """One-call convenience: an ``AttentionConfig`` for a call, or ``None`` for auto.
+
+    ``table`` is a loaded ``TunedTable`` or a path to load. Raises ``ImportError`` when
+    ``kernels.attention`` is not importable (use ``lookup`` for the plain dict).
+    """
+    if not isinstance(table, TunedTable):
+        table = TunedTable.load(table)
+    return table.config_for(**kwargs)
+
+
+def to_attention_config(cfg: dict[str, int]) -> Any:
+    from kernels.attention import AttentionConfig  # late: the kernel needs jax, this file not
+
+    return AttentionConfig(**cfg)
+
+
+def dtype_name(dtype: Any) -> str:
+    if isinstance(dtype, str):
+        return dtype
+    name = getattr(dtype, "name", None)
+    if isinstance(name, str):  # numpy / jax dtype objects
+        return name
+    import numpy as np  # a scalar type such as jnp.bfloat16
+
+    return np.dtype(dtype).name
+
+
+def _blocks_divide(cfg: dict[str, int], seq: int, mode: str) -> bool:
+    names = ("block_q", "block_k") + (("bwd_outer", "bwd_inner") if mode == "fwd_bwd" else ())
+    return all(seq % int(cfg[n]) == 0 for n in names)
+
+
+def _entry(raw: Any, i: int, name: str) -> TunedEntry:
+    where = f"{name}: entries[{i}]"
+    if not isinstance(raw, dict):
+        raise TunedTableError(f"{where} is not an object")
+    missing = [f for f in ENTRY_FIELDS if f not in raw]
+    if missing:
+        raise TunedTableError(f"{where} lacks {', '.join(missing)}")
+    cfg = raw["config"]
+    if cfg is not None:
+        if not isinstance(cfg, dict) or set(cfg) != set(CONFIG_FIELDS):
+            raise TunedTableError(
+                f"{where}: config must be null or an object with exactly {', '.join(CONFIG_FIELDS)}"
+            )
+        bad = [k for k in CONFIG_FIELDS if not isinstance(cfg[k], int) or cfg[k] <= 0]
+        if bad:
+            raise TunedTableError(f"{where}: config fields {', '.join(bad)} must be positive integers")
+        cfg = {k: cfg[k] for k in CONFIG_FIELDS}
+    for k in _INT_FIELDS:
+        if not isinstance(raw[k], int) or raw[k] <= 0:
+            raise TunedTableError(f"{where}: {k}={raw[k]!r} must be a positive integer")
+    return TunedEntry(
+        dtype=str(raw["dtype"]), head_dim=raw["head_dim"], seq=raw["seq"], batch=raw["batch"],
+        heads=raw["heads"], mode=str(raw["mode"]), config=cfg,
+        median_ms=raw["median_ms"], auto_ms=raw["auto_ms"],
+    )

@@ -1,0 +1,131 @@
+"""The ``report``, ``export`` and ``compare`` subcommands.
+
+``register(subparsers)`` adds them to the main parser (``orchestrator.cli`` calls it). Each
+handler takes the parsed ``argparse.Namespace``, prints its result on stdout (side notes such
+as written files go to stderr, so ``--json`` output stays parseable) and returns an exit code.
+Expected failures are raised as ``TilesweepError``; the caller turns them into one line on
+stderr and exit code 2 (``main`` below does the same when this module is run on its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from orchestrator.errors import TilesweepError
+
+PROG = "tilesweep"
+
+
+def register(subparsers: Any) -> None:
+    """Add ``report``, ``export`` and ``compare`` to an ``add_subparsers()`` object."""
+    p = subparsers.add_parser(
+        "report",
+        help="best config per problem, speedup over auto, TFLOP/s; optional plots",
+        description="Best config per problem of a results document: its median and q1-q3, "
+        "auto's median, speedup over auto, TFLOP/s (non-causal: fwd 4*B*H*S*S*D, "
+        "fwd_bwd 3.5x that), configs measured and failed, and whether the best is within "
+        "noise of the runner-up.",
+    )
+    p.add_argument("results", help="results document (JSON)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="a JSON array, one object per problem")
+    fmt.add_argument("--markdown", action="store_true", help="a GitHub-flavoured table")
+    p.add_argument("--plots", metavar="DIR",
+                   help="also write PNG heatmaps and a speedup chart into DIR (needs matplotlib)")
+    p.set_defaults(func=cmd_report)
+
+    p = subparsers.add_parser(
+        "export",
+        help="write the tuned table that kernels.tuned loads",
+        description="Write the best config per problem as a versioned tuned table "
+        "(format tilesweep-tuned) for kernels.tuned.TunedTable. A problem where auto was "
+        "faster than every forced config gets config null (use auto).",
+    )
+    p.add_argument("results", help="results document (JSON)")
+    p.add_argument("--out", required=True, metavar="FILE", help="tuned table to write (atomically)")
+    p.add_argument("--keep-slower", action="store_true",
+                   help="export the best forced config even where auto was faster")
+    p.set_defaults(func=cmd_export)
+
+    p = subparsers.add_parser(
+        "compare",
+        help="best config and median per problem in two results documents, and B/A",
+        description="Compare two results documents problem by problem: best config and median "
+        "in A and in B, the ratio B/A (below 1: B is faster), and problems found in only one.",
+    )
+    p.add_argument("a", metavar="A", help="first results document")
+    p.add_argument("b", metavar="B", help="second results document")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="a JSON object with a 'problems' array")
+    fmt.add_argument("--markdown", action="store_true", help="a GitHub-flavoured table")
+    p.set_defaults(func=cmd_compare)
+
+
+def _style(args: argparse.Namespace) -> str:
+    return "markdown" if getattr(args, "markdown", False) else "text"
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from orchestrator import report, results_doc
+
+    doc = results_doc.load(args.results)
+    summaries = report.best_table(doc)
+    if args.json:
+        print(json.dumps(report.to_json(summaries), indent=1))
+    else:
+        print(report.format_table(summaries, _style(args)))
+    if args.plots:
+        from orchestrator import plots
+
+        written = plots.write_plots(doc, args.plots)
+        print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from orchestrator import export, results_doc
+
+    doc = results_doc.load(args.results)
+    table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
+    try:
+        export.write_atomic(args.out, table)
+    except OSError as exc:
+        raise TilesweepError(f"{args.out}: cannot write the tuned table ({exc.strerror or exc})") from None
+    print(
+        f"wrote {args.out}: {summary.entries} entries ({summary.tuned} tuned, "
+        f"{summary.use_auto} use auto), {summary.skipped} problem(s) with no timing skipped"
+    )
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from orchestrator import compare, results_doc
+
+    doc_a, doc_b = results_doc.load(args.a), results_doc.load(args.b)
+    rows = compare.compare(doc_a, doc_b)
+    if args.json:
+        print(json.dumps(compare.to_json(rows, doc_a, doc_b), indent=1))
+    else:
+        print(compare.format_compare(rows, _style(args), doc_a=doc_a, doc_b=doc_b))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one of these subcommands without the main CLI (``python -m orchestrator.cli_report``)."""
+    parser = argparse.ArgumentParser(prog=PROG)
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TilesweepError as exc:
+        print(f"{PROG}: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Two results documents side by side: best config and median per problem, and B/A.
+
+The usual question is "what changed between two runs" (two clusters, two jax versions, a
+kernel change), and such runs carry different tags, so problems are matched on
+(dtype, head_dim, seq, batch, heads, mode) alone. Only when a document holds one problem
+under several tags does the tag join the match key (otherwise which one to pair is a guess).
+
+``ratio = B best ms / A best ms``: below 1, B is faster.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.report import ProblemKey, ProblemSummary, best_table, fmt_ms, render
+from orchestrator.results_doc import ResultsDoc
+
+
+@dataclass(frozen=True)
+class ProblemComparison:
+    key: ProblemKey  # tag is None when problems were matched without it
+    a: ProblemSummary | None
+    b: ProblemSummary | None
+
+    @property
+    def presence(self) -> str:
+        if self.a is None:
+            return "only B"
+        if self.b is None:
+            return "only A"
+        return "both"
+
+    @property
+    def ratio(self) -> float | None:
+        if self.a is None or self.b is None or not self.a.best_ms or self.b.best_ms is None:
+            return None
+        return self.b.best_ms / self.a.best_ms
+
+    @property
+    def same_config(self) -> bool:
+        return (
+            self.a is not None and self.b is not None and self.a.best_label is not None
+            and self.a.best_label == self.b.best_label
+        )
+
+    @property
+    def note(self) -> str:
+        if self.presence != "both":
+            return f"only in {self.presence[-1]}"
+        notes = []
+        for side, s in (("A", self.a), ("B", self.b)):
+            if s.best_ms is None:
+                notes.append(f"no timing in {side}")
+        if self.same_config:
+            notes.append("same config")
+        return ", ".join(notes)
+
+    def to_json(self) -> dict[str, Any]:
+        k = self.key
+        out: dict[str, Any] = {
+            "dtype": k.dtype, "head_dim": k.head_dim, "seq": k.seq, "batch": k.batch,
+            "heads": k.heads, "mode": k.mode, "tag": k.tag, "presence": self.presence,
+        }
+        for side, s in (("a", self.a), ("b", self.b)):
+            out[side] = None if s is None else {
+                "tag": s.key.tag, "best_label": s.best_label, "best_config": s.best_config,
+                "best_ms": s.best_ms, "auto_ms": s.auto_ms,
+            }
+        out["ratio_b_over_a"] = self.ratio
+        out["same_config"] = self.same_config
+        out["note"] = self.note
+        return out
+
+
+def _several_tags(summaries: list[ProblemSummary]) -> bool:
+    counts = Counter(_untagged(s.key) for s in summaries)
+    return any(n > 1 for n in counts.values())
+
+
+def _untagged(k: ProblemKey) -> ProblemKey:
+    return ProblemKey(k.dtype, k.head_dim, k.seq, k.batch, k.heads, k.mode, None)
+
+
+def compare(doc_a: ResultsDoc, doc_b: ResultsDoc) -> list[ProblemComparison]:
+    """One comparison per problem in either document: A's order, then B-only problems."""
+    sa, sb = best_table(doc_a), best_table(doc_b)
+    with_tag = _several_tags(sa) or _several_tags(sb)
+
+    def key(s: ProblemSummary) -> ProblemKey:
+        return s.key if with_tag else _untagged(s.key)
+
+    a_by = {key(s): s for s in sa}
+    b_by = {key(s): s for s in sb}
+    keys = list(a_by) + [k for k in b_by if k not in a_by]
+    return [ProblemComparison(k, a_by.get(k), b_by.get(k)) for k in keys]
+
+
+def _doc_label(doc: ResultsDoc) -> str:
+    d = doc.device
+    return f"{doc.name} ({d.get('device_kind', '?')}, jax {d.get('jax', '?')})"
+
+
+def format_compare(
+    rows: list[ProblemComparison],
+    style: str = "text",
+    *,
+    doc_a: ResultsDoc | None = None,
+    doc_b: ResultsDoc | None = None,
+) -> str:
+    """Text or GitHub table; names the two documents above it when given."""
+    with_tag = any(r.key.tag is not None for r in rows)
+    header = ["dtype", "D", "seq", "B", "H", "mode"] + (["tag"] if with_tag else [])
+    header += ["A best", "A ms", "B best", "B ms", "B/A", "note"]
+    body = []
+    for r in rows:
+        k = r.key
+        row = [k.dtype, str(k.head_dim), str(k.seq), str(k.batch), str(k.heads), k.mode]
+        if with_tag:
+            row.append(str(k.tag))
+        for s in (r.a, r.b):
+            row += ["-", "-"] if s is None else [s.best_label or "-", fmt_ms(s.best_ms)]
+        row += ["-" if r.ratio is None else f"{r.ratio:.3f}", r.note]
+        body.append(row)
+    left = {"dtype", "mode", "tag", "A best", "B best", "note"}
+    legend = "B/A = B best ms / A best ms (below 1: B is faster)."
+    table = render(header, body, style, left=left, legend=legend)
+    head = []
+    if doc_a is not None and doc_b is not None:
+        head = [f"A: {_doc_label(doc_a)}", f"B: {_doc_label(doc_b)}", ""]
+        if style == "markdown":
+            head = [f"- A: `{_doc_label(doc_a)}`", f"- B: `{_doc_label(doc_b)}`", ""]
+    return "\n".join(head) + table
+
+
+def to_json(
+    rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc
+) -> dict[str, Any]:
+    """The ``--json`` form: the two documents' names and devices, then one object per problem."""
+    return {
+        "a": {"path": doc_a.name, "device": doc_a.device},
+        "b": {"path": doc_b.name, "device": doc_b.device},
+        "ratio": "b_best_ms / a_best_ms",
+        "problems": [r.to_json() for r in rows],
+    }

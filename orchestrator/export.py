@@ -1,0 +1,138 @@
+"""Turn a results document into the tuned table ``kernels.tuned`` loads.
+
+One entry per (dtype, head_dim, seq, batch, heads, mode). ``config`` carries exactly the
+fields of ``kernels.attention.AttentionConfig``: for fwd_bwd the record's
+fwd_block_q/fwd_block_k become block_q/block_k and bwd_outer/bwd_inner are taken as they are;
+for fwd, bwd_outer/bwd_inner stay at the kernel default 128 (the forward never reads them).
+
+``config`` is ``null`` where the measurement says "use auto": auto was faster than the best
+forced config, or every forced config failed while auto ran. Keeping the entry (rather than
+dropping it) stops the kernel's nearest-seq fallback from borrowing a neighbour's config for
+a seq where auto is known to win. ``keep_slower=True`` exports the best forced config anyway.
+Problems where nothing ran at all get no entry. If a document holds several tags for one
+shape, the faster best wins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
+from orchestrator.report import ProblemSummary, best_table
+from orchestrator.results_doc import ResultsDoc
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_BWD_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What an export decided, for the CLI to tell the user."""
+
+    entries: int
+    tuned: int  # entries with a forced config
+    use_auto: int  # entries with config null
+    skipped: int  # problems with nothing measured at all
+
+
+def kernel_config(best_config: dict[str, Any], mode: str) -> dict[str, int]:
+    """A record's config fields renamed onto ``AttentionConfig``'s fields."""
+    if mode == "fwd_bwd":
+        cfg = {
+            "block_q": best_config["fwd_block_q"],
+            "block_k": best_config["fwd_block_k"],
+            "bwd_outer": best_config["bwd_outer"],
+            "bwd_inner": best_config["bwd_inner"],
+        }
+    else:
+        cfg = {
+            "block_q": best_config["block_q"],
+            "block_k": best_config["block_k"],
+            "bwd_outer": _DEFAULT_BWD_BLOCK,
+            "bwd_inner": _DEFAULT_BWD_BLOCK,
+        }
+    cfg["num_warps"] = best_config["num_warps"]
+    cfg["num_stages"] = best_config["num_stages"]
+    return {k: int(cfg[k]) for k in CONFIG_FIELDS}
+
+
+def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
+    if s.best_ms is None and s.auto_ms is None:
+        return None
+    config = None
+    if s.best_config is not None:
+        auto_wins = s.auto_ms is not None and s.auto_ms < s.best_ms
+        if keep_slower or not auto_wins:
+            config = kernel_config(s.best_config, s.key.mode)
+    k = s.key
+    return {
+        "dtype": k.dtype, "head_dim": k.head_dim, "seq": k.seq, "batch": k.batch,
+        "heads": k.heads, "mode": k.mode, "config": config,
+        "median_ms": s.best_ms, "auto_ms": s.auto_ms,
+    }
+
+
+def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str, Any], ExportSummary]:
+    """The tuned-table document for ``doc`` and a summary of what went in."""
+    chosen: dict[tuple, dict[str, Any]] = {}
+    skipped = 0
+    for s in best_table(doc):
+        e = _entry(s, keep_slower)
+        if e is None:
+            skipped += 1
+            continue
+        k = (e["dtype"], e["head_dim"], e["seq"], e["batch"], e["heads"], e["mode"])
+        prev = chosen.get(k)
+        if prev is None or _faster(e, prev):
+            if prev is not None:
+                log.info("several tags measured %s; keeping the faster best", k)
+            chosen[k] = e
+    entries = list(chosen.values())
+    table = {
+        "format": FORMAT,
+        "version": VERSION,
+        "device": dict(doc.device),
+        "entries": entries,
+    }
+    tuned = sum(1 for e in entries if e["config"] is not None)
+    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped)
+
+
+def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    def t(e: dict[str, Any]) -> float:
+        return min(x for x in (e["median_ms"], e["auto_ms"], float("inf")) if x is not None)
+
+    return t(a) < t(b)
+
+
+def write_atomic(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write JSON next to ``path`` and ``os.replace`` it in: a reader never sees half a file."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tuned-", suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a tuned table is shared
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=1)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

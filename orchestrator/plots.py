@@ -1,0 +1,281 @@
+"""PNG plots of a results document: one tile heatmap per problem and a speedup-over-auto chart.
+
+matplotlib is an optional extra (``pip install 'tilesweep[plots]'``). Figures are drawn on
+``matplotlib.figure.Figure`` with the Agg canvas directly, never through pyplot, so the
+process-wide backend of a caller (a notebook, a GUI) is left alone and no display is needed.
+
+The heatmap axes are the two tiles that decide most of the time: block_q x block_k for fwd,
+bwd_outer x bwd_inner for fwd_bwd. Each cell is the best median over the remaining axes
+(stages, warps; for fwd_bwd also the forward blocks when they vary), with the winning
+stages/warps written under the time; a cell where every config failed is hatched and
+labelled "failed". The data side (``heatmap_data``) needs no matplotlib.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import TilesweepError
+from orchestrator.report import (
+    ProblemKey,
+    ProblemSummary,
+    best_table,
+    group_by_problem,
+    is_success,
+)
+from orchestrator.results_doc import ResultsDoc
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "plots need matplotlib: pip install 'tilesweep[plots]'"
+
+_AXES = {"fwd": ("block_q", "block_k"), "fwd_bwd": ("bwd_outer", "bwd_inner")}
+SPEEDUP_PAGE = 40  # problems per speedup chart
+_GREEN, _GREY, _RED = "tab:green", "0.6", "tab:red"
+_EVEN_BAND = 0.02  # speedups within 2% of 1 are drawn grey: not a win either way
+_SHORT_DTYPE = {"bfloat16": "bf16", "float32": "f32", "float16": "f16"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    status: str  # "ok", "failed" (every config here failed) or "absent" (not in the sweep)
+    median_ms: float | None = None
+    detail: str = ""  # the winning config's other axes, e.g. "s2 w4"
+    n_failed: int = 0  # configs in this cell that failed
+    n_total: int = 0
+
+
+@dataclass(frozen=True)
+class HeatmapData:
+    key: ProblemKey
+    row_axis: str
+    col_axis: str
+    rows: list[int]
+    cols: list[int]
+    cells: list[list[Cell]]  # [row][col]
+    auto_ms: float | None
+    folded: str  # what each cell takes the best over, for the title
+
+
+def heatmap_data(key: ProblemKey, records: list[dict[str, Any]]) -> HeatmapData | None:
+    """The heatmap of one problem, or ``None`` for a mode without tile axes or no forced record."""
+    axes = _AXES.get(key.mode)
+    if axes is None:
+        return None
+    ra, ca = axes
+    auto_ms = None
+    best: dict[tuple[int, int], dict[str, Any] | None] = {}
+    failed: dict[tuple[int, int], int] = {}
+    total: dict[tuple[int, int], int] = {}
+    fwd_blocks = set()
+    for rec in records:
+        if rec["config"] == "auto":
+            if is_success(rec) and (auto_ms is None or rec["median_ms"] < auto_ms):
+                auto_ms = float(rec["median_ms"])
+            continue
+        r, c = rec.get(ra), rec.get(ca)
+        if not isinstance(r, int) or not isinstance(c, int):
+            continue
+        fwd_blocks.add((rec.get("fwd_block_q"), rec.get("fwd_block_k")))
+        prev = best.get((r, c))
+        total[(r, c)] = total.get((r, c), 0) + 1
+        if is_success(rec):
+            if prev is None or rec["median_ms"] < prev["median_ms"]:
+                best[(r, c)] = rec
+        else:
+            failed[(r, c)] = failed.get((r, c), 0) + 1
+            if (r, c) not in best:
+                best[(r, c)] = None
+    if not best:
+        return None
+    vary_fwd = key.mode == "fwd_bwd" and len(fwd_blocks) > 1
+    rows = sorted({r for r, _ in best})
+    cols = sorted({c for _, c in best})
+    cells = []
+    for r in rows:
+        line = []
+        for c in cols:
+            nf, nt = failed.get((r, c), 0), total.get((r, c), 0)
+            if (r, c) not in best:
+                line.append(Cell("absent"))
+            elif best[(r, c)] is None:
+                line.append(Cell("failed", n_failed=nf, n_total=nt))
+            else:
+                rec = best[(r, c)]
+                detail = f"s{rec.get('num_stages')} w{rec.get('num_warps')}"
+                if vary_fwd:
+                    detail = f"f{rec.get('fwd_block_q')}/{rec.get('fwd_block_k')} {detail}"
+                line.append(Cell("ok", float(rec["median_ms"]), detail, nf, nt))
+        cells.append(line)
+    folded = "stages, warps" + (", fwd blocks" if vary_fwd else "")
+    return HeatmapData(key, ra, ca, rows, cols, cells, auto_ms, folded)
+
+
+def problem_title(key: ProblemKey, with_tag: bool = False) -> str:
+    text = (
+        f"{_SHORT_DTYPE.get(key.dtype, key.dtype)} D={key.head_dim} S={key.seq} "
+        f"B={key.batch} H={key.heads} {key.mode}"
+    )
+    return f"{text} [{key.tag}]" if with_tag and key.tag is not None else text
+
+
+def plot_filename(key: ProblemKey, with_tag: bool = False) -> str:
+    parts = [key.dtype, f"d{key.head_dim}", f"s{key.seq}", f"b{key.batch}", f"h{key.heads}", key.mode]
+    if with_tag and key.tag is not None:
+        parts.append(str(key.tag))
+    name = "_".join(str(p) for p in parts)
+    return "heatmap_" + re.sub(r"[^A-Za-z0-9_.-]+", "-", name) + ".png"
+
+
+def write_plots(doc: ResultsDoc, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write every heatmap and the speedup chart into ``out_dir``; return the files written."""
+    mpl = _matplotlib()
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TilesweepError(f"{out}: cannot create the plot directory ({exc.strerror or exc})") from None
+    groups = group_by_problem(doc.results)
+    with_tag = len({k[6] for k in groups}) > 1
+    written = []
+    for k, recs in groups.items():
+        data = heatmap_data(ProblemKey(*k), recs)
+        if data is None:
+            log.info("no heatmap for %s: no forced configs on tile axes", k)
+            continue
+        path = out / plot_filename(data.key, with_tag)
+        _save(mpl, _heatmap_figure(mpl, data, with_tag), path)
+        written.append(path)
+    summaries = best_table(doc)
+    pages = [summaries[i:i + SPEEDUP_PAGE] for i in range(0, len(summaries), SPEEDUP_PAGE)]
+    for n, page in enumerate(pages, 1):
+        # one tall figure for thousands of problems would exceed Agg's size limit and be unreadable
+        path = out / ("speedup_over_auto.png" if n == 1 else f"speedup_over_auto_{n}.png")
+        title_page = f" ({n}/{len(pages)})" if len(pages) > 1 else ""
+        _save(mpl, _speedup_figure(mpl, page, with_tag, title_page), path)
+        written.append(path)
+    return written
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+        from matplotlib import colors, patches, ticker
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise TilesweepError(INSTALL_HINT) from None
+
+    class _M:  # the handful of names the drawing code needs
+        pass
+
+    m = _M()
+    m.matplotlib, m.colors, m.patches, m.ticker = matplotlib, colors, patches, ticker
+    m.Figure, m.FigureCanvasAgg = Figure, FigureCanvasAgg
+    return m
+
+
+def _save(mpl: Any, fig: Any, path: Path) -> None:
+    mpl.FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=120)
+
+
+def _heatmap_figure(mpl: Any, d: HeatmapData, with_tag: bool) -> Any:
+    nr, nc = len(d.rows), len(d.cols)
+    fig = mpl.Figure(figsize=(max(5.5, 1.25 * nc + 2.8), max(4.0, 0.95 * nr + 2.2)), layout="constrained")
+    ax = fig.add_subplot()
+    values = [c.median_ms for line in d.cells for c in line if c.status == "ok"]
+    nan = float("nan")
+    grid = [[c.median_ms if c.status == "ok" else nan for c in line] for line in d.cells]
+    cmap = mpl.matplotlib.colormaps["viridis_r"].with_extremes(bad="white")
+    lo, hi = (min(values), max(values)) if values else (1.0, 2.0)
+    if hi <= lo:
+        hi = lo * 1.01
+    norm = mpl.colors.LogNorm(vmin=lo, vmax=hi)
+    im = ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto", origin="upper")
+    best_rc = None
+    if values:
+        best_v = min(values)
+        best_rc = next((i, j) for i, line in enumerate(d.cells) for j, c in enumerate(line)
+                       if c.status == "ok" and c.median_ms == best_v)
+    for i, line in enumerate(d.cells):
+        for j, c in enumerate(line):
+            if c.status == "ok":
+                rgba = cmap(norm(c.median_ms))
+                lum = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
+                color = "black" if lum > 0.5 else "white"
+                ax.text(j, i - 0.12, f"{c.median_ms:.4g}", ha="center", va="center",
+                        fontsize=10, fontweight="bold", color=color)
+                detail = c.detail + (f"\n{c.n_failed}/{c.n_total} failed" if c.n_failed else "")
+                ax.text(j, i + 0.25, detail, ha="center", va="center", fontsize=7.5, color=color)
+            elif c.status == "failed":
+                ax.add_patch(mpl.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85",
+                                                   edgecolor="0.45", hatch="xx", linewidth=0))
+                ax.text(j, i, f"failed\n({c.n_failed}/{c.n_total})", ha="center", va="center",
+                        fontsize=9, color="black",
+                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"))
+            else:
+                ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="0.5")
+    if best_rc is not None:
+        i, j = best_rc
+        ax.add_patch(mpl.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
+                                           edgecolor="red", linewidth=3))
+    ax.set_xticks(range(nc), [str(c) for c in d.cols])
+    ax.set_yticks(range(nr), [str(r) for r in d.rows])
+    ax.set_xlabel(f"{d.col_axis} (tile size)")
+    ax.set_ylabel(f"{d.row_axis} (tile size)")
+    auto = "auto: failed/absent" if d.auto_ms is None else f"auto {d.auto_ms:.4g} ms"
+    ax.set_title(
+        f"{problem_title(d.key, with_tag)}\n"
+        f"median ms, best over {d.folded}; red box = best; {auto}",
+        fontsize=10,
+    )
+    cb = fig.colorbar(im, ax=ax)
+    cb.set_label("median time per call (ms, log scale; lower is better)")
+    cb.ax.yaxis.set_major_formatter(mpl.ticker.FormatStrFormatter("%.3g"))
+    cb.ax.yaxis.set_minor_formatter(mpl.ticker.FormatStrFormatter("%.3g"))
+    cb.ax.tick_params(labelsize=7, which="both")
+    return fig
+
+
+def _speedup_figure(mpl: Any, summaries: list[ProblemSummary], with_tag: bool, page: str = "") -> Any:
+    n = len(summaries)
+    fig = mpl.Figure(figsize=(8.5, max(2.6, 0.42 * n + 1.6)), layout="constrained")
+    ax = fig.add_subplot()
+    labels = [problem_title(s.key, with_tag) for s in summaries]
+    ys = list(range(n))
+    vals = [s.speedup if s.speedup is not None else 0.0 for s in summaries]
+    band = _EVEN_BAND
+    colors = [_GREEN if v > 1 + band else _RED if v < 1 - band else _GREY for v in vals]
+    ax.barh(ys, vals, color=colors, height=0.65)
+    xmax = max([1.0] + [v for v in vals if math.isfinite(v)]) * 1.45
+    for y, s, v in zip(ys, summaries, vals, strict=True):
+        # labels start right of the 1.0 line or the bar, whichever is further, so never cross it
+        x = max(v, 1.0) + 0.015 * xmax
+        if s.speedup is None:
+            why = ("auto failed" if s.auto_status == "failed" else
+                   "no auto" if s.auto_status == "absent" else "no forced timing")
+            ax.text(x, y, f"n/a ({why})", va="center", fontsize=8, color="0.35")
+        else:
+            ax.text(x, y, f"{v:.2f}x  {s.best_label}", va="center", fontsize=8)
+    ax.axvline(1.0, color="black", linewidth=1, linestyle="--")
+    handles = [mpl.patches.Patch(color=_GREEN, label=f"tuned faster (> {1 + band:.2f}x)"),
+               mpl.patches.Patch(color=_GREY, label=f"even (within {band:.0%})"),
+               mpl.patches.Patch(color=_RED, label=f"auto faster (< {1 - band:.2f}x)")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set_ylim(n - 0.5, -0.5)  # first problem on top, no empty margin
+    ax.set_xlim(0, xmax)
+    ax.set_xlabel("speedup over auto (auto ms / best ms; > 1: tuned config is faster)")
+    ax.set_ylabel("problem")
+    ax.set_title(f"Best forced config vs auto, per problem{page}")
+    return fig

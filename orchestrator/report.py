@@ -1,0 +1,409 @@
+"""Best config per problem: what a sweep found, how sure it is, and how much it buys over auto.
+
+A *problem* is one (dtype, head_dim, seq, batch, heads, mode, tag). Per problem the best config
+is the forced config with the lowest median; ``auto`` is the harness's own choice and is the
+baseline, never a candidate, so ``speedup = auto_ms / best_ms`` (above 1: tuning pays).
+
+Throughput uses the non-causal attention FLOP count:
+
+* fwd: ``4*B*H*S*S*D`` -- two matmuls (Q K^T and P V), 2 FLOPs per multiply-add;
+* fwd_bwd: forward plus backward, the backward counted as 2.5x the forward (five matmuls,
+  the usual FlashAttention convention), so ``3.5 * 4*B*H*S*S*D`` in total.
+
+Softmax and other elementwise work are not counted. Modes other than these two get no TFLOP/s.
+
+A best config is flagged as *within noise* when its q1-q3 range overlaps the runner-up's:
+the sweep has not separated the two, so either is a fair pick.
+
+``best_table`` returns data; ``format_table`` turns it into text or a GitHub table. The CLI
+(and ``tilesweep run`` at the end of a sweep) prints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from operator import itemgetter
+from typing import Any
+
+from orchestrator.results_doc import (
+    FWD_BWD_CONFIG_FIELDS,
+    FWD_CONFIG_FIELDS,
+    ResultsDoc,
+    paused_gc,
+)
+
+FWD_FLOPS_FORMULA = "4*B*H*S*S*D"
+FLOPS_FORMULAS = {
+    "fwd": f"{FWD_FLOPS_FORMULA} (fwd: two matmuls, non-causal)",
+    "fwd_bwd": f"3.5*{FWD_FLOPS_FORMULA} (fwd + bwd, bwd = 2.5x fwd, non-causal)",
+}
+_FLOP_FACTOR = {"fwd": 1.0, "fwd_bwd": 3.5}
+
+LEGEND = (
+    "TFLOP/s of the best config, FLOPs non-causal: fwd = 4*B*H*S*S*D, fwd_bwd = 3.5x that "
+    "(bwd = 2.5x fwd). speedup = auto ms / best ms. noise: best's q1-q3 overlaps the runner-up's."
+)
+
+_problem_key = itemgetter("dtype", "head_dim", "seq", "batch", "heads", "mode", "tag")
+
+
+@dataclass(frozen=True, order=True)
+class ProblemKey:
+    dtype: str
+    head_dim: int
+    seq: int
+    batch: int
+    heads: int
+    mode: str
+    tag: str | None
+
+    def label(self, with_tag: bool = False) -> str:
+        text = f"{self.dtype} d{self.head_dim} s{self.seq} b{self.batch} h{self.heads} {self.mode}"
+        return f"{text} [{self.tag}]" if with_tag else text
+
+
+@dataclass(frozen=True)
+class ProblemSummary:
+    """One row of the best-config table. Times in ms; ``None`` where there is nothing to show."""
+
+    key: ProblemKey
+    best_config: dict[str, Any] | None
+    best_label: str | None
+    best_ms: float | None
+    best_q1_ms: float | None
+    best_q3_ms: float | None
+    auto_ms: float | None
+    auto_status: str  # "ok", "failed" or "absent"
+    speedup: float | None
+    flops: float | None
+    tflops: float | None
+    n_configs: int  # distinct forced configs with at least one record
+    n_failed: int  # of those, how many never produced a timing
+    n_pruned: int  # of the failed, how many were marked pruned (refused before running)
+    runner_up_label: str | None
+    runner_up_ms: float | None
+    within_noise: bool
+    first_error: str | None  # one failure message, to show what went wrong where all failed
+
+    @property
+    def note(self) -> str:
+        notes = []
+        if self.n_configs == 0:
+            notes.append("auto only")
+        elif self.best_ms is None:
+            notes.append("all failed")
+        if self.within_noise:
+            notes.append("noise")
+        if self.auto_status == "failed":
+            notes.append("auto failed")
+        return ", ".join(notes)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        key = out.pop("key")
+        out = {**key, **out}
+        out["flops_formula"] = FLOPS_FORMULAS.get(self.key.mode)
+        out["note"] = self.note
+        return out
+
+
+def flop_count(mode: str, batch: int, heads: int, seq: int, head_dim: int) -> float | None:
+    """FLOPs of one call (see the module docstring); ``None`` for a mode without a formula."""
+    factor = _FLOP_FACTOR.get(mode)
+    if factor is None:
+        return None
+    return factor * 4.0 * batch * heads * seq * seq * head_dim
+
+
+def config_fields(mode: str) -> tuple[str, ...]:
+    return FWD_BWD_CONFIG_FIELDS if mode == "fwd_bwd" else FWD_CONFIG_FIELDS
+
+
+def config_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The config fields of a forced record, in the documented order."""
+    return {f: record.get(f) for f in config_fields(record["mode"])}
+
+
+def config_label(config: dict[str, Any], mode: str) -> str:
+    """Compact config name: ``bq128 bk64 s2 w4`` (fwd), ``o64 i32 s2 w8`` (fwd_bwd).
+
+    A fwd_bwd config names its forward blocks (``bq64 bk64 o64 ...``) only when they are not
+    the kernel default 128/128, so the string stays short for the common sweep that fixes them.
+    """
+    g = config.get
+    tail = f"s{g('num_stages')} w{g('num_warps')}"
+    if mode == "fwd_bwd":
+        head = f"o{g('bwd_outer')} i{g('bwd_inner')}"
+        fq, fk = g("fwd_block_q"), g("fwd_block_k")
+        if (fq, fk) != (128, 128):
+            head = f"bq{fq} bk{fk} {head}"
+        return f"{head} {tail}"
+    if mode == "fwd":
+        return f"bq{g('block_q')} bk{g('block_k')} {tail}"
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def is_success(record: dict[str, Any]) -> bool:
+    """A record counts as a measurement when it has a finite median and no error."""
+    m = record.get("median_ms")
+    return (
+        "error" not in record
+        and isinstance(m, (int, float))
+        and not isinstance(m, bool)
+        and math.isfinite(m)
+    )
+
+
+def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """Records per problem key tuple, problems in order of first appearance (plan order)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    get = groups.get
+    for rec in results:
+        k = _problem_key(rec)
+        g = get(k)
+        if g is None:
+            groups[k] = g = []
+        g.append(rec)
+    return groups
+
+
+def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
+    """One ``ProblemSummary`` per problem, in the document's order."""
+    return [_summary(ProblemKey(*k), sc) for k, sc in scan(doc.results).items()]
+
+
+def summarise(key: ProblemKey, records: list[dict[str, Any]]) -> ProblemSummary:
+    """Summary of one problem's records (all assumed to belong to ``key``)."""
+    sc = scan(records).get(astuple_key(key))
+    return _summary(key, sc if sc is not None else _Scan(key.mode))
+
+
+def astuple_key(key: ProblemKey) -> tuple:
+    return (key.dtype, key.head_dim, key.seq, key.batch, key.heads, key.mode, key.tag)
+
+
+class _Scan:
+    """What one pass over a problem's records keeps: the auto time, the best record per config."""
+
+    __slots__ = ("fields", "cid", "auto_ms", "auto_seen", "per_config", "pruned", "first_error")
+
+    def __init__(self, mode: str) -> None:
+        self.fields = config_fields(mode)
+        self.cid = itemgetter(*self.fields)
+        self.auto_ms: float | None = None
+        self.auto_seen = False
+        # config identity -> best successful record of that config (None: only failures)
+        self.per_config: dict[Any, dict[str, Any] | None] = {}
+        self.pruned: set[Any] = set()
+        self.first_error: str | None = None
+
+
+_INF = float("inf")
+
+
+def scan(results: Iterable[dict[str, Any]]) -> dict[tuple, _Scan]:
+    """One pass over all records, problems in order of first appearance (plan order).
+
+    The loop is written out flat, without helper calls per record, because it runs once per
+    record of documents with a million of them; ``is_success`` is the readable form of ``ok``.
+    """
+    with paused_gc():
+        return _scan(results)
+
+
+def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple, _Scan]:
+    scans: dict[tuple, _Scan] = {}
+    get = scans.get
+    for rec in results:
+        k = _problem_key(rec)
+        sc = get(k)
+        if sc is None:
+            sc = scans[k] = _Scan(k[5])
+        m = rec.get("median_ms")
+        ok = (
+            (m.__class__ is float or m.__class__ is int)
+            and -_INF < m < _INF
+            and "error" not in rec
+        )
+        if rec["config"] == "auto":
+            sc.auto_seen = True
+            if ok and (sc.auto_ms is None or m < sc.auto_ms):
+                sc.auto_ms = float(m)
+            continue
+        try:
+            cid = sc.cid(rec)
+        except KeyError:  # a forced record without some config field: still one config
+            cid = tuple(map(rec.get, sc.fields))
+        per = sc.per_config
+        if ok:
+            prev = per.get(cid)
+            if prev is None or m < prev["median_ms"]:
+                per[cid] = rec
+        else:
+            if cid not in per:
+                per[cid] = None
+            if rec.get("pruned"):
+                sc.pruned.add(cid)
+            if sc.first_error is None:
+                sc.first_error = str(rec.get("error", "no timing recorded"))
+    return scans
+
+
+def _summary(key: ProblemKey, sc: _Scan) -> ProblemSummary:
+    fields, per_config, auto_ms = sc.fields, sc.per_config, sc.auto_ms
+    ok = [r for r in per_config.values() if r is not None]
+    n_failed = len(per_config) - len(ok)
+    n_pruned = sum(1 for cid in sc.pruned if per_config.get(cid) is None)
+    best, runner = _two_fastest(ok)
+
+    best_config = best_label = best_ms = q1 = q3 = speedup = tflops = None
+    if best is not None:
+        best_config = {f: best.get(f) for f in fields}
+        best_label = config_label(best_config, key.mode)
+        best_ms = float(best["median_ms"])
+        q1, q3 = _quartiles(best)
+        if auto_ms is not None and best_ms > 0:
+            speedup = auto_ms / best_ms
+    flops = flop_count(key.mode, key.batch, key.heads, key.seq, key.head_dim)
+    if flops is not None and best_ms:
+        tflops = flops / (best_ms * 1e-3) / 1e12
+
+    within_noise = False
+    if best is not None and runner is not None:
+        b1, b3 = _quartiles(best)
+        r1, r3 = _quartiles(runner)
+        within_noise = max(b1, r1) <= min(b3, r3)
+
+    return ProblemSummary(
+        key=key,
+        best_config=best_config,
+        best_label=best_label,
+        best_ms=best_ms,
+        best_q1_ms=q1 if best is not None else None,
+        best_q3_ms=q3 if best is not None else None,
+        auto_ms=auto_ms,
+        auto_status="ok" if auto_ms is not None else ("failed" if sc.auto_seen else "absent"),
+        speedup=speedup,
+        flops=flops,
+        tflops=tflops,
+        n_configs=len(per_config),
+        n_failed=n_failed,
+        n_pruned=n_pruned,
+        runner_up_label=config_label(config_of(runner), key.mode) if runner else None,
+        runner_up_ms=float(runner["median_ms"]) if runner else None,
+        within_noise=within_noise,
+        first_error=sc.first_error if best is None else None,
+    )
+
+
+def _two_fastest(records: list[dict[str, Any]]) -> tuple[dict | None, dict | None]:
+    """Fastest and second fastest by median; first seen wins a tie (document order)."""
+    best = runner = None
+    bm = rm = _INF
+    for r in records:
+        m = r["median_ms"]
+        if m < bm:
+            best, runner, bm, rm = r, best, m, bm
+        elif m < rm:
+            runner, rm = r, m
+    return best, runner
+
+
+def _quartiles(rec: dict[str, Any]) -> tuple[float, float]:
+    """q1/q3 of a record, falling back to the median where a quartile is missing."""
+    m = float(rec["median_ms"])
+    q1, q3 = rec.get("q1_ms"), rec.get("q3_ms")
+    q1 = float(q1) if isinstance(q1, (int, float)) and math.isfinite(q1) else m
+    q3 = float(q3) if isinstance(q3, (int, float)) and math.isfinite(q3) else m
+    return min(q1, m), max(q3, m)
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt_ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _row(s: ProblemSummary, with_tag: bool) -> list[str]:
+    k = s.key
+    row = [k.dtype, str(k.head_dim), str(k.seq), str(k.batch), str(k.heads), k.mode]
+    if with_tag:
+        row.append("-" if k.tag is None else str(k.tag))
+    q = "-" if s.best_q1_ms is None else f"{s.best_q1_ms:.4f}-{s.best_q3_ms:.4f}"
+    row += [
+        s.best_label or "-",
+        fmt_ms(s.best_ms),
+        q,
+        fmt_ms(s.auto_ms),
+        fmt_ratio(s.speedup),
+        "-" if s.tflops is None else f"{s.tflops:.1f}",
+        str(s.n_configs),
+        str(s.n_failed),
+        s.note,
+    ]
+    return row
+
+
+_HEADER = ["dtype", "D", "seq", "B", "H", "mode"]
+_HEADER_TAIL = ["best", "ms", "q1-q3 ms", "auto ms", "speedup", "TFLOP/s", "configs", "failed", "note"]
+_LEFT = {"dtype", "mode", "tag", "best", "note"}
+
+
+def format_table(
+    summaries: list[ProblemSummary], style: str = "text", *, legend: bool = True
+) -> str:
+    """Render summaries as an aligned plain-text table (``text``) or a GitHub table (``markdown``).
+
+    The tag column appears only when the summaries hold more than one tag.
+    """
+    if style not in ("text", "markdown"):
+        raise ValueError(f"{style=} must be 'text' or 'markdown'")
+    with_tag = len({s.key.tag for s in summaries}) > 1
+    header = _HEADER + (["tag"] if with_tag else []) + _HEADER_TAIL
+    rows = [_row(s, with_tag) for s in summaries]
+    return render(header, rows, style, left=_LEFT, legend=LEGEND if legend else None)
+
+
+def render(
+    header: list[str],
+    rows: list[list[str]],
+    style: str,
+    *,
+    left: set[str] | frozenset[str] = frozenset(),
+    legend: str | None = None,
+) -> str:
+    """Shared table renderer (also used by compare): ``left`` columns left-aligned, others right."""
+    if style not in ("text", "markdown"):
+        raise ValueError(f"{style=} must be 'text' or 'markdown'")
+    left = [h in left for h in header]
+    if style == "markdown":
+        lines = ["| " + " | ".join(header) + " |"]
+        lines.append("|" + "|".join(":---" if lft else "---:" for lft in left) + "|")
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+        if legend:
+            lines += ["", legend]
+        return "\n".join(lines)
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        out = [c.ljust(w) if lft else c.rjust(w) for c, w, lft in zip(cells, widths, left, strict=True)]
+        return "  ".join(out).rstrip()
+
+    lines = [line(header)] + [line(r) for r in rows]
+    if not rows:
+        lines.append("(no records)")
+    if legend:
+        lines += ["", legend]
+    return "\n".join(lines)
+
+
+def to_json(summaries: list[ProblemSummary]) -> list[dict[str, Any]]:
+    """The ``--json`` form: one object per problem, with the FLOP formula it used."""
+    return [s.to_json() for s in summaries]

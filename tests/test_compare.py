@@ -1,0 +1,96 @@
+"""compare: two documents problem by problem, B/A, and problems found in only one."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import compare, results_doc
+from tests.test_report import make_doc, rec, run_handler, write
+
+
+def docs() -> tuple[results_doc.ResultsDoc, results_doc.ResultsDoc]:
+    a = make_doc([rec(ms=1.0, block_q=64), rec(ms=1.2), rec("fwd_bwd", ms=3.0),
+                  rec(ms=2.0, seq=4096)], tag="a")
+    b = make_doc([rec(ms=0.5, block_q=128, tag="other"), rec(ms=0.9, block_q=64, tag="other"),
+                  rec("fwd_bwd", ms=3.0, tag="other"), rec(ms=5.0, seq=8192, tag="other")])
+    b["device"] = {"jax": "0.12.0", "device_kind": "NVIDIA H200"}
+    return results_doc.from_obj(a, name="a.json"), results_doc.from_obj(b, name="b.json")
+
+
+def test_compare_matches_across_tags_and_lists_one_sided() -> None:
+    a, b = docs()
+    rows = compare.compare(a, b)
+    keyed = {(r.key.seq, r.key.mode): r for r in rows}
+    assert [(r.key.seq, r.key.mode) for r in rows] == [(2048, "fwd"), (2048, "fwd_bwd"),
+                                                       (4096, "fwd"), (8192, "fwd")]
+    fwd = keyed[(2048, "fwd")]
+    assert fwd.presence == "both" and fwd.key.tag is None
+    assert fwd.a.best_label == "bq64 bk128 s2 w4" and fwd.b.best_label == "bq128 bk128 s2 w4"
+    assert fwd.ratio == pytest.approx(0.5 / 1.0)
+    assert not fwd.same_config
+    both = keyed[(2048, "fwd_bwd")]
+    assert both.ratio == 1.0 and both.same_config and both.note == "same config"
+    assert keyed[(4096, "fwd")].presence == "only A" and keyed[(4096, "fwd")].ratio is None
+    assert keyed[(8192, "fwd")].presence == "only B" and keyed[(8192, "fwd")].note == "only in B"
+
+
+def test_compare_text_markdown_json() -> None:
+    a, b = docs()
+    rows = compare.compare(a, b)
+    text = compare.format_compare(rows, doc_a=a, doc_b=b)
+    lines = text.splitlines()
+    assert lines[0] == "A: a.json (NVIDIA H100, jax 0.11.2)"
+    assert lines[1] == "B: b.json (NVIDIA H200, jax 0.12.0)"
+    assert "0.500" in text and "only in A" in text and "only in B" in text
+    assert "tag" not in lines[3].split()
+    md = compare.format_compare(rows, "markdown", doc_a=a, doc_b=b)
+    assert "| dtype |" in md and "`a.json (NVIDIA H100, jax 0.11.2)`" in md
+    data = compare.to_json(rows, a, b)
+    json.dumps(data)
+    assert data["b"]["device"]["device_kind"] == "NVIDIA H200"
+    assert [p["presence"] for p in data["problems"]] == ["both", "both", "only A", "only B"]
+    assert data["problems"][0]["ratio_b_over_a"] == pytest.approx(0.5)
+    assert data["problems"][2]["b"] is None
+
+
+def test_several_tags_in_one_doc_keep_tag_in_key() -> None:
+    a = results_doc.from_obj(make_doc([rec(ms=1.0, tag="x"), rec(ms=2.0, tag="y")]), name="a")
+    b = results_doc.from_obj(make_doc([rec(ms=1.5, tag="x")]), name="b")
+    rows = compare.compare(a, b)
+    assert [(r.key.tag, r.presence) for r in rows] == [("x", "both"), ("y", "only A")]
+    assert rows[0].ratio == 1.5
+    assert "tag" in compare.format_compare(rows).splitlines()[0].split()
+
+
+def test_no_timing_on_one_side() -> None:
+    a = results_doc.from_obj(make_doc([rec(ms=None)]), name="a")
+    b = results_doc.from_obj(make_doc([rec(ms=1.0)]), name="b")
+    (row,) = compare.compare(a, b)
+    assert row.ratio is None and row.note == "no timing in A"
+
+
+def test_sample_against_itself_scaled(sample_doc: dict[str, Any]) -> None:
+    faster = copy.deepcopy(sample_doc)
+    for r in faster["results"]:
+        for k in ("median_ms", "q1_ms", "q3_ms"):
+            if k in r:
+                r[k] *= 0.8
+    rows = compare.compare(results_doc.from_obj(sample_doc), results_doc.from_obj(faster))
+    assert rows and all(r.ratio == pytest.approx(0.8) and r.same_config for r in rows)
+
+
+def test_cli_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = docs()
+    pa = write(tmp_path, {"device": a.device, "config": a.config, "results": a.results}, "a.json")
+    pb = write(tmp_path, {"device": b.device, "config": b.config, "results": b.results}, "b.json")
+    rc, out, _ = run_handler(["compare", str(pa), str(pb)], capsys)
+    assert rc == 0 and "only in B" in out
+    rc, out, _ = run_handler(["compare", str(pa), str(pb), "--json"], capsys)
+    assert rc == 0 and len(json.loads(out)["problems"]) == 4
+    rc, out, _ = run_handler(["compare", str(pa), str(pb), "--markdown"], capsys)
+    assert rc == 0 and "|" in out

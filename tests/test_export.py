@@ -1,0 +1,241 @@
+"""export -> kernels.tuned: roundtrip, lookup rule, environment warnings, atomic write."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernels.tuned import (
+    Environment,
+    TunedTable,
+    TunedTableError,
+    TunedTableMismatchWarning,
+    config_for,
+)
+from orchestrator import export, results_doc
+from tests.test_report import make_doc, rec, run_handler, write
+
+REPO = Path(__file__).resolve().parent.parent
+SAME_ENV = Environment(device_kind="NVIDIA H100", jax_version="0.11.2")
+
+
+def export_doc(tmp_path: Path, doc: dict[str, Any], **kw: Any) -> Path:
+    table, _ = export.tuned_table(results_doc.from_obj(doc), **kw)
+    out = tmp_path / "tuned.json"
+    export.write_atomic(out, table)
+    return out
+
+
+def load(path: Path, env: Environment = SAME_ENV) -> TunedTable:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a matching environment must not warn
+        return TunedTable.load(path, env=env)
+
+
+def test_sample_roundtrip(sample_doc: dict[str, Any], tmp_path: Path) -> None:
+    table, summary = export.tuned_table(results_doc.from_obj(sample_doc), keep_slower=True)
+    out = tmp_path / "tuned.json"
+    export.write_atomic(out, table)
+    t = load(out)
+    assert summary.entries == len(t) == 3 and summary.tuned == 3
+    # fwd_bwd: block_q/k come from the record's fwd blocks, bwd tiles as recorded
+    bwd = [r for r in sample_doc["results"] if r["mode"] == "fwd_bwd" and r["config"] == "forced"
+           and "error" not in r]
+    best = min(bwd, key=lambda r: r["median_ms"])
+    cfg = t.lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd_bwd")
+    assert cfg == {"block_q": best["fwd_block_q"], "block_k": best["fwd_block_k"],
+                   "bwd_outer": best["bwd_outer"], "bwd_inner": best["bwd_inner"],
+                   "num_warps": best["num_warps"], "num_stages": best["num_stages"]}
+    # fwd: bwd tiles stay at 128
+    fwd = [r for r in sample_doc["results"] if r["mode"] == "fwd" and r["dtype"] == "float32"
+           and r["config"] == "forced" and "error" not in r]
+    best = min(fwd, key=lambda r: r["median_ms"])
+    cfg = t.lookup(dtype="float32", head_dim=128, seq=2048, mode="fwd", batch=4, heads=8)
+    assert cfg == {"block_q": best["block_q"], "block_k": best["block_k"], "bwd_outer": 128,
+                   "bwd_inner": 128, "num_warps": best["num_warps"], "num_stages": best["num_stages"]}
+    (e,) = [e for e in t.entries if e.dtype == "float32"]
+    assert e.median_ms == best["median_ms"]
+    assert t.lookup(dtype="float32", head_dim=64, seq=2048, mode="fwd") is None  # never measured
+
+
+def test_auto_faster_exports_use_auto(tmp_path: Path) -> None:
+    records = [rec(auto=True, ms=0.9), rec(ms=1.0),                       # auto wins
+               rec(auto=True, ms=2.0, seq=4096), rec(ms=1.0, seq=4096),   # tuned wins
+               rec(auto=True, ms=2.0, seq=8192), rec(ms=None, seq=8192),  # only auto ran
+               rec(auto=True, ms=None, seq=512), rec(ms=None, seq=512)]   # nothing ran
+    table, summary = export.tuned_table(results_doc.from_obj(make_doc(records)))
+    assert (summary.entries, summary.tuned, summary.use_auto, summary.skipped) == (3, 1, 2, 1)
+    by_seq = {e["seq"]: e for e in table["entries"]}
+    assert by_seq[2048]["config"] is None and by_seq[2048]["auto_ms"] == 0.9
+    assert by_seq[4096]["config"]["block_q"] == 128
+    assert by_seq[8192]["config"] is None and by_seq[8192]["median_ms"] is None
+    t = load(export_doc(tmp_path, make_doc(records)))
+    assert t.lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd") is None
+    assert t.lookup(dtype="bfloat16", head_dim=64, seq=4096, mode="fwd") is not None
+    # the measured "use auto" at 2048 is not overridden by the nearby 4096 entry
+    assert t.entry(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd").seq == 2048
+    kept, _ = export.tuned_table(results_doc.from_obj(make_doc(records)), keep_slower=True)
+    assert {e["seq"]: e for e in kept["entries"]}[2048]["config"] is not None
+
+
+def _table(tmp_path: Path, entries: list[dict[str, Any]], device: dict[str, Any] | None = None) -> Path:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"format": "tilesweep-tuned", "version": 1,
+                                "device": device or {"device_kind": "NVIDIA H100", "jax": "0.11.2"},
+                                "entries": entries}))
+    return path
+
+
+def _e(seq: int, bq: int = 128, bk: int = 128, mode: str = "fwd", batch: int = 4, heads: int = 8,
+       o: int = 128, i: int = 128, config: bool = True, dtype: str = "bfloat16") -> dict[str, Any]:
+    cfg = {"block_q": bq, "block_k": bk, "bwd_outer": o, "bwd_inner": i, "num_warps": 4,
+           "num_stages": 2} if config else None
+    return {"dtype": dtype, "head_dim": 64, "seq": seq, "batch": batch, "heads": heads, "mode": mode,
+            "config": cfg, "median_ms": 1.0, "auto_ms": 1.1}
+
+
+def test_nearest_seq_rule(tmp_path: Path) -> None:
+    t = load(_table(tmp_path, [_e(1024, bq=64), _e(4096, bq=128, bk=256)]))
+    q = dict(dtype="bfloat16", head_dim=64, mode="fwd")
+    assert t.lookup(seq=1024, **q)["block_q"] == 64                         # exact
+    assert t.entry(seq=2048, **q).seq == 1024                               # log tie -> smaller
+    assert t.entry(seq=3000, **q) is None                                   # 4096 nearest, 256 ∤ 3000
+    assert t.lookup(seq=3200, **q) is None                                  # 4096 nearest, 256 ∤ 3200
+    assert t.lookup(seq=6144, **q)["block_k"] == 256                        # 4096 nearest, divides
+    assert t.lookup(seq=1000, **q) is None                                  # 1024 nearest, 64 ∤ 1000
+    assert t.lookup(seq=512, **q)["block_q"] == 64                          # 1024 nearest, divides
+    assert t.lookup(seq=2048, dtype="float32", head_dim=64, mode="fwd") is None
+    assert t.lookup(seq=2048, dtype="bfloat16", head_dim=128, mode="fwd") is None
+    assert t.lookup(seq=2048, dtype="bfloat16", head_dim=64, mode="fwd_bwd") is None
+
+
+def test_nearest_seq_fwd_bwd_checks_bwd_tiles_and_null_config(tmp_path: Path) -> None:
+    t = load(_table(tmp_path, [_e(2048, bq=64, bk=64, o=128, i=32, mode="fwd_bwd"),
+                               _e(8192, mode="fwd", config=False)]))
+    assert t.lookup(dtype="bfloat16", head_dim=64, seq=1024, mode="fwd_bwd")["bwd_inner"] == 32
+    assert t.lookup(dtype="bfloat16", head_dim=64, seq=1088, mode="fwd_bwd") is None  # 128 ∤ 1088
+    assert t.lookup(dtype="bfloat16", head_dim=64, seq=8192, mode="fwd") is None      # "use auto"
+    assert t.lookup(dtype="bfloat16", head_dim=64, seq=16384, mode="fwd") is None     # nearest says auto
+
+
+def test_batch_and_heads_are_soft(tmp_path: Path) -> None:
+    t = load(_table(tmp_path, [_e(2048, bq=32, batch=1), _e(2048, bq=64, batch=8, heads=16)]))
+    q = dict(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")
+    assert t.lookup(**q)["block_q"] == 32                      # tie -> smaller batch
+    assert t.lookup(batch=8, **q)["block_q"] == 64
+    assert t.lookup(heads=16, **q)["block_q"] == 64
+    assert t.lookup(batch=2, **q)["block_q"] == 32             # no batch 2: any batch
+
+
+def test_dtype_objects_accepted(tmp_path: Path) -> None:
+    import jax.numpy as jnp
+    import numpy as np
+
+    t = load(_table(tmp_path, [_e(2048, dtype="float32"), _e(2048, bq=64)]))
+    assert t.lookup(dtype=np.float32, head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
+    assert t.lookup(dtype=np.dtype("float32"), head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
+    assert t.lookup(dtype=jnp.bfloat16, head_dim=64, seq=2048, mode="fwd")["block_q"] == 64
+
+
+@pytest.mark.parametrize(
+    ("env", "fragments"),
+    [
+        (Environment("NVIDIA A100-SXM4-80GB", "0.11.2"), ["'NVIDIA H100'", "'NVIDIA A100-SXM4-80GB'"]),
+        (Environment("NVIDIA H100", "0.12.0.1"), ["jax 0.11.2", "running 0.12.0.1"]),
+    ],
+)
+def test_environment_mismatch_warns(tmp_path: Path, env: Environment, fragments: list[str]) -> None:
+    path = _table(tmp_path, [_e(2048)])
+    with pytest.warns(TunedTableMismatchWarning) as caught:
+        t = TunedTable.load(path, env=env)
+    msg = str(caught[0].message)
+    assert all(f in msg for f in fragments)
+    assert t.lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd") is not None  # still loads
+
+
+def test_environment_check_can_be_skipped(tmp_path: Path) -> None:
+    path = _table(tmp_path, [_e(2048)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TunedTable.load(path, env=Environment("other", "0.0"), check_env=False)
+
+
+def test_default_environment_comes_from_jax(tmp_path: Path) -> None:
+    env = Environment.current()
+    assert env is not None and env.jax_version and env.device_kind
+    import jax
+
+    assert env.jax_version == jax.__version__
+
+
+@pytest.mark.parametrize(
+    ("obj", "fragment"),
+    [
+        ({"format": "other"}, "not a tilesweep tuned table"),
+        ({"format": "tilesweep-tuned", "version": 99, "device": {}, "entries": []}, "version 99"),
+        ({"format": "tilesweep-tuned", "version": 1, "device": {}, "entries": [{"seq": 1}]}, "lacks"),
+        ({"format": "tilesweep-tuned", "version": 1, "device": {},
+          "entries": [{**_e(2048), "config": {"block_q": 64}}]}, "config must be null"),
+    ],
+)
+def test_bad_tuned_table(tmp_path: Path, obj: dict[str, Any], fragment: str) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(TunedTableError, match=fragment):
+        TunedTable.load(path, env=SAME_ENV)
+    with pytest.raises(TunedTableError, match="no such file"):
+        TunedTable.load(tmp_path / "missing.json", env=SAME_ENV)
+
+
+def test_config_for_builds_attention_config(tmp_path: Path) -> None:
+    attention = pytest.importorskip("kernels.attention", reason="kernels.attention not importable")
+    path = _table(tmp_path, [_e(2048, bq=64, bk=32)])
+    t = load(path)
+    cfg = t.config_for(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")
+    assert isinstance(cfg, attention.AttentionConfig)
+    assert (cfg.block_q, cfg.block_k, cfg.bwd_outer, cfg.num_warps) == (64, 32, 128, 4)
+    assert t.config_for(dtype="bfloat16", head_dim=64, seq=100, mode="fwd") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TunedTableMismatchWarning)  # the env here is the CPU
+        assert config_for(path, dtype="bfloat16", head_dim=64, seq=2048, mode="fwd") == cfg
+
+
+def test_atomic_write_leaves_no_temp_and_readable_mode(tmp_path: Path) -> None:
+    out = export_doc(tmp_path, make_doc([rec(ms=1.0)]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tuned.json"]
+    assert stat.S_IMODE(os.stat(out).st_mode) & 0o044  # not the 0600 of a bare mkstemp
+    before = out.read_text()
+    with pytest.raises(TypeError):
+        export.write_atomic(out, {"x": object()})  # not serialisable: old file stays whole
+    assert out.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tuned.json"]
+
+
+def test_tuned_module_imports_no_orchestrator() -> None:
+    code = ("import sys, kernels.tuned; "
+            "bad = [m for m in sys.modules if m.split('.')[0] == 'orchestrator']; "
+            "assert not bad, bad")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = write(tmp_path, make_doc([rec(auto=True, ms=2.0), rec(ms=1.0)]))
+    out = tmp_path / "sub" / "tuned.json"
+    out.parent.mkdir()
+    rc, stdout, _ = run_handler(["export", str(src), "--out", str(out)], capsys)
+    assert rc == 0 and "1 entries (1 tuned, 0 use auto)" in stdout
+    assert load(out).lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
+    from orchestrator.errors import TilesweepError
+
+    with pytest.raises(TilesweepError, match="cannot write"):
+        run_handler(["export", str(src), "--out", str(tmp_path / "nodir" / "t.json")], capsys)

@@ -1,0 +1,103 @@
+"""plots: heatmap data (no matplotlib needed) and real PNG files (skipped without matplotlib)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import plots, report, results_doc
+from orchestrator.errors import TilesweepError
+from tests.test_report import make_doc, rec, run_handler, write
+
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
+needs_mpl = pytest.mark.skipif(
+    not HAVE_MPL, reason="matplotlib not installed (optional extra: pip install 'tilesweep[plots]')"
+)
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def mixed_records() -> list[dict[str, Any]]:
+    """fwd: bq32 row all failed, (64, 128) not run, (128, 128) half failed; fwd_bwd varying fwd blocks."""
+    r = [rec(auto=True, ms=1.0)]
+    for bq in (32, 64, 128):
+        for bk in (64, 128):
+            if (bq, bk) == (64, 128):
+                continue
+            for s in (1, 2):
+                failed = bq == 32 or (bq, bk, s) == (128, 128, 2)
+                r.append(rec(ms=None if failed else bq / 100 + bk / 1000 + s / 10000,
+                             block_q=bq, block_k=bk, num_stages=s))
+    r += [rec("fwd_bwd", ms=3.0, bwd_outer=64, bwd_inner=32),
+          rec("fwd_bwd", ms=2.5, bwd_outer=64, bwd_inner=32, fwd_block_q=64),
+          rec("fwd_bwd", ms=None, bwd_outer=128, bwd_inner=32)]
+    return r
+
+
+def test_heatmap_data_cells() -> None:
+    groups = report.group_by_problem(mixed_records())
+    (fk, fwd), (bk, bwd) = groups.items()
+    d = plots.heatmap_data(report.ProblemKey(*fk), fwd)
+    assert (d.row_axis, d.col_axis, d.rows, d.cols) == ("block_q", "block_k", [32, 64, 128], [64, 128])
+    assert [c.status for c in d.cells[0]] == ["failed", "failed"]
+    assert (d.cells[0][0].n_failed, d.cells[0][0].n_total) == (2, 2)
+    assert [c.status for c in d.cells[1]] == ["ok", "absent"]
+    cell = d.cells[2][1]
+    assert (cell.status, cell.detail, cell.n_failed) == ("ok", "s1 w4", 1)
+    assert cell.median_ms == pytest.approx(1.28 + 0.128 + 0.0001)
+    assert d.auto_ms == 1.0 and d.folded == "stages, warps"
+    b = plots.heatmap_data(report.ProblemKey(*bk), bwd)
+    assert (b.row_axis, b.col_axis, b.rows, b.cols) == ("bwd_outer", "bwd_inner", [64, 128], [32])
+    assert b.cells[0][0].median_ms == 2.5 and b.cells[0][0].detail.startswith("f64/128")
+    assert b.cells[1][0].status == "failed" and "fwd blocks" in b.folded and b.auto_ms is None
+
+
+def test_heatmap_data_none_without_forced_records() -> None:
+    (k, recs), = report.group_by_problem([rec(auto=True, ms=1.0)]).items()
+    assert plots.heatmap_data(report.ProblemKey(*k), recs) is None
+
+
+def test_missing_matplotlib_is_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    doc = results_doc.from_obj(make_doc([rec(ms=1.0)]))
+    with pytest.raises(TilesweepError) as info:
+        plots.write_plots(doc, tmp_path / "plots")
+    assert info.value.message == "plots need matplotlib: pip install 'tilesweep[plots]'"
+
+
+@needs_mpl
+def test_plots_from_sample(sample_doc: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "plots"
+    written = plots.write_plots(results_doc.from_obj(sample_doc), out)
+    names = sorted(p.name for p in written)
+    assert names == sorted(p.name for p in out.iterdir())
+    assert "speedup_over_auto.png" in names
+    assert "heatmap_bfloat16_d64_s2048_b4_h8_fwd_bwd.png" in names
+    assert len(names) == 1 + len(report.best_table(results_doc.from_obj(sample_doc)))
+    for p in written:
+        assert p.read_bytes()[:8] == PNG_MAGIC and p.stat().st_size > 10_000
+
+
+@needs_mpl
+def test_plots_failed_auto_only_and_tags(tmp_path: Path) -> None:
+    records = mixed_records() + [rec(auto=True, ms=2.0, seq=4096, tag="other"),
+                                 rec(ms=None, seq=4096, tag="other")]
+    written = plots.write_plots(results_doc.from_obj(make_doc(records)), tmp_path)
+    names = {p.name for p in written}
+    assert "heatmap_bfloat16_d64_s2048_b4_h8_fwd_t.png" in names  # several tags: tag in the name
+    assert "heatmap_bfloat16_d64_s4096_b4_h8_fwd_other.png" in names
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in written)
+    auto_only = plots.write_plots(results_doc.from_obj(make_doc([rec(auto=True, ms=1.0)])),
+                                  tmp_path / "auto")
+    assert [p.name for p in auto_only] == ["speedup_over_auto.png"]
+
+
+@needs_mpl
+def test_cli_report_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = write(tmp_path, make_doc([rec(auto=True, ms=2.0), rec(ms=1.0)]))
+    rc, out, err = run_handler(["report", str(src), "--json", "--plots", str(tmp_path / "p")], capsys)
+    assert rc == 0 and out.lstrip().startswith("[") and "wrote 2 plot(s)" in err
+    assert (tmp_path / "p" / "speedup_over_auto.png").exists()
