@@ -17,13 +17,18 @@ document) are written to a temp file and ``os.replace``d into place.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
-import tempfile
+import socket
+import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from glob import escape as glob_escape
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .errors import MismatchError, SweepDirError
 from .plan import Unit, WorkItem, expand
@@ -37,15 +42,24 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, then rename into place."""
+def temp_path(path: Path) -> Path:
+    """A temp file beside ``path`` whose name says which process writes it, so one left by a
+    killed writer can be told apart from one still being written (``remove_dead_temps``)."""
+    return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: str = "w", *, fsync: bool = True) -> Iterator[IO[Any]]:
+    """Write a file through a temp file beside it that replaces it only once complete, so a
+    reader sees the old file or the new one, never a half-written one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = temp_path(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -53,6 +67,53 @@ def atomic_write_text(path: Path, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+    if fsync:  # make the rename itself durable
+        try:
+            dfd = os.open(path.parent, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
+
+
+def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
+    """Delete temp files of ``path`` left by writers on this host that are dead (killed
+    mid-write); they are incomplete copies, never data. Live writers' temps are kept."""
+    host = socket.gethostname()
+    removed = []
+    for tmp in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        parts = tmp.name[len(path.name) + 2:].split(".")
+        if len(parts) < 4 or ".".join(parts[:-3]) != host or not parts[-3].isdigit():
+            continue
+        pid = int(parts[-3])
+        try:
+            if time.time() - tmp.stat().st_mtime < min_age_s or _pid_alive(pid):
+                continue
+            tmp.unlink()
+            removed.append(tmp)
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory, fsync, then rename into place."""
+    with atomic_open(path) as f:
+        f.write(text)
 
 
 def atomic_write_json(path: Path, obj: Any, indent: int | None = None) -> None:

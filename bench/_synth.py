@@ -1,0 +1,113 @@
+"""Real sweep directories with synthetic partials, for the merge and crash benchmarks.
+
+``build_sweep`` plans a real spec with the real planner, writes the sweep directory through
+``SweepDir`` (sweep.json, units, env.json) and fills each unit's partial the way the worker
+does: a header, then per item a ``start`` line (runnable items) and a record line. Records
+have the reference fields, realistic values (times, rel_err, inner as the reference run sized
+it) and the real error text of pruned and invalid items, so a merge of them takes the real
+path. Units group whole shapes, several per unit, in shuffled order, as the planner's
+packing does, so the merger has to interleave units to reach plan order.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from orchestrator.plan import RUN, Unit, WorkItem, expand
+from orchestrator.schema import SCHEMA_VERSION, SweepSpec, env_fingerprint
+from orchestrator.sweepdir import SweepDir, now_iso
+
+DEVICE = {"jax": "0.11.2", "backend": "gpu", "devices": ["cuda:0"], "python": "3.13.18",
+          "device_kind": "NVIDIA H100", "jaxlib": "0.11.2"}
+TIMER = "wall_clock+block_until_ready"
+
+
+def million_spec(**over: Any) -> dict[str, Any]:
+    """A spec of exactly 1,000,000 items: 2 dtypes x 50 head_dims x 100 seqs = 10,000 shapes,
+    each 2 auto + 54 fwd (3x3x3x2) + 44 fwd_bwd (2x2x11x1) configs."""
+    spec = {
+        "output": "attention_tiles.json", "tag": "h100_nvl",
+        "dtypes": ["bfloat16", "float32"], "head_dims": list(range(16, 116, 2)),
+        "seq_lens": [128 * k for k in range(1, 101)], "modes": ["fwd", "fwd_bwd"],
+        "fwd_block_q": [32, 64, 128], "fwd_block_k": [32, 64, 128], "fwd_stages": [1, 2, 3], "fwd_warps": [4, 8],
+        "bwd_outer": [32, 64], "bwd_inner": [16, 32], "bwd_stages": list(range(1, 12)), "bwd_warps": [4],
+    }
+    spec.update(over)
+    return spec
+
+
+def small_spec(n_seqs: int = 4, **over: Any) -> dict[str, Any]:
+    """The same shape of spec, small: 2 x 2 x n_seqs shapes of 100 items."""
+    return million_spec(head_dims=[32, 64], seq_lens=[128 * k for k in range(1, n_seqs + 1)], **over)
+
+
+def record_for(item: WorkItem, rng: random.Random) -> dict[str, Any]:
+    rec = item.record_fields()
+    if item.kind != RUN:
+        rec["error"] = item.reason
+        if item.kind == "pruned":
+            rec["pruned"] = True
+            rec["smem_bytes"] = item.smem_bytes
+        return rec
+    flops = 4.0 * item.batch * item.heads * item.seq * item.seq * item.head_dim
+    med = flops / 300e12 * 1e3 * rng.uniform(0.8, 3.0) * (3.5 if item.mode == "fwd_bwd" else 1.0)
+    rec.update(
+        rel_err=rng.uniform(5e-4, 4e-3), compile_s=rng.uniform(0.1, 1.5),
+        inner=max(1, min(200, int(50 / (med + 0.1)))), median_ms=med,
+        q1_ms=med * rng.uniform(0.97, 1.0), q3_ms=med * rng.uniform(1.0, 1.05), timer=TIMER,
+    )
+    return rec
+
+
+def header(sd: SweepDir, unit: str, attempt: int, device: dict[str, Any] = DEVICE) -> dict[str, Any]:
+    return {"header": {
+        "schema": SCHEMA_VERSION, "unit": unit, "sweep": sd.spec.fingerprint(), "attempt": attempt,
+        "device": device, "env": env_fingerprint(device), "host": "gpu-node-17", "pid": 4242,
+        "slurm_job_id": "1234567_3", "started": now_iso(),
+    }}
+
+
+def partial_lines(sd: SweepDir, unit: Unit, rng: random.Random, attempt: int = 1) -> list[str]:
+    """The lines a worker writes for a whole unit in one attempt."""
+    dump = json.JSONEncoder(separators=(",", ":")).encode
+    lines = [dump(header(sd, unit.id, attempt))]
+    for it in unit.items:
+        if it.kind == RUN:
+            lines.append(dump({"start": it.id, "attempt": attempt}))
+        lines.append(dump({"id": it.id, "attempt": attempt, "record": record_for(it, rng)}))
+    return lines
+
+
+def build_sweep(root: Path, spec_data: dict[str, Any], n_units: int, *, seed: int = 0,
+                write_partials: bool | list[int] = True, output: Path | None = None) -> tuple[SweepDir, list[Unit]]:
+    """Plan ``spec_data`` into ``n_units`` units of whole shapes and write the sweep
+    directory; fill the partials of all units (True) or of the listed unit positions."""
+    spec = SweepSpec.model_validate(spec_data)
+    items = expand(spec)
+    shapes: dict[tuple, list[WorkItem]] = {}
+    for it in items:
+        shapes.setdefault(it.shape, []).append(it)
+    groups = list(shapes.values())
+    rng = random.Random(seed)
+    rng.shuffle(groups)
+    per = -(-len(groups) // n_units)
+    units = []
+    for k in range(n_units):
+        chunk = sorted((it for g in groups[k * per:(k + 1) * per] for it in g), key=lambda it: it.index)
+        if chunk:
+            units.append(Unit(k, chunk))
+    units.sort(key=lambda u: u.items[0].index)
+    for k, u in enumerate(units):
+        u.index = k
+        u.finalize()
+    out = output or (root.parent / f"{root.name}.results.json")
+    sd = SweepDir.create(root, spec, output=out, spec_source=None, planned=len(items))
+    sd.add_units(units, origin="bench")
+    sd.check_env(env_fingerprint(DEVICE))
+    todo = range(len(units)) if write_partials is True else (write_partials or [])
+    for k in todo:
+        sd.partial_path(units[k].id).write_text("\n".join(partial_lines(sd, units[k], rng)) + "\n")
+    return sd, units

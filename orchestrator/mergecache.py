@@ -1,0 +1,285 @@
+"""Partials parsed for merging ("segments"), cached so an unchanged partial is never re-read.
+
+A segment is what one partial contributes to the document: its attempt headers, the lines it
+skipped and why, and each valid record already serialized exactly as the document holds it
+(``json.dumps(doc, indent=1)`` at record depth, ``unit`` and ``attempt`` appended), with its
+plan index, attempt, line and item id. The merger then only orders and concatenates text.
+
+Segments are cached in ``SWEEP/merge-cache/<unit>.seg``, keyed by the partial's inode, size
+and mtime. Partials are append-only, so when one has grown (same inode, the bytes just before
+the parsed end unchanged) only its new lines are parsed. A torn or still-being-written last
+line (no newline yet) is never cached: it is re-read on every merge until it is complete.
+The cache is derived data: a missing, stale, damaged (CRC) or other-version file is rebuilt,
+an unwritable cache directory is merely not used, and deleting the folder is always safe.
+
+Serializing: the stdlib's C encoder with separators ``(",\\n   ", ": ")`` writes a flat
+record exactly as the indent=1 encoder would at depth 2, less the first newline and the
+closing one, at a third of its cost. Records are flat (validation refuses nested values), and
+JSON strings cannot hold a raw newline, so the separators cannot occur anywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import zlib
+from dataclasses import dataclass, field
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+from .partials import check_record, is_torn_fragment, iter_lines, loads
+from .schema import SCHEMA_VERSION
+from .sweepdir import atomic_open
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 1
+CACHE_DIR = "merge-cache"
+_SIG_BYTES = 64
+_HEADER_START = b'{"header":'
+
+_encode = json.JSONEncoder(separators=(",\n   ", ": ")).encode
+
+
+def record_text(rec: dict[str, Any]) -> str:
+    """A flat record as ``json.dumps(doc, indent=1)`` writes it inside ``results``."""
+    body = _encode(rec)
+    return "{\n   " + body[1:-1] + "\n  }" if len(body) > 2 else "{}"
+
+
+def any_record_text(rec: dict[str, Any]) -> str:
+    """Any record (nested values too, as in documents of other tools), exactly as indent=1."""
+    if any(isinstance(v, (dict, list, tuple)) for v in rec.values()):
+        return json.dumps(rec, indent=1).replace("\n", "\n  ")
+    return record_text(rec)
+
+
+class ForeignPartial(Exception):
+    """A partial that must not be merged at all (carries the reason)."""
+
+
+@dataclass
+class Segment:
+    unit: str
+    path: Path
+    ino: int = 0
+    size: int = 0
+    mtime_ns: int = 0
+    parsed: int = 0  # bytes consumed: through the last newline
+    lines: int = 0  # lines consumed
+    sig: str = ""  # hex of the bytes just before ``parsed``
+    headers: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[list[Any]] = field(default_factory=list)  # [line, why]
+    foreign: str | None = None  # why the whole file must not be merged
+    idx: list[int] = field(default_factory=list)  # plan index per record
+    att: list[int] = field(default_factory=list)
+    ln: list[int] = field(default_factory=list)
+    err: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    cached: bool = False  # came from the cache unchanged
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def _unit_map(sweep_root: Path, unit: str) -> dict[str, int]:
+    path = sweep_root / "units" / f"{unit}.json"
+    try:
+        data = loads(path.read_bytes())
+        return {iid: int(index) for index, iid in data["items"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        from .errors import SweepDirError
+
+        raise SweepDirError(f"unit file {path} is missing or damaged; the sweep directory is damaged") from None
+
+
+def _consume(seg: Segment, data: bytes, first_line: int, umap_fn: Any, *, tail_ok: bool) -> tuple[int, int]:
+    """Parse the lines of ``data`` into ``seg``; returns (bytes, lines) consumed through the
+    last newline. The unterminated tail, if any, is parsed too (it may be a finished line
+    whose newline is not written yet) only when ``tail_ok``."""
+    umap: dict[str, int] | None = None
+    consumed, lines = 0, 0
+    unit = seg.unit
+    for lineno, end, raw, terminated in iter_lines(data, first_line):
+        if terminated:
+            consumed, lines = end, lineno - first_line + 1
+        elif not tail_ok:
+            break
+        if not raw.strip():
+            continue
+        try:
+            obj = loads(raw)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            if not terminated:
+                why = "torn (a worker killed mid-write, or still writing it)"
+            elif is_torn_fragment(raw):
+                why = "torn (a worker killed mid-write)"
+            else:
+                why = "not a tilesweep partial line"
+            if not seg.headers and not (_HEADER_START.startswith(raw) or raw.startswith(_HEADER_START)):
+                # only a worker's first line, the header, can be torn before any header
+                seg.foreign = f"line {lineno} is neither JSON nor a torn worker header, and no worker header precedes it"
+            seg.skipped.append([lineno, why])
+            continue
+        if "record" in obj:
+            if not seg.headers:
+                seg.foreign = f"record line {lineno} precedes any worker header: not written by a tilesweep worker"
+                continue
+            iid, rec, attempt = obj.get("id"), obj["record"], obj.get("attempt")
+            why, order = check_record(iid, rec)
+            if why is None and type(attempt) is not int:
+                why = "attempt is not an integer"
+            if why is None:
+                if umap is None:
+                    umap = umap_fn()
+                pi = umap.get(iid)
+                if pi is None:
+                    why = f"item {iid} is not an item of unit {unit}"
+            if why is not None:
+                seg.skipped.append([lineno, f"invalid record ({why})"])
+                continue
+            if order is not None:
+                rec = {k: rec[k] for k in order}
+            seg.err.append("error" in rec)
+            rec["unit"] = unit
+            rec["attempt"] = attempt
+            seg.texts.append("{\n   " + _encode(rec)[1:-1] + "\n  }")
+            seg.idx.append(pi)
+            seg.att.append(attempt)
+            seg.ln.append(lineno)
+            seg.ids.append(iid)
+        elif "header" in obj:
+            h = obj["header"]
+            if not isinstance(h, dict):
+                seg.skipped.append([lineno, "header is not an object"])
+                continue
+            seg.headers.append({"line": lineno, **h})
+        elif "start" in obj or "abandon" in obj:
+            if not seg.headers:
+                seg.foreign = f"line {lineno} precedes any worker header: not written by a tilesweep worker"
+        else:
+            seg.skipped.append([lineno, "not a tilesweep partial line"])
+            if not seg.headers:
+                seg.foreign = f"line {lineno} is not a tilesweep partial line and no worker header precedes it"
+    return consumed, lines
+
+
+def check_headers(seg: Segment, fingerprint: str, env: dict[str, Any] | None) -> str | None:
+    """Why the partial's headers say it is not this sweep's, or None."""
+    for h in seg.headers:
+        where = f"line {h.get('line')}"
+        if h.get("schema") != SCHEMA_VERSION:
+            return f"{where}: partial schema version {h.get('schema')!r}, this tilesweep reads {SCHEMA_VERSION}"
+        if h.get("sweep") != fingerprint:
+            return f"{where}: written for another spec (fingerprint {h.get('sweep')!r}, this sweep's is {fingerprint})"
+        if h.get("unit") != seg.unit:
+            return f"{where}: written for unit {h.get('unit')!r}, not {seg.unit}"
+        if env is not None and h.get("env") != env:
+            return f"{where}: measured in another environment ({h.get('env')} != this sweep's {env})"
+    return None
+
+
+# ---------------------------------------------------------------------------- cache
+
+
+def _cache_path(sweep_root: Path, unit: str) -> Path:
+    return sweep_root / CACHE_DIR / f"{unit}.seg"
+
+
+def _store(sweep_root: Path, seg: Segment) -> None:
+    payload = "".join(seg.texts).encode("ascii")
+    meta = {"v": CACHE_VERSION, "unit": seg.unit, "ino": seg.ino, "size": seg.size, "mtime_ns": seg.mtime_ns,
+            "parsed": seg.parsed, "lines": seg.lines, "sig": seg.sig, "headers": seg.headers,
+            "skipped": seg.skipped, "foreign": seg.foreign, "payload": len(payload), "crc": zlib.crc32(payload)}
+    arrays = {"idx": seg.idx, "att": seg.att, "ln": seg.ln, "err": [int(e) for e in seg.err], "ids": seg.ids,
+              "len": [len(t) for t in seg.texts]}
+    try:
+        with atomic_open(_cache_path(sweep_root, seg.unit), "wb", fsync=False) as f:
+            f.write(json.dumps(meta).encode() + b"\n")
+            f.write(json.dumps(arrays, separators=(",", ":")).encode() + b"\n")
+            f.write(payload)
+    except OSError as exc:  # a read-only sweep directory: merge without the cache
+        log.debug("merge cache not written for %s: %s", seg.unit, exc)
+
+
+def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
+    cpath = _cache_path(sweep_root, unit)
+    try:
+        data = cpath.read_bytes()
+    except OSError:
+        return None
+    try:
+        nl1 = data.index(b"\n")
+        nl2 = data.index(b"\n", nl1 + 1)
+        meta = json.loads(data[:nl1])
+        if meta.get("v") != CACHE_VERSION or meta.get("unit") != unit:
+            return None
+        payload = memoryview(data)[nl2 + 1:]
+        if len(payload) != meta["payload"] or zlib.crc32(payload) != meta["crc"]:
+            raise ValueError("payload length or CRC mismatch")
+        arrays = loads(data[nl1 + 1:nl2])
+        text = bytes(payload).decode("ascii")
+        del payload, data
+        offs = [0, *accumulate(arrays["len"])]
+        if offs[-1] != len(text):
+            raise ValueError("record lengths do not add up")
+        seg = Segment(unit, path, meta["ino"], meta["size"], meta["mtime_ns"], meta["parsed"], meta["lines"],
+                      meta["sig"], meta["headers"], meta["skipped"], meta["foreign"], arrays["idx"], arrays["att"],
+                      arrays["ln"], arrays["err"], arrays["ids"], [text[a:b] for a, b in zip(offs, offs[1:])])
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        log.warning("merge cache %s is damaged (%s); rebuilding it from %s", cpath, exc, path)
+        return None
+    return seg
+
+
+def segment(sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True) -> Segment:
+    """The partial of ``unit`` at ``path`` as a segment, from the cache where it is current."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return Segment(unit, path)
+    with f:
+        st = os.fstat(f.fileno())
+        seg = _load(sweep_root, unit, path) if use_cache else None
+        if seg is not None and seg.ino == st.st_ino and seg.size == st.st_size and seg.mtime_ns == st.st_mtime_ns:
+            if seg.parsed == st.st_size:
+                seg.cached = True
+                return seg
+        start = 0
+        # Partials only grow: same size but another mtime means rewritten, so read it all.
+        grown = seg is not None and (st.st_size > seg.size or st.st_mtime_ns == seg.mtime_ns)
+        if seg is not None and grown and seg.ino == st.st_ino and st.st_size >= seg.parsed and seg.sig:
+            f.seek(max(0, seg.parsed - _SIG_BYTES))
+            if f.read(min(seg.parsed, _SIG_BYTES)).hex() == seg.sig:
+                start = seg.parsed
+        if start == 0 or seg is None:
+            seg = Segment(unit, path)
+        f.seek(start)
+        data = f.read()
+    seg.path, seg.cached = path, False
+    seg.ino, seg.size, seg.mtime_ns = st.st_ino, start + len(data), st.st_mtime_ns
+    umap_fn = lambda: _unit_map(sweep_root, unit)  # noqa: E731 - read only when records need it
+    consumed, lines = _consume(seg, data, seg.lines + 1, umap_fn, tail_ok=False)
+    seg.parsed = start + consumed
+    seg.lines += lines
+    if seg.parsed:
+        if consumed >= _SIG_BYTES or start == 0:
+            seg.sig = data[max(0, consumed - _SIG_BYTES):consumed].hex()
+        else:
+            with open(path, "rb") as g:
+                g.seek(max(0, seg.parsed - _SIG_BYTES))
+                seg.sig = g.read(min(seg.parsed, _SIG_BYTES)).hex()
+    if use_cache and seg.foreign is None and (start != seg.parsed or start == 0):
+        _store(sweep_root, seg)
+    tail = data[consumed:]
+    if tail.strip():
+        _consume(seg, tail, seg.lines + 1, umap_fn, tail_ok=True)
+    return seg
