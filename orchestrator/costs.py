@@ -1,0 +1,270 @@
+"""What a work item costs a worker, in seconds: a model, or an earlier sweep's measurements.
+
+Sharding needs relative costs, not exact ones, but it needs them right across classes of
+items (fwd vs fwd_bwd, bfloat16 vs float32, big vs small tiles): a unit that collects the
+class the model underestimates ends last. So the model is built from what drives each part
+of a worker's time, not fitted per class:
+
+- compile: a fixed part (tracing, lowering, the XLA pipeline) plus a part that grows with
+  the code Triton generates, which is dominated by the unrolled MMA instructions of one loop
+  iteration per warp; it grows faster once the per-thread float32 accumulators no longer
+  fit in registers (spilling). The three constants were set on the reference H100 run's
+  excerpt (bfloat16 d64 fwd and fwd_bwd, float32 d128 fwd: 151 records, log rms error
+  0.09-0.19 per class); over the whole reference plan the model gives 450 s of compile
+  against the 427 s the run measured.
+- timed work: what ``kernels.timing.measure`` does (warm-up, a probe, ``repeats`` samples
+  of ``inner`` calls, ``inner`` sized from the probe), with the per-call time from FLOPs and
+  an assumed sustained throughput per dtype, plus the correctness call and its check.
+- setup, once per shape per unit: inputs and each mode's reference (compile and run).
+
+Items pruned by the shared-memory model or invalid are nearly free (one record line).
+A results document can replace the model where it has a record (``load_costs``): cost =
+compile_s + (warmup + probe + check + repeats * inner) * median_ms; the model, scaled to
+agree with the document on the items both know, fills in the rest.
+
+Pure arithmetic: no jax import, no I/O except ``load_costs``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ResultsError
+from .schema import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, SweepSpec
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """The device and worker the model assumes (an H100-class GPU node)."""
+
+    # Sustained TFLOP/s of a typical tile config (the reference run's medians: bf16 fwd
+    # ~170, bf16 fwd_bwd ~135, float32-as-tf32 fwd ~65 TFLOP/s).
+    tflops: tuple[tuple[str, float], ...] = (("bfloat16", 150.0), ("float32", 60.0))
+    call_overhead_s: float = 2e-5
+    compile_base_s: float = 0.14        # per config: trace, lower, XLA pipeline
+    compile_per_mma_s: float = 1.0e-3   # per MMA instruction in a warp's loop body
+    spill_regs: float = 256.0           # float32 accumulator registers/thread where spilling starts
+    check_s_per_element: float = 2e-9   # host-side rel_err per output element
+    record_s: float = 0.002             # one fsynced partial line
+    setup_base_s: float = 0.2           # inputs of a shape
+    reference_compile_s: float = 0.3    # per mode
+    reference_tflops: float = 30.0      # float32 HIGHEST einsums
+    item_floor_s: float = 0.002         # pruned/invalid items: a record line
+
+    def throughput(self, dtype: str) -> float:
+        return dict(self.tflops).get(dtype, 60.0) * 1e12
+
+
+DEFAULT = Assumptions()
+_PROBE_OVERHEAD_MS = 0.1  # kernels.timing.PROBE_OVERHEAD_MS (kept equal by a test)
+
+
+def padded(head_dim: int) -> int:
+    return 1 << (head_dim - 1).bit_length()
+
+
+def inner_for(probe_ms: float, *, target_ms: float, max_inner: int) -> int:
+    """``kernels.timing.inner_for`` without importing jax (a test keeps them equal)."""
+    return max(1, min(max_inner, math.floor(target_ms / (probe_ms + _PROBE_OVERHEAD_MS))))
+
+
+# ---------------------------------------------------------------------------- compile
+
+
+def _mma_volume(dtype: str) -> int:
+    # mma.m16n8k16 for bfloat16, m16n8k8 for tf32 (float32 inputs).
+    return 16 * 8 * (16 if dtype == "bfloat16" else 8)
+
+
+def _kernel_compile(a: Assumptions, mma_per_warp: float, regs: float) -> float:
+    spill = max(0.0, regs / a.spill_regs - 1.0)
+    return a.compile_per_mma_s * mma_per_warp * (1.0 + spill * spill)
+
+
+def compile_estimate(mode: str, dtype: str, head_dim: int, seq: int, cfg: Mapping[str, int],
+                     a: Assumptions = DEFAULT) -> float:
+    """Seconds to lower and compile one config (``cfg``: AttentionConfig fields)."""
+    d = padded(head_dim)
+    e = 2 if dtype == "bfloat16" else 4
+    warps = cfg.get("num_warps") or (4 if head_dim <= 64 else 8)
+    threads = 32 * warps
+    vol = _mma_volume(dtype)
+    bq, bk = min(cfg.get("block_q", 128), seq), min(cfg.get("block_k", 128), seq)
+    # Forward: S = Q K^T and O += P V per K/V step; accumulators S, O plus the Q tile.
+    total = a.compile_base_s + _kernel_compile(
+        a, 2 * bq * bk * d / (warps * vol), (bq * bk + bq * d + bq * d * e / 4) / threads)
+    if mode == "fwd_bwd":
+        o, i = min(cfg.get("bwd_outer", 128), seq), min(cfg.get("bwd_inner", 128), seq)
+        # dK/dV scan (4 dots) then dQ scan (3 dots), each o x i x d per step.
+        regs = max((2 * o * d + 2 * o * i + 2 * o * d * e / 4) / threads,
+                   (o * d + 2 * o * i + o * d * e / 4) / threads)
+        total += _kernel_compile(a, 7 * o * i * d / (warps * vol), regs)
+    return total
+
+
+def auto_estimate(mode: str, dtype: str, head_dim: int, seq: int, smem_limit: int | None) -> dict[str, int]:
+    """Roughly the config ``kernels.attention.auto_config`` picks (128 tiles, 2 stages or 1
+    when that does not fit), enough to cost it without importing jax."""
+    from kernels import smem
+
+    cfg = {"block_q": 128, "block_k": 128, "bwd_outer": 128, "bwd_inner": 128, "num_stages": 2,
+           "num_warps": 8 if mode == "fwd_bwd" or head_dim > 64 else 4}
+    if smem.first_over(smem.predict_bytes(mode, dtype, head_dim, seq=seq, **cfg), smem_limit):
+        cfg["num_stages"] = 1
+    return cfg
+
+
+# ---------------------------------------------------------------------------- timed work
+
+
+def flops(mode: str, batch: int, heads: int, seq: int, head_dim: int) -> float:
+    """Non-causal attention FLOPs (the report's convention: fwd_bwd = 3.5 x fwd)."""
+    f = 4.0 * batch * heads * seq * seq * head_dim
+    return f * 3.5 if mode == "fwd_bwd" else f
+
+
+def call_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head_dim: int,
+                  a: Assumptions = DEFAULT) -> float:
+    """Seconds per kernel call."""
+    return flops(mode, batch, heads, seq, head_dim) / a.throughput(dtype) + a.call_overhead_s
+
+
+def timed_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head_dim: int,
+                   spec: SweepSpec, a: Assumptions = DEFAULT) -> float:
+    """Seconds of calls, check and record of one runnable config (everything but compile)."""
+    t = call_estimate(mode, dtype, batch, heads, seq, head_dim, a)
+    tm = spec.timing
+    inner = inner_for(t * 1e3, target_ms=tm.target_ms, max_inner=tm.max_inner)
+    calls = tm.warmup + 2 + spec.repeats * inner  # warm-up, probe, correctness call, samples
+    outputs = batch * seq * heads * head_dim * (4 if mode == "fwd_bwd" else 1)
+    return calls * t + outputs * a.check_s_per_element + a.record_s
+
+
+def setup_estimate(shape: tuple, modes: Iterable[str], a: Assumptions = DEFAULT) -> float:
+    """Seconds to make a shape's inputs and the reference of each mode, once per unit."""
+    _, head_dim, seq, batch, heads = shape
+    total = a.setup_base_s
+    for mode in modes:
+        total += a.reference_compile_s + flops(mode, batch, heads, seq, head_dim) / (a.reference_tflops * 1e12)
+    return total
+
+
+# ---------------------------------------------------------------------------- measured costs
+
+
+def record_key(rec: Mapping[str, Any]) -> tuple:
+    """A record's identity without its tag (a tag is a label, not part of what is timed)."""
+    names = ("dtype", "head_dim", "seq", "batch", "heads", "mode", "config")
+    if rec.get("config") != "auto":
+        names += FWD_CONFIG_FIELDS if rec.get("mode") == "fwd" else FWD_BWD_CONFIG_FIELDS
+    return tuple(rec.get(n) for n in names)
+
+
+def measured_cost(rec: Mapping[str, Any], *, repeats: int, warmup: int) -> float | None:
+    """Seconds a record's config took, from its own fields; None for a record without them
+    (a failure: its cost in a new sweep is unknown, or nil when it gets pruned)."""
+    try:
+        compile_s, inner, median_ms = float(rec["compile_s"]), int(rec["inner"]), float(rec["median_ms"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return compile_s + (warmup + 2 + repeats * inner) * median_ms / 1e3
+
+
+@dataclass
+class CostTable:
+    """Measured seconds per record identity (``record_key``), from one results document."""
+
+    costs: dict[tuple, float]
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.costs)
+
+    def get(self, rec: Mapping[str, Any]) -> float | None:
+        return self.costs.get(record_key(rec))
+
+
+def load_costs(path: str | Path) -> CostTable:
+    """Per-config costs from a results document (the reference format)."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"--costs {p}: not a readable results document ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise ResultsError(f"--costs {p}: not a results document (needs a 'results' list)")
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    repeats = int(config.get("repeats") or 5)
+    timing = config.get("timing") if isinstance(config.get("timing"), dict) else {}
+    warmup = int(timing.get("warmup", 1))
+    costs: dict[tuple, float] = {}
+    for rec in doc["results"]:
+        if isinstance(rec, dict):
+            c = measured_cost(rec, repeats=repeats, warmup=warmup)
+            if c is not None:
+                costs[record_key(rec)] = c
+    if not costs:
+        raise ResultsError(f"--costs {p}: no record with compile_s, inner and median_ms")
+    return CostTable(costs, source=str(p))
+
+
+# ---------------------------------------------------------------------------- per item
+
+
+def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None,
+               a: Assumptions = DEFAULT) -> tuple[list[float], float]:
+    """Seconds per item (model, or ``table`` where it has the item) and the factor the model
+    was scaled by to agree with the table on the items both know (1.0 without a table).
+
+    The model depends on a few fields only, so it is cached on them: a million items cost
+    about one dict lookup each."""
+    from .plan import RUN
+
+    # No block of the spec is clamped at a seq at least this large.
+    big = max([128, *spec.fwd_block_q, *spec.fwd_block_k, *spec.bwd_outer, *spec.bwd_inner,
+               spec.forward_blocks.block_q, spec.forward_blocks.block_k])
+    compile_cache: dict[tuple, float] = {}
+    model: list[float] = []
+    append = model.append
+    last = None
+    t = 0.0
+    for it in items:
+        if it.kind != RUN:
+            append(-1.0)
+            continue
+        seq = it.seq
+        key = (it.mode, it.dtype, it.head_dim, it.params, seq if seq < big else big, it.config)
+        c = compile_cache.get(key)
+        if c is None:
+            if it.config == "auto":
+                cfg = auto_estimate(it.mode, it.dtype, it.head_dim, seq, spec.smem_limit_bytes)
+            else:
+                cfg = it.kernel_config()
+            c = compile_cache[key] = compile_estimate(it.mode, it.dtype, it.head_dim, seq, cfg, a)
+        shape = (it.mode, it.dtype, it.head_dim, seq, it.batch, it.heads)
+        if shape != last:  # items come grouped by shape and mode: recompute on a change only
+            t = timed_estimate(it.mode, it.dtype, it.batch, it.heads, seq, it.head_dim, spec, a)
+            last = shape
+        append(c + t)
+    if table is None:
+        return [c if c >= 0 else a.item_floor_s for c in model], 1.0
+    measured: list[float | None] = [None] * len(items)
+    both_measured = both_model = 0.0
+    for k, it in enumerate(items):
+        if model[k] < 0:
+            continue
+        m = table.costs.get((it.dtype, it.head_dim, it.seq, it.batch, it.heads, it.mode, it.config) + it.params)
+        if m is not None:
+            measured[k] = m
+            both_measured += m
+            both_model += model[k]
+    scale = both_measured / both_model if both_model > 0 else 1.0
+    out = []
+    for c, m in zip(model, measured):
+        out.append(a.item_floor_s if c < 0 else m if m is not None else c * scale)
+    return out, scale

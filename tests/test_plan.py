@@ -1,0 +1,217 @@
+"""Planning: item order and ids, shared-memory pruning on the reference run, sharding."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import tracemalloc
+
+import pytest
+
+from orchestrator import costs
+from orchestrator.errors import PlanError
+from orchestrator.plan import INVALID, PRUNED, RUN, expand, item_id, plan, plan_line, shard
+from orchestrator.schema import SweepSpec
+
+REQUESTED = re.compile(r"requested (\d+), available: (\d+)")
+
+
+@pytest.fixture
+def reference(sample_doc):
+    return SweepSpec(**sample_doc["config"])
+
+
+def _by_key(items):
+    return {costs.record_key(it.record_fields()): it for it in items}
+
+
+def test_plan_order_is_the_reference_record_order(sample_doc, reference):
+    items = expand(reference)
+    assert len(items) == 832
+    sample_keys = [costs.record_key(r) for r in sample_doc["results"]]
+    wanted = set(sample_keys)
+    # The excerpt's records appear in the plan in the same order, and each record's fields
+    # come out exactly as the reference wrote them (key order included).
+    in_plan = [it for it in items if costs.record_key(it.record_fields()) in wanted]
+    assert [costs.record_key(it.record_fields()) for it in in_plan] == sample_keys
+    for it, rec in zip(in_plan, sample_doc["results"]):
+        fields = it.record_fields()
+        assert list(fields.items()) == [(k, rec[k]) for k in list(rec)[: len(fields)]]
+    assert [it.index for it in items] == list(range(len(items)))
+
+
+def test_ids_are_stable_and_recomputable_from_records(sample_doc, reference):
+    items = expand(reference)
+    # Ids are part of every sweep directory and results document: they must never change.
+    assert (items[0].id, items[2].id, items[-1].id) == ("868d852e34a4fc6d", "f1ac0636ccb8d90e", "1a17a832188e09e5")
+    assert all(item_id(it.record_fields()) == it.id for it in items)
+    assert len({it.id for it in items}) == len(items)
+    # ... and from a merged record, result fields and all
+    by_key = _by_key(items)
+    for rec in sample_doc["results"]:
+        assert item_id(rec) == by_key[costs.record_key(rec)].id
+
+
+def test_ids_match_for_invalid_clamped_and_odd_grids():
+    spec = SweepSpec(dtypes=["float32"], head_dims=[48, 64], seq_lens=[64, 96, 256], fwd_block_q=[32, 64, 128, 256],
+                     bwd_fwd_config=[64, 32], smem_limit_bytes=100000, tag="x")
+    items = expand(spec)
+    assert all(item_id(it.record_fields()) == it.id for it in items)
+    kinds = {k: sum(it.kind == k for it in items) for k in (RUN, INVALID, PRUNED)}
+    assert kinds[INVALID] and kinds[PRUNED] and kinds[RUN]
+    bad = next(it for it in items if it.kind == INVALID)
+    assert bad.reason.startswith(f"ValueError: seq={bad.seq} must be a multiple of")
+
+
+def test_pruning_flags_exactly_the_reference_failures(sample_doc, reference):
+    items = expand(reference)
+    by_key = _by_key(items)
+    failed = [r for r in sample_doc["results"] if "error" in r]
+    assert len(failed) == 8
+    for rec in sample_doc["results"]:
+        it = by_key[costs.record_key(rec)]
+        if "error" in rec:
+            requested, available = map(int, REQUESTED.search(rec["error"]).groups())
+            assert it.kind == PRUNED and it.smem_bytes == requested and available == reference.smem_limit_bytes
+            assert it.reason.startswith("SharedMemoryPredicted: ") and str(requested) in it.reason
+        else:
+            assert it.kind == RUN, rec  # nothing that ran in the reference is pruned
+    # The whole reference run failed 72 configs, all on shared memory.
+    assert sum(it.kind == PRUNED for it in items) == 72
+    assert all(it.smem_bytes > reference.smem_limit_bytes for it in items if it.kind == PRUNED)
+    line = plan_line(next(it for it in items if it.kind == PRUNED))
+    assert line["pruned"] is True and line["smem_bytes"] > reference.smem_limit_bytes
+
+
+def test_pruning_can_be_switched_off(reference):
+    spec = reference.model_copy(update={"kernel": reference.kernel.model_copy(update={"prune_smem": "off"})})
+    items = expand(spec)
+    assert not any(it.kind == PRUNED for it in items)
+    # the prediction is still shown
+    assert sum(1 for it in items if it.smem_bytes and it.smem_bytes > spec.smem_limit_bytes) == 72
+    assert not any(it.kind == PRUNED for it in expand(reference.model_copy(update={"smem_limit_bytes": None})))
+
+
+# ---------------------------------------------------------------------------- sharding
+
+
+def _loads(units, cost, setups=None):
+    out = []
+    for u in units:
+        load = sum(cost[it.index] for it in u.items)
+        if setups:
+            load += sum(setups[sh] for sh in {it.shape for it in u.items})
+        out.append(load)
+    return out
+
+
+def _ratio(loads):
+    return max(loads) / statistics.mean(loads)
+
+
+def _contiguous(items, n):
+    return [type("U", (), {"items": items[i * len(items) // n:(i + 1) * len(items) // n]}) for i in range(n)]
+
+
+@pytest.mark.parametrize("strategy", ["shape", "balanced"])
+def test_units_partition_the_plan_in_plan_order(reference, strategy):
+    items = expand(reference)
+    units = shard(items, 8, strategy=strategy)
+    assert len(units) == 8
+    seen = [it.id for u in units for it in u.items]
+    assert sorted(seen) == sorted(it.id for it in items)
+    for i, u in enumerate(units):
+        assert u.index == i and all(it.unit == i for it in u.items)
+        assert [it.index for it in u.items] == sorted(it.index for it in u.items)
+    assert [u.items[0].index for u in units] == sorted(u.items[0].index for u in units)
+    # same input, same units (unit ids are what resume keys on)
+    assert [u.id for u in shard(expand(reference), 8, strategy=strategy)] == [u.id for u in units]
+
+
+def test_balance_beats_contiguous_chunks_on_a_synthetic_cost_table():
+    # 12 shapes whose items cost very different amounts, in plan order
+    spec = SweepSpec(dtypes=["bfloat16", "float32"], head_dims=[64, 128], seq_lens=[1024, 4096, 16384],
+                     smem_limit_bytes=None)
+    items = expand(spec)
+    cost = [(1.0 + (it.seq / 4096) ** 2) * (3.0 if it.mode == "fwd_bwd" else 1.0) * (1 + (it.index % 7) / 7)
+            for it in items]
+    for n in (4, 8, 16):
+        contiguous = _ratio(_loads(_contiguous(items, n), cost))
+        for strategy in ("shape", "balanced"):
+            units = shard(items, n, costs=cost, setups={it.shape: 0.0 for it in items}, strategy=strategy)
+            ratio = _ratio(_loads(units, cost))
+            assert ratio < contiguous and ratio <= 1.02, (n, strategy, ratio, contiguous)
+
+
+def test_shapes_stay_whole_where_that_costs_nothing():
+    spec = SweepSpec(dtypes=["bfloat16", "float32"], head_dims=[64, 128], seq_lens=[2048], smem_limit_bytes=None)
+    items = expand(spec)
+    cost = [1.0] * len(items)  # four equal shapes, two units: two whole shapes each
+    units = shard(items, 2, costs=cost, setups={it.shape: 1.0 for it in items}, strategy="shape")
+    assert [len({it.shape for it in u.items}) for u in units] == [2, 2]
+    # more units than shapes: shapes are split, each unit still gets one shape only
+    units = shard(items, 8, costs=cost, setups={it.shape: 1.0 for it in items}, strategy="shape")
+    assert [len({it.shape for it in u.items}) for u in units] == [1] * 8
+
+
+def test_measured_costs_balance_the_reference_excerpt(sample_doc, reference, tmp_path):
+    # Plan only the excerpt's items (the ones with measured costs) and judge with them.
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps(sample_doc))
+    table = costs.load_costs(path)
+    assert len(table) == 151  # the excerpt's successful records
+    keys = {costs.record_key(r) for r in sample_doc["results"]}
+    sub = [it for it in expand(reference) if costs.record_key(it.record_fields()) in keys]
+    truth = {it.index: table.get(it.record_fields()) or 0.002 for it in sub}
+    measured = [truth[it.index] for it in sub]
+    units = shard(sub, 8, costs=measured, setups={it.shape: 0.0 for it in sub})
+    loads = [sum(truth[it.index] for it in u.items) for u in units]
+    contiguous = [sum(truth[it.index] for it in sub[i * len(sub) // 8:(i + 1) * len(sub) // 8]) for i in range(8)]
+    assert _ratio(loads) <= 1.02 < _ratio(contiguous)
+
+
+def test_plan_takes_costs_from_a_results_document(sample_doc, reference, tmp_path):
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps(sample_doc))
+    table = costs.load_costs(path)
+    items, units = plan(reference, 8, costs=table)
+    assert len(units) == 8 and sum(len(u.items) for u in units) == 832
+    # the model fills in for the 13 problems the excerpt lacks, scaled to agree with it
+    cost, scale = costs.item_costs(items, reference, table)
+    assert 0.5 < scale < 2.0
+    rec = sample_doc["results"][2]
+    assert cost[2] == pytest.approx(rec["compile_s"] + (1 + 2 + 5 * rec["inner"]) * rec["median_ms"] / 1e3)
+
+
+def test_shard_rejects_bad_counts(reference):
+    items = expand(reference)
+    with pytest.raises(PlanError, match="at least 1"):
+        shard(items, 0)
+    with pytest.raises(PlanError, match="no items"):
+        shard([], 3)
+    assert len(shard(items[:5], 10)) == 5
+
+
+# ---------------------------------------------------------------------------- scale
+
+
+def _plan_peak_bytes(n_seqs: int) -> tuple[int, int]:
+    spec = SweepSpec(dtypes=["bfloat16", "float32"], head_dims=[64, 128], seq_lens=[128 * k for k in range(1, n_seqs + 1)])
+    tracemalloc.start()
+    try:
+        items, units = plan(spec, 16)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return len(items), peak
+
+
+def test_plan_memory_grows_in_proportion_to_items():
+    # What a 1,000,000-item plan needs, judged from 4x smaller and 16x smaller plans.
+    small_items, small_peak = _plan_peak_bytes(15)
+    big_items, big_peak = _plan_peak_bytes(60)
+    assert big_items == 4 * small_items
+    per_item = big_peak / big_items
+    assert 0.8 * 4 < big_peak / small_peak < 1.25 * 4
+    assert per_item < 1000, f"{per_item:.0f} bytes per item"
