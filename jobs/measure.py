@@ -3,10 +3,15 @@
 A bad config is a record, never an exception: compile failures, resource exhaustion and
 wrong shapes come back as ``{"error": "Type: message"}``. Inputs and the reference
 outputs are computed once per shape (``ShapeContext``) and shared by every config of it.
+
+Compiling (``compile_item``) is apart from checking and timing (``finish_item``) so the
+worker can compile upcoming configs on other threads: a compile needs only the inputs'
+shapes and dtypes (``abstract_args``), never the arrays.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +43,7 @@ class ShapeContext:
 
     args: tuple
     refs: dict[str, tuple]  # mode -> reference outputs
+    shape: tuple = ()       # WorkItem.shape it was made for
 
     @classmethod
     def make(cls, item: WorkItem, spec: SweepSpec) -> "ShapeContext":
@@ -47,7 +53,7 @@ class ShapeContext:
             batch=item.batch, seq=item.seq, heads=item.heads, head_dim=item.head_dim,
             dtype=item.dtype, seed=spec.timing.seed,
         )
-        return cls(args=args, refs={})
+        return cls(args=args, refs={}, shape=item.shape)
 
     def reference(self, mode: str) -> tuple:
         if mode not in self.refs:
@@ -58,6 +64,17 @@ class ShapeContext:
             ref_fn = jax.jit(attention.build_reference(mode))
             self.refs[mode] = tuple(jax.block_until_ready(ref_fn(*self.args)))
         return self.refs[mode]
+
+
+@functools.lru_cache(maxsize=64)
+def abstract_args(batch: int, seq: int, heads: int, head_dim: int, dtype: str) -> tuple:
+    """Shapes and dtypes of a shape's inputs (what ``make_inputs`` returns), for lowering."""
+    import jax
+
+    from kernels import attention
+
+    return tuple(jax.eval_shape(functools.partial(
+        attention.make_inputs, batch=batch, seq=seq, heads=heads, head_dim=head_dim, dtype=dtype)))
 
 
 def kernel_config(item: WorkItem, spec: SweepSpec) -> Any:
@@ -72,32 +89,68 @@ def kernel_config(item: WorkItem, spec: SweepSpec) -> Any:
     return attention.AttentionConfig(**cfg)
 
 
-def measure_item(item: WorkItem, ctx: ShapeContext, spec: SweepSpec) -> dict[str, Any]:
-    """The record of one runnable item (results or an error)."""
+@dataclass
+class Compiled:
+    """One config's compile: the executable, or the error that stopped it."""
+
+    executable: Any = None
+    compile_s: float = 0.0  # this config's own lower + compile wall time
+    cached: bool = False    # the persistent compilation cache supplied the executable
+    error: str | None = None
+
+
+def compile_item(item: WorkItem, spec: SweepSpec) -> Compiled:
+    """Lower and compile one runnable item; safe to call from several threads at once."""
+    from kernels import attention, timing
+
+    from .compile_pool import cache_hits
+
+    try:
+        config = kernel_config(item, spec)
+        fn = attention.build(item.mode, config, interpret=interpret_flag(spec))
+        args = abstract_args(item.batch, item.seq, item.heads, item.head_dim, item.dtype)
+        with cache_hits() as hits:
+            executable, compile_s = timing.compile_fn(fn, args)
+    except Exception as exc:  # a bad config is a record
+        log.info("item %s failed to compile: %s", item.id, error_string(exc))
+        return Compiled(error=error_string(exc))
+    return Compiled(executable, compile_s, hits.cached)
+
+
+def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: SweepSpec) -> dict[str, Any]:
+    """The record of a compiled item: check its outputs against the reference, time it."""
     import jax
 
     from kernels import attention, timing
 
     rec = item.record_fields()
+    if compiled.error is not None:
+        rec["error"] = compiled.error
+        return rec
     try:
-        config = kernel_config(item, spec)
-        fn = attention.build(item.mode, config, interpret=interpret_flag(spec))
-        compiled, compile_s = timing.compile_fn(fn, ctx.args)
-        outs = jax.block_until_ready(compiled(*ctx.args))
+        outs = jax.block_until_ready(compiled.executable(*ctx.args))
         err = attention.rel_err(outs, ctx.reference(item.mode))
+        del outs
         t = timing.measure(
-            compiled, ctx.args, repeats=spec.repeats, target_ms=spec.timing.target_ms,
+            compiled.executable, ctx.args, repeats=spec.repeats, target_ms=spec.timing.target_ms,
             max_inner=spec.timing.max_inner, warmup=spec.timing.warmup,
         )
     except Exception as exc:  # a bad config is a record
         log.info("item %s failed: %s", item.id, error_string(exc))
         rec["error"] = error_string(exc)
+        rec["compile_cached"] = compiled.cached
         return rec
     rec.update(
-        rel_err=float(err), compile_s=float(compile_s), inner=int(t.inner),
+        rel_err=float(err), compile_s=float(compiled.compile_s), inner=int(t.inner),
         median_ms=float(t.median_ms), q1_ms=float(t.q1_ms), q3_ms=float(t.q3_ms), timer=t.timer,
+        compile_cached=compiled.cached,
     )
     return rec
+
+
+def measure_item(item: WorkItem, ctx: ShapeContext, spec: SweepSpec) -> dict[str, Any]:
+    """The record of one runnable item (results or an error): compile, check, time."""
+    return finish_item(item, compile_item(item, spec), ctx, spec)
 
 
 def skipped_record(item: WorkItem) -> dict[str, Any]:

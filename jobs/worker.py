@@ -2,46 +2,62 @@
 
 Knows nothing of SLURM: dispatch calls ``run_unit`` (through submitit) or a user runs it
 by hand. Each finished config is appended to the unit's partial file at once (flushed and
-fsynced), so a kill loses at most the config in flight; a rerun skips what is recorded.
+fsynced), so a kill loses at most the configs in flight; a rerun skips what is recorded.
 The completion marker is written atomically at the end.
+
+Where the time goes, and what the worker does about it:
+- configs the shared-memory model prunes (and invalid ones) are recorded without compiling;
+- runnable configs are compiled a window at a time on a thread pool as large as the
+  allocation's CPUs (``compile.workers``), then checked and timed one after another with
+  the pool idle (``jobs.compile_pool`` says why timing never overlaps a compile);
+- compiles go through jax's persistent cache (``compile.cache_dir``), so a rerun loads them;
+- inputs and reference outputs are made once per shape (``measure.ShapeContext``).
+
+A window's configs all get a ``start`` line before it compiles. If the worker dies there,
+each of them looks like a suspect on the next attempt; suspects are then compiled one at
+a time, so a config that really kills its worker is the only one that reaches
+``executor.max_config_attempts``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import itertools
 import logging
 import os
 import platform
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from orchestrator.errors import TilesweepError
 from orchestrator.partials import PartialWriter, read_partial
-from orchestrator.plan import RUN
+from orchestrator.plan import RUN, WorkItem
 from orchestrator.schema import SCHEMA_VERSION, env_fingerprint
 from orchestrator.sweepdir import SweepDir, atomic_write_json, now_iso
 
-from . import measure
+from . import compile_pool, measure
 
 log = logging.getLogger(__name__)
 
-# The config in flight, so a preemption handler can mark it abandoned (not a crash).
+# The configs in flight, so a preemption handler can mark them abandoned (not a crash).
 _IN_FLIGHT: dict[str, Any] = {}
 
 
 def abandon_in_flight() -> str | None:
-    """Record that the config in flight is given up on purpose (preemption, time-limit
-    warning), so it is not counted as a config that killed its worker. Returns its id."""
-    writer, item, attempt = (_IN_FLIGHT.get(k) for k in ("writer", "item", "attempt"))
-    if writer is None or item is None:
+    """Record that the configs in flight are given up on purpose (preemption, time-limit
+    warning), so none is counted as a config that killed its worker. Returns their ids
+    (comma-separated when a window was compiling), or None when none was in flight."""
+    writer, attempt = _IN_FLIGHT.get("writer"), _IN_FLIGHT.get("attempt")
+    items = list(_IN_FLIGHT.get("items") or ())
+    if writer is None or not items:
         return None
-    writer.write({"abandon": item, "attempt": attempt})
-    _IN_FLIGHT["item"] = None
-    return item
+    for iid in items:
+        writer.write({"abandon": iid, "attempt": attempt})
+    _IN_FLIGHT["items"] = []
+    return ",".join(items)
 
 
 def device_block() -> dict[str, Any]:
@@ -63,7 +79,7 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None) -> dict[s
     """Run every item of the unit that has no record yet; return a summary.
 
     ``stop_check()`` (optional) is polled between configs; when it returns True the worker
-    stops cleanly after the config in flight (used on preemption warnings).
+    stops cleanly after the config being timed (configs compiled ahead are abandoned).
     """
     sd = SweepDir.open(sweep_dir)
     unit_id = sd.resolve_unit(unit_key)
@@ -76,48 +92,95 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None) -> dict[s
     existing = read_partial(path)
     attempt = existing.attempts + 1
     todo = [it for it in items if it.id not in existing.records]
-    log.info("unit %s attempt %d: %d of %d items to do", unit_id, attempt, len(todo), len(items))
+    workers = compile_pool.pool_size(spec.compile.workers)
+    cache_dir = compile_pool.resolve_cache_dir(spec.compile.cache_dir, sd.root)
+    log.info("unit %s attempt %d: %d of %d items to do, %d compile workers, cache %s",
+             unit_id, attempt, len(todo), len(items), workers, cache_dir or "off")
     started = time.perf_counter()
-    done = errors = 0
+    stats = {"done": 0, "errors": 0, "compiled": 0, "compile_cached": 0, "compile_sum_s": 0.0, "compile_wall_s": 0.0}
     stopped = False
-    with PartialWriter(path) as w:
+    with PartialWriter(path) as w, compile_pool.persistent_cache(cache_dir), compile_pool.CompilePool(workers) as pool:
         w.write({"header": {
             "schema": SCHEMA_VERSION, "unit": unit_id, "sweep": spec.fingerprint(), "attempt": attempt,
             "device": device, "env": env_fingerprint(device), "host": socket.gethostname(), "pid": os.getpid(),
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started": now_iso(),
         }})
-        for _, group in itertools.groupby(todo, key=lambda it: it.shape):
-            ctx: measure.ShapeContext | None = None
-            for it in group:
+        _IN_FLIGHT.update(writer=w, attempt=attempt, items=[])
+
+        def record(it: WorkItem, rec: dict[str, Any]) -> None:
+            w.write({"id": it.id, "attempt": attempt, "record": rec})
+            stats["done"] += 1
+            stats["errors"] += "error" in rec
+            log.info("unit %s: %d/%d %s", unit_id, stats["done"], len(todo), "error" if "error" in rec else "ok")
+
+        # Records that need no compile first: pruned, invalid, and configs given up on.
+        runnable = []
+        for it in todo:
+            if it.kind != RUN:
+                record(it, measure.skipped_record(it))
+            elif existing.starts[it.id] >= spec.executor.max_config_attempts:
+                record(it, measure.crashed_record(it, existing.starts[it.id]))
+            else:
+                runnable.append(it)
+        ctx: measure.ShapeContext | None = None
+        for window in _windows(runnable, compile_pool.window_size(workers), suspects=existing.starts):
+            if stop_check is not None and stop_check():
+                stopped = True
+                break
+            for it in window:
+                w.write({"start": it.id, "attempt": attempt})
+            _IN_FLIGHT["items"] = [it.id for it in window]
+            t0 = time.perf_counter()
+            compiled = pool.map(lambda it: measure.compile_item(it, spec), window)
+            stats["compile_wall_s"] += time.perf_counter() - t0
+            for k, (it, comp) in enumerate(zip(window, compiled)):
                 if stop_check is not None and stop_check():
                     stopped = True
+                    abandon_in_flight()
                     break
-                if it.kind != RUN:
-                    rec = measure.skipped_record(it)
-                elif existing.starts[it.id] >= spec.executor.max_config_attempts:
-                    rec = measure.crashed_record(it, existing.starts[it.id])
-                else:
-                    w.write({"start": it.id, "attempt": attempt})
-                    _IN_FLIGHT.update(writer=w, item=it.id, attempt=attempt)
-                    if ctx is None:
-                        ctx = measure.ShapeContext.make(it, spec)
-                    rec = measure.measure_item(it, ctx, spec)
-                    _IN_FLIGHT["item"] = None
-                w.write({"id": it.id, "attempt": attempt, "record": rec})
-                done += 1
-                errors += "error" in rec
-                log.info("unit %s: %d/%d %s", unit_id, done, len(todo), "error" if "error" in rec else "ok")
+                if ctx is None or ctx.shape != it.shape:
+                    ctx = None  # free the previous shape's arrays first
+                    ctx = measure.ShapeContext.make(it, spec)
+                rec = measure.finish_item(it, comp, ctx, spec)
+                compiled[k] = None  # drop the executable once timed
+                _IN_FLIGHT["items"].remove(it.id)
+                if comp.error is None:
+                    stats["compiled"] += 1
+                    stats["compile_cached"] += comp.cached
+                    stats["compile_sum_s"] += comp.compile_s
+                record(it, rec)
             if stopped:
                 break
     _IN_FLIGHT.clear()
     summary = {
-        "unit": unit_id, "attempt": attempt, "done": done, "errors": errors,
+        "unit": unit_id, "attempt": attempt, "done": stats["done"], "errors": stats["errors"],
         "total": len(items), "already": len(items) - len(todo), "stopped": stopped,
         "wall_s": round(time.perf_counter() - started, 3),
+        "compile_workers": workers, "compiled": stats["compiled"], "compile_cached": stats["compile_cached"],
+        "compile_sum_s": round(stats["compile_sum_s"], 3), "compile_wall_s": round(stats["compile_wall_s"], 3),
     }
     if not stopped:
         atomic_write_json(sd.marker_path(unit_id), {**summary, "finished": now_iso()})
     return summary
+
+
+def _windows(items: list[WorkItem], size: int, suspects: Any) -> Iterator[list[WorkItem]]:
+    """Plan-ordered windows of at most ``size`` items; an item a previous attempt started
+    without finishing (a suspect) gets a window of its own."""
+    window: list[WorkItem] = []
+    for it in items:
+        if suspects[it.id] > 0:
+            if window:
+                yield window
+                window = []
+            yield [it]
+            continue
+        window.append(it)
+        if len(window) >= size:
+            yield window
+            window = []
+    if window:
+        yield window
 
 
 def main(argv: list[str] | None = None) -> int:

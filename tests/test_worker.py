@@ -1,0 +1,128 @@
+"""The worker on this CPU (interpret mode): pruning without compiling, the compile pool, the
+persistent compilation cache, and crash attribution when a window of configs was in flight."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobs import worker
+from orchestrator.cli import prepare_sweep
+from orchestrator.partials import read_partial
+from orchestrator.plan import PRUNED, RUN
+from orchestrator.schema import SCHEMA_VERSION
+
+TIMING_FIELDS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}
+# float32 d16 at seq 64 in TINY_SPEC: the backward of the forced fwd_bwd config with
+# bwd_inner 32 needs 16640 bytes, the other configs at most 16384, so this limit prunes that
+# one config; every runnable config (autos included) is then a distinct program in
+# interpret mode, where stages and warps do not change the program.
+PRUNING_LIMIT = 16500
+
+
+def _sweep(write_spec, tmp_path: Path, name: str, **overrides: Any):
+    spec = write_spec(f"{name}.json", **{"smem_limit_bytes": PRUNING_LIMIT, "sharding": {"units": 1}, **overrides})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / name), None, None)
+    assert len(unit_ids) == 1
+    return sd, unit_ids[0]
+
+
+def _lines(sd, unit_id: str) -> list[dict]:
+    return [json.loads(line) for line in sd.partial_path(unit_id).read_text().splitlines() if line.strip()]
+
+
+def _records(sd, unit_id: str) -> dict[str, dict]:
+    return {obj["id"]: obj["record"] for obj in _lines(sd, unit_id) if "record" in obj}
+
+
+def test_pool_cache_and_pruning(write_spec, tmp_path):
+    # Parallel compile, cold cache
+    sd, unit = _sweep(write_spec, tmp_path, "parallel", compile={"workers": 2})
+    items = sd.unit_items(unit)
+    pruned = [it for it in items if it.kind == PRUNED]
+    runnable = [it for it in items if it.kind == RUN]
+    assert len(pruned) == 1 and len(runnable) == 5
+    summary = worker.run_unit(str(sd.root), unit)
+    assert summary["compile_workers"] == 2 and summary["compiled"] == 5 and summary["done"] == 6
+    recs = _records(sd, unit)
+    # pruned configs are recorded without compiling: no start line, the model's verdict
+    started = {obj["start"] for obj in _lines(sd, unit) if "start" in obj}
+    assert started == {it.id for it in runnable}
+    for it in pruned:
+        rec = recs[it.id]
+        assert rec["pruned"] is True and rec["smem_bytes"] == it.smem_bytes > PRUNING_LIMIT
+        assert rec["error"].startswith("SharedMemoryPredicted: ") and "compile_s" not in rec
+    # a cold cache: no compile came from it, and it now holds them
+    assert [recs[it.id]["compile_cached"] for it in runnable] == [False] * 5
+    assert any((sd.root / "compile-cache").iterdir())
+
+    # The serial path (one config after another, no cache) gives the same records except timings
+    sd_serial, unit_serial = _sweep(write_spec, tmp_path, "serial", compile={"workers": 1, "cache_dir": "off"})
+    assert worker.run_unit(str(sd_serial.root), unit_serial)["compile_workers"] == 1
+    assert not (sd_serial.root / "compile-cache").exists()
+    serial = _records(sd_serial, unit_serial)
+    strip = lambda rec: {k: v for k, v in rec.items() if k not in TIMING_FIELDS}
+    assert {i: strip(r) for i, r in serial.items()} == {i: strip(r) for i, r in recs.items()}
+    assert all(list(serial[i]) == list(recs[i]) for i in recs)  # same fields, same order
+
+    # A warm cache: a new sweep using the first one's cache loads every compile
+    sd_warm, unit_warm = _sweep(write_spec, tmp_path, "warm", compile={"workers": 2, "cache_dir": str(sd.root / "compile-cache")})
+    summary = worker.run_unit(str(sd_warm.root), unit_warm)
+    assert summary["compile_cached"] == 5
+    warm = _records(sd_warm, unit_warm)
+    assert [warm[it.id]["compile_cached"] for it in runnable] == [True] * 5
+    assert {i: strip(r) for i, r in warm.items() if r.get("compile_cached")} == \
+        {i: {**strip(r), "compile_cached": True} for i, r in recs.items() if "compile_cached" in r}
+
+
+def _fake_attempt(sd, unit_id: str, lines: list[dict]) -> None:
+    """A previous attempt that died: its header and the given lines."""
+    path = sd.partial_path(unit_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {"header": {"schema": SCHEMA_VERSION, "unit": unit_id, "attempt": 1}}
+    path.write_text("".join(json.dumps(obj) + "\n" for obj in [header, *lines]))
+
+
+def test_suspects_of_a_dead_window_are_compiled_alone(write_spec, tmp_path):
+    sd, unit = _sweep(write_spec, tmp_path, "crash", compile={"workers": 2, "cache_dir": "off"})
+    runnable = [it for it in sd.unit_items(unit) if it.kind == RUN]
+    killer, *suspects = runnable[:3]
+    # attempt 1 died with a window of three in flight; the killer had died once before too
+    _fake_attempt(sd, unit, [{"start": killer.id, "attempt": 0}] + [{"start": it.id, "attempt": 1} for it in runnable[:3]])
+    summary = worker.run_unit(str(sd.root), unit)
+    assert summary["attempt"] == 2 and summary["done"] == 6
+    recs = _records(sd, unit)
+    assert recs[killer.id]["error"].startswith("WorkerCrashed: ")
+    assert all("error" not in recs[it.id] for it in runnable[1:])
+    # each suspect had a window of its own: its start line is followed by its record
+    lines = _lines(sd, unit)[5:]
+    for it in suspects:
+        k = next(i for i, obj in enumerate(lines) if obj.get("start") == it.id)
+        assert lines[k + 1].get("id") == it.id
+    # the killer was not started again
+    assert [obj for obj in lines if obj.get("start") == killer.id] == []
+
+
+def test_stop_abandons_the_configs_compiled_ahead(write_spec, tmp_path):
+    sd, unit = _sweep(write_spec, tmp_path, "stop", compile={"workers": 2, "cache_dir": "off"})
+    runnable = [it for it in sd.unit_items(unit) if it.kind == RUN]
+    polls = []
+
+    def stop_after_first_config() -> bool:
+        polls.append(1)
+        return len(polls) > 2  # before the window, before config 1, then stop
+
+    summary = worker.run_unit(str(sd.root), unit, stop_check=stop_after_first_config)
+    assert summary["stopped"] and summary["done"] == 1 + 1  # the pruned one and one config
+    assert not sd.marker_path(unit).exists()
+    content = read_partial(sd.partial_path(unit))
+    abandoned = [obj["abandon"] for obj in _lines(sd, unit) if "abandon" in obj]
+    assert abandoned == [it.id for it in runnable[1:]]
+    assert all(content.starts[it.id] == 0 for it in runnable[1:])  # nobody is a suspect
+    assert worker.abandon_in_flight() is None
+    summary = worker.run_unit(str(sd.root), unit)
+    assert summary["done"] == 4 and summary["errors"] == 0
+    assert all("error" not in r for r in _records(sd, unit).values() if not r.get("pruned"))
