@@ -20,8 +20,9 @@ medians, one figure a line::
     remerge_vs_floor=X
     merge_peak_mem_vs_doc=X
 
-Run: ``.venv/bin/python -m bench.merge [--units 1000] [--runs 3] [--dir DIR]``; ``--units``
-scales the sweep (1,000 records a unit).
+Run: ``.venv/bin/python -m bench.merge [--units 1000] [--runs 3] [--dir DIR] [--stdlib-json]``;
+``--units`` scales the sweep (1,000 records a unit); ``--stdlib-json`` merges without orjson
+(the merger parses partial lines with orjson when it is installed, the stdlib otherwise).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+STDLIB_ENV = "TILESWEEP_BENCH_STDLIB_JSON"
+
+
 def _child(args: list[str]) -> dict:
     out = subprocess.run([sys.executable, "-m", "bench.merge", "--child", *args], cwd=ROOT,
                          capture_output=True, text=True, check=False)
@@ -51,8 +55,12 @@ def _child(args: list[str]) -> dict:
 
 def child_main(kind: str, paths: list[str]) -> None:
     if kind in ("merge", "merge-cold"):
+        from orchestrator import partials
         from orchestrator.merge import merge
         from orchestrator.sweepdir import SweepDir
+
+        if os.environ.get(STDLIB_ENV):
+            partials._orjson = None  # what a user without orjson gets
 
         sd = SweepDir.open(paths[0])
         if kind == "merge-cold":
@@ -102,10 +110,18 @@ def main() -> None:
     ap.add_argument("--units", type=int, default=1000, help="units of 1,000 records (default 1000: 1M records)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", help="build the sweep here (default: a temp dir, removed after)")
+    ap.add_argument("--stdlib-json", action="store_true", help="merge without orjson (the stdlib parser only)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child_main(args.child[0], args.child[1:])
+    if args.stdlib_json:
+        os.environ[STDLIB_ENV] = "1"
+    try:
+        import orjson  # noqa: F401
+        parser = "stdlib json" if args.stdlib_json else "orjson"
+    except ImportError:
+        parser = "stdlib json (orjson not installed)"
 
     sys.path.insert(0, str(ROOT))
     from bench._synth import build_sweep, million_spec
@@ -115,14 +131,14 @@ def main() -> None:
         root = tmp / "sweep"
         spec = million_spec()
         if args.units != 1000:  # 10 shapes (1,000 items) per unit
-            spec["seq_lens"] = [128 * k for k in range(1, args.units // 10 + 1)] if args.units >= 10 else [128]
+            spec["seq_lens"] = [128 * k for k in range(1, args.units + 1)]
             spec["head_dims"] = spec["head_dims"][:5]
         t0 = time.perf_counter()
         sd, units = build_sweep(root, spec, args.units)
         n = sum(len(u.items) for u in units)
         partials_mb = sum(p.stat().st_size for p in sd.partials.iterdir()) / 1e6
-        print(f"records={n} units={len(units)} partials_mb={partials_mb:.0f} build_s={time.perf_counter() - t0:.0f}",
-              flush=True)
+        print(f"records={n} units={len(units)} partials_mb={partials_mb:.0f} build_s={time.perf_counter() - t0:.0f} "
+              f"merge_parser={parser}", flush=True)
         del units
         floor_out = tmp / "floor.json"
 

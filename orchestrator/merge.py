@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import ResultsError
-from .mergecache import Segment, any_record_text, check_headers, segment
+from .mergecache import CACHE_DIR, Segment, any_record_text, check_headers, segment
 from .mergelock import MergeLock, lock_path_for
 from .partials import loads
 from .plan import item_id
@@ -277,7 +277,7 @@ def merge(sd: SweepDir, *, output: Path | None = None, use_cache: bool = True) -
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
-        for p in remove_dead_temps(out):
+        for p in remove_dead_temps(out) + remove_dead_temps(sd.root / CACHE_DIR):
             log.info("removed %s, left by a merge that was killed", p)
         segs, moved, env = collect(sd, use_cache=use_cache)
         planned = sd.planned

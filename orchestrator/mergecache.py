@@ -176,6 +176,8 @@ def check_headers(seg: Segment, fingerprint: str, env: dict[str, Any] | None) ->
     """Why the partial's headers say it is not this sweep's, or None."""
     for h in seg.headers:
         where = f"line {h.get('line')}"
+        if type(h.get("attempt")) is not int or not isinstance(h.get("started"), (str, type(None))):
+            return f"{where}: a worker header without an integer attempt and a start time"
         if h.get("schema") != SCHEMA_VERSION:
             return f"{where}: partial schema version {h.get('schema')!r}, this tilesweep reads {SCHEMA_VERSION}"
         if h.get("sweep") != fingerprint:
@@ -264,8 +266,9 @@ def segment(sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True) 
             seg = Segment(unit, path)
         f.seek(start)
         data = f.read()
+        after = os.fstat(f.fileno())  # mtime of what was read at the latest: a later append is seen as growth
     seg.path, seg.cached = path, False
-    seg.ino, seg.size, seg.mtime_ns = st.st_ino, start + len(data), st.st_mtime_ns
+    seg.ino, seg.size, seg.mtime_ns = st.st_ino, start + len(data), after.st_mtime_ns
     umap_fn = lambda: _unit_map(sweep_root, unit)  # noqa: E731 - read only when records need it
     consumed, lines = _consume(seg, data, seg.lines + 1, umap_fn, tail_ok=False)
     seg.parsed = start + consumed

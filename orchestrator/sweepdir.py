@@ -10,9 +10,12 @@ Layout::
     env.json            environment fingerprint of the first worker (later ones must match)
     jobs.jsonl          submission history (executor, job ids, attempt)
     logs/               submitit's folder (sbatch files, stdout/stderr per task)
+    merge-cache/        partials parsed for merging (derived; safe to delete, see mergecache)
+    quarantine/         partials the merger refused to merge, moved aside (see quarantine)
 
 Files that several processes may write (units.json, env.json, markers, the results
-document) are written to a temp file and ``os.replace``d into place.
+document) are written to a temp file and ``os.replace``d into place; the temp file's name
+carries host and pid, so one left by a killed writer can be cleaned up (``remove_dead_temps``).
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import re
 import socket
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from glob import escape as glob_escape
 from pathlib import Path
 from typing import IO, Any
 
@@ -81,17 +84,22 @@ def atomic_open(path: Path, mode: str = "w", *, fsync: bool = True) -> Iterator[
 
 
 def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
-    """Delete temp files of ``path`` left by writers on this host that are dead (killed
-    mid-write); they are incomplete copies, never data. Live writers' temps are kept."""
-    host = socket.gethostname()
+    """Delete temp files (``temp_path``) of ``path``, or of any file in the folder ``path``,
+    left by writers on this host that are dead (killed mid-write) and idle for ``min_age_s``:
+    incomplete copies, never data. Live writers' temps are kept."""
+    folder, target = (path, r".+") if path.is_dir() else (path.parent, re.escape(path.name))
+    pattern = re.compile(rf"\.{target}\.{re.escape(socket.gethostname())}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
     removed = []
-    for tmp in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
-        parts = tmp.name[len(path.name) + 2:].split(".")
-        if len(parts) < 4 or ".".join(parts[:-3]) != host or not parts[-3].isdigit():
+    try:
+        candidates = list(folder.glob(".*.tmp"))
+    except OSError:
+        return removed
+    for tmp in candidates:
+        m = pattern.fullmatch(tmp.name)
+        if m is None:
             continue
-        pid = int(parts[-3])
         try:
-            if time.time() - tmp.stat().st_mtime < min_age_s or _pid_alive(pid):
+            if time.time() - tmp.stat().st_mtime < min_age_s or _pid_alive(int(m.group(1))):
                 continue
             tmp.unlink()
             removed.append(tmp)
