@@ -1,0 +1,212 @@
+"""The worker against the naive loop, on this machine's CPUs (Pallas interpret mode).
+
+The unit: 28 configs of the reference fwd grid (auto + block_q x block_k x stages 1-3, 4 warps)
+at float32, head_dim 64, seq 256, batch 1, heads 2, repeats 5, 50 ms samples, with
+``smem_limit_bytes`` 100000 so the shared-memory model prunes 7 of them (25%).
+
+Variants, each in a fresh process (no jax state carried over), interleaved per round:
+
+- ``naive``: one config after another, fresh inputs and a fresh reference (retraced and
+  recompiled) for each, no pruning (a config the model would prune is compiled, then given
+  up, as on a GPU where it fails on shared memory), no compilation cache, serial compile.
+- ``full``: ``jobs.worker.run_unit`` as configured by default: pruning, inputs/references
+  once per shape, a compile pool of all CPUs, the persistent cache (cold).
+- ``nocache``: the same with ``compile.cache_dir: "off"``. In interpret mode stages and
+  warps do not change the program, so the cold ``full`` run already loads 2 of 3 stage
+  variants from its own cache; on a GPU each config is its own program. ``nocache`` shows
+  the gain without that.
+- ``warm``: ``full`` again in a new sweep directory using the cold run's cache.
+
+Also measured: how much a compile running beside the timing loop perturbs the timed
+median (``timing_overlap_ratio``, median with two compile threads busy / alone), the
+reason the worker never overlaps them.
+
+Prints medians over rounds, ``worker_vs_naive`` (full / naive wall time) and last
+``warm_cache_compile_ratio`` (summed compile_s, warm / cold).
+
+Run: ``.venv/bin/python -m bench.worker [--rounds 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+SPEC: dict[str, Any] = {
+    "dtypes": ["float32"], "head_dims": [64], "seq_lens": [256], "modes": ["fwd"],
+    "batch": 1, "heads": 2, "repeats": 5, "tag": "bench",
+    "fwd_block_q": [32, 64, 128], "fwd_block_k": [32, 64, 128], "fwd_stages": [1, 2, 3], "fwd_warps": [4],
+    "smem_limit_bytes": 100000,
+    "timing": {"target_ms": 50, "max_inner": 200, "warmup": 1},
+    "sharding": {"units": 1},
+}
+
+
+# ---------------------------------------------------------------------------- variants (child side)
+
+
+def run_worker(work: Path, name: str, compile_settings: dict[str, Any]) -> dict[str, Any]:
+    from jobs.worker import run_unit
+    from orchestrator.cli import prepare_sweep
+
+    spec_path = work / f"{name}.json"
+    spec_path.write_text(json.dumps({**SPEC, "output": str(work / f"{name}-results.json"), "compile": compile_settings}))
+    sd, unit_ids, _ = prepare_sweep(str(spec_path), str(work / name), None, None)
+    start = time.perf_counter()
+    summary = run_unit(str(sd.root), unit_ids[0])
+    wall = time.perf_counter() - start
+    recs = [json.loads(line)["record"] for line in sd.partial_path(unit_ids[0]).read_text().splitlines()
+            if '"record"' in line]
+    return {"wall_s": wall, "compile_s": sum(r.get("compile_s", 0.0) for r in recs),
+            "cache_hits": sum(bool(r.get("compile_cached")) for r in recs), "records": len(recs),
+            "pruned": sum(bool(r.get("pruned")) for r in recs), "workers": summary["compile_workers"]}
+
+
+def run_naive(work: Path) -> dict[str, Any]:
+    import jax
+
+    from jobs import compile_pool, measure
+    from kernels import attention, timing
+    from orchestrator.plan import RUN, expand
+    from orchestrator.schema import SweepSpec
+
+    spec = SweepSpec(**SPEC)
+    compile_total = 0.0
+    with compile_pool.persistent_cache(None):
+        start = time.perf_counter()
+        for it in expand(spec):
+            args = attention.make_inputs(batch=it.batch, seq=it.seq, heads=it.heads, head_dim=it.head_dim,
+                                         dtype=it.dtype, seed=spec.timing.seed)
+            ref = jax.block_until_ready(jax.jit(attention.build_reference(it.mode))(*args))
+            fn = attention.build(it.mode, measure.kernel_config(it, spec), interpret=measure.interpret_flag(spec))
+            compiled, compile_s = timing.compile_fn(fn, args)
+            compile_total += compile_s
+            if it.kind != RUN:
+                continue  # on a GPU this compile fails on shared memory: nothing to time
+            attention.rel_err(jax.block_until_ready(compiled(*args)), ref)
+            timing.measure(compiled, args, repeats=spec.repeats, target_ms=spec.timing.target_ms,
+                           max_inner=spec.timing.max_inner, warmup=spec.timing.warmup)
+        wall = time.perf_counter() - start
+    return {"wall_s": wall, "compile_s": compile_total}
+
+
+def run_overlap(work: Path) -> dict[str, Any]:
+    """Median of a timed config alone, then while two threads keep compiling others."""
+    from jobs import compile_pool, measure
+    from kernels import timing
+    from orchestrator.plan import RUN, expand
+    from orchestrator.schema import SweepSpec
+
+    spec = SweepSpec(**SPEC)
+    items = [it for it in expand(spec) if it.kind == RUN]
+    ctx = measure.ShapeContext.make(items[0], spec)
+    exe = measure.compile_item(items[0], spec).executable
+
+    def median() -> float:
+        return timing.measure(exe, ctx.args, repeats=spec.repeats, target_ms=spec.timing.target_ms,
+                              max_inner=spec.timing.max_inner, warmup=1).median_ms
+
+    alone = [median() for _ in range(3)]
+    stop = threading.Event()
+
+    def compile_forever() -> None:
+        k = 1
+        while not stop.is_set():
+            measure.compile_item(items[k % len(items)], spec)
+            k += 1
+
+    with compile_pool.persistent_cache(None):
+        threads = [threading.Thread(target=compile_forever) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        beside = [median() for _ in range(3)]
+        stop.set()
+        for t in threads:
+            t.join()
+    return {"alone_ms": statistics.median(alone), "beside_ms": statistics.median(beside)}
+
+
+def child(variant: str, work: Path, extra: str | None) -> None:
+    if variant == "naive":
+        out = run_naive(work)
+    elif variant == "overlap":
+        out = run_overlap(work)
+    elif variant == "full":
+        out = run_worker(work, "full", {})
+    elif variant == "nocache":
+        out = run_worker(work, "nocache", {"cache_dir": "off"})
+    elif variant == "warm":
+        out = run_worker(work, "warm", {"cache_dir": extra})
+    else:
+        raise SystemExit(f"unknown variant {variant}")
+    print("RESULT " + json.dumps(out))
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+def spawn(variant: str, work: Path, extra: str | None = None) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.worker", "--child", variant, "--work", str(work)]
+    if extra:
+        cmd += ["--extra", extra]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    if proc.returncode != 0:
+        raise SystemExit(f"{variant} failed:\n{proc.stderr[-3000:]}")
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--extra", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.work, args.extra)
+        return
+    rows: dict[str, list[dict[str, Any]]] = {v: [] for v in ("naive", "full", "nocache", "warm", "overlap")}
+    for r in range(args.rounds):
+        with tempfile.TemporaryDirectory(prefix="tilesweep-bench-") as tmp:
+            work = Path(tmp)
+            rows["naive"].append(spawn("naive", work))
+            rows["full"].append(spawn("full", work))
+            rows["nocache"].append(spawn("nocache", work))
+            rows["warm"].append(spawn("warm", work, str(work / "full" / "compile-cache")))
+            rows["overlap"].append(spawn("overlap", work))
+        print(f"# round {r + 1}: " + " ".join(f"{v}={rows[v][-1]['wall_s']:.1f}s" for v in ("naive", "full", "nocache", "warm")),
+              flush=True)
+
+    def med(variant: str, key: str) -> float:
+        return statistics.median(row[key] for row in rows[variant])
+
+    full = rows["full"][0]
+    print(f"unit_configs={full['records']} pruned={full['pruned']} compile_workers={full['workers']} "
+          f"rounds={args.rounds} cpus={len(os.sched_getaffinity(0))}")
+    print(f"naive_s={med('naive', 'wall_s'):.1f} full_s={med('full', 'wall_s'):.1f} "
+          f"nocache_s={med('nocache', 'wall_s'):.1f} warm_s={med('warm', 'wall_s'):.1f}")
+    print(f"compile_s naive={med('naive', 'compile_s'):.1f} full_cold={med('full', 'compile_s'):.1f} "
+          f"nocache={med('nocache', 'compile_s'):.1f} warm={med('warm', 'compile_s'):.1f} "
+          f"cold_cache_hits={med('full', 'cache_hits'):.0f} warm_cache_hits={med('warm', 'cache_hits'):.0f}")
+    overlap = statistics.median(row["beside_ms"] / row["alone_ms"] for row in rows["overlap"])
+    print(f"timing_overlap_ratio={overlap:.2f}")
+    print(f"worker_nocache_vs_naive={statistics.median(n['wall_s'] / m['wall_s'] for n, m in zip(rows['nocache'], rows['naive'])):.2f}")
+    print(f"worker_vs_naive={statistics.median(f['wall_s'] / m['wall_s'] for f, m in zip(rows['full'], rows['naive'])):.2f}")
+    print(f"warm_cache_compile_ratio={statistics.median(w['compile_s'] / f['compile_s'] for w, f in zip(rows['warm'], rows['full'])):.2f}")
+
+
+if __name__ == "__main__":
+    main()
