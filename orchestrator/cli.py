@@ -99,9 +99,17 @@ def default_sweep_dir(spec_path: str, spec: Any) -> Path:
     return Path("sweeps") / f"{Path(spec_path).stem}-{spec.fingerprint()[:8]}"
 
 
-def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, output: str | None) -> tuple[Any, list[str], bool]:
+def _load_costs(path: str | None) -> Any:
+    from .costs import load_costs
+
+    return load_costs(path) if path else None
+
+
+def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, output: str | None,
+                  costs: str | None = None) -> tuple[Any, list[str], bool]:
     """Create (or reopen) the sweep directory of a spec; return it, the units to run, and
-    whether it already existed. An existing directory of the same spec is resumed."""
+    whether it already existed. An existing directory of the same spec is resumed.
+    ``costs``: a results document whose measured costs shard the units."""
     from .plan import plan
     from .sweepdir import SweepDir
 
@@ -109,7 +117,7 @@ def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, outp
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     out = Path(output) if output else Path(spec.output)
     existed = (root / "sweep.json").exists()
-    items, planned_units = plan(spec, units)
+    items, planned_units = plan(spec, units, costs=_load_costs(costs))
     sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()), planned=len(items))
     from filelock import FileLock
 
@@ -146,7 +154,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .plan import INVALID, PRUNED, plan, plan_line
 
     spec = _load_spec(args.spec)
-    items, units = plan(spec, args.units)
+    items, units = plan(spec, args.units, costs=_load_costs(args.costs))
     if args.json:
         out = sys.stdout
         for it in items:
@@ -161,7 +169,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not args.dry_run:
         if not args.sweep_dir:
             raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
-        sd, unit_ids, _ = prepare_sweep(args.spec, args.sweep_dir, args.units, None)
+        sd, unit_ids, _ = prepare_sweep(args.spec, args.sweep_dir, args.units, None, costs=args.costs)
         print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
     return 0
 
@@ -170,7 +178,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from . import dispatch, merge
     from .status import sweep_status
 
-    sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output)
+    sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs)
     spec = sd.spec
     kind = args.executor or spec.executor.kind
     if kind == "slurm":
@@ -249,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="only show the plan, write nothing")
     s.add_argument("--json", action="store_true", help="one JSON object per item (record fields + unit)")
     s.add_argument("--sweep-dir", help="write the plan into this sweep directory")
+    s.add_argument("--costs", metavar="RESULTS.json", help="shard with the measured costs of an earlier results document (the model fills in)")
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("run", help="plan, run all units here (or on SLURM and wait), merge, show the best configs")
@@ -258,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--executor", choices=["local", "debug", "slurm"], help="override the spec's executor.kind")
     s.add_argument("--workers", type=_units_arg, help="local: parallel workers (default: one per visible GPU)")
     s.add_argument("--output", help="results document (default: the spec's output)")
+    s.add_argument("--costs", metavar="RESULTS.json", help="shard with the measured costs of an earlier results document (the model fills in)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("merge", help="merge a sweep's partial records into its results document")
