@@ -17,9 +17,12 @@ Variants, each in a fresh process (no jax state carried over), interleaved per r
   the gain without that.
 - ``warm``: ``full`` again in a new sweep directory using the cold run's cache.
 
-Also measured: how much a compile running beside the timing loop perturbs the timed
-median (``timing_overlap_ratio``, median with two compile threads busy / alone), the
-reason the worker never overlaps them.
+Also measured: the share of a compile's wall time in which another Python thread is never
+kept waiting for more than 20 ms (``python_runs_during_compile``: jax releases the GIL
+while XLA compiles, and Python code hands it over every 5 ms), and how much
+a compile running beside the timing loop perturbs the timed median
+(``timing_overlap_ratio``, median with two compile threads busy / alone), the reason the
+worker never overlaps them.
 
 Prints medians over rounds, ``worker_vs_naive`` (full / naive wall time) and last
 ``warm_cache_compile_ratio`` (summed compile_s, warm / cold).
@@ -127,6 +130,7 @@ def run_overlap(work: Path) -> dict[str, Any]:
             k += 1
 
     with compile_pool.persistent_cache(None):
+        py_runs = _python_runs_while(lambda: [measure.compile_item(it, spec) for it in items[1:4]])
         threads = [threading.Thread(target=compile_forever) for _ in range(2)]
         for t in threads:
             t.start()
@@ -135,7 +139,31 @@ def run_overlap(work: Path) -> dict[str, Any]:
         stop.set()
         for t in threads:
             t.join()
-    return {"alone_ms": statistics.median(alone), "beside_ms": statistics.median(beside)}
+    return {"alone_ms": statistics.median(alone), "beside_ms": statistics.median(beside), "py_runs": py_runs}
+
+
+def _python_runs_while(work: Any) -> float:
+    """Share of ``work``'s wall time in which a pure-Python thread could run (it counts as
+    blocked whenever it saw a gap of more than 20 ms between two of its loop turns)."""
+    stop = threading.Event()
+    blocked = [0.0]
+
+    def spin() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            now = time.perf_counter()
+            if now - last > 0.02:
+                blocked[0] += now - last
+            last = now
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    start = time.perf_counter()
+    work()
+    wall = time.perf_counter() - start
+    stop.set()
+    spinner.join()
+    return 1.0 - blocked[0] / wall
 
 
 def child(variant: str, work: Path, extra: str | None) -> None:
@@ -202,7 +230,8 @@ def main() -> None:
           f"nocache={med('nocache', 'compile_s'):.1f} warm={med('warm', 'compile_s'):.1f} "
           f"cold_cache_hits={med('full', 'cache_hits'):.0f} warm_cache_hits={med('warm', 'cache_hits'):.0f}")
     overlap = statistics.median(row["beside_ms"] / row["alone_ms"] for row in rows["overlap"])
-    print(f"timing_overlap_ratio={overlap:.2f}")
+    py_runs = statistics.median(row["py_runs"] for row in rows["overlap"])
+    print(f"python_runs_during_compile={py_runs:.2f} timing_overlap_ratio={overlap:.2f}")
     print(f"worker_nocache_vs_naive={statistics.median(n['wall_s'] / m['wall_s'] for n, m in zip(rows['nocache'], rows['naive'])):.2f}")
     print(f"worker_vs_naive={statistics.median(f['wall_s'] / m['wall_s'] for f, m in zip(rows['full'], rows['naive'])):.2f}")
     print(f"warm_cache_compile_ratio={statistics.median(w['compile_s'] / f['compile_s'] for w, f in zip(rows['warm'], rows['full'])):.2f}")

@@ -14,6 +14,8 @@ from orchestrator.errors import PlanError
 from orchestrator.plan import INVALID, PRUNED, RUN, expand, item_id, plan, plan_line, shard
 from orchestrator.schema import SweepSpec
 
+from .conftest import SAMPLE, run_cli
+
 REQUESTED = re.compile(r"requested (\d+), available: (\d+)")
 
 
@@ -182,6 +184,16 @@ def test_plan_takes_costs_from_a_results_document(sample_doc, reference, tmp_pat
     assert 0.5 < scale < 2.0
     rec = sample_doc["results"][2]
     assert cost[2] == pytest.approx(rec["compile_s"] + (1 + 2 + 5 * rec["inner"]) * rec["median_ms"] / 1e3)
+
+
+def test_cli_plan_shows_units_and_takes_costs(sample_doc):
+    r = run_cli("plan", str(SAMPLE), "--units", "8", "--dry-run", "--json", "--costs", str(SAMPLE))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(lines) == 832 and {line["unit"] for line in lines} == set(range(8))
+    assert sum(line["pruned"] for line in lines) == 72
+    r = run_cli("plan", str(SAMPLE), "--dry-run", "--costs", str(SAMPLE.parent / "missing.json"))
+    assert r.returncode == 2 and "--costs" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_shard_rejects_bad_counts(reference):
