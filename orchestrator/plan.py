@@ -5,6 +5,10 @@ shapes nested dtype -> head_dim -> seq in the order the spec lists them; inside 
 ``auto`` record of each mode first, then each mode's forced grid, axes nested in the order the
 spec lists them, last axis fastest. An item's id is a hash of its identity and config
 fields, so the same measurement has the same id in every sweep (resume and append key on it).
+
+Sharding packs items into units by cost (``orchestrator.costs``: a model, or an earlier
+sweep's measurements) so that the slowest unit ends as early as possible, splitting a
+shape across units where balance needs it and keeping it together where that costs little.
 """
 
 from __future__ import annotations
@@ -110,16 +114,16 @@ def _bulk() -> Iterator[None]:
 
 
 def expand(spec: SweepSpec) -> list[WorkItem]:
-    with _bulk():
-        return _expand(spec)
-
-
-def _expand(spec: SweepSpec) -> list[WorkItem]:
     """All work items of a spec in reference record order, each classified.
 
     Built for millions of items: a grid's parameter tuples, id suffixes and
     classifications are made once and shared by every shape they apply to, and an id
     hashes a shape prefix plus the grid suffix (the same bytes ``item_id`` hashes)."""
+    with _bulk():
+        return _expand(spec)
+
+
+def _expand(spec: SweepSpec) -> list[WorkItem]:
     items: list[WorkItem] = []
     append = items.append
     batch, heads, tag = spec.batch, spec.heads, spec.tag

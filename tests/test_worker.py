@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobs import worker
+from jobs import measure, worker
 from orchestrator.cli import prepare_sweep
 from orchestrator.partials import read_partial
 from orchestrator.plan import PRUNED, RUN
@@ -38,7 +38,11 @@ def _records(sd, unit_id: str) -> dict[str, dict]:
     return {obj["id"]: obj["record"] for obj in _lines(sd, unit_id) if "record" in obj}
 
 
-def test_pool_cache_and_pruning(write_spec, tmp_path):
+def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
+    made = []
+    make = measure.ShapeContext.make
+    monkeypatch.setattr(measure.ShapeContext, "make",
+                        classmethod(lambda cls, it, spec: made.append(it.shape) or make(it, spec)))
     # Parallel compile, cold cache
     sd, unit = _sweep(write_spec, tmp_path, "parallel", compile={"workers": 2})
     items = sd.unit_items(unit)
@@ -47,6 +51,7 @@ def test_pool_cache_and_pruning(write_spec, tmp_path):
     assert len(pruned) == 1 and len(runnable) == 5
     summary = worker.run_unit(str(sd.root), unit)
     assert summary["compile_workers"] == 2 and summary["compiled"] == 5 and summary["done"] == 6
+    assert made == [items[0].shape]  # inputs and references once for the shape's 5 configs
     recs = _records(sd, unit)
     # pruned configs are recorded without compiling: no start line, the model's verdict
     started = {obj["start"] for obj in _lines(sd, unit) if "start" in obj}
