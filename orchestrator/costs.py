@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernels import smem
+
 from .errors import ResultsError
 from .schema import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, SweepSpec
 
@@ -64,10 +66,6 @@ DEFAULT = Assumptions()
 _PROBE_OVERHEAD_MS = 0.1  # kernels.timing.PROBE_OVERHEAD_MS (kept equal by a test)
 
 
-def padded(head_dim: int) -> int:
-    return 1 << (head_dim - 1).bit_length()
-
-
 def inner_for(probe_ms: float, *, target_ms: float, max_inner: int) -> int:
     """``kernels.timing.inner_for`` without importing jax (a test keeps them equal)."""
     return max(1, min(max_inner, math.floor(target_ms / (probe_ms + _PROBE_OVERHEAD_MS))))
@@ -89,7 +87,7 @@ def _kernel_compile(a: Assumptions, mma_per_warp: float, regs: float) -> float:
 def compile_estimate(mode: str, dtype: str, head_dim: int, seq: int, cfg: Mapping[str, int],
                      a: Assumptions = DEFAULT) -> float:
     """Seconds to lower and compile one config (``cfg``: AttentionConfig fields)."""
-    d = padded(head_dim)
+    d = smem.padded_head_dim(head_dim)
     e = 2 if dtype == "bfloat16" else 4
     warps = cfg.get("num_warps") or (4 if head_dim <= 64 else 8)
     threads = 32 * warps
@@ -110,8 +108,6 @@ def compile_estimate(mode: str, dtype: str, head_dim: int, seq: int, cfg: Mappin
 def auto_estimate(mode: str, dtype: str, head_dim: int, seq: int, smem_limit: int | None) -> dict[str, int]:
     """Roughly the config ``kernels.attention.auto_config`` picks (128 tiles, 2 stages or 1
     when that does not fit), enough to cost it without importing jax."""
-    from kernels import smem
-
     cfg = {"block_q": 128, "block_k": 128, "bwd_outer": 128, "bwd_inner": 128, "num_stages": 2,
            "num_warps": 8 if mode == "fwd_bwd" or head_dim > 64 else 4}
     if smem.first_over(smem.predict_bytes(mode, dtype, head_dim, seq=seq, **cfg), smem_limit):

@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from jobs import measure, worker
 from orchestrator.cli import prepare_sweep
 from orchestrator.partials import read_partial
