@@ -261,8 +261,9 @@ def trial_writer(root: Path, rng: random.Random, how: str | None = None) -> dict
 
 TINY_SPEC = {
     "dtypes": ["float32"], "head_dims": [16], "seq_lens": [32], "modes": ["fwd"], "batch": 1, "heads": 1,
-    "repeats": 1, "fwd_block_q": [8, 16], "fwd_block_k": [8, 16], "fwd_stages": [1], "fwd_warps": [4],
+    "repeats": 1, "fwd_block_q": [8, 16, 32], "fwd_block_k": [8, 16, 32], "fwd_stages": [1], "fwd_warps": [4],
     "timing": {"target_ms": 1, "max_inner": 2}, "sharding": {"units": 1},
+    "compile": {"workers": 1, "cache_dir": "off"},  # one config at a time: records land over seconds
 }
 
 
@@ -278,7 +279,7 @@ def trial_worker(root: Path, rng: random.Random) -> dict[str, Any]:
     sd.add_units(units, origin="crash trial")
     unit = units[0].id
     proc = spawn(["-m", "jobs.worker", str(sd.root), unit])
-    time.sleep(rng.uniform(1.0, 6.0))
+    time.sleep(rng.uniform(1.5, 4.5))  # here: ~1 s of imports, then a record every ~0.25 s until ~4.5 s
     kills = kill(proc)
     finished = finished_records(sd)
     torn = torn_lines(sd)
@@ -291,7 +292,7 @@ def trial_worker(root: Path, rng: random.Random) -> dict[str, Any]:
     problems = verify(sd, finished, sd.output, merged.stderr, torn)
     if "already done" not in resumed.stdout:
         problems.append(f"resume did not report skipped items: {resumed.stdout!r}")
-    return {"kills": kills, "torn": len(torn), "problems": problems}
+    return {"kills": kills, "torn": len(torn), "finished": len(finished), "problems": problems}
 
 
 def make_merger_sweep(root: Path) -> Any:
@@ -347,6 +348,7 @@ def run_trials(base: Path, n_writer: int, n_worker: int, n_merger: int, seed: in
         s["trials"] += 1
         s["kills"] += res["kills"]
         s["torn"] += res["torn"]
+        s["finished_at_kill"] = s.get("finished_at_kill", 0) + res.get("finished", 0)
         if res["problems"]:
             s["failed"] += 1
             s["problems"].append(res["problems"])
@@ -386,7 +388,8 @@ def main() -> int:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     for kind, s in stats.items():
-        print(f"{kind}: trials={s['trials']} kills_landed={s['kills']} torn_lines={s['torn']} failed={s['failed']}")
+        extra = f" records_finished_before_kills={s['finished_at_kill']}" if kind == "worker" else ""
+        print(f"{kind}: trials={s['trials']} kills_landed={s['kills']} torn_lines={s['torn']} failed={s['failed']}{extra}")
         for p in s["problems"][:5]:
             print(f"  {p}")
     failed = sum(s["failed"] for s in stats.values())
