@@ -56,10 +56,6 @@ def any_record_text(rec: dict[str, Any]) -> str:
     return record_text(rec)
 
 
-class ForeignPartial(Exception):
-    """A partial that must not be merged at all (carries the reason)."""
-
-
 @dataclass
 class Segment:
     unit: str

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench._synth import DEVICE, build_sweep, header, partial_lines, record_for, small_spec
+from bench._synth import DEVICE, build_sweep, header, record_for, small_spec
 from orchestrator.errors import ResultsError
 from orchestrator.merge import merge, write_document
 from orchestrator.mergecache import any_record_text, record_text
@@ -42,17 +42,11 @@ def _append_lines(path: Path, lines: list[str]) -> None:
 # ---------------------------------------------------------------------------- format
 
 
-def test_writer_is_byte_identical_to_json_dumps_on_the_reference_sample(sample_doc):
-    out = SAMPLE.parent / "never-written"  # only its parent is read-only; write elsewhere
-    del out
+def test_writer_is_byte_identical_to_json_dumps_on_the_reference_sample(sample_doc, tmp_path):
     texts = [record_text(r) for r in sample_doc["results"]]
-    head = {"device": sample_doc["device"], "config": sample_doc["config"], "results": None}
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "doc.json"
-        write_document(path, head, texts)
-        assert path.read_bytes() == SAMPLE.read_bytes()
+    path = tmp_path / "doc.json"
+    write_document(path, {"device": sample_doc["device"], "config": sample_doc["config"], "results": None}, texts)
+    assert path.read_bytes() == SAMPLE.read_bytes()
 
 
 @pytest.mark.parametrize("value", [
