@@ -114,7 +114,12 @@ class ShardingSettings(_Model):
     """How items are grouped into units (one unit = one job array task)."""
 
     units: int | None = Field(default=None, ge=1, description="number of units; default: one per shape, at most 4")
-    strategy: Literal["shape", "balanced"] = "shape"
+    strategy: Literal["shape", "balanced"] = Field(
+        default="shape",
+        description="shape: keep a shape's items in one unit unless it exceeds half a unit's share of the cost; "
+        "balanced: deal every shape out in pieces of at most a tenth of a unit (sturdier against cost-model "
+        "errors, about twice the per-shape setups)",
+    )
 
 
 class TimingSettings(_Model):
@@ -131,7 +136,8 @@ class KernelSettings(_Model):
 
 class CompileSettings(_Model):
     workers: int | None = Field(default=None, ge=1, description="compile pool size; default: CPUs of the allocation")
-    cache_dir: str | None = Field(default=None, description="persistent compilation cache; default: SWEEP_DIR/compile-cache; 'off' disables")
+    cache_dir: str | None = Field(default=None, description="persistent compilation cache shared by the sweep's units; default: SWEEP_DIR/compile-cache; "
+                                     "a relative path is taken relative to the sweep directory; 'off' disables")
 
 
 class MergeSettings(_Model):
