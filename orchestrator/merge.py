@@ -25,8 +25,10 @@ so each record's ``unit`` and ``attempt`` trace it to the job that measured it. 
 the reference fields in reference order, then documented extras: ``timer``, ``pruned``,
 ``smem_bytes``, ``compile_cached``, ``unit``, ``attempt`` (and ``device`` when devices are
 mixed). With ``append: true`` the existing document's records are kept untouched and in
-place, except those of the same identity, which the new ones replace; with another device it
-is refused unless ``merge.mix_devices`` is set, and then every record carries its device.
+place, except those of the same identity as a record of this sweep: the newer of the two
+stays (a record whose measurement time the document cannot tell, as in a reference-run
+document, counts as older), and further copies are dropped. A document of another device is
+refused unless ``merge.mix_devices`` is set, and then every record carries its device.
 """
 
 from __future__ import annotations
@@ -114,9 +116,15 @@ class _Slots:
     err: bytearray
     found: int = 0
     superseded: int = 0
+    key: list[int] = field(default_factory=list)  # (attempt rank << 32) | line of each winner
+    started: list[str] = field(default_factory=list)  # attempt rank -> its start time
 
     def __iter__(self) -> Iterator[str]:
         return (t for t in self.text if t is not None)
+
+    def started_of(self, pi: int) -> str:
+        """When the attempt that measured the record at plan position ``pi`` started."""
+        return self.started[self.key[pi] >> 32]
 
 
 def pick_newest(segs: list[Segment], planned: int) -> _Slots:
@@ -126,8 +134,8 @@ def pick_newest(segs: list[Segment], planned: int) -> _Slots:
     attempts = sorted((str(h.get("started") or ""), pos, h.get("attempt"))
                       for pos, s in enumerate(segs) for h in s.headers)
     rank = {(pos, a): r + 1 for r, (_, pos, a) in enumerate(attempts)}
-    slots = _Slots([None] * size, [None] * size, bytearray(size))
     key = [-1] * size
+    slots = _Slots([None] * size, [None] * size, bytearray(size), key=key, started=["", *(a[0] for a in attempts)])
     text, ids, err = slots.text, slots.ids, slots.err
     for pos, s in enumerate(segs):
         ranks = {a: rank.get((pos, a), 0) << 32 for a in set(s.att)}
@@ -222,9 +230,11 @@ def _with_device(text: str, kind: Any) -> str:
 
 def append_into(existing: dict[str, Any], head: dict[str, Any], slots: _Slots, *, mix_devices: bool,
                 path: Path) -> tuple[dict[str, Any], list[str], int, int]:
-    """Records of this sweep replace same-identity records of ``existing`` in place; the
-    others are kept untouched; new identities follow in plan order. Returns the new head,
-    the record texts, how many records were kept and how many of them are errors."""
+    """Records of this sweep replace same-identity records of ``existing`` in place, unless
+    the document's record was measured later (by its unit and attempt's start time in the
+    document's tilesweep blocks); the others are kept untouched; new identities follow in
+    plan order. Returns the new head, the record texts, how many records were kept and how
+    many of them are errors."""
     old_kind = existing["device"].get("device_kind")
     new_kind = head["device"].get("device_kind") if head["device"] else old_kind
     mixing = old_kind != new_kind
@@ -234,6 +244,16 @@ def append_into(existing: dict[str, Any], head: dict[str, Any], slots: _Slots, *
             "set merge.mix_devices: true to mix them (records then carry their device), or write to another output"
         )
     fresh = {iid: pi for pi, iid in enumerate(slots.ids) if iid is not None}
+    # When each kept record was measured, where the document says (records of tilesweep
+    # documents carry unit and attempt; their tilesweep blocks the attempts' start times).
+    measured: dict[tuple[Any, Any], str] = {}
+    old_ts = existing.get("tilesweep") if isinstance(existing.get("tilesweep"), dict) else {}
+    for block in [*(e for e in old_ts.get("earlier", []) if isinstance(e, dict)), old_ts]:
+        attempts = block.get("attempts")
+        for unit, atts in (attempts.items() if isinstance(attempts, dict) else ()):
+            for a in atts if isinstance(atts, list) else ():
+                if isinstance(a, dict) and isinstance(a.get("started"), str):
+                    measured[(unit, a.get("attempt"))] = a["started"]
     used: set[int] = set()
     texts: list[str] = []
     kept = kept_errors = 0
@@ -246,11 +266,17 @@ def append_into(existing: dict[str, Any], head: dict[str, Any], slots: _Slots, *
                 pi = fresh.get(item_id(rec))
             except KeyError:  # a config field missing: not an identity of ours
                 pi = None
-        if pi is not None and pi not in used:
-            used.add(pi)
-            t = slots.text[pi]
-            texts.append(_with_device(t, new_kind) if mixing else t)
+        if pi is not None and pi in used:  # a second copy of one of our items: superseded
+            slots.superseded += 1
             continue
+        if pi is not None:
+            used.add(pi)
+            theirs = measured.get((rec.get("unit"), rec.get("attempt")))
+            if theirs is None or theirs <= slots.started_of(pi):  # newest wins; unknown age: ours
+                t = slots.text[pi]
+                texts.append(_with_device(t, new_kind) if mixing else t)
+                continue
+            slots.err[pi] = 0  # the kept record is counted below, ours is not written
         if mixing and isinstance(rec, dict) and "device" not in rec:
             rec = {**rec, "device": old_kind}
         texts.append(any_record_text(rec) if isinstance(rec, dict) else json.dumps(rec, indent=1).replace("\n", "\n  "))
@@ -262,8 +288,7 @@ def append_into(existing: dict[str, Any], head: dict[str, Any], slots: _Slots, *
     new_head = dict(head)
     new_head["device"] = head["device"] if mixing or not existing["device"] else existing["device"]
     earlier = []
-    old_ts = existing.get("tilesweep")
-    if isinstance(old_ts, dict):
+    if old_ts:
         earlier = [e for e in old_ts.get("earlier", []) if isinstance(e, dict)]
         if old_ts.get("fingerprint") != head["tilesweep"]["fingerprint"]:
             earlier.append({k: v for k, v in old_ts.items() if k != "earlier"})

@@ -205,14 +205,16 @@ def test_stray_file_in_partials_is_named_and_not_merged(sweep, caplog):
 
 
 def _earlier_document(path: Path, sd: SweepDir, device_kind: str = "NVIDIA H100") -> dict:
-    """A document from an earlier sweep: 3 records of this sweep's items, 2 of another problem."""
+    """A document from an earlier sweep: 3 records of this sweep's items (measured long ago),
+    2 of another problem, and a second copy of one of ours."""
     rng = random.Random(9)
     items = sd.items()
     ours = [{**record_for(it, rng), "unit": "old", "attempt": 1} for it in items[:3]]
     other = [{**r, "seq": 99999, "note": {"kept": [1, 2]}} for r in ours[:2]]
     doc = {"device": {**{k: DEVICE[k] for k in ("jax", "backend", "devices", "python")}, "device_kind": device_kind},
-           "config": {"tag": "earlier"}, "results": [other[0], *ours, other[1]],
-           "tilesweep": {"fingerprint": "earlier-sweep", "spec": {}}}
+           "config": {"tag": "earlier"}, "results": [other[0], *ours, other[1], ours[0]],
+           "tilesweep": {"fingerprint": "earlier-sweep", "spec": {},
+                         "attempts": {"old": [{"attempt": 1, "started": "2001-01-01T00:00:00+00:00"}]}}}
     path.write_text(json.dumps(doc, indent=1))
     return doc
 
@@ -232,12 +234,27 @@ def test_append_replaces_same_identity_keeps_others_untouched(tmp_path):
     assert [item_id(r) for r in res[1:4]] == [item_id(r) for r in old["results"][1:4]]
     assert all(r["unit"] != "old" for r in res[1:4])  # newest wins
     ids = [item_id(r) for r in res]
-    assert len(ids) == len(set(ids)) and len(res) == sd.planned + 2
+    assert len(ids) == len(set(ids)) and len(res) == sd.planned + 2  # the second copy is gone
     assert summary.kept_from_existing == 2
     assert doc["tilesweep"]["earlier"][0]["fingerprint"] == "earlier-sweep"
     merge(sd)  # idempotent: merging again changes no record and does not nest provenance
     again = _doc(sd.output)
     assert again["results"] == res and len(again["tilesweep"]["earlier"]) == 1
+
+
+def test_append_keeps_a_record_the_document_measured_later(tmp_path):
+    """Newest wins both ways: re-merging an older sweep does not undo a later one's record."""
+    sd, _ = _append_sweep(tmp_path)
+    old = _earlier_document(sd.output, sd)
+    old["tilesweep"]["attempts"]["later"] = [{"attempt": 3, "started": "2999-01-01T00:00:00+00:00"}]
+    old["results"][2] = {**old["results"][2], "unit": "later", "attempt": 3}
+    sd.output.write_text(json.dumps(old, indent=1))
+    summary = merge(sd)
+    res = _doc(sd.output)["results"]
+    assert res[2] == old["results"][2]  # measured after this sweep: kept untouched
+    assert res[1]["unit"] != "old" and res[3]["unit"] != "old"  # measured before: replaced
+    ids = [item_id(r) for r in res]
+    assert len(ids) == len(set(ids)) == sd.planned + 2 and summary.kept_from_existing == 3
 
 
 def test_append_into_another_device_is_refused_unless_mixing(tmp_path):
