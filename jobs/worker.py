@@ -75,11 +75,16 @@ def device_block() -> dict[str, Any]:
     }
 
 
-def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None) -> dict[str, Any]:
+def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None,
+             prior_starts: dict[str, int] | None = None) -> dict[str, Any]:
     """Run every item of the unit that has no record yet; return a summary.
 
     ``stop_check()`` (optional) is polled between configs; when it returns True the worker
     stops cleanly after the config being timed (configs compiled ahead are abandoned).
+    ``prior_starts`` (optional): item id -> times a worker of another unit started that
+    item and died on it. ``tilesweep resume`` regroups missing items into new units, whose
+    partials start empty; without these counts a config that kills its worker would get a
+    fresh ``executor.max_config_attempts`` in every resumed unit and never be given up on.
     """
     sd = SweepDir.open(sweep_dir)
     unit_id = sd.resolve_unit(unit_key)
@@ -90,6 +95,8 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None) -> dict[s
 
     path = sd.partial_path(unit_id)
     existing = read_partial(path)
+    if prior_starts:
+        existing.starts.update({iid: n for iid, n in prior_starts.items() if n > 0})
     attempt = existing.attempts + 1
     todo = [it for it in items if it.id not in existing.records]
     workers = compile_pool.pool_size(spec.compile.workers)
@@ -143,7 +150,8 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None) -> dict[s
                     ctx = measure.ShapeContext.make(it, spec)
                 rec = measure.finish_item(it, comp, ctx, spec)
                 compiled[k] = None  # drop the executable once timed
-                _IN_FLIGHT["items"].remove(it.id)
+                if it.id in _IN_FLIGHT["items"]:  # a SIGTERM handler may have abandoned it meanwhile
+                    _IN_FLIGHT["items"].remove(it.id)
                 if comp.error is None:
                     stats["compiled"] += 1
                     stats["compile_cached"] += comp.cached

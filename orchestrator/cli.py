@@ -222,7 +222,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .status import sweep_status
+    from .status import format_status, sweep_status
     from .sweepdir import SweepDir
 
     sd = SweepDir.open(args.sweep_dir)
@@ -230,9 +230,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st.to_json(), indent=1))
         return 0
-    print(f"{st.sweep_dir}: {st.done}/{st.planned} items done, {'complete' if st.complete else 'in progress'}")
-    for u in st.units:
-        print(f"  {u.id}  {u.state:<10} {u.done:>6}/{u.total:<6}" + (f"  log: {u.log}" if u.log else ""))
+    print(format_status(st))
     return 0
 
 

@@ -108,6 +108,9 @@ class ExecutorSettings(_Model):
     local_workers: int | None = Field(default=None, ge=1, description="local: parallel workers (default: one per visible GPU, one without GPU)")
     max_requeues: int = Field(default=3, ge=0, description="times a preempted or timed-out task is requeued")
     max_config_attempts: int = Field(default=2, ge=1, description="a config that kills its worker this often is recorded as an error")
+    max_array_size: int | None = Field(default=None, ge=1, description="slurm: most tasks per job array; default: the cluster's MaxArraySize (scontrol show config)")
+    merge_job: bool = Field(default=True, description="slurm: submit a dependent job (afterany) that merges the results once the arrays end")
+    merge_partition: str | None = Field(default=None, description="slurm: partition of the merge job (it needs no GPU); default: slurm_partition")
 
 
 class ShardingSettings(_Model):

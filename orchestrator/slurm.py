@@ -1,0 +1,215 @@
+"""The scheduler's side of a sweep, asked through SLURM's own tools (no submitit here).
+
+Every question is one call of one tool for all of a sweep's jobs, never one per job:
+``squeue`` for the live view (no lag, one row per task with ``-r``) and ``sacct`` for jobs
+that have left the queue (it lags the scheduler by 1-2 s; see docs/slurm-notes.md). Both
+are asked by array id, which returns every task of the array. Status reads the answer as a
+hint layered over the partial files, which stay the truth for progress.
+
+``TILESWEEP_SLURM_QUERIES=0`` turns the queries off (status then works from the sweep
+directory alone); missing tools turn them off too, with a note saying so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .errors import DispatchError
+
+log = logging.getLogger(__name__)
+
+QUERY_ENV = "TILESWEEP_SLURM_QUERIES"
+TIMEOUT_S = 60.0
+# States in which a job still holds, or waits for, a slot (squeue's and sacct's words).
+ACTIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED",
+                 "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "STOPPED"}
+# Pending reasons that never resolve on their own: status shows them.
+STUCK_REASONS = {"PartitionTimeLimit", "PartitionNodeLimit", "ReqNodeNotAvail", "InvalidAccount", "InvalidQOS",
+                 "QOSMaxWallDurationPerJobLimit", "PartitionConfig", "BadConstraints", "DependencyNeverSatisfied"}
+# Default MaxArraySize of Slurm, used when scontrol cannot be asked.
+DEFAULT_MAX_ARRAY_SIZE = 1001
+# Tasks kept free below MaxJobCount (which counts every task in the system) per array.
+JOB_COUNT_MARGIN = 100
+
+_SACCT_ID = re.compile(r"^(\d+)(?:_(\d+|\[([^\]]*)\]))?$")
+
+
+@dataclass
+class TaskState:
+    """What SLURM says of one job or array task."""
+
+    state: str  # first word, upper case: PENDING, RUNNING, COMPLETED, CANCELLED, TIMEOUT, ...
+    source: str  # "squeue" (live) or "sacct" (accounting)
+    reason: str = ""  # squeue's reason of a pending task (JobArrayTaskLimit, BeginTime, ...)
+    exit_code: str = ""  # sacct's ExitCode (1:0 after an exception, 9:0 after a SIGKILL)
+
+
+@dataclass
+class SchedulerView:
+    """One answer of squeue + sacct for a set of jobs."""
+
+    states: dict[str, TaskState] = field(default_factory=dict)
+    asked: bool = False  # whether SLURM was asked at all
+    squeue_ok: bool = False
+    sacct_ok: bool = False
+    notes: list[str] = field(default_factory=list)  # why something could not be asked
+    taken: float = field(default_factory=time.time)
+
+    def get(self, job_id: str) -> TaskState | None:
+        return self.states.get(job_id)
+
+
+def array_of(job_id: str) -> str:
+    """The array (or plain job) id of a task id: ``36_3`` -> ``36``, ``66`` -> ``66``."""
+    return job_id.split("_", 1)[0]
+
+
+def queries_disabled() -> str | None:
+    """Why SLURM must not be asked, or None."""
+    if os.environ.get(QUERY_ENV, "1").strip().lower() in ("0", "no", "off", "false"):
+        return f"SLURM not asked ({QUERY_ENV}=0)"
+    return None
+
+
+def _run(cmd: list[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str] | str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        return f"`{cmd[0]}` is not on PATH"
+    except subprocess.TimeoutExpired:
+        return f"`{cmd[0]}` did not answer within {timeout:.0f} s"
+    except OSError as exc:
+        return f"`{cmd[0]}` could not run: {exc}"
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+
+
+def query(job_ids: Iterable[str]) -> SchedulerView:
+    """The state of every given job/task: one ``squeue`` and one ``sacct`` call in all."""
+    arrays = sorted({array_of(j) for j in job_ids if j}, key=lambda a: (len(a), a))
+    view = SchedulerView()
+    if not arrays:
+        return view
+    disabled = queries_disabled()
+    if disabled:
+        view.notes.append(disabled)
+        return view
+    view.asked = True
+    ids = ",".join(arrays)
+    res = _run(["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ids])
+    if isinstance(res, str):
+        view.notes.append(f"squeue: {res}")
+    elif res.returncode != 0 and "Invalid job id" not in res.stderr:
+        view.notes.append(f"squeue failed (exit {res.returncode}): {_one_line(res.stderr)}")
+    else:  # exit 1 "Invalid job id specified": every id has left the controller
+        view.squeue_ok = True
+        for line in res.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 2 and parts[0]:
+                view.states[parts[0]] = TaskState(parts[1].split()[0].upper() if parts[1].strip() else "UNKNOWN",
+                                                  "squeue", parts[2] if len(parts) > 2 else "")
+    res = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ids])
+    if isinstance(res, str):
+        view.notes.append(f"sacct: {res}")
+    elif res.returncode != 0:
+        view.notes.append(f"sacct failed (exit {res.returncode}): {_one_line(res.stderr)}")
+    else:
+        view.sacct_ok = True
+        for jid, state, code in parse_sacct(res.stdout):
+            view.states.setdefault(jid, TaskState(state, "sacct", exit_code=code))  # squeue wins
+    view.taken = time.time()
+    return view
+
+
+def parse_sacct(text: str) -> Iterable[tuple[str, str, str]]:
+    """(task id, state word, exit code) per task of ``sacct -X -n -P -o JobID,State,ExitCode``.
+
+    Pending tasks of an array come as one row with a range (``36_[2-5%2]``, ``38_[1,3,5-6]``):
+    it is expanded. ``CANCELLED by 0`` becomes ``CANCELLED``."""
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 2:
+            continue
+        m = _SACCT_ID.match(parts[0].strip())
+        if m is None:
+            continue  # steps (.batch), heterogeneous jobs: not ours
+        state = parts[1].split()[0].upper() if parts[1].strip() else "UNKNOWN"
+        code = parts[2] if len(parts) > 2 else ""
+        array, single, ranges = m.group(1), m.group(2), m.group(3)
+        if single is None:
+            yield array, state, code
+        elif ranges is None:
+            yield f"{array}_{single}", state, code
+        else:
+            for index in expand_indices(ranges):
+                yield f"{array}_{index}", state, code
+
+
+def expand_indices(spec: str) -> list[int]:
+    """``2-5%2`` -> [2, 3, 4, 5]; ``1,3,5-6`` -> [1, 3, 5, 6]."""
+    out: list[int] = []
+    for part in spec.split("%", 1)[0].split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        try:
+            out.extend(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class ClusterLimits:
+    max_array_size: int  # tasks one array may hold
+    max_job_count: int | None  # tasks the controller holds at once (all users)
+    source: str  # where the numbers come from
+
+    @property
+    def per_array(self) -> int:
+        """Tasks to put in one array: within MaxArraySize, and leaving room under MaxJobCount
+        (an array over it makes sbatch block for minutes before failing)."""
+        if self.max_job_count is None:
+            return self.max_array_size
+        return max(1, min(self.max_array_size, self.max_job_count - JOB_COUNT_MARGIN))
+
+
+def cluster_limits() -> ClusterLimits:
+    """MaxArraySize and MaxJobCount from one ``scontrol show config`` (Slurm's defaults,
+    with a warning, when it cannot be asked)."""
+    res = _run(["scontrol", "show", "config"])
+    if isinstance(res, str) or res.returncode != 0:
+        why = res if isinstance(res, str) else _one_line(res.stderr)
+        log.warning("cannot read the cluster's MaxArraySize (%s); assuming Slurm's default %d",
+                    why, DEFAULT_MAX_ARRAY_SIZE)
+        return ClusterLimits(DEFAULT_MAX_ARRAY_SIZE, None, f"Slurm default ({why})")
+    size = re.search(r"^MaxArraySize\s*=\s*(\d+)", res.stdout, re.M)
+    count = re.search(r"^MaxJobCount\s*=\s*(\d+)", res.stdout, re.M)
+    return ClusterLimits(int(size.group(1)) if size else DEFAULT_MAX_ARRAY_SIZE,
+                         int(count.group(1)) if count else None, "scontrol show config")
+
+
+def cancel(job_ids: Iterable[str]) -> None:
+    """``scancel`` the given arrays or jobs in one call (a finished one is not an error)."""
+    ids = sorted(set(job_ids), key=lambda a: (len(a), a))
+    if not ids:
+        return
+    res = _run(["scancel", *ids])
+    if isinstance(res, str):
+        raise DispatchError(f"cannot cancel jobs {', '.join(ids)}: {res}")
+    if res.returncode != 0:
+        raise DispatchError(f"scancel {' '.join(ids)} failed (exit {res.returncode}): {_one_line(res.stderr)}")
+
+
+def missing_tools(*tools: str) -> list[str]:
+    return [t for t in tools if shutil.which(t) is None]

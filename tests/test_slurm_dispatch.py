@@ -1,0 +1,289 @@
+"""tilesweep submit / status / resume / cancel / wait against the real local SLURM cluster.
+
+Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_SLURM=1``.
+Every command runs as a user would run it: a new process per command, the sweep directory
+the only thing they share. The slow sweep behind the time-limit test is submitted first and
+checked last, so its ~2.5 minutes overlap the other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TINY_SPEC, run_cli
+from tests.slurm_cluster import require_cluster
+
+pytestmark = pytest.mark.slurm
+
+SLURM = {"kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 5,
+         "slurm_array_parallelism": 4, "merge_partition": "cpu"}
+# 14 items in 4 units: two shapes, three fwd block sizes
+FOUR_UNITS = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
+# One unit of 65 configs whose timing takes ~2 s each: ~130 s of work against a 2-minute limit;
+# SLURM's warning (USR2, asked 20 s before the end) comes 72-93 s in (docs/slurm-notes.md).
+SLOW_UNIT = {"modes": ["fwd"], "seq_lens": [256], "fwd_block_q": [16, 32, 64, 128], "fwd_block_k": [16, 32, 64, 128],
+             "fwd_stages": [1, 2], "fwd_warps": [4, 8], "repeats": 5, "compile": {"workers": 1},
+             "timing": {"target_ms": 600, "max_inner": 100000, "warmup": 0}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
+
+def write_spec(folder: Path, name: str, executor: dict[str, Any] | None = None, **over: Any) -> Path:
+    data = {**TINY_SPEC, "output": str(folder / f"{Path(name).stem}.results.json"),
+            "executor": {**SLURM, **(executor or {})}, **over}
+    path = folder / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return run_cli(*args, env=env, timeout=timeout)
+
+
+def status(sweep: Path) -> dict[str, Any]:
+    r = cli("status", str(sweep), "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def poll(predicate, timeout_s: float, what: str, interval: float = 0.5):
+    end = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def lines(partial: Path) -> list[dict[str, Any]]:
+    out = []
+    if not partial.exists():
+        return out
+    for line in partial.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def jobs(sweep: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
+
+
+def unit_jobs(sweep: Path) -> dict[str, dict[str, Any]]:
+    return {e["unit"]: e for e in jobs(sweep) if "event" not in e}
+
+
+def check_document(sweep: Path, spec: Path) -> dict[str, Any]:
+    """The merged document holds every planned item exactly once, in plan order."""
+    plan = [json.loads(line) for line in cli("plan", str(spec), "--dry-run", "--json").stdout.splitlines()]
+    doc = json.loads(Path(json.loads((sweep / "sweep.json").read_text())["output"]).read_text())
+    key = lambda r: (r["dtype"], r["seq"], r["mode"], r["config"], tuple(v for k, v in r.items() if k in (
+        "block_q", "block_k", "num_stages", "num_warps", "fwd_block_q", "fwd_block_k", "bwd_outer", "bwd_inner")))
+    assert [key(r) for r in doc["results"]] == [key(p) for p in plan]
+    assert len({key(r) for r in doc["results"]}) == len(plan)
+    return doc
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    errs = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(errs) == 1 and "Traceback" not in r.stderr, r.stderr
+    for n in needles:
+        assert n in errs[0], errs[0]
+    return errs[0]
+
+
+@pytest.fixture(scope="module")
+def slow_sweep(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("slow")
+    spec = write_spec(folder, "slow.json", {"timeout_min": 2, "slurm_signal_delay_s": 20}, **SLOW_UNIT)
+    sweep = folder / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
+    assert r.returncode == 0, r.stderr
+    return spec, sweep
+
+
+def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(slow_sweep, tmp_path):
+    spec = write_spec(tmp_path, "four.json", **FOUR_UNITS)
+    sweep = tmp_path / "sweep"
+    t0 = time.monotonic()
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "4")
+    submit_s = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert not any((sweep / "done").iterdir()), "submit waited for a job"
+    entries = unit_jobs(sweep)
+    assert len(entries) == 4 and len({e["array_id"] for e in entries.values()}) == 1
+    array = next(iter(entries.values()))["array_id"]
+    assert sorted(e["job_id"] for e in entries.values()) == [f"{array}_{i}" for i in range(4)]
+    assert all(e["attempt"] == 1 and e["stderr"].endswith("_0_log.err") for e in entries.values())
+    assert f"{array}: {array}_0 .. {array}_3" in r.stdout and "final merge: job" in r.stdout
+    assert "#SBATCH --array=0-3%4" in (sweep / "logs" / f"{array}_submission.sh").read_text()
+    st = status(sweep)
+    assert not st["complete"] and st["planned"] == 14 and len(st["units"]) == 4
+    assert {u["state"] for u in st["units"]} <= {"pending", "running", "done"}
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert w.returncode == 0, w.stderr
+    assert "speedup" in w.stdout and "merged 14 records" in w.stderr
+    st = status(sweep)
+    assert st["complete"] and st["done"] == 14 and all(u["state"] == "done" for u in st["units"])
+    assert cli("merge", str(sweep)).returncode == 0
+    check_document(sweep, spec)
+    # the dependent merge job ran once the array ended
+    merge_state = poll(lambda: (status(sweep)["merge_jobs"] or [{}])[-1].get("state") in ("COMPLETED",),
+                       60, "the final merge job to complete")
+    assert merge_state
+    # nothing left to resume
+    r = cli("resume", str(sweep))
+    assert r.returncode == 0 and "nothing to resubmit" in r.stdout, r.stdout + r.stderr
+    print(f"submit returned in {submit_s:.2f} s")
+
+
+def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path):
+    spec = write_spec(tmp_path, "split.json", **FOUR_UNITS)
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "3", "--max-array-size", "2")
+    assert r.returncode == 0, r.stderr
+    entries = list(unit_jobs(sweep).values())
+    arrays = list(dict.fromkeys(e["array_id"] for e in entries))
+    assert len(arrays) == 2 and [e["job_id"] for e in entries] == [f"{arrays[0]}_0", f"{arrays[0]}_1", arrays[1]]
+    c = cli("cancel", str(sweep))
+    assert c.returncode == 0 and all(a in c.stdout for a in arrays), c.stdout + c.stderr
+    st = poll(lambda: (s := status(sweep)) and all(u["state"] in ("cancelled", "done") for u in s["units"]) and s,
+              30, "every unit to show cancelled")
+    assert any(u["state"] == "cancelled" for u in st["units"])
+    assert cli("cancel", str(sweep)).stdout.startswith("nothing")
+
+
+def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp_path):
+    spec = write_spec(tmp_path, "cancel.json", **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000,
+                                                                           "warmup": 0}})
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
+    entries = unit_jobs(sweep)
+    victim = max(entries, key=lambda u: json.loads((sweep / "units" / f"{u}.json").read_text())["items"].__len__())
+    partial = sweep / "partials" / f"{victim}.jsonl"
+    poll(lambda: sum("record" in o for o in lines(partial)) >= 1, 120, "the victim's first record", 0.1)
+    subprocess.run(["scancel", entries[victim]["job_id"]], check=True)
+    st = poll(lambda: (s := status(sweep)) and next(u for u in s["units"] if u["id"] == victim)["state"] == "cancelled"
+              and s, 60, "status to show the cancelled task")
+    unit = next(u for u in st["units"] if u["id"] == victim)
+    assert unit["done"] < unit["total"] and unit["log"], unit
+    recorded = {o["id"] for o in lines(partial) if "record" in o}
+    r = cli("resume", str(sweep))
+    assert r.returncode == 0, r.stderr
+    new = [e for e in jobs(sweep) if e.get("origin") == "resume"]
+    assert new, r.stdout
+    items = [iid for e in new for _, iid in json.loads((sweep / "units" / f"{e['unit']}.json").read_text())["items"]]
+    victim_items = [iid for _, iid in json.loads((sweep / "units" / f"{victim}.json").read_text())["items"]]
+    assert sorted(items) == sorted(set(victim_items) - recorded)
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert w.returncode == 0, w.stderr
+    st = status(sweep)
+    assert st["complete"], st
+    assert next(u for u in st["units"] if u["id"] == victim)["resumed"]
+    check_document(sweep, spec)
+
+
+def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_completes_it(tmp_path):
+    # max_config_attempts 1: the configs the worker died on are recorded as errors on resume,
+    # which needs the deaths counted across units (the resumed unit has a new partial)
+    spec = write_spec(tmp_path, "kill.json", {"max_config_attempts": 1},
+                      **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}})
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    (victim, entry), = unit_jobs(sweep).items()
+    partial = sweep / "partials" / f"{victim}.jsonl"
+
+    def mid_config():
+        objs = lines(partial)
+        done = {o["id"] for o in objs if "record" in o}
+        started = [o["start"] for o in objs if "start" in o and o["start"] not in done]
+        return done and started and next(o["header"]["pid"] for o in objs if "header" in o)
+
+    pid = poll(mid_config, 120, "the worker to be in the middle of a config", 0.05)
+    os.kill(pid, signal.SIGKILL)
+    st = poll(lambda: (s := status(sweep)) and s["units"][0]["state"] == "failed" and s, 60, "status to show failed")
+    assert st["units"][0]["log"] == entry["stderr"] and Path(entry["stderr"]).exists()
+    text = cli("status", str(sweep)).stdout
+    assert "failed" in text and f"log: {entry['stderr']}" in text and "tilesweep resume" in text
+    objs = lines(partial)
+    done = {o["id"] for o in objs if "record" in o}
+    died = {o["start"] for o in objs if "start" in o} - done - {o["abandon"] for o in objs if "abandon" in o}
+    assert died
+    r = cli("resume", str(sweep))
+    assert r.returncode == 0, r.stderr
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert w.returncode == 0, w.stderr
+    doc = check_document(sweep, spec)
+    crashed = [r for r in doc["results"] if "WorkerCrashed" in r.get("error", "")]
+    assert len(crashed) == len(died)
+    assert sum("error" not in r for r in doc["results"]) == 14 - len(died)
+
+
+def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path):
+    spec = write_spec(tmp_path, "good.json")
+    sweep = tmp_path / "sweep"
+    # no sbatch on PATH: refused before anything is written
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    one_line_error(cli("submit", str(spec), "--sweep-dir", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
+    assert not sweep.exists()
+    assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    before = snapshot(sweep)
+    one_line_error(cli("resume", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
+    # an unknown partition: sbatch's own message, with the command
+    bad = write_spec(tmp_path, "bad.json", {"slurm_partition": "nosuch"})
+    line = one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), "invalid partition", "sbatch ")
+    assert "nosuch" in line
+    one_line_error(cli("resume", str(sweep), "--spec", str(bad)), "invalid partition")
+    fresh = tmp_path / "fresh"
+    one_line_error(cli("submit", str(bad), "--sweep-dir", str(fresh)), "invalid partition")
+    assert not fresh.exists()
+    # a sweep directory of another spec
+    other = write_spec(tmp_path, "other.json", repeats=3)
+    one_line_error(cli("submit", str(other), "--sweep-dir", str(sweep)), "another spec")
+    one_line_error(cli("resume", str(sweep), "--spec", str(other)), "not the spec")
+    assert snapshot(sweep) == before
+    # an unknown executor key names the valid ones
+    typo = write_spec(tmp_path, "typo.json", {"partitionn": "gpu"})
+    one_line_error(cli("plan", str(typo), "--dry-run"), "executor.partitionn", "slurm_partition")
+
+
+def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_sweep):
+    spec, sweep = slow_sweep
+    w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "3", timeout=420)
+    assert w.returncode == 0, w.stderr
+    (unit, entry), = unit_jobs(sweep).items()
+    objs = lines(sweep / "partials" / f"{unit}.jsonl")
+    headers = [o["header"] for o in objs if "header" in o]
+    assert len(headers) >= 2, "the task was not requeued"
+    assert {h["slurm_job_id"] for h in headers} == {entry["job_id"]}  # the same job, requeued
+    records = [o for o in objs if "record" in o]
+    ids = [o["id"] for o in records]
+    assert len(ids) == len(set(ids)) == 65  # nothing redone, nothing lost
+    first = {o["id"] for o in records if o["attempt"] == 1}
+    assert first and len(first) < 65 and all(o["attempt"] > 1 for o in records if o["id"] not in first)
+    assert not any("error" in o["record"] for o in records)  # an abandoned config is not a crash
+    sacct = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-o", "JobID,State", "-j", entry["array_id"]],
+                           capture_output=True, text=True, check=True).stdout
+    assert "REQUEUED" in sacct, sacct
+    check_document(sweep, spec)
