@@ -317,7 +317,7 @@ def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units
         sd.record_jobs([{"event": "resume", "replaces": replaces, "units": sorted(submitted), "time": now_iso(),
                          "ts": round(time.time(), 3), "force": force}])
     if not slurm:
-        outcomes = dispatch.run_units_locally(sd, new_ids, kind=settings.kind)
+        outcomes = dispatch.run_units_locally(sd, new_ids, kind=settings.kind, prior_starts=prior)
         for o in outcomes:
             if not o["ok"]:
                 print(f"{PROG}: unit {o['unit']} failed: {o['error']} (log: {o['log']})", file=sys.stderr)
@@ -361,8 +361,13 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
     from .cli import Progress, print_table
 
     progress = Progress(sd.planned)
+    warned: set[str] = set()
 
     def poll(st: SweepStatus) -> None:
+        for u in st.units:
+            if u.state == "pending" and u.detail and "cannot start" in u.detail and u.id not in warned:
+                warned.add(u.id)
+                print(f"\n{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}", file=sys.stderr)
         c = st.counts()
         extra = "; units: " + ", ".join(f"{n} {s}" for s, n in c.items())
         progress.update(st.done, extra=extra)

@@ -46,12 +46,12 @@ MERGE_TIMEOUT_MIN = 30
 _TEMP_LITTER = re.compile(r"(\.submission_file_[0-9a-f]{32}\.sh|[0-9a-f]{32}\.pkl)")
 
 
-def run_unit_job(sweep_dir: str, unit_id: str) -> dict[str, Any]:
+def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, int] | None = None) -> dict[str, Any]:
     """What a local or debug submitit job runs (importable, picklable)."""
     from jobs.worker import run_unit
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    return run_unit(sweep_dir, unit_id)
+    return run_unit(sweep_dir, unit_id, prior_starts=prior_starts)
 
 
 # ---------------------------------------------------------------------------- on the node
@@ -344,20 +344,23 @@ def run_units_locally(
     kind: str = "local",
     workers: int | None = None,
     on_poll: Callable[[], None] | None = None,
+    prior_starts: dict[str, dict[str, int]] | None = None,
 ) -> list[dict[str, Any]]:
     """Run units to completion through submitit's local or debug executor.
 
     Returns one outcome per unit: ``{"unit", "ok", "summary" | "error", "log"}``. A unit
     whose worker fails (crash, kill) is reported, not raised: its finished records stay
-    in its partial and ``resume`` redoes only the rest.
+    in its partial and ``resume`` redoes only the rest. ``prior_starts``: unit -> item ->
+    deaths on that item in other units' partials (see ``jobs.worker.run_unit``).
     """
+    prior = prior_starts or {}
     submitit = _submitit()
     spec = sd.spec
     outcomes: list[dict[str, Any]] = []
     if kind == "debug":
         executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="debug")
         for uid in unit_ids:
-            job = executor.submit(run_unit_job, str(sd.root), uid)
+            job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
             sd.record_jobs([{"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso()}])
             outcomes.append(_outcome(uid, job))
             if on_poll:
@@ -380,7 +383,7 @@ def run_units_locally(
                 executor.update_parameters(gpus_per_node=1, visible_gpus=[gpus[slot % len(gpus)]])
             else:
                 executor.update_parameters(gpus_per_node=0)
-            job = executor.submit(run_unit_job, str(sd.root), uid)
+            job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
             sd.record_jobs([{"unit": uid, "executor": "local", "job_id": str(job.job_id), "submitted": now_iso(),
                              "log": str(job.paths.stderr)}])
             log.info("unit %s started as local job %s", uid, job.job_id)

@@ -16,13 +16,14 @@ units is marked ``resumed``; it keeps the state its last job ended in.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from .slurm import SchedulerView, array_of, query
+from .slurm import STUCK_REASONS, SchedulerView, array_of, query
 from .sweepdir import SweepDir
 
 ACTIVE = ("pending", "running", "requeued")
@@ -99,7 +100,7 @@ class SweepStatus:
         return {"sweep_dir": self.sweep_dir, "planned": self.planned, "done": self.done, "errors": self.errors,
                 "complete": self.complete, "settled": self.settled, "states": self.counts(),
                 "eta_s": None if self.eta_s() is None else round(self.eta_s(), 1), "scheduler": self.scheduler,
-                "merge_jobs": self.merge_jobs, "units": [asdict(u) for u in self.units]}
+                "merge_jobs": self.merge_jobs, "units": [dict(u.__dict__) for u in self.units]}
 
 
 @dataclass
@@ -158,6 +159,20 @@ def count_partial(path: os.PathLike[str] | str) -> tuple[int, int, float | None]
     return records, data.count(_ERROR_FIELD), mtime
 
 
+def _from_marker(path: str, total: int) -> tuple[int, int, None] | None:
+    """(records, errors, None) of a finished unit from its completion marker, when the marker
+    alone says so: the worker finished every item in that one attempt (``already`` 0), so
+    its error count is the unit's. Reading 300 bytes beats counting a whole partial."""
+    try:
+        with open(path, "rb") as f:
+            m = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or m.get("already") != 0 or m.get("done") != total or type(m.get("errors")) is not int:
+        return None
+    return total, m["errors"], None
+
+
 def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView | None = None) -> SweepStatus:
     """The sweep's progress from its files; with the scheduler's view of unfinished SLURM
     units when ``view`` is given or ``query_slurm`` (one squeue + one sacct call in all)."""
@@ -169,11 +184,13 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     hist = read_history(sd)
     st = SweepStatus(str(sd.root), planned=sd.planned, first_submitted=hist.first_submitted)
     mtimes: dict[str, float | None] = {}
+    partials, done_dir = os.fspath(sd.partials), os.fspath(sd.done)
     for entry in index:
         uid = entry["id"]
-        n, errors, mtime = count_partial(sd.partial_path(uid))
         total = entry["n_items"]
         complete = uid in markers
+        counted = _from_marker(f"{done_dir}/{uid}.json", total) if complete else None
+        n, errors, mtime = counted or count_partial(f"{partials}/{uid}.jsonl")
         job = hist.latest.get(uid)
         u = UnitStatus(uid, total, n, complete, errors=errors, resumed=uid in hist.resumed and not complete,
                        submissions=hist.submissions[uid])
@@ -238,7 +255,10 @@ def slurm_state(job: dict[str, Any], view: SchedulerView | None, mtime: float | 
     s = ts.state
     if s == "PENDING":
         ran = mtime is not None and mtime >= submitted
-        return ("requeued" if ran else "pending"), (ts.reason or None) if ts.reason not in ("", "None") else None
+        reason = ts.reason if ts.reason not in ("", "None") else None
+        if reason in STUCK_REASONS:
+            reason += ": it cannot start as submitted (cancel it, then resume with other executor settings)"
+        return ("requeued" if ran else "pending"), reason
     if s.startswith("REQUEUE"):
         return "requeued", s
     if s in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED"):
@@ -298,7 +318,8 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         lines.append(f"  ... {hidden} more units not shown (--json lists every unit)")
     for m in st.merge_jobs[-1:]:
         lines.append(f"final merge: job {m['job_id']} {(m['state'] or 'not in squeue/sacct').lower()}"
-                     + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else ""))
+                     + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
+                     + (f"  log: {m['log']}" if m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else ""))
     if not st.complete and st.settled and any(u.state in ("failed", "cancelled", "timed out") and not u.resumed
                                               for u in st.units):
         lines.append(f"to redo the missing items: tilesweep resume {st.sweep_dir}")

@@ -268,6 +268,20 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path):
     one_line_error(cli("plan", str(typo), "--dry-run"), "executor.partitionn", "slurm_partition")
 
 
+def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path):
+    spec = write_spec(tmp_path, "run.json", compile={"workers": 1})
+    sweep = tmp_path / "sweep"
+    r = cli("run", str(spec), "--sweep-dir", str(sweep), "--units", "2")
+    assert r.returncode == 0, r.stderr
+    assert "speedup" in r.stdout and len(unit_jobs(sweep)) == 2
+    check_document(sweep, spec)
+    # again: every item has a record, so nothing is submitted
+    n = len(jobs(sweep))
+    r = cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 0 and len(jobs(sweep)) == n, r.stderr
+    one_line_error(cli("submit", str(spec), "--sweep-dir", str(sweep)), "submitted already", "resume")
+
+
 def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_sweep):
     spec, sweep = slow_sweep
     w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "3", timeout=420)

@@ -1,0 +1,209 @@
+"""Status, resume planning and the checkpointable task, without a cluster.
+
+The scheduler's answers are built by hand here (their format is pinned against the real
+cluster in test_slurm_dispatch.py); resume runs for real with the debug executor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.schema import ExecutorSettings
+from orchestrator.slurm import SchedulerView, TaskState, expand_indices, parse_sacct
+from orchestrator.status import LOST_AFTER_S, count_partial, format_status, slurm_state, sweep_status
+from orchestrator.sweepdir import SweepDir
+
+from .conftest import run_cli
+
+
+def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state():
+    text = "\n".join([
+        "36_0|CANCELLED by 0|0:0", "36_1|COMPLETED|0:0", "36_[2-5%2]|PENDING|0:0", "37|RUNNING|0:0",
+        "38_[1,3,5-6]|PENDING|0:0", "39_4|FAILED|9:0", "40.batch|COMPLETED|0:0", "41_[]|PENDING|0:0",
+    ])
+    rows = {jid: (state, code) for jid, state, code in parse_sacct(text)}
+    assert rows["36_0"] == ("CANCELLED", "0:0") and rows["36_1"][0] == "COMPLETED"
+    assert [j for j in rows if j.startswith("36_")] == ["36_0", "36_1", "36_2", "36_3", "36_4", "36_5"]
+    assert rows["37"][0] == "RUNNING" and rows["39_4"] == ("FAILED", "9:0")
+    assert sorted(j for j in rows if j.startswith("38_")) == ["38_1", "38_3", "38_5", "38_6"]
+    assert "40.batch" not in rows and "40" not in rows
+    assert expand_indices("0-2%4") == [0, 1, 2] and expand_indices("7") == [7] and expand_indices("x") == []
+
+
+def _view(**states: TaskState) -> SchedulerView:
+    return SchedulerView({k.replace("j", "", 1): v for k, v in states.items()}, asked=True, squeue_ok=True,
+                         sacct_ok=True)
+
+
+@pytest.mark.parametrize("task, mtime_after, expected", [
+    (TaskState("PENDING", "squeue", "JobArrayTaskLimit"), False, ("pending", "JobArrayTaskLimit")),
+    (TaskState("PENDING", "squeue", "BeginTime"), True, ("requeued", "BeginTime")),
+    (TaskState("REQUEUED", "sacct"), True, ("requeued", "REQUEUED")),
+    (TaskState("RUNNING", "squeue", "None"), True, ("running", None)),
+    (TaskState("COMPLETING", "squeue"), True, ("running", "COMPLETING")),
+    (TaskState("CANCELLED", "sacct"), True, ("cancelled", None)),
+    (TaskState("TIMEOUT", "sacct"), True, ("timed out", "TIMEOUT")),
+    (TaskState("FAILED", "sacct", exit_code="9:0"), True, ("failed", "FAILED (exit 9:0)")),
+    (TaskState("OUT_OF_MEMORY", "sacct", exit_code="0:125"), True, ("failed", "OUT_OF_MEMORY (exit 0:125)")),
+    (TaskState("PREEMPTED", "sacct"), True, ("cancelled", "PREEMPTED")),
+])
+def test_slurm_states_map_to_unit_states(task, mtime_after, expected):
+    now = time.time()
+    job = {"job_id": "36_1", "submitted_ts": now - 100}
+    view = _view(j36_1=task)
+    assert slurm_state(job, view, now - 50 if mtime_after else None, {}, now, 3) == expected
+
+
+def test_a_job_in_neither_squeue_nor_sacct_is_pending_while_young_then_gone():
+    now = time.time()
+    view = _view()
+    young = {"job_id": "36_5", "submitted_ts": now - 5}
+    old = {"job_id": "36_5", "submitted_ts": now - LOST_AFTER_S - 5}
+    assert slurm_state(young, view, None, {}, now, 0)[0] == "pending"
+    state, detail = slurm_state(old, view, None, {}, now, 0)
+    assert state == "cancelled" and "neither squeue nor sacct" in detail
+    # our own cancel record wins over whatever the scheduler says
+    running = _view(j36_5=TaskState("RUNNING", "squeue"))
+    assert slurm_state(old, running, None, {"36": now - 1}, now, 0)[0] == "cancelled"
+    # SLURM not asked: a guess from the partial, said so
+    assert slurm_state(old, None, None, {}, now, 2) == ("running", "SLURM not asked; state guessed from the partial")
+
+
+def _sweep(tmp_path: Path, write_spec, units: int = 2, **over) -> SweepDir:
+    spec = write_spec(**over)
+    sweep = tmp_path / "sweep"
+    r = run_cli("plan", str(spec), "--units", str(units), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    return SweepDir.open(sweep)
+
+
+def _fake_partial(sd: SweepDir, uid: str, n_records: int, n_errors: int = 0) -> None:
+    lines = ['{"header":{"schema":1}}']
+    for k in range(n_records):
+        rec = '{"dtype":"float32","error":"boom"}' if k < n_errors else '{"dtype":"float32","median_ms":1.0}'
+        lines.append(f'{{"start":"i{k}","attempt":1}}')
+        lines.append(f'{{"id":"i{k}","attempt":1,"record":{rec}}}')
+    sd.partial_path(uid).write_text("\n".join(lines) + "\n")
+
+
+def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_spec):
+    sd = _sweep(tmp_path, write_spec, units=3)
+    units = [u["id"] for u in sd.unit_index()]
+    _fake_partial(sd, units[0], 1, n_errors=1)
+    _fake_partial(sd, units[1], 1)
+    assert count_partial(sd.partial_path(units[0]))[:2] == (1, 1)
+    now = time.time()
+    sd.record_jobs([{"unit": u, "executor": "slurm", "job_id": f"50_{k}", "array_id": "50", "task": k,
+                     "submitted_ts": now - 600, "stderr": f"/logs/50_{k}_0_log.err"} for k, u in enumerate(units)])
+    sd.record_jobs([{"event": "merge_job", "job_id": "51", "submitted_ts": now - 600}])
+    view = _view(j50_0=TaskState("FAILED", "sacct", exit_code="1:0"), j50_1=TaskState("RUNNING", "squeue"),
+                 j50_2=TaskState("PENDING", "squeue", "Priority"), j51=TaskState("PENDING", "squeue", "Dependency"))
+    st = sweep_status(sd, view=view)
+    by = {u.id: u for u in st.units}
+    assert by[units[0]].state == "failed" and by[units[0]].log == "/logs/50_0_0_log.err" and by[units[0]].errors == 1
+    assert by[units[1]].state == "running" and by[units[1]].log is None
+    assert by[units[2]].state == "pending" and by[units[2]].detail == "Priority"
+    assert st.done == 2 and st.errors == 1 and not st.complete and not st.settled
+    assert st.merge_jobs[0]["state"] == "PENDING" and st.eta_s() is not None
+    text = format_status(st)
+    assert "2/" in text.splitlines()[0] and "log: /logs/50_0_0_log.err" in text and "final merge: job 51 pending" in text
+    doc = st.to_json()
+    assert doc["states"] == {"running": 1, "pending": 1, "failed": 1} and len(doc["units"]) == 3
+    # SLURM queries off: status from the sweep directory alone
+    os.environ["TILESWEEP_SLURM_QUERIES"] = "0"
+    try:
+        st = sweep_status(sd)
+    finally:
+        del os.environ["TILESWEEP_SLURM_QUERIES"]
+    assert "not asked" in st.scheduler and {u.state for u in st.units} == {"running", "pending"}
+
+
+def test_resume_submits_only_missing_items_and_counts_deaths_across_units(tmp_path, write_spec):
+    from jobs.worker import run_unit
+
+    # debug executor: resume runs the new units in its own process; a config that killed
+    # one worker is given up on (max_config_attempts 1) even though it moves to a new unit
+    sd = _sweep(tmp_path, write_spec, units=2, executor={"kind": "debug", "max_config_attempts": 1},
+                compile={"workers": 1})
+    first, second = [u["id"] for u in sd.unit_index()]
+    items = [it.id for it in sd.unit_items(second)]
+    assert len(items) >= 3
+    partial = sd.partial_path(second)
+    summary = run_unit(str(sd.root), second, stop_check=lambda: partial.read_text().count('"record"') >= 1)
+    assert summary["stopped"] and summary["done"] >= 1
+    recorded = {json.loads(l)["id"] for l in sd.partial_path(second).read_text().splitlines() if '"record"' in l}
+    dead = next(i for i in items if i not in recorded)
+    with open(sd.partial_path(second), "a") as f:  # a worker that died on `dead` (as a SIGKILL leaves it)
+        f.write(json.dumps({"start": dead, "attempt": 1}) + "\n")
+    # a partial of another environment is refused, naming the file
+    foreign = tmp_path / "foreign"
+    shutil.copytree(sd.root, foreign)
+    header = json.loads(sd.partial_path(second).read_text().splitlines()[0])
+    header["header"]["env"] = {**header["header"]["env"], "jax": "0.0.1"}
+    (foreign / "partials" / f"{first}.jsonl").write_text(json.dumps(header) + "\n")
+    r = run_cli("resume", str(foreign))
+    assert r.returncode == 2 and "another environment" in r.stderr and f"{first}.jsonl" in r.stderr, r.stderr
+    # the real resume
+    r = run_cli("resume", str(sd.root))
+    assert r.returncode == 0, r.stderr
+    events = [e for e in sd.job_history() if e.get("event") == "resume"]
+    assert len(events) == 1 and second in events[0]["replaces"]
+    resubmitted = [it.id for u in events[0]["units"] for it in sd.unit_items(u)]
+    missing = {it.id for u in (first, second) for it in sd.unit_items(u)} - recorded
+    assert sorted(resubmitted) == sorted(missing)  # every missing item once, nothing recorded again
+    st = sweep_status(sd)
+    assert st.complete and st.done == st.planned, format_status(st)
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    doc = json.loads(sd.output.read_text())
+    crashed = [r for r in doc["results"] if "WorkerCrashed" in r.get("error", "")]
+    assert len(crashed) == 1 and len(doc["results"]) == st.planned
+    r = run_cli("resume", str(sd.root))
+    assert r.returncode == 0 and "nothing to resubmit" in r.stdout
+
+
+def test_resume_refuses_another_spec(tmp_path, write_spec):
+    sd = _sweep(tmp_path, write_spec)
+    other = write_spec("other.json", repeats=7)
+    r = run_cli("resume", str(sd.root), "--spec", str(other))
+    assert r.returncode == 2 and "not the spec" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_executor_settings_become_submitit_parameters():
+    from orchestrator.dispatch import executor_parameters, grace_s
+
+    s = ExecutorSettings(kind="slurm", slurm_partition="gpu", gpus_per_node=1, max_requeues=5, merge_partition="cpu")
+    params = executor_parameters(s)
+    assert params == {"slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 60}
+    assert grace_s(s) == 30.0 and grace_s(ExecutorSettings(slurm_signal_delay_s=20)) == 10.0
+
+
+def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck():
+    from submitit.helpers import DelayedSubmission
+
+    from orchestrator.dispatch import UnitTask
+
+    task = UnitTask(grace_s=0.2)
+    again = task.checkpoint("/sweep", "abc", {"x": 1})
+    assert isinstance(again, DelayedSubmission) and isinstance(again.function, UnitTask)
+    assert again.args == ("/sweep", "abc", {"x": 1}) and again.function.grace_s == 0.2
+
+    requeued = []
+    old = {s: signal.getsignal(s) for s in (signal.SIGUSR2, signal.SIGALRM, signal.SIGTERM)}
+    signal.signal(signal.SIGUSR2, lambda signum, frame: requeued.append(signum))  # stands for submitit's handler
+    try:
+        task._install_handlers()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert task._should_stop() and not requeued  # the warning only asks the worker to stop
+        time.sleep(0.5)  # the worker never reaches a stop: requeued once the grace is over
+        assert requeued == [signal.SIGUSR2]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for s, h in old.items():
+            signal.signal(s, h)
