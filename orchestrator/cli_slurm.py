@@ -105,16 +105,15 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False) -> Resume
         plan.starts_by_unit[entry["id"]] = died
         plan.starts.update(died)
     plan.recorded = len(recorded)
-    active = {u.id for u in st.units if u.state in ACTIVE and u.state != "done" and not u.complete}
-    if u_not_submitted := {u.id for u in st.units if u.detail == "not submitted"}:
-        active -= u_not_submitted  # never submitted: nothing runs them
+    # pending, running or requeued; a unit never submitted is "pending" too, but nothing runs it
+    active = {u.id for u in st.units if u.state in ACTIVE and u.detail != "not submitted"}
     held: set[str] = set()
     if not force:
         plan.active = sorted(active)
         for uid in plan.active:
             held.update(it.id for it in sd.unit_items(uid))
     for u in st.units:
-        if u.id in active and not force or u.complete or u.done >= u.total:
+        if (u.id in active and not force) or u.complete or u.done >= u.total:
             continue
         missing = {it.id for it in sd.unit_items(u.id)} - recorded
         if missing:
@@ -208,6 +207,14 @@ def _submit(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, or
                                 attempts=attempts)
     if sub.error is not None and not sub.entries:
         raise sub.error
+    merge_line = None
+    if settings.merge_job and sub.entries:  # before any printing: a closed stdout must not cost the merge job
+        try:
+            m = dispatch.submit_merge_job(sd, settings, sub.arrays)
+            merge_line = f"final merge: job {m['job_id']} (afterany:{':'.join(sub.arrays)}) writes {sd.output}"
+        except DispatchError as exc:
+            print(f"{PROG}: warning: the final merge job was not submitted ({exc.message}); "
+                  f"`{PROG} wait {sd.root}` or `{PROG} merge {sd.root}` merges", file=sys.stderr)
     by_array: dict[str, list[dict[str, Any]]] = {}
     for e in sub.entries:
         by_array.setdefault(e["array_id"], []).append(e)
@@ -218,16 +225,11 @@ def _submit(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, or
         ids = [e["job_id"] for e in entries]
         print(f"  {array}: {ids[0]}" + (f" .. {ids[-1]}" if len(ids) > 1 else "") + f"  ({len(ids)} tasks)")
     print(f"  logs: {sd.logs}/<job>_0_log.err")
+    if merge_line:
+        print(merge_line)
     if sub.error is not None:
         print(f"{PROG}: warning: {len(unit_ids) - len(sub.entries)} units were not submitted: {sub.error.message}; "
               f"fix the cause, then `{PROG} resume {sd.root}`", file=sys.stderr)
-    if settings.merge_job and sub.entries:
-        try:
-            m = dispatch.submit_merge_job(sd, settings, sub.arrays)
-            print(f"final merge: job {m['job_id']} (afterany:{':'.join(sub.arrays)}) writes {sd.output}")
-        except DispatchError as exc:
-            print(f"{PROG}: warning: the final merge job was not submitted ({exc.message}); "
-                  f"`{PROG} wait {sd.root}` or `{PROG} merge {sd.root}` merges", file=sys.stderr)
     return sub
 
 

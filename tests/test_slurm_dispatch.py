@@ -140,6 +140,10 @@ def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(sl
     st = status(sweep)
     assert not st["complete"] and st["planned"] == 14 and len(st["units"]) == 4
     assert {u["state"] for u in st["units"]} <= {"pending", "running", "done"}
+    # resume while the units run: says so, submits nothing
+    n = len(jobs(sweep))
+    r = cli("resume", str(sweep))
+    assert r.returncode == 0 and "still pending or running" in r.stdout and len(jobs(sweep)) == n, r.stdout
     w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
     assert w.returncode == 0, w.stderr
     assert "speedup" in w.stdout and "merged 14 records" in w.stderr
@@ -301,3 +305,6 @@ def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_sw
                            capture_output=True, text=True, check=True).stdout
     assert "REQUEUED" in sacct, sacct
     check_document(sweep, spec)
+    # the dependent merge job waited for the requeued task: it merged every record
+    merge = poll(lambda: (m := status(sweep)["merge_jobs"][-1])["state"] == "COMPLETED" and m, 60, "the merge job")
+    assert "(0 of 65 planned missing)" in Path(merge["log"]).read_text()
