@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import PlanError, SpecError, TilesweepError
+from .status import format_duration
 
 PROG = "tilesweep"
 
@@ -41,6 +42,7 @@ class Progress:
         self.first_done: int | None = None
         self.last_print = 0.0
         self.last_text = ""
+        self.finished = False
 
     def update(self, done: int, extra: str = "") -> None:
         now = time.monotonic()
@@ -48,32 +50,24 @@ class Progress:
             self.first_done = done
         elapsed = now - self.start
         rate_done = done - self.first_done
-        eta = f", ETA {_dur(elapsed / rate_done * (self.total - done))}" if rate_done > 0 and done < self.total else ""
+        eta = f", ETA {format_duration(elapsed / rate_done * (self.total - done))}" if rate_done > 0 and done < self.total else ""
         width = 24
         filled = int(width * min(done, self.total) / self.total)
-        text = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.label}{extra}, {_dur(elapsed)} elapsed{eta}"
+        text = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.label}{extra}, {format_duration(elapsed)} elapsed{eta}"
         if self.tty:
             self.stream.write("\r" + text.ljust(len(self.last_text)))
             self.stream.flush()
-        elif now - self.last_print >= 10 or (done >= self.total and not self.last_text.startswith(text[:40])):
+        elif now - self.last_print >= 10 or (done >= self.total and not self.finished):
             self.stream.write(text + "\n")
             self.stream.flush()
             self.last_print = now
         self.last_text = text
+        self.finished = done >= self.total
 
     def close(self) -> None:
         if self.tty and self.last_text:
             self.stream.write("\n")
             self.stream.flush()
-
-
-def _dur(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 # ------------------------------------------------------------------------ helpers
@@ -185,21 +179,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         from . import cli_slurm  # type: ignore[attr-defined]
 
         return cli_slurm.run_on_slurm(args, sd)
-    st = sweep_status(sd)
+    st = sweep_status(sd, query_slurm=False)
     todo = [u.id for u in st.units if not u.complete]
     print(f"sweep {sd.root}: {sd.planned} items in {len(unit_ids)} units"
           + (f", {st.done} already recorded" if existed and st.done else ""), file=sys.stderr)
+    if existed and args.units and args.units != len(unit_ids):
+        print(f"{PROG}: note: {sd.root} keeps the {len(unit_ids)} units it was planned with; --units applies to a new "
+              "sweep directory", file=sys.stderr)
     progress = Progress(sd.planned)
 
     def poll() -> None:
-        progress.update(sweep_status(sd).done)
+        progress.update(sweep_status(sd, query_slurm=False).done)
 
     outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=args.workers, on_poll=poll) if todo else []
     poll()
     progress.close()
     summary = merge.merge(sd)
-    print(f"merged {summary.records} records ({summary.errors} errors, {summary.missing} missing) into {summary.output}",
-          file=sys.stderr)
+    print(merge_line(summary), file=sys.stderr)
     print_table(summary.output)
     failed = [o for o in outcomes if not o["ok"]]
     for o in failed:
@@ -216,9 +212,19 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     sd = SweepDir.open(args.sweep_dir)
     summary = merge.merge(sd, output=Path(args.output) if args.output else None)
-    print(f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} planned "
-          f"missing) into {summary.output}")
+    print(merge_line(summary))
     return 0
+
+
+def merge_line(summary: Any) -> str:
+    """One line on what a merge did, naming what it set aside (the warnings name the files)."""
+    text = (f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
+            f"planned missing) into {summary.output}")
+    if summary.skipped_lines:
+        text += f"; skipped {summary.skipped_lines} torn or invalid partial lines (their items are redone by resume)"
+    if summary.quarantined:
+        text += f"; quarantined {len(summary.quarantined)} partial file(s) (see the warnings above)"
+    return text
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
 from orchestrator.report import ProblemSummary, best_table
 from orchestrator.results_doc import ResultsDoc
+from orchestrator.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
 
@@ -113,26 +114,6 @@ def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def write_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     """Write JSON next to ``path`` and ``os.replace`` it in: a reader never sees half a file."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tuned-", suffix=".tmp", dir=directory)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a tuned table is shared
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    with atomic_open(Path(path)) as fh:
+        json.dump(obj, fh, indent=1)
+        fh.write("\n")

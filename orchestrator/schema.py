@@ -102,7 +102,7 @@ class ExecutorSettings(_Model):
     slurm_array_parallelism: int | None = Field(default=None, ge=1)
     slurm_setup: list[str] = Field(default_factory=list)
     slurm_additional_parameters: dict[str, Any] = Field(default_factory=dict)
-    slurm_signal_delay_s: int | None = Field(default=None, ge=1)
+    slurm_signal_delay_s: int | None = Field(default=None, ge=0)
     slurm_job_name: str | None = None
     # tilesweep's own
     local_workers: int | None = Field(default=None, ge=1, description="local: parallel workers (default: one per visible GPU, one without GPU)")

@@ -300,7 +300,7 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     eta = st.eta_s()
     head = (f"{st.sweep_dir}: {st.done}/{st.planned} items done ({st.errors} error records), "
             f"{'complete' if st.complete else 'in progress' if not st.settled else 'incomplete'}"
-            + (f", ETA ~{_dur(eta)}" if eta is not None else ""))
+            + (f", ETA ~{format_duration(eta)}" if eta is not None else ""))
     lines = [head, f"units: {len(st.units)} ({counts})" + (f"; {st.scheduler}" if st.scheduler else "")]
     shown = st.units if len(st.units) <= max_lines else [u for u in st.units if u.state != "done"]
     width = max((len(u.job_id or "-") for u in shown), default=1)
@@ -326,7 +326,8 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     return "\n".join(lines)
 
 
-def _dur(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """12s, 3m05s, 2h07m: short enough for a progress line."""
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds}s"

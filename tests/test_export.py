@@ -237,5 +237,9 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert load(out).lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
     from orchestrator.errors import TilesweepError
 
+    # a missing folder is created, like the merger's output; a path under a file cannot be
+    (tmp_path / "a-file").write_text("x")
+    rc, _, _ = run_handler(["export", str(src), "--out", str(tmp_path / "newdir" / "t.json")], capsys)
+    assert rc == 0 and (tmp_path / "newdir" / "t.json").exists()
     with pytest.raises(TilesweepError, match="cannot write"):
-        run_handler(["export", str(src), "--out", str(tmp_path / "nodir" / "t.json")], capsys)
+        run_handler(["export", str(src), "--out", str(tmp_path / "a-file" / "t.json")], capsys)
