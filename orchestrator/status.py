@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .partials import count_partial
 from .slurm import STUCK_REASONS, SchedulerView, array_of, query
 from .sweepdir import SweepDir
 
@@ -32,10 +33,6 @@ STATE_ORDER = ("done", "running", "requeued", "pending", "failed", "timed out", 
 # A job that is in neither squeue nor sacct this long after its submission is gone: a
 # pending array task cancelled on its own leaves no record (docs/slurm-notes.md).
 LOST_AFTER_S = 60.0
-
-_RECORD_AT_START = b'{"id":'
-_RECORD_LINE = b'\n{"id":'
-_ERROR_FIELD = b',"error":'  # compact JSON: a key is preceded by a comma, a string value's quotes are escaped
 
 
 @dataclass
@@ -142,21 +139,6 @@ def _ts(entry: dict[str, Any]) -> float | None:
         return _dt.datetime.fromisoformat(entry["submitted"]).timestamp()
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def count_partial(path: os.PathLike[str] | str) -> tuple[int, int, float | None]:
-    """(record lines, error records, mtime) of a partial, on bytes, in one read.
-
-    A record line starts with ``{"id":`` (``partials.count_records`` counts the same way);
-    an error record holds the key ``"error"``, written compactly as ``,"error":``."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-            mtime = os.fstat(f.fileno()).st_mtime
-    except FileNotFoundError:
-        return 0, 0, None
-    records = data.count(_RECORD_LINE) + data.startswith(_RECORD_AT_START)
-    return records, data.count(_ERROR_FIELD), mtime
 
 
 def _from_marker(path: str, total: int) -> tuple[int, int, None] | None:

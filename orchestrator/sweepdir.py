@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import MismatchError, SweepDirError
+from .mergelock import pid_alive
 from .plan import Unit, WorkItem, expand
 from .schema import SCHEMA_VERSION, SweepSpec
 
@@ -99,23 +100,13 @@ def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
         if m is None:
             continue
         try:
-            if time.time() - tmp.stat().st_mtime < min_age_s or _pid_alive(int(m.group(1))):
+            if time.time() - tmp.stat().st_mtime < min_age_s or pid_alive(int(m.group(1)), None):
                 continue
             tmp.unlink()
             removed.append(tmp)
         except FileNotFoundError:
             continue
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def atomic_write_text(path: Path, text: str) -> None:
