@@ -48,7 +48,7 @@ def spec_data(configs: int, output: Path) -> dict:
     return {
         "output": str(output), "dtypes": ["float32"], "head_dims": [16], "seq_lens": [256], "modes": ["fwd"],
         "batch": 1, "heads": 1, "repeats": 5, "tag": "bench", **axes,
-        "timing": {"target_ms": 100, "max_inner": 100000, "warmup": 0},
+        "timing": {"target_ms": 100, "max_inner": 100000, "warmup": 0}, "kernel": {"interpret": True},
         "compile": {"workers": 1},
         "executor": {"kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 10,
                      "slurm_array_parallelism": 4, "merge_partition": "cpu"},

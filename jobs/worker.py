@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from orchestrator.errors import TilesweepError
+from orchestrator.errors import TilesweepError, WorkerEnvironmentError
 from orchestrator.partials import PartialWriter, read_partial
 from orchestrator.plan import RUN, WorkItem
 from orchestrator.schema import SCHEMA_VERSION, env_fingerprint
@@ -75,6 +75,24 @@ def device_block() -> dict[str, Any]:
     }
 
 
+def check_backend(interpret: Any, backend: str, visible: str | None, spec_file: Any) -> None:
+    """A GPU task whose jax sees no GPU would silently time the kernels in interpret mode on
+    the CPU: refuse that unless the spec asks for interpret mode on purpose."""
+    if backend == "gpu" or interpret is True:
+        return
+    if interpret is False:
+        raise WorkerEnvironmentError(
+            f"kernel.interpret is false in {spec_file} but jax sees no GPU here (backend {backend}); run on a GPU "
+            "node with the CUDA jaxlib (pip install 'tilesweep[cuda]'), or set kernel.interpret to auto or true"
+        )
+    if visible and visible.strip() not in ("", "NoDevFiles", "-1"):
+        raise WorkerEnvironmentError(
+            f"this task was given GPU(s) CUDA_VISIBLE_DEVICES={visible} but jax sees none (backend {backend}); install "
+            "the CUDA jaxlib on the nodes (pip install 'tilesweep[cuda]', or load it in executor.slurm_setup), or set "
+            f"kernel.interpret: true in {spec_file} to time interpret mode on purpose"
+        )
+
+
 def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None,
              prior_starts: dict[str, int] | None = None) -> dict[str, Any]:
     """Run every item of the unit that has no record yet; return a summary.
@@ -91,6 +109,7 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None,
     items = sd.unit_items(unit_id)
     spec = sd.spec
     device = device_block()
+    check_backend(spec.kernel.interpret, device["backend"], os.environ.get("CUDA_VISIBLE_DEVICES"), sd.root / "sweep.json")
     sd.check_env(env_fingerprint(device))
 
     path = sd.partial_path(unit_id)

@@ -146,3 +146,29 @@ def test_bad_input_gets_one_line_errors(write_spec, tmp_path):
     # the worker by hand: a unit that does not exist
     w = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "nope"], cwd=REPO, capture_output=True, text=True)
     _one_line_error(w, "unit 'nope'")
+
+
+def test_a_gpu_task_without_a_gpu_backend_is_refused():
+    """A node that allocated GPUs but whose jax has no CUDA plugin must not silently time the
+    kernels interpreted on the CPU."""
+    from jobs.worker import check_backend
+    from orchestrator.errors import WorkerEnvironmentError
+
+    with pytest.raises(WorkerEnvironmentError, match="CUDA_VISIBLE_DEVICES=0 but jax sees none"):
+        check_backend("auto", "cpu", "0", "s/sweep.json")
+    with pytest.raises(WorkerEnvironmentError, match="kernel.interpret is false"):
+        check_backend(False, "cpu", None, "s/sweep.json")
+    check_backend(True, "cpu", "0", "s/sweep.json")  # interpret mode on purpose
+    check_backend("auto", "cpu", "", "s/sweep.json")  # no GPU allocated: interpret by itself
+    check_backend("auto", "gpu", "0", "s/sweep.json")
+
+
+def test_worker_refusal_is_one_line(write_spec, tmp_path):
+    spec = write_spec(kernel={"interpret": "auto"})
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    w = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, capture_output=True,
+                       text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cpu"})
+    _one_line_error(w, "jax sees none")
+    assert not list((sweep / "partials").glob("*.jsonl")) or all(
+        not _record_lines(p) for p in (sweep / "partials").glob("*.jsonl"))
