@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 TIMER = "wall_clock+block_until_ready"
 PROBE_OVERHEAD_MS = 0.1  # per-call dispatch overhead assumed when sizing inner
+PROBES = 3  # single calls timed to size ``inner``; the fastest counts
 
 
 @dataclasses.dataclass
@@ -62,12 +63,19 @@ def _timed_calls(compiled: Any, args: Sequence[Any], n: int) -> float:
 
 def measure(compiled: Any, args: Sequence[Any], *, repeats: int, target_ms: float = 50.0,
             max_inner: int = 200, warmup: int = 1) -> Timing:
-    """Warm up, probe one call to size ``inner``, then take ``repeats`` samples."""
+    """Warm up, probe to size ``inner``, then take ``repeats`` samples.
+
+    The probe is the fastest of up to ``PROBES`` single calls (fewer once they add up to
+    ``target_ms``): one call alone is noisy enough to halve or double ``inner``.
+    """
     if repeats < 1 or max_inner < 1 or warmup < 0:
         raise ValueError(f"need {repeats=} >= 1, {max_inner=} >= 1, {warmup=} >= 0")
     for _ in range(warmup):
         jax.block_until_ready(compiled(*args))
-    probe_ms = _timed_calls(compiled, args, 1) * 1e3
+    probes: list[float] = []
+    while len(probes) < PROBES and sum(probes) < target_ms:
+        probes.append(_timed_calls(compiled, args, 1) * 1e3)
+    probe_ms = min(probes)
     inner = inner_for(probe_ms, target_ms=target_ms, max_inner=max_inner)
     samples = [_timed_calls(compiled, args, inner) * 1e3 / inner for _ in range(repeats)]
     q1, median, q3 = np.percentile(samples, [25, 50, 75])
