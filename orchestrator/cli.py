@@ -79,13 +79,14 @@ def _load_spec(path: str) -> Any:
     return load_spec(path)
 
 
-def _units_arg(value: str) -> int:
+def positive_int(value: str) -> int:
+    """argparse type of counts (--units, --workers, --max-array-size); argparse names the flag."""
     try:
         n = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--units must be a positive integer, got {value!r}") from None
+        n = 0
     if n < 1:
-        raise argparse.ArgumentTypeError(f"--units must be a positive integer, got {value!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
     return n
 
 
@@ -257,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("plan", help="expand and shard a spec into work items and units")
     s.add_argument("spec")
-    s.add_argument("--units", type=_units_arg, help="number of units (overrides the spec's sharding.units)")
+    s.add_argument("--units", type=positive_int, help="number of units (overrides the spec's sharding.units)")
     s.add_argument("--dry-run", action="store_true", help="only show the plan, write nothing")
     s.add_argument("--json", action="store_true", help="one JSON object per item (record fields + unit)")
     s.add_argument("--sweep-dir", help="write the plan into this sweep directory")
@@ -267,9 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("run", help="plan, run all units here (or on SLURM and wait), merge, show the best configs")
     s.add_argument("spec")
     s.add_argument("--sweep-dir", help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
-    s.add_argument("--units", type=_units_arg, help="number of units (overrides the spec)")
+    s.add_argument("--units", type=positive_int, help="number of units (overrides the spec)")
     s.add_argument("--executor", choices=["local", "debug", "slurm"], help="override the spec's executor.kind")
-    s.add_argument("--workers", type=_units_arg, help="local: parallel workers (default: one per visible GPU)")
+    s.add_argument("--workers", type=positive_int, help="local: parallel workers (default: one per visible GPU)")
     s.add_argument("--output", help="results document (default: the spec's output)")
     s.add_argument("--costs", metavar="RESULTS.json", help="shard with the measured costs of an earlier results document (the model fills in)")
     s.set_defaults(func=cmd_run)

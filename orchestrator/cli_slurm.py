@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .cli import positive_int
 from .errors import DispatchError, MismatchError
 from .schema import ExecutorSettings
 from .slurm import JOB_COUNT_MARGIN, array_of, cancel as scancel, cluster_limits, missing_tools
@@ -466,12 +467,6 @@ def run_on_slurm(args: argparse.Namespace, sd: SweepDir) -> int:
     return wait_and_merge(sd)
 
 
-def _positive(value: str) -> int:
-    from .cli import _units_arg
-
-    return _units_arg(value)
-
-
 def _seconds(value: str) -> float:
     try:
         v = float(value)
@@ -486,10 +481,10 @@ def register(sub: Any) -> None:
     s = sub.add_parser("submit", help="plan a spec and submit its units to SLURM as job arrays; returns at once")
     s.add_argument("spec")
     s.add_argument("--sweep-dir", help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
-    s.add_argument("--units", type=_positive, help="number of units = array tasks (overrides the spec)")
+    s.add_argument("--units", type=positive_int, help="number of units = array tasks (overrides the spec)")
     s.add_argument("--output", help="results document (default: the spec's output)")
     s.add_argument("--costs", metavar="RESULTS.json", help="shard with the measured costs of an earlier results document")
-    s.add_argument("--max-array-size", type=_positive, help="at most this many tasks per job array "
+    s.add_argument("--max-array-size", type=positive_int, help="at most this many tasks per job array "
                    "(default: executor.max_array_size, else the cluster's MaxArraySize)")
     s.set_defaults(func=cmd_submit)
 
@@ -497,8 +492,8 @@ def register(sub: Any) -> None:
     s.add_argument("sweep_dir")
     s.add_argument("--spec", help="the sweep's spec file (must match its fingerprint); its executor settings are used")
     s.add_argument("--force", action="store_true", help="also resubmit items of units still pending or running")
-    s.add_argument("--units", type=_positive, help="number of new units (default: one per unit that ended unfinished)")
-    s.add_argument("--max-array-size", type=_positive, help="at most this many tasks per job array")
+    s.add_argument("--units", type=positive_int, help="number of new units (default: one per unit that ended unfinished)")
+    s.add_argument("--max-array-size", type=positive_int, help="at most this many tasks per job array")
     s.set_defaults(func=cmd_resume)
 
     s = sub.add_parser("cancel", help="cancel the job arrays of a sweep that are still pending or running")
