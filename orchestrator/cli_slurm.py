@@ -33,7 +33,7 @@ from .cli import positive_int
 from .errors import DispatchError, MismatchError
 from .schema import ExecutorSettings
 from .slurm import JOB_COUNT_MARGIN, array_of, cancel as scancel, cluster_limits, missing_tools
-from .status import ACTIVE, SweepStatus, format_status, read_history, sweep_status
+from .status import ACTIVE, SweepStatus, read_history, sweep_status
 from .sweepdir import SweepDir, atomic_write_text, now_iso
 
 PROG = "tilesweep"

@@ -16,6 +16,7 @@ import functools
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,16 @@ def require_cluster() -> None:
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{message}\n({REQUIRE_ENV}=1, so this is a failure, not a skip)", pytrace=False)
     pytest.skip(f"SKIPPED, NO SLURM: {message} (set {REQUIRE_ENV}=1 to make this a failure)")
+
+
+def poll(predicate, timeout_s: float, what: str, interval: float = 0.5):
+    """Call ``predicate`` until it returns something truthy (returned); fail the test after
+    ``timeout_s`` naming ``what`` was awaited."""
+    end = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval)

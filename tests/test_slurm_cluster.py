@@ -10,12 +10,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import REPO, require_cluster
+from tests.slurm_cluster import REPO, poll, require_cluster
 
 submitit = pytest.importorskip("submitit")
 
@@ -68,17 +67,6 @@ def sacct_states(job_ids: list[str]) -> dict[str, str]:
     return states
 
 
-def wait_for(predicate, timeout_s: float, what: str):
-    end = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.5)
-
-
 def test_map_array_runs_as_one_array_with_results(executor) -> None:
     jobs = executor.map_array(square, range(4))
     array_id = jobs[0].job_id.split("_")[0]
@@ -102,7 +90,7 @@ def test_tasks_get_a_fake_gpu_and_sacct_reports_them(executor) -> None:
         states = sacct_states(ids)
         return states if all(states.get(i) == "COMPLETED" for i in ids) else None
 
-    states = wait_for(all_completed, SACCT_WAIT_S, f"sacct to show {ids} COMPLETED")
+    states = poll(all_completed, SACCT_WAIT_S, f"sacct to show {ids} COMPLETED")
     assert set(ids) <= set(states)
     # submitit's own watcher, forced, agrees once accounting has caught up
     assert jobs[0].watcher.get_state(ids[0], mode="force") == "COMPLETED"
@@ -115,7 +103,7 @@ def test_job_that_sigkills_itself_is_failed(executor) -> None:
         state = job.watcher.get_state(job.job_id, mode="force")
         return state if state.split()[0] in TERMINAL else None
 
-    assert wait_for(terminal_state, SACCT_WAIT_S, f"job {job.job_id} to end") == "FAILED"
+    assert poll(terminal_state, SACCT_WAIT_S, f"job {job.job_id} to end") == "FAILED"
     # no result file is ever written: submitit waits its results timeout (15 s), then raises
     job._results_timeout_s = 2  # private knob, only to keep this test fast
     with pytest.raises(submitit.core.utils.UncompletedJobError, match="has not produced any output"):

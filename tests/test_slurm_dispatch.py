@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TINY_SPEC, run_cli
-from tests.slurm_cluster import require_cluster
+from tests.slurm_cluster import poll, require_cluster
 
 pytestmark = pytest.mark.slurm
 
@@ -55,17 +55,6 @@ def status(sweep: Path) -> dict[str, Any]:
     r = cli("status", str(sweep), "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
-
-
-def poll(predicate, timeout_s: float, what: str, interval: float = 0.5):
-    end = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def lines(partial: Path) -> list[dict[str, Any]]:
