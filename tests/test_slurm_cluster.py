@@ -34,8 +34,11 @@ def _cluster() -> None:
 @pytest.fixture
 def executor(tmp_path: Path):
     ex = submitit.AutoExecutor(folder=tmp_path / "logs", cluster="slurm")
+    # timeout_min 5: with submitit's --signal=USR2@90 a limit of 1 or 2 minutes sends USR2 within
+    # the first seconds, before submitit's handler exists, and kills a slow-starting task
+    # (slurm/presets/README.md)
     ex.update_parameters(
-        slurm_partition="gpu", gpus_per_node=1, timeout_min=1, name="tilesweep-test",
+        slurm_partition="gpu", gpus_per_node=1, timeout_min=5, name="tilesweep-test",
         slurm_array_parallelism=4,
     )
     return ex
