@@ -16,9 +16,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from orchestrator.plan import RUN, Unit, WorkItem, expand
-from orchestrator.schema import SCHEMA_VERSION, SweepSpec, env_fingerprint
-from orchestrator.sweepdir import SweepDir, now_iso
+from orchestrator.planning.items import RUN, Unit, WorkItem, expand
+from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec, env_fingerprint
+from orchestrator.store.sweepdir import SweepDir, now_iso
 
 DEVICE = {"jax": "0.11.2", "backend": "gpu", "devices": ["cuda:0"], "python": "3.13.18",
           "device_kind": "NVIDIA H100", "jaxlib": "0.11.2"}

@@ -52,10 +52,10 @@ BIG_LINE = 4 << 20  # bytes of an oversized record line, so kills land inside it
 def writer_main(sweep_dir: str, unit_key: str, delay: float, big_every: int, seed: int) -> int:
     """run_unit without jax: same partial protocol, same skip-what-is-recorded resume."""
     from bench._synth import DEVICE, record_for
-    from orchestrator.partials import PartialWriter, read_partial
-    from orchestrator.plan import RUN
-    from orchestrator.schema import SCHEMA_VERSION, env_fingerprint
-    from orchestrator.sweepdir import SweepDir, atomic_write_json, now_iso
+    from orchestrator.store.partials import PartialWriter, read_partial
+    from orchestrator.planning.items import RUN
+    from orchestrator.spec.model import SCHEMA_VERSION, env_fingerprint
+    from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
     rng = random.Random(seed)
     sd = SweepDir.open(sweep_dir)
@@ -121,7 +121,7 @@ def kill_mid_line(proc: subprocess.Popen, path: Path, timeout: float = 10.0) -> 
 
 def kill_after_last_record(proc: subprocess.Popen, path: Path, n_items: int, timeout: float = 10.0) -> bool:
     """Kill as soon as the unit's last record is in its partial (around the marker write)."""
-    from orchestrator.partials import count_records
+    from orchestrator.store.partials import count_records
 
     end = time.monotonic() + timeout
     while proc.poll() is None and time.monotonic() < end:
@@ -135,7 +135,7 @@ def finished_records(sd: Any) -> dict[str, dict[str, Any]]:
     """Every complete, valid record line now in the sweep's partials: id -> record."""
     import logging
 
-    from orchestrator.partials import read_partial
+    from orchestrator.store.partials import read_partial
 
     logging.disable(logging.WARNING)
     try:
@@ -179,7 +179,7 @@ def check_document(path: Path) -> dict[str, Any]:
 def verify(sd: Any, finished: dict[str, dict[str, Any]], doc_path: Path, merge_stderr: str,
            torn: list[tuple[Path, int]], markers: bool = True) -> list[str]:
     """What a user would check after the trial; returns the problems found."""
-    from orchestrator.plan import item_id
+    from orchestrator.planning.items import item_id
 
     problems = []
     doc = check_document(doc_path)
@@ -269,9 +269,9 @@ TINY_SPEC = {
 
 def trial_worker(root: Path, rng: random.Random) -> dict[str, Any]:
     """Kill the real jobs.worker at a random time, resume it with the real worker, merge."""
-    from orchestrator.plan import plan
-    from orchestrator.specio import spec_from_data
-    from orchestrator.sweepdir import SweepDir
+    from orchestrator.planning.items import plan
+    from orchestrator.spec.files import spec_from_data
+    from orchestrator.store.sweepdir import SweepDir
 
     spec = spec_from_data({**TINY_SPEC, "output": str(root / "results.json")}, source="crash trial")
     items, units = plan(spec)

@@ -66,9 +66,9 @@ def _proc_kb(field: str) -> int:
 
 def child_main(kind: str, paths: list[str]) -> None:
     if kind in ("merge", "merge-cold"):
-        from orchestrator import partials
-        from orchestrator.merge import merge
-        from orchestrator.sweepdir import SweepDir
+        from orchestrator.store import partials
+        from orchestrator.store.merge import merge
+        from orchestrator.store.sweepdir import SweepDir
 
         if os.environ.get(STDLIB_ENV):
             partials._orjson = None  # what a user without orjson gets

@@ -31,9 +31,9 @@ import statistics
 import time
 from pathlib import Path
 
-from orchestrator import costs
-from orchestrator.plan import RUN, WorkItem, expand, plan, shard
-from orchestrator.schema import SweepSpec
+from orchestrator.planning import costs
+from orchestrator.planning.items import RUN, WorkItem, expand, plan, shard
+from orchestrator.spec.model import SweepSpec
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DOC = REPO.parent / "shared" / "seed" / "attention_tiles.sample.json"

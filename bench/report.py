@@ -30,7 +30,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from orchestrator import report, results_doc
+from orchestrator.analysis import report
+
+from orchestrator.store import document as results_doc
 
 DTYPES = ("bfloat16", "float32")
 HEAD_DIMS = (32, 64, 128, 256)

@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 
 from bench._synth import build_sweep, million_spec, partial_lines
-from orchestrator.plan import RUN
-from orchestrator.status import format_status, sweep_status
-from orchestrator.sweepdir import SweepDir, now_iso
+from orchestrator.planning.items import RUN
+from orchestrator.control.status import format_status, sweep_status
+from orchestrator.store.sweepdir import SweepDir, now_iso
 
 ROOT = Path(__file__).resolve().parent.parent
 ITEMS_PER_UNIT = 100

@@ -61,7 +61,7 @@ SPEC: dict[str, Any] = {
 
 def run_worker(work: Path, name: str, compile_settings: dict[str, Any]) -> dict[str, Any]:
     from jobs.worker import run_unit
-    from orchestrator.cli import prepare_sweep
+    from orchestrator.cli.main import prepare_sweep
 
     spec_path = work / f"{name}.json"
     spec_path.write_text(json.dumps({**SPEC, "output": str(work / f"{name}-results.json"), "compile": compile_settings}))
@@ -81,8 +81,8 @@ def run_naive(work: Path) -> dict[str, Any]:
 
     from jobs import compile_pool, measure
     from kernels import attention, timing
-    from orchestrator.plan import RUN, expand
-    from orchestrator.schema import SweepSpec
+    from orchestrator.planning.items import RUN, expand
+    from orchestrator.spec.model import SweepSpec
 
     spec = SweepSpec(**SPEC)
     compile_total = 0.0
@@ -108,8 +108,8 @@ def run_overlap(work: Path) -> dict[str, Any]:
     """Median of a timed config alone, then while two threads keep compiling others."""
     from jobs import compile_pool, measure
     from kernels import timing
-    from orchestrator.plan import RUN, expand
-    from orchestrator.schema import SweepSpec
+    from orchestrator.planning.items import RUN, expand
+    from orchestrator.spec.model import SweepSpec
 
     spec = SweepSpec(**SPEC)
     items = [it for it in expand(spec) if it.kind == RUN]

@@ -16,8 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.plan import WorkItem
-from orchestrator.schema import SweepSpec
+from orchestrator.planning.items import WorkItem
+from orchestrator.spec.model import SweepSpec
 
 log = logging.getLogger(__name__)
 

@@ -33,10 +33,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from orchestrator.errors import TilesweepError, WorkerEnvironmentError
-from orchestrator.partials import PartialWriter, read_partial
-from orchestrator.plan import RUN, WorkItem
-from orchestrator.schema import SCHEMA_VERSION, env_fingerprint
-from orchestrator.sweepdir import SweepDir, atomic_write_json, now_iso
+from orchestrator.store.partials import PartialWriter, read_partial
+from orchestrator.planning.items import RUN, WorkItem
+from orchestrator.spec.model import SCHEMA_VERSION, env_fingerprint
+from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
 from . import compile_pool, measure
 

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import compare, results_doc
+from orchestrator.analysis import compare
+
+from orchestrator.store import document as results_doc
 from tests.test_report import make_doc, rec, run_handler, write
 
 

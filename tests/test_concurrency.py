@@ -17,17 +17,17 @@ import pytest
 from bench._synth import build_sweep, small_spec
 from bench.crash import check_document, finished_records, spawn_writer
 from orchestrator.errors import LockTimeout
-from orchestrator.merge import merge
-from orchestrator.mergelock import FOREIGN_STALE_S, MergeLock, lock_path_for
-from orchestrator.plan import item_id
+from orchestrator.store.merge import merge
+from orchestrator.store.locks import FOREIGN_STALE_S, MergeLock, lock_path_for
+from orchestrator.planning.items import item_id
 
 from .conftest import REPO, run_cli
 
 MERGER = """
 import sys, time
 from pathlib import Path
-from orchestrator.merge import merge
-from orchestrator.sweepdir import SweepDir
+from orchestrator.store.merge import merge
+from orchestrator.store.sweepdir import SweepDir
 sd, stop, n = SweepDir.open(sys.argv[1]), Path(sys.argv[2]), 0
 while not stop.exists():
     merge(sd); n += 1
@@ -37,7 +37,7 @@ merge(sd); print(n + 1)
 HOLDER = """
 import sys, time
 from pathlib import Path
-from orchestrator import mergelock
+from orchestrator.store import locks as mergelock
 if sys.argv[3] == "elsewhere":
     mergelock.host_identity = lambda: {"host": "node-elsewhere", "boot_id": "another-boot", "pidns": "pid:[1]"}
 with mergelock.MergeLock(Path(sys.argv[1]), sys.argv[2], 5):
@@ -191,7 +191,7 @@ def test_soft_lock_held_on_another_host_waits_then_breaks_only_when_old(tmp_path
 
 
 def test_soft_lock_heartbeat_keeps_a_long_merge_fresh(tmp_path, monkeypatch):
-    from orchestrator import mergelock
+    from orchestrator.store import locks as mergelock
 
     monkeypatch.setattr(mergelock, "HEARTBEAT_S", 0.05)
     lock_file = tmp_path / ".doc.lock"

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from orchestrator import costs
+from orchestrator.planning import costs
 from orchestrator.errors import ResultsError
-from orchestrator.plan import RUN, expand
-from orchestrator.schema import SweepSpec
+from orchestrator.planning.items import RUN, expand
+from orchestrator.spec.model import SweepSpec
 
 
 def test_inner_sizing_is_the_harness_rule():

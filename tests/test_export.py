@@ -20,7 +20,8 @@ from kernels.tuned import (
     TunedTableMismatchWarning,
     config_for,
 )
-from orchestrator import export, results_doc
+from orchestrator.analysis import export
+from orchestrator.store import document as results_doc
 from tests.test_report import make_doc, rec, run_handler, write
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,11 +12,11 @@ import pytest
 
 from bench._synth import DEVICE, build_sweep, header, record_for, small_spec
 from orchestrator.errors import ResultsError
-from orchestrator.merge import merge, write_document
-from orchestrator.mergecache import any_record_text, record_text
-from orchestrator.plan import item_id
-from orchestrator.schema import IDENTITY_FIELDS, env_fingerprint
-from orchestrator.sweepdir import SweepDir
+from orchestrator.store.merge import merge, write_document
+from orchestrator.store.segments import any_record_text, record_text
+from orchestrator.planning.items import item_id
+from orchestrator.spec.model import IDENTITY_FIELDS, env_fingerprint
+from orchestrator.store.sweepdir import SweepDir
 
 from .conftest import SAMPLE, run_cli
 

@@ -10,7 +10,7 @@ import pytest
 
 from bench._synth import DEVICE, build_sweep, partial_lines, record_for, small_spec
 from orchestrator.errors import PartialError
-from orchestrator.partials import PartialWriter, check_record, count_records, read_partial
+from orchestrator.store.partials import PartialWriter, check_record, count_records, read_partial
 
 
 @pytest.fixture

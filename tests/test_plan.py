@@ -9,10 +9,10 @@ import tracemalloc
 
 import pytest
 
-from orchestrator import costs
+from orchestrator.planning import costs
 from orchestrator.errors import PlanError
-from orchestrator.plan import INVALID, PRUNED, RUN, expand, item_id, plan, plan_line, shard
-from orchestrator.schema import SweepSpec
+from orchestrator.planning.items import INVALID, PRUNED, RUN, expand, item_id, plan, plan_line, shard
+from orchestrator.spec.model import SweepSpec
 
 from .conftest import SAMPLE, run_cli
 

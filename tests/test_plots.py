@@ -9,7 +9,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator import plots, report, results_doc
+from orchestrator.analysis import plots
+
+from orchestrator.analysis import report
+
+from orchestrator.store import document as results_doc
 from orchestrator.errors import TilesweepError
 from tests.test_report import make_doc, rec, run_handler, write
 

@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator import cli_report, report, results_doc
+from orchestrator.cli import analysis as cli_report
+
+from orchestrator.analysis import report
+
+from orchestrator.store import document as results_doc
 from orchestrator.errors import ResultsError, TilesweepError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -321,11 +325,11 @@ def test_cli_report_bad_file_raises_results_error(tmp_path: Path,
 
 def test_cli_subprocess_one_line_error_exit_2(tmp_path: Path) -> None:
     bad = write(tmp_path, "[]", "bad.json")
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli_report", "report", str(bad)],
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli.analysis", "report", str(bad)],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "not a results document" in proc.stderr
     good = write(tmp_path, make_doc([rec(ms=1.0)]), "good.json")
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli_report", "report", str(good)],
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli.analysis", "report", str(good)],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0 and "bq128 bk128 s2 w4" in proc.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.schema import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, IDENTITY_FIELDS, RESULT_FIELDS
+from orchestrator.spec.model import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, IDENTITY_FIELDS, RESULT_FIELDS
 
 from .conftest import REPO, run_cli
 

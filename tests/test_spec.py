@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import SpecError
-from orchestrator.schema import REFERENCE_CONFIG_FIELDS, SweepSpec
-from orchestrator.specio import load_spec, spec_from_data
+from orchestrator.spec.model import REFERENCE_CONFIG_FIELDS, SweepSpec
+from orchestrator.spec.files import load_spec, spec_from_data
 
 
 def test_reference_config_block_loads_unchanged(sample_doc, tmp_path):

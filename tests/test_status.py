@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.schema import ExecutorSettings
-from orchestrator.slurm import SchedulerView, TaskState, expand_indices, parse_sacct
-from orchestrator.status import LOST_AFTER_S, count_partial, format_status, slurm_state, sweep_status
-from orchestrator.sweepdir import SweepDir
+from orchestrator.spec.model import ExecutorSettings
+from orchestrator.control.scheduler import SchedulerView, TaskState, expand_indices, parse_sacct
+from orchestrator.control.status import LOST_AFTER_S, count_partial, format_status, slurm_state, sweep_status
+from orchestrator.store.sweepdir import SweepDir
 
 from .conftest import run_cli
 
@@ -176,7 +176,7 @@ def test_resume_refuses_another_spec(tmp_path, write_spec):
 
 
 def test_executor_settings_become_submitit_parameters():
-    from orchestrator.dispatch import executor_parameters, grace_s
+    from orchestrator.control.dispatch import executor_parameters, grace_s
 
     s = ExecutorSettings(kind="slurm", slurm_partition="gpu", gpus_per_node=1, max_requeues=5, merge_partition="cpu")
     params = executor_parameters(s)
@@ -187,7 +187,7 @@ def test_executor_settings_become_submitit_parameters():
 def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck():
     from submitit.helpers import DelayedSubmission
 
-    from orchestrator.dispatch import UnitTask
+    from orchestrator.control.dispatch import UnitTask
 
     task = UnitTask(grace_s=0.2)
     again = task.checkpoint("/sweep", "abc", {"x": 1})

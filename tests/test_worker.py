@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from jobs import measure, worker
-from orchestrator.cli import prepare_sweep
-from orchestrator.partials import read_partial
-from orchestrator.plan import PRUNED, RUN
-from orchestrator.schema import SCHEMA_VERSION
+from orchestrator.cli.main import prepare_sweep
+from orchestrator.store.partials import read_partial
+from orchestrator.planning.items import PRUNED, RUN
+from orchestrator.spec.model import SCHEMA_VERSION
 
 TIMING_FIELDS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}
 # float32 d16 at seq 64 in TINY_SPEC: the backward of the forced fwd_bwd config with

@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.report import ProblemKey, ProblemSummary, best_table, fmt_ms, render
-from orchestrator.results_doc import ResultsDoc
+from orchestrator.analysis.report import ProblemKey, ProblemSummary, best_table, fmt_ms, render
+from orchestrator.store.document import ResultsDoc
 
 
 @dataclass(frozen=True)

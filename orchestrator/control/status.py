@@ -1,7 +1,7 @@
 """Progress of a sweep, rebuilt from its directory alone, with the scheduler's view on top.
 
 The partial files are the truth for progress (a record line is a finished config) and the
-completion markers for completeness. The scheduler's view (``orchestrator.slurm.query``: one
+completion markers for completeness. The scheduler's view (``orchestrator.control.scheduler.query``: one
 ``squeue`` and one ``sacct`` for every job of the sweep) only says what a unit that is not
 done is doing: waiting, running, requeued, or ended without finishing (failed, cancelled,
 timed out). Partials are counted on bytes, never parsed, so a sweep of 10,000 units is read
@@ -23,9 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .partials import count_partial
-from .slurm import STUCK_REASONS, SchedulerView, array_of, query
-from .sweepdir import SweepDir
+from orchestrator.store.partials import count_partial
+from orchestrator.control.scheduler import STUCK_REASONS, SchedulerView, array_of, query
+from orchestrator.store.sweepdir import SweepDir
 
 ACTIVE = ("pending", "running", "requeued")
 ENDED = ("done", "failed", "cancelled", "timed out")

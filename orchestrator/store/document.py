@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import ResultsError
-from orchestrator.schema import (  # the record layout has one source of truth
+from orchestrator.spec.model import (  # the record layout has one source of truth
     FWD_BWD_CONFIG_FIELDS,
     FWD_CONFIG_FIELDS,
     IDENTITY_FIELDS,

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from operator import itemgetter
 from typing import Any
 
-from orchestrator.results_doc import (
+from orchestrator.store.document import (
     FWD_BWD_CONFIG_FIELDS,
     FWD_CONFIG_FIELDS,
     ResultsDoc,

@@ -29,9 +29,9 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from .partials import check_record, is_torn_fragment, iter_lines, loads
-from .schema import SCHEMA_VERSION
-from .sweepdir import atomic_open
+from orchestrator.store.partials import check_record, is_torn_fragment, iter_lines, loads
+from orchestrator.spec.model import SCHEMA_VERSION
+from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def _unit_map(sweep_root: Path, unit: str) -> dict[str, int]:
         data = loads(path.read_bytes())
         return {iid: int(index) for index, iid in data["items"]}
     except (OSError, ValueError, KeyError, TypeError):
-        from .errors import SweepDirError
+        from orchestrator.errors import SweepDirError
 
         raise SweepDirError(f"unit file {path} is missing or damaged; the sweep directory is damaged") from None
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import PlanError, SpecError, TilesweepError
-from .status import format_duration
+from orchestrator.errors import PlanError, SpecError, TilesweepError
+from orchestrator.control.status import format_duration
 
 PROG = "tilesweep"
 
@@ -74,7 +74,7 @@ class Progress:
 
 
 def _load_spec(path: str) -> Any:
-    from .specio import load_spec
+    from orchestrator.spec.files import load_spec
 
     return load_spec(path)
 
@@ -95,7 +95,7 @@ def default_sweep_dir(spec_path: str, spec: Any) -> Path:
 
 
 def _load_costs(path: str | None) -> Any:
-    from .costs import load_costs
+    from orchestrator.planning.costs import load_costs
 
     return load_costs(path) if path else None
 
@@ -105,8 +105,8 @@ def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, outp
     """Create (or reopen) the sweep directory of a spec; return it, the units to run, and
     whether it already existed. An existing directory of the same spec is resumed.
     ``costs``: a results document whose measured costs shard the units."""
-    from .plan import plan
-    from .sweepdir import SweepDir
+    from orchestrator.planning.items import plan
+    from orchestrator.store.sweepdir import SweepDir
 
     spec = _load_spec(spec_path)
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
@@ -124,7 +124,8 @@ def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, outp
 
 def print_table(output: Path) -> None:
     """The best-config table of a results document (what `tilesweep report` prints)."""
-    from . import report, results_doc
+    from orchestrator.analysis import report
+    from orchestrator.store import document as results_doc
 
     print(report.format_table(report.best_table(results_doc.load(output))))
 
@@ -133,7 +134,7 @@ def print_table(output: Path) -> None:
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
-    from .schema import SweepSpec
+    from orchestrator.spec.model import SweepSpec
 
     if args.schema:
         print(json.dumps(SweepSpec.model_json_schema(), indent=2))
@@ -146,7 +147,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .plan import INVALID, PRUNED, plan, plan_line
+    from orchestrator.planning.items import INVALID, PRUNED, plan, plan_line
 
     spec = _load_spec(args.spec)
     items, units = plan(spec, args.units, costs=_load_costs(args.costs))
@@ -170,14 +171,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from . import dispatch, merge
-    from .status import sweep_status
+    from orchestrator.control import dispatch
+    from orchestrator.store import merge
+    from orchestrator.control.status import sweep_status
 
     sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs)
     spec = sd.spec
     kind = args.executor or spec.executor.kind
     if kind == "slurm":
-        from . import cli_slurm  # type: ignore[attr-defined]
+        from orchestrator.cli import slurm as cli_slurm
 
         return cli_slurm.run_on_slurm(args, sd)
     st = sweep_status(sd, query_slurm=False)
@@ -208,8 +210,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from . import merge
-    from .sweepdir import SweepDir
+    from orchestrator.store import merge
+    from orchestrator.store.sweepdir import SweepDir
 
     sd = SweepDir.open(args.sweep_dir)
     summary = merge.merge(sd, output=Path(args.output) if args.output else None)
@@ -229,8 +231,8 @@ def merge_line(summary: Any) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .status import format_status, sweep_status
-    from .sweepdir import SweepDir
+    from orchestrator.control.status import format_status, sweep_status
+    from orchestrator.store.sweepdir import SweepDir
 
     sd = SweepDir.open(args.sweep_dir)
     st = sweep_status(sd)
@@ -285,14 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)
 
-    for name in ("cli_report", "cli_slurm"):
-        try:
-            module = __import__(f"{__package__}.{name}", fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{name}":
-                raise
-            continue
-        module.register(sub)
+    from orchestrator.cli import analysis, slurm
+
+    analysis.register(sub)
+    slurm.register(sub)
     return p
 
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import MismatchError, SweepDirError
-from .mergelock import pid_alive
-from .plan import Unit, WorkItem, expand
-from .schema import SCHEMA_VERSION, SweepSpec
+from orchestrator.errors import MismatchError, SweepDirError
+from orchestrator.store.locks import pid_alive
+from orchestrator.planning.items import Unit, WorkItem, expand
+from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 
 SWEEP_FILE = "sweep.json"
 FORMAT = "tilesweep-sweep"
@@ -229,7 +229,7 @@ class SweepDir:
     @property
     def spec(self) -> SweepSpec:
         if self._spec is None:
-            from .specio import spec_from_data
+            from orchestrator.spec.files import spec_from_data
 
             self._spec = spec_from_data(self.meta["spec"], source=str(self.root / SWEEP_FILE))
         return self._spec

@@ -34,7 +34,7 @@ from typing import Any
 
 import filelock
 
-from .errors import LockTimeout
+from orchestrator.errors import LockTimeout
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The ``report``, ``export`` and ``compare`` subcommands.
 
-``register(subparsers)`` adds them to the main parser (``orchestrator.cli`` calls it). Each
+``register(subparsers)`` adds them to the main parser (``orchestrator.cli.main`` calls it). Each
 handler takes the parsed ``argparse.Namespace``, prints its result on stdout (side notes such
 as written files go to stderr, so ``--json`` output stays parseable) and returns an exit code.
 Expected failures are raised as ``TilesweepError``; the caller turns them into one line on
@@ -69,7 +69,8 @@ def _style(args: argparse.Namespace) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from orchestrator import report, results_doc
+    from orchestrator.analysis import report
+    from orchestrator.store import document as results_doc
 
     doc = results_doc.load(args.results)
     summaries = report.best_table(doc)
@@ -78,7 +79,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         print(report.format_table(summaries, _style(args)))
     if args.plots:
-        from orchestrator import plots
+        from orchestrator.analysis import plots
 
         written = plots.write_plots(doc, args.plots)
         print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
@@ -86,7 +87,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from orchestrator import export, results_doc
+    from orchestrator.analysis import export
+    from orchestrator.store import document as results_doc
 
     doc = results_doc.load(args.results)
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
@@ -102,7 +104,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from orchestrator import compare, results_doc
+    from orchestrator.analysis import compare
+    from orchestrator.store import document as results_doc
 
     doc_a, doc_b = results_doc.load(args.a), results_doc.load(args.b)
     rows = compare.compare(doc_a, doc_b)
@@ -114,7 +117,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one of these subcommands without the main CLI (``python -m orchestrator.cli_report``)."""
+    """Run one of these subcommands without the main CLI (``python -m orchestrator.cli.analysis``)."""
     parser = argparse.ArgumentParser(prog=PROG)
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

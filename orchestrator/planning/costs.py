@@ -36,8 +36,8 @@ from typing import Any
 
 from kernels import smem
 
-from .errors import ResultsError
-from .schema import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, SweepSpec
+from orchestrator.errors import ResultsError
+from orchestrator.spec.model import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, SweepSpec
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
 
     The model depends on a few fields only, so it is cached on them: a million items cost
     about one dict lookup each."""
-    from .plan import RUN
+    from orchestrator.planning.items import RUN
 
     # No block of the spec is clamped at a seq at least this large.
     big = max([128, *spec.fwd_block_q, *spec.fwd_block_k, *spec.bwd_outer, *spec.bwd_inner,

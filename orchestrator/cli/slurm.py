@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cli import positive_int
-from .errors import DispatchError, MismatchError
-from .schema import ExecutorSettings
-from .slurm import JOB_COUNT_MARGIN, array_of, cancel as scancel, cluster_limits, missing_tools
-from .status import ACTIVE, SweepStatus, read_history, sweep_status
-from .sweepdir import SweepDir, atomic_write_text, now_iso
+from orchestrator.cli.main import positive_int
+from orchestrator.errors import DispatchError, MismatchError
+from orchestrator.spec.model import ExecutorSettings
+from orchestrator.control.scheduler import JOB_COUNT_MARGIN, array_of, cancel as scancel, cluster_limits, missing_tools
+from orchestrator.control.status import ACTIVE, SweepStatus, read_history, sweep_status
+from orchestrator.store.sweepdir import SweepDir, atomic_write_text, now_iso
 
 PROG = "tilesweep"
 LOCK_TIMEOUT_S = 60.0
@@ -85,7 +85,7 @@ def check_interpreter_env(sd: SweepDir) -> None:
 def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False) -> ResumePlan:
     """Every planned item without a record in any partial, less those of units still pending
     or running (unless ``force``). Refuses partials of another spec or environment."""
-    from .partials import read_partial
+    from orchestrator.store.partials import read_partial
 
     fingerprint = sd.spec.fingerprint()
     env = sd.recorded_env()
@@ -131,8 +131,8 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False) -> Resume
 
 def group_missing(sd: SweepDir, missing: list[Any], n_units: int | None, default: int) -> list[Any]:
     """The missing items as units (``plan.shard``, cost model of the spec)."""
-    from .costs import item_costs, setup_estimate
-    from .plan import shard
+    from orchestrator.planning.costs import item_costs, setup_estimate
+    from orchestrator.planning.items import shard
 
     spec = sd.spec
     costs, scale = item_costs(missing, spec)
@@ -200,7 +200,7 @@ def _submit(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, or
             max_array_size: int | None, prior: dict[str, dict[str, int]] | None = None) -> Any:
     """Submit units (and the final merge job); print what was submitted. On a refusal of the
     first array the caller undoes what it wrote; a later refusal is reported, not raised."""
-    from . import dispatch
+    from orchestrator.control import dispatch
 
     per_array, why = _per_array(settings, max_array_size, len(unit_ids))
     attempts = dict(read_history(sd).submissions)
@@ -244,14 +244,14 @@ def _has_slurm_jobs(sd: SweepDir) -> int:
 
 
 def _load_settings(spec_path: str) -> Any:
-    from .specio import load_spec
+    from orchestrator.spec.files import load_spec
 
     return load_spec(spec_path)
 
 
 def submit_spec(args: argparse.Namespace) -> SweepDir:
     """Plan (or reopen) the sweep of ``args.spec`` and submit its unfinished units."""
-    from .cli import default_sweep_dir, prepare_sweep
+    from orchestrator.cli.main import default_sweep_dir, prepare_sweep
 
     spec = _load_settings(args.spec)
     _check_tools()
@@ -282,7 +282,7 @@ def submit_spec(args: argparse.Namespace) -> SweepDir:
 def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units: int | None,
                  max_array_size: int | None, quiet_when_done: bool = False) -> int:
     """Submit the missing items of a sweep as new units; return how many items were submitted."""
-    from . import dispatch
+    from orchestrator.control import dispatch
 
     slurm = settings.kind == "slurm"
     if slurm:
@@ -360,8 +360,8 @@ def wait_until_settled(sd: SweepDir, *, interval: float, slurm_interval: float, 
 
 def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float = 10.0,
                    timeout: float | None = None) -> int:
-    from . import merge
-    from .cli import Progress, print_table
+    from orchestrator.store import merge
+    from orchestrator.cli.main import Progress, print_table
 
     progress = Progress(sd.planned)
     warned: set[str] = set()

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import TilesweepError
-from orchestrator.report import (
+from orchestrator.analysis.report import (
     ProblemKey,
     ProblemSummary,
     best_table,
     group_by_problem,
     is_success,
 )
-from orchestrator.results_doc import ResultsDoc
+from orchestrator.store.document import ResultsDoc
 
 log = logging.getLogger(__name__)
 

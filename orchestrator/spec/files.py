@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import SpecError
-from .schema import SweepSpec
+from orchestrator.errors import SpecError
+from orchestrator.spec.model import SweepSpec
 
 
 def load_spec(path: str | Path) -> SweepSpec:

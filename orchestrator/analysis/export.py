@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
-from orchestrator.report import ProblemSummary, best_table
-from orchestrator.results_doc import ResultsDoc
-from orchestrator.sweepdir import atomic_open
+from orchestrator.analysis.report import ProblemSummary, best_table
+from orchestrator.store.document import ResultsDoc
+from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .errors import DispatchError
+from orchestrator.errors import DispatchError
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ from typing import Any, Callable
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from .errors import DispatchError
-from .schema import ExecutorSettings
-from .slurm import array_of, missing_tools
-from .sweepdir import SweepDir, now_iso
+from orchestrator.errors import DispatchError
+from orchestrator.spec.model import ExecutorSettings
+from orchestrator.control.scheduler import array_of, missing_tools
+from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class MergeTask(Checkpointable):
     idempotent, so a restart only redoes work)."""
 
     def __call__(self, sweep_dir: str) -> dict[str, Any]:
-        from .merge import merge
+        from orchestrator.store.merge import merge
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
         summary = merge(SweepDir.open(sweep_dir))

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, IO
 
-from .errors import PartialError
-from .plan import item_id
-from .schema import (
+from orchestrator.errors import PartialError
+from orchestrator.planning.items import item_id
+from orchestrator.spec.model import (
     EXTRA_RECORD_FIELDS,
     FWD_BWD_CONFIG_FIELDS,
     FWD_CONFIG_FIELDS,

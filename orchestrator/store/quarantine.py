@@ -20,8 +20,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import PartialError
-from .sweepdir import now_iso
+from orchestrator.errors import PartialError
+from orchestrator.store.sweepdir import now_iso
 
 log = logging.getLogger(__name__)
 

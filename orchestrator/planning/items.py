@@ -6,7 +6,7 @@ shapes nested dtype -> head_dim -> seq in the order the spec lists them; inside 
 spec lists them, last axis fastest. An item's id is a hash of its identity and config
 fields, so the same measurement has the same id in every sweep (resume and append key on it).
 
-Sharding packs items into units by cost (``orchestrator.costs``: a model, or an earlier
+Sharding packs items into units by cost (``orchestrator.planning.costs``: a model, or an earlier
 sweep's measurements) so that the slowest unit ends as early as possible, splitting a
 shape across units where balance needs it and keeping it together where that costs little.
 """
@@ -23,9 +23,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .costs import CostTable, item_costs, setup_estimate
-from .errors import PlanError
-from .schema import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, SweepSpec, canonical_hash
+from orchestrator.planning.costs import CostTable, item_costs, setup_estimate
+from orchestrator.errors import PlanError
+from orchestrator.spec.model import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, SweepSpec, canonical_hash
 
 # Item kinds: how the worker treats an item.
 RUN, INVALID, PRUNED = "run", "invalid", "pruned"
@@ -246,7 +246,7 @@ def shard(items: list[WorkItem], n_units: int, *, costs: list[float] | None = No
     """Group items into at most ``n_units`` units so that the slowest unit is as short as
     the costs allow. Items keep plan order inside a unit.
 
-    ``costs`` are seconds per item (default: ``orchestrator.costs``'s model with default
+    ``costs`` are seconds per item (default: ``orchestrator.planning.costs``'s model with default
     timing), ``setups`` seconds per shape for each unit that holds any of its items
     (inputs and references are made once per shape per unit). See ``pack`` for the two
     strategies."""

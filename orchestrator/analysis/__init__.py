@@ -1,0 +1,1 @@
+"""Reading results documents: best configs, comparisons, the tuned table, plots."""

@@ -1,0 +1,5 @@
+"""The ``tilesweep`` command line: the only place that prints or configures logging."""
+
+from orchestrator.cli.main import main
+
+__all__ = ["main"]

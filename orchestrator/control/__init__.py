@@ -1,0 +1,1 @@
+"""Running a sweep: dispatch through submitit, the scheduler's view, status."""
