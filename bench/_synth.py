@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from orchestrator.planning.items import RUN, Unit, WorkItem, expand
+from orchestrator.planning import RUN, Unit, WorkItem, expand
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec, env_fingerprint
 from orchestrator.store.sweepdir import SweepDir, now_iso
 

@@ -53,7 +53,7 @@ def writer_main(sweep_dir: str, unit_key: str, delay: float, big_every: int, see
     """run_unit without jax: same partial protocol, same skip-what-is-recorded resume."""
     from bench._synth import DEVICE, record_for
     from orchestrator.store.partials import PartialWriter, read_partial
-    from orchestrator.planning.items import RUN
+    from orchestrator.planning import RUN
     from orchestrator.spec.model import SCHEMA_VERSION, env_fingerprint
     from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
@@ -179,7 +179,7 @@ def check_document(path: Path) -> dict[str, Any]:
 def verify(sd: Any, finished: dict[str, dict[str, Any]], doc_path: Path, merge_stderr: str,
            torn: list[tuple[Path, int]], markers: bool = True) -> list[str]:
     """What a user would check after the trial; returns the problems found."""
-    from orchestrator.planning.items import item_id
+    from orchestrator.spec.records import item_id
 
     problems = []
     doc = check_document(doc_path)
@@ -269,7 +269,7 @@ TINY_SPEC = {
 
 def trial_worker(root: Path, rng: random.Random) -> dict[str, Any]:
     """Kill the real jobs.worker at a random time, resume it with the real worker, merge."""
-    from orchestrator.planning.items import plan
+    from orchestrator.planning import plan
     from orchestrator.spec.files import spec_from_data
     from orchestrator.store.sweepdir import SweepDir
 

@@ -31,8 +31,10 @@ import statistics
 import time
 from pathlib import Path
 
+from orchestrator.spec import records
+from orchestrator.store import document
 from orchestrator.planning import costs
-from orchestrator.planning.items import RUN, WorkItem, expand, plan, shard
+from orchestrator.planning import RUN, WorkItem, expand, plan, shard
 from orchestrator.spec.model import SweepSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,7 +99,7 @@ def reference_figures(doc_path: Path) -> None:
 
     doc = json.loads(doc_path.read_text())
     spec = SweepSpec(**doc["config"])
-    table = costs.load_costs(doc_path)
+    table = document.load_costs(doc_path)
     items = expand(spec)
     model_list, _ = costs.item_costs(items, spec)
     model = {it.index: model_list[it.index] for it in items}
@@ -111,8 +113,8 @@ def reference_figures(doc_path: Path) -> None:
             compile_total += costs.compile_estimate(it.mode, it.dtype, it.head_dim, it.seq, cfg)
     print(f"model_compile_total_s={compile_total:.0f} reference_compile_total_s={REFERENCE_COMPILE_S:.0f}")
 
-    keys = {costs.record_key(r) for r in doc["results"]}
-    excerpt = [it for it in items if costs.record_key(it.record_fields()) in keys]
+    keys = {records.record_key(r) for r in doc["results"]}
+    excerpt = [it for it in items if records.record_key(it.record_fields()) in keys]
     measured = {it.index: table.get(it.record_fields()) for it in items}
     floor = costs.DEFAULT.item_floor_s
     truth_excerpt = {it.index: measured[it.index] if measured[it.index] is not None else floor for it in excerpt}

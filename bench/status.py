@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from bench._synth import build_sweep, million_spec, partial_lines
-from orchestrator.planning.items import RUN
+from orchestrator.planning import RUN
 from orchestrator.control.status import format_status, sweep_status
 from orchestrator.store.sweepdir import SweepDir, now_iso
 

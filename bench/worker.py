@@ -81,7 +81,7 @@ def run_naive(work: Path) -> dict[str, Any]:
 
     from jobs import compile_pool, measure
     from kernels import attention, timing
-    from orchestrator.planning.items import RUN, expand
+    from orchestrator.planning import RUN, expand
     from orchestrator.spec.model import SweepSpec
 
     spec = SweepSpec(**SPEC)
@@ -108,7 +108,7 @@ def run_overlap(work: Path) -> dict[str, Any]:
     """Median of a timed config alone, then while two threads keep compiling others."""
     from jobs import compile_pool, measure
     from kernels import timing
-    from orchestrator.planning.items import RUN, expand
+    from orchestrator.planning import RUN, expand
     from orchestrator.spec.model import SweepSpec
 
     spec = SweepSpec(**SPEC)

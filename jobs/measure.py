@@ -16,7 +16,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.planning.items import WorkItem
+from kernels.config import AttentionConfig, auto_config
+
+from orchestrator.planning import WorkItem
 from orchestrator.spec.model import SweepSpec
 
 log = logging.getLogger(__name__)
@@ -77,16 +79,13 @@ def abstract_args(batch: int, seq: int, heads: int, head_dim: int, dtype: str) -
         attention.make_inputs, batch=batch, seq=seq, heads=heads, head_dim=head_dim, dtype=dtype)))
 
 
-def kernel_config(item: WorkItem, spec: SweepSpec) -> Any:
-    from kernels import attention
-
+def kernel_config(item: WorkItem, spec: SweepSpec) -> AttentionConfig:
+    """The config an item runs: its forced fields, or what ``auto`` picks for its shape."""
     cfg = item.kernel_config()
     if cfg is None:
-        return attention.auto_config(
-            mode=item.mode, dtype=item.dtype, head_dim=item.head_dim, seq=item.seq,
-            smem_limit_bytes=spec.smem_limit_bytes,
-        )
-    return attention.AttentionConfig(**cfg)
+        return auto_config(mode=item.mode, dtype=item.dtype, head_dim=item.head_dim, seq=item.seq,
+                           smem_limit_bytes=spec.smem_limit_bytes)
+    return AttentionConfig(**cfg)
 
 
 @dataclass
@@ -146,11 +145,6 @@ def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: Swe
         compile_cached=compiled.cached,
     )
     return rec
-
-
-def measure_item(item: WorkItem, ctx: ShapeContext, spec: SweepSpec) -> dict[str, Any]:
-    """The record of one runnable item (results or an error): compile, check, time."""
-    return finish_item(item, compile_item(item, spec), ctx, spec)
 
 
 def skipped_record(item: WorkItem) -> dict[str, Any]:

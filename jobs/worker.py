@@ -34,7 +34,7 @@ from typing import Any
 
 from orchestrator.errors import TilesweepError, WorkerEnvironmentError
 from orchestrator.store.partials import PartialWriter, read_partial
-from orchestrator.planning.items import RUN, WorkItem
+from orchestrator.planning import RUN, WorkItem
 from orchestrator.spec.model import SCHEMA_VERSION, env_fingerprint
 from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 

@@ -11,8 +11,10 @@ import importlib
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
-    "AttentionConfig": "kernels.attention",
-    "auto_config": "kernels.attention",
+    "AttentionConfig": "kernels.config",
+    "auto_config": "kernels.config",
+    "inner_for": "kernels.config",
+    "attention_flops": "kernels.config",
     "build": "kernels.attention",
     "flash_attention": "kernels.attention",
     "attention_reference": "kernels.reference",

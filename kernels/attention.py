@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from kernels.config import AttentionConfig, auto_config, default_num_warps
 from kernels.flash_bwd import flash_bwd
 from kernels.flash_fwd import flash_fwd
 from kernels.reference import (
@@ -33,14 +33,7 @@ from kernels.reference import (
     mode_fn,
     rel_err,
 )
-from kernels.smem import (
-    FWD_KERNEL,
-    check_mode,
-    dtype_name,
-    first_over,
-    padded_head_dim,
-    predict,
-)
+from kernels.smem import dtype_name, padded_head_dim
 
 __all__ = [
     "AttentionConfig",
@@ -52,39 +45,6 @@ __all__ = [
     "make_inputs",
     "rel_err",
 ]
-
-logger = logging.getLogger(__name__)
-
-MIN_BLOCK = 16  # the smallest tile a Triton dot accepts
-
-
-@dataclasses.dataclass(frozen=True)
-class AttentionConfig:
-    """Every tunable of the kernel.
-
-    ``bwd_outer`` is the resident tile of the fused backward (block_kv_dkv = block_q_dq),
-    ``bwd_inner`` the streamed one (block_q_dkv = block_kv_dq). ``num_warps`` and
-    ``num_stages`` apply to the forward and to every backward launch. ``num_warps=None``
-    means 4 if head_dim <= 64 else 8. Blocks larger than seq are clamped to seq; seq must be
-    a multiple of each block, and off interpret mode each block must be a power of two.
-    """
-
-    block_q: int = 128
-    block_k: int = 128
-    bwd_outer: int = 128
-    bwd_inner: int = 128
-    num_warps: int | None = None
-    num_stages: int = 2
-
-    def __post_init__(self) -> None:
-        for name in ("block_q", "block_k", "bwd_outer", "bwd_inner", "num_stages"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive int")
-        w = self.num_warps
-        if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w < 1):
-            raise ValueError(f"num_warps={w!r} must be a positive int or None")
-
 
 @dataclasses.dataclass(frozen=True)
 class _Plan:
@@ -98,11 +58,6 @@ class _Plan:
     num_stages: int
     sm_scale: float
     interpret: bool
-
-
-def default_num_warps(head_dim: int) -> int:
-    """The library default: 4 warps if head_dim <= 64 else 8."""
-    return 4 if head_dim <= 64 else 8
 
 
 def _resolve(config: AttentionConfig, *, seq: int, head_dim: int, sm_scale: float | None,
@@ -186,58 +141,3 @@ def build(mode: str, config: AttentionConfig, *, sm_scale: float | None = None,
     attend: Callable[..., jax.Array] = functools.partial(
         flash_attention, config=config, sm_scale=sm_scale, interpret=interpret)
     return mode_fn(mode, attend)
-
-
-def _fit_block(seq: int, want: int) -> int:
-    """The largest power of two <= min(want, seq) that divides seq, tried down to MIN_BLOCK."""
-    block = 1 << (min(want, seq).bit_length() - 1)
-    while seq % block and block > MIN_BLOCK:
-        block //= 2
-    return block
-
-
-def auto_config(*, mode: str, dtype: Any, head_dim: int, seq: int,
-                smem_limit_bytes: int | None) -> AttentionConfig:
-    """The config the sweep's ``auto`` record runs: a guess that always fits shared memory.
-
-    Heuristic (modelled on what the reference H100 run's ``auto`` measured like):
-
-    - Start from 128 x 128 tiles forward and backward, 2 pipeline stages, each block clamped
-      to seq (then the largest power of two at or below that which divides seq).
-    - While ``kernels.smem`` predicts a kernel over ``smem_limit_bytes``: first drop to 1
-      stage, then halve the larger tile of the offending kernel (forward: block_q/block_k,
-      backward: bwd_outer/bwd_inner; on a tie the streamed one, block_k or bwd_inner), down to
-      16. ``None`` means no limit. If even 16-wide single-stage tiles do not fit, ValueError.
-    - num_warps: "fwd" uses the library default (4 if head_dim <= 64 else 8). "fwd_bwd" shares
-      one value between forward and backward and picks it for the backward, which dominates:
-      8 if bwd_outer * bwd_inner >= 128 * 128 or head_dim > 64, else 4 (the stock backward's
-      rule plus the head_dim rule; bf16 head_dim 64 gives 128/128 with 8 warps, as measured).
-
-    Examples with the H100 limit 232448: float32 head_dim 128 fwd -> 128/128 with 1 stage;
-    float32 head_dim 128 fwd_bwd -> 1 stage, bwd 128/64.
-    """
-    check_mode(mode)
-    dtype = dtype_name(dtype)
-    cfg = AttentionConfig(block_q=_fit_block(seq, 128), block_k=_fit_block(seq, 128),
-                          bwd_outer=_fit_block(seq, 128), bwd_inner=_fit_block(seq, 128),
-                          num_warps=None, num_stages=2)
-    while (over := first_over(predict(mode, dtype, head_dim, cfg), smem_limit_bytes)):
-        kernel, nbytes = over
-        if cfg.num_stages > 1:
-            cfg = dataclasses.replace(cfg, num_stages=1)
-            continue
-        resident, streamed = (("block_q", "block_k") if kernel == FWD_KERNEL
-                              else ("bwd_outer", "bwd_inner"))
-        name = resident if getattr(cfg, resident) > getattr(cfg, streamed) else streamed
-        if getattr(cfg, name) // 2 < MIN_BLOCK:
-            raise ValueError(f"no config fits {smem_limit_bytes=} for {mode=}, {dtype=}, "
-                             f"{head_dim=}: {kernel} needs {nbytes} bytes at {cfg}")
-        cfg = dataclasses.replace(cfg, **{name: getattr(cfg, name) // 2})
-    if mode == "fwd":
-        warps = default_num_warps(head_dim)
-    else:
-        big_tiles = cfg.bwd_outer * cfg.bwd_inner >= 128 * 128
-        warps = 8 if big_tiles or head_dim > 64 else 4
-    cfg = dataclasses.replace(cfg, num_warps=warps)
-    logger.debug("auto_config(%s, %s, head_dim=%d, seq=%d) -> %s", mode, dtype, head_dim, seq, cfg)
-    return cfg

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,10 +19,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from kernels.config import inner_for
+
 logger = logging.getLogger(__name__)
 
 TIMER = "wall_clock+block_until_ready"
-PROBE_OVERHEAD_MS = 0.1  # per-call dispatch overhead assumed when sizing inner
 PROBES = 3  # single calls timed to size ``inner``; the fastest counts
 
 
@@ -44,11 +44,6 @@ def compile_fn(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, float]
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     return compiled, time.perf_counter() - start
-
-
-def inner_for(probe_ms: float, *, target_ms: float, max_inner: int) -> int:
-    """Calls per sample: ``clamp(floor(target_ms / (probe_ms + 0.1)), 1, max_inner)``."""
-    return max(1, min(max_inner, math.floor(target_ms / (probe_ms + PROBE_OVERHEAD_MS))))
 
 
 def _timed_calls(compiled: Any, args: Sequence[Any], n: int) -> float:

@@ -32,6 +32,7 @@ still loads. This module imports nothing from the orchestrator.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -40,13 +41,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from kernels.config import AttentionConfig
+
 log = logging.getLogger(__name__)
 
 FORMAT = "tilesweep-tuned"
 VERSION = 1
-CONFIG_FIELDS: tuple[str, ...] = (
-    "block_q", "block_k", "bwd_outer", "bwd_inner", "num_warps", "num_stages",
-)
+# Exactly the fields of ``AttentionConfig``, in its order.
+CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AttentionConfig))
 ENTRY_FIELDS: tuple[str, ...] = (
     "dtype", "head_dim", "seq", "batch", "heads", "mode", "config", "median_ms", "auto_ms",
 )
@@ -224,26 +226,22 @@ class TunedTable:
             return None
         return dict(e.config)
 
-    def config_for(self, **kwargs: Any) -> Any:
-        """``lookup`` as a ``kernels.attention.AttentionConfig`` (``None``: use auto)."""
+    def config_for(self, **kwargs: Any) -> AttentionConfig | None:
+        """``lookup`` as a ``kernels.config.AttentionConfig`` (``None``: use auto)."""
         cfg = self.lookup(**kwargs)
         return None if cfg is None else to_attention_config(cfg)
 
 
-def config_for(table: TunedTable | str | os.PathLike[str], **kwargs: Any) -> Any:
+def config_for(table: TunedTable | str | os.PathLike[str], **kwargs: Any) -> AttentionConfig | None:
     """One-call convenience: an ``AttentionConfig`` for a call, or ``None`` for auto.
 
-    ``table`` is a loaded ``TunedTable`` or a path to load. Raises ``ImportError`` when
-    ``kernels.attention`` is not importable (use ``lookup`` for the plain dict).
-    """
+    ``table`` is a loaded ``TunedTable`` or a path to load."""
     if not isinstance(table, TunedTable):
         table = TunedTable.load(table)
     return table.config_for(**kwargs)
 
 
-def to_attention_config(cfg: dict[str, int]) -> Any:
-    from kernels.attention import AttentionConfig  # late: the kernel needs jax, this file not
-
+def to_attention_config(cfg: dict[str, int]) -> AttentionConfig:
     return AttentionConfig(**cfg)
 
 

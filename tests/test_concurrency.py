@@ -19,8 +19,9 @@ from bench.crash import check_document, finished_records, spawn_writer
 from orchestrator.errors import LockTimeout
 from orchestrator.store.merge import merge
 from orchestrator.store.locks import FOREIGN_STALE_S, MergeLock, lock_path_for
-from orchestrator.planning.items import item_id
+from orchestrator.spec.records import item_id
 
+from tests.helpers import assert_one_line_error
 from .conftest import REPO, run_cli
 
 MERGER = """
@@ -121,7 +122,7 @@ def test_lock_wait_times_out_naming_the_lock_file(tmp_path, lock):
         with pytest.raises(LockTimeout, match=str(lock_file)):
             merge(sd)
         r = run_cli("merge", str(sd.root))
-        assert r.returncode == 2 and str(lock_file) in r.stderr and "Traceback" not in r.stderr
+        assert_one_line_error(r, str(lock_file))
         assert not sd.output.exists()
     finally:
         holder.kill()

@@ -9,11 +9,15 @@ import tracemalloc
 
 import pytest
 
+from orchestrator.spec import records
+from orchestrator.store import document
 from orchestrator.planning import costs
 from orchestrator.errors import PlanError
-from orchestrator.planning.items import INVALID, PRUNED, RUN, expand, item_id, plan, plan_line, shard
+from orchestrator.planning import INVALID, PRUNED, RUN, expand, plan, plan_line, shard
+from orchestrator.spec.records import item_id
 from orchestrator.spec.model import SweepSpec
 
+from tests.helpers import assert_one_line_error
 from .conftest import SAMPLE, run_cli
 
 REQUESTED = re.compile(r"requested (\d+), available: (\d+)")
@@ -25,18 +29,18 @@ def reference(sample_doc):
 
 
 def _by_key(items):
-    return {costs.record_key(it.record_fields()): it for it in items}
+    return {records.record_key(it.record_fields()): it for it in items}
 
 
 def test_plan_order_is_the_reference_record_order(sample_doc, reference):
     items = expand(reference)
     assert len(items) == 832
-    sample_keys = [costs.record_key(r) for r in sample_doc["results"]]
+    sample_keys = [records.record_key(r) for r in sample_doc["results"]]
     wanted = set(sample_keys)
     # The excerpt's records appear in the plan in the same order, and each record's fields
     # come out exactly as the reference wrote them (key order included).
-    in_plan = [it for it in items if costs.record_key(it.record_fields()) in wanted]
-    assert [costs.record_key(it.record_fields()) for it in in_plan] == sample_keys
+    in_plan = [it for it in items if records.record_key(it.record_fields()) in wanted]
+    assert [records.record_key(it.record_fields()) for it in in_plan] == sample_keys
     for it, rec in zip(in_plan, sample_doc["results"]):
         fields = it.record_fields()
         assert list(fields.items()) == [(k, rec[k]) for k in list(rec)[: len(fields)]]
@@ -52,7 +56,7 @@ def test_ids_are_stable_and_recomputable_from_records(sample_doc, reference):
     # ... and from a merged record, result fields and all
     by_key = _by_key(items)
     for rec in sample_doc["results"]:
-        assert item_id(rec) == by_key[costs.record_key(rec)].id
+        assert item_id(rec) == by_key[records.record_key(rec)].id
 
 
 def test_ids_match_for_invalid_clamped_and_odd_grids():
@@ -72,7 +76,7 @@ def test_pruning_flags_exactly_the_reference_failures(sample_doc, reference):
     failed = [r for r in sample_doc["results"] if "error" in r]
     assert len(failed) == 8
     for rec in sample_doc["results"]:
-        it = by_key[costs.record_key(rec)]
+        it = by_key[records.record_key(rec)]
         if "error" in rec:
             requested, available = map(int, REQUESTED.search(rec["error"]).groups())
             assert it.kind == PRUNED and it.smem_bytes == requested and available == reference.smem_limit_bytes
@@ -161,10 +165,10 @@ def test_measured_costs_balance_the_reference_excerpt(sample_doc, reference, tmp
     # Plan only the excerpt's items (the ones with measured costs) and judge with them.
     path = tmp_path / "ref.json"
     path.write_text(json.dumps(sample_doc))
-    table = costs.load_costs(path)
+    table = document.load_costs(path)
     assert len(table) == 151  # the excerpt's successful records
-    keys = {costs.record_key(r) for r in sample_doc["results"]}
-    sub = [it for it in expand(reference) if costs.record_key(it.record_fields()) in keys]
+    keys = {records.record_key(r) for r in sample_doc["results"]}
+    sub = [it for it in expand(reference) if records.record_key(it.record_fields()) in keys]
     truth = {it.index: table.get(it.record_fields()) or 0.002 for it in sub}
     measured = [truth[it.index] for it in sub]
     units = shard(sub, 8, costs=measured, setups={it.shape: 0.0 for it in sub})
@@ -176,7 +180,7 @@ def test_measured_costs_balance_the_reference_excerpt(sample_doc, reference, tmp
 def test_plan_takes_costs_from_a_results_document(sample_doc, reference, tmp_path):
     path = tmp_path / "ref.json"
     path.write_text(json.dumps(sample_doc))
-    table = costs.load_costs(path)
+    table = document.load_costs(path)
     items, units = plan(reference, 8, costs=table)
     assert len(units) == 8 and sum(len(u.items) for u in units) == 832
     # the model fills in for the 13 problems the excerpt lacks, scaled to agree with it
@@ -193,7 +197,7 @@ def test_cli_plan_shows_units_and_takes_costs(sample_doc):
     assert len(lines) == 832 and {line["unit"] for line in lines} == set(range(8))
     assert sum(line["pruned"] for line in lines) == 72
     r = run_cli("plan", str(SAMPLE), "--dry-run", "--costs", str(SAMPLE.parent / "missing.json"))
-    assert r.returncode == 2 and "--costs" in r.stderr and "Traceback" not in r.stderr
+    assert_one_line_error(r, "--costs")
 
 
 def test_shard_rejects_bad_counts(reference):

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.spec import records
 from orchestrator.cli import analysis as cli_report
 
 from orchestrator.analysis import report
@@ -117,7 +118,7 @@ def test_sample_numbers_match_records(sample_doc: dict[str, Any], tmp_path: Path
         overlap = best["q3_ms"] >= runner["q1_ms"] and runner["q3_ms"] >= best["q1_ms"]
         assert s.within_noise == overlap
         assert s.runner_up_ms == runner["median_ms"]
-        fields = report.config_fields(s.key.mode)
+        fields = records.config_fields(s.key.mode)
         assert s.best_config == {f: best[f] for f in fields}
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.spec.model import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, IDENTITY_FIELDS, RESULT_FIELDS
+from orchestrator.spec.records import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, IDENTITY_FIELDS, RESULT_FIELDS
 
+from tests.helpers import assert_one_line_error
 from .conftest import REPO, run_cli
 
 EXTRAS = ("timer", "pruned", "smem_bytes", "compile_cached", "unit", "attempt")
@@ -112,40 +113,32 @@ def test_worker_killed_with_sigkill_and_rerun_keeps_every_record(write_spec, tmp
     assert len(doc["results"]) == 10
 
 
-def _one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
 def test_bad_input_gets_one_line_errors(write_spec, tmp_path):
-    _one_line_error(run_cli("run", str(tmp_path / "missing.json")), "missing.json", "does not exist")
+    assert_one_line_error(run_cli("run", str(tmp_path / "missing.json")), "missing.json", "does not exist")
     bad = write_spec("bad.json", fwd_block_q=[32, 48])
-    _one_line_error(run_cli("plan", str(bad), "--dry-run"), "bad.json", "fwd_block_q", "powers of two")
+    assert_one_line_error(run_cli("plan", str(bad), "--dry-run"), "bad.json", "fwd_block_q", "powers of two")
     typo = write_spec("typo.json", head_dim=[64])
-    _one_line_error(run_cli("plan", str(typo), "--dry-run"), "unknown field 'head_dim'", "did you mean 'head_dims'")
+    assert_one_line_error(run_cli("plan", str(typo), "--dry-run"), "unknown field 'head_dim'", "did you mean 'head_dims'")
     empty = write_spec("empty.json", seq_lens=[])
-    _one_line_error(run_cli("plan", str(empty), "--dry-run"), "seq_lens")
+    assert_one_line_error(run_cli("plan", str(empty), "--dry-run"), "seq_lens")
     wrong_type = write_spec("wt.json", repeats="many")
-    _one_line_error(run_cli("plan", str(wrong_type), "--dry-run"), "repeats")
+    assert_one_line_error(run_cli("plan", str(wrong_type), "--dry-run"), "repeats")
     garbage = tmp_path / "garbage.toml"
     garbage.write_text("= =")
-    _one_line_error(run_cli("plan", str(garbage), "--dry-run"), "garbage.toml", "TOML")
-    _one_line_error(run_cli("status", str(tmp_path)), "not a sweep directory")
-    _one_line_error(run_cli("merge", str(tmp_path / "nowhere")), "does not exist")
-    _one_line_error(run_cli("plan", str(write_spec()), "--units", "0", "--dry-run"), "--units")
-    _one_line_error(run_cli("frobnicate"), "invalid choice")
+    assert_one_line_error(run_cli("plan", str(garbage), "--dry-run"), "garbage.toml", "TOML")
+    assert_one_line_error(run_cli("status", str(tmp_path)), "not a sweep directory")
+    assert_one_line_error(run_cli("merge", str(tmp_path / "nowhere")), "does not exist")
+    assert_one_line_error(run_cli("plan", str(write_spec()), "--units", "0", "--dry-run"), "--units")
+    assert_one_line_error(run_cli("frobnicate"), "invalid choice")
     # a sweep directory of another spec is refused, and nothing in it is touched
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(write_spec("a.json")), "--sweep-dir", str(sweep)).returncode == 0
     frozen = (sweep / "sweep.json").read_text()
-    _one_line_error(run_cli("run", str(write_spec("b.json", repeats=3)), "--sweep-dir", str(sweep)), "another spec")
+    assert_one_line_error(run_cli("run", str(write_spec("b.json", repeats=3)), "--sweep-dir", str(sweep)), "another spec")
     assert (sweep / "sweep.json").read_text() == frozen
     # the worker by hand: a unit that does not exist
     w = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "nope"], cwd=REPO, capture_output=True, text=True)
-    _one_line_error(w, "unit 'nope'")
+    assert_one_line_error(w, "unit 'nope'")
 
 
 def test_a_gpu_task_without_a_gpu_backend_is_refused():
@@ -169,6 +162,6 @@ def test_worker_refusal_is_one_line(write_spec, tmp_path):
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     w = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, capture_output=True,
                        text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cpu"})
-    _one_line_error(w, "jax sees none")
+    assert_one_line_error(w, "jax sees none")
     assert not list((sweep / "partials").glob("*.jsonl")) or all(
         not _record_lines(p) for p in (sweep / "partials").glob("*.jsonl"))

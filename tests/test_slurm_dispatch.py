@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import assert_one_line_error
 from tests.conftest import TINY_SPEC, run_cli
 from tests.slurm_cluster import poll, require_cluster
 
@@ -90,15 +91,6 @@ def check_document(sweep: Path, spec: Path) -> dict[str, Any]:
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    errs = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(errs) == 1 and "Traceback" not in r.stderr, r.stderr
-    for n in needles:
-        assert n in errs[0], errs[0]
-    return errs[0]
 
 
 @pytest.fixture(scope="module")
@@ -238,27 +230,27 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path):
     # no sbatch on PATH: refused before anything is written
     empty = tmp_path / "bin"
     empty.mkdir()
-    one_line_error(cli("submit", str(spec), "--sweep-dir", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
+    assert_one_line_error(cli("submit", str(spec), "--sweep-dir", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
     assert not sweep.exists()
     assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     before = snapshot(sweep)
-    one_line_error(cli("resume", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
+    assert_one_line_error(cli("resume", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
     # an unknown partition: sbatch's own message, with the command
     bad = write_spec(tmp_path, "bad.json", {"slurm_partition": "nosuch"})
-    line = one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), "invalid partition", "sbatch ")
+    line = assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), "invalid partition", "sbatch ")
     assert "nosuch" in line
-    one_line_error(cli("resume", str(sweep), "--spec", str(bad)), "invalid partition")
+    assert_one_line_error(cli("resume", str(sweep), "--spec", str(bad)), "invalid partition")
     fresh = tmp_path / "fresh"
-    one_line_error(cli("submit", str(bad), "--sweep-dir", str(fresh)), "invalid partition")
+    assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(fresh)), "invalid partition")
     assert not fresh.exists()
     # a sweep directory of another spec
     other = write_spec(tmp_path, "other.json", repeats=3)
-    one_line_error(cli("submit", str(other), "--sweep-dir", str(sweep)), "another spec")
-    one_line_error(cli("resume", str(sweep), "--spec", str(other)), "not the spec")
+    assert_one_line_error(cli("submit", str(other), "--sweep-dir", str(sweep)), "another spec")
+    assert_one_line_error(cli("resume", str(sweep), "--spec", str(other)), "not the spec")
     assert snapshot(sweep) == before
     # an unknown executor key names the valid ones
     typo = write_spec(tmp_path, "typo.json", {"partitionn": "gpu"})
-    one_line_error(cli("plan", str(typo), "--dry-run"), "executor.partitionn", "slurm_partition")
+    assert_one_line_error(cli("plan", str(typo), "--dry-run"), "executor.partitionn", "slurm_partition")
 
 
 def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path):
@@ -272,7 +264,7 @@ def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path):
     n = len(jobs(sweep))
     r = cli("run", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0 and len(jobs(sweep)) == n, r.stderr
-    one_line_error(cli("submit", str(spec), "--sweep-dir", str(sweep)), "submitted already", "resume")
+    assert_one_line_error(cli("submit", str(spec), "--sweep-dir", str(sweep)), "submitted already", "resume")
 
 
 def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_sweep):

@@ -20,6 +20,7 @@ from orchestrator.control.scheduler import SchedulerView, TaskState, expand_indi
 from orchestrator.control.status import LOST_AFTER_S, count_partial, format_status, slurm_state, sweep_status
 from orchestrator.store.sweepdir import SweepDir
 
+from tests.helpers import assert_one_line_error
 from .conftest import run_cli
 
 
@@ -149,7 +150,7 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(tmp_pa
     header["header"]["env"] = {**header["header"]["env"], "jax": "0.0.1"}
     (foreign / "partials" / f"{first}.jsonl").write_text(json.dumps(header) + "\n")
     r = run_cli("resume", str(foreign))
-    assert r.returncode == 2 and "another environment" in r.stderr and f"{first}.jsonl" in r.stderr, r.stderr
+    assert_one_line_error(r, "another environment", f"{first}.jsonl")
     # the real resume
     r = run_cli("resume", str(sd.root))
     assert r.returncode == 0, r.stderr
@@ -172,7 +173,7 @@ def test_resume_refuses_another_spec(tmp_path, write_spec):
     sd = _sweep(tmp_path, write_spec)
     other = write_spec("other.json", repeats=7)
     r = run_cli("resume", str(sd.root), "--spec", str(other))
-    assert r.returncode == 2 and "not the spec" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert_one_line_error(r, "not the spec")
 
 
 def test_executor_settings_become_submitit_parameters():

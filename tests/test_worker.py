@@ -10,7 +10,7 @@ from typing import Any
 from jobs import measure, worker
 from orchestrator.cli.main import prepare_sweep
 from orchestrator.store.partials import read_partial
-from orchestrator.planning.items import PRUNED, RUN
+from orchestrator.planning import PRUNED, RUN
 from orchestrator.spec.model import SCHEMA_VERSION
 
 TIMING_FIELDS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}

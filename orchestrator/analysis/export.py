@@ -15,6 +15,7 @@ shape, the faster best wins.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -22,15 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernels.config import AttentionConfig
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
+from orchestrator.spec.records import kernel_kwargs
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
-
-_DEFAULT_BWD_BLOCK = 128
-
 
 @dataclass(frozen=True)
 class ExportSummary:
@@ -43,23 +43,9 @@ class ExportSummary:
 
 
 def kernel_config(best_config: dict[str, Any], mode: str) -> dict[str, int]:
-    """A record's config fields renamed onto ``AttentionConfig``'s fields."""
-    if mode == "fwd_bwd":
-        cfg = {
-            "block_q": best_config["fwd_block_q"],
-            "block_k": best_config["fwd_block_k"],
-            "bwd_outer": best_config["bwd_outer"],
-            "bwd_inner": best_config["bwd_inner"],
-        }
-    else:
-        cfg = {
-            "block_q": best_config["block_q"],
-            "block_k": best_config["block_k"],
-            "bwd_outer": _DEFAULT_BWD_BLOCK,
-            "bwd_inner": _DEFAULT_BWD_BLOCK,
-        }
-    cfg["num_warps"] = best_config["num_warps"]
-    cfg["num_stages"] = best_config["num_stages"]
+    """A record's config fields as every field of ``AttentionConfig`` (``records.kernel_kwargs``;
+    the tiles a mode does not sweep keep the kernel's defaults)."""
+    cfg = dataclasses.asdict(AttentionConfig(**kernel_kwargs(mode, best_config)))
     return {k: int(cfg[k]) for k in CONFIG_FIELDS}
 
 

@@ -27,26 +27,23 @@ from dataclasses import asdict, dataclass
 from operator import itemgetter
 from typing import Any
 
-from orchestrator.store.document import (
-    FWD_BWD_CONFIG_FIELDS,
-    FWD_CONFIG_FIELDS,
-    ResultsDoc,
-    paused_gc,
-)
+from kernels.config import attention_flops
+
+from orchestrator.spec.records import PROBLEM_FIELDS, config_fields, config_of
+from orchestrator.store.document import ResultsDoc, paused_gc
 
 FWD_FLOPS_FORMULA = "4*B*H*S*S*D"
 FLOPS_FORMULAS = {
     "fwd": f"{FWD_FLOPS_FORMULA} (fwd: two matmuls, non-causal)",
     "fwd_bwd": f"3.5*{FWD_FLOPS_FORMULA} (fwd + bwd, bwd = 2.5x fwd, non-causal)",
 }
-_FLOP_FACTOR = {"fwd": 1.0, "fwd_bwd": 3.5}
 
 LEGEND = (
     "TFLOP/s of the best config, FLOPs non-causal: fwd = 4*B*H*S*S*D, fwd_bwd = 3.5x that "
     "(bwd = 2.5x fwd). speedup = auto ms / best ms. noise: best's q1-q3 overlaps the runner-up's."
 )
 
-_problem_key = itemgetter("dtype", "head_dim", "seq", "batch", "heads", "mode", "tag")
+_problem_key = itemgetter(*PROBLEM_FIELDS)
 
 
 @dataclass(frozen=True, order=True)
@@ -109,23 +106,6 @@ class ProblemSummary:
         return out
 
 
-def flop_count(mode: str, batch: int, heads: int, seq: int, head_dim: int) -> float | None:
-    """FLOPs of one call (see the module docstring); ``None`` for a mode without a formula."""
-    factor = _FLOP_FACTOR.get(mode)
-    if factor is None:
-        return None
-    return factor * 4.0 * batch * heads * seq * seq * head_dim
-
-
-def config_fields(mode: str) -> tuple[str, ...]:
-    return FWD_BWD_CONFIG_FIELDS if mode == "fwd_bwd" else FWD_CONFIG_FIELDS
-
-
-def config_of(record: dict[str, Any]) -> dict[str, Any]:
-    """The config fields of a forced record, in the documented order."""
-    return {f: record.get(f) for f in config_fields(record["mode"])}
-
-
 def config_label(config: dict[str, Any], mode: str) -> str:
     """Compact config name: ``bq128 bk64 s2 w4`` (fwd), ``o64 i32 s2 w8`` (fwd_bwd).
 
@@ -174,14 +154,8 @@ def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
     return [_summary(ProblemKey(*k), sc) for k, sc in scan(doc.results).items()]
 
 
-def summarise(key: ProblemKey, records: list[dict[str, Any]]) -> ProblemSummary:
-    """Summary of one problem's records (all assumed to belong to ``key``)."""
-    sc = scan(records).get(astuple_key(key))
-    return _summary(key, sc if sc is not None else _Scan(key.mode))
-
-
 def astuple_key(key: ProblemKey) -> tuple:
-    return (key.dtype, key.head_dim, key.seq, key.batch, key.heads, key.mode, key.tag)
+    return tuple(getattr(key, f) for f in PROBLEM_FIELDS)
 
 
 class _Scan:
@@ -266,7 +240,7 @@ def _summary(key: ProblemKey, sc: _Scan) -> ProblemSummary:
         q1, q3 = _quartiles(best)
         if auto_ms is not None and best_ms > 0:
             speedup = auto_ms / best_ms
-    flops = flop_count(key.mode, key.batch, key.heads, key.seq, key.head_dim)
+    flops = attention_flops(key.mode, key.batch, key.heads, key.seq, key.head_dim)
     if flops is not None and best_ms:
         tflops = flops / (best_ms * 1e-3) / 1e12
 

@@ -95,7 +95,7 @@ def default_sweep_dir(spec_path: str, spec: Any) -> Path:
 
 
 def _load_costs(path: str | None) -> Any:
-    from orchestrator.planning.costs import load_costs
+    from orchestrator.store.document import load_costs
 
     return load_costs(path) if path else None
 
@@ -105,7 +105,7 @@ def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, outp
     """Create (or reopen) the sweep directory of a spec; return it, the units to run, and
     whether it already existed. An existing directory of the same spec is resumed.
     ``costs``: a results document whose measured costs shard the units."""
-    from orchestrator.planning.items import plan
+    from orchestrator.planning import plan
     from orchestrator.store.sweepdir import SweepDir
 
     spec = _load_spec(spec_path)
@@ -147,7 +147,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from orchestrator.planning.items import INVALID, PRUNED, plan, plan_line
+    from orchestrator.planning import INVALID, PRUNED, plan, plan_line
 
     spec = _load_spec(args.spec)
     items, units = plan(spec, args.units, costs=_load_costs(args.costs))

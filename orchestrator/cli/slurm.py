@@ -132,7 +132,7 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False) -> Resume
 def group_missing(sd: SweepDir, missing: list[Any], n_units: int | None, default: int) -> list[Any]:
     """The missing items as units (``plan.shard``, cost model of the spec)."""
     from orchestrator.planning.costs import item_costs, setup_estimate
-    from orchestrator.planning.items import shard
+    from orchestrator.planning import shard
 
     spec = sd.spec
     costs, scale = item_costs(missing, spec)

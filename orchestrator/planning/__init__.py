@@ -1,1 +1,30 @@
-"""Planning: a spec expanded into work items and packed into units by cost. Pure: no I/O."""
+"""Planning: a spec expanded into work items and packed into units by cost. Pure: no I/O.
+
+``items`` expands a spec into work items in the reference run's record order and classifies
+each (runnable, invalid, pruned by the shared-memory model); ``costs`` says what an item costs
+a worker; ``shard`` packs items into units. ``plan`` does all three.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from orchestrator.planning.costs import CostTable, item_costs, setup_estimate
+from orchestrator.planning.items import INVALID, PRUNED, RUN, WorkItem, bulk, expand, plan_line
+from orchestrator.planning.shard import Unit, default_units, shard
+from orchestrator.spec.model import SweepSpec
+
+__all__ = ["INVALID", "PRUNED", "RUN", "CostTable", "Unit", "WorkItem", "expand", "plan", "plan_line", "shard"]
+
+
+def plan(spec: SweepSpec, units: int | None = None, costs: CostTable | None = None) -> tuple[list[WorkItem], list[Unit]]:
+    """Expand and shard a spec. ``costs`` (``costs.cost_table``) replaces the cost model
+    with an earlier sweep's measurements where it has them."""
+    with bulk():
+        items = expand(spec)
+        shapes = [(dtype, head_dim, seq, spec.batch, spec.heads)
+                  for dtype, head_dim, seq in itertools.product(spec.dtypes, spec.head_dims, spec.seq_lens)]
+        item_cost, scale = item_costs(items, spec, costs)
+        setups = {sh: setup_estimate(sh, spec.modes) * scale for sh in shapes}
+        n = units if units is not None else default_units(spec, len(shapes))
+        return items, shard(items, n, costs=item_cost, setups=setups, strategy=spec.sharding.strategy)

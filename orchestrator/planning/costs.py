@@ -18,26 +18,27 @@ of a worker's time, not fitted per class:
 - setup, once per shape per unit: inputs and each mode's reference (compile and run).
 
 Items pruned by the shared-memory model or invalid are nearly free (one record line).
-A results document can replace the model where it has a record (``load_costs``): cost =
+A results document can replace the model where it has a record (``cost_table``): cost =
 compile_s + (warmup + probe + check + repeats * inner) * median_ms; the model, scaled to
 agree with the document on the items both know, fills in the rest.
 
-Pure arithmetic: no jax import, no I/O except ``load_costs``.
+Pure arithmetic: no jax import, no I/O (the CLI reads the document).
 """
 
 from __future__ import annotations
 
-import json
-import math
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kernels import smem
+from kernels.config import AttentionConfig, attention_flops, auto_config, default_num_warps, inner_for
 
 from orchestrator.errors import ResultsError
-from orchestrator.spec.model import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, SweepSpec
+from orchestrator.planning.items import RUN
+from orchestrator.spec.model import SweepSpec
+from orchestrator.spec.records import key_of, record_key
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,6 @@ class Assumptions:
 
 
 DEFAULT = Assumptions()
-_PROBE_OVERHEAD_MS = 0.1  # kernels.timing.PROBE_OVERHEAD_MS (kept equal by a test)
-
-
-def inner_for(probe_ms: float, *, target_ms: float, max_inner: int) -> int:
-    """``kernels.timing.inner_for`` without importing jax (a test keeps them equal)."""
-    return max(1, min(max_inner, math.floor(target_ms / (probe_ms + _PROBE_OVERHEAD_MS))))
 
 
 # ---------------------------------------------------------------------------- compile
@@ -89,7 +84,7 @@ def compile_estimate(mode: str, dtype: str, head_dim: int, seq: int, cfg: Mappin
     """Seconds to lower and compile one config (``cfg``: AttentionConfig fields)."""
     d = smem.padded_head_dim(head_dim)
     e = 2 if dtype == "bfloat16" else 4
-    warps = cfg.get("num_warps") or (4 if head_dim <= 64 else 8)
+    warps = cfg.get("num_warps") or default_num_warps(head_dim)
     threads = 32 * warps
     vol = _mma_volume(dtype)
     bq, bk = min(cfg.get("block_q", 128), seq), min(cfg.get("block_k", 128), seq)
@@ -105,23 +100,22 @@ def compile_estimate(mode: str, dtype: str, head_dim: int, seq: int, cfg: Mappin
     return total
 
 
-def auto_estimate(mode: str, dtype: str, head_dim: int, seq: int, smem_limit: int | None) -> dict[str, int]:
-    """Roughly the config ``kernels.attention.auto_config`` picks (128 tiles, 2 stages or 1
-    when that does not fit), enough to cost it without importing jax."""
-    cfg = {"block_q": 128, "block_k": 128, "bwd_outer": 128, "bwd_inner": 128, "num_stages": 2,
-           "num_warps": 8 if mode == "fwd_bwd" or head_dim > 64 else 4}
-    if smem.first_over(smem.predict_bytes(mode, dtype, head_dim, seq=seq, **cfg), smem_limit):
-        cfg["num_stages"] = 1
-    return cfg
+def auto_estimate(mode: str, dtype: str, head_dim: int, seq: int, smem_limit: int | None) -> dict[str, Any]:
+    """The config the kernel's ``auto`` runs (``kernels.config.auto_config``, jax-free), as
+    AttentionConfig fields; the library default where no config fits (that item fails fast)."""
+    try:
+        cfg = auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=seq, smem_limit_bytes=smem_limit)
+    except ValueError:
+        cfg = AttentionConfig()
+    return dataclasses.asdict(cfg)
 
 
 # ---------------------------------------------------------------------------- timed work
 
 
 def flops(mode: str, batch: int, heads: int, seq: int, head_dim: int) -> float:
-    """Non-causal attention FLOPs (the report's convention: fwd_bwd = 3.5 x fwd)."""
-    f = 4.0 * batch * heads * seq * seq * head_dim
-    return f * 3.5 if mode == "fwd_bwd" else f
+    """FLOPs of one call (``kernels.config.attention_flops``)."""
+    return attention_flops(mode, batch, heads, seq, head_dim) or 0.0
 
 
 def call_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head_dim: int,
@@ -153,14 +147,6 @@ def setup_estimate(shape: tuple, modes: Iterable[str], a: Assumptions = DEFAULT)
 # ---------------------------------------------------------------------------- measured costs
 
 
-def record_key(rec: Mapping[str, Any]) -> tuple:
-    """A record's identity without its tag (a tag is a label, not part of what is timed)."""
-    names = ("dtype", "head_dim", "seq", "batch", "heads", "mode", "config")
-    if rec.get("config") != "auto":
-        names += FWD_CONFIG_FIELDS if rec.get("mode") == "fwd" else FWD_BWD_CONFIG_FIELDS
-    return tuple(rec.get(n) for n in names)
-
-
 def measured_cost(rec: Mapping[str, Any], *, repeats: int, warmup: int) -> float | None:
     """Seconds a record's config took, from its own fields; None for a record without them
     (a failure: its cost in a new sweep is unknown, or nil when it gets pruned)."""
@@ -185,28 +171,20 @@ class CostTable:
         return self.costs.get(record_key(rec))
 
 
-def load_costs(path: str | Path) -> CostTable:
-    """Per-config costs from a results document (the reference format)."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"--costs {p}: not a readable results document ({exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
-        raise ResultsError(f"--costs {p}: not a results document (needs a 'results' list)")
-    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+def cost_table(results: Iterable[Any], config: Mapping[str, Any], source: str) -> CostTable:
+    """Per-config costs from the records and config block of a results document."""
     repeats = int(config.get("repeats") or 5)
     timing = config.get("timing") if isinstance(config.get("timing"), dict) else {}
     warmup = int(timing.get("warmup", 1))
     costs: dict[tuple, float] = {}
-    for rec in doc["results"]:
+    for rec in results:
         if isinstance(rec, dict):
             c = measured_cost(rec, repeats=repeats, warmup=warmup)
             if c is not None:
                 costs[record_key(rec)] = c
     if not costs:
-        raise ResultsError(f"--costs {p}: no record with compile_s, inner and median_ms")
-    return CostTable(costs, source=str(p))
+        raise ResultsError(f"{source}: no record with compile_s, inner and median_ms")
+    return CostTable(costs, source=source)
 
 
 # ---------------------------------------------------------------------------- per item
@@ -219,8 +197,6 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
 
     The model depends on a few fields only, so it is cached on them: a million items cost
     about one dict lookup each."""
-    from orchestrator.planning.items import RUN
-
     # No block of the spec is clamped at a seq at least this large.
     big = max([128, *spec.fwd_block_q, *spec.fwd_block_k, *spec.bwd_outer, *spec.bwd_inner,
                spec.forward_blocks.block_q, spec.forward_blocks.block_k])
@@ -254,7 +230,7 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
     for k, it in enumerate(items):
         if model[k] < 0:
             continue
-        m = table.costs.get((it.dtype, it.head_dim, it.seq, it.batch, it.heads, it.mode, it.config) + it.params)
+        m = table.costs.get(key_of(it.dtype, it.head_dim, it.seq, it.batch, it.heads, it.mode, it.config, it.params))
         if m is not None:
             measured[k] = m
             both_measured += m

@@ -1,4 +1,4 @@
-"""The single source of truth for what a sweep spec and a result record look like.
+"""What a sweep spec looks like (the record layout is ``orchestrator.spec.records``).
 
 The reference run's config block loads unchanged: every one of its fields keeps its name
 and meaning here. What the reference lacked (executor, sharding, timing, kernel, merge
@@ -26,22 +26,6 @@ REFERENCE_CONFIG_FIELDS = (
     "repeats", "auto_only", "tag", "fwd_block_q", "fwd_block_k", "fwd_stages", "fwd_warps",
     "bwd_outer", "bwd_inner", "bwd_stages", "bwd_warps", "bwd_fwd_config", "smem_limit_bytes",
 )
-
-# Record layout, in the reference document's key order.
-IDENTITY_FIELDS = ("dtype", "head_dim", "seq", "batch", "heads", "tag", "mode", "config")
-FWD_CONFIG_FIELDS = ("block_q", "block_k", "num_stages", "num_warps")
-FWD_BWD_CONFIG_FIELDS = ("fwd_block_q", "fwd_block_k", "bwd_outer", "bwd_inner", "num_stages", "num_warps")
-RESULT_FIELDS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms")
-# Documented extras tilesweep appends after the reference fields of a record.
-EXTRA_RECORD_FIELDS = ("timer", "pruned", "smem_bytes", "compile_cached", "unit", "attempt")
-
-
-def config_fields(mode: str, config: str) -> tuple[str, ...]:
-    """The config fields a record of this mode and config kind carries."""
-    if config == "auto":
-        return ()
-    return FWD_CONFIG_FIELDS if mode == "fwd" else FWD_BWD_CONFIG_FIELDS
-
 
 def _power_of_two(values: list[int]) -> list[int]:
     bad = [v for v in values if v < 1 or v & (v - 1)]

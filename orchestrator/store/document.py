@@ -25,12 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import ResultsError
-from orchestrator.spec.model import (  # the record layout has one source of truth
-    FWD_BWD_CONFIG_FIELDS,
-    FWD_CONFIG_FIELDS,
-    IDENTITY_FIELDS,
-    RESULT_FIELDS,
-)
+from orchestrator.planning.costs import CostTable, cost_table
+from orchestrator.spec.records import IDENTITY_FIELDS
 
 try:  # optional speed-up; the stdlib parser gives identical results
     import orjson as _orjson
@@ -39,10 +35,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "FWD_BWD_CONFIG_FIELDS", "FWD_CONFIG_FIELDS", "IDENTITY_FIELDS", "RESULT_FIELDS",
-    "ResultsDoc", "from_obj", "load", "paused_gc",
-]
+__all__ = ["ResultsDoc", "from_obj", "load", "load_costs", "paused_gc"]
 
 TOP_LEVEL_FIELDS: tuple[str, ...] = ("device", "config", "results")
 
@@ -93,21 +86,30 @@ def _parse(data: bytes, path: str) -> Any:
         raise ResultsError(f"{path}: not a results document: not valid JSON ({exc})") from None
 
 
-def load(path: str | os.PathLike[str]) -> ResultsDoc:
-    """Read and validate the results document at ``path``; raise ``ResultsError`` if it is not one."""
+def load(path: str | os.PathLike[str], *, role: str | None = None) -> ResultsDoc:
+    """Read and validate the results document at ``path``; raise ``ResultsError`` if it is not
+    one. ``role`` (e.g. ``"--costs"``) prefixes the file name in messages, to say which
+    argument named it."""
     spath = os.fspath(path)
+    name = f"{role} {spath}" if role else spath
     try:
         with open(spath, "rb") as fh:
             data = fh.read()
     except FileNotFoundError:
-        raise ResultsError(f"{spath}: no such file") from None
+        raise ResultsError(f"{name}: no such file") from None
     except IsADirectoryError:
-        raise ResultsError(f"{spath}: is a directory, not a results document") from None
+        raise ResultsError(f"{name}: is a directory, not a results document") from None
     except OSError as exc:
-        raise ResultsError(f"{spath}: cannot read ({exc.strerror or exc})") from None
-    doc = from_obj(_parse(data, spath), name=spath)
+        raise ResultsError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    doc = from_obj(_parse(data, name), name=name)
     log.debug("loaded %s: %d records", spath, len(doc.results))
     return doc
+
+
+def load_costs(path: str | os.PathLike[str]) -> CostTable:
+    """Measured seconds per config from a results document (``--costs``)."""
+    doc = load(path, role="--costs")
+    return cost_table(doc.results, doc.config, source=doc.name)
 
 
 def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:

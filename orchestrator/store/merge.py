@@ -44,9 +44,9 @@ from orchestrator.errors import ResultsError
 from orchestrator.store.segments import CACHE_DIR, Segment, any_record_text, check_headers, segment
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.partials import loads
-from orchestrator.planning.items import item_id
+from orchestrator.spec.records import item_id
 from orchestrator.store.quarantine import Quarantined, quarantine
-from orchestrator.spec.model import IDENTITY_FIELDS
+from orchestrator.spec.records import IDENTITY_FIELDS
 from orchestrator.store.sweepdir import SweepDir, atomic_open, now_iso, remove_dead_temps
 
 log = logging.getLogger(__name__)

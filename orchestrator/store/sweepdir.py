@@ -35,7 +35,7 @@ from typing import IO, Any
 
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.store.locks import pid_alive
-from orchestrator.planning.items import Unit, WorkItem, expand
+from orchestrator.planning import Unit, WorkItem, expand
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 
 SWEEP_FILE = "sweep.json"
