@@ -46,6 +46,7 @@ __all__ = [
     "rel_err",
 ]
 
+
 @dataclasses.dataclass(frozen=True)
 class _Plan:
     """A config resolved against one problem shape; hashable, so it can be a static argument."""
@@ -60,8 +61,9 @@ class _Plan:
     interpret: bool
 
 
-def _resolve(config: AttentionConfig, *, seq: int, head_dim: int, sm_scale: float | None,
-             interpret: bool | None) -> _Plan:
+def _resolve(
+    config: AttentionConfig, *, seq: int, head_dim: int, sm_scale: float | None, interpret: bool | None
+) -> _Plan:
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     blocks = {}
@@ -71,8 +73,7 @@ def _resolve(config: AttentionConfig, *, seq: int, head_dim: int, sm_scale: floa
             raise ValueError(f"{seq=} must be a multiple of {name}={block}")
         if not interpret and block & (block - 1):
             # Triton would refuse too, but naming the tile and the clamp is clearer.
-            raise ValueError(f"{name}={block} (clamped to {seq=}) must be a power of two "
-                             "for the Triton backend")
+            raise ValueError(f"{name}={block} (clamped to {seq=}) must be a power of two for the Triton backend")
         blocks[name] = block
     return _Plan(
         **blocks,
@@ -88,29 +89,53 @@ def _attention(q: jax.Array, k: jax.Array, v: jax.Array, plan: _Plan) -> jax.Arr
     return _attention_fwd(q, k, v, plan)[0]
 
 
-def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array,
-                   plan: _Plan) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    o, lse = flash_fwd(q, k, v, sm_scale=plan.sm_scale, block_q=plan.block_q,
-                       block_k=plan.block_k, num_warps=plan.num_warps,
-                       num_stages=plan.num_stages, interpret=plan.interpret)
+def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array, plan: _Plan) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    o, lse = flash_fwd(
+        q,
+        k,
+        v,
+        sm_scale=plan.sm_scale,
+        block_q=plan.block_q,
+        block_k=plan.block_k,
+        num_warps=plan.num_warps,
+        num_stages=plan.num_stages,
+        interpret=plan.interpret,
+    )
     return o, (q, k, v, o, lse)
 
 
-def _attention_bwd(plan: _Plan, residuals: tuple[jax.Array, ...],
-                   do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _attention_bwd(
+    plan: _Plan, residuals: tuple[jax.Array, ...], do: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     q, k, v, o, lse = residuals
-    return flash_bwd(q, k, v, o, lse, do, sm_scale=plan.sm_scale,
-                     bwd_outer=plan.bwd_outer, bwd_inner=plan.bwd_inner,
-                     num_warps=plan.num_warps, num_stages=plan.num_stages,
-                     interpret=plan.interpret)
+    return flash_bwd(
+        q,
+        k,
+        v,
+        o,
+        lse,
+        do,
+        sm_scale=plan.sm_scale,
+        bwd_outer=plan.bwd_outer,
+        bwd_inner=plan.bwd_inner,
+        num_warps=plan.num_warps,
+        num_stages=plan.num_stages,
+        interpret=plan.interpret,
+    )
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
-                    config: AttentionConfig | None = None, *, sm_scale: float | None = None,
-                    interpret: bool | None = None) -> jax.Array:
+def flash_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    config: AttentionConfig | None = None,
+    *,
+    sm_scale: float | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
     """Non-causal attention over layout (batch, seq, heads, head_dim), differentiable.
 
     ``config=None`` means ``AttentionConfig()`` (the library defaults, not checked against
@@ -119,14 +144,14 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
     The softmax runs in float32; the output has the inputs' dtype.
     """
     if not (q.ndim == 4 and q.shape == k.shape == v.shape):
-        raise ValueError("q, k, v must share one shape (batch, seq, heads, head_dim); got "
-                         f"{q.shape=}, {k.shape=}, {v.shape=}")
+        raise ValueError(
+            f"q, k, v must share one shape (batch, seq, heads, head_dim); got {q.shape=}, {k.shape=}, {v.shape=}"
+        )
     if not q.dtype == k.dtype == v.dtype:
         raise ValueError(f"q, k, v must share one dtype; got {q.dtype=}, {k.dtype=}, {v.dtype=}")
     dtype_name(q.dtype)  # raises, naming the allowed dtypes
     _, seq, _, head_dim = q.shape
-    plan = _resolve(config or AttentionConfig(), seq=seq, head_dim=head_dim,
-                    sm_scale=sm_scale, interpret=interpret)
+    plan = _resolve(config or AttentionConfig(), seq=seq, head_dim=head_dim, sm_scale=sm_scale, interpret=interpret)
     padded = padded_head_dim(head_dim)
     if padded == head_dim:
         return _attention(q, k, v, plan)
@@ -135,9 +160,11 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
     return o[..., :head_dim]
 
 
-def build(mode: str, config: AttentionConfig, *, sm_scale: float | None = None,
-          interpret: bool | None = None) -> ModeFn:
+def build(
+    mode: str, config: AttentionConfig, *, sm_scale: float | None = None, interpret: bool | None = None
+) -> ModeFn:
     """``f(q, k, v, do)``: "fwd" -> ``(o,)``; "fwd_bwd" -> ``(o, dq, dk, dv)``. Ready for jit."""
     attend: Callable[..., jax.Array] = functools.partial(
-        flash_attention, config=config, sm_scale=sm_scale, interpret=interpret)
+        flash_attention, config=config, sm_scale=sm_scale, interpret=interpret
+    )
     return mode_fn(mode, attend)

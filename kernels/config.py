@@ -66,8 +66,7 @@ def fit_block(seq: int, want: int) -> int:
     return block
 
 
-def auto_config(*, mode: str, dtype: Any, head_dim: int, seq: int,
-                smem_limit_bytes: int | None) -> AttentionConfig:
+def auto_config(*, mode: str, dtype: Any, head_dim: int, seq: int, smem_limit_bytes: int | None) -> AttentionConfig:
     """The config the sweep's ``auto`` record runs: a guess that always fits shared memory.
 
     Heuristic (modelled on what the reference H100 run's ``auto`` measured like):
@@ -88,20 +87,26 @@ def auto_config(*, mode: str, dtype: Any, head_dim: int, seq: int,
     """
     check_mode(mode)
     dtype = dtype_name(dtype)
-    cfg = AttentionConfig(block_q=fit_block(seq, 128), block_k=fit_block(seq, 128),
-                          bwd_outer=fit_block(seq, 128), bwd_inner=fit_block(seq, 128),
-                          num_warps=None, num_stages=2)
-    while (over := first_over(predict(mode, dtype, head_dim, cfg), smem_limit_bytes)):
+    cfg = AttentionConfig(
+        block_q=fit_block(seq, 128),
+        block_k=fit_block(seq, 128),
+        bwd_outer=fit_block(seq, 128),
+        bwd_inner=fit_block(seq, 128),
+        num_warps=None,
+        num_stages=2,
+    )
+    while over := first_over(predict(mode, dtype, head_dim, cfg), smem_limit_bytes):
         kernel, nbytes = over
         if cfg.num_stages > 1:
             cfg = dataclasses.replace(cfg, num_stages=1)
             continue
-        resident, streamed = (("block_q", "block_k") if kernel == FWD_KERNEL
-                              else ("bwd_outer", "bwd_inner"))
+        resident, streamed = ("block_q", "block_k") if kernel == FWD_KERNEL else ("bwd_outer", "bwd_inner")
         name = resident if getattr(cfg, resident) > getattr(cfg, streamed) else streamed
         if getattr(cfg, name) // 2 < MIN_BLOCK:
-            raise ValueError(f"no config fits {smem_limit_bytes=} for {mode=}, {dtype=}, "
-                             f"{head_dim=}: {kernel} needs {nbytes} bytes at {cfg}")
+            raise ValueError(
+                f"no config fits {smem_limit_bytes=} for {mode=}, {dtype=}, "
+                f"{head_dim=}: {kernel} needs {nbytes} bytes at {cfg}"
+            )
         cfg = dataclasses.replace(cfg, **{name: getattr(cfg, name) // 2})
     if mode == "fwd":
         warps = default_num_warps(head_dim)

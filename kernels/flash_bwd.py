@@ -33,8 +33,9 @@ def _delta_kernel(o_ref, do_ref, delta_ref) -> None:
     delta_ref[...] = jnp.sum(o * do, axis=1)
 
 
-def _bwd_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref, *,
-                sm_scale: float, outer: int, inner: int) -> None:
+def _bwd_kernel(
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref, *, sm_scale: float, outer: int, inner: int
+) -> None:
     seq, head_dim = q_ref.shape
     qk_scale = sm_scale * LOG2E
     tile = pl.ds(pl.program_id(2) * outer, outer)
@@ -79,10 +80,21 @@ def _bwd_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref,
     dq_ref[...] = (dq * sm_scale).astype(dq_ref.dtype)
 
 
-def flash_bwd(q: jax.Array, k: jax.Array, v: jax.Array, o: jax.Array, lse: jax.Array,
-              do: jax.Array, *, sm_scale: float, bwd_outer: int, bwd_inner: int,
-              num_warps: int, num_stages: int,
-              interpret: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+def flash_bwd(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    o: jax.Array,
+    lse: jax.Array,
+    do: jax.Array,
+    *,
+    sm_scale: float,
+    bwd_outer: int,
+    bwd_inner: int,
+    num_warps: int,
+    num_stages: int,
+    interpret: bool,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(dq, dk, dv) in the input dtype, from the forward's output and base-2 lse."""
     batch, seq, heads, head_dim = q.shape
     params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)

@@ -27,8 +27,7 @@ LOG2E = math.log2(math.e)
 
 def dot_f32(a: jax.Array, b: jax.Array, *, contract_a: int = 1, contract_b: int = 0) -> jax.Array:
     """A 2-D matmul accumulated in float32 (maps onto one ``tt.dot``)."""
-    return lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())),
-                           preferred_element_type=jnp.float32)
+    return lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())), preferred_element_type=jnp.float32)
 
 
 def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, qk_scale: float, block_k: int) -> None:
@@ -41,9 +40,9 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, qk_scale: float, block_k
         kv_rows = pl.ds(j * block_k, block_k)
         k = k_ref[kv_rows, :]
         v = v_ref[kv_rows, :]
-        s = dot_f32(q, k, contract_b=1) * qk_scale              # (block_q, block_k), log2 domain
+        s = dot_f32(q, k, contract_b=1) * qk_scale  # (block_q, block_k), log2 domain
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=1))
-        alpha = jnp.exp2(m_prev - m_new)                      # rescales what was summed so far
+        alpha = jnp.exp2(m_prev - m_new)  # rescales what was summed so far
         p = jnp.exp2(s - m_new[:, None])
         l_new = alpha * l_prev + jnp.sum(p, axis=1)
         acc = acc * alpha[:, None] + dot_f32(p.astype(v.dtype), v)
@@ -59,9 +58,18 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, qk_scale: float, block_k
     lse_ref[...] = m + jnp.log2(l)
 
 
-def flash_fwd(q: jax.Array, k: jax.Array, v: jax.Array, *, sm_scale: float, block_q: int,
-              block_k: int, num_warps: int, num_stages: int,
-              interpret: bool) -> tuple[jax.Array, jax.Array]:
+def flash_fwd(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    sm_scale: float,
+    block_q: int,
+    block_k: int,
+    num_warps: int,
+    num_stages: int,
+    interpret: bool,
+) -> tuple[jax.Array, jax.Array]:
     """Output (batch, seq, heads, head_dim) and base-2 lse (batch, heads, seq) in float32."""
     batch, seq, heads, head_dim = q.shape
     kernel = functools.partial(_fwd_kernel, qk_scale=sm_scale * LOG2E, block_k=block_k)

@@ -39,17 +39,20 @@ def _triton_calls(module: Any) -> list[dict[str, Any]]:
         if op.attributes["call_target_name"].value != TRITON_CALL_TARGET:
             continue
         cfg = op.attributes["mhlo.backend_config"]
-        calls.append({
-            "name": cfg["name"].value,
-            "num_warps": cfg["num_warps"].value,
-            "num_stages": cfg["num_stages"].value,
-            "grid": tuple(cfg[f"grid_{axis}"].value for axis in "xyz"),
-        })
+        calls.append(
+            {
+                "name": cfg["name"].value,
+                "num_warps": cfg["num_warps"].value,
+                "num_stages": cfg["num_stages"].value,
+                "grid": tuple(cfg[f"grid_{axis}"].value for axis in "xyz"),
+            }
+        )
     return calls
 
 
-def lower_for_cuda(mode: str, config: AttentionConfig, *, batch: int, seq: int, heads: int,
-                   head_dim: int, dtype: Any) -> list[dict[str, Any]]:
+def lower_for_cuda(
+    mode: str, config: AttentionConfig, *, batch: int, seq: int, heads: int, head_dim: int, dtype: Any
+) -> list[dict[str, Any]]:
     """Triton launches of ``build(mode, config)`` lowered for an H100, in program order.
 
     Each entry: ``{"name", "num_warps", "num_stages", "grid": (x, y, z)}``. Raises whatever
@@ -59,6 +62,5 @@ def lower_for_cuda(mode: str, config: AttentionConfig, *, batch: int, seq: int, 
     fn = build(mode, config, interpret=False)
     mesh = AbstractMesh((1,), ("x",), abstract_device=_DEVICE)
     with use_abstract_mesh(mesh):
-        lowered = jax.jit(fn).trace(shape, shape, shape, shape).lower(
-            lowering_platforms=("cuda",))
+        lowered = jax.jit(fn).trace(shape, shape, shape, shape).lower(lowering_platforms=("cuda",))
     return _triton_calls(lowered.compiler_ir("stablehlo"))

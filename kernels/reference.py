@@ -31,8 +31,7 @@ def _compute_dtype() -> Any:
     return jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
 
 
-def attention_reference(q: jax.Array, k: jax.Array, v: jax.Array, *,
-                        sm_scale: float | None = None) -> jax.Array:
+def attention_reference(q: jax.Array, k: jax.Array, v: jax.Array, *, sm_scale: float | None = None) -> jax.Array:
     """softmax(q k^T * sm_scale) v over layout (batch, seq, heads, head_dim), as float32."""
     ct = _compute_dtype()
     q, k, v = (x.astype(ct) for x in (q, k, v))
@@ -52,15 +51,17 @@ def mode_fn(mode: str, attend: AttentionFn) -> ModeFn:
     """
     check_mode(mode)
     if mode == "fwd":
+
         def fwd(q: jax.Array, k: jax.Array, v: jax.Array, do: jax.Array) -> tuple[jax.Array]:
             del do
             return (attend(q, k, v),)
+
         return fwd
 
-    def fwd_bwd(q: jax.Array, k: jax.Array, v: jax.Array,
-                do: jax.Array) -> tuple[jax.Array, ...]:
+    def fwd_bwd(q: jax.Array, k: jax.Array, v: jax.Array, do: jax.Array) -> tuple[jax.Array, ...]:
         o, vjp = jax.vjp(attend, q, k, v)
         return (o, *vjp(do.astype(o.dtype)))
+
     return fwd_bwd
 
 
@@ -68,18 +69,19 @@ def build_reference(mode: str, *, sm_scale: float | None = None) -> ModeFn:
     """``mode_fn`` over ``attention_reference``; every output (gradients too) is float32."""
     inner = mode_fn(mode, lambda q, k, v: attention_reference(q, k, v, sm_scale=sm_scale))
 
-    def reference(q: jax.Array, k: jax.Array, v: jax.Array,
-                  do: jax.Array) -> tuple[jax.Array, ...]:
+    def reference(q: jax.Array, k: jax.Array, v: jax.Array, do: jax.Array) -> tuple[jax.Array, ...]:
         # Differentiate with respect to upcast inputs so the gradients are not rounded back
         # to the inputs' (possibly bfloat16) dtype.
         ct = _compute_dtype()
         outs = inner(*(x.astype(ct) for x in (q, k, v, do)))
         return tuple(x.astype(jnp.float32) for x in outs)
+
     return reference
 
 
-def make_inputs(*, batch: int, seq: int, heads: int, head_dim: int, dtype: Any,
-                seed: int = 0) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def make_inputs(
+    *, batch: int, seq: int, heads: int, head_dim: int, dtype: Any, seed: int = 0
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """(q, k, v, do): seeded standard-normal arrays, never zeros (zeros hide wrong kernels).
 
     Drawn with jax.random, which gives the same numbers on every backend for a seed.
@@ -108,8 +110,9 @@ def rel_err(outs: Sequence[Any], refs: Sequence[Any]) -> float:
     """
     a, b = _as_list(outs), _as_list(refs)
     if [tuple(x.shape) for x in a] != [tuple(x.shape) for x in b]:
-        raise ValueError(f"outputs and references differ in shape: "
-                         f"{[tuple(x.shape) for x in a]} vs {[tuple(x.shape) for x in b]}")
+        raise ValueError(
+            f"outputs and references differ in shape: {[tuple(x.shape) for x in a]} vs {[tuple(x.shape) for x in b]}"
+        )
     if any(isinstance(x, jax.Array) for x in a + b):
         diff_sq, ref_sq = (float(v) for v in _square_sums(tuple(a), tuple(b)))
     else:

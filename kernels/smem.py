@@ -91,10 +91,19 @@ def bwd_bytes(dtype: Any, head_dim: int, bwd_outer: int, bwd_inner: int, num_sta
     return resident + pipelined + f32_extra
 
 
-def predict_bytes(mode: str, dtype: Any, head_dim: int, *, seq: int | None = None,
-                  block_q: int = 128, block_k: int = 128, bwd_outer: int = 128,
-                  bwd_inner: int = 128, num_stages: int = 2,
-                  num_warps: int | None = None) -> list[tuple[str, int]]:
+def predict_bytes(
+    mode: str,
+    dtype: Any,
+    head_dim: int,
+    *,
+    seq: int | None = None,
+    block_q: int = 128,
+    block_k: int = 128,
+    bwd_outer: int = 128,
+    bwd_inner: int = 128,
+    num_stages: int = 2,
+    num_warps: int | None = None,
+) -> list[tuple[str, int]]:
     """(kernel name, bytes) per shared-memory-relevant kernel, in launch order.
 
     Keyword form of ``predict`` for callers holding plain config fields (num_warps is accepted
@@ -111,17 +120,25 @@ def predict_bytes(mode: str, dtype: Any, head_dim: int, *, seq: int | None = Non
 
     out = [(FWD_KERNEL, fwd_bytes(dtype, head_dim, clamp(block_q), clamp(block_k), num_stages))]
     if mode == "fwd_bwd":
-        out.append((BWD_KERNEL, bwd_bytes(dtype, head_dim, clamp(bwd_outer), clamp(bwd_inner),
-                                          num_stages)))
+        out.append((BWD_KERNEL, bwd_bytes(dtype, head_dim, clamp(bwd_outer), clamp(bwd_inner), num_stages)))
     return out
 
 
-def predict(mode: str, dtype: Any, head_dim: int, config: _TileConfig, *,
-            seq: int | None = None) -> list[tuple[str, int]]:
+def predict(
+    mode: str, dtype: Any, head_dim: int, config: _TileConfig, *, seq: int | None = None
+) -> list[tuple[str, int]]:
     """``predict_bytes`` for an ``AttentionConfig``."""
-    return predict_bytes(mode, dtype, head_dim, seq=seq, block_q=config.block_q,
-                         block_k=config.block_k, bwd_outer=config.bwd_outer,
-                         bwd_inner=config.bwd_inner, num_stages=config.num_stages)
+    return predict_bytes(
+        mode,
+        dtype,
+        head_dim,
+        seq=seq,
+        block_q=config.block_q,
+        block_k=config.block_k,
+        bwd_outer=config.bwd_outer,
+        bwd_inner=config.bwd_inner,
+        num_stages=config.num_stages,
+    )
 
 
 def first_over(predictions: list[tuple[str, int]], limit: int | None) -> tuple[str, int] | None:

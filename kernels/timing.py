@@ -56,8 +56,9 @@ def _timed_calls(compiled: Any, args: Sequence[Any], n: int) -> float:
     return time.perf_counter() - start
 
 
-def measure(compiled: Any, args: Sequence[Any], *, repeats: int, target_ms: float = 50.0,
-            max_inner: int = 200, warmup: int = 1) -> Timing:
+def measure(
+    compiled: Any, args: Sequence[Any], *, repeats: int, target_ms: float = 50.0, max_inner: int = 200, warmup: int = 1
+) -> Timing:
     """Warm up, probe to size ``inner``, then take ``repeats`` samples.
 
     The probe is the fastest of up to ``PROBES`` single calls (fewer once they add up to
@@ -75,5 +76,6 @@ def measure(compiled: Any, args: Sequence[Any], *, repeats: int, target_ms: floa
     samples = [_timed_calls(compiled, args, inner) * 1e3 / inner for _ in range(repeats)]
     q1, median, q3 = np.percentile(samples, [25, 50, 75])
     logger.debug("probe %.3f ms -> inner %d, median %.4f ms", probe_ms, inner, median)
-    return Timing(median_ms=float(median), q1_ms=float(q1), q3_ms=float(q3), inner=inner,
-                  samples_ms=samples, timer=TIMER)
+    return Timing(
+        median_ms=float(median), q1_ms=float(q1), q3_ms=float(q3), inner=inner, samples_ms=samples, timer=TIMER
+    )

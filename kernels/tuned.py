@@ -50,7 +50,15 @@ VERSION = 1
 # Exactly the fields of ``AttentionConfig``, in its order.
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AttentionConfig))
 ENTRY_FIELDS: tuple[str, ...] = (
-    "dtype", "head_dim", "seq", "batch", "heads", "mode", "config", "median_ms", "auto_ms",
+    "dtype",
+    "head_dim",
+    "seq",
+    "batch",
+    "heads",
+    "mode",
+    "config",
+    "median_ms",
+    "auto_ms",
 )
 _INT_FIELDS = ("head_dim", "seq", "batch", "heads")
 
@@ -98,9 +106,7 @@ class TunedEntry:
 class TunedTable:
     """An in-memory tuned table; build it with ``TunedTable.load``."""
 
-    def __init__(
-        self, device: dict[str, Any], entries: list[TunedEntry], path: str | None = None
-    ) -> None:
+    def __init__(self, device: dict[str, Any], entries: list[TunedEntry], path: str | None = None) -> None:
         self.device = dict(device)
         self.entries = list(entries)
         self.path = path
@@ -271,9 +277,7 @@ def _entry(raw: Any, i: int, name: str) -> TunedEntry:
     cfg = raw["config"]
     if cfg is not None:
         if not isinstance(cfg, dict) or set(cfg) != set(CONFIG_FIELDS):
-            raise TunedTableError(
-                f"{where}: config must be null or an object with exactly {', '.join(CONFIG_FIELDS)}"
-            )
+            raise TunedTableError(f"{where}: config must be null or an object with exactly {', '.join(CONFIG_FIELDS)}")
         bad = [k for k in CONFIG_FIELDS if not isinstance(cfg[k], int) or cfg[k] <= 0]
         if bad:
             raise TunedTableError(f"{where}: config fields {', '.join(bad)} must be positive integers")
@@ -282,7 +286,13 @@ def _entry(raw: Any, i: int, name: str) -> TunedEntry:
         if not isinstance(raw[k], int) or raw[k] <= 0:
             raise TunedTableError(f"{where}: {k}={raw[k]!r} must be a positive integer")
     return TunedEntry(
-        dtype=str(raw["dtype"]), head_dim=raw["head_dim"], seq=raw["seq"], batch=raw["batch"],
-        heads=raw["heads"], mode=str(raw["mode"]), config=cfg,
-        median_ms=raw["median_ms"], auto_ms=raw["auto_ms"],
+        dtype=str(raw["dtype"]),
+        head_dim=raw["head_dim"],
+        seq=raw["seq"],
+        batch=raw["batch"],
+        heads=raw["heads"],
+        mode=str(raw["mode"]),
+        config=cfg,
+        median_ms=raw["median_ms"],
+        auto_ms=raw["auto_ms"],
     )
