@@ -27,15 +27,29 @@ from kernels.flash_fwd import LOG2E, dot_f32
 from kernels.smem import BWD_KERNEL, BWD_PREPROCESS_KERNEL
 
 
-def _delta_kernel(o_ref, do_ref, delta_ref) -> None:
+def _delta_kernel(o_ref: jax.Ref, do_ref: jax.Ref, delta_ref: jax.Ref) -> None:
+    """delta = rowsum(o * do) for one row tile; refs as in ``flash_fwd._fwd_kernel``."""
     o = o_ref[...].astype(jnp.float32)
     do = do_ref[...].astype(jnp.float32)
     delta_ref[...] = jnp.sum(o * do, axis=1)
 
 
 def _bwd_kernel(
-    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref, *, sm_scale: float, outer: int, inner: int
+    q_ref: jax.Ref,
+    k_ref: jax.Ref,
+    v_ref: jax.Ref,
+    do_ref: jax.Ref,
+    lse_ref: jax.Ref,
+    delta_ref: jax.Ref,
+    dq_ref: jax.Ref,
+    dk_ref: jax.Ref,
+    dv_ref: jax.Ref,
+    *,
+    sm_scale: float,
+    outer: int,
+    inner: int,
 ) -> None:
+    """One (batch, head, outer tile) program; inputs whole along seq, refs as in ``flash_fwd._fwd_kernel``."""
     seq, head_dim = q_ref.shape
     qk_scale = sm_scale * LOG2E
     tile = pl.ds(pl.program_id(2) * outer, outer)
@@ -44,7 +58,7 @@ def _bwd_kernel(
     k = k_ref[tile, :]
     v = v_ref[tile, :]
 
-    def dkdv_step(j, carry):
+    def dkdv_step(j: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         dk, dv = carry
         rows = pl.ds(j * inner, inner)
         q = q_ref[rows, :]
@@ -68,7 +82,7 @@ def _bwd_kernel(
     lse = lse_ref[tile]
     delta = delta_ref[tile]
 
-    def dq_step(j, dq):
+    def dq_step(j: jax.Array, dq: jax.Array) -> jax.Array:
         rows = pl.ds(j * inner, inner)
         k = k_ref[rows, :]
         v = v_ref[rows, :]

@@ -23,6 +23,8 @@ from jax.experimental.pallas import triton as plgpu
 from kernels.smem import FWD_KERNEL
 
 LOG2E = math.log2(math.e)
+# The online softmax's loop state: (output accumulator, row max, row sum), all float32.
+_Carry = tuple[jax.Array, jax.Array, jax.Array]
 
 
 def dot_f32(a: jax.Array, b: jax.Array, *, contract_a: int = 1, contract_b: int = 0) -> jax.Array:
@@ -30,12 +32,27 @@ def dot_f32(a: jax.Array, b: jax.Array, *, contract_a: int = 1, contract_b: int 
     return lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())), preferred_element_type=jnp.float32)
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, qk_scale: float, block_k: int) -> None:
+def _fwd_kernel(
+    q_ref: jax.Ref,
+    k_ref: jax.Ref,
+    v_ref: jax.Ref,
+    o_ref: jax.Ref,
+    lse_ref: jax.Ref,
+    *,
+    qk_scale: float,
+    block_k: int,
+) -> None:
+    """One (query tile, batch, head) program: Q tile resident, K/V streamed.
+
+    Pallas passes every operand as a ref to its block (a tracer whose abstract value is a
+    ``jax.ref.AbstractRef``; ``isinstance(ref, jax.Ref)`` holds for it), hence ``jax.Ref``:
+    ``ref[...]`` reads the block as an array, ``ref[...] = x`` writes it.
+    """
     block_q, head_dim = q_ref.shape
     seq = k_ref.shape[0]
     q = q_ref[...]
 
-    def step(j, carry):
+    def step(j: jax.Array, carry: _Carry) -> _Carry:
         acc, m_prev, l_prev = carry
         kv_rows = pl.ds(j * block_k, block_k)
         k = k_ref[kv_rows, :]
@@ -53,9 +70,9 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, qk_scale: float, block_k
         jnp.full((block_q,), -jnp.inf, jnp.float32),
         jnp.zeros((block_q,), jnp.float32),
     )
-    acc, m, l = lax.fori_loop(0, seq // block_k, step, init)
-    o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
-    lse_ref[...] = m + jnp.log2(l)
+    acc, m, l_sum = lax.fori_loop(0, seq // block_k, step, init)
+    o_ref[...] = (acc / l_sum[:, None]).astype(o_ref.dtype)
+    lse_ref[...] = m + jnp.log2(l_sum)
 
 
 def flash_fwd(

@@ -118,7 +118,7 @@ def rel_err(outs: Sequence[Any], refs: Sequence[Any]) -> float:
     else:
         a64, b64 = _as_float64(a), _as_float64(b)
         ref_sq = sum(float(np.sum(y * y)) for y in b64)
-        diff_sq = sum(float(np.sum((x - y) ** 2)) for x, y in zip(a64, b64))
+        diff_sq = sum(float(np.sum((x - y) ** 2)) for x, y in zip(a64, b64, strict=True))
     ref_norm, diff_norm = math.sqrt(ref_sq), math.sqrt(diff_sq)
     if ref_norm == 0.0:
         return 0.0 if diff_norm == 0.0 else math.inf
@@ -132,6 +132,9 @@ def _as_list(xs: Sequence[Any] | jax.Array | np.ndarray) -> list[Any]:
 @jax.jit
 def _square_sums(outs: tuple[Any, ...], refs: tuple[Any, ...]) -> tuple[jax.Array, jax.Array]:
     f32 = jnp.float32
-    diff = sum(jnp.sum(jnp.square(jnp.asarray(o, f32) - jnp.asarray(r, f32))) for o, r in zip(outs, refs))
-    ref = sum(jnp.sum(jnp.square(jnp.asarray(r, f32))) for r in refs)
+    zero = jnp.zeros((), f32)  # a typed start: the default 0 would make the sums int | Array
+    diff = sum(
+        (jnp.sum(jnp.square(jnp.asarray(o, f32) - jnp.asarray(r, f32))) for o, r in zip(outs, refs, strict=True)), zero
+    )
+    ref = sum((jnp.sum(jnp.square(jnp.asarray(r, f32))) for r in refs), zero)
     return diff, ref

@@ -27,13 +27,23 @@ BWD_KERNEL = "flash_bwd"
 
 
 class _TileConfig(Protocol):
-    """The fields of ``kernels.attention.AttentionConfig`` the model reads (kept jax-free)."""
+    """The fields of ``kernels.config.AttentionConfig`` the model reads.
 
-    block_q: int
-    block_k: int
-    bwd_outer: int
-    bwd_inner: int
-    num_stages: int
+    A protocol rather than an import so this module stays the bottom of the import graph.
+    Read-only properties, because ``AttentionConfig`` is a frozen dataclass: plain attributes
+    would ask for settable fields, which a frozen config does not have.
+    """
+
+    @property
+    def block_q(self) -> int: ...
+    @property
+    def block_k(self) -> int: ...
+    @property
+    def bwd_outer(self) -> int: ...
+    @property
+    def bwd_inner(self) -> int: ...
+    @property
+    def num_stages(self) -> int: ...
 
 
 def dtype_name(dtype: Any) -> str:
