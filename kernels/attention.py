@@ -9,6 +9,15 @@ helpers are re-exported so callers can take the whole API from this one module.
 head_dim that is not a power of two is zero-padded to the next one (Triton tiles must be
 powers of two) and the padding is sliced off again; zero columns change neither the scores
 nor the gradients. The softmax scale still uses the real head_dim.
+
+The interface follows ``mha`` of jax's Pallas attention (``jax/experimental/pallas/ops/gpu/
+attention.py``, Copyright 2023 The JAX Authors, Apache License 2.0; see NOTICE): the layout
+(batch, seq, heads, head_dim), a ``jax.custom_vjp`` whose forward keeps (q, k, v, o, lse) for
+the backward, blocks clamped to seq, seq a multiple of every block, num_warps by head_dim, and
+its block-size naming (``block_q``, ``block_k``; its four backward blocks become ``bwd_outer``
+and ``bwd_inner``, see ``flash_bwd``). Unlike ``mha``: no causal or segment_ids, sm_scale
+defaults to 1/sqrt(head_dim) (``mha``: 1.0), and one frozen config instead of ``BlockSizes``
+plus keyword arguments.
 """
 
 from __future__ import annotations

@@ -11,6 +11,14 @@ Unlike the stock jax kernel, which hard-codes two pipeline stages here, the conf
 ``num_stages`` and ``num_warps`` reach every backward launch: the reference run's
 shared-memory failures only make sense that way, and a tuner must be able to vary them.
 Probabilities are rebuilt from the forward's base-2 lse, so no online softmax is needed.
+
+Modelled on the backward of jax's Pallas attention, ``jax/experimental/pallas/ops/gpu/
+attention.py`` (Copyright 2023 The JAX Authors, Apache License 2.0; see NOTICE). Taken from it
+as a model: the delta preprocess launch, the fused dK/dV + dQ kernel on the grid (batch, heads,
+seq/outer) with its two scans, and its block names, which ``bwd_outer``/``bwd_inner`` fold as
+above. Where ours differs, besides warps and stages: the preprocess tiles rows by ``bwd_outer``
+(upstream: the forward's block_q, 4 warps, 3 stages), and sm_scale multiplies dK and dQ once
+after each scan instead of every dS (so bfloat16 dq/dk differ from upstream by rounding only).
 """
 
 from __future__ import annotations

@@ -7,6 +7,14 @@ instruction on the GPU. Besides the output it writes the base-2 log-sum-exp per 
 backward kernel uses to rebuild the probabilities without a second online softmax.
 
 Shapes reaching this module are already validated and padded by ``kernels.attention``.
+
+Modelled on jax's Pallas attention, ``jax/experimental/pallas/ops/gpu/attention.py``
+(Copyright 2023 The JAX Authors, Apache License 2.0; see NOTICE). Taken from it as a model:
+the grid (seq/block_q, batch, heads) with the Q tile resident and K/V handed over whole along
+seq, the ``fori_loop`` over K/V in ``block_k`` steps, the online softmax in base 2 with
+log2(e) folded into the scale, the base-2 lse as the backward's residual, and the names
+``block_q``/``block_k``. Ours has no causal or segment masks and no masked loads (the caller
+pads head_dim instead).
 """
 
 from __future__ import annotations
