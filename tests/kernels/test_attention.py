@@ -46,7 +46,7 @@ def _assert_close(mode: str, dtype: str, config: AttentionConfig, *, seq: int = 
     assert [o.shape for o in outs] == [r.shape for r in refs]
     assert all(o.dtype == jnp.dtype(dtype) for o in outs)
     names = ("o", "dq", "dk", "dv")
-    errs = {n: rel_err([o], [r]) for n, o, r in zip(names, outs, refs)}
+    errs = {n: rel_err([o], [r]) for n, o, r in zip(names, outs, refs, strict=False)}  # fwd: one output, four names
     assert max(errs.values()) < TOL[dtype], errs
 
 
@@ -157,7 +157,7 @@ def test_make_inputs_seeded_random_not_zero(dtype) -> None:
     c = make_inputs(seq=32, head_dim=16, dtype=dtype, seed=4, **SHAPE)
     assert len(a) == 4 and all(x.shape == (1, 32, 2, 16) for x in a)
     assert all(x.dtype == jnp.dtype(dtype) for x in a)
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not np.array_equal(a[0], c[0])
     assert not any(np.array_equal(a[0], x) for x in a[1:])  # four different draws
     assert all(float(jnp.std(x.astype(jnp.float32))) > 0.5 for x in a)

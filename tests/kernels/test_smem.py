@@ -1,8 +1,7 @@
-"""The shared-memory model against the reference run, and ``auto_config`` against the model."""
+"""The shared-memory model against the reference run (``auto_config`` against it: test_config)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from pathlib import Path
@@ -11,8 +10,8 @@ import jax.numpy as jnp
 import pytest
 
 from kernels import smem
+from kernels.config import AttentionConfig
 from kernels.smem import H100_SMEM_LIMIT_BYTES
-from kernels.attention import AttentionConfig, auto_config
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "attention_tiles.sample.json"
 
@@ -81,51 +80,3 @@ def test_vocabulary_errors_name_allowed_values() -> None:
         smem.predict("bwd", "float32", 64, AttentionConfig())
     with pytest.raises(ValueError, match="allowed: bfloat16, float32"):
         smem.fwd_bytes("float16", 64, 64, 64, 2)
-
-
-@pytest.mark.parametrize("mode", smem.MODES)
-@pytest.mark.parametrize(("dtype", "head_dim", "seq"),
-                         list(itertools.product(smem.DTYPES, [64, 128, 256], [2048, 8192])))
-def test_auto_config_fits(mode: str, dtype: str, head_dim: int, seq: int) -> None:
-    cfg = auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=seq,
-                      smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
-    assert smem.first_over(smem.predict(mode, dtype, head_dim, cfg), H100_SMEM_LIMIT_BYTES) is None
-    assert cfg.num_warps in (4, 8)
-    for block in (cfg.block_q, cfg.block_k, cfg.bwd_outer, cfg.bwd_inner):
-        assert seq % block == 0 and block >= 16
-
-
-def test_auto_config_matches_reference_run_where_known() -> None:
-    def auto(mode: str, dtype: str, head_dim: int) -> AttentionConfig:
-        return auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=2048,
-                           smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
-
-    assert auto("fwd", "bfloat16", 64) == AttentionConfig(num_warps=4, num_stages=2)
-    assert auto("fwd", "bfloat16", 128) == AttentionConfig(num_warps=8, num_stages=2)
-    # float32 head_dim 128 does not fit at 2 stages: 128/128 with 1 stage, as the run's auto.
-    assert auto("fwd", "float32", 128) == AttentionConfig(num_warps=8, num_stages=1)
-    assert auto("fwd_bwd", "bfloat16", 64) == AttentionConfig(num_warps=8, num_stages=2)
-    assert auto("fwd_bwd", "float32", 128) == AttentionConfig(bwd_inner=64, num_warps=8,
-                                                              num_stages=1)
-
-
-def test_auto_config_without_limit_clamping_and_impossible_limit() -> None:
-    assert auto_config(mode="fwd_bwd", dtype="float32", head_dim=256, seq=8192,
-                       smem_limit_bytes=None) == AttentionConfig(num_warps=8)
-    small = auto_config(mode="fwd_bwd", dtype="bfloat16", head_dim=64, seq=64,
-                        smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
-    assert (small.block_q, small.block_k, small.bwd_outer, small.bwd_inner) == (64, 64, 64, 64)
-    assert small.num_warps == 4
-    for seq, block in [(192, 64), (96, 32)]:  # powers of two that divide seq
-        assert auto_config(mode="fwd", dtype="bfloat16", head_dim=64, seq=seq,
-                           smem_limit_bytes=None).block_q == block
-    with pytest.raises(ValueError, match="smem_limit_bytes=1000"):
-        auto_config(mode="fwd", dtype="float32", head_dim=64, seq=2048, smem_limit_bytes=1000)
-
-
-def test_smem_module_imports_without_jax() -> None:
-    import subprocess
-    import sys
-    code = "import sys, kernels.smem; assert 'jax' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True,
-                   cwd=Path(__file__).resolve().parents[2])

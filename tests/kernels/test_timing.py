@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import pytest
 
-from kernels.timing import TIMER, Timing, compile_fn, inner_for, measure
+from kernels.timing import TIMER, Timing, compile_fn, measure
 
 
 def _compiled():
@@ -18,13 +18,6 @@ def test_compile_fn_returns_a_callable_and_its_time() -> None:
     compiled, compile_s, args = _compiled()
     assert compile_s > 0
     assert compiled(*args)[0].shape == (16, 16)
-
-
-def test_inner_for_is_clamped() -> None:
-    assert inner_for(0.0, target_ms=50.0, max_inner=200) == 200
-    assert inner_for(1000.0, target_ms=50.0, max_inner=200) == 1
-    assert inner_for(0.9, target_ms=50.0, max_inner=200) == 50
-    assert inner_for(0.4, target_ms=50.0, max_inner=7) == 7
 
 
 @pytest.mark.parametrize(("target_ms", "max_inner"), [(50.0, 5), (1e-6, 200)])

@@ -50,5 +50,5 @@ def test_matches_stock_mha(cfg: AttentionConfig, dtype: str) -> None:
     sm_scale = 1 / math.sqrt(64)
     ours = jax.jit(build("fwd_bwd", cfg, sm_scale=sm_scale, interpret=True))(*args)
     theirs = jax.jit(_stock_fwd_bwd(cfg, sm_scale))(*args)
-    errs = {n: rel_err([a], [b]) for n, a, b in zip(("o", "dq", "dk", "dv"), ours, theirs)}
+    errs = {n: rel_err([a], [b]) for n, a, b in zip(("o", "dq", "dk", "dv"), ours, theirs, strict=True)}
     assert max(errs.values()) < TOL[dtype], errs
