@@ -7,7 +7,7 @@ The table (written by ``tilesweep export``) is small, versioned JSON::
                   "config": {block_q, block_k, bwd_outer, bwd_inner, num_warps, num_stages} | null,
                   "median_ms", "auto_ms"}]}
 
-``config`` holds exactly the fields of ``kernels.attention.AttentionConfig``. ``config: null``
+``config`` holds exactly the fields of ``kernels.config.AttentionConfig``. ``config: null``
 records a measured problem where the harness's auto beat every forced config (or every
 forced config failed): the answer there is "use auto", and a neighbouring seq must not
 override it.
@@ -23,7 +23,7 @@ auto instead of to a config that would raise:
    to the smaller seq) is taken, but only if its blocks divide the asked seq (block_q and
    block_k; for fwd_bwd also bwd_outer and bwd_inner): the kernel rejects a seq that is not a
    multiple of a block.
-4. Anything else is ``None``: use auto.
+4. Anything else, a dtype the kernel does not run included, is ``None``: use auto.
 
 The table is only as good as the device and stack it was measured on: loading a table
 measured on another device kind or jax version warns (``TunedTableMismatchWarning``) and
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernels.config import AttentionConfig
+from kernels.smem import dtype_name
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,10 @@ class TunedTable:
         heads: int | None = None,
     ) -> TunedEntry | None:
         """The entry the lookup rule (module docstring) picks, or ``None``; see ``lookup``."""
-        dtype = dtype_name(dtype)
+        try:
+            dtype = dtype_name(dtype)
+        except ValueError:  # a dtype the kernel does not run has no tuned config
+            return None
         cands = self._by_problem.get((dtype, int(head_dim), mode), [])
         if batch is not None and any(e.batch == batch for e in cands):
             cands = [e for e in cands if e.batch == batch]
@@ -225,7 +229,7 @@ class TunedTable:
     ) -> dict[str, int] | None:
         """``AttentionConfig`` keyword arguments for this call, or ``None`` meaning "use auto".
 
-        ``dtype`` is a name ("bfloat16") or anything numpy understands as a dtype.
+        ``dtype`` is a name ("bfloat16"), a numpy/jax dtype or scalar type (``kernels.smem.dtype_name``).
         """
         e = self.entry(dtype=dtype, head_dim=head_dim, seq=seq, mode=mode, batch=batch, heads=heads)
         if e is None or e.config is None:
@@ -249,17 +253,6 @@ def config_for(table: TunedTable | str | os.PathLike[str], **kwargs: Any) -> Att
 
 def to_attention_config(cfg: dict[str, int]) -> AttentionConfig:
     return AttentionConfig(**cfg)
-
-
-def dtype_name(dtype: Any) -> str:
-    if isinstance(dtype, str):
-        return dtype
-    name = getattr(dtype, "name", None)
-    if isinstance(name, str):  # numpy / jax dtype objects
-        return name
-    import numpy as np  # a scalar type such as jnp.bfloat16
-
-    return np.dtype(dtype).name
 
 
 def _blocks_divide(cfg: dict[str, int], seq: int, mode: str) -> bool:
