@@ -71,7 +71,7 @@ class CompilePool:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def __enter__(self) -> "CompilePool":
+    def __enter__(self) -> CompilePool:
         return self
 
     def __exit__(self, *exc: object) -> None:

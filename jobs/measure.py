@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernels.config import AttentionConfig, auto_config
-
 from orchestrator.planning import WorkItem
 from orchestrator.spec.model import SweepSpec
 
@@ -48,7 +47,7 @@ class ShapeContext:
     shape: tuple = ()       # WorkItem.shape it was made for
 
     @classmethod
-    def make(cls, item: WorkItem, spec: SweepSpec) -> "ShapeContext":
+    def make(cls, item: WorkItem, spec: SweepSpec) -> ShapeContext:
         from kernels import attention
 
         args = attention.make_inputs(

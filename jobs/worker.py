@@ -29,13 +29,15 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import TilesweepError, WorkerEnvironmentError
-from orchestrator.store.partials import PartialWriter, read_partial
 from orchestrator.planning import RUN, WorkItem
-from orchestrator.spec.model import SCHEMA_VERSION, env_fingerprint
+from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec, env_fingerprint
+from orchestrator.store.partials import PartialWriter, read_partial
 from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
 from . import compile_pool, measure
@@ -93,7 +95,36 @@ def check_backend(interpret: Any, backend: str, visible: str | None, spec_file: 
         )
 
 
-def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None,
+@dataclass
+class _Attempt:
+    """One attempt at a unit: where its lines go, what it has done so far, and the inputs of
+    the shape being timed (held here so they can be freed before the next shape's are made)."""
+
+    unit_id: str
+    attempt: int
+    writer: PartialWriter
+    todo: int  # items without a record when the attempt began
+    starts: Counter  # item id -> starts that died on it, here and in other units' partials
+    stop_check: Callable[[], bool] | None = None
+    ctx: measure.ShapeContext | None = None
+    done: int = 0
+    errors: int = 0
+    compiled: int = 0
+    compile_cached: int = 0
+    compile_sum_s: float = 0.0
+    compile_wall_s: float = 0.0
+
+    def should_stop(self) -> bool:
+        return self.stop_check is not None and self.stop_check()
+
+    def record(self, it: WorkItem, rec: dict[str, Any]) -> None:
+        self.writer.write({"id": it.id, "attempt": self.attempt, "record": rec})
+        self.done += 1
+        self.errors += "error" in rec
+        log.info("unit %s: %d/%d %s", self.unit_id, self.done, self.todo, "error" if "error" in rec else "ok")
+
+
+def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Callable[[], bool] | None = None,
              prior_starts: dict[str, int] | None = None) -> dict[str, Any]:
     """Run every item of the unit that has no record yet; return a summary.
 
@@ -109,7 +140,8 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None,
     items = sd.unit_items(unit_id)
     spec = sd.spec
     device = device_block()
-    check_backend(spec.kernel.interpret, device["backend"], os.environ.get("CUDA_VISIBLE_DEVICES"), sd.root / "sweep.json")
+    check_backend(spec.kernel.interpret, device["backend"], os.environ.get("CUDA_VISIBLE_DEVICES"),
+                  sd.root / "sweep.json")
     sd.check_env(env_fingerprint(device))
 
     path = sd.partial_path(unit_id)
@@ -123,72 +155,92 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Any = None,
     log.info("unit %s attempt %d: %d of %d items to do, %d compile workers, cache %s",
              unit_id, attempt, len(todo), len(items), workers, cache_dir or "off")
     started = time.perf_counter()
-    stats = {"done": 0, "errors": 0, "compiled": 0, "compile_cached": 0, "compile_sum_s": 0.0, "compile_wall_s": 0.0}
-    stopped = False
     with PartialWriter(path) as w, compile_pool.persistent_cache(cache_dir), compile_pool.CompilePool(workers) as pool:
-        w.write({"header": {
-            "schema": SCHEMA_VERSION, "unit": unit_id, "sweep": spec.fingerprint(), "attempt": attempt,
-            "device": device, "env": env_fingerprint(device), "host": socket.gethostname(), "pid": os.getpid(),
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started": now_iso(),
-        }})
+        w.write({"header": _header(spec, unit_id, attempt, device)})
+        run = _Attempt(unit_id, attempt, w, len(todo), existing.starts, stop_check)
         _IN_FLIGHT.update(writer=w, attempt=attempt, items=[])
-
-        def record(it: WorkItem, rec: dict[str, Any]) -> None:
-            w.write({"id": it.id, "attempt": attempt, "record": rec})
-            stats["done"] += 1
-            stats["errors"] += "error" in rec
-            log.info("unit %s: %d/%d %s", unit_id, stats["done"], len(todo), "error" if "error" in rec else "ok")
-
-        # Records that need no compile first: pruned, invalid, and configs given up on.
-        runnable = []
-        for it in todo:
-            if it.kind != RUN:
-                record(it, measure.skipped_record(it))
-            elif existing.starts[it.id] >= spec.executor.max_config_attempts:
-                record(it, measure.crashed_record(it, existing.starts[it.id]))
-            else:
-                runnable.append(it)
-        ctx: measure.ShapeContext | None = None
-        for window in _windows(runnable, compile_pool.window_size(workers), suspects=existing.starts):
-            if stop_check is not None and stop_check():
-                stopped = True
-                break
-            for it in window:
-                w.write({"start": it.id, "attempt": attempt})
-            _IN_FLIGHT["items"] = [it.id for it in window]
-            t0 = time.perf_counter()
-            compiled = pool.map(lambda it: measure.compile_item(it, spec), window)
-            stats["compile_wall_s"] += time.perf_counter() - t0
-            for k, (it, comp) in enumerate(zip(window, compiled)):
-                if stop_check is not None and stop_check():
-                    stopped = True
-                    abandon_in_flight()
-                    break
-                if ctx is None or ctx.shape != it.shape:
-                    ctx = None  # free the previous shape's arrays first
-                    ctx = measure.ShapeContext.make(it, spec)
-                rec = measure.finish_item(it, comp, ctx, spec)
-                compiled[k] = None  # drop the executable once timed
-                if it.id in _IN_FLIGHT["items"]:  # a SIGTERM handler may have abandoned it meanwhile
-                    _IN_FLIGHT["items"].remove(it.id)
-                if comp.error is None:
-                    stats["compiled"] += 1
-                    stats["compile_cached"] += comp.cached
-                    stats["compile_sum_s"] += comp.compile_s
-                record(it, rec)
-            if stopped:
-                break
+        runnable = _record_uncompiled(run, todo, spec)
+        stopped = _compile_and_time(run, runnable, spec, pool)
     _IN_FLIGHT.clear()
-    summary = {
-        "unit": unit_id, "attempt": attempt, "done": stats["done"], "errors": stats["errors"],
-        "total": len(items), "already": len(items) - len(todo), "stopped": stopped,
-        "wall_s": round(time.perf_counter() - started, 3),
-        "compile_workers": workers, "compiled": stats["compiled"], "compile_cached": stats["compile_cached"],
-        "compile_sum_s": round(stats["compile_sum_s"], 3), "compile_wall_s": round(stats["compile_wall_s"], 3),
-    }
+    summary = _summary(run, total=len(items), stopped=stopped, wall_s=time.perf_counter() - started, workers=workers)
     if not stopped:
         atomic_write_json(sd.marker_path(unit_id), {**summary, "finished": now_iso()})
     return summary
+
+
+def _header(spec: SweepSpec, unit_id: str, attempt: int, device: dict[str, Any]) -> dict[str, Any]:
+    """The first line of each attempt: which sweep, unit and environment its records belong to,
+    and where it ran (host, pid, SLURM job), so a record can be traced to its worker."""
+    return {
+        "schema": SCHEMA_VERSION, "unit": unit_id, "sweep": spec.fingerprint(), "attempt": attempt,
+        "device": device, "env": env_fingerprint(device), "host": socket.gethostname(), "pid": os.getpid(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started": now_iso(),
+    }
+
+
+def _record_uncompiled(run: _Attempt, todo: list[WorkItem], spec: SweepSpec) -> list[WorkItem]:
+    """Record at once what needs no compile (pruned, invalid, and configs given up on after
+    ``executor.max_config_attempts`` deaths); return the items left to compile and time."""
+    runnable = []
+    for it in todo:
+        if it.kind != RUN:
+            run.record(it, measure.skipped_record(it))
+        elif run.starts[it.id] >= spec.executor.max_config_attempts:
+            run.record(it, measure.crashed_record(it, run.starts[it.id]))
+        else:
+            runnable.append(it)
+    return runnable
+
+
+def _compile_and_time(run: _Attempt, runnable: list[WorkItem], spec: SweepSpec,
+                      pool: compile_pool.CompilePool) -> bool:
+    """Compile a window of configs on the pool, then check and time them one after another;
+    return whether the attempt stopped early (``stop_check``)."""
+    for window in _windows(runnable, compile_pool.window_size(pool.workers), suspects=run.starts):
+        if run.should_stop():
+            return True
+        for it in window:
+            run.writer.write({"start": it.id, "attempt": run.attempt})
+        _IN_FLIGHT["items"] = [it.id for it in window]
+        t0 = time.perf_counter()
+        compiled = pool.map(lambda it: measure.compile_item(it, spec), window)
+        run.compile_wall_s += time.perf_counter() - t0
+        if _time_window(run, window, compiled, spec):
+            return True
+    return False
+
+
+def _time_window(run: _Attempt, window: list[WorkItem], compiled: list[Any], spec: SweepSpec) -> bool:
+    """Check and time a compiled window in plan order; return whether it stopped early
+    (the configs not timed yet are abandoned, not counted as deaths)."""
+    for k, (it, comp) in enumerate(zip(window, compiled, strict=True)):
+        if run.should_stop():
+            abandon_in_flight()
+            return True
+        if run.ctx is None or run.ctx.shape != it.shape:
+            run.ctx = None  # free the previous shape's arrays first
+            run.ctx = measure.ShapeContext.make(it, spec)
+        rec = measure.finish_item(it, comp, run.ctx, spec)
+        compiled[k] = None  # drop the executable once timed
+        if it.id in _IN_FLIGHT["items"]:  # a SIGTERM handler may have abandoned it meanwhile
+            _IN_FLIGHT["items"].remove(it.id)
+        if comp.error is None:
+            run.compiled += 1
+            run.compile_cached += comp.cached
+            run.compile_sum_s += comp.compile_s
+        run.record(it, rec)
+    return False
+
+
+def _summary(run: _Attempt, *, total: int, stopped: bool, wall_s: float, workers: int) -> dict[str, Any]:
+    """What ``run_unit`` returns and, when the unit finished, its completion marker holds."""
+    return {
+        "unit": run.unit_id, "attempt": run.attempt, "done": run.done, "errors": run.errors,
+        "total": total, "already": total - run.todo, "stopped": stopped,
+        "wall_s": round(wall_s, 3),
+        "compile_workers": workers, "compiled": run.compiled, "compile_cached": run.compile_cached,
+        "compile_sum_s": round(run.compile_sum_s, 3), "compile_wall_s": round(run.compile_wall_s, 3),
+    }
 
 
 def _windows(items: list[WorkItem], size: int, suspects: Any) -> Iterator[list[WorkItem]]:
@@ -216,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("unit", help="unit id, id prefix, or position in the sweep's unit index")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s: %(message)s")
     try:
         summary = run_unit(args.sweep_dir, args.unit)
     except TilesweepError as exc:
