@@ -61,7 +61,7 @@ SPEC: dict[str, Any] = {
 
 def run_worker(work: Path, name: str, compile_settings: dict[str, Any]) -> dict[str, Any]:
     from jobs.worker import run_unit
-    from orchestrator.cli.main import prepare_sweep
+    from orchestrator.control.sweeps import prepare_sweep
 
     spec_path = work / f"{name}.json"
     spec_path.write_text(json.dumps({**SPEC, "output": str(work / f"{name}-results.json"), "compile": compile_settings}))

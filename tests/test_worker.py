@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from jobs import measure, worker
-from orchestrator.cli.main import prepare_sweep
-from orchestrator.store.partials import read_partial
+from orchestrator.control.sweeps import prepare_sweep
 from orchestrator.planning import PRUNED, RUN
 from orchestrator.spec.model import SCHEMA_VERSION
+from orchestrator.store.partials import read_partial
 
 TIMING_FIELDS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}
 # float32 d16 at seq 64 in TINY_SPEC: the backward of the forced fwd_bwd config with
@@ -67,12 +67,16 @@ def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
     assert worker.run_unit(str(sd_serial.root), unit_serial)["compile_workers"] == 1
     assert not (sd_serial.root / "compile-cache").exists()
     serial = _records(sd_serial, unit_serial)
-    strip = lambda rec: {k: v for k, v in rec.items() if k not in TIMING_FIELDS}
+
+    def strip(rec: dict) -> dict:
+        return {k: v for k, v in rec.items() if k not in TIMING_FIELDS}
+
     assert {i: strip(r) for i, r in serial.items()} == {i: strip(r) for i, r in recs.items()}
     assert all(list(serial[i]) == list(recs[i]) for i in recs)  # same fields, same order
 
     # A warm cache: a new sweep using the first one's cache loads every compile
-    sd_warm, unit_warm = _sweep(write_spec, tmp_path, "warm", compile={"workers": 2, "cache_dir": str(sd.root / "compile-cache")})
+    sd_warm, unit_warm = _sweep(write_spec, tmp_path, "warm",
+                                compile={"workers": 2, "cache_dir": str(sd.root / "compile-cache")})
     summary = worker.run_unit(str(sd_warm.root), unit_warm)
     assert summary["compile_cached"] == 5
     warm = _records(sd_warm, unit_warm)
@@ -94,7 +98,8 @@ def test_suspects_of_a_dead_window_are_compiled_alone(write_spec, tmp_path):
     runnable = [it for it in sd.unit_items(unit) if it.kind == RUN]
     killer, *suspects = runnable[:3]
     # attempt 1 died with a window of three in flight; the killer had died once before too
-    _fake_attempt(sd, unit, [{"start": killer.id, "attempt": 0}] + [{"start": it.id, "attempt": 1} for it in runnable[:3]])
+    _fake_attempt(sd, unit, [{"start": killer.id, "attempt": 0}]
+                  + [{"start": it.id, "attempt": 1} for it in runnable[:3]])
     summary = worker.run_unit(str(sd.root), unit)
     assert summary["attempt"] == 2 and summary["done"] == 6
     recs = _records(sd, unit)

@@ -14,9 +14,8 @@ import json
 import sys
 from typing import Any
 
+from orchestrator.cli.common import PROG
 from orchestrator.errors import TilesweepError
-
-PROG = "tilesweep"
 
 
 def register(subparsers: Any) -> None:

@@ -27,9 +27,6 @@ log = logging.getLogger(__name__)
 
 QUERY_ENV = "TILESWEEP_SLURM_QUERIES"
 TIMEOUT_S = 60.0
-# States in which a job still holds, or waits for, a slot (squeue's and sacct's words).
-ACTIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED",
-                 "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "STOPPED"}
 # Pending reasons that never resolve on their own: status shows them.
 STUCK_REASONS = {"PartitionTimeLimit", "PartitionNodeLimit", "ReqNodeNotAvail", "InvalidAccount", "InvalidQOS",
                  "QOSMaxWallDurationPerJobLimit", "PartitionConfig", "BadConstraints", "DependencyNeverSatisfied"}
@@ -49,6 +46,11 @@ class TaskState:
     source: str  # "squeue" (live) or "sacct" (accounting)
     reason: str = ""  # squeue's reason of a pending task (JobArrayTaskLimit, BeginTime, ...)
     exit_code: str = ""  # sacct's ExitCode (1:0 after an exception, 9:0 after a SIGKILL)
+
+    @property
+    def stuck(self) -> bool:
+        """Pending for a reason that never resolves on its own (status warns of it)."""
+        return self.state == "PENDING" and self.reason in STUCK_REASONS
 
 
 @dataclass
@@ -89,8 +91,9 @@ def _run(cmd: list[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProc
         return f"`{cmd[0]}` could not run: {exc}"
 
 
-def _one_line(text: str) -> str:
-    return "; ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+def one_line(text: object) -> str:
+    """A tool's (or an exception's) several lines as one, for a one-line message."""
+    return "; ".join(line.strip() for line in str(text).strip().splitlines() if line.strip())
 
 
 def query(job_ids: Iterable[str]) -> SchedulerView:
@@ -109,7 +112,7 @@ def query(job_ids: Iterable[str]) -> SchedulerView:
     if isinstance(res, str):
         view.notes.append(f"squeue: {res}")
     elif res.returncode != 0 and "Invalid job id" not in res.stderr:
-        view.notes.append(f"squeue failed (exit {res.returncode}): {_one_line(res.stderr)}")
+        view.notes.append(f"squeue failed (exit {res.returncode}): {one_line(res.stderr)}")
     else:  # exit 1 "Invalid job id specified": every id has left the controller
         view.squeue_ok = True
         for line in res.stdout.splitlines():
@@ -121,7 +124,7 @@ def query(job_ids: Iterable[str]) -> SchedulerView:
     if isinstance(res, str):
         view.notes.append(f"sacct: {res}")
     elif res.returncode != 0:
-        view.notes.append(f"sacct failed (exit {res.returncode}): {_one_line(res.stderr)}")
+        view.notes.append(f"sacct failed (exit {res.returncode}): {one_line(res.stderr)}")
     else:
         view.sacct_ok = True
         for jid, state, code in parse_sacct(res.stdout):
@@ -189,7 +192,7 @@ def cluster_limits() -> ClusterLimits:
     with a warning, when it cannot be asked)."""
     res = _run(["scontrol", "show", "config"])
     if isinstance(res, str) or res.returncode != 0:
-        why = res if isinstance(res, str) else _one_line(res.stderr)
+        why = res if isinstance(res, str) else one_line(res.stderr)
         log.warning("cannot read the cluster's MaxArraySize (%s); assuming Slurm's default %d",
                     why, DEFAULT_MAX_ARRAY_SIZE)
         return ClusterLimits(DEFAULT_MAX_ARRAY_SIZE, None, f"Slurm default ({why})")
@@ -208,8 +211,19 @@ def cancel(job_ids: Iterable[str]) -> None:
     if isinstance(res, str):
         raise DispatchError(f"cannot cancel jobs {', '.join(ids)}: {res}")
     if res.returncode != 0:
-        raise DispatchError(f"scancel {' '.join(ids)} failed (exit {res.returncode}): {_one_line(res.stderr)}")
+        raise DispatchError(f"scancel {' '.join(ids)} failed (exit {res.returncode}): {one_line(res.stderr)}")
 
 
 def missing_tools(*tools: str) -> list[str]:
     return [t for t in tools if shutil.which(t) is None]
+
+
+def require_submit_tools() -> None:
+    """Refuse, before anything is written, to submit from a machine without sbatch and srun
+    (submitit needs both)."""
+    missing = missing_tools("sbatch", "srun")
+    if missing:
+        raise DispatchError(
+            f"`{missing[0]}` is not on PATH, so nothing can be submitted to SLURM; run on a login node of the "
+            "cluster (or load its module), or use executor kind local"
+        )

@@ -23,12 +23,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import PROG
+from orchestrator.control.scheduler import SchedulerView, array_of, query
 from orchestrator.store.partials import count_partial
-from orchestrator.control.scheduler import STUCK_REASONS, SchedulerView, array_of, query
 from orchestrator.store.sweepdir import SweepDir
 
 ACTIVE = ("pending", "running", "requeued")
-ENDED = ("done", "failed", "cancelled", "timed out")
+# Ended without finishing its items: what `tilesweep resume` is for.
+FAILED = ("failed", "cancelled", "timed out")
 STATE_ORDER = ("done", "running", "requeued", "pending", "failed", "timed out", "cancelled")
 # A job that is in neither squeue nor sacct this long after its submission is gone: a
 # pending array task cancelled on its own leaves no record (docs/slurm-notes.md).
@@ -47,8 +49,15 @@ class UnitStatus:
     job_id: str | None = None  # last job: "<array>_<task>", or a plain id
     executor: str | None = None
     submissions: int = 0  # jobs this unit was submitted as (resubmissions keep the history)
-    detail: str | None = None  # the scheduler's words: SLURM state, pending reason, exit code
+    detail: str | None = None  # display text only: SLURM state, pending reason, exit code
     resumed: bool = False  # its missing items were handed to later units by `tilesweep resume`
+    stuck: bool = False  # pending for a reason that never resolves on its own (see scheduler.STUCK_REASONS)
+
+    @property
+    def submitted(self) -> bool:
+        """Whether any job was ever submitted for it (a unit never submitted is "pending"
+        too, but nothing will run it)."""
+        return self.submissions > 0
 
 
 @dataclass
@@ -85,6 +94,11 @@ class SweepStatus:
 
     def unsettled(self) -> list[UnitStatus]:
         return [u for u in self.units if u.state in ACTIVE]
+
+    def ended_unfinished(self) -> list[UnitStatus]:
+        """Units that ended without finishing and whose missing items no later unit took
+        over: what ``tilesweep resume`` would redo."""
+        return [u for u in self.units if u.state in FAILED and not u.resumed]
 
     def eta_s(self) -> float | None:
         """Seconds to go at the rate since the first submission (None when unknown)."""
@@ -202,9 +216,11 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
             continue
         if u.executor == "slurm":
             u.state, u.detail = slurm_state(job, view, mtimes[u.id], hist.cancelled, now, u.done)
+            task = view.get(str(job["job_id"])) if view is not None and view.asked else None
+            u.stuck = u.state in ACTIVE and task is not None and task.stuck
         else:
             u.state, u.detail = _local_state(job, u.done)
-        if u.state in ("failed", "cancelled", "timed out"):
+        if u.state in FAILED:
             u.log = job.get("stderr") or job.get("log")
     for m in hist.merge_jobs:
         ts = view.get(str(m["job_id"])) if view is not None else None
@@ -224,7 +240,7 @@ def slurm_state(job: dict[str, Any], view: SchedulerView | None, mtime: float | 
     jid = str(job["job_id"])
     submitted = _ts(job) or 0.0
     if cancelled.get(array_of(jid), -1.0) >= submitted:
-        return "cancelled", "cancelled with `tilesweep cancel`"
+        return "cancelled", f"cancelled with `{PROG} cancel`"
     if view is None or not view.asked:
         return ("running" if records else "pending"), "SLURM not asked; state guessed from the partial"
     ts = view.get(jid)
@@ -238,8 +254,8 @@ def slurm_state(job: dict[str, Any], view: SchedulerView | None, mtime: float | 
     if s == "PENDING":
         ran = mtime is not None and mtime >= submitted
         reason = ts.reason if ts.reason not in ("", "None") else None
-        if reason in STUCK_REASONS:
-            reason += ": it cannot start as submitted (cancel it, then resume with other executor settings)"
+        if ts.stuck:
+            reason = f"{ts.reason}: it cannot start as submitted (cancel it, then resume with other executor settings)"
         return ("requeued" if ran else "pending"), reason
     if s.startswith("REQUEUE"):
         return "requeued", s
@@ -302,9 +318,8 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         lines.append(f"final merge: job {m['job_id']} {(m['state'] or 'not in squeue/sacct').lower()}"
                      + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
                      + (f"  log: {m['log']}" if m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else ""))
-    if not st.complete and st.settled and any(u.state in ("failed", "cancelled", "timed out") and not u.resumed
-                                              for u in st.units):
-        lines.append(f"to redo the missing items: tilesweep resume {st.sweep_dir}")
+    if not st.complete and st.settled and st.ended_unfinished():
+        lines.append(f"to redo the missing items: {PROG} resume {st.sweep_dir}")
     return "\n".join(lines)
 
 

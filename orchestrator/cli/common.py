@@ -1,0 +1,119 @@
+"""What every command family of the CLI shares: the parser class, argument types, the
+progress line, and the few lines several commands print the same way."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator import PROG
+from orchestrator.control.status import format_duration
+
+__all__ = ["PROG", "Parser", "Progress", "merge_line", "positive_int", "print_failed_units",
+           "print_table", "seconds", "warn"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit code 2), not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def positive_int(value: str) -> int:
+    """argparse type of counts (--units, --workers, --max-array-size); argparse names the flag."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    return n
+
+
+def seconds(value: str) -> float:
+    """argparse type of durations (--interval, --timeout): a positive number of seconds."""
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    return v
+
+
+class Progress:
+    """A one-line progress display on stderr: redrawn on a terminal, a line every ~10 s otherwise."""
+
+    def __init__(self, total: int, label: str = "items", stream: Any = None) -> None:
+        self.total = max(total, 1)
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.start = time.monotonic()
+        self.first_done: int | None = None
+        self.last_print = 0.0
+        self.last_text = ""
+        self.finished = False
+
+    def update(self, done: int, extra: str = "") -> None:
+        now = time.monotonic()
+        if self.first_done is None:
+            self.first_done = done
+        elapsed = now - self.start
+        rate_done = done - self.first_done
+        eta = (f", ETA {format_duration(elapsed / rate_done * (self.total - done))}"
+               if rate_done > 0 and done < self.total else "")
+        width = 24
+        filled = int(width * min(done, self.total) / self.total)
+        text = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.label}{extra}, "
+                f"{format_duration(elapsed)} elapsed{eta}")
+        if self.tty:
+            self.stream.write("\r" + text.ljust(len(self.last_text)))
+            self.stream.flush()
+        elif now - self.last_print >= 10 or (done >= self.total and not self.finished):
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            self.last_print = now
+        self.last_text = text
+        self.finished = done >= self.total
+
+    def close(self) -> None:
+        if self.tty and self.last_text:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def warn(text: str) -> None:
+    """``tilesweep: TEXT`` on stderr (TEXT starts with "warning:", "note:", or says what failed)."""
+    print(f"{PROG}: {text}", file=sys.stderr)
+
+
+def print_table(output: Path) -> None:
+    """The best-config table of a results document (what `tilesweep report` prints)."""
+    from orchestrator.analysis import report
+    from orchestrator.store import document as results_doc
+
+    print(report.format_table(report.best_table(results_doc.load(output))))
+
+
+def merge_line(summary: Any) -> str:
+    """One line on what a merge did, naming what it set aside (the warnings name the files)."""
+    text = (f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
+            f"planned missing) into {summary.output}")
+    if summary.skipped_lines:
+        text += f"; skipped {summary.skipped_lines} torn or invalid partial lines (their items are redone by resume)"
+    if summary.quarantined:
+        text += f"; quarantined {len(summary.quarantined)} partial file(s) (see the warnings above)"
+    return text
+
+
+def print_failed_units(outcomes: list[Any]) -> list[Any]:
+    """One line per unit run here that failed (``dispatch.UnitOutcome``); return those."""
+    failed = [o for o in outcomes if not o.ok]
+    for o in failed:
+        warn(f"unit {o.unit} failed: {o.error} (log: {o.log})")
+    return failed

@@ -1,0 +1,154 @@
+"""``tilesweep spec | plan | run | merge | status``: a sweep from its spec to its results
+document, run here (or on SLURM and waited for: ``run`` with the slurm executor)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.cli.common import PROG, Progress, merge_line, positive_int, print_failed_units, print_table, warn
+from orchestrator.errors import PlanError, SpecError
+
+COSTS_HELP = "shard with the measured costs of an earlier results document (the model fills in)"
+
+
+def cmd_spec(args: argparse.Namespace) -> int:
+    from orchestrator.spec.files import load_spec
+    from orchestrator.spec.model import SweepSpec
+
+    if args.schema:
+        print(json.dumps(SweepSpec.model_json_schema(), indent=2))
+        return 0
+    if not args.file:
+        raise SpecError("pass a spec file to check, or --schema to print the JSON Schema")
+    spec = load_spec(args.file)
+    print(json.dumps(spec.model_dump(mode="json"), indent=2))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.planning import INVALID, PRUNED, plan, plan_line
+    from orchestrator.spec.files import load_spec
+    from orchestrator.store.document import load_costs
+
+    spec = load_spec(args.spec)
+    items, units = plan(spec, args.units, costs=load_costs(args.costs) if args.costs else None)
+    if args.json:
+        out = sys.stdout
+        for it in items:
+            out.write(json.dumps(plan_line(it)) + "\n")
+        return 0
+    n_invalid = sum(it.kind == INVALID for it in items)
+    n_pruned = sum(it.kind == PRUNED for it in items)
+    print(f"{len(items)} items in {len(units)} units ({n_pruned} pruned by the shared-memory model, "
+          f"{n_invalid} invalid)")
+    for u in units:
+        shapes = sorted({f"{it.dtype}/d{it.head_dim}/s{it.seq}" for it in u.items})
+        more = " ..." if len(shapes) > 4 else ""
+        print(f"  unit {u.index:>3} {u.id}: {len(u.items):>5} items  {', '.join(shapes[:4])}{more}")
+    if not args.dry_run:
+        if not args.sweep_dir:
+            raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
+        sd, unit_ids, _ = prepare_sweep(args.spec, args.sweep_dir, args.units, None, costs=args.costs)
+        print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from orchestrator.control import dispatch
+    from orchestrator.control.status import sweep_status
+    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store import merge
+
+    sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs)
+    kind = args.executor or sd.spec.executor.kind
+    if kind == "slurm":
+        from orchestrator.cli.slurm import run_on_slurm
+
+        return run_on_slurm(args.spec, sd)
+    st = sweep_status(sd, query_slurm=False)
+    todo = [u.id for u in st.units if not u.complete]
+    print(f"sweep {sd.root}: {sd.planned} items in {len(unit_ids)} units"
+          + (f", {st.done} already recorded" if existed and st.done else ""), file=sys.stderr)
+    if existed and args.units and args.units != len(unit_ids):
+        warn(f"note: {sd.root} keeps the {len(unit_ids)} units it was planned with; --units applies to a new "
+             "sweep directory")
+    progress = Progress(sd.planned)
+
+    def poll() -> None:
+        progress.update(sweep_status(sd, query_slurm=False).done)
+
+    outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=args.workers, on_poll=poll) if todo else []
+    poll()
+    progress.close()
+    summary = merge.merge(sd)
+    print(merge_line(summary), file=sys.stderr)
+    print_table(summary.output)
+    if print_failed_units(outcomes):
+        warn(f"rerun `{PROG} run {args.spec} --sweep-dir {sd.root}` to redo only the missing items")
+        return 1
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from orchestrator.store import merge
+    from orchestrator.store.sweepdir import SweepDir
+
+    sd = SweepDir.open(args.sweep_dir)
+    summary = merge.merge(sd, output=Path(args.output) if args.output else None)
+    print(merge_line(summary))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from orchestrator.control.status import format_status, sweep_status
+    from orchestrator.store.sweepdir import SweepDir
+
+    sd = SweepDir.open(args.sweep_dir)
+    st = sweep_status(sd)
+    if args.json:
+        print(json.dumps(st.to_json(), indent=1))
+        return 0
+    print(format_status(st))
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``spec``, ``plan``, ``run``, ``merge`` and ``status`` to an ``add_subparsers()`` object."""
+    s = sub.add_parser("spec", help="check a spec file, or print the spec's JSON Schema")
+    s.add_argument("file", nargs="?")
+    s.add_argument("--schema", action="store_true", help="print the JSON Schema of spec files")
+    s.set_defaults(func=cmd_spec)
+
+    s = sub.add_parser("plan", help="expand and shard a spec into work items and units")
+    s.add_argument("spec")
+    s.add_argument("--units", type=positive_int, help="number of units (overrides the spec's sharding.units)")
+    s.add_argument("--dry-run", action="store_true", help="only show the plan, write nothing")
+    s.add_argument("--json", action="store_true", help="one JSON object per item (record fields + unit)")
+    s.add_argument("--sweep-dir", help="write the plan into this sweep directory")
+    s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
+    s.set_defaults(func=cmd_plan)
+
+    s = sub.add_parser("run", help="plan, run all units here (or on SLURM and wait), merge, show the best configs")
+    s.add_argument("spec")
+    s.add_argument("--sweep-dir", help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
+    s.add_argument("--units", type=positive_int, help="number of units (overrides the spec)")
+    s.add_argument("--executor", choices=["local", "debug", "slurm"], help="override the spec's executor.kind")
+    s.add_argument("--workers", type=positive_int, help="local: parallel workers (default: one per visible GPU)")
+    s.add_argument("--output", help="results document (default: the spec's output)")
+    s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("merge", help="merge a sweep's partial records into its results document")
+    s.add_argument("sweep_dir")
+    s.add_argument("--output", help="write here instead of the spec's output")
+    s.set_defaults(func=cmd_merge)
+
+    s = sub.add_parser("status", help="progress of a sweep, from any shell")
+    s.add_argument("sweep_dir")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)

@@ -1,0 +1,151 @@
+"""Running units here: as subprocesses (submitit's LocalExecutor), at most one per visible
+GPU at a time (one on a machine without GPUs), each pinned to its own GPU; or, for tests
+and debugging, in this process (submitit's DebugExecutor).
+
+A unit whose worker fails (crash, kill) is an outcome, not an exception: its finished
+records stay in its partial and ``resume`` redoes only the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import submitit
+
+from orchestrator import PROG
+from orchestrator.control.dispatch.tasks import run_unit_job
+from orchestrator.errors import DispatchError
+from orchestrator.store.sweepdir import SweepDir, now_iso
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5
+
+
+@dataclass
+class UnitOutcome:
+    """How one unit run here ended: its worker's summary, or the last line of the error that
+    stopped it and the log that says more."""
+
+    unit: str
+    ok: bool
+    job_id: str
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    log: str | None = None
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices this machine shows (CUDA_VISIBLE_DEVICES if set, else nvidia-smi)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return list(range(len([x for x in env.split(",") if x.strip()])))
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return list(range(sum(1 for line in out.splitlines() if line.startswith("GPU "))))
+
+
+def run_units_locally(
+    sd: SweepDir,
+    unit_ids: list[str],
+    *,
+    kind: str = "local",
+    workers: int | None = None,
+    on_poll: Callable[[], None] | None = None,
+    prior_starts: dict[str, dict[str, int]] | None = None,
+) -> list[UnitOutcome]:
+    """Run units to completion through submitit's local or debug executor; one outcome per
+    unit. ``prior_starts``: unit -> item -> deaths on that item in other units' partials
+    (see ``jobs.worker.run_unit``). ``on_poll`` is called whenever a unit may have moved on.
+    """
+    prior = prior_starts or {}
+    if kind == "debug":
+        return _run_in_process(sd, unit_ids, prior, on_poll)
+    if kind != "local":
+        raise DispatchError(f"executor kind {kind!r} does not run locally; use `{PROG} submit` for slurm")
+    return _run_subprocesses(sd, unit_ids, workers, prior, on_poll)
+
+
+def _run_in_process(sd: SweepDir, unit_ids: list[str], prior: dict[str, dict[str, int]],
+                    on_poll: Callable[[], None] | None) -> list[UnitOutcome]:
+    """One unit after another in this process (the debug executor)."""
+    executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="debug")
+    outcomes = []
+    for uid in unit_ids:
+        job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
+        sd.record_jobs([{"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso()}])
+        outcomes.append(_outcome(uid, job))
+        if on_poll:
+            on_poll()
+    return outcomes
+
+
+def _run_subprocesses(sd: SweepDir, unit_ids: list[str], workers: int | None, prior: dict[str, dict[str, int]],
+                      on_poll: Callable[[], None] | None) -> list[UnitOutcome]:
+    """Units as subprocesses in ``workers`` slots (default: one per visible GPU), a slot
+    taking the next unit as soon as its unit ends."""
+    spec = sd.spec
+    gpus = visible_gpus()
+    n = workers or spec.executor.local_workers or max(1, len(gpus))
+    executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="local")
+    executor.update_parameters(timeout_min=spec.executor.timeout_min)
+    pending = list(unit_ids)
+    running: dict[int, tuple[str, Any]] = {}  # slot -> (unit, job)
+    free_slots = list(range(n))
+    outcomes: list[UnitOutcome] = []
+    while pending or running:
+        while pending and free_slots:
+            slot = free_slots.pop(0)
+            uid = pending.pop(0)
+            running[slot] = (uid, _start_subprocess(sd, executor, uid, gpus, slot, prior.get(uid)))
+        for slot, (uid, job) in list(running.items()):
+            if job.done():
+                outcomes.append(_outcome(uid, job))
+                del running[slot]
+                free_slots.append(slot)
+        if on_poll:
+            on_poll()
+        if running:
+            time.sleep(POLL_S)
+    return outcomes
+
+
+def _start_subprocess(sd: SweepDir, executor: Any, uid: str, gpus: list[int], slot: int,
+                      prior: dict[str, int] | None) -> Any:
+    """Start one unit's worker process on its slot's GPU (none without GPUs); record the job."""
+    if gpus:
+        executor.update_parameters(gpus_per_node=1, visible_gpus=[gpus[slot % len(gpus)]])
+    else:
+        executor.update_parameters(gpus_per_node=0)
+    job = executor.submit(run_unit_job, str(sd.root), uid, prior)
+    sd.record_jobs([{"unit": uid, "executor": "local", "job_id": str(job.job_id), "submitted": now_iso(),
+                     "log": str(job.paths.stderr)}])
+    log.info("unit %s started as local job %s", uid, job.job_id)
+    return job
+
+
+def _outcome(uid: str, job: Any) -> UnitOutcome:
+    try:
+        summary = job.result()
+    except Exception as exc:  # the worker process failed; its log says why
+        log_path = str(getattr(getattr(job, "paths", None), "stderr", "") or "")
+        first = str(exc).strip().splitlines()
+        log.warning("unit %s failed (job %s): %s; log: %s", uid, job.job_id, first[-1] if first else exc, log_path)
+        return UnitOutcome(uid, False, str(job.job_id), error=_last_line(exc), log=log_path)
+    return UnitOutcome(uid, True, str(job.job_id), summary=summary)
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__

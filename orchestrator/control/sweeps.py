@@ -1,0 +1,110 @@
+"""One sweep directory's life outside the workers: create (or reopen) it from a spec, lock it,
+say which of its units still need a job, cancel its arrays.
+
+Nothing here prints: each function returns what it did or raises a ``TilesweepError``; the
+CLI (and the local ``run``) decide what to show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from orchestrator import PROG
+from orchestrator.control.scheduler import array_of, missing_tools
+from orchestrator.control.scheduler import cancel as scancel
+from orchestrator.control.status import ACTIVE, sweep_status
+from orchestrator.errors import DispatchError
+from orchestrator.store.sweepdir import SweepDir, now_iso
+
+# How long a command waits for another one that holds the sweep directory's lock.
+LOCK_TIMEOUT_S = 60.0
+
+
+class PreparedSweep(NamedTuple):
+    """A sweep directory ready to run: the directory, its units in order, and whether it
+    existed before (then it was reopened, not planned again)."""
+
+    sd: SweepDir
+    unit_ids: list[str]
+    existed: bool
+
+
+def default_sweep_dir(spec_path: str, spec: Any) -> Path:
+    """``sweeps/<spec name>-<fingerprint>``: the same spec always finds its own directory."""
+    return Path("sweeps") / f"{Path(spec_path).stem}-{spec.fingerprint()[:8]}"
+
+
+def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, output: str | None,
+                  costs: str | None = None) -> PreparedSweep:
+    """Create (or reopen) the sweep directory of a spec. An existing directory of the same
+    spec is reopened with the units it was planned with, so a rerun redoes only what is
+    missing. ``costs``: a results document whose measured costs shard the units."""
+    from orchestrator.planning import plan
+    from orchestrator.spec.files import load_spec
+    from orchestrator.store.document import load_costs
+
+    spec = load_spec(spec_path)
+    root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
+    out = Path(output) if output else Path(spec.output)
+    existed = (root / "sweep.json").exists()
+    items, planned_units = plan(spec, units, costs=load_costs(costs) if costs else None)
+    sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()),
+                         planned=len(items))
+    with sweep_lock(sd):
+        if not sd.unit_index():
+            sd.add_units(planned_units, origin="plan")
+    return PreparedSweep(sd, [u["id"] for u in sd.unit_index()], existed)
+
+
+@contextlib.contextmanager
+def sweep_lock(sd: SweepDir) -> Iterator[None]:
+    """The sweep directory's lock: one command at a time plans, submits, resumes or cancels."""
+    from filelock import FileLock, Timeout
+
+    try:
+        with FileLock(str(sd.lock_path), timeout=LOCK_TIMEOUT_S):
+            yield
+    except Timeout:
+        raise DispatchError(f"{sd.lock_path} is held by another {PROG} command for {LOCK_TIMEOUT_S:.0f} s; "
+                            "retry when it has finished") from None
+
+
+def unfinished_units(sd: SweepDir) -> list[str]:
+    """The units not done yet (from the sweep directory alone; SLURM is not asked)."""
+    return [u.id for u in sweep_status(sd, query_slurm=False).units if u.state != "done"]
+
+
+def slurm_jobs(sd: SweepDir) -> int:
+    """How many SLURM jobs the sweep's history holds (0: never submitted to SLURM)."""
+    return sum(1 for e in sd.job_history() if e.get("executor") == "slurm" and "event" not in e)
+
+
+@dataclass
+class Cancelled:
+    """What ``cancel_sweep`` did: the arrays it cancelled (none: nothing was pending or
+    running) and how many unfinished units they held."""
+
+    arrays: list[str] = field(default_factory=list)
+    units: int = 0
+
+
+def cancel_sweep(sd: SweepDir) -> Cancelled:
+    """Cancel every job array of the sweep that still has a pending or running unit, and
+    record it, so status says "cancelled" even where SLURM keeps no record of a task."""
+    with sweep_lock(sd):
+        st = sweep_status(sd)
+        arrays = sorted({array_of(u.job_id) for u in st.units
+                         if u.state in ACTIVE and u.executor == "slurm" and u.job_id}, key=lambda a: (len(a), a))
+        if not arrays:
+            return Cancelled()
+        if missing_tools("scancel"):
+            raise DispatchError("`scancel` is not on PATH; cancel from a login node of the cluster")
+        scancel(arrays)
+        sd.record_jobs([{"event": "cancel", "arrays": arrays, "time": now_iso(), "ts": round(time.time(), 3)}])
+    n = sum(1 for u in st.units if u.state in ACTIVE and u.job_id and array_of(u.job_id) in arrays)
+    return Cancelled(arrays, n)
