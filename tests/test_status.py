@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.spec.model import ExecutorSettings
+from orchestrator.control.resume import plan_resume
 from orchestrator.control.scheduler import SchedulerView, TaskState, expand_indices, parse_sacct
 from orchestrator.control.status import LOST_AFTER_S, count_partial, format_status, slurm_state, sweep_status
+from orchestrator.spec.model import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir
-
 from tests.helpers import assert_one_line_error
+
 from .conftest import run_cli
 
 
@@ -114,7 +115,8 @@ def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_sp
     assert st.done == 2 and st.errors == 1 and not st.complete and not st.settled
     assert st.merge_jobs[0]["state"] == "PENDING" and st.eta_s() is not None
     text = format_status(st)
-    assert "2/" in text.splitlines()[0] and "log: /logs/50_0_0_log.err" in text and "final merge: job 51 pending" in text
+    assert "2/" in text.splitlines()[0] and "log: /logs/50_0_0_log.err" in text
+    assert "final merge: job 51 pending" in text
     doc = st.to_json()
     assert doc["states"] == {"running": 1, "pending": 1, "failed": 1} and len(doc["units"]) == 3
     # SLURM queries off: status from the sweep directory alone
@@ -124,6 +126,28 @@ def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_sp
     finally:
         del os.environ["TILESWEEP_SLURM_QUERIES"]
     assert "not asked" in st.scheduler and {u.state for u in st.units} == {"running", "pending"}
+
+
+def test_units_never_submitted_and_units_that_cannot_start_are_told_apart(tmp_path, write_spec):
+    sd = _sweep(tmp_path, write_spec, units=3)
+    units = [u["id"] for u in sd.unit_index()]
+    # nothing was submitted: wait refuses at once instead of waiting for ever
+    assert_one_line_error(run_cli("wait", str(sd.root), "--interval", "0.1"), "3 units", "never submitted",
+                          f"tilesweep resume {sd.root}")
+    now = time.time()
+    sd.record_jobs([{"unit": u, "executor": "slurm", "job_id": f"60_{k}", "array_id": "60", "task": k,
+                     "submitted_ts": now - 600} for k, u in enumerate(units[:2])])
+    view = _view(j60_0=TaskState("PENDING", "squeue", "PartitionTimeLimit"),
+                 j60_1=TaskState("PENDING", "squeue", "Priority"))
+    by = {u.id: u for u in sweep_status(sd, view=view).units}
+    stuck, waiting, never = by[units[0]], by[units[1]], by[units[2]]
+    assert stuck.state == "pending" and stuck.stuck and stuck.submitted and "cannot start" in stuck.detail
+    assert waiting.state == "pending" and not waiting.stuck and waiting.submitted and waiting.detail == "Priority"
+    assert never.state == "pending" and not never.stuck and not never.submitted
+    # resume leaves the two submitted units alone (they may still start) and takes the third
+    plan = plan_resume(sd, sweep_status(sd, view=view))
+    assert plan.active == sorted(units[:2])
+    assert {it.id for it in plan.missing} == {it.id for it in sd.unit_items(units[2])}
 
 
 def test_resume_submits_only_missing_items_and_counts_deaths_across_units(tmp_path, write_spec):
@@ -139,7 +163,8 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(tmp_pa
     partial = sd.partial_path(second)
     summary = run_unit(str(sd.root), second, stop_check=lambda: partial.read_text().count('"record"') >= 1)
     assert summary["stopped"] and summary["done"] >= 1
-    recorded = {json.loads(l)["id"] for l in sd.partial_path(second).read_text().splitlines() if '"record"' in l}
+    partial_lines = sd.partial_path(second).read_text().splitlines()
+    recorded = {json.loads(line)["id"] for line in partial_lines if '"record"' in line}
     dead = next(i for i in items if i not in recorded)
     with open(sd.partial_path(second), "a") as f:  # a worker that died on `dead` (as a SIGKILL leaves it)
         f.write(json.dumps({"start": dead, "attempt": 1}) + "\n")

@@ -33,12 +33,12 @@ def wait_until_settled(sd: SweepDir, *, interval: float, slurm_interval: float, 
         st = sweep_status(sd, query_slurm=stale, view=None if stale else view)
         if st.view is not None:
             view = st.view
-        if on_poll is not None:
-            on_poll(st)
         never = [u.id for u in st.units if not u.submitted and u.state != "done"]
         if never and not any(u.state in ACTIVE and u.submitted for u in st.units):
             raise DispatchError(f"{len(never)} units of {sd.root} were never submitted (e.g. {never[0]}); "
                                 f"`{PROG} resume {sd.root}` submits them")
+        if on_poll is not None:
+            on_poll(st)
         if st.settled:
             fresh = view is not None and time.time() - view.taken < FRESH_VIEW_S
             if fresh or all(u.state == "done" for u in st.units):
