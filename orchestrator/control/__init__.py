@@ -1,1 +1,3 @@
-"""Running a sweep: dispatch through submitit, the scheduler's view, status."""
+"""Running a sweep, without printing: dispatch through submitit (``dispatch/``), the scheduler's
+view (``scheduler``), status, and the flows the CLI drives (``sweeps``, ``submit``, ``resume``,
+``wait``), which return what happened or raise a ``TilesweepError``."""
