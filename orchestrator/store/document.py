@@ -129,15 +129,17 @@ def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
         if not isinstance(obj[key], want):
             expected = "an object" if want is Mapping else "an array"
             raise ResultsError(
-                f"{name}: not a results document: {key!r} is a JSON {_json_type(obj[key])}, "
-                f"expected {expected}"
+                f"{name}: not a results document: {key!r} is a JSON {_json_type(obj[key])}, expected {expected}"
             )
     results = obj["results"]
     _check_records(results, name)
     extra = {k: v for k, v in obj.items() if k not in TOP_LEVEL_FIELDS}
     return ResultsDoc(
-        device=dict(obj["device"]), config=dict(obj["config"]), results=results,
-        extra=extra, path=name,
+        device=dict(obj["device"]),
+        config=dict(obj["config"]),
+        results=results,
+        extra=extra,
+        path=name,
     )
 
 
@@ -149,8 +151,7 @@ def _check_records(results: list[Any], name: str) -> None:
             continue
         if not isinstance(rec, Mapping):
             raise ResultsError(
-                f"{name}: not a results document: results[{i}] is a JSON {_json_type(rec)}, "
-                "expected an object"
+                f"{name}: not a results document: results[{i}] is a JSON {_json_type(rec)}, expected an object"
             )
         lacking = [k for k in IDENTITY_FIELDS if k not in rec]
         if lacking:

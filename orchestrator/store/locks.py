@@ -110,8 +110,13 @@ class SoftLock:
     # -- acquire / release
     def acquire(self) -> None:
         deadline = time.monotonic() + self.timeout
-        me = {**host_identity(), "pid": os.getpid(), "start": process_start(os.getpid()),
-              "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "token": uuid.uuid4().hex}
+        me = {
+            **host_identity(),
+            "pid": os.getpid(),
+            "start": process_start(os.getpid()),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "token": uuid.uuid4().hex,
+        }
         payload = (json.dumps(me) + "\n").encode()
         while True:
             if self._create(payload):
@@ -127,7 +132,8 @@ class SoftLock:
             if time.monotonic() >= deadline:
                 raise LockTimeout(
                     f"could not take the soft lock {self.path} within {self.timeout:g}s: held by {_describe(holder)}"
-                    f"{'' if age is None else f', refreshed {age:.0f}s ago'}; if that process is gone, delete {self.path}"
+                    f"{'' if age is None else f', refreshed {age:.0f}s ago'}; "
+                    f"if that process is gone, delete {self.path}"
                 )
             time.sleep(self.poll * random.uniform(0.5, 1.5))
 
@@ -142,8 +148,11 @@ class SoftLock:
             except FileNotFoundError:
                 pass
         else:
-            log.warning("the soft lock %s was no longer ours when released (now held by %s); "
-                        "another process broke it as stale", self.path, _describe(holder))
+            log.warning(
+                "the soft lock %s was no longer ours when released (now held by %s); another process broke it as stale",
+                self.path,
+                _describe(holder),
+            )
         self._token = None
 
     # -- internals
@@ -201,14 +210,20 @@ class SoftLock:
             return False
         if age > FOREIGN_STALE_S:
             log.warning(
-                "BREAKING THE SOFT LOCK %s held by %s: not refreshed for %.0fs (over %.0fs), so its holder is taken to be "
-                "gone; if it is in fact alive, two merges may now run at once (harmless: merging is idempotent)",
-                self.path, _describe(holder), age, FOREIGN_STALE_S)
+                "BREAKING THE SOFT LOCK %s held by %s: not refreshed for %.0fs (over %.0fs), so its holder is taken "
+                "to be gone; if it is in fact alive, two merges may now run at once (harmless: merging is idempotent)",
+                self.path,
+                _describe(holder),
+                age,
+                FOREIGN_STALE_S,
+            )
             return True
         return False
 
     def _break(self, stale: dict[str, Any] | None) -> None:
-        aside = self.path.with_name(f"{self.path.name}.stale.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        aside = self.path.with_name(
+            f"{self.path.name}.stale.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        )
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:
@@ -218,13 +233,18 @@ class SoftLock:
         except (OSError, ValueError):
             moved = None
         same = (moved is None and stale is None) or (
-            isinstance(moved, dict) and stale is not None and moved.get("token") == stale.get("token"))
+            isinstance(moved, dict) and stale is not None and moved.get("token") == stale.get("token")
+        )
         if not same:  # a new holder took the lock between our look and the rename: give it back
             try:
                 os.link(aside, self.path)
             except FileExistsError:
-                log.warning("could not restore the soft lock %s of %s after a racing stale-lock break; "
-                            "its file is kept as %s", self.path, _describe(moved), aside)
+                log.warning(
+                    "could not restore the soft lock %s of %s after a racing stale-lock break; its file is kept as %s",
+                    self.path,
+                    _describe(moved),
+                    aside,
+                )
                 return
         os.unlink(aside)
 
@@ -246,7 +266,7 @@ class MergeLock:
         self.path, self.kind, self.timeout = Path(path), kind, timeout
         self._lock: Any = None
 
-    def __enter__(self) -> "MergeLock":
+    def __enter__(self) -> MergeLock:
         if self.kind == "soft":
             self._lock = SoftLock(self.path, self.timeout)
             self._lock.acquire()

@@ -41,12 +41,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.errors import ResultsError
-from orchestrator.store.segments import CACHE_DIR, Segment, any_record_text, check_headers, segment
+from orchestrator.spec.records import IDENTITY_FIELDS, item_id
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.partials import loads
-from orchestrator.spec.records import item_id
 from orchestrator.store.quarantine import Quarantined, quarantine
-from orchestrator.spec.records import IDENTITY_FIELDS
+from orchestrator.store.segments import CACHE_DIR, Segment, any_record_text, check_headers, segment
 from orchestrator.store.sweepdir import SweepDir, atomic_open, now_iso, remove_dead_temps
 
 log = logging.getLogger(__name__)
@@ -131,15 +130,16 @@ def pick_newest(segs: list[Segment], planned: int) -> _Slots:
     """Dedupe by plan position: the record of the latest-started attempt wins (then the later
     unit in the index, then the later line)."""
     size = max([planned, *(max(s.idx) + 1 for s in segs if s.idx)])
-    attempts = sorted((str(h.get("started") or ""), pos, h.get("attempt"))
-                      for pos, s in enumerate(segs) for h in s.headers)
+    attempts = sorted(
+        (str(h.get("started") or ""), pos, h.get("attempt")) for pos, s in enumerate(segs) for h in s.headers
+    )
     rank = {(pos, a): r + 1 for r, (_, pos, a) in enumerate(attempts)}
     key = [-1] * size
     slots = _Slots([None] * size, [None] * size, bytearray(size), key=key, started=["", *(a[0] for a in attempts)])
     text, ids, err = slots.text, slots.ids, slots.err
     for pos, s in enumerate(segs):
         ranks = {a: rank.get((pos, a), 0) << 32 for a in set(s.att)}
-        for pi, a, ln, t, e, iid in zip(s.idx, s.att, s.ln, s.texts, s.err, s.ids):
+        for pi, a, ln, t, e, iid in zip(s.idx, s.att, s.ln, s.texts, s.err, s.ids, strict=True):
             k = ranks[a] | ln
             old = key[pi]
             if k > old:
@@ -161,9 +161,18 @@ def pick_newest(segs: list[Segment], planned: int) -> _Slots:
 def _tilesweep_block(sd: SweepDir, segs: list[Segment], env: dict[str, Any] | None) -> dict[str, Any]:
     spec = sd.spec
     attempts = {
-        s.unit: [{"attempt": h.get("attempt"), "host": h.get("host"), "pid": h.get("pid"),
-                  "slurm_job_id": h.get("slurm_job_id"), "started": h.get("started")} for h in s.headers]
-        for s in segs if s.headers
+        s.unit: [
+            {
+                "attempt": h.get("attempt"),
+                "host": h.get("host"),
+                "pid": h.get("pid"),
+                "slurm_job_id": h.get("slurm_job_id"),
+                "started": h.get("started"),
+            }
+            for h in s.headers
+        ]
+        for s in segs
+        if s.headers
     }
     return {
         "sweep_dir": str(sd.root),
@@ -218,9 +227,13 @@ def load_document(path: Path) -> dict[str, Any]:
     try:
         doc = loads(path.read_bytes())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ResultsError(f"{path} is not a readable results document ({exc}); move it away or set append: false") from None
+        raise ResultsError(
+            f"{path} is not a readable results document ({exc}); move it away or set append: false"
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list) or not isinstance(doc.get("device"), dict):
-        raise ResultsError(f"{path} is not a results document (needs device, config, results); move it away or set append: false")
+        raise ResultsError(
+            f"{path} is not a results document (needs device, config, results); move it away or set append: false"
+        )
     return doc
 
 
@@ -228,8 +241,9 @@ def _with_device(text: str, kind: Any) -> str:
     return text[:-4] + ',\n   "device": ' + json.dumps(kind) + "\n  }"
 
 
-def append_into(existing: dict[str, Any], head: dict[str, Any], slots: _Slots, *, mix_devices: bool,
-                path: Path) -> tuple[dict[str, Any], list[str], int, int]:
+def append_into(
+    existing: dict[str, Any], head: dict[str, Any], slots: _Slots, *, mix_devices: bool, path: Path
+) -> tuple[dict[str, Any], list[str], int, int]:
     """Records of this sweep replace same-identity records of ``existing`` in place, unless
     the document's record was measured later (by its unit and attempt's start time in the
     document's tilesweep blocks); the others are kept untouched; new identities follow in
@@ -250,7 +264,7 @@ def append_into(existing: dict[str, Any], head: dict[str, Any], slots: _Slots, *
     old_ts = existing.get("tilesweep") if isinstance(existing.get("tilesweep"), dict) else {}
     for block in [*(e for e in old_ts.get("earlier", []) if isinstance(e, dict)), old_ts]:
         attempts = block.get("attempts")
-        for unit, atts in (attempts.items() if isinstance(attempts, dict) else ()):
+        for unit, atts in attempts.items() if isinstance(attempts, dict) else ():
             for a in atts if isinstance(atts, list) else ():
                 if isinstance(a, dict) and isinstance(a.get("started"), str):
                     measured[(unit, a.get("attempt"))] = a["started"]
@@ -307,14 +321,28 @@ def merge(sd: SweepDir, *, output: Path | None = None, use_cache: bool = True) -
         segs, moved, env = collect(sd, use_cache=use_cache)
         planned = sd.planned
         slots = pick_newest(segs, planned)
-        head = {"device": _device(segs), "config": spec.reference_config(), "tilesweep": _tilesweep_block(sd, segs, env)}
+        head = {
+            "device": _device(segs),
+            "config": spec.reference_config(),
+            "tilesweep": _tilesweep_block(sd, segs, env),
+        }
         summary = MergeSummary(
-            out, 0, planned, planned - slots.found, 0, superseded=slots.superseded,
-            skipped_lines=sum(len(s.skipped) for s in segs), quarantined=moved, partials=len(segs),
-            partials_cached=sum(s.cached for s in segs))
+            out,
+            0,
+            planned,
+            planned - slots.found,
+            0,
+            superseded=slots.superseded,
+            skipped_lines=sum(len(s.skipped) for s in segs),
+            quarantined=moved,
+            partials=len(segs),
+            partials_cached=sum(s.cached for s in segs),
+        )
         del segs
         if spec.append and out.exists():
-            head, texts, kept, kept_errors = append_into(load_document(out), head, slots, mix_devices=spec.merge.mix_devices, path=out)
+            head, texts, kept, kept_errors = append_into(
+                load_document(out), head, slots, mix_devices=spec.merge.mix_devices, path=out
+            )
             write_document(out, _ordered(head), texts)
             summary.records, summary.kept_from_existing = len(texts), kept
             summary.errors = sum(slots.err) + kept_errors

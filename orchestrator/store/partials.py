@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, IO
+from typing import IO, Any
 
 from orchestrator.errors import PartialError
 from orchestrator.spec.model import SCHEMA_VERSION
@@ -62,7 +62,7 @@ _LAYOUTS: dict[tuple, Any] = {}
 def _judge_layout(keys: tuple[str, ...], types: tuple[type, ...], mode: Any, config: Any) -> Any:
     if (mode, config) not in MODES_CONFIGS:
         return f"mode/config {mode!r}/{config!r} is not one of fwd|fwd_bwd and auto|forced"
-    present = dict(zip(keys, types))
+    present = dict(zip(keys, types, strict=True))
     if len(present) != len(keys):
         return "a field appears twice"
     allowed = IDENTITY_FIELDS + config_fields(mode, config) + ("error",) + RESULT_FIELDS + WORKER_EXTRAS
@@ -170,8 +170,12 @@ def read_partial(path: Path) -> PartialContent:
         except ValueError:
             obj = None
         if not isinstance(obj, dict):
-            skip(lineno, "torn or not JSON (a worker killed mid-write?)" if not terminated or is_torn_fragment(raw)
-                 else "not a tilesweep partial line")
+            skip(
+                lineno,
+                "torn or not JSON (a worker killed mid-write?)"
+                if not terminated or is_torn_fragment(raw)
+                else "not a tilesweep partial line",
+            )
             continue
         if "record" in obj:
             rec, iid, attempt = obj["record"], obj.get("id"), obj.get("attempt", 0)
@@ -253,7 +257,7 @@ class PartialWriter:
     def close(self) -> None:
         self._f.close()
 
-    def __enter__(self) -> "PartialWriter":
+    def __enter__(self) -> PartialWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

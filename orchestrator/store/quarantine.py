@@ -51,13 +51,22 @@ def quarantine(sweep_root: Path, path: Path, reason: str) -> Quarantined | None:
     except FileNotFoundError:
         if not path.exists():
             return None
-        raise PartialError(f"{path} cannot be merged ({reason}) and could not be moved to {qdir}; "
-                           f"move it out of the sweep directory, then merge again") from None
+        raise PartialError(
+            f"{path} cannot be merged ({reason}) and could not be moved to {qdir}; "
+            f"move it out of the sweep directory, then merge again"
+        ) from None
     except OSError as exc:
-        raise PartialError(f"{path} cannot be merged ({reason}) and could not be moved to {qdir} ({exc}); "
-                           f"move it out of the sweep directory, then merge again") from None
-    log.warning("%s not merged: %s; moved to %s (nothing deleted; its unit's items count as missing, "
-                "`tilesweep resume` redoes them)", path, reason, dest)
+        raise PartialError(
+            f"{path} cannot be merged ({reason}) and could not be moved to {qdir} ({exc}); "
+            f"move it out of the sweep directory, then merge again"
+        ) from None
+    log.warning(
+        "%s not merged: %s; moved to %s (nothing deleted; its unit's items count as missing, "
+        "`tilesweep resume` redoes them)",
+        path,
+        reason,
+        dest,
+    )
     try:
         with open(qdir / LOG_NAME, "a", encoding="utf-8") as f:
             f.write(json.dumps({"time": now_iso(), "file": str(path), "moved_to": dest.name, "reason": reason}) + "\n")

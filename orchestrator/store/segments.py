@@ -25,12 +25,12 @@ import logging
 import os
 import zlib
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store.partials import check_record, is_torn_fragment, iter_lines, loads
 from orchestrator.spec.model import SCHEMA_VERSION
+from orchestrator.store.partials import check_record, is_torn_fragment, iter_lines, loads
 from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,9 @@ def _consume(seg: Segment, data: bytes, first_line: int, umap_fn: Any, *, tail_o
                 why = "not a tilesweep partial line"
             if not seg.headers and not (_HEADER_START.startswith(raw) or raw.startswith(_HEADER_START)):
                 # only a worker's first line, the header, can be torn before any header
-                seg.foreign = f"line {lineno} is neither JSON nor a torn worker header, and no worker header precedes it"
+                seg.foreign = (
+                    f"line {lineno} is neither JSON nor a torn worker header, and no worker header precedes it"
+                )
             seg.skipped.append([lineno, why])
             continue
         if "record" in obj:
@@ -194,11 +196,29 @@ def _cache_path(sweep_root: Path, unit: str) -> Path:
 
 def _store(sweep_root: Path, seg: Segment) -> None:
     payload = "".join(seg.texts).encode("ascii")
-    meta = {"v": CACHE_VERSION, "unit": seg.unit, "ino": seg.ino, "size": seg.size, "mtime_ns": seg.mtime_ns,
-            "parsed": seg.parsed, "lines": seg.lines, "sig": seg.sig, "headers": seg.headers,
-            "skipped": seg.skipped, "foreign": seg.foreign, "payload": len(payload), "crc": zlib.crc32(payload)}
-    arrays = {"idx": seg.idx, "att": seg.att, "ln": seg.ln, "err": [int(e) for e in seg.err], "ids": seg.ids,
-              "len": [len(t) for t in seg.texts]}
+    meta = {
+        "v": CACHE_VERSION,
+        "unit": seg.unit,
+        "ino": seg.ino,
+        "size": seg.size,
+        "mtime_ns": seg.mtime_ns,
+        "parsed": seg.parsed,
+        "lines": seg.lines,
+        "sig": seg.sig,
+        "headers": seg.headers,
+        "skipped": seg.skipped,
+        "foreign": seg.foreign,
+        "payload": len(payload),
+        "crc": zlib.crc32(payload),
+    }
+    arrays = {
+        "idx": seg.idx,
+        "att": seg.att,
+        "ln": seg.ln,
+        "err": [int(e) for e in seg.err],
+        "ids": seg.ids,
+        "len": [len(t) for t in seg.texts],
+    }
     try:
         with atomic_open(_cache_path(sweep_root, seg.unit), "wb", fsync=False) as f:
             f.write(json.dumps(meta).encode() + b"\n")
@@ -220,18 +240,34 @@ def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
         meta = json.loads(data[:nl1])
         if meta.get("v") != CACHE_VERSION or meta.get("unit") != unit:
             return None
-        payload = memoryview(data)[nl2 + 1:]
+        payload = memoryview(data)[nl2 + 1 :]
         if len(payload) != meta["payload"] or zlib.crc32(payload) != meta["crc"]:
             raise ValueError("payload length or CRC mismatch")
-        arrays = loads(data[nl1 + 1:nl2])
+        arrays = loads(data[nl1 + 1 : nl2])
         text = bytes(payload).decode("ascii")
         del payload, data
         offs = [0, *accumulate(arrays["len"])]
         if offs[-1] != len(text):
             raise ValueError("record lengths do not add up")
-        seg = Segment(unit, path, meta["ino"], meta["size"], meta["mtime_ns"], meta["parsed"], meta["lines"],
-                      meta["sig"], meta["headers"], meta["skipped"], meta["foreign"], arrays["idx"], arrays["att"],
-                      arrays["ln"], arrays["err"], arrays["ids"], [text[a:b] for a, b in zip(offs, offs[1:])])
+        seg = Segment(
+            unit,
+            path,
+            meta["ino"],
+            meta["size"],
+            meta["mtime_ns"],
+            meta["parsed"],
+            meta["lines"],
+            meta["sig"],
+            meta["headers"],
+            meta["skipped"],
+            meta["foreign"],
+            arrays["idx"],
+            arrays["att"],
+            arrays["ln"],
+            arrays["err"],
+            arrays["ids"],
+            [text[a:b] for a, b in pairwise(offs)],
+        )
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         log.warning("merge cache %s is damaged (%s); rebuilding it from %s", cpath, exc, path)
         return None
@@ -271,7 +307,7 @@ def segment(sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True) 
     seg.lines += lines
     if seg.parsed:
         if consumed >= _SIG_BYTES or start == 0:
-            seg.sig = data[max(0, consumed - _SIG_BYTES):consumed].hex()
+            seg.sig = data[max(0, consumed - _SIG_BYTES) : consumed].hex()
         else:
             with open(path, "rb") as g:
                 g.seek(max(0, seg.parsed - _SIG_BYTES))

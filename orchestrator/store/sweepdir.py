@@ -34,16 +34,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.errors import MismatchError, SweepDirError
-from orchestrator.store.locks import pid_alive
 from orchestrator.planning import Unit, WorkItem, expand
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
+from orchestrator.store.locks import pid_alive
 
 SWEEP_FILE = "sweep.json"
 FORMAT = "tilesweep-sweep"
 
 
 def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def temp_path(path: Path) -> Path:
@@ -168,7 +168,9 @@ class SweepDir:
 
     # ------------------------------------------------------------------ create / open
     @classmethod
-    def create(cls, root: str | Path, spec: SweepSpec, *, output: Path, spec_source: str | None, planned: int) -> "SweepDir":
+    def create(
+        cls, root: str | Path, spec: SweepSpec, *, output: Path, spec_source: str | None, planned: int
+    ) -> SweepDir:
         """Create a new sweep directory; refuses one that holds another sweep."""
         root = Path(root)
         if (root / SWEEP_FILE).exists():
@@ -200,12 +202,14 @@ class SweepDir:
         return cls(root)
 
     @classmethod
-    def open(cls, root: str | Path) -> "SweepDir":
+    def open(cls, root: str | Path) -> SweepDir:
         root = Path(root)
         if not root.is_dir():
             raise SweepDirError(f"sweep directory {root} does not exist; pass the --sweep-dir of a submitted sweep")
         if not (root / SWEEP_FILE).is_file():
-            raise SweepDirError(f"{root} is not a sweep directory (no {SWEEP_FILE}); pass the --sweep-dir of a submitted sweep")
+            raise SweepDirError(
+                f"{root} is not a sweep directory (no {SWEEP_FILE}); pass the --sweep-dir of a submitted sweep"
+            )
         sd = cls(root)
         meta = sd.meta
         if meta.get("format") != FORMAT:
@@ -284,7 +288,8 @@ class SweepDir:
         if len(matches) == 1:
             return matches[0]
         raise SweepDirError(
-            f"unit {key!r} is not in {self.root / 'units.json'} ({len(ids)} units); pass a unit id or a number 0..{len(ids) - 1}"
+            f"unit {key!r} is not in {self.root / 'units.json'} ({len(ids)} units); "
+            f"pass a unit id or a number 0..{len(ids) - 1}"
         )
 
     def unit_items(self, unit_id: str) -> list[WorkItem]:
@@ -338,7 +343,9 @@ class SweepDir:
                 return
         recorded = self.recorded_env()
         if recorded is not None and recorded != env:
-            diff = ", ".join(f"{k}: {recorded.get(k)!r} vs {env.get(k)!r}" for k in env if recorded.get(k) != env.get(k))
+            diff = ", ".join(
+                f"{k}: {recorded.get(k)!r} vs {env.get(k)!r}" for k in env if recorded.get(k) != env.get(k)
+            )
             raise MismatchError(
                 f"this worker's environment differs from the one the sweep in {self.root} was measured in "
                 f"({diff}; see {path}); run it on the same stack, or start a new sweep directory"
