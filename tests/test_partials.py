@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench._synth import DEVICE, build_sweep, partial_lines, record_for, small_spec
+from bench._synth import build_sweep, header, partial_lines, record_for, small_spec
 from orchestrator.errors import PartialError
 from orchestrator.store.partials import PartialWriter, check_record, count_records, read_partial
 
@@ -54,15 +54,18 @@ def test_torn_last_line_is_skipped_with_file_and_line_and_redone(sweep, caplog):
     assert last in again.records and again.records[last][0] == 2
 
 
-@pytest.mark.parametrize("damage, why", [
-    (lambda r: r.update(median_ms="fast"), "wrong type"),
-    (lambda r: r.update(inner=True), "wrong type"),
-    (lambda r: r.pop("rel_err"), "missing"),
-    (lambda r: r.update(colour="red"), "unknown field"),
-    (lambda r: r.update(unit="abc"), "unknown field"),
-    (lambda r: r.update(head_dim=999), "not the id"),
-    (lambda r: r.update(mode=["fwd"]), "mode/config"),
-])
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda r: r.update(median_ms="fast"), "wrong type"),
+        (lambda r: r.update(inner=True), "wrong type"),
+        (lambda r: r.pop("rel_err"), "missing"),
+        (lambda r: r.update(colour="red"), "unknown field"),
+        (lambda r: r.update(unit="abc"), "unknown field"),
+        (lambda r: r.update(head_dim=999), "not the id"),
+        (lambda r: r.update(mode=["fwd"]), "mode/config"),
+    ],
+)
 def test_record_with_wrong_fields_or_types_is_skipped(sweep, caplog, damage, why):
     sd, unit = sweep
     path = sd.partial_path(unit.id)
@@ -115,6 +118,133 @@ def test_nan_rel_err_survives(sweep):
 
     rec = record_for(it, random.Random(0))
     rec["rel_err"] = float("nan")
-    path.write_text(json.dumps({"header": {"schema": 1, "device": DEVICE}}) + "\n"
-                    + json.dumps({"id": it.id, "attempt": 1, "record": rec}) + "\n")
+    # a worker's header: one without an integer attempt is not a worker's (the merger quarantines it)
+    path.write_text(
+        json.dumps(header(sd, unit.id, 1)) + "\n" + json.dumps({"id": it.id, "attempt": 1, "record": rec}) + "\n"
+    )
     assert it.id in read_partial(path).records
+
+
+# ---------------------------------------------------------------------------- resume and merge agree
+
+
+def _damage(case: str, lines: list[str], other: str) -> tuple[str, str, set[int]]:
+    """(file text, verdict the case must get, line indexes whose records must not count).
+    ``other``: a record line of another unit's item."""
+    rec_at = [i for i, ln in enumerate(lines) if '"record"' in ln]
+    head = json.loads(lines[0])
+    if case == "torn last line":
+        return "\n".join(lines[:-1]) + "\n" + lines[-1][:40], "skip", {len(lines) - 1}
+    if case == "torn line, then the next attempt":
+        k = rec_at[3]
+        again = json.dumps({**head, "header": {**head["header"], "attempt": 2}})
+        return "\n".join([*lines[:k], lines[k][:50], again, *lines[k + 1 :]]) + "\n", "skip", {k}
+    if case == "last line complete but not terminated":
+        return "\n".join(lines), "ok", set()
+    if case == "blank lines":
+        return "\n\n".join(lines) + "\n\n", "ok", set()
+    if case == "torn header first":
+        return "\n".join([lines[0][:20], *lines]) + "\n", "skip", set()
+    if case == "garbage after the header":
+        junk = ["PK\x03\x04 not json", '{"hello": 1}', '{"start": 5}']
+        return "\n".join([lines[0], *junk, *lines[1:]]) + "\n", "skip", set()
+    if case == "invalid record":
+        obj = json.loads(lines[rec_at[2]])
+        obj["record"]["median_ms"] = "0.1 ms"
+        return "\n".join(lines).replace(lines[rec_at[2]], json.dumps(obj)) + "\n", "skip", {rec_at[2]}
+    if case == "record without attempt":
+        obj = json.loads(lines[rec_at[1]])
+        del obj["attempt"]
+        return "\n".join(lines).replace(lines[rec_at[1]], json.dumps(obj)) + "\n", "skip", {rec_at[1]}
+    if case == "item of another unit":
+        return "\n".join([*lines, other]) + "\n", "skip", set()
+    if case == "record before any header":
+        return "\n".join([lines[rec_at[0]], *lines]) + "\n", "foreign", set(rec_at)
+    if case == "start before any header":
+        return "\n".join([lines[1], *lines]) + "\n", "foreign", set(rec_at)
+    if case == "garbage first":
+        return "\n".join(["\x00\x00\x00\x00", *lines]) + "\n", "foreign", set(rec_at)
+    if case == "header not an object":
+        return "\n".join(['{"header": 5}', *lines[1:]]) + "\n", "foreign", set(rec_at)
+    if case == "header without an attempt":
+        del head["header"]["attempt"]
+        return "\n".join([json.dumps(head), *lines[1:]]) + "\n", "foreign", set(rec_at)
+    if case == "another schema":
+        head["header"]["schema"] = 7
+        return "\n".join([json.dumps(head), *lines[1:]]) + "\n", "version", set(rec_at)
+    raise AssertionError(case)
+
+
+CASES = [
+    "torn last line",
+    "torn line, then the next attempt",
+    "last line complete but not terminated",
+    "blank lines",
+    "torn header first",
+    "garbage after the header",
+    "invalid record",
+    "record without attempt",
+    "item of another unit",
+    "record before any header",
+    "start before any header",
+    "garbage first",
+    "header not an object",
+    "header without an attempt",
+    "another schema",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_resume_and_merge_agree_on_what_a_damaged_partial_records(tmp_path, case):
+    """The worker and resume (read_partial) and the merger (segments) classify every line with
+    the one classifier: the same records count, the same lines are skipped for the same
+    reason, the same files are refused, and what they agree on is right."""
+    from orchestrator.spec.records import item_id
+    from orchestrator.store.merge import merge
+    from orchestrator.store.segments import segment
+
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    unit, path = units[0], sd.partial_path(units[0].id)
+    lines = path.read_text().splitlines()
+    other = next(ln for ln in sd.partial_path(units[1].id).read_text().splitlines() if '"record"' in ln)
+    text, verdict, lost = _damage(case, lines, other)
+    path.write_text(text)
+    lost_ids = {json.loads(lines[i])["id"] for i in lost}
+    expected = set() if verdict in ("foreign", "version") else {it.id for it in unit.items} - lost_ids
+
+    seg = segment(sd.root, unit.id, path, use_cache=False)
+    if verdict == "version":
+        with pytest.raises(PartialError, match="partial schema version 7") as err:
+            read_partial(path)
+        assert seg.foreign is not None and seg.foreign in str(err.value)
+    else:
+        content = read_partial(path)
+        assert content.foreign == seg.foreign and (content.foreign is not None) == (verdict == "foreign")
+        assert set(content.records) == (set(seg.ids) if seg.foreign is None else set()) == expected
+        assert content.problems == [tuple(s) for s in seg.skipped] if seg.foreign is None else not content.problems
+        assert bool(content.problems) == (verdict == "skip")
+
+    summary = merge(sd)  # what a user sees: the document holds exactly what resume counts as recorded
+    merged = {item_id(r) for r in json.loads(sd.output.read_text())["results"] if r["unit"] == unit.id}
+    assert merged == expected
+    assert [q.source for q in summary.quarantined] == ([path] if verdict in ("foreign", "version") else [])
+
+
+def test_resume_and_merge_agree_when_damage_follows_a_cached_merge(sweep):
+    """The merger reads a grown partial from where its cache ends; its verdicts on the new
+    lines are still those of read_partial (which reads the file whole)."""
+    from orchestrator.store.merge import merge
+    from orchestrator.store.segments import segment
+
+    sd, unit = sweep
+    path = sd.partial_path(unit.id)
+    lines = _lines(sd, unit)
+    path.write_text("\n".join(lines[:40]) + "\n")
+    merge(sd)  # caches the first 40 lines
+    with open(path, "a") as f:
+        f.write("\n".join([*lines[40:60], "not json", '{"start": ["x"]}', *lines[60:], lines[-1][:30]]))
+    seg = segment(sd.root, unit.id, path)
+    content = read_partial(path)
+    assert not seg.cached and seg.foreign is None is content.foreign
+    assert set(content.records) == set(seg.ids) == {json.loads(ln)["id"] for ln in lines if '"record"' in ln}
+    assert content.problems == [tuple(s) for s in seg.skipped] and len(content.problems) == 3

@@ -8,16 +8,21 @@ Each line is one JSON object, flushed and fsynced when written:
                                          (preemption or time-limit warning), not its fault
     {"id": ITEM_ID, "attempt": N, "record": {...}}   a finished record
 
+One classifier (``classify``) says what each line is, for every reader: ``read_partial``
+(the worker skipping what is recorded, resume finding what is missing) and the merger's
+incremental reader (``segments``), so resume and merge never disagree on what is recorded.
+
 A worker killed mid-write leaves a torn last line; readers skip it with a warning naming
 the file and line, and the item is redone. A record line whose record does not fit the
 schema's record layout (a field missing, unknown or of the wrong type, or an id that is not
-the hash of its identity) is skipped the same way, so the worker redoes that item too rather
-than trusting it. ``start`` lines without a record or an ``abandon`` count the attempts that
-died on a config, so one that keeps killing its worker is given up on.
+the hash of its identity), whose attempt is not an integer, or whose item is not one of its
+unit's, is skipped the same way, so the worker redoes that item too rather than trusting
+it. A file whose first line is not a (possibly torn) worker header, or with a header that
+is not a worker's, was not written by a tilesweep worker: nothing in it counts, and the
+merger moves it to quarantine. ``start`` lines without a record or an ``abandon`` count the
+attempts that died on a config, so one that keeps killing its worker is given up on.
 
-Record validation is keyed on a record's layout (its key order, value types, mode and config
-kind): a sweep has a handful of layouts, so checking a million records costs one tuple build
-and one dict look-up each, not a schema walk.
+What a valid record is, ``layouts.check_record`` says.
 """
 
 from __future__ import annotations
@@ -28,76 +33,23 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from types import ModuleType
 from typing import IO, Any
 
-from orchestrator.errors import PartialError
+from orchestrator.errors import PartialError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION
-from orchestrator.spec.records import (
-    EXTRA_RECORD_FIELDS,
-    FIELD_TYPES,
-    IDENTITY_FIELDS,
-    RESULT_FIELDS,
-    config_fields,
-    item_id,
-)
+from orchestrator.store.layouts import check_record
+from orchestrator.store.sweepdir import SweepDir
 
+_orjson: ModuleType | None
 try:  # optional: ~2.5x faster per line here (bench/merge.py); results are identical
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 log = logging.getLogger(__name__)
-
-# ---------------------------------------------------------------------------- record layout
-
-# Extras a worker writes; ``unit`` and ``attempt`` are added by the merger from the line.
-WORKER_EXTRAS = tuple(k for k in EXTRA_RECORD_FIELDS if k not in ("unit", "attempt"))
-MODES_CONFIGS = {("fwd", "auto"), ("fwd", "forced"), ("fwd_bwd", "auto"), ("fwd_bwd", "forced")}
-
-# layout key -> None (valid, canonical key order) | tuple of keys (valid, reorder) | str (why invalid)
-_LAYOUTS: dict[tuple, Any] = {}
-
-
-def _judge_layout(keys: tuple[str, ...], types: tuple[type, ...], mode: Any, config: Any) -> Any:
-    if (mode, config) not in MODES_CONFIGS:
-        return f"mode/config {mode!r}/{config!r} is not one of fwd|fwd_bwd and auto|forced"
-    present = dict(zip(keys, types, strict=True))
-    if len(present) != len(keys):
-        return "a field appears twice"
-    allowed = IDENTITY_FIELDS + config_fields(mode, config) + ("error",) + RESULT_FIELDS + WORKER_EXTRAS
-    unknown = [k for k in keys if k not in allowed]
-    if unknown:
-        return f"unknown field(s) {', '.join(unknown)} for a {mode} {config} record"
-    required = IDENTITY_FIELDS + config_fields(mode, config) + (() if "error" in present else RESULT_FIELDS)
-    missing = [k for k in required if k not in present]
-    if missing:
-        return f"missing field(s) {', '.join(missing)}"
-    bad = [f"{k} is {t.__name__}" for k, t in present.items() if t not in FIELD_TYPES[k]]
-    if bad:
-        return "wrong type: " + ", ".join(bad)
-    order = tuple(k for k in allowed if k in present)
-    return None if order == keys else order
-
-
-def check_record(iid: Any, rec: Any) -> tuple[str | None, tuple[str, ...] | None]:
-    """(why the record is unusable or None, canonical key order if it must be reordered)."""
-    if not isinstance(rec, dict):
-        return "record is not an object", None
-    keys = tuple(rec)
-    lk = (keys, tuple(map(type, rec.values())), rec.get("mode"), rec.get("config"))
-    try:
-        verdict = _LAYOUTS[lk]
-    except KeyError:
-        verdict = _LAYOUTS[lk] = _judge_layout(*lk)
-    except TypeError:  # an unhashable mode/config value
-        return "mode/config is not a string", None
-    if isinstance(verdict, str):
-        return verdict, None
-    if not isinstance(iid, str) or item_id(rec) != iid:
-        return f"id {iid!r} is not the id of the record's identity fields", None
-    return None, verdict
-
 
 # ---------------------------------------------------------------------------- line parsing
 
@@ -130,81 +82,191 @@ def iter_lines(data: bytes, lineno: int = 1) -> Iterator[tuple[int, int, bytes, 
         lineno += 1
 
 
+# ---------------------------------------------------------------------------- the classifier
+
+# What a line is. Every reader of partials (``read_partial`` for the worker and resume, the
+# merger's ``segments``) classifies lines with ``classify`` alone, so they always agree on
+# what a partial records, what they skip, and which files they refuse.
+HEADER = "header"  # a worker attempt started: ``body`` is the header object
+START = "start"  # a config is about to be compiled and timed: ``id``
+ABANDON = "abandon"  # the worker gave that config up on purpose: ``id``
+RECORD = "record"  # a finished record: ``id``, ``attempt``, ``body`` (canonical key order)
+BLANK = "blank"  # an empty line: nothing
+TORN = "torn"  # a cut-off line (a worker killed mid-write, or still writing it): skipped, redone
+INVALID = "invalid"  # a line that cannot be trusted (a record off the layout, ...): skipped, redone
+FOREIGN = "foreign"  # the file is not a tilesweep worker's partial: nothing in it counts
+VERSION = "version"  # a header of another partial schema version: nothing in it counts
+
+_HEADER_START = b'{"header":'
+
+
+# One classified line: (kind, reason, item id, attempt, body). ``reason`` says why a torn,
+# invalid, foreign or version line is one; ``id`` is set for record, start and abandon lines,
+# ``attempt`` for records, ``body`` for records and headers. A plain tuple, not a NamedTuple:
+# building one per line is a fifth of the cost of a NamedTuple's, on millions of lines.
+Line = tuple[str, str, str, int, dict[str, Any] | None]
+
+_BLANK: Line = (BLANK, "", "", 0, None)
+
+
+class UnitItems:
+    """The items of one unit (id -> plan index): a record of any other item is invalid, so
+    resume never counts as recorded what the merger will not merge."""
+
+    def __init__(self, sweep_root: Path, unit: str) -> None:
+        self.unit = unit
+        self.path = SweepDir(sweep_root).unit_path(unit)
+
+    @cached_property
+    def positions(self) -> dict[str, int]:
+        """Read from the unit file when first needed (a partial without records never reads
+        it); a missing or damaged one means a damaged sweep directory."""
+        try:
+            data = loads(self.path.read_bytes())
+            return {iid: int(index) for index, iid in data["items"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            raise SweepDirError(
+                f"unit file {self.path} is missing or damaged; the sweep directory is damaged"
+            ) from None
+
+    @classmethod
+    def of_partial(cls, path: Path) -> UnitItems | None:
+        """The items of the unit whose partial ``path`` is, where it lies in a sweep directory
+        (``SWEEP/partials/<unit>.jsonl`` next to ``SWEEP/units/``); None elsewhere."""
+        sd, unit = SweepDir(path.parent.parent), path.name.removesuffix(".jsonl")
+        if sd.partial_path(unit) != path or not sd.unit_path(unit).parent.is_dir():
+            return None
+        return cls(sd.root, unit)
+
+
+def classify(raw: bytes, terminated: bool, seen_header: bool, items: UnitItems | None = None) -> Line:
+    """What the line ``raw`` (without its newline) of a partial is.
+
+    ``terminated``: its newline was written (an unterminated last line that parses is a finished
+    line whose newline is not written yet). ``seen_header``: a worker header precedes it in the
+    file; only a (possibly torn) header may come first, anything else there means the file was
+    not written by a tilesweep worker. ``items``: the unit's items, when known.
+    """
+    try:
+        obj = loads(raw)
+    except ValueError:  # blank lines too: checked only here, off the path of the millions of good lines
+        obj = None
+    if type(obj) is not dict:
+        return _not_an_object(raw, terminated, seen_header)
+    if "record" in obj:
+        if not seen_header:
+            return (FOREIGN, "a record line precedes any worker header: not written by a tilesweep worker", "", 0, None)
+        iid: Any = obj.get("id")
+        rec: Any = obj["record"]
+        attempt: Any = obj.get("attempt")
+        why, order = check_record(iid, rec)
+        if why is None and type(attempt) is not int:
+            why = "attempt is not an integer"
+        if why is None and items is not None and iid not in items.positions:
+            why = f"item {iid} is not an item of unit {items.unit}"
+        if why is not None:
+            return (INVALID, f"invalid record ({why})", "", 0, None)
+        return (RECORD, "", iid, attempt, rec if order is None else {k: rec[k] for k in order})
+    if "header" in obj:
+        return _header(obj["header"])
+    kind = START if "start" in obj else ABANDON if "abandon" in obj else None
+    if not seen_header:
+        what = "not a tilesweep partial line" if kind is None else f"a {kind} line"
+        return (FOREIGN, f"{what} precedes any worker header: not written by a tilesweep worker", "", 0, None)
+    if kind is None:
+        return (INVALID, "not a tilesweep partial line", "", 0, None)
+    if type(obj[kind]) is not str:
+        return (INVALID, f"the item id of a {kind} line is not a string", "", 0, None)
+    return (kind, "", obj[kind], 0, None)
+
+
+def _not_an_object(raw: bytes, terminated: bool, seen_header: bool) -> Line:
+    if not raw.strip():
+        return _BLANK
+    if not seen_header and not (_HEADER_START.startswith(raw) or raw.startswith(_HEADER_START)):
+        # only a worker's first line, its header, can be torn before any header
+        return (FOREIGN, "neither JSON nor a torn worker header, and no worker header precedes it", "", 0, None)
+    if not terminated:
+        return (TORN, "torn (a worker killed mid-write, or still writing it)", "", 0, None)
+    if is_torn_fragment(raw):
+        return (TORN, "torn (a worker killed mid-write)", "", 0, None)
+    return (INVALID, "not a tilesweep partial line", "", 0, None)
+
+
+def _header(header: Any) -> Line:
+    if type(header) is not dict:
+        return (INVALID, "header is not an object", "", 0, None)
+    if header.get("schema") != SCHEMA_VERSION:
+        why = f"partial schema version {header.get('schema')!r}, this tilesweep reads {SCHEMA_VERSION}"
+        return (VERSION, f"{why}; merge it with the tilesweep version that wrote it", "", 0, None)
+    if type(header.get("attempt")) is not int or not isinstance(header.get("started"), (str, type(None))):
+        return (FOREIGN, "a worker header without an integer attempt and a start time", "", 0, None)
+    return (HEADER, "", "", 0, header)
+
+
+def log_skipped(path: Path, lineno: int, why: str) -> None:
+    """The one warning for a skipped line, whichever reader skipped it."""
+    log.warning("%s line %d: %s; skipped, its item will be redone", path, lineno, why)
+
+
+# ---------------------------------------------------------------------------- reading one partial
+
+
 @dataclass
 class PartialContent:
+    """What a partial records, as the worker and resume see it (the merger sees the same)."""
+
     path: Path
     headers: list[dict[str, Any]] = field(default_factory=list)
     records: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)  # id -> (attempt, record)
-    starts: Counter = field(default_factory=Counter)
+    starts: Counter[str] = field(default_factory=Counter)
     torn: list[int] = field(default_factory=list)  # 1-based line numbers skipped (torn or invalid)
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line, why) for each skipped line
+    foreign: str | None = None  # why nothing in the file counts (the merger quarantines it)
 
     @property
     def attempts(self) -> int:
         return len(self.headers)
 
 
-def read_partial(path: Path) -> PartialContent:
+def read_partial(path: Path, items: UnitItems | None = None) -> PartialContent:
     """Parse a partial file; a missing file is an empty partial.
 
     Torn and invalid lines are skipped with a warning naming the file and line, so their
-    items count as not done (the worker redoes them). An unknown schema version raises
-    ``PartialError``: such a file must not be appended to or merged by this version.
+    items count as not done (the worker redoes them). A record of an item not in ``items``
+    (default: the unit's items, where the partial lies in a sweep directory) is invalid too.
+    A file that is not a worker's partial counts as empty, with ``foreign`` saying why and a
+    warning (the merger quarantines it). Another schema version raises ``PartialError``: its
+    records are real, for the tilesweep version that wrote it, so it is neither redone nor
+    appended to by this one.
     """
     content = PartialContent(Path(path))
     try:
-        data = Path(path).read_bytes()
+        data = content.path.read_bytes()
     except FileNotFoundError:
         return content
-
-    def skip(lineno: int, why: str) -> None:
-        content.torn.append(lineno)
-        content.problems.append((lineno, why))
-        log.warning("%s line %d: %s; skipped, its item will be redone", path, lineno, why)
-
+    if items is None:
+        items = UnitItems.of_partial(content.path)
     for lineno, _, raw, terminated in iter_lines(data):
-        if not raw.strip():
-            continue
-        try:
-            obj = loads(raw)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            skip(
-                lineno,
-                "torn or not JSON (a worker killed mid-write?)"
-                if not terminated or is_torn_fragment(raw)
-                else "not a tilesweep partial line",
-            )
-            continue
-        if "record" in obj:
-            rec, iid, attempt = obj["record"], obj.get("id"), obj.get("attempt", 0)
-            why, order = check_record(iid, rec)
-            if why is None and type(attempt) is not int:
-                why = "attempt is not an integer"
-            if why is not None:
-                skip(lineno, f"invalid record ({why})")
-                continue
-            if order is not None:
-                rec = {k: rec[k] for k in order}
-            content.records[iid] = (attempt, rec)
-        elif "start" in obj:
-            content.starts[obj["start"]] += 1
-        elif "abandon" in obj:
-            content.starts[obj["abandon"]] -= 1
-        elif "header" in obj:
-            header = obj["header"]
-            if not isinstance(header, dict):
-                skip(lineno, "header is not an object")
-                continue
-            if header.get("schema") != SCHEMA_VERSION:
-                raise PartialError(
-                    f"{path} line {lineno}: partial schema version {header.get('schema')!r}, this tilesweep reads "
-                    f"{SCHEMA_VERSION}; merge it with the tilesweep version that wrote it"
-                )
-            content.headers.append(header)
-        else:
-            skip(lineno, "not a tilesweep partial line")
+        kind, reason, iid, attempt, body = classify(raw, terminated, bool(content.headers), items)
+        if kind == RECORD and body is not None:
+            content.records[iid] = (attempt, body)
+        elif kind == START:
+            content.starts[iid] += 1
+        elif kind == ABANDON:
+            content.starts[iid] -= 1
+        elif kind == HEADER and body is not None:
+            content.headers.append(body)
+        elif kind == TORN or kind == INVALID:
+            content.torn.append(lineno)
+            content.problems.append((lineno, reason))
+            log_skipped(content.path, lineno, reason)
+        elif kind == VERSION:
+            raise PartialError(f"{path} line {lineno}: {reason}")
+        elif kind == FOREIGN:
+            why = f"line {lineno}: {reason}"
+            log.warning("%s %s; nothing in it counts as recorded (merging moves it to quarantine/)", path, why)
+            return PartialContent(content.path, foreign=why)
     return content
 
 

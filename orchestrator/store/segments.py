@@ -29,16 +29,25 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
-from orchestrator.spec.model import SCHEMA_VERSION
-from orchestrator.store.partials import check_record, is_torn_fragment, iter_lines, loads
+from orchestrator.store.partials import (
+    FOREIGN,
+    HEADER,
+    INVALID,
+    RECORD,
+    TORN,
+    VERSION,
+    UnitItems,
+    classify,
+    iter_lines,
+    loads,
+)
 from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: lines classified by partials.classify (schema and header checks moved there)
 CACHE_DIR = "merge-cache"
 _SIG_BYTES = 64
-_HEADER_START = b'{"header":'
 
 _encode = json.JSONEncoder(separators=(",\n   ", ": ")).encode
 
@@ -84,100 +93,44 @@ class Segment:
 # ---------------------------------------------------------------------------- parsing
 
 
-def _unit_map(sweep_root: Path, unit: str) -> dict[str, int]:
-    path = sweep_root / "units" / f"{unit}.json"
-    try:
-        data = loads(path.read_bytes())
-        return {iid: int(index) for index, iid in data["items"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        from orchestrator.errors import SweepDirError
-
-        raise SweepDirError(f"unit file {path} is missing or damaged; the sweep directory is damaged") from None
-
-
-def _consume(seg: Segment, data: bytes, first_line: int, umap_fn: Any, *, tail_ok: bool) -> tuple[int, int]:
-    """Parse the lines of ``data`` into ``seg``; returns (bytes, lines) consumed through the
-    last newline. The unterminated tail, if any, is parsed too (it may be a finished line
-    whose newline is not written yet) only when ``tail_ok``."""
-    umap: dict[str, int] | None = None
+def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, tail_ok: bool) -> tuple[int, int]:
+    """Parse the lines of ``data`` into ``seg`` (``classify`` says what each line is, exactly
+    as for ``read_partial``); returns (bytes, lines) consumed through the last newline. The
+    unterminated tail, if any, is parsed too (it may be a finished line whose newline is not
+    written yet) only when ``tail_ok``. Stops at the first line that makes the file foreign."""
     consumed, lines = 0, 0
-    unit = seg.unit
+    unit, seen = seg.unit, bool(seg.headers)
     for lineno, end, raw, terminated in iter_lines(data, first_line):
         if terminated:
             consumed, lines = end, lineno - first_line + 1
         elif not tail_ok:
             break
-        if not raw.strip():
-            continue
-        try:
-            obj = loads(raw)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            if not terminated:
-                why = "torn (a worker killed mid-write, or still writing it)"
-            elif is_torn_fragment(raw):
-                why = "torn (a worker killed mid-write)"
-            else:
-                why = "not a tilesweep partial line"
-            if not seg.headers and not (_HEADER_START.startswith(raw) or raw.startswith(_HEADER_START)):
-                # only a worker's first line, the header, can be torn before any header
-                seg.foreign = (
-                    f"line {lineno} is neither JSON nor a torn worker header, and no worker header precedes it"
-                )
-            seg.skipped.append([lineno, why])
-            continue
-        if "record" in obj:
-            if not seg.headers:
-                seg.foreign = f"record line {lineno} precedes any worker header: not written by a tilesweep worker"
-                continue
-            iid, rec, attempt = obj.get("id"), obj["record"], obj.get("attempt")
-            why, order = check_record(iid, rec)
-            if why is None and type(attempt) is not int:
-                why = "attempt is not an integer"
-            if why is None:
-                if umap is None:
-                    umap = umap_fn()
-                pi = umap.get(iid)
-                if pi is None:
-                    why = f"item {iid} is not an item of unit {unit}"
-            if why is not None:
-                seg.skipped.append([lineno, f"invalid record ({why})"])
-                continue
-            if order is not None:
-                rec = {k: rec[k] for k in order}
+        kind, reason, iid, attempt, rec = classify(raw, terminated, seen, items)
+        if kind == RECORD and rec is not None:
             seg.err.append("error" in rec)
             rec["unit"] = unit
             rec["attempt"] = attempt
             seg.texts.append("{\n   " + _encode(rec)[1:-1] + "\n  }")
-            seg.idx.append(pi)
+            seg.idx.append(items.positions[iid])
             seg.att.append(attempt)
             seg.ln.append(lineno)
             seg.ids.append(iid)
-        elif "header" in obj:
-            h = obj["header"]
-            if not isinstance(h, dict):
-                seg.skipped.append([lineno, "header is not an object"])
-                continue
-            seg.headers.append({"line": lineno, **h})
-        elif "start" in obj or "abandon" in obj:
-            if not seg.headers:
-                seg.foreign = f"line {lineno} precedes any worker header: not written by a tilesweep worker"
-        else:
-            seg.skipped.append([lineno, "not a tilesweep partial line"])
-            if not seg.headers:
-                seg.foreign = f"line {lineno} is not a tilesweep partial line and no worker header precedes it"
+        elif kind == HEADER and rec is not None:
+            seg.headers.append({"line": lineno, **rec})
+            seen = True
+        elif kind == TORN or kind == INVALID:
+            seg.skipped.append([lineno, reason])
+        elif kind == FOREIGN or kind == VERSION:
+            seg.foreign = f"line {lineno}: {reason}"
+            break
     return consumed, lines
 
 
 def check_headers(seg: Segment, fingerprint: str, env: dict[str, Any] | None) -> str | None:
-    """Why the partial's headers say it is not this sweep's, or None."""
+    """Why the partial's headers say it is not this sweep's, or None. (Whether a header is a
+    worker's header of this schema at all, ``classify`` already said.)"""
     for h in seg.headers:
         where = f"line {h.get('line')}"
-        if type(h.get("attempt")) is not int or not isinstance(h.get("started"), (str, type(None))):
-            return f"{where}: a worker header without an integer attempt and a start time"
-        if h.get("schema") != SCHEMA_VERSION:
-            return f"{where}: partial schema version {h.get('schema')!r}, this tilesweep reads {SCHEMA_VERSION}"
         if h.get("sweep") != fingerprint:
             return f"{where}: written for another spec (fingerprint {h.get('sweep')!r}, this sweep's is {fingerprint})"
         if h.get("unit") != seg.unit:
@@ -301,8 +254,8 @@ def segment(sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True) 
         after = os.fstat(f.fileno())  # mtime of what was read at the latest: a later append is seen as growth
     seg.path, seg.cached = path, False
     seg.ino, seg.size, seg.mtime_ns = st.st_ino, start + len(data), after.st_mtime_ns
-    umap_fn = lambda: _unit_map(sweep_root, unit)  # noqa: E731 - read only when records need it
-    consumed, lines = _consume(seg, data, seg.lines + 1, umap_fn, tail_ok=False)
+    items = UnitItems(sweep_root, unit)
+    consumed, lines = _consume(seg, data, seg.lines + 1, items, tail_ok=False)
     seg.parsed = start + consumed
     seg.lines += lines
     if seg.parsed:
@@ -315,6 +268,6 @@ def segment(sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True) 
     if use_cache and seg.foreign is None and (start != seg.parsed or start == 0):
         _store(sweep_root, seg)
     tail = data[consumed:]
-    if tail.strip():
-        _consume(seg, tail, seg.lines + 1, umap_fn, tail_ok=True)
+    if tail.strip() and seg.foreign is None:
+        _consume(seg, tail, seg.lines + 1, items, tail_ok=True)
     return seg

@@ -59,7 +59,7 @@ def atomic_open(path: Path, mode: str = "w", *, fsync: bool = True) -> Iterator[
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     try:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
             f.flush()
             if fsync:
@@ -90,7 +90,7 @@ def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
     incomplete copies, never data. Live writers' temps are kept."""
     folder, target = (path, r".+") if path.is_dir() else (path.parent, re.escape(path.name))
     pattern = re.compile(rf"\.{target}\.{re.escape(socket.gethostname())}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(folder.glob(".*.tmp"))
     except OSError:
