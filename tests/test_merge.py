@@ -12,14 +12,13 @@ import pytest
 
 from bench._synth import DEVICE, build_sweep, header, record_for, small_spec
 from orchestrator.errors import ResultsError
+from orchestrator.spec.model import env_fingerprint
+from orchestrator.spec.records import IDENTITY_FIELDS, item_id
 from orchestrator.store.merge import merge, write_document
 from orchestrator.store.segments import any_record_text, record_text
-from orchestrator.spec.records import item_id
-from orchestrator.spec.model import env_fingerprint
-from orchestrator.spec.records import IDENTITY_FIELDS
 from orchestrator.store.sweepdir import SweepDir
-
 from tests.helpers import assert_one_line_error
+
 from .conftest import SAMPLE, run_cli
 
 
@@ -51,9 +50,22 @@ def test_writer_is_byte_identical_to_json_dumps_on_the_reference_sample(sample_d
     assert path.read_bytes() == SAMPLE.read_bytes()
 
 
-@pytest.mark.parametrize("value", [
-    1e-05, 1e16, -0.0, float("nan"), float("inf"), 2**70, "é ✓ \u2028", 'say "hi",\n   "x": 1},\n  {', "", None, True,
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        1e-05,
+        1e16,
+        -0.0,
+        float("nan"),
+        float("inf"),
+        2**70,
+        "é ✓ \u2028",
+        'say "hi",\n   "x": 1},\n  {',
+        "",
+        None,
+        True,
+    ],
+)
 def test_record_text_matches_json_dumps_for_odd_values(value, tmp_path):
     rec = {"dtype": "float32", "error": value, "tag": "t"}
     nested = {**rec, "extra": {"a": [1, {"b": value}], "c": []}}
@@ -213,10 +225,16 @@ def _earlier_document(path: Path, sd: SweepDir, device_kind: str = "NVIDIA H100"
     items = sd.items()
     ours = [{**record_for(it, rng), "unit": "old", "attempt": 1} for it in items[:3]]
     other = [{**r, "seq": 99999, "note": {"kept": [1, 2]}} for r in ours[:2]]
-    doc = {"device": {**{k: DEVICE[k] for k in ("jax", "backend", "devices", "python")}, "device_kind": device_kind},
-           "config": {"tag": "earlier"}, "results": [other[0], *ours, other[1], ours[0]],
-           "tilesweep": {"fingerprint": "earlier-sweep", "spec": {},
-                         "attempts": {"old": [{"attempt": 1, "started": "2001-01-01T00:00:00+00:00"}]}}}
+    doc = {
+        "device": {**{k: DEVICE[k] for k in ("jax", "backend", "devices", "python")}, "device_kind": device_kind},
+        "config": {"tag": "earlier"},
+        "results": [other[0], *ours, other[1], ours[0]],
+        "tilesweep": {
+            "fingerprint": "earlier-sweep",
+            "spec": {},
+            "attempts": {"old": [{"attempt": 1, "started": "2001-01-01T00:00:00+00:00"}]},
+        },
+    }
     path.write_text(json.dumps(doc, indent=1))
     return doc
 
@@ -280,6 +298,39 @@ def test_append_with_mix_devices_tags_every_record_with_its_device(tmp_path):
     assert len(res) == sd.planned + 2
 
 
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"device": {}, "results": []}', "missing top-level key(s) config"),
+        ('{"device": {}, "config": {}, "results": [{"seq": 1}]}', "results[0] lacks identity field(s)"),
+    ],
+)
+def test_append_into_a_file_that_is_not_a_results_document_is_refused_with_the_way_out(tmp_path, content, why):
+    """The append target is read by the one results-document reader: what it refuses is
+    named in one line, with the way out, and the file is left as it was."""
+    sd, _ = _append_sweep(tmp_path)
+    sd.output.write_text(content)
+    r = run_cli("merge", str(sd.root))
+    line = assert_one_line_error(r, str(sd.output), why, "append: false")
+    assert "move it away" in line and sd.output.read_text() == content
+
+
+def test_append_into_a_document_holding_nan_keeps_it(tmp_path):
+    """The stdlib writes NaN for a broken kernel's rel_err; orjson refuses it, the one
+    results-document reader (append, report, compare) must not."""
+    from orchestrator.store.document import load
+
+    sd, _ = _append_sweep(tmp_path)
+    old = _earlier_document(sd.output, sd)
+    old["results"][0]["rel_err"] = float("nan")
+    sd.output.write_text(json.dumps(old, indent=1))
+    merge(sd)
+    res = load(sd.output).results
+    assert res[0]["seq"] == 99999 and res[0]["rel_err"] != res[0]["rel_err"]  # kept, still NaN
+    assert len(res) == sd.planned + 2
+
+
 # ---------------------------------------------------------------------------- merge cache
 
 
@@ -295,7 +346,10 @@ def test_cache_reads_only_what_changed_and_gives_the_same_document(sweep):
     u = units[0]
     it = u.items[0]
     newer = record_for(it, random.Random(3))
-    _append_lines(sd.partial_path(u.id), [json.dumps(header(sd, u.id, 2)), json.dumps({"id": it.id, "attempt": 2, "record": newer})])
+    _append_lines(
+        sd.partial_path(u.id),
+        [json.dumps(header(sd, u.id, 2)), json.dumps({"id": it.id, "attempt": 2, "record": newer})],
+    )
     grown = merge(sd)
     assert grown.partials_cached == len(units) - 1
     got = next(r for r in _doc(sd.output)["results"] if item_id(r) == it.id)

@@ -8,7 +8,10 @@ tilesweep still reports.
 Records are checked for the identity fields only, by a set inclusion per record, rather than
 through a pydantic model: a million records must load in seconds, and the report needs the
 identity, not a full schema check (the merger validates what it writes). Parsing uses orjson
-when it is installed and the stdlib ``json`` otherwise; both give the same Python objects.
+when it is installed and the stdlib ``json`` otherwise (and for a document orjson refuses:
+NaN, which the stdlib writes for a broken kernel's rel_err); both give the same objects.
+This is the one reader of results documents: report, compare, export, ``--costs`` and the
+merger's ``append`` all read through ``load``.
 Measured with ``bench/report.py`` (1M records, 444 MB): load 2.8 s with orjson vs 6.8 s
 stdlib (2.4x), load + best_table 4.3 s vs 7.3 s (1.7x).
 """
@@ -22,12 +25,14 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
 from orchestrator.spec.records import IDENTITY_FIELDS
 
+_orjson: ModuleType | None
 try:  # optional speed-up; the stdlib parser gives identical results
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
@@ -79,10 +84,13 @@ def _parse(data: bytes, path: str) -> Any:
     try:
         with paused_gc():
             if _orjson is not None:
-                return _orjson.loads(data)
+                try:
+                    return _orjson.loads(data)
+                except ValueError:  # NaN or Infinity (a broken kernel's rel_err): the stdlib reads them
+                    pass
             return json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        # orjson.JSONDecodeError and json.JSONDecodeError both derive from ValueError.
+        # json.JSONDecodeError derives from ValueError.
         raise ResultsError(f"{path}: not a results document: not valid JSON ({exc})") from None
 
 

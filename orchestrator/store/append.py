@@ -1,0 +1,131 @@
+"""Appending a sweep's records into an existing results document (``append: true``).
+
+The existing document is read with the one results-document reader (``document.load``), so
+what counts as a results document is the same for append, report, compare and ``--costs``.
+Its records are kept untouched and in place, except those of the same identity as a record
+of this sweep: the newer of the two stays (``newest``'s rule, by the start time of the
+attempt that measured each; a record whose measurement time the document cannot tell, as in
+a reference-run document, counts as older), and further copies are dropped. New identities
+follow in plan order. A document of another device is refused unless ``merge.mix_devices``
+is set, and then every record carries its device. The document's own ``tilesweep`` block is
+kept under ``earlier`` when it came from another spec, so provenance is never lost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ResultsError
+from orchestrator.spec.records import item_id
+from orchestrator.store.document import ResultsDoc, load
+from orchestrator.store.newest import Slots
+from orchestrator.store.segments import any_record_text
+
+APPEND_HINT = "merging appends to it (append: true): move it away or set append: false"
+
+
+def load_target(path: Path) -> ResultsDoc:
+    """The document to append into; a file that is not one is refused with the way out."""
+    try:
+        return load(path)
+    except ResultsError as exc:
+        raise ResultsError(f"{exc.message}; {APPEND_HINT}") from None
+
+
+def append_into(
+    existing: ResultsDoc, head: dict[str, Any], slots: Slots, *, mix_devices: bool, path: Path
+) -> tuple[dict[str, Any], list[str], int, int]:
+    """Records of this sweep (``slots``) replace same-identity records of ``existing`` in
+    place, unless the document's record was measured later (by its unit and attempt's start
+    time in the document's tilesweep blocks); the others are kept untouched; new identities
+    follow in plan order. Returns the new head, the record texts, how many records were kept
+    and how many of them are errors. Consumes ``existing.results`` as it goes, so a big
+    document's parsed records are freed while its text is built."""
+    old_kind = existing.device.get("device_kind")
+    new_kind = head["device"].get("device_kind") if head["device"] else old_kind
+    mixing = old_kind != new_kind
+    if mixing and not mix_devices:
+        raise ResultsError(
+            f"{path} holds results of device {old_kind!r}, this sweep ran on {new_kind!r}; "
+            "set merge.mix_devices: true to mix them (records then carry their device), or write to another output"
+        )
+    old_ts = existing.extra.get("tilesweep")
+    old_ts = old_ts if isinstance(old_ts, dict) else {}
+    texts, kept, kept_errors = _records(existing, slots, _measured(old_ts), mixing, new_kind)
+    new_head = dict(head)
+    new_head["device"] = head["device"] if mixing or not existing.device else existing.device
+    earlier = [e for e in old_ts.get("earlier", []) if isinstance(e, dict)] if old_ts else []
+    if old_ts and old_ts.get("fingerprint") != head["tilesweep"]["fingerprint"]:
+        earlier.append({k: v for k, v in old_ts.items() if k != "earlier"})
+    if earlier:
+        new_head["tilesweep"] = {**head["tilesweep"], "earlier": earlier}
+    return new_head, texts, kept, kept_errors
+
+
+def _records(
+    existing: ResultsDoc, slots: Slots, measured: dict[tuple[Any, Any], str], mixing: bool, new_kind: Any
+) -> tuple[list[str], int, int]:
+    """The record texts of the appended document, how many of the document's records were
+    kept and how many of those are errors. When ``mixing`` devices, every record carries its
+    device: the document's kind for its records, ``new_kind`` for this sweep's."""
+    old_kind = existing.device.get("device_kind")
+    fresh = {iid: pi for pi, iid in enumerate(slots.ids) if iid is not None}
+    used: set[int] = set()
+    texts: list[str] = []
+    kept = kept_errors = 0
+
+    def ours(pi: int) -> str:
+        t = slots.text[pi] or ""
+        return _with_device(t, new_kind) if mixing else t
+
+    for rec in _drain(existing.results):
+        try:
+            pi = fresh.get(item_id(rec))
+        except KeyError:  # a config field missing: not an identity of ours
+            pi = None
+        if pi is not None and pi in used:  # a second copy of one of our items: superseded
+            slots.superseded += 1
+            continue
+        if pi is not None:
+            used.add(pi)
+            theirs = measured.get((rec.get("unit"), rec.get("attempt")))
+            if theirs is None or theirs <= slots.started_of(pi):  # newest wins; unknown age: ours
+                texts.append(ours(pi))
+                continue
+            slots.err[pi] = 0  # the kept record is counted below, ours is not written
+        if mixing and "device" not in rec:
+            rec = {**rec, "device": old_kind}
+        texts.append(any_record_text(rec))
+        kept += 1
+        kept_errors += "error" in rec
+    texts.extend(ours(pi) for pi, t in enumerate(slots.text) if t is not None and pi not in used)
+    return texts, kept, kept_errors
+
+
+def _drain(records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The records in order, each let go of by the list once handed out."""
+    records.reverse()
+    while records:
+        yield records.pop()
+
+
+def _measured(old_ts: dict[str, Any]) -> dict[tuple[Any, Any], str]:
+    """When each (unit, attempt) of the document was measured, where its tilesweep blocks
+    (its own and the ``earlier`` ones) say: records of tilesweep documents carry unit and
+    attempt, their blocks the attempts' start times."""
+    measured: dict[tuple[Any, Any], str] = {}
+    for block in [*(e for e in old_ts.get("earlier", []) if isinstance(e, dict)), old_ts]:
+        attempts = block.get("attempts")
+        for unit, atts in attempts.items() if isinstance(attempts, dict) else ():
+            for a in atts if isinstance(atts, list) else ():
+                if isinstance(a, dict) and isinstance(a.get("started"), str):
+                    measured[(unit, a.get("attempt"))] = a["started"]
+    return measured
+
+
+def _with_device(text: str, kind: Any) -> str:
+    """A record text (as ``segments.record_text`` writes it) with ``device`` as its last field."""
+    return text[:-4] + ',\n   "device": ' + json.dumps(kind) + "\n  }"
