@@ -381,6 +381,21 @@ def test_damaged_or_rewritten_cache_inputs_are_rebuilt(sweep, caplog):
     assert _doc(sd.output)["results"] == merge_without_cache(sd)
 
 
+def test_cache_with_arrays_of_different_lengths_is_rebuilt(sweep, caplog):
+    """The CRC covers the record texts only: per-record arrays that do not line up are damage too."""
+    sd, units = sweep
+    cold = merge(sd)
+    seg = sd.root / "merge-cache" / f"{units[0].id}.seg"
+    meta, arrays, payload = seg.read_bytes().split(b"\n", 2)
+    short = json.loads(arrays)
+    short["idx"].pop()
+    seg.write_bytes(meta + b"\n" + json.dumps(short, separators=(",", ":")).encode() + b"\n" + payload)
+    with caplog.at_level(logging.WARNING):
+        again = merge(sd)
+    assert "damaged" in caplog.text and str(seg) in caplog.text
+    assert again.records == cold.records == sd.planned and again.partials_cached == len(units) - 1
+
+
 def test_unterminated_complete_last_line_is_merged_but_not_cached(sweep):
     """A record whose newline was not written yet is a finished record: merge it."""
     sd, units = sweep

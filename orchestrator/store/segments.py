@@ -202,6 +202,8 @@ def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
         offs = [0, *accumulate(arrays["len"])]
         if offs[-1] != len(text):
             raise ValueError("record lengths do not add up")
+        if any(len(arrays[k]) != len(arrays["len"]) for k in ("idx", "att", "ln", "err", "ids")):
+            raise ValueError("per-record arrays of different lengths")
         seg = Segment(
             unit,
             path,
