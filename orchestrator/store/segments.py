@@ -4,6 +4,7 @@ A segment is what one partial contributes to the document: its attempt headers, 
 skipped and why, and each valid record already serialized exactly as the document holds it
 (``json.dumps(doc, indent=1)`` at record depth, ``unit`` and ``attempt`` appended), with its
 plan index, attempt, line and item id. The merger then only orders and concatenates text.
+What each line is, ``partials.classify`` says, exactly as for ``read_partial``.
 
 Segments are cached in ``SWEEP/merge-cache/<unit>.seg``, keyed by the partial's inode, size
 and mtime. Partials are append-only, so when one has grown (same inode, the bytes just before
