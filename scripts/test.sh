@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite: set up .venv, start the local SLURM cluster the dispatch tests use
-# (as root; otherwise those tests say why they are skipped), then run pytest.
+# The whole test suite: set up .venv, check lint, format and types (ruff, mypy), start the
+# local SLURM cluster the dispatch tests use (as root; otherwise those tests say why they are
+# skipped), then run pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
+# Lint, format and types of the kernels and the storage package (settings in pyproject.toml).
+.venv/bin/ruff check kernels orchestrator/store
+.venv/bin/ruff format --check --quiet kernels orchestrator/store
+.venv/bin/mypy
 if [ "$(id -u)" = 0 ]; then
   if bash slurm/start-local-slurm.sh; then
     export TILESWEEP_REQUIRE_SLURM=${TILESWEEP_REQUIRE_SLURM:-1}
