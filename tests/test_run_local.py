@@ -57,6 +57,10 @@ def test_tiny_sweep_end_to_end(write_spec, tmp_path):
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
+    # progress in a log (stderr is a pipe here): whole lines, no carriage returns, the last one complete
+    progress = [line for line in r.stderr.splitlines() if "|" in line and "item" in line]
+    assert "\r" not in r.stderr, [line for line in r.stderr.split("\n") if "\r" in line]
+    assert progress and progress[-1].startswith("100%|") and "6/6" in progress[-1]
     doc = json.loads((tmp_path / "results.json").read_text())
     types = {"rel_err": float, "compile_s": float, "inner": int, "median_ms": float, "q1_ms": float, "q3_ms": float}
     _check_reference_format(doc, types)

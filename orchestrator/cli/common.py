@@ -1,16 +1,15 @@
 """What every command family of the CLI shares: the parser class, argument types, the
-progress line, and the few lines several commands print the same way."""
+progress display (``progress``), and the few lines several commands print the same way."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from orchestrator import PROG
-from orchestrator.control.status import format_duration
+from orchestrator.cli.progress import Progress
 
 __all__ = ["PROG", "Parser", "Progress", "merge_line", "positive_int", "print_failed_units",
            "print_table", "seconds", "warn"]
@@ -43,48 +42,6 @@ def seconds(value: str) -> float:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
     return v
-
-
-class Progress:
-    """A one-line progress display on stderr: redrawn on a terminal, a line every ~10 s otherwise."""
-
-    def __init__(self, total: int, label: str = "items", stream: Any = None) -> None:
-        self.total = max(total, 1)
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.start = time.monotonic()
-        self.first_done: int | None = None
-        self.last_print = 0.0
-        self.last_text = ""
-        self.finished = False
-
-    def update(self, done: int, extra: str = "") -> None:
-        now = time.monotonic()
-        if self.first_done is None:
-            self.first_done = done
-        elapsed = now - self.start
-        rate_done = done - self.first_done
-        eta = (f", ETA {format_duration(elapsed / rate_done * (self.total - done))}"
-               if rate_done > 0 and done < self.total else "")
-        width = 24
-        filled = int(width * min(done, self.total) / self.total)
-        text = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.label}{extra}, "
-                f"{format_duration(elapsed)} elapsed{eta}")
-        if self.tty:
-            self.stream.write("\r" + text.ljust(len(self.last_text)))
-            self.stream.flush()
-        elif now - self.last_print >= 10 or (done >= self.total and not self.finished):
-            self.stream.write(text + "\n")
-            self.stream.flush()
-            self.last_print = now
-        self.last_text = text
-        self.finished = done >= self.total
-
-    def close(self) -> None:
-        if self.tty and self.last_text:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def warn(text: str) -> None:

@@ -139,7 +139,7 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
         for u in st.units:
             if u.state == "pending" and u.stuck and u.id not in warned:
                 warned.add(u.id)
-                print(f"\n{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}", file=sys.stderr)
+                progress.note(f"{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}")
         extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
         progress.update(st.done, extra=extra)
 
