@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 
 from orchestrator.analysis import plots
+from orchestrator.analysis.heatmap import heatmap_data
 
 from orchestrator.analysis import report
 
 from orchestrator.store import document as results_doc
 from orchestrator.errors import TilesweepError
+from tests.conftest import SAMPLE, run_cli
+from tests.helpers import assert_one_line_error
 from tests.test_report import make_doc, rec, run_handler, write
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
@@ -44,7 +47,7 @@ def mixed_records() -> list[dict[str, Any]]:
 def test_heatmap_data_cells() -> None:
     groups = report.group_by_problem(mixed_records())
     (fk, fwd), (bk, bwd) = groups.items()
-    d = plots.heatmap_data(report.ProblemKey(*fk), fwd)
+    d = heatmap_data(report.ProblemKey(*fk), fwd)
     assert (d.row_axis, d.col_axis, d.rows, d.cols) == ("block_q", "block_k", [32, 64, 128], [64, 128])
     assert [c.status for c in d.cells[0]] == ["failed", "failed"]
     assert (d.cells[0][0].n_failed, d.cells[0][0].n_total) == (2, 2)
@@ -53,7 +56,7 @@ def test_heatmap_data_cells() -> None:
     assert (cell.status, cell.detail, cell.n_failed) == ("ok", "s1 w4", 1)
     assert cell.median_ms == pytest.approx(1.28 + 0.128 + 0.0001)
     assert d.auto_ms == 1.0 and d.folded == "stages, warps"
-    b = plots.heatmap_data(report.ProblemKey(*bk), bwd)
+    b = heatmap_data(report.ProblemKey(*bk), bwd)
     assert (b.row_axis, b.col_axis, b.rows, b.cols) == ("bwd_outer", "bwd_inner", [64, 128], [32])
     assert b.cells[0][0].median_ms == 2.5 and b.cells[0][0].detail.startswith("f64/128")
     assert b.cells[1][0].status == "failed" and "fwd blocks" in b.folded and b.auto_ms is None
@@ -61,7 +64,7 @@ def test_heatmap_data_cells() -> None:
 
 def test_heatmap_data_none_without_forced_records() -> None:
     (k, recs), = report.group_by_problem([rec(auto=True, ms=1.0)]).items()
-    assert plots.heatmap_data(report.ProblemKey(*k), recs) is None
+    assert heatmap_data(report.ProblemKey(*k), recs) is None
 
 
 def test_missing_matplotlib_is_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -75,7 +78,7 @@ def test_missing_matplotlib_is_one_line_error(monkeypatch: pytest.MonkeyPatch, t
 @needs_mpl
 def test_plots_from_sample(sample_doc: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "plots"
-    written = plots.write_plots(results_doc.from_obj(sample_doc), out)
+    written = plots.write_plots(results_doc.from_obj(sample_doc), out).files
     names = sorted(p.name for p in written)
     assert names == sorted(p.name for p in out.iterdir())
     assert "speedup_over_auto.png" in names
@@ -89,13 +92,13 @@ def test_plots_from_sample(sample_doc: dict[str, Any], tmp_path: Path) -> None:
 def test_plots_failed_auto_only_and_tags(tmp_path: Path) -> None:
     records = mixed_records() + [rec(auto=True, ms=2.0, seq=4096, tag="other"),
                                  rec(ms=None, seq=4096, tag="other")]
-    written = plots.write_plots(results_doc.from_obj(make_doc(records)), tmp_path)
+    written = plots.write_plots(results_doc.from_obj(make_doc(records)), tmp_path).files
     names = {p.name for p in written}
     assert "heatmap_bfloat16_d64_s2048_b4_h8_fwd_t.png" in names  # several tags: tag in the name
     assert "heatmap_bfloat16_d64_s4096_b4_h8_fwd_other.png" in names
     assert all(p.read_bytes()[:8] == PNG_MAGIC for p in written)
     auto_only = plots.write_plots(results_doc.from_obj(make_doc([rec(auto=True, ms=1.0)])),
-                                  tmp_path / "auto")
+                                  tmp_path / "auto").files
     assert [p.name for p in auto_only] == ["speedup_over_auto.png"]
 
 
@@ -105,3 +108,14 @@ def test_cli_report_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     rc, out, err = run_handler(["report", str(src), "--json", "--plots", str(tmp_path / "p")], capsys)
     assert rc == 0 and out.lstrip().startswith("[") and "wrote 2 plot(s)" in err
     assert (tmp_path / "p" / "speedup_over_auto.png").exists()
+
+
+@needs_mpl
+def test_cli_plots_cap_says_what_it_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run_handler(["report", str(SAMPLE), "--plots", str(tmp_path / "p"), "--max-plots", "1"], capsys)
+    assert rc == 0
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
+        "heatmap_bfloat16_d64_s2048_b4_h8_fwd.png", "speedup_over_auto.png"]
+    assert "plotted the first 1 of 3 problems (--max-plots 1); 2 not plotted: --max-plots 0 plots all" in err
+    assert_one_line_error(run_cli("report", str(SAMPLE), "--plots", str(tmp_path), "--max-plots", "-1"),
+                          "--max-plots", "0 or more")

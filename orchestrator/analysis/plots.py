@@ -8,7 +8,8 @@ The heatmap axes are the two tiles that decide most of the time: block_q x block
 bwd_outer x bwd_inner for fwd_bwd. Each cell is the best median over the remaining axes
 (stages, warps; for fwd_bwd also the forward blocks when they vary), with the winning
 stages/warps written under the time; a cell where every config failed is hatched and
-labelled "failed". The data side (``heatmap_data``) needs no matplotlib.
+labelled "failed" (or "pruned": refused by the shared-memory model). The data side is
+``orchestrator.analysis.heatmap``, shared with the HTML page.
 """
 
 from __future__ import annotations
@@ -21,108 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.analysis.heatmap import HeatmapData, heatmap_data, problem_title
+from orchestrator.analysis.report import ProblemKey, ProblemSummary, best_table, group_by_problem
 from orchestrator.errors import TilesweepError
-from orchestrator.analysis.report import (
-    ProblemKey,
-    ProblemSummary,
-    best_table,
-    group_by_problem,
-    is_success,
-)
 from orchestrator.store.document import ResultsDoc
 
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "plots need matplotlib: pip install 'tilesweep[plots]'"
 
-_AXES = {"fwd": ("block_q", "block_k"), "fwd_bwd": ("bwd_outer", "bwd_inner")}
 SPEEDUP_PAGE = 40  # problems per speedup chart
 _GREEN, _GREY, _RED = "tab:green", "0.6", "tab:red"
 _EVEN_BAND = 0.02  # speedups within 2% of 1 are drawn grey: not a win either way
-_SHORT_DTYPE = {"bfloat16": "bf16", "float32": "f32", "float16": "f16"}
-
-
-@dataclass(frozen=True)
-class Cell:
-    status: str  # "ok", "failed" (every config here failed) or "absent" (not in the sweep)
-    median_ms: float | None = None
-    detail: str = ""  # the winning config's other axes, e.g. "s2 w4"
-    n_failed: int = 0  # configs in this cell that failed
-    n_total: int = 0
-
-
-@dataclass(frozen=True)
-class HeatmapData:
-    key: ProblemKey
-    row_axis: str
-    col_axis: str
-    rows: list[int]
-    cols: list[int]
-    cells: list[list[Cell]]  # [row][col]
-    auto_ms: float | None
-    folded: str  # what each cell takes the best over, for the title
-
-
-def heatmap_data(key: ProblemKey, records: list[dict[str, Any]]) -> HeatmapData | None:
-    """The heatmap of one problem, or ``None`` for a mode without tile axes or no forced record."""
-    axes = _AXES.get(key.mode)
-    if axes is None:
-        return None
-    ra, ca = axes
-    auto_ms = None
-    best: dict[tuple[int, int], dict[str, Any] | None] = {}
-    failed: dict[tuple[int, int], int] = {}
-    total: dict[tuple[int, int], int] = {}
-    fwd_blocks = set()
-    for rec in records:
-        if rec["config"] == "auto":
-            if is_success(rec) and (auto_ms is None or rec["median_ms"] < auto_ms):
-                auto_ms = float(rec["median_ms"])
-            continue
-        r, c = rec.get(ra), rec.get(ca)
-        if not isinstance(r, int) or not isinstance(c, int):
-            continue
-        fwd_blocks.add((rec.get("fwd_block_q"), rec.get("fwd_block_k")))
-        prev = best.get((r, c))
-        total[(r, c)] = total.get((r, c), 0) + 1
-        if is_success(rec):
-            if prev is None or rec["median_ms"] < prev["median_ms"]:
-                best[(r, c)] = rec
-        else:
-            failed[(r, c)] = failed.get((r, c), 0) + 1
-            if (r, c) not in best:
-                best[(r, c)] = None
-    if not best:
-        return None
-    vary_fwd = key.mode == "fwd_bwd" and len(fwd_blocks) > 1
-    rows = sorted({r for r, _ in best})
-    cols = sorted({c for _, c in best})
-    cells = []
-    for r in rows:
-        line = []
-        for c in cols:
-            nf, nt = failed.get((r, c), 0), total.get((r, c), 0)
-            if (r, c) not in best:
-                line.append(Cell("absent"))
-            elif best[(r, c)] is None:
-                line.append(Cell("failed", n_failed=nf, n_total=nt))
-            else:
-                rec = best[(r, c)]
-                detail = f"s{rec.get('num_stages')} w{rec.get('num_warps')}"
-                if vary_fwd:
-                    detail = f"f{rec.get('fwd_block_q')}/{rec.get('fwd_block_k')} {detail}"
-                line.append(Cell("ok", float(rec["median_ms"]), detail, nf, nt))
-        cells.append(line)
-    folded = "stages, warps" + (", fwd blocks" if vary_fwd else "")
-    return HeatmapData(key, ra, ca, rows, cols, cells, auto_ms, folded)
-
-
-def problem_title(key: ProblemKey, with_tag: bool = False) -> str:
-    text = (
-        f"{_SHORT_DTYPE.get(key.dtype, key.dtype)} D={key.head_dim} S={key.seq} "
-        f"B={key.batch} H={key.heads} {key.mode}"
-    )
-    return f"{text} [{key.tag}]" if with_tag and key.tag is not None else text
 
 
 def plot_filename(key: ProblemKey, with_tag: bool = False) -> str:
@@ -133,8 +44,24 @@ def plot_filename(key: ProblemKey, with_tag: bool = False) -> str:
     return "heatmap_" + re.sub(r"[^A-Za-z0-9_.-]+", "-", name) + ".png"
 
 
-def write_plots(doc: ResultsDoc, out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Write every heatmap and the speedup chart into ``out_dir``; return the files written."""
+@dataclass(frozen=True)
+class WrittenPlots:
+    """What ``write_plots`` drew: the files, and how many of the document's problems they cover."""
+
+    files: list[Path]
+    drawn: int  # problems whose plots were drawn (the first ones in document order)
+    problems: int  # problems in the document
+
+    @property
+    def folded(self) -> int:
+        """Problems left out by the cap."""
+        return self.problems - self.drawn
+
+
+def write_plots(doc: ResultsDoc, out_dir: str | os.PathLike[str], *, max_problems: int | None = None) -> WrittenPlots:
+    """Write the heatmaps and speedup charts of the first ``max_problems`` problems (all when
+    ``None``) into ``out_dir``. A heatmap takes about 0.4 s, so thousands of problems need a
+    cap (the CLI sets one and says what it left out; the HTML page shows every problem)."""
     mpl = _matplotlib()
     out = Path(out_dir)
     try:
@@ -143,8 +70,9 @@ def write_plots(doc: ResultsDoc, out_dir: str | os.PathLike[str]) -> list[Path]:
         raise TilesweepError(f"{out}: cannot create the plot directory ({exc.strerror or exc})") from None
     groups = group_by_problem(doc.results)
     with_tag = len({k[6] for k in groups}) > 1
+    n = len(groups) if max_problems is None else min(max_problems, len(groups))
     written = []
-    for k, recs in groups.items():
+    for k, recs in list(groups.items())[:n]:
         data = heatmap_data(ProblemKey(*k), recs)
         if data is None:
             log.info("no heatmap for %s: no forced configs on tile axes", k)
@@ -152,15 +80,15 @@ def write_plots(doc: ResultsDoc, out_dir: str | os.PathLike[str]) -> list[Path]:
         path = out / plot_filename(data.key, with_tag)
         _save(mpl, _heatmap_figure(mpl, data, with_tag), path)
         written.append(path)
-    summaries = best_table(doc)
+    summaries = best_table(doc)[:n]
     pages = [summaries[i:i + SPEEDUP_PAGE] for i in range(0, len(summaries), SPEEDUP_PAGE)]
-    for n, page in enumerate(pages, 1):
+    for i, page in enumerate(pages, 1):
         # one tall figure for thousands of problems would exceed Agg's size limit and be unreadable
-        path = out / ("speedup_over_auto.png" if n == 1 else f"speedup_over_auto_{n}.png")
-        title_page = f" ({n}/{len(pages)})" if len(pages) > 1 else ""
+        path = out / ("speedup_over_auto.png" if i == 1 else f"speedup_over_auto_{i}.png")
+        title_page = f" ({i}/{len(pages)})" if len(pages) > 1 else ""
         _save(mpl, _speedup_figure(mpl, page, with_tag, title_page), path)
         written.append(path)
-    return written
+    return WrittenPlots(written, n, len(groups))
 
 
 # --------------------------------------------------------------------------- drawing
@@ -202,11 +130,7 @@ def _heatmap_figure(mpl: Any, d: HeatmapData, with_tag: bool) -> Any:
         hi = lo * 1.01
     norm = mpl.colors.LogNorm(vmin=lo, vmax=hi)
     im = ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto", origin="upper")
-    best_rc = None
-    if values:
-        best_v = min(values)
-        best_rc = next((i, j) for i, line in enumerate(d.cells) for j, c in enumerate(line)
-                       if c.status == "ok" and c.median_ms == best_v)
+    best_rc = d.best()
     for i, line in enumerate(d.cells):
         for j, c in enumerate(line):
             if c.status == "ok":
@@ -217,10 +141,11 @@ def _heatmap_figure(mpl: Any, d: HeatmapData, with_tag: bool) -> Any:
                         fontsize=10, fontweight="bold", color=color)
                 detail = c.detail + (f"\n{c.n_failed}/{c.n_total} failed" if c.n_failed else "")
                 ax.text(j, i + 0.25, detail, ha="center", va="center", fontsize=7.5, color=color)
-            elif c.status == "failed":
+            elif c.status in ("failed", "pruned"):
                 ax.add_patch(mpl.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85",
-                                                   edgecolor="0.45", hatch="xx", linewidth=0))
-                ax.text(j, i, f"failed\n({c.n_failed}/{c.n_total})", ha="center", va="center",
+                                                   edgecolor="0.45", hatch="xx" if c.status == "failed" else "//",
+                                                   linewidth=0))
+                ax.text(j, i, f"{c.status}\n({c.n_failed}/{c.n_total})", ha="center", va="center",
                         fontsize=9, color="black",
                         bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"))
             else:

@@ -11,7 +11,7 @@ from typing import Any
 from orchestrator import PROG
 from orchestrator.cli.progress import Progress
 
-__all__ = ["PROG", "Parser", "Progress", "merge_line", "positive_int", "print_failed_units",
+__all__ = ["PROG", "Parser", "Progress", "merge_line", "non_negative_int", "positive_int", "print_failed_units",
            "print_table", "seconds", "warn"]
 
 
@@ -30,6 +30,17 @@ def positive_int(value: str) -> int:
         n = 0
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    return n
+
+
+def non_negative_int(value: str) -> int:
+    """argparse type of caps where 0 means none (--max-plots)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more, got {value!r}")
     return n
 
 

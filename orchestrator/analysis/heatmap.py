@@ -1,0 +1,165 @@
+"""The tile heatmap of one problem, as data: what the PNG plots and the HTML page both draw.
+
+The axes are the two tiles that decide most of the time: block_q x block_k for fwd,
+bwd_outer x bwd_inner for fwd_bwd. Each cell is the best median over the remaining axes
+(stages, warps; for fwd_bwd also the forward blocks when they vary), with the winning
+stages/warps as its detail, and counts configs (a config timed once is not failed, however
+often it failed before). A cell where every config failed is ``failed``, or ``pruned``
+when every one of them was refused before running by the shared-memory model (that is a
+prediction, not a measured failure, and the page says which); a cell with no record is
+``absent``. Nothing here needs matplotlib.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+from orchestrator.analysis.report import ProblemKey, config_label, is_success
+from orchestrator.spec.records import config_fields
+
+AXES = {"fwd": ("block_q", "block_k"), "fwd_bwd": ("bwd_outer", "bwd_inner")}
+_SHORT_DTYPE = {"bfloat16": "bf16", "float32": "f32", "float16": "f16"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    status: str  # "ok", "failed", "pruned" (every config here pruned) or "absent" (no record)
+    median_ms: float | None = None
+    detail: str = ""  # the winning config's other axes, e.g. "s2 w4"
+    n_failed: int = 0  # configs in this cell that never produced a timing (pruned ones included)
+    n_total: int = 0  # configs in this cell
+    n_pruned: int = 0  # of the failed, how many were pruned
+
+
+@dataclass(frozen=True)
+class HeatmapData:
+    key: ProblemKey
+    row_axis: str
+    col_axis: str
+    rows: list[int]
+    cols: list[int]
+    cells: list[list[Cell]]  # [row][col]
+    auto_ms: float | None
+    folded: str  # what each cell takes the best over, for the title
+
+    def best(self) -> tuple[int, int] | None:
+        """(row, col) of the fastest cell, the first one on a tie; None when no cell has a time."""
+        found, best_ms = None, float("inf")
+        for i, line in enumerate(self.cells):
+            for j, c in enumerate(line):
+                if c.median_ms is not None and c.median_ms < best_ms:
+                    found, best_ms = (i, j), c.median_ms
+        return found
+
+
+@dataclass(frozen=True)
+class Configs:
+    """One pass over a problem's records: auto's best time and, per forced config (its config
+    field values), the fastest successful record (``None``: it never produced a timing) and
+    its first failed record. The heatmap and the page's list of failed configs both use it."""
+
+    fields: tuple[str, ...]
+    auto_ms: float | None
+    best: dict[tuple, dict[str, Any] | None]
+    first_failure: dict[tuple, dict[str, Any]]
+
+    def label(self, cid: tuple, mode: str) -> str:
+        return config_label(dict(zip(self.fields, cid, strict=True)), mode)
+
+
+def configs_of(mode: str, records: list[dict[str, Any]]) -> Configs:
+    fields = config_fields(mode)
+    get = itemgetter(*fields)
+    auto_ms = None
+    best: dict[tuple, dict[str, Any] | None] = {}
+    first_failure: dict[tuple, dict[str, Any]] = {}
+    for rec in records:
+        ok = is_success(rec)
+        if rec["config"] == "auto":
+            if ok and (auto_ms is None or rec["median_ms"] < auto_ms):
+                auto_ms = float(rec["median_ms"])
+            continue
+        try:
+            cid = get(rec)
+        except KeyError:  # a forced record without some config field: still one config
+            cid = tuple(map(rec.get, fields))
+        if ok:
+            prev = best.get(cid)
+            if prev is None or rec["median_ms"] < prev["median_ms"]:
+                best[cid] = rec
+        else:
+            best.setdefault(cid, None)
+            first_failure.setdefault(cid, rec)
+    return Configs(fields, auto_ms, best, first_failure)
+
+
+class _Tally:
+    """What one cell has seen: its fastest successful record and its counts of configs."""
+
+    __slots__ = ("best", "failed", "pruned", "total")
+
+    def __init__(self) -> None:
+        self.best: dict[str, Any] | None = None
+        self.failed = self.pruned = self.total = 0
+
+
+def heatmap_data(
+    key: ProblemKey, records: list[dict[str, Any]], configs: Configs | None = None
+) -> HeatmapData | None:
+    """The heatmap of one problem, or ``None`` for a mode without tile axes or no forced record.
+    ``configs``: the problem's ``configs_of``, when the caller has it already."""
+    axes = AXES.get(key.mode)
+    if axes is None:
+        return None
+    cs = configs if configs is not None else configs_of(key.mode, records)
+    ri, ci = cs.fields.index(axes[0]), cs.fields.index(axes[1])
+    tallies: dict[tuple[int, int], _Tally] = {}
+    fwd_blocks = set()
+    for cid, rec in cs.best.items():
+        r, c = cid[ri], cid[ci]
+        if r.__class__ is not int or c.__class__ is not int:
+            continue
+        t = tallies.get((r, c))
+        if t is None:
+            t = tallies[(r, c)] = _Tally()
+        t.total += 1
+        if rec is None:
+            t.failed += 1
+            t.pruned += cs.first_failure[cid].get("pruned") is True
+            continue
+        if key.mode == "fwd_bwd":
+            fwd_blocks.add((rec.get("fwd_block_q"), rec.get("fwd_block_k")))
+        if t.best is None or rec["median_ms"] < t.best["median_ms"]:
+            t.best = rec
+    if not tallies:
+        return None
+    vary_fwd = len(fwd_blocks) > 1
+    rows = sorted({r for r, _ in tallies})
+    cols = sorted({c for _, c in tallies})
+    cells = [[_cell(tallies.get((r, c)), vary_fwd) for c in cols] for r in rows]
+    folded = "stages, warps" + (", fwd blocks" if vary_fwd else "")
+    return HeatmapData(key, axes[0], axes[1], rows, cols, cells, cs.auto_ms, folded)
+
+
+def _cell(t: _Tally | None, vary_fwd: bool) -> Cell:
+    if t is None:
+        return Cell("absent")
+    if t.best is None:
+        status = "pruned" if t.pruned == t.failed else "failed"
+        return Cell(status, n_failed=t.failed, n_total=t.total, n_pruned=t.pruned)
+    rec = t.best
+    detail = f"s{rec.get('num_stages')} w{rec.get('num_warps')}"
+    if vary_fwd:
+        detail = f"f{rec.get('fwd_block_q')}/{rec.get('fwd_block_k')} {detail}"
+    return Cell("ok", float(rec["median_ms"]), detail, t.failed, t.total, t.pruned)
+
+
+def problem_title(key: ProblemKey, with_tag: bool = False) -> str:
+    """``bf16 D=64 S=2048 B=4 H=8 fwd``: a problem's name above its plot."""
+    text = (
+        f"{_SHORT_DTYPE.get(key.dtype, key.dtype)} D={key.head_dim} S={key.seq} "
+        f"B={key.batch} H={key.heads} {key.mode}"
+    )
+    return f"{text} [{key.tag}]" if with_tag and key.tag is not None else text
