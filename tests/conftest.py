@@ -59,6 +59,19 @@ def sample_doc() -> dict[str, Any]:
     return json.loads(SAMPLE.read_text())
 
 
+@pytest.fixture(scope="session")
+def page_2000(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report page of a synthetic 2,000-problem document (small grids: 18 fwd and 12
+    fwd_bwd configs per shape; 1% of the configs missing, 1% failed), built once per session
+    for the HTML and the browser tests."""
+    from orchestrator.analysis import html
+    from orchestrator.store import document, synthetic
+
+    spec = synthetic.problems_spec(fwd_stages=[2], fwd_warps=[4, 8], bwd_stages=[1], bwd_warps=[4])
+    doc = document.from_obj(synthetic.document(spec, missing=0.01, failed=0.01), name="synthetic-2000.json")
+    return html.write_page(tmp_path_factory.mktemp("page") / "synthetic-2000.html", html.report_page(doc))
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m orchestrator ARGS`` in a real subprocess, as a user would."""
     return subprocess.run(

@@ -9,13 +9,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.analysis import plots
+from orchestrator.analysis import plots, report
 from orchestrator.analysis.heatmap import heatmap_data
-
-from orchestrator.analysis import report
-
-from orchestrator.store import document as results_doc
 from orchestrator.errors import TilesweepError
+from orchestrator.store import document as results_doc
 from tests.conftest import SAMPLE, run_cli
 from tests.helpers import assert_one_line_error
 from tests.test_report import make_doc, rec, run_handler, write
@@ -117,5 +114,6 @@ def test_cli_plots_cap_says_what_it_left_out(tmp_path: Path, capsys: pytest.Capt
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
         "heatmap_bfloat16_d64_s2048_b4_h8_fwd.png", "speedup_over_auto.png"]
     assert "plotted the first 1 of 3 problems (--max-plots 1); 2 not plotted: --max-plots 0 plots all" in err
+    assert "--html OUT.html shows every problem" in err
     assert_one_line_error(run_cli("report", str(SAMPLE), "--plots", str(tmp_path), "--max-plots", "-1"),
                           "--max-plots", "0 or more")

@@ -1,1 +1,1 @@
-"""Reading results documents: best configs, comparisons, the tuned table, plots."""
+"""Reading results documents: best configs, comparisons, the tuned table, plots, the report page."""

@@ -35,6 +35,8 @@ def register(subparsers: Any) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="a JSON array, one object per problem")
     fmt.add_argument("--markdown", action="store_true", help="a GitHub-flavoured table")
+    p.add_argument("--html", metavar="OUT.html",
+                   help="also write one self-contained page: summary table, provenance, a heatmap per problem")
     p.add_argument("--plots", metavar="DIR",
                    help="also write PNG heatmaps and a speedup chart into DIR (needs matplotlib)")
     p.add_argument("--max-plots", type=non_negative_int, default=DEFAULT_MAX_PLOTS, metavar="N",
@@ -66,6 +68,7 @@ def register(subparsers: Any) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="a JSON object with a 'problems' array")
     fmt.add_argument("--markdown", action="store_true", help="a GitHub-flavoured table")
+    p.add_argument("--html", metavar="OUT.html", help="also write one self-contained page with A and B side by side")
     p.set_defaults(func=cmd_compare)
 
 
@@ -83,21 +86,27 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(summaries), indent=1))
     else:
         print(report.format_table(summaries, _style(args)))
+    if args.html:
+        from orchestrator.analysis import html
+
+        html.write_page(args.html, html.report_page(doc))
+        print(f"wrote {args.html}", file=sys.stderr)
     if args.plots:
-        _write_plots(doc, args.plots, args.max_plots)
+        _write_plots(doc, args.plots, args.max_plots, html_given=bool(args.html))
     return 0
 
 
-def _write_plots(doc: Any, out_dir: str, max_plots: int) -> None:
+def _write_plots(doc: Any, out_dir: str, max_plots: int, *, html_given: bool) -> None:
     """The PNGs, and a line on what the cap left out and how to get it."""
     from orchestrator.analysis import plots
 
     written = plots.write_plots(doc, out_dir, max_problems=max_plots or None)
     print(f"wrote {len(written.files)} plot(s) to {out_dir}", file=sys.stderr)
     if written.folded:
+        page = "the --html page has every problem" if html_given else "--html OUT.html shows every problem on one page"
         print(f"{PROG}: note: plotted the first {written.drawn} of {written.problems} problems (--max-plots "
-              f"{max_plots}); {written.folded} not plotted: --max-plots 0 plots all (about 0.4 s each)",
-              file=sys.stderr)
+              f"{max_plots}); {written.folded} not plotted: --max-plots 0 plots all (about 0.4 s each), "
+              f"{page}", file=sys.stderr)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -127,6 +136,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(json.dumps(compare.to_json(rows, doc_a, doc_b), indent=1))
     else:
         print(compare.format_compare(rows, _style(args), doc_a=doc_a, doc_b=doc_b))
+    if args.html:
+        from orchestrator.analysis import compare_html, html
+
+        html.write_page(args.html, compare_html.compare_page(doc_a, doc_b))
+        print(f"wrote {args.html}", file=sys.stderr)
     return 0
 
 

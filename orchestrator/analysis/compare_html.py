@@ -1,0 +1,106 @@
+"""``tilesweep compare A B --html OUT.html``: two results documents side by side on one page.
+
+The pairing is ``compare.compare``'s (problems matched without their tag unless a document
+holds one problem under several tags). The page shows both documents' provenance, a summary
+table (best config and median in A and B, B/A: below 1, B is faster) that sorts and filters
+like the report's, and per problem the two heatmaps next to each other with the same colour
+scale, grouped and folded as on the report page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from orchestrator.analysis.compare import ProblemComparison, compare
+from orchestrator.analysis.html import (
+    ProblemView,
+    facts,
+    grouped,
+    key_cells,
+    key_columns,
+    legend,
+    lists,
+    plot,
+    problem_views,
+    ratio_cls,
+)
+from orchestrator.analysis.page import Column, num, provenance, shell, table, td
+from orchestrator.analysis.report import astuple_key, is_success
+from orchestrator.analysis.svg import esc
+from orchestrator.store.document import ResultsDoc
+
+LEGEND = "B/A = B best ms / A best ms (below 1: B is faster). Problems are matched on their axes, without the tag."
+
+
+def _views(doc: ResultsDoc) -> dict[tuple, ProblemView]:
+    return {astuple_key(v.summary.key): v for v in problem_views(doc)}
+
+
+def _side(view: ProblemView | None, name: str) -> str:
+    if view is None:
+        return f'<div><div class="side">{name}</div><p class="facts">not in {name}</p></div>'
+    return f'<div><div class="side">{name}</div>{facts(view.summary)}{plot(view.heatmap)}{lists(view)}</div>'
+
+
+def _columns(with_tag: bool) -> list[Column]:
+    return key_columns(with_tag) + [
+        Column("a_best", "A best", left=True), Column("a_ms", "A ms", num=True),
+        Column("b_best", "B best", left=True), Column("b_ms", "B ms", num=True),
+        Column("ratio", "B/A", num=True, hint="B best ms / A best ms; below 1: B is faster"),
+        Column("note", "note", left=True),
+    ]
+
+
+def _rows(rows: list[ProblemComparison], with_tag: bool) -> Iterator[tuple[list[str], list[str]]]:
+    for n, r in enumerate(rows, 1):
+        cells, fvals = key_cells(n, f"p-{n}", r.key, with_tag)
+        for s in (r.a, r.b):
+            if s is None:
+                cells += [td("-"), td("-")]
+            else:
+                cells += [td(s.best_label or "-", cls="l mono"), num(s.best_ms, ".4f")]
+        cells += [num(r.ratio, ".3f", ratio_cls(r.ratio, higher_is_better=False)), td(r.note, cls="l")]
+        yield cells, fvals
+
+
+def _header(rows: list[ProblemComparison]) -> Callable[[list[int]], str]:
+    def header(idx: list[int]) -> str:
+        one = sum(1 for i in idx if rows[i].presence != "both")
+        faster = sum(1 for i in idx if rows[i].ratio is not None and rows[i].ratio < 1)
+        n = len(idx)
+        text = f"{n} problem{'s' if n != 1 else ''}, B faster in {faster}"
+        return text + (f", {one} in one document only" if one else "")
+
+    return header
+
+
+def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
+    """The whole comparison page of two results documents."""
+    rows = compare(doc_a, doc_b)
+    va, vb = _views(doc_a), _views(doc_b)
+    with_tag = any(r.key.tag is not None for r in rows)
+
+    def card(i: int) -> str:
+        r, n = rows[i], i + 1
+        a = va.get(astuple_key(r.a.key)) if r.a is not None else None
+        b = vb.get(astuple_key(r.b.key)) if r.b is not None else None
+        ratio = "" if r.ratio is None else f' &middot; B/A <b class="{ratio_cls(r.ratio, False)}">{r.ratio:.3f}</b>'
+        title = esc((r.a or r.b).key.label(with_tag)) if (r.a or r.b) is not None else ""
+        return (f'<section class="problem" id="p-{n}"><h3><a href="#p-{n}">#{n}</a> {title}{ratio}</h3>'
+                f'<div class="pair">{_side(a, "A")}{_side(b, "B")}</div></section>')
+
+    sides = []
+    for name, doc in (("A", doc_a), ("B", doc_b)):
+        counts = {"records": len(doc.results),
+                  "without a timing": sum(1 for x in doc.results if not is_success(x))}
+        sides.append(f"<div><h3>{name}: {esc(doc.name)}</h3>{provenance(doc, counts)}</div>")
+    title = f"tilesweep compare: {Path(doc_a.name).name} vs {Path(doc_b.name).name}"
+    body = [
+        f"<h1>{esc(title)}</h1>", f'<p class="sub">{esc(LEGEND)}</p>',
+        f'<h2>Provenance</h2><div class="sides">{"".join(sides)}</div>',
+        f"<h2>Summary</h2>{table(_columns(with_tag), _rows(rows, with_tag), len(rows))}",
+        f"<h2>Problems</h2>{legend()}",
+        grouped([r.key for r in rows], card, _header(rows)),
+    ]
+    return shell(title, "\n".join(body))

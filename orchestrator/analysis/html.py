@@ -1,0 +1,292 @@
+"""``tilesweep report RESULTS --html OUT.html``: one page to open in a browser and send on.
+
+On top, the provenance (device, jax, sweep, dates, GPU-hours, the spec) and a summary table of
+every problem, sortable and filterable (``page``). Below, one card per problem: the best config
+and its q1-q3 spread, auto, speedup, TFLOP/s, the noise flag, the tile heatmap (``svg``: failed
+and pruned cells marked), and the configs that failed or are missing (planned but without a
+record, when the document says what was planned: ``planned``).
+
+Thousands of problems stay readable and fast: the cards are grouped by dtype and head_dim, the
+groups start folded above ``FOLD_ABOVE`` problems (the page says so; nothing is left out, a
+folded group is one click away and a problem's number in the table opens its group), and the
+browser lays out only the cards on screen (CSS ``content-visibility``). Every string from the
+document is escaped. The page is written atomically: a reader sees the old page or the new one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from orchestrator.analysis.heatmap import Configs, HeatmapData, configs_of, heatmap_data, problem_title
+from orchestrator.analysis.page import Column, num, provenance, shell, table, td
+from orchestrator.analysis.planned import missing_records
+from orchestrator.analysis.report import (
+    LEGEND,
+    ProblemKey,
+    ProblemSummary,
+    astuple_key,
+    best_table,
+    config_label,
+    group_by_problem,
+    is_success,
+)
+from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
+from orchestrator.errors import TilesweepError
+from orchestrator.store.document import ResultsDoc
+from orchestrator.store.sweepdir import atomic_open
+
+FOLD_ABOVE = 60  # more problems than this: the groups start folded
+GROUP_AXES = ("dtype", "head_dim")  # cards are grouped by these problem fields
+EVEN_BAND = 0.02  # a speedup or ratio within 2% of 1 is shown as even
+
+
+class Failed(NamedTuple):
+    """A forced config of a problem that never produced a timing."""
+
+    label: str
+    error: str  # the first error recorded for it
+    pruned: bool  # refused by the shared-memory model before running
+    smem_bytes: int | None  # the model's prediction, for a pruned config
+
+
+@dataclass(frozen=True)
+class ProblemView:
+    """What a problem's card shows. ``missing`` is None when the document cannot say."""
+
+    number: int  # 1-based, document order: the card's anchor and the table's first column
+    summary: ProblemSummary
+    heatmap: HeatmapData | None
+    failed: list[Failed]
+    missing: list[str] | None  # labels of planned configs without a record
+
+    @property
+    def anchor(self) -> str:
+        return f"p-{self.number}"
+
+
+def _failed_configs(cs: Configs, mode: str) -> list[Failed]:
+    """Forced configs that never produced a timing, with their first error."""
+    out = []
+    for cid, rec in cs.best.items():
+        if rec is None:
+            bad = cs.first_failure[cid]
+            smem = bad.get("smem_bytes")
+            out.append(Failed(cs.label(cid, mode), str(bad.get("error", "no timing recorded")),
+                              bad.get("pruned") is True, smem if isinstance(smem, int) else None))
+    return out
+
+
+def problem_views(doc: ResultsDoc) -> list[ProblemView]:
+    """One view per problem in document order."""
+    groups = group_by_problem(doc.results)
+    missing = missing_records(doc)
+    views = []
+    for n, s in enumerate(best_table(doc), 1):
+        k = astuple_key(s.key)
+        recs = groups[k]
+        gone = None
+        if missing is not None:
+            gone = [config_label(r, r["mode"]) if r["config"] != "auto" else "auto" for r in missing.get(k, [])]
+        cs = configs_of(s.key.mode, recs)
+        views.append(ProblemView(n, s, heatmap_data(s.key, recs, cs), _failed_configs(cs, s.key.mode), gone))
+    return views
+
+
+# --------------------------------------------------------------------------- cards
+
+
+def ratio_cls(x: float | None, higher_is_better: bool = True) -> str:
+    if x is None or abs(x - 1) <= EVEN_BAND:
+        return ""
+    return "win" if (x > 1) == higher_is_better else "lose"
+
+
+def facts(s: ProblemSummary) -> str:
+    """One line of numbers: best config, its spread, auto, speedup, TFLOP/s, runner-up, noise."""
+    if s.best_ms is None:
+        why = "auto only" if s.n_configs == 0 else "every forced config failed"
+        best = f'<span class="warn">no best config: {why}</span>'
+    else:
+        best = (f"best <b>{esc(s.best_label)}</b> <b>{s.best_ms:.4g} ms</b> "
+                f"(q1-q3 {s.best_q1_ms:.4g}-{s.best_q3_ms:.4g})")
+    auto = {"ok": f"auto {s.auto_ms:.4g} ms" if s.auto_ms is not None else "", "failed": "auto failed",
+            "absent": "no auto record"}[s.auto_status]
+    parts = [best, auto]
+    if s.speedup is not None:
+        parts.append(f'<b class="{ratio_cls(s.speedup)}">{s.speedup:.2f}x</b> over auto')
+    if s.tflops is not None:
+        parts.append(f"{s.tflops:.1f} TFLOP/s")
+    if s.runner_up_label is not None and s.runner_up_ms is not None:
+        noise = ' <b class="warn">within noise</b>' if s.within_noise else ""
+        parts.append(f"runner-up {esc(s.runner_up_label)} {s.runner_up_ms:.4g} ms{noise}")
+    return '<p class="facts">' + " &middot; ".join(p for p in parts if p) + "</p>"
+
+
+def plot(d: HeatmapData | None) -> str:
+    if d is None:
+        return '<p class="facts">no heatmap: no forced config on tile axes</p>'
+    auto = "auto failed or absent" if d.auto_ms is None else f"auto {d.auto_ms:.4g} ms"
+    caption = f"median ms per {d.row_axis} x {d.col_axis}, best over {d.folded}; red box = best; {auto}"
+    return f'{heatmap_svg(d)}<p class="facts">{esc(caption)}</p>'
+
+
+def _codes(labels: list[str]) -> str:
+    return " ".join(f"<code>{esc(x)}</code>" for x in labels)
+
+
+def lists(v: ProblemView) -> str:
+    """The failed configs grouped by their error (pruned ones with the predicted bytes), and the
+    missing ones, folded."""
+    out = []
+    if v.failed:
+        by_error: dict[str, list[str]] = {}
+        pruned = []
+        for f in v.failed:
+            if f.pruned:
+                pruned.append(f"{f.label} ({f.smem_bytes // 1024} KiB)" if f.smem_bytes else f.label)
+            else:
+                by_error.setdefault(f.error, []).append(f.label)
+        items = "".join(f"<li>{esc(err)}: {_codes(labels)}</li>" for err, labels in by_error.items())
+        if pruned:
+            items += f"<li>pruned (the shared-memory model predicted over the limit; not run): {_codes(pruned)}</li>"
+        extra = f" ({len(pruned)} pruned)" if pruned else ""
+        out.append(f'<details class="list"><summary>{len(v.failed)} failed config'
+                   f'{"s" if len(v.failed) != 1 else ""}{extra}</summary><ul>{items}</ul></details>')
+    if v.missing:
+        out.append(f'<details class="list"><summary class="warn">{len(v.missing)} planned config'
+                   f'{"s" if len(v.missing) != 1 else ""} without a record (resume redoes them)</summary>'
+                   f"<ul><li>{_codes(v.missing)}</li></ul></details>")
+    return "".join(out)
+
+
+def card(v: ProblemView, with_tag: bool) -> str:
+    title = esc(problem_title(v.summary.key, with_tag))
+    return (f'<section class="problem" id="{v.anchor}"><h3><a href="#{v.anchor}">#{v.number}</a> {title}</h3>'
+            f"{facts(v.summary)}{plot(v.heatmap)}{lists(v)}</section>")
+
+
+def grouped(keys: list[ProblemKey], render: Callable[[int], str], header: Callable[[list[int]], str]) -> str:
+    """Cards grouped by ``GROUP_AXES`` in first-seen order; folded above ``FOLD_ABOVE`` problems.
+    ``render(i)`` is the card of problem ``i``; ``header(indices)`` the group's count line."""
+    groups: dict[tuple, list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(tuple(getattr(k, a) for a in GROUP_AXES), []).append(i)
+    folded = len(keys) > FOLD_ABOVE
+    axes = " and ".join(GROUP_AXES)
+    if folded:
+        intro = (f'<p class="note">{len(keys)} problems in {len(groups)} groups by {axes}. The groups are '
+                 "folded to keep the page quick: open one, or click a problem's # in the table. Nothing is "
+                 "left out: every problem's card and heatmap is on this page.</p>")
+    else:
+        intro = f'<p class="sub">{len(keys)} problems, grouped by {axes}.</p>'
+    out = [intro]
+    for g, (values, idx) in enumerate(groups.items(), 1):
+        name = " &middot; ".join(f"{a} {esc(v)}" for a, v in zip(GROUP_AXES, values, strict=True))
+        out.append(f'<details class="group" id="g-{g}"{"" if folded else " open"}><summary>{name}: '
+                   f'{header(idx)}</summary><div class="cards">{"".join(render(i) for i in idx)}</div></details>')
+    return "".join(out)
+
+
+def key_cells(number: int, anchor: str, k: ProblemKey, with_tag: bool) -> tuple[list[str], list[str]]:
+    """The leading cells of a summary row (number, problem axes) and its filter values."""
+    cells = [td(f'<a href="#{anchor}">{number}</a>', number, raw=True), td(k.dtype, cls="l"),
+             td(k.head_dim), td(k.seq), td(k.batch), td(k.heads), td(k.mode, cls="l")]
+    fvals = [k.dtype, str(k.head_dim), str(k.seq), k.mode]
+    if with_tag:
+        tag = "-" if k.tag is None else str(k.tag)
+        cells.append(td(tag, cls="l"))
+        fvals.append(tag)
+    return cells, fvals
+
+
+def key_columns(with_tag: bool) -> list[Column]:
+    cols = [Column("n", "#", num=True, hint="document order; links to the problem's card"),
+            Column("dtype", "dtype", left=True, filter=True), Column("head_dim", "D", num=True, filter=True),
+            Column("seq", "seq", num=True, filter=True), Column("batch", "B", num=True),
+            Column("heads", "H", num=True), Column("mode", "mode", left=True, filter=True)]
+    if with_tag:
+        cols.append(Column("tag", "tag", left=True, filter=True))
+    return cols
+
+
+# --------------------------------------------------------------------------- the report page
+
+
+def _columns(with_tag: bool) -> list[Column]:
+    return key_columns(with_tag) + [
+        Column("best", "best config", left=True), Column("ms", "ms", num=True),
+        Column("spread", "q1-q3 ms", num=True, hint="q1 and q3 of the best config's samples"),
+        Column("auto", "auto ms", num=True), Column("speedup", "speedup", num=True, desc_first=True,
+                                                    hint="auto ms / best ms"),
+        Column("tflops", "TFLOP/s", num=True, desc_first=True), Column("configs", "configs", num=True),
+        Column("failed", "failed", num=True, desc_first=True),
+        Column("pruned", "pruned", num=True, desc_first=True, hint="failed configs the smem model refused"),
+        Column("missing", "missing", num=True, desc_first=True, hint="planned configs without a record"),
+        Column("note", "note", left=True),
+    ]
+
+
+def _rows(views: list[ProblemView], with_tag: bool) -> Iterator[tuple[list[str], list[str]]]:
+    for v in views:
+        s = v.summary
+        cells, fvals = key_cells(v.number, v.anchor, s.key, with_tag)
+        spread = None if s.best_q1_ms is None else f"{s.best_q1_ms:.4f}-{s.best_q3_ms:.4f}"
+        cells += [td(s.best_label or "-", cls="l mono"), num(s.best_ms, ".4f"),
+                  td(spread or "-", None if s.best_q3_ms is None or s.best_q1_ms is None
+                     else repr(s.best_q3_ms - s.best_q1_ms)),
+                  num(s.auto_ms, ".4f"), num(s.speedup, ".2f", ratio_cls(s.speedup)), num(s.tflops, ".1f"),
+                  td(s.n_configs), td(s.n_failed), td(s.n_pruned),
+                  td("-") if v.missing is None else td(len(v.missing), cls="warn" if v.missing else ""),
+                  td(s.note, cls="l")]
+        yield cells, fvals
+
+
+def _group_header(views: list[ProblemView]) -> Callable[[list[int]], str]:
+    def header(idx: list[int]) -> str:
+        n = len(idx)
+        none = sum(1 for i in idx if views[i].summary.best_ms is None)
+        gone = sum(1 for i in idx if views[i].missing)
+        text = f"{n} problem{'s' if n != 1 else ''}"
+        text += f", {none} without a best config" if none else ""
+        return text + (f", {gone} with missing configs" if gone else "")
+
+    return header
+
+
+def legend() -> str:
+    swatch = '<svg class="swatch" width="22" height="14"><rect width="22" height="14" fill="url(#h{})"/></svg>'
+    return (f'<div class="legend"><span>cell colour: time relative to the problem\'s best</span>{scale_svg()}'
+            f"<span>{swatch.format('f')} failed</span><span>{swatch.format('p')} pruned (smem model, not run)"
+            "</span><span>- not in the sweep</span></div>")
+
+
+def report_page(doc: ResultsDoc) -> str:
+    """The whole report page of a results document."""
+    views = problem_views(doc)
+    with_tag = len({v.summary.key.tag for v in views}) > 1
+    n_err = sum(1 for r in doc.results if not is_success(r))
+    counts = {"records": len(doc.results), "without a timing": n_err, "problems": len(views)}
+    body = [
+        f"<h1>tilesweep report: {esc(Path(doc.name).name)}</h1>",
+        f'<p class="sub">{esc(LEGEND)}</p>',
+        f"<h2>Provenance</h2>{provenance(doc, counts)}",
+        f"<h2>Summary</h2>{table(_columns(with_tag), _rows(views, with_tag), len(views))}",
+        f"<h2>Problems</h2>{legend()}",
+        grouped([v.summary.key for v in views], lambda i: card(views[i], with_tag), _group_header(views)),
+    ]
+    return shell(f"tilesweep report: {Path(doc.name).name}", "\n".join(body))
+
+
+def write_page(path: str | os.PathLike[str], text: str) -> Path:
+    """Write a page atomically (temp file, then rename); a one-line error if it cannot be written."""
+    out = Path(path)
+    try:
+        with atomic_open(out, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise TilesweepError(f"{out}: cannot write the page ({exc.strerror or exc})") from None
+    return out

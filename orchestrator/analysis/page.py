@@ -1,0 +1,152 @@
+"""The parts every tilesweep page shares: the document shell, provenance, and the summary table.
+
+A page is one self-contained file: its style and its few lines of script are inline, its plots
+are inline SVG, and its Content-Security-Policy allows nothing else: no fetch, no font, no image,
+and no script but the page's own (by hash). So a string from a results document that
+slipped past ``esc`` as a ``<script>`` still could not run; ``esc`` is applied to every such
+string all the same, and the CSP is the second wall.
+
+The summary table is sorted and filtered in the browser by ``assets/page.js``: a header with a
+``data-key`` sorts (``data-num``: numerically, ``data-desc``: largest first on the first
+click), a ``<select data-col>`` filters on a column's values, and the query string sets both
+on load (``?sort=speedup&order=desc&dtype=bfloat16``), so a sorted view is a link to share.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from orchestrator.analysis.svg import DEFS, esc
+from orchestrator.store.document import ResultsDoc
+
+
+@cache
+def _asset(name: str) -> str:
+    return resources.files("orchestrator.analysis").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def shell(title: str, body: str) -> str:
+    """The whole page around ``body`` (already escaped HTML)."""
+    css, js = _asset("page.css"), _asset("page.js")
+    csp = f"default-src 'none'; style-src {_sha256(css)}; script-src {_sha256(js)}"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="generator" content="tilesweep">'
+        f"<title>{esc(title)}</title><style>{css}</style></head>\n<body>{DEFS}\n{body}\n"
+        f"<script>{js}</script></body></html>\n"
+    )
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def _when(block: dict[str, Any]) -> str | None:
+    """First and last attempt start of the sweep's units, from the tilesweep block."""
+    starts = sorted(
+        str(a["started"])
+        for attempts in (block.get("attempts") or {}).values() if isinstance(attempts, list)
+        for a in attempts if isinstance(a, dict) and a.get("started")
+    )
+    if not starts:
+        return None
+    return starts[0] if starts[0] == starts[-1] else f"{starts[0]} to {starts[-1]}"
+
+
+def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
+    """Where the numbers come from: device, software, sweep, dates, GPU-hours, the spec."""
+    dev, block = doc.device, doc.extra.get("tilesweep")
+    block = block if isinstance(block, dict) else {}
+    env = block.get("env") if isinstance(block.get("env"), dict) else {}
+    rows: list[tuple[str, Any]] = [
+        ("document", doc.name),
+        ("device", " ".join(str(x) for x in (dev.get("device_kind"), dev.get("backend")) if x) or None),
+        ("devices", ", ".join(map(str, dev["devices"])) if isinstance(dev.get("devices"), list) else None),
+        ("jax", dev.get("jax") or env.get("jax")),
+        ("jaxlib", dev.get("jaxlib") or env.get("jaxlib")),
+        ("python", dev.get("python")),
+        ("records", ", ".join(f"{v} {k}" for k, v in counts.items())),
+        ("sweep", " ".join(str(x) for x in (block.get("sweep_dir"), block.get("fingerprint")) if x) or None),
+        ("planned items", block.get("planned")),
+        ("measured", _when(block)),
+        ("merged", block.get("merged")),
+        ("GPU-hours", block.get("gpu_hours")),
+    ]
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows if v not in (None, ""))
+    spec = block.get("spec") if isinstance(block.get("spec"), dict) else None
+    what = "the sweep's spec (tilesweep block)" if spec is not None else "the document's config block"
+    shown = spec if spec is not None else doc.config
+    return (f'<dl class="prov">{items}</dl><details class="list"><summary>{what}</summary>'
+            f'<pre class="spec">{esc(json.dumps(shown, indent=1))}</pre></details>')
+
+
+# --------------------------------------------------------------------------- summary table
+
+
+@dataclass(frozen=True)
+class Column:
+    """A summary column. ``key`` names it in the query string (``?sort=KEY``) and, for a
+    filter column, is the filter's name (``?KEY=VALUE``)."""
+
+    key: str
+    title: str
+    left: bool = False
+    num: bool = False
+    desc_first: bool = False
+    filter: bool = False
+    hint: str = ""
+
+
+def td(text: Any, v: Any = None, cls: str = "", raw: bool = False) -> str:
+    """One cell: ``text`` is escaped unless ``raw`` (HTML this package built); ``v`` is the
+    value sorting and filtering use when it differs from the text."""
+    attrs = f' data-v="{esc(v)}"' if v is not None else ""
+    attrs += f' class="{cls}"' if cls else ""
+    return f"<td{attrs}>{text if raw else esc(text)}</td>"
+
+
+def num(x: float | None, fmt: str, cls: str = "") -> str:
+    """A numeric cell: formatted text, the full value to sort on, '-' (sorted last) for none."""
+    return td("-") if x is None else td(format(x, fmt), repr(float(x)), cls)
+
+
+def table(columns: Sequence[Column], rows: Iterable[tuple[list[str], list[str]]], total: int) -> str:
+    """The summary table with its filter selects. ``rows`` yields (cells, filter values): the
+    values of the filter columns in column order, as plain text, to list in the selects."""
+    body, seen = [], {c.key: set() for c in columns if c.filter}
+    fcols = [c for c in columns if c.filter]
+    for cells, fvals in rows:
+        body.append("<tr>" + "".join(cells) + "</tr>")
+        for c, v in zip(fcols, fvals, strict=True):
+            seen[c.key].add(v)
+    selects = []
+    for c in fcols:
+        col = columns.index(c)
+        opts = "".join(f'<option value="{esc(v)}">{esc(v)}</option>'
+                       for v in sorted(seen[c.key], key=lambda s: (len(s), s) if s.isdigit() else (0, s)))
+        selects.append(f'<label>{esc(c.title)} <select name="{esc(c.key)}" data-col="{col}">'
+                       f'<option value="">all</option>{opts}</select></label>')
+    heads = []
+    for c in columns:
+        attrs = f' data-key="{esc(c.key)}"' + (" data-num" if c.num else "") + (" data-desc" if c.desc_first else "")
+        attrs += ' class="l"' if c.left else ""
+        attrs += f' title="{esc(c.hint)}"' if c.hint else ""
+        heads.append(f"<th{attrs}>{esc(c.title)}</th>")
+    return (
+        f'<div class="controls">{"".join(selects)}<span>showing <b id="shown">{total}</b> of {total} problems; '
+        "click a column to sort, again to reverse</span></div>"
+        f'<div class="tablewrap"><table class="sum" id="summary"><thead><tr>{"".join(heads)}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table></div>'
+    )

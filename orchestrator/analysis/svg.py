@@ -1,0 +1,132 @@
+"""Heatmaps as SVG for the HTML page: a few rects and texts per cell, no plotting library.
+
+matplotlib takes about 0.4 s per heatmap; a page of thousands of problems needs each one in
+well under a millisecond. Each heatmap is inline SVG, text in the page (no image files beside
+it, no network), with as few elements as it can have: a page of thousands of them is parsed
+whole when it opens. (As ``data:`` images they would be parsed only when shown, but each
+SVG image costs the browser a document of its own; thousands of them stalled headless
+Chromium's ``--dump-dom`` and ``--screenshot`` for minutes, which a print-to-PDF would hit too.)
+
+The cell colour says how much slower a cell is than the problem's best cell, on a log scale
+that saturates at ``SATURATE``x, so one colour means the same in every heatmap of the page
+(the PNG plots colour each heatmap by its own range instead). Failed cells are hatched and
+labelled, pruned ones (refused by the shared-memory model, never run) hatched the other way,
+and cells with no record are left blank with a dash; the best cell has a red outline.
+
+Every text that comes from a document goes through ``esc``: tile sizes are ints, but a
+document is data from elsewhere and is never trusted to be.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from orchestrator.analysis.heatmap import HeatmapData
+
+SATURATE = 4.0  # a cell this many times slower than the best, or more, gets the last colour
+# viridis, reversed: the best cell is bright yellow, slow ones dark (as the PNG plots)
+_STOPS = ("#fde725", "#a0da39", "#4ac16d", "#1fa187", "#277f8e", "#365c8d", "#46327e", "#440154")
+CELL_W, CELL_H = 64, 34
+LEFT, TOP = 58, 34  # room for the row and column labels
+
+# hatch patterns, defined once per page (ids are page-wide); see ``defs``
+DEFS = (
+    '<svg class="defs" width="0" height="0" aria-hidden="true"><defs>'
+    '<pattern id="hf" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+    '<rect width="6" height="6" fill="#e6e6e6"/><rect width="2" height="6" fill="#b04040"/></pattern>'
+    '<pattern id="hp" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)">'
+    '<rect width="6" height="6" fill="#eeeeee"/><rect width="2" height="6" fill="#9a9a9a"/></pattern>'
+    "</defs></svg>"
+)
+
+
+def esc(value: object) -> str:
+    """Text or attribute value, escaped for HTML (and so for inline SVG)."""
+    return html.escape(str(value), quote=True)
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    return int(hex_colour[1:3], 16), int(hex_colour[3:5], 16), int(hex_colour[5:7], 16)
+
+
+_RGB = [_rgb(s) for s in _STOPS]
+
+
+def colour(ratio: float) -> str:
+    """The fill of a cell ``ratio`` times slower than the best (1 = the best)."""
+    t = 0.0 if ratio <= 1 else min(math.log(ratio) / math.log(SATURATE), 1.0)
+    x = t * (len(_RGB) - 1)
+    i = min(int(x), len(_RGB) - 2)
+    f = x - i
+    a, b = _RGB[i], _RGB[i + 1]
+    return "#" + "".join(f"{round(p + (q - p) * f):02x}" for p, q in zip(a, b, strict=True))
+
+
+def _ink(fill: str) -> str:
+    """Text colour on a fill: black (the default) on light fills, white on dark ones."""
+    r, g, b = _rgb(fill)
+    return "" if 0.299 * r + 0.587 * g + 0.114 * b > 128 else " fill='white'"
+
+
+def heatmap_svg(d: HeatmapData) -> str:
+    """One problem's heatmap, inline in the page: rows ``d.row_axis``, columns ``d.col_axis``,
+    median ms and the winning stages/warps per cell. Kept to few elements (thousands share a
+    page): rects first, then the texts in groups that carry their style as presentation
+    attributes; the hatch patterns are the page's (``DEFS``)."""
+    nr, nc = len(d.rows), len(d.cols)
+    width, height = LEFT + nc * CELL_W + 4, TOP + nr * CELL_H + 4
+    best = d.best()
+    best_ms = d.cells[best[0]][best[1]].median_ms if best is not None else None
+    cw, ch, mid = CELL_W - 2, CELL_H - 2, CELL_W // 2
+    rects, values, details, marks = [], [], [], []
+    for i, line in enumerate(d.cells):
+        y = TOP + i * CELL_H
+        for j, c in enumerate(line):
+            x = LEFT + j * CELL_W
+            if c.status == "ok" and c.median_ms is not None:
+                fill = colour(c.median_ms / best_ms) if best_ms else _STOPS[0]
+                ink = _ink(fill)
+                rects.append(f"<rect x='{x}' y='{y}' width='{cw}' height='{ch}' fill='{fill}'/>")
+                values.append(f"<text x='{x + mid}' y='{y + 14}'{ink}>{c.median_ms:.4g}</text>")
+                details.append(f"<text x='{x + mid}' y='{y + 27}'{ink}>{esc(c.detail)}</text>")
+            elif c.status in ("failed", "pruned"):
+                rects.append(f"<rect x='{x}' y='{y}' width='{cw}' height='{ch}' fill='url(#h{c.status[0]})'/>")
+                marks.append(f"<text x='{x + mid}' y='{y + 20}'>{c.status}</text>")
+            else:
+                rects.append(f"<rect x='{x}' y='{y}' width='{cw}' height='{ch}' fill='white' stroke='gainsboro'/>")
+                marks.append(f"<text x='{x + mid}' y='{y + 20}'>-</text>")
+    cols = "".join(f"<text x='{LEFT + j * CELL_W + mid}' y='{TOP - 6}'>{esc(v)}</text>" for j, v in enumerate(d.cols))
+    rows = "".join(f"<text x='{LEFT - 6}' y='{TOP + i * CELL_H + CELL_H // 2 + 4}'>{esc(v)}</text>"
+                   for i, v in enumerate(d.rows))
+    ym = TOP + nr * CELL_H // 2
+    parts = [
+        f"<svg class='heatmap' width='{width}' height='{height}' role='img' "
+        f"aria-label='{esc(d.row_axis)} by {esc(d.col_axis)}: median ms'>",
+        f"<g fill='dimgray' font-style='italic'><text x='{LEFT + nc * CELL_W // 2}' y='11'>{esc(d.col_axis)}</text>"
+        f"<text x='11' y='{ym}' transform='rotate(-90 11 {ym})'>{esc(d.row_axis)}</text></g>",
+        cols, f"<g text-anchor='end'>{rows}</g>", *rects,
+        f"<g font-weight='600' font-size='12'>{''.join(values)}</g>",
+        f"<g font-size='9.5'>{''.join(details)}</g>",
+        f"<g font-size='10.5' fill='#333'>{''.join(marks)}</g>" if marks else "",
+    ]
+    if best is not None:
+        i, j = best
+        parts.append(f"<rect x='{LEFT + j * CELL_W - 1}' y='{TOP + i * CELL_H - 1}' width='{CELL_W}' "
+                     f"height='{CELL_H}' fill='none' stroke='#d93025' stroke-width='3'/>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def scale_svg() -> str:
+    """The colour legend: best, then 1.5x, 2x, 3x, 4x+ slower than the problem's best."""
+    marks = (1.0, 1.5, 2.0, 3.0, SATURATE)
+    w = 46
+    parts = [f'<svg class="scale" width="{len(marks) * w + 2}" height="24" role="img" aria-label="colour scale">']
+    for k, m in enumerate(marks):
+        fill = colour(m)
+        label = "best" if m == 1.0 else f"{m:g}x" + ("+" if m == SATURATE else "")
+        parts.append(f'<rect x="{k * w}" y="0" width="{w - 2}" height="22" fill="{fill}"/>'
+                     f'<text x="{k * w + w // 2 - 1}" y="15"{_ink(fill)}>{label}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
