@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: set up .venv, check lint, format and types (ruff, mypy), start the
-# local SLURM cluster the dispatch tests use (as root; otherwise those tests say why they are
-# skipped), then run pytest.
+# The whole test suite: set up .venv, check lint, format and types (ruff, mypy), install
+# chromium for the report page's browser tests and start the local SLURM cluster the dispatch
+# tests use (both as root; otherwise those tests say why they are skipped), then run pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
@@ -10,6 +10,13 @@ bash scripts/setup-venv.sh
 .venv/bin/ruff format --check --quiet kernels orchestrator/store
 .venv/bin/mypy
 if [ "$(id -u)" = 0 ]; then
+  # the report page's tests open it in a real headless browser
+  if bash scripts/install-browser.sh; then
+    export TILESWEEP_REQUIRE_BROWSER=${TILESWEEP_REQUIRE_BROWSER:-1}
+  else
+    echo "test.sh: chromium could not be installed; the browser tests will fail (TILESWEEP_REQUIRE_BROWSER=1)" >&2
+    export TILESWEEP_REQUIRE_BROWSER=1
+  fi
   if bash slurm/start-local-slurm.sh; then
     export TILESWEEP_REQUIRE_SLURM=${TILESWEEP_REQUIRE_SLURM:-1}
   else
@@ -17,6 +24,7 @@ if [ "$(id -u)" = 0 ]; then
     export TILESWEEP_REQUIRE_SLURM=1
   fi
 else
-  echo "test.sh: not root, so the local SLURM cluster cannot be started; SLURM tests will be skipped" >&2
+  echo "test.sh: not root, so the local SLURM cluster cannot be started (nor chromium installed); SLURM tests" \
+       "(and the browser tests, without chromium) will be skipped" >&2
 fi
 exec .venv/bin/python -m pytest "$@"
