@@ -234,7 +234,9 @@ def test_a_few_problems_open_unfolded() -> None:
 # --------------------------------------------------------------------------- files and CLI
 
 
-def test_atomic_write(tmp_path: Path) -> None:
+def test_page_path_and_atomic_write(tmp_path: Path) -> None:
+    assert html.page_path(Path("a/results.json")) == Path("a/results.html")
+    assert html.page_path(Path("a/results.html")) == Path("a/results.html.html")
     out = tmp_path / "r.html"
 
     out.write_text("old")

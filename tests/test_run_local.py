@@ -52,7 +52,7 @@ def _check_reference_format(doc: dict, sample_record_types: dict[str, type]) -> 
 
 
 def test_tiny_sweep_end_to_end(write_spec, tmp_path):
-    spec = write_spec()
+    spec = write_spec(report={"html": True})
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
@@ -61,6 +61,9 @@ def test_tiny_sweep_end_to_end(write_spec, tmp_path):
     progress = [line for line in r.stderr.splitlines() if "|" in line and "item" in line]
     assert "\r" not in r.stderr, [line for line in r.stderr.split("\n") if "\r" in line]
     assert progress and progress[-1].startswith("100%|") and "6/6" in progress[-1]
+    # report.html: true ends the run with the page's path
+    assert r.stdout.splitlines()[-1] == f"report page: {tmp_path / 'results.html'}"
+    assert (tmp_path / "results.html").read_text().count("<svg class='heatmap'") == 2
     doc = json.loads((tmp_path / "results.json").read_text())
     types = {"rel_err": float, "compile_s": float, "inner": int, "median_ms": float, "q1_ms": float, "q3_ms": float}
     _check_reference_format(doc, types)

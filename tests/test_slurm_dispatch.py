@@ -96,7 +96,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def slow_sweep(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("slow")
-    spec = write_spec(folder, "slow.json", {"timeout_min": 2, "slurm_signal_delay_s": 20}, **SLOW_UNIT)
+    spec = write_spec(folder, "slow.json", {"timeout_min": 2, "slurm_signal_delay_s": 20}, **SLOW_UNIT,
+                      report={"html": True})
     sweep = folder / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
     assert r.returncode == 0, r.stderr
@@ -271,6 +272,8 @@ def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_sw
     spec, sweep = slow_sweep
     w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "3", timeout=420)
     assert w.returncode == 0, w.stderr
+    page = spec.parent / "slow.results.html"  # report.html: true puts the page beside the document
+    assert w.stdout.splitlines()[-1] == f"report page: {page}" and "<table" in page.read_text()
     (unit, entry), = unit_jobs(sweep).items()
     objs = lines(sweep / "partials" / f"{unit}.jsonl")
     headers = [o["header"] for o in objs if "header" in o]
@@ -289,3 +292,4 @@ def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_sw
     # the dependent merge job waited for the requeued task: it merged every record
     merge = poll(lambda: (m := status(sweep)["merge_jobs"][-1])["state"] == "COMPLETED" and m, 60, "the merge job")
     assert "(0 of 65 planned missing)" in Path(merge["log"]).read_text()
+    assert f"wrote the report page {page}" in Path(merge["log"]).read_text()  # the merge job writes it too

@@ -36,7 +36,7 @@ from orchestrator.analysis.report import (
 )
 from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
 from orchestrator.errors import TilesweepError
-from orchestrator.store.document import ResultsDoc
+from orchestrator.store.document import ResultsDoc, load
 from orchestrator.store.sweepdir import atomic_open
 
 FOLD_ABOVE = 60  # more problems than this: the groups start folded
@@ -290,3 +290,14 @@ def write_page(path: str | os.PathLike[str], text: str) -> Path:
     except OSError as exc:
         raise TilesweepError(f"{out}: cannot write the page ({exc.strerror or exc})") from None
     return out
+
+
+def page_path(results: Path) -> Path:
+    """Where ``report.html: true`` puts the page: beside the results document, suffix .html."""
+    return results.with_name(results.name + ".html") if results.suffix == ".html" else results.with_suffix(".html")
+
+
+def write_report(results: str | os.PathLike[str]) -> Path:
+    """Read a results document and write its page beside it (``page_path``); return the page's path."""
+    path = Path(results)
+    return write_page(page_path(path), report_page(load(path)))

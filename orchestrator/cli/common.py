@@ -12,7 +12,7 @@ from orchestrator import PROG
 from orchestrator.cli.progress import Progress
 
 __all__ = ["PROG", "Parser", "Progress", "merge_line", "non_negative_int", "positive_int", "print_failed_units",
-           "print_table", "seconds", "warn"]
+           "print_page", "print_table", "seconds", "warn"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -66,6 +66,14 @@ def print_table(output: Path) -> None:
     from orchestrator.store import document as results_doc
 
     print(report.format_table(report.best_table(results_doc.load(output))))
+
+
+def print_page(output: Path) -> None:
+    """Write the report page of ``report.html: true`` and print its path: the last line of
+    ``run`` and ``wait``, so a user (or a script: ``tail -1``) finds it."""
+    from orchestrator.analysis.html import write_report
+
+    print(f"report page: {write_report(output)}")
 
 
 def merge_line(summary: Any) -> str:

@@ -21,7 +21,16 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.cli.common import PROG, Progress, positive_int, print_failed_units, print_table, seconds, warn
+from orchestrator.cli.common import (
+    PROG,
+    Progress,
+    positive_int,
+    print_failed_units,
+    print_page,
+    print_table,
+    seconds,
+    warn,
+)
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
@@ -50,7 +59,12 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
     print(f"  logs: {sd.logs}/<job>_0_log.err")
     if out.merge_job is not None:
         m = out.merge_job
-        print(f"final merge: job {m['job_id']} (afterany:{':'.join(m['after'])}) writes {sd.output}")
+        page = ""
+        if sd.spec.report.html:
+            from orchestrator.analysis.html import page_path
+
+            page = f" and {page_path(sd.output)}"
+        print(f"final merge: job {m['job_id']} (afterany:{':'.join(m['after'])}) writes {sd.output}{page}")
     if out.submission.error is not None:
         warn(f"warning: {out.not_submitted} units were not submitted: {out.submission.error.message}; "
              f"fix the cause, then `{PROG} resume {sd.root}`")
@@ -126,9 +140,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float = 10.0,
-                   timeout: float | None = None) -> int:
+                   timeout: float | None = None, html: bool | None = None) -> int:
     """A progress line until every unit has settled (warning once of each unit that cannot
-    start), then the merge, the best-config table and what is left to resume."""
+    start), then the merge, the best-config table, what is left to resume and, when asked
+    (``html``, default: the sweep's frozen spec's ``report.html``), the report page's path."""
     from orchestrator.control.wait import wait_until_settled
     from orchestrator.store import merge
 
@@ -159,8 +174,9 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
              + f": {u.done}/{u.total} items" + (f"; log: {u.log}" if u.log else ""))
     if summary.missing:
         warn(f"{summary.missing} items have no record; `{PROG} resume {sd.root}` redoes only those")
-        return 1
-    return 0
+    if summary.records and (sd.spec.report.html if html is None else html):
+        print_page(summary.output)
+    return 1 if summary.missing else 0
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -174,7 +190,8 @@ def run_on_slurm(spec_path: str, sd: SweepDir) -> int:
     from orchestrator.control.sweeps import slurm_jobs
     from orchestrator.spec.files import load_spec
 
-    settings = load_spec(spec_path).executor.model_copy(update={"kind": "slurm"})
+    spec = load_spec(spec_path)
+    settings = spec.executor.model_copy(update={"kind": "slurm"})
     if slurm_jobs(sd):
         _resume(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True)
     else:
@@ -184,7 +201,7 @@ def run_on_slurm(spec_path: str, sd: SweepDir) -> int:
         result = submit_unfinished(sd, settings, on_planned=planned)
         if result.outcome is not None:
             print_submission(sd, result.outcome)
-    return wait_and_merge(sd)
+    return wait_and_merge(sd, html=spec.report.html)
 
 
 def register(sub: Any) -> None:

@@ -9,7 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cli.common import PROG, Progress, merge_line, positive_int, print_failed_units, print_table, warn
+from orchestrator.cli.common import (
+    PROG,
+    Progress,
+    merge_line,
+    positive_int,
+    print_failed_units,
+    print_page,
+    print_table,
+    warn,
+)
 from orchestrator.errors import PlanError, SpecError
 
 COSTS_HELP = "shard with the measured costs of an earlier results document (the model fills in)"
@@ -62,6 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.control import dispatch
     from orchestrator.control.status import sweep_status
     from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.spec.files import load_spec
     from orchestrator.store import merge
 
     sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs)
@@ -88,10 +98,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = merge.merge(sd)
     print(merge_line(summary), file=sys.stderr)
     print_table(summary.output)
-    if print_failed_units(outcomes):
+    failed = print_failed_units(outcomes)
+    if failed:
         warn(f"rerun `{PROG} run {args.spec} --sweep-dir {sd.root}` to redo only the missing items")
-        return 1
-    return 0
+    if summary.records and load_spec(args.spec).report.html:  # the spec file's wish, not only the frozen one's
+        print_page(summary.output)
+    return 1 if failed else 0
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

@@ -133,6 +133,13 @@ class MergeSettings(_Model):
     mix_devices: bool = Field(default=False, description="append into a document of another device; records then carry their device")
 
 
+class ReportSettings(_Model):
+    """What a finished sweep leaves beside its results document."""
+
+    html: bool = Field(default=False, description="write the report page (the results document's path with "
+                       "the suffix .html) when run or wait ends, and in the SLURM final-merge job")
+
+
 class SweepSpec(_Model):
     """A sweep: the reference config block plus tilesweep's sections."""
 
@@ -164,6 +171,7 @@ class SweepSpec(_Model):
     kernel: KernelSettings = KernelSettings()
     compile: CompileSettings = CompileSettings()
     merge: MergeSettings = MergeSettings()
+    report: ReportSettings = ReportSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -133,6 +133,25 @@ class MergeTask(submitit.helpers.Checkpointable):
         from orchestrator.store.merge import merge
 
         configure_node_logging()
-        summary = merge(SweepDir.open(sweep_dir))
-        return {"output": str(summary.output), "records": summary.records, "missing": summary.missing,
-                "errors": summary.errors}
+        sd = SweepDir.open(sweep_dir)
+        summary = merge(sd)
+        out = {"output": str(summary.output), "records": summary.records, "missing": summary.missing,
+               "errors": summary.errors}
+        if sd.spec.report.html and summary.records:
+            out.update(write_page_logged(summary.output))
+        return out
+
+
+def write_page_logged(output: Any) -> dict[str, str]:
+    """The report page of ``report.html: true``, on the node: a page that cannot be written is
+    logged, not raised, because the merge it follows has succeeded and the job must say so."""
+    from orchestrator.analysis.html import write_report
+    from orchestrator.errors import TilesweepError
+
+    try:
+        page = write_report(output)
+    except TilesweepError as exc:
+        log.warning("the report page was not written: %s", exc.message)
+        return {"html_error": exc.message}
+    log.info("wrote the report page %s", page)
+    return {"html": str(page)}
