@@ -59,6 +59,12 @@ if [ "${_TILESWEEP_SLURM_LOCKED:-}" != "$DIR" ]; then
   exit $rc
 fi
 unset _TILESWEEP_SLURM_LOCKED
+# Nor any other descriptor of the caller: under `flock LOCK bash scripts/test.sh` (how the suite
+# and landings serialise) munged, mariadbd and slurmdbd, which keep what they inherit, would hold
+# LOCK for as long as they run. Keep stdin, stdout, stderr and bash's own 255.
+for fd in $(ls /proc/$$/fd); do
+  case $fd in 0 | 1 | 2 | 255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+done
 
 # pid_alive PIDFILE COMM: the pid in PIDFILE is a live (non-zombie) process named COMM
 pid_alive() {
