@@ -37,6 +37,7 @@ from typing import Any
 from orchestrator.errors import TilesweepError, WorkerEnvironmentError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec, env_fingerprint
+from orchestrator.store.leases import unit_lease
 from orchestrator.store.partials import PartialWriter, read_partial
 from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
@@ -137,6 +138,14 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Callable[[], bool] | 
     """
     sd = SweepDir.open(sweep_dir)
     unit_id = sd.resolve_unit(unit_key)
+    # one worker per unit, ever: refused here, before anything is written, when a live one holds it
+    with unit_lease(sd.root, unit_id, gpu=os.environ.get("CUDA_VISIBLE_DEVICES"), job=slurm_task()):
+        return _run_leased(sd, unit_id, stop_check, prior_starts)
+
+
+def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | None,
+                prior_starts: dict[str, int] | None) -> dict[str, Any]:
+    """``run_unit`` once the unit's lease is held."""
     items = sd.unit_items(unit_id)
     spec = sd.spec
     device = device_block()
@@ -163,6 +172,7 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Callable[[], bool] | 
         stopped = _compile_and_time(run, runnable, spec, pool)
     _IN_FLIGHT.clear()
     summary = _summary(run, total=len(items), stopped=stopped, wall_s=time.perf_counter() - started, workers=workers)
+    summary.update(gpu=os.environ.get("CUDA_VISIBLE_DEVICES"), job=slurm_task())
     if not stopped:
         atomic_write_json(sd.marker_path(unit_id), {**summary, "finished": now_iso()})
     return summary
@@ -174,8 +184,17 @@ def _header(spec: SweepSpec, unit_id: str, attempt: int, device: dict[str, Any])
     return {
         "schema": SCHEMA_VERSION, "unit": unit_id, "sweep": spec.fingerprint(), "attempt": attempt,
         "device": device, "env": env_fingerprint(device), "host": socket.gethostname(), "pid": os.getpid(),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started": now_iso(),
+        "slurm_job_id": slurm_task(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "started": now_iso(),
     }
+
+
+def slurm_task() -> str | None:
+    """The SLURM task this worker runs in, as users see it: ``55_3`` for task 3 of array 55
+    (SLURM_JOB_ID alone is the task's raw id, which no user command shows), else the job id."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return os.environ.get("SLURM_JOB_ID")
 
 
 def _record_uncompiled(run: _Attempt, todo: list[WorkItem], spec: SweepSpec) -> list[WorkItem]:

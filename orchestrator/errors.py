@@ -55,3 +55,12 @@ class DispatchError(TilesweepError):
 
 class WorkerEnvironmentError(TilesweepError):
     """The worker's environment cannot run the sweep (no GPU where one is required, ...)."""
+
+
+class LeaseHeld(TilesweepError):
+    """A unit (or a sweep's ``run``) is held by another live worker: starting a second one
+    beside it would redo its work, so nothing is started."""
+
+
+class UnitsFailed(TilesweepError):
+    """Workers of a SLURM task failed; the message gives each unit's own one-line reason."""

@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +100,26 @@ def _describe(holder: dict[str, Any] | None) -> str:
 class SoftLock:
     """A lock file created atomically; see the module docstring for when it is stale."""
 
-    def __init__(self, path: Path, timeout: float, poll: float = 0.05) -> None:
+    def __init__(
+        self,
+        path: Path,
+        timeout: float,
+        poll: float = 0.05,
+        *,
+        extra: dict[str, Any] | None = None,
+        foreign_stale_s: float = FOREIGN_STALE_S,
+        stale_if: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> None:
+        """``extra``: more fields for the lock file (who else the holder is: a unit's GPU, its
+        SLURM job); ``foreign_stale_s``: how long a holder elsewhere may go without a heartbeat;
+        ``stale_if(holder)``: a reason the caller knows the holder is gone (e.g. it was an
+        earlier run of this same SLURM job, which SLURM ended before requeueing it), or None."""
         self.path = Path(path)
         self.timeout = timeout
         self.poll = poll
+        self.extra = dict(extra or {})
+        self.foreign_stale_s = foreign_stale_s
+        self.stale_if = stale_if
         self._token: str | None = None
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -111,6 +128,7 @@ class SoftLock:
     def acquire(self) -> None:
         deadline = time.monotonic() + self.timeout
         me = {
+            **self.extra,
             **host_identity(),
             "pid": os.getpid(),
             "start": process_start(os.getpid()),
@@ -125,7 +143,7 @@ class SoftLock:
                 self._beat = threading.Thread(target=self._heartbeat, name="tilesweep-lock-heartbeat", daemon=True)
                 self._beat.start()
                 return
-            holder, age = self._holder()
+            holder, age = self.holder()
             if age is not None and self._stale(holder, age):
                 self._break(holder)
                 continue
@@ -141,7 +159,7 @@ class SoftLock:
         self._stop.set()
         if self._beat is not None:
             self._beat.join()
-        holder, _ = self._holder()
+        holder, _ = self.holder()
         if holder is not None and holder.get("token") == self._token:
             try:
                 os.unlink(self.path)
@@ -183,7 +201,7 @@ class SoftLock:
         finally:
             os.unlink(tmp)
 
-    def _holder(self) -> tuple[dict[str, Any] | None, float | None]:
+    def holder(self) -> tuple[dict[str, Any] | None, float | None]:
         """(holder's record or None if unreadable, seconds since its last heartbeat); age is
         None when there is no lock file (any more)."""
         try:
@@ -201,24 +219,36 @@ class SoftLock:
             holder = None
         return holder, max(0.0, time.time() - st.st_mtime)
 
-    def _stale(self, holder: dict[str, Any] | None, age: float) -> bool:
+    def stale_reason(self, holder: dict[str, Any] | None, age: float) -> str | None:
+        """Why the holder of a lock file ``age`` seconds after its last heartbeat is gone, or
+        None while it may be alive (see the module docstring)."""
+        if holder is not None and self.stale_if is not None:
+            why = self.stale_if(holder)
+            if why:
+                return why
         if holder is not None and all(holder.get(k) == v for k, v in host_identity().items()):
             pid = holder.get("pid")
             if isinstance(pid, int) and not pid_alive(pid, holder.get("start")):
-                log.warning("breaking the stale soft lock %s: its holder %s is dead", self.path, _describe(holder))
-                return True
+                return "its holder is dead"
+            return None
+        if age > self.foreign_stale_s:
+            return f"not refreshed for {age:.0f}s (over {self.foreign_stale_s:.0f}s), so its holder is taken to be gone"
+        return None
+
+    def _stale(self, holder: dict[str, Any] | None, age: float) -> bool:
+        why = self.stale_reason(holder, age)
+        if why is None:
             return False
-        if age > FOREIGN_STALE_S:
+        if holder is not None and all(holder.get(k) == v for k, v in host_identity().items()):
+            log.warning("breaking the stale soft lock %s of %s: %s", self.path, _describe(holder), why)
+        else:
             log.warning(
-                "BREAKING THE SOFT LOCK %s held by %s: not refreshed for %.0fs (over %.0fs), so its holder is taken "
-                "to be gone; if it is in fact alive, two merges may now run at once (harmless: merging is idempotent)",
+                "BREAKING THE SOFT LOCK %s held by %s: %s; if it is in fact alive, two holders may now run at once",
                 self.path,
                 _describe(holder),
-                age,
-                FOREIGN_STALE_S,
+                why,
             )
-            return True
-        return False
+        return True
 
     def _break(self, stale: dict[str, Any] | None) -> None:
         aside = self.path.with_name(

@@ -22,7 +22,8 @@ for the merger and ``read_partial`` alike, so resume redoes exactly what is not 
 Document: ``{"device", "config", "results"}`` exactly as the reference run wrote it (bytes
 identical to ``json.dumps(doc, indent=1)``, no trailing newline), plus a documented
 ``"tilesweep"`` key: sweep directory, spec and its fingerprint, the environment fingerprint,
-planned count, merge time, and per unit its attempts (attempt, host, pid, SLURM job, start),
+planned count, merge time, per unit its attempts (attempt, host, pid, SLURM task, GPU, start),
+and, for a sweep run on SLURM, the GPU-hours its tasks used (``gpu_hours``, from sacct),
 so each record's ``unit`` and ``attempt`` trace it to the job that measured it. Records carry
 the reference fields in reference order, then documented extras: ``timer``, ``pruned``,
 ``smem_bytes``, ``compile_cached``, ``unit``, ``attempt`` (and ``device`` when devices are
@@ -107,7 +108,9 @@ def collect(sd: SweepDir, *, use_cache: bool = True) -> tuple[list[Segment], lis
 # ---------------------------------------------------------------------------- the document
 
 
-def _tilesweep_block(sd: SweepDir, segs: list[Segment], env: dict[str, Any] | None) -> dict[str, Any]:
+def _tilesweep_block(
+    sd: SweepDir, segs: list[Segment], env: dict[str, Any] | None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     spec = sd.spec
     attempts = {
         s.unit: [
@@ -116,6 +119,7 @@ def _tilesweep_block(sd: SweepDir, segs: list[Segment], env: dict[str, Any] | No
                 "host": h.get("host"),
                 "pid": h.get("pid"),
                 "slurm_job_id": h.get("slurm_job_id"),
+                "gpu": h.get("gpu"),
                 "started": h.get("started"),
             }
             for h in s.headers
@@ -131,6 +135,7 @@ def _tilesweep_block(sd: SweepDir, segs: list[Segment], env: dict[str, Any] | No
         "planned": sd.planned,
         "spec": spec.model_dump(mode="json"),
         "attempts": attempts,
+        **(extra or {}),
     }
 
 
@@ -172,8 +177,12 @@ def _write_results(f: IO[str], records: Iterable[str]) -> None:
     f.write("\n ]")
 
 
-def merge(sd: SweepDir, *, output: Path | None = None, use_cache: bool = True) -> MergeSummary:
-    """Merge the sweep's partials into its output document (atomically, under a lock)."""
+def merge(
+    sd: SweepDir, *, output: Path | None = None, use_cache: bool = True, extra: dict[str, Any] | None = None
+) -> MergeSummary:
+    """Merge the sweep's partials into its output document (atomically, under a lock).
+    ``extra``: more keys for the document's ``tilesweep`` block (the GPU-hours the control
+    plane read from the scheduler's accounting)."""
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
@@ -185,7 +194,7 @@ def merge(sd: SweepDir, *, output: Path | None = None, use_cache: bool = True) -
         head = {
             "device": _device(segs),
             "config": spec.reference_config(),
-            "tilesweep": _tilesweep_block(sd, segs, env),
+            "tilesweep": _tilesweep_block(sd, segs, env, extra),
         }
         summary = MergeSummary(
             out,

@@ -10,6 +10,8 @@ Layout::
     env.json            environment fingerprint of the first worker (later ones must match)
     jobs.jsonl          submission history (executor, job ids, attempt)
     logs/               submitit's folder (sbatch files, stdout/stderr per task)
+    logs/units/<id>.log one per unit: its workers' output on SLURM (a task runs several)
+    leases/<id>.lease   held by the live worker of a unit (see leases); run.lease: `tilesweep run`
     merge-cache/        partials parsed for merging (derived; safe to delete, see mergecache)
     quarantine/         partials the merger refused to merge, moved aside (see quarantine)
 
@@ -161,6 +163,10 @@ class SweepDir:
 
     def unit_path(self, unit_id: str) -> Path:
         return self.root / "units" / f"{unit_id}.json"
+
+    def unit_log(self, unit_id: str) -> Path:
+        """The log of every worker that ran the unit on SLURM (appended; `tilesweep logs`)."""
+        return self.logs / "units" / f"{unit_id}.log"
 
     @property
     def lock_path(self) -> Path:

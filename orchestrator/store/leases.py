@@ -1,0 +1,147 @@
+"""Leases: one worker per unit, one ``tilesweep run`` per sweep, ever.
+
+A lease is the soft lock of ``locks`` (a lock *file* created atomically, naming its holder:
+host, boot id, pid namespace, pid and the pid's start time, refreshed by a heartbeat), so it
+works on the shared filesystems sweep directories live on, and a holder that died is told
+apart from a live one the same way as for the merge lock. Two kinds:
+
+- ``SWEEP/leases/<unit>.lease``: held by the worker of a unit for the unit's whole run
+  (``jobs.worker.run_unit``). A second worker on the same unit (a second ``run``, a stray
+  requeue, a resumed unit whose old worker still runs, a unit started by hand) is refused
+  before it writes anything. The lease names the worker's GPU and SLURM task, which
+  ``status`` shows.
+- ``SWEEP/run.lease``: held by ``tilesweep run`` while it runs or waits; a second ``run`` of
+  the same sweep follows the first one's progress instead of starting work beside it.
+
+A holder on another host is taken to be gone after ``FOREIGN_STALE_S`` without a heartbeat
+(two minutes, not the merge lock's hour: a unit's lease must not block a resumed unit for
+long after its node died). A holder that was an earlier run of the *same* SLURM job is gone
+for certain (SLURM ends a job's processes before it requeues it), so a requeued task takes
+its own lease over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import LeaseHeld, LockTimeout
+from orchestrator.store.locks import HEARTBEAT_S, SoftLock
+
+log = logging.getLogger(__name__)
+
+LEASES = "leases"
+RUN_LEASE = "run.lease"
+FOREIGN_STALE_S = 120.0  # 24 missed heartbeats
+
+
+def unit_lease_path(root: Path, unit_id: str) -> Path:
+    return Path(root) / LEASES / f"{unit_id}.lease"
+
+
+def run_lease_path(root: Path) -> Path:
+    return Path(root) / RUN_LEASE
+
+
+@dataclass
+class Holder:
+    """Who holds a lease, read from its file: the holder's fields and the heartbeat's age."""
+
+    path: Path
+    fields: dict[str, Any]
+    age_s: float
+    live: bool
+
+    def describe(self) -> str:
+        f = self.fields
+        text = f"pid {f.get('pid')} on {f.get('host')}"
+        if f.get("job"):
+            text += f", SLURM task {f['job']}"
+        if f.get("gpu") not in (None, ""):
+            text += f", GPU {f['gpu']}"
+        return text + f", since {f.get('created')}"
+
+
+def _same_job(job: str | None) -> Any:
+    def stale_if(holder: dict[str, Any]) -> str | None:
+        if job and holder.get("job") == job:
+            return f"it was an earlier run of this same SLURM job {job}, which SLURM ended before requeueing it"
+        return None
+
+    return stale_if
+
+
+def read_holder(path: Path, job: str | None = None) -> Holder | None:
+    """The holder of a lease file, or None when there is none (or it is unreadable). ``live``
+    says whether it may still run (``SoftLock.stale_reason`` decides, with ``job`` the
+    asker's own SLURM task: a holder of the same task is an earlier run of it)."""
+    lock = SoftLock(path, 0, foreign_stale_s=FOREIGN_STALE_S, stale_if=_same_job(job))
+    fields, age = lock.holder()
+    if age is None or fields is None:
+        return None
+    return Holder(Path(path), fields, age, lock.stale_reason(fields, age) is None)
+
+
+@contextmanager
+def lease(path: Path, what: str, *, extra: dict[str, Any] | None = None, job: str | None = None) -> Iterator[None]:
+    """Hold the lease at ``path`` for the block, or raise ``LeaseHeld`` at once (naming
+    ``what`` and its live holder) when another live process holds it."""
+    lock = SoftLock(
+        path, 0, extra={**(extra or {}), "job": job}, foreign_stale_s=FOREIGN_STALE_S, stale_if=_same_job(job)
+    )
+    try:
+        lock.acquire()
+    except LockTimeout:
+        holder = read_holder(path, job)
+        who = holder.describe() if holder is not None else "another process"
+        age = f", alive {holder.age_s:.0f}s ago" if holder is not None else ""
+        raise LeaseHeld(f"{what} is already held by {who}{age} (lease {path})") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def unit_lease(root: Path, unit_id: str, *, gpu: str | None, job: str | None) -> Any:
+    """The lease a worker holds while it runs ``unit_id`` (see the module docstring)."""
+    return lease(
+        unit_lease_path(root, unit_id), f"unit {unit_id} of {root}", extra={"unit": unit_id, "gpu": gpu}, job=job
+    )
+
+
+def run_lease(root: Path) -> Any:
+    """The lease ``tilesweep run`` holds while it runs a sweep or waits for it."""
+    return lease(run_lease_path(root), f"the sweep in {root}", extra={"command": "run"})
+
+
+def live_unit_holders(root: Path, unit_ids: list[str]) -> dict[str, Holder]:
+    """Units whose lease a live worker holds (one small read per unit that has a lease file)."""
+    out: dict[str, Holder] = {}
+    folder = Path(root) / LEASES
+    try:
+        present = {p.name for p in folder.iterdir()}
+    except FileNotFoundError:
+        return out
+    for uid in unit_ids:
+        if f"{uid}.lease" in present:
+            holder = read_holder(folder / f"{uid}.lease")
+            if holder is not None and holder.live:
+                out[uid] = holder
+    return out
+
+
+def wait_released(path: Path, *, poll_s: float = 1.0, timeout_s: float | None = None) -> bool:
+    """Block until no live process holds the lease at ``path``; False on timeout."""
+    end = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        holder = read_holder(path)
+        if holder is None or not holder.live:
+            return True
+        if end is not None and time.monotonic() > end:
+            return False
+        time.sleep(min(poll_s, HEARTBEAT_S))
