@@ -33,9 +33,11 @@ class Unit:
 
 
 def default_units(spec: SweepSpec, n_shapes: int) -> int:
+    """``sharding.units``, else one per shape (at most 4), rounded up to fill whole SLURM
+    tasks (a task with G GPUs runs G units)."""
     if spec.sharding.units is not None:
         return spec.sharding.units
-    return max(1, min(n_shapes, 4))
+    return spec.executor.fill_tasks(max(1, min(n_shapes, 4)))
 
 
 def shard(items: list[WorkItem], n_units: int, *, costs: list[float] | None = None,

@@ -95,6 +95,23 @@ class ExecutorSettings(_Model):
     max_array_size: int | None = Field(default=None, ge=1, description="slurm: most tasks per job array; default: the cluster's MaxArraySize (scontrol show config)")
     merge_job: bool = Field(default=True, description="slurm: submit a dependent job (afterany) that merges the results once the arrays end")
     merge_partition: str | None = Field(default=None, description="slurm: partition of the merge job (it needs no GPU); default: slurm_partition")
+    sbatch_timeout_s: float = Field(
+        default=60.0, gt=0,
+        description="slurm: give up on an sbatch that has not answered after this long (it retries for minutes "
+        "when the controller's job table is full)")
+
+
+    def units_per_task(self) -> int:
+        """How many units one SLURM task runs at once: one per GPU it is given (one without
+        GPUs). The local executors run one unit per process."""
+        if self.kind != "slurm":
+            return 1
+        return max(1, self.gpus_per_node or 0)
+
+    def fill_tasks(self, n_units: int) -> int:
+        """``n_units`` rounded up to whole tasks, so no GPU of a task is left without a unit."""
+        k = self.units_per_task()
+        return k * -(-n_units // k)
 
 
 class ShardingSettings(_Model):

@@ -21,6 +21,8 @@ import submitit
 
 from orchestrator import PROG
 from orchestrator.control.dispatch.tasks import run_unit_job
+from orchestrator.control.unit_state import existing
+from orchestrator.control.why import read_failure, signal_reason
 from orchestrator.errors import DispatchError
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
@@ -140,10 +142,22 @@ def _outcome(uid: str, job: Any) -> UnitOutcome:
         summary = job.result()
     except Exception as exc:  # the worker process failed; its log says why
         log_path = str(getattr(getattr(job, "paths", None), "stderr", "") or "")
-        first = str(exc).strip().splitlines()
-        log.warning("unit %s failed (job %s): %s; log: %s", uid, job.job_id, first[-1] if first else exc, log_path)
-        return UnitOutcome(uid, False, str(job.job_id), error=_last_line(exc), log=log_path)
+        why = _why(uid, job, exc, log_path)
+        log.warning("unit %s failed (job %s): %s; log: %s", uid, job.job_id, why, log_path)
+        return UnitOutcome(uid, False, str(job.job_id), error=why, log=existing(log_path))
     return UnitOutcome(uid, True, str(job.job_id), summary=summary)
+
+
+def _why(uid: str, job: Any, exc: BaseException, log_path: str) -> str:
+    """The worker's own one-line reason from its log; else how its process died (a local
+    job's process is submitit's ``_process``); else the last line of the error."""
+    said = read_failure(log_path, uid)
+    if said:
+        return said
+    code = getattr(getattr(job, "_process", None), "returncode", None)
+    if isinstance(code, int) and code < 0:
+        return signal_reason(-code)
+    return _last_line(exc)
 
 
 def _last_line(exc: BaseException) -> str:

@@ -1,27 +1,23 @@
 """Handing units to SLURM through submitit: job arrays that return at once, and the final
 merge job that waits for them (``afterany``).
 
-Each array's jobs are recorded in ``jobs.jsonl`` as soon as sbatch accepted it, so an error
-in a later array loses no job id. A refused submission is one line (sbatch's own words and
-the command) and leaves none of submitit's temp files behind.
+A task given G GPUs runs G units at once (``tasks_of``: consecutive units share a task, one
+per GPU; ``node`` runs them). Each array's jobs are recorded in ``jobs.jsonl`` as soon as
+sbatch accepted it, so an error in a later array loses no job id. A refused submission is
+one line (sbatch's own words and the command) and leaves none of submitit's temp files
+behind; an sbatch that does not answer is given up on (``sbatch``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
-import re
-import shlex
-import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import submitit
 
+from orchestrator.control.dispatch.sbatch import held_signals, render_script, sbatch_call
 from orchestrator.control.dispatch.tasks import MergeTask, UnitTask
 from orchestrator.control.scheduler import array_of, one_line, require_submit_tools
 from orchestrator.errors import DispatchError
@@ -32,10 +28,9 @@ log = logging.getLogger(__name__)
 
 # tilesweep's own executor settings; every other ExecutorSettings field is a submitit parameter
 TILESWEEP_KEYS = frozenset({"kind", "local_workers", "max_requeues", "max_config_attempts", "max_array_size",
-                            "merge_job", "merge_partition"})
+                            "merge_job", "merge_partition", "sbatch_timeout_s"})
 SUBMITIT_SIGNAL_DELAY_S = 90  # submitit's default --signal=USR2@90
 MERGE_TIMEOUT_MIN = 30
-_TEMP_LITTER = re.compile(r"(\.submission_file_[0-9a-f]{32}\.sh|[0-9a-f]{32}\.pkl)")
 
 
 def executor_parameters(settings: ExecutorSettings) -> dict[str, Any]:
@@ -68,41 +63,6 @@ def _slurm_executor(sd: SweepDir, settings: ExecutorSettings, params: dict[str, 
     return ex
 
 
-def _litter(folder: Path) -> set[str]:
-    try:
-        return {p.name for p in folder.iterdir() if _TEMP_LITTER.fullmatch(p.name)}
-    except FileNotFoundError:
-        return set()
-
-
-@contextlib.contextmanager
-def _sbatch_call(folder: Path) -> Iterator[None]:
-    """Turn a failed submission into a one-line DispatchError that shows sbatch's own message
-    and command, swallow submitit's copy of sbatch's stderr, and remove the temp files a
-    failed submission leaves in the folder (its sbatch script and pickles)."""
-    before = _litter(folder)
-    swallowed = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(swallowed):
-            yield
-    except Exception as exc:
-        for name in _litter(folder) - before:
-            with contextlib.suppress(OSError):
-                (folder / name).unlink()
-        raise _submission_error(exc, swallowed.getvalue()) from None
-
-
-def _submission_error(exc: Exception, stderr: str) -> DispatchError:
-    cause = exc.__cause__
-    if isinstance(cause, subprocess.CalledProcessError):  # submitit's FailedJobError from sbatch
-        cmd = shlex.join(str(c) for c in cause.cmd) if isinstance(cause.cmd, (list, tuple)) else str(cause.cmd)
-        said = one_line(cause.stderr or str(exc) or stderr) or f"exit {cause.returncode}"
-        return DispatchError(f"sbatch refused the job: {said} (command: {cmd})")
-    if isinstance(exc, FileNotFoundError):
-        return DispatchError(f"cannot run sbatch: {exc.strerror}: {exc.filename!r}; is SLURM installed here?")
-    return DispatchError(f"submitting to SLURM failed: {type(exc).__name__}: {one_line(exc) or one_line(stderr)}")
-
-
 @dataclass
 class Submission:
     """What ``submit_units`` achieved: the job entries recorded, and the error that stopped it."""
@@ -115,59 +75,83 @@ class Submission:
         return list(dict.fromkeys(e["array_id"] for e in self.entries))
 
 
-def _job_entries(chunk: list[str], jobs: list[Any], *, origin: str, t0: float,
+def tasks_of(unit_ids: list[str], per_task: int) -> list[list[str]]:
+    """Units grouped into tasks: consecutive units share a task, a unit per GPU. The planner
+    balances units by cost, so the units of a task end close together; a fixed group lets
+    ``jobs.jsonl`` say, before anything runs, which task and GPU slot runs each unit."""
+    return [unit_ids[i:i + per_task] for i in range(0, len(unit_ids), max(1, per_task))]
+
+
+def _job_entries(sd: SweepDir, groups: list[list[str]], jobs: list[Any], *, origin: str, t0: float,
                  attempts: dict[str, int]) -> list[dict[str, Any]]:
-    """The ``jobs.jsonl`` lines of one accepted array: one per unit, with its task and logs."""
+    """The ``jobs.jsonl`` lines of one accepted array: one per unit, with its task, its GPU
+    slot in the task, and its logs."""
     when = now_iso()
     entries = []
-    for uid, job in zip(chunk, jobs, strict=True):
+    for group, job in zip(groups, jobs, strict=True):
         jid = str(job.job_id)
-        entries.append({
-            "unit": uid, "executor": "slurm", "job_id": jid, "array_id": array_of(jid),
-            "task": int(jid.split("_")[1]) if "_" in jid else None,
-            "attempt": attempts.get(uid, 0) + 1, "origin": origin,
-            "submitted": when, "submitted_ts": round(t0, 3),
-            "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr),
-        })
+        for slot, uid in enumerate(group):
+            entries.append({
+                "unit": uid, "executor": "slurm", "job_id": jid, "array_id": array_of(jid),
+                "task": int(jid.split("_")[1]) if "_" in jid else None, "slot": slot, "units_in_task": len(group),
+                "attempt": attempts.get(uid, 0) + 1, "origin": origin,
+                "submitted": when, "submitted_ts": round(t0, 3),
+                "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "log": str(sd.unit_log(uid)),
+            })
     return entries
+
+
+def task_args(sd: SweepDir, groups: list[list[str]],
+              prior: dict[str, dict[str, int]]) -> tuple[list[str], list[list[str]], list[dict[str, dict[str, int]]]]:
+    """``map_array``'s argument lists for ``UnitTask``: the sweep (absolute: the task runs in
+    sbatch's working directory, wherever that is), the units, their prior deaths."""
+    root = str(sd.root.resolve())
+    return [root] * len(groups), groups, [{u: prior[u] for u in g if prior.get(u)} for g in groups]
 
 
 def submit_units(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, per_array: int, origin: str,
                  prior_starts: dict[str, dict[str, int]] | None = None,
                  attempts: dict[str, int] | None = None) -> Submission:
-    """Submit units as SLURM job arrays of at most ``per_array`` tasks; return at once.
+    """Submit units as SLURM job arrays of at most ``per_array`` tasks, ``units_per_task``
+    units a task; return at once.
 
-    Each array's jobs are recorded in ``jobs.jsonl`` as soon as sbatch accepted it, so an
-    error in a later array (returned, not raised) loses no job id. Nothing waits for jobs."""
+    Each array's jobs are recorded in ``jobs.jsonl`` as soon as sbatch accepted it, with
+    SIGINT/SIGTERM/SIGHUP held until they are (``sbatch.held_signals``), so an interruption
+    or an error in a later array (returned, not raised) loses no job id. Nothing waits for jobs."""
     if not unit_ids:
         return Submission()
-    params = executor_parameters(settings)
-    if settings.slurm_job_name is None:
-        params["name"] = f"tilesweep-{sd.root.name}"[:64]
-    ex = _slurm_executor(sd, settings, params)
+    ex = _slurm_executor(sd, settings, named_parameters(sd, settings))
     task = UnitTask(grace_s(settings))
-    root = str(sd.root.resolve())  # the task runs in sbatch's working directory, wherever that is
-    prior = prior_starts or {}
+    groups = tasks_of(unit_ids, settings.units_per_task())
     done = Submission()
-    for start in range(0, len(unit_ids), max(1, per_array)):
-        chunk = unit_ids[start:start + per_array]
+    for start in range(0, len(groups), max(1, per_array)):
+        chunk = groups[start:start + per_array]
         t0 = time.time()
         try:
-            with _sbatch_call(sd.logs):
-                jobs = ex.map_array(task, [root] * len(chunk), chunk, [prior.get(u) for u in chunk])
+            with held_signals():
+                with sbatch_call(sd.logs, settings.sbatch_timeout_s):
+                    jobs = ex.map_array(task, *task_args(sd, chunk, prior_starts or {}))
+                entries = _job_entries(sd, chunk, jobs, origin=origin, t0=t0, attempts=attempts or {})
+                sd.record_jobs(entries)
         except DispatchError as exc:
             done.error = exc
             return done
-        entries = _job_entries(chunk, jobs, origin=origin, t0=t0, attempts=attempts or {})
-        sd.record_jobs(entries)
         done.entries.extend(entries)
-        log.info("submitted %d units as %s", len(chunk), array_of(entries[0]["job_id"]))
+        log.info("submitted %d units in %d tasks as %s", len(entries), len(chunk), array_of(entries[0]["job_id"]))
     return done
 
 
-def submit_merge_job(sd: SweepDir, settings: ExecutorSettings, after: list[str]) -> dict[str, Any]:
-    """A job that merges the sweep's results once every given array has ended, whatever
-    its tasks' fate (``afterany``). Runs on ``merge_partition`` without a GPU."""
+def named_parameters(sd: SweepDir, settings: ExecutorSettings) -> dict[str, Any]:
+    """The submitit parameters of the units' arrays: the spec's, and a job name that says
+    which sweep the jobs belong to."""
+    params = executor_parameters(settings)
+    if settings.slurm_job_name is None:
+        params["name"] = f"tilesweep-{sd.root.name}"[:64]
+    return params
+
+
+def merge_job_parameters(sd: SweepDir, settings: ExecutorSettings, after: list[str]) -> dict[str, Any]:
+    """The submitit parameters of the final merge job (1 CPU, no GPU, ``afterany``)."""
     params = {k: v for k, v in executor_parameters(settings).items()
               if k in ("slurm_account", "slurm_qos", "slurm_setup", "slurm_partition")}
     if settings.merge_partition:
@@ -177,11 +161,29 @@ def submit_merge_job(sd: SweepDir, settings: ExecutorSettings, after: list[str])
         params["timeout_min"] = min(settings.timeout_min, MERGE_TIMEOUT_MIN)
     params.update(cpus_per_task=1, name=f"tilesweep-merge-{sd.root.name}"[:64],
                   slurm_dependency="afterany:" + ":".join(after))
-    ex = _slurm_executor(sd, settings, params)
+    return params
+
+
+def submit_merge_job(sd: SweepDir, settings: ExecutorSettings, after: list[str]) -> dict[str, Any]:
+    """A job that merges the sweep's results once every given array has ended, whatever
+    its tasks' fate (``afterany``). Runs on ``merge_partition`` without a GPU."""
+    ex = _slurm_executor(sd, settings, merge_job_parameters(sd, settings, after))
     t0 = time.time()
-    with _sbatch_call(sd.logs):
-        job = ex.submit(MergeTask(), str(sd.root.resolve()))
-    entry = {"event": "merge_job", "job_id": str(job.job_id), "after": after, "submitted": now_iso(),
-             "submitted_ts": round(t0, 3), "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
-    sd.record_jobs([entry])
+    with held_signals():
+        with sbatch_call(sd.logs, settings.sbatch_timeout_s):
+            job = ex.submit(MergeTask(), str(sd.root.resolve()))
+        entry = {"event": "merge_job", "job_id": str(job.job_id), "after": after, "submitted": now_iso(),
+                 "submitted_ts": round(t0, 3), "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+        sd.record_jobs([entry])
     return entry
+
+
+def render_scripts(sd: SweepDir, settings: ExecutorSettings, task_counts: list[int]) -> tuple[list[str], str | None]:
+    """The sbatch scripts submitit would write for arrays of ``task_counts`` tasks, and for
+    the final merge job (None when the spec asks for none); nothing is written or submitted."""
+    ex = _slurm_executor(sd, settings, named_parameters(sd, settings))
+    scripts = [render_script(ex, n) for n in task_counts]
+    if not settings.merge_job:
+        return scripts, None
+    merge_ex = _slurm_executor(sd, settings, merge_job_parameters(sd, settings, ["<array ids>"]))
+    return scripts, render_script(merge_ex, 1)

@@ -1,5 +1,6 @@
-"""What submitit runs on the node: one unit (``UnitTask`` on SLURM, ``run_unit_job`` for the
-local and debug executors) or the final merge (``MergeTask``).
+"""What submitit runs on the node: a task's units (``UnitTask`` on SLURM: one worker process
+per unit and GPU, see ``node``), one unit (``run_unit_job`` for the local and debug
+executors) or the final merge (``MergeTask``).
 
 submitit pickles these by reference, so they must stay importable under these names. Each
 entry point configures the node's logging once (``configure_node_logging``): the task's
@@ -15,74 +16,107 @@ from typing import Any
 
 import submitit
 
+from orchestrator.control.dispatch.nodelog import configure_node_logging
+from orchestrator.errors import UnitsFailed
 from orchestrator.store.sweepdir import SweepDir
 
 log = logging.getLogger(__name__)
 
-NODE_LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
-
-
-def configure_node_logging() -> None:
-    """INFO and up to the task's stderr, timestamped (a no-op where logging is set up already,
-    as in the debug executor's process)."""
-    logging.basicConfig(level=logging.INFO, format=NODE_LOG_FORMAT)
-
 
 def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, int] | None = None) -> dict[str, Any]:
-    """What a local or debug submitit job runs (importable, picklable)."""
+    """What a local or debug submitit job runs (importable, picklable). A failure leaves its
+    reason as the log's last line (``why.failure_line``), as on SLURM."""
     from jobs.worker import run_unit
+    from orchestrator.control.scheduler import one_line
+    from orchestrator.control.why import failure_line
+    from orchestrator.errors import TilesweepError
 
     configure_node_logging()
-    return run_unit(sweep_dir, unit_id, prior_starts=prior_starts)
+    try:
+        return run_unit(sweep_dir, unit_id, prior_starts=prior_starts)
+    except TilesweepError as exc:
+        log.error("%s", failure_line(unit_id, exc.message))
+        raise
+    except Exception as exc:
+        log.error("%s", failure_line(unit_id, f"{type(exc).__name__}: {one_line(exc)}"))
+        raise
+
+
+Units = list[str]
+Prior = dict[str, dict[str, int]]
+
+
+def task_units(units: str | Units, prior: Any) -> tuple[Units, Prior]:
+    """A task's units and their prior deaths (``unit -> item -> n``); a task pickled before
+    tasks held several units passed one unit id and its ``item -> n``."""
+    if isinstance(units, str):
+        return [units], {units: prior} if prior else {}
+    return list(units), dict(prior or {})
 
 
 class UnitTask(submitit.helpers.Checkpointable):
-    """One unit as a SLURM task. submitit pickles it by reference, so it must stay importable.
+    """A SLURM task: its units, one worker process each, on the task's GPUs (``node``).
+    submitit pickles it by reference, so it must stay importable under this name.
 
     Signals (submitit installs its own handlers first; this keeps its USR2 handler, which
-    checkpoints and requeues, for the moment the worker has stopped):
+    checkpoints and requeues, for the moment every worker has stopped). SLURM signals every
+    process of the task; the task forwards each signal to its workers as well:
 
     - USR2, SLURM's warning before the time limit (``--signal=USR2@<slurm_signal_delay_s>``)
-      or a preemption: the worker finishes the config being timed, abandons the ones compiled
-      ahead (``abandon_in_flight``: not their fault), returns, and submitit's handler
-      requeues the task through ``checkpoint`` (at most ``executor.max_requeues`` times).
-      If the worker does not reach a stop within ``grace_s`` it is stuck in a config (a hang,
-      an endless compile): the task is requeued at once *without* abandoning that config, so
-      its ``start`` line counts as an attempt that died on it, and after
-      ``executor.max_config_attempts`` such attempts the worker records it as an error.
-    - TERM (scancel, preemption, the time limit itself): the configs in flight are abandoned
-      at once (SIGKILL follows within KillWait) and the worker stops at the next config.
-      Only USR2 leads to a requeue: a cancelled job stays cancelled.
+      or a preemption: each worker finishes the config being timed, abandons the ones
+      compiled ahead (not their fault) and exits; then submitit's handler requeues the task
+      through ``checkpoint`` (at most ``executor.max_requeues`` times). A worker that has
+      not stopped within ``grace_s`` is stuck in a config (a hang, an endless compile): it is
+      killed without abandoning that config, so its ``start`` line counts as an attempt that
+      died on it (after ``executor.max_config_attempts`` such attempts the worker records it
+      as an error), and the task is requeued at once.
+    - TERM (scancel, preemption, the time limit itself): every worker abandons the configs
+      in flight at once (SIGKILL follows within KillWait) and stops at the next config. Only
+      USR2 leads to a requeue: a cancelled job stays cancelled.
+
+    A worker that failed (its reason is the last line of its unit's log) makes the task fail
+    once the others have ended; units done, stopped or held by another live worker do not.
     """
 
     def __init__(self, grace_s: float = 30.0) -> None:
         self.grace_s = grace_s
         self._warned = False
-        self._stop = False
+        self._terminated = False
         self._finished = False
         self._requeue: Any = None
+        self._workers: Any = None
 
-    def __call__(self, sweep_dir: str, unit_id: str, prior_starts: dict[str, int] | None = None) -> dict[str, Any]:
-        from jobs import worker
+    def __call__(self, sweep_dir: str, units: str | Units, prior: Any = None) -> dict[str, Any]:
+        from jobs.worker import slurm_task
+        from orchestrator.control.dispatch.node import TaskWorkers
 
         configure_node_logging()
+        unit_ids, priors = task_units(units, prior)
+        self._workers = TaskWorkers(sweep_dir, unit_ids, priors, slurm_task())
         self._install_handlers()
         try:
-            summary = worker.run_unit(sweep_dir, unit_id, stop_check=self._should_stop, prior_starts=prior_starts)
+            if not self._terminated:
+                self._workers.start()
+            if self._warned:  # the warning came while they started
+                self._workers.signal(signal.SIGUSR2)
+            self._workers.wait()
         finally:
             self._finished = True
             if self._requeue is not None:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-        if summary["stopped"] and self._warned and self._requeue is not None:
-            log.warning("unit %s stopped after %d records on the warning signal; checkpointing and requeueing",
-                        unit_id, summary["done"])
+        outcomes = self._workers.finish()
+        stopped = [o["unit"] for o in outcomes if o["state"] == "stopped"]
+        if stopped and self._warned and self._requeue is not None:
+            log.warning("units %s stopped on the warning signal; checkpointing and requeueing", ", ".join(stopped))
             self._requeue(signal.SIGUSR2, None)  # submitit: checkpoint, scontrol requeue, exit
-        return summary
+        failed = [o for o in outcomes if o["state"] == "failed"]
+        if failed:
+            raise UnitsFailed("; ".join(f"unit {o['unit']} failed: {o['reason']}" for o in failed))
+        return {"units": outcomes}
 
-    def checkpoint(self, sweep_dir: str, unit_id: str,
-                   prior_starts: dict[str, int] | None = None) -> submitit.helpers.DelayedSubmission:
-        """The same unit again: its finished configs are in its partial and are skipped."""
-        return submitit.helpers.DelayedSubmission(UnitTask(self.grace_s), sweep_dir, unit_id, prior_starts)
+    def checkpoint(self, sweep_dir: str, units: str | Units, prior: Any = None) -> submitit.helpers.DelayedSubmission:
+        """The same units again: their finished configs are in their partials and are skipped."""
+        return submitit.helpers.DelayedSubmission(UnitTask(self.grace_s), sweep_dir, units, prior)
 
     # -- signals
     def _install_handlers(self) -> None:
@@ -96,33 +130,27 @@ class UnitTask(submitit.helpers.Checkpointable):
         signal.signal(signal.SIGALRM, self._on_grace_expired)
         signal.signal(signal.SIGTERM, self._on_term)
 
-    def _should_stop(self) -> bool:
-        return self._stop
-
     def _on_warning(self, signum: int, frame: Any) -> None:
         if self._finished or self._warned:
             return
-        self._warned = self._stop = True
-        log.warning("caught %s (time limit near, or preemption): finishing the config being timed, then "
-                    "requeueing; at most %.0f s", signal.Signals(signum).name, self.grace_s)
+        self._warned = True
+        log.warning("caught %s (time limit near, or preemption): the workers finish the configs being timed, then "
+                    "the task is requeued; at most %.0f s", signal.Signals(signum).name, self.grace_s)
+        self._workers.signal(signal.SIGUSR2)
         signal.setitimer(signal.ITIMER_REAL, self.grace_s)
 
     def _on_grace_expired(self, signum: int, frame: Any) -> None:
         if self._finished:
             return
-        log.warning("the worker did not stop within %.0f s (stuck in a config?): requeueing now; the configs "
-                    "in flight count as attempts that died on them", self.grace_s)
+        log.warning("a worker did not stop within %.0f s (stuck in a config?): killing the workers and requeueing "
+                    "now; the configs in flight count as attempts that died on them", self.grace_s)
+        self._workers.kill()
         self._requeue(signal.SIGUSR2, frame)
 
     def _on_term(self, signum: int, frame: Any) -> None:
-        from jobs.worker import abandon_in_flight
-
-        self._stop = True
-        try:
-            given_up = abandon_in_flight()
-        except Exception as exc:  # a write interrupted mid-way: the kill follows anyway
-            given_up = f"none ({type(exc).__name__}: {exc})"
-        log.warning("caught %s: stopping; abandoned configs in flight: %s", signal.Signals(signum).name, given_up)
+        self._terminated = True
+        log.warning("caught %s: the workers abandon their configs in flight and stop", signal.Signals(signum).name)
+        self._workers.signal(signal.SIGTERM)
 
 
 class MergeTask(submitit.helpers.Checkpointable):
@@ -130,11 +158,11 @@ class MergeTask(submitit.helpers.Checkpointable):
     idempotent, so a restart only redoes work)."""
 
     def __call__(self, sweep_dir: str) -> dict[str, Any]:
-        from orchestrator.store.merge import merge
+        from orchestrator.control.sweeps import merge_sweep
 
         configure_node_logging()
         sd = SweepDir.open(sweep_dir)
-        summary = merge(sd)
+        summary = merge_sweep(sd)
         out = {"output": str(summary.output), "records": summary.records, "missing": summary.missing,
                "errors": summary.errors}
         if sd.spec.report.html and summary.records:

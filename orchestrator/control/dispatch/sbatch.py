@@ -1,0 +1,144 @@
+"""Calling sbatch through submitit: bounded in time, never half-undone, shown without a call.
+
+- **Bounded.** submitit runs sbatch without a timeout, and sbatch retries for about two
+  minutes when the controller's job table is full (docs/slurm-notes.md, surprise 6). While
+  tilesweep submits, submitit's hook for the command that submits a script
+  (``SlurmExecutor._make_submission_command``, which its array path calls on a copy of the
+  executor, so the class is patched, for the duration of the call only) returns
+  ``timeout --kill-after=5 T sbatch SCRIPT``. ``timeout`` runs sbatch in its own process
+  group, so a Ctrl-C at the terminal does not reach sbatch half-way either.
+- **Never half-undone.** SIGINT, SIGTERM and SIGHUP that arrive between the call of sbatch
+  and the moment its jobs are recorded in ``jobs.jsonl`` are held and delivered once the
+  jobs are recorded (``held_signals``): an accepted array is always recorded.
+- **Refused in one line.** sbatch's own words and the command (``submission_error``), and
+  none of submitit's temp files left behind (``sbatch_call``).
+- **Shown, not submitted.** ``render_script`` is the text submitit writes for an array of
+  ``n`` tasks, made by submitit itself, without writing a file or calling sbatch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from orchestrator.control.scheduler import one_line
+from orchestrator.errors import DispatchError
+
+log = logging.getLogger(__name__)
+
+_TEMP_LITTER = re.compile(r"(\.submission_file_[0-9a-f]{32}\.sh|[0-9a-f]{32}\.pkl)")
+_HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+KILL_AFTER_S = 5
+_TIMED_OUT = (124, 137)  # timeout(1): the command timed out; killed after --kill-after
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the block, then deliver each one that came."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in _HELD}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            log.warning("%s came while sbatch ran; the jobs it accepted are recorded", signal.Signals(s).name)
+            signal.raise_signal(s)
+
+
+@contextlib.contextmanager
+def bounded_sbatch(timeout_s: float) -> Iterator[None]:
+    """submitit's sbatch calls in the block give up after ``timeout_s`` (see the module docstring)."""
+    tool = shutil.which("timeout")
+    if tool is None:
+        log.warning("`timeout` (coreutils) is not on PATH: sbatch runs without a time bound")
+        yield
+        return
+    cls = submitit.SlurmExecutor
+    original = cls.__dict__["_make_submission_command"]
+
+    def command(self: Any, submission_file_path: Path) -> list[str]:
+        return [tool, f"--kill-after={KILL_AFTER_S}", f"{timeout_s:g}", *original(self, submission_file_path)]
+
+    cls._make_submission_command = command
+    try:
+        yield
+    finally:
+        cls._make_submission_command = original
+
+
+def _litter(folder: Path) -> set[str]:
+    try:
+        return {p.name for p in folder.iterdir() if _TEMP_LITTER.fullmatch(p.name)}
+    except FileNotFoundError:
+        return set()
+
+
+@contextlib.contextmanager
+def sbatch_call(folder: Path, timeout_s: float) -> Iterator[None]:
+    """One bounded sbatch call of submitit: a failure becomes a one-line DispatchError with
+    sbatch's own message and command, submitit's copy of sbatch's stderr is swallowed, and
+    the temp files a failed submission leaves in the folder are removed."""
+    before = _litter(folder)
+    swallowed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(swallowed), bounded_sbatch(timeout_s):
+            yield
+    except Exception as exc:
+        for name in _litter(folder) - before:
+            with contextlib.suppress(OSError):
+                (folder / name).unlink()
+        raise submission_error(exc, swallowed.getvalue(), timeout_s) from None
+
+
+def _shown(cmd: Any) -> str:
+    """The command as a user would type it: without the ``timeout`` wrapper."""
+    parts = [str(c) for c in cmd] if isinstance(cmd, (list, tuple)) else shlex.split(str(cmd))
+    if "sbatch" in parts:
+        parts = parts[parts.index("sbatch"):]
+    return shlex.join(parts)
+
+
+def submission_error(exc: Exception, stderr: str, timeout_s: float) -> DispatchError:
+    cause = exc.__cause__
+    if isinstance(cause, subprocess.CalledProcessError):  # submitit's FailedJobError from sbatch
+        cmd = _shown(cause.cmd)
+        if cause.returncode in _TIMED_OUT and isinstance(cause.cmd, list) and "timeout" in str(cause.cmd[0]):
+            return DispatchError(
+                f"sbatch did not answer within {timeout_s:g} s (the controller is busy, or its job table is full: "
+                f"`scontrol show config | grep MaxJobCount`); gave up (command: {cmd}); check `squeue --me` before "
+                "submitting again, or raise executor.sbatch_timeout_s"
+            )
+        said = one_line(cause.stderr or str(exc) or stderr) or f"exit {cause.returncode}"
+        return DispatchError(f"sbatch refused the job: {said} (command: {cmd})")
+    if isinstance(exc, FileNotFoundError):
+        return DispatchError(f"cannot run sbatch: {exc.strerror}: {exc.filename!r}; is SLURM installed here?")
+    return DispatchError(f"submitting to SLURM failed: {type(exc).__name__}: {one_line(exc) or one_line(stderr)}")
+
+
+def render_script(executor: Any, n_tasks: int) -> str:
+    """The sbatch script submitit would write for ``n_tasks`` calls of ``executor``'s
+    ``map_array`` (one call: ``submit``), made the way submitit's array path makes it."""
+    inner = executor._executor
+    if n_tasks <= 1:
+        return str(inner._make_submission_file_text(inner._submitit_command_str, "dry-run"))
+    array_ex = submitit.SlurmExecutor(inner.folder, inner.max_num_timeout)
+    array_ex.update_parameters(**inner.parameters)
+    array_ex.parameters["map_count"] = n_tasks
+    return str(array_ex._make_submission_file_text(array_ex._submitit_command_str, "dry-run"))

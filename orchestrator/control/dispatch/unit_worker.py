@@ -1,0 +1,112 @@
+"""One unit's worker process inside a SLURM task, started by ``node.TaskWorkers``:
+
+    python -m orchestrator.control.dispatch.unit_worker SWEEP_DIR UNIT_ID [PRIOR_STARTS_JSON]
+
+Its own process, so that it sees only its own GPU (``CUDA_VISIBLE_DEVICES`` is set before
+jax is imported) and its own CPU share (its affinity, which sizes its compile pool). Its
+output goes to the unit's log.
+
+Signals. The parent blocks USR2 and TERM before it execs this, so a signal that arrives
+while Python starts is held, not fatal; they are unblocked once these handlers are in place.
+SLURM sends its signals to every process of the task, and the parent forwards them too, so
+each handler acts once however often it is called:
+
+- USR2 (the time-limit warning, or a preemption): finish the config being timed, abandon
+  the ones compiled ahead (not their fault), exit ``STOPPED``; the parent then requeues.
+- TERM (scancel, the end of the limit, a dying parent): abandon the configs in flight at
+  once (SIGKILL follows), stop at the next config.
+
+Exit codes (``node`` reads them): 0 the unit is done; ``STOPPED`` stopped on a signal first;
+``HELD`` not started, another live worker holds the unit; 2 a broken environment or input
+(``TilesweepError``); 1 anything else. A failure's reason is the log's last line
+(``why.failure_line``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+STOPPED = 3
+HELD = 4
+SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+
+log = logging.getLogger(__name__)
+_state = {"stop": False, "abandoned": False}
+
+
+def _on_warning(signum: int, frame: Any) -> None:
+    if not _state["stop"]:
+        log.warning("caught %s (time limit near, or preemption): finishing the config being timed, then stopping",
+                    signal.Signals(signum).name)
+    _state["stop"] = True
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    _state["stop"] = True
+    if _state["abandoned"]:
+        return
+    _state["abandoned"] = True
+    worker = sys.modules.get("jobs.worker")  # never import inside a handler: the main thread may be importing
+    given_up = None
+    if worker is not None and hasattr(worker, "abandon_in_flight"):
+        try:
+            given_up = worker.abandon_in_flight()
+        except Exception as exc:  # a write interrupted mid-way: the kill follows anyway
+            given_up = f"none ({type(exc).__name__}: {exc})"
+    log.warning("caught %s: stopping; abandoned configs in flight: %s", signal.Signals(signum).name, given_up)
+
+
+def install_handlers() -> None:
+    """Handlers first, then unblock what the parent blocked (see the module docstring)."""
+    signal.signal(signal.SIGUSR2, _on_warning)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+
+
+def run(sweep_dir: str, unit_id: str, prior: dict[str, int] | None) -> int:
+    """Run the unit; return the exit code (see the module docstring)."""
+    from jobs.worker import run_unit
+    from orchestrator.control.scheduler import one_line
+    from orchestrator.control.why import failure_line, not_started_line
+    from orchestrator.errors import LeaseHeld, TilesweepError
+
+    try:
+        summary = run_unit(sweep_dir, unit_id, stop_check=lambda: _state["stop"], prior_starts=prior)
+    except LeaseHeld as exc:
+        log.warning("%s", not_started_line(unit_id, exc.message))
+        return HELD
+    except TilesweepError as exc:
+        log.error("%s", failure_line(unit_id, exc.message))
+        return 2
+    except MemoryError:
+        log.error("%s", failure_line(unit_id, "out of memory (MemoryError in the worker)"))
+        return 1
+    except Exception as exc:
+        log.exception("unit %s: the worker crashed", unit_id)
+        log.error("%s", failure_line(unit_id, f"{type(exc).__name__}: {one_line(exc)}"))
+        return 1
+    if summary["stopped"]:
+        log.warning("unit %s stopped after %d records; the rest is done when the task is requeued or resumed",
+                    unit_id, summary["done"])
+        return STOPPED
+    log.info("unit %s done: %d records (%d errors) in %.1f s", unit_id, summary["done"], summary["errors"],
+             summary["wall_s"])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    install_handlers()
+    args = sys.argv[1:] if argv is None else argv
+    from orchestrator.control.dispatch.nodelog import configure_node_logging
+
+    configure_node_logging()
+    prior = json.loads(args[2]) if len(args) > 2 and args[2] else None
+    return run(args[0], args[1], prior)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Why a unit failed, in one line: written where it happens, read by status, wait and run.
+
+A unit's worker writes its own reason as the last line of the unit's log when it gives up
+(``failure_line``: a broken environment, such as a GPU task whose jax sees no GPU, or a
+crash); the process that started it writes the reason when the worker died without a word
+(killed by a signal, or by the kernel's OOM killer). Readers take the last such line of the
+log (``read_failure``), and fall back on the last exception line of a Python traceback in a
+log (a task that failed before any worker started). Reading the tail of a log is cheap, and
+only failed units are read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+_TAIL_BYTES = 64 * 1024
+_MARK = "tilesweep: unit "
+_LINE = re.compile(r"tilesweep: unit (\S+) (failed|not started): (.+)$")
+# the last line of a Python traceback: "pkg.mod.SomeError: message" (or the bare name)
+_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Crashed|Held))(?::\s*(.*))?$")
+
+
+def failure_line(unit: str, reason: str) -> str:
+    """The line a unit's log ends with when the unit failed (``read_failure`` finds it)."""
+    return f"{_MARK}{unit} failed: {' '.join(reason.split())}"
+
+
+def not_started_line(unit: str, reason: str) -> str:
+    """The line a unit's log gets when a worker was not started on it (another live worker holds it)."""
+    return f"{_MARK}{unit} not started: {' '.join(reason.split())}"
+
+
+def _tail(path: Path) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - _TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()
+
+
+def read_failure(path: str | Path | None, unit: str | None = None, kind: str = "failed") -> str | None:
+    """The reason a unit failed from its log: the last ``failure_line`` (of ``unit`` when
+    given), else the last exception line of a traceback, else None. ``kind="not started"``
+    reads the last ``not_started_line`` instead (no traceback fallback)."""
+    if not path:
+        return None
+    lines = _tail(Path(path))
+    for line in reversed(lines):
+        m = _LINE.search(line)
+        if m and m.group(2) == kind and (unit is None or m.group(1) == unit):
+            return m.group(3).strip()
+    if kind != "failed":
+        return None
+    for line in reversed(lines):
+        m = _EXC.match(line.strip())
+        if m:
+            name = m.group(1).rsplit(".", 1)[-1]
+            return f"{name}: {m.group(2)}" if m.group(2) else name
+    return None
+
+
+def signal_reason(signum: int, oom_killed: bool = False) -> str:
+    """What a death by signal tells a user: "killed by signal 9 (SIGKILL)", or "out of
+    memory" when the kernel's OOM killer did it."""
+    if oom_killed:
+        return "out of memory (the kernel's OOM killer ended the worker; give the task more memory: executor.mem_gb)"
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = "unknown"
+    return f"killed by signal {signum} ({name})"
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has ended in this process's memory cgroup
+    (cgroup v2 ``memory.events`` or v1 ``memory.oom_control``), or None where it cannot say.
+    Read before and after a worker dies by SIGKILL to tell an OOM kill from another kill."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "memory":
+            files = [Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"]
+        elif controllers == "":
+            files = [Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events",
+                     Path("/sys/fs/cgroup/unified") / path.lstrip("/") / "memory.events"]
+        else:
+            continue
+        for f in files:
+            try:
+                text = f.read_text()
+            except OSError:
+                continue
+            m = re.search(r"^oom_kill (\d+)$", text, re.M)
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def exit_reason(exit_code: str) -> str | None:
+    """sacct's ``ExitCode`` (``exit:signal``) as words, when it says more than "failed"."""
+    code, _, sig = exit_code.partition(":")
+    if sig.isdigit() and int(sig):
+        return signal_reason(int(sig))
+    if code.isdigit() and int(code):
+        return f"exit code {int(code)}"
+    return None
