@@ -30,13 +30,19 @@ def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state():
         "36_0|CANCELLED by 0|0:0", "36_1|COMPLETED|0:0", "36_[2-5%2]|PENDING|0:0", "37|RUNNING|0:0",
         "38_[1,3,5-6]|PENDING|0:0", "39_4|FAILED|9:0", "40.batch|COMPLETED|0:0", "41_[]|PENDING|0:0",
     ])
-    rows = {jid: (state, code) for jid, state, code in parse_sacct(text)}
+    rows = {jid: (state, code) for jid, state, code, _, _ in parse_sacct(text)}
     assert rows["36_0"] == ("CANCELLED", "0:0") and rows["36_1"][0] == "COMPLETED"
     assert [j for j in rows if j.startswith("36_")] == ["36_0", "36_1", "36_2", "36_3", "36_4", "36_5"]
     assert rows["37"][0] == "RUNNING" and rows["39_4"] == ("FAILED", "9:0")
     assert sorted(j for j in rows if j.startswith("38_")) == ["38_1", "38_3", "38_5", "38_6"]
     assert "40.batch" not in rows and "40" not in rows
     assert expand_indices("0-2%4") == [0, 1, 2] and expand_indices("7") == [7] and expand_indices("x") == []
+    # -D -o ...,ElapsedRaw,AllocTRES: every run of a task, with its GPUs (a typed GPU is listed twice)
+    runs = list(parse_sacct("47_0|REQUEUED|0:0|90|billing=4,cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1\n"
+                            "47_0|COMPLETED|0:0|30|billing=4,cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1\n"
+                            "48|COMPLETED|0:0|600|billing=1,cpu=1,node=1"))
+    assert runs == [("47_0", "REQUEUED", "0:0", 90, 4), ("47_0", "COMPLETED", "0:0", 30, 4),
+                    ("48", "COMPLETED", "0:0", 600, 0)]
 
 
 def _view(**states: TaskState) -> SchedulerView:
@@ -53,7 +59,8 @@ def _view(**states: TaskState) -> SchedulerView:
     (TaskState("CANCELLED", "sacct"), True, ("cancelled", None)),
     (TaskState("TIMEOUT", "sacct"), True, ("timed out", "TIMEOUT")),
     (TaskState("FAILED", "sacct", exit_code="9:0"), True, ("failed", "FAILED (exit 9:0)")),
-    (TaskState("OUT_OF_MEMORY", "sacct", exit_code="0:125"), True, ("failed", "OUT_OF_MEMORY (exit 0:125)")),
+    (TaskState("OUT_OF_MEMORY", "sacct", exit_code="0:125"), True,
+     ("failed", "out of memory (SLURM ended the task at its memory limit: raise executor.mem_gb)")),
     (TaskState("PREEMPTED", "sacct"), True, ("cancelled", "PREEMPTED")),
 ])
 def test_slurm_states_map_to_unit_states(task, mtime_after, expected):
@@ -76,6 +83,21 @@ def test_a_job_in_neither_squeue_nor_sacct_is_pending_while_young_then_gone():
     assert slurm_state(old, running, None, {"36": now - 1}, now, 0)[0] == "cancelled"
     # SLURM not asked: a guess from the partial, said so
     assert slurm_state(old, None, None, {}, now, 2) == ("running", "SLURM not asked; state guessed from the partial")
+
+
+def test_a_task_of_a_known_array_in_neither_squeue_nor_sacct_is_cancelled_at_once_unless_it_ran():
+    """A pending task cancelled on its own leaves no record: once its array is known, it is
+    cancelled now, not a minute later; a task that ran may only be missing from sacct's lag."""
+    now = time.time()
+    view = _view(j36_0=TaskState("RUNNING", "squeue"))
+    view.arrays_seen = {"36"}
+    young = {"job_id": "36_5", "submitted_ts": now - 2}
+    state, detail = slurm_state(young, view, None, {}, now, 0)
+    assert state == "cancelled" and "cancelled while pending" in detail
+    ran = slurm_state(young, view, now - 1, {}, now, 1)  # its log was written after submission
+    assert ran == ("running", "left squeue moments ago; not in sacct yet")
+    unknown = _view()  # the array itself not in squeue or sacct yet: too early to tell
+    assert slurm_state(young, unknown, None, {}, now, 0) == ("pending", "not yet in squeue or sacct")
 
 
 def _sweep(tmp_path: Path, write_spec, units: int = 2, **over) -> SweepDir:
@@ -109,13 +131,27 @@ def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_sp
                  j50_2=TaskState("PENDING", "squeue", "Priority"), j51=TaskState("PENDING", "squeue", "Dependency"))
     st = sweep_status(sd, view=view)
     by = {u.id: u for u in st.units}
-    assert by[units[0]].state == "failed" and by[units[0]].log == "/logs/50_0_0_log.err" and by[units[0]].errors == 1
+    # the task's log does not exist: no path shown, and the reason is sacct's
+    assert by[units[0]].state == "failed" and by[units[0]].log is None and by[units[0]].errors == 1
+    assert by[units[0]].detail == "FAILED (exit 1:0): exit code 1"
+    # the unit's log ends with its worker's own reason: that is what status says
+    unit_log = sd.unit_log(units[0])
+    unit_log.parent.mkdir(parents=True)
+    unit_log.write_text("2026-01-01 12:00:00,000 jobs.worker: unit x: 1/3 ok\n"
+                        f"2026-01-01 12:00:01,000 orchestrator.control.dispatch.unit_worker: tilesweep: unit {units[0]} "
+                        "failed: this task was given GPU(s) CUDA_VISIBLE_DEVICES=0 but jax sees none\n")
+    sd.record_jobs([{"unit": units[0], "executor": "slurm", "job_id": "50_0", "array_id": "50", "task": 0,
+                     "submitted_ts": now - 600, "log": str(unit_log)}])
+    st = sweep_status(sd, view=view)
+    by = {u.id: u for u in st.units}
+    assert by[units[0]].state == "failed" and by[units[0]].log == str(unit_log)
+    assert by[units[0]].detail == "this task was given GPU(s) CUDA_VISIBLE_DEVICES=0 but jax sees none"
     assert by[units[1]].state == "running" and by[units[1]].log is None
     assert by[units[2]].state == "pending" and by[units[2]].detail == "Priority"
     assert st.done == 2 and st.errors == 1 and not st.complete and not st.settled
     assert st.merge_jobs[0]["state"] == "PENDING" and st.eta_s() is not None
     text = format_status(st)
-    assert "2/" in text.splitlines()[0] and "log: /logs/50_0_0_log.err" in text
+    assert "2/" in text.splitlines()[0] and f"log: {unit_log}" in text and "jax sees none" in text
     assert "final merge: job 51 pending" in text
     doc = st.to_json()
     assert doc["states"] == {"running": 1, "pending": 1, "failed": 1} and len(doc["units"]) == 3
@@ -215,19 +251,25 @@ def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck():
 
     from orchestrator.control.dispatch import UnitTask
 
+    from orchestrator.control.dispatch.node import TaskWorkers
+    from orchestrator.control.dispatch.tasks import task_units
+
     task = UnitTask(grace_s=0.2)
-    again = task.checkpoint("/sweep", "abc", {"x": 1})
+    again = task.checkpoint("/sweep", ["abc", "def"], {"abc": {"x": 1}})
     assert isinstance(again, DelayedSubmission) and isinstance(again.function, UnitTask)
-    assert again.args == ("/sweep", "abc", {"x": 1}) and again.function.grace_s == 0.2
+    assert again.args == ("/sweep", ["abc", "def"], {"abc": {"x": 1}}) and again.function.grace_s == 0.2
+    # a task pickled when a task held one unit still runs
+    assert task_units("abc", {"x": 1}) == (["abc"], {"abc": {"x": 1}})
 
     requeued = []
     old = {s: signal.getsignal(s) for s in (signal.SIGUSR2, signal.SIGALRM, signal.SIGTERM)}
     signal.signal(signal.SIGUSR2, lambda signum, frame: requeued.append(signum))  # stands for submitit's handler
     try:
+        task._workers = TaskWorkers("/sweep", [], {}, None)
         task._install_handlers()
         os.kill(os.getpid(), signal.SIGUSR2)
-        assert task._should_stop() and not requeued  # the warning only asks the worker to stop
-        time.sleep(0.5)  # the worker never reaches a stop: requeued once the grace is over
+        assert task._warned and not requeued  # the warning only asks the workers to stop
+        time.sleep(0.5)  # the workers never reach a stop: requeued once the grace is over
         assert requeued == [signal.SIGUSR2]
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

@@ -91,5 +91,5 @@ def print_failed_units(outcomes: list[Any]) -> list[Any]:
     """One line per unit run here that failed (``dispatch.UnitOutcome``); return those."""
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
-        warn(f"unit {o.unit} failed: {o.error} (log: {o.log})")
+        warn(f"unit {o.unit} failed: {o.error}" + (f" (log: {o.log})" if o.log else ""))
     return failed

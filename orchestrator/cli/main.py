@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from orchestrator.cli.common import PROG, Parser
@@ -18,15 +19,27 @@ from orchestrator.errors import TilesweepError
 def build_parser() -> argparse.ArgumentParser:
     # imported here, not at the top: ``python -m orchestrator.cli.analysis`` runs a family on its
     # own, and the package (whose __init__ imports this module) must not have imported it first
-    from orchestrator.cli import analysis, slurm, sweep
+    from orchestrator.cli import analysis, browse, slurm, sweep
 
     p = Parser(prog=PROG, description="Autotune Pallas flash-attention tile configs on a SLURM cluster or locally.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    p.add_argument("--version", action="version", version=f"{PROG} {version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     sweep.register(sub)
     analysis.register(sub)
     slurm.register(sub)
+    browse.register(sub)
     return p
+
+
+def version() -> str:
+    """The installed tilesweep's version (its package metadata)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("tilesweep")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: run scripts/setup-venv.sh)"
 
 
 def configure_logging(verbosity: int) -> None:
@@ -39,14 +52,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
     except TilesweepError as exc:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; finished records are kept, rerun to continue", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # `tilesweep ... | head -1`: the reader has gone; nothing done is undone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
 
 

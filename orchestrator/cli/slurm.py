@@ -18,7 +18,10 @@ only says what happened.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.common import (
@@ -31,6 +34,7 @@ from orchestrator.cli.common import (
     seconds,
     warn,
 )
+from orchestrator.errors import DispatchError
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
@@ -41,8 +45,8 @@ if TYPE_CHECKING:  # the control flows import submitit: loaded when a command ru
 
 
 def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
-    """The arrays submitted (first and last task of each), the logs, the final merge job,
-    and what could not be submitted."""
+    """The arrays submitted (first and last task of each; how many units a task runs), the
+    logs, the final merge job, and what could not be submitted."""
     if out.merge_error is not None:
         warn(f"warning: the final merge job was not submitted ({out.merge_error.message}); "
              f"`{PROG} wait {sd.root}` or `{PROG} merge {sd.root}` merges")
@@ -50,13 +54,20 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
     by_array: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         by_array.setdefault(e["array_id"], []).append(e)
-    split = f" (at most {out.per_array} per array: {out.why})" if len(by_array) > 1 else ""
+    split = f" (at most {out.per_array} tasks per array: {out.why})" if len(by_array) > 1 else ""
+    per_task = out.per_task
+    tasks_note = f", {per_task} units per task (one per GPU)" if per_task > 1 else ""
     print(f"submitted {len(entries)} unit{'s' if len(entries) != 1 else ''} as "
-          f"{len(by_array)} job array{'s' if len(by_array) != 1 else ''}{split}:")
+          f"{len(by_array)} job array{'s' if len(by_array) != 1 else ''}{tasks_note}{split}:")
     for array, group in by_array.items():
-        ids = [e["job_id"] for e in group]
-        print(f"  {array}: {ids[0]}" + (f" .. {ids[-1]}" if len(ids) > 1 else "") + f"  ({len(ids)} tasks)")
-    print(f"  logs: {sd.logs}/<job>_0_log.err")
+        ids = list(dict.fromkeys(e["job_id"] for e in group))
+        print(f"  {array}: {ids[0]}" + (f" .. {ids[-1]}" if len(ids) > 1 else "")
+              + f"  ({len(ids)} task{'s' if len(ids) != 1 else ''})")
+    print(f"  logs: {sd.logs}/units/<unit>.log (`{PROG} logs {sd.root} UNIT`); per task {sd.logs}/<task>_0_log.err")
+    for e in entries:
+        if e.get("slot") == 0 and (e.get("units_in_task") or 1) < per_task:
+            warn(f"note: task {e['job_id']} runs {e['units_in_task']} units on its {per_task} GPUs: "
+                 f"{per_task - e['units_in_task']} idle; plan a multiple of {per_task} units (--units) to use them all")
     if out.merge_job is not None:
         m = out.merge_job
         page = ""
@@ -73,6 +84,9 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
 def cmd_submit(args: argparse.Namespace) -> int:
     from orchestrator.control.submit import submit_spec
 
+    if args.dry_run:
+        return print_dry_run(args)
+
     def planned(s: SweepSubmission) -> None:
         done = s.units - len(s.todo)
         print(f"sweep {s.sd.root}: {s.sd.planned} items in {s.units} units"
@@ -85,6 +99,33 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if result.outcome is not None:
         print_submission(result.sd, result.outcome)
     print(f"follow with: {PROG} status {result.sd.root}   (or {PROG} wait {result.sd.root})")
+    return 0
+
+
+def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
+    """``submit --dry-run``: the array layout (which units each task runs, on which GPU
+    slot) and the sbatch scripts, as submitit would write them; nothing submitted."""
+    from orchestrator.control.submit import dry_run
+
+    d = dry_run(args.spec, sweep_dir=args.sweep_dir, units=args.units, costs=args.costs,
+                max_array_size=args.max_array_size)
+    n_tasks = sum(len(a) for a in d.arrays)
+    print(f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
+          f"{n_tasks} task{'s' if n_tasks != 1 else ''} of up to {d.per_task} unit{'s' if d.per_task != 1 else ''} "
+          f"(one per GPU), {len(d.arrays)} job array{'s' if len(d.arrays) != 1 else ''}"
+          + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else ""))
+    for k, tasks in enumerate(d.arrays, 1):
+        print(f"array {k}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}")
+        for t, units in enumerate(tasks[:max_tasks]):
+            print(f"  task {t}: " + ", ".join(f"{u} ({d.sizes[u]} items, GPU slot {g})" for g, u in enumerate(units)))
+        if len(tasks) > max_tasks:
+            print(f"  ... {len(tasks) - max_tasks} more tasks")
+    for k, script in enumerate(d.scripts, 1):
+        print(f"--- sbatch script of array {k} (submitit writes it as {d.root}/logs/<array id>_submission.sh) ---")
+        print(script.rstrip())
+    if d.merge_script is not None:
+        print("--- sbatch script of the final merge job (afterany on the arrays' ids) ---")
+        print(d.merge_script.rstrip())
     return 0
 
 
@@ -144,8 +185,8 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
     """A progress line until every unit has settled (warning once of each unit that cannot
     start), then the merge, the best-config table, what is left to resume and, when asked
     (``html``, default: the sweep's frozen spec's ``report.html``), the report page's path."""
+    from orchestrator.control.sweeps import merge_sweep
     from orchestrator.control.wait import wait_until_settled
-    from orchestrator.store import merge
 
     progress = Progress(sd.planned)
     warned: set[str] = set()
@@ -164,7 +205,7 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
         warn(f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
              f"`{PROG} wait {sd.root}` again later")
         return 1
-    summary = merge.merge(sd)
+    summary = merge_sweep(sd)
     print(f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
           f"missing) into {summary.output}", file=sys.stderr)
     if summary.records:
@@ -184,24 +225,56 @@ def cmd_wait(args: argparse.Namespace) -> int:
     return wait_and_merge(sd, interval=args.interval, slurm_interval=args.slurm_interval, timeout=args.timeout)
 
 
-def run_on_slurm(spec_path: str, sd: SweepDir) -> int:
-    """``tilesweep run`` with the slurm executor: submit (or resume what is missing), then wait."""
-    from orchestrator.control.submit import submit_unfinished
-    from orchestrator.control.sweeps import slurm_jobs
+def run_on_slurm(args: argparse.Namespace) -> int:
+    """``tilesweep run`` with the slurm executor: submit (or resume what is missing), then
+    wait. Refused before anything is written where sbatch cannot be reached; a sweep
+    directory made for a submission that failed is removed again; a second ``run`` of a
+    sweep being run follows the first one's progress."""
+    from orchestrator.control.scheduler import require_submit_tools
+    from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, run_or_follow, slurm_jobs
     from orchestrator.spec.files import load_spec
 
-    spec = load_spec(spec_path)
-    settings = spec.executor.model_copy(update={"kind": "slurm"})
-    if slurm_jobs(sd):
-        _resume(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True)
-    else:
-        def planned(s: SweepSubmission) -> None:
-            print(f"sweep {sd.root}: {sd.planned} items in {s.units} units", file=sys.stderr)
-
-        result = submit_unfinished(sd, settings, on_planned=planned)
-        if result.outcome is not None:
-            print_submission(sd, result.outcome)
+    spec = load_spec(args.spec)
+    require_submit_tools()
+    root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
+    created = not root.exists()
+    sd, _, _ = prepare_sweep(args.spec, str(root), args.units, args.output, costs=args.costs)
+    try:
+        with run_or_follow(sd) as other:
+            if other is not None:
+                warn(f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its "
+                     "progress instead of submitting it a second time")
+                _wait_for_submission(sd)
+            else:
+                _submit_or_resume(sd, spec.executor.model_copy(update={"kind": "slurm"}))
+            if not slurm_jobs(sd):
+                raise DispatchError(f"nothing of {sd.root} was submitted; `{PROG} run` it again")
+    except BaseException:
+        if created and not slurm_jobs(sd):
+            shutil.rmtree(root, ignore_errors=True)  # a sweep directory made for nothing
+        raise
     return wait_and_merge(sd, html=spec.report.html)
+
+
+def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings) -> None:
+    from orchestrator.control.submit import submit_unfinished
+
+    def planned(s: SweepSubmission) -> None:
+        print(f"sweep {sd.root}: {sd.planned} items in {s.units} units", file=sys.stderr)
+
+    result = submit_unfinished(sd, settings, on_planned=planned)
+    if result is None:  # submitted before (or meanwhile): only what is missing
+        _resume(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True)
+    elif result.outcome is not None:
+        print_submission(sd, result.outcome)
+
+
+def _wait_for_submission(sd: SweepDir) -> None:
+    """While the other ``run`` has not submitted anything yet, wait for it to."""
+    from orchestrator.control.sweeps import other_run_live, slurm_jobs
+
+    while not slurm_jobs(sd) and other_run_live(sd):
+        time.sleep(0.5)
 
 
 def register(sub: Any) -> None:
@@ -209,12 +282,15 @@ def register(sub: Any) -> None:
     s = sub.add_parser("submit", help="plan a spec and submit its units to SLURM as job arrays; returns at once")
     s.add_argument("spec")
     s.add_argument("--sweep-dir", help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
-    s.add_argument("--units", type=positive_int, help="number of units = array tasks (overrides the spec)")
+    s.add_argument("--units", type=positive_int,
+                   help="number of units (overrides the spec); a task runs one per GPU (executor.gpus_per_node)")
     s.add_argument("--output", help="results document (default: the spec's output)")
     s.add_argument("--costs", metavar="RESULTS.json",
                    help="shard with the measured costs of an earlier results document")
     s.add_argument("--max-array-size", type=positive_int, help="at most this many tasks per job array "
                    "(default: executor.max_array_size, else the cluster's MaxArraySize)")
+    s.add_argument("--dry-run", action="store_true",
+                   help="print the array layout and the sbatch scripts; write and submit nothing")
     s.set_defaults(func=cmd_submit)
 
     s = sub.add_parser("resume", help="submit the items of a sweep that have no record yet, as new units")

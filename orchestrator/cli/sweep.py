@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,18 +69,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from orchestrator.control import dispatch
-    from orchestrator.control.status import sweep_status
-    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.control.sweeps import prepare_sweep, run_or_follow
     from orchestrator.spec.files import load_spec
-    from orchestrator.store import merge
 
-    sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs)
-    kind = args.executor or sd.spec.executor.kind
+    kind = args.executor or load_spec(args.spec).executor.kind
     if kind == "slurm":
         from orchestrator.cli.slurm import run_on_slurm
 
-        return run_on_slurm(args.spec, sd)
+        return run_on_slurm(args)
+    sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs)
+    with run_or_follow(sd) as other:
+        if other is not None:
+            return follow_run(sd, other)
+        return _run_here(sd, unit_ids, existed, kind, args)
+
+
+def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argparse.Namespace) -> int:
+    """Run the units that are not done here (local or debug executor), merge, report."""
+    from orchestrator.control import dispatch
+    from orchestrator.control.status import sweep_status
+    from orchestrator.control.sweeps import merge_sweep
+
     st = sweep_status(sd, query_slurm=False)
     todo = [u.id for u in st.units if not u.complete]
     print(f"sweep {sd.root}: {sd.planned} items in {len(unit_ids)} units"
@@ -95,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=args.workers, on_poll=poll) if todo else []
     poll()
     progress.close()
-    summary = merge.merge(sd)
+    summary = merge_sweep(sd)
     print(merge_line(summary), file=sys.stderr)
     print_table(summary.output)
     failed = print_failed_units(outcomes)
@@ -106,12 +116,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def follow_run(sd: Any, other: Any) -> int:
+    """Another ``tilesweep run`` runs this sweep: show its progress until it ends (instead of
+    starting a second worker on each unit beside it), then merge and report."""
+    from orchestrator.control.status import sweep_status
+    from orchestrator.control.sweeps import merge_sweep, other_run_live
+
+    warn(f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its progress "
+         "instead of starting a second run beside it (Ctrl-C stops following, not that run)")
+    progress = Progress(sd.planned)
+    while other_run_live(sd):
+        progress.update(sweep_status(sd, query_slurm=False).done)
+        time.sleep(1.0)
+    st = sweep_status(sd, query_slurm=False)
+    progress.update(st.done)
+    progress.close()
+    summary = merge_sweep(sd)
+    print(merge_line(summary), file=sys.stderr)
+    if summary.records:
+        print_table(summary.output)
+        if sd.spec.report.html:
+            print_page(summary.output)
+    if summary.missing:
+        warn(f"{summary.missing} items have no record; rerun `{PROG} run` on {sd.root} to redo only those")
+        return 1
+    return 0
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
-    from orchestrator.store import merge
+    from orchestrator.control.sweeps import merge_sweep
     from orchestrator.store.sweepdir import SweepDir
 
     sd = SweepDir.open(args.sweep_dir)
-    summary = merge.merge(sd, output=Path(args.output) if args.output else None)
+    summary = merge_sweep(sd, output=Path(args.output) if args.output else None)
     print(merge_line(summary))
     return 0
 
@@ -124,9 +161,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     st = sweep_status(sd)
     if args.json:
         print(json.dumps(st.to_json(), indent=1))
-        return 0
-    print(format_status(st))
-    return 0
+    else:
+        print(format_status(st))
+    # 1: some units ended without finishing and nothing took their items over (resume does)
+    return 1 if st.ended_unfinished() else 0
 
 
 def register(sub: Any) -> None:
@@ -160,7 +198,11 @@ def register(sub: Any) -> None:
     s.add_argument("--output", help="write here instead of the spec's output")
     s.set_defaults(func=cmd_merge)
 
-    s = sub.add_parser("status", help="progress of a sweep, from any shell")
+    s = sub.add_parser("status", help="progress of a sweep, from any shell",
+                       description="Progress of a sweep, per unit: state, records, SLURM task and GPU, and for a "
+                       "failed unit its worker's own reason. Exit code 0: nothing failed (complete or still "
+                       "running); 1: some units ended without finishing (`tilesweep resume` redoes their items); "
+                       "2: the sweep directory cannot be read.")
     s.add_argument("sweep_dir")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)

@@ -149,15 +149,17 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False) -> Resume
     return plan
 
 
-def group_missing(sd: SweepDir, missing: list[WorkItem], n_units: int | None, default: int) -> list[Unit]:
-    """The missing items as units (``plan.shard``, cost model of the spec)."""
+def group_missing(sd: SweepDir, missing: list[WorkItem], n_units: int | None, default: int,
+                  settings: ExecutorSettings | None = None) -> list[Unit]:
+    """The missing items as units (``plan.shard``, cost model of the spec); by default as
+    many as ``default``, rounded up to fill whole SLURM tasks (a unit per GPU)."""
     from orchestrator.planning import shard
     from orchestrator.planning.costs import item_costs, setup_estimate
 
     spec = sd.spec
     costs, scale = item_costs(missing, spec)
     setups = {it.shape: setup_estimate(it.shape, spec.modes) * scale for it in missing}
-    n = n_units or max(1, default)
+    n = n_units or (settings or spec.executor).fill_tasks(max(1, default))
     return shard(missing, min(n, len(missing)), costs=costs, setups=setups, strategy=spec.sharding.strategy)
 
 
@@ -174,7 +176,8 @@ def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units
                  max_array_size: int | None, on_planned: Callable[[Resumed], None] | None = None) -> Resumed:
     """Hand the missing items of a sweep to new units: submitted to SLURM (returns once
     sbatch took them), or run here to completion (local, debug). ``on_planned`` is called
-    once the plan is known (new units empty when nothing is missing), before anything runs."""
+    once the plan is known (new units empty when nothing is missing), before anything is
+    written or run, so a failing print there changes nothing."""
     slurm = settings.kind == "slurm"
     if slurm:
         require_submit_tools()
@@ -182,28 +185,44 @@ def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units
     with sweep_lock(sd):
         plan = plan_resume(sd, sweep_status(sd), force=force)
         result = Resumed(plan)
-        if not plan.missing:
-            if on_planned is not None:
-                on_planned(result)
-            return result
-        result.new_units = group_missing(sd, plan.missing, units, default=len(plan.missing_of) or 1)
-        rollback = UnitsRollback(sd)
-        sd.add_units(result.new_units, origin="resume")
-        new_ids = [u.id for u in result.new_units]
-        prior = {u.id: plan.prior_starts(u.id, [it.id for it in u.items]) for u in result.new_units}
+        if plan.missing:
+            result.new_units = group_missing(sd, plan.missing, units, default=len(plan.missing_of) or 1,
+                                             settings=settings)
         if on_planned is not None:
             on_planned(result)
-        submitted = set(new_ids)
+        if not result.new_units:
+            return result
+        new_ids = [u.id for u in result.new_units]
+        prior = {u.id: plan.prior_starts(u.id, [it.id for it in u.items]) for u in result.new_units}
         if slurm:
-            try:
-                result.submission = submit_with_merge(sd, new_ids, settings, origin="resume",
-                                                      max_array_size=max_array_size, prior=prior)
-            except BaseException:
-                rollback.undo(new_ids)
-                raise
-            submitted = {e["unit"] for e in result.submission.submission.entries}
-        _record_resume(sd, plan, result.new_units, submitted, force)
+            submitted = _submit_new_units(sd, result, settings, prior, max_array_size, force)
+        else:
+            sd.add_units(result.new_units, origin="resume")
+            submitted = set(new_ids)
+            _record_resume(sd, plan, result.new_units, submitted, force)
     if not slurm:
         result.outcomes = dispatch.run_units_locally(sd, new_ids, kind=settings.kind, prior_starts=prior)
     result.items_submitted = sum(len(u.items) for u in result.new_units if u.id in submitted)
     return result
+
+
+def _submit_new_units(sd: SweepDir, result: Resumed, settings: ExecutorSettings, prior: dict[str, dict[str, int]],
+                      max_array_size: int | None, force: bool) -> set[str]:
+    """Add the new units and submit them. Never half-undone: whatever stops the submission
+    (a refusal, Ctrl-C, a closed pipe) takes out of ``units.json`` only the units no
+    accepted array runs; those that sbatch accepted stay, and are recorded as resumed."""
+    rollback = UnitsRollback(sd)
+    sd.add_units(result.new_units, origin="resume")
+    new_ids = [u.id for u in result.new_units]
+    try:
+        result.submission = submit_with_merge(sd, new_ids, settings, origin="resume",
+                                              max_array_size=max_array_size, prior=prior)
+    except BaseException:
+        accepted = rollback.submitted_since(new_ids)
+        rollback.undo([u for u in new_ids if u not in accepted])
+        if accepted:
+            _record_resume(sd, result.plan, result.new_units, accepted, force)
+        raise
+    submitted = {e["unit"] for e in result.submission.submission.entries}
+    _record_resume(sd, result.plan, result.new_units, submitted, force)
+    return submitted

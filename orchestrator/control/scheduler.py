@@ -63,9 +63,22 @@ class SchedulerView:
     sacct_ok: bool = False
     notes: list[str] = field(default_factory=list)  # why something could not be asked
     taken: float = field(default_factory=time.time)
+    arrays_seen: set[str] = field(default_factory=set)  # arrays (or jobs) squeue or sacct knows
+    gpu_seconds: dict[str, float] = field(default_factory=dict)  # array -> sacct elapsed x GPUs, every run
 
     def get(self, job_id: str) -> TaskState | None:
         return self.states.get(job_id)
+
+    def knows_array(self, job_id: str) -> bool:
+        """Whether the scheduler knows the array of ``job_id`` (any task of it, or its pending
+        range, in squeue or sacct). A task of a known array that is in neither is gone."""
+        return array_of(job_id) in self.arrays_seen
+
+    def gpu_hours(self, job_ids: Iterable[str]) -> float | None:
+        """GPU-hours of the arrays of ``job_ids`` (every run of every task), None without sacct."""
+        if not self.sacct_ok:
+            return None
+        return round(sum(self.gpu_seconds.get(a, 0.0) for a in {array_of(j) for j in job_ids}) / 3600.0, 4)
 
 
 def array_of(job_id: str) -> str:
@@ -120,21 +133,35 @@ def query(job_ids: Iterable[str]) -> SchedulerView:
             if len(parts) >= 2 and parts[0]:
                 view.states[parts[0]] = TaskState(parts[1].split()[0].upper() if parts[1].strip() else "UNKNOWN",
                                                   "squeue", parts[2] if len(parts) > 2 else "")
-    res = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ids])
-    if isinstance(res, str):
-        view.notes.append(f"sacct: {res}")
-    elif res.returncode != 0:
-        view.notes.append(f"sacct failed (exit {res.returncode}): {one_line(res.stderr)}")
-    else:
-        view.sacct_ok = True
-        for jid, state, code in parse_sacct(res.stdout):
-            view.states.setdefault(jid, TaskState(state, "sacct", exit_code=code))  # squeue wins
+                view.arrays_seen.add(array_of(parts[0]))
+    _ask_sacct(view, ids)
     view.taken = time.time()
     return view
 
 
-def parse_sacct(text: str) -> Iterable[tuple[str, str, str]]:
-    """(task id, state word, exit code) per task of ``sacct -X -n -P -o JobID,State,ExitCode``.
+def _ask_sacct(view: SchedulerView, ids: str) -> None:
+    """sacct with ``-D``: one row per run of a task (a requeued task has several, oldest
+    first), so the last row gives its state and every row its GPU time."""
+    res = _run(["sacct", "-X", "-D", "-n", "-P", "-o", "JobID,State,ExitCode,ElapsedRaw,AllocTRES", "-j", ids])
+    if isinstance(res, str):
+        view.notes.append(f"sacct: {res}")
+        return
+    if res.returncode != 0:
+        view.notes.append(f"sacct failed (exit {res.returncode}): {one_line(res.stderr)}")
+        return
+    view.sacct_ok = True
+    for row in parse_sacct(res.stdout):
+        jid, state, code = row[:3]
+        view.arrays_seen.add(array_of(jid))
+        current = view.states.get(jid)
+        if current is None or current.source == "sacct":  # squeue wins; a later run wins over an earlier one
+            view.states[jid] = TaskState(state, "sacct", exit_code=code)
+        view.gpu_seconds[array_of(jid)] = view.gpu_seconds.get(array_of(jid), 0.0) + row[3] * row[4]
+
+
+def parse_sacct(text: str) -> Iterable[tuple[str, str, str, int, int]]:
+    """(task id, state word, exit code, elapsed seconds, GPUs) per row of ``sacct -X -n -P -o
+    JobID,State,ExitCode[,ElapsedRaw,AllocTRES]`` (the last two 0 when not asked for).
 
     Pending tasks of an array come as one row with a range (``36_[2-5%2]``, ``38_[1,3,5-6]``):
     it is expanded. ``CANCELLED by 0`` becomes ``CANCELLED``."""
@@ -147,14 +174,23 @@ def parse_sacct(text: str) -> Iterable[tuple[str, str, str]]:
             continue  # steps (.batch), heterogeneous jobs: not ours
         state = parts[1].split()[0].upper() if parts[1].strip() else "UNKNOWN"
         code = parts[2] if len(parts) > 2 else ""
+        elapsed = int(parts[3]) if len(parts) > 3 and parts[3].strip().isdigit() else 0
+        gpus = _gpus(parts[4]) if len(parts) > 4 else 0
         array, single, ranges = m.group(1), m.group(2), m.group(3)
         if single is None:
-            yield array, state, code
+            yield array, state, code, elapsed, gpus
         elif ranges is None:
-            yield f"{array}_{single}", state, code
+            yield f"{array}_{single}", state, code, elapsed, gpus
         else:
             for index in expand_indices(ranges):
-                yield f"{array}_{index}", state, code
+                yield f"{array}_{index}", state, code, elapsed, gpus
+
+
+def _gpus(tres: str) -> int:
+    """GPUs in an AllocTRES field (``billing=4,cpu=4,gres/gpu=4,node=1``; typed GPUs are
+    listed twice, ``gres/gpu=4,gres/gpu:h100=4``: the untyped count is taken)."""
+    m = re.search(r"(?:^|,)gres/gpu=(\d+)", tres)
+    return int(m.group(1)) if m else 0
 
 
 def expand_indices(spec: str) -> list[int]:

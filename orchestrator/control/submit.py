@@ -15,6 +15,7 @@ it are removed again (``dispatch`` removes submitit's temp files).
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,8 @@ from pathlib import Path
 
 from orchestrator import PROG
 from orchestrator.control import dispatch
+from orchestrator.control.history import read_history
 from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits, require_submit_tools
-from orchestrator.control.status import read_history
 from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_jobs, sweep_lock, unfinished_units
 from orchestrator.errors import DispatchError
 from orchestrator.spec.model import ExecutorSettings
@@ -41,6 +42,7 @@ class SubmitOutcome:
     why: str  # where per_array comes from
     merge_job: dict | None = None
     merge_error: DispatchError | None = None
+    per_task: int = 1  # units a task runs at once (one per GPU)
 
     @property
     def not_submitted(self) -> int:
@@ -69,28 +71,39 @@ def per_array(settings: ExecutorSettings, override: int | None, n_units: int) ->
     if limit is not None:
         return limit, "override" if override else "executor.max_array_size"
     limits = cluster_limits()
-    if limits.max_job_count is not None and n_units > limits.max_job_count - JOB_COUNT_MARGIN:
+    n_tasks = -(-n_units // settings.units_per_task())
+    if limits.max_job_count is not None and n_tasks > limits.max_job_count - JOB_COUNT_MARGIN:
         raise DispatchError(
-            f"{n_units} units, but the cluster holds at most MaxJobCount={limits.max_job_count} jobs at once "
+            f"{n_tasks} array tasks, but the cluster holds at most MaxJobCount={limits.max_job_count} jobs at once "
             "(every array task counts); plan fewer units (--units)"
         )
     return limits.per_array, f"MaxArraySize={limits.max_array_size} ({limits.source})"
 
 
 class UnitsRollback:
-    """Undo ``add_units`` when nothing could be submitted: units.json and unit files as before."""
+    """Undo ``add_units`` for the units no accepted array runs: their unit files and their
+    lines in units.json go; every other unit, and the units sbatch accepted, stay."""
 
     def __init__(self, sd: SweepDir) -> None:
         self.sd = sd
-        self.index_text = (sd.root / "units.json").read_text(encoding="utf-8")
         self.known = {u["id"] for u in sd.unit_index()}
+        self.history_len = len(sd.job_history())
+
+    def submitted_since(self, unit_ids: list[str]) -> set[str]:
+        """Those of ``unit_ids`` that a job recorded since this rollback was made runs."""
+        wanted = set(unit_ids)
+        return {e["unit"] for e in self.sd.job_history()[self.history_len:]
+                if "event" not in e and e.get("unit") in wanted}
 
     def undo(self, added: list[str]) -> None:
-        for uid in added:
-            if uid not in self.known:
-                with contextlib.suppress(FileNotFoundError):
-                    self.sd.unit_path(uid).unlink()
-        atomic_write_text(self.sd.root / "units.json", self.index_text)
+        drop = {uid for uid in added if uid not in self.known}
+        if not drop:
+            return
+        for uid in drop:
+            with contextlib.suppress(FileNotFoundError):
+                self.sd.unit_path(uid).unlink()
+        index = [u for u in self.sd.unit_index() if u["id"] not in drop]
+        atomic_write_text(self.sd.root / "units.json", json.dumps(index) + "\n")
 
 
 def submit_with_merge(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, origin: str,
@@ -104,7 +117,7 @@ def submit_with_merge(sd: SweepDir, unit_ids: list[str], settings: ExecutorSetti
                                 attempts=attempts)
     if sub.error is not None and not sub.entries:
         raise sub.error
-    outcome = SubmitOutcome(list(unit_ids), sub, size, why)
+    outcome = SubmitOutcome(list(unit_ids), sub, size, why, per_task=settings.units_per_task())
     if settings.merge_job and sub.entries:
         try:
             outcome.merge_job = dispatch.submit_merge_job(sd, settings, sub.arrays)
@@ -152,9 +165,59 @@ def submit_spec(spec_path: str, *, sweep_dir: str | None, units: int | None, out
 
 
 def submit_unfinished(sd: SweepDir, settings: ExecutorSettings, *,
-                      on_planned: OnPlanned | None = None) -> SweepSubmission:
+                      on_planned: OnPlanned | None = None) -> SweepSubmission | None:
     """Submit the units of an existing sweep directory that are not done (``run`` with the
-    slurm executor, on a directory never submitted to SLURM)."""
+    slurm executor, on a directory never submitted to SLURM); None, submitting nothing, when
+    another command submitted it meanwhile (checked under the sweep's lock)."""
     require_submit_tools()
     with sweep_lock(sd):
+        if slurm_jobs(sd):
+            return None
         return _submit_todo(sd, settings, None, on_planned)
+
+
+@dataclass
+class DryRun:
+    """What ``submit`` would do, made without writing or submitting anything: the units,
+    how they map to arrays and tasks (``arrays[a][t]`` = the units of task ``t`` of array
+    ``a``, one per GPU), and the sbatch scripts submitit would write."""
+
+    root: Path
+    planned: int
+    sizes: dict[str, int]  # unit -> items
+    per_task: int
+    per_array: int
+    why: str
+    arrays: list[list[list[str]]]
+    scripts: list[str]
+    merge_script: str | None
+
+
+def dry_run(spec_path: str, *, sweep_dir: str | None, units: int | None, costs: str | None,
+            max_array_size: int | None) -> DryRun:
+    """``submit --dry-run``: plan in memory (or read the units of an existing, never
+    submitted sweep directory) and render the sbatch scripts; nothing is written."""
+    from orchestrator.planning import plan
+    from orchestrator.spec.files import load_spec
+    from orchestrator.store.document import load_costs
+
+    spec = load_spec(spec_path)
+    require_submit_tools()
+    root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
+    if (root / "sweep.json").exists():
+        sd = SweepDir.open(root)
+        if slurm_jobs(sd):
+            raise DispatchError(f"{sd.root} was submitted already; `{PROG} resume {sd.root}` submits its missing items")
+        todo = set(unfinished_units(sd))
+        sizes = {u["id"]: u["n_items"] for u in sd.unit_index() if u["id"] in todo}
+        planned = sd.planned
+    else:
+        sd = SweepDir(root)
+        items, planned_units = plan(spec, units, costs=load_costs(costs) if costs else None)
+        sizes, planned = {u.id: len(u.items) for u in planned_units}, len(items)
+    settings = spec.executor
+    size, why = per_array(settings, max_array_size, len(sizes))
+    groups = dispatch.tasks_of(list(sizes), settings.units_per_task())
+    arrays = [groups[i:i + size] for i in range(0, len(groups), size)]
+    scripts, merge_script = dispatch.render_scripts(sd, settings, [len(a) for a in arrays])
+    return DryRun(root, planned, sizes, settings.units_per_task(), size, why, arrays, scripts, merge_script)

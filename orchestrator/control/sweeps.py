@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from orchestrator import PROG
-from orchestrator.control.scheduler import array_of, missing_tools
+from orchestrator.control.history import read_history
+from orchestrator.control.scheduler import array_of, missing_tools, query
 from orchestrator.control.scheduler import cancel as scancel
 from orchestrator.control.status import ACTIVE, sweep_status
-from orchestrator.errors import DispatchError
+from orchestrator.errors import DispatchError, LeaseHeld
+from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 # How long a command waits for another one that holds the sweep directory's lock.
@@ -108,3 +110,50 @@ def cancel_sweep(sd: SweepDir) -> Cancelled:
         sd.record_jobs([{"event": "cancel", "arrays": arrays, "time": now_iso(), "ts": round(time.time(), 3)}])
     n = sum(1 for u in st.units if u.state in ACTIVE and u.job_id and array_of(u.job_id) in arrays)
     return Cancelled(arrays, n)
+
+
+GPU_HOURS_SOURCE = "sacct: elapsed x allocated GPUs, every run of every task of the sweep's arrays"
+
+
+def accounting(sd: SweepDir) -> dict[str, Any]:
+    """The GPU-hours a sweep's SLURM tasks have used so far, for the results document's
+    ``tilesweep`` block (empty for a sweep never run on SLURM, or where sacct cannot say)."""
+    jobs = read_history(sd).slurm_jobs
+    if not jobs:
+        return {}
+    hours = query(jobs).gpu_hours(jobs)
+    return {} if hours is None else {"gpu_hours": hours, "gpu_hours_source": GPU_HOURS_SOURCE}
+
+
+def merge_sweep(sd: SweepDir, *, output: Path | None = None) -> Any:
+    """``store.merge.merge`` with the sweep's GPU-hours in the document (one sacct call)."""
+    from orchestrator.store.merge import merge
+
+    return merge(sd, output=output, extra=accounting(sd) or None)
+
+
+@contextlib.contextmanager
+def run_or_follow(sd: SweepDir) -> Iterator[Holder | None]:
+    """For ``tilesweep run``: hold the sweep's run lease for the block and yield None; or,
+    when another live ``run`` holds it, yield that holder and hold nothing (the caller then
+    follows its progress instead of starting work beside it)."""
+    for _ in range(3):  # the holder may let go between our try and our look
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(run_lease(sd.root))
+        except LeaseHeld:
+            holder = read_holder(run_lease_path(sd.root))
+            if holder is None or not holder.live:
+                continue
+            yield holder
+            return
+        with stack:
+            yield None
+        return
+    raise DispatchError(f"{run_lease_path(sd.root)} changed hands three times in a row; retry")
+
+
+def other_run_live(sd: SweepDir) -> bool:
+    """Whether a live ``tilesweep run`` holds the sweep's run lease."""
+    holder = read_holder(run_lease_path(sd.root))
+    return holder is not None and holder.live

@@ -1,0 +1,67 @@
+"""``tilesweep ls [DIR]`` and ``tilesweep logs SWEEP UNIT``: what users of SLURM tools expect
+to find (``squeue``-like listing of one's sweeps, ``cat`` of one unit's log).
+
+The work is done in ``orchestrator.control.listing``; this module prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.cli.common import PROG
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from orchestrator.control.listing import list_sweeps
+
+    folder = Path(args.dir) if args.dir else (Path("sweeps") if Path("sweeps").is_dir() else Path("."))
+    listed = list_sweeps(folder)
+    if not listed:
+        print(f"no sweep directories under {folder} (a sweep directory holds sweep.json)")
+        return 0
+    width = max(len(str(x.path)) for x in listed)
+    for x in listed:
+        st = x.status
+        if st is None:
+            print(f"{str(x.path):<{width}}  unreadable: {x.error}")
+            continue
+        state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
+        if st.ended_unfinished() and st.settled and not st.complete:
+            state = f"incomplete, {len(st.ended_unfinished())} units to resume"
+        counts = ", ".join(f"{n} {s}" for s, n in st.counts().items())
+        gpu = f"  {st.gpu_hours:.2f} GPU-h" if st.gpu_hours is not None else ""
+        print(f"{str(x.path):<{width}}  {st.done:>6}/{st.planned:<6} items  {state:<12}  units: {counts}{gpu}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from orchestrator.control.listing import unit_log
+    from orchestrator.store.sweepdir import SweepDir
+
+    path = unit_log(SweepDir.open(args.sweep_dir), args.unit, task=args.task)
+    print(f"==> {path} <==", file=sys.stderr)
+    sys.stdout.flush()
+    with open(path, "rb") as f:
+        shutil.copyfileobj(f, sys.stdout.buffer)
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``ls`` and ``logs`` to an ``add_subparsers()`` object."""
+    s = sub.add_parser("ls", help="list the sweep directories under a folder, with their progress",
+                       description="Every sweep directory under DIR (default: ./sweeps if it exists, else .), "
+                       "with items done, state, units per state and GPU-hours; SLURM is asked once for all.")
+    s.add_argument("dir", nargs="?", metavar="DIR")
+    s.set_defaults(func=cmd_ls)
+
+    s = sub.add_parser("logs", help="print the log of one unit of a sweep",
+                       description=f"Print a unit's log (its workers' output, every attempt). UNIT is a unit id, "
+                       f"an id prefix or a position in the unit index, as `{PROG} status` shows them.")
+    s.add_argument("sweep_dir")
+    s.add_argument("unit")
+    s.add_argument("--task", action="store_true", help="print the log of the SLURM task that ran it last instead")
+    s.set_defaults(func=cmd_logs)

@@ -1,0 +1,60 @@
+"""A sweep's ``jobs.jsonl`` read once: the last job of each unit and the sweep's events.
+
+``jobs.jsonl`` is appended by every command that submits, resumes or cancels (one fsynced
+JSON object a line; a torn last line after a crash is skipped). Status, resume and wait
+rebuild from it which job runs each unit now and what was done to the sweep.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.store.sweepdir import SweepDir
+
+
+@dataclass
+class History:
+    """jobs.jsonl read once: the last job of each unit and the sweep's events."""
+
+    latest: dict[str, dict[str, Any]] = field(default_factory=dict)
+    submissions: Counter = field(default_factory=Counter)
+    cancelled: dict[str, float] = field(default_factory=dict)  # array id -> when `tilesweep cancel` ran
+    resumed: set[str] = field(default_factory=set)
+    merge_jobs: list[dict[str, Any]] = field(default_factory=list)
+    first_submitted: float | None = None
+    slurm_jobs: list[str] = field(default_factory=list)  # every SLURM job the sweep ever had (GPU-hours)
+
+
+def read_history(sd: SweepDir) -> History:
+    h = History()
+    for e in sd.job_history():
+        event = e.get("event")
+        if event is None and "unit" in e:
+            h.latest[e["unit"]] = e
+            h.submissions[e["unit"]] += 1
+            if h.first_submitted is None:
+                h.first_submitted = submitted_ts(e)
+            if e.get("executor") == "slurm" and e.get("job_id"):
+                h.slurm_jobs.append(str(e["job_id"]))
+        elif event == "cancel":
+            for a in e.get("arrays", []):
+                h.cancelled[str(a)] = float(e.get("ts") or 0)
+        elif event == "resume":
+            h.resumed.update(e.get("replaces", []))
+            h.resumed.difference_update(e.get("units", []))
+        elif event == "merge_job":
+            h.merge_jobs.append(e)
+    return h
+
+
+def submitted_ts(entry: dict[str, Any]) -> float | None:
+    """When a job was submitted (epoch seconds), from its ``jobs.jsonl`` line."""
+    if "submitted_ts" in entry:
+        return float(entry["submitted_ts"])
+    try:
+        return _dt.datetime.fromisoformat(entry["submitted"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None

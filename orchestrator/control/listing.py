@@ -1,0 +1,86 @@
+"""Sweeps under a folder, and a unit's log: what ``tilesweep ls`` and ``tilesweep logs`` read.
+
+``ls`` finds every sweep directory under a folder (a directory holding ``sweep.json``; the
+search does not descend into a sweep directory) and asks SLURM once for all of them (one
+squeue + one sacct over every sweep's arrays), so listing many sweeps costs what one
+``status`` costs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator import PROG
+from orchestrator.control.history import read_history
+from orchestrator.control.scheduler import query
+from orchestrator.control.status import SweepStatus, sweep_status
+from orchestrator.errors import SweepDirError, TilesweepError
+from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir
+
+MAX_DEPTH = 4
+
+
+@dataclass
+class Listed:
+    """One sweep found by ``list_sweeps``: its status, or why it could not be read."""
+
+    path: Path
+    status: SweepStatus | None = None
+    error: str | None = None
+
+
+def find_sweeps(folder: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
+    """Sweep directories under ``folder`` (itself included), sorted, at most ``max_depth`` deep."""
+    if not folder.is_dir():
+        raise SweepDirError(f"{folder} is not a directory; pass the folder that holds your sweep directories")
+    found: list[Path] = []
+    base = len(folder.parts)
+    for here, dirs, files in os.walk(folder):
+        path = Path(here)
+        if SWEEP_FILE in files:
+            found.append(path)
+            dirs[:] = []  # a sweep's own folders hold no sweeps
+            continue
+        if len(path.parts) - base >= max_depth:
+            dirs[:] = []
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    return sorted(found)
+
+
+def list_sweeps(folder: Path, *, query_slurm: bool = True) -> list[Listed]:
+    """Every sweep under ``folder`` with its status; SLURM asked once for all of them."""
+    listed: list[Listed] = []
+    opened: list[tuple[SweepDir, Any]] = []
+    for path in find_sweeps(folder):
+        try:
+            sd = SweepDir.open(path)
+            opened.append((sd, read_history(sd)))
+        except TilesweepError as exc:
+            listed.append(Listed(path, error=exc.message))
+    jobs = [j for _, h in opened for j in h.slurm_jobs + [str(m["job_id"]) for m in h.merge_jobs]]
+    view = query(jobs) if query_slurm and jobs else None
+    for sd, _ in opened:
+        try:
+            listed.append(Listed(sd.root, sweep_status(sd, query_slurm=False, view=view)))
+        except TilesweepError as exc:
+            listed.append(Listed(sd.root, error=exc.message))
+    return sorted(listed, key=lambda x: str(x.path))
+
+
+def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
+    """The log of a unit (``task``: the log of the SLURM task that ran it last), refused in
+    one line when there is none yet."""
+    uid = sd.resolve_unit(unit_key)
+    job = read_history(sd).latest.get(uid) or {}
+    candidates = [job.get("stderr"), job.get("log")] if task else [sd.unit_log(uid), job.get("log"), job.get("stderr")]
+    for path in candidates:
+        if path and Path(path).is_file():
+            return Path(path)
+    what = "its task's log" if task else "a log"
+    if not job:
+        raise SweepDirError(f"unit {uid} of {sd.root} has no log: it was never submitted (`{PROG} status {sd.root}`)")
+    raise SweepDirError(f"unit {uid} of {sd.root} has no {what} yet: its job {job.get('job_id')} has not started "
+                        f"(`{PROG} status {sd.root}`)")

@@ -1,0 +1,120 @@
+"""What a unit that is not done is doing, from its last job and the scheduler's answer.
+
+squeue first (live), then sacct (it lags the scheduler by 1-2 s). A pending array task
+cancelled on its own leaves no record in either (docs/slurm-notes.md, surprise 4), so a
+task that is in neither, of an array the scheduler does know, and that never started, is
+cancelled: said at once, not after a minute. Only a task that never showed a sign of life
+is judged so: a task that ran (its unit's log or partial written after its submission) and
+has just left squeue may not be in sacct yet.
+
+For a unit that ended without finishing, ``failure`` says why in the worker's own words
+(``why``), or from the scheduler (out of memory, a signal), never just an exit code.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from orchestrator import PROG
+from orchestrator.control.history import submitted_ts
+from orchestrator.control.scheduler import SchedulerView, TaskState, array_of
+from orchestrator.control.why import exit_reason, read_failure
+
+# A job that is in neither squeue nor sacct this long after its submission (or after its
+# unit last showed activity) is gone.
+LOST_AFTER_S = 60.0
+RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED")
+
+
+def slurm_state(job: dict[str, Any], view: SchedulerView | None, mtime: float | None, cancelled: dict[str, float],
+                now: float, records: int) -> tuple[str, str | None]:
+    """(state, detail) of a SLURM unit that is not done. ``mtime``: when its partial or log
+    was last written (None: never), the sign that its task started."""
+    jid = str(job["job_id"])
+    submitted = submitted_ts(job) or 0.0
+    if cancelled.get(array_of(jid), -1.0) >= submitted:
+        return "cancelled", f"cancelled with `{PROG} cancel`"
+    if view is None or not view.asked:
+        return ("running" if records else "pending"), "SLURM not asked; state guessed from the partial"
+    ts = view.get(jid)
+    if ts is None:
+        return _in_neither(view, jid, submitted, mtime, now)
+    return _from_task(ts, mtime, submitted)
+
+
+def _in_neither(view: SchedulerView, jid: str, submitted: float, mtime: float | None,
+                now: float) -> tuple[str, str | None]:
+    started = mtime is not None and mtime >= submitted
+    if not started and view.squeue_ok and view.sacct_ok and view.knows_array(jid):
+        return "cancelled", "cancelled while pending (a pending task cancelled on its own leaves no record)"
+    if started and now - (mtime or 0.0) < LOST_AFTER_S:
+        return "running", "left squeue moments ago; not in sacct yet"
+    if not started and now - submitted < LOST_AFTER_S:
+        return "pending", "not yet in squeue or sacct"
+    if not view.sacct_ok:
+        return "failed", "not in squeue, and sacct could not be asked"
+    return "cancelled", "in neither squeue nor sacct (a pending array task cancelled on its own leaves no record)"
+
+
+def _from_task(ts: TaskState, mtime: float | None, submitted: float) -> tuple[str, str | None]:
+    s = ts.state
+    if s == "PENDING":
+        ran = mtime is not None and mtime >= submitted
+        reason = ts.reason if ts.reason not in ("", "None") else None
+        if ts.stuck:
+            reason = f"{ts.reason}: it cannot start as submitted (cancel it, then resume with other executor settings)"
+        return ("requeued" if ran else "pending"), reason
+    if s.startswith("REQUEUE"):
+        return "requeued", s
+    if s in RUNNING_STATES:
+        return "running", None if s == "RUNNING" else s
+    if s in ("CANCELLED", "PREEMPTED"):
+        return "cancelled", s if s != "CANCELLED" else None
+    if s in ("TIMEOUT", "DEADLINE"):
+        return "timed out", s
+    if s == "COMPLETED":
+        return "failed", "the job completed without finishing its items (stopped early; see its log)"
+    if s == "OUT_OF_MEMORY":
+        return "failed", "out of memory (SLURM ended the task at its memory limit: raise executor.mem_gb)"
+    return "failed", f"{s} (exit {ts.exit_code})" if ts.exit_code else s
+
+
+def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
+    """A unit run by the local executor: running while its process lives."""
+    if job.get("executor") == "local":
+        try:
+            pid = int(job.get("job_id"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            pid = None
+        if pid is not None:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return "failed", "its local worker process is gone"
+            except PermissionError:
+                pass
+            return "running", f"local process {pid}"
+    return ("running" if records else "pending"), None
+
+
+def existing(*paths: Any) -> str | None:
+    """The first of the paths that is a file (a log shown only when it exists)."""
+    for p in paths:
+        if p and os.path.isfile(p):
+            return str(p)
+    return None
+
+
+def failure(unit: str, job: dict[str, Any], detail: str | None, view: SchedulerView | None) -> str | None:
+    """Why a unit failed, in one line: the worker's own reason from the unit's log (or the
+    task's), an out-of-memory or signal death from the scheduler, else ``detail``."""
+    for path in (job.get("log"), job.get("stderr")):
+        why = read_failure(path, unit) if path else None
+        if why:
+            return why
+    ts = view.get(str(job["job_id"])) if view is not None else None
+    if ts is not None and ts.state == "OUT_OF_MEMORY":
+        return detail
+    said = exit_reason(ts.exit_code) if ts is not None and ts.exit_code else None
+    return f"{detail}: {said}" if said and detail and said not in detail else detail
