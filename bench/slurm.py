@@ -1,4 +1,5 @@
-"""What SLURM dispatch costs and gains on the local cluster: 1 unit vs 2 units of the same work.
+"""What SLURM dispatch costs and gains on the local cluster: 1 unit vs 2 units of the same
+work, a whole 4-GPU node kept busy, and how fast a cancelled pending task is seen.
 
 Each run plans the same sweep (one shape, ``--configs`` fwd configs whose timing takes ~0.5 s
 each, in interpret mode) into 1 or 2 units, and times, as a user would run them, each a new
@@ -12,11 +13,25 @@ document. Runs alternate 1 and 2 units, ``--runs`` of each, each in a fresh swee
                                 wall_s): sbatch, scheduling, interpreter and jax start in the
                                 task, wait's polling, the merge; median over every run
 
-and the per-case figures as ``#`` comments. The machine has 2 real cores for 8 declared CPUs:
-two units run side by side, each compiling and timing on one core.
+    node4_busy_share=X          one task given 4 GPUs runs 4 units (one worker per GPU): the
+                                workers' summed busy seconds (each unit's marker wall_s: from
+                                its first config to its last) over 4 x the task's wall time
+                                (sacct ElapsedRaw, whole seconds). 1.0 = no GPU ever waits;
+                                before whole-node tasks a 4-GPU task ran 1 unit: <= 0.25.
+                                Leaves out: the task's start before python runs (scheduling)
+    node4_vs_4x1_makespan=X     submit to merged document, the same 4 units as one 4-GPU task
+                                over four 1-GPU tasks (the honest baseline: one array task per
+                                GPU); 1.0 = a whole node costs nothing extra
+    cancel_seen_s=X             from `scancel` of one pending array task to `tilesweep status`
+                                (a new process each poll, as a user runs it) saying cancelled;
+                                before: a task in neither squeue nor sacct was called pending
+                                for 60 s after its submission
 
-Run: ``.venv/bin/python -m bench.slurm [--runs 3] [--configs 32] [--dir DIR]`` (needs the local
-cluster: ``bash slurm/start-local-slurm.sh``).
+and the per-case figures as ``#`` comments. The machine has 2 real cores for 8 declared CPUs
+and 4 fake GPUs: units side by side share the 2 cores (interpret mode times on the CPU).
+
+Run: ``.venv/bin/python -m bench.slurm [--runs 3] [--configs 32] [--only makespan,node,cancel]
+[--dir DIR]`` (needs the local cluster: ``bash slurm/start-local-slurm.sh``).
 """
 
 from __future__ import annotations
@@ -34,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def spec_data(configs: int, output: Path) -> dict:
+def spec_data(configs: int, output: Path, gpus: int = 1, strategy: str = "shape") -> dict:
     """One fwd shape with ``configs`` forced configs (plus auto): block_q x block_k x stages x warps."""
     grid = {"fwd_block_q": [16, 32, 64, 128], "fwd_block_k": [16, 32, 64, 128], "fwd_stages": [1, 2, 3, 4],
             "fwd_warps": [4, 8, 16, 32]}
@@ -50,8 +65,9 @@ def spec_data(configs: int, output: Path) -> dict:
         "batch": 1, "heads": 1, "repeats": 5, "tag": "bench", **axes,
         "timing": {"target_ms": 100, "max_inner": 100000, "warmup": 0}, "kernel": {"interpret": True},
         "compile": {"workers": 1},
-        "executor": {"kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 10,
+        "executor": {"kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": gpus, "timeout_min": 10,
                      "slurm_array_parallelism": 4, "merge_partition": "cpu"},
+        "sharding": {"strategy": strategy},
     }
 
 
@@ -62,12 +78,13 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return out
 
 
-def one_run(base: Path, configs: int, units: int, k: int) -> tuple[float, float]:
+def one_run(base: Path, configs: int, units: int, k: int, gpus: int = 1,
+            strategy: str = "shape") -> tuple[float, float]:
     """(seconds from submit to a merged document, slowest unit's own wall time)."""
-    folder = base / f"u{units}-{k}"
+    folder = base / f"u{units}-g{gpus}-{k}"
     folder.mkdir(parents=True)
     spec = folder / "spec.json"
-    spec.write_text(json.dumps(spec_data(configs, folder / "results.json")))
+    spec.write_text(json.dumps(spec_data(configs, folder / "results.json", gpus, strategy)))
     sweep = folder / "sweep"
     t0 = time.perf_counter()
     cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", str(units))
@@ -79,31 +96,99 @@ def one_run(base: Path, configs: int, units: int, k: int) -> tuple[float, float]
     return wall, max(m["wall_s"] for m in markers)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--configs", type=int, default=32)
-    p.add_argument("--dir", help="keep the sweeps here; default: a temp dir, removed")
-    args = p.parse_args()
-    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tilesweep-bench-slurm-"))
+def sacct_elapsed(job_id: str) -> int:
+    """A job's ElapsedRaw (seconds) from sacct, once accounting has caught up."""
+    for _ in range(40):
+        out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ElapsedRaw", "-j", job_id],
+                             capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            jid, state, elapsed = line.split("|")
+            if jid == job_id and state == "COMPLETED" and elapsed.isdigit():
+                return int(elapsed)
+        time.sleep(0.5)
+    raise SystemExit(f"sacct has no COMPLETED row for {job_id}")
+
+
+def node_run(base: Path, configs: int, k: int) -> tuple[float, float, float]:
+    """One 4-GPU task of 4 units: (busy share, submit-to-document wall, same with four 1-GPU tasks)."""
+    wall4, _ = one_run(base, configs, 4, k, gpus=4, strategy="balanced")
+    sweep = base / f"u4-g4-{k}" / "sweep"
+    jobs = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
+    (task,) = {e["job_id"] for e in jobs if "unit" in e}
+    busy = sum(json.loads(p.read_text())["wall_s"] for p in (sweep / "done").glob("*.json"))
+    elapsed = sacct_elapsed(task)
+    wall1, _ = one_run(base, configs, 4, k, gpus=1, strategy="balanced")
+    print(f"# node run {k}: 4 workers busy {busy:.1f} s in a task of {elapsed} s; submit to document {wall4:.1f} s "
+          f"(four 1-GPU tasks: {wall1:.1f} s)", file=sys.stderr)
+    return busy / (4 * elapsed), wall4, wall1
+
+
+def cancel_run(base: Path, k: int) -> float:
+    """Seconds from `scancel` of a pending array task to `tilesweep status` saying cancelled."""
+    folder = base / f"cancel-{k}"
+    folder.mkdir(parents=True)
+    spec = folder / "spec.json"
+    data = spec_data(8, folder / "results.json")
+    data["executor"]["slurm_array_parallelism"] = 1
+    spec.write_text(json.dumps(data))
+    sweep = folder / "sweep"
+    cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "3")
+    jobs = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
+    victim = next(e for e in jobs if e.get("task") == 2)
+    while "PENDING" not in subprocess.run(["squeue", "-h", "-r", "-o", "%T", "-j", victim["job_id"]],
+                                          capture_output=True, text=True).stdout:
+        time.sleep(0.1)
+    subprocess.run(["scancel", victim["job_id"]], check=True)
+    t0 = time.perf_counter()
+    while True:
+        out = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(sweep), "--json"], cwd=ROOT,
+                             capture_output=True, text=True).stdout
+        if next(u for u in json.loads(out)["units"] if u["id"] == victim["unit"])["state"] == "cancelled":
+            seen = time.perf_counter() - t0
+            break
+    subprocess.run(["scancel", victim["array_id"]], check=True)
+    print(f"# cancel run {k}: status said cancelled {seen:.2f} s after scancel", file=sys.stderr)
+    return seen
+
+
+def makespan(base: Path, runs: int, configs: int) -> None:
     walls: dict[int, list[float]] = {1: [], 2: []}
     overheads: dict[int, list[float]] = {1: [], 2: []}
-    try:
-        for k in range(args.runs):
-            for units in (1, 2):
-                wall, slowest = one_run(base, args.configs, units, k)
-                walls[units].append(wall)
-                overheads[units].append(wall - slowest)
-                print(f"# run {k} units={units}: {wall:.1f} s to a merged document, slowest unit {slowest:.1f} s",
-                      file=sys.stderr)
-    finally:
-        if not args.dir:
-            shutil.rmtree(base, ignore_errors=True)
+    for k in range(runs):
+        for units in (1, 2):
+            wall, slowest = one_run(base, configs, units, k)
+            walls[units].append(wall)
+            overheads[units].append(wall - slowest)
+            print(f"# run {k} units={units}: {wall:.1f} s to a merged document, slowest unit {slowest:.1f} s",
+                  file=sys.stderr)
     m1, m2 = statistics.median(walls[1]), statistics.median(walls[2])
     print(f"# 1 unit: median {m1:.1f} s, overhead {statistics.median(overheads[1]):.1f} s; "
           f"2 units: median {m2:.1f} s, overhead {statistics.median(overheads[2]):.1f} s")
     print(f"slurm_makespan_2_vs_1={m2 / m1:.3f}")
     print(f"slurm_overhead_s={statistics.median(overheads[1] + overheads[2]):.2f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--configs", type=int, default=32)
+    p.add_argument("--only", default="makespan,node,cancel", help="comma-separated: makespan, node, cancel")
+    p.add_argument("--dir", help="keep the sweeps here; default: a temp dir, removed")
+    args = p.parse_args()
+    only = set(args.only.split(","))
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tilesweep-bench-slurm-"))
+    try:
+        if "makespan" in only:
+            makespan(base, args.runs, args.configs)
+        if "node" in only:
+            node = [node_run(base, args.configs, k) for k in range(args.runs)]
+            print(f"node4_busy_share={statistics.median(n[0] for n in node):.3f}")
+            print(f"node4_vs_4x1_makespan={statistics.median(n[1] / n[2] for n in node):.3f}")
+        if "cancel" in only:
+            print(f"cancel_seen_s={statistics.median(cancel_run(base, k) for k in range(args.runs)):.2f}")
+    finally:
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

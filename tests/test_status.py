@@ -96,6 +96,11 @@ def test_a_task_of_a_known_array_in_neither_squeue_nor_sacct_is_cancelled_at_onc
     assert state == "cancelled" and "cancelled while pending" in detail
     ran = slurm_state(young, view, now - 1, {}, now, 1)  # its log was written after submission
     assert ran == ("running", "left squeue moments ago; not in sacct yet")
+    # sacct still lists it in its array's pending range for a few seconds: squeue, which lists
+    # every pending task, does not: it is gone
+    lagging = _view(j36_0=TaskState("RUNNING", "squeue"), j36_5=TaskState("PENDING", "sacct"))
+    lagging.arrays_seen = {"36"}
+    assert slurm_state(young, lagging, None, {}, now, 0)[0] == "cancelled"
     unknown = _view()  # the array itself not in squeue or sacct yet: too early to tell
     assert slurm_state(young, unknown, None, {}, now, 0) == ("pending", "not yet in squeue or sacct")
 

@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import sys
+from typing import Any
 
 from orchestrator.cli.common import PROG, Parser
 from orchestrator.errors import TilesweepError
@@ -47,23 +48,57 @@ def configure_logging(verbosity: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
+class PipeSafeStdout:
+    """stdout that a closed pipe (``tilesweep resume | head -1``) cannot stop: the first
+    write or flush that finds the reader gone points stdout at /dev/null and the command
+    goes on, so what it was doing (a submission sbatch may have accepted) is never cut short
+    by a print. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _gone(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    original = sys.stdout
+    sys.stdout = PipeSafeStdout(original)  # type: ignore[assignment]
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()  # a closed pipe shows here (and is let go), not at exit
+        sys.stdout = original
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
     try:
-        code = int(args.func(args) or 0)
-        sys.stdout.flush()  # a closed pipe shows here, not at exit
-        return code
+        return int(args.func(args) or 0)
     except TilesweepError as exc:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; finished records are kept, rerun to continue", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `tilesweep ... | head -1`: the reader has gone; nothing done is undone
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return 0
 
 
 if __name__ == "__main__":

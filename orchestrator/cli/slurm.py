@@ -240,7 +240,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     created = not root.exists()
     sd, _, _ = prepare_sweep(args.spec, str(root), args.units, args.output, costs=args.costs)
     try:
-        with run_or_follow(sd) as other:
+        with run_or_follow(sd) as other:  # held while submitting and waiting: a second run follows
             if other is not None:
                 warn(f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its "
                      "progress instead of submitting it a second time")
@@ -249,11 +249,11 @@ def run_on_slurm(args: argparse.Namespace) -> int:
                 _submit_or_resume(sd, spec.executor.model_copy(update={"kind": "slurm"}))
             if not slurm_jobs(sd):
                 raise DispatchError(f"nothing of {sd.root} was submitted; `{PROG} run` it again")
+            return wait_and_merge(sd, html=spec.report.html)
     except BaseException:
         if created and not slurm_jobs(sd):
             shutil.rmtree(root, ignore_errors=True)  # a sweep directory made for nothing
         raise
-    return wait_and_merge(sd, html=spec.report.html)
 
 
 def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings) -> None:

@@ -38,7 +38,9 @@ def slurm_state(job: dict[str, Any], view: SchedulerView | None, mtime: float | 
     if view is None or not view.asked:
         return ("running" if records else "pending"), "SLURM not asked; state guessed from the partial"
     ts = view.get(jid)
-    if ts is None:
+    if ts is None or (ts.source == "sacct" and ts.state == "PENDING" and view.squeue_ok):
+        # squeue lists every pending task (-r): one only sacct calls pending has left the queue
+        # since (sacct lags a few seconds), so it is judged as a task in neither
         return _in_neither(view, jid, submitted, mtime, now)
     return _from_task(ts, mtime, submitted)
 

@@ -1,0 +1,152 @@
+"""Whole GPU nodes and a scheduler view that never misleads, on the real local SLURM cluster.
+
+Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_SLURM=1``.
+Every command runs as a user would run it, a new process each. The cluster's 4 GPUs are
+fake (character devices), so the specs time interpret mode on purpose (TINY_SPEC), except
+the one that checks the refusal to do that by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.helpers import assert_one_line_error
+from tests.slurm_cluster import poll, require_cluster
+from tests.test_slurm_dispatch import FOUR_UNITS, check_document, cli, jobs, lines, status, unit_jobs, write_spec
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
+
+def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu(tmp_path):
+    spec = write_spec(tmp_path, "node.json", {"gpus_per_node": 4}, compile={"workers": 1})
+    sweep = tmp_path / "sweep"
+    # 4 units by default: they fill the task's 4 GPUs
+    dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
+    assert dry.returncode == 0 and not sweep.exists(), dry.stderr
+    assert "in 4 units, 1 task of up to 4 units (one per GPU)" in dry.stdout and "GPU slot 3" in dry.stdout
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    entries = unit_jobs(sweep)
+    (task,) = {e["job_id"] for e in entries.values()}  # one task holds the 4 units, a GPU slot each
+    assert sorted(e["slot"] for e in entries.values()) == [0, 1, 2, 3]
+    # the script shown by --dry-run is the one submitit wrote for the real submission
+    script = dry.stdout.split("--- sbatch script of array 1", 1)[1].split("\n", 1)[1].split("\n--- ", 1)[0]
+    assert script == (sweep / "logs" / f"{task}_submission.sh").read_text().rstrip()
+    assert "#SBATCH --gpus-per-node=4" in script
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert w.returncode == 0, w.stderr
+    doc = check_document(sweep, spec)
+    headers = {u: next(o["header"] for o in lines(sweep / "partials" / f"{u}.jsonl") if "header" in o) for u in entries}
+    assert sorted(h["gpu"] for h in headers.values()) == ["0", "1", "2", "3"]  # each its own GPU
+    assert {h["slurm_job_id"] for h in headers.values()} == {task} and len({h["pid"] for h in headers.values()}) == 4
+    markers = [json.loads((sweep / "done" / f"{u}.json").read_text()) for u in entries]
+    assert max(h["started"] for h in headers.values()) < min(m["finished"] for m in markers)  # at once
+    st = status(sweep)
+    assert {u["gpu"] for u in st["units"]} == {"0", "1", "2", "3"} and st["gpu_hours"] > 0
+    assert doc["tilesweep"]["gpu_hours"] > 0
+    assert {a[0]["gpu"] for a in doc["tilesweep"]["attempts"].values()} == {"0", "1", "2", "3"}
+    unit = next(iter(entries))
+    log = cli("logs", str(sweep), unit)
+    assert log.returncode == 0 and f"starting unit {unit}" in log.stdout and f"unit {unit} done" in log.stdout
+    listed = cli("ls", str(tmp_path))
+    assert listed.returncode == 0 and str(sweep) in listed.stdout and "complete" in listed.stdout, listed.stdout
+
+
+def test_scancel_of_a_pending_task_is_cancelled_at_once_and_resume_piped_to_head_completes(tmp_path):
+    spec = write_spec(tmp_path, "cancel.json", {"slurm_array_parallelism": 1}, **FOUR_UNITS)
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "3").returncode == 0
+    entries = unit_jobs(sweep)
+    victim = next(u for u, e in entries.items() if e["task"] == 2)
+    # %1: tasks 1 and 2 wait for task 0; the pending task 2 is cancelled on its own
+    poll(lambda: "PENDING" in subprocess.run(["squeue", "-h", "-r", "-o", "%T", "-j", entries[victim]["job_id"]],
+                                             capture_output=True, text=True).stdout, 30, "task 2 to be pending")
+    subprocess.run(["scancel", entries[victim]["job_id"]], check=True)
+    t0 = time.monotonic()
+    st = poll(lambda: (s := status(sweep)) and next(u for u in s["units"] if u["id"] == victim)["state"] == "cancelled"
+              and s, 30, "status to say cancelled", 0.1)
+    seen_s = time.monotonic() - t0
+    assert "cancelled while pending" in next(u for u in st["units"] if u["id"] == victim)["detail"]
+    assert cli("status", str(sweep)).returncode == 1  # a unit ended without finishing: status says so
+    # resume at once, its output cut short by `head -1`: what sbatch accepted stays accepted
+    piped = subprocess.run(f"{sys.executable} -m orchestrator resume {sweep} | head -1", shell=True, cwd=REPO,
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 1 and "Traceback" not in piped.stderr, piped
+    resumed = [e for e in jobs(sweep) if e.get("origin") == "resume"]
+    assert resumed and {e["unit"] for e in resumed} <= {u["id"] for u in json.loads((sweep / "units.json").read_text())}
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert w.returncode == 0, w.stderr
+    check_document(sweep, spec)  # every planned record, once
+    print(f"status said cancelled {seen_s:.2f} s after scancel")
+
+
+def test_two_runs_of_one_sweep_submit_it_once(tmp_path):
+    spec = write_spec(tmp_path, "twice.json", compile={"workers": 1})
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "2"]
+    first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    poll(lambda: (sweep / "run.lease").exists() or first.poll() is not None, 60, "the first run to hold the sweep", 0.05)
+    second = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, (err, second.stderr)
+    assert "being run by another `tilesweep run`" in second.stderr, second.stderr
+    entries = [e for e in jobs(sweep) if "event" not in e]
+    assert sorted(e["unit"] for e in entries) == sorted(u["id"] for u in json.loads((sweep / "units.json").read_text()))
+    for e in entries:  # one attempt each
+        assert sum("header" in o for o in lines(sweep / "partials" / f"{e['unit']}.jsonl")) == 1
+    check_document(sweep, spec)
+
+
+def test_a_failed_unit_says_why_in_its_workers_own_words(tmp_path):
+    # a GPU task whose jax sees no GPU (the fake GPUs): the worker refuses to time interpret mode by accident
+    spec = write_spec(tmp_path, "gpu.json", kernel={"interpret": "auto"}, sharding={"units": 1})
+    sweep = tmp_path / "sweep"
+    r = cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 1
+    (unit,) = unit_jobs(sweep)
+    log = sweep / "logs" / "units" / f"{unit}.log"
+    assert f"unit {unit} failed (this task was given GPU(s) CUDA_VISIBLE_DEVICES=0 but jax sees none" in r.stderr
+    assert f"log: {log}" in r.stderr and log.exists()
+    s = cli("status", str(sweep))
+    assert s.returncode == 1 and "kernel.interpret: true" in s.stdout and f"log: {log}" in s.stdout
+    assert "tilesweep resume" in s.stdout
+
+
+def test_submission_messages_read_as_a_user_reads_them(tmp_path):
+    spec = write_spec(tmp_path, "msg.json", {"sbatch_timeout_s": 1})
+    sweep = tmp_path / "sweep"
+    # an sbatch that never answers (a full queue): given up on after sbatch_timeout_s, nothing left behind
+    slow = tmp_path / "slowbin"
+    slow.mkdir()
+    (slow / "sbatch").write_text("#!/bin/sh\nsleep 300\n")
+    (slow / "sbatch").chmod(0o755)
+    t0 = time.monotonic()
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), env={"PATH": f"{slow}:{os.environ['PATH']}"})
+    assert time.monotonic() - t0 < 60
+    assert_one_line_error(r, "sbatch did not answer within 1 s", "squeue", "executor.sbatch_timeout_s")
+    assert not sweep.exists()
+    # run with the slurm executor where sbatch cannot be reached: no half-made sweep directory
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    assert_one_line_error(cli("run", str(spec), "--sweep-dir", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
+    assert not sweep.exists()
+    # logs of a unit that never ran, ls of a folder that is not there
+    assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    assert_one_line_error(cli("logs", str(sweep), "0"), "has no log", "never submitted")
+    assert_one_line_error(cli("logs", str(sweep), "nosuch"), "not in", "units.json")
+    assert_one_line_error(cli("ls", str(tmp_path / "nothere")), "is not a directory")
+    v = cli("--version")
+    assert v.returncode == 0 and v.stdout.startswith("tilesweep ")
