@@ -99,6 +99,9 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; finished records are kept, rerun to continue", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
