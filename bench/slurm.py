@@ -146,6 +146,9 @@ def cancel_run(base: Path, k: int) -> float:
         if next(u for u in json.loads(out)["units"] if u["id"] == victim["unit"])["state"] == "cancelled":
             seen = time.perf_counter() - t0
             break
+        if time.perf_counter() - t0 > 120:
+            subprocess.run(["scancel", victim["array_id"]])
+            raise SystemExit(f"status never said cancelled within 120 s of scancel {victim['job_id']}")
     subprocess.run(["scancel", victim["array_id"]], check=True)
     print(f"# cancel run {k}: status said cancelled {seen:.2f} s after scancel", file=sys.stderr)
     return seen

@@ -67,15 +67,15 @@ def test_a_second_worker_on_a_unit_held_by_a_live_one_is_refused_and_writes_noth
         assert str(unit_lease_path(sd.root, unit)) in line
         assert not sd.partial_path(unit).exists()  # refused before anything was written
         # a SLURM task's worker on it (a stray requeue, a resumed unit) is not started, and that is no failure
-        w = subprocess.run([sys.executable, "-m", "orchestrator.control.dispatch.unit_worker", str(sd.root), unit, "{}"],
-                           cwd=REPO, capture_output=True, text=True, timeout=300)
+        argv = [sys.executable, "-m", "orchestrator.control.dispatch.unit_worker", str(sd.root), unit, "{}"]
+        w = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
         assert w.returncode == HELD and f"tilesweep: unit {unit} not started: unit {unit}" in w.stderr, w.stderr
         assert not sd.partial_path(unit).exists()
         # status: the unit is being run, by that worker, on its GPU
         st = sweep_status(sd, query_slurm=False)
         u = next(x for x in st.units if x.id == unit)
         assert u.state == "running" and u.gpu == "3" and f"pid {holder.pid}" in u.detail
-        assert f"gpu 3" in format_status(st)
+        assert "gpu 3" in format_status(st)
     finally:
         holder.kill()
         holder.wait()

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -37,6 +36,9 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu(tmp_path):
     dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
     assert dry.returncode == 0 and not sweep.exists(), dry.stderr
     assert "in 4 units, 1 task of up to 4 units (one per GPU)" in dry.stdout and "GPU slot 3" in dry.stdout
+    assert "idle" not in dry.stdout
+    half = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run", "--units", "2")
+    assert "note: 2 GPUs of these tasks would sit idle; plan a multiple of 4 units (--units)" in half.stdout
     r = cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
     entries = unit_jobs(sweep)
@@ -98,7 +100,8 @@ def test_two_runs_of_one_sweep_submit_it_once(tmp_path):
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "2"]
     first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    poll(lambda: (sweep / "run.lease").exists() or first.poll() is not None, 60, "the first run to hold the sweep", 0.05)
+    poll(lambda: (sweep / "run.lease").exists() or first.poll() is not None, 60,
+         "the first run to hold the sweep", 0.05)
     second = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0 and second.returncode == 0, (err, second.stderr)

@@ -143,8 +143,9 @@ def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_sp
     unit_log = sd.unit_log(units[0])
     unit_log.parent.mkdir(parents=True)
     unit_log.write_text("2026-01-01 12:00:00,000 jobs.worker: unit x: 1/3 ok\n"
-                        f"2026-01-01 12:00:01,000 orchestrator.control.dispatch.unit_worker: tilesweep: unit {units[0]} "
-                        "failed: this task was given GPU(s) CUDA_VISIBLE_DEVICES=0 but jax sees none\n")
+                        "2026-01-01 12:00:01,000 orchestrator.control.dispatch.unit_worker: "
+                        f"tilesweep: unit {units[0]} failed: this task was given GPU(s) "
+                        "CUDA_VISIBLE_DEVICES=0 but jax sees none\n")
     sd.record_jobs([{"unit": units[0], "executor": "slurm", "job_id": "50_0", "array_id": "50", "task": 0,
                      "submitted_ts": now - 600, "log": str(unit_log)}])
     st = sweep_status(sd, view=view)
@@ -255,7 +256,6 @@ def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck():
     from submitit.helpers import DelayedSubmission
 
     from orchestrator.control.dispatch import UnitTask
-
     from orchestrator.control.dispatch.node import TaskWorkers
     from orchestrator.control.dispatch.tasks import task_units
 

@@ -120,6 +120,10 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
             print(f"  task {t}: " + ", ".join(f"{u} ({d.sizes[u]} items, GPU slot {g})" for g, u in enumerate(units)))
         if len(tasks) > max_tasks:
             print(f"  ... {len(tasks) - max_tasks} more tasks")
+    idle = sum(d.per_task - len(units) for tasks in d.arrays for units in tasks)
+    if idle:
+        print(f"note: {idle} GPU{'s' if idle != 1 else ''} of these tasks would sit idle; "
+              f"plan a multiple of {d.per_task} units (--units) to use them all")
     for k, script in enumerate(d.scripts, 1):
         print(f"--- sbatch script of array {k} (submitit writes it as {d.root}/logs/<array id>_submission.sh) ---")
         print(script.rstrip())

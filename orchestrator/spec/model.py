@@ -100,7 +100,6 @@ class ExecutorSettings(_Model):
         description="slurm: give up on an sbatch that has not answered after this long (it retries for minutes "
         "when the controller's job table is full)")
 
-
     def units_per_task(self) -> int:
         """How many units one SLURM task runs at once: one per GPU it is given (one without
         GPUs). The local executors run one unit per process."""
