@@ -98,7 +98,7 @@ def test_scancel_of_a_pending_task_is_cancelled_at_once_and_resume_piped_to_head
 def test_two_runs_of_one_sweep_submit_it_once(tmp_path):
     spec = write_spec(tmp_path, "twice.json", compile={"workers": 1})
     sweep = tmp_path / "sweep"
-    args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "2"]
+    args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "1"]
     first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     poll(lambda: (sweep / "run.lease").exists() or first.poll() is not None, 60,
          "the first run to hold the sweep", 0.05)
