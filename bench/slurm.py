@@ -19,9 +19,17 @@ document. Runs alternate 1 and 2 units, ``--runs`` of each, each in a fresh swee
                                 (sacct ElapsedRaw, whole seconds). 1.0 = no GPU ever waits;
                                 before whole-node tasks a 4-GPU task ran 1 unit: <= 0.25.
                                 Leaves out: the task's start before python runs (scheduling)
+    node4_worker_share=X        the same, counting each worker from its launch by the task
+                                (python and jax starting, 4 at once) to its unit's end: what
+                                is left, 1 - X, is the task's own start and end, when no
+                                worker runs; busy < worker share is each worker's start-up
     node4_vs_4x1_makespan=X     submit to merged document, the same 4 units as one 4-GPU task
                                 over four 1-GPU tasks (the honest baseline: one array task per
-                                GPU); 1.0 = a whole node costs nothing extra
+                                GPU), the two in alternating order; 1.0 = a whole node costs
+                                nothing extra. Leaves out: here the node task's 4 workers are
+                                pinned to the machine's 2 real cores round robin (its CPU
+                                shares) while each 1-GPU task's worker may use both, so on
+                                this shared, loaded machine the figure mixes in the load
     cancel_seen_s=X             from `scancel` of one pending array task to `tilesweep status`
                                 (a new process each poll, as a user runs it) saying cancelled;
                                 before: a task in neither squeue nor sacct was called pending
@@ -44,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,18 +118,29 @@ def sacct_elapsed(job_id: str) -> int:
     raise SystemExit(f"sacct has no COMPLETED row for {job_id}")
 
 
-def node_run(base: Path, configs: int, k: int) -> tuple[float, float, float]:
-    """One 4-GPU task of 4 units: (busy share, submit-to-document wall, same with four 1-GPU tasks)."""
-    wall4, _ = one_run(base, configs, 4, k, gpus=4, strategy="balanced")
+def worker_alive_s(sweep: Path, unit: str, marker: dict) -> float:
+    """Seconds from the task launching the unit's worker (the first line of the unit's log,
+    written by the task) to the unit's end (its marker); whole seconds, as both are stamped."""
+    first = (sweep / "logs" / "units" / f"{unit}.log").read_text().split(" ", 1)[0]
+    return (datetime.fromisoformat(marker["finished"]) - datetime.fromisoformat(first)).total_seconds()
+
+
+def node_run(base: Path, configs: int, k: int) -> tuple[float, float, float, float]:
+    """One 4-GPU task of 4 units: (busy share, worker share, submit-to-document wall, the same
+    with four 1-GPU tasks)."""
+    order = (1, 4) if k % 2 else (4, 1)  # alternate which goes first: a shared machine's load drifts
+    walls = {gpus: one_run(base, configs, 4, k, gpus=gpus, strategy="balanced")[0] for gpus in order}
+    wall4, wall1 = walls[4], walls[1]
     sweep = base / f"u4-g4-{k}" / "sweep"
     jobs = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
     (task,) = {e["job_id"] for e in jobs if "unit" in e}
-    busy = sum(json.loads(p.read_text())["wall_s"] for p in (sweep / "done").glob("*.json"))
+    markers = {p.stem: json.loads(p.read_text()) for p in (sweep / "done").glob("*.json")}
+    busy = sum(m["wall_s"] for m in markers.values())
+    alive = sum(worker_alive_s(sweep, u, m) for u, m in markers.items())
     elapsed = sacct_elapsed(task)
-    wall1, _ = one_run(base, configs, 4, k, gpus=1, strategy="balanced")
-    print(f"# node run {k}: 4 workers busy {busy:.1f} s in a task of {elapsed} s; submit to document {wall4:.1f} s "
-          f"(four 1-GPU tasks: {wall1:.1f} s)", file=sys.stderr)
-    return busy / (4 * elapsed), wall4, wall1
+    print(f"# node run {k}: 4 workers busy {busy:.1f} s, alive {alive:.0f} s, in a task of {elapsed} s; "
+          f"submit to document {wall4:.1f} s (four 1-GPU tasks: {wall1:.1f} s)", file=sys.stderr)
+    return busy / (4 * elapsed), alive / (4 * elapsed), wall4, wall1
 
 
 def cancel_run(base: Path, k: int) -> float:
@@ -186,7 +206,8 @@ def main() -> None:
         if "node" in only:
             node = [node_run(base, args.configs, k) for k in range(args.runs)]
             print(f"node4_busy_share={statistics.median(n[0] for n in node):.3f}")
-            print(f"node4_vs_4x1_makespan={statistics.median(n[1] / n[2] for n in node):.3f}")
+            print(f"node4_worker_share={statistics.median(n[1] for n in node):.3f}")
+            print(f"node4_vs_4x1_makespan={statistics.median(n[2] / n[3] for n in node):.3f}")
         if "cancel" in only:
             print(f"cancel_seen_s={statistics.median(cancel_run(base, k) for k in range(args.runs)):.2f}")
     finally:
