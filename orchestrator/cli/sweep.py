@@ -89,6 +89,7 @@ def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argp
     from orchestrator.control import dispatch
     from orchestrator.control.status import sweep_status
     from orchestrator.control.sweeps import merge_sweep
+    from orchestrator.spec.files import load_spec
 
     st = sweep_status(sd, query_slurm=False)
     todo = [u.id for u in st.units if not u.complete]
