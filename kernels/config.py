@@ -126,11 +126,17 @@ def inner_for(probe_ms: float, *, target_ms: float, max_inner: int) -> int:
     return max(1, min(max_inner, math.floor(target_ms / (probe_ms + PROBE_OVERHEAD_MS))))
 
 
-def attention_flops(mode: str, batch: int, heads: int, seq: int, head_dim: int) -> float | None:
-    """FLOPs of one call, non-causal: fwd ``4*B*H*S*S*D`` (two matmuls, 2 FLOPs per
-    multiply-add), fwd_bwd 3.5x that. Softmax and elementwise work are not counted.
-    ``None`` for a mode without a formula."""
+def attention_flops(
+    mode: str, batch: int, heads: int, seq: int, head_dim: int, *, causal: bool = False
+) -> float | None:
+    """FLOPs of one call: fwd ``4*B*H*S*S*D`` (two matmuls, 2 FLOPs per multiply-add),
+    fwd_bwd 3.5x that, and half of either for causal attention, which computes only the
+    lower triangle of the score matrix (the usual FlashAttention convention: the tiles on the
+    diagonal that a kernel computes in full and masks are not counted, so TFLOP/s compares
+    kernels by useful work). ``heads`` are the query heads: grouped-query attention does the
+    same matmuls with fewer K/V heads. Softmax and elementwise work are not counted. ``None``
+    for a mode without a formula."""
     factor = FLOP_FACTOR.get(mode)
     if factor is None:
         return None
-    return factor * 4.0 * batch * heads * seq * seq * head_dim
+    return factor * (0.5 if causal else 1.0) * 4.0 * batch * heads * seq * seq * head_dim

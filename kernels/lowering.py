@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+from jax._src.lib.mlir import ir
 from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
 
-from kernels.attention import AttentionConfig, build
+from kernels import impls
+from kernels.config import AttentionConfig
 from kernels.smem import dtype_name
 
 TRITON_CALL_TARGET = "__gpu$xla.gpu.triton"
@@ -45,22 +47,37 @@ def _triton_calls(module: Any) -> list[dict[str, Any]]:
                 "num_warps": cfg["num_warps"].value,
                 "num_stages": cfg["num_stages"].value,
                 "grid": tuple(cfg[f"grid_{axis}"].value for axis in "xyz"),
+                "operands": [tuple(ir.RankedTensorType(v.type).shape) for v in op.operands],
             }
         )
     return calls
 
 
 def lower_for_cuda(
-    mode: str, config: AttentionConfig, *, batch: int, seq: int, heads: int, head_dim: int, dtype: Any
+    mode: str,
+    config: AttentionConfig,
+    *,
+    batch: int,
+    seq: int,
+    heads: int,
+    head_dim: int,
+    dtype: Any,
+    kv_heads: int | None = None,
+    causal: bool = False,
+    impl: str = impls.DEFAULT_IMPL,
 ) -> list[dict[str, Any]]:
-    """Triton launches of ``build(mode, config)`` lowered for an H100, in program order.
+    """Triton launches of implementation ``impl``'s ``build(mode, config)`` lowered for an
+    H100, in program order (``kv_heads=None``: multi-head attention).
 
-    Each entry: ``{"name", "num_warps", "num_stages", "grid": (x, y, z)}``. Raises whatever
+    Each entry: ``{"name", "num_warps", "num_stages", "grid": (x, y, z), "operands": [shapes]}``
+    (the shapes of the arrays the launch receives, in its argument order). Raises whatever
     the lowering raises (a config Triton cannot express fails here, as on the GPU).
     """
-    shape = jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dtype_name(dtype))
-    fn = build(mode, config, interpret=False)
+    dt = dtype_name(dtype)
+    q = jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dt)
+    kv = jax.ShapeDtypeStruct((batch, seq, heads if kv_heads is None else kv_heads, head_dim), dt)
+    fn = impls.get(impl).build(mode, config, causal=causal, interpret=False)
     mesh = AbstractMesh((1,), ("x",), abstract_device=_DEVICE)
     with use_abstract_mesh(mesh):
-        lowered = jax.jit(fn).trace(shape, shape, shape, shape).lower(lowering_platforms=("cuda",))
+        lowered = jax.jit(fn).trace(q, kv, kv, q).lower(lowering_platforms=("cuda",))
     return _triton_calls(lowered.compiler_ir("stablehlo"))

@@ -31,13 +31,27 @@ def _compute_dtype() -> Any:
     return jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
 
 
-def attention_reference(q: jax.Array, k: jax.Array, v: jax.Array, *, sm_scale: float | None = None) -> jax.Array:
-    """softmax(q k^T * sm_scale) v over layout (batch, seq, heads, head_dim), as float32."""
+def attention_reference(
+    q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = False, sm_scale: float | None = None
+) -> jax.Array:
+    """softmax(q k^T * sm_scale) v over layout (batch, seq, heads, head_dim), as float32.
+
+    ``k``/``v`` may have fewer heads than ``q`` (grouped-query attention: query head ``h``
+    reads K/V head ``h // (heads // kv_heads)``); the yardstick simply repeats them, which the
+    kernels must not do. ``causal`` lets query ``i`` see keys ``0..i`` only.
+    """
     ct = _compute_dtype()
     q, k, v = (x.astype(ct) for x in (q, k, v))
+    heads, kv_heads = q.shape[2], k.shape[2]
+    if heads % kv_heads:
+        raise ValueError(f"query heads must be a multiple of K/V heads; got {q.shape=}, {k.shape=}")
+    k, v = (jnp.repeat(x, heads // kv_heads, axis=2) for x in (k, v))
     scale = default_sm_scale(q.shape[-1]) if sm_scale is None else sm_scale
     hi = jax.lax.Precision.HIGHEST
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=hi) * scale
+    if causal:
+        seq = q.shape[1]
+        logits = jnp.where(jnp.tril(jnp.ones((seq, seq), bool)), logits, -jnp.inf)
     weights = jax.nn.softmax(logits, axis=-1)
     return jnp.einsum("bhqk,bkhd->bqhd", weights, v, precision=hi).astype(jnp.float32)
 
@@ -65,9 +79,9 @@ def mode_fn(mode: str, attend: AttentionFn) -> ModeFn:
     return fwd_bwd
 
 
-def build_reference(mode: str, *, sm_scale: float | None = None) -> ModeFn:
+def build_reference(mode: str, *, causal: bool = False, sm_scale: float | None = None) -> ModeFn:
     """``mode_fn`` over ``attention_reference``; every output (gradients too) is float32."""
-    inner = mode_fn(mode, lambda q, k, v: attention_reference(q, k, v, sm_scale=sm_scale))
+    inner = mode_fn(mode, lambda q, k, v: attention_reference(q, k, v, causal=causal, sm_scale=sm_scale))
 
     def reference(q: jax.Array, k: jax.Array, v: jax.Array, do: jax.Array) -> tuple[jax.Array, ...]:
         # Differentiate with respect to upcast inputs so the gradients are not rounded back
@@ -80,16 +94,19 @@ def build_reference(mode: str, *, sm_scale: float | None = None) -> ModeFn:
 
 
 def make_inputs(
-    *, batch: int, seq: int, heads: int, head_dim: int, dtype: Any, seed: int = 0
+    *, batch: int, seq: int, heads: int, head_dim: int, dtype: Any, seed: int = 0, kv_heads: int | None = None
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """(q, k, v, do): seeded standard-normal arrays, never zeros (zeros hide wrong kernels).
 
-    Drawn with jax.random, which gives the same numbers on every backend for a seed.
+    Drawn with jax.random, which gives the same numbers on every backend for a seed. ``k``
+    and ``v`` have ``kv_heads`` heads (``None``: ``heads``, multi-head attention).
     """
     shape = (batch, seq, heads, head_dim)
+    kv_shape = (batch, seq, heads if kv_heads is None else kv_heads, head_dim)
     dt = jnp.dtype(dtype_name(dtype))
-    keys = jax.random.split(jax.random.key(seed), 4)
-    q, k, v, do = (jax.random.normal(key, shape, dtype=dt) for key in keys)
+    k0, k1, k2, k3 = jax.random.split(jax.random.key(seed), 4)
+    q, do = (jax.random.normal(key, shape, dtype=dt) for key in (k0, k3))
+    k, v = (jax.random.normal(key, kv_shape, dtype=dt) for key in (k1, k2))
     return q, k, v, do
 
 

@@ -7,8 +7,15 @@ explain failures. The formulas were fitted to the reference H100 run (72/72 fail
 exact requested byte count, 744/744 successes at or under 232448 bytes); the bfloat16 terms and
 the single-stage forward term are bounded, not pinned, by that data.
 
+float16 takes the bfloat16 terms (same element size; the model has no other dtype dependence
+than the float32 extras), and a head_dim that is not a power of two takes the padded one, as
+the kernels pad it. Neither causal masking nor grouped-query attention changes a tile: causal
+only shortens the loops (our kernel runs the diagonal tiles in a second, masked loop, which
+Triton can give the first loop's buffers back to) and grouped-query only changes which K/V
+head a program reads. Those three readings are the model's, not measured on a GPU.
+
 This module is deliberately free of jax so the control plane can use it on a laptop; it also
-holds the small vocabulary (modes, dtypes) that every kernel module validates against.
+holds the small vocabulary (modes, dtypes, head_dim range) every kernel module validates against.
 """
 
 from __future__ import annotations
@@ -16,14 +23,23 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
-DTYPES: tuple[str, ...] = ("bfloat16", "float32")
-_ELEMENT_BYTES: dict[str, int] = {"bfloat16": 2, "float32": 4}
+DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
+_ELEMENT_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
+# head_dim the kernels take: a Triton dot needs a contraction of at least 16, and above 256 no
+# tile of the sweep fits an H100's shared memory (nor was the model checked there).
+MIN_HEAD_DIM = 16
+MAX_HEAD_DIM = 256
 H100_SMEM_LIMIT_BYTES = 232448  # per-block opt-in limit of the reference run's H100 (and H200)
 
 # Kernel names as they appear in pallas_call(name=...) and hence in the lowered custom calls.
 FWD_KERNEL = "flash_fwd"
 BWD_PREPROCESS_KERNEL = "flash_bwd_preprocess"
 BWD_KERNEL = "flash_bwd"
+# ... and those of jax's stock kernel (``kernels.stock``), whose backward runs 2 stages always.
+STOCK_FWD_KERNEL = "mha_forward"
+STOCK_BWD_PREPROCESS_KERNEL = "mha_preprocess_backward"
+STOCK_BWD_KERNEL = "mha_backward"
+STOCK_BWD_STAGES = 2
 
 
 class _TileConfig(Protocol):
@@ -71,6 +87,16 @@ def padded_head_dim(head_dim: int) -> int:
     return 1 << (head_dim - 1).bit_length()
 
 
+def check_head_dim(head_dim: int) -> int:
+    """Return ``head_dim`` if the kernels take it, else raise naming the allowed range."""
+    if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(
+            f"{head_dim=} is not supported; allowed: {MIN_HEAD_DIM} to {MAX_HEAD_DIM} "
+            "(not a power of two is fine: it is padded inside the kernel)"
+        )
+    return head_dim
+
+
 def fwd_bytes(dtype: Any, head_dim: int, block_q: int, block_k: int, num_stages: int) -> int:
     """Shared memory of the forward kernel.
 
@@ -113,6 +139,8 @@ def predict_bytes(
     bwd_inner: int = 128,
     num_stages: int = 2,
     num_warps: int | None = None,
+    bwd_num_stages: int | None = None,
+    kernel_names: tuple[str, str] = (FWD_KERNEL, BWD_KERNEL),
 ) -> list[tuple[str, int]]:
     """(kernel name, bytes) per shared-memory-relevant kernel, in launch order.
 
@@ -120,7 +148,9 @@ def predict_bytes(
     and ignored: it does not change shared memory). With ``seq``, blocks are clamped to seq
     as the kernel clamps them. fwd_bwd runs the forward (block_q/block_k, the config's stages)
     before the backward; the delta preprocess kernel has no loop to pipeline and holds no
-    tiles in shared memory, so it is left out.
+    tiles in shared memory, so it is left out. ``bwd_num_stages`` is for a backward that runs
+    its own stage count whatever the config says (jax's stock kernel: 2), ``kernel_names`` the
+    (forward, backward) names a runtime error would carry (``kernels.impls``).
     """
     del num_warps
     check_mode(mode)
@@ -128,9 +158,11 @@ def predict_bytes(
     def clamp(block: int) -> int:
         return block if seq is None else min(block, seq)
 
-    out = [(FWD_KERNEL, fwd_bytes(dtype, head_dim, clamp(block_q), clamp(block_k), num_stages))]
+    fwd_name, bwd_name = kernel_names
+    out = [(fwd_name, fwd_bytes(dtype, head_dim, clamp(block_q), clamp(block_k), num_stages))]
     if mode == "fwd_bwd":
-        out.append((BWD_KERNEL, bwd_bytes(dtype, head_dim, clamp(bwd_outer), clamp(bwd_inner), num_stages)))
+        stages = num_stages if bwd_num_stages is None else bwd_num_stages
+        out.append((bwd_name, bwd_bytes(dtype, head_dim, clamp(bwd_outer), clamp(bwd_inner), stages)))
     return out
 
 

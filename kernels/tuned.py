@@ -2,22 +2,32 @@
 
 The table (written by ``tilesweep export``) is small, versioned JSON::
 
-    {"format": "tilesweep-tuned", "version": 1, "device": {"device_kind": ..., "jax": ...},
-     "entries": [{"dtype", "head_dim", "seq", "batch", "heads", "mode",
+    {"format": "tilesweep-tuned", "version": 2, "device": {"device_kind": ..., "jax": ...},
+     "entries": [{"impl", "dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads",
+                  "mode",
                   "config": {block_q, block_k, bwd_outer, bwd_inner, num_warps, num_stages} | null,
                   "median_ms", "auto_ms"}]}
 
-``config`` holds exactly the fields of ``kernels.config.AttentionConfig``. ``config: null``
-records a measured problem where the harness's auto beat every forced config (or every
-forced config failed): the answer there is "use auto", and a neighbouring seq must not
-override it.
+``impl`` is the kernel implementation measured (``kernels.impls``: "tilesweep" or "jax"),
+``kv_heads`` equals ``heads`` for multi-head attention. Version 1 tables (no impl, causal or
+kv_heads: our kernel, non-causal, multi-head) still load. ``config`` holds exactly the fields
+of ``kernels.config.AttentionConfig`` for either implementation. ``config: null`` records a
+measured problem where the implementation's auto beat every forced config (or every forced
+config failed): the answer there is "use auto", and a neighbouring seq must not override it.
+
+Answers, for either implementation: ``config_for`` gives our kernel's ``AttentionConfig``
+(``kernels.attention.flash_attention(q, k, v, cfg, causal=...)``), ``mha_kwargs`` the stock
+kernel's keyword arguments, ``BlockSizes`` included
+(``mha(q, k, v, None, causal=..., sm_scale=..., **kw)``). Each looks only at entries of its own
+implementation: the two kernels' best tiles differ.
 
 Lookup rule (``TunedTable.lookup``), so a kernel asked for an unmeasured shape degrades to
 auto instead of to a config that would raise:
 
-1. Candidates are the entries with the same dtype, head_dim and mode. ``batch`` and ``heads``
-   are soft: when given and some candidate has that value, only those are kept (they change the
-   grid, not which tiles fit); when not given they match anything.
+1. Candidates are the entries with the same implementation, dtype, head_dim, causal and mode.
+   ``batch``, ``heads`` and ``kv_heads`` are soft: when given and some candidate has that
+   value, only those are kept (they change the grid, not which tiles fit); when not given they
+   match anything.
 2. A candidate with the asked seq wins (ties: smaller batch, then smaller heads).
 3. Otherwise the candidate with the nearest seq on a log scale (``|log(seq_e / seq)|``; ties go
    to the smaller seq) is taken, but only if its blocks divide the asked seq (block_q and
@@ -42,26 +52,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernels.config import AttentionConfig
+from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
 from kernels.smem import dtype_name
 
 log = logging.getLogger(__name__)
 
 FORMAT = "tilesweep-tuned"
-VERSION = 1
+VERSION = 2
+READS_VERSIONS = (1, 2)
 # Exactly the fields of ``AttentionConfig``, in its order.
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AttentionConfig))
 ENTRY_FIELDS: tuple[str, ...] = (
+    "impl",
     "dtype",
     "head_dim",
     "seq",
     "batch",
     "heads",
+    "causal",
+    "kv_heads",
     "mode",
     "config",
     "median_ms",
     "auto_ms",
 )
-_INT_FIELDS = ("head_dim", "seq", "batch", "heads")
+# Fields a version 1 entry lacks, and what they meant there.
+_V1_DEFAULTS: dict[str, Any] = {"impl": DEFAULT_IMPL, "causal": False, "kv_heads": None}
+_INT_FIELDS = ("head_dim", "seq", "batch", "heads", "kv_heads")
 
 
 class TunedTableError(ValueError):
@@ -102,6 +119,9 @@ class TunedEntry:
     config: dict[str, int] | None
     median_ms: float | None
     auto_ms: float | None
+    impl: str
+    causal: bool
+    kv_heads: int  # equals heads for multi-head attention
 
 
 class TunedTable:
@@ -111,9 +131,9 @@ class TunedTable:
         self.device = dict(device)
         self.entries = list(entries)
         self.path = path
-        self._by_problem: dict[tuple[str, int, str], list[TunedEntry]] = {}
+        self._by_problem: dict[tuple[str, str, int, bool, str], list[TunedEntry]] = {}
         for e in self.entries:
-            self._by_problem.setdefault((e.dtype, e.head_dim, e.mode), []).append(e)
+            self._by_problem.setdefault((e.impl, e.dtype, e.head_dim, e.causal, e.mode), []).append(e)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -153,16 +173,17 @@ class TunedTable:
     def from_obj(cls, obj: Any, *, name: str = "<tuned table>") -> TunedTable:
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
             raise TunedTableError(f"{name}: not a tilesweep tuned table (want format {FORMAT!r})")
-        if obj.get("version") != VERSION:
+        version = obj.get("version")
+        if version not in READS_VERSIONS:
             raise TunedTableError(
-                f"{name}: tuned table version {obj.get('version')!r} is not supported "
-                f"(this code reads version {VERSION}); re-export it with this tilesweep"
+                f"{name}: tuned table version {version!r} is not supported "
+                f"(this code reads versions {', '.join(map(str, READS_VERSIONS))}); re-export it with this tilesweep"
             )
         device = obj.get("device")
         entries = obj.get("entries")
         if not isinstance(device, dict) or not isinstance(entries, list):
             raise TunedTableError(f"{name}: tuned table needs a 'device' object and an 'entries' array")
-        return cls(device, [_entry(e, i, name) for i, e in enumerate(entries)], path=name)
+        return cls(device, [_entry(e, i, name, version) for i, e in enumerate(entries)], path=name)
 
     def check_environment(self, env: Environment | None) -> bool:
         """Warn when the table's device kind or jax version differ from ``env``; True if they match."""
@@ -193,53 +214,60 @@ class TunedTable:
         head_dim: int,
         seq: int,
         mode: str,
+        causal: bool = False,
         batch: int | None = None,
         heads: int | None = None,
+        kv_heads: int | None = None,
+        impl: str = DEFAULT_IMPL,
     ) -> TunedEntry | None:
         """The entry the lookup rule (module docstring) picks, or ``None``; see ``lookup``."""
         try:
             dtype = dtype_name(dtype)
         except ValueError:  # a dtype the kernel does not run has no tuned config
             return None
-        cands = self._by_problem.get((dtype, int(head_dim), mode), [])
-        if batch is not None and any(e.batch == batch for e in cands):
-            cands = [e for e in cands if e.batch == batch]
-        if heads is not None and any(e.heads == heads for e in cands):
-            cands = [e for e in cands if e.heads == heads]
+        cands = self._by_problem.get((impl, dtype, int(head_dim), bool(causal), mode), [])
+        for name, want in (("batch", batch), ("heads", heads), ("kv_heads", kv_heads)):
+            if want is not None and any(getattr(e, name) == want for e in cands):
+                cands = [e for e in cands if getattr(e, name) == want]
         if not cands:
             return None
         exact = [e for e in cands if e.seq == seq]
         if exact:
-            return min(exact, key=lambda e: (e.batch, e.heads))
-        nearest = min(cands, key=lambda e: (abs(math.log(e.seq / seq)), e.seq, e.batch, e.heads))
+            return min(exact, key=lambda e: (e.batch, e.heads, e.kv_heads))
+        nearest = min(cands, key=lambda e: (abs(math.log(e.seq / seq)), e.seq, e.batch, e.heads, e.kv_heads))
         if nearest.config is not None and not _blocks_divide(nearest.config, seq, mode):
             log.debug("nearest tuned seq %d has blocks that do not divide seq=%d", nearest.seq, seq)
             return None
         return nearest
 
-    def lookup(
-        self,
-        *,
-        dtype: Any,
-        head_dim: int,
-        seq: int,
-        mode: str,
-        batch: int | None = None,
-        heads: int | None = None,
-    ) -> dict[str, int] | None:
+    def lookup(self, **kwargs: Any) -> dict[str, int] | None:
         """``AttentionConfig`` keyword arguments for this call, or ``None`` meaning "use auto".
 
-        ``dtype`` is a name ("bfloat16"), a numpy/jax dtype or scalar type (``kernels.smem.dtype_name``).
+        Keywords as ``entry``: ``dtype`` (a name such as "bfloat16", a numpy/jax dtype or
+        scalar type), ``head_dim``, ``seq``, ``mode``, and optionally ``causal``, ``batch``,
+        ``heads``, ``kv_heads`` and ``impl`` (default: our kernel).
         """
-        e = self.entry(dtype=dtype, head_dim=head_dim, seq=seq, mode=mode, batch=batch, heads=heads)
+        e = self.entry(**kwargs)
         if e is None or e.config is None:
             return None
         return dict(e.config)
 
     def config_for(self, **kwargs: Any) -> AttentionConfig | None:
-        """``lookup`` as a ``kernels.config.AttentionConfig`` (``None``: use auto)."""
-        cfg = self.lookup(**kwargs)
+        """Our kernel's ``AttentionConfig`` for this call (``lookup`` of its entries), or
+        ``None``: use auto (``kernels.attention.auto_config``)."""
+        cfg = self.lookup(**{**kwargs, "impl": DEFAULT_IMPL})
         return None if cfg is None else to_attention_config(cfg)
+
+    def mha_kwargs(self, **kwargs: Any) -> dict[str, Any] | None:
+        """Keyword arguments of jax's stock ``mha`` for this call, from the entries measured
+        with ``kernel.impl: "jax"``: ``{"block_sizes": BlockSizes(...), "num_warps",
+        "num_stages"}``; ``None``: call ``mha`` with its defaults. Imports jax."""
+        cfg = self.lookup(**{**kwargs, "impl": "jax"})
+        if cfg is None:
+            return None
+        from kernels.stock import mha_kwargs
+
+        return mha_kwargs(to_attention_config(cfg))
 
 
 def config_for(table: TunedTable | str | os.PathLike[str], **kwargs: Any) -> AttentionConfig | None:
@@ -260,10 +288,12 @@ def _blocks_divide(cfg: dict[str, int], seq: int, mode: str) -> bool:
     return all(seq % int(cfg[n]) == 0 for n in names)
 
 
-def _entry(raw: Any, i: int, name: str) -> TunedEntry:
+def _entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
     where = f"{name}: entries[{i}]"
     if not isinstance(raw, dict):
         raise TunedTableError(f"{where} is not an object")
+    if version == 1:
+        raw = {**_V1_DEFAULTS, **raw}
     missing = [f for f in ENTRY_FIELDS if f not in raw]
     if missing:
         raise TunedTableError(f"{where} lacks {', '.join(missing)}")
@@ -275,9 +305,15 @@ def _entry(raw: Any, i: int, name: str) -> TunedEntry:
         if bad:
             raise TunedTableError(f"{where}: config fields {', '.join(bad)} must be positive integers")
         cfg = {k: cfg[k] for k in CONFIG_FIELDS}
+    if raw["kv_heads"] is None:  # version 1: multi-head attention
+        raw = {**raw, "kv_heads": raw["heads"]}
     for k in _INT_FIELDS:
-        if not isinstance(raw[k], int) or raw[k] <= 0:
+        if not isinstance(raw[k], int) or isinstance(raw[k], bool) or raw[k] <= 0:
             raise TunedTableError(f"{where}: {k}={raw[k]!r} must be a positive integer")
+    if raw["impl"] not in IMPL_NAMES:
+        raise TunedTableError(f"{where}: impl={raw['impl']!r} is not one of {', '.join(IMPL_NAMES)}")
+    if not isinstance(raw["causal"], bool):
+        raise TunedTableError(f"{where}: causal={raw['causal']!r} must be true or false")
     return TunedEntry(
         dtype=str(raw["dtype"]),
         head_dim=raw["head_dim"],
@@ -288,4 +324,7 @@ def _entry(raw: Any, i: int, name: str) -> TunedEntry:
         config=cfg,
         median_ms=raw["median_ms"],
         auto_ms=raw["auto_ms"],
+        impl=raw["impl"],
+        causal=raw["causal"],
+        kv_heads=raw["kv_heads"],
     )

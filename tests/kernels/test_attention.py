@@ -121,6 +121,8 @@ def test_seq_not_multiple_of_block_names_the_values(field: str, config: Attentio
 def test_mismatched_shapes_show_them() -> None:
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"k\.shape=\(1, 64, 2, 32\)"):
+        flash_attention(q, k[:, :64], v[:, :64])
+    with pytest.raises(ValueError, match=r"k\.shape=\(1, 64, 2, 32\), v\.shape=\(1, 96, 2, 32\)"):
         flash_attention(q, k[:, :64], v)
 
 
@@ -140,10 +142,10 @@ def test_bad_mode_names_allowed_values() -> None:
 
 
 def test_bad_dtype_names_allowed_values() -> None:
-    with pytest.raises(ValueError, match="allowed: bfloat16, float32"):
-        make_inputs(seq=64, head_dim=16, dtype="float16", **SHAPE)
-    q, k, v = (x.astype(jnp.float16) for x in _qkv(seq=64))
-    with pytest.raises(ValueError, match="allowed: bfloat16, float32"):
+    with pytest.raises(ValueError, match="allowed: bfloat16, float16, float32"):
+        make_inputs(seq=64, head_dim=16, dtype="float64", **SHAPE)
+    q, k, v = (x.astype(jnp.int8) for x in _qkv(seq=64))
+    with pytest.raises(ValueError, match="allowed: bfloat16, float16, float32"):
         flash_attention(q, k, v)
 
 

@@ -78,5 +78,7 @@ def test_first_over_reports_first_kernel_over_limit() -> None:
 def test_vocabulary_errors_name_allowed_values() -> None:
     with pytest.raises(ValueError, match="allowed: fwd, fwd_bwd"):
         smem.predict("bwd", "float32", 64, AttentionConfig())
-    with pytest.raises(ValueError, match="allowed: bfloat16, float32"):
-        smem.fwd_bytes("float16", 64, 64, 64, 2)
+    with pytest.raises(ValueError, match="allowed: bfloat16, float16, float32"):
+        smem.fwd_bytes("float64", 64, 64, 64, 2)
+    with pytest.raises(ValueError, match="allowed: 16 to 256"):
+        smem.check_head_dim(512)

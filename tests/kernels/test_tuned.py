@@ -42,7 +42,26 @@ def test_dtype_given_any_way_the_kernel_accepts_finds_the_entry() -> None:
 
 
 def test_dtype_the_kernel_does_not_run_means_auto() -> None:
-    """Even a hand-written float16 entry is no answer: the kernel would refuse float16."""
-    table = _table("float16")
-    for dtype in ("float16", np.float16, "int8"):
+    """Even a hand-written float64 entry is no answer: the kernel would refuse float64."""
+    table = _table("float64")
+    for dtype in ("float64", np.float64, "int8"):
         assert table.lookup(dtype=dtype, head_dim=64, seq=1024, mode="fwd") is None, dtype
+
+
+def test_stock_kernel_answer_is_ready_to_pass_to_mha() -> None:
+    """A table entry measured with ``kernel.impl: "jax"`` becomes ``mha``'s keyword arguments,
+    and ``mha`` runs with them (interpret mode) to the reference's numbers."""
+    from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha
+
+    from kernels.attention import attention_reference, make_inputs, rel_err
+
+    cfg = {"block_q": 64, "block_k": 32, "bwd_outer": 32, "bwd_inner": 32, "num_warps": 4, "num_stages": 3}
+    entry = {"impl": "jax", "dtype": "float16", "head_dim": 96, "seq": 128, "batch": 1, "heads": 2, "causal": True,
+             "kv_heads": 2, "mode": "fwd", "config": cfg, "median_ms": 1.0, "auto_ms": 1.5}
+    table = TunedTable.from_obj({"format": "tilesweep-tuned", "version": 2, "device": {}, "entries": [entry]})
+    kw = table.mha_kwargs(dtype="float16", head_dim=96, seq=128, mode="fwd", causal=True)
+    assert kw is not None and isinstance(kw["block_sizes"], BlockSizes)
+    assert table.config_for(dtype="float16", head_dim=96, seq=128, mode="fwd", causal=True) is None  # ours: none
+    q, k, v, _ = make_inputs(batch=1, seq=128, heads=2, head_dim=96, dtype="float16")
+    out = mha(q, k, v, None, causal=True, sm_scale=96**-0.5, interpret=True, **kw)
+    assert rel_err([out], [attention_reference(q, k, v, causal=True)]) < 2e-3
