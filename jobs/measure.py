@@ -16,7 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.config import AttentionConfig, auto_config
+from kernels import impls
+from kernels.config import AttentionConfig
 from orchestrator.planning import WorkItem
 from orchestrator.spec.model import SweepSpec
 
@@ -43,7 +44,7 @@ class ShapeContext:
     """Inputs and reference outputs of one shape and mode, made once, used by every config."""
 
     args: tuple
-    refs: dict[str, tuple]  # mode -> reference outputs
+    refs: dict[tuple[str, bool], tuple]  # (mode, causal) -> reference outputs
     shape: tuple = ()       # WorkItem.shape it was made for
 
     @classmethod
@@ -52,38 +53,39 @@ class ShapeContext:
 
         args = attention.make_inputs(
             batch=item.batch, seq=item.seq, heads=item.heads, head_dim=item.head_dim,
-            dtype=item.dtype, seed=spec.timing.seed,
+            dtype=item.dtype, seed=spec.timing.seed, kv_heads=item.kv_heads,
         )
         return cls(args=args, refs={}, shape=item.shape)
 
-    def reference(self, mode: str) -> tuple:
-        if mode not in self.refs:
+    def reference(self, mode: str, causal: bool = False) -> tuple:
+        if (mode, causal) not in self.refs:
             import jax
 
             from kernels import attention
 
-            ref_fn = jax.jit(attention.build_reference(mode))
-            self.refs[mode] = tuple(jax.block_until_ready(ref_fn(*self.args)))
-        return self.refs[mode]
+            ref_fn = jax.jit(attention.build_reference(mode, causal=causal))
+            self.refs[(mode, causal)] = tuple(jax.block_until_ready(ref_fn(*self.args)))
+        return self.refs[(mode, causal)]
 
 
 @functools.lru_cache(maxsize=64)
-def abstract_args(batch: int, seq: int, heads: int, head_dim: int, dtype: str) -> tuple:
+def abstract_args(batch: int, seq: int, heads: int, head_dim: int, dtype: str, kv_heads: int | None = None) -> tuple:
     """Shapes and dtypes of a shape's inputs (what ``make_inputs`` returns), for lowering."""
     import jax
 
     from kernels import attention
 
     return tuple(jax.eval_shape(functools.partial(
-        attention.make_inputs, batch=batch, seq=seq, heads=heads, head_dim=head_dim, dtype=dtype)))
+        attention.make_inputs, batch=batch, seq=seq, heads=heads, head_dim=head_dim, dtype=dtype, kv_heads=kv_heads)))
 
 
 def kernel_config(item: WorkItem, spec: SweepSpec) -> AttentionConfig:
-    """The config an item runs: its forced fields, or what ``auto`` picks for its shape."""
+    """The config an item runs: its forced fields, or what its implementation's ``auto``
+    picks for its shape (``kernels.impls``)."""
     cfg = item.kernel_config()
     if cfg is None:
-        return auto_config(mode=item.mode, dtype=item.dtype, head_dim=item.head_dim, seq=item.seq,
-                           smem_limit_bytes=spec.smem_limit_bytes)
+        return impls.get(item.impl).auto(mode=item.mode, dtype=item.dtype, head_dim=item.head_dim, seq=item.seq,
+                                         smem_limit_bytes=spec.smem_limit_bytes)
     return AttentionConfig(**cfg)
 
 
@@ -99,14 +101,14 @@ class Compiled:
 
 def compile_item(item: WorkItem, spec: SweepSpec) -> Compiled:
     """Lower and compile one runnable item; safe to call from several threads at once."""
-    from kernels import attention, timing
+    from kernels import timing
 
     from .compile_pool import cache_hits
 
     try:
         config = kernel_config(item, spec)
-        fn = attention.build(item.mode, config, interpret=interpret_flag(spec))
-        args = abstract_args(item.batch, item.seq, item.heads, item.head_dim, item.dtype)
+        fn = impls.get(item.impl).build(item.mode, config, causal=item.causal, interpret=interpret_flag(spec))
+        args = abstract_args(item.batch, item.seq, item.heads, item.head_dim, item.dtype, item.kv_heads)
         with cache_hits() as hits:
             executable, compile_s = timing.compile_fn(fn, args)
     except Exception as exc:  # a bad config is a record
@@ -127,7 +129,7 @@ def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: Swe
         return rec
     try:
         outs = jax.block_until_ready(compiled.executable(*ctx.args))
-        err = attention.rel_err(outs, ctx.reference(item.mode))
+        err = attention.rel_err(outs, ctx.reference(item.mode, item.causal))
         del outs
         t = timing.measure(
             compiled.executable, ctx.args, repeats=spec.repeats, target_ms=spec.timing.target_ms,

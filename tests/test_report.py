@@ -83,7 +83,8 @@ def _independent(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     """Per problem: best forced success, runner-up, auto median, counts (plain loops)."""
     out: dict[tuple, dict[str, Any]] = {}
     for r in records:
-        k = (r["dtype"], r["head_dim"], r["seq"], r["batch"], r["heads"], r["mode"], r["tag"])
+        k = (r["dtype"], r["head_dim"], r["seq"], r["batch"], r["heads"], r["mode"], r["tag"],
+             r.get("causal", False), r.get("kv_heads"), r.get("impl", "tilesweep"))
         p = out.setdefault(k, {"ok": [], "failed": 0, "forced": 0, "auto": None})
         if r["config"] == "auto":
             p["auto"] = r.get("median_ms")

@@ -1,20 +1,30 @@
 """Two results documents side by side: best config and median per problem, and B/A.
 
 The usual question is "what changed between two runs" (two clusters, two jax versions, a
-kernel change), and such runs carry different tags, so problems are matched on
-(dtype, head_dim, seq, batch, heads, mode) alone. Only when a document holds one problem
-under several tags does the tag join the match key (otherwise which one to pair is a guess).
+kernel change, our kernel against jax's stock one), and such runs carry different tags or
+implementations, so problems are matched on (dtype, head_dim, seq, batch, heads, causal,
+kv_heads, mode) alone. Only when a document holds one problem under several tags or
+implementations do tag and implementation join the match key (otherwise which one to pair is
+a guess).
 
 ``ratio = B best ms / A best ms``: below 1, B is faster.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.analysis.report import ProblemKey, ProblemSummary, best_table, fmt_ms, render
+from orchestrator.analysis.report import (
+    ProblemKey,
+    ProblemSummary,
+    axis_cells,
+    axis_columns,
+    best_table,
+)
+from orchestrator.analysis.tables import fmt_ms, render
 from orchestrator.store.document import ResultsDoc
 
 
@@ -61,11 +71,12 @@ class ProblemComparison:
         k = self.key
         out: dict[str, Any] = {
             "dtype": k.dtype, "head_dim": k.head_dim, "seq": k.seq, "batch": k.batch,
-            "heads": k.heads, "mode": k.mode, "tag": k.tag, "presence": self.presence,
+            "heads": k.heads, "causal": k.causal, "kv_heads": k.kv_heads, "mode": k.mode, "tag": k.tag,
+            "impl": k.impl, "presence": self.presence,
         }
         for side, s in (("a", self.a), ("b", self.b)):
             out[side] = None if s is None else {
-                "tag": s.key.tag, "best_label": s.best_label, "best_config": s.best_config,
+                "tag": s.key.tag, "impl": s.key.impl, "best_label": s.best_label, "best_config": s.best_config,
                 "best_ms": s.best_ms, "auto_ms": s.auto_ms,
             }
         out["ratio_b_over_a"] = self.ratio
@@ -80,7 +91,7 @@ def _several_tags(summaries: list[ProblemSummary]) -> bool:
 
 
 def _untagged(k: ProblemKey) -> ProblemKey:
-    return ProblemKey(k.dtype, k.head_dim, k.seq, k.batch, k.heads, k.mode, None)
+    return dataclasses.replace(k, tag=None, impl=None)
 
 
 def compare(doc_a: ResultsDoc, doc_b: ResultsDoc) -> list[ProblemComparison]:
@@ -111,19 +122,20 @@ def format_compare(
 ) -> str:
     """Text or GitHub table; names the two documents above it when given."""
     with_tag = any(r.key.tag is not None for r in rows)
-    header = ["dtype", "D", "seq", "B", "H", "mode"] + (["tag"] if with_tag else [])
+    axes = axis_columns(r.key for r in rows)
+    header = ["dtype", "D", "seq", "B", "H", *axes, "mode"] + (["tag"] if with_tag else [])
     header += ["A best", "A ms", "B best", "B ms", "B/A", "note"]
     body = []
     for r in rows:
         k = r.key
-        row = [k.dtype, str(k.head_dim), str(k.seq), str(k.batch), str(k.heads), k.mode]
+        row = [k.dtype, str(k.head_dim), str(k.seq), str(k.batch), str(k.heads), *axis_cells(k, axes), k.mode]
         if with_tag:
             row.append(str(k.tag))
         for s in (r.a, r.b):
             row += ["-", "-"] if s is None else [s.best_label or "-", fmt_ms(s.best_ms)]
         row += ["-" if r.ratio is None else f"{r.ratio:.3f}", r.note]
         body.append(row)
-    left = {"dtype", "mode", "tag", "A best", "B best", "note"}
+    left = {"dtype", "mode", "tag", "A best", "B best", "note", "causal", "impl"}
     legend = "B/A = B best ms / A best ms (below 1: B is faster)."
     table = render(header, body, style, left=left, legend=legend)
     head = []

@@ -1,9 +1,12 @@
 """Turn a results document into the tuned table ``kernels.tuned`` loads.
 
-One entry per (dtype, head_dim, seq, batch, heads, mode). ``config`` carries exactly the
-fields of ``kernels.attention.AttentionConfig``: for fwd_bwd the record's
-fwd_block_q/fwd_block_k become block_q/block_k and bwd_outer/bwd_inner are taken as they are;
-for fwd, bwd_outer/bwd_inner stay at the kernel default 128 (the forward never reads them).
+One entry per (impl, dtype, head_dim, seq, batch, heads, causal, kv_heads, mode); ``kv_heads``
+is ``heads`` for multi-head attention, ``impl`` the kernel implementation measured.
+``config`` carries exactly the fields of ``kernels.attention.AttentionConfig`` for either
+implementation: for fwd_bwd the record's fwd_block_q/fwd_block_k become block_q/block_k and
+bwd_outer/bwd_inner are taken as they are; for fwd, bwd_outer/bwd_inner stay at the
+implementation's default (``kernels.impls``: 128 for ours, the stock kernel's 32; the forward
+never reads them).
 
 ``config`` is ``null`` where the measurement says "use auto": auto was faster than the best
 forced config, or every forced config failed while auto ran. Keeping the entry (rather than
@@ -23,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels.config import AttentionConfig
+from kernels import impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
-from orchestrator.spec.records import kernel_kwargs
 from orchestrator.analysis.report import ProblemSummary, best_table
+from orchestrator.spec.records import kernel_kwargs
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.sweepdir import atomic_open
 
@@ -42,10 +45,10 @@ class ExportSummary:
     skipped: int  # problems with nothing measured at all
 
 
-def kernel_config(best_config: dict[str, Any], mode: str) -> dict[str, int]:
+def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
     """A record's config fields as every field of ``AttentionConfig`` (``records.kernel_kwargs``;
-    the tiles a mode does not sweep keep the kernel's defaults)."""
-    cfg = dataclasses.asdict(AttentionConfig(**kernel_kwargs(mode, best_config)))
+    the tiles a mode does not sweep keep the implementation's defaults)."""
+    cfg = dataclasses.asdict(dataclasses.replace(impls.get(impl).defaults, **kernel_kwargs(mode, best_config)))
     return {k: int(cfg[k]) for k in CONFIG_FIELDS}
 
 
@@ -56,12 +59,12 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
     if s.best_config is not None:
         auto_wins = s.auto_ms is not None and s.auto_ms < s.best_ms
         if keep_slower or not auto_wins:
-            config = kernel_config(s.best_config, s.key.mode)
+            config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
     k = s.key
     return {
-        "dtype": k.dtype, "head_dim": k.head_dim, "seq": k.seq, "batch": k.batch,
-        "heads": k.heads, "mode": k.mode, "config": config,
-        "median_ms": s.best_ms, "auto_ms": s.auto_ms,
+        "impl": k.impl, "dtype": k.dtype, "head_dim": k.head_dim, "seq": k.seq, "batch": k.batch,
+        "heads": k.heads, "causal": k.causal, "kv_heads": k.heads if k.kv_heads is None else k.kv_heads,
+        "mode": k.mode, "config": config, "median_ms": s.best_ms, "auto_ms": s.auto_ms,
     }
 
 
@@ -74,7 +77,7 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
         if e is None:
             skipped += 1
             continue
-        k = (e["dtype"], e["head_dim"], e["seq"], e["batch"], e["heads"], e["mode"])
+        k = tuple(e[f] for f in ("impl", "dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "mode"))
         prev = chosen.get(k)
         if prev is None or _faster(e, prev):
             if prev is not None:

@@ -157,9 +157,10 @@ def _cell(t: _Tally | None, vary_fwd: bool) -> Cell:
 
 
 def problem_title(key: ProblemKey, with_tag: bool = False) -> str:
-    """``bf16 D=64 S=2048 B=4 H=8 fwd``: a problem's name above its plot."""
+    """``bf16 D=64 S=2048 B=4 H=8 fwd``: a problem's name above its plot (``causal``, ``kv2``,
+    ``[jax]`` appended where the problem has them: ``ProblemKey.variant``)."""
     text = (
         f"{_SHORT_DTYPE.get(key.dtype, key.dtype)} D={key.head_dim} S={key.seq} "
-        f"B={key.batch} H={key.heads} {key.mode}"
+        f"B={key.batch} H={key.heads} {key.mode}{key.variant()}"
     )
     return f"{text} [{key.tag}]" if with_tag and key.tag is not None else text

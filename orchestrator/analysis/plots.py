@@ -37,7 +37,8 @@ _EVEN_BAND = 0.02  # speedups within 2% of 1 are drawn grey: not a win either wa
 
 
 def plot_filename(key: ProblemKey, with_tag: bool = False) -> str:
-    parts = [key.dtype, f"d{key.head_dim}", f"s{key.seq}", f"b{key.batch}", f"h{key.heads}", key.mode]
+    parts = [key.dtype, f"d{key.head_dim}", f"s{key.seq}", f"b{key.batch}", f"h{key.heads}", key.mode,
+             *key.variant().split()]
     if with_tag and key.tag is not None:
         parts.append(str(key.tag))
     name = "_".join(str(p) for p in parts)

@@ -1,16 +1,21 @@
 """Best config per problem: what a sweep found, how sure it is, and how much it buys over auto.
 
-A *problem* is one (dtype, head_dim, seq, batch, heads, mode, tag). Per problem the best config
-is the forced config with the lowest median; ``auto`` is the harness's own choice and is the
-baseline, never a candidate, so ``speedup = auto_ms / best_ms`` (above 1: tuning pays).
+A *problem* is one (dtype, head_dim, seq, batch, heads, mode, tag) plus, where a record has
+them, causal, kv_heads and the kernel implementation (``orchestrator.spec.records.problem_key``).
+Per problem the best config is the forced config with the lowest median; ``auto`` is the
+implementation's own choice and is the baseline, never a candidate, so
+``speedup = auto_ms / best_ms`` (above 1: tuning pays).
 
-Throughput uses the non-causal attention FLOP count:
+Throughput uses the attention FLOP count (``kernels.config.attention_flops``):
 
 * fwd: ``4*B*H*S*S*D`` -- two matmuls (Q K^T and P V), 2 FLOPs per multiply-add;
 * fwd_bwd: forward plus backward, the backward counted as 2.5x the forward (five matmuls,
-  the usual FlashAttention convention), so ``3.5 * 4*B*H*S*S*D`` in total.
+  the usual FlashAttention convention), so ``3.5 * 4*B*H*S*S*D`` in total;
+* causal: half of either, the lower triangle that is computed (the masked diagonal tiles are
+  not counted), so a causal TFLOP/s is useful work, comparable with a non-causal one.
 
-Softmax and other elementwise work are not counted. Modes other than these two get no TFLOP/s.
+H is the query heads (grouped-query attention does the same matmuls). Softmax and other
+elementwise work are not counted. Modes other than these two get no TFLOP/s.
 
 A best config is flagged as *within noise* when its q1-q3 range overlaps the runner-up's:
 the sweep has not separated the two, so either is a fair pick.
@@ -28,8 +33,8 @@ from operator import itemgetter
 from typing import Any
 
 from kernels.config import attention_flops
-
-from orchestrator.spec.records import PROBLEM_FIELDS, config_fields, config_of
+from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
+from orchestrator.spec.records import DEFAULT_IMPL, PROBLEM_FIELDS, config_fields, config_of, problem_key
 from orchestrator.store.document import ResultsDoc, paused_gc
 
 FWD_FLOPS_FORMULA = "4*B*H*S*S*D"
@@ -37,13 +42,16 @@ FLOPS_FORMULAS = {
     "fwd": f"{FWD_FLOPS_FORMULA} (fwd: two matmuls, non-causal)",
     "fwd_bwd": f"3.5*{FWD_FLOPS_FORMULA} (fwd + bwd, bwd = 2.5x fwd, non-causal)",
 }
+CAUSAL_FLOPS_FORMULAS = {
+    "fwd": f"0.5*{FWD_FLOPS_FORMULA} (fwd: two matmuls, causal: the computed lower half)",
+    "fwd_bwd": f"0.5*3.5*{FWD_FLOPS_FORMULA} (fwd + bwd, bwd = 2.5x fwd, causal: the computed lower half)",
+}
 
 LEGEND = (
-    "TFLOP/s of the best config, FLOPs non-causal: fwd = 4*B*H*S*S*D, fwd_bwd = 3.5x that "
-    "(bwd = 2.5x fwd). speedup = auto ms / best ms. noise: best's q1-q3 overlaps the runner-up's."
+    "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), "
+    "causal = half (only the computed lower triangle counts); H = query heads. speedup = auto ms / best ms. "
+    "noise: best's q1-q3 overlaps the runner-up's."
 )
-
-_problem_key = itemgetter(*PROBLEM_FIELDS)
 
 
 @dataclass(frozen=True, order=True)
@@ -55,10 +63,35 @@ class ProblemKey:
     heads: int
     mode: str
     tag: str | None
+    causal: bool = False
+    kv_heads: int | None = None  # None: multi-head attention
+    impl: str | None = DEFAULT_IMPL  # None: matched across implementations (compare)
+
+    def variant(self) -> str:
+        """The optional identity in short: `` causal kv2 [jax]``, or nothing for the defaults."""
+        text = " causal" if self.causal else ""
+        text += f" kv{self.kv_heads}" if self.kv_heads is not None else ""
+        return text + (f" [{self.impl}]" if self.impl not in (None, DEFAULT_IMPL) else "")
 
     def label(self, with_tag: bool = False) -> str:
-        text = f"{self.dtype} d{self.head_dim} s{self.seq} b{self.batch} h{self.heads} {self.mode}"
+        text = f"{self.dtype} d{self.head_dim} s{self.seq} b{self.batch} h{self.heads} {self.mode}{self.variant()}"
         return f"{text} [{self.tag}]" if with_tag else text
+
+
+def axis_columns(keys: Iterable[ProblemKey]) -> list[str]:
+    """The optional columns a table of these problems needs: causal, KV (kv_heads), impl."""
+    keys = list(keys)
+    cols = ["causal"] if any(k.causal for k in keys) else []
+    cols += ["KV"] if any(k.kv_heads is not None for k in keys) else []
+    return cols + (["impl"] if any(k.impl not in (None, DEFAULT_IMPL) for k in keys) else [])
+
+
+def axis_cells(key: ProblemKey, columns: list[str]) -> list[str]:
+    """``key``'s cells of the ``axis_columns``."""
+    value = {"causal": "yes" if key.causal else "no",
+             "KV": str(key.heads if key.kv_heads is None else key.kv_heads),
+             "impl": str(key.impl or "-")}
+    return [value[c] for c in columns]
 
 
 @dataclass(frozen=True)
@@ -101,7 +134,7 @@ class ProblemSummary:
         out = asdict(self)
         key = out.pop("key")
         out = {**key, **out}
-        out["flops_formula"] = FLOPS_FORMULAS.get(self.key.mode)
+        out["flops_formula"] = (CAUSAL_FLOPS_FORMULAS if self.key.causal else FLOPS_FORMULAS).get(self.key.mode)
         out["note"] = self.note
         return out
 
@@ -141,7 +174,7 @@ def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict
     groups: dict[tuple, list[dict[str, Any]]] = {}
     get = groups.get
     for rec in results:
-        k = _problem_key(rec)
+        k = problem_key(rec)
         g = get(k)
         if g is None:
             groups[k] = g = []
@@ -155,7 +188,8 @@ def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
 
 
 def astuple_key(key: ProblemKey) -> tuple:
-    return tuple(getattr(key, f) for f in PROBLEM_FIELDS)
+    """The key as ``records.problem_key`` makes it: the problem fields, then causal, kv_heads, impl."""
+    return tuple(getattr(key, f) for f in PROBLEM_FIELDS) + (key.causal, key.kv_heads, key.impl)
 
 
 class _Scan:
@@ -191,7 +225,7 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple, _Scan]:
     scans: dict[tuple, _Scan] = {}
     get = scans.get
     for rec in results:
-        k = _problem_key(rec)
+        k = problem_key(rec)
         sc = get(k)
         if sc is None:
             sc = scans[k] = _Scan(k[5])
@@ -240,7 +274,7 @@ def _summary(key: ProblemKey, sc: _Scan) -> ProblemSummary:
         q1, q3 = _quartiles(best)
         if auto_ms is not None and best_ms > 0:
             speedup = auto_ms / best_ms
-    flops = attention_flops(key.mode, key.batch, key.heads, key.seq, key.head_dim)
+    flops = attention_flops(key.mode, key.batch, key.heads, key.seq, key.head_dim, causal=key.causal)
     if flops is not None and best_ms:
         tflops = flops / (best_ms * 1e-3) / 1e12
 
@@ -297,17 +331,9 @@ def _quartiles(rec: dict[str, Any]) -> tuple[float, float]:
 # --------------------------------------------------------------------------- formatting
 
 
-def fmt_ms(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4f}"
-
-
-def fmt_ratio(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
-
-
-def _row(s: ProblemSummary, with_tag: bool) -> list[str]:
+def _row(s: ProblemSummary, with_tag: bool, axes: list[str]) -> list[str]:
     k = s.key
-    row = [k.dtype, str(k.head_dim), str(k.seq), str(k.batch), str(k.heads), k.mode]
+    row = [k.dtype, str(k.head_dim), str(k.seq), str(k.batch), str(k.heads), *axis_cells(k, axes), k.mode]
     if with_tag:
         row.append("-" if k.tag is None else str(k.tag))
     q = "-" if s.best_q1_ms is None else f"{s.best_q1_ms:.4f}-{s.best_q3_ms:.4f}"
@@ -327,7 +353,7 @@ def _row(s: ProblemSummary, with_tag: bool) -> list[str]:
 
 _HEADER = ["dtype", "D", "seq", "B", "H", "mode"]
 _HEADER_TAIL = ["best", "ms", "q1-q3 ms", "auto ms", "speedup", "TFLOP/s", "configs", "failed", "note"]
-_LEFT = {"dtype", "mode", "tag", "best", "note"}
+_LEFT = {"dtype", "mode", "tag", "best", "note", "causal", "impl"}
 
 
 def format_table(
@@ -340,42 +366,10 @@ def format_table(
     if style not in ("text", "markdown"):
         raise ValueError(f"{style=} must be 'text' or 'markdown'")
     with_tag = len({s.key.tag for s in summaries}) > 1
-    header = _HEADER + (["tag"] if with_tag else []) + _HEADER_TAIL
-    rows = [_row(s, with_tag) for s in summaries]
+    axes = axis_columns(s.key for s in summaries)
+    header = _HEADER[:5] + axes + _HEADER[5:] + (["tag"] if with_tag else []) + _HEADER_TAIL
+    rows = [_row(s, with_tag, axes) for s in summaries]
     return render(header, rows, style, left=_LEFT, legend=LEGEND if legend else None)
-
-
-def render(
-    header: list[str],
-    rows: list[list[str]],
-    style: str,
-    *,
-    left: set[str] | frozenset[str] = frozenset(),
-    legend: str | None = None,
-) -> str:
-    """Shared table renderer (also used by compare): ``left`` columns left-aligned, others right."""
-    if style not in ("text", "markdown"):
-        raise ValueError(f"{style=} must be 'text' or 'markdown'")
-    left = [h in left for h in header]
-    if style == "markdown":
-        lines = ["| " + " | ".join(header) + " |"]
-        lines.append("|" + "|".join(":---" if lft else "---:" for lft in left) + "|")
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-        if legend:
-            lines += ["", legend]
-        return "\n".join(lines)
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        out = [c.ljust(w) if lft else c.rjust(w) for c, w, lft in zip(cells, widths, left, strict=True)]
-        return "  ".join(out).rstrip()
-
-    lines = [line(header)] + [line(r) for r in rows]
-    if not rows:
-        lines.append("(no records)")
-    if legend:
-        lines += ["", legend]
-    return "\n".join(lines)
 
 
 def to_json(summaries: list[ProblemSummary]) -> list[dict[str, Any]]:

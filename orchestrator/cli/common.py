@@ -60,6 +60,15 @@ def warn(text: str) -> None:
     print(f"{PROG}: {text}", file=sys.stderr)
 
 
+def print_plan_notes(spec: Any) -> None:
+    """Say once what the plan does differently from the spec's lists because of the kernel
+    implementation (a tunable it ignores is swept at the one value it runs)."""
+    from orchestrator.planning import notes
+
+    for line in notes(spec):
+        warn(f"note: {line}")
+
+
 def print_table(output: Path) -> None:
     """The best-config table of a results document (what `tilesweep report` prints)."""
     from orchestrator.analysis import report

@@ -30,6 +30,7 @@ from orchestrator.cli.common import (
     positive_int,
     print_failed_units,
     print_page,
+    print_plan_notes,
     print_table,
     seconds,
     warn,
@@ -91,6 +92,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         done = s.units - len(s.todo)
         print(f"sweep {s.sd.root}: {s.sd.planned} items in {s.units} units"
               + (f", {done} units already done" if done else ""))
+        print_plan_notes(s.sd.spec)
         if not s.todo:
             print(f"every unit is done; nothing to submit (`{PROG} merge {s.sd.root}` writes the document)")
 
@@ -243,6 +245,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
     sd, _, _ = prepare_sweep(args.spec, str(root), args.units, args.output, costs=args.costs)
+    print_plan_notes(sd.spec)
     try:
         with run_or_follow(sd) as other:  # held while submitting and waiting: a second run follows
             if other is not None:

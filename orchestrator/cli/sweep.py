@@ -17,6 +17,7 @@ from orchestrator.cli.common import (
     positive_int,
     print_failed_units,
     print_page,
+    print_plan_notes,
     print_table,
     warn,
 )
@@ -56,6 +57,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     n_pruned = sum(it.kind == PRUNED for it in items)
     print(f"{len(items)} items in {len(units)} units ({n_pruned} pruned by the shared-memory model, "
           f"{n_invalid} invalid)")
+    print_plan_notes(spec)
     for u in units:
         shapes = sorted({f"{it.dtype}/d{it.head_dim}/s{it.seq}" for it in u.items})
         more = " ..." if len(shapes) > 4 else ""
@@ -78,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return run_on_slurm(args)
     sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs)
+    print_plan_notes(sd.spec)
     with run_or_follow(sd) as other:
         if other is not None:
             return follow_run(sd, other)

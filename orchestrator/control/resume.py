@@ -158,7 +158,7 @@ def group_missing(sd: SweepDir, missing: list[WorkItem], n_units: int | None, de
 
     spec = sd.spec
     costs, scale = item_costs(missing, spec)
-    setups = {it.shape: setup_estimate(it.shape, spec.modes) * scale for it in missing}
+    setups = {it.shape: setup_estimate(it.shape, spec.modes, spec.causal) * scale for it in missing}
     n = n_units or (settings or spec.executor).fill_tasks(max(1, default))
     return shard(missing, min(n, len(missing)), costs=costs, setups=setups, strategy=spec.sharding.strategy)
 

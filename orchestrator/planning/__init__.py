@@ -10,11 +10,12 @@ from __future__ import annotations
 import itertools
 
 from orchestrator.planning.costs import CostTable, item_costs, setup_estimate
-from orchestrator.planning.items import INVALID, PRUNED, RUN, WorkItem, bulk, expand, plan_line
+from orchestrator.planning.items import INVALID, PRUNED, RUN, WorkItem, bulk, expand, notes, plan_line
 from orchestrator.planning.shard import Unit, default_units, shard
 from orchestrator.spec.model import SweepSpec
 
-__all__ = ["INVALID", "PRUNED", "RUN", "CostTable", "Unit", "WorkItem", "expand", "plan", "plan_line", "shard"]
+__all__ = ["INVALID", "PRUNED", "RUN", "CostTable", "Unit", "WorkItem", "expand", "notes", "plan", "plan_line",
+           "shard"]
 
 
 def plan(spec: SweepSpec, units: int | None = None, costs: CostTable | None = None) -> tuple[list[WorkItem], list[Unit]]:
@@ -22,9 +23,10 @@ def plan(spec: SweepSpec, units: int | None = None, costs: CostTable | None = No
     with an earlier sweep's measurements where it has them."""
     with bulk():
         items = expand(spec)
-        shapes = [(dtype, head_dim, seq, spec.batch, spec.heads)
-                  for dtype, head_dim, seq in itertools.product(spec.dtypes, spec.head_dims, spec.seq_lens)]
+        shapes = [(dtype, head_dim, seq, spec.batch, spec.heads, None if kv == spec.heads else kv)
+                  for dtype, head_dim, seq, kv in itertools.product(spec.dtypes, spec.head_dims, spec.seq_lens,
+                                                                    spec.kv_heads)]
         item_cost, scale = item_costs(items, spec, costs)
-        setups = {sh: setup_estimate(sh, spec.modes) * scale for sh in shapes}
+        setups = {sh: setup_estimate(sh, spec.modes, spec.causal) * scale for sh in shapes}
         n = units if units is not None else default_units(spec, len(shapes))
         return items, shard(items, n, costs=item_cost, setups=setups, strategy=spec.sharding.strategy)

@@ -17,6 +17,13 @@ of a worker's time, not fitted per class:
   an assumed sustained throughput per dtype, plus the correctness call and its check.
 - setup, once per shape per unit: inputs and each mode's reference (compile and run).
 
+The added axes, by the same reasoning and not fitted (no GPU run has measured them yet):
+float16 costs what bfloat16 does (same MMA shape, same element size); causal attention does
+half the timed work (``attention_flops``) and compiles each scan's loop body once per copy the
+implementation has (``kernels.impls``: ours runs the diagonal in a second, masked loop);
+grouped-query attention changes neither (the same matmuls, fewer K/V reads); the stock kernel
+is modelled like ours (its kernels are the ones ours was modelled on).
+
 Items pruned by the shared-memory model or invalid are nearly free (one record line).
 A results document can replace the model where it has a record (``cost_table``): cost =
 compile_s + (warmup + probe + check + repeats * inner) * median_ms; the model, scaled to
@@ -32,13 +39,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernels import smem
-from kernels.config import AttentionConfig, attention_flops, auto_config, default_num_warps, inner_for
-
+from kernels import impls, smem
+from kernels.config import AttentionConfig, attention_flops, default_num_warps, inner_for
 from orchestrator.errors import ResultsError
 from orchestrator.planning.items import RUN
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import key_of, record_key
+from orchestrator.spec.records import DEFAULT_IMPL, key_of, record_key
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class Assumptions:
 
     # Sustained TFLOP/s of a typical tile config (the reference run's medians: bf16 fwd
     # ~170, bf16 fwd_bwd ~135, float32-as-tf32 fwd ~65 TFLOP/s).
-    tflops: tuple[tuple[str, float], ...] = (("bfloat16", 150.0), ("float32", 60.0))
+    tflops: tuple[tuple[str, float], ...] = (("bfloat16", 150.0), ("float16", 150.0), ("float32", 60.0))
     call_overhead_s: float = 2e-5
     compile_base_s: float = 0.14        # per config: trace, lower, XLA pipeline
     compile_per_mma_s: float = 1.0e-3   # per MMA instruction in a warp's loop body
@@ -70,8 +76,8 @@ DEFAULT = Assumptions()
 
 
 def _mma_volume(dtype: str) -> int:
-    # mma.m16n8k16 for bfloat16, m16n8k8 for tf32 (float32 inputs).
-    return 16 * 8 * (16 if dtype == "bfloat16" else 8)
+    # mma.m16n8k16 for bfloat16 and float16, m16n8k8 for tf32 (float32 inputs).
+    return 16 * 8 * (8 if dtype == "float32" else 16)
 
 
 def _kernel_compile(a: Assumptions, mma_per_warp: float, regs: float) -> float:
@@ -80,31 +86,33 @@ def _kernel_compile(a: Assumptions, mma_per_warp: float, regs: float) -> float:
 
 
 def compile_estimate(mode: str, dtype: str, head_dim: int, seq: int, cfg: Mapping[str, int],
-                     a: Assumptions = DEFAULT) -> float:
-    """Seconds to lower and compile one config (``cfg``: AttentionConfig fields)."""
+                     a: Assumptions = DEFAULT, loops: int = 1) -> float:
+    """Seconds to lower and compile one config (``cfg``: AttentionConfig fields); ``loops``:
+    copies of each scan's loop body (``Impl.causal_loops`` for a causal problem)."""
     d = smem.padded_head_dim(head_dim)
-    e = 2 if dtype == "bfloat16" else 4
+    e = 4 if dtype == "float32" else 2
     warps = cfg.get("num_warps") or default_num_warps(head_dim)
     threads = 32 * warps
     vol = _mma_volume(dtype)
     bq, bk = min(cfg.get("block_q", 128), seq), min(cfg.get("block_k", 128), seq)
     # Forward: S = Q K^T and O += P V per K/V step; accumulators S, O plus the Q tile.
-    total = a.compile_base_s + _kernel_compile(
+    total = a.compile_base_s + loops * _kernel_compile(
         a, 2 * bq * bk * d / (warps * vol), (bq * bk + bq * d + bq * d * e / 4) / threads)
     if mode == "fwd_bwd":
         o, i = min(cfg.get("bwd_outer", 128), seq), min(cfg.get("bwd_inner", 128), seq)
         # dK/dV scan (4 dots) then dQ scan (3 dots), each o x i x d per step.
         regs = max((2 * o * d + 2 * o * i + 2 * o * d * e / 4) / threads,
                    (o * d + 2 * o * i + o * d * e / 4) / threads)
-        total += _kernel_compile(a, 7 * o * i * d / (warps * vol), regs)
+        total += loops * _kernel_compile(a, 7 * o * i * d / (warps * vol), regs)
     return total
 
 
-def auto_estimate(mode: str, dtype: str, head_dim: int, seq: int, smem_limit: int | None) -> dict[str, Any]:
-    """The config the kernel's ``auto`` runs (``kernels.config.auto_config``, jax-free), as
+def auto_estimate(mode: str, dtype: str, head_dim: int, seq: int, smem_limit: int | None,
+                  impl: str = DEFAULT_IMPL) -> dict[str, Any]:
+    """The config the implementation's ``auto`` runs (``kernels.impls``, jax-free), as
     AttentionConfig fields; the library default where no config fits (that item fails fast)."""
     try:
-        cfg = auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=seq, smem_limit_bytes=smem_limit)
+        cfg = impls.get(impl).auto(mode=mode, dtype=dtype, head_dim=head_dim, seq=seq, smem_limit_bytes=smem_limit)
     except ValueError:
         cfg = AttentionConfig()
     return dataclasses.asdict(cfg)
@@ -113,21 +121,21 @@ def auto_estimate(mode: str, dtype: str, head_dim: int, seq: int, smem_limit: in
 # ---------------------------------------------------------------------------- timed work
 
 
-def flops(mode: str, batch: int, heads: int, seq: int, head_dim: int) -> float:
+def flops(mode: str, batch: int, heads: int, seq: int, head_dim: int, causal: bool = False) -> float:
     """FLOPs of one call (``kernels.config.attention_flops``)."""
-    return attention_flops(mode, batch, heads, seq, head_dim) or 0.0
+    return attention_flops(mode, batch, heads, seq, head_dim, causal=causal) or 0.0
 
 
 def call_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head_dim: int,
-                  a: Assumptions = DEFAULT) -> float:
+                  a: Assumptions = DEFAULT, causal: bool = False) -> float:
     """Seconds per kernel call."""
-    return flops(mode, batch, heads, seq, head_dim) / a.throughput(dtype) + a.call_overhead_s
+    return flops(mode, batch, heads, seq, head_dim, causal) / a.throughput(dtype) + a.call_overhead_s
 
 
 def timed_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head_dim: int,
-                   spec: SweepSpec, a: Assumptions = DEFAULT) -> float:
+                   spec: SweepSpec, a: Assumptions = DEFAULT, causal: bool = False) -> float:
     """Seconds of calls, check and record of one runnable config (everything but compile)."""
-    t = call_estimate(mode, dtype, batch, heads, seq, head_dim, a)
+    t = call_estimate(mode, dtype, batch, heads, seq, head_dim, a, causal)
     tm = spec.timing
     inner = inner_for(t * 1e3, target_ms=tm.target_ms, max_inner=tm.max_inner)
     calls = tm.warmup + 2 + spec.repeats * inner  # warm-up, probe, correctness call, samples
@@ -135,12 +143,16 @@ def timed_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head
     return calls * t + outputs * a.check_s_per_element + a.record_s
 
 
-def setup_estimate(shape: tuple, modes: Iterable[str], a: Assumptions = DEFAULT) -> float:
-    """Seconds to make a shape's inputs and the reference of each mode, once per unit."""
-    _, head_dim, seq, batch, heads = shape
+def setup_estimate(shape: tuple, modes: Iterable[str], causal: Iterable[bool] = (False,),
+                   a: Assumptions = DEFAULT) -> float:
+    """Seconds to make a shape's inputs (``WorkItem.shape``) and the reference of each mode and
+    causal value, once per unit."""
+    _, head_dim, seq, batch, heads, _ = shape
     total = a.setup_base_s
+    n_causal = len(tuple(causal))  # the reference masks the full score matrix: causal costs it as much
     for mode in modes:
-        total += a.reference_compile_s + flops(mode, batch, heads, seq, head_dim) / (a.reference_tflops * 1e12)
+        run_s = flops(mode, batch, heads, seq, head_dim) / (a.reference_tflops * 1e12)
+        total += n_causal * (a.reference_compile_s + run_s)
     return total
 
 
@@ -205,22 +217,24 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
     append = model.append
     last = None
     t = 0.0
+    impl = impls.get(spec.kernel.impl)
     for it in items:
         if it.kind != RUN:
             append(-1.0)
             continue
         seq = it.seq
-        key = (it.mode, it.dtype, it.head_dim, it.params, seq if seq < big else big, it.config)
+        key = (it.mode, it.dtype, it.head_dim, it.params, seq if seq < big else big, it.config, it.causal)
         c = compile_cache.get(key)
         if c is None:
             if it.config == "auto":
-                cfg = auto_estimate(it.mode, it.dtype, it.head_dim, seq, spec.smem_limit_bytes)
+                cfg = auto_estimate(it.mode, it.dtype, it.head_dim, seq, spec.smem_limit_bytes, impl.name)
             else:
                 cfg = it.kernel_config()
-            c = compile_cache[key] = compile_estimate(it.mode, it.dtype, it.head_dim, seq, cfg, a)
-        shape = (it.mode, it.dtype, it.head_dim, seq, it.batch, it.heads)
+            loops = impl.causal_loops if it.causal else 1
+            c = compile_cache[key] = compile_estimate(it.mode, it.dtype, it.head_dim, seq, cfg, a, loops)
+        shape = (it.mode, it.dtype, it.head_dim, seq, it.batch, it.heads, it.causal)
         if shape != last:  # items come grouped by shape and mode: recompute on a change only
-            t = timed_estimate(it.mode, it.dtype, it.batch, it.heads, seq, it.head_dim, spec, a)
+            t = timed_estimate(it.mode, it.dtype, it.batch, it.heads, seq, it.head_dim, spec, a, it.causal)
             last = shape
         append(c + t)
     if table is None:
@@ -230,7 +244,8 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
     for k, it in enumerate(items):
         if model[k] < 0:
             continue
-        m = table.costs.get(key_of(it.dtype, it.head_dim, it.seq, it.batch, it.heads, it.mode, it.config, it.params))
+        m = table.costs.get(key_of(it.dtype, it.head_dim, it.seq, it.batch, it.heads, it.mode, it.config, it.params,
+                                   causal=it.causal, kv_heads=it.kv_heads, impl=it.impl))
         if m is not None:
             measured[k] = m
             both_measured += m

@@ -3,22 +3,31 @@
 Item order is the reference run's record order (checked against all 832 of its records):
 shapes nested dtype -> head_dim -> seq in the order the spec lists them; inside a shape the
 ``auto`` record of each mode first, then each mode's forced grid, axes nested in the order the
-spec lists them, last axis fastest. An item's id is a hash of its identity and config
-fields (``orchestrator.spec.records.item_id``), so the same measurement has the same id in
-every sweep (resume and append key on it).
+spec lists them, last axis fastest. The grouped-query and causal axes nest inside seq
+(kv_heads, then causal), so the problems that share inputs follow one another. An item's id
+is a hash of its identity and config fields (``orchestrator.spec.records.item_id``), so the
+same measurement has the same id in every sweep (resume and append key on it).
+
+The kernel implementation (``kernel.impl``, ``kernels.impls``) decides what can be planned: an
+axis it cannot do (grouped-query attention on the stock kernel) is refused in one line
+(``check_supported``), and a tunable it ignores is swept at the one value it runs, with a note
+that says so (``notes``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kernels import impls
+from orchestrator.errors import PlanError
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import config_fields, id_of, id_prefix, id_suffix, kernel_kwargs
+from orchestrator.spec.records import DEFAULT_IMPL, config_fields, id_of, id_prefix, id_suffix, kernel_kwargs
 
 # Item kinds: how the worker treats an item.
 RUN, INVALID, PRUNED = "run", "invalid", "pruned"
@@ -43,21 +52,35 @@ class WorkItem:
     reason: str | None = None  # why an item is invalid or pruned
     smem_bytes: int | None = None
     unit: int = -1
+    causal: bool = False
+    kv_heads: int | None = None  # None: multi-head attention
+    impl: str = DEFAULT_IMPL
+    shown: tuple[bool, bool] = (False, False)  # whether the record carries causal, kv_heads
 
     @property
-    def shape(self) -> tuple[str, int, int, int, int]:
-        return (self.dtype, self.head_dim, self.seq, self.batch, self.heads)
+    def shape(self) -> tuple[str, int, int, int, int, int | None]:
+        """What the inputs depend on (not causal: both variants share inputs)."""
+        return (self.dtype, self.head_dim, self.seq, self.batch, self.heads, self.kv_heads)
 
     @property
     def param_names(self) -> tuple[str, ...]:
         return config_fields(self.mode, self.config)
 
     def record_fields(self) -> dict[str, Any]:
-        """Identity and config fields exactly as a reference record has them."""
+        """Identity and config fields exactly as a reference record has them (plus the
+        optional identity fields of ``orchestrator.spec.records`` where the sweep has them)."""
         rec: dict[str, Any] = {
-            "dtype": self.dtype, "head_dim": self.head_dim, "seq": self.seq, "batch": self.batch,
-            "heads": self.heads, "tag": self.tag, "mode": self.mode, "config": self.config,
+            "dtype": self.dtype, "head_dim": self.head_dim, "seq": self.seq, "batch": self.batch, "heads": self.heads,
         }
+        if self.shown[0]:
+            rec["causal"] = self.causal
+        if self.shown[1]:
+            rec["kv_heads"] = self.heads if self.kv_heads is None else self.kv_heads
+        rec["tag"] = self.tag
+        rec["mode"] = self.mode
+        if self.impl != DEFAULT_IMPL:
+            rec["impl"] = self.impl
+        rec["config"] = self.config
         rec.update(zip(self.param_names, self.params))
         return rec
 
@@ -68,11 +91,54 @@ class WorkItem:
         return kernel_kwargs(self.mode, self.params)
 
 
+# The spec's grid axis of each AttentionConfig field a mode sweeps.
+GRID_AXES: dict[str, dict[str, str]] = {
+    "fwd": {"block_q": "fwd_block_q", "block_k": "fwd_block_k", "num_stages": "fwd_stages", "num_warps": "fwd_warps"},
+    "fwd_bwd": {"bwd_outer": "bwd_outer", "bwd_inner": "bwd_inner", "num_stages": "bwd_stages",
+                "num_warps": "bwd_warps"},
+}
+
+
+def _axis(spec: SweepSpec, mode: str, field: str) -> list[int]:
+    """A grid axis's values, or the one value the implementation runs for a tunable it ignores."""
+    pinned = impls.get(spec.kernel.impl).pinned.get(mode, {})
+    return [pinned[field]] if field in pinned else list(getattr(spec, GRID_AXES[mode][field]))
+
+
 def _grid(spec: SweepSpec, mode: str) -> list[tuple[int, ...]]:
+    axis = functools.partial(_axis, spec, mode)
     if mode == "fwd":
-        return list(itertools.product(spec.fwd_block_q, spec.fwd_block_k, spec.fwd_stages, spec.fwd_warps))
+        return list(itertools.product(axis("block_q"), axis("block_k"), axis("num_stages"), axis("num_warps")))
     fb = spec.forward_blocks
-    return list(itertools.product([fb.block_q], [fb.block_k], spec.bwd_outer, spec.bwd_inner, spec.bwd_stages, spec.bwd_warps))
+    return list(itertools.product([fb.block_q], [fb.block_k], axis("bwd_outer"), axis("bwd_inner"),
+                                  axis("num_stages"), axis("num_warps")))
+
+
+def check_supported(spec: SweepSpec) -> None:
+    """Refuse, in one line, an axis the spec's kernel implementation cannot do."""
+    impl = impls.get(spec.kernel.impl)
+    gqa = [v for v in spec.kv_heads if v not in (None, spec.heads)]
+    why = impl.unsupported(grouped_query=bool(gqa))
+    if why:
+        allowed = [n for n in impls.IMPL_NAMES if impls.IMPLS[n].grouped_query]
+        raise PlanError(f"kernel.impl {impl.name!r}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
+                        f"kv_heads [null] (or [{spec.heads}]); for grouped-query attention use kernel.impl "
+                        f"{' or '.join(map(repr, allowed))}")
+
+
+def notes(spec: SweepSpec) -> list[str]:
+    """What the plan output says once about the spec's implementation: each tunable it
+    ignores, swept at the one value it runs instead of the spec's list."""
+    impl = impls.get(spec.kernel.impl)
+    out: list[str] = []
+    if spec.auto_only:
+        return out
+    for mode in spec.modes:
+        for field, value in impl.pinned.get(mode, {}).items():
+            axis = GRID_AXES[mode][field]
+            out.append(f"kernel.impl {impl.name!r}: {impl.pinned_why}, so {mode} configs are planned with "
+                       f"{field}={value} only ({axis} {getattr(spec, axis)} is not swept)")
+    return out
 
 
 @contextlib.contextmanager
@@ -99,28 +165,34 @@ def expand(spec: SweepSpec) -> list[WorkItem]:
 
 
 def _expand(spec: SweepSpec) -> list[WorkItem]:
+    check_supported(spec)
     items: list[WorkItem] = []
     append = items.append
-    batch, heads, tag = spec.batch, spec.heads, spec.tag
+    batch, heads, tag, impl = spec.batch, spec.heads, spec.tag, spec.kernel.impl
+    shown = (spec.sweeps_causal, spec.sweeps_kv_heads)
     grids = {}
     for mode in spec.modes:
         params = _grid(spec, mode)
         names = config_fields(mode)
         grids[mode] = (params, [id_suffix(names, p) for p in params])
     classes = _Classifier(spec)
-    for dtype, head_dim, seq in itertools.product(spec.dtypes, spec.head_dims, spec.seq_lens):
+    for dtype, head_dim, seq, kv, causal in itertools.product(
+            spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal):
+        kv_heads = None if kv == heads else kv
+        variant = {"causal": causal, "kv_heads": kv_heads, "impl": impl}
+        extra = {**variant, "shown": shown}
         for mode in spec.modes:
-            auto_id = id_of(id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "auto"), b"")
-            append(WorkItem(len(items), dtype, head_dim, seq, batch, heads, tag, mode, "auto", (), auto_id))
+            auto_id = id_of(id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "auto", **variant), b"")
+            append(WorkItem(len(items), dtype, head_dim, seq, batch, heads, tag, mode, "auto", (), auto_id, **extra))
         if spec.auto_only:
             continue
         for mode in spec.modes:
             params, suffixes = grids[mode]
-            prefix = id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "forced")
+            prefix = id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "forced", **variant)
             start = len(items)
             items.extend([
                 WorkItem(start + j, dtype, head_dim, seq, batch, heads, tag, mode, "forced", p,
-                         id_of(prefix, suffix), kind, reason, nbytes)
+                         id_of(prefix, suffix), kind, reason, nbytes, **extra)
                 for j, (p, suffix, (kind, reason, nbytes))
                 in enumerate(zip(params, suffixes, classes(mode, dtype, head_dim, seq, params)))
             ])
@@ -142,6 +214,7 @@ class _Classifier:
         from kernels import smem  # pure arithmetic, no jax import
 
         self.smem = smem
+        self.impl = impls.get(spec.kernel.impl)
         self.limit = spec.smem_limit_bytes
         self.enabled = spec.kernel.prune_smem == "predict" and self.limit is not None
         self.cache: dict[tuple, list[tuple[str, str | None, int | None]]] = {}
@@ -167,7 +240,7 @@ class _Classifier:
             if seq % min(block, seq):  # the kernel clamps a block larger than seq
                 return INVALID, f"ValueError: seq={seq} must be a multiple of {name}={block} (not compiled)", None
         cfg = kernel_kwargs(mode, params)
-        preds = self.smem.predict_bytes(mode, dtype, head_dim, seq=seq, **cfg)
+        preds = self.impl.predict(mode, dtype, head_dim, cfg, seq=seq)
         over = self.smem.first_over(preds, self.limit)
         if over is None:
             return RUN, None, max(b for _, b in preds)

@@ -13,12 +13,22 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
+from kernels.smem import DTYPES, MAX_HEAD_DIM, MIN_HEAD_DIM, MODES
 
 SCHEMA_VERSION = 1
-
-DTYPES = ("bfloat16", "float32")
-MODES = ("fwd", "fwd_bwd")
 
 # The reference config block, in the reference document's key order.
 REFERENCE_CONFIG_FIELDS = (
@@ -31,6 +41,14 @@ def _power_of_two(values: list[int]) -> list[int]:
     bad = [v for v in values if v < 1 or v & (v - 1)]
     if bad:
         raise ValueError(f"must be powers of two (16, 32, 64, 128, ...), got {bad}")
+    return values
+
+
+def _head_dims(values: list[int]) -> list[int]:
+    bad = [v for v in values if not MIN_HEAD_DIM <= v <= MAX_HEAD_DIM]
+    if bad:
+        raise ValueError(f"must be from {MIN_HEAD_DIM} to {MAX_HEAD_DIM} (80, 96, 192 are fine: the kernel pads "
+                         f"them to a power of two), got {bad}")
     return values
 
 
@@ -51,6 +69,7 @@ def _unique(values: list[Any]) -> list[Any]:
 NonEmpty = Field(min_length=1)
 Pow2List = Annotated[list[int], NonEmpty, AfterValidator(_power_of_two), AfterValidator(_unique)]
 PosList = Annotated[list[int], NonEmpty, AfterValidator(_positive), AfterValidator(_unique)]
+HeadDimList = Annotated[list[int], NonEmpty, AfterValidator(_head_dims), AfterValidator(_unique)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
@@ -135,6 +154,11 @@ class TimingSettings(_Model):
 class KernelSettings(_Model):
     interpret: Literal["auto", True, False] = "auto"
     prune_smem: Literal["predict", "off"] = "predict"
+    impl: Literal[IMPL_NAMES] = Field(  # type: ignore[valid-type]
+        default=DEFAULT_IMPL,
+        description="kernel implementation to tune: tilesweep (ours) or jax (jax's stock Pallas mha, "
+        "jax.experimental.pallas.ops.gpu.attention; no grouped-query attention, its backward runs 2 stages)",
+    )
 
 
 class CompileSettings(_Model):
@@ -161,12 +185,17 @@ class SweepSpec(_Model):
 
     output: str = "attention_tiles.json"
     append: bool = False
-    dtypes: Annotated[list[Literal["bfloat16", "float32"]], NonEmpty, AfterValidator(_unique)] = ["bfloat16", "float32"]
-    head_dims: PosList = [64, 128]
+    dtypes: Annotated[list[Literal[DTYPES]], NonEmpty, AfterValidator(_unique)] = ["bfloat16", "float32"]  # type: ignore[valid-type]
+    head_dims: HeadDimList = [64, 128]
     seq_lens: PosList = [2048, 8192]
-    modes: Annotated[list[Literal["fwd", "fwd_bwd"]], NonEmpty, AfterValidator(_unique)] = ["fwd", "fwd_bwd"]
+    modes: Annotated[list[Literal[MODES]], NonEmpty, AfterValidator(_unique)] = ["fwd", "fwd_bwd"]  # type: ignore[valid-type]
     batch: PositiveInt = 4
     heads: PositiveInt = 8
+    causal: Annotated[list[StrictBool], NonEmpty, AfterValidator(_unique)] = Field(
+        default=[False], description="causal masking to tune: [false] (the reference), [true], or both")
+    kv_heads: Annotated[list[StrictInt | None], NonEmpty] = Field(
+        default=[None], description="key/value heads (grouped-query attention); each divides heads; "
+        "null = heads (multi-head), 1 = multi-query")
     repeats: PositiveInt = 5
     auto_only: bool = False
     tag: str = ""
@@ -200,24 +229,67 @@ class SweepSpec(_Model):
             data = {**data, "bwd_fwd_config": {"block_q": pair[0], "block_k": pair[1]}}
         return data
 
+    @field_validator("kv_heads")
+    @classmethod
+    def _kv_heads_divide_heads(cls, values: list[int | None], info: ValidationInfo) -> list[int | None]:
+        heads = info.data.get("heads")
+        if heads is None:  # heads itself is invalid; that error is reported
+            return values
+        divisors = [d for d in range(1, heads + 1) if heads % d == 0]
+        bad = [v for v in values if v is not None and v not in divisors]
+        if bad:
+            raise ValueError(f"each value must divide heads={heads} ({', '.join(map(str, divisors))}; "
+                             f"1 is multi-query, null or {heads} multi-head), got {bad}")
+        same = [v for v in values if v in (None, heads)]
+        if len(same) > 1 or len(set(values)) < len(values):
+            raise ValueError(f"lists each value once (null and {heads} are both multi-head), got {json.dumps(values)}")
+        return values
+
+    @property
+    def sweeps_causal(self) -> bool:
+        """Whether records carry ``causal`` (the spec sweeps a non-default value of it)."""
+        return self.causal != [False]
+
+    @property
+    def sweeps_kv_heads(self) -> bool:
+        """Whether records carry ``kv_heads`` (the spec sweeps grouped-query attention)."""
+        return any(v not in (None, self.heads) for v in self.kv_heads)
+
     @property
     def forward_blocks(self) -> ForwardBlocks:
         """Forward tiles of fwd_bwd configs: null in the reference means 128/128."""
         return self.bwd_fwd_config or ForwardBlocks()
 
     def reference_config(self) -> dict[str, Any]:
-        """The config block as the reference document has it (field order included)."""
+        """The config block as the reference document has it (field order included). A
+        spec that sweeps causal or kv_heads, or tunes another kernel, adds those fields (after
+        ``heads``; ``kernel`` last), so a document loaded as a spec plans the same sweep."""
         dumped = self.model_dump(mode="json")
-        return {name: dumped[name] for name in REFERENCE_CONFIG_FIELDS}
+        out = {}
+        for name in REFERENCE_CONFIG_FIELDS:
+            out[name] = dumped[name]
+            if name == "heads":
+                out.update(self._axes(dumped))
+        if self.kernel.impl != DEFAULT_IMPL:
+            out["kernel"] = dumped["kernel"]
+        return out
+
+    def _axes(self, dumped: dict[str, Any]) -> dict[str, Any]:
+        """The grouped-query and causal axes where they are not the default."""
+        return {k: dumped[k] for k, swept in (("causal", self.sweeps_causal), ("kv_heads", self.sweeps_kv_heads))
+                if swept}
 
     def fingerprint(self) -> str:
         """Identity of what is measured: the problem and grid fields plus timing and kernel
         options. Executor, sharding, output and merge settings may change between submit
-        and resume without invalidating records, so they are left out."""
+        and resume without invalidating records, so they are left out. The causal and
+        kv_heads axes and the kernel implementation count only where they are not the
+        default, so a spec written before they existed keeps its fingerprint."""
         dumped = self.model_dump(mode="json")
         measured = {k: dumped[k] for k in REFERENCE_CONFIG_FIELDS if k not in ("output", "append")}
+        measured.update(self._axes(dumped))
         measured["timing"] = dumped["timing"]
-        measured["kernel"] = dumped["kernel"]
+        measured["kernel"] = {k: v for k, v in dumped["kernel"].items() if k != "impl" or v != DEFAULT_IMPL}
         return canonical_hash(measured)
 
 

@@ -6,15 +6,27 @@ in which order, and how a record's config maps onto the kernel's ``AttentionConf
 
 Layout, in the reference document's key order::
 
-    identity   dtype, head_dim, seq, batch, heads, tag, mode, config ("auto" | "forced")
+    identity   dtype, head_dim, seq, batch, heads, [causal, kv_heads,] tag, mode, [impl,]
+               config ("auto" | "forced")
     config     fwd:     block_q, block_k, num_stages, num_warps
                fwd_bwd: fwd_block_q, fwd_block_k, bwd_outer, bwd_inner, num_stages, num_warps
                (auto records have none: the kernel picks)
     results    rel_err, compile_s, inner, median_ms, q1_ms, q3_ms   or   error
     extras     timer, pruned, smem_bytes, compile_cached, unit, attempt (documented)
 
+The bracketed identity fields are optional, so the reference's records keep exactly its
+fields. ``causal`` (bool) and ``kv_heads`` (int; equal to heads for multi-head attention)
+describe the problem, so they sit with the shape, right after ``heads``; each is in every
+record of a sweep whose spec sweeps a non-default value of it, and absent otherwise. ``impl``
+(``kernels.impls``) names the kernel whose tiles the config fields are, so it sits right
+before ``config``, and only when it is not our kernel ("tilesweep"). The config fields are the
+same for every implementation (each takes ``kernels.config.AttentionConfig``).
+
 A record's id is a hash of its identity and config fields (``item_id``), so the same
-measurement has the same id in every sweep; resume, merge and append key on it.
+measurement has the same id in every sweep; resume, merge and append key on it. Default values
+of the optional fields (causal false, kv_heads equal to heads or absent, impl "tilesweep") are
+left out of the hashed bytes, so a record that spells them has the id of one that does not,
+and the reference's ids never change.
 """
 
 from __future__ import annotations
@@ -23,8 +35,17 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kernels.impls import DEFAULT_IMPL
+
 IDENTITY_FIELDS: tuple[str, ...] = ("dtype", "head_dim", "seq", "batch", "heads", "tag", "mode", "config")
-# A problem: what a best config is chosen for (the identity less the config kind).
+# Optional identity fields and the value their absence means (and that is never hashed).
+OPTIONAL_DEFAULTS: dict[str, Any] = {"causal": False, "kv_heads": None, "impl": DEFAULT_IMPL}
+# Every identity field a record may carry, in record order.
+RECORD_IDENTITY_ORDER: tuple[str, ...] = (
+    "dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "tag", "mode", "impl", "config",
+)
+# A problem: what a best config is chosen for (the identity less the config kind); ``problem_key``
+# adds the optional fields, normalised.
 PROBLEM_FIELDS: tuple[str, ...] = ("dtype", "head_dim", "seq", "batch", "heads", "mode", "tag")
 CONFIG_FIELDS: dict[str, tuple[str, ...]] = {
     "fwd": ("block_q", "block_k", "num_stages", "num_warps"),
@@ -40,7 +61,7 @@ _NUM = (float, int)
 # Types a record field may hold (bool is not an int here: checks compare type() exactly).
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "dtype": (str,), "head_dim": (int,), "seq": (int,), "batch": (int,), "heads": (int,),
-    "tag": (str,), "mode": (str,), "config": (str,),
+    "tag": (str,), "mode": (str,), "config": (str,), "causal": (bool,), "kv_heads": (int,), "impl": (str,),
     **{k: (int,) for fields in CONFIG_FIELDS.values() for k in fields},
     "rel_err": _NUM, "compile_s": _NUM, "inner": (int,), "median_ms": _NUM, "q1_ms": _NUM, "q3_ms": _NUM,
     "error": (str,),
@@ -57,8 +78,16 @@ def config_fields(mode: str, config: str = "forced") -> tuple[str, ...]:
 
 
 def identity_fields(rec: Mapping[str, Any]) -> tuple[str, ...]:
-    """Identity and config fields of a record, in record order."""
-    return IDENTITY_FIELDS + config_fields(rec.get("mode", ""), rec.get("config", ""))
+    """Identity and config fields of a record, in record order (optional ones it carries included)."""
+    ident = tuple(k for k in RECORD_IDENTITY_ORDER if k in rec or k in IDENTITY_FIELDS)
+    return ident + config_fields(rec.get("mode", ""), rec.get("config", ""))
+
+
+def variant(rec: Mapping[str, Any]) -> tuple[bool, int | None, str]:
+    """A record's (causal, kv_heads, impl), normalised: kv_heads ``None`` for multi-head
+    attention (absent, null, or equal to heads), defaults for absent fields."""
+    kv = rec.get("kv_heads")
+    return bool(rec.get("causal", False)), (None if kv == rec.get("heads") else kv), rec.get("impl", DEFAULT_IMPL)
 
 
 def config_of(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,9 +103,15 @@ def _hash(key: bytes) -> str:
 
 
 def id_prefix(dtype: str, head_dim: int, seq: int, batch: int, heads: int, tag: str, mode: str,
-              config: str) -> bytes:
-    """The identity part of the bytes an id hashes; ``id_suffix`` adds the config fields."""
-    return f"dtype={dtype}|head_dim={head_dim}|seq={seq}|batch={batch}|heads={heads}|tag={tag}|mode={mode}|config={config}".encode()
+              config: str, *, causal: bool = False, kv_heads: int | None = None,
+              impl: str = DEFAULT_IMPL) -> bytes:
+    """The identity part of the bytes an id hashes; ``id_suffix`` adds the config fields.
+    Optional fields at their default (kv_heads ``None`` or ``heads``) add nothing."""
+    extra = ("|causal=True" if causal else "") + (
+        f"|kv_heads={kv_heads}" if kv_heads is not None and kv_heads != heads else "")
+    kernel = "" if impl == DEFAULT_IMPL else f"|impl={impl}"
+    return (f"dtype={dtype}|head_dim={head_dim}|seq={seq}|batch={batch}|heads={heads}{extra}|tag={tag}"
+            f"|mode={mode}{kernel}|config={config}").encode()
 
 
 def id_suffix(names: Sequence[str], values: Sequence[Any]) -> bytes:
@@ -87,7 +122,8 @@ def item_id(rec: Mapping[str, Any]) -> str:
     """Stable id of a record's identity and config fields (computable from any record).
 
     Raises ``KeyError`` when the record lacks one of them."""
-    prefix = id_prefix(*(rec[k] for k in IDENTITY_FIELDS))
+    causal, kv_heads, impl = variant(rec)
+    prefix = id_prefix(*(rec[k] for k in IDENTITY_FIELDS), causal=causal, kv_heads=kv_heads, impl=impl)
     names = config_fields(rec["mode"], rec["config"])
     return _hash(prefix + id_suffix(names, [rec[n] for n in names]))
 
@@ -100,21 +136,31 @@ def id_of(prefix: bytes, suffix: bytes) -> str:
 _KEY_FIELDS = tuple(k for k in IDENTITY_FIELDS if k != "tag")
 
 
+def _extras(causal: bool, kv_heads: int | None, impl: str) -> tuple[tuple[str, Any], ...]:
+    """Non-default optional identity values as (name, value) pairs, the tail of a key."""
+    pairs = (("causal", causal), ("kv_heads", kv_heads), ("impl", impl))
+    return tuple((n, v) for n, v in pairs if v != OPTIONAL_DEFAULTS[n])
+
+
 def record_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
     """A record's identity without its tag (a tag is a label, not part of what is timed):
-    the identity values less the tag, then the config values."""
+    the identity values less the tag, then the config values, then (name, value) pairs of the
+    optional fields that are not at their default (none for the reference's records)."""
     names = _KEY_FIELDS + config_fields(rec.get("mode", ""), rec.get("config", ""))
-    return tuple(rec.get(n) for n in names)
+    return tuple(rec.get(n) for n in names) + _extras(*variant(rec))
 
 
 def key_of(dtype: str, head_dim: int, seq: int, batch: int, heads: int, mode: str, config: str,
-           params: tuple[Any, ...]) -> tuple[Any, ...]:
+           params: tuple[Any, ...], *, causal: bool = False, kv_heads: int | None = None,
+           impl: str = DEFAULT_IMPL) -> tuple[Any, ...]:
     """``record_key`` of a record with these values, without building the record."""
-    return (dtype, head_dim, seq, batch, heads, mode, config, *params)
+    kv = None if kv_heads == heads else kv_heads
+    return (dtype, head_dim, seq, batch, heads, mode, config, *params) + _extras(causal, kv, impl)
 
 
 def problem_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(rec[k] for k in PROBLEM_FIELDS)
+    """The problem fields, then the record's normalised (causal, kv_heads, impl)."""
+    return tuple(rec[k] for k in PROBLEM_FIELDS) + variant(rec)
 
 
 # ---------------------------------------------------------------------------- to the kernel

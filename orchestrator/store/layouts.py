@@ -18,6 +18,7 @@ from orchestrator.spec.records import (
     EXTRA_RECORD_FIELDS,
     FIELD_TYPES,
     IDENTITY_FIELDS,
+    RECORD_IDENTITY_ORDER,
     RESULT_FIELDS,
     config_fields,
     item_id,
@@ -38,7 +39,7 @@ def _judge_layout(keys: tuple[str, ...], types: tuple[type, ...], mode: Any, con
     present = dict(zip(keys, types, strict=True))
     if len(present) != len(keys):
         return "a field appears twice"
-    allowed = IDENTITY_FIELDS + config_fields(mode, config) + ("error",) + RESULT_FIELDS + WORKER_EXTRAS
+    allowed = RECORD_IDENTITY_ORDER + config_fields(mode, config) + ("error",) + RESULT_FIELDS + WORKER_EXTRAS
     unknown = [k for k in keys if k not in allowed]
     if unknown:
         return f"unknown field(s) {', '.join(unknown)} for a {mode} {config} record"
