@@ -30,12 +30,11 @@ SEQ = 128
 
 # (dtype, head_dim, causal, heads, kv_heads, config)
 CASES = [
-    ("float16", 64, True, 4, 2, AttentionConfig(block_q=32, block_k=64, bwd_outer=64, bwd_inner=32)),
+    ("float16", 256, True, 4, 2, AttentionConfig(block_q=32, block_k=64, bwd_outer=64, bwd_inner=32)),
     ("bfloat16", 96, True, 4, 4, AttentionConfig(block_q=64, block_k=32, bwd_outer=32, bwd_inner=64)),
     ("float32", 96, True, 4, 1, AttentionConfig(block_q=128, block_k=64, bwd_outer=128, bwd_inner=32)),
-    ("bfloat16", 256, True, 4, 2, AttentionConfig(block_q=32, block_k=32, bwd_outer=32, bwd_inner=32)),
     ("float32", 128, False, 4, 1, AttentionConfig(block_q=32, block_k=32, bwd_outer=32, bwd_inner=16)),
-    ("float16", 256, False, 4, 2, AttentionConfig(block_q=64, block_k=64, bwd_outer=64, bwd_inner=64)),
+    ("float16", 64, False, 4, 2, AttentionConfig(block_q=64, block_k=64, bwd_outer=64, bwd_inner=64)),
     ("bfloat16", 64, False, 4, 2, AttentionConfig(block_q=128, block_k=128, bwd_outer=128, bwd_inner=128)),
 ]
 
@@ -63,15 +62,14 @@ def test_forward_and_every_gradient_match_the_reference(case: tuple) -> None:
     _check(outs, refs, dtype)
 
 
-@pytest.mark.parametrize(("dtype", "head_dim", "causal"), [("float16", 96, True), ("bfloat16", 64, True),
-                                                           ("float32", 80, False)])
-def test_stock_kernel_matches_the_reference(dtype: str, head_dim: int, causal: bool) -> None:
-    """The second implementation where it applies (it has no grouped-query attention)."""
+def test_stock_kernel_matches_the_reference_in_float16_with_a_padded_head_dim() -> None:
+    """The second implementation where it applies (no grouped-query attention); float32 and
+    bfloat16, causal or not, are checked against the reference in test_vs_stock.py."""
     cfg = AttentionConfig(block_q=64, block_k=32, bwd_outer=32, bwd_inner=64, num_warps=4)
-    args = make_inputs(batch=1, seq=SEQ, heads=2, head_dim=head_dim, dtype=dtype)
-    refs = jax.jit(build_reference("fwd_bwd", causal=causal))(*args)
-    outs = jax.jit(stock.build("fwd_bwd", cfg, causal=causal, interpret=True))(*args)
-    _check(outs, refs, dtype)
+    args = make_inputs(batch=1, seq=SEQ, heads=2, head_dim=80, dtype="float16")
+    refs = jax.jit(build_reference("fwd_bwd", causal=True))(*args)
+    outs = jax.jit(stock.build("fwd_bwd", cfg, causal=True, interpret=True))(*args)
+    _check(outs, refs, "float16")
 
 
 def test_stock_kernel_refuses_grouped_query() -> None:
@@ -120,21 +118,21 @@ def test_kv_heads_must_divide_heads() -> None:
         flash_attention(q, k, v)
 
 
-def test_reference_grouped_query_is_multi_head_on_repeated_kv() -> None:
-    """The yardstick itself: grouped-query = each K/V head serving its group; causal = a
-    lower-triangular mask (row i of a causal output depends on keys 0..i only)."""
+def test_reference_does_causal_grouped_query_attention() -> None:
+    """The yardstick itself, against the definition in float64 numpy: query head h reads K/V
+    head h // group, query i sees keys 0..i."""
     from kernels.reference import attention_reference
 
     q, k, v, _ = make_inputs(batch=1, seq=16, heads=4, kv_heads=2, head_dim=16, dtype="float32")
-    rep = [jnp.repeat(x, 2, axis=2) for x in (k, v)]
-    for causal in (False, True):
-        assert rel_err([attention_reference(q, k, v, causal=causal)],
-                       [attention_reference(q, *rep, causal=causal)]) < 1e-6
-    out = attention_reference(q, k, v, causal=True)
-    later = v.at[:, 8:].set(0.0)  # changing keys/values after position 7 leaves rows 0..7 alone
-    out2 = attention_reference(q, k.at[:, 8:].set(1.0), later, causal=True)
-    assert float(jnp.max(jnp.abs(out[:, :8] - out2[:, :8]))) == 0.0
-    assert float(jnp.max(jnp.abs(out[:, 8:] - out2[:, 8:]))) > 0.1
+    got = attention_reference(q, k, v, causal=True)
+    q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
+    want = np.empty_like(q64)
+    for h in range(4):
+        s = q64[0, :, h] @ k64[0, :, h // 2].T / 4.0
+        s[np.triu_indices(16, 1)] = -np.inf
+        w = np.exp(s - s.max(-1, keepdims=True))
+        want[0, :, h] = (w / w.sum(-1, keepdims=True)) @ v64[0, :, h // 2]
+    assert rel_err([got], [want]) < 1e-5
 
 
 def test_cases_cover_the_axes() -> None:
