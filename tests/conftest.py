@@ -12,6 +12,15 @@ from typing import Any, Callable
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Interpret-mode kernels cost the suite mostly XLA's CPU compile, not their runs, and LLVM's
+# optimisation is most of that compile: without it a fwd_bwd case compiles about 3x faster
+# and runs (tiny shapes) no slower that a test would notice. Set before jax starts here, and
+# inherited by the CLI, worker and SLURM processes the tests start. A user's own XLA_FLAGS are
+# kept; tests assert no timings, so nothing depends on the generated code's speed.
+_FAST_COMPILE = "--xla_backend_optimization_level=0"
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
 # The excerpt of the reference run's results document (a copy of shared/seed/, kept with the
 # tests so a fresh clone needs nothing beside it).
 SAMPLE = REPO / "tests" / "data" / "attention_tiles.sample.json"
