@@ -2,7 +2,8 @@
 
 One problem, float32, batch 1, seq 1024, head_dim 64, one config for everything
 (``block_q = block_k = bwd_outer = bwd_inner = 64``), each variant compiled once and then timed
-call by call, interleaved round by round (``--rounds``, medians reported):
+call by call, each ratio's two sides back to back in alternating order, round by round
+(``--rounds``; medians over rounds of the per-round ratio and of each time):
 
 - ``causal_vs_full_fwd``, ``causal_vs_full_fwd_bwd``: our kernel, causal / non-causal, 2 heads.
   The causal kernel skips the tiles above the diagonal by its loop bounds; with 16 tiles a side
@@ -24,10 +25,10 @@ partly removes (it keeps the causal ratios above the 0.53 of the tile steps) and
 K/V arrays 4x smaller pay off in ``gqa_vs_mha_fwd_bwd`` for a reason no GPU has. GPU memory
 traffic itself is not modelled, so the grouped-query saving a GPU sees (K/V read once per group)
 is not what these ratios show. On a GPU the ratios come from ``tilesweep report`` of a causal
-and a non-causal sweep. The machine's load moves single times a lot; the variants are
-interleaved round by round so load hits them alike, and medians are reported.
+and a non-causal sweep. The machine's load moves single times a lot (a shared 2-core box:
+the same ratio read 0.38 and 0.91 in two runs timed variant after variant), hence the pairing.
 
-Run: ``.venv/bin/python -m bench.causal [--rounds 7]``.
+Run: ``.venv/bin/python -m bench.causal [--rounds 9]``.
 """
 
 from __future__ import annotations
@@ -77,9 +78,23 @@ def variants() -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
     return out
 
 
+# (ratio name, numerator variant, denominator variant): each pair is timed back to back.
+PAIRS = [
+    *((f"{p}causal_vs_full_{m}", f"{p}causal_{m}", f"{p}full_{m}") for p in ("", "stock_") for m in ("fwd", "fwd_bwd")),
+    ("gqa_vs_mha_fwd_bwd", "gqa_fwd_bwd", "mha_fwd_bwd"),
+    ("gqa_vs_repeat_kv_fwd_bwd", "gqa_fwd_bwd", "repeat_kv_fwd_bwd"),
+]
+
+
+def _time(call: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(call())
+    return time.perf_counter() - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=9)
     rounds = ap.parse_args().rounds
     compiled = {}
     for name, (fn, args) in variants().items():
@@ -87,19 +102,24 @@ def main() -> None:
         jax.block_until_ready(exe(*args))  # warm-up
         compiled[name] = functools.partial(exe, *args)
     times: dict[str, list[float]] = {name: [] for name in compiled}
-    for _ in range(rounds):
-        for name, call in compiled.items():
-            start = time.perf_counter()
-            jax.block_until_ready(call())
-            times[name].append(time.perf_counter() - start)
-    med = {name: statistics.median(ts) for name, ts in times.items()}
-    for name, t in med.items():
-        print(f"{name}_s={t:.4f}")
-    for prefix in ("", "stock_"):
-        for mode in ("fwd", "fwd_bwd"):
-            print(f"{prefix}causal_vs_full_{mode}={med[f'{prefix}causal_{mode}'] / med[f'{prefix}full_{mode}']:.3f}")
-    print(f"gqa_vs_mha_fwd_bwd={med['gqa_fwd_bwd'] / med['mha_fwd_bwd']:.3f}")
-    print(f"gqa_vs_repeat_kv_fwd_bwd={med['gqa_fwd_bwd'] / med['repeat_kv_fwd_bwd']:.3f}")
+    ratios: dict[str, list[float]] = {name: [] for name, _, _ in PAIRS}
+    for r in range(rounds):
+        for name, a, b in PAIRS:
+            # the two sides of a ratio run back to back, in alternating order, so a load spike
+            # from other processes hits both alike; the ratio is taken per round
+            if r % 2:
+                ta, tb = _time(compiled[a]), _time(compiled[b])
+            else:
+                tb, ta = _time(compiled[b]), _time(compiled[a])
+            times[a].append(ta)
+            times[b].append(tb)
+            ratios[name].append(ta / tb)
+    for name, ts in times.items():
+        print(f"{name}_s={statistics.median(ts):.4f}")
+    tiles = SEQ // CONFIG.block_q
+    print(f"causal_tile_step_fraction={tiles * (tiles + 1) / 2 / tiles**2:.3f}")  # computed, not measured
+    for name, rs in ratios.items():
+        print(f"{name}={statistics.median(rs):.3f}")
 
 
 if __name__ == "__main__":
