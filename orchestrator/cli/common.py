@@ -12,7 +12,7 @@ from orchestrator import PROG
 from orchestrator.cli.progress import Progress
 
 __all__ = ["PROG", "Parser", "Progress", "merge_line", "non_negative_int", "positive_int", "print_failed_units",
-           "print_page", "print_table", "seconds", "warn"]
+           "print_page", "print_plan_notes", "print_table", "seconds", "warn"]
 
 
 class Parser(argparse.ArgumentParser):
