@@ -1,7 +1,7 @@
 """How fast `tilesweep status` reads a sweep of 10,000 units.
 
-Builds a real sweep directory of 10,000 units of 100 items (``bench/_synth.py``: the spec
-expands to 1,000,000 items) in the middle of its run: 6,000 units done (full partial and
+Builds a real sweep directory of 10,000 units of 100 items (``orchestrator/store/synthetic.py``:
+the spec expands to 1,000,000 items) in the middle of its run: 6,000 units done (full partial and
 completion marker), 500 running (half a partial), 300 ended unfinished (a quarter), 3,200
 not started (no partial); ``jobs.jsonl`` holds one SLURM job per unit (arrays of 1,000) and a
 final merge job. SLURM is not asked (``TILESWEEP_SLURM_QUERIES=0``): the figure is the
@@ -33,10 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._synth import build_sweep, million_spec, partial_lines
-from orchestrator.planning import RUN
 from orchestrator.control.status import format_status, sweep_status
+from orchestrator.planning import RUN
 from orchestrator.store.sweepdir import SweepDir, now_iso
+from orchestrator.store.synthetic import build_sweep, million_spec, partial_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 ITEMS_PER_UNIT = 100
@@ -65,8 +65,8 @@ def build(root: Path, n_units: int, seed: int = 0) -> SweepDir:
         sd.partial_path(unit.id).write_text("\n".join(lines[:keep]) + "\n")
         if kind == "done":
             errors = sum(it.kind != RUN for it in unit.items)  # pruned and invalid items are error records
-            marker = {"unit": unit.id, "attempt": 1, "done": len(unit.items), "errors": errors, "total": len(unit.items),
-                      "already": 0, "stopped": False, "wall_s": 600.0, "finished": now_iso()}
+            marker = {"unit": unit.id, "attempt": 1, "done": len(unit.items), "errors": errors,
+                      "total": len(unit.items), "already": 0, "stopped": False, "wall_s": 600.0, "finished": now_iso()}
             sd.marker_path(unit.id).write_text(json.dumps(marker))
     entries.append({"event": "merge_job", "job_id": str(1000 + n_units // 1000 + 1), "after": [],
                     "submitted": now_iso(), "submitted_ts": t0})

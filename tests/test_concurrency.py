@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from bench._synth import build_sweep, small_spec
-from bench.crash import check_document, finished_records, spawn_writer
 from orchestrator.errors import LockTimeout
-from orchestrator.store.merge import merge
-from orchestrator.store.locks import FOREIGN_STALE_S, MergeLock, lock_path_for
 from orchestrator.spec.records import item_id
-
+from orchestrator.store.locks import FOREIGN_STALE_S, MergeLock, lock_path_for
+from orchestrator.store.merge import merge
+from orchestrator.store.synthetic import build_sweep, small_spec
+from tests.crash_trials import check_document, finished_records, spawn_writer
 from tests.helpers import assert_one_line_error
+
 from .conftest import REPO, run_cli
 
 MERGER = """

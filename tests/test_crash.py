@@ -1,7 +1,7 @@
 """Crash safety, proven by SIGKILL on real processes: writers that use ``PartialWriter`` as
 the worker does, the real ``jobs.worker``, and the real ``tilesweep merge``. After resume and
 merge: no finished record lost, none twice, the document valid JSON every time, torn lines
-reported by file and line. ``bench/crash.py`` runs the same trials 200 times."""
+reported by file and line. ``python -m tests.crash_trials`` runs the same trials 200 times."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.crash import make_merger_sweep, run_trials, trial_merger, trial_worker, trial_writer
+from tests.crash_trials import make_merger_sweep, run_trials, trial_merger, trial_worker, trial_writer
 
 
 def _ok(res: dict) -> None:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from bench._synth import DEVICE, build_sweep, header, record_for, small_spec
 from orchestrator.errors import ResultsError
 from orchestrator.spec.model import env_fingerprint
 from orchestrator.spec.records import IDENTITY_FIELDS, item_id
 from orchestrator.store.merge import merge, write_document
 from orchestrator.store.segments import any_record_text, record_text
 from orchestrator.store.sweepdir import SweepDir
+from orchestrator.store.synthetic import DEVICE, build_sweep, header, record_for, small_spec
 from tests.helpers import assert_one_line_error
 
 from .conftest import SAMPLE, run_cli

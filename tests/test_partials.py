@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench._synth import build_sweep, header, partial_lines, record_for, small_spec
 from orchestrator.errors import PartialError
 from orchestrator.store.partials import PartialWriter, check_record, count_records, read_partial
+from orchestrator.store.synthetic import build_sweep, header, partial_lines, record_for, small_spec
 
 
 @pytest.fixture

@@ -294,6 +294,15 @@ def count_records(path: os.PathLike[str] | str) -> int:
     return count_partial(path)[0]
 
 
+_encode_line = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def encode_line(obj: dict[str, Any]) -> str:
+    """One partial line, without its newline: compact JSON, which ``count_partial`` counts
+    on (a record line starts with ``{"id":``, an error field reads ``,"error":``)."""
+    return _encode_line(obj)
+
+
 class PartialWriter:
     """Appends lines to one unit's partial; each line is flushed and fsynced."""
 
@@ -312,7 +321,7 @@ class PartialWriter:
                 self._f.write("\n")
 
     def write(self, obj: dict[str, Any]) -> None:
-        self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._f.write(encode_line(obj) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
 

@@ -3,7 +3,7 @@ merge, and check that no finished record was lost or doubled and the document al
 
 Three kinds of trial, each on a real sweep directory:
 
-- ``writer``: a real process (``python -m bench.crash writer SWEEP UNIT``) that runs a unit
+- ``writer``: a real process (``python -m tests.crash_trials writer SWEEP UNIT``) that runs a unit
   exactly as ``jobs.worker.run_unit`` does (``read_partial`` to skip recorded items, a header
   per attempt, ``start`` then record line per item through ``PartialWriter``, the marker by
   atomic replace) but with made-up timings instead of jax, so it is cheap to kill often. Each
@@ -22,8 +22,11 @@ with the same values (not lost, not redone), every planned item is there exactly
 unit has its marker, the document is byte-identical to ``json.dumps(json.loads(doc), indent=1)``
 and every torn line was reported by the merge naming the file and line.
 
-Run: ``.venv/bin/python -m bench.crash [--trials 200] [--seed S]`` (prints one line per kind
-and ``crash_trials=N failed=0``). ``tests/test_crash.py`` runs a few dozen of the same trials.
+Run: ``.venv/bin/python -m tests.crash_trials [--trials 200] [--seed S]`` (prints one line per
+kind and ``crash_trials=N failed=0``). ``tests/test_crash.py`` runs a few dozen of the same
+trials; ``tests/test_concurrency.py`` uses the writer process and the checks. This is a soak
+test, not a benchmark (it prints no ratio), so it lives with the tests; the sweeps it kills
+are built by ``orchestrator.store.synthetic``, as the benchmarks' are.
 """
 
 from __future__ import annotations
@@ -31,15 +34,26 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from orchestrator.planning import RUN, plan
+from orchestrator.spec.files import spec_from_data
+from orchestrator.spec.model import env_fingerprint
+from orchestrator.spec.records import item_id
+from orchestrator.store.partials import PartialWriter, count_records, read_partial
+from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
+from orchestrator.store.synthetic import DEVICE, build_sweep, header, record_for, small_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -51,12 +65,6 @@ BIG_LINE = 4 << 20  # bytes of an oversized record line, so kills land inside it
 
 def writer_main(sweep_dir: str, unit_key: str, delay: float, big_every: int, seed: int) -> int:
     """run_unit without jax: same partial protocol, same skip-what-is-recorded resume."""
-    from bench._synth import DEVICE, record_for
-    from orchestrator.store.partials import PartialWriter, read_partial
-    from orchestrator.planning import RUN
-    from orchestrator.spec.model import SCHEMA_VERSION, env_fingerprint
-    from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
-
     rng = random.Random(seed)
     sd = SweepDir.open(sweep_dir)
     unit_id = sd.resolve_unit(unit_key)
@@ -67,11 +75,7 @@ def writer_main(sweep_dir: str, unit_key: str, delay: float, big_every: int, see
     attempt = existing.attempts + 1
     todo = [it for it in items if it.id not in existing.records]
     with PartialWriter(path) as w:
-        w.write({"header": {
-            "schema": SCHEMA_VERSION, "unit": unit_id, "sweep": sd.spec.fingerprint(), "attempt": attempt,
-            "device": DEVICE, "env": env_fingerprint(DEVICE), "host": socket.gethostname(), "pid": os.getpid(),
-            "slurm_job_id": None, "started": now_iso(),
-        }})
+        w.write(header(sd, unit_id, attempt, host=socket.gethostname(), pid=os.getpid(), slurm_job_id=None))
         for n, it in enumerate(todo):
             if it.kind == RUN:
                 w.write({"start": it.id, "attempt": attempt})
@@ -102,7 +106,8 @@ def kill(proc: subprocess.Popen) -> bool:
 
 
 def spawn_writer(sd: Any, unit: str, *, delay: float = 0.01, big_every: int = 0, seed: int = 0) -> subprocess.Popen:
-    return spawn(["-m", "bench.crash", "writer", str(sd.root), unit, str(delay), str(big_every), str(seed)])
+    """Start the jax-free writer process on ``unit`` of sweep ``sd``."""
+    return spawn(["-m", "tests.crash_trials", "writer", str(sd.root), unit, str(delay), str(big_every), str(seed)])
 
 
 def kill_mid_line(proc: subprocess.Popen, path: Path, timeout: float = 10.0) -> bool:
@@ -121,8 +126,6 @@ def kill_mid_line(proc: subprocess.Popen, path: Path, timeout: float = 10.0) -> 
 
 def kill_after_last_record(proc: subprocess.Popen, path: Path, n_items: int, timeout: float = 10.0) -> bool:
     """Kill as soon as the unit's last record is in its partial (around the marker write)."""
-    from orchestrator.store.partials import count_records
-
     end = time.monotonic() + timeout
     while proc.poll() is None and time.monotonic() < end:
         if count_records(path) >= n_items:
@@ -133,10 +136,6 @@ def kill_after_last_record(proc: subprocess.Popen, path: Path, n_items: int, tim
 
 def finished_records(sd: Any) -> dict[str, dict[str, Any]]:
     """Every complete, valid record line now in the sweep's partials: id -> record."""
-    import logging
-
-    from orchestrator.store.partials import read_partial
-
     logging.disable(logging.WARNING)
     try:
         out = {}
@@ -179,8 +178,6 @@ def check_document(path: Path) -> dict[str, Any]:
 def verify(sd: Any, finished: dict[str, dict[str, Any]], doc_path: Path, merge_stderr: str,
            torn: list[tuple[Path, int]], markers: bool = True) -> list[str]:
     """What a user would check after the trial; returns the problems found."""
-    from orchestrator.spec.records import item_id
-
     problems = []
     doc = check_document(doc_path)
     ids = [item_id(r) for r in doc["results"]]
@@ -189,7 +186,7 @@ def verify(sd: Any, finished: dict[str, dict[str, Any]], doc_path: Path, merge_s
         problems.append(f"{len(ids) - len(set(ids))} duplicate records")
     if set(ids) != planned:
         problems.append(f"{len(planned - set(ids))} planned items missing, {len(set(ids) - planned)} foreign")
-    by_id = dict(zip(ids, doc["results"]))
+    by_id = dict(zip(ids, doc["results"], strict=True))
     lost = [iid for iid, rec in finished.items()
             if {k: v for k, v in by_id.get(iid, {}).items() if k not in ("unit", "attempt")} != rec]
     if lost:
@@ -213,8 +210,6 @@ def verify(sd: Any, finished: dict[str, dict[str, Any]], doc_path: Path, merge_s
 
 
 def make_writer_sweep(root: Path, units: int = 4) -> Any:
-    from bench._synth import build_sweep, small_spec
-
     sd, _ = build_sweep(root, small_spec(n_seqs=1), units, write_partials=False, output=root / "results.json")
     return sd
 
@@ -269,10 +264,6 @@ TINY_SPEC = {
 
 def trial_worker(root: Path, rng: random.Random) -> dict[str, Any]:
     """Kill the real jobs.worker at a random time, resume it with the real worker, merge."""
-    from orchestrator.planning import plan
-    from orchestrator.spec.files import spec_from_data
-    from orchestrator.store.sweepdir import SweepDir
-
     spec = spec_from_data({**TINY_SPEC, "output": str(root / "results.json")}, source="crash trial")
     items, units = plan(spec)
     sd = SweepDir.create(root / "sweep", spec, output=root / "results.json", spec_source=None, planned=len(items))
@@ -296,8 +287,6 @@ def trial_worker(root: Path, rng: random.Random) -> dict[str, Any]:
 
 
 def make_merger_sweep(root: Path) -> Any:
-    from bench._synth import build_sweep, small_spec
-
     sd, _ = build_sweep(root, small_spec(n_seqs=75), 20, output=root / "results.json")
     return sd
 
@@ -305,8 +294,6 @@ def make_merger_sweep(root: Path) -> Any:
 def trial_merger(sd: Any, rng: random.Random) -> dict[str, Any]:
     """Kill the real CLI merger at a random time; the document left must parse; the next
     merge must be complete. ``sd``: a sweep of 30,000 records (made once, reused)."""
-    import shutil
-
     shutil.rmtree(sd.root / "merge-cache", ignore_errors=True)  # a cold merge: longest window
     if rng.random() < 0.5:
         sd.output.unlink(missing_ok=True)
@@ -370,9 +357,6 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "writer":
         _, _, sweep, unit, delay, big, seed = sys.argv
         return writer_main(sweep, unit, float(delay), int(big), int(seed))
-    import shutil
-    import tempfile
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=200, help="total trials (80%% writer, 5%% worker, 15%% merger)")
     ap.add_argument("--seed", type=int, default=0)
@@ -389,7 +373,8 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     for kind, s in stats.items():
         extra = f" records_finished_before_kills={s['finished_at_kill']}" if kind == "worker" else ""
-        print(f"{kind}: trials={s['trials']} kills_landed={s['kills']} torn_lines={s['torn']} failed={s['failed']}{extra}")
+        print(f"{kind}: trials={s['trials']} kills_landed={s['kills']} torn_lines={s['torn']} "
+              f"failed={s['failed']}{extra}")
         for p in s["problems"][:5]:
             print(f"  {p}")
     failed = sum(s["failed"] for s in stats.values())
