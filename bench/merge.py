@@ -1,37 +1,59 @@
 """How fast and lean `tilesweep merge` is on 1,000 partials of 1,000 records (1,000,000).
 
-Builds a real sweep directory (``bench/_synth.py``: the spec expands to exactly the 1,000,000
-items; units of whole shapes in shuffled order; partials written the way the worker writes
-them) and times, each in a fresh subprocess, alternating, ``--runs`` times:
+Builds a real sweep directory (``orchestrator/store/synthetic.py``: the spec expands to exactly
+the 1,000,000 items; units of whole shapes in shuffled order; partials written in the worker's
+line format) and times, each in a fresh subprocess, one after another, ``--runs`` times:
 
 - ``merge``: a first merge (no merge cache): lock, read, validate, dedupe, order, write;
-- its floor: every partial line read once with the stdlib's ``json.loads``, plus the same
-  records written once with ``json.dumps(doc, indent=1)`` (the reference format);
+- its floor: the fastest way we know to produce the same document bytes from the same partials
+  with the same libraries. Read: each unit's plan positions from its unit file and each
+  partial's record lines (found by their ``{"id":`` prefix; header and start lines are not
+  parsed) with ``orjson``, the garbage collector off while a million dicts are made, records
+  placed in plan order. Write, every candidate timed and its bytes compared with the merge's
+  document; the floor takes the fastest whose bytes are identical:
+  ``record_text`` (the merge's own C-encoder trick, one encode per record),
+  ``one_encode`` (one C-encoder call over the whole list, then one ``str.replace``),
+  ``orjson_indent`` (orjson's 2-space indent, then each indentation halved);
+- ``io``: the raw I/O floor: every partial's bytes read, the document's bytes (already in
+  memory) written;
 - ``remerge``: the merge after one more unit finished (999 partials merged before, the 1,000th
   appears), 1,000 new records into the document (cache of the earlier merge in place);
-- its floor: the final document parsed with ``json.loads`` and written with ``json.dumps``.
+- its floor: the final document parsed with orjson (collector off) and written with the
+  same fastest identical writer.
 
-The merge writes with fsync (its documents must survive a crash); the floors do not, which
-only favours the floors. Peak memory is the merge child's ``ru_maxrss`` (resource.getrusage)
-after the merge minus before it (after imports), over the document's size on disk; the sweep
-is built in a child too, so no child inherits a big parent's maxrss (Linux carries it across
-exec); /proc's VmHWM is printed beside it as a cross-check. Prints
-medians, one figure a line::
+What the figures leave out. The floors do none of the merge's checking: no record validated
+against the schema, no dedupe of attempts, no header or environment check, no lock, no merge
+cache written, and the document's head (device, config, the tilesweep block) is copied from
+the merge's own document rather than built from the headers. They write with neither fsync nor
+temp file and rename (the merge does both: its document must survive a crash). All of this
+only favours the floors. Every file is in the page cache (the sweep was just written, the
+machine has RAM to spare), so the figures are CPU figures; on a cold or network filesystem
+the shared I/O would weigh more and every ratio would move towards 1. Peak memory is the merge
+child's ``ru_maxrss`` after the merge minus before it (after imports and the spec), over the
+document's size on disk; it leaves out the page cache and the memory the child held before;
+the sweep is built in a child too, so no child inherits a big parent's maxrss (Linux carries
+it across exec); /proc's VmHWM is printed beside it as a cross-check. Prints medians, one
+figure a line::
 
     merge_vs_floor=X
+    merge_vs_io=X
     remerge_vs_floor=X
     merge_peak_mem_vs_doc=X
 
 Run: ``.venv/bin/python -m bench.merge [--units 1000] [--runs 3] [--dir DIR] [--stdlib-json]``;
 ``--units`` scales the sweep (1,000 records a unit); ``--stdlib-json`` merges without orjson
-(the merger parses partial lines with orjson when it is installed, the stdlib otherwise).
+(the merger parses partial lines with orjson when it is installed, the stdlib otherwise; the
+floors always use orjson).
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
+import gc
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -39,15 +61,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
 STDLIB_ENV = "TILESWEEP_BENCH_STDLIB_JSON"
+_PLACEHOLDER = "\x00results\x00"
 
 
-def _child(args: list[str]) -> dict:
+def _child(args: list[str]) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-m", "bench.merge", "--child", *args], cwd=ROOT,
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -64,63 +87,237 @@ def _proc_kb(field: str) -> int:
         return 0
 
 
-def child_main(kind: str, paths: list[str]) -> None:
-    if kind in ("merge", "merge-cold"):
-        from orchestrator.store import partials
-        from orchestrator.store.merge import merge
-        from orchestrator.store.sweepdir import SweepDir
+# ---------------------------------------------------------------------------- children: ours
 
-        if os.environ.get(STDLIB_ENV):
-            partials._orjson = None  # what a user without orjson gets
 
-        sd = SweepDir.open(paths[0])
-        if kind == "merge-cold":
-            shutil.rmtree(sd.root / "merge-cache", ignore_errors=True)
-        sd.spec  # noqa: B018 - parsed before the baseline, like any caller holding a SweepDir
-        base, rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, _proc_kb("VmRSS")
+def child_merge(sweep: str, cold: bool) -> dict[str, Any]:
+    from orchestrator.store import partials
+    from orchestrator.store.merge import merge
+    from orchestrator.store.sweepdir import SweepDir
+
+    if os.environ.get(STDLIB_ENV):
+        partials._orjson = None  # what a user without orjson gets
+    sd = SweepDir.open(sweep)
+    if cold:
+        shutil.rmtree(sd.root / "merge-cache", ignore_errors=True)
+    sd.spec  # noqa: B018 - parsed before the baseline, like any caller holding a SweepDir
+    base, rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, _proc_kb("VmRSS")
+    t0 = time.perf_counter()
+    summary = merge(sd)
+    dt = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"s": dt, "records": summary.records, "cached": summary.partials_cached,
+            "mem_delta": (peak - base) * 1024, "hwm_delta": (_proc_kb("VmHWM") - rss0) * 1024,
+            "doc_bytes": summary.output.stat().st_size}
+
+
+def child_build(sweep: str, spec_json: str, n_units: str) -> dict[str, Any]:
+    from orchestrator.store.synthetic import build_sweep
+
+    _, units = build_sweep(Path(sweep), json.loads(spec_json), int(n_units))
+    return {"records": sum(len(u.items) for u in units), "units": len(units)}
+
+
+# ---------------------------------------------------------------------------- children: floors
+
+
+def read_records(sweep: Path) -> list[dict[str, Any]]:
+    """Every record of the sweep's partials, with its unit and attempt, in plan order."""
+    import orjson
+
+    units = orjson.loads((sweep / "units.json").read_bytes())
+    slots: list[dict[str, Any] | None] = [None] * sum(u["n_items"] for u in units)
+    for u in units:
+        uid = u["id"]
+        pos = {iid: index for index, iid in orjson.loads((sweep / "units" / f"{uid}.json").read_bytes())["items"]}
+        for line in (sweep / "partials" / f"{uid}.jsonl").read_bytes().split(b"\n"):
+            if line.startswith(b'{"id":'):
+                obj = orjson.loads(line)
+                rec = obj["record"]
+                rec["unit"], rec["attempt"] = uid, obj["attempt"]
+                slots[pos[obj["id"]]] = rec
+    return [r for r in slots if r is not None]
+
+
+def _head_text(head: dict[str, Any]) -> tuple[str, str]:
+    """The document's text before and after its results list (the head is small)."""
+    text = json.dumps({**head, "results": _PLACEHOLDER}, indent=1)
+    before, after = text.split(json.dumps(_PLACEHOLDER), 1)
+    return before, after
+
+
+def write_record_text(out: Path, head: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    from orchestrator.store.segments import record_text
+
+    before, after = _head_text(head)
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(before + "[\n  ")
+        f.write(",\n  ".join(map(record_text, records)))
+        f.write("\n ]" + after)
+
+
+def write_one_encode(out: Path, head: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """One C-encoder call: records are flat and JSON strings hold no raw newline, so
+    ``},\\n   {`` occurs only between records."""
+    before, after = _head_text(head)
+    body = json.JSONEncoder(separators=(",\n   ", ": ")).encode(records)
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(before + "[\n  {\n   ")
+        f.write(body[2:-2].replace("},\n   {", "\n  },\n  {\n   "))
+        f.write("\n  }\n ]" + after)
+
+
+def write_orjson_indent(out: Path, head: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """orjson indents by 2; json.dumps(indent=1) by 1. Floats and non-ASCII text may differ."""
+    import orjson
+
+    data = orjson.dumps({**head, "results": records}, option=orjson.OPT_INDENT_2)
+    halve = {}
+
+    def fix(m: re.Match[bytes]) -> bytes:
+        n = len(m.group())
+        if n not in halve:
+            halve[n] = b"\n" + b" " * ((n - 1) // 2)
+        return halve[n]
+
+    out.write_bytes(re.sub(rb"\n +", fix, data))
+
+
+WRITERS: dict[str, Callable[[Path, dict[str, Any], list[dict[str, Any]]], None]] = {
+    "record_text": write_record_text, "one_encode": write_one_encode, "orjson_indent": write_orjson_indent,
+}
+
+
+def time_writers(out: Path, head: dict[str, Any], records: list[dict[str, Any]], reference: Path) -> dict[str, Any]:
+    """Each writer's seconds and whether its bytes equal ``reference``'s."""
+    res = {}
+    for name, write in WRITERS.items():
         t0 = time.perf_counter()
-        summary = merge(sd)
+        write(out, head, records)
         dt = time.perf_counter() - t0
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        print(json.dumps({"s": dt, "records": summary.records, "cached": summary.partials_cached,
-                          "mem_delta": (peak - base) * 1024, "hwm_delta": (_proc_kb("VmHWM") - rss0) * 1024,
-                          "doc_bytes": summary.output.stat().st_size}))
-    elif kind == "build":
-        from bench._synth import build_sweep
+        res[name] = {"s": dt, "identical": filecmp.cmp(out, reference, shallow=False)}
+        out.unlink()
+    return res
 
-        spec = json.loads(paths[1])
-        sd, units = build_sweep(Path(paths[0]), spec, int(paths[2]))
-        print(json.dumps({"records": sum(len(u.items) for u in units), "units": len(units)}))
-    elif kind == "floor":
-        sweep, out = Path(paths[0]), Path(paths[1])
-        units = json.loads((sweep / "units.json").read_text())
-        t0 = time.perf_counter()
-        results = []
-        for u in units:
-            with open(sweep / "partials" / f"{u['id']}.jsonl", "rb") as f:
-                for line in f:
-                    obj = json.loads(line)
-                    if "record" in obj:
-                        rec = obj["record"]
-                        rec["unit"], rec["attempt"] = u["id"], obj["attempt"]
-                        results.append(rec)
-        t1 = time.perf_counter()
-        doc = {"device": {}, "config": {}, "results": results}
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=1))
-        t2 = time.perf_counter()
-        print(json.dumps({"s": t2 - t0, "read_s": t1 - t0, "write_s": t2 - t1}))
-    elif kind == "docfloor":
-        doc_path, out = Path(paths[0]), Path(paths[1])
-        t0 = time.perf_counter()
-        doc = json.loads(doc_path.read_bytes())
-        t1 = time.perf_counter()
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=1))
-        t2 = time.perf_counter()
-        print(json.dumps({"s": t2 - t0, "read_s": t1 - t0, "write_s": t2 - t1}))
-    else:
-        raise SystemExit(f"unknown child {kind}")
+
+def _head_of(doc_path: Path) -> dict[str, Any]:
+    import orjson
+
+    doc = orjson.loads(doc_path.read_bytes())
+    return {k: (None if k == "results" else v) for k, v in doc.items()}
+
+
+def child_floor(sweep: str, doc: str, out: str) -> dict[str, Any]:
+    """Read the partials with orjson, then write the document with every candidate writer."""
+    gc.disable()  # a million acyclic dicts: a competent user does not let the collector walk them
+    head = _head_of(Path(doc))
+    t0 = time.perf_counter()
+    records = read_records(Path(sweep))
+    read_s = time.perf_counter() - t0
+    return {"read_s": read_s, "writers": time_writers(Path(out), head, records, Path(doc))}
+
+
+def child_docfloor(doc: str, out: str) -> dict[str, Any]:
+    """Parse the whole document with orjson, then write it with every candidate writer."""
+    import orjson
+
+    gc.disable()
+    t0 = time.perf_counter()
+    parsed = orjson.loads(Path(doc).read_bytes())
+    read_s = time.perf_counter() - t0
+    records = parsed["results"]
+    parsed["results"] = None
+    return {"read_s": read_s, "writers": time_writers(Path(out), parsed, records, Path(doc))}
+
+
+def child_io(sweep: str, doc: str, out: str) -> dict[str, Any]:
+    """Read every partial's bytes, write the document's bytes (held in memory beforehand)."""
+    data = Path(doc).read_bytes()
+    t0 = time.perf_counter()
+    total = 0
+    for p in sorted((Path(sweep) / "partials").iterdir()):
+        total += len(p.read_bytes())
+    Path(out).write_bytes(data)
+    dt = time.perf_counter() - t0
+    Path(out).unlink()
+    return {"s": dt, "read_bytes": total}
+
+
+CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
+    "merge": lambda s: child_merge(s, cold=False), "merge-cold": lambda s: child_merge(s, cold=True),
+    "build": child_build, "floor": child_floor, "docfloor": child_docfloor, "io": child_io,
+}
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+def floor_s(res: dict[str, Any]) -> tuple[float, str]:
+    """Read time plus the fastest byte-identical writer's time, and that writer's name."""
+    ok = {name: w["s"] for name, w in res["writers"].items() if w["identical"]}
+    if not ok:
+        raise SystemExit(f"no floor writer wrote the merge's bytes: {res['writers']}")
+    best = min(ok, key=ok.__getitem__)
+    return res["read_s"] + ok[best], best
+
+
+def _writers_line(res: dict[str, Any]) -> str:
+    return " ".join(f"{n}={w['s']:.2f}s{'' if w['identical'] else '(differs)'}" for n, w in res["writers"].items())
+
+
+def first_merges(root: Path, tmp: Path, output: Path, n: int, runs: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"merge": [], "floor": [], "io": [], "mem": []}
+    for r in range(runs):
+        m = _child(["merge-cold", str(root)])
+        assert m["records"] == n, m
+        f = _child(["floor", str(root), str(output), str(tmp / "floor.json")])
+        io = _child(["io", str(root), str(output), str(tmp / "io.json")])
+        fs, best = floor_s(f)
+        out["merge"].append(m["s"])
+        out["floor"].append(fs)
+        out["io"].append(io["s"])
+        out["mem"].append(m["mem_delta"] / m["doc_bytes"])
+        print(f"  run {r}: merge_s={m['s']:.2f} floor_s={fs:.2f} (read {f['read_s']:.2f} + {best}; writers: "
+              f"{_writers_line(f)}) io_s={io['s']:.2f} peak_mem_delta_mb={m['mem_delta'] / 1e6:.0f} "
+              f"(VmHWM: {m['hwm_delta'] / 1e6:.0f}) doc_mb={m['doc_bytes'] / 1e6:.0f}", flush=True)
+    return out
+
+
+def remerges(root: Path, tmp: Path, output: Path, n: int, n_units: int, runs: int) -> dict[str, list[float]]:
+    """Re-merge after one more unit finished: a unit in the middle of the plan."""
+    unit_ids = [u["id"] for u in json.loads((root / "units.json").read_text())]
+    late = root / "partials" / f"{unit_ids[len(unit_ids) // 2]}.jsonl"
+    aside = tmp / "late.jsonl"
+    out: dict[str, list[float]] = {"remerge": [], "floor": []}
+    for r in range(runs):
+        shutil.move(late, aside)
+        before = _child(["merge", str(root)])
+        assert before["records"] == n - n // n_units, before
+        shutil.copyfile(aside, late)  # a new file: new inode and mtime, as a finished unit
+        os.unlink(aside)
+        m = _child(["merge", str(root)])
+        assert m["records"] == n, m
+        f = _child(["docfloor", str(output), str(tmp / "floor.json")])
+        fs, best = floor_s(f)
+        out["remerge"].append(m["s"])
+        out["floor"].append(fs)
+        print(f"  run {r}: remerge_s={m['s']:.2f} ({m['cached']} partials from cache) doc_floor_s={fs:.2f} "
+              f"(parse {f['read_s']:.2f} + {best}; writers: {_writers_line(f)})", flush=True)
+    return out
+
+
+def _spec(units: int) -> dict[str, Any]:
+    from orchestrator.store.synthetic import million_spec
+
+    spec = million_spec()
+    if units != 1000:  # 10 shapes (1,000 items) per unit
+        spec["seq_lens"] = [128 * k for k in range(1, units + 1)]
+        spec["head_dims"] = spec["head_dims"][:5]
+    return spec
+
+
+def _ratio(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
 def main() -> None:
@@ -132,72 +329,32 @@ def main() -> None:
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        return child_main(args.child[0], args.child[1:])
+        print(json.dumps(CHILDREN[args.child[0]](*args.child[1:])))
+        return
     if args.stdlib_json:
         os.environ[STDLIB_ENV] = "1"
-    try:
-        import orjson  # noqa: F401
-        parser = "stdlib json" if args.stdlib_json else "orjson"
-    except ImportError:
-        parser = "stdlib json (orjson not installed)"
-
-    sys.path.insert(0, str(ROOT))
-    from bench._synth import million_spec
-
+    parser = "stdlib json" if args.stdlib_json else "orjson"
     tmp = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tilesweep-bench-merge-"))
     try:
         root = tmp / "sweep"
-        spec = million_spec()
-        if args.units != 1000:  # 10 shapes (1,000 items) per unit
-            spec["seq_lens"] = [128 * k for k in range(1, args.units + 1)]
-            spec["head_dims"] = spec["head_dims"][:5]
         t0 = time.perf_counter()
         # Built in a child, so this process stays small: a child started from a big parent
         # inherits the parent's ru_maxrss, which would hide the merge's own peak.
-        built = _child(["build", str(root), json.dumps(spec), str(args.units)])
+        built = _child(["build", str(root), json.dumps(_spec(args.units)), str(args.units)])
         n, n_units = built["records"], built["units"]
         output = Path(json.loads((root / "sweep.json").read_text())["output"])
         partials_mb = sum(p.stat().st_size for p in (root / "partials").iterdir()) / 1e6
         print(f"records={n} units={n_units} partials_mb={partials_mb:.0f} build_s={time.perf_counter() - t0:.0f} "
               f"merge_parser={parser}", flush=True)
-        floor_out = tmp / "floor.json"
-
-        merges, floors, mems = [], [], []
-        for r in range(args.runs):
-            f = _child(["floor", str(root), str(floor_out)])
-            m = _child(["merge-cold", str(root)])
-            floors.append(f["s"])
-            merges.append(m["s"])
-            mems.append(m["mem_delta"] / m["doc_bytes"])
-            print(f"  run {r}: merge_s={m['s']:.2f} floor_s={f['s']:.2f} (read {f['read_s']:.2f} + write "
-                  f"{f['write_s']:.2f}) peak_mem_delta_mb={m['mem_delta'] / 1e6:.0f} (VmHWM: {m['hwm_delta'] / 1e6:.0f}) "
-                  f"doc_mb={m['doc_bytes'] / 1e6:.0f}", flush=True)
-            assert m["records"] == n, m
-
-        # Re-merge after one more unit finished: a unit in the middle of the plan.
-        unit_ids = [u["id"] for u in json.loads((root / "units.json").read_text())]
-        late = root / "partials" / f"{unit_ids[len(unit_ids) // 2]}.jsonl"
-        aside = tmp / "late.jsonl"
-        remerges, docfloors = [], []
-        for r in range(args.runs):
-            shutil.move(late, aside)
-            before = _child(["merge", str(root)])
-            assert before["records"] == n - n // n_units, before
-            shutil.copyfile(aside, late)  # a new file: new inode and mtime, as a finished unit
-            os.unlink(aside)
-            m = _child(["merge", str(root)])
-            assert m["records"] == n, m
-            f = _child(["docfloor", str(output), str(floor_out)])
-            remerges.append(m["s"])
-            docfloors.append(f["s"])
-            print(f"  run {r}: remerge_s={m['s']:.2f} ({m['cached']} partials from cache) doc_floor_s={f['s']:.2f} "
-                  f"(parse {f['read_s']:.2f} + write {f['write_s']:.2f})", flush=True)
-
-        print(f"merge_s={statistics.median(merges):.2f} floor_s={statistics.median(floors):.2f} "
-              f"remerge_s={statistics.median(remerges):.2f} doc_floor_s={statistics.median(docfloors):.2f}")
-        print(f"merge_vs_floor={statistics.median(m / f for m, f in zip(merges, floors)):.3f}")
-        print(f"remerge_vs_floor={statistics.median(m / f for m, f in zip(remerges, docfloors)):.3f}")
-        print(f"merge_peak_mem_vs_doc={statistics.median(mems):.3f}")
+        first = first_merges(root, tmp, output, n, args.runs)
+        again = remerges(root, tmp, output, n, n_units, args.runs)
+        print(f"merge_s={statistics.median(first['merge']):.2f} floor_s={statistics.median(first['floor']):.2f} "
+              f"io_s={statistics.median(first['io']):.2f} remerge_s={statistics.median(again['remerge']):.2f} "
+              f"doc_floor_s={statistics.median(again['floor']):.2f}")
+        print(f"merge_vs_floor={_ratio(first['merge'], first['floor']):.3f}")
+        print(f"merge_vs_io={_ratio(first['merge'], first['io']):.3f}")
+        print(f"remerge_vs_floor={_ratio(again['remerge'], again['floor']):.3f}")
+        print(f"merge_peak_mem_vs_doc={statistics.median(first['mem']):.3f}")
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)
