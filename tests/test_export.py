@@ -197,7 +197,8 @@ def test_bad_tuned_table(tmp_path: Path, obj: dict[str, Any], fragment: str) -> 
 
 
 def test_config_for_builds_attention_config(tmp_path: Path) -> None:
-    attention = pytest.importorskip("kernels.attention", reason="kernels.attention not importable")
+    from kernels import attention
+
     path = _table(tmp_path, [_e(2048, bq=64, bk=32)])
     t = load(path)
     cfg = t.config_for(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")

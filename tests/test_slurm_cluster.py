@@ -13,10 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import submitit
 
 from tests.slurm_cluster import REPO, poll, require_cluster
-
-submitit = pytest.importorskip("submitit")
 
 pytestmark = pytest.mark.slurm
 
