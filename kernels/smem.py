@@ -127,6 +127,13 @@ def bwd_bytes(dtype: Any, head_dim: int, bwd_outer: int, bwd_inner: int, num_sta
     return resident + pipelined + f32_extra
 
 
+def clamp_block(block: int, seq: int) -> int:
+    """The tile the kernel runs for a block asked of a sequence: a block larger than seq is
+    clamped to seq (one tile covers the sequence). The planner records configs with the
+    tiles that run, so it asks here rather than keeping its own copy of the rule."""
+    return min(block, seq)
+
+
 def predict_bytes(
     mode: str,
     dtype: Any,
@@ -156,7 +163,7 @@ def predict_bytes(
     check_mode(mode)
 
     def clamp(block: int) -> int:
-        return block if seq is None else min(block, seq)
+        return block if seq is None else clamp_block(block, seq)
 
     fwd_name, bwd_name = kernel_names
     out = [(fwd_name, fwd_bytes(dtype, head_dim, clamp(block_q), clamp(block_k), num_stages))]

@@ -70,6 +70,22 @@ def test_ids_match_for_invalid_clamped_and_odd_grids():
     assert bad.reason.startswith(f"ValueError: seq={bad.seq} must be a multiple of")
 
 
+def test_a_block_clamped_to_a_shorter_seq_is_planned_as_the_tiles_that_run(tmp_path):
+    """The kernel clamps a block larger than seq to seq: the record names the tiles that ran
+    (seq 100 runs tiles of 100, not "bq128"), and grid points that clamp alike are one item."""
+    spec = tmp_path / "clamp.json"
+    spec.write_text(json.dumps({"dtypes": ["float32"], "head_dims": [64], "seq_lens": [100, 256], "modes": ["fwd"],
+                                "fwd_block_q": [64, 128, 256], "fwd_block_k": [128], "fwd_stages": [1],
+                                "fwd_warps": [4]}))
+    r = run_cli("plan", str(spec), "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    forced = [json.loads(line) for line in r.stdout.splitlines() if '"forced"' in line]
+    s100 = [(p["block_q"], p["block_k"], p.get("error", "")[:11]) for p in forced if p["seq"] == 100]
+    assert s100 == [(64, 100, "ValueError:"), (100, 100, "")]  # 128 and 256 both run 100: one item
+    s256 = [(p["block_q"], p["block_k"]) for p in forced if p["seq"] == 256]
+    assert s256 == [(64, 128), (128, 128), (256, 128)]
+
+
 def test_pruning_flags_exactly_the_reference_failures(sample_doc, reference):
     items = expand(reference)
     by_key = _by_key(items)

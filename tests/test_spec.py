@@ -55,6 +55,16 @@ def test_bwd_fwd_config_null_means_128():
         ({"head_dims": []}, "'head_dims'"),
         ({"modes": ["fwd", "fwd"]}, "repeated"),
         ({"executor": {"kind": "pbs"}}, "'local', 'slurm' or 'debug'"),
+        # numbers must be numbers: no string or boolean read as a count (issue 10)
+        ({"repeats": "2"}, "field 'repeats': Input should be a valid integer (got '2')"),
+        ({"repeats": True}, "field 'repeats': Input should be a valid integer (got True)"),
+        ({"seq_lens": [2048, "4096"]}, "'seq_lens.1'"),
+        ({"timing": {"max_inner": 2.5}}, "'timing.max_inner'"),
+        ({"auto_only": "false"}, "'auto_only': Input should be a valid boolean"),
+        ({"fwd_warps": [4, 64]}, "must each be one of 1, 2, 4, 8, 16, 32 (warps per block), got [64]"),
+        ({"bwd_warps": [3]}, "must each be one of 1, 2, 4, 8, 16, 32"),
+        ({"fwd_stages": [2, 9]}, "'fwd_stages': must each be 1..8 (pipeline stages), got [9]"),
+        ({"bwd_stages": [0]}, "must each be 1..8"),
     ],
 )
 def test_bad_spec_fields_name_the_field(data, needle):
@@ -75,6 +85,10 @@ def test_missing_and_unparsable_files(tmp_path):
     badt.write_text("dtypes = [")
     with pytest.raises(SpecError, match="not valid TOML"):
         load_spec(badt)
+    for name in ("sweep.yaml", "sweep.YML"):
+        (tmp_path / name).write_text("dtypes: [float32]\n")
+        with pytest.raises(SpecError, match=f"{name}: YAML is not supported: use JSON or TOML$"):
+            load_spec(tmp_path / name)
     arr = tmp_path / "arr.json"
     arr.write_text("[1, 2]")
     with pytest.raises(SpecError, match="must hold an object"):

@@ -175,7 +175,8 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
         params = _grid(spec, mode)
         names = config_fields(mode)
         grids[mode] = (params, [id_suffix(names, p) for p in params])
-    classes = _Classifier(spec)
+    classes = _Classifier(spec, {mode: grids[mode][0] for mode in spec.modes})
+    clamped = _Clamped(grids)
     for dtype, head_dim, seq, kv, causal in itertools.product(
             spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal):
         kv_heads = None if kv == heads else kv
@@ -187,7 +188,7 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
         if spec.auto_only:
             continue
         for mode in spec.modes:
-            params, suffixes = grids[mode]
+            params, suffixes = clamped(mode, seq)
             prefix = id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "forced", **variant)
             start = len(items)
             items.extend([
@@ -203,6 +204,35 @@ _BLOCK_POSITIONS = {"fwd": (("block_q", 0), ("block_k", 1)),
                     "fwd_bwd": (("fwd_block_q", 0), ("fwd_block_k", 1), ("bwd_outer", 2), ("bwd_inner", 3))}
 
 
+class _Clamped:
+    """Each mode's grid as it runs at one seq: a block larger than seq is clamped to seq by the
+    kernel (``kernels.smem.clamp_block``), so the config is recorded with the tile that runs, and
+    grid points that clamp to the same config are one item (the first in grid order). Without
+    this, seq 100 would time tiles of 100 under the name "bq128", and bq128 and bq256 twice."""
+
+    def __init__(self, grids: dict[str, tuple[list[tuple[int, ...]], list[bytes]]]) -> None:
+        from kernels.smem import clamp_block
+
+        self.clamp = clamp_block
+        self.grids = grids
+        self.cache: dict[tuple[str, int], tuple[list[tuple[int, ...]], list[bytes]]] = {}
+        self.largest = {m: max((p[i] for p in g[0] for _, i in _BLOCK_POSITIONS[m]), default=0)
+                        for m, g in grids.items()}
+
+    def __call__(self, mode: str, seq: int) -> tuple[list[tuple[int, ...]], list[bytes]]:
+        if self.largest[mode] <= seq:
+            return self.grids[mode]
+        out = self.cache.get((mode, seq))
+        if out is None:
+            blocks = {i for _, i in _BLOCK_POSITIONS[mode]}
+            runs = dict.fromkeys(
+                tuple(self.clamp(v, seq) if i in blocks else v for i, v in enumerate(p)) for p in self.grids[mode][0]
+            )
+            params = list(runs)
+            out = self.cache[(mode, seq)] = (params, [id_suffix(config_fields(mode), p) for p in params])
+        return out
+
+
 class _Classifier:
     """(kind, reason, smem_bytes) of each config of a grid at one shape.
 
@@ -210,7 +240,7 @@ class _Classifier:
     blocks to seq, so a grid's classification is computed once per (mode, dtype,
     head_dim) and reused for every seq at which no block is clamped or invalid."""
 
-    def __init__(self, spec: SweepSpec) -> None:
+    def __init__(self, spec: SweepSpec, grids: dict[str, list[tuple[int, ...]]]) -> None:
         from kernels import smem  # pure arithmetic, no jax import
 
         self.smem = smem
@@ -218,14 +248,13 @@ class _Classifier:
         self.limit = spec.smem_limit_bytes
         self.enabled = spec.kernel.prune_smem == "predict" and self.limit is not None
         self.cache: dict[tuple, list[tuple[str, str | None, int | None]]] = {}
-        self.blocks: dict[str, list[int]] = {}  # distinct block sizes of each mode's grid
+        # distinct block sizes of each mode's whole grid (a shape may run a clamped one)
+        self.blocks = {m: sorted({p[i] for p in g for _, i in _BLOCK_POSITIONS[m]}) for m, g in grids.items()}
 
     def __call__(self, mode: str, dtype: str, head_dim: int, seq: int,
                  grid: list[tuple[int, ...]]) -> list[tuple[str, str | None, int | None]]:
         positions = _BLOCK_POSITIONS[mode]
-        blocks = self.blocks.get(mode)
-        if blocks is None:
-            blocks = self.blocks[mode] = sorted({p[i] for p in grid for _, i in positions})
+        blocks = self.blocks[mode]
         plain = all(b <= seq and seq % b == 0 for b in blocks)
         key = (mode, dtype, head_dim, None if plain else seq)
         out = self.cache.get(key)

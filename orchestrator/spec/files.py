@@ -31,6 +31,8 @@ def read_spec_data(p: Path) -> dict[str, Any]:
         raise SpecError(f"spec file {p} does not exist; pass the path of a JSON or TOML spec")
     if p.is_dir():
         raise SpecError(f"spec file {p} is a directory; pass the path of a JSON or TOML spec")
+    if p.suffix.lower() in (".yaml", ".yml"):
+        raise SpecError(f"spec file {p}: YAML is not supported: use JSON or TOML")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -52,6 +52,24 @@ def _head_dims(values: list[int]) -> list[int]:
     return values
 
 
+WARPS = (1, 2, 4, 8, 16, 32)  # warps per block a Triton kernel launches with
+MAX_STAGES = 8  # software-pipelining depth; deeper never fits shared memory at useful tiles
+
+
+def _warps(values: list[int]) -> list[int]:
+    bad = [v for v in values if v not in WARPS]
+    if bad:
+        raise ValueError(f"must each be one of {', '.join(map(str, WARPS))} (warps per block), got {bad}")
+    return values
+
+
+def _stages(values: list[int]) -> list[int]:
+    bad = [v for v in values if not 1 <= v <= MAX_STAGES]
+    if bad:
+        raise ValueError(f"must each be 1..{MAX_STAGES} (pipeline stages), got {bad}")
+    return values
+
+
 def _positive(values: list[int]) -> list[int]:
     bad = [v for v in values if v < 1]
     if bad:
@@ -70,11 +88,15 @@ NonEmpty = Field(min_length=1)
 Pow2List = Annotated[list[int], NonEmpty, AfterValidator(_power_of_two), AfterValidator(_unique)]
 PosList = Annotated[list[int], NonEmpty, AfterValidator(_positive), AfterValidator(_unique)]
 HeadDimList = Annotated[list[int], NonEmpty, AfterValidator(_head_dims), AfterValidator(_unique)]
+WarpsList = Annotated[list[int], NonEmpty, AfterValidator(_warps), AfterValidator(_unique)]
+StagesList = Annotated[list[int], NonEmpty, AfterValidator(_stages), AfterValidator(_unique)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # strict: numbers must be numbers and flags booleans ("repeats": "2" or true is refused,
+    # not read as 2 or 1); a float field still takes an integer
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
 
 
 class ForwardBlocks(_Model):
@@ -201,12 +223,12 @@ class SweepSpec(_Model):
     tag: str = ""
     fwd_block_q: Pow2List = [32, 64, 128]
     fwd_block_k: Pow2List = [32, 64, 128]
-    fwd_stages: PosList = [1, 2, 3]
-    fwd_warps: Pow2List = [4, 8]
+    fwd_stages: StagesList = [1, 2, 3]
+    fwd_warps: WarpsList = [4, 8]
     bwd_outer: Pow2List = [32, 64, 128]
     bwd_inner: Pow2List = [16, 32, 64, 128]
-    bwd_stages: PosList = [1, 2]
-    bwd_warps: Pow2List = [4, 8]
+    bwd_stages: StagesList = [1, 2]
+    bwd_warps: WarpsList = [4, 8]
     bwd_fwd_config: ForwardBlocks | None = None
     smem_limit_bytes: int | None = Field(default=232448, ge=1)
 

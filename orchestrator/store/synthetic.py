@@ -47,7 +47,8 @@ RUNTIME_ERROR = "JaxRuntimeError: RESOURCE_EXHAUSTED: Shared memory size limit e
 
 def million_spec(**over: Any) -> dict[str, Any]:
     """A spec of exactly 1,000,000 items: 2 dtypes x 50 head_dims x 100 seqs = 10,000 shapes,
-    each 2 auto + 54 fwd (3x3x3x2) + 44 fwd_bwd (2x2x11x1) configs."""
+    each 2 auto + 90 fwd (3x3x5x2) + 8 fwd_bwd (2x2x2x1) configs (stages stay within the 1..8 a
+    spec allows)."""
     spec: dict[str, Any] = {
         "output": "attention_tiles.json",
         "tag": "h100_nvl",
@@ -57,11 +58,11 @@ def million_spec(**over: Any) -> dict[str, Any]:
         "modes": ["fwd", "fwd_bwd"],
         "fwd_block_q": [32, 64, 128],
         "fwd_block_k": [32, 64, 128],
-        "fwd_stages": [1, 2, 3],
+        "fwd_stages": [1, 2, 3, 4, 5],
         "fwd_warps": [4, 8],
         "bwd_outer": [32, 64],
         "bwd_inner": [16, 32],
-        "bwd_stages": list(range(1, 12)),
+        "bwd_stages": [1, 2],
         "bwd_warps": [4],
     }
     spec.update(over)
