@@ -11,8 +11,8 @@ from typing import Any
 from orchestrator import PROG
 from orchestrator.cli.progress import Progress
 
-__all__ = ["PROG", "Parser", "Progress", "merge_line", "non_negative_int", "positive_int", "print_failed_units",
-           "print_page", "print_plan_notes", "print_table", "seconds", "warn"]
+__all__ = ["OVERWRITE_HELP", "PROG", "Parser", "Progress", "merge_line", "non_negative_int", "positive_int",
+           "print_failed_units", "print_page", "print_plan_notes", "print_table", "seconds", "warn"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -85,10 +85,19 @@ def print_page(output: Path) -> None:
     print(f"report page: {write_report(output)}")
 
 
+OVERWRITE_HELP = ("replace the output even if it holds records that are not this sweep's (the old document is "
+                  "kept as OUTPUT.prev)")
+
+
 def merge_line(summary: Any) -> str:
     """One line on what a merge did, naming what it set aside (the warnings name the files)."""
+    if not summary.written:
+        return (f"wrote nothing: every partial with records was quarantined (see the warnings above); "
+                f"{summary.output} is unchanged")
     text = (f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
             f"planned missing) into {summary.output}")
+    if summary.prev is not None:
+        text += f"; the document it replaced held {summary.replaced} records: kept as {summary.prev}"
     if summary.skipped_lines:
         text += f"; skipped {summary.skipped_lines} torn or invalid partial lines (their items are redone by resume)"
     if summary.quarantined:

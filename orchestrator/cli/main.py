@@ -3,6 +3,13 @@
 ``orchestrator.cli`` is the only place that prints or configures logging. Every expected
 failure is a ``TilesweepError``; it becomes one line on stderr and exit code 2. Anything
 else is a bug and keeps its traceback.
+
+Two more ways a command ends in one line, never a traceback:
+- Ctrl-C (SIGINT): the first one stops the command (workers started here write ``abandon``
+  lines for the configs in flight, so no config is blamed for the interruption) and prints one
+  line; further ones while it stops are ignored.
+- standard output that cannot be written (``> /dev/full``: one line, exit 2) or that is closed
+  early (``| head -1``: quietly, exit 0).
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -48,11 +56,21 @@ def configure_logging(verbosity: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
+class StdoutFailed(Exception):
+    """Standard output could not be written (a full disk, an unwritable file)."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(exc.strerror or str(exc))
+        self.errno = exc.errno
+
+
 class PipeSafeStdout:
     """stdout that a closed pipe (``tilesweep resume | head -1``) cannot stop: the first
     write or flush that finds the reader gone points stdout at /dev/null and the command
     goes on, so what it was doing (a submission sbatch may have accepted) is never cut short
-    by a print. Everything else is the wrapped stream's."""
+    by a print. Any other failed write or flush (``> /dev/full``) is a ``StdoutFailed`` that
+    ``main`` turns into one line, not an OSError from wherever the command happened to print.
+    Everything else is the wrapped stream's."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -66,24 +84,51 @@ class PipeSafeStdout:
         except BrokenPipeError:
             self._gone()
             return len(text)
+        except OSError as exc:
+            raise StdoutFailed(exc) from None
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except BrokenPipeError:
             self._gone()
+        except OSError as exc:
+            raise StdoutFailed(exc) from None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    """The first Ctrl-C stops the command; later ones are ignored while it stops."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so the interpreter's last flush of what could not
+    be written does not fail again (and print a traceback of its own) at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupted)
     original = sys.stdout
     sys.stdout = PipeSafeStdout(original)  # type: ignore[assignment]
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here (and is let go), a full disk fails here, not at exit
+        return code
+    except StdoutFailed as exc:
+        _silence_stdout()
+        print(f"{PROG}: error: cannot write to standard output: {exc}", file=sys.stderr)
+        return 2
     finally:
-        sys.stdout.flush()  # a closed pipe shows here (and is let go), not at exit
         sys.stdout = original
 
 
@@ -97,6 +142,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print(f"{PROG}: interrupted; finished records are kept, rerun to continue", file=sys.stderr)
         return 130
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone

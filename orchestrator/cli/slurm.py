@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.common import (
+    OVERWRITE_HELP,
     PROG,
     Progress,
+    merge_line,
     positive_int,
     print_failed_units,
     print_page,
@@ -187,7 +189,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float = 10.0,
-                   timeout: float | None = None, html: bool | None = None) -> int:
+                   timeout: float | None = None, html: bool | None = None, overwrite: bool = False) -> int:
     """A progress line until every unit has settled (warning once of each unit that cannot
     start), then the merge, the best-config table, what is left to resume and, when asked
     (``html``, default: the sweep's frozen spec's ``report.html``), the report page's path."""
@@ -211,10 +213,9 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
         warn(f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
              f"`{PROG} wait {sd.root}` again later")
         return 1
-    summary = merge_sweep(sd)
-    print(f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
-          f"missing) into {summary.output}", file=sys.stderr)
-    if summary.records:
+    summary = merge_sweep(sd, overwrite=overwrite)
+    print(merge_line(summary), file=sys.stderr)
+    if summary.written and summary.records:
         print_table(summary.output)
     for u in st.ended_unfinished():
         warn(f"unit {u.id} {u.state}" + (f" ({u.detail})" if u.detail else "")
@@ -228,7 +229,8 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
 
 def cmd_wait(args: argparse.Namespace) -> int:
     sd = SweepDir.open(args.sweep_dir)
-    return wait_and_merge(sd, interval=args.interval, slurm_interval=args.slurm_interval, timeout=args.timeout)
+    return wait_and_merge(sd, interval=args.interval, slurm_interval=args.slurm_interval, timeout=args.timeout,
+                          overwrite=args.overwrite)
 
 
 def run_on_slurm(args: argparse.Namespace) -> int:
@@ -239,6 +241,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     from orchestrator.control.scheduler import require_submit_tools
     from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, run_or_follow, slurm_jobs
     from orchestrator.spec.files import load_spec
+    from orchestrator.store.merge import check_target
 
     spec = load_spec(args.spec)
     require_submit_tools()
@@ -247,6 +250,8 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     sd, _, _ = prepare_sweep(args.spec, str(root), args.units, args.output, costs=args.costs)
     print_plan_notes(sd.spec)
     try:
+        if not args.overwrite:
+            check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
         with run_or_follow(sd) as other:  # held while submitting and waiting: a second run follows
             if other is not None:
                 warn(f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its "
@@ -256,7 +261,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
                 _submit_or_resume(sd, spec.executor.model_copy(update={"kind": "slurm"}))
             if not slurm_jobs(sd):
                 raise DispatchError(f"nothing of {sd.root} was submitted; `{PROG} run` it again")
-            return wait_and_merge(sd, html=spec.report.html)
+            return wait_and_merge(sd, html=spec.report.html, overwrite=args.overwrite)
     except BaseException:
         if created and not slurm_jobs(sd):
             shutil.rmtree(root, ignore_errors=True)  # a sweep directory made for nothing
@@ -319,4 +324,5 @@ def register(sub: Any) -> None:
     s.add_argument("--slurm-interval", type=seconds, default=10.0,
                    help="seconds between squeue/sacct queries (default 10)")
     s.add_argument("--timeout", type=seconds, help="give up after this many seconds (exit 1)")
+    s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_wait)

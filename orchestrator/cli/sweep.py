@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cli.common import (
+    OVERWRITE_HELP,
     PROG,
     Progress,
     merge_line,
@@ -73,6 +74,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.control.sweeps import prepare_sweep, run_or_follow
     from orchestrator.spec.files import load_spec
+    from orchestrator.store.merge import check_target
 
     kind = args.executor or load_spec(args.spec).executor.kind
     if kind == "slurm":
@@ -80,10 +82,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return run_on_slurm(args)
     sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs)
+    if not args.overwrite:
+        check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
     print_plan_notes(sd.spec)
     with run_or_follow(sd) as other:
         if other is not None:
-            return follow_run(sd, other)
+            return follow_run(sd, other, overwrite=args.overwrite)
         return _run_here(sd, unit_ids, existed, kind, args)
 
 
@@ -109,9 +113,10 @@ def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argp
     outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=args.workers, on_poll=poll) if todo else []
     poll()
     progress.close()
-    summary = merge_sweep(sd)
+    summary = merge_sweep(sd, overwrite=args.overwrite)
     print(merge_line(summary), file=sys.stderr)
-    print_table(summary.output)
+    if summary.written:
+        print_table(summary.output)
     failed = print_failed_units(outcomes)
     if failed:
         warn(f"rerun `{PROG} run {args.spec} --sweep-dir {sd.root}` to redo only the missing items")
@@ -120,7 +125,7 @@ def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argp
     return 1 if failed else 0
 
 
-def follow_run(sd: Any, other: Any) -> int:
+def follow_run(sd: Any, other: Any, *, overwrite: bool = False) -> int:
     """Another ``tilesweep run`` runs this sweep: show its progress until it ends (instead of
     starting a second worker on each unit beside it), then merge and report."""
     from orchestrator.control.status import sweep_status
@@ -135,9 +140,9 @@ def follow_run(sd: Any, other: Any) -> int:
     st = sweep_status(sd, query_slurm=False)
     progress.update(st.done)
     progress.close()
-    summary = merge_sweep(sd)
+    summary = merge_sweep(sd, overwrite=overwrite)
     print(merge_line(summary), file=sys.stderr)
-    if summary.records:
+    if summary.written and summary.records:
         print_table(summary.output)
         if sd.spec.report.html:
             print_page(summary.output)
@@ -152,7 +157,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from orchestrator.store.sweepdir import SweepDir
 
     sd = SweepDir.open(args.sweep_dir)
-    summary = merge_sweep(sd, output=Path(args.output) if args.output else None)
+    summary = merge_sweep(sd, output=Path(args.output) if args.output else None, overwrite=args.overwrite)
     print(merge_line(summary))
     return 0
 
@@ -195,11 +200,13 @@ def register(sub: Any) -> None:
     s.add_argument("--workers", type=positive_int, help="local: parallel workers (default: one per visible GPU)")
     s.add_argument("--output", help="results document (default: the spec's output)")
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
+    s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("merge", help="merge a sweep's partial records into its results document")
     s.add_argument("sweep_dir")
     s.add_argument("--output", help="write here instead of the spec's output")
+    s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_merge)
 
     s = sub.add_parser("status", help="progress of a sweep, from any shell",

@@ -168,10 +168,13 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
         if u.state != "done":
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
     _leases(sd, st)
+    final = sd.final_merge() if hist.merge_jobs else None
     for m in hist.merge_jobs:
         ts = view.get(str(m["job_id"])) if view is not None else None
+        refused = final is not None and str(final.get("job_id")) == str(m["job_id"]) and not final.get("ok")
         st.merge_jobs.append({"job_id": str(m["job_id"]), "state": ts.state if ts else None,
-                              "reason": ts.reason if ts else None, "log": m.get("stderr")})
+                              "reason": ts.reason if ts else None, "log": m.get("stderr"),
+                              "error": final.get("error") if refused and final else None})
     st.taken = now
     return st
 
@@ -272,6 +275,9 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     if hidden:
         lines.append(f"  ... {hidden} more units not shown (--json lists every unit)")
     for m in st.merge_jobs[-1:]:
+        if m.get("error"):
+            lines.append(f"final merge: job {m['job_id']} failed: {m['error']}")
+            continue
         lines.append(f"final merge: job {m['job_id']} {(m['state'] or 'not in squeue/sacct').lower()}"
                      + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
                      + (f"  log: {m['log']}" if m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else ""))

@@ -125,11 +125,11 @@ def accounting(sd: SweepDir) -> dict[str, Any]:
     return {} if hours is None else {"gpu_hours": hours, "gpu_hours_source": GPU_HOURS_SOURCE}
 
 
-def merge_sweep(sd: SweepDir, *, output: Path | None = None) -> Any:
+def merge_sweep(sd: SweepDir, *, output: Path | None = None, overwrite: bool = False) -> Any:
     """``store.merge.merge`` with the sweep's GPU-hours in the document (one sacct call)."""
     from orchestrator.store.merge import merge
 
-    return merge(sd, output=output, extra=accounting(sd) or None)
+    return merge(sd, output=output, extra=accounting(sd) or None, overwrite=overwrite)
 
 
 @contextlib.contextmanager

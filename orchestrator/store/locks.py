@@ -35,7 +35,7 @@ from typing import Any
 
 import filelock
 
-from orchestrator.errors import LockTimeout
+from orchestrator.errors import LockTimeout, ResultsError
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +297,15 @@ class MergeLock:
         self._lock: Any = None
 
     def __enter__(self) -> MergeLock:
+        try:
+            return self._acquire()
+        except OSError as exc:  # the folder cannot hold the lock file: read-only, immutable, gone
+            raise ResultsError(
+                f"cannot create the lock file {self.path} ({exc.strerror or exc}); the folder {self.path.parent} "
+                "is not writable: make it writable, or merge into another folder with --output"
+            ) from None
+
+    def _acquire(self) -> MergeLock:
         if self.kind == "soft":
             self._lock = SoftLock(self.path, self.timeout)
             self._lock.acquire()

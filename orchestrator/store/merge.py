@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from orchestrator.errors import ResultsError
 from orchestrator.store.append import append_into, load_target
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.newest import pick_newest
@@ -46,6 +47,7 @@ from orchestrator.store.partials import log_skipped
 from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, segment
 from orchestrator.store.sweepdir import SweepDir, atomic_open, now_iso, remove_dead_temps
+from orchestrator.store.target import inspect, keep, refuse_foreign, stash, write_stamp
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ DEVICE_KEYS = ("jax", "backend", "devices", "python", "device_kind")
 _PLACEHOLDER = "\x00tilesweep-results\x00"
 _CHUNK = 4096
 
-__all__ = ["MergeSummary", "merge", "lock_path_for", "write_document", "DEVICE_KEYS"]
+__all__ = ["MergeSummary", "check_target", "merge", "lock_path_for", "write_document", "DEVICE_KEYS"]
 
 
 @dataclass
@@ -69,6 +71,9 @@ class MergeSummary:
     quarantined: list[Quarantined] = field(default_factory=list)
     partials: int = 0
     partials_cached: int = 0  # partials taken from the merge cache without reading them
+    written: bool = True  # False: every partial with records was quarantined, the output is untouched
+    replaced: int = 0  # records the document held before this merge replaced it
+    prev: Path | None = None  # where that document was kept, when it held more records than the new one
 
 
 # ---------------------------------------------------------------------------- collecting
@@ -178,16 +183,29 @@ def _write_results(f: IO[str], records: Iterable[str]) -> None:
 
 
 def merge(
-    sd: SweepDir, *, output: Path | None = None, use_cache: bool = True, extra: dict[str, Any] | None = None
+    sd: SweepDir,
+    *,
+    output: Path | None = None,
+    use_cache: bool = True,
+    extra: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> MergeSummary:
     """Merge the sweep's partials into its output document (atomically, under a lock).
     ``extra``: more keys for the document's ``tilesweep`` block (the GPU-hours the control
-    plane read from the scheduler's accounting)."""
+    plane read from the scheduler's accounting).
+
+    Without append, a document holding records that are not this sweep's is refused unless
+    ``overwrite`` (``target``); a document replaced by one with fewer records is kept as
+    ``<output>.prev``; when every partial with records was quarantined nothing is written."""
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
         for p in remove_dead_temps(out) + remove_dead_temps(sd.root / CACHE_DIR):
             log.info("removed %s, left by a merge that was killed", p)
+        appending = spec.append and out.exists()
+        target = inspect(sd, out) if not appending else None
+        if target is not None and (target.n_foreign or target.not_a_document) and not overwrite:
+            refuse_foreign(target)
         segs, moved, env = collect(sd, use_cache=use_cache)
         planned = sd.planned
         slots = pick_newest(segs, planned)
@@ -209,18 +227,53 @@ def merge(
             partials_cached=sum(s.cached for s in segs),
         )
         del segs
-        if spec.append and out.exists():
+        if moved and not slots.found:
+            summary.written = False
+            log.warning("every partial with records was quarantined: %s is left as it was", out)
+            return summary
+        if appending:
+            existing = load_target(out)
+            summary.replaced = len(existing.results)
             head, texts, kept, kept_errors = append_into(
-                load_target(out), head, slots, mix_devices=spec.merge.mix_devices, path=out
+                existing, head, slots, mix_devices=spec.merge.mix_devices, path=out
             )
-            write_document(out, _ordered(head), texts)
             summary.records, summary.kept_from_existing = len(texts), kept
             summary.errors = sum(slots.err) + kept_errors
+            _replace(sd, out, _ordered(head), texts, summary)
         else:
-            write_document(out, _ordered(head), slots)
+            summary.replaced = target.records if target is not None else 0
             summary.records, summary.errors = slots.found, sum(slots.err)
+            _replace(sd, out, _ordered(head), slots, summary)
     log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
     return summary
+
+
+def check_target(sd: SweepDir, output: Path | None = None) -> None:
+    """Refuse early what ``merge`` would refuse: an output holding records that are not this
+    sweep's (``run`` asks before it runs anything). Append merges keep every record: no check."""
+    out = Path(output) if output is not None else sd.output
+    if not (sd.spec.append and out.exists()):
+        target = inspect(sd, out)
+        if target.n_foreign or target.not_a_document:
+            refuse_foreign(target)
+
+
+def _replace(sd: SweepDir, out: Path, head: dict[str, Any], records: Iterable[str], summary: MergeSummary) -> None:
+    """Write the document; keep the one it replaces as ``.prev`` when that held more records.
+    Nothing is changed when the output cannot be replaced (one line says why)."""
+    stashed = stash(out) if out.exists() and summary.replaced > summary.records else None
+    try:
+        write_document(out, head, records)
+    except OSError as exc:
+        if stashed is not None:
+            stashed.unlink(missing_ok=True)
+        raise ResultsError(
+            f"cannot write {out} ({exc.strerror or exc}); it is unchanged: make it and its folder writable "
+            "(chmod, or chattr -i where it is immutable), or merge into another file with --output"
+        ) from None
+    if stashed is not None:
+        summary.prev = keep(stashed, out)
+    write_stamp(sd, out, summary.records)
 
 
 def _ordered(head: dict[str, Any]) -> dict[str, Any]:

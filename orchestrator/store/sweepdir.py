@@ -9,6 +9,7 @@ Layout::
     done/<id>.json      completion marker, written atomically at the end of a unit
     env.json            environment fingerprint of the first worker (later ones must match)
     jobs.jsonl          submission history (executor, job ids, attempt)
+    final-merge.json    what the final merge job did last (merged, or refused and why)
     logs/               submitit's folder (sbatch files, stdout/stderr per task)
     logs/units/<id>.log one per unit: its workers' output on SLURM (a task runs several)
     leases/<id>.lease   held by the live worker of a unit (see leases); run.lease: `tilesweep run`
@@ -28,6 +29,7 @@ import json
 import os
 import re
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,6 +43,7 @@ from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store.locks import pid_alive
 
 SWEEP_FILE = "sweep.json"
+FINAL_MERGE_FILE = "final-merge.json"
 FORMAT = "tilesweep-sweep"
 
 
@@ -57,13 +60,15 @@ def temp_path(path: Path) -> Path:
 @contextlib.contextmanager
 def atomic_open(path: Path, mode: str = "w", *, fsync: bool = True) -> Iterator[IO[Any]]:
     """Write a file through a temp file beside it that replaces it only once complete, so a
-    reader sees the old file or the new one, never a half-written one."""
+    reader sees the old file or the new one, never a half-written one. The new file keeps the
+    permission bits of the one it replaces (a document made group-readable stays so)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     try:
         with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
             f.flush()
+            _keep_mode(path, f.fileno())
             if fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -84,6 +89,15 @@ def atomic_open(path: Path, mode: str = "w", *, fsync: bool = True) -> Iterator[
             pass
         finally:
             os.close(dfd)
+
+
+def _keep_mode(path: Path, fd: int) -> None:
+    """Give the temp file open as ``fd`` the permission bits of ``path``, where it exists."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return
+    os.fchmod(fd, mode)
 
 
 def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
@@ -331,6 +345,19 @@ class SweepDir:
             except json.JSONDecodeError:
                 continue  # a torn last line after a crash
         return out
+
+    # ------------------------------------------------------------------ the final merge job
+    def record_final_merge(self, result: dict[str, Any]) -> None:
+        """What the final merge job did (``final-merge.json``), so ``status`` can say why it
+        failed in one line instead of pointing at its log."""
+        atomic_write_json(self.root / FINAL_MERGE_FILE, {**result, "finished": now_iso()}, indent=1)
+
+    def final_merge(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.root / FINAL_MERGE_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
 
     # ------------------------------------------------------------------ environment
     def check_env(self, env: dict[str, Any]) -> None:

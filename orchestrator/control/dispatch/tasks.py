@@ -10,6 +10,7 @@ stderr is its log, which ``tilesweep status`` points to when a unit fails.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from typing import Any
@@ -159,15 +160,24 @@ class MergeTask(submitit.helpers.Checkpointable):
 
     def __call__(self, sweep_dir: str) -> dict[str, Any]:
         from orchestrator.control.sweeps import merge_sweep
+        from orchestrator.errors import TilesweepError
 
         configure_node_logging()
         sd = SweepDir.open(sweep_dir)
-        summary = merge_sweep(sd)
-        out = {"output": str(summary.output), "records": summary.records, "missing": summary.missing,
-               "errors": summary.errors}
+        job = os.environ.get("SLURM_JOB_ID")
+        try:
+            summary = merge_sweep(sd)
+        except TilesweepError as exc:  # refused (records of another sweep, an unwritable output): say why
+            sd.record_final_merge({"job_id": job, "ok": False, "error": exc.message})
+            log.error("final merge refused: %s", exc.message)
+            raise
+        result = {"output": str(summary.output), "records": summary.records, "missing": summary.missing,
+                  "errors": summary.errors, "written": summary.written,
+                  "prev": None if summary.prev is None else str(summary.prev)}
         if sd.spec.report.html and summary.records:
-            out.update(write_page_logged(summary.output))
-        return out
+            result.update(write_page_logged(summary.output))
+        sd.record_final_merge({"job_id": job, "ok": True, **result})
+        return result
 
 
 def write_page_logged(output: Any) -> dict[str, str]:

@@ -1,0 +1,173 @@
+"""What a merge replaces: the results document already at the output, judged before it is
+overwritten, so that no merge drops records it did not produce.
+
+A merge without ``append`` writes this sweep's records only. If the document it would replace
+holds records whose identity (``records.item_id``) is not an item of this sweep's plan (another
+sweep appended into it, another tool wrote it, it is not a results document at all), the merge
+refuses in one line, naming how many records and whose, unless the user passes ``--overwrite``.
+Whose: the document's ``tilesweep`` blocks (its own and the ``earlier`` ones kept by appends)
+say which sweep directory and spec fingerprint measured each unit, and records carry their
+unit; a record no block claims is "not written by tilesweep".
+
+Whenever a merge writes fewer records than the document it replaces holds (``--overwrite``, a
+partial quarantined since the last merge, duplicates dropped by an append), the old document is
+kept beside the new one as ``<output>.prev`` (one generation) and the merge says so.
+
+Judging a document means parsing it, which a merge over its own previous output need not pay
+(a second per million records): after writing, the merger leaves a stamp (inode, size, mtime
+and record count of what it wrote) in ``SWEEP/merge-cache/``; a document that still matches the
+stamp is the merger's own output, unchanged, so it holds only this sweep's records. Anything
+else (replaced, appended into, edited) is parsed and judged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ResultsError
+from orchestrator.spec.records import item_id
+from orchestrator.store.document import load
+from orchestrator.store.partials import UnitItems
+from orchestrator.store.segments import CACHE_DIR
+from orchestrator.store.sweepdir import SweepDir, atomic_write_json, temp_path
+
+log = logging.getLogger(__name__)
+
+STAMP_FILE = "output-stamps.json"
+NOT_TILESWEEP = "not written by tilesweep"
+
+
+@dataclass
+class Target:
+    """The file a merge would replace: how many records it holds, how many of them are not
+    this sweep's (by owner), or why it is not a results document at all."""
+
+    path: Path
+    exists: bool = False
+    records: int = 0
+    foreign: Counter[str] = field(default_factory=Counter)
+    not_a_document: str | None = None
+
+    @property
+    def n_foreign(self) -> int:
+        return sum(self.foreign.values())
+
+
+def prev_path(out: Path) -> Path:
+    """Where the document a merge replaces with fewer records is kept."""
+    return out.with_name(out.name + ".prev")
+
+
+def _stat_key(path: Path) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _stamps(sd: SweepDir) -> dict[str, Any]:
+    try:
+        data = json.loads((sd.root / CACHE_DIR / STAMP_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_stamp(sd: SweepDir, out: Path, records: int) -> None:
+    """Remember what this merge wrote to ``out`` (derived data: a lost stamp costs a parse)."""
+    stamps = _stamps(sd)
+    stamps[str(out)] = {"stat": _stat_key(out), "records": records}
+    try:
+        atomic_write_json(sd.root / CACHE_DIR / STAMP_FILE, stamps)
+    except OSError as exc:  # a read-only sweep directory: the next merge parses the document
+        log.debug("output stamp not written: %s", exc)
+
+
+def planned_ids(sd: SweepDir) -> set[str]:
+    """Every item id of the sweep's plan, from its unit files (as the merger orders records)."""
+    ids: set[str] = set()
+    for entry in sd.unit_index():
+        ids.update(UnitItems(sd.root, entry["id"]).positions)
+    return ids
+
+
+def _owners(block: Any) -> dict[Any, str]:
+    """unit -> which sweep measured it, from a document's tilesweep block and its earlier ones."""
+    if not isinstance(block, dict):
+        return {}
+    owners: dict[Any, str] = {}
+    for b in [*(e for e in block.get("earlier") or [] if isinstance(e, dict)), block]:
+        who = f"of sweep {b.get('sweep_dir')} (spec fingerprint {b.get('fingerprint')})"
+        attempts = b.get("attempts")
+        for unit in attempts if isinstance(attempts, dict) else ():
+            owners[unit] = who
+    return owners
+
+
+def inspect(sd: SweepDir, out: Path) -> Target:
+    """What the document at ``out`` holds, as far as a merge without append is concerned."""
+    target = Target(out, exists=out.exists())
+    if not target.exists:
+        return target
+    stamp = _stamps(sd).get(str(out))
+    if isinstance(stamp, dict) and stamp.get("stat") == _stat_key(out) and type(stamp.get("records")) is int:
+        target.records = stamp["records"]  # our own last output, unchanged since
+        return target
+    try:
+        doc = load(out)
+    except ResultsError as exc:
+        target.not_a_document = exc.message.removeprefix(f"{out}: ").removeprefix("not a results document: ")
+        return target
+    target.records = len(doc.results)
+    planned = planned_ids(sd)
+    owners = _owners(doc.extra.get("tilesweep"))
+    for rec in doc.results:
+        try:
+            ours = item_id(rec) in planned
+        except (KeyError, TypeError):  # a config field missing: not an identity of any plan
+            ours = False
+        if not ours:
+            target.foreign[owners.get(rec.get("unit"), NOT_TILESWEEP)] += 1
+    return target
+
+
+def refuse_foreign(target: Target) -> None:
+    """One line naming what a merge without append would drop, and the ways out."""
+    keep = f"the old one is then kept as {prev_path(target.path).name}"
+    if target.not_a_document is not None:
+        raise ResultsError(
+            f"{target.path} exists and is not a results document ({target.not_a_document}); merging would replace "
+            f"it: write elsewhere with --output, or pass --overwrite ({keep})"
+        )
+    n = target.n_foreign
+    whose = ", ".join(f"{k} {owner}" for owner, k in target.foreign.most_common())
+    raise ResultsError(
+        f"{target.path} holds {n} record{'s' if n != 1 else ''} that {'are' if n != 1 else 'is'} not this sweep's "
+        f"({whose}); merging would drop them: set append: true to merge into it, write elsewhere with --output, "
+        f"or pass --overwrite to replace it ({keep})"
+    )
+
+
+def stash(out: Path) -> Path:
+    """A second name for the document about to be replaced (a hard link, or a copy where links
+    are not allowed); ``keep`` makes it ``<output>.prev`` once the new document is in place."""
+    tmp = temp_path(prev_path(out))
+    try:
+        os.link(out, tmp)
+    except OSError:
+        shutil.copy2(out, tmp)
+    return tmp
+
+
+def keep(stashed: Path, out: Path) -> Path:
+    prev = prev_path(out)
+    os.replace(stashed, prev)
+    return prev

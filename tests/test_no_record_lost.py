@@ -1,0 +1,140 @@
+"""No record lost, no false error: what a merge may replace, and the answers to an output or
+a terminal that cannot be written, each as a user meets it (a new process per command)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench._synth import build_sweep, small_spec
+from tests.helpers import assert_one_line_error
+
+from .conftest import REPO, SAMPLE, run_cli
+
+
+def _records(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["results"]
+
+
+def _two_sweeps(tmp_path: Path):
+    """Sweep A writes results.json; sweep B (another tag) appends its records into it."""
+    out = tmp_path / "results.json"
+    a, _ = build_sweep(tmp_path / "a", small_spec(n_seqs=1, tag="A"), 2, output=out)
+    b, _ = build_sweep(tmp_path / "b", small_spec(n_seqs=1, tag="B", append=True), 2, output=out)
+    return a, b, out
+
+
+def test_a_merge_never_drops_records_of_another_sweep(tmp_path):
+    a, b, out = _two_sweeps(tmp_path)
+    assert run_cli("merge", str(a.root)).returncode == 0
+    assert run_cli("merge", str(b.root)).returncode == 0  # append: A's records stay
+    both = out.read_bytes()
+    assert len(json.loads(both)["results"]) == a.planned + b.planned
+    # A merged again (append false) would drop B's records: refused, naming how many and whose
+    r = run_cli("merge", str(a.root))
+    line = assert_one_line_error(r, f"{out} holds {b.planned} records that are not this sweep's",
+                                 f"of sweep {b.root}", "--overwrite", "append: true")
+    assert out.read_bytes() == both and not (tmp_path / "results.json.prev").exists()
+    # `run` refuses before it runs anything, with the same line
+    spec = tmp_path / "a.json"
+    spec.write_text(json.dumps({**small_spec(n_seqs=1, tag="A"), "output": str(out)}))
+    assert run_cli("run", str(spec), "--sweep-dir", str(a.root)).stderr.strip() == line
+    # --overwrite replaces it and keeps the old document beside it, and says so
+    r = run_cli("merge", str(a.root), "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert f"the document it replaced held {a.planned + b.planned} records: kept as {out}.prev" in r.stdout
+    assert (tmp_path / "results.json.prev").read_bytes() == both
+    assert len(_records(out)) == a.planned
+    # merging again over its own output: nothing foreign, nothing kept aside again
+    os.unlink(tmp_path / "results.json.prev")
+    r = run_cli("merge", str(a.root))
+    assert r.returncode == 0 and "kept as" not in r.stdout and not (tmp_path / "results.json.prev").exists()
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("sample", "records that are not this sweep's (4 not written by tilesweep)"),
+    ("notes", "exists and is not a results document (not valid JSON"),
+])
+def test_a_document_tilesweep_did_not_write_is_not_replaced_silently(tmp_path, content, needle):
+    out = tmp_path / "results.json"
+    sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out)
+    if content == "sample":
+        doc = json.loads(SAMPLE.read_text())
+        doc["results"] = doc["results"][:4]
+        out.write_text(json.dumps(doc, indent=1))
+    else:
+        out.write_text("my notes, not json\n")
+    before = out.read_bytes()
+    assert_one_line_error(run_cli("merge", str(sd.root)), str(out), needle, "--overwrite")
+    assert out.read_bytes() == before
+
+
+def test_fewer_records_keep_the_old_document_and_all_quarantined_writes_nothing(tmp_path):
+    out = tmp_path / "results.json"
+    sd, units = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out)
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    full = out.read_bytes()
+    # one partial is replaced by another sweep's: quarantined, its records are gone from the merge
+    other, _ = build_sweep(tmp_path / "o", small_spec(n_seqs=1, repeats=9), 2, output=tmp_path / "o.json")
+    shutil.copy(other.partial_path(other.unit_index()[0]["id"]), sd.partial_path(units[0].id))
+    r = run_cli("merge", str(sd.root))
+    assert r.returncode == 0, r.stderr
+    kept = len(_records(out))
+    assert kept < sd.planned and "quarantined 1 partial file(s)" in r.stdout
+    assert f"the document it replaced held {sd.planned} records: kept as {out}.prev" in r.stdout
+    assert (tmp_path / "results.json.prev").read_bytes() == full
+    # now every partial with records is quarantined: nothing is written
+    shutil.copy(other.partial_path(other.unit_index()[1]["id"]), sd.partial_path(units[1].id))
+    before = out.read_bytes()
+    r = run_cli("merge", str(sd.root))
+    assert r.returncode == 0, r.stderr
+    assert "wrote nothing: every partial with records was quarantined" in r.stdout
+    assert out.read_bytes() == before and len(list((sd.root / "quarantine").glob("*.jsonl.*"))) == 2
+
+
+def test_unwritable_output_or_folder_is_one_line_and_changes_nothing(tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = folder / "results.json"
+    sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out)
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    os.chmod(out, 0o640)
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640  # replacing the output keeps its mode
+    before = out.read_bytes()
+    subprocess.run(["chattr", "+i", str(out)], check=True)
+    try:
+        assert_one_line_error(run_cli("merge", str(sd.root)), f"cannot write {out} (Operation not permitted)",
+                              "it is unchanged", "--output")
+    finally:
+        subprocess.run(["chattr", "-i", str(out)], check=True)
+    assert out.read_bytes() == before and {p.name for p in folder.iterdir()} == {"results.json", ".results.json.lock"}
+    other = folder / "other.json"
+    subprocess.run(["chattr", "+i", str(folder)], check=True)
+    try:
+        assert_one_line_error(run_cli("merge", str(sd.root), "--output", str(other)),
+                              f"cannot create the lock file {folder}/.other.json.lock", "not writable")
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    assert not other.exists()
+
+
+def test_standard_output_full_or_closed(tmp_path):
+    sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=tmp_path / "r.json")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(sd.root)], cwd=REPO, stdout=full,
+                           stderr=subprocess.PIPE, text=True)
+    assert_one_line_error(r, "cannot write to standard output: No space left on device")
+    # a reader that stops early (| head -1) gets its line; the writer ends quietly, exit 0
+    spec = tmp_path / "big.json"
+    spec.write_text(json.dumps(small_spec(n_seqs=4)))  # 1,600 plan lines: more than a pipe holds
+    r = subprocess.run(f"{sys.executable} -m orchestrator plan {spec} --dry-run --json | head -1; exit ${{PIPESTATUS[0]}}",
+                       shell=True, cwd=REPO, capture_output=True, text=True, executable="/bin/bash")
+    assert r.returncode == 0 and r.stderr == "" and r.stdout.startswith('{"dtype": "bfloat16"')
