@@ -20,6 +20,7 @@ from kernels import impls
 from kernels.config import AttentionConfig
 from orchestrator.planning import WorkItem
 from orchestrator.spec.model import SweepSpec
+from orchestrator.spec.records import CRASHED_ERROR, TIMEOUT_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -158,10 +159,19 @@ def skipped_record(item: WorkItem) -> dict[str, Any]:
     return rec
 
 
-def crashed_record(item: WorkItem, attempts: int) -> dict[str, Any]:
+def crashed_record(item: WorkItem, deaths: int, hangs: int = 0) -> dict[str, Any]:
+    """The error record of a config given up on: its worker died ``deaths`` times while it was
+    the only config in flight (``hangs`` of them: the time limit found it hung)."""
     rec = item.record_fields()
-    rec["error"] = (
-        f"WorkerCrashed: this config was started {attempts} times and its worker died each time "
-        "(killed, hung past the time limit, or crashed the process); not retried"
-    )
+    if hangs >= deaths:
+        rec["error"] = (
+            f"{TIMEOUT_ERROR}: this config was the only one in flight {deaths} times when the time limit came and "
+            f"it did not finish; not retried (`tilesweep resume --retry-errors timeout` retries it)"
+        )
+    else:
+        rec["error"] = (
+            f"{CRASHED_ERROR}: this config was the only one in flight {deaths} times when its worker died "
+            "(crashed the process, killed from outside, or hung past the time limit); not retried "
+            "(`tilesweep resume --retry-errors crashed` retries it)"
+        )
     return rec

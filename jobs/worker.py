@@ -13,10 +13,16 @@ Where the time goes, and what the worker does about it:
 - compiles go through jax's persistent cache (``compile.cache_dir``), so a rerun loads them;
 - inputs and reference outputs are made once per shape (``measure.ShapeContext``).
 
-A window's configs all get a ``start`` line before it compiles. If the worker dies there,
-each of them looks like a suspect on the next attempt; suspects are then compiled one at
-a time, so a config that really kills its worker is the only one that reaches
-``executor.max_config_attempts``.
+A window's configs all get a ``start`` line before it compiles (``"alone": true`` when the
+window holds one config). If the worker dies there, each of them is a suspect on the next
+attempt and is then run alone; only a death while a config was alone in flight counts against
+it, so a config that really kills its worker is the only one that reaches
+``executor.max_config_attempts``, never one that shared a window with it.
+
+A worker that is stopped is not a config that died: SIGINT (Ctrl-C) and SIGTERM (scancel, the
+local executor stopping) write an ``abandon`` line for every config in flight, then the worker
+exits (``stop_signals``); a warning before the time limit (USR2, see the dispatch tasks) stops
+it between configs the same way. Only when the time limit finds a config hung does it count.
 """
 
 from __future__ import annotations
@@ -38,30 +44,14 @@ from orchestrator.errors import TilesweepError, WorkerEnvironmentError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec, env_fingerprint
 from orchestrator.store.leases import unit_lease
-from orchestrator.store.partials import PartialWriter, read_partial
+from orchestrator.store.partials import PartialContent, PartialWriter, check_headers, read_partial
+from orchestrator.store.quarantine import quarantine
 from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
-from . import compile_pool, measure
+from . import compile_pool, in_flight, measure
+from .in_flight import abandon_in_flight, stop_signals, write
 
 log = logging.getLogger(__name__)
-
-# The configs in flight, so a preemption handler can mark them abandoned (not a crash).
-_IN_FLIGHT: dict[str, Any] = {}
-
-
-def abandon_in_flight() -> str | None:
-    """Record that the configs in flight are given up on purpose (preemption, time-limit
-    warning), so none is counted as a config that killed its worker. Returns their ids
-    (comma-separated when a window was compiling), or None when none was in flight."""
-    writer, attempt = _IN_FLIGHT.get("writer"), _IN_FLIGHT.get("attempt")
-    items = list(_IN_FLIGHT.get("items") or ())
-    if writer is None or not items:
-        return None
-    for iid in items:
-        writer.write({"abandon": iid, "attempt": attempt})
-    _IN_FLIGHT["items"] = []
-    return ",".join(items)
-
 
 def device_block() -> dict[str, Any]:
     """The reference document's ``device`` block, plus jaxlib (part of the fingerprint)."""
@@ -105,7 +95,9 @@ class _Attempt:
     attempt: int
     writer: PartialWriter
     todo: int  # items without a record when the attempt began
-    starts: Counter  # item id -> starts that died on it, here and in other units' partials
+    starts: Counter  # item id -> starts that died with it in flight, here and in other units' partials
+    deaths: Counter  # item id -> of those, the ones while it was alone in flight (what counts against it)
+    hangs: Counter  # item id -> of those, the ones the time limit found hung
     stop_check: Callable[[], bool] | None = None
     ctx: measure.ShapeContext | None = None
     done: int = 0
@@ -114,28 +106,51 @@ class _Attempt:
     compile_cached: int = 0
     compile_sum_s: float = 0.0
     compile_wall_s: float = 0.0
+    recorded: dict[str, bool] | None = None  # item id -> is an error, for what this attempt wrote
 
     def should_stop(self) -> bool:
         return self.stop_check is not None and self.stop_check()
 
     def record(self, it: WorkItem, rec: dict[str, Any]) -> None:
-        self.writer.write({"id": it.id, "attempt": self.attempt, "record": rec})
+        write(self.writer, {"id": it.id, "attempt": self.attempt, "record": rec})
+        if self.recorded is None:
+            self.recorded = {}
+        self.recorded[it.id] = "error" in rec
         self.done += 1
         self.errors += "error" in rec
         log.info("unit %s: %d/%d %s", self.unit_id, self.done, self.todo, "error" if "error" in rec else "ok")
 
 
 def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Callable[[], bool] | None = None,
-             prior_starts: dict[str, int] | None = None) -> dict[str, Any]:
+             prior_starts: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run every item of the unit that has no record yet; return a summary.
 
     ``stop_check()`` (optional) is polled between configs; when it returns True the worker
     stops cleanly after the config being timed (configs compiled ahead are abandoned).
-    ``prior_starts`` (optional): item id -> times a worker of another unit started that
-    item and died on it. ``tilesweep resume`` regroups missing items into new units, whose
-    partials start empty; without these counts a config that kills its worker would get a
-    fresh ``executor.max_config_attempts`` in every resumed unit and never be given up on.
+    ``prior_starts`` (optional): item id -> [starts, deaths, hangs] of that item in other
+    units' partials (``resume.ResumePlan.prior_starts``). ``tilesweep resume`` regroups missing
+    items into new units, whose partials start empty; without these counts a config that kills
+    its worker would get a fresh ``executor.max_config_attempts`` in every resumed unit and
+    never be given up on.
     """
+    with stop_signals():
+        return _run_unit(sweep_dir, unit_key, stop_check, prior_starts)
+
+
+def _existing(sd: SweepDir, unit_id: str, spec: SweepSpec) -> PartialContent:
+    """What the unit's partial records. A partial that is not this sweep's unit's (copied from
+    another sweep, another unit, another environment, or not a worker's at all) is moved to
+    quarantine first, as the merger would: nothing in it counts, and nothing is appended to it."""
+    path = sd.partial_path(unit_id)
+    existing = read_partial(path)
+    why = existing.foreign or check_headers(existing.headers, unit_id, spec.fingerprint(), sd.recorded_env())
+    if why is not None and quarantine(sd.root, path, why) is not None:
+        existing = read_partial(path)
+    return existing
+
+
+def _run_unit(sweep_dir: str, unit_key: str, stop_check: Callable[[], bool] | None,
+              prior_starts: dict[str, Any] | None) -> dict[str, Any]:
     sd = SweepDir.open(sweep_dir)
     unit_id = sd.resolve_unit(unit_key)
     # one worker per unit, ever: refused here, before anything is written, when a live one holds it
@@ -144,7 +159,7 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Callable[[], bool] | 
 
 
 def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | None,
-                prior_starts: dict[str, int] | None) -> dict[str, Any]:
+                prior_starts: dict[str, Any] | None) -> dict[str, Any]:
     """``run_unit`` once the unit's lease is held."""
     items = sd.unit_items(unit_id)
     spec = sd.spec
@@ -154,9 +169,12 @@ def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | Non
     sd.check_env(env_fingerprint(device))
 
     path = sd.partial_path(unit_id)
-    existing = read_partial(path)
-    if prior_starts:
-        existing.starts.update({iid: n for iid, n in prior_starts.items() if n > 0})
+    existing = _existing(sd, unit_id, spec)
+    for iid, counts in (prior_starts or {}).items():
+        starts, deaths, hangs = (counts, counts, 0) if isinstance(counts, int) else counts
+        existing.starts[iid] += starts
+        existing.deaths[iid] += deaths
+        existing.hangs[iid] += hangs
     attempt = existing.attempts + 1
     todo = [it for it in items if it.id not in existing.records]
     workers = compile_pool.pool_size(spec.compile.workers)
@@ -165,16 +183,20 @@ def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | Non
              unit_id, attempt, len(todo), len(items), workers, cache_dir or "off")
     started = time.perf_counter()
     with PartialWriter(path) as w, compile_pool.persistent_cache(cache_dir), compile_pool.CompilePool(workers) as pool:
-        w.write({"header": _header(spec, unit_id, attempt, device)})
-        run = _Attempt(unit_id, attempt, w, len(todo), existing.starts, stop_check)
-        _IN_FLIGHT.update(writer=w, attempt=attempt, items=[])
+        in_flight.begin(w, attempt)
+        write(w, {"header": _header(spec, unit_id, attempt, device)})
+        run = _Attempt(unit_id, attempt, w, len(todo), existing.starts, existing.deaths, existing.hangs, stop_check)
         runnable = _record_uncompiled(run, todo, spec)
         stopped = _compile_and_time(run, runnable, spec, pool)
-    _IN_FLIGHT.clear()
+        in_flight.end()
     summary = _summary(run, total=len(items), stopped=stopped, wall_s=time.perf_counter() - started, workers=workers)
     summary.update(gpu=os.environ.get("CUDA_VISIBLE_DEVICES"), job=slurm_task())
     if not stopped:
-        atomic_write_json(sd.marker_path(unit_id), {**summary, "finished": now_iso()})
+        recorded = {iid: "error" in rec for iid, (_, rec) in existing.records.items()} | (run.recorded or {})
+        st = os.stat(path)  # what the marker vouches for: status trusts it only while the partial is unchanged
+        partial = {"stat": [st.st_ino, st.st_size, st.st_mtime_ns], "records": len(recorded),
+                   "errors": sum(recorded.values())}
+        atomic_write_json(sd.marker_path(unit_id), {**summary, "partial": partial, "finished": now_iso()})
     return summary
 
 
@@ -204,8 +226,8 @@ def _record_uncompiled(run: _Attempt, todo: list[WorkItem], spec: SweepSpec) -> 
     for it in todo:
         if it.kind != RUN:
             run.record(it, measure.skipped_record(it))
-        elif run.starts[it.id] >= spec.executor.max_config_attempts:
-            run.record(it, measure.crashed_record(it, run.starts[it.id]))
+        elif run.deaths[it.id] >= spec.executor.max_config_attempts:
+            run.record(it, measure.crashed_record(it, run.deaths[it.id], run.hangs[it.id]))
         else:
             runnable.append(it)
     return runnable
@@ -218,9 +240,9 @@ def _compile_and_time(run: _Attempt, runnable: list[WorkItem], spec: SweepSpec,
     for window in _windows(runnable, compile_pool.window_size(pool.workers), suspects=run.starts):
         if run.should_stop():
             return True
+        alone = {"alone": True} if len(window) == 1 else {}
         for it in window:
-            run.writer.write({"start": it.id, "attempt": run.attempt})
-        _IN_FLIGHT["items"] = [it.id for it in window]
+            write(run.writer, {"start": it.id, "attempt": run.attempt, **alone}, started=it.id)
         t0 = time.perf_counter()
         compiled = pool.map(lambda it: measure.compile_item(it, spec), window)
         run.compile_wall_s += time.perf_counter() - t0
@@ -241,8 +263,8 @@ def _time_window(run: _Attempt, window: list[WorkItem], compiled: list[Any], spe
             run.ctx = measure.ShapeContext.make(it, spec)
         rec = measure.finish_item(it, comp, run.ctx, spec)
         compiled[k] = None  # drop the executable once timed
-        if it.id in _IN_FLIGHT["items"]:  # a SIGTERM handler may have abandoned it meanwhile
-            _IN_FLIGHT["items"].remove(it.id)
+        if it.id in in_flight.in_flight():  # a stop signal may have abandoned it meanwhile
+            in_flight.in_flight().remove(it.id)
         if comp.error is None:
             run.compiled += 1
             run.compile_cached += comp.cached
@@ -294,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     except TilesweepError as exc:
         print(f"tilesweep worker: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        print("tilesweep worker: interrupted; finished records are kept, the configs in flight were given up "
+              "(not counted against them); run it again to continue", file=sys.stderr)
+        return 130
     print(f"unit {summary['unit']}: {summary['done']} records written ({summary['errors']} errors), "
           f"{summary['already']} already done, {summary['wall_s']:.1f}s")
     return 0

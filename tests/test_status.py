@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import time
@@ -17,7 +18,8 @@ import pytest
 
 from orchestrator.control.resume import plan_resume
 from orchestrator.control.scheduler import SchedulerView, TaskState, expand_indices, parse_sacct
-from orchestrator.control.status import LOST_AFTER_S, count_partial, format_status, slurm_state, sweep_status
+from bench._synth import header, record_for
+from orchestrator.control.status import LOST_AFTER_S, format_status, slurm_state, sweep_status
 from orchestrator.spec.model import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir
 from tests.helpers import assert_one_line_error
@@ -114,11 +116,13 @@ def _sweep(tmp_path: Path, write_spec, units: int = 2, **over) -> SweepDir:
 
 
 def _fake_partial(sd: SweepDir, uid: str, n_records: int, n_errors: int = 0) -> None:
-    lines = ['{"header":{"schema":1}}']
-    for k in range(n_records):
-        rec = '{"dtype":"float32","error":"boom"}' if k < n_errors else '{"dtype":"float32","median_ms":1.0}'
-        lines.append(f'{{"start":"i{k}","attempt":1}}')
-        lines.append(f'{{"id":"i{k}","attempt":1,"record":{rec}}}')
+    """A worker's partial of the unit's first ``n_records`` items (the first ``n_errors`` failed)."""
+    rng = random.Random(0)
+    lines = [json.dumps(header(sd, uid, 1))]
+    for k, it in enumerate(sd.unit_items(uid)[:n_records]):
+        rec = {**it.record_fields(), "error": "RuntimeError: boom"} if k < n_errors else record_for(it, rng)
+        lines.append(json.dumps({"start": it.id, "attempt": 1}))
+        lines.append(json.dumps({"id": it.id, "attempt": 1, "record": rec}))
     sd.partial_path(uid).write_text("\n".join(lines) + "\n")
 
 
@@ -127,7 +131,6 @@ def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_sp
     units = [u["id"] for u in sd.unit_index()]
     _fake_partial(sd, units[0], 1, n_errors=1)
     _fake_partial(sd, units[1], 1)
-    assert count_partial(sd.partial_path(units[0]))[:2] == (1, 1)
     now = time.time()
     sd.record_jobs([{"unit": u, "executor": "slurm", "job_id": f"50_{k}", "array_id": "50", "task": k,
                      "submitted_ts": now - 600, "stderr": f"/logs/50_{k}_0_log.err"} for k, u in enumerate(units)])
@@ -208,8 +211,8 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(tmp_pa
     partial_lines = sd.partial_path(second).read_text().splitlines()
     recorded = {json.loads(line)["id"] for line in partial_lines if '"record"' in line}
     dead = next(i for i in items if i not in recorded)
-    with open(sd.partial_path(second), "a") as f:  # a worker that died on `dead` (as a SIGKILL leaves it)
-        f.write(json.dumps({"start": dead, "attempt": 1}) + "\n")
+    with open(sd.partial_path(second), "a") as f:  # a worker that died with `dead` alone in flight
+        f.write(json.dumps({"start": dead, "attempt": 1, "alone": True}) + "\n")
     # a partial of another environment is refused, naming the file
     foreign = tmp_path / "foreign"
     shutil.copytree(sd.root, foreign)
@@ -234,6 +237,17 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(tmp_pa
     assert len(crashed) == 1 and len(doc["results"]) == st.planned
     r = run_cli("resume", str(sd.root))
     assert r.returncode == 0 and "nothing to resubmit" in r.stdout
+    # --retry-errors crashed redoes it afresh (it was no killer): the new record supersedes the error
+    errors_before = st.errors
+    r = run_cli("resume", str(sd.root), "--retry-errors", "crashed")
+    assert r.returncode == 0 and "1 crashed error records are redone; 1 new unit" in r.stdout, r.stdout + r.stderr
+    st = sweep_status(sd)
+    assert st.complete and st.done == st.planned and st.errors == errors_before - 1, format_status(st)
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    doc = json.loads(sd.output.read_text())
+    assert len(doc["results"]) == st.planned and not any("WorkerCrashed" in r.get("error", "") for r in doc["results"])
+    r = run_cli("resume", str(sd.root), "--retry-errors", "crashed")
+    assert r.returncode == 0 and "no crashed error record to retry; nothing to resubmit" in r.stdout
 
 
 def test_resume_refuses_another_spec(tmp_path, write_spec):

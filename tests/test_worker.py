@@ -85,31 +85,42 @@ def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
         {i: {**strip(r), "compile_cached": True} for i, r in recs.items() if "compile_cached" in r}
 
 
-def _fake_attempt(sd, unit_id: str, lines: list[dict]) -> None:
-    """A previous attempt that died: its header and the given lines."""
+def _fake_attempts(sd, unit_id: str, attempts: list[list[dict]]) -> None:
+    """Previous attempts that died, as a worker of this sweep leaves them: a header each
+    (this sweep, this unit, this machine's environment), then the given lines."""
+    from orchestrator.spec.model import env_fingerprint
+
+    env = env_fingerprint(worker.device_block())
     path = sd.partial_path(unit_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = {"header": {"schema": SCHEMA_VERSION, "unit": unit_id, "attempt": 1}}
-    path.write_text("".join(json.dumps(obj) + "\n" for obj in [header, *lines]))
+    lines = []
+    for n, body in enumerate(attempts, 1):
+        lines.append({"header": {"schema": SCHEMA_VERSION, "unit": unit_id, "sweep": sd.spec.fingerprint(),
+                                 "attempt": n, "env": env, "started": f"2026-01-01T00:00:0{n}+00:00"}})
+        lines += [{**obj, "attempt": n} for obj in body]
+    path.write_text("".join(json.dumps(obj) + "\n" for obj in lines))
 
 
-def test_suspects_of_a_dead_window_are_compiled_alone(write_spec, tmp_path):
+def test_only_deaths_alone_in_flight_count_against_a_config(write_spec, tmp_path):
     sd, unit = _sweep(write_spec, tmp_path, "crash", compile={"workers": 2, "cache_dir": "off"})
     runnable = [it for it in sd.unit_items(unit) if it.kind == RUN]
     killer, *suspects = runnable[:3]
-    # attempt 1 died with a window of three in flight; the killer had died once before too
-    _fake_attempt(sd, unit, [{"start": killer.id, "attempt": 0}]
-                  + [{"start": it.id, "attempt": 1} for it in runnable[:3]])
+    # the killer died twice alone in flight (max_config_attempts is 2); the two others died
+    # twice in a window together (killed from outside, say): suspects, but nothing against them
+    _fake_attempts(sd, unit, [[{"start": killer.id, "alone": True}], [{"start": killer.id, "alone": True}],
+                              [{"start": it.id} for it in suspects], [{"start": it.id} for it in suspects]])
+    content = read_partial(sd.partial_path(unit))
+    assert content.deaths[killer.id] == 2 and all(content.deaths[it.id] == 0 for it in suspects)
     summary = worker.run_unit(str(sd.root), unit)
-    assert summary["attempt"] == 2 and summary["done"] == 6
+    assert summary["attempt"] == 5 and summary["done"] == 6
     recs = _records(sd, unit)
-    assert recs[killer.id]["error"].startswith("WorkerCrashed: ")
-    assert all("error" not in recs[it.id] for it in runnable[1:])
-    # each suspect had a window of its own: its start line is followed by its record
-    lines = _lines(sd, unit)[5:]
+    assert recs[killer.id]["error"].startswith("WorkerCrashed: this config was the only one in flight 2 times")
+    assert all("error" not in recs[it.id] for it in runnable[1:])  # no false error
+    # each suspect had a window of its own (its start line says it was alone), then its record
+    lines = [obj for obj in _lines(sd, unit) if obj.get("attempt") == 5]
     for it in suspects:
         k = next(i for i, obj in enumerate(lines) if obj.get("start") == it.id)
-        assert lines[k + 1].get("id") == it.id
+        assert lines[k]["alone"] is True and lines[k + 1].get("id") == it.id
     # the killer was not started again
     assert [obj for obj in lines if obj.get("start") == killer.id] == []
 

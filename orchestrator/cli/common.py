@@ -10,9 +10,11 @@ from typing import Any
 
 from orchestrator import PROG
 from orchestrator.cli.progress import Progress
+from orchestrator.spec.records import RETRY_KINDS
 
-__all__ = ["OVERWRITE_HELP", "PROG", "Parser", "Progress", "merge_line", "non_negative_int", "positive_int",
-           "print_failed_units", "print_page", "print_plan_notes", "print_table", "seconds", "warn"]
+__all__ = ["OVERWRITE_HELP", "PROG", "Parser", "Progress", "RETRY_HELP", "RETRY_KINDS", "merge_line",
+           "non_negative_int", "positive_int", "print_failed_units", "print_page", "print_plan_notes", "print_table",
+           "seconds", "warn"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -85,6 +87,9 @@ def print_page(output: Path) -> None:
     print(f"report page: {write_report(output)}")
 
 
+RETRY_HELP = ("also redo the error records of this kind: crashed (WorkerCrashed), timeout (WorkerTimeout), or all "
+              "(every error of a config that was compiled or run; not pruned or invalid ones); the new records "
+              "supersede them")
 OVERWRITE_HELP = ("replace the output even if it holds records that are not this sweep's (the old document is "
                   "kept as OUTPUT.prev)")
 

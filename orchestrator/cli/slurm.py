@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.cli.common import (
     OVERWRITE_HELP,
     PROG,
+    RETRY_HELP,
+    RETRY_KINDS,
     Progress,
     merge_line,
     positive_int,
@@ -138,7 +140,8 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
 
 
 def _resume(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units: int | None,
-            max_array_size: int | None, quiet_when_done: bool = False) -> Resumed:
+            max_array_size: int | None, quiet_when_done: bool = False, retry: str | None = None,
+            include_missing: bool = True) -> Resumed:
     """``resume_sweep``, saying what it plans before it submits or runs, and what went wrong."""
     from orchestrator.control.resume import resume_sweep
 
@@ -151,13 +154,16 @@ def _resume(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units: int
                   f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force")
         if not r.new_units:
             if not plan.held and not quiet_when_done:
-                print(f"all {sd.planned} items of {sd.root} have a record; nothing to resubmit")
+                redo = f" and no {retry} error record to retry" if retry else ""
+                print(f"all {sd.planned} items of {sd.root} have a record{redo}; nothing to resubmit")
             return
         n = len(r.new_units)
-        print(f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record; "
+        redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
+        print(f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record{redo}; "
               f"{n} new unit{'s' if n != 1 else ''}")
 
-    result = resume_sweep(sd, settings, force=force, units=units, max_array_size=max_array_size, on_planned=planned)
+    result = resume_sweep(sd, settings, force=force, units=units, max_array_size=max_array_size, on_planned=planned,
+                          retry=retry, include_missing=include_missing)
     if result.submission is not None:
         print_submission(sd, result.submission)
     print_failed_units(result.outcomes)
@@ -169,7 +175,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     sd = SweepDir.open(args.sweep_dir)
     settings = resume_settings(sd, args.spec)
-    result = _resume(sd, settings, force=args.force, units=args.units, max_array_size=args.max_array_size)
+    result = _resume(sd, settings, force=args.force, units=args.units, max_array_size=args.max_array_size,
+                     retry=args.retry_errors)
     if result.items_submitted and settings.kind == "slurm":
         print(f"follow with: {PROG} status {sd.root}   (or {PROG} wait {sd.root})")
     return 0
@@ -258,7 +265,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
                      "progress instead of submitting it a second time")
                 _wait_for_submission(sd)
             else:
-                _submit_or_resume(sd, spec.executor.model_copy(update={"kind": "slurm"}))
+                _submit_or_resume(sd, spec.executor.model_copy(update={"kind": "slurm"}), retry=args.retry_errors)
             if not slurm_jobs(sd):
                 raise DispatchError(f"nothing of {sd.root} was submitted; `{PROG} run` it again")
             return wait_and_merge(sd, html=spec.report.html, overwrite=args.overwrite)
@@ -268,7 +275,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
         raise
 
 
-def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings) -> None:
+def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | None = None) -> None:
     from orchestrator.control.submit import submit_unfinished
 
     def planned(s: SweepSubmission) -> None:
@@ -276,9 +283,13 @@ def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings) -> None:
 
     result = submit_unfinished(sd, settings, on_planned=planned)
     if result is None:  # submitted before (or meanwhile): only what is missing
-        _resume(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True)
-    elif result.outcome is not None:
+        _resume(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True, retry=retry)
+        return
+    if result.outcome is not None:
         print_submission(sd, result.outcome)
+    if retry:  # error records run here before: redo them as units of their own
+        _resume(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True, retry=retry,
+                include_missing=False)
 
 
 def _wait_for_submission(sd: SweepDir) -> None:
@@ -312,6 +323,7 @@ def register(sub: Any) -> None:
     s.add_argument("--units", type=positive_int,
                    help="number of new units (default: one per unit that ended unfinished)")
     s.add_argument("--max-array-size", type=positive_int, help="at most this many tasks per job array")
+    s.add_argument("--retry-errors", choices=RETRY_KINDS, help=RETRY_HELP)
     s.set_defaults(func=cmd_resume)
 
     s = sub.add_parser("cancel", help="cancel the job arrays of a sweep that are still pending or running")

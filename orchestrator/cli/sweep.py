@@ -13,6 +13,8 @@ from typing import Any
 from orchestrator.cli.common import (
     OVERWRITE_HELP,
     PROG,
+    RETRY_HELP,
+    RETRY_KINDS,
     Progress,
     merge_line,
     positive_int,
@@ -111,6 +113,8 @@ def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argp
         progress.update(sweep_status(sd, query_slurm=False).done)
 
     outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=args.workers, on_poll=poll) if todo else []
+    if args.retry_errors:
+        outcomes += _retry_here(sd, kind, args.retry_errors)
     poll()
     progress.close()
     summary = merge_sweep(sd, overwrite=args.overwrite)
@@ -150,6 +154,18 @@ def follow_run(sd: Any, other: Any, *, overwrite: bool = False) -> int:
         warn(f"{summary.missing} items have no record; rerun `{PROG} run` on {sd.root} to redo only those")
         return 1
     return 0
+
+
+def _retry_here(sd: Any, kind: str, retry: str) -> list[Any]:
+    """``run --retry-errors``: the error records of that kind, redone here in units of their own."""
+    from orchestrator.control.resume import resume_sweep
+
+    settings = sd.spec.executor.model_copy(update={"kind": kind})
+    result = resume_sweep(sd, settings, force=False, units=None, max_array_size=None, retry=retry,
+                          include_missing=False)
+    if result.plan.retry:
+        print(f"redid {len(result.plan.retry)} {retry} error records", file=sys.stderr)
+    return result.outcomes
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -201,6 +217,7 @@ def register(sub: Any) -> None:
     s.add_argument("--output", help="results document (default: the spec's output)")
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    s.add_argument("--retry-errors", choices=RETRY_KINDS, help=RETRY_HELP)
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("merge", help="merge a sweep's partial records into its results document")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator.control import dispatch
 from orchestrator.control.scheduler import require_submit_tools
@@ -23,7 +23,7 @@ from orchestrator.control.submit import SubmitOutcome, UnitsRollback, submit_wit
 from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
-from orchestrator.spec.model import ExecutorSettings
+from orchestrator.spec.model import ExecutorSettings, canonical_hash
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 
@@ -36,14 +36,26 @@ class ResumePlan:
     active: list[str] = field(default_factory=list)  # those units
     recorded: int = 0
     missing_of: dict[str, set[str]] = field(default_factory=dict)  # ended unit -> its missing item ids
-    starts: Counter = field(default_factory=Counter)  # item id -> starts that died, over all partials
-    starts_by_unit: dict[str, Counter] = field(default_factory=dict)
+    # item id -> [starts that died with it in flight, deaths while it was alone, of those hung],
+    # over all partials and per unit
+    died: dict[str, list[int]] = field(default_factory=dict)
+    died_by_unit: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    retry: list[WorkItem] = field(default_factory=list)  # error records of the kind asked to redo
 
-    def prior_starts(self, unit_id: str, item_ids: list[str]) -> dict[str, int]:
-        """Deaths on each item in partials other than this unit's own (the worker reads its own)."""
-        own = self.starts_by_unit.get(unit_id, Counter())
-        out = {iid: self.starts[iid] - own[iid] for iid in item_ids}
-        return {iid: n for iid, n in out.items() if n > 0}
+    def prior_starts(self, unit_id: str, item_ids: list[str]) -> dict[str, list[int]]:
+        """Deaths on each item in partials other than this unit's own (the worker reads its own),
+        as [starts, deaths, hangs]. A retried item starts afresh: none."""
+        own = self.died_by_unit.get(unit_id, {})
+        fresh = {it.id for it in self.retry}
+        out = {}
+        for iid in item_ids:
+            total, mine = self.died.get(iid), own.get(iid)
+            if total is None or iid in fresh:
+                continue
+            counts = [t - m for t, m in zip(total, mine or [0, 0, 0], strict=True)]
+            if counts[0] > 0:
+                out[iid] = counts
+        return out
 
 
 @dataclass
@@ -56,6 +68,7 @@ class Resumed:
     submission: SubmitOutcome | None = None
     outcomes: list[dispatch.UnitOutcome] = field(default_factory=list)
     items_submitted: int = 0
+    retry_ids: set[str] = field(default_factory=set)  # of the new units, those redoing error records
 
 
 def check_interpreter_env(sd: SweepDir) -> None:
@@ -94,15 +107,16 @@ def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
     return spec.executor
 
 
-def _read_partials(sd: SweepDir, plan: ResumePlan) -> set[str]:
-    """Every recorded item id; deaths per item into ``plan``. Refuses partials of another
-    spec or environment."""
+def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str, int], dict[str, Any]]]:
+    """Every recorded item id -> its newest record (by its attempt's start, then the later
+    unit, as merge picks it); deaths per item into ``plan``. Refuses partials of another spec
+    or environment."""
     from orchestrator.store.partials import read_partial
 
     fingerprint = sd.spec.fingerprint()
     env = sd.recorded_env()
-    recorded: set[str] = set()
-    for entry in sd.unit_index():
+    recorded: dict[str, tuple[tuple[str, int], dict[str, Any]]] = {}
+    for pos, entry in enumerate(sd.unit_index()):
         path = sd.partial_path(entry["id"])
         content = read_partial(path)
         for h in content.headers:
@@ -113,16 +127,27 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> set[str]:
                 raise MismatchError(f"{path} was measured in another environment ({h.get('env')} vs {env} in "
                                     f"{sd.root / 'env.json'}); resume refuses to mix them: "
                                     f"move it out of {sd.partials}")
-        recorded.update(content.records)
-        died = Counter({iid: n for iid, n in content.starts.items() if n > 0 and iid not in content.records})
-        plan.starts_by_unit[entry["id"]] = died
-        plan.starts.update(died)
+        started = {h.get("attempt"): str(h.get("started") or "") for h in content.headers}
+        for iid, (attempt, rec) in content.records.items():
+            rank = (started.get(attempt, ""), pos)
+            if iid not in recorded or recorded[iid][0] <= rank:
+                recorded[iid] = (rank, rec)
+        died = {iid: [n, content.deaths[iid], content.hangs[iid]] for iid, n in content.starts.items()
+                if n > 0 and iid not in content.records}
+        plan.died_by_unit[entry["id"]] = died
+        for iid, counts in died.items():
+            plan.died[iid] = [a + b for a, b in zip(plan.died.get(iid, [0, 0, 0]), counts, strict=True)]
     return recorded
 
 
-def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False) -> ResumePlan:
+def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: str | None = None) -> ResumePlan:
     """Every planned item without a record in any partial, less those of units still pending
-    or running (unless ``force``). Refuses partials of another spec or environment."""
+    or running (unless ``force``); with ``retry`` (``records.RETRY_KINDS``) also the measured
+    items whose newest record is an error of that kind (``plan.retry``; never one the plan
+    decides: pruned or invalid). Refuses partials of another spec or environment."""
+    from orchestrator.planning import RUN
+    from orchestrator.spec.records import retried
+
     plan = ResumePlan()
     recorded = _read_partials(sd, plan)
     plan.recorded = len(recorded)
@@ -136,11 +161,13 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False) -> Resume
     for u in st.units:
         if (u.id in active and not force) or u.complete or u.done >= u.total:
             continue
-        missing = {it.id for it in sd.unit_items(u.id)} - recorded
+        missing = {it.id for it in sd.unit_items(u.id)} - recorded.keys()
         if missing:
             plan.missing_of[u.id] = missing
     for it in sd.items():
         if it.id in recorded:
+            if retry and it.kind == RUN and it.id not in held and retried(recorded[it.id][1], retry):
+                plan.retry.append(it)
             continue
         if it.id in held:
             plan.held += 1
@@ -173,21 +200,33 @@ def _record_resume(sd: SweepDir, plan: ResumePlan, new_units: list[Unit], submit
 
 
 def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units: int | None,
-                 max_array_size: int | None, on_planned: Callable[[Resumed], None] | None = None) -> Resumed:
+                 max_array_size: int | None, on_planned: Callable[[Resumed], None] | None = None,
+                 retry: str | None = None, include_missing: bool = True) -> Resumed:
     """Hand the missing items of a sweep to new units: submitted to SLURM (returns once
-    sbatch took them), or run here to completion (local, debug). ``on_planned`` is called
-    once the plan is known (new units empty when nothing is missing), before anything is
+    sbatch took them), or run here to completion (local, debug). ``retry``: also redo the
+    error records of that kind, in units of their own (origin "retry": their records supersede
+    the errors, newest wins, so status does not count those items twice). ``on_planned`` is
+    called once the plan is known (new units empty when nothing is to do), before anything is
     written or run, so a failing print there changes nothing."""
     slurm = settings.kind == "slurm"
     if slurm:
         require_submit_tools()
     check_interpreter_env(sd)
     with sweep_lock(sd):
-        plan = plan_resume(sd, sweep_status(sd), force=force)
+        plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry)
+        if not include_missing:  # `run --retry-errors`: run itself redoes what is missing
+            plan.missing, plan.missing_of = [], {}
         result = Resumed(plan)
         if plan.missing:
             result.new_units = group_missing(sd, plan.missing, units, default=len(plan.missing_of) or 1,
                                              settings=settings)
+        if plan.retry:
+            retry_units = group_missing(sd, plan.retry, units, default=1, settings=settings)
+            salt = f"retry-{len(sd.unit_index())}"  # a retry unit is new even for items retried before
+            for u in retry_units:
+                u.id = canonical_hash([salt, *(it.id for it in u.items)], length=12)
+            result.retry_ids = {u.id for u in retry_units}
+            result.new_units += retry_units
         if on_planned is not None:
             on_planned(result)
         if not result.new_units:
@@ -197,7 +236,7 @@ def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units
         if slurm:
             submitted = _submit_new_units(sd, result, settings, prior, max_array_size, force)
         else:
-            sd.add_units(result.new_units, origin="resume")
+            _add_units(sd, result)
             submitted = set(new_ids)
             _record_resume(sd, plan, result.new_units, submitted, force)
     if not slurm:
@@ -206,13 +245,21 @@ def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units
     return result
 
 
-def _submit_new_units(sd: SweepDir, result: Resumed, settings: ExecutorSettings, prior: dict[str, dict[str, int]],
+def _add_units(sd: SweepDir, result: Resumed) -> None:
+    """The new units into the unit index: the missing items' as "resume", retries as "retry"."""
+    for origin, units in (("resume", [u for u in result.new_units if u.id not in result.retry_ids]),
+                          ("retry", [u for u in result.new_units if u.id in result.retry_ids])):
+        if units:
+            sd.add_units(units, origin=origin)
+
+
+def _submit_new_units(sd: SweepDir, result: Resumed, settings: ExecutorSettings, prior: dict[str, dict[str, Any]],
                       max_array_size: int | None, force: bool) -> set[str]:
     """Add the new units and submit them. Never half-undone: whatever stops the submission
     (a refusal, Ctrl-C, a closed pipe) takes out of ``units.json`` only the units no
     accepted array runs; those that sbatch accepted stay, and are recorded as resumed."""
     rollback = UnitsRollback(sd)
-    sd.add_units(result.new_units, origin="resume")
+    _add_units(sd, result)
     new_ids = [u.id for u in result.new_units]
     try:
         result.submission = submit_with_merge(sd, new_ids, settings, origin="resume",

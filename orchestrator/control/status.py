@@ -1,13 +1,16 @@
 """Progress of a sweep, rebuilt from its directory alone, with the scheduler's view on top.
 
-The partial files are the truth for progress (a record line is a finished config) and the
-completion markers for completeness. The scheduler's view (``orchestrator.control.scheduler.query``: one
-``squeue`` and one ``sacct`` for every job of the sweep) says what a unit that is not done
-is doing: waiting, running, requeued, or ended without finishing (failed, cancelled, timed
-out; ``unit_state``), and how many GPU-hours the sweep's tasks have used. The units' leases
-(``store.leases``) say which live worker, on which GPU, runs a unit. Partials are counted on
-bytes, never parsed, so a sweep of 10,000 units is read in well under a second
-(``bench/status.py``).
+The partial files are the truth for progress, counted exactly as merge would accept them
+(``count_unit``: the one classifier, the merger's header checks), and a completion marker
+vouches for a finished unit only while it still matches its partial (the worker stamps the
+partial's inode, size and mtime into it), so a truncated or replaced partial is never shown
+as done. The scheduler's view (``orchestrator.control.scheduler.query``: one ``squeue`` and
+one ``sacct`` for every job of the sweep) says what a unit that is not done is doing:
+waiting, running, requeued, or ended without finishing (failed, cancelled, timed out;
+``unit_state``), and how many GPU-hours the sweep's tasks have used. The units' leases
+(``store.leases``) say which live worker, on which GPU, runs a unit. A finished unit costs
+one stat and one small read, so 10,000 units are read in well under a second
+(``bench/status.py``); only unfinished units' partials are parsed.
 
 Unit states: ``done`` (marker, or every item recorded), ``pending``, ``running``,
 ``requeued`` (pending again after it ran: preempted or past its time limit), ``failed``
@@ -24,17 +27,19 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orchestrator import PROG
 from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
+from orchestrator.errors import PartialError
 from orchestrator.store.leases import live_unit_holders
-from orchestrator.store.partials import count_partial
+from orchestrator.store.partials import UnitItems, check_headers, read_partial
 from orchestrator.store.sweepdir import SweepDir
 
-__all__ = ["ACTIVE", "FAILED", "LOST_AFTER_S", "History", "SweepStatus", "UnitStatus", "count_partial",
+__all__ = ["ACTIVE", "FAILED", "LOST_AFTER_S", "History", "SweepStatus", "UnitStatus", "count_unit",
            "format_duration", "format_status", "read_history", "slurm_state", "sweep_status"]
 
 ACTIVE = ("pending", "running", "requeued")
@@ -59,6 +64,7 @@ class UnitStatus:
     detail: str | None = None  # display text only: SLURM state, pending reason, exit code
     resumed: bool = False  # its missing items were handed to later units by `tilesweep resume`
     stuck: bool = False  # pending for a reason that never resolves on its own (see scheduler.STUCK_REASONS)
+    retry: bool = False  # redoes error records of other units (`resume --retry-errors`): its items are counted there
 
     @property
     def submitted(self) -> bool:
@@ -81,11 +87,15 @@ class SweepStatus:
 
     @property
     def done(self) -> int:
-        return min(self.planned, sum(min(u.done, u.total) for u in self.units))
+        """Planned items with a record. A retry unit's items were recorded (as errors) before it
+        ran, so it adds none."""
+        return min(self.planned, sum(min(u.done, u.total) for u in self.units if not u.retry))
 
     @property
     def errors(self) -> int:
-        return sum(u.errors or 0 for u in self.units)
+        """Items whose newest record is an error: a retry unit's measurements supersede errors."""
+        errors = sum(u.errors or 0 for u in self.units if not u.retry)
+        return max(0, errors - sum(u.done - (u.errors or 0) for u in self.units if u.retry))
 
     @property
     def complete(self) -> bool:
@@ -123,21 +133,78 @@ class SweepStatus:
                 "units": [dict(u.__dict__) for u in self.units]}
 
 
-def _from_marker(path: str, total: int, gpus: dict[str, Any], uid: str) -> tuple[int, int, None] | None:
-    """(records, errors, None) of a finished unit from its completion marker, when the marker
-    alone says so: the worker finished every item in that one attempt (``already`` 0), so
-    its error count is the unit's. Reading 300 bytes beats counting a whole partial. The
-    marker's GPU goes into ``gpus``."""
+@dataclass
+class Counted:
+    """What merge would accept from one unit's partial: records, error records, and whether a
+    completion marker vouches for it; ``detail`` says why a marker or the partial was not
+    trusted; ``gpu``: the GPU the marker says the unit ran on."""
+
+    done: int = 0
+    errors: int = 0
+    complete: bool = False
+    mtime: float | None = None
+    detail: str | None = None
+    gpu: str | None = None
+
+
+def _stat(path: str) -> os.stat_result | None:
     try:
-        with open(path, "rb") as f:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _read_marker(marker: str) -> dict[str, Any] | None:
+    try:
+        with open(marker, "rb") as f:
             m = json.loads(f.read())
     except (OSError, ValueError):
         return None
-    if isinstance(m, dict) and m.get("gpu") is not None:
-        gpus[uid] = m["gpu"]
-    if not isinstance(m, dict) or m.get("already") != 0 or m.get("done") != total or type(m.get("errors")) is not int:
+    return m if isinstance(m, dict) else None
+
+
+def _trusted_marker(m: dict[str, Any] | None, st: os.stat_result | None) -> dict[str, Any] | None:
+    """The ``partial`` block of a completion marker that still describes the partial: the
+    worker stamps the partial's inode, size and mtime when it finishes the unit, so a partial
+    truncated, appended to, replaced or copied over since does not match."""
+    try:
+        block = m["partial"]  # type: ignore[index]
+        ok = st is not None and block["stat"] == [st.st_ino, st.st_size, st.st_mtime_ns]
+    except (KeyError, TypeError):
         return None
-    return total, m["errors"], None
+    return block if ok and type(block.get("records")) is int and type(block.get("errors")) is int else None
+
+
+def count_unit(sd: SweepDir, uid: str, total: int, has_marker: bool, fingerprint: str,
+               env: dict[str, Any] | None) -> Counted:
+    """A unit's progress as merge would see it. A marker that still matches its partial says it
+    at the cost of one stat; otherwise the partial is read with the classifier every reader
+    uses (``partials.read_partial``) and its headers checked as the merger checks them, so a
+    torn line, an invalid one, or a partial of another sweep is never counted."""
+    path = os.fspath(sd.partial_path(uid))
+    st = _stat(path)
+    marker = _read_marker(os.fspath(sd.marker_path(uid))) if has_marker else None
+    gpu = marker.get("gpu") if marker is not None else None
+    block = _trusted_marker(marker, st)
+    if block is not None:
+        return Counted(block["records"], block["errors"], True, st.st_mtime if st else None, gpu=gpu)
+    c = Counted(mtime=st.st_mtime if st else None, gpu=gpu)
+    if has_marker:
+        c.detail = "its completion marker is stale (the partial changed since the unit finished)"
+    if st is None:
+        return c
+    try:
+        content = read_partial(Path(path), UnitItems(sd.root, uid), warn=False)
+    except PartialError as exc:
+        c.detail = f"its partial is not readable here: {exc.message}"
+        return c
+    why = content.foreign or check_headers(content.headers, uid, fingerprint, env)
+    if why is not None:
+        c.detail = f"its partial is not this sweep's ({why}); merging moves it to quarantine/"
+        return c
+    c.done = min(total, len(content.records))
+    c.errors = sum("error" in rec for _, rec in content.records.values())
+    return c
 
 
 def _mtime(path: Any) -> float | None:
@@ -152,7 +219,7 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     ``view`` is given or ``query_slurm`` (one squeue + one sacct call in all)."""
     hist = read_history(sd)
     st = SweepStatus(str(sd.root), planned=sd.planned, first_submitted=hist.first_submitted)
-    mtimes = _progress(sd, st, hist)
+    mtimes, notes = _progress(sd, st, hist)
     merge_ids = [str(m["job_id"]) for m in hist.merge_jobs]
     if view is None and query_slurm and (hist.slurm_jobs or merge_ids):
         view = query(hist.slurm_jobs + merge_ids)
@@ -169,6 +236,9 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
     _leases(sd, st)
     final = sd.final_merge() if hist.merge_jobs else None
+    for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
+        if u.id in notes:
+            u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
     for m in hist.merge_jobs:
         ts = view.get(str(m["job_id"])) if view is not None else None
         refused = final is not None and str(final.get("job_id")) == str(m["job_id"]) and not final.get("ok")
@@ -179,34 +249,36 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     return st
 
 
-def _progress(sd: SweepDir, st: SweepStatus, hist: History) -> dict[str, float | None]:
-    """Each unit's records and errors from its marker or partial (bytes, not parsed); return
-    when each unit last showed a sign of life (its partial or its log written)."""
+def _progress(sd: SweepDir, st: SweepStatus, hist: History) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Each unit's records and errors as merge would count them (``count_unit``) into
+    ``st.units``; return when each unit last showed a sign of life (its partial or its log
+    written), and why a marker or a partial was not trusted, per unit."""
     try:
         markers = {name[:-5] for name in os.listdir(sd.done) if name.endswith(".json")}
     except FileNotFoundError:
         markers = set()
     mtimes: dict[str, float | None] = {}
-    gpus: dict[str, Any] = {}
-    partials, done_dir = os.fspath(sd.partials), os.fspath(sd.done)
+    notes: dict[str, str] = {}
+    fingerprint, env = sd.spec.fingerprint(), sd.recorded_env()
     for entry in sd.unit_index():
         uid = entry["id"]
         total = entry["n_items"]
-        complete = uid in markers
-        counted = _from_marker(f"{done_dir}/{uid}.json", total, gpus, uid) if complete else None
-        n, errors, mtime = counted or count_partial(f"{partials}/{uid}.jsonl")
+        c = count_unit(sd, uid, total, uid in markers, fingerprint, env)
         job = hist.latest.get(uid)
-        u = UnitStatus(uid, total, n, complete, errors=errors, resumed=uid in hist.resumed and not complete,
-                       submissions=hist.submissions[uid], gpu=gpus.get(uid))
+        u = UnitStatus(uid, total, c.done, c.complete, errors=c.errors, resumed=uid in hist.resumed and not c.complete,
+                       submissions=hist.submissions[uid], gpu=c.gpu, retry=entry.get("origin") == "retry")
         if job is not None:
             u.job_id, u.executor = str(job.get("job_id")), job.get("executor")
-        u.state = "done" if complete or n >= total else "pending"
+        u.state = "done" if c.complete or c.done >= total else "pending"
+        mtime = c.mtime
         if u.state != "done" and job is not None and job.get("log"):
             log_mtime = _mtime(job["log"])
             mtime = max(mtime or 0.0, log_mtime or 0.0) or None
+        if c.detail:
+            notes[uid] = c.detail
         mtimes[uid] = mtime
         st.units.append(u)
-    return mtimes
+    return mtimes, notes
 
 
 def _unit_state(u: UnitStatus, job: dict[str, Any] | None, view: SchedulerView | None, mtime: float | None,

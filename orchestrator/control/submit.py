@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator import PROG
 from orchestrator.control import dispatch
@@ -107,7 +108,7 @@ class UnitsRollback:
 
 
 def submit_with_merge(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, origin: str,
-                      max_array_size: int | None, prior: dict[str, dict[str, int]] | None = None) -> SubmitOutcome:
+                      max_array_size: int | None, prior: dict[str, dict[str, Any]] | None = None) -> SubmitOutcome:
     """Submit units as job arrays, then the final merge job (``afterany`` on them) when the
     spec asks for one. A refusal of the first array is raised (the caller undoes what it
     wrote); a later one is returned in the outcome, as is a refused merge job."""

@@ -177,3 +177,31 @@ def kernel_kwargs(mode: str, config: Mapping[str, Any] | Sequence[Any]) -> dict[
         raise ValueError(f"a {mode} config has the fields {', '.join(names)}; got {values!r}")
     renamed = {"fwd_block_q": "block_q", "fwd_block_k": "block_k"}
     return {renamed.get(n, n): int(v) for n, v in zip(names, values)}
+
+
+# ---------------------------------------------------------------------------- error kinds
+
+# What the worker records for a config it gives up on after ``executor.max_config_attempts``
+# deaths while that config was alone in flight: "WorkerTimeout" when the time limit found it
+# hung each time, "WorkerCrashed" otherwise. ``resume --retry-errors`` redoes records by kind.
+CRASHED_ERROR = "WorkerCrashed"
+TIMEOUT_ERROR = "WorkerTimeout"
+RETRY_KINDS: tuple[str, ...] = ("crashed", "timeout", "all")
+
+
+def error_kind(rec: Mapping[str, Any]) -> str | None:
+    """"crashed", "timeout", "other" (any other error), or None for a measurement."""
+    err = rec.get("error")
+    if not isinstance(err, str):
+        return None
+    if err.startswith(CRASHED_ERROR + ":"):
+        return "crashed"
+    if err.startswith(TIMEOUT_ERROR + ":"):
+        return "timeout"
+    return "other"
+
+
+def retried(rec: Mapping[str, Any], kind: str) -> bool:
+    """Whether ``--retry-errors KIND`` redoes this record (``all``: every error record)."""
+    found = error_kind(rec)
+    return found is not None and (kind == "all" or found == kind)

@@ -45,7 +45,7 @@ from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.newest import pick_newest
 from orchestrator.store.partials import log_skipped
 from orchestrator.store.quarantine import Quarantined, quarantine
-from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, segment
+from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
 from orchestrator.store.sweepdir import SweepDir, atomic_open, now_iso, remove_dead_temps
 from orchestrator.store.target import inspect, keep, refuse_foreign, stash, write_stamp
 
@@ -100,7 +100,8 @@ def collect(sd: SweepDir, *, use_cache: bool = True) -> tuple[list[Segment], lis
             if q is not None:
                 moved.append(q)
             continue
-        for lineno, reason in seg.skipped:
+        seg.skipped = open_skipped(seg, entry.get("n_items"))
+        for lineno, reason, *_ in seg.skipped:
             log_skipped(path, lineno, reason)
         segs.append(seg)
     if sd.partials.is_dir():

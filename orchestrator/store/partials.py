@@ -3,9 +3,12 @@
 Each line is one JSON object, flushed and fsynced when written:
 
     {"header": {...}}                    a worker attempt started (device, env, attempt, job)
-    {"start": ITEM_ID, "attempt": N}     a config is about to be compiled and timed
-    {"abandon": ITEM_ID, "attempt": N}   the worker gave that config up on purpose
-                                         (preemption or time-limit warning), not its fault
+    {"start": ITEM_ID, "attempt": N}     a config is about to be compiled and timed;
+                                         ``"alone": true`` when no other config was in flight
+    {"abandon": ITEM_ID, "attempt": N}   the worker gave that config up on purpose (Ctrl-C,
+                                         SIGTERM, preemption, time-limit warning), not its fault
+    {"hung": ITEM_ID, "attempt": N}      the time limit came while the config was in flight and
+                                         the worker did not reach a stop (it counts as a death)
     {"id": ITEM_ID, "attempt": N, "record": {...}}   a finished record
 
 One classifier (``classify``) says what each line is, for every reader: ``read_partial``
@@ -19,8 +22,11 @@ the hash of its identity), whose attempt is not an integer, or whose item is not
 unit's, is skipped the same way, so the worker redoes that item too rather than trusting
 it. A file whose first line is not a (possibly torn) worker header, or with a header that
 is not a worker's, was not written by a tilesweep worker: nothing in it counts, and the
-merger moves it to quarantine. ``start`` lines without a record or an ``abandon`` count the
-attempts that died on a config, so one that keeps killing its worker is given up on.
+merger moves it to quarantine. ``start`` lines without a record or an ``abandon`` are the
+attempts that died with a config in flight: each such config is a suspect (the next attempt
+runs it alone); only a death while it was alone counts against it (``deaths``), so a config
+that keeps killing its worker is given up on, and one that merely shared a window with the
+culprit, or was in flight when someone killed the worker, is not.
 
 What a valid record is, ``layouts.check_record`` says.
 """
@@ -30,8 +36,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -90,6 +97,8 @@ def iter_lines(data: bytes, lineno: int = 1) -> Iterator[tuple[int, int, bytes, 
 HEADER = "header"  # a worker attempt started: ``body`` is the header object
 START = "start"  # a config is about to be compiled and timed: ``id``
 ABANDON = "abandon"  # the worker gave that config up on purpose: ``id``
+HUNG = "hung"  # the time limit came while that config was in flight: ``id``
+ALONE = "alone"  # the ``reason`` of a start line whose config was the only one in flight
 RECORD = "record"  # a finished record: ``id``, ``attempt``, ``body`` (canonical key order)
 BLANK = "blank"  # an empty line: nothing
 TORN = "torn"  # a cut-off line (a worker killed mid-write, or still writing it): skipped, redone
@@ -169,7 +178,7 @@ def classify(raw: bytes, terminated: bool, seen_header: bool, items: UnitItems |
         return (RECORD, "", iid, attempt, rec if order is None else {k: rec[k] for k in order})
     if "header" in obj:
         return _header(obj["header"])
-    kind = START if "start" in obj else ABANDON if "abandon" in obj else None
+    kind = START if "start" in obj else ABANDON if "abandon" in obj else HUNG if "hung" in obj else None
     if not seen_header:
         what = "not a tilesweep partial line" if kind is None else f"a {kind} line"
         return (FOREIGN, f"{what} precedes any worker header: not written by a tilesweep worker", "", 0, None)
@@ -177,7 +186,14 @@ def classify(raw: bytes, terminated: bool, seen_header: bool, items: UnitItems |
         return (INVALID, "not a tilesweep partial line", "", 0, None)
     if type(obj[kind]) is not str:
         return (INVALID, f"the item id of a {kind} line is not a string", "", 0, None)
-    return (kind, "", obj[kind], 0, None)
+    at = obj.get("attempt")
+    return (
+        kind,
+        ALONE if kind == START and obj.get("alone") is True else "",
+        obj[kind],
+        at if type(at) is int else 0,
+        None,
+    )
 
 
 def _not_an_object(raw: bytes, terminated: bool, seen_header: bool) -> Line:
@@ -187,10 +203,28 @@ def _not_an_object(raw: bytes, terminated: bool, seen_header: bool) -> Line:
         # only a worker's first line, its header, can be torn before any header
         return (FOREIGN, "neither JSON nor a torn worker header, and no worker header precedes it", "", 0, None)
     if not terminated:
-        return (TORN, "torn (a worker killed mid-write, or still writing it)", "", 0, None)
+        return (TORN, "torn (a worker killed mid-write, or still writing it)", torn_item(raw), 0, None)
     if is_torn_fragment(raw):
-        return (TORN, "torn (a worker killed mid-write)", "", 0, None)
+        return (TORN, "torn (a worker killed mid-write)", torn_item(raw), 0, None)
     return (INVALID, "not a tilesweep partial line", "", 0, None)
+
+
+_TORN_ITEM = re.compile(rb'\{"(?:id|start|abandon|hung)":"([0-9a-f]{16})"')
+
+
+def torn_item(raw: bytes) -> str:
+    """The item a torn line was about, where the cut left its id whole ("" otherwise)."""
+    m = _TORN_ITEM.match(raw)
+    return m.group(1).decode() if m else ""
+
+
+def moot(iid: str, recorded: Collection[str], unit_items: int | None) -> bool:
+    """Whether a torn line no longer matters: its item has been redone (a record of it follows),
+    or, where the cut hid which item it was, every item of its unit is recorded. Warnings about
+    such lines would only alarm: they stop once the item is redone."""
+    if iid:
+        return iid in recorded
+    return unit_items is not None and len(recorded) >= unit_items
 
 
 def _header(header: Any) -> Line:
@@ -202,6 +236,22 @@ def _header(header: Any) -> Line:
     if type(header.get("attempt")) is not int or not isinstance(header.get("started"), (str, type(None))):
         return (FOREIGN, "a worker header without an integer attempt and a start time", "", 0, None)
     return (HEADER, "", "", 0, header)
+
+
+def check_headers(headers: list[dict[str, Any]], unit: str, fingerprint: str, env: dict[str, Any] | None) -> str | None:
+    """Why a partial's worker headers say it is not this sweep's unit's, or None: written for
+    another spec, another unit, or measured in another environment. (Whether a header is a
+    worker's header of this schema at all, ``classify`` already said.) The merger quarantines
+    such a partial; status counts nothing in it; the worker moves it aside before appending."""
+    for h in headers:
+        where = f"line {h.get('line')}" if "line" in h else f"the header of attempt {h.get('attempt')}"
+        if h.get("sweep") != fingerprint:
+            return f"{where}: written for another spec (fingerprint {h.get('sweep')!r}, this sweep's is {fingerprint})"
+        if h.get("unit") != unit:
+            return f"{where}: written for unit {h.get('unit')!r}, not {unit}"
+        if env is not None and h.get("env") != env:
+            return f"{where}: measured in another environment ({h.get('env')} != this sweep's {env})"
+    return None
 
 
 def log_skipped(path: Path, lineno: int, why: str) -> None:
@@ -219,9 +269,12 @@ class PartialContent:
     path: Path
     headers: list[dict[str, Any]] = field(default_factory=list)
     records: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)  # id -> (attempt, record)
-    starts: Counter[str] = field(default_factory=Counter)
+    starts: Counter[str] = field(default_factory=Counter)  # starts neither recorded nor abandoned
+    deaths: Counter[str] = field(default_factory=Counter)  # of those, the ones alone in flight
+    hangs: Counter[str] = field(default_factory=Counter)  # of those, the ones the time limit found hung
     torn: list[int] = field(default_factory=list)  # 1-based line numbers skipped (torn or invalid)
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line, why) for each skipped line
+    torn_items: dict[int, str] = field(default_factory=dict)  # torn line -> its item ("" where the cut hid it)
     foreign: str | None = None  # why nothing in the file counts (the merger quarantines it)
 
     @property
@@ -229,11 +282,12 @@ class PartialContent:
         return len(self.headers)
 
 
-def read_partial(path: Path, items: UnitItems | None = None) -> PartialContent:
+def read_partial(path: Path, items: UnitItems | None = None, *, warn: bool = True) -> PartialContent:
     """Parse a partial file; a missing file is an empty partial.
 
-    Torn and invalid lines are skipped with a warning naming the file and line, so their
-    items count as not done (the worker redoes them). A record of an item not in ``items``
+    Torn and invalid lines are skipped with a warning naming the file and line (``warn``), so
+    their items count as not done (the worker redoes them); a torn line whose item has been
+    redone since is skipped without a word (``moot``). A record of an item not in ``items``
     (default: the unit's items, where the partial lies in a sweep directory) is invalid too.
     A file that is not a worker's partial counts as empty, with ``foreign`` saying why and a
     warning (the merger quarantines it). Another schema version raises ``PartialError``: its
@@ -247,59 +301,51 @@ def read_partial(path: Path, items: UnitItems | None = None) -> PartialContent:
         return content
     if items is None:
         items = UnitItems.of_partial(content.path)
+    alone: set[tuple[str, int]] = set()
     for lineno, _, raw, terminated in iter_lines(data):
         kind, reason, iid, attempt, body = classify(raw, terminated, bool(content.headers), items)
         if kind == RECORD and body is not None:
             content.records[iid] = (attempt, body)
         elif kind == START:
             content.starts[iid] += 1
+            if reason == ALONE:
+                content.deaths[iid] += 1
+                alone.add((iid, attempt))
         elif kind == ABANDON:
             content.starts[iid] -= 1
+            if (iid, attempt) in alone:
+                content.deaths[iid] -= 1
+                alone.discard((iid, attempt))
+        elif kind == HUNG:
+            content.hangs[iid] += (iid, attempt) in alone
         elif kind == HEADER and body is not None:
-            content.headers.append(body)
+            content.headers.append({"line": lineno, **body})
         elif kind == TORN or kind == INVALID:
             content.torn.append(lineno)
             content.problems.append((lineno, reason))
-            log_skipped(content.path, lineno, reason)
+            if kind == TORN:
+                content.torn_items[lineno] = iid
         elif kind == VERSION:
             raise PartialError(f"{path} line {lineno}: {reason}")
         elif kind == FOREIGN:
             why = f"line {lineno}: {reason}"
-            log.warning("%s %s; nothing in it counts as recorded (merging moves it to quarantine/)", path, why)
+            if warn:
+                log.warning("%s %s; nothing in it counts as recorded (merging moves it to quarantine/)", path, why)
             return PartialContent(content.path, foreign=why)
+    if warn:
+        n_items = len(items.positions) if items is not None and content.torn_items else None
+        for lineno, reason in content.problems:
+            if lineno not in content.torn_items or not moot(content.torn_items[lineno], content.records, n_items):
+                log_skipped(content.path, lineno, reason)
     return content
-
-
-_RECORD_AT_START = b'{"id":'
-_RECORD_LINE = b'\n{"id":'
-_ERROR_FIELD = b',"error":'  # compact JSON: a key is preceded by a comma, a string value's quotes are escaped
-
-
-def count_partial(path: os.PathLike[str] | str) -> tuple[int, int, float | None]:
-    """(record lines, error records, mtime) of a partial, counted on bytes in one read,
-    without parsing JSON (status on sweeps of thousands of units). A record line starts
-    with ``{"id":``; an error record holds the key ``"error"``, written compactly."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-            mtime = os.fstat(f.fileno()).st_mtime
-    except FileNotFoundError:
-        return 0, 0, None
-    records = data.count(_RECORD_LINE) + data.startswith(_RECORD_AT_START)
-    return records, data.count(_ERROR_FIELD), mtime
-
-
-def count_records(path: os.PathLike[str] | str) -> int:
-    """Records in a partial without parsing JSON."""
-    return count_partial(path)[0]
 
 
 _encode_line = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def encode_line(obj: dict[str, Any]) -> str:
-    """One partial line, without its newline: compact JSON, which ``count_partial`` counts
-    on (a record line starts with ``{"id":``, an error field reads ``,"error":``)."""
+    """One partial line, without its newline: compact JSON (one object per line, so a torn
+    write damages only the last line, which ``classify`` then names)."""
     return _encode_line(obj)
 
 

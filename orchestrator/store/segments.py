@@ -41,12 +41,16 @@ from orchestrator.store.partials import (
     classify,
     iter_lines,
     loads,
+    moot,
 )
+from orchestrator.store.partials import check_headers as partial_headers_problem
 from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 2  # 2: lines classified by partials.classify (schema and header checks moved there)
+# 2: lines classified by partials.classify (schema and header checks moved there);
+# 3: a skipped line carries its item id and whether it is torn (warnings stop once it is redone)
+CACHE_VERSION = 3
 CACHE_DIR = "merge-cache"
 _SIG_BYTES = 64
 
@@ -77,7 +81,7 @@ class Segment:
     lines: int = 0  # lines consumed
     sig: str = ""  # hex of the bytes just before ``parsed``
     headers: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[list[Any]] = field(default_factory=list)  # [line, why]
+    skipped: list[list[Any]] = field(default_factory=list)  # [line, why, item id or "", torn]
     foreign: str | None = None  # why the whole file must not be merged
     idx: list[int] = field(default_factory=list)  # plan index per record
     att: list[int] = field(default_factory=list)
@@ -120,7 +124,7 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
             seg.headers.append({"line": lineno, **rec})
             seen = True
         elif kind == TORN or kind == INVALID:
-            seg.skipped.append([lineno, reason])
+            seg.skipped.append([lineno, reason, iid, kind == TORN])
         elif kind == FOREIGN or kind == VERSION:
             seg.foreign = f"line {lineno}: {reason}"
             break
@@ -128,17 +132,17 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
 
 
 def check_headers(seg: Segment, fingerprint: str, env: dict[str, Any] | None) -> str | None:
-    """Why the partial's headers say it is not this sweep's, or None. (Whether a header is a
-    worker's header of this schema at all, ``classify`` already said.)"""
-    for h in seg.headers:
-        where = f"line {h.get('line')}"
-        if h.get("sweep") != fingerprint:
-            return f"{where}: written for another spec (fingerprint {h.get('sweep')!r}, this sweep's is {fingerprint})"
-        if h.get("unit") != seg.unit:
-            return f"{where}: written for unit {h.get('unit')!r}, not {seg.unit}"
-        if env is not None and h.get("env") != env:
-            return f"{where}: measured in another environment ({h.get('env')} != this sweep's {env})"
-    return None
+    """Why the partial's headers say it is not this sweep's, or None (``partials.check_headers``)."""
+    return partial_headers_problem(seg.headers, seg.unit, fingerprint, env)
+
+
+def open_skipped(seg: Segment, unit_items: int | None) -> list[list[Any]]:
+    """The skipped lines still worth a warning: every invalid line, and the torn ones whose
+    item has not been redone since (``partials.moot``)."""
+    if not seg.skipped:
+        return []
+    recorded = set(seg.ids)
+    return [s for s in seg.skipped if not (len(s) > 3 and s[3] and moot(s[2], recorded, unit_items))]
 
 
 # ---------------------------------------------------------------------------- cache

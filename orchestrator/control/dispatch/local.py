@@ -65,7 +65,7 @@ def run_units_locally(
     kind: str = "local",
     workers: int | None = None,
     on_poll: Callable[[], None] | None = None,
-    prior_starts: dict[str, dict[str, int]] | None = None,
+    prior_starts: dict[str, dict[str, Any]] | None = None,
 ) -> list[UnitOutcome]:
     """Run units to completion through submitit's local or debug executor; one outcome per
     unit. ``prior_starts``: unit -> item -> deaths on that item in other units' partials
@@ -79,7 +79,7 @@ def run_units_locally(
     return _run_subprocesses(sd, unit_ids, workers, prior, on_poll)
 
 
-def _run_in_process(sd: SweepDir, unit_ids: list[str], prior: dict[str, dict[str, int]],
+def _run_in_process(sd: SweepDir, unit_ids: list[str], prior: dict[str, dict[str, Any]],
                     on_poll: Callable[[], None] | None) -> list[UnitOutcome]:
     """One unit after another in this process (the debug executor)."""
     executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="debug")
@@ -93,7 +93,7 @@ def _run_in_process(sd: SweepDir, unit_ids: list[str], prior: dict[str, dict[str
     return outcomes
 
 
-def _run_subprocesses(sd: SweepDir, unit_ids: list[str], workers: int | None, prior: dict[str, dict[str, int]],
+def _run_subprocesses(sd: SweepDir, unit_ids: list[str], workers: int | None, prior: dict[str, dict[str, Any]],
                       on_poll: Callable[[], None] | None) -> list[UnitOutcome]:
     """Units as subprocesses in ``workers`` slots (default: one per visible GPU), a slot
     taking the next unit as soon as its unit ends."""

@@ -77,7 +77,7 @@ def _libc() -> Any:
 
 
 def _preexec(cpus: list[int], libc: Any) -> Any:
-    """In the child, before exec: hold USR2 and TERM until its handlers exist, pin it to its
+    """In the child, before exec: hold USR2, TERM and USR1 until its handlers exist, pin it to its
     CPU share, and have it sent TERM if this parent dies (no orphan keeps a GPU)."""
 
     def setup() -> None:
@@ -110,7 +110,7 @@ class Slot:
 class TaskWorkers:
     """The workers of one task's units (see the module docstring)."""
 
-    def __init__(self, sweep_dir: str, units: list[str], prior: dict[str, dict[str, int]], task: str | None) -> None:
+    def __init__(self, sweep_dir: str, units: list[str], prior: dict[str, dict[str, Any]], task: str | None) -> None:
         self.sd = SweepDir(Path(sweep_dir))
         self.prior = prior
         self.task = task
@@ -164,6 +164,15 @@ class TaskWorkers:
         """Until every worker has ended (signal handlers run in between)."""
         while self.running():
             time.sleep(POLL_S)
+
+    def mark_hung(self, wait_s: float = 1.0) -> None:
+        """Ask every worker still running to mark its configs in flight hung (USR1, see
+        ``unit_worker``) and give them ``wait_s`` to write those lines before the kill. A worker
+        stuck where no handler runs writes nothing: its configs still count as plain deaths."""
+        self.signal(signal.SIGUSR1)
+        deadline = time.monotonic() + wait_s
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def kill(self) -> None:
         """SIGKILL every worker still running and reap it (its configs in flight stay

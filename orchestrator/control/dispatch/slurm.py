@@ -110,7 +110,7 @@ def task_args(sd: SweepDir, groups: list[list[str]],
 
 
 def submit_units(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, per_array: int, origin: str,
-                 prior_starts: dict[str, dict[str, int]] | None = None,
+                 prior_starts: dict[str, dict[str, Any]] | None = None,
                  attempts: dict[str, int] | None = None) -> Submission:
     """Submit units as SLURM job arrays of at most ``per_array`` tasks, ``units_per_task``
     units a task; return at once.

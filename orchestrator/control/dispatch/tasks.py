@@ -24,9 +24,11 @@ from orchestrator.store.sweepdir import SweepDir
 log = logging.getLogger(__name__)
 
 
-def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, int] | None = None) -> dict[str, Any]:
+def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a local or debug submitit job runs (importable, picklable). A failure leaves its
-    reason as the log's last line (``why.failure_line``), as on SLURM."""
+    reason as the log's last line (``why.failure_line``), as on SLURM. SIGINT and SIGTERM are
+    the worker's own (``jobs.in_flight.stop_signals``): they abandon the configs in flight and
+    exit."""
     from jobs.worker import run_unit
     from orchestrator.control.scheduler import one_line
     from orchestrator.control.why import failure_line
@@ -44,12 +46,13 @@ def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, int] | No
 
 
 Units = list[str]
-Prior = dict[str, dict[str, int]]
+Prior = dict[str, dict[str, Any]]
 
 
 def task_units(units: str | Units, prior: Any) -> tuple[Units, Prior]:
-    """A task's units and their prior deaths (``unit -> item -> n``); a task pickled before
-    tasks held several units passed one unit id and its ``item -> n``."""
+    """A task's units and their prior deaths (``unit -> item -> [starts, deaths, hangs]``, or
+    ``n`` as written before deaths were told apart); a task pickled before tasks held several
+    units passed one unit id and its ``item -> ...``."""
     if isinstance(units, str):
         return [units], {units: prior} if prior else {}
     return list(units), dict(prior or {})
@@ -68,9 +71,11 @@ class UnitTask(submitit.helpers.Checkpointable):
       compiled ahead (not their fault) and exits; then submitit's handler requeues the task
       through ``checkpoint`` (at most ``executor.max_requeues`` times). A worker that has
       not stopped within ``grace_s`` is stuck in a config (a hang, an endless compile): it is
-      killed without abandoning that config, so its ``start`` line counts as an attempt that
-      died on it (after ``executor.max_config_attempts`` such attempts the worker records it
-      as an error), and the task is requeued at once.
+      first asked (USR1) to mark the configs in flight hung (``jobs.in_flight.mark_hung``),
+      then killed without abandoning them, so its ``start`` lines count as an attempt that
+      died on them (only against a config that was alone in flight; after
+      ``executor.max_config_attempts`` such attempts the worker records it as an error, a
+      timeout (``WorkerTimeout``) where each was found hung), and the task is requeued at once.
     - TERM (scancel, preemption, the time limit itself): every worker abandons the configs
       in flight at once (SIGKILL follows within KillWait) and stops at the next config. Only
       USR2 leads to a requeue: a cancelled job stays cancelled.
@@ -143,8 +148,10 @@ class UnitTask(submitit.helpers.Checkpointable):
     def _on_grace_expired(self, signum: int, frame: Any) -> None:
         if self._finished:
             return
-        log.warning("a worker did not stop within %.0f s (stuck in a config?): killing the workers and requeueing "
-                    "now; the configs in flight count as attempts that died on them", self.grace_s)
+        log.warning("a worker did not stop within %.0f s (stuck in a config?): marking its configs in flight hung, "
+                    "killing the workers and requeueing now; those configs count as attempts that hung",
+                    self.grace_s)
+        self._workers.mark_hung()
         self._workers.kill()
         self._requeue(signal.SIGUSR2, frame)
 

@@ -6,7 +6,7 @@ Its own process, so that it sees only its own GPU (``CUDA_VISIBLE_DEVICES`` is s
 jax is imported) and its own CPU share (its affinity, which sizes its compile pool). Its
 output goes to the unit's log.
 
-Signals. The parent blocks USR2 and TERM before it execs this, so a signal that arrives
+Signals. The parent blocks USR2, TERM and USR1 before it execs this, so a signal that arrives
 while Python starts is held, not fatal; they are unblocked once these handlers are in place.
 SLURM sends its signals to every process of the task, and the parent forwards them too, so
 each handler acts once however often it is called:
@@ -15,6 +15,9 @@ each handler acts once however often it is called:
   the ones compiled ahead (not their fault), exit ``STOPPED``; the parent then requeues.
 - TERM (scancel, the end of the limit, a dying parent): abandon the configs in flight at
   once (SIGKILL follows), stop at the next config.
+- USR1 (the task's grace after USR2 ran out; SIGKILL follows): mark the configs in flight
+  hung (``jobs.in_flight.mark_hung``), so a config the time limit keeps finding hung is
+  recorded as a timeout, not a crash.
 
 Exit codes (``node`` reads them): 0 the unit is done; ``STOPPED`` stopped on a signal first;
 ``HELD`` not started, another live worker holds the unit; 2 a broken environment or input
@@ -32,7 +35,7 @@ from typing import Any
 
 STOPPED = 3
 HELD = 4
-SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGUSR1)
 
 log = logging.getLogger(__name__)
 _state = {"stop": False, "abandoned": False}
@@ -60,14 +63,27 @@ def _on_term(signum: int, frame: Any) -> None:
     log.warning("caught %s: stopping; abandoned configs in flight: %s", signal.Signals(signum).name, given_up)
 
 
+def _on_hung(signum: int, frame: Any) -> None:
+    flight = sys.modules.get("jobs.in_flight")  # never import inside a handler
+    hung = None
+    if flight is not None:
+        try:
+            hung = flight.mark_hung()
+        except Exception as exc:  # a write interrupted mid-way: the configs still count as deaths
+            hung = f"unknown ({type(exc).__name__}: {exc})"
+    log.warning("caught %s: the task's grace ran out; configs in flight marked hung: %s",
+                signal.Signals(signum).name, hung or "none")
+
+
 def install_handlers() -> None:
     """Handlers first, then unblock what the parent blocked (see the module docstring)."""
     signal.signal(signal.SIGUSR2, _on_warning)
     signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGUSR1, _on_hung)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
-def run(sweep_dir: str, unit_id: str, prior: dict[str, int] | None) -> int:
+def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
     """Run the unit; return the exit code (see the module docstring)."""
     from jobs.worker import run_unit
     from orchestrator.control.scheduler import one_line

@@ -1,0 +1,120 @@
+"""The configs a worker has in flight, and what stops it without blaming them.
+
+A worker's ``start`` line says a config is about to be compiled and timed; if the worker dies
+before its record, the config is suspected of killing it. A worker that is *stopped* (Ctrl-C,
+SIGTERM from scancel or the local executor, a preemption or time-limit warning) must not leave
+such suspicions behind: it writes an ``abandon`` line for each config in flight first. When the
+time limit instead finds the worker stuck in a config, ``mark_hung`` says so (that death counts,
+and a config given up on for it is recorded as a timeout). Signal handlers run between Python
+bytecodes; a line being written when one arrives is finished before it acts (``write``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from orchestrator.store.partials import PartialWriter
+
+log = logging.getLogger(__name__)
+
+# The configs in flight, so a signal handler can mark them abandoned (not a crash).
+_IN_FLIGHT: dict[str, Any] = {}
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def abandon_in_flight() -> str | None:
+    """Record that the configs in flight are given up on purpose (Ctrl-C, SIGTERM, preemption,
+    time-limit warning), so none is counted as a config that killed its worker. Returns their
+    ids (comma-separated when a window was compiling), or None when none was in flight."""
+    return _mark_in_flight("abandon", clear=True)
+
+
+def mark_hung() -> str | None:
+    """Record that the time limit came while these configs were in flight and the worker did
+    not reach a stop: each such death counts against a config that was alone in flight, and
+    one given up on for that is recorded as a timeout, not a crash."""
+    return _mark_in_flight("hung", clear=False)
+
+
+def _mark_in_flight(kind: str, *, clear: bool) -> str | None:
+    writer, attempt = _IN_FLIGHT.get("writer"), _IN_FLIGHT.get("attempt")
+    items = list(_IN_FLIGHT.get("items") or ())
+    if writer is None or not items:
+        return None
+    for iid in items:
+        writer.write({kind: iid, "attempt": attempt})
+    if clear:
+        _IN_FLIGHT["items"] = []
+    return ",".join(items)
+
+
+def write(writer: PartialWriter, obj: dict[str, Any], *, started: str | None = None) -> None:
+    """Append a line; ``started``: the item whose start line it is, now in flight. A stop signal
+    that arrives meanwhile is acted on once the line is whole (and its item counted in flight)."""
+    _IN_FLIGHT["writing"] = True
+    try:
+        writer.write(obj)
+        if started is not None:
+            _IN_FLIGHT.setdefault("items", []).append(started)
+    finally:
+        _IN_FLIGHT["writing"] = False
+    pending = _IN_FLIGHT.pop("pending", None)
+    if pending is not None:
+        _stop_now(pending)
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    if _IN_FLIGHT.get("writing"):
+        _IN_FLIGHT["pending"] = signum
+        return
+    _stop_now(signum)
+
+
+def _stop_now(signum: int) -> None:
+    """Abandon the configs in flight, then exit: KeyboardInterrupt for SIGINT, exit status
+    128 + signal otherwise. Further stop signals while exiting are ignored."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    given_up = abandon_in_flight()
+    log.warning("caught %s: stopping; configs in flight given up (not counted against them): %s",
+                signal.Signals(signum).name, given_up or "none")
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM stop the worker cleanly while it runs a unit (``_stop_now``); the
+    handlers they had before are put back afterwards. The local executor starts workers with
+    SIGINT ignored and blocked (so its controller never sees a Ctrl-C): both are undone here."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, _on_stop_signal)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def begin(writer: PartialWriter, attempt: int) -> None:
+    """A unit's attempt starts: its lines go to ``writer``, nothing is in flight yet."""
+    _IN_FLIGHT.update(writer=writer, attempt=attempt, items=[])
+
+
+def end() -> None:
+    _IN_FLIGHT.clear()
+
+
+def in_flight() -> list[str]:
+    return _IN_FLIGHT.setdefault("items", [])
