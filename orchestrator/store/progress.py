@@ -1,0 +1,98 @@
+"""A unit's progress as merge would see it, cheaply: what ``status`` (and ``wait``, ``run``'s
+progress line) count.
+
+A finished unit's completion marker vouches for it while it still matches its partial: the
+worker stamps the partial's inode, size and mtime and its record and error counts into the
+marker, so one stat tells whether the partial changed since (truncated, appended to, replaced,
+copied over from another sweep). Any other partial is read with the one classifier every
+reader uses (``partials.read_partial``) and its headers checked as the merger checks them
+(``partials.check_headers``), so a torn line, an invalid record or another sweep's partial is
+never counted: status and merge agree by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import PartialError
+from orchestrator.store.partials import UnitItems, check_headers, read_partial
+from orchestrator.store.sweepdir import SweepDir
+
+
+@dataclass
+class Counted:
+    """What merge would accept from one unit's partial: records, error records, and whether a
+    completion marker vouches for it; ``detail`` says why a marker or the partial was not
+    trusted; ``gpu``: the GPU the marker says the unit ran on."""
+
+    done: int = 0
+    errors: int = 0
+    complete: bool = False
+    mtime: float | None = None
+    detail: str | None = None
+    gpu: str | None = None
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _read_marker(marker: str) -> dict[str, Any] | None:
+    try:
+        with open(marker, "rb") as f:
+            m = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) else None
+
+
+def _trusted_marker(m: dict[str, Any] | None, st: os.stat_result | None) -> dict[str, Any] | None:
+    """The ``partial`` block of a completion marker that still describes the partial: the
+    worker stamps the partial's inode, size and mtime when it finishes the unit, so a partial
+    truncated, appended to, replaced or copied over since does not match."""
+    try:
+        block = m["partial"]  # type: ignore[index]
+        ok = st is not None and block["stat"] == [st.st_ino, st.st_size, st.st_mtime_ns]
+    except (KeyError, TypeError):
+        return None
+    return block if ok and type(block.get("records")) is int and type(block.get("errors")) is int else None
+
+
+def count_unit(
+    sd: SweepDir, uid: str, total: int, has_marker: bool, fingerprint: str, env: dict[str, Any] | None
+) -> Counted:
+    """A unit's progress as merge would see it. A marker that still matches its partial says it
+    at the cost of one stat; otherwise the partial is read with the classifier every reader
+    uses (``partials.read_partial``) and its headers checked as the merger checks them, so a
+    torn line, an invalid one, or a partial of another sweep is never counted."""
+    path = os.fspath(sd.partial_path(uid))
+    st = _stat(path)
+    marker = _read_marker(os.fspath(sd.marker_path(uid))) if has_marker else None
+    gpu = marker.get("gpu") if marker is not None else None
+    block = _trusted_marker(marker, st)
+    if block is not None:
+        return Counted(block["records"], block["errors"], True, st.st_mtime if st else None, gpu=gpu)
+    c = Counted(mtime=st.st_mtime if st else None, gpu=gpu)
+    if has_marker:
+        c.detail = "its completion marker is stale (the partial changed since the unit finished)"
+    if st is None:
+        return c
+    try:
+        content = read_partial(Path(path), UnitItems(sd.root, uid), warn=False)
+    except PartialError as exc:
+        c.detail = f"its partial is not readable here: {exc.message}"
+        return c
+    why = content.foreign or check_headers(content.headers, uid, fingerprint, env)
+    if why is not None:
+        c.detail = f"its partial is not this sweep's ({why}); merging moves it to quarantine/"
+        return c
+    c.done = min(total, len(content.records))
+    c.errors = sum("error" in rec for _, rec in content.records.values())
+    return c
