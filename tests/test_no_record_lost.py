@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from bench._synth import build_sweep, small_spec
+from orchestrator.store.partials import read_partial
 from tests.helpers import assert_one_line_error
 
 from .conftest import REPO, SAMPLE, run_cli
@@ -138,3 +141,74 @@ def test_standard_output_full_or_closed(tmp_path):
     r = subprocess.run(f"{sys.executable} -m orchestrator plan {spec} --dry-run --json | head -1; exit ${{PIPESTATUS[0]}}",
                        shell=True, cwd=REPO, capture_output=True, text=True, executable="/bin/bash")
     assert r.returncode == 0 and r.stderr == "" and r.stdout.startswith('{"dtype": "bfloat16"')
+
+
+# ---------------------------------------------------------------------------- Ctrl-C
+
+# A launcher as a terminal would start the command: SIGINT at its default (a background
+# process started by a script has it ignored), in a process group of its own that the test
+# interrupts as a terminal does, every process of the group at once.
+LAUNCH = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+          "os.execv(sys.executable, [sys.executable, '-m', 'orchestrator', *sys.argv[1:]])")
+
+
+def _lines_of(partial: Path) -> list[dict]:
+    out = []
+    for line in partial.read_text().splitlines() if partial.exists() else []:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def _interrupt_run(spec: Path, sweep: Path, ready) -> subprocess.CompletedProcess:
+    """Start `tilesweep run`, press Ctrl-C once ``ready(sweep, partial lines)`` holds, wait for the end."""
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "run", str(spec), "--sweep-dir", str(sweep)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        partials = list((sweep / "partials").glob("*.jsonl")) if (sweep / "partials").is_dir() else []
+        if ready(sweep, [obj for p in partials for obj in _lines_of(p)]):
+            break
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        out, err = proc.communicate()
+        pytest.fail(f"the run ended (exit {proc.returncode}) before it could be interrupted:\n{out}\n{err}")
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    for _ in range(300):  # every process of the group (controller, worker) is gone
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("processes of the interrupted run are still alive")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_ctrl_c_is_one_line_and_blames_no_config(write_spec, tmp_path):
+    spec = write_spec(modes=["fwd"], fwd_block_q=[16, 32, 64], fwd_block_k=[16, 32, 64],
+                      compile={"workers": 2, "cache_dir": "off"}, executor={"kind": "local", "max_config_attempts": 1})
+    sweep = tmp_path / "sweep"
+    attempts = [
+        lambda sweep, lines: (sweep / "sweep.json").exists(),  # while it plans, before any worker
+        lambda sweep, lines: any("start" in o for o in lines),  # while the first window compiles
+        lambda sweep, lines: sum("record" in o for o in lines) >= 3,  # while configs are timed
+    ]
+    for ready in attempts:
+        r = _interrupt_run(spec, sweep, ready)
+        said = r.stdout + r.stderr
+        assert r.returncode == 130 and "Traceback" not in said and "KeyboardInterrupt" not in said, said
+        assert r.stderr.splitlines()[-1] == "tilesweep: interrupted; finished records are kept, rerun to continue"
+        assert sum("interrupted" in line for line in said.splitlines()) == 1, said
+    # every config in flight at each interruption was given up, none counts against it
+    partial = next((sweep / "partials").glob("*.jsonl"))
+    content = read_partial(partial)
+    assert content.attempts >= 2 and not any(n > 0 for n in content.deaths.values())
+    assert all(n <= 0 for iid, n in content.starts.items() if iid not in content.records)
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert len(doc["results"]) == 10 and not [rec for rec in doc["results"] if "error" in rec]

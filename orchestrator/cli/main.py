@@ -116,6 +116,8 @@ def _silence_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # first of all: a Ctrl-C while the commands' modules load is one line too (this module
+    # imports only what the parser class needs; the command families load in build_parser)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
     original = sys.stdout
@@ -133,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    configure_logging(args.verbose)
     try:
+        parser = build_parser()  # a Ctrl-C while the command families load is one line too
+        args = parser.parse_args(argv)
+        configure_logging(args.verbose)
         return int(args.func(args) or 0)
     except TilesweepError as exc:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)

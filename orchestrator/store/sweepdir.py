@@ -144,6 +144,20 @@ def read_json(path: Path, what: str) -> Any:
         raise SweepDirError(f"{what} {path} is unreadable ({exc}); the sweep directory is damaged") from None
 
 
+_SKELETON = {"units", "partials", "done", "logs", "units.json", ".keep"}
+
+
+def _unused(root: Path) -> bool:
+    """Empty, or only what a ``create`` interrupted before its sweep.json left (empty folders,
+    an empty unit index): safe to create the sweep in."""
+    for p in root.iterdir():
+        if p.name not in _SKELETON or (p.is_dir() and any(p.iterdir())):
+            return False
+        if p.name == "units.json" and p.read_text(encoding="utf-8").strip() not in ("", "[]"):
+            return False
+    return True
+
+
 @dataclass
 class SweepDir:
     """A handle on a sweep directory; cheap to create, reads lazily."""
@@ -203,7 +217,7 @@ class SweepDir:
             return existing
         if root.exists() and not root.is_dir():
             raise SweepDirError(f"sweep directory {root} exists and is not a directory; pick another --sweep-dir")
-        if root.exists() and any(p.name != ".keep" for p in root.iterdir()):
+        if root.exists() and not _unused(root):
             raise SweepDirError(f"{root} is not empty and holds no {SWEEP_FILE}; pick a new or empty --sweep-dir")
         for sub in ("units", "partials", "done", "logs"):
             (root / sub).mkdir(parents=True, exist_ok=True)
@@ -217,8 +231,10 @@ class SweepDir:
             "spec_source": spec_source,
             "spec": spec.model_dump(mode="json"),
         }
-        atomic_write_json(root / SWEEP_FILE, meta, indent=1)
+        # the unit index first: sweep.json is what makes a folder a sweep directory, so a create
+        # interrupted before it (Ctrl-C) leaves a folder that is created again, never one without an index
         atomic_write_json(root / "units.json", [], indent=None)
+        atomic_write_json(root / SWEEP_FILE, meta, indent=1)
         return cls(root)
 
     @classmethod

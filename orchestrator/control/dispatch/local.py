@@ -8,12 +8,15 @@ records stay in its partial and ``resume`` redoes only the rest.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +32,7 @@ from orchestrator.store.sweepdir import SweepDir, now_iso
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
+STOP_WAIT_S = 20.0  # how long an interrupted run waits for its workers to write their abandon lines
 
 
 @dataclass
@@ -106,21 +110,75 @@ def _run_subprocesses(sd: SweepDir, unit_ids: list[str], workers: int | None, pr
     running: dict[int, tuple[str, Any]] = {}  # slot -> (unit, job)
     free_slots = list(range(n))
     outcomes: list[UnitOutcome] = []
-    while pending or running:
-        while pending and free_slots:
-            slot = free_slots.pop(0)
-            uid = pending.pop(0)
-            running[slot] = (uid, _start_subprocess(sd, executor, uid, gpus, slot, prior.get(uid)))
-        for slot, (uid, job) in list(running.items()):
-            if job.done():
-                outcomes.append(_outcome(uid, job))
-                del running[slot]
-                free_slots.append(slot)
-        if on_poll:
-            on_poll()
-        if running:
-            time.sleep(POLL_S)
+    try:
+        while pending or running:
+            while pending and free_slots:
+                slot = free_slots.pop(0)
+                uid = pending.pop(0)
+                running[slot] = (uid, _start_subprocess(sd, executor, uid, gpus, slot, prior.get(uid)))
+            for slot, (uid, job) in list(running.items()):
+                if job.done():
+                    outcomes.append(_outcome(uid, job))
+                    del running[slot]
+                    free_slots.append(slot)
+            if on_poll:
+                on_poll()
+            if running:
+                time.sleep(POLL_S)
+    except BaseException:  # Ctrl-C (or a bug) here: the workers stop too, cleanly
+        _stop_workers([job for _, job in running.values()])
+        raise
     return outcomes
+
+
+def _stop_workers(jobs: list[Any]) -> None:
+    """Ask each running unit's worker to stop (SIGTERM to its submitit controller, which hands
+    it on: the worker abandons its configs in flight and exits), and give them ``STOP_WAIT_S``
+    to do so. A Ctrl-C at a terminal reached the workers already; this covers one that reached
+    only us. Further Ctrl-C meanwhile are ignored (the CLI's handler)."""
+    for job in jobs:
+        try:
+            os.kill(int(job.job_id), signal.SIGTERM)
+        except (ValueError, OSError):
+            pass
+    deadline = time.monotonic() + STOP_WAIT_S
+    while jobs and time.monotonic() < deadline:
+        jobs = [j for j in jobs if not _ended(j)]
+        time.sleep(0.1)
+
+
+def _ended(job: Any) -> bool:
+    try:
+        os.kill(int(job.job_id), 0)
+    except (ValueError, ProcessLookupError):
+        return True
+    except PermissionError:
+        return False
+    try:  # a zombie (ended, not yet reaped by us) has ended too
+        return job._process is not None and job._process.poll() is not None
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """Start processes with SIGINT ignored (and blocked, so none is lost meanwhile here).
+
+    submitit's local controller runs in our process group and writes to our terminal: a Ctrl-C
+    there raised KeyboardInterrupt in its own code, printed its traceback on the user's terminal,
+    and made it SIGKILL the worker a second later, before the worker had written its abandon
+    lines. A controller that ignores SIGINT does neither; the worker, which inherits the ignored
+    signal, installs its own handler (``jobs.in_flight.stop_signals``) and stops cleanly."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C that came meanwhile is delivered now
 
 
 def _start_subprocess(sd: SweepDir, executor: Any, uid: str, gpus: list[int], slot: int,
@@ -130,7 +188,8 @@ def _start_subprocess(sd: SweepDir, executor: Any, uid: str, gpus: list[int], sl
         executor.update_parameters(gpus_per_node=1, visible_gpus=[gpus[slot % len(gpus)]])
     else:
         executor.update_parameters(gpus_per_node=0)
-    job = executor.submit(run_unit_job, str(sd.root), uid, prior)
+    with _children_ignore_sigint():
+        job = executor.submit(run_unit_job, str(sd.root), uid, prior)
     sd.record_jobs([{"unit": uid, "executor": "local", "job_id": str(job.job_id), "submitted": now_iso(),
                      "log": str(job.paths.stderr)}])
     log.info("unit %s started as local job %s", uid, job.job_id)
