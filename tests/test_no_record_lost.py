@@ -212,3 +212,40 @@ def test_ctrl_c_is_one_line_and_blames_no_config(write_spec, tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "results.json").read_text())
     assert len(doc["results"]) == 10 and not [rec for rec in doc["results"] if "error" in rec]
+
+
+# ---------------------------------------------------------------------------- status agrees with merge
+
+
+def _status(sweep: Path) -> dict:
+    r = run_cli("status", str(sweep), "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_status_counts_what_merge_accepts(write_spec, tmp_path):
+    spec = write_spec(modes=["fwd"], executor={"kind": "debug"})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    st = _status(sweep)
+    assert st["complete"] and st["done"] == st["planned"] == 3
+    partial = next((sweep / "partials").glob("*.jsonl"))
+    whole = partial.read_bytes()
+    # the partial is cut in the middle of its last record: the marker no longer vouches for it
+    partial.write_bytes(whole[: whole.rstrip(b"\n").rfind(b"\n") + 40])
+    st = _status(sweep)
+    assert not st["complete"] and st["done"] == 2 and "marker is stale" in st["units"][0]["detail"]
+    merged = run_cli("merge", str(sweep))
+    assert "merged 2 records (0 errors, 1 of 3 planned missing)" in merged.stdout and "torn" in merged.stderr
+    # redone: complete again, and the torn line is no longer worth a warning
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    st = _status(sweep)
+    assert st["complete"] and st["done"] == 3
+    merged = run_cli("merge", str(sweep))
+    assert "0 of 3 planned missing" in merged.stdout and merged.stderr == "", merged.stderr
+    # a partial of another sweep copied under the unit's name counts for nothing, as in merge
+    other, _ = build_sweep(tmp_path / "o", small_spec(n_seqs=1), 1, output=tmp_path / "o.json")
+    shutil.copy(other.partial_path(other.unit_index()[0]["id"]), partial)
+    st = _status(sweep)
+    assert not st["complete"] and st["done"] == 0 and "not this sweep's" in st["units"][0]["detail"]
+    assert "wrote nothing: every partial with records was quarantined" in run_cli("merge", str(sweep)).stdout
