@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import stat
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench._synth import build_sweep, small_spec
+from bench._synth import build_sweep, partial_lines, small_spec
 from orchestrator.store.partials import read_partial
 from tests.helpers import assert_one_line_error
 
@@ -249,3 +250,27 @@ def test_status_counts_what_merge_accepts(write_spec, tmp_path):
     st = _status(sweep)
     assert not st["complete"] and st["done"] == 0 and "not this sweep's" in st["units"][0]["detail"]
     assert "wrote nothing: every partial with records was quarantined" in run_cli("merge", str(sweep)).stdout
+
+
+# ---------------------------------------------------------------------------- a report that knows it is partial
+
+
+def test_report_of_an_incomplete_sweep_says_what_is_missing(tmp_path):
+    out = tmp_path / "results.json"
+    sd, units = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out, write_partials=[0])
+    # unit 1: its worker got through its first shape's autos and a few fwd configs only
+    lines = partial_lines(sd, units[1], random.Random(1))
+    sd.partial_path(units[1].id).write_text("\n".join(lines[:16]) + "\n")
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    rows = json.loads(run_cli("report", str(out), "--json").stdout)
+    by = {(r["dtype"], r["head_dim"], r["mode"]): r for r in rows}
+    assert len(rows) == 8  # every planned problem has a row, measured or not
+    full = [r for r in rows if r["n_missing"] == 0]
+    assert len(full) == 4 and all(r["n_planned"] in (90, 8) and "timed" not in r["note"] for r in full)
+    partial = [r for r in rows if 0 < r["n_missing"] < r["n_planned"]]
+    assert len(partial) == 1 and partial[0]["mode"] == "fwd" and partial[0]["best_label"]
+    timed = partial[0]["n_configs"] - partial[0]["n_failed"]
+    assert partial[0]["note"].startswith(f"best of {timed}/90 timed")
+    assert sum(r["n_missing"] == r["n_planned"] for r in rows) == 3
+    text = run_cli("report", str(out)).stdout.splitlines()
+    assert text[0].split()[-2:] == ["missing", "note"] and f"best of {timed}/90 timed" in "\n".join(text)

@@ -20,6 +20,10 @@ elementwise work are not counted. Modes other than these two get no TFLOP/s.
 A best config is flagged as *within noise* when its q1-q3 range overlaps the runner-up's:
 the sweep has not separated the two, so either is a fair pick.
 
+Where the document knows its plan (``coverage``), a problem also says how many planned configs
+have no record (``missing``; a planned problem without any record gets a row), and a best chosen
+while fewer than half the planned configs were timed is marked ``best of N/M timed``.
+
 ``best_table`` returns data; ``format_table`` turns it into text or a GitHub table. The CLI
 (and ``tilesweep run`` at the end of a sweep) prints.
 """
@@ -33,6 +37,7 @@ from operator import itemgetter
 from typing import Any
 
 from kernels.config import attention_flops
+from orchestrator.analysis import coverage
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
 from orchestrator.spec.records import DEFAULT_IMPL, PROBLEM_FIELDS, config_fields, config_of, problem_key
 from orchestrator.store.document import ResultsDoc, paused_gc
@@ -116,10 +121,15 @@ class ProblemSummary:
     runner_up_ms: float | None
     within_noise: bool
     first_error: str | None  # one failure message, to show what went wrong where all failed
+    n_planned: int | None = None  # forced configs the document's plan has for it (None: no plan known)
+    n_missing: int | None = None  # of those, how many have no record
 
     @property
     def note(self) -> str:
         notes = []
+        timed = self.n_configs - self.n_failed  # a best chosen among a minority of the plan:
+        if self.n_planned is not None and self.best_ms is not None and 2 * timed < self.n_planned:
+            notes.append(f"best of {timed}/{self.n_planned} timed")
         if self.n_configs == 0:
             notes.append("auto only")
         elif self.best_ms is None:
@@ -133,6 +143,8 @@ class ProblemSummary:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         key = out.pop("key")
+        if self.n_planned is None:  # no plan known: nothing to say (the reference run's report as it was)
+            del out["n_planned"], out["n_missing"]
         out = {**key, **out}
         out["flops_formula"] = (CAUSAL_FLOPS_FORMULAS if self.key.causal else FLOPS_FORMULAS).get(self.key.mode)
         out["note"] = self.note
@@ -183,8 +195,13 @@ def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict
 
 
 def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
-    """One ``ProblemSummary`` per problem, in the document's order."""
-    return [_summary(ProblemKey(*k), sc) for k, sc in scan(doc.results).items()]
+    """One ``ProblemSummary`` per problem, in the document's order, then planned ones without records."""
+    plans = coverage.plans_of(doc)
+    scans = scan(doc.results)
+    unrecorded = set().union(*(p.problems for p in plans)) - scans.keys()
+    for problem in sorted(unrecorded, key=lambda k: tuple((v is None, 0 if v is None else v) for v in k)):
+        scans[problem] = _Scan(problem[5])
+    return [_summary(ProblemKey(*k), sc, coverage.planned(plans, k)) for k, sc in scans.items()]
 
 
 def astuple_key(key: ProblemKey) -> tuple:
@@ -259,7 +276,7 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple, _Scan]:
     return scans
 
 
-def _summary(key: ProblemKey, sc: _Scan) -> ProblemSummary:
+def _summary(key: ProblemKey, sc: _Scan, planned: set | None = None) -> ProblemSummary:
     fields, per_config, auto_ms = sc.fields, sc.per_config, sc.auto_ms
     ok = [r for r in per_config.values() if r is not None]
     n_failed = len(per_config) - len(ok)
@@ -303,6 +320,8 @@ def _summary(key: ProblemKey, sc: _Scan) -> ProblemSummary:
         runner_up_ms=float(runner["median_ms"]) if runner else None,
         within_noise=within_noise,
         first_error=sc.first_error if best is None else None,
+        n_planned=None if planned is None else len(planned),
+        n_missing=None if planned is None else sum(cfg not in per_config for cfg in planned),
     )
 
 
@@ -331,7 +350,7 @@ def _quartiles(rec: dict[str, Any]) -> tuple[float, float]:
 # --------------------------------------------------------------------------- formatting
 
 
-def _row(s: ProblemSummary, with_tag: bool, axes: list[str]) -> list[str]:
+def _row(s: ProblemSummary, with_tag: bool, axes: list[str], with_missing: bool = False) -> list[str]:
     k = s.key
     row = [k.dtype, str(k.head_dim), str(k.seq), str(k.batch), str(k.heads), *axis_cells(k, axes), k.mode]
     if with_tag:
@@ -346,6 +365,7 @@ def _row(s: ProblemSummary, with_tag: bool, axes: list[str]) -> list[str]:
         "-" if s.tflops is None else f"{s.tflops:.1f}",
         str(s.n_configs),
         str(s.n_failed),
+        *([("-" if s.n_missing is None else str(s.n_missing))] if with_missing else []),
         s.note,
     ]
     return row
@@ -356,19 +376,16 @@ _HEADER_TAIL = ["best", "ms", "q1-q3 ms", "auto ms", "speedup", "TFLOP/s", "conf
 _LEFT = {"dtype", "mode", "tag", "best", "note", "causal", "impl"}
 
 
-def format_table(
-    summaries: list[ProblemSummary], style: str = "text", *, legend: bool = True
-) -> str:
+def format_table(summaries: list[ProblemSummary], style: str = "text", *, legend: bool = True) -> str:
     """Render summaries as an aligned plain-text table (``text``) or a GitHub table (``markdown``).
-
-    The tag column appears only when the summaries hold more than one tag.
-    """
-    if style not in ("text", "markdown"):
-        raise ValueError(f"{style=} must be 'text' or 'markdown'")
+    The tag column appears only when the summaries hold more than one tag, the missing column
+    only where the document's plan is known (``render`` refuses another style)."""
     with_tag = len({s.key.tag for s in summaries}) > 1
     axes = axis_columns(s.key for s in summaries)
-    header = _HEADER[:5] + axes + _HEADER[5:] + (["tag"] if with_tag else []) + _HEADER_TAIL
-    rows = [_row(s, with_tag, axes) for s in summaries]
+    with_missing = any(s.n_missing is not None for s in summaries)
+    tail = _HEADER_TAIL[:-1] + ["missing", "note"] if with_missing else _HEADER_TAIL
+    header = _HEADER[:5] + axes + _HEADER[5:] + (["tag"] if with_tag else []) + tail
+    rows = [_row(s, with_tag, axes, with_missing) for s in summaries]
     return render(header, rows, style, left=_LEFT, legend=LEGEND if legend else None)
 
 

@@ -35,6 +35,7 @@ from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, loc
 from orchestrator.store.leases import live_unit_holders
 from orchestrator.store.progress import count_unit
 from orchestrator.store.sweepdir import SweepDir
+from orchestrator.store.target import final_merge
 
 __all__ = ["ACTIVE", "FAILED", "LOST_AFTER_S", "History", "SweepStatus", "UnitStatus", "count_unit",
            "format_duration", "format_status", "read_history", "slurm_state", "sweep_status"]
@@ -158,7 +159,7 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
         if u.state != "done":
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
     _leases(sd, st)
-    final = sd.final_merge() if hist.merge_jobs else None
+    final = final_merge(sd) if hist.merge_jobs else None
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]

@@ -10,12 +10,23 @@ from __future__ import annotations
 import itertools
 
 from orchestrator.planning.costs import CostTable, item_costs, setup_estimate
-from orchestrator.planning.items import INVALID, PRUNED, RUN, WorkItem, bulk, expand, notes, plan_line
+from orchestrator.planning.items import (
+    INVALID,
+    PRUNED,
+    RUN,
+    PlannedConfigs,
+    WorkItem,
+    bulk,
+    expand,
+    notes,
+    plan_line,
+    planned_configs,
+)
 from orchestrator.planning.shard import Unit, default_units, shard
 from orchestrator.spec.model import SweepSpec
 
-__all__ = ["INVALID", "PRUNED", "RUN", "CostTable", "Unit", "WorkItem", "expand", "notes", "plan", "plan_line",
-           "shard"]
+__all__ = ["INVALID", "PRUNED", "RUN", "CostTable", "PlannedConfigs", "Unit", "WorkItem", "expand", "notes", "plan",
+           "plan_line", "planned_configs", "shard"]
 
 
 def plan(spec: SweepSpec, units: int | None = None, costs: CostTable | None = None) -> tuple[list[WorkItem], list[Unit]]:

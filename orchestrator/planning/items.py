@@ -282,6 +282,40 @@ class _Classifier:
         ), nbytes
 
 
+@dataclass
+class PlannedConfigs:
+    """The forced configs a spec plans per problem, without expanding it: the grid of a mode
+    depends on the problem only through seq (blocks clamped to it), so one list per (mode,
+    seq) serves every dtype, head_dim and tag. What a report of an incomplete sweep compares
+    its records with, to say how many configs are missing."""
+
+    # records.problem_key: (dtype, head_dim, seq, batch, heads, mode, tag, causal, kv_heads, impl)
+    problems: set[tuple[Any, ...]]
+    grids: dict[tuple[str, int], list[tuple[int, ...]]]
+
+    def of(self, problem: tuple[Any, ...]) -> list[tuple[int, ...]] | None:
+        """The planned configs (values of ``records.config_fields(mode)``), or None if the
+        spec does not plan this problem."""
+        if problem not in self.problems:
+            return None
+        return self.grids[(problem[5], problem[2])]
+
+
+def planned_configs(spec: SweepSpec) -> PlannedConfigs:
+    full = {}
+    for mode in spec.modes:
+        params = [] if spec.auto_only else _grid(spec, mode)
+        full[mode] = (params, [b""] * len(params))  # id suffixes are not needed here
+    clamped = _Clamped(full)
+    grids = {(mode, seq): clamped(mode, seq)[0] for mode in spec.modes for seq in spec.seq_lens}
+    heads, impl = spec.heads, spec.kernel.impl
+    problems = {(dtype, head_dim, seq, spec.batch, heads, mode, spec.tag, causal, None if kv == heads else kv, impl)
+                for dtype, head_dim, seq, kv, causal in itertools.product(
+                    spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal)
+                for mode in spec.modes}
+    return PlannedConfigs(problems, grids)
+
+
 def plan_line(item: WorkItem) -> dict[str, Any]:
     """What ``tilesweep plan --dry-run --json`` prints for an item."""
     rec = item.record_fields()

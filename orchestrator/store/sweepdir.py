@@ -9,7 +9,7 @@ Layout::
     done/<id>.json      completion marker, written atomically at the end of a unit
     env.json            environment fingerprint of the first worker (later ones must match)
     jobs.jsonl          submission history (executor, job ids, attempt)
-    final-merge.json    what the final merge job did last (merged, or refused and why)
+    final-merge.json    what the final merge job did last (merged, or refused and why; see target)
     logs/               submitit's folder (sbatch files, stdout/stderr per task)
     logs/units/<id>.log one per unit: its workers' output on SLURM (a task runs several)
     leases/<id>.lease   held by the live worker of a unit (see leases); run.lease: `tilesweep run`
@@ -43,7 +43,6 @@ from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store.locks import pid_alive
 
 SWEEP_FILE = "sweep.json"
-FINAL_MERGE_FILE = "final-merge.json"
 FORMAT = "tilesweep-sweep"
 
 
@@ -361,19 +360,6 @@ class SweepDir:
             except json.JSONDecodeError:
                 continue  # a torn last line after a crash
         return out
-
-    # ------------------------------------------------------------------ the final merge job
-    def record_final_merge(self, result: dict[str, Any]) -> None:
-        """What the final merge job did (``final-merge.json``), so ``status`` can say why it
-        failed in one line instead of pointing at its log."""
-        atomic_write_json(self.root / FINAL_MERGE_FILE, {**result, "finished": now_iso()}, indent=1)
-
-    def final_merge(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads((self.root / FINAL_MERGE_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
 
     # ------------------------------------------------------------------ environment
     def check_env(self, env: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ from orchestrator.spec.records import item_id
 from orchestrator.store.document import load
 from orchestrator.store.partials import UnitItems
 from orchestrator.store.segments import CACHE_DIR
-from orchestrator.store.sweepdir import SweepDir, atomic_write_json, temp_path
+from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso, temp_path
 
 log = logging.getLogger(__name__)
 
@@ -171,3 +171,22 @@ def keep(stashed: Path, out: Path) -> Path:
     prev = prev_path(out)
     os.replace(stashed, prev)
     return prev
+
+
+# ---------------------------------------------------------------------------- the final merge job
+
+FINAL_MERGE_FILE = "final-merge.json"
+
+
+def record_final_merge(sd: SweepDir, result: dict[str, Any]) -> None:
+    """What the final merge job did (``SWEEP/final-merge.json``), so ``status`` can say why it
+    failed in one line instead of pointing at its log."""
+    atomic_write_json(sd.root / FINAL_MERGE_FILE, {**result, "finished": now_iso()}, indent=1)
+
+
+def final_merge(sd: SweepDir) -> dict[str, Any] | None:
+    try:
+        data = json.loads((sd.root / FINAL_MERGE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -168,6 +168,7 @@ class MergeTask(submitit.helpers.Checkpointable):
     def __call__(self, sweep_dir: str) -> dict[str, Any]:
         from orchestrator.control.sweeps import merge_sweep
         from orchestrator.errors import TilesweepError
+        from orchestrator.store.target import record_final_merge
 
         configure_node_logging()
         sd = SweepDir.open(sweep_dir)
@@ -175,7 +176,7 @@ class MergeTask(submitit.helpers.Checkpointable):
         try:
             summary = merge_sweep(sd)
         except TilesweepError as exc:  # refused (records of another sweep, an unwritable output): say why
-            sd.record_final_merge({"job_id": job, "ok": False, "error": exc.message})
+            record_final_merge(sd, {"job_id": job, "ok": False, "error": exc.message})
             log.error("final merge refused: %s", exc.message)
             raise
         result = {"output": str(summary.output), "records": summary.records, "missing": summary.missing,
@@ -183,7 +184,7 @@ class MergeTask(submitit.helpers.Checkpointable):
                   "prev": None if summary.prev is None else str(summary.prev)}
         if sd.spec.report.html and summary.records:
             result.update(write_page_logged(summary.output))
-        sd.record_final_merge({"job_id": job, "ok": True, **result})
+        record_final_merge(sd, {"job_id": job, "ok": True, **result})
         return result
 
 
