@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from orchestrator.store.partials import PartialWriter
@@ -72,20 +75,57 @@ def _on_stop_signal(signum: int, frame: Any) -> None:
     if _IN_FLIGHT.get("writing"):
         _IN_FLIGHT["pending"] = signum
         return
-    _stop_now(signum)
+    _stop_now(signum, raise_now=_safe_to_raise(frame))
 
 
-def _stop_now(signum: int) -> None:
+_ROOT = Path(__file__).resolve().parent.parent
+_OURS = tuple(f"{_ROOT / pkg}{os.sep}" for pkg in ("jobs", "orchestrator", "kernels"))
+_WAITS = (os.sep + "threading.py", os.sep + "concurrent" + os.sep)
+
+
+def _safe_to_raise(frame: Any) -> bool:
+    """Whether an exception raised where the signal found the main thread stops the worker
+    cleanly: in our own code or a wait of the standard library, yes; inside an import (an
+    extension turns it into an ImportError), a garbage-collector callback or a library's code,
+    no: there the stop waits for the worker's next check between configs (``stop_requested``)."""
+    inner = frame.f_code.co_filename if frame is not None else ""
+    if not (inner.startswith(_OURS) or any(w in inner for w in _WAITS)):
+        return False
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return False
+        frame = frame.f_back
+    return True
+
+
+_REQUESTED: list[int] = []  # the stop signal received, if any (``stop_requested``)
+# what a stop raises; swallowed where the handler ran in a gc callback (no traceback for it there)
+_STOPS = (KeyboardInterrupt, SystemExit)
+
+
+def stop_requested() -> bool:
+    """A stop signal came: the worker stops before its next config. (The exception raised by
+    the handler usually stops it at once; but a handler that runs inside a garbage-collector
+    callback or a ``__del__`` has its exception swallowed, and this is what stops it then.)"""
+    return bool(_REQUESTED)
+
+
+def _stop_exception(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
+
+
+def _stop_now(signum: int, *, raise_now: bool = True) -> None:
     """Abandon the configs in flight, then exit: KeyboardInterrupt for SIGINT, exit status
-    128 + signal otherwise. Further stop signals while exiting are ignored."""
+    128 + signal otherwise (at once, or at the next check where raising is not safe here).
+    Further stop signals while exiting are ignored."""
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
+    _REQUESTED.append(signum)
     given_up = abandon_in_flight()
     log.warning("caught %s: stopping; configs in flight given up (not counted against them): %s",
                 signal.Signals(signum).name, given_up or "none")
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise SystemExit(128 + signum)
+    if raise_now:
+        raise _stop_exception(signum)
 
 
 @contextlib.contextmanager
@@ -97,14 +137,20 @@ def stop_signals() -> Iterator[None]:
         yield
         return
     previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    hook = sys.unraisablehook
+    _REQUESTED.clear()
     for s in STOP_SIGNALS:
         signal.signal(s, _on_stop_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    sys.unraisablehook = lambda u: None if _REQUESTED and isinstance(u.exc_value, _STOPS) else hook(u)
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for s, h in previous.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
+    if _REQUESTED:  # stopped by a signal whose exception was swallowed on the way: end as it asked
+        raise _stop_exception(_REQUESTED[0])
 
 
 def begin(writer: PartialWriter, attempt: int) -> None:

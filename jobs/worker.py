@@ -27,13 +27,23 @@ it between configs the same way. Only when the time limit finds a config hung do
 
 from __future__ import annotations
 
+import signal
+import sys
+
+if __name__ == "__main__":  # run by hand: a Ctrl-C while the modules load ends in one line too
+
+    def _interrupted_early(signum: int, frame: object) -> None:
+        print("tilesweep worker: interrupted before it started; nothing was written", file=sys.stderr)
+        raise SystemExit(130)
+
+    signal.signal(signal.SIGINT, _interrupted_early)
+
 import argparse
 import importlib.metadata
 import logging
 import os
 import platform
 import socket
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -109,7 +119,7 @@ class _Attempt:
     recorded: dict[str, bool] | None = None  # item id -> is an error, for what this attempt wrote
 
     def should_stop(self) -> bool:
-        return self.stop_check is not None and self.stop_check()
+        return in_flight.stop_requested() or (self.stop_check is not None and self.stop_check())
 
     def record(self, it: WorkItem, rec: dict[str, Any]) -> None:
         write(self.writer, {"id": it.id, "attempt": self.attempt, "record": rec})

@@ -1,7 +1,9 @@
-"""Crash safety, proven by SIGKILL on real processes: writers that use ``PartialWriter`` as
-the worker does, the real ``jobs.worker``, and the real ``tilesweep merge``. After resume and
-merge: no finished record lost, none twice, the document valid JSON every time, torn lines
-reported by file and line. ``python -m tests.crash_trials`` runs the same trials 200 times."""
+"""Crash safety, proven by killing real processes: the real ``jobs.worker`` (SIGKILL, SIGTERM,
+SIGINT), a jax-free writer that uses ``PartialWriter`` as the worker does, and the real
+``tilesweep merge``. After resume and merge an oracle that shares no code with tilesweep
+(``tests.crash_trials.judge``: the plan as ``tilesweep plan --json`` prints it, the document parsed with
+the stdlib) finds nothing lost, nothing twice, no false error, and no torn-line warning for an
+item that was redone. ``python -m tests.crash_trials`` runs the same trials many times."""
 
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from tests.crash_trials import make_merger_sweep, run_trials, trial_merger, tria
 
 def _ok(res: dict) -> None:
     assert res["problems"] == [], res["problems"]
+    assert (res["lost"], res["duplicated"], res["foreign"], res["false_errors"]) == (0, 0, 0, 0), res
 
 
 def test_writers_killed_at_random_points(tmp_path: Path):
-    stats = run_trials(tmp_path, n_writer=12, n_worker=0, n_merger=0, seed=11)["writer"]
+    stats = run_trials(tmp_path, n_worker=0, n_writer=8, n_merger=0, seed=11)["writer"]
     assert stats["failed"] == 0, stats["problems"]
-    assert stats["trials"] == 12 and stats["kills"] >= 6  # most kills land before the unit ends
+    assert stats["trials"] == 8 and stats["kills"] >= 4  # most kills land before the unit ends
 
 
 @pytest.mark.parametrize("how", ["mid-line", "after-last"])
@@ -34,20 +37,19 @@ def test_writer_killed_while_appending_or_around_the_marker(tmp_path: Path, how:
     pytest.fail(f"no {how} kill landed in 5 tries")
 
 
-def test_real_worker_killed_and_resumed(tmp_path: Path):
+def test_real_worker_stopped_and_resumed(tmp_path: Path):
     rng = random.Random(7)
-    for k in range(2):
-        res = trial_worker(tmp_path / f"k{k}", rng)
-        _ok(res)
-        assert res["kills"]  # the kill landed while the worker ran
+    res = trial_worker(tmp_path / "k", rng)
+    _ok(res)
+    assert res["kills"]  # the stops landed while the worker ran
 
 
 def test_real_merger_killed_leaves_a_valid_document(tmp_path: Path):
     rng = random.Random(5)
-    sd = make_merger_sweep(tmp_path / "m")
+    sweep = make_merger_sweep(tmp_path / "m")
     kills = 0
-    for _ in range(5):
-        res = trial_merger(sd, rng)
+    for _ in range(4):
+        res = trial_merger(sweep, rng)
         _ok(res)
         kills += res["kills"]
     assert kills >= 2
