@@ -1,12 +1,12 @@
 """How fast `tilesweep status` reads a sweep of 10,000 units.
 
 Builds a real sweep directory of 10,000 units of 100 items (``orchestrator/store/synthetic.py``:
-the spec expands to 1,000,000 items) in the middle of its run: 6,000 units done (full partial and
-completion marker), 500 running (half a partial), 300 ended unfinished (a quarter), 3,200
-not started (no partial); ``jobs.jsonl`` holds one SLURM job per unit (arrays of 1,000) and a
-final merge job. SLURM is not asked (``TILESWEEP_SLURM_QUERIES=0``): the figure is the
-sweep directory's share, which is what grows with the sweep (the scheduler is asked once
-per call, by array id, whatever the number of units).
+the spec expands to 1,000,000 items) in the middle of its run: 6,000 units done (full partial and a
+completion marker stamped with it, as the worker writes it), 500 running (half a partial), 300
+ended unfinished (a quarter), 3,200 not started (no partial); ``jobs.jsonl`` holds one SLURM job
+per unit (arrays of 1,000) and a final merge job. SLURM is not asked (``TILESWEEP_SLURM_QUERIES=0``):
+the figure is the sweep directory's share, which is what grows with the sweep (the scheduler is
+asked once per call, by array id, whatever the number of units).
 
 Times, median of ``--runs``:
 
@@ -14,6 +14,9 @@ Times, median of ``--runs``:
 - ``status_10k_units_cli_s``: the whole ``tilesweep status DIR`` command in a new process
   (interpreter start and imports included);
 - ``status_10k_units_json_cli_s``: the same with ``--json`` (every unit listed).
+
+Status counts what merge would accept: a done unit costs a stat and its small marker, the 800
+unfinished units' partials are parsed with the merger's classifier (what the figure mostly is).
 
 Run: ``.venv/bin/python -m bench.status [--units 10000] [--runs 5] [--dir DIR]``. The first
 run reads the partials from disk if the page cache lost them; the median is the warm figure.
@@ -63,10 +66,12 @@ def build(root: Path, n_units: int, seed: int = 0) -> SweepDir:
         lines = partial_lines(sd, unit, rng)
         keep = {"done": len(lines), "running": len(lines) // 2, "ended": len(lines) // 4}[kind]
         sd.partial_path(unit.id).write_text("\n".join(lines[:keep]) + "\n")
-        if kind == "done":
+        if kind == "done":  # the marker as the worker writes it: stamped with the partial it vouches for
             errors = sum(it.kind != RUN for it in unit.items)  # pruned and invalid items are error records
-            marker = {"unit": unit.id, "attempt": 1, "done": len(unit.items), "errors": errors,
-                      "total": len(unit.items), "already": 0, "stopped": False, "wall_s": 600.0, "finished": now_iso()}
+            st = sd.partial_path(unit.id).stat()
+            partial = {"stat": [st.st_ino, st.st_size, st.st_mtime_ns], "records": len(unit.items), "errors": errors}
+            marker = {"unit": unit.id, "attempt": 1, "done": len(unit.items), "errors": errors, "total": len(unit.items),
+                      "already": 0, "stopped": False, "wall_s": 600.0, "partial": partial, "finished": now_iso()}
             sd.marker_path(unit.id).write_text(json.dumps(marker))
     entries.append({"event": "merge_job", "job_id": str(1000 + n_units // 1000 + 1), "after": [],
                     "submitted": now_iso(), "submitted_ts": t0})
