@@ -20,7 +20,7 @@ from bench._synth import build_sweep, partial_lines, small_spec
 from orchestrator.store.partials import read_partial
 from tests.helpers import assert_one_line_error
 
-from .conftest import REPO, SAMPLE, run_cli
+from .conftest import REPO, SAMPLE, TINY_SPEC, run_cli
 
 
 def _records(path: Path) -> list[dict]:
@@ -139,8 +139,8 @@ def test_standard_output_full_or_closed(tmp_path):
     # a reader that stops early (| head -1) gets its line; the writer ends quietly, exit 0
     spec = tmp_path / "big.json"
     spec.write_text(json.dumps(small_spec(n_seqs=4)))  # 1,600 plan lines: more than a pipe holds
-    r = subprocess.run(f"{sys.executable} -m orchestrator plan {spec} --dry-run --json | head -1; exit ${{PIPESTATUS[0]}}",
-                       shell=True, cwd=REPO, capture_output=True, text=True, executable="/bin/bash")
+    cmd = f"{sys.executable} -m orchestrator plan {spec} --dry-run --json | head -1; exit ${{PIPESTATUS[0]}}"
+    r = subprocess.run(cmd, shell=True, cwd=REPO, capture_output=True, text=True, executable="/bin/bash")
     assert r.returncode == 0 and r.stderr == "" and r.stdout.startswith('{"dtype": "bfloat16"')
 
 
@@ -263,7 +263,6 @@ def test_report_of_an_incomplete_sweep_says_what_is_missing(tmp_path):
     sd.partial_path(units[1].id).write_text("\n".join(lines[:16]) + "\n")
     assert run_cli("merge", str(sd.root)).returncode == 0
     rows = json.loads(run_cli("report", str(out), "--json").stdout)
-    by = {(r["dtype"], r["head_dim"], r["mode"]): r for r in rows}
     assert len(rows) == 8  # every planned problem has a row, measured or not
     full = [r for r in rows if r["n_missing"] == 0]
     assert len(full) == 4 and all(r["n_planned"] in (90, 8) and "timed" not in r["note"] for r in full)
@@ -274,3 +273,41 @@ def test_report_of_an_incomplete_sweep_says_what_is_missing(tmp_path):
     assert sum(r["n_missing"] == r["n_planned"] for r in rows) == 3
     text = run_cli("report", str(out)).stdout.splitlines()
     assert text[0].split()[-2:] == ["missing", "note"] and f"best of {timed}/90 timed" in "\n".join(text)
+
+
+# ---------------------------------------------------------------------------- the final merge job (SLURM)
+
+
+@pytest.mark.slurm
+def test_final_merge_job_refuses_the_same_way_and_status_says_why(tmp_path):
+    from tests.slurm_cluster import require_cluster
+
+    require_cluster()
+    out = tmp_path / "results.json"
+    other = json.loads(SAMPLE.read_text())
+    other["results"] = other["results"][:4]
+    out.write_text(json.dumps(other, indent=1))  # another tool's document where this sweep writes
+    before = out.read_bytes()
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        **TINY_SPEC, "modes": ["fwd"], "output": str(out),
+        "executor": {"kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 5,
+                     "merge_partition": "cpu"}}))
+    sweep = tmp_path / "sweep"
+    r = run_cli("submit", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        st = json.loads(run_cli("status", str(sweep), "--json").stdout)
+        if st["merge_jobs"] and (st["merge_jobs"][-1]["error"] or st["merge_jobs"][-1]["state"] == "COMPLETED"):
+            break
+        time.sleep(3)
+    why = f"{out} holds 4 records that are not this sweep's (4 not written by tilesweep)"
+    assert st["merge_jobs"][-1]["error"].startswith(why), st["merge_jobs"]
+    assert f"failed: {why}" in run_cli("status", str(sweep)).stdout
+    assert out.read_bytes() == before
+    assert_one_line_error(run_cli("wait", str(sweep)), why, "--overwrite")
+    r = run_cli("wait", str(sweep), "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert f"the document it replaced held 4 records: kept as {out}.prev" in r.stderr
+    assert len(_records(out)) == st["planned"] and (tmp_path / "results.json.prev").read_bytes() == before

@@ -203,6 +203,8 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
     from orchestrator.control.sweeps import merge_sweep
     from orchestrator.control.wait import wait_until_settled
 
+    if not overwrite:
+        merge.check_target(sd)  # refuse before waiting, not after, to drop another sweep's records
     progress = Progress(sd.planned)
     warned: set[str] = set()
 
