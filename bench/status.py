@@ -70,8 +70,9 @@ def build(root: Path, n_units: int, seed: int = 0) -> SweepDir:
             errors = sum(it.kind != RUN for it in unit.items)  # pruned and invalid items are error records
             st = sd.partial_path(unit.id).stat()
             partial = {"stat": [st.st_ino, st.st_size, st.st_mtime_ns], "records": len(unit.items), "errors": errors}
-            marker = {"unit": unit.id, "attempt": 1, "done": len(unit.items), "errors": errors, "total": len(unit.items),
-                      "already": 0, "stopped": False, "wall_s": 600.0, "partial": partial, "finished": now_iso()}
+            marker = {"unit": unit.id, "attempt": 1, "done": len(unit.items), "errors": errors,
+                      "total": len(unit.items), "already": 0, "stopped": False, "wall_s": 600.0, "partial": partial,
+                      "finished": now_iso()}
             sd.marker_path(unit.id).write_text(json.dumps(marker))
     entries.append({"event": "merge_job", "job_id": str(1000 + n_units // 1000 + 1), "after": [],
                     "submitted": now_iso(), "submitted_ts": t0})

@@ -116,11 +116,11 @@ def judge(plan: list[dict[str, Any]], doc_path: Path, finished: dict[tuple[Any, 
 
 def writer_main(sweep_dir: str, unit_key: str, delay: float, big_every: int, seed: int) -> int:
     """run_unit without jax: same partial protocol, same skip-what-is-recorded resume."""
-    from orchestrator.store.synthetic import DEVICE, header, record_for
     from orchestrator.planning import RUN
     from orchestrator.spec.model import env_fingerprint
     from orchestrator.store.partials import PartialWriter, read_partial
     from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
+    from orchestrator.store.synthetic import DEVICE, header, record_for
 
     rng = random.Random(seed)
     sd = SweepDir.open(sweep_dir)
@@ -276,7 +276,7 @@ def trial_writer(root: Path, rng: random.Random, how: str | None = None) -> dict
         unit = rng.choice(units)
         kind = how or rng.choice(["random", "random", "mid-line", "after-last"])
         big = 7 if kind == "mid-line" else rng.choice([0, 0, 25])
-        proc = spawn(["-m", "tests.crash_trials", "writer", str(sd.root), unit, "0.01", str(big), str(rng.randrange(1 << 30))])
+        proc = spawn_writer(sd, unit, big_every=big, seed=rng.randrange(1 << 30))
         merger = spawn(["-m", "orchestrator", "merge", str(sd.root)]) if rng.random() < 0.5 else None
         path, n_items = sd.partial_path(unit), len(sd.unit_items(unit))
         if kind == "mid-line":
@@ -291,7 +291,7 @@ def trial_writer(root: Path, rng: random.Random, how: str | None = None) -> dict
             res["kills"] += stop(merger)[0]
         finished.update(complete_records(sd.partials))
         res["torn"] += sum(1 for p in sd.partials.glob("*.jsonl") if not p.read_bytes().endswith(b"\n"))
-    for p in [spawn(["-m", "tests.crash_trials", "writer", str(sd.root), u, "0", "0", "0"]) for u in units]:
+    for p in [spawn_writer(sd, u, delay=0) for u in units]:
         _, err = p.communicate()
         if p.returncode != 0:
             res["problems"].append(f"resume failed: {err.strip()[-300:]}")

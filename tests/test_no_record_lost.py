@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench._synth import build_sweep, partial_lines, small_spec
 from orchestrator.store.partials import read_partial
+from orchestrator.store.synthetic import build_sweep, partial_lines, small_spec
 from tests.helpers import assert_one_line_error
 
 from .conftest import REPO, SAMPLE, TINY_SPEC, run_cli
