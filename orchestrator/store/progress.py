@@ -65,6 +65,22 @@ def _trusted_marker(m: dict[str, Any] | None, st: os.stat_result | None) -> dict
     return block if ok and type(block.get("records")) is int and type(block.get("errors")) is int else None
 
 
+_UNIT = "\0"  # a unit id no unit has: where it lands in a path, any unit's id goes
+
+
+_NAMES: dict[Path, tuple[str, str]] = {}
+
+
+def _file_names(sd: SweepDir) -> tuple[str, str]:
+    """Where a unit's partial and marker lie, as strings with ``_UNIT`` for the unit id, from
+    ``SweepDir``'s own rules: a string replace per unit instead of two ``Path`` objects built
+    (on 10,000 units, a sizeable share of what status costs)."""
+    names = _NAMES.get(sd.root)
+    if names is None:
+        names = _NAMES[sd.root] = (os.fspath(sd.partial_path(_UNIT)), os.fspath(sd.marker_path(_UNIT)))
+    return names
+
+
 def count_unit(
     sd: SweepDir, uid: str, total: int, has_marker: bool, fingerprint: str, env: dict[str, Any] | None
 ) -> Counted:
@@ -72,9 +88,10 @@ def count_unit(
     at the cost of one stat; otherwise the partial is read with the classifier every reader
     uses (``partials.read_partial``) and its headers checked as the merger checks them, so a
     torn line, an invalid one, or a partial of another sweep is never counted."""
-    path = os.fspath(sd.partial_path(uid))
+    partial_file, marker_file = _file_names(sd)
+    path = partial_file.replace(_UNIT, uid)
     st = _stat(path)
-    marker = _read_marker(os.fspath(sd.marker_path(uid))) if has_marker else None
+    marker = _read_marker(marker_file.replace(_UNIT, uid)) if has_marker else None
     gpu = marker.get("gpu") if marker is not None else None
     block = _trusted_marker(marker, st)
     if block is not None:
