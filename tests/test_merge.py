@@ -195,7 +195,7 @@ def test_invalid_record_line_is_skipped_with_a_warning_and_counts_as_missing(swe
     obj = json.loads(lines[n])
     obj["record"]["median_ms"] = "0.1 ms"
     lines[n] = json.dumps(obj)
-    lines.append(lines[n + 2][:40])  # and a torn last line
+    lines.append(lines[n][:40])  # and a torn last line, of the same item (one recorded elsewhere would be moot)
     path.write_text("\n".join(lines))
     with caplog.at_level(logging.WARNING):
         summary = merge(sd)
