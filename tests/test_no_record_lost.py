@@ -163,14 +163,21 @@ def _lines_of(partial: Path) -> list[dict]:
     return out
 
 
+def _partial_lines(sweep: Path) -> dict[Path, list[dict]]:
+    partials = sorted((sweep / "partials").glob("*.jsonl")) if (sweep / "partials").is_dir() else []
+    return {p: _lines_of(p) for p in partials}
+
+
 def _interrupt_run(spec: Path, sweep: Path, ready) -> subprocess.CompletedProcess:
-    """Start `tilesweep run`, press Ctrl-C once ``ready(sweep, partial lines)`` holds, wait for the end."""
+    """Start `tilesweep run`, press Ctrl-C once ``ready(sweep, lines)`` holds, wait for the end.
+    ``lines``: the partial lines this run wrote (those of earlier runs would make it ready
+    before the new process has even started its interpreter)."""
+    before = {p: len(lines) for p, lines in _partial_lines(sweep).items()}
     proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "run", str(spec), "--sweep-dir", str(sweep)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        partials = list((sweep / "partials").glob("*.jsonl")) if (sweep / "partials").is_dir() else []
-        if ready(sweep, [obj for p in partials for obj in _lines_of(p)]):
+        if ready(sweep, [obj for p, lines in _partial_lines(sweep).items() for obj in lines[before.get(p, 0):]]):
             break
         time.sleep(0.05)
     if proc.poll() is not None:
