@@ -130,8 +130,8 @@ class ProblemSummary:
         timed = self.n_configs - self.n_failed  # a best chosen among a minority of the plan:
         if self.n_planned is not None and self.best_ms is not None and 2 * timed < self.n_planned:
             notes.append(f"best of {timed}/{self.n_planned} timed")
-        if self.n_configs == 0:
-            notes.append("auto only")
+        if self.n_configs == 0:  # planned but without any record yet: not "auto only"
+            notes.append("nothing measured" if self.auto_status == "absent" else "auto only")
         elif self.best_ms is None:
             notes.append("all failed")
         if self.within_noise:
