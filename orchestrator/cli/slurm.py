@@ -216,8 +216,10 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
         extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
         progress.update(st.done, extra=extra)
 
-    st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=poll)
-    progress.close()
+    try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
+        st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=poll)
+    finally:
+        progress.close()
     if not st.settled:
         warn(f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
              f"`{PROG} wait {sd.root}` again later")

@@ -112,11 +112,13 @@ def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argp
     def poll() -> None:
         progress.update(sweep_status(sd, query_slurm=False).done)
 
-    outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=args.workers, on_poll=poll) if todo else []
-    if args.retry_errors:
-        outcomes += _retry_here(sd, kind, args.retry_errors)
-    poll()
-    progress.close()
+    try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
+        outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=args.workers, on_poll=poll) if todo else []
+        if args.retry_errors:
+            outcomes += _retry_here(sd, kind, args.retry_errors)
+        poll()
+    finally:
+        progress.close()
     summary = merge_sweep(sd, overwrite=args.overwrite)
     print(merge_line(summary), file=sys.stderr)
     if summary.written:
@@ -138,12 +140,14 @@ def follow_run(sd: Any, other: Any, *, overwrite: bool = False) -> int:
     warn(f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its progress "
          "instead of starting a second run beside it (Ctrl-C stops following, not that run)")
     progress = Progress(sd.planned)
-    while other_run_live(sd):
-        progress.update(sweep_status(sd, query_slurm=False).done)
-        time.sleep(1.0)
-    st = sweep_status(sd, query_slurm=False)
-    progress.update(st.done)
-    progress.close()
+    try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
+        while other_run_live(sd):
+            progress.update(sweep_status(sd, query_slurm=False).done)
+            time.sleep(1.0)
+        st = sweep_status(sd, query_slurm=False)
+        progress.update(st.done)
+    finally:
+        progress.close()
     summary = merge_sweep(sd, overwrite=overwrite)
     print(merge_line(summary), file=sys.stderr)
     if summary.written and summary.records:
