@@ -119,7 +119,8 @@ def _stop_now(signum: int, *, raise_now: bool = True) -> None:
     128 + signal otherwise (at once, or at the next check where raising is not safe here).
     Further stop signals while exiting are ignored."""
     for s in STOP_SIGNALS:
-        signal.signal(s, signal.SIG_IGN)
+        if signal.getsignal(s) is _on_stop_signal:  # only those taken over (``stop_signals``)
+            signal.signal(s, signal.SIG_IGN)
     _REQUESTED.append(signum)
     given_up = abandon_in_flight()
     log.warning("caught %s: stopping; configs in flight given up (not counted against them): %s",
@@ -129,19 +130,21 @@ def _stop_now(signum: int, *, raise_now: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def stop_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM stop the worker cleanly while it runs a unit (``_stop_now``); the
-    handlers they had before are put back afterwards. The local executor starts workers with
-    SIGINT ignored and blocked (so its controller never sees a Ctrl-C): both are undone here."""
-    if threading.current_thread() is not threading.main_thread():
+def stop_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """``signals`` (SIGINT and SIGTERM by default) stop the worker cleanly while it runs a unit
+    (``_stop_now``); the handlers they had before are put back afterwards. The local executor
+    starts workers with SIGINT ignored and blocked (so its controller never sees a Ctrl-C):
+    both are undone here. A caller with handlers of its own for some of them (the whole-node
+    ``unit_worker``) passes only the others."""
+    if threading.current_thread() is not threading.main_thread() or not signals:
         yield
         return
-    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    previous = {s: signal.getsignal(s) for s in signals}
     hook = sys.unraisablehook
     _REQUESTED.clear()
-    for s in STOP_SIGNALS:
+    for s in signals:
         signal.signal(s, _on_stop_signal)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
     sys.unraisablehook = lambda u: None if _REQUESTED and isinstance(u.exc_value, _STOPS) else hook(u)
     try:
         yield

@@ -132,7 +132,8 @@ class _Attempt:
 
 
 def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Callable[[], bool] | None = None,
-             prior_starts: dict[str, Any] | None = None) -> dict[str, Any]:
+             prior_starts: dict[str, Any] | None = None,
+             stop_on: tuple[int, ...] = in_flight.STOP_SIGNALS) -> dict[str, Any]:
     """Run every item of the unit that has no record yet; return a summary.
 
     ``stop_check()`` (optional) is polled between configs; when it returns True the worker
@@ -141,9 +142,11 @@ def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Callable[[], bool] | 
     units' partials (``resume.ResumePlan.prior_starts``). ``tilesweep resume`` regroups missing
     items into new units, whose partials start empty; without these counts a config that kills
     its worker would get a fresh ``executor.max_config_attempts`` in every resumed unit and
-    never be given up on.
+    never be given up on. ``stop_on``: the signals whose handlers the worker takes over while
+    it runs (``in_flight.stop_signals``: abandon the configs in flight, exit); the whole-node
+    ``unit_worker`` keeps its own TERM handler (abandon, stop at the next config, exit STOPPED).
     """
-    with stop_signals():
+    with stop_signals(stop_on):
         return _run_unit(sweep_dir, unit_key, stop_check, prior_starts)
 
 

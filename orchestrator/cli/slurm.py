@@ -202,9 +202,10 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
     (``html``, default: the sweep's frozen spec's ``report.html``), the report page's path."""
     from orchestrator.control.sweeps import merge_sweep
     from orchestrator.control.wait import wait_until_settled
+    from orchestrator.store.merge import check_target
 
     if not overwrite:
-        merge.check_target(sd)  # refuse before waiting, not after, to drop another sweep's records
+        check_target(sd)  # refuse before waiting, not after, to drop another sweep's records
     progress = Progress(sd.planned)
     warned: set[str] = set()
 

@@ -191,13 +191,9 @@ def merge(
     extra: dict[str, Any] | None = None,
     overwrite: bool = False,
 ) -> MergeSummary:
-    """Merge the sweep's partials into its output document (atomically, under a lock).
-    ``extra``: more keys for the document's ``tilesweep`` block (the GPU-hours the control
-    plane read from the scheduler's accounting).
-
-    Without append, a document holding records that are not this sweep's is refused unless
-    ``overwrite`` (``target``); a document replaced by one with fewer records is kept as
-    ``<output>.prev``; when every partial with records was quarantined nothing is written."""
+    """Merge the sweep's partials into its output document (atomically, under a lock); ``extra``: more
+    ``tilesweep``-block keys (GPU-hours). Not appending, a document with records not this sweep's is refused
+    unless ``overwrite``; one replaced by fewer records is kept as ``<output>.prev``; all quarantined: no write."""
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):

@@ -230,8 +230,7 @@ class SweepDir:
             "spec_source": spec_source,
             "spec": spec.model_dump(mode="json"),
         }
-        # the unit index first: sweep.json is what makes a folder a sweep directory, so a create
-        # interrupted before it (Ctrl-C) leaves a folder that is created again, never one without an index
+        # the index first: sweep.json makes a sweep directory, so a create cut short (Ctrl-C) is redone
         atomic_write_json(root / "units.json", [], indent=None)
         atomic_write_json(root / SWEEP_FILE, meta, indent=1)
         return cls(root)

@@ -91,7 +91,9 @@ def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
     from orchestrator.errors import LeaseHeld, TilesweepError
 
     try:
-        summary = run_unit(sweep_dir, unit_id, stop_check=lambda: _state["stop"], prior_starts=prior)
+        # SIGINT only: TERM is this module's (abandon, then stop at the next config: STOPPED)
+        summary = run_unit(sweep_dir, unit_id, stop_check=lambda: _state["stop"], prior_starts=prior,
+                           stop_on=(signal.SIGINT,))
     except LeaseHeld as exc:
         log.warning("%s", not_started_line(unit_id, exc.message))
         return HELD
