@@ -145,3 +145,42 @@ def test_stop_abandons_the_configs_compiled_ahead(write_spec, tmp_path):
     summary = worker.run_unit(str(sd.root), unit)
     assert summary["done"] == 4 and summary["errors"] == 0
     assert all("error" not in r for r in _records(sd, unit).values() if not r.get("pruned"))
+
+
+def test_a_config_the_tasks_grace_finds_hung_is_marked_by_usr1_and_given_up_as_a_timeout(write_spec, tmp_path):
+    """When a SLURM task's grace after USR2 runs out, it sends its workers USR1 before the kill
+    (``node.TaskWorkers.mark_hung``): the unit worker's handler writes a ``hung`` line for each
+    config in flight, so a config found hung alone every time is given up on as a timeout
+    (``worker._record_uncompiled`` makes this record for it)."""
+    import os
+    import signal
+
+    from jobs import in_flight
+    from orchestrator.control.dispatch import unit_worker
+    from orchestrator.spec.model import env_fingerprint
+    from orchestrator.store.partials import PartialWriter
+
+    sd, unit = _sweep(write_spec, tmp_path, "hung", compile={"workers": 2, "cache_dir": "off"})
+    stuck = next(it for it in sd.unit_items(unit) if it.kind == RUN)
+    _fake_attempts(sd, unit, [[{"start": stuck.id, "alone": True}, {"hung": stuck.id}]])
+    header = {"schema": SCHEMA_VERSION, "unit": unit, "sweep": sd.spec.fingerprint(), "attempt": 2,
+              "env": env_fingerprint(worker.device_block()), "started": "2026-01-01T00:00:02+00:00"}
+    previous = {s: signal.getsignal(s) for s in unit_worker.SIGNALS}
+    unit_worker.install_handlers()  # USR2, TERM and USR1, as the unit worker process has them
+    try:
+        with PartialWriter(sd.partial_path(unit)) as w:
+            in_flight.begin(w, 2)
+            in_flight.write(w, {"header": header})
+            in_flight.write(w, {"start": stuck.id, "attempt": 2, "alone": True}, started=stuck.id)
+            os.kill(os.getpid(), signal.SIGUSR1)  # a real signal: the handler runs at the next bytecode
+            in_flight.end()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    assert {"hung": stuck.id, "attempt": 2} in _lines(sd, unit)
+    content = read_partial(sd.partial_path(unit))
+    assert content.deaths[stuck.id] == 2 and content.hangs[stuck.id] == 2
+    # what the next attempt records for it (max_config_attempts is 2): a timeout, not a crash
+    assert sd.spec.executor.max_config_attempts == 2
+    rec = measure.crashed_record(stuck, content.deaths[stuck.id], content.hangs[stuck.id])
+    assert rec["error"].startswith("WorkerTimeout: ")
