@@ -23,7 +23,16 @@ def load_spec(path: str | Path) -> SweepSpec:
     too: its ``config`` block is the spec it was made with."""
     p = Path(path)
     data = read_spec_data(p)
-    return spec_from_data(data, source=str(p))
+    return with_absolute_paths(spec_from_data(data, source=str(p)))
+
+
+def with_absolute_paths(spec: SweepSpec) -> SweepSpec:
+    """The spec with its replay source made absolute (from the working directory, as ``output``
+    is): workers on other nodes, started in other folders, read it."""
+    if spec.replay is None or Path(spec.replay.source).is_absolute():
+        return spec
+    replay = spec.replay.model_copy(update={"source": str(Path(spec.replay.source).resolve())})
+    return spec.model_copy(update={"replay": replay})
 
 
 def read_spec_data(p: Path) -> dict[str, Any]:
@@ -77,8 +86,8 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
     else:
         text = first["msg"].removeprefix("Value error, ")
         got = first.get("input")
-        shown = "" if repr(got) in text or len(repr(got)) > 80 else f" (got {got!r})"
-        msg = f"field {where!r}: {text}{shown}"
+        shown = "" if repr(got) in text or len(repr(got)) > 80 or not loc else f" (got {got!r})"
+        msg = f"field {where!r}: {text}{shown}" if loc else text
     more = len(errors) - 1
     return msg + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
 

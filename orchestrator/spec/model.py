@@ -29,6 +29,7 @@ from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
 from kernels.smem import DTYPES, MAX_HEAD_DIM, MIN_HEAD_DIM, MODES
 
 SCHEMA_VERSION = 1
+REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (jobs/replay.py)
 
 # The reference config block, in the reference document's key order.
 REFERENCE_CONFIG_FIELDS = (
@@ -167,20 +168,74 @@ class ShardingSettings(_Model):
 
 
 class TimingSettings(_Model):
+    """How each config is timed. ``strategy``, ``timer`` and ``flush_l2`` are documented in the
+    README (Measuring); the rules that use them live beside the timers (``kernels.timing``) and
+    in the worker (``jobs``), never here."""
+
     target_ms: float = Field(default=50.0, gt=0, description="wall time one timed sample aims for")
     max_inner: int = Field(default=200, ge=1, description="cap on calls per timed sample")
     warmup: int = Field(default=1, ge=0, description="untimed calls before the probe")
     seed: int = 0
+    strategy: Literal["full", "halving"] = Field(
+        default="full",
+        description="full: every config gets repeats x target_ms; halving: every config of a problem gets one "
+        "screening sample of screen_ms, then only those that can still win are timed in full (a second round)",
+    )
+    screen_ms: float | None = Field(default=None, gt=0, description="halving: length of the one screening sample "
+                                    "(default: target_ms / 10); must be below target_ms")
+    keep: int = Field(default=4, ge=1, description="halving: at least this many configs per problem are timed in full")
+    noise: float = Field(default=0.1, ge=0, description="halving: a config whose screen is within this fraction of "
+                         "the best screen (or of twice the auto record's relative q1-q3 spread, if larger) is timed "
+                         "in full too")
+    timer: Literal["wall", "device"] = Field(
+        default="wall",
+        description="wall: perf_counter around block_until_ready; device: the kernels' own time from jax's "
+        "profiler trace, without dispatch overhead",
+    )
+    flush_l2: Literal["auto", True, False] = Field(
+        default="auto", description="overwrite a buffer larger than the GPU's L2 cache before each sample; "
+        "auto: on a GPU, off on the CPU",
+    )
+
+    @model_validator(mode="after")
+    def _screen_below_target(self) -> TimingSettings:
+        if self.screen_ms is not None and self.screen_ms >= self.target_ms:
+            raise ValueError(f"screen_ms={self.screen_ms:g} must be below target_ms={self.target_ms:g} "
+                             "(a screening sample is the short one)")
+        return self
+
+    @property
+    def screen_target_ms(self) -> float:
+        """How long the one screening sample of the halving strategy aims to be."""
+        return self.screen_ms if self.screen_ms is not None else self.target_ms / 10
 
 
 class KernelSettings(_Model):
     interpret: Literal["auto", True, False] = "auto"
     prune_smem: Literal["predict", "off"] = "predict"
-    impl: Literal[IMPL_NAMES] = Field(  # type: ignore[valid-type]
+    impl: Literal[(*IMPL_NAMES, REPLAY)] = Field(  # type: ignore[valid-type]
         default=DEFAULT_IMPL,
         description="kernel implementation to tune: tilesweep (ours) or jax (jax's stock Pallas mha, "
-        "jax.experimental.pallas.ops.gpu.attention; no grouped-query attention, its backward runs 2 stages)",
+        "jax.experimental.pallas.ops.gpu.attention; no grouped-query attention, its backward runs 2 stages); "
+        "replay: compile and run nothing, replay the records of replay.source (samples drawn from each record's "
+        "spread, times on a virtual clock)",
     )
+
+
+# Measurement options added after the first sweeps were planned: a spec that leaves them at their
+# defaults keeps the fingerprint it had before they existed, so those sweeps resume unchanged.
+_ADDED_FIELDS: dict[str, tuple[type[_Model], tuple[str, ...]]] = {
+    "timing": (TimingSettings, ("strategy", "screen_ms", "keep", "noise", "timer", "flush_l2")),
+}
+
+
+class ReplaySettings(_Model):
+    """Where a replayed sweep takes its measurements from (``kernel.impl: replay``)."""
+
+    source: str = Field(description="a results document (tilesweep's or the reference run's) that measured this "
+                        "spec's problems; a relative path is taken from the working directory")
+    impl: Literal[IMPL_NAMES] = Field(  # type: ignore[valid-type]
+        default=DEFAULT_IMPL, description="the kernel implementation the source measured: its configs are planned")
 
 
 class CompileSettings(_Model):
@@ -239,6 +294,7 @@ class SweepSpec(_Model):
     compile: CompileSettings = CompileSettings()
     merge: MergeSettings = MergeSettings()
     report: ReportSettings = ReportSettings()
+    replay: ReplaySettings | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -278,6 +334,24 @@ class SweepSpec(_Model):
         return any(v not in (None, self.heads) for v in self.kv_heads)
 
     @property
+    def measured_impl(self) -> str:
+        """The kernel implementation whose configs are planned and recorded: ``kernel.impl``,
+        or for a replay the one its source measured (``replay.impl``)."""
+        if self.kernel.impl == REPLAY:
+            return self.replay.impl if self.replay is not None else DEFAULT_IMPL
+        return str(self.kernel.impl)
+
+    @model_validator(mode="after")
+    def _replay_needs_a_source(self) -> SweepSpec:
+        if self.kernel.impl == "replay" and self.replay is None:
+            raise ValueError('kernel.impl is "replay" but no replay source is given: add "replay": '
+                             '{"source": "RESULTS.json"}')
+        if self.replay is not None and self.kernel.impl != "replay":
+            raise ValueError(f'replay.source is given but kernel.impl is {self.kernel.impl!r}: set kernel.impl to '
+                             '"replay", or drop the replay section')
+        return self
+
+    @property
     def forward_blocks(self) -> ForwardBlocks:
         """Forward tiles of fwd_bwd configs: null in the reference means 128/128."""
         return self.bwd_fwd_config or ForwardBlocks()
@@ -292,8 +366,8 @@ class SweepSpec(_Model):
             out[name] = dumped[name]
             if name == "heads":
                 out.update(self._axes(dumped))
-        if self.kernel.impl != DEFAULT_IMPL:
-            out["kernel"] = dumped["kernel"]
+        if self.measured_impl != DEFAULT_IMPL:  # a replay's document is one of the implementation it replays
+            out["kernel"] = {**dumped["kernel"], "impl": self.measured_impl}
         return out
 
     def _axes(self, dumped: dict[str, Any]) -> dict[str, Any]:
@@ -310,8 +384,12 @@ class SweepSpec(_Model):
         dumped = self.model_dump(mode="json")
         measured = {k: dumped[k] for k in REFERENCE_CONFIG_FIELDS if k not in ("output", "append")}
         measured.update(self._axes(dumped))
-        measured["timing"] = dumped["timing"]
+        for section, (model, added) in _ADDED_FIELDS.items():
+            measured[section] = {k: v for k, v in dumped[section].items()
+                                 if k not in added or v != model.model_fields[k].default}
         measured["kernel"] = {k: v for k, v in dumped["kernel"].items() if k != "impl" or v != DEFAULT_IMPL}
+        if self.replay is not None:
+            measured["replay"] = {k: v for k, v in dumped["replay"].items() if k != "impl" or v != DEFAULT_IMPL}
         return canonical_hash(measured)
 
 
