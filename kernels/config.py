@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 MIN_BLOCK = 16  # the smallest tile a Triton dot accepts
 PROBE_OVERHEAD_MS = 0.1  # per-call dispatch overhead assumed when sizing ``inner``
+PROBES = 3  # single calls timed to size ``inner`` (fewer once they add up to the target); the fastest counts
 # FLOPs of one call relative to the forward's 4*B*H*S*S*D: the backward counts 2.5x the
 # forward (five matmuls against two, the usual FlashAttention convention).
 FLOP_FACTOR: dict[str, float] = {"fwd": 1.0, "fwd_bwd": 3.5}
@@ -124,6 +125,16 @@ def inner_for(probe_ms: float, *, target_ms: float, max_inner: int) -> int:
     The reference run sized its samples this way (49% of its records exactly, 75% within one);
     the 0.1 ms stands for the per-call dispatch overhead of a sub-millisecond kernel."""
     return max(1, min(max_inner, math.floor(target_ms / (probe_ms + PROBE_OVERHEAD_MS))))
+
+
+def timed_calls(call_ms: float, *, repeats: int, target_ms: float, max_inner: int, warmup: int) -> tuple[int, int]:
+    """(inner, calls) of one ``kernels.timing.measure`` of a kernel whose calls take ``call_ms``:
+    ``warmup`` calls, the probes (single calls until they add up to ``target_ms``, at most
+    ``PROBES``), then ``repeats`` samples of ``inner`` calls. The replay's virtual clock counts
+    timed seconds with it, so a replayed sweep spends what the real one would."""
+    probes = PROBES if call_ms <= 0 else min(PROBES, max(1, math.ceil(target_ms / call_ms)))
+    inner = inner_for(call_ms, target_ms=target_ms, max_inner=max_inner)
+    return inner, warmup + probes + repeats * inner
 
 
 def attention_flops(

@@ -16,7 +16,7 @@ import jax
 from jax._src.lib.mlir import ir
 from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
 
-from kernels import impls
+from kernels import impls, l2
 from kernels.config import AttentionConfig
 from kernels.smem import dtype_name
 
@@ -77,7 +77,18 @@ def lower_for_cuda(
     q = jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dt)
     kv = jax.ShapeDtypeStruct((batch, seq, heads if kv_heads is None else kv_heads, head_dim), dt)
     fn = impls.get(impl).build(mode, config, causal=causal, interpret=False)
+    return _triton_calls(_lower(jax.jit(fn), q, kv, kv, q).compiler_ir("stablehlo"))
+
+
+def _lower(jitted: Any, *shapes: Any) -> Any:
+    """``jitted`` traced for ``shapes`` and lowered for CUDA on an abstract H100."""
     mesh = AbstractMesh((1,), ("x",), abstract_device=_DEVICE)
     with use_abstract_mesh(mesh):
-        lowered = jax.jit(fn).trace(q, kv, kv, q).lower(lowering_platforms=("cuda",))
-    return _triton_calls(lowered.compiler_ir("stablehlo"))
+        return jitted.trace(*shapes).lower(lowering_platforms=("cuda",))
+
+
+def lower_flush_for_cuda(nbytes: int = l2.FLUSH_BYTES) -> str:
+    """The L2 flush (``kernels.l2``) exactly as the timing harness jits it, lowered for an H100:
+    the StableHLO text of a program that reads and writes every element of an ``nbytes`` buffer
+    it is donated (so the write is in place)."""
+    return str(_lower(l2.jitted(), l2.buffer_shape(nbytes)).as_text())

@@ -157,3 +157,17 @@ def test_new_axes_lower(impl: str, dtype: str, head_dim: int, kv_heads: int, cau
     calls = lower_for_cuda("fwd_bwd", cfg, batch=1, seq=256, heads=4, kv_heads=kv, head_dim=head_dim,
                            dtype=dtype, causal=causal, impl=impl)
     assert len(calls) == 3 and all(c["num_warps"] == 4 for c in calls if "preprocess" not in c["name"])
+
+
+def test_l2_flush_lowers_for_cuda_as_an_in_place_overwrite_of_256_mib() -> None:
+    """What runs before each sample on a GPU: one program that reads and writes a donated
+    256 MiB buffer (five times an H100's 50 MB L2)."""
+    from kernels.l2 import FLUSH_BYTES
+    from kernels.lowering import lower_flush_for_cuda
+
+    text = lower_flush_for_cuda()
+    elements = FLUSH_BYTES // 4
+    assert FLUSH_BYTES >= 5 * 50 * 10**6
+    assert f"%arg0: tensor<{elements}xi32> {{tf.aliasing_output = 0 : i32}}" in text  # donated: in place
+    assert "stablehlo.add" in text  # reads and writes every element
+    assert f"-> (tensor<{elements}xi32>" in text

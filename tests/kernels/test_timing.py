@@ -38,3 +38,43 @@ def test_measure_rejects_bad_counts() -> None:
     compiled, _, args = _compiled()
     with pytest.raises(ValueError, match="repeats=0"):
         measure(compiled, args, repeats=0)
+
+
+def test_device_timer_is_at_most_wall_for_the_same_calls() -> None:
+    """The device timer leaves dispatch out: per sample, never more than the wall clock of the
+    very same calls (interpret mode's kernel runs as XLA CPU ops, which the trace holds)."""
+    from kernels import attention
+    from kernels.config import AttentionConfig
+
+    args = attention.make_inputs(batch=1, seq=64, heads=1, head_dim=16, dtype="float32", seed=0)
+    fn = attention.build("fwd", AttentionConfig(block_q=32, block_k=32), interpret=True)
+    compiled, _ = compile_fn(fn, args)
+    t = measure(compiled, args, repeats=3, target_ms=2, max_inner=4, warmup=1, timer="device")
+    assert t.timer == "profiler_device_time" and len(t.samples_ms) == len(t.wall_samples_ms) == 3
+    for device_ms, wall_ms in zip(t.samples_ms, t.wall_samples_ms, strict=True):
+        assert 0 < device_ms <= wall_ms
+    assert t.timed_s > 0
+
+
+def test_wall_timer_keeps_its_samples_as_wall_samples_and_flushes_before_each() -> None:
+    compiled, _, args = _compiled()
+    flushes = []
+    t = measure(compiled, args, repeats=3, target_ms=1, max_inner=2, warmup=0, flush=lambda: flushes.append(1))
+    assert t.wall_samples_ms == t.samples_ms and len(flushes) == 3
+
+
+def test_busy_time_is_the_union_of_intervals() -> None:
+    from kernels.devicetime import busy_ns
+
+    assert busy_ns([]) == 0
+    assert busy_ns([(0, 10), (5, 15), (20, 30), (21, 22)]) == 25
+
+
+def test_l2_flush_wanted_on_gpu_only_unless_asked() -> None:
+    from kernels.l2 import L2Flush, wanted
+
+    assert wanted("auto", "gpu") and not wanted("auto", "cpu")
+    assert wanted(True, "cpu") and not wanted(False, "gpu")
+    flush = L2Flush(nbytes=1 << 20)
+    flush()
+    flush()  # the donated buffer is replaced in place, call after call
