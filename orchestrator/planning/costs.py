@@ -42,6 +42,7 @@ from typing import Any
 from kernels import impls, smem
 from kernels.config import AttentionConfig, attention_flops, default_num_warps, inner_for
 from orchestrator.errors import ResultsError
+from orchestrator.planning.halving import Measurement, measurement
 from orchestrator.planning.items import RUN
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import DEFAULT_IMPL, key_of, record_key
@@ -133,12 +134,15 @@ def call_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head_
 
 
 def timed_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head_dim: int,
-                   spec: SweepSpec, a: Assumptions = DEFAULT, causal: bool = False) -> float:
-    """Seconds of calls, check and record of one runnable config (everything but compile)."""
+                   spec: SweepSpec, a: Assumptions = DEFAULT, causal: bool = False,
+                   how: Measurement | None = None) -> float:
+    """Seconds of calls, check and record of one runnable config (everything but compile),
+    timed as ``how`` says (default: ``repeats`` samples of ``target_ms``)."""
     t = call_estimate(mode, dtype, batch, heads, seq, head_dim, a, causal)
     tm = spec.timing
-    inner = inner_for(t * 1e3, target_ms=tm.target_ms, max_inner=tm.max_inner)
-    calls = tm.warmup + 2 + spec.repeats * inner  # warm-up, probe, correctness call, samples
+    how = how or Measurement(spec.repeats, tm.target_ms)
+    inner = inner_for(t * 1e3, target_ms=how.target_ms, max_inner=tm.max_inner)
+    calls = tm.warmup + 2 + how.repeats * inner  # warm-up, probe, correctness call, samples
     outputs = batch * seq * heads * head_dim * (4 if mode == "fwd_bwd" else 1)
     return calls * t + outputs * a.check_s_per_element + a.record_s
 
@@ -203,9 +207,10 @@ def cost_table(results: Iterable[Any], config: Mapping[str, Any], source: str) -
 
 
 def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None,
-               a: Assumptions = DEFAULT) -> tuple[list[float], float]:
+               a: Assumptions = DEFAULT, round_: int = 1) -> tuple[list[float], float]:
     """Seconds per item (model, or ``table`` where it has the item) and the factor the model
     was scaled by to agree with the table on the items both know (1.0 without a table).
+    ``round_``: the round the items are timed in (``planning.halving.measurement``).
 
     The model depends on a few fields only, so it is cached on them: a million items cost
     about one dict lookup each."""
@@ -217,7 +222,7 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
     append = model.append
     last = None
     t = 0.0
-    impl = impls.get(spec.kernel.impl)
+    impl = impls.get(spec.measured_impl)
     for it in items:
         if it.kind != RUN:
             append(-1.0)
@@ -232,9 +237,10 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
                 cfg = it.kernel_config()
             loops = impl.causal_loops if it.causal else 1
             c = compile_cache[key] = compile_estimate(it.mode, it.dtype, it.head_dim, seq, cfg, a, loops)
-        shape = (it.mode, it.dtype, it.head_dim, seq, it.batch, it.heads, it.causal)
+        how = measurement(it.config, spec, round_)
+        shape = (it.mode, it.dtype, it.head_dim, seq, it.batch, it.heads, it.causal, how)
         if shape != last:  # items come grouped by shape and mode: recompute on a change only
-            t = timed_estimate(it.mode, it.dtype, it.batch, it.heads, seq, it.head_dim, spec, a, it.causal)
+            t = timed_estimate(it.mode, it.dtype, it.batch, it.heads, seq, it.head_dim, spec, a, it.causal, how)
             last = shape
         append(c + t)
     if table is None:
@@ -252,6 +258,6 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
             both_model += model[k]
     scale = both_measured / both_model if both_model > 0 else 1.0
     out = []
-    for c, m in zip(model, measured):
+    for c, m in zip(model, measured, strict=True):
         out.append(a.item_floor_s if c < 0 else m if m is not None else c * scale)
     return out, scale

@@ -17,17 +17,21 @@ from orchestrator.planning.costs import item_costs, setup_estimate
 from orchestrator.planning.items import WorkItem
 from orchestrator.spec.model import SweepSpec, canonical_hash
 
+
 @dataclass(slots=True)
 class Unit:
-    """A group of items run by one task. ``id`` hashes the item ids, so the same work has
-    the same unit id across plans."""
+    """A group of items run by one task. ``id`` hashes the item ids (and the round, after the
+    first: a round-2 unit may hold the very items of a round-1 unit), so the same work has the
+    same unit id across plans."""
 
     index: int
     items: list[WorkItem] = field(default_factory=list)
     id: str = ""
+    round: int = 1
 
     def finalize(self) -> None:
-        self.id = canonical_hash([it.id for it in self.items], length=12)
+        ids = [it.id for it in self.items]
+        self.id = canonical_hash(ids if self.round == 1 else [f"round{self.round}", *ids], length=12)
         for it in self.items:
             it.unit = self.index
 
@@ -41,7 +45,7 @@ def default_units(spec: SweepSpec, n_shapes: int) -> int:
 
 
 def shard(items: list[WorkItem], n_units: int, *, costs: list[float] | None = None,
-          setups: dict[tuple, float] | None = None, strategy: str = "shape") -> list[Unit]:
+          setups: dict[tuple, float] | None = None, strategy: str = "shape", round_: int = 1) -> list[Unit]:
     """Group items into at most ``n_units`` units so that the slowest unit is as short as
     the costs allow. Items keep plan order inside a unit.
 
@@ -72,7 +76,8 @@ def shard(items: list[WorkItem], n_units: int, *, costs: list[float] | None = No
     if setups is None:
         setups = {sh: setup_estimate(sh, {items[p].mode for p in groups[sh]}) for sh in shapes}
     assignment = pack([groups[sh] for sh in shapes], costs, [setups[sh] for sh in shapes], n_units, strategy)
-    units = [Unit(i, [items[p] for p in sorted(positions)]) for i, positions in enumerate(assignment) if positions]
+    units = [Unit(i, [items[p] for p in sorted(positions)], round=round_)
+             for i, positions in enumerate(assignment) if positions]
     units.sort(key=lambda u: u.items[0].index)
     for i, u in enumerate(units):
         u.index = i
