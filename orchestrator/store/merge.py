@@ -117,6 +117,7 @@ def collect(sd: SweepDir, *, use_cache: bool = True) -> tuple[list[Segment], lis
 def _tilesweep_block(
     sd: SweepDir, segs: list[Segment], env: dict[str, Any] | None, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
+    """The document's ``tilesweep`` key: provenance, and how the records were measured."""
     spec = sd.spec
     attempts = {
         s.unit: [
@@ -133,7 +134,7 @@ def _tilesweep_block(
         for s in segs
         if s.headers
     }
-    return {
+    block = {
         "sweep_dir": str(sd.root),
         "fingerprint": spec.fingerprint(),
         "env": env,
@@ -142,6 +143,27 @@ def _tilesweep_block(
         "spec": spec.model_dump(mode="json"),
         "attempts": attempts,
         **(extra or {}),
+        "measurement": _measurement(sd, segs),
+    }
+    round2 = sd.read_round2()
+    if round2 is not None:
+        block["rounds"] = {k: round2.get(k) for k in ("screened", "survivors", "units", "planned")}
+    return block
+
+
+def _measurement(sd: SweepDir, segs: list[Segment]) -> dict[str, Any]:
+    """How the merged records were measured, from the attempts' headers: the strategy, every
+    timer used, whether samples started with a flushed L2 cache (true, false, or "mixed"), and
+    whether the clock was real or virtual (a replay)."""
+    spec = sd.spec
+    seen = [h["measure"] for s in segs for h in s.headers if isinstance(h.get("measure"), dict)]
+    flushes = sorted({bool(m.get("flush_l2")) for m in seen})
+    return {
+        "impl": spec.kernel.impl,
+        "strategy": spec.timing.strategy,
+        "timers": sorted({str(m.get("timer")) for m in seen}),
+        "flush_l2": flushes[0] if len(flushes) == 1 else ("mixed" if flushes else None),
+        "clock": sorted({str(m.get("clock")) for m in seen}),
     }
 
 
