@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kernels import impls
 from kernels.config import AttentionConfig
 from orchestrator.planning import WorkItem
+from orchestrator.planning.halving import Measurement
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import CRASHED_ERROR, TIMEOUT_ERROR
 
@@ -118,35 +120,41 @@ def compile_item(item: WorkItem, spec: SweepSpec) -> Compiled:
     return Compiled(executable, compile_s, hits.cached)
 
 
-def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: SweepSpec) -> dict[str, Any]:
-    """The record of a compiled item: check its outputs against the reference, time it."""
+def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: SweepSpec, how: Measurement | None = None,
+                *, flush: Callable[[], None] | None = None) -> tuple[dict[str, Any], float]:
+    """The record of a compiled item (its outputs checked against the reference, then timed as
+    ``how`` says: by default ``repeats`` samples of ``target_ms``) and the seconds its timing
+    took. ``flush`` (``kernels.l2``) runs before each sample."""
     import jax
 
     from kernels import attention, timing
 
+    how = how or Measurement(spec.repeats, spec.timing.target_ms)
     rec = item.record_fields()
     if compiled.error is not None:
         rec["error"] = compiled.error
-        return rec
+        return rec, 0.0
     try:
         outs = jax.block_until_ready(compiled.executable(*ctx.args))
         err = attention.rel_err(outs, ctx.reference(item.mode, item.causal))
         del outs
         t = timing.measure(
-            compiled.executable, ctx.args, repeats=spec.repeats, target_ms=spec.timing.target_ms,
-            max_inner=spec.timing.max_inner, warmup=spec.timing.warmup,
+            compiled.executable, ctx.args, repeats=how.repeats, target_ms=how.target_ms,
+            max_inner=spec.timing.max_inner, warmup=spec.timing.warmup, timer=spec.timing.timer, flush=flush,
         )
     except Exception as exc:  # a bad config is a record
         log.info("item %s failed: %s", item.id, error_string(exc))
         rec["error"] = error_string(exc)
         rec["compile_cached"] = compiled.cached
-        return rec
+        return rec, 0.0
     rec.update(
         rel_err=float(err), compile_s=float(compiled.compile_s), inner=int(t.inner),
         median_ms=float(t.median_ms), q1_ms=float(t.q1_ms), q3_ms=float(t.q3_ms), timer=t.timer,
         compile_cached=compiled.cached,
     )
-    return rec
+    if how.screened:
+        rec["screened"] = True
+    return rec, t.timed_s
 
 
 def skipped_record(item: WorkItem) -> dict[str, Any]:
@@ -175,3 +183,10 @@ def crashed_record(item: WorkItem, deaths: int, hangs: int = 0) -> dict[str, Any
             "(`tilesweep resume --retry-errors crashed` retries it)"
         )
     return rec
+
+
+def l2_flush(spec: SweepSpec, backend: str) -> Callable[[], None] | None:
+    """The L2 flush before each sample where ``timing.flush_l2`` wants one (``kernels.l2``)."""
+    from kernels import l2
+
+    return l2.L2Flush() if l2.wanted(spec.timing.flush_l2, backend) else None

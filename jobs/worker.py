@@ -11,7 +11,12 @@ Where the time goes, and what the worker does about it:
   allocation's CPUs (``compile.workers``), then checked and timed one after another with
   the pool idle (``jobs.compile_pool`` says why timing never overlaps a compile);
 - compiles go through jax's persistent cache (``compile.cache_dir``), so a rerun loads them;
-- inputs and reference outputs are made once per shape (``measure.ShapeContext``).
+- inputs and reference outputs are made once per shape (``measure.ShapeContext``);
+- with ``kernel.impl: replay`` nothing is compiled or run: records come from the replay
+  source (``jobs.replay``), their times on a virtual clock.
+
+Which round of the sweep a unit belongs to (its unit file says; the halving strategy has two)
+decides how its items are timed (``orchestrator.planning.halving.measurement``).
 
 A window's configs all get a ``start`` line before it compiles (``"alone": true`` when the
 window holds one config). If the worker dies there, each of them is a suspect on the next
@@ -52,13 +57,14 @@ from typing import Any
 
 from orchestrator.errors import TilesweepError, WorkerEnvironmentError
 from orchestrator.planning import RUN, WorkItem
+from orchestrator.planning.halving import measurement
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec, env_fingerprint
 from orchestrator.store.leases import unit_lease
 from orchestrator.store.partials import PartialContent, PartialWriter, check_headers, read_partial
 from orchestrator.store.quarantine import quarantine
 from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
-from . import compile_pool, in_flight, measure
+from . import compile_pool, in_flight, measure, replay
 from .in_flight import abandon_in_flight, stop_signals, write
 
 log = logging.getLogger(__name__)
@@ -109,7 +115,9 @@ class _Attempt:
     deaths: Counter  # item id -> of those, the ones while it was alone in flight (what counts against it)
     hangs: Counter  # item id -> of those, the ones the time limit found hung
     stop_check: Callable[[], bool] | None = None
+    round: int = 1
     ctx: measure.ShapeContext | None = None
+    flush: Callable[[], None] | None = None  # the L2 flush before each sample (kernels.l2), or None
     done: int = 0
     errors: int = 0
     compiled: int = 0
@@ -117,6 +125,8 @@ class _Attempt:
     compile_sum_s: float = 0.0
     compile_wall_s: float = 0.0
     recorded: dict[str, bool] | None = None  # item id -> is an error, for what this attempt wrote
+    timed_s: float = 0.0  # seconds spent timing (warm-up, probes, samples)
+    screened: int = 0
 
     def should_stop(self) -> bool:
         return in_flight.stop_requested() or (self.stop_check is not None and self.stop_check())
@@ -128,6 +138,7 @@ class _Attempt:
         self.recorded[it.id] = "error" in rec
         self.done += 1
         self.errors += "error" in rec
+        self.screened += bool(rec.get("screened"))
         log.info("unit %s: %d/%d %s", self.unit_id, self.done, self.todo, "error" if "error" in rec else "ok")
 
 
@@ -176,9 +187,11 @@ def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | Non
     """``run_unit`` once the unit's lease is held."""
     items = sd.unit_items(unit_id)
     spec = sd.spec
-    device = device_block()
-    check_backend(spec.kernel.interpret, device["backend"], os.environ.get("CUDA_VISIBLE_DEVICES"),
-                  sd.root / "sweep.json")
+    replayer = replay.Replayer(spec) if spec.kernel.impl == "replay" else None
+    device = device_block() if replayer is None else replay.device_block(replayer.source)
+    if replayer is None:
+        check_backend(spec.kernel.interpret, device["backend"], os.environ.get("CUDA_VISIBLE_DEVICES"),
+                      sd.root / "sweep.json")
     sd.check_env(env_fingerprint(device))
 
     path = sd.partial_path(unit_id)
@@ -188,21 +201,25 @@ def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | Non
         existing.starts[iid] += starts
         existing.deaths[iid] += deaths
         existing.hangs[iid] += hangs
-    attempt = existing.attempts + 1
     todo = [it for it in items if it.id not in existing.records]
-    workers = compile_pool.pool_size(spec.compile.workers)
-    cache_dir = compile_pool.resolve_cache_dir(spec.compile.cache_dir, sd.root)
-    log.info("unit %s attempt %d: %d of %d items to do, %d compile workers, cache %s",
-             unit_id, attempt, len(todo), len(items), workers, cache_dir or "off")
     started = time.perf_counter()
-    with PartialWriter(path) as w, compile_pool.persistent_cache(cache_dir), compile_pool.CompilePool(workers) as pool:
-        in_flight.begin(w, attempt)
-        write(w, {"header": _header(spec, unit_id, attempt, device)})
-        run = _Attempt(unit_id, attempt, w, len(todo), existing.starts, existing.deaths, existing.hangs, stop_check)
+    with PartialWriter(path) as w:
+        run = _Attempt(unit_id, existing.attempts + 1, w, len(todo), existing.starts, existing.deaths, existing.hangs,
+                       stop_check, round=sd.unit_round(unit_id))
+        if replayer is None:
+            run.flush = measure.l2_flush(spec, device["backend"])
+        in_flight.begin(w, run.attempt)
+        write(w, {"header": _header(spec, run, device)})
+        log.info("unit %s attempt %d (round %d): %d of %d items to do", unit_id, run.attempt, run.round, len(todo),
+                 len(items))
         runnable = _record_uncompiled(run, todo, spec)
-        stopped = _compile_and_time(run, runnable, spec, pool)
+        if replayer is not None:
+            stopped, workers = replay.replay_items(run, runnable, spec, replayer), 0
+        else:
+            stopped, workers = _compile_and_time_all(sd, run, runnable, spec)
         in_flight.end()
-    summary = _summary(run, total=len(items), stopped=stopped, wall_s=time.perf_counter() - started, workers=workers)
+    summary = _summary(run, total=len(items), stopped=stopped, wall_s=time.perf_counter() - started, workers=workers,
+                       virtual=replayer is not None)
     summary.update(gpu=os.environ.get("CUDA_VISIBLE_DEVICES"), job=slurm_task())
     if not stopped:
         recorded = {iid: "error" in rec for iid, (_, rec) in existing.records.items()} | (run.recorded or {})
@@ -213,13 +230,34 @@ def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | Non
     return summary
 
 
-def _header(spec: SweepSpec, unit_id: str, attempt: int, device: dict[str, Any]) -> dict[str, Any]:
+def _compile_and_time_all(sd: SweepDir, run: _Attempt, runnable: list[WorkItem],
+                          spec: SweepSpec) -> tuple[bool, int]:
+    """(stopped early, compile workers): compile on the pool, through the persistent cache."""
+    workers = compile_pool.pool_size(spec.compile.workers)
+    cache_dir = compile_pool.resolve_cache_dir(spec.compile.cache_dir, sd.root)
+    log.info("unit %s: %d compile workers, cache %s", run.unit_id, workers, cache_dir or "off")
+    with compile_pool.persistent_cache(cache_dir), compile_pool.CompilePool(workers) as pool:
+        return _compile_and_time(run, runnable, spec, pool), workers
+
+
+def _header(spec: SweepSpec, run: _Attempt, device: dict[str, Any]) -> dict[str, Any]:
     """The first line of each attempt: which sweep, unit and environment its records belong to,
-    and where it ran (host, pid, SLURM job), so a record can be traced to its worker."""
+    where it ran (host, pid, SLURM job), so a record can be traced to its worker, and how it
+    measured (round, timer, L2 flush, real or virtual clock)."""
+    virtual = spec.kernel.impl == "replay"
+    if virtual:
+        timer = replay.TIMER
+    else:
+        from kernels.timing import TIMERS  # jax: not imported by a replay
+
+        timer = TIMERS[spec.timing.timer]
     return {
-        "schema": SCHEMA_VERSION, "unit": unit_id, "sweep": spec.fingerprint(), "attempt": attempt,
+        "schema": SCHEMA_VERSION, "unit": run.unit_id, "sweep": spec.fingerprint(), "attempt": run.attempt,
         "device": device, "env": env_fingerprint(device), "host": socket.gethostname(), "pid": os.getpid(),
         "slurm_job_id": slurm_task(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "started": now_iso(),
+        "measure": {"impl": spec.kernel.impl, "strategy": spec.timing.strategy, "round": run.round,
+                    "timer": timer,
+                    "flush_l2": run.flush is not None, "clock": "virtual" if virtual else "real"},
     }
 
 
@@ -274,7 +312,9 @@ def _time_window(run: _Attempt, window: list[WorkItem], compiled: list[Any], spe
         if run.ctx is None or run.ctx.shape != it.shape:
             run.ctx = None  # free the previous shape's arrays first
             run.ctx = measure.ShapeContext.make(it, spec)
-        rec = measure.finish_item(it, comp, run.ctx, spec)
+        rec, timed_s = measure.finish_item(it, comp, run.ctx, spec, measurement(it.config, spec, run.round),
+                                           flush=run.flush)
+        run.timed_s += timed_s
         compiled[k] = None  # drop the executable once timed
         if it.id in in_flight.in_flight():  # a stop signal may have abandoned it meanwhile
             in_flight.in_flight().remove(it.id)
@@ -286,14 +326,18 @@ def _time_window(run: _Attempt, window: list[WorkItem], compiled: list[Any], spe
     return False
 
 
-def _summary(run: _Attempt, *, total: int, stopped: bool, wall_s: float, workers: int) -> dict[str, Any]:
-    """What ``run_unit`` returns and, when the unit finished, its completion marker holds."""
+def _summary(run: _Attempt, *, total: int, stopped: bool, wall_s: float, workers: int,
+             virtual: bool = False) -> dict[str, Any]:
+    """What ``run_unit`` returns and, when the unit finished, its completion marker holds.
+    ``compile_sum_s`` and ``timed_s`` are seconds of a virtual clock for a replay
+    (``clock: virtual``); ``wall_s`` is always this process's real time."""
     return {
-        "unit": run.unit_id, "attempt": run.attempt, "done": run.done, "errors": run.errors,
-        "total": total, "already": total - run.todo, "stopped": stopped,
-        "wall_s": round(wall_s, 3),
+        "unit": run.unit_id, "attempt": run.attempt, "round": run.round, "done": run.done, "errors": run.errors,
+        "screened": run.screened, "total": total, "already": total - run.todo, "stopped": stopped,
+        "wall_s": round(wall_s, 3), "clock": "virtual" if virtual else "real",
         "compile_workers": workers, "compiled": run.compiled, "compile_cached": run.compile_cached,
         "compile_sum_s": round(run.compile_sum_s, 3), "compile_wall_s": round(run.compile_wall_s, 3),
+        "timed_s": round(run.timed_s, 4),
     }
 
 
