@@ -24,6 +24,10 @@ Where the document knows its plan (``coverage``), a problem also says how many p
 have no record (``missing``; a planned problem without any record gets a row), and a best chosen
 while fewer than half the planned configs were timed is marked ``best of N/M timed``.
 
+A record marked ``"screened": true`` (the halving strategy's one short sample of a config that
+round 2 did not time in full) is never a candidate: its time is a screen, not a measurement.
+Such configs are counted as screened out.
+
 ``best_table`` returns data; ``format_table`` turns it into text or a GitHub table. The CLI
 (and ``tilesweep run`` at the end of a sweep) prints.
 """
@@ -55,7 +59,8 @@ CAUSAL_FLOPS_FORMULAS = {
 LEGEND = (
     "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), "
     "causal = half (only the computed lower triangle counts); H = query heads. speedup = auto ms / best ms. "
-    "noise: best's q1-q3 overlaps the runner-up's."
+    "noise: best's q1-q3 overlaps the runner-up's. "
+    "screened out: configs a halving sweep timed by one screening sample only (never a best)."
 )
 
 
@@ -117,6 +122,7 @@ class ProblemSummary:
     n_configs: int  # distinct forced configs with at least one record
     n_failed: int  # of those, how many never produced a timing
     n_pruned: int  # of the failed, how many were marked pruned (refused before running)
+    n_screened: int  # configs screened out: only a screening sample, never timed in full (halving)
     runner_up_label: str | None
     runner_up_ms: float | None
     within_noise: bool
@@ -134,6 +140,8 @@ class ProblemSummary:
             notes.append("nothing measured" if self.auto_status == "absent" else "auto only")
         elif self.best_ms is None:
             notes.append("all failed")
+        if self.n_screened:
+            notes.append(f"{self.n_screened} screened out")
         if self.within_noise:
             notes.append("noise")
         if self.auto_status == "failed":
@@ -212,7 +220,7 @@ def astuple_key(key: ProblemKey) -> tuple:
 class _Scan:
     """What one pass over a problem's records keeps: the auto time, the best record per config."""
 
-    __slots__ = ("fields", "cid", "auto_ms", "auto_seen", "per_config", "pruned", "first_error")
+    __slots__ = ("fields", "cid", "auto_ms", "auto_seen", "per_config", "pruned", "screened", "first_error")
 
     def __init__(self, mode: str) -> None:
         self.fields = config_fields(mode)
@@ -222,6 +230,7 @@ class _Scan:
         # config identity -> best successful record of that config (None: only failures)
         self.per_config: dict[Any, dict[str, Any] | None] = {}
         self.pruned: set[Any] = set()
+        self.screened: set[Any] = set()  # configs with a screened record (a candidate only if timed in full too)
         self.first_error: str | None = None
 
 
@@ -262,6 +271,9 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple, _Scan]:
         except KeyError:  # a forced record without some config field: still one config
             cid = tuple(map(rec.get, sc.fields))
         per = sc.per_config
+        if ok and "screened" in rec and rec["screened"] is True:
+            sc.screened.add(cid)
+            continue
         if ok:
             prev = per.get(cid)
             if prev is None or m < prev["median_ms"]:
@@ -280,6 +292,7 @@ def _summary(key: ProblemKey, sc: _Scan, planned: set | None = None) -> ProblemS
     fields, per_config, auto_ms = sc.fields, sc.per_config, sc.auto_ms
     ok = [r for r in per_config.values() if r is not None]
     n_failed = len(per_config) - len(ok)
+    n_screened = len(sc.screened.difference(per_config))
     n_pruned = sum(1 for cid in sc.pruned if per_config.get(cid) is None)
     best, runner = _two_fastest(ok)
 
@@ -313,9 +326,10 @@ def _summary(key: ProblemKey, sc: _Scan, planned: set | None = None) -> ProblemS
         speedup=speedup,
         flops=flops,
         tflops=tflops,
-        n_configs=len(per_config),
+        n_configs=len(per_config) + n_screened,
         n_failed=n_failed,
         n_pruned=n_pruned,
+        n_screened=n_screened,
         runner_up_label=config_label(config_of(runner), key.mode) if runner else None,
         runner_up_ms=float(runner["median_ms"]) if runner else None,
         within_noise=within_noise,

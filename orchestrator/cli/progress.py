@@ -76,11 +76,17 @@ class Progress:
                     dynamic_ncols=self.tty and width is None, ascii=not self.tty, mininterval=self.interval_s,
                     miniters=1, smoothing=0.1, leave=True, postfix=extra.lstrip("; ") or None)
 
-    def update(self, done: int, extra: str = "") -> None:
+    def update(self, done: int, extra: str = "", total: int | None = None) -> None:
+        """``total``: a new total, as when a halving sweep's round 2 is planned and adds items."""
+        grown = total is not None and max(total, 1) != self.total
+        if grown:
+            self.total = max(total or 1, 1)
         if self.bar is None:
             self.bar, self.extra = self._open(done, extra), extra
             return
-        bar, changed = self.bar, extra != self.extra
+        bar, changed = self.bar, extra != self.extra or grown
+        if grown:
+            bar.total = self.total
         if changed:
             bar.set_postfix_str(extra.lstrip("; "), refresh=False)
             self.extra = extra

@@ -80,7 +80,9 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
             from orchestrator.analysis.html import page_path
 
             page = f" and {page_path(sd.output)}"
-        print(f"final merge: job {m['job_id']} (afterany:{':'.join(m['after'])}) writes {sd.output}{page}")
+        then = ", then plans and submits round 2 (halving)" if sd.read_round2() is None and \
+            sd.spec.timing.strategy == "halving" else ""
+        print(f"final merge: job {m['job_id']} (afterany:{':'.join(m['after'])}) writes {sd.output}{page}{then}")
     if out.submission.error is not None:
         warn(f"warning: {out.not_submitted} units were not submitted: {out.submission.error.message}; "
              f"fix the cause, then `{PROG} resume {sd.root}`")
@@ -152,20 +154,27 @@ def _resume(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units: int
             print(f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
                   f"({plan.held} items without a record yet): not resubmitted; wait for "
                   f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force")
+        if r.next_round is not None:
+            r2 = r.next_round.round2.summary
+            print(f"round 1 of {sd.root} is complete: round 2 times {r2['survivors']} of {r2['screened']} screened "
+                  f"configs in full, in {len(r.next_round.round2.units)} new units")
         if not r.new_units:
-            if not plan.held and not quiet_when_done:
+            if not plan.held and not quiet_when_done and r.next_round is None:
                 redo = f" and no {retry} error record to retry" if retry else ""
                 print(f"all {sd.planned} items of {sd.root} have a record{redo}; nothing to resubmit")
             return
         n = len(r.new_units)
         redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
-        print(f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record{redo}; "
-              f"{n} new unit{'s' if n != 1 else ''}")
+        print(f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
+              + (f", {len(plan.missing2)} survivors of round 2 are not timed in full yet" if plan.missing2 else "")
+              + f"{redo}; {n} new unit{'s' if n != 1 else ''}")
 
     result = resume_sweep(sd, settings, force=force, units=units, max_array_size=max_array_size, on_planned=planned,
                           retry=retry, include_missing=include_missing)
     if result.submission is not None:
         print_submission(sd, result.submission)
+    if result.next_round is not None and result.next_round.outcome is not None:
+        print_submission(sd, result.next_round.outcome)
     print_failed_units(result.outcomes)
     return result
 
@@ -177,7 +186,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     settings = resume_settings(sd, args.spec)
     result = _resume(sd, settings, force=args.force, units=args.units, max_array_size=args.max_array_size,
                      retry=args.retry_errors)
-    if result.items_submitted and settings.kind == "slurm":
+    if (result.items_submitted or result.next_round is not None) and settings.kind == "slurm":
         print(f"follow with: {PROG} status {sd.root}   (or {PROG} wait {sd.root})")
     return 0
 
@@ -208,14 +217,19 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
         check_target(sd)  # refuse before waiting, not after, to drop another sweep's records
     progress = Progress(sd.planned)
     warned: set[str] = set()
+    rounds = {"announced": False}
 
     def poll(st: SweepStatus) -> None:
         for u in st.units:
             if u.state == "pending" and u.stuck and u.id not in warned:
                 warned.add(u.id)
                 progress.note(f"{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}")
+        if st.round2 is not None and not rounds["announced"] and st.halving:
+            rounds["announced"] = True
+            progress.note(f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
+                          "configs are timed in full")
         extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
-        progress.update(st.done, extra=extra)
+        progress.update(st.done, extra=extra, total=st.total)
 
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
         st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=poll)

@@ -44,12 +44,13 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.control.sweeps import check_replay_source, prepare_sweep
     from orchestrator.planning import INVALID, PRUNED, plan, plan_line
     from orchestrator.spec.files import load_spec
     from orchestrator.store.document import load_costs
 
     spec = load_spec(args.spec)
+    check_replay_source(spec)
     items, units = plan(spec, args.units, costs=load_costs(args.costs) if args.costs else None)
     if args.json:
         out = sys.stdout
@@ -61,6 +62,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"{len(items)} items in {len(units)} units ({n_pruned} pruned by the shared-memory model, "
           f"{n_invalid} invalid)")
     print_plan_notes(spec)
+    if spec.timing.strategy == "halving":
+        print(f"halving: these units screen every forced config once (about {spec.timing.screen_target_ms:g} ms); "
+              "round 2, planned when they are done, times the configs that can still win in full")
     for u in units:
         shapes = sorted({f"{it.dtype}/d{it.head_dim}/s{it.seq}" for it in u.items})
         more = " ..." if len(shapes) > 4 else ""
@@ -95,30 +99,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argparse.Namespace) -> int:
     """Run the units that are not done here (local or debug executor), merge, report."""
-    from orchestrator.control import dispatch
     from orchestrator.control.status import sweep_status
     from orchestrator.control.sweeps import merge_sweep
     from orchestrator.spec.files import load_spec
 
     st = sweep_status(sd, query_slurm=False)
-    todo = [u.id for u in st.units if not u.complete]
     print(f"sweep {sd.root}: {sd.planned} items in {len(unit_ids)} units"
           + (f", {st.done} already recorded" if existed and st.done else ""), file=sys.stderr)
     if existed and args.units and args.units != len(unit_ids):
         warn(f"note: {sd.root} keeps the {len(unit_ids)} units it was planned with; --units applies to a new "
              "sweep directory")
-    progress = Progress(sd.planned)
-
-    def poll() -> None:
-        progress.update(sweep_status(sd, query_slurm=False).done)
-
-    try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
-        outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=args.workers, on_poll=poll) if todo else []
-        if args.retry_errors:
-            outcomes += _retry_here(sd, kind, args.retry_errors)
-        poll()
-    finally:
-        progress.close()
+    outcomes = _run_rounds_here(sd, [u.id for u in st.units if not u.complete], kind, args.workers,
+                                args.retry_errors)
     summary = merge_sweep(sd, overwrite=args.overwrite)
     print(merge_line(summary), file=sys.stderr)
     if summary.written:
@@ -142,10 +134,11 @@ def follow_run(sd: Any, other: Any, *, overwrite: bool = False) -> int:
     progress = Progress(sd.planned)
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
         while other_run_live(sd):
-            progress.update(sweep_status(sd, query_slurm=False).done)
+            st = sweep_status(sd, query_slurm=False)
+            progress.update(st.done, total=st.total)
             time.sleep(1.0)
         st = sweep_status(sd, query_slurm=False)
-        progress.update(st.done)
+        progress.update(st.done, total=st.total)
     finally:
         progress.close()
     summary = merge_sweep(sd, overwrite=overwrite)
@@ -170,6 +163,36 @@ def _retry_here(sd: Any, kind: str, retry: str) -> list[Any]:
     if result.plan.retry:
         print(f"redid {len(result.plan.retry)} {retry} error records", file=sys.stderr)
     return result.outcomes
+
+
+def _run_rounds_here(sd: Any, todo: list[str], kind: str, workers: int | None, retry: str | None) -> list[Any]:
+    """Run the units here with a progress bar (and ``--retry-errors``' redos); then, for a
+    halving sweep whose round 1 is complete, plan round 2 and run it too."""
+    from orchestrator.control import dispatch
+    from orchestrator.control.status import sweep_status
+    from orchestrator.control.submit import next_round
+
+    progress = Progress(sweep_status(sd, query_slurm=False).total)
+
+    def poll() -> None:
+        st = sweep_status(sd, query_slurm=False)
+        progress.update(st.done, total=st.total)
+
+    settings = sd.spec.executor.model_copy(update={"kind": kind})
+    try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
+        outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=workers, on_poll=poll) if todo else []
+        if retry:
+            outcomes += _retry_here(sd, kind, retry)
+        while (nxt := next_round(sd, settings)) is not None and nxt.round2.units:
+            r2 = nxt.round2.summary
+            progress.note(f"round 2: {r2['survivors']} of {r2['screened']} screened configs can still win; timing "
+                          f"them in full in {len(nxt.round2.units)} units")
+            outcomes += dispatch.run_units_locally(sd, [u.id for u in nxt.round2.units], kind=kind, workers=workers,
+                                                   on_poll=poll)
+        poll()
+    finally:
+        progress.close()
+    return outcomes
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

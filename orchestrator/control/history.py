@@ -26,6 +26,7 @@ class History:
     merge_jobs: list[dict[str, Any]] = field(default_factory=list)
     first_submitted: float | None = None
     slurm_jobs: list[str] = field(default_factory=list)  # every SLURM job the sweep ever had (GPU-hours)
+    round2_deferred: str | None = None  # the last merge job's reason for not submitting round 2
 
 
 def read_history(sd: SweepDir) -> History:
@@ -47,6 +48,8 @@ def read_history(sd: SweepDir) -> History:
             h.resumed.difference_update(e.get("units", []))
         elif event == "merge_job":
             h.merge_jobs.append(e)
+        elif event == "round2_deferred":
+            h.round2_deferred = str(e.get("why"))
     return h
 
 

@@ -6,6 +6,12 @@ often each item killed a worker so far (a config that keeps killing its worker m
 given up on even when it moves to a new unit). ``resume_sweep`` submits the missing items
 (SLURM) or runs them here (local, debug) and records which ended units they replace.
 Nothing here prints; ``on_planned`` lets the caller speak before anything runs.
+
+A halving sweep resumes either round: an item of round 1 is missing while it has no record
+at all; a survivor of round 2 while it has no record timed in full (its screened one does not
+count). Missing items go to new units of their own round. A sweep whose round 1 is complete
+and whose round 2 nobody planned (the merge job could not submit it) gets round 2 planned and
+submitted (or run here) by resume.
 """
 
 from __future__ import annotations
@@ -16,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.control import dispatch
+from orchestrator.control import dispatch, rounds
 from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
-from orchestrator.control.submit import SubmitOutcome, UnitsRollback, submit_with_merge
+from orchestrator.control.submit import NextRound, SubmitOutcome, UnitsRollback, next_round, submit_with_merge
 from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
@@ -32,6 +38,7 @@ class ResumePlan:
     """What ``resume`` would submit, computed from the partials (parsed: resume is rare)."""
 
     missing: list[WorkItem] = field(default_factory=list)  # items without a record, free to submit
+    missing2: list[WorkItem] = field(default_factory=list)  # round-2 survivors without a full record
     held: int = 0  # items without a record whose unit is still pending or running
     active: list[str] = field(default_factory=list)  # those units
     recorded: int = 0
@@ -69,13 +76,15 @@ class Resumed:
     outcomes: list[dispatch.UnitOutcome] = field(default_factory=list)
     items_submitted: int = 0
     retry_ids: set[str] = field(default_factory=set)  # of the new units, those redoing error records
+    next_round: NextRound | None = None  # round 2, planned (and submitted on SLURM) by this resume
+    prior: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # new unit -> deaths of its items elsewhere
 
 
 def check_interpreter_env(sd: SweepDir) -> None:
     """Workers run this interpreter: its jax and jaxlib must be the ones the sweep was
     measured with (env.json), or new records would not mix with the old ones."""
     env = sd.recorded_env()
-    if not env:
+    if not env or sd.spec.kernel.impl == "replay":  # a replay runs no jax: its env is the source's
         return
     here = {}
     for dist in ("jax", "jaxlib"):
@@ -141,8 +150,9 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
 
 
 def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: str | None = None) -> ResumePlan:
-    """Every planned item without a record in any partial, less those of units still pending
-    or running (unless ``force``); with ``retry`` (``records.RETRY_KINDS``) also the measured
+    """Every planned item without a record in any partial, and every survivor of round 2
+    without a record timed in full, less those of units still pending or running (unless
+    ``force``); with ``retry`` (``records.RETRY_KINDS``) also the measured
     items whose newest record is an error of that kind (``plan.retry``; never one the plan
     decides: pruned or invalid). Refuses partials of another spec or environment."""
     from orchestrator.planning import RUN
@@ -158,36 +168,33 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: st
         plan.active = sorted(active)
         for uid in plan.active:
             held.update(it.id for it in sd.unit_items(uid))
+    full = {iid for iid, (_, rec) in recorded.items() if not rec.get("screened")}  # newest: round 2's if done
+    survivors = {it.id for u in st.units if u.round == 2 for it in sd.unit_items(u.id)}
     for u in st.units:
         if (u.id in active and not force) or u.complete or u.done >= u.total:
             continue
-        missing = {it.id for it in sd.unit_items(u.id)} - recorded.keys()
+        missing = {it.id for it in sd.unit_items(u.id)} - (full if u.round == 2 else recorded.keys())
         if missing:
             plan.missing_of[u.id] = missing
     for it in sd.items():
-        if it.id in recorded:
+        if it.id in (full if it.id in survivors else recorded):
             if retry and it.kind == RUN and it.id not in held and retried(recorded[it.id][1], retry):
                 plan.retry.append(it)
             continue
         if it.id in held:
             plan.held += 1
         else:
-            plan.missing.append(it)
+            (plan.missing2 if it.id in survivors else plan.missing).append(it)
     return plan
 
 
 def group_missing(sd: SweepDir, missing: list[WorkItem], n_units: int | None, default: int,
-                  settings: ExecutorSettings | None = None) -> list[Unit]:
-    """The missing items as units (``plan.shard``, cost model of the spec); by default as
-    many as ``default``, rounded up to fill whole SLURM tasks (a unit per GPU)."""
-    from orchestrator.planning import shard
-    from orchestrator.planning.costs import item_costs, setup_estimate
-
-    spec = sd.spec
-    costs, scale = item_costs(missing, spec)
-    setups = {it.shape: setup_estimate(it.shape, spec.modes, spec.causal) * scale for it in missing}
-    n = n_units or (settings or spec.executor).fill_tasks(max(1, default))
-    return shard(missing, min(n, len(missing)), costs=costs, setups=setups, strategy=spec.sharding.strategy)
+                  settings: ExecutorSettings | None = None, round_: int = 1) -> list[Unit]:
+    """The missing items as units of round ``round_`` (``rounds.group``: ``plan.shard`` with the
+    cost model of the spec and round); by default as many as ``default``, rounded up to fill
+    whole SLURM tasks (a unit per GPU)."""
+    n = n_units or (settings or sd.spec.executor).fill_tasks(max(1, default))
+    return rounds.group(sd, missing, n, round_)
 
 
 def _record_resume(sd: SweepDir, plan: ResumePlan, new_units: list[Unit], submitted: set[str], force: bool) -> None:
@@ -207,7 +214,8 @@ def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units
     error records of that kind, in units of their own (origin "retry": their records supersede
     the errors, newest wins, so status does not count those items twice). ``on_planned`` is
     called once the plan is known (new units empty when nothing is to do), before anything is
-    written or run, so a failing print there changes nothing."""
+    written or run, so a failing print there changes nothing. A halving sweep whose round 1
+    is complete gets round 2 planned here if nobody has (``on_planned`` is then told of it)."""
     slurm = settings.kind == "slurm"
     if slurm:
         require_submit_tools()
@@ -215,34 +223,49 @@ def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units
     with sweep_lock(sd):
         plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry)
         if not include_missing:  # `run --retry-errors`: run itself redoes what is missing
-            plan.missing, plan.missing_of = [], {}
+            plan.missing, plan.missing2, plan.missing_of = [], [], {}
         result = Resumed(plan)
-        if plan.missing:
-            result.new_units = group_missing(sd, plan.missing, units, default=len(plan.missing_of) or 1,
-                                             settings=settings)
-        if plan.retry:
-            retry_units = group_missing(sd, plan.retry, units, default=1, settings=settings)
-            salt = f"retry-{len(sd.unit_index())}"  # a retry unit is new even for items retried before
-            for u in retry_units:
-                u.id = canonical_hash([salt, *(it.id for it in u.items)], length=12)
-            result.retry_ids = {u.id for u in retry_units}
-            result.new_units += retry_units
+        _new_units(sd, result, units, settings)
+        if result.new_units:
+            if on_planned is not None:
+                on_planned(result)
+            new_ids = [u.id for u in result.new_units]
+            result.prior = {u.id: plan.prior_starts(u.id, [it.id for it in u.items]) for u in result.new_units}
+            if slurm:
+                submitted = _submit_new_units(sd, result, settings, result.prior, max_array_size, force)
+            else:
+                _add_units(sd, result)
+                submitted = set(new_ids)
+                _record_resume(sd, plan, result.new_units, submitted, force)
+            result.items_submitted = sum(len(u.items) for u in result.new_units if u.id in submitted)
+    if not result.new_units:
+        if not plan.held and include_missing:
+            result.next_round = next_round(sd, settings)
         if on_planned is not None:
             on_planned(result)
-        if not result.new_units:
-            return result
-        new_ids = [u.id for u in result.new_units]
-        prior = {u.id: plan.prior_starts(u.id, [it.id for it in u.items]) for u in result.new_units}
-        if slurm:
-            submitted = _submit_new_units(sd, result, settings, prior, max_array_size, force)
-        else:
-            _add_units(sd, result)
-            submitted = set(new_ids)
-            _record_resume(sd, plan, result.new_units, submitted, force)
     if not slurm:
-        result.outcomes = dispatch.run_units_locally(sd, new_ids, kind=settings.kind, prior_starts=prior)
-    result.items_submitted = sum(len(u.items) for u in result.new_units if u.id in submitted)
+        ids = [u.id for u in result.new_units]
+        result.outcomes = dispatch.run_units_locally(sd, ids, kind=settings.kind, prior_starts=result.prior)
+        result.outcomes += _run_next_rounds(sd, settings, result)
     return result
+
+
+def _new_units(sd: SweepDir, result: Resumed, units: int | None, settings: ExecutorSettings) -> None:
+    """The plan's items as new units: the missing of each round in units of that round, the
+    error records to retry in units of their own (a new id even for items retried before)."""
+    plan = result.plan
+    default = len(plan.missing_of) or 1
+    if plan.missing:
+        result.new_units = group_missing(sd, plan.missing, units, default=default, settings=settings)
+    if plan.missing2:
+        result.new_units += group_missing(sd, plan.missing2, units, default=default, settings=settings, round_=2)
+    if plan.retry:
+        retry_units = group_missing(sd, plan.retry, units, default=1, settings=settings)
+        salt = f"retry-{len(sd.unit_index())}"  # a retry unit is new even for items retried before
+        for u in retry_units:
+            u.id = canonical_hash([salt, *(it.id for it in u.items)], length=12)
+        result.retry_ids = {u.id for u in retry_units}
+        result.new_units += retry_units
 
 
 def _add_units(sd: SweepDir, result: Resumed) -> None:
@@ -273,3 +296,12 @@ def _submit_new_units(sd: SweepDir, result: Resumed, settings: ExecutorSettings,
     submitted = {e["unit"] for e in result.submission.submission.entries}
     _record_resume(sd, result.plan, result.new_units, submitted, force)
     return submitted
+
+
+def _run_next_rounds(sd: SweepDir, settings: ExecutorSettings, result: Resumed) -> list[dispatch.UnitOutcome]:
+    """Run here the round 2 this resume planned, or that the round 1 it ran made due."""
+    nxt = result.next_round or next_round(sd, settings)
+    if nxt is None or not nxt.round2.units:
+        return []
+    result.next_round = nxt
+    return dispatch.run_units_locally(sd, [u.id for u in nxt.round2.units], kind=settings.kind)

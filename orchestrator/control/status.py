@@ -17,6 +17,10 @@ Unit states: ``done`` (marker, or every item recorded), ``pending``, ``running``
 (with the worker's own reason), ``cancelled``, ``timed out``. A unit whose missing items
 ``tilesweep resume`` handed to new units is marked ``resumed``; it keeps the state its last
 job ended in.
+
+A halving sweep (``timing.strategy: halving``) has two rounds: each unit says which it belongs
+to, progress counts round 1's records and then round 2's (its size is known once it is planned:
+``round2.json``), and the sweep is complete only when round 2 is planned and done.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class UnitStatus:
     resumed: bool = False  # its missing items were handed to later units by `tilesweep resume`
     stuck: bool = False  # pending for a reason that never resolves on its own (see scheduler.STUCK_REASONS)
     retry: bool = False  # redoes error records of other units (`resume --retry-errors`): its items are counted there
+    round: int = 1  # the halving strategy's round 2 times the survivors of round 1 in full
 
     @property
     def submitted(self) -> bool:
@@ -83,11 +88,32 @@ class SweepStatus:
     view: SchedulerView | None = field(default=None, repr=False)  # the scheduler's answer used
     gpu_hours: float | None = None  # sacct: elapsed x allocated GPUs over every run of every task
 
+    halving: bool = False  # timing.strategy: halving (two rounds)
+    round2: dict[str, Any] | None = None  # round2.json once round 2 is planned
+    round2_deferred: str | None = None  # why the merge job could not submit round 2
+
+    def _done_of(self, round_: int, cap: int) -> int:
+        return min(cap, sum(min(u.done, u.total) for u in self.units if u.round == round_ and not u.retry))
+
+    @property
+    def round2_total(self) -> int:
+        return int(self.round2.get("survivors") or 0) if self.round2 else 0
+
     @property
     def done(self) -> int:
-        """Planned items with a record. A retry unit's items were recorded (as errors) before it
-        ran, so it adds none."""
-        return min(self.planned, sum(min(u.done, u.total) for u in self.units if not u.retry))
+        """Records done: round 1's (every planned item), then round 2's (its survivors). A retry
+        unit's items were recorded (as errors) before it ran, so it adds none."""
+        return self._done_of(1, self.planned) + self._done_of(2, self.round2_total)
+
+    @property
+    def total(self) -> int:
+        """Records to make: the planned items, plus round 2's survivors once it is planned."""
+        return self.planned + self.round2_total
+
+    @property
+    def round2_pending(self) -> bool:
+        """A halving sweep whose round 2 is not planned yet."""
+        return self.halving and self.round2 is None
 
     @property
     def errors(self) -> int:
@@ -97,7 +123,7 @@ class SweepStatus:
 
     @property
     def complete(self) -> bool:
-        return all(u.complete or u.done >= u.total or u.resumed for u in self.units)
+        return not self.round2_pending and all(u.complete or u.done >= u.total or u.resumed for u in self.units)
 
     @property
     def settled(self) -> bool:
@@ -121,11 +147,13 @@ class SweepStatus:
         if self.complete or self.settled or not self.first_submitted or not self.done:
             return None
         elapsed = self.taken - self.first_submitted
-        return elapsed * (self.planned - self.done) / self.done if elapsed > 0 else None
+        return elapsed * (self.total - self.done) / self.done if elapsed > 0 else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"sweep_dir": self.sweep_dir, "planned": self.planned, "done": self.done, "errors": self.errors,
-                "complete": self.complete, "settled": self.settled, "states": self.counts(),
+        return {"sweep_dir": self.sweep_dir, "planned": self.planned, "done": self.done, "total": self.total,
+                "errors": self.errors, "complete": self.complete, "settled": self.settled, "states": self.counts(),
+                "strategy": "halving" if self.halving else "full", "round2": self.round2,
+                "round2_deferred": self.round2_deferred,
                 "eta_s": None if self.eta_s() is None else round(self.eta_s(), 1), "scheduler": self.scheduler,
                 "gpu_hours": self.gpu_hours, "merge_jobs": self.merge_jobs,
                 "units": [dict(u.__dict__) for u in self.units]}
@@ -142,7 +170,9 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     """The sweep's progress from its files; with the scheduler's view of its SLURM jobs when
     ``view`` is given or ``query_slurm`` (one squeue + one sacct call in all)."""
     hist = read_history(sd)
-    st = SweepStatus(str(sd.root), planned=sd.planned, first_submitted=hist.first_submitted)
+    st = SweepStatus(str(sd.root), planned=sd.planned, first_submitted=hist.first_submitted,
+                     halving=sd.spec.timing.strategy == "halving", round2=sd.read_round2())
+    st.round2_deferred = hist.round2_deferred if st.round2_pending else None
     mtimes, notes = _progress(sd, st, hist)
     merge_ids = [str(m["job_id"]) for m in hist.merge_jobs]
     if view is None and query_slurm and (hist.slurm_jobs or merge_ids):
@@ -190,7 +220,8 @@ def _progress(sd: SweepDir, st: SweepStatus, hist: History) -> tuple[dict[str, f
         c = count_unit(sd, uid, total, uid in markers, fingerprint, env)
         job = hist.latest.get(uid)
         u = UnitStatus(uid, total, c.done, c.complete, errors=c.errors, resumed=uid in hist.resumed and not c.complete,
-                       submissions=hist.submissions[uid], gpu=c.gpu, retry=entry.get("origin") == "retry")
+                       submissions=hist.submissions[uid], gpu=c.gpu, retry=entry.get("origin") == "retry",
+                       round=int(entry.get("round", 1)))
         if job is not None:
             u.job_id, u.executor = str(job.get("job_id")), job.get("executor")
         u.state = "done" if c.complete or c.done >= total else "pending"
@@ -249,17 +280,20 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     small sweep, the unfinished ones on a large one)."""
     counts = ", ".join(f"{n} {s}" for s, n in st.counts().items())
     eta = st.eta_s()
-    head = (f"{st.sweep_dir}: {st.done}/{st.planned} items done ({st.errors} error records), "
-            f"{'complete' if st.complete else 'in progress' if not st.settled else 'incomplete'}"
-            + (f", ETA ~{format_duration(eta)}" if eta is not None else ""))
-    lines = [head, f"units: {len(st.units)} ({counts})" + (f"; {st.scheduler}" if st.scheduler else "")]
+    state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
+    if state == "incomplete" and st.round2_pending and st._done_of(1, st.planned) >= st.planned:
+        state = "round 1 done, round 2 to plan"
+    head = (f"{st.sweep_dir}: {st.done}/{st.total} {'records' if st.halving else 'items'} done "
+            f"({st.errors} error records), {state}" + (f", ETA ~{format_duration(eta)}" if eta is not None else ""))
+    lines = [head, *_rounds_lines(st),
+             f"units: {len(st.units)} ({counts})" + (f"; {st.scheduler}" if st.scheduler else "")]
     if st.gpu_hours is not None:
         lines.append(f"GPU-hours: {st.gpu_hours:.3f} (sacct: elapsed x allocated GPUs, every run of every task)")
     shown = st.units if len(st.units) <= max_lines else [u for u in st.units if u.state != "done"]
     width = max((len(u.job_id or "-") for u in shown), default=1)
     gpu_width = max((len(u.gpu or "-") for u in shown), default=1)
     for u in shown[:max_lines]:
-        state = u.state + (" (resumed)" if u.resumed else "")
+        state = u.state + (" (resumed)" if u.resumed else "") + (f" (round {u.round})" if u.round != 1 else "")
         text = (f"  {u.id}  {state:<20} {u.done:>6}/{u.total:<6} errors {u.errors or 0:<4} "
                 f"job {u.job_id or '-':<{width}} gpu {u.gpu or '-':<{gpu_width}}")
         if u.detail:
@@ -280,6 +314,22 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     if not st.complete and st.settled and st.ended_unfinished():
         lines.append(f"to redo the missing items: {PROG} resume {st.sweep_dir}")
     return "\n".join(lines)
+
+
+def _rounds_lines(st: SweepStatus) -> list[str]:
+    """What a halving sweep's rounds have done, and who plans round 2 while it is not planned."""
+    if not st.halving:
+        return []
+    one = f"round 1 (screening): {st._done_of(1, st.planned)}/{st.planned} items"
+    if st.round2 is not None:
+        r2 = st.round2
+        return [f"{one}; round 2 (full timing of the survivors): {st._done_of(2, st.round2_total)}/{st.round2_total} "
+                f"({r2.get('survivors')} of {r2.get('screened')} screened configs survived)"]
+    if st.round2_deferred:
+        return [f"{one}; round 2 not planned: the merge job could not submit it ({st.round2_deferred}); "
+                f"`{PROG} wait {st.sweep_dir}` or `{PROG} resume {st.sweep_dir}` does"]
+    return [f"{one}; round 2 (full timing of the survivors) is planned once round 1 is complete "
+            f"(by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`)"]
 
 
 def format_duration(seconds: float) -> str:

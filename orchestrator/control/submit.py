@@ -4,7 +4,9 @@ refusal that changes nothing.
 ``submit_spec`` plans a spec (or reopens its sweep directory) and submits its unfinished
 units; ``submit_unfinished`` does the same for a directory that exists (``run`` with the
 slurm executor); ``submit_with_merge`` submits given units plus the dependent merge job and
-is what ``resume`` uses too. Nothing here prints: the results say what was submitted, and
+is what ``resume`` uses too. ``next_round`` plans and submits round 2 of a halving sweep;
+the merge job of a halving sweep calls it on the cluster (``after_merge``), so round 2 starts
+even when nobody waits. Nothing here prints: the results say what was submitted, and
 ``on_planned`` hooks let the caller speak before sbatch is called.
 
 A refused submission changes nothing: the tools are checked before anything is written, and
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +29,14 @@ from typing import Any
 from orchestrator import PROG
 from orchestrator.control import dispatch
 from orchestrator.control.history import read_history
+from orchestrator.control.rounds import Round2, pending_round2, plan_round2, undo_round2
 from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits, require_submit_tools
 from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_jobs, sweep_lock, unfinished_units
 from orchestrator.errors import DispatchError
 from orchestrator.spec.model import ExecutorSettings
-from orchestrator.store.sweepdir import SweepDir, atomic_write_text
+from orchestrator.store.sweepdir import SweepDir, atomic_write_text, now_iso
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -110,7 +117,8 @@ class UnitsRollback:
 def submit_with_merge(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, origin: str,
                       max_array_size: int | None, prior: dict[str, dict[str, Any]] | None = None) -> SubmitOutcome:
     """Submit units as job arrays, then the final merge job (``afterany`` on them) when the
-    spec asks for one. A refusal of the first array is raised (the caller undoes what it
+    spec asks for one; a halving sweep's merge job then plans and submits round 2
+    (``after_merge``). A refusal of the first array is raised (the caller undoes what it
     wrote); a later one is returned in the outcome, as is a refused merge job."""
     size, why = per_array(settings, max_array_size, len(unit_ids))
     attempts = dict(read_history(sd).submissions)
@@ -121,7 +129,8 @@ def submit_with_merge(sd: SweepDir, unit_ids: list[str], settings: ExecutorSetti
     outcome = SubmitOutcome(list(unit_ids), sub, size, why, per_task=settings.units_per_task())
     if settings.merge_job and sub.entries:
         try:
-            outcome.merge_job = dispatch.submit_merge_job(sd, settings, sub.arrays)
+            then = after_merge if pending_round2(sd) else None
+            outcome.merge_job = dispatch.submit_merge_job(sd, settings, sub.arrays, then=then)
         except DispatchError as exc:
             outcome.merge_error = exc
     return outcome
@@ -222,3 +231,58 @@ def dry_run(spec_path: str, *, sweep_dir: str | None, units: int | None, costs: 
     arrays = [groups[i:i + size] for i in range(0, len(groups), size)]
     scripts, merge_script = dispatch.render_scripts(sd, settings, [len(a) for a in arrays])
     return DryRun(root, planned, sizes, settings.units_per_task(), size, why, arrays, scripts, merge_script)
+
+
+@dataclass
+class NextRound:
+    """What ``next_round`` did: the round planned, and how its units were submitted (SLURM;
+    None where they run here, or none survived)."""
+
+    round2: Round2
+    outcome: SubmitOutcome | None = None
+
+
+def next_round(sd: SweepDir, settings: ExecutorSettings) -> NextRound | None:
+    """Plan round 2 of a halving sweep whose round 1 is complete and, on SLURM, submit it with
+    its own final merge job; None when there is nothing to plan (see ``rounds.plan_round2``).
+    A refused submission plans nothing: the next ``wait``, ``resume`` or merge job retries."""
+    if not pending_round2(sd):
+        return None
+    slurm = settings.kind == "slurm"
+    if slurm:
+        require_submit_tools()
+    with sweep_lock(sd):
+        rollback = UnitsRollback(sd)
+        planned = plan_round2(sd)
+        if planned is None:
+            return None
+        done = NextRound(planned)
+        ids = [u.id for u in planned.units]
+        if slurm and ids:
+            try:
+                done.outcome = submit_with_merge(sd, ids, settings, origin="round2", max_array_size=None)
+            except BaseException:  # as resume: units an accepted array runs stay, and so does the round
+                accepted = rollback.submitted_since(ids)
+                rollback.undo([u for u in ids if u not in accepted])
+                if not accepted:
+                    undo_round2(sd)
+                raise
+    return done
+
+
+def after_merge(sweep_dir: str) -> dict | None:
+    """The final merge job's hook (on a compute node): submit round 2 when round 1 is complete.
+    Where sbatch cannot be run from a compute node, say so in the job's log and in the sweep's
+    history; ``tilesweep wait`` or ``tilesweep resume`` then submits round 2 from a login node."""
+    sd = SweepDir.open(sweep_dir)
+    try:
+        done = next_round(sd, sd.spec.executor)
+    except DispatchError as exc:
+        log.warning("round 2 of %s not submitted from the merge job: %s; `%s wait %s` or `%s resume %s` "
+                    "submits it", sd.root, exc.message, PROG, sd.root, PROG, sd.root)
+        sd.record_jobs([{"event": "round2_deferred", "why": exc.message, "time": now_iso(),
+                         "ts": round(time.time(), 3)}])
+        return {"round2": "deferred", "why": exc.message}
+    if done is None:
+        return None
+    return {"round2": len(done.round2.units), "survivors": done.round2.summary.get("survivors")}

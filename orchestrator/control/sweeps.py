@@ -51,6 +51,7 @@ def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, outp
     from orchestrator.store.document import load_costs
 
     spec = load_spec(spec_path)
+    check_replay_source(spec)
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     out = Path(output) if output else Path(spec.output)
     existed = (root / "sweep.json").exists()
@@ -61,6 +62,15 @@ def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, outp
         if not sd.unit_index():
             sd.add_units(planned_units, origin="plan")
     return PreparedSweep(sd, [u["id"] for u in sd.unit_index()], existed)
+
+
+def check_replay_source(spec: Any) -> None:
+    """A replayed spec's source must be a results document of this spec: refused in one line
+    before anything is planned (the workers would each fail on it)."""
+    if spec.kernel.impl == "replay":
+        from orchestrator.store.replaysource import load_source
+
+        load_source(spec)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,10 @@ The partial files are read often (they are cheap: counted on bytes); SLURM is as
 (one squeue + one sacct) less often, and once more before the wait declares the sweep
 settled, so a lagging view never ends it early. Nothing here prints: ``on_poll`` hands
 each status to the caller (the CLI draws a progress line from it).
+
+A halving sweep on SLURM whose round 1 has settled complete, and whose round 2 nobody has
+planned yet (the final merge job usually has; it cannot where compute nodes have no sbatch),
+gets round 2 planned and submitted here, and the wait goes on until round 2 settles.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ def wait_until_settled(sd: SweepDir, *, interval: float, slurm_interval: float, 
                                 f"`{PROG} resume {sd.root}` submits them")
         if on_poll is not None:
             on_poll(st)
+        if st.settled and st.round2_pending and _next_round(sd):
+            view = None
+            continue
         if st.settled:
             fresh = view is not None and time.time() - view.taken < FRESH_VIEW_S
             if fresh or all(u.state == "done" for u in st.units):
@@ -48,3 +55,15 @@ def wait_until_settled(sd: SweepDir, *, interval: float, slurm_interval: float, 
         if timeout is not None and time.monotonic() - start > timeout:
             return st
         time.sleep(interval)
+
+
+def _next_round(sd: SweepDir) -> bool:
+    """Plan and submit round 2 of a halving SLURM sweep; whether it was submitted now."""
+    from orchestrator.control.submit import next_round
+    from orchestrator.control.sweeps import slurm_jobs
+
+    if not slurm_jobs(sd):
+        return False  # run here: `run` and `resume` run round 2 themselves
+    settings = sd.spec.executor.model_copy(update={"kind": "slurm"})
+    done = next_round(sd, settings)
+    return done is not None and bool(done.round2.units)

@@ -1,6 +1,7 @@
 """Running units here: as subprocesses (submitit's LocalExecutor), at most one per visible
-GPU at a time (one on a machine without GPUs), each pinned to its own GPU; or, for tests
-and debugging, in this process (submitit's DebugExecutor).
+GPU at a time (one on a machine without GPUs; a replay, which needs no GPU, one per CPU),
+each pinned to its own GPU; or, for tests and debugging, in this process (submitit's
+DebugExecutor).
 
 A unit whose worker fails (crash, kill) is an outcome, not an exception: its finished
 records stay in its partial and ``resume`` redoes only the rest.
@@ -104,6 +105,8 @@ def _run_subprocesses(sd: SweepDir, unit_ids: list[str], workers: int | None, pr
     spec = sd.spec
     gpus = visible_gpus()
     n = workers or spec.executor.local_workers or max(1, len(gpus))
+    if spec.kernel.impl == "replay" and not (workers or spec.executor.local_workers):
+        n = max(n, os.cpu_count() or 1)  # a replay needs no GPU: one worker per CPU
     executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="local")
     executor.update_parameters(timeout_min=spec.executor.timeout_min)
     pending = list(unit_ids)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,14 +165,16 @@ def merge_job_parameters(sd: SweepDir, settings: ExecutorSettings, after: list[s
     return params
 
 
-def submit_merge_job(sd: SweepDir, settings: ExecutorSettings, after: list[str]) -> dict[str, Any]:
+def submit_merge_job(sd: SweepDir, settings: ExecutorSettings, after: list[str],
+                     then: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """A job that merges the sweep's results once every given array has ended, whatever
-    its tasks' fate (``afterany``). Runs on ``merge_partition`` without a GPU."""
+    its tasks' fate (``afterany``), then calls ``then(sweep_dir)`` if given (``MergeTask``).
+    Runs on ``merge_partition`` without a GPU."""
     ex = _slurm_executor(sd, settings, merge_job_parameters(sd, settings, after))
     t0 = time.time()
     with held_signals():
         with sbatch_call(sd.logs, settings.sbatch_timeout_s):
-            job = ex.submit(MergeTask(), str(sd.root.resolve()))
+            job = ex.submit(MergeTask(then), str(sd.root.resolve()))
         entry = {"event": "merge_job", "job_id": str(job.job_id), "after": after, "submitted": now_iso(),
                  "submitted_ts": round(t0, 3), "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
         sd.record_jobs([entry])

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import submitit
@@ -163,7 +164,14 @@ class UnitTask(submitit.helpers.Checkpointable):
 
 class MergeTask(submitit.helpers.Checkpointable):
     """The final merge as a SLURM job; requeued if its time limit comes first (merging is
-    idempotent, so a restart only redoes work)."""
+    idempotent, so a restart only redoes work).
+
+    ``then`` (optional, a module-level function, pickled by reference) is called with the sweep
+    directory after the merge: the halving strategy's hook that plans and submits round 2 from
+    here, so nobody has to be waiting (``control.submit.after_merge``)."""
+
+    def __init__(self, then: Callable[[str], Any] | None = None) -> None:
+        self.then = then
 
     def __call__(self, sweep_dir: str) -> dict[str, Any]:
         from orchestrator.control.sweeps import merge_sweep
@@ -185,6 +193,8 @@ class MergeTask(submitit.helpers.Checkpointable):
         if sd.spec.report.html and summary.records:
             result.update(write_page_logged(summary.output))
         record_final_merge(sd, {"job_id": job, "ok": True, **result})
+        if self.then is not None:
+            result["then"] = self.then(sweep_dir)
         return result
 
 
