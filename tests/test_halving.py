@@ -1,0 +1,96 @@
+"""Successive halving (``timing.strategy: halving``): the survivor rule, two rounds run here,
+the report that never names a screened record, and a round 2 the merge job could not submit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.analysis.report import best_table
+from orchestrator.planning.halving import margin, survivors
+from orchestrator.store.document import from_obj
+from tests.conftest import SAMPLE, run_cli
+
+HALVING_SPEC = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [2048], "sharding": {"units": 3},
+                "timing": {"strategy": "halving"}}
+
+
+def spec_file(tmp_path: Path, executor: dict[str, Any] | None = None) -> Path:
+    """bf16 d64 s2048, fwd and fwd_bwd (104 items), replayed from the excerpt, halving."""
+    config = json.loads(SAMPLE.read_text())["config"]
+    data = {**config, **HALVING_SPEC, "output": str(tmp_path / "results.json"),
+            "kernel": {"impl": "replay"}, "replay": {"source": str(SAMPLE)}, "executor": executor or {"kind": "debug"}}
+    path = tmp_path / "halving.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_survivors_keep_the_fastest_and_those_within_the_noise() -> None:
+    screens = [("a", 1.00), ("b", 1.08), ("c", 1.30), ("d", 1.50), ("e", 2.0)]
+    assert survivors(screens, keep=2, noise=0.1) == ["a", "b"]
+    assert survivors(screens, keep=1, noise=0.1) == ["a", "b"]  # within 10% of the best
+    assert survivors(screens, keep=4, noise=0.0) == ["a", "b", "c", "d"]
+    auto = {"median_ms": 1.0, "q1_ms": 0.9, "q3_ms": 1.1}  # a 20% spread: noise judged 40%
+    assert margin(0.1, auto) == pytest.approx(0.4)
+    assert survivors(screens, keep=1, noise=0.1, auto=auto) == ["a", "b", "c"]
+    assert margin(0.1, {"error": "x"}) == 0.1 and survivors([], keep=3, noise=0.1) == []
+
+
+def test_report_never_names_a_screened_record_best(sample_doc) -> None:
+    recs = [r for r in sample_doc["results"] if r["mode"] == "fwd" and r["dtype"] == "bfloat16"]
+    fastest = min((r for r in recs if "median_ms" in r and r["config"] == "forced"), key=lambda r: r["median_ms"])
+    screened = {**fastest, "median_ms": fastest["median_ms"] / 2, "screened": True}
+    doc = {**sample_doc, "results": [screened if r is fastest else r for r in recs]}
+    (row,) = best_table(from_obj(doc))
+    assert row.best_ms is not None and row.best_ms > screened["median_ms"]
+    assert row.n_screened == 1 and "1 screened out" in row.note and row.n_configs == 54
+
+
+def test_two_rounds_run_here_and_the_best_is_timed_in_full(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(spec_file(tmp_path)), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    assert "round 2:" in r.stderr and "screened out" in r.stdout
+    round2 = json.loads((sweep / "round2.json").read_text())
+    assert round2["screened"] == 102 and len(round2["problems"]) == 2
+    assert all(p["kept"] >= 4 for p in round2["problems"])
+    units = json.loads((sweep / "units.json").read_text())
+    assert [u.get("round", 1) for u in units] == [1] * 3 + [2] * len(round2["units"])
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert len(doc["results"]) == 104 and doc["tilesweep"]["rounds"]["survivors"] == round2["survivors"]
+    full = [r for r in doc["results"] if r["config"] == "forced" and not r.get("screened")]
+    assert len(full) == round2["survivors"]  # each survivor's newest record is its full one
+    assert all(r["attempt"] == 1 for r in full) and {r["unit"] for r in full} <= set(round2["units"])
+    for row in best_table(from_obj(doc)):
+        best = next(r for r in full if r["mode"] == row.key.mode and r["median_ms"] == row.best_ms)
+        assert "screened" not in best
+    status = run_cli("status", str(sweep), "--json")
+    st = json.loads(status.stdout)
+    assert st["complete"] and st["total"] == 104 + round2["survivors"] and st["done"] == st["total"]
+
+
+def test_round2_the_merge_job_cannot_submit_is_submitted_by_resume(tmp_path: Path, monkeypatch) -> None:
+    """Where compute nodes have no sbatch, the merge job's hook says so (in the sweep's history
+    and in status), and ``resume`` plans and runs round 2."""
+    from orchestrator.control import dispatch
+    from orchestrator.control.resume import resume_sweep
+    from orchestrator.control.status import format_status, sweep_status
+    from orchestrator.control.submit import after_merge
+    from orchestrator.control.sweeps import prepare_sweep
+
+    sd, unit_ids, _ = prepare_sweep(str(spec_file(tmp_path, {"kind": "slurm"})), str(tmp_path / "sweep"), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    assert after_merge(str(sd.root))["round2"] == "deferred"
+    text = format_status(sweep_status(sd, query_slurm=False))
+    assert "round 2 not planned: the merge job could not submit it (`sbatch` is not on PATH" in text
+    assert not (sd.root / "round2.json").exists()
+    monkeypatch.undo()
+    settings = sd.spec.executor.model_copy(update={"kind": "debug"})
+    result = resume_sweep(sd, settings, force=False, units=None, max_array_size=None)
+    assert result.next_round is not None and all(o.ok for o in result.outcomes)
+    st = sweep_status(sd, query_slurm=False)
+    assert st.complete and st.round2 is not None and st.round2_deferred is None

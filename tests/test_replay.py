@@ -1,0 +1,93 @@
+"""Replay (``kernel.impl: replay``): a sweep that compiles and runs nothing and answers from a
+results document, through the real plan, worker, partials, merge and report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from jobs.replay import draw
+from orchestrator.spec.records import record_key
+from tests.conftest import SAMPLE, run_cli
+from tests.helpers import assert_one_line_error
+
+
+def replay_spec(tmp_path: Path, name: str = "replay.json", source: Path = SAMPLE, **over: Any) -> Path:
+    """The excerpt's own config at its seq, replayed from ``source``; prune_smem off, so the
+    source's shared-memory failures replay as they were recorded."""
+    config = json.loads(SAMPLE.read_text())["config"]
+    data = {**config, "seq_lens": [2048], "output": str(tmp_path / f"{Path(name).stem}.results.json"),
+            "kernel": {"impl": "replay", "prune_smem": "off"}, "replay": {"source": str(source)}, **over}
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+def test_replayed_median_lies_within_the_records_quartiles(n: int) -> None:
+    rec = {"median_ms": 1.0, "q1_ms": 0.9, "q3_ms": 1.3}
+    rng = np.random.default_rng(n)
+    for _ in range(500):
+        samples = draw(rec, n, rng)
+        assert len(samples) == n and samples.min() > 0
+        assert 0.9 <= float(np.median(samples)) <= 1.3
+
+
+def test_replay_of_the_excerpt_through_run_reproduces_every_median(tmp_path: Path, sample_doc) -> None:
+    spec = replay_spec(tmp_path)
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "replay.results.json").read_text())
+    assert len(doc["results"]) == 416  # 8 problems at seq 2048: the excerpt measured 3 of them
+    replayed = {record_key(rec): rec for rec in doc["results"]}
+    for src in sample_doc["results"]:
+        rec = replayed.pop(record_key(src))
+        if "error" in src:
+            assert rec["error"] == src["error"]
+            continue
+        assert src["q1_ms"] <= rec["median_ms"] <= src["q3_ms"], (src, rec)
+        assert rec["rel_err"] == src["rel_err"] and rec["compile_s"] == src["compile_s"]
+        assert rec["timer"] == "virtual"
+    assert replayed and all(rec["error"].startswith("ReplayMissing: the replay source") for rec in replayed.values())
+    assert doc["device"]["backend"] == "replay" and doc["device"]["device_kind"] == "NVIDIA H100"
+    assert doc["tilesweep"]["measurement"]["clock"] == ["virtual"]
+    markers = [json.loads(p.read_text()) for p in (sweep / "done").glob("*.json")]
+    assert markers and {m["clock"] for m in markers} == {"virtual"}
+    assert sum(m["timed_s"] for m in markers) > 0 and sum(m["compile_sum_s"] for m in markers) > 0
+    assert "bq" in r.stdout  # the best-config table was printed
+
+
+def test_bad_replay_sources_are_one_line_errors(tmp_path: Path) -> None:
+    not_a_doc = tmp_path / "list.json"
+    not_a_doc.write_text("[1, 2]")
+    r = run_cli("plan", str(replay_spec(tmp_path, "a.json", source=not_a_doc)), "--dry-run")
+    assert_one_line_error(r, "replay.source", str(not_a_doc), "not a results document")
+
+    r = run_cli("run", str(replay_spec(tmp_path, "b.json", heads=4)), "--sweep-dir", str(tmp_path / "b"))
+    assert_one_line_error(r, "another spec", "heads=8", "heads=4")
+    assert not (tmp_path / "b").exists()  # refused before anything was planned
+
+
+def test_replay_needs_its_source_and_the_strategy_settings_are_checked() -> None:
+    from orchestrator.errors import SpecError
+    from orchestrator.spec.files import spec_from_data
+
+    cases = [
+        ({"kernel": {"impl": "replay"}}, 'no replay source is given: add "replay"'),
+        ({"replay": {"source": "x.json"}}, "replay.source is given but kernel.impl is 'tilesweep'"),
+        ({"kernel": {"impl": "triton"}}, "'kernel.impl'"),
+        ({"timing": {"keep": 0}}, "'timing.keep'"),
+        ({"timing": {"screen_ms": 50}}, "screen_ms=50 must be below target_ms=50"),
+        ({"timing": {"strategy": "racing"}}, "'full' or 'halving'"),
+        ({"timing": {"timer": "cuda"}}, "'wall' or 'device'"),
+        ({"timing": {"flush_l2": "yes"}}, "'timing.flush_l2'"),
+    ]
+    for data, needle in cases:
+        with pytest.raises(SpecError) as err:
+            spec_from_data(data, source="s.json")
+        assert needle in err.value.message and "\n" not in err.value.message, (data, err.value.message)

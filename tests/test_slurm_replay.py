@@ -1,0 +1,126 @@
+"""Replayed sweeps on the real local SLURM cluster: a full-size sweep, and successive halving
+across units and tasks, cancelled in each round and resumed.
+
+Replay (``kernel.impl: replay``) makes the workers answer from a results document instead of
+compiling and timing, so sweeps of thousands of items run in seconds while everything around
+them is real: plan, job arrays, partials, the final merge job, round 2, resume, report.
+Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_SLURM=1``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.analysis.report import best_table
+from orchestrator.spec.files import spec_from_data
+from orchestrator.store.document import from_obj, load
+from orchestrator.store.scaled import scaled_document
+from tests.conftest import SAMPLE, run_cli
+from tests.slurm_cluster import poll, require_cluster
+
+pytestmark = pytest.mark.slurm
+
+# Replays need no GPU: tasks on the cpu partition, one CPU each.
+EXECUTOR = {"kind": "slurm", "slurm_partition": "cpu", "cpus_per_task": 1, "timeout_min": 5,
+            "merge_partition": "cpu"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
+
+def write(folder: Path, name: str, source: Path, executor: dict[str, Any], **over: Any) -> Path:
+    config = json.loads(SAMPLE.read_text())["config"]
+    data = {**config, "output": str(folder / f"{Path(name).stem}.results.json"), "kernel": {"impl": "replay"},
+            "replay": {"source": str(source)}, "executor": {**EXECUTOR, **executor}, **over}
+    path = folder / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def cli(*args: str) -> Any:
+    r = run_cli(*args, timeout=300)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r
+
+
+def status(sweep: Path) -> dict[str, Any]:
+    return json.loads(cli("status", str(sweep), "--json").stdout)
+
+
+def test_a_replayed_full_size_sweep_completes_merges_and_reports(tmp_path: Path) -> None:
+    """5,408 items (the reference grid at 13 seq lengths) in 16 units, 16 array tasks."""
+    seqs = [1024 * k for k in range(1, 14)]
+    excerpt = load(SAMPLE)
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps(scaled_document(spec_from_data({**excerpt.config, "seq_lens": seqs}), excerpt)))
+    spec = write(tmp_path, "big.json", source, {}, seq_lens=seqs, sharding={"units": 16})
+    sweep = tmp_path / "sweep"
+    r = cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert "merged 5408 records" in r.stderr and "0 of 5408 missing" in r.stderr
+    st = status(sweep)
+    assert st["complete"] and st["done"] == 5408 and len(st["units"]) == 16
+    assert all(u["state"] == "done" and u["executor"] == "slurm" for u in st["units"])
+    doc = json.loads((tmp_path / "big.results.json").read_text())
+    assert len(doc["results"]) == 5408 and len({r["unit"] for r in doc["results"]}) == 16
+    assert sum("error" in rec for rec in doc["results"]) == sum("error" in rec for rec in
+                                                                json.loads(source.read_text())["results"])
+    rows = [line for line in r.stdout.splitlines() if line.startswith(("bfloat16", "float32"))]
+    table = best_table(from_obj(doc))
+    assert len(rows) == len(table) == 2 * 2 * 13 * 2 and all(row.best_ms is not None for row in table)
+
+
+def _round_units(sweep: Path, round_: int) -> list[dict[str, Any]]:
+    return [u for u in json.loads((sweep / "units.json").read_text()) if u.get("round", 1) == round_]
+
+
+def _cancel_after_first_done(sweep: Path, round_: int) -> None:
+    """Cancel the sweep's arrays once one unit of the round is done, the others not all."""
+    def first_done() -> bool:
+        ids = {u["id"] for u in _round_units(sweep, round_)}
+        return bool(ids & {p.stem for p in (sweep / "done").glob("*.json")})
+
+    poll(first_done, 120, f"a unit of round {round_} to finish", interval=0.1)
+    r = cli("cancel", str(sweep))
+    assert "cancelled job array" in r.stdout, r.stdout
+    st = poll(lambda: (lambda s: s if s["settled"] else None)(status(sweep)), 120, "the cancelled arrays to settle")
+    assert not st["complete"] and any(u["state"] == "cancelled" and u["round"] == round_ for u in st["units"])
+
+
+def test_halving_across_units_cancelled_in_each_round_and_resumed(tmp_path: Path) -> None:
+    """Round 1 of 4 units on an array that runs one task at a time: cancelled after its first
+    unit, resumed; the resume's final merge job plans and submits round 2 with nobody waiting;
+    round 2 cancelled after its first unit, resumed, waited for: the document is complete and
+    every best config was timed in full."""
+    spec = write(tmp_path, "halving.json", SAMPLE, {"slurm_array_parallelism": 1}, dtypes=["bfloat16"],
+                 head_dims=[64], seq_lens=[2048], sharding={"units": 4}, timing={"strategy": "halving", "keep": 3})
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep))
+    assert "then plans and submits round 2" in r.stdout
+    _cancel_after_first_done(sweep, 1)
+    r = cli("resume", str(sweep))
+    assert "new unit" in r.stdout
+    # nobody waits: the resume's final merge job plans round 2 and submits it
+    poll(lambda: (sweep / "round2.json").exists() and _round_units(sweep, 2), 180, "the merge job to plan round 2")
+    poll(lambda: any(json.loads(line).get("origin") == "round2" for line in (sweep / "jobs.jsonl").read_text()
+                     .splitlines()), 60, "round 2's array to be submitted by the merge job")
+    _cancel_after_first_done(sweep, 2)
+    r = cli("resume", str(sweep))
+    assert "survivors of round 2 are not timed in full yet" in r.stdout, r.stdout
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert "merged 104 records" in w.stderr and "screened out" in w.stdout
+    st = status(sweep)
+    assert st["complete"] and st["done"] == st["total"] == 104 + st["round2"]["survivors"]
+    resumed = {e["unit"] for e in map(json.loads, (sweep / "jobs.jsonl").read_text().splitlines())
+               if e.get("origin") == "resume"}  # a unit of either round, new or resubmitted as it was
+    assert resumed & {u["id"] for u in _round_units(sweep, 1)} and resumed & {u["id"] for u in _round_units(sweep, 2)}
+    doc = json.loads((tmp_path / "halving.results.json").read_text())
+    full = [r for r in doc["results"] if r["config"] == "forced" and "screened" not in r]
+    assert len(full) == st["round2"]["survivors"]  # every survivor's newest record is timed in full
+    for row in best_table(from_obj(doc)):
+        assert any(r["mode"] == row.key.mode and r["median_ms"] == row.best_ms for r in full), row
