@@ -1,13 +1,26 @@
 """One prepared GPU check: the real sweep path on a GPU, side by side with the reference run.
 
-Runs the problems of the reference excerpt (``shared/seed/attention_tiles.sample.json``)
+Runs the problems of the reference excerpt (``tests/data/attention_tiles.sample.json``)
 through ``tilesweep run`` (plan -> local executor -> worker -> merge) on this machine's GPU,
-with shared-memory pruning OFF so every config is really compiled, then compares per record:
+with shared-memory pruning OFF so every config is really compiled, in up to three passes
+that share one compilation cache (so only the first compiles cold):
 
-- ``smem_model_exact``: configs the compiler refused for shared memory vs the model's
-  prediction (same configs, same byte counts) — the check the CPU cannot do;
-- ``median_vs_reference``: median over configs of our median_ms / the reference's;
-- ``compile_s`` totals, ``rel_err`` maxima per dtype.
+- ``wall`` (the default measurement: strategy full, wall-clock timer), compared per record
+  with the reference: ``smem_model_exact`` (configs the compiler refused for shared memory vs
+  the model's prediction, same byte counts: the check the CPU cannot do),
+  ``median_vs_reference`` (median over configs of our median_ms / the reference's),
+  ``compile_s`` totals, ``rel_err`` maxima per dtype, and whether the L2 was flushed;
+- ``device`` (strategy full, ``timing.timer: device``) against ``wall``:
+  ``device_vs_wall_pass_median`` (median over configs of the device pass's median / the wall
+  pass's), ``device_below_wall_pass_share`` (share of configs whose device median is below
+  the wall pass's: dispatch is left out, so on a GPU it should be near 1; these are two runs,
+  so profiler overhead and drift count too: the tests check device <= wall on the very same
+  calls), ``device_wall_same_best`` (share of problems whose best config is the same);
+- ``halving`` (``timing.strategy: halving``, wall timer) against ``wall``:
+  ``halving_same_winner`` (share of problems whose best is the full sweep's, or inside its
+  q1-q3) and ``halving_timed_ratio`` (seconds spent timing, halving / full, from the workers'
+  summaries; the sweeps' wall times are printed too, but the halving pass loads every compile
+  from the cache the wall pass filled, so they are not comparable).
 
 Prints ``name=value`` lines. ``--smoke`` runs a tiny version in interpret mode on a CPU, so
 the script itself is tested where there is no GPU. Typical use on a lent GPU machine::
@@ -27,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-SAMPLE = REPO.parent / "shared" / "seed" / "attention_tiles.sample.json"
+SAMPLE = REPO / "tests" / "data" / "attention_tiles.sample.json"
 RESULT_KEYS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "error")
-EXTRA_KEYS = ("timer", "pruned", "smem_bytes", "compile_cached", "unit", "attempt", "device")
+EXTRA_KEYS = ("timer", "pruned", "smem_bytes", "compile_cached", "screened", "unit", "attempt", "device")
+PASSES = {"wall": {}, "device": {"timer": "device"}, "halving": {"strategy": "halving"}}
 
 
 def problems(doc: dict[str, Any]) -> list[tuple[str, int, int, str]]:
@@ -51,8 +65,8 @@ def specs_for(doc: dict[str, Any], smoke: bool) -> list[dict[str, Any]]:
                 "kernel": {"interpret": "auto", "prune_smem": "off"}, "sharding": {"units": 1}}
         if smoke:  # tiny and interpreted: checks the script, not the GPU
             spec.update(head_dims=[16], seq_lens=[64], batch=1, heads=1, repeats=2,
-                        fwd_block_q=[32], fwd_block_k=[32, 64], fwd_stages=[2], fwd_warps=[4],
-                        bwd_outer=[32], bwd_inner=[16], bwd_stages=[2], bwd_warps=[4],
+                        fwd_block_q=[32], fwd_block_k=[16, 32, 64], fwd_stages=[2], fwd_warps=[4],
+                        bwd_outer=[32], bwd_inner=[16, 32], bwd_stages=[2], bwd_warps=[4],
                         timing={"target_ms": 1, "max_inner": 2, "warmup": 0})
         out.append(spec)
     return out
@@ -62,33 +76,44 @@ def key(rec: dict[str, Any]) -> tuple:
     return tuple((k, v) for k, v in rec.items() if k not in RESULT_KEYS + EXTRA_KEYS)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("gpu-check"))
-    ap.add_argument("--sample", type=Path, default=SAMPLE)
-    ap.add_argument("--smoke", action="store_true", help="tiny shapes in interpret mode (no GPU needed)")
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    doc = json.loads(args.sample.read_text())
-    ref = {key(r): r for r in doc["results"]}
-    ours: list[dict[str, Any]] = []
+def run_pass(name: str, doc: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Every spec of the excerpt through ``tilesweep run`` with the pass's timing settings:
+    its records, the workers' summaries, the documents' measurement blocks, its wall time."""
+    out: dict[str, Any] = {"records": [], "markers": [], "measurement": [], "wall_s": 0.0}
     t0 = time.perf_counter()
     for i, spec in enumerate(specs_for(doc, args.smoke)):
-        spec["output"] = str(args.out / f"results-{i}.json")
-        path = args.out / f"spec-{i}.json"
+        spec["timing"] = {**spec.get("timing", {}), **PASSES[name]}
+        spec["compile"] = {"cache_dir": str((args.out / "compile-cache").resolve())}
+        spec["output"] = str(args.out / f"{name}-results-{i}.json")
+        path = args.out / f"{name}-spec-{i}.json"
         path.write_text(json.dumps(spec, indent=1))
-        cmd = [sys.executable, "-m", "orchestrator", "run", str(path), "--sweep-dir", str(args.out / f"sweep-{i}")]
+        sweep = args.out / f"{name}-sweep-{i}"
+        cmd = [sys.executable, "-m", "orchestrator", "run", str(path), "--sweep-dir", str(sweep)]
         print("running:", " ".join(cmd), flush=True)
         proc = subprocess.run(cmd, cwd=REPO, text=True, capture_output=True)
         print(proc.stdout[-4000:], proc.stderr[-2000:], flush=True)
         if proc.returncode not in (0, 1):
-            print(f"gpu_check: sweep {i} failed with exit code {proc.returncode}", file=sys.stderr)
-            return 1
-        ours += json.loads(Path(spec["output"]).read_text())["results"]
-    wall = time.perf_counter() - t0
+            raise SystemExit(f"gpu_check: {name} sweep {i} failed with exit code {proc.returncode}")
+        merged = json.loads(Path(spec["output"]).read_text())
+        out["records"] += merged["results"]
+        out["measurement"].append(merged["tilesweep"].get("measurement"))
+        out["markers"] += [json.loads(p.read_text()) for p in (sweep / "done").glob("*.json")]
+    out["wall_s"] = time.perf_counter() - t0
+    return out
 
+
+def bests(records: list[dict[str, Any]]) -> dict[Any, Any]:
+    from orchestrator.analysis.report import best_table
+    from orchestrator.store.document import from_obj
+
+    return {s.key: s for s in best_table(from_obj({"device": {}, "config": {}, "results": records}))}
+
+
+def report_wall(ours: list[dict[str, Any]], doc: dict[str, Any]) -> None:
+    """The wall pass against the reference run."""
     from kernels import smem
 
+    ref = {key(r): r for r in doc["results"]}
     limit = doc["config"]["smem_limit_bytes"]
     smem_agree = smem_total = 0
     ratios, ours_compile, ref_compile = [], 0.0, 0.0
@@ -111,8 +136,6 @@ def main() -> int:
         ratios.append(r["median_ms"] / other["median_ms"])
         ours_compile += r["compile_s"]
         ref_compile += other["compile_s"]
-    print(f"gpu_check_records={len(ours)}")
-    print(f"gpu_check_wall_s={wall:.1f}")
     print(f"smem_model_exact={smem_agree}/{smem_total}")
     for dtype, e in sorted(err_max.items()):
         print(f"rel_err_max_{dtype}={e:.3g}")
@@ -120,6 +143,62 @@ def main() -> int:
         print(f"compared_with_reference={len(ratios)}")
         print(f"compile_s_vs_reference={ours_compile / ref_compile:.3f}")
         print(f"median_vs_reference={statistics.median(ratios):.3f}")
+
+
+def report_device(wall: dict[str, Any], device: dict[str, Any]) -> None:
+    by_key = {key(r): r for r in wall["records"] if "error" not in r}
+    pairs = [(r["median_ms"], by_key[key(r)]["median_ms"]) for r in device["records"]
+             if "error" not in r and key(r) in by_key]
+    print(f"device_timers={sorted({r.get('timer') for r in device['records'] if 'error' not in r})}")
+    if pairs:
+        print(f"device_vs_wall_pass_median={statistics.median(d / w for d, w in pairs):.3f}")
+        print(f"device_below_wall_pass_share={sum(d <= w for d, w in pairs) / len(pairs):.3f}")
+    bw, bd = bests(wall["records"]), bests(device["records"])
+    same = [bw[k].best_label == bd[k].best_label for k in bw if k in bd and bw[k].best_ms is not None]
+    if same:
+        print(f"device_wall_same_best={sum(same) / len(same):.3f}")
+
+
+def report_halving(full: dict[str, Any], halving: dict[str, Any]) -> None:
+    bf, bh = bests(full["records"]), bests(halving["records"])
+    agree = []
+    for k, f in bf.items():
+        h = bh.get(k)
+        if f.best_ms is None or h is None:
+            continue
+        inside = h.best_ms is not None and f.best_q1_ms <= h.best_ms <= f.best_q3_ms
+        agree.append(h.best_label == f.best_label or inside)
+    if agree:
+        print(f"halving_same_winner={sum(agree) / len(agree):.3f}")
+    timed_h, timed_f = (sum(m.get("timed_s", 0.0) for m in p["markers"]) for p in (halving, full))
+    if timed_f > 0:
+        print(f"halving_timed_ratio={timed_h / timed_f:.3f}")
+    print(f"halving_screened_out={sum(1 for r in halving['records'] if r.get('screened'))}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("gpu-check"))
+    ap.add_argument("--sample", type=Path, default=SAMPLE)
+    ap.add_argument("--passes", default="wall,device,halving", help="comma-separated: wall, device, halving")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes in interpret mode (no GPU needed)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(args.sample.read_text())
+    wanted = [p for p in args.passes.split(",") if p]
+    unknown = [p for p in wanted if p not in PASSES]
+    if unknown or "wall" not in wanted:
+        ap.error(f"--passes must include wall and name only {', '.join(PASSES)}; got {args.passes!r}")
+    done = {name: run_pass(name, doc, args) for name in wanted}
+    for name, p in done.items():
+        print(f"{name}_records={len(p['records'])}")
+        print(f"{name}_wall_s={p['wall_s']:.1f}")
+        print(f"{name}_flush_l2={sorted({str((m or {}).get('flush_l2')) for m in p['measurement']})}")
+    report_wall(done["wall"]["records"], doc)
+    if "device" in done:
+        report_device(done["wall"], done["device"])
+    if "halving" in done:
+        report_halving(done["wall"], done["halving"])
     return 0
 
 
