@@ -172,3 +172,18 @@ def test_worker_refusal_is_one_line(write_spec, tmp_path):
     assert_one_line_error(w, "jax sees none")
     assert not list((sweep / "partials").glob("*.jsonl")) or all(
         not _record_lines(p) for p in (sweep / "partials").glob("*.jsonl"))
+
+
+def test_device_timer_and_l2_flush_in_a_real_sweep(write_spec, tmp_path):
+    """timing.timer: device and flush_l2: true (the CPU does not flush unless asked) through the
+    real worker: records name the timer, the document says the L2 was flushed."""
+    spec = write_spec(modes=["fwd"], executor={"kind": "debug"},
+                      timing={"target_ms": 1, "max_inner": 2, "warmup": 0, "timer": "device", "flush_l2": True})
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    timed = [rec for rec in doc["results"] if "error" not in rec]
+    assert timed and all(rec["timer"] == "profiler_device_time" and rec["median_ms"] > 0 for rec in timed)
+    measurement = doc["tilesweep"]["measurement"]
+    assert measurement["flush_l2"] is True and measurement["timers"] == ["profiler_device_time"]
+    assert measurement["clock"] == ["real"] and measurement["strategy"] == "full"
