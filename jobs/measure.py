@@ -19,6 +19,7 @@ from typing import Any
 
 from kernels import impls
 from kernels.config import AttentionConfig
+from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.planning import WorkItem
 from orchestrator.planning.halving import Measurement
 from orchestrator.spec.model import SweepSpec
@@ -127,7 +128,7 @@ def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: Swe
     took. ``flush`` (``kernels.l2``) runs before each sample."""
     import jax
 
-    from kernels import attention, timing
+    from kernels import attention, devicetime, timing
 
     how = how or Measurement(spec.repeats, spec.timing.target_ms)
     rec = item.record_fields()
@@ -142,6 +143,8 @@ def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: Swe
             compiled.executable, ctx.args, repeats=how.repeats, target_ms=how.target_ms,
             max_inner=spec.timing.max_inner, warmup=spec.timing.warmup, timer=spec.timing.timer, flush=flush,
         )
+    except devicetime.NoDeviceEvents as exc:  # a broken environment, not a bad config
+        raise WorkerEnvironmentError(f"timing.timer is device, but {exc}") from None
     except Exception as exc:  # a bad config is a record
         log.info("item %s failed: %s", item.id, error_string(exc))
         rec["error"] = error_string(exc)

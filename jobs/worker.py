@@ -312,8 +312,12 @@ def _time_window(run: _Attempt, window: list[WorkItem], compiled: list[Any], spe
         if run.ctx is None or run.ctx.shape != it.shape:
             run.ctx = None  # free the previous shape's arrays first
             run.ctx = measure.ShapeContext.make(it, spec)
-        rec, timed_s = measure.finish_item(it, comp, run.ctx, spec, measurement(it.config, spec, run.round),
-                                           flush=run.flush)
+        try:
+            rec, timed_s = measure.finish_item(it, comp, run.ctx, spec, measurement(it.config, spec, run.round),
+                                               flush=run.flush)
+        except WorkerEnvironmentError:
+            abandon_in_flight()  # the environment's fault, not the configs': no death counted
+            raise
         run.timed_s += timed_s
         compiled[k] = None  # drop the executable once timed
         if it.id in in_flight.in_flight():  # a stop signal may have abandoned it meanwhile

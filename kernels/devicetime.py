@@ -38,6 +38,11 @@ _CPU_LINE_PREFIX = "tf_XLAExecute"
 _CPU_EXECUTE = "ThunkExecutor::Execute"
 
 
+class NoDeviceEvents(RuntimeError):
+    """The trace holds no execution event: the environment cannot time on the device (no
+    CUPTI for jax on this GPU node, say). Not a config's fault: the worker stops on it."""
+
+
 def _options() -> Any:
     make = getattr(jax.profiler, "ProfileOptions", None)
     if make is None:  # older jax: the extension's class, as jax's own PGLE uses it
@@ -119,8 +124,8 @@ class DeviceClock:
     """``with DeviceClock() as clock: <calls; block_until_ready>`` then ``clock.busy_ms``.
 
     The block must wait for its calls (``block_until_ready``): events of work still running
-    when the session stops are lost. Raises ``RuntimeError`` when the trace holds no execution
-    event (a GPU without CUPTI, or a backend this module does not know)."""
+    when the session stops are lost. Raises ``NoDeviceEvents`` when the trace holds no
+    execution event (a GPU without CUPTI, or a backend this module does not know)."""
 
     def __init__(self, backend: str | None = None) -> None:
         self.backend = backend or jax.default_backend()
@@ -141,7 +146,7 @@ class DeviceClock:
             return
         intervals = execution_intervals(profile, self.backend)
         if not intervals:
-            raise RuntimeError(
+            raise NoDeviceEvents(
                 f"the profiler trace holds no execution event on backend {self.backend!r}"
                 + (" (is CUPTI available to jax on this node?)" if self.backend == "gpu" else "")
                 + "; use timing.timer: wall"

@@ -78,3 +78,33 @@ def test_l2_flush_wanted_on_gpu_only_unless_asked() -> None:
     flush = L2Flush(nbytes=1 << 20)
     flush()
     flush()  # the donated buffer is replaced in place, call after call
+
+
+def _line(line_id: int, name: str, spans: list[tuple[int, int]], metadata_id: int = 1) -> str:
+    events = " ".join(f"events {{ metadata_id: {metadata_id} offset_ps: {s * 1000} duration_ps: {d * 1000} }}"
+                      for s, d in spans)
+    return f'lines {{ id: {line_id} name: "{name}" timestamp_ns: 0 {events} }}'
+
+
+def _plane(plane_id: int, name: str, *lines: str) -> str:
+    return (f'planes {{ id: {plane_id} name: "{name}" {" ".join(lines)} '
+            'event_metadata { key: 1 value { id: 1 name: "op" } } }')
+
+
+def test_device_clock_counts_kernel_events_and_never_dispatch() -> None:
+    """What the clock reads from a trace (a GPU's cannot be made here, so it is written out):
+    on a GPU the device plane's stream events (not the module spans, gaps included, nor any
+    host event); on the CPU the XLA execution threads (not the dispatching Python thread)."""
+    from jax.profiler import ProfileData
+
+    from kernels.devicetime import busy_ns, execution_intervals
+
+    python = _plane(2, "/host:CPU", _line(3, "python", [(0, 30000)]))
+    gpu = ProfileData.from_text_proto(
+        _plane(1, "/device:GPU:0", _line(1, "Stream #13(Compute)", [(0, 5000), (8000, 2000)]),
+               _line(2, "XLA Modules", [(0, 10000)])) + python)
+    assert busy_ns(execution_intervals(gpu, "gpu")) == 7000
+    assert execution_intervals(ProfileData.from_text_proto(python), "gpu") == []  # no fall back to the host
+    cpu = ProfileData.from_text_proto(_plane(2, "/host:CPU", _line(3, "python", [(0, 30000)]),
+                                             _line(4, "tf_XLAExecute/1", [(1000, 4000), (2000, 1000)])))
+    assert busy_ns(execution_intervals(cpu, "cpu")) == 4000
