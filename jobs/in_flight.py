@@ -56,12 +56,13 @@ def _mark_in_flight(kind: str, *, clear: bool) -> str | None:
     return ",".join(items)
 
 
-def write(writer: PartialWriter, obj: dict[str, Any], *, started: str | None = None) -> None:
+def write(writer: PartialWriter, obj: dict[str, Any], *, started: str | None = None, sync: bool = True) -> None:
     """Append a line; ``started``: the item whose start line it is, now in flight. A stop signal
-    that arrives meanwhile is acted on once the line is whole (and its item counted in flight)."""
+    that arrives meanwhile is acted on once the line is whole (and its item counted in flight).
+    ``sync=False``: flushed, fsynced later (``PartialWriter``; a replay's records)."""
     _IN_FLIGHT["writing"] = True
     try:
-        writer.write(obj)
+        writer.write(obj, sync=sync)
         if started is not None:
             _IN_FLIGHT.setdefault("items", []).append(started)
     finally:

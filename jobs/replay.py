@@ -105,10 +105,14 @@ class Replayer:
         return rec, compile_s, calls * float(src["median_ms"]) / 1e3
 
 
+SYNC_EVERY = 256  # replayed records per fsync: a replay is free to redo, the disk is not
+
+
 def replay_items(run: Any, runnable: list[WorkItem], spec: SweepSpec, replayer: Replayer) -> bool:
     """The worker's loop for a replay (``run``: its attempt at the unit): the runnable items in
-    plan order, each recorded as ``replayer`` answers; return whether the attempt stopped early."""
-    for it in runnable:
+    plan order, each recorded as ``replayer`` answers; return whether the attempt stopped early.
+    Every line is written as it is made, fsynced a batch at a time (``PartialWriter``)."""
+    for n, it in enumerate(runnable, 1):
         if run.should_stop():
             return True
         rec, compile_s, timed_s = replayer.record(it, measurement(it.config, spec, run.round))
@@ -116,5 +120,5 @@ def replay_items(run: Any, runnable: list[WorkItem], spec: SweepSpec, replayer: 
             run.compiled += 1
             run.compile_sum_s += compile_s
             run.timed_s += timed_s
-        run.record(it, rec)
+        run.record(it, rec, sync=n % SYNC_EVERY == 0)
     return False

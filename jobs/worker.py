@@ -69,6 +69,7 @@ from .in_flight import abandon_in_flight, stop_signals, write
 
 log = logging.getLogger(__name__)
 
+
 def device_block() -> dict[str, Any]:
     """The reference document's ``device`` block, plus jaxlib (part of the fingerprint)."""
     import jax
@@ -131,8 +132,8 @@ class _Attempt:
     def should_stop(self) -> bool:
         return in_flight.stop_requested() or (self.stop_check is not None and self.stop_check())
 
-    def record(self, it: WorkItem, rec: dict[str, Any]) -> None:
-        write(self.writer, {"id": it.id, "attempt": self.attempt, "record": rec})
+    def record(self, it: WorkItem, rec: dict[str, Any], *, sync: bool = True) -> None:
+        write(self.writer, {"id": it.id, "attempt": self.attempt, "record": rec}, sync=sync)
         if self.recorded is None:
             self.recorded = {}
         self.recorded[it.id] = "error" in rec

@@ -16,7 +16,7 @@ import pytest
 from orchestrator.spec.records import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, IDENTITY_FIELDS, RESULT_FIELDS
 
 from tests.helpers import assert_one_line_error
-from .conftest import REPO, run_cli
+from .conftest import REPO, TINY_SPEC, run_cli
 
 EXTRAS = ("timer", "pruned", "smem_bytes", "compile_cached", "unit", "attempt")
 
@@ -52,7 +52,9 @@ def _check_reference_format(doc: dict, sample_record_types: dict[str, type]) -> 
 
 
 def test_tiny_sweep_end_to_end(write_spec, tmp_path):
-    spec = write_spec(report={"html": True})
+    # timed by the device timer with the L2 flush asked for (the CPU does not flush unless
+    # asked): one real sweep covers them both; the wall timer's sweeps are the other tests here
+    spec = write_spec(report={"html": True}, timing={**TINY_SPEC["timing"], "timer": "device", "flush_l2": True})
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
@@ -74,6 +76,11 @@ def test_tiny_sweep_end_to_end(write_spec, tmp_path):
     assert all(r["rel_err"] < 1e-4 for r in doc["results"] if "error" not in r)
     assert all(r["q1_ms"] <= r["median_ms"] <= r["q3_ms"] and 1 <= r["inner"] <= 2 for r in doc["results"])
     assert doc["config"]["dtypes"] == ["float32"]
+    # records name the timer; the document says how they were measured
+    assert all(r["timer"] == "profiler_device_time" for r in doc["results"] if "error" not in r)
+    measurement = doc["tilesweep"]["measurement"]
+    assert measurement["flush_l2"] is True and measurement["timers"] == ["profiler_device_time"]
+    assert measurement["clock"] == ["real"] and measurement["strategy"] == "full"
     # the best-config table is printed
     assert "speedup" in r.stdout and "fwd_bwd" in r.stdout
     # running again redoes nothing: the partials keep one record per item
@@ -173,17 +180,3 @@ def test_worker_refusal_is_one_line(write_spec, tmp_path):
     assert not list((sweep / "partials").glob("*.jsonl")) or all(
         not _record_lines(p) for p in (sweep / "partials").glob("*.jsonl"))
 
-
-def test_device_timer_and_l2_flush_in_a_real_sweep(write_spec, tmp_path):
-    """timing.timer: device and flush_l2: true (the CPU does not flush unless asked) through the
-    real worker: records name the timer, the document says the L2 was flushed."""
-    spec = write_spec(modes=["fwd"], executor={"kind": "debug"},
-                      timing={"target_ms": 1, "max_inner": 2, "warmup": 0, "timer": "device", "flush_l2": True})
-    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
-    assert r.returncode == 0, r.stderr
-    doc = json.loads((tmp_path / "results.json").read_text())
-    timed = [rec for rec in doc["results"] if "error" not in rec]
-    assert timed and all(rec["timer"] == "profiler_device_time" and rec["median_ms"] > 0 for rec in timed)
-    measurement = doc["tilesweep"]["measurement"]
-    assert measurement["flush_l2"] is True and measurement["timers"] == ["profiler_device_time"]
-    assert measurement["clock"] == ["real"] and measurement["strategy"] == "full"

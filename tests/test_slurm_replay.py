@@ -93,12 +93,12 @@ def _cancel_after_first_done(sweep: Path, round_: int) -> None:
 
 
 def test_halving_across_units_cancelled_in_each_round_and_resumed(tmp_path: Path) -> None:
-    """Round 1 of 4 units on an array that runs one task at a time: cancelled after its first
+    """Round 1 of 3 units on an array that runs one task at a time: cancelled after its first
     unit, resumed; the resume's final merge job plans and submits round 2 with nobody waiting;
     round 2 cancelled after its first unit, resumed, waited for: the document is complete and
     every best config was timed in full."""
     spec = write(tmp_path, "halving.json", SAMPLE, {"slurm_array_parallelism": 1}, dtypes=["bfloat16"],
-                 head_dims=[64], seq_lens=[2048], sharding={"units": 4}, timing={"strategy": "halving", "keep": 3})
+                 head_dims=[64], seq_lens=[2048], sharding={"units": 3}, timing={"strategy": "halving", "keep": 3})
     sweep = tmp_path / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert "then plans and submits round 2" in r.stdout

@@ -42,13 +42,10 @@ def test_measure_rejects_bad_counts() -> None:
 
 def test_device_timer_is_at_most_wall_for_the_same_calls() -> None:
     """The device timer leaves dispatch out: per sample, never more than the wall clock of the
-    very same calls (interpret mode's kernel runs as XLA CPU ops, which the trace holds)."""
-    from kernels import attention
-    from kernels.config import AttentionConfig
-
-    args = attention.make_inputs(batch=1, seq=64, heads=1, head_dim=16, dtype="float32", seed=0)
-    fn = attention.build("fwd", AttentionConfig(block_q=32, block_k=32), interpret=True)
-    compiled, _ = compile_fn(fn, args)
+    very same calls (on the CPU the trace holds XLA's CPU execution, as for interpret mode's
+    kernel, which tests/test_run_local.py times this way through the real worker; compiling
+    that kernel here would cost seconds for nothing more)."""
+    compiled, _, args = _compiled()
     t = measure(compiled, args, repeats=3, target_ms=2, max_inner=4, warmup=1, timer="device")
     assert t.timer == "profiler_device_time" and len(t.samples_ms) == len(t.wall_samples_ms) == 3
     for device_ms, wall_ms in zip(t.samples_ms, t.wall_samples_ms, strict=True):
