@@ -77,3 +77,15 @@ def test_a_terminal_gets_a_redrawn_bar_and_the_warning_above_it() -> None:
     assert "\r" in screen and "1/4" in screen and "4/4" in screen and "units: 1 done" in screen
     assert "tilesweep: warning: unit u1 waits for Resources" in screen
     assert "\u2588" in screen  # tqdm's unicode blocks on a terminal, '#' in a log
+
+
+def test_a_total_that_grows_mid_sweep_is_shown() -> None:
+    """A halving sweep's round 2 adds items once round 1 is done: the bar's total follows."""
+    out = io.StringIO()
+    p = Progress(10, stream=out, interval_s=0, heartbeat_s=3600)
+    p.update(10, total=10)
+    p.update(10, total=14)
+    p.update(14, total=14)
+    p.close()
+    counts = [METER.match(line).group(2, 3) for line in out.getvalue().splitlines()]  # type: ignore[union-attr]
+    assert counts == [("10", "10"), ("10", "14"), ("14", "14")], out.getvalue()
