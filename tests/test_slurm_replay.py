@@ -50,7 +50,12 @@ def cli(*args: str) -> Any:
 
 
 def status(sweep: Path) -> dict[str, Any]:
-    return json.loads(cli("status", str(sweep), "--json").stdout)
+    r = run_cli("status", str(sweep), "--json", timeout=300)
+    doc = json.loads(r.stdout)
+    # exit 1 exactly when some unit ended without finishing and nothing took its items over
+    failed = [u for u in doc["units"] if u["state"] in ("failed", "cancelled", "timed out") and not u["resumed"]]
+    assert r.returncode == (1 if failed else 0), r.stderr
+    return doc
 
 
 def test_a_replayed_full_size_sweep_completes_merges_and_reports(tmp_path: Path) -> None:
