@@ -91,3 +91,18 @@ def test_replay_needs_its_source_and_the_strategy_settings_are_checked() -> None
         with pytest.raises(SpecError) as err:
             spec_from_data(data, source="s.json")
         assert needle in err.value.message and "\n" not in err.value.message, (data, err.value.message)
+
+
+def test_a_replay_plans_the_implementation_its_source_measured(sample_doc) -> None:
+    """kernel.impl is replay; the configs planned, their records' impl and the document's config
+    block are those of replay.impl (default: ours), so the source's records are found."""
+    from orchestrator.planning import expand
+    from orchestrator.spec.files import spec_from_data
+
+    base = {**sample_doc["config"], "kernel": {"impl": "replay"}}
+    ours = spec_from_data({**base, "replay": {"source": "x.json"}})
+    stock = spec_from_data({**base, "replay": {"source": "x.json", "impl": "jax"}, "kv_heads": [None]})
+    assert ours.measured_impl == "tilesweep" and stock.measured_impl == "jax"
+    assert "kernel" not in ours.reference_config() and stock.reference_config()["kernel"]["impl"] == "jax"
+    assert ours.fingerprint() != stock.fingerprint()
+    assert {it.impl for it in expand(ours)} == {"tilesweep"} and {it.impl for it in expand(stock)} == {"jax"}

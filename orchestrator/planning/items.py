@@ -8,7 +8,8 @@ spec lists them, last axis fastest. The grouped-query and causal axes nest insid
 is a hash of its identity and config fields (``orchestrator.spec.records.item_id``), so the
 same measurement has the same id in every sweep (resume and append key on it).
 
-The kernel implementation (``kernel.impl``, ``kernels.impls``) decides what can be planned: an
+The kernel implementation (``SweepSpec.measured_impl``: ``kernel.impl``, or for a replay the
+``replay.impl`` its source measured; ``kernels.impls``) decides what can be planned: an
 axis it cannot do (grouped-query attention on the stock kernel) is refused in one line
 (``check_supported``), and a tunable it ignores is swept at the one value it runs, with a note
 that says so (``notes``).
@@ -101,7 +102,7 @@ GRID_AXES: dict[str, dict[str, str]] = {
 
 def _axis(spec: SweepSpec, mode: str, field: str) -> list[int]:
     """A grid axis's values, or the one value the implementation runs for a tunable it ignores."""
-    pinned = impls.get(spec.kernel.impl).pinned.get(mode, {})
+    pinned = impls.get(spec.measured_impl).pinned.get(mode, {})
     return [pinned[field]] if field in pinned else list(getattr(spec, GRID_AXES[mode][field]))
 
 
@@ -116,7 +117,7 @@ def _grid(spec: SweepSpec, mode: str) -> list[tuple[int, ...]]:
 
 def check_supported(spec: SweepSpec) -> None:
     """Refuse, in one line, an axis the spec's kernel implementation cannot do."""
-    impl = impls.get(spec.kernel.impl)
+    impl = impls.get(spec.measured_impl)
     gqa = [v for v in spec.kv_heads if v not in (None, spec.heads)]
     why = impl.unsupported(grouped_query=bool(gqa))
     if why:
@@ -129,7 +130,7 @@ def check_supported(spec: SweepSpec) -> None:
 def notes(spec: SweepSpec) -> list[str]:
     """What the plan output says once about the spec's implementation: each tunable it
     ignores, swept at the one value it runs instead of the spec's list."""
-    impl = impls.get(spec.kernel.impl)
+    impl = impls.get(spec.measured_impl)
     out: list[str] = []
     if spec.auto_only:
         return out
@@ -168,7 +169,7 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
     check_supported(spec)
     items: list[WorkItem] = []
     append = items.append
-    batch, heads, tag, impl = spec.batch, spec.heads, spec.tag, spec.kernel.impl
+    batch, heads, tag, impl = spec.batch, spec.heads, spec.tag, spec.measured_impl
     shown = (spec.sweeps_causal, spec.sweeps_kv_heads)
     grids = {}
     for mode in spec.modes:
@@ -244,7 +245,7 @@ class _Classifier:
         from kernels import smem  # pure arithmetic, no jax import
 
         self.smem = smem
-        self.impl = impls.get(spec.kernel.impl)
+        self.impl = impls.get(spec.measured_impl)
         self.limit = spec.smem_limit_bytes
         self.enabled = spec.kernel.prune_smem == "predict" and self.limit is not None
         self.cache: dict[tuple, list[tuple[str, str | None, int | None]]] = {}
