@@ -62,6 +62,7 @@ from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec, env_fingerprint
 from orchestrator.store.leases import unit_lease
 from orchestrator.store.partials import PartialContent, PartialWriter, check_headers, read_partial
 from orchestrator.store.quarantine import quarantine
+from orchestrator.store.round2 import unit_round
 from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
 from . import compile_pool, in_flight, measure, replay
@@ -206,7 +207,7 @@ def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | Non
     started = time.perf_counter()
     with PartialWriter(path) as w:
         run = _Attempt(unit_id, existing.attempts + 1, w, len(todo), existing.starts, existing.deaths, existing.hangs,
-                       stop_check, round=sd.unit_round(unit_id))
+                       stop_check, round=unit_round(sd, unit_id))
         if replayer is None:
             run.flush = measure.l2_flush(spec, device["backend"])
         in_flight.begin(w, run.attempt)

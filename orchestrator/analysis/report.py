@@ -2,9 +2,9 @@
 
 A *problem* is one (dtype, head_dim, seq, batch, heads, mode, tag) plus, where a record has
 them, causal, kv_heads and the kernel implementation (``orchestrator.spec.records.problem_key``).
-Per problem the best config is the forced config with the lowest median; ``auto`` is the
-implementation's own choice and is the baseline, never a candidate, so
-``speedup = auto_ms / best_ms`` (above 1: tuning pays).
+Per problem the best config is the forced config with the lowest median (a halving sweep's ``"screened":
+true`` records are screens, never candidates: counted as *screened out*); ``auto`` is the implementation's
+own choice and is the baseline, never a candidate, so ``speedup = auto_ms / best_ms`` (above 1: tuning pays).
 
 Throughput uses the attention FLOP count (``kernels.config.attention_flops``):
 
@@ -23,10 +23,6 @@ the sweep has not separated the two, so either is a fair pick.
 Where the document knows its plan (``coverage``), a problem also says how many planned configs
 have no record (``missing``; a planned problem without any record gets a row), and a best chosen
 while fewer than half the planned configs were timed is marked ``best of N/M timed``.
-
-A record marked ``"screened": true`` (the halving strategy's one short sample of a config that
-round 2 did not time in full) is never a candidate: its time is a screen, not a measurement.
-Such configs are counted as screened out.
 
 ``best_table`` returns data; ``format_table`` turns it into text or a GitHub table. The CLI
 (and ``tilesweep run`` at the end of a sweep) prints.
@@ -57,10 +53,9 @@ CAUSAL_FLOPS_FORMULAS = {
 }
 
 LEGEND = (
-    "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), "
-    "causal = half (only the computed lower triangle counts); H = query heads. speedup = auto ms / best ms. "
-    "noise: best's q1-q3 overlaps the runner-up's. "
-    "screened out: configs a halving sweep timed by one screening sample only (never a best)."
+    "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), causal = half "
+    "(only the computed lower triangle counts); H = query heads. speedup = auto ms / best ms. noise: best's q1-q3 "
+    "overlaps the runner-up's. screened out: configs a halving sweep timed by one screening sample only (never a best)."
 )
 
 
@@ -140,8 +135,7 @@ class ProblemSummary:
             notes.append("nothing measured" if self.auto_status == "absent" else "auto only")
         elif self.best_ms is None:
             notes.append("all failed")
-        if self.n_screened:
-            notes.append(f"{self.n_screened} screened out")
+        notes += [f"{self.n_screened} screened out"] if self.n_screened else []
         if self.within_noise:
             notes.append("noise")
         if self.auto_status == "failed":
@@ -271,10 +265,9 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple, _Scan]:
         except KeyError:  # a forced record without some config field: still one config
             cid = tuple(map(rec.get, sc.fields))
         per = sc.per_config
-        if ok and "screened" in rec and rec["screened"] is True:
+        if ok and rec.get("screened") is True:  # a screen, not a measurement: never a candidate
             sc.screened.add(cid)
-            continue
-        if ok:
+        elif ok:
             prev = per.get(cid)
             if prev is None or m < prev["median_ms"]:
                 per[cid] = rec
@@ -292,7 +285,6 @@ def _summary(key: ProblemKey, sc: _Scan, planned: set | None = None) -> ProblemS
     fields, per_config, auto_ms = sc.fields, sc.per_config, sc.auto_ms
     ok = [r for r in per_config.values() if r is not None]
     n_failed = len(per_config) - len(ok)
-    n_screened = len(sc.screened.difference(per_config))
     n_pruned = sum(1 for cid in sc.pruned if per_config.get(cid) is None)
     best, runner = _two_fastest(ok)
 
@@ -326,10 +318,10 @@ def _summary(key: ProblemKey, sc: _Scan, planned: set | None = None) -> ProblemS
         speedup=speedup,
         flops=flops,
         tflops=tflops,
-        n_configs=len(per_config) + n_screened,
+        n_configs=len(per_config.keys() | sc.screened),
         n_failed=n_failed,
         n_pruned=n_pruned,
-        n_screened=n_screened,
+        n_screened=len(sc.screened - per_config.keys()),
         runner_up_label=config_label(config_of(runner), key.mode) if runner else None,
         runner_up_ms=float(runner["median_ms"]) if runner else None,
         within_noise=within_noise,

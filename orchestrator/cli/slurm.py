@@ -40,6 +40,7 @@ from orchestrator.cli.common import (
     warn,
 )
 from orchestrator.errors import DispatchError
+from orchestrator.store.round2 import read_round2
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
@@ -80,7 +81,7 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
             from orchestrator.analysis.html import page_path
 
             page = f" and {page_path(sd.output)}"
-        then = ", then plans and submits round 2 (halving)" if sd.read_round2() is None and \
+        then = ", then plans and submits round 2 (halving)" if read_round2(sd) is None and \
             sd.spec.timing.strategy == "halving" else ""
         print(f"final merge: job {m['job_id']} (afterany:{':'.join(m['after'])}) writes {sd.output}{page}{then}")
     if out.submission.error is not None:

@@ -25,6 +25,7 @@ from orchestrator.planning import RUN, Unit, WorkItem
 from orchestrator.planning.halving import HALVING, survivors
 from orchestrator.spec.records import problem_key
 from orchestrator.store.partials import read_partial
+from orchestrator.store.round2 import read_round2, round2_path
 from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def plan_round2(sd: SweepDir) -> Round2 | None:
     """Plan round 2 of a halving sweep whose round 1 is complete (the caller holds the sweep's
     lock). None when there is nothing to plan: not a halving sweep, round 2 planned already,
     or round 1 still lacks records (``resume`` redoes those first)."""
-    if sd.spec.timing.strategy != HALVING or sd.read_round2() is not None:
+    if sd.spec.timing.strategy != HALVING or read_round2(sd) is not None:
         return None
     records = recorded(sd)
     missing = sum(1 for it in sd.items() if it.id not in records)
@@ -94,7 +95,7 @@ def plan_round2(sd: SweepDir) -> Round2 | None:
     sd.add_units(units, origin="round2")
     summary = {"created": now_iso(), "screened": sum(p["screened"] for p in problems), "survivors": len(chosen),
                "planned": len(chosen), "units": [u.id for u in units], "problems": problems}
-    atomic_write_json(sd.round2_path, summary, indent=1)
+    atomic_write_json(round2_path(sd), summary, indent=1)
     log.info("round 2 of %s: %d of %d screened configs survive, in %d units", sd.root, len(chosen),
              summary["screened"], len(units))
     return Round2(units, summary)
@@ -116,10 +117,10 @@ def group(sd: SweepDir, items: list[WorkItem], n_units: int, round_: int) -> lis
 def undo_round2(sd: SweepDir) -> None:
     """Forget a round 2 whose units could not be submitted (the caller restores units.json):
     the next ``wait``, ``resume`` or merge job plans it again."""
-    sd.round2_path.unlink(missing_ok=True)
+    round2_path(sd).unlink(missing_ok=True)
 
 
 def pending_round2(sd: SweepDir) -> bool:
     """Whether the sweep still has a round 2 to plan (halving, not planned yet): cheap, from
     the files alone; whether round 1 is complete is ``plan_round2``'s to find out."""
-    return sd.spec.timing.strategy == HALVING and not sd.round2_path.exists()
+    return sd.spec.timing.strategy == HALVING and not round2_path(sd).exists()

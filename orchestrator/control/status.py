@@ -38,6 +38,7 @@ from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
 from orchestrator.store.leases import live_unit_holders
 from orchestrator.store.progress import count_unit
+from orchestrator.store.round2 import read_round2
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.target import final_merge
 
@@ -171,7 +172,7 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     ``view`` is given or ``query_slurm`` (one squeue + one sacct call in all)."""
     hist = read_history(sd)
     st = SweepStatus(str(sd.root), planned=sd.planned, first_submitted=hist.first_submitted,
-                     halving=sd.spec.timing.strategy == "halving", round2=sd.read_round2())
+                     halving=sd.spec.timing.strategy == "halving", round2=read_round2(sd))
     st.round2_deferred = hist.round2_deferred if st.round2_pending else None
     mtimes, notes = _progress(sd, st, hist)
     merge_ids = [str(m["job_id"]) for m in hist.merge_jobs]

@@ -309,7 +309,7 @@ def planned_configs(spec: SweepSpec) -> PlannedConfigs:
         full[mode] = (params, [b""] * len(params))  # id suffixes are not needed here
     clamped = _Clamped(full)
     grids = {(mode, seq): clamped(mode, seq)[0] for mode in spec.modes for seq in spec.seq_lens}
-    heads, impl = spec.heads, spec.kernel.impl
+    heads, impl = spec.heads, spec.measured_impl
     problems = {(dtype, head_dim, seq, spec.batch, heads, mode, spec.tag, causal, None if kv == heads else kv, impl)
                 for dtype, head_dim, seq, kv, causal in itertools.product(
                     spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal)

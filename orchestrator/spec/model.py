@@ -168,9 +168,7 @@ class ShardingSettings(_Model):
 
 
 class TimingSettings(_Model):
-    """How each config is timed. ``strategy``, ``timer`` and ``flush_l2`` are documented in the
-    README (Measuring); the rules that use them live beside the timers (``kernels.timing``) and
-    in the worker (``jobs``), never here."""
+    """How each config is timed (README: Measuring; the rules: ``kernels.timing``, ``jobs``)."""
 
     target_ms: float = Field(default=50.0, gt=0, description="wall time one timed sample aims for")
     max_inner: int = Field(default=200, ge=1, description="cap on calls per timed sample")
@@ -192,10 +190,8 @@ class TimingSettings(_Model):
         description="wall: perf_counter around block_until_ready; device: the kernels' own time from jax's "
         "profiler trace, without dispatch overhead",
     )
-    flush_l2: Literal["auto", True, False] = Field(
-        default="auto", description="overwrite a buffer larger than the GPU's L2 cache before each sample; "
-        "auto: on a GPU, off on the CPU",
-    )
+    flush_l2: Literal["auto", True, False] = Field(default="auto", description="overwrite a buffer larger than the "
+                                                   "GPU's L2 cache before each sample; auto: on a GPU, off on the CPU")
 
     @model_validator(mode="after")
     def _screen_below_target(self) -> TimingSettings:
@@ -343,12 +339,10 @@ class SweepSpec(_Model):
 
     @model_validator(mode="after")
     def _replay_needs_a_source(self) -> SweepSpec:
-        if self.kernel.impl == "replay" and self.replay is None:
-            raise ValueError('kernel.impl is "replay" but no replay source is given: add "replay": '
-                             '{"source": "RESULTS.json"}')
-        if self.replay is not None and self.kernel.impl != "replay":
-            raise ValueError(f'replay.source is given but kernel.impl is {self.kernel.impl!r}: set kernel.impl to '
-                             '"replay", or drop the replay section')
+        if self.kernel.impl == REPLAY and self.replay is None:
+            raise ValueError('kernel.impl is "replay" but no replay source is given: add "replay": {"source": "R.json"}')
+        if self.replay is not None and self.kernel.impl != REPLAY:
+            raise ValueError(f'replay.source is given but kernel.impl is {self.kernel.impl!r}: set it to "replay"')
         return self
 
     @property

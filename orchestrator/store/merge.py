@@ -45,6 +45,7 @@ from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.newest import pick_newest
 from orchestrator.store.partials import log_skipped
 from orchestrator.store.quarantine import Quarantined, quarantine
+from orchestrator.store.round2 import read_round2
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
 from orchestrator.store.sweepdir import SweepDir, atomic_open, now_iso, remove_dead_temps
 from orchestrator.store.target import inspect, keep, refuse_foreign, stash, write_stamp
@@ -145,7 +146,7 @@ def _tilesweep_block(
         **(extra or {}),
         "measurement": _measurement(sd, segs),
     }
-    round2 = sd.read_round2()
+    round2 = read_round2(sd)
     if round2 is not None:
         block["rounds"] = {k: round2.get(k) for k in ("screened", "survivors", "units", "planned")}
     return block

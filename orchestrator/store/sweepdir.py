@@ -4,8 +4,7 @@ Layout::
 
     sweep.json          frozen spec, its fingerprint, resolved output path
     units.json          index of every unit ever planned (plan, resume, round 2), in order
-    units/<id>.json     one unit: the ids and plan indices of its items (and its round, after 1)
-    round2.json         halving: the survivors of round 1 the round-2 units time in full
+    units/<id>.json     one unit: its items' ids and plan indices (its round, after 1: store.round2)
     partials/<id>.jsonl one per unit, appended by its worker only (header + record lines)
     done/<id>.json      completion marker, written atomically at the end of a unit
     env.json            environment fingerprint of the first worker (later ones must match)
@@ -44,7 +43,6 @@ from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store.locks import pid_alive
 
 SWEEP_FILE = "sweep.json"
-ROUND2_FILE = "round2.json"
 FORMAT = "tilesweep-sweep"
 
 
@@ -201,19 +199,6 @@ class SweepDir:
     def lock_path(self) -> Path:
         return self.root / "sweep.lock"
 
-    @property
-    def round2_path(self) -> Path:
-        return self.root / ROUND2_FILE
-
-    def read_round2(self) -> dict[str, Any] | None:
-        """What planning round 2 decided (halving), or None while it is not planned."""
-        if not self.round2_path.exists():
-            return None
-        data = read_json(self.round2_path, "round-2 file")
-        if not isinstance(data, dict):
-            raise SweepDirError(f"{self.round2_path} is damaged (not an object)")
-        return data
-
     # ------------------------------------------------------------------ create / open
     @classmethod
     def create(
@@ -310,21 +295,17 @@ class SweepDir:
         return data
 
     def add_units(self, units: list[Unit], origin: str) -> list[dict[str, Any]]:
-        """Write unit files and append them to the index (caller holds the sweep lock). A unit
-        of a later round (``Unit.round``) says so in both."""
+        """Write unit files and append them to the index (caller holds the sweep lock)."""
         index = self.unit_index()
         known = {u["id"] for u in index}
         added = []
         for u in units:
             if u.id in known:
                 continue
-            data: dict[str, Any] = {"id": u.id, "items": [[it.index, it.id] for it in u.items]}
-            entry: dict[str, Any] = {"id": u.id, "n_items": len(u.items), "origin": origin, "created": now_iso()}
-            if u.round != 1:
-                data["round"] = entry["round"] = u.round
-            atomic_write_json(self.unit_path(u.id), data)
-            index.append(entry)
-            added.append(entry)
+            rnd = {"round": u.round} if u.round != 1 else {}  # a unit of a later round says so in both
+            atomic_write_json(self.unit_path(u.id), {"id": u.id, "items": [[it.index, it.id] for it in u.items], **rnd})
+            added.append({"id": u.id, "n_items": len(u.items), "origin": origin, "created": now_iso(), **rnd})
+            index.append(added[-1])
             known.add(u.id)
         atomic_write_json(self.root / "units.json", index)
         return added
@@ -344,12 +325,6 @@ class SweepDir:
             f"unit {key!r} is not in {self.root / 'units.json'} ({len(ids)} units); "
             f"pass a unit id or a number 0..{len(ids) - 1}"
         )
-
-    def unit_round(self, unit_id: str) -> int:
-        """The round a unit belongs to (1 unless its unit file says otherwise)."""
-        data = read_json(self.unit_path(unit_id), f"unit file of unit {unit_id}")
-        value = data.get("round", 1) if isinstance(data, dict) else 1
-        return value if type(value) is int and value >= 1 else 1
 
     def unit_items(self, unit_id: str) -> list[WorkItem]:
         data = read_json(self.unit_path(unit_id), f"unit file of unit {unit_id}")

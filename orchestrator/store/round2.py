@@ -1,0 +1,39 @@
+"""A halving sweep's second round on disk.
+
+``round2.json`` in the sweep directory records what planning round 2 decided (per problem what
+was screened and kept, and round 2's units; ``control.rounds`` writes it); its absence means
+round 2 is not planned yet. A unit of round 2 says ``"round": 2`` in its unit file and its
+``units.json`` entry (``SweepDir.add_units``); a unit that does not say is of round 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import SweepDirError
+from orchestrator.store.sweepdir import SweepDir, read_json
+
+ROUND2_FILE = "round2.json"
+
+
+def round2_path(sd: SweepDir) -> Path:
+    return sd.root / ROUND2_FILE
+
+
+def read_round2(sd: SweepDir) -> dict[str, Any] | None:
+    """What planning round 2 decided (halving), or None while it is not planned."""
+    path = round2_path(sd)
+    if not path.exists():
+        return None
+    data = read_json(path, "round-2 file")
+    if not isinstance(data, dict):
+        raise SweepDirError(f"{path} is damaged (not an object)")
+    return data
+
+
+def unit_round(sd: SweepDir, unit_id: str) -> int:
+    """The round a unit belongs to (1 unless its unit file says otherwise)."""
+    data = read_json(sd.unit_path(unit_id), f"unit file of unit {unit_id}")
+    value = data.get("round", 1) if isinstance(data, dict) else 1
+    return value if type(value) is int and value >= 1 else 1
