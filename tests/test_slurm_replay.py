@@ -67,7 +67,7 @@ def test_a_replayed_full_size_sweep_completes_merges_and_reports(tmp_path: Path)
     spec = write(tmp_path, "big.json", source, {}, seq_lens=seqs, sharding={"units": 16})
     sweep = tmp_path / "sweep"
     r = cli("run", str(spec), "--sweep-dir", str(sweep))
-    assert "merged 5408 records" in r.stderr and "0 of 5408 missing" in r.stderr
+    assert "merged 5408 records" in r.stderr and "0 of 5408 planned missing" in r.stderr
     st = status(sweep)
     assert st["complete"] and st["done"] == 5408 and len(st["units"]) == 16
     assert all(u["state"] == "done" and u["executor"] == "slurm" for u in st["units"])
