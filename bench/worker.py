@@ -95,7 +95,7 @@ def run_worker(work: Path, name: str, compile_settings: dict[str, Any]) -> dict[
 def run_naive(work: Path) -> dict[str, Any]:
     import jax
 
-    from jobs import compile_pool, measure
+    from jobs import compile_cache, measure
     from kernels import attention, timing
     from orchestrator.planning import RUN, expand
     from orchestrator.spec.model import SweepSpec
@@ -104,7 +104,7 @@ def run_naive(work: Path) -> dict[str, Any]:
     compile_total = 0.0
     inputs: dict[tuple, tuple] = {}  # shape -> inputs, made once per shape
     refs: dict[tuple, Any] = {}  # (shape, mode) -> reference outputs, computed once each
-    with compile_pool.persistent_cache(None):
+    with compile_cache.persistent_cache(None):
         start = time.perf_counter()
         for it in expand(spec):
             if it.shape not in inputs:
@@ -127,7 +127,7 @@ def run_naive(work: Path) -> dict[str, Any]:
 
 def run_overlap(work: Path) -> dict[str, Any]:
     """Median of a timed config alone, then while two threads keep compiling others."""
-    from jobs import compile_pool, measure
+    from jobs import compile_cache, measure
     from kernels import timing
     from orchestrator.planning import RUN, expand
     from orchestrator.spec.model import SweepSpec
@@ -150,7 +150,7 @@ def run_overlap(work: Path) -> dict[str, Any]:
             measure.compile_item(items[k % len(items)], spec)
             k += 1
 
-    with compile_pool.persistent_cache(None):
+    with compile_cache.persistent_cache(None):
         py_runs = _python_runs_while(lambda: [measure.compile_item(it, spec) for it in items[1:4]])
         threads = [threading.Thread(target=compile_forever) for _ in range(2)]
         for t in threads:

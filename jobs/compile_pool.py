@@ -1,53 +1,74 @@
-"""Compiling ahead on all CPUs of the allocation, and not compiling again what was compiled.
+"""Compiling ahead on all CPUs of the allocation: on threads, or in compile processes.
 
-Why threads: jax releases the GIL while XLA (and, on a GPU, Triton and ptxas) compiles,
-which is most of a config's compile time; tracing and lowering are Python and hold it. A
-thread pool therefore overlaps the compiles of several configs without pickling
-executables between processes. Measured on the 2-core dev machine: while a thread runs
-``.compile()`` of an interpret-mode kernel, a pure-Python thread is blocked for only
-15-20% of the time.
+``compile.mode: threads`` (the default): the worker compiles a window of upcoming configs
+on a thread pool. jax releases the GIL while XLA (and, on a GPU, Triton and ptxas)
+compiles, so threads overlap that part without moving executables between processes
+(measured on the 2-core dev machine: while a thread runs ``.compile()`` of an
+interpret-mode kernel, a pure-Python thread is blocked for only 15-20% of the time). The
+Pallas -> Triton lowering is Python and holds the GIL: two threads lower no faster than
+one, which caps a thread pool on a 16-core node near 1 / (lowering share of a compile),
+about 4-6x (``bench/compile_farm.py``).
 
-Why timing never overlaps a compile: timing is wall clock around back-to-back calls, and a
-compile running beside it takes CPU cores and the GIL from the thread that dispatches the
-calls (``bench/worker.py`` prints the effect as ``timing_overlap_ratio``). So the worker
-alternates two phases: compile a window of upcoming configs on every worker thread, then
-check and time them one after another while the pool is idle.
+``compile.mode: processes``: ``workers`` compile processes (``jobs.compile_procs``) each
+lower and compile whole configs and hand the executable back serialized
+(``jax.experimental.serialize_executable``); the worker process stays the one process
+that touches the GPU's timing, loads each executable just before timing it and times
+configs one after another. Why this and not processes that compile *and* time under a
+per-GPU lock: every timing process would hold its own inputs and reference outputs (at
+seq 8192 the fwd_bwd reference alone materialises a 2 GiB score matrix per process) and
+its own CUDA context with memory, and a compile in one process would run beside a timing
+in another. Why a serialized executable and not the persistent cache as the hand-over:
+loading from the cache needs the lowering again in the timing process to compute the
+cache key (the serial, GIL-holding part this mode exists to move away); loading the
+serialized executable skips it (``bench/compile_farm.py`` prints both). The children
+still write the persistent cache, so a resumed unit loads instead of compiling.
 
-The persistent compilation cache (jax's, in ``compile.cache_dir``, default
-``SWEEP_DIR/compile-cache``) keeps every executable, so a resumed or repeated unit, or a
-reference another unit already compiled, loads instead of compiling. Whether a config's
-compile came from it is read from jax's monitoring events, which jax records in the
-thread that compiles, so concurrent compiles are told apart.
+Why timing never overlaps a compile, in either mode: timing is wall clock around
+back-to-back calls, and a compile running beside it takes CPU cores (and, with threads,
+the GIL) from the thread that dispatches the calls (``bench/worker.py`` prints the effect
+as ``timing_overlap_ratio``). So the worker alternates two phases: compile a window of
+upcoming configs on every thread or process, then check and time them one after another
+while the compilers are idle. On a GPU node with processes that is not enough: a whole-node
+task runs one worker per GPU, and the other workers' compile processes load the CPUs while
+this one times, which the wall clock sees (1.66x inflation measured on a CPU beside a
+compile) and the device timer (the kernels' own time from jax's profiler trace) does not; so
+``timing.timer: auto`` means the device timer there (``SweepSpec.timer_on``).
+
+Pool size: ``compile.workers`` threads or processes, at most the CPUs this worker may run on
+(its affinity: the SLURM allocation, or a whole-node task's share of it,
+``orchestrator.control.dispatch.node``); more compilers than CPUs only time-slice. A share
+of fewer CPUs than workers (round-robin pinning) gives each worker one compiler.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
-log = logging.getLogger(__name__)
+from orchestrator.planning import WorkItem
+from orchestrator.spec.model import SweepSpec
 
-T = TypeVar("T")
-R = TypeVar("R")
+from . import measure
+from .measure import Compiled
 
-CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-WINDOW_PER_WORKER = 4  # configs compiled per worker thread before the pool pauses for timing
+WINDOW_PER_WORKER = 4  # configs compiled per worker before the compilers pause for timing
+
+# Called when a compile process died with this config in flight; returns whether to
+# compile it again (False: the config is given up on, its result says ``died``).
+OnDeath = Callable[[WorkItem], bool]
+StopCheck = Callable[[], bool]
 
 
 def pool_size(configured: int | None) -> int:
-    """``compile.workers``, or the CPUs this process may run on (its SLURM allocation)."""
-    if configured is not None:
-        return configured
+    """The compile pool's size: ``configured`` (``compile.workers``) capped at, or by default,
+    the CPUs this process may run on (module docstring: Pool size)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+        cpus = max(1, os.cpu_count() or 1)
+    return cpus if configured is None else min(configured, cpus)
 
 
 def window_size(workers: int) -> int:
@@ -55,116 +76,50 @@ def window_size(workers: int) -> int:
     return 1 if workers <= 1 else WINDOW_PER_WORKER * workers
 
 
-class CompilePool:
-    """Runs a function over a window of items on ``workers`` threads (inline for one)."""
+class Pool(Protocol):
+    """What the worker needs of a compile pool: start compiling configs, then collect the
+    results of some of them in order (None for any not compiled because it stopped)."""
 
-    def __init__(self, workers: int) -> None:
+    mode: str
+    workers: int
+    deaths: int  # compile processes that died with a config in flight
+
+    def submit(self, items: Sequence[WorkItem]) -> None: ...
+
+    def collect(
+        self, items: Sequence[WorkItem], should_stop: StopCheck | None = None, on_death: OnDeath | None = None
+    ) -> list[Compiled | None]: ...
+
+
+class ThreadPool:
+    """Compiles on ``workers`` threads of this process (inline, in ``collect``, for one)."""
+
+    mode = "threads"
+
+    def __init__(self, workers: int, spec: SweepSpec) -> None:
         self.workers = workers
+        self.deaths = 0  # a thread does not die alone
+        self._spec = spec
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="compile") if workers > 1 else None
+        self._futures: dict[str, Future[Compiled]] = {}
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    def submit(self, items: Sequence[WorkItem]) -> None:
         if self._pool is None or len(items) <= 1:
-            return [fn(it) for it in items]
-        return list(self._pool.map(fn, items))
+            return  # compiled in collect, on the calling thread
+        for it in items:
+            self._futures[it.id] = self._pool.submit(measure.compile_item, it, self._spec)
+
+    def collect(
+        self, items: Sequence[WorkItem], should_stop: StopCheck | None = None, on_death: OnDeath | None = None
+    ) -> list[Compiled | None]:
+        """A thread cannot die alone and a compile on one cannot be interrupted: every item
+        is compiled, ``should_stop`` and ``on_death`` are not needed."""
+        out: list[Compiled | None] = []
+        for it in items:
+            fut = self._futures.pop(it.id, None)
+            out.append(fut.result() if fut is not None else measure.compile_item(it, self._spec))
+        return out
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-
-    def __enter__(self) -> CompilePool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-# ---------------------------------------------------------------------------- cache
-
-
-def resolve_cache_dir(configured: str | None, sweep_dir: Path) -> Path | None:
-    """``compile.cache_dir``: None means SWEEP_DIR/compile-cache, "off" disables, a relative
-    path is taken relative to the sweep directory."""
-    if configured == "off":
-        return None
-    if configured is None:
-        return sweep_dir / "compile-cache"
-    path = Path(configured).expanduser()
-    return path if path.is_absolute() else sweep_dir / path
-
-
-_CACHE_OPTIONS = {
-    # Cache every compile, however fast or small: interpret-mode and Triton kernels
-    # compile in well under jax's default 1 s threshold.
-    "jax_persistent_cache_min_compile_time_secs": 0.0,
-    "jax_persistent_cache_min_entry_size_bytes": -1,
-}
-
-
-@contextlib.contextmanager
-def persistent_cache(path: Path | None) -> Iterator[None]:
-    """Use jax's persistent compilation cache in ``path`` (None: no cache) for the block,
-    then restore the process's previous settings."""
-    import jax
-    from jax.experimental.compilation_cache import compilation_cache
-
-    _install_listener()
-    names = ["jax_compilation_cache_dir", *_CACHE_OPTIONS]
-    before = {name: getattr(jax.config, name) for name in names}
-    compilation_cache.reset_cache()  # jax opens its cache once per process; reopen here
-    try:
-        if path is not None:
-            path.mkdir(parents=True, exist_ok=True)
-            jax.config.update("jax_compilation_cache_dir", str(path))
-            for name, value in _CACHE_OPTIONS.items():
-                jax.config.update(name, value)
-        else:
-            jax.config.update("jax_compilation_cache_dir", None)
-        yield
-    finally:
-        for name, value in before.items():
-            jax.config.update(name, value)
-        compilation_cache.reset_cache()
-
-
-class _Hits:
-    def __init__(self) -> None:
-        self.hits = 0
-
-    @property
-    def cached(self) -> bool:
-        return self.hits > 0
-
-
-_local = threading.local()
-_listener_lock = threading.Lock()
-_listener_installed = False
-
-
-def _on_event(event: str, **_: Any) -> None:
-    if event == CACHE_HIT_EVENT:
-        counter = getattr(_local, "counter", None)
-        if counter is not None:
-            counter.hits += 1
-
-
-def _install_listener() -> None:
-    global _listener_installed
-    with _listener_lock:
-        if not _listener_installed:
-            import jax
-
-            jax.monitoring.register_event_listener(_on_event)
-            _listener_installed = True
-
-
-@contextlib.contextmanager
-def cache_hits() -> Iterator[_Hits]:
-    """Count the persistent-cache hits of the compiles this thread runs inside the block."""
-    _install_listener()
-    counter = _Hits()
-    previous = getattr(_local, "counter", None)
-    _local.counter = counter
-    try:
-        yield counter
-    finally:
-        _local.counter = previous

@@ -95,19 +95,25 @@ def kernel_config(item: WorkItem, spec: SweepSpec) -> AttentionConfig:
 
 @dataclass
 class Compiled:
-    """One config's compile: the executable, or the error that stopped it."""
+    """One config's compile: the executable, or the error that stopped it.
+
+    A compile process hands the executable over serialized (``blob``); the worker loads it
+    (``jobs.compile_procs.load``) only when it is about to time it. ``died``: every compile
+    process given this config died on it (``executor.max_config_attempts`` times)."""
 
     executable: Any = None
     compile_s: float = 0.0  # this config's own lower + compile wall time
     cached: bool = False    # the persistent compilation cache supplied the executable
     error: str | None = None
+    blob: Any = None        # (bytes, in_tree, out_tree) of jax.experimental.serialize_executable
+    died: bool = False
 
 
 def compile_item(item: WorkItem, spec: SweepSpec) -> Compiled:
     """Lower and compile one runnable item; safe to call from several threads at once."""
     from kernels import timing
 
-    from .compile_pool import cache_hits
+    from .compile_cache import cache_hits
 
     try:
         config = kernel_config(item, spec)
@@ -122,10 +128,11 @@ def compile_item(item: WorkItem, spec: SweepSpec) -> Compiled:
 
 
 def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: SweepSpec, how: Measurement | None = None,
-                *, flush: Callable[[], None] | None = None) -> tuple[dict[str, Any], float]:
+                *, flush: Callable[[], None] | None = None, timer: str | None = None) -> tuple[dict[str, Any], float]:
     """The record of a compiled item (its outputs checked against the reference, then timed as
     ``how`` says: by default ``repeats`` samples of ``target_ms``) and the seconds its timing
-    took. ``flush`` (``kernels.l2``) runs before each sample."""
+    took. ``flush`` (``kernels.l2``) runs before each sample; ``timer``: the unit's timer
+    (default: ``SweepSpec.timer_on`` this backend)."""
     import jax
 
     from kernels import attention, devicetime, timing
@@ -141,7 +148,8 @@ def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: Swe
         del outs
         t = timing.measure(
             compiled.executable, ctx.args, repeats=how.repeats, target_ms=how.target_ms,
-            max_inner=spec.timing.max_inner, warmup=spec.timing.warmup, timer=spec.timing.timer, flush=flush,
+            max_inner=spec.timing.max_inner, warmup=spec.timing.warmup, flush=flush,
+            timer=timer or spec.timer_on(jax.default_backend()),
         )
     except devicetime.NoDeviceEvents as exc:  # a broken environment, not a bad config
         raise WorkerEnvironmentError(f"timing.timer is device, but {exc}") from None

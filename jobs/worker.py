@@ -7,9 +7,10 @@ The completion marker is written atomically at the end.
 
 Where the time goes, and what the worker does about it:
 - configs the shared-memory model prunes (and invalid ones) are recorded without compiling;
-- runnable configs are compiled a window at a time on a thread pool as large as the
-  allocation's CPUs (``compile.workers``), then checked and timed one after another with
-  the pool idle (``jobs.compile_pool`` says why timing never overlaps a compile);
+- runnable configs are compiled a window at a time on a pool of threads or of compile
+  processes (``compile.mode``) at most as large as the worker's CPUs (``compile.workers``),
+  then checked and timed one after another with the pool idle (``jobs.compile_pool`` says
+  why timing never overlaps a compile, and why processes);
 - compiles go through jax's persistent cache (``compile.cache_dir``), so a rerun loads them;
 - inputs and reference outputs are made once per shape (``measure.ShapeContext``);
 - with ``kernel.impl: replay`` nothing is compiled or run: records come from the replay
@@ -22,7 +23,10 @@ A window's configs all get a ``start`` line before it compiles (``"alone": true`
 window holds one config). If the worker dies there, each of them is a suspect on the next
 attempt and is then run alone; only a death while a config was alone in flight counts against
 it, so a config that really kills its worker is the only one that reaches
-``executor.max_config_attempts``, never one that shared a window with it.
+``executor.max_config_attempts``, never one that shared a window with it. A compile process
+that dies costs only its config in flight, which was alone in it: the worker lives on, writes
+that death (an ``alone`` start line, unless its start line was one), and compiles it again
+with a new start line until the deaths reach ``executor.max_config_attempts``.
 
 A worker that is stopped is not a config that died: SIGINT (Ctrl-C) and SIGTERM (scancel, the
 local executor stopping) write an ``abandon`` line for every config in flight, then the worker
@@ -44,10 +48,8 @@ if __name__ == "__main__":  # run by hand: a Ctrl-C while the modules load ends 
     signal.signal(signal.SIGINT, _interrupted_early)
 
 import argparse
-import importlib.metadata
 import logging
 import os
-import platform
 import socket
 import time
 from collections import Counter
@@ -65,43 +67,11 @@ from orchestrator.store.quarantine import quarantine
 from orchestrator.store.round2 import unit_round
 from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
 
-from . import compile_pool, in_flight, measure, replay
+from . import compile_cache, compile_pool, compile_procs, in_flight, measure, replay
 from .in_flight import abandon_in_flight, stop_signals, write
+from .node_env import check_backend, device_block, slurm_task
 
 log = logging.getLogger(__name__)
-
-
-def device_block() -> dict[str, Any]:
-    """The reference document's ``device`` block, plus jaxlib (part of the fingerprint)."""
-    import jax
-
-    devices = jax.devices()
-    return {
-        "jax": jax.__version__,
-        "backend": jax.default_backend(),
-        "devices": [str(d) for d in devices],
-        "python": platform.python_version(),
-        "device_kind": devices[0].device_kind,
-        "jaxlib": importlib.metadata.version("jaxlib"),
-    }
-
-
-def check_backend(interpret: Any, backend: str, visible: str | None, spec_file: Any) -> None:
-    """A GPU task whose jax sees no GPU would silently time the kernels in interpret mode on
-    the CPU: refuse that unless the spec asks for interpret mode on purpose."""
-    if backend == "gpu" or interpret is True:
-        return
-    if interpret is False:
-        raise WorkerEnvironmentError(
-            f"kernel.interpret is false in {spec_file} but jax sees no GPU here (backend {backend}); run on a GPU "
-            "node with the CUDA jaxlib (pip install 'tilesweep[cuda]'), or set kernel.interpret to auto or true"
-        )
-    if visible and visible.strip() not in ("", "NoDevFiles", "-1"):
-        raise WorkerEnvironmentError(
-            f"this task was given GPU(s) CUDA_VISIBLE_DEVICES={visible} but jax sees none (backend {backend}); install "
-            "the CUDA jaxlib on the nodes (pip install 'tilesweep[cuda]', or load it in executor.slurm_setup), or set "
-            f"kernel.interpret: true in {spec_file} to time interpret mode on purpose"
-        )
 
 
 @dataclass
@@ -120,6 +90,9 @@ class _Attempt:
     round: int = 1
     ctx: measure.ShapeContext | None = None
     flush: Callable[[], None] | None = None  # the L2 flush before each sample (kernels.l2), or None
+    timer: str = "wall"  # kernels.timing's name of this unit's timer (SweepSpec.timer_on)
+    max_attempts: int = 1  # executor.max_config_attempts
+    window: int = 0  # configs in the window being compiled
     done: int = 0
     errors: int = 0
     compiled: int = 0
@@ -129,9 +102,29 @@ class _Attempt:
     recorded: dict[str, bool] | None = None  # item id -> is an error, for what this attempt wrote
     timed_s: float = 0.0  # seconds spent timing (warm-up, probes, samples)
     screened: int = 0
+    load_sum_s: float = 0.0  # loading compile processes' executables into this process
+    compile_mode: str | None = None  # compile.mode (None: a replay compiles nothing)
+    compile_deaths: int = 0  # compile processes that died with a config in flight
 
     def should_stop(self) -> bool:
         return in_flight.stop_requested() or (self.stop_check is not None and self.stop_check())
+
+    def on_death(self, it: WorkItem) -> bool:
+        """A compile process died with ``it`` in it, alone there: a death against it, in the partial
+        as an alone start line (its own start line is one in a window of one). Compile it again,
+        with a new start line, unless the deaths reach ``executor.max_config_attempts``: then it
+        is no longer in flight (a stop's abandon line must not cancel that death)."""
+        self.deaths[it.id] += 1
+        self.starts[it.id] += 1
+        alone = {"alone": True}
+        if self.window > 1:
+            write(self.writer, {"start": it.id, "attempt": self.attempt, **alone})
+        if self.deaths[it.id] >= self.max_attempts:
+            if it.id in in_flight.in_flight():
+                in_flight.in_flight().remove(it.id)
+            return False
+        write(self.writer, {"start": it.id, "attempt": self.attempt, **(alone if self.window == 1 else {})})
+        return True
 
     def record(self, it: WorkItem, rec: dict[str, Any], *, sync: bool = True) -> None:
         write(self.writer, {"id": it.id, "attempt": self.attempt, "record": rec}, sync=sync)
@@ -209,7 +202,7 @@ def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | Non
         run = _Attempt(unit_id, existing.attempts + 1, w, len(todo), existing.starts, existing.deaths, existing.hangs,
                        stop_check, round=unit_round(sd, unit_id))
         if replayer is None:
-            run.flush = measure.l2_flush(spec, device["backend"])
+            run.flush, run.timer = measure.l2_flush(spec, device["backend"]), spec.timer_on(device["backend"])
         in_flight.begin(w, run.attempt)
         write(w, {"header": _header(spec, run, device)})
         log.info("unit %s attempt %d (round %d): %d of %d items to do", unit_id, run.attempt, run.round, len(todo),
@@ -235,11 +228,15 @@ def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | Non
 def _compile_and_time_all(sd: SweepDir, run: _Attempt, runnable: list[WorkItem],
                           spec: SweepSpec) -> tuple[bool, int]:
     """(stopped early, compile workers): compile on the pool, through the persistent cache."""
-    workers = compile_pool.pool_size(spec.compile.workers)
-    cache_dir = compile_pool.resolve_cache_dir(spec.compile.cache_dir, sd.root)
-    log.info("unit %s: %d compile workers, cache %s", run.unit_id, workers, cache_dir or "off")
-    with compile_pool.persistent_cache(cache_dir), compile_pool.CompilePool(workers) as pool:
-        return _compile_and_time(run, runnable, spec, pool), workers
+    mode, workers = spec.compile.mode, compile_pool.pool_size(spec.compile.workers)
+    run.compile_mode = mode
+    cache_dir = compile_cache.resolve_cache_dir(spec.compile.cache_dir, sd.root)
+    log.info("unit %s: %d compile %s, cache %s, timer %s", run.unit_id, workers, mode, cache_dir or "off", run.timer)
+    run.max_attempts = spec.executor.max_config_attempts
+    with compile_cache.persistent_cache(cache_dir), compile_procs.open_pool(mode, workers, spec, cache_dir) as pool:
+        stopped = _compile_and_time(run, runnable, spec, pool)
+        run.compile_deaths = pool.deaths
+    return stopped, workers
 
 
 def _header(spec: SweepSpec, run: _Attempt, device: dict[str, Any]) -> dict[str, Any]:
@@ -252,7 +249,7 @@ def _header(spec: SweepSpec, run: _Attempt, device: dict[str, Any]) -> dict[str,
     else:
         from kernels.timing import TIMERS  # jax: not imported by a replay
 
-        timer = TIMERS[spec.timing.timer]
+        timer = TIMERS[run.timer]
     return {
         "schema": SCHEMA_VERSION, "unit": run.unit_id, "sweep": spec.fingerprint(), "attempt": run.attempt,
         "device": device, "env": env_fingerprint(device), "host": socket.gethostname(), "pid": os.getpid(),
@@ -261,15 +258,6 @@ def _header(spec: SweepSpec, run: _Attempt, device: dict[str, Any]) -> dict[str,
                     "timer": timer,
                     "flush_l2": run.flush is not None, "clock": "virtual" if virtual else "real"},
     }
-
-
-def slurm_task() -> str | None:
-    """The SLURM task this worker runs in, as users see it: ``55_3`` for task 3 of array 55
-    (SLURM_JOB_ID alone is the task's raw id, which no user command shows), else the job id."""
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if array and task:
-        return f"{array}_{task}"
-    return os.environ.get("SLURM_JOB_ID")
 
 
 def _record_uncompiled(run: _Attempt, todo: list[WorkItem], spec: SweepSpec) -> list[WorkItem]:
@@ -286,8 +274,7 @@ def _record_uncompiled(run: _Attempt, todo: list[WorkItem], spec: SweepSpec) -> 
     return runnable
 
 
-def _compile_and_time(run: _Attempt, runnable: list[WorkItem], spec: SweepSpec,
-                      pool: compile_pool.CompilePool) -> bool:
+def _compile_and_time(run: _Attempt, runnable: list[WorkItem], spec: SweepSpec, pool: compile_pool.Pool) -> bool:
     """Compile a window of configs on the pool, then check and time them one after another;
     return whether the attempt stopped early (``stop_check``)."""
     for window in _windows(runnable, compile_pool.window_size(pool.workers), suspects=run.starts):
@@ -296,8 +283,9 @@ def _compile_and_time(run: _Attempt, runnable: list[WorkItem], spec: SweepSpec,
         alone = {"alone": True} if len(window) == 1 else {}
         for it in window:
             write(run.writer, {"start": it.id, "attempt": run.attempt, **alone}, started=it.id)
-        t0 = time.perf_counter()
-        compiled = pool.map(lambda it: measure.compile_item(it, spec), window)
+        t0, run.window = time.perf_counter(), len(window)
+        pool.submit(window)
+        compiled = pool.collect(window, should_stop=run.should_stop, on_death=run.on_death)
         run.compile_wall_s += time.perf_counter() - t0
         if _time_window(run, window, compiled, spec):
             return True
@@ -308,28 +296,39 @@ def _time_window(run: _Attempt, window: list[WorkItem], compiled: list[Any], spe
     """Check and time a compiled window in plan order; return whether it stopped early
     (the configs not timed yet are abandoned, not counted as deaths)."""
     for k, (it, comp) in enumerate(zip(window, compiled, strict=True)):
-        if run.should_stop():
+        if run.should_stop() or comp is None:  # None: the pool stopped before compiling it
             abandon_in_flight()
             return True
-        if run.ctx is None or run.ctx.shape != it.shape:
-            run.ctx = None  # free the previous shape's arrays first
-            run.ctx = measure.ShapeContext.make(it, spec)
-        try:
-            rec, timed_s = measure.finish_item(it, comp, run.ctx, spec, measurement(it.config, spec, run.round),
-                                               flush=run.flush)
-        except WorkerEnvironmentError:
-            abandon_in_flight()  # the environment's fault, not the configs': no death counted
-            raise
+        if comp.died:  # its compile processes died on it executor.max_config_attempts times
+            rec, timed_s = measure.crashed_record(it, run.deaths[it.id], run.hangs[it.id]), 0.0
+        else:
+            rec, timed_s = _finish(run, it, comp, spec)
         run.timed_s += timed_s
         compiled[k] = None  # drop the executable once timed
         if it.id in in_flight.in_flight():  # a stop signal may have abandoned it meanwhile
             in_flight.in_flight().remove(it.id)
-        if comp.error is None:
+        if comp.error is None and not comp.died:
             run.compiled += 1
             run.compile_cached += comp.cached
             run.compile_sum_s += comp.compile_s
         run.record(it, rec)
     return False
+
+
+def _finish(run: _Attempt, it: WorkItem, comp: measure.Compiled, spec: SweepSpec) -> tuple[dict[str, Any], float]:
+    """Load ``it``'s executable (from its compile process) and check and time it: its record."""
+    if run.ctx is None or run.ctx.shape != it.shape:
+        run.ctx = None  # free the previous shape's arrays first
+        run.ctx = measure.ShapeContext.make(it, spec)
+    t0 = time.perf_counter()
+    comp = compile_procs.load(comp, it, spec)
+    run.load_sum_s += time.perf_counter() - t0
+    try:
+        return measure.finish_item(it, comp, run.ctx, spec, measurement(it.config, spec, run.round), flush=run.flush,
+                                   timer=run.timer)
+    except WorkerEnvironmentError:
+        abandon_in_flight()  # the environment's fault, not the configs': no death counted
+        raise
 
 
 def _summary(run: _Attempt, *, total: int, stopped: bool, wall_s: float, workers: int,
@@ -343,7 +342,9 @@ def _summary(run: _Attempt, *, total: int, stopped: bool, wall_s: float, workers
         "wall_s": round(wall_s, 3), "clock": "virtual" if virtual else "real",
         "compile_workers": workers, "compiled": run.compiled, "compile_cached": run.compile_cached,
         "compile_sum_s": round(run.compile_sum_s, 3), "compile_wall_s": round(run.compile_wall_s, 3),
-        "timed_s": round(run.timed_s, 4),
+        "timed_s": round(run.timed_s, 4), "compile_mode": run.compile_mode,
+        "compile_deaths": run.compile_deaths, "load_sum_s": round(run.load_sum_s, 3),
+        "timer": None if virtual else run.timer,
     }
 
 

@@ -158,7 +158,7 @@ def test_bad_input_gets_one_line_errors(write_spec, tmp_path):
 def test_a_gpu_task_without_a_gpu_backend_is_refused():
     """A node that allocated GPUs but whose jax has no CUDA plugin must not silently time the
     kernels interpreted on the CPU."""
-    from jobs.worker import check_backend
+    from jobs.node_env import check_backend
     from orchestrator.errors import WorkerEnvironmentError
 
     with pytest.raises(WorkerEnvironmentError, match="CUDA_VISIBLE_DEVICES=0 but jax sees none"):

@@ -65,6 +65,7 @@ def test_bwd_fwd_config_null_means_128():
         ({"bwd_warps": [3]}, "must each be one of 1, 2, 4, 8, 16, 32"),
         ({"fwd_stages": [2, 9]}, "'fwd_stages': must each be 1..8 (pipeline stages), got [9]"),
         ({"bwd_stages": [0]}, "must each be 1..8"),
+        ({"compile": {"mode": "process"}}, "'threads' or 'processes'"),
     ],
 )
 def test_bad_spec_fields_name_the_field(data, needle):
@@ -99,7 +100,8 @@ def test_fingerprint_ignores_where_and_how_it_runs():
     a = SweepSpec()
     b = SweepSpec(output="elsewhere.json", executor={"kind": "slurm", "slurm_partition": "x"}, sharding={"units": 9})
     c = SweepSpec(repeats=7)
-    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+    d = SweepSpec(compile={"mode": "processes", "workers": 3})  # how it compiles: resume may change it
+    assert a.fingerprint() == b.fingerprint() == d.fingerprint() != c.fingerprint()
 
 
 def test_schema_lists_every_field():

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jobs import measure, worker
+from jobs import measure, node_env, worker
 from orchestrator.control.sweeps import prepare_sweep
 from orchestrator.planning import PRUNED, RUN
 from orchestrator.spec.model import SCHEMA_VERSION
@@ -90,7 +90,7 @@ def _fake_attempts(sd, unit_id: str, attempts: list[list[dict]]) -> None:
     (this sweep, this unit, this machine's environment), then the given lines."""
     from orchestrator.spec.model import env_fingerprint
 
-    env = env_fingerprint(worker.device_block())
+    env = env_fingerprint(node_env.device_block())
     path = sd.partial_path(unit_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
@@ -164,7 +164,7 @@ def test_a_config_the_tasks_grace_finds_hung_is_marked_by_usr1_and_given_up_as_a
     stuck = next(it for it in sd.unit_items(unit) if it.kind == RUN)
     _fake_attempts(sd, unit, [[{"start": stuck.id, "alone": True}, {"hung": stuck.id}]])
     header = {"schema": SCHEMA_VERSION, "unit": unit, "sweep": sd.spec.fingerprint(), "attempt": 2,
-              "env": env_fingerprint(worker.device_block()), "started": "2026-01-01T00:00:02+00:00"}
+              "env": env_fingerprint(node_env.device_block()), "started": "2026-01-01T00:00:02+00:00"}
     previous = {s: signal.getsignal(s) for s in unit_worker.SIGNALS}
     unit_worker.install_handlers()  # USR2, TERM and USR1, as the unit worker process has them
     try:

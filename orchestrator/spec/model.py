@@ -13,17 +13,8 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo
+from pydantic import field_validator, model_validator
 
 from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
 from kernels.smem import DTYPES, MAX_HEAD_DIM, MIN_HEAD_DIM, MODES
@@ -137,10 +128,8 @@ class ExecutorSettings(_Model):
     max_array_size: int | None = Field(default=None, ge=1, description="slurm: most tasks per job array; default: the cluster's MaxArraySize (scontrol show config)")
     merge_job: bool = Field(default=True, description="slurm: submit a dependent job (afterany) that merges the results once the arrays end")
     merge_partition: str | None = Field(default=None, description="slurm: partition of the merge job (it needs no GPU); default: slurm_partition")
-    sbatch_timeout_s: float = Field(
-        default=60.0, gt=0,
-        description="slurm: give up on an sbatch that has not answered after this long (it retries for minutes "
-        "when the controller's job table is full)")
+    sbatch_timeout_s: float = Field(default=60.0, gt=0, description="slurm: give up on an sbatch that has not "
+                                    "answered after this long (it retries for minutes when the job table is full)")
 
     def units_per_task(self) -> int:
         """How many units one SLURM task runs at once: one per GPU it is given (one without
@@ -185,11 +174,9 @@ class TimingSettings(_Model):
     noise: float = Field(default=0.1, ge=0, description="halving: a config whose screen is within this fraction of "
                          "the best screen (or of twice the auto record's relative q1-q3 spread, if larger) is timed "
                          "in full too")
-    timer: Literal["wall", "device"] = Field(
-        default="wall",
-        description="wall: perf_counter around block_until_ready; device: the kernels' own time from jax's "
-        "profiler trace, without dispatch overhead",
-    )
+    timer: Literal["auto", "wall", "device"] = Field(
+        default="auto", description="wall: perf_counter around block_until_ready; device: the kernels' own time from "
+        "jax's profiler trace, without dispatch overhead; auto: device with compile.mode processes on a GPU, else wall")
     flush_l2: Literal["auto", True, False] = Field(default="auto", description="overwrite a buffer larger than the "
                                                    "GPU's L2 cache before each sample; auto: on a GPU, off on the CPU")
 
@@ -235,7 +222,11 @@ class ReplaySettings(_Model):
 
 
 class CompileSettings(_Model):
-    workers: int | None = Field(default=None, ge=1, description="compile pool size; default: CPUs of the allocation")
+    mode: Literal["threads", "processes"] = Field(default="threads", description="threads: compile on a thread "
+                                                  "pool of the worker (lowering holds the GIL); processes: compile "
+                                                  "processes lower and compile, the worker times (README: Compile modes)")
+    workers: int | None = Field(default=None, ge=1, description="compile threads or processes per worker, at most "
+                                "its CPUs (a whole-node task's share); default: those CPUs")
     cache_dir: str | None = Field(default=None, description="persistent compilation cache shared by the sweep's units; default: SWEEP_DIR/compile-cache; "
                                      "a relative path is taken relative to the sweep directory; 'off' disables")
 
@@ -349,6 +340,14 @@ class SweepSpec(_Model):
     def forward_blocks(self) -> ForwardBlocks:
         """Forward tiles of fwd_bwd configs: null in the reference means 128/128."""
         return self.bwd_fwd_config or ForwardBlocks()
+
+    def timer_on(self, backend: str) -> str:
+        """The timer of this sweep's records on ``backend``: ``timing.timer``, where auto the device timer with
+        compile processes on a GPU (other workers' compiles load the CPUs the wall clock sees; README: Compile
+        modes), else the wall clock as before processes existed."""
+        if self.timing.timer != "auto":
+            return self.timing.timer
+        return "device" if self.compile.mode == "processes" and backend == "gpu" else "wall"
 
     def reference_config(self) -> dict[str, Any]:
         """The config block as the reference document has it (field order included). A

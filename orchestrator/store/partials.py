@@ -5,6 +5,7 @@ Each line is one JSON object, flushed and fsynced when written:
     {"header": {...}}                    a worker attempt started (device, env, attempt, job)
     {"start": ITEM_ID, "attempt": N}     a config is about to be compiled and timed;
                                          ``"alone": true`` when no other config was in flight
+                                         (or its compile process died with it: it starts again)
     {"abandon": ITEM_ID, "attempt": N}   the worker gave that config up on purpose (Ctrl-C,
                                          SIGTERM, preemption, time-limit warning), not its fault
     {"hung": ITEM_ID, "attempt": N}      the time limit came while the config was in flight and
@@ -308,6 +309,7 @@ def read_partial(path: Path, items: UnitItems | None = None, *, warn: bool = Tru
             content.records[iid] = (attempt, body)
         elif kind == START:
             content.starts[iid] += 1
+            alone.discard((iid, attempt))  # started again (its compile process died): abandon/hung mean the new start
             if reason == ALONE:
                 content.deaths[iid] += 1
                 alone.add((iid, attempt))

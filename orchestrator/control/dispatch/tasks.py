@@ -94,7 +94,7 @@ class UnitTask(submitit.helpers.Checkpointable):
         self._workers: Any = None
 
     def __call__(self, sweep_dir: str, units: str | Units, prior: Any = None) -> dict[str, Any]:
-        from jobs.worker import slurm_task
+        from jobs.node_env import slurm_task
         from orchestrator.control.dispatch.node import TaskWorkers
 
         configure_node_logging()

@@ -1,0 +1,54 @@
+"""Where a worker runs: the device block its records carry, whether jax sees the GPU its task
+was given, and which SLURM task it is (``jobs.worker`` writes them into each attempt's header).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from typing import Any
+
+from orchestrator.errors import WorkerEnvironmentError
+
+
+def device_block() -> dict[str, Any]:
+    """The reference document's ``device`` block, plus jaxlib (part of the fingerprint)."""
+    import jax
+
+    devices = jax.devices()
+    return {
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in devices],
+        "python": platform.python_version(),
+        "device_kind": devices[0].device_kind,
+        "jaxlib": importlib.metadata.version("jaxlib"),
+    }
+
+
+def check_backend(interpret: Any, backend: str, visible: str | None, spec_file: Any) -> None:
+    """A GPU task whose jax sees no GPU would silently time the kernels in interpret mode on
+    the CPU: refuse that unless the spec asks for interpret mode on purpose."""
+    if backend == "gpu" or interpret is True:
+        return
+    if interpret is False:
+        raise WorkerEnvironmentError(
+            f"kernel.interpret is false in {spec_file} but jax sees no GPU here (backend {backend}); run on a GPU "
+            "node with the CUDA jaxlib (pip install 'tilesweep[cuda]'), or set kernel.interpret to auto or true"
+        )
+    if visible and visible.strip() not in ("", "NoDevFiles", "-1"):
+        raise WorkerEnvironmentError(
+            f"this task was given GPU(s) CUDA_VISIBLE_DEVICES={visible} but jax sees none (backend {backend}); install "
+            "the CUDA jaxlib on the nodes (pip install 'tilesweep[cuda]', or load it in executor.slurm_setup), or set "
+            f"kernel.interpret: true in {spec_file} to time interpret mode on purpose"
+        )
+
+
+def slurm_task() -> str | None:
+    """The SLURM task this worker runs in, as users see it: ``55_3`` for task 3 of array 55
+    (SLURM_JOB_ID alone is the task's raw id, which no user command shows), else the job id."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return os.environ.get("SLURM_JOB_ID")

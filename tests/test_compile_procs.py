@@ -1,0 +1,233 @@
+"""Compile processes (``compile.mode: processes``), end to end on this CPU (interpret mode):
+the same records as threads apart from timings, through the local executor and the local
+SLURM cluster; a compile process killed with SIGKILL costs nothing but a recompile of its
+config; USR2 and TERM on SLURM stop every process of the unit; a broken environment in the
+children is one clear error. Every process is real, every signal a real one."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobs.compile_procs import START_FAILURES, ProcessPool
+from jobs.worker import run_unit
+from orchestrator.control.sweeps import prepare_sweep
+from orchestrator.errors import WorkerEnvironmentError
+from orchestrator.spec.model import SweepSpec
+from orchestrator.spec.records import item_id
+from orchestrator.store.merge import merge
+from orchestrator.store.sweepdir import SweepDir
+from tests.conftest import REPO, TINY_SPEC, run_cli
+from tests.slurm_cluster import poll, require_cluster
+
+# the tiny shape, 4 configs: auto and one forced config of each mode (a fwd_bwd executable
+# holds several kernels and a custom_vjp: it must travel between processes too)
+SPEC = {**TINY_SPEC, "fwd_block_q": [32], "bwd_inner": [16], "sharding": {"units": 1}}
+TIMINGS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}
+PROVENANCE = {"unit", "attempt"}
+
+
+def _write(folder: Path, name: str, mode: str, **over: Any) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    data = {**SPEC, "output": str(folder / f"{name}.results.json"),
+            "compile": {"mode": mode, "workers": 2, "cache_dir": "off"}, **over}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _lines(partial: Path) -> list[dict]:
+    out = []
+    for line in partial.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def _records(doc_path: Path, *, drop: set[str] = TIMINGS | PROVENANCE) -> dict[str, dict]:
+    """A document's records by item id, without the fields that may differ between runs."""
+    doc = json.loads(doc_path.read_text())
+    return {item_id(r): {k: v for k, v in r.items() if k not in drop} for r in doc["results"]}
+
+
+def compile_processes(worker_pid: int) -> list[int]:
+    """Live compile processes started by ``worker_pid`` (their last argument), orphans too."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        argv = [a.decode() for a in argv if a]
+        if "jobs.compile_child" in argv and argv[-1] == str(worker_pid) and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def threads_doc(tmp_path_factory) -> Path:
+    """The tiny unit run with compile threads (in this process): what processes must match."""
+    folder = tmp_path_factory.mktemp("threads")
+    sd, (unit,), _ = prepare_sweep(str(_write(folder, "threads", "threads")), str(folder / "sweep"), None, None)
+    run_unit(str(sd.root), unit)
+    merge(sd)
+    return folder / "threads.results.json"
+
+
+def _kill_one_busy_compile_process(logs: Path, done: Callable[[], bool]) -> list[tuple[str, str]]:
+    """SIGKILL compile processes the worker's log shows with a config handed to them, one at a
+    time, until the log shows one that died with a config in flight; return (pid, item) of
+    that death. A kill that lands between two configs ("ended while idle") is followed by
+    another."""
+    victims: list[int] = []
+    deaths: list[tuple[str, str]] = []
+
+    def step() -> bool:
+        text = "".join(p.read_text() for p in sorted(logs.glob("*_log.err")))
+        deaths[:] = re.findall(r"compile process (\d+) died \(killed by signal 9\) while compiling item (\w+)", text)
+        if deaths or done():
+            return True
+        if victims and f"compile process {victims[-1]} ended while idle" not in text:
+            return False  # the last kill is not accounted for yet
+        handed = [int(p) for p in re.findall(r"compile process (\d+) compiles item", text)]
+        live = [p for p in reversed(handed) if p not in victims and _alive(p)]
+        if live:
+            victims.append(live[0])
+            os.kill(live[0], signal.SIGKILL)
+        return False
+
+    poll(step, 300, "a compile process killed with a config in flight", 0.05)
+    return deaths
+
+
+def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompile(threads_doc, tmp_path):
+    """``tilesweep run`` (local executor) in processes mode, one compile process SIGKILLed
+    mid-unit: the unit completes, only the config in flight in it was compiled again, and the
+    records are those of threads apart from timings."""
+    spec, sweep = _write(tmp_path, "procs", "processes"), tmp_path / "sweep"
+    run = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep)],
+                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deaths = _kill_one_busy_compile_process(sweep / "logs", lambda: run.poll() is not None)
+        out, err = run.communicate(timeout=300)
+    finally:
+        run.kill()
+    assert run.returncode == 0, err
+    assert len(deaths) == 1, err  # the kill landed on a config in flight
+    ((_, victim),) = deaths
+    (partial,) = (sweep / "partials").iterdir()
+    objs = _lines(partial)
+    starts = [o["start"] for o in objs if "start" in o]
+    assert starts.count(victim) == 2  # started, died with its process, started again
+    assert all(starts.count(s) == 1 for s in set(starts) - {victim})
+    recorded = [o["id"] for o in objs if "record" in o]
+    assert sorted(recorded) == sorted(it.id for it in SweepDir.open(sweep).items())  # each once, nothing lost
+    assert not [o for o in objs if "abandon" in o]
+    procs = _records(tmp_path / "procs.results.json")
+    assert procs == _records(threads_doc) and len(procs) == 4
+    assert not any("WorkerCrashed" in r.get("error", "") for r in procs.values())
+    doc, threads = (json.loads(p.read_text()) for p in (tmp_path / "procs.results.json", threads_doc))
+    assert [list(r) for r in doc["results"]] == [list(r) for r in threads["results"]]  # same fields, same order
+    assert all(r["compile_cached"] is False for r in doc["results"] if "compile_s" in r)  # cache off
+    header = next(o["header"] for o in objs if "header" in o)
+    assert header["compile"] == {"mode": "processes", "workers": 2}
+    assert compile_processes(header["pid"]) == []  # none outlived its worker
+
+
+def test_compile_processes_that_cannot_start_are_one_clear_error(monkeypatch, tmp_path):
+    from orchestrator.planning import RUN, expand
+
+    spec = SweepSpec(**SPEC)
+    item = next(it for it in expand(spec) if it.kind == RUN)
+    monkeypatch.setenv("JAX_PLATFORMS", "nosuchplatform")  # their jax cannot come up
+    with ProcessPool(1, spec, None) as pool, pytest.raises(WorkerEnvironmentError) as err:
+        pool.collect([item])
+    assert f"{START_FAILURES} compile processes in a row died before they were ready" in err.value.message
+    assert "compile.mode: threads" in err.value.message and "\n" not in err.value.message
+
+
+def test_compile_processes_die_with_their_worker(tmp_path):
+    spec = _write(tmp_path, "orphans", "processes")
+    sd, (unit,), _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
+    worker = subprocess.Popen([sys.executable, "-m", "jobs.worker", str(sd.root), unit], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        children = poll(lambda: len(c := compile_processes(worker.pid)) == 2 and c, 120, "two compile processes")
+    finally:
+        worker.kill()  # SIGKILL: nothing of the worker runs to end them
+    worker.wait()
+    poll(lambda: not any(_alive(c) for c in children), 30, "the compile processes to die with their worker", 0.1)
+
+
+@pytest.mark.slurm
+def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc, tmp_path):
+    """Two units as one SLURM array, each signalled while its compile processes compile.
+    USR2 (the time-limit warning): the worker stops on its own, abandons its window, its
+    compile processes end, the task is requeued and completes. TERM (scancel): every process
+    ends, every config in flight is abandoned (none counts as a crash). The records are
+    those of threads apart from timings (and compile_cached: the requeued attempt may load
+    from the persistent cache what the first one's processes compiled)."""
+    require_cluster()
+    # one compile process per unit (two units share two cores), the persistent cache on
+    spec = _write(tmp_path, "slurm", "processes", compile={"mode": "processes", "workers": 1}, executor={
+        "kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 5, "merge_job": False})
+    sweep = tmp_path / "sweep"
+    r = run_cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2")
+    assert r.returncode == 0, r.stderr
+    usr2, term = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
+
+    def compiling(entry: dict) -> tuple[int, list[int]] | None:
+        """(worker pid, its compile processes) once a compile process was handed a config."""
+        log, partial = Path(entry["stderr"]), sweep / "partials" / f"{entry['unit']}.jsonl"
+        if not (log.exists() and "compiles item" in log.read_text() and partial.exists()):
+            return None
+        pid = next(o["header"]["pid"] for o in _lines(partial) if "header" in o)
+        return pid, compile_processes(pid)
+
+    pids = []
+    for entry, cmd in ((usr2, ["scancel", "--signal", "USR2"]), (term, ["scancel"])):
+        pid, children = poll(lambda e=entry: compiling(e), 240, f"unit {entry['unit']} to compile")
+        assert len(children) == 1
+        subprocess.run([*cmd, entry["job_id"]], check=True)
+        pids += [pid, *children]
+    poll(lambda: not any(_alive(p) for p in pids), 60, "every process of both units gone")
+    poll(lambda: (sweep / "done" / f"{usr2['unit']}.json").exists(), 240, "the requeued unit to complete")
+    for entry in (usr2, term):
+        objs = _lines(sweep / "partials" / f"{entry['unit']}.jsonl")
+        first = [o for o in objs if o.get("attempt") == 1]
+        assert {o["start"] for o in first if "start" in o} == {o["abandon"] for o in first if "abandon" in o} != set()
+    assert compile_processes(pids[0]) == [] and compile_processes(pids[2]) == []
+    assert run_cli("merge", str(sweep)).returncode == 0
+    drop = TIMINGS | PROVENANCE | {"compile_cached"}
+    procs, threads = _records(tmp_path / "slurm.results.json", drop=drop), _records(threads_doc, drop=drop)
+    assert procs and procs == {iid: threads[iid] for iid in procs}
+    assert set(procs) >= {o["id"] for o in _lines(sweep / "partials" / f"{usr2['unit']}.jsonl") if "record" in o}
+
+
+def test_the_device_timer_is_the_default_only_on_a_gpu_with_compile_processes():
+    procs = SweepSpec(**{**SPEC, "compile": {"mode": "processes"}})
+    assert procs.timer_on("gpu") == "device"
+    assert {procs.timer_on("cpu"), SweepSpec(**SPEC).timer_on("gpu")} == {"wall"}  # as before processes existed
+    assert SweepSpec(**{**SPEC, "compile": {"mode": "processes"}, "timing": {"timer": "wall"}}).timer_on("gpu") == "wall"
