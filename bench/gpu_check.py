@@ -20,7 +20,16 @@ that share one compilation cache (so only the first compiles cold):
   ``halving_same_winner`` (share of problems whose best is the full sweep's, or inside its
   q1-q3) and ``halving_timed_ratio`` (seconds spent timing, halving / full, from the workers'
   summaries; the sweeps' wall times are printed too, but the halving pass loads every compile
-  from the cache the wall pass filled, so they are not comparable).
+  from the cache the wall pass filled, so they are not comparable);
+- ``processes`` (``compile.mode: processes``, wall timer, its own cold compilation cache, as
+  the wall pass's was when it ran) against ``wall`` (compile threads): ``modes_same_records``
+  (records equal apart from timings and compile_cached), ``procs_vs_threads_wall`` and
+  ``procs_vs_threads_compile_wall`` (threads seconds / processes seconds: above 1, processes
+  are faster; the figure that decides the default of ``compile.mode``),
+  ``procs_vs_threads_median`` (median of per-config median_ms ratios: the timings must not
+  move), and the GPU memory each process held (``processes_gpu_mem_max_mib_per_process``,
+  ``processes_gpu_processes_max``: nvidia-smi once a second; compile processes should hold a
+  CUDA context and no arrays).
 
 Prints ``name=value`` lines. ``--smoke`` runs a tiny version in interpret mode on a CPU, so
 the script itself is tested where there is no GPU. Typical use on a lent GPU machine::
@@ -32,9 +41,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +54,10 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "tests" / "data" / "attention_tiles.sample.json"
 RESULT_KEYS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "error")
 EXTRA_KEYS = ("timer", "pruned", "smem_bytes", "compile_cached", "screened", "unit", "attempt", "device")
-PASSES = {"wall": {}, "device": {"timer": "device"}, "halving": {"strategy": "halving"}}
+# pass -> its timing settings; the processes pass asks for the wall timer, which a GPU with compile
+# processes would not default to, so that its medians compare with the wall pass's
+PASSES = {"wall": {}, "device": {"timer": "device"}, "halving": {"strategy": "halving"}, "processes": {"timer": "wall"}}
+COMPILE_MODES = {"processes": "processes"}  # pass -> compile.mode (threads otherwise)
 
 
 def problems(doc: dict[str, Any]) -> list[tuple[str, int, int, str]]:
@@ -81,9 +95,11 @@ def run_pass(name: str, doc: dict[str, Any], args: argparse.Namespace) -> dict[s
     its records, the workers' summaries, the documents' measurement blocks, its wall time."""
     out: dict[str, Any] = {"records": [], "markers": [], "measurement": [], "wall_s": 0.0}
     t0 = time.perf_counter()
+    mode = COMPILE_MODES.get(name, "threads")
+    cache = args.out / ("compile-cache" if mode == "threads" else f"compile-cache-{name}")  # cold, like wall's
     for i, spec in enumerate(specs_for(doc, args.smoke)):
         spec["timing"] = {**spec.get("timing", {}), **PASSES[name]}
-        spec["compile"] = {"cache_dir": str((args.out / "compile-cache").resolve())}
+        spec["compile"] = {"mode": mode, "cache_dir": str(cache.resolve())}
         spec["output"] = str(args.out / f"{name}-results-{i}.json")
         path = args.out / f"{name}-spec-{i}.json"
         path.write_text(json.dumps(spec, indent=1))
@@ -100,6 +116,36 @@ def run_pass(name: str, doc: dict[str, Any], args: argparse.Namespace) -> dict[s
         out["markers"] += [json.loads(p.read_text()) for p in (sweep / "done").glob("*.json")]
     out["wall_s"] = time.perf_counter() - t0
     return out
+
+
+class GpuMemory:
+    """Samples the GPU memory of every compute process (nvidia-smi) once a second."""
+
+    def __init__(self) -> None:
+        self.max_mib: dict[str, int] = {}
+        self.max_processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True) if shutil.which("nvidia-smi") else None
+
+    def __enter__(self) -> GpuMemory:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        cmd = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+        while not self._stop.wait(1.0):
+            out = subprocess.run(cmd, capture_output=True, text=True).stdout
+            rows = [line.split(",") for line in out.splitlines() if line.strip()]
+            self.max_processes = max(self.max_processes, len(rows))
+            for pid, mib in rows:
+                if mib.strip().isdigit():
+                    self.max_mib[pid.strip()] = max(self.max_mib.get(pid.strip(), 0), int(mib))
 
 
 def bests(records: list[dict[str, Any]]) -> dict[Any, Any]:
@@ -176,11 +222,33 @@ def report_halving(full: dict[str, Any], halving: dict[str, Any]) -> None:
     print(f"halving_screened_out={sum(1 for r in halving['records'] if r.get('screened'))}")
 
 
+def report_processes(threads: dict[str, Any], procs: dict[str, Any]) -> None:
+    """Compile processes against compile threads: the same records apart from timings, and
+    which is faster."""
+    strip = ("compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "compile_cached", "unit", "attempt")
+    by_key = {key(r): r for r in threads["records"]}
+    same = sum({k: v for k, v in r.items() if k not in strip} ==
+               {k: v for k, v in by_key.get(key(r), {}).items() if k not in strip} for r in procs["records"])
+    medians = [r["median_ms"] / by_key[key(r)]["median_ms"] for r in procs["records"]
+               if "median_ms" in r and "median_ms" in by_key.get(key(r), {})]
+    print(f"modes_same_records={same}/{len(procs['records'])}")
+    t, p = threads["wall_s"], procs["wall_s"]
+    print(f"procs_vs_threads_wall={t / p:.2f}")
+    t, p = (sum(m["compile_wall_s"] for m in x["markers"]) for x in (threads, procs))
+    print(f"threads_compile_wall_s={t:.1f} processes_compile_wall_s={p:.1f} "
+          f"procs_vs_threads_compile_wall={t / p if p else float('nan'):.2f}")
+    if medians:
+        print(f"procs_vs_threads_median={statistics.median(medians):.3f}")
+    print(f"processes_load_sum_s={sum(m.get('load_sum_s', 0.0) for m in procs['markers']):.2f} "
+          f"processes_compile_deaths={sum(m.get('compile_deaths', 0) for m in procs['markers'])}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("gpu-check"))
     ap.add_argument("--sample", type=Path, default=SAMPLE)
-    ap.add_argument("--passes", default="wall,device,halving", help="comma-separated: wall, device, halving")
+    ap.add_argument("--passes", default="wall,device,halving,processes",
+                    help="comma-separated: wall, device, halving, processes")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes in interpret mode (no GPU needed)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -189,7 +257,13 @@ def main() -> int:
     unknown = [p for p in wanted if p not in PASSES]
     if unknown or "wall" not in wanted:
         ap.error(f"--passes must include wall and name only {', '.join(PASSES)}; got {args.passes!r}")
-    done = {name: run_pass(name, doc, args) for name in wanted}
+    done = {}
+    for name in wanted:
+        with GpuMemory() as mem:
+            done[name] = run_pass(name, doc, args)
+        if mem.max_mib:
+            print(f"{name}_gpu_processes_max={mem.max_processes} "
+                  f"{name}_gpu_mem_max_mib_per_process={sorted(mem.max_mib.values(), reverse=True)}")
     for name, p in done.items():
         print(f"{name}_records={len(p['records'])}")
         print(f"{name}_wall_s={p['wall_s']:.1f}")
@@ -199,6 +273,8 @@ def main() -> int:
         report_device(done["wall"], done["device"])
     if "halving" in done:
         report_halving(done["wall"], done["halving"])
+    if "processes" in done:
+        report_processes(done["wall"], done["processes"])
     return 0
 
 
