@@ -1,11 +1,14 @@
 """Compile processes against compile threads, on this machine's CPUs (no GPU needed).
 
-Figures (``name=value`` lines; medians over ``--rounds`` interleaved rounds):
+Figures (``name=value`` lines; medians over interleaved rounds):
 
 - ``lower_procs_vs_threads``: configs lowered per second on the CUDA lowering path
   (``kernels.lowering.lower_for_cuda``: the Pallas -> Triton lowering for an abstract H100,
   the part of a GPU compile that is Python and holds the GIL), 2 processes / 2 threads, the
-  reference shape B4 H8 S2048 D128 bfloat16, 12 fwd configs per round. The baseline is what
+  reference shape B4 H8 S2048 D128 bfloat16, 12 fwd configs per round: the median of the
+  per-round ratios over ``--lower-rounds`` rounds (threads and processes back to back, which
+  goes first alternating), with their min and max: on a shared 2-core machine a round in
+  which others take a core cannot show 2 processes' gain. The baseline is what
   ``compile.mode: threads`` does: a 2-thread pool in one process. Also
   ``lower_threads_vs_serial`` (2 threads / 1).
 - ``lower_fwd_s``, ``lower_fwd_bwd_s``: CPU seconds of one lowering (thread CPU time, so
@@ -17,7 +20,7 @@ Figures (``name=value`` lines; medians over ``--rounds`` interleaved rounds):
   (``jax.experimental.serialize_executable``, what ``compile.mode: processes`` does), or
   through the persistent cache (lowering again to compute the cache key, then loading),
   on interpret-mode executables of the small shape below. ``handoff_cache_vs_serialized``.
-- ``worker_procs_vs_threads``: wall time of ``jobs.worker.run_unit`` on an interpret-mode
+- ``worker_procs_vs_threads`` (``--rounds``): wall time of ``jobs.worker.run_unit`` on an interpret-mode
   unit (13 fwd configs: auto + block_q x block_k x stages 1-2, float32 d64 seq 256, cache
   off, 2 compile workers), threads / processes: above 1, processes are faster. Each run in a
   fresh process; the processes' wall time includes starting the compile processes.
@@ -123,14 +126,15 @@ def child_lowering(rounds: int) -> dict[str, Any]:
     rows: dict[str, list[float]] = {"serial": [], "threads": [], "procs": []}
     with ThreadPoolExecutor(2) as threads, ProcessPoolExecutor(2, get_context("spawn"), initializer=_warm) as procs:
         list(procs.map(_lower, fwd[:2]))  # both processes up and warm
-        for _ in range(rounds):
+        for r in range(rounds):
             start = time.perf_counter()
             for w in fwd:
                 _lower(w)
             rows["serial"].append(len(fwd) / (time.perf_counter() - start))
-            rows["threads"].append(_rate(threads, fwd))
-            rows["procs"].append(_rate(procs, fwd))
-    return {"cpu_s": cpu, **{k: statistics.median(v) for k, v in rows.items()}}
+            for name, pool in sorted({"threads": threads, "procs": procs}.items(), reverse=r % 2 == 1):
+                rows[name].append(_rate(pool, fwd))  # which goes first alternates
+    ratios = [p / t for p, t in zip(rows["procs"], rows["threads"], strict=True)]
+    return {"cpu_s": cpu, **{k: statistics.median(v) for k, v in rows.items()}, "procs_vs_threads": ratios}
 
 
 # ---------------------------------------------------------------------------- hand-over (child side)
@@ -219,7 +223,8 @@ def projection(lower_share: float, handoff_s: float) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="worker rounds (a unit per mode each)")
+    parser.add_argument("--lower-rounds", type=int, default=15, help="lowering rounds (12 configs per pool each)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--arg", help=argparse.SUPPRESS)
@@ -228,10 +233,12 @@ def main() -> None:
         child(args.child, args.work, args.arg)
         return
     print(
-        f"# cpus={len(os.sched_getaffinity(0))} load_average={os.getloadavg()[0]:.1f} rounds={args.rounds}", flush=True
+        f"# cpus={len(os.sched_getaffinity(0))} load_average={os.getloadavg()[0]:.1f} rounds={args.rounds} "
+        f"lower_rounds={args.lower_rounds}",
+        flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="tilesweep-bench-farm-") as tmp:
-        low = spawn("lowering", Path(tmp), str(args.rounds))
+        low = spawn("lowering", Path(tmp), str(args.lower_rounds))
         hand = spawn("handoff", Path(tmp) / "h")
         runs: dict[str, list[dict[str, Any]]] = {"threads": [], "processes": []}
         for r in range(args.rounds):
@@ -251,7 +258,9 @@ def main() -> None:
         f"lower_procs2_per_s={low['procs']:.2f}"
     )
     print(f"lower_threads_vs_serial={low['threads'] / low['serial']:.2f}")
-    print(f"lower_procs_vs_threads={low['procs'] / low['threads']:.2f}")
+    ratios = low["procs_vs_threads"]
+    print(f"lower_procs_vs_threads={statistics.median(ratios):.2f}")
+    print(f"lower_procs_vs_threads_min={min(ratios):.2f} lower_procs_vs_threads_max={max(ratios):.2f}")
     print(f"lower_fwd_s={cpu['fwd']:.3f} lower_fwd_bwd_s={cpu['fwd_bwd']:.3f} lower_share={share:.2f}")
     print(
         f"handoff_serialized_s={hand['serialized_s']:.3f} handoff_cache_s={hand['cache_s']:.3f} "
