@@ -204,7 +204,7 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc, tmp_
 
     def compiling(entry: dict) -> tuple[int, list[int]] | None:
         """(worker pid, its compile processes) once a compile process was handed a config."""
-        log, partial = Path(entry["stderr"]), sweep / "partials" / f"{entry['unit']}.jsonl"
+        log, partial = Path(entry["log"]), sweep / "partials" / f"{entry['unit']}.jsonl"  # the unit's worker log
         if not (log.exists() and "compiles item" in log.read_text() and partial.exists()):
             return None
         pid = next(o["header"]["pid"] for o in _lines(partial) if "header" in o)
