@@ -25,6 +25,7 @@ from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import item_id
 from orchestrator.store.merge import merge
+from orchestrator.store.partials import read_partial
 from orchestrator.store.sweepdir import SweepDir
 from tests.conftest import REPO, TINY_SPEC, run_cli
 from tests.slurm_cluster import poll, require_cluster
@@ -142,8 +143,15 @@ def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompil
     (partial,) = (sweep / "partials").iterdir()
     objs = _lines(partial)
     starts = [o["start"] for o in objs if "start" in o]
-    assert starts.count(victim) == 2  # started, died with its process, started again
+    # started in the window, died alone in its process (an alone start line), started again
+    assert [o.get("alone", False) for o in objs if o.get("start") == victim] == [False, True, False]
     assert all(starts.count(s) == 1 for s in set(starts) - {victim})
+    # stopped right after the restart, the death still counts once against it, nothing else
+    cut = objs[: max(k for k, o in enumerate(objs) if o.get("start") == victim) + 1]
+    (tmp_path / "cut.jsonl").write_text("".join(json.dumps(o) + "\n" for o in cut) + json.dumps(
+        {"abandon": victim, "attempt": cut[-1]["attempt"]}) + "\n")
+    stopped = read_partial(tmp_path / "cut.jsonl")
+    assert (stopped.starts[victim], stopped.deaths[victim], sum(stopped.deaths.values())) == (2, 1, 1)
     recorded = [o["id"] for o in objs if "record" in o]
     assert sorted(recorded) == sorted(it.id for it in SweepDir.open(sweep).items())  # each once, nothing lost
     assert not [o for o in objs if "abandon" in o]
@@ -154,7 +162,9 @@ def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompil
     assert [list(r) for r in doc["results"]] == [list(r) for r in threads["results"]]  # same fields, same order
     assert all(r["compile_cached"] is False for r in doc["results"] if "compile_s" in r)  # cache off
     header = next(o["header"] for o in objs if "header" in o)
-    assert header["compile"] == {"mode": "processes", "workers": 2}
+    marker = json.loads(next((sweep / "done").iterdir()).read_text())
+    assert (marker["compile_mode"], marker["compile_workers"], marker["compile_deaths"]) == ("processes", 2, 1)
+    assert marker["timer"] == "wall" and header["measure"]["timer"] == doc["results"][0]["timer"]  # on a CPU
     assert compile_processes(header["pid"]) == []  # none outlived its worker
 
 
