@@ -244,4 +244,52 @@ def test_the_device_timer_is_the_default_only_on_a_gpu_with_compile_processes():
     procs = SweepSpec(**{**SPEC, "compile": {"mode": "processes"}})
     assert procs.timer_on("gpu") == "device"
     assert {procs.timer_on("cpu"), SweepSpec(**SPEC).timer_on("gpu")} == {"wall"}  # as before processes existed
-    assert SweepSpec(**{**SPEC, "compile": {"mode": "processes"}, "timing": {"timer": "wall"}}).timer_on("gpu") == "wall"
+    named = SweepSpec(**{**SPEC, "compile": {"mode": "processes"}, "timing": {"timer": "wall"}})
+    assert named.timer_on("gpu") == "wall"
+
+
+def test_the_compile_pool_follows_the_workers_cpu_share():
+    """A whole-node task pins each of its G workers to a share of its CPUs (one CPU each,
+    round robin, where it has fewer CPUs than workers): compile.workers is capped at that
+    share, and the default is the share. Pinned here as node.py pins a worker (affinity of
+    this thread only, restored after)."""
+    from jobs.compile_pool import pool_size
+
+    cpus = sorted(os.sched_getaffinity(0))
+    try:
+        os.sched_setaffinity(0, cpus[:1])
+        assert (pool_size(None), pool_size(4)) == (1, 1)
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert (pool_size(None), pool_size(1), pool_size(len(cpus) + 3)) == (len(cpus), 1, len(cpus))
+
+
+def test_a_config_whose_compile_processes_keep_dying_is_given_up(tmp_path):
+    """``on_death`` says not to compile it again (``executor.max_config_attempts`` reached):
+    its result says ``died`` (the worker records WorkerCrashed), the pool carries on with a
+    new compile process. Each config is SIGKILLed in its compile process; a kill that lands
+    after its compile finished is an idle death and the next config is tried."""
+    from orchestrator.planning import RUN, expand
+
+    spec = SweepSpec(**SPEC)
+    items = [it for it in expand(spec) if it.kind == RUN]
+    given_up: list[str] = []
+    with ProcessPool(1, spec, None) as pool:
+        for item in items:
+            victims: list[int] = []
+
+            def kill_once_busy(pool: ProcessPool = pool, victims: list[int] = victims) -> bool:
+                child = pool._children[0]
+                if child.item is not None and not victims:
+                    victims.append(child.proc.pid)
+                    os.kill(child.proc.pid, signal.SIGKILL)
+                return False
+
+            give_up = lambda it: bool(given_up.append(it.id))  # noqa: E731
+            (result,) = pool.collect([item], should_stop=kill_once_busy, on_death=give_up)
+            if result is not None and result.died:
+                break
+        (after,) = pool.collect(items[:1])
+    assert given_up == [item.id] and pool.deaths == 1
+    assert result is not None and result.died and result.error is None and result.blob is None
+    assert after is not None and after.error is None and after.blob is not None  # a new process compiles on
