@@ -116,3 +116,48 @@ def print_failed_units(outcomes: list[Any]) -> list[Any]:
     for o in failed:
         warn(f"unit {o.unit} failed: {o.error}" + (f" (log: {o.log})" if o.log else ""))
     return failed
+
+
+REUSE_HELP = ("also reuse the compatible records of these results documents (the output document is always "
+              "a source): their items are carried into the document, not measured again")
+
+
+def add_reuse_args(p: argparse.ArgumentParser) -> None:
+    """``--reuse``, ``--remeasure`` and ``--reuse-errors`` of the commands that plan."""
+    p.add_argument("--reuse", nargs="+", action="extend", default=[], metavar="RESULTS.json", help=REUSE_HELP)
+    p.add_argument("--remeasure", choices=["all", "errors"],
+                   help="all: reuse nothing, measure every item; errors: measure configs that failed before even "
+                   "where the spec's reuse.errors or --reuse-errors would reuse them")
+    p.add_argument("--reuse-errors", action="store_true",
+                   help="reuse error records too (default: a config that failed is measured again)")
+
+
+def reuse_request(args: argparse.Namespace) -> Any:
+    """The command line's ``ReuseRequest``."""
+    from orchestrator.control.reuseplan import ReuseRequest
+
+    return ReuseRequest(list(args.reuse), args.remeasure, args.reuse_errors)
+
+
+_NOT_REUSED = (("other_device", "of another device kind{dev}"), ("other_env", "of another jax/jaxlib"),
+               ("other_measurement", "measured with other settings"),
+               ("unknown", "of unknown measurement settings (no tilesweep block names them)"),
+               ("errors_left", "errors, measured again (--reuse-errors reuses them)"),
+               ("screened_left", "screened only (this sweep times in full)"), ("damaged", "damaged"),
+               ("superseded", "superseded by a better record of the same item"))
+
+
+def reuse_lines(summary: dict[str, Any] | None) -> list[str]:
+    """What planning reused, from where, and what it did not and why (one line per source)."""
+    if not summary or not summary.get("sources"):
+        return []
+    sources = summary["sources"]
+    where = ", ".join(f"{s['reused']} from {s['path']}" for s in sources if s["reused"]) or "none"
+    lines = [f"reused {summary['reused']} items measured before (not measured again): {where}"]
+    for s in sources:
+        dev = f" ({s['device_kind']!r})" if s.get("device_kind") else ""
+        parts = [f"{s[k]} {text.format(dev=dev)}" for k, text in _NOT_REUSED if s.get(k)]
+        if parts:
+            why = f" [{'; '.join(s['why'])}]" if s.get("why") else ""
+            lines.append(f"  not reused from {s['path']}: {', '.join(parts)}{why}")
+    return lines

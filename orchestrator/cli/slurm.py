@@ -30,12 +30,15 @@ from orchestrator.cli.common import (
     RETRY_HELP,
     RETRY_KINDS,
     Progress,
+    add_reuse_args,
     merge_line,
     positive_int,
     print_failed_units,
     print_page,
     print_plan_notes,
     print_table,
+    reuse_lines,
+    reuse_request,
     seconds,
     warn,
 )
@@ -91,6 +94,7 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from orchestrator.control.submit import submit_spec
+    from orchestrator.store.carried import read_summary
 
     if args.dry_run:
         return print_dry_run(args)
@@ -100,11 +104,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"sweep {s.sd.root}: {s.sd.planned} items in {s.units} units"
               + (f", {done} units already done" if done else ""))
         print_plan_notes(s.sd.spec)
+        for line in reuse_lines(read_summary(s.sd)):
+            print(line)
         if not s.todo:
             print(f"every unit is done; nothing to submit (`{PROG} merge {s.sd.root}` writes the document)")
 
     result = submit_spec(args.spec, sweep_dir=args.sweep_dir, units=args.units, output=args.output, costs=args.costs,
-                         max_array_size=args.max_array_size, on_planned=planned)
+                         max_array_size=args.max_array_size, on_planned=planned, reuse=reuse_request(args))
     if result.outcome is not None:
         print_submission(result.sd, result.outcome)
     print(f"follow with: {PROG} status {result.sd.root}   (or {PROG} wait {result.sd.root})")
@@ -268,14 +274,18 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     from orchestrator.control.scheduler import require_submit_tools
     from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, run_or_follow, slurm_jobs
     from orchestrator.spec.files import load_spec
+    from orchestrator.store.carried import read_summary
     from orchestrator.store.merge import check_target
 
     spec = load_spec(args.spec)
     require_submit_tools()
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
-    sd, _, _ = prepare_sweep(args.spec, str(root), args.units, args.output, costs=args.costs)
+    sd, _, _ = prepare_sweep(args.spec, str(root), args.units, args.output, costs=args.costs,
+                             reuse=reuse_request(args), kind="slurm")
     print_plan_notes(sd.spec)
+    for line in reuse_lines(read_summary(sd)):
+        print(line, file=sys.stderr)
     try:
         if not args.overwrite:
             check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
@@ -334,6 +344,7 @@ def register(sub: Any) -> None:
                    "(default: executor.max_array_size, else the cluster's MaxArraySize)")
     s.add_argument("--dry-run", action="store_true",
                    help="print the array layout and the sbatch scripts; write and submit nothing")
+    add_reuse_args(s)
     s.set_defaults(func=cmd_submit)
 
     s = sub.add_parser("resume", help="submit the items of a sweep that have no record yet, as new units")

@@ -16,12 +16,15 @@ from orchestrator.cli.common import (
     RETRY_HELP,
     RETRY_KINDS,
     Progress,
+    add_reuse_args,
     merge_line,
     positive_int,
     print_failed_units,
     print_page,
     print_plan_notes,
     print_table,
+    reuse_lines,
+    reuse_request,
     warn,
 )
 from orchestrator.errors import PlanError, SpecError
@@ -44,24 +47,47 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from orchestrator.control.sweeps import check_replay_source, prepare_sweep
-    from orchestrator.planning import INVALID, PRUNED, plan, plan_line
+    from orchestrator.control.reuseplan import plan_with_reuse
+    from orchestrator.control.sweeps import check_replay_source, default_sweep_dir, prepare_sweep
+    from orchestrator.planning import plan_line
     from orchestrator.spec.files import load_spec
     from orchestrator.store.document import load_costs
 
     spec = load_spec(args.spec)
     check_replay_source(spec)
-    items, units = plan(spec, args.units, costs=load_costs(args.costs) if args.costs else None)
+    root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
+    planned = plan_with_reuse(spec, root, Path(spec.output), args.units, load_costs(args.costs) if args.costs else None,
+                              reuse_request(args))
     if args.json:
         out = sys.stdout
-        for it in items:
-            out.write(json.dumps(plan_line(it)) + "\n")
+        for it in planned.items:
+            line = plan_line(it)
+            if it.index in planned.found.records:
+                line["reused_from"] = planned.found.records[it.index][1]
+            out.write(json.dumps(line) + "\n")
         return 0
+    _print_plan(spec, planned)
+    if not args.dry_run:
+        if not args.sweep_dir:
+            raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
+        sd, unit_ids, _ = prepare_sweep(args.spec, args.sweep_dir, args.units, None, costs=args.costs,
+                                           reuse=reuse_request(args))
+        print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
+    return 0
+
+
+def _print_plan(spec: Any, planned: Any) -> None:
+    from orchestrator.planning import INVALID, PRUNED
+
+    items, units = planned.items, planned.units
     n_invalid = sum(it.kind == INVALID for it in items)
     n_pruned = sum(it.kind == PRUNED for it in items)
-    print(f"{len(items)} items in {len(units)} units ({n_pruned} pruned by the shared-memory model, "
+    n_units = len(units) + (planned.reused is not None)
+    print(f"{len(items)} items in {n_units} units ({n_pruned} pruned by the shared-memory model, "
           f"{n_invalid} invalid)")
     print_plan_notes(spec)
+    for line in reuse_lines(planned.found.summary()):
+        print(line)
     if spec.timing.strategy == "halving":
         print(f"halving: these units screen every forced config once (about {spec.timing.screen_target_ms:g} ms); "
               "round 2, planned when they are done, times the configs that can still win in full")
@@ -69,17 +95,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         shapes = sorted({f"{it.dtype}/d{it.head_dim}/s{it.seq}" for it in u.items})
         more = " ..." if len(shapes) > 4 else ""
         print(f"  unit {u.index:>3} {u.id}: {len(u.items):>5} items  {', '.join(shapes[:4])}{more}")
-    if not args.dry_run:
-        if not args.sweep_dir:
-            raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
-        sd, unit_ids, _ = prepare_sweep(args.spec, args.sweep_dir, args.units, None, costs=args.costs)
-        print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
-    return 0
+    if planned.reused is not None:
+        u = planned.reused
+        print(f"  unit {u.index:>3} {u.id}: {len(u.items):>5} items  reused, nothing to measure")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.control.sweeps import prepare_sweep, run_or_follow
     from orchestrator.spec.files import load_spec
+    from orchestrator.store.carried import read_summary
     from orchestrator.store.merge import check_target
 
     kind = args.executor or load_spec(args.spec).executor.kind
@@ -87,10 +111,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         from orchestrator.cli.slurm import run_on_slurm
 
         return run_on_slurm(args)
-    sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs)
+    sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs,
+                                          reuse=reuse_request(args), kind=kind)
     if not args.overwrite:
         check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
     print_plan_notes(sd.spec)
+    for line in reuse_lines(read_summary(sd)):
+        print(line, file=sys.stderr)
     with run_or_follow(sd) as other:
         if other is not None:
             return follow_run(sd, other, overwrite=args.overwrite)
@@ -106,6 +133,9 @@ def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argp
     st = sweep_status(sd, query_slurm=False)
     print(f"sweep {sd.root}: {sd.planned} items in {len(unit_ids)} units"
           + (f", {st.done} already recorded" if existed and st.done else ""), file=sys.stderr)
+    if existed and (args.reuse or args.remeasure or args.reuse_errors):
+        warn(f"note: {sd.root} keeps the plan it was made with; --reuse, --remeasure and --reuse-errors apply "
+             "when a sweep directory is planned (use a new --sweep-dir)")
     if existed and args.units and args.units != len(unit_ids):
         warn(f"note: {sd.root} keeps the {len(unit_ids)} units it was planned with; --units applies to a new "
              "sweep directory")
@@ -233,6 +263,7 @@ def register(sub: Any) -> None:
     s.add_argument("--json", action="store_true", help="one JSON object per item (record fields + unit)")
     s.add_argument("--sweep-dir", help="write the plan into this sweep directory")
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
+    add_reuse_args(s)
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("run", help="plan, run all units here (or on SLURM and wait), merge, show the best configs")
@@ -245,6 +276,7 @@ def register(sub: Any) -> None:
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.add_argument("--retry-errors", choices=RETRY_KINDS, help=RETRY_HELP)
+    add_reuse_args(s)
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("merge", help="merge a sweep's partial records into its results document")

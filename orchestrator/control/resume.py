@@ -17,6 +17,7 @@ submitted (or run here) by resume.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.spec.model import ExecutorSettings, canonical_hash
 from orchestrator.store.sweepdir import SweepDir, now_iso
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -128,6 +131,10 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
     for pos, entry in enumerate(sd.unit_index()):
         path = sd.partial_path(entry["id"])
         content = read_partial(path)
+        if entry.get("origin") == "reuse" and env is not None and any(h.get("env") != env for h in content.headers):
+            log.warning("%s: reused records checked against another environment than the workers' (%s); "
+                        "their items are measured", path, sd.root / "env.json")
+            continue
         for h in content.headers:
             if h.get("sweep") != fingerprint:
                 raise MismatchError(f"{path} holds records of another spec (fingerprint {h.get('sweep')} != "

@@ -51,11 +51,14 @@ class Round2:
 
 
 def choose(sd: SweepDir, records: dict[str, dict[str, Any]]) -> tuple[list[WorkItem], list[dict[str, Any]]]:
-    """The surviving items in plan order, and one line per problem saying what was kept."""
+    """The surviving items in plan order, and one line per problem saying what was kept. A forced
+    config with a full record already (reused from an earlier document) ranks with the screens
+    (its median is a better estimate than a screen) but is never timed again."""
     timing = sd.spec.timing
     screens: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
     autos: dict[tuple, dict[str, Any]] = {}
     counts: dict[tuple, int] = defaultdict(int)
+    full: set[str] = set()  # forced configs timed in full already (reused): they rank, need no round 2
     for it in sd.items():
         rec = records.get(it.id)
         if rec is None:
@@ -63,18 +66,22 @@ def choose(sd: SweepDir, records: dict[str, dict[str, Any]]) -> tuple[list[WorkI
         key = problem_key(rec)
         if it.config == "auto":
             autos[key] = rec
-        elif rec.get("screened"):
+        elif rec.get("screened") or "error" not in rec:
             counts[key] += 1
             if "error" not in rec:
                 screens[key].append((it.id, float(rec["median_ms"])))
+            if not rec.get("screened"):
+                full.add(it.id)
     kept: set[str] = set()
     problems = []
     for key, n in counts.items():
-        ids = survivors(screens[key], keep=timing.keep, noise=timing.noise, auto=autos.get(key))
+        ids = [i for i in survivors(screens[key], keep=timing.keep, noise=timing.noise, auto=autos.get(key))
+               if i not in full]
         kept.update(ids)
         best = min((ms for _, ms in screens[key]), default=None)
-        problems.append({"problem": list(key), "screened": n, "failed": n - len(screens[key]), "kept": len(ids),
-                         "best_screen_ms": best})
+        reused = sum(1 for i, _ in screens[key] if i in full)
+        problems.append({"problem": list(key), "screened": n - reused, "failed": n - len(screens[key]),
+                         "kept": len(ids), "best_screen_ms": best, **({"full": reused} if reused else {})})
     return [it for it in sd.items() if it.id in kept and it.kind == RUN], problems
 
 

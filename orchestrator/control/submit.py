@@ -29,6 +29,7 @@ from typing import Any
 from orchestrator import PROG
 from orchestrator.control import dispatch
 from orchestrator.control.history import read_history
+from orchestrator.control.reuseplan import ReuseRequest
 from orchestrator.control.rounds import Round2, pending_round2, plan_round2, undo_round2
 from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits, require_submit_tools
 from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_jobs, sweep_lock, unfinished_units
@@ -149,7 +150,7 @@ def _submit_todo(sd: SweepDir, settings: ExecutorSettings, max_array_size: int |
 
 def submit_spec(spec_path: str, *, sweep_dir: str | None, units: int | None, output: str | None,
                 costs: str | None, max_array_size: int | None,
-                on_planned: OnPlanned | None = None) -> SweepSubmission:
+                on_planned: OnPlanned | None = None, reuse: ReuseRequest | None = None) -> SweepSubmission:
     """Plan (or reopen) the sweep of a spec and submit its unfinished units. A directory
     that was submitted already is refused (``resume`` submits what it misses); a directory
     made for a submission that failed is removed again."""
@@ -159,7 +160,7 @@ def submit_spec(spec_path: str, *, sweep_dir: str | None, units: int | None, out
     require_submit_tools()
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     created = not root.exists()
-    sd, _, existed = prepare_sweep(spec_path, str(root), units, output, costs=costs)
+    sd, _, existed = prepare_sweep(spec_path, str(root), units, output, costs=costs, reuse=reuse, kind="slurm")
     try:
         with sweep_lock(sd):
             if slurm_jobs(sd):

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from orchestrator import PROG
 from orchestrator.control.history import read_history
+from orchestrator.control.reuseplan import ReuseRequest, plan_with_reuse
 from orchestrator.control.scheduler import array_of, missing_tools, query
 from orchestrator.control.scheduler import cancel as scancel
 from orchestrator.control.status import ACTIVE, sweep_status
@@ -29,7 +30,8 @@ LOCK_TIMEOUT_S = 60.0
 
 class PreparedSweep(NamedTuple):
     """A sweep directory ready to run: the directory, its units in order, and whether it
-    existed before (then it was reopened, not planned again)."""
+    existed before (then it was reopened, not planned again). What planning reused,
+    ``store.reuse.read_summary`` says."""
 
     sd: SweepDir
     unit_ids: list[str]
@@ -42,12 +44,15 @@ def default_sweep_dir(spec_path: str, spec: Any) -> Path:
 
 
 def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, output: str | None,
-                  costs: str | None = None) -> PreparedSweep:
+                  costs: str | None = None, reuse: ReuseRequest | None = None,
+                  kind: str | None = None) -> PreparedSweep:
     """Create (or reopen) the sweep directory of a spec. An existing directory of the same
     spec is reopened with the units it was planned with, so a rerun redoes only what is
-    missing. ``costs``: a results document whose measured costs shard the units."""
-    from orchestrator.planning import plan
+    missing. A new one is planned with reuse (``reuseplan``: what the output document and
+    ``reuse`` documents hold is carried, not measured). ``costs``: a results document whose
+    measured costs shard the units. ``kind``: the executor it will run on (default: the spec's)."""
     from orchestrator.spec.files import load_spec
+    from orchestrator.store.carried import write_reuse_unit
     from orchestrator.store.document import load_costs
 
     spec = load_spec(spec_path)
@@ -55,12 +60,18 @@ def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, outp
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     out = Path(output) if output else Path(spec.output)
     existed = (root / "sweep.json").exists()
-    items, planned_units = plan(spec, units, costs=load_costs(costs) if costs else None)
+    if existed:
+        sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
+        if sd.unit_index():
+            return PreparedSweep(sd, [u["id"] for u in sd.unit_index()], existed)
+    planned = plan_with_reuse(spec, root, out, units, load_costs(costs) if costs else None, reuse, kind)
     sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()),
-                         planned=len(items))
+                         planned=len(planned.items))
     with sweep_lock(sd):
         if not sd.unit_index():
-            sd.add_units(planned_units, origin="plan")
+            sd.add_units(planned.units, origin="plan")
+            if planned.reused is not None:
+                write_reuse_unit(sd, planned.reused, planned.found)
     return PreparedSweep(sd, [u["id"] for u in sd.unit_index()], existed)
 
 

@@ -26,7 +26,7 @@ from orchestrator.planning.shard import Unit, default_units, shard
 from orchestrator.spec.model import SweepSpec
 
 __all__ = ["INVALID", "PRUNED", "RUN", "CostTable", "PlannedConfigs", "Unit", "WorkItem", "expand", "notes", "plan",
-           "plan_line", "planned_configs", "shard"]
+           "plan_line", "planned_configs", "shard", "shard_items"]
 
 
 def plan(spec: SweepSpec, units: int | None = None, costs: CostTable | None = None) -> tuple[list[WorkItem], list[Unit]]:
@@ -34,10 +34,20 @@ def plan(spec: SweepSpec, units: int | None = None, costs: CostTable | None = No
     with an earlier sweep's measurements where it has them."""
     with bulk():
         items = expand(spec)
+        return items, shard_items(spec, items, units, costs)
+
+
+def shard_items(spec: SweepSpec, items: list[WorkItem], units: int | None = None,
+                costs: CostTable | None = None) -> list[Unit]:
+    """Shard ``items`` of ``spec`` (all of its items, or those left to measure once reused
+    records are set aside: none left, no unit) into units of round 1."""
+    if not items:
+        return []
+    with bulk():
         shapes = [(dtype, head_dim, seq, spec.batch, spec.heads, None if kv == spec.heads else kv)
                   for dtype, head_dim, seq, kv in itertools.product(spec.dtypes, spec.head_dims, spec.seq_lens,
                                                                     spec.kv_heads)]
         item_cost, scale = item_costs(items, spec, costs)
         setups = {sh: setup_estimate(sh, spec.modes, spec.causal) * scale for sh in shapes}
         n = units if units is not None else default_units(spec, len(shapes))
-        return items, shard(items, n, costs=item_cost, setups=setups, strategy=spec.sharding.strategy)
+        return shard(items, n, costs=item_cost, setups=setups, strategy=spec.sharding.strategy)

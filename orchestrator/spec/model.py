@@ -244,6 +244,17 @@ class ReportSettings(_Model):
                        "the suffix .html) when run or wait ends, and in the SLURM final-merge job")
 
 
+class ReuseSettings(_Model):
+    """Records of earlier results documents carried into this sweep instead of measured again
+    (``orchestrator.store.reuse``); the output document is always a source too."""
+
+    documents: list[str] = Field(default_factory=list, description="results documents whose compatible records are "
+                                 "reused (besides the output document); a relative path is taken from the working "
+                                 "directory")
+    errors: bool = Field(default=False, description="reuse error records too (by default a config that failed is "
+                         "measured again: a new jax may fix it)")
+
+
 class SweepSpec(_Model):
     """A sweep: the reference config block plus tilesweep's sections."""
 
@@ -282,6 +293,7 @@ class SweepSpec(_Model):
     merge: MergeSettings = MergeSettings()
     report: ReportSettings = ReportSettings()
     replay: ReplaySettings | None = None
+    reuse: ReuseSettings = ReuseSettings()
 
     @model_validator(mode="before")
     @classmethod

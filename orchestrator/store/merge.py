@@ -41,6 +41,7 @@ from typing import IO, Any
 
 from orchestrator.errors import ResultsError
 from orchestrator.store.append import append_into, load_target
+from orchestrator.store.carried import read_summary
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.newest import pick_newest
 from orchestrator.store.partials import log_skipped
@@ -146,6 +147,13 @@ def _tilesweep_block(
         **(extra or {}),
         "measurement": _measurement(sd, segs),
     }
+    reused = read_summary(sd)
+    if reused is not None:  # what planning carried from earlier documents instead of measuring
+        block["reused"] = {
+            "unit": reused.get("unit"),
+            "records": reused.get("reused"),
+            "from": {s["path"]: s["reused"] for s in reused.get("sources", []) if s.get("reused")},
+        }
     round2 = read_round2(sd)
     if round2 is not None:
         block["rounds"] = {k: round2.get(k) for k in ("screened", "survivors", "units", "planned")}
@@ -169,10 +177,11 @@ def _measurement(sd: SweepDir, segs: list[Segment]) -> dict[str, Any]:
 
 
 def _device(segs: list[Segment]) -> dict[str, Any]:
-    for s in segs:
-        for h in s.headers:
-            if isinstance(h.get("device"), dict):
-                return {k: h["device"].get(k) for k in DEVICE_KEYS}
+    """The device block of the first worker header; a reuse unit's header (``store.reuse``)
+    only where no worker has run yet (it names the device kind alone)."""
+    headers = [h for s in segs for h in s.headers if isinstance(h.get("device"), dict)]
+    for h in sorted(headers, key=lambda h: "reuse" in h):
+        return {k: h["device"].get(k) for k in DEVICE_KEYS}
     return {}
 
 

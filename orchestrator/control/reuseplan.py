@@ -1,0 +1,110 @@
+"""Planning a sweep with reuse: which items earlier documents already hold (``store.reuse``),
+the units of the rest, sharded with the sources' measured costs.
+
+The environment reused records are checked against is the one the workers will measure in.
+Where that can be known before any worker ran, it is: the sweep directory's ``env.json`` (a
+sweep reopened), this interpreter's jax and device for a local or in-process run (the workers
+are this machine), the replay source's for a replay. On SLURM the login node is not the GPU
+node, so the environment is taken from the output document (the sweep appends to it, and
+merging refuses another device there anyway), else from the first ``--reuse`` document. A
+guess that proves wrong costs measurements, never a mixed document: the merger quarantines the
+reuse unit's partial when the workers' ``env.json`` differs, and resume measures its items.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.planning import Unit, WorkItem, expand, shard_items
+from orchestrator.planning.costs import CostTable
+from orchestrator.spec.compat import env_of
+from orchestrator.spec.model import SweepSpec
+from orchestrator.store.carried import reuse_unit
+from orchestrator.store.reuse import Found, Source, document_env, find_reuse, load_sources
+
+log = logging.getLogger(__name__)
+
+REMEASURE = ("all", "errors")
+
+
+@dataclass
+class ReuseRequest:
+    """What the command line asks of reuse, on top of the spec's ``reuse`` section."""
+
+    documents: list[str] = field(default_factory=list)  # --reuse
+    remeasure: str | None = None  # --remeasure all|errors
+    errors: bool = False  # --reuse-errors
+
+
+@dataclass
+class Planned:
+    """A plan with reuse: every item, the units that measure, the unit of reused items (None
+    when nothing is reused) and what reuse found."""
+
+    items: list[WorkItem]
+    units: list[Unit]
+    reused: Unit | None
+    found: Found
+
+
+def local_env(spec: SweepSpec) -> dict[str, Any]:
+    """The environment the workers of a run on this machine record (``env.json``)."""
+    from jobs import worker
+
+    if spec.kernel.impl == "replay":
+        from jobs import replay
+        from orchestrator.store.replaysource import load_source
+
+        return env_of(replay.device_block(load_source(spec)))
+    return env_of(worker.device_block())
+
+
+def target_env(spec: SweepSpec, root: Path, sources: list[Source], kind: str) -> tuple[dict[str, Any] | None, str]:
+    """The environment reused records must match, and where it was read (see the module doc)."""
+    env_json = root / "env.json"
+    if env_json.is_file():
+        from orchestrator.store.sweepdir import SweepDir
+
+        recorded = SweepDir(root).recorded_env()
+        if recorded:
+            return env_of(recorded), str(env_json)
+    if not sources:
+        return None, ""
+    if kind != "slurm" or spec.kernel.impl == "replay":
+        try:
+            return local_env(spec), "this machine" if spec.kernel.impl != "replay" else "the replay source"
+        except ImportError:  # planning where jax is not installed: the documents say
+            log.info("jax is not importable here; the environment of reuse is taken from the documents")
+    for src in sources:
+        env = document_env(src.doc)
+        if env is not None:
+            return env, f"{src.path} (the workers are assumed to run where it was measured)"
+    return None, ""
+
+
+def plan_with_reuse(spec: SweepSpec, root: Path, output: Path, units: int | None, costs: CostTable | None,
+                    request: ReuseRequest | None, kind: str | None = None) -> Planned:
+    """Expand the spec, set aside what the sources hold, shard the rest (``costs`` first, then the
+    sources' measured costs, then the model)."""
+    request = request or ReuseRequest()
+    items = expand(spec)
+    sources = load_sources(output, [*request.documents, *spec.reuse.documents])
+    env, env_from = target_env(spec, root, sources, kind or spec.executor.kind)
+    errors = (spec.reuse.errors or request.errors) and request.remeasure != "errors"
+    found = find_reuse(spec, items, sources, env, env_from, errors=errors, records=request.remeasure != "all")
+    table = _combined(costs, found.costs)
+    todo = [it for it in items if it.index not in found.records] if found.records else items
+    planned = shard_items(spec, todo, units, table)
+    reused = reuse_unit(items, found, len(planned)) if found.records else None
+    log.info("planned %d items: %d reused, %d in %d units", len(items), found.reused, len(todo), len(planned))
+    return Planned(items, planned, reused, found)
+
+
+def _combined(first: CostTable | None, then: CostTable | None) -> CostTable | None:
+    """Measured costs of ``first`` (``--costs``), filled in from ``then`` (the reuse sources)."""
+    if first is None or then is None:
+        return first or then
+    return CostTable({**then.costs, **first.costs}, source=f"{first.source}, {then.source}")

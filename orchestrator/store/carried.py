@@ -1,0 +1,92 @@
+"""Reused records in the sweep directory: one more unit, written at plan time.
+
+Where carried records live: ``write_reuse_unit`` writes them, at plan time, as one more unit
+of the sweep (origin ``reuse`` in ``units.json``), with its partial (a header naming the
+sources, then one record line per reused item, each record saying ``reused_from``) and its
+completion marker, before the unit enters the index. So every reader treats them as it treats
+measured records, with no special case: status counts the unit done, the merger (and the final
+merge job on SLURM) merges its partial, resume finds its items recorded, round 2 of halving
+reads them as screens or full records, and a document appended into keeps them by the newest
+rule (the unit's start time is the planning time). The header's environment is the one the
+records were checked against: if the workers turn out to run elsewhere, the merger quarantines
+the unit's partial (its environment differs from ``env.json``) and resume measures its items.
+``reuse.json`` in the sweep directory says what was reused from where and what was not, and why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+from orchestrator.planning import Unit, WorkItem
+from orchestrator.spec.model import SCHEMA_VERSION, canonical_hash
+from orchestrator.store.reuse import Found
+from orchestrator.store.sweepdir import SweepDir, atomic_open, atomic_write_json, now_iso, read_json
+
+REUSE_FILE = "reuse.json"
+ORIGIN = "reuse"
+
+
+def reuse_unit(items: list[WorkItem], found: Found, index: int) -> Unit:
+    """The unit that holds the reused items (plan order); its id hashes them, marked reuse."""
+    unit = Unit(index, [it for it in items if it.index in found.records])
+    unit.id = canonical_hash([ORIGIN, *(it.id for it in unit.items)], length=12)
+    for it in unit.items:
+        it.unit = index
+    return unit
+
+
+def write_reuse_unit(sd: SweepDir, unit: Unit, found: Found) -> None:
+    """The reuse unit's partial and completion marker, then its place in the index (the caller
+    holds the sweep's lock), and ``reuse.json``."""
+    header = {
+        "schema": SCHEMA_VERSION,
+        "unit": unit.id,
+        "sweep": sd.spec.fingerprint(),
+        "attempt": 1,
+        "device": {"device_kind": (found.env or {}).get("device_kind")},
+        "env": found.env,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "slurm_job_id": None,
+        "started": now_iso(),
+        "reuse": {c.path: c.reused for c in found.sources if c.reused},
+    }
+    with atomic_open(sd.partial_path(unit.id)) as f:
+        f.write(json.dumps({"header": header}, separators=(",", ":")) + "\n")
+        for it in unit.items:
+            rec = found.records[it.index][0]
+            f.write(json.dumps({"id": it.id, "attempt": 1, "record": rec}, separators=(",", ":")) + "\n")
+    n = len(unit.items)
+    errors = sum("error" in found.records[it.index][0] for it in unit.items)
+    screened = sum(bool(found.records[it.index][0].get("screened")) for it in unit.items)
+    atomic_write_json(
+        sd.marker_path(unit.id),
+        {
+            "unit": unit.id,
+            "attempt": 1,
+            "round": 1,
+            "done": n,
+            "errors": errors,
+            "screened": screened,
+            "total": n,
+            "already": 0,
+            "stopped": False,
+            "reused": n,
+            "compiled": 0,
+            "finished": now_iso(),
+        },
+    )
+    sd.add_units([unit], origin=ORIGIN)
+    atomic_write_json(sd.root / REUSE_FILE, {"unit": unit.id, "created": now_iso(), **found.summary()}, indent=1)
+
+
+def read_summary(sd: SweepDir) -> dict[str, Any] | None:
+    """What planning reused (``reuse.json``), or None where nothing was."""
+    path = sd.root / REUSE_FILE
+    if not path.is_file():
+        return None
+    data = read_json(path, "reuse summary")
+    return data if isinstance(data, dict) else None

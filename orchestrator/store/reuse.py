@@ -1,0 +1,327 @@
+"""Reuse: records an earlier results document already holds are carried into a sweep at
+planning time instead of being measured again.
+
+Sources, in order of preference: the sweep's output document, then the documents named with
+``--reuse`` and in the spec's ``reuse.documents``. A record stands for an item of the new plan
+when it has the item's identity (``records.item_id``: identity and config fields, tag included),
+fits the record layout (``layouts.check_record``), and was measured in a compatible environment
+with compatible settings (``spec.compat``: the one home of that rule). Only items the worker
+would compile and time are reused (pruned and invalid ones cost nothing). Error records are
+reused only when asked (a new jax may fix a compile failure). Of several compatible records of
+one item a full one beats a screened one (halving needs no screen of a config timed in full),
+then a success beats an error, then the earlier source.
+
+How a document's records were measured is read from its tilesweep blocks (its own and the
+``earlier`` ones of appended sweeps): a record's ``unit`` names the block whose ``attempts``
+hold it; a record of a unit no block names falls to the document's own block (a sweep of the
+same fingerprint appended into it replaced the block). A record without a ``unit`` (a
+reference-run document, another tool) has no known settings and is not reused; such a document
+still gives its costs to the cost model.
+
+Where carried records live in the sweep directory, ``carried`` says.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ResultsError
+from orchestrator.planning import RUN, WorkItem
+from orchestrator.planning.costs import CostTable, cost_table
+from orchestrator.planning.halving import HALVING
+from orchestrator.spec.compat import env_differences, env_of, measurement_differences, measurement_key
+from orchestrator.spec.model import SweepSpec
+from orchestrator.spec.records import item_id
+from orchestrator.store.document import ResultsDoc, load, paused_gc
+from orchestrator.store.layouts import check_record
+
+log = logging.getLogger(__name__)
+
+_STRIP = ("unit", "attempt", "reused_from", "device")
+
+
+@dataclass
+class SourceCount:
+    """What one source document gave, and why the rest of its records of this plan were not taken."""
+
+    path: str
+    role: str  # "output" or "--reuse"
+    records: int = 0  # records of this plan's items that can be measured (the rest is not counted)
+    reused: int = 0
+    errors: int = 0  # of the reused, error records
+    other_device: int = 0
+    other_env: int = 0  # jax or jaxlib differ
+    other_measurement: int = 0
+    unknown: int = 0  # no tilesweep block says how they were measured
+    errors_left: int = 0  # error records, measured again (reuse errors not asked)
+    screened_left: int = 0  # screened records a full sweep cannot use
+    damaged: int = 0
+    superseded: int = 0  # compatible, but another record of the item was preferred
+    device_kind: Any = None
+    why: list[str] = field(default_factory=list)  # one line per kind of refusal
+
+
+@dataclass
+class Found:
+    """Reuse decided for a plan: the reused records by plan index, and what each source gave."""
+
+    records: dict[int, tuple[dict[str, Any], str]] = field(default_factory=dict)  # index -> (record, source)
+    sources: list[SourceCount] = field(default_factory=list)
+    env: dict[str, Any] | None = None  # the environment records were checked against
+    env_from: str = ""
+    costs: CostTable | None = None  # measured costs of every source, for the items still planned
+
+    @property
+    def reused(self) -> int:
+        return len(self.records)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "reused": self.reused,
+            "env": self.env,
+            "env_from": self.env_from,
+            "sources": [asdict(s) for s in self.sources],
+        }
+
+
+# ---------------------------------------------------------------------------- sources
+
+
+@dataclass
+class Source:
+    """One document offered for reuse: the output document or a named one."""
+
+    doc: ResultsDoc
+    role: str  # "output" or "--reuse"
+    path: str  # absolute: what reused records' ``reused_from`` says
+
+
+def load_sources(output: Path, named: Iterable[str]) -> list[Source]:
+    """The output document when it exists (a file there that is not a results document is
+    left to the merger, which refuses or overwrites it: a warning here), then each named
+    document, which must be a results document (one line naming it otherwise)."""
+    out: list[Source] = []
+    seen: set[str] = set()
+    if output.is_file():
+        try:
+            out.append(Source(load(output), "output", os.path.abspath(output)))
+            seen.add(os.path.realpath(output))
+        except ResultsError as exc:
+            log.warning("%s; nothing reused from it", exc.message)
+    for path in named:
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        out.append(Source(load(path, role="--reuse"), "--reuse", os.path.abspath(path)))
+    return out
+
+
+def document_env(doc: ResultsDoc) -> dict[str, Any] | None:
+    """The environment a document's own sweep measured in (its tilesweep block's ``env``, else
+    its device block); None for a document that names none."""
+    ts = doc.extra.get("tilesweep")
+    if isinstance(ts, dict) and isinstance(ts.get("env"), dict):
+        return env_of(ts["env"])
+    return env_of(doc.device) if doc.device.get("device_kind") else None
+
+
+def _blocks(doc: ResultsDoc) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """Unit -> the tilesweep block that measured it, and the document's own block."""
+    ts = doc.extra.get("tilesweep")
+    if not isinstance(ts, dict):
+        return {}, None
+    units: dict[str, dict[str, Any]] = {}
+    earlier = ts.get("earlier")
+    for block in [*(e for e in (earlier if isinstance(earlier, list) else []) if isinstance(e, dict)), ts]:
+        attempts = block.get("attempts")
+        for unit in attempts if isinstance(attempts, dict) else ():
+            units[unit] = block
+    return units, ts
+
+
+# ---------------------------------------------------------------------------- choosing
+
+
+@dataclass
+class _Want:
+    """What this sweep accepts: the items by id, its environment and measurement keys."""
+
+    items: dict[str, WorkItem]
+    env: dict[str, Any]
+    full: tuple[Any, ...]
+    screen: tuple[Any, ...] | None  # halving: the key of a screen; None in a full sweep
+    errors: bool
+    mix_devices: bool
+
+
+def _want(spec: SweepSpec, items: list[WorkItem], env: dict[str, Any], errors: bool) -> _Want:
+    dumped = spec.model_dump(mode="json")
+    return _Want(
+        {it.id: it for it in items if it.kind == RUN},
+        env,
+        measurement_key(dumped, False),
+        measurement_key(dumped, True) if spec.timing.strategy == HALVING else None,
+        errors,
+        spec.merge.mix_devices,
+    )
+
+
+def _judge_block(
+    block: dict[str, Any] | None, doc_env: dict[str, Any] | None, want: _Want, screened: bool, count: SourceCount
+) -> str | None:
+    """Which counter a record measured by ``block`` falls in, or None when it is compatible."""
+    if block is None:
+        return "unknown"
+    env = env_of(block["env"]) if isinstance(block.get("env"), dict) else doc_env or {}
+    spec = block.get("spec")
+    dumped: dict[str, Any] = spec if isinstance(spec, dict) else {}
+    if not want.mix_devices and _other_device(env.get("device_kind"), want):
+        count.device_kind = env.get("device_kind")
+        return "other_device"
+    diff = env_differences(env, want.env, ignore_device=True)
+    if diff:
+        _say(count, f"another environment ({', '.join(diff)})")
+        return "other_env"
+    mine = want.screen if screened else want.full
+    if mine is None:  # a screen, and this sweep times in full
+        return "screened_left"
+    key = measurement_key(dumped, screened)
+    if key != mine:
+        _say(count, f"measured with other settings: {', '.join(measurement_differences(key, mine))}")
+        return "other_measurement"
+    return None
+
+
+def _other_device(kind: Any, want: _Want) -> bool:
+    return kind is not None and want.env.get("device_kind") is not None and kind != want.env["device_kind"]
+
+
+def _say(count: SourceCount, text: str) -> None:
+    if text not in count.why and len(count.why) < 3:
+        count.why.append(text)
+
+
+def _rank(rec: Mapping[str, Any]) -> int:
+    """Of two compatible records of an item, the higher rank wins (ties: the earlier source)."""
+    return (0 if rec.get("screened") else 2) + (0 if "error" in rec else 1)
+
+
+def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[str, tuple[dict[str, Any], str]]) -> None:
+    """Offer every record of ``doc`` that has an item of this plan."""
+    units, own = _blocks(doc)
+    doc_env = document_env(doc)
+    verdicts: dict[tuple[int, bool], str | None] = {}
+    for rec in doc.results:
+        try:
+            iid = item_id(rec)
+        except (KeyError, TypeError):
+            continue  # not an identity of this plan
+        if iid not in want.items:
+            continue
+        count.records += 1
+        unit = rec.get("unit")
+        block = None if unit is None else units.get(unit, own)
+        screened = rec.get("screened") is True
+        vkey = (id(block), screened)
+        if vkey not in verdicts:
+            verdicts[vkey] = _judge_block(block, doc_env, want, screened, count)
+        why = verdicts[vkey]
+        if why is None and not want.mix_devices and _other_device(rec.get("device"), want):
+            why, count.device_kind = "other_device", rec["device"]  # carried into a document of mixed devices
+        if why is None and "error" in rec and not want.errors:
+            why = "errors_left"
+        if why is None:
+            body = {k: v for k, v in rec.items() if k not in _STRIP}
+            bad, order = check_record(iid, body)
+            if bad is not None:
+                why = "damaged"
+                _say(count, f"damaged records (first: {bad})")
+            elif order is not None:
+                body = {k: body[k] for k in order}
+        if why is not None:
+            setattr(count, why, getattr(count, why) + 1)
+            continue
+        # provenance: the document, and the unit and attempt that measured the record there
+        body["reused_from"] = f"{count.path} unit {unit} attempt {rec.get('attempt')}"
+        prev = chosen.get(iid)
+        if prev is not None and _rank(prev[0]) >= _rank(body):
+            continue  # counted as superseded by find_reuse
+        kind = rec.get("device") or (doc_env or {}).get("device_kind")
+        if kind is not None and kind != want.env.get("device_kind"):
+            body["device"] = str(kind)
+        chosen[iid] = (body, count.path)
+
+
+def find_reuse(
+    spec: SweepSpec,
+    items: list[WorkItem],
+    sources: list[Source],
+    env: dict[str, Any] | None,
+    env_from: str,
+    *,
+    errors: bool,
+    records: bool = True,
+) -> Found:
+    """Which items of ``items`` the ``sources`` hold a compatible record of (``records`` false:
+    none, as ``--remeasure all`` asks; the costs are taken all the same)."""
+    found = Found(env=env, env_from=env_from, costs=_costs(sources))
+    if not records or env is None or not sources:
+        return found
+    want = _want(spec, items, env, errors)
+    chosen: dict[str, tuple[dict[str, Any], str]] = {}
+    with paused_gc():
+        for src in sources:
+            count = SourceCount(src.path, src.role)
+            _scan(src.doc, count, want, chosen)
+            found.sources.append(count)
+    by_source = {c.path: c for c in found.sources}
+    for iid, (body, source) in chosen.items():
+        found.records[want.items[iid].index] = (body, source)
+        c = by_source[source]
+        c.reused += 1
+        c.errors += "error" in body
+    for c in found.sources:
+        c.superseded = c.records - c.reused - sum(getattr(c, k) for k in _REFUSALS)
+    _warn(found)
+    return found
+
+
+_REFUSALS = ("other_device", "other_env", "other_measurement", "unknown", "errors_left", "screened_left", "damaged")
+
+
+def _costs(sources: list[Source]) -> CostTable | None:
+    """Measured seconds per config of every source (earlier sources win), for the cost model."""
+    merged: dict[tuple, float] = {}
+    for src in reversed(sources):
+        try:
+            merged.update(cost_table(src.doc.results, src.doc.config, source=src.path).costs)
+        except ResultsError:
+            continue  # no record with timings: the model prices its items
+    return CostTable(merged, source=", ".join(s.path for s in sources)) if merged else None
+
+
+def _warn(found: Found) -> None:
+    """One warning per source for records of another device kind, and per damaged source."""
+    for c in found.sources:
+        if c.other_device:
+            log.warning(
+                "%s: %d records of device %r, this sweep's is %r: not reused (merge.mix_devices: true "
+                "reuses them, each carrying its device)",
+                c.path,
+                c.other_device,
+                c.device_kind,
+                (found.env or {}).get("device_kind"),
+            )
+        if c.damaged:
+            log.warning(
+                "%s: %d damaged records not reused (%s); their items are measured",
+                c.path,
+                c.damaged,
+                "; ".join(w for w in c.why if w.startswith("damaged")),
+            )

@@ -1,0 +1,170 @@
+"""Reuse (issue 15): what an earlier results document holds is carried into a sweep, not
+measured again, only where it was measured the same way on the same device; what cannot be
+reused is said, once, with counts.
+
+One real sweep (interpret mode, real compiles) makes the first document; the rest plans
+against it or against copies of it changed the way a user's documents differ."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.control.reuseplan import ReuseRequest, plan_with_reuse
+from orchestrator.spec.files import load_spec
+from tests.conftest import SAMPLE, TINY_SPEC, run_cli
+from tests.helpers import assert_one_line_error
+
+# fwd only: auto plus one forced config (two compiles); the extension adds one block_q.
+FIRST = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [32], "append": True}
+EXTENDED = {**FIRST, "fwd_block_q": [32, 64]}
+
+
+def write(folder: Path, name: str, data: dict[str, Any]) -> Path:
+    path = folder / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def first_doc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The document of a real two-config sweep (run here, in-process workers)."""
+    folder = tmp_path_factory.mktemp("first")
+    spec = write(folder, "first.json", {**FIRST, "output": str(folder / "results.json")})
+    r = run_cli("run", str(spec), "--sweep-dir", str(folder / "sweep"), "--executor", "debug")
+    assert r.returncode == 0, r.stderr
+    return folder / "results.json"
+
+
+def markers(sweep: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((sweep / "done").glob("*.json"))]
+
+
+def plan_against(tmp_path: Path, data: dict[str, Any], request: ReuseRequest | None = None) -> Any:
+    spec_path = write(tmp_path, "spec.json", {**data, "output": str(tmp_path / "out.json")})
+    spec = load_spec(str(spec_path))
+    return plan_with_reuse(spec, tmp_path / "sweep", Path(spec.output), None, None, request)
+
+
+def test_an_extended_grid_compiles_only_its_new_config(tmp_path: Path, first_doc: Path) -> None:
+    out = tmp_path / "results.json"
+    shutil.copy(first_doc, out)
+    spec = write(tmp_path, "extended.json", {**EXTENDED, "output": str(out)})
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
+    assert r.returncode == 0, r.stderr
+    assert f"reused 2 items measured before (not measured again): 2 from {out}" in r.stderr
+    workers = [m for m in markers(sweep) if "reused" not in m]
+    assert sum(m["compiled"] for m in workers) == 1  # the new block_q only
+    starts = [json.loads(line) for p in (sweep / "partials").glob("*.jsonl") for line in p.read_text().splitlines()]
+    assert sum("start" in line for line in starts) == 1
+    doc = json.loads(out.read_text())
+    assert len(doc["results"]) == 3 and doc["tilesweep"]["reused"]["records"] == 2
+    reused = [rec for rec in doc["results"] if "reused_from" in rec]
+    assert {rec.get("block_q") for rec in reused} == {None, 32}  # auto and the first config
+    assert all(rec["reused_from"].startswith(f"{out} unit ") for rec in reused)
+    first = {(rec["config"], rec.get("block_q")): rec for rec in json.loads(first_doc.read_text())["results"]}
+    for rec in reused:  # carried as measured
+        assert rec["median_ms"] == first[(rec["config"], rec.get("block_q"))]["median_ms"]
+    st = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    assert st["complete"] and st["done"] == 3
+    # a rerun of the same spec into a new sweep directory measures nothing at all
+    again = plan_against(tmp_path, {**EXTENDED}, ReuseRequest([str(out)]))
+    assert again.found.reused == 3 and again.units == []
+
+
+def test_other_timing_or_another_device_reuses_nothing(tmp_path: Path, first_doc: Path, caplog) -> None:
+    slower = plan_against(tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "target_ms": 2}},
+                          ReuseRequest([str(first_doc)]))
+    (src,) = slower.found.sources
+    assert slower.found.reused == 0 and src.other_measurement == 2
+    assert src.why == ["measured with other settings: ms per sample 1.0 vs 2.0 here"]
+    doc = json.loads(first_doc.read_text())
+    doc["tilesweep"]["env"]["device_kind"] = doc["device"]["device_kind"] = "NVIDIA H100 80GB HBM3"
+    other = write(tmp_path, "h100.json", doc)
+    with caplog.at_level(logging.WARNING):
+        elsewhere = plan_against(tmp_path, EXTENDED, ReuseRequest([str(other)]))
+    assert elsewhere.found.reused == 0 and elsewhere.found.sources[0].other_device == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(other) in warnings[0] and "2 records of device 'NVIDIA H100" in warnings[0]
+    mixed = plan_against(tmp_path, {**EXTENDED, "merge": {"mix_devices": True}}, ReuseRequest([str(other)]))
+    assert mixed.found.reused == 2
+    assert all(rec["device"] == "NVIDIA H100 80GB HBM3" for rec, _ in mixed.found.records.values())
+
+
+def test_errors_are_measured_again_unless_asked_and_remeasure_overrides(tmp_path: Path, first_doc: Path) -> None:
+    doc = json.loads(first_doc.read_text())
+    forced = next(rec for rec in doc["results"] if rec["config"] == "forced")
+    for k in ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms"):
+        forced.pop(k)
+    forced["error"] = "CompileError: a failure a new jax may fix"
+    failed = write(tmp_path, "failed.json", doc)
+    assert plan_against(tmp_path, EXTENDED, ReuseRequest([str(failed)])).found.reused == 1  # auto only
+    asked = plan_against(tmp_path, {**EXTENDED, "reuse": {"errors": True}}, ReuseRequest([str(failed)]))
+    assert asked.found.reused == 2 and asked.found.sources[0].errors == 1
+    overridden = ReuseRequest([str(failed)], remeasure="errors", errors=True)
+    assert plan_against(tmp_path, EXTENDED, overridden).found.reused == 1
+    everything = plan_against(tmp_path, EXTENDED, ReuseRequest([str(first_doc)], remeasure="all"))
+    assert everything.found.reused == 0 and sum(len(u.items) for u in everything.units) == 3
+    assert everything.found.costs is not None and len(everything.found.costs) == 2  # costs for free all the same
+
+
+def test_damaged_records_are_measured_with_a_warning_naming_the_file(tmp_path: Path, first_doc: Path,
+                                                                     caplog) -> None:
+    doc = json.loads(first_doc.read_text())
+    next(rec for rec in doc["results"] if rec["config"] == "forced")["median_ms"] = "fast"
+    damaged = write(tmp_path, "damaged.json", doc)
+    with caplog.at_level(logging.WARNING):
+        planned = plan_against(tmp_path, EXTENDED, ReuseRequest([str(damaged)]))
+    assert planned.found.reused == 1 and planned.found.sources[0].damaged == 1
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert str(damaged) in warning and "median_ms is str" in warning
+
+
+def test_a_reuse_document_that_is_not_one_is_one_line(tmp_path: Path) -> None:
+    spec = write(tmp_path, "spec.json", {**EXTENDED, "output": str(tmp_path / "out.json")})
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"results": "soon"}')
+    r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(notes))
+    assert_one_line_error(r, f"--reuse {notes}", "not a results document")
+    r = run_cli("run", str(spec), "--reuse", str(tmp_path / "missing.json"), "--sweep-dir", str(tmp_path / "s"))
+    assert_one_line_error(r, "missing.json", "no such file")
+    assert not (tmp_path / "s").exists()
+
+
+# ---------------------------------------------------------------------------- halving, replayed
+
+HALVING = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [2048], "modes": ["fwd"], "fwd_block_k": [32, 64],
+           "sharding": {"units": 2}, "timing": {"strategy": "halving", "keep": 2}, "append": True,
+           "kernel": {"impl": "replay"}, "replay": {"source": str(SAMPLE)}, "executor": {"kind": "debug"}}
+
+
+def test_halving_reuses_full_records_as_done_and_screens_as_screens(tmp_path: Path) -> None:
+    config = json.loads(SAMPLE.read_text())["config"]
+    out = tmp_path / "results.json"
+    first = write(tmp_path, "first.json", {**config, **HALVING, "output": str(out)})
+    assert run_cli("run", str(first), "--sweep-dir", str(tmp_path / "a")).returncode == 0
+    before = {(r["block_q"], r["block_k"], r["num_stages"], r["num_warps"]): r for r in
+              json.loads(out.read_text())["results"] if r["config"] == "forced"}
+    full_before = {k for k, r in before.items() if "screened" not in r and "error" not in r}
+    extended = write(tmp_path, "extended.json", {**config, **HALVING, "fwd_block_k": [32, 64, 128],
+                                                 "output": str(out)})
+    sweep = tmp_path / "b"
+    r = run_cli("run", str(extended), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    units = json.loads((sweep / "units.json").read_text())
+    measured = [json.loads(line) for u in units if u["origin"] != "reuse"
+                for line in (sweep / "partials" / f"{u['id']}.jsonl").read_text().splitlines()]
+    records = [line["record"] for line in measured if "record" in line]
+    round1 = [rec for rec in records if rec.get("screened") or "error" in rec]
+    assert round1 and all(rec["block_k"] == 128 for rec in round1)  # round 1 screens only the new configs
+    timed = {(r["block_q"], r["block_k"], r["num_stages"], r["num_warps"]) for r in records
+             if r["config"] == "forced" and not r.get("screened") and "error" not in r}
+    assert not timed & full_before  # a config timed in full before is never timed again
+    doc = json.loads(out.read_text())
+    assert len(doc["results"]) == 1 + 3 * 3 * 3 * 2 and doc["tilesweep"]["reused"]["records"] == 1 + len(before)
