@@ -245,3 +245,38 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and (tmp_path / "newdir" / "t.json").exists()
     with pytest.raises(TilesweepError, match="cannot write"):
         run_handler(["export", str(src), "--out", str(tmp_path / "a-file" / "t.json")], capsys)
+
+
+def _sweep_doc(kind: str, jax: str, started: str, unit: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A tilesweep document: its records name their unit, its block when that unit started."""
+    for r in records:
+        r.update(unit=unit, attempt=1)
+    block = {"env": {"jax": jax, "device_kind": kind}, "attempts": {unit: [{"attempt": 1, "started": started}]}}
+    return {"device": {"jax": jax, "device_kind": kind}, "config": {"tag": "t"}, "results": records,
+            "tilesweep": block}
+
+
+def test_export_of_several_documents_keeps_the_newest_record_per_identity(tmp_path: Path, capsys) -> None:
+    old = write(tmp_path, _sweep_doc("NVIDIA H100", "0.10.0", "2026-01-01T00:00:00+00:00", "u1", [
+        rec(auto=True, ms=2.0), rec(ms=1.0), rec(ms=1.5, block_q=64)]), "old.json")
+    new = write(tmp_path, _sweep_doc("NVIDIA H100", "0.11.2", "2026-06-01T00:00:00+00:00", "u2", [
+        rec(ms=1.8), rec(ms=0.9, seq=4096)]), "new.json")
+    a100 = write(tmp_path, _sweep_doc("NVIDIA A100", "0.5.0", "2026-07-01T00:00:00+00:00", "u3", [
+        rec(ms=0.1), rec(ms=0.1, block_q=64), rec(auto=True, ms=0.1)]), "a100.json")
+    out = tmp_path / "tuned.json"
+    for order in ([old, new, a100], [a100, new, old]):
+        rc, stdout, _ = run_handler(["export", *map(str, order), "--device", "NVIDIA H100", "--out", str(out)],
+                                    capsys)
+        assert rc == 0
+        assert "kept the newest of 4 identities of device 'NVIDIA H100'" in stdout
+        assert f"3 of another device ('NVIDIA A100': 3 in {a100})" in stdout
+        assert "1 superseded by a record measured with a newer jax" in stdout
+        table = load(out)
+        # the newer jax measured bq128 slower: bq64 (measured once, by the old jax) is now best
+        assert table.lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")["block_q"] == 64
+        entries = json.loads(out.read_text())["entries"]
+        assert {(e["seq"], e["median_ms"]) for e in entries} == {(2048, 1.5), (4096, 0.9)}
+    from orchestrator.errors import TilesweepError
+
+    with pytest.raises(TilesweepError, match="no record of device 'TPU v5'"):
+        run_handler(["export", str(old), str(new), "--device", "TPU v5", "--out", str(out)], capsys)

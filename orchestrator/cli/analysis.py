@@ -51,7 +51,9 @@ def register(subparsers: Any) -> None:
         "(format tilesweep-tuned) for kernels.tuned.TunedTable. A problem where auto was "
         "faster than every forced config gets config null (use auto).",
     )
-    p.add_argument("results", help="results document (JSON)")
+    p.add_argument("results", nargs="+", help="results documents (JSON); of several, per record identity the "
+                   "newest record of the chosen device kind is kept")
+    p.add_argument("--device", metavar="KIND", help="device kind to export (default: the first document's)")
     p.add_argument("--out", required=True, metavar="FILE", help="tuned table to write (atomically)")
     p.add_argument("--keep-slower", action="store_true",
                    help="export the best forced config even where auto was faster")
@@ -113,7 +115,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.analysis import export
     from orchestrator.store import document as results_doc
 
-    doc = results_doc.load(args.results)
+    docs = [results_doc.load(path) for path in args.results]
+    doc = docs[0]
+    if len(docs) > 1 or args.device is not None:
+        from orchestrator.analysis.combine import combine, describe
+
+        doc, combined = combine(docs, args.device)
+        print(describe(combined, len(docs)))
+        if not combined.kept:
+            raise TilesweepError(f"no record of device {combined.device_kind!r} in {', '.join(args.results)}; "
+                                 "pass --device with a kind they hold")
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
     try:
         export.write_atomic(args.out, table)

@@ -54,7 +54,7 @@ def append_into(
         )
     old_ts = existing.extra.get("tilesweep")
     old_ts = old_ts if isinstance(old_ts, dict) else {}
-    texts, kept, kept_errors = _records(existing, slots, _measured(old_ts), mixing, new_kind)
+    texts, kept, kept_errors = _records(existing, slots, measured_times(old_ts), mixing, new_kind)
     new_head = dict(head)
     new_head["device"] = head["device"] if mixing or not existing.device else existing.device
     earlier = [e for e in old_ts.get("earlier", []) if isinstance(e, dict)] if old_ts else []
@@ -79,7 +79,7 @@ def _records(
 
     def ours(pi: int) -> str:
         t = slots.text[pi] or ""
-        return _with_device(t, new_kind) if mixing else t
+        return _with_device(t, new_kind) if mixing and "\n   \"device\": " not in t else t
 
     for rec in _drain(existing.results):
         try:
@@ -112,7 +112,7 @@ def _drain(records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield records.pop()
 
 
-def _measured(old_ts: dict[str, Any]) -> dict[tuple[Any, Any], str]:
+def measured_times(old_ts: dict[str, Any]) -> dict[tuple[Any, Any], str]:
     """When each (unit, attempt) of the document was measured, where its tilesweep blocks
     (its own and the ``earlier`` ones) say: records of tilesweep documents carry unit and
     attempt, their blocks the attempts' start times."""
