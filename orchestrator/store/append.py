@@ -79,7 +79,7 @@ def _records(
 
     def ours(pi: int) -> str:
         t = slots.text[pi] or ""
-        return _with_device(t, new_kind) if mixing and "\n   \"device\": " not in t else t
+        return _with_device(t, new_kind) if mixing and '\n   "device": ' not in t else t
 
     for rec in _drain(existing.results):
         try:

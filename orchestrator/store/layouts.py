@@ -56,6 +56,17 @@ def _judge_layout(keys: tuple[str, ...], types: tuple[type, ...], mode: Any, con
 
 def check_record(iid: Any, rec: Any) -> tuple[str | None, tuple[str, ...] | None]:
     """(why the record is unusable or None, canonical key order if it must be reordered)."""
+    why, order = check_layout(rec)
+    if why is not None:
+        return why, None
+    if not isinstance(iid, str) or item_id(rec) != iid:
+        return f"id {iid!r} is not the id of the record's identity fields", None
+    return None, order
+
+
+def check_layout(rec: Any) -> tuple[str | None, tuple[str, ...] | None]:
+    """``check_record`` less the id: for a record whose identity values were matched, with their
+    exact types (which the layout checks), against an item whose id is known."""
     if not isinstance(rec, dict):
         return "record is not an object", None
     keys = tuple(rec)
@@ -68,6 +79,4 @@ def check_record(iid: Any, rec: Any) -> tuple[str | None, tuple[str, ...] | None
         return "mode/config is not a string", None
     if isinstance(verdict, str):
         return verdict, None
-    if not isinstance(iid, str) or item_id(rec) != iid:
-        return f"id {iid!r} is not the id of the record's identity fields", None
     return None, verdict

@@ -25,20 +25,20 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ResultsError
 from orchestrator.planning import RUN, WorkItem
-from orchestrator.planning.costs import CostTable, cost_table
+from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.planning.halving import HALVING
 from orchestrator.spec.compat import env_differences, env_of, measurement_differences, measurement_key
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import item_id
+from orchestrator.spec.records import key_getter, key_of
 from orchestrator.store.document import ResultsDoc, load, paused_gc
-from orchestrator.store.layouts import check_record
+from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 
 log = logging.getLogger(__name__)
 
@@ -150,21 +150,25 @@ def _blocks(doc: ResultsDoc) -> tuple[dict[str, dict[str, Any]], dict[str, Any] 
 
 @dataclass
 class _Want:
-    """What this sweep accepts: the items by id, its environment and measurement keys."""
+    """What this sweep accepts: its items by ``record_key`` (``key_of``), whether records are
+    reused at all (costs are taken either way), its environment and measurement keys."""
 
-    items: dict[str, WorkItem]
+    items: dict[tuple[Any, ...], WorkItem]
+    reuse: bool
     env: dict[str, Any]
     full: tuple[Any, ...]
     screen: tuple[Any, ...] | None  # halving: the key of a screen; None in a full sweep
     errors: bool
     mix_devices: bool
+    priced: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[int, int]]] = field(default_factory=dict)
 
 
-def _want(spec: SweepSpec, items: list[WorkItem], env: dict[str, Any], errors: bool) -> _Want:
+def _want(spec: SweepSpec, items: list[WorkItem], env: dict[str, Any] | None, errors: bool, reuse: bool) -> _Want:
     dumped = spec.model_dump(mode="json")
     return _Want(
-        {it.id: it for it in items if it.kind == RUN},
-        env,
+        {key_of(*it.shape, it.mode, it.config, it.params): it for it in items if it.kind == RUN},
+        reuse and env is not None,
+        env or {},
         measurement_key(dumped, False),
         measurement_key(dumped, True) if spec.timing.strategy == HALVING else None,
         errors,
@@ -212,17 +216,45 @@ def _rank(rec: Mapping[str, Any]) -> int:
     return (0 if rec.get("screened") else 2) + (0 if "error" in rec else 1)
 
 
-def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[str, tuple[dict[str, Any], str]]) -> None:
+def _matches(doc: ResultsDoc, want: _Want) -> Iterator[tuple[dict[str, Any], WorkItem]]:
+    """(record, item) for each record of ``doc`` with the identity of an item of the plan, tag
+    included; the first record of each item's identity less the tag goes to ``want.priced`` with
+    the document's timing, for the cost model (costs do not depend on a tag; priced only for the
+    items left to measure, by ``find_reuse``)."""
+    getters: dict[tuple[Any, Any], Any] = {}
+    config = doc.config
+    timing = config.get("timing")
+    timing = timing if isinstance(timing, dict) else {}
+    how = (int(config.get("repeats") or 5), int(timing.get("warmup", 1)))
+    priced = want.priced
+    items = want.items
+    for rec in doc.results:
+        kind = (rec.get("mode"), rec.get("config"))
+        getter = getters.get(kind)
+        if getter is None:
+            if kind not in MODES_CONFIGS:
+                continue
+            getter = getters[kind] = key_getter(*kind)
+        try:
+            key = getter(rec)
+            it = items.get(key)
+        except (KeyError, TypeError):  # a field missing, or an unhashable value: not an item of this plan
+            continue
+        if it is None:
+            continue
+        if key not in priced:
+            priced[key] = (rec, how)
+        if rec.get("tag") == it.tag:
+            yield rec, it
+
+
+def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[int, tuple[dict[str, Any], str]]) -> None:
     """Offer every record of ``doc`` that has an item of this plan."""
     units, own = _blocks(doc)
     doc_env = document_env(doc)
     verdicts: dict[tuple[int, bool], str | None] = {}
-    for rec in doc.results:
-        try:
-            iid = item_id(rec)
-        except (KeyError, TypeError):
-            continue  # not an identity of this plan
-        if iid not in want.items:
+    for rec, it in _matches(doc, want):
+        if not want.reuse:
             continue
         count.records += 1
         unit = rec.get("unit")
@@ -238,7 +270,7 @@ def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[str, tu
             why = "errors_left"
         if why is None:
             body = {k: v for k, v in rec.items() if k not in _STRIP}
-            bad, order = check_record(iid, body)
+            bad, order = check_layout(body)  # the identity matched the item's with the types the layout checks
             if bad is not None:
                 why = "damaged"
                 _say(count, f"damaged records (first: {bad})")
@@ -249,13 +281,13 @@ def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[str, tu
             continue
         # provenance: the document, and the unit and attempt that measured the record there
         body["reused_from"] = f"{count.path} unit {unit} attempt {rec.get('attempt')}"
-        prev = chosen.get(iid)
+        prev = chosen.get(it.index)
         if prev is not None and _rank(prev[0]) >= _rank(body):
             continue  # counted as superseded by find_reuse
         kind = rec.get("device") or (doc_env or {}).get("device_kind")
         if kind is not None and kind != want.env.get("device_kind"):
             body["device"] = str(kind)
-        chosen[iid] = (body, count.path)
+        chosen[it.index] = (body, count.path)
 
 
 def find_reuse(
@@ -269,41 +301,44 @@ def find_reuse(
     records: bool = True,
 ) -> Found:
     """Which items of ``items`` the ``sources`` hold a compatible record of (``records`` false:
-    none, as ``--remeasure all`` asks; the costs are taken all the same)."""
-    found = Found(env=env, env_from=env_from, costs=_costs(sources))
-    if not records or env is None or not sources:
+    none, as ``--remeasure all`` asks), and the sources' measured costs of the plan's items."""
+    found = Found(env=env, env_from=env_from)
+    if not sources:
         return found
-    want = _want(spec, items, env, errors)
-    chosen: dict[str, tuple[dict[str, Any], str]] = {}
+    want = _want(spec, items, env, errors, records)
+    chosen: dict[int, tuple[dict[str, Any], str]] = {}
     with paused_gc():
         for src in sources:
             count = SourceCount(src.path, src.role)
             _scan(src.doc, count, want, chosen)
-            found.sources.append(count)
+            if want.reuse:
+                found.sources.append(count)
     by_source = {c.path: c for c in found.sources}
-    for iid, (body, source) in chosen.items():
-        found.records[want.items[iid].index] = (body, source)
+    found.records = chosen
+    for body, source in chosen.values():
         c = by_source[source]
         c.reused += 1
         c.errors += "error" in body
     for c in found.sources:
         c.superseded = c.records - c.reused - sum(getattr(c, k) for k in _REFUSALS)
+    found.costs = _costs(want, chosen, ", ".join(s.path for s in sources))
     _warn(found)
     return found
 
 
+def _costs(want: _Want, chosen: dict[int, Any], source: str) -> CostTable | None:
+    """Measured seconds of the items left to measure, from the first record of each (``--costs``'
+    rule, ``planning.costs.measured_cost``)."""
+    costs: dict[tuple[Any, ...], float] = {}
+    for key, (rec, (repeats, warmup)) in want.priced.items():
+        if want.items[key].index not in chosen:
+            cost = measured_cost(rec, repeats=repeats, warmup=warmup)
+            if cost is not None:
+                costs[key] = cost
+    return CostTable(costs, source=source) if costs else None
+
+
 _REFUSALS = ("other_device", "other_env", "other_measurement", "unknown", "errors_left", "screened_left", "damaged")
-
-
-def _costs(sources: list[Source]) -> CostTable | None:
-    """Measured seconds per config of every source (earlier sources win), for the cost model."""
-    merged: dict[tuple, float] = {}
-    for src in reversed(sources):
-        try:
-            merged.update(cost_table(src.doc.results, src.doc.config, source=src.path).costs)
-        except ResultsError:
-            continue  # no record with timings: the model prices its items
-    return CostTable(merged, source=", ".join(s.path for s in sources)) if merged else None
 
 
 def _warn(found: Found) -> None:

@@ -1,0 +1,131 @@
+"""Reuse at scale: planning a 1,000,000-item spec against a 1,000,000-record document that holds
+half of its items, beside planning the same spec without a document.
+
+- ``reuse_plan_1m_s``: ``control.reuseplan.plan_with_reuse`` (load the document, expand the spec,
+  decide per record whether it stands for an item, the sources' cost table, shard the half left
+  to measure); the document's other half are records of seq lengths the spec does not have.
+- ``plain_plan_1m_s``: ``planning.plan`` of the same spec, no document (what planning costs a
+  user who measures everything again: the honest baseline of the planning step itself).
+- ``reuse_prepare_1m_s``: ``control.sweeps.prepare_sweep``, which also writes the sweep
+  directory, the measuring units and the reuse unit's partial (one line per reused record).
+- ``*_peak_rss_mb``: the peak resident memory of the process that did each (one fresh process
+  per figure, ``ru_maxrss``), and ``doc_mb`` the document's size.
+
+Left out: writing the document (setup), the merge that later carries the records (``bench.merge``
+measures merging at this scale), and the machine's load: other engineers share its 2 cores, so
+ratios from one run mean more than seconds across runs. The environment is taken from the
+document (executor slurm), so jax is not imported.
+
+Run: ``.venv/bin/python -m bench.reuse`` (about two minutes here; ``--scale 0.1`` for a quick look).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench._synth import DEVICE, million_spec, record_for
+from orchestrator.planning import expand
+from orchestrator.spec.model import SweepSpec, env_fingerprint
+
+N_UNITS_IN_DOC = 64
+
+
+def specs(scale: float) -> tuple[dict, dict]:
+    """The planned spec (100 seq lengths) and the document's (the upper 50 of them and 50 more)."""
+    n = max(2, int(100 * scale))
+    plan = million_spec(seq_lens=[128 * k for k in range(1, n + 1)], executor={"kind": "slurm"})
+    doc = million_spec(seq_lens=[128 * k for k in range(n // 2 + 1, n // 2 + n + 1)])
+    return plan, doc
+
+
+def write_doc(path: Path, plan_spec: dict, doc_spec: dict) -> int:
+    """A tilesweep results document of every item of ``doc_spec``, measured as ``plan_spec`` would."""
+    import random
+
+    rng = random.Random(0)
+    items = expand(SweepSpec.model_validate(doc_spec))
+    units = [f"u{i:03d}" for i in range(N_UNITS_IN_DOC)]
+    block = {"env": env_fingerprint(DEVICE), "spec": SweepSpec.model_validate(plan_spec).model_dump(mode="json"),
+             "attempts": {u: [{"attempt": 1, "started": "2026-11-01T00:00:00+00:00"}] for u in units}}
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"device": DEVICE, "config": {"repeats": 5}})[:-1] + ', "results": [\n')
+        for i, it in enumerate(items):
+            rec = {**record_for(it, rng), "unit": units[i * N_UNITS_IN_DOC // len(items)], "attempt": 1}
+            f.write(("" if i == 0 else ",\n") + json.dumps(rec))
+        f.write('\n], "tilesweep": ' + json.dumps(block) + "}")
+    return len(items)
+
+
+def child(what: str, spec_path: str, doc: str, work: str) -> None:
+    """One figure in this fresh process: seconds and peak RSS, as JSON on stdout."""
+    from orchestrator.spec.files import load_spec
+
+    spec = load_spec(spec_path)
+    t = time.perf_counter()
+    if what == "plain":
+        from orchestrator.planning import plan
+
+        items, units = plan(spec)
+        out = {"items": len(items), "units": len(units)}
+    elif what == "reuse":
+        from orchestrator.control.reuseplan import plan_with_reuse
+
+        p = plan_with_reuse(spec, Path(work) / "sweep", Path(doc), None, None, None)
+        out = {"items": len(p.items), "reused": p.found.reused, "measured": sum(len(u.items) for u in p.units)}
+    else:
+        from orchestrator.control.sweeps import prepare_sweep
+
+        sd, ids, _ = prepare_sweep(spec_path, str(Path(work) / "sweep"), None, doc)
+        out = {"units": len(ids)}
+    out["s"] = time.perf_counter() - t
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
+
+
+def measure(what: str, spec_path: Path, doc: Path, work: Path) -> dict:
+    r = subprocess.run([sys.executable, "-m", "bench.reuse", "--child", what, str(spec_path), str(doc), str(work)],
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the seq lengths (1.0: 1,000,000 items)")
+    ap.add_argument("--child", nargs=4, metavar=("WHAT", "SPEC", "DOC", "WORK"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    plan_spec, doc_spec = specs(args.scale)
+    with tempfile.TemporaryDirectory(prefix="bench-reuse-") as tmp:
+        work = Path(tmp)
+        doc = work / "results.json"
+        spec_path = work / "spec.json"
+        spec_path.write_text(json.dumps({**plan_spec, "output": str(doc)}))
+        n_doc = write_doc(doc, plan_spec, doc_spec)
+        print(f"doc_records={n_doc}")
+        print(f"doc_mb={doc.stat().st_size / 1e6:.0f}")
+        plain = measure("plain", spec_path, doc, work)
+        reuse = measure("reuse", spec_path, doc, work)
+        prep = measure("prepare", spec_path, doc, work)
+    print(f"plan_items={reuse['items']}")
+    print(f"reused={reuse['reused']}")
+    print(f"left_to_measure={reuse['measured']}")
+    print(f"plain_plan_1m_s={plain['s']:.2f}")
+    print(f"reuse_plan_1m_s={reuse['s']:.2f}")
+    print(f"reuse_vs_plain_plan={reuse['s'] / plain['s']:.2f}")
+    print(f"reuse_prepare_1m_s={prep['s']:.2f}")
+    print(f"plain_plan_peak_rss_mb={plain['peak_rss_mb']:.0f}")
+    print(f"reuse_plan_peak_rss_mb={reuse['peak_rss_mb']:.0f}")
+    print(f"reuse_prepare_peak_rss_mb={prep['peak_rss_mb']:.0f}")
+
+
+if __name__ == "__main__":
+    main()
