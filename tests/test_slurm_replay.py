@@ -129,3 +129,38 @@ def test_halving_across_units_cancelled_in_each_round_and_resumed(tmp_path: Path
     assert len(full) == st["round2"]["survivors"]  # every survivor's newest record is timed in full
     for row in best_table(from_obj(doc)):
         assert any(r["mode"] == row.key.mode and r["median_ms"] == row.best_ms for r in full), row
+
+
+def test_an_extended_sweep_cancelled_and_resumed_on_slurm_measures_only_what_is_new(tmp_path: Path) -> None:
+    """A replayed sweep's document, then the same spec with one more block_k submitted to SLURM
+    into it (append): cancelled after its first unit, resumed, waited for. The records the
+    document held are carried (the reuse unit is done from the start, resume leaves it alone),
+    the workers answer exactly the items without a reusable record."""
+    out = tmp_path / "results.json"
+    grid = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [2048], "modes": ["fwd"], "append": True,
+            "output": str(out)}
+    first = write(tmp_path, "first.json", SAMPLE, {"kind": "debug"}, fwd_block_k=[32, 64], **grid)
+    cli("run", str(first), "--sweep-dir", str(tmp_path / "first"))
+    extended = write(tmp_path, "extended.json", SAMPLE, {"slurm_array_parallelism": 1},
+                     sharding={"units": 3}, **grid)
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(extended), "--sweep-dir", str(sweep))
+    reused = json.loads((sweep / "reuse.json").read_text())["reused"]
+    assert f"reused {reused} items measured before (not measured again): {reused} from {out}" in r.stdout
+    _cancel_after_first_done(sweep, 1)
+    r = cli("resume", str(sweep))
+    assert "new unit" in r.stdout
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert "merged 55 records" in w.stderr and "0 of 55 planned missing" in w.stderr
+    units = json.loads((sweep / "units.json").read_text())
+    (reuse_unit,) = [u for u in units if u["origin"] == "reuse"]
+    answered = [json.loads(line)["id"] for u in units if u is not reuse_unit
+                for line in (sweep / "partials" / f"{u['id']}.jsonl").read_text().splitlines() if '"record"' in line]
+    carried = {json.loads(line)["id"] for line in (sweep / "partials" / f"{reuse_unit['id']}.jsonl")
+               .read_text().splitlines() if '"record"' in line}
+    assert len(carried) == reused == reuse_unit["n_items"] and not carried & set(answered)
+    assert len(set(answered)) == 55 - reused  # every other item, once or (the cancelled unit's) again
+    doc = json.loads(out.read_text())
+    assert len(doc["results"]) == 55 and sum("reused_from" in rec for rec in doc["results"]) == reused
+    assert all(rec.get("block_k") != 128 for rec in doc["results"] if "reused_from" in rec)
+    assert status(sweep)["complete"]
