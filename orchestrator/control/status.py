@@ -204,6 +204,9 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     return st
 
 
+REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
+
+
 def _progress(sd: SweepDir, st: SweepStatus, hist: History) -> tuple[dict[str, float | None], dict[str, str]]:
     """Each unit's records and errors as merge would count them (``count_unit``) into
     ``st.units``; return when each unit last showed a sign of life (its partial or its log
@@ -222,7 +225,7 @@ def _progress(sd: SweepDir, st: SweepStatus, hist: History) -> tuple[dict[str, f
         job = hist.latest.get(uid)
         u = UnitStatus(uid, total, c.done, c.complete, errors=c.errors, resumed=uid in hist.resumed and not c.complete,
                        submissions=hist.submissions[uid], gpu=c.gpu, retry=entry.get("origin") == "retry",
-                       round=int(entry.get("round", 1)))
+                       round=int(entry.get("round", 1)), detail=REUSED if entry.get("origin") == "reuse" else None)
         if job is not None:
             u.job_id, u.executor = str(job.get("job_id")), job.get("executor")
         u.state = "done" if c.complete or c.done >= total else "pending"
