@@ -132,8 +132,9 @@ def test_a_reuse_document_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     notes.write_text('{"results": "soon"}')
     r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(notes))
     assert_one_line_error(r, f"--reuse {notes}", "not a results document")
-    r = run_cli("run", str(spec), "--reuse", str(tmp_path / "missing.json"), "--sweep-dir", str(tmp_path / "s"))
-    assert_one_line_error(r, "missing.json", "no such file")
+    listed = write(tmp_path, "listed.json", {**EXTENDED, "reuse": {"documents": [str(tmp_path / "missing.json")]}})
+    r = run_cli("run", str(listed), "--sweep-dir", str(tmp_path / "s"))
+    assert_one_line_error(r, f"reuse.documents {tmp_path / 'missing.json'}", "no such file")
     assert not (tmp_path / "s").exists()
 
 

@@ -151,7 +151,7 @@ def test_an_extended_sweep_cancelled_and_resumed_on_slurm_measures_only_what_is_
     r = cli("resume", str(sweep))
     assert "new unit" in r.stdout
     w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
-    assert "merged 55 records" in w.stderr and "0 of 55 planned missing" in w.stderr
+    assert "merged 55 records" in w.stderr and "0 of 55 missing" in w.stderr
     units = json.loads((sweep / "units.json").read_text())
     (reuse_unit,) = [u for u in units if u["origin"] == "reuse"]
     answered = [json.loads(line)["id"] for u in units if u is not reuse_unit

@@ -91,7 +91,7 @@ def plan_with_reuse(spec: SweepSpec, root: Path, output: Path, units: int | None
     sources' measured costs, then the model)."""
     request = request or ReuseRequest()
     items = expand(spec)
-    sources = load_sources(output, [*request.documents, *spec.reuse.documents])
+    sources = load_sources(output, request.documents, spec.reuse.documents)
     env, env_from = target_env(spec, root, sources, kind or spec.executor.kind)
     errors = (spec.reuse.errors or request.errors) and request.remeasure != "errors"
     found = find_reuse(spec, items, sources, env, env_from, errors=errors, records=request.remeasure != "all")

@@ -50,7 +50,7 @@ class SourceCount:
     """What one source document gave, and why the rest of its records of this plan were not taken."""
 
     path: str
-    role: str  # "output" or "--reuse"
+    role: str  # "output", "--reuse" or "reuse.documents"
     records: int = 0  # records of this plan's items that can be measured (the rest is not counted)
     reused: int = 0
     errors: int = 0  # of the reused, error records
@@ -97,14 +97,15 @@ class Source:
     """One document offered for reuse: the output document or a named one."""
 
     doc: ResultsDoc
-    role: str  # "output" or "--reuse"
+    role: str  # "output", "--reuse" or "reuse.documents"
     path: str  # absolute: what reused records' ``reused_from`` says
 
 
-def load_sources(output: Path, named: Iterable[str]) -> list[Source]:
+def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
     """The output document when it exists (a file there that is not a results document is
-    left to the merger, which refuses or overwrites it: a warning here), then each named
-    document, which must be a results document (one line naming it otherwise)."""
+    left to the merger, which refuses or overwrites it: a warning here), then each document named
+    with ``--reuse`` and in the spec's ``reuse.documents``, each of which must be a results
+    document (one line naming it, and which of the two named it, otherwise)."""
     out: list[Source] = []
     seen: set[str] = set()
     if output.is_file():
@@ -113,12 +114,13 @@ def load_sources(output: Path, named: Iterable[str]) -> list[Source]:
             seen.add(os.path.realpath(output))
         except ResultsError as exc:
             log.warning("%s; nothing reused from it", exc.message)
-    for path in named:
-        real = os.path.realpath(path)
-        if real in seen:
-            continue
-        seen.add(real)
-        out.append(Source(load(path, role="--reuse"), "--reuse", os.path.abspath(path)))
+    for role, paths in (("--reuse", named), ("reuse.documents", from_spec)):
+        for path in paths:
+            real = os.path.realpath(path)
+            if real in seen:
+                continue
+            seen.add(real)
+            out.append(Source(load(path, role=role), role, os.path.abspath(path)))
     return out
 
 
