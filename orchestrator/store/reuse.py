@@ -252,27 +252,34 @@ def _matches(doc: ResultsDoc, want: _Want) -> Iterator[tuple[dict[str, Any], Wor
 
 
 def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[int, tuple[dict[str, Any], str]]) -> None:
-    """Offer every record of ``doc`` that has an item of this plan."""
+    """Offer every record of ``doc`` that has an item of this plan (a hot loop: half a million
+    matched records at the scale of ``bench/reuse``)."""
     units, own = _blocks(doc)
-    doc_env = document_env(doc)
+    doc_env = document_env(doc) or {}
+    doc_kind, my_kind = doc_env.get("device_kind"), want.env.get("device_kind")
     verdicts: dict[tuple[int, bool], str | None] = {}
     for rec, it in _matches(doc, want):
         if not want.reuse:
             continue
         count.records += 1
         unit = rec.get("unit")
-        block = None if unit is None else units.get(unit, own)
         screened = rec.get("screened") is True
+        block = None if unit is None else units.get(unit, own)
         vkey = (id(block), screened)
-        if vkey not in verdicts:
-            verdicts[vkey] = _judge_block(block, doc_env, want, screened, count)
-        why = verdicts[vkey]
-        if why is None and not want.mix_devices and _other_device(rec.get("device"), want):
-            why, count.device_kind = "other_device", rec["device"]  # carried into a document of mixed devices
+        why = (
+            verdicts[vkey]
+            if vkey in verdicts
+            else verdicts.setdefault(vkey, _judge_block(block, doc_env, want, screened, count))
+        )
+        kind = rec.get("device", doc_kind)
+        if why is None and kind != doc_kind and not want.mix_devices and _other_device(kind, want):
+            why, count.device_kind = "other_device", kind  # carried into a document of mixed devices
         if why is None and "error" in rec and not want.errors:
             why = "errors_left"
         if why is None:
-            body = {k: v for k, v in rec.items() if k not in _STRIP}
+            body = dict(rec)
+            for k in _STRIP:
+                body.pop(k, None)
             bad, order = check_layout(body)  # the identity matched the item's with the types the layout checks
             if bad is not None:
                 why = "damaged"
@@ -287,8 +294,7 @@ def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[int, tu
         prev = chosen.get(it.index)
         if prev is not None and _rank(prev[0]) >= _rank(body):
             continue  # counted as superseded by find_reuse
-        kind = rec.get("device") or (doc_env or {}).get("device_kind")
-        if kind is not None and kind != want.env.get("device_kind"):
+        if kind is not None and kind != my_kind:
             body["device"] = str(kind)
         chosen[it.index] = (body, count.path)
 
