@@ -6,6 +6,8 @@ half of its items, beside planning the same spec without a document.
   to measure); the document's other half are records of seq lengths the spec does not have.
 - ``plain_plan_1m_s``: ``planning.plan`` of the same spec, no document (what planning costs a
   user who measures everything again: the honest baseline of the planning step itself).
+- ``reuse_plan_step_*``: the steps of the reuse plan timed apart (expand, load the document,
+  match its records to items, shard what is left), in one more process.
 - ``reuse_prepare_1m_s``: ``control.sweeps.prepare_sweep``, which also writes the sweep
   directory, the measuring units and the reuse unit's partial (one line per reused record).
 - ``*_peak_rss_mb``: the peak resident memory of the process that did each (one fresh process
@@ -79,6 +81,8 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
 
         p = plan_with_reuse(spec, Path(work) / "sweep", Path(doc), None, None, None)
         out = {"items": len(p.items), "reused": p.found.reused, "measured": sum(len(u.items) for u in p.units)}
+    elif what == "stages":
+        out = stages(spec, Path(doc))
     else:
         from orchestrator.control.sweeps import prepare_sweep
 
@@ -87,6 +91,24 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
     out["s"] = time.perf_counter() - t
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(out))
+
+
+def stages(spec, doc: Path) -> dict:
+    """``plan_with_reuse``'s steps timed one by one: where the seconds go."""
+    from orchestrator.planning import shard_items
+    from orchestrator.store.reuse import document_env, find_reuse, load_sources
+
+    out = {}
+    t = time.perf_counter()
+    items = expand(spec)
+    out["expand_s"], t = time.perf_counter() - t, time.perf_counter()
+    sources = load_sources(doc, [])
+    out["load_s"], t = time.perf_counter() - t, time.perf_counter()
+    found = find_reuse(spec, items, sources, document_env(sources[0].doc), "", errors=False)
+    out["match_s"], t = time.perf_counter() - t, time.perf_counter()
+    shard_items(spec, [it for it in items if it.index not in found.records], None, found.costs)
+    out["shard_s"] = time.perf_counter() - t
+    return out
 
 
 def measure(what: str, spec_path: Path, doc: Path, work: Path) -> dict:
@@ -115,6 +137,7 @@ def main() -> None:
         plain = measure("plain", spec_path, doc, work)
         reuse = measure("reuse", spec_path, doc, work)
         prep = measure("prepare", spec_path, doc, work)
+        steps = measure("stages", spec_path, doc, work)
     print(f"plan_items={reuse['items']}")
     print(f"reused={reuse['reused']}")
     print(f"left_to_measure={reuse['measured']}")
@@ -122,6 +145,8 @@ def main() -> None:
     print(f"reuse_plan_1m_s={reuse['s']:.2f}")
     print(f"reuse_vs_plain_plan={reuse['s'] / plain['s']:.2f}")
     print(f"reuse_prepare_1m_s={prep['s']:.2f}")
+    for k in ("expand_s", "load_s", "match_s", "shard_s"):
+        print(f"reuse_plan_step_{k}={steps[k]:.2f}")
     print(f"plain_plan_peak_rss_mb={plain['peak_rss_mb']:.0f}")
     print(f"reuse_plan_peak_rss_mb={reuse['peak_rss_mb']:.0f}")
     print(f"reuse_prepare_peak_rss_mb={prep['peak_rss_mb']:.0f}")
