@@ -32,9 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._synth import DEVICE, million_spec, record_for
 from orchestrator.planning import expand
-from orchestrator.spec.model import SweepSpec, env_fingerprint
+from orchestrator.spec.compat import env_fingerprint
+from orchestrator.spec.model import SweepSpec
+from orchestrator.store.synthetic import DEVICE, million_spec, record_for
 
 N_UNITS_IN_DOC = 64
 

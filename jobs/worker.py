@@ -60,7 +60,8 @@ from typing import Any
 from orchestrator.errors import TilesweepError, WorkerEnvironmentError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.planning.halving import measurement
-from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec, env_fingerprint
+from orchestrator.spec.compat import env_fingerprint
+from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store.leases import unit_lease
 from orchestrator.store.partials import PartialContent, PartialWriter, check_headers, read_partial
 from orchestrator.store.quarantine import quarantine

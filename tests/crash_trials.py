@@ -117,7 +117,7 @@ def judge(plan: list[dict[str, Any]], doc_path: Path, finished: dict[tuple[Any, 
 def writer_main(sweep_dir: str, unit_key: str, delay: float, big_every: int, seed: int) -> int:
     """run_unit without jax: same partial protocol, same skip-what-is-recorded resume."""
     from orchestrator.planning import RUN
-    from orchestrator.spec.model import env_fingerprint
+    from orchestrator.spec.compat import env_fingerprint
     from orchestrator.store.partials import PartialWriter, read_partial
     from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
     from orchestrator.store.synthetic import DEVICE, header, record_for

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ResultsError
-from orchestrator.spec.model import env_fingerprint
+from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.records import IDENTITY_FIELDS, item_id
 from orchestrator.store.merge import merge, write_document
 from orchestrator.store.segments import any_record_text, record_text

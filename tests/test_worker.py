@@ -88,7 +88,7 @@ def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
 def _fake_attempts(sd, unit_id: str, attempts: list[list[dict]]) -> None:
     """Previous attempts that died, as a worker of this sweep leaves them: a header each
     (this sweep, this unit, this machine's environment), then the given lines."""
-    from orchestrator.spec.model import env_fingerprint
+    from orchestrator.spec.compat import env_fingerprint
 
     env = env_fingerprint(node_env.device_block())
     path = sd.partial_path(unit_id)
@@ -157,7 +157,7 @@ def test_a_config_the_tasks_grace_finds_hung_is_marked_by_usr1_and_given_up_as_a
 
     from jobs import in_flight
     from orchestrator.control.dispatch import unit_worker
-    from orchestrator.spec.model import env_fingerprint
+    from orchestrator.spec.compat import env_fingerprint
     from orchestrator.store.partials import PartialWriter
 
     sd, unit = _sweep(write_spec, tmp_path, "hung", compile={"workers": 2, "cache_dir": "off"})

@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.planning import Unit, WorkItem, expand, shard_items
 from orchestrator.planning.costs import CostTable
-from orchestrator.spec.compat import env_of
+from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.carried import reuse_unit
 from orchestrator.store.reuse import Found, Source, document_env, find_reuse, load_sources
@@ -58,8 +58,8 @@ def local_env(spec: SweepSpec) -> dict[str, Any]:
         from jobs import replay
         from orchestrator.store.replaysource import load_source
 
-        return env_of(replay.device_block(load_source(spec)))
-    return env_of(worker.device_block())
+        return env_fingerprint(replay.device_block(load_source(spec)))
+    return env_fingerprint(worker.device_block())
 
 
 def target_env(spec: SweepSpec, root: Path, sources: list[Source], kind: str) -> tuple[dict[str, Any] | None, str]:
@@ -70,7 +70,7 @@ def target_env(spec: SweepSpec, root: Path, sources: list[Source], kind: str) ->
 
         recorded = SweepDir(root).recorded_env()
         if recorded:
-            return env_of(recorded), str(env_json)
+            return env_fingerprint(recorded), str(env_json)
     if not sources:
         return None, ""
     if kind != "slurm" or spec.kernel.impl == "replay":

@@ -4,7 +4,7 @@ compatibility key of reuse (``orchestrator.store.reuse``). The one home of that 
 Two parts, compared separately so a refusal can say which one differs:
 
 - the environment (``ENV_FIELDS``): jax, jaxlib, backend and device kind, as the worker's
-  ``env_fingerprint`` records them. A document's part is its ``tilesweep.env`` (or its
+  ``env_fingerprint`` (below) records them. A document's part is its ``tilesweep.env`` (or its
   ``device`` block, where a document has no tilesweep block: a reference-run document lacks
   jaxlib, and a field one side lacks is not compared);
 - the measurement (``measurement_key``): what changes the numbers a record holds, from the spec
@@ -66,8 +66,9 @@ def measurement_differences(have: tuple[Any, ...], want: tuple[Any, ...]) -> lis
     return [f"{name} {a!r} vs {b!r} here" for name, a, b in zip(_KEY_NAMES, have, want, strict=True) if a != b]
 
 
-def env_of(block: Mapping[str, Any]) -> dict[str, Any]:
-    """The environment part of a device block or a tilesweep ``env`` (absent fields: None)."""
+def env_fingerprint(block: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a device block that must match for records to mix (a worker header's and
+    ``env.json``'s ``env``; absent fields: None), and the environment part of the key of reuse."""
     return {k: block.get(k) for k in ENV_FIELDS}
 
 

@@ -245,14 +245,12 @@ class ReportSettings(_Model):
 
 
 class ReuseSettings(_Model):
-    """Records of earlier results documents carried into this sweep instead of measured again
-    (``orchestrator.store.reuse``); the output document is always a source too."""
+    """Earlier documents whose compatible records are carried, not measured (``store.reuse``)."""
 
-    documents: list[str] = Field(default_factory=list, description="results documents whose compatible records are "
-                                 "reused (besides the output document); a relative path is taken from the working "
-                                 "directory")
-    errors: bool = Field(default=False, description="reuse error records too (by default a config that failed is "
-                         "measured again: a new jax may fix it)")
+    documents: list[str] = Field(default_factory=list, description="results documents reused besides the output "
+                                 "document (a relative path is taken from the working directory)")
+    errors: bool = Field(default=False, description="reuse error records too (default: a config that failed is "
+                         "measured again, a new jax may fix it)")
 
 
 class SweepSpec(_Model):
@@ -398,14 +396,7 @@ class SweepSpec(_Model):
         return canonical_hash(measured)
 
 
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
 def canonical_hash(obj: Any, length: int = 16) -> str:
-    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:length]
-
-
-def env_fingerprint(device: dict[str, Any]) -> dict[str, Any]:
-    """The part of a device block that must match for records to mix."""
-    return {k: device.get(k) for k in ("jax", "jaxlib", "backend", "device_kind")}
+    """A short hash of ``obj``'s canonical JSON (sorted keys, no spaces, ASCII)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+                          ).hexdigest()[:length]

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.planning import RUN, Unit, WorkItem, expand
-from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec, env_fingerprint
+from orchestrator.spec.compat import env_fingerprint
+from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store.partials import encode_line
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
