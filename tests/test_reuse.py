@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ def test_an_extended_grid_compiles_only_its_new_config(tmp_path: Path, first_doc
     assert r.returncode == 0, r.stderr
     assert f"reused 2 items measured before (not measured again): 2 from {out}" in r.stderr
     workers = [m for m in markers(sweep) if "reused" not in m]
-    assert sum(m["compiled"] for m in workers) == 1  # the new block_q only
+    assert sum(m["compiled"] for m in workers) == 1 and len(workers) < len(markers(sweep))  # the new block_q only
     starts = [json.loads(line) for p in (sweep / "partials").glob("*.jsonl") for line in p.read_text().splitlines()]
     assert sum("start" in line for line in starts) == 1
     doc = json.loads(out.read_text())
@@ -95,6 +96,62 @@ def test_other_timing_or_another_device_reuses_nothing(tmp_path: Path, first_doc
     mixed = plan_against(tmp_path, {**EXTENDED, "merge": {"mix_devices": True}}, ReuseRequest([str(other)]))
     assert mixed.found.reused == 2
     assert all(rec["device"] == "NVIDIA H100 80GB HBM3" for rec, _ in mixed.found.records.values())
+
+
+def test_carried_records_are_this_sweeps_to_overwrite_and_prev(tmp_path: Path, first_doc: Path) -> None:
+    """Issue 10's rules over reuse: records carried from the output are not another sweep's,
+    --overwrite keeps the old document as .prev even when carried records make the new one as
+    long, and a record reused from another document is this sweep's to a later merge, while a
+    record of that document that is no item of the plan never gets in."""
+    doc = json.loads(first_doc.read_text())
+    stranger = {**doc["results"][0], "seq": 128, "unit": "elsewhere"}  # another sweep's problem
+    out = write(tmp_path, "results.json", {**doc, "results": [*doc["results"], stranger]})
+    before = out.read_bytes()
+    spec = write(tmp_path, "extended.json", {**EXTENDED, "append": False, "output": str(out)})
+    sweep = tmp_path / "a"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
+    assert_one_line_error(r, "holds 1 record that is not this sweep's", "--overwrite")
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug", "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert f"kept as {out}.prev" in r.stderr and (tmp_path / "results.json.prev").read_bytes() == before
+    measured = json.loads(out.read_text())["results"]
+    assert len(measured) == 3 and sum("reused_from" in rec for rec in measured) == 2
+    offered = write(tmp_path, "offered.json", {**json.loads(out.read_text()), "results": [*measured, stranger]})
+    other = tmp_path / "other.json"
+    spec = write(tmp_path, "again.json", {**EXTENDED, "append": False, "output": str(other)})
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "b"), "--executor", "debug", "--reuse", str(offered))
+    assert r.returncode == 0 and f"reused 3 items measured before (not measured again): 3 from {offered}" in r.stderr
+    assert [m for m in markers(tmp_path / "b") if "reused" not in m] == []  # nothing measured
+    carried = json.loads(other.read_text())["results"]
+    assert len(carried) == 3 and {rec["seq"] for rec in carried} == {64}
+    os.utime(other, ns=(1, 1))  # not the merger's own output any more: judged record by record
+    r = run_cli("merge", str(tmp_path / "b"))
+    assert r.returncode == 0 and not (tmp_path / "other.json.prev").exists(), r.stderr
+
+
+# Record fields of a problem variant or another kernel (issue 11's optional identity fields), and
+# the spec fields that plan exactly those records.
+VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "causal": ({"causal": True}, {"causal": [True]}),
+    "grouped-query": ({"heads": 2, "kv_heads": 1}, {"heads": 2, "kv_heads": [1]}),
+    "jax's kernel": ({"impl": "jax"}, {"kernel": {**TINY_SPEC["kernel"], "impl": "jax"}}),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_record_is_reused_only_for_its_own_variant_and_kernel(tmp_path: Path, first_doc: Path, variant: str) -> None:
+    fields, spec_fields = VARIANTS[variant]
+    doc = json.loads(first_doc.read_text())
+    for rec in doc["results"]:
+        rec.update(fields)
+    doc["tilesweep"]["spec"].update({k: v for k, v in spec_fields.items() if k == "kernel"})
+    source = write(tmp_path, "variant.json", doc)
+    plain = plan_against(tmp_path, EXTENDED, ReuseRequest([str(source)]))
+    assert plain.found.reused == 0 and plain.found.sources[0].records == 0  # not even a candidate
+    assert plan_against(tmp_path, {**EXTENDED, **spec_fields}, ReuseRequest([str(first_doc)])).found.reused == 0
+    same = plan_against(tmp_path, {**EXTENDED, **spec_fields}, ReuseRequest([str(source)]))
+    assert same.found.reused == 2
+    assert all(rec[k] == v for rec, _ in same.found.records.values() for k, v in fields.items())
 
 
 def test_errors_are_measured_again_unless_asked_and_remeasure_overrides(tmp_path: Path, first_doc: Path) -> None:

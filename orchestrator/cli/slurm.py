@@ -123,12 +123,14 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
     from orchestrator.control.submit import dry_run
 
     d = dry_run(args.spec, sweep_dir=args.sweep_dir, units=args.units, costs=args.costs,
-                max_array_size=args.max_array_size)
+                max_array_size=args.max_array_size, output=args.output, reuse=reuse_request(args))
     n_tasks = sum(len(a) for a in d.arrays)
     print(f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
           f"{n_tasks} task{'s' if n_tasks != 1 else ''} of up to {d.per_task} unit{'s' if d.per_task != 1 else ''} "
           f"(one per GPU), {len(d.arrays)} job array{'s' if len(d.arrays) != 1 else ''}"
           + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else ""))
+    for line in reuse_lines(d.reused):
+        print(line)
     for k, tasks in enumerate(d.arrays, 1):
         print(f"array {k}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}")
         for t, units in enumerate(tasks[:max_tasks]):

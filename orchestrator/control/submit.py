@@ -202,13 +202,14 @@ class DryRun:
     arrays: list[list[list[str]]]
     scripts: list[str]
     merge_script: str | None
+    reused: dict[str, Any] | None = None  # what planning would reuse (``Found.summary``), planned here
 
 
 def dry_run(spec_path: str, *, sweep_dir: str | None, units: int | None, costs: str | None,
-            max_array_size: int | None) -> DryRun:
-    """``submit --dry-run``: plan in memory (or read the units of an existing, never
-    submitted sweep directory) and render the sbatch scripts; nothing is written."""
-    from orchestrator.planning import plan
+            max_array_size: int | None, output: str | None = None, reuse: ReuseRequest | None = None) -> DryRun:
+    """``submit --dry-run``: plan in memory, with reuse as ``submit`` would (or read the units of
+    an existing, never submitted sweep directory) and render the sbatch scripts; nothing is written."""
+    from orchestrator.control.reuseplan import plan_with_reuse
     from orchestrator.spec.files import load_spec
     from orchestrator.store.document import load_costs
 
@@ -221,17 +222,18 @@ def dry_run(spec_path: str, *, sweep_dir: str | None, units: int | None, costs: 
             raise DispatchError(f"{sd.root} was submitted already; `{PROG} resume {sd.root}` submits its missing items")
         todo = set(unfinished_units(sd))
         sizes = {u["id"]: u["n_items"] for u in sd.unit_index() if u["id"] in todo}
-        planned = sd.planned
+        planned, reused = sd.planned, None
     else:
         sd = SweepDir(root)
-        items, planned_units = plan(spec, units, costs=load_costs(costs) if costs else None)
-        sizes, planned = {u.id: len(u.items) for u in planned_units}, len(items)
+        p = plan_with_reuse(spec, root, Path(output or spec.output), units, load_costs(costs) if costs else None,
+                            reuse, "slurm")
+        sizes, planned, reused = {u.id: len(u.items) for u in p.units}, len(p.items), p.found.summary()
     settings = spec.executor
     size, why = per_array(settings, max_array_size, len(sizes))
     groups = dispatch.tasks_of(list(sizes), settings.units_per_task())
     arrays = [groups[i:i + size] for i in range(0, len(groups), size)]
     scripts, merge_script = dispatch.render_scripts(sd, settings, [len(a) for a in arrays])
-    return DryRun(root, planned, sizes, settings.units_per_task(), size, why, arrays, scripts, merge_script)
+    return DryRun(root, planned, sizes, settings.units_per_task(), size, why, arrays, scripts, merge_script, reused)
 
 
 @dataclass

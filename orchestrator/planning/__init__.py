@@ -25,8 +25,8 @@ from orchestrator.planning.items import (
 from orchestrator.planning.shard import Unit, default_units, shard
 from orchestrator.spec.model import SweepSpec
 
-__all__ = ["INVALID", "PRUNED", "RUN", "CostTable", "PlannedConfigs", "Unit", "WorkItem", "expand", "notes", "plan",
-           "plan_line", "planned_configs", "shard", "shard_items"]
+__all__ = ["INVALID", "PRUNED", "RUN", "CostTable", "PlannedConfigs", "Unit", "WorkItem", "expand", "notes",
+           "plan", "plan_line", "planned_configs", "shard", "shard_items"]
 
 
 def plan(spec: SweepSpec, units: int | None = None, costs: CostTable | None = None) -> tuple[list[WorkItem], list[Unit]]:

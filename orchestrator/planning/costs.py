@@ -45,7 +45,7 @@ from orchestrator.errors import ResultsError
 from orchestrator.planning.halving import Measurement, measurement
 from orchestrator.planning.items import RUN
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import DEFAULT_IMPL, key_of, record_key
+from orchestrator.spec.records import DEFAULT_IMPL, record_key
 
 
 @dataclass(frozen=True)
@@ -250,8 +250,7 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
     for k, it in enumerate(items):
         if model[k] < 0:
             continue
-        m = table.costs.get(key_of(it.dtype, it.head_dim, it.seq, it.batch, it.heads, it.mode, it.config, it.params,
-                                   causal=it.causal, kv_heads=it.kv_heads, impl=it.impl))
+        m = table.costs.get(it.record_key())
         if m is not None:
             measured[k] = m
             both_measured += m

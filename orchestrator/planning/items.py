@@ -28,7 +28,7 @@ from typing import Any
 from kernels import impls
 from orchestrator.errors import PlanError
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import DEFAULT_IMPL, config_fields, id_of, id_prefix, id_suffix, kernel_kwargs
+from orchestrator.spec.records import DEFAULT_IMPL, config_fields, id_of, id_prefix, id_suffix, kernel_kwargs, key_of
 
 # Item kinds: how the worker treats an item.
 RUN, INVALID, PRUNED = "run", "invalid", "pruned"
@@ -62,6 +62,11 @@ class WorkItem:
     def shape(self) -> tuple[str, int, int, int, int, int | None]:
         """What the inputs depend on (not causal: both variants share inputs)."""
         return (self.dtype, self.head_dim, self.seq, self.batch, self.heads, self.kv_heads)
+
+    def record_key(self) -> tuple[Any, ...]:
+        """``records.record_key`` of this item's record, without building the record."""
+        return key_of(self.dtype, self.head_dim, self.seq, self.batch, self.heads, self.mode, self.config,
+                      self.params, causal=self.causal, kv_heads=self.kv_heads, impl=self.impl)
 
     @property
     def param_names(self) -> tuple[str, ...]:

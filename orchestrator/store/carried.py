@@ -22,6 +22,7 @@ from typing import Any
 
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.spec.model import SCHEMA_VERSION, canonical_hash
+from orchestrator.store.progress import partial_block
 from orchestrator.store.reuse import Found
 from orchestrator.store.sweepdir import SweepDir, atomic_open, atomic_write_json, now_iso, read_json
 
@@ -76,6 +77,7 @@ def write_reuse_unit(sd: SweepDir, unit: Unit, found: Found) -> None:
             "stopped": False,
             "reused": n,
             "compiled": 0,
+            "partial": partial_block(sd.partial_path(unit.id), n, errors),
             "finished": now_iso(),
         },
     )

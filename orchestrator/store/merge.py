@@ -49,7 +49,7 @@ from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
 from orchestrator.store.sweepdir import SweepDir, atomic_open, now_iso, remove_dead_temps
-from orchestrator.store.target import inspect, keep, refuse_foreign, stash, write_stamp
+from orchestrator.store.target import Target, inspect, keep, refuse_foreign, stash, write_stamp
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ def merge(
         else:
             summary.replaced = target.records if target is not None else 0
             summary.records, summary.errors = slots.found, sum(slots.err)
-            _replace(sd, out, _ordered(head), slots, summary)
+            _replace(sd, out, _ordered(head), slots, summary, target)
     log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
     return summary
 
@@ -287,10 +287,20 @@ def check_target(sd: SweepDir, output: Path | None = None) -> None:
             refuse_foreign(target)
 
 
-def _replace(sd: SweepDir, out: Path, head: dict[str, Any], records: Iterable[str], summary: MergeSummary) -> None:
-    """Write the document; keep the one it replaces as ``.prev`` when that held more records.
-    Nothing is changed when the output cannot be replaced (one line says why)."""
-    stashed = stash(out) if out.exists() and summary.replaced > summary.records else None
+def _replace(
+    sd: SweepDir,
+    out: Path,
+    head: dict[str, Any],
+    records: Iterable[str],
+    summary: MergeSummary,
+    target: Target | None = None,
+) -> None:
+    """Write the document; keep the one it replaces as ``.prev`` when that held more records, or
+    anything not this sweep's (``target``, judged before: ``--overwrite`` drops it, even where
+    reused records make the new document as long). Nothing is changed when the output cannot be
+    replaced (one line says why)."""
+    dropped = target is not None and bool(target.n_foreign or target.not_a_document)
+    stashed = stash(out) if out.exists() and (dropped or summary.replaced > summary.records) else None
     try:
         write_document(out, head, records)
     except OSError as exc:

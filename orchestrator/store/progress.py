@@ -65,6 +65,13 @@ def _trusted_marker(m: dict[str, Any] | None, st: os.stat_result | None) -> dict
     return block if ok and type(block.get("records")) is int and type(block.get("errors")) is int else None
 
 
+def partial_block(path: os.PathLike[str] | str, records: int, errors: int) -> dict[str, Any]:
+    """The ``partial`` block of a completion marker for the partial at ``path`` as it is now
+    (what ``_trusted_marker`` checks), holding ``records`` records of which ``errors`` errors."""
+    st = os.stat(path)
+    return {"stat": [st.st_ino, st.st_size, st.st_mtime_ns], "records": records, "errors": errors}
+
+
 _UNIT = "\0"  # a unit id no unit has: where it lands in a path, any unit's id goes
 
 

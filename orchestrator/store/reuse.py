@@ -35,9 +35,9 @@ from orchestrator.errors import ResultsError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.planning.halving import HALVING
-from orchestrator.spec.compat import env_differences, env_of, measurement_differences, measurement_key
+from orchestrator.spec.compat import env_differences, env_fingerprint, measurement_differences, measurement_key
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import key_getter, key_of
+from orchestrator.spec.records import key_getter
 from orchestrator.store.document import ResultsDoc, load, paused_gc
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 
@@ -130,8 +130,8 @@ def document_env(doc: ResultsDoc) -> dict[str, Any] | None:
     its device block); None for a document that names none."""
     ts = doc.extra.get("tilesweep")
     if isinstance(ts, dict) and isinstance(ts.get("env"), dict):
-        return env_of(ts["env"])
-    return env_of(doc.device) if doc.device.get("device_kind") else None
+        return env_fingerprint(ts["env"])
+    return env_fingerprint(doc.device) if doc.device.get("device_kind") else None
 
 
 def _blocks(doc: ResultsDoc) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
@@ -153,7 +153,7 @@ def _blocks(doc: ResultsDoc) -> tuple[dict[str, dict[str, Any]], dict[str, Any] 
 
 @dataclass
 class _Want:
-    """What this sweep accepts: its items by ``record_key`` (``key_of``), whether records are
+    """What this sweep accepts: its items by ``record_key``, whether records are
     reused at all (costs are taken either way), its environment and measurement keys."""
 
     items: dict[tuple[Any, ...], WorkItem]
@@ -169,7 +169,7 @@ class _Want:
 def _want(spec: SweepSpec, items: list[WorkItem], env: dict[str, Any] | None, errors: bool, reuse: bool) -> _Want:
     dumped = spec.model_dump(mode="json")
     return _Want(
-        {key_of(*it.shape, it.mode, it.config, it.params): it for it in items if it.kind == RUN},
+        {it.record_key(): it for it in items if it.kind == RUN},
         reuse and env is not None,
         env or {},
         measurement_key(dumped, False),
@@ -185,7 +185,7 @@ def _judge_block(
     """Which counter a record measured by ``block`` falls in, or None when it is compatible."""
     if block is None:
         return "unknown"
-    env = env_of(block["env"]) if isinstance(block.get("env"), dict) else doc_env or {}
+    env = env_fingerprint(block["env"]) if isinstance(block.get("env"), dict) else doc_env or {}
     spec = block.get("spec")
     dumped: dict[str, Any] = spec if isinstance(spec, dict) else {}
     if not want.mix_devices and _other_device(env.get("device_kind"), want):
