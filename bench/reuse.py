@@ -49,20 +49,21 @@ def specs(scale: float) -> tuple[dict, dict]:
 
 
 def write_doc(path: Path, plan_spec: dict, doc_spec: dict) -> int:
-    """A tilesweep results document of every item of ``doc_spec``, measured as ``plan_spec`` would."""
+    """A tilesweep results document of every item of ``doc_spec``, measured as ``plan_spec`` would,
+    written as the merger writes one (``merge.write_document``: the indent=1 layout)."""
     import random
+
+    from orchestrator.store.merge import write_document
+    from orchestrator.store.segments import record_text
 
     rng = random.Random(0)
     items = expand(SweepSpec.model_validate(doc_spec))
     units = [f"u{i:03d}" for i in range(N_UNITS_IN_DOC)]
     block = {"env": env_fingerprint(DEVICE), "spec": SweepSpec.model_validate(plan_spec).model_dump(mode="json"),
              "attempts": {u: [{"attempt": 1, "started": "2026-11-01T00:00:00+00:00"}] for u in units}}
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(json.dumps({"device": DEVICE, "config": {"repeats": 5}})[:-1] + ', "results": [\n')
-        for i, it in enumerate(items):
-            rec = {**record_for(it, rng), "unit": units[i * N_UNITS_IN_DOC // len(items)], "attempt": 1}
-            f.write(("" if i == 0 else ",\n") + json.dumps(rec))
-        f.write('\n], "tilesweep": ' + json.dumps(block) + "}")
+    texts = (record_text({**record_for(it, rng), "unit": units[i * N_UNITS_IN_DOC // len(items)], "attempt": 1})
+             for i, it in enumerate(items))
+    write_document(path, {"device": DEVICE, "config": {"repeats": 5}, "tilesweep": block}, texts)
     return len(items)
 
 

@@ -226,3 +226,26 @@ def test_halving_reuses_full_records_as_done_and_screens_as_screens(tmp_path: Pa
     assert not timed & full_before  # a config timed in full before is never timed again
     doc = json.loads(out.read_text())
     assert len(doc["results"]) == 1 + 3 * 3 * 3 * 2 and doc["tilesweep"]["reused"]["records"] == 1 + len(before)
+
+
+def test_a_document_scanned_in_batches_is_the_document_loaded(tmp_path: Path, monkeypatch) -> None:
+    """Reuse reads documents with ``document.scan``: records in batches of text (so a million
+    records are never alive at once), the same records ``load`` gives, in any layout."""
+    from orchestrator.errors import ResultsError
+    from orchestrator.store import document
+
+    monkeypatch.setattr(document, "BATCH_BYTES", 2000)  # a few records per batch
+    full = document.load(SAMPLE)
+    compact = write(tmp_path, "compact.json", json.loads(SAMPLE.read_text()))  # one line: loaded whole
+    for path, n_batches in ((SAMPLE, 30), (compact, 1)):
+        scanned = document.scan(path)
+        batches = list(scanned.batches)
+        assert [rec for b in batches for rec in b] == full.results and len(batches) >= n_batches
+        assert (scanned.doc.device, scanned.doc.config, scanned.doc.extra) == (full.device, full.config, full.extra)
+    broken = tmp_path / "broken.json"  # the last bfloat16 record, in a late batch, lacks its dtype
+    last = len(full.results) - 1 - [r["dtype"] for r in reversed(full.results)].index("bfloat16")
+    text = SAMPLE.read_text()
+    at = text.rfind('"dtype": "bfloat16"')
+    broken.write_text(text[:at] + '"dtype_": "bfloat16"' + text[at + len('"dtype": "bfloat16"'):])
+    with pytest.raises(ResultsError, match=rf"results\[{last}\] lacks identity field\(s\) dtype"):
+        list(document.scan(broken).batches)

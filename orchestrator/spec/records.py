@@ -179,7 +179,8 @@ def key_of(dtype: str, head_dim: int, seq: int, batch: int, heads: int, mode: st
            impl: str = DEFAULT_IMPL) -> tuple[Any, ...]:
     """``record_key`` of a record with these values, without building the record."""
     kv = None if kv_heads == heads else kv_heads
-    return (dtype, head_dim, seq, batch, heads, mode, config, *params) + _extras(causal, kv, impl)
+    key = (dtype, head_dim, seq, batch, heads, mode, config, *params)
+    return key + _extras(causal, kv, impl) if causal or kv is not None or impl != DEFAULT_IMPL else key
 
 
 def problem_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ResultsDoc", "from_obj", "load", "load_costs", "paused_gc"]
+__all__ = ["ResultsDoc", "Scanned", "from_obj", "load", "load_costs", "paused_gc", "scan"]
 
 TOP_LEVEL_FIELDS: tuple[str, ...] = ("device", "config", "results")
 
@@ -94,24 +94,75 @@ def _parse(data: bytes, path: str) -> Any:
         raise ResultsError(f"{path}: not a results document: not valid JSON ({exc})") from None
 
 
-def load(path: str | os.PathLike[str], *, role: str | None = None) -> ResultsDoc:
-    """Read and validate the results document at ``path``; raise ``ResultsError`` if it is not
-    one. ``role`` (e.g. ``"--costs"``) prefixes the file name in messages, to say which
-    argument named it."""
+def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
+    """(the name messages give the file, its bytes)."""
     spath = os.fspath(path)
     name = f"{role} {spath}" if role else spath
     try:
         with open(spath, "rb") as fh:
-            data = fh.read()
+            return name, fh.read()
     except FileNotFoundError:
         raise ResultsError(f"{name}: no such file") from None
     except IsADirectoryError:
         raise ResultsError(f"{name}: is a directory, not a results document") from None
     except OSError as exc:
         raise ResultsError(f"{name}: cannot read ({exc.strerror or exc})") from None
+
+
+def load(path: str | os.PathLike[str], *, role: str | None = None) -> ResultsDoc:
+    """Read and validate the results document at ``path``; raise ``ResultsError`` if it is not
+    one. ``role`` (e.g. ``"--costs"``) prefixes the file name in messages, to say which
+    argument named it."""
+    name, data = _read(path, role)
     doc = from_obj(_parse(data, name), name=name)
-    log.debug("loaded %s: %d records", spath, len(doc.results))
+    log.debug("loaded %s: %d records", name, len(doc.results))
     return doc
+
+
+# The layout of json.dumps(indent=1), the merger's and the reference run's: each record of
+# ``results`` opens with "\n  {" and, its fields being flat, closes with "\n  }" (a nested value
+# closes deeper; a JSON string holds no raw newline).
+_RESULTS_OPEN = b'"results": [\n  {'
+_RECORDS_CLOSE = b"\n  }\n ]"
+_BETWEEN = b"\n  },\n  {"
+BATCH_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """A document read by ``scan``: its head (``doc``, with no records) and its records in batches."""
+
+    doc: ResultsDoc
+    batches: Iterator[list[dict[str, Any]]]
+
+
+def scan(path: str | os.PathLike[str], *, role: str | None = None) -> Scanned:
+    """``load`` for a reader that keeps few of a document's records (reuse keeps half a million
+    of a million): the head is parsed and checked at once, the records come in batches of about
+    ``BATCH_BYTES`` of text, each parsed at C speed and checked as ``load`` checks them, so one
+    batch of records is alive at a time instead of all of them (3 GB for a million). A document of
+    another layout is loaded whole and given as one batch."""
+    name, data = _read(path, role)
+    start, end = data.find(_RESULTS_OPEN), data.rfind(_RECORDS_CLOSE)
+    if start < 0 or end < start:
+        doc = from_obj(_parse(data, name), name=name)
+        return Scanned(replace(doc, results=[]), iter([doc.results]))
+    first = start + len(_RESULTS_OPEN) - 1  # the first record's "{"
+    stop = end + 4  # past the last record's "}"
+    head = from_obj(_parse(data[: first - 3] + data[stop:], name), name=name)  # '"results": [' + '\n ]'
+    return Scanned(head, _batches(data, first, stop, name))
+
+
+def _batches(data: bytes, pos: int, stop: int, name: str) -> Iterator[list[dict[str, Any]]]:
+    done = 0
+    while pos < stop:
+        cut = data.find(_BETWEEN, min(pos + BATCH_BYTES, stop), stop)
+        end = stop if cut < 0 else cut + 4
+        records = _parse(b"[" + data[pos:end] + b"]", name)
+        _check_records(records, name, done)
+        done += len(records)
+        yield records
+        pos = end + 4  # past ",\n  " to the next record's "{"
 
 
 def load_costs(path: str | os.PathLike[str]) -> CostTable:
@@ -151,9 +202,9 @@ def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
     )
 
 
-def _check_records(results: list[Any], name: str) -> None:
+def _check_records(results: list[Any], name: str, first: int = 0) -> None:
     ident = _IDENTITY
-    for i, rec in enumerate(results):
+    for i, rec in enumerate(results, first):
         # The fast path is one type check and one set inclusion per record.
         if type(rec) is dict and ident <= rec.keys():
             continue

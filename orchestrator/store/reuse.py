@@ -38,7 +38,7 @@ from orchestrator.planning.halving import HALVING
 from orchestrator.spec.compat import env_differences, env_fingerprint, measurement_differences, measurement_key
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import key_getter
-from orchestrator.store.document import ResultsDoc, load, paused_gc
+from orchestrator.store.document import ResultsDoc, paused_gc, scan
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 
 log = logging.getLogger(__name__)
@@ -95,11 +95,13 @@ class Found:
 
 @dataclass
 class Source:
-    """One document offered for reuse: the output document or a named one."""
+    """One document offered for reuse: the output document or a named one; ``doc`` is its head
+    (``document.scan``: no records), ``batches`` its records, read once by ``find_reuse``."""
 
     doc: ResultsDoc
     role: str  # "output", "--reuse" or "reuse.documents"
     path: str  # absolute: what reused records' ``reused_from`` says
+    batches: Iterator[list[dict[str, Any]]] = field(default_factory=lambda: iter(()))
 
 
 def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
@@ -111,7 +113,8 @@ def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = 
     seen: set[str] = set()
     if output.is_file():
         try:
-            out.append(Source(load(output), "output", os.path.abspath(output)))
+            head = scan(output)
+            out.append(Source(head.doc, "output", os.path.abspath(output), head.batches))
             seen.add(os.path.realpath(output))
         except ResultsError as exc:
             log.warning("%s; nothing reused from it", exc.message)
@@ -121,7 +124,8 @@ def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = 
             if real in seen:
                 continue
             seen.add(real)
-            out.append(Source(load(path, role=role), role, os.path.abspath(path)))
+            head = scan(path, role=role)
+            out.append(Source(head.doc, role, os.path.abspath(path), head.batches))
     return out
 
 
@@ -219,46 +223,42 @@ def _rank(rec: Mapping[str, Any]) -> int:
     return (0 if rec.get("screened") else 2) + (0 if "error" in rec else 1)
 
 
-def _matches(doc: ResultsDoc, want: _Want) -> Iterator[tuple[dict[str, Any], WorkItem]]:
+def _matches(src: Source, want: _Want) -> Iterator[tuple[dict[str, Any], WorkItem]]:
     """(record, item) for each record of ``doc`` with the identity of an item of the plan, tag
     included; the first record of each item's identity less the tag goes to ``want.priced`` with
     the document's timing, for the cost model (costs do not depend on a tag; priced only for the
     items left to measure, by ``find_reuse``)."""
-    getters: dict[tuple[Any, Any], Any] = {}
-    config = doc.config
+    getters = {kind: key_getter(*kind) for kind in MODES_CONFIGS}
+    config = src.doc.config
     timing = config.get("timing")
     timing = timing if isinstance(timing, dict) else {}
     how = (int(config.get("repeats") or 5), int(timing.get("warmup", 1)))
     priced = want.priced
     items = want.items
-    for rec in doc.results:
-        kind = (rec.get("mode"), rec.get("config"))
-        getter = getters.get(kind)
-        if getter is None:
-            if kind not in MODES_CONFIGS:
+    for batch in src.batches:  # every record has the identity fields (``document.scan`` checks)
+        for rec in batch:
+            try:
+                key = getters[rec["mode"], rec["config"]](rec)
+                it = items.get(key)
+            except (KeyError, TypeError):  # another mode, a field missing, an unhashable value: no item here
                 continue
-            getter = getters[kind] = key_getter(*kind)
-        try:
-            key = getter(rec)
-            it = items.get(key)
-        except (KeyError, TypeError):  # a field missing, or an unhashable value: not an item of this plan
-            continue
-        if it is None:
-            continue
-        if key not in priced:
-            priced[key] = (rec, how)
-        if rec.get("tag") == it.tag:
-            yield rec, it
+            if it is None:
+                continue
+            if key not in priced:
+                priced[key] = (rec, how)
+            if rec["tag"] == it.tag:
+                yield rec, it
 
 
-def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[int, tuple[dict[str, Any], str]]) -> None:
-    """Offer every record of ``doc`` that has an item of this plan (a hot loop: half a million
-    matched records at the scale of ``bench/reuse``)."""
-    units, own = _blocks(doc)
-    doc_env = document_env(doc) or {}
+def _scan(src: Source, count: SourceCount, want: _Want, chosen: dict[int, tuple[dict[str, Any], str]]) -> None:
+    """Offer every record of ``src`` that has an item of this plan (a hot loop: half a million
+    matched records at the scale of ``bench/reuse``). A record taken is the source's own dict
+    (read for this scan alone), stripped of its place in the source and given its provenance."""
+    units, own = _blocks(src.doc)
+    doc_env = document_env(src.doc) or {}
     doc_kind, my_kind = doc_env.get("device_kind"), want.env.get("device_kind")
     verdicts: dict[tuple[int, bool], str | None] = {}
-    for rec, it in _matches(doc, want):
+    for rec, it in _matches(src, want):
         if not want.reuse:
             continue
         count.records += 1
@@ -277,7 +277,8 @@ def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[int, tu
         if why is None and "error" in rec and not want.errors:
             why = "errors_left"
         if why is None:
-            body = dict(rec)
+            body = rec  # priced (costs) too: stripping its place changes no measurement field
+            attempt = body.pop("attempt", None)
             for k in _STRIP:
                 body.pop(k, None)
             bad, order = check_layout(body)  # the identity matched the item's with the types the layout checks
@@ -290,13 +291,24 @@ def _scan(doc: ResultsDoc, count: SourceCount, want: _Want, chosen: dict[int, tu
             setattr(count, why, getattr(count, why) + 1)
             continue
         # provenance: the document, and the unit and attempt that measured the record there
-        body["reused_from"] = f"{count.path} unit {unit} attempt {rec.get('attempt')}"
+        body["reused_from"] = f"{count.path} unit {unit} attempt {attempt}"
         prev = chosen.get(it.index)
         if prev is not None and _rank(prev[0]) >= _rank(body):
             continue  # counted as superseded by find_reuse
         if kind is not None and kind != my_kind:
             body["device"] = str(kind)
         chosen[it.index] = (body, count.path)
+
+
+def _scan_source(src: Source, count: SourceCount, want: _Want, chosen: dict[int, tuple[dict[str, Any], str]]) -> None:
+    """``_scan``; a damaged record in the output document (read in batches, so found only now)
+    ends its scan with a warning, as a damaged head does (``load_sources``): the merger judges it."""
+    try:
+        _scan(src, count, want, chosen)
+    except ResultsError as exc:
+        if src.role != "output":
+            raise
+        log.warning("%s; nothing more reused from it", exc.message)
 
 
 def find_reuse(
@@ -319,7 +331,7 @@ def find_reuse(
     with paused_gc():
         for src in sources:
             count = SourceCount(src.path, src.role)
-            _scan(src.doc, count, want, chosen)
+            _scan_source(src, count, want, chosen)
             if want.reuse:
                 found.sources.append(count)
     by_source = {c.path: c for c in found.sources}
