@@ -144,14 +144,17 @@ def test_an_extended_sweep_cancelled_and_resumed_on_slurm_measures_only_what_is_
     extended = write(tmp_path, "extended.json", SAMPLE, {"slurm_array_parallelism": 1},
                      sharding={"units": 3}, **grid)
     sweep = tmp_path / "sweep"
+    dry = cli("submit", str(extended), "--sweep-dir", str(sweep), "--dry-run")  # plans as submit does
+    assert not sweep.exists()
     r = cli("submit", str(extended), "--sweep-dir", str(sweep))
     reused = json.loads((sweep / "reuse.json").read_text())["reused"]
-    assert f"reused {reused} items measured before (not measured again): {reused} from {out}" in r.stdout
+    line = f"reused {reused} items measured before (not measured again): {reused} from {out}"
+    assert line in r.stdout and line in dry.stdout and f"{sweep}: 55 items in 3 units" in dry.stdout
     _cancel_after_first_done(sweep, 1)
     r = cli("resume", str(sweep))
     assert "new unit" in r.stdout
     w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
-    assert "merged 55 records" in w.stderr and "0 of 55 missing" in w.stderr
+    assert "merged 55 records" in w.stderr and "0 of 55 planned missing" in w.stderr
     units = json.loads((sweep / "units.json").read_text())
     (reuse_unit,) = [u for u in units if u["origin"] == "reuse"]
     answered = [json.loads(line)["id"] for u in units if u is not reuse_unit
