@@ -6,12 +6,16 @@ half of its items, beside planning the same spec without a document.
   to measure); the document's other half are records of seq lengths the spec does not have.
 - ``plain_plan_1m_s``: ``planning.plan`` of the same spec, no document (what planning costs a
   user who measures everything again: the honest baseline of the planning step itself).
-- ``reuse_plan_step_*``: the steps of the reuse plan timed apart (expand, load the document,
-  match its records to items, shard what is left), in one more process.
+- ``*_cpu_s``: the CPU seconds (user + system) of the same processes: less at the mercy of the
+  load than wall seconds on a shared machine (not free of it: a shared core's caches).
+- ``reuse_plan_step_*``: the steps of the reuse plan timed apart (expand; load: read the file and
+  parse its head; match: parse its records batch by batch, ``document.scan``, and match them to
+  items; shard what is left), in one more process.
 - ``reuse_prepare_1m_s``: ``control.sweeps.prepare_sweep``, which also writes the sweep
   directory, the measuring units and the reuse unit's partial (one line per reused record).
 - ``*_peak_rss_mb``: the peak resident memory of the process that did each (one fresh process
-  per figure, ``ru_maxrss``), and ``doc_mb`` the document's size.
+  per figure, ``ru_maxrss``), and ``doc_mb`` the document's size. The document is written as the
+  merger writes one (indent=1), the layout ``document.scan`` reads in batches.
 
 Left out: writing the document (setup), the merge that later carries the records (``bench.merge``
 measures merging at this scale), and the machine's load: other engineers share its 2 cores, so
@@ -72,6 +76,8 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
     from orchestrator.spec.files import load_spec
 
     spec = load_spec(spec_path)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = ru.ru_utime + ru.ru_stime
     t = time.perf_counter()
     if what == "plain":
         from orchestrator.planning import plan
@@ -91,6 +97,8 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
         sd, ids, _ = prepare_sweep(spec_path, str(Path(work) / "sweep"), None, doc)
         out = {"units": len(ids)}
     out["s"] = time.perf_counter() - t
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out["cpu_s"] = ru.ru_utime + ru.ru_stime - cpu0
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(out))
 
@@ -146,6 +154,9 @@ def main() -> None:
     print(f"plain_plan_1m_s={plain['s']:.2f}")
     print(f"reuse_plan_1m_s={reuse['s']:.2f}")
     print(f"reuse_vs_plain_plan={reuse['s'] / plain['s']:.2f}")
+    print(f"plain_plan_1m_cpu_s={plain['cpu_s']:.2f}")
+    print(f"reuse_plan_1m_cpu_s={reuse['cpu_s']:.2f}")
+    print(f"reuse_vs_plain_plan_cpu={reuse['cpu_s'] / plain['cpu_s']:.2f}")
     print(f"reuse_prepare_1m_s={prep['s']:.2f}")
     for k in ("expand_s", "load_s", "match_s", "shard_s"):
         print(f"reuse_plan_step_{k}={steps[k]:.2f}")

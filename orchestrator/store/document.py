@@ -11,7 +11,8 @@ identity, not a full schema check (the merger validates what it writes). Parsing
 when it is installed and the stdlib ``json`` otherwise (and for a document orjson refuses:
 NaN, which the stdlib writes for a broken kernel's rel_err); both give the same objects.
 This is the one reader of results documents: report, compare, export, ``--costs`` and the
-merger's ``append`` all read through ``load``.
+merger's ``append`` all read through ``load``; reuse, which keeps few of a document's records,
+through ``scan`` (the same checks, the records in batches).
 Measured with ``bench/report.py`` (1M records, 444 MB): load 2.8 s with orjson vs 6.8 s
 stdlib (2.4x), load + best_table 4.3 s vs 7.3 s (1.7x).
 """

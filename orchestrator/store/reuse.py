@@ -37,7 +37,7 @@ from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.planning.halving import HALVING
 from orchestrator.spec.compat import env_differences, env_fingerprint, measurement_differences, measurement_key
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import key_getter
+from orchestrator.spec.records import head_getter, key_getter, key_head
 from orchestrator.store.document import ResultsDoc, paused_gc, scan
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 
@@ -168,11 +168,12 @@ class _Want:
     errors: bool
     mix_devices: bool
     priced: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[int, int]]] = field(default_factory=dict)
+    heads: set[tuple[Any, ...]] = field(default_factory=set)  # ``records.key_head`` of every item's key
 
 
 def _want(spec: SweepSpec, items: list[WorkItem], env: dict[str, Any] | None, errors: bool, reuse: bool) -> _Want:
     dumped = spec.model_dump(mode="json")
-    return _Want(
+    want = _Want(
         {it.record_key(): it for it in items if it.kind == RUN},
         reuse and env is not None,
         env or {},
@@ -181,6 +182,17 @@ def _want(spec: SweepSpec, items: list[WorkItem], env: dict[str, Any] | None, er
         errors,
         spec.merge.mix_devices,
     )
+    want.heads = {key_head(key) for key in want.items}
+    return want
+
+
+def _candidates(batch: list[dict[str, Any]], heads: set[tuple[Any, ...]], head: Any) -> list[dict[str, Any]]:
+    """The records of ``batch`` whose problem and config kind the plan has, set aside at C speed
+    (``records.head_getter``); a batch with an unhashable identity value is given whole."""
+    try:
+        return [rec for rec, h in zip(batch, map(head, batch), strict=True) if h in heads]
+    except TypeError:
+        return batch
 
 
 def _judge_block(
@@ -235,8 +247,9 @@ def _matches(src: Source, want: _Want) -> Iterator[tuple[dict[str, Any], WorkIte
     how = (int(config.get("repeats") or 5), int(timing.get("warmup", 1)))
     priced = want.priced
     items = want.items
+    head, heads = head_getter(), want.heads
     for batch in src.batches:  # every record has the identity fields (``document.scan`` checks)
-        for rec in batch:
+        for rec in _candidates(batch, heads, head):
             try:
                 key = getters[rec["mode"], rec["config"]](rec)
                 it = items.get(key)
