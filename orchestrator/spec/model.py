@@ -249,8 +249,7 @@ class ReuseSettings(_Model):
 
     documents: list[str] = Field(default_factory=list, description="results documents reused besides the output "
                                  "document (a relative path is taken from the working directory)")
-    errors: bool = Field(default=False, description="reuse error records too (default: a config that failed is "
-                         "measured again, a new jax may fix it)")
+    errors: bool = Field(default=False, description="reuse error records too (default: measured again)")
 
 
 class SweepSpec(_Model):
@@ -396,7 +395,6 @@ class SweepSpec(_Model):
         return canonical_hash(measured)
 
 
-def canonical_hash(obj: Any, length: int = 16) -> str:
-    """A short hash of ``obj``'s canonical JSON (sorted keys, no spaces, ASCII)."""
+def canonical_hash(obj: Any, length: int = 16) -> str:  # of the canonical JSON: sorted keys, no spaces, ASCII
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
                           ).hexdigest()[:length]
