@@ -85,6 +85,13 @@ def test_other_timing_or_another_device_reuses_nothing(tmp_path: Path, first_doc
     (src,) = slower.found.sources
     assert slower.found.reused == 0 and src.other_measurement == 2
     assert src.why == ["measured with other settings: ms per sample 1.0 vs 2.0 here"]
+    # timing.timer auto (the first document's) is the wall clock here: a wall sweep reuses it, a device one not
+    wall = plan_against(tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "timer": "wall"}},
+                        ReuseRequest([str(first_doc)]))
+    device = plan_against(tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "timer": "device"}},
+                          ReuseRequest([str(first_doc)]))
+    assert wall.found.reused == 2 and device.found.reused == 0
+    assert device.found.sources[0].why == ["measured with other settings: timing.timer 'wall' vs 'device' here"]
     doc = json.loads(first_doc.read_text())
     doc["tilesweep"]["env"]["device_kind"] = doc["device"]["device_kind"] = "NVIDIA H100 80GB HBM3"
     other = write(tmp_path, "h100.json", doc)

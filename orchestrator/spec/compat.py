@@ -8,7 +8,8 @@ Two parts, compared separately so a refusal can say which one differs:
   ``device`` block, where a document has no tilesweep block: a reference-run document lacks
   jaxlib, and a field one side lacks is not compared);
 - the measurement (``measurement_key``): what changes the numbers a record holds, from the spec
-  that measured it: the kernel implementation (``kernel.impl``), the timer and the L2 flush, the
+  that measured it: the kernel implementation (``kernel.impl``), the timer (``auto`` taken as the
+  worker takes it, ``SweepSpec.timer_on``: the device timer or the wall clock), the L2 flush, the
   untimed calls (``timing.warmup``) and the cap on calls per sample (``timing.max_inner``), and
   how long and how often a record was timed. A full record (``repeats`` samples of
   ``timing.target_ms``) and a screened one (one sample of the screen length) differ there, so
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.spec.model import KernelSettings, TimingSettings
+from orchestrator.spec.model import CompileSettings, KernelSettings, SweepSpec, TimingSettings
 
 ENV_FIELDS: tuple[str, ...] = ("jax", "jaxlib", "backend", "device_kind")
 
@@ -37,10 +38,11 @@ def _section(dumped: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def measurement_key(dumped: Mapping[str, Any], screened: bool) -> tuple[Any, ...]:
+def measurement_key(dumped: Mapping[str, Any], screened: bool, backend: str | None = None) -> tuple[Any, ...]:
     """The measurement part of the key of a record measured by the spec ``dumped`` (a spec's
     ``model_dump(mode="json")``, as a document's tilesweep block holds it; fields it lacks take
-    today's defaults, so a document from before a field existed keeps its key)."""
+    today's defaults, so a document from before a field existed keeps its key) on ``backend``
+    (the environment's: what ``timing.timer: auto`` means depends on it)."""
     timing = _section(dumped, "timing")
     kernel = _section(dumped, "kernel")
     t = TimingSettings.model_fields
@@ -49,7 +51,12 @@ def measurement_key(dumped: Mapping[str, Any], screened: bool) -> tuple[Any, ...
         return timing.get(name, t[name].default)
 
     impl = kernel.get("impl", KernelSettings.model_fields["impl"].default)
-    common = (impl, get("timer"), str(get("flush_l2")), get("warmup"), get("max_inner"))
+    timer = get("timer")
+    if timer == "auto":  # the timer the worker used: SweepSpec.timer_on's rule, from the compile mode
+        mode = _section(dumped, "compile").get("mode", CompileSettings.model_fields["mode"].default)
+        timer = SweepSpec.model_construct(timing=TimingSettings.model_construct(timer=timer),
+                                          compile=CompileSettings.model_construct(mode=mode)).timer_on(backend or "")
+    common = (impl, timer, str(get("flush_l2")), get("warmup"), get("max_inner"))
     if screened:
         screen = get("screen_ms")
         target = float(screen) if screen is not None else float(get("target_ms")) / 10

@@ -177,8 +177,8 @@ def _want(spec: SweepSpec, items: list[WorkItem], env: dict[str, Any] | None, er
         {it.record_key(): it for it in items if it.kind == RUN},
         reuse and env is not None,
         env or {},
-        measurement_key(dumped, False),
-        measurement_key(dumped, True) if spec.timing.strategy == HALVING else None,
+        measurement_key(dumped, False, (env or {}).get("backend")),
+        measurement_key(dumped, True, (env or {}).get("backend")) if spec.timing.strategy == HALVING else None,
         errors,
         spec.merge.mix_devices,
     )
@@ -214,7 +214,7 @@ def _judge_block(
     mine = want.screen if screened else want.full
     if mine is None:  # a screen, and this sweep times in full
         return "screened_left"
-    key = measurement_key(dumped, screened)
+    key = measurement_key(dumped, screened, env.get("backend"))
     if key != mine:
         _say(count, f"measured with other settings: {', '.join(measurement_differences(key, mine))}")
         return "other_measurement"
