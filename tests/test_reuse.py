@@ -244,11 +244,14 @@ def test_a_document_scanned_in_batches_is_the_document_loaded(tmp_path: Path, mo
     monkeypatch.setattr(document, "BATCH_BYTES", 2000)  # a few records per batch
     full = document.load(SAMPLE)
     compact = write(tmp_path, "compact.json", json.loads(SAMPLE.read_text()))  # one line: loaded whole
-    for path, n_batches in ((SAMPLE, 30), (compact, 1)):
-        scanned = document.scan(path)
+    more = tmp_path / "more.json"  # another tool's top-level array of objects after the results
+    more.write_text(json.dumps({**json.loads(SAMPLE.read_text()), "notes": [{"by": "hand"}]}, indent=1))
+    for path, n_batches in ((SAMPLE, 30), (compact, 1), (more, 30)):
+        loaded, scanned = document.load(path), document.scan(path)
         batches = list(scanned.batches)
-        assert [rec for b in batches for rec in b] == full.results and len(batches) >= n_batches
-        assert (scanned.doc.device, scanned.doc.config, scanned.doc.extra) == (full.device, full.config, full.extra)
+        assert [rec for b in batches for rec in b] == loaded.results and len(batches) >= n_batches
+        assert (scanned.doc.device, scanned.doc.config, scanned.doc.extra) == (loaded.device, loaded.config,
+                                                                               loaded.extra)
     broken = tmp_path / "broken.json"  # the last bfloat16 record, in a late batch, lacks its dtype
     last = len(full.results) - 1 - [r["dtype"] for r in reversed(full.results)].index("bfloat16")
     text = SAMPLE.read_text()

@@ -121,10 +121,10 @@ def load(path: str | os.PathLike[str], *, role: str | None = None) -> ResultsDoc
 
 
 # The layout of json.dumps(indent=1), the merger's and the reference run's: each record of
-# ``results`` opens with "\n  {" and, its fields being flat, closes with "\n  }" (a nested value
-# closes deeper; a JSON string holds no raw newline).
+# ``results`` opens with "\n  {" and closes with "\n  }", and the array with the first "\n ]"
+# after it (a nested value opens and closes deeper; a JSON string holds no raw newline).
 _RESULTS_OPEN = b'"results": [\n  {'
-_RECORDS_CLOSE = b"\n  }\n ]"
+_ARRAY_CLOSE = b"\n ]"
 _BETWEEN = b"\n  },\n  {"
 BATCH_BYTES = 8 << 20
 
@@ -144,8 +144,9 @@ def scan(path: str | os.PathLike[str], *, role: str | None = None) -> Scanned:
     batch of records is alive at a time instead of all of them (3 GB for a million). A document of
     another layout is loaded whole and given as one batch."""
     name, data = _read(path, role)
-    start, end = data.find(_RESULTS_OPEN), data.rfind(_RECORDS_CLOSE)
-    if start < 0 or end < start:
+    start = data.find(_RESULTS_OPEN)
+    end = data.find(_ARRAY_CLOSE, start) - 4 if start >= 0 else -1  # the last record's "\n  }"
+    if start < 0 or end < start or data[end : end + 4] != b"\n  }":
         doc = from_obj(_parse(data, name), name=name)
         return Scanned(replace(doc, results=[]), iter([doc.results]))
     first = start + len(_RESULTS_OPEN) - 1  # the first record's "{"
