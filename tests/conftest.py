@@ -50,6 +50,26 @@ TINY_SPEC: dict[str, Any] = {
 }
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``last`` run after all others, in their order: they check on work (a SLURM
+    job past its time limit) that a session fixture started early, so the suite overlaps that
+    work instead of waiting for it."""
+    last = [item for item in items if item.get_closest_marker("last") is not None]
+    if last:
+        items[:] = [item for item in items if item.get_closest_marker("last") is None] + last
+
+
+@pytest.fixture(scope="session")
+def slow_slurm_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(spec, sweep dir) of one SLURM unit with ~130 s of work against a 2-minute limit, submitted
+    the first time a test asks (test_slurm_dispatch's first test does) and checked by a ``last``
+    test: it must be session-wide, since a module fixture would be set up again, a second sweep,
+    for a test moved past its module's end."""
+    from tests.test_slurm_dispatch import submit_slow_sweep
+
+    return submit_slow_sweep(tmp_path_factory.mktemp("slow"))
+
+
 @pytest.fixture
 def write_spec(tmp_path: Path) -> Callable[..., Path]:
     """Write a spec file (TINY_SPEC updated with overrides) and return its path."""
