@@ -210,6 +210,19 @@ def test_missing_configs_are_the_planned_ones_without_a_record() -> None:
     assert all(v.missing is None for v in html.problem_views(results_doc.from_obj({**bare, "results": kept})))
 
 
+def test_a_missing_config_of_one_variant_is_not_hidden_by_another_variants_record() -> None:
+    # causal and non-causal (and grouped-query) problems share their configs' values: a record
+    # of one must not stand for the planned item of the other
+    spec = synthetic.problems_spec(n_seqs=1, dtypes=["bfloat16"], head_dims=[64], modes=["fwd"], heads=4,
+                                   causal=[False, True], kv_heads=[1, 4])
+    full = synthetic.document(spec)
+    gone = next(r for r in full["results"] if r["config"] == "forced" and not r["causal"] and r["kv_heads"] == 4)
+    views = html.problem_views(results_doc.from_obj({**full, "results": [r for r in full["results"] if r is not gone]}))
+    missing = {(v.summary.key.causal, v.summary.key.kv_heads): v.missing for v in views}
+    assert missing == {(False, None): [report.config_label(report.config_of(gone), "fwd")],
+                       (True, None): [], (False, 1): [], (True, 1): []}
+
+
 # --------------------------------------------------------------------------- scale
 
 

@@ -8,9 +8,10 @@ planned, so ``missing_records`` returns ``None`` and the report says nothing rat
 
 Items are matched to records on their identity and config values as tuples, not on hashed
 ids: the fields come from ``spec.records`` (the one home of the layout), read by name from the
-work item and the record alike. The missing items are grouped into problems by the report's own
-``group_by_problem``, on the records they would have written, so a problem here is keyed
-exactly as the page's problems are, whatever fields a problem's identity grows.
+work item and the record alike, then the normalised (causal, kv_heads, impl) of each
+(``records.variant``): a causal record does not stand for its non-causal twin. The missing
+items are grouped into problems by the report's own ``group_by_problem``, on the records they
+would have written, so a problem here is keyed exactly as the page's problems are.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import Any
 from orchestrator.analysis.report import group_by_problem
 from orchestrator.errors import SpecError
 from orchestrator.planning import expand
+from orchestrator.planning.items import WorkItem
 from orchestrator.spec.files import spec_from_data
-from orchestrator.spec.records import IDENTITY_FIELDS, config_fields
+from orchestrator.spec.records import IDENTITY_FIELDS, config_fields, variant
 from orchestrator.store.document import ResultsDoc
 
 log = logging.getLogger(__name__)
@@ -51,11 +53,17 @@ def missing_records(doc: ResultsDoc) -> dict[tuple, list[dict[str, Any]]] | None
         return None
     seen = _present(doc.results)
     ident = attrgetter(*IDENTITY_FIELDS)
-    return group_by_problem(item.record_fields() for item in expand(spec) if ident(item) + item.params not in seen)
+
+    def key(item: WorkItem) -> tuple:
+        return ident(item) + item.params + (item.causal, None if item.kv_heads == item.heads else item.kv_heads,
+                                            item.impl)
+
+    return group_by_problem(item.record_fields() for item in expand(spec) if key(item) not in seen)
 
 
 def _present(results: list[dict[str, Any]]) -> set[tuple]:
-    """Identity and config values of every record, as tuples (one getter per mode and kind)."""
+    """Identity and config values of every record, then its variant, as tuples (one getter per
+    mode and kind)."""
     getters: dict[tuple[str, str], Callable[[dict[str, Any]], tuple]] = {}
     seen = set()
     for rec in results:
@@ -64,7 +72,7 @@ def _present(results: list[dict[str, Any]]) -> set[tuple]:
         if get is None:
             get = getters[kind] = itemgetter(*IDENTITY_FIELDS, *config_fields(*kind))
         try:
-            seen.add(get(rec))
+            seen.add(get(rec) + variant(rec))
         except KeyError:  # a record without some config field: it matches no planned item
             continue
     return seen
