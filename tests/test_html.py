@@ -210,7 +210,7 @@ def test_missing_configs_are_the_planned_ones_without_a_record() -> None:
     assert all(v.missing is None for v in html.problem_views(results_doc.from_obj({**bare, "results": kept})))
 
 
-def test_a_missing_config_of_one_variant_is_not_hidden_by_another_variants_record() -> None:
+def test_variants_are_told_apart_in_missing_configs_and_summary_columns() -> None:
     # causal and non-causal (and grouped-query) problems share their configs' values: a record
     # of one must not stand for the planned item of the other
     spec = synthetic.problems_spec(n_seqs=1, dtypes=["bfloat16"], head_dims=[64], modes=["fwd"], heads=4,
@@ -221,6 +221,12 @@ def test_a_missing_config_of_one_variant_is_not_hidden_by_another_variants_recor
     missing = {(v.summary.key.causal, v.summary.key.kv_heads): v.missing for v in views}
     assert missing == {(False, None): [report.config_label(report.config_of(gone), "fwd")],
                        (True, None): [], (False, 1): [], (True, 1): []}
+    # and the summary table tells the four problems apart: a causal and a KV column after H
+    text = html.report_page(results_doc.from_obj(full))
+    head = re.findall(r"<th data-key=\"(\w+)\"", text[text.index("<thead>"):text.index("</thead>")])
+    assert head[5:9] == ["heads", "causal", "kv", "mode"]
+    assert sorted((row[6], row[7]) for row in Page(text).rows) == [("no", "1"), ("no", "4"), ("yes", "1"), ("yes", "4")]
+    assert '<select name="causal" data-col="6">' in text and '<select name="kv" data-col="7">' in text  # filters
 
 
 # --------------------------------------------------------------------------- scale

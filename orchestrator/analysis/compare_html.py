@@ -26,7 +26,7 @@ from orchestrator.analysis.html import (
     ratio_cls,
 )
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
-from orchestrator.analysis.report import astuple_key, is_success
+from orchestrator.analysis.report import astuple_key, axis_columns, is_success
 from orchestrator.analysis.svg import esc
 from orchestrator.store.document import ResultsDoc
 
@@ -43,8 +43,8 @@ def _side(view: ProblemView | None, name: str) -> str:
     return f'<div><div class="side">{name}</div>{facts(view.summary)}{plot(view.heatmap)}{lists(view)}</div>'
 
 
-def _columns(with_tag: bool) -> list[Column]:
-    return key_columns(with_tag) + [
+def _columns(with_tag: bool, axes: list[str]) -> list[Column]:
+    return key_columns(with_tag, axes) + [
         Column("a_best", "A best", left=True), Column("a_ms", "A ms", num=True),
         Column("b_best", "B best", left=True), Column("b_ms", "B ms", num=True),
         Column("ratio", "B/A", num=True, hint="B best ms / A best ms; below 1: B is faster"),
@@ -52,9 +52,9 @@ def _columns(with_tag: bool) -> list[Column]:
     ]
 
 
-def _rows(rows: list[ProblemComparison], with_tag: bool) -> Iterator[tuple[list[str], list[str]]]:
+def _rows(rows: list[ProblemComparison], with_tag: bool, axes: list[str]) -> Iterator[tuple[list[str], list[str]]]:
     for n, r in enumerate(rows, 1):
-        cells, fvals = key_cells(n, f"p-{n}", r.key, with_tag)
+        cells, fvals = key_cells(n, f"p-{n}", r.key, with_tag, axes)
         for s in (r.a, r.b):
             if s is None:
                 cells += [td("-"), td("-")]
@@ -80,6 +80,7 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
     rows = compare(doc_a, doc_b)
     va, vb = _views(doc_a), _views(doc_b)
     with_tag = any(r.key.tag is not None for r in rows)
+    axes = axis_columns(r.key for r in rows)
 
     def card(i: int) -> str:
         r, n = rows[i], i + 1
@@ -99,7 +100,7 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
     body = [
         f"<h1>{esc(title)}</h1>", f'<p class="sub">{esc(LEGEND)}</p>',
         f'<h2>Provenance</h2><div class="sides">{"".join(sides)}</div>',
-        f"<h2>Summary</h2>{table(_columns(with_tag), _rows(rows, with_tag), len(rows))}",
+        f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(rows, with_tag, axes), len(rows))}",
         f"<h2>Problems</h2>{legend()}",
         grouped([r.key for r in rows], card, _header(rows)),
     ]

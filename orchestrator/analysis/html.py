@@ -29,6 +29,8 @@ from orchestrator.analysis.report import (
     ProblemKey,
     ProblemSummary,
     astuple_key,
+    axis_cells,
+    axis_columns,
     best_table,
     config_label,
     group_by_problem,
@@ -191,11 +193,15 @@ def grouped(keys: list[ProblemKey], render: Callable[[int], str], header: Callab
     return "".join(out)
 
 
-def key_cells(number: int, anchor: str, k: ProblemKey, with_tag: bool) -> tuple[list[str], list[str]]:
-    """The leading cells of a summary row (number, problem axes) and its filter values."""
+def key_cells(number: int, anchor: str, k: ProblemKey, with_tag: bool,
+              axes: list[str]) -> tuple[list[str], list[str]]:
+    """The leading cells of a summary row (number, problem axes, the optional ``axes`` of
+    ``report.axis_columns``) and its filter values."""
+    extra = axis_cells(k, axes)
     cells = [td(f'<a href="#{anchor}">{number}</a>', number, raw=True), td(k.dtype, cls="l"),
-             td(k.head_dim), td(k.seq), td(k.batch), td(k.heads), td(k.mode, cls="l")]
-    fvals = [k.dtype, str(k.head_dim), str(k.seq), k.mode]
+             td(k.head_dim), td(k.seq), td(k.batch), td(k.heads), *(td(v, cls="l") for v in extra),
+             td(k.mode, cls="l")]
+    fvals = [k.dtype, str(k.head_dim), str(k.seq), *extra, k.mode]
     if with_tag:
         tag = "-" if k.tag is None else str(k.tag)
         cells.append(td(tag, cls="l"))
@@ -203,11 +209,18 @@ def key_cells(number: int, anchor: str, k: ProblemKey, with_tag: bool) -> tuple[
     return cells, fvals
 
 
-def key_columns(with_tag: bool) -> list[Column]:
+_AXIS_HINTS = {"causal": "causal masking", "KV": "key/value heads (grouped-query attention below H)",
+               "impl": "kernel implementation"}
+
+
+def key_columns(with_tag: bool, axes: list[str]) -> list[Column]:
+    """The leading columns, with the optional ``axes`` (causal, KV, impl) a table's problems need."""
     cols = [Column("n", "#", num=True, hint="document order; links to the problem's card"),
             Column("dtype", "dtype", left=True, filter=True), Column("head_dim", "D", num=True, filter=True),
             Column("seq", "seq", num=True, filter=True), Column("batch", "B", num=True),
-            Column("heads", "H", num=True), Column("mode", "mode", left=True, filter=True)]
+            Column("heads", "H", num=True),
+            *(Column(a.lower(), a, left=True, filter=True, hint=_AXIS_HINTS[a]) for a in axes),
+            Column("mode", "mode", left=True, filter=True)]
     if with_tag:
         cols.append(Column("tag", "tag", left=True, filter=True))
     return cols
@@ -216,8 +229,8 @@ def key_columns(with_tag: bool) -> list[Column]:
 # --------------------------------------------------------------------------- the report page
 
 
-def _columns(with_tag: bool) -> list[Column]:
-    return key_columns(with_tag) + [
+def _columns(with_tag: bool, axes: list[str]) -> list[Column]:
+    return key_columns(with_tag, axes) + [
         Column("best", "best config", left=True), Column("ms", "ms", num=True),
         Column("spread", "q1-q3 ms", num=True, hint="q1 and q3 of the best config's samples"),
         Column("auto", "auto ms", num=True), Column("speedup", "speedup", num=True, desc_first=True,
@@ -230,10 +243,10 @@ def _columns(with_tag: bool) -> list[Column]:
     ]
 
 
-def _rows(views: list[ProblemView], with_tag: bool) -> Iterator[tuple[list[str], list[str]]]:
+def _rows(views: list[ProblemView], with_tag: bool, axes: list[str]) -> Iterator[tuple[list[str], list[str]]]:
     for v in views:
         s = v.summary
-        cells, fvals = key_cells(v.number, v.anchor, s.key, with_tag)
+        cells, fvals = key_cells(v.number, v.anchor, s.key, with_tag, axes)
         spread = None if s.best_q1_ms is None else f"{s.best_q1_ms:.4f}-{s.best_q3_ms:.4f}"
         cells += [td(s.best_label or "-", cls="l mono"), num(s.best_ms, ".4f"),
                   td(spread or "-", None if s.best_q3_ms is None or s.best_q1_ms is None
@@ -268,13 +281,14 @@ def report_page(doc: ResultsDoc) -> str:
     """The whole report page of a results document."""
     views = problem_views(doc)
     with_tag = len({v.summary.key.tag for v in views}) > 1
+    axes = axis_columns(v.summary.key for v in views)
     n_err = sum(1 for r in doc.results if not is_success(r))
     counts = {"records": len(doc.results), "without a timing": n_err, "problems": len(views)}
     body = [
         f"<h1>tilesweep report: {esc(Path(doc.name).name)}</h1>",
         f'<p class="sub">{esc(LEGEND)}</p>',
         f"<h2>Provenance</h2>{provenance(doc, counts)}",
-        f"<h2>Summary</h2>{table(_columns(with_tag), _rows(views, with_tag), len(views))}",
+        f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(views, with_tag, axes), len(views))}",
         f"<h2>Problems</h2>{legend()}",
         grouped([v.summary.key for v in views], lambda i: card(views[i], with_tag), _group_header(views)),
     ]
