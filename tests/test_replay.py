@@ -71,6 +71,16 @@ def test_bad_replay_sources_are_one_line_errors(tmp_path: Path) -> None:
     r = run_cli("run", str(replay_spec(tmp_path, "b.json", heads=4)), "--sweep-dir", str(tmp_path / "b"))
     assert_one_line_error(r, "another spec", "heads=8", "heads=4")
     assert not (tmp_path / "b").exists()  # refused before anything was planned
+    # the excerpt measured our kernel, non-causal, multi-head: a replay of jax's kernel, of causal
+    # or of grouped-query problems would find none of its records
+    for name, over, needles in [
+        ("c.json", {"replay": {"source": str(SAMPLE), "impl": "jax"}},
+         ["measured the tilesweep kernel", "replay.impl is jax", '"impl": "tilesweep"']),
+        ("d.json", {"causal": [False, True]}, ["causal [True] were not measured"]),
+        ("e.json", {"kv_heads": [2]}, ["kv_heads [2] were not measured", "its kv_heads: [8]"]),
+    ]:
+        r = run_cli("plan", str(replay_spec(tmp_path, name, **over)), "--dry-run")
+        assert_one_line_error(r, "another spec", *needles)
 
 
 def test_replay_needs_its_source_and_the_strategy_settings_are_checked() -> None:

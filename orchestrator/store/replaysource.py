@@ -2,8 +2,9 @@
 
 A replay source must be a results document (read by ``document.load``, the one reader) that
 measured this spec's problems: its config block is a sweep spec with the same batch, heads and
-forward tiles of fwd_bwd configs, and every axis value of the replayed spec (dtypes, head_dims,
-seq_lens, modes, the tile grids) among its own. A subset is fine (replay the excerpt's problems
+forward tiles of fwd_bwd configs, the kernel implementation the replay names (``replay.impl``),
+and every axis value of the replayed spec (dtypes, head_dims, seq_lens, modes, causal, kv_heads,
+the tile grids) among its own. A subset is fine (replay the excerpt's problems
 of a larger run); another spec is refused in one line, before anything is planned or run.
 
 Records are looked up by ``spec.records.record_key``: identity and config fields without the
@@ -30,6 +31,7 @@ AXES = (
     "head_dims",
     "seq_lens",
     "modes",
+    "causal",
     "fwd_block_q",
     "fwd_block_k",
     "fwd_stages",
@@ -66,11 +68,27 @@ def mismatch(spec: SweepSpec, source: SweepSpec) -> str | None:
             f"its fwd_bwd configs use forward tiles {sb.block_q}/{sb.block_k}, this spec's "
             f"{fb.block_q}/{fb.block_k} (bwd_fwd_config)"
         )
+    if spec.measured_impl != source.measured_impl:
+        return (
+            f"it measured the {source.measured_impl} kernel, this replay's replay.impl is {spec.measured_impl}: "
+            f'set "replay": {{"impl": "{source.measured_impl}"}}'
+        )
     for axis in AXES:
         extra = [v for v in getattr(spec, axis) if v not in getattr(source, axis)]
         if extra:
             return f"this spec's {axis} {extra} were not measured by it (its {axis}: {getattr(source, axis)})"
+    kv_mine, kv_theirs = _group_counts(spec), _group_counts(source)
+    if kv_mine - kv_theirs:
+        return (
+            f"this spec's kv_heads {sorted(kv_mine - kv_theirs)} were not measured by it "
+            f"(its kv_heads: {sorted(kv_theirs)})"
+        )
     return None
+
+
+def _group_counts(spec: SweepSpec) -> set[int]:
+    """The spec's kv_heads values, multi-head attention (null, or equal to heads) as ``heads``."""
+    return {spec.heads if v is None else v for v in spec.kv_heads}
 
 
 def load_source(spec: SweepSpec) -> ReplaySource:
