@@ -19,7 +19,10 @@ successive halving, can be run on a CPU in seconds, and their outcome compared.
 - Time: nothing sleeps. Each record's ``compile_s`` is the source's; the seconds a real worker
   would spend timing (warm-up, probes, samples: ``kernels.config.timed_calls`` at the source's
   median) are added to a virtual clock. The worker's summary reports both as virtual
-  (``"clock": "virtual"``) and each replayed record's ``timer`` is ``"virtual"``.
+  (``"clock": "virtual"``) and each replayed record's ``timer`` is ``"virtual"``. With
+  ``replay.pace: real`` the worker also waits those seconds out before writing each record (idle,
+  not computing), so a unit lasts as long as it did where the source was measured: time limits,
+  USR2 requeues and array sizing can be rehearsed on a CPU partition at no cost in CPU.
 - Errors: a source record with an error replays as the same error; a config the source has
   no record of becomes an error record saying so. ``rel_err`` is the source's.
 """
@@ -27,6 +30,8 @@ successive halving, can be run on a CPU in seconds, and their outcome compared.
 from __future__ import annotations
 
 import hashlib
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -111,7 +116,10 @@ SYNC_EVERY = 256  # replayed records per fsync: a replay is free to redo, the di
 def replay_items(run: Any, runnable: list[WorkItem], spec: SweepSpec, replayer: Replayer) -> bool:
     """The worker's loop for a replay (``run``: its attempt at the unit): the runnable items in
     plan order, each recorded as ``replayer`` answers; return whether the attempt stopped early.
-    Every line is written as it is made, fsynced a batch at a time (``PartialWriter``)."""
+    Every line is written as it is made, fsynced a batch at a time (``PartialWriter``); at
+    ``replay.pace: real`` each after the record's seconds are waited out (a stop cuts the wait
+    short: the record is known, so it is written, as a real worker finishes the config it times)."""
+    real = spec.replay is not None and spec.replay.pace == "real"
     for n, it in enumerate(runnable, 1):
         if run.should_stop():
             return True
@@ -120,5 +128,14 @@ def replay_items(run: Any, runnable: list[WorkItem], spec: SweepSpec, replayer: 
             run.compiled += 1
             run.compile_sum_s += compile_s
             run.timed_s += timed_s
+            if real:
+                wait(compile_s + timed_s, run.should_stop)
         run.record(it, rec, sync=n % SYNC_EVERY == 0)
     return False
+
+
+def wait(seconds: float, should_stop: Callable[[], bool], tick: float = 0.1) -> None:
+    """Sleep ``seconds``, or until ``should_stop()`` (checked every ``tick``)."""
+    end = time.monotonic() + seconds
+    while not should_stop() and (left := end - time.monotonic()) > 0:
+        time.sleep(min(tick, left))

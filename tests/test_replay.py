@@ -116,3 +116,33 @@ def test_a_replay_plans_the_implementation_its_source_measured(sample_doc) -> No
     assert "kernel" not in ours.reference_config() and stock.reference_config()["kernel"]["impl"] == "jax"
     assert ours.fingerprint() != stock.fingerprint()
     assert {it.impl for it in expand(ours)} == {"tilesweep"} and {it.impl for it in expand(stock)} == {"jax"}
+
+
+def test_replay_at_the_real_pace_waits_out_each_records_seconds(tmp_path: Path) -> None:
+    """replay.pace: real (rehearsing time limits on a CPU partition): the same records as the
+    instant replay, the same sweep (fingerprint: a sweep may be resumed at either pace), but the
+    unit lasts the virtual seconds it replays."""
+    from orchestrator.spec.files import spec_from_data
+    from orchestrator.store import synthetic
+    from tests.conftest import TINY_SPEC
+
+    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32], "timing": {"target_ms": 200, "warmup": 0}}
+    source = synthetic.document(grid)
+    for rec in source["results"]:
+        rec.update(compile_s=0.2, median_ms=2.0, q1_ms=1.9, q3_ms=2.1)
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    docs, markers = {}, {}
+    for pace in ("instant", "real"):
+        data = {**grid, "output": str(tmp_path / f"{pace}.json"), "kernel": {"impl": "replay"},
+                "replay": {"source": str(tmp_path / "source.json"), "pace": pace}}
+        (tmp_path / f"{pace}.spec.json").write_text(json.dumps(data))
+        sweep = tmp_path / f"sweep-{pace}"
+        r = run_cli("run", str(tmp_path / f"{pace}.spec.json"), "--sweep-dir", str(sweep), "--executor", "debug")
+        assert r.returncode == 0, r.stderr
+        docs[pace] = json.loads((tmp_path / f"{pace}.json").read_text())["results"]
+        (markers[pace],) = [json.loads(p.read_text()) for p in (sweep / "done").glob("*.json")]
+    assert docs["real"] == docs["instant"] and len(docs["real"]) == 3, (docs["real"][0], docs["instant"][0])
+    virtual = markers["real"]["compile_sum_s"] + markers["real"]["timed_s"]
+    assert virtual > 1.5 and markers["real"]["wall_s"] >= virtual > markers["instant"]["wall_s"]
+    fingerprints = {spec_from_data(json.loads((tmp_path / f"{p}.spec.json").read_text())).fingerprint() for p in docs}
+    assert len(fingerprints) == 1

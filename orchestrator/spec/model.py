@@ -207,18 +207,18 @@ class KernelSettings(_Model):
 
 # Measurement options added after the first sweeps were planned: a spec that leaves them at their
 # defaults keeps the fingerprint it had before they existed, so those sweeps resume unchanged.
-_ADDED_FIELDS: dict[str, tuple[type[_Model], tuple[str, ...]]] = {
-    "timing": (TimingSettings, ("strategy", "screen_ms", "keep", "noise", "timer", "flush_l2")),
-}
+_ADDED_FIELDS: dict[str, tuple[type[_Model], tuple[str, ...]]] = {"timing": (TimingSettings, (
+    "strategy", "screen_ms", "keep", "noise", "timer", "flush_l2"))}
 
 
 class ReplaySettings(_Model):
-    """Where a replayed sweep takes its measurements from (``kernel.impl: replay``)."""
+    """Where a replayed sweep takes its measurements from (``kernel.impl: replay``), and at what pace."""
 
     source: str = Field(description="a results document (tilesweep's or the reference run's) that measured this "
                         "spec's problems; a relative path is taken from the working directory")
     impl: Literal[IMPL_NAMES] = Field(  # type: ignore[valid-type]
         default=DEFAULT_IMPL, description="the kernel implementation the source measured: its configs are planned")
+    pace: Literal["instant", "real"] = Field(default="instant", description="real: wait out each record's seconds")
 
 
 class CompileSettings(_Model):
@@ -359,9 +359,9 @@ class SweepSpec(_Model):
         return "device" if self.compile.mode == "processes" and backend == "gpu" else "wall"
 
     def reference_config(self) -> dict[str, Any]:
-        """The config block as the reference document has it (field order included). A
-        spec that sweeps causal or kv_heads, or tunes another kernel, adds those fields (after
-        ``heads``; ``kernel`` last), so a document loaded as a spec plans the same sweep."""
+        """The config block as the reference document has it (field order included). A spec that sweeps causal or
+        kv_heads, or tunes another kernel, adds those fields (after ``heads``; ``kernel`` last), so a document loaded
+        as a spec plans the same sweep."""
         dumped = self.model_dump(mode="json")
         out = {}
         for name in REFERENCE_CONFIG_FIELDS:
@@ -374,15 +374,14 @@ class SweepSpec(_Model):
 
     def _axes(self, dumped: dict[str, Any]) -> dict[str, Any]:
         """The grouped-query and causal axes where they are not the default."""
-        return {k: dumped[k] for k, swept in (("causal", self.sweeps_causal), ("kv_heads", self.sweeps_kv_heads))
-                if swept}
+        swept = (("causal", self.sweeps_causal), ("kv_heads", self.sweeps_kv_heads))
+        return {k: dumped[k] for k, on in swept if on}
 
     def fingerprint(self) -> str:
-        """Identity of what is measured: the problem and grid fields plus timing and kernel
-        options. Executor, sharding, output and merge settings may change between submit
-        and resume without invalidating records, so they are left out. The causal and
-        kv_heads axes and the kernel implementation count only where they are not the
-        default, so a spec written before they existed keeps its fingerprint."""
+        """Identity of what is measured: the problem and grid fields plus timing and kernel options. Executor,
+        sharding, output and merge settings may change between submit and resume without invalidating records, so
+        they are left out. The causal and kv_heads axes and the kernel implementation count only where they are not
+        the default, so a spec written before they existed keeps its fingerprint."""
         dumped = self.model_dump(mode="json")
         measured = {k: dumped[k] for k in REFERENCE_CONFIG_FIELDS if k not in ("output", "append")}
         measured.update(self._axes(dumped))
@@ -390,8 +389,9 @@ class SweepSpec(_Model):
             measured[section] = {k: v for k, v in dumped[section].items()
                                  if k not in added or v != model.model_fields[k].default}
         measured["kernel"] = {k: v for k, v in dumped["kernel"].items() if k != "impl" or v != DEFAULT_IMPL}
-        if self.replay is not None:
-            measured["replay"] = {k: v for k, v in dumped["replay"].items() if k != "impl" or v != DEFAULT_IMPL}
+        if self.replay is not None:  # the pace changes no record
+            measured["replay"] = {k: v for k, v in dumped["replay"].items() if (k, v) != ("impl", DEFAULT_IMPL)}
+            measured["replay"].pop("pace")
         return canonical_hash(measured)
 
 
