@@ -117,8 +117,9 @@ def replay_items(run: Any, runnable: list[WorkItem], spec: SweepSpec, replayer: 
     """The worker's loop for a replay (``run``: its attempt at the unit): the runnable items in
     plan order, each recorded as ``replayer`` answers; return whether the attempt stopped early.
     Every line is written as it is made, fsynced a batch at a time (``PartialWriter``); at
-    ``replay.pace: real`` each after the record's seconds are waited out (a stop cuts the wait
-    short: the record is known, so it is written, as a real worker finishes the config it times)."""
+    ``replay.pace: real`` each after the record's seconds are waited out. A stop signal ends the
+    wait (``jobs.in_flight`` raises where no config is in flight): that record is left unwritten,
+    for the rerun, resume or requeue to replay."""
     real = spec.replay is not None and spec.replay.pace == "real"
     for n, it in enumerate(runnable, 1):
         if run.should_stop():
@@ -135,7 +136,8 @@ def replay_items(run: Any, runnable: list[WorkItem], spec: SweepSpec, replayer: 
 
 
 def wait(seconds: float, should_stop: Callable[[], bool], tick: float = 0.1) -> None:
-    """Sleep ``seconds``, or until ``should_stop()`` (checked every ``tick``)."""
+    """Sleep ``seconds``, or until ``should_stop()`` (checked every ``tick``, for a stop that
+    does not raise: the unit's own ``stop_check``)."""
     end = time.monotonic() + seconds
     while not should_stop() and (left := end - time.monotonic()) > 0:
         time.sleep(min(tick, left))
