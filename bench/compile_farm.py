@@ -45,14 +45,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
+
+from bench.children import report, run_child
 
 REPO = Path(__file__).resolve().parent.parent
 CUDA_SHAPE = {"batch": 4, "seq": 2048, "heads": 8, "head_dim": 128, "dtype": "bfloat16"}
@@ -192,21 +192,14 @@ def child(kind: str, work: Path, arg: str | None) -> None:
         out = child_handoff(work)
     else:
         out = child_worker(work, kind)
-    print("RESULT " + json.dumps(out))
+    report(out)
 
 
 # ---------------------------------------------------------------------------- driver
 
 
 def spawn(kind: str, work: Path, arg: str | None = None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.compile_farm", "--child", kind, "--work", str(work)]
-    if arg:
-        cmd += ["--arg", arg]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    if proc.returncode != 0:
-        raise SystemExit(f"{kind} failed:\n{proc.stderr[-3000:]}")
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT ") :])
+    return run_child("bench.compile_farm", "--child", kind, "--work", str(work), *(("--arg", arg) if arg else ()))
 
 
 def projection(lower_share: float, handoff_s: float) -> dict[str, float]:

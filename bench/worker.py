@@ -47,13 +47,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.children import report, run_child
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -200,7 +200,7 @@ def child(variant: str, work: Path, extra: str | None) -> None:
         out = run_worker(work, "warm", {"cache_dir": extra})
     else:
         raise SystemExit(f"unknown variant {variant}")
-    print("RESULT " + json.dumps(out))
+    report(out)
 
 
 # ---------------------------------------------------------------------------- driver
@@ -212,14 +212,7 @@ def ratio(rows: dict[str, list[dict[str, Any]]], a: str, b: str, key: str) -> fl
 
 
 def spawn(variant: str, work: Path, extra: str | None = None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.worker", "--child", variant, "--work", str(work)]
-    if extra:
-        cmd += ["--extra", extra]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    if proc.returncode != 0:
-        raise SystemExit(f"{variant} failed:\n{proc.stderr[-3000:]}")
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return run_child("bench.worker", "--child", variant, "--work", str(work), *(("--extra", extra) if extra else ()))
 
 
 def main() -> None:

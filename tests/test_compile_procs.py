@@ -29,6 +29,7 @@ from orchestrator.store.partials import read_partial
 from orchestrator.store.sweepdir import SweepDir
 from tests.conftest import REPO, TINY_SPEC, run_cli
 from tests.slurm_cluster import poll, require_cluster
+from tests.test_slurm_dispatch import lines
 
 # the tiny shape, 4 configs: auto and one forced config of each mode (a fwd_bwd executable
 # holds several kernels and a custom_vjp: it must travel between processes too); blocks of
@@ -46,16 +47,6 @@ def _write(folder: Path, name: str, mode: str, **over: Any) -> Path:
             "compile": {"mode": mode, "workers": 2, "cache_dir": "off"}, **over}
     path.write_text(json.dumps(data))
     return path
-
-
-def _lines(partial: Path) -> list[dict]:
-    out = []
-    for line in partial.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
 
 
 def _records(doc_path: Path, *, drop: set[str] = TIMINGS | PROVENANCE) -> dict[str, dict]:
@@ -141,7 +132,7 @@ def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompil
     assert len(deaths) == 1, err  # the kill landed on a config in flight
     ((_, victim),) = deaths
     (partial,) = (sweep / "partials").iterdir()
-    objs = _lines(partial)
+    objs = lines(partial)
     starts = [o["start"] for o in objs if "start" in o]
     # started in the window, died alone in its process (an alone start line), started again
     assert [o.get("alone", False) for o in objs if o.get("start") == victim] == [False, True, False]
@@ -217,7 +208,7 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc, tmp_
         log, partial = Path(entry["log"]), sweep / "partials" / f"{entry['unit']}.jsonl"  # the unit's worker log
         if not (log.exists() and "compiles item" in log.read_text() and partial.exists()):
             return None
-        pid = next(o["header"]["pid"] for o in _lines(partial) if "header" in o)
+        pid = next(o["header"]["pid"] for o in lines(partial) if "header" in o)
         return pid, compile_processes(pid)
 
     pids = []
@@ -229,7 +220,7 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc, tmp_
     poll(lambda: not any(_alive(p) for p in pids), 60, "every process of both units gone")
     poll(lambda: (sweep / "done" / f"{usr2['unit']}.json").exists(), 240, "the requeued unit to complete")
     for entry in (usr2, term):
-        objs = _lines(sweep / "partials" / f"{entry['unit']}.jsonl")
+        objs = lines(sweep / "partials" / f"{entry['unit']}.jsonl")
         first = [o for o in objs if o.get("attempt") == 1]
         assert {o["start"] for o in first if "start" in o} == {o["abandon"] for o in first if "abandon" in o} != set()
     assert compile_processes(pids[0]) == [] and compile_processes(pids[2]) == []
@@ -237,7 +228,7 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc, tmp_
     drop = TIMINGS | PROVENANCE | {"compile_cached"}
     procs, threads = _records(tmp_path / "slurm.results.json", drop=drop), _records(threads_doc, drop=drop)
     assert procs and procs == {iid: threads[iid] for iid in procs}
-    assert set(procs) >= {o["id"] for o in _lines(sweep / "partials" / f"{usr2['unit']}.jsonl") if "record" in o}
+    assert set(procs) >= {o["id"] for o in lines(sweep / "partials" / f"{usr2['unit']}.jsonl") if "record" in o}
 
 
 def test_the_device_timer_is_the_default_only_on_a_gpu_with_compile_processes():
