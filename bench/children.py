@@ -1,9 +1,12 @@
 """Benchmark children: a bench that measures each variant in a fresh interpreter (nothing warm
 from another variant: imports, jax's caches, the GIL's holders) runs itself with ``--child`` and
-reads back the one ``RESULT {json}`` line the child prints (``report``)."""
+reads back the one ``RESULT {json}`` line the child prints (``report``). The child's hidden
+arguments (``--child VARIANT --work DIR [--extra VALUE]``) are declared here too
+(``add_child_arguments``), so the parent's command line and the child's parser cannot drift."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -20,9 +23,17 @@ def report(out: dict[str, Any]) -> None:
     print(PREFIX + json.dumps(out))
 
 
-def run_child(module: str, *args: str) -> dict[str, Any]:
-    """Run ``python -m MODULE ARGS`` from the checkout and return what it reported; stop the
-    bench, with the child's stderr, when it fails."""
+def add_child_arguments(parser: argparse.ArgumentParser) -> None:
+    """The hidden arguments a bench's child is run with (``run_child``)."""
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--extra", help=argparse.SUPPRESS)
+
+
+def run_child(module: str, variant: str, work: Path, extra: str | None = None) -> dict[str, Any]:
+    """Run ``python -m MODULE --child VARIANT --work WORK [--extra EXTRA]`` from the checkout and
+    return what it reported; stop the bench, with the child's stderr, when it fails."""
+    args = ["--child", variant, "--work", str(work), *(("--extra", extra) if extra else ())]
     cmd = [sys.executable, "-m", module, *args]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     if proc.returncode != 0:

@@ -52,7 +52,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from bench.children import report, run_child
+from bench.children import add_child_arguments, report, run_child
 
 REPO = Path(__file__).resolve().parent.parent
 CUDA_SHAPE = {"batch": 4, "seq": 2048, "heads": 8, "head_dim": 128, "dtype": "bfloat16"}
@@ -199,7 +199,7 @@ def child(kind: str, work: Path, arg: str | None) -> None:
 
 
 def spawn(kind: str, work: Path, arg: str | None = None) -> dict[str, Any]:
-    return run_child("bench.compile_farm", "--child", kind, "--work", str(work), *(("--arg", arg) if arg else ()))
+    return run_child("bench.compile_farm", kind, work, arg)
 
 
 def projection(lower_share: float, handoff_s: float) -> dict[str, float]:
@@ -218,12 +218,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="worker rounds (a unit per mode each)")
     parser.add_argument("--lower-rounds", type=int, default=15, help="lowering rounds (12 configs per pool each)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--arg", help=argparse.SUPPRESS)
+    add_child_arguments(parser)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.work, args.arg)
+        child(args.child, args.work, args.extra)
         return
     print(
         f"# cpus={len(os.sched_getaffinity(0))} load_average={os.getloadavg()[0]:.1f} rounds={args.rounds} "

@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.children import report, run_child
+from bench.children import add_child_arguments, report, run_child
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -212,15 +212,13 @@ def ratio(rows: dict[str, list[dict[str, Any]]], a: str, b: str, key: str) -> fl
 
 
 def spawn(variant: str, work: Path, extra: str | None = None) -> dict[str, Any]:
-    return run_child("bench.worker", "--child", variant, "--work", str(work), *(("--extra", extra) if extra else ()))
+    return run_child("bench.worker", variant, work, extra)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--extra", help=argparse.SUPPRESS)
+    add_child_arguments(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.work, args.extra)
