@@ -75,13 +75,33 @@ def specs_for(doc: dict[str, Any], smoke: bool) -> list[dict[str, Any]]:
         groups.setdefault((dtype, d, s), []).append(mode)
     out = []
     for (dtype, d, s), modes in groups.items():
-        spec = {**base, "dtypes": [dtype], "head_dims": [d], "seq_lens": [s], "modes": modes, "append": False,
-                "kernel": {"interpret": "auto", "prune_smem": "off"}, "sharding": {"units": 1}}
+        spec = {
+            **base,
+            "dtypes": [dtype],
+            "head_dims": [d],
+            "seq_lens": [s],
+            "modes": modes,
+            "append": False,
+            "kernel": {"interpret": "auto", "prune_smem": "off"},
+            "sharding": {"units": 1},
+        }
         if smoke:  # tiny and interpreted: checks the script, not the GPU
-            spec.update(head_dims=[16], seq_lens=[64], batch=1, heads=1, repeats=2,
-                        fwd_block_q=[32], fwd_block_k=[16, 32, 64], fwd_stages=[2], fwd_warps=[4],
-                        bwd_outer=[32], bwd_inner=[16, 32], bwd_stages=[2], bwd_warps=[4],
-                        timing={"target_ms": 1, "max_inner": 2, "warmup": 0})
+            spec.update(
+                head_dims=[16],
+                seq_lens=[64],
+                batch=1,
+                heads=1,
+                repeats=2,
+                fwd_block_q=[32],
+                fwd_block_k=[16, 32, 64],
+                fwd_stages=[2],
+                fwd_warps=[4],
+                bwd_outer=[32],
+                bwd_inner=[16, 32],
+                bwd_stages=[2],
+                bwd_warps=[4],
+                timing={"target_ms": 1, "max_inner": 2, "warmup": 0},
+            )
         out.append(spec)
     return out
 
@@ -173,7 +193,8 @@ def report_wall(ours: list[dict[str, Any]], doc: dict[str, Any]) -> None:
             failed_smem = "error" in r and "Shared memory" in r["error"]
             smem_total += 1
             smem_agree += (over is None and not failed_smem) or (
-                over is not None and failed_smem and f"requested {over[1]}," in r["error"])
+                over is not None and failed_smem and f"requested {over[1]}," in r["error"]
+            )
         if "error" not in r:
             err_max[r["dtype"]] = max(err_max.get(r["dtype"], 0.0), r["rel_err"])
         other = ref.get(key(r))
@@ -193,8 +214,11 @@ def report_wall(ours: list[dict[str, Any]], doc: dict[str, Any]) -> None:
 
 def report_device(wall: dict[str, Any], device: dict[str, Any]) -> None:
     by_key = {key(r): r for r in wall["records"] if "error" not in r}
-    pairs = [(r["median_ms"], by_key[key(r)]["median_ms"]) for r in device["records"]
-             if "error" not in r and key(r) in by_key]
+    pairs = [
+        (r["median_ms"], by_key[key(r)]["median_ms"])
+        for r in device["records"]
+        if "error" not in r and key(r) in by_key
+    ]
     print(f"device_timers={sorted({r.get('timer') for r in device['records'] if 'error' not in r})}")
     if pairs:
         print(f"device_vs_wall_pass_median={statistics.median(d / w for d, w in pairs):.3f}")
@@ -227,28 +251,39 @@ def report_processes(threads: dict[str, Any], procs: dict[str, Any]) -> None:
     which is faster."""
     strip = ("compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "compile_cached", "unit", "attempt")
     by_key = {key(r): r for r in threads["records"]}
-    same = sum({k: v for k, v in r.items() if k not in strip} ==
-               {k: v for k, v in by_key.get(key(r), {}).items() if k not in strip} for r in procs["records"])
-    medians = [r["median_ms"] / by_key[key(r)]["median_ms"] for r in procs["records"]
-               if "median_ms" in r and "median_ms" in by_key.get(key(r), {})]
+    same = sum(
+        {k: v for k, v in r.items() if k not in strip}
+        == {k: v for k, v in by_key.get(key(r), {}).items() if k not in strip}
+        for r in procs["records"]
+    )
+    medians = [
+        r["median_ms"] / by_key[key(r)]["median_ms"]
+        for r in procs["records"]
+        if "median_ms" in r and "median_ms" in by_key.get(key(r), {})
+    ]
     print(f"modes_same_records={same}/{len(procs['records'])}")
     t, p = threads["wall_s"], procs["wall_s"]
     print(f"procs_vs_threads_wall={t / p:.2f}")
     t, p = (sum(m["compile_wall_s"] for m in x["markers"]) for x in (threads, procs))
-    print(f"threads_compile_wall_s={t:.1f} processes_compile_wall_s={p:.1f} "
-          f"procs_vs_threads_compile_wall={t / p if p else float('nan'):.2f}")
+    print(
+        f"threads_compile_wall_s={t:.1f} processes_compile_wall_s={p:.1f} "
+        f"procs_vs_threads_compile_wall={t / p if p else float('nan'):.2f}"
+    )
     if medians:
         print(f"procs_vs_threads_median={statistics.median(medians):.3f}")
-    print(f"processes_load_sum_s={sum(m.get('load_sum_s', 0.0) for m in procs['markers']):.2f} "
-          f"processes_compile_deaths={sum(m.get('compile_deaths', 0) for m in procs['markers'])}")
+    print(
+        f"processes_load_sum_s={sum(m.get('load_sum_s', 0.0) for m in procs['markers']):.2f} "
+        f"processes_compile_deaths={sum(m.get('compile_deaths', 0) for m in procs['markers'])}"
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("gpu-check"))
     ap.add_argument("--sample", type=Path, default=SAMPLE)
-    ap.add_argument("--passes", default="wall,device,halving,processes",
-                    help="comma-separated: wall, device, halving, processes")
+    ap.add_argument(
+        "--passes", default="wall,device,halving,processes", help="comma-separated: wall, device, halving, processes"
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny shapes in interpret mode (no GPU needed)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -262,8 +297,10 @@ def main() -> int:
         with GpuMemory() as mem:
             done[name] = run_pass(name, doc, args)
         if mem.max_mib:
-            print(f"{name}_gpu_processes_max={mem.max_processes} "
-                  f"{name}_gpu_mem_max_mib_per_process={sorted(mem.max_mib.values(), reverse=True)}")
+            print(
+                f"{name}_gpu_processes_max={mem.max_processes} "
+                f"{name}_gpu_mem_max_mib_per_process={sorted(mem.max_mib.values(), reverse=True)}"
+            )
     for name, p in done.items():
         print(f"{name}_records={len(p['records'])}")
         print(f"{name}_wall_s={p['wall_s']:.1f}")

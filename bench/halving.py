@@ -53,10 +53,20 @@ def problem_specs(doc: dict[str, Any], source: Path) -> list[dict[str, Any]]:
         if r["mode"] not in modes:
             modes.append(r["mode"])
     base = {k: v for k, v in doc["config"].items() if k != "output"}
-    return [{**base, "dtypes": [dt], "head_dims": [d], "seq_lens": [s], "modes": modes,
-             "kernel": {"impl": "replay", "prune_smem": "off"}, "replay": {"source": str(source)},
-             "sharding": {"units": 4}, "executor": {"kind": "debug"}}
-            for (dt, d, s), modes in groups.items()]
+    return [
+        {
+            **base,
+            "dtypes": [dt],
+            "head_dims": [d],
+            "seq_lens": [s],
+            "modes": modes,
+            "kernel": {"impl": "replay", "prune_smem": "off"},
+            "replay": {"source": str(source)},
+            "sharding": {"units": 4},
+            "executor": {"kind": "debug"},
+        }
+        for (dt, d, s), modes in groups.items()
+    ]
 
 
 def sweep(spec: dict[str, Any], folder: Path) -> tuple[dict[str, Any], float]:
@@ -132,14 +142,23 @@ def replay_reference(tmp: Path, strategy: str) -> tuple[float, float]:
     source = tmp / "reference-832.json"
     if not source.exists():
         source.write_text(json.dumps(scaled_document(spec_from_data(dict(excerpt.config)), excerpt), indent=1))
-    spec = {**excerpt.config, "output": str(tmp / f"replay-832-{strategy}.json"), "timing": {"strategy": strategy},
-            "kernel": {"impl": "replay", "prune_smem": "off"}, "replay": {"source": str(source)}}
+    spec = {
+        **excerpt.config,
+        "output": str(tmp / f"replay-832-{strategy}.json"),
+        "timing": {"strategy": strategy},
+        "kernel": {"impl": "replay", "prune_smem": "off"},
+        "replay": {"source": str(source)},
+    }
     path = tmp / f"replay-832-{strategy}.spec.json"
     path.write_text(json.dumps(spec))
     sweep_dir = tmp / f"replay-832-{strategy}"
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(path), "--sweep-dir", str(sweep_dir)],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", str(path), "--sweep-dir", str(sweep_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"replay of the reference config failed:\n{proc.stderr[-3000:]}")

@@ -73,8 +73,9 @@ _PLACEHOLDER = "\x00results\x00"
 
 
 def _child(args: list[str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "bench.merge", "--child", *args], cwd=ROOT,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.merge", "--child", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     if out.returncode != 0:
         raise SystemExit(f"child {args} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -108,9 +109,14 @@ def child_merge(sweep: str, cold: bool) -> dict[str, Any]:
     summary = merge(sd)
     dt = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"s": dt, "records": summary.records, "cached": summary.partials_cached,
-            "mem_delta": (peak - base) * 1024, "hwm_delta": (_proc_kb("VmHWM") - rss0) * 1024,
-            "doc_bytes": summary.output.stat().st_size}
+    return {
+        "s": dt,
+        "records": summary.records,
+        "cached": summary.partials_cached,
+        "mem_delta": (peak - base) * 1024,
+        "hwm_delta": (_proc_kb("VmHWM") - rss0) * 1024,
+        "doc_bytes": summary.output.stat().st_size,
+    }
 
 
 def child_build(sweep: str, spec_json: str, n_units: str) -> dict[str, Any]:
@@ -205,7 +211,9 @@ def write_orjson(out: Path, head: dict[str, Any], records: list[dict[str, Any]])
 
 
 WRITERS: dict[str, Callable[[Path, dict[str, Any], list[dict[str, Any]]], None]] = {
-    "record_text": write_record_text, "one_encode": write_one_encode, "orjson": write_orjson,
+    "record_text": write_record_text,
+    "one_encode": write_one_encode,
+    "orjson": write_orjson,
 }
 
 
@@ -265,8 +273,12 @@ def child_io(sweep: str, doc: str, out: str) -> dict[str, Any]:
 
 
 CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
-    "merge": lambda s: child_merge(s, cold=False), "merge-cold": lambda s: child_merge(s, cold=True),
-    "build": child_build, "floor": child_floor, "docfloor": child_docfloor, "io": child_io,
+    "merge": lambda s: child_merge(s, cold=False),
+    "merge-cold": lambda s: child_merge(s, cold=True),
+    "build": child_build,
+    "floor": child_floor,
+    "docfloor": child_docfloor,
+    "io": child_io,
 }
 
 
@@ -298,9 +310,12 @@ def first_merges(root: Path, tmp: Path, output: Path, n: int, runs: int) -> dict
         out["floor"].append(fs)
         out["io"].append(io["s"])
         out["mem"].append(m["mem_delta"] / m["doc_bytes"])
-        print(f"  run {r}: merge_s={m['s']:.2f} floor_s={fs:.2f} (read {f['read_s']:.2f} + {best}; writers: "
-              f"{_writers_line(f)}) io_s={io['s']:.2f} peak_mem_delta_mb={m['mem_delta'] / 1e6:.0f} "
-              f"(VmHWM: {m['hwm_delta'] / 1e6:.0f}) doc_mb={m['doc_bytes'] / 1e6:.0f}", flush=True)
+        print(
+            f"  run {r}: merge_s={m['s']:.2f} floor_s={fs:.2f} (read {f['read_s']:.2f} + {best}; writers: "
+            f"{_writers_line(f)}) io_s={io['s']:.2f} peak_mem_delta_mb={m['mem_delta'] / 1e6:.0f} "
+            f"(VmHWM: {m['hwm_delta'] / 1e6:.0f}) doc_mb={m['doc_bytes'] / 1e6:.0f}",
+            flush=True,
+        )
     return out
 
 
@@ -322,8 +337,11 @@ def remerges(root: Path, tmp: Path, output: Path, n: int, n_units: int, runs: in
         fs, best = floor_s(f)
         out["remerge"].append(m["s"])
         out["floor"].append(fs)
-        print(f"  run {r}: remerge_s={m['s']:.2f} ({m['cached']} partials from cache) doc_floor_s={fs:.2f} "
-              f"(parse {f['read_s']:.2f} + {best}; writers: {_writers_line(f)})", flush=True)
+        print(
+            f"  run {r}: remerge_s={m['s']:.2f} ({m['cached']} partials from cache) doc_floor_s={fs:.2f} "
+            f"(parse {f['read_s']:.2f} + {best}; writers: {_writers_line(f)})",
+            flush=True,
+        )
     return out
 
 
@@ -365,13 +383,18 @@ def main() -> None:
         n, n_units = built["records"], built["units"]
         output = Path(json.loads((root / "sweep.json").read_text())["output"])
         partials_mb = sum(p.stat().st_size for p in (root / "partials").iterdir()) / 1e6
-        print(f"records={n} units={n_units} partials_mb={partials_mb:.0f} build_s={time.perf_counter() - t0:.0f} "
-              f"merge_parser={parser}", flush=True)
+        print(
+            f"records={n} units={n_units} partials_mb={partials_mb:.0f} build_s={time.perf_counter() - t0:.0f} "
+            f"merge_parser={parser}",
+            flush=True,
+        )
         first = first_merges(root, tmp, output, n, args.runs)
         again = remerges(root, tmp, output, n, n_units, args.runs)
-        print(f"merge_s={statistics.median(first['merge']):.2f} floor_s={statistics.median(first['floor']):.2f} "
-              f"io_s={statistics.median(first['io']):.2f} remerge_s={statistics.median(again['remerge']):.2f} "
-              f"doc_floor_s={statistics.median(again['floor']):.2f}")
+        print(
+            f"merge_s={statistics.median(first['merge']):.2f} floor_s={statistics.median(first['floor']):.2f} "
+            f"io_s={statistics.median(first['io']):.2f} remerge_s={statistics.median(again['remerge']):.2f} "
+            f"doc_floor_s={statistics.median(again['floor']):.2f}"
+        )
         print(f"merge_vs_floor={_ratio(first['merge'], first['floor']):.3f}")
         print(f"merge_vs_io={_ratio(first['merge'], first['io']):.3f}")
         print(f"remerge_vs_floor={_ratio(again['remerge'], again['floor']):.3f}")

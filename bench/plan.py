@@ -68,16 +68,18 @@ def loads(groups: list[list[WorkItem]], truth: dict[int, float], setups: dict[tu
 
 
 def contiguous(items: list[WorkItem], n: int) -> list[list[WorkItem]]:
-    return [items[i * len(items) // n:(i + 1) * len(items) // n] for i in range(n)]
+    return [items[i * len(items) // n : (i + 1) * len(items) // n] for i in range(n)]
 
 
-def units_of(items: list[WorkItem], n: int, plan_costs: list[float], setups: dict,
-             strategy: str) -> list[list[WorkItem]]:
+def units_of(
+    items: list[WorkItem], n: int, plan_costs: list[float], setups: dict, strategy: str
+) -> list[list[WorkItem]]:
     return [u.items for u in shard(items, n, costs=plan_costs, setups=setups, strategy=strategy)]
 
 
-def balance(label: str, items: list[WorkItem], model: dict[int, float], truth: dict[int, float],
-            setups: dict[tuple, float]) -> None:
+def balance(
+    label: str, items: list[WorkItem], model: dict[int, float], truth: dict[int, float], setups: dict[tuple, float]
+) -> None:
     for n in (8, 16):
         figures = {}
         for strategy in STRATEGIES:
@@ -111,8 +113,11 @@ def _geometric(lo: float, hi: float, n: int) -> list[float]:
 
 def _mma_part(it: WorkItem, spec: SweepSpec, spill_regs: float) -> float:
     """The compile model's per-MMA term of ``it`` with a per-MMA cost of 1 s."""
-    cfg = costs.auto_estimate(it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes) \
-        if it.config == "auto" else it.kernel_config()
+    cfg = (
+        costs.auto_estimate(it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes)
+        if it.config == "auto"
+        else it.kernel_config()
+    )
     unit = dataclasses.replace(costs.DEFAULT, compile_base_s=0.0, compile_per_mma_s=1.0, spill_regs=spill_regs)
     return costs.compile_estimate(it.mode, it.dtype, it.head_dim, it.seq, cfg or {}, unit)
 
@@ -138,21 +143,34 @@ def fit(items: list[WorkItem], recs: dict[int, dict[str, Any]], spec: SweepSpec)
     for dtype in {it.dtype for it in runs}:
         tflops[dtype] = statistics.median(
             costs.flops(it.mode, it.batch, it.heads, it.seq, it.head_dim) / recs[it.index]["median_ms"] / 1e9
-            for it in runs if it.dtype == dtype)
-    return dataclasses.replace(costs.DEFAULT, compile_base_s=best[1], compile_per_mma_s=best[2], spill_regs=best[3],
-                               tflops=tuple(sorted(tflops.items())))
+            for it in runs
+            if it.dtype == dtype
+        )
+    return dataclasses.replace(
+        costs.DEFAULT,
+        compile_base_s=best[1],
+        compile_per_mma_s=best[2],
+        spill_regs=best[3],
+        tflops=tuple(sorted(tflops.items())),
+    )
 
 
-def compile_error(items: list[WorkItem], recs: dict[int, dict[str, Any]], spec: SweepSpec,
-                  a: costs.Assumptions) -> float:
+def compile_error(
+    items: list[WorkItem], recs: dict[int, dict[str, Any]], spec: SweepSpec, a: costs.Assumptions
+) -> float:
     """Log rms error of the compile model with ``a`` on the measured items of ``items``."""
     runs = [it for it in items if it.kind == RUN and "compile_s" in recs.get(it.index, {})]
     model = [a.compile_base_s + a.compile_per_mma_s * _mma_part(it, spec, a.spill_regs) for it in runs]
     return _log_rms(model, [recs[it.index]["compile_s"] for it in runs])
 
 
-def heldout(excerpt: list[WorkItem], recs: dict[int, dict[str, Any]], truth: dict[int, float], spec: SweepSpec,
-            setups: dict[tuple, float]) -> None:
+def heldout(
+    excerpt: list[WorkItem],
+    recs: dict[int, dict[str, Any]],
+    truth: dict[int, float],
+    spec: SweepSpec,
+    setups: dict[tuple, float],
+) -> None:
     """Fit on one half, judge balance on the other (see the module docstring)."""
     half_a, half_b = halves(excerpt)
     print(f"halves: A={len(half_a)} items B={len(half_b)} items (each problem's items by id, alternately)")
@@ -160,11 +178,13 @@ def heldout(excerpt: list[WorkItem], recs: dict[int, dict[str, Any]], truth: dic
     for label, fitted_on, judged in (("heldout", half_a, half_b), ("heldout_swapped", half_b, half_a)):
         a = fit(fitted_on, recs, spec)
         tflops = " ".join(f"tflops_{k}={v:.0f}" for k, v in a.tflops)
-        print(f"model_fit_{label}: base_s={a.compile_base_s:.3f} per_mma_s={a.compile_per_mma_s:.2e} "
-              f"spill_regs={a.spill_regs:.0f} {tflops} "
-              f"compile_log_rms_fitted={compile_error(fitted_on, recs, spec, a):.3f} "
-              f"compile_log_rms_judged={compile_error(judged, recs, spec, a):.3f} "
-              f"shipped_compile_log_rms_judged={compile_error(judged, recs, spec, shipped):.3f}")
+        print(
+            f"model_fit_{label}: base_s={a.compile_base_s:.3f} per_mma_s={a.compile_per_mma_s:.2e} "
+            f"spill_regs={a.spill_regs:.0f} {tflops} "
+            f"compile_log_rms_fitted={compile_error(fitted_on, recs, spec, a):.3f} "
+            f"compile_log_rms_judged={compile_error(judged, recs, spec, a):.3f} "
+            f"shipped_compile_log_rms_judged={compile_error(judged, recs, spec, shipped):.3f}"
+        )
         model_list, _ = costs.item_costs(judged, spec, a=a)
         balance(label, judged, {it.index: c for it, c in zip(judged, model_list, strict=True)}, truth, setups)
     model_list, _ = costs.item_costs(half_b, spec)
@@ -191,8 +211,10 @@ def perturbed(items: list[WorkItem], model: dict[int, float], setups: dict[tuple
             figures[f"setups_per_unit_{strategy}"] = statistics.mean(len({it.shape for it in u}) for u in units)
         r = sorted(ratio(loads(contiguous(items, n), t, setups)) for t in truths)
         figures["contiguous_median"] = r[len(r) // 2]
-        print(f"balance_perturbed_units{n}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                                                          for k, v in figures.items()))
+        print(
+            f"balance_perturbed_units{n}: "
+            + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
+        )
 
 
 def reference_figures(doc_path: Path) -> None:
@@ -207,8 +229,11 @@ def reference_figures(doc_path: Path) -> None:
     compile_total = 0.0
     for it in items:
         if it.kind == RUN:
-            cfg = costs.auto_estimate(it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes) \
-                if it.config == "auto" else it.kernel_config()
+            cfg = (
+                costs.auto_estimate(it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes)
+                if it.config == "auto"
+                else it.kernel_config()
+            )
             compile_total += costs.compile_estimate(it.mode, it.dtype, it.head_dim, it.seq, cfg)
     print(f"model_compile_total_s={compile_total:.0f} reference_compile_total_s={REFERENCE_COMPILE_S:.0f}")
 
@@ -231,8 +256,13 @@ def rss_bytes() -> int:
 
 
 def scale_figures(repeat: int) -> None:
-    spec = SweepSpec(dtypes=["bfloat16", "float32"], head_dims=[16, 32, 48, 64, 80, 96, 112, 128],
-                     seq_lens=[128 * k for k in range(1, 602)], batch=2, heads=4)
+    spec = SweepSpec(
+        dtypes=["bfloat16", "float32"],
+        head_dims=[16, 32, 48, 64, 80, 96, 112, 128],
+        seq_lens=[128 * k for k in range(1, 602)],
+        batch=2,
+        heads=4,
+    )
     times = []
     for k in range(repeat):
         before = rss_bytes()

@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from orchestrator.analysis import report
-
 from orchestrator.store import document as results_doc
 
 DTYPES = ("bfloat16", "float32")
@@ -41,12 +40,9 @@ BATCHES = (1, 2, 4, 8)
 HEADS = (4, 8, 16, 32)
 MODES = ("fwd", "fwd_bwd")
 TAGS = ("h100_nvl", "a100_80g", "h200_sxm", "l40s")
-FWD_GRID = dict(block_q=(32, 64, 128, 256), block_k=(32, 64, 128, 256),
-                num_stages=(1, 2, 3, 4), num_warps=(4, 8))
-BWD_GRID = dict(bwd_outer=(32, 64, 128, 256), bwd_inner=(16, 32, 64, 128, 256),
-                num_stages=(1, 2, 3), num_warps=(4, 8))
-SMEM_ERROR = ("JaxRuntimeError: RESOURCE_EXHAUSTED: Shared memory size limit exceeded: "
-              "requested {n}, available: 232448")
+FWD_GRID = dict(block_q=(32, 64, 128, 256), block_k=(32, 64, 128, 256), num_stages=(1, 2, 3, 4), num_warps=(4, 8))
+BWD_GRID = dict(bwd_outer=(32, 64, 128, 256), bwd_inner=(16, 32, 64, 128, 256), num_stages=(1, 2, 3), num_warps=(4, 8))
+SMEM_ERROR = "JaxRuntimeError: RESOURCE_EXHAUSTED: Shared memory size limit exceeded: requested {n}, available: 232448"
 
 
 def _timing(rng: random.Random, base: float) -> dict[str, Any]:
@@ -94,8 +90,13 @@ def synth_records(n: int, seed: int = 0) -> Iterator[dict[str, Any]]:
 
 def write_doc(path: str, n: int) -> None:
     doc = {
-        "device": {"jax": "0.11.2", "backend": "gpu", "devices": ["cuda:0"],
-                   "python": "3.13.18", "device_kind": "NVIDIA H100"},
+        "device": {
+            "jax": "0.11.2",
+            "backend": "gpu",
+            "devices": ["cuda:0"],
+            "python": "3.13.18",
+            "device_kind": "NVIDIA H100",
+        },
         "config": {"batch": 4, "heads": 8, "repeats": 5, "tag": "synthetic"},
         "results": list(synth_records(n)),
     }
@@ -140,8 +141,7 @@ def time_doc(path: str, repeat: int) -> None:
             results_doc._orjson = saved
         print(f"stdlib_load_1m_records_s={std_load:.2f}")
         print(f"stdlib_report_1m_records_s={std_total:.2f}")
-        print(f"orjson_speedup_load={std_load / load_s:.2f}x "
-              f"orjson_speedup_report={std_total / total_s:.2f}x")
+        print(f"orjson_speedup_load={std_load / load_s:.2f}x orjson_speedup_report={std_total / total_s:.2f}x")
 
 
 def main() -> None:
@@ -160,8 +160,7 @@ def main() -> None:
         print(f"synth_s={time.perf_counter() - t0:.1f}", flush=True)
         # Time in a fresh process: the synthesis leaves a fragmented heap that slows the
         # first load by a third, which a user running `tilesweep report` never sees.
-        subprocess.run([sys.executable, "-m", "bench.report", "--doc", path,
-                        "--repeat", str(args.repeat)], check=True)
+        subprocess.run([sys.executable, "-m", "bench.report", "--doc", path, "--repeat", str(args.repeat)], check=True)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,17 @@ from orchestrator.analysis import heatmap, html, report
 from orchestrator.store import document, synthetic
 
 EXCERPT = Path(__file__).resolve().parent.parent / "tests" / "data" / "attention_tiles.sample.json"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-                  "--window-size=1400,1000")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--window-size=1400,1000",
+)
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
@@ -65,8 +73,11 @@ def heatmaps(doc_path: Path, repeat: int, n: int = 20) -> tuple[float, float | N
     from orchestrator.analysis import svg
 
     doc = document.load(doc_path)
-    data = [d for k, recs in report.group_by_problem(doc.results).items()
-            if (d := heatmap.heatmap_data(report.ProblemKey(*k), recs)) is not None][:n]
+    data = [
+        d
+        for k, recs in report.group_by_problem(doc.results).items()
+        if (d := heatmap.heatmap_data(report.ProblemKey(*k), recs)) is not None
+    ][:n]
     svg_ms = best_of(repeat, lambda: [svg.heatmap_svg(d) for d in data]) / len(data) * 1e3
     try:
         from orchestrator.analysis import plots
@@ -75,6 +86,7 @@ def heatmaps(doc_path: Path, repeat: int, n: int = 20) -> tuple[float, float | N
     except Exception:  # matplotlib is an optional extra
         return svg_ms, None
     with tempfile.TemporaryDirectory() as tmp:
+
         def draw() -> None:
             for i, d in enumerate(data):
                 plots._save(mpl, plots._heatmap_figure(mpl, d, False), Path(tmp) / f"{i}.png")
@@ -88,8 +100,12 @@ def browser_open(page: Path, profile: Path) -> float | None:
     if exe is None:
         return None
     t0 = time.perf_counter()
-    subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={profile / 'shot.png'}",
-                    page.as_uri()], capture_output=True, timeout=600, check=True)
+    subprocess.run(
+        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={profile / 'shot.png'}", page.as_uri()],
+        capture_output=True,
+        timeout=600,
+        check=True,
+    )
     return time.perf_counter() - t0
 
 

@@ -63,10 +63,15 @@ def write_doc(path: Path, plan_spec: dict, doc_spec: dict) -> int:
     rng = random.Random(0)
     items = expand(SweepSpec.model_validate(doc_spec))
     units = [f"u{i:03d}" for i in range(N_UNITS_IN_DOC)]
-    block = {"env": env_fingerprint(DEVICE), "spec": SweepSpec.model_validate(plan_spec).model_dump(mode="json"),
-             "attempts": {u: [{"attempt": 1, "started": "2026-11-01T00:00:00+00:00"}] for u in units}}
-    texts = (record_text({**record_for(it, rng), "unit": units[i * N_UNITS_IN_DOC // len(items)], "attempt": 1})
-             for i, it in enumerate(items))
+    block = {
+        "env": env_fingerprint(DEVICE),
+        "spec": SweepSpec.model_validate(plan_spec).model_dump(mode="json"),
+        "attempts": {u: [{"attempt": 1, "started": "2026-11-01T00:00:00+00:00"}] for u in units},
+    }
+    texts = (
+        record_text({**record_for(it, rng), "unit": units[i * N_UNITS_IN_DOC // len(items)], "attempt": 1})
+        for i, it in enumerate(items)
+    )
     write_document(path, {"device": DEVICE, "config": {"repeats": 5}, "tilesweep": block}, texts)
     return len(items)
 
@@ -122,8 +127,12 @@ def stages(spec, doc: Path) -> dict:
 
 
 def measure(what: str, spec_path: Path, doc: Path, work: Path) -> dict:
-    r = subprocess.run([sys.executable, "-m", "bench.reuse", "--child", what, str(spec_path), str(doc), str(work)],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.reuse", "--child", what, str(spec_path), str(doc), str(work)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 

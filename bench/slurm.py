@@ -60,8 +60,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def spec_data(configs: int, output: Path, gpus: int = 1, strategy: str = "shape") -> dict:
     """One fwd shape with ``configs`` forced configs (plus auto): block_q x block_k x stages x warps."""
-    grid = {"fwd_block_q": [16, 32, 64, 128], "fwd_block_k": [16, 32, 64, 128], "fwd_stages": [1, 2, 3, 4],
-            "fwd_warps": [4, 8, 16, 32]}
+    grid = {
+        "fwd_block_q": [16, 32, 64, 128],
+        "fwd_block_k": [16, 32, 64, 128],
+        "fwd_stages": [1, 2, 3, 4],
+        "fwd_warps": [4, 8, 16, 32],
+    }
     need, axes = configs, {}
     for name in ("fwd_block_q", "fwd_block_k", "fwd_stages", "fwd_warps"):
         total = 1
@@ -70,12 +74,27 @@ def spec_data(configs: int, output: Path, gpus: int = 1, strategy: str = "shape"
         k = min(len(grid[name]), max(1, -(-need // total)))
         axes[name] = grid[name][:k]
     return {
-        "output": str(output), "dtypes": ["float32"], "head_dims": [16], "seq_lens": [256], "modes": ["fwd"],
-        "batch": 1, "heads": 1, "repeats": 5, "tag": "bench", **axes,
-        "timing": {"target_ms": 100, "max_inner": 100000, "warmup": 0}, "kernel": {"interpret": True},
+        "output": str(output),
+        "dtypes": ["float32"],
+        "head_dims": [16],
+        "seq_lens": [256],
+        "modes": ["fwd"],
+        "batch": 1,
+        "heads": 1,
+        "repeats": 5,
+        "tag": "bench",
+        **axes,
+        "timing": {"target_ms": 100, "max_inner": 100000, "warmup": 0},
+        "kernel": {"interpret": True},
         "compile": {"workers": 1},
-        "executor": {"kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": gpus, "timeout_min": 10,
-                     "slurm_array_parallelism": 4, "merge_partition": "cpu"},
+        "executor": {
+            "kind": "slurm",
+            "slurm_partition": "gpu",
+            "gpus_per_node": gpus,
+            "timeout_min": 10,
+            "slurm_array_parallelism": 4,
+            "merge_partition": "cpu",
+        },
         "sharding": {"strategy": strategy},
     }
 
@@ -87,8 +106,9 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return out
 
 
-def one_run(base: Path, configs: int, units: int, k: int, gpus: int = 1,
-            strategy: str = "shape") -> tuple[float, float]:
+def one_run(
+    base: Path, configs: int, units: int, k: int, gpus: int = 1, strategy: str = "shape"
+) -> tuple[float, float]:
     """(seconds from submit to a merged document, slowest unit's own wall time)."""
     folder = base / f"u{units}-g{gpus}-{k}"
     folder.mkdir(parents=True)
@@ -108,8 +128,9 @@ def one_run(base: Path, configs: int, units: int, k: int, gpus: int = 1,
 def sacct_elapsed(job_id: str) -> int:
     """A job's ElapsedRaw (seconds) from sacct, once accounting has caught up."""
     for _ in range(40):
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ElapsedRaw", "-j", job_id],
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ElapsedRaw", "-j", job_id], capture_output=True, text=True
+        ).stdout
         for line in out.splitlines():
             jid, state, elapsed = line.split("|")
             if jid == job_id and state == "COMPLETED" and elapsed.isdigit():
@@ -138,8 +159,11 @@ def node_run(base: Path, configs: int, k: int) -> tuple[float, float, float, flo
     busy = sum(m["wall_s"] for m in markers.values())
     alive = sum(worker_alive_s(sweep, u, m) for u, m in markers.items())
     elapsed = sacct_elapsed(task)
-    print(f"# node run {k}: 4 workers busy {busy:.1f} s, alive {alive:.0f} s, in a task of {elapsed} s; "
-          f"submit to document {wall4:.1f} s (four 1-GPU tasks: {wall1:.1f} s)", file=sys.stderr)
+    print(
+        f"# node run {k}: 4 workers busy {busy:.1f} s, alive {alive:.0f} s, in a task of {elapsed} s; "
+        f"submit to document {wall4:.1f} s (four 1-GPU tasks: {wall1:.1f} s)",
+        file=sys.stderr,
+    )
     return busy / (4 * elapsed), alive / (4 * elapsed), wall4, wall1
 
 
@@ -155,14 +179,22 @@ def cancel_run(base: Path, k: int) -> float:
     cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "3")
     jobs = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
     victim = next(e for e in jobs if e.get("task") == 2)
-    while "PENDING" not in subprocess.run(["squeue", "-h", "-r", "-o", "%T", "-j", victim["job_id"]],
-                                          capture_output=True, text=True).stdout:
+    while (
+        "PENDING"
+        not in subprocess.run(
+            ["squeue", "-h", "-r", "-o", "%T", "-j", victim["job_id"]], capture_output=True, text=True
+        ).stdout
+    ):
         time.sleep(0.1)
     subprocess.run(["scancel", victim["job_id"]], check=True)
     t0 = time.perf_counter()
     while True:
-        out = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(sweep), "--json"], cwd=ROOT,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "status", str(sweep), "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout
         if next(u for u in json.loads(out)["units"] if u["id"] == victim["unit"])["state"] == "cancelled":
             seen = time.perf_counter() - t0
             break
@@ -182,11 +214,15 @@ def makespan(base: Path, runs: int, configs: int) -> None:
             wall, slowest = one_run(base, configs, units, k)
             walls[units].append(wall)
             overheads[units].append(wall - slowest)
-            print(f"# run {k} units={units}: {wall:.1f} s to a merged document, slowest unit {slowest:.1f} s",
-                  file=sys.stderr)
+            print(
+                f"# run {k} units={units}: {wall:.1f} s to a merged document, slowest unit {slowest:.1f} s",
+                file=sys.stderr,
+            )
     m1, m2 = statistics.median(walls[1]), statistics.median(walls[2])
-    print(f"# 1 unit: median {m1:.1f} s, overhead {statistics.median(overheads[1]):.1f} s; "
-          f"2 units: median {m2:.1f} s, overhead {statistics.median(overheads[2]):.1f} s")
+    print(
+        f"# 1 unit: median {m1:.1f} s, overhead {statistics.median(overheads[1]):.1f} s; "
+        f"2 units: median {m2:.1f} s, overhead {statistics.median(overheads[2]):.1f} s"
+    )
     print(f"slurm_makespan_2_vs_1={m2 / m1:.3f}")
     print(f"slurm_overhead_s={statistics.median(overheads[1] + overheads[2]):.2f}")
 

@@ -51,16 +51,27 @@ def build(root: Path, n_units: int, seed: int = 0) -> SweepDir:
     spec = million_spec(seq_lens=[128 * k for k in range(1, n_seqs + 1)])
     sd, units = build_sweep(root, spec, n_units, seed=seed, write_partials=False)
     rng = random.Random(seed)
-    kinds = (["done"] * 60 + ["running"] * 5 + ["ended"] * 3 + ["pending"] * 32)
+    kinds = ["done"] * 60 + ["running"] * 5 + ["ended"] * 3 + ["pending"] * 32
     t0 = time.time() - 3600
     entries = []
     for k, unit in enumerate(units):
         kind = kinds[k % len(kinds)]
         array, task = 1000 + k // 1000, k % 1000
-        entries.append({"unit": unit.id, "executor": "slurm", "job_id": f"{array}_{task}", "array_id": str(array),
-                        "task": task, "attempt": 1, "origin": "submit", "submitted": now_iso(),
-                        "submitted_ts": t0, "stdout": str(sd.logs / f"{array}_{task}_0_log.out"),
-                        "stderr": str(sd.logs / f"{array}_{task}_0_log.err")})
+        entries.append(
+            {
+                "unit": unit.id,
+                "executor": "slurm",
+                "job_id": f"{array}_{task}",
+                "array_id": str(array),
+                "task": task,
+                "attempt": 1,
+                "origin": "submit",
+                "submitted": now_iso(),
+                "submitted_ts": t0,
+                "stdout": str(sd.logs / f"{array}_{task}_0_log.out"),
+                "stderr": str(sd.logs / f"{array}_{task}_0_log.err"),
+            }
+        )
         if kind == "pending":
             continue
         lines = partial_lines(sd, unit, rng)
@@ -70,12 +81,28 @@ def build(root: Path, n_units: int, seed: int = 0) -> SweepDir:
             errors = sum(it.kind != RUN for it in unit.items)  # pruned and invalid items are error records
             st = sd.partial_path(unit.id).stat()
             partial = {"stat": [st.st_ino, st.st_size, st.st_mtime_ns], "records": len(unit.items), "errors": errors}
-            marker = {"unit": unit.id, "attempt": 1, "done": len(unit.items), "errors": errors,
-                      "total": len(unit.items), "already": 0, "stopped": False, "wall_s": 600.0, "partial": partial,
-                      "finished": now_iso()}
+            marker = {
+                "unit": unit.id,
+                "attempt": 1,
+                "done": len(unit.items),
+                "errors": errors,
+                "total": len(unit.items),
+                "already": 0,
+                "stopped": False,
+                "wall_s": 600.0,
+                "partial": partial,
+                "finished": now_iso(),
+            }
             sd.marker_path(unit.id).write_text(json.dumps(marker))
-    entries.append({"event": "merge_job", "job_id": str(1000 + n_units // 1000 + 1), "after": [],
-                    "submitted": now_iso(), "submitted_ts": t0})
+    entries.append(
+        {
+            "event": "merge_job",
+            "job_id": str(1000 + n_units // 1000 + 1),
+            "after": [],
+            "submitted": now_iso(),
+            "submitted_ts": t0,
+        }
+    )
     sd.record_jobs(entries)
     return sd
 
@@ -95,8 +122,13 @@ def _median_cli(sd_root: Path, runs: int, *extra: str) -> float:
     times = []
     for _ in range(runs):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "orchestrator", "status", str(sd_root), *extra], cwd=ROOT, env=env,
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "orchestrator", "status", str(sd_root), *extra],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 

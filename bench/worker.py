@@ -58,9 +58,18 @@ from bench.children import add_child_arguments, report, run_child
 REPO = Path(__file__).resolve().parent.parent
 
 SPEC: dict[str, Any] = {
-    "dtypes": ["float32"], "head_dims": [64], "seq_lens": [256], "modes": ["fwd"],
-    "batch": 1, "heads": 2, "repeats": 5, "tag": "bench",
-    "fwd_block_q": [32, 64, 128], "fwd_block_k": [32, 64, 128], "fwd_stages": [1, 2, 3], "fwd_warps": [4],
+    "dtypes": ["float32"],
+    "head_dims": [64],
+    "seq_lens": [256],
+    "modes": ["fwd"],
+    "batch": 1,
+    "heads": 2,
+    "repeats": 5,
+    "tag": "bench",
+    "fwd_block_q": [32, 64, 128],
+    "fwd_block_k": [32, 64, 128],
+    "fwd_stages": [1, 2, 3],
+    "fwd_warps": [4],
     "smem_limit_bytes": 100000,
     "timing": {"target_ms": 50, "max_inner": 200, "warmup": 1},
     "sharding": {"units": 1},
@@ -85,11 +94,19 @@ def run_worker(work: Path, name: str, compile_settings: dict[str, Any]) -> dict[
     start = time.perf_counter()
     summary = run_unit(str(sd.root), unit_ids[0])
     wall = time.perf_counter() - start
-    recs = [json.loads(line)["record"] for line in sd.partial_path(unit_ids[0]).read_text().splitlines()
-            if '"record"' in line]
-    return {"wall_s": wall, "compile_s": sum(r.get("compile_s", 0.0) for r in recs),
-            "cache_hits": sum(bool(r.get("compile_cached")) for r in recs), "records": len(recs),
-            "pruned": sum(bool(r.get("pruned")) for r in recs), "workers": summary["compile_workers"]}
+    recs = [
+        json.loads(line)["record"]
+        for line in sd.partial_path(unit_ids[0]).read_text().splitlines()
+        if '"record"' in line
+    ]
+    return {
+        "wall_s": wall,
+        "compile_s": sum(r.get("compile_s", 0.0) for r in recs),
+        "cache_hits": sum(bool(r.get("compile_cached")) for r in recs),
+        "records": len(recs),
+        "pruned": sum(bool(r.get("pruned")) for r in recs),
+        "workers": summary["compile_workers"],
+    }
 
 
 def run_naive(work: Path) -> dict[str, Any]:
@@ -108,8 +125,14 @@ def run_naive(work: Path) -> dict[str, Any]:
         start = time.perf_counter()
         for it in expand(spec):
             if it.shape not in inputs:
-                inputs[it.shape] = attention.make_inputs(batch=it.batch, seq=it.seq, heads=it.heads,
-                                                         head_dim=it.head_dim, dtype=it.dtype, seed=spec.timing.seed)
+                inputs[it.shape] = attention.make_inputs(
+                    batch=it.batch,
+                    seq=it.seq,
+                    heads=it.heads,
+                    head_dim=it.head_dim,
+                    dtype=it.dtype,
+                    seed=spec.timing.seed,
+                )
             args = inputs[it.shape]
             if (it.shape, it.mode) not in refs:
                 refs[it.shape, it.mode] = jax.block_until_ready(jax.jit(attention.build_reference(it.mode))(*args))
@@ -119,8 +142,14 @@ def run_naive(work: Path) -> dict[str, Any]:
             if it.kind != RUN:
                 continue  # on a GPU this compile fails on shared memory: nothing to time
             attention.rel_err(jax.block_until_ready(compiled(*args)), refs[it.shape, it.mode])
-            timing.measure(compiled, args, repeats=spec.repeats, target_ms=spec.timing.target_ms,
-                           max_inner=spec.timing.max_inner, warmup=spec.timing.warmup)
+            timing.measure(
+                compiled,
+                args,
+                repeats=spec.repeats,
+                target_ms=spec.timing.target_ms,
+                max_inner=spec.timing.max_inner,
+                warmup=spec.timing.warmup,
+            )
         wall = time.perf_counter() - start
     return {"wall_s": wall, "compile_s": compile_total}
 
@@ -138,8 +167,14 @@ def run_overlap(work: Path) -> dict[str, Any]:
     exe = measure.compile_item(items[0], spec).executable
 
     def median() -> float:
-        return timing.measure(exe, ctx.args, repeats=spec.repeats, target_ms=spec.timing.target_ms,
-                              max_inner=spec.timing.max_inner, warmup=1).median_ms
+        return timing.measure(
+            exe,
+            ctx.args,
+            repeats=spec.repeats,
+            target_ms=spec.timing.target_ms,
+            max_inner=spec.timing.max_inner,
+            warmup=1,
+        ).median_ms
 
     alone = [median() for _ in range(3)]
     stop = threading.Event()
@@ -240,13 +275,19 @@ def main() -> None:
 
     print(f"worker_nocache_vs_naive={ratio(rows, 'nocache', 'naive', 'wall_s'):.2f}")
     full = rows["full"][0]
-    print(f"unit_configs={full['records']} pruned={full['pruned']} compile_workers={full['workers']} "
-          f"rounds={args.rounds} cpus={len(os.sched_getaffinity(0))}")
-    print(f"naive_s={med('naive', 'wall_s'):.1f} full_s={med('full', 'wall_s'):.1f} "
-          f"nocache_s={med('nocache', 'wall_s'):.1f} warm_s={med('warm', 'wall_s'):.1f}")
-    print(f"compile_s naive={med('naive', 'compile_s'):.1f} full_cold={med('full', 'compile_s'):.1f} "
-          f"nocache={med('nocache', 'compile_s'):.1f} warm={med('warm', 'compile_s'):.1f} "
-          f"cold_cache_hits={med('full', 'cache_hits'):.0f} warm_cache_hits={med('warm', 'cache_hits'):.0f}")
+    print(
+        f"unit_configs={full['records']} pruned={full['pruned']} compile_workers={full['workers']} "
+        f"rounds={args.rounds} cpus={len(os.sched_getaffinity(0))}"
+    )
+    print(
+        f"naive_s={med('naive', 'wall_s'):.1f} full_s={med('full', 'wall_s'):.1f} "
+        f"nocache_s={med('nocache', 'wall_s'):.1f} warm_s={med('warm', 'wall_s'):.1f}"
+    )
+    print(
+        f"compile_s naive={med('naive', 'compile_s'):.1f} full_cold={med('full', 'compile_s'):.1f} "
+        f"nocache={med('nocache', 'compile_s'):.1f} warm={med('warm', 'compile_s'):.1f} "
+        f"cold_cache_hits={med('full', 'cache_hits'):.0f} warm_cache_hits={med('warm', 'cache_hits'):.0f}"
+    )
     overlap = statistics.median(row["beside_ms"] / row["alone_ms"] for row in rows["overlap"])
     py_runs = statistics.median(row["py_runs"] for row in rows["overlap"])
     print(f"python_runs_during_compile={py_runs:.2f} timing_overlap_ratio={overlap:.2f}")

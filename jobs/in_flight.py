@@ -124,8 +124,11 @@ def _stop_now(signum: int, *, raise_now: bool = True) -> None:
             signal.signal(s, signal.SIG_IGN)
     _REQUESTED.append(signum)
     given_up = abandon_in_flight()
-    log.warning("caught %s: stopping; configs in flight given up (not counted against them): %s",
-                signal.Signals(signum).name, given_up or "none")
+    log.warning(
+        "caught %s: stopping; configs in flight given up (not counted against them): %s",
+        signal.Signals(signum).name,
+        given_up or "none",
+    )
     if raise_now:
         raise _stop_exception(signum)
 

@@ -49,15 +49,20 @@ class ShapeContext:
 
     args: tuple
     refs: dict[tuple[str, bool], tuple]  # (mode, causal) -> reference outputs
-    shape: tuple = ()       # WorkItem.shape it was made for
+    shape: tuple = ()  # WorkItem.shape it was made for
 
     @classmethod
     def make(cls, item: WorkItem, spec: SweepSpec) -> ShapeContext:
         from kernels import attention
 
         args = attention.make_inputs(
-            batch=item.batch, seq=item.seq, heads=item.heads, head_dim=item.head_dim,
-            dtype=item.dtype, seed=spec.timing.seed, kv_heads=item.kv_heads,
+            batch=item.batch,
+            seq=item.seq,
+            heads=item.heads,
+            head_dim=item.head_dim,
+            dtype=item.dtype,
+            seed=spec.timing.seed,
+            kv_heads=item.kv_heads,
         )
         return cls(args=args, refs={}, shape=item.shape)
 
@@ -79,8 +84,19 @@ def abstract_args(batch: int, seq: int, heads: int, head_dim: int, dtype: str, k
 
     from kernels import attention
 
-    return tuple(jax.eval_shape(functools.partial(
-        attention.make_inputs, batch=batch, seq=seq, heads=heads, head_dim=head_dim, dtype=dtype, kv_heads=kv_heads)))
+    return tuple(
+        jax.eval_shape(
+            functools.partial(
+                attention.make_inputs,
+                batch=batch,
+                seq=seq,
+                heads=heads,
+                head_dim=head_dim,
+                dtype=dtype,
+                kv_heads=kv_heads,
+            )
+        )
+    )
 
 
 def kernel_config(item: WorkItem, spec: SweepSpec) -> AttentionConfig:
@@ -88,8 +104,13 @@ def kernel_config(item: WorkItem, spec: SweepSpec) -> AttentionConfig:
     picks for its shape (``kernels.impls``)."""
     cfg = item.kernel_config()
     if cfg is None:
-        return impls.get(item.impl).auto(mode=item.mode, dtype=item.dtype, head_dim=item.head_dim, seq=item.seq,
-                                         smem_limit_bytes=spec.smem_limit_bytes)
+        return impls.get(item.impl).auto(
+            mode=item.mode,
+            dtype=item.dtype,
+            head_dim=item.head_dim,
+            seq=item.seq,
+            smem_limit_bytes=spec.smem_limit_bytes,
+        )
     return AttentionConfig(**cfg)
 
 
@@ -103,9 +124,9 @@ class Compiled:
 
     executable: Any = None
     compile_s: float = 0.0  # this config's own lower + compile wall time
-    cached: bool = False    # the persistent compilation cache supplied the executable
+    cached: bool = False  # the persistent compilation cache supplied the executable
     error: str | None = None
-    blob: Any = None        # (bytes, in_tree, out_tree) of jax.experimental.serialize_executable
+    blob: Any = None  # (bytes, in_tree, out_tree) of jax.experimental.serialize_executable
     died: bool = False
 
 
@@ -127,8 +148,16 @@ def compile_item(item: WorkItem, spec: SweepSpec) -> Compiled:
     return Compiled(executable, compile_s, hits.cached)
 
 
-def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: SweepSpec, how: Measurement | None = None,
-                *, flush: Callable[[], None] | None = None, timer: str | None = None) -> tuple[dict[str, Any], float]:
+def finish_item(
+    item: WorkItem,
+    compiled: Compiled,
+    ctx: ShapeContext,
+    spec: SweepSpec,
+    how: Measurement | None = None,
+    *,
+    flush: Callable[[], None] | None = None,
+    timer: str | None = None,
+) -> tuple[dict[str, Any], float]:
     """The record of a compiled item (its outputs checked against the reference, then timed as
     ``how`` says: by default ``repeats`` samples of ``target_ms``) and the seconds its timing
     took. ``flush`` (``kernels.l2``) runs before each sample; ``timer``: the unit's timer
@@ -147,8 +176,13 @@ def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: Swe
         err = attention.rel_err(outs, ctx.reference(item.mode, item.causal))
         del outs
         t = timing.measure(
-            compiled.executable, ctx.args, repeats=how.repeats, target_ms=how.target_ms,
-            max_inner=spec.timing.max_inner, warmup=spec.timing.warmup, flush=flush,
+            compiled.executable,
+            ctx.args,
+            repeats=how.repeats,
+            target_ms=how.target_ms,
+            max_inner=spec.timing.max_inner,
+            warmup=spec.timing.warmup,
+            flush=flush,
             timer=timer or spec.timer_on(jax.default_backend()),
         )
     except devicetime.NoDeviceEvents as exc:  # a broken environment, not a bad config
@@ -159,8 +193,13 @@ def finish_item(item: WorkItem, compiled: Compiled, ctx: ShapeContext, spec: Swe
         rec["compile_cached"] = compiled.cached
         return rec, 0.0
     rec.update(
-        rel_err=float(err), compile_s=float(compiled.compile_s), inner=int(t.inner),
-        median_ms=float(t.median_ms), q1_ms=float(t.q1_ms), q3_ms=float(t.q3_ms), timer=t.timer,
+        rel_err=float(err),
+        compile_s=float(compiled.compile_s),
+        inner=int(t.inner),
+        median_ms=float(t.median_ms),
+        q1_ms=float(t.q1_ms),
+        q3_ms=float(t.q3_ms),
+        timer=t.timer,
         compile_cached=compiled.cached,
     )
     if how.screened:

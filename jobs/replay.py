@@ -99,12 +99,24 @@ class Replayer:
         timing = self.spec.timing
         samples = draw(src, how.repeats, _rng(timing.seed, item.id, how.screened), stratified=not how.screened)
         q1, median, q3 = np.percentile(samples, [25, 50, 75])
-        inner, calls = timed_calls(float(src["median_ms"]), repeats=how.repeats, target_ms=how.target_ms,
-                                   max_inner=timing.max_inner, warmup=timing.warmup)
+        inner, calls = timed_calls(
+            float(src["median_ms"]),
+            repeats=how.repeats,
+            target_ms=how.target_ms,
+            max_inner=timing.max_inner,
+            warmup=timing.warmup,
+        )
         compile_s = float(src.get("compile_s") or 0.0)
         rel_err = src.get("rel_err")
-        rec.update(rel_err=float(rel_err) if isinstance(rel_err, (int, float)) else 0.0, compile_s=compile_s,
-                   inner=inner, median_ms=float(median), q1_ms=float(q1), q3_ms=float(q3), timer=TIMER)
+        rec.update(
+            rel_err=float(rel_err) if isinstance(rel_err, (int, float)) else 0.0,
+            compile_s=compile_s,
+            inner=inner,
+            median_ms=float(median),
+            q1_ms=float(q1),
+            q3_ms=float(q3),
+            timer=TIMER,
+        )
         if how.screened:
             rec["screened"] = True
         return rec, compile_s, calls * float(src["median_ms"]) / 1e3

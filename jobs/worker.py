@@ -138,9 +138,14 @@ class _Attempt:
         log.info("unit %s: %d/%d %s", self.unit_id, self.done, self.todo, "error" if "error" in rec else "ok")
 
 
-def run_unit(sweep_dir: str, unit_key: str, *, stop_check: Callable[[], bool] | None = None,
-             prior_starts: dict[str, Any] | None = None,
-             stop_on: tuple[int, ...] = in_flight.STOP_SIGNALS) -> dict[str, Any]:
+def run_unit(
+    sweep_dir: str,
+    unit_key: str,
+    *,
+    stop_check: Callable[[], bool] | None = None,
+    prior_starts: dict[str, Any] | None = None,
+    stop_on: tuple[int, ...] = in_flight.STOP_SIGNALS,
+) -> dict[str, Any]:
     """Run every item of the unit that has no record yet; return a summary.
 
     ``stop_check()`` (optional) is polled between configs; when it returns True the worker
@@ -169,8 +174,9 @@ def _existing(sd: SweepDir, unit_id: str, spec: SweepSpec) -> PartialContent:
     return existing
 
 
-def _run_unit(sweep_dir: str, unit_key: str, stop_check: Callable[[], bool] | None,
-              prior_starts: dict[str, Any] | None) -> dict[str, Any]:
+def _run_unit(
+    sweep_dir: str, unit_key: str, stop_check: Callable[[], bool] | None, prior_starts: dict[str, Any] | None
+) -> dict[str, Any]:
     sd = SweepDir.open(sweep_dir)
     unit_id = sd.resolve_unit(unit_key)
     # one worker per unit, ever: refused here, before anything is written, when a live one holds it
@@ -178,16 +184,18 @@ def _run_unit(sweep_dir: str, unit_key: str, stop_check: Callable[[], bool] | No
         return _run_leased(sd, unit_id, stop_check, prior_starts)
 
 
-def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | None,
-                prior_starts: dict[str, Any] | None) -> dict[str, Any]:
+def _run_leased(
+    sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | None, prior_starts: dict[str, Any] | None
+) -> dict[str, Any]:
     """``run_unit`` once the unit's lease is held."""
     items = sd.unit_items(unit_id)
     spec = sd.spec
     replayer = replay.Replayer(spec) if spec.kernel.impl == "replay" else None
     device = device_block() if replayer is None else replay.device_block(replayer.source)
     if replayer is None:
-        check_backend(spec.kernel.interpret, device["backend"], os.environ.get("CUDA_VISIBLE_DEVICES"),
-                      sd.root / "sweep.json")
+        check_backend(
+            spec.kernel.interpret, device["backend"], os.environ.get("CUDA_VISIBLE_DEVICES"), sd.root / "sweep.json"
+        )
     sd.check_env(env_fingerprint(device))
 
     path = sd.partial_path(unit_id)
@@ -200,34 +208,57 @@ def _run_leased(sd: SweepDir, unit_id: str, stop_check: Callable[[], bool] | Non
     todo = [it for it in items if it.id not in existing.records]
     started = time.perf_counter()
     with PartialWriter(path) as w:
-        run = _Attempt(unit_id, existing.attempts + 1, w, len(todo), existing.starts, existing.deaths, existing.hangs,
-                       stop_check, round=unit_round(sd, unit_id))
+        run = _Attempt(
+            unit_id,
+            existing.attempts + 1,
+            w,
+            len(todo),
+            existing.starts,
+            existing.deaths,
+            existing.hangs,
+            stop_check,
+            round=unit_round(sd, unit_id),
+        )
         if replayer is None:
             run.flush, run.timer = measure.l2_flush(spec, device["backend"]), spec.timer_on(device["backend"])
         in_flight.begin(w, run.attempt)
         write(w, {"header": _header(spec, run, device)})
-        log.info("unit %s attempt %d (round %d): %d of %d items to do", unit_id, run.attempt, run.round, len(todo),
-                 len(items))
+        log.info(
+            "unit %s attempt %d (round %d): %d of %d items to do",
+            unit_id,
+            run.attempt,
+            run.round,
+            len(todo),
+            len(items),
+        )
         runnable = _record_uncompiled(run, todo, spec)
         if replayer is not None:
             stopped, workers = replay.replay_items(run, runnable, spec, replayer), 0
         else:
             stopped, workers = _compile_and_time_all(sd, run, runnable, spec)
         in_flight.end()
-    summary = _summary(run, total=len(items), stopped=stopped, wall_s=time.perf_counter() - started, workers=workers,
-                       virtual=replayer is not None)
+    summary = _summary(
+        run,
+        total=len(items),
+        stopped=stopped,
+        wall_s=time.perf_counter() - started,
+        workers=workers,
+        virtual=replayer is not None,
+    )
     summary.update(gpu=os.environ.get("CUDA_VISIBLE_DEVICES"), job=slurm_task())
     if not stopped:
         recorded = {iid: "error" in rec for iid, (_, rec) in existing.records.items()} | (run.recorded or {})
         st = os.stat(path)  # what the marker vouches for: status trusts it only while the partial is unchanged
-        partial = {"stat": [st.st_ino, st.st_size, st.st_mtime_ns], "records": len(recorded),
-                   "errors": sum(recorded.values())}
+        partial = {
+            "stat": [st.st_ino, st.st_size, st.st_mtime_ns],
+            "records": len(recorded),
+            "errors": sum(recorded.values()),
+        }
         atomic_write_json(sd.marker_path(unit_id), {**summary, "partial": partial, "finished": now_iso()})
     return summary
 
 
-def _compile_and_time_all(sd: SweepDir, run: _Attempt, runnable: list[WorkItem],
-                          spec: SweepSpec) -> tuple[bool, int]:
+def _compile_and_time_all(sd: SweepDir, run: _Attempt, runnable: list[WorkItem], spec: SweepSpec) -> tuple[bool, int]:
     """(stopped early, compile workers): compile on the pool, through the persistent cache."""
     mode, workers = spec.compile.mode, compile_pool.pool_size(spec.compile.workers)
     run.compile_mode = mode
@@ -252,12 +283,25 @@ def _header(spec: SweepSpec, run: _Attempt, device: dict[str, Any]) -> dict[str,
 
         timer = TIMERS[run.timer]
     return {
-        "schema": SCHEMA_VERSION, "unit": run.unit_id, "sweep": spec.fingerprint(), "attempt": run.attempt,
-        "device": device, "env": env_fingerprint(device), "host": socket.gethostname(), "pid": os.getpid(),
-        "slurm_job_id": slurm_task(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "started": now_iso(),
-        "measure": {"impl": spec.kernel.impl, "strategy": spec.timing.strategy, "round": run.round,
-                    "timer": timer,
-                    "flush_l2": run.flush is not None, "clock": "virtual" if virtual else "real"},
+        "schema": SCHEMA_VERSION,
+        "unit": run.unit_id,
+        "sweep": spec.fingerprint(),
+        "attempt": run.attempt,
+        "device": device,
+        "env": env_fingerprint(device),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "slurm_job_id": slurm_task(),
+        "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "started": now_iso(),
+        "measure": {
+            "impl": spec.kernel.impl,
+            "strategy": spec.timing.strategy,
+            "round": run.round,
+            "timer": timer,
+            "flush_l2": run.flush is not None,
+            "clock": "virtual" if virtual else "real",
+        },
     }
 
 
@@ -325,26 +369,41 @@ def _finish(run: _Attempt, it: WorkItem, comp: measure.Compiled, spec: SweepSpec
     comp = compile_procs.load(comp, it, spec)
     run.load_sum_s += time.perf_counter() - t0
     try:
-        return measure.finish_item(it, comp, run.ctx, spec, measurement(it.config, spec, run.round), flush=run.flush,
-                                   timer=run.timer)
+        return measure.finish_item(
+            it, comp, run.ctx, spec, measurement(it.config, spec, run.round), flush=run.flush, timer=run.timer
+        )
     except WorkerEnvironmentError:
         abandon_in_flight()  # the environment's fault, not the configs': no death counted
         raise
 
 
-def _summary(run: _Attempt, *, total: int, stopped: bool, wall_s: float, workers: int,
-             virtual: bool = False) -> dict[str, Any]:
+def _summary(
+    run: _Attempt, *, total: int, stopped: bool, wall_s: float, workers: int, virtual: bool = False
+) -> dict[str, Any]:
     """What ``run_unit`` returns and, when the unit finished, its completion marker holds.
     ``compile_sum_s`` and ``timed_s`` are seconds of a virtual clock for a replay
     (``clock: virtual``); ``wall_s`` is always this process's real time."""
     return {
-        "unit": run.unit_id, "attempt": run.attempt, "round": run.round, "done": run.done, "errors": run.errors,
-        "screened": run.screened, "total": total, "already": total - run.todo, "stopped": stopped,
-        "wall_s": round(wall_s, 3), "clock": "virtual" if virtual else "real",
-        "compile_workers": workers, "compiled": run.compiled, "compile_cached": run.compile_cached,
-        "compile_sum_s": round(run.compile_sum_s, 3), "compile_wall_s": round(run.compile_wall_s, 3),
-        "timed_s": round(run.timed_s, 4), "compile_mode": run.compile_mode,
-        "compile_deaths": run.compile_deaths, "load_sum_s": round(run.load_sum_s, 3),
+        "unit": run.unit_id,
+        "attempt": run.attempt,
+        "round": run.round,
+        "done": run.done,
+        "errors": run.errors,
+        "screened": run.screened,
+        "total": total,
+        "already": total - run.todo,
+        "stopped": stopped,
+        "wall_s": round(wall_s, 3),
+        "clock": "virtual" if virtual else "real",
+        "compile_workers": workers,
+        "compiled": run.compiled,
+        "compile_cached": run.compile_cached,
+        "compile_sum_s": round(run.compile_sum_s, 3),
+        "compile_wall_s": round(run.compile_wall_s, 3),
+        "timed_s": round(run.timed_s, 4),
+        "compile_mode": run.compile_mode,
+        "compile_deaths": run.compile_deaths,
+        "load_sum_s": round(run.load_sum_s, 3),
         "timer": None if virtual else run.timer,
     }
 
@@ -374,19 +433,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("unit", help="unit id, id prefix, or position in the sweep's unit index")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s: %(message)s"
+    )
     try:
         summary = run_unit(args.sweep_dir, args.unit)
     except TilesweepError as exc:
         print(f"tilesweep worker: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("tilesweep worker: interrupted; finished records are kept, the configs in flight were given up "
-              "(not counted against them); run it again to continue", file=sys.stderr)
+        print(
+            "tilesweep worker: interrupted; finished records are kept, the configs in flight were given up "
+            "(not counted against them); run it again to continue",
+            file=sys.stderr,
+        )
         return 130
-    print(f"unit {summary['unit']}: {summary['done']} records written ({summary['errors']} errors), "
-          f"{summary['already']} already done, {summary['wall_s']:.1f}s")
+    print(
+        f"unit {summary['unit']}: {summary['done']} records written ({summary['errors']} errors), "
+        f"{summary['already']} already done, {summary['wall_s']:.1f}s"
+    )
     return 0
 
 

@@ -67,6 +67,7 @@ def imports(root: Path = ROOT) -> dict[str, set[str]]:
 
 def collapse(graph: dict[str, set[str]], depth: int = 2) -> dict[str, set[str]]:
     """The graph between packages: module names cut to ``depth`` parts."""
+
     def cut(m: str) -> str:
         return ".".join(m.split(".")[:depth])
 
@@ -126,8 +127,9 @@ def oversized(root: Path = ROOT) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
-                    out.append(f"function {mod}.{node.name} (line {node.lineno}): {length} lines "
-                               f"(over {MAX_FUNCTION_LINES})")
+                    out.append(
+                        f"function {mod}.{node.name} (line {node.lineno}): {length} lines (over {MAX_FUNCTION_LINES})"
+                    )
     return out
 
 
@@ -135,8 +137,9 @@ def sizes(root: Path = ROOT) -> dict[str, int]:
     """Lines per package (sub-packages of orchestrator apart)."""
     out: dict[str, int] = defaultdict(int)
     for mod, path in modules(root).items():
-        out[".".join(mod.split(".")[:2]) if mod.startswith("orchestrator.") else mod.split(".")[0]] += \
-            len(path.read_text(encoding="utf-8").splitlines())
+        out[".".join(mod.split(".")[:2]) if mod.startswith("orchestrator.") else mod.split(".")[0]] += len(
+            path.read_text(encoding="utf-8").splitlines()
+        )
     return dict(sorted(out.items()))
 
 

@@ -22,9 +22,18 @@ from pathlib import Path
 from typing import Any
 
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--no-default-browser-check",
-    "--disable-extensions", "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--remote-debugging-pipe",
 )
 
 
@@ -55,8 +64,11 @@ class Browser:
         # the shell moves the pipe ends to fds 3 and 4, where chromium expects them
         self.proc = subprocess.Popen(
             ["bash", "-c", f'exec "$0" "$@" 3<&{cmd_r} 4>&{out_w} {cmd_r}<&- {out_w}>&-', exe, *args],
-            pass_fds=(cmd_r, out_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True,
+            pass_fds=(cmd_r, out_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         os.close(cmd_r)
         os.close(out_w)
@@ -139,8 +151,7 @@ class Browser:
     def js(self, expression: str) -> Any:
         """Evaluate in the page and return the value (JSON-able; a promise is awaited); a thrown
         error fails."""
-        res = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True,
-                        awaitPromise=True)
+        res = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True, awaitPromise=True)
         if "exceptionDetails" in res:
             raise RuntimeError(f"page script failed: {res['exceptionDetails']}")
         return res["result"].get("value")

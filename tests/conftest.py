@@ -6,8 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -101,9 +102,15 @@ def page_2000(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return html.write_page(tmp_path_factory.mktemp("page") / "synthetic-2000.html", html.report_page(doc))
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run ``python -m orchestrator ARGS`` in a real subprocess, as a user would."""
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, timeout=timeout,
-        cwd=cwd or REPO, env={**os.environ, **(env or {})},
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or REPO,
+        env={**os.environ, **(env or {})},
     )

@@ -54,12 +54,39 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 BIG_LINE = 4 << 20  # bytes of an oversized record line, so kills land inside its write
-ORACLE_FIELDS = ("dtype", "head_dim", "seq", "batch", "heads", "tag", "mode", "config", "block_q", "block_k",
-                 "fwd_block_q", "fwd_block_k", "bwd_outer", "bwd_inner", "num_stages", "num_warps")
+ORACLE_FIELDS = (
+    "dtype",
+    "head_dim",
+    "seq",
+    "batch",
+    "heads",
+    "tag",
+    "mode",
+    "config",
+    "block_q",
+    "block_k",
+    "fwd_block_q",
+    "fwd_block_k",
+    "bwd_outer",
+    "bwd_inner",
+    "num_stages",
+    "num_warps",
+)
 TINY_SPEC = {
-    "dtypes": ["float32"], "head_dims": [16], "seq_lens": [32], "modes": ["fwd"], "batch": 1, "heads": 1,
-    "repeats": 1, "fwd_block_q": [8, 16, 32], "fwd_block_k": [8, 16, 32], "fwd_stages": [1], "fwd_warps": [4],
-    "timing": {"target_ms": 1, "max_inner": 2}, "sharding": {"units": 1}, "kernel": {"interpret": True},
+    "dtypes": ["float32"],
+    "head_dims": [16],
+    "seq_lens": [32],
+    "modes": ["fwd"],
+    "batch": 1,
+    "heads": 1,
+    "repeats": 1,
+    "fwd_block_q": [8, 16, 32],
+    "fwd_block_k": [8, 16, 32],
+    "fwd_stages": [1],
+    "fwd_warps": [4],
+    "timing": {"target_ms": 1, "max_inner": 2},
+    "sharding": {"units": 1},
+    "kernel": {"interpret": True},
 }
 
 
@@ -76,8 +103,13 @@ def plan_of(spec_data: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
     """The planned items as ``tilesweep plan --dry-run --json`` prints them."""
     path = folder / "oracle-spec.json"
     path.write_text(json.dumps(spec_data))
-    r = subprocess.run([PY, "-m", "orchestrator", "plan", str(path), "--dry-run", "--json"], cwd=ROOT,
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [PY, "-m", "orchestrator", "plan", str(path), "--dry-run", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [json.loads(line) for line in r.stdout.splitlines()]
 
 
@@ -102,13 +134,23 @@ def judge(plan: list[dict[str, Any]], doc_path: Path, finished: dict[tuple[Any, 
     keys = Counter(key(r) for r in doc["results"])
     by_key = {key(r): r for r in doc["results"]}
     planned = {key(p): p for p in plan}
-    changed = [k for k, rec in finished.items()
-               if {f: v for f, v in by_key.get(k, {}).items() if f not in ("unit", "attempt")} != rec]
-    false = [r for r in doc["results"]
-             if "error" in r and key(r) in planned and "error" not in planned[key(r)] and not planned[key(r)]["pruned"]]
-    return {"lost": len(planned.keys() - keys.keys()) + len(changed), "duplicated": sum(n - 1 for n in keys.values()),
-            "foreign": len(keys.keys() - planned.keys()), "false_errors": len(false),
-            "problems": problems + [f"false error: {r['error'][:100]}" for r in false[:2]]}
+    changed = [
+        k
+        for k, rec in finished.items()
+        if {f: v for f, v in by_key.get(k, {}).items() if f not in ("unit", "attempt")} != rec
+    ]
+    false = [
+        r
+        for r in doc["results"]
+        if "error" in r and key(r) in planned and "error" not in planned[key(r)] and not planned[key(r)]["pruned"]
+    ]
+    return {
+        "lost": len(planned.keys() - keys.keys()) + len(changed),
+        "duplicated": sum(n - 1 for n in keys.values()),
+        "foreign": len(keys.keys() - planned.keys()),
+        "false_errors": len(false),
+        "problems": problems + [f"false error: {r['error'][:100]}" for r in false[:2]],
+    }
 
 
 # ---------------------------------------------------------------------------- processes
@@ -230,8 +272,11 @@ def trial_worker(root: Path, rng: random.Random, plan: list[dict[str, Any]] | No
     from orchestrator.spec.files import spec_from_data
     from orchestrator.store.sweepdir import SweepDir
 
-    data = {**TINY_SPEC, "output": str(root / "results.json"),
-            "compile": {"workers": rng.choice([1, 2]), "cache_dir": "off"}}
+    data = {
+        **TINY_SPEC,
+        "output": str(root / "results.json"),
+        "compile": {"workers": rng.choice([1, 2]), "cache_dir": "off"},
+    }
     root.mkdir(parents=True, exist_ok=True)
     plan = plan or _PLANS.get("worker") or _PLANS.setdefault("worker", plan_of(data, root))
     spec = spec_from_data(data, source="crash trial")
@@ -251,8 +296,9 @@ def trial_worker(root: Path, rng: random.Random, plan: list[dict[str, Any]] | No
             res["problems"].append(f"a traceback on {signal.Signals(sig).name}: {err.strip()[-200:]}")
         finished.update(complete_records(sd.partials))
     for _ in range(3):  # resume until the unit is complete (a stop may land before the marker)
-        r = subprocess.run([PY, "-m", "jobs.worker", str(sd.root), units[0].id], cwd=ROOT, capture_output=True,
-                           text=True)
+        r = subprocess.run(
+            [PY, "-m", "jobs.worker", str(sd.root), units[0].id], cwd=ROOT, capture_output=True, text=True
+        )
         if r.returncode != 0:
             res["problems"].append(f"resume failed: {r.stderr.strip()[-300:]}")
             return res
@@ -338,8 +384,18 @@ def run_trials(base: Path, n_worker: int, n_writer: int, n_merger: int, seed: in
     stats: dict[str, dict[str, Any]] = {}
     worker_plan = None
     for kind, n in (("worker", n_worker), ("writer", n_writer), ("merger", n_merger)):
-        s = stats[kind] = {"trials": 0, "kills": 0, "torn": 0, "lost": 0, "duplicated": 0, "foreign": 0,
-                           "false_errors": 0, "failed": 0, "signals": Counter(), "problems": []}
+        s = stats[kind] = {
+            "trials": 0,
+            "kills": 0,
+            "torn": 0,
+            "lost": 0,
+            "duplicated": 0,
+            "foreign": 0,
+            "false_errors": 0,
+            "failed": 0,
+            "signals": Counter(),
+            "problems": [],
+        }
         merger_sweep = make_merger_sweep(base / "merger") if kind == "merger" and n else None
         for t in range(n):
             if kind == "worker":
@@ -356,7 +412,7 @@ def run_trials(base: Path, n_worker: int, n_writer: int, n_merger: int, seed: in
             s["failed"] += bool(bad)
             s["problems"] += res["problems"]
             if log:
-                log(f"{kind} trial {t}: {({k: v for k, v in res.items() if k != 'problems'})} {res['problems']}")
+                log(f"{kind} trial {t}: { ({k: v for k, v in res.items() if k != 'problems'}) } {res['problems']}")
     return stats
 
 
@@ -384,15 +440,19 @@ def main() -> int:
     for kind, s in stats.items():
         sigs = " ".join(f"{k}={v}" for k, v in sorted(s["signals"].items()))
         sigs = sigs + " " if sigs else ""
-        print(f"{kind}: trials={s['trials']} stops_landed={s['kills']} {sigs}torn_lines={s['torn']} "
-              f"lost={s['lost']} duplicated={s['duplicated']} foreign={s['foreign']} false_errors={s['false_errors']} "
-              f"failed={s['failed']}")
+        print(
+            f"{kind}: trials={s['trials']} stops_landed={s['kills']} {sigs}torn_lines={s['torn']} "
+            f"lost={s['lost']} duplicated={s['duplicated']} foreign={s['foreign']} false_errors={s['false_errors']} "
+            f"failed={s['failed']}"
+        )
         for p in s["problems"][:5]:
             print(f"  {p}")
     total = {k: sum(s[k] for s in stats.values()) for k in ("trials", "lost", "duplicated", "false_errors", "failed")}
     print(f"real_worker_trials={stats['worker']['trials']}")
-    print(f"crash_trials={total['trials']} lost={total['lost']} duplicated={total['duplicated']} "
-          f"false_errors={total['false_errors']} failed={total['failed']} wall_s={time.perf_counter() - t0:.0f}")
+    print(
+        f"crash_trials={total['trials']} lost={total['lost']} duplicated={total['duplicated']} "
+        f"false_errors={total['false_errors']} failed={total['failed']} wall_s={time.perf_counter() - t0:.0f}"
+    )
     return 1 if total["failed"] else 0
 
 

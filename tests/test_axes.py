@@ -25,9 +25,21 @@ from tests.test_report import make_doc, rec
 
 from .conftest import run_cli
 
-SMALL = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [256], "batch": 1, "heads": 8,
-         "fwd_block_q": [64], "fwd_block_k": [64, 128], "fwd_stages": [2], "fwd_warps": [4],
-         "bwd_outer": [64], "bwd_inner": [32], "bwd_stages": [1, 2], "bwd_warps": [4]}
+SMALL = {
+    "dtypes": ["bfloat16"],
+    "head_dims": [64],
+    "seq_lens": [256],
+    "batch": 1,
+    "heads": 8,
+    "fwd_block_q": [64],
+    "fwd_block_k": [64, 128],
+    "fwd_stages": [2],
+    "fwd_warps": [4],
+    "bwd_outer": [64],
+    "bwd_inner": [32],
+    "bwd_stages": [1, 2],
+    "bwd_warps": [4],
+}
 
 
 def _spec(**kw: Any) -> SweepSpec:
@@ -65,7 +77,11 @@ def test_swept_axes_join_every_record_after_heads_and_keep_the_default_ids() -> 
     assert len({it.id for it in items}) == len(items)
     # problems that share inputs follow one another: kv_heads, then causal, inside seq
     assert [(it.kv_heads, it.causal) for it in items if it.config == "auto" and it.mode == "fwd"] == [
-        (None, False), (None, True), (2, False), (2, True)]
+        (None, False),
+        (None, True),
+        (2, False),
+        (2, True),
+    ]
 
 
 def test_one_swept_axis_shows_only_itself() -> None:
@@ -84,8 +100,10 @@ def test_stock_kernel_records_name_it_before_config_and_pin_its_backward_stages(
     assert [it.record_fields()["num_stages"] for it in bwd] == [2]  # bwd_stages [1, 2] collapses
     fwd = [it for it in items if it.mode == "fwd" and it.config == "forced"]
     assert len(fwd) == 2
-    assert notes(spec) == ["kernel.impl 'jax': the stock backward ignores num_stages and runs 2, so fwd_bwd configs "
-                           "are planned with num_stages=2 only (bwd_stages [1, 2] is not swept)"]
+    assert notes(spec) == [
+        "kernel.impl 'jax': the stock backward ignores num_stages and runs 2, so fwd_bwd configs "
+        "are planned with num_stages=2 only (bwd_stages [1, 2] is not swept)"
+    ]
     assert notes(_spec()) == [] and notes(_spec(kernel={"impl": "jax"}, modes=["fwd"])) == []
     ours = {it.id for it in expand(_spec(causal=[True]))}
     assert not ours & {it.id for it in items}  # another kernel: other records
@@ -142,10 +160,16 @@ def _rec(**kw: Any) -> dict[str, Any]:
 
 
 def test_report_counts_causal_flops_as_half_and_says_so() -> None:
-    doc = results_doc.from_obj(make_doc([
-        _rec(auto=True, ms=2.0, causal=False, kv_heads=2), _rec(ms=1.0, causal=False, kv_heads=2),
-        _rec(auto=True, ms=1.2, causal=True, kv_heads=2), _rec(ms=0.5, causal=True, kv_heads=2),
-    ]))
+    doc = results_doc.from_obj(
+        make_doc(
+            [
+                _rec(auto=True, ms=2.0, causal=False, kv_heads=2),
+                _rec(ms=1.0, causal=False, kv_heads=2),
+                _rec(auto=True, ms=1.2, causal=True, kv_heads=2),
+                _rec(ms=0.5, causal=True, kv_heads=2),
+            ]
+        )
+    )
     full, causal = report.best_table(doc)
     assert (full.key.causal, causal.key.causal, causal.key.kv_heads) == (False, True, 2)
     assert causal.flops == full.flops / 2 and causal.tflops == pytest.approx(full.tflops)
@@ -156,13 +180,16 @@ def test_report_counts_causal_flops_as_half_and_says_so() -> None:
 
 
 def test_export_keys_on_the_new_fields_and_answers_for_both_kernels(tmp_path: Path) -> None:
-    docs = make_doc([
-        _rec(auto=True, ms=2.0, causal=True, kv_heads=2, impl="jax", mode="fwd_bwd"),
-        _rec(ms=1.0, causal=True, kv_heads=2, impl="jax", mode="fwd_bwd", bwd_outer=64, bwd_inner=32),
-        _rec(auto=True, ms=2.0, causal=True, kv_heads=2, mode="fwd_bwd"),
-        _rec(ms=1.0, causal=True, kv_heads=2, mode="fwd_bwd", bwd_outer=128, bwd_inner=64),
-        _rec(auto=True, ms=2.0, mode="fwd", impl="jax"), _rec(ms=1.0, mode="fwd", impl="jax", block_q=64),
-    ])
+    docs = make_doc(
+        [
+            _rec(auto=True, ms=2.0, causal=True, kv_heads=2, impl="jax", mode="fwd_bwd"),
+            _rec(ms=1.0, causal=True, kv_heads=2, impl="jax", mode="fwd_bwd", bwd_outer=64, bwd_inner=32),
+            _rec(auto=True, ms=2.0, causal=True, kv_heads=2, mode="fwd_bwd"),
+            _rec(ms=1.0, causal=True, kv_heads=2, mode="fwd_bwd", bwd_outer=128, bwd_inner=64),
+            _rec(auto=True, ms=2.0, mode="fwd", impl="jax"),
+            _rec(ms=1.0, mode="fwd", impl="jax", block_q=64),
+        ]
+    )
     table, summary = export.tuned_table(results_doc.from_obj(docs))
     assert summary.entries == 3
     path = tmp_path / "tuned.json"
@@ -184,8 +211,17 @@ def test_export_keys_on_the_new_fields_and_answers_for_both_kernels(tmp_path: Pa
 
 def test_version_1_tables_still_load(tmp_path: Path) -> None:
     cfg = {"block_q": 64, "block_k": 64, "bwd_outer": 64, "bwd_inner": 32, "num_warps": 4, "num_stages": 2}
-    entry = {"dtype": "float32", "head_dim": 64, "seq": 1024, "batch": 1, "heads": 2, "mode": "fwd",
-             "config": cfg, "median_ms": 1.0, "auto_ms": 1.5}
+    entry = {
+        "dtype": "float32",
+        "head_dim": 64,
+        "seq": 1024,
+        "batch": 1,
+        "heads": 2,
+        "mode": "fwd",
+        "config": cfg,
+        "median_ms": 1.0,
+        "auto_ms": 1.5,
+    }
     t = TunedTable.from_obj({"format": "tilesweep-tuned", "version": 1, "device": {}, "entries": [entry]})
     assert t.lookup(dtype="float32", head_dim=64, seq=1024, mode="fwd") == cfg
     assert t.lookup(dtype="float32", head_dim=64, seq=1024, mode="fwd", causal=True) is None
@@ -194,8 +230,9 @@ def test_version_1_tables_still_load(tmp_path: Path) -> None:
 
 def test_compare_pairs_our_kernel_with_the_stock_one() -> None:
     a = results_doc.from_obj(make_doc([_rec(auto=True, ms=2.0, causal=True), _rec(ms=1.0, causal=True)]))
-    b = results_doc.from_obj(make_doc([_rec(auto=True, ms=2.0, causal=True, impl="jax"),
-                                       _rec(ms=1.5, causal=True, impl="jax")]))
+    b = results_doc.from_obj(
+        make_doc([_rec(auto=True, ms=2.0, causal=True, impl="jax"), _rec(ms=1.5, causal=True, impl="jax")])
+    )
     (row,) = compare.compare(a, b)
     assert row.presence == "both" and math.isclose(row.ratio, 1.5)
     assert row.to_json()["b"]["impl"] == "jax" and row.to_json()["causal"] is True
@@ -204,13 +241,16 @@ def test_compare_pairs_our_kernel_with_the_stock_one() -> None:
 # ---------------------------------------------------------------------- the command line
 
 
-@pytest.mark.parametrize(("overrides", "needles"), [
-    ({"kv_heads": [3]}, ("kv_heads", "divide heads=8", "1, 2, 4, 8")),
-    ({"head_dims": [512]}, ("head_dims", "16 to 256")),
-    ({"head_dims": [8]}, ("head_dims", "16 to 256")),
-    ({"kernel": {"impl": "triton"}}, ("kernel.impl", "'tilesweep', 'jax' or 'replay'")),
-    ({"kernel": {"impl": "jax"}, "kv_heads": [2]}, ("kernel.impl 'jax'", "grouped-query", "kv_heads [null]")),
-])
+@pytest.mark.parametrize(
+    ("overrides", "needles"),
+    [
+        ({"kv_heads": [3]}, ("kv_heads", "divide heads=8", "1, 2, 4, 8")),
+        ({"head_dims": [512]}, ("head_dims", "16 to 256")),
+        ({"head_dims": [8]}, ("head_dims", "16 to 256")),
+        ({"kernel": {"impl": "triton"}}, ("kernel.impl", "'tilesweep', 'jax' or 'replay'")),
+        ({"kernel": {"impl": "jax"}, "kv_heads": [2]}, ("kernel.impl 'jax'", "grouped-query", "kv_heads [null]")),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(write_spec, overrides: dict[str, Any], needles: tuple[str, ...]) -> None:
     spec = write_spec(**{"heads": 8, **overrides})
     assert_one_line_error(run_cli("plan", str(spec), "--dry-run"), *needles)

@@ -10,16 +10,20 @@ from typing import Any
 import pytest
 
 from orchestrator.analysis import compare
-
 from orchestrator.store import document as results_doc
 from tests.test_report import make_doc, rec, run_handler, write
 
 
 def docs() -> tuple[results_doc.ResultsDoc, results_doc.ResultsDoc]:
-    a = make_doc([rec(ms=1.0, block_q=64), rec(ms=1.2), rec("fwd_bwd", ms=3.0),
-                  rec(ms=2.0, seq=4096)], tag="a")
-    b = make_doc([rec(ms=0.5, block_q=128, tag="other"), rec(ms=0.9, block_q=64, tag="other"),
-                  rec("fwd_bwd", ms=3.0, tag="other"), rec(ms=5.0, seq=8192, tag="other")])
+    a = make_doc([rec(ms=1.0, block_q=64), rec(ms=1.2), rec("fwd_bwd", ms=3.0), rec(ms=2.0, seq=4096)], tag="a")
+    b = make_doc(
+        [
+            rec(ms=0.5, block_q=128, tag="other"),
+            rec(ms=0.9, block_q=64, tag="other"),
+            rec("fwd_bwd", ms=3.0, tag="other"),
+            rec(ms=5.0, seq=8192, tag="other"),
+        ]
+    )
     b["device"] = {"jax": "0.12.0", "device_kind": "NVIDIA H200"}
     return results_doc.from_obj(a, name="a.json"), results_doc.from_obj(b, name="b.json")
 
@@ -28,8 +32,7 @@ def test_compare_matches_across_tags_and_lists_one_sided() -> None:
     a, b = docs()
     rows = compare.compare(a, b)
     keyed = {(r.key.seq, r.key.mode): r for r in rows}
-    assert [(r.key.seq, r.key.mode) for r in rows] == [(2048, "fwd"), (2048, "fwd_bwd"),
-                                                       (4096, "fwd"), (8192, "fwd")]
+    assert [(r.key.seq, r.key.mode) for r in rows] == [(2048, "fwd"), (2048, "fwd_bwd"), (4096, "fwd"), (8192, "fwd")]
     fwd = keyed[(2048, "fwd")]
     assert fwd.presence == "both" and fwd.key.tag is None
     assert fwd.a.best_label == "bq64 bk128 s2 w4" and fwd.b.best_label == "bq128 bk128 s2 w4"

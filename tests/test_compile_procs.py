@@ -34,8 +34,14 @@ from tests.test_slurm_dispatch import lines
 # the tiny shape, 4 configs: auto and one forced config of each mode (a fwd_bwd executable
 # holds several kernels and a custom_vjp: it must travel between processes too); blocks of
 # the whole sequence, the quickest to compile in interpret mode
-SPEC = {**TINY_SPEC, "fwd_block_q": [64], "fwd_block_k": [64], "bwd_outer": [64], "bwd_inner": [64],
-        "sharding": {"units": 1}}
+SPEC = {
+    **TINY_SPEC,
+    "fwd_block_q": [64],
+    "fwd_block_k": [64],
+    "bwd_outer": [64],
+    "bwd_inner": [64],
+    "sharding": {"units": 1},
+}
 TIMINGS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}
 PROVENANCE = {"unit", "attempt"}
 
@@ -43,8 +49,12 @@ PROVENANCE = {"unit", "attempt"}
 def _write(folder: Path, name: str, mode: str, **over: Any) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
-    data = {**SPEC, "output": str(folder / f"{name}.results.json"),
-            "compile": {"mode": mode, "workers": 2, "cache_dir": "off"}, **over}
+    data = {
+        **SPEC,
+        "output": str(folder / f"{name}.results.json"),
+        "compile": {"mode": mode, "workers": 2, "cache_dir": "off"},
+        **over,
+    }
     path.write_text(json.dumps(data))
     return path
 
@@ -121,8 +131,13 @@ def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompil
     mid-unit: the unit completes, only the config in flight in it was compiled again, and the
     records are those of threads apart from timings."""
     spec, sweep = _write(tmp_path, "procs", "processes"), tmp_path / "sweep"
-    run = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep)],
-                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deaths = _kill_one_busy_compile_process(sweep / "logs", lambda: run.poll() is not None)
         out, err = run.communicate(timeout=300)
@@ -139,8 +154,11 @@ def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompil
     assert all(starts.count(s) == 1 for s in set(starts) - {victim})
     # stopped right after the restart, the death still counts once against it, nothing else
     cut = objs[: max(k for k, o in enumerate(objs) if o.get("start") == victim) + 1]
-    (tmp_path / "cut.jsonl").write_text("".join(json.dumps(o) + "\n" for o in cut) + json.dumps(
-        {"abandon": victim, "attempt": cut[-1]["attempt"]}) + "\n")
+    (tmp_path / "cut.jsonl").write_text(
+        "".join(json.dumps(o) + "\n" for o in cut)
+        + json.dumps({"abandon": victim, "attempt": cut[-1]["attempt"]})
+        + "\n"
+    )
     stopped = read_partial(tmp_path / "cut.jsonl")
     assert (stopped.starts[victim], stopped.deaths[victim], sum(stopped.deaths.values())) == (2, 1, 1)
     recorded = [o["id"] for o in objs if "record" in o]
@@ -176,8 +194,12 @@ def test_compile_processes_that_cannot_start_are_one_clear_error(monkeypatch, tm
 def test_compile_processes_die_with_their_worker(tmp_path):
     spec = _write(tmp_path, "orphans", "processes")
     sd, (unit,), _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
-    worker = subprocess.Popen([sys.executable, "-m", "jobs.worker", str(sd.root), unit], cwd=REPO,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "jobs.worker", str(sd.root), unit],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         children = poll(lambda: len(c := compile_processes(worker.pid)) == 2 and c, 120, "two compile processes")
     finally:
@@ -196,8 +218,13 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc, tmp_
     from the persistent cache what the first one's processes compiled)."""
     require_cluster()
     # one compile process per unit (two units share two cores), the persistent cache on
-    spec = _write(tmp_path, "slurm", "processes", compile={"mode": "processes", "workers": 1}, executor={
-        "kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 5, "merge_job": False})
+    spec = _write(
+        tmp_path,
+        "slurm",
+        "processes",
+        compile={"mode": "processes", "workers": 1},
+        executor={"kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 5, "merge_job": False},
+    )
     sweep = tmp_path / "sweep"
     r = run_cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2")
     assert r.returncode == 0, r.stderr

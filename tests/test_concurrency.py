@@ -48,8 +48,9 @@ with mergelock.MergeLock(Path(sys.argv[1]), sys.argv[2], 5):
 
 
 def _py(code: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _hold(lock: Path, kind: str, where: str = "here") -> subprocess.Popen:
@@ -59,8 +60,13 @@ def _hold(lock: Path, kind: str, where: str = "here") -> subprocess.Popen:
 
 
 def _sweep(tmp_path: Path, n_seqs: int = 2, **merge_opts):
-    return build_sweep(tmp_path / "sweep", small_spec(n_seqs=n_seqs, merge=merge_opts), 4, write_partials=False,
-                       output=tmp_path / "results.json")
+    return build_sweep(
+        tmp_path / "sweep",
+        small_spec(n_seqs=n_seqs, merge=merge_opts),
+        4,
+        write_partials=False,
+        output=tmp_path / "results.json",
+    )
 
 
 @pytest.mark.parametrize("lock", ["hard", "soft"])
@@ -110,7 +116,11 @@ def test_eight_mergers_four_writers_one_reader(tmp_path, lock):
     ids = [item_id(r) for r in doc["results"]]
     assert len(ids) == len(set(ids)) == sd.planned  # every finished record exactly once
     finished = finished_records(sd)
-    assert {iid: {k: v for k, v in r.items() if k not in ("unit", "attempt")} for iid, r in zip(ids, doc["results"])} == finished
+    merged = {
+        iid: {k: v for k, v in r.items() if k not in ("unit", "attempt")}
+        for iid, r in zip(ids, doc["results"], strict=True)
+    }
+    assert merged == finished
 
 
 @pytest.mark.parametrize("lock", ["hard", "soft"])

@@ -6,12 +6,11 @@ import json
 
 import pytest
 
-from orchestrator.spec import records
-from orchestrator.store import document
-from orchestrator.planning import costs
 from orchestrator.errors import ResultsError
-from orchestrator.planning import RUN, expand
+from orchestrator.planning import RUN, costs, expand
+from orchestrator.spec import records
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store import document
 
 
 def test_planner_and_kernel_rules_import_without_jax():
@@ -20,12 +19,15 @@ def test_planner_and_kernel_rules_import_without_jax():
     import subprocess
     import sys
 
-    code = ("import sys, orchestrator.planning, orchestrator.planning.costs, kernels.config, kernels.smem; "
-            "sys.exit('jax' in sys.modules)")
+    code = (
+        "import sys, orchestrator.planning, orchestrator.planning.costs, kernels.config, kernels.smem; "
+        "sys.exit('jax' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0, "jax was imported"
     from kernels import config, timing
 
     assert costs.inner_for is config.inner_for and timing.inner_for is config.inner_for
+
 
 def test_model_agrees_with_the_reference_run(sample_doc):
     spec = SweepSpec(**sample_doc["config"])
@@ -35,8 +37,11 @@ def test_model_agrees_with_the_reference_run(sample_doc):
     run = [it for it in items if it.kind == RUN]
     compile_total = 0.0
     for it in run:
-        cfg = costs.auto_estimate(it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes) \
-            if it.config == "auto" else it.kernel_config()
+        cfg = (
+            costs.auto_estimate(it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes)
+            if it.config == "auto"
+            else it.kernel_config()
+        )
         compile_total += costs.compile_estimate(it.mode, it.dtype, it.head_dim, it.seq, cfg)
     # The whole reference run compiled for 427 s (its records' compile_s summed).
     assert 0.8 * 427 < compile_total < 1.2 * 427
@@ -62,12 +67,18 @@ def test_cost_grows_with_tiles_warps_and_mode():
     big = costs.compile_estimate("fwd", "float32", 128, 2048, {"block_q": 128, "block_k": 128, "num_warps": 4})
     small = costs.compile_estimate("fwd", "float32", 128, 2048, {"block_q": 32, "block_k": 32, "num_warps": 4})
     wide = costs.compile_estimate("fwd", "float32", 128, 2048, {"block_q": 128, "block_k": 128, "num_warps": 8})
-    bwd = costs.compile_estimate("fwd_bwd", "float32", 128, 2048, {"block_q": 128, "block_k": 128, "num_warps": 8,
-                                                                     "bwd_outer": 64, "bwd_inner": 64})
+    bwd = costs.compile_estimate(
+        "fwd_bwd",
+        "float32",
+        128,
+        2048,
+        {"block_q": 128, "block_k": 128, "num_warps": 8, "bwd_outer": 64, "bwd_inner": 64},
+    )
     assert small < wide < big and bwd > wide
     # blocks larger than seq are clamped, as the kernel clamps them
-    assert costs.compile_estimate("fwd", "bfloat16", 64, 32, {"block_q": 128, "block_k": 128}) == \
-        costs.compile_estimate("fwd", "bfloat16", 64, 32, {"block_q": 32, "block_k": 32})
+    assert costs.compile_estimate(
+        "fwd", "bfloat16", 64, 32, {"block_q": 128, "block_k": 128}
+    ) == costs.compile_estimate("fwd", "bfloat16", 64, 32, {"block_q": 32, "block_k": 32})
     spec = SweepSpec()
     short = costs.timed_estimate("fwd", "bfloat16", 4, 8, 2048, 64, spec)
     long = costs.timed_estimate("fwd_bwd", "float32", 4, 8, 16384, 128, spec)

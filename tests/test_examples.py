@@ -28,11 +28,23 @@ def test_the_example_is_a_slurm_sweep_of_the_decoder_problem() -> None:
 def test_cpu_sized_decoder_example_end_to_end(tmp_path: Path) -> None:
     data = json.loads(EXAMPLE.read_text())
     data.update(
-        output=str(tmp_path / "decoder.json"), seq_lens=[64], heads=8, kv_heads=[2], repeats=2,
-        fwd_block_q=[32], fwd_block_k=[64], fwd_stages=[2], fwd_warps=[4],
-        bwd_outer=[64], bwd_inner=[32], bwd_stages=[2], bwd_warps=[4],
-        timing={"target_ms": 1, "max_inner": 2, "warmup": 0}, sharding={"units": 1},
-        kernel={**data["kernel"], "interpret": True}, executor={"kind": "local"},
+        output=str(tmp_path / "decoder.json"),
+        seq_lens=[64],
+        heads=8,
+        kv_heads=[2],
+        repeats=2,
+        fwd_block_q=[32],
+        fwd_block_k=[64],
+        fwd_stages=[2],
+        fwd_warps=[4],
+        bwd_outer=[64],
+        bwd_inner=[32],
+        bwd_stages=[2],
+        bwd_warps=[4],
+        timing={"target_ms": 1, "max_inner": 2, "warmup": 0},
+        sharding={"units": 1},
+        kernel={**data["kernel"], "interpret": True},
+        executor={"kind": "local"},
     )
     spec = tmp_path / "decoder-cpu.json"
     spec.write_text(json.dumps(data))
@@ -42,7 +54,11 @@ def test_cpu_sized_decoder_example_end_to_end(tmp_path: Path) -> None:
     assert doc["config"]["causal"] == [True] and doc["config"]["kv_heads"] == [2]
     results = doc["results"]
     assert [(x["mode"], x["config"]) for x in results] == [
-        ("fwd", "auto"), ("fwd_bwd", "auto"), ("fwd", "forced"), ("fwd_bwd", "forced")]
+        ("fwd", "auto"),
+        ("fwd_bwd", "auto"),
+        ("fwd", "forced"),
+        ("fwd_bwd", "forced"),
+    ]
     for x in results:
         assert list(x)[:8] == ["dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "tag"]
         assert (x["causal"], x["kv_heads"], x["head_dim"]) == (True, 2, 128)

@@ -48,30 +48,49 @@ def test_sample_roundtrip(sample_doc: dict[str, Any], tmp_path: Path) -> None:
     t = load(out)
     assert summary.entries == len(t) == 3 and summary.tuned == 3
     # fwd_bwd: block_q/k come from the record's fwd blocks, bwd tiles as recorded
-    bwd = [r for r in sample_doc["results"] if r["mode"] == "fwd_bwd" and r["config"] == "forced"
-           and "error" not in r]
+    bwd = [r for r in sample_doc["results"] if r["mode"] == "fwd_bwd" and r["config"] == "forced" and "error" not in r]
     best = min(bwd, key=lambda r: r["median_ms"])
     cfg = t.lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd_bwd")
-    assert cfg == {"block_q": best["fwd_block_q"], "block_k": best["fwd_block_k"],
-                   "bwd_outer": best["bwd_outer"], "bwd_inner": best["bwd_inner"],
-                   "num_warps": best["num_warps"], "num_stages": best["num_stages"]}
+    assert cfg == {
+        "block_q": best["fwd_block_q"],
+        "block_k": best["fwd_block_k"],
+        "bwd_outer": best["bwd_outer"],
+        "bwd_inner": best["bwd_inner"],
+        "num_warps": best["num_warps"],
+        "num_stages": best["num_stages"],
+    }
     # fwd: bwd tiles stay at 128
-    fwd = [r for r in sample_doc["results"] if r["mode"] == "fwd" and r["dtype"] == "float32"
-           and r["config"] == "forced" and "error" not in r]
+    fwd = [
+        r
+        for r in sample_doc["results"]
+        if r["mode"] == "fwd" and r["dtype"] == "float32" and r["config"] == "forced" and "error" not in r
+    ]
     best = min(fwd, key=lambda r: r["median_ms"])
     cfg = t.lookup(dtype="float32", head_dim=128, seq=2048, mode="fwd", batch=4, heads=8)
-    assert cfg == {"block_q": best["block_q"], "block_k": best["block_k"], "bwd_outer": 128,
-                   "bwd_inner": 128, "num_warps": best["num_warps"], "num_stages": best["num_stages"]}
+    assert cfg == {
+        "block_q": best["block_q"],
+        "block_k": best["block_k"],
+        "bwd_outer": 128,
+        "bwd_inner": 128,
+        "num_warps": best["num_warps"],
+        "num_stages": best["num_stages"],
+    }
     (e,) = [e for e in t.entries if e.dtype == "float32"]
     assert e.median_ms == best["median_ms"]
     assert t.lookup(dtype="float32", head_dim=64, seq=2048, mode="fwd") is None  # never measured
 
 
 def test_auto_faster_exports_use_auto(tmp_path: Path) -> None:
-    records = [rec(auto=True, ms=0.9), rec(ms=1.0),                       # auto wins
-               rec(auto=True, ms=2.0, seq=4096), rec(ms=1.0, seq=4096),   # tuned wins
-               rec(auto=True, ms=2.0, seq=8192), rec(ms=None, seq=8192),  # only auto ran
-               rec(auto=True, ms=None, seq=512), rec(ms=None, seq=512)]   # nothing ran
+    records = [
+        rec(auto=True, ms=0.9),
+        rec(ms=1.0),  # auto wins
+        rec(auto=True, ms=2.0, seq=4096),
+        rec(ms=1.0, seq=4096),  # tuned wins
+        rec(auto=True, ms=2.0, seq=8192),
+        rec(ms=None, seq=8192),  # only auto ran
+        rec(auto=True, ms=None, seq=512),
+        rec(ms=None, seq=512),
+    ]  # nothing ran
     table, summary = export.tuned_table(results_doc.from_obj(make_doc(records)))
     assert (summary.entries, summary.tuned, summary.use_auto, summary.skipped) == (3, 1, 2, 1)
     by_seq = {e["seq"]: e for e in table["entries"]}
@@ -89,51 +108,81 @@ def test_auto_faster_exports_use_auto(tmp_path: Path) -> None:
 
 def _table(tmp_path: Path, entries: list[dict[str, Any]], device: dict[str, Any] | None = None) -> Path:
     path = tmp_path / "t.json"
-    path.write_text(json.dumps({"format": "tilesweep-tuned", "version": 1,
-                                "device": device or {"device_kind": "NVIDIA H100", "jax": "0.11.2"},
-                                "entries": entries}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "tilesweep-tuned",
+                "version": 1,
+                "device": device or {"device_kind": "NVIDIA H100", "jax": "0.11.2"},
+                "entries": entries,
+            }
+        )
+    )
     return path
 
 
-def _e(seq: int, bq: int = 128, bk: int = 128, mode: str = "fwd", batch: int = 4, heads: int = 8,
-       o: int = 128, i: int = 128, config: bool = True, dtype: str = "bfloat16") -> dict[str, Any]:
-    cfg = {"block_q": bq, "block_k": bk, "bwd_outer": o, "bwd_inner": i, "num_warps": 4,
-           "num_stages": 2} if config else None
-    return {"dtype": dtype, "head_dim": 64, "seq": seq, "batch": batch, "heads": heads, "mode": mode,
-            "config": cfg, "median_ms": 1.0, "auto_ms": 1.1}
+def _e(
+    seq: int,
+    bq: int = 128,
+    bk: int = 128,
+    mode: str = "fwd",
+    batch: int = 4,
+    heads: int = 8,
+    o: int = 128,
+    i: int = 128,
+    config: bool = True,
+    dtype: str = "bfloat16",
+) -> dict[str, Any]:
+    cfg = (
+        {"block_q": bq, "block_k": bk, "bwd_outer": o, "bwd_inner": i, "num_warps": 4, "num_stages": 2}
+        if config
+        else None
+    )
+    return {
+        "dtype": dtype,
+        "head_dim": 64,
+        "seq": seq,
+        "batch": batch,
+        "heads": heads,
+        "mode": mode,
+        "config": cfg,
+        "median_ms": 1.0,
+        "auto_ms": 1.1,
+    }
 
 
 def test_nearest_seq_rule(tmp_path: Path) -> None:
     t = load(_table(tmp_path, [_e(1024, bq=64), _e(4096, bq=128, bk=256)]))
     q = dict(dtype="bfloat16", head_dim=64, mode="fwd")
-    assert t.lookup(seq=1024, **q)["block_q"] == 64                         # exact
-    assert t.entry(seq=2048, **q).seq == 1024                               # log tie -> smaller
-    assert t.entry(seq=3000, **q) is None                                   # 4096 nearest, 256 ∤ 3000
-    assert t.lookup(seq=3200, **q) is None                                  # 4096 nearest, 256 ∤ 3200
-    assert t.lookup(seq=6144, **q)["block_k"] == 256                        # 4096 nearest, divides
-    assert t.lookup(seq=1000, **q) is None                                  # 1024 nearest, 64 ∤ 1000
-    assert t.lookup(seq=512, **q)["block_q"] == 64                          # 1024 nearest, divides
+    assert t.lookup(seq=1024, **q)["block_q"] == 64  # exact
+    assert t.entry(seq=2048, **q).seq == 1024  # log tie -> smaller
+    assert t.entry(seq=3000, **q) is None  # 4096 nearest, 256 ∤ 3000
+    assert t.lookup(seq=3200, **q) is None  # 4096 nearest, 256 ∤ 3200
+    assert t.lookup(seq=6144, **q)["block_k"] == 256  # 4096 nearest, divides
+    assert t.lookup(seq=1000, **q) is None  # 1024 nearest, 64 ∤ 1000
+    assert t.lookup(seq=512, **q)["block_q"] == 64  # 1024 nearest, divides
     assert t.lookup(seq=2048, dtype="float32", head_dim=64, mode="fwd") is None
     assert t.lookup(seq=2048, dtype="bfloat16", head_dim=128, mode="fwd") is None
     assert t.lookup(seq=2048, dtype="bfloat16", head_dim=64, mode="fwd_bwd") is None
 
 
 def test_nearest_seq_fwd_bwd_checks_bwd_tiles_and_null_config(tmp_path: Path) -> None:
-    t = load(_table(tmp_path, [_e(2048, bq=64, bk=64, o=128, i=32, mode="fwd_bwd"),
-                               _e(8192, mode="fwd", config=False)]))
+    t = load(
+        _table(tmp_path, [_e(2048, bq=64, bk=64, o=128, i=32, mode="fwd_bwd"), _e(8192, mode="fwd", config=False)])
+    )
     assert t.lookup(dtype="bfloat16", head_dim=64, seq=1024, mode="fwd_bwd")["bwd_inner"] == 32
     assert t.lookup(dtype="bfloat16", head_dim=64, seq=1088, mode="fwd_bwd") is None  # 128 ∤ 1088
-    assert t.lookup(dtype="bfloat16", head_dim=64, seq=8192, mode="fwd") is None      # "use auto"
-    assert t.lookup(dtype="bfloat16", head_dim=64, seq=16384, mode="fwd") is None     # nearest says auto
+    assert t.lookup(dtype="bfloat16", head_dim=64, seq=8192, mode="fwd") is None  # "use auto"
+    assert t.lookup(dtype="bfloat16", head_dim=64, seq=16384, mode="fwd") is None  # nearest says auto
 
 
 def test_batch_and_heads_are_soft(tmp_path: Path) -> None:
     t = load(_table(tmp_path, [_e(2048, bq=32, batch=1), _e(2048, bq=64, batch=8, heads=16)]))
     q = dict(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")
-    assert t.lookup(**q)["block_q"] == 32                      # tie -> smaller batch
+    assert t.lookup(**q)["block_q"] == 32  # tie -> smaller batch
     assert t.lookup(batch=8, **q)["block_q"] == 64
     assert t.lookup(heads=16, **q)["block_q"] == 64
-    assert t.lookup(batch=2, **q)["block_q"] == 32             # no batch 2: any batch
+    assert t.lookup(batch=2, **q)["block_q"] == 32  # no batch 2: any batch
 
 
 def test_dtype_objects_accepted(tmp_path: Path) -> None:
@@ -183,8 +232,15 @@ def test_default_environment_comes_from_jax(tmp_path: Path) -> None:
         ({"format": "other"}, "not a tilesweep tuned table"),
         ({"format": "tilesweep-tuned", "version": 99, "device": {}, "entries": []}, "version 99"),
         ({"format": "tilesweep-tuned", "version": 1, "device": {}, "entries": [{"seq": 1}]}, "lacks"),
-        ({"format": "tilesweep-tuned", "version": 1, "device": {},
-          "entries": [{**_e(2048), "config": {"block_q": 64}}]}, "config must be null"),
+        (
+            {
+                "format": "tilesweep-tuned",
+                "version": 1,
+                "device": {},
+                "entries": [{**_e(2048), "config": {"block_q": 64}}],
+            },
+            "config must be null",
+        ),
     ],
 )
 def test_bad_tuned_table(tmp_path: Path, obj: dict[str, Any], fragment: str) -> None:
@@ -222,11 +278,12 @@ def test_atomic_write_leaves_no_temp_and_readable_mode(tmp_path: Path) -> None:
 
 
 def test_tuned_module_imports_no_orchestrator() -> None:
-    code = ("import sys, kernels.tuned; "
-            "bad = [m for m in sys.modules if m.split('.')[0] == 'orchestrator']; "
-            "assert not bad, bad")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import sys, kernels.tuned; "
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'orchestrator']; "
+        "assert not bad, bad"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -252,21 +309,40 @@ def _sweep_doc(kind: str, jax: str, started: str, unit: str, records: list[dict[
     for r in records:
         r.update(unit=unit, attempt=1)
     block = {"env": {"jax": jax, "device_kind": kind}, "attempts": {unit: [{"attempt": 1, "started": started}]}}
-    return {"device": {"jax": jax, "device_kind": kind}, "config": {"tag": "t"}, "results": records,
-            "tilesweep": block}
+    return {"device": {"jax": jax, "device_kind": kind}, "config": {"tag": "t"}, "results": records, "tilesweep": block}
 
 
 def test_export_of_several_documents_keeps_the_newest_record_per_identity(tmp_path: Path, capsys) -> None:
-    old = write(tmp_path, _sweep_doc("NVIDIA H100", "0.10.0", "2026-01-01T00:00:00+00:00", "u1", [
-        rec(auto=True, ms=2.0), rec(ms=1.0), rec(ms=1.5, block_q=64)]), "old.json")
-    new = write(tmp_path, _sweep_doc("NVIDIA H100", "0.11.2", "2026-06-01T00:00:00+00:00", "u2", [
-        rec(ms=1.8), rec(ms=0.9, seq=4096)]), "new.json")
-    a100 = write(tmp_path, _sweep_doc("NVIDIA A100", "0.5.0", "2026-07-01T00:00:00+00:00", "u3", [
-        rec(ms=0.1), rec(ms=0.1, block_q=64), rec(auto=True, ms=0.1)]), "a100.json")
+    old = write(
+        tmp_path,
+        _sweep_doc(
+            "NVIDIA H100",
+            "0.10.0",
+            "2026-01-01T00:00:00+00:00",
+            "u1",
+            [rec(auto=True, ms=2.0), rec(ms=1.0), rec(ms=1.5, block_q=64)],
+        ),
+        "old.json",
+    )
+    new = write(
+        tmp_path,
+        _sweep_doc("NVIDIA H100", "0.11.2", "2026-06-01T00:00:00+00:00", "u2", [rec(ms=1.8), rec(ms=0.9, seq=4096)]),
+        "new.json",
+    )
+    a100 = write(
+        tmp_path,
+        _sweep_doc(
+            "NVIDIA A100",
+            "0.5.0",
+            "2026-07-01T00:00:00+00:00",
+            "u3",
+            [rec(ms=0.1), rec(ms=0.1, block_q=64), rec(auto=True, ms=0.1)],
+        ),
+        "a100.json",
+    )
     out = tmp_path / "tuned.json"
     for order in ([old, new, a100], [a100, new, old]):
-        rc, stdout, _ = run_handler(["export", *map(str, order), "--device", "NVIDIA H100", "--out", str(out)],
-                                    capsys)
+        rc, stdout, _ = run_handler(["export", *map(str, order), "--device", "NVIDIA H100", "--out", str(out)], capsys)
         assert rc == 0
         assert "kept the newest of 4 identities of device 'NVIDIA H100'" in stdout
         assert f"3 of another device ('NVIDIA A100': 3 in {a100})" in stdout

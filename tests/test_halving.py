@@ -14,15 +14,26 @@ from orchestrator.planning.halving import margin, survivors
 from orchestrator.store.document import from_obj
 from tests.conftest import SAMPLE, run_cli
 
-HALVING_SPEC = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [2048], "sharding": {"units": 3},
-                "timing": {"strategy": "halving"}}
+HALVING_SPEC = {
+    "dtypes": ["bfloat16"],
+    "head_dims": [64],
+    "seq_lens": [2048],
+    "sharding": {"units": 3},
+    "timing": {"strategy": "halving"},
+}
 
 
 def spec_file(tmp_path: Path, executor: dict[str, Any] | None = None) -> Path:
     """bf16 d64 s2048, fwd and fwd_bwd (104 items), replayed from the excerpt, halving."""
     config = json.loads(SAMPLE.read_text())["config"]
-    data = {**config, **HALVING_SPEC, "output": str(tmp_path / "results.json"),
-            "kernel": {"impl": "replay"}, "replay": {"source": str(SAMPLE)}, "executor": executor or {"kind": "debug"}}
+    data = {
+        **config,
+        **HALVING_SPEC,
+        "output": str(tmp_path / "results.json"),
+        "kernel": {"impl": "replay"},
+        "replay": {"source": str(SAMPLE)},
+        "executor": executor or {"kind": "debug"},
+    }
     path = tmp_path / "halving.json"
     path.write_text(json.dumps(data))
     return path

@@ -5,8 +5,6 @@ arrows that point one way, and the lint and type checks the test command runs.""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 
 from tests.conftest import REPO
 
@@ -30,8 +28,13 @@ def test_arrows_point_one_way() -> None:
     # control, analysis or command line; only the CLI may import the CLI
     assert not any(d.startswith(("orchestrator", "jobs")) for d in graph["kernels"] if d)
     for low in ("orchestrator.spec", "orchestrator.planning"):
-        assert not graph[low] & {"orchestrator.store", "orchestrator.control", "orchestrator.analysis",
-                                 "orchestrator.cli", "jobs"}, (low, graph[low])
+        assert not graph[low] & {
+            "orchestrator.store",
+            "orchestrator.control",
+            "orchestrator.analysis",
+            "orchestrator.cli",
+            "jobs",
+        }, (low, graph[low])
     assert not graph["orchestrator.store"] & {"orchestrator.control", "orchestrator.analysis", "orchestrator.cli"}
     users_of_cli = {src for src, dsts in graph.items() if "orchestrator.cli" in dsts}
     assert users_of_cli <= {"orchestrator.__main__"}, users_of_cli
@@ -51,7 +54,10 @@ def test_only_dispatch_imports_submitit_and_only_the_cli_prints() -> None:
         names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         if "submitit" in names:
             assert mod.startswith("orchestrator.control.dispatch"), mod
-        prints = [n.lineno for n in ast.walk(tree)
-                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]
+        prints = [
+            n.lineno
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"
+        ]
         if prints and mod.startswith("orchestrator."):
             assert mod.startswith("orchestrator.cli"), (mod, prints)

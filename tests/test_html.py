@@ -112,8 +112,14 @@ def test_excerpt_page_has_a_row_and_a_heatmap_per_problem_with_the_tables_number
     summaries = report.best_table(doc)
     assert len(page.rows) == len(summaries) == 3 and page.heatmaps == 3
     for row, s in zip(page.rows, summaries, strict=True):
-        assert row[1:7] == [s.key.dtype, str(s.key.head_dim), str(s.key.seq), str(s.key.batch),
-                            str(s.key.heads), s.key.mode]
+        assert row[1:7] == [
+            s.key.dtype,
+            str(s.key.head_dim),
+            str(s.key.seq),
+            str(s.key.batch),
+            str(s.key.heads),
+            s.key.mode,
+        ]
         assert row[7] == s.best_label and row[8] == f"{s.best_ms:.4f}" and row[11] == f"{s.speedup:.2f}"
         assert row[13:16] == [str(s.n_configs), str(s.n_failed), str(s.n_pruned)]
         assert row[16] == "-"  # the reference document does not say what was planned
@@ -145,9 +151,12 @@ def test_page_allows_nothing_but_its_own_script_and_style() -> None:
 
 
 def test_every_document_string_is_escaped() -> None:
-    records = [rec(auto=True, ms=2.0, tag=EVIL), rec(ms=1.0, tag=EVIL),
-               rec(ms=None, error=f"Boom: {EVIL}", tag=EVIL, block_q=64),
-               rec(ms=1.5, tag="plain", seq=4096)]
+    records = [
+        rec(auto=True, ms=2.0, tag=EVIL),
+        rec(ms=1.0, tag=EVIL),
+        rec(ms=None, error=f"Boom: {EVIL}", tag=EVIL, block_q=64),
+        rec(ms=1.5, tag="plain", seq=4096),
+    ]
     doc = results_doc.from_obj(make_doc(records, device={"device_kind": EVIL, "jax": EVIL}), name=f"x{EVIL}.json")
     for text in (html.report_page(doc), compare_html.compare_page(doc, doc)):
         page = Page(text)
@@ -162,19 +171,27 @@ def test_every_document_string_is_escaped() -> None:
 
 
 def test_failed_pruned_and_absent_cells_are_marked() -> None:
-    records = [rec(auto=True, ms=1.0),
-               rec(ms=0.5, block_q=64, block_k=64),
-               rec(ms=None, block_q=64, block_k=128),  # a runtime failure
-               {**rec(ms=None, block_q=128, block_k=128, error="SharedMemoryPredicted: too big"),
-                "pruned": True, "smem_bytes": 300_000},
-               rec(ms=0.7, block_q=128, block_k=64),
-               rec(ms=0.9, block_q=32, block_k=64)]  # (32, 128) has no record
-    (k, recs), = report.group_by_problem(records).items()
+    records = [
+        rec(auto=True, ms=1.0),
+        rec(ms=0.5, block_q=64, block_k=64),
+        rec(ms=None, block_q=64, block_k=128),  # a runtime failure
+        {
+            **rec(ms=None, block_q=128, block_k=128, error="SharedMemoryPredicted: too big"),
+            "pruned": True,
+            "smem_bytes": 300_000,
+        },
+        rec(ms=0.7, block_q=128, block_k=64),
+        rec(ms=0.9, block_q=32, block_k=64),
+    ]  # (32, 128) has no record
+    ((k, recs),) = report.group_by_problem(records).items()
     d = heatmap_data(report.ProblemKey(*k), recs)
     assert d is not None and [[c.status for c in line] for line in d.cells] == [
-        ["ok", "absent"], ["ok", "failed"], ["ok", "pruned"]]
+        ["ok", "absent"],
+        ["ok", "failed"],
+        ["ok", "pruned"],
+    ]
     text = html.report_page(results_doc.from_obj(make_doc(records)))
-    svg, = Page(text).svgs
+    (svg,) = Page(text).svgs
     ET.fromstring(svg)  # well-formed markup
     assert svg.count("fill='url(#hf)'") == 1 and svg.count("fill='url(#hp)'") == 1
     assert svg.count("stroke='gainsboro'") == 1 and ">-</text>" in svg  # the cell with no record
@@ -213,17 +230,22 @@ def test_missing_configs_are_the_planned_ones_without_a_record() -> None:
 def test_variants_are_told_apart_in_missing_configs_and_summary_columns() -> None:
     # causal and non-causal (and grouped-query) problems share their configs' values: a record
     # of one must not stand for the planned item of the other
-    spec = synthetic.problems_spec(n_seqs=1, dtypes=["bfloat16"], head_dims=[64], modes=["fwd"], heads=4,
-                                   causal=[False, True], kv_heads=[1, 4])
+    spec = synthetic.problems_spec(
+        n_seqs=1, dtypes=["bfloat16"], head_dims=[64], modes=["fwd"], heads=4, causal=[False, True], kv_heads=[1, 4]
+    )
     full = synthetic.document(spec)
     gone = next(r for r in full["results"] if r["config"] == "forced" and not r["causal"] and r["kv_heads"] == 4)
     views = html.problem_views(results_doc.from_obj({**full, "results": [r for r in full["results"] if r is not gone]}))
     missing = {(v.summary.key.causal, v.summary.key.kv_heads): v.missing for v in views}
-    assert missing == {(False, None): [report.config_label(report.config_of(gone), "fwd")],
-                       (True, None): [], (False, 1): [], (True, 1): []}
+    assert missing == {
+        (False, None): [report.config_label(report.config_of(gone), "fwd")],
+        (True, None): [],
+        (False, 1): [],
+        (True, 1): [],
+    }
     # and the summary table tells the four problems apart: a causal and a KV column after H
     text = html.report_page(results_doc.from_obj(full))
-    head = re.findall(r"<th data-key=\"(\w+)\"", text[text.index("<thead>"):text.index("</thead>")])
+    head = re.findall(r"<th data-key=\"(\w+)\"", text[text.index("<thead>") : text.index("</thead>")])
     assert head[5:9] == ["heads", "causal", "kv", "mode"]
     assert sorted((row[6], row[7]) for row in Page(text).rows) == [("no", "1"), ("no", "4"), ("yes", "1"), ("yes", "4")]
     assert '<select name="causal" data-col="6">' in text and '<select name="kv" data-col="7">' in text  # filters
@@ -235,7 +257,7 @@ def test_variants_are_told_apart_in_missing_configs_and_summary_columns() -> Non
 def test_2000_problems_one_row_and_one_heatmap_each_groups_folded(page_2000: Path) -> None:
     """Read with regular expressions: the stdlib's HTMLParser takes seconds on 5 MB."""
     text = page_2000.read_text()
-    body = text[text.index("<tbody>"):text.index("</tbody>")]
+    body = text[text.index("<tbody>") : text.index("</tbody>")]
     assert re.findall(r'<tr><td data-v="(\d+)"><a href="#p-\1">', body) == [str(n) for n in range(1, 2001)]
     assert body.count("<tr>") == 2000 and text.count("<svg class='heatmap'") == 2000
     assert re.findall(r'<section class="problem" id="p-(\d+)">', text) == [str(n) for n in range(1, 2001)]
@@ -283,4 +305,3 @@ def test_cli_report_and_compare_html(tmp_path: Path) -> None:
     assert len(rows) == 3 and all(row[11] == "0.900" for row in rows)  # B/A
     r = run_cli("report", str(a), "--html", str(a / "page.html"))
     assert_one_line_error(r, "cannot write the page")
-

@@ -41,8 +41,10 @@ def column(key: str) -> str:
 
 def values(b: Browser, key: str) -> list[float | None]:
     """The numeric values of a column's visible cells, top to bottom ('-' cells as None)."""
-    raw = b.js(f"(() => {{ const c = {column(key)}; return {VISIBLE}.map(r => r.cells[c].dataset.v"
-               f" ?? r.cells[c].textContent); }})()")
+    raw = b.js(
+        f"(() => {{ const c = {column(key)}; return {VISIBLE}.map(r => r.cells[c].dataset.v"
+        f" ?? r.cells[c].textContent); }})()"
+    )
     return [None if v == "-" else float(v) for v in raw]
 
 
@@ -52,8 +54,9 @@ def numbers(b: Browser) -> list[int]:
 
 def drawn(b: Browser, scope: str) -> list[int]:
     """The drawn widths of the heatmaps under ``scope`` (0: not laid out, not drawn)."""
-    return b.js(f"Array.from(document.querySelectorAll('{scope} svg.heatmap'))"
-                ".map(s => s.getBoundingClientRect().width)")
+    return b.js(
+        f"Array.from(document.querySelectorAll('{scope} svg.heatmap')).map(s => s.getBoundingClientRect().width)"
+    )
 
 
 def click(b: Browser, key: str) -> None:
@@ -90,8 +93,10 @@ def test_excerpt_loads_clean_sorts_and_filters(fresh: Browser, tmp_path: Path) -
     assert numbers(b) == [1, 3, 2]
     click(b, "n")  # back to document order
     assert numbers(b) == [1, 2, 3]
-    b.js("(() => { const s = document.querySelector('select[name=dtype]'); s.value = 'float32';"
-         " s.dispatchEvent(new Event('change')); })()")
+    b.js(
+        "(() => { const s = document.querySelector('select[name=dtype]'); s.value = 'float32';"
+        " s.dispatchEvent(new Event('change')); })()"
+    )
     assert numbers(b) == [3] and b.js("document.getElementById('shown').textContent") == "1"
     b.screenshot(tmp_path / "excerpt.png")
     assert b.problems() == []
@@ -113,16 +118,20 @@ def test_2000_problems_in_the_browser(fresh: Browser, page_2000: Path, tmp_path:
     b = fresh
     b.open(page_2000.as_uri() + "?sort=tflops&order=desc")
     assert b.js(f"{ROWS}.length") == 2000
-    cells = b.js("Array.from(document.querySelectorAll('section.problem svg.heatmap')).map(s => "
-                 "s.querySelectorAll('rect').length)")
+    cells = b.js(
+        "Array.from(document.querySelectorAll('section.problem svg.heatmap')).map(s => "
+        "s.querySelectorAll('rect').length)"
+    )
     assert len(cells) == 2000 and min(cells) >= 10  # 9 or 12 cells and the best cell's box
     ids = b.js("Array.from(document.querySelectorAll('section.problem')).map(s => s.id)")
     assert sorted(ids) == sorted(f"p-{n}" for n in range(1, 2001))
     tf = values(b, "tflops")  # sorted on load by the query string
     assert len(tf) == 2000 and tf == sorted(tf, key=lambda v: (v is None, -(v or 0)))
-    b.js("(() => { for (const [n, v] of [['mode', 'fwd_bwd'], ['head_dim', '128']]) {"
-         " const s = document.querySelector(`select[name=${n}]`); s.value = v;"
-         " s.dispatchEvent(new Event('change')); } })()")
+    b.js(
+        "(() => { for (const [n, v] of [['mode', 'fwd_bwd'], ['head_dim', '128']]) {"
+        " const s = document.querySelector(`select[name=${n}]`); s.value = v;"
+        " s.dispatchEvent(new Event('change')); } })()"
+    )
     assert len(numbers(b)) == 100  # 2 dtypes x 50 seqs
     # a problem's number in the table opens its folded group and shows its card
     b.js("document.querySelector('#summary a[href=\"#p-1500\"]').click()")

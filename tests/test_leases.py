@@ -49,8 +49,9 @@ def _sweep(tmp_path: Path, write_spec, units: int = 2, **over) -> SweepDir:
 
 def _hold(sd: SweepDir, unit: str, job: str = "") -> subprocess.Popen:
     """A live process holding the unit's lease (as a worker does while it runs the unit)."""
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(sd.root), unit, job], cwd=REPO, stdout=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(sd.root), unit, job], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
     assert p.stdout is not None and p.stdout.readline().strip() == "held"
     return p
 
@@ -60,10 +61,16 @@ def test_a_second_worker_on_a_unit_held_by_a_live_one_is_refused_and_writes_noth
     unit = sd.unit_index()[0]["id"]
     holder = _hold(sd, unit, job="71_2")
     try:
-        r = subprocess.run([sys.executable, "-m", "jobs.worker", str(sd.root), unit], cwd=REPO, capture_output=True,
-                           text=True, timeout=300)
-        line = assert_one_line_error(r, f"unit {unit}", "already held by", f"pid {holder.pid}", "SLURM task 71_2",
-                                     "GPU 3")
+        r = subprocess.run(
+            [sys.executable, "-m", "jobs.worker", str(sd.root), unit],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        line = assert_one_line_error(
+            r, f"unit {unit}", "already held by", f"pid {holder.pid}", "SLURM task 71_2", "GPU 3"
+        )
         assert str(unit_lease_path(sd.root, unit)) in line
         assert not sd.partial_path(unit).exists()  # refused before anything was written
         # a SLURM task's worker on it (a stray requeue, a resumed unit) is not started, and that is no failure
@@ -140,13 +147,17 @@ def test_cpu_shares_split_a_tasks_cpus_among_its_workers():
 def test_the_reason_of_a_failure_is_read_from_the_end_of_a_log(tmp_path):
     log = tmp_path / "unit.log"
     assert read_failure(log) is None  # no log: nothing made up
-    log.write_text("12:00 tilesweep: unit aa failed: an earlier attempt's reason\n"
-                   "12:01 jobs.worker: unit aa: 1/3 ok\n"
-                   "12:02 tilesweep: unit bb failed: another unit's reason\n")
+    log.write_text(
+        "12:00 tilesweep: unit aa failed: an earlier attempt's reason\n"
+        "12:01 jobs.worker: unit aa: 1/3 ok\n"
+        "12:02 tilesweep: unit bb failed: another unit's reason\n"
+    )
     assert read_failure(log, "aa") == "an earlier attempt's reason" and read_failure(log) == "another unit's reason"
     tb = tmp_path / "task.err"
-    tb.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
-                  "orchestrator.errors.SweepDirError: unit 'x' is not in /s/units.json (2 units)\n")
+    tb.write_text(
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        "orchestrator.errors.SweepDirError: unit 'x' is not in /s/units.json (2 units)\n"
+    )
     assert read_failure(tb, "aa") == "SweepDirError: unit 'x' is not in /s/units.json (2 units)"
     assert signal_reason(signal.SIGKILL) == "killed by signal 9 (SIGKILL)"
     assert signal_reason(signal.SIGKILL, oom_killed=True).startswith("out of memory")

@@ -43,8 +43,13 @@ def test_a_merge_never_drops_records_of_another_sweep(tmp_path):
     assert len(json.loads(both)["results"]) == a.planned + b.planned
     # A merged again (append false) would drop B's records: refused, naming how many and whose
     r = run_cli("merge", str(a.root))
-    line = assert_one_line_error(r, f"{out} holds {b.planned} records that are not this sweep's",
-                                 f"of sweep {b.root}", "--overwrite", "append: true")
+    line = assert_one_line_error(
+        r,
+        f"{out} holds {b.planned} records that are not this sweep's",
+        f"of sweep {b.root}",
+        "--overwrite",
+        "append: true",
+    )
     assert out.read_bytes() == both and not (tmp_path / "results.json.prev").exists()
     # `run` refuses before it runs anything, with the same line
     spec = tmp_path / "a.json"
@@ -62,10 +67,13 @@ def test_a_merge_never_drops_records_of_another_sweep(tmp_path):
     assert r.returncode == 0 and "kept as" not in r.stdout and not (tmp_path / "results.json.prev").exists()
 
 
-@pytest.mark.parametrize("content, needle", [
-    ("sample", "records that are not this sweep's (4 not written by tilesweep)"),
-    ("notes", "exists and is not a results document (not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("sample", "records that are not this sweep's (4 not written by tilesweep)"),
+        ("notes", "exists and is not a results document (not valid JSON"),
+    ],
+)
 def test_a_document_tilesweep_did_not_write_is_not_replaced_silently(tmp_path, content, needle):
     out = tmp_path / "results.json"
     sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out)
@@ -115,16 +123,23 @@ def test_unwritable_output_or_folder_is_one_line_and_changes_nothing(tmp_path):
     before = out.read_bytes()
     subprocess.run(["chattr", "+i", str(out)], check=True)
     try:
-        assert_one_line_error(run_cli("merge", str(sd.root)), f"cannot write {out} (Operation not permitted)",
-                              "it is unchanged", "--output")
+        assert_one_line_error(
+            run_cli("merge", str(sd.root)),
+            f"cannot write {out} (Operation not permitted)",
+            "it is unchanged",
+            "--output",
+        )
     finally:
         subprocess.run(["chattr", "-i", str(out)], check=True)
     assert out.read_bytes() == before and {p.name for p in folder.iterdir()} == {"results.json", ".results.json.lock"}
     other = folder / "other.json"
     subprocess.run(["chattr", "+i", str(folder)], check=True)
     try:
-        assert_one_line_error(run_cli("merge", str(sd.root), "--output", str(other)),
-                              f"cannot create the lock file {folder}/.other.json.lock", "not writable")
+        assert_one_line_error(
+            run_cli("merge", str(sd.root), "--output", str(other)),
+            f"cannot create the lock file {folder}/.other.json.lock",
+            "not writable",
+        )
     finally:
         subprocess.run(["chattr", "-i", str(folder)], check=True)
     assert not other.exists()
@@ -133,8 +148,13 @@ def test_unwritable_output_or_folder_is_one_line_and_changes_nothing(tmp_path):
 def test_standard_output_full_or_closed(tmp_path):
     sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=tmp_path / "r.json")
     with open("/dev/full", "w") as full:
-        r = subprocess.run([sys.executable, "-m", "orchestrator", "status", str(sd.root)], cwd=REPO, stdout=full,
-                           stderr=subprocess.PIPE, text=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "status", str(sd.root)],
+            cwd=REPO,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     assert_one_line_error(r, "cannot write to standard output: No space left on device")
     # a reader that stops early (| head -1) gets its line; the writer ends quietly, exit 0
     spec = tmp_path / "big.json"
@@ -149,8 +169,10 @@ def test_standard_output_full_or_closed(tmp_path):
 # A launcher as a terminal would start the command: SIGINT at its default (a background
 # process started by a script has it ignored), in a process group of its own that the test
 # interrupts as a terminal does, every process of the group at once.
-LAUNCH = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-          "os.execv(sys.executable, [sys.executable, '-m', 'orchestrator', *sys.argv[1:]])")
+LAUNCH = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'orchestrator', *sys.argv[1:]])"
+)
 
 
 def _lines_of(partial: Path) -> list[dict]:
@@ -173,11 +195,17 @@ def _interrupt_run(spec: Path, sweep: Path, ready) -> subprocess.CompletedProces
     ``lines``: the partial lines this run wrote (those of earlier runs would make it ready
     before the new process has even started its interpreter)."""
     before = {p: len(lines) for p, lines in _partial_lines(sweep).items()}
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "run", str(spec), "--sweep-dir", str(sweep)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, "run", str(spec), "--sweep-dir", str(sweep)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        if ready(sweep, [obj for p, lines in _partial_lines(sweep).items() for obj in lines[before.get(p, 0):]]):
+        if ready(sweep, [obj for p, lines in _partial_lines(sweep).items() for obj in lines[before.get(p, 0) :]]):
             break
         time.sleep(0.05)
     if proc.poll() is not None:
@@ -197,8 +225,13 @@ def _interrupt_run(spec: Path, sweep: Path, ready) -> subprocess.CompletedProces
 
 
 def test_ctrl_c_is_one_line_and_blames_no_config(write_spec, tmp_path):
-    spec = write_spec(modes=["fwd"], fwd_block_q=[16, 32, 64], fwd_block_k=[16, 32, 64],
-                      compile={"workers": 2, "cache_dir": "off"}, executor={"kind": "local", "max_config_attempts": 1})
+    spec = write_spec(
+        modes=["fwd"],
+        fwd_block_q=[16, 32, 64],
+        fwd_block_k=[16, 32, 64],
+        compile={"workers": 2, "cache_dir": "off"},
+        executor={"kind": "local", "max_config_attempts": 1},
+    )
     sweep = tmp_path / "sweep"
     attempts = [
         lambda sweep, lines: (sweep / "sweep.json").exists(),  # while it plans, before any worker
@@ -297,10 +330,22 @@ def test_final_merge_job_refuses_the_same_way_and_status_says_why(tmp_path):
     out.write_text(json.dumps(other, indent=1))  # another tool's document where this sweep writes
     before = out.read_bytes()
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({
-        **TINY_SPEC, "modes": ["fwd"], "output": str(out),
-        "executor": {"kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 5,
-                     "merge_partition": "cpu"}}))
+    spec.write_text(
+        json.dumps(
+            {
+                **TINY_SPEC,
+                "modes": ["fwd"],
+                "output": str(out),
+                "executor": {
+                    "kind": "slurm",
+                    "slurm_partition": "gpu",
+                    "gpus_per_node": 1,
+                    "timeout_min": 5,
+                    "merge_partition": "cpu",
+                },
+            }
+        )
+    )
     sweep = tmp_path / "sweep"
     r = run_cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr

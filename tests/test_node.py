@@ -54,14 +54,16 @@ def test_a_worker_ended_by_the_oom_killer_is_reported_out_of_memory(tmp_path, wr
         pytest.skip("no memory cgroup can be made here (needs root and a writable cgroup mount)")
     try:
         # one config whose inputs (3 x 512 MB) cannot fit the cgroup's 900 MB
-        spec = write_spec(seq_lens=[262144], heads=4, head_dims=[128], modes=["fwd"], auto_only=True,
-                          sharding={"units": 1})
+        spec = write_spec(
+            seq_lens=[262144], heads=4, head_dims=[128], modes=["fwd"], auto_only=True, sharding={"units": 1}
+        )
         sweep = tmp_path / "sweep"
         assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
         unit = SweepDir.open(sweep).unit_index()[0]["id"]
         cmd = f'echo $$ > {cgroup}/cgroup.procs && exec "{sys.executable}" -c "$0" "$1" "$2"'
-        r = subprocess.run(["bash", "-c", cmd, DRIVE, str(sweep), unit], cwd=REPO, capture_output=True, text=True,
-                           timeout=600)
+        r = subprocess.run(
+            ["bash", "-c", cmd, DRIVE, str(sweep), unit], cwd=REPO, capture_output=True, text=True, timeout=600
+        )
         assert r.returncode == 0, r.stderr
         (outcome,) = json.loads(r.stdout)
         assert outcome["state"] == "failed" and outcome["reason"].startswith("out of memory"), outcome
@@ -73,11 +75,23 @@ def test_a_worker_ended_by_the_oom_killer_is_reported_out_of_memory(tmp_path, wr
         cgroup.rmdir()
     # what status says of it, once a job of the unit is on record
     sd = SweepDir.open(sweep)
-    sd.record_jobs([{"unit": unit, "executor": "slurm", "job_id": "90_0", "array_id": "90", "task": 0,
-                     "submitted_ts": 0, "log": str(sweep / "logs" / "units" / f"{unit}.log")}])
+    sd.record_jobs(
+        [
+            {
+                "unit": unit,
+                "executor": "slurm",
+                "job_id": "90_0",
+                "array_id": "90",
+                "task": 0,
+                "submitted_ts": 0,
+                "log": str(sweep / "logs" / "units" / f"{unit}.log"),
+            }
+        ]
+    )
     from orchestrator.control.scheduler import SchedulerView, TaskState
 
-    view = SchedulerView({"90_0": TaskState("FAILED", "sacct", exit_code="0:9")}, asked=True, squeue_ok=True,
-                         sacct_ok=True)
+    view = SchedulerView(
+        {"90_0": TaskState("FAILED", "sacct", exit_code="0:9")}, asked=True, squeue_ok=True, sacct_ok=True
+    )
     (u,) = sweep_status(sd, view=view).units
     assert u.state == "failed" and u.detail.startswith("out of memory (the kernel's OOM killer")

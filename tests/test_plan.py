@@ -9,15 +9,14 @@ import tracemalloc
 
 import pytest
 
-from orchestrator.spec import records
-from orchestrator.store import document
-from orchestrator.planning import costs
 from orchestrator.errors import PlanError
-from orchestrator.planning import INVALID, PRUNED, RUN, expand, plan, plan_line, shard
-from orchestrator.spec.records import item_id
+from orchestrator.planning import INVALID, PRUNED, RUN, costs, expand, plan, plan_line, shard
+from orchestrator.spec import records
 from orchestrator.spec.model import SweepSpec
-
+from orchestrator.spec.records import item_id
+from orchestrator.store import document
 from tests.helpers import assert_one_line_error
+
 from .conftest import SAMPLE, run_cli
 
 REQUESTED = re.compile(r"requested (\d+), available: (\d+)")
@@ -41,7 +40,7 @@ def test_plan_order_is_the_reference_record_order(sample_doc, reference):
     # come out exactly as the reference wrote them (key order included).
     in_plan = [it for it in items if records.record_key(it.record_fields()) in wanted]
     assert [records.record_key(it.record_fields()) for it in in_plan] == sample_keys
-    for it, rec in zip(in_plan, sample_doc["results"]):
+    for it, rec in zip(in_plan, sample_doc["results"], strict=True):
         fields = it.record_fields()
         assert list(fields.items()) == [(k, rec[k]) for k in list(rec)[: len(fields)]]
     assert [it.index for it in items] == list(range(len(items)))
@@ -60,8 +59,15 @@ def test_ids_are_stable_and_recomputable_from_records(sample_doc, reference):
 
 
 def test_ids_match_for_invalid_clamped_and_odd_grids():
-    spec = SweepSpec(dtypes=["float32"], head_dims=[48, 64], seq_lens=[64, 96, 256], fwd_block_q=[32, 64, 128, 256],
-                     bwd_fwd_config=[64, 32], smem_limit_bytes=100000, tag="x")
+    spec = SweepSpec(
+        dtypes=["float32"],
+        head_dims=[48, 64],
+        seq_lens=[64, 96, 256],
+        fwd_block_q=[32, 64, 128, 256],
+        bwd_fwd_config=[64, 32],
+        smem_limit_bytes=100000,
+        tag="x",
+    )
     items = expand(spec)
     assert all(item_id(it.record_fields()) == it.id for it in items)
     kinds = {k: sum(it.kind == k for it in items) for k in (RUN, INVALID, PRUNED)}
@@ -74,9 +80,20 @@ def test_a_block_clamped_to_a_shorter_seq_is_planned_as_the_tiles_that_run(tmp_p
     """The kernel clamps a block larger than seq to seq: the record names the tiles that ran
     (seq 100 runs tiles of 100, not "bq128"), and grid points that clamp alike are one item."""
     spec = tmp_path / "clamp.json"
-    spec.write_text(json.dumps({"dtypes": ["float32"], "head_dims": [64], "seq_lens": [100, 256], "modes": ["fwd"],
-                                "fwd_block_q": [64, 128, 256], "fwd_block_k": [128], "fwd_stages": [1],
-                                "fwd_warps": [4]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "dtypes": ["float32"],
+                "head_dims": [64],
+                "seq_lens": [100, 256],
+                "modes": ["fwd"],
+                "fwd_block_q": [64, 128, 256],
+                "fwd_block_k": [128],
+                "fwd_stages": [1],
+                "fwd_warps": [4],
+            }
+        )
+    )
     r = run_cli("plan", str(spec), "--dry-run", "--json")
     assert r.returncode == 0, r.stderr
     forced = [json.loads(line) for line in r.stdout.splitlines() if '"forced"' in line]
@@ -133,7 +150,7 @@ def _ratio(loads):
 
 
 def _contiguous(items, n):
-    return [type("U", (), {"items": items[i * len(items) // n:(i + 1) * len(items) // n]}) for i in range(n)]
+    return [type("U", (), {"items": items[i * len(items) // n : (i + 1) * len(items) // n]}) for i in range(n)]
 
 
 @pytest.mark.parametrize("strategy", ["shape", "balanced"])
@@ -153,11 +170,13 @@ def test_units_partition_the_plan_in_plan_order(reference, strategy):
 
 def test_balance_beats_contiguous_chunks_on_a_synthetic_cost_table():
     # 12 shapes whose items cost very different amounts, in plan order
-    spec = SweepSpec(dtypes=["bfloat16", "float32"], head_dims=[64, 128], seq_lens=[1024, 4096, 16384],
-                     smem_limit_bytes=None)
+    spec = SweepSpec(
+        dtypes=["bfloat16", "float32"], head_dims=[64, 128], seq_lens=[1024, 4096, 16384], smem_limit_bytes=None
+    )
     items = expand(spec)
-    cost = [(1.0 + (it.seq / 4096) ** 2) * (3.0 if it.mode == "fwd_bwd" else 1.0) * (1 + (it.index % 7) / 7)
-            for it in items]
+    cost = [
+        (1.0 + (it.seq / 4096) ** 2) * (3.0 if it.mode == "fwd_bwd" else 1.0) * (1 + (it.index % 7) / 7) for it in items
+    ]
     for n in (4, 8, 16):
         contiguous = _ratio(_loads(_contiguous(items, n), cost))
         for strategy in ("shape", "balanced"):
@@ -189,7 +208,7 @@ def test_measured_costs_balance_the_reference_excerpt(sample_doc, reference, tmp
     measured = [truth[it.index] for it in sub]
     units = shard(sub, 8, costs=measured, setups={it.shape: 0.0 for it in sub})
     loads = [sum(truth[it.index] for it in u.items) for u in units]
-    contiguous = [sum(truth[it.index] for it in sub[i * len(sub) // 8:(i + 1) * len(sub) // 8]) for i in range(8)]
+    contiguous = [sum(truth[it.index] for it in sub[i * len(sub) // 8 : (i + 1) * len(sub) // 8]) for i in range(8)]
     assert _ratio(loads) <= 1.02 < _ratio(contiguous)
 
 
@@ -229,7 +248,9 @@ def test_shard_rejects_bad_counts(reference):
 
 
 def _plan_peak_bytes(n_seqs: int) -> tuple[int, int]:
-    spec = SweepSpec(dtypes=["bfloat16", "float32"], head_dims=[64, 128], seq_lens=[128 * k for k in range(1, n_seqs + 1)])
+    spec = SweepSpec(
+        dtypes=["bfloat16", "float32"], head_dims=[64, 128], seq_lens=[128 * k for k in range(1, n_seqs + 1)]
+    )
     tracemalloc.start()
     try:
         items, units = plan(spec, 16)

@@ -33,11 +33,14 @@ def mixed_records() -> list[dict[str, Any]]:
                 continue
             for s in (1, 2):
                 failed = bq == 32 or (bq, bk, s) == (128, 128, 2)
-                r.append(rec(ms=None if failed else bq / 100 + bk / 1000 + s / 10000,
-                             block_q=bq, block_k=bk, num_stages=s))
-    r += [rec("fwd_bwd", ms=3.0, bwd_outer=64, bwd_inner=32),
-          rec("fwd_bwd", ms=2.5, bwd_outer=64, bwd_inner=32, fwd_block_q=64),
-          rec("fwd_bwd", ms=None, bwd_outer=128, bwd_inner=32)]
+                r.append(
+                    rec(ms=None if failed else bq / 100 + bk / 1000 + s / 10000, block_q=bq, block_k=bk, num_stages=s)
+                )
+    r += [
+        rec("fwd_bwd", ms=3.0, bwd_outer=64, bwd_inner=32),
+        rec("fwd_bwd", ms=2.5, bwd_outer=64, bwd_inner=32, fwd_block_q=64),
+        rec("fwd_bwd", ms=None, bwd_outer=128, bwd_inner=32),
+    ]
     return r
 
 
@@ -60,7 +63,7 @@ def test_heatmap_data_cells() -> None:
 
 
 def test_heatmap_data_none_without_forced_records() -> None:
-    (k, recs), = report.group_by_problem([rec(auto=True, ms=1.0)]).items()
+    ((k, recs),) = report.group_by_problem([rec(auto=True, ms=1.0)]).items()
     assert heatmap_data(report.ProblemKey(*k), recs) is None
 
 
@@ -87,15 +90,13 @@ def test_plots_from_sample(sample_doc: dict[str, Any], tmp_path: Path) -> None:
 
 @needs_mpl
 def test_plots_failed_auto_only_and_tags(tmp_path: Path) -> None:
-    records = mixed_records() + [rec(auto=True, ms=2.0, seq=4096, tag="other"),
-                                 rec(ms=None, seq=4096, tag="other")]
+    records = mixed_records() + [rec(auto=True, ms=2.0, seq=4096, tag="other"), rec(ms=None, seq=4096, tag="other")]
     written = plots.write_plots(results_doc.from_obj(make_doc(records)), tmp_path).files
     names = {p.name for p in written}
     assert "heatmap_bfloat16_d64_s2048_b4_h8_fwd_t.png" in names  # several tags: tag in the name
     assert "heatmap_bfloat16_d64_s4096_b4_h8_fwd_other.png" in names
     assert all(p.read_bytes()[:8] == PNG_MAGIC for p in written)
-    auto_only = plots.write_plots(results_doc.from_obj(make_doc([rec(auto=True, ms=1.0)])),
-                                  tmp_path / "auto").files
+    auto_only = plots.write_plots(results_doc.from_obj(make_doc([rec(auto=True, ms=1.0)])), tmp_path / "auto").files
     assert [p.name for p in auto_only] == ["speedup_over_auto.png"]
 
 
@@ -112,8 +113,11 @@ def test_cli_plots_cap_says_what_it_left_out(tmp_path: Path, capsys: pytest.Capt
     rc, _, err = run_handler(["report", str(SAMPLE), "--plots", str(tmp_path / "p"), "--max-plots", "1"], capsys)
     assert rc == 0
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
-        "heatmap_bfloat16_d64_s2048_b4_h8_fwd.png", "speedup_over_auto.png"]
+        "heatmap_bfloat16_d64_s2048_b4_h8_fwd.png",
+        "speedup_over_auto.png",
+    ]
     assert "plotted the first 1 of 3 problems (--max-plots 1); 2 not plotted: --max-plots 0 plots all" in err
     assert "--html OUT.html shows every problem" in err
-    assert_one_line_error(run_cli("report", str(SAMPLE), "--plots", str(tmp_path), "--max-plots", "-1"),
-                          "--max-plots", "0 or more")
+    assert_one_line_error(
+        run_cli("report", str(SAMPLE), "--plots", str(tmp_path), "--max-plots", "-1"), "--max-plots", "0 or more"
+    )

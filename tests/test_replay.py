@@ -20,8 +20,14 @@ def replay_spec(tmp_path: Path, name: str = "replay.json", source: Path = SAMPLE
     """The excerpt's own config at its seq, replayed from ``source``; prune_smem off, so the
     source's shared-memory failures replay as they were recorded."""
     config = json.loads(SAMPLE.read_text())["config"]
-    data = {**config, "seq_lens": [2048], "output": str(tmp_path / f"{Path(name).stem}.results.json"),
-            "kernel": {"impl": "replay", "prune_smem": "off"}, "replay": {"source": str(source)}, **over}
+    data = {
+        **config,
+        "seq_lens": [2048],
+        "output": str(tmp_path / f"{Path(name).stem}.results.json"),
+        "kernel": {"impl": "replay", "prune_smem": "off"},
+        "replay": {"source": str(source)},
+        **over,
+    }
     path = tmp_path / name
     path.write_text(json.dumps(data))
     return path
@@ -74,8 +80,11 @@ def test_bad_replay_sources_are_one_line_errors(tmp_path: Path) -> None:
     # the excerpt measured our kernel, non-causal, multi-head: a replay of jax's kernel, of causal
     # or of grouped-query problems would find none of its records
     for name, over, needles in [
-        ("c.json", {"replay": {"source": str(SAMPLE), "impl": "jax"}},
-         ["measured the tilesweep kernel", "replay.impl is jax", '"impl": "tilesweep"']),
+        (
+            "c.json",
+            {"replay": {"source": str(SAMPLE), "impl": "jax"}},
+            ["measured the tilesweep kernel", "replay.impl is jax", '"impl": "tilesweep"'],
+        ),
         ("d.json", {"causal": [False, True]}, ["causal [True] were not measured"]),
         ("e.json", {"kv_heads": [2]}, ["kv_heads [2] were not measured", "its kv_heads: [8]"]),
     ]:
@@ -133,8 +142,12 @@ def test_replay_at_the_real_pace_waits_out_each_records_seconds(tmp_path: Path) 
     (tmp_path / "source.json").write_text(json.dumps(source))
     docs, markers = {}, {}
     for pace in ("instant", "real"):
-        data = {**grid, "output": str(tmp_path / f"{pace}.json"), "kernel": {"impl": "replay"},
-                "replay": {"source": str(tmp_path / "source.json"), "pace": pace}}
+        data = {
+            **grid,
+            "output": str(tmp_path / f"{pace}.json"),
+            "kernel": {"impl": "replay"},
+            "replay": {"source": str(tmp_path / "source.json"), "pace": pace},
+        }
         (tmp_path / f"{pace}.spec.json").write_text(json.dumps(data))
         sweep = tmp_path / f"sweep-{pace}"
         r = run_cli("run", str(tmp_path / f"{pace}.spec.json"), "--sweep-dir", str(sweep), "--executor", "debug")

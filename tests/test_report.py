@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.spec import records
-from orchestrator.cli import analysis as cli_report
-
 from orchestrator.analysis import report
-
-from orchestrator.store import document as results_doc
+from orchestrator.cli import analysis as cli_report
 from orchestrator.errors import ResultsError, TilesweepError
+from orchestrator.spec import records
+from orchestrator.store import document as results_doc
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms")
@@ -26,31 +24,59 @@ RESULTS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms")
 # --------------------------------------------------------------------------- builders
 
 
-def rec(mode: str = "fwd", *, auto: bool = False, ms: float | None = 1.0, spread: float = 0.01,
-        error: str | None = None, dtype: str = "bfloat16", head_dim: int = 64, seq: int = 2048,
-        batch: int = 4, heads: int = 8, tag: str = "t", **cfg: Any) -> dict[str, Any]:
+def rec(
+    mode: str = "fwd",
+    *,
+    auto: bool = False,
+    ms: float | None = 1.0,
+    spread: float = 0.01,
+    error: str | None = None,
+    dtype: str = "bfloat16",
+    head_dim: int = 64,
+    seq: int = 2048,
+    batch: int = 4,
+    heads: int = 8,
+    tag: str = "t",
+    **cfg: Any,
+) -> dict[str, Any]:
     """One record in the reference layout; ``ms=None`` or ``error`` makes a failed config."""
-    r: dict[str, Any] = {"dtype": dtype, "head_dim": head_dim, "seq": seq, "batch": batch,
-                         "heads": heads, "tag": tag, "mode": mode,
-                         "config": "auto" if auto else "forced"}
+    r: dict[str, Any] = {
+        "dtype": dtype,
+        "head_dim": head_dim,
+        "seq": seq,
+        "batch": batch,
+        "heads": heads,
+        "tag": tag,
+        "mode": mode,
+        "config": "auto" if auto else "forced",
+    }
     if not auto:
         if mode == "fwd":
             defaults = {"block_q": 128, "block_k": 128, "num_stages": 2, "num_warps": 4}
         else:
-            defaults = {"fwd_block_q": 128, "fwd_block_k": 128, "bwd_outer": 64,
-                        "bwd_inner": 32, "num_stages": 2, "num_warps": 4}
+            defaults = {
+                "fwd_block_q": 128,
+                "fwd_block_k": 128,
+                "bwd_outer": 64,
+                "bwd_inner": 32,
+                "num_stages": 2,
+                "num_warps": 4,
+            }
         r.update({**defaults, **cfg})
     if error is not None or ms is None:
         r["error"] = error or "JaxRuntimeError: RESOURCE_EXHAUSTED: Shared memory size limit exceeded"
     else:
-        r.update(rel_err=1e-3, compile_s=0.2, inner=10, median_ms=ms,
-                 q1_ms=ms * (1 - spread), q3_ms=ms * (1 + spread))
+        r.update(rel_err=1e-3, compile_s=0.2, inner=10, median_ms=ms, q1_ms=ms * (1 - spread), q3_ms=ms * (1 + spread))
     return r
 
 
 def make_doc(records: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {"device": {"jax": "0.11.2", "device_kind": "NVIDIA H100"}, "config": {"tag": "t"},
-            "results": records, **extra}
+    return {
+        "device": {"jax": "0.11.2", "device_kind": "NVIDIA H100"},
+        "config": {"tag": "t"},
+        "results": records,
+        **extra,
+    }
 
 
 def write(tmp_path: Path, doc: Any, name: str = "results.json") -> Path:
@@ -83,8 +109,18 @@ def _independent(records: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     """Per problem: best forced success, runner-up, auto median, counts (plain loops)."""
     out: dict[tuple, dict[str, Any]] = {}
     for r in records:
-        k = (r["dtype"], r["head_dim"], r["seq"], r["batch"], r["heads"], r["mode"], r["tag"],
-             r.get("causal", False), r.get("kv_heads"), r.get("impl", "tilesweep"))
+        k = (
+            r["dtype"],
+            r["head_dim"],
+            r["seq"],
+            r["batch"],
+            r["heads"],
+            r["mode"],
+            r["tag"],
+            r.get("causal", False),
+            r.get("kv_heads"),
+            r.get("impl", "tilesweep"),
+        )
         p = out.setdefault(k, {"ok": [], "failed": 0, "forced": 0, "auto": None})
         if r["config"] == "auto":
             p["auto"] = r.get("median_ms")
@@ -125,14 +161,19 @@ def test_sample_numbers_match_records(sample_doc: dict[str, Any], tmp_path: Path
 
 def test_sample_bf16_fwd_problem(sample_doc: dict[str, Any]) -> None:
     doc = load_obj(sample_doc)
-    (s,) = [s for s in report.best_table(doc)
-            if (s.key.dtype, s.key.head_dim, s.key.seq, s.key.mode) == ("bfloat16", 64, 2048, "fwd")]
-    forced_ok = [r for r in sample_doc["results"] if r["dtype"] == "bfloat16" and r["mode"] == "fwd"
-                 and r["config"] == "forced" and "error" not in r]
+    (s,) = [
+        s
+        for s in report.best_table(doc)
+        if (s.key.dtype, s.key.head_dim, s.key.seq, s.key.mode) == ("bfloat16", 64, 2048, "fwd")
+    ]
+    forced_ok = [
+        r
+        for r in sample_doc["results"]
+        if r["dtype"] == "bfloat16" and r["mode"] == "fwd" and r["config"] == "forced" and "error" not in r
+    ]
     best = min(forced_ok, key=lambda r: r["median_ms"])
     assert s.best_ms == best["median_ms"]
-    assert s.best_label == (f"bq{best['block_q']} bk{best['block_k']} "
-                            f"s{best['num_stages']} w{best['num_warps']}")
+    assert s.best_label == (f"bq{best['block_q']} bk{best['block_k']} s{best['num_stages']} w{best['num_warps']}")
 
 
 def test_sample_float32_failures_counted(sample_doc: dict[str, Any]) -> None:
@@ -154,7 +195,7 @@ def test_sample_text_and_markdown(sample_doc: dict[str, Any]) -> None:
         assert any(s.best_label in line and f"{s.best_ms:.4f}" in line for line in lines)
     md = report.format_table(summaries, "markdown").splitlines()
     assert md[0].startswith("| dtype |") and set(md[1]) <= set("|:-")
-    assert all(line.count("|") == md[0].count("|") for line in md[2:2 + len(summaries)])
+    assert all(line.count("|") == md[0].count("|") for line in md[2 : 2 + len(summaries)])
 
 
 # --------------------------------------------------------------------------- edge cases
@@ -172,9 +213,14 @@ def test_noise_flag() -> None:
 
 
 def test_failed_and_all_failed_problem() -> None:
-    records = [rec(auto=True, ms=2.0), rec(ms=1.0, block_q=64), rec(ms=None, block_q=128),
-               rec(auto=True, ms=2.0, seq=4096), rec(ms=None, seq=4096, block_q=64),
-               rec(error="ValueError: seq=4096 must be a multiple of block_q=96", seq=4096, block_q=96)]
+    records = [
+        rec(auto=True, ms=2.0),
+        rec(ms=1.0, block_q=64),
+        rec(ms=None, block_q=128),
+        rec(auto=True, ms=2.0, seq=4096),
+        rec(ms=None, seq=4096, block_q=64),
+        rec(error="ValueError: seq=4096 must be a multiple of block_q=96", seq=4096, block_q=96),
+    ]
     a, b = report.best_table(load_obj(make_doc(records)))
     assert (a.best_ms, a.n_configs, a.n_failed, a.speedup) == (1.0, 2, 1, 2.0)
     assert b.best_ms is None and b.best_label is None and b.speedup is None and b.tflops is None
@@ -205,8 +251,9 @@ def test_auto_failed_or_absent() -> None:
 
 def test_single_problem_and_extras_tolerated() -> None:
     r = rec(ms=1.0)
-    r.update(timer="wall", unit="ms", attempt=2, pruned=False, smem_bytes=1234,
-             compile_cached=True, something_new={"x": 1})
+    r.update(
+        timer="wall", unit="ms", attempt=2, pruned=False, smem_bytes=1234, compile_cached=True, something_new={"x": 1}
+    )
     doc = load_obj(make_doc([r], sweep_id="abc", schema_version=3))
     assert doc.extra == {"sweep_id": "abc", "schema_version": 3}
     (s,) = report.best_table(doc)
@@ -214,8 +261,12 @@ def test_single_problem_and_extras_tolerated() -> None:
 
 
 def test_duplicate_attempts_count_once() -> None:
-    records = [rec(ms=None, block_q=64, attempt=1), rec(ms=1.5, block_q=64, attempt=2),
-               rec(ms=2.0, block_q=128), rec(ms=1.9, block_q=128, attempt=2)]
+    records = [
+        rec(ms=None, block_q=64, attempt=1),
+        rec(ms=1.5, block_q=64, attempt=2),
+        rec(ms=2.0, block_q=128),
+        rec(ms=1.9, block_q=128, attempt=2),
+    ]
     (s,) = report.best_table(load_obj(make_doc(records)))
     assert (s.n_configs, s.n_failed, s.best_ms, s.runner_up_ms) == (2, 0, 1.5, 1.9)
 
@@ -228,12 +279,20 @@ def test_pruned_counted_as_failed() -> None:
 
 
 def test_fwd_bwd_label_names_fwd_blocks_only_when_not_default() -> None:
-    assert report.config_label({"fwd_block_q": 128, "fwd_block_k": 128, "bwd_outer": 64,
-                                "bwd_inner": 32, "num_stages": 2, "num_warps": 8},
-                               "fwd_bwd") == "o64 i32 s2 w8"
-    assert report.config_label({"fwd_block_q": 64, "fwd_block_k": 32, "bwd_outer": 64,
-                                "bwd_inner": 32, "num_stages": 2, "num_warps": 8},
-                               "fwd_bwd") == "bq64 bk32 o64 i32 s2 w8"
+    assert (
+        report.config_label(
+            {"fwd_block_q": 128, "fwd_block_k": 128, "bwd_outer": 64, "bwd_inner": 32, "num_stages": 2, "num_warps": 8},
+            "fwd_bwd",
+        )
+        == "o64 i32 s2 w8"
+    )
+    assert (
+        report.config_label(
+            {"fwd_block_q": 64, "fwd_block_k": 32, "bwd_outer": 64, "bwd_inner": 32, "num_stages": 2, "num_warps": 8},
+            "fwd_bwd",
+        )
+        == "bq64 bk32 o64 i32 s2 w8"
+    )
 
 
 def test_several_tags_get_a_tag_column() -> None:
@@ -275,8 +334,10 @@ def test_json_form_states_flops() -> None:
         (json.dumps({"device": {}, "results": []}), "missing top-level key(s) config"),
         (json.dumps({"device": {}, "config": {}, "results": {}}), "'results' is a JSON object"),
         (json.dumps({"device": {}, "config": {}, "results": [3]}), "results[0] is a JSON number"),
-        (json.dumps(make_doc([rec(ms=1.0), {"dtype": "bfloat16", "seq": 1}])),
-         "results[1] lacks identity field(s) head_dim, batch, heads, tag, mode, config"),
+        (
+            json.dumps(make_doc([rec(ms=1.0), {"dtype": "bfloat16", "seq": 1}])),
+            "results[1] lacks identity field(s) head_dim, batch, heads, tag, mode, config",
+        ),
     ],
 )
 def test_not_a_results_document(tmp_path: Path, content: str, fragment: str) -> None:
@@ -319,19 +380,28 @@ def test_cli_report_text_json_markdown(tmp_path: Path, capsys: pytest.CaptureFix
         parser().parse_args(["report", path, "--json", "--markdown"])
 
 
-def test_cli_report_bad_file_raises_results_error(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_report_bad_file_raises_results_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ResultsError, match="no such file"):
         run_handler(["report", str(tmp_path / "missing.json")], capsys)
 
 
 def test_cli_subprocess_one_line_error_exit_2(tmp_path: Path) -> None:
     bad = write(tmp_path, "[]", "bad.json")
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli.analysis", "report", str(bad)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.analysis", "report", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "not a results document" in proc.stderr
     good = write(tmp_path, make_doc([rec(ms=1.0)]), "good.json")
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli.analysis", "report", str(good)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.analysis", "report", str(good)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "bq128 bk128 s2 w4" in proc.stdout

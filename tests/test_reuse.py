@@ -80,16 +80,19 @@ def test_an_extended_grid_compiles_only_its_new_config(tmp_path: Path, first_doc
 
 
 def test_other_timing_or_another_device_reuses_nothing(tmp_path: Path, first_doc: Path, caplog) -> None:
-    slower = plan_against(tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "target_ms": 2}},
-                          ReuseRequest([str(first_doc)]))
+    slower = plan_against(
+        tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "target_ms": 2}}, ReuseRequest([str(first_doc)])
+    )
     (src,) = slower.found.sources
     assert slower.found.reused == 0 and src.other_measurement == 2
     assert src.why == ["measured with other settings: ms per sample 1.0 vs 2.0 here"]
     # timing.timer auto (the first document's) is the wall clock here: a wall sweep reuses it, a device one not
-    wall = plan_against(tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "timer": "wall"}},
-                        ReuseRequest([str(first_doc)]))
-    device = plan_against(tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "timer": "device"}},
-                          ReuseRequest([str(first_doc)]))
+    wall = plan_against(
+        tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "timer": "wall"}}, ReuseRequest([str(first_doc)])
+    )
+    device = plan_against(
+        tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "timer": "device"}}, ReuseRequest([str(first_doc)])
+    )
     assert wall.found.reused == 2 and device.found.reused == 0
     assert device.found.sources[0].why == ["measured with other settings: timing.timer 'wall' vs 'device' here"]
     doc = json.loads(first_doc.read_text())
@@ -178,8 +181,7 @@ def test_errors_are_measured_again_unless_asked_and_remeasure_overrides(tmp_path
     assert everything.found.costs is not None and len(everything.found.costs) == 2  # costs for free all the same
 
 
-def test_damaged_records_are_measured_with_a_warning_naming_the_file(tmp_path: Path, first_doc: Path,
-                                                                     caplog) -> None:
+def test_damaged_records_are_measured_with_a_warning_naming_the_file(tmp_path: Path, first_doc: Path, caplog) -> None:
     doc = json.loads(first_doc.read_text())
     next(rec for rec in doc["results"] if rec["config"] == "forced")["median_ms"] = "fast"
     damaged = write(tmp_path, "damaged.json", doc)
@@ -204,9 +206,19 @@ def test_a_reuse_document_that_is_not_one_is_one_line(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- halving, replayed
 
-HALVING = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [2048], "modes": ["fwd"], "fwd_block_k": [32, 64],
-           "sharding": {"units": 2}, "timing": {"strategy": "halving", "keep": 2}, "append": True,
-           "kernel": {"impl": "replay"}, "replay": {"source": str(SAMPLE)}, "executor": {"kind": "debug"}}
+HALVING = {
+    "dtypes": ["bfloat16"],
+    "head_dims": [64],
+    "seq_lens": [2048],
+    "modes": ["fwd"],
+    "fwd_block_k": [32, 64],
+    "sharding": {"units": 2},
+    "timing": {"strategy": "halving", "keep": 2},
+    "append": True,
+    "kernel": {"impl": "replay"},
+    "replay": {"source": str(SAMPLE)},
+    "executor": {"kind": "debug"},
+}
 
 
 def test_halving_reuses_full_records_as_done_and_screens_as_screens(tmp_path: Path) -> None:
@@ -214,22 +226,31 @@ def test_halving_reuses_full_records_as_done_and_screens_as_screens(tmp_path: Pa
     out = tmp_path / "results.json"
     first = write(tmp_path, "first.json", {**config, **HALVING, "output": str(out)})
     assert run_cli("run", str(first), "--sweep-dir", str(tmp_path / "a")).returncode == 0
-    before = {(r["block_q"], r["block_k"], r["num_stages"], r["num_warps"]): r for r in
-              json.loads(out.read_text())["results"] if r["config"] == "forced"}
+    before = {
+        (r["block_q"], r["block_k"], r["num_stages"], r["num_warps"]): r
+        for r in json.loads(out.read_text())["results"]
+        if r["config"] == "forced"
+    }
     full_before = {k for k, r in before.items() if "screened" not in r and "error" not in r}
-    extended = write(tmp_path, "extended.json", {**config, **HALVING, "fwd_block_k": [32, 64, 128],
-                                                 "output": str(out)})
+    extended = write(tmp_path, "extended.json", {**config, **HALVING, "fwd_block_k": [32, 64, 128], "output": str(out)})
     sweep = tmp_path / "b"
     r = run_cli("run", str(extended), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
     units = json.loads((sweep / "units.json").read_text())
-    measured = [json.loads(line) for u in units if u["origin"] != "reuse"
-                for line in (sweep / "partials" / f"{u['id']}.jsonl").read_text().splitlines()]
+    measured = [
+        json.loads(line)
+        for u in units
+        if u["origin"] != "reuse"
+        for line in (sweep / "partials" / f"{u['id']}.jsonl").read_text().splitlines()
+    ]
     records = [line["record"] for line in measured if "record" in line]
     round1 = [rec for rec in records if rec.get("screened") or "error" in rec]
     assert round1 and all(rec["block_k"] == 128 for rec in round1)  # round 1 screens only the new configs
-    timed = {(r["block_q"], r["block_k"], r["num_stages"], r["num_warps"]) for r in records
-             if r["config"] == "forced" and not r.get("screened") and "error" not in r}
+    timed = {
+        (r["block_q"], r["block_k"], r["num_stages"], r["num_warps"])
+        for r in records
+        if r["config"] == "forced" and not r.get("screened") and "error" not in r
+    }
     assert not timed & full_before  # a config timed in full before is never timed again
     doc = json.loads(out.read_text())
     assert len(doc["results"]) == 1 + 3 * 3 * 3 * 2 and doc["tilesweep"]["reused"]["records"] == 1 + len(before)
@@ -250,12 +271,15 @@ def test_a_document_scanned_in_batches_is_the_document_loaded(tmp_path: Path, mo
         loaded, scanned = document.load(path), document.scan(path)
         batches = list(scanned.batches)
         assert [rec for b in batches for rec in b] == loaded.results and len(batches) >= n_batches
-        assert (scanned.doc.device, scanned.doc.config, scanned.doc.extra) == (loaded.device, loaded.config,
-                                                                               loaded.extra)
+        assert (scanned.doc.device, scanned.doc.config, scanned.doc.extra) == (
+            loaded.device,
+            loaded.config,
+            loaded.extra,
+        )
     broken = tmp_path / "broken.json"  # the last bfloat16 record, in a late batch, lacks its dtype
     last = len(full.results) - 1 - [r["dtype"] for r in reversed(full.results)].index("bfloat16")
     text = SAMPLE.read_text()
     at = text.rfind('"dtype": "bfloat16"')
-    broken.write_text(text[:at] + '"dtype_": "bfloat16"' + text[at + len('"dtype": "bfloat16"'):])
+    broken.write_text(text[:at] + '"dtype_": "bfloat16"' + text[at + len('"dtype": "bfloat16"') :])
     with pytest.raises(ResultsError, match=rf"results\[{last}\] lacks identity field\(s\) dtype"):
         list(document.scan(broken).batches)

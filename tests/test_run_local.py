@@ -10,12 +10,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.spec.records import FWD_BWD_CONFIG_FIELDS, FWD_CONFIG_FIELDS, IDENTITY_FIELDS, RESULT_FIELDS
-
 from tests.helpers import assert_one_line_error
+
 from .conftest import REPO, TINY_SPEC, run_cli
 
 EXTRAS = ("timer", "pruned", "smem_bytes", "compile_cached", "unit", "attempt")
@@ -41,7 +42,7 @@ def _check_reference_format(doc: dict, sample_record_types: dict[str, type]) -> 
         cfg = () if rec["config"] == "auto" else (FWD_CONFIG_FIELDS if rec["mode"] == "fwd" else FWD_BWD_CONFIG_FIELDS)
         head = list(IDENTITY_FIELDS) + list(cfg)
         assert keys[: len(head)] == head
-        tail = keys[len(head):]
+        tail = keys[len(head) :]
         if "error" in rec:
             assert tail[0] == "error" and isinstance(rec["error"], str)
         else:
@@ -70,8 +71,11 @@ def test_tiny_sweep_end_to_end(write_spec, tmp_path):
     types = {"rel_err": float, "compile_s": float, "inner": int, "median_ms": float, "q1_ms": float, "q3_ms": float}
     _check_reference_format(doc, types)
     # every planned item once, in plan order, each checked against the reference
-    plan = [json.loads(l) for l in run_cli("plan", str(spec), "--dry-run", "--json").stdout.splitlines()]
-    strip = lambda rec: {k: v for k, v in rec.items() if k in IDENTITY_FIELDS + FWD_CONFIG_FIELDS + FWD_BWD_CONFIG_FIELDS}
+    plan = [json.loads(line) for line in run_cli("plan", str(spec), "--dry-run", "--json").stdout.splitlines()]
+
+    def strip(rec: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in rec.items() if k in IDENTITY_FIELDS + FWD_CONFIG_FIELDS + FWD_BWD_CONFIG_FIELDS}
+
     assert [strip(r) for r in doc["results"]] == [strip(p) for p in plan]
     assert all(r["rel_err"] < 1e-4 for r in doc["results"] if "error" not in r)
     assert all(r["q1_ms"] <= r["median_ms"] <= r["q3_ms"] and 1 <= r["inner"] <= 2 for r in doc["results"])
@@ -100,8 +104,12 @@ def test_worker_killed_with_sigkill_and_rerun_keeps_every_record(write_spec, tmp
     r = run_cli("plan", str(spec), "--units", "1", "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
     partial = next((sweep / "partials").glob("*.jsonl"), None)
-    worker = subprocess.Popen([sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "jobs.worker", str(sweep), "0"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         partial = next((sweep / "partials").glob("*.jsonl"), None)
@@ -114,7 +122,9 @@ def test_worker_killed_with_sigkill_and_rerun_keeps_every_record(write_spec, tmp
     before = {o["id"]: o["record"] for o in _record_lines(partial)}
     assert 3 <= len(before) < 10
     assert not any((sweep / "done").iterdir()), "a killed unit must not be marked complete"
-    rerun = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, capture_output=True, text=True)
+    rerun = subprocess.run(
+        [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, capture_output=True, text=True
+    )
     assert rerun.returncode == 0, rerun.stderr
     after = _record_lines(partial)
     ids = [o["id"] for o in after]
@@ -132,7 +142,9 @@ def test_bad_input_gets_one_line_errors(write_spec, tmp_path):
     bad = write_spec("bad.json", fwd_block_q=[32, 48])
     assert_one_line_error(run_cli("plan", str(bad), "--dry-run"), "bad.json", "fwd_block_q", "powers of two")
     typo = write_spec("typo.json", head_dim=[64])
-    assert_one_line_error(run_cli("plan", str(typo), "--dry-run"), "unknown field 'head_dim'", "did you mean 'head_dims'")
+    assert_one_line_error(
+        run_cli("plan", str(typo), "--dry-run"), "unknown field 'head_dim'", "did you mean 'head_dims'"
+    )
     empty = write_spec("empty.json", seq_lens=[])
     assert_one_line_error(run_cli("plan", str(empty), "--dry-run"), "seq_lens")
     wrong_type = write_spec("wt.json", repeats="many")
@@ -148,10 +160,14 @@ def test_bad_input_gets_one_line_errors(write_spec, tmp_path):
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(write_spec("a.json")), "--sweep-dir", str(sweep)).returncode == 0
     frozen = (sweep / "sweep.json").read_text()
-    assert_one_line_error(run_cli("run", str(write_spec("b.json", repeats=3)), "--sweep-dir", str(sweep)), "another spec")
+    assert_one_line_error(
+        run_cli("run", str(write_spec("b.json", repeats=3)), "--sweep-dir", str(sweep)), "another spec"
+    )
     assert (sweep / "sweep.json").read_text() == frozen
     # the worker by hand: a unit that does not exist
-    w = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "nope"], cwd=REPO, capture_output=True, text=True)
+    w = subprocess.run(
+        [sys.executable, "-m", "jobs.worker", str(sweep), "nope"], cwd=REPO, capture_output=True, text=True
+    )
     assert_one_line_error(w, "unit 'nope'")
 
 
@@ -174,9 +190,14 @@ def test_worker_refusal_is_one_line(write_spec, tmp_path):
     spec = write_spec(kernel={"interpret": "auto"})
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
-    w = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, capture_output=True,
-                       text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cpu"})
+    w = subprocess.run(
+        [sys.executable, "-m", "jobs.worker", str(sweep), "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cpu"},
+    )
     assert_one_line_error(w, "jax sees none")
     assert not list((sweep / "partials").glob("*.jsonl")) or all(
-        not _record_lines(p) for p in (sweep / "partials").glob("*.jsonl"))
-
+        not _record_lines(p) for p in (sweep / "partials").glob("*.jsonl")
+    )

@@ -21,8 +21,17 @@ pytestmark = pytest.mark.slurm
 
 # accounting is written asynchronously by slurmdbd: sacct lags squeue by ~1-2 s
 SACCT_WAIT_S = 30.0
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-            "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,7 +46,10 @@ def executor(tmp_path: Path):
     # the first seconds, before submitit's handler exists, and kills a slow-starting task
     # (slurm/presets/README.md)
     ex.update_parameters(
-        slurm_partition="gpu", gpus_per_node=1, timeout_min=5, name="tilesweep-test",
+        slurm_partition="gpu",
+        gpus_per_node=1,
+        timeout_min=5,
+        name="tilesweep-test",
         slurm_array_parallelism=4,
     )
     return ex
@@ -60,7 +72,10 @@ def sacct_states(job_ids: list[str]) -> dict[str, str]:
     arrays = sorted({j.split("_")[0] for j in job_ids})
     out = subprocess.run(
         ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(arrays)],
-        capture_output=True, text=True, check=True, timeout=30,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
     ).stdout
     states = {}
     for line in out.splitlines():

@@ -20,14 +20,20 @@ from typing import Any
 import pytest
 
 from orchestrator.store import synthetic
-from tests.helpers import assert_one_line_error
 from tests.conftest import TINY_SPEC, run_cli
+from tests.helpers import assert_one_line_error
 from tests.slurm_cluster import poll, require_cluster
 
 pytestmark = pytest.mark.slurm
 
-SLURM = {"kind": "slurm", "slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 5,
-         "slurm_array_parallelism": 4, "merge_partition": "cpu"}
+SLURM = {
+    "kind": "slurm",
+    "slurm_partition": "gpu",
+    "gpus_per_node": 1,
+    "timeout_min": 5,
+    "slurm_array_parallelism": 4,
+    "merge_partition": "cpu",
+}
 # 14 items in 4 units: two shapes, three fwd block sizes
 FOUR_UNITS = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
 # One unit of 65 configs against a 2-minute limit, replayed at the real pace (replay.pace: real):
@@ -36,9 +42,16 @@ FOUR_UNITS = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"w
 # (probes and 5 repeats of 190 calls of 2 ms: kernels.config.timed_calls): 143 s of waiting
 # whatever the machine, more than SLURM's warning allows (USR2, asked 20 s before the end,
 # comes 72-93 s in: docs/slurm-notes.md), and the rest fits the next run or two (max_requeues 3).
-SLOW_UNIT = {"modes": ["fwd"], "seq_lens": [256], "fwd_block_q": [16, 32, 64, 128], "fwd_block_k": [16, 32, 64, 128],
-             "fwd_stages": [1, 2], "fwd_warps": [4, 8], "repeats": 5,
-             "timing": {"target_ms": 400, "max_inner": 100000, "warmup": 0}}
+SLOW_UNIT = {
+    "modes": ["fwd"],
+    "seq_lens": [256],
+    "fwd_block_q": [16, 32, 64, 128],
+    "fwd_block_k": [16, 32, 64, 128],
+    "fwd_stages": [1, 2],
+    "fwd_warps": [4, 8],
+    "repeats": 5,
+    "timing": {"target_ms": 400, "max_inner": 100000, "warmup": 0},
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,8 +60,12 @@ def _cluster() -> None:
 
 
 def write_spec(folder: Path, name: str, executor: dict[str, Any] | None = None, **over: Any) -> Path:
-    data = {**TINY_SPEC, "output": str(folder / f"{Path(name).stem}.results.json"),
-            "executor": {**SLURM, **(executor or {})}, **over}
+    data = {
+        **TINY_SPEC,
+        "output": str(folder / f"{Path(name).stem}.results.json"),
+        "executor": {**SLURM, **(executor or {})},
+        **over,
+    }
     path = folder / name
     path.write_text(json.dumps(data))
     return path
@@ -91,8 +108,20 @@ def check_document(sweep: Path, spec: Path) -> dict[str, Any]:
     """The merged document holds every planned item exactly once, in plan order."""
     plan = [json.loads(line) for line in cli("plan", str(spec), "--dry-run", "--json").stdout.splitlines()]
     doc = json.loads(Path(json.loads((sweep / "sweep.json").read_text())["output"]).read_text())
-    key = lambda r: (r["dtype"], r["seq"], r["mode"], r["config"], tuple(v for k, v in r.items() if k in (
-        "block_q", "block_k", "num_stages", "num_warps", "fwd_block_q", "fwd_block_k", "bwd_outer", "bwd_inner")))
+    config_fields = (
+        "block_q",
+        "block_k",
+        "num_stages",
+        "num_warps",
+        "fwd_block_q",
+        "fwd_block_k",
+        "bwd_outer",
+        "bwd_inner",
+    )
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["dtype"], r["seq"], r["mode"], r["config"], tuple(v for k, v in r.items() if k in config_fields))
+
     assert [key(r) for r in doc["results"]] == [key(p) for p in plan]
     assert len({key(r) for r in doc["results"]}) == len(plan)
     return doc
@@ -112,8 +141,9 @@ def submit_slow_sweep(folder: Path) -> tuple[Path, Path]:
         rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
     (folder / "source.json").write_text(json.dumps(source))
     replay = {"source": str(folder / "source.json"), "pace": "real"}
-    spec = write_spec(folder, "slow.json", executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay,
-                      report={"html": True})
+    spec = write_spec(
+        folder, "slow.json", executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay, report={"html": True}
+    )
     sweep = folder / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
     assert r.returncode == 0, r.stderr
@@ -150,8 +180,11 @@ def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(sl
     assert cli("merge", str(sweep)).returncode == 0
     check_document(sweep, spec)
     # the dependent merge job ran once the array ended
-    merge_state = poll(lambda: (status(sweep)["merge_jobs"] or [{}])[-1].get("state") in ("COMPLETED",),
-                       60, "the final merge job to complete")
+    merge_state = poll(
+        lambda: (status(sweep)["merge_jobs"] or [{}])[-1].get("state") in ("COMPLETED",),
+        60,
+        "the final merge job to complete",
+    )
     assert merge_state
     # nothing left to resume
     r = cli("resume", str(sweep))
@@ -169,15 +202,19 @@ def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path
     assert len(arrays) == 2 and [e["job_id"] for e in entries] == [f"{arrays[0]}_0", f"{arrays[0]}_1", arrays[1]]
     c = cli("cancel", str(sweep))
     assert c.returncode == 0 and all(a in c.stdout for a in arrays), c.stdout + c.stderr
-    st = poll(lambda: (s := status(sweep)) and all(u["state"] in ("cancelled", "done") for u in s["units"]) and s,
-              30, "every unit to show cancelled")
+    st = poll(
+        lambda: (s := status(sweep)) and all(u["state"] in ("cancelled", "done") for u in s["units"]) and s,
+        30,
+        "every unit to show cancelled",
+    )
     assert any(u["state"] == "cancelled" for u in st["units"])
     assert cli("cancel", str(sweep)).stdout.startswith("nothing")
 
 
 def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp_path):
-    spec = write_spec(tmp_path, "cancel.json", **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000,
-                                                                           "warmup": 0}})
+    spec = write_spec(
+        tmp_path, "cancel.json", **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}}
+    )
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
     entries = unit_jobs(sweep)
@@ -185,8 +222,11 @@ def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp
     partial = sweep / "partials" / f"{victim}.jsonl"
     poll(lambda: sum("record" in o for o in lines(partial)) >= 1, 120, "the victim's first record", 0.1)
     subprocess.run(["scancel", entries[victim]["job_id"]], check=True)
-    st = poll(lambda: (s := status(sweep)) and next(u for u in s["units"] if u["id"] == victim)["state"] == "cancelled"
-              and s, 60, "status to show the cancelled task")
+    st = poll(
+        lambda: (s := status(sweep)) and next(u for u in s["units"] if u["id"] == victim)["state"] == "cancelled" and s,
+        60,
+        "status to show the cancelled task",
+    )
     unit = next(u for u in st["units"] if u["id"] == victim)
     assert unit["done"] < unit["total"] and unit["log"], unit
     recorded = {o["id"] for o in lines(partial) if "record" in o}
@@ -208,11 +248,15 @@ def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp
 def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_completes_it(tmp_path):
     # max_config_attempts 1: the configs the worker died on are recorded as errors on resume,
     # which needs the deaths counted across units (the resumed unit has a new partial)
-    spec = write_spec(tmp_path, "kill.json", {"max_config_attempts": 1},
-                      **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}})
+    spec = write_spec(
+        tmp_path,
+        "kill.json",
+        {"max_config_attempts": 1},
+        **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}},
+    )
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
-    (victim, entry), = unit_jobs(sweep).items()
+    ((victim, entry),) = unit_jobs(sweep).items()
     partial = sweep / "partials" / f"{victim}.jsonl"
 
     def mid_config():
@@ -248,7 +292,9 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path):
     # no sbatch on PATH: refused before anything is written
     empty = tmp_path / "bin"
     empty.mkdir()
-    assert_one_line_error(cli("submit", str(spec), "--sweep-dir", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
+    assert_one_line_error(
+        cli("submit", str(spec), "--sweep-dir", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH"
+    )
     assert not sweep.exists()
     assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     before = snapshot(sweep)
@@ -292,7 +338,7 @@ def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_sl
     assert w.returncode == 0, w.stderr
     page = spec.parent / "slow.results.html"  # report.html: true puts the page beside the document
     assert w.stdout.splitlines()[-1] == f"report page: {page}" and "<table" in page.read_text()
-    (unit, entry), = unit_jobs(sweep).items()
+    ((unit, entry),) = unit_jobs(sweep).items()
     objs = lines(sweep / "partials" / f"{unit}.jsonl")
     headers = [o["header"] for o in objs if "header" in o]
     assert len(headers) >= 2, "the task was not requeued"
@@ -304,8 +350,12 @@ def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_sl
     assert first and len(first) < 65 and all(o["attempt"] > 1 for o in records if o["id"] not in first)
     assert not any("error" in o["record"] for o in records)  # an abandoned config is not a crash
     assert {o["record"]["timer"] for o in records} == {"virtual"}  # replayed, at the real pace
-    sacct = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-o", "JobID,State", "-j", entry["array_id"]],
-                           capture_output=True, text=True, check=True).stdout
+    sacct = subprocess.run(
+        ["sacct", "-D", "-X", "-n", "-P", "-o", "JobID,State", "-j", entry["array_id"]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "REQUEUED" in sacct, sacct
     check_document(sweep, spec)
     # the dependent merge job waited for the requeued task: it merged every record

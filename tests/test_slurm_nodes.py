@@ -75,18 +75,37 @@ def test_scancel_of_a_pending_task_is_cancelled_at_once_and_resume_piped_to_head
     entries = unit_jobs(sweep)
     victim = next(u for u, e in entries.items() if e["task"] == 2)
     # %1: tasks 1 and 2 wait for task 0; the pending task 2 is cancelled on its own
-    poll(lambda: "PENDING" in subprocess.run(["squeue", "-h", "-r", "-o", "%T", "-j", entries[victim]["job_id"]],
-                                             capture_output=True, text=True).stdout, 30, "task 2 to be pending")
+    poll(
+        lambda: (
+            "PENDING"
+            in subprocess.run(
+                ["squeue", "-h", "-r", "-o", "%T", "-j", entries[victim]["job_id"]], capture_output=True, text=True
+            ).stdout
+        ),
+        30,
+        "task 2 to be pending",
+    )
     subprocess.run(["scancel", entries[victim]["job_id"]], check=True)
     t0 = time.monotonic()
-    st = poll(lambda: (s := status(sweep)) and next(u for u in s["units"] if u["id"] == victim)["state"] == "cancelled"
-              and s, 30, "status to say cancelled", 0.1)
+    st = poll(
+        lambda: (s := status(sweep)) and next(u for u in s["units"] if u["id"] == victim)["state"] == "cancelled" and s,
+        30,
+        "status to say cancelled",
+        0.1,
+    )
     seen_s = time.monotonic() - t0
     assert "cancelled while pending" in next(u for u in st["units"] if u["id"] == victim)["detail"]
     assert cli("status", str(sweep)).returncode == 1  # a unit ended without finishing: status says so
     # resume at once, its output cut short by `head -1`: what sbatch accepted stays accepted
-    piped = subprocess.run(f"{sys.executable} -m orchestrator resume {sweep} | head -1", shell=True, cwd=REPO,
-                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    piped = subprocess.run(
+        f"{sys.executable} -m orchestrator resume {sweep} | head -1",
+        shell=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 1 and "Traceback" not in piped.stderr, piped
     resumed = [e for e in jobs(sweep) if e.get("origin") == "resume"]
     assert resumed and {e["unit"] for e in resumed} <= {u["id"] for u in json.loads((sweep / "units.json").read_text())}
@@ -101,8 +120,9 @@ def test_two_runs_of_one_sweep_submit_it_once(tmp_path):
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "1"]
     first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    poll(lambda: (sweep / "run.lease").exists() or first.poll() is not None, 60,
-         "the first run to hold the sweep", 0.05)
+    poll(
+        lambda: (sweep / "run.lease").exists() or first.poll() is not None, 60, "the first run to hold the sweep", 0.05
+    )
     second = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0 and second.returncode == 0, (err, second.stderr)
@@ -123,8 +143,9 @@ def test_a_failed_unit_says_why_in_its_workers_own_words(tmp_path):
     (unit,) = unit_jobs(sweep)
     log = sweep / "logs" / "units" / f"{unit}.log"
     # whichever fake GPU the cluster gave (another job may hold GPU 0)
-    assert re.search(rf"unit {unit} failed \(this task was given GPU\(s\) CUDA_VISIBLE_DEVICES=\d+ but jax sees none",
-                     r.stderr), r.stderr
+    assert re.search(
+        rf"unit {unit} failed \(this task was given GPU\(s\) CUDA_VISIBLE_DEVICES=\d+ but jax sees none", r.stderr
+    ), r.stderr
     assert f"log: {log}" in r.stderr and log.exists()
     s = cli("status", str(sweep))
     assert s.returncode == 1 and "kernel.interpret: true" in s.stdout and f"log: {log}" in s.stdout

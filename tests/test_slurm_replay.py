@@ -25,8 +25,7 @@ from tests.slurm_cluster import poll, require_cluster
 pytestmark = pytest.mark.slurm
 
 # Replays need no GPU: tasks on the cpu partition, one CPU each.
-EXECUTOR = {"kind": "slurm", "slurm_partition": "cpu", "cpus_per_task": 1, "timeout_min": 5,
-            "merge_partition": "cpu"}
+EXECUTOR = {"kind": "slurm", "slurm_partition": "cpu", "cpus_per_task": 1, "timeout_min": 5, "merge_partition": "cpu"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -36,8 +35,14 @@ def _cluster() -> None:
 
 def write(folder: Path, name: str, source: Path, executor: dict[str, Any], **over: Any) -> Path:
     config = json.loads(SAMPLE.read_text())["config"]
-    data = {**config, "output": str(folder / f"{Path(name).stem}.results.json"), "kernel": {"impl": "replay"},
-            "replay": {"source": str(source)}, "executor": {**EXECUTOR, **executor}, **over}
+    data = {
+        **config,
+        "output": str(folder / f"{Path(name).stem}.results.json"),
+        "kernel": {"impl": "replay"},
+        "replay": {"source": str(source)},
+        "executor": {**EXECUTOR, **executor},
+        **over,
+    }
     path = folder / name
     path.write_text(json.dumps(data))
     return path
@@ -73,8 +78,9 @@ def test_a_replayed_full_size_sweep_completes_merges_and_reports(tmp_path: Path)
     assert all(u["state"] == "done" and u["executor"] == "slurm" for u in st["units"])
     doc = json.loads((tmp_path / "big.results.json").read_text())
     assert len(doc["results"]) == 5408 and len({r["unit"] for r in doc["results"]}) == 16
-    assert sum("error" in rec for rec in doc["results"]) == sum("error" in rec for rec in
-                                                                json.loads(source.read_text())["results"])
+    assert sum("error" in rec for rec in doc["results"]) == sum(
+        "error" in rec for rec in json.loads(source.read_text())["results"]
+    )
     rows = [line for line in r.stdout.splitlines() if line.startswith(("bfloat16", "float32"))]
     table = best_table(from_obj(doc))
     assert len(rows) == len(table) == 2 * 2 * 13 * 2 and all(row.best_ms is not None for row in table)
@@ -86,6 +92,7 @@ def _round_units(sweep: Path, round_: int) -> list[dict[str, Any]]:
 
 def _cancel_after_first_done(sweep: Path, round_: int) -> None:
     """Cancel the sweep's arrays once one unit of the round is done, the others not all."""
+
     def first_done() -> bool:
         ids = {u["id"] for u in _round_units(sweep, round_)}
         return bool(ids & {p.stem for p in (sweep / "done").glob("*.json")})
@@ -102,8 +109,17 @@ def test_halving_across_units_cancelled_in_each_round_and_resumed(tmp_path: Path
     unit, resumed; the resume's final merge job plans and submits round 2 with nobody waiting;
     round 2 cancelled after its first unit, resumed, waited for: the document is complete and
     every best config was timed in full."""
-    spec = write(tmp_path, "halving.json", SAMPLE, {"slurm_array_parallelism": 1}, dtypes=["bfloat16"],
-                 head_dims=[64], seq_lens=[2048], sharding={"units": 3}, timing={"strategy": "halving", "keep": 3})
+    spec = write(
+        tmp_path,
+        "halving.json",
+        SAMPLE,
+        {"slurm_array_parallelism": 1},
+        dtypes=["bfloat16"],
+        head_dims=[64],
+        seq_lens=[2048],
+        sharding={"units": 3},
+        timing={"strategy": "halving", "keep": 3},
+    )
     sweep = tmp_path / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert "then plans and submits round 2" in r.stdout
@@ -112,8 +128,13 @@ def test_halving_across_units_cancelled_in_each_round_and_resumed(tmp_path: Path
     assert "new unit" in r.stdout
     # nobody waits: the resume's final merge job plans round 2 and submits it
     poll(lambda: (sweep / "round2.json").exists() and _round_units(sweep, 2), 180, "the merge job to plan round 2")
-    poll(lambda: any(json.loads(line).get("origin") == "round2" for line in (sweep / "jobs.jsonl").read_text()
-                     .splitlines()), 60, "round 2's array to be submitted by the merge job")
+    poll(
+        lambda: any(
+            json.loads(line).get("origin") == "round2" for line in (sweep / "jobs.jsonl").read_text().splitlines()
+        ),
+        60,
+        "round 2's array to be submitted by the merge job",
+    )
     _cancel_after_first_done(sweep, 2)
     r = cli("resume", str(sweep))
     assert "survivors of round 2 are not timed in full yet" in r.stdout, r.stdout
@@ -121,8 +142,11 @@ def test_halving_across_units_cancelled_in_each_round_and_resumed(tmp_path: Path
     assert "merged 104 records" in w.stderr and "screened out" in w.stdout
     st = status(sweep)
     assert st["complete"] and st["done"] == st["total"] == 104 + st["round2"]["survivors"]
-    resumed = {e["unit"] for e in map(json.loads, (sweep / "jobs.jsonl").read_text().splitlines())
-               if e.get("origin") == "resume"}  # a unit of either round, new or resubmitted as it was
+    resumed = {
+        e["unit"]
+        for e in map(json.loads, (sweep / "jobs.jsonl").read_text().splitlines())
+        if e.get("origin") == "resume"
+    }  # a unit of either round, new or resubmitted as it was
     assert resumed & {u["id"] for u in _round_units(sweep, 1)} and resumed & {u["id"] for u in _round_units(sweep, 2)}
     doc = json.loads((tmp_path / "halving.results.json").read_text())
     full = [r for r in doc["results"] if r["config"] == "forced" and "screened" not in r]
@@ -137,12 +161,17 @@ def test_an_extended_sweep_cancelled_and_resumed_on_slurm_measures_only_what_is_
     document held are carried (the reuse unit is done from the start, resume leaves it alone),
     the workers answer exactly the items without a reusable record."""
     out = tmp_path / "results.json"
-    grid = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [2048], "modes": ["fwd"], "append": True,
-            "output": str(out)}
+    grid = {
+        "dtypes": ["bfloat16"],
+        "head_dims": [64],
+        "seq_lens": [2048],
+        "modes": ["fwd"],
+        "append": True,
+        "output": str(out),
+    }
     first = write(tmp_path, "first.json", SAMPLE, {"kind": "debug"}, fwd_block_k=[32, 64], **grid)
     cli("run", str(first), "--sweep-dir", str(tmp_path / "first"))
-    extended = write(tmp_path, "extended.json", SAMPLE, {"slurm_array_parallelism": 1},
-                     sharding={"units": 3}, **grid)
+    extended = write(tmp_path, "extended.json", SAMPLE, {"slurm_array_parallelism": 1}, sharding={"units": 3}, **grid)
     sweep = tmp_path / "sweep"
     dry = cli("submit", str(extended), "--sweep-dir", str(sweep), "--dry-run")  # plans as submit does
     assert not sweep.exists()
@@ -157,10 +186,18 @@ def test_an_extended_sweep_cancelled_and_resumed_on_slurm_measures_only_what_is_
     assert "merged 55 records" in w.stderr and "0 of 55 planned missing" in w.stderr
     units = json.loads((sweep / "units.json").read_text())
     (reuse_unit,) = [u for u in units if u["origin"] == "reuse"]
-    answered = [json.loads(line)["id"] for u in units if u is not reuse_unit
-                for line in (sweep / "partials" / f"{u['id']}.jsonl").read_text().splitlines() if '"record"' in line]
-    carried = {json.loads(line)["id"] for line in (sweep / "partials" / f"{reuse_unit['id']}.jsonl")
-               .read_text().splitlines() if '"record"' in line}
+    answered = [
+        json.loads(line)["id"]
+        for u in units
+        if u is not reuse_unit
+        for line in (sweep / "partials" / f"{u['id']}.jsonl").read_text().splitlines()
+        if '"record"' in line
+    ]
+    carried = {
+        json.loads(line)["id"]
+        for line in (sweep / "partials" / f"{reuse_unit['id']}.jsonl").read_text().splitlines()
+        if '"record"' in line
+    }
     assert len(carried) == reused == reuse_unit["n_items"] and not carried & set(answered)
     assert len(set(answered)) == 55 - reused  # every other item, once or (the cancelled unit's) again
     doc = json.loads(out.read_text())

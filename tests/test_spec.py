@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from orchestrator.errors import SpecError
-from orchestrator.spec.model import REFERENCE_CONFIG_FIELDS, SweepSpec
 from orchestrator.spec.files import load_spec, spec_from_data
+from orchestrator.spec.model import REFERENCE_CONFIG_FIELDS, SweepSpec
 
 
 def test_reference_config_block_loads_unchanged(sample_doc, tmp_path):

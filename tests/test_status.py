@@ -28,10 +28,18 @@ from .conftest import run_cli
 
 
 def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state():
-    text = "\n".join([
-        "36_0|CANCELLED by 0|0:0", "36_1|COMPLETED|0:0", "36_[2-5%2]|PENDING|0:0", "37|RUNNING|0:0",
-        "38_[1,3,5-6]|PENDING|0:0", "39_4|FAILED|9:0", "40.batch|COMPLETED|0:0", "41_[]|PENDING|0:0",
-    ])
+    text = "\n".join(
+        [
+            "36_0|CANCELLED by 0|0:0",
+            "36_1|COMPLETED|0:0",
+            "36_[2-5%2]|PENDING|0:0",
+            "37|RUNNING|0:0",
+            "38_[1,3,5-6]|PENDING|0:0",
+            "39_4|FAILED|9:0",
+            "40.batch|COMPLETED|0:0",
+            "41_[]|PENDING|0:0",
+        ]
+    )
     rows = {jid: (state, code) for jid, state, code, _, _ in parse_sacct(text)}
     assert rows["36_0"] == ("CANCELLED", "0:0") and rows["36_1"][0] == "COMPLETED"
     assert [j for j in rows if j.startswith("36_")] == ["36_0", "36_1", "36_2", "36_3", "36_4", "36_5"]
@@ -40,31 +48,45 @@ def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state():
     assert "40.batch" not in rows and "40" not in rows
     assert expand_indices("0-2%4") == [0, 1, 2] and expand_indices("7") == [7] and expand_indices("x") == []
     # -D -o ...,ElapsedRaw,AllocTRES: every run of a task, with its GPUs (a typed GPU is listed twice)
-    runs = list(parse_sacct("47_0|REQUEUED|0:0|90|billing=4,cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1\n"
-                            "47_0|COMPLETED|0:0|30|billing=4,cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1\n"
-                            "48|COMPLETED|0:0|600|billing=1,cpu=1,node=1"))
-    assert runs == [("47_0", "REQUEUED", "0:0", 90, 4), ("47_0", "COMPLETED", "0:0", 30, 4),
-                    ("48", "COMPLETED", "0:0", 600, 0)]
+    runs = list(
+        parse_sacct(
+            "47_0|REQUEUED|0:0|90|billing=4,cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1\n"
+            "47_0|COMPLETED|0:0|30|billing=4,cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1\n"
+            "48|COMPLETED|0:0|600|billing=1,cpu=1,node=1"
+        )
+    )
+    assert runs == [
+        ("47_0", "REQUEUED", "0:0", 90, 4),
+        ("47_0", "COMPLETED", "0:0", 30, 4),
+        ("48", "COMPLETED", "0:0", 600, 0),
+    ]
 
 
 def _view(**states: TaskState) -> SchedulerView:
-    return SchedulerView({k.replace("j", "", 1): v for k, v in states.items()}, asked=True, squeue_ok=True,
-                         sacct_ok=True)
+    return SchedulerView(
+        {k.replace("j", "", 1): v for k, v in states.items()}, asked=True, squeue_ok=True, sacct_ok=True
+    )
 
 
-@pytest.mark.parametrize("task, mtime_after, expected", [
-    (TaskState("PENDING", "squeue", "JobArrayTaskLimit"), False, ("pending", "JobArrayTaskLimit")),
-    (TaskState("PENDING", "squeue", "BeginTime"), True, ("requeued", "BeginTime")),
-    (TaskState("REQUEUED", "sacct"), True, ("requeued", "REQUEUED")),
-    (TaskState("RUNNING", "squeue", "None"), True, ("running", None)),
-    (TaskState("COMPLETING", "squeue"), True, ("running", "COMPLETING")),
-    (TaskState("CANCELLED", "sacct"), True, ("cancelled", None)),
-    (TaskState("TIMEOUT", "sacct"), True, ("timed out", "TIMEOUT")),
-    (TaskState("FAILED", "sacct", exit_code="9:0"), True, ("failed", "FAILED (exit 9:0)")),
-    (TaskState("OUT_OF_MEMORY", "sacct", exit_code="0:125"), True,
-     ("failed", "out of memory (SLURM ended the task at its memory limit: raise executor.mem_gb)")),
-    (TaskState("PREEMPTED", "sacct"), True, ("cancelled", "PREEMPTED")),
-])
+@pytest.mark.parametrize(
+    "task, mtime_after, expected",
+    [
+        (TaskState("PENDING", "squeue", "JobArrayTaskLimit"), False, ("pending", "JobArrayTaskLimit")),
+        (TaskState("PENDING", "squeue", "BeginTime"), True, ("requeued", "BeginTime")),
+        (TaskState("REQUEUED", "sacct"), True, ("requeued", "REQUEUED")),
+        (TaskState("RUNNING", "squeue", "None"), True, ("running", None)),
+        (TaskState("COMPLETING", "squeue"), True, ("running", "COMPLETING")),
+        (TaskState("CANCELLED", "sacct"), True, ("cancelled", None)),
+        (TaskState("TIMEOUT", "sacct"), True, ("timed out", "TIMEOUT")),
+        (TaskState("FAILED", "sacct", exit_code="9:0"), True, ("failed", "FAILED (exit 9:0)")),
+        (
+            TaskState("OUT_OF_MEMORY", "sacct", exit_code="0:125"),
+            True,
+            ("failed", "out of memory (SLURM ended the task at its memory limit: raise executor.mem_gb)"),
+        ),
+        (TaskState("PREEMPTED", "sacct"), True, ("cancelled", "PREEMPTED")),
+    ],
+)
 def test_slurm_states_map_to_unit_states(task, mtime_after, expected):
     now = time.time()
     job = {"job_id": "36_1", "submitted_ts": now - 100}
@@ -132,11 +154,27 @@ def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_sp
     _fake_partial(sd, units[0], 1, n_errors=1)
     _fake_partial(sd, units[1], 1)
     now = time.time()
-    sd.record_jobs([{"unit": u, "executor": "slurm", "job_id": f"50_{k}", "array_id": "50", "task": k,
-                     "submitted_ts": now - 600, "stderr": f"/logs/50_{k}_0_log.err"} for k, u in enumerate(units)])
+    sd.record_jobs(
+        [
+            {
+                "unit": u,
+                "executor": "slurm",
+                "job_id": f"50_{k}",
+                "array_id": "50",
+                "task": k,
+                "submitted_ts": now - 600,
+                "stderr": f"/logs/50_{k}_0_log.err",
+            }
+            for k, u in enumerate(units)
+        ]
+    )
     sd.record_jobs([{"event": "merge_job", "job_id": "51", "submitted_ts": now - 600}])
-    view = _view(j50_0=TaskState("FAILED", "sacct", exit_code="1:0"), j50_1=TaskState("RUNNING", "squeue"),
-                 j50_2=TaskState("PENDING", "squeue", "Priority"), j51=TaskState("PENDING", "squeue", "Dependency"))
+    view = _view(
+        j50_0=TaskState("FAILED", "sacct", exit_code="1:0"),
+        j50_1=TaskState("RUNNING", "squeue"),
+        j50_2=TaskState("PENDING", "squeue", "Priority"),
+        j51=TaskState("PENDING", "squeue", "Dependency"),
+    )
     st = sweep_status(sd, view=view)
     by = {u.id: u for u in st.units}
     # the task's log does not exist: no path shown, and the reason is sacct's
@@ -145,12 +183,25 @@ def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_sp
     # the unit's log ends with its worker's own reason: that is what status says
     unit_log = sd.unit_log(units[0])
     unit_log.parent.mkdir(parents=True)
-    unit_log.write_text("2026-01-01 12:00:00,000 jobs.worker: unit x: 1/3 ok\n"
-                        "2026-01-01 12:00:01,000 orchestrator.control.dispatch.unit_worker: "
-                        f"tilesweep: unit {units[0]} failed: this task was given GPU(s) "
-                        "CUDA_VISIBLE_DEVICES=0 but jax sees none\n")
-    sd.record_jobs([{"unit": units[0], "executor": "slurm", "job_id": "50_0", "array_id": "50", "task": 0,
-                     "submitted_ts": now - 600, "log": str(unit_log)}])
+    unit_log.write_text(
+        "2026-01-01 12:00:00,000 jobs.worker: unit x: 1/3 ok\n"
+        "2026-01-01 12:00:01,000 orchestrator.control.dispatch.unit_worker: "
+        f"tilesweep: unit {units[0]} failed: this task was given GPU(s) "
+        "CUDA_VISIBLE_DEVICES=0 but jax sees none\n"
+    )
+    sd.record_jobs(
+        [
+            {
+                "unit": units[0],
+                "executor": "slurm",
+                "job_id": "50_0",
+                "array_id": "50",
+                "task": 0,
+                "submitted_ts": now - 600,
+                "log": str(unit_log),
+            }
+        ]
+    )
     st = sweep_status(sd, view=view)
     by = {u.id: u for u in st.units}
     assert by[units[0]].state == "failed" and by[units[0]].log == str(unit_log)
@@ -177,13 +228,26 @@ def test_units_never_submitted_and_units_that_cannot_start_are_told_apart(tmp_pa
     sd = _sweep(tmp_path, write_spec, units=3)
     units = [u["id"] for u in sd.unit_index()]
     # nothing was submitted: wait refuses at once instead of waiting for ever
-    assert_one_line_error(run_cli("wait", str(sd.root), "--interval", "0.1"), "3 units", "never submitted",
-                          f"tilesweep resume {sd.root}")
+    assert_one_line_error(
+        run_cli("wait", str(sd.root), "--interval", "0.1"), "3 units", "never submitted", f"tilesweep resume {sd.root}"
+    )
     now = time.time()
-    sd.record_jobs([{"unit": u, "executor": "slurm", "job_id": f"60_{k}", "array_id": "60", "task": k,
-                     "submitted_ts": now - 600} for k, u in enumerate(units[:2])])
-    view = _view(j60_0=TaskState("PENDING", "squeue", "PartitionTimeLimit"),
-                 j60_1=TaskState("PENDING", "squeue", "Priority"))
+    sd.record_jobs(
+        [
+            {
+                "unit": u,
+                "executor": "slurm",
+                "job_id": f"60_{k}",
+                "array_id": "60",
+                "task": k,
+                "submitted_ts": now - 600,
+            }
+            for k, u in enumerate(units[:2])
+        ]
+    )
+    view = _view(
+        j60_0=TaskState("PENDING", "squeue", "PartitionTimeLimit"), j60_1=TaskState("PENDING", "squeue", "Priority")
+    )
     by = {u.id: u for u in sweep_status(sd, view=view).units}
     stuck, waiting, never = by[units[0]], by[units[1]], by[units[2]]
     assert stuck.state == "pending" and stuck.stuck and stuck.submitted and "cannot start" in stuck.detail
@@ -200,8 +264,9 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(tmp_pa
 
     # debug executor: resume runs the new units in its own process; a config that killed
     # one worker is given up on (max_config_attempts 1) even though it moves to a new unit
-    sd = _sweep(tmp_path, write_spec, units=2, executor={"kind": "debug", "max_config_attempts": 1},
-                compile={"workers": 1})
+    sd = _sweep(
+        tmp_path, write_spec, units=2, executor={"kind": "debug", "max_config_attempts": 1}, compile={"workers": 1}
+    )
     first, second = [u["id"] for u in sd.unit_index()]
     items = [it.id for it in sd.unit_items(second)]
     assert len(items) >= 3

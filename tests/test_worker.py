@@ -39,8 +39,9 @@ def _records(sd, unit_id: str) -> dict[str, dict]:
 def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
     made = []
     make = measure.ShapeContext.make
-    monkeypatch.setattr(measure.ShapeContext, "make",
-                        classmethod(lambda cls, it, spec: made.append(it.shape) or make(it, spec)))
+    monkeypatch.setattr(
+        measure.ShapeContext, "make", classmethod(lambda cls, it, spec: made.append(it.shape) or make(it, spec))
+    )
     # Parallel compile, cold cache
     sd, unit = _sweep(write_spec, tmp_path, "parallel", compile={"workers": 2})
     items = sd.unit_items(unit)
@@ -75,14 +76,16 @@ def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
     assert all(list(serial[i]) == list(recs[i]) for i in recs)  # same fields, same order
 
     # A warm cache: a new sweep using the first one's cache loads every compile
-    sd_warm, unit_warm = _sweep(write_spec, tmp_path, "warm",
-                                compile={"workers": 2, "cache_dir": str(sd.root / "compile-cache")})
+    sd_warm, unit_warm = _sweep(
+        write_spec, tmp_path, "warm", compile={"workers": 2, "cache_dir": str(sd.root / "compile-cache")}
+    )
     summary = worker.run_unit(str(sd_warm.root), unit_warm)
     assert summary["compile_cached"] == 5
     warm = _records(sd_warm, unit_warm)
     assert [warm[it.id]["compile_cached"] for it in runnable] == [True] * 5
-    assert {i: strip(r) for i, r in warm.items() if r.get("compile_cached")} == \
-        {i: {**strip(r), "compile_cached": True} for i, r in recs.items() if "compile_cached" in r}
+    assert {i: strip(r) for i, r in warm.items() if r.get("compile_cached")} == {
+        i: {**strip(r), "compile_cached": True} for i, r in recs.items() if "compile_cached" in r
+    }
 
 
 def _fake_attempts(sd, unit_id: str, attempts: list[list[dict]]) -> None:
@@ -95,8 +98,18 @@ def _fake_attempts(sd, unit_id: str, attempts: list[list[dict]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
     for n, body in enumerate(attempts, 1):
-        lines.append({"header": {"schema": SCHEMA_VERSION, "unit": unit_id, "sweep": sd.spec.fingerprint(),
-                                 "attempt": n, "env": env, "started": f"2026-01-01T00:00:0{n}+00:00"}})
+        lines.append(
+            {
+                "header": {
+                    "schema": SCHEMA_VERSION,
+                    "unit": unit_id,
+                    "sweep": sd.spec.fingerprint(),
+                    "attempt": n,
+                    "env": env,
+                    "started": f"2026-01-01T00:00:0{n}+00:00",
+                }
+            }
+        )
         lines += [{**obj, "attempt": n} for obj in body]
     path.write_text("".join(json.dumps(obj) + "\n" for obj in lines))
 
@@ -107,8 +120,16 @@ def test_only_deaths_alone_in_flight_count_against_a_config(write_spec, tmp_path
     killer, *suspects = runnable[:3]
     # the killer died twice alone in flight (max_config_attempts is 2); the two others died
     # twice in a window together (killed from outside, say): suspects, but nothing against them
-    _fake_attempts(sd, unit, [[{"start": killer.id, "alone": True}], [{"start": killer.id, "alone": True}],
-                              [{"start": it.id} for it in suspects], [{"start": it.id} for it in suspects]])
+    _fake_attempts(
+        sd,
+        unit,
+        [
+            [{"start": killer.id, "alone": True}],
+            [{"start": killer.id, "alone": True}],
+            [{"start": it.id} for it in suspects],
+            [{"start": it.id} for it in suspects],
+        ],
+    )
     content = read_partial(sd.partial_path(unit))
     assert content.deaths[killer.id] == 2 and all(content.deaths[it.id] == 0 for it in suspects)
     summary = worker.run_unit(str(sd.root), unit)
@@ -163,8 +184,14 @@ def test_a_config_the_tasks_grace_finds_hung_is_marked_by_usr1_and_given_up_as_a
     sd, unit = _sweep(write_spec, tmp_path, "hung", compile={"workers": 2, "cache_dir": "off"})
     stuck = next(it for it in sd.unit_items(unit) if it.kind == RUN)
     _fake_attempts(sd, unit, [[{"start": stuck.id, "alone": True}, {"hung": stuck.id}]])
-    header = {"schema": SCHEMA_VERSION, "unit": unit, "sweep": sd.spec.fingerprint(), "attempt": 2,
-              "env": env_fingerprint(node_env.device_block()), "started": "2026-01-01T00:00:02+00:00"}
+    header = {
+        "schema": SCHEMA_VERSION,
+        "unit": unit,
+        "sweep": sd.spec.fingerprint(),
+        "attempt": 2,
+        "env": env_fingerprint(node_env.device_block()),
+        "started": "2026-01-01T00:00:02+00:00",
+    }
     previous = {s: signal.getsignal(s) for s in unit_worker.SIGNALS}
     unit_worker.install_handlers()  # USR2, TERM and USR1, as the unit worker process has them
     try:

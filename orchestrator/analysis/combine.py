@@ -104,8 +104,9 @@ def _dropped(summary: Combined, loser: Any, winner: Any) -> None:
 
 def describe(summary: Combined, n_docs: int) -> str:
     """One line: how many records from how many documents went in, and what was dropped and why."""
-    text = (f"combined {n_docs} documents: kept the newest of {summary.kept} identities of device "
-            f"{summary.device_kind!r}")
+    text = (
+        f"combined {n_docs} documents: kept the newest of {summary.kept} identities of device {summary.device_kind!r}"
+    )
     dropped = []
     if summary.other_device:
         per = ", ".join(f"{n} in {name}" for name, n in summary.other_device.items())

@@ -51,7 +51,9 @@ class ProblemComparison:
     @property
     def same_config(self) -> bool:
         return (
-            self.a is not None and self.b is not None and self.a.best_label is not None
+            self.a is not None
+            and self.b is not None
+            and self.a.best_label is not None
             and self.a.best_label == self.b.best_label
         )
 
@@ -70,15 +72,31 @@ class ProblemComparison:
     def to_json(self) -> dict[str, Any]:
         k = self.key
         out: dict[str, Any] = {
-            "dtype": k.dtype, "head_dim": k.head_dim, "seq": k.seq, "batch": k.batch,
-            "heads": k.heads, "causal": k.causal, "kv_heads": k.kv_heads, "mode": k.mode, "tag": k.tag,
-            "impl": k.impl, "presence": self.presence,
+            "dtype": k.dtype,
+            "head_dim": k.head_dim,
+            "seq": k.seq,
+            "batch": k.batch,
+            "heads": k.heads,
+            "causal": k.causal,
+            "kv_heads": k.kv_heads,
+            "mode": k.mode,
+            "tag": k.tag,
+            "impl": k.impl,
+            "presence": self.presence,
         }
         for side, s in (("a", self.a), ("b", self.b)):
-            out[side] = None if s is None else {
-                "tag": s.key.tag, "impl": s.key.impl, "best_label": s.best_label, "best_config": s.best_config,
-                "best_ms": s.best_ms, "auto_ms": s.auto_ms,
-            }
+            out[side] = (
+                None
+                if s is None
+                else {
+                    "tag": s.key.tag,
+                    "impl": s.key.impl,
+                    "best_label": s.best_label,
+                    "best_config": s.best_config,
+                    "best_ms": s.best_ms,
+                    "auto_ms": s.auto_ms,
+                }
+            )
         out["ratio_b_over_a"] = self.ratio
         out["same_config"] = self.same_config
         out["note"] = self.note
@@ -146,9 +164,7 @@ def format_compare(
     return "\n".join(head) + table
 
 
-def to_json(
-    rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc
-) -> dict[str, Any]:
+def to_json(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc) -> dict[str, Any]:
     """The ``--json`` form: the two documents' names and devices, then one object per problem."""
     return {
         "a": {"path": doc_a.name, "device": doc_a.device},

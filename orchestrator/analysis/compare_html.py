@@ -45,8 +45,10 @@ def _side(view: ProblemView | None, name: str) -> str:
 
 def _columns(with_tag: bool, axes: list[str]) -> list[Column]:
     return key_columns(with_tag, axes) + [
-        Column("a_best", "A best", left=True), Column("a_ms", "A ms", num=True),
-        Column("b_best", "B best", left=True), Column("b_ms", "B ms", num=True),
+        Column("a_best", "A best", left=True),
+        Column("a_ms", "A ms", num=True),
+        Column("b_best", "B best", left=True),
+        Column("b_ms", "B ms", num=True),
         Column("ratio", "B/A", num=True, hint="B best ms / A best ms; below 1: B is faster"),
         Column("note", "note", left=True),
     ]
@@ -88,17 +90,19 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
         b = vb.get(astuple_key(r.b.key)) if r.b is not None else None
         ratio = "" if r.ratio is None else f' &middot; B/A <b class="{ratio_cls(r.ratio, False)}">{r.ratio:.3f}</b>'
         title = esc((r.a or r.b).key.label(with_tag)) if (r.a or r.b) is not None else ""
-        return (f'<section class="problem" id="p-{n}"><h3><a href="#p-{n}">#{n}</a> {title}{ratio}</h3>'
-                f'<div class="pair">{_side(a, "A")}{_side(b, "B")}</div></section>')
+        return (
+            f'<section class="problem" id="p-{n}"><h3><a href="#p-{n}">#{n}</a> {title}{ratio}</h3>'
+            f'<div class="pair">{_side(a, "A")}{_side(b, "B")}</div></section>'
+        )
 
     sides = []
     for name, doc in (("A", doc_a), ("B", doc_b)):
-        counts = {"records": len(doc.results),
-                  "without a timing": sum(1 for x in doc.results if not is_success(x))}
+        counts = {"records": len(doc.results), "without a timing": sum(1 for x in doc.results if not is_success(x))}
         sides.append(f"<div><h3>{name}: {esc(doc.name)}</h3>{provenance(doc, counts)}</div>")
     title = f"tilesweep compare: {Path(doc_a.name).name} vs {Path(doc_b.name).name}"
     body = [
-        f"<h1>{esc(title)}</h1>", f'<p class="sub">{esc(LEGEND)}</p>',
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="sub">{esc(LEGEND)}</p>',
         f'<h2>Provenance</h2><div class="sides">{"".join(sides)}</div>',
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(rows, with_tag, axes), len(rows))}",
         f"<h2>Problems</h2>{legend()}",

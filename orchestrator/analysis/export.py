@@ -35,6 +35,7 @@ from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class ExportSummary:
     """What an export decided, for the CLI to tell the user."""
@@ -62,9 +63,18 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
             config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
     k = s.key
     return {
-        "impl": k.impl, "dtype": k.dtype, "head_dim": k.head_dim, "seq": k.seq, "batch": k.batch,
-        "heads": k.heads, "causal": k.causal, "kv_heads": k.heads if k.kv_heads is None else k.kv_heads,
-        "mode": k.mode, "config": config, "median_ms": s.best_ms, "auto_ms": s.auto_ms,
+        "impl": k.impl,
+        "dtype": k.dtype,
+        "head_dim": k.head_dim,
+        "seq": k.seq,
+        "batch": k.batch,
+        "heads": k.heads,
+        "causal": k.causal,
+        "kv_heads": k.heads if k.kv_heads is None else k.kv_heads,
+        "mode": k.mode,
+        "config": config,
+        "median_ms": s.best_ms,
+        "auto_ms": s.auto_ms,
     }
 
 

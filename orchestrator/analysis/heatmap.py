@@ -105,9 +105,7 @@ class _Tally:
         self.failed = self.pruned = self.total = 0
 
 
-def heatmap_data(
-    key: ProblemKey, records: list[dict[str, Any]], configs: Configs | None = None
-) -> HeatmapData | None:
+def heatmap_data(key: ProblemKey, records: list[dict[str, Any]], configs: Configs | None = None) -> HeatmapData | None:
     """The heatmap of one problem, or ``None`` for a mode without tile axes or no forced record.
     ``configs``: the problem's ``configs_of``, when the caller has it already."""
     axes = AXES.get(key.mode)

@@ -77,8 +77,14 @@ def _failed_configs(cs: Configs, mode: str) -> list[Failed]:
         if rec is None:
             bad = cs.first_failure[cid]
             smem = bad.get("smem_bytes")
-            out.append(Failed(cs.label(cid, mode), str(bad.get("error", "no timing recorded")),
-                              bad.get("pruned") is True, smem if isinstance(smem, int) else None))
+            out.append(
+                Failed(
+                    cs.label(cid, mode),
+                    str(bad.get("error", "no timing recorded")),
+                    bad.get("pruned") is True,
+                    smem if isinstance(smem, int) else None,
+                )
+            )
     return out
 
 
@@ -113,10 +119,14 @@ def facts(s: ProblemSummary) -> str:
         why = "auto only" if s.n_configs == 0 else "every forced config failed"
         best = f'<span class="warn">no best config: {why}</span>'
     else:
-        best = (f"best <b>{esc(s.best_label)}</b> <b>{s.best_ms:.4g} ms</b> "
-                f"(q1-q3 {s.best_q1_ms:.4g}-{s.best_q3_ms:.4g})")
-    auto = {"ok": f"auto {s.auto_ms:.4g} ms" if s.auto_ms is not None else "", "failed": "auto failed",
-            "absent": "no auto record"}[s.auto_status]
+        best = (
+            f"best <b>{esc(s.best_label)}</b> <b>{s.best_ms:.4g} ms</b> (q1-q3 {s.best_q1_ms:.4g}-{s.best_q3_ms:.4g})"
+        )
+    auto = {
+        "ok": f"auto {s.auto_ms:.4g} ms" if s.auto_ms is not None else "",
+        "failed": "auto failed",
+        "absent": "no auto record",
+    }[s.auto_status]
     parts = [best, auto]
     if s.speedup is not None:
         parts.append(f'<b class="{ratio_cls(s.speedup)}">{s.speedup:.2f}x</b> over auto')
@@ -156,19 +166,25 @@ def lists(v: ProblemView) -> str:
         if pruned:
             items += f"<li>pruned (the shared-memory model predicted over the limit; not run): {_codes(pruned)}</li>"
         extra = f" ({len(pruned)} pruned)" if pruned else ""
-        out.append(f'<details class="list"><summary>{len(v.failed)} failed config'
-                   f'{"s" if len(v.failed) != 1 else ""}{extra}</summary><ul>{items}</ul></details>')
+        out.append(
+            f'<details class="list"><summary>{len(v.failed)} failed config'
+            f"{'s' if len(v.failed) != 1 else ''}{extra}</summary><ul>{items}</ul></details>"
+        )
     if v.missing:
-        out.append(f'<details class="list"><summary class="warn">{len(v.missing)} planned config'
-                   f'{"s" if len(v.missing) != 1 else ""} without a record (resume redoes them)</summary>'
-                   f"<ul><li>{_codes(v.missing)}</li></ul></details>")
+        out.append(
+            f'<details class="list"><summary class="warn">{len(v.missing)} planned config'
+            f"{'s' if len(v.missing) != 1 else ''} without a record (resume redoes them)</summary>"
+            f"<ul><li>{_codes(v.missing)}</li></ul></details>"
+        )
     return "".join(out)
 
 
 def card(v: ProblemView, with_tag: bool) -> str:
     title = esc(problem_title(v.summary.key, with_tag))
-    return (f'<section class="problem" id="{v.anchor}"><h3><a href="#{v.anchor}">#{v.number}</a> {title}</h3>'
-            f"{facts(v.summary)}{plot(v.heatmap)}{lists(v)}</section>")
+    return (
+        f'<section class="problem" id="{v.anchor}"><h3><a href="#{v.anchor}">#{v.number}</a> {title}</h3>'
+        f"{facts(v.summary)}{plot(v.heatmap)}{lists(v)}</section>"
+    )
 
 
 def grouped(keys: list[ProblemKey], render: Callable[[int], str], header: Callable[[list[int]], str]) -> str:
@@ -180,27 +196,37 @@ def grouped(keys: list[ProblemKey], render: Callable[[int], str], header: Callab
     folded = len(keys) > FOLD_ABOVE
     axes = " and ".join(GROUP_AXES)
     if folded:
-        intro = (f'<p class="note">{len(keys)} problems in {len(groups)} groups by {axes}. The groups are '
-                 "folded to keep the page quick: open one, or click a problem's # in the table. Nothing is "
-                 "left out: every problem's card and heatmap is on this page.</p>")
+        intro = (
+            f'<p class="note">{len(keys)} problems in {len(groups)} groups by {axes}. The groups are '
+            "folded to keep the page quick: open one, or click a problem's # in the table. Nothing is "
+            "left out: every problem's card and heatmap is on this page.</p>"
+        )
     else:
         intro = f'<p class="sub">{len(keys)} problems, grouped by {axes}.</p>'
     out = [intro]
     for g, (values, idx) in enumerate(groups.items(), 1):
         name = " &middot; ".join(f"{a} {esc(v)}" for a, v in zip(GROUP_AXES, values, strict=True))
-        out.append(f'<details class="group" id="g-{g}"{"" if folded else " open"}><summary>{name}: '
-                   f'{header(idx)}</summary><div class="cards">{"".join(render(i) for i in idx)}</div></details>')
+        out.append(
+            f'<details class="group" id="g-{g}"{"" if folded else " open"}><summary>{name}: '
+            f'{header(idx)}</summary><div class="cards">{"".join(render(i) for i in idx)}</div></details>'
+        )
     return "".join(out)
 
 
-def key_cells(number: int, anchor: str, k: ProblemKey, with_tag: bool,
-              axes: list[str]) -> tuple[list[str], list[str]]:
+def key_cells(number: int, anchor: str, k: ProblemKey, with_tag: bool, axes: list[str]) -> tuple[list[str], list[str]]:
     """The leading cells of a summary row (number, problem axes, the optional ``axes`` of
     ``report.axis_columns``) and its filter values."""
     extra = axis_cells(k, axes)
-    cells = [td(f'<a href="#{anchor}">{number}</a>', number, raw=True), td(k.dtype, cls="l"),
-             td(k.head_dim), td(k.seq), td(k.batch), td(k.heads), *(td(v, cls="l") for v in extra),
-             td(k.mode, cls="l")]
+    cells = [
+        td(f'<a href="#{anchor}">{number}</a>', number, raw=True),
+        td(k.dtype, cls="l"),
+        td(k.head_dim),
+        td(k.seq),
+        td(k.batch),
+        td(k.heads),
+        *(td(v, cls="l") for v in extra),
+        td(k.mode, cls="l"),
+    ]
     fvals = [k.dtype, str(k.head_dim), str(k.seq), *extra, k.mode]
     if with_tag:
         tag = "-" if k.tag is None else str(k.tag)
@@ -209,18 +235,25 @@ def key_cells(number: int, anchor: str, k: ProblemKey, with_tag: bool,
     return cells, fvals
 
 
-_AXIS_HINTS = {"causal": "causal masking", "KV": "key/value heads (grouped-query attention below H)",
-               "impl": "kernel implementation"}
+_AXIS_HINTS = {
+    "causal": "causal masking",
+    "KV": "key/value heads (grouped-query attention below H)",
+    "impl": "kernel implementation",
+}
 
 
 def key_columns(with_tag: bool, axes: list[str]) -> list[Column]:
     """The leading columns, with the optional ``axes`` (causal, KV, impl) a table's problems need."""
-    cols = [Column("n", "#", num=True, hint="document order; links to the problem's card"),
-            Column("dtype", "dtype", left=True, filter=True), Column("head_dim", "D", num=True, filter=True),
-            Column("seq", "seq", num=True, filter=True), Column("batch", "B", num=True),
-            Column("heads", "H", num=True),
-            *(Column(a.lower(), a, left=True, filter=True, hint=_AXIS_HINTS[a]) for a in axes),
-            Column("mode", "mode", left=True, filter=True)]
+    cols = [
+        Column("n", "#", num=True, hint="document order; links to the problem's card"),
+        Column("dtype", "dtype", left=True, filter=True),
+        Column("head_dim", "D", num=True, filter=True),
+        Column("seq", "seq", num=True, filter=True),
+        Column("batch", "B", num=True),
+        Column("heads", "H", num=True),
+        *(Column(a.lower(), a, left=True, filter=True, hint=_AXIS_HINTS[a]) for a in axes),
+        Column("mode", "mode", left=True, filter=True),
+    ]
     if with_tag:
         cols.append(Column("tag", "tag", left=True, filter=True))
     return cols
@@ -231,11 +264,13 @@ def key_columns(with_tag: bool, axes: list[str]) -> list[Column]:
 
 def _columns(with_tag: bool, axes: list[str]) -> list[Column]:
     return key_columns(with_tag, axes) + [
-        Column("best", "best config", left=True), Column("ms", "ms", num=True),
+        Column("best", "best config", left=True),
+        Column("ms", "ms", num=True),
         Column("spread", "q1-q3 ms", num=True, hint="q1 and q3 of the best config's samples"),
-        Column("auto", "auto ms", num=True), Column("speedup", "speedup", num=True, desc_first=True,
-                                                    hint="auto ms / best ms"),
-        Column("tflops", "TFLOP/s", num=True, desc_first=True), Column("configs", "configs", num=True),
+        Column("auto", "auto ms", num=True),
+        Column("speedup", "speedup", num=True, desc_first=True, hint="auto ms / best ms"),
+        Column("tflops", "TFLOP/s", num=True, desc_first=True),
+        Column("configs", "configs", num=True),
         Column("failed", "failed", num=True, desc_first=True),
         Column("pruned", "pruned", num=True, desc_first=True, hint="failed configs the smem model refused"),
         Column("missing", "missing", num=True, desc_first=True, hint="planned configs without a record"),
@@ -248,13 +283,22 @@ def _rows(views: list[ProblemView], with_tag: bool, axes: list[str]) -> Iterator
         s = v.summary
         cells, fvals = key_cells(v.number, v.anchor, s.key, with_tag, axes)
         spread = None if s.best_q1_ms is None else f"{s.best_q1_ms:.4f}-{s.best_q3_ms:.4f}"
-        cells += [td(s.best_label or "-", cls="l mono"), num(s.best_ms, ".4f"),
-                  td(spread or "-", None if s.best_q3_ms is None or s.best_q1_ms is None
-                     else repr(s.best_q3_ms - s.best_q1_ms)),
-                  num(s.auto_ms, ".4f"), num(s.speedup, ".2f", ratio_cls(s.speedup)), num(s.tflops, ".1f"),
-                  td(s.n_configs), td(s.n_failed), td(s.n_pruned),
-                  td("-") if v.missing is None else td(len(v.missing), cls="warn" if v.missing else ""),
-                  td(s.note, cls="l")]
+        cells += [
+            td(s.best_label or "-", cls="l mono"),
+            num(s.best_ms, ".4f"),
+            td(
+                spread or "-",
+                None if s.best_q3_ms is None or s.best_q1_ms is None else repr(s.best_q3_ms - s.best_q1_ms),
+            ),
+            num(s.auto_ms, ".4f"),
+            num(s.speedup, ".2f", ratio_cls(s.speedup)),
+            num(s.tflops, ".1f"),
+            td(s.n_configs),
+            td(s.n_failed),
+            td(s.n_pruned),
+            td("-") if v.missing is None else td(len(v.missing), cls="warn" if v.missing else ""),
+            td(s.note, cls="l"),
+        ]
         yield cells, fvals
 
 
@@ -272,9 +316,11 @@ def _group_header(views: list[ProblemView]) -> Callable[[list[int]], str]:
 
 def legend() -> str:
     swatch = '<svg class="swatch" width="22" height="14"><rect width="22" height="14" fill="url(#h{})"/></svg>'
-    return (f'<div class="legend"><span>cell colour: time relative to the problem\'s best</span>{scale_svg()}'
-            f"<span>{swatch.format('f')} failed</span><span>{swatch.format('p')} pruned (smem model, not run)"
-            "</span><span>- not in the sweep</span></div>")
+    return (
+        f'<div class="legend"><span>cell colour: time relative to the problem\'s best</span>{scale_svg()}'
+        f"<span>{swatch.format('f')} failed</span><span>{swatch.format('p')} pruned (smem model, not run)"
+        "</span><span>- not in the sweep</span></div>"
+    )
 
 
 def report_page(doc: ResultsDoc) -> str:

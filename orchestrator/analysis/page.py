@@ -41,7 +41,7 @@ def shell(title: str, body: str) -> str:
     css, js = _asset("page.css"), _asset("page.js")
     csp = f"default-src 'none'; style-src {_sha256(css)}; script-src {_sha256(js)}"
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<meta name="generator" content="tilesweep">'
@@ -57,8 +57,10 @@ def _when(block: dict[str, Any]) -> str | None:
     """First and last attempt start of the sweep's units, from the tilesweep block."""
     starts = sorted(
         str(a["started"])
-        for attempts in (block.get("attempts") or {}).values() if isinstance(attempts, list)
-        for a in attempts if isinstance(a, dict) and a.get("started")
+        for attempts in (block.get("attempts") or {}).values()
+        if isinstance(attempts, list)
+        for a in attempts
+        if isinstance(a, dict) and a.get("started")
     )
     if not starts:
         return None
@@ -88,8 +90,10 @@ def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
     spec = block.get("spec") if isinstance(block.get("spec"), dict) else None
     what = "the sweep's spec (tilesweep block)" if spec is not None else "the document's config block"
     shown = spec if spec is not None else doc.config
-    return (f'<dl class="prov">{items}</dl><details class="list"><summary>{what}</summary>'
-            f'<pre class="spec">{esc(json.dumps(shown, indent=1))}</pre></details>')
+    return (
+        f'<dl class="prov">{items}</dl><details class="list"><summary>{what}</summary>'
+        f'<pre class="spec">{esc(json.dumps(shown, indent=1))}</pre></details>'
+    )
 
 
 # --------------------------------------------------------------------------- summary table
@@ -134,10 +138,14 @@ def table(columns: Sequence[Column], rows: Iterable[tuple[list[str], list[str]]]
     selects = []
     for c in fcols:
         col = columns.index(c)
-        opts = "".join(f'<option value="{esc(v)}">{esc(v)}</option>'
-                       for v in sorted(seen[c.key], key=lambda s: (len(s), s) if s.isdigit() else (0, s)))
-        selects.append(f'<label>{esc(c.title)} <select name="{esc(c.key)}" data-col="{col}">'
-                       f'<option value="">all</option>{opts}</select></label>')
+        opts = "".join(
+            f'<option value="{esc(v)}">{esc(v)}</option>'
+            for v in sorted(seen[c.key], key=lambda s: (len(s), s) if s.isdigit() else (0, s))
+        )
+        selects.append(
+            f'<label>{esc(c.title)} <select name="{esc(c.key)}" data-col="{col}">'
+            f'<option value="">all</option>{opts}</select></label>'
+        )
     heads = []
     for c in columns:
         attrs = f' data-key="{esc(c.key)}"' + (" data-num" if c.num else "") + (" data-desc" if c.desc_first else "")
@@ -148,5 +156,5 @@ def table(columns: Sequence[Column], rows: Iterable[tuple[list[str], list[str]]]
         f'<div class="controls">{"".join(selects)}<span>showing <b id="shown">{total}</b> of {total} problems; '
         "click a column to sort, again to reverse</span></div>"
         f'<div class="tablewrap"><table class="sum" id="summary"><thead><tr>{"".join(heads)}</tr></thead>'
-        f'<tbody>{"".join(body)}</tbody></table></div>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
     )

@@ -55,8 +55,9 @@ def missing_records(doc: ResultsDoc) -> dict[tuple, list[dict[str, Any]]] | None
     ident = attrgetter(*IDENTITY_FIELDS)
 
     def key(item: WorkItem) -> tuple:
-        return ident(item) + item.params + (item.causal, None if item.kv_heads == item.heads else item.kv_heads,
-                                            item.impl)
+        return (
+            ident(item) + item.params + (item.causal, None if item.kv_heads == item.heads else item.kv_heads, item.impl)
+        )
 
     return group_by_problem(item.record_fields() for item in expand(spec) if key(item) not in seen)
 

@@ -37,8 +37,15 @@ _EVEN_BAND = 0.02  # speedups within 2% of 1 are drawn grey: not a win either wa
 
 
 def plot_filename(key: ProblemKey, with_tag: bool = False) -> str:
-    parts = [key.dtype, f"d{key.head_dim}", f"s{key.seq}", f"b{key.batch}", f"h{key.heads}", key.mode,
-             *key.variant().split()]
+    parts = [
+        key.dtype,
+        f"d{key.head_dim}",
+        f"s{key.seq}",
+        f"b{key.batch}",
+        f"h{key.heads}",
+        key.mode,
+        *key.variant().split(),
+    ]
     if with_tag and key.tag is not None:
         parts.append(str(key.tag))
     name = "_".join(str(p) for p in parts)
@@ -82,7 +89,7 @@ def write_plots(doc: ResultsDoc, out_dir: str | os.PathLike[str], *, max_problem
         _save(mpl, _heatmap_figure(mpl, data, with_tag), path)
         written.append(path)
     summaries = best_table(doc)[:n]
-    pages = [summaries[i:i + SPEEDUP_PAGE] for i in range(0, len(summaries), SPEEDUP_PAGE)]
+    pages = [summaries[i : i + SPEEDUP_PAGE] for i in range(0, len(summaries), SPEEDUP_PAGE)]
     for i, page in enumerate(pages, 1):
         # one tall figure for thousands of problems would exceed Agg's size limit and be unreadable
         path = out / ("speedup_over_auto.png" if i == 1 else f"speedup_over_auto_{i}.png")
@@ -138,31 +145,52 @@ def _heatmap_figure(mpl: Any, d: HeatmapData, with_tag: bool) -> Any:
                 rgba = cmap(norm(c.median_ms))
                 lum = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
                 color = "black" if lum > 0.5 else "white"
-                ax.text(j, i - 0.12, f"{c.median_ms:.4g}", ha="center", va="center",
-                        fontsize=10, fontweight="bold", color=color)
+                ax.text(
+                    j,
+                    i - 0.12,
+                    f"{c.median_ms:.4g}",
+                    ha="center",
+                    va="center",
+                    fontsize=10,
+                    fontweight="bold",
+                    color=color,
+                )
                 detail = c.detail + (f"\n{c.n_failed}/{c.n_total} failed" if c.n_failed else "")
                 ax.text(j, i + 0.25, detail, ha="center", va="center", fontsize=7.5, color=color)
             elif c.status in ("failed", "pruned"):
-                ax.add_patch(mpl.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85",
-                                                   edgecolor="0.45", hatch="xx" if c.status == "failed" else "//",
-                                                   linewidth=0))
-                ax.text(j, i, f"{c.status}\n({c.n_failed}/{c.n_total})", ha="center", va="center",
-                        fontsize=9, color="black",
-                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"))
+                ax.add_patch(
+                    mpl.patches.Rectangle(
+                        (j - 0.5, i - 0.5),
+                        1,
+                        1,
+                        facecolor="0.85",
+                        edgecolor="0.45",
+                        hatch="xx" if c.status == "failed" else "//",
+                        linewidth=0,
+                    )
+                )
+                ax.text(
+                    j,
+                    i,
+                    f"{c.status}\n({c.n_failed}/{c.n_total})",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="black",
+                    bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"),
+                )
             else:
                 ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="0.5")
     if best_rc is not None:
         i, j = best_rc
-        ax.add_patch(mpl.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
-                                           edgecolor="red", linewidth=3))
+        ax.add_patch(mpl.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=3))
     ax.set_xticks(range(nc), [str(c) for c in d.cols])
     ax.set_yticks(range(nr), [str(r) for r in d.rows])
     ax.set_xlabel(f"{d.col_axis} (tile size)")
     ax.set_ylabel(f"{d.row_axis} (tile size)")
     auto = "auto: failed/absent" if d.auto_ms is None else f"auto {d.auto_ms:.4g} ms"
     ax.set_title(
-        f"{problem_title(d.key, with_tag)}\n"
-        f"median ms, best over {d.folded}; red box = best; {auto}",
+        f"{problem_title(d.key, with_tag)}\nmedian ms, best over {d.folded}; red box = best; {auto}",
         fontsize=10,
     )
     cb = fig.colorbar(im, ax=ax)
@@ -188,15 +216,22 @@ def _speedup_figure(mpl: Any, summaries: list[ProblemSummary], with_tag: bool, p
         # labels start right of the 1.0 line or the bar, whichever is further, so never cross it
         x = max(v, 1.0) + 0.015 * xmax
         if s.speedup is None:
-            why = ("auto failed" if s.auto_status == "failed" else
-                   "no auto" if s.auto_status == "absent" else "no forced timing")
+            why = (
+                "auto failed"
+                if s.auto_status == "failed"
+                else "no auto"
+                if s.auto_status == "absent"
+                else "no forced timing"
+            )
             ax.text(x, y, f"n/a ({why})", va="center", fontsize=8, color="0.35")
         else:
             ax.text(x, y, f"{v:.2f}x  {s.best_label}", va="center", fontsize=8)
     ax.axvline(1.0, color="black", linewidth=1, linestyle="--")
-    handles = [mpl.patches.Patch(color=_GREEN, label=f"tuned faster (> {1 + band:.2f}x)"),
-               mpl.patches.Patch(color=_GREY, label=f"even (within {band:.0%})"),
-               mpl.patches.Patch(color=_RED, label=f"auto faster (< {1 - band:.2f}x)")]
+    handles = [
+        mpl.patches.Patch(color=_GREEN, label=f"tuned faster (> {1 + band:.2f}x)"),
+        mpl.patches.Patch(color=_GREY, label=f"even (within {band:.0%})"),
+        mpl.patches.Patch(color=_RED, label=f"auto faster (< {1 - band:.2f}x)"),
+    ]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
     ax.set_yticks(ys, labels, fontsize=8)
     ax.set_ylim(n - 0.5, -0.5)  # first problem on top, no empty margin

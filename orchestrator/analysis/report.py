@@ -93,9 +93,11 @@ def axis_columns(keys: Iterable[ProblemKey]) -> list[str]:
 
 def axis_cells(key: ProblemKey, columns: list[str]) -> list[str]:
     """``key``'s cells of the ``axis_columns``."""
-    value = {"causal": "yes" if key.causal else "no",
-             "KV": str(key.heads if key.kv_heads is None else key.kv_heads),
-             "impl": str(key.impl or "-")}
+    value = {
+        "causal": "yes" if key.causal else "no",
+        "KV": str(key.heads if key.kv_heads is None else key.kv_heads),
+        "impl": str(key.impl or "-"),
+    }
     return [value[c] for c in columns]
 
 
@@ -175,12 +177,7 @@ def config_label(config: dict[str, Any], mode: str) -> str:
 def is_success(record: dict[str, Any]) -> bool:
     """A record counts as a measurement when it has a finite median and no error."""
     m = record.get("median_ms")
-    return (
-        "error" not in record
-        and isinstance(m, (int, float))
-        and not isinstance(m, bool)
-        and math.isfinite(m)
-    )
+    return "error" not in record and isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m)
 
 
 def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
@@ -250,11 +247,7 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple, _Scan]:
         if sc is None:
             sc = scans[k] = _Scan(k[5])
         m = rec.get("median_ms")
-        ok = (
-            (m.__class__ is float or m.__class__ is int)
-            and -_INF < m < _INF
-            and "error" not in rec
-        )
+        ok = (m.__class__ is float or m.__class__ is int) and -_INF < m < _INF and "error" not in rec
         if rec["config"] == "auto":
             sc.auto_seen = True
             if ok and (sc.auto_ms is None or m < sc.auto_ms):

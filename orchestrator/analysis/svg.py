@@ -97,23 +97,28 @@ def heatmap_svg(d: HeatmapData) -> str:
                 rects.append(f"<rect x='{x}' y='{y}' width='{cw}' height='{ch}' fill='white' stroke='gainsboro'/>")
                 marks.append(f"<text x='{x + mid}' y='{y + 20}'>-</text>")
     cols = "".join(f"<text x='{LEFT + j * CELL_W + mid}' y='{TOP - 6}'>{esc(v)}</text>" for j, v in enumerate(d.cols))
-    rows = "".join(f"<text x='{LEFT - 6}' y='{TOP + i * CELL_H + CELL_H // 2 + 4}'>{esc(v)}</text>"
-                   for i, v in enumerate(d.rows))
+    rows = "".join(
+        f"<text x='{LEFT - 6}' y='{TOP + i * CELL_H + CELL_H // 2 + 4}'>{esc(v)}</text>" for i, v in enumerate(d.rows)
+    )
     ym = TOP + nr * CELL_H // 2
     parts = [
         f"<svg class='heatmap' width='{width}' height='{height}' role='img' "
         f"aria-label='{esc(d.row_axis)} by {esc(d.col_axis)}: median ms'>",
         f"<g fill='dimgray' font-style='italic'><text x='{LEFT + nc * CELL_W // 2}' y='11'>{esc(d.col_axis)}</text>"
         f"<text x='11' y='{ym}' transform='rotate(-90 11 {ym})'>{esc(d.row_axis)}</text></g>",
-        cols, f"<g text-anchor='end'>{rows}</g>", *rects,
+        cols,
+        f"<g text-anchor='end'>{rows}</g>",
+        *rects,
         f"<g font-weight='600' font-size='12'>{''.join(values)}</g>",
         f"<g font-size='9.5'>{''.join(details)}</g>",
         f"<g font-size='10.5' fill='#333'>{''.join(marks)}</g>" if marks else "",
     ]
     if best is not None:
         i, j = best
-        parts.append(f"<rect x='{LEFT + j * CELL_W - 1}' y='{TOP + i * CELL_H - 1}' width='{CELL_W}' "
-                     f"height='{CELL_H}' fill='none' stroke='#d93025' stroke-width='3'/>")
+        parts.append(
+            f"<rect x='{LEFT + j * CELL_W - 1}' y='{TOP + i * CELL_H - 1}' width='{CELL_W}' "
+            f"height='{CELL_H}' fill='none' stroke='#d93025' stroke-width='3'/>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -126,7 +131,9 @@ def scale_svg() -> str:
     for k, m in enumerate(marks):
         fill = colour(m)
         label = "best" if m == 1.0 else f"{m:g}x" + ("+" if m == SATURATE else "")
-        parts.append(f'<rect x="{k * w}" y="0" width="{w - 2}" height="22" fill="{fill}"/>'
-                     f'<text x="{k * w + w // 2 - 1}" y="15"{_ink(fill)}>{label}</text>')
+        parts.append(
+            f'<rect x="{k * w}" y="0" width="{w - 2}" height="22" fill="{fill}"/>'
+            f'<text x="{k * w + w // 2 - 1}" y="15"{_ink(fill)}>{label}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)

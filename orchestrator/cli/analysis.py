@@ -35,13 +35,21 @@ def register(subparsers: Any) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="a JSON array, one object per problem")
     fmt.add_argument("--markdown", action="store_true", help="a GitHub-flavoured table")
-    p.add_argument("--html", metavar="OUT.html",
-                   help="also write one self-contained page: summary table, provenance, a heatmap per problem")
-    p.add_argument("--plots", metavar="DIR",
-                   help="also write PNG heatmaps and a speedup chart into DIR (needs matplotlib)")
-    p.add_argument("--max-plots", type=non_negative_int, default=DEFAULT_MAX_PLOTS, metavar="N",
-                   help=f"--plots draws the first N problems only (default {DEFAULT_MAX_PLOTS}; 0: all, "
-                   "about 0.4 s each)")
+    p.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="also write one self-contained page: summary table, provenance, a heatmap per problem",
+    )
+    p.add_argument(
+        "--plots", metavar="DIR", help="also write PNG heatmaps and a speedup chart into DIR (needs matplotlib)"
+    )
+    p.add_argument(
+        "--max-plots",
+        type=non_negative_int,
+        default=DEFAULT_MAX_PLOTS,
+        metavar="N",
+        help=f"--plots draws the first N problems only (default {DEFAULT_MAX_PLOTS}; 0: all, about 0.4 s each)",
+    )
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser(
@@ -51,12 +59,17 @@ def register(subparsers: Any) -> None:
         "(format tilesweep-tuned) for kernels.tuned.TunedTable. A problem where auto was "
         "faster than every forced config gets config null (use auto).",
     )
-    p.add_argument("results", nargs="+", help="results documents (JSON); of several, per record identity the "
-                   "newest record of the chosen device kind is kept")
+    p.add_argument(
+        "results",
+        nargs="+",
+        help="results documents (JSON); of several, per record identity the "
+        "newest record of the chosen device kind is kept",
+    )
     p.add_argument("--device", metavar="KIND", help="device kind to export (default: the first document's)")
     p.add_argument("--out", required=True, metavar="FILE", help="tuned table to write (atomically)")
-    p.add_argument("--keep-slower", action="store_true",
-                   help="export the best forced config even where auto was faster")
+    p.add_argument(
+        "--keep-slower", action="store_true", help="export the best forced config even where auto was faster"
+    )
     p.set_defaults(func=cmd_export)
 
     p = subparsers.add_parser(
@@ -106,9 +119,12 @@ def _write_plots(doc: Any, out_dir: str, max_plots: int, *, html_given: bool) ->
     print(f"wrote {len(written.files)} plot(s) to {out_dir}", file=sys.stderr)
     if written.folded:
         page = "the --html page has every problem" if html_given else "--html OUT.html shows every problem on one page"
-        print(f"{PROG}: note: plotted the first {written.drawn} of {written.problems} problems (--max-plots "
-              f"{max_plots}); {written.folded} not plotted: --max-plots 0 plots all (about 0.4 s each), "
-              f"{page}", file=sys.stderr)
+        print(
+            f"{PROG}: note: plotted the first {written.drawn} of {written.problems} problems (--max-plots "
+            f"{max_plots}); {written.folded} not plotted: --max-plots 0 plots all (about 0.4 s each), "
+            f"{page}",
+            file=sys.stderr,
+        )
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -123,8 +139,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         doc, combined = combine(docs, args.device)
         print(describe(combined, len(docs)))
         if not combined.kept:
-            raise TilesweepError(f"no record of device {combined.device_kind!r} in {', '.join(args.results)}; "
-                                 "pass --device with a kind they hold")
+            raise TilesweepError(
+                f"no record of device {combined.device_kind!r} in {', '.join(args.results)}; "
+                "pass --device with a kind they hold"
+            )
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
     try:
         export.write_atomic(args.out, table)

@@ -52,15 +52,21 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``ls`` and ``logs`` to an ``add_subparsers()`` object."""
-    s = sub.add_parser("ls", help="list the sweep directories under a folder, with their progress",
-                       description="Every sweep directory under DIR (default: ./sweeps if it exists, else .), "
-                       "with items done, state, units per state and GPU-hours; SLURM is asked once for all.")
+    s = sub.add_parser(
+        "ls",
+        help="list the sweep directories under a folder, with their progress",
+        description="Every sweep directory under DIR (default: ./sweeps if it exists, else .), "
+        "with items done, state, units per state and GPU-hours; SLURM is asked once for all.",
+    )
     s.add_argument("dir", nargs="?", metavar="DIR")
     s.set_defaults(func=cmd_ls)
 
-    s = sub.add_parser("logs", help="print the log of one unit of a sweep",
-                       description=f"Print a unit's log (its workers' output, every attempt). UNIT is a unit id, "
-                       f"an id prefix or a position in the unit index, as `{PROG} status` shows them.")
+    s = sub.add_parser(
+        "logs",
+        help="print the log of one unit of a sweep",
+        description=f"Print a unit's log (its workers' output, every attempt). UNIT is a unit id, "
+        f"an id prefix or a position in the unit index, as `{PROG} status` shows them.",
+    )
     s.add_argument("sweep_dir")
     s.add_argument("unit")
     s.add_argument("--task", action="store_true", help="print the log of the SLURM task that ran it last instead")

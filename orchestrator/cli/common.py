@@ -12,9 +12,23 @@ from orchestrator import PROG
 from orchestrator.cli.progress import Progress
 from orchestrator.spec.records import RETRY_KINDS
 
-__all__ = ["OVERWRITE_HELP", "PROG", "Parser", "Progress", "RETRY_HELP", "RETRY_KINDS", "merge_line",
-           "non_negative_int", "positive_int", "print_failed_units", "print_page", "print_plan_notes", "print_table",
-           "seconds", "warn"]
+__all__ = [
+    "OVERWRITE_HELP",
+    "PROG",
+    "Parser",
+    "Progress",
+    "RETRY_HELP",
+    "RETRY_KINDS",
+    "merge_line",
+    "non_negative_int",
+    "positive_int",
+    "print_failed_units",
+    "print_page",
+    "print_plan_notes",
+    "print_table",
+    "seconds",
+    "warn",
+]
 
 
 class Parser(argparse.ArgumentParser):
@@ -87,20 +101,27 @@ def print_page(output: Path) -> None:
     print(f"report page: {write_report(output)}")
 
 
-RETRY_HELP = ("also redo the error records of this kind: crashed (WorkerCrashed), timeout (WorkerTimeout), or all "
-              "(every error of a config that was compiled or run; not pruned or invalid ones); the new records "
-              "supersede them")
-OVERWRITE_HELP = ("replace the output even if it holds records that are not this sweep's (the old document is "
-                  "kept as OUTPUT.prev)")
+RETRY_HELP = (
+    "also redo the error records of this kind: crashed (WorkerCrashed), timeout (WorkerTimeout), or all "
+    "(every error of a config that was compiled or run; not pruned or invalid ones); the new records "
+    "supersede them"
+)
+OVERWRITE_HELP = (
+    "replace the output even if it holds records that are not this sweep's (the old document is kept as OUTPUT.prev)"
+)
 
 
 def merge_line(summary: Any) -> str:
     """One line on what a merge did, naming what it set aside (the warnings name the files)."""
     if not summary.written:
-        return (f"wrote nothing: every partial with records was quarantined (see the warnings above); "
-                f"{summary.output} is unchanged")
-    text = (f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
-            f"planned missing) into {summary.output}")
+        return (
+            f"wrote nothing: every partial with records was quarantined (see the warnings above); "
+            f"{summary.output} is unchanged"
+        )
+    text = (
+        f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
+        f"planned missing) into {summary.output}"
+    )
     if summary.prev is not None:
         text += f"; the document it replaced held {summary.replaced} records: kept as {summary.prev}"
     if summary.skipped_lines:
@@ -118,18 +139,26 @@ def print_failed_units(outcomes: list[Any]) -> list[Any]:
     return failed
 
 
-REUSE_HELP = ("also reuse the compatible records of these results documents (the output document is always "
-              "a source): their items are carried into the document, not measured again")
+REUSE_HELP = (
+    "also reuse the compatible records of these results documents (the output document is always "
+    "a source): their items are carried into the document, not measured again"
+)
 
 
 def add_reuse_args(p: argparse.ArgumentParser) -> None:
     """``--reuse``, ``--remeasure`` and ``--reuse-errors`` of the commands that plan."""
     p.add_argument("--reuse", nargs="+", action="extend", default=[], metavar="RESULTS.json", help=REUSE_HELP)
-    p.add_argument("--remeasure", choices=["all", "errors"],
-                   help="all: reuse nothing, measure every item; errors: measure configs that failed before even "
-                   "where the spec's reuse.errors or --reuse-errors would reuse them")
-    p.add_argument("--reuse-errors", action="store_true",
-                   help="reuse error records too (default: a config that failed is measured again)")
+    p.add_argument(
+        "--remeasure",
+        choices=["all", "errors"],
+        help="all: reuse nothing, measure every item; errors: measure configs that failed before even "
+        "where the spec's reuse.errors or --reuse-errors would reuse them",
+    )
+    p.add_argument(
+        "--reuse-errors",
+        action="store_true",
+        help="reuse error records too (default: a config that failed is measured again)",
+    )
 
 
 def reuse_request(args: argparse.Namespace) -> Any:
@@ -139,12 +168,16 @@ def reuse_request(args: argparse.Namespace) -> Any:
     return ReuseRequest(list(args.reuse), args.remeasure, args.reuse_errors)
 
 
-_NOT_REUSED = (("other_device", "of another device kind{dev}"), ("other_env", "of another jax/jaxlib"),
-               ("other_measurement", "measured with other settings"),
-               ("unknown", "of unknown measurement settings (no tilesweep block names them)"),
-               ("errors_left", "errors, measured again (--reuse-errors reuses them)"),
-               ("screened_left", "screened only (this sweep times in full)"), ("damaged", "damaged"),
-               ("superseded", "superseded by a better record of the same item"))
+_NOT_REUSED = (
+    ("other_device", "of another device kind{dev}"),
+    ("other_env", "of another jax/jaxlib"),
+    ("other_measurement", "measured with other settings"),
+    ("unknown", "of unknown measurement settings (no tilesweep block names them)"),
+    ("errors_left", "errors, measured again (--reuse-errors reuses them)"),
+    ("screened_left", "screened only (this sweep times in full)"),
+    ("damaged", "damaged"),
+    ("superseded", "superseded by a better record of the same item"),
+)
 
 
 def reuse_lines(summary: dict[str, Any] | None) -> list[str]:

@@ -52,8 +52,15 @@ class Progress:
     count towards its rate.
     """
 
-    def __init__(self, total: int, label: str = "item", stream: IO[str] | None = None, *,
-                 interval_s: float = 10.0, heartbeat_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        total: int,
+        label: str = "item",
+        stream: IO[str] | None = None,
+        *,
+        interval_s: float = 10.0,
+        heartbeat_s: float = 300.0,
+    ) -> None:
         self.total = max(total, 1)
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
@@ -72,9 +79,20 @@ class Progress:
                 width = None if os.get_terminal_size(self.stream.fileno()).columns else 80
             except (OSError, ValueError, AttributeError):
                 width = 80
-        return tqdm(total=self.total, initial=done, unit=self.label, file=out, ncols=width,
-                    dynamic_ncols=self.tty and width is None, ascii=not self.tty, mininterval=self.interval_s,
-                    miniters=1, smoothing=0.1, leave=True, postfix=extra.lstrip("; ") or None)
+        return tqdm(
+            total=self.total,
+            initial=done,
+            unit=self.label,
+            file=out,
+            ncols=width,
+            dynamic_ncols=self.tty and width is None,
+            ascii=not self.tty,
+            mininterval=self.interval_s,
+            miniters=1,
+            smoothing=0.1,
+            leave=True,
+            postfix=extra.lstrip("; ") or None,
+        )
 
     def update(self, done: int, extra: str = "", total: int | None = None) -> None:
         """``total``: a new total, as when a halving sweep's round 2 is planned and adds items."""

@@ -57,8 +57,10 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
     """The arrays submitted (first and last task of each; how many units a task runs), the
     logs, the final merge job, and what could not be submitted."""
     if out.merge_error is not None:
-        warn(f"warning: the final merge job was not submitted ({out.merge_error.message}); "
-             f"`{PROG} wait {sd.root}` or `{PROG} merge {sd.root}` merges")
+        warn(
+            f"warning: the final merge job was not submitted ({out.merge_error.message}); "
+            f"`{PROG} wait {sd.root}` or `{PROG} merge {sd.root}` merges"
+        )
     entries = out.submission.entries
     by_array: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
@@ -66,17 +68,24 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
     split = f" (at most {out.per_array} tasks per array: {out.why})" if len(by_array) > 1 else ""
     per_task = out.per_task
     tasks_note = f", {per_task} units per task (one per GPU)" if per_task > 1 else ""
-    print(f"submitted {len(entries)} unit{'s' if len(entries) != 1 else ''} as "
-          f"{len(by_array)} job array{'s' if len(by_array) != 1 else ''}{tasks_note}{split}:")
+    print(
+        f"submitted {len(entries)} unit{'s' if len(entries) != 1 else ''} as "
+        f"{len(by_array)} job array{'s' if len(by_array) != 1 else ''}{tasks_note}{split}:"
+    )
     for array, group in by_array.items():
         ids = list(dict.fromkeys(e["job_id"] for e in group))
-        print(f"  {array}: {ids[0]}" + (f" .. {ids[-1]}" if len(ids) > 1 else "")
-              + f"  ({len(ids)} task{'s' if len(ids) != 1 else ''})")
+        print(
+            f"  {array}: {ids[0]}"
+            + (f" .. {ids[-1]}" if len(ids) > 1 else "")
+            + f"  ({len(ids)} task{'s' if len(ids) != 1 else ''})"
+        )
     print(f"  logs: {sd.logs}/units/<unit>.log (`{PROG} logs {sd.root} UNIT`); per task {sd.logs}/<task>_0_log.err")
     for e in entries:
         if e.get("slot") == 0 and (e.get("units_in_task") or 1) < per_task:
-            warn(f"note: task {e['job_id']} runs {e['units_in_task']} units on its {per_task} GPUs: "
-                 f"{per_task - e['units_in_task']} idle; plan a multiple of {per_task} units (--units) to use them all")
+            warn(
+                f"note: task {e['job_id']} runs {e['units_in_task']} units on its {per_task} GPUs: "
+                f"{per_task - e['units_in_task']} idle; plan a multiple of {per_task} units (--units) to use them all"
+            )
     if out.merge_job is not None:
         m = out.merge_job
         page = ""
@@ -84,12 +93,17 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
             from orchestrator.analysis.html import page_path
 
             page = f" and {page_path(sd.output)}"
-        then = ", then plans and submits round 2 (halving)" if read_round2(sd) is None and \
-            sd.spec.timing.strategy == "halving" else ""
+        then = (
+            ", then plans and submits round 2 (halving)"
+            if read_round2(sd) is None and sd.spec.timing.strategy == "halving"
+            else ""
+        )
         print(f"final merge: job {m['job_id']} (afterany:{':'.join(m['after'])}) writes {sd.output}{page}{then}")
     if out.submission.error is not None:
-        warn(f"warning: {out.not_submitted} units were not submitted: {out.submission.error.message}; "
-             f"fix the cause, then `{PROG} resume {sd.root}`")
+        warn(
+            f"warning: {out.not_submitted} units were not submitted: {out.submission.error.message}; "
+            f"fix the cause, then `{PROG} resume {sd.root}`"
+        )
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -101,16 +115,26 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     def planned(s: SweepSubmission) -> None:
         done = s.units - len(s.todo)
-        print(f"sweep {s.sd.root}: {s.sd.planned} items in {s.units} units"
-              + (f", {done} units already done" if done else ""))
+        print(
+            f"sweep {s.sd.root}: {s.sd.planned} items in {s.units} units"
+            + (f", {done} units already done" if done else "")
+        )
         print_plan_notes(s.sd.spec)
         for line in reuse_lines(read_summary(s.sd)):
             print(line)
         if not s.todo:
             print(f"every unit is done; nothing to submit (`{PROG} merge {s.sd.root}` writes the document)")
 
-    result = submit_spec(args.spec, sweep_dir=args.sweep_dir, units=args.units, output=args.output, costs=args.costs,
-                         max_array_size=args.max_array_size, on_planned=planned, reuse=reuse_request(args))
+    result = submit_spec(
+        args.spec,
+        sweep_dir=args.sweep_dir,
+        units=args.units,
+        output=args.output,
+        costs=args.costs,
+        max_array_size=args.max_array_size,
+        on_planned=planned,
+        reuse=reuse_request(args),
+    )
     if result.outcome is not None:
         print_submission(result.sd, result.outcome)
     print(f"follow with: {PROG} status {result.sd.root}   (or {PROG} wait {result.sd.root})")
@@ -122,13 +146,22 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
     slot) and the sbatch scripts, as submitit would write them; nothing submitted."""
     from orchestrator.control.submit import dry_run
 
-    d = dry_run(args.spec, sweep_dir=args.sweep_dir, units=args.units, costs=args.costs,
-                max_array_size=args.max_array_size, output=args.output, reuse=reuse_request(args))
+    d = dry_run(
+        args.spec,
+        sweep_dir=args.sweep_dir,
+        units=args.units,
+        costs=args.costs,
+        max_array_size=args.max_array_size,
+        output=args.output,
+        reuse=reuse_request(args),
+    )
     n_tasks = sum(len(a) for a in d.arrays)
-    print(f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
-          f"{n_tasks} task{'s' if n_tasks != 1 else ''} of up to {d.per_task} unit{'s' if d.per_task != 1 else ''} "
-          f"(one per GPU), {len(d.arrays)} job array{'s' if len(d.arrays) != 1 else ''}"
-          + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else ""))
+    print(
+        f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
+        f"{n_tasks} task{'s' if n_tasks != 1 else ''} of up to {d.per_task} unit{'s' if d.per_task != 1 else ''} "
+        f"(one per GPU), {len(d.arrays)} job array{'s' if len(d.arrays) != 1 else ''}"
+        + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else "")
+    )
     for line in reuse_lines(d.reused):
         print(line)
     for k, tasks in enumerate(d.arrays, 1):
@@ -139,8 +172,10 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
             print(f"  ... {len(tasks) - max_tasks} more tasks")
     idle = sum(d.per_task - len(units) for tasks in d.arrays for units in tasks)
     if idle:
-        print(f"note: {idle} GPU{'s' if idle != 1 else ''} of these tasks would sit idle; "
-              f"plan a multiple of {d.per_task} units (--units) to use them all")
+        print(
+            f"note: {idle} GPU{'s' if idle != 1 else ''} of these tasks would sit idle; "
+            f"plan a multiple of {d.per_task} units (--units) to use them all"
+        )
     for k, script in enumerate(d.scripts, 1):
         print(f"--- sbatch script of array {k} (submitit writes it as {d.root}/logs/<array id>_submission.sh) ---")
         print(script.rstrip())
@@ -150,9 +185,17 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
     return 0
 
 
-def _resume(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units: int | None,
-            max_array_size: int | None, quiet_when_done: bool = False, retry: str | None = None,
-            include_missing: bool = True) -> Resumed:
+def _resume(
+    sd: SweepDir,
+    settings: ExecutorSettings,
+    *,
+    force: bool,
+    units: int | None,
+    max_array_size: int | None,
+    quiet_when_done: bool = False,
+    retry: str | None = None,
+    include_missing: bool = True,
+) -> Resumed:
     """``resume_sweep``, saying what it plans before it submits or runs, and what went wrong."""
     from orchestrator.control.resume import resume_sweep
 
@@ -160,13 +203,17 @@ def _resume(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units: int
         plan = r.plan
         if plan.held:
             n = len(plan.active)
-            print(f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
-                  f"({plan.held} items without a record yet): not resubmitted; wait for "
-                  f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force")
+            print(
+                f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
+                f"({plan.held} items without a record yet): not resubmitted; wait for "
+                f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force"
+            )
         if r.next_round is not None:
             r2 = r.next_round.round2.summary
-            print(f"round 1 of {sd.root} is complete: round 2 times {r2['survivors']} of {r2['screened']} screened "
-                  f"configs in full, in {len(r.next_round.round2.units)} new units")
+            print(
+                f"round 1 of {sd.root} is complete: round 2 times {r2['survivors']} of {r2['screened']} screened "
+                f"configs in full, in {len(r.next_round.round2.units)} new units"
+            )
         if not r.new_units:
             if not plan.held and not quiet_when_done and r.next_round is None:
                 redo = f" and no {retry} error record to retry" if retry else ""
@@ -174,12 +221,22 @@ def _resume(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units: int
             return
         n = len(r.new_units)
         redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
-        print(f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
-              + (f", {len(plan.missing2)} survivors of round 2 are not timed in full yet" if plan.missing2 else "")
-              + f"{redo}; {n} new unit{'s' if n != 1 else ''}")
+        print(
+            f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
+            + (f", {len(plan.missing2)} survivors of round 2 are not timed in full yet" if plan.missing2 else "")
+            + f"{redo}; {n} new unit{'s' if n != 1 else ''}"
+        )
 
-    result = resume_sweep(sd, settings, force=force, units=units, max_array_size=max_array_size, on_planned=planned,
-                          retry=retry, include_missing=include_missing)
+    result = resume_sweep(
+        sd,
+        settings,
+        force=force,
+        units=units,
+        max_array_size=max_array_size,
+        on_planned=planned,
+        retry=retry,
+        include_missing=include_missing,
+    )
     if result.submission is not None:
         print_submission(sd, result.submission)
     if result.next_round is not None and result.next_round.outcome is not None:
@@ -193,8 +250,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     sd = SweepDir.open(args.sweep_dir)
     settings = resume_settings(sd, args.spec)
-    result = _resume(sd, settings, force=args.force, units=args.units, max_array_size=args.max_array_size,
-                     retry=args.retry_errors)
+    result = _resume(
+        sd, settings, force=args.force, units=args.units, max_array_size=args.max_array_size, retry=args.retry_errors
+    )
     if (result.items_submitted or result.next_round is not None) and settings.kind == "slurm":
         print(f"follow with: {PROG} status {sd.root}   (or {PROG} wait {sd.root})")
     return 0
@@ -208,13 +266,22 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if not done.arrays:
         print(f"nothing of {sd.root} is pending or running; nothing to cancel")
         return 0
-    print(f"cancelled job array{'s' if len(done.arrays) > 1 else ''} {', '.join(done.arrays)} ({done.units} "
-          f"unfinished units); finished records are kept: `{PROG} resume {sd.root}` redoes the rest")
+    print(
+        f"cancelled job array{'s' if len(done.arrays) > 1 else ''} {', '.join(done.arrays)} ({done.units} "
+        f"unfinished units); finished records are kept: `{PROG} resume {sd.root}` redoes the rest"
+    )
     return 0
 
 
-def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float = 10.0,
-                   timeout: float | None = None, html: bool | None = None, overwrite: bool = False) -> int:
+def wait_and_merge(
+    sd: SweepDir,
+    *,
+    interval: float = 2.0,
+    slurm_interval: float = 10.0,
+    timeout: float | None = None,
+    html: bool | None = None,
+    overwrite: bool = False,
+) -> int:
     """A progress line until every unit has settled (warning once of each unit that cannot
     start), then the merge, the best-config table, what is left to resume and, when asked
     (``html``, default: the sweep's frozen spec's ``report.html``), the report page's path."""
@@ -235,8 +302,10 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
                 progress.note(f"{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}")
         if st.round2 is not None and not rounds["announced"] and st.halving:
             rounds["announced"] = True
-            progress.note(f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
-                          "configs are timed in full")
+            progress.note(
+                f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
+                "configs are timed in full"
+            )
         extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
         progress.update(st.done, extra=extra, total=st.total)
 
@@ -245,16 +314,22 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
     finally:
         progress.close()
     if not st.settled:
-        warn(f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
-             f"`{PROG} wait {sd.root}` again later")
+        warn(
+            f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
+            f"`{PROG} wait {sd.root}` again later"
+        )
         return 1
     summary = merge_sweep(sd, overwrite=overwrite)
     print(merge_line(summary), file=sys.stderr)
     if summary.written and summary.records:
         print_table(summary.output)
     for u in st.ended_unfinished():
-        warn(f"unit {u.id} {u.state}" + (f" ({u.detail})" if u.detail else "")
-             + f": {u.done}/{u.total} items" + (f"; log: {u.log}" if u.log else ""))
+        warn(
+            f"unit {u.id} {u.state}"
+            + (f" ({u.detail})" if u.detail else "")
+            + f": {u.done}/{u.total} items"
+            + (f"; log: {u.log}" if u.log else "")
+        )
     if summary.missing:
         warn(f"{summary.missing} items have no record; `{PROG} resume {sd.root}` redoes only those")
     if summary.records and (sd.spec.report.html if html is None else html):
@@ -264,8 +339,9 @@ def wait_and_merge(sd: SweepDir, *, interval: float = 2.0, slurm_interval: float
 
 def cmd_wait(args: argparse.Namespace) -> int:
     sd = SweepDir.open(args.sweep_dir)
-    return wait_and_merge(sd, interval=args.interval, slurm_interval=args.slurm_interval, timeout=args.timeout,
-                          overwrite=args.overwrite)
+    return wait_and_merge(
+        sd, interval=args.interval, slurm_interval=args.slurm_interval, timeout=args.timeout, overwrite=args.overwrite
+    )
 
 
 def run_on_slurm(args: argparse.Namespace) -> int:
@@ -283,8 +359,9 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     require_submit_tools()
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
-    sd, _, _ = prepare_sweep(args.spec, str(root), args.units, args.output, costs=args.costs,
-                             reuse=reuse_request(args), kind="slurm")
+    sd, _, _ = prepare_sweep(
+        args.spec, str(root), args.units, args.output, costs=args.costs, reuse=reuse_request(args), kind="slurm"
+    )
     print_plan_notes(sd.spec)
     for line in reuse_lines(read_summary(sd)):
         print(line, file=sys.stderr)
@@ -293,8 +370,10 @@ def run_on_slurm(args: argparse.Namespace) -> int:
             check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
         with run_or_follow(sd) as other:  # held while submitting and waiting: a second run follows
             if other is not None:
-                warn(f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its "
-                     "progress instead of submitting it a second time")
+                warn(
+                    f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its "
+                    "progress instead of submitting it a second time"
+                )
                 _wait_for_submission(sd)
             else:
                 _submit_or_resume(sd, spec.executor.model_copy(update={"kind": "slurm"}), retry=args.retry_errors)
@@ -320,8 +399,16 @@ def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | 
     if result.outcome is not None:
         print_submission(sd, result.outcome)
     if retry:  # error records run here before: redo them as units of their own
-        _resume(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True, retry=retry,
-                include_missing=False)
+        _resume(
+            sd,
+            settings,
+            force=False,
+            units=None,
+            max_array_size=None,
+            quiet_when_done=True,
+            retry=retry,
+            include_missing=False,
+        )
 
 
 def _wait_for_submission(sd: SweepDir) -> None:
@@ -337,15 +424,24 @@ def register(sub: Any) -> None:
     s = sub.add_parser("submit", help="plan a spec and submit its units to SLURM as job arrays; returns at once")
     s.add_argument("spec")
     s.add_argument("--sweep-dir", help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
-    s.add_argument("--units", type=positive_int,
-                   help="number of units (overrides the spec); a task runs one per GPU (executor.gpus_per_node)")
+    s.add_argument(
+        "--units",
+        type=positive_int,
+        help="number of units (overrides the spec); a task runs one per GPU (executor.gpus_per_node)",
+    )
     s.add_argument("--output", help="results document (default: the spec's output)")
-    s.add_argument("--costs", metavar="RESULTS.json",
-                   help="shard with the measured costs of an earlier results document")
-    s.add_argument("--max-array-size", type=positive_int, help="at most this many tasks per job array "
-                   "(default: executor.max_array_size, else the cluster's MaxArraySize)")
-    s.add_argument("--dry-run", action="store_true",
-                   help="print the array layout and the sbatch scripts; write and submit nothing")
+    s.add_argument(
+        "--costs", metavar="RESULTS.json", help="shard with the measured costs of an earlier results document"
+    )
+    s.add_argument(
+        "--max-array-size",
+        type=positive_int,
+        help="at most this many tasks per job array "
+        "(default: executor.max_array_size, else the cluster's MaxArraySize)",
+    )
+    s.add_argument(
+        "--dry-run", action="store_true", help="print the array layout and the sbatch scripts; write and submit nothing"
+    )
     add_reuse_args(s)
     s.set_defaults(func=cmd_submit)
 
@@ -353,8 +449,9 @@ def register(sub: Any) -> None:
     s.add_argument("sweep_dir")
     s.add_argument("--spec", help="the sweep's spec file (must match its fingerprint); its executor settings are used")
     s.add_argument("--force", action="store_true", help="also resubmit items of units still pending or running")
-    s.add_argument("--units", type=positive_int,
-                   help="number of new units (default: one per unit that ended unfinished)")
+    s.add_argument(
+        "--units", type=positive_int, help="number of new units (default: one per unit that ended unfinished)"
+    )
     s.add_argument("--max-array-size", type=positive_int, help="at most this many tasks per job array")
     s.add_argument("--retry-errors", choices=RETRY_KINDS, help=RETRY_HELP)
     s.set_defaults(func=cmd_resume)
@@ -366,8 +463,9 @@ def register(sub: Any) -> None:
     s = sub.add_parser("wait", help="show progress until every unit has settled, then merge and show the best configs")
     s.add_argument("sweep_dir")
     s.add_argument("--interval", type=seconds, default=2.0, help="seconds between reads of the partials (default 2)")
-    s.add_argument("--slurm-interval", type=seconds, default=10.0,
-                   help="seconds between squeue/sacct queries (default 10)")
+    s.add_argument(
+        "--slurm-interval", type=seconds, default=10.0, help="seconds between squeue/sacct queries (default 10)"
+    )
     s.add_argument("--timeout", type=seconds, help="give up after this many seconds (exit 1)")
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_wait)

@@ -56,8 +56,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     check_replay_source(spec)
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
-    planned = plan_with_reuse(spec, root, Path(spec.output), args.units, load_costs(args.costs) if args.costs else None,
-                              reuse_request(args))
+    planned = plan_with_reuse(
+        spec, root, Path(spec.output), args.units, load_costs(args.costs) if args.costs else None, reuse_request(args)
+    )
     if args.json:
         out = sys.stdout
         for it in planned.items:
@@ -70,8 +71,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not args.dry_run:
         if not args.sweep_dir:
             raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
-        sd, unit_ids, _ = prepare_sweep(args.spec, args.sweep_dir, args.units, None, costs=args.costs,
-                                           reuse=reuse_request(args))
+        sd, unit_ids, _ = prepare_sweep(
+            args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args)
+        )
         print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
     return 0
 
@@ -83,14 +85,15 @@ def _print_plan(spec: Any, planned: Any) -> None:
     n_invalid = sum(it.kind == INVALID for it in items)
     n_pruned = sum(it.kind == PRUNED for it in items)
     n_units = len(units) + (planned.reused is not None)
-    print(f"{len(items)} items in {n_units} units ({n_pruned} pruned by the shared-memory model, "
-          f"{n_invalid} invalid)")
+    print(f"{len(items)} items in {n_units} units ({n_pruned} pruned by the shared-memory model, {n_invalid} invalid)")
     print_plan_notes(spec)
     for line in reuse_lines(planned.found.summary()):
         print(line)
     if spec.timing.strategy == "halving":
-        print(f"halving: these units screen every forced config once (about {spec.timing.screen_target_ms:g} ms); "
-              "round 2, planned when they are done, times the configs that can still win in full")
+        print(
+            f"halving: these units screen every forced config once (about {spec.timing.screen_target_ms:g} ms); "
+            "round 2, planned when they are done, times the configs that can still win in full"
+        )
     for u in units:
         shapes = sorted({f"{it.dtype}/d{it.head_dim}/s{it.seq}" for it in u.items})
         more = " ..." if len(shapes) > 4 else ""
@@ -111,8 +114,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from orchestrator.cli.slurm import run_on_slurm
 
         return run_on_slurm(args)
-    sd, unit_ids, existed = prepare_sweep(args.spec, args.sweep_dir, args.units, args.output, costs=args.costs,
-                                          reuse=reuse_request(args), kind=kind)
+    sd, unit_ids, existed = prepare_sweep(
+        args.spec, args.sweep_dir, args.units, args.output, costs=args.costs, reuse=reuse_request(args), kind=kind
+    )
     if not args.overwrite:
         check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
     print_plan_notes(sd.spec)
@@ -131,16 +135,22 @@ def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argp
     from orchestrator.spec.files import load_spec
 
     st = sweep_status(sd, query_slurm=False)
-    print(f"sweep {sd.root}: {sd.planned} items in {len(unit_ids)} units"
-          + (f", {st.done} already recorded" if existed and st.done else ""), file=sys.stderr)
+    print(
+        f"sweep {sd.root}: {sd.planned} items in {len(unit_ids)} units"
+        + (f", {st.done} already recorded" if existed and st.done else ""),
+        file=sys.stderr,
+    )
     if existed and (args.reuse or args.remeasure or args.reuse_errors):
-        warn(f"note: {sd.root} keeps the plan it was made with; --reuse, --remeasure and --reuse-errors apply "
-             "when a sweep directory is planned (use a new --sweep-dir)")
+        warn(
+            f"note: {sd.root} keeps the plan it was made with; --reuse, --remeasure and --reuse-errors apply "
+            "when a sweep directory is planned (use a new --sweep-dir)"
+        )
     if existed and args.units and args.units != len(unit_ids):
-        warn(f"note: {sd.root} keeps the {len(unit_ids)} units it was planned with; --units applies to a new "
-             "sweep directory")
-    outcomes = _run_rounds_here(sd, [u.id for u in st.units if not u.complete], kind, args.workers,
-                                args.retry_errors)
+        warn(
+            f"note: {sd.root} keeps the {len(unit_ids)} units it was planned with; --units applies to a new "
+            "sweep directory"
+        )
+    outcomes = _run_rounds_here(sd, [u.id for u in st.units if not u.complete], kind, args.workers, args.retry_errors)
     summary = merge_sweep(sd, overwrite=args.overwrite)
     print(merge_line(summary), file=sys.stderr)
     if summary.written:
@@ -159,8 +169,10 @@ def follow_run(sd: Any, other: Any, *, overwrite: bool = False) -> int:
     from orchestrator.control.status import sweep_status
     from orchestrator.control.sweeps import merge_sweep, other_run_live
 
-    warn(f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its progress "
-         "instead of starting a second run beside it (Ctrl-C stops following, not that run)")
+    warn(
+        f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its progress "
+        "instead of starting a second run beside it (Ctrl-C stops following, not that run)"
+    )
     progress = Progress(sd.planned)
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
         while other_run_live(sd):
@@ -188,8 +200,9 @@ def _retry_here(sd: Any, kind: str, retry: str) -> list[Any]:
     from orchestrator.control.resume import resume_sweep
 
     settings = sd.spec.executor.model_copy(update={"kind": kind})
-    result = resume_sweep(sd, settings, force=False, units=None, max_array_size=None, retry=retry,
-                          include_missing=False)
+    result = resume_sweep(
+        sd, settings, force=False, units=None, max_array_size=None, retry=retry, include_missing=False
+    )
     if result.plan.retry:
         print(f"redid {len(result.plan.retry)} {retry} error records", file=sys.stderr)
     return result.outcomes
@@ -215,10 +228,13 @@ def _run_rounds_here(sd: Any, todo: list[str], kind: str, workers: int | None, r
             outcomes += _retry_here(sd, kind, retry)
         while (nxt := next_round(sd, settings)) is not None and nxt.round2.units:
             r2 = nxt.round2.summary
-            progress.note(f"round 2: {r2['survivors']} of {r2['screened']} screened configs can still win; timing "
-                          f"them in full in {len(nxt.round2.units)} units")
-            outcomes += dispatch.run_units_locally(sd, [u.id for u in nxt.round2.units], kind=kind, workers=workers,
-                                                   on_poll=poll)
+            progress.note(
+                f"round 2: {r2['survivors']} of {r2['screened']} screened configs can still win; timing "
+                f"them in full in {len(nxt.round2.units)} units"
+            )
+            outcomes += dispatch.run_units_locally(
+                sd, [u.id for u in nxt.round2.units], kind=kind, workers=workers, on_poll=poll
+            )
         poll()
     finally:
         progress.close()
@@ -285,11 +301,14 @@ def register(sub: Any) -> None:
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_merge)
 
-    s = sub.add_parser("status", help="progress of a sweep, from any shell",
-                       description="Progress of a sweep, per unit: state, records, SLURM task and GPU, and for a "
-                       "failed unit its worker's own reason. Exit code 0: nothing failed (complete or still "
-                       "running); 1: some units ended without finishing (`tilesweep resume` redoes their items); "
-                       "2: the sweep directory cannot be read.")
+    s = sub.add_parser(
+        "status",
+        help="progress of a sweep, from any shell",
+        description="Progress of a sweep, per unit: state, records, SLURM task and GPU, and for a "
+        "failed unit its worker's own reason. Exit code 0: nothing failed (complete or still "
+        "running); 1: some units ended without finishing (`tilesweep resume` redoes their items); "
+        "2: the sweep directory cannot be read.",
+    )
     s.add_argument("sweep_dir")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)

@@ -82,5 +82,7 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
     what = "its task's log" if task else "a log"
     if not job:
         raise SweepDirError(f"unit {uid} of {sd.root} has no log: it was never submitted (`{PROG} status {sd.root}`)")
-    raise SweepDirError(f"unit {uid} of {sd.root} has no {what} yet: its job {job.get('job_id')} has not started "
-                        f"(`{PROG} status {sd.root}`)")
+    raise SweepDirError(
+        f"unit {uid} of {sd.root} has no {what} yet: its job {job.get('job_id')} has not started "
+        f"(`{PROG} status {sd.root}`)"
+    )

@@ -132,24 +132,35 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
         path = sd.partial_path(entry["id"])
         content = read_partial(path)
         if entry.get("origin") == "reuse" and env is not None and any(h.get("env") != env for h in content.headers):
-            log.warning("%s: reused records checked against another environment than the workers' (%s); "
-                        "their items are measured", path, sd.root / "env.json")
+            log.warning(
+                "%s: reused records checked against another environment than the workers' (%s); "
+                "their items are measured",
+                path,
+                sd.root / "env.json",
+            )
             continue
         for h in content.headers:
             if h.get("sweep") != fingerprint:
-                raise MismatchError(f"{path} holds records of another spec (fingerprint {h.get('sweep')} != "
-                                    f"{fingerprint}); resume refuses to mix them: move it out of {sd.partials}")
+                raise MismatchError(
+                    f"{path} holds records of another spec (fingerprint {h.get('sweep')} != "
+                    f"{fingerprint}); resume refuses to mix them: move it out of {sd.partials}"
+                )
             if env is not None and h.get("env") != env:
-                raise MismatchError(f"{path} was measured in another environment ({h.get('env')} vs {env} in "
-                                    f"{sd.root / 'env.json'}); resume refuses to mix them: "
-                                    f"move it out of {sd.partials}")
+                raise MismatchError(
+                    f"{path} was measured in another environment ({h.get('env')} vs {env} in "
+                    f"{sd.root / 'env.json'}); resume refuses to mix them: "
+                    f"move it out of {sd.partials}"
+                )
         started = {h.get("attempt"): str(h.get("started") or "") for h in content.headers}
         for iid, (attempt, rec) in content.records.items():
             rank = (started.get(attempt, ""), pos)
             if iid not in recorded or recorded[iid][0] <= rank:
                 recorded[iid] = (rank, rec)
-        died = {iid: [n, content.deaths[iid], content.hangs[iid]] for iid, n in content.starts.items()
-                if n > 0 and iid not in content.records}
+        died = {
+            iid: [n, content.deaths[iid], content.hangs[iid]]
+            for iid, n in content.starts.items()
+            if n > 0 and iid not in content.records
+        }
         plan.died_by_unit[entry["id"]] = died
         for iid, counts in died.items():
             plan.died[iid] = [a + b for a, b in zip(plan.died.get(iid, [0, 0, 0]), counts, strict=True)]
@@ -195,8 +206,14 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: st
     return plan
 
 
-def group_missing(sd: SweepDir, missing: list[WorkItem], n_units: int | None, default: int,
-                  settings: ExecutorSettings | None = None, round_: int = 1) -> list[Unit]:
+def group_missing(
+    sd: SweepDir,
+    missing: list[WorkItem],
+    n_units: int | None,
+    default: int,
+    settings: ExecutorSettings | None = None,
+    round_: int = 1,
+) -> list[Unit]:
     """The missing items as units of round ``round_`` (``rounds.group``: ``plan.shard`` with the
     cost model of the spec and round); by default as many as ``default``, rounded up to fill
     whole SLURM tasks (a unit per GPU)."""
@@ -209,13 +226,31 @@ def _record_resume(sd: SweepDir, plan: ResumePlan, new_units: list[Unit], submit
     status shows them as resumed, not as failures to act on."""
     items_in = {it.id for u in new_units if u.id in submitted for it in u.items}
     replaces = sorted(uid for uid, miss in plan.missing_of.items() if uid not in submitted and miss <= items_in)
-    sd.record_jobs([{"event": "resume", "replaces": replaces, "units": sorted(submitted), "time": now_iso(),
-                     "ts": round(time.time(), 3), "force": force}])
+    sd.record_jobs(
+        [
+            {
+                "event": "resume",
+                "replaces": replaces,
+                "units": sorted(submitted),
+                "time": now_iso(),
+                "ts": round(time.time(), 3),
+                "force": force,
+            }
+        ]
+    )
 
 
-def resume_sweep(sd: SweepDir, settings: ExecutorSettings, *, force: bool, units: int | None,
-                 max_array_size: int | None, on_planned: Callable[[Resumed], None] | None = None,
-                 retry: str | None = None, include_missing: bool = True) -> Resumed:
+def resume_sweep(
+    sd: SweepDir,
+    settings: ExecutorSettings,
+    *,
+    force: bool,
+    units: int | None,
+    max_array_size: int | None,
+    on_planned: Callable[[Resumed], None] | None = None,
+    retry: str | None = None,
+    include_missing: bool = True,
+) -> Resumed:
     """Hand the missing items of a sweep to new units: submitted to SLURM (returns once
     sbatch took them), or run here to completion (local, debug). ``retry``: also redo the
     error records of that kind, in units of their own (origin "retry": their records supersede
@@ -277,14 +312,22 @@ def _new_units(sd: SweepDir, result: Resumed, units: int | None, settings: Execu
 
 def _add_units(sd: SweepDir, result: Resumed) -> None:
     """The new units into the unit index: the missing items' as "resume", retries as "retry"."""
-    for origin, units in (("resume", [u for u in result.new_units if u.id not in result.retry_ids]),
-                          ("retry", [u for u in result.new_units if u.id in result.retry_ids])):
+    for origin, units in (
+        ("resume", [u for u in result.new_units if u.id not in result.retry_ids]),
+        ("retry", [u for u in result.new_units if u.id in result.retry_ids]),
+    ):
         if units:
             sd.add_units(units, origin=origin)
 
 
-def _submit_new_units(sd: SweepDir, result: Resumed, settings: ExecutorSettings, prior: dict[str, dict[str, Any]],
-                      max_array_size: int | None, force: bool) -> set[str]:
+def _submit_new_units(
+    sd: SweepDir,
+    result: Resumed,
+    settings: ExecutorSettings,
+    prior: dict[str, dict[str, Any]],
+    max_array_size: int | None,
+    force: bool,
+) -> set[str]:
     """Add the new units and submit them. Never half-undone: whatever stops the submission
     (a refusal, Ctrl-C, a closed pipe) takes out of ``units.json`` only the units no
     accepted array runs; those that sbatch accepted stay, and are recorded as resumed."""
@@ -292,8 +335,9 @@ def _submit_new_units(sd: SweepDir, result: Resumed, settings: ExecutorSettings,
     _add_units(sd, result)
     new_ids = [u.id for u in result.new_units]
     try:
-        result.submission = submit_with_merge(sd, new_ids, settings, origin="resume",
-                                              max_array_size=max_array_size, prior=prior)
+        result.submission = submit_with_merge(
+            sd, new_ids, settings, origin="resume", max_array_size=max_array_size, prior=prior
+        )
     except BaseException:
         accepted = rollback.submitted_since(new_ids)
         rollback.undo([u for u in new_ids if u not in accepted])

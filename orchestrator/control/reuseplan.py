@@ -85,8 +85,15 @@ def target_env(spec: SweepSpec, root: Path, sources: list[Source], kind: str) ->
     return None, ""
 
 
-def plan_with_reuse(spec: SweepSpec, root: Path, output: Path, units: int | None, costs: CostTable | None,
-                    request: ReuseRequest | None, kind: str | None = None) -> Planned:
+def plan_with_reuse(
+    spec: SweepSpec,
+    root: Path,
+    output: Path,
+    units: int | None,
+    costs: CostTable | None,
+    request: ReuseRequest | None,
+    kind: str | None = None,
+) -> Planned:
     """Expand the spec, set aside what the sources hold, shard the rest (``costs`` first, then the
     sources' measured costs, then the model)."""
     request = request or ReuseRequest()

@@ -75,13 +75,24 @@ def choose(sd: SweepDir, records: dict[str, dict[str, Any]]) -> tuple[list[WorkI
     kept: set[str] = set()
     problems = []
     for key, n in counts.items():
-        ids = [i for i in survivors(screens[key], keep=timing.keep, noise=timing.noise, auto=autos.get(key))
-               if i not in full]
+        ids = [
+            i
+            for i in survivors(screens[key], keep=timing.keep, noise=timing.noise, auto=autos.get(key))
+            if i not in full
+        ]
         kept.update(ids)
         best = min((ms for _, ms in screens[key]), default=None)
         reused = sum(1 for i, _ in screens[key] if i in full)
-        problems.append({"problem": list(key), "screened": n - reused, "failed": n - len(screens[key]),
-                         "kept": len(ids), "best_screen_ms": best, **({"full": reused} if reused else {})})
+        problems.append(
+            {
+                "problem": list(key),
+                "screened": n - reused,
+                "failed": n - len(screens[key]),
+                "kept": len(ids),
+                "best_screen_ms": best,
+                **({"full": reused} if reused else {}),
+            }
+        )
     return [it for it in sd.items() if it.id in kept and it.kind == RUN], problems
 
 
@@ -100,11 +111,22 @@ def plan_round2(sd: SweepDir) -> Round2 | None:
     planned = sum(1 for u in sd.unit_index() if u.get("origin") == "plan")
     units = group(sd, chosen, max(1, planned), 2) if chosen else []
     sd.add_units(units, origin="round2")
-    summary = {"created": now_iso(), "screened": sum(p["screened"] for p in problems), "survivors": len(chosen),
-               "planned": len(chosen), "units": [u.id for u in units], "problems": problems}
+    summary = {
+        "created": now_iso(),
+        "screened": sum(p["screened"] for p in problems),
+        "survivors": len(chosen),
+        "planned": len(chosen),
+        "units": [u.id for u in units],
+        "problems": problems,
+    }
     atomic_write_json(round2_path(sd), summary, indent=1)
-    log.info("round 2 of %s: %d of %d screened configs survive, in %d units", sd.root, len(chosen),
-             summary["screened"], len(units))
+    log.info(
+        "round 2 of %s: %d of %d screened configs survive, in %d units",
+        sd.root,
+        len(chosen),
+        summary["screened"],
+        len(units),
+    )
     return Round2(units, summary)
 
 
@@ -117,8 +139,9 @@ def group(sd: SweepDir, items: list[WorkItem], n_units: int, round_: int) -> lis
     spec = sd.spec
     costs, scale = item_costs(items, spec, round_=round_)
     setups = {it.shape: setup_estimate(it.shape, spec.modes, spec.causal) * scale for it in items}
-    return shard(items, min(n_units, len(items)), costs=costs, setups=setups, strategy=spec.sharding.strategy,
-                 round_=round_)
+    return shard(
+        items, min(n_units, len(items)), costs=costs, setups=setups, strategy=spec.sharding.strategy, round_=round_
+    )
 
 
 def undo_round2(sd: SweepDir) -> None:

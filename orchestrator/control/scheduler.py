@@ -28,8 +28,17 @@ log = logging.getLogger(__name__)
 QUERY_ENV = "TILESWEEP_SLURM_QUERIES"
 TIMEOUT_S = 60.0
 # Pending reasons that never resolve on their own: status shows them.
-STUCK_REASONS = {"PartitionTimeLimit", "PartitionNodeLimit", "ReqNodeNotAvail", "InvalidAccount", "InvalidQOS",
-                 "QOSMaxWallDurationPerJobLimit", "PartitionConfig", "BadConstraints", "DependencyNeverSatisfied"}
+STUCK_REASONS = {
+    "PartitionTimeLimit",
+    "PartitionNodeLimit",
+    "ReqNodeNotAvail",
+    "InvalidAccount",
+    "InvalidQOS",
+    "QOSMaxWallDurationPerJobLimit",
+    "PartitionConfig",
+    "BadConstraints",
+    "DependencyNeverSatisfied",
+}
 # Default MaxArraySize of Slurm, used when scontrol cannot be asked.
 DEFAULT_MAX_ARRAY_SIZE = 1001
 # Tasks kept free below MaxJobCount (which counts every task in the system) per array.
@@ -131,8 +140,11 @@ def query(job_ids: Iterable[str]) -> SchedulerView:
         for line in res.stdout.splitlines():
             parts = line.split("|")
             if len(parts) >= 2 and parts[0]:
-                view.states[parts[0]] = TaskState(parts[1].split()[0].upper() if parts[1].strip() else "UNKNOWN",
-                                                  "squeue", parts[2] if len(parts) > 2 else "")
+                view.states[parts[0]] = TaskState(
+                    parts[1].split()[0].upper() if parts[1].strip() else "UNKNOWN",
+                    "squeue",
+                    parts[2] if len(parts) > 2 else "",
+                )
                 view.arrays_seen.add(array_of(parts[0]))
     _ask_sacct(view, ids)
     view.taken = time.time()
@@ -229,13 +241,17 @@ def cluster_limits() -> ClusterLimits:
     res = _run(["scontrol", "show", "config"])
     if isinstance(res, str) or res.returncode != 0:
         why = res if isinstance(res, str) else one_line(res.stderr)
-        log.warning("cannot read the cluster's MaxArraySize (%s); assuming Slurm's default %d",
-                    why, DEFAULT_MAX_ARRAY_SIZE)
+        log.warning(
+            "cannot read the cluster's MaxArraySize (%s); assuming Slurm's default %d", why, DEFAULT_MAX_ARRAY_SIZE
+        )
         return ClusterLimits(DEFAULT_MAX_ARRAY_SIZE, None, f"Slurm default ({why})")
     size = re.search(r"^MaxArraySize\s*=\s*(\d+)", res.stdout, re.M)
     count = re.search(r"^MaxJobCount\s*=\s*(\d+)", res.stdout, re.M)
-    return ClusterLimits(int(size.group(1)) if size else DEFAULT_MAX_ARRAY_SIZE,
-                         int(count.group(1)) if count else None, "scontrol show config")
+    return ClusterLimits(
+        int(size.group(1)) if size else DEFAULT_MAX_ARRAY_SIZE,
+        int(count.group(1)) if count else None,
+        "scontrol show config",
+    )
 
 
 def cancel(job_ids: Iterable[str]) -> None:

@@ -42,8 +42,20 @@ from orchestrator.store.round2 import read_round2
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.target import final_merge
 
-__all__ = ["ACTIVE", "FAILED", "LOST_AFTER_S", "History", "SweepStatus", "UnitStatus", "count_unit",
-           "format_duration", "format_status", "read_history", "slurm_state", "sweep_status"]
+__all__ = [
+    "ACTIVE",
+    "FAILED",
+    "LOST_AFTER_S",
+    "History",
+    "SweepStatus",
+    "UnitStatus",
+    "count_unit",
+    "format_duration",
+    "format_status",
+    "read_history",
+    "slurm_state",
+    "sweep_status",
+]
 
 ACTIVE = ("pending", "running", "requeued")
 # Ended without finishing its items: what `tilesweep resume` is for.
@@ -151,13 +163,24 @@ class SweepStatus:
         return elapsed * (self.total - self.done) / self.done if elapsed > 0 else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"sweep_dir": self.sweep_dir, "planned": self.planned, "done": self.done, "total": self.total,
-                "errors": self.errors, "complete": self.complete, "settled": self.settled, "states": self.counts(),
-                "strategy": "halving" if self.halving else "full", "round2": self.round2,
-                "round2_deferred": self.round2_deferred,
-                "eta_s": None if self.eta_s() is None else round(self.eta_s(), 1), "scheduler": self.scheduler,
-                "gpu_hours": self.gpu_hours, "merge_jobs": self.merge_jobs,
-                "units": [dict(u.__dict__) for u in self.units]}
+        return {
+            "sweep_dir": self.sweep_dir,
+            "planned": self.planned,
+            "done": self.done,
+            "total": self.total,
+            "errors": self.errors,
+            "complete": self.complete,
+            "settled": self.settled,
+            "states": self.counts(),
+            "strategy": "halving" if self.halving else "full",
+            "round2": self.round2,
+            "round2_deferred": self.round2_deferred,
+            "eta_s": None if self.eta_s() is None else round(self.eta_s(), 1),
+            "scheduler": self.scheduler,
+            "gpu_hours": self.gpu_hours,
+            "merge_jobs": self.merge_jobs,
+            "units": [dict(u.__dict__) for u in self.units],
+        }
 
 
 def _mtime(path: Any) -> float | None:
@@ -171,8 +194,13 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     """The sweep's progress from its files; with the scheduler's view of its SLURM jobs when
     ``view`` is given or ``query_slurm`` (one squeue + one sacct call in all)."""
     hist = read_history(sd)
-    st = SweepStatus(str(sd.root), planned=sd.planned, first_submitted=hist.first_submitted,
-                     halving=sd.spec.timing.strategy == "halving", round2=read_round2(sd))
+    st = SweepStatus(
+        str(sd.root),
+        planned=sd.planned,
+        first_submitted=hist.first_submitted,
+        halving=sd.spec.timing.strategy == "halving",
+        round2=read_round2(sd),
+    )
     st.round2_deferred = hist.round2_deferred if st.round2_pending else None
     mtimes, notes = _progress(sd, st, hist)
     merge_ids = [str(m["job_id"]) for m in hist.merge_jobs]
@@ -181,7 +209,8 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     st.view = view
     if view is not None:
         st.scheduler = "; ".join(view.notes) or (
-            f"squeue + sacct at {_dt.datetime.fromtimestamp(view.taken).strftime('%H:%M:%S')}" if view.asked else None)
+            f"squeue + sacct at {_dt.datetime.fromtimestamp(view.taken).strftime('%H:%M:%S')}" if view.asked else None
+        )
         st.gpu_hours = view.gpu_hours(hist.slurm_jobs) if view.asked and hist.slurm_jobs else None
     elif any(u.state != "done" and u.executor == "slurm" for u in st.units):
         st.scheduler = "SLURM not asked"
@@ -197,9 +226,15 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     for m in hist.merge_jobs:
         ts = view.get(str(m["job_id"])) if view is not None else None
         refused = final is not None and str(final.get("job_id")) == str(m["job_id"]) and not final.get("ok")
-        st.merge_jobs.append({"job_id": str(m["job_id"]), "state": ts.state if ts else None,
-                              "reason": ts.reason if ts else None, "log": m.get("stderr"),
-                              "error": final.get("error") if refused and final else None})
+        st.merge_jobs.append(
+            {
+                "job_id": str(m["job_id"]),
+                "state": ts.state if ts else None,
+                "reason": ts.reason if ts else None,
+                "log": m.get("stderr"),
+                "error": final.get("error") if refused and final else None,
+            }
+        )
     st.taken = now
     return st
 
@@ -223,9 +258,19 @@ def _progress(sd: SweepDir, st: SweepStatus, hist: History) -> tuple[dict[str, f
         total = entry["n_items"]
         c = count_unit(sd, uid, total, uid in markers, fingerprint, env)
         job = hist.latest.get(uid)
-        u = UnitStatus(uid, total, c.done, c.complete, errors=c.errors, resumed=uid in hist.resumed and not c.complete,
-                       submissions=hist.submissions[uid], gpu=c.gpu, retry=entry.get("origin") == "retry",
-                       round=int(entry.get("round", 1)), detail=REUSED if entry.get("origin") == "reuse" else None)
+        u = UnitStatus(
+            uid,
+            total,
+            c.done,
+            c.complete,
+            errors=c.errors,
+            resumed=uid in hist.resumed and not c.complete,
+            submissions=hist.submissions[uid],
+            gpu=c.gpu,
+            retry=entry.get("origin") == "retry",
+            round=int(entry.get("round", 1)),
+            detail=REUSED if entry.get("origin") == "reuse" else None,
+        )
         if job is not None:
             u.job_id, u.executor = str(job.get("job_id")), job.get("executor")
         u.state = "done" if c.complete or c.done >= total else "pending"
@@ -240,8 +285,14 @@ def _progress(sd: SweepDir, st: SweepStatus, hist: History) -> tuple[dict[str, f
     return mtimes, notes
 
 
-def _unit_state(u: UnitStatus, job: dict[str, Any] | None, view: SchedulerView | None, mtime: float | None,
-                hist: History, now: float) -> None:
+def _unit_state(
+    u: UnitStatus,
+    job: dict[str, Any] | None,
+    view: SchedulerView | None,
+    mtime: float | None,
+    hist: History,
+    now: float,
+) -> None:
     """State, detail, reason and log of a unit that is not done."""
     if job is None:
         u.detail = "not submitted"
@@ -287,10 +338,15 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
     if state == "incomplete" and st.round2_pending and st._done_of(1, st.planned) >= st.planned:
         state = "round 1 done, round 2 to plan"
-    head = (f"{st.sweep_dir}: {st.done}/{st.total} {'records' if st.halving else 'items'} done "
-            f"({st.errors} error records), {state}" + (f", ETA ~{format_duration(eta)}" if eta is not None else ""))
-    lines = [head, *_rounds_lines(st),
-             f"units: {len(st.units)} ({counts})" + (f"; {st.scheduler}" if st.scheduler else "")]
+    head = (
+        f"{st.sweep_dir}: {st.done}/{st.total} {'records' if st.halving else 'items'} done "
+        f"({st.errors} error records), {state}" + (f", ETA ~{format_duration(eta)}" if eta is not None else "")
+    )
+    lines = [
+        head,
+        *_rounds_lines(st),
+        f"units: {len(st.units)} ({counts})" + (f"; {st.scheduler}" if st.scheduler else ""),
+    ]
     if st.gpu_hours is not None:
         lines.append(f"GPU-hours: {st.gpu_hours:.3f} (sacct: elapsed x allocated GPUs, every run of every task)")
     shown = st.units if len(st.units) <= max_lines else [u for u in st.units if u.state != "done"]
@@ -298,8 +354,10 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     gpu_width = max((len(u.gpu or "-") for u in shown), default=1)
     for u in shown[:max_lines]:
         state = u.state + (" (resumed)" if u.resumed else "") + (f" (round {u.round})" if u.round != 1 else "")
-        text = (f"  {u.id}  {state:<20} {u.done:>6}/{u.total:<6} errors {u.errors or 0:<4} "
-                f"job {u.job_id or '-':<{width}} gpu {u.gpu or '-':<{gpu_width}}")
+        text = (
+            f"  {u.id}  {state:<20} {u.done:>6}/{u.total:<6} errors {u.errors or 0:<4} "
+            f"job {u.job_id or '-':<{width}} gpu {u.gpu or '-':<{gpu_width}}"
+        )
         if u.detail:
             text += f"  {u.detail}"
         if u.log:
@@ -312,9 +370,11 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         if m.get("error"):
             lines.append(f"final merge: job {m['job_id']} failed: {m['error']}")
             continue
-        lines.append(f"final merge: job {m['job_id']} {(m['state'] or 'not in squeue/sacct').lower()}"
-                     + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
-                     + (f"  log: {m['log']}" if m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else ""))
+        lines.append(
+            f"final merge: job {m['job_id']} {(m['state'] or 'not in squeue/sacct').lower()}"
+            + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
+            + (f"  log: {m['log']}" if m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else "")
+        )
     if not st.complete and st.settled and st.ended_unfinished():
         lines.append(f"to redo the missing items: {PROG} resume {st.sweep_dir}")
     return "\n".join(lines)
@@ -327,13 +387,19 @@ def _rounds_lines(st: SweepStatus) -> list[str]:
     one = f"round 1 (screening): {st._done_of(1, st.planned)}/{st.planned} items"
     if st.round2 is not None:
         r2 = st.round2
-        return [f"{one}; round 2 (full timing of the survivors): {st._done_of(2, st.round2_total)}/{st.round2_total} "
-                f"({r2.get('survivors')} of {r2.get('screened')} screened configs survived)"]
+        return [
+            f"{one}; round 2 (full timing of the survivors): {st._done_of(2, st.round2_total)}/{st.round2_total} "
+            f"({r2.get('survivors')} of {r2.get('screened')} screened configs survived)"
+        ]
     if st.round2_deferred:
-        return [f"{one}; round 2 not planned: the merge job could not submit it ({st.round2_deferred}); "
-                f"`{PROG} wait {st.sweep_dir}` or `{PROG} resume {st.sweep_dir}` does"]
-    return [f"{one}; round 2 (full timing of the survivors) is planned once round 1 is complete "
-            f"(by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`)"]
+        return [
+            f"{one}; round 2 not planned: the merge job could not submit it ({st.round2_deferred}); "
+            f"`{PROG} wait {st.sweep_dir}` or `{PROG} resume {st.sweep_dir}` does"
+        ]
+    return [
+        f"{one}; round 2 (full timing of the survivors) is planned once round 1 is complete "
+        f"(by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`)"
+    ]
 
 
 def format_duration(seconds: float) -> str:

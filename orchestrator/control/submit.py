@@ -101,8 +101,9 @@ class UnitsRollback:
     def submitted_since(self, unit_ids: list[str]) -> set[str]:
         """Those of ``unit_ids`` that a job recorded since this rollback was made runs."""
         wanted = set(unit_ids)
-        return {e["unit"] for e in self.sd.job_history()[self.history_len:]
-                if "event" not in e and e.get("unit") in wanted}
+        return {
+            e["unit"] for e in self.sd.job_history()[self.history_len :] if "event" not in e and e.get("unit") in wanted
+        }
 
     def undo(self, added: list[str]) -> None:
         drop = {uid for uid in added if uid not in self.known}
@@ -115,16 +116,24 @@ class UnitsRollback:
         atomic_write_text(self.sd.root / "units.json", json.dumps(index) + "\n")
 
 
-def submit_with_merge(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, origin: str,
-                      max_array_size: int | None, prior: dict[str, dict[str, Any]] | None = None) -> SubmitOutcome:
+def submit_with_merge(
+    sd: SweepDir,
+    unit_ids: list[str],
+    settings: ExecutorSettings,
+    *,
+    origin: str,
+    max_array_size: int | None,
+    prior: dict[str, dict[str, Any]] | None = None,
+) -> SubmitOutcome:
     """Submit units as job arrays, then the final merge job (``afterany`` on them) when the
     spec asks for one; a halving sweep's merge job then plans and submits round 2
     (``after_merge``). A refusal of the first array is raised (the caller undoes what it
     wrote); a later one is returned in the outcome, as is a refused merge job."""
     size, why = per_array(settings, max_array_size, len(unit_ids))
     attempts = dict(read_history(sd).submissions)
-    sub = dispatch.submit_units(sd, unit_ids, settings, per_array=size, origin=origin, prior_starts=prior,
-                                attempts=attempts)
+    sub = dispatch.submit_units(
+        sd, unit_ids, settings, per_array=size, origin=origin, prior_starts=prior, attempts=attempts
+    )
     if sub.error is not None and not sub.entries:
         raise sub.error
     outcome = SubmitOutcome(list(unit_ids), sub, size, why, per_task=settings.units_per_task())
@@ -137,8 +146,9 @@ def submit_with_merge(sd: SweepDir, unit_ids: list[str], settings: ExecutorSetti
     return outcome
 
 
-def _submit_todo(sd: SweepDir, settings: ExecutorSettings, max_array_size: int | None,
-                 on_planned: OnPlanned | None) -> SweepSubmission:
+def _submit_todo(
+    sd: SweepDir, settings: ExecutorSettings, max_array_size: int | None, on_planned: OnPlanned | None
+) -> SweepSubmission:
     """Under the sweep's lock: submit every unit that is not done."""
     result = SweepSubmission(sd, len(sd.unit_index()), unfinished_units(sd))
     if on_planned is not None:
@@ -148,9 +158,17 @@ def _submit_todo(sd: SweepDir, settings: ExecutorSettings, max_array_size: int |
     return result
 
 
-def submit_spec(spec_path: str, *, sweep_dir: str | None, units: int | None, output: str | None,
-                costs: str | None, max_array_size: int | None,
-                on_planned: OnPlanned | None = None, reuse: ReuseRequest | None = None) -> SweepSubmission:
+def submit_spec(
+    spec_path: str,
+    *,
+    sweep_dir: str | None,
+    units: int | None,
+    output: str | None,
+    costs: str | None,
+    max_array_size: int | None,
+    on_planned: OnPlanned | None = None,
+    reuse: ReuseRequest | None = None,
+) -> SweepSubmission:
     """Plan (or reopen) the sweep of a spec and submit its unfinished units. A directory
     that was submitted already is refused (``resume`` submits what it misses); a directory
     made for a submission that failed is removed again."""
@@ -175,8 +193,9 @@ def submit_spec(spec_path: str, *, sweep_dir: str | None, units: int | None, out
         raise
 
 
-def submit_unfinished(sd: SweepDir, settings: ExecutorSettings, *,
-                      on_planned: OnPlanned | None = None) -> SweepSubmission | None:
+def submit_unfinished(
+    sd: SweepDir, settings: ExecutorSettings, *, on_planned: OnPlanned | None = None
+) -> SweepSubmission | None:
     """Submit the units of an existing sweep directory that are not done (``run`` with the
     slurm executor, on a directory never submitted to SLURM); None, submitting nothing, when
     another command submitted it meanwhile (checked under the sweep's lock)."""
@@ -205,8 +224,16 @@ class DryRun:
     reused: dict[str, Any] | None = None  # what planning would reuse (``Found.summary``), planned here
 
 
-def dry_run(spec_path: str, *, sweep_dir: str | None, units: int | None, costs: str | None,
-            max_array_size: int | None, output: str | None = None, reuse: ReuseRequest | None = None) -> DryRun:
+def dry_run(
+    spec_path: str,
+    *,
+    sweep_dir: str | None,
+    units: int | None,
+    costs: str | None,
+    max_array_size: int | None,
+    output: str | None = None,
+    reuse: ReuseRequest | None = None,
+) -> DryRun:
     """``submit --dry-run``: plan in memory, with reuse as ``submit`` would (or read the units of
     an existing, never submitted sweep directory) and render the sbatch scripts; nothing is written."""
     from orchestrator.control.reuseplan import plan_with_reuse
@@ -225,13 +252,14 @@ def dry_run(spec_path: str, *, sweep_dir: str | None, units: int | None, costs: 
         planned, reused = sd.planned, None
     else:
         sd = SweepDir(root)
-        p = plan_with_reuse(spec, root, Path(output or spec.output), units, load_costs(costs) if costs else None,
-                            reuse, "slurm")
+        p = plan_with_reuse(
+            spec, root, Path(output or spec.output), units, load_costs(costs) if costs else None, reuse, "slurm"
+        )
         sizes, planned, reused = {u.id: len(u.items) for u in p.units}, len(p.items), p.found.summary()
     settings = spec.executor
     size, why = per_array(settings, max_array_size, len(sizes))
     groups = dispatch.tasks_of(list(sizes), settings.units_per_task())
-    arrays = [groups[i:i + size] for i in range(0, len(groups), size)]
+    arrays = [groups[i : i + size] for i in range(0, len(groups), size)]
     scripts, merge_script = dispatch.render_scripts(sd, settings, [len(a) for a in arrays])
     return DryRun(root, planned, sizes, settings.units_per_task(), size, why, arrays, scripts, merge_script, reused)
 
@@ -281,10 +309,18 @@ def after_merge(sweep_dir: str) -> dict | None:
     try:
         done = next_round(sd, sd.spec.executor)
     except DispatchError as exc:
-        log.warning("round 2 of %s not submitted from the merge job: %s; `%s wait %s` or `%s resume %s` "
-                    "submits it", sd.root, exc.message, PROG, sd.root, PROG, sd.root)
-        sd.record_jobs([{"event": "round2_deferred", "why": exc.message, "time": now_iso(),
-                         "ts": round(time.time(), 3)}])
+        log.warning(
+            "round 2 of %s not submitted from the merge job: %s; `%s wait %s` or `%s resume %s` submits it",
+            sd.root,
+            exc.message,
+            PROG,
+            sd.root,
+            PROG,
+            sd.root,
+        )
+        sd.record_jobs(
+            [{"event": "round2_deferred", "why": exc.message, "time": now_iso(), "ts": round(time.time(), 3)}]
+        )
         return {"round2": "deferred", "why": exc.message}
     if done is None:
         return None

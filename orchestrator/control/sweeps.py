@@ -43,9 +43,15 @@ def default_sweep_dir(spec_path: str, spec: Any) -> Path:
     return Path("sweeps") / f"{Path(spec_path).stem}-{spec.fingerprint()[:8]}"
 
 
-def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, output: str | None,
-                  costs: str | None = None, reuse: ReuseRequest | None = None,
-                  kind: str | None = None) -> PreparedSweep:
+def prepare_sweep(
+    spec_path: str,
+    sweep_dir: str | None,
+    units: int | None,
+    output: str | None,
+    costs: str | None = None,
+    reuse: ReuseRequest | None = None,
+    kind: str | None = None,
+) -> PreparedSweep:
     """Create (or reopen) the sweep directory of a spec. An existing directory of the same
     spec is reopened with the units it was planned with, so a rerun redoes only what is
     missing. A new one is planned with reuse (``reuseplan``: what the output document and
@@ -65,8 +71,9 @@ def prepare_sweep(spec_path: str, sweep_dir: str | None, units: int | None, outp
         if sd.unit_index():
             return PreparedSweep(sd, [u["id"] for u in sd.unit_index()], existed)
     planned = plan_with_reuse(spec, root, out, units, load_costs(costs) if costs else None, reuse, kind)
-    sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()),
-                         planned=len(planned.items))
+    sd = SweepDir.create(
+        root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()), planned=len(planned.items)
+    )
     with sweep_lock(sd):
         if not sd.unit_index():
             sd.add_units(planned.units, origin="plan")
@@ -93,8 +100,9 @@ def sweep_lock(sd: SweepDir) -> Iterator[None]:
         with FileLock(str(sd.lock_path), timeout=LOCK_TIMEOUT_S):
             yield
     except Timeout:
-        raise DispatchError(f"{sd.lock_path} is held by another {PROG} command for {LOCK_TIMEOUT_S:.0f} s; "
-                            "retry when it has finished") from None
+        raise DispatchError(
+            f"{sd.lock_path} is held by another {PROG} command for {LOCK_TIMEOUT_S:.0f} s; retry when it has finished"
+        ) from None
 
 
 def unfinished_units(sd: SweepDir) -> list[str]:
@@ -121,8 +129,10 @@ def cancel_sweep(sd: SweepDir) -> Cancelled:
     record it, so status says "cancelled" even where SLURM keeps no record of a task."""
     with sweep_lock(sd):
         st = sweep_status(sd)
-        arrays = sorted({array_of(u.job_id) for u in st.units
-                         if u.state in ACTIVE and u.executor == "slurm" and u.job_id}, key=lambda a: (len(a), a))
+        arrays = sorted(
+            {array_of(u.job_id) for u in st.units if u.state in ACTIVE and u.executor == "slurm" and u.job_id},
+            key=lambda a: (len(a), a),
+        )
         if not arrays:
             return Cancelled()
         if missing_tools("scancel"):

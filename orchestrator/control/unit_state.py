@@ -27,8 +27,14 @@ LOST_AFTER_S = 60.0
 RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED")
 
 
-def slurm_state(job: dict[str, Any], view: SchedulerView | None, mtime: float | None, cancelled: dict[str, float],
-                now: float, records: int) -> tuple[str, str | None]:
+def slurm_state(
+    job: dict[str, Any],
+    view: SchedulerView | None,
+    mtime: float | None,
+    cancelled: dict[str, float],
+    now: float,
+    records: int,
+) -> tuple[str, str | None]:
     """(state, detail) of a SLURM unit that is not done. ``mtime``: when its partial or log
     was last written (None: never), the sign that its task started."""
     jid = str(job["job_id"])
@@ -45,8 +51,9 @@ def slurm_state(job: dict[str, Any], view: SchedulerView | None, mtime: float | 
     return _from_task(ts, mtime, submitted)
 
 
-def _in_neither(view: SchedulerView, jid: str, submitted: float, mtime: float | None,
-                now: float) -> tuple[str, str | None]:
+def _in_neither(
+    view: SchedulerView, jid: str, submitted: float, mtime: float | None, now: float
+) -> tuple[str, str | None]:
     started = mtime is not None and mtime >= submitted
     if not started and view.squeue_ok and view.sacct_ok and view.knows_array(jid):
         return "cancelled", "cancelled while pending (a pending task cancelled on its own leaves no record)"

@@ -24,8 +24,14 @@ from orchestrator.store.sweepdir import SweepDir
 FRESH_VIEW_S = 1.0
 
 
-def wait_until_settled(sd: SweepDir, *, interval: float, slurm_interval: float, timeout: float | None,
-                       on_poll: Callable[[SweepStatus], None] | None = None) -> SweepStatus:
+def wait_until_settled(
+    sd: SweepDir,
+    *,
+    interval: float,
+    slurm_interval: float,
+    timeout: float | None,
+    on_poll: Callable[[SweepStatus], None] | None = None,
+) -> SweepStatus:
     """Poll until no unit is pending or running, or ``timeout`` seconds have passed (the
     status returned then is not settled). The partials are read every ``interval``; SLURM
     is asked at most every ``slurm_interval``. Units that were never submitted, with
@@ -39,8 +45,10 @@ def wait_until_settled(sd: SweepDir, *, interval: float, slurm_interval: float, 
             view = st.view
         never = [u.id for u in st.units if not u.submitted and u.state != "done"]
         if never and not any(u.state in ACTIVE and u.submitted for u in st.units):
-            raise DispatchError(f"{len(never)} units of {sd.root} were never submitted (e.g. {never[0]}); "
-                                f"`{PROG} resume {sd.root}` submits them")
+            raise DispatchError(
+                f"{len(never)} units of {sd.root} were never submitted (e.g. {never[0]}); "
+                f"`{PROG} resume {sd.root}` submits them"
+            )
         if on_poll is not None:
             on_poll(st)
         if st.settled and st.round2_pending and _next_round(sd):

@@ -90,8 +90,10 @@ def oom_kills() -> int | None:
         if controllers == "memory":
             files = [Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"]
         elif controllers == "":
-            files = [Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events",
-                     Path("/sys/fs/cgroup/unified") / path.lstrip("/") / "memory.events"]
+            files = [
+                Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events",
+                Path("/sys/fs/cgroup/unified") / path.lstrip("/") / "memory.events",
+            ]
         else:
             continue
         for f in files:

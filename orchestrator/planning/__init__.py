@@ -25,11 +25,27 @@ from orchestrator.planning.items import (
 from orchestrator.planning.shard import Unit, default_units, shard
 from orchestrator.spec.model import SweepSpec
 
-__all__ = ["INVALID", "PRUNED", "RUN", "CostTable", "PlannedConfigs", "Unit", "WorkItem", "expand", "notes",
-           "plan", "plan_line", "planned_configs", "shard", "shard_items"]
+__all__ = [
+    "INVALID",
+    "PRUNED",
+    "RUN",
+    "CostTable",
+    "PlannedConfigs",
+    "Unit",
+    "WorkItem",
+    "expand",
+    "notes",
+    "plan",
+    "plan_line",
+    "planned_configs",
+    "shard",
+    "shard_items",
+]
 
 
-def plan(spec: SweepSpec, units: int | None = None, costs: CostTable | None = None) -> tuple[list[WorkItem], list[Unit]]:
+def plan(
+    spec: SweepSpec, units: int | None = None, costs: CostTable | None = None
+) -> tuple[list[WorkItem], list[Unit]]:
     """Expand and shard a spec. ``costs`` (``costs.cost_table``) replaces the cost model
     with an earlier sweep's measurements where it has them."""
     with bulk():
@@ -37,16 +53,18 @@ def plan(spec: SweepSpec, units: int | None = None, costs: CostTable | None = No
         return items, shard_items(spec, items, units, costs)
 
 
-def shard_items(spec: SweepSpec, items: list[WorkItem], units: int | None = None,
-                costs: CostTable | None = None) -> list[Unit]:
+def shard_items(
+    spec: SweepSpec, items: list[WorkItem], units: int | None = None, costs: CostTable | None = None
+) -> list[Unit]:
     """Shard ``items`` of ``spec`` (all of its items, or those left to measure once reused
     records are set aside: none left, no unit) into units of round 1."""
     if not items:
         return []
     with bulk():
-        shapes = [(dtype, head_dim, seq, spec.batch, spec.heads, None if kv == spec.heads else kv)
-                  for dtype, head_dim, seq, kv in itertools.product(spec.dtypes, spec.head_dims, spec.seq_lens,
-                                                                    spec.kv_heads)]
+        shapes = [
+            (dtype, head_dim, seq, spec.batch, spec.heads, None if kv == spec.heads else kv)
+            for dtype, head_dim, seq, kv in itertools.product(spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads)
+        ]
         item_cost, scale = item_costs(items, spec, costs)
         setups = {sh: setup_estimate(sh, spec.modes, spec.causal) * scale for sh in shapes}
         n = units if units is not None else default_units(spec, len(shapes))

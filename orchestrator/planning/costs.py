@@ -56,15 +56,15 @@ class Assumptions:
     # ~170, bf16 fwd_bwd ~135, float32-as-tf32 fwd ~65 TFLOP/s).
     tflops: tuple[tuple[str, float], ...] = (("bfloat16", 150.0), ("float16", 150.0), ("float32", 60.0))
     call_overhead_s: float = 2e-5
-    compile_base_s: float = 0.14        # per config: trace, lower, XLA pipeline
-    compile_per_mma_s: float = 1.0e-3   # per MMA instruction in a warp's loop body
-    spill_regs: float = 256.0           # float32 accumulator registers/thread where spilling starts
-    check_s_per_element: float = 2e-9   # host-side rel_err per output element
-    record_s: float = 0.002             # one fsynced partial line
-    setup_base_s: float = 0.2           # inputs of a shape
-    reference_compile_s: float = 0.3    # per mode
-    reference_tflops: float = 30.0      # float32 HIGHEST einsums
-    item_floor_s: float = 0.002         # pruned/invalid items: a record line
+    compile_base_s: float = 0.14  # per config: trace, lower, XLA pipeline
+    compile_per_mma_s: float = 1.0e-3  # per MMA instruction in a warp's loop body
+    spill_regs: float = 256.0  # float32 accumulator registers/thread where spilling starts
+    check_s_per_element: float = 2e-9  # host-side rel_err per output element
+    record_s: float = 0.002  # one fsynced partial line
+    setup_base_s: float = 0.2  # inputs of a shape
+    reference_compile_s: float = 0.3  # per mode
+    reference_tflops: float = 30.0  # float32 HIGHEST einsums
+    item_floor_s: float = 0.002  # pruned/invalid items: a record line
 
     def throughput(self, dtype: str) -> float:
         return dict(self.tflops).get(dtype, 60.0) * 1e12
@@ -86,8 +86,9 @@ def _kernel_compile(a: Assumptions, mma_per_warp: float, regs: float) -> float:
     return a.compile_per_mma_s * mma_per_warp * (1.0 + spill * spill)
 
 
-def compile_estimate(mode: str, dtype: str, head_dim: int, seq: int, cfg: Mapping[str, int],
-                     a: Assumptions = DEFAULT, loops: int = 1) -> float:
+def compile_estimate(
+    mode: str, dtype: str, head_dim: int, seq: int, cfg: Mapping[str, int], a: Assumptions = DEFAULT, loops: int = 1
+) -> float:
     """Seconds to lower and compile one config (``cfg``: AttentionConfig fields); ``loops``:
     copies of each scan's loop body (``Impl.causal_loops`` for a causal problem)."""
     d = smem.padded_head_dim(head_dim)
@@ -98,18 +99,19 @@ def compile_estimate(mode: str, dtype: str, head_dim: int, seq: int, cfg: Mappin
     bq, bk = min(cfg.get("block_q", 128), seq), min(cfg.get("block_k", 128), seq)
     # Forward: S = Q K^T and O += P V per K/V step; accumulators S, O plus the Q tile.
     total = a.compile_base_s + loops * _kernel_compile(
-        a, 2 * bq * bk * d / (warps * vol), (bq * bk + bq * d + bq * d * e / 4) / threads)
+        a, 2 * bq * bk * d / (warps * vol), (bq * bk + bq * d + bq * d * e / 4) / threads
+    )
     if mode == "fwd_bwd":
         o, i = min(cfg.get("bwd_outer", 128), seq), min(cfg.get("bwd_inner", 128), seq)
         # dK/dV scan (4 dots) then dQ scan (3 dots), each o x i x d per step.
-        regs = max((2 * o * d + 2 * o * i + 2 * o * d * e / 4) / threads,
-                   (o * d + 2 * o * i + o * d * e / 4) / threads)
+        regs = max((2 * o * d + 2 * o * i + 2 * o * d * e / 4) / threads, (o * d + 2 * o * i + o * d * e / 4) / threads)
         total += loops * _kernel_compile(a, 7 * o * i * d / (warps * vol), regs)
     return total
 
 
-def auto_estimate(mode: str, dtype: str, head_dim: int, seq: int, smem_limit: int | None,
-                  impl: str = DEFAULT_IMPL) -> dict[str, Any]:
+def auto_estimate(
+    mode: str, dtype: str, head_dim: int, seq: int, smem_limit: int | None, impl: str = DEFAULT_IMPL
+) -> dict[str, Any]:
     """The config the implementation's ``auto`` runs (``kernels.impls``, jax-free), as
     AttentionConfig fields; the library default where no config fits (that item fails fast)."""
     try:
@@ -127,15 +129,32 @@ def flops(mode: str, batch: int, heads: int, seq: int, head_dim: int, causal: bo
     return attention_flops(mode, batch, heads, seq, head_dim, causal=causal) or 0.0
 
 
-def call_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head_dim: int,
-                  a: Assumptions = DEFAULT, causal: bool = False) -> float:
+def call_estimate(
+    mode: str,
+    dtype: str,
+    batch: int,
+    heads: int,
+    seq: int,
+    head_dim: int,
+    a: Assumptions = DEFAULT,
+    causal: bool = False,
+) -> float:
     """Seconds per kernel call."""
     return flops(mode, batch, heads, seq, head_dim, causal) / a.throughput(dtype) + a.call_overhead_s
 
 
-def timed_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head_dim: int,
-                   spec: SweepSpec, a: Assumptions = DEFAULT, causal: bool = False,
-                   how: Measurement | None = None) -> float:
+def timed_estimate(
+    mode: str,
+    dtype: str,
+    batch: int,
+    heads: int,
+    seq: int,
+    head_dim: int,
+    spec: SweepSpec,
+    a: Assumptions = DEFAULT,
+    causal: bool = False,
+    how: Measurement | None = None,
+) -> float:
     """Seconds of calls, check and record of one runnable config (everything but compile),
     timed as ``how`` says (default: ``repeats`` samples of ``target_ms``)."""
     t = call_estimate(mode, dtype, batch, heads, seq, head_dim, a, causal)
@@ -147,8 +166,9 @@ def timed_estimate(mode: str, dtype: str, batch: int, heads: int, seq: int, head
     return calls * t + outputs * a.check_s_per_element + a.record_s
 
 
-def setup_estimate(shape: tuple, modes: Iterable[str], causal: Iterable[bool] = (False,),
-                   a: Assumptions = DEFAULT) -> float:
+def setup_estimate(
+    shape: tuple, modes: Iterable[str], causal: Iterable[bool] = (False,), a: Assumptions = DEFAULT
+) -> float:
     """Seconds to make a shape's inputs (``WorkItem.shape``) and the reference of each mode and
     causal value, once per unit."""
     _, head_dim, seq, batch, heads, _ = shape
@@ -206,8 +226,9 @@ def cost_table(results: Iterable[Any], config: Mapping[str, Any], source: str) -
 # ---------------------------------------------------------------------------- per item
 
 
-def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None,
-               a: Assumptions = DEFAULT, round_: int = 1) -> tuple[list[float], float]:
+def item_costs(
+    items: list[Any], spec: SweepSpec, table: CostTable | None = None, a: Assumptions = DEFAULT, round_: int = 1
+) -> tuple[list[float], float]:
     """Seconds per item (model, or ``table`` where it has the item) and the factor the model
     was scaled by to agree with the table on the items both know (1.0 without a table).
     ``round_``: the round the items are timed in (``planning.halving.measurement``).
@@ -215,8 +236,17 @@ def item_costs(items: list[Any], spec: SweepSpec, table: CostTable | None = None
     The model depends on a few fields only, so it is cached on them: a million items cost
     about one dict lookup each."""
     # No block of the spec is clamped at a seq at least this large.
-    big = max([128, *spec.fwd_block_q, *spec.fwd_block_k, *spec.bwd_outer, *spec.bwd_inner,
-               spec.forward_blocks.block_q, spec.forward_blocks.block_k])
+    big = max(
+        [
+            128,
+            *spec.fwd_block_q,
+            *spec.fwd_block_k,
+            *spec.bwd_outer,
+            *spec.bwd_inner,
+            spec.forward_blocks.block_q,
+            spec.forward_blocks.block_k,
+        ]
+    )
     compile_cache: dict[tuple, float] = {}
     model: list[float] = []
     append = model.append

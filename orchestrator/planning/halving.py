@@ -70,8 +70,9 @@ def margin(noise: float, auto: Mapping[str, Any] | None) -> float:
     return noise if spread is None else max(noise, 2 * spread)
 
 
-def survivors(screens: Iterable[tuple[str, float]], *, keep: int, noise: float,
-              auto: Mapping[str, Any] | None = None) -> list[str]:
+def survivors(
+    screens: Iterable[tuple[str, float]], *, keep: int, noise: float, auto: Mapping[str, Any] | None = None
+) -> list[str]:
     """The ids of one problem's screened configs to time in full, fastest screen first.
 
     ``screens``: (item id, screened median ms) of the configs whose screen succeeded (a config

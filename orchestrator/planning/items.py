@@ -65,8 +65,19 @@ class WorkItem:
 
     def record_key(self) -> tuple[Any, ...]:
         """``records.record_key`` of this item's record, without building the record."""
-        return key_of(self.dtype, self.head_dim, self.seq, self.batch, self.heads, self.mode, self.config,
-                      self.params, causal=self.causal, kv_heads=self.kv_heads, impl=self.impl)
+        return key_of(
+            self.dtype,
+            self.head_dim,
+            self.seq,
+            self.batch,
+            self.heads,
+            self.mode,
+            self.config,
+            self.params,
+            causal=self.causal,
+            kv_heads=self.kv_heads,
+            impl=self.impl,
+        )
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -76,7 +87,11 @@ class WorkItem:
         """Identity and config fields exactly as a reference record has them (plus the
         optional identity fields of ``orchestrator.spec.records`` where the sweep has them)."""
         rec: dict[str, Any] = {
-            "dtype": self.dtype, "head_dim": self.head_dim, "seq": self.seq, "batch": self.batch, "heads": self.heads,
+            "dtype": self.dtype,
+            "head_dim": self.head_dim,
+            "seq": self.seq,
+            "batch": self.batch,
+            "heads": self.heads,
         }
         if self.shown[0]:
             rec["causal"] = self.causal
@@ -87,7 +102,7 @@ class WorkItem:
         if self.impl != DEFAULT_IMPL:
             rec["impl"] = self.impl
         rec["config"] = self.config
-        rec.update(zip(self.param_names, self.params))
+        rec.update(zip(self.param_names, self.params, strict=True))
         return rec
 
     def kernel_config(self) -> dict[str, int] | None:
@@ -100,8 +115,12 @@ class WorkItem:
 # The spec's grid axis of each AttentionConfig field a mode sweeps.
 GRID_AXES: dict[str, dict[str, str]] = {
     "fwd": {"block_q": "fwd_block_q", "block_k": "fwd_block_k", "num_stages": "fwd_stages", "num_warps": "fwd_warps"},
-    "fwd_bwd": {"bwd_outer": "bwd_outer", "bwd_inner": "bwd_inner", "num_stages": "bwd_stages",
-                "num_warps": "bwd_warps"},
+    "fwd_bwd": {
+        "bwd_outer": "bwd_outer",
+        "bwd_inner": "bwd_inner",
+        "num_stages": "bwd_stages",
+        "num_warps": "bwd_warps",
+    },
 }
 
 
@@ -116,8 +135,11 @@ def _grid(spec: SweepSpec, mode: str) -> list[tuple[int, ...]]:
     if mode == "fwd":
         return list(itertools.product(axis("block_q"), axis("block_k"), axis("num_stages"), axis("num_warps")))
     fb = spec.forward_blocks
-    return list(itertools.product([fb.block_q], [fb.block_k], axis("bwd_outer"), axis("bwd_inner"),
-                                  axis("num_stages"), axis("num_warps")))
+    return list(
+        itertools.product(
+            [fb.block_q], [fb.block_k], axis("bwd_outer"), axis("bwd_inner"), axis("num_stages"), axis("num_warps")
+        )
+    )
 
 
 def check_supported(spec: SweepSpec) -> None:
@@ -127,9 +149,11 @@ def check_supported(spec: SweepSpec) -> None:
     why = impl.unsupported(grouped_query=bool(gqa))
     if why:
         allowed = [n for n in impls.IMPL_NAMES if impls.IMPLS[n].grouped_query]
-        raise PlanError(f"kernel.impl {impl.name!r}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
-                        f"kv_heads [null] (or [{spec.heads}]); for grouped-query attention use kernel.impl "
-                        f"{' or '.join(map(repr, allowed))}")
+        raise PlanError(
+            f"kernel.impl {impl.name!r}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
+            f"kv_heads [null] (or [{spec.heads}]); for grouped-query attention use kernel.impl "
+            f"{' or '.join(map(repr, allowed))}"
+        )
 
 
 def notes(spec: SweepSpec) -> list[str]:
@@ -142,8 +166,10 @@ def notes(spec: SweepSpec) -> list[str]:
     for mode in spec.modes:
         for field, value in impl.pinned.get(mode, {}).items():
             axis = GRID_AXES[mode][field]
-            out.append(f"kernel.impl {impl.name!r}: {impl.pinned_why}, so {mode} configs are planned with "
-                       f"{field}={value} only ({axis} {getattr(spec, axis)} is not swept)")
+            out.append(
+                f"kernel.impl {impl.name!r}: {impl.pinned_why}, so {mode} configs are planned with "
+                f"{field}={value} only ({axis} {getattr(spec, axis)} is not swept)"
+            )
     return out
 
 
@@ -184,7 +210,8 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
     classes = _Classifier(spec, {mode: grids[mode][0] for mode in spec.modes})
     clamped = _Clamped(grids)
     for dtype, head_dim, seq, kv, causal in itertools.product(
-            spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal):
+        spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal
+    ):
         kv_heads = None if kv == heads else kv
         variant = {"causal": causal, "kv_heads": kv_heads, "impl": impl}
         extra = {**variant, "shown": shown}
@@ -197,17 +224,37 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
             params, suffixes = clamped(mode, seq)
             prefix = id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "forced", **variant)
             start = len(items)
-            items.extend([
-                WorkItem(start + j, dtype, head_dim, seq, batch, heads, tag, mode, "forced", p,
-                         id_of(prefix, suffix), kind, reason, nbytes, **extra)
-                for j, (p, suffix, (kind, reason, nbytes))
-                in enumerate(zip(params, suffixes, classes(mode, dtype, head_dim, seq, params)))
-            ])
+            items.extend(
+                [
+                    WorkItem(
+                        start + j,
+                        dtype,
+                        head_dim,
+                        seq,
+                        batch,
+                        heads,
+                        tag,
+                        mode,
+                        "forced",
+                        p,
+                        id_of(prefix, suffix),
+                        kind,
+                        reason,
+                        nbytes,
+                        **extra,
+                    )
+                    for j, (p, suffix, (kind, reason, nbytes)) in enumerate(
+                        zip(params, suffixes, classes(mode, dtype, head_dim, seq, params), strict=True)
+                    )
+                ]
+            )
     return items
 
 
-_BLOCK_POSITIONS = {"fwd": (("block_q", 0), ("block_k", 1)),
-                    "fwd_bwd": (("fwd_block_q", 0), ("fwd_block_k", 1), ("bwd_outer", 2), ("bwd_inner", 3))}
+_BLOCK_POSITIONS = {
+    "fwd": (("block_q", 0), ("block_k", 1)),
+    "fwd_bwd": (("fwd_block_q", 0), ("fwd_block_k", 1), ("bwd_outer", 2), ("bwd_inner", 3)),
+}
 
 
 class _Clamped:
@@ -222,8 +269,9 @@ class _Clamped:
         self.clamp = clamp_block
         self.grids = grids
         self.cache: dict[tuple[str, int], tuple[list[tuple[int, ...]], list[bytes]]] = {}
-        self.largest = {m: max((p[i] for p in g[0] for _, i in _BLOCK_POSITIONS[m]), default=0)
-                        for m, g in grids.items()}
+        self.largest = {
+            m: max((p[i] for p in g[0] for _, i in _BLOCK_POSITIONS[m]), default=0) for m, g in grids.items()
+        }
 
     def __call__(self, mode: str, seq: int) -> tuple[list[tuple[int, ...]], list[bytes]]:
         if self.largest[mode] <= seq:
@@ -257,8 +305,9 @@ class _Classifier:
         # distinct block sizes of each mode's whole grid (a shape may run a clamped one)
         self.blocks = {m: sorted({p[i] for p in g for _, i in _BLOCK_POSITIONS[m]}) for m, g in grids.items()}
 
-    def __call__(self, mode: str, dtype: str, head_dim: int, seq: int,
-                 grid: list[tuple[int, ...]]) -> list[tuple[str, str | None, int | None]]:
+    def __call__(
+        self, mode: str, dtype: str, head_dim: int, seq: int, grid: list[tuple[int, ...]]
+    ) -> list[tuple[str, str | None, int | None]]:
         positions = _BLOCK_POSITIONS[mode]
         blocks = self.blocks[mode]
         plain = all(b <= seq and seq % b == 0 for b in blocks)
@@ -268,8 +317,15 @@ class _Classifier:
             out = self.cache[key] = [self._one(mode, dtype, head_dim, seq, p, positions) for p in grid]
         return out
 
-    def _one(self, mode: str, dtype: str, head_dim: int, seq: int, params: tuple[int, ...],
-             positions: tuple[tuple[str, int], ...]) -> tuple[str, str | None, int | None]:
+    def _one(
+        self,
+        mode: str,
+        dtype: str,
+        head_dim: int,
+        seq: int,
+        params: tuple[int, ...],
+        positions: tuple[tuple[str, int], ...],
+    ) -> tuple[str, str | None, int | None]:
         for name, i in positions:
             block = params[i]
             if seq % min(block, seq):  # the kernel clamps a block larger than seq
@@ -282,10 +338,14 @@ class _Classifier:
         kernel, nbytes = over
         if not self.enabled:
             return RUN, None, nbytes
-        return PRUNED, (
-            f"SharedMemoryPredicted: {kernel} kernel needs {nbytes} bytes of shared memory "
-            f"(predicted by the model, not compiled); smem_limit_bytes allows {self.limit}"
-        ), nbytes
+        return (
+            PRUNED,
+            (
+                f"SharedMemoryPredicted: {kernel} kernel needs {nbytes} bytes of shared memory "
+                f"(predicted by the model, not compiled); smem_limit_bytes allows {self.limit}"
+            ),
+            nbytes,
+        )
 
 
 @dataclass
@@ -315,10 +375,13 @@ def planned_configs(spec: SweepSpec) -> PlannedConfigs:
     clamped = _Clamped(full)
     grids = {(mode, seq): clamped(mode, seq)[0] for mode in spec.modes for seq in spec.seq_lens}
     heads, impl = spec.heads, spec.measured_impl
-    problems = {(dtype, head_dim, seq, spec.batch, heads, mode, spec.tag, causal, None if kv == heads else kv, impl)
-                for dtype, head_dim, seq, kv, causal in itertools.product(
-                    spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal)
-                for mode in spec.modes}
+    problems = {
+        (dtype, head_dim, seq, spec.batch, heads, mode, spec.tag, causal, None if kv == heads else kv, impl)
+        for dtype, head_dim, seq, kv, causal in itertools.product(
+            spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal
+        )
+        for mode in spec.modes
+    }
     return PlannedConfigs(problems, grids)
 
 

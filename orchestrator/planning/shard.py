@@ -44,8 +44,15 @@ def default_units(spec: SweepSpec, n_shapes: int) -> int:
     return spec.executor.fill_tasks(max(1, min(n_shapes, 4)))
 
 
-def shard(items: list[WorkItem], n_units: int, *, costs: list[float] | None = None,
-          setups: dict[tuple, float] | None = None, strategy: str = "shape", round_: int = 1) -> list[Unit]:
+def shard(
+    items: list[WorkItem],
+    n_units: int,
+    *,
+    costs: list[float] | None = None,
+    setups: dict[tuple, float] | None = None,
+    strategy: str = "shape",
+    round_: int = 1,
+) -> list[Unit]:
     """Group items into at most ``n_units`` units so that the slowest unit is as short as
     the costs allow. Items keep plan order inside a unit.
 
@@ -67,8 +74,14 @@ def shard(items: list[WorkItem], n_units: int, *, costs: list[float] | None = No
     members: list[int] = []
     for pos, it in enumerate(items):
         # Items come in runs of one shape: look the group up only where a run starts.
-        if last is None or it.seq != last.seq or it.head_dim != last.head_dim or it.dtype != last.dtype \
-                or it.batch != last.batch or it.heads != last.heads:
+        if (
+            last is None
+            or it.seq != last.seq
+            or it.head_dim != last.head_dim
+            or it.dtype != last.dtype
+            or it.batch != last.batch
+            or it.heads != last.heads
+        ):
             members = groups.setdefault(it.shape, [])
             last = it
         members.append(pos)
@@ -76,8 +89,11 @@ def shard(items: list[WorkItem], n_units: int, *, costs: list[float] | None = No
     if setups is None:
         setups = {sh: setup_estimate(sh, {items[p].mode for p in groups[sh]}) for sh in shapes}
     assignment = pack([groups[sh] for sh in shapes], costs, [setups[sh] for sh in shapes], n_units, strategy)
-    units = [Unit(i, [items[p] for p in sorted(positions)], round=round_)
-             for i, positions in enumerate(assignment) if positions]
+    units = [
+        Unit(i, [items[p] for p in sorted(positions)], round=round_)
+        for i, positions in enumerate(assignment)
+        if positions
+    ]
     units.sort(key=lambda u: u.items[0].index)
     for i, u in enumerate(units):
         u.index = i
@@ -95,8 +111,9 @@ PIECE_OF_UNIT = {"shape": 0.5, "balanced": 0.1}
 KEEP_TOGETHER_SLACK = 0.02
 
 
-def pack(groups: list[list[int]], costs: list[float], setups: list[float], n_units: int,
-         strategy: str = "shape") -> list[list[int]]:
+def pack(
+    groups: list[list[int]], costs: list[float], setups: list[float], n_units: int, strategy: str = "shape"
+) -> list[list[int]]:
     """Positions (into ``costs``) per unit, minimising the slowest unit's cost.
 
     1. Split each group (a shape's items) into pieces of at most ``PIECE_OF_UNIT`` of the
@@ -169,8 +186,10 @@ class _Units:
         if fits:
             u = max(fits, key=lambda v: (self.load[v], -v))
         else:
-            u = min(holders | {self._least()},
-                    key=lambda v: (self.load[v] + cost + (0.0 if g in self.members[v] else self.setups[g]), v))
+            u = min(
+                holders | {self._least()},
+                key=lambda v: (self.load[v] + cost + (0.0 if g in self.members[v] else self.setups[g]), v),
+            )
         extra = 0.0 if g in self.members[u] else self.setups[g]
         bucket = self.members[u].setdefault(g, [])
         bucket.extend((self.costs[p], p) for p in part)
@@ -202,7 +221,7 @@ class _Units:
             add = 0.0 if g in self.members[v] else self.setups[g]
             want = (lu - lv - save - add) / 2
             k = bisect.bisect_left(bucket, (want, -1))
-            for c, p in bucket[max(0, k - 1):k + 1]:
+            for c, p in bucket[max(0, k - 1) : k + 1]:
                 new = max(lu - c - save, lv + c + add)
                 if best is None or new < best[0]:
                     best = (new, p, g)
@@ -221,7 +240,7 @@ class _Units:
         for g in shared:
             for c, p in self.members[u][g]:
                 k = bisect.bisect_left(keys, c - (lu - lv) / 2)
-                for c2, p2, g2 in theirs[max(0, k - 1):k + 1]:
+                for c2, p2, g2 in theirs[max(0, k - 1) : k + 1]:
                     d = c - c2
                     if d <= 0:
                         continue

@@ -54,8 +54,9 @@ def measurement_key(dumped: Mapping[str, Any], screened: bool, backend: str | No
     timer = get("timer")
     if timer == "auto":  # the timer the worker used: SweepSpec.timer_on's rule, from the compile mode
         mode = _section(dumped, "compile").get("mode", CompileSettings.model_fields["mode"].default)
-        timer = SweepSpec.model_construct(timing=TimingSettings.model_construct(timer=timer),
-                                          compile=CompileSettings.model_construct(mode=mode)).timer_on(backend or "")
+        timer = SweepSpec.model_construct(
+            timing=TimingSettings.model_construct(timer=timer), compile=CompileSettings.model_construct(mode=mode)
+        ).timer_on(backend or "")
     common = (impl, timer, str(get("flush_l2")), get("warmup"), get("max_inner"))
     if screened:
         screen = get("screen_ms")
@@ -64,8 +65,16 @@ def measurement_key(dumped: Mapping[str, Any], screened: bool, backend: str | No
     return (*common, "full", dumped.get("repeats", 5), float(get("target_ms")))
 
 
-_KEY_NAMES = ("kernel.impl", "timing.timer", "timing.flush_l2", "timing.warmup", "timing.max_inner", "timing kind",
-              "samples", "ms per sample")
+_KEY_NAMES = (
+    "kernel.impl",
+    "timing.timer",
+    "timing.flush_l2",
+    "timing.warmup",
+    "timing.max_inner",
+    "timing kind",
+    "samples",
+    "ms per sample",
+)
 
 
 def measurement_differences(have: tuple[Any, ...], want: tuple[Any, ...]) -> list[str]:
@@ -84,5 +93,8 @@ def env_differences(have: Mapping[str, Any], want: Mapping[str, Any], *, ignore_
     them lacks (None) is not compared. ``ignore_device``: backend and device kind may differ
     (``merge.mix_devices``: records then carry their device)."""
     skip = ("backend", "device_kind") if ignore_device else ()
-    return [f"{k} {have.get(k)!r} vs {want.get(k)!r}" for k in ENV_FIELDS
-            if k not in skip and have.get(k) is not None and want.get(k) is not None and have.get(k) != want.get(k)]
+    return [
+        f"{k} {have.get(k)!r} vs {want.get(k)!r}"
+        for k in ENV_FIELDS
+        if k not in skip and have.get(k) is not None and want.get(k) is not None and have.get(k) != want.get(k)
+    ]

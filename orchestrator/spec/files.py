@@ -55,7 +55,9 @@ def read_spec_data(p: Path) -> dict[str, Any]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise SpecError(f"spec file {p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+            raise SpecError(
+                f"spec file {p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            ) from None
     if not isinstance(data, dict):
         raise SpecError(f"spec file {p} must hold an object of spec fields, got {type(data).__name__}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):

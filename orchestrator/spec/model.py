@@ -13,8 +13,17 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo
-from pydantic import field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
 from kernels.smem import DTYPES, MAX_HEAD_DIM, MIN_HEAD_DIM, MODES
@@ -24,10 +33,29 @@ REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (job
 
 # The reference config block, in the reference document's key order.
 REFERENCE_CONFIG_FIELDS = (
-    "output", "append", "dtypes", "head_dims", "seq_lens", "modes", "batch", "heads",
-    "repeats", "auto_only", "tag", "fwd_block_q", "fwd_block_k", "fwd_stages", "fwd_warps",
-    "bwd_outer", "bwd_inner", "bwd_stages", "bwd_warps", "bwd_fwd_config", "smem_limit_bytes",
+    "output",
+    "append",
+    "dtypes",
+    "head_dims",
+    "seq_lens",
+    "modes",
+    "batch",
+    "heads",
+    "repeats",
+    "auto_only",
+    "tag",
+    "fwd_block_q",
+    "fwd_block_k",
+    "fwd_stages",
+    "fwd_warps",
+    "bwd_outer",
+    "bwd_inner",
+    "bwd_stages",
+    "bwd_warps",
+    "bwd_fwd_config",
+    "smem_limit_bytes",
 )
+
 
 def _power_of_two(values: list[int]) -> list[int]:
     bad = [v for v in values if v < 1 or v & (v - 1)]
@@ -39,8 +67,10 @@ def _power_of_two(values: list[int]) -> list[int]:
 def _head_dims(values: list[int]) -> list[int]:
     bad = [v for v in values if not MIN_HEAD_DIM <= v <= MAX_HEAD_DIM]
     if bad:
-        raise ValueError(f"must be from {MIN_HEAD_DIM} to {MAX_HEAD_DIM} (80, 96, 192 are fine: the kernel pads "
-                         f"them to a power of two), got {bad}")
+        raise ValueError(
+            f"must be from {MIN_HEAD_DIM} to {MAX_HEAD_DIM} (80, 96, 192 are fine: the kernel pads "
+            f"them to a power of two), got {bad}"
+        )
     return values
 
 
@@ -122,14 +152,30 @@ class ExecutorSettings(_Model):
     slurm_signal_delay_s: int | None = Field(default=None, ge=0)
     slurm_job_name: str | None = None
     # tilesweep's own
-    local_workers: int | None = Field(default=None, ge=1, description="local: parallel workers (default: one per visible GPU, one without GPU)")
+    local_workers: int | None = Field(
+        default=None, ge=1, description="local: parallel workers (default: one per visible GPU, one without GPU)"
+    )
     max_requeues: int = Field(default=3, ge=0, description="times a preempted or timed-out task is requeued")
-    max_config_attempts: int = Field(default=2, ge=1, description="a config that kills its worker this often is recorded as an error")
-    max_array_size: int | None = Field(default=None, ge=1, description="slurm: most tasks per job array; default: the cluster's MaxArraySize (scontrol show config)")
-    merge_job: bool = Field(default=True, description="slurm: submit a dependent job (afterany) that merges the results once the arrays end")
-    merge_partition: str | None = Field(default=None, description="slurm: partition of the merge job (it needs no GPU); default: slurm_partition")
-    sbatch_timeout_s: float = Field(default=60.0, gt=0, description="slurm: give up on an sbatch that has not "
-                                    "answered after this long (it retries for minutes when the job table is full)")
+    max_config_attempts: int = Field(
+        default=2, ge=1, description="a config that kills its worker this often is recorded as an error"
+    )
+    max_array_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="slurm: most tasks per job array; default: the cluster's MaxArraySize (scontrol show config)",
+    )
+    merge_job: bool = Field(
+        default=True, description="slurm: submit a dependent job (afterany) that merges the results once the arrays end"
+    )
+    merge_partition: str | None = Field(
+        default=None, description="slurm: partition of the merge job (it needs no GPU); default: slurm_partition"
+    )
+    sbatch_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="slurm: give up on an sbatch that has not "
+        "answered after this long (it retries for minutes when the job table is full)",
+    )
 
     def units_per_task(self) -> int:
         """How many units one SLURM task runs at once: one per GPU it is given (one without
@@ -168,23 +214,37 @@ class TimingSettings(_Model):
         description="full: every config gets repeats x target_ms; halving: every config of a problem gets one "
         "screening sample of screen_ms, then only those that can still win are timed in full (a second round)",
     )
-    screen_ms: float | None = Field(default=None, gt=0, description="halving: length of the one screening sample "
-                                    "(default: target_ms / 10); must be below target_ms")
+    screen_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="halving: length of the one screening sample (default: target_ms / 10); must be below target_ms",
+    )
     keep: int = Field(default=4, ge=1, description="halving: at least this many configs per problem are timed in full")
-    noise: float = Field(default=0.1, ge=0, description="halving: a config whose screen is within this fraction of "
-                         "the best screen (or of twice the auto record's relative q1-q3 spread, if larger) is timed "
-                         "in full too")
+    noise: float = Field(
+        default=0.1,
+        ge=0,
+        description="halving: a config whose screen is within this fraction of "
+        "the best screen (or of twice the auto record's relative q1-q3 spread, if larger) is timed "
+        "in full too",
+    )
     timer: Literal["auto", "wall", "device"] = Field(
-        default="auto", description="wall: perf_counter around block_until_ready; device: the kernels' own time from "
-        "jax's profiler trace, without dispatch overhead; auto: device with compile.mode processes on a GPU, else wall")
-    flush_l2: Literal["auto", True, False] = Field(default="auto", description="overwrite a buffer larger than the "
-                                                   "GPU's L2 cache before each sample; auto: on a GPU, off on the CPU")
+        default="auto",
+        description="wall: perf_counter around block_until_ready; device: the kernels' own time from "
+        "jax's profiler trace, without dispatch overhead; auto: device with compile.mode processes on a GPU, else wall",
+    )
+    flush_l2: Literal["auto", True, False] = Field(
+        default="auto",
+        description="overwrite a buffer larger than the "
+        "GPU's L2 cache before each sample; auto: on a GPU, off on the CPU",
+    )
 
     @model_validator(mode="after")
     def _screen_below_target(self) -> TimingSettings:
         if self.screen_ms is not None and self.screen_ms >= self.target_ms:
-            raise ValueError(f"screen_ms={self.screen_ms:g} must be below target_ms={self.target_ms:g} "
-                             "(a screening sample is the short one)")
+            raise ValueError(
+                f"screen_ms={self.screen_ms:g} must be below target_ms={self.target_ms:g} "
+                "(a screening sample is the short one)"
+            )
         return self
 
     @property
@@ -207,48 +267,72 @@ class KernelSettings(_Model):
 
 # Measurement options added after the first sweeps were planned: a spec that leaves them at their
 # defaults keeps the fingerprint it had before they existed, so those sweeps resume unchanged.
-_ADDED_FIELDS: dict[str, tuple[type[_Model], tuple[str, ...]]] = {"timing": (TimingSettings, (
-    "strategy", "screen_ms", "keep", "noise", "timer", "flush_l2"))}
+_ADDED_FIELDS: dict[str, tuple[type[_Model], tuple[str, ...]]] = {
+    "timing": (TimingSettings, ("strategy", "screen_ms", "keep", "noise", "timer", "flush_l2"))
+}
 
 
 class ReplaySettings(_Model):
     """Where a replayed sweep takes its measurements from (``kernel.impl: replay``), and at what pace."""
 
-    source: str = Field(description="a results document (tilesweep's or the reference run's) that measured this "
-                        "spec's problems; a relative path is taken from the working directory")
+    source: str = Field(
+        description="a results document (tilesweep's or the reference run's) that measured this "
+        "spec's problems; a relative path is taken from the working directory"
+    )
     impl: Literal[IMPL_NAMES] = Field(  # type: ignore[valid-type]
-        default=DEFAULT_IMPL, description="the kernel implementation the source measured: its configs are planned")
+        default=DEFAULT_IMPL, description="the kernel implementation the source measured: its configs are planned"
+    )
     pace: Literal["instant", "real"] = Field(default="instant", description="real: wait out each record's seconds")
 
 
 class CompileSettings(_Model):
-    mode: Literal["threads", "processes"] = Field(default="threads", description="threads: compile on a thread "
-                                                  "pool of the worker (lowering holds the GIL); processes: compile "
-                                                  "processes lower and compile, the worker times (README: Compile modes)")
-    workers: int | None = Field(default=None, ge=1, description="compile threads or processes per worker, at most "
-                                "its CPUs (a whole-node task's share); default: those CPUs")
-    cache_dir: str | None = Field(default=None, description="persistent compilation cache shared by the sweep's units; default: SWEEP_DIR/compile-cache; "
-                                     "a relative path is taken relative to the sweep directory; 'off' disables")
+    mode: Literal["threads", "processes"] = Field(
+        default="threads",
+        description="threads: compile on a thread "
+        "pool of the worker (lowering holds the GIL); processes: compile "
+        "processes lower and compile, the worker times (README: Compile modes)",
+    )
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="compile threads or processes per worker, at most "
+        "its CPUs (a whole-node task's share); default: those CPUs",
+    )
+    cache_dir: str | None = Field(
+        default=None,
+        description="persistent compilation cache shared by the sweep's units; default: SWEEP_DIR/compile-cache; "
+        "a relative path is taken relative to the sweep directory; 'off' disables",
+    )
 
 
 class MergeSettings(_Model):
-    lock: Literal["hard", "soft"] = Field(default="hard", description="soft: a lock file that works where flock does not (NFS, Lustre)")
+    lock: Literal["hard", "soft"] = Field(
+        default="hard", description="soft: a lock file that works where flock does not (NFS, Lustre)"
+    )
     lock_timeout_s: float = Field(default=600.0, gt=0)
-    mix_devices: bool = Field(default=False, description="append into a document of another device; records then carry their device")
+    mix_devices: bool = Field(
+        default=False, description="append into a document of another device; records then carry their device"
+    )
 
 
 class ReportSettings(_Model):
     """What a finished sweep leaves beside its results document."""
 
-    html: bool = Field(default=False, description="write the report page (the results document's path with "
-                       "the suffix .html) when run or wait ends, and in the SLURM final-merge job")
+    html: bool = Field(
+        default=False,
+        description="write the report page (the results document's path with "
+        "the suffix .html) when run or wait ends, and in the SLURM final-merge job",
+    )
 
 
 class ReuseSettings(_Model):
     """Earlier documents whose compatible records are carried, not measured (``store.reuse``)."""
 
-    documents: list[str] = Field(default_factory=list, description="results documents reused besides the output "
-                                 "document (a relative path is taken from the working directory)")
+    documents: list[str] = Field(
+        default_factory=list,
+        description="results documents reused besides the output "
+        "document (a relative path is taken from the working directory)",
+    )
     errors: bool = Field(default=False, description="reuse error records too (default: measured again)")
 
 
@@ -264,10 +348,13 @@ class SweepSpec(_Model):
     batch: PositiveInt = 4
     heads: PositiveInt = 8
     causal: Annotated[list[StrictBool], NonEmpty, AfterValidator(_unique)] = Field(
-        default=[False], description="causal masking to tune: [false] (the reference), [true], or both")
+        default=[False], description="causal masking to tune: [false] (the reference), [true], or both"
+    )
     kv_heads: Annotated[list[StrictInt | None], NonEmpty] = Field(
-        default=[None], description="key/value heads (grouped-query attention); each divides heads; "
-        "null = heads (multi-head), 1 = multi-query")
+        default=[None],
+        description="key/value heads (grouped-query attention); each divides heads; "
+        "null = heads (multi-head), 1 = multi-query",
+    )
     repeats: PositiveInt = 5
     auto_only: bool = False
     tag: str = ""
@@ -312,8 +399,10 @@ class SweepSpec(_Model):
         divisors = [d for d in range(1, heads + 1) if heads % d == 0]
         bad = [v for v in values if v is not None and v not in divisors]
         if bad:
-            raise ValueError(f"each value must divide heads={heads} ({', '.join(map(str, divisors))}; "
-                             f"1 is multi-query, null or {heads} multi-head), got {bad}")
+            raise ValueError(
+                f"each value must divide heads={heads} ({', '.join(map(str, divisors))}; "
+                f"1 is multi-query, null or {heads} multi-head), got {bad}"
+            )
         same = [v for v in values if v in (None, heads)]
         if len(same) > 1 or len(set(values)) < len(values):
             raise ValueError(f"lists each value once (null and {heads} are both multi-head), got {json.dumps(values)}")
@@ -340,7 +429,9 @@ class SweepSpec(_Model):
     @model_validator(mode="after")
     def _replay_needs_a_source(self) -> SweepSpec:
         if self.kernel.impl == REPLAY and self.replay is None:
-            raise ValueError('kernel.impl is "replay" but no replay source is given: add "replay": {"source": "R.json"}')
+            raise ValueError(
+                'kernel.impl is "replay" but no replay source is given: add "replay": {"source": "R.json"}'
+            )
         if self.replay is not None and self.kernel.impl != REPLAY:
             raise ValueError(f'replay.source is given but kernel.impl is {self.kernel.impl!r}: set it to "replay"')
         return self
@@ -386,8 +477,9 @@ class SweepSpec(_Model):
         measured = {k: dumped[k] for k in REFERENCE_CONFIG_FIELDS if k not in ("output", "append")}
         measured.update(self._axes(dumped))
         for section, (model, added) in _ADDED_FIELDS.items():
-            measured[section] = {k: v for k, v in dumped[section].items()
-                                 if k not in added or v != model.model_fields[k].default}
+            measured[section] = {
+                k: v for k, v in dumped[section].items() if k not in added or v != model.model_fields[k].default
+            }
         measured["kernel"] = {k: v for k, v in dumped["kernel"].items() if k != "impl" or v != DEFAULT_IMPL}
         if self.replay is not None:  # the pace changes no record
             measured["replay"] = {k: v for k, v in dumped["replay"].items() if (k, v) != ("impl", DEFAULT_IMPL)}
@@ -396,5 +488,6 @@ class SweepSpec(_Model):
 
 
 def canonical_hash(obj: Any, length: int = 16) -> str:  # of the canonical JSON: sorted keys, no spaces, ASCII
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-                          ).hexdigest()[:length]
+    return hashlib.sha256(
+        json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    ).hexdigest()[:length]

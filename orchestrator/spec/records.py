@@ -44,7 +44,17 @@ IDENTITY_FIELDS: tuple[str, ...] = ("dtype", "head_dim", "seq", "batch", "heads"
 OPTIONAL_DEFAULTS: dict[str, Any] = {"causal": False, "kv_heads": None, "impl": DEFAULT_IMPL}
 # Every identity field a record may carry, in record order.
 RECORD_IDENTITY_ORDER: tuple[str, ...] = (
-    "dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "tag", "mode", "impl", "config",
+    "dtype",
+    "head_dim",
+    "seq",
+    "batch",
+    "heads",
+    "causal",
+    "kv_heads",
+    "tag",
+    "mode",
+    "impl",
+    "config",
 )
 # A problem: what a best config is chosen for (the identity less the config kind); ``problem_key``
 # adds the optional fields, normalised.
@@ -61,19 +71,49 @@ RESULT_FIELDS: tuple[str, ...] = ("rel_err", "compile_s", "inner", "median_ms", 
 # such a record is never a best config. ``reused_from``: the results document the record was
 # carried from instead of being measured again (``store.reuse``); ``device``: the device kind of a
 # record carried into a document of another device (``merge.mix_devices``).
-EXTRA_RECORD_FIELDS: tuple[str, ...] = ("timer", "pruned", "smem_bytes", "compile_cached", "screened",
-                                        "reused_from", "device", "unit", "attempt")
+EXTRA_RECORD_FIELDS: tuple[str, ...] = (
+    "timer",
+    "pruned",
+    "smem_bytes",
+    "compile_cached",
+    "screened",
+    "reused_from",
+    "device",
+    "unit",
+    "attempt",
+)
 
 _NUM = (float, int)
 # Types a record field may hold (bool is not an int here: checks compare type() exactly).
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "dtype": (str,), "head_dim": (int,), "seq": (int,), "batch": (int,), "heads": (int,),
-    "tag": (str,), "mode": (str,), "config": (str,), "causal": (bool,), "kv_heads": (int,), "impl": (str,),
+    "dtype": (str,),
+    "head_dim": (int,),
+    "seq": (int,),
+    "batch": (int,),
+    "heads": (int,),
+    "tag": (str,),
+    "mode": (str,),
+    "config": (str,),
+    "causal": (bool,),
+    "kv_heads": (int,),
+    "impl": (str,),
     **{k: (int,) for fields in CONFIG_FIELDS.values() for k in fields},
-    "rel_err": _NUM, "compile_s": _NUM, "inner": (int,), "median_ms": _NUM, "q1_ms": _NUM, "q3_ms": _NUM,
+    "rel_err": _NUM,
+    "compile_s": _NUM,
+    "inner": (int,),
+    "median_ms": _NUM,
+    "q1_ms": _NUM,
+    "q3_ms": _NUM,
     "error": (str,),
-    "timer": (str,), "pruned": (bool,), "smem_bytes": (int, type(None)), "compile_cached": (bool,),
-    "screened": (bool,), "reused_from": (str,), "device": (str,), "unit": (str,), "attempt": (int,),
+    "timer": (str,),
+    "pruned": (bool,),
+    "smem_bytes": (int, type(None)),
+    "compile_cached": (bool,),
+    "screened": (bool,),
+    "reused_from": (str,),
+    "device": (str,),
+    "unit": (str,),
+    "attempt": (int,),
 }
 
 
@@ -109,20 +149,34 @@ def _hash(key: bytes) -> str:
     return hashlib.blake2b(key, digest_size=8).hexdigest()
 
 
-def id_prefix(dtype: str, head_dim: int, seq: int, batch: int, heads: int, tag: str, mode: str,
-              config: str, *, causal: bool = False, kv_heads: int | None = None,
-              impl: str = DEFAULT_IMPL) -> bytes:
+def id_prefix(
+    dtype: str,
+    head_dim: int,
+    seq: int,
+    batch: int,
+    heads: int,
+    tag: str,
+    mode: str,
+    config: str,
+    *,
+    causal: bool = False,
+    kv_heads: int | None = None,
+    impl: str = DEFAULT_IMPL,
+) -> bytes:
     """The identity part of the bytes an id hashes; ``id_suffix`` adds the config fields.
     Optional fields at their default (kv_heads ``None`` or ``heads``) add nothing."""
     extra = ("|causal=True" if causal else "") + (
-        f"|kv_heads={kv_heads}" if kv_heads is not None and kv_heads != heads else "")
+        f"|kv_heads={kv_heads}" if kv_heads is not None and kv_heads != heads else ""
+    )
     kernel = "" if impl == DEFAULT_IMPL else f"|impl={impl}"
-    return (f"dtype={dtype}|head_dim={head_dim}|seq={seq}|batch={batch}|heads={heads}{extra}|tag={tag}"
-            f"|mode={mode}{kernel}|config={config}").encode()
+    return (
+        f"dtype={dtype}|head_dim={head_dim}|seq={seq}|batch={batch}|heads={heads}{extra}|tag={tag}"
+        f"|mode={mode}{kernel}|config={config}"
+    ).encode()
 
 
 def id_suffix(names: Sequence[str], values: Sequence[Any]) -> bytes:
-    return "".join(f"|{n}={v}" for n, v in zip(names, values)).encode()
+    return "".join(f"|{n}={v}" for n, v in zip(names, values, strict=True)).encode()
 
 
 def item_id(rec: Mapping[str, Any]) -> str:
@@ -186,9 +240,20 @@ def head_getter() -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
     return operator.itemgetter(*_KEY_FIELDS)
 
 
-def key_of(dtype: str, head_dim: int, seq: int, batch: int, heads: int, mode: str, config: str,
-           params: tuple[Any, ...], *, causal: bool = False, kv_heads: int | None = None,
-           impl: str = DEFAULT_IMPL) -> tuple[Any, ...]:
+def key_of(
+    dtype: str,
+    head_dim: int,
+    seq: int,
+    batch: int,
+    heads: int,
+    mode: str,
+    config: str,
+    params: tuple[Any, ...],
+    *,
+    causal: bool = False,
+    kv_heads: int | None = None,
+    impl: str = DEFAULT_IMPL,
+) -> tuple[Any, ...]:
     """``record_key`` of a record with these values, without building the record."""
     kv = None if kv_heads == heads else kv_heads
     key = (dtype, head_dim, seq, batch, heads, mode, config, *params)
@@ -213,7 +278,7 @@ def kernel_kwargs(mode: str, config: Mapping[str, Any] | Sequence[Any]) -> dict[
     if len(values) != len(names):
         raise ValueError(f"a {mode} config has the fields {', '.join(names)}; got {values!r}")
     renamed = {"fwd_block_q": "block_q", "fwd_block_k": "block_k"}
-    return {renamed.get(n, n): int(v) for n, v in zip(names, values)}
+    return {renamed.get(n, n): int(v) for n, v in zip(names, values, strict=True)}
 
 
 # ---------------------------------------------------------------------------- error kinds
@@ -227,7 +292,7 @@ RETRY_KINDS: tuple[str, ...] = ("crashed", "timeout", "all")
 
 
 def error_kind(rec: Mapping[str, Any]) -> str | None:
-    """"crashed", "timeout", "other" (any other error), or None for a measurement."""
+    """ "crashed", "timeout", "other" (any other error), or None for a measurement."""
     err = rec.get("error")
     if not isinstance(err, str):
         return None

@@ -64,7 +64,8 @@ def main(folder: Path) -> None:
     while time.time() - t0 < 480:
         out = subprocess.run(
             ["sacct", "-D", "-X", "-n", "-P", "-o", "JobID,State,Start,End", "-j", ",".join(names)],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         ).stdout
         for row in out.splitlines():
             jid, state, start, end = row.split("|")

@@ -32,15 +32,15 @@ CONFIGS = {
 
 
 @functools.cache
-def _problem(mode: str, dtype: str, seq: int, head_dim: int,
-             sm_scale: float | None = None) -> tuple[tuple, tuple]:
+def _problem(mode: str, dtype: str, seq: int, head_dim: int, sm_scale: float | None = None) -> tuple[tuple, tuple]:
     args = make_inputs(seq=seq, head_dim=head_dim, dtype=dtype, **SHAPE)
     refs = jax.jit(build_reference(mode, sm_scale=sm_scale))(*args)
     return args, refs
 
 
-def _assert_close(mode: str, dtype: str, config: AttentionConfig, *, seq: int = 256,
-                  head_dim: int = 64, sm_scale: float | None = None) -> None:
+def _assert_close(
+    mode: str, dtype: str, config: AttentionConfig, *, seq: int = 256, head_dim: int = 64, sm_scale: float | None = None
+) -> None:
     args, refs = _problem(mode, dtype, seq, head_dim, sm_scale)
     outs = jax.jit(build(mode, config, sm_scale=sm_scale))(*args)
     assert [o.shape for o in outs] == [r.shape for r in refs]
@@ -76,8 +76,7 @@ def test_jax_grad_works() -> None:
     def loss(fn, q, k, v):
         return jnp.sum(jnp.sin(fn(q, k, v)))
 
-    got = jax.grad(functools.partial(loss, functools.partial(flash_attention, config=cfg)),
-                   argnums=(0, 1, 2))(q, k, v)
+    got = jax.grad(functools.partial(loss, functools.partial(flash_attention, config=cfg)), argnums=(0, 1, 2))(q, k, v)
     want = jax.grad(functools.partial(loss, attention_reference), argnums=(0, 1, 2))(q, k, v)
     assert rel_err(got, want) < TOL["float32"]
 
@@ -102,12 +101,15 @@ def _qkv(seq: int = 96, head_dim: int = 32, dtype: str = "float32") -> tuple:
     return make_inputs(seq=seq, head_dim=head_dim, dtype=dtype, **SHAPE)[:3]
 
 
-@pytest.mark.parametrize(("field", "config"), [
-    ("block_q", AttentionConfig(block_q=64, block_k=32, bwd_outer=32, bwd_inner=32)),
-    ("block_k", AttentionConfig(block_q=32, block_k=64, bwd_outer=32, bwd_inner=32)),
-    ("bwd_outer", AttentionConfig(block_q=32, block_k=32, bwd_outer=64, bwd_inner=32)),
-    ("bwd_inner", AttentionConfig(block_q=32, block_k=32, bwd_outer=32, bwd_inner=64)),
-])
+@pytest.mark.parametrize(
+    ("field", "config"),
+    [
+        ("block_q", AttentionConfig(block_q=64, block_k=32, bwd_outer=32, bwd_inner=32)),
+        ("block_k", AttentionConfig(block_q=32, block_k=64, bwd_outer=32, bwd_inner=32)),
+        ("bwd_outer", AttentionConfig(block_q=32, block_k=32, bwd_outer=64, bwd_inner=32)),
+        ("bwd_inner", AttentionConfig(block_q=32, block_k=32, bwd_outer=32, bwd_inner=64)),
+    ],
+)
 def test_seq_not_multiple_of_block_names_the_values(field: str, config: AttentionConfig) -> None:
     with pytest.raises(ValueError, match=f"seq=96 must be a multiple of {field}=64"):
         flash_attention(*_qkv(), config)
@@ -121,9 +123,16 @@ def test_mismatched_shapes_show_them() -> None:
         flash_attention(q, k[:, :64], v)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"block_q": 0}, {"bwd_inner": -16}, {"num_stages": 0}, {"num_warps": 0}, {"block_k": 2.5},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"block_q": 0},
+        {"bwd_inner": -16},
+        {"num_stages": 0},
+        {"num_warps": 0},
+        {"block_k": 2.5},
+    ],
+)
 def test_bad_config_values(kwargs: dict) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         AttentionConfig(**kwargs)

@@ -41,8 +41,10 @@ CASES = [
 
 def _id(case: tuple) -> str:
     dtype, d, causal, h, kv, cfg = case
-    return (f"{dtype}-d{d}-{'causal' if causal else 'full'}-h{h}kv{kv}-"
-            f"q{cfg.block_q}k{cfg.block_k}o{cfg.bwd_outer}i{cfg.bwd_inner}")
+    return (
+        f"{dtype}-d{d}-{'causal' if causal else 'full'}-h{h}kv{kv}-"
+        f"q{cfg.block_q}k{cfg.block_k}o{cfg.bwd_outer}i{cfg.bwd_inner}"
+    )
 
 
 def _check(outs: tuple, refs: tuple, dtype: str) -> None:

@@ -28,8 +28,9 @@ GPU_TOL = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 5e-3}
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(jax.default_backend() != "gpu",
-                       reason=f"needs a GPU; jax's default backend is {jax.default_backend()}"),
+    pytest.mark.skipif(
+        jax.default_backend() != "gpu", reason=f"needs a GPU; jax's default backend is {jax.default_backend()}"
+    ),
     pytest.mark.filterwarnings("ignore:The Pallas Triton backend is deprecated"),
 ]
 
@@ -43,8 +44,7 @@ def _is_hopper() -> bool:
 @pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
 def test_compiled_auto_config_is_correct(mode: str, dtype: str, head_dim: int) -> None:
     args = make_inputs(batch=2, seq=1024, heads=4, head_dim=head_dim, dtype=dtype)
-    cfg = auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=1024,
-                      smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
+    cfg = auto_config(mode=mode, dtype=dtype, head_dim=head_dim, seq=1024, smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
     compiled, compile_s = compile_fn(build(mode, cfg, interpret=False), args)
     outs = jax.block_until_ready(compiled(*args))
     refs = jax.jit(build_reference(mode))(*args)
@@ -67,11 +67,14 @@ def test_compiled_causal_grouped_query_is_correct(impl: str, dtype: str, head_di
     assert rel_err(outs, refs) < GPU_TOL[dtype]
 
 
-@pytest.mark.parametrize(("mode", "cfg"), [
-    ("fwd", AttentionConfig(block_q=128, block_k=128, num_stages=2, num_warps=8)),
-    ("fwd", AttentionConfig(block_q=64, block_k=128, num_stages=3, num_warps=8)),
-    ("fwd_bwd", AttentionConfig(bwd_outer=128, bwd_inner=128, num_stages=1, num_warps=8)),
-])
+@pytest.mark.parametrize(
+    ("mode", "cfg"),
+    [
+        ("fwd", AttentionConfig(block_q=128, block_k=128, num_stages=2, num_warps=8)),
+        ("fwd", AttentionConfig(block_q=64, block_k=128, num_stages=3, num_warps=8)),
+        ("fwd_bwd", AttentionConfig(bwd_outer=128, bwd_inner=128, num_stages=1, num_warps=8)),
+    ],
+)
 def test_smem_model_matches_the_compiler(mode: str, cfg: AttentionConfig) -> None:
     """float32 head_dim 128 configs the model puts over the limit fail with its byte count."""
     if not _is_hopper():

@@ -42,13 +42,11 @@ FWD_BWD_GRID = [
 
 
 def _id(cfg: AttentionConfig) -> str:
-    return (f"q{cfg.block_q}k{cfg.block_k}o{cfg.bwd_outer}i{cfg.bwd_inner}"
-            f"s{cfg.num_stages}w{cfg.num_warps}")
+    return f"q{cfg.block_q}k{cfg.block_k}o{cfg.bwd_outer}i{cfg.bwd_inner}s{cfg.num_stages}w{cfg.num_warps}"
 
 
 def _check(mode: str, cfg: AttentionConfig, dtype: str) -> None:
-    calls = lower_for_cuda(mode, cfg, batch=BATCH, seq=SEQ, heads=HEADS, head_dim=HEAD_DIM,
-                           dtype=dtype)
+    calls = lower_for_cuda(mode, cfg, batch=BATCH, seq=SEQ, heads=HEADS, head_dim=HEAD_DIM, dtype=dtype)
     grids = {
         FWD_KERNEL: (SEQ // cfg.block_q, BATCH, HEADS),
         BWD_PREPROCESS_KERNEL: (SEQ // cfg.bwd_outer, BATCH, HEADS),
@@ -76,27 +74,31 @@ def test_fwd_bwd_grid_lowers(cfg: AttentionConfig, dtype: str) -> None:
 
 def test_default_warps_follow_head_dim() -> None:
     for head_dim, warps in [(64, 4), (128, 8)]:
-        calls = lower_for_cuda("fwd", AttentionConfig(), batch=1, seq=128, heads=1,
-                               head_dim=head_dim, dtype="bfloat16")
+        calls = lower_for_cuda("fwd", AttentionConfig(), batch=1, seq=128, heads=1, head_dim=head_dim, dtype="bfloat16")
         assert [c["num_warps"] for c in calls] == [warps]
 
 
 def test_clamped_blocks_reach_the_grid() -> None:
-    calls = lower_for_cuda("fwd_bwd", AttentionConfig(), batch=1, seq=64, heads=2,
-                           head_dim=64, dtype="float32")
+    calls = lower_for_cuda("fwd_bwd", AttentionConfig(), batch=1, seq=64, heads=2, head_dim=64, dtype="float32")
     assert [c["grid"] for c in calls] == [(1, 1, 2), (1, 1, 2), (1, 2, 1)]
 
 
 def test_padded_head_dim_lowers() -> None:
-    calls = lower_for_cuda("fwd_bwd", AttentionConfig(block_q=64, block_k=64, bwd_outer=64),
-                           batch=1, seq=128, heads=1, head_dim=40, dtype="bfloat16")
+    calls = lower_for_cuda(
+        "fwd_bwd",
+        AttentionConfig(block_q=64, block_k=64, bwd_outer=64),
+        batch=1,
+        seq=128,
+        heads=1,
+        head_dim=40,
+        dtype="bfloat16",
+    )
     assert [c["name"] for c in calls] == [FWD_KERNEL, BWD_PREPROCESS_KERNEL, BWD_KERNEL]
 
 
 def test_block_not_power_of_two_is_refused_off_interpret_mode() -> None:
     with pytest.raises(ValueError, match=r"block_q=96 \(clamped to seq=96\) must be a power"):
-        lower_for_cuda("fwd", AttentionConfig(), batch=1, seq=96, heads=1, head_dim=64,
-                       dtype="float32")
+        lower_for_cuda("fwd", AttentionConfig(), batch=1, seq=96, heads=1, head_dim=64, dtype="float32")
 
 
 # ---------------------------------------------------------------------- the new axes, both kernels
@@ -127,13 +129,25 @@ def test_every_forced_config_of_the_decoder_example_lowers(impl: str) -> None:
     assert len(items) == {"tilesweep": 32, "jax": 24}[impl]  # the stock backward's stages are pinned
     (kv,) = spec.kv_heads
     kv_heads = kv or spec.heads
-    names = {"tilesweep": (FWD_KERNEL, BWD_PREPROCESS_KERNEL, BWD_KERNEL),
-             "jax": (STOCK_FWD_KERNEL, STOCK_BWD_PREPROCESS_KERNEL, STOCK_BWD_KERNEL)}[impl]
+    names = {
+        "tilesweep": (FWD_KERNEL, BWD_PREPROCESS_KERNEL, BWD_KERNEL),
+        "jax": (STOCK_FWD_KERNEL, STOCK_BWD_PREPROCESS_KERNEL, STOCK_BWD_KERNEL),
+    }[impl]
     for it in items:
         cfg = AttentionConfig(**it.kernel_config())
         (causal,), (dtype,), (head_dim,) = spec.causal, spec.dtypes, spec.head_dims
-        calls = lower_for_cuda(it.mode, cfg, batch=spec.batch, seq=it.seq, heads=spec.heads, kv_heads=kv,
-                               head_dim=head_dim, dtype=dtype, causal=causal, impl=impl)
+        calls = lower_for_cuda(
+            it.mode,
+            cfg,
+            batch=spec.batch,
+            seq=it.seq,
+            heads=spec.heads,
+            kv_heads=kv,
+            head_dim=head_dim,
+            dtype=dtype,
+            causal=causal,
+            impl=impl,
+        )
         by_name = {c["name"]: c for c in calls}
         assert set(by_name) == set(names[:1] if it.mode == "fwd" else names), (it.params, calls)
         fwd = by_name[names[0]]
@@ -146,16 +160,23 @@ def test_every_forced_config_of_the_decoder_example_lowers(impl: str) -> None:
             assert bwd["grid"] == (spec.batch, kv_heads, it.seq // cfg.bwd_outer)
 
 
-@pytest.mark.parametrize(("dtype", "head_dim", "kv_heads", "causal"), [
-    ("float16", 96, 2, True), ("float16", 256, 1, False), ("float32", 80, 4, True), ("bfloat16", 192, 2, True),
-])
+@pytest.mark.parametrize(
+    ("dtype", "head_dim", "kv_heads", "causal"),
+    [
+        ("float16", 96, 2, True),
+        ("float16", 256, 1, False),
+        ("float32", 80, 4, True),
+        ("bfloat16", 192, 2, True),
+    ],
+)
 @pytest.mark.parametrize("impl", ["tilesweep", "jax"])
 def test_new_axes_lower(impl: str, dtype: str, head_dim: int, kv_heads: int, causal: bool) -> None:
     """float16 and head_dims that are not powers of two, causal, grouped-query (ours only)."""
     kv = kv_heads if impl == "tilesweep" else None
     cfg = AttentionConfig(block_q=64, block_k=32, bwd_outer=32, bwd_inner=64, num_stages=2, num_warps=4)
-    calls = lower_for_cuda("fwd_bwd", cfg, batch=1, seq=256, heads=4, kv_heads=kv, head_dim=head_dim,
-                           dtype=dtype, causal=causal, impl=impl)
+    calls = lower_for_cuda(
+        "fwd_bwd", cfg, batch=1, seq=256, heads=4, kv_heads=kv, head_dim=head_dim, dtype=dtype, causal=causal, impl=impl
+    )
     assert len(calls) == 3 and all(c["num_warps"] == 4 for c in calls if "preprocess" not in c["name"])
 
 

@@ -22,19 +22,24 @@ def _sample_records() -> list[dict]:
 
 def _record_config(rec: dict) -> AttentionConfig:
     if rec["mode"] == "fwd":
-        return AttentionConfig(block_q=rec["block_q"], block_k=rec["block_k"],
-                               num_stages=rec["num_stages"], num_warps=rec["num_warps"])
-    return AttentionConfig(block_q=rec["fwd_block_q"], block_k=rec["fwd_block_k"],
-                           bwd_outer=rec["bwd_outer"], bwd_inner=rec["bwd_inner"],
-                           num_stages=rec["num_stages"], num_warps=rec["num_warps"])
+        return AttentionConfig(
+            block_q=rec["block_q"], block_k=rec["block_k"], num_stages=rec["num_stages"], num_warps=rec["num_warps"]
+        )
+    return AttentionConfig(
+        block_q=rec["fwd_block_q"],
+        block_k=rec["fwd_block_k"],
+        bwd_outer=rec["bwd_outer"],
+        bwd_inner=rec["bwd_inner"],
+        num_stages=rec["num_stages"],
+        num_warps=rec["num_warps"],
+    )
 
 
 def test_model_reproduces_reference_sample() -> None:
     records = _sample_records()
     failures = successes = 0
     for rec in records:
-        preds = smem.predict(rec["mode"], rec["dtype"], rec["head_dim"], _record_config(rec),
-                             seq=rec["seq"])
+        preds = smem.predict(rec["mode"], rec["dtype"], rec["head_dim"], _record_config(rec), seq=rec["seq"])
         over = smem.first_over(preds, H100_SMEM_LIMIT_BYTES)
         if "error" in rec:
             requested = int(re.search(r"requested (\d+), available: 232448", rec["error"])[1])
@@ -60,10 +65,12 @@ def test_predict_order_clamping_and_keyword_form() -> None:
     cfg = AttentionConfig(bwd_outer=64, bwd_inner=32, num_stages=3)
     preds = smem.predict("fwd_bwd", "bfloat16", 64, cfg)
     assert [k for k, _ in preds] == [smem.FWD_KERNEL, smem.BWD_KERNEL]
-    assert preds == smem.predict_bytes("fwd_bwd", "bfloat16", 64, block_q=128, block_k=128,
-                                       bwd_outer=64, bwd_inner=32, num_stages=3, num_warps=8)
-    assert smem.predict("fwd", "bfloat16", 64, cfg, seq=32) == \
-        [(smem.FWD_KERNEL, smem.fwd_bytes("bfloat16", 64, 32, 32, 3))]
+    assert preds == smem.predict_bytes(
+        "fwd_bwd", "bfloat16", 64, block_q=128, block_k=128, bwd_outer=64, bwd_inner=32, num_stages=3, num_warps=8
+    )
+    assert smem.predict("fwd", "bfloat16", 64, cfg, seq=32) == [
+        (smem.FWD_KERNEL, smem.fwd_bytes("bfloat16", 64, 32, 32, 3))
+    ]
     # A non-power-of-two head_dim is modelled at its padded size.
     assert smem.fwd_bytes("float32", 40, 64, 64, 2) == smem.fwd_bytes("float32", 64, 64, 64, 2)
 

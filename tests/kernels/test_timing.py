@@ -78,14 +78,17 @@ def test_l2_flush_wanted_on_gpu_only_unless_asked() -> None:
 
 
 def _line(line_id: int, name: str, spans: list[tuple[int, int]], metadata_id: int = 1) -> str:
-    events = " ".join(f"events {{ metadata_id: {metadata_id} offset_ps: {s * 1000} duration_ps: {d * 1000} }}"
-                      for s, d in spans)
+    events = " ".join(
+        f"events {{ metadata_id: {metadata_id} offset_ps: {s * 1000} duration_ps: {d * 1000} }}" for s, d in spans
+    )
     return f'lines {{ id: {line_id} name: "{name}" timestamp_ns: 0 {events} }}'
 
 
 def _plane(plane_id: int, name: str, *lines: str) -> str:
-    return (f'planes {{ id: {plane_id} name: "{name}" {" ".join(lines)} '
-            'event_metadata { key: 1 value { id: 1 name: "op" } } }')
+    return (
+        f'planes {{ id: {plane_id} name: "{name}" {" ".join(lines)} '
+        'event_metadata { key: 1 value { id: 1 name: "op" } } }'
+    )
 
 
 def test_device_clock_counts_kernel_events_and_never_dispatch() -> None:
@@ -98,10 +101,19 @@ def test_device_clock_counts_kernel_events_and_never_dispatch() -> None:
 
     python = _plane(2, "/host:CPU", _line(3, "python", [(0, 30000)]))
     gpu = ProfileData.from_text_proto(
-        _plane(1, "/device:GPU:0", _line(1, "Stream #13(Compute)", [(0, 5000), (8000, 2000)]),
-               _line(2, "XLA Modules", [(0, 10000)])) + python)
+        _plane(
+            1,
+            "/device:GPU:0",
+            _line(1, "Stream #13(Compute)", [(0, 5000), (8000, 2000)]),
+            _line(2, "XLA Modules", [(0, 10000)]),
+        )
+        + python
+    )
     assert busy_ns(execution_intervals(gpu, "gpu")) == 7000
     assert execution_intervals(ProfileData.from_text_proto(python), "gpu") == []  # no fall back to the host
-    cpu = ProfileData.from_text_proto(_plane(2, "/host:CPU", _line(3, "python", [(0, 30000)]),
-                                             _line(4, "tf_XLAExecute/1", [(1000, 4000), (2000, 1000)])))
+    cpu = ProfileData.from_text_proto(
+        _plane(
+            2, "/host:CPU", _line(3, "python", [(0, 30000)]), _line(4, "tf_XLAExecute/1", [(1000, 4000), (2000, 1000)])
+        )
+    )
     assert busy_ns(execution_intervals(cpu, "cpu")) == 4000

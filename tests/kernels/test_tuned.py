@@ -56,8 +56,20 @@ def test_stock_kernel_answer_is_ready_to_pass_to_mha() -> None:
     from kernels.attention import attention_reference, make_inputs, rel_err
 
     cfg = {"block_q": 64, "block_k": 32, "bwd_outer": 32, "bwd_inner": 32, "num_warps": 4, "num_stages": 3}
-    entry = {"impl": "jax", "dtype": "float16", "head_dim": 96, "seq": 128, "batch": 1, "heads": 2, "causal": True,
-             "kv_heads": 2, "mode": "fwd", "config": cfg, "median_ms": 1.0, "auto_ms": 1.5}
+    entry = {
+        "impl": "jax",
+        "dtype": "float16",
+        "head_dim": 96,
+        "seq": 128,
+        "batch": 1,
+        "heads": 2,
+        "causal": True,
+        "kv_heads": 2,
+        "mode": "fwd",
+        "config": cfg,
+        "median_ms": 1.0,
+        "auto_ms": 1.5,
+    }
     table = TunedTable.from_obj({"format": "tilesweep-tuned", "version": 2, "device": {}, "entries": [entry]})
     kw = table.mha_kwargs(dtype="float16", head_dim=96, seq=128, mode="fwd", causal=True)
     assert kw is not None and isinstance(kw["block_sizes"], BlockSizes)

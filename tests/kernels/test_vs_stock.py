@@ -23,10 +23,14 @@ REF_TOL = {"float32": 1e-5, "bfloat16": 2e-2}  # each output against the float32
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize(("cfg", "causal"), [
-    (AttentionConfig(block_q=64, block_k=32, bwd_outer=64, bwd_inner=32), False),
-    (AttentionConfig(block_q=128, block_k=64, bwd_outer=32, bwd_inner=64), True),
-], ids=["bwd64x32", "bwd32x64-causal"])
+@pytest.mark.parametrize(
+    ("cfg", "causal"),
+    [
+        (AttentionConfig(block_q=64, block_k=32, bwd_outer=64, bwd_inner=32), False),
+        (AttentionConfig(block_q=128, block_k=64, bwd_outer=32, bwd_inner=64), True),
+    ],
+    ids=["bwd64x32", "bwd32x64-causal"],
+)
 def test_matches_stock_mha(cfg: AttentionConfig, causal: bool, dtype: str) -> None:
     args = make_inputs(batch=1, seq=256, heads=2, head_dim=64, dtype=dtype)
     sm_scale = 1 / math.sqrt(64)
@@ -43,6 +47,7 @@ def test_config_maps_onto_block_sizes_as_the_reference_run_did() -> None:
     """bwd_outer is the resident tile of both backward scans, bwd_inner the streamed one."""
     cfg = AttentionConfig(block_q=64, block_k=32, bwd_outer=128, bwd_inner=16, num_warps=8, num_stages=3)
     kw = stock.mha_kwargs(cfg)
-    assert kw["block_sizes"] == stock.BlockSizes(block_q=64, block_k=32, block_q_dkv=16, block_kv_dkv=128,
-                                                 block_q_dq=128, block_kv_dq=16)
+    assert kw["block_sizes"] == stock.BlockSizes(
+        block_q=64, block_k=32, block_q_dkv=16, block_kv_dkv=128, block_q_dq=128, block_kv_dq=16
+    )
     assert (kw["num_warps"], kw["num_stages"]) == (8, 3)

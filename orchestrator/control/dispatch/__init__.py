@@ -26,5 +26,18 @@ from orchestrator.control.dispatch.slurm import (
 )
 from orchestrator.control.dispatch.tasks import MergeTask, UnitTask, run_unit_job
 
-__all__ = ["MergeTask", "Submission", "UnitOutcome", "UnitTask", "executor_parameters", "grace_s", "render_scripts",
-           "run_unit_job", "run_units_locally", "submit_merge_job", "submit_units", "tasks_of", "visible_gpus"]
+__all__ = [
+    "MergeTask",
+    "Submission",
+    "UnitOutcome",
+    "UnitTask",
+    "executor_parameters",
+    "grace_s",
+    "render_scripts",
+    "run_unit_job",
+    "run_units_locally",
+    "submit_merge_job",
+    "submit_units",
+    "tasks_of",
+    "visible_gpus",
+]

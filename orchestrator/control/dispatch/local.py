@@ -84,8 +84,9 @@ def run_units_locally(
     return _run_subprocesses(sd, unit_ids, workers, prior, on_poll)
 
 
-def _run_in_process(sd: SweepDir, unit_ids: list[str], prior: dict[str, dict[str, Any]],
-                    on_poll: Callable[[], None] | None) -> list[UnitOutcome]:
+def _run_in_process(
+    sd: SweepDir, unit_ids: list[str], prior: dict[str, dict[str, Any]], on_poll: Callable[[], None] | None
+) -> list[UnitOutcome]:
     """One unit after another in this process (the debug executor)."""
     executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="debug")
     outcomes = []
@@ -98,8 +99,13 @@ def _run_in_process(sd: SweepDir, unit_ids: list[str], prior: dict[str, dict[str
     return outcomes
 
 
-def _run_subprocesses(sd: SweepDir, unit_ids: list[str], workers: int | None, prior: dict[str, dict[str, Any]],
-                      on_poll: Callable[[], None] | None) -> list[UnitOutcome]:
+def _run_subprocesses(
+    sd: SweepDir,
+    unit_ids: list[str],
+    workers: int | None,
+    prior: dict[str, dict[str, Any]],
+    on_poll: Callable[[], None] | None,
+) -> list[UnitOutcome]:
     """Units as subprocesses in ``workers`` slots (default: one per visible GPU), a slot
     taking the next unit as soon as its unit ends."""
     spec = sd.spec
@@ -184,8 +190,9 @@ def _children_ignore_sigint() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C that came meanwhile is delivered now
 
 
-def _start_subprocess(sd: SweepDir, executor: Any, uid: str, gpus: list[int], slot: int,
-                      prior: dict[str, int] | None) -> Any:
+def _start_subprocess(
+    sd: SweepDir, executor: Any, uid: str, gpus: list[int], slot: int, prior: dict[str, int] | None
+) -> Any:
     """Start one unit's worker process on its slot's GPU (none without GPUs); record the job."""
     if gpus:
         executor.update_parameters(gpus_per_node=1, visible_gpus=[gpus[slot % len(gpus)]])
@@ -193,8 +200,17 @@ def _start_subprocess(sd: SweepDir, executor: Any, uid: str, gpus: list[int], sl
         executor.update_parameters(gpus_per_node=0)
     with _children_ignore_sigint():
         job = executor.submit(run_unit_job, str(sd.root), uid, prior)
-    sd.record_jobs([{"unit": uid, "executor": "local", "job_id": str(job.job_id), "submitted": now_iso(),
-                     "log": str(job.paths.stderr)}])
+    sd.record_jobs(
+        [
+            {
+                "unit": uid,
+                "executor": "local",
+                "job_id": str(job.job_id),
+                "submitted": now_iso(),
+                "log": str(job.paths.stderr),
+            }
+        ]
+    )
     log.info("unit %s started as local job %s", uid, job.job_id)
     return job
 

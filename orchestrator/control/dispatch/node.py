@@ -103,8 +103,14 @@ class Slot:
     reason: str | None = None
 
     def outcome(self) -> dict[str, Any]:
-        return {"unit": self.unit, "gpu": self.gpu, "cpus": self.cpus, "state": self.state, "reason": self.reason,
-                "log": str(self.log)}
+        return {
+            "unit": self.unit,
+            "gpu": self.gpu,
+            "cpus": self.cpus,
+            "state": self.state,
+            "reason": self.reason,
+            "log": str(self.log),
+        }
 
 
 class TaskWorkers:
@@ -118,8 +124,9 @@ class TaskWorkers:
         if gpus and len(units) > len(gpus):
             log.warning("%d units but %d GPUs in this task: GPUs are shared", len(units), len(gpus))
         shares = cpu_shares(task_cpus(), len(units))
-        self.slots = [Slot(u, gpus[k % len(gpus)] if gpus else None, shares[k], self.sd.unit_log(u))
-                      for k, u in enumerate(units)]
+        self.slots = [
+            Slot(u, gpus[k % len(gpus)] if gpus else None, shares[k], self.sd.unit_log(u)) for k, u in enumerate(units)
+        ]
         self._oom_before: int | None = None
 
     def start(self) -> None:
@@ -132,15 +139,26 @@ class TaskWorkers:
                 continue
             slot.log.parent.mkdir(parents=True, exist_ok=True)
             with open(slot.log, "ab") as out:
-                self._note(out, f"starting unit {slot.unit} on {socket.gethostname()}, GPU {slot.gpu or '-'}, "
-                                f"CPUs {','.join(map(str, slot.cpus)) or '-'}, SLURM task {self.task or '-'}")
+                self._note(
+                    out,
+                    f"starting unit {slot.unit} on {socket.gethostname()}, GPU {slot.gpu or '-'}, "
+                    f"CPUs {','.join(map(str, slot.cpus)) or '-'}, SLURM task {self.task or '-'}",
+                )
                 env = dict(os.environ)
                 if slot.gpu is not None:
                     env["CUDA_VISIBLE_DEVICES"] = slot.gpu
-                cmd = [sys.executable, "-u", "-m", "orchestrator.control.dispatch.unit_worker", str(self.sd.root),
-                       slot.unit, json.dumps(self.prior.get(slot.unit) or {})]
-                slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-                                             preexec_fn=_preexec(slot.cpus, libc))
+                cmd = [
+                    sys.executable,
+                    "-u",
+                    "-m",
+                    "orchestrator.control.dispatch.unit_worker",
+                    str(self.sd.root),
+                    slot.unit,
+                    json.dumps(self.prior.get(slot.unit) or {}),
+                ]
+                slot.proc = subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, preexec_fn=_preexec(slot.cpus, libc)
+                )
             slot.state = "running"
             log.info("unit %s: worker pid %d on GPU %s, CPUs %s", slot.unit, slot.proc.pid, slot.gpu, slot.cpus)
 

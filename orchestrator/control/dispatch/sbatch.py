@@ -111,7 +111,7 @@ def _shown(cmd: Any) -> str:
     """The command as a user would type it: without the ``timeout`` wrapper."""
     parts = [str(c) for c in cmd] if isinstance(cmd, (list, tuple)) else shlex.split(str(cmd))
     if "sbatch" in parts:
-        parts = parts[parts.index("sbatch"):]
+        parts = parts[parts.index("sbatch") :]
     return shlex.join(parts)
 
 

@@ -28,8 +28,18 @@ from orchestrator.store.sweepdir import SweepDir, now_iso
 log = logging.getLogger(__name__)
 
 # tilesweep's own executor settings; every other ExecutorSettings field is a submitit parameter
-TILESWEEP_KEYS = frozenset({"kind", "local_workers", "max_requeues", "max_config_attempts", "max_array_size",
-                            "merge_job", "merge_partition", "sbatch_timeout_s"})
+TILESWEEP_KEYS = frozenset(
+    {
+        "kind",
+        "local_workers",
+        "max_requeues",
+        "max_config_attempts",
+        "max_array_size",
+        "merge_job",
+        "merge_partition",
+        "sbatch_timeout_s",
+    }
+)
 SUBMITIT_SIGNAL_DELAY_S = 90  # submitit's default --signal=USR2@90
 MERGE_TIMEOUT_MIN = 30
 
@@ -80,11 +90,12 @@ def tasks_of(unit_ids: list[str], per_task: int) -> list[list[str]]:
     """Units grouped into tasks: consecutive units share a task, a unit per GPU. The planner
     balances units by cost, so the units of a task end close together; a fixed group lets
     ``jobs.jsonl`` say, before anything runs, which task and GPU slot runs each unit."""
-    return [unit_ids[i:i + per_task] for i in range(0, len(unit_ids), max(1, per_task))]
+    return [unit_ids[i : i + per_task] for i in range(0, len(unit_ids), max(1, per_task))]
 
 
-def _job_entries(sd: SweepDir, groups: list[list[str]], jobs: list[Any], *, origin: str, t0: float,
-                 attempts: dict[str, int]) -> list[dict[str, Any]]:
+def _job_entries(
+    sd: SweepDir, groups: list[list[str]], jobs: list[Any], *, origin: str, t0: float, attempts: dict[str, int]
+) -> list[dict[str, Any]]:
     """The ``jobs.jsonl`` lines of one accepted array: one per unit, with its task, its GPU
     slot in the task, and its logs."""
     when = now_iso()
@@ -92,27 +103,46 @@ def _job_entries(sd: SweepDir, groups: list[list[str]], jobs: list[Any], *, orig
     for group, job in zip(groups, jobs, strict=True):
         jid = str(job.job_id)
         for slot, uid in enumerate(group):
-            entries.append({
-                "unit": uid, "executor": "slurm", "job_id": jid, "array_id": array_of(jid),
-                "task": int(jid.split("_")[1]) if "_" in jid else None, "slot": slot, "units_in_task": len(group),
-                "attempt": attempts.get(uid, 0) + 1, "origin": origin,
-                "submitted": when, "submitted_ts": round(t0, 3),
-                "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "log": str(sd.unit_log(uid)),
-            })
+            entries.append(
+                {
+                    "unit": uid,
+                    "executor": "slurm",
+                    "job_id": jid,
+                    "array_id": array_of(jid),
+                    "task": int(jid.split("_")[1]) if "_" in jid else None,
+                    "slot": slot,
+                    "units_in_task": len(group),
+                    "attempt": attempts.get(uid, 0) + 1,
+                    "origin": origin,
+                    "submitted": when,
+                    "submitted_ts": round(t0, 3),
+                    "stdout": str(job.paths.stdout),
+                    "stderr": str(job.paths.stderr),
+                    "log": str(sd.unit_log(uid)),
+                }
+            )
     return entries
 
 
-def task_args(sd: SweepDir, groups: list[list[str]],
-              prior: dict[str, dict[str, int]]) -> tuple[list[str], list[list[str]], list[dict[str, dict[str, int]]]]:
+def task_args(
+    sd: SweepDir, groups: list[list[str]], prior: dict[str, dict[str, int]]
+) -> tuple[list[str], list[list[str]], list[dict[str, dict[str, int]]]]:
     """``map_array``'s argument lists for ``UnitTask``: the sweep (absolute: the task runs in
     sbatch's working directory, wherever that is), the units, their prior deaths."""
     root = str(sd.root.resolve())
     return [root] * len(groups), groups, [{u: prior[u] for u in g if prior.get(u)} for g in groups]
 
 
-def submit_units(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, *, per_array: int, origin: str,
-                 prior_starts: dict[str, dict[str, Any]] | None = None,
-                 attempts: dict[str, int] | None = None) -> Submission:
+def submit_units(
+    sd: SweepDir,
+    unit_ids: list[str],
+    settings: ExecutorSettings,
+    *,
+    per_array: int,
+    origin: str,
+    prior_starts: dict[str, dict[str, Any]] | None = None,
+    attempts: dict[str, int] | None = None,
+) -> Submission:
     """Submit units as SLURM job arrays of at most ``per_array`` tasks, ``units_per_task``
     units a task; return at once.
 
@@ -126,7 +156,7 @@ def submit_units(sd: SweepDir, unit_ids: list[str], settings: ExecutorSettings, 
     groups = tasks_of(unit_ids, settings.units_per_task())
     done = Submission()
     for start in range(0, len(groups), max(1, per_array)):
-        chunk = groups[start:start + per_array]
+        chunk = groups[start : start + per_array]
         t0 = time.time()
         try:
             with held_signals():
@@ -153,20 +183,25 @@ def named_parameters(sd: SweepDir, settings: ExecutorSettings) -> dict[str, Any]
 
 def merge_job_parameters(sd: SweepDir, settings: ExecutorSettings, after: list[str]) -> dict[str, Any]:
     """The submitit parameters of the final merge job (1 CPU, no GPU, ``afterany``)."""
-    params = {k: v for k, v in executor_parameters(settings).items()
-              if k in ("slurm_account", "slurm_qos", "slurm_setup", "slurm_partition")}
+    params = {
+        k: v
+        for k, v in executor_parameters(settings).items()
+        if k in ("slurm_account", "slurm_qos", "slurm_setup", "slurm_partition")
+    }
     if settings.merge_partition:
         params["slurm_partition"] = settings.merge_partition
         params["timeout_min"] = MERGE_TIMEOUT_MIN
     else:  # the units' partition: their time limit is known to fit it
         params["timeout_min"] = min(settings.timeout_min, MERGE_TIMEOUT_MIN)
-    params.update(cpus_per_task=1, name=f"tilesweep-merge-{sd.root.name}"[:64],
-                  slurm_dependency="afterany:" + ":".join(after))
+    params.update(
+        cpus_per_task=1, name=f"tilesweep-merge-{sd.root.name}"[:64], slurm_dependency="afterany:" + ":".join(after)
+    )
     return params
 
 
-def submit_merge_job(sd: SweepDir, settings: ExecutorSettings, after: list[str],
-                     then: Callable[[str], Any] | None = None) -> dict[str, Any]:
+def submit_merge_job(
+    sd: SweepDir, settings: ExecutorSettings, after: list[str], then: Callable[[str], Any] | None = None
+) -> dict[str, Any]:
     """A job that merges the sweep's results once every given array has ended, whatever
     its tasks' fate (``afterany``), then calls ``then(sweep_dir)`` if given (``MergeTask``).
     Runs on ``merge_partition`` without a GPU."""
@@ -175,8 +210,15 @@ def submit_merge_job(sd: SweepDir, settings: ExecutorSettings, after: list[str],
     with held_signals():
         with sbatch_call(sd.logs, settings.sbatch_timeout_s):
             job = ex.submit(MergeTask(then), str(sd.root.resolve()))
-        entry = {"event": "merge_job", "job_id": str(job.job_id), "after": after, "submitted": now_iso(),
-                 "submitted_ts": round(t0, 3), "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+        entry = {
+            "event": "merge_job",
+            "job_id": str(job.job_id),
+            "after": after,
+            "submitted": now_iso(),
+            "submitted_ts": round(t0, 3),
+            "stdout": str(job.paths.stdout),
+            "stderr": str(job.paths.stderr),
+        }
         sd.record_jobs([entry])
     return entry
 

@@ -141,17 +141,23 @@ class UnitTask(submitit.helpers.Checkpointable):
         if self._finished or self._warned:
             return
         self._warned = True
-        log.warning("caught %s (time limit near, or preemption): the workers finish the configs being timed, then "
-                    "the task is requeued; at most %.0f s", signal.Signals(signum).name, self.grace_s)
+        log.warning(
+            "caught %s (time limit near, or preemption): the workers finish the configs being timed, then "
+            "the task is requeued; at most %.0f s",
+            signal.Signals(signum).name,
+            self.grace_s,
+        )
         self._workers.signal(signal.SIGUSR2)
         signal.setitimer(signal.ITIMER_REAL, self.grace_s)
 
     def _on_grace_expired(self, signum: int, frame: Any) -> None:
         if self._finished:
             return
-        log.warning("a worker did not stop within %.0f s (stuck in a config?): marking its configs in flight hung, "
-                    "killing the workers and requeueing now; those configs count as attempts that hung",
-                    self.grace_s)
+        log.warning(
+            "a worker did not stop within %.0f s (stuck in a config?): marking its configs in flight hung, "
+            "killing the workers and requeueing now; those configs count as attempts that hung",
+            self.grace_s,
+        )
         self._workers.mark_hung()
         self._workers.kill()
         self._requeue(signal.SIGUSR2, frame)
@@ -187,9 +193,14 @@ class MergeTask(submitit.helpers.Checkpointable):
             record_final_merge(sd, {"job_id": job, "ok": False, "error": exc.message})
             log.error("final merge refused: %s", exc.message)
             raise
-        result = {"output": str(summary.output), "records": summary.records, "missing": summary.missing,
-                  "errors": summary.errors, "written": summary.written,
-                  "prev": None if summary.prev is None else str(summary.prev)}
+        result = {
+            "output": str(summary.output),
+            "records": summary.records,
+            "missing": summary.missing,
+            "errors": summary.errors,
+            "written": summary.written,
+            "prev": None if summary.prev is None else str(summary.prev),
+        }
         if sd.spec.report.html and summary.records:
             result.update(write_page_logged(summary.output))
         record_final_merge(sd, {"job_id": job, "ok": True, **result})

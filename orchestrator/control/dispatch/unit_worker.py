@@ -43,8 +43,10 @@ _state = {"stop": False, "abandoned": False}
 
 def _on_warning(signum: int, frame: Any) -> None:
     if not _state["stop"]:
-        log.warning("caught %s (time limit near, or preemption): finishing the config being timed, then stopping",
-                    signal.Signals(signum).name)
+        log.warning(
+            "caught %s (time limit near, or preemption): finishing the config being timed, then stopping",
+            signal.Signals(signum).name,
+        )
     _state["stop"] = True
 
 
@@ -71,8 +73,11 @@ def _on_hung(signum: int, frame: Any) -> None:
             hung = flight.mark_hung()
         except Exception as exc:  # a write interrupted mid-way: the configs still count as deaths
             hung = f"unknown ({type(exc).__name__}: {exc})"
-    log.warning("caught %s: the task's grace ran out; configs in flight marked hung: %s",
-                signal.Signals(signum).name, hung or "none")
+    log.warning(
+        "caught %s: the task's grace ran out; configs in flight marked hung: %s",
+        signal.Signals(signum).name,
+        hung or "none",
+    )
 
 
 def install_handlers() -> None:
@@ -92,8 +97,9 @@ def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
 
     try:
         # SIGINT only: TERM is this module's (abandon, then stop at the next config: STOPPED)
-        summary = run_unit(sweep_dir, unit_id, stop_check=lambda: _state["stop"], prior_starts=prior,
-                           stop_on=(signal.SIGINT,))
+        summary = run_unit(
+            sweep_dir, unit_id, stop_check=lambda: _state["stop"], prior_starts=prior, stop_on=(signal.SIGINT,)
+        )
     except LeaseHeld as exc:
         log.warning("%s", not_started_line(unit_id, exc.message))
         return HELD
@@ -108,11 +114,15 @@ def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
         log.error("%s", failure_line(unit_id, f"{type(exc).__name__}: {one_line(exc)}"))
         return 1
     if summary["stopped"]:
-        log.warning("unit %s stopped after %d records; the rest is done when the task is requeued or resumed",
-                    unit_id, summary["done"])
+        log.warning(
+            "unit %s stopped after %d records; the rest is done when the task is requeued or resumed",
+            unit_id,
+            summary["done"],
+        )
         return STOPPED
-    log.info("unit %s done: %d records (%d errors) in %.1f s", unit_id, summary["done"], summary["errors"],
-             summary["wall_s"])
+    log.info(
+        "unit %s done: %d records (%d errors) in %.1f s", unit_id, summary["done"], summary["errors"], summary["wall_s"]
+    )
     return 0
 
 
