@@ -26,7 +26,7 @@ from orchestrator.store import document as results_doc
 from orchestrator.store import synthetic
 from tests.conftest import SAMPLE, run_cli
 from tests.helpers import assert_one_line_error
-from tests.test_report import make_doc, rec
+from tests.report_helpers import make_doc, rec
 
 EVIL = '<script>document.body.dataset.pwned = "1"</script><img src=x onerror="document.body.dataset.pwned=1">'
 
