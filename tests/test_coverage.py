@@ -16,7 +16,6 @@ from orchestrator.analysis import html, report
 from orchestrator.planning import WorkItem
 from orchestrator.store import document as results_doc
 from orchestrator.store import synthetic
-from orchestrator.store.sweepdir import SweepDir
 from tests.conftest import run_cli
 from tests.test_html import Page
 
@@ -35,17 +34,18 @@ SPEC_A: dict[str, Any] = {
 SPEC_B: dict[str, Any] = {**SPEC_A, "seq_lens": [512, 1024], "fwd_block_q": [128], "fwd_block_k": [64], "append": True}
 
 
-def _sweep_without(root: Path, spec: dict[str, Any], out: Path, seq: int, block_q: int) -> list[str]:
-    """A sweep of ``spec`` into ``out`` whose worker wrote every record but the (seq, block_q)
-    config's; returns the records' identities as the plan has them, for the test to look up."""
+def _sweep_without(root: Path, spec: dict[str, Any], out: Path, seq: int, block_q: int) -> None:
+    """A sweep of ``spec`` whose workers wrote every record but that of the (seq, block_q)
+    config, merged into ``out`` by ``tilesweep merge``."""
     n_units = len(spec["seq_lens"])  # a unit per shape
     sd, units = synthetic.build_sweep(root, {**spec, "output": str(out)}, n_units, write_partials=False, output=out)
     rng = random.Random(1)
     for unit in units:
         dropped = {it.id for it in unit.items if _is(it, seq, block_q)}
-        lines = [ln for ln in synthetic.partial_lines(sd, unit, rng) if _item_of(ln) not in dropped]
+        lines = [line for line in synthetic.partial_lines(sd, unit, rng) if _item_of(line) not in dropped]
         sd.partial_path(unit.id).write_text("\n".join(lines) + "\n")
-    return _merge(sd)
+    r = run_cli("merge", str(sd.root))
+    assert r.returncode == 0 and f"1 of {sd.planned} planned missing" in r.stdout, r.stdout + r.stderr
 
 
 def _is(it: WorkItem, seq: int, block_q: int) -> bool:
@@ -53,21 +53,16 @@ def _is(it: WorkItem, seq: int, block_q: int) -> bool:
 
 
 def _item_of(line: str) -> str | None:
+    """The item a partial line is about (None: the header)."""
     obj = json.loads(line)
     return obj.get("start") or obj.get("id")
-
-
-def _merge(sd: SweepDir) -> list[str]:
-    r = run_cli("merge", str(sd.root))
-    assert r.returncode == 0, r.stderr
-    return r.stdout.splitlines()
 
 
 def _missing_lists(page: str) -> dict[int, list[str]]:
     """Per card (problem number), the configs its missing list names."""
     out = {}
     for number, card in re.findall(r'<section class="problem" id="p-(\d+)">(.*?)</section>', page):
-        gone = re.search(r'without a record \(resume redoes them\)</summary><ul><li>(.*?)</li>', card)
+        gone = re.search(r"without a record \(resume redoes them\)</summary><ul><li>(.*?)</li>", card)
         out[int(number)] = re.findall(r"<code>(.*?)</code>", gone.group(1)) if gone else []
     return out
 
