@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.analysis import compare
 from orchestrator.store import document as results_doc
-from tests.test_report import make_doc, rec, run_handler, write
+from tests.report_helpers import make_doc, rec, run_handler, write
 
 
 def docs() -> tuple[results_doc.ResultsDoc, results_doc.ResultsDoc]:
@@ -35,7 +35,8 @@ def test_compare_matches_across_tags_and_lists_one_sided() -> None:
     assert [(r.key.seq, r.key.mode) for r in rows] == [(2048, "fwd"), (2048, "fwd_bwd"), (4096, "fwd"), (8192, "fwd")]
     fwd = keyed[(2048, "fwd")]
     assert fwd.presence == "both" and fwd.key.tag is None
-    assert fwd.a.best_label == "bq64 bk128 s2 w4" and fwd.b.best_label == "bq128 bk128 s2 w4"
+    assert fwd.a is not None and fwd.a.best_label == "bq64 bk128 s2 w4"
+    assert fwd.b is not None and fwd.b.best_label == "bq128 bk128 s2 w4"
     assert fwd.ratio == pytest.approx(0.5 / 1.0)
     assert not fwd.same_config
     both = keyed[(2048, "fwd_bwd")]

@@ -9,12 +9,13 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
 from kernels.tuned import (
     Environment,
+    TunedEntry,
     TunedTable,
     TunedTableError,
     TunedTableMismatchWarning,
@@ -22,10 +23,32 @@ from kernels.tuned import (
 )
 from orchestrator.analysis import export
 from orchestrator.store import document as results_doc
-from tests.test_report import make_doc, rec, run_handler, write
+from tests.report_helpers import make_doc, rec, run_handler, write
 
 REPO = Path(__file__).resolve().parent.parent
 SAME_ENV = Environment(device_kind="NVIDIA H100", jax_version="0.11.2")
+
+
+class Query(TypedDict):
+    """The keywords of ``TunedTable.lookup`` a test fixes for lookups at several seqs."""
+
+    dtype: str
+    head_dim: int
+    mode: str
+
+
+def tuned(t: TunedTable, **query: Any) -> dict[str, int]:
+    """The config ``t`` gives for ``query`` (``TunedTable.lookup``'s keywords), where the test expects one."""
+    config = t.lookup(**query)
+    assert config is not None, f"no tuned config for {query}"
+    return config
+
+
+def picked(t: TunedTable, **query: Any) -> TunedEntry:
+    """The entry ``t`` picks for ``query``, where the test expects one."""
+    entry = t.entry(**query)
+    assert entry is not None, f"no tuned entry for {query}"
+    return entry
 
 
 def export_doc(tmp_path: Path, doc: dict[str, Any], **kw: Any) -> Path:
@@ -101,7 +124,7 @@ def test_auto_faster_exports_use_auto(tmp_path: Path) -> None:
     assert t.lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd") is None
     assert t.lookup(dtype="bfloat16", head_dim=64, seq=4096, mode="fwd") is not None
     # the measured "use auto" at 2048 is not overridden by the nearby 4096 entry
-    assert t.entry(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd").seq == 2048
+    assert picked(t, dtype="bfloat16", head_dim=64, seq=2048, mode="fwd").seq == 2048
     kept, _ = export.tuned_table(results_doc.from_obj(make_doc(records)), keep_slower=True)
     assert {e["seq"]: e for e in kept["entries"]}[2048]["config"] is not None
 
@@ -153,14 +176,14 @@ def _e(
 
 def test_nearest_seq_rule(tmp_path: Path) -> None:
     t = load(_table(tmp_path, [_e(1024, bq=64), _e(4096, bq=128, bk=256)]))
-    q = dict(dtype="bfloat16", head_dim=64, mode="fwd")
-    assert t.lookup(seq=1024, **q)["block_q"] == 64  # exact
-    assert t.entry(seq=2048, **q).seq == 1024  # log tie -> smaller
+    q: Query = {"dtype": "bfloat16", "head_dim": 64, "mode": "fwd"}
+    assert tuned(t, seq=1024, **q)["block_q"] == 64  # exact
+    assert picked(t, seq=2048, **q).seq == 1024  # log tie -> smaller
     assert t.entry(seq=3000, **q) is None  # 4096 nearest, 256 ∤ 3000
     assert t.lookup(seq=3200, **q) is None  # 4096 nearest, 256 ∤ 3200
-    assert t.lookup(seq=6144, **q)["block_k"] == 256  # 4096 nearest, divides
+    assert tuned(t, seq=6144, **q)["block_k"] == 256  # 4096 nearest, divides
     assert t.lookup(seq=1000, **q) is None  # 1024 nearest, 64 ∤ 1000
-    assert t.lookup(seq=512, **q)["block_q"] == 64  # 1024 nearest, divides
+    assert tuned(t, seq=512, **q)["block_q"] == 64  # 1024 nearest, divides
     assert t.lookup(seq=2048, dtype="float32", head_dim=64, mode="fwd") is None
     assert t.lookup(seq=2048, dtype="bfloat16", head_dim=128, mode="fwd") is None
     assert t.lookup(seq=2048, dtype="bfloat16", head_dim=64, mode="fwd_bwd") is None
@@ -170,7 +193,7 @@ def test_nearest_seq_fwd_bwd_checks_bwd_tiles_and_null_config(tmp_path: Path) ->
     t = load(
         _table(tmp_path, [_e(2048, bq=64, bk=64, o=128, i=32, mode="fwd_bwd"), _e(8192, mode="fwd", config=False)])
     )
-    assert t.lookup(dtype="bfloat16", head_dim=64, seq=1024, mode="fwd_bwd")["bwd_inner"] == 32
+    assert tuned(t, dtype="bfloat16", head_dim=64, seq=1024, mode="fwd_bwd")["bwd_inner"] == 32
     assert t.lookup(dtype="bfloat16", head_dim=64, seq=1088, mode="fwd_bwd") is None  # 128 ∤ 1088
     assert t.lookup(dtype="bfloat16", head_dim=64, seq=8192, mode="fwd") is None  # "use auto"
     assert t.lookup(dtype="bfloat16", head_dim=64, seq=16384, mode="fwd") is None  # nearest says auto
@@ -178,11 +201,11 @@ def test_nearest_seq_fwd_bwd_checks_bwd_tiles_and_null_config(tmp_path: Path) ->
 
 def test_batch_and_heads_are_soft(tmp_path: Path) -> None:
     t = load(_table(tmp_path, [_e(2048, bq=32, batch=1), _e(2048, bq=64, batch=8, heads=16)]))
-    q = dict(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")
-    assert t.lookup(**q)["block_q"] == 32  # tie -> smaller batch
-    assert t.lookup(batch=8, **q)["block_q"] == 64
-    assert t.lookup(heads=16, **q)["block_q"] == 64
-    assert t.lookup(batch=2, **q)["block_q"] == 32  # no batch 2: any batch
+    q: Query = {"dtype": "bfloat16", "head_dim": 64, "mode": "fwd"}
+    assert tuned(t, seq=2048, **q)["block_q"] == 32  # tie -> smaller batch
+    assert tuned(t, seq=2048, batch=8, **q)["block_q"] == 64
+    assert tuned(t, seq=2048, heads=16, **q)["block_q"] == 64
+    assert tuned(t, seq=2048, batch=2, **q)["block_q"] == 32  # no batch 2: any batch
 
 
 def test_dtype_objects_accepted(tmp_path: Path) -> None:
@@ -190,9 +213,9 @@ def test_dtype_objects_accepted(tmp_path: Path) -> None:
     import numpy as np
 
     t = load(_table(tmp_path, [_e(2048, dtype="float32"), _e(2048, bq=64)]))
-    assert t.lookup(dtype=np.float32, head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
-    assert t.lookup(dtype=np.dtype("float32"), head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
-    assert t.lookup(dtype=jnp.bfloat16, head_dim=64, seq=2048, mode="fwd")["block_q"] == 64
+    assert tuned(t, dtype=np.float32, head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
+    assert tuned(t, dtype=np.dtype("float32"), head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
+    assert tuned(t, dtype=jnp.bfloat16, head_dim=64, seq=2048, mode="fwd")["block_q"] == 64
 
 
 @pytest.mark.parametrize(
@@ -293,7 +316,7 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out.parent.mkdir()
     rc, stdout, _ = run_handler(["export", str(src), "--out", str(out)], capsys)
     assert rc == 0 and "1 entries (1 tuned, 0 use auto)" in stdout
-    assert load(out).lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
+    assert tuned(load(out), dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
     from orchestrator.errors import TilesweepError
 
     # a missing folder is created, like the merger's output; a path under a file cannot be
@@ -312,7 +335,9 @@ def _sweep_doc(kind: str, jax: str, started: str, unit: str, records: list[dict[
     return {"device": {"jax": jax, "device_kind": kind}, "config": {"tag": "t"}, "results": records, "tilesweep": block}
 
 
-def test_export_of_several_documents_keeps_the_newest_record_per_identity(tmp_path: Path, capsys) -> None:
+def test_export_of_several_documents_keeps_the_newest_record_per_identity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     old = write(
         tmp_path,
         _sweep_doc(
@@ -348,8 +373,8 @@ def test_export_of_several_documents_keeps_the_newest_record_per_identity(tmp_pa
         assert f"3 of another device ('NVIDIA A100': 3 in {a100})" in stdout
         assert "1 superseded by a record measured with a newer jax" in stdout
         table = load(out)
-        # the newer jax measured bq128 slower: bq64 (measured once, by the old jax) is now best
-        assert table.lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")["block_q"] == 64
+        # the newer jax measured bq128 slower: bq64 (measured once, by the older jax) is the best
+        assert tuned(table, dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")["block_q"] == 64
         entries = json.loads(out.read_text())["entries"]
         assert {(e["seq"], e["median_ms"]) for e in entries} == {(2048, 1.5), (4096, 0.9)}
     from orchestrator.errors import TilesweepError

@@ -15,7 +15,7 @@ from orchestrator.errors import TilesweepError
 from orchestrator.store import document as results_doc
 from tests.conftest import SAMPLE, run_cli
 from tests.helpers import assert_one_line_error
-from tests.test_report import make_doc, rec, run_handler, write
+from tests.report_helpers import make_doc, rec, run_handler, write
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 needs_mpl = pytest.mark.skipif(
@@ -48,6 +48,7 @@ def test_heatmap_data_cells() -> None:
     groups = report.group_by_problem(mixed_records())
     (fk, fwd), (bk, bwd) = groups.items()
     d = heatmap_data(report.ProblemKey(*fk), fwd)
+    assert d is not None
     assert (d.row_axis, d.col_axis, d.rows, d.cols) == ("block_q", "block_k", [32, 64, 128], [64, 128])
     assert [c.status for c in d.cells[0]] == ["failed", "failed"]
     assert (d.cells[0][0].n_failed, d.cells[0][0].n_total) == (2, 2)
@@ -57,6 +58,7 @@ def test_heatmap_data_cells() -> None:
     assert cell.median_ms == pytest.approx(1.28 + 0.128 + 0.0001)
     assert d.auto_ms == 1.0 and d.folded == "stages, warps"
     b = heatmap_data(report.ProblemKey(*bk), bwd)
+    assert b is not None
     assert (b.row_axis, b.col_axis, b.rows, b.cols) == ("bwd_outer", "bwd_inner", [64, 128], [32])
     assert b.cells[0][0].median_ms == 2.5 and b.cells[0][0].detail.startswith("f64/128")
     assert b.cells[1][0].status == "failed" and "fwd blocks" in b.folded and b.auto_ms is None

@@ -2,105 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.analysis import report
-from orchestrator.cli import analysis as cli_report
-from orchestrator.errors import ResultsError, TilesweepError
 from orchestrator.spec import records
 from orchestrator.store import document as results_doc
-
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms")
-
-
-# --------------------------------------------------------------------------- builders
-
-
-def rec(
-    mode: str = "fwd",
-    *,
-    auto: bool = False,
-    ms: float | None = 1.0,
-    spread: float = 0.01,
-    error: str | None = None,
-    dtype: str = "bfloat16",
-    head_dim: int = 64,
-    seq: int = 2048,
-    batch: int = 4,
-    heads: int = 8,
-    tag: str = "t",
-    **cfg: Any,
-) -> dict[str, Any]:
-    """One record in the reference layout; ``ms=None`` or ``error`` makes a failed config."""
-    r: dict[str, Any] = {
-        "dtype": dtype,
-        "head_dim": head_dim,
-        "seq": seq,
-        "batch": batch,
-        "heads": heads,
-        "tag": tag,
-        "mode": mode,
-        "config": "auto" if auto else "forced",
-    }
-    if not auto:
-        if mode == "fwd":
-            defaults = {"block_q": 128, "block_k": 128, "num_stages": 2, "num_warps": 4}
-        else:
-            defaults = {
-                "fwd_block_q": 128,
-                "fwd_block_k": 128,
-                "bwd_outer": 64,
-                "bwd_inner": 32,
-                "num_stages": 2,
-                "num_warps": 4,
-            }
-        r.update({**defaults, **cfg})
-    if error is not None or ms is None:
-        r["error"] = error or "JaxRuntimeError: RESOURCE_EXHAUSTED: Shared memory size limit exceeded"
-    else:
-        r.update(rel_err=1e-3, compile_s=0.2, inner=10, median_ms=ms, q1_ms=ms * (1 - spread), q3_ms=ms * (1 + spread))
-    return r
-
-
-def make_doc(records: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {
-        "device": {"jax": "0.11.2", "device_kind": "NVIDIA H100"},
-        "config": {"tag": "t"},
-        "results": records,
-        **extra,
-    }
-
-
-def write(tmp_path: Path, doc: Any, name: str = "results.json") -> Path:
-    p = tmp_path / name
-    p.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
-    return p
-
-
-def load_obj(doc: dict[str, Any]) -> results_doc.ResultsDoc:
-    return results_doc.from_obj(doc, name="test.json")
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tilesweep")
-    cli_report.register(p.add_subparsers(dest="command", required=True))
-    return p
-
-
-def run_handler(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    args = parser().parse_args(argv)
-    rc = args.func(args)
-    out, err = capsys.readouterr()
-    return rc, out, err
-
+from tests.report_helpers import load_obj, make_doc, rec, write
 
 # --------------------------------------------------------------------------- the reference sample
 
@@ -192,7 +103,8 @@ def test_sample_text_and_markdown(sample_doc: dict[str, Any]) -> None:
     assert len(lines) == 1 + len(summaries) + 2  # header, rows, blank, legend
     assert "4*B*H*S*S*D" in text
     for s in summaries:
-        assert any(s.best_label in line and f"{s.best_ms:.4f}" in line for line in lines)
+        label = s.best_label
+        assert label is not None and any(label in line and f"{s.best_ms:.4f}" in line for line in lines)
     md = report.format_table(summaries, "markdown").splitlines()
     assert md[0].startswith("| dtype |") and set(md[1]) <= set("|:-")
     assert all(line.count("|") == md[0].count("|") for line in md[2 : 2 + len(summaries)])
@@ -225,7 +137,7 @@ def test_failed_and_all_failed_problem() -> None:
     assert (a.best_ms, a.n_configs, a.n_failed, a.speedup) == (1.0, 2, 1, 2.0)
     assert b.best_ms is None and b.best_label is None and b.speedup is None and b.tflops is None
     assert (b.n_configs, b.n_failed, b.note) == (2, 2, "all failed")
-    assert b.first_error.startswith("JaxRuntimeError")
+    assert b.first_error is not None and b.first_error.startswith("JaxRuntimeError")
     row = [line for line in report.format_table([a, b]).splitlines() if " 4096 " in line][0]
     assert "all failed" in row and " - " in row
 
@@ -321,87 +233,3 @@ def test_json_form_states_flops() -> None:
     assert out[1]["flops_formula"].startswith("3.5*4*B*H*S*S*D")
     assert out[0]["flops"] == 4 * 4 * 8 * 2048 * 2048 * 64
     assert out[0]["best_config"] == {"block_q": 128, "block_k": 128, "num_stages": 2, "num_warps": 4}
-
-
-# --------------------------------------------------------------------------- not a results document
-
-
-@pytest.mark.parametrize(
-    ("content", "fragment"),
-    [
-        ("{not json", "not valid JSON"),
-        ("[1, 2]", "top level is a JSON array"),
-        (json.dumps({"device": {}, "results": []}), "missing top-level key(s) config"),
-        (json.dumps({"device": {}, "config": {}, "results": {}}), "'results' is a JSON object"),
-        (json.dumps({"device": {}, "config": {}, "results": [3]}), "results[0] is a JSON number"),
-        (
-            json.dumps(make_doc([rec(ms=1.0), {"dtype": "bfloat16", "seq": 1}])),
-            "results[1] lacks identity field(s) head_dim, batch, heads, tag, mode, config",
-        ),
-    ],
-)
-def test_not_a_results_document(tmp_path: Path, content: str, fragment: str) -> None:
-    path = write(tmp_path, content, "bad.json")
-    with pytest.raises(ResultsError) as info:
-        results_doc.load(path)
-    msg = info.value.message
-    assert msg.startswith(str(path)) and fragment in msg and "\n" not in msg
-    assert isinstance(info.value, TilesweepError)
-
-
-def test_missing_file_and_directory(tmp_path: Path) -> None:
-    with pytest.raises(ResultsError, match="no such file"):
-        results_doc.load(tmp_path / "nope.json")
-    with pytest.raises(ResultsError, match="is a directory"):
-        results_doc.load(tmp_path)
-
-
-def test_stdlib_parser_gives_same_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = write(tmp_path, make_doc([rec(ms=1.25), rec(auto=True, ms=None)]))
-    fast = results_doc.load(path)
-    monkeypatch.setattr(results_doc, "_orjson", None)
-    slow = results_doc.load(path)
-    assert (fast.device, fast.config, fast.results) == (slow.device, slow.config, slow.results)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def test_cli_report_text_json_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = str(write(tmp_path, make_doc([rec(auto=True, ms=2.0), rec(ms=1.0), rec(ms=1.5, block_q=64)])))
-    rc, out, _ = run_handler(["report", path], capsys)
-    assert rc == 0 and "bq128 bk128 s2 w4" in out and "2.00x" in out
-    rc, out, _ = run_handler(["report", path, "--json"], capsys)
-    data = json.loads(out)
-    assert rc == 0 and isinstance(data, list) and data[0]["speedup"] == 2.0
-    rc, out, _ = run_handler(["report", path, "--markdown"], capsys)
-    assert rc == 0 and out.startswith("| dtype |")
-    with pytest.raises(SystemExit):
-        parser().parse_args(["report", path, "--json", "--markdown"])
-
-
-def test_cli_report_bad_file_raises_results_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ResultsError, match="no such file"):
-        run_handler(["report", str(tmp_path / "missing.json")], capsys)
-
-
-def test_cli_subprocess_one_line_error_exit_2(tmp_path: Path) -> None:
-    bad = write(tmp_path, "[]", "bad.json")
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli.analysis", "report", str(bad)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.count("\n") == 1 and "not a results document" in proc.stderr
-    good = write(tmp_path, make_doc([rec(ms=1.0)]), "good.json")
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli.analysis", "report", str(good)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert proc.returncode == 0 and "bq128 bk128 s2 w4" in proc.stdout

@@ -46,7 +46,7 @@ def _jax_of(doc: ResultsDoc) -> dict[Any, Any]:
         return out
     earlier = ts.get("earlier")
     for block in [*(e for e in (earlier if isinstance(earlier, list) else []) if isinstance(e, dict)), ts]:
-        env = block.get("env") if isinstance(block.get("env"), dict) else {}
+        env = found if isinstance(found := block.get("env"), dict) else {}
         attempts = block.get("attempts")
         for unit in attempts if isinstance(attempts, dict) else ():
             out[unit] = env.get("jax") or doc.device.get("jax")

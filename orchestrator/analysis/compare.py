@@ -59,12 +59,10 @@ class ProblemComparison:
 
     @property
     def note(self) -> str:
-        if self.presence != "both":
+        a, b = self.a, self.b
+        if a is None or b is None:
             return f"only in {self.presence[-1]}"
-        notes = []
-        for side, s in (("A", self.a), ("B", self.b)):
-            if s.best_ms is None:
-                notes.append(f"no timing in {side}")
+        notes = [f"no timing in {side}" for side, s in (("A", a), ("B", b)) if s.best_ms is None]
         if self.same_config:
             notes.append("same config")
         return ", ".join(notes)

@@ -26,7 +26,8 @@ from orchestrator.analysis.html import (
     ratio_cls,
 )
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
-from orchestrator.analysis.report import astuple_key, axis_columns, is_success
+from orchestrator.analysis.report import astuple_key, axis_columns
+from orchestrator.analysis.scan import is_success
 from orchestrator.analysis.svg import esc
 from orchestrator.store.document import ResultsDoc
 
@@ -69,7 +70,7 @@ def _rows(rows: list[ProblemComparison], with_tag: bool, axes: list[str]) -> Ite
 def _header(rows: list[ProblemComparison]) -> Callable[[list[int]], str]:
     def header(idx: list[int]) -> str:
         one = sum(1 for i in idx if rows[i].presence != "both")
-        faster = sum(1 for i in idx if rows[i].ratio is not None and rows[i].ratio < 1)
+        faster = sum(1 for i in idx if (ratio := rows[i].ratio) is not None and ratio < 1)
         n = len(idx)
         text = f"{n} problem{'s' if n != 1 else ''}, B faster in {faster}"
         return text + (f", {one} in one document only" if one else "")
@@ -89,7 +90,8 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
         a = va.get(astuple_key(r.a.key)) if r.a is not None else None
         b = vb.get(astuple_key(r.b.key)) if r.b is not None else None
         ratio = "" if r.ratio is None else f' &middot; B/A <b class="{ratio_cls(r.ratio, False)}">{r.ratio:.3f}</b>'
-        title = esc((r.a or r.b).key.label(with_tag)) if (r.a or r.b) is not None else ""
+        shown = r.a or r.b
+        title = esc(shown.key.label(with_tag)) if shown is not None else ""
         return (
             f'<section class="problem" id="p-{n}"><h3><a href="#p-{n}">#{n}</a> {title}{ratio}</h3>'
             f'<div class="pair">{_side(a, "A")}{_side(b, "B")}</div></section>'

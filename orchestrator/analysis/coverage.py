@@ -1,39 +1,89 @@
-"""What a results document's plan says it should hold: the configs planned per problem.
+"""Planned versus recorded: which configs a document's plans have for a problem, and which of
+those have no record. The one home of that comparison: the report's missing count (text,
+markdown, ``--json``'s ``n_missing``) and the report page's list of missing configs are both
+read from the ``Coverage`` that ``Plans.coverage`` makes, so they cannot disagree.
 
 A document tilesweep wrote carries the spec of the sweep that wrote it (its ``tilesweep``
-block), and the specs of sweeps appended into it (the ``earlier`` blocks); the planner turns
-each into the forced configs it plans per problem without expanding it
-(``planning.planned_configs``). The report compares them with the records to say how many
-configs are missing. A document without a block (the reference run's) has no known plan.
+block), and the blocks of the sweeps appended into it (``earlier``, oldest first): an appended
+document holds several plans, and a problem's planned configs are the union of what each plan
+has for it, oldest plan first. The planner turns a spec into the forced configs it plans per
+problem without expanding it (``planning.planned_configs``), so a document of a million
+records is covered in one pass over its problems.
+
+A planned config is recorded when the document holds any record of it: timed, failed, pruned,
+or a halving sweep's screen (``resume`` redoes none of them). ``auto`` is the baseline of a
+problem, not one of its configs; whether its record is there is the summary's ``auto_status``.
+A document without a block (the reference run's) has no known plan: no coverage, and the
+report says nothing rather than guess.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Container
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import SpecError
 from orchestrator.planning import PlannedConfigs, planned_configs
 from orchestrator.spec.files import spec_from_data
+from orchestrator.spec.records import config_fields
 from orchestrator.store.document import ResultsDoc
 
+log = logging.getLogger(__name__)
 
-def plans_of(doc: ResultsDoc) -> list[PlannedConfigs]:
-    """The plans of the sweeps that wrote the document: its tilesweep block's spec and those
-    of the blocks of sweeps appended into it. A spec this tilesweep cannot read is no plan."""
+Config = tuple[int, ...]  # the values of ``records.config_fields(mode)``, in that order
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One problem's planned forced configs and, of those, the ones without a record; both in
+    plan order."""
+
+    mode: str
+    planned: tuple[Config, ...]
+    missing: tuple[Config, ...]
+
+    def missing_configs(self) -> list[dict[str, int]]:
+        """The missing configs as records name their fields (``report.config_label`` takes them)."""
+        fields = config_fields(self.mode)
+        return [dict(zip(fields, c, strict=True)) for c in self.missing]
+
+
+@dataclass(frozen=True)
+class Plans:
+    """The plans of the sweeps that wrote a document, oldest first (none: no plan known)."""
+
+    plans: tuple[PlannedConfigs, ...]
+
+    def problems(self) -> set[tuple[Any, ...]]:
+        """Every problem some plan has (``records.problem_key`` tuples)."""
+        return set().union(*(p.problems for p in self.plans))
+
+    def coverage(self, problem: tuple[Any, ...], recorded: Container[Config]) -> Coverage | None:
+        """What the plans have for ``problem`` and which of it is not in ``recorded`` (the
+        configs the document holds a record of), or None where no plan has the problem."""
+        grids = [grid for p in self.plans if (grid := p.of(problem)) is not None]
+        if not grids:
+            return None
+        planned = tuple(dict.fromkeys(c for grid in grids for c in grid))
+        return Coverage(problem[5], planned, tuple(c for c in planned if c not in recorded))
+
+
+def plans_of(doc: ResultsDoc) -> Plans:
+    """The plans of the document's tilesweep blocks: the ``earlier`` ones, then its own. A spec
+    this tilesweep cannot read is no plan (a warning says so)."""
     block = doc.extra.get("tilesweep")
     if not isinstance(block, dict):
-        return []
+        return Plans(())
+    earlier = block.get("earlier")
+    blocks = [(f"tilesweep.earlier[{i}]", e) for i, e in enumerate(earlier if isinstance(earlier, list) else [])]
     plans = []
-    for b in [block, *(e for e in block.get("earlier") or [] if isinstance(e, dict))]:
-        if isinstance(b.get("spec"), dict):
-            try:
-                plans.append(planned_configs(spec_from_data(b["spec"], source="the document's tilesweep block")))
-            except SpecError:
-                continue
-    return plans
-
-
-def planned(plans: list[PlannedConfigs], problem: tuple[Any, ...]) -> set[tuple[int, ...]] | None:
-    """The configs the plans have for ``problem`` (their union), or None where none plans it."""
-    found = [c for p in plans if (c := p.of(problem)) is not None]
-    return set().union(*found) if found else None
+    for where, b in [*blocks, ("tilesweep", block)]:
+        if not isinstance(b, dict) or not isinstance(b.get("spec"), dict):
+            continue
+        try:
+            plans.append(planned_configs(spec_from_data(b["spec"], source=f"{doc.name}: {where}.spec")))
+        except SpecError as exc:  # written by another tilesweep version: say nothing rather than guess
+            log.warning("%s; its planned configs are not counted", exc.message)
+    return Plans(tuple(plans))

@@ -58,7 +58,7 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
         return None
     config = None
     if s.best_config is not None:
-        auto_wins = s.auto_ms is not None and s.auto_ms < s.best_ms
+        auto_wins = s.auto_ms is not None and s.best_ms is not None and s.auto_ms < s.best_ms
         if keep_slower or not auto_wins:
             config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
     k = s.key

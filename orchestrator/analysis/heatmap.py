@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from orchestrator.analysis.report import ProblemKey, config_label, is_success
+from orchestrator.analysis.report import ProblemKey, config_label
+from orchestrator.analysis.scan import is_success
 from orchestrator.spec.records import config_fields
 
 AXES = {"fwd": ("block_q", "block_k"), "fwd_bwd": ("bwd_outer", "bwd_inner")}

@@ -4,7 +4,8 @@ On top, the provenance (device, jax, sweep, dates, GPU-hours, the spec) and a su
 every problem, sortable and filterable (``page``). Below, one card per problem: the best config
 and its q1-q3 spread, auto, speedup, TFLOP/s, the noise flag, the tile heatmap (``svg``: failed
 and pruned cells marked), and the configs that failed or are missing (planned but without a
-record, when the document says what was planned: ``planned``).
+record, when the document says what was planned: the summary's ``coverage``, the same the text
+report counts).
 
 Thousands of problems stay readable and fast: the cards are grouped by dtype and head_dim, the
 groups start folded above ``FOLD_ABOVE`` problems (the page says so; nothing is left out, a
@@ -23,7 +24,6 @@ from typing import NamedTuple
 
 from orchestrator.analysis.heatmap import Configs, HeatmapData, configs_of, heatmap_data, problem_title
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
-from orchestrator.analysis.planned import missing_records
 from orchestrator.analysis.report import (
     LEGEND,
     ProblemKey,
@@ -34,8 +34,8 @@ from orchestrator.analysis.report import (
     best_table,
     config_label,
     group_by_problem,
-    is_success,
 )
+from orchestrator.analysis.scan import is_success
 from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc, load
@@ -88,19 +88,22 @@ def _failed_configs(cs: Configs, mode: str) -> list[Failed]:
     return out
 
 
+def _missing_labels(s: ProblemSummary) -> list[str] | None:
+    """The labels of the summary's planned configs without a record (None: no plan known)."""
+    if s.coverage is None:
+        return None
+    return [config_label(c, s.key.mode) for c in s.coverage.missing_configs()]
+
+
 def problem_views(doc: ResultsDoc) -> list[ProblemView]:
-    """One view per problem in document order."""
+    """One view per problem in document order, planned problems without a record included."""
     groups = group_by_problem(doc.results)
-    missing = missing_records(doc)
     views = []
     for n, s in enumerate(best_table(doc), 1):
-        k = astuple_key(s.key)
-        recs = groups[k]
-        gone = None
-        if missing is not None:
-            gone = [config_label(r, r["mode"]) if r["config"] != "auto" else "auto" for r in missing.get(k, [])]
+        recs = groups.get(astuple_key(s.key), [])
         cs = configs_of(s.key.mode, recs)
-        views.append(ProblemView(n, s, heatmap_data(s.key, recs, cs), _failed_configs(cs, s.key.mode), gone))
+        failed = _failed_configs(cs, s.key.mode)
+        views.append(ProblemView(n, s, heatmap_data(s.key, recs, cs), failed, _missing_labels(s)))
     return views
 
 
@@ -116,7 +119,8 @@ def ratio_cls(x: float | None, higher_is_better: bool = True) -> str:
 def facts(s: ProblemSummary) -> str:
     """One line of numbers: best config, its spread, auto, speedup, TFLOP/s, runner-up, noise."""
     if s.best_ms is None:
-        why = "auto only" if s.n_configs == 0 else "every forced config failed"
+        why = "every forced config failed" if s.n_configs else "auto only"
+        why = "nothing measured" if not s.n_configs and s.auto_status == "absent" else why
         best = f'<span class="warn">no best config: {why}</span>'
     else:
         best = (

@@ -71,7 +71,7 @@ def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
     """Where the numbers come from: device, software, sweep, dates, GPU-hours, the spec."""
     dev, block = doc.device, doc.extra.get("tilesweep")
     block = block if isinstance(block, dict) else {}
-    env = block.get("env") if isinstance(block.get("env"), dict) else {}
+    env = found if isinstance(found := block.get("env"), dict) else {}
     rows: list[tuple[str, Any]] = [
         ("document", doc.name),
         ("device", " ".join(str(x) for x in (dev.get("device_kind"), dev.get("backend")) if x) or None),
@@ -129,8 +129,9 @@ def num(x: float | None, fmt: str, cls: str = "") -> str:
 def table(columns: Sequence[Column], rows: Iterable[tuple[list[str], list[str]]], total: int) -> str:
     """The summary table with its filter selects. ``rows`` yields (cells, filter values): the
     values of the filter columns in column order, as plain text, to list in the selects."""
-    body, seen = [], {c.key: set() for c in columns if c.filter}
     fcols = [c for c in columns if c.filter]
+    body: list[str] = []
+    seen: dict[str, set[str]] = {c.key: set() for c in fcols}
     for cells, fvals in rows:
         body.append("<tr>" + "".join(cells) + "</tr>")
         for c, v in zip(fcols, fvals, strict=True):

@@ -20,12 +20,22 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from orchestrator.analysis.heatmap import HeatmapData, heatmap_data, problem_title
+from orchestrator.analysis.heatmap import Cell, HeatmapData, heatmap_data, problem_title
 from orchestrator.analysis.report import ProblemKey, ProblemSummary, best_table, group_by_problem
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
+
+if TYPE_CHECKING:  # matplotlib is an optional extra: imported where plots are drawn
+    from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.cm import ColormapRegistry
+    from matplotlib.colorbar import Colorbar
+    from matplotlib.colors import Colormap, LogNorm
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.ticker import FormatStrFormatter
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +112,20 @@ def write_plots(doc: ResultsDoc, out_dir: str | os.PathLike[str], *, max_problem
 # --------------------------------------------------------------------------- drawing
 
 
-def _matplotlib() -> Any:
+@dataclass(frozen=True)
+class Matplotlib:
+    """The matplotlib names the drawing code needs, imported only when plots are drawn."""
+
+    colormaps: ColormapRegistry
+    log_norm: type[LogNorm]
+    rectangle: type[Rectangle]
+    patch: type[Patch]
+    formatter: type[FormatStrFormatter]
+    figure: type[Figure]
+    canvas: type[FigureCanvasAgg]
+
+
+def _matplotlib() -> Matplotlib:
     try:
         import matplotlib
         from matplotlib import colors, patches, ticker
@@ -110,80 +133,36 @@ def _matplotlib() -> Any:
         from matplotlib.figure import Figure
     except ImportError:
         raise TilesweepError(INSTALL_HINT) from None
+    return Matplotlib(
+        colormaps=matplotlib.colormaps,
+        log_norm=colors.LogNorm,
+        rectangle=patches.Rectangle,
+        patch=patches.Patch,
+        formatter=ticker.FormatStrFormatter,
+        figure=Figure,
+        canvas=FigureCanvasAgg,
+    )
 
-    class _M:  # the handful of names the drawing code needs
-        pass
 
-    m = _M()
-    m.matplotlib, m.colors, m.patches, m.ticker = matplotlib, colors, patches, ticker
-    m.Figure, m.FigureCanvasAgg = Figure, FigureCanvasAgg
-    return m
-
-
-def _save(mpl: Any, fig: Any, path: Path) -> None:
-    mpl.FigureCanvasAgg(fig)
+def _save(mpl: Matplotlib, fig: Figure, path: Path) -> None:
+    mpl.canvas(fig)
     fig.savefig(path, dpi=120)
 
 
-def _heatmap_figure(mpl: Any, d: HeatmapData, with_tag: bool) -> Any:
+def _heatmap_figure(mpl: Matplotlib, d: HeatmapData, with_tag: bool) -> Figure:
     nr, nc = len(d.rows), len(d.cols)
-    fig = mpl.Figure(figsize=(max(5.5, 1.25 * nc + 2.8), max(4.0, 0.95 * nr + 2.2)), layout="constrained")
+    fig = mpl.figure(figsize=(max(5.5, 1.25 * nc + 2.8), max(4.0, 0.95 * nr + 2.2)), layout="constrained")
     ax = fig.add_subplot()
-    values = [c.median_ms for line in d.cells for c in line if c.status == "ok"]
-    nan = float("nan")
-    grid = [[c.median_ms if c.status == "ok" else nan for c in line] for line in d.cells]
-    cmap = mpl.matplotlib.colormaps["viridis_r"].with_extremes(bad="white")
-    lo, hi = (min(values), max(values)) if values else (1.0, 2.0)
-    if hi <= lo:
-        hi = lo * 1.01
-    norm = mpl.colors.LogNorm(vmin=lo, vmax=hi)
+    cmap, norm = _time_scale(mpl, d)
+    grid = [[_timed_ms(c) for c in line] for line in d.cells]
     im = ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto", origin="upper")
-    best_rc = d.best()
     for i, line in enumerate(d.cells):
         for j, c in enumerate(line):
-            if c.status == "ok":
-                rgba = cmap(norm(c.median_ms))
-                lum = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
-                color = "black" if lum > 0.5 else "white"
-                ax.text(
-                    j,
-                    i - 0.12,
-                    f"{c.median_ms:.4g}",
-                    ha="center",
-                    va="center",
-                    fontsize=10,
-                    fontweight="bold",
-                    color=color,
-                )
-                detail = c.detail + (f"\n{c.n_failed}/{c.n_total} failed" if c.n_failed else "")
-                ax.text(j, i + 0.25, detail, ha="center", va="center", fontsize=7.5, color=color)
-            elif c.status in ("failed", "pruned"):
-                ax.add_patch(
-                    mpl.patches.Rectangle(
-                        (j - 0.5, i - 0.5),
-                        1,
-                        1,
-                        facecolor="0.85",
-                        edgecolor="0.45",
-                        hatch="xx" if c.status == "failed" else "//",
-                        linewidth=0,
-                    )
-                )
-                ax.text(
-                    j,
-                    i,
-                    f"{c.status}\n({c.n_failed}/{c.n_total})",
-                    ha="center",
-                    va="center",
-                    fontsize=9,
-                    color="black",
-                    bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"),
-                )
-            else:
-                ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="0.5")
+            _draw_cell(mpl, ax, (i, j), c, cmap, norm)
+    best_rc = d.best()
     if best_rc is not None:
         i, j = best_rc
-        ax.add_patch(mpl.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=3))
+        ax.add_patch(mpl.rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=3))
     ax.set_xticks(range(nc), [str(c) for c in d.cols])
     ax.set_yticks(range(nr), [str(r) for r in d.rows])
     ax.set_xlabel(f"{d.col_axis} (tile size)")
@@ -193,17 +172,85 @@ def _heatmap_figure(mpl: Any, d: HeatmapData, with_tag: bool) -> Any:
         f"{problem_title(d.key, with_tag)}\nmedian ms, best over {d.folded}; red box = best; {auto}",
         fontsize=10,
     )
-    cb = fig.colorbar(im, ax=ax)
-    cb.set_label("median time per call (ms, log scale; lower is better)")
-    cb.ax.yaxis.set_major_formatter(mpl.ticker.FormatStrFormatter("%.3g"))
-    cb.ax.yaxis.set_minor_formatter(mpl.ticker.FormatStrFormatter("%.3g"))
-    cb.ax.tick_params(labelsize=7, which="both")
+    _time_colorbar(mpl, fig.colorbar(im, ax=ax))
     return fig
 
 
-def _speedup_figure(mpl: Any, summaries: list[ProblemSummary], with_tag: bool, page: str = "") -> Any:
+def _timed_ms(c: Cell) -> float:
+    """A cell's time, or NaN (drawn white) where it has none."""
+    return c.median_ms if c.status == "ok" and c.median_ms is not None else math.nan
+
+
+def _time_scale(mpl: Matplotlib, d: HeatmapData) -> tuple[Colormap, LogNorm]:
+    """The colour of a time: a log scale over the problem's timed cells, white where none."""
+    values = [m for line in d.cells for c in line if not math.isnan(m := _timed_ms(c))]
+    lo, hi = (min(values), max(values)) if values else (1.0, 2.0)
+    if hi <= lo:
+        hi = lo * 1.01
+    return mpl.colormaps["viridis_r"].with_extremes(bad="white"), mpl.log_norm(vmin=lo, vmax=hi)
+
+
+def _draw_cell(mpl: Matplotlib, ax: Axes, at: tuple[int, int], c: Cell, cmap: Colormap, norm: LogNorm) -> None:
+    """A cell's text: its time and winning config, what failed in it, or that it was not run."""
+    i, j = at
+    if c.status == "ok" and c.median_ms is not None:
+        rgba = cmap(norm(c.median_ms))
+        lum = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
+        color = "black" if lum > 0.5 else "white"
+        ax.text(
+            j,
+            i - 0.12,
+            f"{c.median_ms:.4g}",
+            ha="center",
+            va="center",
+            fontsize=10,
+            fontweight="bold",
+            color=color,
+        )
+        detail = c.detail + (f"\n{c.n_failed}/{c.n_total} failed" if c.n_failed else "")
+        ax.text(j, i + 0.25, detail, ha="center", va="center", fontsize=7.5, color=color)
+    elif c.status in ("failed", "pruned"):
+        _draw_failed_cell(mpl, ax, at, c)
+    else:
+        ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="0.5")
+
+
+def _draw_failed_cell(mpl: Matplotlib, ax: Axes, at: tuple[int, int], c: Cell) -> None:
+    """A hatched cell where every config failed (crossed) or was pruned (striped), with counts."""
+    i, j = at
+    ax.add_patch(
+        mpl.rectangle(
+            (j - 0.5, i - 0.5),
+            1,
+            1,
+            facecolor="0.85",
+            edgecolor="0.45",
+            hatch="xx" if c.status == "failed" else "//",
+            linewidth=0,
+        )
+    )
+    ax.text(
+        j,
+        i,
+        f"{c.status}\n({c.n_failed}/{c.n_total})",
+        ha="center",
+        va="center",
+        fontsize=9,
+        color="black",
+        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
+    )
+
+
+def _time_colorbar(mpl: Matplotlib, cb: Colorbar) -> None:
+    cb.set_label("median time per call (ms, log scale; lower is better)")
+    cb.ax.yaxis.set_major_formatter(mpl.formatter("%.3g"))
+    cb.ax.yaxis.set_minor_formatter(mpl.formatter("%.3g"))
+    cb.ax.tick_params(labelsize=7, which="both")
+
+
+def _speedup_figure(mpl: Matplotlib, summaries: list[ProblemSummary], with_tag: bool, page: str = "") -> Figure:
     n = len(summaries)
-    fig = mpl.Figure(figsize=(8.5, max(2.6, 0.42 * n + 1.6)), layout="constrained")
+    fig = mpl.figure(figsize=(8.5, max(2.6, 0.42 * n + 1.6)), layout="constrained")
     ax = fig.add_subplot()
     labels = [problem_title(s.key, with_tag) for s in summaries]
     ys = list(range(n))
@@ -228,9 +275,9 @@ def _speedup_figure(mpl: Any, summaries: list[ProblemSummary], with_tag: bool, p
             ax.text(x, y, f"{v:.2f}x  {s.best_label}", va="center", fontsize=8)
     ax.axvline(1.0, color="black", linewidth=1, linestyle="--")
     handles = [
-        mpl.patches.Patch(color=_GREEN, label=f"tuned faster (> {1 + band:.2f}x)"),
-        mpl.patches.Patch(color=_GREY, label=f"even (within {band:.0%})"),
-        mpl.patches.Patch(color=_RED, label=f"auto faster (< {1 - band:.2f}x)"),
+        mpl.patch(color=_GREEN, label=f"tuned faster (> {1 + band:.2f}x)"),
+        mpl.patch(color=_GREY, label=f"even (within {band:.0%})"),
+        mpl.patch(color=_RED, label=f"auto faster (< {1 - band:.2f}x)"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
     ax.set_yticks(ys, labels, fontsize=8)

@@ -20,27 +20,29 @@ elementwise work are not counted. Modes other than these two get no TFLOP/s.
 A best config is flagged as *within noise* when its q1-q3 range overlaps the runner-up's:
 the sweep has not separated the two, so either is a fair pick.
 
-Where the document knows its plan (``coverage``), a problem also says how many planned configs
-have no record (``missing``; a planned problem without any record gets a row), and a best chosen
-while fewer than half the planned configs were timed is marked ``best of N/M timed``.
+Where the document knows its plan (``coverage``: the one home of planned versus recorded), a
+problem also says how many planned configs have no record (``missing``; a planned problem without
+any record gets a row), and a best chosen while fewer than half the planned configs were timed is
+marked ``best of N/M timed``.
 
-``best_table`` returns data; ``format_table`` turns it into text or a GitHub table. The CLI
-(and ``tilesweep run`` at the end of a sweep) prints.
+``best_table`` returns data, from one pass over the records (``scan``); ``format_table`` turns it
+into text or a GitHub table. The CLI (and ``tilesweep run`` at the end of a sweep) prints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from operator import itemgetter
 from typing import Any
 
 from kernels.config import attention_flops
-from orchestrator.analysis import coverage
+from orchestrator.analysis.coverage import Coverage, plans_of
+from orchestrator.analysis.scan import INF, ProblemScan, scan
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
-from orchestrator.spec.records import DEFAULT_IMPL, PROBLEM_FIELDS, config_fields, config_of, problem_key
-from orchestrator.store.document import ResultsDoc, paused_gc
+from orchestrator.spec.records import DEFAULT_IMPL, PROBLEM_FIELDS, config_of, problem_key
+from orchestrator.store.document import ResultsDoc
 
 FWD_FLOPS_FORMULA = "4*B*H*S*S*D"
 FLOPS_FORMULAS = {
@@ -124,8 +126,17 @@ class ProblemSummary:
     runner_up_ms: float | None
     within_noise: bool
     first_error: str | None  # one failure message, to show what went wrong where all failed
-    n_planned: int | None = None  # forced configs the document's plan has for it (None: no plan known)
-    n_missing: int | None = None  # of those, how many have no record
+    coverage: Coverage | None = None  # its planned configs and the missing ones (None: no plan known)
+
+    @property
+    def n_planned(self) -> int | None:
+        """Forced configs the document's plans have for the problem (None: no plan known)."""
+        return None if self.coverage is None else len(self.coverage.planned)
+
+    @property
+    def n_missing(self) -> int | None:
+        """Of the planned configs, how many have no record."""
+        return None if self.coverage is None else len(self.coverage.missing)
 
     @property
     def note(self) -> str:
@@ -145,11 +156,13 @@ class ProblemSummary:
         return ", ".join(notes)
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        key = out.pop("key")
-        if self.n_planned is None:  # no plan known: nothing to say (the reference run's report as it was)
-            del out["n_planned"], out["n_missing"]
-        out = {**key, **out}
+        out = asdict(self.key)
+        out.update(
+            (f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in ("key", "coverage")
+        )
+        if self.coverage is not None:  # a plan is known: how much of it has a record
+            out["n_planned"] = self.n_planned
+            out["n_missing"] = self.n_missing
         out["flops_formula"] = (CAUSAL_FLOPS_FORMULAS if self.key.causal else FLOPS_FORMULAS).get(self.key.mode)
         out["note"] = self.note
         return out
@@ -174,12 +187,6 @@ def config_label(config: dict[str, Any], mode: str) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
 
 
-def is_success(record: dict[str, Any]) -> bool:
-    """A record counts as a measurement when it has a finite median and no error."""
-    m = record.get("median_ms")
-    return "error" not in record and isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m)
-
-
 def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     """Records per problem key tuple, problems in order of first appearance (plan order)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -195,12 +202,12 @@ def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict
 
 def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
     """One ``ProblemSummary`` per problem, in the document's order, then planned ones without records."""
-    plans = coverage.plans_of(doc)
+    plans = plans_of(doc)
     scans = scan(doc.results)
-    unrecorded = set().union(*(p.problems for p in plans)) - scans.keys()
+    unrecorded = plans.problems() - scans.keys()
     for problem in sorted(unrecorded, key=lambda k: tuple((v is None, 0 if v is None else v) for v in k)):
-        scans[problem] = _Scan(problem[5])
-    return [_summary(ProblemKey(*k), sc, coverage.planned(plans, k)) for k, sc in scans.items()]
+        scans[problem] = ProblemScan(problem[5])
+    return [_summary(ProblemKey(*k), sc, plans.coverage(k, sc.recorded())) for k, sc in scans.items()]
 
 
 def astuple_key(key: ProblemKey) -> tuple:
@@ -208,73 +215,7 @@ def astuple_key(key: ProblemKey) -> tuple:
     return tuple(getattr(key, f) for f in PROBLEM_FIELDS) + (key.causal, key.kv_heads, key.impl)
 
 
-class _Scan:
-    """What one pass over a problem's records keeps: the auto time, the best record per config."""
-
-    __slots__ = ("fields", "cid", "auto_ms", "auto_seen", "per_config", "pruned", "screened", "first_error")
-
-    def __init__(self, mode: str) -> None:
-        self.fields = config_fields(mode)
-        self.cid = itemgetter(*self.fields)
-        self.auto_ms: float | None = None
-        self.auto_seen = False
-        # config identity -> best successful record of that config (None: only failures)
-        self.per_config: dict[Any, dict[str, Any] | None] = {}
-        self.pruned: set[Any] = set()
-        self.screened: set[Any] = set()  # configs with a screened record (a candidate only if timed in full too)
-        self.first_error: str | None = None
-
-
-_INF = float("inf")
-
-
-def scan(results: Iterable[dict[str, Any]]) -> dict[tuple, _Scan]:
-    """One pass over all records, problems in order of first appearance (plan order).
-
-    The loop is written out flat, without helper calls per record, because it runs once per
-    record of documents with a million of them; ``is_success`` is the readable form of ``ok``.
-    """
-    with paused_gc():
-        return _scan(results)
-
-
-def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple, _Scan]:
-    scans: dict[tuple, _Scan] = {}
-    get = scans.get
-    for rec in results:
-        k = problem_key(rec)
-        sc = get(k)
-        if sc is None:
-            sc = scans[k] = _Scan(k[5])
-        m = rec.get("median_ms")
-        ok = (m.__class__ is float or m.__class__ is int) and -_INF < m < _INF and "error" not in rec
-        if rec["config"] == "auto":
-            sc.auto_seen = True
-            if ok and (sc.auto_ms is None or m < sc.auto_ms):
-                sc.auto_ms = float(m)
-            continue
-        try:
-            cid = sc.cid(rec)
-        except KeyError:  # a forced record without some config field: still one config
-            cid = tuple(map(rec.get, sc.fields))
-        per = sc.per_config
-        if ok and rec.get("screened") is True:  # a screen, not a measurement: never a candidate
-            sc.screened.add(cid)
-        elif ok:
-            prev = per.get(cid)
-            if prev is None or m < prev["median_ms"]:
-                per[cid] = rec
-        else:
-            if cid not in per:
-                per[cid] = None
-            if rec.get("pruned"):
-                sc.pruned.add(cid)
-            if sc.first_error is None:
-                sc.first_error = str(rec.get("error", "no timing recorded"))
-    return scans
-
-
-def _summary(key: ProblemKey, sc: _Scan, planned: set | None = None) -> ProblemSummary:
+def _summary(key: ProblemKey, sc: ProblemScan, cover: Coverage | None = None) -> ProblemSummary:
     fields, per_config, auto_ms = sc.fields, sc.per_config, sc.auto_ms
     ok = [r for r in per_config.values() if r is not None]
     n_failed = len(per_config) - len(ok)
@@ -311,7 +252,7 @@ def _summary(key: ProblemKey, sc: _Scan, planned: set | None = None) -> ProblemS
         speedup=speedup,
         flops=flops,
         tflops=tflops,
-        n_configs=len(per_config.keys() | sc.screened),
+        n_configs=len(sc.recorded()),
         n_failed=n_failed,
         n_pruned=n_pruned,
         n_screened=len(sc.screened - per_config.keys()),
@@ -319,15 +260,14 @@ def _summary(key: ProblemKey, sc: _Scan, planned: set | None = None) -> ProblemS
         runner_up_ms=float(runner["median_ms"]) if runner else None,
         within_noise=within_noise,
         first_error=sc.first_error if best is None else None,
-        n_planned=None if planned is None else len(planned),
-        n_missing=None if planned is None else sum(cfg not in per_config for cfg in planned),
+        coverage=cover,
     )
 
 
 def _two_fastest(records: list[dict[str, Any]]) -> tuple[dict | None, dict | None]:
     """Fastest and second fastest by median; first seen wins a tie (document order)."""
     best = runner = None
-    bm = rm = _INF
+    bm = rm = INF
     for r in records:
         m = r["median_ms"]
         if m < bm:

@@ -22,10 +22,10 @@ def render(
     """Shared table renderer (also used by compare): ``left`` columns left-aligned, others right."""
     if style not in ("text", "markdown"):
         raise ValueError(f"{style=} must be 'text' or 'markdown'")
-    left = [h in left for h in header]
+    left_aligned = [h in left for h in header]
     if style == "markdown":
         lines = ["| " + " | ".join(header) + " |"]
-        lines.append("|" + "|".join(":---" if lft else "---:" for lft in left) + "|")
+        lines.append("|" + "|".join(":---" if lft else "---:" for lft in left_aligned) + "|")
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
         if legend:
             lines += ["", legend]
@@ -33,7 +33,7 @@ def render(
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
-        out = [c.ljust(w) if lft else c.rjust(w) for c, w, lft in zip(cells, widths, left, strict=True)]
+        out = [c.ljust(w) if lft else c.rjust(w) for c, w, lft in zip(cells, widths, left_aligned, strict=True)]
         return "  ".join(out).rstrip()
 
     lines = [line(header)] + [line(r) for r in rows]

@@ -1,0 +1,95 @@
+"""One pass over a document's records: per problem, what the best-config table is made of.
+
+Per problem (``records.problem_key``, in order of first appearance: plan order) the pass keeps
+the auto time and, per forced config (its config field values), the fastest record that is a
+measurement; configs that only failed, were pruned or were only screened (a halving sweep's
+one-sample screens, never candidates) are kept apart. ``report.best_table`` summarises it.
+
+The loop is written out flat, without helper calls per forced record, because it runs once per
+record of documents with a million of them; ``is_success`` is the readable form of its ``ok``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from operator import itemgetter
+from typing import Any
+
+from orchestrator.spec.records import config_fields, problem_key
+from orchestrator.store.document import paused_gc
+
+INF = float("inf")
+
+
+def is_success(record: dict[str, Any]) -> bool:
+    """A record counts as a measurement when it has a finite median and no error."""
+    m = record.get("median_ms")
+    return "error" not in record and isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m)
+
+
+class ProblemScan:
+    """What one pass over a problem's records keeps: the auto time, the best record per config."""
+
+    __slots__ = ("fields", "cid", "auto_ms", "auto_seen", "per_config", "pruned", "screened", "first_error")
+
+    def __init__(self, mode: str) -> None:
+        self.fields = config_fields(mode)
+        self.cid = itemgetter(*self.fields)
+        self.auto_ms: float | None = None
+        self.auto_seen = False
+        # config identity -> best successful record of that config (None: only failures)
+        self.per_config: dict[Any, dict[str, Any] | None] = {}
+        self.pruned: set[Any] = set()
+        self.screened: set[Any] = set()  # configs with a screened record (a candidate only if timed in full too)
+        self.first_error: str | None = None
+
+    def add_auto(self, median_ms: float | None) -> None:
+        """An auto record, with its median where it is a measurement (None where it is not)."""
+        self.auto_seen = True
+        if median_ms is not None and (self.auto_ms is None or median_ms < self.auto_ms):
+            self.auto_ms = float(median_ms)
+
+    def recorded(self) -> set[Any]:
+        """The forced configs with any record: timed, failed or screened."""
+        return self.per_config.keys() | self.screened
+
+
+def scan(results: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], ProblemScan]:
+    """One pass over all records, problems in order of first appearance (plan order)."""
+    with paused_gc():
+        return _scan(results)
+
+
+def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], ProblemScan]:
+    scans: dict[tuple[Any, ...], ProblemScan] = {}
+    get = scans.get
+    for rec in results:
+        k = problem_key(rec)
+        sc = get(k)
+        if sc is None:
+            sc = scans[k] = ProblemScan(k[5])
+        m = rec.get("median_ms")
+        ok = (m.__class__ is float or m.__class__ is int) and -INF < m < INF and "error" not in rec
+        if rec["config"] == "auto":
+            sc.add_auto(m if ok else None)
+            continue
+        try:
+            cid = sc.cid(rec)
+        except KeyError:  # a forced record without some config field: still one config
+            cid = tuple(map(rec.get, sc.fields))
+        per = sc.per_config
+        if ok and rec.get("screened") is True:  # a screen, not a measurement: never a candidate
+            sc.screened.add(cid)
+        elif ok:
+            prev = per.get(cid)
+            if prev is None or m < prev["median_ms"]:
+                per[cid] = rec
+        else:
+            if cid not in per:
+                per[cid] = None
+            if rec.get("pruned"):
+                sc.pruned.add(cid)
+            if sc.first_error is None:
+                sc.first_error = str(rec.get("error", "no timing recorded"))
+    return scans

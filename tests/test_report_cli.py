@@ -1,0 +1,99 @@
+"""report's input and command line: what is not a results document, and the text, JSON and
+markdown a user gets, with one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ResultsError, TilesweepError
+from orchestrator.store import document as results_doc
+from tests.conftest import REPO
+from tests.report_helpers import make_doc, parser, rec, run_handler, write
+
+# --------------------------------------------------------------------------- not a results document
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "top level is a JSON array"),
+        (json.dumps({"device": {}, "results": []}), "missing top-level key(s) config"),
+        (json.dumps({"device": {}, "config": {}, "results": {}}), "'results' is a JSON object"),
+        (json.dumps({"device": {}, "config": {}, "results": [3]}), "results[0] is a JSON number"),
+        (
+            json.dumps(make_doc([rec(ms=1.0), {"dtype": "bfloat16", "seq": 1}])),
+            "results[1] lacks identity field(s) head_dim, batch, heads, tag, mode, config",
+        ),
+    ],
+)
+def test_not_a_results_document(tmp_path: Path, content: str, fragment: str) -> None:
+    path = write(tmp_path, content, "bad.json")
+    with pytest.raises(ResultsError) as info:
+        results_doc.load(path)
+    msg = info.value.message
+    assert msg.startswith(str(path)) and fragment in msg and "\n" not in msg
+    assert isinstance(info.value, TilesweepError)
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(ResultsError, match="no such file"):
+        results_doc.load(tmp_path / "nope.json")
+    with pytest.raises(ResultsError, match="is a directory"):
+        results_doc.load(tmp_path)
+
+
+def test_stdlib_parser_gives_same_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, make_doc([rec(ms=1.25), rec(auto=True, ms=None)]))
+    fast = results_doc.load(path)
+    monkeypatch.setattr(results_doc, "_orjson", None)
+    slow = results_doc.load(path)
+    assert (fast.device, fast.config, fast.results) == (slow.device, slow.config, slow.results)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_report_text_json_markdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(write(tmp_path, make_doc([rec(auto=True, ms=2.0), rec(ms=1.0), rec(ms=1.5, block_q=64)])))
+    rc, out, _ = run_handler(["report", path], capsys)
+    assert rc == 0 and "bq128 bk128 s2 w4" in out and "2.00x" in out
+    rc, out, _ = run_handler(["report", path, "--json"], capsys)
+    data = json.loads(out)
+    assert rc == 0 and isinstance(data, list) and data[0]["speedup"] == 2.0
+    rc, out, _ = run_handler(["report", path, "--markdown"], capsys)
+    assert rc == 0 and out.startswith("| dtype |")
+    with pytest.raises(SystemExit):
+        parser().parse_args(["report", path, "--json", "--markdown"])
+
+
+def test_cli_report_bad_file_raises_results_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ResultsError, match="no such file"):
+        run_handler(["report", str(tmp_path / "missing.json")], capsys)
+
+
+def test_cli_subprocess_one_line_error_exit_2(tmp_path: Path) -> None:
+    bad = write(tmp_path, "[]", "bad.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.analysis", "report", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "not a results document" in proc.stderr
+    good = write(tmp_path, make_doc([rec(ms=1.0)]), "good.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.analysis", "report", str(good)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "bq128 bk128 s2 w4" in proc.stdout
