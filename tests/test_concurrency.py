@@ -225,3 +225,20 @@ def test_soft_lock_heartbeat_keeps_a_long_merge_fresh(tmp_path: Path, monkeypatc
         os.utime(lock_file, (old, old))
         time.sleep(0.3)
         assert time.time() - lock_file.stat().st_mtime < 5
+
+
+def test_soft_lock_never_writes_through_a_symlink_planted_at_the_lock_path(tmp_path: Path) -> None:
+    """The race of filelock's CVE-2025-68146 and CVE-2026-22701, tried on ours: a link at the
+    lock path is a holder it cannot read, waited for, and at worst broken; its target is kept."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    lock_file = tmp_path / ".doc.lock"
+    lock_file.symlink_to(victim)
+    with pytest.raises(LockTimeout, match="unreadable holder"):
+        with MergeLock(lock_file, "soft", 0.3):
+            pass
+    old = time.time() - FOREIGN_STALE_S - 60
+    os.utime(victim, (old, old))  # as old as a holder elsewhere that is gone
+    with MergeLock(lock_file, "soft", 2):
+        assert not lock_file.is_symlink() and _soft_lock_content(lock_file)["pid"] == os.getpid()
+    assert victim.read_text() == "keep me\n" and not lock_file.exists()

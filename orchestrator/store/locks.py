@@ -130,8 +130,9 @@ def _parse(text: str) -> HolderRecord | None:
 
 
 def _write_new(path: Path, payload: bytes) -> None:
-    """Create ``path`` with ``payload``, durably; never through a link planted at its name."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    """Create ``path`` with ``payload``, durably; never through a link planted at its name
+    (O_EXCL fails on any existing name, a symbolic link's included)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     with os.fdopen(fd, "wb") as f:
         f.write(payload)
         f.flush()
