@@ -10,14 +10,17 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from orchestrator.errors import LockTimeout
+from orchestrator.planning import Unit
 from orchestrator.spec.records import item_id
-from orchestrator.store.locks import FOREIGN_STALE_S, MergeLock, lock_path_for
+from orchestrator.store.locks import FOREIGN_STALE_S, HolderRecord, MergeLock, lock_path_for
 from orchestrator.store.merge import merge
+from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
 from tests.crash_trials import check_document, finished_records, spawn_writer
 from tests.helpers import assert_one_line_error
@@ -47,19 +50,20 @@ with mergelock.MergeLock(Path(sys.argv[1]), sys.argv[2], 5):
 """
 
 
-def _py(code: str, *args: str) -> subprocess.Popen:
+def _py(code: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", code, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
-def _hold(lock: Path, kind: str, where: str = "here") -> subprocess.Popen:
+def _hold(lock: Path, kind: str, where: str = "here") -> subprocess.Popen[str]:
     p = _py(HOLDER, str(lock), kind, where)
+    assert p.stdout is not None and p.stderr is not None
     assert p.stdout.readline().strip() == "locked", p.stderr.read()
     return p
 
 
-def _sweep(tmp_path: Path, n_seqs: int = 2, **merge_opts):
+def _sweep(tmp_path: Path, n_seqs: int = 2, **merge_opts: object) -> tuple[SweepDir, list[Unit]]:
     return build_sweep(
         tmp_path / "sweep",
         small_spec(n_seqs=n_seqs, merge=merge_opts),
@@ -69,11 +73,19 @@ def _sweep(tmp_path: Path, n_seqs: int = 2, **merge_opts):
     )
 
 
+@dataclass
+class _Reads:
+    """What the reader thread saw of the document: whole reads, and what was wrong with the others."""
+
+    ok: int = 0
+    bad: list[str] = field(default_factory=list)
+
+
 @pytest.mark.parametrize("lock", ["hard", "soft"])
-def test_eight_mergers_four_writers_one_reader(tmp_path, lock):
+def test_eight_mergers_four_writers_one_reader(tmp_path: Path, lock: str) -> None:
     sd, units = _sweep(tmp_path, lock=lock)
     stop = tmp_path / "stop"
-    reads = {"ok": 0, "bad": []}
+    reads = _Reads()
     done = threading.Event()
 
     def reader() -> None:
@@ -85,9 +97,9 @@ def test_eight_mergers_four_writers_one_reader(tmp_path, lock):
             try:
                 doc = json.loads(data)
                 assert isinstance(doc["results"], list)
-                reads["ok"] += 1
+                reads.ok += 1
             except (ValueError, KeyError, AssertionError) as exc:
-                reads["bad"].append(f"{len(data)} bytes: {exc}")
+                reads.bad.append(f"{len(data)} bytes: {exc}")
 
     t = threading.Thread(target=reader)
     t.start()
@@ -109,8 +121,8 @@ def test_eight_mergers_four_writers_one_reader(tmp_path, lock):
         for p in mergers + writers:
             if p.poll() is None:
                 p.kill()
-    print(f"merges per merger: {counts}, document reads: {reads['ok']}")
-    assert reads["bad"] == [] and reads["ok"] > 0
+    print(f"merges per merger: {counts}, document reads: {reads.ok}")
+    assert reads.bad == [] and reads.ok > 0
     assert all(c >= 1 for c in counts)
     doc = check_document(sd.output)
     ids = [item_id(r) for r in doc["results"]]
@@ -124,7 +136,7 @@ def test_eight_mergers_four_writers_one_reader(tmp_path, lock):
 
 
 @pytest.mark.parametrize("lock", ["hard", "soft"])
-def test_lock_wait_times_out_naming_the_lock_file(tmp_path, lock):
+def test_lock_wait_times_out_naming_the_lock_file(tmp_path: Path, lock: str) -> None:
     sd, _ = _sweep(tmp_path, n_seqs=1, lock=lock, lock_timeout_s=1)
     lock_file = lock_path_for(sd.output)
     holder = _hold(lock_file, lock)
@@ -140,11 +152,11 @@ def test_lock_wait_times_out_naming_the_lock_file(tmp_path, lock):
     assert merge(sd).records == 0  # the dead holder's lock is gone or stale: merging works
 
 
-def _soft_lock_content(lock_file: Path) -> dict:
+def _soft_lock_content(lock_file: Path) -> HolderRecord:
     return json.loads(lock_file.read_text())
 
 
-def test_soft_lock_of_a_dead_holder_on_this_host_is_broken(tmp_path, caplog):
+def test_soft_lock_of_a_dead_holder_on_this_host_is_broken(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     lock_file = tmp_path / ".doc.lock"
     holder = _hold(lock_file, "soft")
     pid = _soft_lock_content(lock_file)["pid"]
@@ -157,7 +169,7 @@ def test_soft_lock_of_a_dead_holder_on_this_host_is_broken(tmp_path, caplog):
     assert not lock_file.exists()
 
 
-def test_soft_lock_of_a_live_holder_is_never_broken(tmp_path):
+def test_soft_lock_of_a_live_holder_is_never_broken(tmp_path: Path) -> None:
     lock_file = tmp_path / ".doc.lock"
     holder = _hold(lock_file, "soft")
     try:
@@ -171,7 +183,7 @@ def test_soft_lock_of_a_live_holder_is_never_broken(tmp_path):
         holder.communicate()
 
 
-def test_soft_lock_whose_pid_was_reused_is_stale(tmp_path):
+def test_soft_lock_whose_pid_was_reused_is_stale(tmp_path: Path) -> None:
     """The holder died and its pid now belongs to another process (here: this test)."""
     lock_file = tmp_path / ".doc.lock"
     holder = _hold(lock_file, "soft")
@@ -184,7 +196,9 @@ def test_soft_lock_whose_pid_was_reused_is_stale(tmp_path):
         pass
 
 
-def test_soft_lock_held_on_another_host_waits_then_breaks_only_when_old(tmp_path, caplog):
+def test_soft_lock_held_on_another_host_waits_then_breaks_only_when_old(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     lock_file = tmp_path / ".doc.lock"
     holder = _hold(lock_file, "soft", where="elsewhere")
     holder.kill()  # from here we cannot tell whether a process on another host is alive
@@ -201,7 +215,7 @@ def test_soft_lock_held_on_another_host_waits_then_breaks_only_when_old(tmp_path
     assert "BREAKING THE SOFT LOCK" in caplog.text and "node-elsewhere" in caplog.text
 
 
-def test_soft_lock_heartbeat_keeps_a_long_merge_fresh(tmp_path, monkeypatch):
+def test_soft_lock_heartbeat_keeps_a_long_merge_fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.store import locks as mergelock
 
     monkeypatch.setattr(mergelock, "HEARTBEAT_S", 0.05)
@@ -211,3 +225,20 @@ def test_soft_lock_heartbeat_keeps_a_long_merge_fresh(tmp_path, monkeypatch):
         os.utime(lock_file, (old, old))
         time.sleep(0.3)
         assert time.time() - lock_file.stat().st_mtime < 5
+
+
+def test_soft_lock_never_writes_through_a_symlink_planted_at_the_lock_path(tmp_path: Path) -> None:
+    """The race of filelock's CVE-2025-68146 and CVE-2026-22701, tried on ours: a link at the
+    lock path is a holder it cannot read, waited for, and at worst broken; its target is kept."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    lock_file = tmp_path / ".doc.lock"
+    lock_file.symlink_to(victim)
+    with pytest.raises(LockTimeout, match="unreadable holder"):
+        with MergeLock(lock_file, "soft", 0.3):
+            pass
+    old = time.time() - FOREIGN_STALE_S - 60
+    os.utime(victim, (old, old))  # as old as a holder elsewhere that is gone
+    with MergeLock(lock_file, "soft", 2):
+        assert not lock_file.is_symlink() and _soft_lock_content(lock_file)["pid"] == os.getpid()
+    assert victim.read_text() == "keep me\n" and not lock_file.exists()

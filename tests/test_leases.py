@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,14 +41,14 @@ HOLD = textwrap.dedent("""
 """)
 
 
-def _sweep(tmp_path: Path, write_spec, units: int = 2, **over) -> SweepDir:
+def _sweep(tmp_path: Path, write_spec: Callable[..., Path], units: int = 2, **over: object) -> SweepDir:
     spec = write_spec(**over)
     r = run_cli("plan", str(spec), "--units", str(units), "--sweep-dir", str(tmp_path / "sweep"))
     assert r.returncode == 0, r.stderr
     return SweepDir.open(tmp_path / "sweep")
 
 
-def _hold(sd: SweepDir, unit: str, job: str = "") -> subprocess.Popen:
+def _hold(sd: SweepDir, unit: str, job: str = "") -> subprocess.Popen[str]:
     """A live process holding the unit's lease (as a worker does while it runs the unit)."""
     p = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(sd.root), unit, job], cwd=REPO, stdout=subprocess.PIPE, text=True
@@ -56,7 +57,9 @@ def _hold(sd: SweepDir, unit: str, job: str = "") -> subprocess.Popen:
     return p
 
 
-def test_a_second_worker_on_a_unit_held_by_a_live_one_is_refused_and_writes_nothing(tmp_path, write_spec):
+def test_a_second_worker_on_a_unit_held_by_a_live_one_is_refused_and_writes_nothing(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
     sd = _sweep(tmp_path, write_spec)
     unit = sd.unit_index()[0]["id"]
     holder = _hold(sd, unit, job="71_2")
@@ -81,7 +84,7 @@ def test_a_second_worker_on_a_unit_held_by_a_live_one_is_refused_and_writes_noth
         # status: the unit is being run, by that worker, on its GPU
         st = sweep_status(sd, query_slurm=False)
         u = next(x for x in st.units if x.id == unit)
-        assert u.state == "running" and u.gpu == "3" and f"pid {holder.pid}" in u.detail
+        assert u.state == "running" and u.gpu == "3" and u.detail is not None and f"pid {holder.pid}" in u.detail
         assert "gpu 3" in format_status(st)
     finally:
         holder.kill()
@@ -91,11 +94,14 @@ def test_a_second_worker_on_a_unit_held_by_a_live_one_is_refused_and_writes_noth
     holder_now = read_holder(unit_lease_path(sd.root, unit))
     assert holder_now is not None and not holder_now.live
     with unit_lease(sd.root, unit, gpu=None, job=None):
-        assert read_holder(unit_lease_path(sd.root, unit)).fields["pid"] == os.getpid()
+        taken = read_holder(unit_lease_path(sd.root, unit))
+        assert taken is not None and taken.fields["pid"] == os.getpid()
     assert not unit_lease_path(sd.root, unit).exists()
 
 
-def test_a_requeued_task_takes_over_the_lease_of_its_own_earlier_run_only(tmp_path, write_spec):
+def test_a_requeued_task_takes_over_the_lease_of_its_own_earlier_run_only(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
     """On another node a dead holder cannot be told from a live one, except when it was an
     earlier run of the same SLURM task: SLURM ends a job before it requeues it."""
     sd = _sweep(tmp_path, write_spec)
@@ -113,7 +119,7 @@ def test_a_requeued_task_takes_over_the_lease_of_its_own_earlier_run_only(tmp_pa
         assert json.loads(path.read_text())["pid"] == os.getpid()
 
 
-def test_two_local_runs_of_one_sweep_never_run_a_unit_twice(tmp_path, write_spec):
+def test_two_local_runs_of_one_sweep_never_run_a_unit_twice(tmp_path: Path, write_spec: Callable[..., Path]) -> None:
     spec = write_spec(compile={"workers": 1}, executor={"kind": "local", "local_workers": 1})
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "1"]
@@ -137,14 +143,14 @@ def test_two_local_runs_of_one_sweep_never_run_a_unit_twice(tmp_path, write_spec
     assert [e["executor"] for e in sd.job_history()] == ["local"]
 
 
-def test_cpu_shares_split_a_tasks_cpus_among_its_workers():
+def test_cpu_shares_split_a_tasks_cpus_among_its_workers() -> None:
     assert cpu_shares(list(range(8)), 4) == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert cpu_shares(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
     assert cpu_shares([0, 1], 4) == [[0], [1], [0], [1]]  # fewer CPUs than workers: shared round robin
     assert cpu_shares([5], 1) == [[5]]
 
 
-def test_the_reason_of_a_failure_is_read_from_the_end_of_a_log(tmp_path):
+def test_the_reason_of_a_failure_is_read_from_the_end_of_a_log(tmp_path: Path) -> None:
     log = tmp_path / "unit.log"
     assert read_failure(log) is None  # no log: nothing made up
     log.write_text(

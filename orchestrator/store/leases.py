@@ -18,6 +18,15 @@ A holder on another host is taken to be gone after ``FOREIGN_STALE_S`` without a
 long after its node died). A holder that was an earlier run of the *same* SLURM job is gone
 for certain (SLURM ends a job's processes before it requeues it), so a requeued task takes
 its own lease over at once.
+
+Why not filelock's ``SoftFileLease`` (``store/locks.py`` has the full account, with the
+tests that show it): it takes the lease of a live holder on this host whose heartbeat stalls
+for ``lease_duration`` (a ``tilesweep run`` stopped with Ctrl-Z, a worker under a debugger),
+and then two runs drive one sweep, or two workers run one unit;
+it takes a dead node's lease only after the contender itself watched it unchanged for a whole
+``lease_duration``, where a worker tries once; its marker has no room for the GPU and SLURM
+task ``status`` shows; and it cannot be told that a holder is gone for a reason only the
+caller knows (the requeued SLURM task above).
 """
 
 from __future__ import annotations
@@ -25,13 +34,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from orchestrator.errors import LeaseHeld, LockTimeout
-from orchestrator.store.locks import HEARTBEAT_S, SoftLock
+from orchestrator.store.locks import HEARTBEAT_S, HolderRecord, SoftLock, StaleIf
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +61,7 @@ class Holder:
     """Who holds a lease, read from its file: the holder's fields and the heartbeat's age."""
 
     path: Path
-    fields: dict[str, Any]
+    fields: HolderRecord
     age_s: float
     live: bool
 
@@ -67,8 +75,10 @@ class Holder:
         return text + f", since {f.get('created')}"
 
 
-def _same_job(job: str | None) -> Any:
-    def stale_if(holder: dict[str, Any]) -> str | None:
+def _same_job(job: str | None) -> StaleIf:
+    """A holder of the asker's own SLURM task is an earlier run of it, which SLURM ended."""
+
+    def stale_if(holder: HolderRecord) -> str | None:
         if job and holder.get("job") == job:
             return f"it was an earlier run of this same SLURM job {job}, which SLURM ended before requeueing it"
         return None
@@ -88,7 +98,7 @@ def read_holder(path: Path, job: str | None = None) -> Holder | None:
 
 
 @contextmanager
-def lease(path: Path, what: str, *, extra: dict[str, Any] | None = None, job: str | None = None) -> Iterator[None]:
+def lease(path: Path, what: str, *, extra: HolderRecord | None = None, job: str | None = None) -> Iterator[None]:
     """Hold the lease at ``path`` for the block, or raise ``LeaseHeld`` at once (naming
     ``what`` and its live holder) when another live process holds it."""
     lock = SoftLock(
@@ -107,14 +117,14 @@ def lease(path: Path, what: str, *, extra: dict[str, Any] | None = None, job: st
         lock.release()
 
 
-def unit_lease(root: Path, unit_id: str, *, gpu: str | None, job: str | None) -> Any:
+def unit_lease(root: Path, unit_id: str, *, gpu: str | None, job: str | None) -> AbstractContextManager[None]:
     """The lease a worker holds while it runs ``unit_id`` (see the module docstring)."""
     return lease(
         unit_lease_path(root, unit_id), f"unit {unit_id} of {root}", extra={"unit": unit_id, "gpu": gpu}, job=job
     )
 
 
-def run_lease(root: Path) -> Any:
+def run_lease(root: Path) -> AbstractContextManager[None]:
     """The lease ``tilesweep run`` holds while it runs a sweep or waits for it."""
     return lease(run_lease_path(root), f"the sweep in {root}", extra={"command": "run"})
 

@@ -2,10 +2,10 @@
 
 ``hard`` is filelock's flock lock: the kernel drops it when its holder dies, so it never
 goes stale, but flock is unreliable on NFS and Lustre. ``soft`` is a lock *file* that only
-needs atomic create-if-absent, which those filesystems do keep. Its content names the holder:
-host name, boot id and pid namespace (together: the machine and pid space it lives in), pid
-and the pid's start time (so a recycled pid is not mistaken for the holder), plus a token.
-While held, a thread refreshes the file's mtime every ``HEARTBEAT_S``.
+needs atomic create-if-absent, which those filesystems do keep. Its content (``HolderRecord``)
+names the holder: host name, boot id and pid namespace (together: the machine and pid space it
+lives in), pid and the pid's start time (so a recycled pid is not mistaken for the holder),
+plus a token. While held, a thread refreshes the file's mtime every ``HEARTBEAT_S``.
 
 A soft lock is broken as stale only when that is certain or very likely:
 - holder in our pid space (same host, boot and pid namespace): when that pid is gone, or now
@@ -16,6 +16,36 @@ A live holder's lock is never broken. Breaking renames the lock file aside and c
 still the stale one before dropping it; if a new holder slipped in, its file is put back.
 Even so, merging is idempotent: two mergers that both believe they hold the lock write the
 same document, so a lock that fails costs a redo, never a record.
+
+Why not filelock's soft locks (checked against 4.3.1): each lacks a guarantee above, and
+``tests/test_lock_guarantees.py`` holds ours and each of them to every guarantee with real
+holder processes, marking with a strict xfail each guarantee a class lacks:
+- ``SoftFileLease`` takes a lease whose marker stayed unchanged for ``lease_duration``, live
+  holder or not: a holder on this host whose heartbeat stalls (a ``tilesweep run`` stopped
+  with Ctrl-Z, a process under a debugger) loses its lock while alive
+  (``test_a_live_holder_whose_heartbeat_stalls_is_never_broken``). It measures that silence
+  on the contender's clock from the contender's first look, not from the holder's last
+  heartbeat, so a contender that does not itself watch the file for ``lease_duration`` never
+  takes over a holder elsewhere, however long that one has been silent: a worker tries a
+  unit's lease once, and a merger waits ``merge.lock_timeout_s`` (600 s) for a lock whose
+  limit is an hour (``test_a_holder_on_another_host_silent_past_its_limit_is_taken_over_at_once``).
+  It logs a take-over at DEBUG at most (``test_taking_over_a_holder_on_another_host_warns_naming_it``);
+  its marker is a fixed record (pid, host, mode, token, duration, start) with no room for
+  the GPU and SLURM task ``status`` shows of a lease
+  (``test_the_lock_file_names_the_gpu_and_job_status_shows``), and it cannot be told that a
+  holder is gone for a reason only the caller knows (``stale_if``: the earlier run of a
+  requeued SLURM task, ``test_leases.test_a_requeued_task_takes_over_the_lease_of_its_own_earlier_run_only``).
+- ``StrictSoftFileLock`` never breaks a claim itself: a holder that died on this host keeps
+  its lock until someone calls ``force_break`` (``test_a_dead_holder_on_this_host_is_taken_over_at_once``).
+- ``SoftFileLock`` takes a lock from a holder on another host only through ``lifetime``: by the
+  marker's age, with no heartbeat, so a live holder that holds longer than that loses it
+  (``test_a_live_holder_on_this_host_is_never_broken_however_long_it_holds``; filelock's own
+  ``SoftFileLockLifetimeWarning`` says as much when such a lock is made); a take-over is
+  logged at DEBUG at most here too.
+What filelock does hold, in the same tests: a holder on this host that died, or whose pid now
+belongs to another process, is taken over at once (all but ``StrictSoftFileLock``); a live
+holder on this host is kept while its heartbeat runs (``SoftFileLease``) or whatever it does
+(``StrictSoftFileLock``); a holder on another host is kept before its limit.
 """
 
 from __future__ import annotations
@@ -31,11 +61,12 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import filelock
 
 from orchestrator.errors import LockTimeout, ResultsError
+from orchestrator.store.pidspace import host_identity, pid_alive, process_start
 
 log = logging.getLogger(__name__)
 
@@ -48,53 +79,67 @@ def lock_path_for(output: Path) -> Path:
     return output.with_name(f".{output.name}.lock")
 
 
-# ---------------------------------------------------------------------------- who am I
+# ---------------------------------------------------------------------------- the lock file
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip()
-    except OSError:
-        return None
+class HolderRecord(TypedDict, total=False):
+    """A soft lock file's content, one JSON object: who holds the lock. The fields of
+    ``pidspace.HostIdentity``, ``pid`` and ``start`` (that pid's start time) name the
+    process; ``token`` this one hold of it. The rest is what a holder adds through
+    ``SoftLock(extra=...)``: a lease's unit, GPU, SLURM task or command, which ``status`` shows."""
+
+    host: str
+    boot_id: str | None
+    pidns: str | None
+    pid: int
+    start: str | None
+    created: str
+    token: str
+    unit: str
+    gpu: str | None
+    job: str | None
+    command: str
 
 
-def host_identity() -> dict[str, Any]:
-    """What makes two processes share a pid space: host name, kernel boot, pid namespace."""
-    try:
-        pidns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        pidns = None
-    return {"host": socket.gethostname(), "boot_id": _read("/proc/sys/kernel/random/boot_id"), "pidns": pidns}
-
-
-def process_start(pid: int) -> str | None:
-    """A pid's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
-    stat = _read(f"/proc/{pid}/stat")
-    if stat is None:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def pid_alive(pid: int, start: str | None) -> bool:
-    if start is not None and os.path.isdir("/proc/self"):
-        return process_start(pid) == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _in_our_pid_space(holder: HolderRecord) -> bool:
+    """Whether the holder's pid can be checked from here: same host, boot and pid namespace."""
+    me = host_identity()
+    return (
+        holder.get("host") == me["host"]
+        and holder.get("boot_id") == me["boot_id"]
+        and holder.get("pidns") == me["pidns"]
+    )
 
 
 # ---------------------------------------------------------------------------- soft lock
 
 
-def _describe(holder: dict[str, Any] | None) -> str:
+def _describe(holder: HolderRecord | None) -> str:
     if holder is None:
         return "an unreadable holder"
     return f"pid {holder.get('pid')} on {holder.get('host')} (since {holder.get('created')})"
+
+
+def _parse(text: str) -> HolderRecord | None:
+    """A lock file's record, or None when it is not one (torn, or not ours)."""
+    try:
+        holder = json.loads(text)
+    except ValueError:
+        return None
+    return cast(HolderRecord, holder) if isinstance(holder, dict) else None
+
+
+def _write_new(path: Path, payload: bytes) -> None:
+    """Create ``path`` with ``payload``, durably; never through a link planted at its name
+    (O_EXCL fails on any existing name, a symbolic link's included)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+StaleIf = Callable[[HolderRecord], str | None]
 
 
 class SoftLock:
@@ -106,9 +151,9 @@ class SoftLock:
         timeout: float,
         poll: float = 0.05,
         *,
-        extra: dict[str, Any] | None = None,
+        extra: HolderRecord | None = None,
         foreign_stale_s: float = FOREIGN_STALE_S,
-        stale_if: Callable[[dict[str, Any]], str | None] | None = None,
+        stale_if: StaleIf | None = None,
     ) -> None:
         """``extra``: more fields for the lock file (who else the holder is: a unit's GPU, its
         SLURM job); ``foreign_stale_s``: how long a holder elsewhere may go without a heartbeat;
@@ -117,7 +162,7 @@ class SoftLock:
         self.path = Path(path)
         self.timeout = timeout
         self.poll = poll
-        self.extra = dict(extra or {})
+        self.extra: HolderRecord = {**(extra or {})}
         self.foreign_stale_s = foreign_stale_s
         self.stale_if = stale_if
         self._token: str | None = None
@@ -127,7 +172,7 @@ class SoftLock:
     # -- acquire / release
     def acquire(self) -> None:
         deadline = time.monotonic() + self.timeout
-        me = {
+        me: HolderRecord = {
             **self.extra,
             **host_identity(),
             "pid": os.getpid(),
@@ -179,10 +224,7 @@ class SoftLock:
         into place (atomic, fails if it exists, works on NFS); O_EXCL where links are not."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f"{self.path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_new(tmp, payload)
         try:
             os.link(tmp, self.path)
             return True
@@ -190,18 +232,14 @@ class SoftLock:
             return False
         except OSError:  # no hard links here: create-exclusive, then write
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                _write_new(self.path, payload)
             except FileExistsError:
                 return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
             return True
         finally:
             os.unlink(tmp)
 
-    def holder(self) -> tuple[dict[str, Any] | None, float | None]:
+    def holder(self) -> tuple[HolderRecord | None, float | None]:
         """(holder's record or None if unreadable, seconds since its last heartbeat); age is
         None when there is no lock file (any more)."""
         try:
@@ -211,22 +249,16 @@ class SoftLock:
             return None, None
         except OSError:
             return None, 0.0
-        try:
-            holder = json.loads(text)
-            if not isinstance(holder, dict):
-                holder = None
-        except ValueError:
-            holder = None
-        return holder, max(0.0, time.time() - st.st_mtime)
+        return _parse(text), max(0.0, time.time() - st.st_mtime)
 
-    def stale_reason(self, holder: dict[str, Any] | None, age: float) -> str | None:
+    def stale_reason(self, holder: HolderRecord | None, age: float) -> str | None:
         """Why the holder of a lock file ``age`` seconds after its last heartbeat is gone, or
         None while it may be alive (see the module docstring)."""
         if holder is not None and self.stale_if is not None:
             why = self.stale_if(holder)
             if why:
                 return why
-        if holder is not None and all(holder.get(k) == v for k, v in host_identity().items()):
+        if holder is not None and _in_our_pid_space(holder):
             pid = holder.get("pid")
             if isinstance(pid, int) and not pid_alive(pid, holder.get("start")):
                 return "its holder is dead"
@@ -235,11 +267,11 @@ class SoftLock:
             return f"not refreshed for {age:.0f}s (over {self.foreign_stale_s:.0f}s), so its holder is taken to be gone"
         return None
 
-    def _stale(self, holder: dict[str, Any] | None, age: float) -> bool:
+    def _stale(self, holder: HolderRecord | None, age: float) -> bool:
         why = self.stale_reason(holder, age)
         if why is None:
             return False
-        if holder is not None and all(holder.get(k) == v for k, v in host_identity().items()):
+        if holder is not None and _in_our_pid_space(holder):
             log.warning("breaking the stale soft lock %s of %s: %s", self.path, _describe(holder), why)
         else:
             log.warning(
@@ -250,7 +282,7 @@ class SoftLock:
             )
         return True
 
-    def _break(self, stale: dict[str, Any] | None) -> None:
+    def _break(self, stale: HolderRecord | None) -> None:
         aside = self.path.with_name(
             f"{self.path.name}.stale.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         )
@@ -259,11 +291,11 @@ class SoftLock:
         except FileNotFoundError:
             return  # someone else broke it first
         try:
-            moved = json.loads(aside.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            moved = _parse(aside.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # gone, or not text
             moved = None
         same = (moved is None and stale is None) or (
-            isinstance(moved, dict) and stale is not None and moved.get("token") == stale.get("token")
+            moved is not None and stale is not None and moved.get("token") == stale.get("token")
         )
         if not same:  # a new holder took the lock between our look and the rename: give it back
             try:
@@ -281,7 +313,7 @@ class SoftLock:
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             try:
-                os.utime(self.path)
+                os.utime(self.path, follow_symlinks=False)
             except OSError:
                 log.warning("could not refresh the soft lock %s (was it deleted?)", self.path)
 
@@ -294,7 +326,7 @@ class MergeLock:
 
     def __init__(self, path: Path, kind: str, timeout: float) -> None:
         self.path, self.kind, self.timeout = Path(path), kind, timeout
-        self._lock: Any = None
+        self._lock: SoftLock | filelock.BaseFileLock | None = None
 
     def __enter__(self) -> MergeLock:
         try:
@@ -322,4 +354,5 @@ class MergeLock:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+        if self._lock is not None:
+            self._lock.release()

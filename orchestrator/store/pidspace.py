@@ -1,0 +1,60 @@
+"""Which process is that: the pid space a process lives in, and whether a pid in it still runs.
+
+A pid names a process only within one pid space: one host, one boot of its kernel, one pid
+namespace (a container has its own). Within it a pid is recycled once its process ends, so a
+pid is taken to be the same process only while its start time (``process_start``) is the same.
+The soft lock's holder record and the sweep directory's stray temp files name their writers so.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TypedDict
+
+
+class HostIdentity(TypedDict):
+    """What makes two processes share a pid space: host name, kernel boot, pid namespace."""
+
+    host: str
+    boot_id: str | None
+    pidns: str | None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def host_identity() -> HostIdentity:
+    """This process's pid space (see ``HostIdentity``)."""
+    try:
+        pidns: str | None = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pidns = None
+    return {"host": socket.gethostname(), "boot_id": _read("/proc/sys/kernel/random/boot_id"), "pidns": pidns}
+
+
+def process_start(pid: int) -> str | None:
+    """A pid's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def pid_alive(pid: int, start: str | None) -> bool:
+    """Whether ``pid`` still runs as the process that started at ``start`` (None: as any
+    process; also where /proc cannot say). A pid of another user's process counts as alive."""
+    if start is not None and os.path.isdir("/proc/self"):
+        return process_start(pid) == start
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
