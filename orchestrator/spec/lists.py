@@ -3,10 +3,13 @@ list of them shares (non-empty, each value once).
 
 Each rule is an ``AfterValidator`` whose message names what is allowed, so a spec file's error
 says the fix; the ``Annotated`` list types pair a rule with the non-empty and once-only checks.
+The JSON Schema cannot state these rules, so ``rules`` says them for the spec reference
+(``orchestrator.spec.reference``), from the same constants the messages use.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
@@ -75,3 +78,20 @@ HeadDimList = Annotated[list[int], NonEmpty, AfterValidator(_head_dims), Unique]
 WarpsList = Annotated[list[int], NonEmpty, AfterValidator(_warps), Unique]
 StagesList = Annotated[list[int], NonEmpty, AfterValidator(_stages), Unique]
 PositiveInt = Annotated[int, Field(ge=1)]
+
+
+# How the spec reference states each rule (what the rule's error message asks for).
+_SAYS: dict[Callable[..., Any], str] = {
+    _power_of_two: "powers of two",
+    _one_power_of_two: "a power of two",
+    _head_dims: f"each {MIN_HEAD_DIM} to {MAX_HEAD_DIM}",
+    _warps: f"each one of {', '.join(map(str, WARPS))}",
+    _stages: f"each 1 to {MAX_STAGES}",
+    _positive: "positive",
+    _unique: "each value once",
+}
+
+
+def rules(metadata: Iterable[object]) -> list[str]:
+    """What the rules among a field's metadata (``FieldInfo.metadata``) allow, in words."""
+    return [_SAYS[m.func] for m in metadata if isinstance(m, AfterValidator) and m.func in _SAYS]

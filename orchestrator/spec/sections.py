@@ -65,8 +65,8 @@ class ExecutorSettings(SpecModel):
     timeout_min: int = Field(
         default=60,
         ge=1,
-        description="time limit of each task in minutes (sbatch --time); a unit not done by then is requeued "
-        "and goes on where it stopped",
+        description="time limit of each task in minutes (sbatch --time); on SLURM a unit not done by then is "
+        "requeued (executor.max_requeues) and goes on where it stopped",
     )
     slurm_account: str | None = Field(default=None, description="slurm: account charged (sbatch --account)")
     slurm_qos: str | None = Field(default=None, description="slurm: quality of service (sbatch --qos)")
