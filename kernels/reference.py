@@ -18,6 +18,9 @@ import numpy as np
 
 from kernels.smem import check_mode, dtype_name
 
+# What rel_err compares: one array (a forward output) or a sequence of them (output and gradients).
+Outputs = Sequence[Any] | jax.Array | np.ndarray
+
 AttentionFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 ModeFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], tuple[jax.Array, ...]]
 
@@ -116,8 +119,8 @@ def _as_float64(xs: Sequence[Any] | jax.Array | np.ndarray) -> list[np.ndarray]:
     return [np.asarray(x).astype(np.float64) for x in xs]
 
 
-def rel_err(outs: Sequence[Any], refs: Sequence[Any]) -> float:
-    """||out - ref|| / ||ref|| over all outputs concatenated.
+def rel_err(outs: Outputs, refs: Outputs) -> float:
+    """||out - ref|| / ||ref|| over all outputs concatenated (one array or a sequence of them).
 
     One number per config: for fwd_bwd it pools the output and the three gradients, so a
     wrong gradient cannot hide behind a correct output. Device arrays are reduced on the
@@ -142,7 +145,7 @@ def rel_err(outs: Sequence[Any], refs: Sequence[Any]) -> float:
     return diff_norm / ref_norm
 
 
-def _as_list(xs: Sequence[Any] | jax.Array | np.ndarray) -> list[Any]:
+def _as_list(xs: Outputs) -> list[Any]:
     return [xs] if isinstance(xs, (jax.Array, np.ndarray)) else list(xs)
 
 

@@ -50,7 +50,7 @@ class Timing:
     timed_s: float = 0.0
 
 
-def compile_fn(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, float]:
+def compile_fn(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[jax.stages.Compiled, float]:
     """``jax.jit(fn).lower(*args).compile()`` and its wall time (lower + compile) in seconds."""
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()

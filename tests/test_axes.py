@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,8 +126,10 @@ def test_worker_layout_accepts_the_new_fields_and_puts_them_in_order() -> None:
         shuffled = {**{k: r[k] for k in moved}, **{k: v for k, v in r.items() if k not in moved}}
         why, order = check_record(it.id, shuffled)
         assert why is None and order == tuple(r)
-        assert "wrong type: causal is str" in check_record(it.id, {**r, "causal": "yes"})[0]
-        assert check_record(it.id, {**r, "causal": False})[0].startswith("id ")  # another problem
+        wrong_type, _ = check_record(it.id, {**r, "causal": "yes"})
+        assert wrong_type is not None and "wrong type: causal is str" in wrong_type
+        other_problem, _ = check_record(it.id, {**r, "causal": False})
+        assert other_problem is not None and other_problem.startswith("id ")
 
 
 def test_cost_model_halves_timed_work_for_causal_and_compiles_two_loops() -> None:
@@ -149,7 +152,7 @@ def test_cost_model_halves_timed_work_for_causal_and_compiles_two_loops() -> Non
 def _rec(**kw: Any) -> dict[str, Any]:
     extra = {k: kw.pop(k) for k in ("causal", "kv_heads", "impl") if k in kw}
     r = rec(**kw)
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in r.items():
         if k == "tag":
             out.update({k2: extra[k2] for k2 in ("causal", "kv_heads") if k2 in extra})
@@ -172,7 +175,7 @@ def test_report_counts_causal_flops_as_half_and_says_so() -> None:
     )
     full, causal = report.best_table(doc)
     assert (full.key.causal, causal.key.causal, causal.key.kv_heads) == (False, True, 2)
-    assert causal.flops == full.flops / 2 and causal.tflops == pytest.approx(full.tflops)
+    assert full.flops is not None and causal.flops == full.flops / 2 and causal.tflops == pytest.approx(full.tflops)
     text = report.format_table([full, causal])
     assert "causal" in text.splitlines()[0] and "KV" in text.splitlines()[0]
     assert "causal = half" in text
@@ -197,13 +200,17 @@ def test_export_keys_on_the_new_fields_and_answers_for_both_kernels(tmp_path: Pa
     t = TunedTable.load(path, check_env=False)
     ask = {"dtype": "bfloat16", "head_dim": 64, "seq": 2048, "mode": "fwd_bwd", "causal": True, "kv_heads": 2}
     ours = t.config_for(**ask)
+    assert ours is not None
     assert (ours.bwd_outer, ours.bwd_inner) == (128, 64)
     assert t.config_for(**{**ask, "causal": False}) is None  # non-causal was never measured
     stock = t.mha_kwargs(**ask)
+    assert stock is not None
     bs = stock["block_sizes"]
     assert (bs.block_kv_dkv, bs.block_q_dq, bs.block_q_dkv, bs.block_kv_dq) == (64, 64, 32, 32)
     assert (stock["num_warps"], stock["num_stages"]) == (4, 2)
-    fwd = t.mha_kwargs(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")["block_sizes"]
+    fwd_kwargs = t.mha_kwargs(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")
+    assert fwd_kwargs is not None
+    fwd = fwd_kwargs["block_sizes"]
     # a fwd entry of the stock kernel keeps its backward defaults (32), not ours (128)
     assert (fwd.block_q, fwd.block_q_dkv, fwd.block_kv_dkv) == (64, STOCK_DEFAULTS.bwd_inner, STOCK_DEFAULTS.bwd_outer)
     assert t.config_for(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd") is None  # only the stock kernel's
@@ -234,7 +241,7 @@ def test_compare_pairs_our_kernel_with_the_stock_one() -> None:
         make_doc([_rec(auto=True, ms=2.0, causal=True, impl="jax"), _rec(ms=1.5, causal=True, impl="jax")])
     )
     (row,) = compare.compare(a, b)
-    assert row.presence == "both" and math.isclose(row.ratio, 1.5)
+    assert row.presence == "both" and row.ratio is not None and math.isclose(row.ratio, 1.5)
     assert row.to_json()["b"]["impl"] == "jax" and row.to_json()["causal"] is True
 
 
@@ -251,12 +258,14 @@ def test_compare_pairs_our_kernel_with_the_stock_one() -> None:
         ({"kernel": {"impl": "jax"}, "kv_heads": [2]}, ("kernel.impl 'jax'", "grouped-query", "kv_heads [null]")),
     ],
 )
-def test_bad_input_is_one_line_exit_2(write_spec, overrides: dict[str, Any], needles: tuple[str, ...]) -> None:
+def test_bad_input_is_one_line_exit_2(
+    write_spec: Callable[..., Path], overrides: dict[str, Any], needles: tuple[str, ...]
+) -> None:
     spec = write_spec(**{"heads": 8, **overrides})
     assert_one_line_error(run_cli("plan", str(spec), "--dry-run"), *needles)
 
 
-def test_plan_says_once_what_the_stock_kernel_ignores(write_spec) -> None:
+def test_plan_says_once_what_the_stock_kernel_ignores(write_spec: Callable[..., Path]) -> None:
     spec = write_spec(kernel={"impl": "jax", "interpret": True}, bwd_stages=[1, 2])
     r = run_cli("plan", str(spec), "--dry-run")
     assert r.returncode == 0, r.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from orchestrator.spec.model import SweepSpec
 from orchestrator.store import document
 
 
-def test_planner_and_kernel_rules_import_without_jax():
+def test_planner_and_kernel_rules_import_without_jax() -> None:
     """The planner uses the kernel's own ``auto`` and ``inner`` rules (kernels.config), not
     copies of them, and still runs on a login node without jax."""
     import subprocess
@@ -29,7 +31,7 @@ def test_planner_and_kernel_rules_import_without_jax():
     assert costs.inner_for is config.inner_for and timing.inner_for is config.inner_for
 
 
-def test_model_agrees_with_the_reference_run(sample_doc):
+def test_model_agrees_with_the_reference_run(sample_doc: dict[str, Any]) -> None:
     spec = SweepSpec(**sample_doc["config"])
     items = expand(spec)
     cost, scale = costs.item_costs(items, spec)
@@ -42,13 +44,14 @@ def test_model_agrees_with_the_reference_run(sample_doc):
             if it.config == "auto"
             else it.kernel_config()
         )
+        assert cfg is not None
         compile_total += costs.compile_estimate(it.mode, it.dtype, it.head_dim, it.seq, cfg)
     # The whole reference run compiled for 427 s (its records' compile_s summed).
     assert 0.8 * 427 < compile_total < 1.2 * 427
     # Per record of the excerpt, model and measurement agree within a factor of 2.5, and
     # per class within 20%.
     by_key = {records.record_key(it.record_fields()): cost[it.index] for it in run}
-    sums: dict[tuple, list[float]] = {}
+    sums: dict[tuple[str, str], list[float]] = {}
     for rec in sample_doc["results"]:
         measured = costs.measured_cost(rec, repeats=spec.repeats, warmup=spec.timing.warmup)
         if measured is None:
@@ -63,7 +66,7 @@ def test_model_agrees_with_the_reference_run(sample_doc):
         assert 0.8 < model / measured < 1.2, cls
 
 
-def test_cost_grows_with_tiles_warps_and_mode():
+def test_cost_grows_with_tiles_warps_and_mode() -> None:
     big = costs.compile_estimate("fwd", "float32", 128, 2048, {"block_q": 128, "block_k": 128, "num_warps": 4})
     small = costs.compile_estimate("fwd", "float32", 128, 2048, {"block_q": 32, "block_k": 32, "num_warps": 4})
     wide = costs.compile_estimate("fwd", "float32", 128, 2048, {"block_q": 128, "block_k": 128, "num_warps": 8})
@@ -85,7 +88,7 @@ def test_cost_grows_with_tiles_warps_and_mode():
     assert 0.1 < short < long
 
 
-def test_load_costs_reads_measurements_and_refuses_non_documents(sample_doc, tmp_path):
+def test_load_costs_reads_measurements_and_refuses_non_documents(sample_doc: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "ref.json"
     path.write_text(json.dumps(sample_doc))
     table = document.load_costs(path)

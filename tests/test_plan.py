@@ -6,11 +6,14 @@ import json
 import re
 import statistics
 import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.errors import PlanError
-from orchestrator.planning import INVALID, PRUNED, RUN, costs, expand, plan, plan_line, shard
+from orchestrator.planning import INVALID, PRUNED, RUN, WorkItem, costs, expand, plan, plan_line, shard
 from orchestrator.spec import records
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import item_id
@@ -23,15 +26,15 @@ REQUESTED = re.compile(r"requested (\d+), available: (\d+)")
 
 
 @pytest.fixture
-def reference(sample_doc):
+def reference(sample_doc: dict[str, Any]) -> SweepSpec:
     return SweepSpec(**sample_doc["config"])
 
 
-def _by_key(items):
+def _by_key(items: list[WorkItem]) -> dict[tuple[Any, ...], WorkItem]:
     return {records.record_key(it.record_fields()): it for it in items}
 
 
-def test_plan_order_is_the_reference_record_order(sample_doc, reference):
+def test_plan_order_is_the_reference_record_order(sample_doc: dict[str, Any], reference: SweepSpec) -> None:
     items = expand(reference)
     assert len(items) == 832
     sample_keys = [records.record_key(r) for r in sample_doc["results"]]
@@ -46,7 +49,7 @@ def test_plan_order_is_the_reference_record_order(sample_doc, reference):
     assert [it.index for it in items] == list(range(len(items)))
 
 
-def test_ids_are_stable_and_recomputable_from_records(sample_doc, reference):
+def test_ids_are_stable_and_recomputable_from_records(sample_doc: dict[str, Any], reference: SweepSpec) -> None:
     items = expand(reference)
     # Ids are part of every sweep directory and results document: they must never change.
     assert (items[0].id, items[2].id, items[-1].id) == ("868d852e34a4fc6d", "f1ac0636ccb8d90e", "1a17a832188e09e5")
@@ -58,25 +61,27 @@ def test_ids_are_stable_and_recomputable_from_records(sample_doc, reference):
         assert item_id(rec) == by_key[records.record_key(rec)].id
 
 
-def test_ids_match_for_invalid_clamped_and_odd_grids():
-    spec = SweepSpec(
-        dtypes=["float32"],
-        head_dims=[48, 64],
-        seq_lens=[64, 96, 256],
-        fwd_block_q=[32, 64, 128, 256],
-        bwd_fwd_config=[64, 32],
-        smem_limit_bytes=100000,
-        tag="x",
+def test_ids_match_for_invalid_clamped_and_odd_grids() -> None:
+    spec = SweepSpec.model_validate(
+        {
+            "dtypes": ["float32"],
+            "head_dims": [48, 64],
+            "seq_lens": [64, 96, 256],
+            "fwd_block_q": [32, 64, 128, 256],
+            "bwd_fwd_config": [64, 32],
+            "smem_limit_bytes": 100000,
+            "tag": "x",
+        }
     )
     items = expand(spec)
     assert all(item_id(it.record_fields()) == it.id for it in items)
     kinds = {k: sum(it.kind == k for it in items) for k in (RUN, INVALID, PRUNED)}
     assert kinds[INVALID] and kinds[PRUNED] and kinds[RUN]
     bad = next(it for it in items if it.kind == INVALID)
-    assert bad.reason.startswith(f"ValueError: seq={bad.seq} must be a multiple of")
+    assert bad.reason is not None and bad.reason.startswith(f"ValueError: seq={bad.seq} must be a multiple of")
 
 
-def test_a_block_clamped_to_a_shorter_seq_is_planned_as_the_tiles_that_run(tmp_path):
+def test_a_block_clamped_to_a_shorter_seq_is_planned_as_the_tiles_that_run(tmp_path: Path) -> None:
     """The kernel clamps a block larger than seq to seq: the record names the tiles that ran
     (seq 100 runs tiles of 100, not "bq128"), and grid points that clamp alike are one item."""
     spec = tmp_path / "clamp.json"
@@ -103,58 +108,59 @@ def test_a_block_clamped_to_a_shorter_seq_is_planned_as_the_tiles_that_run(tmp_p
     assert s256 == [(64, 128), (128, 128), (256, 128)]
 
 
-def test_pruning_flags_exactly_the_reference_failures(sample_doc, reference):
+def test_pruning_flags_exactly_the_reference_failures(sample_doc: dict[str, Any], reference: SweepSpec) -> None:
     items = expand(reference)
     by_key = _by_key(items)
+    limit = reference.smem_limit_bytes
+    assert limit is not None
     failed = [r for r in sample_doc["results"] if "error" in r]
     assert len(failed) == 8
     for rec in sample_doc["results"]:
         it = by_key[records.record_key(rec)]
         if "error" in rec:
-            requested, available = map(int, REQUESTED.search(rec["error"]).groups())
-            assert it.kind == PRUNED and it.smem_bytes == requested and available == reference.smem_limit_bytes
-            assert it.reason.startswith("SharedMemoryPredicted: ") and str(requested) in it.reason
+            match = REQUESTED.search(rec["error"])
+            assert match, rec["error"]
+            requested, available = map(int, match.groups())
+            assert it.kind == PRUNED and it.smem_bytes == requested and available == limit
+            assert it.reason and it.reason.startswith("SharedMemoryPredicted: ") and str(requested) in it.reason
         else:
             assert it.kind == RUN, rec  # nothing that ran in the reference is pruned
     # The whole reference run failed 72 configs, all on shared memory.
     assert sum(it.kind == PRUNED for it in items) == 72
-    assert all(it.smem_bytes > reference.smem_limit_bytes for it in items if it.kind == PRUNED)
+    assert all((it.smem_bytes or 0) > limit for it in items if it.kind == PRUNED)
     line = plan_line(next(it for it in items if it.kind == PRUNED))
-    assert line["pruned"] is True and line["smem_bytes"] > reference.smem_limit_bytes
+    assert line["pruned"] is True and line["smem_bytes"] > limit
 
 
-def test_pruning_can_be_switched_off(reference):
+def test_pruning_can_be_switched_off(reference: SweepSpec) -> None:
     spec = reference.model_copy(update={"kernel": reference.kernel.model_copy(update={"prune_smem": "off"})})
     items = expand(spec)
     assert not any(it.kind == PRUNED for it in items)
     # the prediction is still shown
-    assert sum(1 for it in items if it.smem_bytes and it.smem_bytes > spec.smem_limit_bytes) == 72
+    limit = spec.smem_limit_bytes
+    assert limit is not None
+    assert sum(1 for it in items if it.smem_bytes and it.smem_bytes > limit) == 72
     assert not any(it.kind == PRUNED for it in expand(reference.model_copy(update={"smem_limit_bytes": None})))
 
 
 # ---------------------------------------------------------------------------- sharding
 
 
-def _loads(units, cost, setups=None):
-    out = []
-    for u in units:
-        load = sum(cost[it.index] for it in u.items)
-        if setups:
-            load += sum(setups[sh] for sh in {it.shape for it in u.items})
-        out.append(load)
-    return out
+def _loads(groups: Sequence[Sequence[WorkItem]], cost: list[float]) -> list[float]:
+    """Seconds of each group of items (a unit's, or a contiguous chunk's)."""
+    return [sum(cost[it.index] for it in group) for group in groups]
 
 
-def _ratio(loads):
+def _ratio(loads: list[float]) -> float:
     return max(loads) / statistics.mean(loads)
 
 
-def _contiguous(items, n):
-    return [type("U", (), {"items": items[i * len(items) // n : (i + 1) * len(items) // n]}) for i in range(n)]
+def _contiguous(items: list[WorkItem], n: int) -> list[list[WorkItem]]:
+    return [items[i * len(items) // n : (i + 1) * len(items) // n] for i in range(n)]
 
 
 @pytest.mark.parametrize("strategy", ["shape", "balanced"])
-def test_units_partition_the_plan_in_plan_order(reference, strategy):
+def test_units_partition_the_plan_in_plan_order(reference: SweepSpec, strategy: str) -> None:
     items = expand(reference)
     units = shard(items, 8, strategy=strategy)
     assert len(units) == 8
@@ -168,7 +174,7 @@ def test_units_partition_the_plan_in_plan_order(reference, strategy):
     assert [u.id for u in shard(expand(reference), 8, strategy=strategy)] == [u.id for u in units]
 
 
-def test_balance_beats_contiguous_chunks_on_a_synthetic_cost_table():
+def test_balance_beats_contiguous_chunks_on_a_synthetic_cost_table() -> None:
     # 12 shapes whose items cost very different amounts, in plan order
     spec = SweepSpec(
         dtypes=["bfloat16", "float32"], head_dims=[64, 128], seq_lens=[1024, 4096, 16384], smem_limit_bytes=None
@@ -181,11 +187,11 @@ def test_balance_beats_contiguous_chunks_on_a_synthetic_cost_table():
         contiguous = _ratio(_loads(_contiguous(items, n), cost))
         for strategy in ("shape", "balanced"):
             units = shard(items, n, costs=cost, setups={it.shape: 0.0 for it in items}, strategy=strategy)
-            ratio = _ratio(_loads(units, cost))
+            ratio = _ratio(_loads([u.items for u in units], cost))
             assert ratio < contiguous and ratio <= 1.02, (n, strategy, ratio, contiguous)
 
 
-def test_shapes_stay_whole_where_that_costs_nothing():
+def test_shapes_stay_whole_where_that_costs_nothing() -> None:
     spec = SweepSpec(dtypes=["bfloat16", "float32"], head_dims=[64, 128], seq_lens=[2048], smem_limit_bytes=None)
     items = expand(spec)
     cost = [1.0] * len(items)  # four equal shapes, two units: two whole shapes each
@@ -196,7 +202,9 @@ def test_shapes_stay_whole_where_that_costs_nothing():
     assert [len({it.shape for it in u.items}) for u in units] == [1] * 8
 
 
-def test_measured_costs_balance_the_reference_excerpt(sample_doc, reference, tmp_path):
+def test_measured_costs_balance_the_reference_excerpt(
+    sample_doc: dict[str, Any], reference: SweepSpec, tmp_path: Path
+) -> None:
     # Plan only the excerpt's items (the ones with measured costs) and judge with them.
     path = tmp_path / "ref.json"
     path.write_text(json.dumps(sample_doc))
@@ -212,7 +220,9 @@ def test_measured_costs_balance_the_reference_excerpt(sample_doc, reference, tmp
     assert _ratio(loads) <= 1.02 < _ratio(contiguous)
 
 
-def test_plan_takes_costs_from_a_results_document(sample_doc, reference, tmp_path):
+def test_plan_takes_costs_from_a_results_document(
+    sample_doc: dict[str, Any], reference: SweepSpec, tmp_path: Path
+) -> None:
     path = tmp_path / "ref.json"
     path.write_text(json.dumps(sample_doc))
     table = document.load_costs(path)
@@ -225,7 +235,7 @@ def test_plan_takes_costs_from_a_results_document(sample_doc, reference, tmp_pat
     assert cost[2] == pytest.approx(rec["compile_s"] + (1 + 2 + 5 * rec["inner"]) * rec["median_ms"] / 1e3)
 
 
-def test_cli_plan_shows_units_and_takes_costs(sample_doc):
+def test_cli_plan_shows_units_and_takes_costs() -> None:
     r = run_cli("plan", str(SAMPLE), "--units", "8", "--dry-run", "--json", "--costs", str(SAMPLE))
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in r.stdout.splitlines()]
@@ -235,7 +245,7 @@ def test_cli_plan_shows_units_and_takes_costs(sample_doc):
     assert_one_line_error(r, "--costs")
 
 
-def test_shard_rejects_bad_counts(reference):
+def test_shard_rejects_bad_counts(reference: SweepSpec) -> None:
     items = expand(reference)
     with pytest.raises(PlanError, match="at least 1"):
         shard(items, 0)
@@ -260,7 +270,7 @@ def _plan_peak_bytes(n_seqs: int) -> tuple[int, int]:
     return len(items), peak
 
 
-def test_plan_memory_grows_in_proportion_to_items():
+def test_plan_memory_grows_in_proportion_to_items() -> None:
     # What a 1,000,000-item plan needs, judged from 4x smaller and 16x smaller plans.
     small_items, small_peak = _plan_peak_bytes(15)
     big_items, big_peak = _plan_peak_bytes(60)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.files import load_spec, spec_from_data
 from orchestrator.spec.model import REFERENCE_CONFIG_FIELDS, SweepSpec
+from orchestrator.spec.reference import COMMAND, sections, spec_reference
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_reference_config_block_loads_unchanged(sample_doc, tmp_path):
+def test_reference_config_block_loads_unchanged(sample_doc: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "reference.json"
     path.write_text(json.dumps(sample_doc["config"]))
     spec = load_spec(path)
@@ -21,13 +27,13 @@ def test_reference_config_block_loads_unchanged(sample_doc, tmp_path):
     assert spec.executor.kind == "local" and spec.timing.target_ms == 50 and spec.timing.max_inner == 200
 
 
-def test_results_document_is_accepted_as_spec(sample_doc, tmp_path):
+def test_results_document_is_accepted_as_spec(sample_doc: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "doc.json"
     path.write_text(json.dumps(sample_doc))
     assert load_spec(path).reference_config() == sample_doc["config"]
 
 
-def test_toml_spec(tmp_path):
+def test_toml_spec(tmp_path: Path) -> None:
     path = tmp_path / "spec.toml"
     path.write_text(
         'dtypes = ["bfloat16"]\nhead_dims = [64]\nseq_lens = [1024]\nmodes = ["fwd"]\n'
@@ -37,7 +43,7 @@ def test_toml_spec(tmp_path):
     assert spec.dtypes == ["bfloat16"] and spec.executor.slurm_partition == "gpu"
 
 
-def test_bwd_fwd_config_null_means_128():
+def test_bwd_fwd_config_null_means_128() -> None:
     assert spec_from_data({}).forward_blocks.block_q == 128
     assert spec_from_data({"bwd_fwd_config": [64, 32]}).forward_blocks.block_k == 32
     assert spec_from_data({"bwd_fwd_config": {"block_q": 64, "block_k": 64}}).forward_blocks.block_q == 64
@@ -54,7 +60,7 @@ def test_bwd_fwd_config_null_means_128():
         ({"head_dims": []}, "'head_dims'"),
         ({"modes": ["fwd", "fwd"]}, "repeated"),
         ({"executor": {"kind": "pbs"}}, "'local', 'slurm' or 'debug'"),
-        # numbers must be numbers: no string or boolean read as a count (issue 10)
+        # numbers must be numbers: no string or boolean read as a count
         ({"repeats": "2"}, "field 'repeats': Input should be a valid integer (got '2')"),
         ({"repeats": True}, "field 'repeats': Input should be a valid integer (got True)"),
         ({"seq_lens": [2048, "4096"]}, "'seq_lens.1'"),
@@ -67,14 +73,14 @@ def test_bwd_fwd_config_null_means_128():
         ({"compile": {"mode": "process"}}, "'threads' or 'processes'"),
     ],
 )
-def test_bad_spec_fields_name_the_field(data, needle):
+def test_bad_spec_fields_name_the_field(data: dict[str, Any], needle: str) -> None:
     with pytest.raises(SpecError) as err:
         spec_from_data(data, source="s.json")
     msg = err.value.message
     assert needle in msg and msg.startswith("s.json: ") and "\n" not in msg
 
 
-def test_missing_and_unparsable_files(tmp_path):
+def test_missing_and_unparsable_files(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="does not exist"):
         load_spec(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
@@ -95,15 +101,59 @@ def test_missing_and_unparsable_files(tmp_path):
         load_spec(arr)
 
 
-def test_fingerprint_ignores_where_and_how_it_runs():
+def test_fingerprint_ignores_where_and_how_it_runs() -> None:
     a = SweepSpec()
-    b = SweepSpec(output="elsewhere.json", executor={"kind": "slurm", "slurm_partition": "x"}, sharding={"units": 9})
+    b = SweepSpec.model_validate(
+        {"output": "elsewhere.json", "executor": {"kind": "slurm", "slurm_partition": "x"}, "sharding": {"units": 9}}
+    )
     c = SweepSpec(repeats=7)
-    d = SweepSpec(compile={"mode": "processes", "workers": 3})  # how it compiles: resume may change it
+    d = SweepSpec.model_validate({"compile": {"mode": "processes", "workers": 3}})  # resume may change it
     assert a.fingerprint() == b.fingerprint() == d.fingerprint() != c.fingerprint()
 
 
-def test_schema_lists_every_field():
+def test_schema_lists_every_field() -> None:
     schema = SweepSpec.model_json_schema()
     assert set(REFERENCE_CONFIG_FIELDS) <= set(schema["properties"])
     assert schema.get("additionalProperties") is False
+
+
+def test_fingerprints_are_pinned(sample_doc: dict[str, Any]) -> None:
+    # Sweep directories and documents on disk hold these: a change of the fingerprint's rule
+    # (or of a default it covers) makes every existing sweep refuse to resume.
+    assert SweepSpec().fingerprint() == "c926b7436d2959d9"
+    assert spec_from_data(sample_doc["config"]).fingerprint() == "55395a4456ab9aaf"
+
+
+def _models() -> list[type[BaseModel]]:
+    return [SweepSpec, *(model for _, model in sections(SweepSpec))]
+
+
+@pytest.mark.parametrize("model", _models(), ids=lambda m: m.__name__)
+def test_every_spec_field_is_described(model: type[BaseModel]) -> None:
+    # docs/spec.md is made from these descriptions
+    assert model.__doc__
+    assert [name for name, field in model.model_fields.items() if not field.description] == []
+
+
+def test_spec_reference_is_up_to_date() -> None:
+    page = ROOT / "docs" / "spec.md"
+    assert page.exists() and page.read_text() == spec_reference(), (
+        f"docs/spec.md is not what the spec's models say: regenerate it with `{COMMAND}`"
+    )
+
+
+def test_spec_reference_has_every_section_and_field() -> None:
+    page = spec_reference()
+    every: list[tuple[str, type[BaseModel]]] = [("top level", SweepSpec), *sections(SweepSpec)]
+    for name, model in every:
+        heading = "## Top level" if model is SweepSpec else f"## `{name}`"
+        assert heading in page
+        table = page.split(heading, 1)[1].split("\n## ", 1)[0]
+        for field in model.model_fields:
+            assert f"| `{field}` |" in table, (name, field)
+    assert "| `batch` | integer | `4` | >= 1 | batch size of every problem |" in page
+    assert (
+        "| `fwd_warps` | list of integer | `[4, 8]` | non-empty; each one of 1, 2, 4, 8, 16, 32; each value once |"
+        in page
+    )
+    assert "| `source` | string | required |" in page

@@ -19,7 +19,7 @@ import pytest
 from orchestrator.control.resume import plan_resume
 from orchestrator.control.scheduler import SchedulerView, TaskState, expand_indices, parse_sacct
 from orchestrator.control.status import LOST_AFTER_S, format_status, slurm_state, sweep_status
-from orchestrator.spec.model import ExecutorSettings
+from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import header, record_for
 from tests.helpers import assert_one_line_error

@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # the control flows import submitit: loaded when a command ru
     from orchestrator.control.resume import Resumed
     from orchestrator.control.status import SweepStatus
     from orchestrator.control.submit import SubmitOutcome, SweepSubmission
-    from orchestrator.spec.model import ExecutorSettings
+    from orchestrator.spec.sections import ExecutorSettings
 
 
 def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:

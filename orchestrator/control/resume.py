@@ -30,7 +30,8 @@ from orchestrator.control.submit import NextRound, SubmitOutcome, UnitsRollback,
 from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
-from orchestrator.spec.model import ExecutorSettings, canonical_hash
+from orchestrator.spec.model import canonical_hash
+from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)

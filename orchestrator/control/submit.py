@@ -34,7 +34,7 @@ from orchestrator.control.rounds import Round2, pending_round2, plan_round2, und
 from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits, require_submit_tools
 from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_jobs, sweep_lock, unfinished_units
 from orchestrator.errors import DispatchError
-from orchestrator.spec.model import ExecutorSettings
+from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, atomic_write_text, now_iso
 
 log = logging.getLogger(__name__)

@@ -1,19 +1,17 @@
 """Planning: a spec expanded into work items and packed into units by cost. Pure: no I/O.
 
-``items`` expands a spec into work items in the reference run's record order and classifies
-each (runnable, invalid, pruned by the shared-memory model); ``costs`` says what an item costs
-a worker; ``shard`` packs items into units. ``plan`` does all three.
+``items`` expands a spec into work items in the reference run's record order, each classified
+by ``classify`` (runnable, invalid, pruned by the shared-memory model); ``costs`` says what an
+item costs a worker; ``shard`` packs items into units. ``plan`` does all three.
 """
 
 from __future__ import annotations
 
 import itertools
 
+from orchestrator.planning.classify import INVALID, PRUNED, RUN
 from orchestrator.planning.costs import CostTable, item_costs, setup_estimate
 from orchestrator.planning.items import (
-    INVALID,
-    PRUNED,
-    RUN,
     PlannedConfigs,
     WorkItem,
     bulk,

@@ -35,15 +35,16 @@ Pure arithmetic: no jax import, no I/O (the CLI reads the document).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kernels import impls, smem
 from kernels.config import AttentionConfig, attention_flops, default_num_warps, inner_for
 from orchestrator.errors import ResultsError
+from orchestrator.planning.classify import RUN
 from orchestrator.planning.halving import Measurement, measurement
-from orchestrator.planning.items import RUN
+from orchestrator.planning.items import WorkItem
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import DEFAULT_IMPL, record_key
 
@@ -210,7 +211,8 @@ class CostTable:
 def cost_table(results: Iterable[Any], config: Mapping[str, Any], source: str) -> CostTable:
     """Per-config costs from the records and config block of a results document."""
     repeats = int(config.get("repeats") or 5)
-    timing = config.get("timing") if isinstance(config.get("timing"), dict) else {}
+    section = config.get("timing")
+    timing = section if isinstance(section, dict) else {}
     warmup = int(timing.get("warmup", 1))
     costs: dict[tuple, float] = {}
     for rec in results:
@@ -227,27 +229,41 @@ def cost_table(results: Iterable[Any], config: Mapping[str, Any], source: str) -
 
 
 def item_costs(
-    items: list[Any], spec: SweepSpec, table: CostTable | None = None, a: Assumptions = DEFAULT, round_: int = 1
+    items: Sequence[WorkItem],
+    spec: SweepSpec,
+    table: CostTable | None = None,
+    a: Assumptions = DEFAULT,
+    round_: int = 1,
 ) -> tuple[list[float], float]:
     """Seconds per item (model, or ``table`` where it has the item) and the factor the model
     was scaled by to agree with the table on the items both know (1.0 without a table).
-    ``round_``: the round the items are timed in (``planning.halving.measurement``).
+    ``round_``: the round the items are timed in (``planning.halving.measurement``)."""
+    model = _model_costs(items, spec, a, round_)
+    if table is None:
+        return [c if c >= 0 else a.item_floor_s for c in model], 1.0
+    return _with_measured(model, items, table, a)
+
+
+def _unclamped_seq(spec: SweepSpec) -> int:
+    """A seq at which no block of the spec is clamped: a config compiles alike at every seq from it on."""
+    blocks = (*spec.fwd_block_q, *spec.fwd_block_k, *spec.bwd_outer, *spec.bwd_inner)
+    return max([128, *blocks, spec.forward_blocks.block_q, spec.forward_blocks.block_k])
+
+
+def _compiled_config(it: WorkItem, spec: SweepSpec, impl: impls.Impl) -> Mapping[str, int]:
+    """The AttentionConfig fields an item compiles: its own, or those its implementation's ``auto`` picks."""
+    if it.config == "auto":
+        return auto_estimate(it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes, impl.name)
+    return it.kernel_config() or {}
+
+
+def _model_costs(items: Sequence[WorkItem], spec: SweepSpec, a: Assumptions, round_: int) -> list[float]:
+    """The model's seconds per item; -1.0 for an item that does not run.
 
     The model depends on a few fields only, so it is cached on them: a million items cost
     about one dict lookup each."""
-    # No block of the spec is clamped at a seq at least this large.
-    big = max(
-        [
-            128,
-            *spec.fwd_block_q,
-            *spec.fwd_block_k,
-            *spec.bwd_outer,
-            *spec.bwd_inner,
-            spec.forward_blocks.block_q,
-            spec.forward_blocks.block_k,
-        ]
-    )
-    compile_cache: dict[tuple, float] = {}
+    big = _unclamped_seq(spec)
+    compile_cache: dict[tuple[Any, ...], float] = {}
     model: list[float] = []
     append = model.append
     last = None
@@ -261,11 +277,8 @@ def item_costs(
         key = (it.mode, it.dtype, it.head_dim, it.params, seq if seq < big else big, it.config, it.causal)
         c = compile_cache.get(key)
         if c is None:
-            if it.config == "auto":
-                cfg = auto_estimate(it.mode, it.dtype, it.head_dim, seq, spec.smem_limit_bytes, impl.name)
-            else:
-                cfg = it.kernel_config()
             loops = impl.causal_loops if it.causal else 1
+            cfg = _compiled_config(it, spec, impl)
             c = compile_cache[key] = compile_estimate(it.mode, it.dtype, it.head_dim, seq, cfg, a, loops)
         how = measurement(it.config, spec, round_)
         shape = (it.mode, it.dtype, it.head_dim, seq, it.batch, it.heads, it.causal, how)
@@ -273,8 +286,14 @@ def item_costs(
             t = timed_estimate(it.mode, it.dtype, it.batch, it.heads, seq, it.head_dim, spec, a, it.causal, how)
             last = shape
         append(c + t)
-    if table is None:
-        return [c if c >= 0 else a.item_floor_s for c in model], 1.0
+    return model
+
+
+def _with_measured(
+    model: list[float], items: Sequence[WorkItem], table: CostTable, a: Assumptions
+) -> tuple[list[float], float]:
+    """The table's seconds where it has an item, elsewhere the model's scaled to agree with the
+    table on the items both know; and that scale."""
     measured: list[float | None] = [None] * len(items)
     both_measured = both_model = 0.0
     for k, it in enumerate(items):

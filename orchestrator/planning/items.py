@@ -23,15 +23,27 @@ import gc
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from kernels import impls
 from orchestrator.errors import PlanError
+from orchestrator.planning.classify import INVALID, PRUNED, RUN, Clamped, Classifier
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import DEFAULT_IMPL, config_fields, id_of, id_prefix, id_suffix, kernel_kwargs, key_of
 
-# Item kinds: how the worker treats an item.
-RUN, INVALID, PRUNED = "run", "invalid", "pruned"
+
+class _Variant(TypedDict):
+    """A problem's optional identity fields (``records.OPTIONAL_DEFAULTS``), as ``id_prefix`` takes them."""
+
+    causal: bool
+    kv_heads: int | None  # None: multi-head attention
+    impl: str
+
+
+class _Extras(_Variant):
+    """The fields every item of a problem shares beyond its shape, as ``WorkItem`` takes them."""
+
+    shown: tuple[bool, bool]  # whether the record carries causal, kv_heads
 
 
 @dataclass(slots=True)
@@ -207,14 +219,14 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
         params = _grid(spec, mode)
         names = config_fields(mode)
         grids[mode] = (params, [id_suffix(names, p) for p in params])
-    classes = _Classifier(spec, {mode: grids[mode][0] for mode in spec.modes})
-    clamped = _Clamped(grids)
+    classes = Classifier(spec, {mode: grids[mode][0] for mode in spec.modes})
+    clamped = Clamped(grids)
     for dtype, head_dim, seq, kv, causal in itertools.product(
         spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal
     ):
         kv_heads = None if kv == heads else kv
-        variant = {"causal": causal, "kv_heads": kv_heads, "impl": impl}
-        extra = {**variant, "shown": shown}
+        variant: _Variant = {"causal": causal, "kv_heads": kv_heads, "impl": impl}
+        extra: _Extras = {**variant, "shown": shown}
         for mode in spec.modes:
             auto_id = id_of(id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "auto", **variant), b"")
             append(WorkItem(len(items), dtype, head_dim, seq, batch, heads, tag, mode, "auto", (), auto_id, **extra))
@@ -251,103 +263,6 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
     return items
 
 
-_BLOCK_POSITIONS = {
-    "fwd": (("block_q", 0), ("block_k", 1)),
-    "fwd_bwd": (("fwd_block_q", 0), ("fwd_block_k", 1), ("bwd_outer", 2), ("bwd_inner", 3)),
-}
-
-
-class _Clamped:
-    """Each mode's grid as it runs at one seq: a block larger than seq is clamped to seq by the
-    kernel (``kernels.smem.clamp_block``), so the config is recorded with the tile that runs, and
-    grid points that clamp to the same config are one item (the first in grid order). Without
-    this, seq 100 would time tiles of 100 under the name "bq128", and bq128 and bq256 twice."""
-
-    def __init__(self, grids: dict[str, tuple[list[tuple[int, ...]], list[bytes]]]) -> None:
-        from kernels.smem import clamp_block
-
-        self.clamp = clamp_block
-        self.grids = grids
-        self.cache: dict[tuple[str, int], tuple[list[tuple[int, ...]], list[bytes]]] = {}
-        self.largest = {
-            m: max((p[i] for p in g[0] for _, i in _BLOCK_POSITIONS[m]), default=0) for m, g in grids.items()
-        }
-
-    def __call__(self, mode: str, seq: int) -> tuple[list[tuple[int, ...]], list[bytes]]:
-        if self.largest[mode] <= seq:
-            return self.grids[mode]
-        out = self.cache.get((mode, seq))
-        if out is None:
-            blocks = {i for _, i in _BLOCK_POSITIONS[mode]}
-            runs = dict.fromkeys(
-                tuple(self.clamp(v, seq) if i in blocks else v for i, v in enumerate(p)) for p in self.grids[mode][0]
-            )
-            params = list(runs)
-            out = self.cache[(mode, seq)] = (params, [id_suffix(config_fields(mode), p) for p in params])
-        return out
-
-
-class _Classifier:
-    """(kind, reason, smem_bytes) of each config of a grid at one shape.
-
-    Whether a config runs depends on seq only through divisibility and the clamping of
-    blocks to seq, so a grid's classification is computed once per (mode, dtype,
-    head_dim) and reused for every seq at which no block is clamped or invalid."""
-
-    def __init__(self, spec: SweepSpec, grids: dict[str, list[tuple[int, ...]]]) -> None:
-        from kernels import smem  # pure arithmetic, no jax import
-
-        self.smem = smem
-        self.impl = impls.get(spec.measured_impl)
-        self.limit = spec.smem_limit_bytes
-        self.enabled = spec.kernel.prune_smem == "predict" and self.limit is not None
-        self.cache: dict[tuple, list[tuple[str, str | None, int | None]]] = {}
-        # distinct block sizes of each mode's whole grid (a shape may run a clamped one)
-        self.blocks = {m: sorted({p[i] for p in g for _, i in _BLOCK_POSITIONS[m]}) for m, g in grids.items()}
-
-    def __call__(
-        self, mode: str, dtype: str, head_dim: int, seq: int, grid: list[tuple[int, ...]]
-    ) -> list[tuple[str, str | None, int | None]]:
-        positions = _BLOCK_POSITIONS[mode]
-        blocks = self.blocks[mode]
-        plain = all(b <= seq and seq % b == 0 for b in blocks)
-        key = (mode, dtype, head_dim, None if plain else seq)
-        out = self.cache.get(key)
-        if out is None:
-            out = self.cache[key] = [self._one(mode, dtype, head_dim, seq, p, positions) for p in grid]
-        return out
-
-    def _one(
-        self,
-        mode: str,
-        dtype: str,
-        head_dim: int,
-        seq: int,
-        params: tuple[int, ...],
-        positions: tuple[tuple[str, int], ...],
-    ) -> tuple[str, str | None, int | None]:
-        for name, i in positions:
-            block = params[i]
-            if seq % min(block, seq):  # the kernel clamps a block larger than seq
-                return INVALID, f"ValueError: seq={seq} must be a multiple of {name}={block} (not compiled)", None
-        cfg = kernel_kwargs(mode, params)
-        preds = self.impl.predict(mode, dtype, head_dim, cfg, seq=seq)
-        over = self.smem.first_over(preds, self.limit)
-        if over is None:
-            return RUN, None, max(b for _, b in preds)
-        kernel, nbytes = over
-        if not self.enabled:
-            return RUN, None, nbytes
-        return (
-            PRUNED,
-            (
-                f"SharedMemoryPredicted: {kernel} kernel needs {nbytes} bytes of shared memory "
-                f"(predicted by the model, not compiled); smem_limit_bytes allows {self.limit}"
-            ),
-            nbytes,
-        )
-
-
 @dataclass
 class PlannedConfigs:
     """The forced configs a spec plans per problem, without expanding it: the grid of a mode
@@ -372,7 +287,7 @@ def planned_configs(spec: SweepSpec) -> PlannedConfigs:
     for mode in spec.modes:
         params = [] if spec.auto_only else _grid(spec, mode)
         full[mode] = (params, [b""] * len(params))  # id suffixes are not needed here
-    clamped = _Clamped(full)
+    clamped = Clamped(full)
     grids = {(mode, seq): clamped(mode, seq)[0] for mode in spec.modes for seq in spec.seq_lens}
     heads, impl = spec.heads, spec.measured_impl
     problems = {

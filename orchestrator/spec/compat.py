@@ -28,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.spec.model import CompileSettings, KernelSettings, SweepSpec, TimingSettings
+from orchestrator.spec.model import SweepSpec
+from orchestrator.spec.sections import CompileSettings, KernelSettings, TimingSettings
 
 ENV_FIELDS: tuple[str, ...] = ("jax", "jaxlib", "backend", "device_kind")
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.typing import DTypeLike
 
 from kernels.attention import (
     AttentionConfig,
@@ -73,7 +75,7 @@ def test_jax_grad_works() -> None:
     q, k, v, _ = make_inputs(seq=128, head_dim=32, dtype="float32", **SHAPE)
     cfg = AttentionConfig(block_q=64, block_k=64, bwd_outer=64, bwd_inner=32)
 
-    def loss(fn, q, k, v):
+    def loss(fn: Callable[..., jax.Array], q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
         return jnp.sum(jnp.sin(fn(q, k, v)))
 
     got = jax.grad(functools.partial(loss, functools.partial(flash_attention, config=cfg)), argnums=(0, 1, 2))(q, k, v)
@@ -97,7 +99,7 @@ def test_reference_in_float64_when_x64_enabled() -> None:
 # ---------------------------------------------------------------------- validation
 
 
-def _qkv(seq: int = 96, head_dim: int = 32, dtype: str = "float32") -> tuple:
+def _qkv(seq: int = 96, head_dim: int = 32, dtype: str = "float32") -> tuple[jax.Array, jax.Array, jax.Array]:
     return make_inputs(seq=seq, head_dim=head_dim, dtype=dtype, **SHAPE)[:3]
 
 
@@ -157,7 +159,7 @@ def test_bad_dtype_names_allowed_values() -> None:
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, "float32"])
-def test_make_inputs_seeded_random_not_zero(dtype) -> None:
+def test_make_inputs_seeded_random_not_zero(dtype: DTypeLike) -> None:
     a = make_inputs(seq=32, head_dim=16, dtype=dtype, seed=3, **SHAPE)
     b = make_inputs(seq=32, head_dim=16, dtype=dtype, seed=3, **SHAPE)
     c = make_inputs(seq=32, head_dim=16, dtype=dtype, seed=4, **SHAPE)

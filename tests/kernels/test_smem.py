@@ -42,7 +42,9 @@ def test_model_reproduces_reference_sample() -> None:
         preds = smem.predict(rec["mode"], rec["dtype"], rec["head_dim"], _record_config(rec), seq=rec["seq"])
         over = smem.first_over(preds, H100_SMEM_LIMIT_BYTES)
         if "error" in rec:
-            requested = int(re.search(r"requested (\d+), available: 232448", rec["error"])[1])
+            match = re.search(r"requested (\d+), available: 232448", rec["error"])
+            assert match, rec["error"]
+            requested = int(match[1])
             assert over is not None and over[1] == requested, (rec, preds)
             failures += 1
         else:

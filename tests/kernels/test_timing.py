@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import pytest
 
 from kernels.timing import TIMER, Timing, compile_fn, measure
 
 
-def _compiled():
+def _compiled() -> tuple[jax.stages.Compiled, float, tuple[jax.Array]]:
     x = jnp.arange(256.0).reshape(16, 16)
     compiled, compile_s = compile_fn(lambda a: (a @ a + 1.0,), (x,))
     return compiled, compile_s, (x,)

@@ -22,7 +22,7 @@ from orchestrator.control.dispatch.sbatch import held_signals, render_script, sb
 from orchestrator.control.dispatch.tasks import MergeTask, UnitTask
 from orchestrator.control.scheduler import array_of, one_line, require_submit_tools
 from orchestrator.errors import DispatchError
-from orchestrator.spec.model import ExecutorSettings
+from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
