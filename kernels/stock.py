@@ -15,7 +15,7 @@ What the stock kernel cannot do, it refuses here with the values: grouped-query 
 wants one K/V head per query head). head_dim that is not a power of two it pads itself.
 ``mha``'s sm_scale defaults to 1.0; ours to 1/sqrt(head_dim), passed explicitly so both
 implementations compute the same function. The module's import warns that it is deprecated in
-favour of tokamax; that warning is silenced here (it is documented in the README).
+favour of tokamax; that warning is silenced here (docs/kernels.md says so).
 """
 
 from __future__ import annotations

@@ -221,8 +221,8 @@ class SweepSpec(SpecModel):
 
     def timer_on(self, backend: str) -> str:
         """The timer of this sweep's records on ``backend``: ``timing.timer``, where auto the device timer with
-        compile processes on a GPU (other workers' compiles load the CPUs the wall clock sees; README: Compile
-        modes), else the wall clock."""
+        compile processes on a GPU (other workers' compiles load the CPUs the wall clock sees;
+        docs/compile-modes.md), else the wall clock."""
         if self.timing.timer != "auto":
             return self.timing.timer
         return "device" if self.compile.mode == "processes" and backend == "gpu" else "wall"

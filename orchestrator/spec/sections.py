@@ -148,7 +148,7 @@ class ShardingSettings(SpecModel):
 
 
 class TimingSettings(SpecModel):
-    """How each config is timed (README: Measuring; the rules: ``kernels.timing``, ``jobs``)."""
+    """How each config is timed (docs/measuring.md; the rules: ``kernels.timing``, ``jobs``)."""
 
     target_ms: float = Field(default=50.0, gt=0, description="wall time one timed sample aims for")
     max_inner: int = Field(default=200, ge=1, description="cap on calls per timed sample")
@@ -244,7 +244,7 @@ class CompileSettings(SpecModel):
         default="threads",
         description="threads: compile on a thread "
         "pool of the worker (lowering holds the GIL); processes: compile "
-        "processes lower and compile, the worker times (README: Compile modes)",
+        "processes lower and compile, the worker times (docs/compile-modes.md)",
     )
     workers: int | None = Field(
         default=None,
