@@ -45,7 +45,7 @@ from orchestrator.store.synthetic import DEVICE, million_spec, record_for
 N_UNITS_IN_DOC = 64
 
 
-def specs(scale: float) -> tuple[dict, dict]:
+def specs(scale: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """The planned spec (100 seq lengths) and the document's (the upper 50 of them and 50 more)."""
     n = max(2, int(100 * scale))
     plan = million_spec(seq_lens=[128 * k for k in range(1, n + 1)], executor={"kind": "slurm"})
@@ -115,7 +115,7 @@ def stages(spec: SweepSpec, doc: Path) -> dict[str, float]:
     from orchestrator.planning import shard_items
     from orchestrator.store.reuse import document_env, find_reuse, load_sources
 
-    out = {}
+    out: dict[str, float] = {}
     t = time.perf_counter()
     items = expand(spec)
     out["expand_s"], t = time.perf_counter() - t, time.perf_counter()
