@@ -47,15 +47,30 @@ import os
 import statistics
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from bench.children import add_child_arguments, report, run_child
 
+if TYPE_CHECKING:
+    from kernels.config import AttentionConfig
+
 REPO = Path(__file__).resolve().parent.parent
-CUDA_SHAPE = {"batch": 4, "seq": 2048, "heads": 8, "head_dim": 128, "dtype": "bfloat16"}
+
+
+class CudaShape(TypedDict):
+    """The problem every config here is lowered for (``lower_for_cuda``'s shape keywords)."""
+
+    batch: int
+    seq: int
+    heads: int
+    head_dim: int
+    dtype: str
+
+
+CUDA_SHAPE: CudaShape = {"batch": 4, "seq": 2048, "heads": 8, "head_dim": 128, "dtype": "bfloat16"}
 # the reference run (facts: 832 records, 16 problems of 55 fwd or 49 fwd_bwd records)
 REF = {
     "compile_s": 427.0,
@@ -90,7 +105,7 @@ UNIT_SPEC: dict[str, Any] = {
 # ---------------------------------------------------------------------------- lowering (child side)
 
 
-def _configs(mode: str, n: int) -> list[Any]:
+def _configs(mode: str, n: int) -> list[AttentionConfig]:
     from kernels.config import AttentionConfig
 
     if mode == "fwd":
@@ -100,7 +115,7 @@ def _configs(mode: str, n: int) -> list[Any]:
     return [AttentionConfig(bwd_outer=o, bwd_inner=i, num_warps=w, num_stages=2) for o, i, w in grid][:n]
 
 
-def _lower(args: tuple[str, Any]) -> float:
+def _lower(args: tuple[str, AttentionConfig]) -> float:
     """Lower one config for CUDA; returns the thread CPU seconds it took."""
     from kernels.lowering import lower_for_cuda
 
@@ -113,7 +128,7 @@ def _warm() -> None:
     _lower(("fwd", _configs("fwd", 1)[0]))
 
 
-def _rate(pool: Any, work: list[tuple[str, Any]]) -> float:
+def _rate(pool: Executor, work: list[tuple[str, AttentionConfig]]) -> float:
     start = time.perf_counter()
     list(pool.map(_lower, work))
     return len(work) / (time.perf_counter() - start)

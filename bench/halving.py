@@ -39,7 +39,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.analysis.report import ProblemKey, ProblemSummary
 
 REPO = Path(__file__).resolve().parent.parent
 EXCERPT = REPO / "tests" / "data" / "attention_tiles.sample.json"
@@ -88,18 +91,19 @@ def sweep(spec: dict[str, Any], folder: Path) -> tuple[dict[str, Any], float]:
     return json.loads(Path(summary.output).read_text()), timed
 
 
-def bests(doc: dict[str, Any]) -> dict[tuple, Any]:
+def bests(doc: dict[str, Any]) -> dict[ProblemKey, ProblemSummary]:
     from orchestrator.analysis.report import best_table
     from orchestrator.store.document import from_obj
 
     return {s.key: s for s in best_table(from_obj(doc))}
 
 
-def agree(chosen: Any, full: Any) -> bool:
+def agree(chosen: ProblemSummary, full: ProblemSummary) -> bool:
     """The chosen best is the full sweep's best, or its median lies inside that one's q1-q3."""
     if chosen.best_label == full.best_label:
         return True
-    return chosen.best_ms is not None and full.best_q1_ms <= chosen.best_ms <= full.best_q3_ms
+    low, high = full.best_q1_ms, full.best_q3_ms
+    return chosen.best_ms is not None and low is not None and high is not None and low <= chosen.best_ms <= high
 
 
 def compare_strategies(seeds: int, tmp: Path) -> None:

@@ -72,7 +72,7 @@ def contiguous(items: list[WorkItem], n: int) -> list[list[WorkItem]]:
 
 
 def units_of(
-    items: list[WorkItem], n: int, plan_costs: list[float], setups: dict, strategy: str
+    items: list[WorkItem], n: int, plan_costs: list[float], setups: dict[tuple, float], strategy: str
 ) -> list[list[WorkItem]]:
     return [u.items for u in shard(items, n, costs=plan_costs, setups=setups, strategy=strategy)]
 
@@ -229,10 +229,9 @@ def reference_figures(doc_path: Path) -> None:
     compile_total = 0.0
     for it in items:
         if it.kind == RUN:
-            cfg = (
-                costs.auto_estimate(it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes)
-                if it.config == "auto"
-                else it.kernel_config()
+            # an item's own config; kernel_config is None for auto: then the one auto picks
+            cfg = it.kernel_config() or costs.auto_estimate(
+                it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes
             )
             compile_total += costs.compile_estimate(it.mode, it.dtype, it.head_dim, it.seq, cfg)
     print(f"model_compile_total_s={compile_total:.0f} reference_compile_total_s={REFERENCE_COMPILE_S:.0f}")
@@ -240,12 +239,12 @@ def reference_figures(doc_path: Path) -> None:
     by_key = {records.record_key(r): r for r in doc["results"]}
     excerpt = [it for it in items if records.record_key(it.record_fields()) in by_key]
     recs = {it.index: by_key[records.record_key(it.record_fields())] for it in excerpt}
-    measured = {it.index: table.get(it.record_fields()) for it in items}
+    measured = {it.index: m for it in items if (m := table.get(it.record_fields())) is not None}
     floor = costs.DEFAULT.item_floor_s
-    truth_excerpt = {it.index: measured[it.index] if measured[it.index] is not None else floor for it in excerpt}
-    print(f"excerpt_items={len(excerpt)} measured={sum(measured[it.index] is not None for it in excerpt)}")
+    truth_excerpt = {it.index: measured.get(it.index, floor) for it in excerpt}
+    print(f"excerpt_items={len(excerpt)} measured={sum(it.index in measured for it in excerpt)}")
     heldout(excerpt, recs, truth_excerpt, spec, setups)
-    truth_full = {it.index: measured[it.index] if measured[it.index] is not None else model[it.index] for it in items}
+    truth_full = {it.index: measured.get(it.index, model[it.index]) for it in items}
     balance("full", items, model, truth_full, setups)
     perturbed(items, model, setups)
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from orchestrator.analysis import report
@@ -104,7 +104,7 @@ def write_doc(path: str, n: int) -> None:
         json.dump(doc, fh, indent=1)
 
 
-def _best_of(repeat: int, fn) -> float:
+def _best_of(repeat: int, fn: Callable[[], object]) -> float:
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()

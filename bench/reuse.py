@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from orchestrator.planning import expand
 from orchestrator.spec.compat import env_fingerprint
@@ -44,7 +45,7 @@ from orchestrator.store.synthetic import DEVICE, million_spec, record_for
 N_UNITS_IN_DOC = 64
 
 
-def specs(scale: float) -> tuple[dict, dict]:
+def specs(scale: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """The planned spec (100 seq lengths) and the document's (the upper 50 of them and 50 more)."""
     n = max(2, int(100 * scale))
     plan = million_spec(seq_lens=[128 * k for k in range(1, n + 1)], executor={"kind": "slurm"})
@@ -52,7 +53,7 @@ def specs(scale: float) -> tuple[dict, dict]:
     return plan, doc
 
 
-def write_doc(path: Path, plan_spec: dict, doc_spec: dict) -> int:
+def write_doc(path: Path, plan_spec: dict[str, Any], doc_spec: dict[str, Any]) -> int:
     """A tilesweep results document of every item of ``doc_spec``, measured as ``plan_spec`` would,
     written as the merger writes one (``merge.write_document``: the indent=1 layout)."""
     import random
@@ -84,6 +85,7 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru.ru_utime + ru.ru_stime
     t = time.perf_counter()
+    out: dict[str, float]
     if what == "plain":
         from orchestrator.planning import plan
 
@@ -108,12 +110,12 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
     print(json.dumps(out))
 
 
-def stages(spec, doc: Path) -> dict:
+def stages(spec: SweepSpec, doc: Path) -> dict[str, float]:
     """``plan_with_reuse``'s steps timed one by one: where the seconds go."""
     from orchestrator.planning import shard_items
     from orchestrator.store.reuse import document_env, find_reuse, load_sources
 
-    out = {}
+    out: dict[str, float] = {}
     t = time.perf_counter()
     items = expand(spec)
     out["expand_s"], t = time.perf_counter() - t, time.perf_counter()
@@ -126,7 +128,7 @@ def stages(spec, doc: Path) -> dict:
     return out
 
 
-def measure(what: str, spec_path: Path, doc: Path, work: Path) -> dict:
+def measure(what: str, spec_path: Path, doc: Path, work: Path) -> dict[str, float]:
     r = subprocess.run(
         [sys.executable, "-m", "bench.reuse", "--child", what, str(spec_path), str(doc), str(work)],
         capture_output=True,

@@ -54,11 +54,12 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def spec_data(configs: int, output: Path, gpus: int = 1, strategy: str = "shape") -> dict:
+def spec_data(configs: int, output: Path, gpus: int = 1, strategy: str = "shape") -> dict[str, Any]:
     """One fwd shape with ``configs`` forced configs (plus auto): block_q x block_k x stages x warps."""
     grid = {
         "fwd_block_q": [16, 32, 64, 128],
@@ -66,7 +67,8 @@ def spec_data(configs: int, output: Path, gpus: int = 1, strategy: str = "shape"
         "fwd_stages": [1, 2, 3, 4],
         "fwd_warps": [4, 8, 16, 32],
     }
-    need, axes = configs, {}
+    need = configs
+    axes: dict[str, list[int]] = {}
     for name in ("fwd_block_q", "fwd_block_k", "fwd_stages", "fwd_warps"):
         total = 1
         for v in axes.values():
@@ -139,7 +141,7 @@ def sacct_elapsed(job_id: str) -> int:
     raise SystemExit(f"sacct has no COMPLETED row for {job_id}")
 
 
-def worker_alive_s(sweep: Path, unit: str, marker: dict) -> float:
+def worker_alive_s(sweep: Path, unit: str, marker: dict[str, Any]) -> float:
     """Seconds from the task launching the unit's worker (the first line of the unit's log,
     written by the task) to the unit's end (its marker); whole seconds, as both are stamped."""
     first = (sweep / "logs" / "units" / f"{unit}.log").read_text().split(" ", 1)[0]

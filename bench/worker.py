@@ -50,6 +50,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,7 @@ def run_overlap(work: Path) -> dict[str, Any]:
     return {"alone_ms": statistics.median(alone), "beside_ms": statistics.median(beside), "py_runs": py_runs}
 
 
-def _python_runs_while(work: Any) -> float:
+def _python_runs_while(work: Callable[[], object]) -> float:
     """Share of ``work``'s wall time in which a pure-Python thread could run (it counts as
     blocked whenever it saw a gap of more than 20 ms between two of its loop turns)."""
     stop = threading.Event()

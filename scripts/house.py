@@ -5,8 +5,10 @@
     python scripts/house.py --sizes    # lines per package
 
 Reads the source with ``ast`` only (nothing is imported), so it runs anywhere. Imports made
-inside functions count too: a circle through a late import is still a circle. Exit code 1
-when a rule is broken: an import circle, a module over MAX_MODULE_LINES lines, a function
+inside functions count too: a circle through a late import is still a circle. The rules cover
+the whole tree (TREE: the installed packages, the tests, the benches and these scripts); the
+rules about who may import or print what concern the installed packages (PACKAGES). Exit code
+1 when a rule is broken: an import circle, a module over MAX_MODULE_LINES lines, a function
 over MAX_FUNCTION_LINES lines. ``tests/test_house.py`` runs the same checks.
 """
 
@@ -18,15 +20,20 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# what pip installs (pyproject's packages.find)
 PACKAGES = ("orchestrator", "kernels", "jobs")
+# every folder of the project's Python: the packages, the tests, the benches (`python -m bench.X`)
+# and these scripts
+TREE = (*PACKAGES, "tests", "bench", "scripts")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 
-def modules(root: Path = ROOT) -> dict[str, Path]:
-    """Dotted module name -> file, for every module of the project's packages."""
-    out = {}
-    for pkg in PACKAGES:
+def modules(root: Path = ROOT, folders: tuple[str, ...] = TREE) -> dict[str, Path]:
+    """Dotted module name -> file, for every module under ``folders`` (named from the root, as
+    ``python -m`` names them: ``bench.merge``, ``scripts.house``)."""
+    out: dict[str, Path] = {}
+    for pkg in folders:
         for path in sorted((root / pkg).rglob("*.py")):
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":

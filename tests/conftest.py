@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO, SAMPLE, TINY_SPEC, run_cli
+
+# The test modules import these from here; their home is tests/helpers.py, which, unlike this
+# plugin, any test module or shared test helper may import without an import circle.
+__all__ = ["REPO", "SAMPLE", "TINY_SPEC", "run_cli"]
+
 
 # Interpret-mode kernels cost the suite mostly XLA's CPU compile, not their runs, and LLVM's
 # optimisation is most of that compile: without it a fwd_bwd case compiles about 3x faster
@@ -22,33 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 _FAST_COMPILE = "--xla_backend_optimization_level=0"
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
-# The excerpt of the reference run's results document (a copy of shared/seed/, kept with the
-# tests so a fresh clone needs nothing beside it).
-SAMPLE = REPO / "tests" / "data" / "attention_tiles.sample.json"
-
-# A sweep small enough for tests: one tiny shape, both modes, a few configs, quick timing.
-TINY_SPEC: dict[str, Any] = {
-    "dtypes": ["float32"],
-    "head_dims": [16],
-    "seq_lens": [64],
-    "modes": ["fwd", "fwd_bwd"],
-    "batch": 1,
-    "heads": 1,
-    "repeats": 2,
-    "tag": "test",
-    "fwd_block_q": [32, 64],
-    "fwd_block_k": [32],
-    "fwd_stages": [2],
-    "fwd_warps": [4],
-    "bwd_outer": [32],
-    "bwd_inner": [16, 32],
-    "bwd_stages": [2],
-    "bwd_warps": [4],
-    "timing": {"target_ms": 1, "max_inner": 2, "warmup": 0},
-    # interpret mode on purpose: the local SLURM cluster's GPUs are fake, and a GPU task
-    # whose jax sees no GPU is otherwise refused
-    "kernel": {"interpret": True},
-}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -66,7 +42,7 @@ def slow_slurm_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     the first time a test asks (test_slurm_dispatch's first test does) and checked by a ``last``
     test: it must be session-wide, since a module fixture would be set up again, a second sweep,
     for a test moved past its module's end."""
-    from tests.test_slurm_dispatch import submit_slow_sweep
+    from tests.slurm_sweeps import submit_slow_sweep
 
     return submit_slow_sweep(tmp_path_factory.mktemp("slow"))
 
@@ -100,17 +76,3 @@ def page_2000(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spec = synthetic.problems_spec(fwd_stages=[2], fwd_warps=[4, 8], bwd_stages=[1], bwd_warps=[4])
     doc = document.from_obj(synthetic.document(spec, missing=0.01, failed=0.01), name="synthetic-2000.json")
     return html.write_page(tmp_path_factory.mktemp("page") / "synthetic-2000.html", html.report_page(doc))
-
-
-def run_cli(
-    *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    """Run ``python -m orchestrator ARGS`` in a real subprocess, as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd or REPO,
-        env={**os.environ, **(env or {})},
-    )

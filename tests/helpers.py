@@ -1,8 +1,57 @@
-"""Assertions several test files share."""
+"""What several test files share and is not a fixture (those are in conftest.py): the
+repository's paths, the tiny spec, running the CLI as a user would, assertions."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The excerpt of the reference run's results document (a copy of shared/seed/, kept with the
+# tests so a fresh clone needs nothing beside it).
+SAMPLE = REPO / "tests" / "data" / "attention_tiles.sample.json"
+
+# A sweep small enough for tests: one tiny shape, both modes, a few configs, quick timing.
+TINY_SPEC: dict[str, Any] = {
+    "dtypes": ["float32"],
+    "head_dims": [16],
+    "seq_lens": [64],
+    "modes": ["fwd", "fwd_bwd"],
+    "batch": 1,
+    "heads": 1,
+    "repeats": 2,
+    "tag": "test",
+    "fwd_block_q": [32, 64],
+    "fwd_block_k": [32],
+    "fwd_stages": [2],
+    "fwd_warps": [4],
+    "bwd_outer": [32],
+    "bwd_inner": [16, 32],
+    "bwd_stages": [2],
+    "bwd_warps": [4],
+    "timing": {"target_ms": 1, "max_inner": 2, "warmup": 0},
+    # interpret mode on purpose: the local SLURM cluster's GPUs are fake, and a GPU task
+    # whose jax sees no GPU is otherwise refused
+    "kernel": {"interpret": True},
+}
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``python -m orchestrator ARGS`` in a real subprocess, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:

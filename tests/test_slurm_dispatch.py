@@ -19,56 +19,20 @@ from typing import Any
 
 import pytest
 
-from orchestrator.store import synthetic
-from tests.conftest import TINY_SPEC, run_cli
+from tests.conftest import run_cli
 from tests.helpers import assert_one_line_error
 from tests.slurm_cluster import poll, require_cluster
+from tests.slurm_sweeps import write_spec
 
 pytestmark = pytest.mark.slurm
 
-SLURM = {
-    "kind": "slurm",
-    "slurm_partition": "gpu",
-    "gpus_per_node": 1,
-    "timeout_min": 5,
-    "slurm_array_parallelism": 4,
-    "merge_partition": "cpu",
-}
 # 14 items in 4 units: two shapes, three fwd block sizes
 FOUR_UNITS = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
-# One unit of 65 configs against a 2-minute limit, replayed at the real pace (replay.pace: real):
-# the worker waits out each record's compile and timing seconds instead of computing, so the
-# unit costs the suite no CPU. Each source record takes 0.3 s to compile and 1.9 s to time
-# (probes and 5 repeats of 190 calls of 2 ms: kernels.config.timed_calls): 143 s of waiting
-# whatever the machine, more than SLURM's warning allows (USR2, asked 20 s before the end,
-# comes 72-93 s in: docs/slurm-notes.md), and the rest fits the next run or two (max_requeues 3).
-SLOW_UNIT = {
-    "modes": ["fwd"],
-    "seq_lens": [256],
-    "fwd_block_q": [16, 32, 64, 128],
-    "fwd_block_k": [16, 32, 64, 128],
-    "fwd_stages": [1, 2],
-    "fwd_warps": [4, 8],
-    "repeats": 5,
-    "timing": {"target_ms": 400, "max_inner": 100000, "warmup": 0},
-}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _cluster() -> None:
     require_cluster()
-
-
-def write_spec(folder: Path, name: str, executor: dict[str, Any] | None = None, **over: Any) -> Path:
-    data = {
-        **TINY_SPEC,
-        "output": str(folder / f"{Path(name).stem}.results.json"),
-        "executor": {**SLURM, **(executor or {})},
-        **over,
-    }
-    path = folder / name
-    path.write_text(json.dumps(data))
-    return path
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -129,25 +93,6 @@ def check_document(sweep: Path, spec: Path) -> dict[str, Any]:
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def submit_slow_sweep(folder: Path) -> tuple[Path, Path]:
-    """Submit the slow sweep behind the time-limit test (conftest's session fixture
-    ``slow_slurm_sweep``): a replay at the real pace, on the cpu partition, without a GPU, so its
-    ~3 minutes hold none of the 4 fake GPUs the other tests' arrays and whole-node tasks need."""
-    executor = {"timeout_min": 2, "slurm_signal_delay_s": 20, "slurm_partition": "cpu", "gpus_per_node": 0}
-    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
-    for rec in source["results"]:
-        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
-    (folder / "source.json").write_text(json.dumps(source))
-    replay = {"source": str(folder / "source.json"), "pace": "real"}
-    spec = write_spec(
-        folder, "slow.json", executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay, report={"html": True}
-    )
-    sweep = folder / "sweep"
-    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
-    assert r.returncode == 0, r.stderr
-    return spec, sweep
 
 
 def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(slow_slurm_sweep, tmp_path):
