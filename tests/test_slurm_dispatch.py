@@ -35,14 +35,14 @@ SLURM = {
     "merge_partition": "cpu",
 }
 # 14 items in 4 units: two shapes, three fwd block sizes
-FOUR_UNITS = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
+FOUR_UNITS: dict[str, Any] = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
 # One unit of 65 configs against a 2-minute limit, replayed at the real pace (replay.pace: real):
 # the worker waits out each record's compile and timing seconds instead of computing, so the
 # unit costs the suite no CPU. Each source record takes 0.3 s to compile and 1.9 s to time
 # (probes and 5 repeats of 190 calls of 2 ms: kernels.config.timed_calls): 143 s of waiting
 # whatever the machine, more than SLURM's warning allows (USR2, asked 20 s before the end,
 # comes 72-93 s in: docs/slurm-notes.md), and the rest fits the next run or two (max_requeues 3).
-SLOW_UNIT = {
+SLOW_UNIT: dict[str, Any] = {
     "modes": ["fwd"],
     "seq_lens": [256],
     "fwd_block_q": [16, 32, 64, 128],
@@ -85,7 +85,7 @@ def status(sweep: Path) -> dict[str, Any]:
 
 
 def lines(partial: Path) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     if not partial.exists():
         return out
     for line in partial.read_text().splitlines():
@@ -150,7 +150,9 @@ def submit_slow_sweep(folder: Path) -> tuple[Path, Path]:
     return spec, sweep
 
 
-def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(slow_slurm_sweep, tmp_path):
+def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(
+    slow_slurm_sweep: tuple[Path, Path], tmp_path: Path
+) -> None:
     spec = write_spec(tmp_path, "four.json", **FOUR_UNITS)
     sweep = tmp_path / "sweep"
     t0 = time.monotonic()
@@ -192,7 +194,7 @@ def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(sl
     print(f"submit returned in {submit_s:.2f} s")
 
 
-def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path):
+def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "split.json", **FOUR_UNITS)
     sweep = tmp_path / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "3", "--max-array-size", "2")
@@ -211,7 +213,7 @@ def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path
     assert cli("cancel", str(sweep)).stdout.startswith("nothing")
 
 
-def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp_path):
+def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp_path: Path) -> None:
     spec = write_spec(
         tmp_path, "cancel.json", **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}}
     )
@@ -245,7 +247,7 @@ def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp
     check_document(sweep, spec)
 
 
-def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_completes_it(tmp_path):
+def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_completes_it(tmp_path: Path) -> None:
     # max_config_attempts 1: the configs the worker died on are recorded as errors on resume,
     # which needs the deaths counted across units (the resumed unit has a new partial)
     spec = write_spec(
@@ -259,11 +261,12 @@ def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_complet
     ((victim, entry),) = unit_jobs(sweep).items()
     partial = sweep / "partials" / f"{victim}.jsonl"
 
-    def mid_config():
+    def mid_config() -> int | None:
+        """The worker's pid once it has recorded a config and started one it has not finished."""
         objs = lines(partial)
         done = {o["id"] for o in objs if "record" in o}
         started = [o["start"] for o in objs if "start" in o and o["start"] not in done]
-        return done and started and next(o["header"]["pid"] for o in objs if "header" in o)
+        return next(o["header"]["pid"] for o in objs if "header" in o) if done and started else None
 
     pid = poll(mid_config, 120, "the worker to be in the middle of a config", 0.05)
     os.kill(pid, signal.SIGKILL)
@@ -286,7 +289,7 @@ def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_complet
     assert sum("error" not in r for r in doc["results"]) == 14 - len(died)
 
 
-def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path):
+def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "good.json")
     sweep = tmp_path / "sweep"
     # no sbatch on PATH: refused before anything is written
@@ -317,7 +320,7 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path):
     assert_one_line_error(cli("plan", str(typo), "--dry-run"), "executor.partitionn", "slurm_partition")
 
 
-def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path):
+def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "run.json", compile={"workers": 1})
     sweep = tmp_path / "sweep"
     r = cli("run", str(spec), "--sweep-dir", str(sweep), "--units", "2")
@@ -332,7 +335,7 @@ def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path):
 
 
 @pytest.mark.last
-def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_slurm_sweep):
+def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_slurm_sweep: tuple[Path, Path]) -> None:
     spec, sweep = slow_slurm_sweep
     w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "3", timeout=420)
     assert w.returncode == 0, w.stderr
