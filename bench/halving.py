@@ -32,6 +32,7 @@ Run: ``.venv/bin/python -m bench.halving [--seeds 20]``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import subprocess
@@ -75,7 +76,7 @@ def problem_specs(doc: dict[str, Any], source: Path) -> list[dict[str, Any]]:
 def sweep(spec: dict[str, Any], folder: Path) -> tuple[dict[str, Any], float]:
     """Run a spec in this process (debug executor) through both rounds; (document, timed s)."""
     from orchestrator.control import dispatch
-    from orchestrator.control.submit import next_round
+    from orchestrator.control.rounds import run_rounds_here
     from orchestrator.control.sweeps import prepare_sweep
     from orchestrator.store import merge
 
@@ -83,9 +84,9 @@ def sweep(spec: dict[str, Any], folder: Path) -> tuple[dict[str, Any], float]:
     path = folder / "spec.json"
     path.write_text(json.dumps({**spec, "output": str(folder / "results.json")}))
     sd, unit_ids, _ = prepare_sweep(str(path), str(folder / "sweep"), None, None)
-    dispatch.run_units_locally(sd, unit_ids, kind="debug")
-    while (nxt := next_round(sd, sd.spec.executor)) is not None and nxt.round2.units:
-        dispatch.run_units_locally(sd, [u.id for u in nxt.round2.units], kind="debug")
+    run = functools.partial(dispatch.run_units_locally, sd, kind="debug")
+    run(unit_ids)
+    run_rounds_here(sd, sd.spec.executor, run)
     summary = merge.merge(sd)
     timed = sum(json.loads(p.read_text())["timed_s"] for p in sd.done.glob("*.json"))
     return json.loads(Path(summary.output).read_text()), timed

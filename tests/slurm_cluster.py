@@ -17,7 +17,9 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -112,7 +114,9 @@ def require_cluster() -> None:
     pytest.skip(f"SKIPPED, NO SLURM: {message} (set {REQUIRE_ENV}=1 to make this a failure)")
 
 
-def poll(predicate, timeout_s: float, what: str, interval: float = 0.5):
+def poll[T](
+    predicate: Callable[[], T | None | Literal[False]], timeout_s: float, what: str, interval: float = 0.5
+) -> T:
     """Call ``predicate`` until it returns something truthy (returned); fail the test after
     ``timeout_s`` naming ``what`` was awaited."""
     end = time.monotonic() + timeout_s

@@ -26,7 +26,7 @@ SLURM = {
 # (probes and 5 repeats of 190 calls of 2 ms: kernels.config.timed_calls): 143 s of waiting
 # whatever the machine, more than SLURM's warning allows (USR2, asked 20 s before the end,
 # comes 72-93 s in: docs/slurm-notes.md), and the rest fits the next run or two (max_requeues 3).
-SLOW_UNIT = {
+SLOW_UNIT: dict[str, Any] = {
     "modes": ["fwd"],
     "seq_lens": [256],
     "fwd_block_q": [16, 32, 64, 128],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from kernels.tuned import TunedTable
 from orchestrator.spec.files import load_spec
@@ -69,5 +70,12 @@ def test_cpu_sized_decoder_example_end_to_end(tmp_path: Path) -> None:
     r = run_cli("export", str(tmp_path / "decoder.json"), "--out", str(tmp_path / "tuned.json"))
     assert r.returncode == 0, r.stderr
     table = TunedTable.load(tmp_path / "tuned.json", check_env=False)
-    ask = {"dtype": "bfloat16", "head_dim": 128, "seq": 64, "mode": "fwd_bwd", "heads": 8, "kv_heads": 2}
+    ask: dict[str, Any] = {
+        "dtype": "bfloat16",
+        "head_dim": 128,
+        "seq": 64,
+        "mode": "fwd_bwd",
+        "heads": 8,
+        "kv_heads": 2,
+    }
     assert table.entry(**ask, causal=True) is not None and table.entry(**ask) is None

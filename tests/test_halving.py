@@ -50,7 +50,7 @@ def test_survivors_keep_the_fastest_and_those_within_the_noise() -> None:
     assert margin(0.1, {"error": "x"}) == 0.1 and survivors([], keep=3, noise=0.1) == []
 
 
-def test_report_never_names_a_screened_record_best(sample_doc) -> None:
+def test_report_never_names_a_screened_record_best(sample_doc: dict[str, Any]) -> None:
     recs = [r for r in sample_doc["results"] if r["mode"] == "fwd" and r["dtype"] == "bfloat16"]
     fastest = min((r for r in recs if "median_ms" in r and r["config"] == "forced"), key=lambda r: r["median_ms"])
     screened = {**fastest, "median_ms": fastest["median_ms"] / 2, "screened": True}
@@ -83,19 +83,22 @@ def test_two_rounds_run_here_and_the_best_is_timed_in_full(tmp_path: Path) -> No
     assert st["complete"] and st["total"] == 104 + round2["survivors"] and st["done"] == st["total"]
 
 
-def test_round2_the_merge_job_cannot_submit_is_submitted_by_resume(tmp_path: Path, monkeypatch) -> None:
+def test_round2_the_merge_job_cannot_submit_is_submitted_by_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Where compute nodes have no sbatch, the merge job's hook says so (in the sweep's history
     and in status), and ``resume`` plans and runs round 2."""
     from orchestrator.control import dispatch
     from orchestrator.control.resume import resume_sweep
+    from orchestrator.control.rounds import after_merge
     from orchestrator.control.status import format_status, sweep_status
-    from orchestrator.control.submit import after_merge
     from orchestrator.control.sweeps import prepare_sweep
 
     sd, unit_ids, _ = prepare_sweep(str(spec_file(tmp_path, {"kind": "slurm"})), str(tmp_path / "sweep"), None, None)
     assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
     monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
-    assert after_merge(str(sd.root))["round2"] == "deferred"
+    deferred = after_merge(str(sd.root))
+    assert deferred is not None and deferred["round2"] == "deferred"
     text = format_status(sweep_status(sd, query_slurm=False))
     assert "round 2 not planned: the merge job could not submit it (`sbatch` is not on PATH" in text
     assert not (sd.root / "round2.json").exists()

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,9 @@ def _memory_cgroup() -> Path | None:
     return None
 
 
-def test_a_worker_ended_by_the_oom_killer_is_reported_out_of_memory(tmp_path, write_spec):
+def test_a_worker_ended_by_the_oom_killer_is_reported_out_of_memory(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
     cgroup = _memory_cgroup()
     if cgroup is None:
         pytest.skip("no memory cgroup can be made here (needs root and a writable cgroup mount)")
@@ -94,4 +97,4 @@ def test_a_worker_ended_by_the_oom_killer_is_reported_out_of_memory(tmp_path, wr
         {"90_0": TaskState("FAILED", "sacct", exit_code="0:9")}, asked=True, squeue_ok=True, sacct_ok=True
     )
     (u,) = sweep_status(sd, view=view).units
-    assert u.state == "failed" and u.detail.startswith("out of memory (the kernel's OOM killer")
+    assert u.state == "failed" and (u.detail or "").startswith("out of memory (the kernel's OOM killer")

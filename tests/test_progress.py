@@ -47,7 +47,7 @@ def test_records_made_before_the_command_do_not_count_towards_its_rate() -> None
     out = io.StringIO()
     p = Progress(1000, stream=out, interval_s=0, heartbeat_s=3600)
     p.update(900)
-    assert p.bar.initial == 900 and p.bar.n == 900
+    assert p.bar is not None and p.bar.initial == 900 and p.bar.n == 900
     p.close()
     assert " 900/1000 " in out.getvalue()
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def _check_reference_format(doc: dict, sample_record_types: dict[str, type]) -> 
         assert set(tail) - set(RESULT_FIELDS) - {"error"} <= set(EXTRAS)
 
 
-def test_tiny_sweep_end_to_end(write_spec, tmp_path):
+def test_tiny_sweep_end_to_end(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     # timed by the device timer with the L2 flush asked for (the CPU does not flush unless
     # asked): one real sweep covers them both; the wall timer's sweeps are the other tests here
     spec = write_spec(report={"html": True}, timing={**TINY_SPEC["timing"], "timer": "device", "flush_l2": True})
@@ -98,7 +99,9 @@ def test_tiny_sweep_end_to_end(write_spec, tmp_path):
     assert st["done"] == st["planned"] == len(plan) and st["complete"]
 
 
-def test_worker_killed_with_sigkill_and_rerun_keeps_every_record(write_spec, tmp_path):
+def test_worker_killed_with_sigkill_and_rerun_keeps_every_record(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
     spec = write_spec(fwd_block_q=[16, 32, 64], fwd_block_k=[16, 32, 64], modes=["fwd"])
     sweep = tmp_path / "sweep"
     r = run_cli("plan", str(spec), "--units", "1", "--sweep-dir", str(sweep))
@@ -115,8 +118,9 @@ def test_worker_killed_with_sigkill_and_rerun_keeps_every_record(write_spec, tmp
         partial = next((sweep / "partials").glob("*.jsonl"), None)
         if partial is not None and len(_record_lines(partial)) >= 3:
             break
-        assert worker.poll() is None, worker.stderr.read().decode()
+        assert worker.poll() is None, worker.communicate()[1].decode()
         time.sleep(0.05)
+    assert partial is not None
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
     before = {o["id"]: o["record"] for o in _record_lines(partial)}
@@ -137,7 +141,7 @@ def test_worker_killed_with_sigkill_and_rerun_keeps_every_record(write_spec, tmp
     assert len(doc["results"]) == 10
 
 
-def test_bad_input_gets_one_line_errors(write_spec, tmp_path):
+def test_bad_input_gets_one_line_errors(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     assert_one_line_error(run_cli("run", str(tmp_path / "missing.json")), "missing.json", "does not exist")
     bad = write_spec("bad.json", fwd_block_q=[32, 48])
     assert_one_line_error(run_cli("plan", str(bad), "--dry-run"), "bad.json", "fwd_block_q", "powers of two")
@@ -171,7 +175,7 @@ def test_bad_input_gets_one_line_errors(write_spec, tmp_path):
     assert_one_line_error(w, "unit 'nope'")
 
 
-def test_a_gpu_task_without_a_gpu_backend_is_refused():
+def test_a_gpu_task_without_a_gpu_backend_is_refused() -> None:
     """A node that allocated GPUs but whose jax has no CUDA plugin must not silently time the
     kernels interpreted on the CPU."""
     from jobs.node_env import check_backend
@@ -186,7 +190,7 @@ def test_a_gpu_task_without_a_gpu_backend_is_refused():
     check_backend("auto", "gpu", "0", "s/sweep.json")
 
 
-def test_worker_refusal_is_one_line(write_spec, tmp_path):
+def test_worker_refusal_is_one_line(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec = write_spec(kernel={"interpret": "auto"})
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0

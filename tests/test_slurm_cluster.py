@@ -40,7 +40,7 @@ def _cluster() -> None:
 
 
 @pytest.fixture
-def executor(tmp_path: Path):
+def executor(tmp_path: Path) -> submitit.AutoExecutor:
     ex = submitit.AutoExecutor(folder=tmp_path / "logs", cluster="slurm")
     # timeout_min 5: with submitit's --signal=USR2@90 a limit of 1 or 2 minutes sends USR2 within
     # the first seconds, before submitit's handler exists, and kills a slow-starting task
@@ -84,7 +84,7 @@ def sacct_states(job_ids: list[str]) -> dict[str, str]:
     return states
 
 
-def test_map_array_runs_as_one_array_with_results(executor) -> None:
+def test_map_array_runs_as_one_array_with_results(executor: submitit.AutoExecutor) -> None:
     jobs = executor.map_array(square, range(4))
     array_id = jobs[0].job_id.split("_")[0]
     assert [j.job_id for j in jobs] == [f"{array_id}_{i}" for i in range(4)]
@@ -98,12 +98,12 @@ def test_map_array_runs_as_one_array_with_results(executor) -> None:
     assert jobs[2].paths.stdout.name == f"{array_id}_2_0_log.out"
 
 
-def test_tasks_get_a_fake_gpu_and_sacct_reports_them(executor) -> None:
+def test_tasks_get_a_fake_gpu_and_sacct_reports_them(executor: submitit.AutoExecutor) -> None:
     jobs = executor.map_array(gpu_env, range(4))
     assert all(j.result() != "" for j in jobs), "CUDA_VISIBLE_DEVICES unset in a 1-GPU task"
     ids = [j.job_id for j in jobs]
 
-    def all_completed():
+    def all_completed() -> dict[str, str] | None:
         states = sacct_states(ids)
         return states if all(states.get(i) == "COMPLETED" for i in ids) else None
 
@@ -113,10 +113,10 @@ def test_tasks_get_a_fake_gpu_and_sacct_reports_them(executor) -> None:
     assert jobs[0].watcher.get_state(ids[0], mode="force") == "COMPLETED"
 
 
-def test_job_that_sigkills_itself_is_failed(executor) -> None:
+def test_job_that_sigkills_itself_is_failed(executor: submitit.AutoExecutor) -> None:
     job = executor.submit(kill_self)
 
-    def terminal_state():
+    def terminal_state() -> str | None:
         state = job.watcher.get_state(job.job_id, mode="force")
         return state if state.split()[0] in TERMINAL else None
 

@@ -27,7 +27,7 @@ from tests.slurm_sweeps import write_spec
 pytestmark = pytest.mark.slurm
 
 # 14 items in 4 units: two shapes, three fwd block sizes
-FOUR_UNITS = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
+FOUR_UNITS: dict[str, Any] = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -49,7 +49,7 @@ def status(sweep: Path) -> dict[str, Any]:
 
 
 def lines(partial: Path) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     if not partial.exists():
         return out
     for line in partial.read_text().splitlines():
@@ -95,7 +95,9 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(slow_slurm_sweep, tmp_path):
+def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(
+    slow_slurm_sweep: tuple[Path, Path], tmp_path: Path
+) -> None:
     spec = write_spec(tmp_path, "four.json", **FOUR_UNITS)
     sweep = tmp_path / "sweep"
     t0 = time.monotonic()
@@ -137,7 +139,7 @@ def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(sl
     print(f"submit returned in {submit_s:.2f} s")
 
 
-def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path):
+def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "split.json", **FOUR_UNITS)
     sweep = tmp_path / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "3", "--max-array-size", "2")
@@ -156,7 +158,7 @@ def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path
     assert cli("cancel", str(sweep)).stdout.startswith("nothing")
 
 
-def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp_path):
+def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp_path: Path) -> None:
     spec = write_spec(
         tmp_path, "cancel.json", **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}}
     )
@@ -190,7 +192,7 @@ def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp
     check_document(sweep, spec)
 
 
-def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_completes_it(tmp_path):
+def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_completes_it(tmp_path: Path) -> None:
     # max_config_attempts 1: the configs the worker died on are recorded as errors on resume,
     # which needs the deaths counted across units (the resumed unit has a new partial)
     spec = write_spec(
@@ -204,11 +206,12 @@ def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_complet
     ((victim, entry),) = unit_jobs(sweep).items()
     partial = sweep / "partials" / f"{victim}.jsonl"
 
-    def mid_config():
+    def mid_config() -> int | None:
+        """The worker's pid once it has recorded a config and started one it has not finished."""
         objs = lines(partial)
         done = {o["id"] for o in objs if "record" in o}
         started = [o["start"] for o in objs if "start" in o and o["start"] not in done]
-        return done and started and next(o["header"]["pid"] for o in objs if "header" in o)
+        return next(o["header"]["pid"] for o in objs if "header" in o) if done and started else None
 
     pid = poll(mid_config, 120, "the worker to be in the middle of a config", 0.05)
     os.kill(pid, signal.SIGKILL)
@@ -231,7 +234,7 @@ def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_complet
     assert sum("error" not in r for r in doc["results"]) == 14 - len(died)
 
 
-def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path):
+def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "good.json")
     sweep = tmp_path / "sweep"
     # no sbatch on PATH: refused before anything is written
@@ -262,7 +265,7 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path):
     assert_one_line_error(cli("plan", str(typo), "--dry-run"), "executor.partitionn", "slurm_partition")
 
 
-def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path):
+def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "run.json", compile={"workers": 1})
     sweep = tmp_path / "sweep"
     r = cli("run", str(spec), "--sweep-dir", str(sweep), "--units", "2")
@@ -277,7 +280,7 @@ def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path):
 
 
 @pytest.mark.last
-def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_slurm_sweep):
+def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_slurm_sweep: tuple[Path, Path]) -> None:
     spec, sweep = slow_slurm_sweep
     w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "3", timeout=420)
     assert w.returncode == 0, w.stderr

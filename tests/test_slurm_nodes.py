@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ def _cluster() -> None:
     require_cluster()
 
 
-def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu(tmp_path):
+def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "node.json", {"gpus_per_node": 4}, compile={"workers": 1})
     sweep = tmp_path / "sweep"
     # 4 units by default: they fill the task's 4 GPUs
@@ -68,7 +69,7 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu(tmp_path):
     assert listed.returncode == 0 and str(sweep) in listed.stdout and "complete" in listed.stdout, listed.stdout
 
 
-def test_scancel_of_a_pending_task_is_cancelled_at_once_and_resume_piped_to_head_completes(tmp_path):
+def test_scancel_of_a_pending_task_is_cancelled_at_once_and_resume_piped_to_head_completes(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "cancel.json", {"slurm_array_parallelism": 1}, **FOUR_UNITS)
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "3").returncode == 0
@@ -115,7 +116,7 @@ def test_scancel_of_a_pending_task_is_cancelled_at_once_and_resume_piped_to_head
     print(f"status said cancelled {seen_s:.2f} s after scancel")
 
 
-def test_two_runs_of_one_sweep_submit_it_once(tmp_path):
+def test_two_runs_of_one_sweep_submit_it_once(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "twice.json", compile={"workers": 1})
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "1"]
@@ -134,7 +135,7 @@ def test_two_runs_of_one_sweep_submit_it_once(tmp_path):
     check_document(sweep, spec)
 
 
-def test_a_failed_unit_says_why_in_its_workers_own_words(tmp_path):
+def test_a_failed_unit_says_why_in_its_workers_own_words(tmp_path: Path) -> None:
     # a GPU task whose jax sees no GPU (the fake GPUs): the worker refuses to time interpret mode by accident
     spec = write_spec(tmp_path, "gpu.json", kernel={"interpret": "auto"}, sharding={"units": 1})
     sweep = tmp_path / "sweep"
@@ -152,7 +153,7 @@ def test_a_failed_unit_says_why_in_its_workers_own_words(tmp_path):
     assert "tilesweep resume" in s.stdout
 
 
-def test_submission_messages_read_as_a_user_reads_them(tmp_path):
+def test_submission_messages_read_as_a_user_reads_them(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "msg.json", {"sbatch_timeout_s": 1})
     sweep = tmp_path / "sweep"
     # an sbatch that never answers (a full queue): given up on after sbatch_timeout_s, nothing left behind

@@ -12,7 +12,9 @@ import random
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +29,7 @@ from tests.helpers import assert_one_line_error
 from .conftest import run_cli
 
 
-def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state():
+def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state() -> None:
     text = "\n".join(
         [
             "36_0|CANCELLED by 0|0:0",
@@ -87,21 +89,21 @@ def _view(**states: TaskState) -> SchedulerView:
         (TaskState("PREEMPTED", "sacct"), True, ("cancelled", "PREEMPTED")),
     ],
 )
-def test_slurm_states_map_to_unit_states(task, mtime_after, expected):
+def test_slurm_states_map_to_unit_states(task: TaskState, mtime_after: bool, expected: tuple[str, str | None]) -> None:
     now = time.time()
     job = {"job_id": "36_1", "submitted_ts": now - 100}
     view = _view(j36_1=task)
     assert slurm_state(job, view, now - 50 if mtime_after else None, {}, now, 3) == expected
 
 
-def test_a_job_in_neither_squeue_nor_sacct_is_pending_while_young_then_gone():
+def test_a_job_in_neither_squeue_nor_sacct_is_pending_while_young_then_gone() -> None:
     now = time.time()
     view = _view()
     young = {"job_id": "36_5", "submitted_ts": now - 5}
     old = {"job_id": "36_5", "submitted_ts": now - LOST_AFTER_S - 5}
     assert slurm_state(young, view, None, {}, now, 0)[0] == "pending"
     state, detail = slurm_state(old, view, None, {}, now, 0)
-    assert state == "cancelled" and "neither squeue nor sacct" in detail
+    assert state == "cancelled" and "neither squeue nor sacct" in (detail or "")
     # our own cancel record wins over whatever the scheduler says
     running = _view(j36_5=TaskState("RUNNING", "squeue"))
     assert slurm_state(old, running, None, {"36": now - 1}, now, 0)[0] == "cancelled"
@@ -109,7 +111,7 @@ def test_a_job_in_neither_squeue_nor_sacct_is_pending_while_young_then_gone():
     assert slurm_state(old, None, None, {}, now, 2) == ("running", "SLURM not asked; state guessed from the partial")
 
 
-def test_a_task_of_a_known_array_in_neither_squeue_nor_sacct_is_cancelled_at_once_unless_it_ran():
+def test_a_task_of_a_known_array_in_neither_squeue_nor_sacct_is_cancelled_at_once_unless_it_ran() -> None:
     """A pending task cancelled on its own leaves no record: once its array is known, it is
     cancelled now, not a minute later; a task that ran may only be missing from sacct's lag."""
     now = time.time()
@@ -117,7 +119,7 @@ def test_a_task_of_a_known_array_in_neither_squeue_nor_sacct_is_cancelled_at_onc
     view.arrays_seen = {"36"}
     young = {"job_id": "36_5", "submitted_ts": now - 2}
     state, detail = slurm_state(young, view, None, {}, now, 0)
-    assert state == "cancelled" and "cancelled while pending" in detail
+    assert state == "cancelled" and "cancelled while pending" in (detail or "")
     ran = slurm_state(young, view, now - 1, {}, now, 1)  # its log was written after submission
     assert ran == ("running", "left squeue moments ago; not in sacct yet")
     # sacct still lists it in its array's pending range for a few seconds: squeue, which lists
@@ -129,7 +131,7 @@ def test_a_task_of_a_known_array_in_neither_squeue_nor_sacct_is_cancelled_at_onc
     assert slurm_state(young, unknown, None, {}, now, 0) == ("pending", "not yet in squeue or sacct")
 
 
-def _sweep(tmp_path: Path, write_spec, units: int = 2, **over) -> SweepDir:
+def _sweep(tmp_path: Path, write_spec: Callable[..., Path], units: int = 2, **over: Any) -> SweepDir:
     spec = write_spec(**over)
     sweep = tmp_path / "sweep"
     r = run_cli("plan", str(spec), "--units", str(units), "--sweep-dir", str(sweep))
@@ -148,7 +150,9 @@ def _fake_partial(sd: SweepDir, uid: str, n_records: int, n_errors: int = 0) -> 
     sd.partial_path(uid).write_text("\n".join(lines) + "\n")
 
 
-def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_spec):
+def _three_units_on_slurm(tmp_path: Path, write_spec: Callable[..., Path]) -> tuple[SweepDir, list[str], SchedulerView]:
+    """A sweep of three units submitted as array 50 (and merge job 51) ten minutes ago: the
+    first has one record, an error, and failed; the second one record and runs; the third waits."""
     sd = _sweep(tmp_path, write_spec, units=3)
     units = [u["id"] for u in sd.unit_index()]
     _fake_partial(sd, units[0], 1, n_errors=1)
@@ -175,11 +179,33 @@ def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_sp
         j50_2=TaskState("PENDING", "squeue", "Priority"),
         j51=TaskState("PENDING", "squeue", "Dependency"),
     )
+    return sd, units, view
+
+
+def test_status_counts_partials_and_takes_states_from_the_scheduler_view(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    sd, units, view = _three_units_on_slurm(tmp_path, write_spec)
     st = sweep_status(sd, view=view)
     by = {u.id: u for u in st.units}
+    assert by[units[1]].state == "running" and by[units[1]].log is None
+    assert by[units[2]].state == "pending" and by[units[2]].detail == "Priority"
+    assert st.done == 2 and st.errors == 1 and not st.complete and not st.settled
+    assert st.merge_jobs[0]["state"] == "PENDING" and st.eta_s() is not None
+    text = format_status(st)
+    assert "2/" in text.splitlines()[0] and "final merge: job 51 pending" in text
+    doc = st.to_json()
+    assert doc["states"] == {"running": 1, "pending": 1, "failed": 1} and len(doc["units"]) == 3
+
+
+def test_a_failed_unit_says_its_workers_own_reason_once_its_log_has_one(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    sd, units, view = _three_units_on_slurm(tmp_path, write_spec)
+    failed = sweep_status(sd, view=view).units[0]
     # the task's log does not exist: no path shown, and the reason is sacct's
-    assert by[units[0]].state == "failed" and by[units[0]].log is None and by[units[0]].errors == 1
-    assert by[units[0]].detail == "FAILED (exit 1:0): exit code 1"
+    assert failed.state == "failed" and failed.log is None and failed.errors == 1
+    assert failed.detail == "FAILED (exit 1:0): exit code 1"
     # the unit's log ends with its worker's own reason: that is what status says
     unit_log = sd.unit_log(units[0])
     unit_log.parent.mkdir(parents=True)
@@ -189,42 +215,29 @@ def test_status_reads_partials_markers_and_the_scheduler_view(tmp_path, write_sp
         f"tilesweep: unit {units[0]} failed: this task was given GPU(s) "
         "CUDA_VISIBLE_DEVICES=0 but jax sees none\n"
     )
-    sd.record_jobs(
-        [
-            {
-                "unit": units[0],
-                "executor": "slurm",
-                "job_id": "50_0",
-                "array_id": "50",
-                "task": 0,
-                "submitted_ts": now - 600,
-                "log": str(unit_log),
-            }
-        ]
-    )
+    job = {"unit": units[0], "executor": "slurm", "job_id": "50_0", "array_id": "50", "task": 0}
+    sd.record_jobs([{**job, "submitted_ts": time.time() - 600, "log": str(unit_log)}])
     st = sweep_status(sd, view=view)
-    by = {u.id: u for u in st.units}
-    assert by[units[0]].state == "failed" and by[units[0]].log == str(unit_log)
-    assert by[units[0]].detail == "this task was given GPU(s) CUDA_VISIBLE_DEVICES=0 but jax sees none"
-    assert by[units[1]].state == "running" and by[units[1]].log is None
-    assert by[units[2]].state == "pending" and by[units[2]].detail == "Priority"
-    assert st.done == 2 and st.errors == 1 and not st.complete and not st.settled
-    assert st.merge_jobs[0]["state"] == "PENDING" and st.eta_s() is not None
+    failed = st.units[0]
+    assert failed.state == "failed" and failed.log == str(unit_log)
+    assert failed.detail == "this task was given GPU(s) CUDA_VISIBLE_DEVICES=0 but jax sees none"
     text = format_status(st)
-    assert "2/" in text.splitlines()[0] and f"log: {unit_log}" in text and "jax sees none" in text
-    assert "final merge: job 51 pending" in text
-    doc = st.to_json()
-    assert doc["states"] == {"running": 1, "pending": 1, "failed": 1} and len(doc["units"]) == 3
-    # SLURM queries off: status from the sweep directory alone
-    os.environ["TILESWEEP_SLURM_QUERIES"] = "0"
-    try:
-        st = sweep_status(sd)
-    finally:
-        del os.environ["TILESWEEP_SLURM_QUERIES"]
-    assert "not asked" in st.scheduler and {u.state for u in st.units} == {"running", "pending"}
+    assert f"log: {unit_log}" in text and "jax sees none" in text
 
 
-def test_units_never_submitted_and_units_that_cannot_start_are_told_apart(tmp_path, write_spec):
+def test_status_without_slurm_queries_reads_the_sweep_directory_alone(
+    tmp_path: Path, write_spec: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sd, _, _ = _three_units_on_slurm(tmp_path, write_spec)
+    monkeypatch.setenv("TILESWEEP_SLURM_QUERIES", "0")
+    st = sweep_status(sd)
+    assert st.scheduler is not None and "not asked" in st.scheduler
+    assert {u.state for u in st.units} == {"running", "pending"}
+
+
+def test_units_never_submitted_and_units_that_cannot_start_are_told_apart(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
     sd = _sweep(tmp_path, write_spec, units=3)
     units = [u["id"] for u in sd.unit_index()]
     # nothing was submitted: wait refuses at once instead of waiting for ever
@@ -250,7 +263,7 @@ def test_units_never_submitted_and_units_that_cannot_start_are_told_apart(tmp_pa
     )
     by = {u.id: u for u in sweep_status(sd, view=view).units}
     stuck, waiting, never = by[units[0]], by[units[1]], by[units[2]]
-    assert stuck.state == "pending" and stuck.stuck and stuck.submitted and "cannot start" in stuck.detail
+    assert stuck.state == "pending" and stuck.stuck and stuck.submitted and "cannot start" in (stuck.detail or "")
     assert waiting.state == "pending" and not waiting.stuck and waiting.submitted and waiting.detail == "Priority"
     assert never.state == "pending" and not never.stuck and not never.submitted
     # resume leaves the two submitted units alone (they may still start) and takes the third
@@ -259,7 +272,9 @@ def test_units_never_submitted_and_units_that_cannot_start_are_told_apart(tmp_pa
     assert {it.id for it in plan.missing} == {it.id for it in sd.unit_items(units[2])}
 
 
-def test_resume_submits_only_missing_items_and_counts_deaths_across_units(tmp_path, write_spec):
+def test_resume_submits_only_missing_items_and_counts_deaths_across_units(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
     from jobs.worker import run_unit
 
     # debug executor: resume runs the new units in its own process; a config that killed
@@ -315,14 +330,14 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(tmp_pa
     assert r.returncode == 0 and "no crashed error record to retry; nothing to resubmit" in r.stdout
 
 
-def test_resume_refuses_another_spec(tmp_path, write_spec):
+def test_resume_refuses_another_spec(tmp_path: Path, write_spec: Callable[..., Path]) -> None:
     sd = _sweep(tmp_path, write_spec)
     other = write_spec("other.json", repeats=7)
     r = run_cli("resume", str(sd.root), "--spec", str(other))
     assert_one_line_error(r, "not the spec")
 
 
-def test_executor_settings_become_submitit_parameters():
+def test_executor_settings_become_submitit_parameters() -> None:
     from orchestrator.control.dispatch import executor_parameters, grace_s
 
     s = ExecutorSettings(kind="slurm", slurm_partition="gpu", gpus_per_node=1, max_requeues=5, merge_partition="cpu")
@@ -331,7 +346,7 @@ def test_executor_settings_become_submitit_parameters():
     assert grace_s(s) == 30.0 and grace_s(ExecutorSettings(slurm_signal_delay_s=20)) == 10.0
 
 
-def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck():
+def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck() -> None:
     from submitit.helpers import DelayedSubmission
 
     from orchestrator.control.dispatch import UnitTask

@@ -12,17 +12,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import PROG, non_negative_int
+from orchestrator.cli.common import PROG, Subparsers, non_negative_int
 from orchestrator.errors import TilesweepError
+
+if TYPE_CHECKING:
+    from orchestrator.store.document import ResultsDoc
 
 # --plots draws this many problems unless told otherwise: about 25 s of matplotlib
 DEFAULT_MAX_PLOTS = 64
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``report``, ``export`` and ``compare`` to an ``add_subparsers()`` object."""
+    _add_report(subparsers)
+    _add_export(subparsers)
+    _add_compare(subparsers)
+
+
+def _add_report(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "report",
         help="best config per problem, speedup over auto, TFLOP/s; optional plots",
@@ -52,6 +61,8 @@ def register(subparsers: Any) -> None:
     )
     p.set_defaults(func=cmd_report)
 
+
+def _add_export(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "export",
         help="write the tuned table that kernels.tuned loads",
@@ -72,6 +83,8 @@ def register(subparsers: Any) -> None:
     )
     p.set_defaults(func=cmd_export)
 
+
+def _add_compare(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "compare",
         help="best config and median per problem in two results documents, and B/A",
@@ -111,7 +124,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_plots(doc: Any, out_dir: str, max_plots: int, *, html_given: bool) -> None:
+def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: bool) -> None:
     """The PNGs, and a line on what the cap left out and how to get it."""
     from orchestrator.analysis import plots
 

@@ -10,9 +10,8 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
-from orchestrator.cli.common import PROG
+from orchestrator.cli.common import PROG, Subparsers
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -50,7 +49,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add ``ls`` and ``logs`` to an ``add_subparsers()`` object."""
     s = sub.add_parser(
         "ls",

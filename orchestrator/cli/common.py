@@ -1,16 +1,28 @@
 """What every command family of the CLI shares: the parser class, argument types, the
-progress display (``progress``), and the few lines several commands print the same way."""
+progress display (``progress``), and the few lines several commands print the same way
+(what a finished sweep prints is ``finish``'s)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator import PROG
 from orchestrator.cli.progress import Progress
 from orchestrator.spec.records import RETRY_KINDS
+
+if TYPE_CHECKING:
+    from orchestrator.control.reuseplan import ReuseRequest
+    from orchestrator.spec.model import SweepSpec
+
+
+class Subparsers(Protocol):
+    """What ``add_subparsers()`` returns, as the command families use it (argparse names no
+    public type for it, and its private one differs with the parser class)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
 
 __all__ = [
     "OVERWRITE_HELP",
@@ -19,13 +31,10 @@ __all__ = [
     "Progress",
     "RETRY_HELP",
     "RETRY_KINDS",
-    "merge_line",
+    "Subparsers",
     "non_negative_int",
     "positive_int",
-    "print_failed_units",
-    "print_page",
     "print_plan_notes",
-    "print_table",
     "seconds",
     "warn",
 ]
@@ -76,29 +85,13 @@ def warn(text: str) -> None:
     print(f"{PROG}: {text}", file=sys.stderr)
 
 
-def print_plan_notes(spec: Any) -> None:
+def print_plan_notes(spec: SweepSpec) -> None:
     """Say once what the plan does differently from the spec's lists because of the kernel
     implementation (a tunable it ignores is swept at the one value it runs)."""
     from orchestrator.planning import notes
 
     for line in notes(spec):
         warn(f"note: {line}")
-
-
-def print_table(output: Path) -> None:
-    """The best-config table of a results document (what `tilesweep report` prints)."""
-    from orchestrator.analysis import report
-    from orchestrator.store import document as results_doc
-
-    print(report.format_table(report.best_table(results_doc.load(output))))
-
-
-def print_page(output: Path) -> None:
-    """Write the report page of ``report.html: true`` and print its path: the last line of
-    ``run`` and ``wait``, so a user (or a script: ``tail -1``) finds it."""
-    from orchestrator.analysis.html import write_report
-
-    print(f"report page: {write_report(output)}")
 
 
 RETRY_HELP = (
@@ -109,34 +102,6 @@ RETRY_HELP = (
 OVERWRITE_HELP = (
     "replace the output even if it holds records that are not this sweep's (the old document is kept as OUTPUT.prev)"
 )
-
-
-def merge_line(summary: Any) -> str:
-    """One line on what a merge did, naming what it set aside (the warnings name the files)."""
-    if not summary.written:
-        return (
-            f"wrote nothing: every partial with records was quarantined (see the warnings above); "
-            f"{summary.output} is unchanged"
-        )
-    text = (
-        f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
-        f"planned missing) into {summary.output}"
-    )
-    if summary.prev is not None:
-        text += f"; the document it replaced held {summary.replaced} records: kept as {summary.prev}"
-    if summary.skipped_lines:
-        text += f"; skipped {summary.skipped_lines} torn or invalid partial lines (their items are redone by resume)"
-    if summary.quarantined:
-        text += f"; quarantined {len(summary.quarantined)} partial file(s) (see the warnings above)"
-    return text
-
-
-def print_failed_units(outcomes: list[Any]) -> list[Any]:
-    """One line per unit run here that failed (``dispatch.UnitOutcome``); return those."""
-    failed = [o for o in outcomes if not o.ok]
-    for o in failed:
-        warn(f"unit {o.unit} failed: {o.error}" + (f" (log: {o.log})" if o.log else ""))
-    return failed
 
 
 REUSE_HELP = (
@@ -161,11 +126,11 @@ def add_reuse_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def reuse_request(args: argparse.Namespace) -> Any:
+def reuse_request(args: argparse.Namespace) -> ReuseRequest:
     """The command line's ``ReuseRequest``."""
     from orchestrator.control.reuseplan import ReuseRequest
 
-    return ReuseRequest(list(args.reuse), args.remeasure, args.reuse_errors)
+    return ReuseRequest(documents=list(args.reuse), remeasure=args.remeasure, errors=args.reuse_errors)
 
 
 _NOT_REUSED = (

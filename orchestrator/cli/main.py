@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+from types import FrameType
 from typing import Any
 
 from orchestrator.cli.common import PROG, Parser
@@ -99,7 +100,7 @@ class PipeSafeStdout:
         return getattr(self._stream, name)
 
 
-def _interrupted(signum: int, frame: Any) -> None:
+def _interrupted(signum: int, frame: FrameType | None) -> None:
     """The first Ctrl-C stops the command; later ones are ignored while it stops."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
     original = sys.stdout
-    sys.stdout = PipeSafeStdout(original)  # type: ignore[assignment]
+    sys.stdout = PipeSafeStdout(original)
     try:
         code = _main(argv)
         sys.stdout.flush()  # a closed pipe shows here (and is let go), a full disk fails here, not at exit

@@ -1,6 +1,6 @@
 """The progress display of ``run`` and ``wait``: tqdm's bar on a terminal, one line per update in a log.
 
-Why tqdm rather than the hand-written line it replaces: it is the bar people know from every
+Why tqdm rather than a hand-written line: it is the bar people know from every
 Python tool (``45%|####5     | 450/1000 [02:10<02:38, 2.84item/s]``), it smooths the rate
 (an exponential moving average, so the ETA does not jump with each poll of a sweep whose
 configs take very different times), it switches to seconds per item when items are slow,
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Never
 
 from tqdm import tqdm
 
@@ -67,10 +67,10 @@ class Progress:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.interval_s = 0.5 if self.tty else interval_s
         self.heartbeat_s = 1.0 if self.tty else heartbeat_s
-        self.bar: Any = None
+        self.bar: tqdm[Never] | None = None
         self.extra = ""
 
-    def _open(self, done: int, extra: str) -> Any:
+    def _open(self, done: int, extra: str) -> tqdm[Never]:
         """The bar, drawn at once with the first count. On a terminal that reports no width
         (some pseudo-terminals do) tqdm would draw nothing: 80 columns then."""
         out, width = (self.stream if self.tty else _Lines(self.stream)), None

@@ -22,7 +22,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import (
     OVERWRITE_HELP,
@@ -30,80 +30,25 @@ from orchestrator.cli.common import (
     RETRY_HELP,
     RETRY_KINDS,
     Progress,
+    Subparsers,
     add_reuse_args,
-    merge_line,
     positive_int,
-    print_failed_units,
-    print_page,
     print_plan_notes,
-    print_table,
     reuse_lines,
     reuse_request,
     seconds,
     warn,
 )
+from orchestrator.cli.finish import finish_sweep, print_failed_units, unfinished_unit_lines
+from orchestrator.cli.submission import print_dry_run, print_submission
 from orchestrator.errors import DispatchError
-from orchestrator.store.round2 import read_round2
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.resume import Resumed
     from orchestrator.control.status import SweepStatus
-    from orchestrator.control.submit import SubmitOutcome, SweepSubmission
+    from orchestrator.control.submit import SweepSubmission
     from orchestrator.spec.sections import ExecutorSettings
-
-
-def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
-    """The arrays submitted (first and last task of each; how many units a task runs), the
-    logs, the final merge job, and what could not be submitted."""
-    if out.merge_error is not None:
-        warn(
-            f"warning: the final merge job was not submitted ({out.merge_error.message}); "
-            f"`{PROG} wait {sd.root}` or `{PROG} merge {sd.root}` merges"
-        )
-    entries = out.submission.entries
-    by_array: dict[str, list[dict[str, Any]]] = {}
-    for e in entries:
-        by_array.setdefault(e["array_id"], []).append(e)
-    split = f" (at most {out.per_array} tasks per array: {out.why})" if len(by_array) > 1 else ""
-    per_task = out.per_task
-    tasks_note = f", {per_task} units per task (one per GPU)" if per_task > 1 else ""
-    print(
-        f"submitted {len(entries)} unit{'s' if len(entries) != 1 else ''} as "
-        f"{len(by_array)} job array{'s' if len(by_array) != 1 else ''}{tasks_note}{split}:"
-    )
-    for array, group in by_array.items():
-        ids = list(dict.fromkeys(e["job_id"] for e in group))
-        print(
-            f"  {array}: {ids[0]}"
-            + (f" .. {ids[-1]}" if len(ids) > 1 else "")
-            + f"  ({len(ids)} task{'s' if len(ids) != 1 else ''})"
-        )
-    print(f"  logs: {sd.logs}/units/<unit>.log (`{PROG} logs {sd.root} UNIT`); per task {sd.logs}/<task>_0_log.err")
-    for e in entries:
-        if e.get("slot") == 0 and (e.get("units_in_task") or 1) < per_task:
-            warn(
-                f"note: task {e['job_id']} runs {e['units_in_task']} units on its {per_task} GPUs: "
-                f"{per_task - e['units_in_task']} idle; plan a multiple of {per_task} units (--units) to use them all"
-            )
-    if out.merge_job is not None:
-        m = out.merge_job
-        page = ""
-        if sd.spec.report.html:
-            from orchestrator.analysis.html import page_path
-
-            page = f" and {page_path(sd.output)}"
-        then = (
-            ", then plans and submits round 2 (halving)"
-            if read_round2(sd) is None and sd.spec.timing.strategy == "halving"
-            else ""
-        )
-        print(f"final merge: job {m['job_id']} (afterany:{':'.join(m['after'])}) writes {sd.output}{page}{then}")
-    if out.submission.error is not None:
-        warn(
-            f"warning: {out.not_submitted} units were not submitted: {out.submission.error.message}; "
-            f"fix the cause, then `{PROG} resume {sd.root}`"
-        )
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -141,48 +86,34 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
-    """``submit --dry-run``: the array layout (which units each task runs, on which GPU
-    slot) and the sbatch scripts, as submitit would write them; nothing submitted."""
-    from orchestrator.control.submit import dry_run
-
-    d = dry_run(
-        args.spec,
-        sweep_dir=args.sweep_dir,
-        units=args.units,
-        costs=args.costs,
-        max_array_size=args.max_array_size,
-        output=args.output,
-        reuse=reuse_request(args),
-    )
-    n_tasks = sum(len(a) for a in d.arrays)
-    print(
-        f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
-        f"{n_tasks} task{'s' if n_tasks != 1 else ''} of up to {d.per_task} unit{'s' if d.per_task != 1 else ''} "
-        f"(one per GPU), {len(d.arrays)} job array{'s' if len(d.arrays) != 1 else ''}"
-        + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else "")
-    )
-    for line in reuse_lines(d.reused):
-        print(line)
-    for k, tasks in enumerate(d.arrays, 1):
-        print(f"array {k}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}")
-        for t, units in enumerate(tasks[:max_tasks]):
-            print(f"  task {t}: " + ", ".join(f"{u} ({d.sizes[u]} items, GPU slot {g})" for g, u in enumerate(units)))
-        if len(tasks) > max_tasks:
-            print(f"  ... {len(tasks) - max_tasks} more tasks")
-    idle = sum(d.per_task - len(units) for tasks in d.arrays for units in tasks)
-    if idle:
+def _say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_done: bool) -> None:
+    """What a resume is about to do: the units it leaves to run, the round it planned, the new units."""
+    plan = r.plan
+    if plan.held:
+        n = len(plan.active)
         print(
-            f"note: {idle} GPU{'s' if idle != 1 else ''} of these tasks would sit idle; "
-            f"plan a multiple of {d.per_task} units (--units) to use them all"
+            f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
+            f"({plan.held} items without a record yet): not resubmitted; wait for "
+            f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force"
         )
-    for k, script in enumerate(d.scripts, 1):
-        print(f"--- sbatch script of array {k} (submitit writes it as {d.root}/logs/<array id>_submission.sh) ---")
-        print(script.rstrip())
-    if d.merge_script is not None:
-        print("--- sbatch script of the final merge job (afterany on the arrays' ids) ---")
-        print(d.merge_script.rstrip())
-    return 0
+    if r.next_round is not None:
+        nxt = r.next_round
+        print(
+            f"round {nxt.number - 1} of {sd.root} is complete: round {nxt.number} times {nxt.summary['survivors']} "
+            f"of {nxt.summary['screened']} screened configs in full, in {len(nxt.units)} new units"
+        )
+    if not r.new_units:
+        if not plan.held and not quiet_when_done and r.next_round is None:
+            redo = f" and no {retry} error record to retry" if retry else ""
+            print(f"all {sd.planned} items of {sd.root} have a record{redo}; nothing to resubmit")
+        return
+    n = len(r.new_units)
+    redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
+    print(
+        f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
+        + (f", {len(plan.missing2)} survivors of round 2 are not timed in full yet" if plan.missing2 else "")
+        + f"{redo}; {n} new unit{'s' if n != 1 else ''}"
+    )
 
 
 def _resume(
@@ -200,32 +131,7 @@ def _resume(
     from orchestrator.control.resume import resume_sweep
 
     def planned(r: Resumed) -> None:
-        plan = r.plan
-        if plan.held:
-            n = len(plan.active)
-            print(
-                f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
-                f"({plan.held} items without a record yet): not resubmitted; wait for "
-                f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force"
-            )
-        if r.next_round is not None:
-            r2 = r.next_round.round2.summary
-            print(
-                f"round 1 of {sd.root} is complete: round 2 times {r2['survivors']} of {r2['screened']} screened "
-                f"configs in full, in {len(r.next_round.round2.units)} new units"
-            )
-        if not r.new_units:
-            if not plan.held and not quiet_when_done and r.next_round is None:
-                redo = f" and no {retry} error record to retry" if retry else ""
-                print(f"all {sd.planned} items of {sd.root} have a record{redo}; nothing to resubmit")
-            return
-        n = len(r.new_units)
-        redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
-        print(
-            f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
-            + (f", {len(plan.missing2)} survivors of round 2 are not timed in full yet" if plan.missing2 else "")
-            + f"{redo}; {n} new unit{'s' if n != 1 else ''}"
-        )
+        _say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done)
 
     result = resume_sweep(
         sd,
@@ -273,6 +179,30 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+class _WaitDisplay:
+    """The progress line of ``wait``, fed each status: a warning once for each unit that cannot
+    start, a note once when round 2 is planned, and the records and unit states."""
+
+    def __init__(self, planned: int) -> None:
+        self.progress = Progress(planned)
+        self.warned: set[str] = set()
+        self.announced = False
+
+    def __call__(self, st: SweepStatus) -> None:
+        for u in st.units:
+            if u.state == "pending" and u.stuck and u.id not in self.warned:
+                self.warned.add(u.id)
+                self.progress.note(f"{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}")
+        if st.round2 is not None and not self.announced and st.halving:
+            self.announced = True
+            self.progress.note(
+                f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
+                "configs are timed in full"
+            )
+        extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
+        self.progress.update(st.done, extra=extra, total=st.total)
+
+
 def wait_and_merge(
     sd: SweepDir,
     *,
@@ -283,58 +213,32 @@ def wait_and_merge(
     overwrite: bool = False,
 ) -> int:
     """A progress line until every unit has settled (warning once of each unit that cannot
-    start), then the merge, the best-config table, what is left to resume and, when asked
-    (``html``, default: the sweep's frozen spec's ``report.html``), the report page's path."""
-    from orchestrator.control.sweeps import merge_sweep
+    start), then what a finished sweep does (``finish.finish_sweep``: the merge, the best-config
+    table, what is left to resume and, when asked (``html``, default: the sweep's frozen spec's
+    ``report.html``), the report page's path)."""
     from orchestrator.control.wait import wait_until_settled
     from orchestrator.store.merge import check_target
 
     if not overwrite:
         check_target(sd)  # refuse before waiting, not after, to drop another sweep's records
-    progress = Progress(sd.planned)
-    warned: set[str] = set()
-    rounds = {"announced": False}
-
-    def poll(st: SweepStatus) -> None:
-        for u in st.units:
-            if u.state == "pending" and u.stuck and u.id not in warned:
-                warned.add(u.id)
-                progress.note(f"{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}")
-        if st.round2 is not None and not rounds["announced"] and st.halving:
-            rounds["announced"] = True
-            progress.note(
-                f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
-                "configs are timed in full"
-            )
-        extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
-        progress.update(st.done, extra=extra, total=st.total)
-
+    display = _WaitDisplay(sd.planned)
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
-        st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=poll)
+        st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=display)
     finally:
-        progress.close()
+        display.progress.close()
     if not st.settled:
         warn(
             f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
             f"`{PROG} wait {sd.root}` again later"
         )
         return 1
-    summary = merge_sweep(sd, overwrite=overwrite)
-    print(merge_line(summary), file=sys.stderr)
-    if summary.written and summary.records:
-        print_table(summary.output)
-    for u in st.ended_unfinished():
-        warn(
-            f"unit {u.id} {u.state}"
-            + (f" ({u.detail})" if u.detail else "")
-            + f": {u.done}/{u.total} items"
-            + (f"; log: {u.log}" if u.log else "")
-        )
-    if summary.missing:
-        warn(f"{summary.missing} items have no record; `{PROG} resume {sd.root}` redoes only those")
-    if summary.records and (sd.spec.report.html if html is None else html):
-        print_page(summary.output)
-    return 1 if summary.missing else 0
+    return finish_sweep(
+        sd,
+        overwrite=overwrite,
+        html=sd.spec.report.html if html is None else html,
+        failed=unfinished_unit_lines(st),
+        redo=f"`{PROG} resume {sd.root}`",
+    )
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -419,7 +323,7 @@ def _wait_for_submission(sd: SweepDir) -> None:
         time.sleep(0.5)
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add ``submit``, ``resume``, ``cancel`` and ``wait`` to an ``add_subparsers()`` object."""
     s = sub.add_parser("submit", help="plan a spec and submit its units to SLURM as job arrays; returns at once")
     s.add_argument("spec")

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import (
     OVERWRITE_HELP,
@@ -16,18 +16,23 @@ from orchestrator.cli.common import (
     RETRY_HELP,
     RETRY_KINDS,
     Progress,
+    Subparsers,
     add_reuse_args,
-    merge_line,
     positive_int,
-    print_failed_units,
-    print_page,
     print_plan_notes,
-    print_table,
     reuse_lines,
     reuse_request,
     warn,
 )
+from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
 from orchestrator.errors import PlanError, SpecError
+
+if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
+    from orchestrator.control.dispatch import UnitOutcome
+    from orchestrator.control.reuseplan import Planned
+    from orchestrator.spec.model import SweepSpec
+    from orchestrator.store.leases import Holder
+    from orchestrator.store.sweepdir import SweepDir
 
 COSTS_HELP = "shard with the measured costs of an earlier results document (the model fills in)"
 
@@ -78,7 +83,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_plan(spec: Any, planned: Any) -> None:
+def _print_plan(spec: SweepSpec, planned: Planned) -> None:
     from orchestrator.planning import INVALID, PRUNED
 
     items, units = planned.items, planned.units
@@ -109,7 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.store.carried import read_summary
     from orchestrator.store.merge import check_target
 
-    kind = args.executor or load_spec(args.spec).executor.kind
+    spec = load_spec(args.spec)
+    kind = args.executor or spec.executor.kind
     if kind == "slurm":
         from orchestrator.cli.slurm import run_on_slurm
 
@@ -122,17 +128,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_plan_notes(sd.spec)
     for line in reuse_lines(read_summary(sd)):
         print(line, file=sys.stderr)
+    # the spec file's report.html, not only the frozen spec's: it is not part of the fingerprint
+    html = spec.report.html
     with run_or_follow(sd) as other:
         if other is not None:
-            return follow_run(sd, other, overwrite=args.overwrite)
-        return _run_here(sd, unit_ids, existed, kind, args)
+            return follow_run(sd, other, spec_path=args.spec, html=html, overwrite=args.overwrite)
+        return _run_here(sd, unit_ids, existed, kind, args, html=html)
 
 
-def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argparse.Namespace) -> int:
+def _rerun(spec_path: str, sd: SweepDir) -> str:
+    """The command that reruns a sweep here, redoing only what is missing."""
+    return f"`{PROG} run {spec_path} --sweep-dir {sd.root}`"
+
+
+def _run_here(
+    sd: SweepDir, unit_ids: list[str], existed: bool, kind: str, args: argparse.Namespace, *, html: bool
+) -> int:
     """Run the units that are not done here (local or debug executor), merge, report."""
     from orchestrator.control.status import sweep_status
-    from orchestrator.control.sweeps import merge_sweep
-    from orchestrator.spec.files import load_spec
 
     st = sweep_status(sd, query_slurm=False)
     print(
@@ -140,34 +153,29 @@ def _run_here(sd: Any, unit_ids: list[str], existed: bool, kind: str, args: argp
         + (f", {st.done} already recorded" if existed and st.done else ""),
         file=sys.stderr,
     )
-    if existed and (args.reuse or args.remeasure or args.reuse_errors):
+    if existed:
+        _warn_kept_plan(sd, len(unit_ids), args)
+    outcomes = _run_rounds_here(sd, [u.id for u in st.units if not u.complete], kind, args.workers, args.retry_errors)
+    failed = failed_unit_lines(outcomes)
+    return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=_rerun(args.spec, sd))
+
+
+def _warn_kept_plan(sd: SweepDir, n_units: int, args: argparse.Namespace) -> None:
+    """A reopened sweep directory keeps its plan: say which options of this run it ignores."""
+    if args.reuse or args.remeasure or args.reuse_errors:
         warn(
             f"note: {sd.root} keeps the plan it was made with; --reuse, --remeasure and --reuse-errors apply "
             "when a sweep directory is planned (use a new --sweep-dir)"
         )
-    if existed and args.units and args.units != len(unit_ids):
-        warn(
-            f"note: {sd.root} keeps the {len(unit_ids)} units it was planned with; --units applies to a new "
-            "sweep directory"
-        )
-    outcomes = _run_rounds_here(sd, [u.id for u in st.units if not u.complete], kind, args.workers, args.retry_errors)
-    summary = merge_sweep(sd, overwrite=args.overwrite)
-    print(merge_line(summary), file=sys.stderr)
-    if summary.written:
-        print_table(summary.output)
-    failed = print_failed_units(outcomes)
-    if failed:
-        warn(f"rerun `{PROG} run {args.spec} --sweep-dir {sd.root}` to redo only the missing items")
-    if summary.records and load_spec(args.spec).report.html:  # the spec file's wish, not only the frozen one's
-        print_page(summary.output)
-    return 1 if failed else 0
+    if args.units and args.units != n_units:
+        warn(f"note: {sd.root} keeps the {n_units} units it was planned with; --units applies to a new sweep directory")
 
 
-def follow_run(sd: Any, other: Any, *, overwrite: bool = False) -> int:
+def follow_run(sd: SweepDir, other: Holder, *, spec_path: str, html: bool, overwrite: bool = False) -> int:
     """Another ``tilesweep run`` runs this sweep: show its progress until it ends (instead of
     starting a second worker on each unit beside it), then merge and report."""
     from orchestrator.control.status import sweep_status
-    from orchestrator.control.sweeps import merge_sweep, other_run_live
+    from orchestrator.control.sweeps import other_run_live
 
     warn(
         f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its progress "
@@ -183,19 +191,11 @@ def follow_run(sd: Any, other: Any, *, overwrite: bool = False) -> int:
         progress.update(st.done, total=st.total)
     finally:
         progress.close()
-    summary = merge_sweep(sd, overwrite=overwrite)
-    print(merge_line(summary), file=sys.stderr)
-    if summary.written and summary.records:
-        print_table(summary.output)
-        if sd.spec.report.html:
-            print_page(summary.output)
-    if summary.missing:
-        warn(f"{summary.missing} items have no record; rerun `{PROG} run` on {sd.root} to redo only those")
-        return 1
-    return 0
+    failed = unfinished_unit_lines(st)
+    return finish_sweep(sd, overwrite=overwrite, html=html, failed=failed, redo=_rerun(spec_path, sd))
 
 
-def _retry_here(sd: Any, kind: str, retry: str) -> list[Any]:
+def _retry_here(sd: SweepDir, kind: str, retry: str) -> list[UnitOutcome]:
     """``run --retry-errors``: the error records of that kind, redone here in units of their own."""
     from orchestrator.control.resume import resume_sweep
 
@@ -208,12 +208,14 @@ def _retry_here(sd: Any, kind: str, retry: str) -> list[Any]:
     return result.outcomes
 
 
-def _run_rounds_here(sd: Any, todo: list[str], kind: str, workers: int | None, retry: str | None) -> list[Any]:
-    """Run the units here with a progress bar (and ``--retry-errors``' redos); then, for a
-    halving sweep whose round 1 is complete, plan round 2 and run it too."""
+def _run_rounds_here(
+    sd: SweepDir, todo: list[str], kind: str, workers: int | None, retry: str | None
+) -> list[UnitOutcome]:
+    """Run the units here with a progress bar (and ``--retry-errors``' redos); then each round
+    of the sweep's strategy that they make due (``rounds.run_rounds_here``)."""
     from orchestrator.control import dispatch
+    from orchestrator.control.rounds import NextRound, run_rounds_here
     from orchestrator.control.status import sweep_status
-    from orchestrator.control.submit import next_round
 
     progress = Progress(sweep_status(sd, query_slurm=False).total)
 
@@ -221,20 +223,21 @@ def _run_rounds_here(sd: Any, todo: list[str], kind: str, workers: int | None, r
         st = sweep_status(sd, query_slurm=False)
         progress.update(st.done, total=st.total)
 
+    def run(unit_ids: list[str]) -> list[UnitOutcome]:
+        return dispatch.run_units_locally(sd, unit_ids, kind=kind, workers=workers, on_poll=poll)
+
+    def announce(nxt: NextRound) -> None:
+        progress.note(
+            f"round {nxt.number}: {nxt.summary['survivors']} of {nxt.summary['screened']} screened configs can "
+            f"still win; timing them in full in {len(nxt.units)} units"
+        )
+
     settings = sd.spec.executor.model_copy(update={"kind": kind})
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
-        outcomes = dispatch.run_units_locally(sd, todo, kind=kind, workers=workers, on_poll=poll) if todo else []
+        outcomes = run(todo) if todo else []
         if retry:
             outcomes += _retry_here(sd, kind, retry)
-        while (nxt := next_round(sd, settings)) is not None and nxt.round2.units:
-            r2 = nxt.round2.summary
-            progress.note(
-                f"round 2: {r2['survivors']} of {r2['screened']} screened configs can still win; timing "
-                f"them in full in {len(nxt.round2.units)} units"
-            )
-            outcomes += dispatch.run_units_locally(
-                sd, [u.id for u in nxt.round2.units], kind=kind, workers=workers, on_poll=poll
-            )
+        outcomes += run_rounds_here(sd, settings, run, on_round=announce)
         poll()
     finally:
         progress.close()
@@ -265,7 +268,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 1 if st.ended_unfinished() else 0
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add ``spec``, ``plan``, ``run``, ``merge`` and ``status`` to an ``add_subparsers()`` object."""
     s = sub.add_parser("spec", help="check a spec file, or print the spec's JSON Schema")
     s.add_argument("file", nargs="?")

@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from orchestrator import PROG
-from orchestrator.control.history import read_history
+from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import query
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.errors import SweepDirError, TilesweepError
@@ -53,20 +52,20 @@ def find_sweeps(folder: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
 def list_sweeps(folder: Path, *, query_slurm: bool = True) -> list[Listed]:
     """Every sweep under ``folder`` with its status; SLURM asked once for all of them."""
     listed: list[Listed] = []
-    opened: list[tuple[SweepDir, Any]] = []
+    opened: list[tuple[SweepDir, History]] = []
     for path in find_sweeps(folder):
         try:
             sd = SweepDir.open(path)
             opened.append((sd, read_history(sd)))
         except TilesweepError as exc:
-            listed.append(Listed(path, error=exc.message))
+            listed.append(Listed(path=path, error=exc.message))
     jobs = [j for _, h in opened for j in h.slurm_jobs + [str(m["job_id"]) for m in h.merge_jobs]]
     view = query(jobs) if query_slurm and jobs else None
     for sd, _ in opened:
         try:
-            listed.append(Listed(sd.root, sweep_status(sd, query_slurm=False, view=view)))
+            listed.append(Listed(path=sd.root, status=sweep_status(sd, query_slurm=False, view=view)))
         except TilesweepError as exc:
-            listed.append(Listed(sd.root, error=exc.message))
+            listed.append(Listed(path=sd.root, error=exc.message))
     return sorted(listed, key=lambda x: str(x.path))
 
 

@@ -23,10 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.control import dispatch, rounds
+from orchestrator.control import dispatch
+from orchestrator.control.arrays import SubmitOutcome, UnitsRollback, submit_with_merge
+from orchestrator.control.rounds import NextRound, advance, group, merge_hook, run_rounds_here
 from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
-from orchestrator.control.submit import NextRound, SubmitOutcome, UnitsRollback, next_round, submit_with_merge
 from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
@@ -80,7 +81,7 @@ class Resumed:
     outcomes: list[dispatch.UnitOutcome] = field(default_factory=list)
     items_submitted: int = 0
     retry_ids: set[str] = field(default_factory=set)  # of the new units, those redoing error records
-    next_round: NextRound | None = None  # round 2, planned (and submitted on SLURM) by this resume
+    next_round: NextRound | None = None  # the next round, planned (and submitted on SLURM) by this resume
     prior: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # new unit -> deaths of its items elsewhere
 
 
@@ -90,7 +91,7 @@ def check_interpreter_env(sd: SweepDir) -> None:
     env = sd.recorded_env()
     if not env or sd.spec.kernel.impl == "replay":  # a replay runs no jax: its env is the source's
         return
-    here = {}
+    here: dict[str, str | None] = {}
     for dist in ("jax", "jaxlib"):
         try:
             here[dist] = importlib.metadata.version(dist)
@@ -219,7 +220,7 @@ def group_missing(
     cost model of the spec and round); by default as many as ``default``, rounded up to fill
     whole SLURM tasks (a unit per GPU)."""
     n = n_units or (settings or sd.spec.executor).fill_tasks(max(1, default))
-    return rounds.group(sd, missing, n, round_)
+    return group(sd, missing, n, round_)
 
 
 def _record_resume(sd: SweepDir, plan: ResumePlan, new_units: list[Unit], submitted: set[str], force: bool) -> None:
@@ -267,7 +268,7 @@ def resume_sweep(
         plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry)
         if not include_missing:  # `run --retry-errors`: run itself redoes what is missing
             plan.missing, plan.missing2, plan.missing_of = [], [], {}
-        result = Resumed(plan)
+        result = Resumed(plan=plan)
         _new_units(sd, result, units, settings)
         if result.new_units:
             if on_planned is not None:
@@ -283,7 +284,7 @@ def resume_sweep(
             result.items_submitted = sum(len(u.items) for u in result.new_units if u.id in submitted)
     if not result.new_units:
         if not plan.held and include_missing:
-            result.next_round = next_round(sd, settings)
+            result.next_round = advance(sd, settings)
         if on_planned is not None:
             on_planned(result)
     if not slurm:
@@ -337,7 +338,7 @@ def _submit_new_units(
     new_ids = [u.id for u in result.new_units]
     try:
         result.submission = submit_with_merge(
-            sd, new_ids, settings, origin="resume", max_array_size=max_array_size, prior=prior
+            sd, new_ids, settings, origin="resume", max_array_size=max_array_size, then=merge_hook(sd), prior=prior
         )
     except BaseException:
         accepted = rollback.submitted_since(new_ids)
@@ -351,9 +352,12 @@ def _submit_new_units(
 
 
 def _run_next_rounds(sd: SweepDir, settings: ExecutorSettings, result: Resumed) -> list[dispatch.UnitOutcome]:
-    """Run here the round 2 this resume planned, or that the round 1 it ran made due."""
-    nxt = result.next_round or next_round(sd, settings)
-    if nxt is None or not nxt.round2.units:
-        return []
-    result.next_round = nxt
-    return dispatch.run_units_locally(sd, [u.id for u in nxt.round2.units], kind=settings.kind)
+    """Run here the rounds this resume planned, or that the units it ran made due."""
+
+    def run(unit_ids: list[str]) -> list[dispatch.UnitOutcome]:
+        return dispatch.run_units_locally(sd, unit_ids, kind=settings.kind)
+
+    def ran(nxt: NextRound) -> None:
+        result.next_round = nxt
+
+    return run_rounds_here(sd, settings, run, planned=result.next_round, on_round=ran)

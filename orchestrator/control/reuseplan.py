@@ -107,7 +107,7 @@ def plan_with_reuse(
     planned = shard_items(spec, todo, units, table)
     reused = reuse_unit(items, found, len(planned)) if found.records else None
     log.info("planned %d items: %d reused, %d in %d units", len(items), found.reused, len(todo), len(planned))
-    return Planned(items, planned, reused, found)
+    return Planned(items=items, units=planned, reused=reused, found=found)
 
 
 def _combined(first: CostTable | None, then: CostTable | None) -> CostTable | None:

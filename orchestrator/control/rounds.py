@@ -1,133 +1,75 @@
-"""The second round of a halving sweep: which configs survive their screening, as new units.
+"""Advancing a sweep to its next round: one function, whoever calls it.
 
-With ``timing.strategy: halving`` round 1 screens every forced config once (and times each
-problem's ``auto`` in full). Once every planned item has a record, round 2 is planned here:
-the screened records are read back from the partials, the survivors of each problem chosen by
-``orchestrator.planning.halving.survivors`` (the rule and how it judges noise live there), and
-sharded into units of round 2 (``units.json`` entries and unit files say ``"round": 2``) whose
-workers time them in full. ``round2.json`` records the decision, per problem, so status, the
-document and a user can see it; its presence means round 2 is planned (it is written last).
+A strategy with rounds (``timing.strategy: halving``; ``strategy.RoundPlanner`` says what a
+strategy adds) plans each round once the rounds before it have their records. ``advance``
+does it for every caller alike: under the sweep's lock it asks the strategy for the round
+still to plan, makes its items units of that round (``group``: the round's cost model), adds
+them to the index, lets the strategy write its record last, and on SLURM submits them with
+their own final merge job; a submission sbatch refuses plans nothing (the units no accepted
+array runs go, and so does the round's record when none was accepted). Whoever comes second
+finds the round planned and does nothing.
 
-Who plans it, so that nobody has to wait: on SLURM the final merge job of round 1 (or of a
-resume of round 1), ``wait`` and ``resume``; locally ``run`` and ``resume``. Planning is done
-once, under the sweep's lock; whoever comes second finds ``round2.json`` and does nothing.
-Nothing here prints or submits (``control.submit.next_round`` submits).
+Who calls it, so that nobody has to wait: on SLURM the final merge job (``after_merge``,
+pickled by reference, so the merge job of a round advances the sweep to the next), ``wait``
+and ``resume``; here ``run`` and ``resume`` (``run_rounds_here``, which runs each round the
+one before it made due). Nothing here prints.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.planning import RUN, Unit, WorkItem
-from orchestrator.planning.halving import HALVING, survivors
-from orchestrator.spec.records import problem_key
-from orchestrator.store.partials import read_partial
-from orchestrator.store.round2 import read_round2, round2_path
-from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
+from orchestrator import PROG
+from orchestrator.control.arrays import MergeHook, SubmitOutcome, UnitsRollback, submit_with_merge
+from orchestrator.control.dispatch import UnitOutcome
+from orchestrator.control.scheduler import require_submit_tools
+from orchestrator.control.strategy import RoundPlanner
+from orchestrator.control.survivors import HalvingRounds
+from orchestrator.control.sweeps import sweep_lock
+from orchestrator.errors import DispatchError
+from orchestrator.planning import Unit, WorkItem
+from orchestrator.planning.halving import HALVING
+from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
 
-
-def recorded(sd: SweepDir) -> dict[str, dict[str, Any]]:
-    """Item id -> its record, over every partial of the sweep (a later unit in the index, and a
-    later line of one partial, wins: the order ``merge`` ranks equal start times in)."""
-    out: dict[str, dict[str, Any]] = {}
-    for entry in sd.unit_index():
-        for iid, (_, rec) in read_partial(sd.partial_path(entry["id"])).records.items():
-            out[iid] = rec
-    return out
+# timing.strategy -> its rounds; a strategy not named here has one round.
+PLANNERS: dict[str, RoundPlanner] = {HALVING: HalvingRounds()}
 
 
 @dataclass
-class Round2:
-    """What planning round 2 decided: its units (none when nothing survived) and the summary
-    written to ``round2.json``."""
+class NextRound:
+    """What ``advance`` did: the round planned (its units: none when nothing went on; the
+    strategy's account of it) and how its units were submitted (SLURM; None where they run
+    here, or there are none)."""
 
+    number: int
     units: list[Unit] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    outcome: SubmitOutcome | None = None
 
 
-def choose(sd: SweepDir, records: dict[str, dict[str, Any]]) -> tuple[list[WorkItem], list[dict[str, Any]]]:
-    """The surviving items in plan order, and one line per problem saying what was kept. A forced
-    config with a full record already (reused from an earlier document) ranks with the screens
-    (its median is a better estimate than a screen) but is never timed again."""
-    timing = sd.spec.timing
-    screens: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
-    autos: dict[tuple, dict[str, Any]] = {}
-    counts: dict[tuple, int] = defaultdict(int)
-    full: set[str] = set()  # forced configs timed in full already (reused): they rank, need no round 2
-    for it in sd.items():
-        rec = records.get(it.id)
-        if rec is None:
-            continue
-        key = problem_key(rec)
-        if it.config == "auto":
-            autos[key] = rec
-        elif rec.get("screened") or "error" not in rec:
-            counts[key] += 1
-            if "error" not in rec:
-                screens[key].append((it.id, float(rec["median_ms"])))
-            if not rec.get("screened"):
-                full.add(it.id)
-    kept: set[str] = set()
-    problems = []
-    for key, n in counts.items():
-        ids = [
-            i
-            for i in survivors(screens[key], keep=timing.keep, noise=timing.noise, auto=autos.get(key))
-            if i not in full
-        ]
-        kept.update(ids)
-        best = min((ms for _, ms in screens[key]), default=None)
-        reused = sum(1 for i, _ in screens[key] if i in full)
-        problems.append(
-            {
-                "problem": list(key),
-                "screened": n - reused,
-                "failed": n - len(screens[key]),
-                "kept": len(ids),
-                "best_screen_ms": best,
-                **({"full": reused} if reused else {}),
-            }
-        )
-    return [it for it in sd.items() if it.id in kept and it.kind == RUN], problems
+def planner_of(sd: SweepDir) -> RoundPlanner | None:
+    """The sweep's strategy's rounds, or None for a strategy of one round."""
+    return PLANNERS.get(sd.spec.timing.strategy)
 
 
-def plan_round2(sd: SweepDir) -> Round2 | None:
-    """Plan round 2 of a halving sweep whose round 1 is complete (the caller holds the sweep's
-    lock). None when there is nothing to plan: not a halving sweep, round 2 planned already,
-    or round 1 still lacks records (``resume`` redoes those first)."""
-    if sd.spec.timing.strategy != HALVING or read_round2(sd) is not None:
-        return None
-    records = recorded(sd)
-    missing = sum(1 for it in sd.items() if it.id not in records)
-    if missing:
-        log.info("round 2 of %s not planned: %d items of round 1 have no record yet", sd.root, missing)
-        return None
-    chosen, problems = choose(sd, records)
-    planned = sum(1 for u in sd.unit_index() if u.get("origin") == "plan")
-    units = group(sd, chosen, max(1, planned), 2) if chosen else []
-    sd.add_units(units, origin="round2")
-    summary = {
-        "created": now_iso(),
-        "screened": sum(p["screened"] for p in problems),
-        "survivors": len(chosen),
-        "planned": len(chosen),
-        "units": [u.id for u in units],
-        "problems": problems,
-    }
-    atomic_write_json(round2_path(sd), summary, indent=1)
-    log.info(
-        "round 2 of %s: %d of %d screened configs survive, in %d units",
-        sd.root,
-        len(chosen),
-        summary["screened"],
-        len(units),
-    )
-    return Round2(units, summary)
+def pending_round(sd: SweepDir) -> int | None:
+    """The number of the round the sweep's strategy has still to plan (None: none); cheap,
+    from the files alone. Whether the rounds before it are complete is ``advance``'s to find."""
+    planner = planner_of(sd)
+    return None if planner is None else planner.pending(sd)
+
+
+def merge_hook(sd: SweepDir) -> MergeHook | None:
+    """What a final merge job submitted now calls after merging: ``after_merge`` while the
+    sweep has a round to come, else nothing."""
+    return after_merge if pending_round(sd) is not None else None
 
 
 def group(sd: SweepDir, items: list[WorkItem], n_units: int, round_: int) -> list[Unit]:
@@ -144,13 +86,99 @@ def group(sd: SweepDir, items: list[WorkItem], n_units: int, round_: int) -> lis
     )
 
 
-def undo_round2(sd: SweepDir) -> None:
-    """Forget a round 2 whose units could not be submitted (the caller restores units.json):
-    the next ``wait``, ``resume`` or merge job plans it again."""
-    round2_path(sd).unlink(missing_ok=True)
+def _plan(sd: SweepDir, planner: RoundPlanner) -> NextRound | None:
+    """Under the sweep's lock: the strategy's next round as units in the index, as many as the
+    plan had, and the strategy's record of it last; None when no round can be planned now."""
+    if planner.pending(sd) is None:
+        return None
+    choice = planner.choose(sd)
+    if choice is None:
+        return None
+    n_units = max(1, sum(1 for u in sd.unit_index() if u.get("origin") == "plan"))
+    units = group(sd, choice.items, n_units, choice.number) if choice.items else []
+    sd.add_units(units, origin=f"round{choice.number}")
+    planner.record(sd, choice, units)
+    return NextRound(number=choice.number, units=units, summary=choice.summary)
 
 
-def pending_round2(sd: SweepDir) -> bool:
-    """Whether the sweep still has a round 2 to plan (halving, not planned yet): cheap, from
-    the files alone; whether round 1 is complete is ``plan_round2``'s to find out."""
-    return sd.spec.timing.strategy == HALVING and not round2_path(sd).exists()
+def advance(sd: SweepDir, settings: ExecutorSettings) -> NextRound | None:
+    """Plan the sweep's next round once the rounds before it are complete and, on SLURM, submit
+    its units with their own final merge job; None when there is nothing to plan (a strategy
+    of one round, every round planned, or the rounds before still lack records). A refused
+    submission plans nothing: the next ``wait``, ``resume`` or merge job retries."""
+    planner = planner_of(sd)
+    if planner is None or planner.pending(sd) is None:
+        return None
+    slurm = settings.kind == "slurm"
+    if slurm:
+        require_submit_tools()
+    with sweep_lock(sd):
+        rollback = UnitsRollback(sd)
+        planned = _plan(sd, planner)
+        if planned is None:
+            return None
+        ids = [u.id for u in planned.units]
+        if slurm and ids:
+            origin = f"round{planned.number}"
+            try:
+                planned.outcome = submit_with_merge(
+                    sd, ids, settings, origin=origin, max_array_size=None, then=merge_hook(sd)
+                )
+            except BaseException:  # as resume: units an accepted array runs stay, and so does the round
+                accepted = rollback.submitted_since(ids)
+                rollback.undo([u for u in ids if u not in accepted])
+                if not accepted:
+                    planner.forget(sd, planned.number)
+                raise
+    return planned
+
+
+def run_rounds_here(
+    sd: SweepDir,
+    settings: ExecutorSettings,
+    run: Callable[[list[str]], list[UnitOutcome]],
+    *,
+    planned: NextRound | None = None,
+    on_round: Callable[[NextRound], None] | None = None,
+) -> list[UnitOutcome]:
+    """Run here (``run``: the units given, to completion) each round that comes due, starting
+    with ``planned`` if the caller advanced already, until no round is left to plan or one
+    lacks records; ``on_round`` hears of each round before its units run."""
+    outcomes: list[UnitOutcome] = []
+    nxt = planned or advance(sd, settings)
+    while nxt is not None:
+        if nxt.units:
+            if on_round is not None:
+                on_round(nxt)
+            outcomes += run([u.id for u in nxt.units])
+        nxt = advance(sd, settings)
+    return outcomes
+
+
+def after_merge(sweep_dir: str) -> dict[str, Any] | None:
+    """The final merge job's hook (on a compute node): advance the sweep to its next round.
+    Where sbatch cannot be run from a compute node, say so in the job's log and in the sweep's
+    history; ``tilesweep wait`` or ``tilesweep resume`` then submits the round from a login node."""
+    sd = SweepDir.open(sweep_dir)
+    number = pending_round(sd)
+    if number is None:
+        return None
+    try:
+        done = advance(sd, sd.spec.executor)
+    except DispatchError as exc:
+        log.warning(
+            "round %d of %s not submitted from the merge job: %s; `%s wait %s` or `%s resume %s` submits it",
+            number,
+            sd.root,
+            exc.message,
+            PROG,
+            sd.root,
+            PROG,
+            sd.root,
+        )
+        event = {"event": f"round{number}_deferred", "why": exc.message, "time": now_iso(), "ts": round(time.time(), 3)}
+        sd.record_jobs([event])
+        return {f"round{number}": "deferred", "why": exc.message}
+    if done is None:
+        return None
+    return {f"round{done.number}": len(done.units), "survivors": done.summary.get("survivors")}

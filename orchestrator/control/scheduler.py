@@ -141,9 +141,9 @@ def query(job_ids: Iterable[str]) -> SchedulerView:
             parts = line.split("|")
             if len(parts) >= 2 and parts[0]:
                 view.states[parts[0]] = TaskState(
-                    parts[1].split()[0].upper() if parts[1].strip() else "UNKNOWN",
-                    "squeue",
-                    parts[2] if len(parts) > 2 else "",
+                    state=parts[1].split()[0].upper() if parts[1].strip() else "UNKNOWN",
+                    source="squeue",
+                    reason=parts[2] if len(parts) > 2 else "",
                 )
                 view.arrays_seen.add(array_of(parts[0]))
     _ask_sacct(view, ids)
@@ -167,7 +167,7 @@ def _ask_sacct(view: SchedulerView, ids: str) -> None:
         view.arrays_seen.add(array_of(jid))
         current = view.states.get(jid)
         if current is None or current.source == "sacct":  # squeue wins; a later run wins over an earlier one
-            view.states[jid] = TaskState(state, "sacct", exit_code=code)
+            view.states[jid] = TaskState(state=state, source="sacct", exit_code=code)
         view.gpu_seconds[array_of(jid)] = view.gpu_seconds.get(array_of(jid), 0.0) + row[3] * row[4]
 
 
@@ -244,13 +244,13 @@ def cluster_limits() -> ClusterLimits:
         log.warning(
             "cannot read the cluster's MaxArraySize (%s); assuming Slurm's default %d", why, DEFAULT_MAX_ARRAY_SIZE
         )
-        return ClusterLimits(DEFAULT_MAX_ARRAY_SIZE, None, f"Slurm default ({why})")
+        return ClusterLimits(max_array_size=DEFAULT_MAX_ARRAY_SIZE, max_job_count=None, source=f"Slurm default ({why})")
     size = re.search(r"^MaxArraySize\s*=\s*(\d+)", res.stdout, re.M)
     count = re.search(r"^MaxJobCount\s*=\s*(\d+)", res.stdout, re.M)
     return ClusterLimits(
-        int(size.group(1)) if size else DEFAULT_MAX_ARRAY_SIZE,
-        int(count.group(1)) if count else None,
-        "scontrol show config",
+        max_array_size=int(size.group(1)) if size else DEFAULT_MAX_ARRAY_SIZE,
+        max_job_count=int(count.group(1)) if count else None,
+        source="scontrol show config",
     )
 
 

@@ -1,13 +1,12 @@
-"""Submitting a sweep's units to SLURM: how many per array, the final merge job, and a
+"""Submitting a sweep to SLURM: its unfinished units, planned from a spec or reopened, and a
 refusal that changes nothing.
 
 ``submit_spec`` plans a spec (or reopens its sweep directory) and submits its unfinished
 units; ``submit_unfinished`` does the same for a directory that exists (``run`` with the
-slurm executor); ``submit_with_merge`` submits given units plus the dependent merge job and
-is what ``resume`` uses too. ``next_round`` plans and submits round 2 of a halving sweep;
-the merge job of a halving sweep calls it on the cluster (``after_merge``), so round 2 starts
-even when nobody waits. Nothing here prints: the results say what was submitted, and
-``on_planned`` hooks let the caller speak before sbatch is called.
+slurm executor); ``dry_run`` shows what ``submit`` would do. The units go through
+``arrays.submit_with_merge``, as ``resume``'s and a next round's do. Nothing here prints: the
+results say what was submitted, and ``on_planned`` hooks let the caller speak before sbatch
+is called.
 
 A refused submission changes nothing: the tools are checked before anything is written, and
 when sbatch refuses the first array the units added for it and a sweep directory created for
@@ -16,11 +15,7 @@ it are removed again (``dispatch`` removes submitit's temp files).
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,34 +23,14 @@ from typing import Any
 
 from orchestrator import PROG
 from orchestrator.control import dispatch
-from orchestrator.control.history import read_history
+from orchestrator.control.arrays import SubmitOutcome, per_array, submit_with_merge
 from orchestrator.control.reuseplan import ReuseRequest
-from orchestrator.control.rounds import Round2, pending_round2, plan_round2, undo_round2
-from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits, require_submit_tools
+from orchestrator.control.rounds import merge_hook
+from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_jobs, sweep_lock, unfinished_units
 from orchestrator.errors import DispatchError
 from orchestrator.spec.sections import ExecutorSettings
-from orchestrator.store.sweepdir import SweepDir, atomic_write_text, now_iso
-
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class SubmitOutcome:
-    """What ``submit_with_merge`` did. ``submission.error``: a later array sbatch refused
-    (the earlier ones stand); ``merge_error``: why the final merge job was not submitted."""
-
-    requested: list[str]
-    submission: dispatch.Submission
-    per_array: int
-    why: str  # where per_array comes from
-    merge_job: dict | None = None
-    merge_error: DispatchError | None = None
-    per_task: int = 1  # units a task runs at once (one per GPU)
-
-    @property
-    def not_submitted(self) -> int:
-        return len(self.requested) - len(self.submission.entries)
+from orchestrator.store.sweepdir import SweepDir
 
 
 @dataclass
@@ -72,89 +47,17 @@ class SweepSubmission:
 OnPlanned = Callable[[SweepSubmission], None]
 
 
-def per_array(settings: ExecutorSettings, override: int | None, n_units: int) -> tuple[int, str]:
-    """Tasks per array, and where that number comes from: the override, the spec's
-    ``max_array_size``, or the cluster's limits (read once). A sweep that can never fit in
-    the controller's job table is refused."""
-    limit = override or settings.max_array_size
-    if limit is not None:
-        return limit, "override" if override else "executor.max_array_size"
-    limits = cluster_limits()
-    n_tasks = -(-n_units // settings.units_per_task())
-    if limits.max_job_count is not None and n_tasks > limits.max_job_count - JOB_COUNT_MARGIN:
-        raise DispatchError(
-            f"{n_tasks} array tasks, but the cluster holds at most MaxJobCount={limits.max_job_count} jobs at once "
-            "(every array task counts); plan fewer units (--units)"
-        )
-    return limits.per_array, f"MaxArraySize={limits.max_array_size} ({limits.source})"
-
-
-class UnitsRollback:
-    """Undo ``add_units`` for the units no accepted array runs: their unit files and their
-    lines in units.json go; every other unit, and the units sbatch accepted, stay."""
-
-    def __init__(self, sd: SweepDir) -> None:
-        self.sd = sd
-        self.known = {u["id"] for u in sd.unit_index()}
-        self.history_len = len(sd.job_history())
-
-    def submitted_since(self, unit_ids: list[str]) -> set[str]:
-        """Those of ``unit_ids`` that a job recorded since this rollback was made runs."""
-        wanted = set(unit_ids)
-        return {
-            e["unit"] for e in self.sd.job_history()[self.history_len :] if "event" not in e and e.get("unit") in wanted
-        }
-
-    def undo(self, added: list[str]) -> None:
-        drop = {uid for uid in added if uid not in self.known}
-        if not drop:
-            return
-        for uid in drop:
-            with contextlib.suppress(FileNotFoundError):
-                self.sd.unit_path(uid).unlink()
-        index = [u for u in self.sd.unit_index() if u["id"] not in drop]
-        atomic_write_text(self.sd.root / "units.json", json.dumps(index) + "\n")
-
-
-def submit_with_merge(
-    sd: SweepDir,
-    unit_ids: list[str],
-    settings: ExecutorSettings,
-    *,
-    origin: str,
-    max_array_size: int | None,
-    prior: dict[str, dict[str, Any]] | None = None,
-) -> SubmitOutcome:
-    """Submit units as job arrays, then the final merge job (``afterany`` on them) when the
-    spec asks for one; a halving sweep's merge job then plans and submits round 2
-    (``after_merge``). A refusal of the first array is raised (the caller undoes what it
-    wrote); a later one is returned in the outcome, as is a refused merge job."""
-    size, why = per_array(settings, max_array_size, len(unit_ids))
-    attempts = dict(read_history(sd).submissions)
-    sub = dispatch.submit_units(
-        sd, unit_ids, settings, per_array=size, origin=origin, prior_starts=prior, attempts=attempts
-    )
-    if sub.error is not None and not sub.entries:
-        raise sub.error
-    outcome = SubmitOutcome(list(unit_ids), sub, size, why, per_task=settings.units_per_task())
-    if settings.merge_job and sub.entries:
-        try:
-            then = after_merge if pending_round2(sd) else None
-            outcome.merge_job = dispatch.submit_merge_job(sd, settings, sub.arrays, then=then)
-        except DispatchError as exc:
-            outcome.merge_error = exc
-    return outcome
-
-
 def _submit_todo(
     sd: SweepDir, settings: ExecutorSettings, max_array_size: int | None, on_planned: OnPlanned | None
 ) -> SweepSubmission:
     """Under the sweep's lock: submit every unit that is not done."""
-    result = SweepSubmission(sd, len(sd.unit_index()), unfinished_units(sd))
+    result = SweepSubmission(sd=sd, units=len(sd.unit_index()), todo=unfinished_units(sd))
     if on_planned is not None:
         on_planned(result)
     if result.todo:
-        result.outcome = submit_with_merge(sd, result.todo, settings, origin="submit", max_array_size=max_array_size)
+        result.outcome = submit_with_merge(
+            sd, result.todo, settings, origin="submit", max_array_size=max_array_size, then=merge_hook(sd)
+        )
     return result
 
 
@@ -261,67 +164,15 @@ def dry_run(
     groups = dispatch.tasks_of(list(sizes), settings.units_per_task())
     arrays = [groups[i : i + size] for i in range(0, len(groups), size)]
     scripts, merge_script = dispatch.render_scripts(sd, settings, [len(a) for a in arrays])
-    return DryRun(root, planned, sizes, settings.units_per_task(), size, why, arrays, scripts, merge_script, reused)
-
-
-@dataclass
-class NextRound:
-    """What ``next_round`` did: the round planned, and how its units were submitted (SLURM;
-    None where they run here, or none survived)."""
-
-    round2: Round2
-    outcome: SubmitOutcome | None = None
-
-
-def next_round(sd: SweepDir, settings: ExecutorSettings) -> NextRound | None:
-    """Plan round 2 of a halving sweep whose round 1 is complete and, on SLURM, submit it with
-    its own final merge job; None when there is nothing to plan (see ``rounds.plan_round2``).
-    A refused submission plans nothing: the next ``wait``, ``resume`` or merge job retries."""
-    if not pending_round2(sd):
-        return None
-    slurm = settings.kind == "slurm"
-    if slurm:
-        require_submit_tools()
-    with sweep_lock(sd):
-        rollback = UnitsRollback(sd)
-        planned = plan_round2(sd)
-        if planned is None:
-            return None
-        done = NextRound(planned)
-        ids = [u.id for u in planned.units]
-        if slurm and ids:
-            try:
-                done.outcome = submit_with_merge(sd, ids, settings, origin="round2", max_array_size=None)
-            except BaseException:  # as resume: units an accepted array runs stay, and so does the round
-                accepted = rollback.submitted_since(ids)
-                rollback.undo([u for u in ids if u not in accepted])
-                if not accepted:
-                    undo_round2(sd)
-                raise
-    return done
-
-
-def after_merge(sweep_dir: str) -> dict | None:
-    """The final merge job's hook (on a compute node): submit round 2 when round 1 is complete.
-    Where sbatch cannot be run from a compute node, say so in the job's log and in the sweep's
-    history; ``tilesweep wait`` or ``tilesweep resume`` then submits round 2 from a login node."""
-    sd = SweepDir.open(sweep_dir)
-    try:
-        done = next_round(sd, sd.spec.executor)
-    except DispatchError as exc:
-        log.warning(
-            "round 2 of %s not submitted from the merge job: %s; `%s wait %s` or `%s resume %s` submits it",
-            sd.root,
-            exc.message,
-            PROG,
-            sd.root,
-            PROG,
-            sd.root,
-        )
-        sd.record_jobs(
-            [{"event": "round2_deferred", "why": exc.message, "time": now_iso(), "ts": round(time.time(), 3)}]
-        )
-        return {"round2": "deferred", "why": exc.message}
-    if done is None:
-        return None
-    return {"round2": len(done.round2.units), "survivors": done.round2.summary.get("survivors")}
+    return DryRun(
+        root=root,
+        planned=planned,
+        sizes=sizes,
+        per_task=settings.units_per_task(),
+        per_array=size,
+        why=why,
+        arrays=arrays,
+        scripts=scripts,
+        merge_script=merge_script,
+        reused=reused,
+    )

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from orchestrator import PROG
 from orchestrator.control.history import read_history
@@ -21,8 +21,12 @@ from orchestrator.control.scheduler import array_of, missing_tools, query
 from orchestrator.control.scheduler import cancel as scancel
 from orchestrator.control.status import ACTIVE, sweep_status
 from orchestrator.errors import DispatchError, LeaseHeld
+from orchestrator.spec.model import SweepSpec
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweepdir import SweepDir, now_iso
+
+if TYPE_CHECKING:
+    from orchestrator.store.merge import MergeSummary
 
 # How long a command waits for another one that holds the sweep directory's lock.
 LOCK_TIMEOUT_S = 60.0
@@ -38,7 +42,7 @@ class PreparedSweep(NamedTuple):
     existed: bool
 
 
-def default_sweep_dir(spec_path: str, spec: Any) -> Path:
+def default_sweep_dir(spec_path: str, spec: SweepSpec) -> Path:
     """``sweeps/<spec name>-<fingerprint>``: the same spec always finds its own directory."""
     return Path("sweeps") / f"{Path(spec_path).stem}-{spec.fingerprint()[:8]}"
 
@@ -69,7 +73,7 @@ def prepare_sweep(
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
         if sd.unit_index():
-            return PreparedSweep(sd, [u["id"] for u in sd.unit_index()], existed)
+            return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
     planned = plan_with_reuse(spec, root, out, units, load_costs(costs) if costs else None, reuse, kind)
     sd = SweepDir.create(
         root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()), planned=len(planned.items)
@@ -79,10 +83,10 @@ def prepare_sweep(
             sd.add_units(planned.units, origin="plan")
             if planned.reused is not None:
                 write_reuse_unit(sd, planned.reused, planned.found)
-    return PreparedSweep(sd, [u["id"] for u in sd.unit_index()], existed)
+    return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
 
 
-def check_replay_source(spec: Any) -> None:
+def check_replay_source(spec: SweepSpec) -> None:
     """A replayed spec's source must be a results document of this spec: refused in one line
     before anything is planned (the workers would each fail on it)."""
     if spec.kernel.impl == "replay":
@@ -140,7 +144,7 @@ def cancel_sweep(sd: SweepDir) -> Cancelled:
         scancel(arrays)
         sd.record_jobs([{"event": "cancel", "arrays": arrays, "time": now_iso(), "ts": round(time.time(), 3)}])
     n = sum(1 for u in st.units if u.state in ACTIVE and u.job_id and array_of(u.job_id) in arrays)
-    return Cancelled(arrays, n)
+    return Cancelled(arrays=arrays, units=n)
 
 
 GPU_HOURS_SOURCE = "sacct: elapsed x allocated GPUs, every run of every task of the sweep's arrays"
@@ -156,7 +160,7 @@ def accounting(sd: SweepDir) -> dict[str, Any]:
     return {} if hours is None else {"gpu_hours": hours, "gpu_hours_source": GPU_HOURS_SOURCE}
 
 
-def merge_sweep(sd: SweepDir, *, output: Path | None = None, overwrite: bool = False) -> Any:
+def merge_sweep(sd: SweepDir, *, output: Path | None = None, overwrite: bool = False) -> MergeSummary:
     """``store.merge.merge`` with the sweep's GPU-hours in the document (one sacct call)."""
     from orchestrator.store.merge import merge
 

@@ -107,7 +107,7 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
     return ("running" if records else "pending"), None
 
 
-def existing(*paths: Any) -> str | None:
+def existing(*paths: str | None) -> str | None:
     """The first of the paths that is a file (a log shown only when it exists)."""
     for p in paths:
         if p and os.path.isfile(p):

@@ -5,9 +5,9 @@ The partial files are read often (they are cheap: counted on bytes); SLURM is as
 settled, so a lagging view never ends it early. Nothing here prints: ``on_poll`` hands
 each status to the caller (the CLI draws a progress line from it).
 
-A halving sweep on SLURM whose round 1 has settled complete, and whose round 2 nobody has
-planned yet (the final merge job usually has; it cannot where compute nodes have no sbatch),
-gets round 2 planned and submitted here, and the wait goes on until round 2 settles.
+A sweep on SLURM whose strategy has a round still to plan once every unit has settled (the
+final merge job usually has planned it; it cannot where compute nodes have no sbatch) is
+advanced here (``rounds.advance``), and the wait goes on until that round settles.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable
 
 from orchestrator import PROG
+from orchestrator.control.rounds import advance, pending_round
 from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
+from orchestrator.control.sweeps import slurm_jobs
 from orchestrator.errors import DispatchError
 from orchestrator.store.sweepdir import SweepDir
 
@@ -51,7 +53,7 @@ def wait_until_settled(
             )
         if on_poll is not None:
             on_poll(st)
-        if st.settled and st.round2_pending and _next_round(sd):
+        if st.settled and pending_round(sd) is not None and _advance_on_slurm(sd):
             view = None
             continue
         if st.settled:
@@ -65,13 +67,9 @@ def wait_until_settled(
         time.sleep(interval)
 
 
-def _next_round(sd: SweepDir) -> bool:
-    """Plan and submit round 2 of a halving SLURM sweep; whether it was submitted now."""
-    from orchestrator.control.submit import next_round
-    from orchestrator.control.sweeps import slurm_jobs
-
+def _advance_on_slurm(sd: SweepDir) -> bool:
+    """Advance a SLURM sweep to its next round; whether units of it were submitted now."""
     if not slurm_jobs(sd):
-        return False  # run here: `run` and `resume` run round 2 themselves
-    settings = sd.spec.executor.model_copy(update={"kind": "slurm"})
-    done = next_round(sd, settings)
-    return done is not None and bool(done.round2.units)
+        return False  # run here: `run` and `resume` run the next round themselves
+    done = advance(sd, sd.spec.executor.model_copy(update={"kind": "slurm"}))
+    return done is not None and bool(done.units)

@@ -222,8 +222,8 @@ def _outcome(uid: str, job: Any) -> UnitOutcome:
         log_path = str(getattr(getattr(job, "paths", None), "stderr", "") or "")
         why = _why(uid, job, exc, log_path)
         log.warning("unit %s failed (job %s): %s; log: %s", uid, job.job_id, why, log_path)
-        return UnitOutcome(uid, False, str(job.job_id), error=why, log=existing(log_path))
-    return UnitOutcome(uid, True, str(job.job_id), summary=summary)
+        return UnitOutcome(unit=uid, ok=False, job_id=str(job.job_id), error=why, log=existing(log_path))
+    return UnitOutcome(unit=uid, ok=True, job_id=str(job.job_id), summary=summary)
 
 
 def _why(uid: str, job: Any, exc: BaseException, log_path: str) -> str:

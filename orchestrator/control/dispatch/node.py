@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -69,14 +70,14 @@ def cpu_shares(cpus: list[int], n: int) -> list[list[int]]:
     return out
 
 
-def _libc() -> Any:
+def _libc() -> ctypes.CDLL | None:
     try:
         return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
 
 
-def _preexec(cpus: list[int], libc: Any) -> Any:
+def _preexec(cpus: list[int], libc: ctypes.CDLL | None) -> Callable[[], None]:
     """In the child, before exec: hold USR2, TERM and USR1 until its handlers exist, pin it to its
     CPU share, and have it sent TERM if this parent dies (no orphan keeps a GPU)."""
 
@@ -125,7 +126,8 @@ class TaskWorkers:
             log.warning("%d units but %d GPUs in this task: GPUs are shared", len(units), len(gpus))
         shares = cpu_shares(task_cpus(), len(units))
         self.slots = [
-            Slot(u, gpus[k % len(gpus)] if gpus else None, shares[k], self.sd.unit_log(u)) for k, u in enumerate(units)
+            Slot(unit=u, gpu=gpus[k % len(gpus)] if gpus else None, cpus=shares[k], log=self.sd.unit_log(u))
+            for k, u in enumerate(units)
         ]
         self._oom_before: int | None = None
 

@@ -57,9 +57,9 @@ def held_signals() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        for s in dict.fromkeys(caught):
-            log.warning("%s came while sbatch ran; the jobs it accepted are recorded", signal.Signals(s).name)
-            signal.raise_signal(s)
+        for signum in dict.fromkeys(caught):
+            log.warning("%s came while sbatch ran; the jobs it accepted are recorded", signal.Signals(signum).name)
+            signal.raise_signal(signum)
 
 
 @contextlib.contextmanager
@@ -76,11 +76,12 @@ def bounded_sbatch(timeout_s: float) -> Iterator[None]:
     def command(self: Any, submission_file_path: Path) -> list[str]:
         return [tool, f"--kill-after={KILL_AFTER_S}", f"{timeout_s:g}", *original(self, submission_file_path)]
 
-    cls._make_submission_command = command
+    # submitit has no hook for the sbatch command line: its method is replaced for the block
+    cls._make_submission_command = command  # type: ignore[method-assign]
     try:
         yield
     finally:
-        cls._make_submission_command = original
+        cls._make_submission_command = original  # type: ignore[method-assign]
 
 
 def _litter(folder: Path) -> set[str]:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import submitit
 
 from orchestrator.control.dispatch.sbatch import held_signals, render_script, sbatch_call
-from orchestrator.control.dispatch.tasks import MergeTask, UnitTask
+from orchestrator.control.dispatch.tasks import MergeHook, MergeTask, UnitTask
 from orchestrator.control.scheduler import array_of, one_line, require_submit_tools
 from orchestrator.errors import DispatchError
 from orchestrator.spec.sections import ExecutorSettings
@@ -200,7 +199,7 @@ def merge_job_parameters(sd: SweepDir, settings: ExecutorSettings, after: list[s
 
 
 def submit_merge_job(
-    sd: SweepDir, settings: ExecutorSettings, after: list[str], then: Callable[[str], Any] | None = None
+    sd: SweepDir, settings: ExecutorSettings, after: list[str], then: MergeHook | None = None
 ) -> dict[str, Any]:
     """A job that merges the sweep's results once every given array has ended, whatever
     its tasks' fate (``afterany``), then calls ``then(sweep_dir)`` if given (``MergeTask``).

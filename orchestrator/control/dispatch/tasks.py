@@ -14,7 +14,9 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import submitit
 
@@ -22,7 +24,13 @@ from orchestrator.control.dispatch.nodelog import configure_node_logging
 from orchestrator.errors import UnitsFailed
 from orchestrator.store.sweepdir import SweepDir
 
+if TYPE_CHECKING:
+    from orchestrator.control.dispatch.node import TaskWorkers
+
 log = logging.getLogger(__name__)
+
+# What the final merge job calls with the sweep directory once it has merged (pickled by reference).
+MergeHook = Callable[[str], dict[str, Any] | None]
 
 
 def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -51,9 +59,9 @@ Prior = dict[str, dict[str, Any]]
 
 
 def task_units(units: str | Units, prior: Any) -> tuple[Units, Prior]:
-    """A task's units and their prior deaths (``unit -> item -> [starts, deaths, hangs]``, or
-    ``n`` as written before deaths were told apart); a task pickled before tasks held several
-    units passed one unit id and its ``item -> ...``."""
+    """A task's units and their prior deaths (``unit -> item -> [starts, deaths, hangs]``, or a
+    plain count of starts ``n``). A task of one unit may be pickled as that unit's id and its
+    ``item -> ...`` alone: both forms are read."""
     if isinstance(units, str):
         return [units], {units: prior} if prior else {}
     return list(units), dict(prior or {})
@@ -85,13 +93,14 @@ class UnitTask(submitit.helpers.Checkpointable):
     once the others have ended; units done, stopped or held by another live worker do not.
     """
 
+    _workers: TaskWorkers  # set when the task runs, before any handler is installed
+
     def __init__(self, grace_s: float = 30.0) -> None:
         self.grace_s = grace_s
         self._warned = False
         self._terminated = False
         self._finished = False
-        self._requeue: Any = None
-        self._workers: Any = None
+        self._requeue: Callable[[int, FrameType | None], object] | None = None
 
     def __call__(self, sweep_dir: str, units: str | Units, prior: Any = None) -> dict[str, Any]:
         from jobs.node_env import slurm_task
@@ -137,7 +146,7 @@ class UnitTask(submitit.helpers.Checkpointable):
         signal.signal(signal.SIGALRM, self._on_grace_expired)
         signal.signal(signal.SIGTERM, self._on_term)
 
-    def _on_warning(self, signum: int, frame: Any) -> None:
+    def _on_warning(self, signum: int, frame: FrameType | None) -> None:
         if self._finished or self._warned:
             return
         self._warned = True
@@ -150,7 +159,7 @@ class UnitTask(submitit.helpers.Checkpointable):
         self._workers.signal(signal.SIGUSR2)
         signal.setitimer(signal.ITIMER_REAL, self.grace_s)
 
-    def _on_grace_expired(self, signum: int, frame: Any) -> None:
+    def _on_grace_expired(self, signum: int, frame: FrameType | None) -> None:
         if self._finished:
             return
         log.warning(
@@ -160,9 +169,10 @@ class UnitTask(submitit.helpers.Checkpointable):
         )
         self._workers.mark_hung()
         self._workers.kill()
-        self._requeue(signal.SIGUSR2, frame)
+        if self._requeue is not None:
+            self._requeue(signal.SIGUSR2, frame)
 
-    def _on_term(self, signum: int, frame: Any) -> None:
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self._terminated = True
         log.warning("caught %s: the workers abandon their configs in flight and stop", signal.Signals(signum).name)
         self._workers.signal(signal.SIGTERM)
@@ -173,10 +183,10 @@ class MergeTask(submitit.helpers.Checkpointable):
     idempotent, so a restart only redoes work).
 
     ``then`` (optional, a module-level function, pickled by reference) is called with the sweep
-    directory after the merge: the halving strategy's hook that plans and submits round 2 from
-    here, so nobody has to be waiting (``control.submit.after_merge``)."""
+    directory after the merge: the hook of a strategy with rounds that advances the sweep to its
+    next round from here, so nobody has to be waiting (``control.rounds.after_merge``)."""
 
-    def __init__(self, then: Callable[[str], Any] | None = None) -> None:
+    def __init__(self, then: MergeHook | None = None) -> None:
         self.then = then
 
     def __call__(self, sweep_dir: str) -> dict[str, Any]:
@@ -209,7 +219,7 @@ class MergeTask(submitit.helpers.Checkpointable):
         return result
 
 
-def write_page_logged(output: Any) -> dict[str, str]:
+def write_page_logged(output: Path) -> dict[str, str]:
     """The report page of ``report.html: true``, on the node: a page that cannot be written is
     logged, not raised, because the merge it follows has succeeded and the job must say so."""
     from orchestrator.analysis.html import write_report

@@ -31,6 +31,7 @@ import json
 import logging
 import signal
 import sys
+from types import FrameType
 from typing import Any
 
 STOPPED = 3
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 _state = {"stop": False, "abandoned": False}
 
 
-def _on_warning(signum: int, frame: Any) -> None:
+def _on_warning(signum: int, frame: FrameType | None) -> None:
     if not _state["stop"]:
         log.warning(
             "caught %s (time limit near, or preemption): finishing the config being timed, then stopping",
@@ -50,7 +51,7 @@ def _on_warning(signum: int, frame: Any) -> None:
     _state["stop"] = True
 
 
-def _on_term(signum: int, frame: Any) -> None:
+def _on_term(signum: int, frame: FrameType | None) -> None:
     _state["stop"] = True
     if _state["abandoned"]:
         return
@@ -65,7 +66,7 @@ def _on_term(signum: int, frame: Any) -> None:
     log.warning("caught %s: stopping; abandoned configs in flight: %s", signal.Signals(signum).name, given_up)
 
 
-def _on_hung(signum: int, frame: Any) -> None:
+def _on_hung(signum: int, frame: FrameType | None) -> None:
     flight = sys.modules.get("jobs.in_flight")  # never import inside a handler
     hung = None
     if flight is not None:

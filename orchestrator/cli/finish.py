@@ -1,0 +1,108 @@
+"""What a finished sweep does, whichever command saw it finish: ``run`` (here, or following
+another ``run``, or on SLURM) and ``wait``.
+
+``finish_sweep`` merges and says so in this order: the merge line (stderr), the best-config
+table when the document holds records, one line per unit that ended unfinished, how much is
+missing and the command that redoes only that, and last the report page's path when the spec
+asks for it (``report.html``), so that ``tail -1`` of standard output finds it. Its exit code
+is 1 when anything is left to redo: items without a record, or units that ended unfinished.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.cli.common import warn
+
+if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
+    from orchestrator.control.dispatch import UnitOutcome
+    from orchestrator.control.status import SweepStatus
+    from orchestrator.store.merge import MergeSummary
+    from orchestrator.store.sweepdir import SweepDir
+
+
+def merge_line(summary: MergeSummary) -> str:
+    """One line on what a merge did, naming what it set aside (the warnings name the files)."""
+    if not summary.written:
+        return (
+            f"wrote nothing: every partial with records was quarantined (see the warnings above); "
+            f"{summary.output} is unchanged"
+        )
+    text = (
+        f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
+        f"planned missing) into {summary.output}"
+    )
+    if summary.prev is not None:
+        text += f"; the document it replaced held {summary.replaced} records: kept as {summary.prev}"
+    if summary.skipped_lines:
+        text += f"; skipped {summary.skipped_lines} torn or invalid partial lines (their items are redone by resume)"
+    if summary.quarantined:
+        text += f"; quarantined {len(summary.quarantined)} partial file(s) (see the warnings above)"
+    return text
+
+
+def print_table(output: Path) -> None:
+    """The best-config table of a results document (what `tilesweep report` prints)."""
+    from orchestrator.analysis import report
+    from orchestrator.store import document as results_doc
+
+    print(report.format_table(report.best_table(results_doc.load(output))))
+
+
+def print_page(output: Path) -> None:
+    """Write the report page of ``report.html: true`` and print its path."""
+    from orchestrator.analysis.html import write_report
+
+    print(f"report page: {write_report(output)}")
+
+
+def failed_unit_lines(outcomes: list[UnitOutcome]) -> list[str]:
+    """One line per unit run here that failed, with the worker's error and its log."""
+    return [f"unit {o.unit} failed: {o.error}" + (f" (log: {o.log})" if o.log else "") for o in outcomes if not o.ok]
+
+
+def print_failed_units(outcomes: list[UnitOutcome]) -> list[str]:
+    """Warn of each unit run here that failed; return those lines."""
+    lines = failed_unit_lines(outcomes)
+    for line in lines:
+        warn(line)
+    return lines
+
+
+def unfinished_unit_lines(st: SweepStatus) -> list[str]:
+    """One line per unit that ended unfinished and that no later unit took over (status's view:
+    its state and why, how far it got, its log)."""
+    return [
+        f"unit {u.id} {u.state}"
+        + (f" ({u.detail})" if u.detail else "")
+        + f": {u.done}/{u.total} items"
+        + (f"; log: {u.log}" if u.log else "")
+        for u in st.ended_unfinished()
+    ]
+
+
+def finish_sweep(sd: SweepDir, *, overwrite: bool, html: bool, failed: list[str], redo: str) -> int:
+    """Merge a sweep whose units have all ended and report it (see the module docstring).
+    ``failed``: the lines of the units that ended unfinished; ``redo``: the command that redoes
+    only what is missing; ``html``: whether to write the report page."""
+    from orchestrator.control.sweeps import merge_sweep
+
+    summary = merge_sweep(sd, overwrite=overwrite)
+    print(merge_line(summary), file=sys.stderr)
+    if summary.records:
+        print_table(summary.output)
+    for line in failed:
+        warn(line)
+    if summary.missing or failed:
+        n = len(failed)
+        left = (
+            f"{summary.missing} items have no record"
+            if summary.missing
+            else f"{n} unit{'s' if n != 1 else ''} ended unfinished"
+        )
+        warn(f"{left}; {redo} redoes only those")
+    if summary.records and html:
+        print_page(summary.output)
+    return 1 if summary.missing or failed else 0

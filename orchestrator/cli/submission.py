@@ -1,0 +1,126 @@
+"""How a submission to SLURM is shown: the arrays sbatch accepted (``print_submission``, after
+``submit``, ``resume`` or a next round) and what ``submit --dry-run`` would submit
+(``print_dry_run``: the array layout and the sbatch scripts)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.cli.common import PROG, reuse_lines, reuse_request, warn
+
+if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
+    from orchestrator.control.arrays import SubmitOutcome
+    from orchestrator.control.submit import DryRun
+    from orchestrator.store.sweepdir import SweepDir
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{word}{'s' if n != 1 else ''}"
+
+
+def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
+    """The arrays submitted (first and last task of each; how many units a task runs), the
+    logs, the final merge job, and what could not be submitted."""
+    if out.merge_error is not None:
+        warn(
+            f"warning: the final merge job was not submitted ({out.merge_error.message}); "
+            f"`{PROG} wait {sd.root}` or `{PROG} merge {sd.root}` merges"
+        )
+    _print_arrays(sd, out)
+    if out.merge_job is not None:
+        print(_merge_job_line(sd, out.merge_job))
+    if out.submission.error is not None:
+        warn(
+            f"warning: {out.not_submitted} units were not submitted: {out.submission.error.message}; "
+            f"fix the cause, then `{PROG} resume {sd.root}`"
+        )
+
+
+def _print_arrays(sd: SweepDir, out: SubmitOutcome) -> None:
+    """Each array's first and last task, the logs, and a note on each task that leaves GPUs idle."""
+    entries = out.submission.entries
+    by_array: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        by_array.setdefault(e["array_id"], []).append(e)
+    split = f" (at most {out.per_array} tasks per array: {out.why})" if len(by_array) > 1 else ""
+    per_task = out.per_task
+    tasks_note = f", {per_task} units per task (one per GPU)" if per_task > 1 else ""
+    print(
+        f"submitted {len(entries)} {_plural(len(entries), 'unit')} as "
+        f"{len(by_array)} job {_plural(len(by_array), 'array')}{tasks_note}{split}:"
+    )
+    for array, group in by_array.items():
+        ids = list(dict.fromkeys(e["job_id"] for e in group))
+        span = f"{ids[0]} .. {ids[-1]}" if len(ids) > 1 else ids[0]
+        print(f"  {array}: {span}  ({len(ids)} {_plural(len(ids), 'task')})")
+    print(f"  logs: {sd.logs}/units/<unit>.log (`{PROG} logs {sd.root} UNIT`); per task {sd.logs}/<task>_0_log.err")
+    for e in entries:
+        if e.get("slot") == 0 and (e.get("units_in_task") or 1) < per_task:
+            warn(
+                f"note: task {e['job_id']} runs {e['units_in_task']} units on its {per_task} GPUs: "
+                f"{per_task - e['units_in_task']} idle; plan a multiple of {per_task} units (--units) to use them all"
+            )
+
+
+def _merge_job_line(sd: SweepDir, job: dict[str, Any]) -> str:
+    """What the final merge job writes, and the round it then plans and submits, if any."""
+    from orchestrator.control.rounds import pending_round
+
+    page = ""
+    if sd.spec.report.html:
+        from orchestrator.analysis.html import page_path
+
+        page = f" and {page_path(sd.output)}"
+    number = pending_round(sd)
+    then = f", then plans and submits round {number} ({sd.spec.timing.strategy})" if number is not None else ""
+    return f"final merge: job {job['job_id']} (afterany:{':'.join(job['after'])}) writes {sd.output}{page}{then}"
+
+
+def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
+    """``submit --dry-run``: the array layout (which units each task runs, on which GPU
+    slot) and the sbatch scripts, as submitit would write them; nothing submitted."""
+    from orchestrator.control.submit import dry_run
+
+    d = dry_run(
+        args.spec,
+        sweep_dir=args.sweep_dir,
+        units=args.units,
+        costs=args.costs,
+        max_array_size=args.max_array_size,
+        output=args.output,
+        reuse=reuse_request(args),
+    )
+    n_tasks = sum(len(a) for a in d.arrays)
+    print(
+        f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
+        f"{n_tasks} {_plural(n_tasks, 'task')} of up to {d.per_task} {_plural(d.per_task, 'unit')} "
+        f"(one per GPU), {len(d.arrays)} job {_plural(len(d.arrays), 'array')}"
+        + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else "")
+    )
+    for line in reuse_lines(d.reused):
+        print(line)
+    _print_layout(d, max_tasks)
+    for k, script in enumerate(d.scripts, 1):
+        print(f"--- sbatch script of array {k} (submitit writes it as {d.root}/logs/<array id>_submission.sh) ---")
+        print(script.rstrip())
+    if d.merge_script is not None:
+        print("--- sbatch script of the final merge job (afterany on the arrays' ids) ---")
+        print(d.merge_script.rstrip())
+    return 0
+
+
+def _print_layout(d: DryRun, max_tasks: int) -> None:
+    """Which units each task of each array would run, on which GPU slot, and the idle GPUs."""
+    for k, tasks in enumerate(d.arrays, 1):
+        print(f"array {k}: {len(tasks)} {_plural(len(tasks), 'task')}")
+        for t, units in enumerate(tasks[:max_tasks]):
+            print(f"  task {t}: " + ", ".join(f"{u} ({d.sizes[u]} items, GPU slot {g})" for g, u in enumerate(units)))
+        if len(tasks) > max_tasks:
+            print(f"  ... {len(tasks) - max_tasks} more tasks")
+    idle = sum(d.per_task - len(units) for tasks in d.arrays for units in tasks)
+    if idle:
+        print(
+            f"note: {idle} {_plural(idle, 'GPU')} of these tasks would sit idle; "
+            f"plan a multiple of {d.per_task} units (--units) to use them all"
+        )

@@ -1,0 +1,120 @@
+"""Handing given units to SLURM as job arrays, with the final merge job that waits on them.
+
+``submit_with_merge`` is what every submission goes through (``submit``, ``resume`` and a
+strategy's next round, ``rounds``): how many tasks an array may hold (``per_array``), the
+arrays themselves, then the merge job (``afterany`` on them) that merges on the cluster even
+when nobody waits. What that merge job does after merging (``then``: the next round of a
+strategy with rounds) is the caller's to say; ``rounds.merge_hook`` says it.
+
+Nothing here prints. A refusal of the first array is raised, a later one is returned in the
+outcome; ``UnitsRollback`` takes the units no accepted array runs out of ``units.json`` again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.control import dispatch
+from orchestrator.control.dispatch.tasks import MergeHook
+from orchestrator.control.history import read_history
+from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits
+from orchestrator.errors import DispatchError
+from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.store.sweepdir import SweepDir, atomic_write_text
+
+
+@dataclass
+class SubmitOutcome:
+    """What ``submit_with_merge`` did. ``submission.error``: a later array sbatch refused
+    (the earlier ones stand); ``merge_error``: why the final merge job was not submitted."""
+
+    requested: list[str]
+    submission: dispatch.Submission
+    per_array: int
+    why: str  # where per_array comes from
+    merge_job: dict[str, Any] | None = None
+    merge_error: DispatchError | None = None
+    per_task: int = 1  # units a task runs at once (one per GPU)
+
+    @property
+    def not_submitted(self) -> int:
+        return len(self.requested) - len(self.submission.entries)
+
+
+def per_array(settings: ExecutorSettings, override: int | None, n_units: int) -> tuple[int, str]:
+    """Tasks per array, and where that number comes from: the override, the spec's
+    ``max_array_size``, or the cluster's limits (read once). A sweep that can never fit in
+    the controller's job table is refused."""
+    limit = override or settings.max_array_size
+    if limit is not None:
+        return limit, "override" if override else "executor.max_array_size"
+    limits = cluster_limits()
+    n_tasks = -(-n_units // settings.units_per_task())
+    if limits.max_job_count is not None and n_tasks > limits.max_job_count - JOB_COUNT_MARGIN:
+        raise DispatchError(
+            f"{n_tasks} array tasks, but the cluster holds at most MaxJobCount={limits.max_job_count} jobs at once "
+            "(every array task counts); plan fewer units (--units)"
+        )
+    return limits.per_array, f"MaxArraySize={limits.max_array_size} ({limits.source})"
+
+
+class UnitsRollback:
+    """Undo ``add_units`` for the units no accepted array runs: their unit files and their
+    lines in units.json go; every other unit, and the units sbatch accepted, stay."""
+
+    def __init__(self, sd: SweepDir) -> None:
+        self.sd = sd
+        self.known = {u["id"] for u in sd.unit_index()}
+        self.history_len = len(sd.job_history())
+
+    def submitted_since(self, unit_ids: list[str]) -> set[str]:
+        """Those of ``unit_ids`` that a job recorded since this rollback was made runs."""
+        wanted = set(unit_ids)
+        return {
+            e["unit"] for e in self.sd.job_history()[self.history_len :] if "event" not in e and e.get("unit") in wanted
+        }
+
+    def undo(self, added: list[str]) -> None:
+        drop = {uid for uid in added if uid not in self.known}
+        if not drop:
+            return
+        for uid in drop:
+            with contextlib.suppress(FileNotFoundError):
+                self.sd.unit_path(uid).unlink()
+        index = [u for u in self.sd.unit_index() if u["id"] not in drop]
+        atomic_write_text(self.sd.root / "units.json", json.dumps(index) + "\n")
+
+
+def submit_with_merge(
+    sd: SweepDir,
+    unit_ids: list[str],
+    settings: ExecutorSettings,
+    *,
+    origin: str,
+    max_array_size: int | None,
+    then: MergeHook | None,
+    prior: dict[str, dict[str, Any]] | None = None,
+) -> SubmitOutcome:
+    """Submit units as job arrays, then the final merge job (``afterany`` on them) when the
+    spec asks for one; that job calls ``then`` after merging. A refusal of the first array is
+    raised (the caller undoes what it wrote); a later one is returned in the outcome, as is a
+    refused merge job."""
+    size, why = per_array(settings, max_array_size, len(unit_ids))
+    attempts = dict(read_history(sd).submissions)
+    sub = dispatch.submit_units(
+        sd, unit_ids, settings, per_array=size, origin=origin, prior_starts=prior, attempts=attempts
+    )
+    if sub.error is not None and not sub.entries:
+        raise sub.error
+    outcome = SubmitOutcome(
+        requested=list(unit_ids), submission=sub, per_array=size, why=why, per_task=settings.units_per_task()
+    )
+    if settings.merge_job and sub.entries:
+        try:
+            outcome.merge_job = dispatch.submit_merge_job(sd, settings, sub.arrays, then=then)
+        except DispatchError as exc:
+            outcome.merge_error = exc
+    return outcome

@@ -1,0 +1,149 @@
+"""What ``tilesweep status`` knows of a sweep: one ``UnitStatus`` per unit and the sweep's
+``SweepStatus`` over them (``status.sweep_status`` builds them, ``status_text`` renders them).
+
+Unit states: ``done`` (marker, or every item recorded), ``pending``, ``running``,
+``requeued`` (pending again after it ran: preempted or past its time limit), ``failed``
+(with the worker's own reason), ``cancelled``, ``timed out``. A unit whose missing items
+``tilesweep resume`` handed to new units is marked ``resumed``; it keeps the state its last
+job ended in.
+
+A halving sweep (``timing.strategy: halving``) has two rounds: each unit says which it belongs
+to, progress counts round 1's records and then round 2's (its size is known once it is planned:
+``round2.json``), and the sweep is complete only when round 2 is planned and done.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.control.scheduler import SchedulerView
+
+ACTIVE = ("pending", "running", "requeued")
+# Ended without finishing its items: what `tilesweep resume` is for.
+FAILED = ("failed", "cancelled", "timed out")
+STATE_ORDER = ("done", "running", "requeued", "pending", "failed", "timed out", "cancelled")
+
+
+@dataclass
+class UnitStatus:
+    id: str
+    total: int
+    done: int
+    complete: bool
+    state: str = "pending"  # pending | running | requeued | done | failed | cancelled | timed out
+    errors: int | None = None
+    log: str | None = None  # the unit's log (or its task's), when it exists and the unit ended unfinished
+    job_id: str | None = None  # last job: "<array>_<task>", or a plain id
+    gpu: str | None = None  # the GPU its worker runs (ran) on, as the task's CUDA_VISIBLE_DEVICES names it
+    executor: str | None = None
+    submissions: int = 0  # jobs this unit was submitted as (resubmissions keep the history)
+    detail: str | None = None  # display text only: SLURM state, pending reason, exit code
+    resumed: bool = False  # its missing items were handed to later units by `tilesweep resume`
+    stuck: bool = False  # pending for a reason that never resolves on its own (see scheduler.STUCK_REASONS)
+    retry: bool = False  # redoes error records of other units (`resume --retry-errors`): its items are counted there
+    round: int = 1  # the halving strategy's round 2 times the survivors of round 1 in full
+
+    @property
+    def submitted(self) -> bool:
+        """Whether any job was ever submitted for it (a unit never submitted is "pending"
+        too, but nothing will run it)."""
+        return self.submissions > 0
+
+
+@dataclass
+class SweepStatus:
+    sweep_dir: str
+    planned: int
+    units: list[UnitStatus] = field(default_factory=list)
+    scheduler: str | None = None  # what was asked, or why nothing was
+    merge_jobs: list[dict[str, Any]] = field(default_factory=list)
+    first_submitted: float | None = None
+    taken: float = field(default_factory=time.time)
+    view: SchedulerView | None = field(default=None, repr=False)  # the scheduler's answer used
+    gpu_hours: float | None = None  # sacct: elapsed x allocated GPUs over every run of every task
+
+    halving: bool = False  # timing.strategy: halving (two rounds)
+    round2: dict[str, Any] | None = None  # round2.json once round 2 is planned
+    round2_deferred: str | None = None  # why the merge job could not submit round 2
+
+    def done_of(self, round_: int, cap: int) -> int:
+        """Records done by the units of one round (at most ``cap``), retry units aside."""
+        return min(cap, sum(min(u.done, u.total) for u in self.units if u.round == round_ and not u.retry))
+
+    @property
+    def round2_total(self) -> int:
+        return int(self.round2.get("survivors") or 0) if self.round2 else 0
+
+    @property
+    def done(self) -> int:
+        """Records done: round 1's (every planned item), then round 2's (its survivors). A retry
+        unit's items were recorded (as errors) before it ran, so it adds none."""
+        return self.done_of(1, self.planned) + self.done_of(2, self.round2_total)
+
+    @property
+    def total(self) -> int:
+        """Records to make: the planned items, plus round 2's survivors once it is planned."""
+        return self.planned + self.round2_total
+
+    @property
+    def round2_pending(self) -> bool:
+        """A halving sweep whose round 2 is not planned yet."""
+        return self.halving and self.round2 is None
+
+    @property
+    def errors(self) -> int:
+        """Items whose newest record is an error: a retry unit's measurements supersede errors."""
+        errors = sum(u.errors or 0 for u in self.units if not u.retry)
+        return max(0, errors - sum(u.done - (u.errors or 0) for u in self.units if u.retry))
+
+    @property
+    def complete(self) -> bool:
+        return not self.round2_pending and all(u.complete or u.done >= u.total or u.resumed for u in self.units)
+
+    @property
+    def settled(self) -> bool:
+        """No unit waits or runs: every one is done or ended."""
+        return not any(u.state in ACTIVE for u in self.units)
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(u.state for u in self.units)
+        return {s: c[s] for s in STATE_ORDER if c[s]}
+
+    def unsettled(self) -> list[UnitStatus]:
+        return [u for u in self.units if u.state in ACTIVE]
+
+    def ended_unfinished(self) -> list[UnitStatus]:
+        """Units that ended without finishing and whose missing items no later unit took
+        over: what ``tilesweep resume`` would redo."""
+        return [u for u in self.units if u.state in FAILED and not u.resumed]
+
+    def eta_s(self) -> float | None:
+        """Seconds to go at the rate since the first submission (None when unknown)."""
+        if self.complete or self.settled or not self.first_submitted or not self.done:
+            return None
+        elapsed = self.taken - self.first_submitted
+        return elapsed * (self.total - self.done) / self.done if elapsed > 0 else None
+
+    def to_json(self) -> dict[str, Any]:
+        eta = self.eta_s()
+        return {
+            "sweep_dir": self.sweep_dir,
+            "planned": self.planned,
+            "done": self.done,
+            "total": self.total,
+            "errors": self.errors,
+            "complete": self.complete,
+            "settled": self.settled,
+            "states": self.counts(),
+            "strategy": "halving" if self.halving else "full",
+            "round2": self.round2,
+            "round2_deferred": self.round2_deferred,
+            "eta_s": None if eta is None else round(eta, 1),
+            "scheduler": self.scheduler,
+            "gpu_hours": self.gpu_hours,
+            "merge_jobs": self.merge_jobs,
+            "units": [dict(u.__dict__) for u in self.units],
+        }

@@ -1,0 +1,115 @@
+"""The text of ``tilesweep status``: the sweep's totals, its rounds, one line per unit, the
+final merge job, and the next step when units ended unfinished."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator import PROG
+from orchestrator.control.status_model import SweepStatus, UnitStatus
+
+
+def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
+    """The text ``tilesweep status`` shows: totals, then one line per unit (all of them on a
+    small sweep, the unfinished ones on a large one)."""
+    counts = ", ".join(f"{n} {s}" for s, n in st.counts().items())
+    lines = [
+        _head_line(st),
+        *_rounds_lines(st),
+        f"units: {len(st.units)} ({counts})" + (f"; {st.scheduler}" if st.scheduler else ""),
+    ]
+    if st.gpu_hours is not None:
+        lines.append(f"GPU-hours: {st.gpu_hours:.3f} (sacct: elapsed x allocated GPUs, every run of every task)")
+    shown = st.units if len(st.units) <= max_lines else [u for u in st.units if u.state != "done"]
+    widths = Widths(
+        job=max((len(u.job_id or "-") for u in shown), default=1),
+        gpu=max((len(u.gpu or "-") for u in shown), default=1),
+    )
+    lines += [unit_line(u, widths) for u in shown[:max_lines]]
+    hidden = len(st.units) - min(len(shown), max_lines)
+    if hidden:
+        lines.append(f"  ... {hidden} more units not shown (--json lists every unit)")
+    lines += [merge_job_line(m) for m in st.merge_jobs[-1:]]
+    if not st.complete and st.settled and st.ended_unfinished():
+        lines.append(f"to redo the missing items: {PROG} resume {st.sweep_dir}")
+    return "\n".join(lines)
+
+
+def _head_line(st: SweepStatus) -> str:
+    """Records done of all there are to make, errors, where the sweep stands, and its ETA."""
+    eta = st.eta_s()
+    state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
+    if state == "incomplete" and st.round2_pending and st.done_of(1, st.planned) >= st.planned:
+        state = "round 1 done, round 2 to plan"
+    return (
+        f"{st.sweep_dir}: {st.done}/{st.total} {'records' if st.halving else 'items'} done "
+        f"({st.errors} error records), {state}" + (f", ETA ~{format_duration(eta)}" if eta is not None else "")
+    )
+
+
+@dataclass(frozen=True)
+class Widths:
+    """Column widths shared by the unit lines of one status text."""
+
+    job: int
+    gpu: int
+
+
+def unit_line(u: UnitStatus, widths: Widths) -> str:
+    """One unit: id, state (resumed, its round after the first), records, errors, job, GPU,
+    then why it is in that state and its log."""
+    state = u.state + (" (resumed)" if u.resumed else "") + (f" (round {u.round})" if u.round != 1 else "")
+    text = (
+        f"  {u.id}  {state:<20} {u.done:>6}/{u.total:<6} errors {u.errors or 0:<4} "
+        f"job {u.job_id or '-':<{widths.job}} gpu {u.gpu or '-':<{widths.gpu}}"
+    )
+    if u.detail:
+        text += f"  {u.detail}"
+    if u.log:
+        text += f"  log: {u.log}"
+    return text.rstrip()
+
+
+def merge_job_line(m: dict[str, Any]) -> str:
+    """The final merge job: its state (and pending reason), its log once it ended other than
+    completed, or why the merge it ran was refused."""
+    if m.get("error"):
+        return f"final merge: job {m['job_id']} failed: {m['error']}"
+    return (
+        f"final merge: job {m['job_id']} {(m['state'] or 'not in squeue/sacct').lower()}"
+        + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
+        + (f"  log: {m['log']}" if m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else "")
+    )
+
+
+def _rounds_lines(st: SweepStatus) -> list[str]:
+    """What a halving sweep's rounds have done, and who plans round 2 while it is not planned."""
+    if not st.halving:
+        return []
+    one = f"round 1 (screening): {st.done_of(1, st.planned)}/{st.planned} items"
+    if st.round2 is not None:
+        r2 = st.round2
+        return [
+            f"{one}; round 2 (full timing of the survivors): {st.done_of(2, st.round2_total)}/{st.round2_total} "
+            f"({r2.get('survivors')} of {r2.get('screened')} screened configs survived)"
+        ]
+    if st.round2_deferred:
+        return [
+            f"{one}; round 2 not planned: the merge job could not submit it ({st.round2_deferred}); "
+            f"`{PROG} wait {st.sweep_dir}` or `{PROG} resume {st.sweep_dir}` does"
+        ]
+    return [
+        f"{one}; round 2 (full timing of the survivors) is planned once round 1 is complete "
+        f"(by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`)"
+    ]
+
+
+def format_duration(seconds: float) -> str:
+    """12s, 3m05s, 2h07m: short enough for a progress line."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

@@ -1,0 +1,89 @@
+"""What a finished sweep prints and exits with (``cli.finish.finish_sweep``), whichever command
+saw it finish: a ``run`` that followed another one ends as a ``run`` here does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli.finish import finish_sweep
+from orchestrator.control import dispatch
+from orchestrator.control.sweeps import prepare_sweep
+from orchestrator.store.leases import run_lease
+from tests.conftest import REPO, SAMPLE, run_cli
+
+
+def _replay_spec(tmp_path: Path, *, html: bool) -> Path:
+    """bf16 d64 s2048, fwd and fwd_bwd (104 items) in 3 units, replayed from the excerpt."""
+    config = json.loads(SAMPLE.read_text())["config"]
+    data = {
+        **config,
+        "dtypes": ["bfloat16"],
+        "head_dims": [64],
+        "seq_lens": [2048],
+        "sharding": {"units": 3},
+        "output": str(tmp_path / "results.json"),
+        "kernel": {"impl": "replay"},
+        "replay": {"source": str(SAMPLE)},
+        "executor": {"kind": "debug"},
+        "report": {"html": html},
+    }
+    path = tmp_path / "finish.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_run_that_follows_another_ends_as_a_run_here_does(tmp_path: Path) -> None:
+    """The follower names what is missing and the command that redoes it, exits 1, and writes
+    the page the spec file asks for (its report.html is not part of the sweep's fingerprint)."""
+    sweep = tmp_path / "sweep"
+    sd, unit_ids, _ = prepare_sweep(str(_replay_spec(tmp_path, html=False)), str(sweep), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids[:1], kind="debug"))
+    done = sd.unit_index()[0]["n_items"]
+    spec = _replay_spec(tmp_path, html=True)
+    args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep)]
+    with run_lease(sd.root):  # another `run` holds the sweep
+        follower = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert follower.stderr is not None
+        seen: list[str] = []
+        while "following its progress" not in (line := follower.stderr.readline()):
+            assert line, "".join(seen)  # the follower ended before it said it follows
+            seen.append(line)
+    out, err = follower.communicate(timeout=600)  # the other run has ended: the follower finishes
+    redo = f"`tilesweep run {spec} --sweep-dir {sweep}` redoes only those"
+    assert follower.returncode == 1, err
+    assert f"tilesweep: {sd.planned - done} items have no record; {redo}" in err.splitlines()
+    assert "speedup" in out and out.splitlines()[-1] == f"report page: {tmp_path / 'results.html'}"
+    # the command it names redoes only what is missing, and ends the same way with nothing left
+    rerun = run_cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert rerun.returncode == 0, rerun.stderr
+    assert "have no record" not in rerun.stderr and f"{done} already recorded" in rerun.stderr
+    assert rerun.stdout.splitlines()[-1] == f"report page: {tmp_path / 'results.html'}"
+
+
+def test_finish_shows_no_table_without_records_and_exits_1_while_units_are_unfinished(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sd, unit_ids, _ = prepare_sweep(str(_replay_spec(tmp_path, html=True)), str(tmp_path / "sweep"), None, None)
+    failed = ["unit u1 failed: boom"]
+    assert finish_sweep(sd, overwrite=False, html=True, failed=failed, redo="`again`") == 1
+    out, err = capsys.readouterr()
+    assert out == ""  # nothing recorded: no table, no page
+    assert err.splitlines()[1:] == [
+        "tilesweep: unit u1 failed: boom",
+        f"tilesweep: {sd.planned} items have no record; `again` redoes only those",
+    ]
+    assert err.startswith(f"merged 0 records (0 errors, {sd.planned} of {sd.planned} planned missing)")
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    # every item recorded, but a unit ended unfinished (a later round's, say): still 1, and said
+    assert finish_sweep(sd, overwrite=False, html=True, failed=failed, redo="`again`") == 1
+    out, err = capsys.readouterr()
+    assert "tilesweep: 1 unit ended unfinished; `again` redoes only those" in err.splitlines()
+    assert "speedup" in out and out.splitlines()[-1] == f"report page: {tmp_path / 'results.html'}"
+    assert finish_sweep(sd, overwrite=False, html=False, failed=[], redo="`again`") == 0
+    out, err = capsys.readouterr()
+    assert "redoes" not in err and "report page" not in out and "speedup" in out
