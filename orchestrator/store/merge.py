@@ -34,17 +34,28 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from orchestrator.errors import ResultsError
 from orchestrator.store.append import append_into, load_target
 from orchestrator.store.carried import read_summary
+from orchestrator.store.lines import DeviceBlock, document_device
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.newest import pick_newest
 from orchestrator.store.partials import log_skipped
+from orchestrator.store.provenance import (
+    DocumentHead,
+    GpuHours,
+    ReusedBlock,
+    RoundsBlock,
+    TilesweepBlock,
+    attempt_entry,
+    measurement,
+    tilesweep_block,
+)
 from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
@@ -53,11 +64,10 @@ from orchestrator.store.target import Target, inspect, keep, refuse_foreign, sta
 
 log = logging.getLogger(__name__)
 
-DEVICE_KEYS = ("jax", "backend", "devices", "python", "device_kind")
 _PLACEHOLDER = "\x00tilesweep-results\x00"
 _CHUNK = 4096
 
-__all__ = ["MergeSummary", "check_target", "merge", "lock_path_for", "write_document", "DEVICE_KEYS"]
+__all__ = ["MergeSummary", "check_target", "merge", "lock_path_for", "write_document"]
 
 
 @dataclass
@@ -117,75 +127,54 @@ def collect(sd: SweepDir, *, use_cache: bool = True) -> tuple[list[Segment], lis
 
 
 def _tilesweep_block(
-    sd: SweepDir, segs: list[Segment], env: dict[str, Any] | None, extra: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    sd: SweepDir, segs: list[Segment], env: dict[str, Any] | None, extra: Mapping[str, Any] | None = None
+) -> TilesweepBlock:
     """The document's ``tilesweep`` key: provenance, and how the records were measured."""
-    spec = sd.spec
-    attempts = {
-        s.unit: [
-            {
-                "attempt": h.get("attempt"),
-                "host": h.get("host"),
-                "pid": h.get("pid"),
-                "slurm_job_id": h.get("slurm_job_id"),
-                "gpu": h.get("gpu"),
-                "started": h.get("started"),
-            }
-            for h in s.headers
-        ]
-        for s in segs
-        if s.headers
-    }
-    block = {
-        "sweep_dir": str(sd.root),
-        "fingerprint": spec.fingerprint(),
-        "env": env,
-        "merged": now_iso(),
-        "planned": sd.planned,
-        "spec": spec.model_dump(mode="json"),
-        "attempts": attempts,
-        **(extra or {}),
-        "measurement": _measurement(sd, segs),
-    }
     reused = read_summary(sd)
-    if reused is not None:  # what planning carried from earlier documents instead of measuring
-        block["reused"] = {
-            "unit": reused.get("unit"),
-            "records": reused.get("reused"),
-            "from": {s["path"]: s["reused"] for s in reused.get("sources", []) if s.get("reused")},
-        }
     round2 = read_round2(sd)
-    if round2 is not None:
-        block["rounds"] = {k: round2.get(k) for k in ("screened", "survivors", "units", "planned")}
-    return block
+    return tilesweep_block(
+        sweep_dir=str(sd.root),
+        spec=sd.spec,
+        env=env,
+        merged=now_iso(),
+        planned=sd.planned,
+        attempts={s.unit: [attempt_entry(h) for h in s.headers] for s in segs if s.headers},
+        gpu_hours=cast(GpuHours, extra or {}),  # the caller's block keys: control.sweeps.accounting
+        measured=measurement(sd.spec, [h for s in segs for h in s.headers]),
+        reused=None if reused is None else _reused(reused),
+        rounds=None if round2 is None else _rounds(round2),
+    )
 
 
-def _measurement(sd: SweepDir, segs: list[Segment]) -> dict[str, Any]:
-    """How the merged records were measured, from the attempts' headers: the strategy, every
-    timer used, whether samples started with a flushed L2 cache (true, false, or "mixed"), and
-    whether the clock was real or virtual (a replay)."""
-    spec = sd.spec
-    seen = [h["measure"] for s in segs for h in s.headers if isinstance(h.get("measure"), dict)]
-    flushes = sorted({bool(m.get("flush_l2")) for m in seen})
+def _reused(summary: Mapping[str, Any]) -> ReusedBlock:
+    """What planning carried from earlier documents instead of measuring (``reuse.json``)."""
     return {
-        "impl": spec.kernel.impl,
-        "strategy": spec.timing.strategy,
-        "timers": sorted({str(m.get("timer")) for m in seen}),
-        "flush_l2": flushes[0] if len(flushes) == 1 else ("mixed" if flushes else None),
-        "clock": sorted({str(m.get("clock")) for m in seen}),
+        "unit": summary.get("unit"),
+        "records": summary.get("reused"),
+        "from": {s["path"]: s["reused"] for s in summary.get("sources", []) if s.get("reused")},
     }
 
 
-def _device(segs: list[Segment]) -> dict[str, Any]:
+def _rounds(round2: Mapping[str, Any]) -> RoundsBlock:
+    """What planning round 2 decided (``round2.json``)."""
+    return {
+        "screened": round2.get("screened"),
+        "survivors": round2.get("survivors"),
+        "units": round2.get("units"),
+        "planned": round2.get("planned"),
+    }
+
+
+def _device(segs: list[Segment]) -> DeviceBlock:
     """The device block of the first worker header; a reuse unit's header (``store.reuse``)
     only where no worker has run yet (it names the device kind alone)."""
     headers = [h for s in segs for h in s.headers if isinstance(h.get("device"), dict)]
     for h in sorted(headers, key=lambda h: "reuse" in h):
-        return {k: h["device"].get(k) for k in DEVICE_KEYS}
+        return document_device(h["device"])
     return {}
 
 
-def write_document(path: Path, head: dict[str, Any], records: Iterable[str]) -> None:
+def write_document(path: Path, head: Mapping[str, object], records: Iterable[str]) -> None:
     """Stream ``head`` with ``records`` (record texts) as its ``results`` into ``path``,
     atomically; the bytes equal ``json.dumps({... "results": [...] ...}, indent=1)``."""
     text = json.dumps({**head, "results": _PLACEHOLDER}, indent=1)
@@ -220,7 +209,7 @@ def merge(
     *,
     output: Path | None = None,
     use_cache: bool = True,
-    extra: dict[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> MergeSummary:
     """Merge the sweep's partials into its output document (atomically, under a lock); ``extra``: more
@@ -238,17 +227,17 @@ def merge(
         segs, moved, env = collect(sd, use_cache=use_cache)
         planned = sd.planned
         slots = pick_newest(segs, planned)
-        head = {
+        head: DocumentHead = {
             "device": _device(segs),
             "config": spec.reference_config(),
             "tilesweep": _tilesweep_block(sd, segs, env, extra),
         }
         summary = MergeSummary(
             out,
-            0,
-            planned,
-            planned - slots.found,
-            0,
+            records=0,
+            planned=planned,
+            missing=planned - slots.found,
+            errors=0,
             superseded=slots.superseded,
             skipped_lines=sum(len(s.skipped) for s in segs),
             quarantined=moved,
@@ -290,7 +279,7 @@ def check_target(sd: SweepDir, output: Path | None = None) -> None:
 def _replace(
     sd: SweepDir,
     out: Path,
-    head: dict[str, Any],
+    head: Mapping[str, object],
     records: Iterable[str],
     summary: MergeSummary,
     target: Target | None = None,
@@ -315,6 +304,6 @@ def _replace(
     write_stamp(sd, out, summary.records)
 
 
-def _ordered(head: dict[str, Any]) -> dict[str, Any]:
+def _ordered(head: DocumentHead) -> dict[str, object]:
     """Top-level keys in reference order, tilesweep's own last."""
     return {"device": head["device"], "config": head["config"], "results": None, "tilesweep": head["tilesweep"]}

@@ -40,6 +40,7 @@ from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import head_getter, key_getter, key_head
 from orchestrator.store.document import ResultsDoc, paused_gc, scan
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
+from orchestrator.store.provenance import TilesweepBlock, attempts_of, blocks, own_block
 
 log = logging.getLogger(__name__)
 
@@ -132,24 +133,17 @@ def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = 
 def document_env(doc: ResultsDoc) -> dict[str, Any] | None:
     """The environment a document's own sweep measured in (its tilesweep block's ``env``, else
     its device block); None for a document that names none."""
-    ts = doc.extra.get("tilesweep")
-    if isinstance(ts, dict) and isinstance(ts.get("env"), dict):
-        return env_fingerprint(ts["env"])
+    own = own_block(doc.extra.get("tilesweep"))
+    env = own.get("env") if own is not None else None
+    if isinstance(env, dict):
+        return env_fingerprint(env)
     return env_fingerprint(doc.device) if doc.device.get("device_kind") else None
 
 
-def _blocks(doc: ResultsDoc) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+def _blocks(doc: ResultsDoc) -> tuple[dict[str, TilesweepBlock], TilesweepBlock | None]:
     """Unit -> the tilesweep block that measured it, and the document's own block."""
-    ts = doc.extra.get("tilesweep")
-    if not isinstance(ts, dict):
-        return {}, None
-    units: dict[str, dict[str, Any]] = {}
-    earlier = ts.get("earlier")
-    for block in [*(e for e in (earlier if isinstance(earlier, list) else []) if isinstance(e, dict)), ts]:
-        attempts = block.get("attempts")
-        for unit in attempts if isinstance(attempts, dict) else ():
-            units[unit] = block
-    return units, ts
+    every = blocks(doc.extra.get("tilesweep"))
+    return {unit: block for block in every for unit in attempts_of(block)}, (every[-1] if every else None)
 
 
 # ---------------------------------------------------------------------------- choosing
@@ -196,12 +190,13 @@ def _candidates(batch: list[dict[str, Any]], heads: set[tuple[Any, ...]], head: 
 
 
 def _judge_block(
-    block: dict[str, Any] | None, doc_env: dict[str, Any] | None, want: _Want, screened: bool, count: SourceCount
+    block: TilesweepBlock | None, doc_env: dict[str, Any] | None, want: _Want, screened: bool, count: SourceCount
 ) -> str | None:
     """Which counter a record measured by ``block`` falls in, or None when it is compatible."""
     if block is None:
         return "unknown"
-    env = env_fingerprint(block["env"]) if isinstance(block.get("env"), dict) else doc_env or {}
+    block_env = block.get("env")
+    env = env_fingerprint(block_env) if isinstance(block_env, dict) else doc_env or {}
     spec = block.get("spec")
     dumped: dict[str, Any] = spec if isinstance(spec, dict) else {}
     if not want.mix_devices and _other_device(env.get("device_kind"), want):

@@ -35,6 +35,7 @@ from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store.document import load
 from orchestrator.store.partials import UnitItems
+from orchestrator.store.provenance import attempts_of, blocks
 from orchestrator.store.segments import CACHE_DIR
 from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso, temp_path
 
@@ -99,15 +100,13 @@ def planned_ids(sd: SweepDir) -> set[str]:
     return ids
 
 
-def _owners(block: Any) -> dict[Any, str]:
-    """unit -> which sweep measured it, from a document's tilesweep block and its earlier ones."""
-    if not isinstance(block, dict):
-        return {}
-    owners: dict[Any, str] = {}
-    for b in [*(e for e in block.get("earlier") or [] if isinstance(e, dict)), block]:
+def _owners(tilesweep: object) -> dict[object, str]:
+    """unit -> which sweep measured it, from a document's tilesweep blocks (keyed as records'
+    ``unit`` values are looked up, whatever their type)."""
+    owners: dict[object, str] = {}
+    for b in blocks(tilesweep):
         who = f"of sweep {b.get('sweep_dir')} (spec fingerprint {b.get('fingerprint')})"
-        attempts = b.get("attempts")
-        for unit in attempts if isinstance(attempts, dict) else ():
+        for unit in attempts_of(b):
             owners[unit] = who
     return owners
 
