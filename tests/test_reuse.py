@@ -79,7 +79,9 @@ def test_an_extended_grid_compiles_only_its_new_config(tmp_path: Path, first_doc
     assert again.found.reused == 3 and again.units == []
 
 
-def test_other_timing_or_another_device_reuses_nothing(tmp_path: Path, first_doc: Path, caplog) -> None:
+def test_other_timing_or_another_device_reuses_nothing(
+    tmp_path: Path, first_doc: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     slower = plan_against(
         tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "target_ms": 2}}, ReuseRequest([str(first_doc)])
     )
@@ -181,7 +183,9 @@ def test_errors_are_measured_again_unless_asked_and_remeasure_overrides(tmp_path
     assert everything.found.costs is not None and len(everything.found.costs) == 2  # costs for free all the same
 
 
-def test_damaged_records_are_measured_with_a_warning_naming_the_file(tmp_path: Path, first_doc: Path, caplog) -> None:
+def test_damaged_records_are_measured_with_a_warning_naming_the_file(
+    tmp_path: Path, first_doc: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     doc = json.loads(first_doc.read_text())
     next(rec for rec in doc["results"] if rec["config"] == "forced")["median_ms"] = "fast"
     damaged = write(tmp_path, "damaged.json", doc)
@@ -256,7 +260,7 @@ def test_halving_reuses_full_records_as_done_and_screens_as_screens(tmp_path: Pa
     assert len(doc["results"]) == 1 + 3 * 3 * 3 * 2 and doc["tilesweep"]["reused"]["records"] == 1 + len(before)
 
 
-def test_a_document_scanned_in_batches_is_the_document_loaded(tmp_path: Path, monkeypatch) -> None:
+def test_a_document_scanned_in_batches_is_the_document_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reuse reads documents with ``document.scan``: records in batches of text (so a million
     records are never alive at once), the same records ``load`` gives, in any layout."""
     from orchestrator.errors import ResultsError
