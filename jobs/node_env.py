@@ -50,7 +50,8 @@ def check_backend(
 def slurm_task() -> str | None:
     """The SLURM task this worker runs in, as users see it: ``55_3`` for task 3 of array 55
     (SLURM_JOB_ID alone is the task's raw id, which no user command shows), else the job id."""
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
     if array and task:
         return f"{array}_{task}"
     return os.environ.get("SLURM_JOB_ID")

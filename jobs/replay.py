@@ -1,8 +1,9 @@
 """Replay (``kernel.impl: replay``): measure nothing, answer from a results document.
 
-Kernel Tuner's simulation mode is the model. For each item the worker looks up the record of
-the same config in ``replay.source`` (``orchestrator.store.replaysource``) and writes the
-record the real worker would have written, with samples drawn from that record's measured
+Kernel Tuner's simulation mode is the model. The worker's measurer for it (``ReplayMeasurer``,
+behind the one protocol of ``jobs.measurer``) looks up, for each item, the record of the same
+config in ``replay.source`` (``orchestrator.store.replaysource``) and writes the record the
+compile-and-time measurer would have written, with samples drawn from that record's measured
 spread instead of timed. Everything around it is real: the plan, the units, the executor (local
 or SLURM), the partials, the merge, the report. So full-size sweeps, and strategies such as
 successive halving, can be run on a CPU in seconds, and their outcome compared.
@@ -156,7 +157,8 @@ class ReplayMeasurer:
         return self._method
 
     def run(self, attempt: Attempt, runnable: Sequence[WorkItem]) -> bool:
-        spec, counts = self._spec, attempt.counts
+        spec = self._spec
+        counts = attempt.counts
         real = spec.replay is not None and spec.replay.pace == "real"
         for n, it in enumerate(runnable, 1):
             if attempt.should_stop():

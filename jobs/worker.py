@@ -44,13 +44,14 @@ from orchestrator.errors import TilesweepError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store.files import now_iso
 from orchestrator.store.leases import unit_lease
 from orchestrator.store.lines import PartialHeader, PartialWriter, header_line, partial_header
 from orchestrator.store.markers import UnitSummary, worker_summary, write_marker
 from orchestrator.store.partials import PartialContent, check_headers, read_partial
 from orchestrator.store.quarantine import quarantine
 from orchestrator.store.round2 import unit_round
-from orchestrator.store.sweepdir import SweepDir, now_iso
+from orchestrator.store.sweepdir import SweepDir
 
 from . import in_flight, measure
 from .attempt import Attempt

@@ -214,7 +214,8 @@ def trial_writer(root: Path, rng: random.Random, how: str | None = None) -> dict
         big = 7 if kind == "mid-line" else rng.choice([0, 0, 25])
         proc = spawn_writer(sd, unit, big_every=big, seed=rng.randrange(1 << 30))
         merger = spawn(["-m", "orchestrator", "merge", str(sd.root)]) if rng.random() < 0.5 else None
-        path, n_items = sd.partial_path(unit), len(sd.unit_items(unit))
+        path = sd.partial_path(unit)
+        n_items = len(sd.unit_items(unit))
         if kind == "mid-line":
             wait_for(proc, path, _mid_line)
         elif kind == "after-last":

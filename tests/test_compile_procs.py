@@ -25,6 +25,7 @@ from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.planning import WorkItem
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import item_id
+from orchestrator.store.lines import abandon_line, encode_line
 from orchestrator.store.merge import merge
 from orchestrator.store.partials import read_partial
 from orchestrator.store.sweepdir import SweepDir
@@ -133,7 +134,8 @@ def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompil
     """``tilesweep run`` (local executor) in processes mode, one compile process SIGKILLed
     mid-unit: the unit completes, only the config in flight in it was compiled again, and the
     records are those of threads apart from timings."""
-    spec, sweep = _write(tmp_path, "procs", "processes"), tmp_path / "sweep"
+    spec = _write(tmp_path, "procs", "processes")
+    sweep = tmp_path / "sweep"
     run = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep)],
         cwd=REPO,
@@ -158,9 +160,7 @@ def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompil
     # stopped right after the restart, the death still counts once against it, nothing else
     cut = objs[: max(k for k, o in enumerate(objs) if o.get("start") == victim) + 1]
     (tmp_path / "cut.jsonl").write_text(
-        "".join(json.dumps(o) + "\n" for o in cut)
-        + json.dumps({"abandon": victim, "attempt": cut[-1]["attempt"]})
-        + "\n"
+        "".join(json.dumps(o) + "\n" for o in cut) + encode_line(abandon_line(victim, cut[-1]["attempt"])) + "\n"
     )
     stopped = read_partial(tmp_path / "cut.jsonl")
     assert (stopped.starts[victim], stopped.deaths[victim], sum(stopped.deaths.values())) == (2, 1, 1)
@@ -237,7 +237,8 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc: Path
 
     def compiling(entry: dict) -> tuple[int, list[int]] | None:
         """(worker pid, its compile processes) once a compile process was handed a config."""
-        log, partial = Path(entry["log"]), sweep / "partials" / f"{entry['unit']}.jsonl"  # the unit's worker log
+        log = Path(entry["log"])  # the unit's worker log
+        partial = sweep / "partials" / f"{entry['unit']}.jsonl"
         if not (log.exists() and "compiles item" in log.read_text() and partial.exists()):
             return None
         pid = next(o["header"]["pid"] for o in lines(partial) if "header" in o)
@@ -266,7 +267,8 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc: Path
 def test_the_device_timer_is_the_default_only_on_a_gpu_with_compile_processes() -> None:
     procs = SweepSpec(**{**SPEC, "compile": {"mode": "processes"}})
     assert procs.timer_on("gpu") == "device"
-    assert {procs.timer_on("cpu"), SweepSpec(**SPEC).timer_on("gpu")} == {"wall"}  # as before processes existed
+    # the wall clock wherever compile processes do not run beside the timing on a GPU
+    assert {procs.timer_on("cpu"), SweepSpec(**SPEC).timer_on("gpu")} == {"wall"}
     named = SweepSpec(**{**SPEC, "compile": {"mode": "processes"}, "timing": {"timer": "wall"}})
     assert named.timer_on("gpu") == "wall"
 

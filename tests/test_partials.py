@@ -214,7 +214,8 @@ def test_resume_and_merge_agree_on_what_a_damaged_partial_records(tmp_path: Path
     from orchestrator.store.segments import segment
 
     sd, units = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
-    unit, path = units[0], sd.partial_path(units[0].id)
+    unit = units[0]
+    path = sd.partial_path(unit.id)
     lines = path.read_text().splitlines()
     other = next(ln for ln in sd.partial_path(units[1].id).read_text().splitlines() if '"record"' in ln)
     text, verdict, lost = _damage(case, lines, other)

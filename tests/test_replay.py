@@ -141,7 +141,8 @@ def test_replay_at_the_real_pace_waits_out_each_records_seconds(tmp_path: Path) 
     for rec in source["results"]:
         rec.update(compile_s=0.2, median_ms=2.0, q1_ms=1.9, q3_ms=2.1)
     (tmp_path / "source.json").write_text(json.dumps(source))
-    docs, markers = {}, {}
+    docs = {}
+    markers = {}
     for pace in ("instant", "real"):
         data = {
             **grid,

@@ -1,4 +1,4 @@
-"""Reuse (issue 15): what an earlier results document holds is carried into a sweep, not
+"""Reuse: what an earlier results document holds is carried into a sweep, not
 measured again, only where it was measured the same way on the same device; what cannot be
 reused is said, once, with counts.
 
@@ -141,7 +141,7 @@ def test_carried_records_are_this_sweeps_to_overwrite_and_prev(tmp_path: Path, f
     assert r.returncode == 0 and not (tmp_path / "other.json.prev").exists(), r.stderr
 
 
-# Record fields of a problem variant or another kernel (issue 11's optional identity fields), and
+# Record fields of a problem variant or another kernel (the optional identity fields), and
 # the spec fields that plan exactly those records.
 VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "causal": ({"causal": True}, {"causal": [True]}),

@@ -21,10 +21,11 @@ from typing import Any
 
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.spec.model import canonical_hash
+from orchestrator.store.files import atomic_open, atomic_write_json, now_iso, read_json
 from orchestrator.store.lines import encode_line, header_line, partial_header, record_line
 from orchestrator.store.markers import reuse_summary, write_marker
 from orchestrator.store.reuse import Found
-from orchestrator.store.sweepdir import SweepDir, atomic_open, atomic_write_json, now_iso, read_json
+from orchestrator.store.sweepdir import SweepDir
 
 REUSE_FILE = "reuse.json"
 ORIGIN = "reuse"

@@ -17,7 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict, cast
 
-from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
+from orchestrator.store.files import atomic_write_json, now_iso
+from orchestrator.store.sweepdir import SweepDir
 
 
 class PartialBlock(TypedDict):

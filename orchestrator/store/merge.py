@@ -42,6 +42,7 @@ from typing import IO, Any, cast
 from orchestrator.errors import ResultsError
 from orchestrator.store.append import append_into, load_target
 from orchestrator.store.carried import read_summary
+from orchestrator.store.files import atomic_open, now_iso, remove_dead_temps
 from orchestrator.store.lines import DeviceBlock, document_device
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.newest import pick_newest
@@ -59,7 +60,7 @@ from orchestrator.store.provenance import (
 from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
-from orchestrator.store.sweepdir import SweepDir, atomic_open, now_iso, remove_dead_temps
+from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.target import Target, inspect, keep, refuse_foreign, stash, write_stamp
 
 log = logging.getLogger(__name__)
@@ -255,12 +256,14 @@ def merge(
             head, texts, kept, kept_errors = append_into(
                 existing, head, slots, mix_devices=spec.merge.mix_devices, path=out
             )
-            summary.records, summary.kept_from_existing = len(texts), kept
+            summary.records = len(texts)
+            summary.kept_from_existing = kept
             summary.errors = sum(slots.err) + kept_errors
             _replace(sd, out, _ordered(head), texts, summary)
         else:
             summary.replaced = target.records if target is not None else 0
-            summary.records, summary.errors = slots.found, sum(slots.err)
+            summary.records = slots.found
+            summary.errors = sum(slots.err)
             _replace(sd, out, _ordered(head), slots, summary, target)
     log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
     return summary

@@ -80,7 +80,8 @@ def is_torn_fragment(raw: bytes) -> bool:
 
 def iter_lines(data: bytes, lineno: int = 1) -> Iterator[tuple[int, int, bytes, bool]]:
     """(line number, end offset, bytes, terminated) for each line of ``data``."""
-    pos, n = 0, len(data)
+    pos = 0
+    n = len(data)
     while pos < n:
         nl = data.find(b"\n", pos)
         if nl < 0:
@@ -144,7 +145,8 @@ class UnitItems:
     def of_partial(cls, path: Path) -> UnitItems | None:
         """The items of the unit whose partial ``path`` is, where it lies in a sweep directory
         (``SWEEP/partials/<unit>.jsonl`` next to ``SWEEP/units/``); None elsewhere."""
-        sd, unit = SweepDir(path.parent.parent), path.name.removesuffix(".jsonl")
+        sd = SweepDir(path.parent.parent)
+        unit = path.name.removesuffix(".jsonl")
         if sd.partial_path(unit) != path or not sd.unit_path(unit).parent.is_dir():
             return None
         return cls(sd.root, unit)

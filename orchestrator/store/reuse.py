@@ -242,7 +242,8 @@ def _matches(src: Source, want: _Want) -> Iterator[tuple[dict[str, Any], WorkIte
     how = (int(config.get("repeats") or 5), int(timing.get("warmup", 1)))
     priced = want.priced
     items = want.items
-    head, heads = head_getter(), want.heads
+    head = head_getter()
+    heads = want.heads
     for batch in src.batches:  # every record has the identity fields (``document.scan`` checks)
         for rec in _candidates(batch, heads, head):
             try:
@@ -264,7 +265,8 @@ def _scan(src: Source, count: SourceCount, want: _Want, chosen: dict[int, tuple[
     (read for this scan alone), stripped of its place in the source and given its provenance."""
     units, own = _blocks(src.doc)
     doc_env = document_env(src.doc) or {}
-    doc_kind, my_kind = doc_env.get("device_kind"), want.env.get("device_kind")
+    doc_kind = doc_env.get("device_kind")
+    my_kind = want.env.get("device_kind")
     verdicts: dict[tuple[int, bool], str | None] = {}
     for rec, it in _matches(src, want):
         if not want.reuse:
@@ -281,7 +283,8 @@ def _scan(src: Source, count: SourceCount, want: _Want, chosen: dict[int, tuple[
         )
         kind = rec.get("device", doc_kind)
         if why is None and kind != doc_kind and not want.mix_devices and _other_device(kind, want):
-            why, count.device_kind = "other_device", kind  # carried into a document of mixed devices
+            why = "other_device"  # carried into a document of mixed devices
+            count.device_kind = kind
         if why is None and "error" in rec and not want.errors:
             why = "errors_left"
         if why is None:

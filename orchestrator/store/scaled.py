@@ -79,7 +79,8 @@ def _scaled(item: WorkItem, problem: _Problem, template: dict[str, Any], batch: 
 
 def scaled_document(spec: SweepSpec, measured: ResultsDoc) -> dict[str, Any]:
     """A results document (``{device, config, results}``) with one record per item of ``spec``."""
-    batch, heads = int(measured.config.get("batch", spec.batch)), int(measured.config.get("heads", spec.heads))
+    batch = int(measured.config.get("batch", spec.batch))
+    heads = int(measured.config.get("heads", spec.heads))
     templates = _templates(measured.results)
     limit = spec.smem_limit_bytes
     results = []

@@ -31,6 +31,7 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
+from orchestrator.store.files import atomic_open
 from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import (
     FOREIGN,
@@ -47,7 +48,6 @@ from orchestrator.store.partials import (
     read_header,
 )
 from orchestrator.store.partials import check_headers as partial_headers_problem
-from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +106,13 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
     as for ``read_partial``); returns (bytes, lines) consumed through the last newline. The
     unterminated tail, if any, is parsed too (it may be a finished line whose newline is not
     written yet) only when ``tail_ok``. Stops at the first line that makes the file foreign."""
-    consumed, lines = 0, 0
-    unit, seen = seg.unit, bool(seg.headers)
+    consumed = lines = 0
+    unit = seg.unit
+    seen = bool(seg.headers)
     for lineno, end, raw, terminated in iter_lines(data, first_line):
         if terminated:
-            consumed, lines = end, lineno - first_line + 1
+            consumed = end
+            lines = lineno - first_line + 1
         elif not tail_ok:
             break
         kind, reason, iid, attempt, rec = classify(raw, terminated, seen, items)
@@ -262,8 +264,11 @@ def segment(sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True) 
         f.seek(start)
         data = f.read()
         after = os.fstat(f.fileno())  # mtime of what was read at the latest: a later append is seen as growth
-    seg.path, seg.cached = path, False
-    seg.ino, seg.size, seg.mtime_ns = st.st_ino, start + len(data), after.st_mtime_ns
+    seg.path = path
+    seg.cached = False
+    seg.ino = st.st_ino
+    seg.size = start + len(data)
+    seg.mtime_ns = after.st_mtime_ns
     items = UnitItems(sweep_root, unit)
     consumed, lines = _consume(seg, data, seg.lines + 1, items, tail_ok=False)
     seg.parsed = start + consumed

@@ -31,6 +31,7 @@ from typing import Any
 from orchestrator.planning import RUN, Unit, WorkItem, expand
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store.files import now_iso
 from orchestrator.store.lines import (
     DeviceBlock,
     HeaderLine,
@@ -42,7 +43,7 @@ from orchestrator.store.lines import (
     start_line,
 )
 from orchestrator.store.provenance import AttemptEntry, MergedDocument, tilesweep_block
-from orchestrator.store.sweepdir import SweepDir, now_iso
+from orchestrator.store.sweepdir import SweepDir
 
 DEVICE: DeviceBlock = {
     "jax": "0.11.2",

@@ -29,15 +29,16 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store.document import load
+from orchestrator.store.files import atomic_write_json, now_iso, temp_path
 from orchestrator.store.partials import UnitItems
 from orchestrator.store.provenance import attempts_of, blocks
 from orchestrator.store.segments import CACHE_DIR
-from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso, temp_path
+from orchestrator.store.sweepdir import SweepDir
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,15 @@ def _stat_key(path: Path) -> list[int] | None:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def _stamps(sd: SweepDir) -> dict[str, Any]:
+class OutputStamp(TypedDict):
+    """What a merge wrote to an output (``SWEEP/merge-cache/output-stamps.json``, by path)."""
+
+    stat: list[int] | None  # inode, size and mtime (ns) of the document written
+    records: int
+
+
+def _stamps(sd: SweepDir) -> dict[str, OutputStamp]:
+    """The stamps as written (``inspect`` checks one before it trusts it)."""
     try:
         data = json.loads((sd.root / CACHE_DIR / STAMP_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
