@@ -45,7 +45,7 @@ from orchestrator.store.carried import read_summary
 from orchestrator.store.files import atomic_open, now_iso, remove_dead_temps
 from orchestrator.store.lines import DeviceBlock, document_device
 from orchestrator.store.locks import MergeLock, lock_path_for
-from orchestrator.store.newest import pick_newest
+from orchestrator.store.newest import Slots, pick_newest
 from orchestrator.store.partials import log_skipped
 from orchestrator.store.provenance import (
     DocumentHead,
@@ -213,9 +213,13 @@ def merge(
     extra: Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> MergeSummary:
-    """Merge the sweep's partials into its output document (atomically, under a lock); ``extra``: more
-    ``tilesweep``-block keys (GPU-hours). Not appending, a document with records not this sweep's is refused
-    unless ``overwrite``; one replaced by fewer records is kept as ``<output>.prev``; all quarantined: no write."""
+    """Merge the sweep's partials into its output document (``output``, default the spec's),
+    atomically and under the document's lock.
+
+    ``extra``: more keys of the ``tilesweep`` block (a SLURM sweep's GPU-hours). Not appending, a
+    document that holds records not this sweep's is refused unless ``overwrite``; one replaced by
+    fewer records is kept as ``<output>.prev`` (``target``). Where every partial with records was
+    quarantined nothing is written (``MergeSummary.written`` is false)."""
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
@@ -226,47 +230,62 @@ def merge(
         if target is not None and (target.n_foreign or target.not_a_document) and not overwrite:
             refuse_foreign(target)
         segs, moved, env = collect(sd, use_cache=use_cache)
-        planned = sd.planned
-        slots = pick_newest(segs, planned)
+        slots = pick_newest(segs, sd.planned)
         head: DocumentHead = {
             "device": _device(segs),
             "config": spec.reference_config(),
             "tilesweep": _tilesweep_block(sd, segs, env, extra),
         }
-        summary = MergeSummary(
-            out,
-            records=0,
-            planned=planned,
-            missing=planned - slots.found,
-            errors=0,
-            superseded=slots.superseded,
-            skipped_lines=sum(len(s.skipped) for s in segs),
-            quarantined=moved,
-            partials=len(segs),
-            partials_cached=sum(s.cached for s in segs),
-        )
+        summary = _found(out, sd.planned, slots, segs, moved)
         del segs
         if moved and not slots.found:
             summary.written = False
             log.warning("every partial with records was quarantined: %s is left as it was", out)
             return summary
         if appending:
-            existing = load_target(out)
-            summary.replaced = len(existing.results)
-            head, texts, kept, kept_errors = append_into(
-                existing, head, slots, mix_devices=spec.merge.mix_devices, path=out
-            )
-            summary.records = len(texts)
-            summary.kept_from_existing = kept
-            summary.errors = sum(slots.err) + kept_errors
-            _replace(sd, out, _ordered(head), texts, summary)
+            _write_appended(sd, out, head, slots, summary)
         else:
-            summary.replaced = target.records if target is not None else 0
-            summary.records = slots.found
-            summary.errors = sum(slots.err)
-            _replace(sd, out, _ordered(head), slots, summary, target)
-    log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
+            _write_fresh(sd, out, head, slots, summary, target)
+    log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, sd.planned)
     return summary
+
+
+def _found(out: Path, planned: int, slots: Slots, segs: list[Segment], moved: list[Quarantined]) -> MergeSummary:
+    """What the partials hold, before anything is written (records and errors: ``_write_*``)."""
+    return MergeSummary(
+        out,
+        records=0,
+        planned=planned,
+        missing=planned - slots.found,
+        errors=0,
+        superseded=slots.superseded,
+        skipped_lines=sum(len(s.skipped) for s in segs),
+        quarantined=moved,
+        partials=len(segs),
+        partials_cached=sum(s.cached for s in segs),
+    )
+
+
+def _write_appended(sd: SweepDir, out: Path, head: DocumentHead, slots: Slots, summary: MergeSummary) -> None:
+    """Append: the document at ``out`` keeps its records, this sweep's replace those of the same
+    identity measured before them (``append.append_into``)."""
+    existing = load_target(out)
+    summary.replaced = len(existing.results)
+    head, texts, kept, kept_errors = append_into(existing, head, slots, mix_devices=sd.spec.merge.mix_devices, path=out)
+    summary.records = len(texts)
+    summary.kept_from_existing = kept
+    summary.errors = sum(slots.err) + kept_errors
+    _replace(sd, out, _ordered(head), texts, summary)
+
+
+def _write_fresh(
+    sd: SweepDir, out: Path, head: DocumentHead, slots: Slots, summary: MergeSummary, target: Target | None
+) -> None:
+    """This sweep's records alone, in place of the document ``target`` judged before."""
+    summary.replaced = target.records if target is not None else 0
+    summary.records = slots.found
+    summary.errors = sum(slots.err)
+    _replace(sd, out, _ordered(head), slots, summary, target)
 
 
 def check_target(sd: SweepDir, output: Path | None = None) -> None:
