@@ -210,7 +210,8 @@ class ProcessPool:
         for conn in (child.tx, child.rx):
             _quietly(conn.close)
         how = describe_exit(child.proc.returncode)
-        item, child.item = child.item, None
+        item = child.item
+        child.item = None
         if item is None:
             self._start_failures += not child.ready
             if self._start_failures >= START_FAILURES:

@@ -17,64 +17,78 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
-from orchestrator.store.partials import PartialWriter
+from orchestrator.store.lines import AbandonLine, HungLine, PartialLine, PartialWriter, abandon_line, hung_line
 
 log = logging.getLogger(__name__)
 
-# The configs in flight, so a signal handler can mark them abandoned (not a crash).
-_IN_FLIGHT: dict[str, Any] = {}
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass
+class _Flight:
+    """The configs in flight, so a signal handler can mark them abandoned (not a crash)."""
+
+    writer: PartialWriter | None = None  # the attempt's partial
+    attempt: int = 0
+    items: list[str] = field(default_factory=list)
+    writing: bool = False  # a line is being written: a stop signal waits for it (``write``)
+    pending: int | None = None  # the stop signal that waits
+
+
+_IN_FLIGHT = _Flight()
 
 
 def abandon_in_flight() -> str | None:
     """Record that the configs in flight are given up on purpose (Ctrl-C, SIGTERM, preemption,
     time-limit warning), so none is counted as a config that killed its worker. Returns their
     ids (comma-separated when a window was compiling), or None when none was in flight."""
-    return _mark_in_flight("abandon", clear=True)
+    return _mark_in_flight(abandon_line, clear=True)
 
 
 def mark_hung() -> str | None:
     """Record that the time limit came while these configs were in flight and the worker did
     not reach a stop: each such death counts against a config that was alone in flight, and
     one given up on for that is recorded as a timeout, not a crash."""
-    return _mark_in_flight("hung", clear=False)
+    return _mark_in_flight(hung_line, clear=False)
 
 
-def _mark_in_flight(kind: str, *, clear: bool) -> str | None:
-    writer, attempt = _IN_FLIGHT.get("writer"), _IN_FLIGHT.get("attempt")
-    items = list(_IN_FLIGHT.get("items") or ())
+def _mark_in_flight(line: Callable[[str, int], AbandonLine | HungLine], *, clear: bool) -> str | None:
+    writer = _IN_FLIGHT.writer
+    items = list(_IN_FLIGHT.items)
     if writer is None or not items:
         return None
     for iid in items:
-        writer.write({kind: iid, "attempt": attempt})
+        writer.write(line(iid, _IN_FLIGHT.attempt))
     if clear:
-        _IN_FLIGHT["items"] = []
+        _IN_FLIGHT.items = []
     return ",".join(items)
 
 
-def write(writer: PartialWriter, obj: dict[str, Any], *, started: str | None = None, sync: bool = True) -> None:
+def write(writer: PartialWriter, line: PartialLine, *, started: str | None = None, sync: bool = True) -> None:
     """Append a line; ``started``: the item whose start line it is, now in flight. A stop signal
     that arrives meanwhile is acted on once the line is whole (and its item counted in flight).
     ``sync=False``: flushed, fsynced later (``PartialWriter``; a replay's records)."""
-    _IN_FLIGHT["writing"] = True
+    _IN_FLIGHT.writing = True
     try:
-        writer.write(obj, sync=sync)
+        writer.write(line, sync=sync)
         if started is not None:
-            _IN_FLIGHT.setdefault("items", []).append(started)
+            _IN_FLIGHT.items.append(started)
     finally:
-        _IN_FLIGHT["writing"] = False
-    pending = _IN_FLIGHT.pop("pending", None)
+        _IN_FLIGHT.writing = False
+    pending = _IN_FLIGHT.pending
+    _IN_FLIGHT.pending = None
     if pending is not None:
         _stop_now(pending)
 
 
-def _on_stop_signal(signum: int, frame: Any) -> None:
-    if _IN_FLIGHT.get("writing"):
-        _IN_FLIGHT["pending"] = signum
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    if _IN_FLIGHT.writing:
+        _IN_FLIGHT.pending = signum
         return
     _stop_now(signum, raise_now=_safe_to_raise(frame))
 
@@ -84,7 +98,7 @@ _OURS = tuple(f"{_ROOT / pkg}{os.sep}" for pkg in ("jobs", "orchestrator", "kern
 _WAITS = (os.sep + "threading.py", os.sep + "concurrent" + os.sep)
 
 
-def _safe_to_raise(frame: Any) -> bool:
+def _safe_to_raise(frame: FrameType | None) -> bool:
     """Whether an exception raised where the signal found the main thread stops the worker
     cleanly: in our own code or a wait of the standard library, yes; inside an import (an
     extension turns it into an ImportError), a garbage-collector callback or a library's code,
@@ -162,12 +176,23 @@ def stop_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
 
 def begin(writer: PartialWriter, attempt: int) -> None:
     """A unit's attempt starts: its lines go to ``writer``, nothing is in flight yet."""
-    _IN_FLIGHT.update(writer=writer, attempt=attempt, items=[])
+    _IN_FLIGHT.writer = writer
+    _IN_FLIGHT.attempt = attempt
+    _IN_FLIGHT.items = []
 
 
 def end() -> None:
-    _IN_FLIGHT.clear()
+    """The attempt is over: nothing is in flight, and no line is written for it any more."""
+    global _IN_FLIGHT
+    _IN_FLIGHT = _Flight()
 
 
 def in_flight() -> list[str]:
-    return _IN_FLIGHT.setdefault("items", [])
+    return _IN_FLIGHT.items
+
+
+def settled(item_id: str) -> None:
+    """``item_id`` is no longer in flight: its record is about to be written, or it was given up
+    on (a stop signal may have abandoned it meanwhile: then nothing is left to do)."""
+    if item_id in _IN_FLIGHT.items:
+        _IN_FLIGHT.items.remove(item_id)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-from typing import Any
 
 from orchestrator.errors import WorkerEnvironmentError
+from orchestrator.store.lines import DeviceBlock
 
 
-def device_block() -> dict[str, Any]:
+def device_block() -> DeviceBlock:
     """The reference document's ``device`` block, plus jaxlib (part of the fingerprint)."""
     import jax
 
@@ -27,7 +27,9 @@ def device_block() -> dict[str, Any]:
     }
 
 
-def check_backend(interpret: Any, backend: str, visible: str | None, spec_file: Any) -> None:
+def check_backend(
+    interpret: bool | str, backend: str | None, visible: str | None, spec_file: os.PathLike[str] | str
+) -> None:
     """A GPU task whose jax sees no GPU would silently time the kernels in interpret mode on
     the CPU: refuse that unless the spec asks for interpret mode on purpose."""
     if backend == "gpu" or interpret is True:
@@ -48,7 +50,8 @@ def check_backend(interpret: Any, backend: str, visible: str | None, spec_file: 
 def slurm_task() -> str | None:
     """The SLURM task this worker runs in, as users see it: ``55_3`` for task 3 of array 55
     (SLURM_JOB_ID alone is the task's raw id, which no user command shows), else the job id."""
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
     if array and task:
         return f"{array}_{task}"
     return os.environ.get("SLURM_JOB_ID")

@@ -1,8 +1,9 @@
 """Replay (``kernel.impl: replay``): measure nothing, answer from a results document.
 
-Kernel Tuner's simulation mode is the model. For each item the worker looks up the record of
-the same config in ``replay.source`` (``orchestrator.store.replaysource``) and writes the
-record the real worker would have written, with samples drawn from that record's measured
+Kernel Tuner's simulation mode is the model. The worker's measurer for it (``ReplayMeasurer``,
+behind the one protocol of ``jobs.measurer``) looks up, for each item, the record of the same
+config in ``replay.source`` (``orchestrator.store.replaysource``) and writes the record the
+compile-and-time measurer would have written, with samples drawn from that record's measured
 spread instead of timed. Everything around it is real: the plan, the units, the executor (local
 or SLURM), the partials, the merge, the report. So full-size sweeps, and strategies such as
 successive halving, can be run on a CPU in seconds, and their outcome compared.
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,19 +41,28 @@ from kernels.config import timed_calls
 from orchestrator.planning import WorkItem
 from orchestrator.planning.halving import Measurement, measurement
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store.lines import DeviceBlock
 from orchestrator.store.replaysource import ReplaySource, load_source
+
+from .attempt import Attempt
+from .measurer import Method
 
 TIMER = "virtual"
 MISSING = "ReplayMissing: the replay source {path} has no record of this config"
 
 
-def device_block(source: ReplaySource) -> dict[str, Any]:
+def device_block(source: ReplaySource) -> DeviceBlock:
     """The replayed device: the source's device block, its backend named ``replay`` (no jax runs
     here, so the sweep's environment is the source's, never this node's)."""
-    keys = ("jax", "devices", "python", "device_kind", "jaxlib")
-    block = {k: source.device.get(k) for k in keys}
-    block["backend"] = "replay"
-    return block
+    device = source.device
+    return {
+        "jax": device.get("jax"),
+        "devices": device.get("devices"),
+        "python": device.get("python"),
+        "device_kind": device.get("device_kind"),
+        "jaxlib": device.get("jaxlib"),
+        "backend": "replay",
+    }
 
 
 def quantile(u: np.ndarray, q1: float, median: float, q3: float) -> np.ndarray:
@@ -125,26 +135,43 @@ class Replayer:
 SYNC_EVERY = 256  # replayed records per fsync: a replay is free to redo, the disk is not
 
 
-def replay_items(run: Any, runnable: list[WorkItem], spec: SweepSpec, replayer: Replayer) -> bool:
-    """The worker's loop for a replay (``run``: its attempt at the unit): the runnable items in
-    plan order, each recorded as ``replayer`` answers; return whether the attempt stopped early.
-    Every line is written as it is made, fsynced a batch at a time (``PartialWriter``); at
-    ``replay.pace: real`` each after the record's seconds are waited out. A stop signal ends the
-    wait (``jobs.in_flight`` raises where no config is in flight): that record is left unwritten,
-    for the rerun, resume or requeue to replay."""
-    real = spec.replay is not None and spec.replay.pace == "real"
-    for n, it in enumerate(runnable, 1):
-        if run.should_stop():
-            return True
-        rec, compile_s, timed_s = replayer.record(it, measurement(it.config, spec, run.round))
-        if "error" not in rec:
-            run.compiled += 1
-            run.compile_sum_s += compile_s
-            run.timed_s += timed_s
-            if real:
-                wait(compile_s + timed_s, run.should_stop)
-        run.record(it, rec, sync=n % SYNC_EVERY == 0)
-    return False
+class ReplayMeasurer:
+    """The measurer of a replay: the runnable items in plan order, each recorded as the
+    ``Replayer`` answers. Every line is written as it is made, fsynced a batch at a time
+    (``PartialWriter``); at ``replay.pace: real`` each after the record's seconds are waited out.
+    A stop signal ends the wait (``jobs.in_flight`` raises where no config is in flight): that
+    record is left unwritten, for the rerun, resume or requeue to replay."""
+
+    def __init__(self, spec: SweepSpec, source: ReplaySource | None = None) -> None:
+        self._spec = spec
+        self._replayer = Replayer(spec, source)
+        self._device = device_block(self._replayer.source)
+        self._method = Method(clock="virtual", records_timer=TIMER)
+
+    @property
+    def device(self) -> DeviceBlock:
+        return self._device
+
+    @property
+    def method(self) -> Method:
+        return self._method
+
+    def run(self, attempt: Attempt, runnable: Sequence[WorkItem]) -> bool:
+        spec = self._spec
+        counts = attempt.counts
+        real = spec.replay is not None and spec.replay.pace == "real"
+        for n, it in enumerate(runnable, 1):
+            if attempt.should_stop():
+                return True
+            rec, compile_s, timed_s = self._replayer.record(it, measurement(it.config, spec, attempt.round))
+            if "error" not in rec:
+                counts.compiled += 1
+                counts.compile_sum_s += compile_s
+                counts.timed_s += timed_s
+                if real:
+                    wait(compile_s + timed_s, attempt.should_stop)
+            attempt.record(it, rec, sync=n % SYNC_EVERY == 0)
+        return False
 
 
 def wait(seconds: float, should_stop: Callable[[], bool], tick: float = 0.1) -> None:

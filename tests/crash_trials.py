@@ -8,16 +8,12 @@ Kinds of trial, each on a real sweep directory:
   an OOM kill), SIGTERM (scancel) or SIGINT (Ctrl-C), then resumed by the real worker until the
   unit completes, and merged by the real CLI;
 - ``writer``: a jax-free process that writes a unit's partial exactly as the worker does
-  (``PartialWriter``: header, start line, record line, marker), cheap enough to be killed often,
-  also mid-line (oversized lines) and right after its last record, beside a merger killed too;
+  (``tests.crash_writer``), killed at random, mid-line and right after its last record, beside
+  a merger killed too;
 - ``merger``: the real ``tilesweep merge`` killed while it merges 30,000 records.
 
-The oracle (``judge``) parses with the standard library only: the plan is what
-``tilesweep plan SPEC --dry-run --json`` prints (one object per planned item), a record's
-identity is its identity and config field values (``ORACLE_FIELDS``, spelled out here), the
-document is ``json.loads``ed and must equal ``json.dumps(doc, indent=1)`` byte for byte, and
-every record line complete in a partial at any kill (``json.loads`` of each line) must be in
-the document unchanged. It counts:
+The oracle (``tests.crash_oracle.judge``) parses with the standard library only, sharing no
+code with tilesweep. It counts:
 
 - ``lost``: planned identities without a record, plus records complete before a kill that the
   document lacks or changed;
@@ -48,30 +44,17 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-PY = sys.executable
-BIG_LINE = 4 << 20  # bytes of an oversized record line, so kills land inside its write
-ORACLE_FIELDS = (
-    "dtype",
-    "head_dim",
-    "seq",
-    "batch",
-    "heads",
-    "tag",
-    "mode",
-    "config",
-    "block_q",
-    "block_k",
-    "fwd_block_q",
-    "fwd_block_k",
-    "bwd_outer",
-    "bwd_inner",
-    "num_stages",
-    "num_warps",
-)
+from orchestrator.store.sweepdir import SweepDir
+from tests.crash_oracle import PY, ROOT, check_document, complete_records, judge, plan_of
+from tests.crash_writer import spawn_writer
+
+# tests/test_concurrency.py drives the writer process and checks the document with these
+__all__ = ["check_document", "finished_records", "run_trials", "spawn_writer", "trial_merger", "trial_worker"]
+
 TINY_SPEC = {
     "dtypes": ["float32"],
     "head_dims": [16],
@@ -88,115 +71,18 @@ TINY_SPEC = {
     "sharding": {"units": 1},
     "kernel": {"interpret": True},
 }
-
-
-# ---------------------------------------------------------------------------- the oracle (stdlib only)
-
 _PLANS: dict[str, list[dict[str, Any]]] = {}  # the tiny spec's plan, asked of the CLI once
-
-
-def key(rec: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(rec.get(k) for k in ORACLE_FIELDS)
-
-
-def plan_of(spec_data: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
-    """The planned items as ``tilesweep plan --dry-run --json`` prints them."""
-    path = folder / "oracle-spec.json"
-    path.write_text(json.dumps(spec_data))
-    r = subprocess.run(
-        [PY, "-m", "orchestrator", "plan", str(path), "--dry-run", "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return [json.loads(line) for line in r.stdout.splitlines()]
-
-
-def complete_records(partials: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """Every record line now complete (newline-terminated, parsable) in the partials."""
-    out = {}
-    for p in sorted(partials.glob("*.jsonl")) if partials.is_dir() else []:
-        for line in p.read_bytes().split(b"\n")[:-1]:
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and isinstance(obj.get("record"), dict):
-                out[key(obj["record"])] = obj["record"]
-    return out
-
-
-def judge(plan: list[dict[str, Any]], doc_path: Path, finished: dict[tuple[Any, ...], dict[str, Any]]) -> dict:
-    text = doc_path.read_text(encoding="utf-8")
-    doc = json.loads(text)
-    problems = [] if json.dumps(doc, indent=1) == text else ["document is not json.dumps(doc, indent=1)"]
-    keys = Counter(key(r) for r in doc["results"])
-    by_key = {key(r): r for r in doc["results"]}
-    planned = {key(p): p for p in plan}
-    changed = [
-        k
-        for k, rec in finished.items()
-        if {f: v for f, v in by_key.get(k, {}).items() if f not in ("unit", "attempt")} != rec
-    ]
-    false = [
-        r
-        for r in doc["results"]
-        if "error" in r and key(r) in planned and "error" not in planned[key(r)] and not planned[key(r)]["pruned"]
-    ]
-    return {
-        "lost": len(planned.keys() - keys.keys()) + len(changed),
-        "duplicated": sum(n - 1 for n in keys.values()),
-        "foreign": len(keys.keys() - planned.keys()),
-        "false_errors": len(false),
-        "problems": problems + [f"false error: {r['error'][:100]}" for r in false[:2]],
-    }
+MergerSweep = tuple[SweepDir, list[dict[str, Any]]]  # the merger trials' sweep and its plan
 
 
 # ---------------------------------------------------------------------------- processes
-
-
-def writer_main(sweep_dir: str, unit_key: str, delay: float, big_every: int, seed: int) -> int:
-    """run_unit without jax: same partial protocol, same skip-what-is-recorded resume."""
-    from orchestrator.planning import RUN
-    from orchestrator.spec.compat import env_fingerprint
-    from orchestrator.store.partials import PartialWriter, read_partial
-    from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso
-    from orchestrator.store.synthetic import DEVICE, header, record_for
-
-    rng = random.Random(seed)
-    sd = SweepDir.open(sweep_dir)
-    unit_id = sd.resolve_unit(unit_key)
-    items = sd.unit_items(unit_id)
-    sd.check_env(env_fingerprint(DEVICE))
-    path = sd.partial_path(unit_id)
-    existing = read_partial(path)
-    attempt = existing.attempts + 1
-    todo = [it for it in items if it.id not in existing.records]
-    with PartialWriter(path) as w:
-        w.write(header(sd, unit_id, attempt))
-        for n, it in enumerate(todo):
-            if it.kind == RUN:
-                w.write({"start": it.id, "attempt": attempt})
-            time.sleep(delay * rng.random())
-            rec = record_for(it, rng)
-            if big_every and n % big_every == big_every - 1 and it.kind == RUN:
-                rec["timer"] = "x" * BIG_LINE  # a valid record, oversized
-            w.write({"id": it.id, "attempt": attempt, "record": rec})
-    atomic_write_json(sd.marker_path(unit_id), {"unit": unit_id, "attempt": attempt, "finished": now_iso()})
-    return 0
 
 
 def spawn(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([PY, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def spawn_writer(sd: Any, unit: str, *, delay: float = 0.01, big_every: int = 0, seed: int = 0) -> subprocess.Popen:
-    """Start the jax-free writer process on ``unit`` of sweep ``sd``."""
-    return spawn(["-m", "tests.crash_trials", "writer", str(sd.root), unit, str(delay), str(big_every), str(seed)])
-
-
-def finished_records(sd: Any) -> dict[str, dict[str, Any]]:
+def finished_records(sd: SweepDir) -> dict[str, dict[str, Any]]:
     """Every complete, valid record line now in the sweep's partials, by the project's item id
     (``tests/test_concurrency.py`` checks the document against it; the oracle uses ``key``)."""
     import logging
@@ -213,15 +99,6 @@ def finished_records(sd: Any) -> dict[str, dict[str, Any]]:
         logging.disable(logging.NOTSET)
 
 
-def check_document(path: Path) -> dict[str, Any]:
-    """The document must parse and be exactly what json.dumps(indent=1) writes."""
-    text = path.read_text(encoding="utf-8")
-    doc = json.loads(text)
-    if json.dumps(doc, indent=1) != text:
-        raise AssertionError(f"{path} is not byte-identical to json.dumps(doc, indent=1)")
-    return doc
-
-
 def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> tuple[bool, str]:
     """Send ``sig``; (whether the process was still running, so the signal landed; its stderr)."""
     alive = proc.poll() is None
@@ -235,7 +112,7 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> tuple[bool, str]:
     return alive, err or ""
 
 
-def wait_for(proc: subprocess.Popen, path: Path, test: Any, timeout: float = 30.0) -> None:
+def wait_for(proc: subprocess.Popen[str], path: Path, test: Callable[[bytes], bool], timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while proc.poll() is None and time.monotonic() < end:
         try:
@@ -244,6 +121,20 @@ def wait_for(proc: subprocess.Popen, path: Path, test: Any, timeout: float = 30.
         except OSError:
             pass
         time.sleep(0.0005)
+
+
+def _mid_line(data: bytes) -> bool:
+    """A line is being written: the partial does not end with its newline."""
+    return len(data) > 0 and not data.endswith(b"\n")
+
+
+def _records_at_least(n: int) -> Callable[[bytes], bool]:
+    """Whether a partial holds ``n`` record lines (after its header)."""
+
+    def enough(data: bytes) -> bool:
+        return data.count(b'\n{"id":') >= n
+
+    return enough
 
 
 def cli_merge(root: Path) -> subprocess.CompletedProcess:
@@ -270,7 +161,6 @@ def trial_worker(root: Path, rng: random.Random, plan: list[dict[str, Any]] | No
     resume it with the real worker until the unit completes, merge, judge."""
     from orchestrator.planning import plan as make_plan
     from orchestrator.spec.files import spec_from_data
-    from orchestrator.store.sweepdir import SweepDir
 
     data = {
         **TINY_SPEC,
@@ -324,11 +214,12 @@ def trial_writer(root: Path, rng: random.Random, how: str | None = None) -> dict
         big = 7 if kind == "mid-line" else rng.choice([0, 0, 25])
         proc = spawn_writer(sd, unit, big_every=big, seed=rng.randrange(1 << 30))
         merger = spawn(["-m", "orchestrator", "merge", str(sd.root)]) if rng.random() < 0.5 else None
-        path, n_items = sd.partial_path(unit), len(sd.unit_items(unit))
+        path = sd.partial_path(unit)
+        n_items = len(sd.unit_items(unit))
         if kind == "mid-line":
-            wait_for(proc, path, lambda b: len(b) > 0 and not b.endswith(b"\n"))
+            wait_for(proc, path, _mid_line)
         elif kind == "after-last":
-            wait_for(proc, path, lambda b, n=n_items: b.count(b'\n{"id":') >= n)
+            wait_for(proc, path, _records_at_least(n_items))
         else:
             time.sleep(rng.uniform(0.05, 1.0))
         res["kills"] += stop(proc)[0]
@@ -345,7 +236,7 @@ def trial_writer(root: Path, rng: random.Random, how: str | None = None) -> dict
     return _finish(res, plan, sd.root, sd.output, finished)
 
 
-def make_merger_sweep(root: Path) -> tuple[Any, list[dict[str, Any]]]:
+def make_merger_sweep(root: Path) -> MergerSweep:
     from orchestrator.store.synthetic import build_sweep, small_spec
 
     data = small_spec(n_seqs=75)
@@ -353,7 +244,7 @@ def make_merger_sweep(root: Path) -> tuple[Any, list[dict[str, Any]]]:
     return sd, plan_of(data, root)
 
 
-def trial_merger(sweep: tuple[Any, list[dict[str, Any]]], rng: random.Random) -> dict[str, Any]:
+def trial_merger(sweep: MergerSweep, rng: random.Random) -> dict[str, Any]:
     """Kill the real CLI merger at a random moment; the document left (if any) must parse as a
     whole; the next merge must be complete. ``sweep``: 30,000 records, made once."""
     import shutil
@@ -379,7 +270,9 @@ def trial_merger(sweep: tuple[Any, list[dict[str, Any]]], rng: random.Random) ->
     return res
 
 
-def run_trials(base: Path, n_worker: int, n_writer: int, n_merger: int, seed: int = 0, log: Any = None) -> dict:
+def run_trials(
+    base: Path, n_worker: int, n_writer: int, n_merger: int, seed: int = 0, log: Callable[[str], object] | None = None
+) -> dict[str, dict[str, Any]]:
     rng = random.Random(seed)
     stats: dict[str, dict[str, Any]] = {}
     worker_plan = None
@@ -400,7 +293,7 @@ def run_trials(base: Path, n_worker: int, n_writer: int, n_merger: int, seed: in
         for t in range(n):
             if kind == "worker":
                 res = trial_worker(base / f"k{t}", rng, worker_plan)
-            elif kind == "writer":
+            elif kind == "writer" or merger_sweep is None:
                 res = trial_writer(base / f"w{t}", rng)
             else:
                 res = trial_merger(merger_sweep, rng)
@@ -417,9 +310,6 @@ def run_trials(base: Path, n_worker: int, n_writer: int, n_merger: int, seed: in
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "writer":
-        _, _, sweep, unit, delay, big, seed = sys.argv
-        return writer_main(sweep, unit, float(delay), int(big), int(seed))
     import shutil
     import tempfile
 

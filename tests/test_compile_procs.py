@@ -22,8 +22,10 @@ from jobs.compile_procs import START_FAILURES, ProcessPool
 from jobs.worker import run_unit
 from orchestrator.control.sweeps import prepare_sweep
 from orchestrator.errors import WorkerEnvironmentError
+from orchestrator.planning import WorkItem
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import item_id
+from orchestrator.store.lines import abandon_line, encode_line
 from orchestrator.store.merge import merge
 from orchestrator.store.partials import read_partial
 from orchestrator.store.sweepdir import SweepDir
@@ -72,11 +74,11 @@ def compile_processes(worker_pid: int) -> list[int]:
         if not proc.name.isdigit():
             continue
         try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            raw = (proc / "cmdline").read_bytes().split(b"\0")
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        argv = [a.decode() for a in argv if a]
+        argv = [a.decode() for a in raw if a]
         if "jobs.compile_child" in argv and argv[-1] == str(worker_pid) and state != "Z":
             found.append(int(proc.name))
     return found
@@ -91,7 +93,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def threads_doc(tmp_path_factory) -> Path:
+def threads_doc(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny unit run with compile threads (in this process): what processes must match."""
     folder = tmp_path_factory.mktemp("threads")
     sd, (unit,), _ = prepare_sweep(str(_write(folder, "threads", "threads")), str(folder / "sweep"), None, None)
@@ -126,11 +128,14 @@ def _kill_one_busy_compile_process(logs: Path, done: Callable[[], bool]) -> list
     return deaths
 
 
-def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompile(threads_doc, tmp_path):
+def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompile(
+    threads_doc: Path, tmp_path: Path
+) -> None:
     """``tilesweep run`` (local executor) in processes mode, one compile process SIGKILLed
     mid-unit: the unit completes, only the config in flight in it was compiled again, and the
     records are those of threads apart from timings."""
-    spec, sweep = _write(tmp_path, "procs", "processes"), tmp_path / "sweep"
+    spec = _write(tmp_path, "procs", "processes")
+    sweep = tmp_path / "sweep"
     run = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep)],
         cwd=REPO,
@@ -155,9 +160,7 @@ def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompil
     # stopped right after the restart, the death still counts once against it, nothing else
     cut = objs[: max(k for k, o in enumerate(objs) if o.get("start") == victim) + 1]
     (tmp_path / "cut.jsonl").write_text(
-        "".join(json.dumps(o) + "\n" for o in cut)
-        + json.dumps({"abandon": victim, "attempt": cut[-1]["attempt"]})
-        + "\n"
+        "".join(json.dumps(o) + "\n" for o in cut) + encode_line(abandon_line(victim, cut[-1]["attempt"])) + "\n"
     )
     stopped = read_partial(tmp_path / "cut.jsonl")
     assert (stopped.starts[victim], stopped.deaths[victim], sum(stopped.deaths.values())) == (2, 1, 1)
@@ -177,7 +180,9 @@ def test_processes_match_threads_and_a_killed_compile_process_costs_one_recompil
     assert compile_processes(header["pid"]) == []  # none outlived its worker
 
 
-def test_compile_processes_that_cannot_start_are_one_clear_error(monkeypatch, tmp_path):
+def test_compile_processes_that_cannot_start_are_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from orchestrator.planning import RUN, expand
 
     spec = SweepSpec(**SPEC)
@@ -191,7 +196,7 @@ def test_compile_processes_that_cannot_start_are_one_clear_error(monkeypatch, tm
     assert "compile.mode: threads" in err.value.message and "\n" not in err.value.message
 
 
-def test_compile_processes_die_with_their_worker(tmp_path):
+def test_compile_processes_die_with_their_worker(tmp_path: Path) -> None:
     spec = _write(tmp_path, "orphans", "processes")
     sd, (unit,), _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
     worker = subprocess.Popen(
@@ -209,7 +214,7 @@ def test_compile_processes_die_with_their_worker(tmp_path):
 
 
 @pytest.mark.slurm
-def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc, tmp_path):
+def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc: Path, tmp_path: Path) -> None:
     """Two units as one SLURM array, each signalled while its compile processes compile.
     USR2 (the time-limit warning): the worker stops on its own, abandons its window, its
     compile processes end, the task is requeued and completes. TERM (scancel): every process
@@ -232,7 +237,8 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc, tmp_
 
     def compiling(entry: dict) -> tuple[int, list[int]] | None:
         """(worker pid, its compile processes) once a compile process was handed a config."""
-        log, partial = Path(entry["log"]), sweep / "partials" / f"{entry['unit']}.jsonl"  # the unit's worker log
+        log = Path(entry["log"])  # the unit's worker log
+        partial = sweep / "partials" / f"{entry['unit']}.jsonl"
         if not (log.exists() and "compiles item" in log.read_text() and partial.exists()):
             return None
         pid = next(o["header"]["pid"] for o in lines(partial) if "header" in o)
@@ -258,15 +264,16 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc, tmp_
     assert set(procs) >= {o["id"] for o in lines(sweep / "partials" / f"{usr2['unit']}.jsonl") if "record" in o}
 
 
-def test_the_device_timer_is_the_default_only_on_a_gpu_with_compile_processes():
+def test_the_device_timer_is_the_default_only_on_a_gpu_with_compile_processes() -> None:
     procs = SweepSpec(**{**SPEC, "compile": {"mode": "processes"}})
     assert procs.timer_on("gpu") == "device"
-    assert {procs.timer_on("cpu"), SweepSpec(**SPEC).timer_on("gpu")} == {"wall"}  # as before processes existed
+    # the wall clock wherever compile processes do not run beside the timing on a GPU
+    assert {procs.timer_on("cpu"), SweepSpec(**SPEC).timer_on("gpu")} == {"wall"}
     named = SweepSpec(**{**SPEC, "compile": {"mode": "processes"}, "timing": {"timer": "wall"}})
     assert named.timer_on("gpu") == "wall"
 
 
-def test_the_compile_pool_follows_the_workers_cpu_share():
+def test_the_compile_pool_follows_the_workers_cpu_share() -> None:
     """A whole-node task pins each of its G workers to a share of its CPUs (one CPU each,
     round robin, where it has fewer CPUs than workers): compile.workers is capped at that
     share, and the default is the share. Pinned here as node.py pins a worker (affinity of
@@ -282,7 +289,7 @@ def test_the_compile_pool_follows_the_workers_cpu_share():
     assert (pool_size(None), pool_size(1), pool_size(len(cpus) + 3)) == (len(cpus), 1, len(cpus))
 
 
-def test_a_config_whose_compile_processes_keep_dying_is_given_up(tmp_path):
+def test_a_config_whose_compile_processes_keep_dying_is_given_up(tmp_path: Path) -> None:
     """``on_death`` says not to compile it again (``executor.max_config_attempts`` reached):
     its result says ``died`` (the worker records WorkerCrashed), the pool carries on with a
     new compile process. Each config is SIGKILLed in its compile process; a kill that lands
@@ -303,7 +310,10 @@ def test_a_config_whose_compile_processes_keep_dying_is_given_up(tmp_path):
                     os.kill(child.proc.pid, signal.SIGKILL)
                 return False
 
-            give_up = lambda it: bool(given_up.append(it.id))  # noqa: E731
+            def give_up(it: WorkItem) -> bool:
+                given_up.append(it.id)
+                return False
+
             (result,) = pool.collect([item], should_stop=kill_once_busy, on_death=give_up)
             if result is not None and result.died:
                 break

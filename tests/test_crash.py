@@ -20,14 +20,14 @@ def _ok(res: dict) -> None:
     assert (res["lost"], res["duplicated"], res["foreign"], res["false_errors"]) == (0, 0, 0, 0), res
 
 
-def test_writers_killed_at_random_points(tmp_path: Path):
+def test_writers_killed_at_random_points(tmp_path: Path) -> None:
     stats = run_trials(tmp_path, n_worker=0, n_writer=8, n_merger=0, seed=11)["writer"]
     assert stats["failed"] == 0, stats["problems"]
     assert stats["trials"] == 8 and stats["kills"] >= 4  # most kills land before the unit ends
 
 
 @pytest.mark.parametrize("how", ["mid-line", "after-last"])
-def test_writer_killed_while_appending_or_around_the_marker(tmp_path: Path, how: str):
+def test_writer_killed_while_appending_or_around_the_marker(tmp_path: Path, how: str) -> None:
     rng = random.Random(3)
     for attempt in range(5):  # a kill that lands mid-line leaves a torn line; retry until one does
         res = trial_writer(tmp_path / f"t{attempt}", rng, how=how)
@@ -37,14 +37,14 @@ def test_writer_killed_while_appending_or_around_the_marker(tmp_path: Path, how:
     pytest.fail(f"no {how} kill landed in 5 tries")
 
 
-def test_real_worker_stopped_and_resumed(tmp_path: Path):
+def test_real_worker_stopped_and_resumed(tmp_path: Path) -> None:
     rng = random.Random(7)
     res = trial_worker(tmp_path / "k", rng)
     _ok(res)
     assert res["kills"]  # the stops landed while the worker ran
 
 
-def test_real_merger_killed_leaves_a_valid_document(tmp_path: Path):
+def test_real_merger_killed_leaves_a_valid_document(tmp_path: Path) -> None:
     rng = random.Random(5)
     sweep = make_merger_sweep(tmp_path / "m")
     kills = 0

@@ -12,11 +12,14 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.store.partials import read_partial
+from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, partial_lines, small_spec
 from tests.helpers import assert_one_line_error
 
@@ -27,7 +30,7 @@ def _records(path: Path) -> list[dict]:
     return json.loads(path.read_text())["results"]
 
 
-def _two_sweeps(tmp_path: Path):
+def _two_sweeps(tmp_path: Path) -> tuple[SweepDir, SweepDir, Path]:
     """Sweep A writes results.json; sweep B (another tag) appends its records into it."""
     out = tmp_path / "results.json"
     a, _ = build_sweep(tmp_path / "a", small_spec(n_seqs=1, tag="A"), 2, output=out)
@@ -35,7 +38,7 @@ def _two_sweeps(tmp_path: Path):
     return a, b, out
 
 
-def test_a_merge_never_drops_records_of_another_sweep(tmp_path):
+def test_a_merge_never_drops_records_of_another_sweep(tmp_path: Path) -> None:
     a, b, out = _two_sweeps(tmp_path)
     assert run_cli("merge", str(a.root)).returncode == 0
     assert run_cli("merge", str(b.root)).returncode == 0  # append: A's records stay
@@ -74,7 +77,7 @@ def test_a_merge_never_drops_records_of_another_sweep(tmp_path):
         ("notes", "exists and is not a results document (not valid JSON"),
     ],
 )
-def test_a_document_tilesweep_did_not_write_is_not_replaced_silently(tmp_path, content, needle):
+def test_a_document_tilesweep_did_not_write_is_not_replaced_silently(tmp_path: Path, content: str, needle: str) -> None:
     out = tmp_path / "results.json"
     sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out)
     if content == "sample":
@@ -88,7 +91,7 @@ def test_a_document_tilesweep_did_not_write_is_not_replaced_silently(tmp_path, c
     assert out.read_bytes() == before
 
 
-def test_fewer_records_keep_the_old_document_and_all_quarantined_writes_nothing(tmp_path):
+def test_fewer_records_keep_the_old_document_and_all_quarantined_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     sd, units = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out)
     assert run_cli("merge", str(sd.root)).returncode == 0
@@ -111,7 +114,7 @@ def test_fewer_records_keep_the_old_document_and_all_quarantined_writes_nothing(
     assert out.read_bytes() == before and len(list((sd.root / "quarantine").glob("*.jsonl.*"))) == 2
 
 
-def test_unwritable_output_or_folder_is_one_line_and_changes_nothing(tmp_path):
+def test_unwritable_output_or_folder_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "out"
     folder.mkdir()
     out = folder / "results.json"
@@ -145,7 +148,7 @@ def test_unwritable_output_or_folder_is_one_line_and_changes_nothing(tmp_path):
     assert not other.exists()
 
 
-def test_standard_output_full_or_closed(tmp_path):
+def test_standard_output_full_or_closed(tmp_path: Path) -> None:
     sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=tmp_path / "r.json")
     with open("/dev/full", "w") as full:
         r = subprocess.run(
@@ -190,7 +193,9 @@ def _partial_lines(sweep: Path) -> dict[Path, list[dict]]:
     return {p: _lines_of(p) for p in partials}
 
 
-def _interrupt_run(spec: Path, sweep: Path, ready) -> subprocess.CompletedProcess:
+def _interrupt_run(
+    spec: Path, sweep: Path, ready: Callable[[Path, list[dict[str, Any]]], bool]
+) -> subprocess.CompletedProcess[str]:
     """Start `tilesweep run`, press Ctrl-C once ``ready(sweep, lines)`` holds, wait for the end.
     ``lines``: the partial lines this run wrote (those of earlier runs would make it ready
     before the new process has even started its interpreter)."""
@@ -224,7 +229,7 @@ def _interrupt_run(spec: Path, sweep: Path, ready) -> subprocess.CompletedProces
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def test_ctrl_c_is_one_line_and_blames_no_config(write_spec, tmp_path):
+def test_ctrl_c_is_one_line_and_blames_no_config(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec = write_spec(
         modes=["fwd"],
         fwd_block_q=[16, 32, 64],
@@ -264,7 +269,7 @@ def _status(sweep: Path) -> dict:
     return json.loads(r.stdout)
 
 
-def test_status_counts_what_merge_accepts(write_spec, tmp_path):
+def test_status_counts_what_merge_accepts(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec = write_spec(modes=["fwd"], executor={"kind": "debug"})
     sweep = tmp_path / "sweep"
     assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
@@ -295,7 +300,7 @@ def test_status_counts_what_merge_accepts(write_spec, tmp_path):
 # ---------------------------------------------------------------------------- a report that knows it is partial
 
 
-def test_report_of_an_incomplete_sweep_says_what_is_missing(tmp_path):
+def test_report_of_an_incomplete_sweep_says_what_is_missing(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     sd, units = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out, write_partials=[0])
     # unit 1: its worker got through its first shape's autos and a few fwd configs only
@@ -320,7 +325,7 @@ def test_report_of_an_incomplete_sweep_says_what_is_missing(tmp_path):
 
 
 @pytest.mark.slurm
-def test_final_merge_job_refuses_the_same_way_and_status_says_why(tmp_path):
+def test_final_merge_job_refuses_the_same_way_and_status_says_why(tmp_path: Path) -> None:
     from tests.slurm_cluster import require_cluster
 
     require_cluster()

@@ -4,28 +4,35 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.errors import PartialError
-from orchestrator.store.partials import PartialWriter, check_record, read_partial
+from orchestrator.planning import Unit
+from orchestrator.store.lines import PartialWriter, record_line
+from orchestrator.store.partials import check_record, read_partial
+from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, header, partial_lines, record_for, small_spec
+
+Sweep = tuple[SweepDir, Unit]
 
 
 @pytest.fixture
-def sweep(tmp_path: Path):
+def sweep(tmp_path: Path) -> Sweep:
     sd, units = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, write_partials=False)
     return sd, units[0]
 
 
-def _lines(sd, unit) -> list[str]:
+def _lines(sd: SweepDir, unit: Unit) -> list[str]:
     import random
 
     return partial_lines(sd, unit, random.Random(1))
 
 
-def test_full_partial_reads_every_record(sweep):
+def test_full_partial_reads_every_record(sweep: Sweep) -> None:
     sd, unit = sweep
     path = sd.partial_path(unit.id)
     path.write_text("\n".join(_lines(sd, unit)) + "\n")
@@ -34,7 +41,9 @@ def test_full_partial_reads_every_record(sweep):
     assert content.attempts == 1 and not content.torn
 
 
-def test_torn_last_line_is_skipped_with_file_and_line_and_redone(sweep, caplog):
+def test_torn_last_line_is_skipped_with_file_and_line_and_redone(
+    sweep: Sweep, caplog: pytest.LogCaptureFixture
+) -> None:
     sd, unit = sweep
     path = sd.partial_path(unit.id)
     lines = _lines(sd, unit)
@@ -48,7 +57,7 @@ def test_torn_last_line_is_skipped_with_file_and_line_and_redone(sweep, caplog):
     assert f"{path} line {len(lines)}" in caplog.text
     # the next attempt ends the torn line before writing its own
     with PartialWriter(path) as w:
-        w.write({"id": last, "attempt": 2, "record": json.loads(lines[-1])["record"]})
+        w.write(record_line(last, 2, json.loads(lines[-1])["record"]))
     again = read_partial(path)
     assert last in again.records and again.records[last][0] == 2
 
@@ -65,7 +74,9 @@ def test_torn_last_line_is_skipped_with_file_and_line_and_redone(sweep, caplog):
         (lambda r: r.update(mode=["fwd"]), "mode/config"),
     ],
 )
-def test_record_with_wrong_fields_or_types_is_skipped(sweep, caplog, damage, why):
+def test_record_with_wrong_fields_or_types_is_skipped(
+    sweep: Sweep, caplog: pytest.LogCaptureFixture, damage: Callable[[dict[str, Any]], object], why: str
+) -> None:
     sd, unit = sweep
     path = sd.partial_path(unit.id)
     lines = _lines(sd, unit)
@@ -81,7 +92,7 @@ def test_record_with_wrong_fields_or_types_is_skipped(sweep, caplog, damage, why
     assert len(content.records) == len(unit.items) - 1
 
 
-def test_check_record_accepts_the_workers_layouts_and_reorders_others(sweep):
+def test_check_record_accepts_the_workers_layouts_and_reorders_others(sweep: Sweep) -> None:
     import random
 
     _, unit = sweep
@@ -97,7 +108,7 @@ def test_check_record_accepts_the_workers_layouts_and_reorders_others(sweep):
     assert len(kinds) >= 4
 
 
-def test_unknown_schema_version_is_refused_naming_the_file(sweep):
+def test_unknown_schema_version_is_refused_naming_the_file(sweep: Sweep) -> None:
     sd, unit = sweep
     path = sd.partial_path(unit.id)
     lines = _lines(sd, unit)
@@ -108,7 +119,7 @@ def test_unknown_schema_version_is_refused_naming_the_file(sweep):
         read_partial(path)
 
 
-def test_nan_rel_err_survives(sweep):
+def test_nan_rel_err_survives(sweep: Sweep) -> None:
     """The stdlib writes NaN; a broken kernel's record must not read as torn."""
     sd, unit = sweep
     path = sd.partial_path(unit.id)
@@ -194,7 +205,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_resume_and_merge_agree_on_what_a_damaged_partial_records(tmp_path, case):
+def test_resume_and_merge_agree_on_what_a_damaged_partial_records(tmp_path: Path, case: str) -> None:
     """The worker and resume (read_partial) and the merger (segments) classify every line with
     the one classifier: the same records count, the same lines are skipped for the same
     reason, the same files are refused, and what they agree on is right."""
@@ -203,7 +214,8 @@ def test_resume_and_merge_agree_on_what_a_damaged_partial_records(tmp_path, case
     from orchestrator.store.segments import segment
 
     sd, units = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
-    unit, path = units[0], sd.partial_path(units[0].id)
+    unit = units[0]
+    path = sd.partial_path(unit.id)
     lines = path.read_text().splitlines()
     other = next(ln for ln in sd.partial_path(units[1].id).read_text().splitlines() if '"record"' in ln)
     text, verdict, lost = _damage(case, lines, other)
@@ -229,7 +241,7 @@ def test_resume_and_merge_agree_on_what_a_damaged_partial_records(tmp_path, case
     assert [q.source for q in summary.quarantined] == ([path] if verdict in ("foreign", "version") else [])
 
 
-def test_resume_and_merge_agree_when_damage_follows_a_cached_merge(sweep):
+def test_resume_and_merge_agree_when_damage_follows_a_cached_merge(sweep: Sweep) -> None:
     """The merger reads a grown partial from where its cache ends; its verdicts on the new
     lines are still those of read_partial (which reads the file whole)."""
     from orchestrator.store.merge import merge

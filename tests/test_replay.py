@@ -43,7 +43,7 @@ def test_replayed_median_lies_within_the_records_quartiles(n: int) -> None:
         assert 0.9 <= float(np.median(samples)) <= 1.3
 
 
-def test_replay_of_the_excerpt_through_run_reproduces_every_median(tmp_path: Path, sample_doc) -> None:
+def test_replay_of_the_excerpt_through_run_reproduces_every_median(tmp_path: Path, sample_doc: dict[str, Any]) -> None:
     spec = replay_spec(tmp_path)
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
@@ -79,7 +79,7 @@ def test_bad_replay_sources_are_one_line_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "b").exists()  # refused before anything was planned
     # the excerpt measured our kernel, non-causal, multi-head: a replay of jax's kernel, of causal
     # or of grouped-query problems would find none of its records
-    for name, over, needles in [
+    other_problems: list[tuple[str, dict[str, Any], list[str]]] = [
         (
             "c.json",
             {"replay": {"source": str(SAMPLE), "impl": "jax"}},
@@ -87,7 +87,8 @@ def test_bad_replay_sources_are_one_line_errors(tmp_path: Path) -> None:
         ),
         ("d.json", {"causal": [False, True]}, ["causal [True] were not measured"]),
         ("e.json", {"kv_heads": [2]}, ["kv_heads [2] were not measured", "its kv_heads: [8]"]),
-    ]:
+    ]
+    for name, over, needles in other_problems:
         r = run_cli("plan", str(replay_spec(tmp_path, name, **over)), "--dry-run")
         assert_one_line_error(r, "another spec", *needles)
 
@@ -96,7 +97,7 @@ def test_replay_needs_its_source_and_the_strategy_settings_are_checked() -> None
     from orchestrator.errors import SpecError
     from orchestrator.spec.files import spec_from_data
 
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"kernel": {"impl": "replay"}}, 'no replay source is given: add "replay"'),
         ({"replay": {"source": "x.json"}}, "replay.source is given but kernel.impl is 'tilesweep'"),
         ({"kernel": {"impl": "triton"}}, "'kernel.impl'"),
@@ -112,7 +113,7 @@ def test_replay_needs_its_source_and_the_strategy_settings_are_checked() -> None
         assert needle in err.value.message and "\n" not in err.value.message, (data, err.value.message)
 
 
-def test_a_replay_plans_the_implementation_its_source_measured(sample_doc) -> None:
+def test_a_replay_plans_the_implementation_its_source_measured(sample_doc: dict[str, Any]) -> None:
     """kernel.impl is replay; the configs planned, their records' impl and the document's config
     block are those of replay.impl (default: ours), so the source's records are found."""
     from orchestrator.planning import expand
@@ -140,7 +141,8 @@ def test_replay_at_the_real_pace_waits_out_each_records_seconds(tmp_path: Path) 
     for rec in source["results"]:
         rec.update(compile_s=0.2, median_ms=2.0, q1_ms=1.9, q3_ms=2.1)
     (tmp_path / "source.json").write_text(json.dumps(source))
-    docs, markers = {}, {}
+    docs = {}
+    markers = {}
     for pace in ("instant", "real"):
         data = {
             **grid,

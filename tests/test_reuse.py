@@ -1,4 +1,4 @@
-"""Reuse (issue 15): what an earlier results document holds is carried into a sweep, not
+"""Reuse: what an earlier results document holds is carried into a sweep, not
 measured again, only where it was measured the same way on the same device; what cannot be
 reused is said, once, with counts.
 
@@ -79,7 +79,9 @@ def test_an_extended_grid_compiles_only_its_new_config(tmp_path: Path, first_doc
     assert again.found.reused == 3 and again.units == []
 
 
-def test_other_timing_or_another_device_reuses_nothing(tmp_path: Path, first_doc: Path, caplog) -> None:
+def test_other_timing_or_another_device_reuses_nothing(
+    tmp_path: Path, first_doc: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     slower = plan_against(
         tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "target_ms": 2}}, ReuseRequest([str(first_doc)])
     )
@@ -139,7 +141,7 @@ def test_carried_records_are_this_sweeps_to_overwrite_and_prev(tmp_path: Path, f
     assert r.returncode == 0 and not (tmp_path / "other.json.prev").exists(), r.stderr
 
 
-# Record fields of a problem variant or another kernel (issue 11's optional identity fields), and
+# Record fields of a problem variant or another kernel (the optional identity fields), and
 # the spec fields that plan exactly those records.
 VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "causal": ({"causal": True}, {"causal": [True]}),
@@ -181,7 +183,9 @@ def test_errors_are_measured_again_unless_asked_and_remeasure_overrides(tmp_path
     assert everything.found.costs is not None and len(everything.found.costs) == 2  # costs for free all the same
 
 
-def test_damaged_records_are_measured_with_a_warning_naming_the_file(tmp_path: Path, first_doc: Path, caplog) -> None:
+def test_damaged_records_are_measured_with_a_warning_naming_the_file(
+    tmp_path: Path, first_doc: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     doc = json.loads(first_doc.read_text())
     next(rec for rec in doc["results"] if rec["config"] == "forced")["median_ms"] = "fast"
     damaged = write(tmp_path, "damaged.json", doc)
@@ -256,7 +260,7 @@ def test_halving_reuses_full_records_as_done_and_screens_as_screens(tmp_path: Pa
     assert len(doc["results"]) == 1 + 3 * 3 * 3 * 2 and doc["tilesweep"]["reused"]["records"] == 1 + len(before)
 
 
-def test_a_document_scanned_in_batches_is_the_document_loaded(tmp_path: Path, monkeypatch) -> None:
+def test_a_document_scanned_in_batches_is_the_document_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reuse reads documents with ``document.scan``: records in batches of text (so a million
     records are never alive at once), the same records ``load`` gives, in any layout."""
     from orchestrator.errors import ResultsError

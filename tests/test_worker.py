@@ -4,14 +4,24 @@ persistent compilation cache, and crash attribution when a window of configs was
 from __future__ import annotations
 
 import json
+import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from jobs import measure, node_env, worker
 from orchestrator.control.sweeps import prepare_sweep
-from orchestrator.planning import PRUNED, RUN
-from orchestrator.spec.model import SCHEMA_VERSION
+from orchestrator.planning import PRUNED, RUN, WorkItem
+from orchestrator.spec.compat import env_fingerprint
+from orchestrator.spec.model import SweepSpec
+from orchestrator.store.lines import PartialHeader, partial_header
 from orchestrator.store.partials import read_partial
+from orchestrator.store.sweepdir import SweepDir
+
+WriteSpec = Callable[..., Path]
 
 TIMING_FIELDS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}
 # float32 d16 at seq 64 in TINY_SPEC: the backward of the forced fwd_bwd config with
@@ -21,27 +31,30 @@ TIMING_FIELDS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}
 PRUNING_LIMIT = 16500
 
 
-def _sweep(write_spec, tmp_path: Path, name: str, **overrides: Any):
+def _sweep(write_spec: WriteSpec, tmp_path: Path, name: str, **overrides: Any) -> tuple[SweepDir, str]:
     spec = write_spec(f"{name}.json", **{"smem_limit_bytes": PRUNING_LIMIT, "sharding": {"units": 1}, **overrides})
     sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / name), None, None)
     assert len(unit_ids) == 1
     return sd, unit_ids[0]
 
 
-def _lines(sd, unit_id: str) -> list[dict]:
+def _lines(sd: SweepDir, unit_id: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in sd.partial_path(unit_id).read_text().splitlines() if line.strip()]
 
 
-def _records(sd, unit_id: str) -> dict[str, dict]:
+def _records(sd: SweepDir, unit_id: str) -> dict[str, dict[str, Any]]:
     return {obj["id"]: obj["record"] for obj in _lines(sd, unit_id) if "record" in obj}
 
 
-def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
+def test_pool_cache_and_pruning(write_spec: WriteSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     made = []
     make = measure.ShapeContext.make
-    monkeypatch.setattr(
-        measure.ShapeContext, "make", classmethod(lambda cls, it, spec: made.append(it.shape) or make(it, spec))
-    )
+
+    def counted(cls: type[measure.ShapeContext], it: WorkItem, spec: SweepSpec) -> measure.ShapeContext:
+        made.append(it.shape)
+        return make(it, spec)
+
+    monkeypatch.setattr(measure.ShapeContext, "make", classmethod(counted))
     # Parallel compile, cold cache
     sd, unit = _sweep(write_spec, tmp_path, "parallel", compile={"workers": 2})
     items = sd.unit_items(unit)
@@ -57,6 +70,7 @@ def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
     assert started == {it.id for it in runnable}
     for it in pruned:
         rec = recs[it.id]
+        assert it.smem_bytes is not None  # the model's prediction, which pruned it
         assert rec["pruned"] is True and rec["smem_bytes"] == it.smem_bytes > PRUNING_LIMIT
         assert rec["error"].startswith("SharedMemoryPredicted: ") and "compile_s" not in rec
     # a cold cache: no compile came from it, and it now holds them
@@ -69,7 +83,7 @@ def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
     assert not (sd_serial.root / "compile-cache").exists()
     serial = _records(sd_serial, unit_serial)
 
-    def strip(rec: dict) -> dict:
+    def strip(rec: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in rec.items() if k not in TIMING_FIELDS}
 
     assert {i: strip(r) for i, r in serial.items()} == {i: strip(r) for i, r in recs.items()}
@@ -88,33 +102,35 @@ def test_pool_cache_and_pruning(write_spec, tmp_path, monkeypatch):
     }
 
 
-def _fake_attempts(sd, unit_id: str, attempts: list[list[dict]]) -> None:
+def _header(sd: SweepDir, unit_id: str, attempt: int) -> PartialHeader:
+    """An attempt's header as a worker of this sweep on this machine writes it."""
+    device = node_env.device_block()
+    return partial_header(
+        unit=unit_id,
+        sweep=sd.spec.fingerprint(),
+        attempt=attempt,
+        device=device,
+        env=env_fingerprint(device),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        slurm_job_id=None,
+        started=f"2026-01-01T00:00:0{attempt}+00:00",
+    )
+
+
+def _fake_attempts(sd: SweepDir, unit_id: str, attempts: list[list[dict[str, object]]]) -> None:
     """Previous attempts that died, as a worker of this sweep leaves them: a header each
     (this sweep, this unit, this machine's environment), then the given lines."""
-    from orchestrator.spec.compat import env_fingerprint
-
-    env = env_fingerprint(node_env.device_block())
     path = sd.partial_path(unit_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = []
+    lines: list[object] = []
     for n, body in enumerate(attempts, 1):
-        lines.append(
-            {
-                "header": {
-                    "schema": SCHEMA_VERSION,
-                    "unit": unit_id,
-                    "sweep": sd.spec.fingerprint(),
-                    "attempt": n,
-                    "env": env,
-                    "started": f"2026-01-01T00:00:0{n}+00:00",
-                }
-            }
-        )
+        lines.append({"header": _header(sd, unit_id, n)})
         lines += [{**obj, "attempt": n} for obj in body]
     path.write_text("".join(json.dumps(obj) + "\n" for obj in lines))
 
 
-def test_only_deaths_alone_in_flight_count_against_a_config(write_spec, tmp_path):
+def test_only_deaths_alone_in_flight_count_against_a_config(write_spec: WriteSpec, tmp_path: Path) -> None:
     sd, unit = _sweep(write_spec, tmp_path, "crash", compile={"workers": 2, "cache_dir": "off"})
     runnable = [it for it in sd.unit_items(unit) if it.kind == RUN]
     killer, *suspects = runnable[:3]
@@ -146,7 +162,7 @@ def test_only_deaths_alone_in_flight_count_against_a_config(write_spec, tmp_path
     assert [obj for obj in lines if obj.get("start") == killer.id] == []
 
 
-def test_stop_abandons_the_configs_compiled_ahead(write_spec, tmp_path):
+def test_stop_abandons_the_configs_compiled_ahead(write_spec: WriteSpec, tmp_path: Path) -> None:
     sd, unit = _sweep(write_spec, tmp_path, "stop", compile={"workers": 2, "cache_dir": "off"})
     runnable = [it for it in sd.unit_items(unit) if it.kind == RUN]
     polls = []
@@ -168,37 +184,29 @@ def test_stop_abandons_the_configs_compiled_ahead(write_spec, tmp_path):
     assert all("error" not in r for r in _records(sd, unit).values() if not r.get("pruned"))
 
 
-def test_a_config_the_tasks_grace_finds_hung_is_marked_by_usr1_and_given_up_as_a_timeout(write_spec, tmp_path):
+def test_a_config_the_tasks_grace_finds_hung_is_marked_by_usr1_and_given_up_as_a_timeout(
+    write_spec: WriteSpec, tmp_path: Path
+) -> None:
     """When a SLURM task's grace after USR2 runs out, it sends its workers USR1 before the kill
     (``node.TaskWorkers.mark_hung``): the unit worker's handler writes a ``hung`` line for each
     config in flight, so a config found hung alone every time is given up on as a timeout
     (``worker._record_uncompiled`` makes this record for it)."""
-    import os
     import signal
 
     from jobs import in_flight
     from orchestrator.control.dispatch import unit_worker
-    from orchestrator.spec.compat import env_fingerprint
-    from orchestrator.store.partials import PartialWriter
+    from orchestrator.store.lines import PartialWriter, header_line, start_line
 
     sd, unit = _sweep(write_spec, tmp_path, "hung", compile={"workers": 2, "cache_dir": "off"})
     stuck = next(it for it in sd.unit_items(unit) if it.kind == RUN)
     _fake_attempts(sd, unit, [[{"start": stuck.id, "alone": True}, {"hung": stuck.id}]])
-    header = {
-        "schema": SCHEMA_VERSION,
-        "unit": unit,
-        "sweep": sd.spec.fingerprint(),
-        "attempt": 2,
-        "env": env_fingerprint(node_env.device_block()),
-        "started": "2026-01-01T00:00:02+00:00",
-    }
     previous = {s: signal.getsignal(s) for s in unit_worker.SIGNALS}
     unit_worker.install_handlers()  # USR2, TERM and USR1, as the unit worker process has them
     try:
         with PartialWriter(sd.partial_path(unit)) as w:
             in_flight.begin(w, 2)
-            in_flight.write(w, {"header": header})
-            in_flight.write(w, {"start": stuck.id, "attempt": 2, "alone": True}, started=stuck.id)
+            in_flight.write(w, header_line(_header(sd, unit, 2)))
+            in_flight.write(w, start_line(stuck.id, 2, alone=True), started=stuck.id)
             os.kill(os.getpid(), signal.SIGUSR1)  # a real signal: the handler runs at the next bytecode
             in_flight.end()
     finally:

@@ -16,12 +16,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store.document import ResultsDoc, load
+from orchestrator.store.lines import DeviceBlock
 from orchestrator.store.newest import Slots
+from orchestrator.store.provenance import (
+    DocumentHead,
+    attempts_of,
+    blocks,
+    with_earlier,
+    without_earlier,
+)
 from orchestrator.store.segments import any_record_text
 
 APPEND_HINT = "merging appends to it (append: true): move it away or set append: false"
@@ -36,8 +44,8 @@ def load_target(path: Path) -> ResultsDoc:
 
 
 def append_into(
-    existing: ResultsDoc, head: dict[str, Any], slots: Slots, *, mix_devices: bool, path: Path
-) -> tuple[dict[str, Any], list[str], int, int]:
+    existing: ResultsDoc, head: DocumentHead, slots: Slots, *, mix_devices: bool, path: Path
+) -> tuple[DocumentHead, list[str], int, int]:
     """Records of this sweep (``slots``) replace same-identity records of ``existing`` in
     place, unless the document's record was measured later (by its unit and attempt's start
     time in the document's tilesweep blocks); the others are kept untouched; new identities
@@ -53,15 +61,17 @@ def append_into(
             "set merge.mix_devices: true to mix them (records then carry their device), or write to another output"
         )
     old_ts = existing.extra.get("tilesweep")
-    old_ts = old_ts if isinstance(old_ts, dict) else {}
     texts, kept, kept_errors = _records(existing, slots, measured_times(old_ts), mixing, new_kind)
-    new_head = dict(head)
-    new_head["device"] = head["device"] if mixing or not existing.device else existing.device
-    earlier = [e for e in old_ts.get("earlier", []) if isinstance(e, dict)] if old_ts else []
-    if old_ts and old_ts.get("fingerprint") != head["tilesweep"]["fingerprint"]:
-        earlier.append({k: v for k, v in old_ts.items() if k != "earlier"})
+    new_head = head.copy()
+    if existing.device and not mixing:
+        new_head["device"] = cast(DeviceBlock, existing.device)
+    old_blocks = blocks(old_ts)
+    earlier = old_blocks[:-1]
+    own = old_blocks[-1] if old_blocks else None
+    if own and own.get("fingerprint") != head["tilesweep"]["fingerprint"]:
+        earlier.append(without_earlier(own))
     if earlier:
-        new_head["tilesweep"] = {**head["tilesweep"], "earlier": earlier}
+        new_head["tilesweep"] = with_earlier(head["tilesweep"], earlier)
     return new_head, texts, kept, kept_errors
 
 
@@ -112,17 +122,18 @@ def _drain(records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield records.pop()
 
 
-def measured_times(old_ts: dict[str, Any]) -> dict[tuple[Any, Any], str]:
-    """When each (unit, attempt) of the document was measured, where its tilesweep blocks
-    (its own and the ``earlier`` ones) say: records of tilesweep documents carry unit and
-    attempt, their blocks the attempts' start times."""
+def measured_times(tilesweep: object) -> dict[tuple[Any, Any], str]:
+    """When each (unit, attempt) of a document was measured, where its tilesweep blocks (its own
+    and the ``earlier`` ones, ``provenance.blocks``; ``tilesweep``: the document's value of that
+    key) say: records of tilesweep documents carry unit and attempt, their blocks the attempts'
+    start times."""
     measured: dict[tuple[Any, Any], str] = {}
-    for block in [*(e for e in old_ts.get("earlier", []) if isinstance(e, dict)), old_ts]:
-        attempts = block.get("attempts")
-        for unit, atts in attempts.items() if isinstance(attempts, dict) else ():
+    for block in blocks(tilesweep):
+        for unit, atts in attempts_of(block).items():
             for a in atts if isinstance(atts, list) else ():
-                if isinstance(a, dict) and isinstance(a.get("started"), str):
-                    measured[(unit, a.get("attempt"))] = a["started"]
+                started = a.get("started") if isinstance(a, dict) else None
+                if isinstance(started, str):
+                    measured[(unit, a.get("attempt"))] = started
     return measured
 
 

@@ -15,16 +15,17 @@ the unit's partial (its environment differs from ``env.json``) and resume measur
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from typing import Any
 
 from orchestrator.planning import Unit, WorkItem
-from orchestrator.spec.model import SCHEMA_VERSION, canonical_hash
-from orchestrator.store.progress import partial_block
+from orchestrator.spec.model import canonical_hash
+from orchestrator.store.files import atomic_open, atomic_write_json, now_iso, read_json
+from orchestrator.store.lines import encode_line, header_line, partial_header, record_line
+from orchestrator.store.markers import reuse_summary, write_marker
 from orchestrator.store.reuse import Found
-from orchestrator.store.sweepdir import SweepDir, atomic_open, atomic_write_json, now_iso, read_json
+from orchestrator.store.sweepdir import SweepDir
 
 REUSE_FILE = "reuse.json"
 ORIGIN = "reuse"
@@ -42,45 +43,27 @@ def reuse_unit(items: list[WorkItem], found: Found, index: int) -> Unit:
 def write_reuse_unit(sd: SweepDir, unit: Unit, found: Found) -> None:
     """The reuse unit's partial and completion marker, then its place in the index (the caller
     holds the sweep's lock), and ``reuse.json``."""
-    header = {
-        "schema": SCHEMA_VERSION,
-        "unit": unit.id,
-        "sweep": sd.spec.fingerprint(),
-        "attempt": 1,
-        "device": {"device_kind": (found.env or {}).get("device_kind")},
-        "env": found.env,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "slurm_job_id": None,
-        "started": now_iso(),
-        "reuse": {c.path: c.reused for c in found.sources if c.reused},
-    }
-    with atomic_open(sd.partial_path(unit.id)) as f:
-        f.write(json.dumps({"header": header}, separators=(",", ":")) + "\n")
-        for it in unit.items:
-            rec = found.records[it.index][0]
-            f.write(json.dumps({"id": it.id, "attempt": 1, "record": rec}, separators=(",", ":")) + "\n")
-    n = len(unit.items)
-    errors = sum("error" in found.records[it.index][0] for it in unit.items)
-    screened = sum(bool(found.records[it.index][0].get("screened")) for it in unit.items)
-    atomic_write_json(
-        sd.marker_path(unit.id),
-        {
-            "unit": unit.id,
-            "attempt": 1,
-            "round": 1,
-            "done": n,
-            "errors": errors,
-            "screened": screened,
-            "total": n,
-            "already": 0,
-            "stopped": False,
-            "reused": n,
-            "compiled": 0,
-            "partial": partial_block(sd.partial_path(unit.id), n, errors),
-            "finished": now_iso(),
-        },
+    header = partial_header(
+        unit=unit.id,
+        sweep=sd.spec.fingerprint(),
+        attempt=1,
+        device={"device_kind": (found.env or {}).get("device_kind")},
+        env=found.env,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        slurm_job_id=None,
+        started=now_iso(),
+        reuse={c.path: c.reused for c in found.sources if c.reused},
     )
+    records = [found.records[it.index][0] for it in unit.items]
+    with atomic_open(sd.partial_path(unit.id)) as f:
+        f.write(encode_line(header_line(header)) + "\n")
+        for it, rec in zip(unit.items, records, strict=True):
+            f.write(encode_line(record_line(it.id, 1, rec)) + "\n")
+    errors = sum("error" in rec for rec in records)
+    screened = sum(bool(rec.get("screened")) for rec in records)
+    summary = reuse_summary(unit.id, records=len(records), errors=errors, screened=screened)
+    write_marker(sd, summary, records=len(records), errors=errors)
     sd.add_units([unit], origin=ORIGIN)
     atomic_write_json(sd.root / REUSE_FILE, {"unit": unit.id, "created": now_iso(), **found.summary()}, indent=1)
 

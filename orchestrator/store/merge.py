@@ -34,30 +34,41 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from orchestrator.errors import ResultsError
 from orchestrator.store.append import append_into, load_target
 from orchestrator.store.carried import read_summary
+from orchestrator.store.files import atomic_open, now_iso, remove_dead_temps
+from orchestrator.store.lines import DeviceBlock, document_device
 from orchestrator.store.locks import MergeLock, lock_path_for
-from orchestrator.store.newest import pick_newest
+from orchestrator.store.newest import Slots, pick_newest
 from orchestrator.store.partials import log_skipped
+from orchestrator.store.provenance import (
+    DocumentHead,
+    GpuHours,
+    ReusedBlock,
+    RoundsBlock,
+    TilesweepBlock,
+    attempt_entry,
+    measurement,
+    tilesweep_block,
+)
 from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
-from orchestrator.store.sweepdir import SweepDir, atomic_open, now_iso, remove_dead_temps
+from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.target import Target, inspect, keep, refuse_foreign, stash, write_stamp
 
 log = logging.getLogger(__name__)
 
-DEVICE_KEYS = ("jax", "backend", "devices", "python", "device_kind")
 _PLACEHOLDER = "\x00tilesweep-results\x00"
 _CHUNK = 4096
 
-__all__ = ["MergeSummary", "check_target", "merge", "lock_path_for", "write_document", "DEVICE_KEYS"]
+__all__ = ["MergeSummary", "check_target", "merge", "lock_path_for", "write_document"]
 
 
 @dataclass
@@ -117,75 +128,54 @@ def collect(sd: SweepDir, *, use_cache: bool = True) -> tuple[list[Segment], lis
 
 
 def _tilesweep_block(
-    sd: SweepDir, segs: list[Segment], env: dict[str, Any] | None, extra: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    sd: SweepDir, segs: list[Segment], env: dict[str, Any] | None, extra: Mapping[str, Any] | None = None
+) -> TilesweepBlock:
     """The document's ``tilesweep`` key: provenance, and how the records were measured."""
-    spec = sd.spec
-    attempts = {
-        s.unit: [
-            {
-                "attempt": h.get("attempt"),
-                "host": h.get("host"),
-                "pid": h.get("pid"),
-                "slurm_job_id": h.get("slurm_job_id"),
-                "gpu": h.get("gpu"),
-                "started": h.get("started"),
-            }
-            for h in s.headers
-        ]
-        for s in segs
-        if s.headers
-    }
-    block = {
-        "sweep_dir": str(sd.root),
-        "fingerprint": spec.fingerprint(),
-        "env": env,
-        "merged": now_iso(),
-        "planned": sd.planned,
-        "spec": spec.model_dump(mode="json"),
-        "attempts": attempts,
-        **(extra or {}),
-        "measurement": _measurement(sd, segs),
-    }
     reused = read_summary(sd)
-    if reused is not None:  # what planning carried from earlier documents instead of measuring
-        block["reused"] = {
-            "unit": reused.get("unit"),
-            "records": reused.get("reused"),
-            "from": {s["path"]: s["reused"] for s in reused.get("sources", []) if s.get("reused")},
-        }
     round2 = read_round2(sd)
-    if round2 is not None:
-        block["rounds"] = {k: round2.get(k) for k in ("screened", "survivors", "units", "planned")}
-    return block
+    return tilesweep_block(
+        sweep_dir=str(sd.root),
+        spec=sd.spec,
+        env=env,
+        merged=now_iso(),
+        planned=sd.planned,
+        attempts={s.unit: [attempt_entry(h) for h in s.headers] for s in segs if s.headers},
+        gpu_hours=cast(GpuHours, extra or {}),  # the caller's block keys: control.sweeps.accounting
+        measured=measurement(sd.spec, [h for s in segs for h in s.headers]),
+        reused=None if reused is None else _reused(reused),
+        rounds=None if round2 is None else _rounds(round2),
+    )
 
 
-def _measurement(sd: SweepDir, segs: list[Segment]) -> dict[str, Any]:
-    """How the merged records were measured, from the attempts' headers: the strategy, every
-    timer used, whether samples started with a flushed L2 cache (true, false, or "mixed"), and
-    whether the clock was real or virtual (a replay)."""
-    spec = sd.spec
-    seen = [h["measure"] for s in segs for h in s.headers if isinstance(h.get("measure"), dict)]
-    flushes = sorted({bool(m.get("flush_l2")) for m in seen})
+def _reused(summary: Mapping[str, Any]) -> ReusedBlock:
+    """What planning carried from earlier documents instead of measuring (``reuse.json``)."""
     return {
-        "impl": spec.kernel.impl,
-        "strategy": spec.timing.strategy,
-        "timers": sorted({str(m.get("timer")) for m in seen}),
-        "flush_l2": flushes[0] if len(flushes) == 1 else ("mixed" if flushes else None),
-        "clock": sorted({str(m.get("clock")) for m in seen}),
+        "unit": summary.get("unit"),
+        "records": summary.get("reused"),
+        "from": {s["path"]: s["reused"] for s in summary.get("sources", []) if s.get("reused")},
     }
 
 
-def _device(segs: list[Segment]) -> dict[str, Any]:
+def _rounds(round2: Mapping[str, Any]) -> RoundsBlock:
+    """What planning round 2 decided (``round2.json``)."""
+    return {
+        "screened": round2.get("screened"),
+        "survivors": round2.get("survivors"),
+        "units": round2.get("units"),
+        "planned": round2.get("planned"),
+    }
+
+
+def _device(segs: list[Segment]) -> DeviceBlock:
     """The device block of the first worker header; a reuse unit's header (``store.reuse``)
     only where no worker has run yet (it names the device kind alone)."""
     headers = [h for s in segs for h in s.headers if isinstance(h.get("device"), dict)]
     for h in sorted(headers, key=lambda h: "reuse" in h):
-        return {k: h["device"].get(k) for k in DEVICE_KEYS}
+        return document_device(h["device"])
     return {}
 
 
-def write_document(path: Path, head: dict[str, Any], records: Iterable[str]) -> None:
+def write_document(path: Path, head: Mapping[str, object], records: Iterable[str]) -> None:
     """Stream ``head`` with ``records`` (record texts) as its ``results`` into ``path``,
     atomically; the bytes equal ``json.dumps({... "results": [...] ...}, indent=1)``."""
     text = json.dumps({**head, "results": _PLACEHOLDER}, indent=1)
@@ -220,12 +210,16 @@ def merge(
     *,
     output: Path | None = None,
     use_cache: bool = True,
-    extra: dict[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> MergeSummary:
-    """Merge the sweep's partials into its output document (atomically, under a lock); ``extra``: more
-    ``tilesweep``-block keys (GPU-hours). Not appending, a document with records not this sweep's is refused
-    unless ``overwrite``; one replaced by fewer records is kept as ``<output>.prev``; all quarantined: no write."""
+    """Merge the sweep's partials into its output document (``output``, default the spec's),
+    atomically and under the document's lock.
+
+    ``extra``: more keys of the ``tilesweep`` block (a SLURM sweep's GPU-hours). Not appending, a
+    document that holds records not this sweep's is refused unless ``overwrite``; one replaced by
+    fewer records is kept as ``<output>.prev`` (``target``). Where every partial with records was
+    quarantined nothing is written (``MergeSummary.written`` is false)."""
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
@@ -236,45 +230,62 @@ def merge(
         if target is not None and (target.n_foreign or target.not_a_document) and not overwrite:
             refuse_foreign(target)
         segs, moved, env = collect(sd, use_cache=use_cache)
-        planned = sd.planned
-        slots = pick_newest(segs, planned)
-        head = {
+        slots = pick_newest(segs, sd.planned)
+        head: DocumentHead = {
             "device": _device(segs),
             "config": spec.reference_config(),
             "tilesweep": _tilesweep_block(sd, segs, env, extra),
         }
-        summary = MergeSummary(
-            out,
-            0,
-            planned,
-            planned - slots.found,
-            0,
-            superseded=slots.superseded,
-            skipped_lines=sum(len(s.skipped) for s in segs),
-            quarantined=moved,
-            partials=len(segs),
-            partials_cached=sum(s.cached for s in segs),
-        )
+        summary = _found(out, sd.planned, slots, segs, moved)
         del segs
         if moved and not slots.found:
             summary.written = False
             log.warning("every partial with records was quarantined: %s is left as it was", out)
             return summary
         if appending:
-            existing = load_target(out)
-            summary.replaced = len(existing.results)
-            head, texts, kept, kept_errors = append_into(
-                existing, head, slots, mix_devices=spec.merge.mix_devices, path=out
-            )
-            summary.records, summary.kept_from_existing = len(texts), kept
-            summary.errors = sum(slots.err) + kept_errors
-            _replace(sd, out, _ordered(head), texts, summary)
+            _write_appended(sd, out, head, slots, summary)
         else:
-            summary.replaced = target.records if target is not None else 0
-            summary.records, summary.errors = slots.found, sum(slots.err)
-            _replace(sd, out, _ordered(head), slots, summary, target)
-    log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
+            _write_fresh(sd, out, head, slots, summary, target)
+    log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, sd.planned)
     return summary
+
+
+def _found(out: Path, planned: int, slots: Slots, segs: list[Segment], moved: list[Quarantined]) -> MergeSummary:
+    """What the partials hold, before anything is written (records and errors: ``_write_*``)."""
+    return MergeSummary(
+        out,
+        records=0,
+        planned=planned,
+        missing=planned - slots.found,
+        errors=0,
+        superseded=slots.superseded,
+        skipped_lines=sum(len(s.skipped) for s in segs),
+        quarantined=moved,
+        partials=len(segs),
+        partials_cached=sum(s.cached for s in segs),
+    )
+
+
+def _write_appended(sd: SweepDir, out: Path, head: DocumentHead, slots: Slots, summary: MergeSummary) -> None:
+    """Append: the document at ``out`` keeps its records, this sweep's replace those of the same
+    identity measured before them (``append.append_into``)."""
+    existing = load_target(out)
+    summary.replaced = len(existing.results)
+    head, texts, kept, kept_errors = append_into(existing, head, slots, mix_devices=sd.spec.merge.mix_devices, path=out)
+    summary.records = len(texts)
+    summary.kept_from_existing = kept
+    summary.errors = sum(slots.err) + kept_errors
+    _replace(sd, out, _ordered(head), texts, summary)
+
+
+def _write_fresh(
+    sd: SweepDir, out: Path, head: DocumentHead, slots: Slots, summary: MergeSummary, target: Target | None
+) -> None:
+    """This sweep's records alone, in place of the document ``target`` judged before."""
+    summary.replaced = target.records if target is not None else 0
+    summary.records = slots.found
+    summary.errors = sum(slots.err)
+    _replace(sd, out, _ordered(head), slots, summary, target)
 
 
 def check_target(sd: SweepDir, output: Path | None = None) -> None:
@@ -290,7 +301,7 @@ def check_target(sd: SweepDir, output: Path | None = None) -> None:
 def _replace(
     sd: SweepDir,
     out: Path,
-    head: dict[str, Any],
+    head: Mapping[str, object],
     records: Iterable[str],
     summary: MergeSummary,
     target: Target | None = None,
@@ -315,6 +326,6 @@ def _replace(
     write_stamp(sd, out, summary.records)
 
 
-def _ordered(head: dict[str, Any]) -> dict[str, Any]:
+def _ordered(head: DocumentHead) -> dict[str, object]:
     """Top-level keys in reference order, tilesweep's own last."""
     return {"device": head["device"], "config": head["config"], "results": None, "tilesweep": head["tilesweep"]}

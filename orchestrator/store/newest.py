@@ -45,7 +45,9 @@ def pick_newest(segs: list[Segment], planned: int) -> Slots:
     rank = {(pos, a): r + 1 for r, (_, pos, a) in enumerate(attempts)}
     key = [-1] * size
     slots = Slots([None] * size, [None] * size, bytearray(size), key=key, started=["", *(a[0] for a in attempts)])
-    text, ids, err = slots.text, slots.ids, slots.err
+    text = slots.text  # the winners' columns, as locals for the loop below
+    ids = slots.ids
+    err = slots.err
     for pos, s in enumerate(segs):
         ranks = {a: rank.get((pos, a), 0) << 32 for a in set(s.att)}
         for pi, a, ln, t, e, iid in zip(s.idx, s.att, s.ln, s.texts, s.err, s.ids, strict=True):

@@ -29,26 +29,27 @@ runs it alone); only a death while it was alone counts against it (``deaths``), 
 that keeps killing its worker is given up on, and one that merely shared a window with the
 culprit, or was in flight when someone killed the worker, is not.
 
-What a valid record is, ``layouts.check_record`` says.
+What a valid record is, ``layouts.check_record`` says; how each line is written (its typed
+form, its one builder, the appending writer), ``lines``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections import Counter
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any
+from typing import Any, cast
 
 from orchestrator.errors import PartialError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION
 from orchestrator.store.layouts import check_record
+from orchestrator.store.lines import ReadHeader
 from orchestrator.store.sweepdir import SweepDir
 
 _orjson: ModuleType | None
@@ -79,7 +80,8 @@ def is_torn_fragment(raw: bytes) -> bool:
 
 def iter_lines(data: bytes, lineno: int = 1) -> Iterator[tuple[int, int, bytes, bool]]:
     """(line number, end offset, bytes, terminated) for each line of ``data``."""
-    pos, n = 0, len(data)
+    pos = 0
+    n = len(data)
     while pos < n:
         nl = data.find(b"\n", pos)
         if nl < 0:
@@ -143,7 +145,8 @@ class UnitItems:
     def of_partial(cls, path: Path) -> UnitItems | None:
         """The items of the unit whose partial ``path`` is, where it lies in a sweep directory
         (``SWEEP/partials/<unit>.jsonl`` next to ``SWEEP/units/``); None elsewhere."""
-        sd, unit = SweepDir(path.parent.parent), path.name.removesuffix(".jsonl")
+        sd = SweepDir(path.parent.parent)
+        unit = path.name.removesuffix(".jsonl")
         if sd.partial_path(unit) != path or not sd.unit_path(unit).parent.is_dir():
             return None
         return cls(sd.root, unit)
@@ -239,7 +242,14 @@ def _header(header: Any) -> Line:
     return (HEADER, "", "", 0, header)
 
 
-def check_headers(headers: list[dict[str, Any]], unit: str, fingerprint: str, env: dict[str, Any] | None) -> str | None:
+def read_header(body: dict[str, Any], lineno: int) -> ReadHeader:
+    """The body of a header line (``classify``'s ``HEADER``) as readers hold it, with its line."""
+    return cast(ReadHeader, {"line": lineno, **body})
+
+
+def check_headers(
+    headers: Sequence[ReadHeader], unit: str, fingerprint: str, env: Mapping[str, Any] | None
+) -> str | None:
     """Why a partial's worker headers say it is not this sweep's unit's, or None: written for
     another spec, another unit, or measured in another environment. (Whether a header is a
     worker's header of this schema at all, ``classify`` already said.) The merger quarantines
@@ -268,7 +278,7 @@ class PartialContent:
     """What a partial records, as the worker and resume see it (the merger sees the same)."""
 
     path: Path
-    headers: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[ReadHeader] = field(default_factory=list)
     records: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)  # id -> (attempt, record)
     starts: Counter[str] = field(default_factory=Counter)  # starts neither recorded nor abandoned
     deaths: Counter[str] = field(default_factory=Counter)  # of those, the ones alone in flight
@@ -321,7 +331,7 @@ def read_partial(path: Path, items: UnitItems | None = None, *, warn: bool = Tru
         elif kind == HUNG:
             content.hangs[iid] += (iid, attempt) in alone
         elif kind == HEADER and body is not None:
-            content.headers.append({"line": lineno, **body})
+            content.headers.append(read_header(body, lineno))
         elif kind == TORN or kind == INVALID:
             content.torn.append(lineno)
             content.problems.append((lineno, reason))
@@ -340,58 +350,3 @@ def read_partial(path: Path, items: UnitItems | None = None, *, warn: bool = Tru
             if lineno not in content.torn_items or not moot(content.torn_items[lineno], content.records, n_items):
                 log_skipped(content.path, lineno, reason)
     return content
-
-
-_encode_line = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def encode_line(obj: dict[str, Any]) -> str:
-    """One partial line, without its newline: compact JSON (one object per line, so a torn
-    write damages only the last line, which ``classify`` then names)."""
-    return _encode_line(obj)
-
-
-class PartialWriter:
-    """Appends lines to one unit's partial; each line is flushed (a killed worker loses none
-    it wrote) and fsynced, unless the caller writes with ``sync=False``: a replay, whose records
-    cost nothing to redo, syncs a batch at a time (``sync()``, and on close), since one fsync
-    per record made a replayed sweep wait on the disk (5 ms a line here)."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._unsynced = False
-        self._f: IO[str] = open(path, "a+", encoding="utf-8")
-        # A previous attempt killed mid-line leaves no trailing newline: end that torn
-        # line so our first line is not glued onto it.
-        self._f.seek(0, os.SEEK_END)
-        if self._f.tell() > 0:
-            self._f.seek(self._f.tell() - 1)
-            last = self._f.read(1)
-            self._f.seek(0, os.SEEK_END)
-            if last != "\n":
-                self._f.write("\n")
-
-    def write(self, obj: dict[str, Any], *, sync: bool = True) -> None:
-        self._f.write(encode_line(obj) + "\n")
-        self._f.flush()
-        self._unsynced = True
-        if sync:
-            self.sync()
-
-    def sync(self) -> None:
-        """fsync what was written (a no-op when nothing is pending)."""
-        if self._unsynced:
-            os.fsync(self._f.fileno())
-            self._unsynced = False
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self.sync()
-        self._f.close()
-
-    def __enter__(self) -> PartialWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -12,13 +12,14 @@ never counted: status and merge agree by construction.
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import PartialError
+from orchestrator.store.markers import read_marker, trusted_block
 from orchestrator.store.partials import UnitItems, check_headers, read_partial
 from orchestrator.store.sweepdir import SweepDir
 
@@ -44,34 +45,6 @@ def _stat(path: str) -> os.stat_result | None:
         return None
 
 
-def _read_marker(marker: str) -> dict[str, Any] | None:
-    try:
-        with open(marker, "rb") as f:
-            m = json.loads(f.read())
-    except (OSError, ValueError):
-        return None
-    return m if isinstance(m, dict) else None
-
-
-def _trusted_marker(m: dict[str, Any] | None, st: os.stat_result | None) -> dict[str, Any] | None:
-    """The ``partial`` block of a completion marker that still describes the partial: the
-    worker stamps the partial's inode, size and mtime when it finishes the unit, so a partial
-    truncated, appended to, replaced or copied over since does not match."""
-    try:
-        block = m["partial"]  # type: ignore[index]
-        ok = st is not None and block["stat"] == [st.st_ino, st.st_size, st.st_mtime_ns]
-    except (KeyError, TypeError):
-        return None
-    return block if ok and type(block.get("records")) is int and type(block.get("errors")) is int else None
-
-
-def partial_block(path: os.PathLike[str] | str, records: int, errors: int) -> dict[str, Any]:
-    """The ``partial`` block of a completion marker for the partial at ``path`` as it is now
-    (what ``_trusted_marker`` checks), holding ``records`` records of which ``errors`` errors."""
-    st = os.stat(path)
-    return {"stat": [st.st_ino, st.st_size, st.st_mtime_ns], "records": records, "errors": errors}
-
-
 _UNIT = "\0"  # a unit id no unit has: where it lands in a path, any unit's id goes
 
 
@@ -89,7 +62,7 @@ def _file_names(sd: SweepDir) -> tuple[str, str]:
 
 
 def count_unit(
-    sd: SweepDir, uid: str, total: int, has_marker: bool, fingerprint: str, env: dict[str, Any] | None
+    sd: SweepDir, uid: str, total: int, has_marker: bool, fingerprint: str, env: Mapping[str, Any] | None
 ) -> Counted:
     """A unit's progress as merge would see it. A marker that still matches its partial says it
     at the cost of one stat; otherwise the partial is read with the classifier every reader
@@ -98,9 +71,9 @@ def count_unit(
     partial_file, marker_file = _file_names(sd)
     path = partial_file.replace(_UNIT, uid)
     st = _stat(path)
-    marker = _read_marker(marker_file.replace(_UNIT, uid)) if has_marker else None
+    marker = read_marker(marker_file.replace(_UNIT, uid)) if has_marker else None
     gpu = marker.get("gpu") if marker is not None else None
-    block = _trusted_marker(marker, st)
+    block = trusted_block(marker, st)
     if block is not None:
         return Counted(block["records"], block["errors"], True, st.st_mtime if st else None, gpu=gpu)
     c = Counted(mtime=st.st_mtime if st else None, gpu=gpu)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import PartialError
-from orchestrator.store.sweepdir import now_iso
+from orchestrator.store.files import now_iso
 
 log = logging.getLogger(__name__)
 

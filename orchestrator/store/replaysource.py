@@ -63,7 +63,8 @@ def mismatch(spec: SweepSpec, source: SweepSpec) -> str | None:
         if mine != theirs:
             return f"its {name}={theirs}, this spec's {name}={mine}"
     if "fwd_bwd" in spec.modes and spec.forward_blocks != source.forward_blocks:
-        fb, sb = spec.forward_blocks, source.forward_blocks
+        fb = spec.forward_blocks
+        sb = source.forward_blocks
         return (
             f"its fwd_bwd configs use forward tiles {sb.block_q}/{sb.block_k}, this spec's "
             f"{fb.block_q}/{fb.block_k} (bwd_fwd_config)"

@@ -5,9 +5,9 @@ Sources, in order of preference: the sweep's output document, then the documents
 ``--reuse`` and in the spec's ``reuse.documents``. A record stands for an item of the new plan
 when it has the item's identity (identity and config fields, tag included, matched as
 ``records.key_getter`` reads them plus the tag), fits the record layout with the exact types it
-asks (``layouts.check_layout``: so the record's ``item_id`` is the item's), and was measured in a compatible environment
-with compatible settings (``spec.compat``: the one home of that rule). Only items the worker
-would compile and time are reused (pruned and invalid ones cost nothing). Error records are
+asks (``layouts.check_layout``: so the record's ``item_id`` is the item's), and was measured in
+a compatible environment with compatible settings (``spec.compat``: the one home of that rule).
+Only items the worker would compile and time are reused (pruned and invalid ones cost nothing). Error records are
 reused only when asked (a new jax may fix a compile failure). Of several compatible records of
 one item a full one beats a screened one (halving needs no screen of a config timed in full),
 then a success beats an error, then the earlier source.
@@ -40,6 +40,7 @@ from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import head_getter, key_getter, key_head
 from orchestrator.store.document import ResultsDoc, paused_gc, scan
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
+from orchestrator.store.provenance import TilesweepBlock, attempts_of, blocks, own_block
 
 log = logging.getLogger(__name__)
 
@@ -132,24 +133,17 @@ def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = 
 def document_env(doc: ResultsDoc) -> dict[str, Any] | None:
     """The environment a document's own sweep measured in (its tilesweep block's ``env``, else
     its device block); None for a document that names none."""
-    ts = doc.extra.get("tilesweep")
-    if isinstance(ts, dict) and isinstance(ts.get("env"), dict):
-        return env_fingerprint(ts["env"])
+    own = own_block(doc.extra.get("tilesweep"))
+    env = own.get("env") if own is not None else None
+    if isinstance(env, dict):
+        return env_fingerprint(env)
     return env_fingerprint(doc.device) if doc.device.get("device_kind") else None
 
 
-def _blocks(doc: ResultsDoc) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+def _blocks(doc: ResultsDoc) -> tuple[dict[str, TilesweepBlock], TilesweepBlock | None]:
     """Unit -> the tilesweep block that measured it, and the document's own block."""
-    ts = doc.extra.get("tilesweep")
-    if not isinstance(ts, dict):
-        return {}, None
-    units: dict[str, dict[str, Any]] = {}
-    earlier = ts.get("earlier")
-    for block in [*(e for e in (earlier if isinstance(earlier, list) else []) if isinstance(e, dict)), ts]:
-        attempts = block.get("attempts")
-        for unit in attempts if isinstance(attempts, dict) else ():
-            units[unit] = block
-    return units, ts
+    every = blocks(doc.extra.get("tilesweep"))
+    return {unit: block for block in every for unit in attempts_of(block)}, (every[-1] if every else None)
 
 
 # ---------------------------------------------------------------------------- choosing
@@ -196,12 +190,13 @@ def _candidates(batch: list[dict[str, Any]], heads: set[tuple[Any, ...]], head: 
 
 
 def _judge_block(
-    block: dict[str, Any] | None, doc_env: dict[str, Any] | None, want: _Want, screened: bool, count: SourceCount
+    block: TilesweepBlock | None, doc_env: dict[str, Any] | None, want: _Want, screened: bool, count: SourceCount
 ) -> str | None:
     """Which counter a record measured by ``block`` falls in, or None when it is compatible."""
     if block is None:
         return "unknown"
-    env = env_fingerprint(block["env"]) if isinstance(block.get("env"), dict) else doc_env or {}
+    block_env = block.get("env")
+    env = env_fingerprint(block_env) if isinstance(block_env, dict) else doc_env or {}
     spec = block.get("spec")
     dumped: dict[str, Any] = spec if isinstance(spec, dict) else {}
     if not want.mix_devices and _other_device(env.get("device_kind"), want):
@@ -247,7 +242,8 @@ def _matches(src: Source, want: _Want) -> Iterator[tuple[dict[str, Any], WorkIte
     how = (int(config.get("repeats") or 5), int(timing.get("warmup", 1)))
     priced = want.priced
     items = want.items
-    head, heads = head_getter(), want.heads
+    head = head_getter()
+    heads = want.heads
     for batch in src.batches:  # every record has the identity fields (``document.scan`` checks)
         for rec in _candidates(batch, heads, head):
             try:
@@ -269,7 +265,8 @@ def _scan(src: Source, count: SourceCount, want: _Want, chosen: dict[int, tuple[
     (read for this scan alone), stripped of its place in the source and given its provenance."""
     units, own = _blocks(src.doc)
     doc_env = document_env(src.doc) or {}
-    doc_kind, my_kind = doc_env.get("device_kind"), want.env.get("device_kind")
+    doc_kind = doc_env.get("device_kind")
+    my_kind = want.env.get("device_kind")
     verdicts: dict[tuple[int, bool], str | None] = {}
     for rec, it in _matches(src, want):
         if not want.reuse:
@@ -286,7 +283,8 @@ def _scan(src: Source, count: SourceCount, want: _Want, chosen: dict[int, tuple[
         )
         kind = rec.get("device", doc_kind)
         if why is None and kind != doc_kind and not want.mix_devices and _other_device(kind, want):
-            why, count.device_kind = "other_device", kind  # carried into a document of mixed devices
+            why = "other_device"  # carried into a document of mixed devices
+            count.device_kind = kind
         if why is None and "error" in rec and not want.errors:
             why = "errors_left"
         if why is None:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import SweepDirError
-from orchestrator.store.sweepdir import SweepDir, read_json
+from orchestrator.store.files import read_json
+from orchestrator.store.sweepdir import SweepDir
 
 ROUND2_FILE = "round2.json"
 

@@ -11,8 +11,8 @@ benches and tests can replay sweeps of any size (this is how ``bench/halving.py`
   matched all 72 of the reference run's failures), an invalid one its planner error;
 - any other config takes the record of the same config (mode, tiles, stages, warps) in the
   measured problem closest to its own (of the same mode, a success first: the model says the
-  config runs; then same dtype, same head_dim, nearest seq), with the times scaled by the ratio of FLOPs and of the
-  cost model's throughput per dtype; its spread (q1/q3 relative to the median), rel_err and
+  config runs; then same dtype, same head_dim, nearest seq), with the times scaled by the ratio
+  of FLOPs and of the cost model's throughput per dtype; its spread (q1/q3 relative to the median), rel_err and
   compile_s are the template's. ``auto`` likewise from the measured problems' auto records.
 
 What it leaves out: how real tile rankings change with shape (a scaled problem ranks its configs
@@ -79,7 +79,8 @@ def _scaled(item: WorkItem, problem: _Problem, template: dict[str, Any], batch: 
 
 def scaled_document(spec: SweepSpec, measured: ResultsDoc) -> dict[str, Any]:
     """A results document (``{device, config, results}``) with one record per item of ``spec``."""
-    batch, heads = int(measured.config.get("batch", spec.batch)), int(measured.config.get("heads", spec.heads))
+    batch = int(measured.config.get("batch", spec.batch))
+    heads = int(measured.config.get("heads", spec.heads))
     templates = _templates(measured.results)
     limit = spec.smem_limit_bytes
     results = []

@@ -25,11 +25,14 @@ import json
 import logging
 import os
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
+from orchestrator.store.files import atomic_open
+from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import (
     FOREIGN,
     HEADER,
@@ -42,14 +45,14 @@ from orchestrator.store.partials import (
     iter_lines,
     loads,
     moot,
+    read_header,
 )
 from orchestrator.store.partials import check_headers as partial_headers_problem
-from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
 
-# 2: lines classified by partials.classify (schema and header checks moved there);
-# 3: a skipped line carries its item id and whether it is torn (warnings stop once it is redone)
+# The layout of a cached segment; a cache file of another version is rebuilt. This one: lines as
+# partials.classify says, a skipped line as [line, why, item id or "", torn].
 CACHE_VERSION = 3
 CACHE_DIR = "merge-cache"
 _SIG_BYTES = 64
@@ -80,7 +83,7 @@ class Segment:
     parsed: int = 0  # bytes consumed: through the last newline
     lines: int = 0  # lines consumed
     sig: str = ""  # hex of the bytes just before ``parsed``
-    headers: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[ReadHeader] = field(default_factory=list)
     skipped: list[list[Any]] = field(default_factory=list)  # [line, why, item id or "", torn]
     foreign: str | None = None  # why the whole file must not be merged
     idx: list[int] = field(default_factory=list)  # plan index per record
@@ -103,11 +106,13 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
     as for ``read_partial``); returns (bytes, lines) consumed through the last newline. The
     unterminated tail, if any, is parsed too (it may be a finished line whose newline is not
     written yet) only when ``tail_ok``. Stops at the first line that makes the file foreign."""
-    consumed, lines = 0, 0
-    unit, seen = seg.unit, bool(seg.headers)
+    consumed = lines = 0
+    unit = seg.unit
+    seen = bool(seg.headers)
     for lineno, end, raw, terminated in iter_lines(data, first_line):
         if terminated:
-            consumed, lines = end, lineno - first_line + 1
+            consumed = end
+            lines = lineno - first_line + 1
         elif not tail_ok:
             break
         kind, reason, iid, attempt, rec = classify(raw, terminated, seen, items)
@@ -121,7 +126,7 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
             seg.ln.append(lineno)
             seg.ids.append(iid)
         elif kind == HEADER and rec is not None:
-            seg.headers.append({"line": lineno, **rec})
+            seg.headers.append(read_header(rec, lineno))
             seen = True
         elif kind == TORN or kind == INVALID:
             seg.skipped.append([lineno, reason, iid, kind == TORN])
@@ -131,7 +136,7 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
     return consumed, lines
 
 
-def check_headers(seg: Segment, fingerprint: str, env: dict[str, Any] | None) -> str | None:
+def check_headers(seg: Segment, fingerprint: str, env: Mapping[str, Any] | None) -> str | None:
     """Why the partial's headers say it is not this sweep's, or None (``partials.check_headers``)."""
     return partial_headers_problem(seg.headers, seg.unit, fingerprint, env)
 
@@ -212,21 +217,21 @@ def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
         seg = Segment(
             unit,
             path,
-            meta["ino"],
-            meta["size"],
-            meta["mtime_ns"],
-            meta["parsed"],
-            meta["lines"],
-            meta["sig"],
-            meta["headers"],
-            meta["skipped"],
-            meta["foreign"],
-            arrays["idx"],
-            arrays["att"],
-            arrays["ln"],
-            arrays["err"],
-            arrays["ids"],
-            [text[a:b] for a, b in pairwise(offs)],
+            ino=meta["ino"],
+            size=meta["size"],
+            mtime_ns=meta["mtime_ns"],
+            parsed=meta["parsed"],
+            lines=meta["lines"],
+            sig=meta["sig"],
+            headers=meta["headers"],
+            skipped=meta["skipped"],
+            foreign=meta["foreign"],
+            idx=arrays["idx"],
+            att=arrays["att"],
+            ln=arrays["ln"],
+            err=arrays["err"],
+            ids=arrays["ids"],
+            texts=[text[a:b] for a, b in pairwise(offs)],
         )
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         log.warning("merge cache %s is damaged (%s); rebuilding it from %s", cpath, exc, path)
@@ -259,8 +264,11 @@ def segment(sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True) 
         f.seek(start)
         data = f.read()
         after = os.fstat(f.fileno())  # mtime of what was read at the latest: a later append is seen as growth
-    seg.path, seg.cached = path, False
-    seg.ino, seg.size, seg.mtime_ns = st.st_ino, start + len(data), after.st_mtime_ns
+    seg.path = path
+    seg.cached = False
+    seg.ino = st.st_ino
+    seg.size = start + len(data)
+    seg.mtime_ns = after.st_mtime_ns
     items = UnitItems(sweep_root, unit)
     consumed, lines = _consume(seg, data, seg.lines + 1, items, tail_ok=False)
     seg.parsed = start + consumed

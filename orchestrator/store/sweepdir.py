@@ -17,130 +17,79 @@ Layout::
     quarantine/         partials the merger refused to merge, moved aside (see quarantine)
 
 Files that several processes may write (units.json, env.json, markers, the results
-document) are written to a temp file and ``os.replace``d into place; the temp file's name
-carries host and pid, so one left by a killed writer can be cleaned up (``remove_dead_temps``).
+document) are written atomically (``files``: a temp file ``os.replace``d into place).
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
 import json
 import os
-import re
-import socket
-import stat
 import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TypedDict, cast
 
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.planning import Unit, WorkItem, expand
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
-from orchestrator.store.locks import pid_alive
+from orchestrator.store.files import (
+    atomic_open,
+    atomic_write_json,
+    atomic_write_text,
+    now_iso,
+    read_json,
+    remove_dead_temps,
+    temp_path,
+)
+
+# the file helpers live in ``files``; importable from here too, where the rooms above have them
+__all__ = [
+    "SWEEP_FILE",
+    "SweepDir",
+    "atomic_open",
+    "atomic_write_json",
+    "atomic_write_text",
+    "now_iso",
+    "read_json",
+    "remove_dead_temps",
+    "temp_path",
+]
 
 SWEEP_FILE = "sweep.json"
 FORMAT = "tilesweep-sweep"
 
 
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+class SweepFile(TypedDict):
+    """``sweep.json``: the frozen spec, its fingerprint, where the results go."""
+
+    format: str  # FORMAT
+    version: int  # SCHEMA_VERSION
+    created: str
+    fingerprint: str
+    output: str
+    planned: int  # items the spec expands to
+    spec_source: str | None
+    spec: dict[str, Any]  # SweepSpec.model_dump(mode="json")
 
 
-def temp_path(path: Path) -> Path:
-    """A temp file beside ``path`` whose name says which process writes it, so one left by a
-    killed writer can be told apart from one still being written (``remove_dead_temps``)."""
-    return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+class _Round(TypedDict, total=False):
+    round: int  # only a unit of a later round than the first says it (store.round2)
 
 
-@contextlib.contextmanager
-def atomic_open(path: Path, mode: str = "w", *, fsync: bool = True) -> Iterator[IO[Any]]:
-    """Write a file through a temp file beside it that replaces it only once complete, so a
-    reader sees the old file or the new one, never a half-written one. The new file keeps the
-    permission bits of the one it replaces (a document made group-readable stays so)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
-    try:
-        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
-            yield f
-            f.flush()
-            _keep_mode(path, f.fileno())
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    if fsync:  # make the rename itself durable
-        try:
-            dfd = os.open(path.parent, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)
+class UnitFile(_Round):
+    """``units/<id>.json``: one unit's items, as (plan index, item id)."""
+
+    id: str
+    items: list[tuple[int, str]]
 
 
-def _keep_mode(path: Path, fd: int) -> None:
-    """Give the temp file open as ``fd`` the permission bits of ``path``, where it exists."""
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return
-    os.fchmod(fd, mode)
+class UnitEntry(_Round):
+    """One unit of ``units.json``, the index of every unit ever planned."""
 
-
-def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
-    """Delete temp files (``temp_path``) of ``path``, or of any file in the folder ``path``,
-    left by writers on this host that are dead (killed mid-write) and idle for ``min_age_s``:
-    incomplete copies, never data. Live writers' temps are kept."""
-    folder, target = (path, r".+") if path.is_dir() else (path.parent, re.escape(path.name))
-    pattern = re.compile(rf"\.{target}\.{re.escape(socket.gethostname())}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
-    removed: list[Path] = []
-    try:
-        candidates = list(folder.glob(".*.tmp"))
-    except OSError:
-        return removed
-    for tmp in candidates:
-        m = pattern.fullmatch(tmp.name)
-        if m is None:
-            continue
-        try:
-            if time.time() - tmp.stat().st_mtime < min_age_s or pid_alive(int(m.group(1)), None):
-                continue
-            tmp.unlink()
-            removed.append(tmp)
-        except FileNotFoundError:
-            continue
-    return removed
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, then rename into place."""
-    with atomic_open(path) as f:
-        f.write(text)
-
-
-def atomic_write_json(path: Path, obj: Any, indent: int | None = None) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
-
-
-def read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SweepDirError(f"{what} {path} is missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SweepDirError(f"{what} {path} is unreadable ({exc}); the sweep directory is damaged") from None
+    id: str
+    n_items: int
+    origin: str  # what planned it: plan, resume, round2, reuse, ...
+    created: str
 
 
 _SKELETON = {"units", "partials", "done", "logs", "units.json", ".keep"}
@@ -166,7 +115,7 @@ class SweepDir:
     def __post_init__(self) -> None:
         self.root = Path(self.root)
         self._spec: SweepSpec | None = None
-        self._meta: dict[str, Any] | None = None
+        self._meta: SweepFile | None = None
         self._items: list[WorkItem] | None = None
 
     # ------------------------------------------------------------------ paths
@@ -220,7 +169,7 @@ class SweepDir:
             raise SweepDirError(f"{root} is not empty and holds no {SWEEP_FILE}; pick a new or empty --sweep-dir")
         for sub in ("units", "partials", "done", "logs"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        meta = {
+        meta: SweepFile = {
             "format": FORMAT,
             "version": SCHEMA_VERSION,
             "created": now_iso(),
@@ -256,12 +205,13 @@ class SweepDir:
         return sd
 
     @property
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> SweepFile:
+        """``sweep.json`` as written (``open`` checks its format and version)."""
         if self._meta is None:
             meta = read_json(self.root / SWEEP_FILE, "sweep file")
             if not isinstance(meta, dict):
                 raise SweepDirError(f"{self.root / SWEEP_FILE} is not a tilesweep sweep file")
-            self._meta = meta
+            self._meta = cast(SweepFile, meta)
         return self._meta
 
     @property
@@ -288,22 +238,23 @@ class SweepDir:
         return self._items
 
     # ------------------------------------------------------------------ units
-    def unit_index(self) -> list[dict[str, Any]]:
+    def unit_index(self) -> list[UnitEntry]:
         data = read_json(self.root / "units.json", "unit index")
         if not isinstance(data, list):
             raise SweepDirError(f"{self.root / 'units.json'} is damaged (not a list)")
         return data
 
-    def add_units(self, units: list[Unit], origin: str) -> list[dict[str, Any]]:
+    def add_units(self, units: list[Unit], origin: str) -> list[UnitEntry]:
         """Write unit files and append them to the index (caller holds the sweep lock)."""
         index = self.unit_index()
         known = {u["id"] for u in index}
-        added = []
+        added: list[UnitEntry] = []
         for u in units:
             if u.id in known:
                 continue
-            rnd = {"round": u.round} if u.round != 1 else {}  # a unit of a later round says so in both
-            atomic_write_json(self.unit_path(u.id), {"id": u.id, "items": [[it.index, it.id] for it in u.items], **rnd})
+            rnd: _Round = {"round": u.round} if u.round != 1 else {}  # a unit of a later round says so in both
+            unit_file: UnitFile = {"id": u.id, "items": [(it.index, it.id) for it in u.items], **rnd}
+            atomic_write_json(self.unit_path(u.id), unit_file)
             added.append({"id": u.id, "n_items": len(u.items), "origin": origin, "created": now_iso(), **rnd})
             index.append(added[-1])
             known.add(u.id)
@@ -394,7 +345,5 @@ class SweepDir:
                 return None
             if text.endswith("\n"):
                 return json.loads(text)
-            import time
-
             time.sleep(0.02)
         raise SweepDirError(f"{path} is damaged (incomplete); delete it only if no worker has written records")

@@ -2,7 +2,7 @@
 benchmarks and tests.
 
 Why it lives in the store: it is made of the store's own parts (``SweepDir`` writes the
-sweep directory, ``partials.encode_line`` the lines, the header carries the schema version
+sweep directory, ``lines`` builds and encodes the lines, the header carries the schema version
 and environment fingerprint the readers check), so a change to any of them changes what it
 writes, in the same package and under the same type check. ``bench/`` and ``tests/`` both
 build sweeps with it and may not import each other; one copy here keeps their data alike.
@@ -30,11 +30,22 @@ from typing import Any
 
 from orchestrator.planning import RUN, Unit, WorkItem, expand
 from orchestrator.spec.compat import env_fingerprint
-from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
-from orchestrator.store.partials import encode_line
-from orchestrator.store.sweepdir import SweepDir, now_iso
+from orchestrator.spec.model import SweepSpec
+from orchestrator.store.files import now_iso
+from orchestrator.store.lines import (
+    DeviceBlock,
+    HeaderLine,
+    document_device,
+    encode_line,
+    header_line,
+    partial_header,
+    record_line,
+    start_line,
+)
+from orchestrator.store.provenance import AttemptEntry, MergedDocument, tilesweep_block
+from orchestrator.store.sweepdir import SweepDir
 
-DEVICE = {
+DEVICE: DeviceBlock = {
     "jax": "0.11.2",
     "backend": "gpu",
     "devices": ["cuda:0"],
@@ -122,7 +133,7 @@ def document(
     missing: float = 0.0,
     failed: float = 0.0,
     merged: str = "2026-01-02T03:04:05+00:00",
-) -> dict[str, Any]:
+) -> MergedDocument:
     """The results document of a finished sweep of ``spec_data``: a record per item, in plan
     order, except a ``missing`` share of the forced items (dropped at random), with a ``failed``
     share of the runnable ones recorded as a runtime error instead of a timing."""
@@ -137,54 +148,53 @@ def document(
             results.append({**it.record_fields(), "error": RUNTIME_ERROR})
             continue
         results.append(record_for(it, rng))
-    block = {
-        "sweep_dir": "sweeps/synthetic",
-        "fingerprint": spec.fingerprint(),
-        "env": env_fingerprint(DEVICE),
-        "merged": merged,
-        "planned": len(items),
-        "spec": spec.model_dump(mode="json"),
-        "attempts": {
-            "u0": [
-                {
-                    "attempt": 1,
-                    "host": "gpu-node-17",
-                    "pid": 4242,
-                    "slurm_job_id": "1234567_0",
-                    "started": "2026-01-01T22:00:00+00:00",
-                }
-            ]
-        },
+    attempt: AttemptEntry = {
+        "attempt": 1,
+        "host": "gpu-node-17",
+        "pid": 4242,
+        "slurm_job_id": "1234567_0",
+        "started": "2026-01-01T22:00:00+00:00",
     }
-    device = {k: DEVICE[k] for k in ("jax", "backend", "devices", "python", "device_kind")}
-    return {"device": device, "config": spec.reference_config(), "results": results, "tilesweep": block}
+    block = tilesweep_block(
+        sweep_dir="sweeps/synthetic",
+        spec=spec,
+        env=env_fingerprint(DEVICE),
+        merged=merged,
+        planned=len(items),
+        attempts={"u0": [attempt]},
+    )
+    return {
+        "device": document_device(DEVICE),
+        "config": spec.reference_config(),
+        "results": results,
+        "tilesweep": block,
+    }
 
 
 def header(
     sd: SweepDir,
     unit: str,
     attempt: int,
-    device: dict[str, Any] = DEVICE,
+    device: DeviceBlock = DEVICE,
     *,
     host: str = "gpu-node-17",
     pid: int = 4242,
     slurm_job_id: str | None = "1234567_3",
-) -> dict[str, Any]:
+) -> HeaderLine:
     """An attempt's header line, as the worker writes it (host, pid and job as given)."""
-    return {
-        "header": {
-            "schema": SCHEMA_VERSION,
-            "unit": unit,
-            "sweep": sd.spec.fingerprint(),
-            "attempt": attempt,
-            "device": device,
-            "env": env_fingerprint(device),
-            "host": host,
-            "pid": pid,
-            "slurm_job_id": slurm_job_id,
-            "started": now_iso(),
-        }
-    }
+    return header_line(
+        partial_header(
+            unit=unit,
+            sweep=sd.spec.fingerprint(),
+            attempt=attempt,
+            device=device,
+            env=env_fingerprint(device),
+            host=host,
+            pid=pid,
+            slurm_job_id=slurm_job_id,
+            started=now_iso(),
+        )
+    )
 
 
 def partial_lines(sd: SweepDir, unit: Unit, rng: random.Random, attempt: int = 1) -> list[str]:
@@ -192,8 +202,8 @@ def partial_lines(sd: SweepDir, unit: Unit, rng: random.Random, attempt: int = 1
     lines = [encode_line(header(sd, unit.id, attempt))]
     for it in unit.items:
         if it.kind == RUN:
-            lines.append(encode_line({"start": it.id, "attempt": attempt}))
-        lines.append(encode_line({"id": it.id, "attempt": attempt, "record": record_for(it, rng)}))
+            lines.append(encode_line(start_line(it.id, attempt)))
+        lines.append(encode_line(record_line(it.id, attempt, record_for(it, rng))))
     return lines
 
 

@@ -29,14 +29,16 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store.document import load
+from orchestrator.store.files import atomic_write_json, now_iso, temp_path
 from orchestrator.store.partials import UnitItems
+from orchestrator.store.provenance import attempts_of, blocks
 from orchestrator.store.segments import CACHE_DIR
-from orchestrator.store.sweepdir import SweepDir, atomic_write_json, now_iso, temp_path
+from orchestrator.store.sweepdir import SweepDir
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,15 @@ def _stat_key(path: Path) -> list[int] | None:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def _stamps(sd: SweepDir) -> dict[str, Any]:
+class OutputStamp(TypedDict):
+    """What a merge wrote to an output (``SWEEP/merge-cache/output-stamps.json``, by path)."""
+
+    stat: list[int] | None  # inode, size and mtime (ns) of the document written
+    records: int
+
+
+def _stamps(sd: SweepDir) -> dict[str, OutputStamp]:
+    """The stamps as written (``inspect`` checks one before it trusts it)."""
     try:
         data = json.loads((sd.root / CACHE_DIR / STAMP_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -99,15 +109,13 @@ def planned_ids(sd: SweepDir) -> set[str]:
     return ids
 
 
-def _owners(block: Any) -> dict[Any, str]:
-    """unit -> which sweep measured it, from a document's tilesweep block and its earlier ones."""
-    if not isinstance(block, dict):
-        return {}
-    owners: dict[Any, str] = {}
-    for b in [*(e for e in block.get("earlier") or [] if isinstance(e, dict)), block]:
+def _owners(tilesweep: object) -> dict[object, str]:
+    """unit -> which sweep measured it, from a document's tilesweep blocks (keyed as records'
+    ``unit`` values are looked up, whatever their type)."""
+    owners: dict[object, str] = {}
+    for b in blocks(tilesweep):
         who = f"of sweep {b.get('sweep_dir')} (spec fingerprint {b.get('fingerprint')})"
-        attempts = b.get("attempts")
-        for unit in attempts if isinstance(attempts, dict) else ():
+        for unit in attempts_of(b):
             owners[unit] = who
     return owners
 

@@ -22,6 +22,7 @@ import submitit
 
 from orchestrator.control.dispatch.nodelog import configure_node_logging
 from orchestrator.errors import UnitsFailed
+from orchestrator.store.markers import UnitSummary
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 MergeHook = Callable[[str], dict[str, Any] | None]
 
 
-def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, Any] | None = None) -> UnitSummary:
     """What a local or debug submitit job runs (importable, picklable). A failure leaves its
     reason as the log's last line (``why.failure_line``), as on SLURM. SIGINT and SIGTERM are
     the worker's own (``jobs.in_flight.stop_signals``): they abandon the configs in flight and

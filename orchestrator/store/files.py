@@ -1,0 +1,122 @@
+"""Writing and reading the files of a sweep directory so that no reader sees half of one.
+
+Files that several processes may write (units.json, env.json, markers, the results document)
+are written to a temp file and ``os.replace``d into place; the temp file's name carries host and
+pid, so one left by a killed writer can be cleaned up (``remove_dead_temps``). ``SweepDir``
+(``sweepdir``) says which files a sweep directory holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import re
+import socket
+import stat
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from orchestrator.errors import SweepDirError
+from orchestrator.store.locks import pid_alive
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def temp_path(path: Path) -> Path:
+    """A temp file beside ``path`` whose name says which process writes it, so one left by a
+    killed writer can be told apart from one still being written (``remove_dead_temps``)."""
+    return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: str = "w", *, fsync: bool = True) -> Iterator[IO[Any]]:
+    """Write a file through a temp file beside it that replaces it only once complete, so a
+    reader sees the old file or the new one, never a half-written one. The new file keeps the
+    permission bits of the one it replaces (a document made group-readable stays so)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+            f.flush()
+            _keep_mode(path, f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    if fsync:  # make the rename itself durable
+        try:
+            dfd = os.open(path.parent, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
+
+
+def _keep_mode(path: Path, fd: int) -> None:
+    """Give the temp file open as ``fd`` the permission bits of ``path``, where it exists."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return
+    os.fchmod(fd, mode)
+
+
+def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
+    """Delete temp files (``temp_path``) of ``path``, or of any file in the folder ``path``,
+    left by writers on this host that are dead (killed mid-write) and idle for ``min_age_s``:
+    incomplete copies, never data. Live writers' temps are kept."""
+    folder, target = (path, r".+") if path.is_dir() else (path.parent, re.escape(path.name))
+    pattern = re.compile(rf"\.{target}\.{re.escape(socket.gethostname())}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+    removed: list[Path] = []
+    try:
+        candidates = list(folder.glob(".*.tmp"))
+    except OSError:
+        return removed
+    for tmp in candidates:
+        m = pattern.fullmatch(tmp.name)
+        if m is None:
+            continue
+        try:
+            if time.time() - tmp.stat().st_mtime < min_age_s or pid_alive(int(m.group(1)), None):
+                continue
+            tmp.unlink()
+            removed.append(tmp)
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory, fsync, then rename into place."""
+    with atomic_open(path) as f:
+        f.write(text)
+
+
+def atomic_write_json(path: Path, obj: Any, indent: int | None = None) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+def read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SweepDirError(f"{what} {path} is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SweepDirError(f"{what} {path} is unreadable ({exc}); the sweep directory is damaged") from None
