@@ -6,6 +6,7 @@ children is one clear error. Every process is real, every signal a real one."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -246,7 +247,7 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc: Path
 
     pids = []
     for entry, cmd in ((usr2, ["scancel", "--signal", "USR2"]), (term, ["scancel"])):
-        pid, children = poll(lambda e=entry: compiling(e), 240, f"unit {entry['unit']} to compile")
+        pid, children = poll(functools.partial(compiling, entry), 240, f"unit {entry['unit']} to compile")
         assert len(children) == 1
         subprocess.run([*cmd, entry["job_id"]], check=True)
         pids += [pid, *children]
