@@ -44,7 +44,7 @@ from orchestrator.store.provenance import TilesweepBlock, attempts_of, blocks, o
 
 log = logging.getLogger(__name__)
 
-_STRIP = ("unit", "attempt", "reused_from", "device")
+_STRIP = ("unit", "attempt", "reused_from", "device", "round")
 
 
 @dataclass
