@@ -28,9 +28,11 @@ from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
+from orchestrator.planning.search import SEARCH
 from orchestrator.store.leases import live_unit_holders
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
+from orchestrator.store.searchrounds import read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.target import final_merge
 
@@ -69,6 +71,9 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
         round2=read_round2(sd),
     )
     st.round2_deferred = hist.round2_deferred if st.round2_pending else None
+    if sd.spec.timing.strategy == SEARCH:
+        st.search, st.search_end = read_rounds(sd), read_end(sd)
+        st.search_deferred = hist.deferred.get(st.next_round) if st.search_pending else None
     mtimes, notes = _progress(sd, st, hist)
     merge_ids = [str(m["job_id"]) for m in hist.merge_jobs]
     if view is None and query_slurm and (hist.slurm_jobs or merge_ids):

@@ -9,7 +9,10 @@ job ended in.
 
 A halving sweep (``timing.strategy: halving``) has two rounds: each unit says which it belongs
 to, progress counts round 1's records and then round 2's (its size is known once it is planned:
-``round2.json``), and the sweep is complete only when round 2 is planned and done.
+``round2.json``), and the sweep is complete only when round 2 is planned and done. A search
+(``timing.strategy: search``) has as many rounds as it needs: progress counts each planned
+round's items (``search/round<N>.json``), and the sweep is complete once the search ended
+(``search/end.json``) and every round is done.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.control.scheduler import SchedulerView
+from orchestrator.store.searchrounds import SearchRound
 
 ACTIVE = ("pending", "running", "requeued")
 # Ended without finishing its items: what `tilesweep resume` is for.
@@ -68,6 +72,17 @@ class SweepStatus:
     halving: bool = False  # timing.strategy: halving (two rounds)
     round2: dict[str, Any] | None = None  # round2.json once round 2 is planned
     round2_deferred: str | None = None  # why the merge job could not submit round 2
+    search: list[SearchRound] | None = None  # a search's round records (store.searchrounds), in order
+    search_end: SearchRound | None = None  # search/end.json once the search ended
+    search_deferred: str | None = None  # why the merge job could not submit a search's next round
+
+    @property
+    def later(self) -> dict[int, int]:
+        """Round -> the records it makes, for the rounds after the first (halving's round 2, a
+        search's later rounds), as planned so far."""
+        if self.search is not None:
+            return {r["round"]: r["planned"] for r in self.search if r["round"] > 1}
+        return {2: self.round2_total} if self.round2 is not None else {}
 
     def done_of(self, round_: int, cap: int) -> int:
         """Records done by the units of one round (at most ``cap``), retry units aside."""
@@ -79,19 +94,30 @@ class SweepStatus:
 
     @property
     def done(self) -> int:
-        """Records done: round 1's (every planned item), then round 2's (its survivors). A retry
-        unit's items were recorded (as errors) before it ran, so it adds none."""
-        return self.done_of(1, self.planned) + self.done_of(2, self.round2_total)
+        """Records done: round 1's (every planned item), then each later round's (halving's
+        survivors, a search's next configs). A retry unit's items were recorded (as errors)
+        before it ran, so it adds none."""
+        return self.done_of(1, self.planned) + sum(self.done_of(r, n) for r, n in self.later.items())
 
     @property
     def total(self) -> int:
-        """Records to make: the planned items, plus round 2's survivors once it is planned."""
-        return self.planned + self.round2_total
+        """Records to make: the planned items, plus each later round's once it is planned."""
+        return self.planned + sum(self.later.values())
 
     @property
     def round2_pending(self) -> bool:
         """A halving sweep whose round 2 is not planned yet."""
         return self.halving and self.round2 is None
+
+    @property
+    def search_pending(self) -> bool:
+        """A search that has not ended: a round is still to plan once the last one is done."""
+        return self.search is not None and self.search_end is None
+
+    @property
+    def next_round(self) -> int:
+        """The round a search plans next (the one after its last planned round)."""
+        return max((r["round"] for r in self.search or []), default=1) + 1
 
     @property
     def errors(self) -> int:
@@ -101,12 +127,31 @@ class SweepStatus:
 
     @property
     def complete(self) -> bool:
-        return not self.round2_pending and all(u.complete or u.done >= u.total or u.resumed for u in self.units)
+        return (
+            not self.round2_pending
+            and not self.search_pending
+            and all(u.complete or u.done >= u.total or u.resumed for u in self.units)
+        )
 
     @property
     def settled(self) -> bool:
         """No unit waits or runs: every one is done or ended."""
         return not any(u.state in ACTIVE for u in self.units)
+
+    def _search_json(self) -> dict[str, Any]:
+        """A search's rounds in ``--json``: per round its kind, items, units and records done."""
+        rounds = [
+            {
+                "round": r["round"],
+                "kind": r["kind"],
+                "planned": r["planned"],
+                "done": self.done_of(r["round"], r["planned"]),
+                "units": len(r["units"]),
+                "searching": sum(1 for p in r["problems"] if p.get("state") == "searching"),
+            }
+            for r in self.search or []
+        ]
+        return {"rounds": rounds, "ended": self.search_end is not None, "deferred": self.search_deferred}
 
     def counts(self) -> dict[str, int]:
         c = Counter(u.state for u in self.units)
@@ -138,9 +183,10 @@ class SweepStatus:
             "complete": self.complete,
             "settled": self.settled,
             "states": self.counts(),
-            "strategy": "halving" if self.halving else "full",
+            "strategy": "halving" if self.halving else "search" if self.search is not None else "full",
             "round2": self.round2,
             "round2_deferred": self.round2_deferred,
+            **({} if self.search is None else {"search": self._search_json()}),
             "eta_s": None if eta is None else round(eta, 1),
             "scheduler": self.scheduler,
             "gpu_hours": self.gpu_hours,

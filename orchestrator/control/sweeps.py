@@ -64,6 +64,7 @@ def prepare_sweep(
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import write_reuse_unit
     from orchestrator.store.document import load_costs
+    from orchestrator.store.searchrounds import write_round
 
     spec = load_spec(spec_path)
     check_replay_source(spec)
@@ -76,13 +77,16 @@ def prepare_sweep(
             return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
     planned = plan_with_reuse(spec, root, out, units, load_costs(costs) if costs else None, reuse, kind)
     sd = SweepDir.create(
-        root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()), planned=len(planned.items)
+        root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()), planned=planned.size
     )
     with sweep_lock(sd):
         if not sd.unit_index():
             sd.add_units(planned.units, origin="plan")
             if planned.reused is not None:
                 write_reuse_unit(sd, planned.reused, planned.found)
+            if planned.search is not None:  # last: its record says round 1 is planned
+                planned.search.record["units"] = [u.id for u in planned.units]
+                write_round(sd, planned.search.record)
     return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
 
 
