@@ -36,6 +36,7 @@ from orchestrator.cli.common import (
     print_plan_notes,
     reuse_lines,
     reuse_request,
+    round_note,
     seconds,
     warn,
 )
@@ -98,10 +99,14 @@ def _say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_
         )
     if r.next_round is not None:
         nxt = r.next_round
-        print(
-            f"round {nxt.number - 1} of {sd.root} is complete: round {nxt.number} times {nxt.summary['survivors']} "
-            f"of {nxt.summary['screened']} screened configs in full, in {len(nxt.units)} new units"
-        )
+        if "kind" in nxt.summary:  # a search's round
+            print(f"round {nxt.number - 1} of {sd.root} is complete; {round_note(nxt)}")
+        else:
+            print(
+                f"round {nxt.number - 1} of {sd.root} is complete: round {nxt.number} times "
+                f"{nxt.summary['survivors']} of {nxt.summary['screened']} screened configs in full, "
+                f"in {len(nxt.units)} new units"
+            )
     if not r.new_units:
         if not plan.held and not quiet_when_done and r.next_round is None:
             redo = f" and no {retry} error record to retry" if retry else ""
@@ -109,9 +114,16 @@ def _say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_
         return
     n = len(r.new_units)
     redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
+    halving = sd.spec.timing.strategy == "halving"
+    later = sum(len(items) for number, items in plan.later.items() if not (halving and number == 2))
     print(
         f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
-        + (f", {len(plan.missing2)} survivors of round 2 are not timed in full yet" if plan.missing2 else "")
+        + (
+            f", {len(plan.missing2)} survivors of round 2 are not timed in full yet"
+            if plan.missing2 and halving
+            else ""
+        )
+        + (f", {later} items of later rounds have no record yet" if later else "")
         + f"{redo}; {n} new unit{'s' if n != 1 else ''}"
     )
 
@@ -187,6 +199,8 @@ class _WaitDisplay:
         self.progress = Progress(planned)
         self.warned: set[str] = set()
         self.announced = False
+        self.rounds: set[int] = set()  # a search's rounds announced
+        self.ended = False
 
     def __call__(self, st: SweepStatus) -> None:
         for u in st.units:
@@ -199,6 +213,13 @@ class _WaitDisplay:
                 f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
                 "configs are timed in full"
             )
+        for r in (st.search or [])[1:]:
+            if r["round"] not in self.rounds:
+                self.rounds.add(r["round"])
+                self.progress.note(f"{PROG}: round {r['round']} of the search: {r['planned']} items ({r['kind']})")
+        if st.search_end is not None and not self.ended:
+            self.ended = True
+            self.progress.note(f"{PROG}: the search ended after {st.search_end['search_round']} rounds")
         extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
         self.progress.update(st.done, extra=extra, total=st.total)
 

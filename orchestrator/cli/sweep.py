@@ -22,6 +22,8 @@ from orchestrator.cli.common import (
     print_plan_notes,
     reuse_lines,
     reuse_request,
+    round_note,
+    search_plan_line,
     warn,
 )
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
@@ -99,6 +101,8 @@ def _print_plan(spec: SweepSpec, planned: Planned) -> None:
             f"halving: these units screen every forced config once (about {spec.timing.screen_target_ms:g} ms); "
             "round 2, planned when they are done, times the configs that can still win in full"
         )
+    if planned.search is not None:
+        print(search_plan_line(planned.search.record, planned.size))
     for u in units:
         shapes = sorted({f"{it.dtype}/d{it.head_dim}/s{it.seq}" for it in u.items})
         more = " ..." if len(shapes) > 4 else ""
@@ -227,10 +231,7 @@ def _run_rounds_here(
         return dispatch.run_units_locally(sd, unit_ids, kind=kind, workers=workers, on_poll=poll)
 
     def announce(nxt: NextRound) -> None:
-        progress.note(
-            f"round {nxt.number}: {nxt.summary['survivors']} of {nxt.summary['screened']} screened configs can "
-            f"still win; timing them in full in {len(nxt.units)} units"
-        )
+        progress.note(round_note(nxt))
 
     settings = sd.spec.executor.model_copy(update={"kind": kind})
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
