@@ -22,8 +22,9 @@ the sweep has not separated the two, so either is a fair pick.
 
 Where the document knows its plan (``coverage``: the one home of planned versus recorded), a
 problem also says how many planned configs have no record (``missing``; a planned problem without
-any record gets a row), and a best chosen while fewer than half the planned configs were timed is
-marked ``best of N/M timed``.
+any record gets a row) and how many a search chose never to measure (``never measured``: not
+missing), and a best chosen while fewer than half the configs to be measured were timed is marked
+``best of N/M timed``.
 
 ``best_table`` returns data, from one pass over the records (``scan``); ``format_table`` turns it
 into text or a GitHub table. The CLI (and ``tilesweep run`` at the end of a sweep) prints.
@@ -57,7 +58,8 @@ CAUSAL_FLOPS_FORMULAS = {
 LEGEND = (
     "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), causal = half "
     "(only the computed lower triangle counts); H = query heads. speedup = auto ms / best ms. noise: best's q1-q3 "
-    "overlaps the runner-up's. screened out: configs a halving sweep timed by one screening sample only (never a best)."
+    "overlaps the runner-up's. screened out: configs a halving sweep timed by one screening sample only (never a "
+    "best). never measured: configs a search did not need (neither missing nor failed)."
 )
 
 
@@ -135,15 +137,23 @@ class ProblemSummary:
 
     @property
     def n_missing(self) -> int | None:
-        """Of the planned configs, how many have no record."""
+        """Of the planned configs, how many have no record (those a search never measured aside)."""
         return None if self.coverage is None else len(self.coverage.missing)
+
+    @property
+    def n_never_measured(self) -> int | None:
+        """Of the planned configs, how many a search chose never to measure."""
+        return None if self.coverage is None else len(self.coverage.never_measured)
 
     @property
     def note(self) -> str:
         notes = []
-        timed = self.n_configs - self.n_failed  # a best chosen among a minority of the plan:
-        if self.n_planned is not None and self.best_ms is not None and 2 * timed < self.n_planned:
-            notes.append(f"best of {timed}/{self.n_planned} timed")
+        timed = self.n_configs - self.n_failed  # a best chosen among a minority of what was to be measured:
+        meant = None if self.n_planned is None else self.n_planned - (self.n_never_measured or 0)
+        if meant is not None and self.best_ms is not None and 2 * timed < meant:
+            notes.append(f"best of {timed}/{meant} timed")
+        if self.n_never_measured:
+            notes.append(f"{self.n_never_measured} never measured")
         if self.n_configs == 0:  # planned but without any record yet: not "auto only"
             notes.append("nothing measured" if self.auto_status == "absent" else "auto only")
         elif self.best_ms is None:
@@ -163,6 +173,8 @@ class ProblemSummary:
         if self.coverage is not None:  # a plan is known: how much of it has a record
             out["n_planned"] = self.n_planned
             out["n_missing"] = self.n_missing
+            if self.coverage.never_measured:
+                out["n_never_measured"] = self.n_never_measured
         out["flops_formula"] = (CAUSAL_FLOPS_FORMULAS if self.key.causal else FLOPS_FORMULAS).get(self.key.mode)
         out["note"] = self.note
         return out
