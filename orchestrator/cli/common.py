@@ -111,7 +111,7 @@ def round_note(nxt: NextRound) -> str:
     if kind == "end":
         return f"the search ended after {s['search_round']} rounds: no problem has a config left worth measuring"
     items = sum(len(u.items) for u in nxt.units)
-    what = "the survivors of its screen timed in full" if kind == "survivors" else "configs not measured before"
+    what = "survivors of its screen, timed in full" if kind == "survivors" else "configs not measured before"
     n = s["searching"]
     return (
         f"round {nxt.number}: {n} problem{'s' if n != 1 else ''} still search{'' if n != 1 else 'es'}: "

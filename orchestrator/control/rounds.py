@@ -166,7 +166,9 @@ def run_rounds_here(
 def after_merge(sweep_dir: str) -> dict[str, Any] | None:
     """The final merge job's hook (on a compute node): advance the sweep to its next round.
     Where sbatch cannot be run from a compute node, say so in the job's log and in the sweep's
-    history; ``tilesweep wait`` or ``tilesweep resume`` then submits the round from a login node."""
+    history; ``tilesweep wait`` or ``tilesweep resume`` then submits the round from a login node.
+    A round planned with nothing to measure, and no round after it, ended the rounds: the merge
+    job is asked to merge again (``merge_again``), since no other merge job will."""
     sd = SweepDir.open(sweep_dir)
     number = pending_round(sd)
     if number is None:
@@ -189,4 +191,7 @@ def after_merge(sweep_dir: str) -> dict[str, Any] | None:
         return {f"round{number}": "deferred", "why": exc.message}
     if done is None:
         return None
-    return {f"round{done.number}": len(done.units), "survivors": done.summary.get("survivors")}
+    out: dict[str, Any] = {f"round{done.number}": len(done.units), "survivors": done.summary.get("survivors")}
+    if not done.units and pending_round(sd) is None:  # the last round measured nothing: no merge job follows
+        out["merge_again"] = True
+    return out
