@@ -247,3 +247,28 @@ def test_bad_search_settings_are_one_line(tmp_path: Path, search: dict[str, Any]
     r = run_cli("run", str(spec_file(tmp_path, search=search)), "--sweep-dir", str(tmp_path / "sweep"))
     assert_one_line_error(r, *needles)
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_round_the_merge_job_cannot_submit_is_said_by_status_and_planned_by_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.control import dispatch
+    from orchestrator.control.resume import resume_sweep
+    from orchestrator.control.rounds import after_merge
+    from orchestrator.control.status import format_status, sweep_status
+    from orchestrator.control.sweeps import prepare_sweep
+
+    spec = spec_file(tmp_path, executor={"kind": "slurm"}, search={"max_rounds": 2})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    deferred = after_merge(str(sd.root))
+    assert deferred is not None and deferred["round2"] == "deferred"
+    text = format_status(sweep_status(sd, query_slurm=False))
+    assert "round 2 not planned: the merge job could not submit it (`sbatch` is not on PATH" in text, text
+    monkeypatch.undo()
+    settings = sd.spec.executor.model_copy(update={"kind": "debug"})
+    result = resume_sweep(sd, settings, force=False, units=None, max_array_size=None)
+    assert result.next_round is not None and all(o.ok for o in result.outcomes)
+    st = sweep_status(sd, query_slurm=False)
+    assert st.complete and st.search_end is not None and st.search_deferred is None

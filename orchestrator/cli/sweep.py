@@ -92,7 +92,11 @@ def _print_plan(spec: SweepSpec, planned: Planned) -> None:
     n_invalid = sum(it.kind == INVALID for it in items)
     n_pruned = sum(it.kind == PRUNED for it in items)
     n_units = len(units) + (planned.reused is not None)
-    print(f"{len(items)} items in {n_units} units ({n_pruned} pruned by the shared-memory model, {n_invalid} invalid)")
+    kinds = f"{n_pruned} pruned by the shared-memory model, {n_invalid} invalid"
+    if planned.search is None:
+        print(f"{len(items)} items in {n_units} units ({kinds})")
+    else:
+        print(f"{len(items)} items ({kinds}), {planned.size} of them in the {n_units} units of the search's round 1")
     print_plan_notes(spec)
     for line in reuse_lines(planned.found.summary()):
         print(line)
