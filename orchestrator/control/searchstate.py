@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.planning import RUN, WorkItem
-from orchestrator.planning.search import Config, Grid, Problem, Timed, search_round, timed
+from orchestrator.planning.search import Config, Grid, Problem, Timed, ranked, search_round, timed
 from orchestrator.spec.records import problem_key
 from orchestrator.store.partials import read_partial
 from orchestrator.store.searchrounds import ProblemState
@@ -114,8 +114,6 @@ def as_problem(p: ProblemItems, obs: Observed, screen: bool) -> Problem:
 def winners(problems: Mapping[Key, Problem], of: Mapping[Key, ProblemItems]) -> dict[Key, list[Config]]:
     """For each problem, the configs that won the other problems of its mode and implementation
     so far, most wins first (``planning.search.ranked``)."""
-    from orchestrator.planning.search import ranked
-
     best = {k: b.config for k, p in problems.items() if (b := p.best()) is not None}
     out = {}
     for key, p in of.items():
