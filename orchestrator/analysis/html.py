@@ -331,6 +331,7 @@ def legend() -> str:
     return (
         f'<div class="legend"><span>cell colour: time relative to the problem\'s best</span>{scale_svg()}'
         f"<span>{swatch.format('f')} failed</span><span>{swatch.format('p')} pruned (smem model, not run)"
+        f"</span><span>{swatch.format('s')} screened: timed by one screening sample only (halving), never a best"
         "</span><span>- not in the sweep</span></div>"
     )
 
