@@ -174,7 +174,6 @@ def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:
     from orchestrator.analysis.combine import combine, describe
 
     doc, combined = combine(docs, args.device, include_replays=args.include_replays)
-    print(describe(combined, len(docs)))
     if not combined.kept and combined.replayed_left:
         raise TilesweepError(
             f"every record of device {combined.device_kind!r} in {', '.join(args.results)} is replayed (a replay's "
@@ -186,6 +185,7 @@ def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:
             f"no record of device {combined.device_kind!r} in {', '.join(args.results)}; "
             "pass --device with a kind they hold"
         )
+    print(describe(combined, len(docs)))
     return doc
 
 
