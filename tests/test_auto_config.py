@@ -84,7 +84,7 @@ def test_autos_config_is_named_for_every_problem_or_said_unknown(tmp_path: Path)
     rows = json.loads(run_cli("report", str(path), "--json").stdout)
     assert all(r["auto_config"] is None and r["auto_label"] is None and r["auto_config_from"] is None for r in rows)
     text = run_cli("report", str(path)).stdout
-    assert "? where the document names no shared-memory limit" in text
+    assert "? where the document names no limit" in text
 
 
 def test_a_document_tilesweep_wrote_names_what_its_auto_ran(tmp_path: Path) -> None:

@@ -67,8 +67,9 @@ LEGEND = (
     "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), causal = half "
     "(only the computed lower triangle counts); H = query heads. speedup = auto ms / best ms. noise: best's q1-q3 "
     "overlaps the runner-up's. screened out: configs a halving sweep timed by one screening sample only (never a "
-    "best). auto config: what auto runs there (kernels.impls; ? where the document names no shared-memory limit); "
-    "where the best is that config, speedup is 1.00 and the two timings' ratio is noise."
+    "best). auto config: what auto runs there (kernels.impls' rule at the sweep's shared-memory limit, inferred the "
+    "same way for a document without a tilesweep block; ? where the document names no limit); where the best is "
+    "that config, speedup is 1.00 and the two timings' ratio is noise."
 )
 REPLAYED_LEGEND = (
     "replayed: times drawn on a virtual clock from another document's records (kernel.impl replay), not measured."
