@@ -75,6 +75,7 @@ class SweepStatus:
     search: list[SearchRound] | None = None  # a search's round records (store.searchrounds), in order
     search_end: SearchRound | None = None  # search/end.json once the search ended
     search_deferred: str | None = None  # why the merge job could not submit a search's next round
+    replay_of: str | None = None  # a replay (kernel.impl replay): the document it answers from
 
     @property
     def later(self) -> dict[int, int]:
@@ -190,6 +191,7 @@ class SweepStatus:
             "eta_s": None if eta is None else round(eta, 1),
             "scheduler": self.scheduler,
             "gpu_hours": self.gpu_hours,
+            "replay_of": self.replay_of,
             "merge_jobs": self.merge_jobs,
             "units": [dict(u.__dict__) for u in self.units],
         }
