@@ -272,3 +272,12 @@ def test_a_round_the_merge_job_cannot_submit_is_said_by_status_and_planned_by_re
     assert result.next_round is not None and all(o.ok for o in result.outcomes)
     st = sweep_status(sd, query_slurm=False)
     assert st.complete and st.search_end is not None and st.search_deferred is None
+
+
+def test_search_settings_without_the_search_strategy_get_a_note() -> None:
+    from orchestrator.planning.search import idle_settings
+    from orchestrator.spec.files import spec_from_data
+
+    assert "timing.strategy is 'full': it does nothing" in str(idle_settings(spec_from_data({"search": {"design": 3}})))
+    assert idle_settings(spec_from_data({"timing": {"strategy": "search"}, "search": {"design": 3}})) is None
+    assert idle_settings(spec_from_data({})) is None

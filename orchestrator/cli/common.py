@@ -91,10 +91,12 @@ def warn(text: str) -> None:
 
 def print_plan_notes(spec: SweepSpec) -> None:
     """Say once what the plan does differently from the spec's lists because of the kernel
-    implementation (a tunable it ignores is swept at the one value it runs)."""
+    implementation (a tunable it ignores is swept at the one value it runs), and a search
+    section that does nothing (no ``timing.strategy: search``)."""
     from orchestrator.planning import notes
+    from orchestrator.planning.search import idle_settings
 
-    for line in notes(spec):
+    for line in [*notes(spec), *filter(None, [idle_settings(spec)])]:
         warn(f"note: {line}")
 
 

@@ -38,6 +38,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.sections import SearchSettings
 
 SEARCH = "search"  # timing.strategy
@@ -281,3 +282,14 @@ def search_round(unit_round: int, screen: bool) -> int:
     """The round of the search a unit's round belongs to (with ``search.screen``, rounds of units
     2k - 1 and 2k, the screen and its survivors, are round k)."""
     return (unit_round + 1) // 2 if screen else unit_round
+
+
+def idle_settings(spec: SweepSpec) -> str | None:
+    """The note a spec gets that sets ``search`` without searching (its settings then do nothing):
+    the one thing a user who forgot ``timing.strategy`` needs to hear."""
+    if spec.timing.strategy == SEARCH or spec.search == SearchSettings():
+        return None
+    return (
+        f"the search section is set but timing.strategy is {spec.timing.strategy!r}: it does nothing; "
+        'set "timing": {"strategy": "search"} to search'
+    )
