@@ -281,3 +281,24 @@ def test_search_settings_without_the_search_strategy_get_a_note() -> None:
     assert "timing.strategy is 'full': it does nothing" in str(idle_settings(spec_from_data({"search": {"design": 3}})))
     assert idle_settings(spec_from_data({"timing": {"strategy": "search"}, "search": {"design": 3}})) is None
     assert idle_settings(spec_from_data({})) is None
+
+
+def test_a_screened_search_times_in_full_only_the_survivors_of_each_rounds_screen(tmp_path: Path) -> None:
+    from orchestrator.control import dispatch
+    from orchestrator.control.rounds import run_rounds_here
+    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store.merge import merge
+
+    spec = spec_file(tmp_path, search={"screen": True, "max_rounds": 2}, timing={"strategy": "search", "keep": 2})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
+    run = functools.partial(dispatch.run_units_locally, sd, kind="debug")
+    run(unit_ids)
+    run_rounds_here(sd, sd.spec.executor, run)
+    kinds = [json.loads((sd.root / "search" / f"round{n}.json").read_text())["kind"] for n in (1, 2, 3, 4)]
+    assert kinds == ["design", "survivors", "search", "survivors"] and (sd.root / "search" / "end.json").exists()
+    doc = load(merge(sd).output)
+    screened = [r for r in doc.results if r.get("screened")]
+    assert screened and {r["round"] for r in screened} <= {1, 3}
+    assert all(r["round"] in (2, 4) for r in doc.results if r["config"] == "forced" and not r.get("screened"))
+    for row in best_table(doc):
+        assert row.n_screened > 0 and row.best_ms is not None  # the best is one timed in full

@@ -46,11 +46,10 @@ def _screens(p: ProblemItems, obs: Observed, number: int) -> tuple[list[tuple[st
     """A problem's screens of round ``number`` (item id, median), and its auto record."""
     out = []
     for it in p.items.values():
-        found = obs.records.get(it.id)
-        if found is not None and found[1] == number and found[0].get("screened") and "error" not in found[0]:
-            out.append((it.id, float(found[0]["median_ms"])))
-    auto = obs.records.get(p.auto.id) if p.auto is not None else None
-    return out, None if auto is None else auto[0]
+        rec = obs.records.get(it.id)
+        if rec is not None and obs.chosen.get(it.id) == number and rec.get("screened") and "error" not in rec:
+            out.append((it.id, float(rec["median_ms"])))
+    return out, obs.records.get(p.auto.id) if p.auto is not None else None
 
 
 @dataclass
@@ -72,7 +71,7 @@ class _Read:
 def _read(sd: SweepDir, screen: bool) -> _Read | None:
     """The sweep's search as the last round left it; None while an item of a round has no record."""
     obs = observe(sd, screen)
-    missing = obs.unrecorded()
+    missing = obs.unrecorded(screen)
     if missing:
         log.info("next round of %s not planned: %d items of the rounds before have no record", sd.root, len(missing))
         return None

@@ -4,8 +4,9 @@ each round timed in full (``planning.search.Problem``, what the search's rules t
 
 Read the same way for round 1 (at plan time: nothing chosen but the carried records) and for
 every later round (``control.searchrounds``: the units of every round, their partials). A
-record's round is the round of the unit whose partial holds it (a carried record's is round 1,
-the plan's), never its own ``round`` field, which names the round of the sweep that measured it.
+config's timing counts for the round whose units last held it (a carried record's is round 1,
+the plan's), never by its record's own ``round`` field, which names the round of the sweep that
+measured it.
 """
 
 from __future__ import annotations
@@ -69,18 +70,23 @@ def problems_of(items: Iterable[WorkItem]) -> dict[Key, ProblemItems]:
 @dataclass
 class Observed:
     """What the sweep directory says of its items: the latest round of units that holds each
-    (``chosen``), the round of the search that first chose it (``first``), the carried ones,
-    and each item's newest record with the round of the unit that holds it."""
+    (``chosen``: a retry unit of ``resume --retry-errors`` is of round 1 and changes none), the
+    round of the search that first chose it (``first``), the carried ones, and each item's
+    newest record."""
 
     chosen: dict[str, int] = field(default_factory=dict)
     first: dict[str, int] = field(default_factory=dict)
     carried: set[str] = field(default_factory=set)
-    records: dict[str, tuple[dict[str, Any], int]] = field(default_factory=dict)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def unrecorded(self) -> list[str]:
-        """Items chosen by a round that lack a record of that round or a later one (a
-        screened search's survivor needs the full timing its round gives it)."""
-        return [iid for iid, r in self.chosen.items() if iid not in self.records or self.records[iid][1] < r]
+    def unrecorded(self, screen: bool) -> list[str]:
+        """Items chosen by a round that lack its record: any record, or for the survivors of a
+        screen (a screened search's even rounds) the full timing their round gives them."""
+        return [
+            iid
+            for iid, r in self.chosen.items()
+            if iid not in self.records or (screen and r % 2 == 0 and self.records[iid].get("screened"))
+        ]
 
 
 def observe(sd: SweepDir, screen: bool) -> Observed:
@@ -95,18 +101,19 @@ def observe(sd: SweepDir, screen: bool) -> Observed:
             if entry.get("origin") == "reuse":
                 obs.carried.add(it.id)
         for iid, (_, rec) in read_partial(sd.partial_path(uid)).records.items():
-            obs.records[iid] = (rec, number)
+            obs.records[iid] = rec
     return obs
 
 
 def as_problem(p: ProblemItems, obs: Observed, screen: bool) -> Problem:
-    """The problem as the search's rules see it: what it measured and what each round timed."""
+    """The problem as the search's rules see it: what it measured and what each round timed (a
+    config's timing counts for the round that last chose it)."""
     rounds: dict[int, list[Timed]] = defaultdict(list)
     for c, it in p.items.items():
-        found = obs.records.get(it.id)
-        t = timed(c, found[0]) if found is not None and it.kind == RUN else None
-        if found is not None and t is not None:
-            rounds[search_round(found[1], screen)].append(t)
+        rec = obs.records.get(it.id)
+        t = timed(c, rec) if rec is not None and it.kind == RUN else None
+        if t is not None:
+            rounds[search_round(obs.chosen.get(it.id, 1), screen)].append(t)
     measured = frozenset(c for c, it in p.items.items() if it.id in obs.first and it.kind == RUN)
     return Problem(p.grid, p.runnable, measured, dict(rounds))
 
