@@ -302,3 +302,46 @@ def test_a_screened_search_times_in_full_only_the_survivors_of_each_rounds_scree
     assert all(r["round"] in (2, 4) for r in doc.results if r["config"] == "forced" and not r.get("screened"))
     for row in best_table(doc):
         assert row.n_screened > 0 and row.best_ms is not None  # the best is one timed in full
+
+
+def test_a_search_of_jax_stock_kernel_searches_its_own_grid(tmp_path: Path) -> None:
+    """A replayed search of jax's stock kernel (the excerpt relabelled as its measurements):
+    every record is of that implementation, and measured plus never measured make its grid (its
+    backward ignores num_stages, so its fwd_bwd grid is smaller than ours)."""
+    sample = json.loads(SAMPLE.read_text())
+    source = tmp_path / "jax-source.json"
+    jax_config = {**sample["config"], "kernel": {"impl": "jax"}}
+    source.write_text(
+        json.dumps({**sample, "config": jax_config, "results": [{**r, "impl": "jax"} for r in sample["results"]]})
+    )
+    spec = spec_file(tmp_path, replay={"source": str(source), "impl": "jax"})
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert {rec.get("impl") for rec in doc["results"]} == {"jax"}
+    sizes = {}
+    for p in doc["tilesweep"]["search"]["problems"]:
+        measured = {
+            tuple(rec[f] for f in p["fields"])
+            for rec in doc["results"]
+            if rec["config"] == "forced" and rec["mode"] == p["problem"][5]
+        }
+        sizes[p["problem"][5]] = len(measured) + len(p["never_measured"])
+        assert p["measured"] == len(measured) and p["never_measured"]
+    assert sizes == {"fwd": 54, "fwd_bwd": 24}
+
+
+def test_a_search_records_the_pruned_configs_and_never_counts_them_as_not_measured(tmp_path: Path) -> None:
+    """f32 d128 fwd: the shared-memory model prunes 8 of its 54 configs. Round 1 records them as
+    pruned (a record line that names no round: nothing measured it), and the search neither
+    measures them nor lists them as never measured."""
+    spec = spec_file(tmp_path, dtypes=["float32"], head_dims=[128], modes=["fwd"])
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    (p,) = doc["tilesweep"]["search"]["problems"]
+    pruned = {tuple(rec[f] for f in p["fields"]) for rec in doc["results"] if rec.get("pruned")}
+    timed = {tuple(rec[f] for f in p["fields"]) for rec in doc["results"] if rec["config"] == "forced"} - pruned
+    assert len(pruned) == 8 and not [rec for rec in doc["results"] if rec.get("pruned") and "round" in rec]
+    assert not pruned & {tuple(c) for c in p["never_measured"]} and p["measured"] == len(timed)
+    assert len(pruned) + len(timed) + len(p["never_measured"]) == 54

@@ -234,6 +234,8 @@ def test_a_search_submitted_and_walked_away_from_runs_every_round_from_its_merge
     assert {"submit", "round2", "round3"} <= origins and st["search"]["ended"]
     doc = poll(lambda: _merged_search(tmp_path / "search.results.json"), 120, "the final merge of the last round")
     assert doc["tilesweep"]["search"]["rounds"] == 3 and len(doc["results"]) == st["total"]
+    # wait, come back to later, finds the search ended and says what it never measured
+    assert "never measured" in cli("wait", str(sweep), "--interval", "0.5").stdout
 
 
 def _merged_search(path: Path) -> dict[str, Any] | None:

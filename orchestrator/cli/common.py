@@ -127,8 +127,9 @@ def search_plan_line(record: SearchRound, size: int) -> str:
     portfolio = sum(p.get("portfolio", 0) for p in problems)
     filling = sum(p.get("space_filling", 0) for p in problems)
     carried = sum(p.get("carried", 0) for p in problems)
+    plural = "s" if len(problems) != 1 else ""
     return (
-        f"search: round 1 records {size} items: per problem auto and its design (over {len(problems)} problems: "
+        f"search: round 1 records {size} items: per problem auto and its design (over {len(problems)} problem{plural}: "
         f"{portfolio} configs from the portfolio, {filling} space-filling, {carried} carried); each later round, "
         "planned once the one before is done, measures the winners of other problems and the grid neighbours of "
         "each problem's leaders"

@@ -146,6 +146,9 @@ def _search_line(st: SweepStatus) -> str:
             f"{head}; round {st.next_round} not planned: the merge job could not submit it ({st.search_deferred}); "
             f"`{PROG} wait {st.sweep_dir}` or `{PROG} resume {st.sweep_dir}` does"
         )
+    merging = any(m.get("state") in ("PENDING", "RUNNING") for m in st.merge_jobs)
+    if st.settled and st.done >= st.total and not merging:  # nothing runs that would plan it
+        return f"{head}; round {st.next_round} is still to plan: `{PROG} resume {st.sweep_dir}` plans and runs it"
     return (
         f"{head}; round {st.next_round} is planned once round {st.next_round - 1} is complete "
         f"(by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`)"
