@@ -345,3 +345,20 @@ def test_a_search_records_the_pruned_configs_and_never_counts_them_as_not_measur
     assert len(pruned) == 8 and not [rec for rec in doc["results"] if rec.get("pruned") and "round" in rec]
     assert not pruned & {tuple(c) for c in p["never_measured"]} and p["measured"] == len(timed)
     assert len(pruned) + len(timed) + len(p["never_measured"]) == 54
+
+
+def test_a_document_of_another_device_kind_is_said_once_and_left_out_of_the_portfolio(
+    searched: tuple[Path, Path], tmp_path: Path
+) -> None:
+    spec, _ = searched
+    doc = json.loads((spec.parent / "results.json").read_text())
+    doc["tilesweep"]["env"]["device_kind"] = "NVIDIA A100-SXM4-80GB"
+    a100 = tmp_path / "a100.json"
+    a100.write_text(json.dumps(doc))
+    again = spec_file(tmp_path, "again.json", tag="again", output=str(tmp_path / "again.results.json"))
+    r = run_cli("plan", str(again), "--sweep-dir", str(tmp_path / "again"), "--reuse", str(a100))
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "not used as the search's portfolio" in line]
+    assert len(said) == 1 and "device NVIDIA A100-SXM4-80GB (this sweep's: NVIDIA H100)" in said[0], r.stderr
+    record = json.loads((tmp_path / "again" / "search" / "round1.json").read_text())
+    assert record["portfolio"]["sources"] == [] and all(p["portfolio"] == 0 for p in record["problems"])

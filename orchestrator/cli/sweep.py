@@ -81,7 +81,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if not args.sweep_dir:
             raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
         sd, unit_ids, _ = prepare_sweep(
-            args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args)
+            args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), planned=planned
         )
         print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
     return 0
