@@ -29,6 +29,7 @@ from orchestrator.planning.search import (
     space_filling,
     step,
 )
+from orchestrator.spec.records import config_fields
 from orchestrator.spec.sections import SearchSettings
 from orchestrator.store.document import load
 from tests.helpers import SAMPLE, assert_one_line_error, run_cli
@@ -362,3 +363,22 @@ def test_a_document_of_another_device_kind_is_said_once_and_left_out_of_the_port
     assert len(said) == 1 and "device NVIDIA A100-SXM4-80GB (this sweep's: NVIDIA H100)" in said[0], r.stderr
     record = json.loads((tmp_path / "again" / "search" / "round1.json").read_text())
     assert record["portfolio"]["sources"] == [] and all(p["portfolio"] == 0 for p in record["problems"])
+
+
+def test_a_search_again_counts_the_records_it_carries_as_measured(searched: tuple[Path, Path], tmp_path: Path) -> None:
+    """The same search again into the first one's document: reuse carries every record, round 1
+    has nothing left to measure, and what a later round measures is new configs only."""
+    spec, _ = searched
+    output = tmp_path / "results.json"
+    output.write_text((spec.parent / "results.json").read_text())
+    before = json.loads(output.read_text())["results"]
+    again = spec_file(tmp_path, "again.json")
+    r = run_cli("run", str(again), "--sweep-dir", str(tmp_path / "again"))
+    assert r.returncode == 0, r.stderr
+    record = json.loads((tmp_path / "again" / "search" / "round1.json").read_text())
+    forced = [r for r in before if r["config"] == "forced"]  # each problem's auto is carried too
+    assert record["planned"] == 0 and sum(p["carried"] for p in record["problems"]) == len(forced)
+    doc = json.loads(output.read_text())
+    seen = {(r["mode"], *(r[f] for f in config_fields(r["mode"]))) for r in forced}
+    new = [r for r in doc["results"] if "reused_from" not in r and r["config"] == "forced"]
+    assert new and all((r["mode"], *(r[f] for f in config_fields(r["mode"]))) not in seen for r in new)
