@@ -96,7 +96,9 @@ def test_a_problem_searches_on_only_while_a_round_finds_something_faster_beyond_
     settings = SearchSettings(design=4, max_rounds=4, budget=8)
     first = [Timed((1, 1), 1.0, 0.95, 1.05), Timed((2, 1), 2.0, 1.9, 2.1)]
     within = _problem({1: first, 2: [Timed((1, 2), 0.97, 0.9, 1.0)]})  # faster, but inside the noise
-    assert step(within, 2, [(3, 3)], settings) == ([], IMPROVED_NOTHING)
+    # converged: no neighbours, but another problem's winner it has not measured yet
+    assert step(within, 2, [(3, 3)], settings) == ([(3, 3)], IMPROVED_NOTHING)
+    assert step(within, 2, [(1, 2)], settings) == ([], IMPROVED_NOTHING)
     beyond = _problem({1: first, 2: [Timed((1, 2), 0.9, 0.88, 0.93)]})
     # the other problems' winner, then the new leader's neighbour not measured yet
     assert step(beyond, 2, [(3, 3)], settings) == ([(3, 3), (2, 2)], SEARCHING)

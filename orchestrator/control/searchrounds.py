@@ -24,7 +24,7 @@ from orchestrator.control.searchstate import winners as winners_of
 from orchestrator.control.strategy import RoundChoice
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.planning.halving import survivors
-from orchestrator.planning.search import SEARCHING, Problem, search_round, step
+from orchestrator.planning.search import FINAL, SEARCHING, Problem, search_round, step
 from orchestrator.store.files import now_iso
 from orchestrator.store.searchrounds import (
     END,
@@ -101,9 +101,9 @@ class SearchRounds:
         states: list[ProblemState] = []
         for key, p in read.of.items():
             ended = read.ended(key)
-            configs, why = (
-                ([], ended) if ended is not None else step(read.problems[key], last, wins[key], sd.spec.search)
-            )
+            configs, why = ([], ended) if ended in FINAL else step(read.problems[key], last, wins[key], sd.spec.search)
+            if ended is not None and not configs:  # nothing new to try: its search ended as it did
+                why = ended
             chosen += [p.items[c] for c in configs]
             states.append(account(p, read.problems[key], read.obs, configs, last + 1, why))
         items = sorted(chosen, key=lambda it: it.index)

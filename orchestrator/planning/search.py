@@ -46,6 +46,7 @@ Config = tuple[Any, ...]  # a config's values, in the order of its grid's axes
 
 # Why a problem's search measures nothing more (``step``).
 SEARCHING, IMPROVED_NOTHING, BUDGET, ROUNDS, EXHAUSTED = "searching", "converged", "budget", "max_rounds", "exhausted"
+FINAL = (BUDGET, ROUNDS)  # the ends nothing reopens; a converged or exhausted problem still tries new winners
 
 
 def _in_order(values: Iterable[Any]) -> tuple[Any, ...]:
@@ -260,15 +261,18 @@ class Problem:
 
 def step(problem: Problem, last: int, winners: Sequence[Config], settings: SearchSettings) -> tuple[list[Config], str]:
     """What ``problem`` measures in the round after the search's round ``last``, and why it goes
-    on (``SEARCHING``) or why its search ended (the other reasons above)."""
+    on (``SEARCHING``) or why its search ended (the other reasons above; a converged one still
+    measures the other problems' winners it has not, ``winners``, and no neighbours)."""
     if last >= settings.max_rounds:
         return [], ROUNDS
-    if last > 1 and not improved(problem.rounds.get(last, ()), problem.times(before=last)):
-        return [], IMPROVED_NOTHING
     room = None if settings.budget is None else settings.budget - len(problem.measured)
     if room is not None and room <= 0:
         return [], BUDGET
     can = set(problem.runnable)
+    if last > 1 and not improved(problem.rounds.get(last, ()), problem.times(before=last)):
+        # its climb ended, but what other problems won since may lie beyond its neighbourhood
+        # (another hill): measured here, one faster beyond the noise starts the climb again
+        return next_configs(problem.grid, can, problem.measured, [], winners, room), IMPROVED_NOTHING
     leads = [t.config for t in leaders(problem.times(), settings.leaders)]
     configs = next_configs(problem.grid, can, problem.measured, leads, winners, room)
     if not leads:  # nothing timed yet: cover more of the grid instead of climbing it
