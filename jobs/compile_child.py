@@ -79,7 +79,9 @@ def main(argv: list[str]) -> int:
     import kernels.attention  # noqa: F401  (the Pallas modules: ready means ready to compile)
 
     from .compile_cache import persistent_cache
+    from .compile_pool import job_function
 
+    job = _compile if setup.get("job", "compile") == "compile" else job_function(setup["job"])
     with persistent_cache(setup["cache_dir"]):
         jax.devices()  # bring the backend up before saying ready
         results.send(("ready", os.getpid()))
@@ -88,7 +90,7 @@ def main(argv: list[str]) -> int:
                 item = tasks.recv()
             except EOFError:
                 return 0
-            results.send(("done", item.id, _compile(item, setup["spec"])))
+            results.send(("done", item.id, job(item, setup["spec"])))
 
 
 if __name__ == "__main__":

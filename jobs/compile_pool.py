@@ -61,6 +61,16 @@ OnDeath = Callable[[WorkItem], bool]
 StopCheck = Callable[[], bool]
 
 
+def job_function(job: str) -> Callable[[WorkItem, SweepSpec], Compiled]:
+    """What a pool's thread or process does with each config: compile it
+    (``measure.compile_item``), or lower it only (``jobs.lowering.lower_item``)."""
+    if job == "lower":
+        from .lowering import lower_item
+
+        return lower_item
+    return measure.compile_item
+
+
 def pool_size(configured: int | None) -> int:
     """The compile pool's size: ``configured`` (``compile.workers``) capped at, or by default,
     the CPUs this process may run on (module docstring: Pool size)."""
@@ -96,10 +106,11 @@ class ThreadPool:
 
     mode = "threads"
 
-    def __init__(self, workers: int, spec: SweepSpec) -> None:
+    def __init__(self, workers: int, spec: SweepSpec, job: str = "compile") -> None:
         self.workers = workers
         self.deaths = 0  # a thread does not die alone
         self._spec = spec
+        self._job = job_function(job)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="compile") if workers > 1 else None
         self._futures: dict[str, Future[Compiled]] = {}
 
@@ -107,7 +118,7 @@ class ThreadPool:
         if self._pool is None or len(items) <= 1:
             return  # compiled in collect, on the calling thread
         for it in items:
-            self._futures[it.id] = self._pool.submit(measure.compile_item, it, self._spec)
+            self._futures[it.id] = self._pool.submit(self._job, it, self._spec)
 
     def collect(
         self, items: Sequence[WorkItem], should_stop: StopCheck | None = None, on_death: OnDeath | None = None
@@ -117,7 +128,7 @@ class ThreadPool:
         out: list[Compiled | None] = []
         for it in items:
             fut = self._futures.pop(it.id, None)
-            out.append(fut.result() if fut is not None else measure.compile_item(it, self._spec))
+            out.append(fut.result() if fut is not None else self._job(it, self._spec))
         return out
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels import impls
+from kernels import impl_triton, impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.spec.records import kernel_kwargs
@@ -47,9 +47,13 @@ class ExportSummary:
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
-    """A record's config fields as every field of ``AttentionConfig`` (``records.kernel_kwargs``;
-    the tiles a mode does not sweep keep the implementation's defaults)."""
-    cfg = dataclasses.asdict(dataclasses.replace(impls.get(impl).defaults, **kernel_kwargs(mode, best_config)))
+    """A Triton kernel's record's config fields as every field of ``AttentionConfig``
+    (``records.kernel_kwargs``; the tiles a mode does not sweep keep the implementation's
+    defaults); another implementation's as its record has them (``kernels.tuned`` says which)."""
+    if impl not in impl_triton.BY_NAME:
+        return {k: int(v) for k, v in best_config.items()}
+    defaults = impl_triton.get(impl).defaults
+    cfg = dataclasses.asdict(dataclasses.replace(defaults, **kernel_kwargs(mode, best_config)))
     return {k: int(cfg[k]) for k in CONFIG_FIELDS}
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator.analysis.report import ProblemKey, config_label
 from orchestrator.analysis.scan import is_success
-from orchestrator.spec.records import config_fields
+from orchestrator.spec.records import DEFAULT_IMPL, config_fields
 
 AXES = {"fwd": ("block_q", "block_k"), "fwd_bwd": ("bwd_outer", "bwd_inner")}
 _SHORT_DTYPE = {"bfloat16": "bf16", "float32": "f32", "float16": "f16"}
@@ -71,7 +71,7 @@ class Configs:
 
 
 def configs_of(mode: str, records: list[dict[str, Any]]) -> Configs:
-    fields = config_fields(mode)
+    fields = config_fields(mode, impl=records[0].get("impl", DEFAULT_IMPL) if records else DEFAULT_IMPL)
     get = itemgetter(*fields)
     auto_ms = None
     best: dict[tuple, dict[str, Any] | None] = {}

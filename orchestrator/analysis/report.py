@@ -206,7 +206,7 @@ def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
     scans = scan(doc.results)
     unrecorded = plans.problems() - scans.keys()
     for problem in sorted(unrecorded, key=lambda k: tuple((v is None, 0 if v is None else v) for v in k)):
-        scans[problem] = ProblemScan(problem[5])
+        scans[problem] = ProblemScan(problem[5], problem[9])
     return [_summary(ProblemKey(*k), sc, plans.coverage(k, sc.recorded())) for k, sc in scans.items()]
 
 
