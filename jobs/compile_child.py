@@ -79,9 +79,12 @@ def main(argv: list[str]) -> int:
     import kernels.attention  # noqa: F401  (the Pallas modules: ready means ready to compile)
 
     from .compile_cache import persistent_cache
-    from .compile_pool import job_function
 
-    job = _compile if setup.get("job", "compile") == "compile" else job_function(setup["job"])
+    job = _compile
+    if setup.get("job") == "lower":  # lower only: pre-flight lowering (jobs.lowering)
+        from .lowering import lower_item
+
+        job = lower_item
     with persistent_cache(setup["cache_dir"]):
         jax.devices()  # bring the backend up before saying ready
         results.send(("ready", os.getpid()))

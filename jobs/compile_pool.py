@@ -59,16 +59,7 @@ WINDOW_PER_WORKER = 4  # configs compiled per worker before the compilers pause 
 # compile it again (False: the config is given up on, its result says ``died``).
 OnDeath = Callable[[WorkItem], bool]
 StopCheck = Callable[[], bool]
-
-
-def job_function(job: str) -> Callable[[WorkItem, SweepSpec], Compiled]:
-    """What a pool's thread or process does with each config: compile it
-    (``measure.compile_item``), or lower it only (``jobs.lowering.lower_item``)."""
-    if job == "lower":
-        from .lowering import lower_item
-
-        return lower_item
-    return measure.compile_item
+Job = Callable[[WorkItem, SweepSpec], Compiled]
 
 
 def pool_size(configured: int | None) -> int:
@@ -106,11 +97,11 @@ class ThreadPool:
 
     mode = "threads"
 
-    def __init__(self, workers: int, spec: SweepSpec, job: str = "compile") -> None:
+    def __init__(self, workers: int, spec: SweepSpec, job: Job = measure.compile_item) -> None:
         self.workers = workers
         self.deaths = 0  # a thread does not die alone
         self._spec = spec
-        self._job = job_function(job)
+        self._job = job  # what a thread does with each config: compile it, or lower it only (jobs.lowering)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="compile") if workers > 1 else None
         self._futures: dict[str, Future[Compiled]] = {}
 

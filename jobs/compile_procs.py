@@ -247,14 +247,13 @@ class ProcessPool:
 
 
 @contextlib.contextmanager
-def open_pool(mode: str, workers: int, spec: SweepSpec, cache_dir: Path | None, job: str = "compile") -> Iterator[Pool]:
-    """A unit's compile pool for ``compile.mode``; its threads or processes end with the block.
-    ``job``: "compile" (``measure.compile_item``), or "lower" (``jobs.lowering.lower_item``)."""
+def open_pool(mode: str, workers: int, spec: SweepSpec, cache_dir: Path | None) -> Iterator[Pool]:
+    """A unit's compile pool for ``compile.mode``; its threads or processes end with the block."""
     if mode == "processes":
-        with ProcessPool(workers, spec, cache_dir, job) as procs:
+        with ProcessPool(workers, spec, cache_dir) as procs:
             yield procs
         return
-    threads = ThreadPool(workers, spec, job)
+    threads = ThreadPool(workers, spec)
     try:
         yield threads
     finally:

@@ -17,9 +17,10 @@ submitted), so it writes verdicts, not records; the sweep's items take them in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from kernels import impls
 from orchestrator.planning import RUN, WorkItem
@@ -96,6 +97,20 @@ def _died(item: WorkItem, deaths: int) -> Verdict:
     )
 
 
+@contextlib.contextmanager
+def _pool(mode: str, workers: int, spec: SweepSpec) -> Iterator[compile_pool.Pool]:
+    """The worker's pool kinds, lowering instead of compiling."""
+    if mode == "processes":
+        with compile_procs.ProcessPool(workers, spec, None, job="lower") as procs:
+            yield procs
+        return
+    threads = compile_pool.ThreadPool(workers, spec, job=lower_item)
+    try:
+        yield threads
+    finally:
+        threads.close()
+
+
 def lower_items(
     spec: SweepSpec,
     items: Sequence[WorkItem],
@@ -117,7 +132,7 @@ def lower_items(
         return deaths[it.id] <= RETRIES
 
     done = 0
-    with compile_procs.open_pool(mode, size, spec, None, job="lower") as pool:
+    with _pool(mode, size, spec) as pool:
         window = compile_pool.window_size(size)
         for start in range(0, len(runnable), window):
             if should_stop is not None and should_stop():

@@ -183,6 +183,10 @@ class Implementation(Protocol):
         """``f(q, k, v, do)`` running this config (``fields`` None: its auto); imports jax."""
         ...
 
+    def label(self, mode: str, fields: Mapping[str, Any]) -> str | None:
+        """A config's short name in reports (None: the report's own, of the reference's fields)."""
+        ...
+
     def refusal_kind(self, exc: BaseException) -> str:
         """How lowering's exception reads: ``"refused"`` (the kernel or its compiler says no to
         this config) or ``"crashed"`` (anything else)."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kernels.devices import DeviceKind
 from kernels.impl_base import Capabilities, Fields, ModeFn, Tunable, Value
@@ -226,6 +227,20 @@ class MosaicImpl:
             fields = module.auto_fields(mode, dtype=dtype, head_dim=head_dim, seq=seq, causal=causal)
         fn: ModeFn = module.build(mode, fields, causal=causal, sm_scale=sm_scale, interpret=interpret)
         return fn
+
+    def label(self, mode: str, fields: Mapping[str, Any]) -> str | None:
+        """``bq64 bkv128 c2`` (c: max_concurrent_steps; ``nosb`` without the schedule barrier);
+        fwd_bwd adds ``w2 dkv64x128 dq128x64`` (compute_wgs_bwd; each backward kernel's q x kv blocks)."""
+        g = fields.get
+        out = f"bq{g('block_q')} bkv{g('block_kv')} c{g('max_concurrent_steps')}"
+        if g("use_schedule_barrier") is False:
+            out += " nosb"
+        if mode == "fwd_bwd":
+            out += (
+                f" w{g('compute_wgs_bwd')} dkv{g('block_q_dkv')}x{g('block_kv_dkv')} "
+                f"dq{g('block_q_dq')}x{g('block_kv_dq')}"
+            )
+        return out
 
     def refusal_kind(self, exc: BaseException) -> str:
         """jax's checks raise ValueError or NotImplementedError, Pallas's verifier a

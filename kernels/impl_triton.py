@@ -249,6 +249,10 @@ class Impl:
         fn: ModeFn = module.build(mode, config, causal=causal, sm_scale=sm_scale, interpret=interpret)
         return fn
 
+    def label(self, mode: str, fields: Mapping[str, Any]) -> str | None:
+        del mode, fields
+        return None  # the reference's fields: ``orchestrator.analysis.report.config_label`` names them
+
     def refusal_kind(self, exc: BaseException) -> str:
         """Triton lowering refuses a config with a ValueError, NotImplementedError or Pallas's
         ``LoweringError``; anything else is a crash."""

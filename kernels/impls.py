@@ -20,6 +20,7 @@ Kept free of jax at import so the control plane can plan on a machine without ja
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kernels.impl_base import Capabilities, Fields, Implementation, ModeFn, Tunable, Value
@@ -42,6 +43,7 @@ __all__ = [
     "describe",
     "field_types",
     "get",
+    "label",
 ]
 
 IMPLS: dict[str, Implementation] = {impl.name: impl for impl in (TILESWEEP, STOCK, MOSAIC)}
@@ -70,6 +72,18 @@ def field_types() -> dict[str, type]:
                         f"{t.kind.__name__} in {impl.name}"
                     )
     return out
+
+
+def label(mode: str, fields: Mapping[str, Any]) -> str | None:
+    """A config's short name by the implementation whose config fields it has (None: the
+    reference's fields, which the report names itself)."""
+    names = tuple(fields)
+    for impl in IMPLS.values():
+        if mode in impl.capabilities.modes and names == tuple(t.name for t in impl.tunables(mode)):
+            found = impl.label(mode, fields)
+            if found is not None:
+                return found
+    return None
 
 
 def describe(impl: Implementation) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kernels import impls
 from kernels.config import attention_flops
 from orchestrator.analysis.coverage import Coverage, plans_of
 from orchestrator.analysis.scan import INF, ProblemScan, scan
@@ -174,6 +175,9 @@ def config_label(config: dict[str, Any], mode: str) -> str:
     A fwd_bwd config names its forward blocks (``bq64 bk64 o64 ...``) only when they are not
     the kernel default 128/128, so the string stays short for the common sweep that fixes them.
     """
+    other = impls.label(mode, config)  # an implementation with its own fields names its configs
+    if other is not None:
+        return other
     g = config.get
     tail = f"s{g('num_stages')} w{g('num_warps')}"
     if mode == "fwd_bwd":
