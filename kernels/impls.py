@@ -96,7 +96,14 @@ def describe(impl: Implementation) -> dict[str, Any]:
         "pruning": impl.pruning,
         "tunables": {
             mode: [
-                {"name": t.name, "type": t.kind.__name__, "rule": t.rule, "default": list(t.default), "doc": t.doc}
+                {
+                    "name": t.name,
+                    "type": t.kind.__name__,
+                    "rule": t.rule,
+                    "default": list(t.default),
+                    "reference_field": impl.reference_grid(mode).get(t.name),
+                    "doc": t.doc,
+                }
                 for t in impl.tunables(mode)
             ]
             for mode in modes

@@ -1,7 +1,8 @@
 """The tile heatmap of one problem, as data: what the PNG plots and the HTML page both draw.
 
 The axes are the two tiles that decide most of the time: block_q x block_k for fwd,
-bwd_outer x bwd_inner for fwd_bwd. Each cell is the best median over the remaining axes
+bwd_outer x bwd_inner for fwd_bwd (an implementation with its own config fields: its first
+two, block_q x block_kv for jax's Mosaic GPU kernel, each cell naming its best config). Each cell is the best median over the remaining axes
 (stages, warps; for fwd_bwd also the forward blocks when they vary), with the winning
 stages/warps as its detail, and counts configs (a config timed once is not failed, however
 often it failed before). A cell where every config failed is ``failed``, or ``pruned``
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from kernels import impls
 from orchestrator.analysis.report import ProblemKey, config_label
 from orchestrator.analysis.scan import is_success
-from orchestrator.spec.records import DEFAULT_IMPL, config_fields
+from orchestrator.spec.records import DEFAULT_IMPL, config_fields, config_of
 
 AXES = {"fwd": ("block_q", "block_k"), "fwd_bwd": ("bwd_outer", "bwd_inner")}
 _SHORT_DTYPE = {"bfloat16": "bf16", "float32": "f32", "float16": "f16"}
@@ -113,6 +115,10 @@ def heatmap_data(key: ProblemKey, records: list[dict[str, Any]], configs: Config
     if axes is None:
         return None
     cs = configs if configs is not None else configs_of(key.mode, records)
+    if not set(axes) <= set(cs.fields):  # an implementation with its own fields: its first two
+        if len(cs.fields) < 2:
+            return None
+        axes = (cs.fields[0], cs.fields[1])
     ri, ci = cs.fields.index(axes[0]), cs.fields.index(axes[1])
     tallies: dict[tuple[int, int], _Tally] = {}
     fwd_blocks = set()
@@ -149,7 +155,8 @@ def _cell(t: _Tally | None, vary_fwd: bool) -> Cell:
         status = "pruned" if t.pruned == t.failed else "failed"
         return Cell(status, n_failed=t.failed, n_total=t.total, n_pruned=t.pruned)
     rec = t.best
-    detail = f"s{rec.get('num_stages')} w{rec.get('num_warps')}"
+    own = impls.label(rec["mode"], config_of(rec)) if "impl" in rec else None  # its own fields' name
+    detail = own or f"s{rec.get('num_stages')} w{rec.get('num_warps')}"
     if vary_fwd:
         detail = f"f{rec.get('fwd_block_q')}/{rec.get('fwd_block_k')} {detail}"
     return Cell("ok", float(rec["median_ms"]), detail, t.failed, t.total, t.pruned)
