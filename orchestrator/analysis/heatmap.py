@@ -5,10 +5,10 @@ bwd_outer x bwd_inner for fwd_bwd (an implementation with its own config fields:
 two, block_q x block_kv for jax's Mosaic GPU kernel, each cell naming its best config). Each
 cell is the best median over the remaining axes (stages, warps; for fwd_bwd also the forward
 blocks when they vary), with the winning stages/warps as its detail, and counts configs (a
-config timed once is not failed, however often it failed before). A cell where every config failed is ``failed``, or ``pruned``
-when every one of them was refused before running by the shared-memory model (that is a
-prediction, not a measured failure, and the page says which); a cell with no record is
-``absent``. Nothing here needs matplotlib.
+config timed once is not failed, however often it failed before). A cell where every config
+failed is ``failed``, or ``pruned`` when every one of them was refused before running by the
+shared-memory model (that is a prediction, not a measured failure, and the page says which);
+a cell with no record is ``absent``. Nothing here needs matplotlib.
 """
 
 from __future__ import annotations
