@@ -6,7 +6,8 @@ With ``--sweep-dir`` the sweep directory is planned (or reopened) and each verdi
 to its ``lowering.jsonl``: the configs lowering refused are recorded as pruned, with the
 compiler's reason and bytes, by ``submit`` and the workers, never compiled on a GPU. A rerun
 lowers only the configs without a verdict. ``--dry-run`` lowers and shows without writing.
-``--json``: one object per config, its plan line plus its verdict.
+``--json``: one object per config, its plan line plus its verdict. A replayed sweep lowers the
+configs of the implementation its source measured, so a rehearsal prunes what the real sweep would.
 """
 
 from __future__ import annotations
@@ -65,10 +66,6 @@ def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
     from orchestrator.spec.compat import env_fingerprint
     from orchestrator.store.lowering import VerdictWriter, lowering_header
 
-    if spec.kernel.impl == "replay":
-        raise PlanError(
-            "kernel.impl is replay: nothing is compiled, so there is nothing to lower; plan it without --lower"
-        )
     if not args.dry_run and not args.sweep_dir:
         raise PlanError("to keep the verdicts pass --sweep-dir DIR (or --dry-run to only show them)")
     _check_can_lower(spec)
@@ -107,6 +104,9 @@ def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
 
 def _summary(spec: SweepSpec, seen: Counter[str], n: int, skipped: int, wall_s: float, root: Path | None) -> None:
     target = spec.kernel.target
+    if n == 0:
+        print(f"nothing to lower for {target.name}: {skipped} planned configs are invalid, pruned or lowered before")
+        return
     print(
         f"lowered {n} configs for {target.name} ({target.sm}, {target.smem_limit_bytes} bytes of shared memory per "
         f"block) on this machine's CPUs in {wall_s:.1f} s: {seen['lowered']} lowered, {seen['refused']} refused "
