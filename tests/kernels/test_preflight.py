@@ -149,3 +149,15 @@ def test_verdict_files_keep_the_last_verdict_of_this_sweep_and_target(tmp_path: 
     found = lowering.read_verdicts(tmp_path, "fp", "NVIDIA H200")
     assert {k: v.verdict for k, v in found.items()} == {"a": "crashed", "b": "refused"}
     assert lowering.read_verdicts(tmp_path, "fp", "NVIDIA H100") == {}
+
+
+def test_lowering_without_the_cuda_plugin_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jax._src import lib
+
+    from orchestrator.cli.lower import _check_can_lower
+    from orchestrator.errors import PlanError
+
+    monkeypatch.setattr(lib, "cuda_versions", None)
+    with pytest.raises(PlanError) as err:
+        _check_can_lower(spec_from_data({**SPEC, "kernel": {"impl": "mosaic"}}))
+    assert "\n" not in err.value.message and 'pip install --no-deps "jax-cuda12-plugin==' in err.value.message
