@@ -157,7 +157,9 @@ class Implementation(Protocol):
     def predict(
         self, mode: str, dtype: str, head_dim: int, params: tuple[Value, ...], seq: int
     ) -> list[tuple[str, int]]:
-        """The shared-memory model's bytes per launch (empty where it has no model)."""
+        """The shared-memory model's bytes per launch (empty where it has no model). For a config
+        as it runs at ``seq`` (``runs_as``) the bytes must not depend on seq otherwise: the planner
+        classifies a grid once for every seq at which nothing is clamped."""
         ...
 
     def cost_fields(

@@ -47,23 +47,37 @@ class Clamped:
 
 
 class Classifier:
-    """(kind, reason, smem_bytes) of each config of a grid at one shape, computed once per
-    (mode, dtype, head_dim, seq) and shared by every shape with those."""
+    """(kind, reason, smem_bytes) of each config of a grid at one shape.
+
+    Whether a config runs depends on seq only through the implementation's seq checks
+    (``invalid``) and what it clamps to seq (``runs_as``), and its shared-memory prediction
+    of a config that runs as it is does not depend on seq (``Implementation.predict``). So a
+    grid's classification is computed once per (mode, dtype, head_dim) and reused for every
+    seq at which no config is clamped or invalid (``plain``), once per seq elsewhere."""
 
     def __init__(self, spec: SweepSpec, grids: dict[str, list[Params]]) -> None:
         from kernels import smem  # pure arithmetic, no jax import
 
-        del grids  # classified per shape, as each runs there
         self.smem = smem
         self.impl = impls.get(spec.measured_impl)
         self.limit = spec.smem_limit_bytes
         self.enabled = spec.kernel.prune_smem == "predict" and self.limit is not None
-        self.cache: dict[tuple[str, str, int, int], list[tuple[str, str | None, int | None]]] = {}
+        self.grids = grids  # each mode's whole grid, as the spec sweeps it
+        self.cache: dict[tuple[str, str, int, int | None], list[tuple[str, str | None, int | None]]] = {}
+        self.plain: dict[tuple[str, int], bool] = {}
+
+    def _plain(self, mode: str, seq: int, grid: list[Params]) -> bool:
+        """Whether every config of the mode's grid runs at ``seq`` as it is and passes the seq checks."""
+        found = self.plain.get((mode, seq))
+        if found is None:
+            whole = grid is self.grids[mode]  # ``Clamped`` hands the grid itself on where nothing clamps
+            found = self.plain[(mode, seq)] = whole and all(self.impl.invalid(mode, seq, p) is None for p in grid)
+        return found
 
     def __call__(
         self, mode: str, dtype: str, head_dim: int, seq: int, grid: list[Params]
     ) -> list[tuple[str, str | None, int | None]]:
-        key = (mode, dtype, head_dim, seq)
+        key = (mode, dtype, head_dim, None if self._plain(mode, seq, grid) else seq)
         out = self.cache.get(key)
         if out is None:
             out = self.cache[key] = [self._one(mode, dtype, head_dim, seq, p) for p in grid]
