@@ -11,11 +11,16 @@ never reads them). Another implementation's config is its record's config fields
 which implementation's entry is the fastest the table holds (the one to call).
 
 ``config`` is ``null`` where the measurement says "use auto": auto was faster than the best
-forced config, or every forced config failed while auto ran. Keeping the entry (rather than
+forced config, the best forced config is auto's own (``report``: two timings of one kernel), or
+every forced config failed while auto ran. Keeping the entry (rather than
 dropping it) stops the kernel's nearest-seq fallback from borrowing a neighbour's config for
 a seq where auto is known to win. ``keep_slower=True`` exports the best forced config anyway.
 Problems where nothing ran at all get no entry. If a document holds several tags for one
 shape, the faster best wins.
+
+An entry whose best or auto timing was replayed rather than measured (``store.replayed``; such
+records enter only when asked: ``combine``'s ``include_replays``) says ``"replayed": true``, and
+the table counts them in its top-level ``replayed``; ``kernels.tuned`` reads neither.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class ExportSummary:
     tuned: int  # entries with a forced config
     use_auto: int  # entries with config null
     skipped: int  # problems with nothing measured at all
+    replayed: int = 0  # entries whose timings were replayed, not measured
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
@@ -65,9 +71,10 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
     config = None
     if s.best_config is not None:
         auto_wins = s.auto_ms is not None and s.best_ms is not None and s.auto_ms < s.best_ms
-        if keep_slower or not auto_wins:
+        if keep_slower or not (auto_wins or s.best_is_auto):
             config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
     k = s.key
+    replayed: dict[str, Any] = {"replayed": True} if s.replayed else {}
     return {
         "impl": k.impl,
         "dtype": k.dtype,
@@ -81,6 +88,7 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
         "config": config,
         "median_ms": s.best_ms,
         "auto_ms": s.auto_ms,
+        **replayed,
     }
 
 
@@ -101,14 +109,16 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
             chosen[k] = e
     entries = list(chosen.values())
     _mark_winners(entries)
+    replayed = sum(1 for e in entries if e.get("replayed"))
     table = {
         "format": FORMAT,
         "version": VERSION,
         "device": dict(doc.device),
+        **({"replayed": replayed} if replayed else {}),
         "entries": entries,
     }
     tuned = sum(1 for e in entries if e["config"] is not None)
-    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped)
+    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped, replayed)
 
 
 def _mark_winners(entries: list[dict[str, Any]]) -> None:
