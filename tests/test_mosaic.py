@@ -133,12 +133,13 @@ def test_a_replayed_mosaic_sweep_runs_reports_exports_and_is_reused(tmp_path: Pa
     assert {rec["impl"] for rec in doc["results"]} == {"mosaic"} and all("error" not in x for x in doc["results"])
     assert "bq" in r.stdout and "bkv" in r.stdout and " c" in r.stdout  # the best configs by the kernel's own fields
     export = tmp_path / "tuned.json"
-    r = run_cli("export", str(out), "--out", str(export))
+    r = run_cli("export", str(out), "--out", str(export), "--include-replays")
     assert r.returncode == 0, r.stderr
     entries = json.loads(export.read_text())["entries"]
     assert {e["impl"] for e in entries} == {"mosaic"} and all(e["wins"] for e in entries)
     assert set(entries[0]["config"]) == {"block_q", "block_kv", "max_concurrent_steps", "use_schedule_barrier"}
-    r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(out))
+    # the replay again, from what it wrote: every record reused, nothing left to measure
+    r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(out), "--include-replays")
     assert r.returncode == 0, r.stderr
     assert f"reused {len(doc['results'])} items measured before" in r.stdout and "nothing to measure" in r.stdout
 
