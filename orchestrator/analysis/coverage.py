@@ -31,7 +31,7 @@ from typing import Any
 from orchestrator.errors import SpecError
 from orchestrator.planning import PlannedConfigs, planned_configs
 from orchestrator.spec.files import spec_from_data
-from orchestrator.spec.records import config_fields
+from orchestrator.spec.records import DEFAULT_IMPL, config_fields
 from orchestrator.store.document import ResultsDoc
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ class Coverage:
     mode: str
     planned: tuple[Config, ...]
     missing: tuple[Config, ...]
+    impl: str = DEFAULT_IMPL
     never_measured: tuple[Config, ...] = ()
 
     def missing_configs(self) -> list[dict[str, int]]:
@@ -58,7 +59,7 @@ class Coverage:
         return self._named(self.never_measured)
 
     def _named(self, configs: tuple[Config, ...]) -> list[dict[str, int]]:
-        fields = config_fields(self.mode)
+        fields = config_fields(self.mode, impl=self.impl)
         return [dict(zip(fields, c, strict=True)) for c in configs]
 
 
@@ -87,6 +88,7 @@ class Plans:
             problem[5],
             planned,
             tuple(c for c in unrecorded if c not in never),
+            problem[9],
             tuple(c for c in unrecorded if c in never),
         )
 

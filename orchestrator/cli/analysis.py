@@ -111,15 +111,19 @@ def _style(args: argparse.Namespace) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from orchestrator.analysis import report
+    from orchestrator.analysis import report, winners
     from orchestrator.store import document as results_doc
 
     doc = results_doc.load(args.results)
     summaries = report.best_table(doc)
+    found = winners.contests(summaries)
     if args.json:
-        print(json.dumps(report.to_json(summaries), indent=1))
+        print(json.dumps(winners.with_winners(report.to_json(summaries), found), indent=1))
     else:
         print(report.format_table(summaries, _style(args)))
+        if found:  # several implementations measured the same problems
+            print(f"\nimplementations compared ({len(found)} problems):")
+            print(winners.format_contests(found, _style(args)))
     if args.html:
         from orchestrator.analysis import html
 

@@ -73,7 +73,7 @@ def _offer(best: _Best, rec: Mapping[str, Any], impl: str, kind: Any, doc_kind: 
         return
     try:
         key = problem_key(rec)
-        config = tuple(rec[f] for f in config_fields(rec["mode"]))
+        config = tuple(rec[f] for f in config_fields(rec["mode"], impl=str(rec_impl)))
     except (KeyError, TypeError):
         return
     if key not in best.ms or ms < best.ms[key]:
