@@ -8,16 +8,18 @@ import importlib.metadata
 import os
 import platform
 
+from kernels import tokamax_meta
 from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.store.lines import DeviceBlock
 
 
 def device_block() -> DeviceBlock:
-    """The reference document's ``device`` block, plus jaxlib (part of the fingerprint)."""
+    """The reference document's ``device`` block, plus jaxlib and, where it is installed,
+    tokamax's version (both part of the fingerprint)."""
     import jax
 
     devices = jax.devices()
-    return {
+    block: DeviceBlock = {
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": [str(d) for d in devices],
@@ -25,6 +27,10 @@ def device_block() -> DeviceBlock:
         "device_kind": devices[0].device_kind,
         "jaxlib": importlib.metadata.version("jaxlib"),
     }
+    found = tokamax_meta.version()
+    if found is not None:
+        block["tokamax"] = found
+    return block
 
 
 def check_backend(

@@ -35,7 +35,13 @@ from orchestrator.errors import ResultsError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.planning.halving import HALVING
-from orchestrator.spec.compat import env_differences, env_fingerprint, measurement_differences, measurement_key
+from orchestrator.spec.compat import (
+    env_differences,
+    env_fingerprint,
+    impl_of,
+    measurement_differences,
+    measurement_key,
+)
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import head_getter, key_getter, key_head
 from orchestrator.store.document import ResultsDoc, paused_gc, scan
@@ -108,8 +114,8 @@ class Source:
 def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
     """The output document when it exists (a file there that is not a results document is
     left to the merger, which refuses or overwrites it: a warning here), then each document named
-    with ``--reuse`` and in the spec's ``reuse.documents``, each of which must be a results
-    document (one line naming it, and which of the two named it, otherwise)."""
+    with ``--reuse`` and in the spec's ``reuse.documents``, each a results document or a tokamax
+    table (``store.tokamax_table``: it prices and seeds, none of it is reused); one line otherwise."""
     out: list[Source] = []
     seen: set[str] = set()
     if output.is_file():
@@ -125,7 +131,7 @@ def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = 
             if real in seen:
                 continue
             seen.add(real)
-            head = scan(path, role=role)
+            head = scan(path, role=role, tokamax=True)
             out.append(Source(head.doc, role, os.path.abspath(path), head.batches))
     return out
 
@@ -202,7 +208,7 @@ def _judge_block(
     if not want.mix_devices and _other_device(env.get("device_kind"), want):
         count.device_kind = env.get("device_kind")
         return "other_device"
-    diff = env_differences(env, want.env, ignore_device=True)
+    diff = env_differences(env, want.env, ignore_device=True, impl=impl_of(dumped))
     if diff:
         _say(count, f"another environment ({', '.join(diff)})")
         return "other_env"
