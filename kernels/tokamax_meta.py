@@ -14,7 +14,9 @@ backward op of its own (its ``vjp``), and a config class per op:
 A tilesweep config of a tokamax op is named field for field as the config class names it: a
 forward config is the forward op's config; a forward+backward config is the forward op's config
 (the forward runs with residuals) followed by the vjp op's, each vjp field prefixed ``vjp_`` (both
-classes have ``num_stages``, the Triton ones ``num_warps`` too). ``tests/kernels/test_tokamax.py``
+classes have ``num_stages``, the Triton ones ``num_warps`` too). Fields tokamax's autotuner never
+varies and leaves at None (the Triton forward's ``block_d``, ``block_d_out``) are not part of it:
+they run at the class's default. ``tests/kernels/test_tokamax.py``
 holds these names against the installed tokamax's classes.
 
 tokamax keeps its autotuning tables per device kind and op: ``<dir>/<device_dir(kind)>/<stem>.json``
@@ -64,6 +66,12 @@ class ConfigClass:
     module: str  # under tokamax._src.ops.attention
     name: str
     fields: tuple[str, ...]
+    untuned: tuple[str, ...] = ()  # left at the class's default (None): tokamax's autotuner never varies them
+
+    @property
+    def tuned(self) -> tuple[str, ...]:
+        """The fields a tilesweep config of this class has (all but ``untuned``)."""
+        return tuple(f for f in self.fields if f not in self.untuned)
 
 
 @dataclass(frozen=True)
@@ -87,16 +95,16 @@ class Kernel:
     def fields(self, mode: str, fam: str) -> tuple[str, ...]:
         """A config's fields in record order: the forward class's, then (fwd_bwd) the vjp class's,
         prefixed; ``fam``: the config family (``family``)."""
-        fwd = self.fwd[fam].fields
+        fwd = self.fwd[fam].tuned
         if mode == "fwd":
             return fwd
-        return fwd + tuple(VJP_PREFIX + f for f in self.vjp[fam].fields)
+        return fwd + tuple(VJP_PREFIX + f for f in self.vjp[fam].tuned)
 
     def family_of(self, fields: Mapping[str, Any]) -> str:
         """The config family whose forward class has exactly the forward fields of ``fields``
         (sm90 where several do, as the Triton op's one class)."""
         names = {f for f in fields if not f.startswith(VJP_PREFIX)}
-        return next((fam for fam, c in self.fwd.items() if set(c.fields) == names), "sm90")
+        return next((fam for fam, c in self.fwd.items() if set(c.tuned) == names), "sm90")
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,7 @@ _TRITON_FWD = ConfigClass(
     "pallas_triton",
     "Config",
     ("block_q", "block_k", "num_stages", "num_warps", "block_d", "block_d_out", "split_k", "pack_mask"),
+    untuned=("block_d", "block_d_out"),
 )
 _TRITON_VJP = ConfigClass(
     "pallas_triton_vjp", "Config", ("block_m1", "block_n1", "block_m2", "block_n2", "num_stages", "num_warps")
@@ -174,6 +183,15 @@ def kernel(impl: str) -> Kernel:
         return KERNELS[impl]
     except KeyError:
         raise ValueError(f"{impl!r} is not a tokamax implementation; those are: {', '.join(IMPL_NAMES)}") from None
+
+
+def untuned_of(module: str, name: str) -> tuple[str, ...]:
+    """The untuned fields of the config class ``name`` of ``module`` (under tokamax._src.ops.attention)."""
+    for k in KERNELS.values():
+        for c in (*k.fwd.values(), *k.vjp.values()):
+            if (c.module, c.name) == (module, name):
+                return c.untuned
+    return ()
 
 
 def by_stem(stem: str) -> tuple[Kernel, str] | None:

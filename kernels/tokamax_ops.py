@@ -179,8 +179,15 @@ def target(device: devices.DeviceKind) -> Iterator[None]:
 
 
 def fields_of(config: Any) -> dict[str, Any]:
-    """A tokamax config object's fields, in declaration order."""
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    """A tokamax config object's fields as a tilesweep config has them (``tokamax_meta``: all but
+    those tokamax's autotuner leaves at None; RuntimeError where one of those is set, which
+    tilesweep would not record)."""
+    out = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    untuned = meta.untuned_of(type(config).__module__.rsplit(".", 1)[-1], type(config).__name__)
+    set_ = [f for f in untuned if out[f] is not None]
+    if set_:
+        raise RuntimeError(f"tokamax's config {config} sets {', '.join(set_)}, which tilesweep does not sweep")
+    return {k: v for k, v in out.items() if k not in untuned}
 
 
 def _sorted(configs: Any, first: Any) -> list[dict[str, Any]]:

@@ -135,11 +135,15 @@ def problem_of(key: Mapping[str, Any]) -> tuple[meta.Problem, bool] | None:
     return problem, bool(key.get("return_residuals"))
 
 
-def _timed(config: str, data: Any, kernel: meta.Kernel, half: str, name: str) -> _Timed:
+def _timed(config: str, data: Any, kernel: meta.Kernel, half: str, name: str) -> _Timed | None:
+    """One config of a key and its times; None for a config that sets a field tilesweep does not sweep."""
     fields = _json_object(config, name, "config")
-    known = [set(c.fields) for c in (kernel.fwd if half == "fwd" else kernel.vjp).values()]
-    if set(fields) not in known:
+    classes = [c for c in (kernel.fwd if half == "fwd" else kernel.vjp).values() if set(c.fields) == set(fields)]
+    if not classes:
         raise _damaged(name, f"config {config[:80]!r} does not have the fields of {kernel.impl}'s {half} configs")
+    if any(fields[f] is not None for f in classes[0].untuned):
+        return None
+    fields = {f: fields[f] for f in classes[0].tuned}
     times = data.get("evaluation_times_ms") if isinstance(data, dict) else None
     if not isinstance(times, list) or not times or not all(isinstance(t, (int, float)) for t in times):
         raise _damaged(name, f"config {config[:80]!r} has no evaluation_times_ms")
@@ -167,9 +171,9 @@ def read_table(path: Path, name: str) -> tuple[dict[tuple[meta.Problem, bool], l
         key = _json_object(key_text, name, "key")
         if not isinstance(configs, dict):
             raise _damaged(name, f"key {key_text[:80]!r} does not map configs to measurements")
-        timed = [_timed(c, d, kernel, half, name) for c, d in configs.items()]
+        timed = [t for c, d in configs.items() if (t := _timed(c, d, kernel, half, name)) is not None]
         bound = problem_of(key)
-        if bound is None:
+        if bound is None or not timed:
             skipped += 1
             continue
         problem, residuals = bound
