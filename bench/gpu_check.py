@@ -50,10 +50,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.spec.records import EXTRA_RECORD_FIELDS
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "tests" / "data" / "attention_tiles.sample.json"
 RESULT_KEYS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "error")
-EXTRA_KEYS = ("timer", "pruned", "smem_bytes", "compile_cached", "screened", "unit", "attempt", "device")
+EXTRA_KEYS = EXTRA_RECORD_FIELDS  # the record extras (spec.records): not part of what identifies a config
 # pass -> its timing settings; the processes pass asks for the wall timer, which a GPU with compile
 # processes would not default to, so that its medians compare with the wall pass's
 PASSES = {"wall": {}, "device": {"timer": "device"}, "halving": {"strategy": "halving"}, "processes": {"timer": "wall"}}

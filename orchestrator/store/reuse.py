@@ -35,13 +35,7 @@ from orchestrator.errors import ResultsError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.planning.halving import HALVING
-from orchestrator.spec.compat import (
-    env_differences,
-    env_fingerprint,
-    impl_of,
-    measurement_differences,
-    measurement_key,
-)
+from orchestrator.spec.compat import env_differences, env_fingerprint, impl_of, measurement_differences, measurement_key
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import head_getter, key_getter, key_head
 from orchestrator.store.document import ResultsDoc, paused_gc, scan
