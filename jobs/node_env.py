@@ -34,10 +34,22 @@ def device_block() -> DeviceBlock:
 
 
 def check_backend(
-    interpret: bool | str, backend: str | None, visible: str | None, spec_file: os.PathLike[str] | str
+    interpret: bool | str,
+    backend: str | None,
+    visible: str | None,
+    spec_file: os.PathLike[str] | str,
+    impl: str = "tilesweep",
 ) -> None:
     """A GPU task whose jax sees no GPU would silently time the kernels in interpret mode on
-    the CPU: refuse that unless the spec asks for interpret mode on purpose."""
+    the CPU: refuse that unless the spec asks for interpret mode on purpose. A kernel that has
+    no interpret mode (``kernels.impls``: ``capabilities.interpret``) is refused without a GPU."""
+    from kernels import impls
+
+    if backend != "gpu" and not impls.get(impl).capabilities.interpret:
+        raise WorkerEnvironmentError(
+            f"kernel.impl {impl!r} in {spec_file} does not run without a GPU and jax sees none here (backend "
+            f"{backend}): run it on a GPU node, or check its configs with `tilesweep plan SPEC --lower`"
+        )
     if backend == "gpu" or interpret is True:
         return
     if interpret is False:

@@ -3,17 +3,24 @@
 One entry per (impl, dtype, head_dim, seq, batch, heads, causal, kv_heads, mode); ``kv_heads``
 is ``heads`` for multi-head attention, ``impl`` the kernel implementation measured.
 ``config`` carries exactly the fields of ``kernels.attention.AttentionConfig`` for either
-implementation: for fwd_bwd the record's fwd_block_q/fwd_block_k become block_q/block_k and
-bwd_outer/bwd_inner are taken as they are; for fwd, bwd_outer/bwd_inner stay at the
+Triton implementation: for fwd_bwd the record's fwd_block_q/fwd_block_k become block_q/block_k
+and bwd_outer/bwd_inner are taken as they are; for fwd, bwd_outer/bwd_inner stay at the
 implementation's default (``kernels.impls``: 128 for ours, the stock kernel's 32; the forward
-never reads them).
+never reads them). Another implementation's config is its record's config fields as they are
+(jax's Mosaic GPU kernel: its ``TuningConfig`` fields). ``wins`` says, per problem and mode,
+which implementation's entry is the fastest the table holds (the one to call).
 
 ``config`` is ``null`` where the measurement says "use auto": auto was faster than the best
-forced config, or every forced config failed while auto ran. Keeping the entry (rather than
+forced config, the best forced config is auto's own (``report``: two timings of one kernel), or
+every forced config failed while auto ran. Keeping the entry (rather than
 dropping it) stops the kernel's nearest-seq fallback from borrowing a neighbour's config for
 a seq where auto is known to win. ``keep_slower=True`` exports the best forced config anyway.
 Problems where nothing ran at all get no entry. If a document holds several tags for one
 shape, the faster best wins.
+
+An entry whose best or auto timing was replayed rather than measured (``store.replayed``; such
+records enter only when asked: ``combine``'s ``include_replays``) says ``"replayed": true``, and
+the table counts them in its top-level ``replayed``; ``kernels.tuned`` reads neither.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels import impls
+from kernels import impl_triton, impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.spec.records import kernel_kwargs
@@ -44,12 +51,17 @@ class ExportSummary:
     tuned: int  # entries with a forced config
     use_auto: int  # entries with config null
     skipped: int  # problems with nothing measured at all
+    replayed: int = 0  # entries whose timings were replayed, not measured
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
-    """A record's config fields as every field of ``AttentionConfig`` (``records.kernel_kwargs``;
-    the tiles a mode does not sweep keep the implementation's defaults)."""
-    cfg = dataclasses.asdict(dataclasses.replace(impls.get(impl).defaults, **kernel_kwargs(mode, best_config)))
+    """A Triton kernel's record's config fields as every field of ``AttentionConfig``
+    (``records.kernel_kwargs``; the tiles a mode does not sweep keep the implementation's
+    defaults); another implementation's as its record has them (``kernels.tuned`` says which)."""
+    if impl not in impl_triton.BY_NAME:
+        return dict(best_config)
+    defaults = impl_triton.get(impl).defaults
+    cfg = dataclasses.asdict(dataclasses.replace(defaults, **kernel_kwargs(mode, best_config)))
     return {k: int(cfg[k]) for k in CONFIG_FIELDS}
 
 
@@ -59,9 +71,10 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
     config = None
     if s.best_config is not None:
         auto_wins = s.auto_ms is not None and s.best_ms is not None and s.auto_ms < s.best_ms
-        if keep_slower or not auto_wins:
+        if keep_slower or not (auto_wins or s.best_is_auto):
             config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
     k = s.key
+    replayed: dict[str, Any] = {"replayed": True} if s.replayed else {}
     return {
         "impl": k.impl,
         "dtype": k.dtype,
@@ -75,6 +88,7 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
         "config": config,
         "median_ms": s.best_ms,
         "auto_ms": s.auto_ms,
+        **replayed,
     }
 
 
@@ -94,14 +108,30 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
                 log.info("several tags measured %s; keeping the faster best", k)
             chosen[k] = e
     entries = list(chosen.values())
+    _mark_winners(entries)
+    replayed = sum(1 for e in entries if e.get("replayed"))
     table = {
         "format": FORMAT,
         "version": VERSION,
         "device": dict(doc.device),
+        **({"replayed": replayed} if replayed else {}),
         "entries": entries,
     }
     tuned = sum(1 for e in entries if e["config"] is not None)
-    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped)
+    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped, replayed)
+
+
+def _mark_winners(entries: list[dict[str, Any]]) -> None:
+    """``wins``: whether an entry's implementation is the fastest of the table's for its problem
+    (its best or auto, as the table answers it)."""
+    best: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for e in entries:
+        k = tuple(e[f] for f in ("dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "mode"))
+        if k not in best or _faster(e, best[k]):
+            best[k] = e
+    winners = {id(e) for e in best.values()}
+    for e in entries:
+        e["wins"] = id(e) in winners
 
 
 def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:

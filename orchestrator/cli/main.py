@@ -29,7 +29,7 @@ from orchestrator.errors import TilesweepError
 def build_parser() -> argparse.ArgumentParser:
     # imported here, not at the top: ``python -m orchestrator.cli.analysis`` runs a family on its
     # own, and the package (whose __init__ imports this module) must not have imported it first
-    from orchestrator.cli import analysis, browse, slurm, sweep
+    from orchestrator.cli import analysis, browse, impls, slurm, sweep
 
     p = Parser(prog=PROG, description="Autotune Pallas flash-attention tile configs on a SLURM cluster or locally.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     analysis.register(sub)
     slurm.register(sub)
     browse.register(sub)
+    impls.register(sub)
     return p
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kernels import devices
 from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
 from orchestrator.spec.lists import Pow2
 
@@ -219,9 +220,30 @@ class KernelSettings(SpecModel):
         default=DEFAULT_IMPL,
         description="kernel implementation to tune: tilesweep (ours) or jax (jax's stock Pallas mha, "
         "jax.experimental.pallas.ops.gpu.attention; no grouped-query attention, its backward runs 2 stages); "
+        "mosaic (jax's Mosaic GPU attention_mgpu: float16 only, no causal backward, tuned by its TuningConfig "
+        "fields through grid; `tilesweep impls` lists each one's tunables); "
         "replay: compile and run nothing, replay the records of replay.source (samples drawn from each record's "
         "spread, times on a virtual clock)",
     )
+    device_kind: str | None = Field(
+        default=None,
+        description="the GPU the sweep targets, as jax names it (one of "
+        + ", ".join(repr(k) for k in devices.KINDS)
+        + "): pre-flight lowering (`tilesweep plan --lower`) lowers for it and holds each kernel to its shared "
+        f"memory; null: {devices.DEFAULT_DEVICE_KIND!r}",
+    )
+
+    @field_validator("device_kind")
+    @classmethod
+    def _known_device_kind(cls, value: str | None) -> str | None:
+        if value is not None:
+            devices.get(value)  # ValueError listing the known kinds
+        return value
+
+    @property
+    def target(self) -> devices.DeviceKind:
+        """The target GPU (``device_kind``, or the reference run's)."""
+        return devices.get(self.device_kind or devices.DEFAULT_DEVICE_KIND)
 
 
 class ReplaySettings(SpecModel):
@@ -294,3 +316,8 @@ class ReuseSettings(SpecModel):
         "document (a relative path is taken from the working directory)",
     )
     errors: bool = Field(default=False, description="reuse error records too (default: measured again)")
+    replays: bool = Field(
+        default=False,
+        description="a measured sweep reuses replayed records too (a replay's, drawn on a virtual clock; "
+        "carried with timer virtual); default: never, a replay is not a measurement",
+    )
