@@ -145,6 +145,36 @@ def build(
     return mode_fn(mode, attend)
 
 
+def build_for_target(
+    impl: str, mode: str, fields: Mapping[str, Any] | None, *, causal: bool = False, sm_scale: float | None = None
+) -> ModeFn:
+    """``build``, for the GPU the program is made for: on a GPU the local one; on a machine
+    without one, under an abstract mesh of a CUDA device kind (``kernels.preflight.target``), that
+    kind standing in as the default device while the program is traced (``kernels.standin``), so
+    tokamax picks the kernel module, heuristics and persistent grid that GPU would get."""
+    fn = build(impl, mode, fields, causal=causal, sm_scale=sm_scale)
+    device = _abstract_target()
+    if device is None:
+        return fn
+
+    def traced_for_target(*args: jax.Array) -> tuple[jax.Array, ...]:
+        with target(device):
+            return fn(*args)
+
+    return traced_for_target
+
+
+def _abstract_target() -> devices.DeviceKind | None:
+    """The known device kind of the abstract CUDA mesh in force, where jax has no GPU here; else None."""
+    if jax.default_backend() == "gpu":
+        return None
+    abstract = getattr(jax.sharding.get_abstract_mesh(), "abstract_device", None)
+    kind = getattr(abstract, "device_kind", None)
+    if getattr(abstract, "platform", None) != "cuda" or kind not in devices.KINDS:
+        return None
+    return devices.KINDS[kind]
+
+
 # ---------------------------------------------------------------------------- per problem, for a device kind
 
 
