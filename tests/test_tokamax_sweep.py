@@ -83,7 +83,10 @@ def test_the_spec_rules_are_tokamaxs_pydantic_validation_in_its_words() -> None:
 
     for name in meta.IMPL_NAMES:
         impl = impls.get(name)
-        for half, tunables in (("fwd", impl.tunables("fwd")), ("vjp", impl.tunables("fwd_bwd")[len(impl.fwd) :])):
+        for half, tunables in (
+            ("fwd", impl.tunables("fwd")),
+            ("vjp", impl.tunables("fwd_bwd")[len(impl.tunables("fwd")) :]),
+        ):
             cls = tokamax_ops.config_class(name, half, "sm90")
             base = {t.name.removeprefix(meta.VJP_PREFIX): t.default[0] for t in tunables}
             for t in (t for t in tunables if t.kind is int):

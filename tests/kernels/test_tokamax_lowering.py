@@ -65,6 +65,6 @@ def test_lowering_for_h100_and_h200_prunes_what_the_compiler_refuses(tmp_path: P
 @pytest.mark.parametrize("kind", ["NVIDIA H100", "NVIDIA H200", "NVIDIA B200"])
 def test_tokamaxs_triton_op_lowers_for_each_named_gpu(kind: str) -> None:
     fields = {"block_q": 64, "block_k": 64, "num_stages": 2, "num_warps": 4, "split_k": 1, "pack_mask": False}
-    shape = {"batch": 1, "seq": 256, "heads": 2, "head_dim": 64, "dtype": "bfloat16"}
+    shape: dict[str, Any] = {"batch": 1, "seq": 256, "heads": 2, "head_dim": 64, "dtype": "bfloat16"}
     kernels = preflight.lower("tokamax-triton", "fwd", fields, device=devices.get(kind), **shape)
     assert len(kernels) == 1 and kernels[0][1] is None  # Triton sizes shared memory only when PTX is compiled
