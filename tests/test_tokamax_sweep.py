@@ -108,6 +108,11 @@ def test_b200_and_a_missing_tokamax_are_one_line(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(PlanError) as err:
         expand(_spec(seq_lens=[1024]))  # a problem not enumerated yet in this process
     assert err.value.message == 'grid "tokamax" needs tokamax, which is not installed here: ' + meta.INSTALL
+    from orchestrator.cli.lower import _check_can_lower
+
+    with pytest.raises(PlanError) as err:
+        _check_can_lower(_spec(grid=None))
+    assert "\n" not in err.value.message and err.value.message.endswith(meta.INSTALL)
 
 
 def test_a_replayed_tokamax_sweep_runs_reports_exports_and_tokamax_chooses_its_best(tmp_path: Path) -> None:
