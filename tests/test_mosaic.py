@@ -120,6 +120,14 @@ def test_a_mosaic_run_without_a_gpu_is_refused_in_one_line(tmp_path: Path) -> No
     assert not (tmp_path / "sweep").exists()
 
 
+def test_a_lowering_array_without_slurm_is_refused_in_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "m.json"
+    spec.write_text(json.dumps({**MOSAIC, "executor": {"lower_partition": "cpu"}}))
+    r = run_cli("plan", str(spec), "--lower", "--sweep-dir", str(tmp_path / "sweep"))
+    assert_one_line_error(r, "executor.lower_partition is 'cpu'", "executor.kind is 'local'", "drop lower_partition")
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_a_replayed_mosaic_sweep_runs_reports_exports_and_is_reused(tmp_path: Path) -> None:
     source = tmp_path / "source.json"
     source.write_text(json.dumps(document({**MOSAIC, "output": "measured.json"}, seed=3)))

@@ -116,6 +116,11 @@ class ExecutorSettings(SpecModel):
     merge_partition: str | None = Field(
         default=None, description="slurm: partition of the merge job (it needs no GPU); default: slurm_partition"
     )
+    lower_partition: str | None = Field(
+        default=None,
+        description="slurm: partition of pre-flight lowering's CPU job array (`plan --lower --sweep-dir`: the "
+        "configs lowered on the cluster's CPUs, cpus_per_task each task); default: lowered on this machine's CPUs",
+    )
     sbatch_timeout_s: float = Field(
         default=60.0,
         gt=0,

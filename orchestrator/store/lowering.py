@@ -15,7 +15,10 @@ shared-memory limit, Pallas's verifier; ``smem_bytes`` where it gave a count); `
 (anything else: a lowering that crashes is a record of the error, never a stopped sweep).
 Lines are flushed as they come and fsynced in batches; a torn last line is skipped, a config
 lowered twice keeps its last verdict, and lines under a header of another sweep or target
-count for nothing (a rerun of ``plan --lower`` lowers only what has no verdict).
+count for nothing (a rerun of ``plan --lower`` lowers only what has no verdict). With
+``executor.lower_partition`` the tasks of a CPU job array each append to a file of their own,
+``lowering-task<N>.jsonl`` (never two writers on one file), read with ``lowering.jsonl``; a
+task's last line says it ended (``{"lowering_end": N}``: N configs lowered).
 
 Every reader of a sweep's items sees the verdicts (``SweepDir.items`` applies them): a refused
 config becomes ``pruned`` with the compiler's reason and bytes, a crashed one ``invalid`` with its
@@ -35,6 +38,7 @@ from orchestrator.planning import INVALID, PRUNED, RUN, WorkItem
 from orchestrator.store.files import now_iso
 
 FILE = "lowering.jsonl"
+TASK_FILES = "lowering-task*.jsonl"  # one per task of a lowering job array
 FORMAT_VERSION = 1
 SYNC_EVERY = 32  # verdict lines per fsync: a lost verdict is lowered again, cheaply
 Kind = Literal["lowered", "refused", "crashed"]
@@ -99,11 +103,22 @@ def lowering_header(sweep: str, device_kind: str, env: dict[str, Any]) -> Loweri
     }
 
 
-class VerdictWriter:
-    """Appends a run's header, then its verdicts, to ``root/lowering.jsonl``."""
+def task_file(index: int) -> str:
+    """The verdict file of task ``index`` of a lowering job array."""
+    return f"lowering-task{index}.jsonl"
 
-    def __init__(self, root: Path, header: LoweringHeader) -> None:
-        self._fh: IO[str] = open(root / FILE, "a", encoding="utf-8")
+
+def verdict_files(root: Path) -> list[Path]:
+    """The sweep's verdict files: the job array's tasks', then this machine's (read last, so a
+    rerun here has the last word)."""
+    return [*sorted(Path(root).glob(TASK_FILES)), Path(root) / FILE]
+
+
+class VerdictWriter:
+    """Appends a run's header, then its verdicts, to ``root/lowering.jsonl`` (or ``name``)."""
+
+    def __init__(self, root: Path, header: LoweringHeader, name: str = FILE) -> None:
+        self._fh: IO[str] = open(Path(root) / name, "a", encoding="utf-8")
         self._unsynced = 0
         self._write(dict(header))
         self._sync()
@@ -119,6 +134,10 @@ class VerdictWriter:
         self._unsynced += 1
         if self._unsynced >= SYNC_EVERY:
             self._sync()
+
+    def end(self, lowered: int) -> None:
+        """The last line of a job array's task: it ended, having lowered ``lowered`` configs."""
+        self._write({"lowering_end": lowered})
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -136,12 +155,18 @@ class VerdictWriter:
 
 def read_verdicts(root: Path, sweep: str, device_kind: str) -> dict[str, Verdict]:
     """The last verdict per config under headers of this sweep and target (none: no file)."""
-    path = Path(root) / FILE
-    if not path.is_file():
-        return {}
     out: dict[str, Verdict] = {}
-    ours = False
-    for text in path.read_text(encoding="utf-8").splitlines():
+    for path in verdict_files(root):
+        if path.is_file():
+            out.update(read_lines(path.read_text(encoding="utf-8").splitlines(), sweep, device_kind))
+    return out
+
+
+def read_lines(lines: Iterable[str], sweep: str, device_kind: str, ours: bool = False) -> dict[str, Verdict]:
+    """The verdicts of one file's ``lines`` under headers of this sweep and target (``ours``:
+    whether the lines before the first header count)."""
+    out: dict[str, Verdict] = {}
+    for text in lines:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError:
