@@ -96,6 +96,13 @@ def notes(spec: SweepSpec) -> list[str]:
                 f"kernel.impl {impl.name!r}: {why}, so {mode} configs are planned with "
                 f"{name}={_show(value)} only ({source} {_show(values)} is not swept)"
             )
+    if spec.grid == TOKAMAX_GRID:
+        from kernels import tokamax_meta
+
+        out.append(
+            f'grid "tokamax": per problem, the configs tokamax {tokamax_meta.version()}\'s own autotuner tries for '
+            f"{impl.name} on {spec.kernel.target.name}"
+        )
     if impl.pruning == "lowering" and spec.kernel.impl != "replay":
         out.append(
             f"kernel.impl {impl.name!r} has no shared-memory model: `tilesweep plan SPEC --lower` prunes by the "
