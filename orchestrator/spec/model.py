@@ -177,6 +177,16 @@ class SweepSpec(SpecModel):
             data = {**data, "bwd_fwd_config": {"block_q": pair[0], "block_k": pair[1]}}
         return data
 
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _grid_is_by_mode_or_tokamax(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != grid_rules.TOKAMAX_GRID:
+            raise ValueError(
+                f'{value!r} is not a grid: give an object by mode ({{"fwd": {{"block_q": [64, 128]}}}}) or '
+                f'"{grid_rules.TOKAMAX_GRID}" (tokamax\'s own search)'
+            )
+        return value
+
     @field_validator("kv_heads")
     @classmethod
     def _kv_heads_divide_heads(cls, values: list[int | None], info: ValidationInfo) -> list[int | None]:
