@@ -14,8 +14,8 @@ Layout, in the reference document's key order::
                fwd_bwd: fwd_block_q, fwd_block_k, bwd_outer, bwd_inner, num_stages, num_warps
                (auto records have none: the kernel picks)
     results    rel_err, compile_s, inner, median_ms, q1_ms, q3_ms   or   error
-    extras     timer, pruned, smem_bytes, compile_cached, screened, reused_from, device, unit,
-               attempt (documented)
+    extras     timer, samples_ms, pruned, smem_bytes, compile_cached, screened, reused_from, device,
+               unit, attempt (documented)
 
 The bracketed identity fields are optional, so the reference's records keep exactly its
 fields. ``causal`` (bool) and ``kv_heads`` (int; equal to heads for multi-head attention)
@@ -71,12 +71,15 @@ FWD_CONFIG_FIELDS = CONFIG_FIELDS["fwd"]
 FWD_BWD_CONFIG_FIELDS = CONFIG_FIELDS["fwd_bwd"]
 RESULT_FIELDS: tuple[str, ...] = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms")
 # Documented extras tilesweep appends after the reference fields of a record.
+# ``samples_ms``: every timed sample (per-call ms by the record's timer) that median_ms, q1_ms and
+# q3_ms summarise, so an export hands them on (tokamax's tables keep raw samples).
 # ``screened``: timed by one short screening sample only (the halving strategy's first round);
 # such a record is never a best config. ``reused_from``: the results document the record was
 # carried from instead of being measured again (``store.reuse``); ``device``: the device kind of a
 # record carried into a document of another device (``merge.mix_devices``).
 EXTRA_RECORD_FIELDS: tuple[str, ...] = (
     "timer",
+    "samples_ms",
     "pruned",
     "smem_bytes",
     "compile_cached",
@@ -110,6 +113,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "q3_ms": _NUM,
     "error": (str,),
     "timer": (str,),
+    "samples_ms": (list,),
     "pruned": (bool,),
     "smem_bytes": (int, type(None)),
     "compile_cached": (bool,),
