@@ -38,6 +38,9 @@ that share one compilation cache (so only the first compiles cold):
   in 0.12.0.1 by a diff of the two sources; ``kernels.mosaic`` passes only the ``TuningConfig``
   fields the installed jax has) and reports ``mosaic_available=0`` with the reason, leaving the
   other passes alone, where it cannot run.
+- ``tokamax`` (``bench/gpu_tokamax.py``; asked for by name): tokamax's kernels on the excerpt's
+  problems, ``rel_err`` of every config, and the best config against what tokamax runs untuned
+  (``tokamax_best_vs_own_*``, with whether that is its shipped table's winner).
 
 Prints ``name=value`` lines. ``--smoke`` runs a tiny version in interpret mode on a CPU, so
 the script itself is tested where there is no GPU. Typical use on a lent GPU machine::
@@ -58,15 +61,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.spec.records import EXTRA_RECORD_FIELDS
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "tests" / "data" / "attention_tiles.sample.json"
 RESULT_KEYS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "error")
-EXTRA_KEYS = ("timer", "pruned", "smem_bytes", "compile_cached", "screened", "unit", "attempt", "device")
+EXTRA_KEYS = EXTRA_RECORD_FIELDS  # the record extras (spec.records): not part of what identifies a config
 # pass -> its timing settings; the processes pass asks for the wall timer, which a GPU with compile
 # processes would not default to, so that its medians compare with the wall pass's
 PASSES = {"wall": {}, "device": {"timer": "device"}, "halving": {"strategy": "halving"}, "processes": {"timer": "wall"}}
 COMPILE_MODES = {"processes": "processes"}  # pass -> compile.mode (threads otherwise)
-OWN_PASSES = ("mosaic",)  # passes with their own sweeps (bench/gpu_mosaic.py), run after the others
+# passes with their own sweeps (bench/gpu_mosaic.py, bench/gpu_tokamax.py), run after the others
+OWN_PASSES = ("mosaic", "tokamax")
 
 
 def problems(doc: dict[str, Any]) -> list[tuple[str, int, int, str]]:
@@ -293,7 +299,8 @@ def main() -> int:
     ap.add_argument(
         "--passes",
         default="wall,device,halving,processes,mosaic",
-        help="comma-separated: wall, device, halving, processes, mosaic",
+        help="comma-separated: wall, device, halving, processes, mosaic, tokamax (not by default: its sweeps "
+        "take most of a 10-minute check)",
     )
     ap.add_argument("--smoke", action="store_true", help="tiny shapes in interpret mode (no GPU needed)")
     args = ap.parse_args()
@@ -327,6 +334,10 @@ def main() -> int:
         from bench import gpu_mosaic
 
         gpu_mosaic.run_pass(doc, args.out, args.smoke)
+    if "tokamax" in wanted:
+        from bench import gpu_tokamax
+
+        gpu_tokamax.run_pass(doc, args.out, args.smoke)
     return 0
 
 

@@ -42,6 +42,10 @@ def check_available(spec: SweepSpec) -> None:
         from kernels import mosaic
 
         mosaic.check_available()
+    from kernels import tokamax_meta
+
+    if spec.measured_impl in tokamax_meta.IMPL_NAMES and tokamax_meta.version() is None:
+        raise tokamax_meta.TokamaxMissing(tokamax_meta.missing(f"kernel.impl {spec.measured_impl!r}"))
 
 
 def lower_item(item: WorkItem, spec: SweepSpec) -> Compiled:

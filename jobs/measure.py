@@ -215,6 +215,7 @@ def finish_item(
         q1_ms=float(t.q1_ms),
         q3_ms=float(t.q3_ms),
         timer=t.timer,
+        samples_ms=[float(x) for x in t.samples_ms],
         compile_cached=compiled.cached,
     )
     rec.update(how.marks())

@@ -13,7 +13,9 @@ is one more object here:
 - ``tilesweep`` and ``jax`` (``kernels.impl_triton``): tilesweep's Pallas kernel and jax's stock
   ``mha``, both Triton-backed and configured by ``kernels.config.AttentionConfig``;
 - ``mosaic`` (``kernels.impl_mosaic``): jax's Mosaic GPU ``attention_mgpu`` and its
-  ``TuningConfig``.
+  ``TuningConfig``;
+- ``tokamax-mosaic`` and ``tokamax-triton`` (``kernels.impl_tokamax``): tokamax's flash-attention
+  ops and their vjp ops, configured by tokamax's config classes (the ``tokamax`` extra).
 
 Kept free of jax at import so the control plane can plan on a machine without jax.
 """
@@ -25,6 +27,7 @@ from typing import Any
 
 from kernels.impl_base import Capabilities, Fields, Implementation, ModeFn, Tunable, Value
 from kernels.impl_mosaic import MOSAIC, MosaicImpl
+from kernels.impl_tokamax import TOKAMAX_MOSAIC, TOKAMAX_TRITON
 from kernels.impl_triton import STOCK, STOCK_DEFAULTS, TILESWEEP, Impl
 
 __all__ = [
@@ -46,7 +49,9 @@ __all__ = [
     "label",
 ]
 
-IMPLS: dict[str, Implementation] = {impl.name: impl for impl in (TILESWEEP, STOCK, MOSAIC)}
+IMPLS: dict[str, Implementation] = {
+    impl.name: impl for impl in (TILESWEEP, STOCK, MOSAIC, TOKAMAX_MOSAIC, TOKAMAX_TRITON)
+}
 IMPL_NAMES: tuple[str, ...] = tuple(IMPLS)
 DEFAULT_IMPL = "tilesweep"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv in the checkout (Python >= 3.12) and install tilesweep into it, editable,
-# with the test and plot extras. Idempotent: a venv that already has tilesweep is kept
+# with the test, plot and tokamax extras (tokamax: its kernels are what the tokamax tests test;
+# about 400 MB and a minute and a half more). Idempotent: a venv that already has tilesweep is kept
 # (its dependencies are re-checked by pip, which is quick when nothing changed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,7 @@ stamp=.venv/.tilesweep-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup-venv: installing tilesweep and its dependencies into .venv" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,plots]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,plots,tokamax]'
   touch "$stamp"
 fi
 # Pre-flight lowering of jax's Mosaic GPU kernels on a CPU (tilesweep plan --lower) needs a CUDA plugin's

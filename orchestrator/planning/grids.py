@@ -16,6 +16,7 @@ from typing import Any
 from kernels import impls
 from kernels.impl_base import Value
 from orchestrator.errors import PlanError
+from orchestrator.spec.grid import TOKAMAX_GRID
 from orchestrator.spec.model import SweepSpec
 
 
@@ -29,7 +30,7 @@ def _reference_values(spec: SweepSpec, path: str) -> list[Value]:
 def axis_values(spec: SweepSpec, mode: str, name: str) -> tuple[list[Value], str]:
     """The values a tunable sweeps, and where they come from (for the plan's notes)."""
     impl = impls.get(spec.measured_impl)
-    given = (spec.grid or {}).get(mode, {})
+    given = spec.grid.get(mode, {}) if isinstance(spec.grid, dict) else {}
     if name in given:
         return list(given[name]), f"grid.{mode}.{name}"
     path = impl.reference_grid(mode).get(name)
@@ -40,7 +41,12 @@ def axis_values(spec: SweepSpec, mode: str, name: str) -> tuple[list[Value], str
 
 
 def mode_grid(spec: SweepSpec, mode: str) -> list[tuple[Value, ...]]:
-    """The grid of one mode: every config the spec sweeps, in record field order."""
+    """The grid of one mode: every config the spec sweeps, in record field order (``"grid":
+    "tokamax"``: every config tokamax tries for any of its problems, ``planning.tokamax_grid``)."""
+    if spec.grid == TOKAMAX_GRID:
+        from orchestrator.planning import tokamax_grid
+
+        return tokamax_grid.union(spec, mode)
     impl = impls.get(spec.measured_impl)
     pinned, _ = impl.pinned(mode)
     axes = [[pinned[t.name]] if t.name in pinned else axis_values(spec, mode, t.name)[0] for t in impl.tunables(mode)]
@@ -90,6 +96,13 @@ def notes(spec: SweepSpec) -> list[str]:
                 f"kernel.impl {impl.name!r}: {why}, so {mode} configs are planned with "
                 f"{name}={_show(value)} only ({source} {_show(values)} is not swept)"
             )
+    if spec.grid == TOKAMAX_GRID:
+        from kernels import tokamax_meta
+
+        out.append(
+            f'grid "tokamax": per problem, the configs tokamax {tokamax_meta.version()}\'s own autotuner tries for '
+            f"{impl.name} on {spec.kernel.target.name}"
+        )
     if impl.pruning == "lowering" and spec.kernel.impl != "replay":
         out.append(
             f"kernel.impl {impl.name!r} has no shared-memory model: `tilesweep plan SPEC --lower` prunes by the "

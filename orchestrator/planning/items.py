@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from kernels.impl_base import Value
+from orchestrator.planning import tokamax_grid
 from orchestrator.planning.classify import INVALID, PRUNED, RUN, Clamped, Classifier
 from orchestrator.planning.grids import check_supported, mode_grid
+from orchestrator.spec.grid import TOKAMAX_GRID
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import DEFAULT_IMPL, config_fields, id_of, id_prefix, id_suffix, kernel_kwargs, key_of
 
@@ -158,12 +160,13 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
     append = items.append
     batch, heads, tag, impl = spec.batch, spec.heads, spec.tag, spec.measured_impl
     shown = (spec.sweeps_causal, spec.sweeps_kv_heads)
+    per_problem = tokamax_grid.ProblemGrids(spec) if spec.grid == TOKAMAX_GRID else None
     grids = {}
-    for mode in spec.modes:
+    for mode in () if per_problem else spec.modes:
         params = mode_grid(spec, mode)
         names = config_fields(mode, impl=impl)
         grids[mode] = (params, [id_suffix(names, p) for p in params])
-    classes = Classifier(spec, {mode: grids[mode][0] for mode in spec.modes})
+    classes = Classifier(spec, {mode: grids[mode][0] for mode in grids})
     clamped = Clamped(grids, impl)
     for dtype, head_dim, seq, kv, causal in itertools.product(
         spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal
@@ -177,7 +180,12 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
         if spec.auto_only:
             continue
         for mode in spec.modes:
-            params, suffixes = clamped(mode, seq)
+            if per_problem is None:
+                params, suffixes = clamped(mode, seq)
+                kinds = classes(mode, dtype, head_dim, seq, params)
+            else:  # tokamax's own search: every config runs unless lowering refuses it
+                params, suffixes = per_problem(mode, dtype, head_dim, seq, causal, kv_heads)
+                kinds = [(RUN, None, None)] * len(params)
             prefix = id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "forced", **variant)
             start = len(items)
             items.extend(
@@ -199,9 +207,7 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
                         nbytes,
                         **extra,
                     )
-                    for j, (p, suffix, (kind, reason, nbytes)) in enumerate(
-                        zip(params, suffixes, classes(mode, dtype, head_dim, seq, params), strict=True)
-                    )
+                    for j, (p, suffix, (kind, reason, nbytes)) in enumerate(zip(params, suffixes, kinds, strict=True))
                 ]
             )
     return items
@@ -217,16 +223,21 @@ class PlannedConfigs:
     # records.problem_key: (dtype, head_dim, seq, batch, heads, mode, tag, causal, kv_heads, impl)
     problems: set[tuple[Any, ...]]
     grids: dict[tuple[str, int], list[tuple[Value, ...]]]
+    per_problem: dict[tuple[Any, ...], list[tuple[Value, ...]]] | None = None  # "grid": "tokamax": by problem
 
     def of(self, problem: tuple[Any, ...]) -> list[tuple[Value, ...]] | None:
         """The planned configs (values of ``records.config_fields(mode)``), or None if the
         spec does not plan this problem."""
         if problem not in self.problems:
             return None
+        if self.per_problem is not None:
+            return self.per_problem[problem]
         return self.grids[(problem[5], problem[2])]
 
 
 def planned_configs(spec: SweepSpec) -> PlannedConfigs:
+    if spec.grid == TOKAMAX_GRID and not spec.auto_only:
+        return _planned_tokamax(spec)
     full = {}
     for mode in spec.modes:
         params = [] if spec.auto_only else mode_grid(spec, mode)
@@ -242,6 +253,15 @@ def planned_configs(spec: SweepSpec) -> PlannedConfigs:
         for mode in spec.modes
     }
     return PlannedConfigs(problems, grids)
+
+
+def _planned_tokamax(spec: SweepSpec) -> PlannedConfigs:
+    """``planned_configs`` of a ``"grid": "tokamax"`` spec: tokamax's configs per problem."""
+    per_problem = {
+        (p.dtype, p.head_dim, p.seq, p.batch, p.heads, mode, spec.tag, p.causal, p.kv_heads, spec.measured_impl): c
+        for (mode, p), c in tokamax_grid.planned(spec).items()
+    }
+    return PlannedConfigs(set(per_problem), {}, per_problem)
 
 
 def plan_line(item: WorkItem) -> dict[str, Any]:

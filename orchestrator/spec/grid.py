@@ -8,6 +8,9 @@ values). The reference config's grid fields keep their meaning for the Triton ke
 implementation that takes none of them (``reference_grid`` empty) giving one is refused, and so
 is ``smem_limit_bytes`` for one pruned by the compiler at lowering (its limit is
 ``kernel.device_kind``'s). Every refusal is one line that names the field and what is allowed.
+
+``"grid": "tokamax"`` (``TOKAMAX_GRID``) is the search of tokamax's own autotuner, per problem
+(``orchestrator.planning.tokamax_grid``), for the implementations that run tokamax's ops only.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernels import impls
+from kernels import impls, tokamax_meta
 from kernels.impl_base import first_refusal
+
+TOKAMAX_GRID = "tokamax"
+Grid = Mapping[str, Mapping[str, Sequence[Any]]] | str
 
 # The reference config's grid fields, and the spec path (``reference_grid``) each one is.
 REFERENCE_GRID_FIELDS: dict[str, str] = {
@@ -32,13 +38,18 @@ REFERENCE_GRID_FIELDS: dict[str, str] = {
 }
 
 
-def check_grid(
-    impl_name: str, grid: Mapping[str, Mapping[str, Sequence[Any]]] | None, modes: Sequence[str]
-) -> str | None:
+def check_grid(impl_name: str, grid: Grid | None, modes: Sequence[str]) -> str | None:
     """Why a ``grid`` is refused for this implementation and these modes, or None."""
     if not grid:
         return None
     impl = impls.get(impl_name)
+    if isinstance(grid, str):
+        if impl_name in tokamax_meta.IMPL_NAMES:
+            return None
+        return (
+            f'grid "{grid}" is the search of tokamax\'s autotuner, for kernel.impl '
+            f"{' or '.join(map(repr, tokamax_meta.IMPL_NAMES))}; kernel.impl {impl_name!r} takes a grid by mode"
+        )
     for mode, values in grid.items():
         if mode not in modes:
             listed = list(modes)
@@ -84,12 +95,10 @@ def check_reference_fields(impl_name: str, given: Mapping[str, Any], modes: Sequ
     return None
 
 
-def check_overlap(
-    impl_name: str, grid: Mapping[str, Mapping[str, Sequence[Any]]] | None, given: set[str]
-) -> str | None:
+def check_overlap(impl_name: str, grid: Grid | None, given: set[str]) -> str | None:
     """Why a tunable given both by a reference field and by ``grid`` is refused, or None."""
     impl = impls.get(impl_name)
-    for mode, values in (grid or {}).items():
+    for mode, values in (grid if isinstance(grid, Mapping) else {}).items():
         for name, path in impl.reference_grid(mode).items():
             top = path.split(".")[0]
             field = next((f for f, p in REFERENCE_GRID_FIELDS.items() if p == top), top)

@@ -147,12 +147,13 @@ class SweepSpec(SpecModel):
         "predicts over it is not compiled (kernel.prune_smem); null: no limit",
     )
 
-    grid: dict[Literal[MODES], dict[str, list[StrictInt | StrictBool]]] | None = Field(  # type: ignore[valid-type]
+    grid: dict[Literal[MODES], dict[str, list[StrictInt | StrictBool]]] | Literal["tokamax"] | None = Field(  # type: ignore[valid-type]
         default=None,
         description="per mode, the values each tunable of kernel.impl sweeps, named as the implementation names "
         'them (`tilesweep impls`), e.g. {"fwd": {"block_q": [64, 128], "block_kv": [64, 128, 256]}}; a tunable '
         "left out sweeps the reference field's values (the Triton kernels) or the implementation's defaults; "
-        "null: no grid section",
+        '"tokamax" (kernel.impl tokamax-mosaic or tokamax-triton): per problem, the configs tokamax\'s own '
+        "autotuner tries on kernel.device_kind; null: no grid section",
     )
     executor: ExecutorSettings = Field(default=ExecutorSettings(), description="where units run")
     sharding: ShardingSettings = Field(default=ShardingSettings(), description="how items are grouped into units")
@@ -179,6 +180,16 @@ class SweepSpec(SpecModel):
                 raise ValueError("bwd_fwd_config as a list must be [block_q, block_k]")
             data = {**data, "bwd_fwd_config": {"block_q": pair[0], "block_k": pair[1]}}
         return data
+
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _grid_is_by_mode_or_tokamax(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != grid_rules.TOKAMAX_GRID:
+            raise ValueError(
+                f'{value!r} is not a grid: give an object by mode ({{"fwd": {{"block_q": [64, 128]}}}}) or '
+                f'"{grid_rules.TOKAMAX_GRID}" (tokamax\'s own search)'
+            )
+        return value
 
     @field_validator("kv_heads")
     @classmethod

@@ -90,8 +90,8 @@ class Source:
 def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
     """The output document when it exists (a file there that is not a results document is
     left to the merger, which refuses or overwrites it: a warning here), then each document named
-    with ``--reuse`` and in the spec's ``reuse.documents``, each of which must be a results
-    document (one line naming it, and which of the two named it, otherwise)."""
+    with ``--reuse`` and in the spec's ``reuse.documents``, each a results document or a tokamax
+    table (``store.tokamax_table``: it prices and seeds, none of it is reused); one line otherwise."""
     out: list[Source] = []
     seen: set[str] = set()
     if output.is_file():
@@ -107,7 +107,7 @@ def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = 
             if real in seen:
                 continue
             seen.add(real)
-            head = scan(path, role=role)
+            head = scan(path, role=role, tokamax=True)
             out.append(Source(head.doc, role, os.path.abspath(path), head.batches))
     return out
 
