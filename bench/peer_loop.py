@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,9 +146,9 @@ def user_loop(case: str, out: Path) -> dict[str, Any]:
             tiles = {key: val for key, val in cfg.items() if key.startswith("block_")}
             kwargs.update(block_sizes=BlockSizes(**tiles), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         attend = functools.partial(mha, segment_ids=None, **kwargs)
-        if case == "fwd":
-            fn, args = attend, (q, k, v)
-        else:
+        fn: Callable[..., Any] = attend
+        args: tuple[Any, ...] = (q, k, v)
+        if case == "fwd_bwd":
 
             def fn(q: Any, k: Any, v: Any, do: Any, attend: Any = attend) -> Any:
                 o, vjp = jax.vjp(attend, q, k, v)
@@ -171,11 +172,11 @@ def user_loop(case: str, out: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- driver
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
+def timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """(CPU seconds of the whole process tree, wall seconds, stdout) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -184,11 +185,13 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
     return cpu, wall, proc.stdout
 
 
-def run_side(case: str, work: Path) -> tuple[float, float]:
+def run_side(case: str, work: Path, code: Path | None = None) -> tuple[float, float]:
+    """``tilesweep run`` of ``case``; ``code``: another checkout of tilesweep to run instead."""
     work.mkdir(parents=True)
     spec = work / "spec.json"
     spec.write_text(json.dumps(spec_data(case, work / "results.json")))
-    cpu, wall, _ = timed([sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", "sweep"], work)
+    cmd = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", "sweep"]
+    cpu, wall, _ = timed(cmd, work, {"PYTHONPATH": str(code)} if code else None)
     if not (work / "results.json").exists():
         raise SystemExit(f"{work}: tilesweep run wrote no document")
     return cpu, wall
@@ -202,16 +205,20 @@ def loop_side(case: str, work: Path) -> tuple[float, float, float]:
     return cpu, wall, auto
 
 
-def pair(case: str, base: Path, k: int) -> dict[str, float]:
-    """One pair of runs of ``case``, in the order ``k`` says."""
+def pair(case: str, base: Path, k: int, before: Path | None) -> dict[str, float]:
+    """One pair of runs of ``case`` (a triple with ``before``), in the order ``k`` says."""
     row: dict[str, float] = {}
-    for side in ("loop", "run") if k % 2 == 0 else ("run", "loop"):
+    sides = ["loop", "run", *(["before"] if before else [])]
+    for side in sides if k % 2 == 0 else sides[::-1]:
         if side == "run":
             row["run_cpu"], row["run_wall"] = run_side(case, base / f"{case}-{k}-run")
+        elif side == "before":
+            row["before_cpu"], row["before_wall"] = run_side(case, base / f"{case}-{k}-before", before)
         else:
             row["loop_cpu"], row["loop_wall"], row["auto_cpu"] = loop_side(case, base / f"{case}-{k}-loop")
+    was = f"before cpu {row['before_cpu']:.1f} s wall {row['before_wall']:.1f} s; " if before else ""
     print(
-        f"# {case} pair {k}: run cpu {row['run_cpu']:.1f} s wall {row['run_wall']:.1f} s; "
+        f"# {case} pair {k}: run cpu {row['run_cpu']:.1f} s wall {row['run_wall']:.1f} s; {was}"
         f"loop cpu {row['loop_cpu']:.1f} s wall {row['loop_wall']:.1f} s (auto {row['auto_cpu']:.1f} s cpu); "
         f"load {os.getloadavg()[0]:.1f}",
         flush=True,
@@ -224,6 +231,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--only", default="fwd,fwd_bwd", help="comma-separated: fwd, fwd_bwd")
     p.add_argument("--dir", help="keep the runs here; default: a temp dir, removed")
+    p.add_argument("--before", type=Path, help="a checkout of tilesweep before a change: its run joins each pair")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -237,7 +245,7 @@ def main() -> None:
         rows = {case: [] for case in cases}  # type: dict[str, list[dict[str, float]]]
         for k in range(args.runs):
             for case in cases:
-                rows[case].append(pair(case, base, k))
+                rows[case].append(pair(case, base, k, args.before))
         for case in cases:
             r = rows[case]
             cpu = statistics.median(x["run_cpu"] / x["loop_cpu"] for x in r)
@@ -245,6 +253,10 @@ def main() -> None:
             print(f"# {case}: against a loop that skips auto, CPU {no_auto:.3f}")
             print(f"run_vs_loop_cpu_{case}={cpu:.3f}")
             print(f"run_vs_loop_wall_{case}={statistics.median(x['run_wall'] / x['loop_wall'] for x in r):.3f}")
+            if args.before:
+                was_cpu = statistics.median(x["before_cpu"] / x["loop_cpu"] for x in r)
+                was_wall = statistics.median(x["before_wall"] / x["loop_wall"] for x in r)
+                print(f"# {case} before ({args.before}): CPU {was_cpu:.3f}, wall {was_wall:.3f} of the loop's")
         print(f"# load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         if not args.dir:

@@ -115,7 +115,7 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
 def _turn(place: int, gpus: int) -> str:
     """When a unit at ``place`` in its task starts: on GPU slot ``place`` at once, or next in
     the task's queue."""
-    return f"GPU slot {place}" if place < gpus else f"next in turn, {place - gpus + 1} of the queue"
+    return f"GPU slot {place}" if place < gpus else f"queue #{place - gpus + 1}"
 
 
 def _print_layout(d: DryRun, max_tasks: int) -> None:

@@ -1,6 +1,7 @@
 """Running units here: as subprocesses (submitit's LocalExecutor), at most one per visible
 GPU at a time (one on a machine without GPUs; a replay, which needs no GPU, one per CPU),
-each pinned to its own GPU; or, for tests and debugging, in this process (submitit's
+each pinned to its own GPU; a run of one unit without a GPU in this process (``inprocess``
+says why and what that trades); or, for tests and debugging, in this process (submitit's
 DebugExecutor).
 
 A unit whose worker fails (crash, kill) is an outcome, not an exception: its finished
@@ -113,6 +114,10 @@ def _run_subprocesses(
     n = workers or spec.executor.local_workers or max(1, len(gpus))
     if spec.kernel.impl == "replay" and not (workers or spec.executor.local_workers):
         n = max(n, os.cpu_count() or 1)  # a replay needs no GPU: one worker per CPU
+    from orchestrator.control.dispatch import inprocess
+
+    if inprocess.wanted(unit_ids, workers or spec.executor.local_workers or 1, gpus):
+        return [inprocess.run_here(sd, unit_ids[0], prior.get(unit_ids[0]), on_poll)]
     executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="local")
     executor.update_parameters(timeout_min=spec.executor.timeout_min)
     pending = list(unit_ids)
