@@ -23,9 +23,8 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-from orchestrator.control.dispatch.local import UnitOutcome
 from orchestrator.control.dispatch.nodelog import logs_to
 from orchestrator.control.dispatch.tasks import run_unit_job
 from orchestrator.control.scheduler import one_line
@@ -42,7 +41,17 @@ def wanted(unit_ids: list[str], workers: int, gpus: list[int]) -> bool:
     return len(unit_ids) == 1 and workers == 1 and not gpus
 
 
-def run_here(sd: SweepDir, uid: str, prior: dict[str, Any] | None, on_poll: Callable[[], None] | None) -> UnitOutcome:
+class Ran(NamedTuple):
+    """How the unit run here ended (``local.UnitOutcome`` is made of it)."""
+
+    ok: bool
+    job_id: str
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    log: str | None = None
+
+
+def run_here(sd: SweepDir, uid: str, prior: dict[str, Any] | None, on_poll: Callable[[], None] | None) -> Ran:
     """Run the unit here; its job is recorded as a local job whose process is this one. A stop
     (Ctrl-C, SIGTERM) ends the unit as it ends a worker (``jobs.in_flight``) and is raised on."""
     path = sd.unit_log(uid)
@@ -58,12 +67,12 @@ def run_here(sd: SweepDir, uid: str, prior: dict[str, Any] | None, on_poll: Call
             summary = run_unit_job(str(sd.root), uid, prior)
     except Exception as exc:  # the unit failed; its log says why, as a worker's would
         why = read_failure(path, uid) or one_line(exc)
-        return UnitOutcome(unit=uid, ok=False, job_id=job_id, error=why, log=str(path))
+        return Ran(ok=False, job_id=job_id, error=why, log=str(path))
     finally:
         done.set()
         if poller is not None:
             poller.join()
-    return UnitOutcome(unit=uid, ok=True, job_id=job_id, summary=dict(summary))
+    return Ran(ok=True, job_id=job_id, summary=dict(summary))
 
 
 def _poll(done: threading.Event, on_poll: Callable[[], None]) -> None:

@@ -117,7 +117,8 @@ def _run_subprocesses(
     from orchestrator.control.dispatch import inprocess
 
     if inprocess.wanted(unit_ids, workers or spec.executor.local_workers or 1, gpus):
-        return [inprocess.run_here(sd, unit_ids[0], prior.get(unit_ids[0]), on_poll)]
+        uid = unit_ids[0]
+        return [UnitOutcome(unit=uid, **inprocess.run_here(sd, uid, prior.get(uid), on_poll)._asdict())]
     executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="local")
     executor.update_parameters(timeout_min=spec.executor.timeout_min)
     pending = list(unit_ids)
