@@ -18,10 +18,11 @@ from orchestrator.spec.lists import Pow2
 
 REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (jobs/replay.py)
 EXECUTOR_KINDS = ("local", "slurm", "debug")
-# Units a whole-node task holds per GPU by default: enough that its GPUs end within about a third
-# of a unit of each other, few enough that each unit's own set-up (its worker's start, the
-# reference of each of its shapes) stays small beside its configs.
-UNITS_PER_GPU = 3
+# Units a whole-node task holds per GPU by default: enough that its GPUs end within about half a
+# unit of each other, few enough that each unit's own set-up (its worker's start, the inputs and
+# reference of each of its shapes, compiles its siblings in other units could have shared) stays
+# small beside its configs.
+UNITS_PER_GPU = 2
 
 
 class SpecModel(BaseModel):
@@ -55,7 +56,7 @@ class ExecutorSettings(SpecModel):
     gpus_per_node: int | None = Field(
         default=None,
         ge=0,
-        description="slurm: GPUs of each array task; with G > 1 a task holds 3 x G units by default and runs G "
+        description="slurm: GPUs of each array task; with G > 1 a task holds 2 x G units by default and runs G "
         "at once, one per GPU, each GPU taking the task's next unit when its unit ends (sbatch --gpus-per-node)",
     )
     cpus_per_task: int | None = Field(
