@@ -263,7 +263,8 @@ class CompileSettings(SpecModel):
         default=None,
         ge=1,
         description="compile threads or processes per worker, at most "
-        "its CPUs (a whole-node task's share); default: those CPUs",
+        "its CPUs (a whole-node task's share); default: those CPUs, one thread in interpret mode "
+        "(docs/compile-modes.md)",
     )
     cache_dir: str | None = Field(
         default=None,
