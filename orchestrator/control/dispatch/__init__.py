@@ -12,7 +12,6 @@
 - ``local``: ``run_units_locally`` runs each unit as a subprocess (submitit's
   LocalExecutor), at most one per visible GPU at a time (one on a machine without GPUs),
   each pinned to its own GPU; kind ``debug`` runs them in this process (DebugExecutor).
-- ``inprocess``: a local run of one unit without a GPU, measured in the run's own process.
 - ``local_controller``: the process that runs one unit for the local executor (submitit's
   controller, saying why a worker a signal ended died).
 

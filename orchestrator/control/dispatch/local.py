@@ -1,7 +1,6 @@
 """Running units here: as subprocesses (submitit's LocalExecutor), at most one per visible
 GPU at a time (one on a machine without GPUs; a replay, which needs no GPU, one per CPU),
-each pinned to its own GPU; a run of one unit without a GPU in this process (``inprocess``
-says why and what that trades); or, for tests and debugging, in this process (submitit's
+each pinned to its own GPU; or, for tests and debugging, in this process (submitit's
 DebugExecutor).
 
 A unit whose worker fails (crash, kill) is an outcome, not an exception: its finished
@@ -25,7 +24,6 @@ from typing import Any
 import submitit
 
 from orchestrator import PROG
-from orchestrator.control.dispatch import inprocess
 from orchestrator.control.dispatch.local_controller import UnitExecutor
 from orchestrator.control.dispatch.tasks import run_unit_job
 from orchestrator.control.unit_state import existing
@@ -115,11 +113,7 @@ def _run_subprocesses(
     """Units as subprocesses in ``workers`` slots (default: one per visible GPU), a slot
     taking the next unit as soon as its unit ends."""
     gpus = visible_gpus()
-    spec = sd.spec
-    n = local_slots(spec, workers, gpus)
-    if inprocess.wanted(unit_ids, workers or spec.executor.local_workers or 1, gpus):
-        uid = unit_ids[0]
-        return [UnitOutcome(unit=uid, **inprocess.run_here(sd, uid, prior.get(uid), on_poll)._asdict())]
+    n = local_slots(sd.spec, workers, gpus)
     executor = _executor(sd)
     pending = list(unit_ids)
     running: dict[int, tuple[str, Any]] = {}  # slot -> (unit, job)
