@@ -43,6 +43,7 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_t
     assert "idle" not in dry.stdout
     half = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run", "--units", "2")
     assert "note: 2 GPUs of these tasks would sit idle; plan a multiple of 4 units (--units)" in half.stdout
+    assert "1 task of up to 2 units (one per GPU)" in half.stdout, half.stdout
     r = cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
     entries = unit_jobs(sweep)

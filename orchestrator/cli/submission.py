@@ -93,7 +93,9 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
     )
     n_tasks = sum(len(a) for a in d.arrays)
     most = max((len(units) for tasks in d.arrays for units in tasks), default=0)
-    turns = f"taken in turn by its {d.per_task} GPUs" if d.per_task > 1 else "one GPU"
+    turns = "one GPU" if d.per_task == 1 else "one per GPU"
+    if most > d.per_task > 1:
+        turns = f"taken in turn by its {d.per_task} GPUs"
     print(
         f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
         f"{n_tasks} {_plural(n_tasks, 'task')} of up to {most} {_plural(most, 'unit')} "
