@@ -38,7 +38,7 @@ from orchestrator.planning import WorkItem
 from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import head_getter, key_getter
+from orchestrator.spec.records import DEFAULT_IMPL, head_getter, key_getter
 from orchestrator.store.document import ResultsDoc, paused_gc, scan
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 from orchestrator.store.provenance import TilesweepBlock, attempts_of, blocks, own_block
@@ -90,8 +90,8 @@ class Source:
 def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
     """The output document when it exists (a file there that is not a results document is
     left to the merger, which refuses or overwrites it: a warning here), then each document named
-    with ``--reuse`` and in the spec's ``reuse.documents``, each of which must be a results
-    document (one line naming it, and which of the two named it, otherwise)."""
+    with ``--reuse`` and in the spec's ``reuse.documents``, each a results document or a tokamax
+    table (``store.tokamax_table``: it prices and seeds, none of it is reused); one line otherwise."""
     out: list[Source] = []
     seen: set[str] = set()
     if output.is_file():
@@ -107,7 +107,7 @@ def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = 
             if real in seen:
                 continue
             seen.add(real)
-            head = scan(path, role=role)
+            head = scan(path, role=role, tokamax=True)
             out.append(Source(head.doc, role, os.path.abspath(path), head.batches))
     return out
 
@@ -150,7 +150,7 @@ def _matches(src: Source, want: Wanted) -> Iterator[tuple[dict[str, Any], WorkIt
     included; the first record of each item's identity less the tag goes to ``want.priced`` with
     the document's timing, for the cost model (costs do not depend on a tag; priced only for the
     items left to measure, by ``find_reuse``)."""
-    getters = {kind: key_getter(*kind) for kind in MODES_CONFIGS}
+    getters = {(*kind, DEFAULT_IMPL): key_getter(*kind) for kind in MODES_CONFIGS}
     config = src.doc.config
     timing = config.get("timing")
     timing = timing if isinstance(timing, dict) else {}
@@ -162,9 +162,11 @@ def _matches(src: Source, want: Wanted) -> Iterator[tuple[dict[str, Any], WorkIt
     for batch in src.batches:  # every record has the identity fields (``document.scan`` checks)
         for rec in _candidates(batch, heads, head):
             try:
-                key = getters[rec["mode"], rec["config"]](rec)
+                kind = (rec["mode"], rec["config"], rec.get("impl", DEFAULT_IMPL))
+                getter = getters.get(kind) or getters.setdefault(kind, key_getter(*kind))
+                key = getter(rec)
                 it = items.get(key)
-            except (KeyError, TypeError):  # another mode, a field missing, an unhashable value: no item here
+            except (KeyError, TypeError, ValueError):  # another mode or kernel, a field missing, an unhashable value
                 continue
             if it is None:
                 continue
