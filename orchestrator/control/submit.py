@@ -114,12 +114,12 @@ def submit_unfinished(
 class DryRun:
     """What ``submit`` would do, made without writing or submitting anything: the units,
     how they map to arrays and tasks (``arrays[a][t]`` = the units of task ``t`` of array
-    ``a``, one per GPU), and the sbatch scripts submitit would write."""
+    ``a``, which its ``per_task`` GPUs take in turn), and the sbatch scripts submitit would write."""
 
     root: Path
     planned: int
     sizes: dict[str, int]  # unit -> items
-    per_task: int
+    per_task: int  # GPUs of a task: the units it runs at once
     per_array: int
     why: str
     arrays: list[list[list[str]]]
@@ -169,7 +169,7 @@ def dry_run(
         root=root,
         planned=planned,
         sizes=sizes,
-        per_task=settings.units_per_task(),
+        per_task=settings.gpus_per_task(),
         per_array=size,
         why=why,
         arrays=arrays,

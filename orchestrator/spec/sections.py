@@ -19,6 +19,11 @@ from orchestrator.spec.lists import Pow2
 
 REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (jobs/replay.py)
 EXECUTOR_KINDS = ("local", "slurm", "debug")
+# Units a whole-node task holds per GPU by default: enough that its GPUs end within about half a
+# unit of each other, few enough that each unit's own set-up (its worker's start, the inputs and
+# reference of each of its shapes, compiles its siblings in other units could have shared) stays
+# small beside its configs.
+UNITS_PER_GPU = 2
 
 
 class SpecModel(BaseModel):
@@ -52,8 +57,8 @@ class ExecutorSettings(SpecModel):
     gpus_per_node: int | None = Field(
         default=None,
         ge=0,
-        description="slurm: GPUs of each array task; with G > 1 a task runs G units at once, one per GPU "
-        "(sbatch --gpus-per-node)",
+        description="slurm: GPUs of each array task; with G > 1 a task holds 2 x G units by default and runs G "
+        "at once, one per GPU, each GPU taking the task's next unit when its unit ends (sbatch --gpus-per-node)",
     )
     cpus_per_task: int | None = Field(
         default=None,
@@ -128,15 +133,23 @@ class ExecutorSettings(SpecModel):
         "answered after this long (it retries for minutes when the job table is full)",
     )
 
-    def units_per_task(self) -> int:
+    def gpus_per_task(self) -> int:
         """How many units one SLURM task runs at once: one per GPU it is given (one without
         GPUs). The local executors run one unit per process."""
         if self.kind != "slurm":
             return 1
         return max(1, self.gpus_per_node or 0)
 
+    def units_per_task(self) -> int:
+        """How many units one SLURM task holds: ``UNITS_PER_GPU`` per GPU of a whole-node task,
+        which its GPUs take in turn (a GPU whose unit ends takes the task's next one), so a unit
+        that runs long leaves the others' GPUs idle for a fraction of a unit, not for its rest;
+        one for a task of one GPU, where there is nothing to balance."""
+        gpus = self.gpus_per_task()
+        return gpus if gpus == 1 else UNITS_PER_GPU * gpus
+
     def fill_tasks(self, n_units: int) -> int:
-        """``n_units`` rounded up to whole tasks, so no GPU of a task is left without a unit."""
+        """``n_units`` rounded up to whole tasks, so every task has its full share of units."""
         k = self.units_per_task()
         return k * -(-n_units // k)
 
@@ -283,7 +296,8 @@ class CompileSettings(SpecModel):
         default=None,
         ge=1,
         description="compile threads or processes per worker, at most "
-        "its CPUs (a whole-node task's share); default: those CPUs",
+        "its CPUs (a whole-node task's share); default: those CPUs, one thread in interpret mode "
+        "(docs/compile-modes.md)",
     )
     cache_dir: str | None = Field(
         default=None,
