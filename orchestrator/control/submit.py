@@ -159,7 +159,7 @@ def dry_run(
         p = plan_with_reuse(
             spec, root, Path(output or spec.output), units, load_costs(costs) if costs else None, reuse, "slurm"
         )
-        sizes, planned, reused = {u.id: len(u.items) for u in p.units}, len(p.items), p.found.summary()
+        sizes, planned, reused = {u.id: len(u.items) for u in p.units}, p.size, p.found.summary()
     settings = spec.executor
     size, why = per_array(settings, max_array_size, len(sizes))
     groups = dispatch.tasks_of(list(sizes), settings.units_per_task())

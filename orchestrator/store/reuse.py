@@ -47,7 +47,7 @@ from orchestrator.store.reuse_accept import REFUSALS, SourceCount, Wanted, judge
 
 log = logging.getLogger(__name__)
 
-_STRIP = ("unit", "attempt", "reused_from", "device")
+_STRIP = ("unit", "attempt", "reused_from", "device", "round")
 
 
 @dataclass

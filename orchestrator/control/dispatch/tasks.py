@@ -211,18 +211,29 @@ class MergeTask(submitit.helpers.Checkpointable):
 
     ``then`` (optional, a module-level function, pickled by reference) is called with the sweep
     directory after the merge: the hook of a strategy with rounds that advances the sweep to its
-    next round from here, so nobody has to be waiting (``control.rounds.after_merge``)."""
+    next round from here, so nobody has to be waiting (``control.rounds.after_merge``). Where the
+    hook ended the rounds with nothing more to measure (a search's end), no merge job follows, so
+    this one merges again: the document then says the rounds ended."""
 
     def __init__(self, then: MergeHook | None = None) -> None:
         self.then = then
 
     def __call__(self, sweep_dir: str) -> dict[str, Any]:
+        configure_node_logging()
+        sd = SweepDir.open(sweep_dir)
+        result = self._merge(sd)
+        if self.then is not None:
+            result["then"] = then = self.then(sweep_dir)
+            if isinstance(then, dict) and then.get("merge_again"):  # the rounds ended, no job follows: merge the end
+                result.update(self._merge(sd))
+        return result
+
+    def _merge(self, sd: SweepDir) -> dict[str, Any]:
+        """Merge, write the page when the spec asks, and record what was done (``final-merge.json``)."""
         from orchestrator.control.sweeps import merge_sweep
         from orchestrator.errors import TilesweepError
         from orchestrator.store.target import record_final_merge
 
-        configure_node_logging()
-        sd = SweepDir.open(sweep_dir)
         job = os.environ.get("SLURM_JOB_ID")
         try:
             summary = merge_sweep(sd)
@@ -241,8 +252,6 @@ class MergeTask(submitit.helpers.Checkpointable):
         if sd.spec.report.html and summary.records:
             result.update(write_page_logged(summary.output))
         record_final_merge(sd, {"job_id": job, "ok": True, **result})
-        if self.then is not None:
-            result["then"] = self.then(sweep_dir)
         return result
 
 
