@@ -88,7 +88,8 @@ def write(writer: PartialWriter, line: PartialLine, *, started: str | None = Non
 
 def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
     if _IN_FLIGHT.writing:
-        _IN_FLIGHT.pending = signum
+        if _IN_FLIGHT.pending != signal.SIGINT:  # a Ctrl-C is the reason (``stop_signal``)
+            _IN_FLIGHT.pending = signum
         return
     _stop_now(signum, raise_now=_safe_to_raise(frame))
 
@@ -126,7 +127,13 @@ def stop_requested() -> bool:
 
 
 def stop_signal() -> int | None:
-    """The stop signal that stopped this worker (``stop_requested``), or None."""
+    """The stop signal that stopped this worker (``stop_requested``), or None. A Ctrl-C is the
+    reason whenever one came: a local run hands the Ctrl-C it caught on to its workers as a
+    SIGTERM, which can reach the worker's handler before the terminal's own SIGINT does (a
+    handler can run inside another's, and one that waits for a line being written is seen
+    after the signal that came next)."""
+    if signal.SIGINT in _REQUESTED:
+        return signal.SIGINT
     return _REQUESTED[0] if _REQUESTED else None
 
 
@@ -182,8 +189,9 @@ def stop_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
         sys.unraisablehook = hook
         for s, h in previous.items():  # once stopped, further stop signals stay ignored (``_stop_now``)
             signal.signal(s, _ignore_stop if _REQUESTED else h if h is not None else signal.SIG_DFL)
-    if _REQUESTED:  # stopped by a signal whose exception was swallowed on the way: end as it asked
-        raise _stop_exception(_REQUESTED[0])
+    signum = stop_signal()
+    if signum is not None:  # stopped by a signal whose exception was swallowed on the way: end as it asked
+        raise _stop_exception(signum)
 
 
 def begin(writer: PartialWriter, attempt: int) -> None:

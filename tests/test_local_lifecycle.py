@@ -163,7 +163,7 @@ def test_ctrl_c_reads_as_interrupted_and_resume_runs_and_merges(
         text.rstrip()
         .splitlines()[-1]
         .endswith("interrupted: stopped by SIGINT (Ctrl-C); its finished records are kept")
-    )
+    ), text
     status = run_cli("status", str(sweep))
     assert status.returncode == 1, status.stdout
     assert "interrupted" in status.stdout and "failed" not in status.stdout and "KeyboardInterrupt" not in status.stdout

@@ -219,3 +219,38 @@ def test_a_config_the_tasks_grace_finds_hung_is_marked_by_usr1_and_given_up_as_a
     assert sd.spec.executor.max_config_attempts == 2
     rec = measure.crashed_record(stuck, content.deaths[stuck.id], content.hangs[stuck.id])
     assert rec["error"].startswith("WorkerTimeout: ")
+
+
+def test_a_ctrl_c_stays_the_reason_when_the_runs_sigterm_follows_it_while_a_line_is_written(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal reaches a local run's worker and the run, which hands it on to the
+    worker as a SIGTERM: both can come while the worker writes a line (the stop waits for it).
+    The worker stops as interrupted by the Ctrl-C, exit status 130, not by the SIGTERM."""
+    import signal
+
+    from jobs import in_flight
+    from orchestrator.store.lines import PartialLine, PartialWriter, start_line
+
+    class CtrlCThenRelay(PartialWriter):
+        sent = False
+
+        def write(self, line: PartialLine, *, sync: bool = True) -> None:
+            super().write(line, sync=sync)
+            if not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGINT)  # real signals: each handler runs at the next bytecode
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = {s: signal.getsignal(s) for s in in_flight.STOP_SIGNALS}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with in_flight.stop_signals(), CtrlCThenRelay(tmp_path / "unit.partial.jsonl") as w:
+                in_flight.begin(w, 1)
+                in_flight.write(w, start_line("cfg", 1, alone=True), started="cfg")
+        assert in_flight.stop_signal() == signal.SIGINT
+        assert {"abandon": "cfg", "attempt": 1} in [json.loads(s) for s in w.path.read_text().splitlines()]
+    finally:
+        in_flight.end()
+        with in_flight.stop_signals():  # forgets the stop
+            pass
+        for s, h in previous.items():
+            signal.signal(s, h)
