@@ -59,7 +59,7 @@ def write_doc(path: Path, plan_spec: dict[str, Any], doc_spec: dict[str, Any]) -
     import random
 
     from orchestrator.store.merge import write_document
-    from orchestrator.store.segments import record_text
+    from orchestrator.store.texts import record_text
 
     rng = random.Random(0)
     items = expand(SweepSpec.model_validate(doc_spec))
