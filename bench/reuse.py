@@ -55,9 +55,11 @@ def specs(scale: float) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def write_doc(path: Path, plan_spec: dict[str, Any], doc_spec: dict[str, Any]) -> int:
     """A tilesweep results document of every item of ``doc_spec``, measured as ``plan_spec`` would,
-    written as the merger writes one (``merge.write_document``: the indent=1 layout)."""
+    written as the merger writes one (``merge.write_document``: the indent=1 layout), with the key
+    index the merger writes beside it (``keyindex``)."""
     import random
 
+    from orchestrator.store import keyindex
     from orchestrator.store.merge import write_document
     from orchestrator.store.texts import record_text
 
@@ -69,11 +71,12 @@ def write_doc(path: Path, plan_spec: dict[str, Any], doc_spec: dict[str, Any]) -
         "spec": SweepSpec.model_validate(plan_spec).model_dump(mode="json"),
         "attempts": {u: [{"attempt": 1, "started": "2026-11-01T00:00:00+00:00"}] for u in units},
     }
-    texts = (
+    texts = [
         record_text({**record_for(it, rng), "unit": units[i * N_UNITS_IN_DOC // len(items)], "attempt": 1})
         for i, it in enumerate(items)
-    )
-    write_document(path, {"device": DEVICE, "config": {"repeats": 5}, "tilesweep": block}, texts)
+    ]
+    first = write_document(path, {"device": DEVICE, "config": {"repeats": 5}, "tilesweep": block}, texts)
+    keyindex.write(path, first, map(len, texts), [it.id for it in items], [it.tag for it in items])
     return len(items)
 
 
@@ -113,7 +116,8 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
 def stages(spec: SweepSpec, doc: Path) -> dict[str, float]:
     """``plan_with_reuse``'s steps timed one by one: where the seconds go."""
     from orchestrator.planning import shard_items
-    from orchestrator.store.reuse import document_env, find_reuse, load_sources
+    from orchestrator.store.reuse import document_env, find_reuse
+    from orchestrator.store.reuse_sources import load_sources
 
     out: dict[str, float] = {}
     t = time.perf_counter()

@@ -23,7 +23,8 @@ from orchestrator.planning.costs import CostTable
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.carried import reuse_unit
-from orchestrator.store.reuse import Found, Source, document_env, find_reuse, load_sources
+from orchestrator.store.reuse import Found, document_env, find_reuse
+from orchestrator.store.reuse_sources import Source, load_sources
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ def plan_with_reuse(
     env, env_from = target_env(spec, root, sources, kind or spec.executor.kind)
     errors = (spec.reuse.errors or request.errors) and request.remeasure != "errors"
     found = find_reuse(spec, items, sources, env, env_from, errors=errors, records=request.remeasure != "all")
+    del sources  # their key indexes and heads: not held while the rest is sharded
     table = _combined(costs, found.costs)
     todo = [it for it in items if it.index not in found.records] if found.records else items
     planned = shard_items(spec, todo, units, table)

@@ -29,7 +29,16 @@ from kernels import impls
 from orchestrator.errors import PlanError
 from orchestrator.planning.classify import INVALID, PRUNED, RUN, Clamped, Classifier
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import DEFAULT_IMPL, config_fields, id_of, id_prefix, id_suffix, kernel_kwargs, key_of
+from orchestrator.spec.records import (
+    DEFAULT_IMPL,
+    config_fields,
+    id_of,
+    id_prefix,
+    id_suffix,
+    ids_of,
+    kernel_kwargs,
+    key_of,
+)
 
 
 class _Variant(TypedDict):
@@ -237,7 +246,7 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
             prefix = id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "forced", **variant)
             start = len(items)
             items.extend(
-                [
+                [  # positional arguments: a fifth of the cost of keywords, on a million items
                     WorkItem(
                         start + j,
                         dtype,
@@ -249,14 +258,18 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
                         mode,
                         "forced",
                         p,
-                        id_of(prefix, suffix),
+                        iid,
                         kind,
                         reason,
                         nbytes,
-                        **extra,
+                        -1,
+                        causal,
+                        kv_heads,
+                        impl,
+                        shown,
                     )
-                    for j, (p, suffix, (kind, reason, nbytes)) in enumerate(
-                        zip(params, suffixes, classes(mode, dtype, head_dim, seq, params), strict=True)
+                    for j, (p, iid, (kind, reason, nbytes)) in enumerate(
+                        zip(params, ids_of(prefix, suffixes), classes(mode, dtype, head_dim, seq, params), strict=True)
                     )
                 ]
             )

@@ -50,6 +50,7 @@ __all__ = [
     "load",
     "load_costs",
     "parse_json",
+    "read_head",
     "paused_gc",
     "read_bytes",
     "results_bounds",
@@ -181,6 +182,22 @@ def head_of(data: bytes, bounds: tuple[int, int], name: str) -> ResultsDoc:
     """The document without its records (``bounds``: ``results_bounds``), parsed and checked."""
     first, stop = bounds
     return from_obj(parse_json(data[: first - 3] + data[stop:], name), name=name)  # '"results": [' + '\n ]'
+
+
+def read_head(path: str | os.PathLike[str], bounds: tuple[int, int], *, role: str | None = None) -> ResultsDoc:
+    """The head of the document at ``path`` (its records lie within ``bounds``, as
+    ``results_bounds`` or a key index says), reading only the bytes around them."""
+    spath = os.fspath(path)
+    name = f"{role} {spath}" if role else spath
+    first, stop = bounds
+    try:
+        with open(spath, "rb") as fh:
+            before = fh.read(first)
+            fh.seek(stop)
+            after = fh.read()
+    except OSError as exc:
+        raise ResultsError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    return head_of(before + after, (first, first), name)
 
 
 def read_bytes(path: str | os.PathLike[str], *, role: str | None = None) -> tuple[str, bytes]:

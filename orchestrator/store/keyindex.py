@@ -107,6 +107,10 @@ class KeyIndex:
     first: int
     odd: int
 
+    def bounds(self) -> tuple[int, int]:
+        """(start of the first record's text, end of the last one's): ``document.results_bounds``."""
+        return self.first, self.span(len(self.ids) - 1)[1]
+
     def span(self, k: int) -> tuple[int, int]:
         """(start, end) of record ``k``'s text in the document."""
         start = self.first + self.sums[k] + k * len(SEPARATOR)
@@ -139,10 +143,12 @@ def write(
 ) -> KeyIndex | None:
     """Write the index of the document just written at ``doc``: its record texts (of
     ``lengths``, in order, the first at byte ``first``) are the records of ``ids`` and ``tags``;
-    returns it as ``read`` would. Derived data: a failure to write it is logged and costs a later
-    reader a parse."""
-    current = stamp(doc)
+    returns it as ``read`` would. A document without records has none (readers parse it: there
+    is nothing to parse). Derived data: a failure to write it is logged and costs a later reader
+    a parse."""
+    current = stamp(doc) if ids else None
     if current is None:
+        index_path(doc).unlink(missing_ok=True)
         return None
     names = list(dict.fromkeys(tags))
     number = {t: k for k, t in enumerate(names)}
@@ -210,29 +216,47 @@ def read(doc: Path) -> KeyIndex | None:
         return None
 
 
-def records_at(data: bytes | memoryview, index: KeyIndex, rows: Sequence[int], base: int = 0) -> list[dict[str, Any]]:
-    """The records ``rows`` (sorted) of the document whose bytes from offset ``base`` are
-    ``data``, parsed in one go."""
-    parts = [data[a - base : b - base] for a, b in map(index.span, rows)]
+def records_at(data: bytes, index: KeyIndex, rows: Sequence[int]) -> list[dict[str, Any]]:
+    """The records ``rows`` of the document whose bytes are ``data``, parsed in one go."""
+    parts = [data[a:b] for a, b in map(index.span, rows)]
     return loads(b"[" + b",".join(parts) + b"]") if parts else []
 
 
-def spans(index: KeyIndex, rows: Sequence[int], budget: int = 8 << 20) -> Iterator[tuple[int, int, list[int]]]:
-    """``rows`` (sorted) in runs whose texts lie within ``budget`` bytes of each other: (start,
-    end, rows) of each, so a reader holds one run's bytes at a time."""
+@dataclass(frozen=True)
+class Chunk:
+    """Records of a document that lie close together: the bytes from ``start`` to ``end`` hold
+    the texts at ``spans`` (offsets into those bytes) of the records ``rows``."""
+
+    start: int
+    end: int
+    rows: list[int]
+    spans: list[tuple[int, int]]
+
+    def records(self, data: bytes) -> list[dict[str, Any]]:
+        """The chunk's records, from its bytes ``data``, parsed in one go."""
+        return loads(b"[" + b",".join([data[a:b] for a, b in self.spans]) + b"]") if self.rows else []
+
+
+def chunks(index: KeyIndex, rows: Sequence[int], budget: int = BATCH_BYTES) -> Iterator[Chunk]:
+    """``rows`` (sorted) in chunks whose texts lie within ``budget`` bytes, so a reader holds one
+    chunk's bytes at a time and parses its records in one call."""
+    sums, first, sep = index.sums, index.first, len(SEPARATOR)
+    starts = [first + sums[k] + k * sep for k in rows]
     run: list[int] = []
+    offsets: list[tuple[int, int]] = []
     start = end = 0
-    for k in rows:
-        a, b = index.span(k)
+    for k, a in zip(rows, starts, strict=True):
+        b = a + sums[k + 1] - sums[k]
         if run and b - start > budget:
-            yield start, end, run
-            run = []
+            yield Chunk(start, end, run, offsets)
+            run, offsets = [], []
         if not run:
             start = a
         run.append(k)
+        offsets.append((a - start, b - start))
         end = b
     if run:
-        yield start, end, run
+        yield Chunk(start, end, run, offsets)
 
 
 # ---------------------------------------------------------------------------- building

@@ -8,12 +8,11 @@ redone (see ``partials.classify``).
 Validation is keyed on a record's layout (its key order, value types, mode and config kind):
 a sweep has a handful of layouts, so checking a million records costs one tuple build and one
 dict look-up each, not a schema walk; the id is checked by the layout's own id getter
-(``records.id_getter``: one format and one hash).
+(``records.record_id``: one format and one hash).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from orchestrator.spec.records import (
@@ -23,7 +22,7 @@ from orchestrator.spec.records import (
     RECORD_IDENTITY_ORDER,
     RESULT_FIELDS,
     config_fields,
-    id_getter,
+    record_id,
 )
 
 # Extras a worker writes; ``unit`` and ``attempt`` are added by the merger from the line.
@@ -33,8 +32,6 @@ MODES_CONFIGS = {("fwd", "auto"), ("fwd", "forced"), ("fwd_bwd", "auto"), ("fwd_
 # layout key -> None (valid, canonical key order) | tuple of keys (valid, reorder) | str (why invalid)
 _Verdict = str | tuple[str, ...] | None
 _LAYOUTS: dict[tuple[Any, ...], _Verdict] = {}
-# (mode, config) -> its records' ``item_id`` (``records.id_getter``)
-_IDS: dict[tuple[str, str], Callable[[Mapping[str, Any]], str]] = {mc: id_getter(*mc) for mc in MODES_CONFIGS}
 
 
 def _judge_layout(keys: tuple[str, ...], types: tuple[type, ...], mode: Any, config: Any) -> _Verdict:
@@ -63,7 +60,7 @@ def check_record(iid: Any, rec: Any) -> tuple[str | None, tuple[str, ...] | None
     why, order = check_layout(rec)
     if why is not None:
         return why, None
-    if not isinstance(iid, str) or _IDS[rec["mode"], rec["config"]](rec) != iid:
+    if not isinstance(iid, str) or record_id(rec) != iid:
         return f"id {iid!r} is not the id of the record's identity fields", None
     return None, order
 

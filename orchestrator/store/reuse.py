@@ -19,16 +19,15 @@ same fingerprint appended into it replaced the block). A record without a ``unit
 reference-run document, another tool) has no known settings and is not reused; such a document
 still gives its costs to the cost model.
 
-Where carried records live in the sweep directory, ``carried`` says.
+How a source document is read (through its key index, else batch by batch), ``reuse_sources``
+says; where carried records live in the sweep directory, ``carried``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ResultsError
@@ -38,13 +37,18 @@ from orchestrator.planning.halving import HALVING
 from orchestrator.spec.compat import env_differences, env_fingerprint, measurement_differences, measurement_key
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import head_getter, key_getter, key_head
-from orchestrator.store.document import ResultsDoc, paused_gc, scan
+from orchestrator.store.compact import CompactRecord
+from orchestrator.store.document import ResultsDoc, paused_gc
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 from orchestrator.store.provenance import TilesweepBlock, attempts_of, blocks, own_block
+from orchestrator.store.reuse_sources import Source, indexed_records
 
 log = logging.getLogger(__name__)
 
 _STRIP = ("unit", "attempt", "reused_from", "device")
+
+# The records chosen for items, by plan index: (the record, held compactly; its source's path)
+Chosen = dict[int, tuple[Mapping[str, Any], str]]
 
 
 @dataclass
@@ -72,7 +76,7 @@ class SourceCount:
 class Found:
     """Reuse decided for a plan: the reused records by plan index, and what each source gave."""
 
-    records: dict[int, tuple[dict[str, Any], str]] = field(default_factory=dict)  # index -> (record, source)
+    records: Chosen = field(default_factory=dict)  # index -> (record, source)
     sources: list[SourceCount] = field(default_factory=list)
     env: dict[str, Any] | None = None  # the environment records were checked against
     env_from: str = ""
@@ -92,42 +96,6 @@ class Found:
 
 
 # ---------------------------------------------------------------------------- sources
-
-
-@dataclass
-class Source:
-    """One document offered for reuse: the output document or a named one; ``doc`` is its head
-    (``document.scan``: no records), ``batches`` its records, read once by ``find_reuse``."""
-
-    doc: ResultsDoc
-    role: str  # "output", "--reuse" or "reuse.documents"
-    path: str  # absolute: what reused records' ``reused_from`` says
-    batches: Iterator[list[dict[str, Any]]] = field(default_factory=lambda: iter(()))
-
-
-def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
-    """The output document when it exists (a file there that is not a results document is
-    left to the merger, which refuses or overwrites it: a warning here), then each document named
-    with ``--reuse`` and in the spec's ``reuse.documents``, each of which must be a results
-    document (one line naming it, and which of the two named it, otherwise)."""
-    out: list[Source] = []
-    seen: set[str] = set()
-    if output.is_file():
-        try:
-            head = scan(output)
-            out.append(Source(head.doc, "output", os.path.abspath(output), head.batches))
-            seen.add(os.path.realpath(output))
-        except ResultsError as exc:
-            log.warning("%s; nothing reused from it", exc.message)
-    for role, paths in (("--reuse", named), ("reuse.documents", from_spec)):
-        for path in paths:
-            real = os.path.realpath(path)
-            if real in seen:
-                continue
-            seen.add(real)
-            head = scan(path, role=role)
-            out.append(Source(head.doc, role, os.path.abspath(path), head.batches))
-    return out
 
 
 def document_env(doc: ResultsDoc) -> dict[str, Any] | None:
@@ -151,9 +119,11 @@ def _blocks(doc: ResultsDoc) -> tuple[dict[str, TilesweepBlock], TilesweepBlock 
 
 @dataclass
 class _Want:
-    """What this sweep accepts: its items by ``record_key``, whether records are
-    reused at all (costs are taken either way), its environment and measurement keys."""
+    """What this sweep accepts: its items by id and, where a source is matched by key
+    (``reuse_sources``), by ``record_key``; whether records are reused at all (costs are taken
+    either way), its environment and measurement keys."""
 
+    by_id: dict[str, WorkItem]
     items: dict[tuple[Any, ...], WorkItem]
     reuse: bool
     env: dict[str, Any]
@@ -161,20 +131,26 @@ class _Want:
     screen: tuple[Any, ...] | None  # halving: the key of a screen; None in a full sweep
     errors: bool
     mix_devices: bool
-    priced: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[int, int]]] = field(default_factory=dict)
+    tag: str = ""  # the plan's
+    priced: dict[int, tuple[dict[str, Any], tuple[int, int], WorkItem]] = field(default_factory=dict)  # by item
     heads: set[tuple[Any, ...]] = field(default_factory=set)  # ``records.key_head`` of every item's key
 
 
-def _want(spec: SweepSpec, items: list[WorkItem], env: dict[str, Any] | None, errors: bool, reuse: bool) -> _Want:
+def _want(
+    spec: SweepSpec, items: list[WorkItem], env: dict[str, Any] | None, errors: bool, reuse: bool, keyed: bool
+) -> _Want:
     dumped = spec.model_dump(mode="json")
+    runs = [it for it in items if it.kind == RUN]
     want = _Want(
-        {it.record_key(): it for it in items if it.kind == RUN},
+        {it.id: it for it in runs},
+        {it.record_key(): it for it in runs} if keyed else {},
         reuse and env is not None,
         env or {},
         measurement_key(dumped, False, (env or {}).get("backend")),
         measurement_key(dumped, True, (env or {}).get("backend")) if spec.timing.strategy == HALVING else None,
         errors,
         spec.merge.mix_devices,
+        spec.tag,
     )
     want.heads = {key_head(key) for key in want.items}
     return want
@@ -235,12 +211,18 @@ def _matches(src: Source, want: _Want) -> Iterator[tuple[dict[str, Any], WorkIte
     included; the first record of each item's identity less the tag goes to ``want.priced`` with
     the document's timing, for the cost model (costs do not depend on a tag; priced only for the
     items left to measure, by ``find_reuse``)."""
-    getters = {kind: key_getter(*kind) for kind in MODES_CONFIGS}
     config = src.doc.config
     timing = config.get("timing")
     timing = timing if isinstance(timing, dict) else {}
     how = (int(config.get("repeats") or 5), int(timing.get("warmup", 1)))
     priced = want.priced
+    if src.keyed_by_id(want.tag):  # every record of an item of the plan has that item's id and tag
+        for rec, item in indexed_records(src, want.by_id):
+            if item.index not in priced:
+                priced[item.index] = (rec, how, item)
+            yield rec, item
+        return
+    getters = {kind: key_getter(*kind) for kind in MODES_CONFIGS}
     items = want.items
     head = head_getter()
     heads = want.heads
@@ -253,13 +235,13 @@ def _matches(src: Source, want: _Want) -> Iterator[tuple[dict[str, Any], WorkIte
                 continue
             if it is None:
                 continue
-            if key not in priced:
-                priced[key] = (rec, how)
+            if it.index not in priced:
+                priced[it.index] = (rec, how, it)
             if rec["tag"] == it.tag:
                 yield rec, it
 
 
-def _scan(src: Source, count: SourceCount, want: _Want, chosen: dict[int, tuple[dict[str, Any], str]]) -> None:
+def _scan(src: Source, count: SourceCount, want: _Want, chosen: Chosen) -> None:
     """Offer every record of ``src`` that has an item of this plan (a hot loop: half a million
     matched records at the scale of ``bench/reuse``). A record taken is the source's own dict
     (read for this scan alone), stripped of its place in the source and given its provenance."""
@@ -308,10 +290,11 @@ def _scan(src: Source, count: SourceCount, want: _Want, chosen: dict[int, tuple[
             continue  # counted as superseded by find_reuse
         if kind is not None and kind != my_kind:
             body["device"] = str(kind)
-        chosen[it.index] = (body, count.path)
+        want.priced.pop(it.index, None)  # an item carried is not priced: let go of its record
+        chosen[it.index] = (CompactRecord(body), count.path)
 
 
-def _scan_source(src: Source, count: SourceCount, want: _Want, chosen: dict[int, tuple[dict[str, Any], str]]) -> None:
+def _scan_source(src: Source, count: SourceCount, want: _Want, chosen: Chosen) -> None:
     """``_scan``; a damaged record in the output document (read in batches, so found only now)
     ends its scan with a warning, as a damaged head does (``load_sources``): the merger judges it."""
     try:
@@ -337,8 +320,9 @@ def find_reuse(
     found = Found(env=env, env_from=env_from)
     if not sources:
         return found
-    want = _want(spec, items, env, errors, records)
-    chosen: dict[int, tuple[dict[str, Any], str]] = {}
+    keyed = not all(src.keyed_by_id(spec.tag) for src in sources)
+    want = _want(spec, items, env, errors, records, keyed)
+    chosen: Chosen = {}
     with paused_gc():
         for src in sources:
             count = SourceCount(src.path, src.role)
@@ -362,11 +346,11 @@ def _costs(want: _Want, chosen: dict[int, Any], source: str) -> CostTable | None
     """Measured seconds of the items left to measure, from the first record of each (``--costs``'
     rule, ``planning.costs.measured_cost``)."""
     costs: dict[tuple[Any, ...], float] = {}
-    for key, (rec, (repeats, warmup)) in want.priced.items():
-        if want.items[key].index not in chosen:
+    for index, (rec, (repeats, warmup), it) in want.priced.items():
+        if index not in chosen:
             cost = measured_cost(rec, repeats=repeats, warmup=warmup)
             if cost is not None:
-                costs[key] = cost
+                costs[it.record_key()] = cost
     return CostTable(costs, source=source) if costs else None
 
 
