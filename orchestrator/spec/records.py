@@ -194,21 +194,44 @@ def item_id(rec: Mapping[str, Any]) -> str:
 
 def id_getter(mode: str, config: str) -> Callable[[Mapping[str, Any]], str]:
     """``item_id`` of records of one mode and config kind, fast (the merger checks a million
-    ids): the hashed bytes made by one %-format of the fields read at C speed; a record that
-    carries an optional identity field takes ``item_id``'s own path. ``%s`` spells ints and
-    strings as ``id_prefix``'s f-string does, so for a record of the layout's types (which
-    ``store.layouts`` checks first) the id is ``item_id``'s, byte for byte; raises ``KeyError``
-    for a record that lacks a field, as ``item_id`` does."""
-    names = IDENTITY_FIELDS + config_fields(mode, config)
+    ids): the fields read at C speed, spelled by one %-format (``%s`` spells ints and strings as
+    ``id_prefix``'s f-string does), and the identity part hashed once for all the configs of one
+    problem (its hash state copied for each). Byte for byte ``item_id``'s for a record whose
+    values are of the layout's types (``store.layouts`` checks them first: a float 64.0 would
+    share the prefix of 64 here); a record that carries an optional identity field takes
+    ``item_id``'s own path. Raises ``KeyError`` for a record that lacks a field."""
+    identity = operator.itemgetter(*IDENTITY_FIELDS)
+    prefix = "|".join(f"{n}=%s" for n in IDENTITY_FIELDS)
+    names = config_fields(mode, config)
+    if not names:
+
+        def get_auto(rec: Mapping[str, Any]) -> str:
+            if "causal" in rec or "kv_heads" in rec or "impl" in rec:
+                return item_id(rec)
+            return _hash((prefix % identity(rec)).encode())
+
+        return get_auto
     fields = operator.itemgetter(*names)
-    template = "|".join(f"{n}=%s" for n in names)
+    suffix = "".join(f"|{n}=%s" for n in names)
+    states: dict[tuple[Any, ...], hashlib.blake2b] = {}  # identity values -> the hash state of their prefix
 
     def get(rec: Mapping[str, Any]) -> str:
         if "causal" in rec or "kv_heads" in rec or "impl" in rec:
             return item_id(rec)
-        return _hash((template % fields(rec)).encode())
+        key = identity(rec)
+        state = states.get(key)
+        if state is None:
+            if len(states) >= _STATES:
+                states.clear()
+            state = states[key] = hashlib.blake2b((prefix % key).encode(), digest_size=_ID_BYTES)
+        h = state.copy()
+        h.update((suffix % fields(rec)).encode())
+        return h.hexdigest()
 
     return get
+
+
+_STATES = 1 << 16  # prefix hash states an id getter keeps (one per problem and mode)
 
 
 _ID_GETTERS: dict[tuple[str, str], Callable[[Mapping[str, Any]], str]] = {}

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import IO, Any, TypedDict
 
 from orchestrator.spec.records import FIELD_TYPES, IDENTITY_FIELDS, OPTIONAL_DEFAULTS, config_fields, item_id
 from orchestrator.store.document import BATCH_BYTES, check_records, parse_json, paused_gc, results_bounds
@@ -163,7 +163,7 @@ def write(
     }
     sums = array("Q", accumulate(lengths, initial=0))
     tag_of = array("H", map(number.__getitem__, tags))
-    index = KeyIndex(doc, list(ids), names, tag_of, sums, first, odd)
+    index = KeyIndex(doc, ids if isinstance(ids, list) else list(ids), names, tag_of, sums, first, odd)
     if len(sums) != len(ids) + 1:
         raise ValueError(f"{len(sums) - 1} record texts for {len(ids)} ids")
     if sys.byteorder != "little":  # pragma: no cover - the layout is little-endian everywhere
@@ -173,7 +173,7 @@ def write(
     try:
         with atomic_open(index_path(doc), "wb", fsync=False) as f:
             f.write(dumps(header) + b"\n")
-            f.write(dumps(index.ids) + b"\n")
+            _write_ids(f, index.ids)
             f.write(sums.tobytes())
             f.write(tag_of.tobytes())
     except OSError as exc:
@@ -182,6 +182,15 @@ def write(
 
 
 # ---------------------------------------------------------------------------- reading
+
+
+def _write_ids(f: IO[bytes], ids: list[str], chunk: int = 1 << 16) -> None:
+    """The ids as one JSON array and a newline, written a chunk at a time (the merger writes the
+    index while it holds every record text: the array's text whole would add to its peak)."""
+    f.write(b"[")
+    for k in range(0, len(ids), chunk):
+        f.write((b"," if k else b"") + dumps(ids[k : k + chunk])[1:-1])
+    f.write(b"]\n")
 
 
 def read(doc: Path) -> KeyIndex | None:

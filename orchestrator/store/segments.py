@@ -16,7 +16,6 @@ an unwritable cache directory is merely not used, and deleting the folder is alw
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import zlib
@@ -46,7 +45,7 @@ from orchestrator.store.partials import (
     read_header,
 )
 from orchestrator.store.partials import check_headers as partial_headers_problem
-from orchestrator.store.texts import non_finite, record_texts
+from orchestrator.store.texts import dumps, non_finite, record_texts
 
 log = logging.getLogger(__name__)
 
@@ -178,8 +177,8 @@ def _store(sweep_root: Path, seg: Segment) -> None:
     }
     try:
         with atomic_open(_cache_path(sweep_root, seg.unit), "wb", fsync=False) as f:
-            f.write(json.dumps(meta).encode() + b"\n")
-            f.write(json.dumps(arrays, separators=(",", ":")).encode() + b"\n")
+            f.write(dumps(meta) + b"\n")
+            f.write(dumps(arrays) + b"\n")
             f.write(payload)
     except OSError as exc:  # a read-only sweep directory: merge without the cache
         log.debug("merge cache not written for %s: %s", seg.unit, exc)
@@ -194,7 +193,7 @@ def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
     try:
         nl1 = data.index(b"\n")
         nl2 = data.index(b"\n", nl1 + 1)
-        meta = json.loads(data[:nl1])
+        meta = loads(data[:nl1])
         if meta.get("v") != CACHE_VERSION or meta.get("unit") != unit:
             return None
         payload = memoryview(data)[nl2 + 1 :]
