@@ -42,12 +42,13 @@ from orchestrator.planning import WorkItem
 from orchestrator.planning.halving import Measurement, measurement
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.lines import DeviceBlock
+from orchestrator.store.replayed import VIRTUAL
 from orchestrator.store.replaysource import ReplaySource, load_source
 
 from .attempt import Attempt
 from .measurer import Method
 
-TIMER = "virtual"
+TIMER = VIRTUAL  # what readers know a replayed record by (``orchestrator.store.replayed``)
 MISSING = "ReplayMissing: the replay source {path} has no record of this config"
 
 
@@ -146,7 +147,7 @@ class ReplayMeasurer:
         self._spec = spec
         self._replayer = Replayer(spec, source)
         self._device = device_block(self._replayer.source)
-        self._method = Method(clock="virtual", records_timer=TIMER)
+        self._method = Method(clock=VIRTUAL, records_timer=TIMER)
 
     @property
     def device(self) -> DeviceBlock:

@@ -156,9 +156,11 @@ class Browser:
             raise RuntimeError(f"page script failed: {res['exceptionDetails']}")
         return res["result"].get("value")
 
-    def until(self, expression: str, timeout_s: float = 10.0) -> Any:
+    def until(self, expression: str, timeout_s: float | None = None) -> Any:
         """Poll ``expression`` until it is truthy (an event handler that runs after the call that
-        triggered it, such as ``hashchange``); return its value, or fail naming it."""
+        triggered it, such as ``hashchange``); return its value, or fail naming it after
+        ``timeout_s`` (default: the browser's, as every other wait for the page)."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         while True:
             value = self.js(expression)

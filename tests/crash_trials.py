@@ -4,13 +4,19 @@ merge, and let an oracle that shares no code with tilesweep count what was lost.
 Kinds of trial, each on a real sweep directory:
 
 - ``worker`` (at least half the trials): the real ``python -m jobs.worker`` on a tiny
-  interpret-mode spec, stopped 1 to 3 times at random moments, each time with SIGKILL (a crash,
-  an OOM kill), SIGTERM (scancel) or SIGINT (Ctrl-C), then resumed by the real worker until the
-  unit completes, and merged by the real CLI;
+  interpret-mode spec, stopped 1 to 3 times, each time with SIGKILL (a crash, an OOM kill),
+  SIGTERM (scancel) or SIGINT (Ctrl-C), then resumed by the real worker until the unit
+  completes, and merged by the real CLI;
 - ``writer``: a jax-free process that writes a unit's partial exactly as the worker does
-  (``tests.crash_writer``), killed at random, mid-line and right after its last record, beside
-  a merger killed too;
+  (``tests.crash_writer``), killed at a random record, mid-line and right after its last
+  record, beside a merger killed too;
 - ``merger``: the real ``tilesweep merge`` killed while it merges 30,000 records.
+
+Every stop lands on an event the trial watches for, drawn at random: a worker once its attempt
+has started (its header is written) or after its n-th record, a writer after its n-th record, a
+merger after it has parsed its k-th partial (``merge-cache``). So a stop always finds its process
+at work, however fast or slow the machine, and the same seed stops at the same places; only the
+mid-line kill races the write it aims at (a kill that misses is retried by its test).
 
 The oracle (``tests.crash_oracle.judge``) parses with the standard library only, sharing no
 code with tilesweep. It counts:
@@ -48,7 +54,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.store.segments import CACHE_DIR
 from orchestrator.store.sweepdir import SweepDir
+from tests.crash_events import (
+    mid_line,
+    read_bytes,
+    record_lines,
+    records_at_least,
+    wait_for,
+    wait_until,
+    worker_moment,
+)
 from tests.crash_oracle import PY, ROOT, check_document, complete_records, judge, plan_of
 from tests.crash_writer import spawn_writer
 
@@ -112,31 +128,6 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> tuple[bool, str]:
     return alive, err or ""
 
 
-def wait_for(proc: subprocess.Popen[str], path: Path, test: Callable[[bytes], bool], timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < end:
-        try:
-            if test(path.read_bytes()):
-                return
-        except OSError:
-            pass
-        time.sleep(0.0005)
-
-
-def _mid_line(data: bytes) -> bool:
-    """A line is being written: the partial does not end with its newline."""
-    return len(data) > 0 and not data.endswith(b"\n")
-
-
-def _records_at_least(n: int) -> Callable[[bytes], bool]:
-    """Whether a partial holds ``n`` record lines (after its header)."""
-
-    def enough(data: bytes) -> bool:
-        return data.count(b'\n{"id":') >= n
-
-    return enough
-
-
 def cli_merge(root: Path) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-m", "orchestrator", "merge", str(root)], cwd=ROOT, capture_output=True, text=True)
 
@@ -173,13 +164,20 @@ def trial_worker(root: Path, rng: random.Random, plan: list[dict[str, Any]] | No
     items, units = make_plan(spec)
     sd = SweepDir.create(root / "sweep", spec, output=root / "results.json", spec_source=None, planned=len(items))
     sd.add_units(units, origin="crash trial")
-    res: dict[str, Any] = {"kills": 0, "torn": 0, "signals": Counter(), "problems": []}
+    res: dict[str, Any] = {"kills": 0, "torn": 0, "signals": Counter(), "stops": [], "problems": []}
     finished: dict = {}
+    path = sd.partial_path(units[0].id)
     for _ in range(rng.randint(1, 3)):
         sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+        moment = worker_moment(path, len(items), rng)
+        if moment is None:
+            break
         proc = spawn(["-m", "jobs.worker", str(sd.root), units[0].id])
-        time.sleep(rng.uniform(1.0, 6.0))  # imports take 1-3 s here, then a record every ~0.3 s
+        if not wait_for(proc, path, moment[1]):
+            res["problems"].append(f"the worker never reached its {moment[0]}: {stop(proc)[1].strip()[-300:]}")
+            return res
         landed, err = stop(proc, sig)
+        res["stops"].append(f"{signal.Signals(sig).name} at {moment[0]}")
         res["kills"] += landed
         res["signals"][signal.Signals(sig).name] += landed
         if landed and sig != signal.SIGKILL and "Traceback" in err:
@@ -217,14 +215,15 @@ def trial_writer(root: Path, rng: random.Random, how: str | None = None) -> dict
         path = sd.partial_path(unit)
         n_items = len(sd.unit_items(unit))
         if kind == "mid-line":
-            wait_for(proc, path, _mid_line)
+            wait_for(proc, path, mid_line)
         elif kind == "after-last":
-            wait_for(proc, path, _records_at_least(n_items))
-        else:
-            time.sleep(rng.uniform(0.05, 1.0))
+            wait_for(proc, path, records_at_least(n_items))
+        else:  # after a random record of those it still has to write (the first: at its start)
+            done = record_lines(read_bytes(path))
+            wait_for(proc, path, records_at_least(done + rng.randint(0, max(n_items - done - 1, 0))))
         res["kills"] += stop(proc)[0]
-        if merger is not None:
-            time.sleep(rng.uniform(0.0, 0.3))
+        if merger is not None:  # once it has parsed some partial (or ended: then the kill misses)
+            wait_until(merger, lambda: any((sd.root / CACHE_DIR).glob("*.seg")))
             res["kills"] += stop(merger)[0]
         finished.update(complete_records(sd.partials))
         res["torn"] += sum(1 for p in sd.partials.glob("*.jsonl") if not p.read_bytes().endswith(b"\n"))
@@ -255,7 +254,8 @@ def trial_merger(sweep: MergerSweep, rng: random.Random) -> dict[str, Any]:
         sd.output.unlink(missing_ok=True)
     res: dict[str, Any] = {"kills": 0, "torn": 0, "problems": []}
     proc = spawn(["-m", "orchestrator", "merge", str(sd.root)])
-    time.sleep(rng.uniform(0.1, 1.0))
+    parsed = rng.randint(1, len(sd.unit_index()))  # killed once it has parsed this many partials
+    wait_until(proc, lambda: len(list((sd.root / CACHE_DIR).glob("*.seg"))) >= parsed)
     res["kills"] += stop(proc)[0]
     if sd.output.exists():
         try:

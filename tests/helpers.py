@@ -4,6 +4,7 @@ repository's paths, the tiny spec, running the CLI as a user would, assertions."
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,27 @@ def run_cli(
         cwd=cwd or REPO,
         env={**os.environ, **(env or {})},
     )
+
+
+def second_run_follows(first: subprocess.Popen[str], args: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` (a second ``tilesweep run`` of the sweep ``first`` runs, which holds its run
+    lease already) while ``first``'s process group (``start_new_session``) is stopped, as Ctrl-Z
+    stops a command in its shell, until the second says it follows the first; then continue
+    ``first``. However fast ``first`` would be, it cannot finish before the second has looked."""
+    os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        second = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert second.stderr is not None
+        seen: list[str] = []
+        while "following its progress" not in (line := second.stderr.readline()):
+            if not line:  # it ended without following
+                break
+            seen.append(line)
+        seen.append(line)
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    out, err = second.communicate(timeout=600)
+    return subprocess.CompletedProcess(args, second.returncode, out, "".join(seen) + err)
 
 
 def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:

@@ -23,7 +23,7 @@ def _ok(res: dict) -> None:
 def test_writers_killed_at_random_points(tmp_path: Path) -> None:
     stats = run_trials(tmp_path, n_worker=0, n_writer=8, n_merger=0, seed=11)["writer"]
     assert stats["failed"] == 0, stats["problems"]
-    assert stats["trials"] == 8 and stats["kills"] >= 4  # most kills land before the unit ends
+    assert stats["trials"] == 8 and stats["kills"] >= 8  # every writer's kill lands on a record it has to write
 
 
 @pytest.mark.parametrize("how", ["mid-line", "after-last"])
@@ -41,7 +41,9 @@ def test_real_worker_stopped_and_resumed(tmp_path: Path) -> None:
     rng = random.Random(7)
     res = trial_worker(tmp_path / "k", rng)
     _ok(res)
-    assert res["kills"]  # the stops landed while the worker ran
+    # each stop waited for its event (the attempt's start, or its n-th record), so each landed
+    # while the worker ran, however fast or slow this machine is
+    assert res["stops"] and res["kills"] == len(res["stops"]), res["stops"]
 
 
 def test_real_merger_killed_leaves_a_valid_document(tmp_path: Path) -> None:
@@ -52,4 +54,4 @@ def test_real_merger_killed_leaves_a_valid_document(tmp_path: Path) -> None:
         res = trial_merger(sweep, rng)
         _ok(res)
         kills += res["kills"]
-    assert kills >= 2
+    assert kills == 4  # each kill waits until the merger has parsed some partials: it is still merging

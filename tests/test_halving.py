@@ -3,6 +3,7 @@ the report that never names a screened record, and a round 2 the merge job could
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -108,3 +109,65 @@ def test_round2_the_merge_job_cannot_submit_is_submitted_by_resume(
     assert result.next_round is not None and all(o.ok for o in result.outcomes)
     st = sweep_status(sd, query_slurm=False)
     assert st.complete and st.round2 is not None and st.round2_deferred is None
+
+
+def _screened_only_cells(doc: dict[str, Any], mode: str) -> set[tuple[int, int]]:
+    """The heatmap cells (row and column tile) of ``mode`` whose records are all screens."""
+    axes = ("block_q", "block_k") if mode == "fwd" else ("bwd_outer", "bwd_inner")
+    cells: dict[tuple[int, int], bool] = {}
+    for r in doc["results"]:
+        if r["mode"] == mode and r["config"] == "forced":
+            cell = (r[axes[0]], r[axes[1]])
+            cells[cell] = cells.get(cell, True) and r.get("screened") is True
+    return {cell for cell, only in cells.items() if only}
+
+
+def test_a_halving_sweep_reads_the_same_everywhere_and_its_heatmaps_mark_the_screens(tmp_path: Path) -> None:
+    """Screened configs are recorded, not missing, in the text, markdown and JSON reports, the
+    page, the merge line and status; the page's and the plots' heatmaps mark the cells timed by
+    a screening sample only, and a legend says what the mark means."""
+    from orchestrator.analysis import plots
+    from orchestrator.analysis.heatmap import heatmap_data
+    from orchestrator.analysis.report import ProblemKey, group_by_problem
+    from tests.test_html import Page
+
+    sweep, out = tmp_path / "sweep", tmp_path / "results.json"
+    r = run_cli("run", str(spec_file(tmp_path)), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    assert "merged 104 records (0 errors, 0 of 104 planned missing)" in r.stderr
+    rows = json.loads(run_cli("report", str(out), "--json").stdout)
+    assert [(row["n_planned"], row["n_missing"]) for row in rows] == [(54, 0), (48, 0)]
+    assert all(row["n_screened"] > 0 and f"{row['n_screened']} screened out" in row["note"] for row in rows)
+    text = run_cli("report", str(out)).stdout.splitlines()
+    end = text[0].index("missing") + len("missing")  # a right-aligned column
+    assert [line[:end].split()[-1] for line in text[1:3]] == ["0", "0"]
+    assert [line.endswith(row["note"]) for line, row in zip(text[1:3], rows, strict=True)] == [True, True]
+    md = run_cli("report", str(out), "--markdown").stdout.splitlines()
+    at = [c.strip() for c in md[0].split("|")].index("missing")
+    assert [line.split("|")[at].strip() for line in md[2:4]] == ["0", "0"]
+    st = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    assert st["complete"] and st["errors"] == 0
+
+    page_path = tmp_path / "page.html"
+    assert run_cli("report", str(out), "--html", str(page_path)).returncode == 0
+    page = Page(page_path.read_text())
+    assert [row[16] for row in page.rows] == ["0", "0"]  # the summary's missing column
+    assert "without a record (resume redoes them)" not in page_path.read_text()  # no missing list
+    assert "screened: timed by one screening sample only (halving), never a best" in page_path.read_text()
+    doc = json.loads(out.read_text())
+    for svg, mode in zip(page.svgs, ("fwd", "fwd_bwd"), strict=True):
+        screened = _screened_only_cells(doc, mode)
+        assert screened and svg.count(">screened</text>") == len(screened)
+        assert svg.count("fill='url(#hs)'") == len(screened)
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    mpl = plots._matplotlib()
+    for key, recs in group_by_problem(doc["results"]).items():
+        data = heatmap_data(ProblemKey(*key), recs)
+        assert data is not None
+        fig = plots._heatmap_figure(mpl, data, False)
+        marks = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("screened")]
+        assert len(marks) == len(_screened_only_cells(doc, key[5]))
+        (legend,) = fig.legends
+        assert [t.get_text() for t in legend.get_texts()] == [plots.SCREENED_LEGEND]

@@ -29,7 +29,7 @@ from orchestrator.errors import LeaseHeld
 from orchestrator.store.leases import read_holder, unit_lease, unit_lease_path
 from orchestrator.store.sweepdir import SweepDir
 from tests.conftest import REPO, run_cli
-from tests.helpers import assert_one_line_error
+from tests.helpers import assert_one_line_error, second_run_follows
 
 HOLD = textwrap.dedent("""
     import sys, time
@@ -123,12 +123,14 @@ def test_two_local_runs_of_one_sweep_never_run_a_unit_twice(tmp_path: Path, writ
     spec = write_spec(compile={"workers": 1}, executor={"kind": "local", "local_workers": 1})
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "1"]
-    first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     end = time.monotonic() + 120
     while not (sweep / "run.lease").exists():  # the first run holds the sweep
         assert first.poll() is None and time.monotonic() < end, first.communicate()
         time.sleep(0.05)
-    second = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600)
+    second = second_run_follows(first, args)
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err
     assert second.returncode == 0, second.stderr

@@ -327,7 +327,7 @@ def test_report_of_an_incomplete_sweep_says_what_is_missing(tmp_path: Path) -> N
 
 @pytest.mark.slurm
 def test_final_merge_job_refuses_the_same_way_and_status_says_why(tmp_path: Path) -> None:
-    from tests.slurm_cluster import require_cluster
+    from tests.slurm_cluster import poll, require_cluster
 
     require_cluster()
     out = tmp_path / "results.json"
@@ -355,12 +355,13 @@ def test_final_merge_job_refuses_the_same_way_and_status_says_why(tmp_path: Path
     sweep = tmp_path / "sweep"
     r = run_cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:
+
+    def merge_job_ended() -> dict[str, Any] | None:
         st = json.loads(run_cli("status", str(sweep), "--json").stdout)
-        if st["merge_jobs"] and (st["merge_jobs"][-1]["error"] or st["merge_jobs"][-1]["state"] == "COMPLETED"):
-            break
-        time.sleep(3)
+        last = st["merge_jobs"][-1] if st["merge_jobs"] else {}
+        return st if last.get("error") or last.get("state") == "COMPLETED" else None
+
+    st = poll(merge_job_ended, 400, "the final merge job to end", 3)
     why = f"{out} holds 4 records that are not this sweep's (4 not written by tilesweep)"
     assert st["merge_jobs"][-1]["error"].startswith(why), st["merge_jobs"]
     assert f"failed: {why}" in run_cli("status", str(sweep)).stdout

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.helpers import assert_one_line_error
+from tests.helpers import assert_one_line_error, second_run_follows
 from tests.slurm_cluster import poll, require_cluster
 from tests.test_slurm_dispatch import FOUR_UNITS, check_document, cli, jobs, lines, status, unit_jobs, write_spec
 
@@ -120,11 +120,13 @@ def test_two_runs_of_one_sweep_submit_it_once(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "twice.json", compile={"workers": 1})
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "1"]
-    first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     poll(
         lambda: (sweep / "run.lease").exists() or first.poll() is not None, 60, "the first run to hold the sweep", 0.05
     )
-    second = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    second = second_run_follows(first, args)
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0 and second.returncode == 0, (err, second.stderr)
     assert "being run by another `tilesweep run`" in second.stderr, second.stderr

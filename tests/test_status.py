@@ -368,7 +368,9 @@ def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck() -> None:
         task._install_handlers()
         os.kill(os.getpid(), signal.SIGUSR2)
         assert task._warned and not requeued  # the warning only asks the workers to stop
-        time.sleep(0.5)  # the workers never reach a stop: requeued once the grace is over
+        end = time.monotonic() + 60  # the workers never reach a stop: requeued once the grace is over
+        while not requeued and time.monotonic() < end:
+            time.sleep(0.01)  # the grace's alarm runs its handler between two of these
         assert requeued == [signal.SIGUSR2]
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

@@ -8,6 +8,12 @@ that has one, and between equals the later document on the command line. What is
 counted and said: records of another device kind, and records superseded by a newer one of the
 same identity (those measured with an older jax than the record that replaced them are counted
 apart: that is the usual reason to rerun).
+
+Replayed records (``store.replayed``: a replay's, on a virtual clock) are not measurements:
+they are left out unless asked (``include_replays``), and then they fill only identities no
+measured record has; a measured record replaces a replayed one whatever their times. A replayed
+record kept carries ``timer: virtual`` (the rule reads it there once the documents' blocks are
+gone), and the device block comes from a document of measurements where one has the kind.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 from orchestrator.spec.records import item_id
 from orchestrator.store.append import measured_times
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.replayed import VIRTUAL, Replayed, replayed_of
 
 
 @dataclass
@@ -32,6 +39,9 @@ class Combined:
     other_kinds: set = field(default_factory=set)
     older_jax: int = 0  # superseded by a record measured with a newer jax
     superseded: int = 0  # superseded by a newer record of the same jax (or of unknown jax)
+    replayed_left: Counter = field(default_factory=Counter)  # document -> replayed records left out (not asked)
+    replayed_kept: int = 0  # replayed records kept (asked, and no measured record of their identity)
+    replayed_replaced: int = 0  # replayed records a measured record of the same identity replaced
 
 
 def _version(v: Any) -> tuple[int, ...]:
@@ -53,60 +63,98 @@ def _jax_of(doc: ResultsDoc) -> dict[Any, Any]:
     return out
 
 
-def combine(docs: list[ResultsDoc], device_kind: Any = None) -> tuple[ResultsDoc, Combined]:
+@dataclass
+class _Kept:
+    """The record chosen for one identity so far, and what ranks it."""
+
+    rank: tuple[int, str, int]  # (measured 1 / replayed 0, when its attempt started, document position)
+    version: Any  # the jax it was measured with
+    rec: dict[str, Any]
+
+
+def combine(
+    docs: list[ResultsDoc], device_kind: Any = None, *, include_replays: bool = False
+) -> tuple[ResultsDoc, Combined]:
     """One document of the newest record per identity of ``device_kind`` (default: the first
-    document's) over ``docs``; its device block is that of the document of that kind with the newest
-    jax (the stack the table is mostly measured on)."""
+    document's) over ``docs``, replayed records only where asked and no measured record has the
+    identity; its device block is that of the document of that kind with the newest jax, of
+    the documents of measurements where one has the kind (the stack the table is mostly
+    measured on)."""
     kind = device_kind if device_kind is not None else docs[0].device.get("device_kind")
     summary = Combined(kind)
-    chosen: dict[str, tuple[tuple[str, int], Any, dict[str, Any]]] = {}
+    chosen: dict[str, _Kept] = {}
     order: list[str] = []
-    device: dict[str, Any] = {}
-    for pos, doc in enumerate(docs):
+    rules = [replayed_of(doc) for doc in docs]
+    for pos, (doc, rule) in enumerate(zip(docs, rules, strict=True)):
         ts = doc.extra.get("tilesweep")
         times = measured_times(ts if isinstance(ts, dict) else {})
         jax = _jax_of(doc)
-        if doc.device.get("device_kind") == kind and _version(doc.device.get("jax")) >= _version(device.get("jax")):
-            device = doc.device
         for rec in doc.results:
             rkind = rec.get("device", doc.device.get("device_kind"))
             if rkind != kind:
                 summary.other_device[doc.name] += 1
                 summary.other_kinds.add(rkind)
                 continue
+            replayed = rule(rec)
+            if replayed and not include_replays:
+                summary.replayed_left[doc.name] += 1
+                continue
             try:
                 iid = item_id(rec)
             except (KeyError, TypeError):
                 continue
-            when = (times.get((rec.get("unit"), rec.get("attempt")), ""), pos)
-            version = jax.get(rec.get("unit"), jax[None])
+            rank = (0 if replayed else 1, times.get((rec.get("unit"), rec.get("attempt")), ""), pos)
+            new = _Kept(rank, jax.get(rec.get("unit"), jax[None]), _marked(rec) if replayed else rec)
             prev = chosen.get(iid)
             if prev is None:
                 order.append(iid)
-            elif prev[0] > when:
-                _dropped(summary, version, prev[1])
-                continue
-            else:
-                _dropped(summary, prev[1], version)
-            chosen[iid] = (when, version, rec)
+            if prev is None or _keep(summary, prev, new):
+                chosen[iid] = new
     summary.kept = len(chosen)
-    results = [chosen[iid][2] for iid in order]
-    config = docs[0].config
-    return ResultsDoc(device=dict(device), config=dict(config), results=results, path="combined"), summary
+    summary.replayed_kept = sum(1 for k in chosen.values() if k.rank[0] == 0)
+    results = [chosen[iid].rec for iid in order]
+    device = _device(docs, rules, kind)
+    return ResultsDoc(device=dict(device), config=dict(docs[0].config), results=results, path="combined"), summary
 
 
-def _dropped(summary: Combined, loser: Any, winner: Any) -> None:
-    if _version(loser) and _version(winner) and _version(loser) < _version(winner):
+def _keep(summary: Combined, prev: _Kept, new: _Kept) -> bool:
+    """Whether ``new`` replaces ``prev`` (the higher rank wins; a tie: the later one), counting
+    the one dropped."""
+    wins = new.rank >= prev.rank
+    loser, winner = (prev, new) if wins else (new, prev)
+    if loser.rank[0] < winner.rank[0]:  # a replayed record, set aside for a measured one
+        summary.replayed_replaced += 1
+    elif _version(loser.version) and _version(winner.version) and _version(loser.version) < _version(winner.version):
         summary.older_jax += 1
     else:
         summary.superseded += 1
+    return wins
+
+
+def _marked(rec: dict[str, Any]) -> dict[str, Any]:
+    """A replayed record that says so itself (``timer: virtual``), for readers of the combined
+    document, which has no tilesweep block."""
+    return rec if rec.get("timer") == VIRTUAL else {**rec, "timer": VIRTUAL}
+
+
+def _device(docs: list[ResultsDoc], rules: list[Replayed], kind: Any) -> dict[str, Any]:
+    """The device block of the document of ``kind`` with the newest jax: of the documents whose
+    own sweep measured, where one has the kind; else of any (a replay's says backend replay)."""
+    of_kind = [(doc, rule) for doc, rule in zip(docs, rules, strict=True) if doc.device.get("device_kind") == kind]
+    measured = [doc for doc, rule in of_kind if not rule.by_default]
+    device: dict[str, Any] = {}
+    for doc in measured or [doc for doc, _ in of_kind]:
+        if _version(doc.device.get("jax")) >= _version(device.get("jax")):
+            device = doc.device
+    return device
 
 
 def describe(summary: Combined, n_docs: int) -> str:
     """One line: how many records from how many documents went in, and what was dropped and why."""
-    text = (
-        f"combined {n_docs} documents: kept the newest of {summary.kept} identities of device {summary.device_kind!r}"
-    )
+    documents = f"{n_docs} document{'s' if n_docs != 1 else ''}"
+    text = f"combined {documents}: kept the newest of {summary.kept} identities of device {summary.device_kind!r}"
+    if summary.replayed_kept:
+        text += f" ({summary.replayed_kept} of them replayed, not measured: --include-replays)"
     dropped = []
     if summary.other_device:
         per = ", ".join(f"{n} in {name}" for name, n in summary.other_device.items())
@@ -116,4 +164,12 @@ def describe(summary: Combined, n_docs: int) -> str:
         dropped.append(f"{summary.older_jax} superseded by a record measured with a newer jax")
     if summary.superseded:
         dropped.append(f"{summary.superseded} superseded by a newer record")
+    if summary.replayed_replaced:
+        dropped.append(f"{summary.replayed_replaced} replayed records set aside for a measured one")
+    if summary.replayed_left:
+        per = ", ".join(f"{n} in {name}" for name, n in summary.replayed_left.items())
+        dropped.append(
+            f"{sum(summary.replayed_left.values())} replayed records ({per}: a replay's times, drawn on a "
+            "virtual clock, not measured; --include-replays takes them where no measurement is)"
+        )
     return text + (f"; dropped {'; '.join(dropped)}" if dropped else "")

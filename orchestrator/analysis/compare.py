@@ -8,6 +8,10 @@ implementations do tag and implementation join the match key (otherwise which on
 a guess).
 
 ``ratio = B best ms / A best ms``: below 1, B is faster.
+
+A document of replayed records (``store.replayed``) is labelled so wherever it is named, and a
+problem whose timings on one side are replayed says so in its note: a replay against its own
+source compares two draws of one measurement, not two runs.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from orchestrator.analysis.report import (
 )
 from orchestrator.analysis.tables import fmt_ms, render
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.replayed import describe
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,10 @@ class ProblemComparison:
     def note(self) -> str:
         a, b = self.a, self.b
         if a is None or b is None:
-            return f"only in {self.presence[-1]}"
-        notes = [f"no timing in {side}" for side, s in (("A", a), ("B", b)) if s.best_ms is None]
+            present = a or b
+            return f"only in {self.presence[-1]}" + (" (replayed)" if present is not None and present.replayed else "")
+        notes = [f"{side} replayed" for side, s in (("A", a), ("B", b)) if s.replayed]
+        notes += [f"no timing in {side}" for side, s in (("A", a), ("B", b)) if s.best_ms is None]
         if self.same_config:
             notes.append("same config")
         return ", ".join(notes)
@@ -93,6 +100,7 @@ class ProblemComparison:
                     "best_config": s.best_config,
                     "best_ms": s.best_ms,
                     "auto_ms": s.auto_ms,
+                    "replayed": s.replayed,
                 }
             )
         out["ratio_b_over_a"] = self.ratio
@@ -126,7 +134,8 @@ def compare(doc_a: ResultsDoc, doc_b: ResultsDoc) -> list[ProblemComparison]:
 
 def _doc_label(doc: ResultsDoc) -> str:
     d = doc.device
-    return f"{doc.name} ({d.get('device_kind', '?')}, jax {d.get('jax', '?')})"
+    replayed = describe(doc)
+    return f"{doc.name} ({d.get('device_kind', '?')}, jax {d.get('jax', '?')}" + (f"; {replayed})" if replayed else ")")
 
 
 def format_compare(
@@ -165,8 +174,8 @@ def format_compare(
 def to_json(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc) -> dict[str, Any]:
     """The ``--json`` form: the two documents' names and devices, then one object per problem."""
     return {
-        "a": {"path": doc_a.name, "device": doc_a.device},
-        "b": {"path": doc_b.name, "device": doc_b.device},
+        "a": {"path": doc_a.name, "device": doc_a.device, "replayed": describe(doc_a)},
+        "b": {"path": doc_b.name, "device": doc_b.device, "replayed": describe(doc_b)},
         "ratio": "b_best_ms / a_best_ms",
         "problems": [r.to_json() for r in rows],
     }

@@ -9,11 +9,16 @@ implementation's default (``kernels.impls``: 128 for ours, the stock kernel's 32
 never reads them).
 
 ``config`` is ``null`` where the measurement says "use auto": auto was faster than the best
-forced config, or every forced config failed while auto ran. Keeping the entry (rather than
+forced config, the best forced config is auto's own (``report``: two timings of one kernel), or
+every forced config failed while auto ran. Keeping the entry (rather than
 dropping it) stops the kernel's nearest-seq fallback from borrowing a neighbour's config for
 a seq where auto is known to win. ``keep_slower=True`` exports the best forced config anyway.
 Problems where nothing ran at all get no entry. If a document holds several tags for one
 shape, the faster best wins.
+
+An entry whose best or auto timing was replayed rather than measured (``store.replayed``; such
+records enter only when asked: ``combine``'s ``include_replays``) says ``"replayed": true``, and
+the table counts them in its top-level ``replayed``; ``kernels.tuned`` reads neither.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class ExportSummary:
     tuned: int  # entries with a forced config
     use_auto: int  # entries with config null
     skipped: int  # problems with nothing measured at all
+    replayed: int = 0  # entries whose timings were replayed, not measured
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
@@ -59,9 +65,10 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
     config = None
     if s.best_config is not None:
         auto_wins = s.auto_ms is not None and s.best_ms is not None and s.auto_ms < s.best_ms
-        if keep_slower or not auto_wins:
+        if keep_slower or not (auto_wins or s.best_is_auto):
             config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
     k = s.key
+    replayed: dict[str, Any] = {"replayed": True} if s.replayed else {}
     return {
         "impl": k.impl,
         "dtype": k.dtype,
@@ -75,6 +82,7 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
         "config": config,
         "median_ms": s.best_ms,
         "auto_ms": s.auto_ms,
+        **replayed,
     }
 
 
@@ -94,14 +102,16 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
                 log.info("several tags measured %s; keeping the faster best", k)
             chosen[k] = e
     entries = list(chosen.values())
+    replayed = sum(1 for e in entries if e.get("replayed"))
     table = {
         "format": FORMAT,
         "version": VERSION,
         "device": dict(doc.device),
+        **({"replayed": replayed} if replayed else {}),
         "entries": entries,
     }
     tuned = sum(1 for e in entries if e["config"] is not None)
-    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped)
+    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped, replayed)
 
 
 def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:

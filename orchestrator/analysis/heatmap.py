@@ -7,12 +7,15 @@ stages/warps as its detail, and counts configs (a config timed once is not faile
 often it failed before). A cell where every config failed is ``failed``, or ``pruned``
 when every one of them was refused before running by the shared-memory model (that is a
 prediction, not a measured failure, and the page says which); a cell with no record is
-``absent``. Nothing here needs matplotlib.
+``absent``. A halving sweep's screens (``"screened": true``: one short sample) are never a
+measurement: a cell is timed by its configs timed in full, and a cell whose configs were only
+screened is ``screened``, showing its best screen, marked as such in the page and the plots and
+never the best cell (the report's best is never a screen either). Nothing here needs matplotlib.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
@@ -26,12 +29,13 @@ _SHORT_DTYPE = {"bfloat16": "bf16", "float32": "f32", "float16": "f16"}
 
 @dataclass(frozen=True)
 class Cell:
-    status: str  # "ok", "failed", "pruned" (every config here pruned) or "absent" (no record)
+    status: str  # "ok", "screened" (only screens), "failed", "pruned" (every config here pruned) or "absent"
     median_ms: float | None = None
     detail: str = ""  # the winning config's other axes, e.g. "s2 w4"
     n_failed: int = 0  # configs in this cell that never produced a timing (pruned ones included)
     n_total: int = 0  # configs in this cell
     n_pruned: int = 0  # of the failed, how many were pruned
+    n_screened: int = 0  # configs in this cell timed by a screening sample only
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,12 @@ class HeatmapData:
     folded: str  # what each cell takes the best over, for the title
 
     def best(self) -> tuple[int, int] | None:
-        """(row, col) of the fastest cell, the first one on a tie; None when no cell has a time."""
+        """(row, col) of the fastest cell timed in full, the first one on a tie; None when no cell
+        has such a time."""
         found, best_ms = None, float("inf")
         for i, line in enumerate(self.cells):
             for j, c in enumerate(line):
-                if c.median_ms is not None and c.median_ms < best_ms:
+                if c.status == "ok" and c.median_ms is not None and c.median_ms < best_ms:
                     found, best_ms = (i, j), c.median_ms
         return found
 
@@ -58,13 +63,15 @@ class HeatmapData:
 @dataclass(frozen=True)
 class Configs:
     """One pass over a problem's records: auto's best time and, per forced config (its config
-    field values), the fastest successful record (``None``: it never produced a timing) and
-    its first failed record. The heatmap and the page's list of failed configs both use it."""
+    field values), the fastest successful record timed in full (``None``: it never produced
+    such a timing), its first failed record, and the fastest screen of a config with no other
+    timing. The heatmap and the page's list of failed configs both use it."""
 
     fields: tuple[str, ...]
     auto_ms: float | None
     best: dict[tuple, dict[str, Any] | None]
     first_failure: dict[tuple, dict[str, Any]]
+    screened: dict[tuple, dict[str, Any]] = field(default_factory=dict)
 
     def label(self, cid: tuple, mode: str) -> str:
         return config_label(dict(zip(self.fields, cid, strict=True)), mode)
@@ -76,6 +83,7 @@ def configs_of(mode: str, records: list[dict[str, Any]]) -> Configs:
     auto_ms = None
     best: dict[tuple, dict[str, Any] | None] = {}
     first_failure: dict[tuple, dict[str, Any]] = {}
+    screened: dict[tuple, dict[str, Any]] = {}
     for rec in records:
         ok = is_success(rec)
         if rec["config"] == "auto":
@@ -86,24 +94,30 @@ def configs_of(mode: str, records: list[dict[str, Any]]) -> Configs:
             cid = get(rec)
         except KeyError:  # a forced record without some config field: still one config
             cid = tuple(map(rec.get, fields))
-        if ok:
+        if ok and rec.get("screened") is True:  # a screen: kept apart, never a measurement
+            prev = screened.get(cid)
+            if prev is None or rec["median_ms"] < prev["median_ms"]:
+                screened[cid] = rec
+        elif ok:
             prev = best.get(cid)
             if prev is None or rec["median_ms"] < prev["median_ms"]:
                 best[cid] = rec
         else:
             best.setdefault(cid, None)
             first_failure.setdefault(cid, rec)
-    return Configs(fields, auto_ms, best, first_failure)
+    only_screened = {cid: rec for cid, rec in screened.items() if cid not in best}
+    return Configs(fields, auto_ms, best, first_failure, only_screened)
 
 
 class _Tally:
     """What one cell has seen: its fastest successful record and its counts of configs."""
 
-    __slots__ = ("best", "failed", "pruned", "total")
+    __slots__ = ("best", "screen", "failed", "pruned", "screened", "total")
 
     def __init__(self) -> None:
         self.best: dict[str, Any] | None = None
-        self.failed = self.pruned = self.total = 0
+        self.screen: dict[str, Any] | None = None  # the fastest screen of a config only screened
+        self.failed = self.pruned = self.screened = self.total = 0
 
 
 def heatmap_data(key: ProblemKey, records: list[dict[str, Any]], configs: Configs | None = None) -> HeatmapData | None:
@@ -114,24 +128,7 @@ def heatmap_data(key: ProblemKey, records: list[dict[str, Any]], configs: Config
         return None
     cs = configs if configs is not None else configs_of(key.mode, records)
     ri, ci = cs.fields.index(axes[0]), cs.fields.index(axes[1])
-    tallies: dict[tuple[int, int], _Tally] = {}
-    fwd_blocks = set()
-    for cid, rec in cs.best.items():
-        r, c = cid[ri], cid[ci]
-        if r.__class__ is not int or c.__class__ is not int:
-            continue
-        t = tallies.get((r, c))
-        if t is None:
-            t = tallies[(r, c)] = _Tally()
-        t.total += 1
-        if rec is None:
-            t.failed += 1
-            t.pruned += cs.first_failure[cid].get("pruned") is True
-            continue
-        if key.mode == "fwd_bwd":
-            fwd_blocks.add((rec.get("fwd_block_q"), rec.get("fwd_block_k")))
-        if t.best is None or rec["median_ms"] < t.best["median_ms"]:
-            t.best = rec
+    tallies, fwd_blocks = _tallies(cs, ri, ci, key.mode)
     if not tallies:
         return None
     vary_fwd = len(fwd_blocks) > 1
@@ -142,17 +139,54 @@ def heatmap_data(key: ProblemKey, records: list[dict[str, Any]], configs: Config
     return HeatmapData(key, axes[0], axes[1], rows, cols, cells, cs.auto_ms, folded)
 
 
+def _tallies(cs: Configs, ri: int, ci: int, mode: str) -> tuple[dict[tuple[int, int], _Tally], set[tuple[Any, Any]]]:
+    """Each cell's tally (by its row and column tile) and the forward blocks of fwd_bwd records
+    timed in full: the configs timed in full or failed, then those only screened."""
+    tallies: dict[tuple[int, int], _Tally] = {}
+    fwd_blocks: set[tuple[Any, Any]] = set()
+
+    def tally(cid: tuple) -> _Tally | None:
+        r, c = cid[ri], cid[ci]
+        if r.__class__ is not int or c.__class__ is not int:
+            return None
+        t = tallies.get((r, c))
+        if t is None:
+            t = tallies[(r, c)] = _Tally()
+        t.total += 1
+        return t
+
+    for cid, rec in cs.best.items():
+        if (t := tally(cid)) is None:
+            continue
+        if rec is None:
+            t.failed += 1
+            t.pruned += cs.first_failure[cid].get("pruned") is True
+            continue
+        if mode == "fwd_bwd":
+            fwd_blocks.add((rec.get("fwd_block_q"), rec.get("fwd_block_k")))
+        if t.best is None or rec["median_ms"] < t.best["median_ms"]:
+            t.best = rec
+    for cid, rec in cs.screened.items():
+        if (t := tally(cid)) is None:
+            continue
+        t.screened += 1
+        if t.screen is None or rec["median_ms"] < t.screen["median_ms"]:
+            t.screen = rec
+    return tallies, fwd_blocks
+
+
 def _cell(t: _Tally | None, vary_fwd: bool) -> Cell:
     if t is None:
         return Cell("absent")
-    if t.best is None:
+    rec = t.best if t.best is not None else t.screen
+    if rec is None:
         status = "pruned" if t.pruned == t.failed else "failed"
         return Cell(status, n_failed=t.failed, n_total=t.total, n_pruned=t.pruned)
-    rec = t.best
     detail = f"s{rec.get('num_stages')} w{rec.get('num_warps')}"
     if vary_fwd:
         detail = f"f{rec.get('fwd_block_q')}/{rec.get('fwd_block_k')} {detail}"
-    return Cell("ok", float(rec["median_ms"]), detail, t.failed, t.total, t.pruned)
+    status = "ok" if t.best is not None else "screened"
+    return Cell(status, float(rec["median_ms"]), detail, t.failed, t.total, t.pruned, t.screened)
 
 
 def problem_title(key: ProblemKey, with_tag: bool = False) -> str:

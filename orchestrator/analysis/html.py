@@ -26,6 +26,7 @@ from orchestrator.analysis.heatmap import Configs, HeatmapData, configs_of, heat
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
 from orchestrator.analysis.report import (
     LEGEND,
+    REPLAYED_LEGEND,
     ProblemKey,
     ProblemSummary,
     astuple_key,
@@ -131,9 +132,14 @@ def facts(s: ProblemSummary) -> str:
         "failed": "auto failed",
         "absent": "no auto record",
     }[s.auto_status]
+    auto += f" (auto runs <b>{esc(s.auto_label)}</b>)" if s.auto_label else " (auto's config unknown)"
     parts = [best, auto]
     if s.speedup is not None:
         parts.append(f'<b class="{ratio_cls(s.speedup)}">{s.speedup:.2f}x</b> over auto')
+    if s.best_is_auto and s.timing_ratio is not None:
+        parts.append(f"the best is auto's own config: its two timings {s.timing_ratio:.2f}x apart are noise")
+    if s.replayed:
+        parts.append('<b class="warn">replayed, not measured</b>')
     if s.tflops is not None:
         parts.append(f"{s.tflops:.1f} TFLOP/s")
     if s.runner_up_label is not None and s.runner_up_ms is not None:
@@ -278,6 +284,7 @@ def _columns(with_tag: bool, axes: list[str]) -> list[Column]:
         Column("failed", "failed", num=True, desc_first=True),
         Column("pruned", "pruned", num=True, desc_first=True, hint="failed configs the smem model refused"),
         Column("missing", "missing", num=True, desc_first=True, hint="planned configs without a record"),
+        Column("auto_config", "auto config", left=True, hint="the config auto runs there"),
         Column("note", "note", left=True),
     ]
 
@@ -301,6 +308,7 @@ def _rows(views: list[ProblemView], with_tag: bool, axes: list[str]) -> Iterator
             td(s.n_failed),
             td(s.n_pruned),
             td("-") if v.missing is None else td(len(v.missing), cls="warn" if v.missing else ""),
+            td(s.auto_label or "?", cls="l mono"),
             td(s.note, cls="l"),
         ]
         yield cells, fvals
@@ -323,6 +331,7 @@ def legend() -> str:
     return (
         f'<div class="legend"><span>cell colour: time relative to the problem\'s best</span>{scale_svg()}'
         f"<span>{swatch.format('f')} failed</span><span>{swatch.format('p')} pruned (smem model, not run)"
+        f"</span><span>{swatch.format('s')} screened: timed by one screening sample only (halving), never a best"
         "</span><span>- not in the sweep</span></div>"
     )
 
@@ -334,9 +343,10 @@ def report_page(doc: ResultsDoc) -> str:
     axes = axis_columns(v.summary.key for v in views)
     n_err = sum(1 for r in doc.results if not is_success(r))
     counts = {"records": len(doc.results), "without a timing": n_err, "problems": len(views)}
+    replayed = " " + REPLAYED_LEGEND if any(v.summary.replayed for v in views) else ""
     body = [
         f"<h1>tilesweep report: {esc(Path(doc.name).name)}</h1>",
-        f'<p class="sub">{esc(LEGEND)}</p>',
+        f'<p class="sub">{esc(LEGEND)}{esc(replayed)}</p>',
         f"<h2>Provenance</h2>{provenance(doc, counts)}",
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(views, with_tag, axes), len(views))}",
         f"<h2>Problems</h2>{legend()}",

@@ -25,6 +25,7 @@ from typing import Any
 
 from orchestrator.analysis.svg import DEFS, esc
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.replayed import describe
 
 
 @cache
@@ -74,6 +75,7 @@ def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
     env = found if isinstance(found := block.get("env"), dict) else {}
     rows: list[tuple[str, Any]] = [
         ("document", doc.name),
+        ("replayed", describe(doc)),
         ("device", " ".join(str(x) for x in (dev.get("device_kind"), dev.get("backend")) if x) or None),
         ("devices", ", ".join(map(str, dev["devices"])) if isinstance(dev.get("devices"), list) else None),
         ("jax", dev.get("jax") or env.get("jax")),

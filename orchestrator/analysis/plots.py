@@ -8,7 +8,9 @@ The heatmap axes are the two tiles that decide most of the time: block_q x block
 bwd_outer x bwd_inner for fwd_bwd. Each cell is the best median over the remaining axes
 (stages, warps; for fwd_bwd also the forward blocks when they vary), with the winning
 stages/warps written under the time; a cell where every config failed is hatched and
-labelled "failed" (or "pruned": refused by the shared-memory model). The data side is
+labelled "failed" (or "pruned": refused by the shared-memory model); a cell timed by a halving
+sweep's screening sample only is dotted, uncoloured, its screen's time in italics and labelled
+"screened" (a legend under the plot says what that means). The data side is
 ``orchestrator.analysis.heatmap``, shared with the HTML page.
 """
 
@@ -44,6 +46,7 @@ INSTALL_HINT = "plots need matplotlib: pip install 'tilesweep[plots]'"
 SPEEDUP_PAGE = 40  # problems per speedup chart
 _GREEN, _GREY, _RED = "tab:green", "0.6", "tab:red"
 _EVEN_BAND = 0.02  # speedups within 2% of 1 are drawn grey: not a win either way
+SCREENED_LEGEND = "screened: timed by one screening sample only (halving); never a best"
 
 
 def plot_filename(key: ProblemKey, with_tag: bool = False) -> str:
@@ -173,6 +176,9 @@ def _heatmap_figure(mpl: Matplotlib, d: HeatmapData, with_tag: bool) -> Figure:
         fontsize=10,
     )
     _time_colorbar(mpl, fig.colorbar(im, ax=ax))
+    if any(c.status == "screened" for line in d.cells for c in line):
+        mark = mpl.patch(facecolor="0.94", edgecolor="0.45", hatch="..", label=SCREENED_LEGEND)
+        fig.legend(handles=[mark], loc="outside lower center", fontsize=8, frameon=False)
     return fig
 
 
@@ -209,6 +215,8 @@ def _draw_cell(mpl: Matplotlib, ax: Axes, at: tuple[int, int], c: Cell, cmap: Co
         )
         detail = c.detail + (f"\n{c.n_failed}/{c.n_total} failed" if c.n_failed else "")
         ax.text(j, i + 0.25, detail, ha="center", va="center", fontsize=7.5, color=color)
+    elif c.status == "screened" and c.median_ms is not None:
+        _draw_screened_cell(mpl, ax, at, c)
     elif c.status in ("failed", "pruned"):
         _draw_failed_cell(mpl, ax, at, c)
     else:
@@ -239,6 +247,15 @@ def _draw_failed_cell(mpl: Matplotlib, ax: Axes, at: tuple[int, int], c: Cell) -
         color="black",
         bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
     )
+
+
+def _draw_screened_cell(mpl: Matplotlib, ax: Axes, at: tuple[int, int], c: Cell) -> None:
+    """A dotted, uncoloured cell timed by screening samples only: its best screen, in italics."""
+    i, j = at
+    ax.add_patch(mpl.rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.94", edgecolor="0.45", hatch="..", linewidth=0))
+    box = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"}
+    ax.text(j, i - 0.12, f"{c.median_ms:.4g}", ha="center", va="center", fontsize=10, fontstyle="italic", bbox=box)
+    ax.text(j, i + 0.25, f"screened {c.detail}", ha="center", va="center", fontsize=7.5, color="0.25", bbox=box)
 
 
 def _time_colorbar(mpl: Matplotlib, cb: Colorbar) -> None:

@@ -20,6 +20,13 @@ elementwise work are not counted. Modes other than these two get no TFLOP/s.
 A best config is flagged as *within noise* when its q1-q3 range overlaps the runner-up's:
 the sweep has not separated the two, so either is a fair pick.
 
+Each problem names the config ``auto`` ran (``analysis.auto``, the kernel's own rule). Where the
+best forced config is that config, the best and auto are two timings of one kernel: the speedup
+is 1.00 and their ratio is shown as noise in the note, never as a gain.
+
+Replayed records (``store.replayed``) are no measurements: a problem whose best or auto timing
+is replayed says so (``replayed``), and the legend says what that means.
+
 Where the document knows its plan (``coverage``: the one home of planned versus recorded), a
 problem also says how many planned configs have no record (``missing``; a planned problem without
 any record gets a row), and a best chosen while fewer than half the planned configs were timed is
@@ -38,11 +45,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kernels.config import attention_flops
+from orchestrator.analysis.auto import AutoRule, auto_config, auto_rule, same_config
 from orchestrator.analysis.coverage import Coverage, plans_of
 from orchestrator.analysis.scan import INF, ProblemScan, scan
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
 from orchestrator.spec.records import DEFAULT_IMPL, PROBLEM_FIELDS, config_of, problem_key
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.replayed import Replayed, replayed_of
 
 FWD_FLOPS_FORMULA = "4*B*H*S*S*D"
 FLOPS_FORMULAS = {
@@ -57,7 +66,13 @@ CAUSAL_FLOPS_FORMULAS = {
 LEGEND = (
     "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), causal = half "
     "(only the computed lower triangle counts); H = query heads. speedup = auto ms / best ms. noise: best's q1-q3 "
-    "overlaps the runner-up's. screened out: configs a halving sweep timed by one screening sample only (never a best)."
+    "overlaps the runner-up's. screened out: configs a halving sweep timed by one screening sample only (never a "
+    "best). auto config: what auto runs there (kernels.impls' rule at the sweep's shared-memory limit, inferred the "
+    "same way for a document without a tilesweep block; ? where the document names no limit); where the best is "
+    "that config, speedup is 1.00 and the two timings' ratio is noise."
+)
+REPLAYED_LEGEND = (
+    "replayed: times drawn on a virtual clock from another document's records (kernel.impl replay), not measured."
 )
 
 
@@ -127,6 +142,10 @@ class ProblemSummary:
     within_noise: bool
     first_error: str | None  # one failure message, to show what went wrong where all failed
     coverage: Coverage | None = None  # its planned configs and the missing ones (None: no plan known)
+    auto_config: dict[str, Any] | None = None  # what auto ran, as record config fields (None: unknown)
+    auto_config_from: str | None = None  # "spec", "inferred" (no tilesweep block), None: unknown
+    best_is_auto: bool = False  # the best forced config is auto's own: two timings of one kernel
+    replayed: bool = False  # its best or auto timing is replayed, not measured (store.replayed)
 
     @property
     def n_planned(self) -> int | None:
@@ -139,8 +158,23 @@ class ProblemSummary:
         return None if self.coverage is None else len(self.coverage.missing)
 
     @property
+    def auto_label(self) -> str | None:
+        """auto's config as ``config_label`` names it, or None where it is not known."""
+        if self.auto_config is None:
+            return None
+        warps = self.auto_config.get("num_warps")  # None: the implementation's own rule per launch
+        return config_label({**self.auto_config, "num_warps": "(own rule)" if warps is None else warps}, self.key.mode)
+
+    @property
+    def timing_ratio(self) -> float | None:
+        """auto ms / best ms as measured, also where they are one config (then it is noise)."""
+        if self.auto_ms is None or not self.best_ms:
+            return None
+        return self.auto_ms / self.best_ms
+
+    @property
     def note(self) -> str:
-        notes = []
+        notes = ["replayed"] if self.replayed else []
         timed = self.n_configs - self.n_failed  # a best chosen among a minority of the plan:
         if self.n_planned is not None and self.best_ms is not None and 2 * timed < self.n_planned:
             notes.append(f"best of {timed}/{self.n_planned} timed")
@@ -151,6 +185,10 @@ class ProblemSummary:
         notes += [f"{self.n_screened} screened out"] if self.n_screened else []
         if self.within_noise:
             notes.append("noise")
+        if self.best_is_auto:
+            ratio = self.timing_ratio
+            apart = f": its two timings {ratio:.2f}x apart, noise" if ratio is not None else ""
+            notes.append(f"best is auto's config{apart}")
         if self.auto_status == "failed":
             notes.append("auto failed")
         return ", ".join(notes)
@@ -163,6 +201,8 @@ class ProblemSummary:
         if self.coverage is not None:  # a plan is known: how much of it has a record
             out["n_planned"] = self.n_planned
             out["n_missing"] = self.n_missing
+        out["auto_label"] = self.auto_label
+        out["timing_ratio"] = self.timing_ratio
         out["flops_formula"] = (CAUSAL_FLOPS_FORMULAS if self.key.causal else FLOPS_FORMULAS).get(self.key.mode)
         out["note"] = self.note
         return out
@@ -207,7 +247,23 @@ def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
     unrecorded = plans.problems() - scans.keys()
     for problem in sorted(unrecorded, key=lambda k: tuple((v is None, 0 if v is None else v) for v in k)):
         scans[problem] = ProblemScan(problem[5])
-    return [_summary(ProblemKey(*k), sc, plans.coverage(k, sc.recorded())) for k, sc in scans.items()]
+    about = _About(auto_rule(doc), replayed_of(doc))
+    return [_summary(ProblemKey(*k), sc, plans.coverage(k, sc.recorded()), about) for k, sc in scans.items()]
+
+
+@dataclass(frozen=True)
+class _About:
+    """What a document says about all its problems: the rule of its auto configs, and which of
+    its records are replayed."""
+
+    auto: AutoRule
+    replayed: Replayed
+
+    def auto_of(self, key: ProblemKey) -> dict[str, Any] | None:
+        return auto_config(self.auto, mode=key.mode, dtype=key.dtype, head_dim=key.head_dim, seq=key.seq, impl=key.impl)
+
+    def any_replayed(self, *records: dict[str, Any] | None) -> bool:
+        return any(r is not None and self.replayed(r) for r in records)
 
 
 def astuple_key(key: ProblemKey) -> tuple:
@@ -215,21 +271,24 @@ def astuple_key(key: ProblemKey) -> tuple:
     return tuple(getattr(key, f) for f in PROBLEM_FIELDS) + (key.causal, key.kv_heads, key.impl)
 
 
-def _summary(key: ProblemKey, sc: ProblemScan, cover: Coverage | None = None) -> ProblemSummary:
+def _summary(key: ProblemKey, sc: ProblemScan, cover: Coverage | None, about: _About) -> ProblemSummary:
     fields, per_config, auto_ms = sc.fields, sc.per_config, sc.auto_ms
     ok = [r for r in per_config.values() if r is not None]
     n_failed = len(per_config) - len(ok)
     n_pruned = sum(1 for cid in sc.pruned if per_config.get(cid) is None)
     best, runner = _two_fastest(ok)
 
+    auto = about.auto_of(key)
     best_config = best_label = best_ms = q1 = q3 = speedup = tflops = None
+    is_auto = False
     if best is not None:
         best_config = {f: best.get(f) for f in fields}
         best_label = config_label(best_config, key.mode)
         best_ms = float(best["median_ms"])
         q1, q3 = _quartiles(best)
+        is_auto = same_config(best_config, auto)  # two timings of one kernel: no speedup
         if auto_ms is not None and best_ms > 0:
-            speedup = auto_ms / best_ms
+            speedup = 1.0 if is_auto else auto_ms / best_ms
     flops = attention_flops(key.mode, key.batch, key.heads, key.seq, key.head_dim, causal=key.causal)
     if flops is not None and best_ms:
         tflops = flops / (best_ms * 1e-3) / 1e12
@@ -261,6 +320,10 @@ def _summary(key: ProblemKey, sc: ProblemScan, cover: Coverage | None = None) ->
         within_noise=within_noise,
         first_error=sc.first_error if best is None else None,
         coverage=cover,
+        auto_config=auto,
+        auto_config_from=about.auto.source if auto is not None else None,
+        best_is_auto=is_auto,
+        replayed=about.any_replayed(best, sc.auto_rec) or (best is None and about.any_replayed(sc.first_failed)),
     )
 
 
@@ -300,6 +363,7 @@ def _row(s: ProblemSummary, with_tag: bool, axes: list[str], with_missing: bool 
         fmt_ms(s.best_ms),
         q,
         fmt_ms(s.auto_ms),
+        s.auto_label or "?",
         fmt_ratio(s.speedup),
         "-" if s.tflops is None else f"{s.tflops:.1f}",
         str(s.n_configs),
@@ -311,8 +375,8 @@ def _row(s: ProblemSummary, with_tag: bool, axes: list[str], with_missing: bool 
 
 
 _HEADER = ["dtype", "D", "seq", "B", "H", "mode"]
-_HEADER_TAIL = ["best", "ms", "q1-q3 ms", "auto ms", "speedup", "TFLOP/s", "configs", "failed", "note"]
-_LEFT = {"dtype", "mode", "tag", "best", "note", "causal", "impl"}
+_HEADER_TAIL = ["best", "ms", "q1-q3 ms", "auto ms", "auto config", "speedup", "TFLOP/s", "configs", "failed", "note"]
+_LEFT = {"dtype", "mode", "tag", "best", "auto config", "note", "causal", "impl"}
 
 
 def format_table(summaries: list[ProblemSummary], style: str = "text", *, legend: bool = True) -> str:
@@ -325,7 +389,8 @@ def format_table(summaries: list[ProblemSummary], style: str = "text", *, legend
     tail = _HEADER_TAIL[:-1] + ["missing", "note"] if with_missing else _HEADER_TAIL
     header = _HEADER[:5] + axes + _HEADER[5:] + (["tag"] if with_tag else []) + tail
     rows = [_row(s, with_tag, axes, with_missing) for s in summaries]
-    return render(header, rows, style, left=_LEFT, legend=LEGEND if legend else None)
+    text = LEGEND + (" " + REPLAYED_LEGEND if any(s.replayed for s in summaries) else "")
+    return render(header, rows, style, left=_LEFT, legend=text if legend else None)
 
 
 def to_json(summaries: list[ProblemSummary]) -> list[dict[str, Any]]:

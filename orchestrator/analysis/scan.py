@@ -31,24 +31,38 @@ def is_success(record: dict[str, Any]) -> bool:
 class ProblemScan:
     """What one pass over a problem's records keeps: the auto time, the best record per config."""
 
-    __slots__ = ("fields", "cid", "auto_ms", "auto_seen", "per_config", "pruned", "screened", "first_error")
+    __slots__ = (
+        "fields",
+        "cid",
+        "auto_ms",
+        "auto_rec",
+        "auto_seen",
+        "per_config",
+        "pruned",
+        "screened",
+        "first_error",
+        "first_failed",
+    )
 
     def __init__(self, mode: str) -> None:
         self.fields = config_fields(mode)
         self.cid = itemgetter(*self.fields)
         self.auto_ms: float | None = None
+        self.auto_rec: dict[str, Any] | None = None  # the record of ``auto_ms``
         self.auto_seen = False
         # config identity -> best successful record of that config (None: only failures)
         self.per_config: dict[Any, dict[str, Any] | None] = {}
         self.pruned: set[Any] = set()
         self.screened: set[Any] = set()  # configs with a screened record (a candidate only if timed in full too)
         self.first_error: str | None = None
+        self.first_failed: dict[str, Any] | None = None  # the record of ``first_error``
 
-    def add_auto(self, median_ms: float | None) -> None:
+    def add_auto(self, median_ms: float | None, rec: dict[str, Any]) -> None:
         """An auto record, with its median where it is a measurement (None where it is not)."""
         self.auto_seen = True
         if median_ms is not None and (self.auto_ms is None or median_ms < self.auto_ms):
             self.auto_ms = float(median_ms)
+            self.auto_rec = rec
 
     def recorded(self) -> set[Any]:
         """The forced configs with any record: timed, failed or screened."""
@@ -72,7 +86,7 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], ProblemSca
         m = rec.get("median_ms")
         ok = (m.__class__ is float or m.__class__ is int) and -INF < m < INF and "error" not in rec
         if rec["config"] == "auto":
-            sc.add_auto(m if ok else None)
+            sc.add_auto(m if ok else None, rec)
             continue
         try:
             cid = sc.cid(rec)
@@ -92,4 +106,5 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], ProblemSca
                 sc.pruned.add(cid)
             if sc.first_error is None:
                 sc.first_error = str(rec.get("error", "no timing recorded"))
+                sc.first_failed = rec
     return scans

@@ -11,6 +11,8 @@ The cell colour says how much slower a cell is than the problem's best cell, on 
 that saturates at ``SATURATE``x, so one colour means the same in every heatmap of the page
 (the PNG plots colour each heatmap by its own range instead). Failed cells are hatched and
 labelled, pruned ones (refused by the shared-memory model, never run) hatched the other way,
+cells timed by a halving sweep's screening sample only are dotted with their screen's time in
+italics and the word "screened" (a screen is never a measurement: uncoloured, never the best),
 and cells with no record are left blank with a dash; the best cell has a red outline.
 
 Every text that comes from a document goes through ``esc``: tile sizes are ints, but a
@@ -37,6 +39,8 @@ DEFS = (
     '<rect width="6" height="6" fill="#e6e6e6"/><rect width="2" height="6" fill="#b04040"/></pattern>'
     '<pattern id="hp" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)">'
     '<rect width="6" height="6" fill="#eeeeee"/><rect width="2" height="6" fill="#9a9a9a"/></pattern>'
+    '<pattern id="hs" width="5" height="5" patternUnits="userSpaceOnUse">'
+    '<rect width="5" height="5" fill="#f4f4f4"/><circle cx="2.5" cy="2.5" r="0.9" fill="#8a8a8a"/></pattern>'
     "</defs></svg>"
 )
 
@@ -90,6 +94,14 @@ def heatmap_svg(d: HeatmapData) -> str:
                 rects.append(f"<rect x='{x}' y='{y}' width='{cw}' height='{ch}' fill='{fill}'/>")
                 values.append(f"<text x='{x + mid}' y='{y + 14}'{ink}>{c.median_ms:.4g}</text>")
                 details.append(f"<text x='{x + mid}' y='{y + 27}'{ink}>{esc(c.detail)}</text>")
+            elif c.status == "screened" and c.median_ms is not None:
+                rects.append(
+                    f"<rect x='{x}' y='{y}' width='{cw}' height='{ch}' fill='url(#hs)' stroke='#8a8a8a' "
+                    "stroke-dasharray='3 2'/>"
+                )
+                screen = f"{c.median_ms:.4g}"
+                values.append(f"<text x='{x + mid}' y='{y + 14}' font-style='italic' font-weight='400'>{screen}</text>")
+                details.append(f"<text x='{x + mid}' y='{y + 27}'>screened</text>")
             elif c.status in ("failed", "pruned"):
                 rects.append(f"<rect x='{x}' y='{y}' width='{cw}' height='{ch}' fill='url(#h{c.status[0]})'/>")
                 marks.append(f"<text x='{x + mid}' y='{y + 20}'>{c.status}</text>")

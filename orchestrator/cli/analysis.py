@@ -81,6 +81,12 @@ def _add_export(subparsers: Subparsers) -> None:
     p.add_argument(
         "--keep-slower", action="store_true", help="export the best forced config even where auto was faster"
     )
+    p.add_argument(
+        "--include-replays",
+        action="store_true",
+        help="also take replayed records (a replay's, on a virtual clock) where no measured record "
+        "has their identity; their entries say replayed (default: left out)",
+    )
     p.set_defaults(func=cmd_export)
 
 
@@ -143,29 +149,44 @@ def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: b
 def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.analysis import export
     from orchestrator.store import document as results_doc
+    from orchestrator.store.replayed import count_replayed
 
     docs = [results_doc.load(path) for path in args.results]
     doc = docs[0]
-    if len(docs) > 1 or args.device is not None:
-        from orchestrator.analysis.combine import combine, describe
-
-        doc, combined = combine(docs, args.device)
-        print(describe(combined, len(docs)))
-        if not combined.kept:
-            raise TilesweepError(
-                f"no record of device {combined.device_kind!r} in {', '.join(args.results)}; "
-                "pass --device with a kind they hold"
-            )
+    if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
+        doc = _combined(docs, args)
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
     try:
         export.write_atomic(args.out, table)
     except OSError as exc:
         raise TilesweepError(f"{args.out}: cannot write the tuned table ({exc.strerror or exc})") from None
+    replayed = f", {summary.replayed} of them replayed, not measured" if summary.replayed else ""
     print(
         f"wrote {args.out}: {summary.entries} entries ({summary.tuned} tuned, "
-        f"{summary.use_auto} use auto), {summary.skipped} problem(s) with no timing skipped"
+        f"{summary.use_auto} use auto{replayed}), {summary.skipped} problem(s) with no timing skipped"
     )
     return 0
+
+
+def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:
+    """The documents as one (``analysis.combine``), with the line that says what was dropped; a
+    refusal where nothing is left to export."""
+    from orchestrator.analysis.combine import combine, describe
+
+    doc, combined = combine(docs, args.device, include_replays=args.include_replays)
+    if not combined.kept and combined.replayed_left:
+        raise TilesweepError(
+            f"every record of device {combined.device_kind!r} in {', '.join(args.results)} is replayed (a replay's "
+            "times, drawn on a virtual clock, not measured); export measured documents, or pass --include-replays "
+            "to export the replayed ones anyway (their entries then say replayed)"
+        )
+    if not combined.kept:
+        raise TilesweepError(
+            f"no record of device {combined.device_kind!r} in {', '.join(args.results)}; "
+            "pass --device with a kind they hold"
+        )
+    print(describe(combined, len(docs)))
+    return doc
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

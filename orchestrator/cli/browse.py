@@ -33,7 +33,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             state = f"incomplete, {len(st.ended_unfinished())} units to resume"
         counts = ", ".join(f"{n} {s}" for s, n in st.counts().items())
         gpu = f"  {st.gpu_hours:.2f} GPU-h" if st.gpu_hours is not None else ""
-        print(f"{str(x.path):<{width}}  {st.done:>6}/{st.planned:<6} items  {state:<12}  units: {counts}{gpu}")
+        replay = "  replayed, not measured" if st.replay_of else ""
+        line = f"{str(x.path):<{width}}  {st.done:>6}/{st.planned:<6} items  {state:<12}  units: {counts}{gpu}{replay}"
+        print(line)
     return 0
 
 

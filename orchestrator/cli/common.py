@@ -111,7 +111,7 @@ REUSE_HELP = (
 
 
 def add_reuse_args(p: argparse.ArgumentParser) -> None:
-    """``--reuse``, ``--remeasure`` and ``--reuse-errors`` of the commands that plan."""
+    """``--reuse``, ``--remeasure``, ``--reuse-errors`` and ``--include-replays`` of the commands that plan."""
     p.add_argument("--reuse", nargs="+", action="extend", default=[], metavar="RESULTS.json", help=REUSE_HELP)
     p.add_argument(
         "--remeasure",
@@ -124,13 +124,24 @@ def add_reuse_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="reuse error records too (default: a config that failed is measured again)",
     )
+    p.add_argument(
+        "--include-replays",
+        action="store_true",
+        help="a measured sweep reuses replayed records too (a replay's, drawn on a virtual clock; "
+        "carried with timer virtual); default: never",
+    )
 
 
 def reuse_request(args: argparse.Namespace) -> ReuseRequest:
     """The command line's ``ReuseRequest``."""
     from orchestrator.control.reuseplan import ReuseRequest
 
-    return ReuseRequest(documents=list(args.reuse), remeasure=args.remeasure, errors=args.reuse_errors)
+    return ReuseRequest(
+        documents=list(args.reuse),
+        remeasure=args.remeasure,
+        errors=args.reuse_errors,
+        replays=args.include_replays,
+    )
 
 
 _NOT_REUSED = (
@@ -141,6 +152,7 @@ _NOT_REUSED = (
     ("errors_left", "errors, measured again (--reuse-errors reuses them)"),
     ("screened_left", "screened only (this sweep times in full)"),
     ("damaged", "damaged"),
+    ("replayed", "replayed, not measured (--include-replays reuses them)"),
     ("superseded", "superseded by a better record of the same item"),
 )
 
@@ -151,7 +163,9 @@ def reuse_lines(summary: dict[str, Any] | None) -> list[str]:
         return []
     sources = summary["sources"]
     where = ", ".join(f"{s['reused']} from {s['path']}" for s in sources if s["reused"]) or "none"
-    lines = [f"reused {summary['reused']} items measured before (not measured again): {where}"]
+    replayed = sum(s.get("replayed_reused", 0) for s in sources)
+    also = f"; {replayed} of them replayed, not measured" if replayed else ""
+    lines = [f"reused {summary['reused']} items measured before (not measured again{also}): {where}"]
     for s in sources:
         dev = f" ({s['device_kind']!r})" if s.get("device_kind") else ""
         parts = [f"{s[k]} {text.format(dev=dev)}" for k, text in _NOT_REUSED if s.get(k)]

@@ -162,10 +162,10 @@ def _run_here(
 
 def _warn_kept_plan(sd: SweepDir, n_units: int, args: argparse.Namespace) -> None:
     """A reopened sweep directory keeps its plan: say which options of this run it ignores."""
-    if args.reuse or args.remeasure or args.reuse_errors:
+    if args.reuse or args.remeasure or args.reuse_errors or args.include_replays:
         warn(
-            f"note: {sd.root} keeps the plan it was made with; --reuse, --remeasure and --reuse-errors apply "
-            "when a sweep directory is planned (use a new --sweep-dir)"
+            f"note: {sd.root} keeps the plan it was made with; --reuse, --remeasure, --reuse-errors and "
+            "--include-replays apply when a sweep directory is planned (use a new --sweep-dir)"
         )
     if args.units and args.units != n_units:
         warn(f"note: {sd.root} keeps the {n_units} units it was planned with; --units applies to a new sweep directory")

@@ -38,6 +38,7 @@ class ReuseRequest:
     documents: list[str] = field(default_factory=list)  # --reuse
     remeasure: str | None = None  # --remeasure all|errors
     errors: bool = False  # --reuse-errors
+    replays: bool = False  # --include-replays: a measured sweep reuses replayed records too
 
 
 @dataclass
@@ -102,7 +103,16 @@ def plan_with_reuse(
     sources = load_sources(output, request.documents, spec.reuse.documents)
     env, env_from = target_env(spec, root, sources, kind or spec.executor.kind)
     errors = (spec.reuse.errors or request.errors) and request.remeasure != "errors"
-    found = find_reuse(spec, items, sources, env, env_from, errors=errors, records=request.remeasure != "all")
+    found = find_reuse(
+        spec,
+        items,
+        sources,
+        env,
+        env_from,
+        errors=errors,
+        records=request.remeasure != "all",
+        replays=spec.reuse.replays or request.replays,
+    )
     del sources  # their key indexes and heads: not held while the rest is sharded
     table = _combined(costs, found.costs)
     todo = [it for it in items if it.index not in found.records] if found.records else items

@@ -67,6 +67,7 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
         first_submitted=hist.first_submitted,
         halving=sd.spec.timing.strategy == "halving",
         round2=read_round2(sd),
+        replay_of=sd.spec.replay.source if sd.spec.replay is not None else None,
     )
     st.round2_deferred = hist.round2_deferred if st.round2_pending else None
     mtimes, notes = _progress(sd, st, hist)

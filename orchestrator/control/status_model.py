@@ -68,6 +68,7 @@ class SweepStatus:
     halving: bool = False  # timing.strategy: halving (two rounds)
     round2: dict[str, Any] | None = None  # round2.json once round 2 is planned
     round2_deferred: str | None = None  # why the merge job could not submit round 2
+    replay_of: str | None = None  # a replay (kernel.impl replay): the document it answers from
 
     def done_of(self, round_: int, cap: int) -> int:
         """Records done by the units of one round (at most ``cap``), retry units aside."""
@@ -144,6 +145,7 @@ class SweepStatus:
             "eta_s": None if eta is None else round(eta, 1),
             "scheduler": self.scheduler,
             "gpu_hours": self.gpu_hours,
+            "replay_of": self.replay_of,
             "merge_jobs": self.merge_jobs,
             "units": [dict(u.__dict__) for u in self.units],
         }

@@ -16,6 +16,7 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in st.counts().items())
     lines = [
         _head_line(st),
+        *([replay_line(st.replay_of)] if st.replay_of else []),
         *_rounds_lines(st),
         f"units: {len(st.units)} ({counts})" + (f"; {st.scheduler}" if st.scheduler else ""),
     ]
@@ -46,6 +47,11 @@ def _head_line(st: SweepStatus) -> str:
         f"{st.sweep_dir}: {st.done}/{st.total} {'records' if st.halving else 'items'} done "
         f"({st.errors} error records), {state}" + (f", ETA ~{format_duration(eta)}" if eta is not None else "")
     )
+
+
+def replay_line(source: str) -> str:
+    """What a replay's records are: no measurement, draws from its source's."""
+    return f"replayed from {source}: its records' times are drawn on a virtual clock, not measured"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from orchestrator import PROG
 from orchestrator.control import dispatch
 from orchestrator.control.arrays import SubmitOutcome, per_array, submit_with_merge
 from orchestrator.control.reuseplan import ReuseRequest
+from orchestrator.control.rounds import after_merge as after_merge  # merge jobs of 0.1.0 pickled it as submit's
 from orchestrator.control.rounds import merge_hook
 from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_jobs, sweep_lock, unfinished_units

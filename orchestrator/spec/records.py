@@ -352,6 +352,13 @@ def kernel_kwargs(mode: str, config: Mapping[str, Any] | Sequence[Any]) -> dict[
     return {renamed.get(n, n): int(v) for n, v in zip(names, values, strict=True)}
 
 
+def record_config(mode: str, kernel: Mapping[str, Any]) -> dict[str, Any]:
+    """A kernel config (``AttentionConfig`` fields, as ``dataclasses.asdict`` gives them) as a
+    forced record of ``mode`` names its config fields: ``kernel_kwargs`` the other way round."""
+    renamed = {"fwd_block_q": "block_q", "fwd_block_k": "block_k"}
+    return {n: kernel[renamed.get(n, n)] for n in config_fields(mode)}
+
+
 # ---------------------------------------------------------------------------- error kinds
 
 # What the worker records for a config it gives up on after ``executor.max_config_attempts``

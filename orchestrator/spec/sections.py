@@ -294,3 +294,8 @@ class ReuseSettings(SpecModel):
         "document (a relative path is taken from the working directory)",
     )
     errors: bool = Field(default=False, description="reuse error records too (default: measured again)")
+    replays: bool = Field(
+        default=False,
+        description="a measured sweep reuses replayed records too (a replay's, drawn on a virtual clock; "
+        "carried with timer virtual); default: never, a replay is not a measurement",
+    )

@@ -20,7 +20,9 @@ reference-run document, another tool) has no known settings and is not reused; s
 still gives its costs to the cost model.
 
 How a source document is read (through its key index, else batch by batch), ``reuse_sources``
-says; where carried records live in the sweep directory, ``carried``.
+says. What a sweep accepts and why it refuses a record (another device, jax or measurement; a
+replayed record in a measured sweep) is ``reuse_accept``'s. Where carried records live in the
+sweep directory, ``carried`` says.
 """
 
 from __future__ import annotations
@@ -31,16 +33,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.errors import ResultsError
-from orchestrator.planning import RUN, WorkItem
+from orchestrator.planning import WorkItem
 from orchestrator.planning.costs import CostTable, measured_cost
-from orchestrator.planning.halving import HALVING
-from orchestrator.spec.compat import env_differences, env_fingerprint, measurement_differences, measurement_key
+from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import head_getter, key_getter, key_head
+from orchestrator.spec.records import head_getter, key_getter
 from orchestrator.store.compact import CompactRecord
 from orchestrator.store.document import ResultsDoc, paused_gc
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 from orchestrator.store.provenance import TilesweepBlock, attempts_of, blocks, own_block
+from orchestrator.store.replayed import VIRTUAL, replayed_of
+from orchestrator.store.reuse_accept import REFUSALS, SourceCount, Wanted, judge_block, other_device, say, wanted
 from orchestrator.store.reuse_sources import Source, indexed_records
 
 log = logging.getLogger(__name__)
@@ -49,27 +52,6 @@ _STRIP = ("unit", "attempt", "reused_from", "device")
 
 # The records chosen for items, by plan index: (the record, held compactly; its source's path)
 Chosen = dict[int, tuple[Mapping[str, Any], str]]
-
-
-@dataclass
-class SourceCount:
-    """What one source document gave, and why the rest of its records of this plan were not taken."""
-
-    path: str
-    role: str  # "output", "--reuse" or "reuse.documents"
-    records: int = 0  # records of this plan's items that can be measured (the rest is not counted)
-    reused: int = 0
-    errors: int = 0  # of the reused, error records
-    other_device: int = 0
-    other_env: int = 0  # jax or jaxlib differ
-    other_measurement: int = 0
-    unknown: int = 0  # no tilesweep block says how they were measured
-    errors_left: int = 0  # error records, measured again (reuse errors not asked)
-    screened_left: int = 0  # screened records a full sweep cannot use
-    damaged: int = 0
-    superseded: int = 0  # compatible, but another record of the item was preferred
-    device_kind: Any = None
-    why: list[str] = field(default_factory=list)  # one line per kind of refusal
 
 
 @dataclass
@@ -117,45 +99,6 @@ def _blocks(doc: ResultsDoc) -> tuple[dict[str, TilesweepBlock], TilesweepBlock 
 # ---------------------------------------------------------------------------- choosing
 
 
-@dataclass
-class _Want:
-    """What this sweep accepts: its items by id and, where a source is matched by key
-    (``reuse_sources``), by ``record_key``; whether records are reused at all (costs are taken
-    either way), its environment and measurement keys."""
-
-    by_id: dict[str, WorkItem]
-    items: dict[tuple[Any, ...], WorkItem]
-    reuse: bool
-    env: dict[str, Any]
-    full: tuple[Any, ...]
-    screen: tuple[Any, ...] | None  # halving: the key of a screen; None in a full sweep
-    errors: bool
-    mix_devices: bool
-    tag: str = ""  # the plan's
-    priced: dict[int, tuple[dict[str, Any], tuple[int, int], WorkItem]] = field(default_factory=dict)  # by item
-    heads: set[tuple[Any, ...]] = field(default_factory=set)  # ``records.key_head`` of every item's key
-
-
-def _want(
-    spec: SweepSpec, items: list[WorkItem], env: dict[str, Any] | None, errors: bool, reuse: bool, keyed: bool
-) -> _Want:
-    dumped = spec.model_dump(mode="json")
-    runs = [it for it in items if it.kind == RUN]
-    want = _Want(
-        {it.id: it for it in runs},
-        {it.record_key(): it for it in runs} if keyed else {},
-        reuse and env is not None,
-        env or {},
-        measurement_key(dumped, False, (env or {}).get("backend")),
-        measurement_key(dumped, True, (env or {}).get("backend")) if spec.timing.strategy == HALVING else None,
-        errors,
-        spec.merge.mix_devices,
-        spec.tag,
-    )
-    want.heads = {key_head(key) for key in want.items}
-    return want
-
-
 def _candidates(batch: list[dict[str, Any]], heads: set[tuple[Any, ...]], head: Any) -> list[dict[str, Any]]:
     """The records of ``batch`` whose problem and config kind the plan has, set aside at C speed
     (``records.head_getter``); a batch with an unhashable identity value is given whole."""
@@ -165,48 +108,12 @@ def _candidates(batch: list[dict[str, Any]], heads: set[tuple[Any, ...]], head: 
         return batch
 
 
-def _judge_block(
-    block: TilesweepBlock | None, doc_env: dict[str, Any] | None, want: _Want, screened: bool, count: SourceCount
-) -> str | None:
-    """Which counter a record measured by ``block`` falls in, or None when it is compatible."""
-    if block is None:
-        return "unknown"
-    block_env = block.get("env")
-    env = env_fingerprint(block_env) if isinstance(block_env, dict) else doc_env or {}
-    spec = block.get("spec")
-    dumped: dict[str, Any] = spec if isinstance(spec, dict) else {}
-    if not want.mix_devices and _other_device(env.get("device_kind"), want):
-        count.device_kind = env.get("device_kind")
-        return "other_device"
-    diff = env_differences(env, want.env, ignore_device=True)
-    if diff:
-        _say(count, f"another environment ({', '.join(diff)})")
-        return "other_env"
-    mine = want.screen if screened else want.full
-    if mine is None:  # a screen, and this sweep times in full
-        return "screened_left"
-    key = measurement_key(dumped, screened, env.get("backend"))
-    if key != mine:
-        _say(count, f"measured with other settings: {', '.join(measurement_differences(key, mine))}")
-        return "other_measurement"
-    return None
-
-
-def _other_device(kind: Any, want: _Want) -> bool:
-    return kind is not None and want.env.get("device_kind") is not None and kind != want.env["device_kind"]
-
-
-def _say(count: SourceCount, text: str) -> None:
-    if text not in count.why and len(count.why) < 3:
-        count.why.append(text)
-
-
 def _rank(rec: Mapping[str, Any]) -> int:
     """Of two compatible records of an item, the higher rank wins (ties: the earlier source)."""
     return (0 if rec.get("screened") else 2) + (0 if "error" in rec else 1)
 
 
-def _matches(src: Source, want: _Want) -> Iterator[tuple[dict[str, Any], WorkItem]]:
+def _matches(src: Source, want: Wanted) -> Iterator[tuple[dict[str, Any], WorkItem]]:
     """(record, item) for each record of ``doc`` with the identity of an item of the plan, tag
     included; the first record of each item's identity less the tag goes to ``want.priced`` with
     the document's timing, for the cost model (costs do not depend on a tag; priced only for the
@@ -241,7 +148,7 @@ def _matches(src: Source, want: _Want) -> Iterator[tuple[dict[str, Any], WorkIte
                 yield rec, it
 
 
-def _scan(src: Source, count: SourceCount, want: _Want, chosen: Chosen) -> None:
+def _scan(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None:
     """Offer every record of ``src`` that has an item of this plan (a hot loop: half a million
     matched records at the scale of ``bench/reuse``). A record taken is the source's own dict
     (read for this scan alone), stripped of its place in the source and given its provenance."""
@@ -249,22 +156,25 @@ def _scan(src: Source, count: SourceCount, want: _Want, chosen: Chosen) -> None:
     doc_env = document_env(src.doc) or {}
     doc_kind = doc_env.get("device_kind")
     my_kind = want.env.get("device_kind")
-    verdicts: dict[tuple[int, bool], str | None] = {}
+    verdicts: dict[tuple[int, bool, bool], str | None] = {}
+    rule = replayed_of(src.doc)
+    by_unit = rule.possible  # else only a record's own timer says it is replayed
     for rec, it in _matches(src, want):
         if not want.reuse:
             continue
         count.records += 1
         unit = rec.get("unit")
         screened = rec.get("screened") is True
+        replayed = rec.get("timer") == VIRTUAL or (by_unit and rule(rec))
         block = None if unit is None else units.get(unit, own)
-        vkey = (id(block), screened)
+        vkey = (id(block), screened, replayed)
         why = (
             verdicts[vkey]
             if vkey in verdicts
-            else verdicts.setdefault(vkey, _judge_block(block, doc_env, want, screened, count))
+            else verdicts.setdefault(vkey, judge_block(block, doc_env, want, screened, replayed, count))
         )
         kind = rec.get("device", doc_kind)
-        if why is None and kind != doc_kind and not want.mix_devices and _other_device(kind, want):
+        if why is None and kind != doc_kind and not want.mix_devices and other_device(kind, want):
             why = "other_device"  # carried into a document of mixed devices
             count.device_kind = kind
         if why is None and "error" in rec and not want.errors:
@@ -274,17 +184,19 @@ def _scan(src: Source, count: SourceCount, want: _Want, chosen: Chosen) -> None:
             attempt = body.pop("attempt", None)
             for k in _STRIP:
                 body.pop(k, None)
+            if want.marks_replayed(replayed):  # carried into a measured sweep: the record says it
+                body.setdefault("timer", VIRTUAL)
             bad, order = check_layout(body)  # the identity matched the item's with the types the layout checks
             if bad is not None:
                 why = "damaged"
-                _say(count, f"damaged records (first: {bad})")
+                say(count, f"damaged records (first: {bad})")
             elif order is not None:
                 body = {k: body[k] for k in order}
         if why is not None:
             setattr(count, why, getattr(count, why) + 1)
             continue
         # provenance: the document, and the unit and attempt that measured the record there
-        body["reused_from"] = f"{count.path} unit {unit} attempt {attempt}"
+        body["reused_from"] = f"{count.path} unit {unit} attempt {attempt}" + (" (replayed)" if replayed else "")
         prev = chosen.get(it.index)
         if prev is not None and _rank(prev[0]) >= _rank(body):
             continue  # counted as superseded by find_reuse
@@ -294,7 +206,7 @@ def _scan(src: Source, count: SourceCount, want: _Want, chosen: Chosen) -> None:
         chosen[it.index] = (CompactRecord(body), count.path)
 
 
-def _scan_source(src: Source, count: SourceCount, want: _Want, chosen: Chosen) -> None:
+def _scan_source(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None:
     """``_scan``; a damaged record in the output document (read in batches, so found only now)
     ends its scan with a warning, as a damaged head does (``load_sources``): the merger judges it."""
     try:
@@ -314,14 +226,16 @@ def find_reuse(
     *,
     errors: bool,
     records: bool = True,
+    replays: bool = False,
 ) -> Found:
     """Which items of ``items`` the ``sources`` hold a compatible record of (``records`` false:
-    none, as ``--remeasure all`` asks), and the sources' measured costs of the plan's items."""
+    none, as ``--remeasure all`` asks; ``replays``: a measured sweep takes replayed records too),
+    and the sources' measured costs of the plan's items."""
     found = Found(env=env, env_from=env_from)
     if not sources:
         return found
     keyed = not all(src.keyed_by_id(spec.tag) for src in sources)
-    want = _want(spec, items, env, errors, records, keyed)
+    want = wanted(spec, items, env, errors=errors, reuse=records, replays=replays, keyed=keyed)
     chosen: Chosen = {}
     with paused_gc():
         for src in sources:
@@ -335,14 +249,15 @@ def find_reuse(
         c = by_source[source]
         c.reused += 1
         c.errors += "error" in body
+        c.replayed_reused += body.get("timer") == VIRTUAL
     for c in found.sources:
-        c.superseded = c.records - c.reused - sum(getattr(c, k) for k in _REFUSALS)
+        c.superseded = c.records - c.reused - sum(getattr(c, k) for k in REFUSALS)
     found.costs = _costs(want, chosen, ", ".join(s.path for s in sources))
     _warn(found)
     return found
 
 
-def _costs(want: _Want, chosen: dict[int, Any], source: str) -> CostTable | None:
+def _costs(want: Wanted, chosen: dict[int, Any], source: str) -> CostTable | None:
     """Measured seconds of the items left to measure, from the first record of each (``--costs``'
     rule, ``planning.costs.measured_cost``)."""
     costs: dict[tuple[Any, ...], float] = {}
@@ -352,9 +267,6 @@ def _costs(want: _Want, chosen: dict[int, Any], source: str) -> CostTable | None
             if cost is not None:
                 costs[it.record_key()] = cost
     return CostTable(costs, source=source) if costs else None
-
-
-_REFUSALS = ("other_device", "other_env", "other_measurement", "unknown", "errors_left", "screened_left", "damaged")
 
 
 def _warn(found: Found) -> None:

@@ -1,0 +1,79 @@
+"""What a problem's ``auto`` record ran: the config, named as a forced record names its fields.
+
+The rule is the kernel's, and lives there once: each implementation's ``auto``
+(``kernels.impls``; ours is ``kernels.config.auto_config``), which needs the problem's shape and
+the shared-memory limit the sweep ran under. A document tilesweep wrote holds its spec in its
+tilesweep block, so its auto config is what its workers ran. The reference run's document has no
+block; its config block names the limit, and its auto is inferred the same way (``auto_config``
+was modelled on what that run's auto measured like). A document that names no limit, or a
+kernel implementation this tilesweep does not know, has no known auto config: ``None``, which
+the report shows as unknown.
+
+Knowing it matters where the best forced config is auto's own: the two records are two timings
+of one kernel, their ratio is noise, not a speedup (``report`` says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kernels import impls
+from orchestrator.spec.records import record_config
+from orchestrator.store.document import ResultsDoc
+from orchestrator.store.provenance import own_block
+
+log = logging.getLogger(__name__)
+
+LIMIT = "smem_limit_bytes"
+
+
+@dataclass(frozen=True)
+class AutoRule:
+    """Where a document's auto configs come from: the shared-memory limit its sweep ran under."""
+
+    known: bool  # the document names the limit (None is a limit too: none)
+    smem_limit_bytes: int | None
+    inferred: bool  # read from the config block of a document without a tilesweep block
+
+    @property
+    def source(self) -> str | None:
+        """How the auto configs were found: "spec", "inferred", or None where unknown."""
+        return None if not self.known else "inferred" if self.inferred else "spec"
+
+
+def auto_rule(doc: ResultsDoc) -> AutoRule:
+    """The document's limit: its tilesweep block's spec, else its config block (inferred)."""
+    block = own_block(doc.extra.get("tilesweep"))
+    spec = block.get("spec") if block is not None else None
+    for where, inferred in ((spec, False), (doc.config, block is None)):
+        if isinstance(where, Mapping) and LIMIT in where:
+            limit = where[LIMIT]
+            if limit is None or (isinstance(limit, int) and not isinstance(limit, bool)):
+                return AutoRule(True, limit, inferred)
+    return AutoRule(False, None, False)
+
+
+def auto_config(
+    rule: AutoRule, *, mode: str, dtype: str, head_dim: int, seq: int, impl: str | None
+) -> dict[str, Any] | None:
+    """The config the problem's auto ran, as record config fields (``num_warps`` None: the
+    implementation's own rule per launch), or None where it cannot be known."""
+    if not rule.known:
+        return None
+    try:
+        kernel = impls.get(impl or impls.DEFAULT_IMPL).auto(
+            mode=mode, dtype=dtype, head_dim=head_dim, seq=seq, smem_limit_bytes=rule.smem_limit_bytes
+        )
+        return record_config(mode, dataclasses.asdict(kernel))
+    except (ValueError, KeyError, TypeError) as exc:  # an unknown kernel, mode or shape, or no config fits
+        log.debug("no auto config for %s %s d%s s%s: %s", mode, dtype, head_dim, seq, exc)
+        return None
+
+
+def same_config(best: Mapping[str, Any] | None, auto: Mapping[str, Any] | None) -> bool:
+    """Whether a best forced config is the auto config (every field equal; an unknown is never equal)."""
+    return best is not None and auto is not None and all(best.get(k) == v for k, v in auto.items())

@@ -1,0 +1,109 @@
+"""The report names the config ``auto`` ran (the kernel's own rule, ``kernels.impls``), and where
+the best forced config is that config it says so: speedup 1.00, the two timings' ratio noise,
+never a gain. Through the CLI, on the reference run's excerpt (no tilesweep block: auto's config
+is inferred from its config block) and on documents tilesweep wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kernels.config import auto_config
+from tests.conftest import SAMPLE, run_cli
+
+AUTO_FWD = "bq128 bk128 s2 w4"  # what auto runs for bf16 d64 s2048 fwd at the H100 limit
+
+
+def _best_is_auto(tmp_path: Path) -> Path:
+    """The excerpt with its bf16 d64 fwd problem changed: its forced ``bq128 bk128 s2 w4`` (auto's
+    own config) is the fastest at 1.0 ms, auto itself timed at 1.49 ms."""
+    doc = json.loads(SAMPLE.read_text())
+    for rec in doc["results"]:
+        if (rec["dtype"], rec["head_dim"], rec["mode"]) != ("bfloat16", 64, "fwd") or "error" in rec:
+            continue
+        if rec["config"] == "auto":
+            ms = 1.49
+        elif (rec["block_q"], rec["block_k"], rec["num_stages"], rec["num_warps"]) == (128, 128, 2, 4):
+            ms = 1.0
+        else:
+            ms = 2.0 + rec["median_ms"]
+        rec.update(median_ms=ms, q1_ms=ms * 0.99, q3_ms=ms * 1.01)
+    path = tmp_path / "best-is-auto.json"
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def _row(rows: list[dict[str, Any]], dtype: str, mode: str) -> dict[str, Any]:
+    return next(r for r in rows if (r["dtype"], r["mode"]) == (dtype, mode))
+
+
+def test_the_best_that_is_autos_own_config_is_no_speedup(tmp_path: Path) -> None:
+    doc = _best_is_auto(tmp_path)
+    rows = json.loads(run_cli("report", str(doc), "--json").stdout)
+    row = _row(rows, "bfloat16", "fwd")
+    assert row["best_label"] == row["auto_label"] == AUTO_FWD and row["best_is_auto"] is True
+    assert row["speedup"] == 1.0 and abs(row["timing_ratio"] - 1.49) < 1e-9
+    assert row["note"] == "best is auto's config: its two timings 1.49x apart, noise"
+    assert row["auto_config"] == {"block_q": 128, "block_k": 128, "num_stages": 2, "num_warps": 4}
+    assert row["auto_config_from"] == "inferred"  # the reference run's document has no tilesweep block
+    text = run_cli("report", str(doc)).stdout.splitlines()
+    header = text[0]
+    line = next(x for x in text[1:] if x.startswith("bfloat16   64") and " fwd " in x)
+    at = header.index("auto config")
+    assert line[at : at + len(AUTO_FWD)] == AUTO_FWD and "1.00x" in line and "1.49x" not in line.split("best is")[0]
+    md = run_cli("report", str(doc), "--markdown").stdout
+    assert "| auto config |" in md and f"| {AUTO_FWD} | 1.00x |" in md
+    page = tmp_path / "page.html"
+    assert run_cli("report", str(doc), "--html", str(page)).returncode == 0
+    html = page.read_text()
+    assert f"(auto runs <b>{AUTO_FWD}</b>)" in html and "1.00x</b> over auto" in html
+    assert "the best is auto's own config: its two timings 1.49x apart are noise" in html
+    assert "1.49x</b> over auto" not in html
+    out = tmp_path / "tuned.json"
+    assert run_cli("export", str(doc), "--out", str(out)).returncode == 0
+    entry = next(e for e in json.loads(out.read_text())["entries"] if (e["dtype"], e["mode"]) == ("bfloat16", "fwd"))
+    assert entry["config"] is None  # use auto: the tuned config is auto's own
+
+
+def test_autos_config_is_named_for_every_problem_or_said_unknown(tmp_path: Path) -> None:
+    rows = json.loads(run_cli("report", str(SAMPLE), "--json").stdout)
+    limit = json.loads(SAMPLE.read_text())["config"]["smem_limit_bytes"]
+    for row in rows:
+        kernel = auto_config(
+            mode=row["mode"], dtype=row["dtype"], head_dim=row["head_dim"], seq=row["seq"], smem_limit_bytes=limit
+        )
+        assert row["auto_config"]["num_warps"] == kernel.num_warps and row["auto_config_from"] == "inferred"
+        assert not row["best_is_auto"] and row["speedup"] == row["timing_ratio"]
+    assert _row(rows, "float32", "fwd")["auto_label"] == "bq128 bk128 s1 w8"  # the smem fallback
+    assert _row(rows, "bfloat16", "fwd_bwd")["auto_label"] == "o128 i128 s2 w8"
+    unknown = json.loads(SAMPLE.read_text())
+    del unknown["config"]["smem_limit_bytes"]  # no limit named: what auto ran cannot be known
+    path = tmp_path / "unknown.json"
+    path.write_text(json.dumps(unknown))
+    rows = json.loads(run_cli("report", str(path), "--json").stdout)
+    assert all(r["auto_config"] is None and r["auto_label"] is None and r["auto_config_from"] is None for r in rows)
+    text = run_cli("report", str(path)).stdout
+    assert "? where the document names no limit" in text
+
+
+def test_a_document_tilesweep_wrote_names_what_its_auto_ran(tmp_path: Path) -> None:
+    config = json.loads(SAMPLE.read_text())["config"]
+    spec = tmp_path / "spec.json"
+    data = {
+        **config,
+        "dtypes": ["float32"],
+        "head_dims": [128],
+        "seq_lens": [2048],
+        "modes": ["fwd"],
+        "output": str(tmp_path / "replay.json"),
+        "kernel": {"impl": "replay"},
+        "replay": {"source": str(SAMPLE)},
+        "executor": {"kind": "debug"},
+    }
+    spec.write_text(json.dumps(data))
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(run_cli("report", str(tmp_path / "replay.json"), "--json").stdout)
+    assert row["auto_config_from"] == "spec" and row["auto_label"] == "bq128 bk128 s1 w8"
+    assert "bq128 bk128 s1 w8" in r.stdout  # the report `run` prints names it too
