@@ -227,7 +227,8 @@ def merge(
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
-        for p in remove_dead_temps(out) + remove_dead_temps(sd.root / CACHE_DIR):
+        dead = remove_dead_temps(out) + remove_dead_temps(keyindex.index_path(out))
+        for p in dead + remove_dead_temps(sd.root / CACHE_DIR):
             log.info("removed %s, left by a merge that was killed", p)
         appending = spec.append and out.exists()
         target = inspect(sd, out) if not appending else None

@@ -3,12 +3,13 @@ planning time instead of being measured again.
 
 Sources, in order of preference: the sweep's output document, then the documents named with
 ``--reuse`` and in the spec's ``reuse.documents``. A record stands for an item of the new plan
-when it has the item's identity (identity and config fields, tag included, matched as
-``records.key_getter`` reads them plus the tag), fits the record layout with the exact types it
-asks (``layouts.check_layout``: so the record's ``item_id`` is the item's), and was measured in
-a compatible environment with compatible settings (``spec.compat``: the one home of that rule).
-Only items the worker would compile and time are reused (pruned and invalid ones cost nothing). Error records are
-reused only when asked (a new jax may fix a compile failure). Of several compatible records of
+when it has the item's identity (identity and config fields, tag included: its item id, through
+the document's key index, else as ``records.key_getter`` reads them plus the tag), fits the
+record layout with the exact types it asks (``layouts.check_layout``: so the record's
+``item_id`` is the item's), and was measured in a compatible environment with compatible
+settings (``spec.compat``: the one home of that rule). Only items the worker would compile and
+time are reused (pruned and invalid ones cost nothing). Error records are reused only when asked
+(a new jax may fix a compile failure). Of several compatible records of
 one item a full one beats a screened one (halving needs no screen of a config timed in full),
 then a success beats an error, then the earlier source.
 
