@@ -125,6 +125,15 @@ def stop_requested() -> bool:
     return bool(_REQUESTED)
 
 
+def stop_signal() -> int | None:
+    """The stop signal that stopped this worker (``stop_requested``), or None."""
+    return _REQUESTED[0] if _REQUESTED else None
+
+
+def _ignore_stop(signum: int, frame: FrameType | None) -> None:
+    """A further stop signal while the worker stops: nothing more to do."""
+
+
 def _stop_exception(signum: int) -> BaseException:
     return KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
 
@@ -135,7 +144,10 @@ def _stop_now(signum: int, *, raise_now: bool = True) -> None:
     Further stop signals while exiting are ignored."""
     for s in STOP_SIGNALS:
         if signal.getsignal(s) is _on_stop_signal:  # only those taken over (``stop_signals``)
-            signal.signal(s, signal.SIG_IGN)
+            # a handler that does nothing, not SIG_IGN: a signal already on its way (the SIGTERM
+            # a local run sends its workers on Ctrl-C) finds one, where under SIG_IGN Python
+            # reports it as "ignored due to race condition", with a traceback, in the log
+            signal.signal(s, _ignore_stop)
     _REQUESTED.append(signum)
     given_up = abandon_in_flight()
     log.warning(
@@ -168,8 +180,8 @@ def stop_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
         yield
     finally:
         sys.unraisablehook = hook
-        for s, h in previous.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        for s, h in previous.items():  # once stopped, further stop signals stay ignored (``_stop_now``)
+            signal.signal(s, _ignore_stop if _REQUESTED else h if h is not None else signal.SIG_DFL)
     if _REQUESTED:  # stopped by a signal whose exception was swallowed on the way: end as it asked
         raise _stop_exception(_REQUESTED[0])
 

@@ -41,6 +41,15 @@ TINY_SPEC: dict[str, Any] = {
 }
 
 
+# ``python -c LAUNCH ARGS``: the CLI with SIGINT at its default, so that a SIGINT to its process
+# group is the Ctrl-C of a terminal (a process started in the background by a non-interactive
+# shell, as the tests' are, starts with SIGINT ignored: Python would never see it)
+LAUNCH = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'orchestrator', *sys.argv[1:]])"
+)
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:

@@ -171,3 +171,43 @@ def test_a_halving_sweep_reads_the_same_everywhere_and_its_heatmaps_mark_the_scr
         assert len(marks) == len(_screened_only_cells(doc, key[5]))
         (legend,) = fig.legends
         assert [t.get_text() for t in legend.get_texts()] == [plots.SCREENED_LEGEND]
+
+
+def test_items_are_counted_apart_from_the_timings_of_later_rounds(tmp_path: Path) -> None:
+    """What a user planned (items) is one count, each later round's timings another: neither
+    goes past 100%, in status, its JSON or ls."""
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec_file(tmp_path)), "--sweep-dir", str(sweep)).returncode == 0
+    n = json.loads((sweep / "round2.json").read_text())["survivors"]
+    lines = run_cli("status", str(sweep)).stdout.splitlines()
+    head, (rounds,) = lines[0], [line for line in lines if line.startswith("round 1")]
+    assert head == f"{sweep}: 104/104 items done (0 error records), complete"
+    assert rounds.startswith(
+        f"round 1 (screening): 104/104 items; round 2 (full timing of the survivors): {n}/{n} timings"
+    )
+    st = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    assert st["items_done"] == 104 and st["planned"] == 104
+    assert st["rounds"] == [{"number": 1, "done": 104, "total": 104}, {"number": 2, "done": n, "total": n}]
+    (line,) = run_cli("ls", str(tmp_path)).stdout.splitlines()
+    assert line.split()[1:4] == ["104/104", "items", "complete"] and f"(round 2: {n}/{n} timings)" in line, line
+
+
+def test_every_round_after_the_first_is_counted_on_its_own(tmp_path: Path) -> None:
+    """A strategy of more rounds (units of origin round<N>): each round's timings apart."""
+    from orchestrator.control.status import format_status, sweep_status
+    from orchestrator.planning import Unit
+    from orchestrator.store.synthetic import build_sweep, small_spec
+
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 1)
+    items = units[0].items
+    for number, chosen in ((2, items[:10]), (3, items[:4])):
+        later = Unit(0, chosen, round=number)
+        later.finalize()
+        sd.add_units([later], origin=f"round{number}")
+    st = sweep_status(sd, query_slurm=False)
+    text = format_status(st)
+    assert text.splitlines()[0].startswith(f"{sd.root}: 400/400 items done"), text
+    assert "round 1: 400/400 items, round 2: 0/10 timings, round 3: 0/4 timings" in text, text
+    shown = st.to_json()
+    assert shown["items_done"] == 400 and shown["done"] == 400 and shown["total"] == 414
+    assert [(r["number"], r["done"], r["total"]) for r in shown["rounds"]] == [(1, 400, 400), (2, 0, 10), (3, 0, 4)]

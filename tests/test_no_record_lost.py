@@ -21,7 +21,7 @@ import pytest
 from orchestrator.store.partials import read_partial
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, partial_lines, small_spec
-from tests.helpers import assert_one_line_error
+from tests.helpers import LAUNCH, assert_one_line_error
 
 from .conftest import REPO, SAMPLE, TINY_SPEC, run_cli
 
@@ -170,13 +170,9 @@ def test_standard_output_full_or_closed(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- Ctrl-C
 
-# A launcher as a terminal would start the command: SIGINT at its default (a background
-# process started by a script has it ignored), in a process group of its own that the test
-# interrupts as a terminal does, every process of the group at once.
-LAUNCH = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'orchestrator', *sys.argv[1:]])"
-)
+# The command is launched as a terminal would start it (``helpers.LAUNCH``: SIGINT at its
+# default), in a process group of its own that the test interrupts as a terminal does, every
+# process of the group at once.
 
 
 def _lines_of(partial: Path) -> list[dict]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from orchestrator.analysis.svg import DEFS, esc
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.provenance import measured_span
 from orchestrator.store.replayed import describe
 
 
@@ -55,17 +56,12 @@ def shell(title: str, body: str) -> str:
 
 
 def _when(block: dict[str, Any]) -> str | None:
-    """First and last attempt start of the sweep's units, from the tilesweep block."""
-    starts = sorted(
-        str(a["started"])
-        for attempts in (block.get("attempts") or {}).values()
-        if isinstance(attempts, list)
-        for a in attempts
-        if isinstance(a, dict) and a.get("started")
-    )
-    if not starts:
+    """When the sweep's records were measured: its first attempt's start to its last
+    attempt's end (``store.provenance.measured_span``)."""
+    span = measured_span(block)
+    if span is None:
         return None
-    return starts[0] if starts[0] == starts[-1] else f"{starts[0]} to {starts[-1]}"
+    return span[0] if span[0] == span[1] else f"{span[0]} to {span[1]}"
 
 
 def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:

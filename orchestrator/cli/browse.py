@@ -16,6 +16,7 @@ from orchestrator.cli.common import PROG, Subparsers
 
 def cmd_ls(args: argparse.Namespace) -> int:
     from orchestrator.control.listing import list_sweeps
+    from orchestrator.control.status_text import rounds_summary, sweep_state
 
     folder = Path(args.dir) if args.dir else (Path("sweeps") if Path("sweeps").is_dir() else Path("."))
     listed = list_sweeps(folder)
@@ -28,14 +29,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if st is None:
             print(f"{str(x.path):<{width}}  unreadable: {x.error}")
             continue
-        state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
-        if st.ended_unfinished() and st.settled and not st.complete:
-            state = f"incomplete, {len(st.ended_unfinished())} units to resume"
+        state = sweep_state(st)
+        todo = len(st.ended_unfinished()) + len(st.never_started())
+        if todo and st.settled and not st.complete:
+            state = f"incomplete, {todo} unit{'s' if todo != 1 else ''} to resume"
+        rounds = rounds_summary(st)
+        state += f" ({rounds})" if rounds else ""
         counts = ", ".join(f"{n} {s}" for s, n in st.counts().items())
         gpu = f"  {st.gpu_hours:.2f} GPU-h" if st.gpu_hours is not None else ""
         replay = "  replayed, not measured" if st.replay_of else ""
-        line = f"{str(x.path):<{width}}  {st.done:>6}/{st.planned:<6} items  {state:<12}  units: {counts}{gpu}{replay}"
-        print(line)
+        items = f"{st.items_done:>6}/{st.planned:<6} items"
+        print(f"{str(x.path):<{width}}  {items}  {state:<12}  units: {counts}{gpu}{replay}")
     return 0
 
 
@@ -44,7 +48,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from orchestrator.store.sweepdir import SweepDir
 
     path = unit_log(SweepDir.open(args.sweep_dir), args.unit, task=args.task)
-    print(f"==> {path} <==", file=sys.stderr)
+    print(f"==> {path} <==")  # on stdout with the log, as `tail -v` prints it: a capture keeps them together
     sys.stdout.flush()
     with open(path, "rb") as f:
         shutil.copyfileobj(f, sys.stdout.buffer)

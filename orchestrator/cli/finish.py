@@ -59,16 +59,14 @@ def print_page(output: Path) -> None:
 
 
 def failed_unit_lines(outcomes: list[UnitOutcome]) -> list[str]:
-    """One line per unit run here that failed, with the worker's error and its log."""
-    return [f"unit {o.unit} failed: {o.error}" + (f" (log: {o.log})" if o.log else "") for o in outcomes if not o.ok]
-
-
-def print_failed_units(outcomes: list[UnitOutcome]) -> list[str]:
-    """Warn of each unit run here that failed; return those lines."""
-    lines = failed_unit_lines(outcomes)
-    for line in lines:
-        warn(line)
-    return lines
+    """One line per unit run here that ended unfinished: failed, with the worker's error (or
+    the signal that killed it), or interrupted by a stop signal; and its log."""
+    return [
+        f"unit {o.unit} {'interrupted' if o.interrupted else 'failed'}: {o.error}"
+        + (f" (log: {o.log})" if o.log else "")
+        for o in outcomes
+        if not o.ok
+    ]
 
 
 def unfinished_unit_lines(st: SweepStatus) -> list[str]:

@@ -14,22 +14,29 @@ Two more ways a command ends in one line, never a traceback:
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import signal
 import sys
 from types import FrameType
-from typing import Any
 
-from orchestrator.cli.common import PROG, Parser
+from orchestrator import PROG
 from orchestrator.errors import TilesweepError
+
+# What this module imports at its top is what a command loads before ``main`` makes a Ctrl-C
+# one line: modules the interpreter has loaded already and two small ones of ours (not even
+# ``typing``: mypy reads a constant named TYPE_CHECKING as typing's). The parser, logging and
+# the command families load inside ``main``.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
 
 
 def build_parser() -> argparse.ArgumentParser:
     # imported here, not at the top: ``python -m orchestrator.cli.analysis`` runs a family on its
     # own, and the package (whose __init__ imports this module) must not have imported it first
     from orchestrator.cli import analysis, browse, slurm, sweep
+    from orchestrator.cli.common import Parser
 
     p = Parser(prog=PROG, description="Autotune Pallas flash-attention tile configs on a SLURM cluster or locally.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
@@ -53,6 +60,8 @@ def version() -> str:
 
 
 def configure_logging(verbosity: int) -> None:
+    import logging
+
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
@@ -71,15 +80,20 @@ class PipeSafeStdout:
     goes on, so what it was doing (a submission sbatch may have accepted) is never cut short
     by a print. Any other failed write or flush (``> /dev/full``) is a ``StdoutFailed`` that
     ``main`` turns into one line, not an OSError from wherever the command happened to print.
-    Everything else is the wrapped stream's."""
+    Its ``buffer`` (the bytes ``logs`` copies) is guarded the same way. Everything else is the
+    wrapped stream's."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
 
+    @property
+    def buffer(self) -> PipeSafeStdout:
+        return PipeSafeStdout(self._stream.buffer)
+
     def _gone(self) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
 
-    def write(self, text: str) -> int:
+    def write(self, text: Any) -> int:
         try:
             return int(self._stream.write(text))
         except BrokenPipeError:
@@ -118,7 +132,7 @@ def _silence_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     # first of all: a Ctrl-C while the commands' modules load is one line too (this module
-    # imports only what the parser class needs; the command families load in build_parser)
+    # imports almost nothing; the parser and the command families load in build_parser)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
     original = sys.stdout

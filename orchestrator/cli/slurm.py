@@ -39,13 +39,13 @@ from orchestrator.cli.common import (
     seconds,
     warn,
 )
-from orchestrator.cli.finish import finish_sweep, print_failed_units, unfinished_unit_lines
+from orchestrator.cli.finish import finish_sweep, unfinished_unit_lines
+from orchestrator.cli.resuming import resume_here, resume_saying
 from orchestrator.cli.submission import print_dry_run, print_submission
 from orchestrator.errors import DispatchError
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
-    from orchestrator.control.resume import Resumed
     from orchestrator.control.status import SweepStatus
     from orchestrator.control.submit import SweepSubmission
     from orchestrator.spec.sections import ExecutorSettings
@@ -86,80 +86,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_done: bool) -> None:
-    """What a resume is about to do: the units it leaves to run, the round it planned, the new units."""
-    plan = r.plan
-    if plan.held:
-        n = len(plan.active)
-        print(
-            f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
-            f"({plan.held} items without a record yet): not resubmitted; wait for "
-            f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force"
-        )
-    if r.next_round is not None:
-        nxt = r.next_round
-        print(
-            f"round {nxt.number - 1} of {sd.root} is complete: round {nxt.number} times {nxt.summary['survivors']} "
-            f"of {nxt.summary['screened']} screened configs in full, in {len(nxt.units)} new units"
-        )
-    if not r.new_units:
-        if not plan.held and not quiet_when_done and r.next_round is None:
-            redo = f" and no {retry} error record to retry" if retry else ""
-            print(f"all {sd.planned} items of {sd.root} have a record{redo}; nothing to resubmit")
-        return
-    n = len(r.new_units)
-    redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
-    print(
-        f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
-        + (f", {len(plan.missing2)} survivors of round 2 are not timed in full yet" if plan.missing2 else "")
-        + f"{redo}; {n} new unit{'s' if n != 1 else ''}"
-    )
-
-
-def _resume(
-    sd: SweepDir,
-    settings: ExecutorSettings,
-    *,
-    force: bool,
-    units: int | None,
-    max_array_size: int | None,
-    quiet_when_done: bool = False,
-    retry: str | None = None,
-    include_missing: bool = True,
-) -> Resumed:
-    """``resume_sweep``, saying what it plans before it submits or runs, and what went wrong."""
-    from orchestrator.control.resume import resume_sweep
-
-    def planned(r: Resumed) -> None:
-        _say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done)
-
-    result = resume_sweep(
-        sd,
-        settings,
-        force=force,
-        units=units,
-        max_array_size=max_array_size,
-        on_planned=planned,
-        retry=retry,
-        include_missing=include_missing,
-    )
-    if result.submission is not None:
-        print_submission(sd, result.submission)
-    if result.next_round is not None and result.next_round.outcome is not None:
-        print_submission(sd, result.next_round.outcome)
-    print_failed_units(result.outcomes)
-    return result
-
-
 def cmd_resume(args: argparse.Namespace) -> int:
     from orchestrator.control.resume import resume_settings
 
     sd = SweepDir.open(args.sweep_dir)
     settings = resume_settings(sd, args.spec)
-    result = _resume(
+    if settings.kind != "slurm":
+        return resume_here(sd, settings, args)
+    result = resume_saying(
         sd, settings, force=args.force, units=args.units, max_array_size=args.max_array_size, retry=args.retry_errors
     )
-    if (result.items_submitted or result.next_round is not None) and settings.kind == "slurm":
+    if result.items_submitted or result.next_round is not None:
         print(f"follow with: {PROG} status {sd.root}   (or {PROG} wait {sd.root})")
     return 0
 
@@ -232,13 +169,27 @@ def wait_and_merge(
             f"`{PROG} wait {sd.root}` again later"
         )
         return 1
-    return finish_sweep(
+    code = finish_sweep(
         sd,
         overwrite=overwrite,
         html=sd.spec.report.html if html is None else html,
         failed=unfinished_unit_lines(st),
         redo=f"`{PROG} resume {sd.root}`",
     )
+    return max(code, _round_left_here(sd, st))
+
+
+def _round_left_here(sd: SweepDir, st: SweepStatus) -> int:
+    """A sweep run here whose strategy has a round still to plan once its units ended (wait
+    plans rounds on SLURM only): say who does, exit 1."""
+    from orchestrator.control.rounds import pending_round
+    from orchestrator.control.sweeps import slurm_jobs
+
+    number = pending_round(sd)
+    if number is None or st.ended_unfinished() or st.items_done < st.planned or slurm_jobs(sd):
+        return 0
+    warn(f"round {number} of {sd.root} is still to plan and run: `{PROG} resume {sd.root}` does it here")
+    return 1
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -298,12 +249,12 @@ def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | 
 
     result = submit_unfinished(sd, settings, on_planned=planned)
     if result is None:  # submitted before (or meanwhile): only what is missing
-        _resume(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True, retry=retry)
+        resume_saying(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True, retry=retry)
         return
     if result.outcome is not None:
         print_submission(sd, result.outcome)
     if retry:  # error records run here before: redo them as units of their own
-        _resume(
+        resume_saying(
             sd,
             settings,
             force=False,
@@ -349,7 +300,10 @@ def register(sub: Subparsers) -> None:
     add_reuse_args(s)
     s.set_defaults(func=cmd_submit)
 
-    s = sub.add_parser("resume", help="submit the items of a sweep that have no record yet, as new units")
+    s = sub.add_parser(
+        "resume",
+        help="redo the items of a sweep that have no record yet, as new units: on SLURM submitted, here run and merged",
+    )
     s.add_argument("sweep_dir")
     s.add_argument("--spec", help="the sweep's spec file (must match its fingerprint); its executor settings are used")
     s.add_argument("--force", action="store_true", help="also resubmit items of units still pending or running")
@@ -358,6 +312,12 @@ def register(sub: Subparsers) -> None:
     )
     s.add_argument("--max-array-size", type=positive_int, help="at most this many tasks per job array")
     s.add_argument("--retry-errors", choices=RETRY_KINDS, help=RETRY_HELP)
+    s.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="local: start the new units and return (`tilesweep wait` follows and merges); SLURM resume never waits",
+    )
+    s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_resume)
 
     s = sub.add_parser("cancel", help="cancel the job arrays of a sweep that are still pending or running")

@@ -61,6 +61,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     check_replay_source(spec)
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
+    if args.sweep_dir and not args.dry_run and not args.json and (root / "sweep.json").exists():
+        return _print_kept_plan(args)
     planned = plan_with_reuse(
         spec, root, Path(spec.output), args.units, load_costs(args.costs) if args.costs else None, reuse_request(args)
     )
@@ -80,6 +82,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
             args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args)
         )
         print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
+    return 0
+
+
+def _print_kept_plan(args: argparse.Namespace) -> int:
+    """A sweep directory planned before keeps its units and their ids, read from its index
+    (never planned again: a unit's id is what its records and jobs name)."""
+    from orchestrator.control.sweeps import prepare_sweep
+
+    sd, unit_ids, _ = prepare_sweep(args.spec, args.sweep_dir, args.units, None, costs=args.costs)
+    print(f"{sd.root} was planned before: {sd.planned} items in the {len(unit_ids)} units it was planned with")
+    for k, entry in enumerate(sd.unit_index()):
+        print(f"  unit {k:>3} {entry['id']}: {entry['n_items']:>5} items  ({entry['origin']})")
     return 0
 
 

@@ -31,7 +31,6 @@ from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
 from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
-from orchestrator.spec.model import canonical_hash
 from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
@@ -82,6 +81,7 @@ class Resumed:
     items_submitted: int = 0
     retry_ids: set[str] = field(default_factory=set)  # of the new units, those redoing error records
     next_round: NextRound | None = None  # the next round, planned (and submitted on SLURM) by this resume
+    started: list[str] = field(default_factory=list)  # local jobs started and left to run (``background``)
     prior: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # new unit -> deaths of its items elsewhere
 
 
@@ -252,9 +252,13 @@ def resume_sweep(
     on_planned: Callable[[Resumed], None] | None = None,
     retry: str | None = None,
     include_missing: bool = True,
+    on_poll: Callable[[], None] | None = None,
+    background: bool = False,
 ) -> Resumed:
     """Hand the missing items of a sweep to new units: submitted to SLURM (returns once
-    sbatch took them), or run here to completion (local, debug). ``retry``: also redo the
+    sbatch took them), or run here to completion (local, debug; ``on_poll`` is called whenever
+    a unit may have moved on), or with ``background`` started here and left to run (local:
+    at most one unit per worker slot; the rounds they make due are not run). ``retry``: also redo the
     error records of that kind, in units of their own (origin "retry": their records supersede
     the errors, newest wins, so status does not count those items twice). ``on_planned`` is
     called once the plan is known (new units empty when nothing is to do), before anything is
@@ -269,7 +273,8 @@ def resume_sweep(
         if not include_missing:  # `run --retry-errors`: run itself redoes what is missing
             plan.missing, plan.missing2, plan.missing_of = [], [], {}
         result = Resumed(plan=plan)
-        _new_units(sd, result, units, settings)
+        cap = dispatch.local_slots(sd.spec) if background and not slurm else None  # all started at once
+        _new_units(sd, result, units, settings, cap)
         if result.new_units:
             if on_planned is not None:
                 on_planned(result)
@@ -289,25 +294,39 @@ def resume_sweep(
             on_planned(result)
     if not slurm:
         ids = [u.id for u in result.new_units]
-        result.outcomes = dispatch.run_units_locally(sd, ids, kind=settings.kind, prior_starts=result.prior)
-        result.outcomes += _run_next_rounds(sd, settings, result)
+        if background:
+            result.started = dispatch.start_units_locally(sd, ids, prior_starts=result.prior)
+            return result
+        result.outcomes = dispatch.run_units_locally(
+            sd, ids, kind=settings.kind, prior_starts=result.prior, on_poll=on_poll
+        )
+        result.outcomes += _run_next_rounds(sd, settings, result, on_poll)
     return result
 
 
-def _new_units(sd: SweepDir, result: Resumed, units: int | None, settings: ExecutorSettings) -> None:
+def _new_units(
+    sd: SweepDir, result: Resumed, units: int | None, settings: ExecutorSettings, cap: int | None = None
+) -> None:
     """The plan's items as new units: the missing of each round in units of that round, the
-    error records to retry in units of their own (a new id even for items retried before)."""
+    error records to retry in units of their own; ``cap``: at most that many units of each
+    kind. Each new unit gets an id of its own (``unit_id`` tagged with this resume), even where
+    it holds every item of the unit it replaces, or items retried before, so the records it
+    makes say they are this resume's."""
     plan = result.plan
     default = len(plan.missing_of) or 1
+    if cap is not None:
+        units = min(units or settings.fill_tasks(default), cap)
     if plan.missing:
         result.new_units = group_missing(sd, plan.missing, units, default=default, settings=settings)
     if plan.missing2:
         result.new_units += group_missing(sd, plan.missing2, units, default=default, settings=settings, round_=2)
+    n, sweep = len(sd.unit_index()), sd.spec.fingerprint()
+    for u in result.new_units:
+        u.finalize(sweep, tag=f"resume-{n}" + (f"-round{u.round}" if u.round != 1 else ""))
     if plan.retry:
         retry_units = group_missing(sd, plan.retry, units, default=1, settings=settings)
-        salt = f"retry-{len(sd.unit_index())}"  # a retry unit is new even for items retried before
         for u in retry_units:
-            u.id = canonical_hash([salt, *(it.id for it in u.items)], length=12)
+            u.finalize(sweep, tag=f"retry-{n}")
         result.retry_ids = {u.id for u in retry_units}
         result.new_units += retry_units
 
@@ -351,11 +370,13 @@ def _submit_new_units(
     return submitted
 
 
-def _run_next_rounds(sd: SweepDir, settings: ExecutorSettings, result: Resumed) -> list[dispatch.UnitOutcome]:
+def _run_next_rounds(
+    sd: SweepDir, settings: ExecutorSettings, result: Resumed, on_poll: Callable[[], None] | None
+) -> list[dispatch.UnitOutcome]:
     """Run here the rounds this resume planned, or that the units it ran made due."""
 
     def run(unit_ids: list[str]) -> list[dispatch.UnitOutcome]:
-        return dispatch.run_units_locally(sd, unit_ids, kind=settings.kind)
+        return dispatch.run_units_locally(sd, unit_ids, kind=settings.kind, on_poll=on_poll)
 
     def ran(nxt: NextRound) -> None:
         result.next_round = nxt

@@ -117,7 +117,7 @@ def plan_with_reuse(
     table = _combined(costs, found.costs)
     todo = [it for it in items if it.index not in found.records] if found.records else items
     planned = shard_items(spec, todo, units, table)
-    reused = reuse_unit(items, found, len(planned)) if found.records else None
+    reused = reuse_unit(items, found, len(planned), spec.fingerprint()) if found.records else None
     log.info("planned %d items: %d reused, %d in %d units", len(items), found.reused, len(todo), len(planned))
     return Planned(items=items, units=planned, reused=reused, found=found)
 

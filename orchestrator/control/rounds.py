@@ -82,7 +82,13 @@ def group(sd: SweepDir, items: list[WorkItem], n_units: int, round_: int) -> lis
     costs, scale = item_costs(items, spec, round_=round_)
     setups = {it.shape: setup_estimate(it.shape, spec.modes, spec.causal) * scale for it in items}
     return shard(
-        items, min(n_units, len(items)), costs=costs, setups=setups, strategy=spec.sharding.strategy, round_=round_
+        items,
+        min(n_units, len(items)),
+        costs=costs,
+        setups=setups,
+        strategy=spec.sharding.strategy,
+        round_=round_,
+        sweep=spec.fingerprint(),
     )
 
 

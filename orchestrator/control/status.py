@@ -28,10 +28,10 @@ from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
-from orchestrator.store.leases import live_unit_holders
+from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
-from orchestrator.store.sweepdir import SweepDir
+from orchestrator.store.sweepdir import SweepDir, UnitEntry
 from orchestrator.store.target import final_merge
 
 __all__ = [
@@ -70,7 +70,11 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
         replay_of=sd.spec.replay.source if sd.spec.replay is not None else None,
     )
     st.round2_deferred = hist.round2_deferred if st.round2_pending else None
-    mtimes, notes = _progress(sd, st, hist)
+    holder = read_holder(run_lease_path(sd.root))
+    st.runner_live = holder is not None and holder.live
+    index = sd.unit_index()
+    mtimes, notes = _progress(sd, st, hist, index)
+    st.later_rounds = later_rounds(index)
     merge_ids = [str(m["job_id"]) for m in hist.merge_jobs]
     if view is None and query_slurm and (hist.slurm_jobs or merge_ids):
         view = query(hist.slurm_jobs + merge_ids)
@@ -86,6 +90,8 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     for u in st.units:
         if u.state != "done":
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
+        if not u.submitted and u.state in ACTIVE:
+            u.detail = NOT_SUBMITTED[st.runner_live]
     _leases(sd, st)
     final = final_merge(sd) if hist.merge_jobs else None
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
@@ -108,9 +114,25 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
 
 
 REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
+# a unit never submitted, by whether a live `tilesweep run` holds the sweep (it starts the unit)
+NOT_SUBMITTED = {True: "not submitted yet: the running `tilesweep run` starts it", False: "not submitted"}
 
 
-def _progress(sd: SweepDir, st: SweepStatus, hist: History) -> tuple[dict[str, float | None], dict[str, str]]:
+def later_rounds(index: list[UnitEntry]) -> dict[int, int]:
+    """Round -> the timings its strategy planned, for each round after the first: the items of
+    the units it made of the round (origin "round<N>"; units resume regrouped them into, and
+    retries, redo those items and count no more)."""
+    out: dict[int, int] = {}
+    for entry in index:
+        n = int(entry.get("round", 1))
+        if n > 1 and entry.get("origin") == f"round{n}":
+            out[n] = out.get(n, 0) + int(entry["n_items"])
+    return out
+
+
+def _progress(
+    sd: SweepDir, st: SweepStatus, hist: History, index: list[UnitEntry]
+) -> tuple[dict[str, float | None], dict[str, str]]:
     """Each unit's records and errors as merge would count them (``count_unit``) into
     ``st.units``; return when each unit last showed a sign of life (its partial or its log
     written), and why a marker or a partial was not trusted, per unit."""
@@ -121,7 +143,7 @@ def _progress(sd: SweepDir, st: SweepStatus, hist: History) -> tuple[dict[str, f
     mtimes: dict[str, float | None] = {}
     notes: dict[str, str] = {}
     fingerprint, env = sd.spec.fingerprint(), sd.recorded_env()
-    for entry in sd.unit_index():
+    for entry in index:
         uid = entry["id"]
         total = entry["n_items"]
         c = count_unit(sd, uid, total, uid in markers, fingerprint, env)

@@ -3,7 +3,10 @@
 
 Unit states: ``done`` (marker, or every item recorded), ``pending``, ``running``,
 ``requeued`` (pending again after it ran: preempted or past its time limit), ``failed``
-(with the worker's own reason), ``cancelled``, ``timed out``. A unit whose missing items
+(with the worker's own reason), ``interrupted`` (a local worker a stop signal ended: Ctrl-C,
+SIGTERM), ``cancelled``, ``timed out``. A unit never submitted is ``pending`` while a live
+``tilesweep run`` holds the sweep (it starts the unit when a worker is free); with nothing to
+start it, it does not keep the sweep in progress. A unit whose missing items
 ``tilesweep resume`` handed to new units is marked ``resumed``; it keeps the state its last
 job ended in.
 
@@ -23,8 +26,17 @@ from orchestrator.control.scheduler import SchedulerView
 
 ACTIVE = ("pending", "running", "requeued")
 # Ended without finishing its items: what `tilesweep resume` is for.
-FAILED = ("failed", "cancelled", "timed out")
-STATE_ORDER = ("done", "running", "requeued", "pending", "failed", "timed out", "cancelled")
+FAILED = ("failed", "interrupted", "cancelled", "timed out")
+STATE_ORDER = ("done", "running", "requeued", "pending", "failed", "interrupted", "timed out", "cancelled")
+
+
+@dataclass(frozen=True)
+class RoundCount:
+    """One round of a sweep: its number, the timings done and planned (round 1: every item)."""
+
+    number: int
+    done: int
+    total: int
 
 
 @dataclass
@@ -33,7 +45,7 @@ class UnitStatus:
     total: int
     done: int
     complete: bool
-    state: str = "pending"  # pending | running | requeued | done | failed | cancelled | timed out
+    state: str = "pending"  # pending | running | requeued | done | failed | interrupted | cancelled | timed out
     errors: int | None = None
     log: str | None = None  # the unit's log (or its task's), when it exists and the unit ended unfinished
     job_id: str | None = None  # last job: "<array>_<task>", or a plain id
@@ -69,6 +81,13 @@ class SweepStatus:
     round2: dict[str, Any] | None = None  # round2.json once round 2 is planned
     round2_deferred: str | None = None  # why the merge job could not submit round 2
     replay_of: str | None = None  # a replay (kernel.impl replay): the document it answers from
+    # a live `tilesweep run` (or a resume run here) holds the sweep's run lease: it starts the
+    # units not submitted yet, so they wait for it; without one nothing starts them
+    runner_live: bool = False
+
+    # round -> the timings planned for it, for each round after the first that is planned
+    # (the units its strategy made of it: origin "round<N>"); round 1 times every planned item
+    later_rounds: dict[int, int] = field(default_factory=dict)
 
     def done_of(self, round_: int, cap: int) -> int:
         """Records done by the units of one round (at most ``cap``), retry units aside."""
@@ -76,18 +95,29 @@ class SweepStatus:
 
     @property
     def round2_total(self) -> int:
-        return int(self.round2.get("survivors") or 0) if self.round2 else 0
+        return self.later_rounds.get(2, 0)
+
+    def rounds(self) -> list[RoundCount]:
+        """Each round planned so far: its timings done and planned (round 1: the items)."""
+        planned = {1: self.planned, **self.later_rounds}
+        return [RoundCount(n, self.done_of(n, total), total) for n, total in sorted(planned.items())]
+
+    @property
+    def items_done(self) -> int:
+        """Planned items with a record (each gets one in round 1, which times every item): what
+        a user planned, counted apart from the timings of later rounds."""
+        return self.done_of(1, self.planned)
 
     @property
     def done(self) -> int:
-        """Records done: round 1's (every planned item), then round 2's (its survivors). A retry
-        unit's items were recorded (as errors) before it ran, so it adds none."""
-        return self.done_of(1, self.planned) + self.done_of(2, self.round2_total)
+        """Records done over every round: round 1's (every planned item), then each later
+        round's. A retry unit's items were recorded (as errors) before it ran, so it adds none."""
+        return sum(r.done for r in self.rounds())
 
     @property
     def total(self) -> int:
-        """Records to make: the planned items, plus round 2's survivors once it is planned."""
-        return self.planned + self.round2_total
+        """Records to make: the planned items, plus each later round's timings once it is planned."""
+        return sum(r.total for r in self.rounds())
 
     @property
     def round2_pending(self) -> bool:
@@ -102,19 +132,32 @@ class SweepStatus:
 
     @property
     def complete(self) -> bool:
-        return not self.round2_pending and all(u.complete or u.done >= u.total or u.resumed for u in self.units)
+        """Every unit done (or resumed by later ones) and no round left to plan; a sweep whose
+        unit index is empty (its planning was cut short) is not."""
+        done = all(u.complete or u.done >= u.total or u.resumed for u in self.units)
+        return bool(self.units) and not self.round2_pending and done
+
+    def _waits(self, u: UnitStatus) -> bool:
+        """Whether something will run the unit or runs it: a job of it is pending or running,
+        or a live run holds the sweep and starts it when a worker is free."""
+        return u.state in ACTIVE and (u.submitted or self.runner_live)
 
     @property
     def settled(self) -> bool:
-        """No unit waits or runs: every one is done or ended."""
-        return not any(u.state in ACTIVE for u in self.units)
+        """No unit waits or runs: every one is done, ended, or not submitted with nothing to
+        start it."""
+        return not any(self._waits(u) for u in self.units)
+
+    def never_started(self) -> list[UnitStatus]:
+        """Units never submitted that nothing will start (``resume`` does)."""
+        return [u for u in self.units if u.state in ACTIVE and not u.submitted and not self.runner_live]
 
     def counts(self) -> dict[str, int]:
         c = Counter(u.state for u in self.units)
         return {s: c[s] for s in STATE_ORDER if c[s]}
 
     def unsettled(self) -> list[UnitStatus]:
-        return [u for u in self.units if u.state in ACTIVE]
+        return [u for u in self.units if self._waits(u)]
 
     def ended_unfinished(self) -> list[UnitStatus]:
         """Units that ended without finishing and whose missing items no later unit took
@@ -135,6 +178,8 @@ class SweepStatus:
             "planned": self.planned,
             "done": self.done,
             "total": self.total,
+            "items_done": self.items_done,
+            "rounds": [r.__dict__ for r in self.rounds()],
             "errors": self.errors,
             "complete": self.complete,
             "settled": self.settled,

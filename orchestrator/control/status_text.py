@@ -32,21 +32,32 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     if hidden:
         lines.append(f"  ... {hidden} more units not shown (--json lists every unit)")
     lines += [merge_job_line(m) for m in st.merge_jobs[-1:]]
-    if not st.complete and st.settled and st.ended_unfinished():
+    if not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
         lines.append(f"to redo the missing items: {PROG} resume {st.sweep_dir}")
     return "\n".join(lines)
 
 
 def _head_line(st: SweepStatus) -> str:
-    """Records done of all there are to make, errors, where the sweep stands, and its ETA."""
+    """Planned items done (a later round's timings are the rounds line's), errors, where the
+    sweep stands, and its ETA."""
     eta = st.eta_s()
-    state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
-    if state == "incomplete" and st.round2_pending and st.done_of(1, st.planned) >= st.planned:
-        state = "round 1 done, round 2 to plan"
-    return (
-        f"{st.sweep_dir}: {st.done}/{st.total} {'records' if st.halving else 'items'} done "
-        f"({st.errors} error records), {state}" + (f", ETA ~{format_duration(eta)}" if eta is not None else "")
+    return f"{st.sweep_dir}: {st.items_done}/{st.planned} items done ({st.errors} error records), {sweep_state(st)}" + (
+        f", ETA ~{format_duration(eta)}" if eta is not None else ""
     )
+
+
+def sweep_state(st: SweepStatus) -> str:
+    """Where a sweep stands in a few words (``status`` and ``ls``)."""
+    state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
+    if state == "incomplete" and st.round2_pending and st.items_done >= st.planned:
+        state = "round 1 done, round 2 to plan"
+    return state
+
+
+def rounds_summary(st: SweepStatus) -> str:
+    """The rounds after the first, each as its timings done of planned ("round 2: 3/9 timings"),
+    for a sweep whose strategy has rounds; empty otherwise."""
+    return ", ".join(f"round {r.number}: {r.done}/{r.total} timings" for r in st.rounds() if r.number > 1)
 
 
 def replay_line(source: str) -> str:
@@ -90,15 +101,17 @@ def merge_job_line(m: dict[str, Any]) -> str:
 
 
 def _rounds_lines(st: SweepStatus) -> list[str]:
-    """What a halving sweep's rounds have done, and who plans round 2 while it is not planned."""
+    """What a halving sweep's rounds have done, and who plans round 2 while it is not planned;
+    for another strategy with rounds, each round's timings."""
     if not st.halving:
-        return []
-    one = f"round 1 (screening): {st.done_of(1, st.planned)}/{st.planned} items"
+        later = rounds_summary(st)
+        return [f"round 1: {st.items_done}/{st.planned} items, {later}"] if later else []
+    one = f"round 1 (screening): {st.items_done}/{st.planned} items"
     if st.round2 is not None:
         r2 = st.round2
         return [
             f"{one}; round 2 (full timing of the survivors): {st.done_of(2, st.round2_total)}/{st.round2_total} "
-            f"({r2.get('survivors')} of {r2.get('screened')} screened configs survived)"
+            f"timings ({r2.get('survivors')} of {r2.get('screened')} screened configs survived)"
         ]
     if st.round2_deferred:
         return [

@@ -23,6 +23,7 @@ from orchestrator.control.status import ACTIVE, sweep_status
 from orchestrator.errors import DispatchError, LeaseHeld
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
+from orchestrator.store.sweep_paths import default_root as default_sweep_dir
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:
@@ -40,11 +41,6 @@ class PreparedSweep(NamedTuple):
     sd: SweepDir
     unit_ids: list[str]
     existed: bool
-
-
-def default_sweep_dir(spec_path: str, spec: SweepSpec) -> Path:
-    """``sweeps/<spec name>-<fingerprint>``: the same spec always finds its own directory."""
-    return Path("sweeps") / f"{Path(spec_path).stem}-{spec.fingerprint()[:8]}"
 
 
 def prepare_sweep(

@@ -19,7 +19,7 @@ from typing import Any
 from orchestrator import PROG
 from orchestrator.control.history import submitted_ts
 from orchestrator.control.scheduler import SchedulerView, TaskState, array_of
-from orchestrator.control.why import exit_reason, read_failure
+from orchestrator.control.why import INTERRUPTED, exit_reason, last_word, read_failure
 
 # A job that is in neither squeue nor sacct this long after its submission (or after its
 # unit last showed activity) is gone.
@@ -90,7 +90,9 @@ def _from_task(ts: TaskState, mtime: float | None, submitted: float) -> tuple[st
 
 
 def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
-    """A unit run by the local executor: running while its process lives."""
+    """A unit run by the local executor: running while its process lives; once it is gone,
+    interrupted where its worker's log says a stop signal ended it, else failed (``failure``
+    then reads why: the worker's own reason, or the signal its controller saw)."""
     if job.get("executor") == "local":
         try:
             pid = int(job.get("job_id"))  # type: ignore[arg-type]
@@ -100,6 +102,9 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
+                said = last_word(job.get("log"), str(job.get("unit")))
+                if said is not None and said[0] == INTERRUPTED:
+                    return INTERRUPTED, said[1]
                 return "failed", "its local worker process is gone"
             except PermissionError:
                 pass

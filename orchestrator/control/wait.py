@@ -2,7 +2,9 @@
 
 The partial files are read often (they are cheap: counted on bytes); SLURM is asked
 (one squeue + one sacct) less often, and once more before the wait declares the sweep
-settled, so a lagging view never ends it early. Nothing here prints: ``on_poll`` hands
+settled, so a lagging view never ends it early. A sweep with no job on SLURM (run here) has
+nothing to confirm: it is settled once no worker of it lives, whether its units finished or
+not. Every poll sleeps, so a wait never spins a core. Nothing here prints: ``on_poll`` hands
 each status to the caller (the CLI draws a progress line from it).
 
 A sweep on SLURM whose strategy has a round still to plan once every unit has settled (the
@@ -17,6 +19,7 @@ from collections.abc import Callable
 
 from orchestrator import PROG
 from orchestrator.control.rounds import advance, pending_round
+from orchestrator.control.scheduler import SchedulerView
 from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
 from orchestrator.control.sweeps import slurm_jobs
 from orchestrator.errors import DispatchError
@@ -46,25 +49,34 @@ def wait_until_settled(
         if st.view is not None:
             view = st.view
         never = [u.id for u in st.units if not u.submitted and u.state != "done"]
-        if never and not any(u.state in ACTIVE and u.submitted for u in st.units):
+        if never and not st.runner_live and not any(u.state in ACTIVE and u.submitted for u in st.units):
             raise DispatchError(
                 f"{len(never)} units of {sd.root} were never submitted (e.g. {never[0]}); "
                 f"`{PROG} resume {sd.root}` submits them"
             )
         if on_poll is not None:
             on_poll(st)
+        pause = interval
         if st.settled and pending_round(sd) is not None and _advance_on_slurm(sd):
             view = None
-            continue
-        if st.settled:
-            fresh = view is not None and time.time() - view.taken < FRESH_VIEW_S
-            if fresh or all(u.state == "done" for u in st.units):
+        elif st.settled:
+            if _certain(st, view, asked=stale):
                 return st
-            view = None  # confirm with a fresh answer
-            continue
-        if timeout is not None and time.monotonic() - start > timeout:
+            view = None  # confirm with a fresh answer, after a short pause
+            pause = min(interval, FRESH_VIEW_S / 4)
+        elif timeout is not None and time.monotonic() - start > timeout:
             return st
-        time.sleep(interval)
+        time.sleep(pause)  # every poll sleeps: a wait never spins a core
+
+
+def _certain(st: SweepStatus, view: SchedulerView | None, *, asked: bool) -> bool:
+    """Whether a settled status is final: every unit is done, the scheduler's answer is fresh,
+    or there is nothing the scheduler could say (a sweep run here: no job of it is on SLURM)."""
+    if all(u.state == "done" for u in st.units):
+        return True
+    if view is not None and time.time() - view.taken < FRESH_VIEW_S:
+        return True
+    return asked and st.view is None
 
 
 def _advance_on_slurm(sd: SweepDir) -> bool:

@@ -2,11 +2,13 @@
 
 A unit's worker writes its own reason as the last line of the unit's log when it gives up
 (``failure_line``: a broken environment, such as a GPU task whose jax sees no GPU, or a
-crash); the process that started it writes the reason when the worker died without a word
-(killed by a signal, or by the kernel's OOM killer). Readers take the last such line of the
-log (``read_failure``), and fall back on the last exception line of a Python traceback in a
-log (a task that failed before any worker started). Reading the tail of a log is cheap, and
-only failed units are read.
+crash), or says it was interrupted when a stop signal ended it (``interrupted_line``: Ctrl-C,
+SIGTERM; not a failure, its finished records are kept); the process that started it writes
+the reason when the worker died without a word (killed by a signal, or by the kernel's OOM
+killer: ``node`` on SLURM, ``local_controller`` here). Readers take the last such line of the
+log (``read_failure``, ``last_word``), and fall back on the last exception line of a Python
+traceback in a log (a task that failed before any worker started). Reading the tail of a log
+is cheap, and only failed units are read.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from pathlib import Path
 
 _TAIL_BYTES = 64 * 1024
 _MARK = "tilesweep: unit "
-_LINE = re.compile(r"tilesweep: unit (\S+) (failed|not started): (.+)$")
+_LINE = re.compile(r"tilesweep: unit (\S+) (failed|not started|interrupted): (.+)$")
+INTERRUPTED = "interrupted"
 # the last line of a Python traceback: "pkg.mod.SomeError: message" (or the bare name)
 _EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Crashed|Held))(?::\s*(.*))?$")
 
@@ -31,6 +34,23 @@ def failure_line(unit: str, reason: str) -> str:
 def not_started_line(unit: str, reason: str) -> str:
     """The line a unit's log gets when a worker was not started on it (another live worker holds it)."""
     return f"{_MARK}{unit} not started: {' '.join(reason.split())}"
+
+
+def interrupted_line(unit: str, reason: str) -> str:
+    """The line a unit's log ends with when a stop signal ended its worker (``last_word``)."""
+    return f"{_MARK}{unit} {INTERRUPTED}: {' '.join(reason.split())}"
+
+
+def last_word(path: str | Path | None, unit: str) -> tuple[str, str] | None:
+    """The unit's last line of any kind in a log: ("failed" | "not started" | "interrupted",
+    its reason), or None where the log has none."""
+    if not path:
+        return None
+    for line in reversed(_tail(Path(path))):
+        m = _LINE.search(line)
+        if m and m.group(1) == unit:
+            return m.group(2), m.group(3).strip()
+    return None
 
 
 def _tail(path: Path) -> list[str]:

@@ -66,4 +66,6 @@ def shard_items(
         item_cost, scale = item_costs(items, spec, costs)
         setups = {sh: setup_estimate(sh, spec.modes, spec.causal) * scale for sh in shapes}
         n = units if units is not None else default_units(spec, len(shapes))
-        return shard(items, n, costs=item_cost, setups=setups, strategy=spec.sharding.strategy)
+        return shard(
+            items, n, costs=item_cost, setups=setups, strategy=spec.sharding.strategy, sweep=spec.fingerprint()
+        )

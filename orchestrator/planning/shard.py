@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from orchestrator.errors import PlanError
@@ -18,20 +19,30 @@ from orchestrator.planning.items import WorkItem
 from orchestrator.spec.model import SweepSpec, canonical_hash
 
 
+def unit_id(sweep: str, item_ids: Iterable[str], tag: str | None = None) -> str:
+    """A unit's id: a hash of the sweep's fingerprint (two sweeps of the same items, timed
+    differently, never share a unit id, so a record's ``unit`` says which sweep measured it),
+    of ``tag`` (what else sets the unit apart: its round after the first, a resume or a retry,
+    whose units hold items an earlier unit held) and of its item ids. Ids are computed once,
+    when a unit is planned, and read from the sweep's unit index ever after, so a sweep
+    directory keeps the ids it was planned with whatever this rule becomes."""
+    return canonical_hash([sweep, *([tag] if tag else []), *item_ids], length=12)
+
+
 @dataclass(slots=True)
 class Unit:
-    """A group of items run by one task. ``id`` hashes the item ids (and the round, after the
-    first: a round-2 unit may hold the very items of a round-1 unit), so the same work has the
-    same unit id across plans."""
+    """A group of items run by one task; ``id`` is ``unit_id`` of its sweep, its round after
+    the first (a round-2 unit may hold the very items of a round-1 unit) and its items."""
 
     index: int
     items: list[WorkItem] = field(default_factory=list)
     id: str = ""
     round: int = 1
 
-    def finalize(self) -> None:
-        ids = [it.id for it in self.items]
-        self.id = canonical_hash(ids if self.round == 1 else [f"round{self.round}", *ids], length=12)
+    def finalize(self, sweep: str = "", tag: str | None = None) -> None:
+        """Set the id (``unit_id``; ``tag`` defaults to the round after the first) and number the items."""
+        tag = tag or (f"round{self.round}" if self.round != 1 else None)
+        self.id = unit_id(sweep, (it.id for it in self.items), tag)
         for it in self.items:
             it.unit = self.index
 
@@ -52,14 +63,15 @@ def shard(
     setups: dict[tuple, float] | None = None,
     strategy: str = "shape",
     round_: int = 1,
+    sweep: str = "",
 ) -> list[Unit]:
     """Group items into at most ``n_units`` units so that the slowest unit is as short as
     the costs allow. Items keep plan order inside a unit.
 
     ``costs`` are seconds per item (default: ``orchestrator.planning.costs``'s model with default
     timing), ``setups`` seconds per shape for each unit that holds any of its items
-    (inputs and references are made once per shape per unit). See ``pack`` for the two
-    strategies."""
+    (inputs and references are made once per shape per unit), ``sweep`` the sweep's
+    fingerprint the unit ids hash (``unit_id``). See ``pack`` for the two strategies."""
     if n_units < 1:
         raise PlanError(f"units must be at least 1, got {n_units}")
     if not items:
@@ -97,7 +109,7 @@ def shard(
     units.sort(key=lambda u: u.items[0].index)
     for i, u in enumerate(units):
         u.index = i
-        u.finalize()
+        u.finalize(sweep)
     return units
 
 

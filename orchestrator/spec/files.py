@@ -7,13 +7,16 @@ typo; users get one line that names the file, the field path and what is allowed
 from __future__ import annotations
 
 import json
+import re
 import tomllib
+import types
 import typing
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator import PROG
 from orchestrator.errors import SpecError
 from orchestrator.spec.model import SweepSpec
 
@@ -46,6 +49,11 @@ def read_spec_data(p: Path) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read spec file {p}: {exc}") from None
+    if not text.strip():
+        raise SpecError(
+            f"spec file {p} is empty; write the spec's fields in it (`{PROG} spec --schema` lists them; "
+            "an object with none, {} in JSON, is the reference sweep)"
+        )
     if p.suffix.lower() == ".toml":
         try:
             data: Any = tomllib.loads(text)
@@ -86,12 +94,77 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
         did_you_mean = f" (did you mean {close!r}?)" if close else ""
         msg = f"unknown field {where!r}{did_you_mean}{hint}"
     else:
-        text = first["msg"].removeprefix("Value error, ")
+        text = _json_spelling(first["msg"].removeprefix("Value error, ")) if kind == "literal_error" else first["msg"]
+        text = text.removeprefix("Value error, ")
+        if kind in ("model_type", "dict_type"):  # pydantic: "a valid dictionary or instance of TimingSettings"
+            text = "Input should be an object"
         got = first.get("input")
         shown = "" if repr(got) in text or len(repr(got)) > 80 or not loc else f" (got {got!r})"
-        msg = f"field {where!r}: {text}{shown}" if loc else text
+        instead = _hint(model, first["loc"], kind)
+        msg = (f"field {where!r}: {text}{shown}" if loc else text) + (f"; {instead}" if instead else "")
     more = len(errors) - 1
     return msg + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
+
+
+def _json_spelling(text: str) -> str:
+    """pydantic names the values it allows as Python does; a spec file is JSON or TOML."""
+    for py, js in (("True", "true"), ("False", "false"), ("None", "null")):
+        text = re.sub(rf"\b{py}\b", js, text)
+    return text
+
+
+def _hint(model: type[BaseModel], loc: tuple[Any, ...], kind: str) -> str | None:
+    """What to write instead, where pydantic's message does not say what is allowed: the
+    values of a list's items and an example, true or false, the keys of a section."""
+    annotation, default = _field_at(model, loc)
+    if annotation is None:
+        return None
+    if kind == "list_type":
+        items = typing.get_args(annotation)
+        what = _values_of(items[0]) if items else None
+        example = f", e.g. {json.dumps(default)}" if isinstance(default, list) and default else ""
+        return f"write a list{f' of {what}' if what else ''}{example}" if what or example else None
+    if kind in ("bool_type", "bool_parsing"):
+        return "write true or false"
+    if kind in ("model_type", "dict_type") and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return f"write an object (a table in TOML) with any of: {', '.join(annotation.model_fields)}"
+    return None
+
+
+def _values_of(annotation: Any) -> str | None:
+    """The values a type allows, in a spec file's spelling: 'fwd' or 'fwd_bwd', true or false,
+    integers (or null)."""
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        shown = [json.dumps(a) if isinstance(a, bool) or a is None else repr(a) for a in args]
+        return " or ".join([", ".join(shown[:-1]), shown[-1]]) if len(shown) > 1 else shown[0]
+    if origin in (typing.Union, types.UnionType):
+        parts = [_values_of(a) for a in args]
+        return " or ".join(p for p in parts if p) or None
+    names = {bool: "true or false", int: "integers", float: "numbers", str: "strings", type(None): "null"}
+    return names.get(annotation)
+
+
+def _field_at(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The annotation and default of the field at ``loc`` (a list item's: the item type, no
+    default), or (None, None) where the path leaves the models."""
+    current: Any = model
+    default: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            while typing.get_origin(current) is typing.Annotated:
+                current = typing.get_args(current)[0]
+            args = typing.get_args(current)
+            current, default = (args[0] if args else None), None
+            continue
+        inner = _model_in(current) if not (isinstance(current, type) and issubclass(current, BaseModel)) else current
+        field = inner.model_fields.get(str(part)) if inner is not None else None
+        if field is None:
+            return None, None
+        current, default = field.annotation, field.default
+    return current, default
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

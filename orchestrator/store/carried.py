@@ -20,7 +20,6 @@ import socket
 from typing import Any
 
 from orchestrator.planning import Unit, WorkItem
-from orchestrator.spec.model import canonical_hash
 from orchestrator.store.files import atomic_open, atomic_write_json, now_iso, read_json
 from orchestrator.store.lines import encode_line, header_line, partial_header, record_line
 from orchestrator.store.markers import reuse_summary, write_marker
@@ -31,12 +30,11 @@ REUSE_FILE = "reuse.json"
 ORIGIN = "reuse"
 
 
-def reuse_unit(items: list[WorkItem], found: Found, index: int) -> Unit:
-    """The unit that holds the reused items (plan order); its id hashes them, marked reuse."""
+def reuse_unit(items: list[WorkItem], found: Found, index: int, sweep: str) -> Unit:
+    """The unit that holds the reused items (plan order); its id (``unit_id``) hashes the
+    sweep's fingerprint ``sweep`` and them, marked reuse."""
     unit = Unit(index, [it for it in items if it.index in found.records])
-    unit.id = canonical_hash([ORIGIN, *(it.id for it in unit.items)], length=12)
-    for it in unit.items:
-        it.unit = index
+    unit.finalize(sweep, tag=ORIGIN)
     return unit
 
 

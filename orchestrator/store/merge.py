@@ -55,9 +55,9 @@ from orchestrator.store.provenance import (
     ReusedBlock,
     RoundsBlock,
     TilesweepBlock,
-    attempt_entry,
     measurement,
     tilesweep_block,
+    unit_attempts,
 )
 from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.round2 import read_round2
@@ -141,7 +141,7 @@ def _tilesweep_block(
         env=env,
         merged=now_iso(),
         planned=sd.planned,
-        attempts={s.unit: [attempt_entry(h) for h in s.headers] for s in segs if s.headers},
+        attempts={s.unit: unit_attempts(s.headers, s.mtime_ns) for s in segs if s.headers},
         gpu_hours=cast(GpuHours, extra or {}),  # the caller's block keys: control.sweeps.accounting
         measured=measurement(sd.spec, [h for s in segs for h in s.headers]),
         reused=None if reused is None else _reused(reused),

@@ -15,6 +15,7 @@ document that is read and written as plain JSON.
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -23,7 +24,9 @@ from orchestrator.store.lines import DeviceBlock, ReadHeader
 
 
 class AttemptEntry(TypedDict):
-    """One attempt at a unit, from its partial's header."""
+    """One attempt at a unit, from its partial's header; the unit's last attempt also says
+    when it ended (its partial's last write: no line says when an attempt ends, and a killed
+    one writes none, so an earlier attempt's end is only bounded by the next one's start)."""
 
     attempt: int | None
     host: str | None
@@ -31,6 +34,7 @@ class AttemptEntry(TypedDict):
     slurm_job_id: str | None
     gpu: NotRequired[str | None]
     started: str | None
+    ended: NotRequired[str | None]
 
 
 class Measurement(TypedDict):
@@ -96,9 +100,10 @@ class MergedDocument(TypedDict):
     tilesweep: TilesweepBlock
 
 
-def attempt_entry(header: ReadHeader) -> AttemptEntry:
-    """A unit's attempt as the block lists it, from the attempt's header."""
-    return {
+def attempt_entry(header: ReadHeader, ended: str | None = None) -> AttemptEntry:
+    """A unit's attempt as the block lists it, from the attempt's header (``ended``: for the
+    unit's last attempt, when its partial was last written)."""
+    entry: AttemptEntry = {
         "attempt": header.get("attempt"),
         "host": header.get("host"),
         "pid": header.get("pid"),
@@ -106,6 +111,29 @@ def attempt_entry(header: ReadHeader) -> AttemptEntry:
         "gpu": header.get("gpu"),
         "started": header.get("started"),
     }
+    if ended is not None:
+        entry["ended"] = ended
+    return entry
+
+
+def unit_attempts(headers: Sequence[ReadHeader], last_write_ns: int) -> list[AttemptEntry]:
+    """A unit's attempts, oldest first, the last one ending at its partial's last write."""
+    if not headers:
+        return []
+    ended = _dt.datetime.fromtimestamp(last_write_ns / 1e9, _dt.UTC).isoformat(timespec="seconds")
+    return [attempt_entry(h) for h in headers[:-1]] + [attempt_entry(headers[-1], ended)]
+
+
+def measured_span(block: Mapping[str, Any]) -> tuple[str, str] | None:
+    """When a block's records were measured: the first attempt's start and the last attempt's
+    end (its start where no end is known), or None where no attempt says."""
+    starts, ends = [], []
+    for attempts in attempts_of(block).values():
+        for a in attempts if isinstance(attempts, list) else []:
+            if isinstance(a, dict) and a.get("started"):
+                starts.append(str(a["started"]))
+                ends.append(str(a.get("ended") or a["started"]))
+    return (min(starts), max(ends)) if starts else None
 
 
 def measurement(spec: SweepSpec, headers: Sequence[ReadHeader]) -> Measurement:

@@ -41,6 +41,7 @@ from orchestrator.store.files import (
     remove_dead_temps,
     temp_path,
 )
+from orchestrator.store.sweep_paths import file_given
 
 # the file helpers live in ``files``; importable from here too, where the rooms above have them
 __all__ = [
@@ -187,6 +188,8 @@ class SweepDir:
     @classmethod
     def open(cls, root: str | Path) -> SweepDir:
         root = Path(root)
+        if root.is_file():
+            raise SweepDirError(file_given(root))
         if not root.is_dir():
             raise SweepDirError(f"sweep directory {root} does not exist; pass the --sweep-dir of a submitted sweep")
         if not (root / SWEEP_FILE).is_file():

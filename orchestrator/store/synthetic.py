@@ -207,7 +207,7 @@ def partial_lines(sd: SweepDir, unit: Unit, rng: random.Random, attempt: int = 1
     return lines
 
 
-def shape_units(items: list[WorkItem], n_units: int, rng: random.Random) -> list[Unit]:
+def shape_units(items: list[WorkItem], n_units: int, rng: random.Random, sweep: str = "") -> list[Unit]:
     """``n_units`` units of whole shapes, shapes dealt in shuffled order, items in plan order."""
     shapes: dict[tuple[Any, ...], list[WorkItem]] = {}
     for it in items:
@@ -223,7 +223,7 @@ def shape_units(items: list[WorkItem], n_units: int, rng: random.Random) -> list
     units.sort(key=lambda u: u.items[0].index)
     for k, u in enumerate(units):
         u.index = k
-        u.finalize()
+        u.finalize(sweep)
     return units
 
 
@@ -241,7 +241,7 @@ def build_sweep(
     spec = SweepSpec.model_validate(spec_data)
     items = expand(spec)
     rng = random.Random(seed)
-    units = shape_units(items, n_units, rng)
+    units = shape_units(items, n_units, rng, spec.fingerprint())
     out = output or (root.parent / f"{root.name}.results.json")
     sd = SweepDir.create(root, spec, output=out, spec_source=None, planned=len(items))
     sd.add_units(units, origin="synthetic")

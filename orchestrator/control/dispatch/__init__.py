@@ -12,19 +12,62 @@
 - ``local``: ``run_units_locally`` runs each unit as a subprocess (submitit's
   LocalExecutor), at most one per visible GPU at a time (one on a machine without GPUs),
   each pinned to its own GPU; kind ``debug`` runs them in this process (DebugExecutor).
+- ``local_controller``: the process that runs one unit for the local executor (submitit's
+  controller, saying why a worker a signal ended died).
+
+The names below load their module when first used, so a process that needs one module of the
+package (a unit's controller, a SLURM task's worker) does not import the others.
 """
 
-from orchestrator.control.dispatch.local import UnitOutcome, run_units_locally, visible_gpus
-from orchestrator.control.dispatch.slurm import (
-    Submission,
-    executor_parameters,
-    grace_s,
-    render_scripts,
-    submit_merge_job,
-    submit_units,
-    tasks_of,
-)
-from orchestrator.control.dispatch.tasks import MergeTask, UnitTask, run_unit_job
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.control.dispatch.local import (
+        UnitOutcome,
+        local_slots,
+        run_units_locally,
+        start_units_locally,
+        visible_gpus,
+    )
+    from orchestrator.control.dispatch.slurm import (
+        Submission,
+        executor_parameters,
+        grace_s,
+        render_scripts,
+        submit_merge_job,
+        submit_units,
+        tasks_of,
+    )
+    from orchestrator.control.dispatch.tasks import MergeTask, UnitTask, run_unit_job
+
+_HOMES = {
+    "UnitOutcome": "local",
+    "run_units_locally": "local",
+    "start_units_locally": "local",
+    "local_slots": "local",
+    "visible_gpus": "local",
+    "Submission": "slurm",
+    "executor_parameters": "slurm",
+    "grace_s": "slurm",
+    "render_scripts": "slurm",
+    "submit_merge_job": "slurm",
+    "submit_units": "slurm",
+    "tasks_of": "slurm",
+    "MergeTask": "tasks",
+    "UnitTask": "tasks",
+    "run_unit_job": "tasks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "MergeTask",
@@ -35,7 +78,9 @@ __all__ = [
     "grace_s",
     "render_scripts",
     "run_unit_job",
+    "local_slots",
     "run_units_locally",
+    "start_units_locally",
     "submit_merge_job",
     "submit_units",
     "tasks_of",

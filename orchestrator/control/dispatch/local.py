@@ -24,10 +24,12 @@ from typing import Any
 import submitit
 
 from orchestrator import PROG
+from orchestrator.control.dispatch.local_controller import UnitExecutor
 from orchestrator.control.dispatch.tasks import run_unit_job
 from orchestrator.control.unit_state import existing
-from orchestrator.control.why import read_failure, signal_reason
+from orchestrator.control.why import INTERRUPTED, last_word, read_failure, signal_reason
 from orchestrator.errors import DispatchError
+from orchestrator.spec.model import SweepSpec
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,8 @@ STOP_WAIT_S = 20.0  # how long an interrupted run waits for its workers to write
 @dataclass
 class UnitOutcome:
     """How one unit run here ended: its worker's summary, or the last line of the error that
-    stopped it and the log that says more."""
+    stopped it and the log that says more (``interrupted``: a stop signal ended it, which is
+    no failure of the unit)."""
 
     unit: str
     ok: bool
@@ -47,6 +50,7 @@ class UnitOutcome:
     summary: dict[str, Any] | None = None
     error: str | None = None
     log: str | None = None
+    interrupted: bool = False
 
 
 def visible_gpus() -> list[int]:
@@ -108,13 +112,9 @@ def _run_subprocesses(
 ) -> list[UnitOutcome]:
     """Units as subprocesses in ``workers`` slots (default: one per visible GPU), a slot
     taking the next unit as soon as its unit ends."""
-    spec = sd.spec
     gpus = visible_gpus()
-    n = workers or spec.executor.local_workers or max(1, len(gpus))
-    if spec.kernel.impl == "replay" and not (workers or spec.executor.local_workers):
-        n = max(n, os.cpu_count() or 1)  # a replay needs no GPU: one worker per CPU
-    executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="local")
-    executor.update_parameters(timeout_min=spec.executor.timeout_min)
+    n = local_slots(sd.spec, workers, gpus)
+    executor = _executor(sd)
     pending = list(unit_ids)
     running: dict[int, tuple[str, Any]] = {}  # slot -> (unit, job)
     free_slots = list(range(n))
@@ -138,6 +138,33 @@ def _run_subprocesses(
         _stop_workers([job for _, job in running.values()])
         raise
     return outcomes
+
+
+def local_slots(spec: SweepSpec, workers: int | None = None, gpus: list[int] | None = None) -> int:
+    """How many units run here at a time: ``workers``, else ``executor.local_workers``, else one
+    per visible GPU (one without GPUs; a replay, which needs no GPU, one per CPU)."""
+    gpus = visible_gpus() if gpus is None else gpus
+    n = workers or spec.executor.local_workers or max(1, len(gpus))
+    if spec.kernel.impl == "replay" and not (workers or spec.executor.local_workers):
+        n = max(n, os.cpu_count() or 1)
+    return n
+
+
+def start_units_locally(
+    sd: SweepDir, unit_ids: list[str], *, prior_starts: dict[str, dict[str, Any]] | None = None
+) -> list[str]:
+    """Start each unit's worker here and leave it running (its controller outlives this
+    process, as a job's would); the job ids. ``tilesweep status`` and ``wait`` follow them."""
+    gpus = visible_gpus()
+    executor = _executor(sd)
+    prior = prior_starts or {}
+    return [str(_start_subprocess(sd, executor, uid, gpus, k, prior.get(uid)).job_id) for k, uid in enumerate(unit_ids)]
+
+
+def _executor(sd: SweepDir) -> UnitExecutor:
+    executor = UnitExecutor(folder=str(sd.logs))
+    executor.update_parameters(timeout_min=sd.spec.executor.timeout_min)
+    return executor
 
 
 def _stop_workers(jobs: list[Any]) -> None:
@@ -191,15 +218,16 @@ def _children_ignore_sigint() -> Iterator[None]:
 
 
 def _start_subprocess(
-    sd: SweepDir, executor: Any, uid: str, gpus: list[int], slot: int, prior: dict[str, int] | None
+    sd: SweepDir, executor: UnitExecutor, uid: str, gpus: list[int], slot: int, prior: dict[str, int] | None
 ) -> Any:
     """Start one unit's worker process on its slot's GPU (none without GPUs); record the job."""
     if gpus:
         executor.update_parameters(gpus_per_node=1, visible_gpus=[gpus[slot % len(gpus)]])
     else:
         executor.update_parameters(gpus_per_node=0)
+    executor.unit = uid
     with _children_ignore_sigint():
-        job = executor.submit(run_unit_job, str(sd.root), uid, prior)
+        job = executor.submit(run_unit_job, str(sd.root), uid, prior, True)
     sd.record_jobs(
         [
             {
@@ -220,6 +248,12 @@ def _outcome(uid: str, job: Any) -> UnitOutcome:
         summary = job.result()
     except Exception as exc:  # the worker process failed; its log says why
         log_path = str(getattr(getattr(job, "paths", None), "stderr", "") or "")
+        said = last_word(log_path, uid)
+        if said is not None and said[0] == INTERRUPTED:
+            log.warning("unit %s interrupted (job %s): %s", uid, job.job_id, said[1])
+            return UnitOutcome(
+                uid, ok=False, job_id=str(job.job_id), error=said[1], log=existing(log_path), interrupted=True
+            )
         why = _why(uid, job, exc, log_path)
         log.warning("unit %s failed (job %s): %s; log: %s", uid, job.job_id, why, log_path)
         return UnitOutcome(unit=uid, ok=False, job_id=str(job.job_id), error=why, log=existing(log_path))
@@ -227,8 +261,9 @@ def _outcome(uid: str, job: Any) -> UnitOutcome:
 
 
 def _why(uid: str, job: Any, exc: BaseException, log_path: str) -> str:
-    """The worker's own one-line reason from its log; else how its process died (a local
-    job's process is submitit's ``_process``); else the last line of the error."""
+    """The worker's own one-line reason from its log, or the one its controller wrote for a
+    worker a signal ended (``local_controller``); else how the controller's own process died;
+    else the last line of the error."""
     said = read_failure(log_path, uid)
     if said:
         return said

@@ -34,11 +34,15 @@ log = logging.getLogger(__name__)
 MergeHook = Callable[[str], dict[str, Any] | None]
 
 
-def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, Any] | None = None) -> UnitSummary:
+def run_unit_job(
+    sweep_dir: str, unit_id: str, prior_starts: dict[str, Any] | None = None, own_process: bool = False
+) -> UnitSummary:
     """What a local or debug submitit job runs (importable, picklable). A failure leaves its
     reason as the log's last line (``why.failure_line``), as on SLURM. SIGINT and SIGTERM are
     the worker's own (``jobs.in_flight.stop_signals``): they abandon the configs in flight and
-    exit."""
+    exit. ``own_process``: a local job's worker, which a stop ends quietly, saying so in its
+    log (``why.interrupted_line``), exit status 128 + the signal, no traceback; in the debug
+    executor's process the stop goes on up to the command, which says it was interrupted."""
     from jobs.worker import run_unit
     from orchestrator.control.scheduler import one_line
     from orchestrator.control.why import failure_line
@@ -53,6 +57,25 @@ def run_unit_job(sweep_dir: str, unit_id: str, prior_starts: dict[str, Any] | No
     except Exception as exc:
         log.error("%s", failure_line(unit_id, f"{type(exc).__name__}: {one_line(exc)}"))
         raise
+    except (KeyboardInterrupt, SystemExit):
+        code = _stopped(unit_id) if own_process else None
+        if code is None:
+            raise
+        raise SystemExit(code) from None
+
+
+def _stopped(unit_id: str) -> int | None:
+    """A worker a stop signal ended: its log's last line says so; the exit status to end with
+    (None: not a stop signal's, the exception goes on as it is)."""
+    from jobs.in_flight import stop_signal
+    from orchestrator.control.why import interrupted_line
+
+    signum = stop_signal()
+    if signum is None:
+        return None
+    name = signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
+    log.warning("%s", interrupted_line(unit_id, f"stopped by {name}; its finished records are kept"))
+    return 128 + signum
 
 
 Units = list[str]

@@ -1,0 +1,147 @@
+"""``tilesweep resume`` as the command line says it: what it plans, then on SLURM the
+submission (it returns once sbatch took the new units; ``wait`` follows them), and here (the
+local and debug executors) the run of the new units with a progress bar and what a finished
+sweep does (``finish.finish_sweep``: the merge, the best configs, what is left), as ``run``
+does. With ``--no-wait`` a resume here starts the new units' workers and leaves them running;
+its last line says how to follow them (``wait`` merges once they end).
+
+A resume here holds the sweep's run lease while it runs, as ``run`` does: a ``run`` started
+meanwhile follows it instead of starting workers beside it, and ``status`` knows the units it
+has still to start are not stranded.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from orchestrator.cli.common import PROG, Progress
+from orchestrator.cli.finish import failed_unit_lines, finish_sweep
+from orchestrator.cli.submission import print_submission
+from orchestrator.errors import DispatchError
+
+if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
+    from orchestrator.control.resume import Resumed
+    from orchestrator.spec.sections import ExecutorSettings
+    from orchestrator.store.sweepdir import SweepDir
+
+
+def say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_done: bool) -> None:
+    """What a resume is about to do: the units it leaves to run, the round it planned, the new units."""
+    plan = r.plan
+    if plan.held:
+        n = len(plan.active)
+        print(
+            f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
+            f"({plan.held} items without a record yet): not resubmitted; wait for "
+            f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force"
+        )
+    if r.next_round is not None:
+        nxt = r.next_round
+        print(
+            f"round {nxt.number - 1} of {sd.root} is complete: round {nxt.number} times {nxt.summary['survivors']} "
+            f"of {nxt.summary['screened']} screened configs in full, in {len(nxt.units)} new units"
+        )
+    if not r.new_units:
+        if not plan.held and not quiet_when_done and r.next_round is None:
+            redo = f" and no {retry} error record to retry" if retry else ""
+            print(f"all {sd.planned} items of {sd.root} have a record{redo}; nothing to resubmit")
+        return
+    n = len(r.new_units)
+    redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
+    print(
+        f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
+        + (f", {len(plan.missing2)} survivors of round 2 are not timed in full yet" if plan.missing2 else "")
+        + f"{redo}; {n} new unit{'s' if n != 1 else ''}"
+        + (f": {', '.join(u.id for u in r.new_units)}" if n <= 4 else "")
+    )
+
+
+def resume_saying(
+    sd: SweepDir,
+    settings: ExecutorSettings,
+    *,
+    force: bool,
+    units: int | None,
+    max_array_size: int | None,
+    quiet_when_done: bool = False,
+    retry: str | None = None,
+    include_missing: bool = True,
+    progress: Progress | None = None,
+    background: bool = False,
+) -> Resumed:
+    """``resume_sweep``, saying what it plans before it submits or runs, and how its
+    submissions went; ``progress`` is fed while units run here."""
+    from orchestrator.control.resume import resume_sweep
+    from orchestrator.control.status import sweep_status
+
+    def planned(r: Resumed) -> None:
+        say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done)
+
+    def poll() -> None:
+        if progress is not None:
+            st = sweep_status(sd, query_slurm=False)
+            progress.update(st.done, total=st.total)
+
+    result = resume_sweep(
+        sd,
+        settings,
+        force=force,
+        units=units,
+        max_array_size=max_array_size,
+        on_planned=planned,
+        retry=retry,
+        include_missing=include_missing,
+        on_poll=poll,
+        background=background,
+    )
+    if result.submission is not None:
+        print_submission(sd, result.submission)
+    if result.next_round is not None and result.next_round.outcome is not None:
+        print_submission(sd, result.next_round.outcome)
+    return result
+
+
+def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespace) -> int:
+    """A resume with the local or debug executor (see the module docstring)."""
+    from orchestrator.control.status import sweep_status
+    from orchestrator.control.sweeps import run_or_follow
+    from orchestrator.store.merge import check_target
+
+    if not args.overwrite and not args.no_wait:
+        check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
+    with run_or_follow(sd) as other:
+        if other is not None:
+            raise DispatchError(
+                f"{sd.root} is being run by another `{PROG} run` ({other.describe()}); "
+                f"resume it once that run has ended (`{PROG} wait {sd.root}` follows it)"
+            )
+        progress = None if args.no_wait else Progress(sweep_status(sd, query_slurm=False).total)
+        try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
+            result = resume_saying(
+                sd,
+                settings,
+                force=args.force,
+                units=args.units,
+                max_array_size=None,
+                retry=args.retry_errors,
+                progress=progress,
+                background=args.no_wait,
+            )
+        finally:
+            if progress is not None:
+                progress.close()
+    if args.no_wait:
+        if result.started:
+            n = len(result.started)
+            print(
+                f"started {n} unit{'s' if n != 1 else ''} here, left running; follow with: {PROG} status {sd.root}"
+                f"   (or {PROG} wait {sd.root}, which merges once they end)"
+            )
+        else:
+            print(f"nothing started; `{PROG} merge {sd.root}` writes the results document")
+        return 0
+    failed = failed_unit_lines(result.outcomes)
+    return finish_sweep(
+        sd, overwrite=args.overwrite, html=sd.spec.report.html, failed=failed, redo=f"`{PROG} resume {sd.root}`"
+    )

@@ -1,0 +1,99 @@
+"""The process that runs one unit for the local executor and says how its worker ended.
+
+submitit's local executor starts a controller process per job (``submitit.local._local``),
+which starts the worker, waits for it and then exits, keeping the worker's exit status to
+itself. A worker killed by a signal (``kill -9``, the kernel's OOM killer) writes nothing, so
+its log alone would leave ``tilesweep run`` and ``status`` to guess from whatever line came
+last. This controller is submitit's, plus what ``node`` does for a SLURM task's workers: when
+its worker died without a word it writes the reason (``why.signal_reason``) as the last line
+of the worker's log (``why.failure_line``), where ``run``, ``status`` and ``wait`` read it.
+
+``UnitExecutor`` is submitit's ``LocalExecutor`` with this controller (the unit it runs named
+in its environment); ``start_controller`` is submitit's, but for the module it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from submitit.local.local import Controller, LocalExecutor, LocalJob
+
+from orchestrator.control.why import failure_line, oom_kills, signal_reason
+
+UNIT_ENV = "TILESWEEP_LOCAL_UNIT"  # the unit a controller's worker runs
+
+
+class UnitController(Controller):
+    """submitit's controller, saying why a worker that a signal ended died."""
+
+    def wait(self, freq: int = 24) -> Sequence[int | None]:
+        before = oom_kills()
+        codes = super().wait(freq)
+        unit = os.environ.get(UNIT_ENV)
+        for k, code in enumerate(codes):
+            if unit and code is not None and code < 0:
+                after = oom_kills()
+                oom = -code == signal.SIGKILL and before is not None and after is not None and after > before
+                self._say(k, failure_line(unit, signal_reason(-code, oom)))
+        return codes
+
+    def _say(self, task: int, line: str) -> None:
+        """Append ``line`` to the task's log (its stderr, which submitit opened for it)."""
+        try:
+            out = self.stderrs[task]
+            out.write(f"{line}\n")
+            out.flush()
+        except (IndexError, OSError, ValueError):
+            pass  # a log that cannot be written: status falls back on the process being gone
+
+
+def start_controller(folder: Path, command: str, *, unit: str, cuda_devices: str, timeout_min: float) -> Any:
+    """submitit's ``local.start_controller`` (one task, no setup commands), starting this
+    module's controller; it outlives the command that started it, as submitit's does."""
+    env = dict(os.environ)
+    env.update(
+        SUBMITIT_LOCAL_NTASKS="1",
+        SUBMITIT_LOCAL_COMMAND=command,
+        SUBMITIT_LOCAL_TIMEOUT_S=str(int(60 * timeout_min)),
+        SUBMITIT_LOCAL_SIGNAL_DELAY_S="30",
+        SUBMITIT_LOCAL_NODEID="0",
+        SUBMITIT_LOCAL_JOB_NUM_NODES="1",
+        SUBMITIT_STDERR_TO_STDOUT="",
+        SUBMITIT_EXECUTOR="local",
+        CUDA_VISIBLE_DEVICES=cuda_devices,
+        SUBMITIT_LOCAL_WITH_SHELL="",
+    )
+    env[UNIT_ENV] = unit
+    return subprocess.Popen([sys.executable, "-m", __name__, str(folder)], env=env)
+
+
+class UnitExecutor(LocalExecutor):
+    """submitit's local executor whose jobs run under ``UnitController``; ``unit`` names the
+    unit the next submitted job runs."""
+
+    unit = ""
+
+    def _submit_command(self, command: str) -> LocalJob[Any]:
+        n_gpus = self.parameters.get("gpus_per_node", 0)
+        visible = self.parameters.get("visible_gpus", ())
+        gpus = range(n_gpus) if visible == () else visible[:n_gpus]
+        process = start_controller(
+            self.folder,
+            command,
+            unit=self.unit,
+            cuda_devices=",".join(str(k) for k in gpus),
+            timeout_min=self.parameters.get("timeout_min", 2.0),
+        )
+        return LocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=[0])
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: python -m {__spec__.name if __spec__ else 'local_controller'} SUBMITIT_FOLDER")
+    UnitController(Path(sys.argv[1])).run()

@@ -1,0 +1,64 @@
+"""Where a spec's sweep directory is by default, and what to say when a command that reads a
+sweep directory is given a file instead.
+
+The common slip is a spec file (``tilesweep status sweep.json``, after ``tilesweep run
+sweep.json``): the answer names the sweep directory that spec runs in by default, when it is
+there. A results document names the sweep directory it was merged from (its ``tilesweep``
+block). Anything else gets the plain answer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator import PROG
+from orchestrator.errors import TilesweepError
+from orchestrator.spec.model import SweepSpec
+
+
+def default_root(spec_path: str, spec: SweepSpec) -> Path:
+    """``sweeps/<spec name>-<fingerprint>``: the same spec always finds its own directory."""
+    return Path("sweeps") / f"{Path(spec_path).stem}-{spec.fingerprint()[:8]}"
+
+
+LISTED = f"`{PROG} ls` lists the sweep directories under a folder"
+
+
+def file_given(path: Path) -> str:
+    """The one-line message for ``path``, a file passed where a sweep directory goes."""
+    from orchestrator.spec.files import load_spec
+
+    merged_from = _merged_from(path)
+    if merged_from is not None:
+        return (
+            f"{path} is a results document, not a sweep directory; "
+            f"pass the sweep directory it was merged from: {merged_from}"
+        )
+    try:
+        spec = load_spec(path)
+    except TilesweepError:
+        return f"{path} is a file, not a sweep directory; pass the --sweep-dir of a submitted sweep ({LISTED})"
+    guess = default_root(str(path), spec)
+    if guess.is_dir():
+        return (
+            f"{path} is a spec file, not a sweep directory; pass the sweep directory it ran in: {guess} "
+            f"(where `{PROG} run` and `{PROG} submit` put it without --sweep-dir)"
+        )
+    return (
+        f"{path} is a spec file, not a sweep directory; pass the --sweep-dir it was run with (without one, "
+        f"`{PROG} run` and `{PROG} submit` use {guess}, which does not exist here; {LISTED})"
+    )
+
+
+def _merged_from(path: Path) -> str | None:
+    """The sweep directory a results document names, or None where ``path`` is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or "results" not in data:
+        return None
+    block = data.get("tilesweep")
+    where = block.get("sweep_dir") if isinstance(block, dict) else None
+    return str(where) if where else "(its tilesweep block names none)"

@@ -1,0 +1,133 @@
+"""What the command line says when its output cannot be written, when Ctrl-C comes while it
+starts, and when a user slips: wrong spec values, an empty spec file, a spec file where a
+sweep directory goes, a unit's log captured whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import SpecError
+from orchestrator.spec.files import spec_from_data
+from orchestrator.store.synthetic import build_sweep, small_spec
+from tests.helpers import LAUNCH, REPO, SAMPLE, assert_one_line_error, run_cli
+
+FULL = Path("/dev/full")
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sweep directory with records and a long log for its first unit."""
+    root = tmp_path_factory.mktemp("cli") / "sweep"
+    sd, units = build_sweep(root, small_spec(), 2)
+    log = sd.unit_log(units[0].id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("".join(f"2026-01-01 00:00:00,{k % 1000:03d} jobs.attempt: line {k}\n" for k in range(20000)))
+    return root
+
+
+def _to(cmd: str, sink: str) -> subprocess.CompletedProcess[str]:
+    """``tilesweep CMD > /dev/full`` or ``tilesweep CMD | head -1``, the command's own exit status."""
+    shell = f"{sys.executable} -m orchestrator {cmd} {sink}; exit ${{PIPESTATUS[0]}}"
+    return subprocess.run(shell, shell=True, cwd=REPO, capture_output=True, text=True, executable="/bin/bash")
+
+
+@pytest.mark.skipif(not FULL.exists(), reason="no /dev/full here")
+def test_every_command_says_one_line_when_its_output_cannot_be_written_and_lets_a_closed_pipe_go(
+    sweep: Path, tmp_path: Path
+) -> None:
+    commands = [  # one or two of each command family
+        f"logs {sweep} 0",
+        f"ls {sweep.parent}",
+        f"status {sweep} --json",
+        f"merge {sweep} --output {tmp_path / 'merged.json'}",
+        f"report {SAMPLE}",
+    ]
+    for cmd in commands:
+        full = _to(cmd, "> /dev/full")
+        assert_one_line_error(full, "cannot write to standard output: No space left on device")
+        head = _to(cmd, "| head -1")
+        assert head.returncode == 0 and "Traceback" not in head.stderr, (cmd, head.stderr)
+
+
+def test_a_units_log_is_one_stream_header_first(sweep: Path) -> None:
+    r = run_cli("logs", str(sweep), "0")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    first, second = r.stdout.splitlines()[:2]
+    assert first.startswith("==> ") and first.endswith(".log <==") and second.endswith("jobs.attempt: line 0")
+
+
+@pytest.mark.parametrize("loaded", ["argparse", "tqdm", "orchestrator.spec.records"])
+def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path: Path, loaded: str) -> None:
+    """Ctrl-C once the interpreter has imported ``loaded`` (Python says so on stderr with
+    PYTHONPROFILEIMPORTTIME), while the command's modules are still loading."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, "ls", str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("import time:") and line.rsplit("|", 1)[-1].strip() == loaded:
+            break
+    else:
+        pytest.fail(f"{loaded} was never imported:\n{''.join(seen[-5:])}")
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert said == ["tilesweep: interrupted; finished records are kept, rerun to continue"], said
+
+
+def test_wrong_spec_values_say_what_is_allowed(write_spec: Callable[..., Path]) -> None:
+    r = run_cli("plan", str(write_spec(causal="yes")), "--dry-run")
+    assert_one_line_error(r, "field 'causal': Input should be a valid list (got 'yes'); write a list of true or false")
+    cases = {
+        "modes": ("fwd", "write a list of 'fwd' or 'fwd_bwd', e.g. [\"fwd\", \"fwd_bwd\"]"),
+        "kv_heads": ("x", "write a list of integers or null"),
+        "timing": (5, "'timing': Input should be an object (got 5); write an object (a table in TOML) with any of: "),
+        "report": ({"html": "x"}, "write true or false"),
+        "kernel": ({"interpret": "maybe"}, "Input should be 'auto', true or false (got 'maybe')"),
+    }
+    for field, (value, needle) in cases.items():
+        with pytest.raises(SpecError) as err:
+            spec_from_data({field: value}, source="s.json")
+        assert needle in err.value.message, err.value.message
+
+
+def test_an_empty_spec_file_is_called_empty(tmp_path: Path) -> None:
+    for name in ("empty.json", "blank.toml"):
+        path = tmp_path / name
+        path.write_text("\n  \n")
+        assert_one_line_error(run_cli("plan", str(path), "--dry-run"), f"spec file {path} is empty", "spec --schema")
+
+
+def test_a_spec_file_where_a_sweep_directory_goes_is_named_so(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    r = run_cli("status", str(spec))
+    assert_one_line_error(r, f"{spec} is a spec file, not a sweep directory", "pass the --sweep-dir it was run with")
+    # the default sweep directory of the spec, where it is there, is named
+    fingerprint = json.loads((sweep / "sweep.json").read_text())["fingerprint"]
+    default = tmp_path / "sweeps" / f"spec-{fingerprint[:8]}"
+    default.parent.mkdir()
+    sweep.rename(default)
+    r = run_cli("wait", str(spec), cwd=tmp_path)
+    assert_one_line_error(r, "is a spec file", f"pass the sweep directory it ran in: sweeps/spec-{fingerprint[:8]}")
+    doc = tmp_path / "results.json"
+    doc.write_text(json.dumps({**json.loads(SAMPLE.read_text()), "tilesweep": {"sweep_dir": "/x/sweep"}}))
+    assert_one_line_error(run_cli("status", str(doc)), "is a results document", "merged from: /x/sweep")

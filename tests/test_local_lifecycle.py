@@ -1,0 +1,207 @@
+"""A local sweep's life when it does not go to plan, as a user meets it: a worker killed with
+SIGKILL, Ctrl-C during a unit and between units, then ``status``, ``wait`` and ``resume``.
+
+Real processes throughout: ``tilesweep run`` starts submitit's local controller, which starts
+the worker; the tests kill and interrupt those as a user would (Ctrl-C as a terminal sends it:
+SIGINT to the whole process group, see ``helpers.LAUNCH``), each once an event happened (a
+record written, a unit's marker), never after a guessed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import LAUNCH, REPO, TINY_SPEC, run_cli
+
+# one shape, fwd only, three forced configs besides auto: four items a unit, compiled one at a
+# time, so a worker that wrote its first record has seconds of work left to be stopped in
+SPEC = {
+    "modes": ["fwd"],
+    "fwd_block_q": [16, 32, 64],
+    "fwd_block_k": [32],
+    "compile": {"workers": 1},
+    "executor": {"kind": "local"},
+}
+ITEMS = 4
+SETTLE_S = 120  # a guard, not a wait: each command below returns as soon as it is done
+
+
+def _records(sweep: Path) -> int:
+    return sum(p.read_text().count('"record"') for p in (sweep / "partials").glob("*.jsonl"))
+
+
+def _until(event: Callable[[], bool], what: str, proc: subprocess.Popen[str] | None = None) -> None:
+    """Wait for ``event`` (polled), failing if ``proc`` ends first or after a guard of minutes."""
+    deadline = time.monotonic() + 300
+    while not event():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}:\n{out}\n{err}")
+        assert time.monotonic() < deadline, f"no {what} within 300 s"
+        time.sleep(0.05)
+
+
+def _start_run(spec: Path, sweep: Path, *extra: str) -> subprocess.Popen[str]:
+    """``tilesweep run`` in its own process group with SIGINT at its default, as at a terminal."""
+    return subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, "run", str(spec), "--sweep-dir", str(sweep), *extra],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _worker_pid(sweep: Path) -> int:
+    """The pid of the worker that holds a unit's lease (the process a user finds with ps)."""
+    for lease in (sweep / "leases").glob("*.lease"):
+        text = lease.read_text()
+        if text.endswith("\n"):
+            return int(json.loads(text)["pid"])
+    raise AssertionError("no unit lease")
+
+
+def _has_lease(sweep: Path) -> bool:
+    try:
+        _worker_pid(sweep)
+    except (AssertionError, FileNotFoundError, ValueError):
+        return False
+    return True
+
+
+def _child_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A local sweep whose worker was killed with SIGKILL after its first record: the sweep
+    directory and how its ``run`` ended. The tests below read it in order; the last resumes it."""
+    tmp = tmp_path_factory.mktemp("killed")
+    spec = tmp / "spec.json"
+    spec.write_text(json.dumps({**TINY_SPEC, **SPEC, "output": str(tmp / "results.json")}))
+    sweep = tmp / "sweep"
+    run = _start_run(spec, sweep)
+    _until(lambda: _records(sweep) >= 1 and _has_lease(sweep), "a first record", run)
+    os.kill(_worker_pid(sweep), signal.SIGKILL)
+    out, err = run.communicate(timeout=SETTLE_S)
+    return sweep, subprocess.CompletedProcess(run.args, run.returncode, out, err)
+
+
+def test_a_worker_killed_by_sigkill_is_said_so_by_run_and_status(
+    killed: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    sweep, run = killed
+    assert run.returncode == 1, run.stderr
+    assert f"failed: killed by signal 9 (SIGKILL) (log: {sweep}/logs/" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+    status = run_cli("status", str(sweep))
+    assert status.returncode == 1
+    (line,) = [line for line in status.stdout.splitlines() if " failed " in line]
+    assert "killed by signal 9 (SIGKILL)" in line, status.stdout
+
+
+def test_wait_on_a_settled_local_sweep_with_a_failed_unit_ends_at_once_with_the_resume_hint(
+    killed: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    sweep, _ = killed
+    cpu = _child_cpu_s()
+    wait = run_cli("wait", str(sweep), "--interval", "0.2", timeout=SETTLE_S)
+    assert wait.returncode == 1, wait.stderr
+    assert re.fullmatch(
+        rf"tilesweep: [1-3] items have no record; `tilesweep resume {re.escape(str(sweep))}` redoes only those",
+        wait.stderr.splitlines()[-1],
+    ), wait.stderr
+    assert "killed by signal 9 (SIGKILL)" in wait.stderr
+    assert _child_cpu_s() - cpu < 20, "wait burned CPU"
+
+
+def test_resume_no_wait_starts_the_new_unit_and_wait_merges_it(
+    killed: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    sweep, _ = killed
+    resumed = run_cli("resume", str(sweep), "--no-wait")
+    assert resumed.returncode == 0, resumed.stderr
+    last = resumed.stdout.splitlines()[-1]
+    assert last.startswith("started 1 unit here, left running; follow with:") and f"tilesweep wait {sweep}" in last
+    wait = run_cli("wait", str(sweep), "--interval", "0.2", timeout=SETTLE_S)
+    assert wait.returncode == 0, wait.stderr
+    doc = json.loads((sweep.parent / "results.json").read_text())
+    assert len(doc["results"]) == ITEMS and not [r for r in doc["results"] if "error" in r]
+    st = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    assert st["complete"] and st["done"] == ITEMS
+
+
+def test_ctrl_c_reads_as_interrupted_and_resume_runs_and_merges(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(**SPEC)
+    sweep = tmp_path / "sweep"
+    run = _start_run(spec, sweep)
+    _until(lambda: _records(sweep) >= 1, "a first record", run)
+    os.killpg(run.pid, signal.SIGINT)
+    out, err = run.communicate(timeout=SETTLE_S)
+    assert run.returncode == 130 and "Traceback" not in err, err
+    # the worker's log: no traceback, its last word says it was interrupted
+    (log,) = (sweep / "logs").glob("*_0_log.err")
+    text = log.read_text()
+    assert "Traceback" not in text and "race condition" not in text, text
+    assert (
+        text.rstrip()
+        .splitlines()[-1]
+        .endswith("interrupted: stopped by SIGINT (Ctrl-C); its finished records are kept")
+    )
+    status = run_cli("status", str(sweep))
+    assert status.returncode == 1, status.stdout
+    assert "interrupted" in status.stdout and "failed" not in status.stdout and "KeyboardInterrupt" not in status.stdout
+    assert "in progress" not in status.stdout and "ETA" not in status.stdout, status.stdout
+    assert status.stdout.splitlines()[-1] == f"to redo the missing items: tilesweep resume {sweep}"
+    # resume runs the missing items here and merges, as run does: the document is whole
+    resumed = run_cli("resume", str(sweep), timeout=SETTLE_S)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout and f"merged {ITEMS} records" in resumed.stderr, resumed.stdout + resumed.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert len(doc["results"]) == ITEMS
+
+
+def test_ctrl_c_between_units_leaves_no_prediction_of_work_nobody_does(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    # a replay: units take no compile, so the run is between its two units within moments
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    sweep = tmp_path / "sweep"
+    run = _start_run(spec, sweep, "--units", "2", "--workers", "1")
+    _until(lambda: any((sweep / "done").glob("*.json")) if (sweep / "done").is_dir() else False, "a unit done", run)
+    os.killpg(run.pid, signal.SIGINT)
+    run.communicate(timeout=SETTLE_S)
+    assert run.returncode == 130
+    status = run_cli("status", str(sweep))
+    assert "in progress" not in status.stdout and "ETA" not in status.stdout, status.stdout
+    assert "incomplete" in status.stdout.splitlines()[0], status.stdout
+    assert status.stdout.splitlines()[-1] == f"to redo the missing items: tilesweep resume {sweep}"
+    st = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    assert st["settled"] and st["eta_s"] is None
+
+
+def _source(tmp_path: Path) -> Path:
+    """A results document of the spec the replay test runs (a real run of it would cost a
+    compile: this one is made up, as a replay's source may be)."""
+    from orchestrator.store import synthetic
+
+    data = {**TINY_SPEC, **SPEC, "output": str(tmp_path / "source.json")}
+    path = tmp_path / "source.json"
+    path.write_text(json.dumps(synthetic.document(data)))
+    return path
