@@ -133,6 +133,39 @@ def test_planning_through_the_index_plans_what_reading_the_records_plans(
     same_plan(plan(tmp_path, path, "d", seq_lens=[128]), other)
 
 
+def test_a_record_its_index_misnames_is_never_reused_as_that_item(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A document edited in place where its stamp does not look (a record's seq changed in the
+    middle, size and mtime put back): the record is not carried as the item the index names,
+    the plan says so in one warning and the index goes, so the next plan rebuilds it."""
+    sd = merged(tmp_path)
+    path, data, st = sd.output, sd.output.read_bytes(), sd.output.stat()
+    index = keyindex.read(path)
+    assert index is not None
+    edge = 64 << 10  # the bytes at either end that the index's stamp hashes
+    start, end = next(
+        (a, b)
+        for a, b in map(index.span, range(len(index.ids)))
+        if edge < a and b < len(data) - edge and b'"seq": 256' in data[a:b] and b'"error"' not in data[a:b]
+    )
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(data[start:end].replace(b'"seq": 256', b'"seq": 128'))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert keyindex.read(path) is not None  # the stamp does not see it
+    with caplog.at_level(logging.WARNING):
+        planned = plan(tmp_path, path, "a")
+    by_index = {it.index: it for it in planned.items}
+    assert planned.found.reused > 0
+    assert all(item_id(r) == by_index[k].id for k, (r, _) in planned.found.records.items())
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if "key index" in r.getMessage()] == [
+        "1 record is not the item its key index .results.json.keys names (the document was changed behind it); "
+        "not reused, the index removed (the next plan rebuilds it)"
+    ]
+    assert not keyindex.index_path(path).exists()
+
+
 def test_odd_records_and_other_tags_are_matched_by_key(tmp_path: Path) -> None:
     sd = merged(tmp_path)
     doc = json.loads(sd.output.read_text())

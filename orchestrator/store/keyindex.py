@@ -15,9 +15,12 @@ writer, read with ``read``; ``build`` makes one by parsing a document in the mer
 Never trusted over the document: the header names the document it describes by inode, size,
 mtime and a hash of its first and last 64 KiB (its head, and its tail, where the ``tilesweep``
 block's merge time changes with every merge); a document that differs in any of them is
-"stale" and ``read`` gives None, so callers rebuild the index or parse the document. A reader
-that parses a record at its place checks the record's id (``records.id_getter``) before using
-it.
+"stale" and ``read`` gives None, so callers rebuild the index or parse the document. Reuse,
+which parses the records it carries at their places, checks each one's id (``records.record_id``)
+against the item the index names before using it (``reuse_sources``). A merge judging the
+document it replaces (``target``) takes the ids of a current index as they are, as it takes its
+own output stamp: what neither sees is a document edited in place beyond the hashed edges with
+its size and mtime put back.
 
 Records whose identity values are not of the layout's types (a float head_dim, a boolean heads,
 as other tools may write) are "odd": their key may still equal an item's (64.0 == 64) while their

@@ -11,9 +11,10 @@ records matched by key, as any reader without an index would.
 
 The index is never trusted over the document: ``keyindex.read`` gives none for a document that
 changed since it was written. A record read through it is parsed whole, as the document holds it,
-and carried under the id of the item the index names; the merger checks every carried record's
-id against its item (``partials.classify``), so even an index gone wrong without its document
-changing could cost a measurement, never a record filed under another item.
+and its id checked against the item the index names before it is offered: an index gone wrong
+without its stamp seeing it (the document edited in place, its size and mtime put back) costs
+the measurements of the records it misnames, never a record filed under another item (the
+merger checks every carried record's id against its item too: ``partials.classify``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from orchestrator.errors import ResultsError
 from orchestrator.planning import WorkItem
+from orchestrator.spec.records import record_id
 from orchestrator.store import keyindex
 from orchestrator.store.document import ResultsDoc, paused_gc, read_head, scan
 from orchestrator.store.keyindex import KeyIndex
@@ -101,8 +103,45 @@ def indexed_records(src: Source, items: dict[str, WorkItem]) -> Iterator[tuple[d
     assert index is not None
     ids = index.ids
     rows = [k for k, iid in enumerate(ids) if iid in items]
+    lied = 0
     with open(src.path, "rb") as f, paused_gc():
         for chunk in keyindex.chunks(index, rows):
             f.seek(chunk.start)
             for k, rec in zip(chunk.rows, chunk.records(f.read(chunk.end - chunk.start)), strict=True):
-                yield rec, items[ids[k]]
+                item = items[ids[k]]
+                if _id_or_none(rec) == item.id:
+                    yield rec, item
+                else:
+                    lied += 1
+    if lied:
+        _distrust(src, lied)
+
+
+def _id_or_none(rec: object) -> str | None:
+    """The id of the record's identity and config fields (``records.record_id``: spelled by the
+    layout's types, so a record of other types has none that equals an item's); None for a
+    record without them."""
+    try:
+        return record_id(rec) if isinstance(rec, dict) else None
+    except (KeyError, TypeError):
+        return None
+
+
+def _distrust(src: Source, lied: int) -> None:
+    """An index whose records are not the items it names: its document was changed in a way its
+    stamp does not see (edited in place, size and mtime put back). Those records are not reused
+    (their items are measured again) and the index is removed, so the next reader rebuilds it."""
+    where = keyindex.index_path(Path(src.path))
+    log.warning(
+        "%s: %d record%s not the item%s its key index %s names (the document was changed behind it); "
+        "not reused, the index removed (the next plan rebuilds it)",
+        src.path,
+        lied,
+        " is" if lied == 1 else "s are",
+        "" if lied == 1 else "s",
+        where.name,
+    )
+    try:
+        where.unlink(missing_ok=True)
+    except OSError as exc:
+        log.info("key index %s not removed (%s)", where, exc.strerror or exc)
