@@ -114,7 +114,7 @@ def test_planning_through_the_index_plans_what_reading_the_records_plans(
     same_plan(through_index, by_reading)
     assert sum("median_ms is str" in r.getMessage() for r in caplog.records) == 2
     # records of problems the plan does not have are never parsed: one made unreadable, the
-    # document's size, mtime and edges kept, plans as before
+    # document's size, mtime and edges kept, plans what it planned with the record intact
     other = plan(tmp_path, tmp_path / "indexed.json", "c", seq_lens=[128])
     path = tmp_path / "indexed.json"
     data, st = path.read_bytes(), path.stat()
