@@ -30,6 +30,17 @@ that share one compilation cache (so only the first compiles cold):
   move), and the GPU memory each process held (``processes_gpu_mem_max_mib_per_process``,
   ``processes_gpu_processes_max``: nvidia-smi once a second; compile processes should hold a
   CUDA context and no arrays).
+- ``mosaic`` (``bench/gpu_mosaic.py``): jax's Mosaic GPU attention on the excerpt's problems in
+  float16 (the one dtype it takes), against our kernel at float16 (``mosaic_vs_triton_*``, best
+  median over best median), ``rel_err`` of every Mosaic config, and pre-flight lowering's verdicts
+  on this machine's CPUs against what the GPU compile did (``mosaic_lowering_agree``). It is
+  written for the jax of the GPU machine too (0.11.2: attention_mgpu's API is the same there as
+  in 0.12.0.1 by a diff of the two sources; ``kernels.mosaic`` passes only the ``TuningConfig``
+  fields the installed jax has) and reports ``mosaic_available=0`` with the reason, leaving the
+  other passes alone, where it cannot run.
+- ``tokamax`` (``bench/gpu_tokamax.py``; asked for by name): tokamax's kernels on the excerpt's
+  problems, ``rel_err`` of every config, and the best config against what tokamax runs untuned
+  (``tokamax_best_vs_own_*``, with whether that is its shipped table's winner).
 
 Prints ``name=value`` lines. ``--smoke`` runs a tiny version in interpret mode on a CPU, so
 the script itself is tested where there is no GPU. Typical use on a lent GPU machine::
@@ -50,14 +61,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.spec.records import EXTRA_RECORD_FIELDS
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "tests" / "data" / "attention_tiles.sample.json"
 RESULT_KEYS = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "error")
-EXTRA_KEYS = ("timer", "pruned", "smem_bytes", "compile_cached", "screened", "unit", "attempt", "device")
+EXTRA_KEYS = EXTRA_RECORD_FIELDS  # the record extras (spec.records): not part of what identifies a config
 # pass -> its timing settings; the processes pass asks for the wall timer, which a GPU with compile
 # processes would not default to, so that its medians compare with the wall pass's
 PASSES = {"wall": {}, "device": {"timer": "device"}, "halving": {"strategy": "halving"}, "processes": {"timer": "wall"}}
 COMPILE_MODES = {"processes": "processes"}  # pass -> compile.mode (threads otherwise)
+# passes with their own sweeps (bench/gpu_mosaic.py, bench/gpu_tokamax.py), run after the others
+OWN_PASSES = ("mosaic", "tokamax")
 
 
 def problems(doc: dict[str, Any]) -> list[tuple[str, int, int, str]]:
@@ -282,18 +297,21 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("gpu-check"))
     ap.add_argument("--sample", type=Path, default=SAMPLE)
     ap.add_argument(
-        "--passes", default="wall,device,halving,processes", help="comma-separated: wall, device, halving, processes"
+        "--passes",
+        default="wall,device,halving,processes,mosaic",
+        help="comma-separated: wall, device, halving, processes, mosaic, tokamax (not by default: its sweeps "
+        "take most of a 10-minute check)",
     )
     ap.add_argument("--smoke", action="store_true", help="tiny shapes in interpret mode (no GPU needed)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     doc = json.loads(args.sample.read_text())
     wanted = [p for p in args.passes.split(",") if p]
-    unknown = [p for p in wanted if p not in PASSES]
+    unknown = [p for p in wanted if p not in PASSES and p not in OWN_PASSES]
     if unknown or "wall" not in wanted:
-        ap.error(f"--passes must include wall and name only {', '.join(PASSES)}; got {args.passes!r}")
+        ap.error(f"--passes must include wall and name only {', '.join((*PASSES, *OWN_PASSES))}; got {args.passes!r}")
     done = {}
-    for name in wanted:
+    for name in (p for p in wanted if p in PASSES):
         with GpuMemory() as mem:
             done[name] = run_pass(name, doc, args)
         if mem.max_mib:
@@ -312,6 +330,14 @@ def main() -> int:
         report_halving(done["wall"], done["halving"])
     if "processes" in done:
         report_processes(done["wall"], done["processes"])
+    if "mosaic" in wanted:
+        from bench import gpu_mosaic
+
+        gpu_mosaic.run_pass(doc, args.out, args.smoke)
+    if "tokamax" in wanted:
+        from bench import gpu_tokamax
+
+        gpu_tokamax.run_pass(doc, args.out, args.smoke)
     return 0
 
 

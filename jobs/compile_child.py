@@ -80,6 +80,11 @@ def main(argv: list[str]) -> int:
 
     from .compile_cache import persistent_cache
 
+    job = _compile
+    if setup.get("job") == "lower":  # lower only: pre-flight lowering (jobs.lowering)
+        from .lowering import lower_item
+
+        job = lower_item
     with persistent_cache(setup["cache_dir"]):
         jax.devices()  # bring the backend up before saying ready
         results.send(("ready", os.getpid()))
@@ -88,7 +93,7 @@ def main(argv: list[str]) -> int:
                 item = tasks.recv()
             except EOFError:
                 return 0
-            results.send(("done", item.id, _compile(item, setup["spec"])))
+            results.send(("done", item.id, job(item, setup["spec"])))
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ WINDOW_PER_WORKER = 4  # configs compiled per worker before the compilers pause 
 # compile it again (False: the config is given up on, its result says ``died``).
 OnDeath = Callable[[WorkItem], bool]
 StopCheck = Callable[[], bool]
+Job = Callable[[WorkItem, SweepSpec], Compiled]
 
 
 def pool_size(configured: int | None) -> int:
@@ -96,10 +97,11 @@ class ThreadPool:
 
     mode = "threads"
 
-    def __init__(self, workers: int, spec: SweepSpec) -> None:
+    def __init__(self, workers: int, spec: SweepSpec, job: Job = measure.compile_item) -> None:
         self.workers = workers
         self.deaths = 0  # a thread does not die alone
         self._spec = spec
+        self._job = job  # what a thread does with each config: compile it, or lower it only (jobs.lowering)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="compile") if workers > 1 else None
         self._futures: dict[str, Future[Compiled]] = {}
 
@@ -107,7 +109,7 @@ class ThreadPool:
         if self._pool is None or len(items) <= 1:
             return  # compiled in collect, on the calling thread
         for it in items:
-            self._futures[it.id] = self._pool.submit(measure.compile_item, it, self._spec)
+            self._futures[it.id] = self._pool.submit(self._job, it, self._spec)
 
     def collect(
         self, items: Sequence[WorkItem], should_stop: StopCheck | None = None, on_death: OnDeath | None = None
@@ -117,7 +119,7 @@ class ThreadPool:
         out: list[Compiled | None] = []
         for it in items:
             fut = self._futures.pop(it.id, None)
-            out.append(fut.result() if fut is not None else measure.compile_item(it, self._spec))
+            out.append(fut.result() if fut is not None else self._job(it, self._spec))
         return out
 
     def close(self) -> None:

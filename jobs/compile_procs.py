@@ -52,10 +52,13 @@ POLL_S = 0.2  # how often a waiting worker checks whether it should stop
 CLOSE_WAIT_S = 5.0  # an idle child's time to exit after EOF before it is killed
 
 
-def child_env(environ: Mapping[str, str], workers: int) -> dict[str, str]:
+def child_env(environ: Mapping[str, str], workers: int, job: str = "compile") -> dict[str, str]:
     """A compile process's environment: the worker's, with GPU memory bounded and the
-    project importable wherever the worker was started from."""
+    project importable wherever the worker was started from; a lower-only one (``jobs.lowering``)
+    keeps jax on the CPU."""
     env = dict(environ)
+    if job == "lower":
+        env["JAX_PLATFORMS"] = "cpu"
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{CHILDREN_MEM_SHARE / max(1, workers):.4f}"
     root = str(Path(__file__).resolve().parent.parent)
@@ -85,8 +88,9 @@ class ProcessPool:
 
     mode = "processes"
 
-    def __init__(self, workers: int, spec: SweepSpec, cache_dir: Path | None) -> None:
+    def __init__(self, workers: int, spec: SweepSpec, cache_dir: Path | None, job: str = "compile") -> None:
         self.workers = workers
+        self.job = job  # "compile", or "lower": lower only (``jobs.lowering``)
         self.deaths = 0  # children that died with a config in flight
         self._spec = spec
         self._cache_dir = cache_dir
@@ -155,7 +159,7 @@ class ProcessPool:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "jobs.compile_child", str(task_r), str(result_w), str(os.getpid())],
                 pass_fds=(task_r, result_w),
-                env=child_env(os.environ, self.workers),
+                env=child_env(os.environ, self.workers, self.job),
                 stdin=subprocess.DEVNULL,
             )
         except OSError:
@@ -166,7 +170,12 @@ class ProcessPool:
             os.close(task_r)
             os.close(result_w)
         child = _Child(proc, Connection(task_w, readable=False), Connection(result_r, writable=False))
-        setup = {"spec": self._spec, "cache_dir": self._cache_dir, "log_level": logging.getLogger().getEffectiveLevel()}
+        setup = {
+            "spec": self._spec,
+            "cache_dir": self._cache_dir,
+            "log_level": logging.getLogger().getEffectiveLevel(),
+            "job": self.job,
+        }
         _quietly(child.tx.send, setup)  # a child that died already shows as EOF on rx
         log.debug("compile process %d started", proc.pid)
         return child

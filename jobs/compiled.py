@@ -50,7 +50,8 @@ class CompiledMeasurer:
 
         device = device_block()
         backend = device["backend"] or ""  # jax names it (node_env.device_block)
-        check_backend(spec.kernel.interpret, backend, os.environ.get("CUDA_VISIBLE_DEVICES"), sweep_root / "sweep.json")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        check_backend(spec.kernel.interpret, backend, visible, sweep_root / "sweep.json", spec.measured_impl)
         self._device = device
         self._spec = spec
         self._cache_dir = compile_cache.resolve_cache_dir(spec.compile.cache_dir, sweep_root)

@@ -17,13 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kernels import impls
+from kernels import impl_triton, impls
 from kernels.config import AttentionConfig
 from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.planning import WorkItem
 from orchestrator.planning.halving import Measurement
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import CRASHED_ERROR, TIMEOUT_ERROR
+from orchestrator.store.lowering import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +101,30 @@ def abstract_args(batch: int, seq: int, heads: int, head_dim: int, dtype: str, k
 
 
 def kernel_config(item: WorkItem, spec: SweepSpec) -> AttentionConfig:
-    """The config an item runs: its forced fields, or what its implementation's ``auto``
-    picks for its shape (``kernels.impls``)."""
-    cfg = item.kernel_config()
-    if cfg is None:
-        return impls.get(item.impl).auto(
-            mode=item.mode,
-            dtype=item.dtype,
-            head_dim=item.head_dim,
-            seq=item.seq,
-            smem_limit_bytes=spec.smem_limit_bytes,
-        )
-    return AttentionConfig(**cfg)
+    """The ``AttentionConfig`` an item of a Triton kernel runs: its forced fields, or what its
+    implementation's ``auto`` picks for its shape (``kernels.impl_triton``)."""
+    return impl_triton.get(item.impl).config(
+        item.mode,
+        item.fields(),
+        dtype=item.dtype,
+        head_dim=item.head_dim,
+        seq=item.seq,
+        smem_limit_bytes=spec.smem_limit_bytes,
+    )
+
+
+def build_item(item: WorkItem, spec: SweepSpec) -> Callable[..., tuple[Any, ...]]:
+    """``f(q, k, v, do)`` running an item's config (its implementation's ``make``)."""
+    return impls.get(item.impl).make(
+        item.mode,
+        item.fields(),
+        dtype=item.dtype,
+        head_dim=item.head_dim,
+        seq=item.seq,
+        smem_limit_bytes=spec.smem_limit_bytes,
+        causal=item.causal,
+        interpret=interpret_flag(spec),
+    )
 
 
 @dataclass
@@ -128,6 +141,7 @@ class Compiled:
     error: str | None = None
     blob: Any = None  # (bytes, in_tree, out_tree) of jax.experimental.serialize_executable
     died: bool = False
+    verdict: Verdict | None = None  # a lower-only job's (``jobs.lowering``): what lowering said
 
 
 def compile_item(item: WorkItem, spec: SweepSpec) -> Compiled:
@@ -137,8 +151,7 @@ def compile_item(item: WorkItem, spec: SweepSpec) -> Compiled:
     from .compile_cache import cache_hits
 
     try:
-        config = kernel_config(item, spec)
-        fn = impls.get(item.impl).build(item.mode, config, causal=item.causal, interpret=interpret_flag(spec))
+        fn = build_item(item, spec)
         args = abstract_args(item.batch, item.seq, item.heads, item.head_dim, item.dtype, item.kv_heads)
         with cache_hits() as hits:
             executable, compile_s = timing.compile_fn(fn, args)
@@ -200,6 +213,7 @@ def finish_item(
         q1_ms=float(t.q1_ms),
         q3_ms=float(t.q3_ms),
         timer=t.timer,
+        samples_ms=[float(x) for x in t.samples_ms],
         compile_cached=compiled.cached,
     )
     if how.screened:

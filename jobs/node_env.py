@@ -8,16 +8,18 @@ import importlib.metadata
 import os
 import platform
 
+from kernels import tokamax_meta
 from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.store.lines import DeviceBlock
 
 
 def device_block() -> DeviceBlock:
-    """The reference document's ``device`` block, plus jaxlib (part of the fingerprint)."""
+    """The reference document's ``device`` block, plus jaxlib and, where it is installed,
+    tokamax's version (both part of the fingerprint)."""
     import jax
 
     devices = jax.devices()
-    return {
+    block: DeviceBlock = {
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": [str(d) for d in devices],
@@ -25,13 +27,32 @@ def device_block() -> DeviceBlock:
         "device_kind": devices[0].device_kind,
         "jaxlib": importlib.metadata.version("jaxlib"),
     }
+    found = tokamax_meta.version()
+    if found is not None:
+        block["tokamax"] = found
+    return block
 
 
 def check_backend(
-    interpret: bool | str, backend: str | None, visible: str | None, spec_file: os.PathLike[str] | str
+    interpret: bool | str,
+    backend: str | None,
+    visible: str | None,
+    spec_file: os.PathLike[str] | str,
+    impl: str = "tilesweep",
 ) -> None:
     """A GPU task whose jax sees no GPU would silently time the kernels in interpret mode on
-    the CPU: refuse that unless the spec asks for interpret mode on purpose."""
+    the CPU: refuse that unless the spec asks for interpret mode on purpose. A kernel that has
+    no interpret mode (``kernels.impls``: ``capabilities.interpret``) is refused without a GPU, and
+    one of tokamax's where tokamax is not installed (one line naming the extra)."""
+    from kernels import impls
+
+    if backend != "gpu" and not impls.get(impl).capabilities.interpret:
+        raise WorkerEnvironmentError(
+            f"kernel.impl {impl!r} in {spec_file} does not run without a GPU and jax sees none here (backend "
+            f"{backend}): run it on a GPU node, or check its configs with `tilesweep plan SPEC --lower`"
+        )
+    if impl in tokamax_meta.IMPL_NAMES and tokamax_meta.version() is None:
+        raise WorkerEnvironmentError(f"{tokamax_meta.missing(f'kernel.impl {impl!r} in {spec_file}')} on this node")
     if backend == "gpu" or interpret is True:
         return
     if interpret is False:

@@ -16,7 +16,7 @@ successive halving, can be run on a CPU in seconds, and their outcome compared.
   round, so the same sweep replays the same numbers. Stratifying guarantees that the median of
   3 or more samples lands inside the record's q1-q3; with 1 or 2 samples the draws are taken
   from the middle half (q1-q3) for the same reason. A screening sample (halving) is one draw
-  from the whole range.
+  from the whole range. The record keeps its draws in ``samples_ms``, as a timed one keeps its samples.
 - Time: nothing sleeps. Each record's ``compile_s`` is the source's; the seconds a real worker
   would spend timing (warm-up, probes, samples: ``kernels.config.timed_calls`` at the source's
   median) are added to a virtual clock. The worker's summary reports both as virtual
@@ -127,6 +127,7 @@ class Replayer:
             q1_ms=float(q1),
             q3_ms=float(q3),
             timer=TIMER,
+            samples_ms=[float(x) for x in samples],
         )
         if how.screened:
             rec["screened"] = True

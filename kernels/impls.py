@@ -1,140 +1,118 @@
 """The kernel implementations a sweep can tune, behind one small interface.
 
-An implementation is what the spec's ``kernel.impl`` names. Each says what it can do and what
-it runs, so the planner, the cost model and the worker treat them alike instead of branching
-on names:
+An implementation is what the spec's ``kernel.impl`` names; it is one object that satisfies
+``kernels.impl_base.Implementation``: what it can do (``capabilities``), its tunables with their
+valid values and constraints, named as the kernel's own API names them (``tunables``), where
+its grid comes from when the spec gives none (``reference_grid``, the tunables' defaults), the
+tunables it ignores (``pinned``), its ``auto``, its pruning rule (``pruning``: the
+shared-memory model's ``predict``, or the compiler's verdict at lowering) and how to build it
+(``make``). The planner, the cost model, the worker and pre-flight lowering ask only these, so
+nothing outside ``kernels`` spells out an implementation's fields, and another implementation
+is one more object here:
 
-- ``grouped_query``: whether it takes K/V with fewer heads than Q (causal both do);
-- ``pinned``: tunables it ignores, with the value it runs instead (per mode), so the planner
-  sweeps one value of them and says so once, instead of timing the same kernel twice;
-- ``auto``: the config its ``auto`` record runs (ours: ``kernels.config.auto_config``, which
-  always fits shared memory; the stock kernel's: its own defaults, what an untuned call runs);
-- ``defaults``: the tiles a record's mode leaves out (a fwd record has no backward tiles);
-- ``predict``: the shared-memory model's bytes per launch, named as its launches are;
-- ``build``: ``f(q, k, v, do)`` for one config, as ``kernels.attention.build`` makes it.
+- ``tilesweep`` and ``jax`` (``kernels.impl_triton``): tilesweep's Pallas kernel and jax's stock
+  ``mha``, both Triton-backed and configured by ``kernels.config.AttentionConfig``;
+- ``mosaic`` (``kernels.impl_mosaic``): jax's Mosaic GPU ``attention_mgpu`` and its
+  ``TuningConfig``;
+- ``tokamax-mosaic`` and ``tokamax-triton`` (``kernels.impl_tokamax``): tokamax's flash-attention
+  ops and their vjp ops, configured by tokamax's config classes (the ``tokamax`` extra).
 
-Both take one ``kernels.config.AttentionConfig``: the records' config fields are the same for
-both (``kernels.stock`` maps them onto the stock kernel's ``BlockSizes``).
-
-Kept free of jax at import (``build`` imports the kernel when called) so the control plane
-can plan on a machine without jax.
+Kept free of jax at import so the control plane can plan on a machine without jax.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from kernels import smem
-from kernels.config import AttentionConfig, auto_config
+from kernels.impl_base import Capabilities, Fields, Implementation, ModeFn, Tunable, Value
+from kernels.impl_mosaic import MOSAIC, MosaicImpl
+from kernels.impl_tokamax import TOKAMAX_MOSAIC, TOKAMAX_TRITON
+from kernels.impl_triton import STOCK, STOCK_DEFAULTS, TILESWEEP, Impl
 
-# What ``mha`` runs when called without block sizes: ``BlockSizes.get_default()`` (128/128
-# forward, 32 everywhere in the backward), ``num_warps=None`` (its own rule per launch), 2 stages.
-STOCK_DEFAULTS = AttentionConfig(block_q=128, block_k=128, bwd_outer=32, bwd_inner=32, num_warps=None, num_stages=2)
+__all__ = [
+    "DEFAULT_IMPL",
+    "IMPLS",
+    "IMPL_NAMES",
+    "STOCK_DEFAULTS",
+    "Capabilities",
+    "Fields",
+    "Impl",
+    "Implementation",
+    "ModeFn",
+    "MosaicImpl",
+    "Tunable",
+    "Value",
+    "describe",
+    "field_types",
+    "get",
+    "label",
+]
 
-
-def _stock_default(*, mode: str, dtype: Any, head_dim: int, seq: int, smem_limit_bytes: int | None) -> AttentionConfig:
-    """The stock kernel's ``auto``: its defaults (``mha`` clamps blocks to seq itself), not
-    checked against shared memory, because that is what a user who does not tune it gets."""
-    del mode, dtype, head_dim, seq, smem_limit_bytes
-    return STOCK_DEFAULTS
-
-
-@dataclass(frozen=True)
-class Impl:
-    """One kernel implementation (module docstring)."""
-
-    name: str
-    title: str
-    module: str  # holds ``build``; imported on first use (it needs jax)
-    grouped_query: bool
-    pinned: dict[str, dict[str, int]]  # mode -> {AttentionConfig field: the value it runs}
-    pinned_why: str
-    kernel_names: tuple[str, str]  # (forward, backward) launch names, as a runtime error shows them
-    bwd_num_stages: int | None  # stages the backward runs whatever the config says (None: the config's)
-    auto_rule: Callable[..., AttentionConfig]
-    defaults: AttentionConfig  # what runs for a tunable a record leaves out (a fwd record's bwd tiles)
-    causal_loops: int  # loop bodies per scan when causal: ours 2 (unmasked, then the diagonal), stock 1
-
-    def auto(self, *, mode: str, dtype: Any, head_dim: int, seq: int, smem_limit_bytes: int | None) -> AttentionConfig:
-        """The config this implementation's ``auto`` record runs."""
-        return self.auto_rule(mode=mode, dtype=dtype, head_dim=head_dim, seq=seq, smem_limit_bytes=smem_limit_bytes)
-
-    def predict(
-        self, mode: str, dtype: Any, head_dim: int, config: dict[str, Any], *, seq: int | None = None
-    ) -> list[tuple[str, int]]:
-        """``kernels.smem.predict_bytes`` for this implementation's launches (``config``:
-        AttentionConfig fields)."""
-        return smem.predict_bytes(
-            mode,
-            dtype,
-            head_dim,
-            seq=seq,
-            bwd_num_stages=self.bwd_num_stages,
-            kernel_names=self.kernel_names,
-            **config,
-        )
-
-    def unsupported(self, *, grouped_query: bool) -> str | None:
-        """Why this implementation cannot run a problem with these options, or ``None``."""
-        if grouped_query and not self.grouped_query:
-            return f"{self.title} has no grouped-query attention (one K/V head per query head)"
-        return None
-
-    def build(
-        self,
-        mode: str,
-        config: AttentionConfig,
-        *,
-        causal: bool = False,
-        sm_scale: float | None = None,
-        interpret: bool | None = None,
-    ) -> Callable[..., tuple[Any, ...]]:
-        """``f(q, k, v, do)``: "fwd" -> ``(o,)``; "fwd_bwd" -> ``(o, dq, dk, dv)``."""
-        module = importlib.import_module(self.module)
-        fn: Callable[..., tuple[Any, ...]] = module.build(
-            mode, config, causal=causal, sm_scale=sm_scale, interpret=interpret
-        )
-        return fn
-
-
-IMPLS: dict[str, Impl] = {
-    "tilesweep": Impl(
-        name="tilesweep",
-        title="tilesweep's Pallas kernel",
-        module="kernels.attention",
-        grouped_query=True,
-        pinned={},
-        pinned_why="",
-        kernel_names=(smem.FWD_KERNEL, smem.BWD_KERNEL),
-        bwd_num_stages=None,
-        auto_rule=auto_config,
-        defaults=AttentionConfig(),
-        causal_loops=2,
-    ),
-    "jax": Impl(
-        name="jax",
-        title="jax's stock Pallas mha (jax.experimental.pallas.ops.gpu.attention)",
-        module="kernels.stock",
-        grouped_query=False,
-        pinned={"fwd_bwd": {"num_stages": smem.STOCK_BWD_STAGES}},
-        pinned_why=f"the stock backward ignores num_stages and runs {smem.STOCK_BWD_STAGES}",
-        kernel_names=(smem.STOCK_FWD_KERNEL, smem.STOCK_BWD_KERNEL),
-        bwd_num_stages=smem.STOCK_BWD_STAGES,
-        auto_rule=_stock_default,
-        defaults=STOCK_DEFAULTS,
-        causal_loops=1,
-    ),
+IMPLS: dict[str, Implementation] = {
+    impl.name: impl for impl in (TILESWEEP, STOCK, MOSAIC, TOKAMAX_MOSAIC, TOKAMAX_TRITON)
 }
 IMPL_NAMES: tuple[str, ...] = tuple(IMPLS)
 DEFAULT_IMPL = "tilesweep"
 
 
-def get(name: str) -> Impl:
+def get(name: str) -> Implementation:
     """The implementation called ``name``, or ValueError naming the allowed ones."""
     try:
         return IMPLS[name]
     except KeyError:
         raise ValueError(f"unknown kernel implementation {name!r}; allowed: {', '.join(IMPL_NAMES)}") from None
+
+
+def field_types() -> dict[str, type]:
+    """Every implementation's config fields and the type a record holds them as (one type per
+    name: implementations that share a name, block_q, share its type)."""
+    out: dict[str, type] = {}
+    for impl in IMPLS.values():
+        for mode in impl.capabilities.modes:
+            for t in impl.tunables(mode):
+                if out.setdefault(t.name, t.kind) is not t.kind:
+                    raise TypeError(
+                        f"config field {t.name} is {out[t.name].__name__} in one implementation, "
+                        f"{t.kind.__name__} in {impl.name}"
+                    )
+    return out
+
+
+def label(mode: str, fields: Mapping[str, Any]) -> str | None:
+    """A config's short name by the implementation whose config fields it has (None: the
+    reference's fields, which the report names itself)."""
+    names = tuple(fields)
+    for impl in IMPLS.values():
+        if mode in impl.capabilities.modes and names == tuple(t.name for t in impl.tunables(mode)):
+            found = impl.label(mode, fields)
+            if found is not None:
+                return found
+    return None
+
+
+def describe(impl: Implementation) -> dict[str, Any]:
+    """What ``tilesweep impls --json`` says of an implementation."""
+    modes = impl.capabilities.modes
+    return {
+        "name": impl.name,
+        "title": impl.title,
+        "capabilities": impl.capabilities.describe(),
+        "pruning": impl.pruning,
+        "tunables": {
+            mode: [
+                {
+                    "name": t.name,
+                    "type": t.kind.__name__,
+                    "rule": t.rule,
+                    "default": list(t.default),
+                    "reference_field": impl.reference_grid(mode).get(t.name),
+                    "doc": t.doc,
+                }
+                for t in impl.tunables(mode)
+            ]
+            for mode in modes
+        },
+        "pinned": {mode: dict(impl.pinned(mode)[0]) for mode in modes if impl.pinned(mode)[0]},
+        "auto": impl.auto_rule,
+    }

@@ -16,7 +16,7 @@ import jax
 from jax._src.lib.mlir import ir
 from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
 
-from kernels import impls, l2
+from kernels import impl_triton, impls, l2
 from kernels.config import AttentionConfig
 from kernels.smem import dtype_name
 
@@ -76,7 +76,7 @@ def lower_for_cuda(
     dt = dtype_name(dtype)
     q = jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dt)
     kv = jax.ShapeDtypeStruct((batch, seq, heads if kv_heads is None else kv_heads, head_dim), dt)
-    fn = impls.get(impl).build(mode, config, causal=causal, interpret=False)
+    fn = impl_triton.get(impl).build(mode, config, causal=causal, interpret=False)
     return _triton_calls(_lower(jax.jit(fn), q, kv, kv, q).compiler_ir("stablehlo"))
 
 

@@ -8,10 +8,14 @@ The table (written by ``tilesweep export``) is small, versioned JSON::
                   "config": {block_q, block_k, bwd_outer, bwd_inner, num_warps, num_stages} | null,
                   "median_ms", "auto_ms"}]}
 
-``impl`` is the kernel implementation measured (``kernels.impls``: "tilesweep" or "jax"),
-``kv_heads`` equals ``heads`` for multi-head attention. Version 1 tables (no impl, causal or
-kv_heads: our kernel, non-causal, multi-head) still load. ``config`` holds exactly the fields
-of ``kernels.config.AttentionConfig`` for either implementation. ``config: null`` records a
+``impl`` is the kernel implementation measured (``kernels.impls``: "tilesweep", "jax" or
+"mosaic"), ``kv_heads`` equals ``heads`` for multi-head attention. Version 1 tables (no impl,
+causal or kv_heads: our kernel, non-causal, multi-head) still load. ``config`` holds exactly the
+fields of ``kernels.config.AttentionConfig`` for the two Triton kernels, and the record's own
+config fields for another implementation (jax's Mosaic GPU kernel: its ``TuningConfig``'s, as
+``jax.experimental.pallas.ops.gpu.attention_mgpu.TuningConfig(**config, causal=...)`` takes
+them). ``wins`` (written by export, not required to load): whether the entry's implementation
+is the fastest of the table's implementations for its problem. ``config: null`` records a
 measured problem where the implementation's auto beat every forced config (or every forced
 config failed): the answer there is "use auto", and a neighbouring seq must not override it.
 
@@ -51,6 +55,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from kernels import impl_triton, impls
 from kernels.config import AttentionConfig
 from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
 from kernels.smem import dtype_name
@@ -235,7 +240,7 @@ class TunedTable:
         if exact:
             return min(exact, key=lambda e: (e.batch, e.heads, e.kv_heads))
         nearest = min(cands, key=lambda e: (abs(math.log(e.seq / seq)), e.seq, e.batch, e.heads, e.kv_heads))
-        if nearest.config is not None and not _blocks_divide(nearest.config, seq, mode):
+        if nearest.config is not None and not _blocks_divide(nearest.config, seq, mode, nearest.impl):
             log.debug("nearest tuned seq %d has blocks that do not divide seq=%d", nearest.seq, seq)
             return None
         return nearest
@@ -283,9 +288,26 @@ def to_attention_config(cfg: dict[str, int]) -> AttentionConfig:
     return AttentionConfig(**cfg)
 
 
-def _blocks_divide(cfg: dict[str, int], seq: int, mode: str) -> bool:
+def _blocks_divide(cfg: dict[str, int], seq: int, mode: str, impl: str = DEFAULT_IMPL) -> bool:
+    """Whether the kernel takes this config at ``seq`` (another implementation: its own checks)."""
+    if impl not in impl_triton.BY_NAME:
+        mode = "fwd" if mode == "fwd" else "fwd_bwd"
+        return impls.get(impl).invalid(mode, seq, tuple(cfg[n] for n in entry_config_fields(impl, mode))) is None
     names = ("block_q", "block_k") + (("bwd_outer", "bwd_inner") if mode == "fwd_bwd" else ())
     return all(seq % int(cfg[n]) == 0 for n in names)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def entry_config_fields(impl: str, mode: str) -> tuple[str, ...]:
+    """The fields of an entry's config: every field of ``AttentionConfig`` for the Triton
+    kernels, the record's own config fields of its mode for another implementation
+    (``kernels.impls``: jax's Mosaic GPU kernel's TuningConfig fields)."""
+    if impl in impl_triton.BY_NAME:
+        return CONFIG_FIELDS
+    return tuple(t.name for t in impls.get(impl).tunables("fwd" if mode == "fwd" else "fwd_bwd"))
 
 
 def _entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
@@ -297,21 +319,23 @@ def _entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
     missing = [f for f in ENTRY_FIELDS if f not in raw]
     if missing:
         raise TunedTableError(f"{where} lacks {', '.join(missing)}")
+    if raw["impl"] not in IMPL_NAMES:
+        raise TunedTableError(f"{where}: impl={raw['impl']!r} is not one of {', '.join(IMPL_NAMES)}")
     cfg = raw["config"]
     if cfg is not None:
-        if not isinstance(cfg, dict) or set(cfg) != set(CONFIG_FIELDS):
-            raise TunedTableError(f"{where}: config must be null or an object with exactly {', '.join(CONFIG_FIELDS)}")
-        bad = [k for k in CONFIG_FIELDS if not isinstance(cfg[k], int) or cfg[k] <= 0]
+        fields = entry_config_fields(raw["impl"], raw["mode"])
+        if not isinstance(cfg, dict) or set(cfg) != set(fields):
+            raise TunedTableError(f"{where}: config must be null or an object with exactly {', '.join(fields)}")
+        flags = raw["impl"] not in impl_triton.BY_NAME  # another implementation's flags (use_schedule_barrier)
+        bad = [k for k in fields if not (flags and isinstance(cfg[k], bool)) and not _positive_int(cfg[k])]
         if bad:
             raise TunedTableError(f"{where}: config fields {', '.join(bad)} must be positive integers")
-        cfg = {k: cfg[k] for k in CONFIG_FIELDS}
+        cfg = {k: cfg[k] for k in fields}
     if raw["kv_heads"] is None:  # version 1: multi-head attention
         raw = {**raw, "kv_heads": raw["heads"]}
     for k in _INT_FIELDS:
         if not isinstance(raw[k], int) or isinstance(raw[k], bool) or raw[k] <= 0:
             raise TunedTableError(f"{where}: {k}={raw[k]!r} must be a positive integer")
-    if raw["impl"] not in IMPL_NAMES:
-        raise TunedTableError(f"{where}: impl={raw['impl']!r} is not one of {', '.join(IMPL_NAMES)}")
     if not isinstance(raw["causal"], bool):
         raise TunedTableError(f"{where}: causal={raw['causal']!r} must be true or false")
     return TunedEntry(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv in the checkout (Python >= 3.12) and install tilesweep into it, editable,
-# with the test and plot extras. Idempotent: a venv that already has tilesweep is kept
+# with the test, plot and tokamax extras (tokamax: its kernels are what the tokamax tests test;
+# about 400 MB and a minute and a half more). Idempotent: a venv that already has tilesweep is kept
 # (its dependencies are re-checked by pip, which is quick when nothing changed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,15 @@ stamp=.venv/.tilesweep-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup-venv: installing tilesweep and its dependencies into .venv" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,plots]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,plots,tokamax]'
   touch "$stamp"
+fi
+# Pre-flight lowering of jax's Mosaic GPU kernels on a CPU (tilesweep plan --lower) needs a CUDA plugin's
+# version module; the plugin without its dependencies (22 MB, not the 465 MB PJRT runtime nor the CUDA
+# libraries) is enough. Skipped where a CUDA plugin is installed already (pip install '.[cuda]' brings
+# the whole one, and installs the runtime over this one too).
+if ! .venv/bin/python -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("jax_cuda12_plugin") or u.find_spec("jax_cuda13_plugin")))'; then
+  jaxlib=$(.venv/bin/python -c 'import jaxlib; print(jaxlib.__version__)')
+  echo "setup-venv: installing jax-cuda12-plugin==$jaxlib without its dependencies (for lowering on a CPU)" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "jax-cuda12-plugin==$jaxlib"
 fi

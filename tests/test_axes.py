@@ -254,7 +254,10 @@ def test_compare_pairs_our_kernel_with_the_stock_one() -> None:
         ({"kv_heads": [3]}, ("kv_heads", "divide heads=8", "1, 2, 4, 8")),
         ({"head_dims": [512]}, ("head_dims", "16 to 256")),
         ({"head_dims": [8]}, ("head_dims", "16 to 256")),
-        ({"kernel": {"impl": "triton"}}, ("kernel.impl", "'tilesweep', 'jax' or 'replay'")),
+        (
+            {"kernel": {"impl": "triton"}},
+            ("kernel.impl", "'tilesweep', 'jax', 'mosaic', 'tokamax-mosaic', 'tokamax-triton' or 'replay'"),
+        ),
         ({"kernel": {"impl": "jax"}, "kv_heads": [2]}, ("kernel.impl 'jax'", "grouped-query", "kv_heads [null]")),
     ],
 )

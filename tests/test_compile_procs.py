@@ -45,7 +45,7 @@ SPEC = {
     "bwd_inner": [64],
     "sharding": {"units": 1},
 }
-TIMINGS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}
+TIMINGS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "samples_ms"}
 PROVENANCE = {"unit", "attempt"}
 
 

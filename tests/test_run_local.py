@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from tests.helpers import assert_one_line_error
 
 from .conftest import REPO, TINY_SPEC, run_cli
 
-EXTRAS = ("timer", "pruned", "smem_bytes", "compile_cached", "unit", "attempt")
+EXTRAS = ("timer", "samples_ms", "pruned", "smem_bytes", "compile_cached", "unit", "attempt")
 
 
 def _record_lines(partial: Path) -> list[dict]:
@@ -80,6 +81,10 @@ def test_tiny_sweep_end_to_end(write_spec: Callable[..., Path], tmp_path: Path) 
     assert [strip(r) for r in doc["results"]] == [strip(p) for p in plan]
     assert all(r["rel_err"] < 1e-4 for r in doc["results"] if "error" not in r)
     assert all(r["q1_ms"] <= r["median_ms"] <= r["q3_ms"] and 1 <= r["inner"] <= 2 for r in doc["results"])
+    # every timed sample is kept, and the median is theirs
+    timed = [r for r in doc["results"] if "error" not in r]
+    assert all(len(r["samples_ms"]) == doc["config"]["repeats"] for r in timed)
+    assert all(statistics.median(r["samples_ms"]) == pytest.approx(r["median_ms"]) for r in timed)
     assert doc["config"]["dtypes"] == ["float32"]
     # records name the timer; the document says how they were measured
     assert all(r["timer"] == "profiler_device_time" for r in doc["results"] if "error" not in r)

@@ -23,7 +23,7 @@ from orchestrator.store.sweepdir import SweepDir
 
 WriteSpec = Callable[..., Path]
 
-TIMING_FIELDS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms"}
+TIMING_FIELDS = {"compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "samples_ms"}
 # float32 d16 at seq 64 in TINY_SPEC: the backward of the forced fwd_bwd config with
 # bwd_inner 32 needs 16640 bytes, the other configs at most 16384, so this limit prunes that
 # one config; every runnable config (autos included) is then a distinct program in

@@ -5,9 +5,10 @@ The rule is the kernel's, and lives there once: each implementation's ``auto``
 the shared-memory limit the sweep ran under. A document tilesweep wrote holds its spec in its
 tilesweep block, so its auto config is what its workers ran. The reference run's document has no
 block; its config block names the limit, and its auto is inferred the same way (``auto_config``
-was modelled on what that run's auto measured like). A document that names no limit, or a
-kernel implementation this tilesweep does not know, has no known auto config: ``None``, which
-the report shows as unknown.
+was modelled on what that run's auto measured like). A document that names no limit, a kernel
+implementation this tilesweep does not know, or one whose auto is chosen by lowering for the GPU
+it runs on (jax's Mosaic GPU kernel: ``kernels.impl_mosaic``), has no known auto config:
+``None``, which the report shows as unknown.
 
 Knowing it matters where the best forced config is auto's own: the two records are two timings
 of one kernel, their ratio is noise, not a speedup (``report`` says so).
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernels import impls
+from kernels import impl_triton, impls
 from orchestrator.spec.records import record_config
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.provenance import own_block
@@ -62,10 +63,11 @@ def auto_config(
 ) -> dict[str, Any] | None:
     """The config the problem's auto ran, as record config fields (``num_warps`` None: the
     implementation's own rule per launch), or None where it cannot be known."""
-    if not rule.known:
+    name = impl or impls.DEFAULT_IMPL
+    if not rule.known or name not in impl_triton.BY_NAME:  # jax's Mosaic GPU kernel's auto is chosen by lowering
         return None
     try:
-        kernel = impls.get(impl or impls.DEFAULT_IMPL).auto(
+        kernel = impl_triton.get(name).auto(
             mode=mode, dtype=dtype, head_dim=head_dim, seq=seq, smem_limit_bytes=rule.smem_limit_bytes
         )
         return record_config(mode, dataclasses.asdict(kernel))

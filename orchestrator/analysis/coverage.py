@@ -27,7 +27,7 @@ from typing import Any
 from orchestrator.errors import SpecError
 from orchestrator.planning import PlannedConfigs, planned_configs
 from orchestrator.spec.files import spec_from_data
-from orchestrator.spec.records import config_fields
+from orchestrator.spec.records import DEFAULT_IMPL, config_fields
 from orchestrator.store.document import ResultsDoc
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,11 @@ class Coverage:
     mode: str
     planned: tuple[Config, ...]
     missing: tuple[Config, ...]
+    impl: str = DEFAULT_IMPL
 
     def missing_configs(self) -> list[dict[str, int]]:
         """The missing configs as records name their fields (``report.config_label`` takes them)."""
-        fields = config_fields(self.mode)
+        fields = config_fields(self.mode, impl=self.impl)
         return [dict(zip(fields, c, strict=True)) for c in self.missing]
 
 
@@ -67,7 +68,7 @@ class Plans:
         if not grids:
             return None
         planned = tuple(dict.fromkeys(c for grid in grids for c in grid))
-        return Coverage(problem[5], planned, tuple(c for c in planned if c not in recorded))
+        return Coverage(problem[5], planned, tuple(c for c in planned if c not in recorded), problem[9])
 
 
 def plans_of(doc: ResultsDoc) -> Plans:

@@ -3,10 +3,12 @@
 One entry per (impl, dtype, head_dim, seq, batch, heads, causal, kv_heads, mode); ``kv_heads``
 is ``heads`` for multi-head attention, ``impl`` the kernel implementation measured.
 ``config`` carries exactly the fields of ``kernels.attention.AttentionConfig`` for either
-implementation: for fwd_bwd the record's fwd_block_q/fwd_block_k become block_q/block_k and
-bwd_outer/bwd_inner are taken as they are; for fwd, bwd_outer/bwd_inner stay at the
+Triton implementation: for fwd_bwd the record's fwd_block_q/fwd_block_k become block_q/block_k
+and bwd_outer/bwd_inner are taken as they are; for fwd, bwd_outer/bwd_inner stay at the
 implementation's default (``kernels.impls``: 128 for ours, the stock kernel's 32; the forward
-never reads them).
+never reads them). Another implementation's config is its record's config fields as they are
+(jax's Mosaic GPU kernel: its ``TuningConfig`` fields). ``wins`` says, per problem and mode,
+which implementation's entry is the fastest the table holds (the one to call).
 
 ``config`` is ``null`` where the measurement says "use auto": auto was faster than the best
 forced config, the best forced config is auto's own (``report``: two timings of one kernel), or
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels import impls
+from kernels import impl_triton, impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.spec.records import kernel_kwargs
@@ -53,9 +55,13 @@ class ExportSummary:
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
-    """A record's config fields as every field of ``AttentionConfig`` (``records.kernel_kwargs``;
-    the tiles a mode does not sweep keep the implementation's defaults)."""
-    cfg = dataclasses.asdict(dataclasses.replace(impls.get(impl).defaults, **kernel_kwargs(mode, best_config)))
+    """A Triton kernel's record's config fields as every field of ``AttentionConfig``
+    (``records.kernel_kwargs``; the tiles a mode does not sweep keep the implementation's
+    defaults); another implementation's as its record has them (``kernels.tuned`` says which)."""
+    if impl not in impl_triton.BY_NAME:
+        return dict(best_config)
+    defaults = impl_triton.get(impl).defaults
+    cfg = dataclasses.asdict(dataclasses.replace(defaults, **kernel_kwargs(mode, best_config)))
     return {k: int(cfg[k]) for k in CONFIG_FIELDS}
 
 
@@ -102,6 +108,7 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
                 log.info("several tags measured %s; keeping the faster best", k)
             chosen[k] = e
     entries = list(chosen.values())
+    _mark_winners(entries)
     replayed = sum(1 for e in entries if e.get("replayed"))
     table = {
         "format": FORMAT,
@@ -112,6 +119,19 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
     }
     tuned = sum(1 for e in entries if e["config"] is not None)
     return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped, replayed)
+
+
+def _mark_winners(entries: list[dict[str, Any]]) -> None:
+    """``wins``: whether an entry's implementation is the fastest of the table's for its problem
+    (its best or auto, as the table answers it)."""
+    best: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for e in entries:
+        k = tuple(e[f] for f in ("dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "mode"))
+        if k not in best or _faster(e, best[k]):
+            best[k] = e
+    winners = {id(e) for e in best.values()}
+    for e in entries:
+        e["wins"] = id(e) in winners
 
 
 def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -1,13 +1,14 @@
 """The tile heatmap of one problem, as data: what the PNG plots and the HTML page both draw.
 
 The axes are the two tiles that decide most of the time: block_q x block_k for fwd,
-bwd_outer x bwd_inner for fwd_bwd. Each cell is the best median over the remaining axes
-(stages, warps; for fwd_bwd also the forward blocks when they vary), with the winning
-stages/warps as its detail, and counts configs (a config timed once is not failed, however
-often it failed before). A cell where every config failed is ``failed``, or ``pruned``
-when every one of them was refused before running by the shared-memory model (that is a
-prediction, not a measured failure, and the page says which); a cell with no record is
-``absent``. A halving sweep's screens (``"screened": true``: one short sample) are never a
+bwd_outer x bwd_inner for fwd_bwd (an implementation with its own config fields: its first
+two, block_q x block_kv for jax's Mosaic GPU kernel, each cell naming its best config). Each
+cell is the best median over the remaining axes (stages, warps; for fwd_bwd also the forward
+blocks when they vary), with the winning stages/warps as its detail, and counts configs (a
+config timed once is not failed, however often it failed before). A cell where every config
+failed is ``failed``, or ``pruned`` when every one of them was refused before running by the
+shared-memory model (that is a prediction, not a measured failure, and the page says which); a
+cell with no record is ``absent``. A halving sweep's screens (``"screened": true``: one short sample) are never a
 measurement: a cell is timed by its configs timed in full, and a cell whose configs were only
 screened is ``screened``, showing its best screen, marked as such in the page and the plots and
 never the best cell (the report's best is never a screen either). Nothing here needs matplotlib.
@@ -19,9 +20,10 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
+from kernels import impls
 from orchestrator.analysis.report import ProblemKey, config_label
 from orchestrator.analysis.scan import is_success
-from orchestrator.spec.records import config_fields
+from orchestrator.spec.records import DEFAULT_IMPL, config_fields, config_of
 
 AXES = {"fwd": ("block_q", "block_k"), "fwd_bwd": ("bwd_outer", "bwd_inner")}
 _SHORT_DTYPE = {"bfloat16": "bf16", "float32": "f32", "float16": "f16"}
@@ -78,7 +80,7 @@ class Configs:
 
 
 def configs_of(mode: str, records: list[dict[str, Any]]) -> Configs:
-    fields = config_fields(mode)
+    fields = config_fields(mode, impl=records[0].get("impl", DEFAULT_IMPL) if records else DEFAULT_IMPL)
     get = itemgetter(*fields)
     auto_ms = None
     best: dict[tuple, dict[str, Any] | None] = {}
@@ -127,6 +129,10 @@ def heatmap_data(key: ProblemKey, records: list[dict[str, Any]], configs: Config
     if axes is None:
         return None
     cs = configs if configs is not None else configs_of(key.mode, records)
+    if not set(axes) <= set(cs.fields):  # an implementation with its own fields: its first two
+        if len(cs.fields) < 2:
+            return None
+        axes = (cs.fields[0], cs.fields[1])
     ri, ci = cs.fields.index(axes[0]), cs.fields.index(axes[1])
     tallies, fwd_blocks = _tallies(cs, ri, ci, key.mode)
     if not tallies:
@@ -182,7 +188,8 @@ def _cell(t: _Tally | None, vary_fwd: bool) -> Cell:
     if rec is None:
         status = "pruned" if t.pruned == t.failed else "failed"
         return Cell(status, n_failed=t.failed, n_total=t.total, n_pruned=t.pruned)
-    detail = f"s{rec.get('num_stages')} w{rec.get('num_warps')}"
+    own = impls.label(rec["mode"], config_of(rec)) if "impl" in rec else None  # its own fields' name
+    detail = own or f"s{rec.get('num_stages')} w{rec.get('num_warps')}"
     if vary_fwd:
         detail = f"f{rec.get('fwd_block_q')}/{rec.get('fwd_block_k')} {detail}"
     status = "ok" if t.best is not None else "screened"

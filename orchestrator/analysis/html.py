@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from orchestrator.analysis import winners
 from orchestrator.analysis.heatmap import Configs, HeatmapData, configs_of, heatmap_data, problem_title
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
 from orchestrator.analysis.report import (
@@ -352,6 +353,9 @@ def report_page(doc: ResultsDoc) -> str:
         f"<h2>Problems</h2>{legend()}",
         grouped([v.summary.key for v in views], lambda i: card(views[i], with_tag), _group_header(views)),
     ]
+    found = winners.contests([v.summary for v in views])
+    if found:  # several implementations measured the same problems: which one wins each
+        body.insert(4, f"<h2>Implementations compared</h2><pre>{esc(winners.format_contests(found))}</pre>")
     return shell(f"tilesweep report: {Path(doc.name).name}", "\n".join(body))
 
 

@@ -47,6 +47,7 @@ from typing import Any
 from kernels.config import attention_flops
 from orchestrator.analysis.auto import AutoRule, auto_config, auto_rule, same_config
 from orchestrator.analysis.coverage import Coverage, plans_of
+from orchestrator.analysis.labels import config_label
 from orchestrator.analysis.scan import INF, ProblemScan, scan
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
 from orchestrator.spec.records import DEFAULT_IMPL, PROBLEM_FIELDS, config_of, problem_key
@@ -208,25 +209,6 @@ class ProblemSummary:
         return out
 
 
-def config_label(config: dict[str, Any], mode: str) -> str:
-    """Compact config name: ``bq128 bk64 s2 w4`` (fwd), ``o64 i32 s2 w8`` (fwd_bwd).
-
-    A fwd_bwd config names its forward blocks (``bq64 bk64 o64 ...``) only when they are not
-    the kernel default 128/128, so the string stays short for the common sweep that fixes them.
-    """
-    g = config.get
-    tail = f"s{g('num_stages')} w{g('num_warps')}"
-    if mode == "fwd_bwd":
-        head = f"o{g('bwd_outer')} i{g('bwd_inner')}"
-        fq, fk = g("fwd_block_q"), g("fwd_block_k")
-        if (fq, fk) != (128, 128):
-            head = f"bq{fq} bk{fk} {head}"
-        return f"{head} {tail}"
-    if mode == "fwd":
-        return f"bq{g('block_q')} bk{g('block_k')} {tail}"
-    return " ".join(f"{k}={v}" for k, v in config.items())
-
-
 def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     """Records per problem key tuple, problems in order of first appearance (plan order)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -246,7 +228,7 @@ def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
     scans = scan(doc.results)
     unrecorded = plans.problems() - scans.keys()
     for problem in sorted(unrecorded, key=lambda k: tuple((v is None, 0 if v is None else v) for v in k)):
-        scans[problem] = ProblemScan(problem[5])
+        scans[problem] = ProblemScan(problem[5], problem[9])
     about = _About(auto_rule(doc), replayed_of(doc))
     return [_summary(ProblemKey(*k), sc, plans.coverage(k, sc.recorded()), about) for k, sc in scans.items()]
 

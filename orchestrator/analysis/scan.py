@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
-from orchestrator.spec.records import config_fields, problem_key
+from orchestrator.spec.records import DEFAULT_IMPL, config_fields, problem_key
 from orchestrator.store.document import paused_gc
 
 INF = float("inf")
@@ -44,8 +44,8 @@ class ProblemScan:
         "first_failed",
     )
 
-    def __init__(self, mode: str) -> None:
-        self.fields = config_fields(mode)
+    def __init__(self, mode: str, impl: str = DEFAULT_IMPL) -> None:
+        self.fields = config_fields(mode, impl=impl)
         self.cid = itemgetter(*self.fields)
         self.auto_ms: float | None = None
         self.auto_rec: dict[str, Any] | None = None  # the record of ``auto_ms``
@@ -82,7 +82,7 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], ProblemSca
         k = problem_key(rec)
         sc = get(k)
         if sc is None:
-            sc = scans[k] = ProblemScan(k[5])
+            sc = scans[k] = ProblemScan(k[5], k[9])
         m = rec.get("median_ms")
         ok = (m.__class__ is float or m.__class__ is int) and -INF < m < INF and "error" not in rec
         if rec["config"] == "auto":

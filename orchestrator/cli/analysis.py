@@ -65,10 +65,13 @@ def _add_report(subparsers: Subparsers) -> None:
 def _add_export(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "export",
-        help="write the tuned table that kernels.tuned loads",
+        help="write the tuned table that kernels.tuned loads, or tokamax's autotuning tables",
         description="Write the best config per problem as a versioned tuned table "
         "(format tilesweep-tuned) for kernels.tuned.TunedTable. A problem where auto was "
-        "faster than every forced config gets config null (use auto).",
+        "faster than every forced config gets config null (use auto). --format tokamax writes "
+        "the records of tokamax's kernels as tokamax's own autotuning tables instead: "
+        "DIR/<device dir>/<op>.json, one folder per device kind, every measured config with its "
+        "raw samples (tokamax then runs the fastest).",
     )
     p.add_argument(
         "results",
@@ -77,7 +80,15 @@ def _add_export(subparsers: Subparsers) -> None:
         "newest record of the chosen device kind is kept",
     )
     p.add_argument("--device", metavar="KIND", help="device kind to export (default: the first document's)")
-    p.add_argument("--out", required=True, metavar="FILE", help="tuned table to write (atomically)")
+    p.add_argument(
+        "--out", required=True, metavar="FILE", help="tuned table to write (atomically); with --format tokamax: DIR"
+    )
+    p.add_argument(
+        "--format",
+        choices=("tilesweep", "tokamax"),
+        default="tilesweep",
+        help="tilesweep: the tuned table (default); tokamax: tokamax's autotuning tables (needs tilesweep[tokamax])",
+    )
     p.add_argument(
         "--keep-slower", action="store_true", help="export the best forced config even where auto was faster"
     )
@@ -111,15 +122,19 @@ def _style(args: argparse.Namespace) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from orchestrator.analysis import report
+    from orchestrator.analysis import report, winners
     from orchestrator.store import document as results_doc
 
     doc = results_doc.load(args.results)
     summaries = report.best_table(doc)
+    found = winners.contests(summaries)
     if args.json:
-        print(json.dumps(report.to_json(summaries), indent=1))
+        print(json.dumps(winners.with_winners(report.to_json(summaries), found), indent=1))
     else:
         print(report.format_table(summaries, _style(args)))
+        if found:  # several implementations measured the same problems
+            print(f"\nimplementations compared ({len(found)} problems):")
+            print(winners.format_contests(found, _style(args)))
     if args.html:
         from orchestrator.analysis import html
 
@@ -152,6 +167,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.store.replayed import count_replayed
 
     docs = [results_doc.load(path) for path in args.results]
+    if args.format == "tokamax":
+        from orchestrator.cli.tokamax import export_tokamax
+
+        return export_tokamax(docs, args.out, args.device)
     doc = docs[0]
     if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
         doc = _combined(docs, args)

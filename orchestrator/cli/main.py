@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     # imported here, not at the top: ``python -m orchestrator.cli.analysis`` runs a family on its
     # own, and the package (whose __init__ imports this module) must not have imported it first
-    from orchestrator.cli import analysis, browse, slurm, sweep
+    from orchestrator.cli import analysis, browse, impls, slurm, sweep
     from orchestrator.cli.common import Parser
 
     p = Parser(prog=PROG, description="Autotune Pallas flash-attention tile configs on a SLURM cluster or locally.")
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     analysis.register(sub)
     slurm.register(sub)
     browse.register(sub)
+    impls.register(sub)
     return p
 
 

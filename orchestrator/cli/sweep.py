@@ -55,10 +55,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.control.reuseplan import plan_with_reuse
     from orchestrator.control.sweeps import check_replay_source, default_sweep_dir, prepare_sweep
     from orchestrator.planning import plan_line
-    from orchestrator.spec.files import load_spec
+    from orchestrator.spec.files import load_spec, with_device_kind
     from orchestrator.store.document import load_costs
 
-    spec = load_spec(args.spec)
+    spec = with_device_kind(load_spec(args.spec), args.device_kind)
+    if args.lower:
+        from orchestrator.cli.lower import cmd_plan_lower
+
+        return cmd_plan_lower(args, spec)
     check_replay_source(spec)
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     if args.sweep_dir and not args.dry_run and not args.json and (root / "sweep.json").exists():
@@ -79,7 +83,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if not args.sweep_dir:
             raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
         sd, unit_ids, _ = prepare_sweep(
-            args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args)
+            args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
         )
         print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
     return 0
@@ -123,7 +127,7 @@ def _print_plan(spec: SweepSpec, planned: Planned) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from orchestrator.control.sweeps import prepare_sweep, run_or_follow
+    from orchestrator.control.sweeps import check_runs_here, prepare_sweep, run_or_follow
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.merge import check_target
@@ -134,6 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from orchestrator.cli.slurm import run_on_slurm
 
         return run_on_slurm(args)
+    check_runs_here(spec)
     sd, unit_ids, existed = prepare_sweep(
         args.spec, args.sweep_dir, args.units, args.output, costs=args.costs, reuse=reuse_request(args), kind=kind
     )
@@ -296,6 +301,14 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--json", action="store_true", help="one JSON object per item (record fields + unit)")
     s.add_argument("--sweep-dir", help="write the plan into this sweep directory")
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
+    s.add_argument(
+        "--lower",
+        action="store_true",
+        help="pre-flight lowering: lower every planned config for kernel.device_kind on this machine's CPUs; with "
+        "--sweep-dir what the compiler refuses is recorded as pruned, never compiled on a GPU",
+    )
+    s.add_argument("--device-kind", metavar="KIND", help="target GPU (overrides the spec's kernel.device_kind)")
+    s.add_argument("--lower-workers", type=positive_int, help="--lower: lowering processes (default: the CPUs)")
     add_reuse_args(s)
     s.set_defaults(func=cmd_plan)
 

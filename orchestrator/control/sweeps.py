@@ -20,7 +20,7 @@ from orchestrator.control.reuseplan import ReuseRequest, plan_with_reuse
 from orchestrator.control.scheduler import array_of, missing_tools, query
 from orchestrator.control.scheduler import cancel as scancel
 from orchestrator.control.status import ACTIVE, sweep_status
-from orchestrator.errors import DispatchError, LeaseHeld
+from orchestrator.errors import DispatchError, LeaseHeld, PlanError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
@@ -51,17 +51,19 @@ def prepare_sweep(
     costs: str | None = None,
     reuse: ReuseRequest | None = None,
     kind: str | None = None,
+    spec: SweepSpec | None = None,
 ) -> PreparedSweep:
     """Create (or reopen) the sweep directory of a spec. An existing directory of the same
     spec is reopened with the units it was planned with, so a rerun redoes only what is
     missing. A new one is planned with reuse (``reuseplan``: what the output document and
     ``reuse`` documents hold is carried, not measured). ``costs``: a results document whose
-    measured costs shard the units. ``kind``: the executor it will run on (default: the spec's)."""
+    measured costs shard the units. ``kind``: the executor it will run on (default: the spec's).
+    ``spec``: the spec file's spec as the command line changed it (``--device-kind``)."""
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import write_reuse_unit
     from orchestrator.store.document import load_costs
 
-    spec = load_spec(spec_path)
+    spec = spec if spec is not None else load_spec(spec_path)
     check_replay_source(spec)
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     out = Path(output) if output else Path(spec.output)
@@ -80,6 +82,26 @@ def prepare_sweep(
             if planned.reused is not None:
                 write_reuse_unit(sd, planned.reused, planned.found)
     return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
+
+
+def check_runs_here(spec: SweepSpec) -> None:
+    """A sweep whose kernel does not run on a CPU, run here without a GPU: refused in one line
+    that says what this machine can do instead (its workers would record every config as an error)."""
+    from kernels import impls
+
+    if spec.kernel.impl == "replay":
+        return
+    impl = impls.get(spec.kernel.impl)
+    if impl.capabilities.interpret:
+        return
+    import jax
+
+    if jax.default_backend() != "gpu":
+        raise PlanError(
+            f"kernel.impl {impl.name!r} does not run without a GPU and jax sees none here (backend "
+            f"{jax.default_backend()}): check its configs here with `{PROG} plan SPEC --lower --dry-run` "
+            f"(pre-flight lowering), rehearse the sweep with kernel.impl replay, or run it on a GPU"
+        )
 
 
 def check_replay_source(spec: SweepSpec) -> None:

@@ -1,7 +1,8 @@
 """Planning: a spec expanded into work items and packed into units by cost. Pure: no I/O.
 
 ``items`` expands a spec into work items in the reference run's record order, each classified
-by ``classify`` (runnable, invalid, pruned by the shared-memory model); ``costs`` says what an
+by ``classify`` (runnable, invalid, pruned by the shared-memory model), its grids as ``grids``
+makes them from the kernel implementation's tunables; ``costs`` says what an
 item costs a worker; ``shard`` packs items into units. ``plan`` does all three.
 """
 
@@ -11,12 +12,12 @@ import itertools
 
 from orchestrator.planning.classify import INVALID, PRUNED, RUN
 from orchestrator.planning.costs import CostTable, item_costs, setup_estimate
+from orchestrator.planning.grids import notes
 from orchestrator.planning.items import (
     PlannedConfigs,
     WorkItem,
     bulk,
     expand,
-    notes,
     plan_line,
     planned_configs,
 )

@@ -34,15 +34,15 @@ Pure arithmetic: no jax import, no I/O (the CLI reads the document).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kernels import impls, smem
-from kernels.config import AttentionConfig, attention_flops, default_num_warps, inner_for
+from kernels.config import attention_flops, default_num_warps, inner_for
 from orchestrator.errors import ResultsError
 from orchestrator.planning.classify import RUN
+from orchestrator.planning.grids import mode_grid
 from orchestrator.planning.halving import Measurement, measurement
 from orchestrator.planning.items import WorkItem
 from orchestrator.spec.model import SweepSpec
@@ -113,13 +113,9 @@ def compile_estimate(
 def auto_estimate(
     mode: str, dtype: str, head_dim: int, seq: int, smem_limit: int | None, impl: str = DEFAULT_IMPL
 ) -> dict[str, Any]:
-    """The config the implementation's ``auto`` runs (``kernels.impls``, jax-free), as
-    AttentionConfig fields; the library default where no config fits (that item fails fast)."""
-    try:
-        cfg = impls.get(impl).auto(mode=mode, dtype=dtype, head_dim=head_dim, seq=seq, smem_limit_bytes=smem_limit)
-    except ValueError:
-        cfg = AttentionConfig()
-    return dataclasses.asdict(cfg)
+    """What the cost model reads of the config the implementation's ``auto`` runs
+    (``kernels.impls``, jax-free: ``cost_fields``)."""
+    return impls.get(impl).cost_fields(mode, None, dtype=dtype, head_dim=head_dim, seq=seq, smem_limit_bytes=smem_limit)
 
 
 # ---------------------------------------------------------------------------- timed work
@@ -245,16 +241,17 @@ def item_costs(
 
 
 def _unclamped_seq(spec: SweepSpec) -> int:
-    """A seq at which no block of the spec is clamped: a config compiles alike at every seq from it on."""
-    blocks = (*spec.fwd_block_q, *spec.fwd_block_k, *spec.bwd_outer, *spec.bwd_inner)
-    return max([128, *blocks, spec.forward_blocks.block_q, spec.forward_blocks.block_k])
+    """A seq at which no value of the spec's grids is clamped: a config compiles alike at every seq from it on."""
+    values = {v for mode in spec.modes for p in mode_grid(spec, mode) for v in p if type(v) is int}
+    return max([128, *values])
 
 
-def _compiled_config(it: WorkItem, spec: SweepSpec, impl: impls.Impl) -> Mapping[str, int]:
-    """The AttentionConfig fields an item compiles: its own, or those its implementation's ``auto`` picks."""
-    if it.config == "auto":
-        return auto_estimate(it.mode, it.dtype, it.head_dim, it.seq, spec.smem_limit_bytes, impl.name)
-    return it.kernel_config() or {}
+def _compiled_config(it: WorkItem, spec: SweepSpec, impl: impls.Implementation) -> Mapping[str, int]:
+    """What the cost model reads of the config an item compiles: its own, or the one its
+    implementation's ``auto`` picks (``cost_fields``)."""
+    return impl.cost_fields(
+        it.mode, it.fields(), dtype=it.dtype, head_dim=it.head_dim, seq=it.seq, smem_limit_bytes=spec.smem_limit_bytes
+    )
 
 
 def _model_costs(items: Sequence[WorkItem], spec: SweepSpec, a: Assumptions, round_: int) -> list[float]:

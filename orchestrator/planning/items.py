@@ -11,23 +11,24 @@ same measurement has the same id in every sweep (resume and append key on it).
 The kernel implementation (``SweepSpec.measured_impl``: ``kernel.impl``, or for a replay the
 ``replay.impl`` its source measured; ``kernels.impls``) decides what can be planned: an
 axis it cannot do (grouped-query attention on the stock kernel) is refused in one line
-(``check_supported``), and a tunable it ignores is swept at the one value it runs, with a note
-that says so (``notes``).
+(``grids.check_supported``), and a tunable it ignores is swept at the one value it runs, with a
+note that says so (``grids.notes``); its grid per mode is ``grids.mode_grid``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from kernels import impls
-from orchestrator.errors import PlanError
+from kernels.impl_base import Value
+from orchestrator.planning import tokamax_grid
 from orchestrator.planning.classify import INVALID, PRUNED, RUN, Clamped, Classifier
+from orchestrator.planning.grids import check_supported, mode_grid
+from orchestrator.spec.grid import TOKAMAX_GRID
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import (
     DEFAULT_IMPL,
@@ -68,7 +69,7 @@ class WorkItem:
     tag: str
     mode: str
     config: str  # "auto" or "forced"
-    params: tuple[int, ...]  # values of the mode's config fields (records.config_fields); () for auto
+    params: tuple[Value, ...]  # values of the mode's config fields (records.config_fields); () for auto
     id: str = ""
     kind: str = RUN
     reason: str | None = None  # why an item is invalid or pruned
@@ -102,7 +103,13 @@ class WorkItem:
 
     @property
     def param_names(self) -> tuple[str, ...]:
-        return config_fields(self.mode, self.config)
+        return config_fields(self.mode, self.config, self.impl)
+
+    def fields(self) -> dict[str, Value] | None:
+        """The config fields of a forced item, named as its implementation names them; None for auto."""
+        if self.config == "auto":
+            return None
+        return dict(zip(self.param_names, self.params, strict=True))
 
     def record_fields(self) -> dict[str, Any]:
         """Identity and config fields exactly as a reference record has them (plus the
@@ -127,71 +134,10 @@ class WorkItem:
         return rec
 
     def kernel_config(self) -> dict[str, int] | None:
-        """Keyword arguments of the kernel's AttentionConfig, or None for auto."""
+        """Keyword arguments of a Triton kernel's AttentionConfig, or None for auto."""
         if self.config == "auto":
             return None
         return kernel_kwargs(self.mode, self.params)
-
-
-# The spec's grid axis of each AttentionConfig field a mode sweeps.
-GRID_AXES: dict[str, dict[str, str]] = {
-    "fwd": {"block_q": "fwd_block_q", "block_k": "fwd_block_k", "num_stages": "fwd_stages", "num_warps": "fwd_warps"},
-    "fwd_bwd": {
-        "bwd_outer": "bwd_outer",
-        "bwd_inner": "bwd_inner",
-        "num_stages": "bwd_stages",
-        "num_warps": "bwd_warps",
-    },
-}
-
-
-def _axis(spec: SweepSpec, mode: str, field: str) -> list[int]:
-    """A grid axis's values, or the one value the implementation runs for a tunable it ignores."""
-    pinned = impls.get(spec.measured_impl).pinned.get(mode, {})
-    return [pinned[field]] if field in pinned else list(getattr(spec, GRID_AXES[mode][field]))
-
-
-def _grid(spec: SweepSpec, mode: str) -> list[tuple[int, ...]]:
-    axis = functools.partial(_axis, spec, mode)
-    if mode == "fwd":
-        return list(itertools.product(axis("block_q"), axis("block_k"), axis("num_stages"), axis("num_warps")))
-    fb = spec.forward_blocks
-    return list(
-        itertools.product(
-            [fb.block_q], [fb.block_k], axis("bwd_outer"), axis("bwd_inner"), axis("num_stages"), axis("num_warps")
-        )
-    )
-
-
-def check_supported(spec: SweepSpec) -> None:
-    """Refuse, in one line, an axis the spec's kernel implementation cannot do."""
-    impl = impls.get(spec.measured_impl)
-    gqa = [v for v in spec.kv_heads if v not in (None, spec.heads)]
-    why = impl.unsupported(grouped_query=bool(gqa))
-    if why:
-        allowed = [n for n in impls.IMPL_NAMES if impls.IMPLS[n].grouped_query]
-        raise PlanError(
-            f"kernel.impl {impl.name!r}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
-            f"kv_heads [null] (or [{spec.heads}]); for grouped-query attention use kernel.impl "
-            f"{' or '.join(map(repr, allowed))}"
-        )
-
-
-def notes(spec: SweepSpec) -> list[str]:
-    """What the plan output says once about the spec's implementation: each tunable it
-    ignores, swept at the one value it runs instead of the spec's list."""
-    impl = impls.get(spec.measured_impl)
-    out: list[str] = []
-    if spec.auto_only:
-        return out
-    for mode in spec.modes:
-        for field, value in impl.pinned.get(mode, {}).items():
-            axis = GRID_AXES[mode][field]
-            out.append(
-                f"kernel.impl {impl.name!r}: {impl.pinned_why}, so {mode} configs are planned with "
-                f"{field}={value} only ({axis} {getattr(spec, axis)} is not swept)"
-            )
-    return out
 
 
 @contextlib.contextmanager
@@ -223,13 +169,14 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
     append = items.append
     batch, heads, tag, impl = spec.batch, spec.heads, spec.tag, spec.measured_impl
     shown = (spec.sweeps_causal, spec.sweeps_kv_heads)
+    per_problem = tokamax_grid.ProblemGrids(spec) if spec.grid == TOKAMAX_GRID else None
     grids = {}
-    for mode in spec.modes:
-        params = _grid(spec, mode)
-        names = config_fields(mode)
+    for mode in () if per_problem else spec.modes:
+        params = mode_grid(spec, mode)
+        names = config_fields(mode, impl=impl)
         grids[mode] = (params, [id_suffix(names, p) for p in params])
-    classes = Classifier(spec, {mode: grids[mode][0] for mode in spec.modes})
-    clamped = Clamped(grids)
+    classes = Classifier(spec, {mode: grids[mode][0] for mode in grids})
+    clamped = Clamped(grids, impl)
     for dtype, head_dim, seq, kv, causal in itertools.product(
         spec.dtypes, spec.head_dims, spec.seq_lens, spec.kv_heads, spec.causal
     ):
@@ -242,7 +189,12 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
         if spec.auto_only:
             continue
         for mode in spec.modes:
-            params, suffixes = clamped(mode, seq)
+            if per_problem is None:
+                params, suffixes = clamped(mode, seq)
+                kinds = classes(mode, dtype, head_dim, seq, params)
+            else:  # tokamax's own search: every config runs unless lowering refuses it
+                params, suffixes = per_problem(mode, dtype, head_dim, seq, causal, kv_heads)
+                kinds = [(RUN, None, None)] * len(params)
             prefix = id_prefix(dtype, head_dim, seq, batch, heads, tag, mode, "forced", **variant)
             start = len(items)
             items.extend(
@@ -269,7 +221,7 @@ def _expand(spec: SweepSpec) -> list[WorkItem]:
                         shown,
                     )
                     for j, (p, iid, (kind, reason, nbytes)) in enumerate(
-                        zip(params, ids_of(prefix, suffixes), classes(mode, dtype, head_dim, seq, params), strict=True)
+                        zip(params, ids_of(prefix, suffixes), kinds, strict=True)
                     )
                 ]
             )
@@ -285,22 +237,27 @@ class PlannedConfigs:
 
     # records.problem_key: (dtype, head_dim, seq, batch, heads, mode, tag, causal, kv_heads, impl)
     problems: set[tuple[Any, ...]]
-    grids: dict[tuple[str, int], list[tuple[int, ...]]]
+    grids: dict[tuple[str, int], list[tuple[Value, ...]]]
+    per_problem: dict[tuple[Any, ...], list[tuple[Value, ...]]] | None = None  # "grid": "tokamax": by problem
 
-    def of(self, problem: tuple[Any, ...]) -> list[tuple[int, ...]] | None:
+    def of(self, problem: tuple[Any, ...]) -> list[tuple[Value, ...]] | None:
         """The planned configs (values of ``records.config_fields(mode)``), or None if the
         spec does not plan this problem."""
         if problem not in self.problems:
             return None
+        if self.per_problem is not None:
+            return self.per_problem[problem]
         return self.grids[(problem[5], problem[2])]
 
 
 def planned_configs(spec: SweepSpec) -> PlannedConfigs:
+    if spec.grid == TOKAMAX_GRID and not spec.auto_only:
+        return _planned_tokamax(spec)
     full = {}
     for mode in spec.modes:
-        params = [] if spec.auto_only else _grid(spec, mode)
+        params = [] if spec.auto_only else mode_grid(spec, mode)
         full[mode] = (params, [b""] * len(params))  # id suffixes are not needed here
-    clamped = Clamped(full)
+    clamped = Clamped(full, spec.measured_impl)
     grids = {(mode, seq): clamped(mode, seq)[0] for mode in spec.modes for seq in spec.seq_lens}
     heads, impl = spec.heads, spec.measured_impl
     problems = {
@@ -311,6 +268,15 @@ def planned_configs(spec: SweepSpec) -> PlannedConfigs:
         for mode in spec.modes
     }
     return PlannedConfigs(problems, grids)
+
+
+def _planned_tokamax(spec: SweepSpec) -> PlannedConfigs:
+    """``planned_configs`` of a ``"grid": "tokamax"`` spec: tokamax's configs per problem."""
+    per_problem = {
+        (p.dtype, p.head_dim, p.seq, p.batch, p.heads, mode, spec.tag, p.causal, p.kv_heads, spec.measured_impl): c
+        for (mode, p), c in tokamax_grid.planned(spec).items()
+    }
+    return PlannedConfigs(set(per_problem), {}, per_problem)
 
 
 def plan_line(item: WorkItem) -> dict[str, Any]:

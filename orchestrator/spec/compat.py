@@ -4,9 +4,12 @@ compatibility key of reuse (``orchestrator.store.reuse``). The one home of that 
 Two parts, compared separately so a refusal can say which one differs:
 
 - the environment (``ENV_FIELDS``): jax, jaxlib, backend and device kind, as the worker's
-  ``env_fingerprint`` (below) records them. A document's part is its ``tilesweep.env`` (or its
-  ``device`` block, where a document has no tilesweep block: a reference-run document lacks
-  jaxlib, and a field one side lacks is not compared);
+  ``env_fingerprint`` (below) records them, and tokamax's version where tokamax is installed. A
+  document's part is its ``tilesweep.env`` (or its ``device`` block, where a document has no
+  tilesweep block: a reference-run document lacks jaxlib, and a field one side lacks is not
+  compared). The tokamax version is compared for records of tokamax's kernels only
+  (``kernels.tokamax_meta``): it changes nothing the other implementations run, so an upgrade of
+  tokamax does not cost them their records;
 - the measurement (``measurement_key``): what changes the numbers a record holds, from the spec
   that measured it: the kernel implementation (``kernel.impl``), the timer (``auto`` taken as the
   worker takes it, ``SweepSpec.timer_on``: the device timer or the wall clock), the L2 flush, the
@@ -28,15 +31,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kernels import tokamax_meta
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.sections import CompileSettings, KernelSettings, TimingSettings
 
 ENV_FIELDS: tuple[str, ...] = ("jax", "jaxlib", "backend", "device_kind")
+# Fields of the environment present only where their package is installed, and the
+# implementations whose records they count for.
+OPTIONAL_ENV_FIELDS: dict[str, tuple[str, ...]] = {"tokamax": tokamax_meta.IMPL_NAMES}
 
 
 def _section(dumped: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = dumped.get(name)
     return value if isinstance(value, Mapping) else {}
+
+
+def impl_of(dumped: Mapping[str, Any]) -> str:
+    """The kernel implementation of the spec ``dumped`` measured with (its ``kernel.impl``)."""
+    return str(_section(dumped, "kernel").get("impl", KernelSettings.model_fields["impl"].default))
 
 
 def measurement_key(dumped: Mapping[str, Any], screened: bool, backend: str | None = None) -> tuple[Any, ...]:
@@ -45,13 +57,12 @@ def measurement_key(dumped: Mapping[str, Any], screened: bool, backend: str | No
     today's defaults, so a document from before a field existed keeps its key) on ``backend``
     (the environment's: what ``timing.timer: auto`` means depends on it)."""
     timing = _section(dumped, "timing")
-    kernel = _section(dumped, "kernel")
     t = TimingSettings.model_fields
 
     def get(name: str) -> Any:
         return timing.get(name, t[name].default)
 
-    impl = kernel.get("impl", KernelSettings.model_fields["impl"].default)
+    impl = impl_of(dumped)
     timer = get("timer")
     if timer == "auto":  # the timer the worker used: SweepSpec.timer_on's rule, from the compile mode
         mode = _section(dumped, "compile").get("mode", CompileSettings.model_fields["mode"].default)
@@ -85,17 +96,26 @@ def measurement_differences(have: tuple[Any, ...], want: tuple[Any, ...]) -> lis
 
 def env_fingerprint(block: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a device block that must match for records to mix (a worker header's and
-    ``env.json``'s ``env``; absent fields: None), and the environment part of the key of reuse."""
-    return {k: block.get(k) for k in ENV_FIELDS}
+    ``env.json``'s ``env``; absent fields: None; an optional field only where the block has it,
+    so an environment without tokamax has the fingerprint it always had), and the environment
+    part of the key of reuse."""
+    out = {k: block.get(k) for k in ENV_FIELDS}
+    out.update({k: block[k] for k in OPTIONAL_ENV_FIELDS if block.get(k) is not None})
+    return out
 
 
-def env_differences(have: Mapping[str, Any], want: Mapping[str, Any], *, ignore_device: bool = False) -> list[str]:
+def env_differences(
+    have: Mapping[str, Any], want: Mapping[str, Any], *, ignore_device: bool = False, impl: str | None = None
+) -> list[str]:
     """Fields on which two environments differ ("device_kind 'H100' vs 'cpu'"); a field one of
     them lacks (None) is not compared. ``ignore_device``: backend and device kind may differ
-    (``merge.mix_devices``: records then carry their device)."""
+    (``merge.mix_devices``: records then carry their device). ``impl``: the kernel implementation
+    of the records compared; an optional field counts only for the implementations it names
+    (None: for every one)."""
     skip = ("backend", "device_kind") if ignore_device else ()
+    fields = ENV_FIELDS + tuple(k for k, impls in OPTIONAL_ENV_FIELDS.items() if impl is None or impl in impls)
     return [
         f"{k} {have.get(k)!r} vs {want.get(k)!r}"
-        for k in ENV_FIELDS
+        for k in fields
         if k not in skip and have.get(k) is not None and want.get(k) is not None and have.get(k) != want.get(k)
     ]

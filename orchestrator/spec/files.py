@@ -38,6 +38,15 @@ def with_absolute_paths(spec: SweepSpec) -> SweepSpec:
     return spec.model_copy(update={"replay": replay})
 
 
+def with_device_kind(spec: SweepSpec, device_kind: str | None) -> SweepSpec:
+    """The spec with ``kernel.device_kind`` replaced (``--device-kind``), checked as a spec file is."""
+    if device_kind is None:
+        return spec
+    data = spec.model_dump(mode="json", exclude_unset=True)
+    data["kernel"] = {**data.get("kernel", {}), "device_kind": device_kind}
+    return spec_from_data(data, source="--device-kind")
+
+
 def read_spec_data(p: Path) -> dict[str, Any]:
     if not p.exists():
         raise SpecError(f"spec file {p} does not exist; pass the path of a JSON or TOML spec")

@@ -19,6 +19,7 @@ from pydantic import Field, StrictBool, StrictInt, ValidationInfo, field_validat
 
 from kernels.impls import DEFAULT_IMPL
 from kernels.smem import DTYPES, MODES
+from orchestrator.spec import grid as grid_rules
 from orchestrator.spec.lists import (
     HeadDimList,
     NonEmpty,
@@ -145,6 +146,14 @@ class SweepSpec(SpecModel):
         "predicts over it is not compiled (kernel.prune_smem); null: no limit",
     )
 
+    grid: dict[Literal[MODES], dict[str, list[StrictInt | StrictBool]]] | Literal["tokamax"] | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="per mode, the values each tunable of kernel.impl sweeps, named as the implementation names "
+        'them (`tilesweep impls`), e.g. {"fwd": {"block_q": [64, 128], "block_kv": [64, 128, 256]}}; a tunable '
+        "left out sweeps the reference field's values (the Triton kernels) or the implementation's defaults; "
+        '"tokamax" (kernel.impl tokamax-mosaic or tokamax-triton): per problem, the configs tokamax\'s own '
+        "autotuner tries on kernel.device_kind; null: no grid section",
+    )
     executor: ExecutorSettings = Field(default=ExecutorSettings(), description="where units run")
     sharding: ShardingSettings = Field(default=ShardingSettings(), description="how items are grouped into units")
     timing: TimingSettings = Field(default=TimingSettings(), description="how each config is timed")
@@ -167,6 +176,16 @@ class SweepSpec(SpecModel):
                 raise ValueError("bwd_fwd_config as a list must be [block_q, block_k]")
             data = {**data, "bwd_fwd_config": {"block_q": pair[0], "block_k": pair[1]}}
         return data
+
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _grid_is_by_mode_or_tokamax(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != grid_rules.TOKAMAX_GRID:
+            raise ValueError(
+                f'{value!r} is not a grid: give an object by mode ({{"fwd": {{"block_q": [64, 128]}}}}) or '
+                f'"{grid_rules.TOKAMAX_GRID}" (tokamax\'s own search)'
+            )
+        return value
 
     @field_validator("kv_heads")
     @classmethod
@@ -214,6 +233,23 @@ class SweepSpec(SpecModel):
             raise ValueError(f'replay.source is given but kernel.impl is {self.kernel.impl!r}: set it to "replay"')
         return self
 
+    @model_validator(mode="after")
+    def _grid_fits_the_implementation(self) -> SweepSpec:
+        impl = self.measured_impl
+        given = {
+            k: getattr(self, k)
+            for k in (*grid_rules.REFERENCE_GRID_FIELDS, "smem_limit_bytes")
+            if k in self.model_fields_set and getattr(self, k) != type(self).model_fields[k].default
+        }
+        why = (
+            grid_rules.check_grid(impl, self.grid, self.modes)
+            or grid_rules.check_reference_fields(impl, given, self.modes)
+            or grid_rules.check_overlap(impl, self.grid, set(given))
+        )
+        if why:
+            raise ValueError(why)
+        return self
+
     @property
     def forward_blocks(self) -> ForwardBlocks:
         """Forward tiles of fwd_bwd configs: null in the reference means 128/128."""
@@ -229,15 +265,18 @@ class SweepSpec(SpecModel):
 
     def reference_config(self) -> dict[str, Any]:
         """The config block as the reference document has it (field order included). A spec that sweeps causal or
-        kv_heads, or tunes another kernel, adds those fields (after ``heads``; ``kernel`` last), so a document loaded
-        as a spec plans the same sweep."""
+        kv_heads, gives a grid section, or tunes another kernel or device kind, adds those fields (after ``heads``;
+        ``grid`` and ``kernel`` last), so a document loaded as a spec plans the same sweep."""
         dumped = self.model_dump(mode="json")
         out = {}
         for name in REFERENCE_CONFIG_FIELDS:
             out[name] = dumped[name]
             if name == "heads":
                 out.update(self._axes(dumped))
-        if self.measured_impl != DEFAULT_IMPL:  # a replay's document is one of the implementation it replays
+        if self.grid is not None:
+            out["grid"] = dumped["grid"]
+        if self.measured_impl != DEFAULT_IMPL or self.kernel.device_kind is not None:
+            # a replay's document is one of the implementation it replays
             out["kernel"] = {**dumped["kernel"], "impl": self.measured_impl}
         return out
 
@@ -249,9 +288,9 @@ class SweepSpec(SpecModel):
     def fingerprint(self) -> str:
         """Identity of what is measured: the problem and grid fields plus timing and kernel options. Executor,
         sharding, output and merge settings may change between submit and resume without invalidating records, so
-        they are left out. The causal and kv_heads axes and the kernel implementation count only where they are not
-        the default, so a config block that lacks them (the reference's) and the same spec naming their defaults have
-        one fingerprint."""
+        they are left out. The causal and kv_heads axes, the kernel implementation, its target device kind and the
+        grid section count only where they are not the default, so a config block that lacks them (the reference's)
+        and the same spec naming their defaults have one fingerprint."""
         dumped = self.model_dump(mode="json")
         measured = {k: dumped[k] for k in REFERENCE_CONFIG_FIELDS if k not in ("output", "append")}
         measured.update(self._axes(dumped))
@@ -259,7 +298,11 @@ class SweepSpec(SpecModel):
             measured[section] = {
                 k: v for k, v in dumped[section].items() if k not in added or v != model.model_fields[k].default
             }
-        measured["kernel"] = {k: v for k, v in dumped["kernel"].items() if k != "impl" or v != DEFAULT_IMPL}
+        if self.grid is not None:
+            measured["grid"] = dumped["grid"]
+        measured["kernel"] = {
+            k: v for k, v in dumped["kernel"].items() if (k, v) not in (("impl", DEFAULT_IMPL), ("device_kind", None))
+        }
         if self.replay is not None:  # the pace changes no record
             measured["replay"] = {k: v for k, v in dumped["replay"].items() if (k, v) != ("impl", DEFAULT_IMPL)}
             measured["replay"].pop("pace")

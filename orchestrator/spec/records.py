@@ -2,18 +2,20 @@
 
 The one home of the record layout. Every other module (planner, partial validation, merge,
 cost model, report, export) asks here which fields make a record's identity and config,
-in which order, and how a record's config maps onto the kernel's ``AttentionConfig``.
+in which order, and how a record's config maps onto the Triton kernels' ``AttentionConfig``.
 
 Layout, in the reference document's key order::
 
     identity   dtype, head_dim, seq, batch, heads, [causal, kv_heads,] tag, mode, [impl,]
                config ("auto" | "forced")
-    config     fwd:     block_q, block_k, num_stages, num_warps
+    config     the implementation's own config fields (``kernels.impls``: ``tunables(mode)``);
+               for the Triton kernels (the reference's):
+               fwd:     block_q, block_k, num_stages, num_warps
                fwd_bwd: fwd_block_q, fwd_block_k, bwd_outer, bwd_inner, num_stages, num_warps
                (auto records have none: the kernel picks)
     results    rel_err, compile_s, inner, median_ms, q1_ms, q3_ms   or   error
-    extras     timer, pruned, smem_bytes, compile_cached, screened, reused_from, device, unit,
-               attempt (documented)
+    extras     timer, samples_ms, pruned, smem_bytes, compile_cached, screened, reused_from, device,
+               unit, attempt (documented)
 
 The bracketed identity fields are optional, so the reference's records keep exactly its
 fields. ``causal`` (bool) and ``kv_heads`` (int; equal to heads for multi-head attention)
@@ -21,7 +23,9 @@ describe the problem, so they sit with the shape, right after ``heads``; each is
 record of a sweep whose spec sweeps a non-default value of it, and absent otherwise. ``impl``
 (``kernels.impls``) names the kernel whose tiles the config fields are, so it sits right
 before ``config``, and only when it is not our kernel ("tilesweep"). The config fields are the
-same for every implementation (each takes ``kernels.config.AttentionConfig``).
+implementation's (both Triton kernels take ``kernels.config.AttentionConfig``, so theirs are the
+reference's; jax's Mosaic GPU kernel has its ``TuningConfig``'s), so a record's ``impl`` says
+which fields it has.
 
 A record's id is a hash of its identity and config fields (``item_id``), so the same
 measurement has the same id in every sweep; resume, merge and append key on it. Default values
@@ -32,11 +36,13 @@ and the reference's ids never change.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from kernels import impl_triton, impls
 from kernels.impls import DEFAULT_IMPL
 
 IDENTITY_FIELDS: tuple[str, ...] = ("dtype", "head_dim", "seq", "batch", "heads", "tag", "mode", "config")
@@ -59,20 +65,21 @@ RECORD_IDENTITY_ORDER: tuple[str, ...] = (
 # A problem: what a best config is chosen for (the identity less the config kind); ``problem_key``
 # adds the optional fields, normalised.
 PROBLEM_FIELDS: tuple[str, ...] = ("dtype", "head_dim", "seq", "batch", "heads", "mode", "tag")
-CONFIG_FIELDS: dict[str, tuple[str, ...]] = {
-    "fwd": ("block_q", "block_k", "num_stages", "num_warps"),
-    "fwd_bwd": ("fwd_block_q", "fwd_block_k", "bwd_outer", "bwd_inner", "num_stages", "num_warps"),
-}
+# The reference's config fields: those of the Triton kernels (``kernels.impl_triton``).
+CONFIG_FIELDS: dict[str, tuple[str, ...]] = impl_triton.CONFIG_FIELDS
 FWD_CONFIG_FIELDS = CONFIG_FIELDS["fwd"]
 FWD_BWD_CONFIG_FIELDS = CONFIG_FIELDS["fwd_bwd"]
 RESULT_FIELDS: tuple[str, ...] = ("rel_err", "compile_s", "inner", "median_ms", "q1_ms", "q3_ms")
 # Documented extras tilesweep appends after the reference fields of a record.
+# ``samples_ms``: every timed sample (per-call ms by the record's timer) that median_ms, q1_ms and
+# q3_ms summarise, so an export hands them on (tokamax's tables keep raw samples).
 # ``screened``: timed by one short screening sample only (the halving strategy's first round);
 # such a record is never a best config. ``reused_from``: the results document the record was
 # carried from instead of being measured again (``store.reuse``); ``device``: the device kind of a
 # record carried into a document of another device (``merge.mix_devices``).
 EXTRA_RECORD_FIELDS: tuple[str, ...] = (
     "timer",
+    "samples_ms",
     "pruned",
     "smem_bytes",
     "compile_cached",
@@ -97,7 +104,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "causal": (bool,),
     "kv_heads": (int,),
     "impl": (str,),
-    **{k: (int,) for fields in CONFIG_FIELDS.values() for k in fields},
+    **{k: (t,) for k, t in impls.field_types().items()},
     "rel_err": _NUM,
     "compile_s": _NUM,
     "inner": (int,),
@@ -106,6 +113,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "q3_ms": _NUM,
     "error": (str,),
     "timer": (str,),
+    "samples_ms": (list,),
     "pruned": (bool,),
     "smem_bytes": (int, type(None)),
     "compile_cached": (bool,),
@@ -117,17 +125,23 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def config_fields(mode: str, config: str = "forced") -> tuple[str, ...]:
-    """The config fields a record of this mode and config kind carries (none for auto)."""
+def config_fields(mode: str, config: str = "forced", impl: str = DEFAULT_IMPL) -> tuple[str, ...]:
+    """The config fields a record of this mode, config kind and implementation carries (none for
+    auto): the implementation's tunables (``kernels.impls``). ValueError for an unknown ``impl``."""
     if config == "auto":
         return ()
-    return CONFIG_FIELDS["fwd" if mode == "fwd" else "fwd_bwd"]
+    return _fields(impl, "fwd" if mode == "fwd" else "fwd_bwd")
+
+
+@functools.cache
+def _fields(impl: str, mode: str) -> tuple[str, ...]:
+    return tuple(t.name for t in impls.get(impl).tunables(mode))
 
 
 def identity_fields(rec: Mapping[str, Any]) -> tuple[str, ...]:
     """Identity and config fields of a record, in record order (optional ones it carries included)."""
     ident = tuple(k for k in RECORD_IDENTITY_ORDER if k in rec or k in IDENTITY_FIELDS)
-    return ident + config_fields(rec.get("mode", ""), rec.get("config", ""))
+    return ident + config_fields(rec.get("mode", ""), rec.get("config", ""), rec.get("impl", DEFAULT_IMPL))
 
 
 def variant(rec: Mapping[str, Any]) -> tuple[bool, int | None, str]:
@@ -139,7 +153,7 @@ def variant(rec: Mapping[str, Any]) -> tuple[bool, int | None, str]:
 
 def config_of(rec: Mapping[str, Any]) -> dict[str, Any]:
     """The config fields of a forced record, in record order."""
-    return {f: rec.get(f) for f in config_fields(rec["mode"])}
+    return {f: rec.get(f) for f in config_fields(rec["mode"], impl=rec.get("impl", DEFAULT_IMPL))}
 
 
 # ---------------------------------------------------------------------------- ids
@@ -188,7 +202,7 @@ def item_id(rec: Mapping[str, Any]) -> str:
     Raises ``KeyError`` when the record lacks one of them."""
     causal, kv_heads, impl = variant(rec)
     prefix = id_prefix(*(rec[k] for k in IDENTITY_FIELDS), causal=causal, kv_heads=kv_heads, impl=impl)
-    names = config_fields(rec["mode"], rec["config"])
+    names = config_fields(rec["mode"], rec["config"], impl)
     return _hash(prefix + id_suffix(names, [rec[n] for n in names]))
 
 
@@ -278,17 +292,18 @@ def record_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
     """A record's identity without its tag (a tag is a label, not part of what is timed):
     the identity values less the tag, then the config values, then (name, value) pairs of the
     optional fields that are not at their default (none for the reference's records)."""
-    names = _KEY_FIELDS + config_fields(rec.get("mode", ""), rec.get("config", ""))
+    impl = rec.get("impl", DEFAULT_IMPL)
+    names = _KEY_FIELDS + config_fields(rec.get("mode", ""), rec.get("config", ""), impl)
     return tuple(rec.get(n) for n in names) + _extras(*variant(rec))
 
 
-def key_getter(mode: str, config: str) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+def key_getter(mode: str, config: str, impl: str = DEFAULT_IMPL) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
     """``record_key`` of records of one mode and config kind, fast (reuse matches a million
     records): the fields every record has at C speed (``operator.itemgetter``; raises ``KeyError``
     for a record that lacks one), the optional identity fields' tail only for a record that
     carries one of them, so a causal, grouped-query or other-kernel record never has the key of
-    a plain one."""
-    base = operator.itemgetter(*(_KEY_FIELDS + config_fields(mode, config)))
+    a plain one (records of ``impl``: its config fields)."""
+    base = operator.itemgetter(*(_KEY_FIELDS + config_fields(mode, config, impl)))
 
     def get(rec: Mapping[str, Any]) -> tuple[Any, ...]:
         key: tuple[Any, ...] = base(rec)
@@ -340,16 +355,11 @@ def problem_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def kernel_kwargs(mode: str, config: Mapping[str, Any] | Sequence[Any]) -> dict[str, int]:
-    """A forced record's config (a mapping of its fields, or their values in record order)
-    as keyword arguments of ``kernels.config.AttentionConfig``. A fwd_bwd record's
-    fwd_block_q/fwd_block_k are the forward's block_q/block_k; fields a mode does not sweep
-    (bwd tiles of a fwd record) are left to the kernel's defaults."""
-    names = config_fields(mode)
-    values = [config[n] for n in names] if isinstance(config, Mapping) else list(config)
-    if len(values) != len(names):
-        raise ValueError(f"a {mode} config has the fields {', '.join(names)}; got {values!r}")
-    renamed = {"fwd_block_q": "block_q", "fwd_block_k": "block_k"}
-    return {renamed.get(n, n): int(v) for n, v in zip(names, values, strict=True)}
+    """A forced record of a Triton kernel (a mapping of its config fields, or their values in
+    record order) as keyword arguments of ``kernels.config.AttentionConfig``
+    (``kernels.impl_triton.kernel_kwargs``: a fwd_bwd record's fwd_block_q/fwd_block_k are the
+    forward's block_q/block_k; the tiles a mode does not sweep are left to the kernel's defaults)."""
+    return impl_triton.kernel_kwargs(mode, config)
 
 
 def record_config(mode: str, kernel: Mapping[str, Any]) -> dict[str, Any]:

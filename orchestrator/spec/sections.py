@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kernels import devices
 from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
 from orchestrator.spec.lists import Pow2
 
@@ -114,6 +115,11 @@ class ExecutorSettings(SpecModel):
     )
     merge_partition: str | None = Field(
         default=None, description="slurm: partition of the merge job (it needs no GPU); default: slurm_partition"
+    )
+    lower_partition: str | None = Field(
+        default=None,
+        description="slurm: partition of pre-flight lowering's CPU job array (`plan --lower --sweep-dir`: the "
+        "configs lowered on the cluster's CPUs, cpus_per_task each task); default: lowered on this machine's CPUs",
     )
     sbatch_timeout_s: float = Field(
         default=60.0,
@@ -219,9 +225,30 @@ class KernelSettings(SpecModel):
         default=DEFAULT_IMPL,
         description="kernel implementation to tune: tilesweep (ours) or jax (jax's stock Pallas mha, "
         "jax.experimental.pallas.ops.gpu.attention; no grouped-query attention, its backward runs 2 stages); "
+        "mosaic (jax's Mosaic GPU attention_mgpu: float16 only, no causal backward, tuned by its TuningConfig "
+        "fields through grid; `tilesweep impls` lists each one's tunables); "
         "replay: compile and run nothing, replay the records of replay.source (samples drawn from each record's "
         "spread, times on a virtual clock)",
     )
+    device_kind: str | None = Field(
+        default=None,
+        description="the GPU the sweep targets, as jax names it (one of "
+        + ", ".join(repr(k) for k in devices.KINDS)
+        + "): pre-flight lowering (`tilesweep plan --lower`) lowers for it and holds each kernel to its shared "
+        f"memory; null: {devices.DEFAULT_DEVICE_KIND!r}",
+    )
+
+    @field_validator("device_kind")
+    @classmethod
+    def _known_device_kind(cls, value: str | None) -> str | None:
+        if value is not None:
+            devices.get(value)  # ValueError listing the known kinds
+        return value
+
+    @property
+    def target(self) -> devices.DeviceKind:
+        """The target GPU (``device_kind``, or the reference run's)."""
+        return devices.get(self.device_kind or devices.DEFAULT_DEVICE_KIND)
 
 
 class ReplaySettings(SpecModel):

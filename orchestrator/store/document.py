@@ -126,10 +126,15 @@ def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
         raise ResultsError(f"{name}: cannot read ({exc.strerror or exc})") from None
 
 
-def load(path: str | os.PathLike[str], *, role: str | None = None) -> ResultsDoc:
+def load(path: str | os.PathLike[str], *, role: str | None = None, tokamax: bool = False) -> ResultsDoc:
     """Read and validate the results document at ``path``; raise ``ResultsError`` if it is not
     one. ``role`` (e.g. ``"--costs"``) prefixes the file name in messages, to say which
-    argument named it."""
+    argument named it. ``tokamax``: a file named as tokamax names its attention tables is read
+    as one (``store.tokamax_table``: a prior whose times are another GPU's)."""
+    if tokamax:
+        found = _tokamax_table(path, role)
+        if found is not None:
+            return found
     name, data = _read(path, role)
     doc = from_obj(parse_json(data, name), name=name)
     log.debug("loaded %s: %d records", name, len(doc.results))
@@ -153,12 +158,26 @@ class Scanned:
     batches: Iterator[list[dict[str, Any]]]
 
 
-def scan(path: str | os.PathLike[str], *, role: str | None = None) -> Scanned:
+def _tokamax_table(path: str | os.PathLike[str], role: str | None) -> ResultsDoc | None:
+    """The tokamax table at ``path`` as a document, or None where ``path`` is not named as one."""
+    from orchestrator.store import tokamax_table
+
+    if not tokamax_table.is_table(path):
+        return None
+    name = f"{role} {os.fspath(path)}" if role else os.fspath(path)
+    table = tokamax_table.read(path, name)
+    return ResultsDoc(device=table.device, config={}, results=table.records, extra=table.extra, path=name)
+
+
+def scan(path: str | os.PathLike[str], *, role: str | None = None, tokamax: bool = False) -> Scanned:
     """``load`` for a reader that keeps few of a document's records (reuse keeps half a million
     of a million): the head is parsed and checked at once, the records come in batches of about
     ``BATCH_BYTES`` of text, each parsed at C speed and checked as ``load`` checks them, so one
     batch of records is alive at a time instead of all of them (3 GB for a million). A document of
-    another layout is loaded whole and given as one batch."""
+    another layout is loaded whole and given as one batch; a tokamax table too (``tokamax``: as ``load``)."""
+    found = _tokamax_table(path, role) if tokamax else None
+    if found is not None:
+        return Scanned(replace(found, results=[]), iter([found.results]))
     name, data = _read(path, role)
     bounds = results_bounds(data)
     if bounds is None:
@@ -218,8 +237,9 @@ def _batches(data: bytes, pos: int, stop: int, name: str) -> Iterator[list[dict[
 
 
 def load_costs(path: str | os.PathLike[str]) -> CostTable:
-    """Measured seconds per config from a results document (``--costs``)."""
-    doc = load(path, role="--costs")
+    """Measured seconds per config from a results document (``--costs``), or from a tokamax
+    autotuning table (``store.tokamax_table``)."""
+    doc = load(path, role="--costs", tokamax=True)
     return cost_table(doc.results, doc.config, source=doc.name)
 
 

@@ -46,7 +46,14 @@ from itertools import accumulate
 from pathlib import Path
 from typing import IO, Any, TypedDict
 
-from orchestrator.spec.records import FIELD_TYPES, IDENTITY_FIELDS, OPTIONAL_DEFAULTS, config_fields, item_id
+from orchestrator.spec.records import (
+    DEFAULT_IMPL,
+    FIELD_TYPES,
+    IDENTITY_FIELDS,
+    OPTIONAL_DEFAULTS,
+    config_fields,
+    item_id,
+)
 from orchestrator.store.document import BATCH_BYTES, check_records, parse_json, paused_gc, results_bounds
 from orchestrator.store.files import atomic_open
 from orchestrator.store.partials import loads
@@ -318,9 +325,9 @@ def key_of(rec: Mapping[str, Any]) -> tuple[str, bool]:
     its id cannot, or the reverse)."""
     try:
         iid = item_id(rec)
-    except (KeyError, TypeError):
+        names = IDENTITY_FIELDS + config_fields(rec["mode"], rec["config"], rec.get("impl", DEFAULT_IMPL))
+    except (KeyError, TypeError, ValueError):  # a field missing, an unknown kernel implementation
         return "", False
-    names = IDENTITY_FIELDS + config_fields(rec["mode"], rec["config"])
     odd = any(type(rec[k]) not in FIELD_TYPES[k] for k in names) or any(
         type(rec[k]) not in FIELD_TYPES[k] for k in OPTIONAL_DEFAULTS if k in rec
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.spec.records import (
+    DEFAULT_IMPL,
     EXTRA_RECORD_FIELDS,
     FIELD_TYPES,
     IDENTITY_FIELDS,
@@ -34,17 +35,21 @@ _Verdict = str | tuple[str, ...] | None
 _LAYOUTS: dict[tuple[Any, ...], _Verdict] = {}
 
 
-def _judge_layout(keys: tuple[str, ...], types: tuple[type, ...], mode: Any, config: Any) -> _Verdict:
+def _judge_layout(keys: tuple[str, ...], types: tuple[type, ...], mode: Any, config: Any, impl: Any) -> _Verdict:
     if (mode, config) not in MODES_CONFIGS:
         return f"mode/config {mode!r}/{config!r} is not one of fwd|fwd_bwd and auto|forced"
     present = dict(zip(keys, types, strict=True))
     if len(present) != len(keys):
         return "a field appears twice"
-    allowed = RECORD_IDENTITY_ORDER + config_fields(mode, config) + ("error",) + RESULT_FIELDS + WORKER_EXTRAS
+    try:
+        fields = config_fields(mode, config, impl)
+    except ValueError as exc:  # an implementation this tilesweep does not know
+        return str(exc)
+    allowed = RECORD_IDENTITY_ORDER + fields + ("error",) + RESULT_FIELDS + WORKER_EXTRAS
     unknown = [k for k in keys if k not in allowed]
     if unknown:
         return f"unknown field(s) {', '.join(unknown)} for a {mode} {config} record"
-    required = IDENTITY_FIELDS + config_fields(mode, config) + (() if "error" in present else RESULT_FIELDS)
+    required = IDENTITY_FIELDS + fields + (() if "error" in present else RESULT_FIELDS)
     missing = [k for k in required if k not in present]
     if missing:
         return f"missing field(s) {', '.join(missing)}"
@@ -71,13 +76,13 @@ def check_layout(rec: Any) -> tuple[str | None, tuple[str, ...] | None]:
     if not isinstance(rec, dict):
         return "record is not an object", None
     keys = tuple(rec)
-    lk = (keys, tuple(map(type, rec.values())), rec.get("mode"), rec.get("config"))
+    lk = (keys, tuple(map(type, rec.values())), rec.get("mode"), rec.get("config"), rec.get("impl", DEFAULT_IMPL))
     try:
         verdict = _LAYOUTS[lk]
     except KeyError:
         verdict = _LAYOUTS[lk] = _judge_layout(*lk)
-    except TypeError:  # an unhashable mode/config value
-        return "mode/config is not a string", None
+    except TypeError:  # an unhashable mode/config/impl value
+        return "mode/config/impl is not a string", None
     if isinstance(verdict, str):
         return verdict, None
     return None, verdict

@@ -22,8 +22,8 @@ from orchestrator.spec.model import SCHEMA_VERSION
 
 
 class DeviceBlock(TypedDict, total=False):
-    """Where records were measured: the reference document's ``device`` block plus jaxlib (a
-    reuse unit's header names the device kind alone)."""
+    """Where records were measured: the reference document's ``device`` block plus jaxlib, and
+    tokamax's version where it is installed (a reuse unit's header names the device kind alone)."""
 
     jax: str | None
     backend: str | None
@@ -31,6 +31,7 @@ class DeviceBlock(TypedDict, total=False):
     python: str | None
     device_kind: str | None
     jaxlib: str | None
+    tokamax: str
 
 
 def document_device(device: Mapping[str, Any]) -> DeviceBlock:

@@ -19,7 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernels import impls
 from orchestrator.errors import ResultsError, SpecError
+from orchestrator.planning.grids import axis_values
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import record_key
 from orchestrator.store.document import load
@@ -78,12 +80,28 @@ def mismatch(spec: SweepSpec, source: SweepSpec) -> str | None:
         extra = [v for v in getattr(spec, axis) if v not in getattr(source, axis)]
         if extra:
             return f"this spec's {axis} {extra} were not measured by it (its {axis}: {getattr(source, axis)})"
+    why = _grid_mismatch(spec, source)
+    if why is not None:
+        return why
     kv_mine, kv_theirs = _group_counts(spec), _group_counts(source)
     if kv_mine - kv_theirs:
         return (
             f"this spec's kv_heads {sorted(kv_mine - kv_theirs)} were not measured by it "
             f"(its kv_heads: {sorted(kv_theirs)})"
         )
+    return None
+
+
+def _grid_mismatch(spec: SweepSpec, source: SweepSpec) -> str | None:
+    """A tunable value this spec sweeps that the source's grid did not (its ``grid`` section, or
+    the implementation's defaults: ``planning.grids.axis_values``)."""
+    for mode in spec.modes:
+        for t in impls.get(spec.measured_impl).tunables(mode):
+            mine, where = axis_values(spec, mode, t.name)
+            theirs, _ = axis_values(source, mode, t.name)
+            extra = [v for v in mine if v not in theirs]
+            if extra:
+                return f"this spec's {mode} {t.name} {extra} ({where}) were not measured by it (its values: {theirs})"
     return None
 
 

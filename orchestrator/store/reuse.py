@@ -38,7 +38,7 @@ from orchestrator.planning import WorkItem
 from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import head_getter, key_getter
+from orchestrator.spec.records import DEFAULT_IMPL, head_getter, key_getter
 from orchestrator.store.compact import CompactRecord
 from orchestrator.store.document import ResultsDoc, paused_gc
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
@@ -130,16 +130,18 @@ def _matches(src: Source, want: Wanted) -> Iterator[tuple[dict[str, Any], WorkIt
                 priced[item.index] = (rec, how, item)
             yield rec, item
         return
-    getters = {kind: key_getter(*kind) for kind in MODES_CONFIGS}
+    getters = {(*kind, DEFAULT_IMPL): key_getter(*kind) for kind in MODES_CONFIGS}
     items = want.items
     head = head_getter()
     heads = want.heads
     for batch in src.batches:  # every record has the identity fields (``document.scan`` checks)
         for rec in _candidates(batch, heads, head):
             try:
-                key = getters[rec["mode"], rec["config"]](rec)
+                kind = (rec["mode"], rec["config"], rec.get("impl", DEFAULT_IMPL))
+                getter = getters.get(kind) or getters.setdefault(kind, key_getter(*kind))
+                key = getter(rec)
                 it = items.get(key)
-            except (KeyError, TypeError):  # another mode, a field missing, an unhashable value: no item here
+            except (KeyError, TypeError, ValueError):  # another mode or kernel, a field missing, an unhashable value
                 continue
             if it is None:
                 continue

@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.planning.halving import HALVING
-from orchestrator.spec.compat import env_differences, env_fingerprint, measurement_differences, measurement_key
+from orchestrator.spec.compat import env_differences, env_fingerprint, impl_of, measurement_differences, measurement_key
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import key_head
 from orchestrator.spec.sections import REPLAY
@@ -144,7 +144,7 @@ def judge_block(
     if not want.mix_devices and other_device(env.get("device_kind"), want):
         count.device_kind = env.get("device_kind")
         return "other_device"
-    diff = env_differences(env, want.env, ignore_device=True)
+    diff = env_differences(env, want.env, ignore_device=True, impl=impl_of(dumped))
     if diff:
         say(count, f"another environment ({', '.join(diff)})")
         return "other_env"

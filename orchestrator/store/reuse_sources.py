@@ -58,8 +58,8 @@ class Source:
 def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
     """The output document when it exists (a file there that is not a results document is
     left to the merger, which refuses or overwrites it: a warning here), then each document named
-    with ``--reuse`` and in the spec's ``reuse.documents``, each of which must be a results
-    document (one line naming it, and which of the two named it, otherwise)."""
+    with ``--reuse`` and in the spec's ``reuse.documents``, each a results document or a tokamax
+    table (``store.tokamax_table``: it prices and seeds, none of it is reused); one line otherwise."""
     out: list[Source] = []
     seen: set[str] = set()
     if output.is_file():
@@ -85,7 +85,7 @@ def _source(path: Path, role: str) -> Source:
     if index is None and path.is_file():
         index = keyindex.build(path, name)
     if index is None:
-        head = scan(path, role=None if role == "output" else role)
+        head = scan(path, role=None if role == "output" else role, tokamax=role != "output")
         return Source(head.doc, role, os.path.abspath(path), head.batches)
     doc = read_head(path, index.bounds(), role=None if role == "output" else role)
     return Source(doc, role, os.path.abspath(path), _scanned(path, role), index)

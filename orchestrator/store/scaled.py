@@ -27,7 +27,7 @@ from typing import Any
 from orchestrator.planning import INVALID, PRUNED, WorkItem, expand
 from orchestrator.planning.costs import DEFAULT, flops
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import RESULT_FIELDS, config_fields
+from orchestrator.spec.records import DEFAULT_IMPL, RESULT_FIELDS, config_fields
 from orchestrator.store.document import ResultsDoc
 
 SMEM_ERROR = (
@@ -43,7 +43,8 @@ def _templates(results: Iterable[dict[str, Any]]) -> dict[_Problem, dict[tuple, 
     out: dict[_Problem, dict[tuple, dict[str, Any]]] = {}
     for rec in results:
         problem = (rec["dtype"], rec["head_dim"], rec["seq"], rec["mode"])
-        params = () if rec["config"] == "auto" else tuple(rec.get(f) for f in config_fields(rec["mode"]))
+        fields = config_fields(rec["mode"], impl=rec.get("impl", DEFAULT_IMPL))
+        params = () if rec["config"] == "auto" else tuple(rec.get(f) for f in fields)
         out.setdefault(problem, {})[params] = rec
     return out
 

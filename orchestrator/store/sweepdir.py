@@ -32,6 +32,7 @@ from typing import Any, TypedDict, cast
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.planning import Unit, WorkItem, expand
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
+from orchestrator.store import lowering
 from orchestrator.store.files import (
     atomic_open,
     atomic_write_json,
@@ -235,9 +236,13 @@ class SweepDir:
         return Path(self.meta["output"])
 
     def items(self) -> list[WorkItem]:
-        """The sweep's items in plan order (re-expanded from the frozen spec)."""
+        """The sweep's items in plan order (re-expanded from the frozen spec), with pre-flight
+        lowering's verdicts applied (``store.lowering``: what it refused is pruned)."""
         if self._items is None:
-            self._items = expand(self.spec)
+            items = expand(self.spec)
+            target = self.spec.kernel.target.name
+            lowering.apply(items, lowering.read_verdicts(self.root, self.spec.fingerprint(), target), target)
+            self._items = items
         return self._items
 
     # ------------------------------------------------------------------ units

@@ -11,7 +11,7 @@ import re
 import jax
 import pytest
 
-from kernels import impls
+from kernels import impl_triton
 from kernels.attention import (
     AttentionConfig,
     auto_config,
@@ -25,6 +25,9 @@ from kernels.timing import compile_fn, measure
 
 # float32 dots run as tf32 on the GPU (the reference run saw ~5e-4 to 8e-4).
 GPU_TOL = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 5e-3}
+# jax's Mosaic GPU kernel computes its softmax with approximate exp2/reciprocals (approx_math):
+# a guess at its float16 error, not yet seen on a GPU
+MOSAIC_TOL = 1e-2
 
 pytestmark = [
     pytest.mark.gpu,
@@ -57,7 +60,7 @@ def test_compiled_auto_config_is_correct(mode: str, dtype: str, head_dim: int) -
 @pytest.mark.parametrize(("dtype", "head_dim"), [("float16", 96), ("bfloat16", 128)])
 def test_compiled_causal_grouped_query_is_correct(impl: str, dtype: str, head_dim: int) -> None:
     """Each implementation's auto, causal, with grouped-query attention where it has it."""
-    kernel = impls.get(impl)
+    kernel = impl_triton.get(impl)
     kv_heads = 2 if kernel.grouped_query else None
     args = make_inputs(batch=2, seq=1024, heads=8, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype)
     cfg = kernel.auto(mode="fwd_bwd", dtype=dtype, head_dim=head_dim, seq=1024, smem_limit_bytes=H100_SMEM_LIMIT_BYTES)
@@ -88,3 +91,26 @@ def test_smem_model_matches_the_compiler(mode: str, cfg: AttentionConfig) -> Non
         jax.block_until_ready(compiled(*args))
     requested = re.search(r"requested (\d+)", str(info.value))
     assert requested and int(requested[1]) == predicted[1]
+
+
+@pytest.mark.parametrize(
+    ("mode", "causal", "kv_heads"), [("fwd", False, None), ("fwd", True, None), ("fwd_bwd", False, 2)]
+)
+def test_compiled_mosaic_kernel_is_correct(mode: str, causal: bool, kv_heads: int | None) -> None:
+    """jax's Mosaic GPU attention (Hopper only), its auto and a forced config, against the reference."""
+    if not _is_hopper():
+        pytest.skip(f"jax's attention_mgpu runs on sm_90 only; this is {jax.devices()[0].device_kind}")
+    from kernels import impls
+
+    impl = impls.get("mosaic")
+    args = make_inputs(batch=2, seq=1024, heads=4, kv_heads=kv_heads, head_dim=128, dtype="float16")
+    refs = jax.jit(build_reference(mode, causal=causal))(*args)
+    forced = {"block_q": 64, "block_kv": 128, "max_concurrent_steps": 2, "use_schedule_barrier": True}
+    if mode == "fwd_bwd":
+        forced |= {"compute_wgs_bwd": 2, "block_q_dkv": 64, "block_kv_dkv": 64, "block_q_dq": 64, "block_kv_dq": 64}
+    for fields in (None, forced):
+        fn = impl.make(
+            mode, fields, dtype="float16", head_dim=128, seq=1024, smem_limit_bytes=None, causal=causal, interpret=False
+        )
+        compiled, _ = compile_fn(fn, args)
+        assert rel_err(jax.block_until_ready(compiled(*args)), refs) < MOSAIC_TOL

@@ -36,6 +36,7 @@ TILESWEEP_KEYS = frozenset(
         "max_array_size",
         "merge_job",
         "merge_partition",
+        "lower_partition",
         "sbatch_timeout_s",
     }
 )

@@ -1,0 +1,263 @@
+"""tokamax's flash-attention ops as implementations a sweep can tune (``kernel.impl:
+"tokamax-mosaic"`` and ``"tokamax-triton"``), without jax or tokamax at import.
+
+Their tunables are the fields of tokamax's config classes, named as the classes name them
+(``kernels.tokamax_meta``: the sm90 classes, which H100 and H200 run; a fwd_bwd config adds the
+vjp op's config, each field prefixed ``vjp_``). The rules are those of tokamax's pydantic
+validation (multiples of 64, positive, powers of two), and a refusal is worded as pydantic words
+it (``Input should be a multiple of 64``), so a spec is checked without importing tokamax;
+``tests/kernels/test_tokamax_impl.py`` holds these words against tokamax's own. The worker and
+pre-flight lowering build every config through tokamax's classes (``kernels.tokamax_ops``), so
+what these rules miss is refused there, with tokamax's message.
+
+``"grid": "tokamax"`` sweeps, per problem, exactly the configs tokamax's autotuner would try
+for the spec's ``kernel.device_kind`` (``orchestrator.planning.tokamax_grid``); an explicit
+``grid`` sweeps its product, as for any implementation. There is no shared-memory model
+(``pruning = "lowering"``): ``tilesweep plan SPEC --lower`` lowers each config for the target on a
+CPU, with the target GPU standing in as jax's default device (``kernels.standin``), which is where
+tokamax reads its kernel module, heuristics and persistent grid from.
+
+``auto`` is what an untuned call of tokamax runs: the op's ``default_config`` (tokamax's shipped
+table for the device kind where it has the shape, else its heuristics).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernels import tokamax_meta as meta
+from kernels.devices import DeviceKind
+from kernels.impl_base import Capabilities, Fields, ModeFn, Tunable, Value
+
+RULES = "tokamax's config class"
+
+
+@dataclass(frozen=True)
+class TokamaxTunable(Tunable):
+    """A tunable of a tokamax config class: its refusal in pydantic's words, as tokamax gives it
+    (a bool tunable takes true or false only, where pydantic would also take 0 and 1: a record
+    holds the bool)."""
+
+    def refusal(self, value: Any) -> str | None:
+        if Tunable.refusal(self, value) is None:
+            return None
+        if self.kind is bool:
+            return f"{self.name}: Input should be a valid boolean (got {value!r}; {RULES})"
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"{self.name}: Input should be a valid integer (got {value!r}; {RULES})"
+        if self.multiple_of and value % self.multiple_of:  # pydantic's order: multiple_of before gt
+            return f"{self.name}: Input should be a multiple of {self.multiple_of} (got {value}; {RULES})"
+        if self.minimum is not None and value < self.minimum:
+            return f"{self.name}: Input should be greater than {self.minimum - 1} (got {value}; {RULES})"
+        return f"{self.name}: Value error, Integer is not a power of two: {value} ({RULES})"
+
+
+def _int(
+    name: str, doc: str, default: tuple[int, ...], *, multiple_of: int | None = None, pow2: bool = False
+) -> Tunable:
+    return TokamaxTunable(name, doc, default, minimum=1, multiple_of=multiple_of, power_of_two=pow2, rule_source=RULES)
+
+
+def _bool(name: str, doc: str, default: tuple[bool, ...] = (False,)) -> Tunable:
+    return TokamaxTunable(name, doc, default, kind=bool, rule_source=RULES)
+
+
+_V = meta.VJP_PREFIX
+MOSAIC_FWD = (
+    _int("block_q", "query rows per program", (64, 128), multiple_of=64),
+    _int("block_kv", "key/value rows per pipeline step", (64, 128, 256), multiple_of=64),
+    _int("num_stages", "K/V pipeline depth", (2, 3, 4)),
+    _bool("fold_q_sequence_heads", "fold the query heads into its sequence"),
+    _int("split_k", "splits of the key/value sequence", (1,)),
+    _bool("persistent", "a persistent kernel (one program per SM)", (True, False)),
+)
+MOSAIC_VJP = (
+    _int(_V + "block_q_dkv", "query rows per step of the dK/dV kernel", (64,), multiple_of=64),
+    _int(_V + "block_kv_dkv", "key/value rows per program of the dK/dV kernel", (64,), multiple_of=64),
+    _int(_V + "block_q_dq", "query rows per program of the dQ kernel", (64,)),
+    _int(_V + "block_kv_dq", "key/value rows per step of the dQ kernel", (64,)),
+    _int(_V + "num_stages", "pipeline depth of the backward", (2,)),
+    _int(_V + "compute_wgs", "compute warpgroups per backward program", (2,)),
+)
+TRITON_FWD = (
+    _int("block_q", "query rows per program", (16, 32, 64, 128)),
+    _int("block_k", "key/value rows per step", (16, 32, 64, 128)),
+    _int("num_stages", "software-pipelining stages", (1, 2, 3, 4)),
+    _int("num_warps", "warps per program", (1, 2, 4, 8), pow2=True),
+    _int("split_k", "splits of the key/value sequence", (1,)),
+    _bool("pack_mask", "pack the mask into bits"),
+)
+TRITON_VJP = (
+    _int(_V + "block_m1", "rows of the dK/dV kernel's outer tile", (32,)),
+    _int(_V + "block_n1", "rows of the dK/dV kernel's inner tile", (64,)),
+    _int(_V + "block_m2", "rows of the dQ kernel's outer tile", (64,)),
+    _int(_V + "block_n2", "rows of the dQ kernel's inner tile", (32,)),
+    _int(_V + "num_stages", "software-pipelining stages of the backward", (2,)),
+    _int(_V + "num_warps", "warps per backward program", (4,), pow2=True),
+)
+
+
+def _why(kernel_name: str) -> dict[str, str]:
+    return {
+        "dtype": f"tokamax's {kernel_name} takes float32 only with a bf16/f16 dot precision, which tilesweep does "
+        "not set ('NotImplementedError: Unsupported precision: F32_F32_F32')",
+        "arch": f"tilesweep's {kernel_name} records carry tokamax's sm90 config classes (H100, H200); the sm100 "
+        "classes (B200) have other fields",
+        "interpret": "tokamax's GPU kernels do not run on a CPU; check configs here with `tilesweep plan --lower`, "
+        "or rehearse with kernel.impl replay",
+    }
+
+
+MOSAIC_CAPS = Capabilities(
+    dtypes=("bfloat16", "float16"),
+    modes=("fwd", "fwd_bwd"),
+    causal_modes=("fwd", "fwd_bwd"),
+    grouped_query=True,
+    head_dim_multiple=1,
+    interpret=False,
+    archs=((9, 0),),
+    why=_why("Mosaic GPU attention"),
+)
+TRITON_CAPS = Capabilities(
+    dtypes=("bfloat16", "float16", "float32"),
+    modes=("fwd", "fwd_bwd"),
+    causal_modes=("fwd", "fwd_bwd"),
+    grouped_query=True,
+    head_dim_multiple=1,
+    interpret=False,
+    why=_why("Triton attention"),
+)
+
+
+@dataclass(frozen=True)
+class TokamaxImpl:
+    """One tokamax flash-attention op and its vjp op (module docstring)."""
+
+    name: str
+    title: str
+    capabilities: Capabilities
+    fwd: tuple[Tunable, ...]
+    vjp: tuple[Tunable, ...]
+    module: str = "kernels.tokamax_ops"
+    pruning: str = "lowering"
+    causal_loops: int = 1
+    auto_rule: str = (
+        "tokamax's own choice, what an untuned call runs: the op's default_config (tokamax's shipped table for the "
+        "device kind where it has the shape, else its heuristics)"
+    )
+    fwd_tiles: tuple[str, str] = field(default=("block_q", "block_kv"))
+
+    def tunables(self, mode: str) -> tuple[Tunable, ...]:
+        return self.fwd if mode == "fwd" else self.fwd + self.vjp
+
+    def reference_grid(self, mode: str) -> Mapping[str, str]:
+        del mode
+        return {}
+
+    def pinned(self, mode: str) -> tuple[Mapping[str, Value], str]:
+        del mode
+        return {}, ""
+
+    def unsupported(
+        self,
+        *,
+        dtypes: Sequence[str],
+        modes: Sequence[str],
+        causal: Sequence[bool],
+        grouped_query: bool,
+        head_dims: Sequence[int],
+        device: DeviceKind | None,
+    ) -> str | None:
+        del modes, causal, grouped_query, head_dims  # what else tokamax refuses, lowering says
+        caps, why = self.capabilities, self.capabilities.why
+        if device is not None and caps.archs is not None and device.arch not in caps.archs:
+            return f"kernel.device_kind {device.name!r} is {device.sm}: {why['arch']}; use an sm_90 kind"
+        bad = [d for d in dtypes if d not in caps.dtypes]
+        if bad:
+            return f"dtypes {bad} cannot be planned: {why['dtype']}; use dtypes {list(caps.dtypes)}"
+        return None
+
+    def runs_as(self, mode: str, seq: int, params: tuple[Value, ...]) -> tuple[Value, ...]:
+        del mode, seq
+        return params
+
+    def invalid(self, mode: str, seq: int, params: tuple[Value, ...]) -> str | None:
+        del mode, seq, params
+        return None  # tokamax checks its configs when the op is built (kernels.tokamax_ops)
+
+    def predict(
+        self, mode: str, dtype: str, head_dim: int, params: tuple[Value, ...], seq: int
+    ) -> list[tuple[str, int]]:
+        del mode, dtype, head_dim, params, seq
+        return []  # no model: the compiler's verdict at lowering prunes
+
+    def cost_fields(
+        self, mode: str, fields: Fields | None, *, dtype: str, head_dim: int, seq: int, smem_limit_bytes: int | None
+    ) -> dict[str, int]:
+        """The cost model's Triton-shaped reading: the forward's tiles and warps (Mosaic: two
+        compute warpgroups, 8 warps; auto: 64 x 128)."""
+        del mode, dtype, head_dim, seq, smem_limit_bytes
+        f = dict(fields) if fields is not None else {}
+        q, k = self.fwd_tiles
+        return {"block_q": int(f.get(q, 64)), "block_k": int(f.get(k, 128)), "num_warps": int(f.get("num_warps", 8))}
+
+    def make(
+        self,
+        mode: str,
+        fields: Fields | None,
+        *,
+        dtype: str,
+        head_dim: int,
+        seq: int,
+        smem_limit_bytes: int | None,
+        causal: bool = False,
+        sm_scale: float | None = None,
+        interpret: bool | None = None,
+    ) -> ModeFn:
+        del dtype, head_dim, seq, smem_limit_bytes, interpret  # tokamax holds its kernels to the device's limits
+        module = importlib.import_module(self.module)
+        fn: ModeFn = module.build_for_target(self.name, mode, fields, causal=causal, sm_scale=sm_scale)
+        return fn
+
+    def label(self, mode: str, fields: Mapping[str, Any]) -> str | None:
+        """The config's values in field order, the forward's then the vjp's (``128/64/num_stages=2/persistent``;
+        fields at tokamax's default left out)."""
+
+        def part(vjp: bool) -> str:
+            kept = [(k, v) for k, v in fields.items() if k.startswith(_V) == vjp and not _default_flag(k, v)]
+            return "/".join(_short(k, v) for k, v in kept)
+
+        return part(False) if mode == "fwd" else f"{part(False)} | vjp {part(True)}"
+
+    def refusal_kind(self, exc: BaseException) -> str:
+        """tokamax's checks and the Mosaic GPU compiler refuse with a ValueError or
+        NotImplementedError (a pydantic ValidationError is a ValueError), Pallas's verifier with a
+        ``VerificationError``, Triton lowering with a ``LoweringError``; anything else crashed."""
+        refusals = ("ValueError", "NotImplementedError", "VerificationError", "LoweringError", "ValidationError")
+        return "refused" if type(exc).__name__ in refusals else "crashed"
+
+
+def _default_flag(name: str, value: Any) -> bool:
+    return (name in ("fold_q_sequence_heads", "pack_mask") and value is False) or (name == "split_k" and value == 1)
+
+
+def _short(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return name.removeprefix(_V) if value else f"no-{name.removeprefix(_V)}"
+    return f"{name.removeprefix(_V)}={value}" if "stages" in name or "warps" in name or "wgs" in name else str(value)
+
+
+TOKAMAX_MOSAIC = TokamaxImpl(
+    name=meta.MOSAIC, title=meta.kernel(meta.MOSAIC).title, capabilities=MOSAIC_CAPS, fwd=MOSAIC_FWD, vjp=MOSAIC_VJP
+)
+TOKAMAX_TRITON = TokamaxImpl(
+    name=meta.TRITON,
+    title=meta.kernel(meta.TRITON).title,
+    capabilities=TRITON_CAPS,
+    fwd=TRITON_FWD,
+    vjp=TRITON_VJP,
+    fwd_tiles=("block_q", "block_k"),
+)

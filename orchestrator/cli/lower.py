@@ -1,0 +1,165 @@
+"""``tilesweep plan SPEC --lower``: pre-flight lowering of every planned config for the spec's
+target GPU on this machine's CPUs, before any GPU time (``jobs.lowering``; the verdicts' file
+is ``store.lowering``'s).
+
+With ``--sweep-dir`` the sweep directory is planned (or reopened) and each verdict is appended
+to its ``lowering.jsonl``: the configs lowering refused are recorded as pruned, with the
+compiler's reason and bytes, by ``submit`` and the workers, never compiled on a GPU. A rerun
+lowers only the configs without a verdict. ``--dry-run`` lowers and shows without writing.
+With ``executor.lower_partition`` (slurm) the configs are lowered as a CPU job array on that
+partition (``control.lowering``), followed here until it ends; each verdict is copied into
+``lowering.jsonl`` as it is read.
+``--json``: one object per config, its plan line plus its verdict. A replayed sweep lowers the
+configs of the implementation its source measured, so a rehearsal prunes what the real sweep would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.cli.common import Progress, reuse_request, warn
+from orchestrator.errors import PlanError
+
+if TYPE_CHECKING:
+    from orchestrator.planning import WorkItem
+    from orchestrator.spec.model import SweepSpec
+    from orchestrator.store.lowering import Verdict
+
+
+def _check_can_lower(spec: SweepSpec) -> None:
+    """One line naming what to install when lowering cannot work here."""
+    try:
+        from jobs.lowering import check_available
+    except ImportError as exc:
+        raise PlanError(
+            f"pre-flight lowering needs jax here ({exc}); install tilesweep with its dependencies"
+        ) from None
+    try:
+        check_available(spec)
+    except RuntimeError as exc:
+        raise PlanError(f"cannot lower kernel.impl {spec.measured_impl!r} here: {exc}") from None
+
+
+def _sweep_items(args: argparse.Namespace, spec: SweepSpec) -> tuple[list[WorkItem], Path | None, set[str]]:
+    """The items to lower, where their verdicts go (None: nowhere) and the ids lowered before."""
+    from orchestrator.planning import expand
+
+    if args.dry_run or not args.sweep_dir:
+        return expand(spec), None, set()
+    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store.lowering import read_verdicts
+
+    sd, _, _ = prepare_sweep(
+        args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
+    )
+    before = set(read_verdicts(sd.root, sd.spec.fingerprint(), sd.spec.kernel.target.name))
+    return sd.items(), sd.root, before
+
+
+def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
+    from jobs.lowering import lower_items
+    from jobs.node_env import device_block
+    from orchestrator.planning import RUN, plan_line
+    from orchestrator.spec.compat import env_fingerprint
+    from orchestrator.store.lowering import VerdictWriter, lowering_header
+
+    if not args.dry_run and not args.sweep_dir:
+        raise PlanError("to keep the verdicts pass --sweep-dir DIR (or --dry-run to only show them)")
+    if spec.executor.lower_partition and spec.executor.kind != "slurm":
+        raise PlanError(
+            f"executor.lower_partition is {spec.executor.lower_partition!r} but executor.kind is "
+            f"{spec.executor.kind!r}: a lowering job array needs executor.kind slurm (or drop lower_partition "
+            "to lower on this machine's CPUs)"
+        )
+    _check_can_lower(spec)
+    items, root, before = _sweep_items(args, spec)
+    todo = [it for it in items if it.kind == RUN and it.id not in before]
+    target = spec.kernel.target
+    by_id = {it.id: it for it in todo}
+    seen: Counter[str] = Counter()
+    writer = None
+    if root is not None:
+        writer = VerdictWriter(root, lowering_header(spec.fingerprint(), target.name, env_fingerprint(device_block())))
+    progress = None if args.json else Progress(len(todo))
+
+    def on_verdict(v: Verdict) -> None:
+        seen[v.verdict] += 1
+        seen["smem"] += v.verdict == "refused" and v.smem_bytes is not None
+        if writer is not None:
+            writer.write(v)
+        if args.json:
+            sys.stdout.write(json.dumps({**plan_line(by_id[v.id]), "lowering": v.line()}) + "\n")
+        elif progress is not None:
+            progress.update(sum(seen[k] for k in ("lowered", "refused", "crashed")))
+
+    t0 = time.perf_counter()
+    where = "this machine's CPUs"
+    try:
+        if root is not None and spec.executor.lower_partition and todo:
+            where = _lower_on_cluster(root, todo, on_verdict)
+        else:
+            lower_items(spec, todo, on_verdict=on_verdict, workers=args.lower_workers)
+    finally:
+        if writer is not None:
+            writer.close()
+        if progress is not None:
+            progress.close()
+    if not args.json:
+        _summary(spec, seen, len(todo), len(items) - len(todo), time.perf_counter() - t0, root, where)
+    return 0
+
+
+def _lower_on_cluster(root: Path, todo: list[WorkItem], on_verdict: Callable[[Verdict], None]) -> str:
+    """Lower ``todo`` as a CPU job array (``executor.lower_partition``); where it lowered them.
+    A Ctrl-C leaves the array running and says how to cancel it."""
+    from orchestrator.control.lowering import LoweringArray, lower_on_cluster
+    from orchestrator.store.sweepdir import SweepDir
+
+    sd = SweepDir.open(root)
+    submitted = LoweringArray()
+
+    def started(run: LoweringArray) -> None:
+        submitted.job_ids = run.job_ids
+        warn(f"lowering {len(todo)} configs as job array {run.array} on partition {sd.spec.executor.lower_partition}")
+
+    try:
+        run = lower_on_cluster(sd, todo, on_verdict, started=started)
+    except KeyboardInterrupt:
+        if submitted.job_ids:
+            warn(
+                f"the lowering array {submitted.array} goes on on the cluster; `scancel {submitted.array}` stops it "
+                "(cancel it before you rerun plan --lower, which lowers what has no verdict yet)"
+            )
+        raise
+    if run.gone:
+        warn(
+            f"{len(run.gone)} of {len(run.job_ids)} lowering tasks ended before they finished (see {sd.logs}); "
+            "their configs without a verdict stay runnable: rerun plan --lower to lower them"
+        )
+    return f"the cluster's CPUs (array {run.array}, partition {sd.spec.executor.lower_partition})"
+
+
+def _summary(
+    spec: SweepSpec, seen: Counter[str], n: int, skipped: int, wall_s: float, root: Path | None, where: str
+) -> None:
+    target = spec.kernel.target
+    if n == 0:
+        print(f"nothing to lower for {target.name}: {skipped} planned configs are invalid, pruned or lowered before")
+        return
+    print(
+        f"lowered {n} configs for {target.name} ({target.sm}, {target.smem_limit_bytes} bytes of shared memory per "
+        f"block) on {where} in {wall_s:.1f} s: {seen['lowered']} lowered, {seen['refused']} refused "
+        f"({seen['smem']} for shared memory), {seen['crashed']} crashed"
+        + (f"; {skipped} not lowered (invalid, pruned by the model, or lowered before)" if skipped else "")
+    )
+    if root is not None:
+        print(f"verdicts in {root / 'lowering.jsonl'}; the workers record refused configs as pruned, never compiled")
+    elif seen["refused"] or seen["crashed"]:
+        warn("note: --dry-run keeps no verdicts; plan with --lower --sweep-dir DIR to prune them")

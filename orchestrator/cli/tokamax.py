@@ -1,0 +1,79 @@
+"""``tilesweep export DOC... --format tokamax --out DIR``: tokamax's autotuning tables of the
+documents' tokamax records (``orchestrator.analysis.tokamax_export`` chooses them,
+``kernels.tokamax_cache`` writes them through tokamax), one folder per device kind, each file
+written atomically. Nothing is written unless every device kind's tables could be made.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernels import tokamax_meta as meta
+from orchestrator.analysis import tokamax_export
+from orchestrator.analysis.combine import combine, describe
+from orchestrator.errors import TilesweepError
+from orchestrator.store.document import ResultsDoc
+from orchestrator.store.files import atomic_open
+
+
+def _tables(chosen: tokamax_export.Chosen) -> dict[str, str]:
+    """File name -> text of one device kind's tables, made by tokamax."""
+    try:
+        from kernels import tokamax_cache
+
+        return tokamax_cache.texts(chosen.device_kind, chosen.entries)
+    except meta.TokamaxMissing as exc:
+        raise TilesweepError(str(exc)) from None
+    except ImportError:
+        raise TilesweepError(meta.missing("export --format tokamax")) from None
+    except ValueError as exc:  # a record's config that tokamax's config classes refuse
+        raise TilesweepError(f"a record cannot be written as tokamax's config: {exc}") from None
+
+
+def _chosen(docs: list[ResultsDoc], device: str | None) -> list[tokamax_export.Chosen]:
+    kinds = [device] if device is not None else tokamax_export.kinds(docs)
+    names = ", ".join(d.name for d in docs)
+    if not kinds:
+        raise TilesweepError(f"{names}: no record names its device kind; pass --device KIND")
+    out = []
+    for kind in kinds:
+        if len(docs) > 1 or device is not None:  # the newest record per identity, as the tuned table takes them
+            doc, combined = combine(docs, kind)
+            print(describe(combined, len(docs)))
+        else:
+            doc = tokamax_export.of_kind(docs[0], kind)
+        out.append(tokamax_export.choose(doc, kind))
+    if not any(c.entries for c in out):
+        impls = sorted({i for c in out for i in c.other_impls})
+        found = f"its records are of kernel.impl {', '.join(impls)}" if impls else "it holds no timed forced record"
+        raise TilesweepError(
+            f"{names}: nothing to write as tokamax's tables: {found}; --format tokamax writes the records of "
+            f"kernel.impl {' and '.join(meta.IMPL_NAMES)} (tokamax's kernels) only"
+        )
+    return out
+
+
+def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None) -> int:
+    """Write the tables; one line per file written, one per device kind whose records were left out."""
+    chosen = _chosen(docs, device)
+    made = [(c, _tables(c)) for c in chosen if c.entries]
+    for c in chosen:
+        left = ", ".join(f"{n} of kernel.impl {impl}" for impl, n in sorted(c.other_impls.items()))
+        if left:
+            print(f"{c.device_kind}: left out {left} (not tokamax's kernels: tokamax has no table for them)")
+        if not c.entries:
+            print(f"{c.device_kind}: no timed record of tokamax's kernels; no tables written for it")
+    for c, texts in made:
+        folder = Path(out) / meta.device_dir(c.device_kind)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, text in texts.items():
+                with atomic_open(folder / name) as fh:
+                    fh.write(text)
+        except OSError as exc:
+            raise TilesweepError(f"{folder}: cannot write tokamax's tables ({exc.strerror or exc})") from None
+        for name in texts:
+            entries = [e for e in c.entries if e.stem + ".json" == name]
+            configs = sum(len(e.configs) for e in entries)
+            print(f"wrote {folder / name}: {len(entries)} shape(s), {configs} config(s) of {c.device_kind}")
+    return 0

@@ -1,0 +1,118 @@
+"""A spec's grid per mode, as its kernel implementation takes it, and what the planner refuses
+or says once about that implementation. Pure: no I/O.
+
+Each tunable of the implementation (``kernels.impls``: ``tunables(mode)``, in record order)
+sweeps, in this order of precedence: the one value it runs, for a tunable it ignores
+(``pinned``); the spec's ``grid`` values; the reference config field it is read from
+(``reference_grid``: the Triton kernels' ``fwd_block_q`` ...); the tunable's default values.
+The grid is their product, last tunable fastest.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from kernels import impls
+from kernels.impl_base import Value
+from orchestrator.errors import PlanError
+from orchestrator.spec.grid import TOKAMAX_GRID
+from orchestrator.spec.model import SweepSpec
+
+
+def _reference_values(spec: SweepSpec, path: str) -> list[Value]:
+    value: Any = spec
+    for part in path.split("."):
+        value = getattr(value, part)
+    return list(value) if isinstance(value, list) else [value]
+
+
+def axis_values(spec: SweepSpec, mode: str, name: str) -> tuple[list[Value], str]:
+    """The values a tunable sweeps, and where they come from (for the plan's notes)."""
+    impl = impls.get(spec.measured_impl)
+    given = spec.grid.get(mode, {}) if isinstance(spec.grid, dict) else {}
+    if name in given:
+        return list(given[name]), f"grid.{mode}.{name}"
+    path = impl.reference_grid(mode).get(name)
+    if path is not None:
+        return _reference_values(spec, path), path.split(".")[0].replace("forward_blocks", "bwd_fwd_config")
+    tunable = next(t for t in impl.tunables(mode) if t.name == name)
+    return list(tunable.default), f"{impl.name}'s default {name}"
+
+
+def mode_grid(spec: SweepSpec, mode: str) -> list[tuple[Value, ...]]:
+    """The grid of one mode: every config the spec sweeps, in record field order (``"grid":
+    "tokamax"``: every config tokamax tries for any of its problems, ``planning.tokamax_grid``)."""
+    if spec.grid == TOKAMAX_GRID:
+        from orchestrator.planning import tokamax_grid
+
+        return tokamax_grid.union(spec, mode)
+    impl = impls.get(spec.measured_impl)
+    pinned, _ = impl.pinned(mode)
+    axes = [[pinned[t.name]] if t.name in pinned else axis_values(spec, mode, t.name)[0] for t in impl.tunables(mode)]
+    return list(itertools.product(*axes))
+
+
+def check_supported(spec: SweepSpec) -> None:
+    """Refuse, in one line, what the spec's kernel implementation cannot do."""
+    impl = impls.get(spec.measured_impl)
+    gqa = [v for v in spec.kv_heads if v not in (None, spec.heads)]
+    device = spec.kernel.target if spec.kernel.device_kind is not None or impl.capabilities.archs else None
+    why = impl.unsupported(
+        dtypes=spec.dtypes,
+        modes=spec.modes,
+        causal=spec.causal,
+        grouped_query=bool(gqa),
+        head_dims=spec.head_dims,
+        device=device,
+    )
+    if why is None:
+        return
+    if gqa and not impl.capabilities.grouped_query:
+        allowed = [n for n in impls.IMPL_NAMES if impls.IMPLS[n].capabilities.grouped_query]
+        raise PlanError(
+            f"kernel.impl {impl.name!r}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
+            f"kv_heads [null] (or [{spec.heads}]); for grouped-query attention use kernel.impl "
+            f"{' or '.join(map(repr, allowed))}"
+        )
+    raise PlanError(f"kernel.impl {impl.name!r}: {why}")
+
+
+def notes(spec: SweepSpec) -> list[str]:
+    """What the plan output says once about the spec's implementation: each tunable it
+    ignores, swept at the one value it runs instead of the spec's list, and a pruning rule
+    that needs lowering."""
+    impl = impls.get(spec.measured_impl)
+    out: list[str] = []
+    if spec.auto_only:
+        return out
+    for mode in spec.modes:
+        pinned, why = impl.pinned(mode)
+        for name, value in pinned.items():
+            values, source = axis_values(spec, mode, name)
+            if source.startswith(f"{impl.name}'s default") and values == [value]:
+                continue  # nothing the spec asked for is left out
+            out.append(
+                f"kernel.impl {impl.name!r}: {why}, so {mode} configs are planned with "
+                f"{name}={_show(value)} only ({source} {_show(values)} is not swept)"
+            )
+    if spec.grid == TOKAMAX_GRID:
+        from kernels import tokamax_meta
+
+        out.append(
+            f'grid "tokamax": per problem, the configs tokamax {tokamax_meta.version()}\'s own autotuner tries for '
+            f"{impl.name} on {spec.kernel.target.name}"
+        )
+    if impl.pruning == "lowering" and spec.kernel.impl != "replay":
+        out.append(
+            f"kernel.impl {impl.name!r} has no shared-memory model: `tilesweep plan SPEC --lower` prunes by the "
+            f"compiler's verdict for {spec.kernel.target.name} before any GPU time"
+        )
+    return out
+
+
+def _show(value: Any) -> str:
+    """A value as the spec writes it (true, [1, 2])."""
+    import json
+
+    return json.dumps(value)

@@ -1,0 +1,152 @@
+"""``tilesweep export DOC... --format tokamax --out DIR``, read back by tokamax itself: its cache
+reader with DIR as a path and its ``AutotuningResult`` overlay both make tokamax choose
+tilesweep's best config per shape and op; tilesweep's own reader of tables reads the keys
+tokamax wrote; records of other kernels, several device kinds and a damaged table."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernels import devices
+from kernels import tokamax_meta as meta
+from orchestrator.cli.main import main
+from orchestrator.errors import ResultsError
+from orchestrator.store import document
+
+pytest.importorskip("tokamax", reason=meta.missing("tests of tokamax's tables"))
+
+from kernels import tokamax_cache, tokamax_ops  # noqa: E402  (needs tokamax)
+
+H200, H100 = devices.get("NVIDIA H200"), devices.get("NVIDIA H100 80GB HBM3")
+MOSAIC = meta.Problem(batch=4, seq=2048, heads=8, head_dim=128, dtype="bfloat16")
+TRITON = meta.Problem(batch=2, seq=512, heads=4, head_dim=64, dtype="float32", causal=True)
+
+
+def _record(p: meta.Problem, impl: str, mode: str, fields: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    ms = rng.uniform(1.0, 3.0)
+    samples = [ms * rng.uniform(0.97, 1.03) for _ in range(5)]
+    rec: dict[str, Any] = {"dtype": p.dtype, "head_dim": p.head_dim, "seq": p.seq, "batch": p.batch, "heads": p.heads}
+    if p.causal:
+        rec["causal"] = True
+    rec.update(tag="t", mode=mode, impl=impl, config="forced", **fields)
+    rec.update(rel_err=1e-3, compile_s=2.5, inner=10, median_ms=statistics.median(samples))
+    rec.update(q1_ms=min(samples), q3_ms=max(samples), timer="profiler_device_time", samples_ms=samples)
+    return rec
+
+
+def _records(device: devices.DeviceKind, seed: int) -> list[dict[str, Any]]:
+    """Every config of tokamax's own search, each with made-up times, for two problems."""
+    rng = random.Random(seed)
+    out = []
+    for impl, p, modes in (("tokamax-mosaic", MOSAIC, ("fwd", "fwd_bwd")), ("tokamax-triton", TRITON, ("fwd",))):
+        for mode in modes:
+            out += [_record(p, impl, mode, f, rng) for f in tokamax_ops.search_space(impl, mode, p, device)]
+    return out
+
+
+def _best(recs: list[dict[str, Any]], impl: str, mode: str) -> dict[str, Any]:
+    rec = min((r for r in recs if (r["impl"], r["mode"]) == (impl, mode)), key=lambda r: r["median_ms"])
+    return {f: rec[f] for f in meta.kernel(impl).fields(mode, "sm90")}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[dict[str, Any]]]]:
+    """An H200 document of tokamax records (a screened, a failed and an untimed-samples one among
+    them, and records of tilesweep's kernel), an H100 one, and their export."""
+    root = tmp_path_factory.mktemp("tokamax")
+    recs = _records(H200, 1)
+    extra = [dict(recs[0], median_ms=0.001, screened=True), dict(recs[1], error="Boom: no")]
+    extra += [{k: v for k, v in recs[2].items() if k != "samples_ms"}]
+    tilesweep = {**{k: recs[0][k] for k in ("dtype", "head_dim", "seq", "batch", "heads", "tag")}, "mode": "fwd"}
+    tilesweep.update(config="forced", block_q=64, block_k=64, num_stages=2, num_warps=4, median_ms=0.5)
+    docs = []
+    for name, kind, rs in (("h200", H200.name, recs + extra + [tilesweep]), ("h100", H100.name, _records(H100, 2))):
+        path = root / f"{name}.json"
+        path.write_text(json.dumps({"device": {"device_kind": kind}, "config": {}, "results": rs}))
+        docs.append(str(path))
+    out = root / "out"
+    assert main(["export", *docs, "--format", "tokamax", "--out", str(out)]) == 0
+    yield out, recs
+    tokamax_cache.uninstall()
+
+
+def test_one_folder_per_device_kind_in_tokamaxs_format(exported: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, recs = exported
+    names = {"pallas_mosaic_gpu_flash_attention.json", "pallas_mosaic_gpu_flash_attention_vjp.json"}
+    names |= {"pallas_triton_flash_attention.json"}
+    for folder in ("nvidia_h200", "nvidia_h100_80gb_hbm3"):
+        assert {p.name for p in (out / folder).iterdir()} == names
+    parsed = tokamax_cache.check(out / "nvidia_h200" / "pallas_triton_flash_attention.json")  # tokamax's own parser
+    (data,) = parsed.values()
+    triton = [r for r in recs if r["impl"] == "tokamax-triton"]
+    assert len(data) == len(triton) == 256
+    by_fields = {json.dumps(tokamax_ops.fields_of(c), sort_keys=True): bd for c, bd in data.items()}
+    rec = triton[0]
+    bd = by_fields[json.dumps({f: rec[f] for f in meta.kernel("tokamax-triton").fields("fwd", "sm90")}, sort_keys=True)]
+    assert list(bd.evaluation_times_ms) == rec["samples_ms"] and bd.compile_time_ms == rec["compile_s"] * 1e3
+    assert bd.metadata["tilesweep"]["samples"] == "the record's samples_ms"
+
+
+def _chosen_all(device: devices.DeviceKind) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        ("tokamax-mosaic", "fwd"): tokamax_ops.chosen("tokamax-mosaic", "fwd", MOSAIC, device),
+        ("tokamax-mosaic", "fwd_bwd"): tokamax_ops.chosen("tokamax-mosaic", "fwd_bwd", MOSAIC, device),
+        ("tokamax-triton", "fwd"): tokamax_ops.chosen("tokamax-triton", "fwd", TRITON, device),
+    }
+
+
+def test_tokamax_then_chooses_tilesweeps_best(exported: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, recs = exported
+    best = {(impl, mode): _best(recs, impl, mode) for impl, mode in _chosen_all(H200)}
+    untuned = _chosen_all(H200)
+    assert untuned != best  # tokamax's heuristics, before it reads the tables
+    with tokamax_cache.overlay(out):  # tokamax's public AutotuningResult overlay
+        assert _chosen_all(H200) == best
+    assert _chosen_all(H200) == untuned
+    tokamax_cache.install(out)  # tokamax's cache reader, DIR as a path after its own
+    try:
+        assert _chosen_all(H200) == best
+    finally:
+        tokamax_cache.uninstall()
+    assert _chosen_all(H200) == untuned
+
+
+def test_tilesweep_reads_the_keys_tokamax_wrote(exported: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, recs = exported
+    doc = document.load(out / "nvidia_h200" / "pallas_triton_flash_attention.json", tokamax=True)
+    fields = meta.kernel("tokamax-triton").fields("fwd", "sm90")
+    mine = {tuple(r[f] for f in fields): r["median_ms"] for r in recs if r["impl"] == "tokamax-triton"}
+    back = {tuple(r[f] for f in fields): r["median_ms"] for r in doc.results}
+    assert back == pytest.approx(mine)
+    assert {(r["seq"], r["head_dim"], r["dtype"], r.get("causal")) for r in doc.results} == {(512, 64, "float32", True)}
+
+
+def test_records_of_other_kernels_and_damaged_tables_are_one_line(
+    exported: tuple[Path, list[dict[str, Any]]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, recs = exported
+    capsys.readouterr()
+    plain = tmp_path / "plain.json"
+    rec = {"dtype": "float32", "head_dim": 64, "seq": 128, "batch": 1, "heads": 1, "tag": "t", "mode": "fwd"}
+    rec.update(config="forced", block_q=64, block_k=64, num_stages=2, num_warps=4, median_ms=1.0)
+    plain.write_text(json.dumps({"device": {"device_kind": H200.name}, "config": {}, "results": [rec]}))
+    assert main(["export", str(plain), "--format", "tokamax", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "kernel.impl tilesweep" in err[0] and "tokamax-mosaic and tokamax-triton" in err[0]
+    assert not (tmp_path / "x").exists()
+    table = tmp_path / "nvidia_h200" / "pallas_mosaic_gpu_flash_attention.json"
+    table.parent.mkdir()
+    text = (out / "nvidia_h200" / table.name).read_text()
+    table.write_text(text[:-40])
+    with pytest.raises(ValueError, match=f"{table}: damaged tokamax autotuning table") as e:
+        tokamax_cache.check(table)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ResultsError, match="damaged tokamax autotuning table"):
+        document.load(table, tokamax=True)

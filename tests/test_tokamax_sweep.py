@@ -1,0 +1,149 @@
+"""Sweeps of tokamax's kernels (``kernel.impl: tokamax-mosaic`` / ``tokamax-triton``) on a CPU:
+``"grid": "tokamax"`` plans exactly tokamax's own search for H100 and H200, the spec's bad input
+is one line in tokamax's words, and a replayed tokamax sweep runs, reports, exports in tokamax's
+format and is chosen from by tokamax itself. Lowering: ``tests/kernels/test_tokamax_lowering.py``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernels import devices, impls
+from kernels import tokamax_meta as meta
+from orchestrator.errors import PlanError, SpecError
+from orchestrator.planning import RUN, expand
+from orchestrator.planning import tokamax_grid as grid
+from orchestrator.spec.files import spec_from_data
+from orchestrator.store.synthetic import document
+from tests.helpers import assert_one_line_error, run_cli
+
+pytest.importorskip("tokamax", reason=meta.missing("tests of tokamax's kernels"))
+
+from kernels import tokamax_cache, tokamax_ops  # noqa: E402  (needs tokamax)
+from tests.kernels.test_tokamax import _tokamax_list  # noqa: E402  (tokamax's own list, asked directly)
+
+pytestmark = pytest.mark.filterwarnings("ignore:The Pallas Triton backend is deprecated")
+
+SPEC: dict[str, Any] = {
+    "dtypes": ["bfloat16"],
+    "head_dims": [128],
+    "seq_lens": [2048],
+    "modes": ["fwd", "fwd_bwd"],
+    "batch": 4,
+    "heads": 8,
+    "grid": "tokamax",
+    "kernel": {"impl": "tokamax-mosaic"},
+}
+
+
+def _spec(**over: Any) -> Any:
+    return spec_from_data({**SPEC, **over})
+
+
+@pytest.mark.parametrize("kind", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"], ids=["H100", "H200"])
+def test_grid_tokamax_plans_tokamaxs_own_search_per_problem(kind: str) -> None:
+    spec = _spec(kernel={"impl": "tokamax-mosaic", "device_kind": kind})
+    items = expand(spec)
+    p = meta.Problem(batch=4, seq=2048, heads=8, head_dim=128, dtype="bfloat16")
+    fwd_cls, vjp_cls = (tokamax_ops.config_class("tokamax-mosaic", h, "sm90") for h in ("fwd", "vjp"))
+    device = devices.get(kind)
+    by_mode = {m: [it for it in items if it.mode == m and it.config == "forced"] for m in SPEC["modes"]}
+    assert all(it.kind == RUN for it in items) and len(items) == 2 + 17 + 32
+    assert {repr(fwd_cls(**it.fields())) for it in by_mode["fwd"]} == _tokamax_list(  # type: ignore[arg-type]
+        "tokamax-mosaic", "fwd", p, device, False
+    )
+    halves = [meta.split("tokamax-mosaic", "fwd_bwd", it.fields() or {}) for it in by_mode["fwd_bwd"]]
+    assert {repr(fwd_cls(**f)) for f, _ in halves} == _tokamax_list("tokamax-mosaic", "fwd", p, device, True)
+    assert {repr(vjp_cls(**v)) for _, v in halves} == _tokamax_list("tokamax-mosaic", "vjp", p, device, True)
+    assert len({it.id for it in items}) == len(items)
+
+
+@pytest.mark.parametrize(
+    ("over", "needles"),
+    [
+        ({"grid": {"fwd": {"block_x": [64]}}}, ("'block_x' is not a tunable", "block_q, block_kv, num_stages")),
+        ({"grid": {"fwd": {"block_q": [96]}}}, ("grid.fwd: block_q: Input should be a multiple of 64",)),
+        ({"kernel": {"impl": "mosaic"}, "dtypes": ["float16"]}, ('grid "tokamax"', "'tokamax-mosaic' or")),
+        ({"fwd_block_q": [64]}, ("fwd_block_q is a field of the Triton kernels' grid",)),
+        ({"grid": "tokamaxx"}, ("'tokamaxx' is not a grid", '"tokamax"')),
+    ],
+)
+def test_a_spec_tokamax_refuses_is_one_line(over: dict[str, Any], needles: tuple[str, ...]) -> None:
+    with pytest.raises(SpecError) as err:
+        _spec(**over)
+    assert "\n" not in err.value.message
+    for n in needles:
+        assert n in err.value.message, err.value.message
+
+
+def test_the_spec_rules_are_tokamaxs_pydantic_validation_in_its_words() -> None:
+    import pydantic
+
+    for name in meta.IMPL_NAMES:
+        impl = impls.get(name)
+        for half, tunables in (
+            ("fwd", impl.tunables("fwd")),
+            ("vjp", impl.tunables("fwd_bwd")[len(impl.tunables("fwd")) :]),
+        ):
+            cls = tokamax_ops.config_class(name, half, "sm90")
+            base = {t.name.removeprefix(meta.VJP_PREFIX): t.default[0] for t in tunables}
+            for t in (t for t in tunables if t.kind is int):
+                for value in (0, -1, 3, 96):
+                    try:
+                        pydantic.TypeAdapter(cls).validate_python({**base, t.name.removeprefix(meta.VJP_PREFIX): value})
+                        theirs = None
+                    except pydantic.ValidationError as exc:
+                        theirs = tokamax_ops.one_line(exc, meta.VJP_PREFIX if half == "vjp" else "")
+                    mine = t.refusal(value)
+                    assert (mine is None) == (theirs is None), (name, t.name, value, mine, theirs)
+                    assert theirs is None or (mine or "").startswith(theirs), (mine, theirs)
+
+
+def test_b200_and_a_missing_tokamax_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(PlanError, match="sm_100: tilesweep's Mosaic GPU attention records carry tokamax's sm90"):
+        expand(_spec(kernel={"impl": "tokamax-mosaic", "device_kind": "NVIDIA B200"}))
+    monkeypatch.setattr(meta, "version", lambda: None)  # as where tokamax is not installed
+    with pytest.raises(PlanError) as err:
+        expand(_spec(seq_lens=[1024]))  # a problem not enumerated yet in this process
+    assert err.value.message == 'grid "tokamax" needs tokamax, which is not installed here: ' + meta.INSTALL
+    from orchestrator.cli.lower import _check_can_lower
+
+    with pytest.raises(PlanError) as err:
+        _check_can_lower(_spec(grid=None))
+    assert "\n" not in err.value.message and err.value.message.endswith(meta.INSTALL)
+
+
+def test_a_replayed_tokamax_sweep_runs_reports_exports_and_tokamax_chooses_its_best(tmp_path: Path) -> None:
+    kind = "NVIDIA H100"  # the synthetic document's GPU: the tables are written for the records' device kind
+    spec_data = {**SPEC, "kernel": {"impl": "tokamax-mosaic", "device_kind": kind}}
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps(document({**spec_data, "output": "measured.json"}, seed=5)))
+    out = tmp_path / "replayed.json"
+    spec = tmp_path / "replay.json"
+    kernel = {"impl": "replay", "device_kind": kind}
+    replay = {"source": str(source), "impl": "tokamax-mosaic"}
+    spec.write_text(json.dumps({**spec_data, "output": str(out), "kernel": kernel, "replay": replay}))
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--executor", "debug")
+    assert r.returncode == 0, r.stderr
+    recs = json.loads(out.read_text())["results"]
+    assert len(recs) == 51 and {rec["impl"] for rec in recs} == {"tokamax-mosaic"}
+    assert "| vjp " in r.stdout  # the report names the best fwd_bwd config by tokamax's fields
+    tables = tmp_path / "tables"
+    r = run_cli("export", str(out), "--format", "tokamax", "--out", str(tables), "--include-replays")
+    assert r.returncode == 0, r.stderr
+    p = grid.problem(_spec(), "bfloat16", 128, 2048, False, None)
+    fwd = [x for x in recs if x["mode"] == "fwd" and x["config"] == "forced"]
+    best = min(fwd, key=lambda x: x["median_ms"])
+    with tokamax_cache.overlay(tables):
+        chosen = tokamax_ops.chosen("tokamax-mosaic", "fwd", p, devices.get(kind))
+    assert chosen == {f: best[f] for f in meta.kernel("tokamax-mosaic").fields("fwd", "sm90")}
+
+
+def test_a_tokamax_run_without_a_gpu_is_refused_in_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "t.json"
+    spec.write_text(json.dumps({**SPEC, "modes": ["fwd"], "output": str(tmp_path / "out.json")}))
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--executor", "debug")
+    assert_one_line_error(r, "kernel.impl 'tokamax-mosaic'", "plan SPEC --lower", "replay")
