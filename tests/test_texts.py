@@ -53,3 +53,8 @@ def test_what_orjson_cannot_write_is_written_by_the_stdlib(value: float) -> None
     recs = [{"dtype": "float32", "rel_err": value}, {"dtype": "float32", "rel_err": 1e-06}]
     text = json.dumps(recs[0]).encode()
     assert record_texts(recs, stdlib=non_finite(text)) == [record_text(r) for r in recs]
+
+
+def test_a_record_holding_a_list_is_written_as_the_stdlib_does() -> None:
+    recs = [{"seq": 128, "samples_ms": [0.5, 2.5e-05, 1e-07], "median_ms": 0.5}, {"seq": 256, "median_ms": 1.0}]
+    assert record_texts(recs) == [json.dumps(r, indent=1).replace("\n", "\n  ").encode() for r in recs]

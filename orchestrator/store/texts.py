@@ -40,6 +40,7 @@ _TINY = re.compile(rb"0\.0000[0-9]*(?=,?\n)")
 _SHORT_EXPONENT = re.compile(rb"e-[0-9](?=,?\n)")
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?")
 _NON_ASCII = re.compile(rb"[\x80-\xff]+")
+_NESTED = b"\n      "  # a line deeper than a field's in orjson's indent=2 list of records
 _STDLIB_ONLY = (b"NaN", b"Infinity")  # what only the stdlib writes (orjson: null)
 
 
@@ -57,11 +58,12 @@ def any_record_text(rec: dict[str, Any]) -> bytes:
 
 
 def record_texts(recs: Sequence[dict[str, Any]], *, stdlib: bool = False) -> list[bytes]:
-    """``record_text`` of each flat, non-empty record, at orjson's speed where it agrees.
+    """``any_record_text`` of each non-empty record, at orjson's speed where it agrees and the
+    records are flat.
     ``stdlib``: a record may hold NaN or an infinity (``non_finite`` of the text it was read
     from says so), which only the stdlib writes as the document spells them."""
     texts = _orjson_texts(recs) if _ORJSON_AGREES and not stdlib and recs else None
-    return [record_text(r) for r in recs] if texts is None else texts
+    return [any_record_text(r) for r in recs] if texts is None else texts
 
 
 def _orjson_texts(recs: Sequence[dict[str, Any]]) -> list[bytes] | None:
@@ -71,6 +73,8 @@ def _orjson_texts(recs: Sequence[dict[str, Any]]) -> list[bytes] | None:
     try:
         blob = _orjson.dumps(recs, option=_orjson.OPT_INDENT_2)
     except TypeError:  # an integer past 64 bits
+        return None
+    if _NESTED in blob:  # a field holds a list or an object (a timed record's samples_ms): the stdlib's
         return None
     first, *rest = _fixed(blob).split(b",\n  {")
     return [first, *(b"{" + t for t in rest)]
