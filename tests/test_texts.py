@@ -56,5 +56,8 @@ def test_what_orjson_cannot_write_is_written_by_the_stdlib(value: float) -> None
 
 
 def test_a_record_holding_a_list_is_written_as_the_stdlib_does() -> None:
-    recs = [{"seq": 128, "samples_ms": [0.5, 2.5e-05, 1e-07], "median_ms": 0.5}, {"seq": 256, "median_ms": 1.0}]
+    recs: list[dict[str, Any]] = [
+        {"seq": 128, "samples_ms": [0.5, 2.5e-05, 1e-07], "median_ms": 0.5},
+        {"seq": 256, "median_ms": 1.0},
+    ]
     assert record_texts(recs) == [json.dumps(r, indent=1).replace("\n", "\n  ").encode() for r in recs]
