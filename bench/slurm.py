@@ -13,19 +13,22 @@ document. Runs alternate 1 and 2 units, ``--runs`` of each, each in a fresh swee
                                 wall_s): sbatch, scheduling, interpreter and jax start in the
                                 task, wait's polling, the merge; median over every run
 
-    node4_busy_share=X          one task given 4 GPUs runs 4 units (one worker per GPU): the
-                                workers' summed busy seconds (each unit's marker wall_s: from
-                                its first config to its last) over 4 x the task's wall time
-                                (sacct ElapsedRaw, whole seconds). 1.0 = no GPU ever waits;
-                                before whole-node tasks a 4-GPU task ran 1 unit: <= 0.25.
+    node4_busy_share=X          one task given 4 GPUs runs the sweep in the planner's default
+                                units (2 per GPU, taken in turn; ``--node-units`` to force a
+                                count): the units' summed busy seconds (each unit's marker
+                                wall_s: from its first config to its last) over 4 x the task's
+                                wall time (sacct ElapsedRaw, whole seconds). 1.0 = no GPU ever
+                                waits; before whole-node tasks a 4-GPU task ran 1 unit: <= 0.25.
                                 Leaves out: the task's start before python runs (scheduling)
-    node4_worker_share=X        the same, counting each worker from its launch by the task
-                                (python and jax starting, 4 at once) to its unit's end: what
-                                is left, 1 - X, is the task's own start and end, when no
+    node4_worker_share=X        the same, counting each unit from its launch by the task (its
+                                worker forked, jax's backend started) to its end: what is left,
+                                1 - X, is the task's own start (its imports) and end, when no
                                 worker runs; busy < worker share is each worker's start-up
-    node4_vs_4x1_makespan=X     submit to merged document, the same 4 units as one 4-GPU task
-                                over four 1-GPU tasks (the honest baseline: one array task per
-                                GPU), the two in alternating order; 1.0 = a whole node costs
+    node4_gpu_s=X               the GPU-seconds the 4-GPU task was charged (4 x sacct elapsed;
+                                divide by 3600 for GPU-hours)
+    node4_vs_4x1_makespan=X     submit to merged document, the same sweep as one 4-GPU task
+                                over four 1-GPU tasks of a unit each (the honest baseline: one
+                                array task per GPU), the two in alternating order; 1.0 = a whole node costs
                                 nothing extra. Leaves out: here the node task's 4 workers are
                                 pinned to the machine's 2 real cores round robin (its CPU
                                 shares) while each 1-GPU task's worker may use both, so on
@@ -39,7 +42,7 @@ and the per-case figures as ``#`` comments. The machine has 2 real cores for 8 d
 and 4 fake GPUs: units side by side share the 2 cores (interpret mode times on the CPU).
 
 Run: ``.venv/bin/python -m bench.slurm [--runs 3] [--configs 32] [--only makespan,node,cancel]
-[--dir DIR]`` (needs the local cluster: ``bash slurm/start-local-slurm.sh``).
+[--node-units N] [--dir DIR]`` (needs the local cluster: ``bash slurm/start-local-slurm.sh``).
 """
 
 from __future__ import annotations
@@ -109,21 +112,23 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def one_run(
-    base: Path, configs: int, units: int, k: int, gpus: int = 1, strategy: str = "shape"
+    base: Path, configs: int, units: int | None, k: int, gpus: int = 1, strategy: str = "shape"
 ) -> tuple[float, float]:
-    """(seconds from submit to a merged document, slowest unit's own wall time)."""
-    folder = base / f"u{units}-g{gpus}-{k}"
+    """(seconds from submit to a merged document, slowest unit's own wall time); ``units``
+    None: as many as the planner makes by default."""
+    folder = base / f"u{units or 'default'}-g{gpus}-{k}"
     folder.mkdir(parents=True)
     spec = folder / "spec.json"
     spec.write_text(json.dumps(spec_data(configs, folder / "results.json", gpus, strategy)))
     sweep = folder / "sweep"
     t0 = time.perf_counter()
-    cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", str(units))
+    cli("submit", str(spec), "--sweep-dir", str(sweep), *(("--units", str(units)) if units else ()))
     cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
     wall = time.perf_counter() - t0
     markers = [json.loads(p.read_text()) for p in (sweep / "done").glob("*.json")]
-    if len(markers) != units or not (folder / "results.json").exists():
-        raise SystemExit(f"{sweep}: {len(markers)} of {units} units finished; see its logs")
+    planned = len(json.loads((sweep / "units.json").read_text()))
+    if len(markers) != planned or not (folder / "results.json").exists():
+        raise SystemExit(f"{sweep}: {len(markers)} of {planned} units finished; see its logs")
     return wall, max(m["wall_s"] for m in markers)
 
 
@@ -148,13 +153,17 @@ def worker_alive_s(sweep: Path, unit: str, marker: dict[str, Any]) -> float:
     return (datetime.fromisoformat(marker["finished"]) - datetime.fromisoformat(first)).total_seconds()
 
 
-def node_run(base: Path, configs: int, k: int) -> tuple[float, float, float, float]:
-    """One 4-GPU task of 4 units: (busy share, worker share, submit-to-document wall, the same
-    with four 1-GPU tasks)."""
+def node_run(base: Path, configs: int, k: int, node_units: int | None) -> tuple[float, float, float, float, int]:
+    """One 4-GPU task of ``node_units`` units (None: the planner's default): (busy share, worker
+    share, submit-to-document wall, the same as four 1-GPU tasks of a unit each, the task's
+    GPU-seconds)."""
     order = (1, 4) if k % 2 else (4, 1)  # alternate which goes first: a shared machine's load drifts
-    walls = {gpus: one_run(base, configs, 4, k, gpus=gpus, strategy="balanced")[0] for gpus in order}
+    walls = {
+        gpus: one_run(base, configs, node_units if gpus == 4 else 4, k, gpus=gpus, strategy="balanced")[0]
+        for gpus in order
+    }
     wall4, wall1 = walls[4], walls[1]
-    sweep = base / f"u4-g4-{k}" / "sweep"
+    sweep = base / f"u{node_units or 'default'}-g4-{k}" / "sweep"
     jobs = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
     (task,) = {e["job_id"] for e in jobs if "unit" in e}
     markers = {p.stem: json.loads(p.read_text()) for p in (sweep / "done").glob("*.json")}
@@ -162,11 +171,11 @@ def node_run(base: Path, configs: int, k: int) -> tuple[float, float, float, flo
     alive = sum(worker_alive_s(sweep, u, m) for u, m in markers.items())
     elapsed = sacct_elapsed(task)
     print(
-        f"# node run {k}: 4 workers busy {busy:.1f} s, alive {alive:.0f} s, in a task of {elapsed} s; "
-        f"submit to document {wall4:.1f} s (four 1-GPU tasks: {wall1:.1f} s)",
+        f"# node run {k}: {len(markers)} units busy {busy:.1f} s, alive {alive:.0f} s, in a task of {elapsed} s "
+        f"({4 * elapsed} GPU-s); submit to document {wall4:.1f} s (four 1-GPU tasks: {wall1:.1f} s)",
         file=sys.stderr,
     )
-    return busy / (4 * elapsed), alive / (4 * elapsed), wall4, wall1
+    return busy / (4 * elapsed), alive / (4 * elapsed), wall4, wall1, 4 * elapsed
 
 
 def cancel_run(base: Path, k: int) -> float:
@@ -234,6 +243,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--configs", type=int, default=32)
     p.add_argument("--only", default="makespan,node,cancel", help="comma-separated: makespan, node, cancel")
+    p.add_argument("--node-units", type=int, help="units of the 4-GPU task; default: the planner's")
     p.add_argument("--dir", help="keep the sweeps here; default: a temp dir, removed")
     args = p.parse_args()
     only = set(args.only.split(","))
@@ -242,10 +252,11 @@ def main() -> None:
         if "makespan" in only:
             makespan(base, args.runs, args.configs)
         if "node" in only:
-            node = [node_run(base, args.configs, k) for k in range(args.runs)]
+            node = [node_run(base, args.configs, k, args.node_units) for k in range(args.runs)]
             print(f"node4_busy_share={statistics.median(n[0] for n in node):.3f}")
             print(f"node4_worker_share={statistics.median(n[1] for n in node):.3f}")
             print(f"node4_vs_4x1_makespan={statistics.median(n[2] / n[3] for n in node):.3f}")
+            print(f"node4_gpu_s={statistics.median(n[4] for n in node):.0f}")
         if "cancel" in only:
             print(f"cancel_seen_s={statistics.median(cancel_run(base, k) for k in range(args.runs)):.2f}")
     finally:

@@ -37,7 +37,12 @@ compile) and the device timer (the kernels' own time from jax's profiler trace) 
 Pool size: ``compile.workers`` threads or processes, at most the CPUs this worker may run on
 (its affinity: the SLURM allocation, or a whole-node task's share of it,
 ``orchestrator.control.dispatch.node``); more compilers than CPUs only time-slice. A share
-of fewer CPUs than workers (round-robin pinning) gives each worker one compiler.
+of fewer CPUs than workers (round-robin pinning) gives each worker one compiler. Unset, it is
+those CPUs, except for threads compiling interpret-mode kernels: there a compile is XLA's CPU
+compiler, whose own threads share the CPUs with the other compiles and the Python lowering the
+GIL serialises, and one thread at a time was cheaper and no slower (measured on the 2-core dev
+machine, ``bench/peer_loop.py``'s fwd_bwd sweep: 17.0 CPU s and 17-24 s wall serially against
+21.0 CPU s and 42 s wall with two threads).
 """
 
 from __future__ import annotations
@@ -62,14 +67,17 @@ StopCheck = Callable[[], bool]
 Job = Callable[[WorkItem, SweepSpec], Compiled]
 
 
-def pool_size(configured: int | None) -> int:
+def pool_size(configured: int | None, *, interpreted_threads: bool = False) -> int:
     """The compile pool's size: ``configured`` (``compile.workers``) capped at, or by default,
-    the CPUs this process may run on (module docstring: Pool size)."""
+    the CPUs this process may run on; by default one where ``interpreted_threads`` (threads
+    compiling interpret-mode kernels, module docstring: Pool size)."""
     try:
         cpus = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         cpus = max(1, os.cpu_count() or 1)
-    return cpus if configured is None else min(configured, cpus)
+    if configured is None:
+        return 1 if interpreted_threads else cpus
+    return min(configured, cpus)
 
 
 def window_size(workers: int) -> int:

@@ -63,7 +63,11 @@ class CompiledMeasurer:
             timer=timer,
             flush_l2=self._flush is not None,
             compile_mode=spec.compile.mode,
-            compile_workers=compile_pool.pool_size(spec.compile.workers),
+            compile_workers=compile_pool.pool_size(
+                spec.compile.workers,
+                interpreted_threads=spec.compile.mode == "threads"
+                and (spec.kernel.interpret is True or backend != "gpu"),
+            ),
         )
         self._ctx: measure.ShapeContext | None = None  # the inputs of the shape being timed
 

@@ -183,6 +183,7 @@ def finish_item(
     rec = item.record_fields()
     if compiled.error is not None:
         rec["error"] = compiled.error
+        rec.update(how.marks(error=True))
         return rec, 0.0
     try:
         outs = jax.block_until_ready(compiled.executable(*ctx.args))
@@ -204,6 +205,7 @@ def finish_item(
         log.info("item %s failed: %s", item.id, error_string(exc))
         rec["error"] = error_string(exc)
         rec["compile_cached"] = compiled.cached
+        rec.update(how.marks(error=True))
         return rec, 0.0
     rec.update(
         rel_err=float(err),
@@ -216,8 +218,7 @@ def finish_item(
         samples_ms=[float(x) for x in t.samples_ms],
         compile_cached=compiled.cached,
     )
-    if how.screened:
-        rec["screened"] = True
+    rec.update(how.marks())
     return rec, t.timed_s
 
 

@@ -103,9 +103,11 @@ class Replayer:
         src = self.source.find(rec)
         if src is None:
             rec["error"] = MISSING.format(path=self.source.path)
+            rec.update(how.marks(error=True))
             return rec, 0.0, 0.0
         if "error" in src or not isinstance(src.get("median_ms"), (int, float)):
             rec["error"] = str(src.get("error", "ReplayMissing: the source record has no median_ms"))
+            rec.update(how.marks(error=True))
             return rec, 0.0, 0.0
         timing = self.spec.timing
         samples = draw(src, how.repeats, _rng(timing.seed, item.id, how.screened), stratified=not how.screened)
@@ -129,8 +131,7 @@ class Replayer:
             timer=TIMER,
             samples_ms=[float(x) for x in samples],
         )
-        if how.screened:
-            rec["screened"] = True
+        rec.update(how.marks())
         return rec, compile_s, calls * float(src["median_ms"]) / 1e3
 
 

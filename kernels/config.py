@@ -127,12 +127,21 @@ def inner_for(probe_ms: float, *, target_ms: float, max_inner: int) -> int:
     return max(1, min(max_inner, math.floor(target_ms / (probe_ms + PROBE_OVERHEAD_MS))))
 
 
+def probe_calls(call_ms: float, *, target_ms: float, max_inner: int) -> int:
+    """The single calls ``kernels.timing.measure`` probes a kernel whose calls take ``call_ms``
+    with: until they add up to ``target_ms``, at most ``PROBES``; none when ``max_inner`` is 1,
+    where a sample is one call whatever the probe says."""
+    if max_inner <= 1:
+        return 0
+    return PROBES if call_ms <= 0 else min(PROBES, max(1, math.ceil(target_ms / call_ms)))
+
+
 def timed_calls(call_ms: float, *, repeats: int, target_ms: float, max_inner: int, warmup: int) -> tuple[int, int]:
     """(inner, calls) of one ``kernels.timing.measure`` of a kernel whose calls take ``call_ms``:
-    ``warmup`` calls, the probes (single calls until they add up to ``target_ms``, at most
-    ``PROBES``), then ``repeats`` samples of ``inner`` calls. The replay's virtual clock counts
-    timed seconds with it, so a replayed sweep spends what the real one would."""
-    probes = PROBES if call_ms <= 0 else min(PROBES, max(1, math.ceil(target_ms / call_ms)))
+    ``warmup`` calls, the probes (``probe_calls``), then ``repeats`` samples of ``inner`` calls.
+    The replay's virtual clock counts timed seconds with it, so a replayed sweep spends what the
+    real one would."""
+    probes = probe_calls(call_ms, target_ms=target_ms, max_inner=max_inner)
     inner = inner_for(call_ms, target_ms=target_ms, max_inner=max_inner)
     return inner, warmup + probes + repeats * inner
 

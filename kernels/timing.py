@@ -82,7 +82,9 @@ def measure(
     "device"), calling ``flush`` (if given) before each sample.
 
     The probe is the fastest of up to ``PROBES`` single calls (fewer once they add up to
-    ``target_ms``): one call alone is noisy enough to halve or double ``inner``.
+    ``target_ms``): one call alone is noisy enough to halve or double ``inner``. With
+    ``max_inner`` 1 a sample is one call whatever the probe says, so there is none
+    (``kernels.config.probe_calls``).
     """
     if repeats < 1 or max_inner < 1 or warmup < 0:
         raise ValueError(f"need {repeats=} >= 1, {max_inner=} >= 1, {warmup=} >= 0")
@@ -92,9 +94,9 @@ def measure(
     for _ in range(warmup):
         jax.block_until_ready(compiled(*args))
     probes: list[float] = []
-    while len(probes) < PROBES and sum(probes) < target_ms:
+    while max_inner > 1 and len(probes) < PROBES and sum(probes) < target_ms:
         probes.append(_timed_calls(compiled, args, 1) * 1e3)
-    probe_ms = min(probes)
+    probe_ms = min(probes, default=0.0)
     inner = inner_for(probe_ms, target_ms=target_ms, max_inner=max_inner)
     samples: list[float] = []
     walls: list[float] = []

@@ -112,7 +112,7 @@ def _kill_one_busy_compile_process(logs: Path, done: Callable[[], bool]) -> list
     deaths: list[tuple[str, str]] = []
 
     def step() -> bool:
-        text = "".join(p.read_text() for p in sorted(logs.glob("*_log.err")))
+        text = "".join(p.read_text() for p in sorted([*logs.glob("*_log.err"), *logs.glob("units/*.log")]))
         deaths[:] = re.findall(r"compile process (\d+) died \(killed by signal 9\) while compiling item (\w+)", text)
         if deaths or done():
             return True

@@ -7,8 +7,10 @@ the dev machine and in CI; elsewhere it is skipped with the reason.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -98,3 +100,89 @@ def test_a_worker_ended_by_the_oom_killer_is_reported_out_of_memory(
     )
     (u,) = sweep_status(sd, view=view).units
     assert u.state == "failed" and (u.detail or "").startswith("out of memory (the kernel's OOM killer")
+
+
+DRIVE_ALL = """
+import json, sys
+from orchestrator.control.dispatch.node import TaskWorkers
+from orchestrator.store.sweepdir import SweepDir
+units = [u["id"] for u in SweepDir.open(sys.argv[1]).unit_index()]
+w = TaskWorkers(sys.argv[1], units, {}, None)
+w.start(); w.wait(); print(json.dumps(w.finish()))
+"""
+
+
+def test_a_gpu_takes_the_tasks_next_unit_and_a_killed_worker_costs_only_its_own(tmp_path: Path) -> None:
+    """Three units on a task's one GPU, replayed at the real pace (no jax compile): they run one
+    after another on that GPU; the first one's worker, killed mid-unit, fails alone (its reason
+    in its log), and the GPU goes on with the next units."""
+    from orchestrator.store import synthetic
+    from tests.helpers import TINY_SPEC
+
+    grid = {
+        **TINY_SPEC,
+        "modes": ["fwd"],
+        "fwd_block_q": [16, 32, 64, 128],
+        "fwd_block_k": [16, 32],
+        "timing": {"target_ms": 50, "warmup": 0},
+    }
+    source = synthetic.document(grid)
+    for rec in source["results"]:  # 9 configs, 3 a unit, each waits out 0.8 s
+        rec.update(compile_s=0.5, median_ms=2.0, q1_ms=1.9, q3_ms=2.1)
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    spec = tmp_path / "spec.json"
+    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
+    data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
+    spec.write_text(json.dumps({**data, "sharding": {"units": 3, "strategy": "balanced"}}))
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    first = SweepDir.open(sweep).unit_index()[0]["id"]
+    drive = subprocess.Popen(
+        [sys.executable, "-c", DRIVE_ALL, str(sweep)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "7"},
+    )
+    partial = sweep / "partials" / f"{first}.jsonl"
+    pid = poll_for(lambda: partial.exists() and '"record"' in partial.read_text() and _header_pid(partial))
+    os.kill(pid, signal.SIGKILL)
+    out, _ = drive.communicate(timeout=300)
+    assert drive.returncode == 0
+    outcomes = {o["unit"]: o for o in json.loads(out)}
+    assert outcomes.pop(first)["state"] == "failed" and {o["state"] for o in outcomes.values()} == {"done"}
+    assert {o["gpu"] for o in outcomes.values()} == {"7"}
+    log = (sweep / "logs" / "units" / f"{first}.log").read_text()
+    assert f"tilesweep: unit {first} failed: killed by signal 9 (SIGKILL)" in log, log[-2000:]
+    # one GPU: each unit started after the one before it had ended
+    spans = sorted(_span(sweep, u) for u in [first, *outcomes])
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
+
+
+def poll_for(check: Callable[[], int | None | bool], timeout_s: float = 120) -> int:
+    """Poll ``check`` until it returns a true value (an event, not a guessed wait)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return int(got)
+        time.sleep(0.05)
+    raise AssertionError("the event never came")
+
+
+def _header_pid(partial: Path) -> int | None:
+    for line in partial.read_text().splitlines():
+        if '"header"' in line:
+            return int(json.loads(line)["header"]["pid"])
+    return None
+
+
+def _span(sweep: Path, unit: str) -> tuple[str, str]:
+    """When the unit's worker was started (its log's first line, by the task) and when it
+    ended (its log's last line)."""
+    lines = (sweep / "logs" / "units" / f"{unit}.log").read_text().splitlines()
+    stamp = lines[0].split(" ", 1)[0]
+    end = (sweep / "done" / f"{unit}.json").read_text() if (sweep / "done" / f"{unit}.json").exists() else None
+    return stamp, json.loads(end)["finished"] if end else lines[-1].split(" ", 1)[0]

@@ -8,6 +8,7 @@ the one that checks the refusal to do that by accident.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -31,21 +32,23 @@ def _cluster() -> None:
     require_cluster()
 
 
-def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu(tmp_path: Path) -> None:
+def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_turn(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "node.json", {"gpus_per_node": 4}, compile={"workers": 1})
     sweep = tmp_path / "sweep"
-    # 4 units by default: they fill the task's 4 GPUs
+    # 2 units per GPU by default, here as many as the 6 items allow: 4 at once, 2 queued
     dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
     assert dry.returncode == 0 and not sweep.exists(), dry.stderr
-    assert "in 4 units, 1 task of up to 4 units (one per GPU)" in dry.stdout and "GPU slot 3" in dry.stdout
+    assert "in 6 units, 1 task of up to 6 units (taken in turn by its 4 GPUs)" in dry.stdout, dry.stdout
+    assert "GPU slot 3" in dry.stdout and "queue #2" in dry.stdout
     assert "idle" not in dry.stdout
     half = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run", "--units", "2")
     assert "note: 2 GPUs of these tasks would sit idle; plan a multiple of 4 units (--units)" in half.stdout
+    assert "1 task of up to 2 units (one per GPU)" in half.stdout, half.stdout
     r = cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
     entries = unit_jobs(sweep)
-    (task,) = {e["job_id"] for e in entries.values()}  # one task holds the 4 units, a GPU slot each
-    assert sorted(e["slot"] for e in entries.values()) == [0, 1, 2, 3]
+    (task,) = {e["job_id"] for e in entries.values()}  # one task holds the 6 units, in turn
+    assert sorted(e["slot"] for e in entries.values()) == [0, 1, 2, 3, 4, 5]
     # the script shown by --dry-run is the one submitit wrote for the real submission
     script = dry.stdout.split("--- sbatch script of array 1", 1)[1].split("\n", 1)[1].split("\n--- ", 1)[0]
     assert script == (sweep / "logs" / f"{task}_submission.sh").read_text().rstrip()
@@ -54,10 +57,14 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu(tmp_path: Path) -
     assert w.returncode == 0, w.stderr
     doc = check_document(sweep, spec)
     headers = {u: next(o["header"] for o in lines(sweep / "partials" / f"{u}.jsonl") if "header" in o) for u in entries}
-    assert sorted(h["gpu"] for h in headers.values()) == ["0", "1", "2", "3"]  # each its own GPU
-    assert {h["slurm_job_id"] for h in headers.values()} == {task} and len({h["pid"] for h in headers.values()}) == 4
-    markers = [json.loads((sweep / "done" / f"{u}.json").read_text()) for u in entries]
-    assert max(h["started"] for h in headers.values()) < min(m["finished"] for m in markers)  # at once
+    assert {h["gpu"] for h in headers.values()} == {"0", "1", "2", "3"}  # each unit on one GPU, every GPU used
+    assert {h["slurm_job_id"] for h in headers.values()} == {task} and len({h["pid"] for h in headers.values()}) == 6
+    markers = {u: json.loads((sweep / "done" / f"{u}.json").read_text()) for u in entries}
+    first = sorted(entries, key=lambda u: entries[u]["slot"])[:4]
+    assert max(headers[u]["started"] for u in first) < min(m["finished"] for m in markers.values())  # at once
+    for gpu in "0123":  # a GPU runs one unit at a time
+        spans = sorted((headers[u]["started"], markers[u]["finished"]) for u in entries if headers[u]["gpu"] == gpu)
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans)), (gpu, spans)
     st = status(sweep)
     assert {u["gpu"] for u in st["units"]} == {"0", "1", "2", "3"} and st["gpu_hours"] > 0
     assert doc["tilesweep"]["gpu_hours"] > 0

@@ -208,3 +208,40 @@ def test_an_extended_sweep_cancelled_and_resumed_on_slurm_measures_only_what_is_
     assert len(doc["results"]) == 55 and sum("reused_from" in rec for rec in doc["results"]) == reused
     assert all(rec.get("block_k") != 128 for rec in doc["results"] if "reused_from" in rec)
     assert status(sweep)["complete"]
+
+
+def test_a_search_submitted_and_walked_away_from_runs_every_round_from_its_merge_jobs(tmp_path: Path) -> None:
+    """``submit`` and nobody waiting: each round's final merge job plans and submits the next
+    round of the search, and the last one merges the ended search's document."""
+    spec = write(
+        tmp_path,
+        "search.json",
+        SAMPLE,
+        {},
+        dtypes=["bfloat16"],
+        head_dims=[64],
+        seq_lens=[2048],
+        sharding={"units": 2},
+        timing={"strategy": "search"},
+        search={"max_rounds": 3},
+    )
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep))
+    assert "then plans and submits round 2 (search)" in r.stdout, r.stdout
+    poll(lambda: (sweep / "search" / "end.json").exists(), 300, "the merge jobs to run the search to its end")
+    st = poll(lambda: (lambda s: s if s["complete"] and s["settled"] else None)(status(sweep)), 120, "the last round")
+    origins = {json.loads(line).get("origin") for line in (sweep / "jobs.jsonl").read_text().splitlines()}
+    assert {"submit", "round2", "round3"} <= origins and st["search"]["ended"]
+    doc = poll(lambda: _merged_search(tmp_path / "search.results.json"), 120, "the final merge of the last round")
+    assert doc["tilesweep"]["search"]["rounds"] == 3 and len(doc["results"]) == st["total"]
+    # wait, come back to later, finds the search ended and says what it never measured
+    assert "never measured" in cli("wait", str(sweep), "--interval", "0.5").stdout
+
+
+def _merged_search(path: Path) -> dict[str, Any] | None:
+    """The document once a merge of the ended search wrote it."""
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text())
+    block = doc.get("tilesweep", {}).get("search")
+    return doc if block is not None and block["ended"] else None

@@ -96,6 +96,17 @@ def test_slurm_states_map_to_unit_states(task: TaskState, mtime_after: bool, exp
     assert slurm_state(job, view, now - 50 if mtime_after else None, {}, now, 3) == expected
 
 
+def test_a_unit_of_a_running_whole_node_task_that_no_gpu_took_yet_is_pending() -> None:
+    now = time.time()
+    job = {"job_id": "36_1", "submitted_ts": now - 100, "units_in_task": 8}
+    view = _view(j36_1=TaskState("RUNNING", "squeue", "None"))
+    assert slurm_state(job, view, None, {}, now, 0) == (
+        "pending",
+        "its task is running; it waits for one of the task's GPUs",
+    )
+    assert slurm_state(job, view, now - 50, {}, now, 0) == ("running", None)  # its log written since: taken
+
+
 def test_a_job_in_neither_squeue_nor_sacct_is_pending_while_young_then_gone() -> None:
     now = time.time()
     view = _view()

@@ -11,17 +11,21 @@ problem without expanding it (``planning.planned_configs``), so a document of a 
 records is covered in one pass over its problems.
 
 A planned config is recorded when the document holds any record of it: timed, failed, pruned,
-or a halving sweep's screen (``resume`` redoes none of them). ``auto`` is the baseline of a
-problem, not one of its configs; whether its record is there is the summary's ``auto_status``.
-A document without a block (the reference run's) has no known plan: no coverage, and the
-report says nothing rather than guess.
+or a halving sweep's screen (``resume`` redoes none of them). A planned config without a record
+is *missing* (resume redoes it), unless a search (``timing.strategy: search``) chose never to
+measure it: a search's block lists per problem the configs no round of it chose
+(``tilesweep.search``), and those are *never measured*, a third state, neither missing nor
+failed (a later sweep of the same spec measures them, and then they are recorded). ``auto`` is
+the baseline of a problem, not one of its configs; whether its record is there is the summary's
+``auto_status``. A document without a block (the reference run's) has no known plan: no
+coverage, and the report says nothing rather than guess.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Container
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import SpecError
@@ -37,25 +41,35 @@ Config = tuple[int, ...]  # the values of ``records.config_fields(mode)``, in th
 
 @dataclass(frozen=True)
 class Coverage:
-    """One problem's planned forced configs and, of those, the ones without a record; both in
-    plan order."""
+    """One problem's planned forced configs and, of those without a record, the ones a search
+    chose never to measure (``never_measured``) and the rest (``missing``); all in plan order."""
 
     mode: str
     planned: tuple[Config, ...]
     missing: tuple[Config, ...]
     impl: str = DEFAULT_IMPL
+    never_measured: tuple[Config, ...] = ()
 
     def missing_configs(self) -> list[dict[str, int]]:
         """The missing configs as records name their fields (``report.config_label`` takes them)."""
+        return self._named(self.missing)
+
+    def never_measured_configs(self) -> list[dict[str, int]]:
+        """The configs a search never measured, as records name their fields."""
+        return self._named(self.never_measured)
+
+    def _named(self, configs: tuple[Config, ...]) -> list[dict[str, int]]:
         fields = config_fields(self.mode, impl=self.impl)
-        return [dict(zip(fields, c, strict=True)) for c in self.missing]
+        return [dict(zip(fields, c, strict=True)) for c in configs]
 
 
 @dataclass(frozen=True)
 class Plans:
-    """The plans of the sweeps that wrote a document, oldest first (none: no plan known)."""
+    """The plans of the sweeps that wrote a document, oldest first (none: no plan known), and per
+    problem the configs a search among them chose never to measure."""
 
     plans: tuple[PlannedConfigs, ...]
+    never: dict[tuple[Any, ...], frozenset[Config]] = field(default_factory=dict)
 
     def problems(self) -> set[tuple[Any, ...]]:
         """Every problem some plan has (``records.problem_key`` tuples)."""
@@ -68,7 +82,26 @@ class Plans:
         if not grids:
             return None
         planned = tuple(dict.fromkeys(c for grid in grids for c in grid))
-        return Coverage(problem[5], planned, tuple(c for c in planned if c not in recorded), problem[9])
+        never = self.never.get(problem, frozenset())
+        unrecorded = [c for c in planned if c not in recorded]
+        return Coverage(
+            problem[5],
+            planned,
+            tuple(c for c in unrecorded if c not in never),
+            problem[9],
+            tuple(c for c in unrecorded if c in never),
+        )
+
+
+def _never_measured(block: dict[str, Any]) -> dict[tuple[Any, ...], set[Config]]:
+    """A search's configs never measured, per problem, from its block (none for other strategies)."""
+    search = block.get("search")
+    problems = search.get("problems") if isinstance(search, dict) else None
+    out: dict[tuple[Any, ...], set[Config]] = {}
+    for p in problems if isinstance(problems, list) else []:
+        if isinstance(p, dict) and isinstance(p.get("problem"), list) and isinstance(p.get("never_measured"), list):
+            out[tuple(p["problem"])] = {tuple(c) for c in p["never_measured"] if isinstance(c, list)}
+    return out
 
 
 def plans_of(doc: ResultsDoc) -> Plans:
@@ -80,6 +113,7 @@ def plans_of(doc: ResultsDoc) -> Plans:
     earlier = block.get("earlier")
     blocks = [(f"tilesweep.earlier[{i}]", e) for i, e in enumerate(earlier if isinstance(earlier, list) else [])]
     plans = []
+    never: dict[tuple[Any, ...], set[Config]] = {}
     for where, b in [*blocks, ("tilesweep", block)]:
         if not isinstance(b, dict) or not isinstance(b.get("spec"), dict):
             continue
@@ -87,4 +121,7 @@ def plans_of(doc: ResultsDoc) -> Plans:
             plans.append(planned_configs(spec_from_data(b["spec"], source=f"{doc.name}: {where}.spec")))
         except SpecError as exc:  # written by another tilesweep version: say nothing rather than guess
             log.warning("%s; its planned configs are not counted", exc.message)
-    return Plans(tuple(plans))
+            continue
+        for problem, configs in _never_measured(b).items():
+            never.setdefault(problem, set()).update(configs)
+    return Plans(tuple(plans), {k: frozenset(v) for k, v in never.items()})

@@ -5,7 +5,7 @@ every problem, sortable and filterable (``page``). Below, one card per problem: 
 and its q1-q3 spread, auto, speedup, TFLOP/s, the noise flag, the tile heatmap (``svg``: failed
 and pruned cells marked), and the configs that failed or are missing (planned but without a
 record, when the document says what was planned: the summary's ``coverage``, the same the text
-report counts).
+report counts), and those a search never measured, as such.
 
 Thousands of problems stay readable and fast: the cards are grouped by dtype and head_dim, the
 groups start folded above ``FOLD_ABOVE`` problems (the page says so; nothing is left out, a
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -66,6 +66,7 @@ class ProblemView:
     heatmap: HeatmapData | None
     failed: list[Failed]
     missing: list[str] | None  # labels of planned configs without a record
+    never: list[str] = field(default_factory=list)  # labels of planned configs a search never measured
 
     @property
     def anchor(self) -> str:
@@ -97,6 +98,11 @@ def _missing_labels(s: ProblemSummary) -> list[str] | None:
     return [config_label(c, s.key.mode) for c in s.coverage.missing_configs()]
 
 
+def _never_labels(s: ProblemSummary) -> list[str]:
+    """The labels of the planned configs a search chose never to measure."""
+    return [] if s.coverage is None else [config_label(c, s.key.mode) for c in s.coverage.never_measured_configs()]
+
+
 def problem_views(doc: ResultsDoc) -> list[ProblemView]:
     """One view per problem in document order, planned problems without a record included."""
     groups = group_by_problem(doc.results)
@@ -105,7 +111,7 @@ def problem_views(doc: ResultsDoc) -> list[ProblemView]:
         recs = groups.get(astuple_key(s.key), [])
         cs = configs_of(s.key.mode, recs)
         failed = _failed_configs(cs, s.key.mode)
-        views.append(ProblemView(n, s, heatmap_data(s.key, recs, cs), failed, _missing_labels(s)))
+        views.append(ProblemView(n, s, heatmap_data(s.key, recs, cs), failed, _missing_labels(s), _never_labels(s)))
     return views
 
 
@@ -186,6 +192,12 @@ def lists(v: ProblemView) -> str:
             f'<details class="list"><summary class="warn">{len(v.missing)} planned config'
             f"{'s' if len(v.missing) != 1 else ''} without a record (resume redoes them)</summary>"
             f"<ul><li>{_codes(v.missing)}</li></ul></details>"
+        )
+    if v.never:
+        out.append(
+            f'<details class="list"><summary>{len(v.never)} planned config{"s" if len(v.never) != 1 else ""} '
+            "never measured (the search did not need them; not missing, not failed)</summary>"
+            f"<ul><li>{_codes(v.never)}</li></ul></details>"
         )
     return "".join(out)
 

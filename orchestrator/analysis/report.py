@@ -29,8 +29,9 @@ is replayed says so (``replayed``), and the legend says what that means.
 
 Where the document knows its plan (``coverage``: the one home of planned versus recorded), a
 problem also says how many planned configs have no record (``missing``; a planned problem without
-any record gets a row), and a best chosen while fewer than half the planned configs were timed is
-marked ``best of N/M timed``.
+any record gets a row) and how many a search chose never to measure (``never measured``: not
+missing), and a best chosen while fewer than half the configs to be measured were timed is marked
+``best of N/M timed``.
 
 ``best_table`` returns data, from one pass over the records (``scan``); ``format_table`` turns it
 into text or a GitHub table. The CLI (and ``tilesweep run`` at the end of a sweep) prints.
@@ -48,11 +49,31 @@ from kernels.config import attention_flops
 from orchestrator.analysis.auto import AutoRule, auto_config, auto_rule, same_config
 from orchestrator.analysis.coverage import Coverage, plans_of
 from orchestrator.analysis.labels import config_label
+from orchestrator.analysis.problems import ProblemKey, astuple_key, axis_cells, axis_columns
 from orchestrator.analysis.scan import INF, ProblemScan, scan
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
-from orchestrator.spec.records import DEFAULT_IMPL, PROBLEM_FIELDS, config_of, problem_key
+from orchestrator.spec.records import config_of, problem_key
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.replayed import Replayed, replayed_of
+
+# what a problem is lives in ``problems``; named here too, where the reports' callers find it
+__all__ = [
+    "CAUSAL_FLOPS_FORMULAS",
+    "FLOPS_FORMULAS",
+    "FWD_FLOPS_FORMULA",
+    "LEGEND",
+    "REPLAYED_LEGEND",
+    "ProblemKey",
+    "ProblemSummary",
+    "astuple_key",
+    "axis_cells",
+    "axis_columns",
+    "best_table",
+    "config_label",
+    "format_table",
+    "group_by_problem",
+    "to_json",
+]
 
 FWD_FLOPS_FORMULA = "4*B*H*S*S*D"
 FLOPS_FORMULAS = {
@@ -70,53 +91,12 @@ LEGEND = (
     "overlaps the runner-up's. screened out: configs a halving sweep timed by one screening sample only (never a "
     "best). auto config: what auto runs there (kernels.impls' rule at the sweep's shared-memory limit, inferred the "
     "same way for a document without a tilesweep block; ? where the document names no limit); where the best is "
-    "that config, speedup is 1.00 and the two timings' ratio is noise."
+    "that config, speedup is 1.00 and the two timings' ratio is noise. never measured: configs a search did not "
+    "need (neither missing nor failed)."
 )
 REPLAYED_LEGEND = (
     "replayed: times drawn on a virtual clock from another document's records (kernel.impl replay), not measured."
 )
-
-
-@dataclass(frozen=True, order=True)
-class ProblemKey:
-    dtype: str
-    head_dim: int
-    seq: int
-    batch: int
-    heads: int
-    mode: str
-    tag: str | None
-    causal: bool = False
-    kv_heads: int | None = None  # None: multi-head attention
-    impl: str | None = DEFAULT_IMPL  # None: matched across implementations (compare)
-
-    def variant(self) -> str:
-        """The optional identity in short: `` causal kv2 [jax]``, or nothing for the defaults."""
-        text = " causal" if self.causal else ""
-        text += f" kv{self.kv_heads}" if self.kv_heads is not None else ""
-        return text + (f" [{self.impl}]" if self.impl not in (None, DEFAULT_IMPL) else "")
-
-    def label(self, with_tag: bool = False) -> str:
-        text = f"{self.dtype} d{self.head_dim} s{self.seq} b{self.batch} h{self.heads} {self.mode}{self.variant()}"
-        return f"{text} [{self.tag}]" if with_tag else text
-
-
-def axis_columns(keys: Iterable[ProblemKey]) -> list[str]:
-    """The optional columns a table of these problems needs: causal, KV (kv_heads), impl."""
-    keys = list(keys)
-    cols = ["causal"] if any(k.causal for k in keys) else []
-    cols += ["KV"] if any(k.kv_heads is not None for k in keys) else []
-    return cols + (["impl"] if any(k.impl not in (None, DEFAULT_IMPL) for k in keys) else [])
-
-
-def axis_cells(key: ProblemKey, columns: list[str]) -> list[str]:
-    """``key``'s cells of the ``axis_columns``."""
-    value = {
-        "causal": "yes" if key.causal else "no",
-        "KV": str(key.heads if key.kv_heads is None else key.kv_heads),
-        "impl": str(key.impl or "-"),
-    }
-    return [value[c] for c in columns]
 
 
 @dataclass(frozen=True)
@@ -155,8 +135,13 @@ class ProblemSummary:
 
     @property
     def n_missing(self) -> int | None:
-        """Of the planned configs, how many have no record."""
+        """Of the planned configs, how many have no record (those a search never measured aside)."""
         return None if self.coverage is None else len(self.coverage.missing)
+
+    @property
+    def n_never_measured(self) -> int | None:
+        """Of the planned configs, how many a search chose never to measure."""
+        return None if self.coverage is None else len(self.coverage.never_measured)
 
     @property
     def auto_label(self) -> str | None:
@@ -176,9 +161,12 @@ class ProblemSummary:
     @property
     def note(self) -> str:
         notes = ["replayed"] if self.replayed else []
-        timed = self.n_configs - self.n_failed  # a best chosen among a minority of the plan:
-        if self.n_planned is not None and self.best_ms is not None and 2 * timed < self.n_planned:
-            notes.append(f"best of {timed}/{self.n_planned} timed")
+        timed = self.n_configs - self.n_failed  # a best chosen among a minority of what was to be measured:
+        meant = None if self.n_planned is None else self.n_planned - (self.n_never_measured or 0)
+        if meant is not None and self.best_ms is not None and 2 * timed < meant:
+            notes.append(f"best of {timed}/{meant} timed")
+        if self.n_never_measured:
+            notes.append(f"{self.n_never_measured} never measured")
         if self.n_configs == 0:  # planned but without any record yet: not "auto only"
             notes.append("nothing measured" if self.auto_status == "absent" else "auto only")
         elif self.best_ms is None:
@@ -202,6 +190,8 @@ class ProblemSummary:
         if self.coverage is not None:  # a plan is known: how much of it has a record
             out["n_planned"] = self.n_planned
             out["n_missing"] = self.n_missing
+            if self.coverage.never_measured:
+                out["n_never_measured"] = self.n_never_measured
         out["auto_label"] = self.auto_label
         out["timing_ratio"] = self.timing_ratio
         out["flops_formula"] = (CAUSAL_FLOPS_FORMULAS if self.key.causal else FLOPS_FORMULAS).get(self.key.mode)
@@ -246,11 +236,6 @@ class _About:
 
     def any_replayed(self, *records: dict[str, Any] | None) -> bool:
         return any(r is not None and self.replayed(r) for r in records)
-
-
-def astuple_key(key: ProblemKey) -> tuple:
-    """The key as ``records.problem_key`` makes it: the problem fields, then causal, kv_heads, impl."""
-    return tuple(getattr(key, f) for f in PROBLEM_FIELDS) + (key.causal, key.kv_heads, key.impl)
 
 
 def _summary(key: ProblemKey, sc: ProblemScan, cover: Coverage | None, about: _About) -> ProblemSummary:

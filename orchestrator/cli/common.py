@@ -14,7 +14,9 @@ from orchestrator.spec.records import RETRY_KINDS
 
 if TYPE_CHECKING:
     from orchestrator.control.reuseplan import ReuseRequest
+    from orchestrator.control.rounds import NextRound
     from orchestrator.spec.model import SweepSpec
+    from orchestrator.store.searchrounds import SearchRound
 
 
 class Subparsers(Protocol):
@@ -35,6 +37,8 @@ __all__ = [
     "non_negative_int",
     "positive_int",
     "print_plan_notes",
+    "round_note",
+    "search_plan_line",
     "seconds",
     "warn",
 ]
@@ -87,11 +91,49 @@ def warn(text: str) -> None:
 
 def print_plan_notes(spec: SweepSpec) -> None:
     """Say once what the plan does differently from the spec's lists because of the kernel
-    implementation (a tunable it ignores is swept at the one value it runs)."""
+    implementation (a tunable it ignores is swept at the one value it runs), and a search
+    section that does nothing (no ``timing.strategy: search``)."""
     from orchestrator.planning import notes
+    from orchestrator.planning.search import idle_settings
 
-    for line in notes(spec):
+    for line in [*notes(spec), *filter(None, [idle_settings(spec)])]:
         warn(f"note: {line}")
+
+
+def round_note(nxt: NextRound) -> str:
+    """What a round that was just planned does, in one line: halving's round 2 (the survivors of
+    the screen, timed in full) or a search's round (its configs, or that the search ended)."""
+    s = nxt.summary
+    kind = s.get("kind")
+    if kind is None:
+        return (
+            f"round {nxt.number}: {s['survivors']} of {s['screened']} screened configs can still win; "
+            f"timing them in full in {len(nxt.units)} units"
+        )
+    if kind == "end":
+        return f"the search ended after {s['search_round']} rounds: no problem has a config left worth measuring"
+    items = sum(len(u.items) for u in nxt.units)
+    what = "survivors of its screen, timed in full" if kind == "survivors" else "configs not measured before"
+    n = s["searching"]
+    return (
+        f"round {nxt.number}: {n} problem{'s' if n != 1 else ''} still search{'' if n != 1 else 'es'}: "
+        f"{items} {what}, in {len(nxt.units)} units"
+    )
+
+
+def search_plan_line(record: SearchRound, size: int) -> str:
+    """What round 1 of a search measures, and where its configs came from."""
+    problems = record["problems"]
+    portfolio = sum(p.get("portfolio", 0) for p in problems)
+    filling = sum(p.get("space_filling", 0) for p in problems)
+    carried = sum(p.get("carried", 0) for p in problems)
+    plural = "s" if len(problems) != 1 else ""
+    return (
+        f"search: round 1 records {size} items: per problem auto and its design (over {len(problems)} problem{plural}: "
+        f"{portfolio} configs from the portfolio, {filling} space-filling, {carried} carried); each later round, "
+        "planned once the one before is done, measures the winners of other problems and the grid neighbours of "
+        "each problem's leaders"
+    )
 
 
 RETRY_HELP = (

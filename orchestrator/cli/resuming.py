@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import PROG, Progress
+from orchestrator.cli.common import PROG, Progress, round_note
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep
 from orchestrator.cli.submission import print_submission
 from orchestrator.errors import DispatchError
@@ -38,10 +38,14 @@ def say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_d
         )
     if r.next_round is not None:
         nxt = r.next_round
-        print(
-            f"round {nxt.number - 1} of {sd.root} is complete: round {nxt.number} times {nxt.summary['survivors']} "
-            f"of {nxt.summary['screened']} screened configs in full, in {len(nxt.units)} new units"
-        )
+        if "kind" in nxt.summary:  # a search's round
+            print(f"round {nxt.number - 1} of {sd.root} is complete; {round_note(nxt)}")
+        else:
+            print(
+                f"round {nxt.number - 1} of {sd.root} is complete: round {nxt.number} times "
+                f"{nxt.summary['survivors']} of {nxt.summary['screened']} screened configs in full, "
+                f"in {len(nxt.units)} new units"
+            )
     if not r.new_units:
         if not plan.held and not quiet_when_done and r.next_round is None:
             redo = f" and no {retry} error record to retry" if retry else ""
@@ -49,9 +53,16 @@ def say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_d
         return
     n = len(r.new_units)
     redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
+    halving = sd.spec.timing.strategy == "halving"
+    later = sum(len(items) for number, items in plan.later.items() if not (halving and number == 2))
     print(
         f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
-        + (f", {len(plan.missing2)} survivors of round 2 are not timed in full yet" if plan.missing2 else "")
+        + (
+            f", {len(plan.missing2)} survivors of round 2 are not timed in full yet"
+            if plan.missing2 and halving
+            else ""
+        )
+        + (f", {later} items of later rounds have no record yet" if later else "")
         + f"{redo}; {n} new unit{'s' if n != 1 else ''}"
         + (f": {', '.join(u.id for u in r.new_units)}" if n <= 4 else "")
     )

@@ -124,6 +124,8 @@ class _WaitDisplay:
         self.progress = Progress(planned)
         self.warned: set[str] = set()
         self.announced = False
+        self.rounds: set[int] = set()  # a search's rounds announced
+        self.ended = False
 
     def __call__(self, st: SweepStatus) -> None:
         for u in st.units:
@@ -136,6 +138,13 @@ class _WaitDisplay:
                 f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
                 "configs are timed in full"
             )
+        for r in (st.search or [])[1:]:
+            if r["round"] not in self.rounds:
+                self.rounds.add(r["round"])
+                self.progress.note(f"{PROG}: round {r['round']} of the search: {r['planned']} items ({r['kind']})")
+        if st.search_end is not None and not self.ended:
+            self.ended = True
+            self.progress.note(f"{PROG}: the search ended after {st.search_end['search_round']} rounds")
         extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
         self.progress.update(st.done, extra=extra, total=st.total)
 

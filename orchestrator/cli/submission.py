@@ -45,7 +45,7 @@ def _print_arrays(sd: SweepDir, out: SubmitOutcome) -> None:
         by_array.setdefault(e["array_id"], []).append(e)
     split = f" (at most {out.per_array} tasks per array: {out.why})" if len(by_array) > 1 else ""
     per_task = out.per_task
-    tasks_note = f", {per_task} units per task (one per GPU)" if per_task > 1 else ""
+    tasks_note = f", tasks of {per_task} GPUs taking their units in turn" if per_task > 1 else ""
     print(
         f"submitted {len(entries)} {_plural(len(entries), 'unit')} as "
         f"{len(by_array)} job {_plural(len(by_array), 'array')}{tasks_note}{split}:"
@@ -92,10 +92,14 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
         reuse=reuse_request(args),
     )
     n_tasks = sum(len(a) for a in d.arrays)
+    most = max((len(units) for tasks in d.arrays for units in tasks), default=0)
+    turns = "one GPU" if d.per_task == 1 else "one per GPU"
+    if most > d.per_task > 1:
+        turns = f"taken in turn by its {d.per_task} GPUs"
     print(
         f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
-        f"{n_tasks} {_plural(n_tasks, 'task')} of up to {d.per_task} {_plural(d.per_task, 'unit')} "
-        f"(one per GPU), {len(d.arrays)} job {_plural(len(d.arrays), 'array')}"
+        f"{n_tasks} {_plural(n_tasks, 'task')} of up to {most} {_plural(most, 'unit')} "
+        f"({turns}), {len(d.arrays)} job {_plural(len(d.arrays), 'array')}"
         + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else "")
     )
     for line in reuse_lines(d.reused):
@@ -110,15 +114,25 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
     return 0
 
 
+def _turn(place: int, gpus: int) -> str:
+    """When a unit at ``place`` in its task starts: on GPU slot ``place`` at once, or next in
+    the task's queue."""
+    return f"GPU slot {place}" if place < gpus else f"queue #{place - gpus + 1}"
+
+
 def _print_layout(d: DryRun, max_tasks: int) -> None:
-    """Which units each task of each array would run, on which GPU slot, and the idle GPUs."""
+    """Which units each task of each array would run, in the order its GPUs take them (the first
+    ``per_task`` at once, one per GPU), and the idle GPUs."""
     for k, tasks in enumerate(d.arrays, 1):
         print(f"array {k}: {len(tasks)} {_plural(len(tasks), 'task')}")
         for t, units in enumerate(tasks[:max_tasks]):
-            print(f"  task {t}: " + ", ".join(f"{u} ({d.sizes[u]} items, GPU slot {g})" for g, u in enumerate(units)))
+            print(
+                f"  task {t}: "
+                + ", ".join(f"{u} ({d.sizes[u]} items, {_turn(g, d.per_task)})" for g, u in enumerate(units))
+            )
         if len(tasks) > max_tasks:
             print(f"  ... {len(tasks) - max_tasks} more tasks")
-    idle = sum(d.per_task - len(units) for tasks in d.arrays for units in tasks)
+    idle = sum(max(0, d.per_task - len(units)) for tasks in d.arrays for units in tasks)
     if idle:
         print(
             f"note: {idle} {_plural(idle, 'GPU')} of these tasks would sit idle; "

@@ -22,6 +22,8 @@ from orchestrator.cli.common import (
     print_plan_notes,
     reuse_lines,
     reuse_request,
+    round_note,
+    search_plan_line,
     warn,
 )
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
@@ -83,7 +85,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if not args.sweep_dir:
             raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
         sd, unit_ids, _ = prepare_sweep(
-            args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
+            args.spec,
+            args.sweep_dir,
+            args.units,
+            None,
+            costs=args.costs,
+            reuse=reuse_request(args),
+            spec=spec,
+            planned=planned,
         )
         print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
     return 0
@@ -108,7 +117,11 @@ def _print_plan(spec: SweepSpec, planned: Planned) -> None:
     n_invalid = sum(it.kind == INVALID for it in items)
     n_pruned = sum(it.kind == PRUNED for it in items)
     n_units = len(units) + (planned.reused is not None)
-    print(f"{len(items)} items in {n_units} units ({n_pruned} pruned by the shared-memory model, {n_invalid} invalid)")
+    kinds = f"{n_pruned} pruned by the shared-memory model, {n_invalid} invalid"
+    if planned.search is None:
+        print(f"{len(items)} items in {n_units} units ({kinds})")
+    else:
+        print(f"{len(items)} items ({kinds}), {planned.size} of them in the {n_units} units of the search's round 1")
     print_plan_notes(spec)
     for line in reuse_lines(planned.found.summary()):
         print(line)
@@ -117,6 +130,8 @@ def _print_plan(spec: SweepSpec, planned: Planned) -> None:
             f"halving: these units screen every forced config once (about {spec.timing.screen_target_ms:g} ms); "
             "round 2, planned when they are done, times the configs that can still win in full"
         )
+    if planned.search is not None:
+        print(search_plan_line(planned.search.record, planned.size))
     for u in units:
         shapes = sorted({f"{it.dtype}/d{it.head_dim}/s{it.seq}" for it in u.items})
         more = " ..." if len(shapes) > 4 else ""
@@ -246,10 +261,7 @@ def _run_rounds_here(
         return dispatch.run_units_locally(sd, unit_ids, kind=kind, workers=workers, on_poll=poll)
 
     def announce(nxt: NextRound) -> None:
-        progress.note(
-            f"round {nxt.number}: {nxt.summary['survivors']} of {nxt.summary['screened']} screened configs can "
-            f"still win; timing them in full in {len(nxt.units)} units"
-        )
+        progress.note(round_note(nxt))
 
     settings = sd.spec.executor.model_copy(update={"kind": kind})
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message

@@ -37,7 +37,7 @@ class SubmitOutcome:
     why: str  # where per_array comes from
     merge_job: dict[str, Any] | None = None
     merge_error: DispatchError | None = None
-    per_task: int = 1  # units a task runs at once (one per GPU)
+    per_task: int = 1  # units a task runs at once (one per GPU; it may hold more, taken in turn)
 
     @property
     def not_submitted(self) -> int:
@@ -110,7 +110,7 @@ def submit_with_merge(
     if sub.error is not None and not sub.entries:
         raise sub.error
     outcome = SubmitOutcome(
-        requested=list(unit_ids), submission=sub, per_array=size, why=why, per_task=settings.units_per_task()
+        requested=list(unit_ids), submission=sub, per_array=size, why=why, per_task=settings.gpus_per_task()
     )
     if settings.merge_job and sub.entries:
         try:

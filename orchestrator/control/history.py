@@ -27,6 +27,7 @@ class History:
     first_submitted: float | None = None
     slurm_jobs: list[str] = field(default_factory=list)  # every SLURM job the sweep ever had (GPU-hours)
     round2_deferred: str | None = None  # the last merge job's reason for not submitting round 2
+    deferred: dict[int, str] = field(default_factory=dict)  # round -> the last such reason for any round
 
 
 def read_history(sd: SweepDir) -> History:
@@ -48,9 +49,17 @@ def read_history(sd: SweepDir) -> History:
             h.resumed.difference_update(e.get("units", []))
         elif event == "merge_job":
             h.merge_jobs.append(e)
-        elif event == "round2_deferred":
-            h.round2_deferred = str(e.get("why"))
+        elif isinstance(event, str) and (number := _deferred_round(event)) is not None:
+            h.deferred[number] = str(e.get("why"))
+            if event == "round2_deferred":
+                h.round2_deferred = str(e.get("why"))
     return h
+
+
+def _deferred_round(event: str) -> int | None:
+    """N of a ``roundN_deferred`` event (``rounds.after_merge`` could not submit round N)."""
+    number = event.removeprefix("round").removesuffix("_deferred")
+    return int(number) if event.startswith("round") and event.endswith("_deferred") and number.isdigit() else None
 
 
 def submitted_ts(entry: dict[str, Any]) -> float | None:

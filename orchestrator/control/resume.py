@@ -1,17 +1,13 @@
 """Resuming a sweep: the items without a record, regrouped into new units and run again.
 
-``plan_resume`` reads every partial (parsed: resume is rare) and says which planned items
-have no record, which of them still belong to a unit that is pending or running, and how
-often each item killed a worker so far (a config that keeps killing its worker must be
-given up on even when it moves to a new unit). ``resume_sweep`` submits the missing items
-(SLURM) or runs them here (local, debug) and records which ended units they replace.
-Nothing here prints; ``on_planned`` lets the caller speak before anything runs.
+``plan_resume`` (``resume_plan``) reads every partial and says which planned items have no
+record, which of them still belong to a unit that is pending or running, and how often each
+item killed a worker so far. ``resume_sweep`` submits the missing items (SLURM) or runs them
+here (local, debug), each in new units of its own round, and records which ended units they
+replace. Nothing here prints; ``on_planned`` lets the caller speak before anything runs.
 
-A halving sweep resumes either round: an item of round 1 is missing while it has no record
-at all; a survivor of round 2 while it has no record timed in full (its screened one does not
-count). Missing items go to new units of their own round. A sweep whose round 1 is complete
-and whose round 2 nobody planned (the merge job could not submit it) gets round 2 planned and
-submitted (or run here) by resume.
+A sweep whose last round is complete and whose next round nobody planned (the merge job
+could not submit it) gets that round planned and submitted (or run here) by resume.
 """
 
 from __future__ import annotations
@@ -25,9 +21,10 @@ from typing import Any
 
 from orchestrator.control import dispatch
 from orchestrator.control.arrays import SubmitOutcome, UnitsRollback, submit_with_merge
+from orchestrator.control.resume_plan import ResumePlan, plan_resume
 from orchestrator.control.rounds import NextRound, advance, group, merge_hook, run_rounds_here
 from orchestrator.control.scheduler import require_submit_tools
-from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
+from orchestrator.control.status import sweep_status
 from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
@@ -35,38 +32,6 @@ from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ResumePlan:
-    """What ``resume`` would submit, computed from the partials (parsed: resume is rare)."""
-
-    missing: list[WorkItem] = field(default_factory=list)  # items without a record, free to submit
-    missing2: list[WorkItem] = field(default_factory=list)  # round-2 survivors without a full record
-    held: int = 0  # items without a record whose unit is still pending or running
-    active: list[str] = field(default_factory=list)  # those units
-    recorded: int = 0
-    missing_of: dict[str, set[str]] = field(default_factory=dict)  # ended unit -> its missing item ids
-    # item id -> [starts that died with it in flight, deaths while it was alone, of those hung],
-    # over all partials and per unit
-    died: dict[str, list[int]] = field(default_factory=dict)
-    died_by_unit: dict[str, dict[str, list[int]]] = field(default_factory=dict)
-    retry: list[WorkItem] = field(default_factory=list)  # error records of the kind asked to redo
-
-    def prior_starts(self, unit_id: str, item_ids: list[str]) -> dict[str, list[int]]:
-        """Deaths on each item in partials other than this unit's own (the worker reads its own),
-        as [starts, deaths, hangs]. A retried item starts afresh: none."""
-        own = self.died_by_unit.get(unit_id, {})
-        fresh = {it.id for it in self.retry}
-        out = {}
-        for iid in item_ids:
-            total, mine = self.died.get(iid), own.get(iid)
-            if total is None or iid in fresh:
-                continue
-            counts = [t - m for t, m in zip(total, mine or [0, 0, 0], strict=True)]
-            if counts[0] > 0:
-                out[iid] = counts
-        return out
 
 
 @dataclass
@@ -119,93 +84,6 @@ def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
             f"{sd.spec.fingerprint()}); resume without --spec, or submit that spec to a new --sweep-dir"
         )
     return spec.executor
-
-
-def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str, int], dict[str, Any]]]:
-    """Every recorded item id -> its newest record (by its attempt's start, then the later
-    unit, as merge picks it); deaths per item into ``plan``. Refuses partials of another spec
-    or environment."""
-    from orchestrator.store.partials import read_partial
-
-    fingerprint = sd.spec.fingerprint()
-    env = sd.recorded_env()
-    recorded: dict[str, tuple[tuple[str, int], dict[str, Any]]] = {}
-    for pos, entry in enumerate(sd.unit_index()):
-        path = sd.partial_path(entry["id"])
-        content = read_partial(path)
-        if entry.get("origin") == "reuse" and env is not None and any(h.get("env") != env for h in content.headers):
-            log.warning(
-                "%s: reused records checked against another environment than the workers' (%s); "
-                "their items are measured",
-                path,
-                sd.root / "env.json",
-            )
-            continue
-        for h in content.headers:
-            if h.get("sweep") != fingerprint:
-                raise MismatchError(
-                    f"{path} holds records of another spec (fingerprint {h.get('sweep')} != "
-                    f"{fingerprint}); resume refuses to mix them: move it out of {sd.partials}"
-                )
-            if env is not None and h.get("env") != env:
-                raise MismatchError(
-                    f"{path} was measured in another environment ({h.get('env')} vs {env} in "
-                    f"{sd.root / 'env.json'}); resume refuses to mix them: "
-                    f"move it out of {sd.partials}"
-                )
-        started = {h.get("attempt"): str(h.get("started") or "") for h in content.headers}
-        for iid, (attempt, rec) in content.records.items():
-            rank = (started.get(attempt, ""), pos)
-            if iid not in recorded or recorded[iid][0] <= rank:
-                recorded[iid] = (rank, rec)
-        died = {
-            iid: [n, content.deaths[iid], content.hangs[iid]]
-            for iid, n in content.starts.items()
-            if n > 0 and iid not in content.records
-        }
-        plan.died_by_unit[entry["id"]] = died
-        for iid, counts in died.items():
-            plan.died[iid] = [a + b for a, b in zip(plan.died.get(iid, [0, 0, 0]), counts, strict=True)]
-    return recorded
-
-
-def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: str | None = None) -> ResumePlan:
-    """Every planned item without a record in any partial, and every survivor of round 2
-    without a record timed in full, less those of units still pending or running (unless
-    ``force``); with ``retry`` (``records.RETRY_KINDS``) also the measured
-    items whose newest record is an error of that kind (``plan.retry``; never one the plan
-    decides: pruned or invalid). Refuses partials of another spec or environment."""
-    from orchestrator.planning import RUN
-    from orchestrator.spec.records import retried
-
-    plan = ResumePlan()
-    recorded = _read_partials(sd, plan)
-    plan.recorded = len(recorded)
-    # pending, running or requeued; a unit never submitted is "pending" too, but nothing runs it
-    active = {u.id for u in st.units if u.state in ACTIVE and u.submitted}
-    held: set[str] = set()
-    if not force:
-        plan.active = sorted(active)
-        for uid in plan.active:
-            held.update(it.id for it in sd.unit_items(uid))
-    full = {iid for iid, (_, rec) in recorded.items() if not rec.get("screened")}  # newest: round 2's if done
-    survivors = {it.id for u in st.units if u.round == 2 for it in sd.unit_items(u.id)}
-    for u in st.units:
-        if (u.id in active and not force) or u.complete or u.done >= u.total:
-            continue
-        missing = {it.id for it in sd.unit_items(u.id)} - (full if u.round == 2 else recorded.keys())
-        if missing:
-            plan.missing_of[u.id] = missing
-    for it in sd.items():
-        if it.id in (full if it.id in survivors else recorded):
-            if retry and it.kind == RUN and it.id not in held and retried(recorded[it.id][1], retry):
-                plan.retry.append(it)
-            continue
-        if it.id in held:
-            plan.held += 1
-        else:
-            (plan.missing2 if it.id in survivors else plan.missing).append(it)
-    return plan
 
 
 def group_missing(
@@ -271,7 +149,7 @@ def resume_sweep(
     with sweep_lock(sd):
         plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry)
         if not include_missing:  # `run --retry-errors`: run itself redoes what is missing
-            plan.missing, plan.missing2, plan.missing_of = [], [], {}
+            plan.missing, plan.later, plan.missing_of = [], {}, {}
         result = Resumed(plan=plan)
         cap = dispatch.local_slots(sd.spec) if background and not slurm else None  # all started at once
         _new_units(sd, result, units, settings, cap)
@@ -318,8 +196,8 @@ def _new_units(
         units = min(units or settings.fill_tasks(default), cap)
     if plan.missing:
         result.new_units = group_missing(sd, plan.missing, units, default=default, settings=settings)
-    if plan.missing2:
-        result.new_units += group_missing(sd, plan.missing2, units, default=default, settings=settings, round_=2)
+    for number, items in sorted(plan.later.items()):
+        result.new_units += group_missing(sd, items, units, default=default, settings=settings, round_=number)
     n, sweep = len(sd.unit_index()), sd.spec.fingerprint()
     for u in result.new_units:
         u.finalize(sweep, tag=f"resume-{n}" + (f"-round{u.round}" if u.round != 1 else ""))

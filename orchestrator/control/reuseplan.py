@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.control.searchplan import DesignRound, design_round
 from orchestrator.planning import Unit, WorkItem, expand, shard_items
 from orchestrator.planning.costs import CostTable
+from orchestrator.planning.search import SEARCH
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.carried import reuse_unit
+from orchestrator.store.portfolio import portfolio
 from orchestrator.store.reuse import Found, document_env, find_reuse
 from orchestrator.store.reuse_sources import Source, load_sources
 
@@ -44,12 +47,19 @@ class ReuseRequest:
 @dataclass
 class Planned:
     """A plan with reuse: every item, the units that measure, the unit of reused items (None
-    when nothing is reused) and what reuse found."""
+    when nothing is reused) and what reuse found; for a search, its round 1 (the units measure
+    its items only)."""
 
     items: list[WorkItem]
     units: list[Unit]
     reused: Unit | None
     found: Found
+    search: DesignRound | None = None
+
+    @property
+    def size(self) -> int:
+        """The items the plan records: every item, or a search's round 1 and what it carries."""
+        return len(self.items) if self.search is None else len(self.search.items) + self.found.reused
 
 
 def local_env(spec: SweepSpec) -> dict[str, Any]:
@@ -113,13 +123,17 @@ def plan_with_reuse(
         records=request.remeasure != "all",
         replays=spec.reuse.replays or request.replays,
     )
-    del sources  # their key indexes and heads: not held while the rest is sharded
     table = _combined(costs, found.costs)
     todo = [it for it in items if it.index not in found.records] if found.records else items
+    search = None
+    if spec.timing.strategy == SEARCH:  # round 1 measures the design; reuse carries what it found
+        search = design_round(spec, items, set(found.records), portfolio(sources, spec.measured_impl, env))
+        todo = search.items
+    del sources  # their key indexes and heads: not held while the rest is sharded
     planned = shard_items(spec, todo, units, table)
     reused = reuse_unit(items, found, len(planned), spec.fingerprint()) if found.records else None
     log.info("planned %d items: %d reused, %d in %d units", len(items), found.reused, len(todo), len(planned))
-    return Planned(items=items, units=planned, reused=reused, found=found)
+    return Planned(items=items, units=planned, reused=reused, found=found, search=search)
 
 
 def _combined(first: CostTable | None, then: CostTable | None) -> CostTable | None:

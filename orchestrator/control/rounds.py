@@ -1,13 +1,14 @@
 """Advancing a sweep to its next round: one function, whoever calls it.
 
-A strategy with rounds (``timing.strategy: halving``; ``strategy.RoundPlanner`` says what a
+A strategy with rounds (``timing.strategy: halving`` or ``search``; ``strategy.RoundPlanner`` says what a
 strategy adds) plans each round once the rounds before it have their records. ``advance``
 does it for every caller alike: under the sweep's lock it asks the strategy for the round
 still to plan, makes its items units of that round (``group``: the round's cost model), adds
 them to the index, lets the strategy write its record last, and on SLURM submits them with
 their own final merge job; a submission sbatch refuses plans nothing (the units no accepted
-array runs go, and so does the round's record when none was accepted). Whoever comes second
-finds the round planned and does nothing.
+array runs go, and so does the round's record when none was accepted). A round with nothing
+to measure is recorded and the next one planned at once (no merge job would follow it).
+Whoever comes second finds the round planned and does nothing.
 
 Who calls it, so that nobody has to wait: on SLURM the final merge job (``after_merge``,
 pickled by reference, so the merge job of a round advances the sweep to the next), ``wait``
@@ -27,19 +28,21 @@ from orchestrator import PROG
 from orchestrator.control.arrays import MergeHook, SubmitOutcome, UnitsRollback, submit_with_merge
 from orchestrator.control.dispatch import UnitOutcome
 from orchestrator.control.scheduler import require_submit_tools
+from orchestrator.control.searchrounds import SearchRounds
 from orchestrator.control.strategy import RoundPlanner
 from orchestrator.control.survivors import HalvingRounds
 from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import DispatchError
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.planning.halving import HALVING
+from orchestrator.planning.search import SEARCH
 from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
 
 # timing.strategy -> its rounds; a strategy not named here has one round.
-PLANNERS: dict[str, RoundPlanner] = {HALVING: HalvingRounds()}
+PLANNERS: dict[str, RoundPlanner] = {HALVING: HalvingRounds(), SEARCH: SearchRounds()}
 
 
 @dataclass
@@ -121,6 +124,11 @@ def advance(sd: SweepDir, settings: ExecutorSettings) -> NextRound | None:
     with sweep_lock(sd):
         rollback = UnitsRollback(sd)
         planned = _plan(sd, planner)
+        while planned is not None and not planned.units and planner.pending(sd) is not None:
+            following = _plan(sd, planner)  # a round with nothing to measure: the next one at once
+            if following is None:
+                break
+            planned = following
         if planned is None:
             return None
         ids = [u.id for u in planned.units]
@@ -164,7 +172,9 @@ def run_rounds_here(
 def after_merge(sweep_dir: str) -> dict[str, Any] | None:
     """The final merge job's hook (on a compute node): advance the sweep to its next round.
     Where sbatch cannot be run from a compute node, say so in the job's log and in the sweep's
-    history; ``tilesweep wait`` or ``tilesweep resume`` then submits the round from a login node."""
+    history; ``tilesweep wait`` or ``tilesweep resume`` then submits the round from a login node.
+    A round planned with nothing to measure, and no round after it, ended the rounds: the merge
+    job is asked to merge again (``merge_again``), since no other merge job will."""
     sd = SweepDir.open(sweep_dir)
     number = pending_round(sd)
     if number is None:
@@ -187,4 +197,7 @@ def after_merge(sweep_dir: str) -> dict[str, Any] | None:
         return {f"round{number}": "deferred", "why": exc.message}
     if done is None:
         return None
-    return {f"round{done.number}": len(done.units), "survivors": done.summary.get("survivors")}
+    out: dict[str, Any] = {f"round{done.number}": len(done.units), "survivors": done.summary.get("survivors")}
+    if not done.units and pending_round(sd) is None:  # the last round measured nothing: no merge job follows
+        out["merge_again"] = True
+    return out

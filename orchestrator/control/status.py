@@ -28,9 +28,11 @@ from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
+from orchestrator.planning.search import SEARCH
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
+from orchestrator.store.searchrounds import read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
 from orchestrator.store.target import final_merge
 
@@ -70,6 +72,9 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
         replay_of=sd.spec.replay.source if sd.spec.replay is not None else None,
     )
     st.round2_deferred = hist.round2_deferred if st.round2_pending else None
+    if sd.spec.timing.strategy == SEARCH:
+        st.search, st.search_end = read_rounds(sd), read_end(sd)
+        st.search_deferred = hist.deferred.get(st.next_round) if st.search_pending else None
     holder = read_holder(run_lease_path(sd.root))
     st.runner_live = holder is not None and holder.live
     index = sd.unit_index()

@@ -12,7 +12,10 @@ job ended in.
 
 A halving sweep (``timing.strategy: halving``) has two rounds: each unit says which it belongs
 to, progress counts round 1's records and then round 2's (its size is known once it is planned:
-``round2.json``), and the sweep is complete only when round 2 is planned and done.
+``round2.json``), and the sweep is complete only when round 2 is planned and done. A search
+(``timing.strategy: search``) has as many rounds as it needs: progress counts each planned
+round's items (``search/round<N>.json``), and the sweep is complete once the search ended
+(``search/end.json``) and every round is done.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.control.scheduler import SchedulerView
+from orchestrator.store.searchrounds import SearchRound
 
 ACTIVE = ("pending", "running", "requeued")
 # Ended without finishing its items: what `tilesweep resume` is for.
@@ -80,6 +84,9 @@ class SweepStatus:
     halving: bool = False  # timing.strategy: halving (two rounds)
     round2: dict[str, Any] | None = None  # round2.json once round 2 is planned
     round2_deferred: str | None = None  # why the merge job could not submit round 2
+    search: list[SearchRound] | None = None  # a search's round records (store.searchrounds), in order
+    search_end: SearchRound | None = None  # search/end.json once the search ended
+    search_deferred: str | None = None  # why the merge job could not submit a search's next round
     replay_of: str | None = None  # a replay (kernel.impl replay): the document it answers from
     # a live `tilesweep run` (or a resume run here) holds the sweep's run lease: it starts the
     # units not submitted yet, so they wait for it; without one nothing starts them
@@ -125,6 +132,16 @@ class SweepStatus:
         return self.halving and self.round2 is None
 
     @property
+    def search_pending(self) -> bool:
+        """A search that has not ended: a round is still to plan once the last one is done."""
+        return self.search is not None and self.search_end is None
+
+    @property
+    def next_round(self) -> int:
+        """The round a search plans next (the one after its last planned round)."""
+        return max((r["round"] for r in self.search or []), default=1) + 1
+
+    @property
     def errors(self) -> int:
         """Items whose newest record is an error: a retry unit's measurements supersede errors."""
         errors = sum(u.errors or 0 for u in self.units if not u.retry)
@@ -132,10 +149,11 @@ class SweepStatus:
 
     @property
     def complete(self) -> bool:
-        """Every unit done (or resumed by later ones) and no round left to plan; a sweep whose
-        unit index is empty (its planning was cut short) is not."""
+        """Every unit done (or resumed by later ones) and no round left to plan (halving's
+        round 2, a search that has not ended); a sweep whose unit index is empty (its planning
+        was cut short) is not."""
         done = all(u.complete or u.done >= u.total or u.resumed for u in self.units)
-        return bool(self.units) and not self.round2_pending and done
+        return bool(self.units) and not self.round2_pending and not self.search_pending and done
 
     def _waits(self, u: UnitStatus) -> bool:
         """Whether something will run the unit or runs it: a job of it is pending or running,
@@ -151,6 +169,21 @@ class SweepStatus:
     def never_started(self) -> list[UnitStatus]:
         """Units never submitted that nothing will start (``resume`` does)."""
         return [u for u in self.units if u.state in ACTIVE and not u.submitted and not self.runner_live]
+
+    def _search_json(self) -> dict[str, Any]:
+        """A search's rounds in ``--json``: per round its kind, items, units and records done."""
+        rounds = [
+            {
+                "round": r["round"],
+                "kind": r["kind"],
+                "planned": r["planned"],
+                "done": self.done_of(r["round"], r["planned"]),
+                "units": len(r["units"]),
+                "searching": sum(1 for p in r["problems"] if p.get("state") == "searching"),
+            }
+            for r in self.search or []
+        ]
+        return {"rounds": rounds, "ended": self.search_end is not None, "deferred": self.search_deferred}
 
     def counts(self) -> dict[str, int]:
         c = Counter(u.state for u in self.units)
@@ -184,9 +217,10 @@ class SweepStatus:
             "complete": self.complete,
             "settled": self.settled,
             "states": self.counts(),
-            "strategy": "halving" if self.halving else "full",
+            "strategy": "halving" if self.halving else "search" if self.search is not None else "full",
             "round2": self.round2,
             "round2_deferred": self.round2_deferred,
+            **({} if self.search is None else {"search": self._search_json()}),
             "eta_s": None if eta is None else round(eta, 1),
             "scheduler": self.scheduler,
             "gpu_hours": self.gpu_hours,

@@ -51,6 +51,8 @@ def sweep_state(st: SweepStatus) -> str:
     state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
     if state == "incomplete" and st.round2_pending and st.items_done >= st.planned:
         state = "round 1 done, round 2 to plan"
+    if state == "incomplete" and st.search_pending and st.done >= st.total:
+        state = f"round {st.next_round - 1} done, round {st.next_round} to plan"
     return state
 
 
@@ -102,7 +104,9 @@ def merge_job_line(m: dict[str, Any]) -> str:
 
 def _rounds_lines(st: SweepStatus) -> list[str]:
     """What a halving sweep's rounds have done, and who plans round 2 while it is not planned;
-    for another strategy with rounds, each round's timings."""
+    a search's rounds in one line; for another strategy with rounds, each round's timings."""
+    if st.search is not None:
+        return [_search_line(st)]
     if not st.halving:
         later = rounds_summary(st)
         return [f"round 1: {st.items_done}/{st.planned} items, {later}"] if later else []
@@ -122,6 +126,33 @@ def _rounds_lines(st: SweepStatus) -> list[str]:
         f"{one}; round 2 (full timing of the survivors) is planned once round 1 is complete "
         f"(by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`)"
     ]
+
+
+def _search_line(st: SweepStatus) -> str:
+    """What each round of a search has done, how many problems still search, and who plans the
+    next round (or why the merge job could not)."""
+    rounds = "; ".join(
+        f"round {r['round']} ({r['kind']}): {st.done_of(r['round'], r['planned'])}/{r['planned']} items"
+        for r in st.search or []
+    )
+    if st.search_end is not None:
+        n = st.search_end["search_round"]
+        return f"search: {rounds}; ended after {n} round{'s' if n != 1 else ''}"
+    problems = st.search[-1]["problems"] if st.search else []
+    searching = sum(1 for p in problems if p.get("state") == "searching")
+    head = f"search: {rounds}; {searching} of {len(problems)} problems searching"
+    if st.search_deferred:
+        return (
+            f"{head}; round {st.next_round} not planned: the merge job could not submit it ({st.search_deferred}); "
+            f"`{PROG} wait {st.sweep_dir}` or `{PROG} resume {st.sweep_dir}` does"
+        )
+    merging = any(m.get("state") in ("PENDING", "RUNNING") for m in st.merge_jobs)
+    if st.settled and st.done >= st.total and not merging:  # nothing runs that would plan it
+        return f"{head}; round {st.next_round} is still to plan: `{PROG} resume {st.sweep_dir}` plans and runs it"
+    return (
+        f"{head}; round {st.next_round} is planned once round {st.next_round - 1} is complete "
+        f"(by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`)"
+    )
 
 
 def format_duration(seconds: float) -> str:

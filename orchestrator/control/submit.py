@@ -114,12 +114,12 @@ def submit_unfinished(
 class DryRun:
     """What ``submit`` would do, made without writing or submitting anything: the units,
     how they map to arrays and tasks (``arrays[a][t]`` = the units of task ``t`` of array
-    ``a``, one per GPU), and the sbatch scripts submitit would write."""
+    ``a``, which its ``per_task`` GPUs take in turn), and the sbatch scripts submitit would write."""
 
     root: Path
     planned: int
     sizes: dict[str, int]  # unit -> items
-    per_task: int
+    per_task: int  # GPUs of a task: the units it runs at once
     per_array: int
     why: str
     arrays: list[list[list[str]]]
@@ -159,7 +159,7 @@ def dry_run(
         p = plan_with_reuse(
             spec, root, Path(output or spec.output), units, load_costs(costs) if costs else None, reuse, "slurm"
         )
-        sizes, planned, reused = {u.id: len(u.items) for u in p.units}, len(p.items), p.found.summary()
+        sizes, planned, reused = {u.id: len(u.items) for u in p.units}, p.size, p.found.summary()
     settings = spec.executor
     size, why = per_array(settings, max_array_size, len(sizes))
     groups = dispatch.tasks_of(list(sizes), settings.units_per_task())
@@ -169,7 +169,7 @@ def dry_run(
         root=root,
         planned=planned,
         sizes=sizes,
-        per_task=settings.units_per_task(),
+        per_task=settings.gpus_per_task(),
         per_array=size,
         why=why,
         arrays=arrays,

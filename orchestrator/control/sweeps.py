@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from orchestrator import PROG
 from orchestrator.control.history import read_history
-from orchestrator.control.reuseplan import ReuseRequest, plan_with_reuse
+from orchestrator.control.reuseplan import Planned, ReuseRequest, plan_with_reuse
 from orchestrator.control.scheduler import array_of, missing_tools, query
 from orchestrator.control.scheduler import cancel as scancel
 from orchestrator.control.status import ACTIVE, sweep_status
@@ -52,16 +52,20 @@ def prepare_sweep(
     reuse: ReuseRequest | None = None,
     kind: str | None = None,
     spec: SweepSpec | None = None,
+    planned: Planned | None = None,
 ) -> PreparedSweep:
     """Create (or reopen) the sweep directory of a spec. An existing directory of the same
     spec is reopened with the units it was planned with, so a rerun redoes only what is
     missing. A new one is planned with reuse (``reuseplan``: what the output document and
     ``reuse`` documents hold is carried, not measured). ``costs``: a results document whose
     measured costs shard the units. ``kind``: the executor it will run on (default: the spec's).
-    ``spec``: the spec file's spec as the command line changed it (``--device-kind``)."""
+    ``spec``: the spec file's spec as the command line changed it (``--device-kind``).
+    ``planned``: that plan, made already by the caller (``plan`` shows it first), so that its
+    warnings are said once."""
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import write_reuse_unit
     from orchestrator.store.document import load_costs
+    from orchestrator.store.searchrounds import write_round
 
     spec = spec if spec is not None else load_spec(spec_path)
     check_replay_source(spec)
@@ -72,15 +76,19 @@ def prepare_sweep(
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
         if sd.unit_index():
             return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
-    planned = plan_with_reuse(spec, root, out, units, load_costs(costs) if costs else None, reuse, kind)
+    if planned is None:
+        planned = plan_with_reuse(spec, root, out, units, load_costs(costs) if costs else None, reuse, kind)
     sd = SweepDir.create(
-        root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()), planned=len(planned.items)
+        root, spec, output=out.resolve(), spec_source=str(Path(spec_path).resolve()), planned=planned.size
     )
     with sweep_lock(sd):
         if not sd.unit_index():
             sd.add_units(planned.units, origin="plan")
             if planned.reused is not None:
                 write_reuse_unit(sd, planned.reused, planned.found)
+            if planned.search is not None:  # last: its record says round 1 is planned
+                planned.search.record["units"] = [u.id for u in planned.units]
+                write_round(sd, planned.search.record)
     return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
 
 

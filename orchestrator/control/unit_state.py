@@ -48,7 +48,11 @@ def slurm_state(
         # squeue lists every pending task (-r): one only sacct calls pending has left the queue
         # since (sacct lags a few seconds), so it is judged as a task in neither
         return _in_neither(view, jid, submitted, mtime, now)
-    return _from_task(ts, mtime, submitted)
+    state, detail = _from_task(ts, mtime, submitted)
+    if state == "running" and (job.get("units_in_task") or 1) > 1 and not (mtime is not None and mtime >= submitted):
+        # a whole-node task's GPUs take its units in turn: this one has not been taken yet
+        return "pending", "its task is running; it waits for one of the task's GPUs"
+    return state, detail
 
 
 def _in_neither(

@@ -19,6 +19,10 @@ the samples, so twice it covers nearly all. A config survives when its screen is
 ``max(timing.noise, 2 * auto's (q3 - q1) / median)`` of the best screen, or when it is among
 the ``timing.keep`` fastest screens. ``timing.noise`` (default 0.1) is the floor for problems
 whose auto failed or measured a spread narrower than a short screening sample has.
+
+A search (``planning.search``) with ``search.screen`` screens each of its rounds by the same rule
+(``screens``: its odd rounds screen, the even ones time the survivors in full), and its records
+say which round measured them (``Measurement.marks``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.planning.search import SEARCH
 from orchestrator.spec.model import SweepSpec
 
 HALVING = "halving"
@@ -36,19 +41,40 @@ HALVING = "halving"
 @dataclass(frozen=True)
 class Measurement:
     """How one item is timed: ``repeats`` samples of about ``target_ms``; ``screened`` marks the
-    one short sample of round 1."""
+    one short sample of a screening round; ``round``: the round of a search, which its records
+    name (None: the strategy's records do not)."""
 
     repeats: int
     target_ms: float
     screened: bool = False
+    round: int | None = None
+
+    def marks(self, *, error: bool = False) -> dict[str, Any]:
+        """The record fields that say how it was measured: ``screened`` on a screen's
+        measurement (never on an error), ``round`` on every record of a search's round."""
+        out: dict[str, Any] = {"screened": True} if self.screened and not error else {}
+        if self.round is not None:
+            out["round"] = self.round
+        return out
+
+
+def screens(spec: SweepSpec, round_: int) -> bool:
+    """Whether the forced configs of ``round_`` get one screening sample: halving's round 1, and
+    the odd rounds of a search with ``search.screen`` (each of whose rounds is a screen, then the
+    full timing of its survivors)."""
+    strategy = spec.timing.strategy
+    if strategy == HALVING:
+        return round_ == 1
+    return strategy == SEARCH and spec.search.screen and round_ % 2 == 1
 
 
 def measurement(config: str, spec: SweepSpec, round_: int = 1) -> Measurement:
     """How an item of kind ``config`` ("auto" or "forced") is timed in ``round_``."""
     timing = spec.timing
-    if timing.strategy == HALVING and round_ == 1 and config == "forced":
-        return Measurement(1, timing.screen_target_ms, screened=True)
-    return Measurement(spec.repeats, timing.target_ms)
+    numbered = round_ if timing.strategy == SEARCH else None
+    if config == "forced" and screens(spec, round_):
+        return Measurement(1, timing.screen_target_ms, screened=True, round=numbered)
+    return Measurement(spec.repeats, timing.target_ms, round=numbered)
 
 
 def relative_spread(rec: Mapping[str, Any] | None) -> float | None:

@@ -40,6 +40,7 @@ from orchestrator.spec.sections import (
     ReplaySettings,
     ReportSettings,
     ReuseSettings,
+    SearchSettings,
     ShardingSettings,
     SpecModel,
     TimingSettings,
@@ -165,6 +166,9 @@ class SweepSpec(SpecModel):
         default=None, description="the document a replayed sweep (kernel.impl replay) answers from"
     )
     reuse: ReuseSettings = Field(default=ReuseSettings(), description="earlier documents whose records are carried")
+    search: SearchSettings = Field(
+        default=SearchSettings(), description="what timing.strategy search measures, round by round"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -303,6 +307,8 @@ class SweepSpec(SpecModel):
         measured["kernel"] = {
             k: v for k, v in dumped["kernel"].items() if (k, v) not in (("impl", DEFAULT_IMPL), ("device_kind", None))
         }
+        if self.timing.strategy == "search":  # which configs a search measures: only a search has them
+            measured["search"] = dumped["search"]
         if self.replay is not None:  # the pace changes no record
             measured["replay"] = {k: v for k, v in dumped["replay"].items() if (k, v) != ("impl", DEFAULT_IMPL)}
             measured["replay"].pop("pace")

@@ -14,7 +14,7 @@ Layout, in the reference document's key order::
                fwd_bwd: fwd_block_q, fwd_block_k, bwd_outer, bwd_inner, num_stages, num_warps
                (auto records have none: the kernel picks)
     results    rel_err, compile_s, inner, median_ms, q1_ms, q3_ms   or   error
-    extras     timer, samples_ms, pruned, smem_bytes, compile_cached, screened, reused_from, device,
+    extras     timer, samples_ms, pruned, smem_bytes, compile_cached, screened, round, reused_from, device,
                unit, attempt (documented)
 
 The bracketed identity fields are optional, so the reference's records keep exactly its
@@ -74,7 +74,8 @@ RESULT_FIELDS: tuple[str, ...] = ("rel_err", "compile_s", "inner", "median_ms", 
 # ``samples_ms``: every timed sample (per-call ms by the record's timer) that median_ms, q1_ms and
 # q3_ms summarise, so an export hands them on (tokamax's tables keep raw samples).
 # ``screened``: timed by one short screening sample only (the halving strategy's first round);
-# such a record is never a best config. ``reused_from``: the results document the record was
+# such a record is never a best config. ``round``: the round of a search (``timing.strategy: search``)
+# whose unit measured the record. ``reused_from``: the results document the record was
 # carried from instead of being measured again (``store.reuse``); ``device``: the device kind of a
 # record carried into a document of another device (``merge.mix_devices``).
 EXTRA_RECORD_FIELDS: tuple[str, ...] = (
@@ -84,6 +85,7 @@ EXTRA_RECORD_FIELDS: tuple[str, ...] = (
     "smem_bytes",
     "compile_cached",
     "screened",
+    "round",
     "reused_from",
     "device",
     "unit",
@@ -118,6 +120,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "smem_bytes": (int, type(None)),
     "compile_cached": (bool,),
     "screened": (bool,),
+    "round": (int,),
     "reused_from": (str,),
     "device": (str,),
     "unit": (str,),

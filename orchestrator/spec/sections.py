@@ -19,6 +19,11 @@ from orchestrator.spec.lists import Pow2
 
 REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (jobs/replay.py)
 EXECUTOR_KINDS = ("local", "slurm", "debug")
+# Units a whole-node task holds per GPU by default: enough that its GPUs end within about half a
+# unit of each other, few enough that each unit's own set-up (its worker's start, the inputs and
+# reference of each of its shapes, compiles its siblings in other units could have shared) stays
+# small beside its configs.
+UNITS_PER_GPU = 2
 
 
 class SpecModel(BaseModel):
@@ -52,8 +57,8 @@ class ExecutorSettings(SpecModel):
     gpus_per_node: int | None = Field(
         default=None,
         ge=0,
-        description="slurm: GPUs of each array task; with G > 1 a task runs G units at once, one per GPU "
-        "(sbatch --gpus-per-node)",
+        description="slurm: GPUs of each array task; with G > 1 a task holds 2 x G units by default and runs G "
+        "at once, one per GPU, each GPU taking the task's next unit when its unit ends (sbatch --gpus-per-node)",
     )
     cpus_per_task: int | None = Field(
         default=None,
@@ -128,15 +133,23 @@ class ExecutorSettings(SpecModel):
         "answered after this long (it retries for minutes when the job table is full)",
     )
 
-    def units_per_task(self) -> int:
+    def gpus_per_task(self) -> int:
         """How many units one SLURM task runs at once: one per GPU it is given (one without
         GPUs). The local executors run one unit per process."""
         if self.kind != "slurm":
             return 1
         return max(1, self.gpus_per_node or 0)
 
+    def units_per_task(self) -> int:
+        """How many units one SLURM task holds: ``UNITS_PER_GPU`` per GPU of a whole-node task,
+        which its GPUs take in turn (a GPU whose unit ends takes the task's next one), so a unit
+        that runs long leaves the others' GPUs idle for a fraction of a unit, not for its rest;
+        one for a task of one GPU, where there is nothing to balance."""
+        gpus = self.gpus_per_task()
+        return gpus if gpus == 1 else UNITS_PER_GPU * gpus
+
     def fill_tasks(self, n_units: int) -> int:
-        """``n_units`` rounded up to whole tasks, so no GPU of a task is left without a unit."""
+        """``n_units`` rounded up to whole tasks, so every task has its full share of units."""
         k = self.units_per_task()
         return k * -(-n_units // k)
 
@@ -164,17 +177,23 @@ class TimingSettings(SpecModel):
         description="seed of the random inputs every config of a problem is timed and checked on "
         "(and of a replay's sample draws)",
     )
-    strategy: Literal["full", "halving"] = Field(
+    strategy: Literal["full", "halving", "search"] = Field(
         default="full",
         description="full: every config gets repeats x target_ms; halving: every config of a problem gets one "
-        "screening sample of screen_ms, then only those that can still win are timed in full (a second round)",
+        "screening sample of screen_ms, then only those that can still win are timed in full (a second round); "
+        "search: rounds that measure per problem a small design, then the configs that won other problems and "
+        "the grid neighbours of its leaders, until nothing faster is found (the search section)",
     )
     screen_ms: float | None = Field(
         default=None,
         gt=0,
         description="halving: length of the one screening sample (default: target_ms / 10); must be below target_ms",
     )
-    keep: int = Field(default=4, ge=1, description="halving: at least this many configs per problem are timed in full")
+    keep: int = Field(
+        default=4,
+        ge=1,
+        description="halving (and search.screen): at least this many configs per problem are timed in full",
+    )
     noise: float = Field(
         default=0.1,
         ge=0,
@@ -277,7 +296,8 @@ class CompileSettings(SpecModel):
         default=None,
         ge=1,
         description="compile threads or processes per worker, at most "
-        "its CPUs (a whole-node task's share); default: those CPUs",
+        "its CPUs (a whole-node task's share); default: those CPUs, one thread in interpret mode "
+        "(docs/compile-modes.md)",
     )
     cache_dir: str | None = Field(
         default=None,
@@ -326,3 +346,51 @@ class ReuseSettings(SpecModel):
         description="a measured sweep reuses replayed records too (a replay's, drawn on a virtual clock; "
         "carried with timer virtual); default: never, a replay is not a measurement",
     )
+
+
+class SearchSettings(SpecModel):
+    """How ``timing.strategy: search`` chooses what to measure (docs/measuring.md; its rules:
+    ``orchestrator.planning.search``). Ignored by the other strategies."""
+
+    design: int = Field(
+        default=6,
+        ge=1,
+        description="round 1: forced configs per problem, carried ones included: the configs that won the most "
+        "problems in the reuse documents (the portfolio), filled up by a space-filling choice over the grid",
+    )
+    budget: int | None = Field(
+        default=None,
+        ge=1,
+        description="most forced configs measured per problem over all rounds (carried ones count); at least "
+        "design; null: no cap but max_rounds",
+    )
+    max_rounds: int = Field(
+        default=5,
+        description="most rounds of the search (1: the design alone); with screen each round is two rounds of "
+        "units, a screen and the full timing of its survivors",
+    )
+    leaders: int = Field(
+        default=2,
+        ge=1,
+        description="per problem, the configs whose grid neighbours a round measures: the best and those whose "
+        "q1-q3 overlaps it, at most this many",
+    )
+    screen: bool = Field(
+        default=False,
+        description="screen each round's configs with one sample of timing.screen_ms first, then time the "
+        "survivors in full (halving's rule, timing.keep and timing.noise)",
+    )
+
+    @model_validator(mode="after")
+    def _rounds_and_budget(self) -> SearchSettings:
+        if self.max_rounds < 1:
+            raise ValueError(
+                f"max_rounds={self.max_rounds} must be at least 1 (round 1 measures the design); "
+                "set it to 1 for the design alone"
+            )
+        if self.budget is not None and self.budget < self.design:
+            raise ValueError(
+                f"budget={self.budget} is below design={self.design}: round 1 alone measures design configs per "
+                f"problem; raise budget to at least {self.design}, or lower design"
+            )
+        return self

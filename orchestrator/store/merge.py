@@ -61,6 +61,7 @@ from orchestrator.store.provenance import (
 )
 from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.round2 import read_round2
+from orchestrator.store.searchrounds import planned_total, search_block
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.target import Target, inspect, keep, refuse_foreign, stash, write_stamp
@@ -140,12 +141,13 @@ def _tilesweep_block(
         spec=sd.spec,
         env=env,
         merged=now_iso(),
-        planned=sd.planned,
+        planned=planned_total(sd),
         attempts={s.unit: unit_attempts(s.headers, s.mtime_ns) for s in segs if s.headers},
         gpu_hours=cast(GpuHours, extra or {}),  # the caller's block keys: control.sweeps.accounting
         measured=measurement(sd.spec, [h for s in segs for h in s.headers]),
         reused=None if reused is None else _reused(reused),
         rounds=None if round2 is None else _rounds(round2),
+        search=search_block(sd),
     )
 
 
@@ -235,13 +237,14 @@ def merge(
         if target is not None and (target.n_foreign or target.not_a_document) and not overwrite:
             refuse_foreign(target)
         segs, moved, env = collect(sd, use_cache=use_cache)
-        slots = pick_newest(segs, sd.planned)
+        planned = planned_total(sd)
+        slots = pick_newest(segs, planned)
         head: DocumentHead = {
             "device": _device(segs),
             "config": spec.reference_config(),
             "tilesweep": _tilesweep_block(sd, segs, env, extra),
         }
-        summary = _found(out, sd.planned, slots, segs, moved)
+        summary = _found(out, planned, slots, segs, moved)
         del segs
         if moved and not slots.found:
             summary.written = False
@@ -251,7 +254,7 @@ def merge(
             _write_appended(sd, out, head, slots, summary)
         else:
             _write_fresh(sd, out, head, slots, summary, target)
-    log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, sd.planned)
+    log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
     return summary
 
 

@@ -4,7 +4,8 @@ The block says where a document's records come from: the sweep directory, the sp
 fingerprint, the environment, when it was merged, how many items were planned, per unit the
 attempts that measured them (so each record's ``unit`` and ``attempt`` trace it to its worker
 and SLURM task), for a sweep run on SLURM the GPU-hours its tasks used, how the records were
-measured, what planning reused and, for halving, what round 2 kept. An append into a document of
+measured, what planning reused and, for halving, what round 2 kept; for a search, what each
+problem measured and what it never did. An append into a document of
 another spec keeps that document's block under ``earlier`` (``append``), so provenance is never
 lost. The merger writes the block (``tilesweep_block``); reuse, append, the merge target's check
 and the report read it through ``blocks``.
@@ -67,6 +68,28 @@ class RoundsBlock(TypedDict):
     planned: int | None
 
 
+class SearchProblem(TypedDict):
+    """One problem's search, as the document tells it: how many forced configs were measured
+    (carried ones included), how many in each round, why its search ended (or that it goes on:
+    ``state``) and which of its runnable configs were never measured (values of ``fields``)."""
+
+    problem: list[Any]  # records.problem_key
+    fields: list[str]
+    measured: int
+    measured_in: dict[str, int]  # round of the search -> configs it measured
+    state: str
+    never_measured: list[list[Any]]
+
+
+class SearchBlock(TypedDict):
+    """What a search (``timing.strategy: search``) measured: its rounds, whether it ended, and
+    per problem its account (``store.searchrounds``)."""
+
+    rounds: int  # rounds of the search that measured something
+    ended: bool
+    problems: list[SearchProblem]
+
+
 class TilesweepBlock(TypedDict):
     sweep_dir: str
     fingerprint: str
@@ -80,6 +103,7 @@ class TilesweepBlock(TypedDict):
     measurement: NotRequired[Measurement]
     reused: NotRequired[ReusedBlock]
     rounds: NotRequired[RoundsBlock]
+    search: NotRequired[SearchBlock]
     earlier: NotRequired[list[TilesweepBlock]]  # blocks of other specs' sweeps appended into it
 
 
@@ -167,6 +191,7 @@ def tilesweep_block(
     measured: Measurement | None = None,
     reused: ReusedBlock | None = None,
     rounds: RoundsBlock | None = None,
+    search: SearchBlock | None = None,
 ) -> TilesweepBlock:
     """The block, its keys in the order every document has them."""
     measured_part: _Measured = {} if measured is None else {"measurement": measured}
@@ -185,6 +210,8 @@ def tilesweep_block(
         block["reused"] = reused
     if rounds is not None:
         block["rounds"] = rounds
+    if search is not None:
+        block["search"] = search
     return block
 
 

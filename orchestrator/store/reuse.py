@@ -49,7 +49,7 @@ from orchestrator.store.reuse_sources import Source, indexed_records
 
 log = logging.getLogger(__name__)
 
-_STRIP = ("unit", "attempt", "reused_from", "device")
+_STRIP = ("unit", "attempt", "reused_from", "device", "round")
 
 # The records chosen for items, by plan index: (the record, held compactly; its source's path)
 Chosen = dict[int, tuple[Mapping[str, Any], str]]

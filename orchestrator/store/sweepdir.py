@@ -3,13 +3,15 @@
 Layout::
 
     sweep.json          frozen spec, its fingerprint, resolved output path
-    units.json          index of every unit ever planned (plan, resume, round 2), in order
+    units.json          index of every unit ever planned (plan, resume, later rounds), in order
     units/<id>.json     one unit: its items' ids and plan indices (its round, after 1: store.round2)
     partials/<id>.jsonl one per unit, appended by its worker only (header + record lines)
     done/<id>.json      completion marker, written atomically at the end of a unit
     env.json            environment fingerprint of the first worker (later ones must match)
     jobs.jsonl          submission history (executor, job ids, attempt)
     final-merge.json    what the final merge job did last (merged, or refused and why; see target)
+    round2.json         halving: what round 2 kept (store.round2)
+    search/             a search's rounds (store.searchrounds)
     logs/               submitit's folder (sbatch files, stdout/stderr per task)
     logs/units/<id>.log one per unit: its workers' output on SLURM (a task runs several)
     leases/<id>.lease   held by the live worker of a unit (see leases); run.lease: `tilesweep run`
@@ -69,7 +71,7 @@ class SweepFile(TypedDict):
     created: str
     fingerprint: str
     output: str
-    planned: int  # items the spec expands to
+    planned: int  # items the plan holds: the spec's (a search: its round 1's and the carried ones)
     spec_source: str | None
     spec: dict[str, Any]  # SweepSpec.model_dump(mode="json")
 
@@ -228,7 +230,8 @@ class SweepDir:
 
     @property
     def planned(self) -> int:
-        """Number of items the spec expands to (stored, so status need not expand it)."""
+        """Number of items the plan holds (stored, so status need not expand the spec): every item
+        of the spec, or for a search its round 1's (``searchrounds.planned_total`` adds the later rounds')."""
         return int(self.meta.get("planned") or len(self.items()))
 
     @property

@@ -1,42 +1,42 @@
-"""A SLURM task's workers: one process per unit, each on its own GPU and its own CPU share.
+"""A SLURM task's workers: its GPUs take its units in turn, a worker process per unit.
 
-A task given G GPUs holds up to G units (``slurm.tasks_of``). Each unit runs in its own
-process (``unit_worker``) that sees only its GPU (``CUDA_VISIBLE_DEVICES`` set to one of the
-task's, in order) and runs on its own share of the task's CPUs (its affinity: the task's
-CPUs split into G contiguous parts, or one CPU each, shared round robin, when there are
-fewer CPUs than units). The compile pool of a worker sizes itself to its affinity, so G
-workers compile on the task's CPUs without taking each other's cores, and they share the
-sweep's one compile cache. Each worker writes to its unit's log (``SweepDir.unit_log``),
-so ``tilesweep logs`` shows one unit's story even when its task ran several.
+A task given G GPUs holds several units per GPU (``slurm.tasks_of``). It runs G at once, one
+on each GPU, and a GPU whose unit ends takes the task's next unit not started yet, so the
+GPUs of a task end within a fraction of a unit of each other, whatever the cost model got
+wrong. Each unit runs in its own worker process (``forked``: a fork of the task, which has
+imported jax and the worker's modules once) that sees only its GPU (``CUDA_VISIBLE_DEVICES``
+set to one of the task's) and runs on that GPU's share of the task's CPUs (its affinity: the
+task's CPUs split into G contiguous parts, or one CPU each, shared round robin, when there are
+fewer CPUs than GPUs). The compile pool of a worker sizes itself to its affinity, so G workers
+compile on the task's CPUs without taking each other's cores, and they share the sweep's one
+compile cache. Each worker writes to its unit's log (``SweepDir.unit_log``), so ``tilesweep
+logs`` shows one unit's story even when its task ran several. A worker that dies costs only its
+own unit: the GPU takes the next one.
 
-The parent starts the workers, forwards signals, and says why a worker died when the worker
-could not (a signal, the OOM killer) as the unit log's last line. It never imports jax.
+The parent starts the workers, forwards signals, starts no more units once the task is told to
+stop (the time-limit warning, TERM), and says why a worker died when the worker could not (a
+signal, the OOM killer) as the unit log's last line. It imports jax but never starts a backend.
 """
 
 from __future__ import annotations
 
-import ctypes
-import json
 import logging
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.control.dispatch.unit_worker import HELD, SIGNALS, STOPPED
+from orchestrator.control.dispatch.forked import ForkedWorker, preload, start_worker
+from orchestrator.control.dispatch.unit_worker import HELD, STOPPED
 from orchestrator.control.why import failure_line, oom_kills, read_failure, signal_reason
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
-_PR_SET_PDEATHSIG = 1
 
 
 def task_gpus() -> list[str]:
@@ -70,38 +70,18 @@ def cpu_shares(cpus: list[int], n: int) -> list[list[int]]:
     return out
 
 
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-def _preexec(cpus: list[int], libc: ctypes.CDLL | None) -> Callable[[], None]:
-    """In the child, before exec: hold USR2, TERM and USR1 until its handlers exist, pin it to its
-    CPU share, and have it sent TERM if this parent dies (no orphan keeps a GPU)."""
-
-    def setup() -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        if libc is not None:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-    return setup
-
-
 @dataclass
 class Slot:
-    """One unit of the task: its GPU and CPU share, its log, its process and how it ended."""
+    """One unit of the task: the GPU and CPU share it ran on, its log, its worker and how it ended."""
 
     unit: str
-    gpu: str | None
-    cpus: list[int]
     log: Path
-    proc: subprocess.Popen[bytes] | None = None
-    state: str = "waiting"  # waiting | skipped (done before) | running | done | stopped | held | failed
+    gpu: str | None = None
+    cpus: list[int] = field(default_factory=list)
+    proc: ForkedWorker | None = None
+    state: str = "waiting"  # waiting (never started) | skipped (done before) | running | done | stopped | held | failed
     reason: str | None = None
+    oom_before: int | None = None  # the OOM killer's count when its worker started
 
     def outcome(self) -> dict[str, Any]:
         return {
@@ -114,55 +94,78 @@ class Slot:
         }
 
 
+@dataclass
+class Lane:
+    """One GPU of the task (None in a task without GPUs) and its CPU share: it runs one unit's
+    worker at a time."""
+
+    gpu: str | None
+    cpus: list[int]
+    slot: Slot | None = None
+
+
 class TaskWorkers:
-    """The workers of one task's units (see the module docstring)."""
+    """The workers of one task's units (see the module docstring). Without GPUs, every unit
+    gets a lane of its own, all at once."""
 
     def __init__(self, sweep_dir: str, units: list[str], prior: dict[str, dict[str, Any]], task: str | None) -> None:
         self.sd = SweepDir(Path(sweep_dir))
         self.prior = prior
         self.task = task
         gpus = task_gpus()
-        if gpus and len(units) > len(gpus):
-            log.warning("%d units but %d GPUs in this task: GPUs are shared", len(units), len(gpus))
-        shares = cpu_shares(task_cpus(), len(units))
-        self.slots = [
-            Slot(unit=u, gpu=gpus[k % len(gpus)] if gpus else None, cpus=shares[k], log=self.sd.unit_log(u))
-            for k, u in enumerate(units)
-        ]
-        self._oom_before: int | None = None
+        n = max(1, min(len(units), len(gpus) or len(units)))
+        shares = cpu_shares(task_cpus(), n)
+        self.lanes = [Lane(gpu=gpus[k] if gpus else None, cpus=shares[k]) for k in range(n)]
+        self.slots = [Slot(unit=u, log=self.sd.unit_log(u)) for u in units]
+        self.stopping = False
+        self._stop_signal: int | None = None
 
     def start(self) -> None:
-        """Start a worker per unit that is not done yet."""
-        self._oom_before = oom_kills()
-        libc = _libc()
+        """Skip the units done before; start a worker on each GPU, each with the next unit."""
         for slot in self.slots:
             if self.sd.marker_path(slot.unit).exists():
                 slot.state = "skipped"
-                continue
-            slot.log.parent.mkdir(parents=True, exist_ok=True)
-            with open(slot.log, "ab") as out:
-                self._note(
-                    out,
-                    f"starting unit {slot.unit} on {socket.gethostname()}, GPU {slot.gpu or '-'}, "
-                    f"CPUs {','.join(map(str, slot.cpus)) or '-'}, SLURM task {self.task or '-'}",
-                )
-                env = dict(os.environ)
-                if slot.gpu is not None:
-                    env["CUDA_VISIBLE_DEVICES"] = slot.gpu
-                cmd = [
-                    sys.executable,
-                    "-u",
-                    "-m",
-                    "orchestrator.control.dispatch.unit_worker",
-                    str(self.sd.root),
-                    slot.unit,
-                    json.dumps(self.prior.get(slot.unit) or {}),
-                ]
-                slot.proc = subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, preexec_fn=_preexec(slot.cpus, libc)
-                )
-            slot.state = "running"
-            log.info("unit %s: worker pid %d on GPU %s, CPUs %s", slot.unit, slot.proc.pid, slot.gpu, slot.cpus)
+        if not self.stopping and any(s.state == "waiting" for s in self.slots):
+            preload()
+        self._fill()
+
+    def stop(self, signum: int | None = None) -> None:
+        """Start no more units, and send ``signum`` (if given) to every worker running, and to
+        one whose start this call interrupted."""
+        self.stopping = True
+        if signum is not None:
+            self._stop_signal = signum
+            self.signal(signum)
+
+    def _fill(self) -> None:
+        """Give every free GPU the task's next unit not started yet."""
+        for lane in self.lanes:
+            if self.stopping:
+                return
+            nxt = next((s for s in self.slots if s.state == "waiting"), None)
+            if nxt is None:
+                return
+            if lane.slot is None:
+                self._launch(lane, nxt)
+
+    def _launch(self, lane: Lane, slot: Slot) -> None:
+        slot.gpu, slot.cpus = lane.gpu, lane.cpus
+        slot.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(slot.log, "ab") as out:
+            self._note(
+                out,
+                f"starting unit {slot.unit} on {socket.gethostname()}, GPU {slot.gpu or '-'}, "
+                f"CPUs {','.join(map(str, slot.cpus)) or '-'}, SLURM task {self.task or '-'}",
+            )
+        slot.oom_before = oom_kills()
+        slot.proc = start_worker(
+            slot.log, slot.gpu, slot.cpus, str(self.sd.root), slot.unit, self.prior.get(slot.unit) or {}
+        )
+        if self._stop_signal is not None:  # a stop came while it was being forked
+            os.kill(slot.proc.pid, self._stop_signal)
+        slot.state = "running"
+        lane.slot = slot
+        log.info("unit %s: worker pid %d on GPU %s, CPUs %s", slot.unit, slot.proc.pid, slot.gpu, slot.cpus)
 
     @staticmethod
     def _note(out: IO[bytes], text: str) -> None:
@@ -180,10 +183,20 @@ class TaskWorkers:
             except ProcessLookupError:
                 pass
 
+    def step(self) -> None:
+        """Note how each ended worker ended, then give its GPU the next unit."""
+        for lane in self.lanes:
+            if lane.slot is not None and lane.slot.proc is not None and lane.slot.proc.poll() is not None:
+                self._ended(lane.slot)
+                lane.slot = None
+        self._fill()
+
     def wait(self) -> None:
-        """Until every worker has ended (signal handlers run in between)."""
-        while self.running():
+        """Until no GPU has a unit left to run (signal handlers run in between)."""
+        self.step()
+        while any(lane.slot is not None for lane in self.lanes):
             time.sleep(POLL_S)
+            self.step()
 
     def mark_hung(self, wait_s: float = 1.0) -> None:
         """Ask every worker still running to mark its configs in flight hung (USR1, see
@@ -195,36 +208,43 @@ class TaskWorkers:
             time.sleep(0.05)
 
     def kill(self) -> None:
-        """SIGKILL every worker still running and reap it (its configs in flight stay
-        started, so they count as attempts that died on them)."""
+        """Start no more units, SIGKILL every worker still running and reap it (its configs in
+        flight stay started, so they count as attempts that died on them)."""
+        self.stop()
         self.signal(signal.SIGKILL)
         for slot in self.slots:
             if slot.proc is not None:
                 slot.proc.wait()
 
     def finish(self) -> list[dict[str, Any]]:
-        """How each unit ended; a worker that died without a word gets its reason written."""
+        """How each unit ended (``waiting``: the task stopped before a GPU took it); a worker
+        that died without a word gets its reason written."""
         for slot in self.slots:
-            if slot.proc is None:
-                continue
-            code = slot.proc.wait()
-            if code == 0:
-                slot.state = "done"
-            elif code == STOPPED:
-                slot.state = "stopped"
-            elif code == HELD:
-                slot.state = "held"
-                slot.reason = read_failure(slot.log, slot.unit, "not started") or "another live worker holds it"
-            elif code < 0:
-                oom = signal.Signals(-code) == signal.SIGKILL and self._oom_grew()
-                slot.state, slot.reason = "failed", signal_reason(-code, oom)
-                with open(slot.log, "ab") as out:
-                    self._note(out, failure_line(slot.unit, slot.reason).removeprefix("tilesweep: "))
-            else:
-                slot.state = "failed"
-                slot.reason = read_failure(slot.log, slot.unit) or f"the worker exited with code {code}"
+            if slot.state == "running":
+                self._ended(slot)
         return [s.outcome() for s in self.slots]
 
-    def _oom_grew(self) -> bool:
-        now = oom_kills()
-        return self._oom_before is not None and now is not None and now > self._oom_before
+    def _ended(self, slot: Slot) -> None:
+        """How the worker of ``slot`` ended, once it has."""
+        code = slot.proc.wait()  # type: ignore[union-attr]
+        if code == 0:
+            slot.state = "done"
+        elif code == STOPPED:
+            slot.state = "stopped"
+        elif code == HELD:
+            slot.state = "held"
+            slot.reason = read_failure(slot.log, slot.unit, "not started") or "another live worker holds it"
+        elif code < 0:
+            oom = signal.Signals(-code) == signal.SIGKILL and _grew(slot.oom_before)
+            slot.state, slot.reason = "failed", signal_reason(-code, oom)
+            with open(slot.log, "ab") as out:
+                self._note(out, failure_line(slot.unit, slot.reason).removeprefix("tilesweep: "))
+        else:
+            slot.state = "failed"
+            slot.reason = read_failure(slot.log, slot.unit) or f"the worker exited with code {code}"
+
+
+def _grew(before: int | None) -> bool:
+    """Whether the OOM killer has killed since it had killed ``before`` times."""
+    now = oom_kills()
+    return before is not None and now is not None and now > before

@@ -1,11 +1,12 @@
 """Handing units to SLURM through submitit: job arrays that return at once, and the final
 merge job that waits for them (``afterany``).
 
-A task given G GPUs runs G units at once (``tasks_of``: consecutive units share a task, one
-per GPU; ``node`` runs them). Each array's jobs are recorded in ``jobs.jsonl`` as soon as
-sbatch accepted it, so an error in a later array loses no job id. A refused submission is
-one line (sbatch's own words and the command) and leaves none of submitit's temp files
-behind; an sbatch that does not answer is given up on (``sbatch``).
+A task given G GPUs holds several units per GPU (``tasks_of``: consecutive units share a
+task) and runs G at once, each GPU taking the task's next unit when its own ends (``node``).
+Each array's jobs are recorded in ``jobs.jsonl`` as soon as sbatch accepted it, so an error
+in a later array loses no job id. A refused submission is one line (sbatch's own words and
+the command) and leaves none of submitit's temp files behind; an sbatch that does not answer
+is given up on (``sbatch``).
 """
 
 from __future__ import annotations
@@ -87,17 +88,25 @@ class Submission:
 
 
 def tasks_of(unit_ids: list[str], per_task: int) -> list[list[str]]:
-    """Units grouped into tasks: consecutive units share a task, a unit per GPU. The planner
-    balances units by cost, so the units of a task end close together; a fixed group lets
-    ``jobs.jsonl`` say, before anything runs, which task and GPU slot runs each unit."""
-    return [unit_ids[i : i + per_task] for i in range(0, len(unit_ids), max(1, per_task))]
+    """Units grouped into as few tasks of at most ``per_task`` units as hold them, as even as
+    they go: consecutive units share a task. A fixed group lets ``jobs.jsonl`` say, before
+    anything runs, which task runs each unit; which GPU of it does, its worker's partial says."""
+    n_tasks = -(-len(unit_ids) // max(1, per_task))
+    size, extra = divmod(len(unit_ids), max(1, n_tasks))
+    groups, start = [], 0
+    for k in range(n_tasks):
+        end = start + size + (1 if k < extra else 0)
+        groups.append(unit_ids[start:end])
+        start = end
+    return groups
 
 
 def _job_entries(
     sd: SweepDir, groups: list[list[str]], jobs: list[Any], *, origin: str, t0: float, attempts: dict[str, int]
 ) -> list[dict[str, Any]]:
-    """The ``jobs.jsonl`` lines of one accepted array: one per unit, with its task, its GPU
-    slot in the task, and its logs."""
+    """The ``jobs.jsonl`` lines of one accepted array: one per unit, with its task, its place
+    in the task (``slot``: the first ones start at once, one per GPU, the rest in turn), and
+    its logs."""
     when = now_iso()
     entries = []
     for group, job in zip(groups, jobs, strict=True):
@@ -143,8 +152,8 @@ def submit_units(
     prior_starts: dict[str, dict[str, Any]] | None = None,
     attempts: dict[str, int] | None = None,
 ) -> Submission:
-    """Submit units as SLURM job arrays of at most ``per_array`` tasks, ``units_per_task``
-    units a task; return at once.
+    """Submit units as SLURM job arrays of at most ``per_array`` tasks, at most
+    ``units_per_task`` units a task; return at once.
 
     Each array's jobs are recorded in ``jobs.jsonl`` as soon as sbatch accepted it, with
     SIGINT/SIGTERM/SIGHUP held until they are (``sbatch.held_signals``), so an interruption

@@ -1,5 +1,5 @@
-"""What submitit runs on the node: a task's units (``UnitTask`` on SLURM: one worker process
-per unit and GPU, see ``node``), one unit (``run_unit_job`` for the local and debug
+"""What submitit runs on the node: a task's units (``UnitTask`` on SLURM: its GPUs take its
+units in turn, a worker process per unit, see ``node``), one unit (``run_unit_job`` for the local and debug
 executors) or the final merge (``MergeTask``).
 
 submitit pickles these by reference, so they must stay importable under these names. Each
@@ -92,16 +92,17 @@ def task_units(units: str | Units, prior: Any) -> tuple[Units, Prior]:
 
 
 class UnitTask(submitit.helpers.Checkpointable):
-    """A SLURM task: its units, one worker process each, on the task's GPUs (``node``).
-    submitit pickles it by reference, so it must stay importable under this name.
+    """A SLURM task: its units, one worker process each, taken in turn by the task's GPUs
+    (``node``). submitit pickles it by reference, so it must stay importable under this name.
 
     Signals (submitit installs its own handlers first; this keeps its USR2 handler, which
     checkpoints and requeues, for the moment every worker has stopped). SLURM signals every
     process of the task; the task forwards each signal to its workers as well:
 
     - USR2, SLURM's warning before the time limit (``--signal=USR2@<slurm_signal_delay_s>``)
-      or a preemption: each worker finishes the config being timed, abandons the ones
-      compiled ahead (not their fault) and exits; then submitit's handler requeues the task
+      or a preemption: no further unit starts; each worker finishes the config being timed,
+      abandons the ones compiled ahead (not their fault) and exits; then submitit's handler
+      requeues the task, for its units stopped and those no GPU had taken yet,
       through ``checkpoint`` (at most ``executor.max_requeues`` times). A worker that has
       not stopped within ``grace_s`` is stuck in a config (a hang, an endless compile): it is
       first asked (USR1) to mark the configs in flight hung (``jobs.in_flight.mark_hung``),
@@ -109,8 +110,9 @@ class UnitTask(submitit.helpers.Checkpointable):
       died on them (only against a config that was alone in flight; after
       ``executor.max_config_attempts`` such attempts the worker records it as an error, a
       timeout (``WorkerTimeout``) where each was found hung), and the task is requeued at once.
-    - TERM (scancel, preemption, the time limit itself): every worker abandons the configs
-      in flight at once (SIGKILL follows within KillWait) and stops at the next config. Only
+    - TERM (scancel, preemption, the time limit itself): no further unit starts; every worker
+      abandons the configs in flight at once (SIGKILL follows within KillWait) and stops at
+      the next config. Only
       USR2 leads to a requeue: a cancelled job stays cancelled.
 
     A worker that failed (its reason is the last line of its unit's log) makes the task fail
@@ -137,17 +139,18 @@ class UnitTask(submitit.helpers.Checkpointable):
         try:
             if not self._terminated:
                 self._workers.start()
-            if self._warned:  # the warning came while they started
-                self._workers.signal(signal.SIGUSR2)
             self._workers.wait()
         finally:
             self._finished = True
             if self._requeue is not None:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         outcomes = self._workers.finish()
-        stopped = [o["unit"] for o in outcomes if o["state"] == "stopped"]
+        stopped = [o["unit"] for o in outcomes if o["state"] in ("stopped", "waiting")]
         if stopped and self._warned and self._requeue is not None:
-            log.warning("units %s stopped on the warning signal; checkpointing and requeueing", ", ".join(stopped))
+            log.warning(
+                "units %s stopped (or not started) on the warning signal; checkpointing and requeueing",
+                ", ".join(stopped),
+            )
             self._requeue(signal.SIGUSR2, None)  # submitit: checkpoint, scontrol requeue, exit
         failed = [o for o in outcomes if o["state"] == "failed"]
         if failed:
@@ -180,7 +183,7 @@ class UnitTask(submitit.helpers.Checkpointable):
             signal.Signals(signum).name,
             self.grace_s,
         )
-        self._workers.signal(signal.SIGUSR2)
+        self._workers.stop(signal.SIGUSR2)
         signal.setitimer(signal.ITIMER_REAL, self.grace_s)
 
     def _on_grace_expired(self, signum: int, frame: FrameType | None) -> None:
@@ -199,7 +202,7 @@ class UnitTask(submitit.helpers.Checkpointable):
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self._terminated = True
         log.warning("caught %s: the workers abandon their configs in flight and stop", signal.Signals(signum).name)
-        self._workers.signal(signal.SIGTERM)
+        self._workers.stop(signal.SIGTERM)
 
 
 class MergeTask(submitit.helpers.Checkpointable):
@@ -208,18 +211,29 @@ class MergeTask(submitit.helpers.Checkpointable):
 
     ``then`` (optional, a module-level function, pickled by reference) is called with the sweep
     directory after the merge: the hook of a strategy with rounds that advances the sweep to its
-    next round from here, so nobody has to be waiting (``control.rounds.after_merge``)."""
+    next round from here, so nobody has to be waiting (``control.rounds.after_merge``). Where the
+    hook ended the rounds with nothing more to measure (a search's end), no merge job follows, so
+    this one merges again: the document then says the rounds ended."""
 
     def __init__(self, then: MergeHook | None = None) -> None:
         self.then = then
 
     def __call__(self, sweep_dir: str) -> dict[str, Any]:
+        configure_node_logging()
+        sd = SweepDir.open(sweep_dir)
+        result = self._merge(sd)
+        if self.then is not None:
+            result["then"] = then = self.then(sweep_dir)
+            if isinstance(then, dict) and then.get("merge_again"):  # the rounds ended, no job follows: merge the end
+                result.update(self._merge(sd))
+        return result
+
+    def _merge(self, sd: SweepDir) -> dict[str, Any]:
+        """Merge, write the page when the spec asks, and record what was done (``final-merge.json``)."""
         from orchestrator.control.sweeps import merge_sweep
         from orchestrator.errors import TilesweepError
         from orchestrator.store.target import record_final_merge
 
-        configure_node_logging()
-        sd = SweepDir.open(sweep_dir)
         job = os.environ.get("SLURM_JOB_ID")
         try:
             summary = merge_sweep(sd)
@@ -238,8 +252,6 @@ class MergeTask(submitit.helpers.Checkpointable):
         if sd.spec.report.html and summary.records:
             result.update(write_page_logged(summary.output))
         record_final_merge(sd, {"job_id": job, "ok": True, **result})
-        if self.then is not None:
-            result["then"] = self.then(sweep_dir)
         return result
 
 

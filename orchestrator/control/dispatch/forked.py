@@ -1,0 +1,128 @@
+"""A unit's worker as a fork of its task's process, sharing the imports the task made once.
+
+Most of a worker's start is imports (jax, the kernels, the orchestrator: seconds of CPU), and
+every worker of a task pays them at once on the task's CPUs while its GPUs wait. So the task
+imports them once (``preload``), without starting any jax backend, and forks a worker per
+unit: each worker still sees only its own GPU, because jax reads ``CUDA_VISIBLE_DEVICES`` when
+its backend starts, which happens in the worker, after the fork.
+
+In the child, before the worker's code runs: the parent's signal handlers are reset, USR2, TERM
+and USR1 stay blocked (the parent blocks them around the fork) until the worker's own handlers
+exist (``unit_worker.main`` installs them, then unblocks), its output goes to the unit's log, it
+runs on its CPU share and its GPU, and it is sent TERM if the task's process dies (no orphan
+keeps a GPU). The child never returns into the task's code: it leaves through ``os._exit`` with
+the worker's exit code (``unit_worker``), so the task reads how it ended as it would a process's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn
+
+from orchestrator.control.dispatch.unit_worker import SIGNALS
+
+log = logging.getLogger(__name__)
+
+# What every worker imports before it measures: loaded once by the task (no backend started).
+PRELOAD = ("jax", "kernels.timing", "kernels.attention", "kernels.stock", "jobs.worker")
+_PR_SET_PDEATHSIG = 1
+_RESET = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGALRM, signal.SIGHUP)
+
+
+def preload() -> None:
+    """Import what the workers need, once, in the task's process. Where an import fails the
+    workers import it themselves, and the one that fails says so in its unit's log."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # the worker meets it again and records why
+            log.warning("preloading %s failed (%s: %s); each worker imports it itself", name, type(exc).__name__, exc)
+            return
+
+
+class ForkedWorker:
+    """A forked worker, read as ``subprocess.Popen`` reads a process: ``poll``, ``wait`` and
+    ``returncode`` (negative: the signal that ended it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def start_worker(
+    log_path: Path, gpu: str | None, cpus: list[int], sweep_dir: str, unit: str, prior: dict[str, Any]
+) -> ForkedWorker:
+    """Fork the worker of ``unit`` (see the module docstring); its output goes to ``log_path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    libc = _libc()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child(out, gpu, cpus, libc, [sweep_dir, unit, json.dumps(prior)])
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(out)
+    return ForkedWorker(pid)
+
+
+def _child(out: int, gpu: str | None, cpus: list[int], libc: ctypes.CDLL | None, argv: list[str]) -> NoReturn:
+    """The worker's side of the fork: set up as the module docstring says, run the unit, exit."""
+    code = 1
+    try:
+        for signum in _RESET:
+            signal.signal(signum, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(null)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if gpu is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+        from orchestrator.control.dispatch import unit_worker
+
+        code = unit_worker.main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)

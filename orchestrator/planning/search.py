@@ -1,0 +1,299 @@
+"""A search across the problems of a sweep: rounds that measure, per problem, a small design
+first and then what the other problems' winners and the grid around the problem's leaders
+suggest, until nothing faster turns up. Pure: no I/O.
+
+The one home of the search's rules (``timing.strategy: search``, the ``search`` section), used
+by the planner of round 1 (``control.searchplan``: the design) and of every later round
+(``control.searchrounds``: what each problem measures next, and when its search ends):
+
+- A problem's planned forced configs are its grid (``Grid``): one axis per config field, in
+  the order ``records.config_fields`` names them for the problem's mode and implementation, its
+  values in order. Nothing here names a field, so a new implementation's tunables are new axes.
+- Round 1 (``design``): the portfolio first (the configs that won the most problems of earlier
+  documents of the same implementation and device kind, ``ranked``), then a space-filling
+  choice over the grid (``space_filling``), until the problem has ``search.design`` configs;
+  carried (reused) records count as measured. Among equally spread choices a problem takes
+  the configs the problems of its grid before it left out, so that together they cover the
+  grid: what one of them finds, the others try in round 2.
+- Each later round (``next_configs``): the configs that won other problems of the sweep so far,
+  then the grid neighbours (one step along one axis) of the problem's leaders (``leaders``: its
+  best and the configs whose q1-q3 overlaps the best's, at most ``search.leaders``), each not
+  measured before, at most what ``search.budget`` leaves. A problem none of whose configs has
+  a time yet (all failed) gets another space-filling design instead of neighbours.
+- A problem's search ends (``step``) when a round found nothing faster beyond the noise
+  (``improved``: the round's best median is not below the q1 of the best before it, the spread
+  that best was measured with), when its budget is spent, when nothing is left to try, or once
+  ``search.max_rounds`` rounds have run.
+
+With ``search.screen`` each round of the search is two rounds of units (``halving.screens``):
+a screen of its configs, then the full timing of the survivors (``search_round`` maps a unit's
+round to the search's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.spec.model import SweepSpec
+from orchestrator.spec.sections import SearchSettings
+
+SEARCH = "search"  # timing.strategy
+Config = tuple[Any, ...]  # a config's values, in the order of its grid's axes
+
+# Why a problem's search measures nothing more (``step``).
+SEARCHING, IMPROVED_NOTHING, BUDGET, ROUNDS, EXHAUSTED = "searching", "converged", "budget", "max_rounds", "exhausted"
+FINAL = (BUDGET, ROUNDS)  # the ends nothing reopens; a converged or exhausted problem still tries new winners
+
+
+def _in_order(values: Iterable[Any]) -> tuple[Any, ...]:
+    """An axis's distinct values, ascending where they compare, else in first-seen order."""
+    distinct = list(dict.fromkeys(values))
+    try:
+        return tuple(sorted(distinct))
+    except TypeError:
+        return tuple(distinct)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One problem's planned forced configs as named axes (``names``: the config fields), each
+    axis's values in order; ``configs`` in plan order. Clamping to seq may leave points of the
+    full product out: a neighbour is one of ``configs`` or none."""
+
+    names: tuple[str, ...]
+    configs: tuple[Config, ...]
+    values: tuple[tuple[Any, ...], ...] = ()
+    _places: tuple[dict[Any, int], ...] = field(default=(), repr=False, compare=False)
+    _planned: frozenset[Config] = field(default=frozenset(), repr=False, compare=False)
+
+    @classmethod
+    def of(cls, names: Sequence[str], configs: Iterable[Config]) -> Grid:
+        planned = tuple(dict.fromkeys(configs))
+        values = tuple(_in_order(c[i] for c in planned) for i in range(len(names)))
+        places = tuple({v: k for k, v in enumerate(axis)} for axis in values)
+        return cls(tuple(names), planned, values, places, frozenset(planned))
+
+    def __contains__(self, config: object) -> bool:
+        return config in self._planned
+
+    def coords(self, config: Config) -> tuple[float, ...]:
+        """Where a config lies: each axis's step scaled to [0, 1] (an axis of one value: 0)."""
+        return tuple(
+            places[v] / (len(axis) - 1) if len(axis) > 1 else 0.0
+            for v, axis, places in zip(config, self.values, self._places, strict=True)
+        )
+
+    def neighbours(self, config: Config) -> list[Config]:
+        """The planned configs one step along one axis from ``config``, axis by axis, the
+        lower step first."""
+        out = []
+        for i, (axis, places) in enumerate(zip(self.values, self._places, strict=True)):
+            k = places[config[i]]
+            for j in (k - 1, k + 1):
+                if 0 <= j < len(axis):
+                    other = (*config[:i], axis[j], *config[i + 1 :])
+                    if other in self._planned:
+                        out.append(other)
+        return out
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A config timed in full: its median and the q1-q3 spread it was measured with (ms)."""
+
+    config: Config
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+
+
+def timed(config: Config, rec: Mapping[str, Any]) -> Timed | None:
+    """A record as a ``Timed``: None for an error, a screen, or a record without a median."""
+    if "error" in rec or rec.get("screened"):
+        return None
+    try:
+        m = float(rec["median_ms"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    q1, q3 = rec.get("q1_ms", m), rec.get("q3_ms", m)
+    low = float(q1) if isinstance(q1, (int, float)) and math.isfinite(q1) else m
+    high = float(q3) if isinstance(q3, (int, float)) and math.isfinite(q3) else m
+    return Timed(config, m, min(low, m), max(high, m))
+
+
+def ranked(wins: Iterable[Config]) -> list[Config]:
+    """Configs by how many problems each won, most first (a tie: the first seen first)."""
+    return [c for c, _ in Counter(wins).most_common()]
+
+
+def _distance(a: Sequence[float], b: Sequence[float]) -> float:
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b, strict=True)))
+
+
+def space_filling(
+    grid: Grid, candidates: Sequence[Config], chosen: Sequence[Config], n: int, apart: Sequence[Config] = ()
+) -> list[Config]:
+    """Up to ``n`` of ``candidates``, each in turn the one that adds most to what ``chosen`` and
+    the configs picked before it cover: first the most axis values not covered yet (a few
+    configs then cover every value of every axis, as a Latin hypercube does), then the largest
+    distance to the nearest config taken (maximin, in axis steps scaled to [0, 1]), then the
+    largest to the nearest of ``apart`` (what other problems measure: among equally good
+    picks, the one that covers what they leave out), then the nearest to the grid's centre,
+    then plan order. With nothing chosen nor apart, the first pick is the grid's centre."""
+    taken = list(dict.fromkeys(chosen))
+    covered = [{c[i] for c in taken} for i in range(len(grid.names))]
+    left = [c for c in dict.fromkeys(candidates) if c not in set(taken)]
+    others = [c for c in dict.fromkeys(apart) if c in grid]
+    where = {c: grid.coords(c) for c in (*left, *taken, *others)}
+    centre = tuple(0.5 if len(axis) > 1 else 0.0 for axis in grid.values)
+
+    def nearest(c: Config, among: Sequence[Config]) -> float:
+        return round(min((_distance(where[c], where[t]) for t in among), default=math.inf), 9)
+
+    picked: list[Config] = []
+    while left and len(picked) < n:
+
+        def score(pos: int) -> tuple[int, float, float, float, int]:
+            c = left[pos]
+            gain = sum(v not in seen for v, seen in zip(c, covered, strict=True))
+            return gain, nearest(c, taken), nearest(c, others), -round(_distance(where[c], centre), 9), -pos
+
+        best = left.pop(max(range(len(left)), key=score))
+        picked.append(best)
+        taken.append(best)
+        for seen, v in zip(covered, best, strict=True):
+            seen.add(v)
+    return picked
+
+
+@dataclass(frozen=True)
+class Design:
+    """Round 1 of one problem: the portfolio's configs it measures, then the space-filling ones."""
+
+    portfolio: list[Config]
+    space_filling: list[Config]
+
+    @property
+    def configs(self) -> list[Config]:
+        return [*self.portfolio, *self.space_filling]
+
+
+def design(
+    grid: Grid,
+    runnable: Sequence[Config],
+    portfolio: Sequence[Config],
+    carried: Collection[Config],
+    size: int,
+    apart: Sequence[Config] = (),
+) -> Design:
+    """Round 1 of a problem: ``runnable`` (plan order) are the configs it can measure, ``carried``
+    those it holds records of already (they count towards ``size``). The portfolio's configs
+    first, in its order, then a space-filling choice away from ``apart`` (what the problems of
+    the same grid before it measure in round 1)."""
+    room = max(0, size - len(carried))
+    can = set(runnable)
+    picks = [c for c in dict.fromkeys(portfolio) if c in can and c not in carried][:room]
+    rest = [c for c in runnable if c not in carried and c not in picks]
+    return Design(picks, space_filling(grid, rest, [*carried, *picks], room - len(picks), apart))
+
+
+def leaders(times: Sequence[Timed], most: int) -> list[Timed]:
+    """The best (lowest median; a tie: the first) and the configs whose q1-q3 overlaps its own,
+    fastest first, at most ``most``."""
+    ranked_times = sorted(times, key=lambda t: t.median_ms)
+    if not ranked_times:
+        return []
+    best = ranked_times[0]
+    return [best, *(t for t in ranked_times[1:] if t.q1_ms <= best.q3_ms)][:most]
+
+
+def improved(new: Sequence[Timed], before: Sequence[Timed]) -> bool:
+    """Whether a round found something faster beyond the noise: its best median lies below the
+    q1 of the best config before it (outside the spread that config was measured with)."""
+    if not new:
+        return False
+    if not before:
+        return True
+    old = min(before, key=lambda t: t.median_ms)
+    return min(t.median_ms for t in new) < old.q1_ms
+
+
+def next_configs(
+    grid: Grid,
+    runnable: Collection[Config],
+    measured: Collection[Config],
+    leads: Sequence[Config],
+    winners: Sequence[Config],
+    room: int | None,
+) -> list[Config]:
+    """What a problem measures next: the other problems' winners (``winners``, in their order),
+    then each leader's neighbours, none measured before, at most ``room`` (None: no cap)."""
+    out: dict[Config, None] = {}
+    for c in (*winners, *(n for lead in leads for n in grid.neighbours(lead))):
+        if c in runnable and c not in measured:
+            out[c] = None
+    chosen = list(out)
+    return chosen if room is None else chosen[: max(0, room)]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a problem's search knows after a round: its grid, the configs it can measure
+    (``runnable``, plan order), every config it measured or chose (carried ones included), and
+    the configs timed in full by each round of the search (carried ones in round 1)."""
+
+    grid: Grid
+    runnable: tuple[Config, ...]
+    measured: frozenset[Config]
+    rounds: Mapping[int, Sequence[Timed]]
+
+    def times(self, before: int | None = None) -> list[Timed]:
+        """Every config timed in full, or only those of the rounds before ``before``."""
+        return [t for r, ts in sorted(self.rounds.items()) if before is None or r < before for t in ts]
+
+    def best(self) -> Timed | None:
+        return min(self.times(), key=lambda t: t.median_ms, default=None)
+
+
+def step(problem: Problem, last: int, winners: Sequence[Config], settings: SearchSettings) -> tuple[list[Config], str]:
+    """What ``problem`` measures in the round after the search's round ``last``, and why it goes
+    on (``SEARCHING``) or why its search ended (the other reasons above; a converged one still
+    measures the other problems' winners it has not, ``winners``, and no neighbours)."""
+    if last >= settings.max_rounds:
+        return [], ROUNDS
+    room = None if settings.budget is None else settings.budget - len(problem.measured)
+    if room is not None and room <= 0:
+        return [], BUDGET
+    can = set(problem.runnable)
+    if last > 1 and not improved(problem.rounds.get(last, ()), problem.times(before=last)):
+        # its climb ended, but what other problems won since may lie beyond its neighbourhood
+        # (another hill): measured here, one faster beyond the noise starts the climb again
+        return next_configs(problem.grid, can, problem.measured, [], winners, room), IMPROVED_NOTHING
+    leads = [t.config for t in leaders(problem.times(), settings.leaders)]
+    configs = next_configs(problem.grid, can, problem.measured, leads, winners, room)
+    if not leads:  # nothing timed yet: cover more of the grid instead of climbing it
+        left = [c for c in problem.runnable if c not in problem.measured and c not in configs]
+        more = space_filling(problem.grid, left, [*problem.measured, *configs], settings.design)
+        configs = [*configs, *more] if room is None else [*configs, *more][:room]
+    return configs, SEARCHING if configs else EXHAUSTED
+
+
+def search_round(unit_round: int, screen: bool) -> int:
+    """The round of the search a unit's round belongs to (with ``search.screen``, rounds of units
+    2k - 1 and 2k, the screen and its survivors, are round k)."""
+    return (unit_round + 1) // 2 if screen else unit_round
+
+
+def idle_settings(spec: SweepSpec) -> str | None:
+    """The note a spec gets that sets ``search`` without searching (its settings then do nothing):
+    the one thing a user who forgot ``timing.strategy`` needs to hear."""
+    if spec.timing.strategy == SEARCH or spec.search == SearchSettings():
+        return None
+    return (
+        f"the search section is set but timing.strategy is {spec.timing.strategy!r}: it does nothing; "
+        'set "timing": {"strategy": "search"} to search'
+    )

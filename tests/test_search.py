@@ -1,0 +1,386 @@
+"""The search strategy (``timing.strategy: search``): its rules on a grid of named axes, a
+replayed search run here round by round and what its document says (the round of each record,
+the configs it never measured), a full sweep after it that measures only the rest, the
+portfolio of earlier documents, a later round resumed, and bad input."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.analysis.export import tuned_table
+from orchestrator.analysis.html import report_page
+from orchestrator.analysis.report import best_table
+from orchestrator.planning.search import (
+    BUDGET,
+    IMPROVED_NOTHING,
+    ROUNDS,
+    SEARCHING,
+    Grid,
+    Problem,
+    Timed,
+    design,
+    space_filling,
+    step,
+)
+from orchestrator.spec.records import config_fields
+from orchestrator.spec.sections import SearchSettings
+from orchestrator.store.document import load
+from tests.helpers import SAMPLE, assert_one_line_error, run_cli
+
+FWD_FIELDS = ("block_q", "block_k", "num_stages", "num_warps")
+
+
+def spec_file(tmp_path: Path, name: str = "search.json", **over: Any) -> Path:
+    """bf16 d64 s2048, fwd and fwd_bwd (104 items), replayed from the excerpt, searched."""
+    config = json.loads(SAMPLE.read_text())["config"]
+    data = {
+        **config,
+        "dtypes": ["bfloat16"],
+        "head_dims": [64],
+        "seq_lens": [2048],
+        "sharding": {"units": 2},
+        "output": str(tmp_path / "results.json"),
+        "kernel": {"impl": "replay"},
+        "replay": {"source": str(SAMPLE)},
+        "executor": {"kind": "debug"},
+        "timing": {"strategy": "search"},
+        **over,
+    }
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+# ---------------------------------------------------------------------------- the rules
+
+
+def test_neighbours_are_one_step_along_one_axis_of_the_grid_as_planned() -> None:
+    """Any axes, of any values: a neighbour changes one axis by one step and is planned."""
+    configs = [(t, s, f) for t, s, f in itertools.product((256, 64, 128), (1, 2), (False, True)) if (t, s) != (256, 2)]
+    grid = Grid.of(("tile", "split", "fused"), configs)
+    assert grid.values == ((64, 128, 256), (1, 2), (False, True))
+    assert grid.neighbours((128, 2, False)) == [(64, 2, False), (128, 1, False), (128, 2, True)]  # no (256, 2, _)
+    assert grid.neighbours((256, 1, True)) == [(128, 1, True), (256, 1, False)]
+
+
+def test_space_filling_starts_at_the_centre_and_covers_every_axis_value() -> None:
+    grid = Grid.of(FWD_FIELDS, itertools.product((32, 64, 128), (32, 64, 128), (1, 2, 3), (4, 8)))
+    picks = space_filling(grid, grid.configs, [], 3)
+    assert picks[0] == (64, 64, 2, 4)
+    assert all({p[i] for p in picks} == set(axis) for i, axis in enumerate(grid.values))
+    apart = space_filling(grid, grid.configs, [], 3, apart=picks)  # what another problem measures
+    assert not set(apart) & set(picks)  # as spread out, elsewhere
+    assert all({p[i] for p in apart} == set(axis) for i, axis in enumerate(grid.values))
+
+
+def test_the_design_takes_the_portfolio_first_and_counts_carried_configs() -> None:
+    grid = Grid.of(("a", "b"), itertools.product((1, 2, 3), (1, 2, 3)))
+    d = design(grid, grid.configs, portfolio=[(3, 3), (9, 9), (1, 1)], carried={(1, 1)}, size=4)
+    assert d.portfolio == [(3, 3)] and len(d.space_filling) == 2 and (1, 1) not in d.configs
+
+
+def _problem(rounds: dict[int, list[Timed]], measured: int = 4) -> Problem:
+    """A 3 x 3 grid whose first ``measured`` configs, (1, 1), (1, 2), (1, 3), (2, 1), ..., were measured."""
+    grid = Grid.of(("a", "b"), itertools.product((1, 2, 3), (1, 2, 3)))
+    return Problem(grid, grid.configs, frozenset(grid.configs[:measured]), rounds)
+
+
+def test_a_problem_searches_on_only_while_a_round_finds_something_faster_beyond_the_noise() -> None:
+    settings = SearchSettings(design=4, max_rounds=4, budget=8)
+    first = [Timed((1, 1), 1.0, 0.95, 1.05), Timed((2, 1), 2.0, 1.9, 2.1)]
+    within = _problem({1: first, 2: [Timed((1, 2), 0.97, 0.9, 1.0)]})  # faster, but inside the noise
+    # converged: no neighbours, but another problem's winner it has not measured yet
+    assert step(within, 2, [(3, 3)], settings) == ([(3, 3)], IMPROVED_NOTHING)
+    assert step(within, 2, [(1, 2)], settings) == ([], IMPROVED_NOTHING)
+    beyond = _problem({1: first, 2: [Timed((1, 2), 0.9, 0.88, 0.93)]})
+    # the other problems' winner, then the new leader's neighbour not measured yet
+    assert step(beyond, 2, [(3, 3)], settings) == ([(3, 3), (2, 2)], SEARCHING)
+    assert step(beyond, 2, [(3, 3)], SearchSettings(design=4, budget=5)) == ([(3, 3)], SEARCHING)
+    assert step(beyond, 4, [], settings)[1] == ROUNDS
+    assert step(_problem({1: first}, measured=8), 1, [], settings)[1] == BUDGET
+
+
+# ---------------------------------------------------------------------------- a search, run here
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(spec, sweep dir) of a replayed search run to its end with ``tilesweep run``."""
+    tmp = tmp_path_factory.mktemp("search")
+    spec, sweep = spec_file(tmp), tmp / "sweep"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    assert "round 2: " in r.stderr and "never measured" in r.stdout
+    return spec, sweep
+
+
+def test_the_document_says_per_problem_what_was_measured_in_which_round_and_what_never(
+    searched: tuple[Path, Path],
+) -> None:
+    spec, sweep = searched
+    doc = json.loads((spec.parent / "results.json").read_text())
+    block = doc["tilesweep"]["search"]
+    assert block["ended"] and block["rounds"] >= 2 and len(block["problems"]) == 2
+    forced = [r for r in doc["results"] if r["config"] == "forced"]
+    assert all(isinstance(r["round"], int) for r in doc["results"] if not r.get("pruned"))
+    for p in block["problems"]:
+        mine = [r for r in forced if r["mode"] == p["problem"][5]]
+        assert p["measured"] == len(mine) == sum(p["measured_in"].values())
+        configs = {tuple(r[f] for f in p["fields"]) for r in mine}
+        assert not configs & {tuple(c) for c in p["never_measured"]}
+        assert len(configs) + len(p["never_measured"]) == (54 if p["problem"][5] == "fwd" else 48)
+    assert len(forced) < 0.6 * 102  # the search measured a part of the grid
+    st = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    assert st["complete"] and st["strategy"] == "search" and st["search"]["ended"]
+    assert st["done"] == st["total"] == len(doc["results"]) and len(st["search"]["rounds"]) >= 2
+
+
+def test_the_report_shows_never_measured_configs_as_such_and_tunes_from_what_was_measured(
+    searched: tuple[Path, Path],
+) -> None:
+    spec, _ = searched
+    doc = load(spec.parent / "results.json")
+    rows = best_table(doc)
+    block = {p["problem"][5]: p for p in doc.extra["tilesweep"]["search"]["problems"]}
+    for row in rows:
+        never = len(block[row.key.mode]["never_measured"])
+        assert row.n_never_measured == never and row.n_missing == 0 and row.n_failed == 0
+        assert f"{never} never measured" in row.note and "best of" not in row.note
+        assert row.to_json()["n_never_measured"] == never
+    page = report_page(doc)
+    assert "never measured (the search did not need them" in page and "without a record (resume" not in page
+    table, _ = tuned_table(doc, keep_slower=True)
+    assert len(table["entries"]) == 2 and all(e["config"] for e in table["entries"])
+
+
+def test_a_full_sweep_of_the_same_spec_measures_only_what_the_search_left_out(
+    searched: tuple[Path, Path], tmp_path: Path
+) -> None:
+    spec, _ = searched
+    output = tmp_path / "results.json"  # the search's document, to be extended
+    output.write_text((spec.parent / "results.json").read_text())
+    data = {**json.loads(spec.read_text()), "timing": {"strategy": "full"}, "output": str(output)}
+    full = tmp_path / "full.json"
+    full.write_text(json.dumps(data))
+    before = len(json.loads(output.read_text())["results"])
+    r = run_cli("run", str(full), "--sweep-dir", str(tmp_path / "full"))
+    assert r.returncode == 0, r.stderr
+    reuse = json.loads((tmp_path / "full" / "reuse.json").read_text())
+    assert reuse["reused"] == before
+    units = json.loads((tmp_path / "full" / "units.json").read_text())
+    assert sum(u["n_items"] for u in units if u["origin"] == "plan") == 104 - before
+    rows = best_table(load(output))
+    assert all(row.n_configs == (54 if row.key.mode == "fwd" else 48) and not row.n_never_measured for row in rows)
+
+
+# ---------------------------------------------------------------------------- portfolio, resume, bad input
+
+
+def test_round_1_starts_from_the_winners_of_earlier_documents_of_this_kernel_and_device(
+    searched: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The search's fwd problem under another tag (another problem, on the same device), searched
+    with the first search's document as a reuse source: its design starts with that document's
+    fwd winner. A document of another kernel implementation is said once and ignored."""
+    from orchestrator.control.sweeps import prepare_sweep
+
+    spec, _ = searched
+    doc = json.loads((spec.parent / "results.json").read_text())
+    other = tmp_path / "jax.json"
+    jax_config = {**doc["config"], "kernel": {"impl": "jax"}}
+    other.write_text(
+        json.dumps({**doc, "config": jax_config, "results": [{**r, "impl": "jax"} for r in doc["results"]]})
+    )
+    again = spec_file(tmp_path, "again.json", tag="again", modes=["fwd"], output=str(tmp_path / "again.results.json"))
+    with caplog.at_level(logging.WARNING):
+        sd, _, _ = prepare_sweep(str(again), str(tmp_path / "again"), None, None, reuse=_reuse(spec.parent, other))
+    record = json.loads((sd.root / "search" / "round1.json").read_text())
+    (problem,) = record["problems"]
+    assert problem["portfolio"] == 1 and problem["space_filling"] == 5 and problem["measured"] == 6
+    fwd_winner = next(c for c in record["portfolio"]["configs"]["fwd tilesweep"])
+    assert fwd_winner["wins"] == 1 and record["portfolio"]["sources"] == [str(spec.parent / "results.json")]
+    ignored = [m for m in caplog.messages if "not used as the search's portfolio" in m]
+    assert len(ignored) == 1 and "kernel implementation jax (this sweep's: tilesweep)" in ignored[0]
+
+
+def _reuse(folder: Path, *extra: Path) -> Any:
+    from orchestrator.control.reuseplan import ReuseRequest
+
+    return ReuseRequest(documents=[str(folder / "results.json"), *map(str, extra)])
+
+
+def test_a_later_round_with_a_unit_that_never_ran_is_resumed_in_that_round(tmp_path: Path) -> None:
+    from orchestrator.control import dispatch
+    from orchestrator.control.resume import resume_sweep
+    from orchestrator.control.rounds import advance
+    from orchestrator.control.status import sweep_status
+    from orchestrator.control.sweeps import prepare_sweep
+
+    sd, unit_ids, _ = prepare_sweep(str(spec_file(tmp_path)), str(tmp_path / "sweep"), None, None)
+    run = functools.partial(dispatch.run_units_locally, sd, kind="debug")
+    assert all(o.ok for o in run(unit_ids))
+    second = advance(sd, sd.spec.executor)
+    assert second is not None and second.number == 2 and len(second.units) == 2
+    assert all(o.ok for o in run([second.units[0].id]))  # the other unit of round 2 never runs
+    st = sweep_status(sd, query_slurm=False)
+    assert not st.complete and st.search_pending
+    result = resume_sweep(sd, sd.spec.executor, force=False, units=None, max_array_size=None)
+    assert {u.round for u in result.new_units} == {2}
+    assert [it.id for it in result.plan.later[2]] == [it.id for it in second.units[1].items]
+    assert not result.plan.missing  # the configs no round chose are not missing
+    st = sweep_status(sd, query_slurm=False)
+    assert st.complete and st.search_end is not None
+
+
+@pytest.mark.parametrize(
+    ("search", "needles"),
+    [
+        ({"design": 6, "budget": 4}, ("search", "budget=4 is below design=6", "raise budget to at least 6")),
+        ({"max_rounds": 0}, ("search", "max_rounds=0 must be at least 1")),
+    ],
+)
+def test_bad_search_settings_are_one_line(tmp_path: Path, search: dict[str, Any], needles: tuple[str, ...]) -> None:
+    r = run_cli("run", str(spec_file(tmp_path, search=search)), "--sweep-dir", str(tmp_path / "sweep"))
+    assert_one_line_error(r, *needles)
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_round_the_merge_job_cannot_submit_is_said_by_status_and_planned_by_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.control import dispatch
+    from orchestrator.control.resume import resume_sweep
+    from orchestrator.control.rounds import after_merge
+    from orchestrator.control.status import format_status, sweep_status
+    from orchestrator.control.sweeps import prepare_sweep
+
+    spec = spec_file(tmp_path, executor={"kind": "slurm"}, search={"max_rounds": 2})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    deferred = after_merge(str(sd.root))
+    assert deferred is not None and deferred["round2"] == "deferred"
+    text = format_status(sweep_status(sd, query_slurm=False))
+    assert "round 2 not planned: the merge job could not submit it (`sbatch` is not on PATH" in text, text
+    monkeypatch.undo()
+    settings = sd.spec.executor.model_copy(update={"kind": "debug"})
+    result = resume_sweep(sd, settings, force=False, units=None, max_array_size=None)
+    assert result.next_round is not None and all(o.ok for o in result.outcomes)
+    st = sweep_status(sd, query_slurm=False)
+    assert st.complete and st.search_end is not None and st.search_deferred is None
+
+
+def test_search_settings_without_the_search_strategy_get_a_note() -> None:
+    from orchestrator.planning.search import idle_settings
+    from orchestrator.spec.files import spec_from_data
+
+    assert "timing.strategy is 'full': it does nothing" in str(idle_settings(spec_from_data({"search": {"design": 3}})))
+    assert idle_settings(spec_from_data({"timing": {"strategy": "search"}, "search": {"design": 3}})) is None
+    assert idle_settings(spec_from_data({})) is None
+
+
+def test_a_screened_search_times_in_full_only_the_survivors_of_each_rounds_screen(tmp_path: Path) -> None:
+    from orchestrator.control import dispatch
+    from orchestrator.control.rounds import run_rounds_here
+    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store.merge import merge
+
+    spec = spec_file(tmp_path, search={"screen": True, "max_rounds": 2}, timing={"strategy": "search", "keep": 2})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
+    run = functools.partial(dispatch.run_units_locally, sd, kind="debug")
+    run(unit_ids)
+    run_rounds_here(sd, sd.spec.executor, run)
+    kinds = [json.loads((sd.root / "search" / f"round{n}.json").read_text())["kind"] for n in (1, 2, 3, 4)]
+    assert kinds == ["design", "survivors", "search", "survivors"] and (sd.root / "search" / "end.json").exists()
+    doc = load(merge(sd).output)
+    screened = [r for r in doc.results if r.get("screened")]
+    assert screened and {r["round"] for r in screened} <= {1, 3}
+    assert all(r["round"] in (2, 4) for r in doc.results if r["config"] == "forced" and not r.get("screened"))
+    for row in best_table(doc):
+        assert row.n_screened > 0 and row.best_ms is not None  # the best is one timed in full
+
+
+def test_a_search_of_jax_stock_kernel_searches_its_own_grid(tmp_path: Path) -> None:
+    """A replayed search of jax's stock kernel (the excerpt relabelled as its measurements):
+    every record is of that implementation, and measured plus never measured make its grid (its
+    backward ignores num_stages, so its fwd_bwd grid is smaller than ours)."""
+    sample = json.loads(SAMPLE.read_text())
+    source = tmp_path / "jax-source.json"
+    jax_config = {**sample["config"], "kernel": {"impl": "jax"}}
+    source.write_text(
+        json.dumps({**sample, "config": jax_config, "results": [{**r, "impl": "jax"} for r in sample["results"]]})
+    )
+    spec = spec_file(tmp_path, replay={"source": str(source), "impl": "jax"})
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert {rec.get("impl") for rec in doc["results"]} == {"jax"}
+    sizes = {}
+    for p in doc["tilesweep"]["search"]["problems"]:
+        measured = {
+            tuple(rec[f] for f in p["fields"])
+            for rec in doc["results"]
+            if rec["config"] == "forced" and rec["mode"] == p["problem"][5]
+        }
+        sizes[p["problem"][5]] = len(measured) + len(p["never_measured"])
+        assert p["measured"] == len(measured) and p["never_measured"]
+    assert sizes == {"fwd": 54, "fwd_bwd": 24}
+
+
+def test_a_search_records_the_pruned_configs_and_never_counts_them_as_not_measured(tmp_path: Path) -> None:
+    """f32 d128 fwd: the shared-memory model prunes 8 of its 54 configs. Round 1 records them as
+    pruned (a record line that names no round: nothing measured it), and the search neither
+    measures them nor lists them as never measured."""
+    spec = spec_file(tmp_path, dtypes=["float32"], head_dims=[128], modes=["fwd"])
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    (p,) = doc["tilesweep"]["search"]["problems"]
+    pruned = {tuple(rec[f] for f in p["fields"]) for rec in doc["results"] if rec.get("pruned")}
+    timed = {tuple(rec[f] for f in p["fields"]) for rec in doc["results"] if rec["config"] == "forced"} - pruned
+    assert len(pruned) == 8 and not [rec for rec in doc["results"] if rec.get("pruned") and "round" in rec]
+    assert not pruned & {tuple(c) for c in p["never_measured"]} and p["measured"] == len(timed)
+    assert len(pruned) + len(timed) + len(p["never_measured"]) == 54
+
+
+def test_a_document_of_another_device_kind_is_said_once_and_left_out_of_the_portfolio(
+    searched: tuple[Path, Path], tmp_path: Path
+) -> None:
+    spec, _ = searched
+    doc = json.loads((spec.parent / "results.json").read_text())
+    doc["tilesweep"]["env"]["device_kind"] = "NVIDIA A100-SXM4-80GB"
+    a100 = tmp_path / "a100.json"
+    a100.write_text(json.dumps(doc))
+    again = spec_file(tmp_path, "again.json", tag="again", output=str(tmp_path / "again.results.json"))
+    r = run_cli("plan", str(again), "--sweep-dir", str(tmp_path / "again"), "--reuse", str(a100))
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "not used as the search's portfolio" in line]
+    assert len(said) == 1 and "device NVIDIA A100-SXM4-80GB (this sweep's: NVIDIA H100)" in said[0], r.stderr
+    record = json.loads((tmp_path / "again" / "search" / "round1.json").read_text())
+    assert record["portfolio"]["sources"] == [] and all(p["portfolio"] == 0 for p in record["problems"])
+
+
+def test_a_search_again_counts_the_records_it_carries_as_measured(searched: tuple[Path, Path], tmp_path: Path) -> None:
+    """The same search again into the first one's document: reuse carries every record, round 1
+    has nothing left to measure, and what a later round measures is new configs only."""
+    spec, _ = searched
+    output = tmp_path / "results.json"
+    output.write_text((spec.parent / "results.json").read_text())
+    before = json.loads(output.read_text())["results"]
+    again = spec_file(tmp_path, "again.json")
+    r = run_cli("run", str(again), "--sweep-dir", str(tmp_path / "again"))
+    assert r.returncode == 0, r.stderr
+    record = json.loads((tmp_path / "again" / "search" / "round1.json").read_text())
+    forced = [r for r in before if r["config"] == "forced"]  # each problem's auto is carried too
+    assert record["planned"] == 0 and sum(p["carried"] for p in record["problems"]) == len(forced)
+    doc = json.loads(output.read_text())
+    seen = {(r["mode"], *(r[f] for f in config_fields(r["mode"]))) for r in forced}
+    new = [r for r in doc["results"] if "reused_from" not in r and r["config"] == "forced"]
+    assert new and all((r["mode"], *(r[f] for f in config_fields(r["mode"]))) not in seen for r in new)
