@@ -4,14 +4,17 @@ Builds a real sweep directory (``orchestrator/store/synthetic.py``: the spec exp
 the 1,000,000 items; units of whole shapes in shuffled order; partials written in the worker's
 line format) and times, each in a fresh subprocess, one after another, ``--runs`` times:
 
-- ``merge``: a first merge (no merge cache): lock, read, validate, dedupe, order, write;
+- ``merge``: a first merge (no merge cache): lock, read, validate, dedupe, order, write; from
+  the second run on over the document the first wrote, which it judges first (through the key
+  index beside it: the output stamp went with the cache), and once more without that index
+  (``merge_peak_mem_vs_doc_noindex``: the document judged batch by batch);
 - its floor: the fastest way we know to produce the same document bytes from the same partials
   with the same libraries. Read: each unit's plan positions from its unit file and each
   partial's record lines (found by their ``{"id":`` prefix; header and start lines are not
   parsed) with ``orjson``, the garbage collector off while a million dicts are made, records
   placed in plan order. Write, every candidate timed and its bytes compared with the merge's
   document; the floor takes the fastest whose bytes are identical:
-  ``record_text`` (the merge's own C-encoder trick, one encode per record),
+  ``record_text`` (the stdlib's C encoder, one encode per record: the merge's own without orjson),
   ``one_encode`` (one C-encoder call over the whole list, then one ``str.replace``),
   ``orjson`` (orjson's 2-space indent, then a fix-up: one ``bytes.replace`` for the field
   indent, the few floats below 1e-4 that orjson spells otherwise respelled by ``repr``,
@@ -41,6 +44,10 @@ figure a line::
     merge_vs_io=X
     remerge_vs_floor=X
     merge_peak_mem_vs_doc=X
+    merge_peak_mem_vs_doc_noindex=X
+    merge_check_cpu_s: parse=X classify=X layout=X id=X unit=X encode=X
+
+The last line is what each of the merge's per-record checks costs alone (``bench/merge_checks.py``).
 
 Run: ``.venv/bin/python -m bench.merge [--units 1000] [--runs 3] [--dir DIR] [--stdlib-json]``;
 ``--units`` scales the sweep (1,000 records a unit); ``--stdlib-json`` merges without orjson
@@ -64,6 +71,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.merge_checks import child_checks
 from bench.merge_floors import child_docfloor, child_floor, child_io, floor_s, writers_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,16 +99,19 @@ def _proc_kb(field: str) -> int:
 # ---------------------------------------------------------------------------- children: ours
 
 
-def child_merge(sweep: str, cold: bool) -> dict[str, Any]:
-    from orchestrator.store import partials
+def child_merge(sweep: str, cold: bool, bare: bool = False) -> dict[str, Any]:
+    from orchestrator.store import keyindex, partials, texts
     from orchestrator.store.merge import merge
     from orchestrator.store.sweepdir import SweepDir
 
     if os.environ.get(STDLIB_ENV):
         partials._orjson = None  # what a user without orjson gets
+        texts._ORJSON_AGREES = False
     sd = SweepDir.open(sweep)
     if cold:
         shutil.rmtree(sd.root / "merge-cache", ignore_errors=True)
+    if bare:  # the document there without its key index: judged batch by batch
+        keyindex.index_path(sd.output).unlink(missing_ok=True)
     sd.spec  # noqa: B018 - parsed before the baseline, like any caller holding a SweepDir
     base, rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, _proc_kb("VmRSS")
     t0 = time.perf_counter()
@@ -127,6 +138,8 @@ def child_build(sweep: str, spec_json: str, n_units: str) -> dict[str, Any]:
 CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
     "merge": lambda s: child_merge(s, cold=False),
     "merge-cold": lambda s: child_merge(s, cold=True),
+    "merge-bare": lambda s: child_merge(s, cold=True, bare=True),
+    "checks": child_checks,
     "build": child_build,
     "floor": child_floor,
     "docfloor": child_docfloor,
@@ -138,7 +151,10 @@ CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def first_merges(root: Path, tmp: Path, output: Path, n: int, runs: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"merge": [], "floor": [], "io": [], "mem": []}
+    """A first merge (no merge cache) ``runs`` times beside the floors; from the second on, over
+    the document the first wrote (judged through its key index: the output stamp went with the
+    cache); then once more over it without its key index (``bare``)."""
+    out: dict[str, list[float]] = {"merge": [], "floor": [], "io": [], "mem": [], "bare": []}
     for r in range(runs):
         m = _child(["merge-cold", str(root)])
         assert m["records"] == n, m
@@ -155,6 +171,13 @@ def first_merges(root: Path, tmp: Path, output: Path, n: int, runs: int) -> dict
             f"(VmHWM: {m['hwm_delta'] / 1e6:.0f}) doc_mb={m['doc_bytes'] / 1e6:.0f}",
             flush=True,
         )
+    bare = _child(["merge-bare", str(root)])
+    out["bare"].append(bare["mem_delta"] / bare["doc_bytes"])
+    print(
+        f"  over the document without its key index: merge_s={bare['s']:.2f} peak_mem_delta_mb="
+        f"{bare['mem_delta'] / 1e6:.0f}",
+        flush=True,
+    )
     return out
 
 
@@ -238,6 +261,10 @@ def main() -> None:
         print(f"merge_vs_io={_ratio(first['merge'], first['io']):.3f}")
         print(f"remerge_vs_floor={_ratio(again['remerge'], again['floor']):.3f}")
         print(f"merge_peak_mem_vs_doc={statistics.median(first['mem']):.3f}")
+        print(f"merge_peak_mem_vs_doc_noindex={first['bare'][0]:.3f}")
+        checks = _child(["checks", str(root)])
+        steps = " ".join(f"{k}={checks[k]:.2f}" for k in ("parse", "classify", "layout", "id", "unit", "encode"))
+        print(f"merge_check_cpu_s: {steps} (each alone over {checks['records']} records; bench/merge_checks.py)")
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)

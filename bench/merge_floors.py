@@ -46,13 +46,13 @@ def _head_text(head: dict[str, Any]) -> tuple[str, str]:
 
 
 def write_record_text(out: Path, head: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    from orchestrator.store.segments import record_text
+    from orchestrator.store.texts import record_text
 
     before, after = _head_text(head)
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(before + "[\n  ")
-        f.write(",\n  ".join(map(record_text, records)))
-        f.write("\n ]" + after)
+    with open(out, "wb") as f:
+        f.write((before + "[\n  ").encode())
+        f.write(b",\n  ".join(map(record_text, records)))
+        f.write(("\n ]" + after).encode())
 
 
 def write_one_encode(out: Path, head: dict[str, Any], records: list[dict[str, Any]]) -> None:

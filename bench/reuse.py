@@ -1,21 +1,24 @@
 """Reuse at scale: planning a 1,000,000-item spec against a 1,000,000-record document that holds
 half of its items, beside planning the same spec without a document.
 
-- ``reuse_plan_1m_s``: ``control.reuseplan.plan_with_reuse`` (load the document, expand the spec,
-  decide per record whether it stands for an item, the sources' cost table, shard the half left
-  to measure); the document's other half are records of seq lengths the spec does not have.
+- ``reuse_plan_1m_s``: ``control.reuseplan.plan_with_reuse`` (expand the spec, read the key
+  index beside the document, parse the records of the plan's items and decide for each whether
+  it stands for its item, the sources' cost table, shard the half left to measure); the
+  document's other half are records of seq lengths the spec does not have, never parsed;
+- ``reuse_plan_1m_noindex_s``: the same with the document's key index deleted first: the plan
+  parses the whole document once, to build the index (written beside it), then plans as above.
 - ``plain_plan_1m_s``: ``planning.plan`` of the same spec, no document (what planning costs a
   user who measures everything again: the honest baseline of the planning step itself).
 - ``*_cpu_s``: the CPU seconds (user + system) of the same processes: less at the mercy of the
   load than wall seconds on a shared machine (not free of it: a shared core's caches).
-- ``reuse_plan_step_*``: the steps of the reuse plan timed apart (expand; load: read the file and
-  parse its head; match: parse its records batch by batch, ``document.scan``, and match them to
-  items; shard what is left), in one more process.
+- ``reuse_plan_step_*``: the steps of the reuse plan timed apart (expand; load: read the key
+  index and the document's head; match: find the plan's items in the index, parse their records
+  a chunk at a time and judge them; shard what is left), in one more process.
 - ``reuse_prepare_1m_s``: ``control.sweeps.prepare_sweep``, which also writes the sweep
   directory, the measuring units and the reuse unit's partial (one line per reused record).
 - ``*_peak_rss_mb``: the peak resident memory of the process that did each (one fresh process
   per figure, ``ru_maxrss``), and ``doc_mb`` the document's size. The document is written as the
-  merger writes one (indent=1), the layout ``document.scan`` reads in batches.
+  merger writes one (indent=1), with the key index the merger writes beside it.
 
 Left out: writing the document (setup), the merge that later carries the records (``bench.merge``
 measures merging at this scale), and the machine's load: other engineers share its 2 cores, so
@@ -55,11 +58,13 @@ def specs(scale: float) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def write_doc(path: Path, plan_spec: dict[str, Any], doc_spec: dict[str, Any]) -> int:
     """A tilesweep results document of every item of ``doc_spec``, measured as ``plan_spec`` would,
-    written as the merger writes one (``merge.write_document``: the indent=1 layout)."""
+    written as the merger writes one (``merge.write_document``: the indent=1 layout), with the key
+    index the merger writes beside it (``keyindex``)."""
     import random
 
+    from orchestrator.store import keyindex
     from orchestrator.store.merge import write_document
-    from orchestrator.store.segments import record_text
+    from orchestrator.store.texts import record_text
 
     rng = random.Random(0)
     items = expand(SweepSpec.model_validate(doc_spec))
@@ -69,11 +74,12 @@ def write_doc(path: Path, plan_spec: dict[str, Any], doc_spec: dict[str, Any]) -
         "spec": SweepSpec.model_validate(plan_spec).model_dump(mode="json"),
         "attempts": {u: [{"attempt": 1, "started": "2026-11-01T00:00:00+00:00"}] for u in units},
     }
-    texts = (
+    texts = [
         record_text({**record_for(it, rng), "unit": units[i * N_UNITS_IN_DOC // len(items)], "attempt": 1})
         for i, it in enumerate(items)
-    )
-    write_document(path, {"device": DEVICE, "config": {"repeats": 5}, "tilesweep": block}, texts)
+    ]
+    first = write_document(path, {"device": DEVICE, "config": {"repeats": 5}, "tilesweep": block}, texts)
+    keyindex.write(path, first, map(len, texts), [it.id for it in items], [it.tag for it in items])
     return len(items)
 
 
@@ -91,9 +97,13 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
 
         items, units = plan(spec)
         out = {"items": len(items), "units": len(units)}
-    elif what == "reuse":
+    elif what in ("reuse", "noindex"):
         from orchestrator.control.reuseplan import plan_with_reuse
 
+        if what == "noindex":
+            from orchestrator.store.keyindex import index_path
+
+            index_path(Path(doc)).unlink()
         p = plan_with_reuse(spec, Path(work) / "sweep", Path(doc), None, None, None)
         out = {"items": len(p.items), "reused": p.found.reused, "measured": sum(len(u.items) for u in p.units)}
     elif what == "stages":
@@ -113,7 +123,8 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
 def stages(spec: SweepSpec, doc: Path) -> dict[str, float]:
     """``plan_with_reuse``'s steps timed one by one: where the seconds go."""
     from orchestrator.planning import shard_items
-    from orchestrator.store.reuse import document_env, find_reuse, load_sources
+    from orchestrator.store.reuse import document_env, find_reuse
+    from orchestrator.store.reuse_sources import load_sources
 
     out: dict[str, float] = {}
     t = time.perf_counter()
@@ -157,6 +168,7 @@ def main() -> None:
         print(f"doc_mb={doc.stat().st_size / 1e6:.0f}")
         plain = measure("plain", spec_path, doc, work)
         reuse = measure("reuse", spec_path, doc, work)
+        bare = measure("noindex", spec_path, doc, work)
         prep = measure("prepare", spec_path, doc, work)
         steps = measure("stages", spec_path, doc, work)
     print(f"plan_items={reuse['items']}")
@@ -165,6 +177,7 @@ def main() -> None:
     print(f"plain_plan_1m_s={plain['s']:.2f}")
     print(f"reuse_plan_1m_s={reuse['s']:.2f}")
     print(f"reuse_vs_plain_plan={reuse['s'] / plain['s']:.2f}")
+    print(f"reuse_plan_1m_noindex_s={bare['s']:.2f} (cpu {bare['cpu_s']:.2f}, peak {bare['peak_rss_mb']:.0f} MB)")
     print(f"plain_plan_1m_cpu_s={plain['cpu_s']:.2f}")
     print(f"reuse_plan_1m_cpu_s={reuse['cpu_s']:.2f}")
     print(f"reuse_vs_plain_plan_cpu={reuse['cpu_s'] / plain['cpu_s']:.2f}")

@@ -14,8 +14,8 @@ import pytest
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.records import IDENTITY_FIELDS, item_id
 from orchestrator.store.merge import merge, write_document
-from orchestrator.store.segments import any_record_text, record_text
 from orchestrator.store.synthetic import DEVICE, build_sweep, header, record_for, small_spec
+from orchestrator.store.texts import any_record_text, record_text
 from tests.merging import Sweep, append_lines, four_units, read_doc
 
 from .conftest import SAMPLE, run_cli

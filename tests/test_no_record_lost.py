@@ -134,7 +134,8 @@ def test_unwritable_output_or_folder_is_one_line_and_changes_nothing(tmp_path: P
         )
     finally:
         subprocess.run(["chattr", "-i", str(out)], check=True)
-    assert out.read_bytes() == before and {p.name for p in folder.iterdir()} == {"results.json", ".results.json.lock"}
+    beside = {"results.json", ".results.json.lock", ".results.json.keys"}  # the document, its lock, its key index
+    assert out.read_bytes() == before and {p.name for p in folder.iterdir()} == beside
     other = folder / "other.json"
     subprocess.run(["chattr", "+i", str(folder)], check=True)
     try:

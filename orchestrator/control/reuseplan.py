@@ -26,7 +26,8 @@ from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.carried import reuse_unit
 from orchestrator.store.portfolio import portfolio
-from orchestrator.store.reuse import Found, Source, document_env, find_reuse, load_sources
+from orchestrator.store.reuse import Found, document_env, find_reuse
+from orchestrator.store.reuse_sources import Source, load_sources
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ def plan_with_reuse(
     if spec.timing.strategy == SEARCH:  # round 1 measures the design; reuse carries what it found
         search = design_round(spec, items, set(found.records), portfolio(sources, spec.measured_impl, env))
         todo = search.items
+    del sources  # their key indexes and heads: not held while the rest is sharded
     planned = shard_items(spec, todo, units, table)
     reused = reuse_unit(items, found, len(planned), spec.fingerprint()) if found.records else None
     log.info("planned %d items: %d reused, %d in %d units", len(items), found.reused, len(todo), len(planned))

@@ -257,33 +257,49 @@ def _compiled_config(it: WorkItem, spec: SweepSpec, impl: impls.Implementation) 
 def _model_costs(items: Sequence[WorkItem], spec: SweepSpec, a: Assumptions, round_: int) -> list[float]:
     """The model's seconds per item; -1.0 for an item that does not run.
 
-    The model depends on a few fields only, so it is cached on them: a million items cost
-    about one dict lookup each."""
+    The model depends on a few fields only, and items come in runs of one problem, mode and
+    config kind, whose timed work is one figure and whose compile depends on the config alone:
+    so a run costs one look-up of its compile figures, an item one look-up of its config's."""
     big = _unclamped_seq(spec)
-    compile_cache: dict[tuple[Any, ...], float] = {}
+    compile_cache: dict[tuple[Any, ...], dict[tuple[int, ...], float]] = {}
     model: list[float] = []
     append = model.append
-    last = None
+    last: WorkItem | None = None
+    compiles: dict[tuple[int, ...], float] = {}
     t = 0.0
     impl = impls.get(spec.measured_impl)
     for it in items:
         if it.kind != RUN:
             append(-1.0)
             continue
-        seq = it.seq
-        key = (it.mode, it.dtype, it.head_dim, it.params, seq if seq < big else big, it.config, it.causal)
-        c = compile_cache.get(key)
+        if last is None or not _same_run(it, last):
+            compiles = compile_cache.setdefault(
+                (it.mode, it.dtype, it.head_dim, min(it.seq, big), it.config, it.causal), {}
+            )
+            how = measurement(it.config, spec, round_)
+            t = timed_estimate(it.mode, it.dtype, it.batch, it.heads, it.seq, it.head_dim, spec, a, it.causal, how)
+            last = it
+        c = compiles.get(it.params)
         if c is None:
             loops = impl.causal_loops if it.causal else 1
             cfg = _compiled_config(it, spec, impl)
-            c = compile_cache[key] = compile_estimate(it.mode, it.dtype, it.head_dim, seq, cfg, a, loops)
-        how = measurement(it.config, spec, round_)
-        shape = (it.mode, it.dtype, it.head_dim, seq, it.batch, it.heads, it.causal, how)
-        if shape != last:  # items come grouped by shape and mode: recompute on a change only
-            t = timed_estimate(it.mode, it.dtype, it.batch, it.heads, seq, it.head_dim, spec, a, it.causal, how)
-            last = shape
+            c = compiles[it.params] = compile_estimate(it.mode, it.dtype, it.head_dim, it.seq, cfg, a, loops)
         append(c + t)
     return model
+
+
+def _same_run(it: WorkItem, last: WorkItem) -> bool:
+    """Whether ``it`` is of ``last``'s problem, mode and config kind (the model's run)."""
+    return (
+        it.config == last.config
+        and it.mode == last.mode
+        and it.seq == last.seq
+        and it.head_dim == last.head_dim
+        and it.dtype == last.dtype
+        and it.causal == last.causal
+        and it.batch == last.batch
+        and it.heads == last.heads
+    )
 
 
 def _with_measured(

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store.document import ResultsDoc, load
+from orchestrator.store.keyindex import Keys
 from orchestrator.store.lines import DeviceBlock
 from orchestrator.store.newest import Slots
 from orchestrator.store.provenance import (
@@ -30,7 +32,7 @@ from orchestrator.store.provenance import (
     with_earlier,
     without_earlier,
 )
-from orchestrator.store.segments import any_record_text
+from orchestrator.store.texts import any_record_text
 
 APPEND_HINT = "merging appends to it (append: true): move it away or set append: false"
 
@@ -43,14 +45,25 @@ def load_target(path: Path) -> ResultsDoc:
         raise ResultsError(f"{exc.message}; {APPEND_HINT}") from None
 
 
+@dataclass
+class Appended:
+    """The appended document: its head, its record texts and their keys, and how many of the
+    existing document's records were kept and how many of those are errors."""
+
+    head: DocumentHead
+    texts: list[bytes]
+    keys: Keys
+    kept: int
+    kept_errors: int
+
+
 def append_into(
-    existing: ResultsDoc, head: DocumentHead, slots: Slots, *, mix_devices: bool, path: Path
-) -> tuple[DocumentHead, list[str], int, int]:
-    """Records of this sweep (``slots``) replace same-identity records of ``existing`` in
-    place, unless the document's record was measured later (by its unit and attempt's start
-    time in the document's tilesweep blocks); the others are kept untouched; new identities
-    follow in plan order. Returns the new head, the record texts, how many records were kept
-    and how many of them are errors. Consumes ``existing.results`` as it goes, so a big
+    existing: ResultsDoc, head: DocumentHead, slots: Slots, *, tag: str, mix_devices: bool, path: Path
+) -> Appended:
+    """Records of this sweep (``slots``, of the spec's ``tag``) replace same-identity records of
+    ``existing`` in place, unless the document's record was measured later (by its unit and
+    attempt's start time in the document's tilesweep blocks); the others are kept untouched; new
+    identities follow in plan order. Consumes ``existing.results`` as it goes, so a big
     document's parsed records are freed while its text is built."""
     old_kind = existing.device.get("device_kind")
     new_kind = head["device"].get("device_kind") if head["device"] else old_kind
@@ -61,7 +74,8 @@ def append_into(
             "set merge.mix_devices: true to mix them (records then carry their device), or write to another output"
         )
     old_ts = existing.extra.get("tilesweep")
-    texts, kept, kept_errors = _records(existing, slots, measured_times(old_ts), mixing, new_kind)
+    keys = Keys([], [])
+    texts, kept, kept_errors = _records(existing, slots, measured_times(old_ts), mixing, new_kind, (keys, tag))
     new_head = head.copy()
     if existing.device and not mixing:
         new_head["device"] = cast(DeviceBlock, existing.device)
@@ -72,24 +86,34 @@ def append_into(
         earlier.append(without_earlier(own))
     if earlier:
         new_head["tilesweep"] = with_earlier(head["tilesweep"], earlier)
-    return new_head, texts, kept, kept_errors
+    return Appended(new_head, texts, keys, kept, kept_errors)
 
 
 def _records(
-    existing: ResultsDoc, slots: Slots, measured: dict[tuple[Any, Any], str], mixing: bool, new_kind: Any
-) -> tuple[list[str], int, int]:
+    existing: ResultsDoc,
+    slots: Slots,
+    measured: dict[tuple[Any, Any], str],
+    mixing: bool,
+    new_kind: Any,
+    keyed: tuple[Keys, str],
+) -> tuple[list[bytes], int, int]:
     """The record texts of the appended document, how many of the document's records were
-    kept and how many of those are errors. When ``mixing`` devices, every record carries its
-    device: the document's kind for its records, ``new_kind`` for this sweep's."""
+    kept and how many of those are errors; ``keyed``: the keys of the texts are added to its
+    ``Keys``, this sweep's records being of its tag. When ``mixing`` devices, every record
+    carries its device: the document's kind for its records, ``new_kind`` for this sweep's."""
     old_kind = existing.device.get("device_kind")
     fresh = {iid: pi for pi, iid in enumerate(slots.ids) if iid is not None}
     used: set[int] = set()
-    texts: list[str] = []
+    texts: list[bytes] = []
     kept = kept_errors = 0
 
-    def ours(pi: int) -> str:
-        t = slots.text[pi] or ""
-        return _with_device(t, new_kind) if mixing and '\n   "device": ' not in t else t
+    keys, tag = keyed
+
+    def ours(pi: int) -> bytes:
+        t = slots.text[pi] or b""
+        keys.ids.append(slots.ids[pi] or "")
+        keys.tags.append(tag)
+        return _with_device(t, new_kind) if mixing and b'\n   "device": ' not in t else t
 
     for rec in _drain(existing.results):
         try:
@@ -109,6 +133,7 @@ def _records(
         if mixing and "device" not in rec:
             rec = {**rec, "device": old_kind}
         texts.append(any_record_text(rec))
+        keys.add(rec)
         kept += 1
         kept_errors += "error" in rec
     texts.extend(ours(pi) for pi, t in enumerate(slots.text) if t is not None and pi not in used)
@@ -137,6 +162,6 @@ def measured_times(tilesweep: object) -> dict[tuple[Any, Any], str]:
     return measured
 
 
-def _with_device(text: str, kind: Any) -> str:
-    """A record text (as ``segments.record_text`` writes it) with ``device`` as its last field."""
-    return text[:-4] + ',\n   "device": ' + json.dumps(kind) + "\n  }"
+def _with_device(text: bytes, kind: Any) -> bytes:
+    """A record text (as ``texts.record_text`` writes it) with ``device`` as its last field."""
+    return text[:-4] + b',\n   "device": ' + json.dumps(kind).encode() + b"\n  }"

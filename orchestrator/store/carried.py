@@ -57,7 +57,7 @@ def write_reuse_unit(sd: SweepDir, unit: Unit, found: Found) -> None:
     with atomic_open(sd.partial_path(unit.id)) as f:
         f.write(encode_line(header_line(header)) + "\n")
         for it, rec in zip(unit.items, records, strict=True):
-            f.write(encode_line(record_line(it.id, 1, rec)) + "\n")
+            f.write(encode_line(record_line(it.id, 1, dict(rec))) + "\n")
     errors = sum("error" in rec for rec in records)
     screened = sum(bool(rec.get("screened")) for rec in records)
     summary = reuse_summary(unit.id, records=len(records), errors=errors, screened=screened)

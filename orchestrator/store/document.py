@@ -41,7 +41,21 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ResultsDoc", "Scanned", "from_obj", "load", "load_costs", "paused_gc", "scan"]
+__all__ = [
+    "ResultsDoc",
+    "Scanned",
+    "check_records",
+    "from_obj",
+    "head_of",
+    "load",
+    "load_costs",
+    "parse_json",
+    "read_head",
+    "paused_gc",
+    "read_bytes",
+    "results_bounds",
+    "scan",
+]
 
 TOP_LEVEL_FIELDS: tuple[str, ...] = ("device", "config", "results")
 
@@ -81,7 +95,9 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _parse(data: bytes, path: str) -> Any:
+def parse_json(data: bytes, path: str) -> Any:
+    """JSON text of the document ``path`` parsed (orjson, the stdlib for NaN), or the one-line
+    ``ResultsError`` of a file that is not JSON."""
     try:
         with paused_gc():
             if _orjson is not None:
@@ -120,7 +136,7 @@ def load(path: str | os.PathLike[str], *, role: str | None = None, tokamax: bool
         if found is not None:
             return found
     name, data = _read(path, role)
-    doc = from_obj(_parse(data, name), name=name)
+    doc = from_obj(parse_json(data, name), name=name)
     log.debug("loaded %s: %d records", name, len(doc.results))
     return doc
 
@@ -163,15 +179,49 @@ def scan(path: str | os.PathLike[str], *, role: str | None = None, tokamax: bool
     if found is not None:
         return Scanned(replace(found, results=[]), iter([found.results]))
     name, data = _read(path, role)
+    bounds = results_bounds(data)
+    if bounds is None:
+        doc = from_obj(parse_json(data, name), name=name)
+        return Scanned(replace(doc, results=[]), iter([doc.results]))
+    first, stop = bounds
+    return Scanned(head_of(data, bounds, name), _batches(data, first, stop, name))
+
+
+def results_bounds(data: bytes) -> tuple[int, int] | None:
+    """(where the first record's ``{`` is, where the last record's ``}`` ends) in a document of
+    the merger's layout with records; None for another layout (or no records)."""
     start = data.find(_RESULTS_OPEN)
     end = data.find(_ARRAY_CLOSE, start) - 4 if start >= 0 else -1  # the last record's "\n  }"
     if start < 0 or end < start or data[end : end + 4] != b"\n  }":
-        doc = from_obj(_parse(data, name), name=name)
-        return Scanned(replace(doc, results=[]), iter([doc.results]))
-    first = start + len(_RESULTS_OPEN) - 1  # the first record's "{"
-    stop = end + 4  # past the last record's "}"
-    head = from_obj(_parse(data[: first - 3] + data[stop:], name), name=name)  # '"results": [' + '\n ]'
-    return Scanned(head, _batches(data, first, stop, name))
+        return None
+    return start + len(_RESULTS_OPEN) - 1, end + 4
+
+
+def head_of(data: bytes, bounds: tuple[int, int], name: str) -> ResultsDoc:
+    """The document without its records (``bounds``: ``results_bounds``), parsed and checked."""
+    first, stop = bounds
+    return from_obj(parse_json(data[: first - 3] + data[stop:], name), name=name)  # '"results": [' + '\n ]'
+
+
+def read_head(path: str | os.PathLike[str], bounds: tuple[int, int], *, role: str | None = None) -> ResultsDoc:
+    """The head of the document at ``path`` (its records lie within ``bounds``, as
+    ``results_bounds`` or a key index says), reading only the bytes around them."""
+    spath = os.fspath(path)
+    name = f"{role} {spath}" if role else spath
+    first, stop = bounds
+    try:
+        with open(spath, "rb") as fh:
+            before = fh.read(first)
+            fh.seek(stop)
+            after = fh.read()
+    except OSError as exc:
+        raise ResultsError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    return head_of(before + after, (first, first), name)
+
+
+def read_bytes(path: str | os.PathLike[str], *, role: str | None = None) -> tuple[str, bytes]:
+    """(the name messages give the file, its bytes), or the one-line ``ResultsError`` of ``load``."""
+    return _read(path, role)
 
 
 def _batches(data: bytes, pos: int, stop: int, name: str) -> Iterator[list[dict[str, Any]]]:
@@ -179,8 +229,8 @@ def _batches(data: bytes, pos: int, stop: int, name: str) -> Iterator[list[dict[
     while pos < stop:
         cut = data.find(_BETWEEN, min(pos + BATCH_BYTES, stop), stop)
         end = stop if cut < 0 else cut + 4
-        records = _parse(b"[" + data[pos:end] + b"]", name)
-        _check_records(records, name, done)
+        records = parse_json(b"[" + data[pos:end] + b"]", name)
+        check_records(records, name, done)
         done += len(records)
         yield records
         pos = end + 4  # past ",\n  " to the next record's "{"
@@ -213,7 +263,7 @@ def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
                 f"{name}: not a results document: {key!r} is a JSON {_json_type(obj[key])}, expected {expected}"
             )
     results = obj["results"]
-    _check_records(results, name)
+    check_records(results, name)
     extra = {k: v for k, v in obj.items() if k not in TOP_LEVEL_FIELDS}
     return ResultsDoc(
         device=dict(obj["device"]),
@@ -224,7 +274,9 @@ def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
     )
 
 
-def _check_records(results: list[Any], name: str, first: int = 0) -> None:
+def check_records(results: list[Any], name: str, first: int = 0) -> None:
+    """Refuse (``ResultsError``, naming the record) a record that is not an object with the
+    identity fields; ``first``: the number of the first of ``results`` in the document."""
     ident = _IDENTITY
     for i, rec in enumerate(results, first):
         # The fast path is one type check and one set inclusion per record.

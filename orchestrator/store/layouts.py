@@ -7,7 +7,8 @@ redone (see ``partials.classify``).
 
 Validation is keyed on a record's layout (its key order, value types, mode and config kind):
 a sweep has a handful of layouts, so checking a million records costs one tuple build and one
-dict look-up each, not a schema walk.
+dict look-up each, not a schema walk; the id is checked by the layout's own id getter
+(``records.record_id``: one format and one hash).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from orchestrator.spec.records import (
     RECORD_IDENTITY_ORDER,
     RESULT_FIELDS,
     config_fields,
-    item_id,
+    record_id,
 )
 
 # Extras a worker writes; ``unit`` and ``attempt`` are added by the merger from the line.
@@ -64,7 +65,7 @@ def check_record(iid: Any, rec: Any) -> tuple[str | None, tuple[str, ...] | None
     why, order = check_layout(rec)
     if why is not None:
         return why, None
-    if not isinstance(iid, str) or item_id(rec) != iid:
+    if not isinstance(iid, str) or record_id(rec) != iid:
         return f"id {iid!r} is not the id of the record's identity fields", None
     return None, order
 

@@ -40,9 +40,11 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from orchestrator.errors import ResultsError
+from orchestrator.store import keyindex
 from orchestrator.store.append import append_into, load_target
 from orchestrator.store.carried import read_summary
 from orchestrator.store.files import atomic_open, now_iso, remove_dead_temps
+from orchestrator.store.keyindex import Keys
 from orchestrator.store.lines import DeviceBlock, document_device
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.newest import Slots, pick_newest
@@ -177,34 +179,36 @@ def _device(segs: list[Segment]) -> DeviceBlock:
     return {}
 
 
-def write_document(path: Path, head: Mapping[str, object], records: Iterable[str]) -> None:
-    """Stream ``head`` with ``records`` (record texts) as its ``results`` into ``path``,
-    atomically; the bytes equal ``json.dumps({... "results": [...] ...}, indent=1)``."""
+def write_document(path: Path, head: Mapping[str, object], records: Iterable[bytes]) -> int:
+    """Stream ``head`` with ``records`` (record texts, ``texts``) as its ``results`` into
+    ``path``, atomically; the bytes equal ``json.dumps({... "results": [...] ...}, indent=1)``.
+    Returns where the first record's text starts (``keyindex``)."""
     text = json.dumps({**head, "results": _PLACEHOLDER}, indent=1)
-    before, after = text.split(json.dumps(_PLACEHOLDER), 1)
-    with atomic_open(path) as f:
+    before, after = (part.encode() for part in text.split(json.dumps(_PLACEHOLDER), 1))
+    with atomic_open(path, "wb") as f:
         f.write(before)
         _write_results(f, records)
         f.write(after)
+    return len(before) + len(b"[\n  ")
 
 
-def _write_results(f: IO[str], records: Iterable[str]) -> None:
+def _write_results(f: IO[bytes], records: Iterable[bytes]) -> None:
     it = iter(records)
     first = next(it, None)
     if first is None:
-        f.write("[]")
+        f.write(b"[]")
         return
-    f.write("[\n  ")
+    f.write(b"[\n  ")
     f.write(first)
-    buf: list[str] = []
+    buf: list[bytes] = []
     for t in it:
         buf.append(t)
         if len(buf) >= _CHUNK:
-            f.write(",\n  " + ",\n  ".join(buf))
+            f.write(b",\n  " + b",\n  ".join(buf))
             buf.clear()
     if buf:
-        f.write(",\n  " + ",\n  ".join(buf))
-    f.write("\n ]")
+        f.write(b",\n  " + b",\n  ".join(buf))
+    f.write(b"\n ]")
 
 
 def merge(
@@ -225,7 +229,8 @@ def merge(
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
-        for p in remove_dead_temps(out) + remove_dead_temps(sd.root / CACHE_DIR):
+        dead = remove_dead_temps(out) + remove_dead_temps(keyindex.index_path(out))
+        for p in dead + remove_dead_temps(sd.root / CACHE_DIR):
             log.info("removed %s, left by a merge that was killed", p)
         appending = spec.append and out.exists()
         target = inspect(sd, out) if not appending else None
@@ -274,11 +279,11 @@ def _write_appended(sd: SweepDir, out: Path, head: DocumentHead, slots: Slots, s
     identity measured before them (``append.append_into``)."""
     existing = load_target(out)
     summary.replaced = len(existing.results)
-    head, texts, kept, kept_errors = append_into(existing, head, slots, mix_devices=sd.spec.merge.mix_devices, path=out)
-    summary.records = len(texts)
-    summary.kept_from_existing = kept
-    summary.errors = sum(slots.err) + kept_errors
-    _replace(sd, out, _ordered(head), texts, summary)
+    appended = append_into(existing, head, slots, tag=sd.spec.tag, mix_devices=sd.spec.merge.mix_devices, path=out)
+    summary.records = len(appended.texts)
+    summary.kept_from_existing = appended.kept
+    summary.errors = sum(slots.err) + appended.kept_errors
+    _replace(sd, out, _ordered(appended.head), appended.texts, appended.keys, summary)
 
 
 def _write_fresh(
@@ -288,7 +293,9 @@ def _write_fresh(
     summary.replaced = target.records if target is not None else 0
     summary.records = slots.found
     summary.errors = sum(slots.err)
-    _replace(sd, out, _ordered(head), slots, summary, target)
+    texts = list(slots)
+    keys = Keys([i for i in slots.ids if i is not None], [sd.spec.tag] * len(texts))
+    _replace(sd, out, _ordered(head), texts, keys, summary, target)
 
 
 def check_target(sd: SweepDir, output: Path | None = None) -> None:
@@ -305,18 +312,19 @@ def _replace(
     sd: SweepDir,
     out: Path,
     head: Mapping[str, object],
-    records: Iterable[str],
+    records: list[bytes],
+    keys: Keys,
     summary: MergeSummary,
     target: Target | None = None,
 ) -> None:
-    """Write the document; keep the one it replaces as ``.prev`` when that held more records, or
-    anything not this sweep's (``target``, judged before: ``--overwrite`` drops it, even where
-    reused records make the new document as long). Nothing is changed when the output cannot be
-    replaced (one line says why)."""
+    """Write the document, then its key index (``keys``: of ``records``, in order); keep the one
+    it replaces as ``.prev`` when that held more records, or anything not this sweep's
+    (``target``, judged before: ``--overwrite`` drops it, even where reused records make the new
+    document as long). Nothing is changed when the output cannot be replaced (one line says why)."""
     dropped = target is not None and bool(target.n_foreign or target.not_a_document)
     stashed = stash(out) if out.exists() and (dropped or summary.replaced > summary.records) else None
     try:
-        write_document(out, head, records)
+        first = write_document(out, head, records)
     except OSError as exc:
         if stashed is not None:
             stashed.unlink(missing_ok=True)
@@ -326,6 +334,7 @@ def _replace(
         ) from None
     if stashed is not None:
         summary.prev = keep(stashed, out)
+    keyindex.write(out, first, map(len, records), keys.ids, keys.tags, keys.odd)
     write_stamp(sd, out, summary.records)
 
 

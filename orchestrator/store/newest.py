@@ -19,7 +19,7 @@ from orchestrator.store.segments import Segment
 class Slots:
     """The winning record of each plan position."""
 
-    text: list[str | None]
+    text: list[bytes | None]
     ids: list[str | None]
     err: bytearray
     found: int = 0
@@ -27,7 +27,7 @@ class Slots:
     key: list[int] = field(default_factory=list)  # (attempt rank << 32) | line of each winner
     started: list[str] = field(default_factory=list)  # attempt rank -> its start time
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[bytes]:
         return (t for t in self.text if t is not None)
 
     def started_of(self, pi: int) -> str:

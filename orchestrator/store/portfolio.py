@@ -24,7 +24,8 @@ from orchestrator.errors import ResultsError
 from orchestrator.planning.search import Config, ranked
 from orchestrator.spec.records import DEFAULT_IMPL, config_fields, problem_key
 from orchestrator.store.document import paused_gc, scan
-from orchestrator.store.reuse import Source, document_env
+from orchestrator.store.reuse import document_env
+from orchestrator.store.reuse_sources import Source
 
 log = logging.getLogger(__name__)
 

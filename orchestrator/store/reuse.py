@@ -3,12 +3,13 @@ planning time instead of being measured again.
 
 Sources, in order of preference: the sweep's output document, then the documents named with
 ``--reuse`` and in the spec's ``reuse.documents``. A record stands for an item of the new plan
-when it has the item's identity (identity and config fields, tag included, matched as
-``records.key_getter`` reads them plus the tag), fits the record layout with the exact types it
-asks (``layouts.check_layout``: so the record's ``item_id`` is the item's), and was measured in
-a compatible environment with compatible settings (``spec.compat``: the one home of that rule).
-Only items the worker would compile and time are reused (pruned and invalid ones cost nothing). Error records are
-reused only when asked (a new jax may fix a compile failure). Of several compatible records of
+when it has the item's identity (identity and config fields, tag included: its item id, through
+the document's key index, else as ``records.key_getter`` reads them plus the tag), fits the
+record layout with the exact types it asks (``layouts.check_layout``: so the record's
+``item_id`` is the item's), and was measured in a compatible environment with compatible
+settings (``spec.compat``: the one home of that rule). Only items the worker would compile and
+time are reused (pruned and invalid ones cost nothing). Error records are reused only when asked
+(a new jax may fix a compile failure). Of several compatible records of
 one item a full one beats a screened one (halving needs no screen of a config timed in full),
 then a success beats an error, then the earlier source.
 
@@ -19,7 +20,8 @@ same fingerprint appended into it replaced the block). A record without a ``unit
 reference-run document, another tool) has no known settings and is not reused; such a document
 still gives its costs to the cost model.
 
-What a sweep accepts and why it refuses a record (another device, jax or measurement; a
+How a source document is read (through its key index, else batch by batch), ``reuse_sources``
+says. What a sweep accepts and why it refuses a record (another device, jax or measurement; a
 replayed record in a measured sweep) is ``reuse_accept``'s. Where carried records live in the
 sweep directory, ``carried`` says.
 """
@@ -27,10 +29,8 @@ sweep directory, ``carried`` says.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ResultsError
@@ -39,22 +39,27 @@ from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import DEFAULT_IMPL, head_getter, key_getter
-from orchestrator.store.document import ResultsDoc, paused_gc, scan
+from orchestrator.store.compact import CompactRecord
+from orchestrator.store.document import ResultsDoc, paused_gc
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 from orchestrator.store.provenance import TilesweepBlock, attempts_of, blocks, own_block
 from orchestrator.store.replayed import VIRTUAL, replayed_of
 from orchestrator.store.reuse_accept import REFUSALS, SourceCount, Wanted, judge_block, other_device, say, wanted
+from orchestrator.store.reuse_sources import Source, indexed_records
 
 log = logging.getLogger(__name__)
 
 _STRIP = ("unit", "attempt", "reused_from", "device", "round")
+
+# The records chosen for items, by plan index: (the record, held compactly; its source's path)
+Chosen = dict[int, tuple[Mapping[str, Any], str]]
 
 
 @dataclass
 class Found:
     """Reuse decided for a plan: the reused records by plan index, and what each source gave."""
 
-    records: dict[int, tuple[dict[str, Any], str]] = field(default_factory=dict)  # index -> (record, source)
+    records: Chosen = field(default_factory=dict)  # index -> (record, source)
     sources: list[SourceCount] = field(default_factory=list)
     env: dict[str, Any] | None = None  # the environment records were checked against
     env_from: str = ""
@@ -74,42 +79,6 @@ class Found:
 
 
 # ---------------------------------------------------------------------------- sources
-
-
-@dataclass
-class Source:
-    """One document offered for reuse: the output document or a named one; ``doc`` is its head
-    (``document.scan``: no records), ``batches`` its records, read once by ``find_reuse``."""
-
-    doc: ResultsDoc
-    role: str  # "output", "--reuse" or "reuse.documents"
-    path: str  # absolute: what reused records' ``reused_from`` says
-    batches: Iterator[list[dict[str, Any]]] = field(default_factory=lambda: iter(()))
-
-
-def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
-    """The output document when it exists (a file there that is not a results document is
-    left to the merger, which refuses or overwrites it: a warning here), then each document named
-    with ``--reuse`` and in the spec's ``reuse.documents``, each a results document or a tokamax
-    table (``store.tokamax_table``: it prices and seeds, none of it is reused); one line otherwise."""
-    out: list[Source] = []
-    seen: set[str] = set()
-    if output.is_file():
-        try:
-            head = scan(output)
-            out.append(Source(head.doc, "output", os.path.abspath(output), head.batches))
-            seen.add(os.path.realpath(output))
-        except ResultsError as exc:
-            log.warning("%s; nothing reused from it", exc.message)
-    for role, paths in (("--reuse", named), ("reuse.documents", from_spec)):
-        for path in paths:
-            real = os.path.realpath(path)
-            if real in seen:
-                continue
-            seen.add(real)
-            head = scan(path, role=role, tokamax=True)
-            out.append(Source(head.doc, role, os.path.abspath(path), head.batches))
-    return out
 
 
 def document_env(doc: ResultsDoc) -> dict[str, Any] | None:
@@ -150,12 +119,18 @@ def _matches(src: Source, want: Wanted) -> Iterator[tuple[dict[str, Any], WorkIt
     included; the first record of each item's identity less the tag goes to ``want.priced`` with
     the document's timing, for the cost model (costs do not depend on a tag; priced only for the
     items left to measure, by ``find_reuse``)."""
-    getters = {(*kind, DEFAULT_IMPL): key_getter(*kind) for kind in MODES_CONFIGS}
     config = src.doc.config
     timing = config.get("timing")
     timing = timing if isinstance(timing, dict) else {}
     how = (int(config.get("repeats") or 5), int(timing.get("warmup", 1)))
     priced = want.priced
+    if src.keyed_by_id(want.tag):  # every record of an item of the plan has that item's id and tag
+        for rec, item in indexed_records(src, want.by_id):
+            if item.index not in priced:
+                priced[item.index] = (rec, how, item)
+            yield rec, item
+        return
+    getters = {(*kind, DEFAULT_IMPL): key_getter(*kind) for kind in MODES_CONFIGS}
     items = want.items
     head = head_getter()
     heads = want.heads
@@ -170,13 +145,13 @@ def _matches(src: Source, want: Wanted) -> Iterator[tuple[dict[str, Any], WorkIt
                 continue
             if it is None:
                 continue
-            if key not in priced:
-                priced[key] = (rec, how)
+            if it.index not in priced:
+                priced[it.index] = (rec, how, it)
             if rec["tag"] == it.tag:
                 yield rec, it
 
 
-def _scan(src: Source, count: SourceCount, want: Wanted, chosen: dict[int, tuple[dict[str, Any], str]]) -> None:
+def _scan(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None:
     """Offer every record of ``src`` that has an item of this plan (a hot loop: half a million
     matched records at the scale of ``bench/reuse``). A record taken is the source's own dict
     (read for this scan alone), stripped of its place in the source and given its provenance."""
@@ -230,10 +205,11 @@ def _scan(src: Source, count: SourceCount, want: Wanted, chosen: dict[int, tuple
             continue  # counted as superseded by find_reuse
         if kind is not None and kind != my_kind:
             body["device"] = str(kind)
-        chosen[it.index] = (body, count.path)
+        want.priced.pop(it.index, None)  # an item carried is not priced: let go of its record
+        chosen[it.index] = (CompactRecord(body), count.path)
 
 
-def _scan_source(src: Source, count: SourceCount, want: Wanted, chosen: dict[int, tuple[dict[str, Any], str]]) -> None:
+def _scan_source(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None:
     """``_scan``; a damaged record in the output document (read in batches, so found only now)
     ends its scan with a warning, as a damaged head does (``load_sources``): the merger judges it."""
     try:
@@ -261,8 +237,9 @@ def find_reuse(
     found = Found(env=env, env_from=env_from)
     if not sources:
         return found
-    want = wanted(spec, items, env, errors=errors, reuse=records, replays=replays)
-    chosen: dict[int, tuple[dict[str, Any], str]] = {}
+    keyed = not all(src.keyed_by_id(spec.tag) for src in sources)
+    want = wanted(spec, items, env, errors=errors, reuse=records, replays=replays, keyed=keyed)
+    chosen: Chosen = {}
     with paused_gc():
         for src in sources:
             count = SourceCount(src.path, src.role)
@@ -287,11 +264,11 @@ def _costs(want: Wanted, chosen: dict[int, Any], source: str) -> CostTable | Non
     """Measured seconds of the items left to measure, from the first record of each (``--costs``'
     rule, ``planning.costs.measured_cost``)."""
     costs: dict[tuple[Any, ...], float] = {}
-    for key, (rec, (repeats, warmup)) in want.priced.items():
-        if want.items[key].index not in chosen:
+    for index, (rec, (repeats, warmup), it) in want.priced.items():
+        if index not in chosen:
             cost = measured_cost(rec, repeats=repeats, warmup=warmup)
             if cost is not None:
-                costs[key] = cost
+                costs[it.record_key()] = cost
     return CostTable(costs, source=source) if costs else None
 
 

@@ -62,9 +62,11 @@ class SourceCount:
 
 @dataclass
 class Wanted:
-    """What this sweep accepts: its items by ``record_key``, whether records are
-    reused at all (costs are taken either way), its environment and measurement keys."""
+    """What this sweep accepts: its items by id and, where a source is matched by key
+    (``reuse_sources``), by ``record_key``; whether records are reused at all (costs are taken
+    either way), its environment and measurement keys."""
 
+    by_id: dict[str, WorkItem]
     items: dict[tuple[Any, ...], WorkItem]
     reuse: bool
     env: dict[str, Any]
@@ -72,9 +74,11 @@ class Wanted:
     screen: tuple[Any, ...] | None  # halving: the key of a screen; None in a full sweep
     errors: bool
     mix_devices: bool
+    tag: str = ""  # the plan's
     replay_sweep: bool = False  # this sweep replays: replayed records are like for like
     replays: bool = False  # a measured sweep takes replayed records too (asked)
-    priced: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[int, int]]] = field(default_factory=dict)
+    # by item: the first record of it met, with its document's (repeats, warmup)
+    priced: dict[int, tuple[dict[str, Any], tuple[int, int], WorkItem]] = field(default_factory=dict)
     heads: set[tuple[Any, ...]] = field(default_factory=set)  # ``records.key_head`` of every item's key
 
     @property
@@ -87,20 +91,31 @@ class Wanted:
 
 
 def wanted(
-    spec: SweepSpec, items: list[WorkItem], env: dict[str, Any] | None, *, errors: bool, reuse: bool, replays: bool
+    spec: SweepSpec,
+    items: list[WorkItem],
+    env: dict[str, Any] | None,
+    *,
+    errors: bool,
+    reuse: bool,
+    replays: bool,
+    keyed: bool = True,
 ) -> Wanted:
     """What ``spec``'s sweep of ``items`` accepts, in the environment ``env`` (None: unknown, so
-    nothing is reused)."""
+    nothing is reused); ``keyed``: a source is matched by key (its items by ``record_key``, which
+    a million items take seconds to make, are needed)."""
     dumped = spec.model_dump(mode="json")
     backend = (env or {}).get("backend")
+    runs = [it for it in items if it.kind == RUN]
     want = Wanted(
-        {it.record_key(): it for it in items if it.kind == RUN},
+        {it.id: it for it in runs},
+        {it.record_key(): it for it in runs} if keyed else {},
         reuse and env is not None,
         env or {},
         measurement_key(dumped, False, backend),
         measurement_key(dumped, True, backend) if spec.timing.strategy == HALVING else None,
         errors,
         spec.merge.mix_devices,
+        spec.tag,
         replay_sweep=spec.kernel.impl == REPLAY,
         replays=replays,
     )

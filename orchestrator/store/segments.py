@@ -2,8 +2,8 @@
 
 A segment is what one partial contributes to the document: its attempt headers, the lines it
 skipped and why, and each valid record already serialized exactly as the document holds it
-(``json.dumps(doc, indent=1)`` at record depth, ``unit`` and ``attempt`` appended), with its
-plan index, attempt, line and item id. The merger then only orders and concatenates text.
+(``texts``: ``json.dumps(doc, indent=1)`` at record depth, ``unit`` and ``attempt`` appended),
+with its plan index, attempt, line and item id. The merger then only orders and concatenates text.
 What each line is, ``partials.classify`` says, exactly as for ``read_partial``.
 
 Segments are cached in ``SWEEP/merge-cache/<unit>.seg``, keyed by the partial's inode, size
@@ -12,16 +12,10 @@ the parsed end unchanged) only its new lines are parsed. A torn or still-being-w
 line (no newline yet) is never cached: it is re-read on every merge until it is complete.
 The cache is derived data: a missing, stale, damaged (CRC) or other-version file is rebuilt,
 an unwritable cache directory is merely not used, and deleting the folder is always safe.
-
-Serializing: the stdlib's C encoder with separators ``(",\\n   ", ": ")`` writes a flat
-record exactly as the indent=1 encoder would at depth 2, less the first newline and the
-closing one, at a third of its cost. Records are flat (validation refuses nested values), and
-JSON strings cannot hold a raw newline, so the separators cannot occur anywhere else.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import zlib
@@ -34,20 +28,24 @@ from typing import Any
 from orchestrator.store.files import atomic_open
 from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import (
+    ABANDON,
+    BLANK,
     FOREIGN,
     HEADER,
+    HUNG,
     INVALID,
     RECORD,
+    START,
     TORN,
     VERSION,
     UnitItems,
     classify,
-    iter_lines,
     loads,
     moot,
     read_header,
 )
 from orchestrator.store.partials import check_headers as partial_headers_problem
+from orchestrator.store.texts import dumps, non_finite, record_texts
 
 log = logging.getLogger(__name__)
 
@@ -56,21 +54,6 @@ log = logging.getLogger(__name__)
 CACHE_VERSION = 3
 CACHE_DIR = "merge-cache"
 _SIG_BYTES = 64
-
-_encode = json.JSONEncoder(separators=(",\n   ", ": ")).encode
-
-
-def record_text(rec: dict[str, Any]) -> str:
-    """A flat record as ``json.dumps(doc, indent=1)`` writes it inside ``results``."""
-    body = _encode(rec)
-    return "{\n   " + body[1:-1] + "\n  }" if len(body) > 2 else "{}"
-
-
-def any_record_text(rec: dict[str, Any]) -> str:
-    """Any record (nested values too, as in documents of other tools), exactly as indent=1."""
-    if any(isinstance(v, (dict, list, tuple)) for v in rec.values()):
-        return json.dumps(rec, indent=1).replace("\n", "\n  ")
-    return record_text(rec)
 
 
 @dataclass
@@ -91,7 +74,7 @@ class Segment:
     ln: list[int] = field(default_factory=list)
     err: list[int] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
+    texts: list[bytes] = field(default_factory=list)
     cached: bool = False  # came from the cache unchanged
 
     def __len__(self) -> int:
@@ -105,35 +88,45 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
     """Parse the lines of ``data`` into ``seg`` (``classify`` says what each line is, exactly
     as for ``read_partial``); returns (bytes, lines) consumed through the last newline. The
     unterminated tail, if any, is parsed too (it may be a finished line whose newline is not
-    written yet) only when ``tail_ok``. Stops at the first line that makes the file foreign."""
-    consumed = lines = 0
+    written yet) only when ``tail_ok``. Stops at the first line that makes the file foreign.
+    A hot loop (a million lines at the scale of ``bench/merge``): records are collected as rows
+    and become the segment's columns at the end."""
     unit = seg.unit
     seen = bool(seg.headers)
-    for lineno, end, raw, terminated in iter_lines(data, first_line):
-        if terminated:
-            consumed = end
-            lines = lineno - first_line + 1
-        elif not tail_ok:
-            break
-        kind, reason, iid, attempt, rec = classify(raw, terminated, seen, items)
+    recs: list[dict[str, Any]] = []
+    rows: list[tuple[int, int, int, bool, str]] = []  # plan index, attempt, line, error, item id
+    lines = data.split(b"\n")
+    tail = lines.pop()  # after the last newline: b"" when data ends with one
+    done = len(lines)
+    if tail_ok and tail:
+        lines.append(tail)
+    for k, raw in enumerate(lines):
+        kind, reason, iid, attempt, rec = classify(raw, k < done, seen, items)
         if kind == RECORD and rec is not None:
-            seg.err.append("error" in rec)
             rec["unit"] = unit
             rec["attempt"] = attempt
-            seg.texts.append("{\n   " + _encode(rec)[1:-1] + "\n  }")
-            seg.idx.append(items.positions[iid])
-            seg.att.append(attempt)
-            seg.ln.append(lineno)
-            seg.ids.append(iid)
+            recs.append(rec)
+            rows.append((items.positions[iid], attempt, first_line + k, "error" in rec, iid))
+        elif kind == START or kind == BLANK or kind == ABANDON or kind == HUNG:
+            continue
         elif kind == HEADER and rec is not None:
-            seg.headers.append(read_header(rec, lineno))
+            seg.headers.append(read_header(rec, first_line + k))
             seen = True
         elif kind == TORN or kind == INVALID:
-            seg.skipped.append([lineno, reason, iid, kind == TORN])
+            seg.skipped.append([first_line + k, reason, iid, kind == TORN])
         elif kind == FOREIGN or kind == VERSION:
-            seg.foreign = f"line {lineno}: {reason}"
+            seg.foreign = f"line {first_line + k}: {reason}"
+            done = min(done, k + 1)
             break
-    return consumed, lines
+    if rows:
+        idx, att, ln, err, ids = zip(*rows, strict=True)
+        seg.idx += idx
+        seg.att += att
+        seg.ln += ln
+        seg.err += err
+        seg.ids += ids
+        seg.texts += record_texts(recs, stdlib=non_finite(data))
+    return sum(map(len, lines[:done])) + done, done
 
 
 def check_headers(seg: Segment, fingerprint: str, env: Mapping[str, Any] | None) -> str | None:
@@ -158,7 +151,7 @@ def _cache_path(sweep_root: Path, unit: str) -> Path:
 
 
 def _store(sweep_root: Path, seg: Segment) -> None:
-    payload = "".join(seg.texts).encode("ascii")
+    payload = b"".join(seg.texts)
     meta = {
         "v": CACHE_VERSION,
         "unit": seg.unit,
@@ -184,8 +177,8 @@ def _store(sweep_root: Path, seg: Segment) -> None:
     }
     try:
         with atomic_open(_cache_path(sweep_root, seg.unit), "wb", fsync=False) as f:
-            f.write(json.dumps(meta).encode() + b"\n")
-            f.write(json.dumps(arrays, separators=(",", ":")).encode() + b"\n")
+            f.write(dumps(meta) + b"\n")
+            f.write(dumps(arrays) + b"\n")
             f.write(payload)
     except OSError as exc:  # a read-only sweep directory: merge without the cache
         log.debug("merge cache not written for %s: %s", seg.unit, exc)
@@ -200,17 +193,16 @@ def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
     try:
         nl1 = data.index(b"\n")
         nl2 = data.index(b"\n", nl1 + 1)
-        meta = json.loads(data[:nl1])
+        meta = loads(data[:nl1])
         if meta.get("v") != CACHE_VERSION or meta.get("unit") != unit:
             return None
         payload = memoryview(data)[nl2 + 1 :]
         if len(payload) != meta["payload"] or zlib.crc32(payload) != meta["crc"]:
             raise ValueError("payload length or CRC mismatch")
+        del payload
         arrays = loads(data[nl1 + 1 : nl2])
-        text = bytes(payload).decode("ascii")
-        del payload, data
-        offs = [0, *accumulate(arrays["len"])]
-        if offs[-1] != len(text):
+        offs = list(accumulate(arrays["len"], initial=nl2 + 1))
+        if offs[-1] != len(data):
             raise ValueError("record lengths do not add up")
         if any(len(arrays[k]) != len(arrays["len"]) for k in ("idx", "att", "ln", "err", "ids")):
             raise ValueError("per-record arrays of different lengths")
@@ -231,7 +223,7 @@ def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
             ln=arrays["ln"],
             err=arrays["err"],
             ids=arrays["ids"],
-            texts=[text[a:b] for a, b in pairwise(offs)],
+            texts=[data[a:b] for a, b in pairwise(offs)],
         )
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         log.warning("merge cache %s is damaged (%s); rebuilding it from %s", cpath, exc, path)

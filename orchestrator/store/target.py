@@ -13,11 +13,14 @@ Whenever a merge writes fewer records than the document it replaces holds (``--o
 partial quarantined since the last merge, duplicates dropped by an append), the old document is
 kept beside the new one as ``<output>.prev`` (one generation) and the merge says so.
 
-Judging a document means parsing it, which a merge over its own previous output need not pay
-(a second per million records): after writing, the merger leaves a stamp (inode, size, mtime
-and record count of what it wrote) in ``SWEEP/merge-cache/``; a document that still matches the
-stamp is the merger's own output, unchanged, so it holds only this sweep's records. Anything
-else (replaced, appended into, edited) is parsed and judged.
+Judging a document means knowing each record's identity, which a merge over its own previous
+output need not pay (a second per million records): after writing, the merger leaves a stamp
+(inode, size, mtime and record count of what it wrote) in ``SWEEP/merge-cache/``; a document
+that still matches the stamp is the merger's own output, unchanged, so it holds only this
+sweep's records. Anything else (replaced, appended into, edited, or the merge cache deleted) is
+judged by the ids of its key index where that is current (``keyindex``: only the records not of
+this sweep are parsed, to say whose they are), else parsed batch by batch (``document.scan``),
+so judging a document never holds all its records at once.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from typing import Any, TypedDict
 
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
-from orchestrator.store.document import load
+from orchestrator.store import keyindex
+from orchestrator.store.document import head_of, paused_gc, read_bytes, results_bounds, scan
 from orchestrator.store.files import atomic_write_json, now_iso, temp_path
 from orchestrator.store.partials import UnitItems
 from orchestrator.store.provenance import attempts_of, blocks
@@ -129,22 +133,49 @@ def inspect(sd: SweepDir, out: Path) -> Target:
     if isinstance(stamp, dict) and stamp.get("stat") == _stat_key(out) and type(stamp.get("records")) is int:
         target.records = stamp["records"]  # our own last output, unchanged since
         return target
+    index = keyindex.read(out)
     try:
-        doc = load(out)
+        if index is not None and not index.odd:
+            _judge_by_index(sd, target, index)
+        else:
+            _judge_by_scan(sd, target)
     except ResultsError as exc:
         target.not_a_document = exc.message.removeprefix(f"{out}: ").removeprefix("not a results document: ")
-        return target
-    target.records = len(doc.results)
-    planned = planned_ids(sd)
-    owners = _owners(doc.extra.get("tilesweep"))
-    for rec in doc.results:
-        try:
-            ours = item_id(rec) in planned
-        except (KeyError, TypeError):  # a config field missing: not an identity of any plan
-            ours = False
-        if not ours:
-            target.foreign[owners.get(rec.get("unit"), NOT_TILESWEEP)] += 1
     return target
+
+
+def _judge_by_scan(sd: SweepDir, target: Target) -> None:
+    """Count the records of ``target`` not of this sweep, reading the document batch by batch."""
+    scanned = scan(target.path)
+    planned = planned_ids(sd)
+    owners = _owners(scanned.doc.extra.get("tilesweep"))
+    with paused_gc():
+        for batch in scanned.batches:
+            target.records += len(batch)
+            for rec in batch:
+                try:
+                    ours = item_id(rec) in planned
+                except (KeyError, TypeError):  # a config field missing: not an identity of any plan
+                    ours = False
+                if not ours:
+                    target.foreign[owners.get(rec.get("unit"), NOT_TILESWEEP)] += 1
+
+
+def _judge_by_index(sd: SweepDir, target: Target, index: keyindex.KeyIndex) -> None:
+    """``_judge_by_scan`` from the key index: the document's head and the records not of this
+    sweep are the only parts parsed."""
+    planned = planned_ids(sd)
+    target.records = len(index.ids)
+    strangers = [k for k, iid in enumerate(index.ids) if iid not in planned]
+    if not strangers:
+        return
+    name, data = read_bytes(target.path)
+    bounds = results_bounds(data)
+    if bounds is None:
+        raise ResultsError(f"{name}: not a results document: not in the layout its key index describes")
+    owners = _owners(head_of(data, bounds, name).extra.get("tilesweep"))
+    for rec in keyindex.records_at(data, index, strangers):
+        target.foreign[owners.get(rec.get("unit") if isinstance(rec, dict) else None, NOT_TILESWEEP)] += 1
 
 
 def refuse_foreign(target: Target) -> None:

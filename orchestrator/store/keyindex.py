@@ -1,0 +1,334 @@
+"""The key index of a results document: which item each record is, and where it lies.
+
+Planning against a document of a million records (reuse) and a merge judging the document it
+would replace (``target``) need to know which items the document's records are, not what they
+measured. Parsing the records to learn it costs seconds and gigabytes; so the merger, its only
+writer, leaves beside each document it writes a compact index of its records' keys
+(``.NAME.keys`` next to ``NAME``), and readers take the keys from there.
+
+What it holds, per record in document order: its item id (``records.item_id``: identity and
+config fields, tag included; "" for a record that has none), its tag, and its place (the byte
+span of its text), so a reader parses only the records it wants. Written with ``write``, the one
+writer, read with ``read``; ``build`` makes one by parsing a document in the merger's layout
+(``json.dumps(doc, indent=1)``) that has none.
+
+Never trusted over the document: the header names the document it describes by inode, size,
+mtime and a hash of its first and last 64 KiB (its head, and its tail, where the ``tilesweep``
+block's merge time changes with every merge); a document that differs in any of them is
+"stale" and ``read`` gives None, so callers rebuild the index or parse the document. Reuse,
+which parses the records it carries at their places, checks each one's id (``records.record_id``)
+against the item the index names before using it (``reuse_sources``). A merge judging the
+document it replaces (``target``) takes the ids of a current index as they are, as it takes its
+own output stamp: what neither sees is a document edited in place beyond the hashed edges with
+its size and mtime put back.
+
+Records whose identity values are not of the layout's types (a float head_dim, a boolean heads,
+as other tools may write) are "odd": their key may still equal an item's (64.0 == 64) while their
+id cannot, so a reader that must match them as keys (reuse) parses such a document instead.
+
+Layout (version ``VERSION``): a JSON header line (``KeysHeader``), a JSON line with the ids, then
+``records + 1`` little-endian uint64 running sums of the record texts' lengths and ``records``
+little-endian uint16 tag numbers (into the header's ``tags``). Record ``k`` starts at
+``first + sums[k] + k * len(SEPARATOR)``. A file of another version, or damaged, is stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import sys
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from pathlib import Path
+from typing import IO, Any, TypedDict
+
+from orchestrator.spec.records import (
+    DEFAULT_IMPL,
+    FIELD_TYPES,
+    IDENTITY_FIELDS,
+    OPTIONAL_DEFAULTS,
+    config_fields,
+    item_id,
+)
+from orchestrator.store.document import BATCH_BYTES, check_records, parse_json, paused_gc, results_bounds
+from orchestrator.store.files import atomic_open
+from orchestrator.store.partials import loads
+from orchestrator.store.texts import dumps
+
+log = logging.getLogger(__name__)
+
+FORMAT = "tilesweep-keys"
+VERSION = 1
+SEPARATOR = b",\n  "  # between two record texts (``merge.write_document``)
+_EDGE = 64 << 10  # bytes of the document's head and tail that its stamp hashes
+_BETWEEN = re.compile(rb"\n  \},\n  \{")  # a record's end, the separator, the next record's start
+
+
+class DocumentStamp(TypedDict):
+    """Which document an index describes."""
+
+    ino: int
+    size: int
+    mtime_ns: int
+    edges: str  # blake2b of the first and the last _EDGE bytes
+
+
+class KeysHeader(TypedDict):
+    format: str
+    version: int
+    document: DocumentStamp
+    records: int
+    first: int  # byte offset of the first record's text
+    tags: list[str]
+    odd: int  # records whose identity values are not of the layout's types
+
+
+@dataclass
+class Keys:
+    """What the merger knows of the records it writes, in document order: each one's item id
+    ("" where it has none) and tag, and how many are odd (``key_of``)."""
+
+    ids: list[str]
+    tags: list[str]
+    odd: int = 0
+
+    def add(self, rec: Mapping[str, Any]) -> None:
+        """One more record, a document's own (its key read from it)."""
+        iid, odd = key_of(rec)
+        tag = rec.get("tag")
+        self.ids.append(iid)
+        self.tags.append(tag if isinstance(tag, str) else "")
+        self.odd += odd
+
+
+@dataclass(frozen=True)
+class KeyIndex:
+    """An index read back: each record's id and tag, and where its text lies."""
+
+    path: Path  # the document
+    ids: list[str]
+    tags: list[str]
+    tag_of: array  # per record, its tag's number in ``tags``
+    sums: array  # running sums of the record texts' lengths
+    first: int
+    odd: int
+
+    def bounds(self) -> tuple[int, int]:
+        """(start of the first record's text, end of the last one's): ``document.results_bounds``."""
+        return self.first, self.span(len(self.ids) - 1)[1]
+
+    def span(self, k: int) -> tuple[int, int]:
+        """(start, end) of record ``k``'s text in the document."""
+        start = self.first + self.sums[k] + k * len(SEPARATOR)
+        return start, start + self.sums[k + 1] - self.sums[k]
+
+
+def index_path(doc: Path) -> Path:
+    """Where the index of the document at ``doc`` lies."""
+    return doc.with_name(f".{doc.name}.keys")
+
+
+def stamp(doc: Path) -> DocumentStamp | None:
+    """The document's stamp as it is now; None where it cannot be read."""
+    try:
+        with open(doc, "rb") as f:
+            st = os.fstat(f.fileno())
+            h = hashlib.blake2b(f.read(_EDGE), digest_size=16)
+            f.seek(max(0, st.st_size - _EDGE))
+            h.update(f.read(_EDGE))
+    except OSError:
+        return None
+    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "edges": h.hexdigest()}
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def write(
+    doc: Path, first: int, lengths: Iterable[int], ids: Sequence[str], tags: Sequence[str], odd: int = 0
+) -> KeyIndex | None:
+    """Write the index of the document just written at ``doc``: its record texts (of
+    ``lengths``, in order, the first at byte ``first``) are the records of ``ids`` and ``tags``;
+    returns it as ``read`` would. A document without records has none (readers parse it: there
+    is nothing to parse). Derived data: a failure to write it is logged and costs a later reader
+    a parse."""
+    current = stamp(doc) if ids else None
+    if current is None:
+        index_path(doc).unlink(missing_ok=True)
+        return None
+    names = list(dict.fromkeys(tags))
+    number = {t: k for k, t in enumerate(names)}
+    header: KeysHeader = {
+        "format": FORMAT,
+        "version": VERSION,
+        "document": current,
+        "records": len(ids),
+        "first": first,
+        "tags": names,
+        "odd": odd,
+    }
+    sums = array("Q", accumulate(lengths, initial=0))
+    tag_of = array("H", map(number.__getitem__, tags))
+    index = KeyIndex(doc, ids if isinstance(ids, list) else list(ids), names, tag_of, sums, first, odd)
+    if len(sums) != len(ids) + 1:
+        raise ValueError(f"{len(sums) - 1} record texts for {len(ids)} ids")
+    if sys.byteorder != "little":  # pragma: no cover - the layout is little-endian everywhere
+        sums, tag_of = array("Q", sums), array("H", tag_of)
+        sums.byteswap()
+        tag_of.byteswap()
+    try:
+        with atomic_open(index_path(doc), "wb", fsync=False) as f:
+            f.write(dumps(header) + b"\n")
+            _write_ids(f, index.ids)
+            f.write(sums.tobytes())
+            f.write(tag_of.tobytes())
+    except OSError as exc:
+        log.info("key index of %s not written (%s); readers will parse the document", doc, exc.strerror or exc)
+    return index
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _write_ids(f: IO[bytes], ids: list[str], chunk: int = 1 << 16) -> None:
+    """The ids as one JSON array and a newline, written a chunk at a time (the merger writes the
+    index while it holds every record text: the array's text whole would add to its peak)."""
+    f.write(b"[")
+    for k in range(0, len(ids), chunk):
+        f.write((b"," if k else b"") + dumps(ids[k : k + chunk])[1:-1])
+    f.write(b"]\n")
+
+
+def read(doc: Path) -> KeyIndex | None:
+    """The index of the document at ``doc``, or None where there is none, or it is stale or
+    damaged (the caller parses the document, or ``build``s one)."""
+    current = stamp(doc)
+    try:
+        data = index_path(doc).read_bytes()
+    except OSError:
+        return None
+    if current is None:
+        return None
+    try:
+        nl1 = data.index(b"\n")
+        head = loads(data[:nl1])
+        if head.get("format") != FORMAT or head.get("version") != VERSION or head.get("document") != current:
+            return None
+        nl2 = data.index(b"\n", nl1 + 1)
+        ids = loads(data[nl1 + 1 : nl2])
+        n = int(head["records"])
+        sums, tag_of = array("Q"), array("H")
+        sums.frombytes(data[nl2 + 1 : nl2 + 1 + 8 * (n + 1)])
+        tag_of.frombytes(data[nl2 + 1 + 8 * (n + 1) :])
+        if sys.byteorder != "little":  # pragma: no cover
+            sums.byteswap()
+            tag_of.byteswap()
+        if not (len(ids) == n == len(tag_of) and len(sums) == n + 1):
+            raise ValueError("columns of different lengths")
+        return KeyIndex(doc, ids, list(head["tags"]), tag_of, sums, int(head["first"]), int(head["odd"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        log.info("key index %s is damaged (%s); it is not used", index_path(doc), exc)
+        return None
+
+
+def records_at(data: bytes, index: KeyIndex, rows: Sequence[int]) -> list[dict[str, Any]]:
+    """The records ``rows`` of the document whose bytes are ``data``, parsed in one go."""
+    parts = [data[a:b] for a, b in map(index.span, rows)]
+    return loads(b"[" + b",".join(parts) + b"]") if parts else []
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Records of a document that lie close together: the bytes from ``start`` to ``end`` hold
+    the texts at ``spans`` (offsets into those bytes) of the records ``rows``."""
+
+    start: int
+    end: int
+    rows: list[int]
+    spans: list[tuple[int, int]]
+
+    def records(self, data: bytes) -> list[dict[str, Any]]:
+        """The chunk's records, from its bytes ``data``, parsed in one go."""
+        return loads(b"[" + b",".join([data[a:b] for a, b in self.spans]) + b"]") if self.rows else []
+
+
+def chunks(index: KeyIndex, rows: Sequence[int], budget: int = BATCH_BYTES) -> Iterator[Chunk]:
+    """``rows`` (sorted) in chunks whose texts lie within ``budget`` bytes, so a reader holds one
+    chunk's bytes at a time and parses its records in one call."""
+    sums, first, sep = index.sums, index.first, len(SEPARATOR)
+    starts = [first + sums[k] + k * sep for k in rows]
+    run: list[int] = []
+    offsets: list[tuple[int, int]] = []
+    start = end = 0
+    for k, a in zip(rows, starts, strict=True):
+        b = a + sums[k + 1] - sums[k]
+        if run and b - start > budget:
+            yield Chunk(start, end, run, offsets)
+            run, offsets = [], []
+        if not run:
+            start = a
+        run.append(k)
+        offsets.append((a - start, b - start))
+        end = b
+    if run:
+        yield Chunk(start, end, run, offsets)
+
+
+# ---------------------------------------------------------------------------- building
+
+
+def build(doc: Path, name: str) -> KeyIndex | None:
+    """Parse the document at ``doc`` (the merger's layout; None for another, or one without
+    records) and write its index. Its records are checked as ``document.scan`` checks them
+    (``ResultsError`` naming the document as ``name``). Reads the whole document, as ``scan``
+    does: what a reader without an index pays once."""
+    try:
+        data = doc.read_bytes()
+    except OSError:
+        return None
+    bounds = results_bounds(data)
+    if bounds is None:
+        return None
+    first, stop = bounds
+    ends = [m.start() + 4 for m in _BETWEEN.finditer(data, first, stop)] + [stop]
+    lengths = [end - start for start, end in zip([first, *(e + len(SEPARATOR) for e in ends[:-1])], ends, strict=True)]
+    keys = Keys([], [])
+    with paused_gc():
+        for pos, k in _batches(first, lengths):
+            batch = parse_json(b"[" + data[pos : pos + k] + b"]", name)
+            check_records(batch, name, len(keys.ids))
+            for rec in batch:
+                keys.add(rec)
+    del data
+    return write(doc, first, lengths, keys.ids, keys.tags, keys.odd)
+
+
+def _batches(first: int, lengths: Sequence[int], budget: int = BATCH_BYTES) -> Iterator[tuple[int, int]]:
+    """(offset, bytes) of runs of whole records of about ``budget`` bytes, separators between."""
+    pos, size = first, 0
+    for n in lengths:
+        if size and size + n > budget:
+            yield pos, size
+            pos, size = pos + size + len(SEPARATOR), 0
+        size += n + (len(SEPARATOR) if size else 0)
+    if size:
+        yield pos, size
+
+
+def key_of(rec: Mapping[str, Any]) -> tuple[str, bool]:
+    """(the record's item id, "" where its fields make none or it is odd; whether it is odd:
+    an identity or config value not of the layout's type, whose key may equal an item's while
+    its id cannot, or the reverse)."""
+    try:
+        iid = item_id(rec)
+        names = IDENTITY_FIELDS + config_fields(rec["mode"], rec["config"], rec.get("impl", DEFAULT_IMPL))
+    except (KeyError, TypeError, ValueError):  # a field missing, an unknown kernel implementation
+        return "", False
+    odd = any(type(rec[k]) not in FIELD_TYPES[k] for k in names) or any(
+        type(rec[k]) not in FIELD_TYPES[k] for k in OPTIONAL_DEFAULTS if k in rec
+    )
+    return ("" if odd else iid), odd
