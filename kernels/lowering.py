@@ -18,26 +18,15 @@ from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
 
 from kernels import impl_triton, impls, l2
 from kernels.config import AttentionConfig
+from kernels.preflight import TRITON_CALL_TARGET, custom_calls
 from kernels.smem import dtype_name
 
-TRITON_CALL_TARGET = "__gpu$xla.gpu.triton"
 _DEVICE = AbstractDevice(device_kind="NVIDIA H100", num_cores=132, platform="cuda")
-
-
-def _custom_calls(op: Any, found: list[Any]) -> list[Any]:
-    for region in op.regions:
-        for block in region.blocks:
-            for child in block.operations:
-                child = child.operation
-                if child.name == "stablehlo.custom_call":
-                    found.append(child)
-                _custom_calls(child, found)
-    return found
 
 
 def _triton_calls(module: Any) -> list[dict[str, Any]]:
     calls = []
-    for op in _custom_calls(module.operation, []):
+    for op in custom_calls(module.operation):
         if op.attributes["call_target_name"].value != TRITON_CALL_TARGET:
             continue
         cfg = op.attributes["mhlo.backend_config"]

@@ -101,14 +101,17 @@ def lower(
     return launches(lowered.compiler_ir("stablehlo"))
 
 
-def _custom_calls(op: Any, found: list[Any]) -> list[Any]:
+def custom_calls(op: Any, found: list[Any] | None = None) -> list[Any]:
+    """Every ``stablehlo.custom_call`` below ``op`` (a lowered module's operation), in program
+    order: the kernel launches a lowering made."""
+    found = [] if found is None else found
     for region in op.regions:
         for block in region.blocks:
             for child in block.operations:
                 child = child.operation
                 if child.name == "stablehlo.custom_call":
                     found.append(child)
-                _custom_calls(child, found)
+                custom_calls(child, found)
     return found
 
 
@@ -118,7 +121,7 @@ def launches(module: Any) -> list[tuple[str, int | None]]:
     from jax._src.lib.mlir import ir
 
     out: list[tuple[str, int | None]] = []
-    for op in _custom_calls(module.operation, []):
+    for op in custom_calls(module.operation):
         target_name = ir.StringAttr(op.attributes["call_target_name"]).value
         if target_name == MOSAIC_CALL_TARGET:
             blob = ir.StringAttr(ir.DictAttr(op.attributes["mhlo.backend_config"])["module"]).value_bytes
