@@ -27,4 +27,6 @@ else
   echo "test.sh: not root, so the local SLURM cluster cannot be started (nor chromium installed); SLURM tests" \
        "(and the browser tests, without chromium) will be skipped" >&2
 fi
-exec .venv/bin/python -m pytest "$@"
+# Two test processes (pytest-xdist); the SLURM tests stay together on one of them (tests/conftest.py).
+# TILESWEEP_TEST_PROCESSES=0 runs the suite in one process.
+exec .venv/bin/python -m pytest -n "${TILESWEEP_TEST_PROCESSES:-2}" --dist loadgroup "$@"

@@ -27,6 +27,14 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Where the suite runs on several processes (pytest-xdist, ``--dist loadgroup``), the tests
+    of the local SLURM cluster all run on one of them, in their order: they share its four GPUs
+    and its queue, and the ``last`` ones check on a job that process's session fixture submitted."""
+    if item.get_closest_marker("slurm") is not None:
+        item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``last`` run after all others, in their order: they check on work (a SLURM
     job past its time limit) that a session fixture started early, so the suite overlaps that
