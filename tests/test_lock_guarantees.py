@@ -29,6 +29,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import filelock
 import pytest
@@ -36,6 +37,9 @@ import pytest
 from orchestrator.errors import LockTimeout
 from orchestrator.store.locks import SoftLock
 from tests.conftest import REPO
+
+if TYPE_CHECKING:  # what pytest.param returns (pytest.ParameterSet from pytest 9.2 on)
+    from _pytest.mark.structures import ParameterSet
 
 OURS = "ours"
 LEASE = "SoftFileLease"
@@ -55,7 +59,7 @@ _INSTALLED = {
 }
 
 
-def _of(kind: str, lacks: str | None = None) -> pytest.ParameterSet:
+def _of(kind: str, lacks: str | None = None) -> ParameterSet:
     """``kind`` as a test's parameter, skipped where the installed filelock has no such lock;
     ``lacks``: why that lock lacks the test's guarantee, a strict xfail."""
     marks = [pytest.mark.skipif(not _INSTALLED[kind], reason=f"filelock {filelock.__version__} has no {kind}")]
