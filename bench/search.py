@@ -47,7 +47,6 @@ import functools
 import json
 import logging
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.halving import agree, bests, problem_specs
+from bench.halving import agree, bests, problem_specs, run_replay
 
 REPO = Path(__file__).resolve().parent.parent
 EXCERPT = REPO / "tests" / "data" / "attention_tiles.sample.json"
@@ -225,21 +224,7 @@ def replay_reference(tmp: Path, source: Path, strategy: str) -> tuple[float, flo
         "timing": {"strategy": strategy},
         "executor": {"kind": "local"},
     }
-    path = tmp / f"replay-832-{strategy}.spec.json"
-    path.write_text(json.dumps(spec))
-    sweep_dir = tmp / f"replay-832-{strategy}"
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "run", str(path), "--sweep-dir", str(sweep_dir)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"replay of the reference config ({strategy}) failed:\n{proc.stderr[-3000:]}")
-    markers = [json.loads(p.read_text()) for p in (sweep_dir / "done").glob("*.json")]
-    return wall, sum(m.get("compile_sum_s", 0.0) + m.get("timed_s", 0.0) for m in markers)
+    return run_replay(tmp, spec, strategy)
 
 
 def history_tally(tmp: Path, ref: Path, seeds: range) -> Tally:
