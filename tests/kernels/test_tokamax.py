@@ -52,7 +52,7 @@ def _tokamax_list(impl: str, half: str, p: meta.Problem, device: devices.DeviceK
 def test_search_space_is_tokamaxs_own_per_problem(device: devices.DeviceKind) -> None:
     counts = {}
     for p in REFERENCE:
-        for impl in meta.IMPL_NAMES:
+        for impl in meta.KERNELS:
             fwd = ops.search_space(impl, "fwd", p, device)
             both = ops.search_space(impl, "fwd_bwd", p, device)
             fwd_cls = ops.config_class(impl, "fwd", "sm90")
