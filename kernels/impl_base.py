@@ -10,6 +10,7 @@ line with the kernel's own reason; what it can do beyond that is found out by lo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -44,7 +45,7 @@ class Tunable:
     def rule(self) -> str:
         """The values the kernel takes, in words."""
         if self.kind is bool:
-            return "true or false" + "".join(f" or {v!r}" for v in self.also)
+            return "true or false" + "".join(f" or {json.dumps(v)}" for v in self.also)
         parts = []
         if self.power_of_two:
             parts.append("a power of two")

@@ -282,6 +282,15 @@ def chosen(impl: str, mode: str, p: meta.Problem, device: devices.DeviceKind) ->
         return f if vjp is None else meta.join(f, fields_of(vjp.default_config))
 
 
+def in_tables(impl: str, mode: str, p: meta.Problem, device: devices.DeviceKind) -> bool:
+    """Whether tokamax's tables (its shipped ones, and the overlays in force) hold this problem on
+    ``device`` for each op ``mode`` runs, so that an untuned call runs their winners (``chosen``)."""
+    halves = [bound(impl, "fwd", p, device, residuals=mode == "fwd_bwd")]
+    halves += [bound(impl, "vjp", p, device, residuals=True)] if mode == "fwd_bwd" else []
+    with target(device), _mesh(device):
+        return all(ba.cached_autotuning_data is not None for ba in halves)
+
+
 @contextlib.contextmanager
 def _mesh(device: devices.DeviceKind) -> Iterator[None]:
     """An abstract mesh of one device of the kind: jax lowers CUDA programs under it on a CPU,
