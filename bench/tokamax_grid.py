@@ -1,4 +1,4 @@
-"""tokamax's own search per shape of the reference config, on H100 and H200, and what pre-flight
+"""tokamax's own search per shape of the reference config, on H100, H200 and B200, and what pre-flight
 lowering prunes of it, on this machine's CPU (no GPU: tokamax sees a stand-in of the named GPU,
 ``kernels.standin``).
 
@@ -10,21 +10,26 @@ what it lowers, ``pruned`` (configs whose lowering refused, each lowered as ``ti
 
     tokamax-mosaic fwd_bwd bfloat16 d128 s2048 NVIDIA H200: planned=32 lowered=26 pruned=6 s_per_config=2.41
 
+The implementation is named as the sweep's records name it: ``tokamax-mosaic`` runs as
+``tokamax-mosaic-sm100`` on a B200 (tokamax's sm100 config classes).
+
 A shape a kernel cannot run (tokamax's Mosaic kernel takes no float32 at default precision) is
 one line saying so, ``planned=0``. Lowering every Triton config of every shape costs most of an
 hour of CPU; ``--triton-lower`` limits it (``fwd``: the forward of every shape, the forward and
-backward at seq 2048 only; ``none``), and ``--lower-seqs`` the seqs lowered at all (tokamax's
-lists are the same at 2048 and 8192; a seq left out is not lowered, so its pruned count is not
-known). Triton sizes shared memory only when it compiles PTX, so its lowering refuses nothing
-for shared memory: what it can catch is any other refusal. What this leaves out: the PTX/SASS
-compile and everything that happens on a GPU.
+backward at seq 2048 only; ``none``), ``--lower-seqs`` the seqs lowered at all (tokamax's lists
+are the same at 2048 and 8192; a seq left out is not lowered, so its pruned count is not known),
+and ``--lower-kinds`` the device kinds lowered for. Triton sizes shared memory only when it
+compiles PTX, so its lowering refuses nothing for shared memory: what it can catch is any other
+refusal. What this leaves out: the PTX/SASS compile and everything that happens on a GPU.
 
-    flock /tmp/tilesweep-bench.lock .venv/bin/python -m bench.tokamax_grid [--triton-lower fwd] [--lower-seqs 2048]
+    flock /tmp/tilesweep-bench.lock .venv/bin/python -m bench.tokamax_grid [--triton-lower fwd] [--lower-seqs 2048] \
+        [--kinds KIND...] [--lower-kinds KIND...]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import os
 import time
@@ -32,13 +37,13 @@ from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from kernels import devices, preflight  # noqa: E402
+from kernels import devices, impls, preflight  # noqa: E402
 from kernels import tokamax_meta as meta  # noqa: E402
 from orchestrator.errors import PlanError  # noqa: E402
 from orchestrator.planning import expand  # noqa: E402
 from orchestrator.spec.files import spec_from_data  # noqa: E402
 
-KINDS = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
+KINDS = ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA B200")
 SHAPES = list(itertools.product(("bfloat16", "float32"), (64, 128), (2048, 8192)))
 
 
@@ -50,7 +55,9 @@ def planned(impl: str, mode: str, kind: str, dtype: str, d: int, seq: int) -> li
 
 
 def lower_all(impl: str, mode: str, p: meta.Problem, device: devices.DeviceKind, configs: list[dict[str, Any]]) -> str:
-    """``lowered=N pruned=M s_per_config=S`` over ``configs``, plus the first refusal's message."""
+    """``lowered=N pruned=M s_per_config=S`` over ``configs``, the refusals counted by kind
+    (``smem``: the Mosaic GPU compiler's shared-memory refusal; ``tokamax``: tokamax's own
+    NotImplementedError or config check; ``other``), and the first refusal's message."""
     refused: list[str] = []
     t0 = time.perf_counter()
     for fields in configs:
@@ -69,14 +76,26 @@ def lower_all(impl: str, mode: str, p: meta.Problem, device: devices.DeviceKind,
         except Exception as exc:  # a refusal is a count here
             refused.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
     per = (time.perf_counter() - t0) / max(1, len(configs))
+    kinds = collections.Counter(_kind(r) for r in refused)
     line = f"lowered={len(configs) - len(refused)} pruned={len(refused)} s_per_config={per:.2f}"
+    line += "".join(f" pruned_{k}={n}" for k, n in sorted(kinds.items()))
     return line + (f" first_refusal={refused[0]!r}" if refused else "")
 
 
-def lowers(impl: str, mode: str, seq: int, args: argparse.Namespace) -> bool:
+def _kind(refusal: str) -> str:
+    if preflight.smem_refusal(refusal) is not None:
+        return "smem"
+    if refusal.startswith(("NotImplementedError", "ValueError: (config)")):
+        return "tokamax"
+    return "other"
+
+
+def lowers(impl: str, mode: str, seq: int, kind: str, args: argparse.Namespace) -> bool:
     if args.lower_seqs is not None and seq not in args.lower_seqs:
         return False
-    if impl == meta.MOSAIC or args.triton_lower == "all":
+    if args.lower_kinds is not None and kind not in args.lower_kinds:
+        return False
+    if impl != meta.TRITON or args.triton_lower == "all":
         return True
     return args.triton_lower == "fwd" and (mode == "fwd" or seq == 2048)
 
@@ -86,18 +105,20 @@ def main() -> None:
     ap.add_argument("--triton-lower", choices=("all", "fwd", "none"), default="fwd")
     ap.add_argument("--lower-seqs", type=int, nargs="+", default=None, help="lower at these seqs only (default: all)")
     ap.add_argument("--kinds", nargs="+", default=list(KINDS))
+    ap.add_argument("--lower-kinds", nargs="+", default=None, help="lower for these kinds only (default: all)")
     args = ap.parse_args()
     preflight.cpu_only()
-    for kind, (dtype, d, seq), impl, mode in itertools.product(args.kinds, SHAPES, meta.IMPL_NAMES, ("fwd", "fwd_bwd")):
+    for kind, (dtype, d, seq), name, mode in itertools.product(args.kinds, SHAPES, meta.KERNELS, ("fwd", "fwd_bwd")):
         device = devices.get(kind)
+        impl = impls.resolve(name, device)
         p = meta.Problem(batch=4, seq=seq, heads=8, head_dim=d, dtype=dtype)
         head = f"{impl} {mode} {dtype} d{d} s{seq} {kind}:"
         try:
-            configs = planned(impl, mode, kind, dtype, d, seq)
+            configs = planned(name, mode, kind, dtype, d, seq)
         except PlanError as exc:  # the planner refuses the problem (tokamax's Mosaic kernel: no float32)
             print(f"{head} planned=0 refused={exc.message[:200]!r}", flush=True)
             continue
-        lowered = lower_all(impl, mode, p, device, configs) if lowers(impl, mode, seq, args) else ""
+        lowered = lower_all(impl, mode, p, device, configs) if lowers(impl, mode, seq, kind, args) else ""
         print(f"{head} planned={len(configs)} {lowered}".rstrip(), flush=True)
 
 

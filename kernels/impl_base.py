@@ -10,13 +10,14 @@ line with the kernel's own reason; what it can do beyond that is found out by lo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kernels.devices import DeviceKind
 
-Value = int | bool  # what a tunable takes
+Value = int | bool | str  # what a tunable takes (a str only where a kernel names a mode: ``"static"``)
 Fields = Mapping[str, Value]  # a config: tunable name -> value, as a record holds it
 ModeFn = Callable[..., tuple[Any, ...]]  # f(q, k, v, do): "fwd" -> (o,); "fwd_bwd" -> (o, dq, dk, dv)
 
@@ -33,12 +34,18 @@ class Tunable:
     multiple_of: int | None = None
     power_of_two: bool = False
     rule_source: str = ""  # whose rule the constraints are ("jax's TuningConfig")
+    also: tuple[Value, ...] = ()  # values it takes beside those of its kind (tokamax's persistent="static")
+
+    @property
+    def kinds(self) -> tuple[type, ...]:
+        """The types a record holds its values as: its kind, then those of ``also``."""
+        return tuple(dict.fromkeys((self.kind, *(type(v) for v in self.also))))
 
     @property
     def rule(self) -> str:
         """The values the kernel takes, in words."""
         if self.kind is bool:
-            return "true or false"
+            return "true or false" + "".join(f" or {json.dumps(v)}" for v in self.also)
         parts = []
         if self.power_of_two:
             parts.append("a power of two")
@@ -50,6 +57,8 @@ class Tunable:
 
     def refusal(self, value: Any) -> str | None:
         """Why the kernel refuses ``value`` for this tunable, or ``None``."""
+        if any(value == v and type(value) is type(v) for v in self.also):
+            return None
         if self.kind is bool:
             ok = isinstance(value, bool)
         else:

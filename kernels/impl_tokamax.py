@@ -2,13 +2,19 @@
 "tokamax-mosaic"`` and ``"tokamax-triton"``), without jax or tokamax at import.
 
 Their tunables are the fields of tokamax's config classes, named as the classes name them
-(``kernels.tokamax_meta``: the sm90 classes, which H100 and H200 run; a fwd_bwd config adds the
-vjp op's config, each field prefixed ``vjp_``). The rules are those of tokamax's pydantic
-validation (multiples of 64, positive, powers of two), and a refusal is worded as pydantic words
-it (``Input should be a multiple of 64``), so a spec is checked without importing tokamax;
-``tests/kernels/test_tokamax_impl.py`` holds these words against tokamax's own. The worker and
-pre-flight lowering build every config through tokamax's classes (``kernels.tokamax_ops``), so
-what these rules miss is refused there, with tokamax's message.
+(``kernels.tokamax_meta``; a fwd_bwd config adds the vjp op's config, each field prefixed
+``vjp_``). tokamax's Mosaic GPU op takes other classes on each architecture, so it is two
+implementations here: ``tokamax-mosaic`` with the sm90 classes (H100, H200) and
+``tokamax-mosaic-sm100`` with the sm100 ones (B200: ``num_tma_splits``, ``collective``,
+``persistent`` true, false or ``"static"``, the vjp's ``residual_stages``); a spec's
+``kernel.impl: "tokamax-mosaic"`` runs as the one of its ``kernel.device_kind`` (``for_device``,
+the one place that says which), and its records carry that name, so their fields are known by it.
+
+The rules are those of tokamax's pydantic validation (multiples of 64, positive, powers of two),
+and a refusal is worded as pydantic words it (``Input should be a multiple of 64``), so a spec is
+checked without importing tokamax; ``tests/test_tokamax_sweep.py`` holds these words against
+tokamax's own. The worker and pre-flight lowering build every config through tokamax's classes
+(``kernels.tokamax_ops``), so what these rules miss is refused there, with tokamax's message.
 
 ``"grid": "tokamax"`` sweeps, per problem, exactly the configs tokamax's autotuner would try
 for the spec's ``kernel.device_kind`` (``orchestrator.planning.tokamax_grid``); an explicit
@@ -23,6 +29,7 @@ table for the device kind where it has the shape, else its heuristics).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,8 +68,8 @@ def _int(
     return TokamaxTunable(name, doc, default, minimum=1, multiple_of=multiple_of, power_of_two=pow2, rule_source=RULES)
 
 
-def _bool(name: str, doc: str, default: tuple[bool, ...] = (False,)) -> Tunable:
-    return TokamaxTunable(name, doc, default, kind=bool, rule_source=RULES)
+def _bool(name: str, doc: str, default: tuple[Value, ...] = (False,), also: tuple[Value, ...] = ()) -> Tunable:
+    return TokamaxTunable(name, doc, default, kind=bool, rule_source=RULES, also=also)
 
 
 _V = meta.VJP_PREFIX
@@ -81,6 +88,26 @@ MOSAIC_VJP = (
     _int(_V + "block_kv_dq", "key/value rows per step of the dQ kernel", (64,)),
     _int(_V + "num_stages", "pipeline depth of the backward", (2,)),
     _int(_V + "compute_wgs", "compute warpgroups per backward program", (2,)),
+)
+# sm100 (B200): tokamax's pallas_mosaic_gpu_kernel_sm100.Config and pallas_mosaic_gpu_vjp_kernel_sm100.Config
+MOSAIC_SM100_FWD = (
+    _int("block_q", "query rows per program (per CTA pair when collective)", (128,), multiple_of=64),
+    _int("block_kv", "key/value rows per pipeline step", (64, 128), multiple_of=64),
+    _int("num_stages", "K/V pipeline depth", (2, 3, 4)),
+    _bool("fold_q_sequence_heads", "fold the query heads into its sequence"),
+    _int("split_k", "splits of the key/value sequence", (1,)),
+    _int("num_tma_splits", "chunks each K/V tile is loaded in", (1,)),
+    _bool("collective", "two CTAs run one MMA of 256 rows"),
+    _bool("persistent", "a persistent kernel (true: dynamically scheduled; static)", (True, False), also=("static",)),
+)
+MOSAIC_SM100_VJP = (
+    _int(_V + "block_q_dkv", "query rows per step of the dK/dV kernel", (128,), multiple_of=64),
+    _int(_V + "block_kv_dkv", "key/value rows per program of the dK/dV kernel", (128,), multiple_of=64),
+    _int(_V + "block_q_dq", "query rows per program of the dQ kernel", (128,)),
+    _int(_V + "block_kv_dq", "key/value rows per step of the dQ kernel", (128,)),
+    _int(_V + "num_stages", "pipeline depth of the backward", (2,)),
+    _int(_V + "compute_wgs", "compute warpgroups per backward program", (2,)),
+    _int(_V + "residual_stages", "pipeline depth of the residuals (m, l, delta)", (2,)),
 )
 TRITON_FWD = (
     _int("block_q", "query rows per program", (16, 32, 64, 128)),
@@ -104,8 +131,8 @@ def _why(kernel_name: str) -> dict[str, str]:
     return {
         "dtype": f"tokamax's {kernel_name} takes float32 only with a bf16/f16 dot precision, which tilesweep does "
         "not set ('NotImplementedError: Unsupported precision: F32_F32_F32')",
-        "arch": f"tilesweep's {kernel_name} records carry tokamax's sm90 config classes (H100, H200); the sm100 "
-        "classes (B200) have other fields",
+        "arch": f"tokamax's {kernel_name} takes another config class on each architecture, and "
+        f"kernel.impl {{name!r}} is that of {{archs}}",
         "interpret": "tokamax's GPU kernels do not run on a CPU; check configs here with `tilesweep plan --lower`, "
         "or rehearse with kernel.impl replay",
     }
@@ -121,6 +148,7 @@ MOSAIC_CAPS = Capabilities(
     archs=((9, 0),),
     why=_why("Mosaic GPU attention"),
 )
+MOSAIC_SM100_CAPS = dataclasses.replace(MOSAIC_CAPS, archs=((10, 0),))
 TRITON_CAPS = Capabilities(
     dtypes=("bfloat16", "float16", "float32"),
     modes=("fwd", "fwd_bwd"),
@@ -174,7 +202,9 @@ class TokamaxImpl:
         del modes, causal, grouped_query, head_dims  # what else tokamax refuses, lowering says
         caps, why = self.capabilities, self.capabilities.why
         if device is not None and caps.archs is not None and device.arch not in caps.archs:
-            return f"kernel.device_kind {device.name!r} is {device.sm}: {why['arch']}; use an sm_90 kind"
+            archs = " and ".join(f"sm_{a}{b}" for a, b in caps.archs)
+            arch = why["arch"].format(name=self.name, archs=archs)
+            return f"kernel.device_kind {device.name!r} is {device.sm}: {arch}; use kernel.impl {meta.MOSAIC!r}"
         bad = [d for d in dtypes if d not in caps.dtypes]
         if bad:
             return f"dtypes {bad} cannot be planned: {why['dtype']}; use dtypes {list(caps.dtypes)}"
@@ -241,10 +271,14 @@ class TokamaxImpl:
 
 
 def _default_flag(name: str, value: Any) -> bool:
-    return (name in ("fold_q_sequence_heads", "pack_mask") and value is False) or (name == "split_k" and value == 1)
+    return (name in ("fold_q_sequence_heads", "pack_mask") and value is False) or (
+        name in ("split_k", "num_tma_splits") and value == 1
+    )
 
 
 def _short(name: str, value: Any) -> str:
+    if isinstance(value, str):
+        return f"{name.removeprefix(_V)}={value}"
     if isinstance(value, bool):
         return name.removeprefix(_V) if value else f"no-{name.removeprefix(_V)}"
     return f"{name.removeprefix(_V)}={value}" if "stages" in name or "warps" in name or "wgs" in name else str(value)
@@ -252,6 +286,13 @@ def _short(name: str, value: Any) -> str:
 
 TOKAMAX_MOSAIC = TokamaxImpl(
     name=meta.MOSAIC, title=meta.kernel(meta.MOSAIC).title, capabilities=MOSAIC_CAPS, fwd=MOSAIC_FWD, vjp=MOSAIC_VJP
+)
+TOKAMAX_MOSAIC_SM100 = TokamaxImpl(
+    name=meta.MOSAIC_SM100,
+    title=meta.kernel(meta.MOSAIC).title + " on sm_100 (B200), with its sm100 config classes",
+    capabilities=MOSAIC_SM100_CAPS,
+    fwd=MOSAIC_SM100_FWD,
+    vjp=MOSAIC_SM100_VJP,
 )
 TOKAMAX_TRITON = TokamaxImpl(
     name=meta.TRITON,
@@ -261,3 +302,12 @@ TOKAMAX_TRITON = TokamaxImpl(
     vjp=TRITON_VJP,
     fwd_tiles=("block_q", "block_k"),
 )
+
+
+def for_device(name: str, arch: tuple[int, int]) -> str:
+    """The implementation that runs ``kernel.impl: name`` on a GPU of compute capability ``arch``:
+    tokamax's Mosaic GPU op takes its sm100 config classes on sm_100 (``tokamax-mosaic-sm100``,
+    whose records carry their fields), its sm90 ones elsewhere; any other name runs as it is."""
+    if name == meta.MOSAIC:
+        return meta.kernel(name).impl_for(meta.family(arch))
+    return name

@@ -173,11 +173,11 @@ class Impl:
     def runs_as(self, mode: str, seq: int, params: tuple[Value, ...]) -> tuple[Value, ...]:
         """Blocks larger than seq are clamped to it (``kernels.smem.clamp_block``)."""
         names = CONFIG_FIELDS[mode]
-        return tuple(smem.clamp_block(v, seq) if n in _BLOCKS else v for n, v in zip(names, params, strict=True))
+        return tuple(smem.clamp_block(int(v), seq) if n in _BLOCKS else v for n, v in zip(names, params, strict=True))
 
     def invalid(self, mode: str, seq: int, params: tuple[Value, ...]) -> str | None:
         for name, block in zip(CONFIG_FIELDS[mode], params, strict=True):
-            if name in _BLOCKS and seq % min(block, seq):
+            if name in _BLOCKS and seq % min(int(block), seq):
                 return f"ValueError: seq={seq} must be a multiple of {name}={block} (not compiled)"
         return None
 

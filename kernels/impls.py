@@ -15,7 +15,9 @@ is one more object here:
 - ``mosaic`` (``kernels.impl_mosaic``): jax's Mosaic GPU ``attention_mgpu`` and its
   ``TuningConfig``;
 - ``tokamax-mosaic`` and ``tokamax-triton`` (``kernels.impl_tokamax``): tokamax's flash-attention
-  ops and their vjp ops, configured by tokamax's config classes (the ``tokamax`` extra).
+  ops and their vjp ops, configured by tokamax's config classes (the ``tokamax`` extra);
+  ``tokamax-mosaic-sm100``: the Mosaic GPU op with its sm100 classes, what ``tokamax-mosaic`` runs
+  as on a B200 (``resolve``).
 
 Kept free of jax at import so the control plane can plan on a machine without jax.
 """
@@ -25,15 +27,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kernels import impl_tokamax
+from kernels.devices import DeviceKind
 from kernels.impl_base import Capabilities, Fields, Implementation, ModeFn, Tunable, Value
 from kernels.impl_mosaic import MOSAIC, MosaicImpl
-from kernels.impl_tokamax import TOKAMAX_MOSAIC, TOKAMAX_TRITON
+from kernels.impl_tokamax import TOKAMAX_MOSAIC, TOKAMAX_MOSAIC_SM100, TOKAMAX_TRITON
 from kernels.impl_triton import STOCK, STOCK_DEFAULTS, TILESWEEP, Impl
 
 __all__ = [
     "DEFAULT_IMPL",
     "IMPLS",
     "IMPL_NAMES",
+    "SPEC_IMPL_NAMES",
     "STOCK_DEFAULTS",
     "Capabilities",
     "Fields",
@@ -47,12 +52,15 @@ __all__ = [
     "field_types",
     "get",
     "label",
+    "resolve",
 ]
 
 IMPLS: dict[str, Implementation] = {
-    impl.name: impl for impl in (TILESWEEP, STOCK, MOSAIC, TOKAMAX_MOSAIC, TOKAMAX_TRITON)
+    impl.name: impl for impl in (TILESWEEP, STOCK, MOSAIC, TOKAMAX_MOSAIC, TOKAMAX_MOSAIC_SM100, TOKAMAX_TRITON)
 }
-IMPL_NAMES: tuple[str, ...] = tuple(IMPLS)
+IMPL_NAMES: tuple[str, ...] = tuple(IMPLS)  # every implementation, as records name them
+# what a spec's kernel.impl names: tokamax-mosaic-sm100 is what tokamax-mosaic runs as on a B200 (``resolve``)
+SPEC_IMPL_NAMES: tuple[str, ...] = tuple(n for n in IMPLS if n != TOKAMAX_MOSAIC_SM100.name)
 DEFAULT_IMPL = "tilesweep"
 
 
@@ -64,18 +72,28 @@ def get(name: str) -> Implementation:
         raise ValueError(f"unknown kernel implementation {name!r}; allowed: {', '.join(IMPL_NAMES)}") from None
 
 
-def field_types() -> dict[str, type]:
-    """Every implementation's config fields and the type a record holds them as (one type per
-    name: implementations that share a name, block_q, share its type)."""
-    out: dict[str, type] = {}
+def resolve(name: str, device: DeviceKind) -> str:
+    """The implementation ``kernel.impl: name`` runs as on ``device`` (``kernels.impl_tokamax.for_device``:
+    tokamax's Mosaic GPU op has other config classes on sm_100); ``name`` itself for every other one."""
+    return impl_tokamax.for_device(name, device.arch)
+
+
+def field_types() -> dict[str, tuple[type, ...]]:
+    """Every implementation's config fields and the types a record holds them as (implementations
+    that share a name, block_q, share its types: a name whose types differ is refused, unless one
+    implementation's are the other's plus values of its own, as tokamax's sm100 ``persistent`` adds
+    ``"static"`` to the sm90 class's booleans)."""
+    out: dict[str, tuple[type, ...]] = {}
     for impl in IMPLS.values():
         for mode in impl.capabilities.modes:
             for t in impl.tunables(mode):
-                if out.setdefault(t.name, t.kind) is not t.kind:
+                had = out.setdefault(t.name, t.kinds)
+                if had[0] is not t.kind:
                     raise TypeError(
-                        f"config field {t.name} is {out[t.name].__name__} in one implementation, "
+                        f"config field {t.name} is {had[0].__name__} in one implementation, "
                         f"{t.kind.__name__} in {impl.name}"
                     )
+                out[t.name] = tuple(dict.fromkeys((*had, *t.kinds)))
     return out
 
 

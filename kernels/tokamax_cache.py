@@ -161,7 +161,7 @@ def uninstall() -> None:
     """Forget what ``install`` put in front of tokamax's tables (tokamax reloads its own on next use)."""
     from tokamax._src.ops import op as op_lib
 
-    for impl in meta.IMPL_NAMES:
+    for impl in meta.KERNELS:
         op = tokamax_ops.stock_op(impl)
         for o in (op.replace(vjp=None), op.vjp.replace(vjp=None)):
             op_lib._AUTOTUNING_CACHE.pop(o, None)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 DISTRIBUTION = "tokamax"
@@ -36,6 +36,7 @@ EXTRA = "tokamax"
 INSTALL = f'pip install "tilesweep[{EXTRA}]"'
 VJP_PREFIX = "vjp_"
 MOSAIC = "tokamax-mosaic"
+MOSAIC_SM100 = "tokamax-mosaic-sm100"  # the Mosaic GPU op's records on sm100 GPUs (B200): other config classes
 TRITON = "tokamax-triton"
 # jax's short dtype names, as tokamax's keys write shapes ("bf16[4,2048,8,128]")
 SHORT_DTYPES: dict[str, str] = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
@@ -87,6 +88,16 @@ class Kernel:
     stem: str  # the forward op's cache file name, without .json
     fwd: dict[str, ConfigClass]  # arch family ("sm90", "sm100") -> the forward op's config class
     vjp: dict[str, ConfigClass]  # arch family -> the vjp op's config class
+    names: dict[str, str] = field(default_factory=dict)  # arch family -> its records' impl, where not ``impl``
+
+    def impl_for(self, fam: str) -> str:
+        """The ``impl`` of this op's records in a config family (``family``): the family's config
+        classes make the records' fields, so a family with other classes has its own name."""
+        return self.names.get(fam, self.impl)
+
+    def record_impl(self, fields: Mapping[str, Any]) -> str:
+        """The ``impl`` of a record with these config fields."""
+        return self.impl_for(self.family_of(fields))
 
     @property
     def vjp_stem(self) -> str:
@@ -161,6 +172,7 @@ KERNELS: dict[str, Kernel] = {
             "sm90": ConfigClass("pallas_mosaic_gpu_vjp_common", "Config", _MOSAIC_VJP),
             "sm100": ConfigClass("pallas_mosaic_gpu_vjp_kernel_sm100", "Config", (*_MOSAIC_VJP, "residual_stages")),
         },
+        names={"sm100": MOSAIC_SM100},
     ),
     TRITON: Kernel(
         impl=TRITON,
@@ -174,13 +186,14 @@ KERNELS: dict[str, Kernel] = {
         vjp={"sm90": _TRITON_VJP, "sm100": _TRITON_VJP},
     ),
 }
-IMPL_NAMES: tuple[str, ...] = tuple(KERNELS)
+_BY_NAME: dict[str, Kernel] = {n: k for k in KERNELS.values() for n in (k.impl, *k.names.values())}
+IMPL_NAMES: tuple[str, ...] = tuple(_BY_NAME)  # every ``impl`` a record of a tokamax op has
 
 
 def kernel(impl: str) -> Kernel:
-    """The tokamax op behind ``impl``, or ValueError naming the tokamax implementations."""
+    """The tokamax op behind ``impl`` (any of its records' names), or ValueError naming the tokamax implementations."""
     try:
-        return KERNELS[impl]
+        return _BY_NAME[impl]
     except KeyError:
         raise ValueError(f"{impl!r} is not a tokamax implementation; those are: {', '.join(IMPL_NAMES)}") from None
 

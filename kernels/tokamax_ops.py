@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import importlib
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from types import ModuleType
 from typing import Any
@@ -39,6 +40,26 @@ from kernels import tokamax_meta as meta
 from kernels.reference import ModeFn, mode_fn
 
 ATTENTION = "tokamax._src.ops.attention"
+_CACHE_MISS = "Autotuning cache miss for %s on %s with key %s"  # tokamax's warning (its ops/op.py), through absl
+
+
+class _CacheMissInOurWords(logging.Filter):
+    """tokamax warns "Autotuning cache miss for <the op's repr> on <GPU> with key <the key's JSON>"
+    (hundreds of characters) whenever its tables lack a shape, which for ``auto`` is what
+    tilesweep means to run: tokamax's own choice, its heuristics where it has no table entry. The
+    warning is said instead as one short line at info level, in tilesweep's words."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == _CACHE_MISS and isinstance(record.args, tuple) and len(record.args) == 3:
+            op, kind, _ = record.args
+            record.msg = "tokamax's tables have no %s config for this shape on %s: it runs its heuristics' config"
+            record.args = (type(op).__name__, kind)
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)  # shown where info is
+        return True
+
+
+logging.getLogger("absl").addFilter(_CacheMissInOurWords())
 
 
 def _module(name: str) -> ModuleType:
@@ -52,9 +73,14 @@ def _module(name: str) -> ModuleType:
         ) from None
 
 
-@functools.cache
 def stock_op(impl: str) -> Any:
-    """tokamax's own instance of the op (its vjp op attached), as ``tokamax.dot_product_attention`` uses it."""
+    """tokamax's own instance of the op (its vjp op attached), as ``tokamax.dot_product_attention``
+    uses it: one per op, whichever of its records' names ``impl`` is."""
+    return _stock_op(meta.kernel(impl).impl)
+
+
+@functools.cache
+def _stock_op(impl: str) -> Any:
     k = meta.kernel(impl)
     return getattr(_module(k.module), k.op_class)()
 
@@ -254,6 +280,15 @@ def chosen(impl: str, mode: str, p: meta.Problem, device: devices.DeviceKind) ->
     with target(device), _mesh(device):
         f = fields_of(fwd.default_config)
         return f if vjp is None else meta.join(f, fields_of(vjp.default_config))
+
+
+def in_tables(impl: str, mode: str, p: meta.Problem, device: devices.DeviceKind) -> bool:
+    """Whether tokamax's tables (its shipped ones, and the overlays in force) hold this problem on
+    ``device`` for each op ``mode`` runs, so that an untuned call runs their winners (``chosen``)."""
+    halves = [bound(impl, "fwd", p, device, residuals=mode == "fwd_bwd")]
+    halves += [bound(impl, "vjp", p, device, residuals=True)] if mode == "fwd_bwd" else []
+    with target(device), _mesh(device):
+        return all(ba.cached_autotuning_data is not None for ba in halves)
 
 
 @contextlib.contextmanager

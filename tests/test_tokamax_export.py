@@ -1,7 +1,8 @@
 """``tilesweep export DOC... --format tokamax --out DIR``, read back by tokamax itself: its cache
 reader with DIR as a path and its ``AutotuningResult`` overlay both make tokamax choose
-tilesweep's best config per shape and op; tilesweep's own reader of tables reads the keys
-tokamax wrote; records of other kernels, several device kinds and a damaged table."""
+tilesweep's best config per shape and op (on a B200 too, through tokamax's sm100 config classes);
+tilesweep's own reader of tables reads the keys tokamax wrote; records of other kernels, several
+device kinds and a damaged table."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ pytest.importorskip("tokamax", reason=meta.missing("tests of tokamax's tables"))
 
 from kernels import tokamax_cache, tokamax_ops  # noqa: E402  (needs tokamax)
 
-H200, H100 = devices.get("NVIDIA H200"), devices.get("NVIDIA H100 80GB HBM3")
+H200, H100, B200 = (devices.get(k) for k in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA B200"))
 MOSAIC = meta.Problem(batch=4, seq=2048, heads=8, head_dim=128, dtype="bfloat16")
 TRITON = meta.Problem(batch=2, seq=512, heads=4, head_dim=64, dtype="float32", causal=True)
 
@@ -150,3 +151,31 @@ def test_records_of_other_kernels_and_damaged_tables_are_one_line(
     assert "\n" not in str(e.value)
     with pytest.raises(ResultsError, match="damaged tokamax autotuning table"):
         document.load(table, tokamax=True)
+
+
+def test_a_b200_document_is_written_with_tokamaxs_sm100_classes_and_chosen_from(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    recs = []
+    for mode in ("fwd", "fwd_bwd"):
+        space = tokamax_ops.search_space("tokamax-mosaic", mode, MOSAIC, B200)
+        recs += [_record(MOSAIC, meta.kernel("tokamax-mosaic").record_impl(f), mode, f, rng) for f in space]
+    assert {r["impl"] for r in recs} == {"tokamax-mosaic-sm100"} and {r["persistent"] for r in recs} >= {"static"}
+    path = tmp_path / "b200.json"
+    path.write_text(json.dumps({"device": {"device_kind": B200.name}, "config": {}, "results": recs}))
+    out = tmp_path / "out"
+    assert main(["export", str(path), "--format", "tokamax", "--out", str(out)]) == 0
+    names = {"pallas_mosaic_gpu_flash_attention.json", "pallas_mosaic_gpu_flash_attention_vjp.json"}
+    assert [p.name for p in out.iterdir()] == ["nvidia_b200"] and {
+        p.name for p in (out / "nvidia_b200").iterdir()
+    } == names
+    best = {}
+    for mode in ("fwd", "fwd_bwd"):
+        rec = min((r for r in recs if r["mode"] == mode), key=lambda r: r["median_ms"])
+        best[mode] = {f: rec[f] for f in meta.kernel("tokamax-mosaic").fields(mode, "sm100")}
+    with tokamax_cache.overlay(out):  # tokamax's AutotuningResult overlay, read with the sm100 classes
+        assert {m: tokamax_ops.chosen("tokamax-mosaic", m, MOSAIC, B200) for m in best} == best
+    back = document.load(out / "nvidia_b200" / "pallas_mosaic_gpu_flash_attention.json", tokamax=True)
+    fields = meta.kernel("tokamax-mosaic").fields("fwd", "sm100")
+    fwd = {tuple(r[f] for f in fields) for r in recs if r["mode"] == "fwd"}
+    assert {r["impl"] for r in back.results} == {"tokamax-mosaic-sm100"}
+    assert {tuple(r[f] for f in fields) for r in back.results if r["mode"] == "fwd"} == fwd

@@ -43,15 +43,22 @@ def _spec(**over: Any) -> Any:
     return spec_from_data({**SPEC, **over})
 
 
-@pytest.mark.parametrize("kind", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"], ids=["H100", "H200"])
-def test_grid_tokamax_plans_tokamaxs_own_search_per_problem(kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "planned"),
+    [("NVIDIA H100 80GB HBM3", 2 + 17 + 32), ("NVIDIA H200", 2 + 17 + 32), ("NVIDIA B200", 2 + 86 + 87)],
+    ids=["H100", "H200", "B200"],
+)
+def test_grid_tokamax_plans_tokamaxs_own_search_per_problem(kind: str, planned: int) -> None:
     spec = _spec(kernel={"impl": "tokamax-mosaic", "device_kind": kind})
     items = expand(spec)
     p = meta.Problem(batch=4, seq=2048, heads=8, head_dim=128, dtype="bfloat16")
-    fwd_cls, vjp_cls = (tokamax_ops.config_class("tokamax-mosaic", h, "sm90") for h in ("fwd", "vjp"))
     device = devices.get(kind)
+    fam = meta.family(device.arch)  # B200: tokamax's sm100 config classes, and records named for them
+    fwd_cls, vjp_cls = (tokamax_ops.config_class("tokamax-mosaic", h, fam) for h in ("fwd", "vjp"))
+    assert {it.impl for it in items} == {"tokamax-mosaic-sm100" if fam == "sm100" else "tokamax-mosaic"}
     by_mode = {m: [it for it in items if it.mode == m and it.config == "forced"] for m in SPEC["modes"]}
-    assert all(it.kind == RUN for it in items) and len(items) == 2 + 17 + 32
+    assert all(it.kind == RUN for it in items) and len(items) == planned
+    assert all(tuple(it.fields() or {}) == meta.kernel("tokamax-mosaic").fields(it.mode, fam) for it in items[2:])
     assert {repr(fwd_cls(**it.fields())) for it in by_mode["fwd"]} == _tokamax_list(  # type: ignore[arg-type]
         "tokamax-mosaic", "fwd", p, device, False
     )
@@ -84,11 +91,12 @@ def test_the_spec_rules_are_tokamaxs_pydantic_validation_in_its_words() -> None:
 
     for name in meta.IMPL_NAMES:
         impl = impls.get(name)
+        fam = meta.family(impl.capabilities.archs[0]) if impl.capabilities.archs else "sm90"
         for half, tunables in (
             ("fwd", impl.tunables("fwd")),
             ("vjp", impl.tunables("fwd_bwd")[len(impl.tunables("fwd")) :]),
         ):
-            cls = tokamax_ops.config_class(name, half, "sm90")
+            cls = tokamax_ops.config_class(name, half, fam)
             base = {t.name.removeprefix(meta.VJP_PREFIX): t.default[0] for t in tunables}
             for t in (t for t in tunables if t.kind is int):
                 for value in (0, -1, 3, 96):
@@ -102,9 +110,19 @@ def test_the_spec_rules_are_tokamaxs_pydantic_validation_in_its_words() -> None:
                     assert theirs is None or (mine or "").startswith(theirs), (mine, theirs)
 
 
-def test_b200_and_a_missing_tokamax_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(PlanError, match="sm_100: tilesweep's Mosaic GPU attention records carry tokamax's sm90"):
-        expand(_spec(kernel={"impl": "tokamax-mosaic", "device_kind": "NVIDIA B200"}))
+def test_a_b200_spec_takes_the_sm100_fields_and_a_missing_tokamax_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SpecError, match="'tokamax-mosaic', 'tokamax-triton' or 'replay'"):
+        _spec(kernel={"impl": "tokamax-mosaic-sm100"})  # what tokamax-mosaic runs as on a B200, not a spec's name
+    with pytest.raises(SpecError, match="grid.fwd: collective: Input should be a valid boolean"):
+        _spec(kernel={"impl": "tokamax-mosaic", "device_kind": "NVIDIA B200"}, grid={"fwd": {"collective": [1]}})
+    b200 = _spec(
+        kernel={"impl": "tokamax-mosaic", "device_kind": "NVIDIA B200"}, grid={"fwd": {"persistent": ["static"]}}
+    )
+    fwd = [it for it in expand(b200) if it.config == "forced" and it.mode == "fwd"]
+    assert {(it.fields() or {}).get("persistent") for it in fwd} == {"static"}
+    again = spec_from_data(b200.reference_config())  # a B200 document's config block, loaded as a spec
+    assert (again.kernel.impl, again.measured_impl) == ("tokamax-mosaic", "tokamax-mosaic-sm100")
+    assert again.fingerprint() == b200.fingerprint()
     monkeypatch.setattr(meta, "version", lambda: None)  # as where tokamax is not installed
     with pytest.raises(PlanError) as err:
         expand(_spec(seq_lens=[1024]))  # a problem not enumerated yet in this process
@@ -147,3 +165,36 @@ def test_a_tokamax_run_without_a_gpu_is_refused_in_one_line(tmp_path: Path) -> N
     spec.write_text(json.dumps({**SPEC, "modes": ["fwd"], "output": str(tmp_path / "out.json")}))
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--executor", "debug")
     assert_one_line_error(r, "kernel.impl 'tokamax-mosaic'", "plan SPEC --lower", "replay")
+
+
+def test_the_planned_lists_are_kept_so_the_plan_is_reread_without_tokamax(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.errors import MismatchError, SweepDirError
+    from orchestrator.store import tokamax_lists
+    from orchestrator.store.sweepdir import SweepDir
+
+    spec = tmp_path / "t.json"
+    kernel = {"impl": "tokamax-mosaic", "device_kind": "NVIDIA H200"}
+    spec.write_text(json.dumps({**SPEC, "modes": ["fwd"], "kernel": kernel, "output": str(tmp_path / "out.json")}))
+    sweep = tmp_path / "sweep"
+    r = run_cli("plan", str(spec), "--sweep-dir", str(sweep))  # another process plans, with tokamax
+    assert r.returncode == 0, r.stderr
+    assert (sweep / tokamax_lists.FILE).is_file()
+    planned = expand(_spec(modes=["fwd"], kernel=kernel))
+    monkeypatch.setattr(grid, "_known", {})
+    monkeypatch.setattr(meta, "version", lambda: None)  # as on a node without tokamax
+    grid._search.cache_clear()
+    sd = SweepDir.open(sweep)
+    assert [(it.id, it.fields()) for it in sd.items()] == [(it.id, it.fields()) for it in planned]
+    unit = sd.unit_index()[0]["id"]
+    (sweep / tokamax_lists.FILE).write_text('{"impl": "tokamax-mosaic"')
+    with pytest.raises(SweepDirError, match=f"{tokamax_lists.FILE} is unreadable"):
+        SweepDir.open(sweep).items()
+    (sweep / tokamax_lists.FILE).unlink()  # planned without the lists, and this process's tokamax lists others
+    p = grid.problem(_spec(), "bfloat16", 128, 2048, False, None)
+    mine = grid.configs(planned_spec := _spec(modes=["fwd"], kernel=kernel), "fwd", p)
+    grid.remember(planned_spec, {("fwd", p): mine[::-1]})
+    with pytest.raises(MismatchError) as err:
+        SweepDir.open(sweep).unit_items(unit)
+    assert "another tokamax than this one" in err.value.message and "\n" not in err.value.message

@@ -28,6 +28,7 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernels.impls import Value
 from orchestrator.errors import SpecError
 from orchestrator.planning import PlannedConfigs, planned_configs
 from orchestrator.spec.files import spec_from_data
@@ -36,7 +37,7 @@ from orchestrator.store.document import ResultsDoc
 
 log = logging.getLogger(__name__)
 
-Config = tuple[int, ...]  # the values of ``records.config_fields(mode)``, in that order
+Config = tuple[Value, ...]  # the values of ``records.config_fields(mode)``, in that order
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,15 @@ class Coverage:
     impl: str = DEFAULT_IMPL
     never_measured: tuple[Config, ...] = ()
 
-    def missing_configs(self) -> list[dict[str, int]]:
+    def missing_configs(self) -> list[dict[str, Value]]:
         """The missing configs as records name their fields (``report.config_label`` takes them)."""
         return self._named(self.missing)
 
-    def never_measured_configs(self) -> list[dict[str, int]]:
+    def never_measured_configs(self) -> list[dict[str, Value]]:
         """The configs a search never measured, as records name their fields."""
         return self._named(self.never_measured)
 
-    def _named(self, configs: tuple[Config, ...]) -> list[dict[str, int]]:
+    def _named(self, configs: tuple[Config, ...]) -> list[dict[str, Value]]:
         fields = config_fields(self.mode, impl=self.impl)
         return [dict(zip(fields, c, strict=True)) for c in configs]
 

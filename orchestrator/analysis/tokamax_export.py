@@ -115,9 +115,10 @@ def _fastest(recs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def _fields(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """A tokamax record's config fields: those of the config family it has all of (``kernels.tokamax_meta``)."""
+    """A tokamax record's config fields: those of the config family of its ``impl`` that it has all of
+    (``kernels.tokamax_meta``)."""
     k = meta.kernel(str(rec["impl"]))
-    for fam in k.fwd:
+    for fam in (f for f in k.fwd if k.impl_for(f) == rec["impl"]):
         names = k.fields(str(rec["mode"]), fam)
         if all(n in rec for n in names):
             return {n: rec[n] for n in names}

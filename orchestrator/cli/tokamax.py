@@ -48,7 +48,7 @@ def _chosen(docs: list[ResultsDoc], device: str | None) -> list[tokamax_export.C
         found = f"its records are of kernel.impl {', '.join(impls)}" if impls else "it holds no timed forced record"
         raise TilesweepError(
             f"{names}: nothing to write as tokamax's tables: {found}; --format tokamax writes the records of "
-            f"kernel.impl {' and '.join(meta.IMPL_NAMES)} (tokamax's kernels) only"
+            f"kernel.impl {' and '.join(meta.KERNELS)} (tokamax's kernels) only"
         )
     return out
 

@@ -22,6 +22,7 @@ from orchestrator.control.scheduler import cancel as scancel
 from orchestrator.control.status import ACTIVE, sweep_status
 from orchestrator.errors import DispatchError, LeaseHeld, PlanError
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store import tokamax_lists
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
 from orchestrator.store.sweepdir import SweepDir, now_iso
@@ -83,6 +84,7 @@ def prepare_sweep(
     )
     with sweep_lock(sd):
         if not sd.unit_index():
+            tokamax_lists.write(sd.root, spec)  # before the units: whoever reads them re-expands the plan
             sd.add_units(planned.units, origin="plan")
             if planned.reused is not None:
                 write_reuse_unit(sd, planned.reused, planned.found)

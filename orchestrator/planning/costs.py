@@ -40,6 +40,7 @@ from typing import Any
 
 from kernels import impls, smem
 from kernels.config import attention_flops, default_num_warps, inner_for
+from kernels.impl_base import Value
 from orchestrator.errors import ResultsError
 from orchestrator.planning.classify import RUN
 from orchestrator.planning.grids import mode_grid
@@ -261,11 +262,11 @@ def _model_costs(items: Sequence[WorkItem], spec: SweepSpec, a: Assumptions, rou
     config kind, whose timed work is one figure and whose compile depends on the config alone:
     so a run costs one look-up of its compile figures, an item one look-up of its config's."""
     big = _unclamped_seq(spec)
-    compile_cache: dict[tuple[Any, ...], dict[tuple[int, ...], float]] = {}
+    compile_cache: dict[tuple[Any, ...], dict[tuple[Value, ...], float]] = {}
     model: list[float] = []
     append = model.append
     last: WorkItem | None = None
-    compiles: dict[tuple[int, ...], float] = {}
+    compiles: dict[tuple[Value, ...], float] = {}
     t = 0.0
     impl = impls.get(spec.measured_impl)
     for it in items:

@@ -69,7 +69,7 @@ def check_supported(spec: SweepSpec) -> None:
     if why is None:
         return
     if gqa and not impl.capabilities.grouped_query:
-        allowed = [n for n in impls.IMPL_NAMES if impls.IMPLS[n].capabilities.grouped_query]
+        allowed = [n for n in impls.SPEC_IMPL_NAMES if impls.IMPLS[n].capabilities.grouped_query]
         raise PlanError(
             f"kernel.impl {impl.name!r}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
             f"kv_heads [null] (or [{spec.heads}]); for grouped-query attention use kernel.impl "

@@ -7,8 +7,10 @@ and ``_get_autotuning_configs``, with the target standing in as jax's default de
 planning such a sweep needs tokamax and jax where it runs (one line naming the extra otherwise).
 They depend on the problem (dtype, head_dim, seq, causal, kv_heads: tokamax prunes by its own
 shared-memory estimate and clamps blocks to seq), not only on the mode, so they are made per
-problem and kept per process. Every config is planned to run: tokamax's estimate has already
-pruned its list, and what the compiler still refuses, ``tilesweep plan --lower`` finds.
+problem and kept per process; the planner keeps them in the sweep directory too
+(``store.tokamax_lists``, handed back through ``remember``), so a process that re-expands the
+plan asks tokamax nothing. Every config is planned to run: tokamax's estimate has already pruned
+its list, and what the compiler still refuses, ``tilesweep plan --lower`` finds.
 """
 
 from __future__ import annotations
@@ -50,9 +52,21 @@ def _search(impl: str, mode: str, p: meta.Problem, device_kind: str) -> tuple[Pa
     return tuple(tuple(f[n] for n in names) for f in found)
 
 
+_known: dict[tuple[str, str, meta.Problem, str], tuple[Params, ...]] = {}
+
+
+def remember(spec: SweepSpec, lists: dict[tuple[str, meta.Problem], list[Params]]) -> None:
+    """Take ``lists`` ((mode, problem) -> configs, as the planner made them) as this process's
+    answer for the spec's target, before asking tokamax."""
+    target = (spec.measured_impl, spec.kernel.target.name)
+    _known.update({(target[0], mode, p, target[1]): tuple(c) for (mode, p), c in lists.items()})
+
+
 def configs(spec: SweepSpec, mode: str, p: meta.Problem) -> list[Params]:
     """The configs tokamax's autotuner tries for problem ``p`` of one mode, in record field order."""
-    return list(_search(spec.measured_impl, mode, p, spec.kernel.target.name))
+    key = (spec.measured_impl, mode, p, spec.kernel.target.name)
+    known = _known.get(key)
+    return list(known if known is not None else _search(*key))
 
 
 class ProblemGrids:

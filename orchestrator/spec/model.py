@@ -15,8 +15,9 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictInt, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, field_validator, model_validator
 
+from kernels import impls
 from kernels.impls import DEFAULT_IMPL
 from kernels.smem import DTYPES, MODES
 from orchestrator.spec import grid as grid_rules
@@ -147,7 +148,7 @@ class SweepSpec(SpecModel):
         "predicts over it is not compiled (kernel.prune_smem); null: no limit",
     )
 
-    grid: dict[Literal[MODES], dict[str, list[StrictInt | StrictBool]]] | Literal["tokamax"] | None = Field(  # type: ignore[valid-type]
+    grid: dict[Literal[MODES], dict[str, list[StrictInt | StrictBool | StrictStr]]] | Literal["tokamax"] | None = Field(  # type: ignore[valid-type]
         default=None,
         description="per mode, the values each tunable of kernel.impl sweeps, named as the implementation names "
         'them (`tilesweep impls`), e.g. {"fwd": {"block_q": [64, 128], "block_kv": [64, 128, 256]}}; a tunable '
@@ -222,7 +223,14 @@ class SweepSpec(SpecModel):
     @property
     def measured_impl(self) -> str:
         """The kernel implementation whose configs are planned and recorded: ``kernel.impl``,
-        or for a replay the one its source measured (``replay.impl``)."""
+        or for a replay the one its source measured (``replay.impl``), as it runs on
+        ``kernel.device_kind`` (``kernels.impls.resolve``: tokamax-mosaic on a B200 is
+        tokamax-mosaic-sm100)."""
+        return impls.resolve(self.named_impl, self.kernel.target)
+
+    @property
+    def named_impl(self) -> str:
+        """``measured_impl`` as a spec names it (``kernel.impl``, or a replay's ``replay.impl``)."""
         if self.kernel.impl == REPLAY:
             return self.replay.impl if self.replay is not None else DEFAULT_IMPL
         return str(self.kernel.impl)
@@ -280,8 +288,8 @@ class SweepSpec(SpecModel):
         if self.grid is not None:
             out["grid"] = dumped["grid"]
         if self.measured_impl != DEFAULT_IMPL or self.kernel.device_kind is not None:
-            # a replay's document is one of the implementation it replays
-            out["kernel"] = {**dumped["kernel"], "impl": self.measured_impl}
+            # a replay's document is one of the implementation it replays (as a spec names it)
+            out["kernel"] = {**dumped["kernel"], "impl": self.named_impl}
         return out
 
     def _axes(self, dumped: dict[str, Any]) -> dict[str, Any]:

@@ -106,7 +106,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "causal": (bool,),
     "kv_heads": (int,),
     "impl": (str,),
-    **{k: (t,) for k, t in impls.field_types().items()},
+    **impls.field_types(),
     "rel_err": _NUM,
     "compile_s": _NUM,
     "inner": (int,),

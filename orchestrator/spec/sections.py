@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernels import devices
-from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
+from kernels.impls import DEFAULT_IMPL, SPEC_IMPL_NAMES
 from orchestrator.spec.lists import Pow2
 
 REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (jobs/replay.py)
@@ -240,12 +240,14 @@ class KernelSettings(SpecModel):
         description="predict: a config the shared-memory model predicts over smem_limit_bytes is recorded as "
         "pruned, not compiled; off: every config is compiled",
     )
-    impl: Literal[(*IMPL_NAMES, REPLAY)] = Field(  # type: ignore[valid-type]
+    impl: Literal[(*SPEC_IMPL_NAMES, REPLAY)] = Field(  # type: ignore[valid-type]
         default=DEFAULT_IMPL,
         description="kernel implementation to tune: tilesweep (ours) or jax (jax's stock Pallas mha, "
         "jax.experimental.pallas.ops.gpu.attention; no grouped-query attention, its backward runs 2 stages); "
         "mosaic (jax's Mosaic GPU attention_mgpu: float16 only, no causal backward, tuned by its TuningConfig "
         "fields through grid; `tilesweep impls` lists each one's tunables); "
+        "tokamax-mosaic, tokamax-triton (tokamax's flash-attention ops, by their config classes; tokamax-mosaic runs "
+        "as tokamax-mosaic-sm100, with tokamax's sm100 classes, on an sm_100 kernel.device_kind); "
         "replay: compile and run nothing, replay the records of replay.source (samples drawn from each record's "
         "spread, times on a virtual clock)",
     )
@@ -277,7 +279,7 @@ class ReplaySettings(SpecModel):
         description="a results document (tilesweep's or the reference run's) that measured this "
         "spec's problems; a relative path is taken from the working directory"
     )
-    impl: Literal[IMPL_NAMES] = Field(  # type: ignore[valid-type]
+    impl: Literal[SPEC_IMPL_NAMES] = Field(  # type: ignore[valid-type]
         default=DEFAULT_IMPL, description="the kernel implementation the source measured: its configs are planned"
     )
     pace: Literal["instant", "real"] = Field(default="instant", description="real: wait out each record's seconds")

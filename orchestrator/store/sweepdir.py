@@ -11,6 +11,7 @@ Layout::
     jobs.jsonl          submission history (executor, job ids, attempt)
     final-merge.json    what the final merge job did last (merged, or refused and why; see target)
     round2.json         halving: what round 2 kept (store.round2)
+    tokamax-grid.json   a "tokamax" grid's configs per problem, as planned (store.tokamax_lists)
     search/             a search's rounds (store.searchrounds)
     logs/               submitit's folder (sbatch files, stdout/stderr per task)
     logs/units/<id>.log one per unit: its workers' output on SLURM (a task runs several)
@@ -34,7 +35,7 @@ from typing import Any, TypedDict, cast
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.planning import Unit, WorkItem, expand
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
-from orchestrator.store import lowering
+from orchestrator.store import lowering, tokamax_lists
 from orchestrator.store.files import (
     atomic_open,
     atomic_write_json,
@@ -242,6 +243,7 @@ class SweepDir:
         """The sweep's items in plan order (re-expanded from the frozen spec), with pre-flight
         lowering's verdicts applied (``store.lowering``: what it refused is pruned)."""
         if self._items is None:
+            tokamax_lists.load(self.root, self.spec)  # a "tokamax" grid's lists as they were planned
             items = expand(self.spec)
             target = self.spec.kernel.target.name
             lowering.apply(items, lowering.read_verdicts(self.root, self.spec.fingerprint(), target), target)
@@ -296,7 +298,8 @@ class SweepDir:
             if index >= len(items) or items[index].id != iid:
                 raise MismatchError(
                     f"unit {unit_id} ({self.unit_path(unit_id)}) names item {iid} at plan position {index}, "
-                    "which the frozen spec does not expand to; the sweep was planned by another tilesweep version"
+                    "which the frozen spec does not expand to; the sweep was planned by "
+                    + tokamax_lists.planned_by(self.root, self.spec)
                 )
             out.append(items[index])
         return out

@@ -192,7 +192,7 @@ def _record(
         rec["causal"] = True
     if p.kv_heads is not None:
         rec["kv_heads"] = p.kv_heads
-    rec.update(tag=TAG, mode=mode, impl=kernel.impl, config="forced", **fields)
+    rec.update(tag=TAG, mode=mode, impl=kernel.record_impl(fields), config="forced", **fields)
     rec.update(
         compile_s=sum(part.compile_s for part in parts),
         inner=inner_for(median, target_ms=t["target_ms"].default, max_inner=t["max_inner"].default),
@@ -239,16 +239,17 @@ def read(path: str | os.PathLike[str], name: str) -> Table:
     fwd, skipped_fwd = tables.get("fwd", ({}, 0))
     vjp, skipped_vjp = tables.get("vjp", ({}, 0))
     records = _records(kernel, fwd, vjp)
+    impl = str(records[0]["impl"]) if records else kernel.impl  # the family of the table's configs
     device_dir = path.parent.name
     log.warning(
         "%s: read as tokamax's autotuning table of %s for %s (%d records; %d keys of problems tilesweep does not "
         "sweep left out): its times are tokamax's own, measured on that GPU, not by this sweep: they seed a search "
         "and price a plan, and no record of it is reused",
         name,
-        kernel.impl,
+        impl,
         device_dir,
         len(records),
         skipped_fwd + skipped_vjp,
     )
-    extra = {"impl": kernel.impl, "device_dir": device_dir, "left_out": skipped_fwd + skipped_vjp}
+    extra = {"impl": impl, "device_dir": device_dir, "left_out": skipped_fwd + skipped_vjp}
     return Table(device={"tokamax_table": device_dir}, records=records, extra={"tokamax_table": extra})

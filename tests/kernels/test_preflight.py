@@ -92,7 +92,7 @@ def test_lowering_for_h100_and_h200_prunes_what_the_compiler_refuses(tmp_path: P
     assert gone[0]["smem_bytes"] == refused["smem_bytes"] and "pre-flight lowering for NVIDIA H200" in gone[0]["error"]
 
 
-def _lowered_here(spec: SweepSpec) -> dict[tuple[str, int | None], dict[str, Any]]:
+def _lowered_here(spec: SweepSpec) -> dict[tuple[str, Any], dict[str, Any]]:
     """Verdicts of lowering the spec's runnable items in this process, by (config kind, block_kv)."""
     from jobs.lowering import lower_items
 

@@ -52,7 +52,7 @@ def _tokamax_list(impl: str, half: str, p: meta.Problem, device: devices.DeviceK
 def test_search_space_is_tokamaxs_own_per_problem(device: devices.DeviceKind) -> None:
     counts = {}
     for p in REFERENCE:
-        for impl in meta.IMPL_NAMES:
+        for impl in meta.KERNELS:
             fwd = ops.search_space(impl, "fwd", p, device)
             both = ops.search_space(impl, "fwd_bwd", p, device)
             fwd_cls = ops.config_class(impl, "fwd", "sm90")
@@ -100,3 +100,12 @@ def test_lowering_for_a_named_gpu_and_the_compilers_shared_memory_refusal() -> N
         ops.lower("tokamax-mosaic", "fwd_bwd", big, p, H200)
     found = re.search(r"smem_bytes=(\d+) > max_smem_bytes=(\d+)", str(refused.value))
     assert found is not None and int(found.group(1)) > int(found.group(2)) == devices.SM90_SMEM_LIMIT_BYTES
+
+
+def test_a_shape_of_tokamaxs_shipped_h100_tables_is_run_as_their_winner() -> None:
+    shipped = meta.Problem(batch=8, seq=2048, heads=32, head_dim=64, dtype="bfloat16")  # bench/gpu_tokamax.py's
+    for impl in meta.KERNELS:
+        for mode in ("fwd", "fwd_bwd"):
+            assert ops.in_tables(impl, mode, shipped, H100) and not ops.in_tables(impl, mode, REFERENCE[0], H100)
+            winner = ops.chosen(impl, mode, shipped, H100)
+            assert winner != ops.chosen(impl, mode, shipped, H200)  # no H200 table: its heuristics

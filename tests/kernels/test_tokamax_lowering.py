@@ -1,7 +1,9 @@
 """Pre-flight lowering of tokamax's kernels on this CPU for a named GPU (``tilesweep plan --lower``):
 the Mosaic GPU compiler's shared-memory refusal of a tokamax config, with the byte count tokamax's
-own lowering of that config gives, recorded as pruned; the same verdicts for H100 and H200; and
-tokamax's Triton op lowered for H100, H200 and B200."""
+own lowering of that config gives, recorded as pruned; the same verdicts for H100 and H200; on a
+B200 tokamax's sm100 kernels (tcgen05) lowered and refused the same way, with tokamax's own
+refusal of an sm100 config beside the compiler's; and tokamax's Triton op lowered for H100, H200
+and B200."""
 
 from __future__ import annotations
 
@@ -68,3 +70,26 @@ def test_tokamaxs_triton_op_lowers_for_each_named_gpu(kind: str) -> None:
     shape: dict[str, Any] = {"batch": 1, "seq": 256, "heads": 2, "head_dim": 64, "dtype": "bfloat16"}
     kernels = preflight.lower("tokamax-triton", "fwd", fields, device=devices.get(kind), **shape)
     assert len(kernels) == 1 and kernels[0][1] is None  # Triton sizes shared memory only when PTX is compiled
+
+
+def test_lowering_for_b200_lowers_tokamaxs_sm100_kernels_and_prunes_what_they_refuse(tmp_path: Path) -> None:
+    fwd = {"block_q": [128, 256], "block_kv": [128, 256], "num_stages": [4], "collective": [False, True]}
+    data = {**SHAPE, "modes": ["fwd"], "grid": {"fwd": {**fwd, "persistent": ["static"]}}}
+    data.update(output=str(tmp_path / "out.json"), kernel={"impl": "tokamax-mosaic", "device_kind": "NVIDIA B200"})
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(data))
+    sweep = tmp_path / "sweep"
+    r = run_cli("plan", str(spec), "--lower", "--sweep-dir", str(sweep), "--lower-workers", "1")
+    assert r.returncode == 0, r.stderr
+    assert "for NVIDIA B200 (sm_100" in r.stdout and "2 lowered, 7 refused (3 for shared memory), 0 crashed" in r.stdout
+    verdicts = lowering.read_verdicts(sweep, spec_from_data(data).fingerprint(), "NVIDIA B200")
+    items = {it.id: it for it in SweepDir.open(sweep).items()}
+    lowered = [v for v in verdicts.values() if v.verdict == "lowered"]
+    assert {k for v in lowered for k, _ in v.kernels} == {"flash_attention_sm100"}  # the auto config's and 128/128's
+    errors = {(v.error or "").split(": ", 1)[1].split(" Got")[0] for v in verdicts.values() if v.verdict == "refused"}
+    tmem = "(config): Value error, For SM100 attention forward, block_q per CTA must be at least 128 to support TMEM"
+    assert tmem + " slicing." in errors  # tokamax's own check of an sm100 config (block_q 128, collective)
+    assert any(e.startswith("Mosaic GPU kernel exceeds available shared memory") for e in errors)
+    pruned = {it.id for it in items.values() if it.kind == PRUNED}
+    assert pruned == {v.id for v in verdicts.values() if v.verdict == "refused"} and len(pruned) == 7
+    assert all(items[i].impl == "tokamax-mosaic-sm100" for i in pruned)
