@@ -32,6 +32,7 @@ from orchestrator.spec.records import record_id
 from orchestrator.store import keyindex
 from orchestrator.store.document import ResultsDoc, paused_gc, read_head, scan
 from orchestrator.store.keyindex import KeyIndex
+from orchestrator.store.partials import loads
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,17 @@ def indexed_records(src: Source, items: dict[str, WorkItem]) -> Iterator[tuple[d
                 else:
                     lied += 1
     if lied:
-        _distrust(src, lied)
+        distrust(src, lied)
+
+
+def checked(text: bytes, item: WorkItem) -> dict[str, Any] | None:
+    """The record of ``text`` parsed, where it is the item ``item`` (its id checked: ``_id_or_none``);
+    None where it is not, or no record at all."""
+    try:
+        rec = loads(text)
+    except ValueError:
+        return None
+    return rec if _id_or_none(rec) == item.id else None
 
 
 def _id_or_none(rec: object) -> str | None:
@@ -127,7 +138,7 @@ def _id_or_none(rec: object) -> str | None:
         return None
 
 
-def _distrust(src: Source, lied: int) -> None:
+def distrust(src: Source, lied: int) -> None:
     """An index whose records are not the items it names: its document was changed in a way its
     stamp does not see (edited in place, size and mtime put back). Those records are not reused
     (their items are measured again) and the index is removed, so the next reader rebuilds it."""
