@@ -16,8 +16,8 @@ Never trusted over the document: the header names the document it describes by i
 mtime and a hash of its first and last 64 KiB (its head, and its tail, where the ``tilesweep``
 block's merge time changes with every merge); a document that differs in any of them is
 "stale" and ``read`` gives None, so callers rebuild the index or parse the document. Reuse,
-which parses the records it carries at their places, checks each one's id (``records.record_id``)
-against the item the index names before using it (``reuse_sources``). A merge judging the
+which reads the records it carries at their places, checks each one against the item the
+index names before using it (``reuse_indexed``: on its bytes, else its id parsed). A merge judging the
 document it replaces (``target``) takes the ids of a current index as they are, as it takes its
 own output stamp: what neither sees is a document edited in place beyond the hashed edges with
 its size and mtime put back.

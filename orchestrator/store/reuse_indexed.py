@@ -145,6 +145,8 @@ class _Scan:
         self.one_block = judge.own is not None and all(b is judge.own for b in judge.units.values())
         self.expected = _Expected()
         self.lied = 0
+        self.mark = judge.want.marks_replayed(True)  # a replayed record taken is marked so
+        self.verdicts: dict[_Facts, tuple[str | None, str | None]] = {}
 
     def chunk(self, buf: bytes, chunk: keyindex.Chunk) -> None:
         has = _Chunk(buf, chunk.rows[-1] - chunk.rows[0] + 1, self.one_block)
@@ -204,31 +206,38 @@ class _Scan:
 
     def offer(self, k: int, it: WorkItem, span: tuple[int, int], facts: _Facts) -> None:
         """Judge the record ``k`` of the item ``it`` (its text at ``span``, ``facts`` read off it)."""
-        judge, want = self.judge, self.judge.want
+        want = self.judge.want
         unit, screened, virtual, device, error = facts
-        carried = Carried(self.src.path, span, it.id, (screened, error, virtual, want.marks_replayed(virtual)))
+        carried = Carried(self.src.path, span, it.id, (screened, error, virtual, virtual and self.mark))
         priced = want.priced
         if not want.reuse:
             priced.setdefault(it.index, (carried, self.how, it))
             return
-        count = judge.count
-        count.records += 1
-        kind = device if device is not _NONE else judge.doc_kind
-        why = judge(unit, screened, virtual, kind, error)
+        self.judge.count.records += 1
+        try:
+            verdict = self.verdicts.get(facts) or self.verdicts.setdefault(facts, self.verdict(facts))
+        except TypeError:  # a unit or device of a damaged record that is no string
+            verdict = self.verdict(facts)
+        why, carried.device = verdict
         if why is None and k in self.index.damaged:
             why = "damaged"
-            say(count, f"damaged records (first: {self.index.damaged[k]})")
+            say(self.judge.count, f"damaged records (first: {self.index.damaged[k]})")
         if why is not None:
-            judge.refuse(why)
+            self.judge.refuse(why)
             priced.setdefault(it.index, (carried, self.how, it))
             return
-        if kind is not None and kind != want.env.get("device_kind"):
-            carried.device = str(kind)
         if it.index in self.chosen:
-            offer(self.chosen, want, it.index, carried, count.path)
+            offer(self.chosen, want, it.index, carried, self.src.path)
         else:  # the common case, ``offer`` inlined: nothing taken for the item yet
             priced.pop(it.index, None)
-            self.chosen[it.index] = (carried, count.path)
+            self.chosen[it.index] = (carried, self.src.path)
+
+    def verdict(self, facts: _Facts) -> tuple[str | None, str | None]:
+        """(``Judge``'s verdict on a record of these facts, the device it carries if taken)."""
+        unit, screened, virtual, device, error = facts
+        kind = device if device is not _NONE else self.judge.doc_kind
+        why = self.judge(unit, screened, virtual, kind, error)
+        return why, (str(kind) if kind is not None and kind != self.judge.want.env.get("device_kind") else None)
 
 
 _NONE = object()  # a record without a device field
