@@ -21,6 +21,7 @@ written.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
 
@@ -112,12 +113,22 @@ class _Chunk:
         # every record has a unit and every unit is measured alike: no need to read which
         self.any_unit = one_block and buf.count(_UNIT + b'"') == n
 
-    def plain(self) -> _Facts | None:
-        """The facts of every record of the chunk, where no needle is in it: a unit measured
-        as every other, neither screened nor replayed, no device, no error."""
-        if self.any_unit and not (self.error or self.screened or self.virtual or self.device):
-            return _PLAIN
-        return None
+    def marked(self, buf: bytes, spans: list[tuple[int, int]]) -> set[int]:
+        """Which of the chunk's records (by place among ``spans``) may hold a needle: the rest
+        are ``_PLAIN`` where ``any_unit`` holds."""
+        found: set[int] = set()
+        starts = [a for a, _ in spans]
+        for present, needle in ((self.error, _ERROR), (self.screened, _TRUE), (self.virtual, _VIRTUAL)):
+            i = buf.find(needle) if present else -1
+            while i >= 0:
+                found.add(bisect_right(starts, i) - 1)
+                i = buf.find(needle, i + 1)
+        if self.device:
+            i = buf.find(_DEVICE)
+            while i >= 0:
+                found.add(bisect_right(starts, i) - 1)
+                i = buf.find(_DEVICE, i + 1)
+        return found
 
 
 def scan_indexed(src: Source, judge: Judge, chosen: Chosen, how: tuple[int, int]) -> None:
@@ -150,21 +161,24 @@ class _Scan:
 
     def chunk(self, buf: bytes, chunk: keyindex.Chunk) -> None:
         has = _Chunk(buf, chunk.rows[-1] - chunk.rows[0] + 1, self.one_block)
-        plain = has.plain()
-        if plain is not None and self.taken(plain):
-            self.plain(buf, chunk)
+        if has.any_unit and self.taken(_PLAIN):
+            self.plain(buf, chunk, has.marked(buf, chunk.spans), has)
             return
-        ids, by_id, check = self.index.ids, self.judge.want.by_id, self.expected.check
+        ids, by_id = self.index.ids, self.judge.want.by_id
         for k, (a, b) in zip(chunk.rows, chunk.spans, strict=True):
-            it = by_id[ids[k]]
-            if check(buf, a, it):
-                facts = plain or _facts(buf, a, b, has)
-            else:
-                rec = self.parsed(buf[a:b], it)
-                if rec is None:
-                    continue
-                facts = _parsed_facts(rec)
-            self.offer(k, it, (chunk.start + a, chunk.start + b), facts)
+            self.one(buf, chunk.start, k, by_id[ids[k]], (a, b), has)
+
+    def one(self, buf: bytes, start: int, k: int, it: WorkItem, span: tuple[int, int], has: _Chunk) -> None:
+        """Check and judge the record ``k`` of the item ``it``, its text at ``span`` of ``buf``."""
+        a, b = span
+        if self.expected.check(buf, a, it):
+            facts = _facts(buf, a, b, has)
+        else:
+            rec = self.parsed(buf[a:b], it)
+            if rec is None:
+                return
+            facts = _parsed_facts(rec)
+        self.offer(k, it, (start + a, start + b), facts)
 
     def parsed(self, text: bytes, it: WorkItem) -> dict[str, Any] | None:
         """A text not as the merger writes the record of ``it``, parsed, its id checked; None
@@ -179,30 +193,27 @@ class _Scan:
         want = self.judge.want
         return want.reuse and self.judge(facts[0], facts[1], facts[2], self.judge.doc_kind, facts[4]) is None
 
-    def plain(self, buf: bytes, chunk: keyindex.Chunk) -> None:
-        """``chunk`` where every record is taken as ``_Chunk.plain`` says (the hot loop of a
-        document of a million records: ``offer`` inlined)."""
+    def plain(self, buf: bytes, chunk: keyindex.Chunk, marked: set[int], has: _Chunk) -> None:
+        """``chunk``, whose records not ``marked`` are ``_PLAIN`` and taken as such (the hot loop
+        of a document of a million records: ``offer`` inlined)."""
         ids, by_id, check = self.index.ids, self.judge.want.by_id, self.expected.check
         chosen, priced, path, damaged = self.chosen, self.judge.want.priced, self.src.path, self.index.damaged
         flags, start, kind = (False, False, False, False), chunk.start, self.judge.doc_kind
         device = str(kind) if kind is not None and kind != self.judge.want.env.get("device_kind") else None
-        for k, (a, b) in zip(chunk.rows, chunk.spans, strict=True):
+        taken = 0
+        for j, (k, (a, b)) in enumerate(zip(chunk.rows, chunk.spans, strict=True)):
             it = by_id[ids[k]]
-            if not check(buf, a, it):
-                rec = self.parsed(buf[a:b], it)
-                if rec is not None:
-                    self.offer(k, it, (start + a, start + b), _parsed_facts(rec))
+            if j in marked or (damaged and k in damaged) or not check(buf, a, it):
+                self.one(buf, start, k, it, (a, b), has)
                 continue
-            if damaged and k in damaged:
-                self.offer(k, it, (start + a, start + b), _PLAIN)
-                continue
-            self.judge.count.records += 1
+            taken += 1
             carried = Carried(path, (start + a, start + b), it.id, flags, device)
             index = it.index
             if index in chosen or priced:
                 offer(chosen, self.judge.want, index, carried, path)
             else:
                 chosen[index] = (carried, path)
+        self.judge.count.records += taken
 
     def offer(self, k: int, it: WorkItem, span: tuple[int, int], facts: _Facts) -> None:
         """Judge the record ``k`` of the item ``it`` (its text at ``span``, ``facts`` read off it)."""
