@@ -17,7 +17,8 @@ half of its items, beside planning the same spec without a document.
 - ``reuse_prepare_1m_s``: ``control.sweeps.prepare_sweep``, which also writes the sweep
   directory, the measuring units and the reuse unit's partial (one line per reused record).
 - ``*_peak_rss_mb``: the peak resident memory of the process that did each (one fresh process
-  per figure, ``ru_maxrss``), and ``doc_mb`` the document's size. The document is written as the
+  per figure, its own ``VmHWM``: ``ru_maxrss`` would be the bench parent's, inherited across the
+  exec), and ``doc_mb`` the document's size. The document is written as the
   merger writes one (indent=1), with the key index the merger writes beside it.
 
 Left out: writing the document (setup), the merge that later carries the records (``bench.merge``
@@ -116,8 +117,20 @@ def child(what: str, spec_path: str, doc: str, work: str) -> None:
     out["s"] = time.perf_counter() - t
     ru = resource.getrusage(resource.RUSAGE_SELF)
     out["cpu_s"] = ru.ru_utime + ru.ru_stime - cpu0
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(out))
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak resident memory: ``VmHWM``, which an exec starts afresh (``ru_maxrss``
+    keeps the peak of the process before the exec: the bench parent's, which wrote the document)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # an upper bound
 
 
 def stages(spec: SweepSpec, doc: Path) -> dict[str, float]:
@@ -184,6 +197,7 @@ def main() -> None:
     print(f"reuse_prepare_1m_s={prep['s']:.2f}")
     for k in ("expand_s", "load_s", "match_s", "shard_s"):
         print(f"reuse_plan_step_{k}={steps[k]:.2f}")
+    print(f"reuse_plan_1m_noindex_peak_rss_mb={bare['peak_rss_mb']:.0f}")
     print(f"plain_plan_peak_rss_mb={plain['peak_rss_mb']:.0f}")
     print(f"reuse_plan_peak_rss_mb={reuse['peak_rss_mb']:.0f}")
     print(f"reuse_prepare_peak_rss_mb={prep['peak_rss_mb']:.0f}")

@@ -133,6 +133,49 @@ def test_planning_through_the_index_plans_what_reading_the_records_plans(
     same_plan(plan(tmp_path, path, "d", seq_lens=[128]), other)
 
 
+def test_what_the_index_reads_off_the_records_bytes_is_what_parsing_them_says(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the index no record is parsed at planning time: whether a record is screened,
+    replayed, of another device, of no known unit, or spelled in another key order is read off
+    its text, and the plan is the one reading every record makes; the carried records, read when
+    asked for, are those reading makes."""
+    sd = merged(tmp_path)
+    doc = json.loads(sd.output.read_text())
+    runnable = [r for r in doc["results"] if "error" not in r]
+    runnable[0]["screened"] = True  # a full sweep measures it again
+    runnable[1]["device"] = "NVIDIA H100 80GB HBM3"  # another device
+    del runnable[2]["unit"]  # no block says how it was measured
+    runnable[3]["timer"] = "virtual"  # replayed: not taken for a measurement
+    moved = runnable[4]
+    doc["results"][doc["results"].index(moved)] = {"seq": moved["seq"], **moved}  # another key order: carried
+    for name, where in (("indexed", tmp_path / "indexed.json"), ("read", tmp_path / "read.json")):
+        where.write_text(json.dumps(doc, indent=1) if name == "indexed" else json.dumps(doc))
+    index = keyindex.build(tmp_path / "indexed.json", "indexed.json")
+    assert index is not None and index.odd == 0 and index.damaged == {}
+    with caplog.at_level(logging.WARNING):
+        through_index = plan(tmp_path, tmp_path / "indexed.json", "a")
+        by_reading = plan(tmp_path, tmp_path / "read.json", "b")
+    (src,) = through_index.found.sources
+    assert (src.screened_left, src.other_device, src.unknown, src.replayed) == (1, 1, 1, 1)
+    assert through_index.found.reused == len(runnable) - 4 > 0
+    same_plan(through_index, by_reading)
+    assert not [r for r in caplog.records if "key index" in r.getMessage()]
+    assert keyindex.read(tmp_path / "indexed.json") is not None
+
+
+def test_an_index_of_another_version_is_rebuilt_not_read(tmp_path: Path) -> None:
+    sd = merged(tmp_path, n_seqs=1, units=2)
+    where = keyindex.index_path(sd.output)
+    written = where.read_bytes()
+    head, rest = written.split(b"\n", 1)
+    older = {**json.loads(head), "version": keyindex.VERSION - 1}
+    where.write_bytes(json.dumps(older).encode() + b"\n" + rest)
+    assert keyindex.read(sd.output) is None
+    p = plan(tmp_path, sd.output, "a")
+    assert p.found.reused > 0 and where.read_bytes() == written
+
+
 def test_a_record_its_index_misnames_is_never_reused_as_that_item(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -20,6 +20,7 @@ import socket
 from typing import Any
 
 from orchestrator.planning import Unit, WorkItem
+from orchestrator.store.carry import carried_records, flags_of
 from orchestrator.store.files import atomic_open, atomic_write_json, now_iso, read_json
 from orchestrator.store.lines import encode_line, header_line, partial_header, record_line
 from orchestrator.store.markers import reuse_summary, write_marker
@@ -56,10 +57,11 @@ def write_reuse_unit(sd: SweepDir, unit: Unit, found: Found) -> None:
     records = [found.records[it.index][0] for it in unit.items]
     with atomic_open(sd.partial_path(unit.id)) as f:
         f.write(encode_line(header_line(header)) + "\n")
-        for it, rec in zip(unit.items, records, strict=True):
+        for it, rec in zip(unit.items, carried_records(records), strict=True):  # read a batch at a time
             f.write(encode_line(record_line(it.id, 1, dict(rec))) + "\n")
-    errors = sum("error" in rec for rec in records)
-    screened = sum(bool(rec.get("screened")) for rec in records)
+    flags = [flags_of(rec) for rec in records]
+    errors = sum(error for _, error in flags)
+    screened = sum(screened for screened, _ in flags)
     summary = reuse_summary(unit.id, records=len(records), errors=errors, screened=screened)
     write_marker(sd, summary, records=len(records), errors=errors)
     sd.add_units([unit], origin=ORIGIN)

@@ -16,8 +16,8 @@ Never trusted over the document: the header names the document it describes by i
 mtime and a hash of its first and last 64 KiB (its head, and its tail, where the ``tilesweep``
 block's merge time changes with every merge); a document that differs in any of them is
 "stale" and ``read`` gives None, so callers rebuild the index or parse the document. Reuse,
-which parses the records it carries at their places, checks each one's id (``records.record_id``)
-against the item the index names before using it (``reuse_sources``). A merge judging the
+which reads the records it carries at their places, checks each one against the item the
+index names before using it (``reuse_indexed``: on its bytes, else its id parsed). A merge judging the
 document it replaces (``target``) takes the ids of a current index as they are, as it takes its
 own output stamp: what neither sees is a document edited in place beyond the hashed edges with
 its size and mtime put back.
@@ -25,6 +25,10 @@ its size and mtime put back.
 Records whose identity values are not of the layout's types (a float head_dim, a boolean heads,
 as other tools may write) are "odd": their key may still equal an item's (64.0 == 64) while their
 id cannot, so a reader that must match them as keys (reuse) parses such a document instead.
+Records whose layout is not a worker's (a result of the wrong type, an unknown field:
+``carry.damage``), which reuse refuses, are listed as ``damaged`` with the reason where the
+writer knows them (``build``, which parses every record); a writer that is handed parsed records
+without passing their damage on counts them odd instead (``Keys``), so a reader parses.
 
 Layout (version ``VERSION``): a JSON header line (``KeysHeader``), a JSON line with the ids, then
 ``records + 1`` little-endian uint64 running sums of the record texts' lengths and ``records``
@@ -41,10 +45,12 @@ import re
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 from typing import IO, Any, TypedDict
+
+import numpy as np
 
 from orchestrator.spec.records import (
     DEFAULT_IMPL,
@@ -54,6 +60,7 @@ from orchestrator.spec.records import (
     config_fields,
     item_id,
 )
+from orchestrator.store.carry import damage
 from orchestrator.store.document import BATCH_BYTES, check_records, parse_json, paused_gc, results_bounds
 from orchestrator.store.files import atomic_open
 from orchestrator.store.partials import loads
@@ -62,7 +69,7 @@ from orchestrator.store.texts import dumps
 log = logging.getLogger(__name__)
 
 FORMAT = "tilesweep-keys"
-VERSION = 1
+VERSION = 2  # 2: the damaged records
 SEPARATOR = b",\n  "  # between two record texts (``merge.write_document``)
 _EDGE = 64 << 10  # bytes of the document's head and tail that its stamp hashes
 _BETWEEN = re.compile(rb"\n  \},\n  \{")  # a record's end, the separator, the next record's start
@@ -84,7 +91,8 @@ class KeysHeader(TypedDict):
     records: int
     first: int  # byte offset of the first record's text
     tags: list[str]
-    odd: int  # records whose identity values are not of the layout's types
+    odd: int  # records whose identity values are not of the layout's types (or damaged, where not listed)
+    damaged: dict[str, str]  # record (its number, in decimal) -> why its layout is not a worker's
 
 
 @dataclass
@@ -95,10 +103,17 @@ class Keys:
     ids: list[str]
     tags: list[str]
     odd: int = 0
+    damaged: dict[int, str] = field(default_factory=dict)  # record -> why its layout is not a worker's
 
     def add(self, rec: Mapping[str, Any]) -> None:
-        """One more record, a document's own (its key read from it)."""
+        """One more record, a document's own (its key read from it). One whose layout is not a
+        worker's (``carry.damage``) is ``damaged``, and counted odd too: an index written
+        without the ``damaged`` records (the merger's) sends reuse to parse its document."""
         iid, odd = key_of(rec)
+        why = None if odd or not iid else damage(rec)
+        if why is not None:
+            self.damaged[len(self.ids)] = why
+            odd = True
         tag = rec.get("tag")
         self.ids.append(iid)
         self.tags.append(tag if isinstance(tag, str) else "")
@@ -116,6 +131,7 @@ class KeyIndex:
     sums: array  # running sums of the record texts' lengths
     first: int
     odd: int
+    damaged: dict[int, str]  # record -> why its layout is not a worker's (``carry.damage``)
 
     def bounds(self) -> tuple[int, int]:
         """(start of the first record's text, end of the last one's): ``document.results_bounds``."""
@@ -149,7 +165,13 @@ def stamp(doc: Path) -> DocumentStamp | None:
 
 
 def write(
-    doc: Path, first: int, lengths: Iterable[int], ids: Sequence[str], tags: Sequence[str], odd: int = 0
+    doc: Path,
+    first: int,
+    lengths: Iterable[int],
+    ids: Sequence[str],
+    tags: Sequence[str],
+    odd: int = 0,
+    damaged: Mapping[int, str] | None = None,
 ) -> KeyIndex | None:
     """Write the index of the document just written at ``doc``: its record texts (of
     ``lengths``, in order, the first at byte ``first``) are the records of ``ids`` and ``tags``;
@@ -170,10 +192,12 @@ def write(
         "first": first,
         "tags": names,
         "odd": odd,
+        "damaged": {str(k): why for k, why in (damaged or {}).items()},
     }
     sums = array("Q", accumulate(lengths, initial=0))
     tag_of = array("H", map(number.__getitem__, tags))
-    index = KeyIndex(doc, ids if isinstance(ids, list) else list(ids), names, tag_of, sums, first, odd)
+    ids = ids if isinstance(ids, list) else list(ids)
+    index = KeyIndex(doc, ids, names, tag_of, sums, first, odd, dict(damaged or {}))
     if len(sums) != len(ids) + 1:
         raise ValueError(f"{len(sums) - 1} record texts for {len(ids)} ids")
     if sys.byteorder != "little":  # pragma: no cover - the layout is little-endian everywhere
@@ -229,7 +253,8 @@ def read(doc: Path) -> KeyIndex | None:
             tag_of.byteswap()
         if not (len(ids) == n == len(tag_of) and len(sums) == n + 1):
             raise ValueError("columns of different lengths")
-        return KeyIndex(doc, ids, list(head["tags"]), tag_of, sums, int(head["first"]), int(head["odd"]))
+        damaged = {int(k): str(why) for k, why in head["damaged"].items()}
+        return KeyIndex(doc, ids, list(head["tags"]), tag_of, sums, int(head["first"]), int(head["odd"]), damaged)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         log.info("key index %s is damaged (%s); it is not used", index_path(doc), exc)
         return None
@@ -257,25 +282,22 @@ class Chunk:
 
 
 def chunks(index: KeyIndex, rows: Sequence[int], budget: int = BATCH_BYTES) -> Iterator[Chunk]:
-    """``rows`` (sorted) in chunks whose texts lie within ``budget`` bytes, so a reader holds one
-    chunk's bytes at a time and parses its records in one call."""
-    sums, first, sep = index.sums, index.first, len(SEPARATOR)
-    starts = [first + sums[k] + k * sep for k in rows]
-    run: list[int] = []
-    offsets: list[tuple[int, int]] = []
-    start = end = 0
-    for k, a in zip(rows, starts, strict=True):
-        b = a + sums[k + 1] - sums[k]
-        if run and b - start > budget:
-            yield Chunk(start, end, run, offsets)
-            run, offsets = [], []
-        if not run:
-            start = a
-        run.append(k)
-        offsets.append((a - start, b - start))
-        end = b
-    if run:
-        yield Chunk(start, end, run, offsets)
+    """``rows`` (sorted) in chunks whose texts lie within ``budget`` bytes (a text longer than
+    that alone), so a reader holds one chunk's bytes at a time and parses its records in one
+    call. The places of half a million rows are worked out as arrays, a chunk at a time."""
+    if not len(rows):
+        return
+    sums = np.frombuffer(index.sums, dtype=np.uint64).astype(np.int64)
+    r = np.asarray(rows, dtype=np.int64)
+    starts = index.first + sums[r] + r * len(SEPARATOR)
+    ends = starts + (sums[r + 1] - sums[r])
+    i, n = 0, len(r)
+    while i < n:
+        start = int(starts[i])
+        j = max(i + 1, int(np.searchsorted(ends, start + budget, side="right")))
+        offsets = list(zip((starts[i:j] - start).tolist(), (ends[i:j] - start).tolist(), strict=True))
+        yield Chunk(start, int(ends[j - 1]), r[i:j].tolist(), offsets)
+        i = j
 
 
 # ---------------------------------------------------------------------------- building
@@ -304,7 +326,7 @@ def build(doc: Path, name: str) -> KeyIndex | None:
             for rec in batch:
                 keys.add(rec)
     del data
-    return write(doc, first, lengths, keys.ids, keys.tags, keys.odd)
+    return write(doc, first, lengths, keys.ids, keys.tags, keys.odd - len(keys.damaged), keys.damaged)
 
 
 def _batches(first: int, lengths: Sequence[int], budget: int = BATCH_BYTES) -> Iterator[tuple[int, int]]:

@@ -29,7 +29,7 @@ sweep directory, ``carried`` says.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,20 +39,17 @@ from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import DEFAULT_IMPL, head_getter, key_getter
+from orchestrator.store.carry import carried_records, finish, flags_of, is_replayed_carry, provenance, strip
 from orchestrator.store.compact import CompactRecord
 from orchestrator.store.document import ResultsDoc, paused_gc
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 from orchestrator.store.provenance import TilesweepBlock, attempts_of, blocks, own_block
 from orchestrator.store.replayed import VIRTUAL, replayed_of
-from orchestrator.store.reuse_accept import REFUSALS, SourceCount, Wanted, judge_block, other_device, say, wanted
+from orchestrator.store.reuse_accept import REFUSALS, Chosen, Judge, SourceCount, Wanted, offer, say, wanted
+from orchestrator.store.reuse_indexed import scan_indexed
 from orchestrator.store.reuse_sources import Source, indexed_records
 
 log = logging.getLogger(__name__)
-
-_STRIP = ("unit", "attempt", "reused_from", "device", "round")
-
-# The records chosen for items, by plan index: (the record, held compactly; its source's path)
-Chosen = dict[int, tuple[Mapping[str, Any], str]]
 
 
 @dataclass
@@ -109,9 +106,12 @@ def _candidates(batch: list[dict[str, Any]], heads: set[tuple[Any, ...]], head: 
         return batch
 
 
-def _rank(rec: Mapping[str, Any]) -> int:
-    """Of two compatible records of an item, the higher rank wins (ties: the earlier source)."""
-    return (0 if rec.get("screened") else 2) + (0 if "error" in rec else 1)
+def _timing(doc: ResultsDoc) -> tuple[int, int]:
+    """(repeats, warmup) of a document's measurements, for ``measured_cost``."""
+    config = doc.config
+    timing = config.get("timing")
+    timing = timing if isinstance(timing, dict) else {}
+    return int(config.get("repeats") or 5), int(timing.get("warmup", 1))
 
 
 def _matches(src: Source, want: Wanted) -> Iterator[tuple[dict[str, Any], WorkItem]]:
@@ -119,10 +119,7 @@ def _matches(src: Source, want: Wanted) -> Iterator[tuple[dict[str, Any], WorkIt
     included; the first record of each item's identity less the tag goes to ``want.priced`` with
     the document's timing, for the cost model (costs do not depend on a tag; priced only for the
     items left to measure, by ``find_reuse``)."""
-    config = src.doc.config
-    timing = config.get("timing")
-    timing = timing if isinstance(timing, dict) else {}
-    how = (int(config.get("repeats") or 5), int(timing.get("warmup", 1)))
+    how = _timing(src.doc)
     priced = want.priced
     if src.keyed_by_id(want.tag):  # every record of an item of the plan has that item's id and tag
         for rec, item in indexed_records(src, want.by_id):
@@ -151,62 +148,45 @@ def _matches(src: Source, want: Wanted) -> Iterator[tuple[dict[str, Any], WorkIt
                 yield rec, it
 
 
-def _scan(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None:
-    """Offer every record of ``src`` that has an item of this plan (a hot loop: half a million
-    matched records at the scale of ``bench/reuse``). A record taken is the source's own dict
-    (read for this scan alone), stripped of its place in the source and given its provenance."""
+def _judge(src: Source, count: SourceCount, want: Wanted) -> Judge:
     units, own = _blocks(src.doc)
-    doc_env = document_env(src.doc) or {}
-    doc_kind = doc_env.get("device_kind")
-    my_kind = want.env.get("device_kind")
-    verdicts: dict[tuple[int, bool, bool], str | None] = {}
+    return Judge(want, count, units, own, document_env(src.doc) or {})
+
+
+def _scan(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None:
+    """Offer every record of ``src`` that has an item of this plan. Through a current key index
+    where only a record's own timer can say it is replayed, on the records' bytes
+    (``reuse_indexed``: none parsed); else each record parsed (a hot loop: half a million matched
+    records at the scale of ``bench/reuse``). A record taken is the source's own dict (read for
+    this scan alone), stripped of its place in the source and given its provenance."""
+    judge = _judge(src, count, want)
     rule = replayed_of(src.doc)
     by_unit = rule.possible  # else only a record's own timer says it is replayed
+    if src.keyed_by_id(want.tag) and not by_unit:
+        scan_indexed(src, judge, chosen, _timing(src.doc))
+        return
+    my_kind = want.env.get("device_kind")
     for rec, it in _matches(src, want):
         if not want.reuse:
             continue
         count.records += 1
-        unit = rec.get("unit")
         screened = rec.get("screened") is True
         replayed = rec.get("timer") == VIRTUAL or (by_unit and rule(rec))
-        block = None if unit is None else units.get(unit, own)
-        vkey = (id(block), screened, replayed)
-        why = (
-            verdicts[vkey]
-            if vkey in verdicts
-            else verdicts.setdefault(vkey, judge_block(block, doc_env, want, screened, replayed, count))
-        )
-        kind = rec.get("device", doc_kind)
-        if why is None and kind != doc_kind and not want.mix_devices and other_device(kind, want):
-            why = "other_device"  # carried into a document of mixed devices
-            count.device_kind = kind
-        if why is None and "error" in rec and not want.errors:
-            why = "errors_left"
+        kind = rec.get("device", judge.doc_kind)
+        why = judge(rec.get("unit"), screened, replayed, kind, "error" in rec)
         if why is None:
             body = rec  # priced (costs) too: stripping its place changes no measurement field
-            attempt = body.pop("attempt", None)
-            for k in _STRIP:
-                body.pop(k, None)
-            if want.marks_replayed(replayed):  # carried into a measured sweep: the record says it
-                body.setdefault("timer", VIRTUAL)
+            unit, attempt = strip(body, want.marks_replayed(replayed))
             bad, order = check_layout(body)  # the identity matched the item's with the types the layout checks
             if bad is not None:
                 why = "damaged"
                 say(count, f"damaged records (first: {bad})")
-            elif order is not None:
-                body = {k: body[k] for k in order}
         if why is not None:
-            setattr(count, why, getattr(count, why) + 1)
+            judge.refuse(why)
             continue
-        # provenance: the document, and the unit and attempt that measured the record there
-        body["reused_from"] = f"{count.path} unit {unit} attempt {attempt}" + (" (replayed)" if replayed else "")
-        prev = chosen.get(it.index)
-        if prev is not None and _rank(prev[0]) >= _rank(body):
-            continue  # counted as superseded by find_reuse
-        if kind is not None and kind != my_kind:
-            body["device"] = str(kind)
-        want.priced.pop(it.index, None)  # an item carried is not priced: let go of its record
-        chosen[it.index] = (CompactRecord(body), count.path)
+        device = str(kind) if kind is not None and kind != my_kind else None
+        body = finish(body, order, provenance(count.path, unit, attempt, replayed), device)
+        offer(chosen, want, it.index, CompactRecord(body), count.path)
 
 
 def _scan_source(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None:
@@ -251,8 +231,8 @@ def find_reuse(
     for body, source in chosen.values():
         c = by_source[source]
         c.reused += 1
-        c.errors += "error" in body
-        c.replayed_reused += body.get("timer") == VIRTUAL
+        c.errors += flags_of(body)[1]
+        c.replayed_reused += is_replayed_carry(body)
     for c in found.sources:
         c.superseded = c.records - c.reused - sum(getattr(c, k) for k in REFUSALS)
     found.costs = _costs(want, chosen, ", ".join(s.path for s in sources))
@@ -264,11 +244,12 @@ def _costs(want: Wanted, chosen: dict[int, Any], source: str) -> CostTable | Non
     """Measured seconds of the items left to measure, from the first record of each (``--costs``'
     rule, ``planning.costs.measured_cost``)."""
     costs: dict[tuple[Any, ...], float] = {}
-    for index, (rec, (repeats, warmup), it) in want.priced.items():
-        if index not in chosen:
-            cost = measured_cost(rec, repeats=repeats, warmup=warmup)
-            if cost is not None:
-                costs[it.record_key()] = cost
+    left = [(rec, how, it) for index, (rec, how, it) in want.priced.items() if index not in chosen]
+    records = carried_records([rec for rec, _, _ in left], raw=True)  # one found through an index is read now
+    for rec, ((repeats, warmup), it) in zip(records, ((how, it) for _, how, it in left), strict=True):
+        cost = measured_cost(rec, repeats=repeats, warmup=warmup)
+        if cost is not None:
+            costs[it.record_key()] = cost
     return CostTable(costs, source=source) if costs else None
 
 

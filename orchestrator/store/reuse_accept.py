@@ -23,6 +23,7 @@ from orchestrator.spec.compat import env_differences, env_fingerprint, impl_of, 
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import key_head
 from orchestrator.spec.sections import REPLAY
+from orchestrator.store.carry import flags_of
 from orchestrator.store.provenance import TilesweepBlock
 
 REFUSALS = (
@@ -78,7 +79,7 @@ class Wanted:
     replay_sweep: bool = False  # this sweep replays: replayed records are like for like
     replays: bool = False  # a measured sweep takes replayed records too (asked)
     # by item: the first record of it met, with its document's (repeats, warmup)
-    priced: dict[int, tuple[dict[str, Any], tuple[int, int], WorkItem]] = field(default_factory=dict)
+    priced: dict[int, tuple[Mapping[str, Any], tuple[int, int], WorkItem]] = field(default_factory=dict)
     heads: set[tuple[Any, ...]] = field(default_factory=set)  # ``records.key_head`` of every item's key
 
     @property
@@ -180,3 +181,62 @@ def say(count: SourceCount, text: str) -> None:
     """Add one line on why records were refused (three at most per source)."""
     if text not in count.why and len(count.why) < 3:
         count.why.append(text)
+
+
+# The records chosen for items, by plan index: (the record, held compactly; its source's path)
+Chosen = dict[int, tuple[Mapping[str, Any], str]]
+
+
+@dataclass
+class Judge:
+    """The verdict on each record of one source for one sweep: its tilesweep blocks (by unit, and
+    the document's own), the environment and device kind it names; verdicts per (block,
+    screened, replayed) are made once."""
+
+    want: Wanted
+    count: SourceCount
+    units: dict[str, TilesweepBlock]
+    own: TilesweepBlock | None
+    doc_env: dict[str, Any]
+    verdicts: dict[tuple[int, bool, bool], str | None] = field(default_factory=dict)
+
+    @property
+    def doc_kind(self) -> Any:
+        return self.doc_env.get("device_kind")
+
+    def __call__(self, unit: Any, screened: bool, replayed: bool, kind: Any, error: bool) -> str | None:
+        """Which counter a record falls in (None: compatible): measured by the unit ``unit``
+        (None: no unit), on device ``kind``, an error record or not."""
+        block = None if unit is None else self.units.get(unit, self.own)
+        vkey = (id(block), screened, replayed)
+        verdicts = self.verdicts
+        if vkey in verdicts:
+            why = verdicts[vkey]
+        else:
+            why = verdicts[vkey] = judge_block(block, self.doc_env, self.want, screened, replayed, self.count)
+        want = self.want
+        if why is None and kind != self.doc_kind and not want.mix_devices and other_device(kind, want):
+            why = "other_device"  # carried into a document of mixed devices
+            self.count.device_kind = kind
+        if why is None and error and not want.errors:
+            why = "errors_left"
+        return why
+
+    def refuse(self, why: str) -> None:
+        setattr(self.count, why, getattr(self.count, why) + 1)
+
+
+def rank(rec: Mapping[str, Any]) -> int:
+    """Of two compatible records of an item, the higher rank wins (ties: the earlier source)."""
+    screened, error = flags_of(rec)
+    return (0 if screened else 2) + (0 if error else 1)
+
+
+def offer(chosen: Chosen, want: Wanted, index: int, body: Mapping[str, Any], path: str) -> None:
+    """Take ``body`` for the item at ``index`` unless a record of it already taken ranks as high
+    (counted as superseded by ``find_reuse``); an item carried is not priced."""
+    prev = chosen.get(index)
+    if prev is not None and rank(prev[0]) >= rank(body):
+        return
+    want.priced.pop(index, None)  # let go of its record
+    chosen[index] = (body, path)

@@ -2,16 +2,18 @@
 
 A document with a current key index (``keyindex``: the merger writes one beside every document)
 is read through it: the index says which records are items of the plan (by item id) and where
-they lie, so only those are read and parsed, a few megabytes of text at a time; the rest of the
-document is never parsed. A document in the merger's layout without a current index gets one
+they lie, so only those are read, a few megabytes of text at a time (``reuse_indexed`` judges
+them on their bytes; ``indexed_records`` parses them, for a document whose blocks name a replay);
+the rest of the document is never read. A document in the merger's layout without a current index gets one
 (``keyindex.build``: it is parsed once, the index written beside it where its folder allows).
 A document of another layout, or one whose index holds records keyed otherwise than the plan
 (another tag, or odd records: ``keyindex``), is read batch by batch (``document.scan``) and its
 records matched by key, as any reader without an index would.
 
 The index is never trusted over the document: ``keyindex.read`` gives none for a document that
-changed since it was written. A record read through it is parsed whole, as the document holds it,
-and its id checked against the item the index names before it is offered: an index gone wrong
+changed since it was written. A record read through it is checked against the item the index
+names before it is offered (its text begins as that item's record, else it is parsed and its id
+checked: ``checked``): an index gone wrong
 without its stamp seeing it (the document edited in place, its size and mtime put back) costs
 the measurements of the records it misnames, never a record filed under another item (the
 merger checks every carried record's id against its item too: ``partials.classify``).
@@ -32,6 +34,7 @@ from orchestrator.spec.records import record_id
 from orchestrator.store import keyindex
 from orchestrator.store.document import ResultsDoc, paused_gc, read_head, scan
 from orchestrator.store.keyindex import KeyIndex
+from orchestrator.store.partials import loads
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +117,17 @@ def indexed_records(src: Source, items: dict[str, WorkItem]) -> Iterator[tuple[d
                 else:
                     lied += 1
     if lied:
-        _distrust(src, lied)
+        distrust(src, lied)
+
+
+def checked(text: bytes, item: WorkItem) -> dict[str, Any] | None:
+    """The record of ``text`` parsed, where it is the item ``item`` (its id checked: ``_id_or_none``);
+    None where it is not, or no record at all."""
+    try:
+        rec = loads(text)
+    except ValueError:
+        return None
+    return rec if _id_or_none(rec) == item.id else None
 
 
 def _id_or_none(rec: object) -> str | None:
@@ -127,7 +140,7 @@ def _id_or_none(rec: object) -> str | None:
         return None
 
 
-def _distrust(src: Source, lied: int) -> None:
+def distrust(src: Source, lied: int) -> None:
     """An index whose records are not the items it names: its document was changed in a way its
     stamp does not see (edited in place, size and mtime put back). Those records are not reused
     (their items are measured again) and the index is removed, so the next reader rebuilds it."""
