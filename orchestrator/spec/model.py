@@ -30,6 +30,7 @@ from orchestrator.spec.lists import (
     Unique,
     WarpsList,
 )
+from orchestrator.spec.search_section import SearchSettings
 from orchestrator.spec.sections import (
     REPLAY,
     CompileSettings,
@@ -40,7 +41,6 @@ from orchestrator.spec.sections import (
     ReplaySettings,
     ReportSettings,
     ReuseSettings,
-    SearchSettings,
     ShardingSettings,
     SpecModel,
     TimingSettings,
