@@ -1,4 +1,4 @@
-"""The search strategy (``timing.strategy: search``): its rules on a grid of named axes, a
+"""The search strategy (``timing.strategy: search``; its rules: ``tests/test_search_rules.py``): a
 replayed search run here round by round and what its document says (the round of each record,
 the configs it never measured), a full sweep after it that measures only the rest, the
 portfolio of earlier documents, a later round resumed, and bad input."""
@@ -6,7 +6,6 @@ portfolio of earlier documents, a later round resumed, and bad input."""
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import logging
 from pathlib import Path
@@ -17,24 +16,9 @@ import pytest
 from orchestrator.analysis.export import tuned_table
 from orchestrator.analysis.html import report_page
 from orchestrator.analysis.report import best_table
-from orchestrator.planning.search import (
-    BUDGET,
-    IMPROVED_NOTHING,
-    ROUNDS,
-    SEARCHING,
-    Grid,
-    Problem,
-    Timed,
-    design,
-    space_filling,
-    step,
-)
 from orchestrator.spec.records import config_fields
-from orchestrator.spec.sections import SearchSettings
 from orchestrator.store.document import load
 from tests.helpers import SAMPLE, assert_one_line_error, run_cli
-
-FWD_FIELDS = ("block_q", "block_k", "num_stages", "num_warps")
 
 
 def spec_file(tmp_path: Path, name: str = "search.json", **over: Any) -> Path:
@@ -56,55 +40,6 @@ def spec_file(tmp_path: Path, name: str = "search.json", **over: Any) -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(data))
     return path
-
-
-# ---------------------------------------------------------------------------- the rules
-
-
-def test_neighbours_are_one_step_along_one_axis_of_the_grid_as_planned() -> None:
-    """Any axes, of any values: a neighbour changes one axis by one step and is planned."""
-    configs = [(t, s, f) for t, s, f in itertools.product((256, 64, 128), (1, 2), (False, True)) if (t, s) != (256, 2)]
-    grid = Grid.of(("tile", "split", "fused"), configs)
-    assert grid.values == ((64, 128, 256), (1, 2), (False, True))
-    assert grid.neighbours((128, 2, False)) == [(64, 2, False), (128, 1, False), (128, 2, True)]  # no (256, 2, _)
-    assert grid.neighbours((256, 1, True)) == [(128, 1, True), (256, 1, False)]
-
-
-def test_space_filling_starts_at_the_centre_and_covers_every_axis_value() -> None:
-    grid = Grid.of(FWD_FIELDS, itertools.product((32, 64, 128), (32, 64, 128), (1, 2, 3), (4, 8)))
-    picks = space_filling(grid, grid.configs, [], 3)
-    assert picks[0] == (64, 64, 2, 4)
-    assert all({p[i] for p in picks} == set(axis) for i, axis in enumerate(grid.values))
-    apart = space_filling(grid, grid.configs, [], 3, apart=picks)  # what another problem measures
-    assert not set(apart) & set(picks)  # as spread out, elsewhere
-    assert all({p[i] for p in apart} == set(axis) for i, axis in enumerate(grid.values))
-
-
-def test_the_design_takes_the_portfolio_first_and_counts_carried_configs() -> None:
-    grid = Grid.of(("a", "b"), itertools.product((1, 2, 3), (1, 2, 3)))
-    d = design(grid, grid.configs, portfolio=[(3, 3), (9, 9), (1, 1)], carried={(1, 1)}, size=4)
-    assert d.portfolio == [(3, 3)] and len(d.space_filling) == 2 and (1, 1) not in d.configs
-
-
-def _problem(rounds: dict[int, list[Timed]], measured: int = 4) -> Problem:
-    """A 3 x 3 grid whose first ``measured`` configs, (1, 1), (1, 2), (1, 3), (2, 1), ..., were measured."""
-    grid = Grid.of(("a", "b"), itertools.product((1, 2, 3), (1, 2, 3)))
-    return Problem(grid, grid.configs, frozenset(grid.configs[:measured]), rounds)
-
-
-def test_a_problem_searches_on_only_while_a_round_finds_something_faster_beyond_the_noise() -> None:
-    settings = SearchSettings(design=4, max_rounds=4, budget=8)
-    first = [Timed((1, 1), 1.0, 0.95, 1.05), Timed((2, 1), 2.0, 1.9, 2.1)]
-    within = _problem({1: first, 2: [Timed((1, 2), 0.97, 0.9, 1.0)]})  # faster, but inside the noise
-    # converged: no neighbours, but another problem's winner it has not measured yet
-    assert step(within, 2, [(3, 3)], settings) == ([(3, 3)], IMPROVED_NOTHING)
-    assert step(within, 2, [(1, 2)], settings) == ([], IMPROVED_NOTHING)
-    beyond = _problem({1: first, 2: [Timed((1, 2), 0.9, 0.88, 0.93)]})
-    # the other problems' winner, then the new leader's neighbour not measured yet
-    assert step(beyond, 2, [(3, 3)], settings) == ([(3, 3), (2, 2)], SEARCHING)
-    assert step(beyond, 2, [(3, 3)], SearchSettings(design=4, budget=5)) == ([(3, 3)], SEARCHING)
-    assert step(beyond, 4, [], settings)[1] == ROUNDS
-    assert step(_problem({1: first}, measured=8), 1, [], settings)[1] == BUDGET
 
 
 # ---------------------------------------------------------------------------- a search, run here

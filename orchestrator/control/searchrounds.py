@@ -19,7 +19,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.control.searchstate import Key, Observed, ProblemItems, account, as_problem, observe, problems_of
+from orchestrator.control.searchstate import (
+    Key,
+    Observed,
+    ProblemItems,
+    account,
+    as_problem,
+    observe,
+    outlooks,
+    problems_of,
+)
 from orchestrator.control.searchstate import winners as winners_of
 from orchestrator.control.strategy import RoundChoice
 from orchestrator.planning import Unit, WorkItem
@@ -96,12 +105,15 @@ class SearchRounds:
         if screen and number % 2 == 0:
             return _survivors(sd, number, read)
         last = search_round(number - 1, screen)
-        wins = winners_of(read.problems, read.of)
+        wins, seen = winners_of(read.problems, read.of), outlooks(read.problems, read.of)
         chosen: list[WorkItem] = []
         states: list[ProblemState] = []
         for key, p in read.of.items():
             ended = read.ended(key)
-            configs, why = ([], ended) if ended in FINAL else step(read.problems[key], last, wins[key], sd.spec.search)
+            settings = sd.spec.search
+            configs, why = (
+                ([], ended) if ended in FINAL else step(read.problems[key], last, wins[key], settings, seen[key])
+            )
             if ended is not None and not configs:  # nothing new to try: its search ended as it did
                 why = ended
             chosen += [p.items[c] for c in configs]

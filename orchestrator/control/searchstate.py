@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.planning import RUN, WorkItem
-from orchestrator.planning.search import Config, Grid, Problem, Timed, ranked, search_round, timed
+from orchestrator.planning.search import Config, Grid, Problem, Timed, predicted, ranked, search_round, timed
 from orchestrator.spec.records import problem_key
 from orchestrator.store.partials import read_partial
 from orchestrator.store.searchrounds import ProblemState
@@ -126,6 +126,17 @@ def winners(problems: Mapping[Key, Problem], of: Mapping[Key, ProblemItems]) -> 
     for key, p in of.items():
         family = (p.mode, p.impl)
         out[key] = ranked(c for k, c in best.items() if k != key and (of[k].mode, of[k].impl) == family)
+    return out
+
+
+def outlooks(problems: Mapping[Key, Problem], of: Mapping[Key, ProblemItems]) -> dict[Key, dict[Config, float]]:
+    """For each problem, what the other problems of its mode and implementation say of its
+    configs so far (``planning.search.predicted``)."""
+    out = {}
+    for key, p in of.items():
+        family = (p.mode, p.impl)
+        others = [q.times() for k, q in problems.items() if k != key and (of[k].mode, of[k].impl) == family]
+        out[key] = predicted(problems[key].times(), others)
     return out
 
 

@@ -18,8 +18,13 @@ by the planner of round 1 (``control.searchplan``: the design) and of every late
 - Each later round (``next_configs``): the configs that won other problems of the sweep so far,
   then the grid neighbours (one step along one axis) of the problem's leaders (``leaders``: its
   best and the configs whose q1-q3 overlaps the best's, at most ``search.leaders``), each not
-  measured before, at most what ``search.budget`` leaves. A problem none of whose configs has
-  a time yet (all failed) gets another space-filling design instead of neighbours.
+  measured before; of those, the ones the other problems found fastest first (``predicted``:
+  how much slower than their own best the problems of its mode and implementation measured a
+  config, weighted by how alike their timings are to the problem's; one no other problem
+  measured counts as a best), at most ``search.per_round`` and what ``search.budget`` leaves.
+  This is where the problems learn from each other: a neighbour that was slow wherever it was
+  measured waits behind those that were fast or never tried. A problem none of whose configs
+  has a time yet (all failed) gets another space-filling design instead of neighbours.
 - A problem's search ends (``step``) when a round found nothing faster beyond the noise
   (``improved``: the round's best median is not below the q1 of the best before it, the spread
   that best was measured with), when its budget is spent, when nothing is left to try, or once
@@ -39,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.sections import SearchSettings
+from orchestrator.spec.search_section import SearchSettings
 
 SEARCH = "search"  # timing.strategy
 Config = tuple[Any, ...]  # a config's values, in the order of its grid's axes
@@ -222,6 +227,38 @@ def improved(new: Sequence[Timed], before: Sequence[Timed]) -> bool:
     return min(t.median_ms for t in new) < old.q1_ms
 
 
+# How alike two problems' timings must be for one to speak for the other: a problem whose
+# slowdowns differ from another's by this much (log of the median ratio, about 10%) on average
+# over the configs both measured weighs 1/e of one that agrees exactly.
+ALIKE = 0.1
+
+
+def slowdowns(times: Iterable[Timed]) -> dict[Config, float]:
+    """Each config's slowdown against the fastest of ``times``: log(median / best median)."""
+    listed = list(times)
+    best = min((t.median_ms for t in listed), default=None)
+    if best is None or best <= 0:
+        return {}
+    return {t.config: math.log(t.median_ms / best) for t in listed if t.median_ms > 0}
+
+
+def predicted(own: Iterable[Timed], others: Iterable[Iterable[Timed]]) -> dict[Config, float]:
+    """What the other problems (``others``: their full timings) say of each config: its slowdown
+    on them (``slowdowns``), averaged with each problem weighted by how alike its slowdowns are
+    to ``own``'s on the configs both measured (exp(-mean |difference| / ``ALIKE``); a problem
+    with none in common weighs 1). A config none of them measured is absent."""
+    mine = slowdowns(own)
+    sums: dict[Config, list[float]] = {}
+    for theirs in map(slowdowns, others):
+        both = [c for c in mine if c in theirs]
+        weight = math.exp(-sum(abs(mine[c] - theirs[c]) for c in both) / len(both) / ALIKE) if both else 1.0
+        for c, slow in theirs.items():
+            acc = sums.setdefault(c, [0.0, 0.0])
+            acc[0] += weight * slow
+            acc[1] += weight
+    return {c: total / weight for c, (total, weight) in sums.items() if weight > 0}
+
+
 def next_configs(
     grid: Grid,
     runnable: Collection[Config],
@@ -229,14 +266,18 @@ def next_configs(
     leads: Sequence[Config],
     winners: Sequence[Config],
     room: int | None,
+    outlook: Mapping[Config, float] | None = None,
 ) -> list[Config]:
     """What a problem measures next: the other problems' winners (``winners``, in their order),
-    then each leader's neighbours, none measured before, at most ``room`` (None: no cap)."""
+    then each leader's neighbours, none measured before, reordered by ``outlook`` (``predicted``:
+    the least slowdown first, one it says nothing of as a best; a tie keeps that order), at
+    most ``room`` (None: no cap)."""
     out: dict[Config, None] = {}
     for c in (*winners, *(n for lead in leads for n in grid.neighbours(lead))):
         if c in runnable and c not in measured:
             out[c] = None
-    chosen = list(out)
+    said = outlook or {}
+    chosen = sorted(out, key=lambda c: max(0.0, said.get(c, 0.0)))
     return chosen if room is None else chosen[: max(0, room)]
 
 
@@ -259,22 +300,31 @@ class Problem:
         return min(self.times(), key=lambda t: t.median_ms, default=None)
 
 
-def step(problem: Problem, last: int, winners: Sequence[Config], settings: SearchSettings) -> tuple[list[Config], str]:
+def step(
+    problem: Problem,
+    last: int,
+    winners: Sequence[Config],
+    settings: SearchSettings,
+    outlook: Mapping[Config, float] | None = None,
+) -> tuple[list[Config], str]:
     """What ``problem`` measures in the round after the search's round ``last``, and why it goes
     on (``SEARCHING``) or why its search ended (the other reasons above; a converged one still
-    measures the other problems' winners it has not, ``winners``, and no neighbours)."""
+    measures the other problems' winners it has not, ``winners``, and no neighbours). ``outlook``
+    is what the other problems say of its configs (``predicted``)."""
     if last >= settings.max_rounds:
         return [], ROUNDS
     room = None if settings.budget is None else settings.budget - len(problem.measured)
     if room is not None and room <= 0:
         return [], BUDGET
+    if settings.per_round is not None:
+        room = settings.per_round if room is None else min(room, settings.per_round)
     can = set(problem.runnable)
     if last > 1 and not improved(problem.rounds.get(last, ()), problem.times(before=last)):
         # its climb ended, but what other problems won since may lie beyond its neighbourhood
         # (another hill): measured here, one faster beyond the noise starts the climb again
-        return next_configs(problem.grid, can, problem.measured, [], winners, room), IMPROVED_NOTHING
+        return next_configs(problem.grid, can, problem.measured, [], winners, room, outlook), IMPROVED_NOTHING
     leads = [t.config for t in leaders(problem.times(), settings.leaders)]
-    configs = next_configs(problem.grid, can, problem.measured, leads, winners, room)
+    configs = next_configs(problem.grid, can, problem.measured, leads, winners, room, outlook)
     if not leads:  # nothing timed yet: cover more of the grid instead of climbing it
         left = [c for c in problem.runnable if c not in problem.measured and c not in configs]
         more = space_filling(problem.grid, left, [*problem.measured, *configs], settings.design)

@@ -31,6 +31,7 @@ from orchestrator.spec.lists import (
     Unique,
     WarpsList,
 )
+from orchestrator.spec.search_section import SearchSettings
 from orchestrator.spec.sections import (
     REPLAY,
     CompileSettings,
@@ -41,7 +42,6 @@ from orchestrator.spec.sections import (
     ReplaySettings,
     ReportSettings,
     ReuseSettings,
-    SearchSettings,
     ShardingSettings,
     SpecModel,
     TimingSettings,

@@ -1,0 +1,66 @@
+"""The spec's ``search`` section: what ``timing.strategy: search`` measures, round by round.
+
+Apart from the other sections (``orchestrator.spec.sections``) because it is the one strategy
+with settings of its own; its rules are ``orchestrator.planning.search``'s.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from orchestrator.spec.sections import SpecModel
+
+
+class SearchSettings(SpecModel):
+    """How ``timing.strategy: search`` chooses what to measure (docs/measuring.md; its rules:
+    ``orchestrator.planning.search``). Ignored by the other strategies."""
+
+    design: int = Field(
+        default=6,
+        ge=1,
+        description="round 1: forced configs per problem, carried ones included: the configs that won the most "
+        "problems in the reuse documents (the portfolio), filled up by a space-filling choice over the grid",
+    )
+    budget: int | None = Field(
+        default=None,
+        ge=1,
+        description="most forced configs measured per problem over all rounds (carried ones count); at least "
+        "design; null: no cap but max_rounds",
+    )
+    max_rounds: int = Field(
+        default=5,
+        description="most rounds of the search (1: the design alone); with screen each round is two rounds of "
+        "units, a screen and the full timing of its survivors",
+    )
+    per_round: int | None = Field(
+        default=4,
+        ge=1,
+        description="each round after the first: most forced configs a problem measures, those the other "
+        "problems of its mode and implementation found fastest first (one none of them measured counts as "
+        "fast); null: every winner of another problem and every neighbour of its leaders",
+    )
+    leaders: int = Field(
+        default=2,
+        ge=1,
+        description="per problem, the configs whose grid neighbours a round measures: the best and those whose "
+        "q1-q3 overlaps it, at most this many",
+    )
+    screen: bool = Field(
+        default=False,
+        description="screen each round's configs with one sample of timing.screen_ms first, then time the "
+        "survivors in full (halving's rule, timing.keep and timing.noise)",
+    )
+
+    @model_validator(mode="after")
+    def _rounds_and_budget(self) -> SearchSettings:
+        if self.max_rounds < 1:
+            raise ValueError(
+                f"max_rounds={self.max_rounds} must be at least 1 (round 1 measures the design); "
+                "set it to 1 for the design alone"
+            )
+        if self.budget is not None and self.budget < self.design:
+            raise ValueError(
+                f"budget={self.budget} is below design={self.design}: round 1 alone measures design configs per "
+                f"problem; raise budget to at least {self.design}, or lower design"
+            )
+        return self
