@@ -18,6 +18,7 @@ import pytest
 
 from orchestrator.control.reuseplan import ReuseRequest, plan_with_reuse
 from orchestrator.spec.files import load_spec
+from orchestrator.store.sweepdir import SweepDir
 from tests.conftest import SAMPLE, TINY_SPEC, run_cli
 from tests.helpers import assert_one_line_error
 
@@ -164,6 +165,19 @@ def test_a_record_is_reused_only_for_its_own_variant_and_kernel(tmp_path: Path, 
     same = plan_against(tmp_path, {**EXTENDED, **spec_fields}, ReuseRequest([str(source)]))
     assert same.found.reused == 2
     assert all(rec[k] == v for rec, _ in same.found.records.values() for k, v in fields.items())
+
+
+def test_a_plan_interrupted_before_its_units_is_planned_again_with_its_reuse(tmp_path: Path, first_doc: Path) -> None:
+    """A Ctrl-C after sweep.json is written and before the units are leaves a directory without
+    units: planning it again with --reuse carries what the document holds, as the first plan would."""
+    spec_path = write(tmp_path, "extended.json", {**EXTENDED, "output": str(tmp_path / "out.json")})
+    sweep = tmp_path / "sweep"
+    out = (tmp_path / "out.json").resolve()
+    SweepDir.create(sweep, load_spec(str(spec_path)), output=out, spec_source=str(spec_path.resolve()), planned=0)
+    r = run_cli("plan", str(spec_path), "--sweep-dir", str(sweep), "--reuse", str(first_doc))
+    assert r.returncode == 0, r.stderr
+    units = SweepDir.open(sweep).unit_index()
+    assert sorted((u["origin"], u["n_items"]) for u in units) == [("plan", 1), ("reuse", 2)]
 
 
 def test_errors_are_measured_again_unless_asked_and_remeasure_overrides(tmp_path: Path, first_doc: Path) -> None:

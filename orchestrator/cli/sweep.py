@@ -68,7 +68,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_replay_source(spec)
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     if args.sweep_dir and not args.dry_run and not args.json and (root / "sweep.json").exists():
-        return _print_kept_plan(args)
+        return _print_kept_plan(args, spec)
     planned = plan_with_reuse(
         spec, root, Path(spec.output), args.units, load_costs(args.costs) if args.costs else None, reuse_request(args)
     )
@@ -98,12 +98,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_kept_plan(args: argparse.Namespace) -> int:
+def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec) -> int:
     """A sweep directory planned before keeps its units and their ids, read from its index
-    (never planned again: a unit's id is what its records and jobs name)."""
+    (never planned again: a unit's id is what its records and jobs name). One whose plan was
+    interrupted before its units were written is planned now, as the command line asks."""
     from orchestrator.control.sweeps import prepare_sweep
 
-    sd, unit_ids, _ = prepare_sweep(args.spec, args.sweep_dir, args.units, None, costs=args.costs)
+    sd, unit_ids, _ = prepare_sweep(
+        args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
+    )
     print(f"{sd.root} was planned before: {sd.planned} items in the {len(unit_ids)} units it was planned with")
     for k, entry in enumerate(sd.unit_index()):
         print(f"  unit {k:>3} {entry['id']}: {entry['n_items']:>5} items  ({entry['origin']})")
