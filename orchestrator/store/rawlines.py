@@ -44,20 +44,27 @@ try:  # optional: checks a partial's floats in two calls (``canonical_floats``)
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
-_STR = rb'"[ !#-\[\]-~]*"'  # printable ASCII but '"' and '\': the stdlib spells it as it is
-_INT = rb"(?:0|-?[1-9][0-9]{0,17})"
-# A float of JSON's grammar whose integer part has at most 16 digits (repr spells any float
-# from 1e16 up with an exponent; ``canonical_floats`` then checks the spelling).
-_FLOAT = rb"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)"
+# Values as a layout's regex matches them: loosely, so that it runs fast; what it lets through
+# that the stdlib would not spell so, ``RawRecords.plain`` (strings of printable ASCII, integers
+# without a leading zero or a sign of zero) and ``canonical_floats`` find for a whole partial.
+_STR = rb'"[^"\\]*"'  # no escape
+_INT = rb"-?[0-9]{1,18}"  # within 64 bits, which orjson reads as an int (past them: as a float)
+_FLOAT = rb"-?[0-9]{1,16}[.eE][-+.0-9eE]*"  # an integer part past 16 digits is never repr's
 _VALUE = {str: _STR, int: _INT, float: _FLOAT, bool: None, type(None): rb"null"}
+_WORKER_INT = rb"(?:0|[1-9][0-9]{0,17})"  # an attempt as the worker spells it
 _ID = rb"[0-9a-f]{16}"
-_START = re.compile(rb'\{"start":"' + _ID + rb'","attempt":' + _INT + rb'(?:,"alone":true)?\}')
+_START = re.compile(rb'\{"start":"' + _ID + rb'","attempt":' + _WORKER_INT + rb'(?:,"alone":true)?\}')
 _MAX_SHAPES = 64  # layouts learned per reader (a sweep has a handful)
 
 
 # A start line as the worker writes it, between two newlines: ``starts_checked`` finds them all
 # in one call (the regex engine scans for its literal opening).
-_START_LINES = re.compile(rb'\n\{"start":"' + _ID + rb'","attempt":' + _INT + rb'(?:,"alone":true)?\}(?=\n)')
+_START_LINES = re.compile(rb'\n\{"start":"' + _ID + rb'","attempt":' + _WORKER_INT + rb'(?:,"alone":true)?\}(?=\n)')
+# What ``_INT`` lets through that no JSON writer writes (a leading zero) or the stdlib would
+# spell otherwise (-0): a value follows a colon in a flat record. Each opens with a literal.
+_LEADING_ZERO = re.compile(rb":0[0-9]")
+_NEGATIVE_ZERO = re.compile(rb":-0[0-9,}]")
+_CONTROLS = bytes(range(32)) + b"\x7f"
 
 
 def starts_checked(data: bytes) -> bool:
@@ -152,14 +159,37 @@ class RawRecords:
 
     def take(self, raw: bytes, k: int, items: UnitItems) -> bool:
         """Whether line ``k`` is a record line of a learned layout whose id is its identity's
-        and whose item is one of its unit's ``items``: then it is kept."""
-        hit = self.shapes.match(raw)
-        if hit is None:
+        and whose item is one of its unit's ``items``: then it is kept. (``Shapes.match`` and
+        ``Shape.id_of``, written out: this runs once per record line.)"""
+        known = self.shapes.known
+        for n, shape in enumerate(known):
+            m = shape.rx.fullmatch(raw)
+            if m is not None:
+                if n:
+                    known.insert(0, known.pop(n))
+                break
+        else:
             return False
-        shape, g = hit
+        g = m.groups()
+        state = self.shapes.states.get(g[3])
+        if state is None:
+            return self._take_new_problem(shape, g, k, items)
+        h = state.copy()
+        h.update(shape.suffix % g[shape.conf])
+        iid = g[0].decode()
+        if h.hexdigest() != iid or iid not in items.positions:
+            return False
+        self._keep(shape, g, iid, k)
+        return True
+
+    def _take_new_problem(self, shape: Shape, g: tuple[bytes, ...], k: int, items: UnitItems) -> bool:
         iid = g[0].decode()
         if shape.id_of(g, self.shapes.states) != iid or iid not in items.positions:
             return False
+        self._keep(shape, g, iid, k)
+        return True
+
+    def _keep(self, shape: Shape, g: tuple[bytes, ...], iid: str, k: int) -> None:
         self.iids.append(iid)
         self.attempts.append(g[1])
         self.ks.append(k)
@@ -168,7 +198,17 @@ class RawRecords:
         floats = g[shape.floats]
         self.floats += floats
         self.n_floats.append(len(floats))
-        return True
+
+    def drop_unplain(self) -> list[int]:
+        """Drop every record where one of them is spelled otherwise than the stdlib spells it
+        (``_VALUE``'s loose matches: a string not of printable ASCII, an integer with a leading
+        zero or -0; a string value that looks like one only costs the check by ``classify``);
+        returns their line indices."""
+        blob = b"}".join(self.inners) + b"}"  # as each record's text ends
+        plain = blob.isascii() and len(blob.translate(None, _CONTROLS)) == len(blob)
+        if plain and not _LEADING_ZERO.search(blob) and not _NEGATIVE_ZERO.search(blob):
+            return []
+        return self.drop(lambda n: True)
 
     def drop_odd_floats(self) -> list[int]:
         """Drop the records with a float not spelled as repr spells it (``canonical_floats``);
@@ -230,7 +270,7 @@ def _shape(rec: dict[str, Any]) -> Shape | None:
             parts.append(b'"%s":%s' % (name.encode(), spelled))
     n = len(IDENTITY_FIELDS)
     record = b"(" + b",".join(parts[:n]) + b")," + b",".join(parts[n:])
-    rx = re.compile(rb'\{"id":"(' + _ID + rb')","attempt":(' + _INT + rb'),"record":\{(' + record + rb")\}\}")
+    rx = re.compile(rb'\{"id":"(' + _ID + rb')","attempt":(' + _WORKER_INT + rb'),"record":\{(' + record + rb")\}\}")
     dummy: Any = "%s"
     prefix = id_prefix(*[dummy] * n)
     suffix = id_suffix(conf, ["%s"] * len(conf))
@@ -264,7 +304,10 @@ def canonical_floats(tokens: Sequence[bytes]) -> list[int]:
             if _orjson.dumps(values) == b"[" + joined + b"]" and not _exponent_or_tiny(joined):
                 return []
     if values is None:
-        values = json.loads(b"[" + joined + b"]")
+        try:
+            values = json.loads(b"[" + joined + b"]")
+        except ValueError:  # not a number at all (``_FLOAT`` is loose): ``classify`` says what it is
+            return list(range(len(tokens)))
     if ",".join(map(repr, values)).encode() == joined:  # exponents and tiny values, spelled by repr
         return []
     return [i for i, (t, v) in enumerate(zip(tokens, values, strict=True)) if repr(v).encode() != t]

@@ -119,7 +119,7 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
             seg.foreign = f"line {first_line + k}: {reason}"
             done = min(done, k + 1)
             break
-    _into(seg, raw_records, parsed, lines, first_line, items, data)
+    _into(seg, raw_records, parsed, lines, done, first_line, items, data)
     return sum(map(len, lines[:done])) + done, done
 
 
@@ -140,20 +140,31 @@ class _Parsed:
 
 
 def _into(
-    seg: Segment, raw: RawRecords, parsed: _Parsed, lines: list[bytes], first_line: int, items: UnitItems, data: bytes
+    seg: Segment,
+    raw: RawRecords,
+    parsed: _Parsed,
+    lines: list[bytes],
+    done: int,
+    first_line: int,
+    items: UnitItems,
+    data: bytes,
 ) -> None:
     """Append the records to the segment's columns: those read on their bytes re-spaced
-    (``texts.compact_texts``) where their floats are spelled as repr spells them, any other
-    parsed by ``classify`` after all and encoded."""
-    redo = raw.drop_odd_floats()
+    (``texts.compact_texts``) where their values are spelled as the stdlib spells them, any
+    other parsed by ``classify`` after all and encoded (or skipped, as ``classify`` says)."""
+    redo = raw.drop_unplain() + raw.drop_odd_floats()
     texts = compact_texts(raw.inners, seg.unit, raw.attempts)
     if texts is None:
         redo += raw.drop(lambda n: True)
         texts = []
-    for k in redo:
-        _, _, iid, attempt, rec = classify(lines[k], True, True, items)
-        assert rec is not None  # the shortcut accepted it: classify calls it a record
-        parsed.add(rec, iid, attempt, k, items)
+    for k in sorted(redo):  # matched loosely: a record, or a line classify skips
+        kind, reason, iid, attempt, rec = classify(lines[k], k < done, True, items)
+        if kind == RECORD and rec is not None:
+            parsed.add(rec, iid, attempt, k, items)
+        else:
+            seg.skipped.append([first_line + k, reason, iid, kind == TORN])
+    if redo:
+        seg.skipped.sort()
     if raw.iids:
         positions = items.positions
         seg.idx += [positions[i] for i in raw.iids]
