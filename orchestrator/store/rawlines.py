@@ -179,7 +179,14 @@ class RawRecords:
         iid = g[0].decode()
         if h.hexdigest() != iid or iid not in items.positions:
             return False
-        self._keep(shape, g, iid, k)
+        self.iids.append(iid)
+        self.attempts.append(g[1])
+        self.ks.append(k)
+        self.inners.append(g[2])
+        self.errors.append(shape.error)
+        floats = g[shape.floats]
+        self.floats += floats
+        self.n_floats.append(len(floats))
         return True
 
     def _take_new_problem(self, shape: Shape, g: tuple[bytes, ...], k: int, items: UnitItems) -> bool:
