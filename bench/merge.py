@@ -107,12 +107,13 @@ def _proc_kb(field: str) -> int:
 
 
 def child_merge(sweep: str, cold: bool, bare: bool = False) -> dict[str, Any]:
-    from orchestrator.store import keyindex, partials, texts
+    from orchestrator.store import keyindex, partials, rawlines, texts
     from orchestrator.store.merge import merge
     from orchestrator.store.sweepdir import SweepDir
 
     if os.environ.get(STDLIB_ENV):
         partials._orjson = None  # what a user without orjson gets
+        rawlines._orjson = None
         texts._ORJSON_AGREES = False
     sd = SweepDir.open(sweep)
     if cold:

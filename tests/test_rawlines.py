@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.store import rawlines
 from orchestrator.store.partials import RECORD, UnitItems, classify
 from orchestrator.store.rawlines import RawRecords, Shapes, canonical_floats, starts_checked
 from orchestrator.store.segments import Segment, _consume
@@ -106,10 +107,14 @@ def test_the_shortcut_keeps_what_the_classifier_keeps_with_its_text(
     assert sum(raw.take(lines[k], k, items) for k in records if k not in mutated) > len(records) // 2
 
 
-def test_float_spellings_are_checked_against_repr() -> None:
+@pytest.mark.parametrize("with_orjson", [True, False])
+def test_float_spellings_are_checked_against_repr(with_orjson: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not with_orjson:  # what a user without orjson gets
+        monkeypatch.setattr(rawlines, "_orjson", None)
     tokens = [b"0.5", b"5e-05", b"0.00005", b"1.50", b"1e+16", b"10000000000000000.0", b"-0.0", b"5e-7", b"0.1"]
     assert canonical_floats(tokens) == [2, 3, 5, 7]
     assert canonical_floats([b"0.1", b"123.456"]) == []
+    assert canonical_floats([b"0.1", b"1.2.3"]) == [0, 1]  # not numbers at all: classify says what they are
 
 
 def test_compact_texts_decline_what_re_spacing_would_get_wrong() -> None:
