@@ -106,10 +106,9 @@ def _raw_steps(root: Path, units: dict[str, list[bytes]], items: dict[str, Any])
 
 
 def _match(shapes: Any, line: bytes) -> tuple[Any, tuple[bytes, ...]]:
-    for shape in shapes.known:
-        m = shape.rx.fullmatch(line)
-        if m is not None:
-            return shape, m.groups()
+    hit = shapes.match(line)
+    if hit is not None:
+        return hit
     raise SystemExit("a record line of the sweep matches no learned layout")
 
 

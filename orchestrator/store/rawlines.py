@@ -109,19 +109,24 @@ _LEARNED: dict[tuple[Any, ...], Shape | None] = {}
 
 
 class Shapes:
-    """The layouts learned so far, in the order one partial's lines last matched them."""
+    """The layouts learned so far, in the order one partial's lines last matched them: error
+    records' apart (``known[True]``), so that a run of results and errors, as a problem's
+    configs pruned or not come, tries the regex of the other kind only where a line holds
+    ``"error":`` (or not) as a key or in a string: a wrong guess only costs ``classify``."""
 
     def __init__(self) -> None:
-        self.known: list[Shape] = [s for s in list(_LEARNED.values()) if s is not None]
+        shapes = [s for s in list(_LEARNED.values()) if s is not None]
+        self.known: dict[bool, list[Shape]] = {e: [s for s in shapes if s.error is e] for e in (False, True)}
         self.states: dict[bytes, Any] = {}  # identity text -> the hash state of its id prefix
 
     def match(self, raw: bytes) -> tuple[Shape, tuple[bytes, ...]] | None:
         """The learned layout ``raw`` has and its groups, or None."""
-        for n, shape in enumerate(self.known):
+        known = self.known[b'"error":' in raw]
+        for n, shape in enumerate(known):
             m = shape.rx.fullmatch(raw)
             if m is not None:
                 if n:
-                    self.known.insert(0, self.known.pop(n))
+                    known.insert(0, known.pop(n))
                 return shape, m.groups()
         return None
 
@@ -139,7 +144,7 @@ class Shapes:
                 shape = None
         _LEARNED[lk] = shape
         if shape is not None:
-            self.known.append(shape)
+            self.known[shape.error].append(shape)
 
 
 class RawRecords:
@@ -161,7 +166,7 @@ class RawRecords:
         """Whether line ``k`` is a record line of a learned layout whose id is its identity's
         and whose item is one of its unit's ``items``: then it is kept. (``Shapes.match`` and
         ``Shape.id_of``, written out: this runs once per record line.)"""
-        known = self.shapes.known
+        known = self.shapes.known[b'"error":' in raw]
         for n, shape in enumerate(known):
             m = shape.rx.fullmatch(raw)
             if m is not None:
