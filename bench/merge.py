@@ -47,13 +47,11 @@ figure a line::
     remerge_vs_floor=X
     merge_peak_mem_vs_doc=X
     merge_peak_mem_vs_doc_noindex=X
-    merge_check_cpu_s: raw_start=X raw_layout=X raw_id=X unit=X raw_floats=X raw_text=X read=X
-    merge_parsed_check_cpu_s: parse=X classify=X layout=X id=X encode=X
+    merge_check_cpu_s: parse=X classify=X layout=X id=X unit=X encode=X starts=X
 
 ``merge_vs_floor`` is of wall seconds, ``merge_vs_floor_cpu`` of the same runs' CPU seconds (the
 floor's: its read and the writer it chose), which the other engineers' load on a shared machine
-moves less. The last two lines are what each of the merge's per-line checks costs alone, on the
-bytes as the merger reads a line now and parsed as it reads a line the shortcut declines
+moves less. The last line is what each of the merge's per-line checks costs alone
 (``bench/merge_checks.py``).
 
 Run: ``.venv/bin/python -m bench.merge [--units 1000] [--runs 3] [--dir DIR] [--stdlib-json]``;
@@ -107,13 +105,12 @@ def _proc_kb(field: str) -> int:
 
 
 def child_merge(sweep: str, cold: bool, bare: bool = False) -> dict[str, Any]:
-    from orchestrator.store import keyindex, partials, rawlines, texts
+    from orchestrator.store import keyindex, partials, texts
     from orchestrator.store.merge import merge
     from orchestrator.store.sweepdir import SweepDir
 
     if os.environ.get(STDLIB_ENV):
         partials._orjson = None  # what a user without orjson gets
-        rawlines._orjson = None
         texts._ORJSON_AGREES = False
     sd = SweepDir.open(sweep)
     if cold:
@@ -278,11 +275,9 @@ def main() -> None:
         print(f"merge_peak_mem_vs_doc={statistics.median(first['mem']):.3f}")
         print(f"merge_peak_mem_vs_doc_noindex={first['bare'][0]:.3f}")
         checks = _child(["checks", str(root)])
-        raw = ("raw_start", "raw_layout", "raw_id", "unit", "raw_floats", "raw_text", "read")
-        parsed = ("parse", "classify", "layout", "id", "encode")
-        for name, keys in (("merge_check_cpu_s", raw), ("merge_parsed_check_cpu_s", parsed)):
-            steps = " ".join(f"{k}={checks[k]:.2f}" for k in keys)
-            print(f"{name}: {steps} (each alone over {checks['records']} records; bench/merge_checks.py)")
+        keys = ("parse", "classify", "layout", "id", "unit", "encode", "starts")
+        steps = " ".join(f"{k}={checks[k]:.2f}" for k in keys)
+        print(f"merge_check_cpu_s: {steps} (each alone over {checks['records']} records; bench/merge_checks.py)")
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)

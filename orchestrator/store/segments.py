@@ -28,10 +28,14 @@ from typing import Any
 from orchestrator.store.files import atomic_open
 from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import (
+    ABANDON,
+    BLANK,
     FOREIGN,
     HEADER,
+    HUNG,
     INVALID,
     RECORD,
+    START,
     TORN,
     VERSION,
     UnitItems,
@@ -39,10 +43,10 @@ from orchestrator.store.partials import (
     loads,
     moot,
     read_header,
+    starts_checked,
 )
 from orchestrator.store.partials import check_headers as partial_headers_problem
-from orchestrator.store.rawlines import RawRecords, Shapes, is_start, starts_checked
-from orchestrator.store.texts import compact_texts, dumps, non_finite, record_texts
+from orchestrator.store.texts import dumps, non_finite, record_texts
 
 log = logging.getLogger(__name__)
 
@@ -86,30 +90,30 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
     as for ``read_partial``); returns (bytes, lines) consumed through the last newline. The
     unterminated tail, if any, is parsed too (it may be a finished line whose newline is not
     written yet) only when ``tail_ok``. Stops at the first line that makes the file foreign.
-    A hot loop (a million lines at the scale of ``bench/merge``): after a worker header, start
-    lines and record lines of a layout already accepted are read on their bytes
-    (``rawlines``: what it accepts, ``classify`` would accept the same); the records become
-    the segment's columns at the end."""
+    A hot loop (a million lines at the scale of ``bench/merge``): start lines are checked all
+    at once (``partials.starts_checked``), records are collected as rows and become the
+    segment's columns at the end."""
+    unit = seg.unit
     seen = bool(seg.headers)
-    raw_records = RawRecords(Shapes())
-    parsed = _Parsed(seg.unit)
+    recs: list[dict[str, Any]] = []
+    rows: list[tuple[int, int, int, bool, str]] = []  # plan index, attempt, line, error, item id
     lines = data.split(b"\n")
     tail = lines.pop()  # after the last newline: b"" when data ends with one
     done = len(lines)
     if tail_ok and tail:
         lines.append(tail)
-    starts_ok = starts_checked(data)  # every start line after the first line is one the worker writes
+    starts_ok = starts_checked(data)  # then a start line after the first needs no parse (nor keeping)
     for k, raw in enumerate(lines):
-        if seen:
-            if raw.startswith(b'{"start":'):
-                if (k and starts_ok) or is_start(raw):
-                    continue
-            elif raw.startswith(b'{"id":') and raw_records.take(raw, k, items):
-                continue
+        if starts_ok and seen and k and raw.startswith(b'{"start":'):
+            continue
         kind, reason, iid, attempt, rec = classify(raw, k < done, seen, items)
         if kind == RECORD and rec is not None:
-            raw_records.shapes.learn(iid, attempt, rec)
-            parsed.add(rec, iid, attempt, k, items)
+            rec["unit"] = unit
+            rec["attempt"] = attempt
+            recs.append(rec)
+            rows.append((items.positions[iid], attempt, first_line + k, "error" in rec, iid))
+        elif kind == START or kind == BLANK or kind == ABANDON or kind == HUNG:
+            continue
         elif kind == HEADER and rec is not None:
             seg.headers.append(read_header(rec, first_line + k))
             seen = True
@@ -119,68 +123,15 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
             seg.foreign = f"line {first_line + k}: {reason}"
             done = min(done, k + 1)
             break
-    _into(seg, raw_records, parsed, lines, done, first_line, items, data)
-    return sum(map(len, lines[:done])) + done, done
-
-
-class _Parsed:
-    """The records of one run of ``_consume`` that ``classify`` parsed, with their rows (plan
-    index, attempt, line index, error, id)."""
-
-    def __init__(self, unit: str) -> None:
-        self.unit = unit
-        self.recs: list[dict[str, Any]] = []
-        self.rows: list[tuple[int, int, int, bool, str]] = []
-
-    def add(self, rec: dict[str, Any], iid: str, attempt: int, k: int, items: UnitItems) -> None:
-        rec["unit"] = self.unit
-        rec["attempt"] = attempt
-        self.recs.append(rec)
-        self.rows.append((items.positions[iid], attempt, k, "error" in rec, iid))
-
-
-def _into(
-    seg: Segment,
-    raw: RawRecords,
-    parsed: _Parsed,
-    lines: list[bytes],
-    done: int,
-    first_line: int,
-    items: UnitItems,
-    data: bytes,
-) -> None:
-    """Append the records to the segment's columns: those read on their bytes re-spaced
-    (``texts.compact_texts``) where their values are spelled as the stdlib spells them, any
-    other parsed by ``classify`` after all and encoded (or skipped, as ``classify`` says)."""
-    redo = raw.drop_unplain() + raw.drop_odd_floats()
-    texts = compact_texts(raw.inners, seg.unit, raw.attempts)
-    if texts is None:
-        redo += raw.drop(lambda n: True)
-        texts = []
-    for k in sorted(redo):  # matched loosely: a record, or a line classify skips
-        kind, reason, iid, attempt, rec = classify(lines[k], k < done, True, items)
-        if kind == RECORD and rec is not None:
-            parsed.add(rec, iid, attempt, k, items)
-        else:
-            seg.skipped.append([first_line + k, reason, iid, kind == TORN])
-    if redo:
-        seg.skipped.sort()
-    if raw.iids:
-        positions = items.positions
-        seg.idx += [positions[i] for i in raw.iids]
-        seg.att += map(int, raw.attempts)
-        seg.ln += [first_line + k for k in raw.ks]
-        seg.err += raw.errors
-        seg.ids += raw.iids
-        seg.texts += texts
-    if parsed.rows:
-        idx, att, ln, err, ids = zip(*parsed.rows, strict=True)
+    if rows:
+        idx, att, ln, err, ids = zip(*rows, strict=True)
         seg.idx += idx
         seg.att += att
-        seg.ln += (first_line + k for k in ln)
+        seg.ln += ln
         seg.err += err
         seg.ids += ids
-        seg.texts += record_texts(parsed.recs, stdlib=non_finite(data))
+        seg.texts += record_texts(recs, stdlib=non_finite(data))
+    return sum(map(len, lines[:done])) + done, done
 
 
 def check_headers(seg: Segment, fingerprint: str, env: Mapping[str, Any] | None) -> str | None:

@@ -66,31 +66,6 @@ def record_texts(recs: Sequence[dict[str, Any]], *, stdlib: bool = False) -> lis
     return [any_record_text(r) for r in recs] if texts is None else texts
 
 
-def compact_texts(inners: Sequence[bytes], unit: str, attempts: Sequence[bytes]) -> list[bytes] | None:
-    """The texts of flat records from their compact JSON as the worker wrote it (separators
-    ``(",", ":")``), where that JSON is the stdlib's own spelling (``rawlines`` accepts no
-    other: strings of printable ASCII without an escape, numbers as int and repr spell them,
-    no nested value): ``inners`` are the records' texts less their braces, ``unit`` and each
-    ``attempts`` (spelled) are appended as the merger appends them. Re-spacing that text is
-    exact where every ``,"`` is a separator and every ``":`` ends a key, which fails only for a
-    string that ends with a comma or starts with a colon: None then (the caller encodes them).
-    All in a few calls over the records joined, whatever their number."""
-    if not inners:
-        return []
-    unit_json = json.dumps(unit).encode()
-    if b'"' in unit_json[1:-1] or b":" in unit_json or b"\x00" in unit_json:
-        return None
-    tail = b',"unit":' + unit_json + b',"attempt":'
-    if len(set(attempts)) == 1:
-        blob = (tail + attempts[0] + b"\x00").join(inners) + tail + attempts[0]
-    else:
-        blob = b"\x00".join([t + tail + a for t, a in zip(inners, attempts, strict=True)])
-    if b',",' in blob or b'":":' in blob:
-        return None
-    blob = blob.replace(b',"', b',\n   "').replace(b'":', b'": ').replace(b"\x00", b"\n  }\x00{\n   ")
-    return (b"{\n   " + blob + b"\n  }").split(b"\x00")
-
-
 def _orjson_texts(recs: Sequence[dict[str, Any]]) -> list[bytes] | None:
     """``record_texts`` through orjson and the fix-ups; None where orjson cannot write a record."""
     if _orjson is None:
