@@ -41,13 +41,18 @@ it across exec); /proc's VmHWM is printed beside it as a cross-check. Prints med
 figure a line::
 
     merge_vs_floor=X
+    merge_cpu_s=X floor_cpu_s=X
+    merge_vs_floor_cpu=X
     merge_vs_io=X
     remerge_vs_floor=X
     merge_peak_mem_vs_doc=X
     merge_peak_mem_vs_doc_noindex=X
-    merge_check_cpu_s: parse=X classify=X layout=X id=X unit=X encode=X
+    merge_check_cpu_s: parse=X classify=X layout=X id=X unit=X encode=X starts=X
 
-The last line is what each of the merge's per-record checks costs alone (``bench/merge_checks.py``).
+``merge_vs_floor`` is of wall seconds, ``merge_vs_floor_cpu`` of the same runs' CPU seconds (the
+floor's: its read and the writer it chose), which the other engineers' load on a shared machine
+moves less. The last line is what each of the merge's per-line checks costs alone
+(``bench/merge_checks.py``).
 
 Run: ``.venv/bin/python -m bench.merge [--units 1000] [--runs 3] [--dir DIR] [--stdlib-json]``;
 ``--units`` scales the sweep (1,000 records a unit); ``--stdlib-json`` merges without orjson
@@ -72,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.merge_checks import child_checks
-from bench.merge_floors import child_docfloor, child_floor, child_io, floor_s, writers_line
+from bench.merge_floors import child_docfloor, child_floor, child_io, floor_cpu_s, floor_s, writers_line
 
 ROOT = Path(__file__).resolve().parent.parent
 STDLIB_ENV = "TILESWEEP_BENCH_STDLIB_JSON"
@@ -114,12 +119,13 @@ def child_merge(sweep: str, cold: bool, bare: bool = False) -> dict[str, Any]:
         keyindex.index_path(sd.output).unlink(missing_ok=True)
     sd.spec  # noqa: B018 - parsed before the baseline, like any caller holding a SweepDir
     base, rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, _proc_kb("VmRSS")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     summary = merge(sd)
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "s": dt,
+        "cpu": cpu,
         "records": summary.records,
         "cached": summary.partials_cached,
         "mem_delta": (peak - base) * 1024,
@@ -154,7 +160,7 @@ def first_merges(root: Path, tmp: Path, output: Path, n: int, runs: int) -> dict
     """A first merge (no merge cache) ``runs`` times beside the floors; from the second on, over
     the document the first wrote (judged through its key index: the output stamp went with the
     cache); then once more over it without its key index (``bare``)."""
-    out: dict[str, list[float]] = {"merge": [], "floor": [], "io": [], "mem": [], "bare": []}
+    out: dict[str, list[float]] = {k: [] for k in ("merge", "floor", "io", "mem", "bare", "cpu", "floor_cpu")}
     for r in range(runs):
         m = _child(["merge-cold", str(root)])
         assert m["records"] == n, m
@@ -163,10 +169,13 @@ def first_merges(root: Path, tmp: Path, output: Path, n: int, runs: int) -> dict
         fs, best = floor_s(f)
         out["merge"].append(m["s"])
         out["floor"].append(fs)
+        out["cpu"].append(m["cpu"])
+        out["floor_cpu"].append(floor_cpu_s(f, best))
         out["io"].append(io["s"])
         out["mem"].append(m["mem_delta"] / m["doc_bytes"])
         print(
-            f"  run {r}: merge_s={m['s']:.2f} floor_s={fs:.2f} (read {f['read_s']:.2f} + {best}; writers: "
+            f"  run {r}: merge_s={m['s']:.2f} (cpu {m['cpu']:.2f}) floor_s={fs:.2f} (cpu {out['floor_cpu'][-1]:.2f}; "
+            f"read {f['read_s']:.2f} + {best}; writers: "
             f"{writers_line(f)}) io_s={io['s']:.2f} peak_mem_delta_mb={m['mem_delta'] / 1e6:.0f} "
             f"(VmHWM: {m['hwm_delta'] / 1e6:.0f}) doc_mb={m['doc_bytes'] / 1e6:.0f}",
             flush=True,
@@ -258,12 +267,16 @@ def main() -> None:
             f"doc_floor_s={statistics.median(again['floor']):.2f}"
         )
         print(f"merge_vs_floor={_ratio(first['merge'], first['floor']):.3f}")
+        cpu, floor_cpu = statistics.median(first["cpu"]), statistics.median(first["floor_cpu"])
+        print(f"merge_cpu_s={cpu:.2f} floor_cpu_s={floor_cpu:.2f}")
+        print(f"merge_vs_floor_cpu={_ratio(first['cpu'], first['floor_cpu']):.3f}")
         print(f"merge_vs_io={_ratio(first['merge'], first['io']):.3f}")
         print(f"remerge_vs_floor={_ratio(again['remerge'], again['floor']):.3f}")
         print(f"merge_peak_mem_vs_doc={statistics.median(first['mem']):.3f}")
         print(f"merge_peak_mem_vs_doc_noindex={first['bare'][0]:.3f}")
         checks = _child(["checks", str(root)])
-        steps = " ".join(f"{k}={checks[k]:.2f}" for k in ("parse", "classify", "layout", "id", "unit", "encode"))
+        keys = ("parse", "classify", "layout", "id", "unit", "encode", "starts")
+        steps = " ".join(f"{k}={checks[k]:.2f}" for k in keys)
         print(f"merge_check_cpu_s: {steps} (each alone over {checks['records']} records; bench/merge_checks.py)")
     finally:
         if not args.dir:

@@ -10,7 +10,9 @@ floor has it). Steps:
 - ``id``: ``records.record_id`` of each record (the id is its identity's hash);
 - ``unit``: each id looked up among its unit's items (``partials.UnitItems``);
 - ``encode``: the record texts (``texts.record_texts``, one call per partial), which the
-  floor's writer also does in its own way.
+  floor's writer also does in its own way;
+- ``starts``: every partial's start lines checked at once (``partials.starts_checked``), which
+  the merger does instead of classifying each (``classify`` above parses them too).
 
 The sum is more than the merge pays for them together (``classify`` holds three of them), and
 leaves out what is not per record: reading files, the merge cache, ordering, the write.
@@ -28,7 +30,7 @@ from typing import Any
 def child_checks(sweep: str) -> dict[str, Any]:
     from orchestrator.spec.records import record_id
     from orchestrator.store.layouts import check_layout
-    from orchestrator.store.partials import UnitItems, classify, loads
+    from orchestrator.store.partials import UnitItems, classify, loads, starts_checked
     from orchestrator.store.texts import record_texts
 
     gc.disable()
@@ -61,6 +63,7 @@ def child_checks(sweep: str) -> dict[str, Any]:
         "id": lambda: [record_id(r) for r in recs],
         "unit": in_units,
         "encode": lambda: [record_texts([obj["record"] for obj in objs]) for objs in records.values()],
+        "starts": lambda: [starts_checked(b"\n".join(ls)) for ls in units.values()],
     }
     out: dict[str, Any] = {"records": len(recs)}
     for name, step in steps.items():

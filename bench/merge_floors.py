@@ -112,10 +112,10 @@ def time_writers(out: Path, head: dict[str, Any], records: list[dict[str, Any]],
     """Each writer's seconds and whether its bytes equal ``reference``'s."""
     res = {}
     for name, write in WRITERS.items():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         write(out, head, records)
-        dt = time.perf_counter() - t0
-        res[name] = {"s": dt, "identical": filecmp.cmp(out, reference, shallow=False)}
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        res[name] = {"s": dt, "cpu": cpu, "identical": filecmp.cmp(out, reference, shallow=False)}
         out.unlink()
     return res
 
@@ -131,10 +131,10 @@ def child_floor(sweep: str, doc: str, out: str) -> dict[str, Any]:
     """Read the partials with orjson, then write the document with every candidate writer."""
     gc.disable()  # a million acyclic dicts: a competent user does not let the collector walk them
     head = _head_of(Path(doc))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     records = read_records(Path(sweep))
-    read_s = time.perf_counter() - t0
-    return {"read_s": read_s, "writers": time_writers(Path(out), head, records, Path(doc))}
+    read_s, read_cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"read_s": read_s, "read_cpu": read_cpu, "writers": time_writers(Path(out), head, records, Path(doc))}
 
 
 def child_docfloor(doc: str, out: str) -> dict[str, Any]:
@@ -173,6 +173,11 @@ def floor_s(res: dict[str, Any]) -> tuple[float, str]:
         raise SystemExit(f"no floor writer wrote the merge's bytes: {res['writers']}")
     best = min(ok, key=ok.__getitem__)
     return res["read_s"] + ok[best], best
+
+
+def floor_cpu_s(res: dict[str, Any], best: str) -> float:
+    """The CPU seconds of the floor ``floor_s`` chose: its read and its writer ``best``."""
+    return float(res["read_cpu"] + res["writers"][best]["cpu"])
 
 
 def writers_line(res: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.errors import PartialError
 from orchestrator.planning import Unit
 from orchestrator.store.lines import PartialWriter, record_line
-from orchestrator.store.partials import check_record, read_partial
+from orchestrator.store.partials import check_record, read_partial, starts_checked
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, header, partial_lines, record_for, small_spec
 
@@ -158,6 +158,13 @@ def _damage(case: str, lines: list[str], other: str) -> tuple[str, str, set[int]
     if case == "garbage after the header":
         junk = ["PK\x03\x04 not json", '{"hello": 1}', '{"start": 5}']
         return "\n".join([lines[0], *junk, *lines[1:]]) + "\n", "skip", set()
+    if case == "start lines spelled otherwise":  # the merger checks start lines all at once
+        at = [i for i, ln in enumerate(lines) if ln.startswith('{"start":')]
+        odd = {at[1]: lines[at[1]].replace('"attempt":1', '"attempt":01'), at[2]: lines[at[2]][:-1] + ',"alone":false}'}
+        return "\n".join(odd.get(i, ln) for i, ln in enumerate(lines)) + "\n", "skip", set()
+    if case == "start line torn at the end":
+        start = next(ln for ln in lines if ln.startswith('{"start":'))
+        return "\n".join(lines) + "\n" + start[:-1], "skip", set()
     if case == "invalid record":
         obj = json.loads(lines[rec_at[2]])
         obj["record"]["median_ms"] = "0.1 ms"
@@ -192,6 +199,8 @@ CASES = [
     "blank lines",
     "torn header first",
     "garbage after the header",
+    "start lines spelled otherwise",
+    "start line torn at the end",
     "invalid record",
     "record without attempt",
     "item of another unit",
@@ -202,6 +211,15 @@ CASES = [
     "header without an attempt",
     "another schema",
 ]
+
+
+def test_start_lines_are_checked_all_at_once() -> None:
+    start = b'{"start":"0123456789abcdef","attempt":'
+    good = b'{"header":{}}\n' + start + b"1}\n" + start + b'2,"alone":true}\n'
+    assert starts_checked(good)
+    assert not starts_checked(good + start + b"01}\n")
+    assert not starts_checked(good + start + b"1} \n")
+    assert not starts_checked(good + start + b"1}")  # no newline yet: it may still grow
 
 
 @pytest.mark.parametrize("case", CASES)

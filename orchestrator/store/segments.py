@@ -43,6 +43,7 @@ from orchestrator.store.partials import (
     loads,
     moot,
     read_header,
+    starts_checked,
 )
 from orchestrator.store.partials import check_headers as partial_headers_problem
 from orchestrator.store.texts import dumps, non_finite, record_texts
@@ -89,8 +90,9 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
     as for ``read_partial``); returns (bytes, lines) consumed through the last newline. The
     unterminated tail, if any, is parsed too (it may be a finished line whose newline is not
     written yet) only when ``tail_ok``. Stops at the first line that makes the file foreign.
-    A hot loop (a million lines at the scale of ``bench/merge``): records are collected as rows
-    and become the segment's columns at the end."""
+    A hot loop (a million lines at the scale of ``bench/merge``): start lines are checked all
+    at once (``partials.starts_checked``), records are collected as rows and become the
+    segment's columns at the end."""
     unit = seg.unit
     seen = bool(seg.headers)
     recs: list[dict[str, Any]] = []
@@ -100,7 +102,10 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
     done = len(lines)
     if tail_ok and tail:
         lines.append(tail)
+    starts_ok = starts_checked(data)  # then a start line after the first needs no parse (nor keeping)
     for k, raw in enumerate(lines):
+        if starts_ok and seen and k and raw.startswith(b'{"start":'):
+            continue
         kind, reason, iid, attempt, rec = classify(raw, k < done, seen, items)
         if kind == RECORD and rec is not None:
             rec["unit"] = unit
