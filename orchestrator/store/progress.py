@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator.errors import PartialError
 from orchestrator.store.markers import read_marker, trusted_block
-from orchestrator.store.partials import UnitItems, check_headers
+from orchestrator.store.partials import check_headers
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.tally import count_partial
 
@@ -85,7 +85,7 @@ def count_unit(
     if st is None:
         return c
     try:
-        content = count_partial(path, st, UnitItems(sd.root, uid))
+        content = count_partial(path, st, sd.root, uid)
     except PartialError as exc:
         c.detail = f"its partial is not readable here: {exc.message}"
         return c

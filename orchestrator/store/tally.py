@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO
 
 from orchestrator.errors import PartialError
@@ -68,13 +69,14 @@ class Counts:
 _TALLIES: dict[str, Tally] = {}
 
 
-def count_partial(path: str, st: os.stat_result, items: UnitItems) -> Counts:
-    """The partial at ``path`` (``st``: its stat now) counted as the module docstring says.
-    A partial of another schema version raises ``PartialError``, as ``read_partial`` does."""
+def count_partial(path: str, st: os.stat_result, sweep_root: Path, unit: str) -> Counts:
+    """The partial at ``path`` (``st``: its stat now) of ``unit`` of the sweep at ``sweep_root``,
+    counted as the module docstring says. A partial of another schema version raises
+    ``PartialError``, as ``read_partial`` does."""
     with open(path, "rb") as f:
         tally = _still_valid(_TALLIES.get(path), f, st)
         if tally is None:
-            tally = Tally(ino=(st.st_dev, st.st_ino), items=items)
+            tally = Tally(ino=(st.st_dev, st.st_ino), items=UnitItems(sweep_root, unit))
         f.seek(tally.offset)
         data = f.read()
     _TALLIES.pop(path, None)
