@@ -85,7 +85,7 @@ def count_unit(
     if st is None:
         return c
     try:
-        content = count_partial(path, st, sd.root, uid)
+        content = count_partial(path, sd.root, uid)
     except PartialError as exc:
         c.detail = f"its partial is not readable here: {exc.message}"
         return c

@@ -69,16 +69,21 @@ class Counts:
 _TALLIES: dict[str, Tally] = {}
 
 
-def count_partial(path: str, st: os.stat_result, sweep_root: Path, unit: str) -> Counts:
-    """The partial at ``path`` (``st``: its stat now) of ``unit`` of the sweep at ``sweep_root``,
-    counted as the module docstring says. A partial of another schema version raises
+def count_partial(path: str, sweep_root: Path, unit: str) -> Counts:
+    """The partial at ``path`` of ``unit`` of the sweep at ``sweep_root``, counted as the
+    module docstring says. A partial of another schema version raises
     ``PartialError``, as ``read_partial`` does."""
-    with open(path, "rb") as f:
-        tally = _still_valid(_TALLIES.get(path), f, st)
-        if tally is None:
-            tally = Tally(ino=(st.st_dev, st.st_ino), items=UnitItems(sweep_root, unit))
-        f.seek(tally.offset)
-        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())  # the file opened, even where the path was replaced meanwhile
+            tally = _still_valid(_TALLIES.get(path), f, st)
+            if tally is None:
+                tally = Tally(ino=(st.st_dev, st.st_ino), items=UnitItems(sweep_root, unit))
+            f.seek(tally.offset)
+            data = f.read()
+    except FileNotFoundError:  # moved away meanwhile (to quarantine): empty, as read_partial says
+        _TALLIES.pop(path, None)
+        return Counts(0, 0, [], None)
     _TALLIES.pop(path, None)
     tail = _advance(tally, data, path)
     if len(_TALLIES) >= MAX_TALLIES:
