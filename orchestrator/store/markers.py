@@ -12,12 +12,12 @@ a dict for the callers of ``run_unit``, so its type costs nothing on either path
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict, cast
 
 from orchestrator.store.files import atomic_write_json, now_iso
+from orchestrator.store.partials import loads
 from orchestrator.store.sweepdir import SweepDir
 
 
@@ -169,7 +169,7 @@ def read_marker(path: os.PathLike[str] | str) -> CompletionMarker | None:
     (``trusted_block`` says whether it still vouches for its partial)."""
     try:
         with open(path, "rb") as f:
-            m = json.loads(f.read())
+            m = loads(f.read())
     except (OSError, ValueError):
         return None
     return cast(CompletionMarker, m) if isinstance(m, dict) else None

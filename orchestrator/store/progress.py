@@ -5,7 +5,8 @@ A finished unit's completion marker vouches for it while it still matches its pa
 worker stamps the partial's inode, size and mtime and its record and error counts into the
 marker, so one stat tells whether the partial changed since (truncated, appended to, replaced,
 copied over from another sweep). Any other partial is read with the one classifier every
-reader uses (``partials.read_partial``) and its headers checked as the merger checks them
+reader uses (``partials.classify``, through ``tally``: a partial counted before is read from
+where the last count stopped) and its headers checked as the merger checks them
 (``partials.check_headers``), so a torn line, an invalid record or another sweep's partial is
 never counted: status and merge agree by construction.
 """
@@ -20,8 +21,9 @@ from typing import Any
 
 from orchestrator.errors import PartialError
 from orchestrator.store.markers import read_marker, trusted_block
-from orchestrator.store.partials import UnitItems, check_headers, read_partial
+from orchestrator.store.partials import check_headers
 from orchestrator.store.sweepdir import SweepDir
+from orchestrator.store.tally import count_partial
 
 
 @dataclass
@@ -66,8 +68,9 @@ def count_unit(
 ) -> Counted:
     """A unit's progress as merge would see it. A marker that still matches its partial says it
     at the cost of one stat; otherwise the partial is read with the classifier every reader
-    uses (``partials.read_partial``) and its headers checked as the merger checks them, so a
-    torn line, an invalid one, or a partial of another sweep is never counted."""
+    uses (``tally.count_partial``: only what was appended since its last count) and its
+    headers checked as the merger checks them, so a torn line, an invalid one, or a partial
+    of another sweep is never counted."""
     partial_file, marker_file = _file_names(sd)
     path = partial_file.replace(_UNIT, uid)
     st = _stat(path)
@@ -82,7 +85,7 @@ def count_unit(
     if st is None:
         return c
     try:
-        content = read_partial(Path(path), UnitItems(sd.root, uid), warn=False)
+        content = count_partial(path, sd.root, uid)
     except PartialError as exc:
         c.detail = f"its partial is not readable here: {exc.message}"
         return c
@@ -90,6 +93,6 @@ def count_unit(
     if why is not None:
         c.detail = f"its partial is not this sweep's ({why}); merging moves it to quarantine/"
         return c
-    c.done = min(total, len(content.records))
-    c.errors = sum("error" in rec for _, rec in content.records.values())
+    c.done = min(total, content.records)
+    c.errors = content.errors
     return c

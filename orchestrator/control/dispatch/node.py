@@ -36,7 +36,7 @@ from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.2
+POLL_S = 0.05  # how soon a GPU whose worker ended takes the next unit; a look costs a waitpid per GPU
 
 
 def task_gpus() -> list[str]:
