@@ -8,6 +8,7 @@ import itertools
 
 from orchestrator.planning.search import (
     BUDGET,
+    EXHAUSTED,
     IMPROVED_NOTHING,
     ROUNDS,
     SEARCHING,
@@ -90,3 +91,19 @@ def test_a_round_measures_first_what_the_other_problems_found_fast_and_at_most_p
     # a problem that times nothing alike weighs less than one that does
     unlike = [Timed((2, 2), 3.0, 3, 3), Timed((1, 1), 1.0, 1, 1), Timed((1, 2), 1.0, 1, 1)]
     assert predicted(first, [alike, unlike])[(1, 2)] > 0.5
+
+
+def test_a_capped_round_skips_what_the_alike_problems_measured_slow_and_ends_when_nothing_else_is_left() -> None:
+    settings = SearchSettings(design=4, max_rounds=4, per_round=4)
+    first = [Timed((2, 2), 1.0, 0.95, 1.05), Timed((1, 1), 2.0, 1.9, 2.1)]
+    problem = _problem({1: first}, measured=0)
+    # another problem, timed alike, measured every neighbour of (2, 2): two of them a fifth slower
+    alike = [Timed((2, 2), 1.0, 1, 1), Timed((1, 1), 2.0, 2, 2), Timed((2, 3), 1.02, 1, 1), Timed((3, 2), 1.03, 1, 1)]
+    slow = [Timed((1, 2), 1.2, 1.2, 1.2), Timed((2, 1), 1.2, 1.2, 1.2)]
+    outlook = predicted(first, [[*alike, *slow]])
+    assert step(problem, 1, [], settings, outlook) == ([(2, 3), (3, 2)], SEARCHING)
+    # per_round null asks for every neighbour: the slow ones too
+    assert len(step(problem, 1, [], SearchSettings(design=4, per_round=None), outlook)[0]) == 4
+    # the other problem found only slow configs around it: nothing is worth a round
+    only_slow = predicted(first, [[*alike[:2], *slow, Timed((2, 3), 1.3, 1, 1), Timed((3, 2), 1.3, 1, 1)]])
+    assert step(problem, 1, [], settings, only_slow) == ([], EXHAUSTED)

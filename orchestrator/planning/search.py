@@ -22,6 +22,9 @@ by the planner of round 1 (``control.searchplan``: the design) and of every late
   how much slower than their own best the problems of its mode and implementation measured a
   config, weighted by how alike their timings are to the problem's; one no other problem
   measured counts as a best), at most ``search.per_round`` and what ``search.budget`` leaves.
+  A capped round (``per_round`` set) skips a config the alike problems measured more than
+  ``UNLIKELY`` slower than their best (``promising``): the family's model ends a problem whose
+  every candidate it rates that slow.
   This is where the problems learn from each other: a neighbour that was slow wherever it was
   measured waits behind those that were fast or never tried. A problem none of whose configs
   has a time yet (all failed) gets another space-filling design instead of neighbours.
@@ -259,6 +262,18 @@ def predicted(own: Iterable[Timed], others: Iterable[Iterable[Timed]]) -> dict[C
     return {c: total / weight for c, (total, weight) in sums.items() if weight > 0}
 
 
+# A config the problems alike measured this much slower than their best (log of the median
+# ratio, about 10%), weighted as ``predicted`` weighs them, is not worth a capped round: the
+# family's model says it will not win. One no other problem measured is always worth it.
+UNLIKELY = 0.1
+
+
+def promising(configs: Iterable[Config], outlook: Mapping[Config, float] | None) -> set[Config]:
+    """The configs the other problems' slowdowns (``predicted``) leave within ``UNLIKELY`` of a best."""
+    said = outlook or {}
+    return {c for c in configs if said.get(c, 0.0) <= UNLIKELY}
+
+
 def next_configs(
     grid: Grid,
     runnable: Collection[Config],
@@ -310,7 +325,9 @@ def step(
     """What ``problem`` measures in the round after the search's round ``last``, and why it goes
     on (``SEARCHING``) or why its search ended (the other reasons above; a converged one still
     measures the other problems' winners it has not, ``winners``, and no neighbours). ``outlook``
-    is what the other problems say of its configs (``predicted``)."""
+    is what the other problems say of its configs (``predicted``); with ``per_round`` set, the
+    configs it rates slow (``promising``) are left out, and a problem none of whose candidates
+    is left ends as exhausted."""
     if last >= settings.max_rounds:
         return [], ROUNDS
     room = None if settings.budget is None else settings.budget - len(problem.measured)
@@ -318,7 +335,7 @@ def step(
         return [], BUDGET
     if settings.per_round is not None:
         room = settings.per_round if room is None else min(room, settings.per_round)
-    can = set(problem.runnable)
+    can = set(problem.runnable) if settings.per_round is None else promising(problem.runnable, outlook)
     if last > 1 and not improved(problem.rounds.get(last, ()), problem.times(before=last)):
         # its climb ended, but what other problems won since may lie beyond its neighbourhood
         # (another hill): measured here, one faster beyond the noise starts the climb again
