@@ -23,8 +23,9 @@ by the planner of round 1 (``control.searchplan``: the design) and of every late
   config, weighted by how alike their timings are to the problem's; one no other problem
   measured counts as a best), at most ``search.per_round`` and what ``search.budget`` leaves.
   A capped round (``per_round`` set) skips a config the alike problems measured more than
-  ``UNLIKELY`` slower than their best (``promising``): the family's model ends a problem whose
-  every candidate it rates that slow.
+  ``UNLIKELY`` slower than their best, or slower than the problem's own leader where they
+  measured that too (``promising``): the family's model ends a problem whose leader it rates
+  at least as fast as every candidate.
   This is where the problems learn from each other: a neighbour that was slow wherever it was
   measured waits behind those that were fast or never tried. A problem none of whose configs
   has a time yet (all failed) gets another space-filling design instead of neighbours.
@@ -268,10 +269,15 @@ def predicted(own: Iterable[Timed], others: Iterable[Iterable[Timed]]) -> dict[C
 UNLIKELY = 0.1
 
 
-def promising(configs: Iterable[Config], outlook: Mapping[Config, float] | None) -> set[Config]:
-    """The configs the other problems' slowdowns (``predicted``) leave within ``UNLIKELY`` of a best."""
+def promising(
+    configs: Iterable[Config], outlook: Mapping[Config, float] | None, lead: Config | None = None
+) -> set[Config]:
+    """The configs the other problems' slowdowns (``predicted``) leave within ``UNLIKELY`` of a
+    best and no slower than ``lead`` (the problem's own best so far), where they measured it:
+    what they rate slower than the config a problem already has cannot beat it."""
     said = outlook or {}
-    return {c for c in configs if said.get(c, 0.0) <= UNLIKELY}
+    bar = min(UNLIKELY, said.get(lead, UNLIKELY)) if lead is not None else UNLIKELY
+    return {c for c in configs if said.get(c, 0.0) <= bar}
 
 
 def next_configs(
@@ -326,8 +332,8 @@ def step(
     on (``SEARCHING``) or why its search ended (the other reasons above; a converged one still
     measures the other problems' winners it has not, ``winners``, and no neighbours). ``outlook``
     is what the other problems say of its configs (``predicted``); with ``per_round`` set, the
-    configs it rates slow (``promising``) are left out, and a problem none of whose candidates
-    is left ends as exhausted."""
+    configs it rates slow, or slower than the problem's best (``promising``), are left out, and
+    a problem none of whose candidates is left ends as exhausted."""
     if last >= settings.max_rounds:
         return [], ROUNDS
     room = None if settings.budget is None else settings.budget - len(problem.measured)
@@ -335,7 +341,9 @@ def step(
         return [], BUDGET
     if settings.per_round is not None:
         room = settings.per_round if room is None else min(room, settings.per_round)
-    can = set(problem.runnable) if settings.per_round is None else promising(problem.runnable, outlook)
+    best = problem.best()
+    lead = None if best is None else best.config
+    can = set(problem.runnable) if settings.per_round is None else promising(problem.runnable, outlook, lead)
     if last > 1 and not improved(problem.rounds.get(last, ()), problem.times(before=last)):
         # its climb ended, but what other problems won since may lie beyond its neighbourhood
         # (another hill): measured here, one faster beyond the noise starts the climb again
