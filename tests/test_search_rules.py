@@ -14,12 +14,11 @@ from orchestrator.planning.search import (
     SEARCHING,
     Grid,
     Problem,
-    Timed,
     design,
-    predicted,
     space_filling,
     step,
 )
+from orchestrator.planning.searchmodel import Timed, predicted
 from orchestrator.spec.search_section import SearchSettings
 
 FWD_FIELDS = ("block_q", "block_k", "num_stages", "num_warps")
@@ -113,3 +112,12 @@ def test_a_capped_round_measures_only_what_the_alike_problems_rate_faster_than_t
     assert step(problem, 1, [], settings, faster) == ([(2, 3)], SEARCHING)
     # a neighbour none of them measured is always worth a round
     assert step(problem, 1, [], settings, predicted(first, [[*alike, *slow]])) == ([(2, 3)], SEARCHING)
+
+
+def test_a_problem_no_other_speaks_for_climbs_first_the_way_its_own_timings_lean() -> None:
+    """Along each axis, the step towards the values whose configs the problem timed faster,
+    of every axis, before the steps back."""
+    first = [Timed((2, 2), 1.0, 0.95, 1.05), Timed((1, 1), 2.0, 1.9, 2.1), Timed((3, 3), 1.2, 1.15, 1.25)]
+    problem = _problem({1: first}, measured=0)
+    assert step(problem, 1, [], SearchSettings(design=4, per_round=2)) == ([(3, 2), (2, 3)], SEARCHING)
+    assert step(problem, 1, [], SearchSettings(design=4, per_round=None))[0] == [(3, 2), (2, 3), (1, 2), (2, 1)]

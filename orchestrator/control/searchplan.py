@@ -20,7 +20,8 @@ from typing import Any
 
 from orchestrator.control.searchstate import Observed, ProblemItems, account, as_problem, problems_of
 from orchestrator.planning import RUN, WorkItem
-from orchestrator.planning.search import SEARCHING, Config, Design, design
+from orchestrator.planning.search import SEARCHING, Design, design
+from orchestrator.planning.searchmodel import Config
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.files import now_iso
 from orchestrator.store.portfolio import Portfolio

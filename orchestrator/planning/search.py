@@ -18,14 +18,16 @@ by the planner of round 1 (``control.searchplan``: the design) and of every late
 - Each later round (``next_configs``): the configs that won other problems of the sweep so far,
   then the grid neighbours (one step along one axis) of the problem's leaders (``leaders``: its
   best and the configs whose q1-q3 overlaps the best's, at most ``search.leaders``), each not
-  measured before; of those, the ones the other problems found fastest first (``predicted``:
-  how much slower than their own best the problems of its mode and implementation measured a
-  config, weighted by how alike their timings are to the problem's; one no other problem
-  measured counts as a best), at most ``search.per_round`` and what ``search.budget`` leaves.
+  measured before: first, of every leader, the step along each axis that the problem's own
+  timings lean to (``searchmodel.leanings``), then the other steps. Of those, the ones the
+  other problems found fastest first (``searchmodel.predicted``: how much slower than their own
+  best the problems of its mode and implementation measured a config, weighted by how alike
+  their timings are to the problem's; one no other problem measured counts as a best), at most
+  ``search.per_round`` and what ``search.budget`` leaves.
   A capped round (``per_round`` set) skips a config the alike problems measured more than
-  ``UNLIKELY`` slower than their best, or slower than the problem's own leader where they
-  measured that too (``promising``): the family's model ends a problem whose leader it rates
-  at least as fast as every candidate.
+  ``searchmodel.UNLIKELY`` slower than their best, or slower than the problem's own leader
+  where they measured that too (``searchmodel.promising``): the family's model ends a problem
+  whose leader it rates at least as fast as every candidate.
   This is where the problems learn from each other: a neighbour that was slow wherever it was
   measured waits behind those that were fast or never tried. A problem none of whose configs
   has a time yet (all failed) gets another space-filling design instead of neighbours.
@@ -47,11 +49,11 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.planning.searchmodel import Config, Timed, leanings, promising
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.search_section import SearchSettings
 
 SEARCH = "search"  # timing.strategy
-Config = tuple[Any, ...]  # a config's values, in the order of its grid's axes
 
 # Why a problem's search measures nothing more (``step``).
 SEARCHING, IMPROVED_NOTHING, BUDGET, ROUNDS, EXHAUSTED = "searching", "converged", "budget", "max_rounds", "exhausted"
@@ -97,41 +99,21 @@ class Grid:
         )
 
     def neighbours(self, config: Config) -> list[Config]:
-        """The planned configs one step along one axis from ``config``, axis by axis, the
-        lower step first."""
+        """The planned configs one step along one axis from ``config``, axis by axis, the lower
+        step first."""
+        return [c for ways in self.steps(config) for c in ways]
+
+    def steps(self, config: Config, lean: Mapping[tuple[int, Any], float] | None = None) -> list[list[Config]]:
+        """``neighbours`` axis by axis; with ``lean`` (``searchmodel.leanings``), along each axis
+        the step to the value it rates faster first (a tie: the lower)."""
         out = []
         for i, (axis, places) in enumerate(zip(self.values, self._places, strict=True)):
             k = places[config[i]]
-            for j in (k - 1, k + 1):
-                if 0 <= j < len(axis):
-                    other = (*config[:i], axis[j], *config[i + 1 :])
-                    if other in self._planned:
-                        out.append(other)
+            ways = [(*config[:i], axis[j], *config[i + 1 :]) for j in (k - 1, k + 1) if 0 <= j < len(axis)]
+            if lean is not None:
+                ways.sort(key=lambda c: lean.get((i, c[i]), 0.0))
+            out.append([c for c in ways if c in self._planned])
         return out
-
-
-@dataclass(frozen=True)
-class Timed:
-    """A config timed in full: its median and the q1-q3 spread it was measured with (ms)."""
-
-    config: Config
-    median_ms: float
-    q1_ms: float
-    q3_ms: float
-
-
-def timed(config: Config, rec: Mapping[str, Any]) -> Timed | None:
-    """A record as a ``Timed``: None for an error, a screen, or a record without a median."""
-    if "error" in rec or rec.get("screened"):
-        return None
-    try:
-        m = float(rec["median_ms"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    q1, q3 = rec.get("q1_ms", m), rec.get("q3_ms", m)
-    low = float(q1) if isinstance(q1, (int, float)) and math.isfinite(q1) else m
-    high = float(q3) if isinstance(q3, (int, float)) and math.isfinite(q3) else m
-    return Timed(config, m, min(low, m), max(high, m))
 
 
 def ranked(wins: Iterable[Config]) -> list[Config]:
@@ -231,55 +213,6 @@ def improved(new: Sequence[Timed], before: Sequence[Timed]) -> bool:
     return min(t.median_ms for t in new) < old.q1_ms
 
 
-# How alike two problems' timings must be for one to speak for the other: a problem whose
-# slowdowns differ from another's by this much (log of the median ratio, about 10%) on average
-# over the configs both measured weighs 1/e of one that agrees exactly.
-ALIKE = 0.1
-
-
-def slowdowns(times: Iterable[Timed]) -> dict[Config, float]:
-    """Each config's slowdown against the fastest of ``times``: log(median / best median)."""
-    listed = list(times)
-    best = min((t.median_ms for t in listed), default=None)
-    if best is None or best <= 0:
-        return {}
-    return {t.config: math.log(t.median_ms / best) for t in listed if t.median_ms > 0}
-
-
-def predicted(own: Iterable[Timed], others: Iterable[Iterable[Timed]]) -> dict[Config, float]:
-    """What the other problems (``others``: their full timings) say of each config: its slowdown
-    on them (``slowdowns``), averaged with each problem weighted by how alike its slowdowns are
-    to ``own``'s on the configs both measured (exp(-mean |difference| / ``ALIKE``); a problem
-    with none in common weighs 1). A config none of them measured is absent."""
-    mine = slowdowns(own)
-    sums: dict[Config, list[float]] = {}
-    for theirs in map(slowdowns, others):
-        both = [c for c in mine if c in theirs]
-        weight = math.exp(-sum(abs(mine[c] - theirs[c]) for c in both) / len(both) / ALIKE) if both else 1.0
-        for c, slow in theirs.items():
-            acc = sums.setdefault(c, [0.0, 0.0])
-            acc[0] += weight * slow
-            acc[1] += weight
-    return {c: total / weight for c, (total, weight) in sums.items() if weight > 0}
-
-
-# A config the problems alike measured this much slower than their best (log of the median
-# ratio, about 10%), weighted as ``predicted`` weighs them, is not worth a capped round: the
-# family's model says it will not win. One no other problem measured is always worth it.
-UNLIKELY = 0.1
-
-
-def promising(
-    configs: Iterable[Config], outlook: Mapping[Config, float] | None, lead: Config | None = None
-) -> set[Config]:
-    """The configs the other problems' slowdowns (``predicted``) leave within ``UNLIKELY`` of a
-    best and no slower than ``lead`` (the problem's own best so far), where they measured it:
-    what they rate slower than the config a problem already has cannot beat it."""
-    said = outlook or {}
-    bar = min(UNLIKELY, said.get(lead, UNLIKELY)) if lead is not None else UNLIKELY
-    return {c for c in configs if said.get(c, 0.0) <= bar}
-
-
 def next_configs(
     grid: Grid,
     runnable: Collection[Config],
@@ -288,13 +221,21 @@ def next_configs(
     winners: Sequence[Config],
     room: int | None,
     outlook: Mapping[Config, float] | None = None,
+    lean: Mapping[tuple[int, Any], float] | None = None,
 ) -> list[Config]:
     """What a problem measures next: the other problems' winners (``winners``, in their order),
-    then each leader's neighbours, none measured before, reordered by ``outlook`` (``predicted``:
-    the least slowdown first, one it says nothing of as a best; a tie keeps that order), at
-    most ``room`` (None: no cap)."""
+    then each leader's neighbours (with ``lean``, ``searchmodel.leanings``: first the step each
+    axis leans to, of every leader, then the other steps), none measured before, reordered by
+    ``outlook`` (``predicted``: the least slowdown first, one it says nothing of as a best; a
+    tie keeps that order), at most ``room`` (None: no cap)."""
+    steps = [grid.steps(lead, lean) for lead in leads]
+    near = [c for axes in steps for ways in axes for c in ways]
+    if lean is not None:
+        near = [ways[0] for axes in steps for ways in axes if ways] + [
+            c for axes in steps for ways in axes for c in ways[1:]
+        ]
     out: dict[Config, None] = {}
-    for c in (*winners, *(n for lead in leads for n in grid.neighbours(lead))):
+    for c in (*winners, *near):
         if c in runnable and c not in measured:
             out[c] = None
     said = outlook or {}
@@ -349,7 +290,9 @@ def step(
         # (another hill): measured here, one faster beyond the noise starts the climb again
         return next_configs(problem.grid, can, problem.measured, [], winners, room, outlook), IMPROVED_NOTHING
     leads = [t.config for t in leaders(problem.times(), settings.leaders)]
-    configs = next_configs(problem.grid, can, problem.measured, leads, winners, room, outlook)
+    configs = next_configs(
+        problem.grid, can, problem.measured, leads, winners, room, outlook, leanings(problem.times())
+    )
     if not leads:  # nothing timed yet: cover more of the grid instead of climbing it
         left = [c for c in problem.runnable if c not in problem.measured and c not in configs]
         more = space_filling(problem.grid, left, [*problem.measured, *configs], settings.design)
