@@ -15,6 +15,7 @@ from orchestrator.planning.search import (
     Grid,
     Problem,
     design,
+    design_size,
     space_filling,
     step,
 )
@@ -47,6 +48,12 @@ def test_the_design_takes_the_portfolio_first_and_counts_carried_configs() -> No
     grid = Grid.of(("a", "b"), itertools.product((1, 2, 3), (1, 2, 3)))
     d = design(grid, grid.configs, portfolio=[(3, 3), (9, 9), (1, 1)], carried={(1, 1)}, size=4)
     assert d.portfolio == [(3, 3)] and len(d.space_filling) == 2 and (1, 1) not in d.configs
+
+
+def test_round_1_takes_at_most_one_in_8_of_what_a_problem_can_run() -> None:
+    assert design_size(6, runnable=54) == 6  # the reference grid: the design as set
+    assert design_size(6, runnable=22) == 3  # a grid shared memory cut down: fewer
+    assert design_size(6, runnable=5) == 2 and design_size(1, runnable=5) == 1
 
 
 def _problem(rounds: dict[int, list[Timed]], measured: int = 4) -> Problem:

@@ -11,7 +11,8 @@ by the planner of round 1 (``control.searchplan``: the design) and of every late
   values in order. Nothing here names a field, so a new implementation's tunables are new axes.
 - Round 1 (``design``): the portfolio first (the configs that won the most problems of earlier
   documents of the same implementation and device kind, ``ranked``), then a space-filling
-  choice over the grid (``space_filling``), until the problem has ``search.design`` configs;
+  choice over the grid (``space_filling``), until the problem has ``search.design`` configs,
+  or one in ``DESIGN_SHARE`` of those it can run where that is fewer (``design_size``);
   carried (reused) records count as measured. Among equally spread choices a problem takes
   the configs the problems of its grid before it left out, so that together they cover the
   grid: what one of them finds, the others try in round 2.
@@ -159,6 +160,19 @@ def space_filling(
         for seen, v in zip(covered, best, strict=True):
             seen.add(v)
     return picked
+
+
+# Round 1 measures at most one config in this many of those a problem can run: the share the
+# default design (6) takes of the reference grid (48 to 54 configs). A smaller grid needs fewer
+# configs to cover its axes' values, and its later rounds' neighbours reach more of it.
+DESIGN_SHARE = 8
+
+
+def design_size(size: int, runnable: int) -> int:
+    """How many configs round 1 measures of a problem that can run ``runnable`` configs:
+    ``size`` (``search.design``), or one in ``DESIGN_SHARE`` of them where that is fewer (at
+    least 2)."""
+    return min(size, max(2, math.ceil(runnable / DESIGN_SHARE)))
 
 
 @dataclass(frozen=True)
