@@ -14,12 +14,12 @@ from orchestrator.planning.search import (
     SEARCHING,
     Grid,
     Problem,
-    Timed,
     design,
-    predicted,
+    design_size,
     space_filling,
     step,
 )
+from orchestrator.planning.searchmodel import Timed, predicted
 from orchestrator.spec.search_section import SearchSettings
 
 FWD_FIELDS = ("block_q", "block_k", "num_stages", "num_warps")
@@ -50,6 +50,12 @@ def test_the_design_takes_the_portfolio_first_and_counts_carried_configs() -> No
     assert d.portfolio == [(3, 3)] and len(d.space_filling) == 2 and (1, 1) not in d.configs
 
 
+def test_round_1_takes_at_most_one_in_8_of_what_a_problem_can_run() -> None:
+    assert design_size(6, runnable=54) == 6  # the reference grid: the design as set
+    assert design_size(6, runnable=22) == 3  # a grid shared memory cut down: fewer
+    assert design_size(6, runnable=5) == 2 and design_size(1, runnable=5) == 1
+
+
 def _problem(rounds: dict[int, list[Timed]], measured: int = 4) -> Problem:
     """A 3 x 3 grid whose first ``measured`` configs, (1, 1), (1, 2), (1, 3), (2, 1), ..., were measured."""
     grid = Grid.of(("a", "b"), itertools.product((1, 2, 3), (1, 2, 3)))
@@ -75,16 +81,16 @@ def test_a_round_measures_first_what_the_other_problems_found_fast_and_at_most_p
     settings = SearchSettings(design=4, max_rounds=4, per_round=2)
     first = [Timed((2, 2), 1.0, 0.95, 1.05), Timed((1, 1), 2.0, 1.9, 2.1)]
     problem = _problem({1: first}, measured=0)
-    # another problem, timed alike on (2, 2) and (1, 1), found (1, 2) and (2, 1) slow and (3, 2) fast
+    # another problem, timed alike on (2, 2) and (1, 1), found (1, 2) and (2, 1) slow and (3, 2) fastest
     alike = [Timed((2, 2), 1.0, 1, 1), Timed((1, 1), 2.0, 2, 2), Timed((1, 2), 3.0, 3, 3), Timed((2, 1), 3.0, 3, 3)]
-    outlook = predicted(first, [[*alike, Timed((3, 2), 1.1, 1.1, 1.1)]])
-    assert outlook[(1, 2)] > outlook[(3, 2)] > 0 and (2, 3) not in outlook
-    # (2, 2)'s neighbours (1, 2), (3, 2), (2, 1), (2, 3): the one no other problem measured (as
-    # good as a best), then the fast one; the slow ones wait, beyond per_round
-    assert step(problem, 1, [], settings, outlook) == ([(2, 3), (3, 2)], SEARCHING)
+    outlook = predicted(first, [[*alike, Timed((3, 2), 0.95, 0.95, 0.95)]])
+    assert outlook[(1, 2)] > outlook[(2, 2)] > outlook[(3, 2)] and (2, 3) not in outlook
+    # (2, 2)'s neighbours (1, 2), (3, 2), (2, 1), (2, 3): the one rated faster than (2, 2) and the
+    # one no other problem measured (as good as a best); the slow ones wait, beyond per_round
+    assert step(problem, 1, [], settings, outlook) == ([(3, 2), (2, 3)], SEARCHING)
     assert step(problem, 1, [], SearchSettings(design=4, per_round=None), outlook)[0] == [
-        (2, 3),
         (3, 2),
+        (2, 3),
         (1, 2),
         (2, 1),
     ]
@@ -93,17 +99,32 @@ def test_a_round_measures_first_what_the_other_problems_found_fast_and_at_most_p
     assert predicted(first, [alike, unlike])[(1, 2)] > 0.5
 
 
-def test_a_capped_round_skips_what_the_alike_problems_measured_slow_and_ends_when_nothing_else_is_left() -> None:
+def test_a_capped_round_measures_only_what_the_alike_problems_rate_faster_than_the_problems_best() -> None:
     settings = SearchSettings(design=4, max_rounds=4, per_round=4)
     first = [Timed((2, 2), 1.0, 0.95, 1.05), Timed((1, 1), 2.0, 1.9, 2.1)]
     problem = _problem({1: first}, measured=0)
-    # another problem, timed alike, measured every neighbour of (2, 2): two of them a fifth slower
-    alike = [Timed((2, 2), 1.0, 1, 1), Timed((1, 1), 2.0, 2, 2), Timed((2, 3), 1.02, 1, 1), Timed((3, 2), 1.03, 1, 1)]
+    # another problem, timed alike, measured every neighbour of (2, 2) and found (2, 2) the fastest
+    alike = [Timed((2, 2), 1.0, 1, 1), Timed((1, 1), 2.0, 2, 2), Timed((3, 2), 1.03, 1, 1)]
     slow = [Timed((1, 2), 1.2, 1.2, 1.2), Timed((2, 1), 1.2, 1.2, 1.2)]
-    outlook = predicted(first, [[*alike, *slow]])
-    assert step(problem, 1, [], settings, outlook) == ([(2, 3), (3, 2)], SEARCHING)
+    # the family's model rates the problem's best at least as fast as every candidate: its search ends
+    assert step(problem, 1, [], settings, predicted(first, [[*alike, *slow, Timed((2, 3), 1.02, 1, 1)]])) == (
+        [],
+        EXHAUSTED,
+    )
     # per_round null asks for every neighbour: the slow ones too
-    assert len(step(problem, 1, [], SearchSettings(design=4, per_round=None), outlook)[0]) == 4
-    # the other problem found only slow configs around it: nothing is worth a round
-    only_slow = predicted(first, [[*alike[:2], *slow, Timed((2, 3), 1.3, 1, 1), Timed((3, 2), 1.3, 1, 1)]])
-    assert step(problem, 1, [], settings, only_slow) == ([], EXHAUSTED)
+    everything = predicted(first, [[*alike, *slow, Timed((2, 3), 1.02, 1, 1)]])
+    assert len(step(problem, 1, [], SearchSettings(design=4, per_round=None), everything)[0]) == 4
+    # where it found (2, 3) faster than (2, 2), that one is worth a round, (3, 2) still is not
+    faster = predicted(first, [[*alike, *slow, Timed((2, 3), 0.97, 0.97, 0.97)]])
+    assert step(problem, 1, [], settings, faster) == ([(2, 3)], SEARCHING)
+    # a neighbour none of them measured is always worth a round
+    assert step(problem, 1, [], settings, predicted(first, [[*alike, *slow]])) == ([(2, 3)], SEARCHING)
+
+
+def test_a_problem_no_other_speaks_for_climbs_first_the_way_its_own_timings_lean() -> None:
+    """Along each axis, the step towards the values whose configs the problem timed faster,
+    of every axis, before the steps back."""
+    first = [Timed((2, 2), 1.0, 0.95, 1.05), Timed((1, 1), 2.0, 1.9, 2.1), Timed((3, 3), 1.2, 1.15, 1.25)]
+    problem = _problem({1: first}, measured=0)
+    assert step(problem, 1, [], SearchSettings(design=4, per_round=2)) == ([(3, 2), (2, 3)], SEARCHING)
+    assert step(problem, 1, [], SearchSettings(design=4, per_round=None))[0] == [(3, 2), (2, 3), (1, 2), (2, 1)]

@@ -1,10 +1,11 @@
 """Round 1 of a search, chosen at plan time: per problem, the design (``planning.search.design``).
 
 The plan of a search (``timing.strategy: search``) is not the whole grid: its units measure,
-per problem, the ``auto`` baseline and ``search.design`` forced configs (the portfolio's first,
-``store.portfolio``: what won the most problems of the reuse documents of this implementation
-and device kind; then a space-filling choice), and record the pruned and invalid configs as the
-worker does (they cost a record line). Every compatible record reuse found is carried as it is
+per problem, the ``auto`` baseline and ``search.design`` forced configs, fewer on a small grid
+(``planning.search.design_size``): the portfolio's first (``store.portfolio``: what won the
+most problems of the reuse documents of this implementation and device kind), then a
+space-filling choice; and they record the pruned and invalid configs as the worker does (they
+cost a record line). Every compatible record reuse found is carried as it is
 in a full sweep, whichever config it is of, and counts as measured. The rest of the grid is left
 to the later rounds (``control.searchrounds``), which may never need it.
 
@@ -20,7 +21,8 @@ from typing import Any
 
 from orchestrator.control.searchstate import Observed, ProblemItems, account, as_problem, problems_of
 from orchestrator.planning import RUN, WorkItem
-from orchestrator.planning.search import SEARCHING, Config, Design, design
+from orchestrator.planning.search import SEARCHING, Design, design, design_size
+from orchestrator.planning.searchmodel import Config
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.files import now_iso
 from orchestrator.store.portfolio import Portfolio
@@ -47,7 +49,8 @@ def _design_of(
     kept = {c for c, it in p.items.items() if it.id in carried}
     if len(set(apart)) >= len(p.runnable):
         apart.clear()
-    chosen = design(p.grid, p.runnable, portfolio.of(p.mode, p.impl), kept, spec.search.design, apart)
+    size = design_size(spec.search.design, len(p.runnable))
+    chosen = design(p.grid, p.runnable, portfolio.of(p.mode, p.impl), kept, size, apart)
     apart += [*kept, *chosen.configs]
     return chosen
 
@@ -96,7 +99,7 @@ def design_round(spec: SweepSpec, items: list[WorkItem], carried: set[int], port
         "portfolio": _portfolio_record(portfolio),
     }
     log.info(
-        "search round 1: %d items (%d problems, design of %d configs each)",
+        "search round 1: %d items (%d problems, design of up to %d configs each)",
         len(round_items),
         len(states),
         spec.search.design,

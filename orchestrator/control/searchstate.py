@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.planning import RUN, WorkItem
-from orchestrator.planning.search import Config, Grid, Problem, Timed, predicted, ranked, search_round, timed
+from orchestrator.planning.search import Grid, Problem, ranked, search_round
+from orchestrator.planning.searchmodel import Config, Timed, predicted, timed
 from orchestrator.spec.records import problem_key
 from orchestrator.store.partials import read_partial
 from orchestrator.store.searchrounds import ProblemState

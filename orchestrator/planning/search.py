@@ -11,20 +11,24 @@ by the planner of round 1 (``control.searchplan``: the design) and of every late
   values in order. Nothing here names a field, so a new implementation's tunables are new axes.
 - Round 1 (``design``): the portfolio first (the configs that won the most problems of earlier
   documents of the same implementation and device kind, ``ranked``), then a space-filling
-  choice over the grid (``space_filling``), until the problem has ``search.design`` configs;
+  choice over the grid (``space_filling``), until the problem has ``search.design`` configs,
+  or one in ``DESIGN_SHARE`` of those it can run where that is fewer (``design_size``);
   carried (reused) records count as measured. Among equally spread choices a problem takes
   the configs the problems of its grid before it left out, so that together they cover the
   grid: what one of them finds, the others try in round 2.
 - Each later round (``next_configs``): the configs that won other problems of the sweep so far,
   then the grid neighbours (one step along one axis) of the problem's leaders (``leaders``: its
   best and the configs whose q1-q3 overlaps the best's, at most ``search.leaders``), each not
-  measured before; of those, the ones the other problems found fastest first (``predicted``:
-  how much slower than their own best the problems of its mode and implementation measured a
-  config, weighted by how alike their timings are to the problem's; one no other problem
-  measured counts as a best), at most ``search.per_round`` and what ``search.budget`` leaves.
+  measured before: first, of every leader, the step along each axis that the problem's own
+  timings lean to (``searchmodel.leanings``), then the other steps. Of those, the ones the
+  other problems found fastest first (``searchmodel.predicted``: how much slower than their own
+  best the problems of its mode and implementation measured a config, weighted by how alike
+  their timings are to the problem's; one no other problem measured counts as a best), at most
+  ``search.per_round`` and what ``search.budget`` leaves.
   A capped round (``per_round`` set) skips a config the alike problems measured more than
-  ``UNLIKELY`` slower than their best (``promising``): the family's model ends a problem whose
-  every candidate it rates that slow.
+  ``searchmodel.UNLIKELY`` slower than their best, or slower than the problem's own leader
+  where they measured that too (``searchmodel.promising``): the family's model ends a problem
+  whose leader it rates at least as fast as every candidate.
   This is where the problems learn from each other: a neighbour that was slow wherever it was
   measured waits behind those that were fast or never tried. A problem none of whose configs
   has a time yet (all failed) gets another space-filling design instead of neighbours.
@@ -46,11 +50,11 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.planning.searchmodel import Config, Timed, leanings, promising
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.search_section import SearchSettings
 
 SEARCH = "search"  # timing.strategy
-Config = tuple[Any, ...]  # a config's values, in the order of its grid's axes
 
 # Why a problem's search measures nothing more (``step``).
 SEARCHING, IMPROVED_NOTHING, BUDGET, ROUNDS, EXHAUSTED = "searching", "converged", "budget", "max_rounds", "exhausted"
@@ -96,41 +100,21 @@ class Grid:
         )
 
     def neighbours(self, config: Config) -> list[Config]:
-        """The planned configs one step along one axis from ``config``, axis by axis, the
-        lower step first."""
+        """The planned configs one step along one axis from ``config``, axis by axis, the lower
+        step first."""
+        return [c for ways in self.steps(config) for c in ways]
+
+    def steps(self, config: Config, lean: Mapping[tuple[int, Any], float] | None = None) -> list[list[Config]]:
+        """``neighbours`` axis by axis; with ``lean`` (``searchmodel.leanings``), along each axis
+        the step to the value it rates faster first (a tie: the lower)."""
         out = []
         for i, (axis, places) in enumerate(zip(self.values, self._places, strict=True)):
             k = places[config[i]]
-            for j in (k - 1, k + 1):
-                if 0 <= j < len(axis):
-                    other = (*config[:i], axis[j], *config[i + 1 :])
-                    if other in self._planned:
-                        out.append(other)
+            ways = [(*config[:i], axis[j], *config[i + 1 :]) for j in (k - 1, k + 1) if 0 <= j < len(axis)]
+            if lean is not None:
+                ways.sort(key=lambda c: lean.get((i, c[i]), 0.0))
+            out.append([c for c in ways if c in self._planned])
         return out
-
-
-@dataclass(frozen=True)
-class Timed:
-    """A config timed in full: its median and the q1-q3 spread it was measured with (ms)."""
-
-    config: Config
-    median_ms: float
-    q1_ms: float
-    q3_ms: float
-
-
-def timed(config: Config, rec: Mapping[str, Any]) -> Timed | None:
-    """A record as a ``Timed``: None for an error, a screen, or a record without a median."""
-    if "error" in rec or rec.get("screened"):
-        return None
-    try:
-        m = float(rec["median_ms"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    q1, q3 = rec.get("q1_ms", m), rec.get("q3_ms", m)
-    low = float(q1) if isinstance(q1, (int, float)) and math.isfinite(q1) else m
-    high = float(q3) if isinstance(q3, (int, float)) and math.isfinite(q3) else m
-    return Timed(config, m, min(low, m), max(high, m))
 
 
 def ranked(wins: Iterable[Config]) -> list[Config]:
@@ -176,6 +160,19 @@ def space_filling(
         for seen, v in zip(covered, best, strict=True):
             seen.add(v)
     return picked
+
+
+# Round 1 measures at most one config in this many of those a problem can run: the share the
+# default design (6) takes of the reference grid (48 to 54 configs). A smaller grid needs fewer
+# configs to cover its axes' values, and its later rounds' neighbours reach more of it.
+DESIGN_SHARE = 8
+
+
+def design_size(size: int, runnable: int) -> int:
+    """How many configs round 1 measures of a problem that can run ``runnable`` configs:
+    ``size`` (``search.design``), or one in ``DESIGN_SHARE`` of them where that is fewer (at
+    least 2)."""
+    return min(size, max(2, math.ceil(runnable / DESIGN_SHARE)))
 
 
 @dataclass(frozen=True)
@@ -230,50 +227,6 @@ def improved(new: Sequence[Timed], before: Sequence[Timed]) -> bool:
     return min(t.median_ms for t in new) < old.q1_ms
 
 
-# How alike two problems' timings must be for one to speak for the other: a problem whose
-# slowdowns differ from another's by this much (log of the median ratio, about 10%) on average
-# over the configs both measured weighs 1/e of one that agrees exactly.
-ALIKE = 0.1
-
-
-def slowdowns(times: Iterable[Timed]) -> dict[Config, float]:
-    """Each config's slowdown against the fastest of ``times``: log(median / best median)."""
-    listed = list(times)
-    best = min((t.median_ms for t in listed), default=None)
-    if best is None or best <= 0:
-        return {}
-    return {t.config: math.log(t.median_ms / best) for t in listed if t.median_ms > 0}
-
-
-def predicted(own: Iterable[Timed], others: Iterable[Iterable[Timed]]) -> dict[Config, float]:
-    """What the other problems (``others``: their full timings) say of each config: its slowdown
-    on them (``slowdowns``), averaged with each problem weighted by how alike its slowdowns are
-    to ``own``'s on the configs both measured (exp(-mean |difference| / ``ALIKE``); a problem
-    with none in common weighs 1). A config none of them measured is absent."""
-    mine = slowdowns(own)
-    sums: dict[Config, list[float]] = {}
-    for theirs in map(slowdowns, others):
-        both = [c for c in mine if c in theirs]
-        weight = math.exp(-sum(abs(mine[c] - theirs[c]) for c in both) / len(both) / ALIKE) if both else 1.0
-        for c, slow in theirs.items():
-            acc = sums.setdefault(c, [0.0, 0.0])
-            acc[0] += weight * slow
-            acc[1] += weight
-    return {c: total / weight for c, (total, weight) in sums.items() if weight > 0}
-
-
-# A config the problems alike measured this much slower than their best (log of the median
-# ratio, about 10%), weighted as ``predicted`` weighs them, is not worth a capped round: the
-# family's model says it will not win. One no other problem measured is always worth it.
-UNLIKELY = 0.1
-
-
-def promising(configs: Iterable[Config], outlook: Mapping[Config, float] | None) -> set[Config]:
-    """The configs the other problems' slowdowns (``predicted``) leave within ``UNLIKELY`` of a best."""
-    said = outlook or {}
-    return {c for c in configs if said.get(c, 0.0) <= UNLIKELY}
-
-
 def next_configs(
     grid: Grid,
     runnable: Collection[Config],
@@ -282,13 +235,21 @@ def next_configs(
     winners: Sequence[Config],
     room: int | None,
     outlook: Mapping[Config, float] | None = None,
+    lean: Mapping[tuple[int, Any], float] | None = None,
 ) -> list[Config]:
     """What a problem measures next: the other problems' winners (``winners``, in their order),
-    then each leader's neighbours, none measured before, reordered by ``outlook`` (``predicted``:
-    the least slowdown first, one it says nothing of as a best; a tie keeps that order), at
-    most ``room`` (None: no cap)."""
+    then each leader's neighbours (with ``lean``, ``searchmodel.leanings``: first the step each
+    axis leans to, of every leader, then the other steps), none measured before, reordered by
+    ``outlook`` (``predicted``: the least slowdown first, one it says nothing of as a best; a
+    tie keeps that order), at most ``room`` (None: no cap)."""
+    steps = [grid.steps(lead, lean) for lead in leads]
+    near = [c for axes in steps for ways in axes for c in ways]
+    if lean is not None:
+        near = [ways[0] for axes in steps for ways in axes if ways] + [
+            c for axes in steps for ways in axes for c in ways[1:]
+        ]
     out: dict[Config, None] = {}
-    for c in (*winners, *(n for lead in leads for n in grid.neighbours(lead))):
+    for c in (*winners, *near):
         if c in runnable and c not in measured:
             out[c] = None
     said = outlook or {}
@@ -326,8 +287,8 @@ def step(
     on (``SEARCHING``) or why its search ended (the other reasons above; a converged one still
     measures the other problems' winners it has not, ``winners``, and no neighbours). ``outlook``
     is what the other problems say of its configs (``predicted``); with ``per_round`` set, the
-    configs it rates slow (``promising``) are left out, and a problem none of whose candidates
-    is left ends as exhausted."""
+    configs it rates slow, or slower than the problem's best (``promising``), are left out, and
+    a problem none of whose candidates is left ends as exhausted."""
     if last >= settings.max_rounds:
         return [], ROUNDS
     room = None if settings.budget is None else settings.budget - len(problem.measured)
@@ -335,13 +296,17 @@ def step(
         return [], BUDGET
     if settings.per_round is not None:
         room = settings.per_round if room is None else min(room, settings.per_round)
-    can = set(problem.runnable) if settings.per_round is None else promising(problem.runnable, outlook)
+    best = problem.best()
+    lead = None if best is None else best.config
+    can = set(problem.runnable) if settings.per_round is None else promising(problem.runnable, outlook, lead)
     if last > 1 and not improved(problem.rounds.get(last, ()), problem.times(before=last)):
         # its climb ended, but what other problems won since may lie beyond its neighbourhood
         # (another hill): measured here, one faster beyond the noise starts the climb again
         return next_configs(problem.grid, can, problem.measured, [], winners, room, outlook), IMPROVED_NOTHING
     leads = [t.config for t in leaders(problem.times(), settings.leaders)]
-    configs = next_configs(problem.grid, can, problem.measured, leads, winners, room, outlook)
+    configs = next_configs(
+        problem.grid, can, problem.measured, leads, winners, room, outlook, leanings(problem.times())
+    )
     if not leads:  # nothing timed yet: cover more of the grid instead of climbing it
         left = [c for c in problem.runnable if c not in problem.measured and c not in configs]
         more = space_filling(problem.grid, left, [*problem.measured, *configs], settings.design)

@@ -19,7 +19,8 @@ class SearchSettings(SpecModel):
         default=6,
         ge=1,
         description="round 1: forced configs per problem, carried ones included: the configs that won the most "
-        "problems in the reuse documents (the portfolio), filled up by a space-filling choice over the grid",
+        "problems in the reuse documents (the portfolio), filled up by a space-filling choice over the grid; at "
+        "most one in 8 of the configs a problem can run (at least 2)",
     )
     budget: int | None = Field(
         default=None,

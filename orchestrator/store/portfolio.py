@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import ResultsError
-from orchestrator.planning.search import Config, ranked
+from orchestrator.planning.search import ranked
+from orchestrator.planning.searchmodel import Config
 from orchestrator.spec.records import DEFAULT_IMPL, config_fields, problem_key
 from orchestrator.store.document import paused_gc, scan
 from orchestrator.store.reuse import document_env
