@@ -29,12 +29,12 @@ from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitS
 from orchestrator.control.status_text import format_duration, format_status
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
 from orchestrator.planning.search import SEARCH
+from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.searchrounds import read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
-from orchestrator.store.target import final_merge
 
 __all__ = [
     "ACTIVE",

@@ -9,7 +9,7 @@ Layout::
     done/<id>.json      completion marker, written atomically at the end of a unit
     env.json            environment fingerprint of the first worker (later ones must match)
     jobs.jsonl          submission history (executor, job ids, attempt)
-    final-merge.json    what the final merge job did last (merged, or refused and why; see target)
+    final-merge.json    what the final merge job did last (merged, or refused and why; see final_merge)
     round2.json         halving: what round 2 kept (store.round2)
     tokamax-grid.json   a "tokamax" grid's configs per problem, as planned (store.tokamax_lists)
     search/             a search's rounds (store.searchrounds)
@@ -30,12 +30,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from orchestrator.errors import MismatchError, SweepDirError
-from orchestrator.planning import Unit, WorkItem, expand
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
-from orchestrator.store import lowering, tokamax_lists
 from orchestrator.store.files import (
     atomic_open,
     atomic_write_json,
@@ -46,6 +44,9 @@ from orchestrator.store.files import (
     temp_path,
 )
 from orchestrator.store.sweep_paths import file_given
+
+if TYPE_CHECKING:  # the planner loads when the items are first expanded: status and merge never do
+    from orchestrator.planning import Unit, WorkItem
 
 # the file helpers live in ``files``; importable from here too, where the rooms above have them
 __all__ = [
@@ -243,6 +244,9 @@ class SweepDir:
         """The sweep's items in plan order (re-expanded from the frozen spec), with pre-flight
         lowering's verdicts applied (``store.lowering``: what it refused is pruned)."""
         if self._items is None:
+            from orchestrator.planning import expand
+            from orchestrator.store import lowering, tokamax_lists
+
             tokamax_lists.load(self.root, self.spec)  # a "tokamax" grid's lists as they were planned
             items = expand(self.spec)
             target = self.spec.kernel.target.name
@@ -291,6 +295,8 @@ class SweepDir:
         )
 
     def unit_items(self, unit_id: str) -> list[WorkItem]:
+        from orchestrator.store import tokamax_lists
+
         data = read_json(self.unit_path(unit_id), f"unit file of unit {unit_id}")
         items = self.items()
         out = []
