@@ -35,6 +35,7 @@ from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.searchrounds import read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
+from orchestrator.store.tally import Book
 
 __all__ = [
     "ACTIVE",
@@ -148,10 +149,11 @@ def _progress(
     mtimes: dict[str, float | None] = {}
     notes: dict[str, str] = {}
     fingerprint, env = sd.spec.fingerprint(), sd.recorded_env()
+    book = Book(sd.root)
     for entry in index:
         uid = entry["id"]
         total = entry["n_items"]
-        c = count_unit(sd, uid, total, uid in markers, fingerprint, env)
+        c = count_unit(sd, uid, total, uid in markers, fingerprint, env, book)
         job = hist.latest.get(uid)
         u = UnitStatus(
             id=uid,
@@ -177,6 +179,7 @@ def _progress(
             notes[uid] = c.detail
         mtimes[uid] = mtime
         st.units.append(u)
+    book.save()  # the next status, in any process, reads only what the partials gain meanwhile
     return mtimes, notes
 
 

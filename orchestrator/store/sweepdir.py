@@ -17,6 +17,7 @@ Layout::
     logs/units/<id>.log one per unit: its workers' output on SLURM (a task runs several)
     leases/<id>.lease   held by the live worker of a unit (see leases); run.lease: `tilesweep run`
     merge-cache/        partials parsed for merging (derived; safe to delete, see mergecache)
+    status-tally.json   what the last status counted of unfinished partials (derived; safe to delete, see tally)
     quarantine/         partials the merger refused to merge, moved aside (see quarantine)
 
 Files that several processes may write (units.json, env.json, markers, the results
