@@ -26,7 +26,7 @@ from typing import Any
 from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
-from orchestrator.control.status_text import format_duration, format_status
+from orchestrator.control.status_text import format_duration, format_status, status_json
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
 from orchestrator.planning.search import SEARCH
 from orchestrator.store.final_merge import final_merge
@@ -49,6 +49,7 @@ __all__ = [
     "format_status",
     "read_history",
     "slurm_state",
+    "status_json",
     "sweep_status",
 ]
 
