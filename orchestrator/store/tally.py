@@ -7,10 +7,8 @@ complete lines say never changes while the file is the same file: the tally keep
 what those lines said (their records' ids and whether each is an error, the worker headers,
 whether the file is foreign) and the offset after them, and the next count classifies only
 what follows. Each line is classified by the one classifier every reader uses
-(``partials.classify``), so the tally and ``read_partial`` agree on every line; start lines,
-about half of a partial's lines, say nothing a count keeps, and where every one of them is a
-start line as the worker writes it (``partials.starts_checked``, the merger's own test) they
-are passed over unparsed. An unfinished last line is classified each time and never kept.
+(``partials.classify``), so the tally and ``read_partial`` agree on every line. An unfinished
+last line is classified each time and never kept.
 
 A tally is dropped, and the file read from its start, when the path is another file (another
 inode), is shorter than when it was counted, was written without growing (same size, another
@@ -43,12 +41,10 @@ from orchestrator.store.partials import (
     classify,
     iter_lines,
     read_header,
-    starts_checked,
 )
 
 # Partials tallied at most (one sweep's running units fit many times over); the oldest go first.
 MAX_TALLIES = 20_000
-_START = b'{"start":'
 
 # A line's length (newline included) and digest: enough to tell a line from the one counted.
 Seal = tuple[int, str]
@@ -217,16 +213,12 @@ def _still_valid(tally: Tally | None, f: BinaryIO, st: os.stat_result) -> Tally 
 def _advance(tally: Tally, data: bytes, path: str) -> Line | None:
     """Classify the complete lines of ``data`` (what follows ``tally.offset``) into ``tally``;
     return the unfinished last line's classification (None: there is none)."""
-    base, first_no = tally.offset, tally.lineno
+    base = tally.offset
     if tally.foreign is not None:
         _to_last_newline(tally, data, base)
         return None
-    skip_starts = bool(tally.headers) and starts_checked(data)
     last = -1  # where the last complete line read now starts in ``data``
-    for lineno, end, raw, terminated in iter_lines(data, first_no):
-        if skip_starts and terminated and lineno != first_no and raw.startswith(_START):
-            tally.offset, tally.lineno, last = base + end, lineno + 1, end - len(raw) - 1
-            continue
+    for lineno, end, raw, terminated in iter_lines(data, tally.lineno):
         line = classify(raw, terminated, bool(tally.headers), tally.items)
         kind, reason, iid, _, body = line
         if kind == VERSION:
@@ -241,7 +233,6 @@ def _advance(tally: Tally, data: bytes, path: str) -> Line | None:
             tally.records[iid] = "error" in body
         elif kind == HEADER and body is not None:
             tally.headers.append(read_header(body, lineno))
-            skip_starts = skip_starts or starts_checked(data)
         elif kind == FOREIGN:
             tally.foreign = f"line {lineno}: {reason}"
             tally.records.clear()
