@@ -119,6 +119,6 @@ def _valid(e: dict[str, Any]) -> bool:
         and type(headers) is list
         and all(type(h) is dict and _int(h.get("line")) for h in headers)
         and type(records) is dict
-        and all(type(v) is bool for v in records.values())
+        and {*map(type, records.values())} <= {bool}
         and isinstance(e.get("foreign"), (str, type(None)))
     )
