@@ -11,8 +11,9 @@ asked once per call, by array id, whatever the number of units).
 Times (each a median of ``--runs``, but for the first):
 
 - ``status_10k_units_s``: ``sweep_status`` plus the text rendering, in this process, asked
-  again and again as ``wait`` and ``run``'s progress line ask: a running unit's partial is
-  read from where the last count stopped (``store.tally``), here nothing was appended since;
+  again and again as ``wait`` and ``run``'s progress line ask (and as the command does, leaving
+  the tally file): a running unit's partial is read from where the last count stopped
+  (``store.tally``), here nothing was appended since;
 - ``status_10k_units_first_s``: the first of those, with no tally file in the sweep directory,
   which reads the 800 unfinished partials whole (and leaves the tally file);
 - ``status_10k_units_cli_s``: the whole ``tilesweep status DIR`` command in a new process
@@ -124,7 +125,7 @@ def _in_process(sd_root: Path, runs: int) -> tuple[list[float], str]:
     tally_path(sd_root).unlink(missing_ok=True)
     for _ in range(runs):
         t = time.perf_counter()
-        st = sweep_status(SweepDir.open(sd_root), query_slurm=False)
+        st = sweep_status(SweepDir.open(sd_root), query_slurm=False, keep_tally=True)
         text = format_status(st)
         times.append(time.perf_counter() - t)
     return times, text

@@ -293,7 +293,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from orchestrator.store.sweepdir import SweepDir
 
     sd = SweepDir.open(args.sweep_dir)
-    st = sweep_status(sd)
+    st = sweep_status(sd, keep_tally=True)
     if args.json:
         print(status_json(st))
     else:

@@ -14,10 +14,10 @@ A tally is dropped, and the file read from its start, when the path is another f
 inode), is shorter than when it was counted, was written without growing (same size, another
 mtime), or its first line or the last line counted differ (a file copied over in place).
 
-A process keeps its tallies in memory; a status also leaves them in the sweep directory
-(``tally_file``: a ``Book`` reads them where this process holds none and writes back what it
-counted), so the next ``tilesweep status``, a new process, starts from there too. An entry of
-the file is held to the same checks before it is used.
+A process keeps its tallies in memory; the ``tilesweep status`` command also leaves them in the
+sweep directory (``tally_file``: a ``Book`` reads them where this process holds none, and
+writes back what the status counted), so the next status, a new process, starts from there
+too. An entry of the file is held to the same checks before it is used.
 """
 
 from __future__ import annotations
@@ -114,7 +114,10 @@ class Book:
     def save(self) -> None:
         """Leave what this status counted (the unfinished partials only) in the tally file."""
         stamps = {u: t.stamp() for u, t in self.counted.items()}
-        if _SAVED.get(self.root) == stamps:
+        known = _SAVED.get(self.root)
+        if known is None and not stamps and not tally_file.tally_path(self.root).exists():
+            return  # nothing counted, nothing to replace
+        if known == stamps:
             return
         if tally_file.write(self.root, {u: _to_entry(t) for u, t in self.counted.items()}):
             _SAVED[self.root] = stamps

@@ -1,6 +1,6 @@
-"""``SWEEP/status-tally.json``: what the last status counted of each unfinished partial, so a
-status asked from a new process (every ``tilesweep status`` command) reads only the bytes the
-partials gained since (``tally``).
+"""``SWEEP/status-tally.json``: what the last ``tilesweep status`` counted of each unfinished
+partial, so a status asked from a new process (every ``tilesweep status`` command, and the first
+count of ``wait``) reads only the bytes the partials gained since (``tally``).
 
 Per partial (keyed by its unit): its identity when counted (device and inode, size, mtime),
 the offset and line number after its last complete line, the length and digest of its first
