@@ -11,16 +11,22 @@ asked once per call, by array id, whatever the number of units).
 Times (each a median of ``--runs``, but for the first):
 
 - ``status_10k_units_s``: ``sweep_status`` plus the text rendering, in this process, asked
-  again and again as ``wait`` and ``run``'s progress line ask: a running unit's partial is
-  read from where the last count stopped (``store.tally``), here nothing was appended since;
-- ``status_10k_units_first_s``: the first of those, which reads the 800 unfinished partials
-  whole (what every ``tilesweep status`` command, a new process, does);
+  again and again as ``wait`` and ``run``'s progress line ask (and as the command does, leaving
+  the tally file): a running unit's partial is read from where the last count stopped
+  (``store.tally``), here nothing was appended since;
+- ``status_10k_units_first_s``: the first of those, with no tally file in the sweep directory,
+  which reads the 800 unfinished partials whole (and leaves the tally file);
 - ``status_10k_units_cli_s``: the whole ``tilesweep status DIR`` command in a new process
-  (interpreter start and imports included);
-- ``status_10k_units_json_cli_s``: the same with ``--json`` (every unit listed).
+  (interpreter start and imports included), with the tally file the status before it left
+  (``store.tally_file``), here nothing appended since: what a user asking again sees;
+- ``status_10k_units_json_cli_s``: the same with ``--json`` (every unit listed);
+- ``status_10k_units_cold_cli_s``: the command with the tally file deleted before each run: the
+  first status of a sweep from any process, which reads the unfinished partials whole.
 
 Status counts what merge would accept: a done unit costs a stat and its small marker, the 800
-unfinished units' partials are parsed with the merger's classifier (what the figure mostly is).
+unfinished units' partials are parsed with the merger's classifier (what the cold figures
+mostly are), or only what they gained since the tally file was written (nothing here: the
+figures leave out the lines a live sweep appends between two statuses, each read once).
 
 Run: ``.venv/bin/python -m bench.status [--units 10000] [--runs 5] [--dir DIR]``. The first
 run reads the partials from disk if the page cache lost them; the median is the warm figure.
@@ -44,6 +50,7 @@ from orchestrator.control.status import format_status, sweep_status
 from orchestrator.planning import RUN
 from orchestrator.store.sweepdir import SweepDir, now_iso
 from orchestrator.store.synthetic import build_sweep, million_spec, partial_lines
+from orchestrator.store.tally_file import tally_path
 
 ROOT = Path(__file__).resolve().parent.parent
 ITEMS_PER_UNIT = 100
@@ -112,20 +119,25 @@ def build(root: Path, n_units: int, seed: int = 0) -> SweepDir:
 
 
 def _in_process(sd_root: Path, runs: int) -> tuple[list[float], str]:
-    """The seconds of each of ``runs`` statuses in this process, in order, and the last text."""
+    """The seconds of each of ``runs`` statuses in this process, in order (the first with no tally
+    file), and the last text."""
     times, text = [], ""
+    tally_path(sd_root).unlink(missing_ok=True)
     for _ in range(runs):
         t = time.perf_counter()
-        st = sweep_status(SweepDir.open(sd_root), query_slurm=False)
+        st = sweep_status(SweepDir.open(sd_root), query_slurm=False, keep_tally=True)
         text = format_status(st)
         times.append(time.perf_counter() - t)
     return times, text
 
 
-def _median_cli(sd_root: Path, runs: int, *extra: str) -> float:
+def _median_cli(sd_root: Path, runs: int, *extra: str, cold: bool = False) -> float:
+    """The median seconds of ``runs`` status commands (``cold``: each with no tally file)."""
     env = {**os.environ, "TILESWEEP_SLURM_QUERIES": "0"}
     times = []
     for _ in range(runs):
+        if cold:
+            tally_path(sd_root).unlink(missing_ok=True)
         t = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "orchestrator", "status", str(sd_root), *extra],
@@ -159,6 +171,7 @@ def main() -> None:
         print(f"status_{label}_units_first_s={in_process[0]:.3f}")
         print(f"status_{label}_units_cli_s={_median_cli(root, args.runs):.3f}")
         print(f"status_{label}_units_json_cli_s={_median_cli(root, args.runs, '--json'):.3f}")
+        print(f"status_{label}_units_cold_cli_s={_median_cli(root, args.runs, cold=True):.3f}")
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)

@@ -64,7 +64,7 @@ def test_a_units_log_is_one_stream_header_first(sweep: Path) -> None:
     assert first.startswith("==> ") and first.endswith(".log <==") and second.endswith("jobs.attempt: line 0")
 
 
-@pytest.mark.parametrize("loaded", ["argparse", "tqdm", "orchestrator.spec.records"])
+@pytest.mark.parametrize("loaded", ["argparse", "pydantic", "orchestrator.spec.records"])
 def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path: Path, loaded: str) -> None:
     """Ctrl-C once the interpreter has imported ``loaded`` (Python says so on stderr with
     PYTHONPROFILEIMPORTTIME), while the command's modules are still loading."""

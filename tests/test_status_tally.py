@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,3 +81,98 @@ def _write_beside(path: Path, text: str) -> Path:
     other = path.with_suffix(".new")
     other.write_text(text)
     return other
+
+
+def _lines(sd: SweepDir, unit: str) -> list[str]:
+    """A worker's partial of ``unit``: its header, then a start and a record line per item, the
+    second item's record an error."""
+    rng = random.Random(1)
+    lines = [json.dumps(header(sd, unit, 1))]
+    for k, it in enumerate(sd.unit_items(unit)):
+        rec = {**it.record_fields(), "error": "RuntimeError: boom"} if k == 1 else record_for(it, rng)
+        lines += [json.dumps({"start": it.id, "attempt": 1}), json.dumps({"id": it.id, "attempt": 1, "record": rec})]
+    return lines
+
+
+def _cli_count(sd: SweepDir, unit: str) -> tuple[int, int | None, str]:
+    """``tilesweep status --json`` in a new process: the unit's records and errors, and stderr."""
+    r = run_cli("status", str(sd.root), "--json", env={"TILESWEEP_SLURM_QUERIES": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == json.dumps(json.loads(r.stdout), indent=1) + "\n"  # --json's layout: indent=1
+    counted = next(u for u in json.loads(r.stdout)["units"] if u["id"] == unit)
+    return counted["done"], counted["errors"], r.stderr
+
+
+def _fresh(path: Path) -> tuple[int, int]:
+    content = read_partial(path, warn=False)
+    return len(content.records), sum("error" in rec for _, rec in content.records.values())
+
+
+def test_status_in_a_new_process_starts_from_the_tally_file_and_counts_as_a_fresh_read(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """Each status command is a new process: it starts from what the last one left in the sweep
+    directory and reads only what the partial gained; a partial grown, rewritten in place
+    without growing, shrunk or replaced since is counted as a fresh read of it counts."""
+    sd = _sweep(tmp_path, write_spec)
+    unit = sd.unit_index()[0]["id"]
+    lines, path = _lines(sd, unit), sd.partial_path(unit)
+    half = len(lines) // 2
+    path.write_text("\n".join(lines[:half]) + "\n" + lines[half][:20])  # the last line torn mid-write
+    assert _cli_count(sd, unit) == (*_fresh(path), "")
+    assert (sd.root / "status-tally.json").is_file()
+    with open(path, "a") as f:
+        f.write(lines[half][20:] + "\n" + "\n".join(lines[half + 1 :]) + "\n")
+    assert _cli_count(sd, unit) == (*_fresh(path), "") == (len(sd.unit_items(unit)), 1, "")
+    record = 2  # the first item's record, a line in the middle of the file
+    iid = json.loads(lines[record])["id"]
+    rewritten = [*lines[:record], lines[record].replace(iid, iid[::-1]), *lines[record + 1 :]]  # same length
+    st = path.stat()
+    path.write_text("\n".join(rewritten) + "\n")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # rewritten in place, later
+    assert path.stat().st_size == st.st_size and path.stat().st_ino == st.st_ino
+    assert _cli_count(sd, unit) == (*_fresh(path), "") == (len(sd.unit_items(unit)) - 1, 1, "")
+    path.write_text("\n".join(lines[:5]) + "\n")  # shrunk
+    assert _cli_count(sd, unit) == (*_fresh(path), "") == (2, 1, "")
+    os.replace(_write_beside(path, "\n".join(rewritten[:7]) + "\n"), path)  # replaced: another inode
+    assert _cli_count(sd, unit) == (*_fresh(path), "") == (2, 1, "")
+
+
+def test_a_damaged_tally_file_is_ignored_with_one_warning_and_rewritten(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    sd = _sweep(tmp_path, write_spec)
+    unit = sd.unit_index()[0]["id"]
+    lines, path = _lines(sd, unit), sd.partial_path(unit)
+    path.write_text("\n".join(lines) + "\n")
+    tally = sd.root / "status-tally.json"
+    assert _cli_count(sd, unit) == (len(sd.unit_items(unit)), 1, "")
+    whole = tally.read_bytes()
+    entry = json.loads(whole)["partials"][unit]
+    for damaged in (
+        whole[: len(whole) // 2],  # cut short
+        json.dumps({"format": "tilesweep-status-tally", "version": 1, "partials": {unit: {**entry, "offset": "x"}}}),
+    ):
+        tally.write_bytes(damaged.encode() if isinstance(damaged, str) else damaged)
+        done, errors, stderr = _cli_count(sd, unit)
+        assert (done, errors) == (len(sd.unit_items(unit)), 1)
+        assert stderr.count("\n") == 1 and f"{tally} is damaged" in stderr and "recounts" in stderr
+        assert tally.read_bytes() == whole  # rewritten: the next status starts from it again
+
+
+def test_status_of_a_read_only_sweep_directory_counts_without_its_tally_file(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    sd = _sweep(tmp_path, write_spec)
+    unit = sd.unit_index()[0]["id"]
+    lines, path = _lines(sd, unit), sd.partial_path(unit)
+    path.write_text("\n".join(lines[:5]) + "\n")
+    subprocess.run(["chattr", "+i", str(sd.root)], check=True)
+    try:
+        assert _cli_count(sd, unit) == (*_fresh(path), "") == (2, 1, "")
+    finally:
+        subprocess.run(["chattr", "-i", str(sd.root)], check=True)
+    assert not (sd.root / "status-tally.json").exists()
+    with open(path, "a") as f:
+        f.write("\n".join(lines[5:]) + "\n")
+    assert _cli_count(sd, unit) == (*_fresh(path), "") == (len(sd.unit_items(unit)), 1, "")

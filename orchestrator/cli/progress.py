@@ -21,9 +21,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import IO, Never
+from typing import IO, TYPE_CHECKING, Never
 
-from tqdm import tqdm
+if TYPE_CHECKING:  # loaded when a bar opens: a command that shows none (status) does not pay for it
+    from tqdm import tqdm
 
 
 class _Lines:
@@ -73,6 +74,8 @@ class Progress:
     def _open(self, done: int, extra: str) -> tqdm[Never]:
         """The bar, drawn at once with the first count. On a terminal that reports no width
         (some pseudo-terminals do) tqdm would draw nothing: 80 columns then."""
+        from tqdm import tqdm
+
         out, width = (self.stream if self.tty else _Lines(self.stream)), None
         if self.tty:
             try:

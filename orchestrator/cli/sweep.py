@@ -289,13 +289,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from orchestrator.control.status import format_status, sweep_status
+    from orchestrator.control.status import format_status, status_json, sweep_status
     from orchestrator.store.sweepdir import SweepDir
 
     sd = SweepDir.open(args.sweep_dir)
-    st = sweep_status(sd)
+    st = sweep_status(sd, keep_tally=True)
     if args.json:
-        print(json.dumps(st.to_json(), indent=1))
+        print(status_json(st))
     else:
         print(format_status(st))
     # 1: some units ended without finishing and nothing took their items over (resume does)

@@ -26,15 +26,16 @@ from typing import Any
 from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
-from orchestrator.control.status_text import format_duration, format_status
+from orchestrator.control.status_text import format_duration, format_status, status_json
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
 from orchestrator.planning.search import SEARCH
+from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.searchrounds import read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
-from orchestrator.store.target import final_merge
+from orchestrator.store.tally import Book
 
 __all__ = [
     "ACTIVE",
@@ -48,6 +49,7 @@ __all__ = [
     "format_status",
     "read_history",
     "slurm_state",
+    "status_json",
     "sweep_status",
 ]
 
@@ -59,9 +61,13 @@ def _mtime(path: str) -> float | None:
         return None
 
 
-def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView | None = None) -> SweepStatus:
+def sweep_status(
+    sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView | None = None, keep_tally: bool = False
+) -> SweepStatus:
     """The sweep's progress from its files; with the scheduler's view of its SLURM jobs when
-    ``view`` is given or ``query_slurm`` (one squeue + one sacct call in all)."""
+    ``view`` is given or ``query_slurm`` (one squeue + one sacct call in all). ``keep_tally``:
+    leave what was counted of the unfinished partials in the sweep directory's tally file for
+    the next status from any process (``tilesweep status`` does; every status reads it)."""
     hist = read_history(sd)
     st = SweepStatus(
         sweep_dir=str(sd.root),
@@ -78,7 +84,7 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
     holder = read_holder(run_lease_path(sd.root))
     st.runner_live = holder is not None and holder.live
     index = sd.unit_index()
-    mtimes, notes = _progress(sd, st, hist, index)
+    mtimes, notes = _progress(sd, st, hist, index, keep_tally)
     st.later_rounds = later_rounds(index)
     merge_ids = [str(m["job_id"]) for m in hist.merge_jobs]
     if view is None and query_slurm and (hist.slurm_jobs or merge_ids):
@@ -98,14 +104,23 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
         if not u.submitted and u.state in ACTIVE:
             u.detail = NOT_SUBMITTED[st.runner_live]
     _leases(sd, st)
-    final = final_merge(sd) if hist.merge_jobs else None
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
+    st.merge_jobs = _merge_jobs(sd, hist, view)
+    st.taken = now
+    return st
+
+
+def _merge_jobs(sd: SweepDir, hist: History, view: SchedulerView | None) -> list[dict[str, Any]]:
+    """The sweep's final merge jobs: what SLURM says of each, and why the one that refused did
+    (what it wrote in ``final-merge.json``)."""
+    final = final_merge(sd) if hist.merge_jobs else None
+    out = []
     for m in hist.merge_jobs:
         ts = view.get(str(m["job_id"])) if view is not None else None
         refused = final is not None and str(final.get("job_id")) == str(m["job_id"]) and not final.get("ok")
-        st.merge_jobs.append(
+        out.append(
             {
                 "job_id": str(m["job_id"]),
                 "state": ts.state if ts else None,
@@ -114,8 +129,7 @@ def sweep_status(sd: SweepDir, *, query_slurm: bool = True, view: SchedulerView 
                 "error": final.get("error") if refused and final else None,
             }
         )
-    st.taken = now
-    return st
+    return out
 
 
 REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
@@ -136,7 +150,7 @@ def later_rounds(index: list[UnitEntry]) -> dict[int, int]:
 
 
 def _progress(
-    sd: SweepDir, st: SweepStatus, hist: History, index: list[UnitEntry]
+    sd: SweepDir, st: SweepStatus, hist: History, index: list[UnitEntry], keep_tally: bool
 ) -> tuple[dict[str, float | None], dict[str, str]]:
     """Each unit's records and errors as merge would count them (``count_unit``) into
     ``st.units``; return when each unit last showed a sign of life (its partial or its log
@@ -148,10 +162,11 @@ def _progress(
     mtimes: dict[str, float | None] = {}
     notes: dict[str, str] = {}
     fingerprint, env = sd.spec.fingerprint(), sd.recorded_env()
+    book = Book(sd.root)
     for entry in index:
         uid = entry["id"]
         total = entry["n_items"]
-        c = count_unit(sd, uid, total, uid in markers, fingerprint, env)
+        c = count_unit(sd, uid, total, uid in markers, fingerprint, env, book)
         job = hist.latest.get(uid)
         u = UnitStatus(
             id=uid,
@@ -177,6 +192,8 @@ def _progress(
             notes[uid] = c.detail
         mtimes[uid] = mtime
         st.units.append(u)
+    if keep_tally:
+        book.save()  # the next status, in any process, reads only what the partials gain meanwhile
     return mtimes, notes
 
 

@@ -61,12 +61,13 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypedDict, cast
-
-import filelock
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from orchestrator.errors import LockTimeout, ResultsError
 from orchestrator.store.pidspace import host_identity, pid_alive, process_start
+
+if TYPE_CHECKING:  # loaded by the merge that takes a hard lock: readers of soft locks (status) never do
+    import filelock
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +343,8 @@ class MergeLock:
             self._lock = SoftLock(self.path, self.timeout)
             self._lock.acquire()
             return self
+        import filelock
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = filelock.FileLock(str(self.path), timeout=self.timeout)
         try:

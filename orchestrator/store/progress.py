@@ -23,7 +23,7 @@ from orchestrator.errors import PartialError
 from orchestrator.store.markers import read_marker, trusted_block
 from orchestrator.store.partials import check_headers
 from orchestrator.store.sweepdir import SweepDir
-from orchestrator.store.tally import count_partial
+from orchestrator.store.tally import Book, count_partial
 
 
 @dataclass
@@ -64,13 +64,20 @@ def _file_names(sd: SweepDir) -> tuple[str, str]:
 
 
 def count_unit(
-    sd: SweepDir, uid: str, total: int, has_marker: bool, fingerprint: str, env: Mapping[str, Any] | None
+    sd: SweepDir,
+    uid: str,
+    total: int,
+    has_marker: bool,
+    fingerprint: str,
+    env: Mapping[str, Any] | None,
+    book: Book | None = None,
 ) -> Counted:
     """A unit's progress as merge would see it. A marker that still matches its partial says it
     at the cost of one stat; otherwise the partial is read with the classifier every reader
     uses (``tally.count_partial``: only what was appended since its last count) and its
     headers checked as the merger checks them, so a torn line, an invalid one, or a partial
-    of another sweep is never counted."""
+    of another sweep is never counted. ``book``: the sweep's tally file, where another process
+    counted the partial before."""
     partial_file, marker_file = _file_names(sd)
     path = partial_file.replace(_UNIT, uid)
     st = _stat(path)
@@ -85,7 +92,7 @@ def count_unit(
     if st is None:
         return c
     try:
-        content = count_partial(path, sd.root, uid)
+        content = count_partial(path, sd.root, uid, book)
     except PartialError as exc:
         c.detail = f"its partial is not readable here: {exc.message}"
         return c

@@ -9,7 +9,7 @@ Layout::
     done/<id>.json      completion marker, written atomically at the end of a unit
     env.json            environment fingerprint of the first worker (later ones must match)
     jobs.jsonl          submission history (executor, job ids, attempt)
-    final-merge.json    what the final merge job did last (merged, or refused and why; see target)
+    final-merge.json    what the final merge job did last (merged, or refused and why; see final_merge)
     round2.json         halving: what round 2 kept (store.round2)
     tokamax-grid.json   a "tokamax" grid's configs per problem, as planned (store.tokamax_lists)
     search/             a search's rounds (store.searchrounds)
@@ -17,6 +17,7 @@ Layout::
     logs/units/<id>.log one per unit: its workers' output on SLURM (a task runs several)
     leases/<id>.lease   held by the live worker of a unit (see leases); run.lease: `tilesweep run`
     merge-cache/        partials parsed for merging (derived; safe to delete, see mergecache)
+    status-tally.json   what the last status counted of unfinished partials (derived; safe to delete, see tally)
     quarantine/         partials the merger refused to merge, moved aside (see quarantine)
 
 Files that several processes may write (units.json, env.json, markers, the results
@@ -30,12 +31,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from orchestrator.errors import MismatchError, SweepDirError
-from orchestrator.planning import Unit, WorkItem, expand
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
-from orchestrator.store import lowering, tokamax_lists
 from orchestrator.store.files import (
     atomic_open,
     atomic_write_json,
@@ -46,6 +46,15 @@ from orchestrator.store.files import (
     temp_path,
 )
 from orchestrator.store.sweep_paths import file_given
+
+_orjson: ModuleType | None
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+if TYPE_CHECKING:  # the planner loads when the items are first expanded (status never expands them)
+    from orchestrator.planning import Unit, WorkItem
 
 # the file helpers live in ``files``; importable from here too, where the rooms above have them
 __all__ = [
@@ -59,6 +68,18 @@ __all__ = [
     "remove_dead_temps",
     "temp_path",
 ]
+
+
+def _loads(line: bytes) -> Any:
+    """One line of jobs.jsonl (a line per job: 10,000s on a large sweep): orjson where installed,
+    the stdlib for what orjson refuses."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(line)
+        except ValueError:
+            pass
+    return json.loads(line)
+
 
 SWEEP_FILE = "sweep.json"
 FORMAT = "tilesweep-sweep"
@@ -243,6 +264,9 @@ class SweepDir:
         """The sweep's items in plan order (re-expanded from the frozen spec), with pre-flight
         lowering's verdicts applied (``store.lowering``: what it refused is pruned)."""
         if self._items is None:
+            from orchestrator.planning import expand
+            from orchestrator.store import lowering, tokamax_lists
+
             tokamax_lists.load(self.root, self.spec)  # a "tokamax" grid's lists as they were planned
             items = expand(self.spec)
             target = self.spec.kernel.target.name
@@ -291,6 +315,8 @@ class SweepDir:
         )
 
     def unit_items(self, unit_id: str) -> list[WorkItem]:
+        from orchestrator.store import tokamax_lists
+
         data = read_json(self.unit_path(unit_id), f"unit file of unit {unit_id}")
         items = self.items()
         out = []
@@ -318,10 +344,10 @@ class SweepDir:
         if not path.exists():
             return []
         out = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_bytes().splitlines():
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
+                out.append(_loads(line))
+            except ValueError:
                 continue  # a torn last line after a crash
         return out
 

@@ -32,13 +32,13 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store import keyindex
 from orchestrator.store.document import head_of, paused_gc, read_bytes, results_bounds, scan
-from orchestrator.store.files import atomic_write_json, now_iso, temp_path
+from orchestrator.store.files import atomic_write_json, temp_path
 from orchestrator.store.partials import UnitItems
 from orchestrator.store.provenance import attempts_of, blocks
 from orchestrator.store.segments import CACHE_DIR
@@ -210,22 +210,3 @@ def keep(stashed: Path, out: Path) -> Path:
     prev = prev_path(out)
     os.replace(stashed, prev)
     return prev
-
-
-# ---------------------------------------------------------------------------- the final merge job
-
-FINAL_MERGE_FILE = "final-merge.json"
-
-
-def record_final_merge(sd: SweepDir, result: dict[str, Any]) -> None:
-    """What the final merge job did (``SWEEP/final-merge.json``), so ``status`` can say why it
-    failed in one line instead of pointing at its log."""
-    atomic_write_json(sd.root / FINAL_MERGE_FILE, {**result, "finished": now_iso()}, indent=1)
-
-
-def final_merge(sd: SweepDir) -> dict[str, Any] | None:
-    try:
-        data = json.loads((sd.root / FINAL_MERGE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -232,7 +232,7 @@ class MergeTask(submitit.helpers.Checkpointable):
         """Merge, write the page when the spec asks, and record what was done (``final-merge.json``)."""
         from orchestrator.control.sweeps import merge_sweep
         from orchestrator.errors import TilesweepError
-        from orchestrator.store.target import record_final_merge
+        from orchestrator.store.final_merge import record_final_merge
 
         job = os.environ.get("SLURM_JOB_ID")
         try:
