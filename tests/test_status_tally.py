@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from orchestrator.control.status import sweep_status
 from orchestrator.store.partials import read_partial
@@ -167,12 +171,32 @@ def test_status_of_a_read_only_sweep_directory_counts_without_its_tally_file(
     unit = sd.unit_index()[0]["id"]
     lines, path = _lines(sd, unit), sd.partial_path(unit)
     path.write_text("\n".join(lines[:5]) + "\n")
-    subprocess.run(["chattr", "+i", str(sd.root)], check=True)
-    try:
+    with _read_only(sd.root):
         assert _cli_count(sd, unit) == (*_fresh(path), "") == (2, 1, "")
-    finally:
-        subprocess.run(["chattr", "-i", str(sd.root)], check=True)
     assert not (sd.root / "status-tally.json").exists()
     with open(path, "a") as f:
         f.write("\n".join(lines[5:]) + "\n")
     assert _cli_count(sd, unit) == (*_fresh(path), "") == (len(sd.unit_items(unit)), 1, "")
+
+
+@contextmanager
+def _read_only(directory: Path) -> Iterator[None]:
+    """``directory`` made read-only for the status command: by its mode for a user, by the
+    immutable attribute for root (whom modes do not stop)."""
+    if os.geteuid() != 0:
+        mode = directory.stat().st_mode
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(mode)
+        return
+    if shutil.which("chattr") is None:
+        pytest.skip("root cannot make a directory read-only here: chattr (e2fsprogs) is not installed")
+    made = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"root cannot make {directory} read-only here (chattr: {made.stderr.strip()})")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
