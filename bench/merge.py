@@ -47,7 +47,7 @@ figure a line::
     remerge_vs_floor=X
     merge_peak_mem_vs_doc=X
     merge_peak_mem_vs_doc_noindex=X
-    merge_check_cpu_s: parse=X classify=X layout=X id=X unit=X encode=X starts=X
+    merge_check_cpu_s: parse=X classify=X layout=X id=X unit=X encode=X starts=X judge=X
 
 ``merge_vs_floor`` is of wall seconds, ``merge_vs_floor_cpu`` of the same runs' CPU seconds (the
 floor's: its read and the writer it chose), which the other engineers' load on a shared machine
@@ -275,7 +275,7 @@ def main() -> None:
         print(f"merge_peak_mem_vs_doc={statistics.median(first['mem']):.3f}")
         print(f"merge_peak_mem_vs_doc_noindex={first['bare'][0]:.3f}")
         checks = _child(["checks", str(root)])
-        keys = ("parse", "classify", "layout", "id", "unit", "encode", "starts")
+        keys = ("parse", "classify", "layout", "id", "unit", "encode", "starts", "judge")
         steps = " ".join(f"{k}={checks[k]:.2f}" for k in keys)
         print(f"merge_check_cpu_s: {steps} (each alone over {checks['records']} records; bench/merge_checks.py)")
     finally:

@@ -12,10 +12,14 @@ floor has it). Steps:
 - ``encode``: the record texts (``texts.record_texts``, one call per partial), which the
   floor's writer also does in its own way;
 - ``starts``: every partial's start lines checked at once (``partials.starts_checked``), which
-  the merger does instead of classifying each (``classify`` above parses them too).
+  the merger does instead of classifying each (``classify`` above parses them too);
+- ``judge``: what the merger does per record line instead of ``classify``: the record lines
+  judged in bulk (``recordlines.judge``: the parse, the layout by its key tuple, the value types,
+  mode and config kind, the id and the unit in one pass; ``classify`` only for what it leaves).
 
-The sum is more than the merge pays for them together (``classify`` holds three of them), and
-leaves out what is not per record: reading files, the merge cache, ordering, the write.
+The sum is more than the merge pays for them together (``classify`` and ``judge`` each hold the
+parse, layout, id and unit checks), and leaves out what is not per record: reading files, the
+merge cache, ordering, the write.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def child_checks(sweep: str) -> dict[str, Any]:
     from orchestrator.spec.records import record_id
     from orchestrator.store.layouts import check_layout
     from orchestrator.store.partials import UnitItems, classify, loads, starts_checked
+    from orchestrator.store.recordlines import RECORD_PREFIX, judge
     from orchestrator.store.texts import record_texts
 
     gc.disable()
@@ -42,6 +47,7 @@ def child_checks(sweep: str) -> dict[str, Any]:
     lines = [line for ls in units.values() for line in ls if line]
     records = {u: [loads(line) for line in ls if line.startswith(b'{"id":')] for u, ls in units.items()}
     recs = [obj["record"] for objs in records.values() for obj in objs]
+    at = {u: [k for k, line in enumerate(ls) if line.startswith(RECORD_PREFIX)] for u, ls in units.items()}
 
     def classified() -> None:
         for u, ls in units.items():
@@ -64,6 +70,7 @@ def child_checks(sweep: str) -> dict[str, Any]:
         "unit": in_units,
         "encode": lambda: [record_texts([obj["record"] for obj in objs]) for objs in records.values()],
         "starts": lambda: [starts_checked(b"\n".join(ls)) for ls in units.values()],
+        "judge": lambda: [judge(ls, at[u], items[u].positions) for u, ls in units.items()],
     }
     out: dict[str, Any] = {"records": len(recs)}
     for name, step in steps.items():

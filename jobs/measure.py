@@ -22,8 +22,8 @@ from kernels.config import AttentionConfig
 from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.planning import WorkItem
 from orchestrator.planning.halving import Measurement
+from orchestrator.spec.errorkinds import CRASHED_ERROR, TIMEOUT_ERROR
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.records import CRASHED_ERROR, TIMEOUT_ERROR
 from orchestrator.store.lowering import Verdict
 
 log = logging.getLogger(__name__)

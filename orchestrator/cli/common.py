@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator import PROG
 from orchestrator.cli.progress import Progress
-from orchestrator.spec.records import RETRY_KINDS
+from orchestrator.spec.errorkinds import RETRY_KINDS
 
 if TYPE_CHECKING:
     from orchestrator.control.reuseplan import ReuseRequest

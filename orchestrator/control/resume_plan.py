@@ -114,11 +114,11 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
 def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: str | None = None) -> ResumePlan:
     """Every planned item without a record in any partial, and every survivor of round 2
     without a record timed in full, less those of units still pending or running (unless
-    ``force``); with ``retry`` (``records.RETRY_KINDS``) also the measured
+    ``force``); with ``retry`` (``errorkinds.RETRY_KINDS``) also the measured
     items whose newest record is an error of that kind (``plan.retry``; never one the plan
     decides: pruned or invalid). Refuses partials of another spec or environment."""
     from orchestrator.planning import RUN
-    from orchestrator.spec.records import retried
+    from orchestrator.spec.errorkinds import retried
 
     plan = ResumePlan()
     recorded = _read_partials(sd, plan)

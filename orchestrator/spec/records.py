@@ -212,11 +212,12 @@ def item_id(rec: Mapping[str, Any]) -> str:
 def id_getter(mode: str, config: str) -> Callable[[Mapping[str, Any]], str]:
     """``item_id`` of records of one mode and config kind, fast (the merger checks a million
     ids): the fields read at C speed, spelled by one %-format (``%s`` spells ints and strings as
-    ``id_prefix``'s f-string does), and the identity part hashed once for all the configs of one
-    problem (its hash state copied for each). Byte for byte ``item_id``'s for a record whose
-    values are of the layout's types (``store.layouts`` checks them first: a float 64.0 would
-    share the prefix of 64 here); a record that carries an optional identity field takes
-    ``item_id``'s own path. Raises ``KeyError`` for a record that lacks a field."""
+    ``id_prefix``'s f-string does), the identity part hashed once for all the configs of one
+    problem (its hash state copied for each), the config part spelled once per config. Byte for
+    byte ``item_id``'s for a record whose values are of the layout's types (``store.layouts``
+    checks them first: a float 64.0 would share the prefix or the config part of 64 here); a
+    record that carries an optional identity field takes ``item_id``'s own path. Raises
+    ``KeyError`` for a record that lacks a field."""
     identity = operator.itemgetter(*IDENTITY_FIELDS)
     prefix = "|".join(f"{n}=%s" for n in IDENTITY_FIELDS)
     names = config_fields(mode, config)
@@ -231,6 +232,7 @@ def id_getter(mode: str, config: str) -> Callable[[Mapping[str, Any]], str]:
     fields = operator.itemgetter(*names)
     suffix = "".join(f"|{n}=%s" for n in names)
     states: dict[tuple[Any, ...], hashlib.blake2b] = {}  # identity values -> the hash state of their prefix
+    suffixes: dict[tuple[Any, ...], bytes] = {}  # config values -> their bytes (a grid's configs recur per problem)
 
     def get(rec: Mapping[str, Any]) -> str:
         if "causal" in rec or "kv_heads" in rec or "impl" in rec:
@@ -241,8 +243,14 @@ def id_getter(mode: str, config: str) -> Callable[[Mapping[str, Any]], str]:
             if len(states) >= _STATES:
                 states.clear()
             state = states[key] = hashlib.blake2b((prefix % key).encode(), digest_size=_ID_BYTES)
+        config = fields(rec)
+        tail = suffixes.get(config)
+        if tail is None:
+            if len(suffixes) >= _STATES:
+                suffixes.clear()
+            tail = suffixes[config] = (suffix % config).encode()
         h = state.copy()
-        h.update((suffix % fields(rec)).encode())
+        h.update(tail)
         return h.hexdigest()
 
     return get
@@ -370,31 +378,3 @@ def record_config(mode: str, kernel: Mapping[str, Any]) -> dict[str, Any]:
     forced record of ``mode`` names its config fields: ``kernel_kwargs`` the other way round."""
     renamed = {"fwd_block_q": "block_q", "fwd_block_k": "block_k"}
     return {n: kernel[renamed.get(n, n)] for n in config_fields(mode)}
-
-
-# ---------------------------------------------------------------------------- error kinds
-
-# What the worker records for a config it gives up on after ``executor.max_config_attempts``
-# deaths while that config was alone in flight: "WorkerTimeout" when the time limit found it
-# hung each time, "WorkerCrashed" otherwise. ``resume --retry-errors`` redoes records by kind.
-CRASHED_ERROR = "WorkerCrashed"
-TIMEOUT_ERROR = "WorkerTimeout"
-RETRY_KINDS: tuple[str, ...] = ("crashed", "timeout", "all")
-
-
-def error_kind(rec: Mapping[str, Any]) -> str | None:
-    """ "crashed", "timeout", "other" (any other error), or None for a measurement."""
-    err = rec.get("error")
-    if not isinstance(err, str):
-        return None
-    if err.startswith(CRASHED_ERROR + ":"):
-        return "crashed"
-    if err.startswith(TIMEOUT_ERROR + ":"):
-        return "timeout"
-    return "other"
-
-
-def retried(rec: Mapping[str, Any], kind: str) -> bool:
-    """Whether ``--retry-errors KIND`` redoes this record (``all``: every error record)."""
-    found = error_kind(rec)
-    return found is not None and (kind == "all" or found == kind)

@@ -26,6 +26,9 @@ from orchestrator.spec.records import (
     record_id,
 )
 
+# The fields whose values may be a list or an object; every other field of a valid record holds
+# a string, a number, a bool or null.
+CONTAINER_FIELDS = tuple(k for k, types in FIELD_TYPES.items() if list in types or dict in types)
 # Extras a worker writes; ``unit`` and ``attempt`` are added by the merger from the line.
 WORKER_EXTRAS = tuple(k for k in EXTRA_RECORD_FIELDS if k not in ("unit", "attempt"))
 MODES_CONFIGS = {("fwd", "auto"), ("fwd", "forced"), ("fwd_bwd", "auto"), ("fwd_bwd", "forced")}

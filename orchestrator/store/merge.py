@@ -43,12 +43,13 @@ from orchestrator.errors import ResultsError
 from orchestrator.store import keyindex
 from orchestrator.store.append import append_into, load_target
 from orchestrator.store.carried import read_summary
+from orchestrator.store.document import paused_gc
 from orchestrator.store.files import atomic_open, now_iso, remove_dead_temps
 from orchestrator.store.keyindex import Keys
 from orchestrator.store.lines import DeviceBlock, document_device
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.newest import Slots, pick_newest
-from orchestrator.store.partials import log_skipped
+from orchestrator.store.partials import UnitItems, log_skipped
 from orchestrator.store.provenance import (
     DocumentHead,
     GpuHours,
@@ -95,9 +96,13 @@ class MergeSummary:
 # ---------------------------------------------------------------------------- collecting
 
 
-def collect(sd: SweepDir, *, use_cache: bool = True) -> tuple[list[Segment], list[Quarantined], dict[str, Any] | None]:
+def collect(
+    sd: SweepDir, *, use_cache: bool = True, units: dict[str, UnitItems] | None = None
+) -> tuple[list[Segment], list[Quarantined], dict[str, Any] | None]:
     """Every usable partial of the sweep as a segment (unit-index order), the partials moved
-    to quarantine, and the environment fingerprint the records were measured in."""
+    to quarantine, and the environment fingerprint the records were measured in. ``units``:
+    the units' items already read (``target.inspect`` read them to judge the document), each
+    let go once its partial is read, so they never all sit beside the records."""
     fingerprint = sd.spec.fingerprint()
     env = sd.recorded_env()
     segs: list[Segment] = []
@@ -107,7 +112,7 @@ def collect(sd: SweepDir, *, use_cache: bool = True) -> tuple[list[Segment], lis
         uid = entry["id"]
         path = sd.partial_path(uid)
         known.add(path.name)
-        seg = segment(sd.root, uid, path, use_cache=use_cache)
+        seg = segment(sd.root, uid, path, use_cache=use_cache, items=(units or {}).pop(uid, None))
         if env is None and seg.headers and seg.foreign is None:
             env = seg.headers[0].get("env")  # no env.json: the first worker's environment rules
         why = seg.foreign or check_headers(seg, fingerprint, env)
@@ -233,10 +238,12 @@ def merge(
         for p in dead + remove_dead_temps(sd.root / CACHE_DIR):
             log.info("removed %s, left by a merge that was killed", p)
         appending = spec.append and out.exists()
-        target = inspect(sd, out) if not appending else None
-        if target is not None and (target.n_foreign or target.not_a_document) and not overwrite:
-            refuse_foreign(target)
-        segs, moved, env = collect(sd, use_cache=use_cache)
+        units: dict[str, UnitItems] = {}
+        with paused_gc():  # a million records parsed, none in a cycle: the collector would walk them again and again
+            target = inspect(sd, out, units) if not appending else None
+            if target is not None and (target.n_foreign or target.not_a_document) and not overwrite:
+                refuse_foreign(target)
+            segs, moved, env = collect(sd, use_cache=use_cache, units=units)
         planned = planned_total(sd)
         slots = pick_newest(segs, planned)
         head: DocumentHead = {

@@ -17,6 +17,7 @@ an unwritable cache directory is merely not used, and deleting the folder is alw
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import zlib
 from collections.abc import Mapping
@@ -26,18 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.store.files import atomic_open
+from orchestrator.store.layouts import CONTAINER_FIELDS
 from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import (
-    ABANDON,
-    BLANK,
     FOREIGN,
     HEADER,
-    HUNG,
     INVALID,
     RECORD,
-    START,
     TORN,
     VERSION,
+    Line,
     UnitItems,
     classify,
     loads,
@@ -46,7 +45,8 @@ from orchestrator.store.partials import (
     starts_checked,
 )
 from orchestrator.store.partials import check_headers as partial_headers_problem
-from orchestrator.store.texts import dumps, non_finite, record_texts
+from orchestrator.store.recordlines import RECORD_PREFIX, judge, orjson_refuses
+from orchestrator.store.texts import dumps, record_texts
 
 log = logging.getLogger(__name__)
 
@@ -85,53 +85,106 @@ class Segment:
 # ---------------------------------------------------------------------------- parsing
 
 
+@dataclass
+class _Found:
+    """What one pass over a partial's new lines found, before it joins the segment."""
+
+    done: int  # lines consumed: through the last newline, or through a line that makes the file foreign
+    headers: list[ReadHeader] = field(default_factory=list)
+    skipped: list[list[Any]] = field(default_factory=list)  # [line, why, item id or "", torn]
+    foreign: str | None = None
+    records: list[tuple[int, int, str, dict[str, Any]]] = field(default_factory=list)  # (k, attempt, id, record)
+    stdlib: bool = False  # a record orjson cannot read, so cannot write as the document spells it
+
+
 def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, tail_ok: bool) -> tuple[int, int]:
     """Parse the lines of ``data`` into ``seg`` (``classify`` says what each line is, exactly
     as for ``read_partial``); returns (bytes, lines) consumed through the last newline. The
     unterminated tail, if any, is parsed too (it may be a finished line whose newline is not
     written yet) only when ``tail_ok``. Stops at the first line that makes the file foreign.
     A hot loop (a million lines at the scale of ``bench/merge``): start lines are checked all
-    at once (``partials.starts_checked``), records are collected as rows and become the
-    segment's columns at the end."""
-    unit = seg.unit
-    seen = bool(seg.headers)
-    recs: list[dict[str, Any]] = []
-    rows: list[tuple[int, int, int, bool, str]] = []  # plan index, attempt, line, error, item id
+    at once (``partials.starts_checked``), record lines in bulk (``recordlines.judge``: what it
+    leaves, ``classify`` judges), and records become the segment's columns at the end."""
     lines = data.split(b"\n")
     tail = lines.pop()  # after the last newline: b"" when data ends with one
-    done = len(lines)
+    terminated = len(lines)
     if tail_ok and tail:
         lines.append(tail)
     starts_ok = starts_checked(data)  # then a start line after the first needs no parse (nor keeping)
-    for k, raw in enumerate(lines):
-        if starts_ok and seen and k and raw.startswith(b'{"start":'):
-            continue
-        kind, reason, iid, attempt, rec = classify(raw, k < done, seen, items)
-        if kind == RECORD and rec is not None:
+    found = _read(lines, terminated, bool(seg.headers), first_line, items, starts_ok, bulk=True)
+    if found is None:  # a line opening as a record's is none: every line in its turn
+        found = _read(lines, terminated, bool(seg.headers), first_line, items, starts_ok, bulk=False)
+    assert found is not None
+    seg.headers += found.headers
+    seg.skipped += found.skipped
+    seg.foreign = found.foreign if found.foreign is not None else seg.foreign
+    if found.records:
+        unit = seg.unit
+        for _, attempt, _, rec in found.records:
             rec["unit"] = unit
             rec["attempt"] = attempt
-            recs.append(rec)
-            rows.append((items.positions[iid], attempt, first_line + k, "error" in rec, iid))
-        elif kind == START or kind == BLANK or kind == ABANDON or kind == HUNG:
-            continue
-        elif kind == HEADER and rec is not None:
-            seg.headers.append(read_header(rec, first_line + k))
-            seen = True
-        elif kind == TORN or kind == INVALID:
-            seg.skipped.append([first_line + k, reason, iid, kind == TORN])
-        elif kind == FOREIGN or kind == VERSION:
-            seg.foreign = f"line {first_line + k}: {reason}"
-            done = min(done, k + 1)
-            break
-    if rows:
-        idx, att, ln, err, ids = zip(*rows, strict=True)
-        seg.idx += idx
-        seg.att += att
-        seg.ln += ln
-        seg.err += err
+        ks, atts, ids, recs = zip(*found.records, strict=True)
+        seg.idx += map(items.positions.__getitem__, ids)
+        seg.att += atts
+        seg.ln += (first_line + k for k in ks)
+        seg.err += ("error" in rec for rec in recs)
         seg.ids += ids
-        seg.texts += record_texts(recs, stdlib=non_finite(data))
+        flat = not any(k in rec for rec in recs for k in CONTAINER_FIELDS)  # every record's layout is checked
+        seg.texts += record_texts(recs, stdlib=found.stdlib, flat=flat)
+    done = found.done
     return sum(map(len, lines[:done])) + done, done
+
+
+def _read(
+    lines: list[bytes], terminated: int, seen: bool, first_line: int, items: UnitItems, starts_ok: bool, *, bulk: bool
+) -> _Found | None:
+    """One pass over ``lines`` (the first ``terminated`` of them ended by a newline). ``bulk``:
+    record lines after a worker header are judged together at the end (``recordlines.judge``,
+    then ``classify`` for what it leaves); None where one of them turns out not to be a record
+    line (a header, say), whose place in the order matters: read again without ``bulk``."""
+    found = _Found(terminated)
+    deferred: list[int] = []
+    for k, raw in enumerate(lines):
+        if seen and bulk and raw.startswith(RECORD_PREFIX):
+            deferred.append(k)
+            continue
+        if starts_ok and seen and k and raw.startswith(b'{"start":'):
+            continue
+        line = classify(raw, k < terminated, seen, items)
+        if not _keep(found, line, k, first_line, raw):
+            break
+        seen = seen or line[0] == HEADER
+    if deferred:
+        taken, left = judge(lines, deferred, items.positions)
+        found.records += taken
+        for k in left:
+            line = classify(lines[k], k < terminated, True, items)
+            if line[0] not in (RECORD, TORN, INVALID):
+                return None
+            _keep(found, line, k, first_line, lines[k])
+        found.records.sort(key=_FIRST)
+        found.skipped.sort(key=_FIRST)
+    return found
+
+
+_FIRST = operator.itemgetter(0)
+
+
+def _keep(found: _Found, line: Line, k: int, first_line: int, raw: bytes) -> bool:
+    """Add the classified line ``k`` to ``found``; False where it makes the file foreign (the pass stops)."""
+    kind, reason, iid, attempt, rec = line
+    if kind == RECORD and rec is not None:
+        found.records.append((k, attempt, iid, rec))
+        found.stdlib = found.stdlib or orjson_refuses(raw)
+    elif kind == HEADER and rec is not None:
+        found.headers.append(read_header(rec, first_line + k))
+    elif kind == TORN or kind == INVALID:
+        found.skipped.append([first_line + k, reason, iid, kind == TORN])
+    elif kind == FOREIGN or kind == VERSION:
+        found.foreign = f"line {first_line + k}: {reason}"
+        found.done = min(found.done, k + 1)
+        return False
+    return True
 
 
 def check_headers(seg: Segment, fingerprint: str, env: Mapping[str, Any] | None) -> str | None:
@@ -236,8 +289,11 @@ def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
     return seg
 
 
-def segment(sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True) -> Segment:
-    """The partial of ``unit`` at ``path`` as a segment, from the cache where it is current."""
+def segment(
+    sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True, items: UnitItems | None = None
+) -> Segment:
+    """The partial of ``unit`` at ``path`` as a segment, from the cache where it is current.
+    ``items``: the unit's items, where the caller read them already."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -266,7 +322,7 @@ def segment(sweep_root: Path, unit: str, path: Path, *, use_cache: bool = True) 
     seg.ino = st.st_ino
     seg.size = start + len(data)
     seg.mtime_ns = after.st_mtime_ns
-    items = UnitItems(sweep_root, unit)
+    items = items if items is not None else UnitItems(sweep_root, unit)
     consumed, lines = _consume(seg, data, seg.lines + 1, items, tail_ok=False)
     seg.parsed = start + consumed
     seg.lines += lines

@@ -105,11 +105,17 @@ def write_stamp(sd: SweepDir, out: Path, records: int) -> None:
         log.debug("output stamp not written: %s", exc)
 
 
-def planned_ids(sd: SweepDir) -> set[str]:
-    """Every item id of the sweep's plan, from its unit files (as the merger orders records)."""
+def planned_ids(sd: SweepDir, units: dict[str, UnitItems] | None = None) -> set[str]:
+    """Every item id of the sweep's plan, from its unit files (as the merger orders records).
+    ``units``: the units' items read so far, by unit; those read here join them."""
+    units = {} if units is None else units
     ids: set[str] = set()
     for entry in sd.unit_index():
-        ids.update(UnitItems(sd.root, entry["id"]).positions)
+        uid = entry["id"]
+        items = units.get(uid)
+        if items is None:
+            items = units[uid] = UnitItems(sd.root, uid)
+        ids.update(items.positions)
     return ids
 
 
@@ -124,8 +130,9 @@ def _owners(tilesweep: object) -> dict[object, str]:
     return owners
 
 
-def inspect(sd: SweepDir, out: Path) -> Target:
-    """What the document at ``out`` holds, as far as a merge without append is concerned."""
+def inspect(sd: SweepDir, out: Path, units: dict[str, UnitItems] | None = None) -> Target:
+    """What the document at ``out`` holds, as far as a merge without append is concerned.
+    ``units``: as for ``planned_ids``, so the merge after it reads no unit file twice."""
     target = Target(out, exists=out.exists())
     if not target.exists:
         return target
@@ -136,18 +143,18 @@ def inspect(sd: SweepDir, out: Path) -> Target:
     index = keyindex.read(out)
     try:
         if index is not None and not index.odd:
-            _judge_by_index(sd, target, index)
+            _judge_by_index(sd, target, index, units)
         else:
-            _judge_by_scan(sd, target)
+            _judge_by_scan(sd, target, units)
     except ResultsError as exc:
         target.not_a_document = exc.message.removeprefix(f"{out}: ").removeprefix("not a results document: ")
     return target
 
 
-def _judge_by_scan(sd: SweepDir, target: Target) -> None:
+def _judge_by_scan(sd: SweepDir, target: Target, units: dict[str, UnitItems] | None) -> None:
     """Count the records of ``target`` not of this sweep, reading the document batch by batch."""
     scanned = scan(target.path)
-    planned = planned_ids(sd)
+    planned = planned_ids(sd, units)
     owners = _owners(scanned.doc.extra.get("tilesweep"))
     with paused_gc():
         for batch in scanned.batches:
@@ -161,10 +168,10 @@ def _judge_by_scan(sd: SweepDir, target: Target) -> None:
                     target.foreign[owners.get(rec.get("unit"), NOT_TILESWEEP)] += 1
 
 
-def _judge_by_index(sd: SweepDir, target: Target, index: keyindex.KeyIndex) -> None:
+def _judge_by_index(sd: SweepDir, target: Target, index: keyindex.KeyIndex, units: dict[str, UnitItems] | None) -> None:
     """``_judge_by_scan`` from the key index: the document's head and the records not of this
     sweep are the only parts parsed."""
-    planned = planned_ids(sd)
+    planned = planned_ids(sd, units)
     target.records = len(index.ids)
     strangers = [k for k, iid in enumerate(index.ids) if iid not in planned]
     if not strangers:

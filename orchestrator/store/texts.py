@@ -57,16 +57,18 @@ def any_record_text(rec: dict[str, Any]) -> bytes:
     return record_text(rec)
 
 
-def record_texts(recs: Sequence[dict[str, Any]], *, stdlib: bool = False) -> list[bytes]:
+def record_texts(recs: Sequence[dict[str, Any]], *, stdlib: bool = False, flat: bool = False) -> list[bytes]:
     """``any_record_text`` of each non-empty record, at orjson's speed where it agrees and the
     records are flat.
     ``stdlib``: a record may hold NaN or an infinity (``non_finite`` of the text it was read
-    from says so), which only the stdlib writes as the document spells them."""
-    texts = _orjson_texts(recs) if _ORJSON_AGREES and not stdlib and recs else None
+    from says so), which only the stdlib writes as the document spells them. ``flat``: the
+    caller knows that no record holds a list or an object (their layouts were checked), so the
+    encoded records need not be searched for one."""
+    texts = _orjson_texts(recs, flat) if _ORJSON_AGREES and not stdlib and recs else None
     return [any_record_text(r) for r in recs] if texts is None else texts
 
 
-def _orjson_texts(recs: Sequence[dict[str, Any]]) -> list[bytes] | None:
+def _orjson_texts(recs: Sequence[dict[str, Any]], flat: bool = False) -> list[bytes] | None:
     """``record_texts`` through orjson and the fix-ups; None where orjson cannot write a record."""
     if _orjson is None:
         return None
@@ -74,10 +76,12 @@ def _orjson_texts(recs: Sequence[dict[str, Any]]) -> list[bytes] | None:
         blob = _orjson.dumps(recs, option=_orjson.OPT_INDENT_2)
     except TypeError:  # an integer past 64 bits
         return None
-    if _NESTED in blob:  # a field holds a list or an object (a timed record's samples_ms): the stdlib's
+    if not flat and _NESTED in blob:  # a field holds a list or an object (a timed record's samples_ms): the stdlib's
         return None
-    first, *rest = _fixed(blob).split(b",\n  {")
-    return [first, *(b"{" + t for t in rest)]
+    texts = _fixed(blob).split(b",\n  {")
+    texts[0] = texts[0][4:]  # the list's "[\n  " off the first, its "\n]" off the last
+    texts[-1] = texts[-1][:-2]
+    return [texts[0], *(b"{" + t for t in texts[1:])]
 
 
 def dumps(obj: Any) -> bytes:
@@ -96,10 +100,10 @@ def non_finite(data: bytes) -> bool:
 
 
 def _fixed(blob: bytes) -> bytes:
-    """orjson's indent=2 list of flat records as the stdlib writes those records inside
-    ``results``, joined by ``,\n  ``: the list's brackets off, fields indented by 3, then the
-    fix-ups of the module docstring."""
-    blob = blob[4:-2].replace(b"\n    ", b"\n   ")
+    """orjson's indent=2 list of flat records with its fields indented by 3, as the stdlib writes
+    them inside ``results``, then the fix-ups of the module docstring (the list's brackets stay:
+    taking them off would copy the whole)."""
+    blob = blob.replace(b"\n    ", b"\n   ")
     for pattern in _FLOAT_FIXES:
         if pattern.search(blob):
             blob = _respelled(blob, pattern)
