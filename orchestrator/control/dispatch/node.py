@@ -27,12 +27,16 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator.control.dispatch.forked import ForkedWorker, preload, start_worker
 from orchestrator.control.dispatch.unit_worker import HELD, STOPPED
 from orchestrator.control.why import failure_line, oom_kills, read_failure, signal_reason
+from orchestrator.errors import TilesweepError
 from orchestrator.store.sweepdir import SweepDir, now_iso
+
+if TYPE_CHECKING:
+    from orchestrator.spec.model import SweepSpec
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +130,17 @@ class TaskWorkers:
             if self.sd.marker_path(slot.unit).exists():
                 slot.state = "skipped"
         if not self.stopping and any(s.state == "waiting" for s in self.slots):
-            preload()
+            preload(self._spec())
         self._fill()
+
+    def _spec(self) -> SweepSpec | None:
+        """The sweep's spec, for what the workers import; None where it cannot be read (each
+        worker then says why in its unit's log)."""
+        try:
+            return self.sd.spec
+        except TilesweepError as exc:
+            log.warning("the task cannot read its sweep's spec (%s); its workers import what they need", exc.message)
+            return None
 
     def stop(self, signum: int | None = None) -> None:
         """Start no more units, and send ``signum`` (if given) to every worker running, and to
