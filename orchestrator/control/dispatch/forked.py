@@ -113,9 +113,16 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def start_worker(
-    log_path: Path, gpu: str | None, cpus: list[int], sweep_dir: str, unit: str, prior: dict[str, Any]
+    log_path: Path,
+    gpu: str | None,
+    cpus: list[int],
+    sweep_dir: str,
+    unit: str,
+    prior: dict[str, Any],
+    compile_cpus: int | None = None,
 ) -> ForkedWorker:
-    """Fork the worker of ``unit`` (see the module docstring); its output goes to ``log_path``."""
+    """Fork the worker of ``unit`` (see the module docstring); its output goes to ``log_path``;
+    its compile pool counts at most ``compile_cpus`` of its CPUs (``jobs.compile_pool.share``)."""
     sys.stdout.flush()
     sys.stderr.flush()
     out = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -124,14 +131,16 @@ def start_worker(
     try:
         pid = os.fork()
         if pid == 0:
-            _child(out, gpu, cpus, libc, [sweep_dir, unit, json.dumps(prior)])
+            _child(out, gpu, cpus, libc, [sweep_dir, unit, json.dumps(prior)], compile_cpus)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(out)
     return ForkedWorker(pid)
 
 
-def _child(out: int, gpu: str | None, cpus: list[int], libc: ctypes.CDLL | None, argv: list[str]) -> NoReturn:
+def _child(
+    out: int, gpu: str | None, cpus: list[int], libc: ctypes.CDLL | None, argv: list[str], compile_cpus: int | None
+) -> NoReturn:
     """The worker's side of the fork: set up as the module docstring says, run the unit, exit."""
     code = 1
     try:
@@ -144,6 +153,10 @@ def _child(out: int, gpu: str | None, cpus: list[int], libc: ctypes.CDLL | None,
         os.close(null)
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if compile_cpus is not None:
+            from jobs import compile_pool
+
+            compile_pool.share(compile_cpus)
         if libc is not None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if gpu is not None:
