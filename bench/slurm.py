@@ -29,10 +29,10 @@ document. Runs alternate 1 and 2 units, ``--runs`` of each, each in a fresh swee
     node4_vs_4x1_makespan=X     submit to merged document, the same sweep as one 4-GPU task
                                 over four 1-GPU tasks of a unit each (the honest baseline: one
                                 array task per GPU), the two in alternating order; 1.0 = a whole node costs
-                                nothing extra. Leaves out: here the node task's 4 workers are
-                                pinned to the machine's 2 real cores round robin (its CPU
-                                shares) while each 1-GPU task's worker may use both, so on
-                                this shared, loaded machine the figure mixes in the load
+                                nothing extra. Leaves out: here the node task's 4 workers
+                                share the task's 2 real cores (each compiling on one) while
+                                each 1-GPU task's worker has both to itself, so on this
+                                shared, loaded machine the figure mixes in the load
     cancel_seen_s=X             from `scancel` of one pending array task to `tilesweep status`
                                 (a new process each poll, as a user runs it) saying cancelled;
                                 before: a task in neither squeue nor sacct was called pending

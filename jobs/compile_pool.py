@@ -36,8 +36,9 @@ compile) and the device timer (the kernels' own time from jax's profiler trace) 
 
 Pool size: ``compile.workers`` threads or processes, at most the CPUs this worker may run on
 (its affinity: the SLURM allocation, or a whole-node task's share of it,
-``orchestrator.control.dispatch.node``); more compilers than CPUs only time-slice. A share
-of fewer CPUs than workers (round-robin pinning) gives each worker one compiler. Unset, it is
+``orchestrator.control.dispatch.node``); more compilers than CPUs only time-slice. A task with
+fewer CPUs than workers lets each of them run on all of its CPUs and counts one of them as a
+worker's (``share``): each worker compiles with one compiler. Unset, it is
 those CPUs, except for threads compiling interpret-mode kernels: there a compile is XLA's CPU
 compiler, whose own threads share the CPUs with the other compiles and the Python lowering the
 GIL serialises, and one thread at a time was cheaper and no slower (measured on the 2-core dev
@@ -67,14 +68,25 @@ StopCheck = Callable[[], bool]
 Job = Callable[[WorkItem, SweepSpec], Compiled]
 
 
+_shared: dict[str, int] = {}  # "cpus": this worker's part of the CPUs it shares with a task's other workers
+
+
+def share(cpus: int) -> None:
+    """Count at most ``cpus`` of this process's CPUs as its own: a whole-node task's worker
+    that shares its CPUs with the task's other workers (set once, after the fork)."""
+    _shared["cpus"] = max(1, cpus)
+
+
 def pool_size(configured: int | None, *, interpreted_threads: bool = False) -> int:
     """The compile pool's size: ``configured`` (``compile.workers``) capped at, or by default,
-    the CPUs this process may run on; by default one where ``interpreted_threads`` (threads
-    compiling interpret-mode kernels, module docstring: Pool size)."""
+    the CPUs this process may run on (its ``share`` of them, where it shares them); by default
+    one where ``interpreted_threads`` (threads compiling interpret-mode kernels, module
+    docstring: Pool size)."""
     try:
         cpus = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         cpus = max(1, os.cpu_count() or 1)
+    cpus = min(cpus, _shared.get("cpus", cpus))
     if configured is None:
         return 1 if interpreted_threads else cpus
     return min(configured, cpus)

@@ -114,6 +114,12 @@ class Implementation(Protocol):
     @property
     def capabilities(self) -> Capabilities: ...
     @property
+    def module(self) -> str:
+        """The module ``make`` imports (it needs jax), named so that a task can import it once
+        for all of its workers before the first config (``kernels.impls.worker_modules``)."""
+        ...
+
+    @property
     def pruning(self) -> str:
         """``"model"``: a shared-memory model prunes at plan time (``predict``); ``"lowering"``:
         only the compiler's verdict at lowering does (``tilesweep plan --lower``)."""

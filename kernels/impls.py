@@ -49,6 +49,7 @@ __all__ = [
     "Tunable",
     "Value",
     "describe",
+    "worker_modules",
     "field_types",
     "get",
     "label",
@@ -62,6 +63,28 @@ IMPL_NAMES: tuple[str, ...] = tuple(IMPLS)  # every implementation, as records n
 # what a spec's kernel.impl names: tokamax-mosaic-sm100 is what tokamax-mosaic runs as on a B200 (``resolve``)
 SPEC_IMPL_NAMES: tuple[str, ...] = tuple(n for n in IMPLS if n != TOKAMAX_MOSAIC_SM100.name)
 DEFAULT_IMPL = "tilesweep"
+
+
+# What every compile-and-time worker imports before its first config: jax, the timer, the inputs
+# and the reference (``kernels.attention``).
+MEASURING_MODULES = ("jax", "kernels.timing", "kernels.attention")
+# What jax's Pallas lowering imports at a worker's first config in interpret mode (jax's own
+# modules: where a jax release moves one, a task skips it and each worker imports what it needs).
+INTERPRET_MODULES = (
+    "jax._src.pallas.mosaic.interpret.interpret_pallas_call",
+    "jax._src.pallas.mosaic.interpret.params",
+    "jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call",
+    "jax._src.pallas.mosaic_gpu.interpret.params",
+)
+
+
+def worker_modules(name: str, interpret: bool) -> tuple[str, ...]:
+    """The modules a worker measuring implementation ``name`` imports before its first config:
+    those of ``MEASURING_MODULES``, the implementation's own (``module``) and, in interpret mode,
+    ``INTERPRET_MODULES``; a task imports them once, before it forks its workers, so that each
+    worker starts with them loaded. Another implementation's modules are left out."""
+    names = (*MEASURING_MODULES, get(name).module, *(INTERPRET_MODULES if interpret else ()))
+    return tuple(dict.fromkeys(names))
 
 
 def get(name: str) -> Implementation:

@@ -275,10 +275,11 @@ def test_the_device_timer_is_the_default_only_on_a_gpu_with_compile_processes() 
 
 
 def test_the_compile_pool_follows_the_workers_cpu_share() -> None:
-    """A whole-node task pins each of its G workers to a share of its CPUs (one CPU each,
-    round robin, where it has fewer CPUs than workers): compile.workers is capped at that
-    share, and the default is the share. Pinned here as node.py pins a worker (affinity of
-    this thread only, restored after)."""
+    """A whole-node task pins each of its G workers to a share of its CPUs (all of them,
+    shared, where it has fewer CPUs than workers, each worker counting one as its own):
+    compile.workers is capped at that share, and the default is the share. Pinned here as
+    node.py pins a worker (affinity of this thread only, restored after); the shared count is
+    set in a child process, as a forked worker sets it."""
     from jobs.compile_pool import pool_size
 
     cpus = sorted(os.sched_getaffinity(0))
@@ -288,6 +289,9 @@ def test_the_compile_pool_follows_the_workers_cpu_share() -> None:
     finally:
         os.sched_setaffinity(0, cpus)
     assert (pool_size(None), pool_size(1), pool_size(len(cpus) + 3)) == (len(cpus), 1, len(cpus))
+    shared = "from jobs import compile_pool as c; c.share(1); print(c.pool_size(None), c.pool_size(4))"
+    r = subprocess.run([sys.executable, "-c", shared], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["1", "1"], r.stderr
 
 
 def test_a_config_whose_compile_processes_keep_dying_is_given_up(tmp_path: Path) -> None:

@@ -22,6 +22,9 @@ import pytest
 from orchestrator.control.status import sweep_status
 from orchestrator.store.sweepdir import SweepDir
 from tests.conftest import REPO, run_cli
+from tests.helpers import TINY_SPEC
+
+TINY = {key: value for key, value in TINY_SPEC.items() if key != "kernel"}
 
 DRIVE = """
 import json, sys
@@ -186,3 +189,24 @@ def _span(sweep: Path, unit: str) -> tuple[str, str]:
     stamp = lines[0].split(" ", 1)[0]
     end = (sweep / "done" / f"{unit}.json").read_text() if (sweep / "done" / f"{unit}.json").exists() else None
     return stamp, json.loads(end)["finished"] if end else lines[-1].split(" ", 1)[0]
+
+
+def test_a_task_imports_what_its_sweeps_workers_need_and_no_other_implementation() -> None:
+    """Before it forks its workers, a task imports their modules once: a replay's no jax; a
+    Pallas sweep its kernel (in interpret mode with what jax's interpreter loads), not jax's
+    Mosaic GPU kernel nor tokamax's ops, which only their own sweeps import."""
+    from kernels import impls
+    from orchestrator.control.dispatch.forked import preload_modules
+    from orchestrator.spec.model import SweepSpec
+
+    replay = SweepSpec.model_validate(
+        {**TINY, "kernel": {"impl": "replay"}, "replay": {"source": "source.json", "pace": "instant"}}
+    )
+    assert preload_modules(replay) == ("jobs.worker",)
+    pallas = preload_modules(SweepSpec.model_validate({**TINY, "kernel": {"interpret": True}}))
+    assert {"jax", "kernels.attention", "jobs.worker"} <= set(pallas)
+    assert any(name.startswith("jax._src.pallas") for name in pallas)
+    on_gpu = preload_modules(SweepSpec.model_validate({**TINY, "kernel": {"interpret": False}}))
+    assert not any(name.startswith("jax._src.pallas") for name in on_gpu)
+    assert not {"kernels.mosaic", "kernels.tokamax_ops"} & set(pallas + on_gpu)
+    assert "kernels.mosaic" in impls.worker_modules("mosaic", interpret=False)

@@ -141,10 +141,12 @@ def dry_run(
     """``submit --dry-run``: plan in memory, with reuse as ``submit`` would (or read the units of
     an existing, never submitted sweep directory) and render the sbatch scripts; nothing is written."""
     from orchestrator.control.reuseplan import plan_with_reuse
+    from orchestrator.planning.costs import unit_cost
     from orchestrator.spec.files import load_spec
     from orchestrator.store.document import load_costs
 
     spec = load_spec(spec_path)
+    settings = spec.executor
     require_submit_tools()
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     if (root / "sweep.json").exists():
@@ -153,6 +155,7 @@ def dry_run(
             raise DispatchError(f"{sd.root} was submitted already; `{PROG} resume {sd.root}` submits its missing items")
         todo = set(unfinished_units(sd))
         sizes = {u["id"]: u["n_items"] for u in sd.unit_index() if u["id"] in todo}
+        unit_secs = dispatch.unit_costs(sd, list(sizes)) if settings.units_per_task() > 1 else None
         planned, reused = sd.planned, None
     else:
         sd = SweepDir(root)
@@ -160,9 +163,10 @@ def dry_run(
             spec, root, Path(output or spec.output), units, load_costs(costs) if costs else None, reuse, "slurm"
         )
         sizes, planned, reused = {u.id: len(u.items) for u in p.units}, p.size, p.found.summary()
-    settings = spec.executor
+        whole_node = settings.units_per_task() > 1
+        unit_secs = {u.id: unit_cost(u.items, spec, u.round) for u in p.units} if whole_node else None
     size, why = per_array(settings, max_array_size, len(sizes))
-    groups = dispatch.tasks_of(list(sizes), settings.units_per_task())
+    groups = dispatch.tasks_of(list(sizes), settings.units_per_task(), unit_secs)
     arrays = [groups[i : i + size] for i in range(0, len(groups), size)]
     scripts, merge_script = dispatch.render_scripts(sd, settings, [len(a) for a in arrays])
     return DryRun(

@@ -241,6 +241,16 @@ def item_costs(
     return _with_measured(model, items, table, a)
 
 
+def unit_cost(items: Sequence[WorkItem], spec: SweepSpec, round_: int = 1) -> float:
+    """Seconds the model says a unit of ``items`` takes a worker: its items, and each of its
+    shapes' inputs and references once (what ``shard`` balances units by)."""
+    costs, _ = item_costs(items, spec, round_=round_)
+    modes: dict[tuple, set[str]] = {}
+    for it in items:
+        modes.setdefault(it.shape, set()).add(it.mode)
+    return sum(costs) + sum(setup_estimate(shape, m, spec.causal) for shape, m in modes.items())
+
+
 def _unclamped_seq(spec: SweepSpec) -> int:
     """A seq at which no value of the spec's grids is clamped: a config compiles alike at every seq from it on."""
     values = {v for mode in spec.modes for p in mode_grid(spec, mode) for v in p if type(v) is int}

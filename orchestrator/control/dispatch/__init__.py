@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         submit_merge_job,
         submit_units,
         tasks_of,
+        unit_costs,
     )
     from orchestrator.control.dispatch.tasks import MergeTask, UnitTask, run_unit_job
 
@@ -56,6 +57,7 @@ _HOMES = {
     "submit_merge_job": "slurm",
     "submit_units": "slurm",
     "tasks_of": "slurm",
+    "unit_costs": "slurm",
     "MergeTask": "tasks",
     "UnitTask": "tasks",
     "run_unit_job": "tasks",
@@ -84,5 +86,6 @@ __all__ = [
     "submit_merge_job",
     "submit_units",
     "tasks_of",
+    "unit_costs",
     "visible_gpus",
 ]

@@ -2,7 +2,8 @@
 
 Most of a worker's start is imports (jax, the kernels, the orchestrator: seconds of CPU), and
 every worker of a task pays them at once on the task's CPUs while its GPUs wait. So the task
-imports them once (``preload``), without starting any jax backend, and forks a worker per
+imports them once (``preload``: what its sweep's workers need, ``preload_modules``), without
+starting any jax backend, and forks a worker per
 unit: each worker still sees only its own GPU, because jax reads ``CUDA_VISIBLE_DEVICES`` when
 its backend starts, which happens in the worker, after the fork.
 
@@ -17,6 +18,7 @@ the worker's exit code (``unit_worker``), so the task reads how it ended as it w
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import json
 import logging
@@ -25,25 +27,58 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from kernels import impls
 from orchestrator.control.dispatch.unit_worker import SIGNALS
+from orchestrator.spec.sections import REPLAY
+
+if TYPE_CHECKING:
+    from orchestrator.spec.model import SweepSpec
 
 log = logging.getLogger(__name__)
 
-# What every worker imports before it measures: loaded once by the task (no backend started).
-PRELOAD = ("jax", "kernels.timing", "kernels.attention", "kernels.stock", "jobs.worker")
+# What every worker imports before it measures, whatever its sweep: loaded once by the task.
+WORKER = "jobs.worker"
 _PR_SET_PDEATHSIG = 1
 _RESET = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGALRM, signal.SIGHUP)
 
 
-def preload() -> None:
-    """Import what the workers need, once, in the task's process. Where an import fails the
-    workers import it themselves, and the one that fails says so in its unit's log."""
-    for name in PRELOAD:
+def preload_modules(spec: SweepSpec | None) -> tuple[str, ...]:
+    """What the workers of a sweep with ``spec`` import before their first config: a replay's
+    worker no jax; a compile-and-time worker jax, the timer, the reference, the spec's kernel
+    implementation (not the others) and, with ``kernel.interpret: true``, what jax's Pallas
+    interpreter loads (``kernels.impls.worker_modules``). ``spec`` None (the task could not read
+    it; its workers say why): those of the default implementation."""
+    if spec is not None and spec.kernel.impl == REPLAY:
+        return (WORKER,)
+    if spec is None:
+        return (*impls.worker_modules(impls.DEFAULT_IMPL, interpret=False), WORKER)
+    return (*impls.worker_modules(spec.measured_impl, interpret=spec.kernel.interpret is True), WORKER)
+
+
+def preload(spec: SweepSpec | None) -> None:
+    """Import what the workers need (``preload_modules``), once, in the task's process, without
+    starting any jax backend, then freeze what the task holds (``gc.freeze``): those objects
+    live as long as the task, and no collection walks them again, neither a forked worker's
+    (whose pages stay shared with the task's) nor the task's own at its exit, which with jax
+    imported takes about half a second of the GPUs' time. Where an import fails the workers
+    import it themselves, and the one that fails says so in its unit's log; the interpreter's
+    modules are jax's own, skipped where a jax release has moved them."""
+    try:
+        _import_all(preload_modules(spec))
+    finally:
+        gc.freeze()
+
+
+def _import_all(names: tuple[str, ...]) -> None:
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception as exc:  # the worker meets it again and records why
+            if isinstance(exc, ImportError) and name in impls.INTERPRET_MODULES:
+                log.debug("preloading %s failed (%s); each worker imports what it needs", name, exc)
+                continue
             log.warning("preloading %s failed (%s: %s); each worker imports it itself", name, type(exc).__name__, exc)
             return
 
@@ -78,9 +113,16 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def start_worker(
-    log_path: Path, gpu: str | None, cpus: list[int], sweep_dir: str, unit: str, prior: dict[str, Any]
+    log_path: Path,
+    gpu: str | None,
+    cpus: list[int],
+    sweep_dir: str,
+    unit: str,
+    prior: dict[str, Any],
+    compile_cpus: int | None = None,
 ) -> ForkedWorker:
-    """Fork the worker of ``unit`` (see the module docstring); its output goes to ``log_path``."""
+    """Fork the worker of ``unit`` (see the module docstring); its output goes to ``log_path``;
+    its compile pool counts at most ``compile_cpus`` of its CPUs (``jobs.compile_pool.share``)."""
     sys.stdout.flush()
     sys.stderr.flush()
     out = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -89,14 +131,16 @@ def start_worker(
     try:
         pid = os.fork()
         if pid == 0:
-            _child(out, gpu, cpus, libc, [sweep_dir, unit, json.dumps(prior)])
+            _child(out, gpu, cpus, libc, [sweep_dir, unit, json.dumps(prior)], compile_cpus)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(out)
     return ForkedWorker(pid)
 
 
-def _child(out: int, gpu: str | None, cpus: list[int], libc: ctypes.CDLL | None, argv: list[str]) -> NoReturn:
+def _child(
+    out: int, gpu: str | None, cpus: list[int], libc: ctypes.CDLL | None, argv: list[str], compile_cpus: int | None
+) -> NoReturn:
     """The worker's side of the fork: set up as the module docstring says, run the unit, exit."""
     code = 1
     try:
@@ -109,6 +153,10 @@ def _child(out: int, gpu: str | None, cpus: list[int], libc: ctypes.CDLL | None,
         os.close(null)
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if compile_cpus is not None:
+            from jobs import compile_pool
+
+            compile_pool.share(compile_cpus)
         if libc is not None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if gpu is not None:

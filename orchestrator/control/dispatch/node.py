@@ -6,9 +6,10 @@ GPUs of a task end within a fraction of a unit of each other, whatever the cost 
 wrong. Each unit runs in its own worker process (``forked``: a fork of the task, which has
 imported jax and the worker's modules once) that sees only its GPU (``CUDA_VISIBLE_DEVICES``
 set to one of the task's) and runs on that GPU's share of the task's CPUs (its affinity: the
-task's CPUs split into G contiguous parts, or one CPU each, shared round robin, when there are
-fewer CPUs than GPUs). The compile pool of a worker sizes itself to its affinity, so G workers
-compile on the task's CPUs without taking each other's cores, and they share the sweep's one
+task's CPUs split into G contiguous parts, or all of them, shared by every worker, when there
+are fewer CPUs than GPUs). The compile pool of a worker sizes itself to its share (its
+affinity, or one CPU where all are shared), so G workers compile on the task's CPUs without
+taking each other's cores, and they share the sweep's one
 compile cache. Each worker writes to its unit's log (``SweepDir.unit_log``), so ``tilesweep
 logs`` shows one unit's story even when its task ran several. A worker that dies costs only its
 own unit: the GPU takes the next one.
@@ -27,12 +28,16 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator.control.dispatch.forked import ForkedWorker, preload, start_worker
 from orchestrator.control.dispatch.unit_worker import HELD, STOPPED
 from orchestrator.control.why import failure_line, oom_kills, read_failure, signal_reason
+from orchestrator.errors import TilesweepError
 from orchestrator.store.sweepdir import SweepDir, now_iso
+
+if TYPE_CHECKING:
+    from orchestrator.spec.model import SweepSpec
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +61,14 @@ def task_cpus() -> list[int]:
 
 def cpu_shares(cpus: list[int], n: int) -> list[list[int]]:
     """The task's CPUs split into ``n`` contiguous shares as even as they go; with fewer CPUs
-    than workers, one CPU each, shared round robin."""
+    than workers, all of them for every worker: the OS then shares them out as the work goes,
+    so a worker whose unit ends leaves its CPU time to the others, and no GPU falls behind
+    because the CPU it was pinned to was busier (pinned one CPU each, round robin, the workers
+    of the busier CPU ended seconds after the others'; ``bench/README.md``, slurm)."""
     if n <= 0 or not cpus:
         return [[] for _ in range(max(n, 0))]
     if len(cpus) < n:
-        return [[cpus[k % len(cpus)]] for k in range(n)]
+        return [list(cpus) for _ in range(n)]
     size, extra = divmod(len(cpus), n)
     out, start = [], 0
     for k in range(n):
@@ -114,7 +122,10 @@ class TaskWorkers:
         self.task = task
         gpus = task_gpus()
         n = max(1, min(len(units), len(gpus) or len(units)))
-        shares = cpu_shares(task_cpus(), n)
+        cpus = task_cpus()
+        shares = cpu_shares(cpus, n)
+        # where every worker runs on all of the CPUs, each compiles on one (compile_pool.share)
+        self.compile_cpus = 1 if len(cpus) < n else None
         self.lanes = [Lane(gpu=gpus[k] if gpus else None, cpus=shares[k]) for k in range(n)]
         self.slots = [Slot(unit=u, log=self.sd.unit_log(u)) for u in units]
         self.stopping = False
@@ -126,8 +137,17 @@ class TaskWorkers:
             if self.sd.marker_path(slot.unit).exists():
                 slot.state = "skipped"
         if not self.stopping and any(s.state == "waiting" for s in self.slots):
-            preload()
+            preload(self._spec())
         self._fill()
+
+    def _spec(self) -> SweepSpec | None:
+        """The sweep's spec, for what the workers import; None where it cannot be read (each
+        worker then says why in its unit's log)."""
+        try:
+            return self.sd.spec
+        except TilesweepError as exc:
+            log.warning("the task cannot read its sweep's spec (%s); its workers import what they need", exc.message)
+            return None
 
     def stop(self, signum: int | None = None) -> None:
         """Start no more units, and send ``signum`` (if given) to every worker running, and to
@@ -159,7 +179,13 @@ class TaskWorkers:
             )
         slot.oom_before = oom_kills()
         slot.proc = start_worker(
-            slot.log, slot.gpu, slot.cpus, str(self.sd.root), slot.unit, self.prior.get(slot.unit) or {}
+            slot.log,
+            slot.gpu,
+            slot.cpus,
+            str(self.sd.root),
+            slot.unit,
+            self.prior.get(slot.unit) or {},
+            compile_cpus=self.compile_cpus,
         )
         if self._stop_signal is not None:  # a stop came while it was being forked
             os.kill(slot.proc.pid, self._stop_signal)

@@ -2,7 +2,8 @@
 merge job that waits for them (``afterany``).
 
 A task given G GPUs holds several units per GPU (``tasks_of``: consecutive units share a
-task) and runs G at once, each GPU taking the task's next unit when its own ends (``node``).
+task, the longest first) and runs G at once, each GPU taking the task's next unit when its own
+ends (``node``).
 Each array's jobs are recorded in ``jobs.jsonl`` as soon as sbatch accepted it, so an error
 in a later array loses no job id. A refused submission is one line (sbatch's own words and
 the command) and leaves none of submitit's temp files behind; an sbatch that does not answer
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +24,9 @@ from orchestrator.control.dispatch.sbatch import held_signals, render_script, sb
 from orchestrator.control.dispatch.tasks import MergeHook, MergeTask, UnitTask
 from orchestrator.control.scheduler import array_of, one_line, require_submit_tools
 from orchestrator.errors import DispatchError
+from orchestrator.planning.costs import unit_cost
 from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.store.round2 import unit_round
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
@@ -87,18 +91,28 @@ class Submission:
         return list(dict.fromkeys(e["array_id"] for e in self.entries))
 
 
-def tasks_of(unit_ids: list[str], per_task: int) -> list[list[str]]:
+def tasks_of(unit_ids: list[str], per_task: int, costs: Mapping[str, float] | None = None) -> list[list[str]]:
     """Units grouped into as few tasks of at most ``per_task`` units as hold them, as even as
-    they go: consecutive units share a task. A fixed group lets ``jobs.jsonl`` say, before
-    anything runs, which task runs each unit; which GPU of it does, its worker's partial says."""
+    they go: consecutive units share a task. Within a task, given ``costs`` (seconds per unit),
+    the longest unit comes first (plan order among equals): its GPUs take them in that order,
+    so the units left for the task's end are its shortest and its GPUs end close together. A
+    fixed group lets ``jobs.jsonl`` say, before anything runs, which task runs each unit; which
+    GPU of it does, its worker's partial says."""
     n_tasks = -(-len(unit_ids) // max(1, per_task))
     size, extra = divmod(len(unit_ids), max(1, n_tasks))
     groups, start = [], 0
     for k in range(n_tasks):
         end = start + size + (1 if k < extra else 0)
-        groups.append(unit_ids[start:end])
+        group = unit_ids[start:end]
+        groups.append(sorted(group, key=lambda u: -costs.get(u, 0.0)) if costs else group)
         start = end
     return groups
+
+
+def unit_costs(sd: SweepDir, unit_ids: list[str]) -> dict[str, float]:
+    """The cost model's seconds for each unit (``planning.costs.unit_cost``), read from its unit file."""
+    spec = sd.spec
+    return {u: unit_cost(sd.unit_items(u), spec, unit_round(sd, u)) for u in unit_ids}
 
 
 def _job_entries(
@@ -162,7 +176,8 @@ def submit_units(
         return Submission()
     ex = _slurm_executor(sd, settings, named_parameters(sd, settings))
     task = UnitTask(grace_s(settings))
-    groups = tasks_of(unit_ids, settings.units_per_task())
+    per_task = settings.units_per_task()
+    groups = tasks_of(unit_ids, per_task, unit_costs(sd, unit_ids) if per_task > 1 else None)
     done = Submission()
     for start in range(0, len(groups), max(1, per_array)):
         chunk = groups[start : start + per_array]
