@@ -47,6 +47,7 @@ def _ignore(signum: int, frame: Any) -> None:
 
 def _compile(item: Any, spec: Any) -> Any:
     """``compile_item``, with the executable swapped for its serialized form."""
+    import jax
     from jax.experimental import serialize_executable
 
     from .measure import Compiled, compile_item, error_string
@@ -54,6 +55,11 @@ def _compile(item: Any, spec: Any) -> Any:
     comp = compile_item(item, spec)
     if comp.executable is None:
         return comp
+    if comp.cached and jax.default_backend() == "cpu":
+        # XLA:CPU's executable loaded from the persistent cache does not survive serializing
+        # again (its run fails "Function ... not found"): the worker loads it from the cache
+        log.debug("item %s: loaded from the persistent cache; the worker loads it from there too", item.id)
+        return Compiled(compile_s=comp.compile_s, cached=comp.cached)
     try:
         blob = serialize_executable.serialize(comp.executable)
     except Exception as exc:  # the worker compiles it itself (the cache has it now)

@@ -330,3 +330,18 @@ def test_a_config_whose_compile_processes_keep_dying_is_given_up(tmp_path: Path)
     assert given_up == [item.id] and pool.deaths == 1
     assert result is not None and result.died and result.error is None and result.blob is None
     assert after is not None and after.error is None and after.blob is not None  # a new process compiles on
+
+
+def test_compile_processes_hand_over_what_the_persistent_cache_holds(threads_doc: Path, tmp_path: Path) -> None:
+    """A unit whose every compile its compile processes load from a warm persistent cache (a
+    resumed unit, a repeated sweep) checks and times each config as a cold one does."""
+    cache = tmp_path / "cache"
+    for name in ("cold", "warm"):
+        spec = _write(tmp_path, name, "processes", compile={"mode": "processes", "workers": 2, "cache_dir": str(cache)})
+        sd, (unit,), _ = prepare_sweep(str(spec), str(tmp_path / name), None, None)
+        run_unit(str(sd.root), unit)
+        merge(sd)
+    warm = json.loads((tmp_path / "warm.results.json").read_text())["results"]
+    assert [r["compile_cached"] for r in warm] == [True] * 4
+    drop = TIMINGS | PROVENANCE | {"compile_cached"}
+    assert _records(tmp_path / "warm.results.json", drop=drop) == _records(threads_doc, drop=drop)
