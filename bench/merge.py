@@ -105,12 +105,12 @@ def _proc_kb(field: str) -> int:
 
 
 def child_merge(sweep: str, cold: bool, bare: bool = False) -> dict[str, Any]:
-    from orchestrator.store import keyindex, partials, texts
+    from orchestrator.store import jsonline, keyindex, texts
     from orchestrator.store.merge import merge
     from orchestrator.store.sweepdir import SweepDir
 
     if os.environ.get(STDLIB_ENV):
-        partials._orjson = None  # what a user without orjson gets
+        jsonline._orjson = None  # what a user without orjson gets
         texts._ORJSON_AGREES = False
     sd = SweepDir.open(sweep)
     if cold:

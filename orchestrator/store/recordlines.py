@@ -19,17 +19,11 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType
 from typing import Any
 
 from orchestrator.spec.records import id_getter
+from orchestrator.store import jsonline
 from orchestrator.store.layouts import check_layout
-
-_orjson: ModuleType | None
-try:  # without orjson every line goes to ``classify``
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
 
 RECORD_PREFIX = b'{"id":'  # how the worker's record lines open (``lines.record_line``)
 
@@ -80,9 +74,9 @@ def judge(
     judged yet): (k, attempt, item id, record) of those ``classify`` would call ``RECORD``
     with the record as it stands, and the ``k`` of the others, for ``classify`` to judge.
     ``positions``: the unit's items (``partials.UnitItems.positions``)."""
-    if _orjson is None:
+    if jsonline._orjson is None:  # without orjson every line goes to ``classify``
         return [], list(at)
-    loads = _orjson.loads
+    loads = jsonline._orjson.loads
     by_keys = _BY_KEYS
     taken: list[tuple[int, int, str, dict[str, Any]]] = []
     left: list[int] = []
@@ -116,10 +110,10 @@ def judge(
 def orjson_refuses(raw: bytes) -> bool:
     """Whether orjson cannot read the line ``raw`` (NaN, an infinity, a number past a double:
     what the stdlib reads and only the stdlib writes as the document spells it)."""
-    if _orjson is None:
+    if jsonline._orjson is None:
         return True
     try:
-        _orjson.loads(raw)
+        jsonline._orjson.loads(raw)
     except ValueError:
         return True
     return False

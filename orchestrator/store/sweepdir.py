@@ -31,7 +31,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from orchestrator.errors import MismatchError, SweepDirError
@@ -45,13 +44,8 @@ from orchestrator.store.files import (
     remove_dead_temps,
     temp_path,
 )
+from orchestrator.store.jsonline import loads
 from orchestrator.store.sweep_paths import file_given
-
-_orjson: ModuleType | None
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
 
 if TYPE_CHECKING:  # the planner loads when the items are first expanded (status never expands them)
     from orchestrator.planning import Unit, WorkItem
@@ -68,17 +62,6 @@ __all__ = [
     "remove_dead_temps",
     "temp_path",
 ]
-
-
-def _loads(line: bytes) -> Any:
-    """One line of jobs.jsonl (a line per job: 10,000s on a large sweep): orjson where installed,
-    the stdlib for what orjson refuses."""
-    if _orjson is not None:
-        try:
-            return _orjson.loads(line)
-        except ValueError:
-            pass
-    return json.loads(line)
 
 
 SWEEP_FILE = "sweep.json"
@@ -346,7 +329,7 @@ class SweepDir:
         out = []
         for line in path.read_bytes().splitlines():
             try:
-                out.append(_loads(line))
+                out.append(loads(line))
             except ValueError:
                 continue  # a torn last line after a crash
         return out
