@@ -39,7 +39,8 @@ What the figures leave out: the scaled problems rank their configs as their temp
 does (a real sweep's problems differ more, which helps the search's design less and its
 neighbours more); a replay has no compile cache, so a config compiled twice costs twice.
 
-Run: ``.venv/bin/python -m bench.search [--seeds 20] [--scaled-seeds 5]`` (about 5 minutes).
+Run: ``.venv/bin/python -m bench.search [--seeds 20] [--scaled-seeds 5] [--first-seed 0]`` (about
+5 minutes; seeds counted from ``--first-seed``).
 """
 
 from __future__ import annotations
@@ -249,6 +250,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20, help="seeds of the excerpt's problems")
     ap.add_argument("--scaled-seeds", type=int, default=5, help="seeds of each scaled input")
+    ap.add_argument("--first-seed", type=int, default=0, help="the seeds counted from this one (others than tuned on)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)  # submitit's debug executor warns once per unit
     t0 = time.perf_counter()
@@ -256,9 +258,10 @@ def main() -> int:
         tmp = Path(name)
         ref = scaled_source(tmp, "ref16")
         big = scaled_source(tmp, "big32", seq_lens=[1024, 2048, 4096, 8192])
-        scaled = range(args.scaled_seeds)
+        first = args.first_seed
+        scaled = range(first, first + args.scaled_seeds)
         tallies = {
-            "excerpt": compare(excerpt_specs(), range(args.seeds), tmp, "excerpt"),
+            "excerpt": compare(excerpt_specs(), range(first, first + args.seeds), tmp, "excerpt"),
             "ref16": compare([base_spec(ref)], scaled, tmp, "ref16"),
             "big32": compare([base_spec(big, seq_lens=[1024, 2048, 4096, 8192])], scaled, tmp, "big32"),
             "history": history_tally(tmp, ref, scaled),
