@@ -26,6 +26,8 @@ Figures, over the problem-seeds of each input and over all inputs (``_all``):
 - ``search_measured_share``: forced configs the search measured (compiled and timed, or failed
   at it) / those the full sweep measured (pruned configs count in neither);
 - ``search_gpu_s_ratio``: virtual compile + timed seconds (the workers' markers), search / full;
+  ``search_gpu_s_round1`` the part of it round 1 spent (the design and ``auto``), the rest is
+  the later rounds';
 - ``search_rounds``: the median number of rounds of the search per problem;
 - ``search_round1_configs``: forced configs round 1 measured per problem (the design), with
   how many came from the portfolio;
@@ -37,7 +39,8 @@ What the figures leave out: the scaled problems rank their configs as their temp
 does (a real sweep's problems differ more, which helps the search's design less and its
 neighbours more); a replay has no compile cache, so a config compiled twice costs twice.
 
-Run: ``.venv/bin/python -m bench.search [--seeds 20] [--scaled-seeds 5]`` (about 5 minutes).
+Run: ``.venv/bin/python -m bench.search [--seeds 20] [--scaled-seeds 5] [--first-seed 0]`` (about
+5 minutes; seeds counted from ``--first-seed``).
 """
 
 from __future__ import annotations
@@ -62,11 +65,13 @@ EXCERPT = REPO / "tests" / "data" / "attention_tiles.sample.json"
 
 @dataclass
 class Ran:
-    """One sweep: its document, its virtual GPU seconds, and its sweep directory."""
+    """One sweep: its document, its virtual GPU seconds (and those of its round-1 units: a
+    search's design and ``auto``; a full sweep's everything), and its sweep directory."""
 
     doc: dict[str, Any]
     gpu_s: float
     root: Path
+    round1_gpu_s: float = 0.0
 
 
 def sweep(spec: dict[str, Any], folder: Path) -> Ran:
@@ -84,9 +89,11 @@ def sweep(spec: dict[str, Any], folder: Path) -> Ran:
     run(unit_ids)
     run_rounds_here(sd, sd.spec.executor, run)
     summary = merge.merge(sd)
-    markers = [json.loads(p.read_text()) for p in sd.done.glob("*.json")]
-    gpu_s = sum(m.get("compile_sum_s", 0.0) + m.get("timed_s", 0.0) for m in markers)
-    return Ran(json.loads(Path(summary.output).read_text()), gpu_s, sd.root)
+    rounds = {u["id"]: int(u.get("round", 1)) for u in sd.unit_index()}
+    spent = {p.stem: json.loads(p.read_text()) for p in sd.done.glob("*.json")}
+    seconds = {uid: m.get("compile_sum_s", 0.0) + m.get("timed_s", 0.0) for uid, m in spent.items()}
+    first = sum(s for uid, s in seconds.items() if rounds.get(uid, 1) == 1)
+    return Ran(json.loads(Path(summary.output).read_text()), sum(seconds.values()), sd.root, first)
 
 
 def measured(doc: dict[str, Any]) -> int:
@@ -114,6 +121,7 @@ class Tally:
     measured_full: int = 0
     gpu_s: float = 0.0
     gpu_s_full: float = 0.0
+    gpu_s_round1: float = 0.0
     rounds: list[int] = field(default_factory=list)
     design: list[int] = field(default_factory=list)
     portfolio: list[int] = field(default_factory=list)
@@ -128,6 +136,7 @@ class Tally:
         self.measured_full += measured(full.doc)
         self.gpu_s += search.gpu_s
         self.gpu_s_full += full.gpu_s
+        self.gpu_s_round1 += search.round1_gpu_s
         self.rounds += rounds_per_problem(search.doc)
         for p in round1(search.root):
             self.design.append(int(p.get("portfolio", 0)) + int(p.get("space_filling", 0)))
@@ -141,6 +150,7 @@ class Tally:
             self.measured_full + other.measured_full,
             self.gpu_s + other.gpu_s,
             self.gpu_s_full + other.gpu_s_full,
+            self.gpu_s_round1 + other.gpu_s_round1,
             self.rounds + other.rounds,
             self.design + other.design,
             self.portfolio + other.portfolio,
@@ -152,6 +162,7 @@ class Tally:
             f"search_same_winner_{suffix}={self.same / max(1, self.problems):.3f}",
             f"search_measured_share_{suffix}={self.measured / max(1, self.measured_full):.3f}",
             f"search_gpu_s_ratio_{suffix}={self.gpu_s / max(1e-9, self.gpu_s_full):.3f}",
+            f"search_gpu_s_round1_{suffix}={self.gpu_s_round1 / max(1e-9, self.gpu_s_full):.3f}",
             f"search_rounds_{suffix}={statistics.median(self.rounds) if self.rounds else 0:g}",
             f"search_round1_configs_{suffix}={statistics.median(self.design) if self.design else 0:g}",
             f"search_round1_portfolio_{suffix}={statistics.median(self.portfolio) if self.portfolio else 0:g}",
@@ -239,6 +250,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20, help="seeds of the excerpt's problems")
     ap.add_argument("--scaled-seeds", type=int, default=5, help="seeds of each scaled input")
+    ap.add_argument("--first-seed", type=int, default=0, help="the seeds counted from this one (others than tuned on)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)  # submitit's debug executor warns once per unit
     t0 = time.perf_counter()
@@ -246,9 +258,10 @@ def main() -> int:
         tmp = Path(name)
         ref = scaled_source(tmp, "ref16")
         big = scaled_source(tmp, "big32", seq_lens=[1024, 2048, 4096, 8192])
-        scaled = range(args.scaled_seeds)
+        first = args.first_seed
+        scaled = range(first, first + args.scaled_seeds)
         tallies = {
-            "excerpt": compare(excerpt_specs(), range(args.seeds), tmp, "excerpt"),
+            "excerpt": compare(excerpt_specs(), range(first, first + args.seeds), tmp, "excerpt"),
             "ref16": compare([base_spec(ref)], scaled, tmp, "ref16"),
             "big32": compare([base_spec(big, seq_lens=[1024, 2048, 4096, 8192])], scaled, tmp, "big32"),
             "history": history_tally(tmp, ref, scaled),
@@ -260,6 +273,7 @@ def main() -> int:
         print(f"search_same_winner={total.same / max(1, total.problems):.3f}")
         print(f"search_measured_share={total.measured / max(1, total.measured_full):.3f}")
         print(f"search_gpu_s_ratio={total.gpu_s / max(1e-9, total.gpu_s_full):.3f}")
+        print(f"search_gpu_s_round1={total.gpu_s_round1 / max(1e-9, total.gpu_s_full):.3f}")
         print(f"search_rounds={statistics.median(total.rounds):g}")
         print("\n".join(strategy_costs(tmp)))
         for strategy in ("full", "halving", "search"):

@@ -121,10 +121,33 @@ def test_a_capped_round_measures_only_what_the_alike_problems_rate_faster_than_t
     assert step(problem, 1, [], settings, predicted(first, [[*alike, *slow]])) == ([(2, 3)], SEARCHING)
 
 
-def test_a_problem_no_other_speaks_for_climbs_first_the_way_its_own_timings_lean() -> None:
-    """Along each axis, the step towards the values whose configs the problem timed faster,
-    of every axis, before the steps back."""
-    first = [Timed((2, 2), 1.0, 0.95, 1.05), Timed((1, 1), 2.0, 1.9, 2.1), Timed((3, 3), 1.2, 1.15, 1.25)]
+def _timed(config: tuple[int, int], median: float) -> Timed:
+    return Timed(config, median, 0.98 * median, 1.02 * median)
+
+
+def test_a_problem_climbs_only_the_way_its_own_timings_lean_and_steps_back_where_that_way_is_closed() -> None:
+    """A step along an axis towards a value whose configs the problem timed at least as fast as
+    its leader's value is taken; the steps back only where no such step is left to measure."""
+    first = [_timed((2, 2), 1.0), _timed((2, 1), 2.0), _timed((3, 1), 1.1), _timed((3, 3), 1.1), _timed((1, 3), 3.0)]
+    grid = Grid.of(("a", "b"), itertools.product((1, 2, 3), (1, 2, 3)))
+    problem = Problem(grid, grid.configs, frozenset(t.config for t in first), {1: first})
+    # a = 3 timed faster than a = 2 on average, b = 2 fastest: (3, 2) only, not (1, 2) nor (2, 3)
+    assert step(problem, 1, [], SearchSettings(design=4, per_round=None)) == ([(3, 2)], SEARCHING)
+    assert step(problem, 1, [], SearchSettings(design=4)) == ([(3, 2)], SEARCHING)
+    # a leader its timings rate fastest along every axis: every step is one back
+    best_everywhere = [Timed((2, 2), 1.0, 0.95, 1.05), Timed((1, 1), 2.0, 1.9, 2.1), Timed((3, 3), 1.2, 1.15, 1.25)]
+    alone = _problem({1: best_everywhere}, measured=0)
+    assert step(alone, 1, [], SearchSettings(design=4, per_round=None))[0] == [(3, 2), (1, 2), (2, 3), (2, 1)]
+
+
+def test_a_capped_round_measures_a_config_the_cost_model_prices_at_two_typical_ones_only_if_rated_faster() -> None:
+    settings = SearchSettings(design=4, max_rounds=4, per_round=4)
+    first = [Timed((2, 2), 1.0, 0.95, 1.05), Timed((1, 1), 2.0, 1.9, 2.1)]
     problem = _problem({1: first}, measured=0)
-    assert step(problem, 1, [], SearchSettings(design=4, per_round=2)) == ([(3, 2), (2, 3)], SEARCHING)
-    assert step(problem, 1, [], SearchSettings(design=4, per_round=None))[0] == [(3, 2), (2, 3), (1, 2), (2, 1)]
+    costs = {c: 1.0 for c in problem.grid.configs} | {(3, 2): 2.5}  # a spilling tile: 2.5 typical configs
+    assert step(problem, 1, [], settings, None, costs) == ([(1, 2), (2, 3), (2, 1)], SEARCHING)
+    # another problem, timed alike, found (3, 2) faster than (2, 2): worth its price
+    alike = [Timed((2, 2), 1.0, 1, 1), Timed((1, 1), 2.0, 2, 2), Timed((3, 2), 0.9, 0.9, 0.9)]
+    assert step(problem, 1, [], settings, predicted(first, [alike]), costs)[0][0] == (3, 2)
+    # per_round null measures every candidate, whatever it costs
+    assert (3, 2) in step(problem, 1, [], SearchSettings(design=4, per_round=None), None, costs)[0]

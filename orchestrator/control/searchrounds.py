@@ -25,6 +25,7 @@ from orchestrator.control.searchstate import (
     ProblemItems,
     account,
     as_problem,
+    costs_of,
     observe,
     outlooks,
     problems_of,
@@ -106,13 +107,16 @@ class SearchRounds:
             return _survivors(sd, number, read)
         last = search_round(number - 1, screen)
         wins, seen = winners_of(read.problems, read.of), outlooks(read.problems, read.of)
+        costs = costs_of(read.of, sd.spec)
         chosen: list[WorkItem] = []
         states: list[ProblemState] = []
         for key, p in read.of.items():
             ended = read.ended(key)
             settings = sd.spec.search
             configs, why = (
-                ([], ended) if ended in FINAL else step(read.problems[key], last, wins[key], settings, seen[key])
+                ([], ended)
+                if ended in FINAL
+                else step(read.problems[key], last, wins[key], settings, seen[key], costs[key])
             )
             if ended is not None and not configs:  # nothing new to try: its search ended as it did
                 why = ended

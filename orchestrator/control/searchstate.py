@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.planning import RUN, WorkItem
+from orchestrator.planning.costs import item_costs
 from orchestrator.planning.search import Grid, Problem, ranked, search_round
 from orchestrator.planning.searchmodel import Config, Timed, predicted, timed
+from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import problem_key
 from orchestrator.store.partials import read_partial
 from orchestrator.store.searchrounds import ProblemState
@@ -138,6 +140,17 @@ def outlooks(problems: Mapping[Key, Problem], of: Mapping[Key, ProblemItems]) ->
         family = (p.mode, p.impl)
         others = [q.times() for k, q in problems.items() if k != key and (of[k].mode, of[k].impl) == family]
         out[key] = predicted(problems[key].times(), others)
+    return out
+
+
+def costs_of(of: Mapping[Key, ProblemItems], spec: SweepSpec) -> dict[Key, dict[Config, float]]:
+    """For each problem, the seconds the cost model (``planning.costs``) says compiling and
+    timing each of its runnable configs takes (what ``searchmodel.affordable`` weighs)."""
+    out = {}
+    for key, p in of.items():
+        items = list(p.items.values())
+        seconds, _ = item_costs(items, spec)
+        out[key] = {c: s for (c, it), s in zip(p.items.items(), seconds, strict=True) if it.kind == RUN}
     return out
 
 

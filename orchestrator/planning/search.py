@@ -19,8 +19,9 @@ by the planner of round 1 (``control.searchplan``: the design) and of every late
 - Each later round (``next_configs``): the configs that won other problems of the sweep so far,
   then the grid neighbours (one step along one axis) of the problem's leaders (``leaders``: its
   best and the configs whose q1-q3 overlaps the best's, at most ``search.leaders``), each not
-  measured before: first, of every leader, the step along each axis that the problem's own
-  timings lean to (``searchmodel.leanings``), then the other steps. Of those, the ones the
+  measured before: of every leader, the steps along each axis towards a value the problem's own
+  timings rate at least as fast as the leader's (``searchmodel.leanings``), and the steps back
+  only where none of those is left to measure (``_climb``). Of those, the ones the
   other problems found fastest first (``searchmodel.predicted``: how much slower than their own
   best the problems of its mode and implementation measured a config, weighted by how alike
   their timings are to the problem's; one no other problem measured counts as a best), at most
@@ -28,7 +29,10 @@ by the planner of round 1 (``control.searchplan``: the design) and of every late
   A capped round (``per_round`` set) skips a config the alike problems measured more than
   ``searchmodel.UNLIKELY`` slower than their best, or slower than the problem's own leader
   where they measured that too (``searchmodel.promising``): the family's model ends a problem
-  whose leader it rates at least as fast as every candidate.
+  whose leader it rates at least as fast as every candidate. It also skips a config the cost
+  model (``planning.costs``, given as ``costs``) prices at more than ``searchmodel.COSTLY``
+  typical configs of the problem, unless the alike problems rate it faster than the problem's
+  best (``searchmodel.affordable``).
   This is where the problems learn from each other: a neighbour that was slow wherever it was
   measured waits behind those that were fast or never tried. A problem none of whose configs
   has a time yet (all failed) gets another space-filling design instead of neighbours.
@@ -50,7 +54,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.planning.searchmodel import Config, Timed, leanings, promising
+from orchestrator.planning.searchmodel import Config, Timed, affordable, leanings, promising
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.search_section import SearchSettings
 
@@ -227,6 +231,26 @@ def improved(new: Sequence[Timed], before: Sequence[Timed]) -> bool:
     return min(t.median_ms for t in new) < old.q1_ms
 
 
+def _climb(
+    grid: Grid, leads: Sequence[Config], lean: Mapping[tuple[int, Any], float] | None, fresh: Collection[Config]
+) -> list[Config]:
+    """The neighbours of ``leads`` a round climbs to: without ``lean``, every step; with it
+    (``searchmodel.leanings``), the forward steps of every leader (to a value along one axis the
+    problem's timings rate at least as fast as the leader's), and the steps back only where no
+    forward step is left to measure (none of them in ``fresh``)."""
+    steps = [(lead, grid.steps(lead, lean)) for lead in leads]
+    if lean is None:
+        return [c for _, axes in steps for ways in axes for c in ways]
+    forward: list[Config] = []
+    back: list[Config] = []
+    for lead, axes in steps:
+        for i, ways in enumerate(axes):
+            here = lean.get((i, lead[i]), 0.0)
+            for c in ways:
+                (forward if lean.get((i, c[i]), 0.0) <= here else back).append(c)
+    return forward if any(c in fresh for c in forward) else back
+
+
 def next_configs(
     grid: Grid,
     runnable: Collection[Config],
@@ -238,19 +262,14 @@ def next_configs(
     lean: Mapping[tuple[int, Any], float] | None = None,
 ) -> list[Config]:
     """What a problem measures next: the other problems' winners (``winners``, in their order),
-    then each leader's neighbours (with ``lean``, ``searchmodel.leanings``: first the step each
-    axis leans to, of every leader, then the other steps), none measured before, reordered by
+    then the neighbours of its leaders it climbs to (``_climb``: with ``lean``, the forward
+    steps, the steps back only once none is left), none measured before, reordered by
     ``outlook`` (``predicted``: the least slowdown first, one it says nothing of as a best; a
     tie keeps that order), at most ``room`` (None: no cap)."""
-    steps = [grid.steps(lead, lean) for lead in leads]
-    near = [c for axes in steps for ways in axes for c in ways]
-    if lean is not None:
-        near = [ways[0] for axes in steps for ways in axes if ways] + [
-            c for axes in steps for ways in axes for c in ways[1:]
-        ]
+    fresh = {c for c in runnable if c not in measured}
     out: dict[Config, None] = {}
-    for c in (*winners, *near):
-        if c in runnable and c not in measured:
+    for c in (*winners, *_climb(grid, leads, lean, fresh)):
+        if c in fresh:
             out[c] = None
     said = outlook or {}
     chosen = sorted(out, key=lambda c: max(0.0, said.get(c, 0.0)))
@@ -282,13 +301,16 @@ def step(
     winners: Sequence[Config],
     settings: SearchSettings,
     outlook: Mapping[Config, float] | None = None,
+    costs: Mapping[Config, float] | None = None,
 ) -> tuple[list[Config], str]:
     """What ``problem`` measures in the round after the search's round ``last``, and why it goes
     on (``SEARCHING``) or why its search ended (the other reasons above; a converged one still
     measures the other problems' winners it has not, ``winners``, and no neighbours). ``outlook``
     is what the other problems say of its configs (``predicted``); with ``per_round`` set, the
-    configs it rates slow, or slower than the problem's best (``promising``), are left out, and
-    a problem none of whose candidates is left ends as exhausted."""
+    configs it rates slow, or slower than the problem's best (``promising``), and those the cost
+    model's seconds (``costs``) price at more than two typical configs unless it rates them
+    faster than the best (``affordable``), are left out, and a problem none of whose candidates
+    is left ends as exhausted."""
     if last >= settings.max_rounds:
         return [], ROUNDS
     room = None if settings.budget is None else settings.budget - len(problem.measured)
@@ -298,7 +320,9 @@ def step(
         room = settings.per_round if room is None else min(room, settings.per_round)
     best = problem.best()
     lead = None if best is None else best.config
-    can = set(problem.runnable) if settings.per_round is None else promising(problem.runnable, outlook, lead)
+    can = set(problem.runnable)
+    if settings.per_round is not None:
+        can = promising(problem.runnable, outlook, lead) & affordable(problem.runnable, costs, outlook, lead)
     if last > 1 and not improved(problem.rounds.get(last, ()), problem.times(before=last)):
         # its climb ended, but what other problems won since may lie beyond its neighbourhood
         # (another hill): measured here, one faster beyond the noise starts the climb again

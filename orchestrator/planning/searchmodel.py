@@ -1,13 +1,15 @@
 """What a search knows of a problem's configs before it measures them: its own timings
 (``Timed``), what the other problems of its mode and implementation measured (``predicted``:
-the family's model, and ``promising``: what is worth a capped round) and, for a problem no
-other problem speaks for, which way along each axis its own timings lean (``leanings``). Pure:
-no I/O. Used by the search's rules (``planning.search``).
+the family's model, and ``promising``: what is worth a capped round), what each would cost
+to measure (``affordable``: the cost model's seconds) and, for a problem no other problem
+speaks for, which way along each axis its own timings lean (``leanings``). Pure: no I/O. Used
+by the search's rules (``planning.search``).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -87,6 +89,33 @@ def promising(
     said = outlook or {}
     bar = min(UNLIKELY, said.get(lead, UNLIKELY)) if lead is not None else UNLIKELY
     return {c for c in configs if said.get(c, 0.0) <= bar}
+
+
+# A config the cost model says costs more than this many of the problem's typical config (the
+# median of its runnable ones) to compile and time (a spilling tile: the model's register
+# term, which also marks a slow kernel) is worth a capped round only where the alike problems
+# rate it faster than the problem's best: it is the price of two configs that can win.
+COSTLY = 2.0
+
+
+def affordable(
+    configs: Iterable[Config],
+    costs: Mapping[Config, float] | None,
+    outlook: Mapping[Config, float] | None = None,
+    lead: Config | None = None,
+) -> set[Config]:
+    """The ``configs`` whose predicted seconds (``costs``: ``planning.costs``, per config) are
+    at most ``COSTLY`` times the median of them all, and the dearer ones the other problems'
+    slowdowns (``predicted``) rate faster than ``lead``, the problem's best so far, where they
+    measured both. Without ``costs``: every config."""
+    listed = list(configs)
+    priced = {c: costs[c] for c in listed if c in costs} if costs else {}
+    if not priced:
+        return set(listed)
+    bar = COSTLY * statistics.median_high(priced.values())
+    said = outlook or {}
+    faster = said.get(lead, 0.0) if lead is not None else None
+    return {c for c in listed if priced.get(c, 0.0) <= bar or (faster is not None and c in said and said[c] < faster)}
 
 
 def leanings(times: Iterable[Timed]) -> dict[tuple[int, Any], float]:

@@ -34,11 +34,12 @@ class SearchSettings(SpecModel):
         "units, a screen and the full timing of its survivors",
     )
     per_round: int | None = Field(
-        default=4,
+        default=3,
         ge=1,
         description="each round after the first: most forced configs a problem measures, those the other "
         "problems of its mode and implementation found fastest first (one none of them measured counts as "
-        "fast); null: every winner of another problem and every neighbour of its leaders",
+        "fast), none they rate slower than its best, nor one the cost model prices at more than two of its typical "
+        "configs unless they rate it faster; null: every winner of another problem and every neighbour of its leaders",
     )
     leaders: int = Field(
         default=2,
