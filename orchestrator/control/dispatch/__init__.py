@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         start_units_locally,
         visible_gpus,
     )
+    from orchestrator.control.dispatch.local_worker import run_unit_job
     from orchestrator.control.dispatch.slurm import (
         Submission,
         executor_parameters,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
         tasks_of,
         unit_costs,
     )
-    from orchestrator.control.dispatch.tasks import MergeTask, UnitTask, run_unit_job
+    from orchestrator.control.dispatch.tasks import MergeTask, UnitTask
 
 _HOMES = {
     "UnitOutcome": "local",
@@ -60,7 +61,7 @@ _HOMES = {
     "unit_costs": "slurm",
     "MergeTask": "tasks",
     "UnitTask": "tasks",
-    "run_unit_job": "tasks",
+    "run_unit_job": "local_worker",
 }
 
 
