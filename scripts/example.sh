@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: set up .venv, then run the small example sweep
-# here (no cluster needed): plan, run units through submitit's local executor, merge into
+# here (no cluster needed): plan, run units as local worker processes, merge into
 # results/small_tiles.json and print the best config per problem.
 set -euo pipefail
 cd "$(dirname "$0")/.."

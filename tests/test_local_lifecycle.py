@@ -1,10 +1,11 @@
 """A local sweep's life when it does not go to plan, as a user meets it: a worker killed with
 SIGKILL, Ctrl-C during a unit and between units, then ``status``, ``wait`` and ``resume``.
 
-Real processes throughout: ``tilesweep run`` starts submitit's local controller, which starts
-the worker; the tests kill and interrupt those as a user would (Ctrl-C as a terminal sends it:
-SIGINT to the whole process group, see ``helpers.LAUNCH``), each once an event happened (a
-record written, a unit's marker), never after a guessed time.
+Real processes throughout: ``tilesweep run`` starts each unit's worker (``resume --no-wait``
+under submitit's local controller, which outlives the command); the tests kill and interrupt
+those as a user would (Ctrl-C as a terminal sends it: SIGINT to the whole process group, see
+``helpers.LAUNCH``), each once an event happened (a record written, a unit's marker), never
+after a guessed time.
 """
 
 from __future__ import annotations

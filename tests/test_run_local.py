@@ -1,4 +1,4 @@
-"""End to end on this machine: a tiny sweep through submitit's local executor, a worker
+"""End to end on this machine: a tiny sweep run by local worker processes, a worker
 killed with SIGKILL and rerun, and the CLI's answers to bad input."""
 
 from __future__ import annotations

@@ -15,15 +15,17 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.control import dispatch
-from orchestrator.control.dispatch.tasks import MergeHook
 from orchestrator.control.history import read_history
 from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits
 from orchestrator.errors import DispatchError
 from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, atomic_write_text
+
+if TYPE_CHECKING:  # submitit, which the tasks' module imports, loads with a submission, not with a local run
+    from orchestrator.control.dispatch.tasks import MergeHook
 
 
 @dataclass

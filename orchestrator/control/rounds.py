@@ -22,10 +22,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import PROG
-from orchestrator.control.arrays import MergeHook, SubmitOutcome, UnitsRollback, submit_with_merge
+from orchestrator.control.arrays import SubmitOutcome, UnitsRollback, submit_with_merge
 from orchestrator.control.dispatch import UnitOutcome
 from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.searchrounds import SearchRounds
@@ -38,6 +38,9 @@ from orchestrator.planning.halving import HALVING
 from orchestrator.planning.search import SEARCH
 from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, now_iso
+
+if TYPE_CHECKING:
+    from orchestrator.control.dispatch.tasks import MergeHook
 
 log = logging.getLogger(__name__)
 

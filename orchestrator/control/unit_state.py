@@ -96,7 +96,8 @@ def _from_task(ts: TaskState, mtime: float | None, submitted: float) -> tuple[st
 def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
     """A unit run by the local executor: running while its process lives; once it is gone,
     interrupted where its worker's log says a stop signal ended it, else failed (``failure``
-    then reads why: the worker's own reason, or the signal its controller saw)."""
+    then reads why: the worker's own reason, or the signal the run or controller that started
+    it saw)."""
     if job.get("executor") == "local":
         try:
             pid = int(job.get("job_id"))  # type: ignore[arg-type]

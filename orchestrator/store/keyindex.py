@@ -50,8 +50,6 @@ from itertools import accumulate
 from pathlib import Path
 from typing import IO, Any, TypedDict
 
-import numpy as np
-
 from orchestrator.spec.records import (
     DEFAULT_IMPL,
     FIELD_TYPES,
@@ -287,6 +285,8 @@ def chunks(index: KeyIndex, rows: Sequence[int], budget: int = BATCH_BYTES) -> I
     call. The places of half a million rows are worked out as arrays, a chunk at a time."""
     if not len(rows):
         return
+    import numpy as np  # here, not at the top: a run or merge that reads no index's places never loads it
+
     sums = np.frombuffer(index.sums, dtype=np.uint64).astype(np.int64)
     r = np.asarray(rows, dtype=np.int64)
     starts = index.first + sums[r] + r * len(SEPARATOR)

@@ -13,7 +13,8 @@ Layout::
     round2.json         halving: what round 2 kept (store.round2)
     tokamax-grid.json   a "tokamax" grid's configs per problem, as planned (store.tokamax_lists)
     search/             a search's rounds (store.searchrounds)
-    logs/               submitit's folder (sbatch files, stdout/stderr per task)
+    logs/               submitit's folder (sbatch files, stdout/stderr per task); a local run's
+                        worker logs, <unit>.<n>_0_log.err, one per worker it started
     logs/units/<id>.log one per unit: its workers' output on SLURM (a task runs several)
     leases/<id>.lease   held by the live worker of a unit (see leases); run.lease: `tilesweep run`
     merge-cache/        partials parsed for merging (derived; safe to delete, see mergecache)

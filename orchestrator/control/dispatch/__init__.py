@@ -1,7 +1,8 @@
-"""Running units through submitit: the only package that imports submitit.
+"""Running units: on SLURM and in the background through submitit (this is the only package
+that imports it), a local run's workers as its own child processes.
 
-- ``tasks``: what runs on the node (``UnitTask``, ``MergeTask``, ``run_unit_job``) and the
-  node-side logging; submitit pickles these by reference, so they stay importable.
+- ``tasks``: what runs on the node (``UnitTask``, ``MergeTask``) and the node-side logging;
+  submitit pickles these by reference, so they stay importable.
 - ``slurm``: ``submit_units`` hands units to SLURM as job arrays (split at the cluster's
   array size), a unit per GPU of a task, and returns at once; ``submit_merge_job`` adds a
   job that merges the results once the arrays have ended (``--dependency=afterany``).
@@ -9,14 +10,16 @@
   (``unit_worker``, started as a fork of the task by ``forked``), each on its GPU's CPU share.
 - ``sbatch``: sbatch bounded in time, accepted arrays always recorded, scripts rendered
   without submitting (``submit --dry-run``).
-- ``local``: ``run_units_locally`` runs each unit as a subprocess (submitit's
-  LocalExecutor), at most one per visible GPU at a time (one on a machine without GPUs),
+- ``local``: ``run_units_locally`` runs each unit as a subprocess it starts itself
+  (``local_procs``), at most one per visible GPU at a time (one on a machine without GPUs),
   each pinned to its own GPU; kind ``debug`` runs them in this process (DebugExecutor).
-- ``local_controller``: the process that runs one unit for the local executor (submitit's
-  controller, saying why a worker a signal ended died).
+- ``local_worker``: one unit's worker run here (``run_unit_job``, and the process
+  ``local_procs`` starts), free of submitit.
+- ``local_controller``: the process that runs one unit left running by a command that returns
+  (submitit's controller, saying why a worker a signal ended died).
 
 The names below load their module when first used, so a process that needs one module of the
-package (a unit's controller, a SLURM task's worker) does not import the others.
+package (a local worker, a unit's controller, a SLURM task's worker) does not import the others.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
         start_units_locally,
         visible_gpus,
     )
+    from orchestrator.control.dispatch.local_worker import run_unit_job
     from orchestrator.control.dispatch.slurm import (
         Submission,
         executor_parameters,
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
         tasks_of,
         unit_costs,
     )
-    from orchestrator.control.dispatch.tasks import MergeTask, UnitTask, run_unit_job
+    from orchestrator.control.dispatch.tasks import MergeTask, UnitTask
 
 _HOMES = {
     "UnitOutcome": "local",
@@ -60,7 +64,7 @@ _HOMES = {
     "unit_costs": "slurm",
     "MergeTask": "tasks",
     "UnitTask": "tasks",
-    "run_unit_job": "tasks",
+    "run_unit_job": "local_worker",
 }
 
 

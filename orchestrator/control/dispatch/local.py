@@ -1,41 +1,38 @@
-"""Running units here: as subprocesses (submitit's LocalExecutor), at most one per visible
-GPU at a time (one on a machine without GPUs; a replay, which needs no GPU, one per CPU),
-each pinned to its own GPU; or, for tests and debugging, in this process (submitit's
-DebugExecutor).
+"""Running units here: as subprocesses, at most one per visible GPU at a time (one on a
+machine without GPUs; a replay, which needs no GPU, one per CPU), each pinned to its own GPU;
+or, for tests and debugging, in this process (submitit's DebugExecutor).
 
-A unit whose worker fails (crash, kill) is an outcome, not an exception: its finished
-records stay in its partial and ``resume`` redoes only the rest.
+A run that waits for its units starts each unit's worker itself (``local_procs``); units left
+running when the command returns (``start_units_locally``) run under submitit's local
+controller (``local_controller``), which outlives the command. A unit whose worker fails
+(crash, kill) is an outcome, not an exception: its finished records stay in its partial and
+``resume`` redoes only the rest.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
-import signal
 import subprocess
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import submitit
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import PROG
-from orchestrator.control.dispatch.local_controller import UnitExecutor
-from orchestrator.control.dispatch.tasks import run_unit_job
+from orchestrator.control.dispatch.local_procs import LocalWorker, start_worker, stop_workers, wait_any
 from orchestrator.control.unit_state import existing
 from orchestrator.control.why import INTERRUPTED, last_word, read_failure, signal_reason
 from orchestrator.errors import DispatchError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
+if TYPE_CHECKING:
+    from orchestrator.control.dispatch.local_controller import UnitExecutor
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
-STOP_WAIT_S = 20.0  # how long an interrupted run waits for its workers to write their abandon lines
 
 
 @dataclass
@@ -92,6 +89,10 @@ def _run_in_process(
     sd: SweepDir, unit_ids: list[str], prior: dict[str, dict[str, Any]], on_poll: Callable[[], None] | None
 ) -> list[UnitOutcome]:
     """One unit after another in this process (the debug executor)."""
+    import submitit
+
+    from orchestrator.control.dispatch.local_worker import run_unit_job
+
     executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="debug")
     outcomes = []
     for uid in unit_ids:
@@ -114,30 +115,51 @@ def _run_subprocesses(
     taking the next unit as soon as its unit ends."""
     gpus = visible_gpus()
     n = local_slots(sd.spec, workers, gpus)
-    executor = _executor(sd)
     pending = list(unit_ids)
-    running: dict[int, tuple[str, Any]] = {}  # slot -> (unit, job)
+    running: dict[int, LocalWorker] = {}  # slot -> its unit's worker
     free_slots = list(range(n))
     outcomes: list[UnitOutcome] = []
     try:
         while pending or running:
             while pending and free_slots:
                 slot = free_slots.pop(0)
-                uid = pending.pop(0)
-                running[slot] = (uid, _start_subprocess(sd, executor, uid, gpus, slot, prior.get(uid)))
-            for slot, (uid, job) in list(running.items()):
-                if job.done():
-                    outcomes.append(_outcome(uid, job))
-                    del running[slot]
-                    free_slots.append(slot)
+                running[slot] = _start_worker(sd, pending.pop(0), gpus, slot, prior)
+            for slot, worker in list(running.items()):
+                if worker.poll() is None:
+                    worker.enforce_limit()
+                    continue
+                outcomes.append(_ended(worker))
+                del running[slot]
+                free_slots.append(slot)
             if on_poll:
                 on_poll()
-            if running:
-                time.sleep(POLL_S)
+            wait_any(list(running.values()), POLL_S)
     except BaseException:  # Ctrl-C (or a bug) here: the workers stop too, cleanly
-        _stop_workers([job for _, job in running.values()])
+        stop_workers(list(running.values()))
         raise
     return outcomes
+
+
+def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dict[str, dict[str, Any]]) -> LocalWorker:
+    """Start one unit's worker on its slot's GPU (none without GPUs); record the job."""
+    worker = start_worker(sd, uid, gpus[slot % len(gpus)] if gpus else None, prior.get(uid))
+    job = {"unit": uid, "executor": "local", "job_id": worker.job_id, "submitted": now_iso(), "log": str(worker.log)}
+    sd.record_jobs([job])
+    log.info("unit %s started as local process %s", uid, worker.job_id)
+    return worker
+
+
+def _ended(worker: LocalWorker) -> UnitOutcome:
+    end = worker.ended()
+    out = UnitOutcome(worker.unit, ok=end.ok, job_id=worker.job_id, summary=end.summary, error=end.error)
+    if end.ok:
+        return out
+    out.log, out.interrupted = existing(str(worker.log)), end.interrupted
+    if end.interrupted:
+        log.warning("unit %s interrupted (process %s): %s", worker.unit, worker.job_id, end.error)
+    else:
+        log.warning("unit %s failed (process %s): %s; log: %s", worker.unit, worker.job_id, end.error, worker.log)
+    return out
 
 
 def local_slots(spec: SweepSpec, workers: int | None = None, gpus: list[int] | None = None) -> int:
@@ -162,59 +184,11 @@ def start_units_locally(
 
 
 def _executor(sd: SweepDir) -> UnitExecutor:
+    from orchestrator.control.dispatch.local_controller import UnitExecutor
+
     executor = UnitExecutor(folder=str(sd.logs))
     executor.update_parameters(timeout_min=sd.spec.executor.timeout_min)
     return executor
-
-
-def _stop_workers(jobs: list[Any]) -> None:
-    """Ask each running unit's worker to stop (SIGTERM to its submitit controller, which hands
-    it on: the worker abandons its configs in flight and exits), and give them ``STOP_WAIT_S``
-    to do so. A Ctrl-C at a terminal reached the workers already; this covers one that reached
-    only us. Further Ctrl-C meanwhile are ignored (the CLI's handler)."""
-    for job in jobs:
-        try:
-            os.kill(int(job.job_id), signal.SIGTERM)
-        except (ValueError, OSError):
-            pass
-    deadline = time.monotonic() + STOP_WAIT_S
-    while jobs and time.monotonic() < deadline:
-        jobs = [j for j in jobs if not _ended(j)]
-        time.sleep(0.1)
-
-
-def _ended(job: Any) -> bool:
-    try:
-        os.kill(int(job.job_id), 0)
-    except (ValueError, ProcessLookupError):
-        return True
-    except PermissionError:
-        return False
-    try:  # a zombie (ended, not yet reaped by us) has ended too
-        return job._process is not None and job._process.poll() is not None
-    except Exception:
-        return False
-
-
-@contextlib.contextmanager
-def _children_ignore_sigint() -> Iterator[None]:
-    """Start processes with SIGINT ignored (and blocked, so none is lost meanwhile here).
-
-    submitit's local controller runs in our process group and writes to our terminal: a Ctrl-C
-    there raised KeyboardInterrupt in its own code, printed its traceback on the user's terminal,
-    and made it SIGKILL the worker a second later, before the worker had written its abandon
-    lines. A controller that ignores SIGINT does neither; the worker, which inherits the ignored
-    signal, installs its own handler (``jobs.in_flight.stop_signals``) and stops cleanly."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C that came meanwhile is delivered now
 
 
 def _start_subprocess(
@@ -225,8 +199,11 @@ def _start_subprocess(
         executor.update_parameters(gpus_per_node=1, visible_gpus=[gpus[slot % len(gpus)]])
     else:
         executor.update_parameters(gpus_per_node=0)
+    from orchestrator.control.dispatch.local_procs import children_ignore_sigint
+    from orchestrator.control.dispatch.local_worker import run_unit_job
+
     executor.unit = uid
-    with _children_ignore_sigint():
+    with children_ignore_sigint():
         job = executor.submit(run_unit_job, str(sd.root), uid, prior, True)
     sd.record_jobs(
         [

@@ -1,6 +1,6 @@
 """What submitit runs on the node: a task's units (``UnitTask`` on SLURM: its GPUs take its
-units in turn, a worker process per unit, see ``node``), one unit (``run_unit_job`` for the local and debug
-executors) or the final merge (``MergeTask``).
+units in turn, a worker process per unit, see ``node``) or the final merge (``MergeTask``); one
+unit run here is ``local_worker``'s.
 
 submitit pickles these by reference, so they must stay importable under these names. Each
 entry point configures the node's logging once (``configure_node_logging``): the task's
@@ -22,7 +22,6 @@ import submitit
 
 from orchestrator.control.dispatch.nodelog import configure_node_logging
 from orchestrator.errors import UnitsFailed
-from orchestrator.store.markers import UnitSummary
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:
@@ -32,50 +31,6 @@ log = logging.getLogger(__name__)
 
 # What the final merge job calls with the sweep directory once it has merged (pickled by reference).
 MergeHook = Callable[[str], dict[str, Any] | None]
-
-
-def run_unit_job(
-    sweep_dir: str, unit_id: str, prior_starts: dict[str, Any] | None = None, own_process: bool = False
-) -> UnitSummary:
-    """What a local or debug submitit job runs (importable, picklable). A failure leaves its
-    reason as the log's last line (``why.failure_line``), as on SLURM. SIGINT and SIGTERM are
-    the worker's own (``jobs.in_flight.stop_signals``): they abandon the configs in flight and
-    exit. ``own_process``: a local job's worker, which a stop ends quietly, saying so in its
-    log (``why.interrupted_line``), exit status 128 + the signal, no traceback; in the debug
-    executor's process the stop goes on up to the command, which says it was interrupted."""
-    from jobs.worker import run_unit
-    from orchestrator.control.scheduler import one_line
-    from orchestrator.control.why import failure_line
-    from orchestrator.errors import TilesweepError
-
-    configure_node_logging()
-    try:
-        return run_unit(sweep_dir, unit_id, prior_starts=prior_starts)
-    except TilesweepError as exc:
-        log.error("%s", failure_line(unit_id, exc.message))
-        raise
-    except Exception as exc:
-        log.error("%s", failure_line(unit_id, f"{type(exc).__name__}: {one_line(exc)}"))
-        raise
-    except (KeyboardInterrupt, SystemExit):
-        code = _stopped(unit_id) if own_process else None
-        if code is None:
-            raise
-        raise SystemExit(code) from None
-
-
-def _stopped(unit_id: str) -> int | None:
-    """A worker a stop signal ended: its log's last line says so; the exit status to end with
-    (None: not a stop signal's, the exception goes on as it is)."""
-    from jobs.in_flight import stop_signal
-    from orchestrator.control.why import interrupted_line
-
-    signum = stop_signal()
-    if signum is None:
-        return None
-    name = signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
-    log.warning("%s", interrupted_line(unit_id, f"stopped by {name}; its finished records are kept"))
-    return 128 + signum
 
 
 Units = list[str]

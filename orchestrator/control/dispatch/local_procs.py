@@ -1,0 +1,195 @@
+"""The workers of a local run that waits for them: each unit's worker a child process of the
+command (``local_worker``), with no controller process between them.
+
+The run is what submitit's local controller was for such a worker: it starts the worker with
+SIGINT ignored (``children_ignore_sigint``: the worker takes it over once its unit runs),
+pinned to its GPU, its output in a log of its own in the sweep's log folder; it reads how the
+worker ended, and writes the reason where a signal ended it without a word (``why``), as the
+controller did; it stops a worker that outlives ``executor.timeout_min`` (TERM: the configs
+in flight are abandoned, then KILL). A worker outlives a run that is killed and finishes its
+unit, as under the controller; ``status`` follows it by its pid. A run that is stopped
+(Ctrl-C, SIGTERM) stops its workers (``stop_workers``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.control.why import (
+    INTERRUPTED,
+    failure_line,
+    last_word,
+    oom_kills,
+    read_failure,
+    signal_reason,
+)
+from orchestrator.store.markers import read_marker
+from orchestrator.store.sweepdir import SweepDir
+
+log = logging.getLogger(__name__)
+
+WORKER = "orchestrator.control.dispatch.local_worker"
+STOP_WAIT_S = 20.0  # how long a stopped worker has to write its abandon lines before it is killed
+
+
+@dataclass
+class Ended:
+    """How a worker ended: ``ok``; else ``error`` (one line) and ``interrupted`` (a stop
+    signal ended it, which is no failure of the unit)."""
+
+    ok: bool
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    interrupted: bool = False
+
+
+@dataclass
+class LocalWorker:
+    """One unit's worker process: ``job_id`` its pid, ``log`` its output."""
+
+    unit: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    marker: Path
+    limit_min: int  # executor.timeout_min
+    oom_before: int | None
+    started: float
+    killed_at: float | None = None  # when it was told to stop for its time limit
+
+    @property
+    def job_id(self) -> str:
+        return str(self.proc.pid)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def enforce_limit(self) -> None:
+        """Stop a worker past its time limit: TERM (it abandons its configs in flight), then
+        KILL if it is still there ``STOP_WAIT_S`` later."""
+        now = time.monotonic()
+        if self.killed_at is None and now >= self.started + 60 * self.limit_min:
+            self.killed_at = now
+            log.warning("unit %s ran past executor.timeout_min (%d min): stopping it", self.unit, self.limit_min)
+            _signal(self.proc, signal.SIGTERM)
+        elif self.killed_at is not None and now >= self.killed_at + STOP_WAIT_S:
+            _signal(self.proc, signal.SIGKILL)
+
+    def ended(self) -> Ended:
+        """How the worker ended, once it has; a death by signal without a word from the
+        worker gets its reason written as the log's last line."""
+        code = self.proc.wait()
+        if code == 0:
+            return Ended(ok=True, summary=dict(read_marker(self.marker) or {}) or None)
+        if self.killed_at is not None:
+            reason = f"ran past executor.timeout_min ({self.limit_min} min); its finished records are kept"
+            self._say(failure_line(self.unit, reason))
+            return Ended(ok=False, error=reason)
+        said = last_word(self.log, self.unit)
+        if said is not None and said[0] == INTERRUPTED:
+            return Ended(ok=False, error=said[1], interrupted=True)
+        if code < 0:
+            oom = -code == signal.SIGKILL and _grew(self.oom_before)
+            reason = signal_reason(-code, oom)
+            self._say(failure_line(self.unit, reason))
+            return Ended(ok=False, error=reason)
+        return Ended(ok=False, error=read_failure(self.log, self.unit) or f"the worker exited with code {code}")
+
+    def _say(self, line: str) -> None:
+        try:
+            with open(self.log, "a") as out:
+                out.write(f"{line}\n")
+        except OSError:
+            pass  # a log that cannot be written: status falls back on the process being gone
+
+
+def start_worker(sd: SweepDir, unit: str, gpu: int | None, prior: dict[str, Any] | None) -> LocalWorker:
+    """Start the worker of ``unit`` on ``gpu`` (None: no GPU), its log a new file."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if gpu is None else str(gpu))
+    cmd = [sys.executable, "-u", "-m", WORKER, str(sd.root), unit, json.dumps(prior or {})]
+    path, fd = _new_log(sd.logs, unit)
+    try:
+        before = oom_kills()
+        with children_ignore_sigint():
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env)
+    finally:
+        os.close(fd)
+    return LocalWorker(unit, proc, path, sd.marker_path(unit), sd.spec.executor.timeout_min, before, time.monotonic())
+
+
+def _new_log(folder: Path, unit: str) -> tuple[Path, int]:
+    """A log file of the unit's that no earlier worker wrote: ``<unit>.<n>_0_log.err``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        path = folder.absolute() / f"{unit}.{n}_0_log.err"
+        try:
+            return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except FileExistsError:
+            n += 1
+
+
+def stop_workers(workers: list[LocalWorker]) -> None:
+    """Ask each worker to stop (TERM: it abandons its configs in flight and exits) and give them
+    ``STOP_WAIT_S`` to do so. A Ctrl-C at a terminal reached the workers already; this covers
+    one that reached only us. Further Ctrl-C meanwhile are ignored (the CLI's handler)."""
+    for w in workers:
+        _signal(w.proc, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while workers and time.monotonic() < deadline:
+        workers = [w for w in workers if w.poll() is None]
+        time.sleep(0.1)
+
+
+def wait_any(workers: list[LocalWorker], timeout_s: float) -> None:
+    """Return once one of ``workers`` has ended, or after ``timeout_s``."""
+    if len(workers) == 1:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            workers[0].proc.wait(timeout=timeout_s)
+    elif workers:
+        time.sleep(timeout_s)
+
+
+def _signal(proc: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(OSError):
+        proc.send_signal(signum)
+
+
+def _grew(before: int | None) -> bool:
+    """Whether the kernel's OOM killer has killed since it had killed ``before`` times."""
+    now = oom_kills()
+    return before is not None and now is not None and now > before
+
+
+@contextlib.contextmanager
+def children_ignore_sigint() -> Iterator[None]:
+    """Start processes with SIGINT ignored (and blocked, so none is lost meanwhile here).
+
+    A worker that starts with SIGINT ignored installs its own handler once its unit runs
+    (``jobs.in_flight.stop_signals``) and then stops cleanly on a Ctrl-C, which a terminal
+    sends to the whole process group; until then a Ctrl-C leaves it to the run, which stops
+    it (``stop_workers``), rather than ending it with a traceback in its log. A controller
+    started here (``local_controller``) ignores it likewise: a Ctrl-C in its own code would
+    print a traceback on the user's terminal and SIGKILL its worker before the worker had
+    written its abandon lines."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C that came meanwhile is delivered now
