@@ -36,7 +36,7 @@ def _cluster() -> None:
 def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_turn(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "node.json", {"gpus_per_node": 4}, compile={"workers": 1})
     sweep = tmp_path / "sweep"
-    # 2 units per GPU by default, here as many as the 6 items allow: 4 at once, 2 queued
+    # 4 units per GPU by default, here as many as the 6 items allow: 4 at once, 2 queued
     dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
     assert dry.returncode == 0 and not sweep.exists(), dry.stderr
     assert "in 6 units, 1 task of up to 6 units (taken in turn by its 4 GPUs)" in dry.stdout, dry.stdout
