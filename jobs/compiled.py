@@ -41,7 +41,7 @@ from .node_env import check_backend, device_block
 
 log = logging.getLogger(__name__)
 
-# the inputs and reference outputs of the shape this process timed last, by (shape, seed)
+# the inputs and reference outputs of the shape this process timed last, by (sweep, shape, seed)
 _last_shape: dict[tuple[Any, ...], measure.ShapeContext] = {}
 
 
@@ -58,6 +58,7 @@ class CompiledMeasurer:
         check_backend(spec.kernel.interpret, backend, visible, sweep_root / "sweep.json", spec.measured_impl)
         self._device = device
         self._spec = spec
+        self._root = str(sweep_root)
         self._cache_dir = compile_cache.resolve_cache_dir(spec.compile.cache_dir, sweep_root)
         self._flush = measure.l2_flush(spec, backend)
         timer = spec.timer_on(backend)
@@ -170,7 +171,7 @@ class CompiledMeasurer:
         and the seconds its timing took."""
         if self._ctx is None or self._ctx.shape != it.shape:
             self._ctx = None  # free the previous shape's arrays first
-            self._ctx = _shape_context(it, self._spec)
+            self._ctx = _shape_context(self._root, it, self._spec)
         t0 = time.perf_counter()
         comp = compile_procs.load(comp, it, self._spec)
         attempt.counts.load_sum_s += time.perf_counter() - t0
@@ -184,10 +185,11 @@ class CompiledMeasurer:
             raise
 
 
-def _shape_context(it: WorkItem, spec: SweepSpec) -> measure.ShapeContext:
+def _shape_context(sweep: str, it: WorkItem, spec: SweepSpec) -> measure.ShapeContext:
     """``it``'s shape's inputs and reference outputs: the last ones made in this process where
-    they are its shape's (a unit before this one), else new ones (the previous ones freed first)."""
-    key = (it.shape, spec.timing.seed)
+    they are its shape's in the same sweep (a unit before this one), else new ones (the previous
+    ones freed first)."""
+    key = (sweep, it.shape, spec.timing.seed)
     ctx = _last_shape.get(key)
     if ctx is None:
         _last_shape.clear()
