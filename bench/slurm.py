@@ -14,7 +14,7 @@ document. Runs alternate 1 and 2 units, ``--runs`` of each, each in a fresh swee
                                 task, wait's polling, the merge; median over every run
 
     node4_busy_share=X          one task given 4 GPUs runs the sweep in the planner's default
-                                units (2 per GPU, taken in turn; ``--node-units`` to force a
+                                units (4 per GPU, taken in turn; ``--node-units`` to force a
                                 count): the units' summed busy seconds (each unit's marker
                                 wall_s: from its first config to its last) over 4 x the task's
                                 wall time (sacct ElapsedRaw, whole seconds). 1.0 = no GPU ever

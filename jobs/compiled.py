@@ -5,7 +5,8 @@ Runnable configs are compiled a window at a time on a pool of threads or of comp
 timed one after another with the pool idle (``jobs.compile_pool`` says why timing never overlaps a
 compile, and why processes). Compiles go through jax's persistent cache (``compile.cache_dir``),
 so a rerun loads them; inputs and reference outputs are made once per shape
-(``measure.ShapeContext``).
+(``measure.ShapeContext``) and kept for the next unit a process runs (a whole-node task's worker
+runs its GPU's units one after another, often of the same shape).
 
 A window's configs all get a ``start`` line before it compiles (``"alone": true`` when the
 window holds one config). If the worker dies there, each of them is a suspect on the next
@@ -40,6 +41,9 @@ from .node_env import check_backend, device_block
 
 log = logging.getLogger(__name__)
 
+# the inputs and reference outputs of the shape this process timed last, by (sweep, shape, seed)
+_last_shape: dict[tuple[Any, ...], measure.ShapeContext] = {}
+
 
 class CompiledMeasurer:
     """Compile on the pool, through the persistent cache; check and time each config in plan
@@ -54,6 +58,7 @@ class CompiledMeasurer:
         check_backend(spec.kernel.interpret, backend, visible, sweep_root / "sweep.json", spec.measured_impl)
         self._device = device
         self._spec = spec
+        self._root = str(sweep_root)
         self._cache_dir = compile_cache.resolve_cache_dir(spec.compile.cache_dir, sweep_root)
         self._flush = measure.l2_flush(spec, backend)
         timer = spec.timer_on(backend)
@@ -166,7 +171,7 @@ class CompiledMeasurer:
         and the seconds its timing took."""
         if self._ctx is None or self._ctx.shape != it.shape:
             self._ctx = None  # free the previous shape's arrays first
-            self._ctx = measure.ShapeContext.make(it, self._spec)
+            self._ctx = _shape_context(self._root, it, self._spec)
         t0 = time.perf_counter()
         comp = compile_procs.load(comp, it, self._spec)
         attempt.counts.load_sum_s += time.perf_counter() - t0
@@ -178,6 +183,18 @@ class CompiledMeasurer:
         except WorkerEnvironmentError:
             in_flight.abandon_in_flight()  # the environment's fault, not the configs': no death counted
             raise
+
+
+def _shape_context(sweep: str, it: WorkItem, spec: SweepSpec) -> measure.ShapeContext:
+    """``it``'s shape's inputs and reference outputs: the last ones made in this process where
+    they are its shape's in the same sweep (a unit before this one), else new ones (the previous
+    ones freed first)."""
+    key = (sweep, it.shape, spec.timing.seed)
+    ctx = _last_shape.get(key)
+    if ctx is None:
+        _last_shape.clear()
+        ctx = _last_shape[key] = measure.ShapeContext.make(it, spec)
+    return ctx
 
 
 def windows(items: Sequence[WorkItem], size: int, suspects: Counter[str]) -> Iterator[list[WorkItem]]:

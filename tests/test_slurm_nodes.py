@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -35,7 +36,7 @@ def _cluster() -> None:
 def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_turn(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "node.json", {"gpus_per_node": 4}, compile={"workers": 1})
     sweep = tmp_path / "sweep"
-    # 2 units per GPU by default, here as many as the 6 items allow: 4 at once, 2 queued
+    # 4 units per GPU by default, here as many as the 6 items allow: 4 at once, 2 queued
     dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
     assert dry.returncode == 0 and not sweep.exists(), dry.stderr
     assert "in 6 units, 1 task of up to 6 units (taken in turn by its 4 GPUs)" in dry.stdout, dry.stdout
@@ -56,9 +57,13 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_t
     w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
     assert w.returncode == 0, w.stderr
     doc = check_document(sweep, spec)
-    headers = {u: next(o["header"] for o in lines(sweep / "partials" / f"{u}.jsonl") if "header" in o) for u in entries}
+    every = {u: [o["header"] for o in lines(sweep / "partials" / f"{u}.jsonl") if "header" in o] for u in entries}
+    assert all(len(h) == 1 for h in every.values()), every  # every unit ran once
+    headers = {u: h[0] for u, h in every.items()}
     assert {h["gpu"] for h in headers.values()} == {"0", "1", "2", "3"}  # each unit on one GPU, every GPU used
-    assert {h["slurm_job_id"] for h in headers.values()} == {task} and len({h["pid"] for h in headers.values()}) == 6
+    assert {h["slurm_job_id"] for h in headers.values()} == {task}
+    # each GPU's units ran in its one worker, one after another (no process started per unit)
+    assert len({h["pid"] for h in headers.values()}) == 4 and len({(h["gpu"], h["pid"]) for h in headers.values()}) == 4
     markers = {u: json.loads((sweep / "done" / f"{u}.json").read_text()) for u in entries}
     first = sorted(entries, key=lambda u: entries[u]["slot"])[:4]
     assert max(headers[u]["started"] for u in first) < min(m["finished"] for m in markers.values())  # at once
@@ -74,6 +79,53 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_t
     assert log.returncode == 0 and f"starting unit {unit}" in log.stdout and f"unit {unit} done" in log.stdout
     listed = cli("ls", str(tmp_path))
     assert listed.returncode == 0 and str(sweep) in listed.stdout and "complete" in listed.stdout, listed.stdout
+
+
+def test_a_gpu_worker_killed_mid_unit_costs_only_that_unit_and_resume_completes_it(tmp_path: Path) -> None:
+    """8 units on a 4-GPU task, 2 per GPU, each GPU's run by one worker: the worker of one GPU's
+    first unit, killed in the middle of a config, fails that unit alone (its reason in its log and
+    in status); the GPU's next unit runs in a new worker, every other unit finishes once, and
+    `resume` then completes the killed one."""
+    timing = {"target_ms": 100, "max_inner": 1000, "warmup": 0}
+    spec = write_spec(tmp_path, "kill.json", {"gpus_per_node": 4}, **{**FOUR_UNITS, "timing": timing})
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "8").returncode == 0
+    entries = unit_jobs(sweep)
+    assert len(entries) == 8 and len({e["job_id"] for e in entries.values()}) == 1
+    victim = next(u for u, e in entries.items() if e["slot"] == 0)  # a GPU's first unit
+    partial = sweep / "partials" / f"{victim}.jsonl"
+
+    def mid_config() -> int | None:
+        """The victim's worker's pid once it has started a config it has not finished."""
+        objs = lines(partial)
+        done = {o["id"] for o in objs if "record" in o}
+        started = [o["start"] for o in objs if "start" in o and o["start"] not in done]
+        return next(o["header"]["pid"] for o in objs if "header" in o) if started else None
+
+    pid = poll(mid_config, 120, "the victim's worker to be in the middle of a config", 0.05)
+    os.kill(pid, signal.SIGKILL)
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert w.returncode == 1 and f"unit {victim} failed" in w.stderr, w.stderr
+    st = status(sweep)
+    states = {u["id"]: u for u in st["units"]}
+    assert states[victim]["state"] == "failed" and states[victim]["detail"] == "killed by signal 9 (SIGKILL)"
+    assert {u["state"] for i, u in states.items() if i != victim} == {"done"}
+    log = (sweep / "logs" / "units" / f"{victim}.log").read_text()
+    assert log.rstrip().endswith(f"unit {victim} failed: killed by signal 9 (SIGKILL)"), log[-2000:]
+    headers = {u: [o["header"] for o in lines(sweep / "partials" / f"{u}.jsonl") if "header" in o] for u in entries}
+    assert all(len(h) == 1 for h in headers.values()), headers  # every unit ran once
+    gpu = headers[victim][0]["gpu"]
+    after = [h[0] for u, h in headers.items() if u != victim and h[0]["gpu"] == gpu]
+    assert after and all(h["pid"] != pid for h in after)  # the GPU's next unit: a new worker
+    for unit in entries:  # each unit's log holds its own lines only
+        text = (sweep / "logs" / "units" / f"{unit}.log").read_text()
+        assert all(other not in text for other in entries if other != unit), unit
+    r = cli("resume", str(sweep))
+    assert r.returncode == 0, r.stderr
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert w.returncode == 0, w.stderr
+    doc = check_document(sweep, spec)  # every planned record, once
+    assert all("error" not in rec for rec in doc["results"])
 
 
 def test_a_whole_node_task_starts_its_longest_units_first(tmp_path: Path) -> None:

@@ -254,3 +254,24 @@ def test_a_ctrl_c_stays_the_reason_when_the_runs_sigterm_follows_it_while_a_line
             pass
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def test_a_process_running_a_sweeps_units_in_turn_makes_a_shapes_inputs_once(
+    write_spec: WriteSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole-node task's worker runs its GPU's units one after another: the second unit of the
+    same shape times against the inputs and reference the first one made."""
+    made = []
+    make = measure.ShapeContext.make
+
+    def counted(cls: type[measure.ShapeContext], it: WorkItem, spec: SweepSpec) -> measure.ShapeContext:
+        made.append(it.shape)
+        return make(it, spec)
+
+    monkeypatch.setattr(measure.ShapeContext, "make", classmethod(counted))
+    spec = write_spec("two.json", modes=["fwd"], sharding={"units": 2})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "two"), None, None)
+    assert len(unit_ids) == 2 and len({it.shape for u in unit_ids for it in sd.unit_items(u)}) == 1
+    for unit in unit_ids:
+        assert worker.run_unit(str(sd.root), unit)["errors"] == 0
+    assert len(made) == 1

@@ -19,11 +19,11 @@ from orchestrator.spec.lists import Pow2
 
 REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (jobs/replay.py)
 EXECUTOR_KINDS = ("local", "slurm", "debug")
-# Units a whole-node task holds per GPU by default: enough that its GPUs end within about half a
-# unit of each other, few enough that each unit's own set-up (its worker's start, the inputs and
-# reference of each of its shapes, compiles its siblings in other units could have shared) stays
-# small beside its configs.
-UNITS_PER_GPU = 2
+# Units a whole-node task holds per GPU by default: enough that its GPUs end within about a
+# quarter of a unit of each other, few enough that each unit's own set-up (its lease, partial and
+# marker, its measurer, compiles its siblings in other units could have shared; each GPU's worker
+# runs its units one after another, so no process starts per unit) stays small beside its configs.
+UNITS_PER_GPU = 4
 
 
 class SpecModel(BaseModel):

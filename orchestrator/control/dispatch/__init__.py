@@ -6,8 +6,9 @@ that imports it), a local run's workers as its own child processes.
 - ``slurm``: ``submit_units`` hands units to SLURM as job arrays (split at the cluster's
   array size), a unit per GPU of a task, and returns at once; ``submit_merge_job`` adds a
   job that merges the results once the arrays have ended (``--dependency=afterany``).
-- ``node``: a task's workers: its GPUs take its units in turn, one process per unit
-  (``unit_worker``, started as a fork of the task by ``forked``), each on its GPU's CPU share.
+- ``node``: a task's workers: its GPUs take its units in turn, one process per GPU that runs
+  them one after another (``unit_worker``, started as a fork of the task by ``forked``), each
+  on its GPU's CPU share.
 - ``sbatch``: sbatch bounded in time, accepted arrays always recorded, scripts rendered
   without submitting (``submit --dry-run``).
 - ``local``: ``run_units_locally`` runs each unit as a subprocess it starts itself

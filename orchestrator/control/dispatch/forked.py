@@ -1,18 +1,21 @@
-"""A unit's worker as a fork of its task's process, sharing the imports the task made once.
+"""A GPU's worker as a fork of its task's process, sharing the imports the task made once.
 
 Most of a worker's start is imports (jax, the kernels, the orchestrator: seconds of CPU), and
 every worker of a task pays them at once on the task's CPUs while its GPUs wait. So the task
 imports them once (``preload``: what its sweep's workers need, ``preload_modules``), without
-starting any jax backend, and forks a worker per
-unit: each worker still sees only its own GPU, because jax reads ``CUDA_VISIBLE_DEVICES`` when
-its backend starts, which happens in the worker, after the fork.
+starting any jax backend, and forks a worker per GPU: each worker still sees only its own GPU,
+because jax reads ``CUDA_VISIBLE_DEVICES`` when its backend starts, which happens in the
+worker, after the fork. A worker runs its GPU's units one after another (``unit_worker.serve``):
+the task hands it the next unit over a pipe when it says the last one ended, so jax's backend,
+the compiled kernels and the shape's inputs stay warm from one unit to the next.
 
 In the child, before the worker's code runs: the parent's signal handlers are reset, USR2, TERM
 and USR1 stay blocked (the parent blocks them around the fork) until the worker's own handlers
-exist (``unit_worker.main`` installs them, then unblocks), its output goes to the unit's log, it
-runs on its CPU share and its GPU, and it is sent TERM if the task's process dies (no orphan
-keeps a GPU). The child never returns into the task's code: it leaves through ``os._exit`` with
-the worker's exit code (``unit_worker``), so the task reads how it ended as it would a process's.
+exist (``unit_worker.serve`` installs them, then unblocks), its output goes to its unit's log,
+it runs on its CPU share and its GPU, it closes the task's ends of the other workers' pipes, and
+it is sent TERM if the task's process dies (no orphan keeps a GPU). The child never returns
+into the task's code: it leaves through ``os._exit`` with the worker's exit code
+(``unit_worker``), so the task reads how it ended as it would a process's.
 """
 
 from __future__ import annotations
@@ -64,11 +67,17 @@ def preload(spec: SweepSpec | None) -> None:
     (whose pages stay shared with the task's) nor the task's own at its exit, which with jax
     imported takes about half a second of the GPUs' time. Where an import fails the workers
     import it themselves, and the one that fails says so in its unit's log; the interpreter's
-    modules are jax's own, skipped where a jax release has moved them."""
+    modules are jax's own, skipped where a jax release has moved them. The collector is off while
+    they load: an import makes objects that live as long as the task, which each collection
+    would walk again for nothing (about a tenth of the imports' CPU time, while the GPUs wait)."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         _import_all(preload_modules(spec))
     finally:
         gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def _import_all(names: tuple[str, ...]) -> None:
@@ -83,13 +92,53 @@ def _import_all(names: tuple[str, ...]) -> None:
             return
 
 
+# the task's ends of its workers' pipes: a worker forked later closes them (``_child``), so a
+# worker's pipe has no end but the task's and its own
+_TASK_ENDS: set[int] = set()
+
+
 class ForkedWorker:
     """A forked worker, read as ``subprocess.Popen`` reads a process: ``poll``, ``wait`` and
-    ``returncode`` (negative: the signal that ended it)."""
+    ``returncode`` (negative: the signal that ended it); and its pipe: ``send`` a message (one
+    JSON line), ``messages`` read what it said, without waiting."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, send_fd: int, recv_fd: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self.send_fd, self.recv_fd = send_fd, recv_fd
+        self._buf = b""
+
+    def send(self, message: dict[str, Any]) -> bool:
+        """Write ``message``; False where the worker is gone (its end of the pipe closed)."""
+        data = json.dumps(message).encode() + b"\n"
+        try:
+            while data:
+                data = data[os.write(self.send_fd, data) :]
+        except (BrokenPipeError, OSError):
+            return False
+        return True
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The whole lines the worker has written since the last call."""
+        while True:
+            try:
+                chunk = os.read(self.recv_fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not chunk:
+                break
+            self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def close(self) -> None:
+        """Close the task's ends of the pipe (once the worker has ended)."""
+        for fd in (self.send_fd, self.recv_fd):
+            _TASK_ENDS.discard(fd)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -121,27 +170,43 @@ def start_worker(
     prior: dict[str, Any],
     compile_cpus: int | None = None,
 ) -> ForkedWorker:
-    """Fork the worker of ``unit`` (see the module docstring); its output goes to ``log_path``;
-    its compile pool counts at most ``compile_cpus`` of its CPUs (``jobs.compile_pool.share``)."""
+    """Fork a worker for ``gpu`` that starts with ``unit`` (see the module docstring); its
+    output goes to ``log_path``; its compile pool counts at most ``compile_cpus`` of its CPUs
+    (``jobs.compile_pool.share``)."""
     sys.stdout.flush()
     sys.stderr.flush()
     out = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    to_child, from_child = os.pipe(), os.pipe()
     libc = _libc()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     try:
         pid = os.fork()
         if pid == 0:
-            _child(out, gpu, cpus, libc, [sweep_dir, unit, json.dumps(prior)], compile_cpus)
+            for fd in (*_TASK_ENDS, to_child[1], from_child[0]):
+                os.close(fd)
+            pipe = (to_child[0], from_child[1])
+            _child(out, gpu, cpus, libc, [sweep_dir, unit, json.dumps(prior)], compile_cpus, pipe)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(out)
-    return ForkedWorker(pid)
+    os.close(to_child[0])
+    os.close(from_child[1])
+    os.set_blocking(from_child[0], False)
+    _TASK_ENDS.update((to_child[1], from_child[0]))
+    return ForkedWorker(pid, send_fd=to_child[1], recv_fd=from_child[0])
 
 
 def _child(
-    out: int, gpu: str | None, cpus: list[int], libc: ctypes.CDLL | None, argv: list[str], compile_cpus: int | None
+    out: int,
+    gpu: str | None,
+    cpus: list[int],
+    libc: ctypes.CDLL | None,
+    argv: list[str],
+    compile_cpus: int | None,
+    pipe: tuple[int, int],
 ) -> NoReturn:
-    """The worker's side of the fork: set up as the module docstring says, run the unit, exit."""
+    """The worker's side of the fork: set up as the module docstring says, run the GPU's units
+    as the task hands them over, exit."""
     code = 1
     try:
         for signum in _RESET:
@@ -163,7 +228,7 @@ def _child(
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
         from orchestrator.control.dispatch import unit_worker
 
-        code = unit_worker.main(argv)
+        code = unit_worker.serve(argv, recv_fd=pipe[0], send_fd=pipe[1])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

@@ -1,18 +1,20 @@
-"""A SLURM task's workers: its GPUs take its units in turn, a worker process per unit.
+"""A SLURM task's workers: its GPUs take its units in turn, a worker process per GPU.
 
 A task given G GPUs holds several units per GPU (``slurm.tasks_of``). It runs G at once, one
 on each GPU, and a GPU whose unit ends takes the task's next unit not started yet, so the
 GPUs of a task end within a fraction of a unit of each other, whatever the cost model got
-wrong. Each unit runs in its own worker process (``forked``: a fork of the task, which has
-imported jax and the worker's modules once) that sees only its GPU (``CUDA_VISIBLE_DEVICES``
-set to one of the task's) and runs on that GPU's share of the task's CPUs (its affinity: the
-task's CPUs split into G contiguous parts, or all of them, shared by every worker, when there
-are fewer CPUs than GPUs). The compile pool of a worker sizes itself to its share (its
-affinity, or one CPU where all are shared), so G workers compile on the task's CPUs without
-taking each other's cores, and they share the sweep's one
-compile cache. Each worker writes to its unit's log (``SweepDir.unit_log``), so ``tilesweep
-logs`` shows one unit's story even when its task ran several. A worker that dies costs only its
-own unit: the GPU takes the next one.
+wrong. Each GPU has one worker process (``forked``: a fork of the task, which has imported jax
+and the worker's modules once) that runs the units the task hands it one after another, with
+no exit, fork and setup between them and its jax, compiled kernels and shape's inputs warm. It
+sees only its GPU (``CUDA_VISIBLE_DEVICES`` set to one of the task's) and runs on that GPU's
+share of the task's CPUs (its affinity: the task's CPUs split into G contiguous parts, or all
+of them, shared by every worker, when there are fewer CPUs than GPUs). The compile pool of a
+worker sizes itself to its share (its affinity, or one CPU where all are shared), so G
+workers compile on the task's CPUs without taking each other's cores, and they share the
+sweep's one compile cache. A worker writes to the log of the unit it runs
+(``SweepDir.unit_log``), so ``tilesweep logs`` shows one unit's story even when its task ran
+several; each unit still runs under its own lease (one worker per unit). A worker that dies
+costs only the unit it was running: the task starts a new worker, which takes the GPU's next.
 
 The parent starts the workers, forwards signals, starts no more units once the task is told to
 stop (the time-limit warning, TERM), and says why a worker died when the worker could not (a
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import socket
 import time
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator.control.dispatch.forked import ForkedWorker, preload, start_worker
-from orchestrator.control.dispatch.unit_worker import HELD, STOPPED
+from orchestrator.control.dispatch.unit_worker import HELD, NOT_STARTED, STOPPED
 from orchestrator.control.why import failure_line, oom_kills, read_failure, signal_reason
 from orchestrator.errors import TilesweepError
 from orchestrator.store.sweepdir import SweepDir, now_iso
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.05  # how soon a GPU whose worker ended takes the next unit; a look costs a waitpid per GPU
+POLL_S = 0.05  # how soon a dead worker is seen (a worker's message is read at once); a look costs a waitpid per GPU
 
 
 def task_gpus() -> list[str]:
@@ -86,7 +89,7 @@ class Slot:
     log: Path
     gpu: str | None = None
     cpus: list[int] = field(default_factory=list)
-    proc: ForkedWorker | None = None
+    proc: ForkedWorker | None = None  # the worker that runs it
     state: str = "waiting"  # waiting (never started) | skipped (done before) | running | done | stopped | held | failed
     reason: str | None = None
     oom_before: int | None = None  # the OOM killer's count when its worker started
@@ -104,12 +107,15 @@ class Slot:
 
 @dataclass
 class Lane:
-    """One GPU of the task (None in a task without GPUs) and its CPU share: it runs one unit's
-    worker at a time."""
+    """One GPU of the task (None in a task without GPUs) and its CPU share: its worker, and
+    the unit it runs (one at a time). ``last``: the worker takes no further unit (it said so,
+    or it was told there is none)."""
 
     gpu: str | None
     cpus: list[int]
     slot: Slot | None = None
+    proc: ForkedWorker | None = None
+    last: bool = False
 
 
 class TaskWorkers:
@@ -158,17 +164,20 @@ class TaskWorkers:
             self.signal(signum)
 
     def _fill(self) -> None:
-        """Give every free GPU the task's next unit not started yet."""
+        """Give every free GPU the task's next unit not started yet; tell a GPU's worker that
+        there is none left (or that the task stops), so it exits."""
         for lane in self.lanes:
-            if self.stopping:
-                return
-            nxt = next((s for s in self.slots if s.state == "waiting"), None)
-            if nxt is None:
-                return
-            if lane.slot is None:
+            if lane.slot is not None:
+                continue
+            nxt = None if self.stopping else next((s for s in self.slots if s.state == "waiting"), None)
+            if nxt is not None and (lane.proc is None or not lane.last):
                 self._launch(lane, nxt)
+            elif lane.proc is not None and not lane.last:
+                lane.last = True
+                lane.proc.send({"quit": True})
 
     def _launch(self, lane: Lane, slot: Slot) -> None:
+        """``slot``'s unit on ``lane``: handed to its worker, or to a new one where it has none."""
         slot.gpu, slot.cpus = lane.gpu, lane.cpus
         slot.log.parent.mkdir(parents=True, exist_ok=True)
         with open(slot.log, "ab") as out:
@@ -178,50 +187,70 @@ class TaskWorkers:
                 f"CPUs {','.join(map(str, slot.cpus)) or '-'}, SLURM task {self.task or '-'}",
             )
         slot.oom_before = oom_kills()
-        slot.proc = start_worker(
-            slot.log,
-            slot.gpu,
-            slot.cpus,
-            str(self.sd.root),
-            slot.unit,
-            self.prior.get(slot.unit) or {},
-            compile_cpus=self.compile_cpus,
-        )
-        if self._stop_signal is not None:  # a stop came while it was being forked
-            os.kill(slot.proc.pid, self._stop_signal)
-        slot.state = "running"
-        lane.slot = slot
-        log.info("unit %s: worker pid %d on GPU %s, CPUs %s", slot.unit, slot.proc.pid, slot.gpu, slot.cpus)
+        prior = self.prior.get(slot.unit) or {}
+        if lane.proc is None:
+            lane.proc = start_worker(
+                slot.log, slot.gpu, slot.cpus, str(self.sd.root), slot.unit, prior, compile_cpus=self.compile_cpus
+            )
+            lane.last = False
+            if self._stop_signal is not None:  # a stop came while it was being forked
+                os.kill(lane.proc.pid, self._stop_signal)
+        elif not lane.proc.send({"unit": slot.unit, "prior": prior, "log": str(slot.log)}):
+            lane.last = True  # its worker is gone: the unit waits for the next worker of the GPU
+            return
+        slot.proc, slot.state, lane.slot = lane.proc, "running", slot
+        log.info("unit %s: worker pid %d on GPU %s, CPUs %s", slot.unit, lane.proc.pid, slot.gpu, slot.cpus)
 
     @staticmethod
     def _note(out: IO[bytes], text: str) -> None:
         out.write(f"{now_iso()} tilesweep: {text}\n".encode())
         out.flush()
 
-    def running(self) -> list[Slot]:
-        return [s for s in self.slots if s.proc is not None and s.proc.poll() is None]
+    def running(self) -> list[ForkedWorker]:
+        """The workers still alive."""
+        return [lane.proc for lane in self.lanes if lane.proc is not None and lane.proc.poll() is None]
 
     def signal(self, signum: int) -> None:
         """Send a signal to every worker still running."""
-        for slot in self.running():
+        for proc in self.running():
             try:
-                os.kill(slot.proc.pid, signum)  # type: ignore[union-attr]
+                os.kill(proc.pid, signum)
             except ProcessLookupError:
                 pass
 
     def step(self) -> None:
-        """Note how each ended worker ended, then give its GPU the next unit."""
+        """Note how each unit whose worker said so (or died) ended, then give its GPU the next."""
         for lane in self.lanes:
-            if lane.slot is not None and lane.slot.proc is not None and lane.slot.proc.poll() is not None:
-                self._ended(lane.slot)
-                lane.slot = None
+            self._read(lane)
+            if lane.proc is not None and lane.proc.poll() is not None:
+                self._read(lane)  # what it said before it exited
+                if lane.slot is not None:  # it died with its unit
+                    self._ended(lane.slot, lane.proc.wait())
+                    lane.slot = None
+                lane.proc.close()
+                lane.proc, lane.last = None, False
         self._fill()
 
+    def _read(self, lane: Lane) -> None:
+        """What ``lane``'s worker said of the units it ran."""
+        if lane.proc is None:
+            return
+        for message in lane.proc.messages():
+            slot = lane.slot
+            if slot is None or slot.unit != message.get("unit"):
+                log.warning("GPU %s's worker spoke of unit %s, which it does not run", lane.gpu, message.get("unit"))
+                continue
+            self._ended(slot, int(message["code"]))
+            lane.slot = None
+            lane.last = lane.last or not message.get("next")
+
     def wait(self) -> None:
-        """Until no GPU has a unit left to run (signal handlers run in between)."""
+        """Until no GPU has a unit left to run and every worker has exited (signal handlers run
+        in between)."""
         self.step()
-        while any(lane.slot is not None for lane in self.lanes):
-            time.sleep(POLL_S)
+        while any(lane.slot is not None or lane.proc is not None for lane in self.lanes):
+            fds = [lane.proc.recv_fd for lane in self.lanes if lane.proc is not None]
+            select.select(fds, [], [], POLL_S)
             self.step()
 
     def mark_hung(self, wait_s: float = 1.0) -> None:
@@ -238,25 +267,32 @@ class TaskWorkers:
         flight stay started, so they count as attempts that died on them)."""
         self.stop()
         self.signal(signal.SIGKILL)
-        for slot in self.slots:
-            if slot.proc is not None:
-                slot.proc.wait()
+        for lane in self.lanes:
+            if lane.proc is not None:
+                lane.proc.wait()
 
     def finish(self) -> list[dict[str, Any]]:
         """How each unit ended (``waiting``: the task stopped before a GPU took it); a worker
         that died without a word gets its reason written."""
+        for lane in self.lanes:
+            self._read(lane)
         for slot in self.slots:
-            if slot.state == "running":
-                self._ended(slot)
+            if slot.state == "running" and slot.proc is not None:
+                self._ended(slot, slot.proc.wait())
+        for lane in self.lanes:
+            if lane.proc is not None and lane.proc.poll() is not None:
+                lane.proc.close()
         return [s.outcome() for s in self.slots]
 
-    def _ended(self, slot: Slot) -> None:
-        """How the worker of ``slot`` ended, once it has."""
-        code = slot.proc.wait()  # type: ignore[union-attr]
+    def _ended(self, slot: Slot, code: int) -> None:
+        """How ``slot``'s unit ended, from its worker's ``code`` (its message's, or the exit
+        code of a worker that died with it: negative, the signal)."""
         if code == 0:
             slot.state = "done"
         elif code == STOPPED:
             slot.state = "stopped"
+        elif code == NOT_STARTED:
+            slot.state, slot.gpu, slot.cpus = "waiting", None, []
         elif code == HELD:
             slot.state = "held"
             slot.reason = read_failure(slot.log, slot.unit, "not started") or "another live worker holds it"

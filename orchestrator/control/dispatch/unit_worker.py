@@ -1,10 +1,12 @@
-"""One unit's worker process inside a SLURM task, started by ``node.TaskWorkers``:
+"""A GPU's worker process inside a SLURM task, started by ``node.TaskWorkers`` as a fork of
+the task (``forked``), which runs the units the task hands it one after another (``serve``);
+or one unit by hand:
 
     python -m orchestrator.control.dispatch.unit_worker SWEEP_DIR UNIT_ID [PRIOR_STARTS_JSON]
 
 Its own process, so that it sees only its own GPU (``CUDA_VISIBLE_DEVICES`` is set before
 jax is imported) and its own CPU share (its affinity, which sizes its compile pool). Its
-output goes to the unit's log.
+output goes to the log of the unit it runs: it switches logs when it takes the next unit.
 
 Signals. The parent blocks USR2, TERM and USR1 before it execs this, so a signal that arrives
 while Python starts is held, not fatal; they are unblocked once these handlers are in place.
@@ -19,16 +21,19 @@ each handler acts once however often it is called:
   hung (``jobs.in_flight.mark_hung``), so a config the time limit keeps finding hung is
   recorded as a timeout, not a crash.
 
-Exit codes (``node`` reads them): 0 the unit is done; ``STOPPED`` stopped on a signal first;
-``HELD`` not started, another live worker holds the unit; 2 a broken environment or input
-(``TilesweepError``); 1 anything else. A failure's reason is the log's last line
-(``why.failure_line``).
+A unit's code (``node`` reads them, as the worker's message or exit code): 0 the unit is
+done; ``STOPPED`` stopped on a signal first; ``HELD`` not started, another live worker holds
+the unit; ``NOT_STARTED`` not started, the worker was told to stop before; 2 a broken
+environment or input (``TilesweepError``); 1 anything else. A failure's reason is the log's
+last line (``why.failure_line``). After a stop or an unexpected error the worker takes no
+further unit and exits (the task starts a fresh worker for the GPU's next unit, if any).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 from types import FrameType
@@ -36,6 +41,8 @@ from typing import Any
 
 STOPPED = 3
 HELD = 4
+NOT_STARTED = 5
+LAST = (1, STOPPED)  # the codes after which a worker takes no further unit
 SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGUSR1)
 
 log = logging.getLogger(__name__)
@@ -125,6 +132,42 @@ def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
         "unit %s done: %d records (%d errors) in %.1f s", unit_id, summary["done"], summary["errors"], summary["wall_s"]
     )
     return 0
+
+
+def serve(argv: list[str], recv_fd: int, send_fd: int) -> int:
+    """A GPU's worker: run ``argv``'s unit (``SWEEP_DIR UNIT_ID PRIOR_JSON``), then each unit
+    the task hands over on ``recv_fd`` (a JSON line: ``unit``, ``prior``, ``log``; ``quit``:
+    none left), saying on ``send_fd`` how each ended (``unit``, ``code``, ``next``: whether it
+    takes another). Returns the exit code: 0, or the last unit's code when it took no other."""
+    install_handlers()
+    from orchestrator.control.dispatch.nodelog import configure_node_logging
+
+    configure_node_logging()
+    sweep_dir, unit = argv[0], argv[1]
+    prior = json.loads(argv[2]) if len(argv) > 2 and argv[2] else None
+    inbox = os.fdopen(recv_fd, "rb")
+    while True:
+        code = NOT_STARTED if _state["stop"] else run(sweep_dir, unit, prior)
+        last = code in LAST or _state["stop"]
+        os.write(send_fd, json.dumps({"unit": unit, "code": code, "next": not last}).encode() + b"\n")
+        if last:
+            return code if code in LAST else 0
+        line = inbox.readline()
+        message: dict[str, Any] = json.loads(line) if line.strip() else {"quit": True}
+        if message.get("quit"):
+            return 0
+        unit, prior = str(message["unit"]), message.get("prior") or None
+        _log_to(str(message["log"]))
+
+
+def _log_to(path: str) -> None:
+    """The worker's output (and its compile processes') goes to ``path`` from here on."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:
