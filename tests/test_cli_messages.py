@@ -67,7 +67,11 @@ def test_a_units_log_is_one_stream_header_first(sweep: Path) -> None:
 @pytest.mark.parametrize("loaded", ["argparse", "pydantic", "orchestrator.spec.records"])
 def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path: Path, loaded: str) -> None:
     """Ctrl-C once the interpreter has imported ``loaded`` (Python says so on stderr with
-    PYTHONPROFILEIMPORTTIME), while the command's modules are still loading."""
+    PYTHONPROFILEIMPORTTIME), while the command's modules are still loading. The command ends
+    with exit code 130, or killed by SIGINT at its exit where the interrupt landed in code run
+    from a string (``exec``, as dataclasses and namedtuple make their methods while a module
+    loads: CPython 3.12 then ends a ``-m`` run that way whatever it returns); a shell says 130
+    of both."""
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCH, "ls", str(tmp_path)],
         cwd=REPO,
@@ -88,7 +92,7 @@ def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path: Path, loaded: str)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     said = [line for line in err.splitlines() if not line.startswith("import time:")]
-    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert proc.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err
     assert said == ["tilesweep: interrupted; finished records are kept, rerun to continue"], said
 
 
