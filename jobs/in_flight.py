@@ -170,9 +170,9 @@ def _stop_now(signum: int, *, raise_now: bool = True) -> None:
 def stop_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
     """``signals`` (SIGINT and SIGTERM by default) stop the worker cleanly while it runs a unit
     (``_stop_now``); the handlers they had before are put back afterwards. The local executor
-    starts workers with SIGINT ignored and blocked (so its controller never sees a Ctrl-C):
-    both are undone here. A caller with handlers of its own for some of them (the whole-node
-    ``unit_worker``) passes only the others."""
+    starts workers with SIGINT blocked, which they ignore (so neither they nor a controller
+    sees a Ctrl-C before the unit runs): both are undone here. A caller with handlers of its
+    own for some of them (the whole-node ``unit_worker``) passes only the others."""
     if threading.current_thread() is not threading.main_thread() or not signals:
         yield
         return

@@ -199,11 +199,11 @@ def _start_subprocess(
         executor.update_parameters(gpus_per_node=1, visible_gpus=[gpus[slot % len(gpus)]])
     else:
         executor.update_parameters(gpus_per_node=0)
-    from orchestrator.control.dispatch.local_procs import children_ignore_sigint
+    from orchestrator.control.dispatch.local_procs import children_block_sigint
     from orchestrator.control.dispatch.local_worker import run_unit_job
 
     executor.unit = uid
-    with children_ignore_sigint():
+    with children_block_sigint():
         job = executor.submit(run_unit_job, str(sd.root), uid, prior, True)
     sd.record_jobs(
         [

@@ -94,6 +94,9 @@ class UnitExecutor(LocalExecutor):
 
 
 if __name__ == "__main__":
+    # started with SIGINT blocked (``local_procs.children_block_sigint``): ignored from here,
+    # so one that came meanwhile is dropped, until the unit's own handlers take it over
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if len(sys.argv) != 2:
         sys.exit(f"usage: python -m {__spec__.name if __spec__ else 'local_controller'} SUBMITIT_FOLDER")
     UnitController(Path(sys.argv[1])).run()

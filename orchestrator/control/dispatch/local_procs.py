@@ -2,7 +2,7 @@
 command (``local_worker``), with no controller process between them.
 
 The run is what submitit's local controller was for such a worker: it starts the worker with
-SIGINT ignored (``children_ignore_sigint``: the worker takes it over once its unit runs),
+SIGINT blocked (``children_block_sigint``: the worker takes it over once its unit runs),
 pinned to its GPU, its output in a log of its own in the sweep's log folder; it reads how the
 worker ended, and writes the reason where a signal ended it without a word (``why``), as the
 controller did; it stops a worker that outlives ``executor.timeout_min`` (TERM: the configs
@@ -121,7 +121,7 @@ def start_worker(sd: SweepDir, unit: str, gpu: int | None, prior: dict[str, Any]
     path, fd = _new_log(sd.logs, unit)
     try:
         before = oom_kills()
-        with children_ignore_sigint():
+        with children_block_sigint():
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env)
     finally:
         os.close(fd)
@@ -173,23 +173,29 @@ def _grew(before: int | None) -> bool:
 
 
 @contextlib.contextmanager
-def children_ignore_sigint() -> Iterator[None]:
-    """Start processes with SIGINT ignored (and blocked, so none is lost meanwhile here).
+def children_block_sigint() -> Iterator[None]:
+    """Start processes with SIGINT blocked, and keep a Ctrl-C that comes meanwhile for this
+    process's own handler, run once the block ends.
 
-    A worker that starts with SIGINT ignored installs its own handler once its unit runs
-    (``jobs.in_flight.stop_signals``) and then stops cleanly on a Ctrl-C, which a terminal
-    sends to the whole process group; until then a Ctrl-C leaves it to the run, which stops
-    it (``stop_workers``), rather than ending it with a traceback in its log. A controller
-    started here (``local_controller``) ignores it likewise: a Ctrl-C in its own code would
-    print a traceback on the user's terminal and SIGKILL its worker before the worker had
-    written its abandon lines."""
+    A worker that starts with SIGINT blocked installs its own handler and unblocks it once its
+    unit runs (``jobs.in_flight.stop_signals``), and then stops cleanly on a Ctrl-C, which a
+    terminal sends to the whole process group, whether it came before or after: never with a
+    traceback in its log. A controller started here (``local_controller``) keeps it blocked for
+    its life: a Ctrl-C in its own code would print a traceback on the user's terminal and
+    SIGKILL its worker before the worker had written its abandon lines. Only this thread's mask
+    changes and this process's disposition stays a handler: the process's other threads (a
+    lease's heartbeat, a progress bar's monitor) take a Ctrl-C that comes meanwhile and would
+    drop it under SIG_IGN."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    came: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending for this thread is noted now
         signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C that came meanwhile is delivered now
+        if came:
+            signal.raise_signal(signal.SIGINT)  # to the handler the run had: the Ctrl-C stops it

@@ -4,9 +4,9 @@ and the process ``tilesweep run`` starts for each unit it runs here (``local_pro
     python -m orchestrator.control.dispatch.local_worker SWEEP_DIR UNIT_ID [PRIOR_STARTS_JSON]
 
 It imports neither submitit nor the rest of ``dispatch``: a local worker loads what measuring
-needs and no more. It starts with SIGINT ignored (the run that started it ignores it around
-the start), and ``jobs.in_flight.stop_signals`` takes SIGINT and SIGTERM over while the unit
-runs: a stop abandons the configs in flight and the worker exits ``128 + signal``, its log's
+needs and no more. It starts with SIGINT blocked (the run that started it blocks it around
+the start) and ignores it, and ``jobs.in_flight.stop_signals`` takes SIGINT and SIGTERM over
+while the unit runs: a stop abandons the configs in flight and the worker exits ``128 + signal``, its log's
 last line saying it was interrupted. Exit codes: 0 the unit ran; ``128 + signal`` stopped by
 that signal; 1 a failure, whose reason is the log's last line (``why.failure_line``).
 
@@ -99,6 +99,9 @@ def leave(code: int) -> NoReturn:
 
 
 if __name__ == "__main__":
+    # started with SIGINT blocked (``local_procs.children_block_sigint``): ignored from here,
+    # so one that came meanwhile is dropped, until the unit's own handlers take it over
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if len(sys.argv) not in (3, 4):
         sys.exit(f"usage: python -m {__spec__.name if __spec__ else 'local_worker'} SWEEP_DIR UNIT_ID [PRIOR_JSON]")
     leave(main(sys.argv[1:]))
