@@ -16,12 +16,14 @@ from typing import Any
 import pytest
 
 from orchestrator.control.reuseplan import Planned, plan_with_reuse
+from orchestrator.errors import ResultsError
 from orchestrator.spec.files import load_spec
 from orchestrator.spec.records import item_id
 from orchestrator.store import keyindex
 from orchestrator.store.merge import merge
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
+from orchestrator.store.target import inspect, plan_of
 from tests.merging import read_doc
 
 
@@ -43,12 +45,15 @@ def test_the_merger_writes_an_index_that_finds_every_record(tmp_path: Path) -> N
     chunks = list(keyindex.chunks(index, rows, budget=20_000))
     assert len(chunks) > 1 and [k for c in chunks for k in c.rows] == rows
     assert [r for c in chunks for r in c.records(data[c.start : c.end])] == [records[k] for k in rows]
-    # an index built from the document alone is the one the merger wrote
+    # an index built from the document alone is the one the merger wrote, less the merger's
+    # claim that every record is an item of its plan (which a document alone cannot say)
     written = keyindex.index_path(sd.output).read_bytes()
+    assert keyindex.claim(sd.output, plan_of(sd)) == len(records)
     keyindex.index_path(sd.output).unlink()
     rebuilt = keyindex.build(sd.output, str(sd.output))
     assert rebuilt is not None and rebuilt.ids == index.ids
-    assert keyindex.index_path(sd.output).read_bytes() == written
+    assert unclaimed(keyindex.index_path(sd.output).read_bytes()) == unclaimed(written)
+    assert keyindex.claim(sd.output, plan_of(sd)) is None
 
 
 def test_an_index_is_stale_once_its_document_changes(tmp_path: Path) -> None:
@@ -71,6 +76,33 @@ def test_an_index_is_stale_once_its_document_changes(tmp_path: Path) -> None:
     assert keyindex.read(copy) is None  # no index beside it
     keyindex.index_path(out).write_bytes(b"not an index")
     assert keyindex.read(out) is None
+
+
+def test_a_merge_takes_its_own_output_on_its_index_word_and_judges_anything_else(tmp_path: Path) -> None:
+    """With the merge cache (and its output stamp) gone, a merge over its own last output takes
+    the key index's claim that every record is an item of this plan; a plan changed since is
+    judged by the index's ids, and a document edited by hand by its records: a record of
+    another problem added to it is refused, in one line, as before."""
+    sd = merged(tmp_path, n_seqs=1, units=2)
+    out = sd.output
+    shutil.rmtree(sd.root / "merge-cache")
+    assert keyindex.claim(out, plan_of(sd)) == sd.planned
+    assert inspect(sd, out).records == sd.planned
+    unit_file = sd.unit_path(sd.unit_index()[0]["id"])
+    st = unit_file.stat()
+    os.utime(unit_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # rewritten: another plan
+    assert keyindex.claim(out, plan_of(sd)) is None
+    judged = inspect(sd, out)
+    assert (judged.records, judged.n_foreign) == (sd.planned, 0)
+    merge(sd)
+    doc = read_doc(out)
+    doc["results"].append({**doc["results"][0], "seq": 12345})  # edited by hand
+    out.write_text(json.dumps(doc, indent=1))
+    shutil.rmtree(sd.root / "merge-cache")
+    before = out.read_bytes()
+    with pytest.raises(ResultsError, match=f"{out} holds 1 record that is not this sweep's"):
+        merge(sd)
+    assert out.read_bytes() == before
 
 
 def plan(tmp_path: Path, doc: Path, name: str, **over: Any) -> Planned:
@@ -173,7 +205,13 @@ def test_an_index_of_another_version_is_rebuilt_not_read(tmp_path: Path) -> None
     where.write_bytes(json.dumps(older).encode() + b"\n" + rest)
     assert keyindex.read(sd.output) is None
     p = plan(tmp_path, sd.output, "a")
-    assert p.found.reused > 0 and where.read_bytes() == written
+    assert p.found.reused > 0 and unclaimed(where.read_bytes()) == unclaimed(written)
+
+
+def unclaimed(index: bytes) -> tuple[dict[str, Any], bytes]:
+    """An index's header less the merger's claim on its plan (``keyindex.claim``), and the rest."""
+    head, rest = index.split(b"\n", 1)
+    return {k: v for k, v in json.loads(head).items() if k != "plan"}, rest
 
 
 def test_a_record_its_index_misnames_is_never_reused_as_that_item(

@@ -48,7 +48,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
-from typing import IO, Any, TypedDict
+from typing import IO, Any, NotRequired, TypedDict
 
 from orchestrator.spec.records import (
     DEFAULT_IMPL,
@@ -91,6 +91,7 @@ class KeysHeader(TypedDict):
     tags: list[str]
     odd: int  # records whose identity values are not of the layout's types (or damaged, where not listed)
     damaged: dict[str, str]  # record (its number, in decimal) -> why its layout is not a worker's
+    plan: NotRequired[str]  # the plan every record is an item of, where the merger wrote only its own (``claim``)
 
 
 @dataclass
@@ -170,12 +171,14 @@ def write(
     tags: Sequence[str],
     odd: int = 0,
     damaged: Mapping[int, str] | None = None,
+    plan: str | None = None,
 ) -> KeyIndex | None:
     """Write the index of the document just written at ``doc``: its record texts (of
     ``lengths``, in order, the first at byte ``first``) are the records of ``ids`` and ``tags``;
-    returns it as ``read`` would. A document without records has none (readers parse it: there
-    is nothing to parse). Derived data: a failure to write it is logged and costs a later reader
-    a parse."""
+    returns it as ``read`` would. ``plan``: every record is an item of the plan it names (the
+    merger's own records alone, ``claim``). A document without records has none (readers parse
+    it: there is nothing to parse). Derived data: a failure to write it is logged and costs a
+    later reader a parse."""
     current = stamp(doc) if ids else None
     if current is None:
         index_path(doc).unlink(missing_ok=True)
@@ -192,6 +195,8 @@ def write(
         "odd": odd,
         "damaged": {str(k): why for k, why in (damaged or {}).items()},
     }
+    if plan is not None:
+        header["plan"] = plan
     sums = array("Q", accumulate(lengths, initial=0))
     tag_of = array("H", map(number.__getitem__, tags))
     ids = ids if isinstance(ids, list) else list(ids)
@@ -256,6 +261,23 @@ def read(doc: Path) -> KeyIndex | None:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         log.info("key index %s is damaged (%s); it is not used", index_path(doc), exc)
         return None
+
+
+def claim(doc: Path, plan: str) -> int | None:
+    """How many records the document at ``doc`` holds, where its current index says that every
+    one of them is an item of ``plan`` (written so by the merger); None otherwise. Reads the
+    index's header line alone: a merge judging its own last output parses no id."""
+    current = stamp(doc)
+    try:
+        with open(index_path(doc), "rb") as f:
+            head = loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(head, dict) or current is None or head.get("document") != current:
+        return None
+    records = head.get("records")
+    fits = head.get("format") == FORMAT and head.get("version") == VERSION and head.get("plan") == plan
+    return records if fits and type(records) is int else None
 
 
 def records_at(data: bytes, index: KeyIndex, rows: Sequence[int]) -> list[dict[str, Any]]:

@@ -65,7 +65,7 @@ from orchestrator.store.round2 import read_round2
 from orchestrator.store.searchrounds import planned_total, search_block
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
 from orchestrator.store.sweepdir import SweepDir
-from orchestrator.store.target import Target, inspect, keep, refuse_foreign, stash, write_stamp
+from orchestrator.store.target import Target, inspect, keep, plan_of, refuse_foreign, stash, write_stamp
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +239,9 @@ def merge(
             log.info("removed %s, left by a merge that was killed", p)
         appending = spec.append and out.exists()
         units: dict[str, UnitItems] = {}
+        plan = "" if appending else plan_of(sd)  # before anything is read: a unit planned since is not claimed
         with paused_gc():  # a million records parsed, none in a cycle: the collector would walk them again and again
-            target = inspect(sd, out, units) if not appending else None
+            target = inspect(sd, out, units, plan) if not appending else None
             if target is not None and (target.n_foreign or target.not_a_document) and not overwrite:
                 refuse_foreign(target)
             segs, moved, env = collect(sd, use_cache=use_cache, units=units)
@@ -260,7 +261,7 @@ def merge(
         if appending:
             _write_appended(sd, out, head, slots, summary)
         else:
-            _write_fresh(sd, out, head, slots, summary, target)
+            _write_fresh(sd, out, head, slots, summary, target, plan)
     log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
     return summary
 
@@ -294,15 +295,22 @@ def _write_appended(sd: SweepDir, out: Path, head: DocumentHead, slots: Slots, s
 
 
 def _write_fresh(
-    sd: SweepDir, out: Path, head: DocumentHead, slots: Slots, summary: MergeSummary, target: Target | None
+    sd: SweepDir,
+    out: Path,
+    head: DocumentHead,
+    slots: Slots,
+    summary: MergeSummary,
+    target: Target | None,
+    plan: str,
 ) -> None:
-    """This sweep's records alone, in place of the document ``target`` judged before."""
+    """This sweep's records alone, in place of the document ``target`` judged before; its key
+    index claims them for ``plan`` (``target.plan_of``)."""
     summary.replaced = target.records if target is not None else 0
     summary.records = slots.found
     summary.errors = sum(slots.err)
     texts = list(slots)
     keys = Keys([i for i in slots.ids if i is not None], [sd.spec.tag] * len(texts))
-    _replace(sd, out, _ordered(head), texts, keys, summary, target)
+    _replace(sd, out, _ordered(head), texts, keys, summary, target, plan)
 
 
 def check_target(sd: SweepDir, output: Path | None = None) -> None:
@@ -323,8 +331,10 @@ def _replace(
     keys: Keys,
     summary: MergeSummary,
     target: Target | None = None,
+    plan: str | None = None,
 ) -> None:
-    """Write the document, then its key index (``keys``: of ``records``, in order); keep the one
+    """Write the document, then its key index (``keys``: of ``records``, in order; ``plan``: the
+    plan all of them are items of, ``target.plan_of``, where they are this sweep's alone); keep the one
     it replaces as ``.prev`` when that held more records, or anything not this sweep's
     (``target``, judged before: ``--overwrite`` drops it, even where reused records make the new
     document as long). Nothing is changed when the output cannot be replaced (one line says why)."""
@@ -341,7 +351,7 @@ def _replace(
         ) from None
     if stashed is not None:
         summary.prev = keep(stashed, out)
-    keyindex.write(out, first, map(len, records), keys.ids, keys.tags, keys.odd)
+    keyindex.write(out, first, map(len, records), keys.ids, keys.tags, keys.odd, plan=plan)
     write_stamp(sd, out, summary.records)
 
 

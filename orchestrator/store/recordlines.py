@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.spec.records import id_getter
 from orchestrator.store import jsonline
-from orchestrator.store.layouts import check_layout
+from orchestrator.store.layouts import CONTAINER_FIELDS, check_layout
 
 RECORD_PREFIX = b'{"id":'  # how the worker's record lines open (``lines.record_line``)
 
@@ -36,11 +37,26 @@ class _KeysLayout:
     """What is known of records with one key tuple: where their mode, config kind and
     implementation are, and the verdicts on the type and value combinations seen so far."""
 
-    __slots__ = ("kinds", "verdicts")
+    __slots__ = ("kinds", "nested", "verdicts")
 
     def __init__(self, keys: tuple[str, ...]) -> None:
         self.kinds = operator.itemgetter(*(k for k in ("mode", "config", "impl") if k in keys))
+        self.nested = any(k in keys for k in CONTAINER_FIELDS)  # a field that may hold a list or an object
         self.verdicts: _Verdicts = {}
+
+
+@dataclass
+class Taken:
+    """The record lines ``judge`` takes, as columns: each one's line (its ``k``), attempt, item
+    id, record and the item's plan position; ``nested``: a record's layout has a field that may
+    hold a list or an object (``texts.record_texts`` must look for one)."""
+
+    ks: list[int] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    nested: bool = False
 
 
 _BY_KEYS: dict[tuple[Any, ...], Any] = {}  # key tuple -> its _KeysLayout, None where never fast
@@ -67,18 +83,18 @@ def _verdict(rec: dict[str, Any], lay: _KeysLayout, sig: tuple[tuple[type, ...],
     return get
 
 
-def judge(
-    lines: Sequence[bytes], at: Sequence[int], positions: Mapping[str, int]
-) -> tuple[list[tuple[int, int, str, dict[str, Any]]], list[int]]:
+def judge(lines: Sequence[bytes], at: Sequence[int], positions: Mapping[str, int]) -> tuple[Taken, list[int]]:
     """The record lines ``lines[k]`` for ``k`` in ``at`` (each after a worker header, none
-    judged yet): (k, attempt, item id, record) of those ``classify`` would call ``RECORD``
-    with the record as it stands, and the ``k`` of the others, for ``classify`` to judge.
-    ``positions``: the unit's items (``partials.UnitItems.positions``)."""
+    judged yet): those ``classify`` would call ``RECORD`` with the record as it stands, and the
+    ``k`` of the others, for ``classify`` to judge. ``positions``: the unit's items
+    (``partials.UnitItems.positions``)."""
+    taken = Taken()
     if jsonline._orjson is None:  # without orjson every line goes to ``classify``
-        return [], list(at)
+        return taken, list(at)
     loads = jsonline._orjson.loads
     by_keys = _BY_KEYS
-    taken: list[tuple[int, int, str, dict[str, Any]]] = []
+    ks, attempts, ids, records, places = taken.ks, taken.attempts, taken.ids, taken.records, taken.positions
+    nested = False
     left: list[int] = []
     for k in at:
         try:
@@ -98,12 +114,19 @@ def judge(
             get = lay.verdicts.get(sig, _UNSEEN)
             if get is _UNSEEN:
                 get = _verdict(rec, lay, sig)
-            if get is None or get(rec) != iid or iid not in positions:
+            if get is None or get(rec) != iid:
                 raise TypeError
+            place = positions[iid]
         except (ValueError, KeyError, TypeError):  # orjson.JSONDecodeError is a ValueError
             left.append(k)
             continue
-        taken.append((k, attempt, iid, rec))
+        ks.append(k)
+        attempts.append(attempt)
+        ids.append(iid)
+        records.append(rec)
+        places.append(place)
+        nested = nested or lay.nested
+    taken.nested = nested
     return taken, left
 
 

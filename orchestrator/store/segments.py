@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.store.files import atomic_open
-from orchestrator.store.layouts import CONTAINER_FIELDS
 from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import (
     FOREIGN,
@@ -45,7 +44,7 @@ from orchestrator.store.partials import (
     starts_checked,
 )
 from orchestrator.store.partials import check_headers as partial_headers_problem
-from orchestrator.store.recordlines import RECORD_PREFIX, judge, orjson_refuses
+from orchestrator.store.recordlines import RECORD_PREFIX, Taken, judge, orjson_refuses
 from orchestrator.store.texts import dumps, record_texts
 
 log = logging.getLogger(__name__)
@@ -93,7 +92,10 @@ class _Found:
     headers: list[ReadHeader] = field(default_factory=list)
     skipped: list[list[Any]] = field(default_factory=list)  # [line, why, item id or "", torn]
     foreign: str | None = None
-    records: list[tuple[int, int, str, dict[str, Any]]] = field(default_factory=list)  # (k, attempt, id, record)
+    taken: Taken = field(default_factory=Taken)  # the record lines judged in bulk (``recordlines.judge``)
+    records: list[tuple[int, int, str, dict[str, Any]]] = field(
+        default_factory=list
+    )  # (k, attempt, id, record): classify's
     stdlib: bool = False  # a record orjson cannot read, so cannot write as the document spells it
 
 
@@ -118,19 +120,19 @@ def _consume(seg: Segment, data: bytes, first_line: int, items: UnitItems, *, ta
     seg.headers += found.headers
     seg.skipped += found.skipped
     seg.foreign = found.foreign if found.foreign is not None else seg.foreign
-    if found.records:
+    taken = found.taken if not found.records else _merged(found.taken, found.records, items.positions)
+    if taken.ks:
         unit = seg.unit
-        for _, attempt, _, rec in found.records:
+        records = taken.records
+        for rec, attempt in zip(records, taken.attempts, strict=True):
             rec["unit"] = unit
             rec["attempt"] = attempt
-        ks, atts, ids, recs = zip(*found.records, strict=True)
-        seg.idx += map(items.positions.__getitem__, ids)
-        seg.att += atts
-        seg.ln += (first_line + k for k in ks)
-        seg.err += ("error" in rec for rec in recs)
-        seg.ids += ids
-        flat = not any(k in rec for rec in recs for k in CONTAINER_FIELDS)  # every record's layout is checked
-        seg.texts += record_texts(recs, stdlib=found.stdlib, flat=flat)
+        seg.idx += taken.positions
+        seg.att += taken.attempts
+        seg.ln += [first_line + k for k in taken.ks]
+        seg.err += ["error" in rec for rec in records]
+        seg.ids += taken.ids
+        seg.texts += record_texts(records, stdlib=found.stdlib, flat=not taken.nested)  # every layout is checked
     done = found.done
     return sum(map(len, lines[:done])) + done, done
 
@@ -155,19 +157,32 @@ def _read(
             break
         seen = seen or line[0] == HEADER
     if deferred:
-        taken, left = judge(lines, deferred, items.positions)
-        found.records += taken
+        found.taken, left = judge(lines, deferred, items.positions)
         for k in left:
             line = classify(lines[k], k < terminated, True, items)
             if line[0] not in (RECORD, TORN, INVALID):
                 return None
             _keep(found, line, k, first_line, lines[k])
-        found.records.sort(key=_FIRST)
         found.skipped.sort(key=_FIRST)
     return found
 
 
 _FIRST = operator.itemgetter(0)
+
+
+def _merged(bulk: Taken, records: list[tuple[int, int, str, dict[str, Any]]], positions: Mapping[str, int]) -> Taken:
+    """The lines ``judge`` took and those ``classify`` took (``records``), as one ``Taken`` in
+    line order."""
+    rows = [*zip(bulk.ks, bulk.attempts, bulk.ids, bulk.records, strict=True), *records]
+    rows.sort(key=_FIRST)
+    merged = Taken(nested=True)  # classify's records: their layouts are not looked at here
+    for k, attempt, iid, rec in rows:
+        merged.ks.append(k)
+        merged.attempts.append(attempt)
+        merged.ids.append(iid)
+        merged.records.append(rec)
+        merged.positions.append(positions[iid])
+    return merged
 
 
 def _keep(found: _Found, line: Line, k: int, first_line: int, raw: bytes) -> bool:

@@ -17,14 +17,19 @@ Judging a document means knowing each record's identity, which a merge over its 
 output need not pay (a second per million records): after writing, the merger leaves a stamp
 (inode, size, mtime and record count of what it wrote) in ``SWEEP/merge-cache/``; a document
 that still matches the stamp is the merger's own output, unchanged, so it holds only this
-sweep's records. Anything else (replaced, appended into, edited, or the merge cache deleted) is
-judged by the ids of its key index where that is current (``keyindex``: only the records not of
-this sweep are parsed, to say whose they are), else parsed batch by batch (``document.scan``),
-so judging a document never holds all its records at once.
+sweep's records. The key index it writes beside the document says the same where the merge
+cache is gone: a merge without append claims in it that every record is an item of its plan
+(``plan_of``: the sweep, its spec and its unit files as they were); a document its current
+index claims for this plan as it is now holds nothing else. Anything else (replaced, appended
+into, edited, planned since) is judged by the ids of its key index where that is current
+(``keyindex``: only the records not of this sweep are parsed, to say whose they are), else
+parsed batch by batch (``document.scan``), so judging a document never holds all its records
+at once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -105,6 +110,18 @@ def write_stamp(sd: SweepDir, out: Path, records: int) -> None:
         log.debug("output stamp not written: %s", exc)
 
 
+def plan_of(sd: SweepDir) -> str:
+    """What names this sweep's plan in its key index's claim (``keyindex.claim``): the sweep
+    directory, the spec's fingerprint and each unit file by id, size and mtime, so a unit added
+    or rewritten, another spec or another sweep directory names another plan."""
+    units = []
+    for entry in sd.unit_index():
+        st = _stat_key(sd.unit_path(entry["id"]))
+        units.append([entry["id"], *(st[1:] if st is not None else [])])
+    text = json.dumps([str(sd.root), sd.spec.fingerprint(), units])
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 def planned_ids(sd: SweepDir, units: dict[str, UnitItems] | None = None) -> set[str]:
     """Every item id of the sweep's plan, from its unit files (as the merger orders records).
     ``units``: the units' items read so far, by unit; those read here join them."""
@@ -130,15 +147,20 @@ def _owners(tilesweep: object) -> dict[object, str]:
     return owners
 
 
-def inspect(sd: SweepDir, out: Path, units: dict[str, UnitItems] | None = None) -> Target:
+def inspect(sd: SweepDir, out: Path, units: dict[str, UnitItems] | None = None, plan: str | None = None) -> Target:
     """What the document at ``out`` holds, as far as a merge without append is concerned.
-    ``units``: as for ``planned_ids``, so the merge after it reads no unit file twice."""
+    ``units``: as for ``planned_ids``, so the merge after it reads no unit file twice; ``plan``:
+    ``plan_of(sd)``, where the caller has it."""
     target = Target(out, exists=out.exists())
     if not target.exists:
         return target
     stamp = _stamps(sd).get(str(out))
     if isinstance(stamp, dict) and stamp.get("stat") == _stat_key(out) and type(stamp.get("records")) is int:
         target.records = stamp["records"]  # our own last output, unchanged since
+        return target
+    claimed = keyindex.claim(out, plan if plan is not None else plan_of(sd))
+    if claimed is not None:  # our own output as far as its current index says, of this plan
+        target.records = claimed
         return target
     index = keyindex.read(out)
     try:
