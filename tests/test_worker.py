@@ -46,7 +46,8 @@ def _records(sd: SweepDir, unit_id: str) -> dict[str, dict[str, Any]]:
     return {obj["id"]: obj["record"] for obj in _lines(sd, unit_id) if "record" in obj}
 
 
-def test_pool_cache_and_pruning(write_spec: WriteSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _count_shapes_made(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The shapes whose inputs and reference the worker makes (``ShapeContext.make``), in order."""
     made = []
     make = measure.ShapeContext.make
 
@@ -55,6 +56,11 @@ def test_pool_cache_and_pruning(write_spec: WriteSpec, tmp_path: Path, monkeypat
         return make(it, spec)
 
     monkeypatch.setattr(measure.ShapeContext, "make", classmethod(counted))
+    return made
+
+
+def test_pool_cache_and_pruning(write_spec: WriteSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _count_shapes_made(monkeypatch)
     # Parallel compile, cold cache
     sd, unit = _sweep(write_spec, tmp_path, "parallel", compile={"workers": 2})
     items = sd.unit_items(unit)
@@ -261,14 +267,7 @@ def test_a_process_running_a_sweeps_units_in_turn_makes_a_shapes_inputs_once(
 ) -> None:
     """A whole-node task's worker runs its GPU's units one after another: the second unit of the
     same shape times against the inputs and reference the first one made."""
-    made = []
-    make = measure.ShapeContext.make
-
-    def counted(cls: type[measure.ShapeContext], it: WorkItem, spec: SweepSpec) -> measure.ShapeContext:
-        made.append(it.shape)
-        return make(it, spec)
-
-    monkeypatch.setattr(measure.ShapeContext, "make", classmethod(counted))
+    made = _count_shapes_made(monkeypatch)
     spec = write_spec("two.json", modes=["fwd"], sharding={"units": 2})
     sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "two"), None, None)
     assert len(unit_ids) == 2 and len({it.shape for u in unit_ids for it in sd.unit_items(u)}) == 1
