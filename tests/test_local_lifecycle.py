@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -223,6 +224,33 @@ def test_a_ctrl_c_while_the_run_starts_a_worker_stops_the_run_and_not_the_worker
         idle.set()
         other.join()
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_ctrl_c_as_a_worker_starts_stops_that_worker_before_its_unit_runs(
+    write_spec: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that lands the moment a worker process has started (a real SIGINT, sent as the
+    process is made) stops the run there and the worker with it: no worker goes on to run its
+    unit behind a run that said it was interrupted."""
+    from orchestrator.control.dispatch import local_procs
+    from orchestrator.control.sweeps import prepare_sweep
+
+    sd, unit_ids, _ = prepare_sweep(str(write_spec(modes=["fwd"])), str(tmp_path / "sweep"), None, None)
+    started: list[subprocess.Popen[bytes]] = []
+
+    class Interrupted(subprocess.Popen[bytes]):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(local_procs.subprocess, "Popen", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        local_procs.start_worker(sd, unit_ids[0], None, None)
+    (worker,) = started
+    assert worker.poll() is not None, "the worker was left running"
+    partial = sd.partial_path(unit_ids[0])
+    assert not partial.exists() or '"record"' not in partial.read_text()
 
 
 def _source(tmp_path: Path) -> Path:

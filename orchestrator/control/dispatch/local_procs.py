@@ -119,10 +119,15 @@ def start_worker(sd: SweepDir, unit: str, gpu: int | None, prior: dict[str, Any]
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if gpu is None else str(gpu))
     cmd = [sys.executable, "-u", "-m", WORKER, str(sd.root), unit, json.dumps(prior or {})]
     path, fd = _new_log(sd.logs, unit)
+    proc: subprocess.Popen[bytes] | None = None
     try:
         before = oom_kills()
         with children_block_sigint():
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env)
+    except BaseException:  # a Ctrl-C that came while it started: the worker stops with the run
+        if proc is not None:
+            _stop(proc)
+        raise
     finally:
         os.close(fd)
     return LocalWorker(unit, proc, path, sd.marker_path(unit), sd.spec.executor.timeout_min, before, time.monotonic())
@@ -150,6 +155,13 @@ def stop_workers(workers: list[LocalWorker]) -> None:
     while workers and time.monotonic() < deadline:
         workers = [w for w in workers if w.poll() is None]
         time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop one worker as ``stop_workers`` does (it ignores SIGINT until its unit runs)."""
+    _signal(proc, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=STOP_WAIT_S)
 
 
 def wait_any(workers: list[LocalWorker], timeout_s: float) -> None:
