@@ -256,10 +256,12 @@ def test_usr2_and_term_on_slurm_stop_every_process_of_the_unit(threads_doc: Path
     for entry in (usr2, term):
         objs = lines(sweep / "partials" / f"{entry['unit']}.jsonl")
         first = [o for o in objs if o.get("attempt") == 1]
-        # a config the signal found in flight is abandoned; one that ended before it kept its record
+        # a config the signal found in flight is abandoned, none blamed; one that ended before it
+        # kept its record, and so did one that TERM abandoned but that ended before the kill
         started = {o["start"] for o in first if "start" in o}
         recorded = {o["id"] for o in first if "record" in o}
-        assert started - recorded == {o["abandon"] for o in first if "abandon" in o}
+        abandoned = {o["abandon"] for o in first if "abandon" in o}
+        assert started - recorded <= abandoned <= started
         assert not any("error" in o["record"] for o in objs if "record" in o)
     assert compile_processes(pids[0]) == [] and compile_processes(pids[2]) == []
     assert run_cli("merge", str(sweep)).returncode == 0
