@@ -72,7 +72,10 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_t
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans)), (gpu, spans)
     st = status(sweep)
     assert {u["gpu"] for u in st["units"]} == {"0", "1", "2", "3"} and st["gpu_hours"] > 0
-    assert doc["tilesweep"]["gpu_hours"] > 0
+    # wait's merge carries what sacct said then (its database may not have the task yet); once
+    # status shows the GPU-hours, a merge writes them into the document
+    assert cli("merge", str(sweep)).returncode == 0
+    assert check_document(sweep, spec)["tilesweep"]["gpu_hours"] > 0
     assert {a[0]["gpu"] for a in doc["tilesweep"]["attempts"].values()} == {"0", "1", "2", "3"}
     unit = next(iter(entries))
     log = cli("logs", str(sweep), unit)
