@@ -82,7 +82,7 @@ def test_a_merge_takes_its_own_output_on_its_index_word_and_judges_anything_else
     """With the merge cache (and its output stamp) gone, a merge over its own last output takes
     the key index's claim that every record is an item of this plan; a plan changed since is
     judged by the index's ids, and a document edited by hand by its records: a record of
-    another problem added to it is refused, in one line, as before."""
+    another problem added to it is refused, in one line."""
     sd = merged(tmp_path, n_seqs=1, units=2)
     out = sd.output
     shutil.rmtree(sd.root / "merge-cache")

@@ -243,7 +243,7 @@ def read(doc: Path) -> KeyIndex | None:
     try:
         nl1 = data.index(b"\n")
         head = loads(data[:nl1])
-        if head.get("format") != FORMAT or head.get("version") != VERSION or head.get("document") != current:
+        if not _describes(head, current):
             return None
         nl2 = data.index(b"\n", nl1 + 1)
         ids = loads(data[nl1 + 1 : nl2])
@@ -273,11 +273,16 @@ def claim(doc: Path, plan: str) -> int | None:
             head = loads(f.readline())
     except (OSError, ValueError):
         return None
-    if not isinstance(head, dict) or current is None or head.get("document") != current:
+    if not isinstance(head, dict) or current is None or not _describes(head, current) or head.get("plan") != plan:
         return None
     records = head.get("records")
-    fits = head.get("format") == FORMAT and head.get("version") == VERSION and head.get("plan") == plan
-    return records if fits and type(records) is int else None
+    return records if type(records) is int else None
+
+
+def _describes(head: dict[str, Any], current: DocumentStamp) -> bool:
+    """Whether an index header ``head`` is of this format and version and describes the
+    document as it is now (``current``: its ``stamp``)."""
+    return head.get("format") == FORMAT and head.get("version") == VERSION and head.get("document") == current
 
 
 def records_at(data: bytes, index: KeyIndex, rows: Sequence[int]) -> list[dict[str, Any]]:
