@@ -97,6 +97,13 @@ def signal_reason(signum: int, oom_killed: bool = False) -> str:
     return f"killed by signal {signum} ({name})"
 
 
+def death_reason(signum: int, oom_before: int | None) -> str:
+    """``signal_reason`` of a worker that signal ``signum`` ended, a SIGKILL told to be the OOM
+    killer's where ``oom_kills`` grew since it read ``oom_before`` (when the worker started)."""
+    now = oom_kills() if signum == signal.SIGKILL else None
+    return signal_reason(signum, oom_before is not None and now is not None and now > oom_before)
+
+
 def oom_kills() -> int | None:
     """How many processes the kernel's OOM killer has ended in this process's memory cgroup
     (cgroup v2 ``memory.events`` or v1 ``memory.oom_control``), or None where it cannot say.

@@ -24,7 +24,7 @@ from typing import Any
 
 from submitit.local.local import Controller, LocalExecutor, LocalJob
 
-from orchestrator.control.why import failure_line, oom_kills, signal_reason
+from orchestrator.control.why import death_reason, failure_line, oom_kills
 
 UNIT_ENV = "TILESWEEP_LOCAL_UNIT"  # the unit a controller's worker runs
 
@@ -38,9 +38,7 @@ class UnitController(Controller):
         unit = os.environ.get(UNIT_ENV)
         for k, code in enumerate(codes):
             if unit and code is not None and code < 0:
-                after = oom_kills()
-                oom = -code == signal.SIGKILL and before is not None and after is not None and after > before
-                self._say(k, failure_line(unit, signal_reason(-code, oom)))
+                self._say(k, failure_line(unit, death_reason(-code, before)))
         return codes
 
     def _say(self, task: int, line: str) -> None:

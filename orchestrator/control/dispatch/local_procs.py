@@ -29,11 +29,11 @@ from typing import Any
 
 from orchestrator.control.why import (
     INTERRUPTED,
+    death_reason,
     failure_line,
     last_word,
     oom_kills,
     read_failure,
-    signal_reason,
 )
 from orchestrator.store.markers import read_marker
 from orchestrator.store.sweepdir import SweepDir
@@ -100,8 +100,7 @@ class LocalWorker:
         if said is not None and said[0] == INTERRUPTED:
             return Ended(ok=False, error=said[1], interrupted=True)
         if code < 0:
-            oom = -code == signal.SIGKILL and _grew(self.oom_before)
-            reason = signal_reason(-code, oom)
+            reason = death_reason(-code, self.oom_before)
             self._say(failure_line(self.unit, reason))
             return Ended(ok=False, error=reason)
         return Ended(ok=False, error=read_failure(self.log, self.unit) or f"the worker exited with code {code}")
@@ -176,12 +175,6 @@ def wait_any(workers: list[LocalWorker], timeout_s: float) -> None:
 def _signal(proc: subprocess.Popen[bytes], signum: int) -> None:
     with contextlib.suppress(OSError):
         proc.send_signal(signum)
-
-
-def _grew(before: int | None) -> bool:
-    """Whether the kernel's OOM killer has killed since it had killed ``before`` times."""
-    now = oom_kills()
-    return before is not None and now is not None and now > before
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator.control.dispatch.forked import ForkedWorker, preload, start_worker
 from orchestrator.control.dispatch.unit_worker import HELD, NOT_STARTED, STOPPED
-from orchestrator.control.why import failure_line, oom_kills, read_failure, signal_reason
+from orchestrator.control.why import death_reason, failure_line, oom_kills, read_failure
 from orchestrator.errors import TilesweepError
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
@@ -297,16 +297,9 @@ class TaskWorkers:
             slot.state = "held"
             slot.reason = read_failure(slot.log, slot.unit, "not started") or "another live worker holds it"
         elif code < 0:
-            oom = signal.Signals(-code) == signal.SIGKILL and _grew(slot.oom_before)
-            slot.state, slot.reason = "failed", signal_reason(-code, oom)
+            slot.state, slot.reason = "failed", death_reason(-code, slot.oom_before)
             with open(slot.log, "ab") as out:
                 self._note(out, failure_line(slot.unit, slot.reason).removeprefix("tilesweep: "))
         else:
             slot.state = "failed"
             slot.reason = read_failure(slot.log, slot.unit) or f"the worker exited with code {code}"
-
-
-def _grew(before: int | None) -> bool:
-    """Whether the OOM killer has killed since it had killed ``before`` times."""
-    now = oom_kills()
-    return before is not None and now is not None and now > before
