@@ -64,6 +64,16 @@ def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state() -
     ]
 
 
+def test_gpu_hours_are_left_out_until_sacct_has_a_row_for_every_array_of_the_sweep() -> None:
+    """A sum without an array sacct does not know yet (slurmdbd not yet told of a task that just
+    ended) would be too low, and a document merged then would keep it: no figure is better."""
+    view = SchedulerView(asked=True, sacct_ok=True, gpu_seconds={"47": 4 * 120.0, "52": 0.0})
+    assert view.gpu_hours(["47_0", "47_1"]) == round(480 / 3600, 4)
+    assert view.gpu_hours(["47_0", "52_3"]) == round(480 / 3600, 4)  # 52 pending: known, nothing used yet
+    assert view.gpu_hours(["47_0", "53_0"]) is None
+    assert SchedulerView(asked=True, sacct_ok=False, gpu_seconds={"47": 480.0}).gpu_hours(["47_0"]) is None
+
+
 def _view(**states: TaskState) -> SchedulerView:
     return SchedulerView(
         {k.replace("j", "", 1): v for k, v in states.items()}, asked=True, squeue_ok=True, sacct_ok=True

@@ -84,10 +84,13 @@ class SchedulerView:
         return array_of(job_id) in self.arrays_seen
 
     def gpu_hours(self, job_ids: Iterable[str]) -> float | None:
-        """GPU-hours of the arrays of ``job_ids`` (every run of every task), None without sacct."""
-        if not self.sacct_ok:
+        """GPU-hours of the arrays of ``job_ids`` (every run of every task); None without sacct,
+        or where sacct has no row for one of the arrays (slurmdbd not told of a task that just
+        ended yet, or the array purged): a sum without it would be too low."""
+        arrays = {array_of(j) for j in job_ids}
+        if not self.sacct_ok or not arrays <= self.gpu_seconds.keys():
             return None
-        return round(sum(self.gpu_seconds.get(a, 0.0) for a in {array_of(j) for j in job_ids}) / 3600.0, 4)
+        return round(sum(self.gpu_seconds[a] for a in arrays) / 3600.0, 4)
 
 
 def array_of(job_id: str) -> str:
