@@ -18,7 +18,10 @@ line format) and times, each in a fresh subprocess, one after another, ``--runs`
   ``one_encode`` (one C-encoder call over the whole list, then one ``str.replace``),
   ``orjson`` (orjson's 2-space indent, then a fix-up: one ``bytes.replace`` for the field
   indent, the few floats below 1e-4 that orjson spells otherwise respelled by ``repr``,
-  non-ASCII escaped; not identical for records holding NaN, which orjson writes as null);
+  non-ASCII escaped; not identical for records holding NaN, which orjson writes as null),
+  ``batched`` (the merge's own writer, ``texts.record_texts`` over a thousand records at a
+  time, written as it goes: the same fix-ups on small buffers, where one ``orjson.dumps`` of the
+  whole list makes the document's size in new memory three times);
 - ``io``: the raw I/O floor: every partial's bytes read, the document's bytes (already in
   memory) written;
 - ``remerge``: the merge after one more unit finished (999 partials merged before, the 1,000th

@@ -101,10 +101,27 @@ def write_orjson(out: Path, head: dict[str, Any], records: list[dict[str, Any]])
         f.write(after.encode())
 
 
+def write_batched(out: Path, head: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """The merge's own way (``texts.record_texts``: orjson and its fix-ups over a thousand
+    records at a time), joined straight into the file: small buffers where one ``orjson.dumps``
+    of the whole list allocates the document's size three times over."""
+    from orchestrator.store.texts import record_texts
+
+    before, after = _head_text(head)
+    with open(out, "wb") as f:
+        f.write((before + ("[\n  " if records else "[]")).encode())
+        for i in range(0, len(records), _BATCH):
+            f.write((b",\n  " if i else b"") + b",\n  ".join(record_texts(records[i : i + _BATCH])))
+        f.write((("\n ]" if records else "") + after).encode())
+
+
+_BATCH = 1000
+
 WRITERS: dict[str, Callable[[Path, dict[str, Any], list[dict[str, Any]]], None]] = {
     "record_text": write_record_text,
     "one_encode": write_one_encode,
     "orjson": write_orjson,
+    "batched": write_batched,
 }
 
 
