@@ -101,6 +101,9 @@ def write_orjson(out: Path, head: dict[str, Any], records: list[dict[str, Any]])
         f.write(after.encode())
 
 
+_BATCH = 1000  # records a ``write_batched`` call encodes at once, as the merge does per partial
+
+
 def write_batched(out: Path, head: dict[str, Any], records: list[dict[str, Any]]) -> None:
     """The merge's own way (``texts.record_texts``: orjson and its fix-ups over a thousand
     records at a time), joined straight into the file: small buffers where one ``orjson.dumps``
@@ -114,8 +117,6 @@ def write_batched(out: Path, head: dict[str, Any], records: list[dict[str, Any]]
             f.write((b",\n  " if i else b"") + b",\n  ".join(record_texts(records[i : i + _BATCH])))
         f.write((("\n ]" if records else "") + after).encode())
 
-
-_BATCH = 1000
 
 WRITERS: dict[str, Callable[[Path, dict[str, Any], list[dict[str, Any]]], None]] = {
     "record_text": write_record_text,
