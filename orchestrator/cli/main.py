@@ -29,6 +29,7 @@ from orchestrator.errors import TilesweepError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -116,9 +117,59 @@ class PipeSafeStdout:
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
-    """The first Ctrl-C stops the command; later ones are ignored while it stops."""
+    """The first Ctrl-C stops the command; later ones are ignored while it stops.
+
+    One that lands in code run from a string (``exec``/``eval`` of text: a dataclass's methods
+    being made while a module imports) is taken again a moment later, out of it: CPython notes a
+    KeyboardInterrupt that leaves such code, caught or not, and ends a ``python -m`` process by
+    SIGINT after it exits, whatever its exit code (130 here). One that Python swallows (raised in
+    a garbage-collector callback or a ``__del__``) is taken again too (``_swallowed``)."""
+    if _in_code_from_text(frame):
+        _again()
+        return
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+def _in_code_from_text(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a caller of it runs code ``exec`` or ``eval`` compiled from text."""
+    while frame is not None:
+        if frame.f_code.co_filename == "<string>":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _again() -> None:
+    """SIGINT to the main thread once more, in a moment, for ``_interrupted`` to take."""
+    import threading
+
+    again = threading.Timer(0.005, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+    again.daemon = True
+    again.start()
+
+
+def _swallowed(hook: Callable[[Any], object]) -> Callable[[Any], object]:
+    """``sys.unraisablehook`` that hands ``hook`` everything but the KeyboardInterrupt of
+    ``_interrupted`` that Python would only print and drop ("Exception ignored in ...": raised
+    in a garbage-collector callback, a ``__del__``, a weakref callback): the Ctrl-C is taken
+    again instead, so the command still stops."""
+
+    def unraisable(u: Any) -> object:
+        tb = u.exc_traceback
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if (
+            isinstance(u.exc_value, KeyboardInterrupt)
+            and tb is not None
+            and tb.tb_frame.f_code is _interrupted.__code__
+        ):
+            signal.signal(signal.SIGINT, _interrupted)
+            _again()
+            return None
+        return hook(u)
+
+    return unraisable
 
 
 def _silence_stdout() -> None:
@@ -136,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     # imports almost nothing; the parser and the command families load in build_parser)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
-    original = sys.stdout
+    original, hook = sys.stdout, sys.unraisablehook
     sys.stdout = PipeSafeStdout(original)
+    sys.unraisablehook = _swallowed(hook)
     try:
         code = _main(argv)
         sys.stdout.flush()  # a closed pipe shows here (and is let go), a full disk fails here, not at exit
@@ -147,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: cannot write to standard output: {exc}", file=sys.stderr)
         return 2
     finally:
-        sys.stdout = original
+        sys.stdout, sys.unraisablehook = original, hook
 
 
 def _main(argv: list[str] | None) -> int:
