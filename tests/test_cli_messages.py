@@ -93,6 +93,19 @@ def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path: Path, loaded: str)
     assert said == ["tilesweep: interrupted; finished records are kept, rerun to continue"], said
 
 
+def _run_module(tmp_path: Path, name: str, text: str) -> subprocess.CompletedProcess[str]:
+    """``text`` run as ``python -m name`` (the way CPython ends a ``-m`` run is the subject)."""
+    (tmp_path / f"{name}.py").write_text(text)
+    return subprocess.run(
+        [sys.executable, "-m", name],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 _CTRL_C_IN_EXEC = """
 import signal, sys, time
 from orchestrator.cli.main import _interrupted
@@ -129,15 +142,7 @@ except KeyboardInterrupt:
 def test_a_ctrl_c_that_python_would_drop_in_a_del_is_taken_again(tmp_path: Path) -> None:
     """A Ctrl-C whose KeyboardInterrupt is raised where Python only prints and drops it (a
     ``__del__``, a garbage-collector callback such as jax's) still stops the command, silently."""
-    (tmp_path / "ctrl_c_in_del.py").write_text(_CTRL_C_IN_DEL)
-    r = subprocess.run(
-        [sys.executable, "-m", "ctrl_c_in_del"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _run_module(tmp_path, "ctrl_c_in_del", _CTRL_C_IN_DEL)
     assert r.stdout == "past the __del__\n" and r.stderr == "", (r.stdout, r.stderr)
     assert r.returncode == 130
 
@@ -146,15 +151,7 @@ def test_a_ctrl_c_in_code_run_from_a_string_is_taken_after_it_and_the_exit_code_
     """A Ctrl-C that lands in code ``exec`` runs from text (a dataclass's methods being made while
     a module loads) is taken once that code has ended: CPython ends a ``python -m`` process
     by SIGINT, whatever its exit code, where a KeyboardInterrupt left such code."""
-    (tmp_path / "ctrl_c_in_exec.py").write_text(_CTRL_C_IN_EXEC)
-    r = subprocess.run(
-        [sys.executable, "-m", "ctrl_c_in_exec"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _run_module(tmp_path, "ctrl_c_in_exec", _CTRL_C_IN_EXEC)
     assert r.stdout == "the code run from a string ran to its end\n" and r.stderr == "", r.stderr
     assert r.returncode == 130
 
