@@ -262,3 +262,32 @@ def _source(tmp_path: Path) -> Path:
     path = tmp_path / "source.json"
     path.write_text(json.dumps(synthetic.document(data)))
     return path
+
+
+def test_a_ctrl_c_as_resume_no_wait_starts_a_controller_still_records_its_job(
+    write_spec: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that lands the moment ``resume --no-wait`` has started a unit's controller (a
+    real SIGINT, sent as the controller is made) stops the command only once the controller is
+    in jobs.jsonl: the unit it runs, left running by design, is one status and wait follow."""
+    from orchestrator.control.dispatch import local, local_controller
+    from orchestrator.control.sweeps import prepare_sweep
+
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
+    started: list[subprocess.Popen[bytes]] = []
+    real = local_controller.start_controller
+
+    def interrupted(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        process = real(*args, **kwargs)
+        started.append(process)
+        os.kill(os.getpid(), signal.SIGINT)
+        return process
+
+    monkeypatch.setattr(local_controller, "start_controller", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        local.start_units_locally(sd, unit_ids[:1])
+    (controller,) = started
+    jobs = [json.loads(line) for line in (sd.root / "jobs.jsonl").read_text().splitlines()]
+    assert [(e["unit"], e["job_id"]) for e in jobs if "unit" in e] == [(unit_ids[0], str(controller.pid))]
+    assert controller.wait(timeout=SETTLE_S) == 0

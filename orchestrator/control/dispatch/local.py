@@ -203,19 +203,21 @@ def _start_subprocess(
     from orchestrator.control.dispatch.local_worker import run_unit_job
 
     executor.unit = uid
+    # a Ctrl-C meanwhile is taken once the job is in jobs.jsonl: a controller started and not
+    # recorded would run its unit unseen by status, wait and resume
     with children_block_sigint():
         job = executor.submit(run_unit_job, str(sd.root), uid, prior, True)
-    sd.record_jobs(
-        [
-            {
-                "unit": uid,
-                "executor": "local",
-                "job_id": str(job.job_id),
-                "submitted": now_iso(),
-                "log": str(job.paths.stderr),
-            }
-        ]
-    )
+        sd.record_jobs(
+            [
+                {
+                    "unit": uid,
+                    "executor": "local",
+                    "job_id": str(job.job_id),
+                    "submitted": now_iso(),
+                    "log": str(job.paths.stderr),
+                }
+            ]
+        )
     log.info("unit %s started as local job %s", uid, job.job_id)
     return job
 
