@@ -291,3 +291,30 @@ def test_a_ctrl_c_as_resume_no_wait_starts_a_controller_still_records_its_job(
     jobs = [json.loads(line) for line in (sd.root / "jobs.jsonl").read_text().splitlines()]
     assert [(e["unit"], e["job_id"]) for e in jobs if "unit" in e] == [(unit_ids[0], str(controller.pid))]
     assert controller.wait(timeout=SETTLE_S) == 0
+
+
+def test_a_ctrl_c_as_run_records_a_units_worker_stops_that_worker_too(
+    write_spec: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that lands the moment ``run`` has started a unit's worker and put it in
+    jobs.jsonl (a real SIGINT, sent as the job is recorded) stops that worker with the run: no
+    worker is left running unseen by the run, for status to report as in progress."""
+    from orchestrator.control.dispatch import local
+    from orchestrator.control.sweeps import prepare_sweep
+
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
+    real = sd.record_jobs
+
+    def interrupted(entries: list[dict[str, Any]]) -> None:
+        real(entries)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(sd, "record_jobs", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        local.run_units_locally(sd, unit_ids, workers=1)
+    jobs = [json.loads(line) for line in (sd.root / "jobs.jsonl").read_text().splitlines()]
+    (pid,) = [int(e["job_id"]) for e in jobs if "unit" in e]
+    assert not Path(f"/proc/{pid}").exists(), "the unit's worker outlived the interrupted run"
+    status = run_cli("status", str(sd.root))
+    assert "in progress" not in status.stdout and "ETA" not in status.stdout, status.stdout

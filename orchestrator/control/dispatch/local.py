@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import PROG
-from orchestrator.control.dispatch.local_procs import LocalWorker, start_worker, stop_workers, wait_any
+from orchestrator.control.dispatch.local_procs import (
+    LocalWorker,
+    children_block_sigint,
+    start_worker,
+    stop_workers,
+    wait_any,
+)
 from orchestrator.control.unit_state import existing
 from orchestrator.control.why import INTERRUPTED, last_word, read_failure, signal_reason
 from orchestrator.errors import DispatchError
@@ -123,7 +129,10 @@ def _run_subprocesses(
         while pending or running:
             while pending and free_slots:
                 slot = free_slots.pop(0)
-                running[slot] = _start_worker(sd, pending.pop(0), gpus, slot, prior)
+                # a Ctrl-C meanwhile is taken once the worker is in ``running``: the stop below
+                # then stops it too, and none is left running unseen by this run
+                with children_block_sigint():
+                    running[slot] = _start_worker(sd, pending.pop(0), gpus, slot, prior)
             for slot, worker in list(running.items()):
                 if worker.poll() is None:
                     worker.enforce_limit()
@@ -199,7 +208,6 @@ def _start_subprocess(
         executor.update_parameters(gpus_per_node=1, visible_gpus=[gpus[slot % len(gpus)]])
     else:
         executor.update_parameters(gpus_per_node=0)
-    from orchestrator.control.dispatch.local_procs import children_block_sigint
     from orchestrator.control.dispatch.local_worker import run_unit_job
 
     executor.unit = uid
