@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import PROG, Subparsers, non_negative_int
+from orchestrator.cli.outputs import check_output, is_page, is_tuned_table
 from orchestrator.errors import TilesweepError
 
 if TYPE_CHECKING:
@@ -81,7 +82,11 @@ def _add_export(subparsers: Subparsers) -> None:
     )
     p.add_argument("--device", metavar="KIND", help="device kind to export (default: the first document's)")
     p.add_argument(
-        "--out", required=True, metavar="FILE", help="tuned table to write (atomically); with --format tokamax: DIR"
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="tuned table to write (atomically; -: stdout); an existing file of another kind is refused; "
+        "with --format tokamax: DIR",
     )
     p.add_argument(
         "--format",
@@ -125,6 +130,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from orchestrator.analysis import report, winners
     from orchestrator.store import document as results_doc
 
+    if args.html:
+        check_output(args.html, [args.results], writes="page", flag="--html", of_kind=is_page)
     doc = results_doc.load(args.results)
     summaries = report.best_table(doc)
     found = winners.contests(summaries)
@@ -166,6 +173,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.store import document as results_doc
     from orchestrator.store.replayed import count_replayed
 
+    if args.format == "tilesweep" and args.out != "-":
+        check_output(args.out, args.results, writes="tuned table", flag="--out", of_kind=is_tuned_table)
     docs = [results_doc.load(path) for path in args.results]
     if args.format == "tokamax":
         from orchestrator.cli.tokamax import export_tokamax
@@ -175,14 +184,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
         doc = _combined(docs, args)
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
-    try:
-        export.write_atomic(args.out, table)
-    except OSError as exc:
-        raise TilesweepError(f"{args.out}: cannot write the tuned table ({exc.strerror or exc})") from None
+    if args.out == "-":  # the table on stdout, what was written on stderr
+        print(json.dumps(table, indent=1))
+    else:
+        try:
+            export.write_atomic(args.out, table)
+        except OSError as exc:
+            raise TilesweepError(f"{args.out}: cannot write the tuned table ({exc.strerror or exc})") from None
     replayed = f", {summary.replayed} of them replayed, not measured" if summary.replayed else ""
     print(
-        f"wrote {args.out}: {summary.entries} entries ({summary.tuned} tuned, "
-        f"{summary.use_auto} use auto{replayed}), {summary.skipped} problem(s) with no timing skipped"
+        f"wrote {'the table to stdout' if args.out == '-' else args.out}: {summary.entries} entries "
+        f"({summary.tuned} tuned, {summary.use_auto} use auto{replayed}), {summary.skipped} problem(s) with no "
+        "timing skipped",
+        file=sys.stderr if args.out == "-" else sys.stdout,
     )
     return 0
 
@@ -212,6 +226,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from orchestrator.analysis import compare
     from orchestrator.store import document as results_doc
 
+    if args.html:
+        check_output(args.html, [args.a, args.b], writes="page", flag="--html", of_kind=is_page)
     doc_a, doc_b = results_doc.load(args.a), results_doc.load(args.b)
     rows = compare.compare(doc_a, doc_b)
     if args.json:
