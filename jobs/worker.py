@@ -44,7 +44,7 @@ from orchestrator.errors import TilesweepError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
-from orchestrator.store.files import now_iso
+from orchestrator.store.files import WRITE_ERRNOS, now_iso, write_advice
 from orchestrator.store.leases import unit_lease
 from orchestrator.store.lines import PartialHeader, PartialWriter, header_line, partial_header
 from orchestrator.store.markers import UnitSummary, worker_summary, write_marker
@@ -250,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     except TilesweepError as exc:
         print(f"tilesweep worker: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        what = exc.filename or "the sweep directory"
+        print(f"tilesweep worker: error: cannot write {what} ({exc.strerror}): {write_advice(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(
             "tilesweep worker: interrupted; finished records are kept, the configs in flight were given up "

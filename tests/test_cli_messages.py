@@ -195,3 +195,22 @@ def test_a_spec_file_where_a_sweep_directory_goes_is_named_so(write_spec: Callab
     doc = tmp_path / "results.json"
     doc.write_text(json.dumps({**json.loads(SAMPLE.read_text()), "tilesweep": {"sweep_dir": "/x/sweep"}}))
     assert_one_line_error(run_cli("status", str(doc)), "is a results document", "merged from: /x/sweep")
+
+
+@pytest.mark.parametrize("damage", ["{", "{\n", "[1]\n", "directory"])
+def test_a_damaged_env_json_is_one_line_in_every_command_and_unreadable_in_ls(
+    write_spec: Callable[..., Path], tmp_path: Path, damage: str
+) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    sweep = tmp_path / "sweeps" / "a"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    env = sweep / "env.json"
+    if damage == "directory":
+        env.mkdir()
+    else:
+        env.write_text(damage)
+    for command in ("status", "merge", "wait", "resume"):
+        assert_one_line_error(run_cli(command, str(sweep)), str(env), "delete it only if no worker has written records")
+    listed = run_cli("ls", str(sweep.parent))
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert f"{sweep}  unreadable: {env}" in listed.stdout, listed.stdout

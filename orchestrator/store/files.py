@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 import re
@@ -101,6 +102,56 @@ def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
         except FileNotFoundError:
             continue
     return removed
+
+
+def create_once(path: Path, text: str) -> bool:
+    """Make ``path`` holding ``text`` where no file is there yet; False where another writer
+    made it first. The text goes to a temp file that is linked into place only once complete,
+    so a reader never sees it half written and a write that fails (a full disk) leaves no file.
+    On a filesystem without hard links, the file is created exclusively and written."""
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            return _create_exclusively(path, text)
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _create_exclusively(path: Path, text: str) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+# the errors of writing a file that the user, not the code, must fix: space, quota, permissions
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def write_advice(exc: OSError) -> str:
+    """What to do about ``exc``, raised writing a file: the fix its errno calls for."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on its disk (or raise the quota)"
+    if exc.errno == errno.EROFS:
+        return "its filesystem is read-only: use a folder on a writable one"
+    return "make it and its folder writable (chmod, or chattr -i where it is immutable)"
 
 
 def atomic_write_text(path: Path, text: str) -> None:

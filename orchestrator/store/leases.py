@@ -38,7 +38,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.errors import LeaseHeld, LockTimeout
+from orchestrator.errors import LeaseHeld, LockTimeout, SweepDirError
+from orchestrator.store.files import write_advice
 from orchestrator.store.locks import HEARTBEAT_S, HolderRecord, SoftLock, StaleIf
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,10 @@ def lease(path: Path, what: str, *, extra: HolderRecord | None = None, job: str 
         who = holder.describe() if holder is not None else "another process"
         age = f", alive {holder.age_s:.0f}s ago" if holder is not None else ""
         raise LeaseHeld(f"{what} is already held by {who}{age} (lease {path})") from None
+    except OSError as exc:
+        raise SweepDirError(
+            f"cannot take the lease {path} of {what} ({exc.strerror or exc}): {write_advice(exc)}"
+        ) from None
     try:
         yield
     finally:

@@ -50,6 +50,7 @@ holder on this host is kept while its heartbeat runs (``SoftFileLease``) or what
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
@@ -225,7 +226,12 @@ class SoftLock:
         into place (atomic, fails if it exists, works on NFS); O_EXCL where links are not."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f"{self.path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-        _write_new(tmp, payload)
+        try:
+            _write_new(tmp, payload)
+        except OSError:  # a full disk: no half-written temp is left behind
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         try:
             os.link(tmp, self.path)
             return True

@@ -44,7 +44,7 @@ from orchestrator.store import keyindex
 from orchestrator.store.append import append_into, load_target
 from orchestrator.store.carried import read_summary
 from orchestrator.store.document import paused_gc
-from orchestrator.store.files import atomic_open, now_iso, remove_dead_temps
+from orchestrator.store.files import atomic_open, now_iso, remove_dead_temps, write_advice
 from orchestrator.store.keyindex import Keys
 from orchestrator.store.lines import DeviceBlock, document_device
 from orchestrator.store.locks import MergeLock, lock_path_for
@@ -346,8 +346,8 @@ def _replace(
         if stashed is not None:
             stashed.unlink(missing_ok=True)
         raise ResultsError(
-            f"cannot write {out} ({exc.strerror or exc}); it is unchanged: make it and its folder writable "
-            "(chmod, or chattr -i where it is immutable), or merge into another file with --output"
+            f"cannot write {out} ({exc.strerror or exc}); it is unchanged: {write_advice(exc)}, "
+            "or merge into another file with --output"
         ) from None
     if stashed is not None:
         summary.prev = keep(stashed, out)

@@ -40,10 +40,12 @@ from orchestrator.store.files import (
     atomic_open,
     atomic_write_json,
     atomic_write_text,
+    create_once,
     now_iso,
     read_json,
     remove_dead_temps,
     temp_path,
+    write_advice,
 )
 from orchestrator.store.jsonline import loads
 from orchestrator.store.sweep_paths import file_given
@@ -341,15 +343,13 @@ class SweepDir:
         path = self.root / "env.json"
         if not path.exists():
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                pass
-            else:
-                with os.fdopen(fd, "w") as f:
-                    f.write(json.dumps(env) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                return
+                if create_once(path, json.dumps(env) + "\n"):
+                    return
+            except OSError as exc:
+                raise SweepDirError(
+                    f"cannot record this worker's environment in {path} ({exc.strerror or exc}): "
+                    f"{write_advice(exc)}, then run the unit again"
+                ) from None
         recorded = self.recorded_env()
         if recorded is not None and recorded != env:
             diff = ", ".join(
@@ -361,13 +361,31 @@ class SweepDir:
             )
 
     def recorded_env(self) -> dict[str, Any] | None:
+        """The environment the first worker recorded (None: no worker has run yet)."""
         path = self.root / "env.json"
-        for _ in range(50):  # a racing first writer may not have filled it yet
+        fix = "delete it only if no worker has written records (the next worker records its own)"
+        for _ in range(50):  # a first writer on a filesystem without hard links may not have filled it yet
             try:
                 text = path.read_text(encoding="utf-8")
             except FileNotFoundError:
                 return None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SweepDirError(f"{path} is unreadable ({_why(exc)}); {fix}") from None
             if text.endswith("\n"):
-                return json.loads(text)
+                try:
+                    recorded = json.loads(text)
+                except ValueError:
+                    recorded = None
+                if not isinstance(recorded, dict):
+                    raise SweepDirError(f"{path} is damaged (not the JSON object a worker writes); {fix}")
+                return recorded
             time.sleep(0.02)
-        raise SweepDirError(f"{path} is damaged (incomplete); delete it only if no worker has written records")
+        raise SweepDirError(f"{path} is damaged (incomplete); {fix}")
+
+
+def _why(exc: OSError | UnicodeDecodeError) -> str:
+    if isinstance(exc, IsADirectoryError):
+        return "a directory, not a file"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return exc.strerror or str(exc)

@@ -1,0 +1,119 @@
+"""A sweep directory on a disk that fills up, as a user meets it: a worker and a merge each say
+in one line that the disk is full and what to do, leave no half-written file behind, and once
+space is freed the same commands finish the work. The disk is a real filesystem of 2 MiB (a
+tmpfs mounted for the test), filled with a real file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import SweepDirError
+from orchestrator.store.sweepdir import SweepDir
+from orchestrator.store.synthetic import build_sweep, small_spec
+from tests.helpers import REPO, TINY_SPEC, assert_one_line_error, run_cli
+
+FREE_SPACE = "free space on its disk"
+
+
+class SmallDisk:
+    """A 2 MiB tmpfs at ``root``; ``fill()`` takes all of its space, ``free()`` gives it back."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.filler = root / f"filler-{uuid.uuid4().hex[:6]}"
+
+    def fill(self) -> None:
+        with self.filler.open("ab", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    root = tmp_path / "disk"
+    root.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(root)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield SmallDisk(root)
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def _replay_sweep(tmp_path: Path, root: Path) -> Path:
+    """A replay sweep planned in ``root``: its units take no compile and no GPU."""
+    from orchestrator.store import synthetic
+
+    fwd = {"modes": ["fwd"], "fwd_block_q": [16, 32, 64], "fwd_block_k": [32], "executor": {"kind": "local"}}
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps(synthetic.document({**TINY_SPEC, **fwd, "output": str(source)})))
+    spec = tmp_path / "spec.json"
+    data = {**TINY_SPEC, **fwd, "output": str(tmp_path / "results.json"), "kernel": {"impl": "replay"}}
+    spec.write_text(json.dumps({**data, "replay": {"source": str(source)}}))
+    sweep = root / "sweep"
+    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
+    assert planned.returncode == 0, planned.stderr
+    return sweep
+
+
+def _worker(sweep: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "jobs.worker", str(sweep), "0"]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_a_worker_on_a_full_disk_says_so_in_one_line_and_runs_once_space_is_freed(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    sweep = _replay_sweep(tmp_path, disk.root)
+    disk.fill()
+    full = _worker(sweep)
+    assert_one_line_error(full, FREE_SPACE)
+    assert not list((sweep / "leases").iterdir()), "a half-written lease was left"
+    disk.free()
+    again = _worker(sweep)
+    assert again.returncode == 0, again.stderr
+    assert "4 records written" in again.stdout
+
+
+def test_the_environment_is_recorded_whole_or_not_at_all(disk: SmallDisk) -> None:
+    sd = SweepDir(disk.root / "sweep")
+    sd.root.mkdir()
+    env = {"device_kind": "NVIDIA H100", "jax": "0.12.0"}
+    disk.fill()
+    with pytest.raises(SweepDirError, match=FREE_SPACE):
+        sd.check_env(env)
+    assert not (sd.root / "env.json").exists()
+    assert sd.recorded_env() is None
+    disk.free()
+    sd.check_env(env)  # the first worker after the disk was freed records it
+    assert sd.recorded_env() == env
+    assert [p.name for p in sd.root.iterdir()] == ["env.json"], "a temp file was left"
+
+
+def test_a_merge_onto_a_full_disk_says_to_free_space_and_keeps_the_document(disk: SmallDisk, tmp_path: Path) -> None:
+    out = disk.root / "results.json"
+    build_sweep(tmp_path / "sweep", small_spec(1), 1, output=out)
+    first = run_cli("merge", str(tmp_path / "sweep"))
+    assert first.returncode == 0, first.stderr
+    before = out.read_bytes()
+    disk.fill()
+    full = run_cli("merge", str(tmp_path / "sweep"), "--output", str(disk.root / "other.json"))
+    assert full.returncode == 2
+    assert_one_line_error(full, FREE_SPACE)
+    assert "chmod" not in full.stderr
+    assert out.read_bytes() == before
+    assert not list(disk.root.glob("*.tmp")) and not (disk.root / "other.json").exists()
