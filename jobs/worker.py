@@ -44,7 +44,7 @@ from orchestrator.errors import TilesweepError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
-from orchestrator.store.files import WRITE_ERRNOS, now_iso, write_advice
+from orchestrator.store.files import WRITE_ERRNOS, cannot_write, now_iso
 from orchestrator.store.leases import unit_lease
 from orchestrator.store.lines import PartialHeader, PartialWriter, header_line, partial_header
 from orchestrator.store.markers import UnitSummary, worker_summary, write_marker
@@ -253,8 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         if exc.errno not in WRITE_ERRNOS:
             raise
-        what = exc.filename or "the sweep directory"
-        print(f"tilesweep worker: error: cannot write {what} ({exc.strerror}): {write_advice(exc)}", file=sys.stderr)
+        print(f"tilesweep worker: error: {cannot_write(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

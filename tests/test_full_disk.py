@@ -54,8 +54,8 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
         subprocess.run(["umount", "-l", str(root)], check=False)
 
 
-def _replay_sweep(tmp_path: Path, root: Path) -> Path:
-    """A replay sweep planned in ``root``: its units take no compile and no GPU."""
+def _replay_spec(tmp_path: Path) -> Path:
+    """A replay spec: its units take no compile and no GPU."""
     from orchestrator.store import synthetic
 
     fwd = {"modes": ["fwd"], "fwd_block_q": [16, 32, 64], "fwd_block_k": [32], "executor": {"kind": "local"}}
@@ -64,8 +64,13 @@ def _replay_sweep(tmp_path: Path, root: Path) -> Path:
     spec = tmp_path / "spec.json"
     data = {**TINY_SPEC, **fwd, "output": str(tmp_path / "results.json"), "kernel": {"impl": "replay"}}
     spec.write_text(json.dumps({**data, "replay": {"source": str(source)}}))
+    return spec
+
+
+def _replay_sweep(tmp_path: Path, root: Path) -> Path:
+    """The replay spec planned in ``root``."""
     sweep = root / "sweep"
-    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
+    planned = run_cli("plan", str(_replay_spec(tmp_path)), "--sweep-dir", str(sweep))
     assert planned.returncode == 0, planned.stderr
     return sweep
 
@@ -117,3 +122,41 @@ def test_a_merge_onto_a_full_disk_says_to_free_space_and_keeps_the_document(disk
     assert "chmod" not in full.stderr
     assert out.read_bytes() == before
     assert not list(disk.root.glob("*.tmp")) and not (disk.root / "other.json").exists()
+
+
+@pytest.mark.parametrize("command", ["plan", "run", "submit"])
+def test_planning_onto_a_full_disk_says_so_and_leaves_no_half_made_sweep(
+    disk: SmallDisk, tmp_path: Path, command: str
+) -> None:
+    spec = _replay_spec(tmp_path)
+    disk.fill()
+    sweep = disk.root / "sweep"
+    done = run_cli(command, str(spec), "--sweep-dir", str(sweep))
+    assert_one_line_error(done, f"cannot make the sweep directory {sweep}", FREE_SPACE)
+    assert not sweep.exists()
+    disk.free()
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    assert (sweep / "sweep.json").is_file()
+
+
+def test_a_sweep_directory_on_a_read_only_mount_is_one_line(tmp_path: Path) -> None:
+    spec = _replay_spec(tmp_path)
+    root = tmp_path / "ro"
+    root.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(root)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        done = run_cli("plan", str(spec), "--sweep-dir", str(root / "sweep"))
+        assert_one_line_error(done, "Read-only file system", "mounted read-only", "pick another --sweep-dir")
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def test_plots_onto_a_full_disk_are_one_line(disk: SmallDisk, tmp_path: Path, sample_doc: dict[str, object]) -> None:
+    pytest.importorskip("matplotlib")
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(sample_doc))
+    disk.fill()
+    done = run_cli("report", str(results), "--plots", str(disk.root / "plots"))
+    assert_one_line_error(done, "--plots", "cannot write the plots", FREE_SPACE)

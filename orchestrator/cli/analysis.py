@@ -156,7 +156,14 @@ def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: b
     """The PNGs, and a line on what the cap left out and how to get it."""
     from orchestrator.analysis import plots
 
-    written = plots.write_plots(doc, out_dir, max_problems=max_plots or None)
+    try:
+        written = plots.write_plots(doc, out_dir, max_problems=max_plots or None)
+    except OSError as exc:
+        from orchestrator.store.files import write_advice
+
+        raise TilesweepError(
+            f"--plots {out_dir}: cannot write the plots ({exc.strerror or exc}): {write_advice(exc)}"
+        ) from None
     print(f"wrote {len(written.files)} plot(s) to {out_dir}", file=sys.stderr)
     if written.folded:
         page = "the --html page has every problem" if html_given else "--html OUT.html shows every problem on one page"

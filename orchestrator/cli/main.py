@@ -218,6 +218,13 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a full disk or a read-only mount, wherever the command wrote
+        from orchestrator.store.files import WRITE_ERRNOS, cannot_write
+
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        print(f"{PROG}: error: {cannot_write(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -141,8 +141,9 @@ def _create_exclusively(path: Path, text: str) -> bool:
     return True
 
 
-# the errors of writing a file that the user, not the code, must fix: space, quota, permissions
-WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+# the errors only a write raises that the user, not the code, must fix: space, quota, a read-only mount
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+_TEMP = re.compile(r"\.(?P<name>.+)\.[^.]+\.\d+\.[0-9a-f]{8}\.tmp")
 
 
 def write_advice(exc: OSError) -> str:
@@ -150,8 +151,20 @@ def write_advice(exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return "free space on its disk (or raise the quota)"
     if exc.errno == errno.EROFS:
-        return "its filesystem is read-only: use a folder on a writable one"
+        return "its filesystem is mounted read-only"
     return "make it and its folder writable (chmod, or chattr -i where it is immutable)"
+
+
+def cannot_write(exc: OSError) -> str:
+    """One line for ``exc`` (errno in ``WRITE_ERRNOS``): the file it failed to write, under its
+    own name where it was the temp file of one (``temp_path``), and the fix."""
+    name = exc.filename
+    if name is not None:
+        path = Path(os.fsdecode(name))
+        m = _TEMP.fullmatch(path.name)
+        name = str(path.with_name(m["name"]) if m else path)
+    what = name if name is not None else "a file"
+    return f"cannot write {what} ({exc.strerror or exc}): {write_advice(exc)}"
 
 
 def atomic_write_text(path: Path, text: str) -> None:

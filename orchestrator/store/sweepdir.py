@@ -27,8 +27,10 @@ document) are written atomically (``files``: a temp file ``os.replace``d into pl
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store.files import (
+    WRITE_ERRNOS,
     atomic_open,
     atomic_write_json,
     atomic_write_text,
@@ -179,6 +182,20 @@ class SweepDir:
             raise SweepDirError(f"sweep directory {root} exists and is not a directory; pick another --sweep-dir")
         if root.exists() and not _unused(root):
             raise SweepDirError(f"{root} is not empty and holds no {SWEEP_FILE}; pick a new or empty --sweep-dir")
+        made = not root.exists()
+        try:
+            return cls._make(root, spec, output=output, spec_source=spec_source, planned=planned)
+        except OSError as exc:
+            if made:  # nothing of the user's is in it: a plan cut short leaves no half-made folder
+                shutil.rmtree(root, ignore_errors=True)
+            fix = write_advice(exc) if exc.errno in WRITE_ERRNOS or exc.errno in (errno.EACCES, errno.EPERM) else ""
+            raise SweepDirError(
+                f"cannot make the sweep directory {root} ({exc.strerror or exc}): {fix + ', or ' if fix else ''}"
+                "pick another --sweep-dir"
+            ) from None
+
+    @classmethod
+    def _make(cls, root: Path, spec: SweepSpec, *, output: Path, spec_source: str | None, planned: int) -> SweepDir:
         for sub in ("units", "partials", "done", "logs"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         meta: SweepFile = {
