@@ -31,19 +31,18 @@ import errno
 import json
 import os
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
+from orchestrator.store import envfile
 from orchestrator.store.files import (
     WRITE_ERRNOS,
     atomic_open,
     atomic_write_json,
     atomic_write_text,
-    create_once,
     now_iso,
     read_json,
     remove_dead_temps,
@@ -356,53 +355,9 @@ class SweepDir:
 
     # ------------------------------------------------------------------ environment
     def check_env(self, env: dict[str, Any]) -> None:
-        """First worker records its environment; later ones must match it."""
-        path = self.root / "env.json"
-        if not path.exists():
-            try:
-                if create_once(path, json.dumps(env) + "\n"):
-                    return
-            except OSError as exc:
-                raise SweepDirError(
-                    f"cannot record this worker's environment in {path} ({exc.strerror or exc}): "
-                    f"{write_advice(exc)}, then run the unit again"
-                ) from None
-        recorded = self.recorded_env()
-        if recorded is not None and recorded != env:
-            diff = ", ".join(
-                f"{k}: {recorded.get(k)!r} vs {env.get(k)!r}" for k in env if recorded.get(k) != env.get(k)
-            )
-            raise MismatchError(
-                f"this worker's environment differs from the one the sweep in {self.root} was measured in "
-                f"({diff}; see {path}); run it on the same stack, or start a new sweep directory"
-            )
+        """First worker records its environment; later ones must match it (``envfile``)."""
+        envfile.check(self.root, env)
 
     def recorded_env(self) -> dict[str, Any] | None:
         """The environment the first worker recorded (None: no worker has run yet)."""
-        path = self.root / "env.json"
-        fix = "delete it only if no worker has written records (the next worker records its own)"
-        for _ in range(50):  # a first writer on a filesystem without hard links may not have filled it yet
-            try:
-                text = path.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                return None
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SweepDirError(f"{path} is unreadable ({_why(exc)}); {fix}") from None
-            if text.endswith("\n"):
-                try:
-                    recorded = json.loads(text)
-                except ValueError:
-                    recorded = None
-                if not isinstance(recorded, dict):
-                    raise SweepDirError(f"{path} is damaged (not the JSON object a worker writes); {fix}")
-                return recorded
-            time.sleep(0.02)
-        raise SweepDirError(f"{path} is damaged (incomplete); {fix}")
-
-
-def _why(exc: OSError | UnicodeDecodeError) -> str:
-    if isinstance(exc, IsADirectoryError):
-        return "a directory, not a file"
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
-    return exc.strerror or str(exc)
+        return envfile.recorded(self.root)

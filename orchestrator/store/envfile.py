@@ -1,0 +1,71 @@
+"""``env.json`` of a sweep directory: the environment fingerprint (device kind, jax and
+kernel versions) of the first worker that ran, which every later worker must match.
+
+The file is written whole or not at all (``files.create_once``): a write a full disk cuts short
+leaves no file, so the next worker once space is freed records its own. A damaged one (cut
+short by an older writer, not JSON, a directory) is named in one line by every reader.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import MismatchError, SweepDirError
+from orchestrator.store.files import create_once, write_advice
+
+ENV_FILE = "env.json"
+_FIX = "delete it only if no worker has written records (the next worker records its own)"
+
+
+def check(root: Path, env: dict[str, Any]) -> None:
+    """Record ``env`` as the sweep's where none is recorded yet; else refuse one that differs."""
+    path = root / ENV_FILE
+    if not path.exists():
+        try:
+            if create_once(path, json.dumps(env) + "\n"):
+                return
+        except OSError as exc:
+            raise SweepDirError(
+                f"cannot record this worker's environment in {path} ({exc.strerror or exc}): "
+                f"{write_advice(exc)}, then run the unit again"
+            ) from None
+    found = recorded(root)
+    if found is not None and found != env:
+        diff = ", ".join(f"{k}: {found.get(k)!r} vs {env.get(k)!r}" for k in env if found.get(k) != env.get(k))
+        raise MismatchError(
+            f"this worker's environment differs from the one the sweep in {root} was measured in "
+            f"({diff}; see {path}); run it on the same stack, or start a new sweep directory"
+        )
+
+
+def recorded(root: Path) -> dict[str, Any] | None:
+    """The environment the first worker recorded (None: no worker has run yet)."""
+    path = root / ENV_FILE
+    for _ in range(50):  # a first writer on a filesystem without hard links may not have filled it yet
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SweepDirError(f"{path} is unreadable ({_why(exc)}); {_FIX}") from None
+        if text.endswith("\n"):
+            try:
+                found = json.loads(text)
+            except ValueError:
+                found = None
+            if not isinstance(found, dict):
+                raise SweepDirError(f"{path} is damaged (not the JSON object a worker writes); {_FIX}")
+            return found
+        time.sleep(0.02)
+    raise SweepDirError(f"{path} is damaged (incomplete); {_FIX}")
+
+
+def _why(exc: OSError | UnicodeDecodeError) -> str:
+    if isinstance(exc, IsADirectoryError):
+        return "a directory, not a file"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return exc.strerror or str(exc)
