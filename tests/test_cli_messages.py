@@ -214,3 +214,30 @@ def test_a_damaged_env_json_is_one_line_in_every_command_and_unreadable_in_ls(
     listed = run_cli("ls", str(sweep.parent))
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
     assert f"{sweep}  unreadable: {env}" in listed.stdout, listed.stdout
+
+
+def test_an_output_that_is_a_directory_is_refused_before_anything_runs(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"}, output=str(folder))
+    sweep = tmp_path / "sweep"
+    for command in ("plan", "run", "submit"):
+        r = run_cli(command, str(spec), "--sweep-dir", str(sweep))
+        assert_one_line_error(r, f"output {folder} of {spec} is a directory", "name a file")
+        assert not sweep.exists()
+    good = write_spec("good.json", modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    r = run_cli("run", str(good), "--sweep-dir", str(sweep), "--output", str(folder))
+    assert_one_line_error(r, f"--output {folder} is a directory")
+    assert run_cli("plan", str(good), "--sweep-dir", str(sweep)).returncode == 0
+    r = run_cli("merge", str(sweep), "--output", str(folder))
+    assert_one_line_error(r, f"the output {folder} is a directory", f"tilesweep merge {sweep} --output FILE")
+
+
+@pytest.mark.parametrize("output", ["", "  ", "results/"])
+def test_a_spec_output_that_names_no_file_is_refused(
+    write_spec: Callable[..., Path], tmp_path: Path, output: str
+) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], output=output)
+    assert_one_line_error(run_cli("spec", str(spec)), "field 'output'", "must name a file for the results document")

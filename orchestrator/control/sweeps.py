@@ -72,6 +72,9 @@ def prepare_sweep(
     check_replay_source(spec)
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     out = Path(output) if output else Path(spec.output)
+    if out.is_dir():
+        given = f"--output {out}" if output else f"output {out} of {spec_path}"
+        raise PlanError(f"{given} is a directory; name a file for the results document")
     existed = (root / "sweep.json").exists()
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)

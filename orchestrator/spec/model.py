@@ -182,6 +182,13 @@ class SweepSpec(SpecModel):
             data = {**data, "bwd_fwd_config": {"block_q": pair[0], "block_k": pair[1]}}
         return data
 
+    @field_validator("output")
+    @classmethod
+    def _output_names_a_file(cls, value: str) -> str:
+        if not value.strip() or value.endswith(("/", "\\")):
+            raise ValueError(f"must name a file for the results document, got {value!r}")
+        return value
+
     @field_validator("grid", mode="before")
     @classmethod
     def _grid_is_by_mode_or_tokamax(cls, value: Any) -> Any:

@@ -64,6 +64,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
 
+from orchestrator import PROG
 from orchestrator.errors import LockTimeout, ResultsError
 from orchestrator.store.pidspace import host_identity, pid_alive, process_start
 
@@ -341,7 +342,7 @@ class MergeLock:
         except OSError as exc:  # the folder cannot hold the lock file: read-only, immutable, gone
             raise ResultsError(
                 f"cannot create the lock file {self.path} ({exc.strerror or exc}); the folder {self.path.parent} "
-                "is not writable: make it writable, or merge into another folder with --output"
+                f"is not writable: make it writable, or merge into another folder (`{PROG} merge SWEEP --output FILE`)"
             ) from None
 
     def _acquire(self) -> MergeLock:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
+from orchestrator import PROG
 from orchestrator.errors import ResultsError
 from orchestrator.store import keyindex
 from orchestrator.store.append import append_into, load_target
@@ -233,6 +234,11 @@ def merge(
     quarantined nothing is written (``MergeSummary.written`` is false)."""
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
+    if out.is_dir():
+        raise ResultsError(
+            f"the output {out} is a directory, not a results document; merge into a file "
+            f"(`{PROG} merge {sd.root} --output FILE`)"
+        )
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
         dead = remove_dead_temps(out) + remove_dead_temps(keyindex.index_path(out))
         for p in dead + remove_dead_temps(sd.root / CACHE_DIR):
@@ -347,7 +353,7 @@ def _replace(
             stashed.unlink(missing_ok=True)
         raise ResultsError(
             f"cannot write {out} ({exc.strerror or exc}); it is unchanged: {write_advice(exc)}, "
-            "or merge into another file with --output"
+            f"or merge into another file (`{PROG} merge {sd.root} --output FILE`)"
         ) from None
     if stashed is not None:
         summary.prev = keep(stashed, out)

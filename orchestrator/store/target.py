@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+from orchestrator import PROG
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store import keyindex
@@ -213,13 +214,14 @@ def refuse_foreign(target: Target) -> None:
     if target.not_a_document is not None:
         raise ResultsError(
             f"{target.path} exists and is not a results document ({target.not_a_document}); merging would replace "
-            f"it: write elsewhere with --output, or pass --overwrite ({keep})"
+            f"it: write elsewhere (`{PROG} merge SWEEP --output FILE`), or pass --overwrite ({keep})"
         )
     n = target.n_foreign
     whose = ", ".join(f"{k} {owner}" for owner, k in target.foreign.most_common())
     raise ResultsError(
         f"{target.path} holds {n} record{'s' if n != 1 else ''} that {'are' if n != 1 else 'is'} not this sweep's "
-        f"({whose}); merging would drop them: set append: true to merge into it, write elsewhere with --output, "
+        f"({whose}); merging would drop them: set append: true to merge into it, write elsewhere "
+        f"(`{PROG} merge SWEEP --output FILE`), "
         f"or pass --overwrite to replace it ({keep})"
     )
 
