@@ -245,3 +245,20 @@ def _merged_search(path: Path) -> dict[str, Any] | None:
     doc = json.loads(path.read_text())
     block = doc.get("tilesweep", {}).get("search")
     return doc if block is not None and block["ended"] else None
+
+
+def test_a_slurm_run_whose_every_item_is_reused_merges_and_reports_without_submitting(tmp_path: Path) -> None:
+    """Everything the output document holds already: ``run`` on SLURM submits nothing, says so,
+    merges and shows the table (exit 0), as a local run does."""
+    # bfloat16 only: no config the shared-memory model prunes (pruned items are planned again)
+    here = write(tmp_path, "here.json", SAMPLE, {"kind": "local"}, dtypes=["bfloat16"])
+    cli("run", str(here), "--sweep-dir", str(tmp_path / "first"))
+    first = (tmp_path / "here.results.json").read_bytes()
+    there = write(tmp_path, "there.json", SAMPLE, {}, dtypes=["bfloat16"], output=str(tmp_path / "here.results.json"))
+    r = cli("run", str(there), "--sweep-dir", str(tmp_path / "second"), "--reuse-errors")
+    assert "nothing to submit" in r.stderr and "0 of" in r.stderr and "planned missing" in r.stderr, r.stderr
+    assert "best" in r.stdout  # the best-config table
+    jobs = (tmp_path / "second" / "jobs.jsonl").read_text() if (tmp_path / "second" / "jobs.jsonl").exists() else ""
+    assert '"slurm"' not in jobs, jobs
+    doc = json.loads((tmp_path / "here.results.json").read_text())
+    assert len(doc["results"]) == len(json.loads(first)["results"])

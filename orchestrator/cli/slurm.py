@@ -239,10 +239,15 @@ def run_on_slurm(args: argparse.Namespace) -> int:
                     "progress instead of submitting it a second time"
                 )
                 _wait_for_submission(sd)
+                all_done = False
             else:
-                _submit_or_resume(sd, spec.executor.model_copy(update={"kind": "slurm"}), retry=args.retry_errors)
-            if not slurm_jobs(sd):
+                all_done = _submit_or_resume(
+                    sd, spec.executor.model_copy(update={"kind": "slurm"}), retry=args.retry_errors
+                )
+            if not slurm_jobs(sd) and not all_done:
                 raise DispatchError(f"nothing of {sd.root} was submitted; `{PROG} run` it again")
+            if all_done:
+                print(f"every unit of {sd.root} is done; nothing to submit", file=sys.stderr)
             return wait_and_merge(sd, html=spec.report.html, overwrite=args.overwrite)
     except BaseException:
         if created and not slurm_jobs(sd):
@@ -250,8 +255,11 @@ def run_on_slurm(args: argparse.Namespace) -> int:
         raise
 
 
-def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | None = None) -> None:
+def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | None = None) -> bool:
+    """Submit what is not done; True where every unit was done already (all of it reused), so
+    nothing was submitted and nothing is to wait for."""
     from orchestrator.control.submit import submit_unfinished
+    from orchestrator.control.sweeps import slurm_jobs
 
     def planned(s: SweepSubmission) -> None:
         print(f"sweep {sd.root}: {sd.planned} items in {s.units} units", file=sys.stderr)
@@ -259,7 +267,7 @@ def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | 
     result = submit_unfinished(sd, settings, on_planned=planned)
     if result is None:  # submitted before (or meanwhile): only what is missing
         resume_saying(sd, settings, force=False, units=None, max_array_size=None, quiet_when_done=True, retry=retry)
-        return
+        return False
     if result.outcome is not None:
         print_submission(sd, result.outcome)
     if retry:  # error records run here before: redo them as units of their own
@@ -273,6 +281,7 @@ def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | 
             retry=retry,
             include_missing=False,
         )
+    return not result.todo and not slurm_jobs(sd)
 
 
 def _wait_for_submission(sd: SweepDir) -> None:
