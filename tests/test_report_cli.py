@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,31 @@ def test_cli_subprocess_one_line_error_exit_2(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0 and "bq128 bk128 s2 w4" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("dtype", None, "results[1].dtype is null, expected a string"),
+        ("head_dim", "64", 'results[1].head_dim is "64", expected a positive integer'),
+        ("seq", True, "results[1].seq is true, expected a positive integer"),
+        ("median_ms", "fast", 'results[1].median_ms is "fast", expected a number or null'),
+    ],
+)
+def test_a_record_with_a_value_of_the_wrong_type_is_named_by_every_reader(
+    tmp_path: Path, sample_doc: dict[str, Any], field: str, value: Any, fragment: str
+) -> None:
+    sample_doc["results"][1][field] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(sample_doc, indent=1))
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({**sample_doc, "results": sample_doc["results"][2:]}, indent=1))
+    for args in (
+        ["report", str(bad)],
+        ["compare", str(good), str(bad)],
+        ["export", str(bad), "--out", str(tmp_path / "tuned.json")],
+    ):
+        r = subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=REPO, capture_output=True, text=True)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.strip() == f"tilesweep: error: {bad}: {fragment}; correct or remove that record", r.stderr
+    assert not (tmp_path / "tuned.json").exists()

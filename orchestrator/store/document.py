@@ -137,6 +137,7 @@ def load(path: str | os.PathLike[str], *, role: str | None = None, tokamax: bool
             return found
     name, data = _read(path, role)
     doc = from_obj(parse_json(data, name), name=name)
+    check_values(doc.results, name)
     log.debug("loaded %s: %d records", name, len(doc.results))
     return doc
 
@@ -292,6 +293,36 @@ def check_records(results: list[Any], name: str, first: int = 0) -> None:
                 f"{name}: results[{i}] lacks identity field(s) {', '.join(lacking)} "
                 f"(a record needs {', '.join(IDENTITY_FIELDS)})"
             )
+
+
+# the value each identity field holds, and the timings that are a number where present
+_TEXT_FIELDS = ("dtype", "mode", "tag", "config")
+_COUNT_FIELDS = ("head_dim", "seq", "batch", "heads")
+_TIMING_FIELDS = ("median_ms", "q1_ms", "q3_ms")
+
+
+def check_values(results: list[dict[str, Any]], name: str) -> None:
+    """Refuse (``ResultsError``, naming the record and field) a record whose identity field or
+    timing holds a value of another type (a null dtype, a median of "fast"): a report would
+    otherwise fail on it, or count it as a failed config. Records ``check_records`` passed."""
+    for i, rec in enumerate(results):
+        for k in _TEXT_FIELDS:
+            if type(rec[k]) is not str:
+                _wrong(name, i, k, rec[k], "a string")
+        for k in _COUNT_FIELDS:
+            v = rec[k]
+            if type(v) is not int or v < 1:
+                _wrong(name, i, k, v, "a positive integer")
+        for k in _TIMING_FIELDS:
+            v = rec.get(k)
+            if v is not None and (type(v) is bool or not isinstance(v, (int, float))):
+                _wrong(name, i, k, v, "a number or null")
+
+
+def _wrong(name: str, i: int, field: str, value: Any, expected: str) -> None:
+    raise ResultsError(
+        f"{name}: results[{i}].{field} is {json.dumps(value)[:40]}, expected {expected}; correct or remove that record"
+    )
 
 
 def _json_type(value: Any) -> str:
