@@ -318,3 +318,25 @@ def test_a_ctrl_c_as_run_records_a_units_worker_stops_that_worker_too(
     assert not Path(f"/proc/{pid}").exists(), "the unit's worker outlived the interrupted run"
     status = run_cli("status", str(sd.root))
     assert "in progress" not in status.stdout and "ETA" not in status.stdout, status.stdout
+
+
+def test_a_copied_sweep_directory_is_complete_and_shows_its_own_logs(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A finished sweep directory copied elsewhere (a new inode for every file, new mtimes):
+    status calls it complete with no stale marker, and logs shows the copy's own files, also once
+    the original is gone."""
+    import shutil
+
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    copy = tmp_path / "elsewhere" / "sweep"
+    shutil.copytree(sweep, copy, copy_function=shutil.copy)  # content only: new inodes and mtimes
+    status = run_cli("status", str(copy))
+    assert status.returncode == 0 and status.stdout.splitlines()[0].endswith(", complete"), status.stdout
+    assert "stale" not in status.stdout, status.stdout
+    shutil.rmtree(sweep)
+    logs = run_cli("logs", str(copy), "0")
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.startswith(f"==> {copy / 'logs'}"), logs.stdout[:200]

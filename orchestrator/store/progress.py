@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import PartialError
-from orchestrator.store.markers import read_marker, trusted_block
+from orchestrator.store.markers import CompletionMarker, read_marker, trusted_block
 from orchestrator.store.partials import check_headers
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.tally import Book, count_partial
@@ -87,9 +87,9 @@ def count_unit(
     if block is not None:
         return Counted(block["records"], block["errors"], True, st.st_mtime if st else None, gpu=gpu)
     c = Counted(mtime=st.st_mtime if st else None, gpu=gpu)
-    if has_marker:
-        c.detail = "its completion marker is stale (the partial changed since the unit finished)"
+    stale = "its completion marker is stale (the partial changed since the unit finished)"
     if st is None:
+        c.detail = stale if has_marker else None
         return c
     try:
         content = count_partial(path, sd.root, uid, book)
@@ -102,4 +102,14 @@ def count_unit(
         return c
     c.done = min(total, content.records)
     c.errors = content.errors
+    if has_marker and not _same_counts(marker, content.records, content.errors, st.st_size):
+        c.detail = stale  # a partial copied (new inode) but as the unit left it is not stale
     return c
+
+
+def _same_counts(marker: CompletionMarker | None, records: int, errors: int, size: int) -> bool:
+    """Whether the marker's partial block counts what the partial holds now, at the size it had."""
+    block = marker.get("partial") if marker is not None else None
+    if not isinstance(block, dict) or not isinstance(block.get("stat"), list) or len(block["stat"]) != 3:
+        return False
+    return block.get("records") == records and block.get("errors") == errors and block["stat"][1] == size

@@ -120,6 +120,10 @@ def _unused(root: Path) -> bool:
     return True
 
 
+# the fields of a jobs.jsonl line that name a log file
+_LOG_KEYS = ("log", "stderr", "stdout")
+
+
 @dataclass
 class SweepDir:
     """A handle on a sweep directory; cheap to create, reads lazily."""
@@ -342,16 +346,32 @@ class SweepDir:
             os.fsync(f.fileno())
 
     def job_history(self) -> list[dict[str, Any]]:
+        """The lines of ``jobs.jsonl``, their log paths taken to this directory's ``logs/``
+        where the sweep directory was moved or copied since they were written."""
         path = self.root / "jobs.jsonl"
         if not path.exists():
             return []
         out = []
+        root = os.fspath(self.root.absolute())
         for line in path.read_bytes().splitlines():
             try:
-                out.append(loads(line))
+                entry = loads(line)
             except ValueError:
                 continue  # a torn last line after a crash
+            if isinstance(entry, dict):
+                for key in _LOG_KEYS:
+                    if isinstance(entry.get(key), str):
+                        entry[key] = self._here(entry[key], root)
+            out.append(entry)
         return out
+
+    def _here(self, log: str, root: str) -> str:
+        """``log`` as a path in this directory: one written under another root (the sweep
+        directory was moved or copied) is the file of the same name in this ``logs/``."""
+        if not os.path.isabs(log) or log.startswith(root + os.sep):
+            return log
+        head, sep, rest = log.rpartition(f"{os.sep}logs{os.sep}")
+        return os.fspath(self.logs.absolute() / rest) if sep and head else log
 
     # ------------------------------------------------------------------ environment
     def check_env(self, env: dict[str, Any]) -> None:
