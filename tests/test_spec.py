@@ -157,3 +157,18 @@ def test_spec_reference_has_every_section_and_field() -> None:
         in page
     )
     assert "| `source` | string | required |" in page
+
+
+@pytest.mark.parametrize(
+    ("grid", "needle"),
+    [
+        ({"fwdd": {"block_q": [64]}}, "field 'grid': its keys are modes, \"fwd\" or \"fwd_bwd\", got 'fwdd'"),
+        ({"fwd": "tokamax"}, "field 'grid': grid.fwd must be an object of tunables and their values"),
+        ({"fwd": {"block_q": 64}}, "field 'grid': grid.fwd.block_q must be a list of values"),
+    ],
+)
+def test_a_grid_of_the_wrong_shape_is_named_in_the_specs_words(grid: dict[str, Any], needle: str) -> None:
+    with pytest.raises(SpecError) as err:
+        spec_from_data({"grid": grid}, source="s.json")
+    assert needle in err.value.message and "dict[" not in err.value.message, err.value.message
+    assert "\n" not in err.value.message

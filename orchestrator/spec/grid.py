@@ -38,6 +38,20 @@ REFERENCE_GRID_FIELDS: dict[str, str] = {
 }
 
 
+def check_shape(grid: Mapping[Any, Any]) -> None:
+    """Refuse (``ValueError``, one line naming the key) a grid object that is not an object by
+    mode of objects by tunable of lists of values; what the values may be, ``check_grid`` says."""
+    example = '{"block_q": [64, 128]}'
+    for mode, values in grid.items():
+        if mode not in ("fwd", "fwd_bwd"):
+            raise ValueError(f'its keys are modes, "fwd" or "fwd_bwd", got {mode!r}')
+        if not isinstance(values, Mapping):
+            raise ValueError(f"grid.{mode} must be an object of tunables and their values ({example}), got {values!r}")
+        for name, listed in values.items():
+            if not isinstance(listed, list):
+                raise ValueError(f"grid.{mode}.{name} must be a list of values ({example}), got {listed!r}")
+
+
 def check_grid(impl_name: str, grid: Grid | None, modes: Sequence[str]) -> str | None:
     """Why a ``grid`` is refused for this implementation and these modes, or None."""
     if not grid:

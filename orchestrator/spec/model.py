@@ -197,6 +197,8 @@ class SweepSpec(SpecModel):
                 f'{value!r} is not a grid: give an object by mode ({{"fwd": {{"block_q": [64, 128]}}}}) or '
                 f'"{grid_rules.TOKAMAX_GRID}" (tokamax\'s own search)'
             )
+        if isinstance(value, dict):
+            grid_rules.check_shape(value)
         return value
 
     @field_validator("kv_heads")
