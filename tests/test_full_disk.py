@@ -139,7 +139,7 @@ def test_planning_onto_a_full_disk_says_so_and_leaves_no_half_made_sweep(
     assert (sweep / "sweep.json").is_file()
 
 
-def test_a_sweep_directory_on_a_read_only_mount_is_one_line(tmp_path: Path) -> None:
+def test_a_sweep_directory_or_output_on_a_read_only_mount_is_one_line(tmp_path: Path) -> None:
     spec = _replay_spec(tmp_path)
     root = tmp_path / "ro"
     root.mkdir()
@@ -149,6 +149,11 @@ def test_a_sweep_directory_on_a_read_only_mount_is_one_line(tmp_path: Path) -> N
     try:
         done = run_cli("plan", str(spec), "--sweep-dir", str(root / "sweep"))
         assert_one_line_error(done, "Read-only file system", "mounted read-only", "pick another --sweep-dir")
+        # an output there is refused before anything is measured, not by the merge at the end
+        sweep = tmp_path / "sweep"
+        done = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(root / "results.json"))
+        assert_one_line_error(done, f"the folder {root} takes no new files", "name another output")
+        assert not sweep.exists()
     finally:
         subprocess.run(["umount", "-l", str(root)], check=False)
 

@@ -172,3 +172,27 @@ def test_a_grid_of_the_wrong_shape_is_named_in_the_specs_words(grid: dict[str, A
         spec_from_data({"grid": grid}, source="s.json")
     assert needle in err.value.message and "dict[" not in err.value.message, err.value.message
     assert "\n" not in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "needle"),
+    [
+        ("dup.json", '{"repeats": 3, "repeats": 5}', "gives the key 'repeats' twice in one object"),
+        ("nested.json", '{"timing": {"target_ms": 5, "target_ms": 9}}', "gives the key 'target_ms' twice"),
+        (
+            "inf.json",
+            '{"timing": {"target_ms": Infinity}}',
+            "field 'timing.target_ms': Input should be a finite number",
+        ),
+        ("nan.json", '{"timing": {"target_ms": NaN}}', "field 'timing.target_ms': Input should be a finite number"),
+        ("inf.toml", "[timing]\ntarget_ms = inf\n", "field 'timing.target_ms': Input should be a finite number"),
+    ],
+)
+def test_a_key_given_twice_or_a_number_that_is_not_finite_is_refused(
+    tmp_path: Path, name: str, text: str, needle: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert needle in err.value.message, err.value.message

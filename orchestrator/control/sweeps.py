@@ -8,6 +8,7 @@ CLI (and the local ``run``) decide what to show.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -72,9 +73,7 @@ def prepare_sweep(
     check_replay_source(spec)
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     out = Path(output) if output else Path(spec.output)
-    if out.is_dir():
-        given = f"--output {out}" if output else f"output {out} of {spec_path}"
-        raise PlanError(f"{given} is a directory; name a file for the results document")
+    _check_output(out, f"--output {out}" if output else f"output {out} of {spec_path}")
     existed = (root / "sweep.json").exists()
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
@@ -95,6 +94,23 @@ def prepare_sweep(
                 planned.search.record["units"] = [u.id for u in planned.units]
                 write_round(sd, planned.search.record)
     return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
+
+
+def _check_output(out: Path, given: str) -> None:
+    """Refuse, before anything is measured, an output the merge at the end could not write: a
+    directory, or a path whose folder (its nearest existing one) takes no new files."""
+    if out.is_dir():
+        raise PlanError(f"{given} is a directory; name a file for the results document")
+    folder = out.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise PlanError(f"{given}: {folder} is not a directory; name a file in a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PlanError(
+            f"{given}: the folder {folder} takes no new files (read-only or not yours), so the merge at the end "
+            "could not write the results document; make it writable or name another output"
+        )
 
 
 def check_runs_here(spec: SweepSpec) -> None:

@@ -78,8 +78,19 @@ def read_spec_data(p: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SpecError(f"spec file {p} must hold an object of spec fields, got {type(data).__name__}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):
-        data = data["config"]  # a results document: reuse its config block
+        return data["config"]  # a results document: reuse its config block
+    if p.suffix.lower() != ".toml":  # TOML refuses a key given twice; JSON keeps the last
+        json.loads(text, object_pairs_hook=lambda pairs: _no_key_twice(pairs, p))
     return data
+
+
+def _no_key_twice(pairs: list[tuple[str, Any]], p: Path) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise SpecError(f"spec file {p} gives the key {key!r} twice in one object; keep the one you mean")
+        seen.add(key)
+    return dict(pairs)
 
 
 def spec_from_data(data: dict[str, Any], source: str = "spec") -> SweepSpec:

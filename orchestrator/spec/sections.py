@@ -30,8 +30,8 @@ class SpecModel(BaseModel):
     """Base of the spec and its sections: unknown keys refused, frozen, defaults validated."""
 
     # strict: numbers must be numbers and flags booleans ("repeats": "2" or true is refused,
-    # not read as 2 or 1); a float field still takes an integer
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
+    # not read as 2 or 1); a float field still takes an integer, but neither inf nor nan
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False)
 
 
 class ForwardBlocks(SpecModel):
