@@ -57,7 +57,7 @@ class ExecutorSettings(SpecModel):
     gpus_per_node: int | None = Field(
         default=None,
         ge=0,
-        description="slurm: GPUs of each array task; with G > 1 a task holds 2 x G units by default and runs G "
+        description="slurm: GPUs of each array task; with G > 1 a task holds 4 x G units by default and runs G "
         "at once, one per GPU, each GPU taking the task's next unit when its unit ends (sbatch --gpus-per-node)",
     )
     cpus_per_task: int | None = Field(
