@@ -196,3 +196,13 @@ def test_a_key_given_twice_or_a_number_that_is_not_finite_is_refused(
     with pytest.raises(SpecError) as err:
         load_spec(path)
     assert needle in err.value.message, err.value.message
+
+
+@pytest.mark.parametrize(("content", "needle"), [(b"\x93\x01{}", "byte 0x93 at offset 0"), (b"\x00{}", "NUL bytes")])
+def test_a_binary_spec_file_is_called_not_text(tmp_path: Path, content: bytes, needle: str) -> None:
+    path = tmp_path / "spec.json"
+    path.write_bytes(content)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert f"spec file {path} is not text" in err.value.message and needle in err.value.message
+    assert "pass a JSON or TOML spec" in err.value.message

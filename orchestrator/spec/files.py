@@ -56,8 +56,15 @@ def read_spec_data(p: Path) -> dict[str, Any]:
         raise SpecError(f"spec file {p}: YAML is not supported: use JSON or TOML")
     try:
         text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read spec file {p}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"spec file {p} is not text (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not UTF-8); "
+            "pass a JSON or TOML spec"
+        ) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read spec file {p}: {exc.strerror or exc}") from None
+    if "\x00" in text:
+        raise SpecError(f"spec file {p} is not text (it holds NUL bytes); pass a JSON or TOML spec")
     if not text.strip():
         raise SpecError(
             f"spec file {p} is empty; write the spec's fields in it (`{PROG} spec --schema` lists them; "

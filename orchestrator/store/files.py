@@ -183,4 +183,8 @@ def read_json(path: Path, what: str) -> Any:
     except FileNotFoundError:
         raise SweepDirError(f"{what} {path} is missing") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SweepDirError(f"{what} {path} is unreadable ({exc}); the sweep directory is damaged") from None
+        raise SweepDirError(
+            f"{what} {path} is unreadable ({exc}); the sweep directory is damaged: restore the file from a copy, "
+            "or run the spec in a new --sweep-dir with --reuse of this sweep's results document (what it merged is "
+            "not measured again)"
+        ) from None
