@@ -169,3 +169,6 @@ def test_the_reason_of_a_failure_is_read_from_the_end_of_a_log(tmp_path: Path) -
     assert read_failure(tb, "aa") == "SweepDirError: unit 'x' is not in /s/units.json (2 units)"
     assert signal_reason(signal.SIGKILL) == "killed by signal 9 (SIGKILL)"
     assert signal_reason(signal.SIGKILL, oom_killed=True).startswith("out of memory")
+    assert "executor.mem_gb" in signal_reason(signal.SIGKILL, oom_killed=True)  # a SLURM task's memory
+    here = signal_reason(signal.SIGKILL, oom_killed=True, where="local")  # no SLURM limit to raise here
+    assert "--workers" in here and "mem_gb" not in here

@@ -85,11 +85,19 @@ def read_failure(path: str | Path | None, unit: str | None = None, kind: str = "
     return None
 
 
-def signal_reason(signum: int, oom_killed: bool = False) -> str:
+# what to do about a worker the OOM killer ended, where it ran
+_MORE_MEMORY = {
+    "slurm": "give the task more memory: executor.mem_gb",
+    "local": "run fewer units at once here (--workers, executor.local_workers) or free memory",
+}
+
+
+def signal_reason(signum: int, oom_killed: bool = False, *, where: str = "slurm") -> str:
     """What a death by signal tells a user: "killed by signal 9 (SIGKILL)", or "out of
-    memory" when the kernel's OOM killer did it."""
+    memory" and what to do (``where`` the worker ran: slurm or local) when the kernel's OOM
+    killer did it."""
     if oom_killed:
-        return "out of memory (the kernel's OOM killer ended the worker; give the task more memory: executor.mem_gb)"
+        return f"out of memory (the kernel's OOM killer ended the worker; {_MORE_MEMORY[where]})"
     try:
         name = signal.Signals(signum).name
     except ValueError:
@@ -97,11 +105,11 @@ def signal_reason(signum: int, oom_killed: bool = False) -> str:
     return f"killed by signal {signum} ({name})"
 
 
-def death_reason(signum: int, oom_before: int | None) -> str:
+def death_reason(signum: int, oom_before: int | None, *, where: str = "slurm") -> str:
     """``signal_reason`` of a worker that signal ``signum`` ended, a SIGKILL told to be the OOM
     killer's where ``oom_kills`` grew since it read ``oom_before`` (when the worker started)."""
     now = oom_kills() if signum == signal.SIGKILL else None
-    return signal_reason(signum, oom_before is not None and now is not None and now > oom_before)
+    return signal_reason(signum, oom_before is not None and now is not None and now > oom_before, where=where)
 
 
 def oom_kills() -> int | None:

@@ -38,7 +38,7 @@ class UnitController(Controller):
         unit = os.environ.get(UNIT_ENV)
         for k, code in enumerate(codes):
             if unit and code is not None and code < 0:
-                self._say(k, failure_line(unit, death_reason(-code, before)))
+                self._say(k, failure_line(unit, death_reason(-code, before, where="local")))
         return codes
 
     def _say(self, task: int, line: str) -> None:

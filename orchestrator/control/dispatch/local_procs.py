@@ -100,7 +100,7 @@ class LocalWorker:
         if said is not None and said[0] == INTERRUPTED:
             return Ended(ok=False, error=said[1], interrupted=True)
         if code < 0:
-            reason = death_reason(-code, self.oom_before)
+            reason = death_reason(-code, self.oom_before, where="local")
             self._say(failure_line(self.unit, reason))
             return Ended(ok=False, error=reason)
         return Ended(ok=False, error=read_failure(self.log, self.unit) or f"the worker exited with code {code}")
