@@ -340,3 +340,26 @@ def test_a_copied_sweep_directory_is_complete_and_shows_its_own_logs(
     logs = run_cli("logs", str(copy), "0")
     assert logs.returncode == 0, logs.stderr
     assert logs.stdout.startswith(f"==> {copy / 'logs'}"), logs.stdout[:200]
+
+
+def test_a_unit_done_whose_worker_then_fails_is_done_for_run_as_for_status(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A worker that wrote its unit's marker and then exited non-zero (a write at exit that a
+    full disk refused, say): ``run`` calls the unit done, as ``status`` does, merges every
+    record and exits 0, and its log says what the worker did after."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    # every local worker of this run exits 3 after its unit: a real exit code at interpreter exit
+    (hooks / "sitecustomize.py").write_text(
+        "import atexit, os, sys\n"
+        "atexit.register(lambda: os._exit(3) if sys.argv and sys.argv[0].endswith('local_worker.py') else None)\n"
+    )
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    sweep = tmp_path / "sweep"
+    env = {"PYTHONPATH": f"{hooks}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"merged {ITEMS} records" in r.stderr and not re.search(r"\bfailed\b[:(]", r.stdout + r.stderr), r.stderr
+    assert "its worker then exited with code 3" in r.stderr, r.stderr
+    assert run_cli("status", str(sweep)).returncode == 0

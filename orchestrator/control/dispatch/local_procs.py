@@ -90,8 +90,12 @@ class LocalWorker:
         """How the worker ended, once it has; a death by signal without a word from the
         worker gets its reason written as the log's last line."""
         code = self.proc.wait()
+        marker = read_marker(self.marker)
         if code == 0:
-            return Ended(ok=True, summary=dict(read_marker(self.marker) or {}) or None)
+            return Ended(ok=True, summary=dict(marker or {}) or None)
+        if marker is not None and self.killed_at is None:  # done, as status says: what came after is no failure
+            log.warning("unit %s is done, but its worker then exited with code %s; see %s", self.unit, code, self.log)
+            return Ended(ok=True, summary=dict(marker))
         if self.killed_at is not None:
             reason = f"ran past executor.timeout_min ({self.limit_min} min); its finished records are kept"
             self._say(failure_line(self.unit, reason))
