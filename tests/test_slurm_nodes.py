@@ -8,6 +8,7 @@ the one that checks the refusal to do that by accident.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import os
@@ -31,6 +32,20 @@ pytestmark = pytest.mark.slurm
 @pytest.fixture(scope="module", autouse=True)
 def _cluster() -> None:
     require_cluster()
+
+
+def _started(sweep: Path, unit: str) -> float:
+    """When the unit's worker took it up: its log's first line of the attempt (epoch seconds)."""
+    for line in (sweep / "logs" / "units" / f"{unit}.log").read_text().splitlines():
+        m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) jobs\.worker: unit \S+ attempt", line)
+        if m:
+            return datetime.datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    raise AssertionError(f"no attempt line in the log of unit {unit}")
+
+
+def _ended(sweep: Path, unit: str) -> float:
+    """When the unit's last record was written: its partial's mtime as its marker recorded it."""
+    return json.loads((sweep / "done" / f"{unit}.json").read_text())["partial"]["stat"][2] / 1e9
 
 
 def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_turn(tmp_path: Path) -> None:
@@ -64,12 +79,14 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_t
     assert {h["slurm_job_id"] for h in headers.values()} == {task}
     # each GPU's units ran in its one worker, one after another (no process started per unit)
     assert len({h["pid"] for h in headers.values()}) == 4 and len({(h["gpu"], h["pid"]) for h in headers.values()}) == 4
-    markers = {u: json.loads((sweep / "done" / f"{u}.json").read_text()) for u in entries}
+    # when each unit started (its log's first line, to the millisecond) and ended (its partial's
+    # last write, as its marker records it, to the nanosecond): events, whatever the machine's speed
+    spans = {u: (_started(sweep, u), _ended(sweep, u)) for u in entries}
     first = sorted(entries, key=lambda u: entries[u]["slot"])[:4]
-    assert max(headers[u]["started"] for u in first) < min(m["finished"] for m in markers.values())  # at once
-    for gpu in "0123":  # a GPU runs one unit at a time
-        spans = sorted((headers[u]["started"], markers[u]["finished"]) for u in entries if headers[u]["gpu"] == gpu)
-        assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans)), (gpu, spans)
+    assert max(spans[u][0] for u in first) < min(end for _, end in spans.values()), spans  # at once
+    for gpu in "0123":  # a GPU runs one unit at a time (a log time is cut to the millisecond)
+        turns = sorted(spans[u] for u in entries if headers[u]["gpu"] == gpu)
+        assert all(a_end <= b_start + 0.001 for (_, a_end), (b_start, _) in itertools.pairwise(turns)), (gpu, turns)
     st = status(sweep)
     assert {u["gpu"] for u in st["units"]} == {"0", "1", "2", "3"} and st["gpu_hours"] > 0
     # wait's merge carries what sacct said then (its database may not have the task yet); once
