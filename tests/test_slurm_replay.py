@@ -262,3 +262,6 @@ def test_a_slurm_run_whose_every_item_is_reused_merges_and_reports_without_submi
     assert '"slurm"' not in jobs, jobs
     doc = json.loads((tmp_path / "here.results.json").read_text())
     assert len(doc["results"]) == len(json.loads(first)["results"])
+    # a dry run of the complete sweep says what submit would: nothing to submit, no script
+    dry = cli("submit", str(there), "--sweep-dir", str(tmp_path / "second"), "--dry-run")
+    assert "nothing to submit" in dry.stdout and "sbatch script" not in dry.stdout, dry.stdout

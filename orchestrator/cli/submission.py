@@ -92,6 +92,12 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
         reuse=reuse_request(args),
     )
     n_tasks = sum(len(a) for a in d.arrays)
+    if not n_tasks:  # as submit would find it: nothing to run, no job, no merge job
+        print(f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items, every unit done or reused")
+        for line in reuse_lines(d.reused):
+            print(line)
+        print(f"nothing to submit (`{PROG} merge {d.root}` writes the document)")
+        return 0
     most = max((len(units) for tasks in d.arrays for units in tasks), default=0)
     turns = "one GPU" if d.per_task == 1 else "one per GPU"
     if most > d.per_task > 1:
