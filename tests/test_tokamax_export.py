@@ -179,3 +179,27 @@ def test_a_b200_document_is_written_with_tokamaxs_sm100_classes_and_chosen_from(
     fwd = {tuple(r[f] for f in fields) for r in recs if r["mode"] == "fwd"}
     assert {r["impl"] for r in back.results} == {"tokamax-mosaic-sm100"}
     assert {tuple(r[f] for f in fields) for r in back.results if r["mode"] == "fwd"} == fwd
+
+
+def test_replayed_records_are_not_handed_to_tokamax_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay's times are drawn on a virtual clock: exported as tokamax's tables, tokamax
+    would run on them as measurements. Refused in one line, taken with --include-replays;
+    --keep-slower, which shapes only the tilesweep table, is refused with tokamax's format."""
+    recs = _records(H200, 3)
+    path = tmp_path / "replayed.json"
+    path.write_text(
+        json.dumps({"device": {"device_kind": H200.name, "backend": "replay"}, "config": {}, "results": recs})
+    )
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["export", str(path), "--format", "tokamax", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "replayed records" in err[0] and f"{path} ({len(recs)})" in err[0], err
+    assert "--include-replays" in err[0] and not out.exists()
+    assert main(["export", str(path), "--format", "tokamax", "--out", str(out), "--keep-slower"]) == 2
+    assert "--keep-slower shapes the tilesweep table only" in capsys.readouterr().err and not out.exists()
+    assert main(["export", str(path), "--format", "tokamax", "--out", str(out), "--include-replays"]) == 0
+    assert (out / "nvidia_h200").is_dir()
+    tokamax_cache.uninstall()

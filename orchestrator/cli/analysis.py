@@ -180,12 +180,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.store import document as results_doc
     from orchestrator.store.replayed import count_replayed
 
+    if args.format == "tokamax":
+        if args.keep_slower:
+            raise TilesweepError(
+                "--keep-slower shapes the tilesweep table only; --format tokamax writes every measured config of "
+                "tokamax's kernels (tokamax runs the fastest): drop it"
+            )
+        if args.out == "-":
+            raise TilesweepError("--format tokamax writes a folder of tables; --out names that folder, not -")
     if args.format == "tilesweep" and args.out != "-":
         check_output(args.out, args.results, writes="tuned table", flag="--out", of_kind=is_tuned_table)
     docs = [results_doc.load(path) for path in args.results]
     if args.format == "tokamax":
         from orchestrator.cli.tokamax import export_tokamax
 
+        replays = {path: n for path, d in zip(args.results, docs, strict=True) if (n := count_replayed(d))}
+        if replays and not args.include_replays:
+            which = ", ".join(f"{path} ({n})" for path, n in replays.items())
+            raise TilesweepError(
+                f"replayed records (times drawn on a virtual clock, not measured) in {which}: tokamax would take "
+                "them for measurements; export measured documents, or pass --include-replays to export them anyway"
+            )
         return export_tokamax(docs, args.out, args.device)
     doc = docs[0]
     if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
