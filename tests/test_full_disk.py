@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,17 +42,24 @@ class SmallDisk:
         self.filler.unlink()
 
 
-@pytest.fixture
-def disk(tmp_path: Path) -> Iterator[SmallDisk]:
-    root = tmp_path / "disk"
+@contextmanager
+def tmpfs(root: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at ``root`` (made here) for the block; the test is skipped where this
+    machine lets no tmpfs be mounted."""
     root.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(root)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(root)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
-        yield SmallDisk(root)
+        yield root
     finally:
         subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    with tmpfs(tmp_path / "disk", "size=2m") as root:
+        yield SmallDisk(root)
 
 
 def _replay_spec(tmp_path: Path) -> Path:
@@ -141,12 +149,7 @@ def test_planning_onto_a_full_disk_says_so_and_leaves_no_half_made_sweep(
 
 def test_a_sweep_directory_or_output_on_a_read_only_mount_is_one_line(tmp_path: Path) -> None:
     spec = _replay_spec(tmp_path)
-    root = tmp_path / "ro"
-    root.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(root)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as root:
         done = run_cli("plan", str(spec), "--sweep-dir", str(root / "sweep"))
         assert_one_line_error(done, "Read-only file system", "mounted read-only", "pick another --sweep-dir")
         # an output there is refused before anything is measured, not by the merge at the end
@@ -154,8 +157,6 @@ def test_a_sweep_directory_or_output_on_a_read_only_mount_is_one_line(tmp_path: 
         done = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(root / "results.json"))
         assert_one_line_error(done, f"the folder {root} takes no new files", "name another output")
         assert not sweep.exists()
-    finally:
-        subprocess.run(["umount", "-l", str(root)], check=False)
 
 
 def test_plots_onto_a_full_disk_are_one_line(disk: SmallDisk, tmp_path: Path, sample_doc: dict[str, object]) -> None:
