@@ -37,19 +37,20 @@ def _refused(args: list[str], fragment: str) -> None:
 
 
 @pytest.mark.parametrize("command", ["export", "report", "compare"])
-def test_an_output_that_is_the_input_is_refused_and_the_input_kept(results: Path, command: str) -> None:
-    before = results.read_bytes()
-    _refused(_commands(results, results)[command], "is a results document this command reads")
-    assert results.read_bytes() == before
-
-
-@pytest.mark.parametrize("command", ["export", "report", "compare"])
-def test_an_output_that_is_a_spec_is_refused_and_kept(results: Path, tmp_path: Path, command: str) -> None:
-    spec = tmp_path / "sweep.toml"
-    spec.write_text('output = "results.json"\n[executor]\nkind = "local"\n')
-    before = spec.read_bytes()
-    _refused(_commands(results, spec)[command], "exists and is not a")
-    assert spec.read_bytes() == before
+@pytest.mark.parametrize(
+    ("kept", "fragment"),
+    [("input", "is a results document this command reads"), ("spec", "exists and is not a")],
+)
+def test_an_output_that_is_the_input_or_a_spec_is_refused_and_kept(
+    results: Path, tmp_path: Path, command: str, kept: str, fragment: str
+) -> None:
+    target = results
+    if kept == "spec":
+        target = tmp_path / "sweep.toml"
+        target.write_text('output = "results.json"\n[executor]\nkind = "local"\n')
+    before = target.read_bytes()
+    _refused(_commands(results, target)[command], fragment)
+    assert target.read_bytes() == before
 
 
 @pytest.mark.parametrize("command", ["export", "report", "compare"])
