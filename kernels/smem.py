@@ -73,6 +73,11 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
+def element_bytes(dtype: Any) -> int:
+    """Bytes of one element of a supported dtype."""
+    return _ELEMENT_BYTES[dtype_name(dtype)]
+
+
 def check_mode(mode: str) -> str:
     """Return ``mode`` if it is one of ``MODES``, else raise naming the allowed values."""
     if mode not in MODES:

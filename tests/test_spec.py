@@ -206,3 +206,14 @@ def test_a_binary_spec_file_is_called_not_text(tmp_path: Path, content: bytes, n
         load_spec(path)
     assert f"spec file {path} is not text" in err.value.message and needle in err.value.message
     assert "pass a JSON or TOML spec" in err.value.message
+
+
+def test_a_problem_no_gpu_could_hold_is_refused_at_once() -> None:
+    """A typo in batch (40000 for 4) would have every config compiled and then fail out of
+    memory on the GPU: its tensors alone are terabytes."""
+    with pytest.raises(SpecError) as err:
+        spec_from_data({"batch": 40000, "seq_lens": [8192], "head_dims": [128]}, source="s.json")
+    assert "s.json: the largest problem (batch 40000, heads 8, seq 8192, head_dim 128)" in err.value.message
+    assert "more than one GPU holds" in err.value.message and "lower batch, heads or seq_lens" in err.value.message
+    # a long context the big GPUs hold is taken: 1M tokens, 8 heads of 128, bfloat16, fwd_bwd
+    spec_from_data({"batch": 1, "seq_lens": [1 << 20], "head_dims": [128], "dtypes": ["bfloat16"]}, source="s.json")

@@ -19,7 +19,7 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, fi
 
 from kernels import impls
 from kernels.impls import DEFAULT_IMPL
-from kernels.smem import DTYPES, MODES
+from kernels.smem import DTYPES, MODES, element_bytes
 from orchestrator.spec import grid as grid_rules
 from orchestrator.spec.lists import (
     HeadDimList,
@@ -79,6 +79,11 @@ REFERENCE_CONFIG_FIELDS = (
 _ADDED_FIELDS: dict[str, tuple[type[SpecModel], tuple[str, ...]]] = {
     "timing": (TimingSettings, ("strategy", "screen_ms", "keep", "noise", "timer", "flush_l2"))
 }
+
+
+# more memory than any one GPU has (H200: 141 GB, B200: 180 GB): a problem whose tensors alone
+# need more can run on none
+GPU_MEMORY_BOUND_BYTES = 256 * 10**9
 
 
 class SweepSpec(SpecModel):
@@ -252,6 +257,22 @@ class SweepSpec(SpecModel):
             )
         if self.replay is not None and self.kernel.impl != REPLAY:
             raise ValueError(f'replay.source is given but kernel.impl is {self.kernel.impl!r}: set it to "replay"')
+        return self
+
+    @model_validator(mode="after")
+    def _problems_fit_a_gpu(self) -> SweepSpec:
+        """The largest problem's tensors (q, k, v and the output; with fwd_bwd their gradients
+        and the output's too) must fit one GPU: a typo in batch or seq_lens would otherwise
+        have every config compiled, then fail out of memory."""
+        heads = self.heads + 2 * max((kv or self.heads) for kv in self.kv_heads) + self.heads
+        elements = self.batch * max(self.seq_lens) * max(self.head_dims) * heads
+        need = elements * max(element_bytes(d) for d in self.dtypes) * (2 if "fwd_bwd" in self.modes else 1)
+        if need > GPU_MEMORY_BOUND_BYTES:
+            raise ValueError(
+                f"the largest problem (batch {self.batch}, heads {self.heads}, seq {max(self.seq_lens)}, "
+                f"head_dim {max(self.head_dims)}) needs {need / 1e9:,.0f} GB for its tensors alone, more than one "
+                f"GPU holds (the bound is {GPU_MEMORY_BOUND_BYTES / 1e9:.0f} GB); lower batch, heads or seq_lens"
+            )
         return self
 
     @model_validator(mode="after")
