@@ -200,6 +200,10 @@ def test_replayed_records_are_not_handed_to_tokamax_unless_asked(
     assert "--include-replays" in err[0] and not out.exists()
     assert main(["export", str(path), "--format", "tokamax", "--out", str(out), "--keep-slower"]) == 2
     assert "--keep-slower shapes the tilesweep table only" in capsys.readouterr().err and not out.exists()
+    for wrong in ("-", str(path)):  # a folder is written: not stdout, not a file (the input, here)
+        before = path.read_bytes()
+        assert main(["export", str(path), "--format", "tokamax", "--out", wrong, "--include-replays"]) == 2
+        assert "--out names that folder" in capsys.readouterr().err and path.read_bytes() == before
     assert main(["export", str(path), "--format", "tokamax", "--out", str(out), "--include-replays"]) == 0
     assert (out / "nvidia_h200").is_dir()
     tokamax_cache.uninstall()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import PROG, Subparsers, non_negative_int
@@ -186,8 +187,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                 "--keep-slower shapes the tilesweep table only; --format tokamax writes every measured config of "
                 "tokamax's kernels (tokamax runs the fastest): drop it"
             )
-        if args.out == "-":
-            raise TilesweepError("--format tokamax writes a folder of tables; --out names that folder, not -")
+        if args.out == "-" or Path(args.out).is_file():
+            raise TilesweepError(
+                f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
+                f"{'standard output' if args.out == '-' else 'a file'}"
+            )
     if args.format == "tilesweep" and args.out != "-":
         check_output(args.out, args.results, writes="tuned table", flag="--out", of_kind=is_tuned_table)
     docs = [results_doc.load(path) for path in args.results]
