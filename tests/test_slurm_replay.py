@@ -71,6 +71,8 @@ def test_a_replayed_full_size_sweep_completes_merges_and_reports(tmp_path: Path)
     source.write_text(json.dumps(scaled_document(spec_from_data({**excerpt.config, "seq_lens": seqs}), excerpt)))
     spec = write(tmp_path, "big.json", source, {}, seq_lens=seqs, sharding={"units": 16})
     sweep = tmp_path / "sweep"
+    dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")  # tasks on the cpu partition
+    assert "in 16 units, 16 tasks of up to 1 unit (no GPU asked for)" in dry.stdout, dry.stdout.splitlines()[0]
     r = cli("run", str(spec), "--sweep-dir", str(sweep))
     assert "merged 5408 records" in r.stderr and "0 of 5408 planned missing" in r.stderr
     st = status(sweep)

@@ -99,7 +99,7 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
         print(f"nothing to submit (`{PROG} merge {d.root}` writes the document)")
         return 0
     most = max((len(units) for tasks in d.arrays for units in tasks), default=0)
-    turns = "one GPU" if d.per_task == 1 else "one per GPU"
+    turns = ("one GPU" if d.gpus else "no GPU asked for") if d.per_task == 1 else "one per GPU"
     if most > d.per_task > 1:
         turns = f"taken in turn by its {d.per_task} GPUs"
     print(

@@ -126,6 +126,7 @@ class DryRun:
     scripts: list[str]
     merge_script: str | None
     reused: dict[str, Any] | None = None  # what planning would reuse (``Found.summary``), planned here
+    gpus: int = 1  # GPUs a task asks for (executor.gpus_per_node; 0: none, a CPU task)
 
 
 def dry_run(
@@ -180,4 +181,5 @@ def dry_run(
         scripts=scripts,
         merge_script=merge_script,
         reused=reused,
+        gpus=settings.gpus_per_node or 0,
     )
