@@ -25,7 +25,7 @@ def check(root: Path, env: dict[str, Any]) -> None:
     path = root / ENV_FILE
     if not path.exists():
         try:
-            if create_once(path, json.dumps(env) + "\n"):
+            if create_once(path, (json.dumps(env) + "\n").encode()):
                 return
         except OSError as exc:
             raise SweepDirError(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.errors import SweepDirError
-from orchestrator.store.locks import pid_alive
+from orchestrator.store.pidspace import pid_alive
 
 
 def now_iso() -> str:
@@ -104,41 +104,38 @@ def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
     return removed
 
 
-def create_once(path: Path, text: str) -> bool:
-    """Make ``path`` holding ``text`` where no file is there yet; False where another writer
-    made it first. The text goes to a temp file that is linked into place only once complete,
-    so a reader never sees it half written and a write that fails (a full disk) leaves no file.
-    On a filesystem without hard links, the file is created exclusively and written."""
+def create_once(path: Path, payload: bytes) -> bool:
+    """Make ``path`` holding ``payload`` where no file is there yet; False where another writer
+    made it first (a lock file, ``env.json``). The payload goes to a temp file that is linked
+    into place only once complete (atomic, fails if the name exists, works on NFS), so a reader
+    never sees it half written and a write that fails (a full disk) leaves no file. Where links
+    are not, the file is created exclusively, then written."""
     tmp = temp_path(path)
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        write_new(tmp, payload)
         try:
             os.link(tmp, path)
         except FileExistsError:
             return False
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-                raise
-            return _create_exclusively(path, text)
+        except OSError:  # no hard links here: create-exclusive, then write
+            try:
+                write_new(path, payload)
+            except FileExistsError:
+                return False
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
 
 
-def _create_exclusively(path: Path, text: str) -> bool:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
+def write_new(path: Path, payload: bytes) -> None:
+    """Create ``path`` with ``payload``, durably; never through a link planted at its name
+    (O_EXCL fails on any existing name, a symbolic link's included)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(payload)
         f.flush()
         os.fsync(f.fileno())
-    return True
 
 
 # the errors only a write raises that the user, not the code, must fix: space, quota, a read-only mount

@@ -50,7 +50,6 @@ holder on this host is kept while its heartbeat runs (``SoftFileLease``) or what
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import logging
@@ -66,6 +65,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 
 from orchestrator import PROG
 from orchestrator.errors import LockTimeout, ResultsError
+from orchestrator.store.files import create_once
 from orchestrator.store.pidspace import host_identity, pid_alive, process_start
 
 if TYPE_CHECKING:  # loaded by the merge that takes a hard lock: readers of soft locks (status) never do
@@ -130,16 +130,6 @@ def _parse(text: str) -> HolderRecord | None:
     except ValueError:
         return None
     return cast(HolderRecord, holder) if isinstance(holder, dict) else None
-
-
-def _write_new(path: Path, payload: bytes) -> None:
-    """Create ``path`` with ``payload``, durably; never through a link planted at its name
-    (O_EXCL fails on any existing name, a symbolic link's included)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 StaleIf = Callable[[HolderRecord], str | None]
@@ -223,29 +213,9 @@ class SoftLock:
 
     # -- internals
     def _create(self, payload: bytes) -> bool:
-        """Create the lock file with its content in one step: link a complete temp file
-        into place (atomic, fails if it exists, works on NFS); O_EXCL where links are not."""
+        """Create the lock file with its content in one step (``files.create_once``)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f"{self.path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-        try:
-            _write_new(tmp, payload)
-        except OSError:  # a full disk: no half-written temp is left behind
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        try:
-            os.link(tmp, self.path)
-            return True
-        except FileExistsError:
-            return False
-        except OSError:  # no hard links here: create-exclusive, then write
-            try:
-                _write_new(self.path, payload)
-            except FileExistsError:
-                return False
-            return True
-        finally:
-            os.unlink(tmp)
+        return create_once(self.path, payload)
 
     def holder(self) -> tuple[HolderRecord | None, float | None]:
         """(holder's record or None if unreadable, seconds since its last heartbeat); age is
