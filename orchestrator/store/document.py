@@ -31,7 +31,7 @@ from typing import Any
 
 from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
-from orchestrator.spec.records import IDENTITY_FIELDS
+from orchestrator.spec.records import FIELD_TYPES, IDENTITY_FIELDS
 
 _orjson: ModuleType | None
 try:  # optional speed-up; the stdlib parser gives identical results
@@ -295,10 +295,11 @@ def check_records(results: list[Any], name: str, first: int = 0) -> None:
             )
 
 
-# the value each identity field holds, and the timings that are a number where present
-_TEXT_FIELDS = ("dtype", "mode", "tag", "config")
-_COUNT_FIELDS = ("head_dim", "seq", "batch", "heads")
-_TIMING_FIELDS = ("median_ms", "q1_ms", "q3_ms")
+# the fields whose type a report relies on: identity fields (held by every record) and timings
+# (absent or null where a config failed); the types are ``spec.records.FIELD_TYPES``
+_CHECKED = ("dtype", "head_dim", "seq", "batch", "heads", "tag", "mode", "config", "median_ms", "q1_ms", "q3_ms")
+_COUNTS = frozenset({"head_dim", "seq", "batch", "heads"})
+_EXPECTED = {str: "a string", int: "a positive integer", float: "a number or null"}
 
 
 def check_values(results: list[dict[str, Any]], name: str) -> None:
@@ -306,17 +307,12 @@ def check_values(results: list[dict[str, Any]], name: str) -> None:
     timing holds a value of another type (a null dtype, a median of "fast"): a report would
     otherwise fail on it, or count it as a failed config. Records ``check_records`` passed."""
     for i, rec in enumerate(results):
-        for k in _TEXT_FIELDS:
-            if type(rec[k]) is not str:
-                _wrong(name, i, k, rec[k], "a string")
-        for k in _COUNT_FIELDS:
-            v = rec[k]
-            if type(v) is not int or v < 1:
-                _wrong(name, i, k, v, "a positive integer")
-        for k in _TIMING_FIELDS:
-            v = rec.get(k)
-            if v is not None and (type(v) is bool or not isinstance(v, (int, float))):
-                _wrong(name, i, k, v, "a number or null")
+        for k in _CHECKED:
+            v: Any = rec.get(k)
+            if v is None and k not in IDENTITY_FIELDS:
+                continue
+            if type(v) not in FIELD_TYPES[k] or (k in _COUNTS and v < 1):
+                _wrong(name, i, k, v, _EXPECTED[FIELD_TYPES[k][0]])
 
 
 def _wrong(name: str, i: int, field: str, value: Any, expected: str) -> None:
