@@ -4,7 +4,7 @@ refused, before anything is read or written, where writing it would destroy data
 A path is refused when it is one of the command's own inputs, a directory, or an existing file
 that is not of the kind the command writes (a results document, a spec, a log): overwriting one
 of those is a slip of the keyboard far more often than an intent. An existing file of the kind
-written (an earlier page, an earlier tuned table) and an empty file are replaced, as before.
+written (an earlier page, an earlier tuned table) and an empty file are replaced.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
             )
     if path.is_dir():
         raise TilesweepError(f"{flag} {out} is a directory; name a file for the {writes}")
-    if not path.exists() or not path.is_file():
+    if not path.is_file():
         return
     try:
         if path.stat().st_size == 0 or of_kind(path):

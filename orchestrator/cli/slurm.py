@@ -244,9 +244,9 @@ def run_on_slurm(args: argparse.Namespace) -> int:
                 all_done = _submit_or_resume(
                     sd, spec.executor.model_copy(update={"kind": "slurm"}), retry=args.retry_errors
                 )
-            if not slurm_jobs(sd) and not all_done:
-                raise DispatchError(f"nothing of {sd.root} was submitted; `{PROG} run` it again")
-            if all_done:
+            if not slurm_jobs(sd):
+                if not all_done:
+                    raise DispatchError(f"nothing of {sd.root} was submitted; `{PROG} run` it again")
                 print(f"every unit of {sd.root} is done; nothing to submit", file=sys.stderr)
             return wait_and_merge(sd, html=spec.report.html, overwrite=args.overwrite)
     except BaseException:
@@ -256,10 +256,8 @@ def run_on_slurm(args: argparse.Namespace) -> int:
 
 
 def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | None = None) -> bool:
-    """Submit what is not done; True where every unit was done already (all of it reused), so
-    nothing was submitted and nothing is to wait for."""
+    """Submit what is not done; True where every unit was done already (all of it reused)."""
     from orchestrator.control.submit import submit_unfinished
-    from orchestrator.control.sweeps import slurm_jobs
 
     def planned(s: SweepSubmission) -> None:
         print(f"sweep {sd.root}: {sd.planned} items in {s.units} units", file=sys.stderr)
@@ -281,7 +279,7 @@ def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | 
             retry=retry,
             include_missing=False,
         )
-    return not result.todo and not slurm_jobs(sd)
+    return not result.todo
 
 
 def _wait_for_submission(sd: SweepDir) -> None:

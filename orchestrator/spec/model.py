@@ -264,7 +264,7 @@ class SweepSpec(SpecModel):
         """The largest problem's tensors (q, k, v and the output; with fwd_bwd their gradients
         and the output's too) must fit one GPU: a typo in batch or seq_lens would otherwise
         have every config compiled, then fail out of memory."""
-        heads = self.heads + 2 * max((kv or self.heads) for kv in self.kv_heads) + self.heads
+        heads = 2 * (self.heads + max((kv or self.heads) for kv in self.kv_heads))  # q and o; k and v
         elements = self.batch * max(self.seq_lens) * max(self.head_dims) * heads
         need = elements * max(element_bytes(d) for d in self.dtypes) * (2 if "fwd_bwd" in self.modes else 1)
         if need > GPU_MEMORY_BOUND_BYTES:
