@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +96,34 @@ def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
     for n in needles:
         assert n in lines[0], lines[0]
     return lines[0]
+
+
+def records_written(sweep: Path) -> int:
+    """Record lines in a sweep directory's partial files."""
+    return sum(p.read_text().count('"record"') for p in (sweep / "partials").glob("*.jsonl"))
+
+
+def until(event: Callable[[], bool], what: str, proc: subprocess.Popen[str] | None = None) -> None:
+    """Wait for ``event`` (polled), failing if ``proc`` ends first or after a guard of minutes."""
+    deadline = time.monotonic() + 300
+    while not event():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the command ended (exit {proc.returncode}) before {what}:\n{out}\n{err}")
+        assert time.monotonic() < deadline, f"no {what} within 300 s"
+        time.sleep(0.05)
+
+
+def start_run(spec: Path, sweep: Path, *extra: str, command: str = "run") -> subprocess.Popen[str]:
+    """``tilesweep run SPEC --sweep-dir SWEEP`` (or another ``command`` of the sweep directory
+    alone, ``spec`` then unused) in its own process group with SIGINT at its default, as at a
+    terminal."""
+    args = ["run", str(spec), "--sweep-dir", str(sweep)] if command == "run" else [command, str(sweep)]
+    return subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, *args, *extra],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )

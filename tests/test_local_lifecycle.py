@@ -18,14 +18,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import LAUNCH, REPO, TINY_SPEC, run_cli
+from tests.helpers import TINY_SPEC, records_written, run_cli, start_run, until
 
 # one shape, fwd only, three forced configs besides auto: four items a unit, compiled one at a
 # time, so a worker that wrote its first record has seconds of work left to be stopped in
@@ -38,33 +37,6 @@ SPEC = {
 }
 ITEMS = 4
 SETTLE_S = 120  # a guard, not a wait: each command below returns as soon as it is done
-
-
-def _records(sweep: Path) -> int:
-    return sum(p.read_text().count('"record"') for p in (sweep / "partials").glob("*.jsonl"))
-
-
-def _until(event: Callable[[], bool], what: str, proc: subprocess.Popen[str] | None = None) -> None:
-    """Wait for ``event`` (polled), failing if ``proc`` ends first or after a guard of minutes."""
-    deadline = time.monotonic() + 300
-    while not event():
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}:\n{out}\n{err}")
-        assert time.monotonic() < deadline, f"no {what} within 300 s"
-        time.sleep(0.05)
-
-
-def _start_run(spec: Path, sweep: Path, *extra: str) -> subprocess.Popen[str]:
-    """``tilesweep run`` in its own process group with SIGINT at its default, as at a terminal."""
-    return subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, "run", str(spec), "--sweep-dir", str(sweep), *extra],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
 
 
 def _worker_pid(sweep: Path) -> int:
@@ -97,8 +69,8 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.C
     spec = tmp / "spec.json"
     spec.write_text(json.dumps({**TINY_SPEC, **SPEC, "output": str(tmp / "results.json")}))
     sweep = tmp / "sweep"
-    run = _start_run(spec, sweep)
-    _until(lambda: _records(sweep) >= 1 and _has_lease(sweep), "a first record", run)
+    run = start_run(spec, sweep)
+    until(lambda: records_written(sweep) >= 1 and _has_lease(sweep), "a first record", run)
     os.kill(_worker_pid(sweep), signal.SIGKILL)
     out, err = run.communicate(timeout=SETTLE_S)
     return sweep, subprocess.CompletedProcess(run.args, run.returncode, out, err)
@@ -153,8 +125,8 @@ def test_ctrl_c_reads_as_interrupted_and_resume_runs_and_merges(
 ) -> None:
     spec = write_spec(**SPEC)
     sweep = tmp_path / "sweep"
-    run = _start_run(spec, sweep)
-    _until(lambda: _records(sweep) >= 1, "a first record", run)
+    run = start_run(spec, sweep)
+    until(lambda: records_written(sweep) >= 1, "a first record", run)
     os.killpg(run.pid, signal.SIGINT)
     out, err = run.communicate(timeout=SETTLE_S)
     assert run.returncode == 130 and "Traceback" not in err, err
@@ -186,8 +158,8 @@ def test_ctrl_c_between_units_leaves_no_prediction_of_work_nobody_does(
     # a replay: units take no compile, so the run is between its two units within moments
     spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
     sweep = tmp_path / "sweep"
-    run = _start_run(spec, sweep, "--units", "2", "--workers", "1")
-    _until(lambda: any((sweep / "done").glob("*.json")) if (sweep / "done").is_dir() else False, "a unit done", run)
+    run = start_run(spec, sweep, "--units", "2", "--workers", "1")
+    until(lambda: any((sweep / "done").glob("*.json")) if (sweep / "done").is_dir() else False, "a unit done", run)
     os.killpg(run.pid, signal.SIGINT)
     out, err = run.communicate(timeout=SETTLE_S)
     assert run.returncode == 130, out + err

@@ -5,9 +5,11 @@ failure is a ``TilesweepError``; it becomes one line on stderr and exit code 2. 
 else is a bug and keeps its traceback.
 
 Two more ways a command ends in one line, never a traceback:
-- Ctrl-C (SIGINT): the first one stops the command (workers started here write ``abandon``
-  lines for the configs in flight, so no config is blamed for the interruption) and prints one
-  line; further ones while it stops are ignored.
+- Ctrl-C (SIGINT), or SIGTERM (``kill PID``, ``tilesweep cancel`` from another shell): the
+  first one stops the command (workers started here write ``abandon`` lines for the configs in
+  flight, so no config is blamed for the interruption) and prints one line; further ones while
+  it stops are ignored. A command may say more in that line: it raises ``KeyboardInterrupt``
+  with the text (``wait``: the sweep's jobs go on). Exit status 128 + the signal.
 - standard output that cannot be written (``> /dev/full``: one line, exit 2) or that is closed
   early (``| head -1``: quietly, exit 0).
 """
@@ -31,6 +33,10 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
     from typing import Any
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+INTERRUPTED_NOTE = "finished records are kept, rerun to continue"
+_stopped_by: int = signal.SIGINT  # the stop signal ``_interrupted`` took
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,10 +130,14 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     KeyboardInterrupt that leaves such code, caught or not, and ends a ``python -m`` process by
     SIGINT after it exits, whatever its exit code (130 here). One that Python swallows (raised in
     a garbage-collector callback or a ``__del__``) is taken again too (``_swallowed``)."""
+    global _stopped_by
     if _in_code_from_text(frame):
-        _again()
+        _again(signum)
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _stopped_by = signum
+    for taken in STOP_SIGNALS:
+        if signal.getsignal(taken) is _interrupted:
+            signal.signal(taken, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -140,11 +150,11 @@ def _in_code_from_text(frame: FrameType | None) -> bool:
     return False
 
 
-def _again() -> None:
-    """SIGINT to the main thread once more, in a moment, for ``_interrupted`` to take."""
+def _again(signum: int = signal.SIGINT) -> None:
+    """The signal to the main thread once more, in a moment, for ``_interrupted`` to take."""
     import threading
 
-    again = threading.Timer(0.005, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+    again = threading.Timer(0.005, signal.pthread_kill, (threading.main_thread().ident, signum))
     again.daemon = True
     again.start()
 
@@ -187,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     # imports almost nothing; the parser and the command families load in build_parser)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # `kill PID`, `tilesweep cancel`: as a Ctrl-C
+        signal.signal(signal.SIGTERM, _interrupted)
     original, hook = sys.stdout, sys.unraisablehook
     sys.stdout = PipeSafeStdout(original)
     sys.unraisablehook = _swallowed(hook)
@@ -211,10 +223,13 @@ def _main(argv: list[str] | None) -> int:
     except TilesweepError as exc:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print(f"{PROG}: interrupted; finished records are kept, rerun to continue", file=sys.stderr)
-        return 130
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        how = "interrupted" if _stopped_by == signal.SIGINT else f"stopped by {signal.Signals(_stopped_by).name}"
+        note = exc.args[0] if exc.args and isinstance(exc.args[0], str) else INTERRUPTED_NOTE
+        print(f"{PROG}: {how}; {note}", file=sys.stderr)
+        return 128 + _stopped_by
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -46,6 +46,7 @@ from orchestrator.errors import DispatchError
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
+    from orchestrator.control.local_stop import LocalStopped
     from orchestrator.control.status import SweepStatus
     from orchestrator.control.submit import SweepSubmission
     from orchestrator.spec.sections import ExecutorSettings
@@ -102,18 +103,46 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    from orchestrator.control.local_stop import stop_local
+    from orchestrator.control.status import sweep_status
     from orchestrator.control.sweeps import cancel_sweep
 
     sd = SweepDir.open(args.sweep_dir)
     done = cancel_sweep(sd)
-    if not done.arrays:
+    here = stop_local(sd, sweep_status(sd, query_slurm=False))
+    if not done.arrays and not here:
         print(f"nothing of {sd.root} is pending or running; nothing to cancel")
         return 0
-    print(
-        f"cancelled job array{'s' if len(done.arrays) > 1 else ''} {', '.join(done.arrays)} ({done.units} "
-        f"unfinished units); finished records are kept: `{PROG} resume {sd.root}` redoes the rest"
-    )
+    if done.arrays:
+        print(
+            f"cancelled job array{'s' if len(done.arrays) > 1 else ''} {', '.join(done.arrays)} ({done.units} "
+            "unfinished units)"
+        )
+    for line in local_stop_lines(here, sd):
+        print(line)
+    if here.elsewhere is not None or here.lingering:
+        return 1
+    print(f"finished records are kept: `{PROG} resume {sd.root}` redoes the rest")
     return 0
+
+
+def local_stop_lines(here: LocalStopped, sd: SweepDir) -> list[str]:
+    """What ``cancel`` says of the sweep's processes on this machine that it stopped, or could not."""
+    lines = []
+    if here.runner is not None:
+        lines.append(f"stopped the `{PROG}` command that runs {sd.root} here (pid {here.runner}), as a Ctrl-C would")
+    if here.detached:
+        n = len(here.detached)
+        pids = ", ".join(map(str, here.detached))
+        lines.append(
+            f"stopped {n} unit{'s' if n > 1 else ''} running here (local process{'es' if n > 1 else ''} {pids})"
+        )
+    if here.elsewhere is not None:
+        lines.append(f"{sd.root} is run by {here.elsewhere}: stop that run there (Ctrl-C)")
+    if here.lingering:
+        pids = " ".join(map(str, here.lingering))
+        lines.append(f"still running after the stop: pid {pids}; `kill -9 {pids}` ends them")
+    return lines
 
 
 class _WaitDisplay:
@@ -170,6 +199,10 @@ def wait_and_merge(
     display = _WaitDisplay(sd.planned)
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
         st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=display)
+    except KeyboardInterrupt:  # what runs the units outlives this command: say so, and how to stop it
+        raise KeyboardInterrupt(
+            f"the sweep's units go on: `{PROG} wait {sd.root}` follows them again, `{PROG} cancel {sd.root}` stops them"
+        ) from None
     finally:
         display.progress.close()
     if not st.settled:

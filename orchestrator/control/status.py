@@ -102,7 +102,7 @@ def sweep_status(
         if u.state != "done":
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
         if not u.submitted and u.state in ACTIVE:
-            u.detail = NOT_SUBMITTED[st.runner_live]
+            u.detail = NOT_SUBMITTED["resumed" if u.resumed else st.runner_live]
     _leases(sd, st)
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
         if u.id in notes:
@@ -134,7 +134,11 @@ def _merge_jobs(sd: SweepDir, hist: History, view: SchedulerView | None) -> list
 
 REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
 # a unit never submitted, by whether a live `tilesweep run` holds the sweep (it starts the unit)
-NOT_SUBMITTED = {True: "not submitted yet: the running `tilesweep run` starts it", False: "not submitted"}
+NOT_SUBMITTED = {
+    True: "not submitted yet: the running `tilesweep run` starts it",
+    False: "not submitted",
+    "resumed": "never submitted; `tilesweep resume` gave its items to later units",
+}
 
 
 def later_rounds(index: list[UnitEntry]) -> dict[int, int]:
@@ -235,5 +239,6 @@ def _leases(sd: SweepDir, st: SweepStatus) -> None:
         own_job = h.fields.get("job") is not None and h.fields.get("job") == u.job_id
         if u.state in ACTIVE or not own_job:
             u.gpu = h.fields.get("gpu") or u.gpu
+        u.leased = True
         if u.state != "running" and not own_job:
             u.state, u.detail, u.log = "running", f"by {h.describe()}", None

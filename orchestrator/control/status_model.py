@@ -58,6 +58,7 @@ class UnitStatus:
     submissions: int = 0  # jobs this unit was submitted as (resubmissions keep the history)
     detail: str | None = None  # display text only: SLURM state, pending reason, exit code
     resumed: bool = False  # its missing items were handed to later units by `tilesweep resume`
+    leased: bool = False  # a live worker holds its lease (a job of it, or a worker started by hand)
     stuck: bool = False  # pending for a reason that never resolves on its own (see scheduler.STUCK_REASONS)
     retry: bool = False  # redoes error records of other units (`resume --retry-errors`): its items are counted there
     round: int = 1  # the halving strategy's round 2 times the survivors of round 1 in full
@@ -158,7 +159,7 @@ class SweepStatus:
     def _waits(self, u: UnitStatus) -> bool:
         """Whether something will run the unit or runs it: a job of it is pending or running,
         or a live run holds the sweep and starts it when a worker is free."""
-        return u.state in ACTIVE and (u.submitted or self.runner_live)
+        return u.state in ACTIVE and (u.submitted or u.leased or self.runner_live)
 
     @property
     def settled(self) -> bool:
@@ -167,8 +168,13 @@ class SweepStatus:
         return not any(self._waits(u) for u in self.units)
 
     def never_started(self) -> list[UnitStatus]:
-        """Units never submitted that nothing will start (``resume`` does)."""
-        return [u for u in self.units if u.state in ACTIVE and not u.submitted and not self.runner_live]
+        """Units never submitted that nothing will start (``resume`` does), their items not
+        handed to later units yet."""
+        return [
+            u
+            for u in self.units
+            if u.state in ACTIVE and not (u.submitted or u.resumed or u.leased or self.runner_live)
+        ]
 
     def _search_json(self) -> dict[str, Any]:
         """A search's rounds in ``--json``: per round its kind, items, units and records done."""

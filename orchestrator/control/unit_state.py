@@ -20,6 +20,7 @@ from orchestrator import PROG
 from orchestrator.control.history import submitted_ts
 from orchestrator.control.scheduler import SchedulerView, TaskState, array_of
 from orchestrator.control.why import INTERRUPTED, exit_reason, last_word, read_failure
+from orchestrator.store.pidspace import pid_alive
 
 # A job that is in neither squeue nor sacct this long after its submission (or after its
 # unit last showed activity) is gone.
@@ -104,15 +105,11 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
         except (TypeError, ValueError):
             pid = None
         if pid is not None:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not pid_alive(pid, None):
                 said = last_word(job.get("log"), str(job.get("unit")))
                 if said is not None and said[0] == INTERRUPTED:
                     return INTERRUPTED, said[1]
                 return "failed", "its local worker process is gone"
-            except PermissionError:
-                pass
             return "running", f"local process {pid}"
     return ("running" if records else "pending"), None
 

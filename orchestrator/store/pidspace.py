@@ -38,19 +38,27 @@ def host_identity() -> HostIdentity:
     return {"host": socket.gethostname(), "boot_id": _read("/proc/sys/kernel/random/boot_id"), "pidns": pidns}
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name (the state first), or None."""
+    stat = _read(f"/proc/{pid}/stat")
+    return None if stat is None else stat.rsplit(")", 1)[-1].split()
+
+
 def process_start(pid: int) -> str | None:
     """A pid's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
-    stat = _read(f"/proc/{pid}/stat")
-    if stat is None:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
+    fields = _stat(pid)
+    return None if fields is None else fields[19]
 
 
 def pid_alive(pid: int, start: str | None) -> bool:
     """Whether ``pid`` still runs as the process that started at ``start`` (None: as any
-    process; also where /proc cannot say). A pid of another user's process counts as alive."""
+    process; also where /proc cannot say). A process that has ended and waits only for its
+    parent to collect it (a zombie) has ended. A pid of another user's process counts as alive."""
+    fields = _stat(pid)
+    if fields is not None:
+        return fields[0] != "Z" and (start is None or fields[19] == start)
     if start is not None and os.path.isdir("/proc/self"):
-        return process_start(pid) == start
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -53,7 +53,11 @@ class UnitController(Controller):
 
 def start_controller(folder: Path, command: str, *, unit: str, cuda_devices: str, timeout_min: float) -> Any:
     """submitit's ``local.start_controller`` (one task, no setup commands), starting this
-    module's controller; it outlives the command that started it, as submitit's does."""
+    module's controller; it outlives the command that started it, as submitit's does. Unlike
+    submitit's, it holds none of the command's streams (``out=$(tilesweep resume --no-wait)``
+    and a pipe to ``tee`` end when the command does, not when the unit does: its own output
+    goes to ``<unit>.controller.log`` in ``folder``) and runs in a session of its own (a
+    terminal that closes does not hang it up)."""
     env = dict(os.environ)
     env.update(
         SUBMITIT_LOCAL_NTASKS="1",
@@ -68,7 +72,16 @@ def start_controller(folder: Path, command: str, *, unit: str, cuda_devices: str
         SUBMITIT_LOCAL_WITH_SHELL="",
     )
     env[UNIT_ENV] = unit
-    return subprocess.Popen([sys.executable, "-m", __name__, str(folder)], env=env)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{unit}.controller.log", "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", __name__, str(folder)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
 
 
 class UnitExecutor(LocalExecutor):

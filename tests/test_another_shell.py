@@ -1,0 +1,193 @@
+"""A local sweep from another shell, as a user meets it: ``tilesweep cancel`` of a sweep that a
+``tilesweep run`` runs in the foreground (started as ``nohup`` or a script's ``&`` start it:
+SIGINT ignored), of one whose unit runs detached (``resume --no-wait``); a Ctrl-C of ``wait``,
+which leaves the units it follows running; ``wait`` on units that ``resume`` replaced or that a
+worker started by hand runs.
+
+Real processes throughout; each step waits for an event (a record written, a line printed, a
+process gone), never for a guessed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.helpers import REPO, records_written, run_cli, start_run, until
+
+# one shape, fwd only, 18 forced configs besides auto, compiled one at a time (about a second
+# each here) before they are timed: a worker that wrote its unit's header has many seconds of
+# compiling left to be stopped in
+SPEC = {
+    "seq_lens": [256],
+    "head_dims": [64],
+    "modes": ["fwd"],
+    "fwd_block_q": [16, 32, 64],
+    "fwd_block_k": [16, 32, 64],
+    "fwd_warps": [2, 4],
+    "compile": {"workers": 1},
+    "executor": {"kind": "local"},
+}
+SETTLE_S = 120  # a guard, not a wait: each command returns as soon as it is done
+
+
+def _in_unit(sweep: Path) -> bool:
+    """Whether a worker has begun its unit: its header is in a partial (its stop signals are
+    its own from then on)."""
+    return any(p.read_bytes().startswith(b'{"header"') for p in (sweep / "partials").glob("*.jsonl"))
+
+
+def _last_job_pid(sweep: Path) -> int:
+    """The pid of the newest local job in the sweep's jobs.jsonl (a worker, or a controller)."""
+    jobs = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
+    return int([e for e in jobs if "unit" in e][-1]["job_id"])
+
+
+def _sweep_processes(sweep: Path) -> list[int]:
+    """Processes whose command line names the sweep directory (what ``ps`` would show a user)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+                state = (proc / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+            except OSError:
+                continue
+            if state != "Z" and any(str(sweep).encode() in arg for arg in cmdline):
+                found.append(int(proc.name))
+    return found
+
+
+def _states(sweep: Path) -> dict[str, str]:
+    st = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    return {u["id"]: u["state"] for u in st["units"]}
+
+
+def _detached(write_spec: Callable[..., Path], tmp_path: Path) -> Path:
+    """A sweep planned into 2 units whose items ``resume --no-wait`` handed to one new unit,
+    left running under its local controller; returned once its worker began the unit."""
+    spec = write_spec(**SPEC)
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
+    resumed = run_cli("resume", str(sweep), "--no-wait")
+    assert resumed.returncode == 0, resumed.stderr
+    until(lambda: _in_unit(sweep), "the unit's header")
+    return sweep
+
+
+def test_cancel_stops_a_foreground_run_started_with_sigint_ignored(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(**SPEC)
+    sweep = tmp_path / "sweep"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `nohup ... &` starts it
+    )
+    until(lambda: _in_unit(sweep), "a unit's header", run)
+    cancel = run_cli("cancel", str(sweep), timeout=SETTLE_S)
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout.splitlines() == [
+        f"stopped the `tilesweep` command that runs {sweep} here (pid {run.pid}), as a Ctrl-C would",
+        f"finished records are kept: `tilesweep resume {sweep}` redoes the rest",
+    ]
+    _, err = run.communicate(timeout=SETTLE_S)  # cancel returned once it had ended
+    assert run.returncode == 143 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == "tilesweep: stopped by SIGTERM; finished records are kept, rerun to continue"
+    assert _sweep_processes(sweep) == []  # the run and its worker
+    assert "interrupted" in _states(sweep).values() and "running" not in _states(sweep).values()
+
+
+def test_cancel_stops_a_detached_unit_and_wait_then_merges_what_it_wrote(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    sweep = _detached(write_spec, tmp_path)
+    controller = _last_job_pid(sweep)
+    cancel = run_cli("cancel", str(sweep), timeout=SETTLE_S)
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout.splitlines()[0] == f"stopped 1 unit running here (local process {controller})"
+    assert _sweep_processes(sweep) == []
+    states = _states(sweep)
+    assert sorted(states.values()) == ["interrupted", "pending", "pending"], states
+    # the two units resume replaced were never submitted: wait does not send the user to resume them
+    wait = run_cli("wait", str(sweep), "--interval", "0.2", timeout=SETTLE_S)
+    assert wait.returncode == 1 and "never submitted" not in wait.stderr, wait.stderr
+    assert wait.stderr.splitlines()[-1].endswith(f"`tilesweep resume {sweep}` redoes only those"), wait.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert len(doc["results"]) == records_written(sweep) < doc["tilesweep"]["planned"]
+    status = run_cli("status", str(sweep))
+    assert status.stdout.count("never submitted; `tilesweep resume` gave its items to later units") == 2
+
+
+def test_a_ctrl_c_of_wait_says_the_units_go_on_and_they_do(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    sweep = _detached(write_spec, tmp_path)
+    wait = start_run(Path(), sweep, "--interval", "0.2", command="wait")
+    assert wait.stderr is not None
+    ready, _, _ = select.select([wait.stderr], [], [], SETTLE_S)  # its first progress line: it is waiting
+    assert ready and wait.stderr.readline(), "wait printed nothing"
+    os.killpg(wait.pid, signal.SIGINT)  # Ctrl-C at wait's terminal (the unit runs in another session)
+    _, err = wait.communicate(timeout=SETTLE_S)
+    assert wait.returncode == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == (
+        f"tilesweep: interrupted; the sweep's units go on: `tilesweep wait {sweep}` follows them again, "
+        f"`tilesweep cancel {sweep}` stops them"
+    )
+    assert "running" in _states(sweep).values()
+    until(lambda: "done" in _states(sweep).values(), "the unit done")  # it went on to its end
+    assert records_written(sweep) == json.loads(run_cli("status", str(sweep), "--json").stdout)["planned"]
+
+
+def test_resume_no_wait_captured_by_a_script_returns_before_its_unit_ends(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """``out=$(tilesweep resume SWEEP --no-wait)`` and ``... | tee`` end when the command does:
+    the unit it leaves running holds none of its streams (it held them until the unit ended)."""
+    spec = write_spec(**SPEC)
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    captured = subprocess.run(  # a shell capturing the output: returns at EOF of the pipe
+        ["sh", "-c", f'out=$("{sys.executable}" -m orchestrator resume "{sweep}" --no-wait) && echo "$out"'],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=SETTLE_S,
+    )
+    assert captured.returncode == 0, captured.stderr
+    assert "started 1 unit here, left running" in captured.stdout
+    assert "running" in _states(sweep).values()  # the capture ended, the unit did not
+    assert run_cli("cancel", str(sweep), timeout=SETTLE_S).returncode == 0
+
+
+def test_wait_follows_a_unit_run_by_hand_and_ends_at_once_on_units_resume_replaced(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(**SPEC)
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    worker = subprocess.Popen(  # as `plan` says: "run one with: python -m jobs.worker SWEEP 0"
+        [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, stderr=subprocess.DEVNULL
+    )
+    until(lambda: _in_unit(sweep), "the unit's header", worker)
+    wait = run_cli("wait", str(sweep), "--interval", "0.2", timeout=SETTLE_S)  # follows it to its end
+    assert worker.wait(timeout=SETTLE_S) == 0
+    assert wait.returncode == 0, wait.stderr
+    planned = json.loads(run_cli("status", str(sweep), "--json").stdout)["planned"]
+    assert len(json.loads((tmp_path / "results.json").read_text())["results"]) == planned
+    # planned anew into 2 units that a resume run here replaced: wait merges, nothing to submit
+    small = write_spec("small.json", output=str(tmp_path / "small_results.json"))
+    again = tmp_path / "again"
+    assert run_cli("plan", str(small), "--sweep-dir", str(again), "--units", "2").returncode == 0
+    assert run_cli("resume", str(again), timeout=SETTLE_S).returncode == 0
+    wait = run_cli("wait", str(again), "--interval", "0.2", timeout=SETTLE_S)
+    assert wait.returncode == 0 and "never submitted" not in wait.stderr, wait.stderr
