@@ -250,3 +250,11 @@ def test_a_damaged_unit_index_says_how_to_go_on(write_spec: Callable[..., Path],
     (sweep / "units.json").write_text("[{")
     r = run_cli("status", str(sweep))
     assert_one_line_error(r, f"unit index {sweep / 'units.json'} is unreadable", "restore the file", "--reuse")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300", "0", "-1", "soon"])
+def test_wait_refuses_seconds_that_are_no_duration_in_one_line(tmp_path: Path, value: str) -> None:
+    for option in ("--interval", "--timeout", "--slurm-interval"):
+        r = run_cli("wait", str(tmp_path), option, value)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and f"argument {option}: expected" in r.stderr, r.stderr

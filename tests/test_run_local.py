@@ -195,6 +195,16 @@ def test_a_gpu_task_without_a_gpu_backend_is_refused() -> None:
     check_backend("auto", "gpu", "0", "s/sweep.json")
 
 
+@pytest.mark.parametrize("executor", ["local", "debug"])
+def test_interpret_false_run_here_without_a_gpu_is_refused_before_anything_is_written(
+    write_spec: Callable[..., Path], tmp_path: Path, executor: str
+) -> None:
+    spec = write_spec(kernel={"interpret": False}, executor={"kind": executor})
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert_one_line_error(r, "kernel.interpret is false but jax sees no GPU here", "set kernel.interpret to auto")
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "results.json").exists()
+
+
 def test_worker_refusal_is_one_line(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec = write_spec(kernel={"interpret": "auto"})
     sweep = tmp_path / "sweep"

@@ -71,6 +71,11 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"fwd_stages": [2, 9]}, "'fwd_stages': must each be 1..8 (pipeline stages), got [9]"),
         ({"bwd_stages": [0]}, "must each be 1..8"),
         ({"compile": {"mode": "process"}}, "'threads' or 'processes'"),
+        # a number past anything a sweep could mean (a typo), refused before it overflows or runs for ever
+        ({"timing": {"target_ms": 1e308}}, "field 'timing.target_ms': Input should be less than or equal to 60000"),
+        ({"timing": {"screen_ms": 1e9}}, "'timing.screen_ms'"),
+        ({"repeats": 10**18}, "field 'repeats': Input should be less than or equal to 10000"),
+        ({"timing": {"warmup": 10**18}}, "'timing.warmup'"),
     ],
 )
 def test_bad_spec_fields_name_the_field(data: dict[str, Any], needle: str) -> None:

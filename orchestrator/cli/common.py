@@ -74,14 +74,20 @@ def non_negative_int(value: str) -> int:
 
 
 def seconds(value: str) -> float:
-    """argparse type of durations (--interval, --timeout): a positive number of seconds."""
+    """argparse type of durations (--interval, --timeout): a positive number of seconds, at
+    most ``MAX_SECONDS`` (``nan``, ``inf`` and a number past what a sleep takes are refused)."""
     try:
         v = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    if not 0 < v <= MAX_SECONDS:  # False for nan too
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds above 0 and at most {MAX_SECONDS:.0f}, got {value!r}"
+        )
     return v
+
+
+MAX_SECONDS = 1e7  # about 115 days
 
 
 def warn(text: str) -> None:

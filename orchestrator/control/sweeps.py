@@ -114,17 +114,23 @@ def _check_output(out: Path, given: str) -> None:
 
 
 def check_runs_here(spec: SweepSpec) -> None:
-    """A sweep whose kernel does not run on a CPU, run here without a GPU: refused in one line
-    that says what this machine can do instead (its workers would record every config as an error)."""
+    """A sweep whose kernel does not run on a CPU (or whose spec says kernel.interpret false), run
+    here without a GPU: refused in one line that says what this machine can do instead (its
+    workers would record every config as an error, or fail)."""
     from kernels import impls
 
     if spec.kernel.impl == "replay":
         return
     impl = impls.get(spec.kernel.impl)
-    if impl.capabilities.interpret:
+    if impl.capabilities.interpret and spec.kernel.interpret is not False:
         return
     import jax
 
+    if jax.default_backend() != "gpu" and impl.capabilities.interpret:
+        raise PlanError(
+            f"kernel.interpret is false but jax sees no GPU here (backend {jax.default_backend()}): set "
+            "kernel.interpret to auto (or true) to run the kernels in interpret mode on these CPUs, or run it on a GPU"
+        )
     if jax.default_backend() != "gpu":
         raise PlanError(
             f"kernel.impl {impl.name!r} does not run without a GPU and jax sees none here (backend "

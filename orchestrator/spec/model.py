@@ -121,7 +121,9 @@ class SweepSpec(SpecModel):
         description="key/value heads (grouped-query attention); each divides heads; "
         "null = heads (multi-head), 1 = multi-query",
     )
-    repeats: PositiveInt = Field(default=5, description="timed samples per config (each of about timing.target_ms)")
+    repeats: PositiveInt = Field(
+        default=5, le=10_000, description="timed samples per config (each of about timing.target_ms)"
+    )
     auto_only: bool = Field(
         default=False, description="time only each problem's auto config (the kernel's own pick), no forced grid"
     )

@@ -169,9 +169,11 @@ class ShardingSettings(SpecModel):
 class TimingSettings(SpecModel):
     """How each config is timed (docs/measuring.md; the rules: ``kernels.timing``, ``jobs``)."""
 
-    target_ms: float = Field(default=50.0, gt=0, description="wall time one timed sample aims for")
+    target_ms: float = Field(
+        default=50.0, gt=0, le=60_000, description="wall time one timed sample aims for (at most a minute)"
+    )
     max_inner: int = Field(default=200, ge=1, description="cap on calls per timed sample")
-    warmup: int = Field(default=1, ge=0, description="untimed calls before the probe")
+    warmup: int = Field(default=1, ge=0, le=10_000, description="untimed calls before the probe")
     seed: int = Field(
         default=0,
         description="seed of the random inputs every config of a problem is timed and checked on "
@@ -187,6 +189,7 @@ class TimingSettings(SpecModel):
     screen_ms: float | None = Field(
         default=None,
         gt=0,
+        le=60_000,
         description="halving: length of the one screening sample (default: target_ms / 10); must be below target_ms",
     )
     keep: int = Field(
