@@ -156,7 +156,7 @@ def test_ctrl_c_between_units_leaves_no_prediction_of_work_nobody_does(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
     # a replay: units take no compile, so the run is between its two units within moments
-    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(replay_source(tmp_path))})
     sweep = tmp_path / "sweep"
     run = start_run(spec, sweep, "--units", "2", "--workers", "1")
     until(lambda: any((sweep / "done").glob("*.json")) if (sweep / "done").is_dir() else False, "a unit done", run)
@@ -225,7 +225,7 @@ def test_a_ctrl_c_as_a_worker_starts_stops_that_worker_before_its_unit_runs(
     assert not partial.exists() or '"record"' not in partial.read_text()
 
 
-def _source(tmp_path: Path) -> Path:
+def replay_source(tmp_path: Path) -> Path:
     """A results document of the spec the replay test runs (a real run of it would cost a
     compile: this one is made up, as a replay's source may be)."""
     from orchestrator.store import synthetic
@@ -245,7 +245,7 @@ def test_a_ctrl_c_as_resume_no_wait_starts_a_controller_still_records_its_job(
     from orchestrator.control.dispatch import local, local_controller
     from orchestrator.control.sweeps import prepare_sweep
 
-    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(replay_source(tmp_path))})
     sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
     started: list[subprocess.Popen[bytes]] = []
     real = local_controller.start_controller
@@ -274,7 +274,7 @@ def test_a_ctrl_c_as_run_records_a_units_worker_stops_that_worker_too(
     from orchestrator.control.dispatch import local
     from orchestrator.control.sweeps import prepare_sweep
 
-    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(replay_source(tmp_path))})
     sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
     real = sd.record_jobs
 
@@ -300,7 +300,7 @@ def test_a_copied_sweep_directory_is_complete_and_shows_its_own_logs(
     the original is gone."""
     import shutil
 
-    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(replay_source(tmp_path))})
     sweep = tmp_path / "sweep"
     assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     copy = tmp_path / "elsewhere" / "sweep"
@@ -327,7 +327,7 @@ def test_a_unit_done_whose_worker_then_fails_is_done_for_run_as_for_status(
         "import atexit, os, sys\n"
         "atexit.register(lambda: os._exit(3) if sys.argv and sys.argv[0].endswith('local_worker.py') else None)\n"
     )
-    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(_source(tmp_path))})
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(replay_source(tmp_path))})
     sweep = tmp_path / "sweep"
     env = {"PYTHONPATH": f"{hooks}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep), env=env)

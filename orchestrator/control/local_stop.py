@@ -26,7 +26,7 @@ from pathlib import Path
 from orchestrator.control.dispatch.local_procs import STOP_WAIT_S
 from orchestrator.control.status_model import SweepStatus
 from orchestrator.store.leases import read_holder, run_lease_path
-from orchestrator.store.pidspace import host_identity, pid_alive
+from orchestrator.store.pidspace import in_this_pid_space, pid_alive
 from orchestrator.store.sweepdir import SweepDir
 
 # the modules a local unit's processes run (``local_controller``: its argument is the sweep's
@@ -61,7 +61,7 @@ def stop_local(sd: SweepDir, st: SweepStatus) -> LocalStopped:
     holder = read_holder(run_lease_path(sd.root))
     if holder is not None and holder.live:
         pid, start = holder.fields.get("pid"), holder.fields.get("start")
-        here = {k: holder.fields.get(k) for k in ("host", "boot_id", "pidns")} == dict(host_identity())
+        here = in_this_pid_space(holder.fields)
         if here and isinstance(pid, int) and pid_alive(pid, start):
             _signal(pid, signal.SIGTERM)
             done.runner = pid

@@ -20,7 +20,7 @@ from orchestrator import PROG
 from orchestrator.control.history import submitted_ts
 from orchestrator.control.scheduler import SchedulerView, TaskState, array_of
 from orchestrator.control.why import INTERRUPTED, exit_reason, last_word, read_failure
-from orchestrator.store.pidspace import pid_alive
+from orchestrator.store.pidspace import in_this_pid_space, pid_alive
 
 # A job that is in neither squeue nor sacct this long after its submission (or after its
 # unit last showed activity) is gone.
@@ -111,6 +111,11 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
                     return INTERRUPTED, said[1]
                 return "failed", "its local worker process is gone"
             return "running", f"local process {pid}"
+    if job.get("executor") == "debug" and isinstance(job.get("pid"), int) and in_this_pid_space(job):
+        pid = job["pid"]
+        if not pid_alive(pid, job.get("start")):  # the command that ran it in its own process has ended
+            return "failed", f"the debug run that ran it (pid {pid}) ended before the unit finished"
+        return "running", f"in the debug run, pid {pid}"
     return ("running" if records else "pending"), None
 
 

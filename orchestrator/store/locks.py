@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 from orchestrator import PROG
 from orchestrator.errors import LockTimeout, ResultsError
 from orchestrator.store.files import create_once
-from orchestrator.store.pidspace import host_identity, pid_alive, process_start
+from orchestrator.store.pidspace import host_identity, in_this_pid_space, pid_alive, process_start
 
 if TYPE_CHECKING:  # loaded by the merge that takes a hard lock: readers of soft locks (status) never do
     import filelock
@@ -102,16 +102,6 @@ class HolderRecord(TypedDict, total=False):
     gpu: str | None
     job: str | None
     command: str
-
-
-def _in_our_pid_space(holder: HolderRecord) -> bool:
-    """Whether the holder's pid can be checked from here: same host, boot and pid namespace."""
-    me = host_identity()
-    return (
-        holder.get("host") == me["host"]
-        and holder.get("boot_id") == me["boot_id"]
-        and holder.get("pidns") == me["pidns"]
-    )
 
 
 # ---------------------------------------------------------------------------- soft lock
@@ -236,7 +226,7 @@ class SoftLock:
             why = self.stale_if(holder)
             if why:
                 return why
-        if holder is not None and _in_our_pid_space(holder):
+        if holder is not None and in_this_pid_space(holder):
             pid = holder.get("pid")
             if isinstance(pid, int) and not pid_alive(pid, holder.get("start")):
                 return "its holder is dead"
@@ -249,7 +239,7 @@ class SoftLock:
         why = self.stale_reason(holder, age)
         if why is None:
             return False
-        if holder is not None and _in_our_pid_space(holder):
+        if holder is not None and in_this_pid_space(holder):
             log.warning("breaking the stale soft lock %s of %s: %s", self.path, _describe(holder), why)
         else:
             log.warning(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import TypedDict
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 
 class HostIdentity(TypedDict):
@@ -19,6 +20,13 @@ class HostIdentity(TypedDict):
     host: str
     boot_id: str | None
     pidns: str | None
+
+
+def in_this_pid_space(record: Mapping[str, Any]) -> bool:
+    """Whether the process a record names (its ``HostIdentity`` fields beside its pid) can be
+    looked up from here: same host, boot and pid namespace."""
+    me = host_identity()
+    return all(record.get(k) == v for k, v in me.items())
 
 
 def _read(path: str) -> str | None:

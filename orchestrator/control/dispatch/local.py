@@ -31,6 +31,7 @@ from orchestrator.control.unit_state import existing
 from orchestrator.control.why import INTERRUPTED, last_word, read_failure, signal_reason
 from orchestrator.errors import DispatchError
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store.pidspace import host_identity, process_start
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:
@@ -103,7 +104,8 @@ def _run_in_process(
     outcomes = []
     for uid in unit_ids:
         job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
-        sd.record_jobs([{"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso()}])
+        here = {"pid": os.getpid(), "start": process_start(os.getpid()), **host_identity()}  # whether it still runs
+        sd.record_jobs([{"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}])
         outcomes.append(_outcome(uid, job))
         if on_poll:
             on_poll()
@@ -137,7 +139,7 @@ def _run_subprocesses(
                 if worker.poll() is None:
                     worker.enforce_limit()
                     continue
-                outcomes.append(_ended(worker))
+                outcomes.append(_ended(sd, worker))
                 del running[slot]
                 free_slots.append(slot)
             if on_poll:
@@ -158,17 +160,31 @@ def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dic
     return worker
 
 
-def _ended(worker: LocalWorker) -> UnitOutcome:
+def _ended(sd: SweepDir, worker: LocalWorker) -> UnitOutcome:
     end = worker.ended()
     out = UnitOutcome(worker.unit, ok=end.ok, job_id=worker.job_id, summary=end.summary, error=end.error)
     if end.ok:
         return out
+    if _all_recorded(sd, worker.unit):  # ended after its last record, before its marker: done, as status says
+        log.warning("unit %s: every item has a record, but its worker then ended: %s", worker.unit, end.error)
+        return UnitOutcome(worker.unit, ok=True, job_id=worker.job_id)
     out.log, out.interrupted = existing(str(worker.log)), end.interrupted
     if end.interrupted:
         log.warning("unit %s interrupted (process %s): %s", worker.unit, worker.job_id, end.error)
     else:
         log.warning("unit %s failed (process %s): %s; log: %s", worker.unit, worker.job_id, end.error, worker.log)
     return out
+
+
+def _all_recorded(sd: SweepDir, unit: str) -> bool:
+    """Whether the unit's partial holds a record of each of its items (counted as status counts)."""
+    from orchestrator.store.tally import count_partial
+
+    n_items = next((u["n_items"] for u in sd.unit_index() if u["id"] == unit), None)
+    if n_items is None:
+        return False
+    counts = count_partial(str(sd.partial_path(unit)), sd.root, unit)
+    return counts.foreign is None and counts.records >= n_items
 
 
 def local_slots(spec: SweepSpec, workers: int | None = None, gpus: list[int] | None = None) -> int:

@@ -1,0 +1,77 @@
+"""How a local unit's end reads when its worker did not end as planned: the command that ran it
+in its own process (the debug executor) stopped by Ctrl-C, and a worker killed after its last
+record but before its marker. Real processes; each step waits for an event."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.helpers import records_written, run_cli, start_run, until
+from tests.test_local_lifecycle import ITEMS, SETTLE_S, SPEC, replay_source
+
+
+def test_a_debug_run_stopped_by_ctrl_c_leaves_its_unit_for_resume(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The debug executor runs the units in the command's own process: once that process has
+    ended, its unfinished unit is not running any more, whatever records it wrote."""
+    spec = write_spec(**{**SPEC, "executor": {"kind": "debug"}})
+    sweep = tmp_path / "sweep"
+    run = start_run(spec, sweep)
+    until(lambda: records_written(sweep) >= 1, "a first record", run)
+    os.killpg(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=SETTLE_S)
+    assert run.returncode == 130 and "Traceback" not in err, err
+    status = run_cli("status", str(sweep))
+    assert status.returncode == 1 and "in progress" not in status.stdout, status.stdout
+    assert f"the debug run that ran it (pid {run.pid}) ended before the unit finished" in status.stdout
+    resumed = run_cli("resume", str(sweep), timeout=SETTLE_S)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(run_cli("status", str(sweep), "--json").stdout)["complete"]
+
+
+def test_a_worker_killed_after_its_last_record_leaves_a_unit_done_for_run(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Every item recorded, then the worker is killed (SIGKILL) just before its marker: nothing
+    is missing, so ``run`` merges, warns and exits 0, as ``status`` says."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(_KILL_BEFORE_MARKER)
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(replay_source(tmp_path))})
+    sweep = tmp_path / "sweep"
+    env = {"PYTHONPATH": f"{hooks}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"merged {ITEMS} records" in r.stderr and "every item has a record, but its worker then ended" in r.stderr
+    assert "killed by signal 9" in r.stderr and "unfinished" not in r.stderr and "redoes" not in r.stderr, r.stderr
+    assert not list((sweep / "done").glob("*.json"))  # it did die before its marker
+    assert run_cli("status", str(sweep)).returncode == 0
+
+
+# a local worker's ``write_marker`` is a SIGKILL of itself: it dies after its last record
+_KILL_BEFORE_MARKER = """
+import importlib.machinery, os, signal, sys
+
+class _Hook:
+    def find_spec(self, name, path, target=None):
+        if name != "orchestrator.store.markers":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.write_marker = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+if "orchestrator.control.dispatch.local_worker" in sys.orig_argv:
+    sys.meta_path.insert(0, _Hook())
+"""
