@@ -260,9 +260,10 @@ def test_ctrl_c_is_one_line_and_blames_no_config(write_spec: Callable[..., Path]
 # ---------------------------------------------------------------------------- status agrees with merge
 
 
-def _status(sweep: Path) -> dict:
+def _status(sweep: Path, code: int = 0) -> dict:
+    """``status --json``; ``code``: its exit code (1: a unit ended unfinished, nothing runs it)."""
     r = run_cli("status", str(sweep), "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == code, r.stderr
     return json.loads(r.stdout)
 
 
@@ -276,7 +277,7 @@ def test_status_counts_what_merge_accepts(write_spec: Callable[..., Path], tmp_p
     whole = partial.read_bytes()
     # the partial is cut in the middle of its last record: the marker no longer vouches for it
     partial.write_bytes(whole[: whole.rstrip(b"\n").rfind(b"\n") + 40])
-    st = _status(sweep)
+    st = _status(sweep, code=1)  # the run that ran it has ended: unfinished, for resume
     assert not st["complete"] and st["done"] == 2 and "marker is stale" in st["units"][0]["detail"]
     merged = run_cli("merge", str(sweep))
     assert "merged 2 records (0 errors, 1 of 3 planned missing)" in merged.stdout and "torn" in merged.stderr
@@ -289,7 +290,7 @@ def test_status_counts_what_merge_accepts(write_spec: Callable[..., Path], tmp_p
     # a partial of another sweep copied under the unit's name counts for nothing, as in merge
     other, _ = build_sweep(tmp_path / "o", small_spec(n_seqs=1), 1, output=tmp_path / "o.json")
     shutil.copy(other.partial_path(other.unit_index()[0]["id"]), partial)
-    st = _status(sweep)
+    st = _status(sweep, code=1)
     assert not st["complete"] and st["done"] == 0 and "not this sweep's" in st["units"][0]["detail"]
     assert "wrote nothing: every partial with records was quarantined" in run_cli("merge", str(sweep)).stdout
 

@@ -6,7 +6,10 @@ replaced. Real ``python -m orchestrator`` processes on real files."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,3 +97,47 @@ def test_an_empty_file_given_as_output_is_written(results: Path, tmp_path: Path)
     done = run_cli("export", str(results), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["format"] == "tilesweep-tuned"
+
+
+@pytest.mark.parametrize("command", ["export", "report", "compare"])
+def test_a_device_or_a_named_pipe_is_refused_and_left_as_it_is(results: Path, tmp_path: Path, command: str) -> None:
+    """Written beside and renamed into place, the page or table would replace the node itself
+    (``--out /dev/null`` as root replaced the machine's /dev/null with a file)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    _refused(_commands(results, fifo)[command], "is not a regular file")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    _refused(_commands(results, Path(os.devnull))[command], "is not a regular file")
+    assert stat.S_ISCHR(os.lstat(os.devnull).st_mode)
+
+
+@pytest.mark.parametrize("command", ["export", "report", "compare"])
+@pytest.mark.parametrize("name", ["", "new-folder/"])
+def test_an_output_that_names_no_file_is_refused(results: Path, tmp_path: Path, command: str, name: str) -> None:
+    args = _commands(results, tmp_path)[command]
+    args[-1] = name if not name else f"{tmp_path}/{name}"  # the slash kept, as typed
+    done = run_cli(*args, cwd=tmp_path)
+    assert done.returncode == 2 and "names no file" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_a_link_as_output_writes_the_file_it_points_to_and_stays_a_link(results: Path, tmp_path: Path) -> None:
+    (tmp_path / "tables").mkdir()
+    link = tmp_path / "tuned.json"
+    link.symlink_to(tmp_path / "tables" / "tuned.json")
+    done = run_cli("export", str(results), "--out", str(link))
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and json.loads((tmp_path / "tables" / "tuned.json").read_text())["entries"]
+
+
+def test_an_export_with_nothing_timed_leaves_an_earlier_table_as_it_is(
+    results: Path, tmp_path: Path, sample_doc: dict[str, Any]
+) -> None:
+    out = tmp_path / "tuned.json"
+    assert run_cli("export", str(results), "--out", str(out)).returncode == 0
+    before = out.read_bytes()
+    failed = tmp_path / "failed.json"  # every config of every problem failed
+    records = [{k: v for k, v in r.items() if not k.endswith("_ms")} for r in sample_doc["results"]]
+    failed.write_text(json.dumps({**sample_doc, "results": [{**r, "error": "RuntimeError: boom"} for r in records]}))
+    _refused(["export", str(failed), "--out", str(out)], "nothing to export")
+    assert out.read_bytes() == before

@@ -20,6 +20,7 @@ from kernels import tokamax_meta as meta
 from orchestrator.cli.main import main
 from orchestrator.errors import ResultsError
 from orchestrator.store import document
+from tests.helpers import run_cli
 
 pytest.importorskip("tokamax", reason=meta.missing("tests of tokamax's tables"))
 
@@ -207,3 +208,17 @@ def test_replayed_records_are_not_handed_to_tokamax_unless_asked(
     assert main(["export", str(path), "--format", "tokamax", "--out", str(out), "--include-replays"]) == 0
     assert (out / "nvidia_h200").is_dir()
     tokamax_cache.uninstall()
+
+
+def test_export_refuses_to_replace_a_file_where_a_table_goes_that_is_not_a_tokamax_table(tmp_path: Path) -> None:
+    doc = tmp_path / "h200.json"
+    data = {"device": {"device_kind": H200.name}, "config": {}, "results": _records(H200, 3)}
+    doc.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    assert main(["export", str(doc), "--format", "tokamax", "--out", str(out)]) == 0
+    table = sorted(out.glob("*/*.json"))[0]
+    table.write_text(json.dumps(data))  # a results document where a table was
+    before = table.read_bytes()
+    done = run_cli("export", str(doc), "--format", "tokamax", "--out", str(out))
+    assert done.returncode == 2 and "exists and is not a tokamax table" in done.stderr, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and table.read_bytes() == before

@@ -127,12 +127,19 @@ def _style(args: argparse.Namespace) -> str:
     return "markdown" if getattr(args, "markdown", False) else "text"
 
 
+def _page(html: str | None, inputs: list[str]) -> str:
+    """Where the ``--html`` page goes ("" where none was asked for), refused before anything is read
+    where it would destroy data (``outputs.check_output``)."""
+    return "" if html is None else check_output(html, inputs, writes="page", flag="--html", of_kind=is_page)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from orchestrator.analysis import report, winners
     from orchestrator.store import document as results_doc
 
-    if args.html:
-        check_output(args.html, [args.results], writes="page", flag="--html", of_kind=is_page)
+    if args.plots is not None and not args.plots.strip():
+        raise TilesweepError("--plots '' names no folder; name the folder for the PNGs")
+    page = _page(args.html, [args.results])
     doc = results_doc.load(args.results)
     summaries = report.best_table(doc)
     found = winners.contests(summaries)
@@ -143,12 +150,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         if found:  # several implementations measured the same problems
             print(f"\nimplementations compared ({len(found)} problems):")
             print(winners.format_contests(found, _style(args)))
-    if args.html:
+    if args.html is not None:
         from orchestrator.analysis import html
 
-        html.write_page(args.html, html.report_page(doc))
+        html.write_page(page, html.report_page(doc))
         print(f"wrote {args.html}", file=sys.stderr)
-    if args.plots:
+    if args.plots is not None:
         _write_plots(doc, args.plots, args.max_plots, html_given=bool(args.html))
     return 0
 
@@ -192,8 +199,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                 f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
                 f"{'standard output' if args.out == '-' else 'a file'}"
             )
+    target = args.out
     if args.format == "tilesweep" and args.out != "-":
-        check_output(args.out, args.results, writes="tuned table", flag="--out", of_kind=is_tuned_table)
+        target = check_output(args.out, args.results, writes="tuned table", flag="--out", of_kind=is_tuned_table)
     docs = [results_doc.load(path) for path in args.results]
     if args.format == "tokamax":
         from orchestrator.cli.tokamax import export_tokamax
@@ -210,11 +218,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
         doc = _combined(docs, args)
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
+    if not summary.entries:  # an earlier table is not replaced by an empty one
+        raise TilesweepError(
+            f"nothing to export: none of the {summary.skipped} problem(s) in {', '.join(args.results)} has a timed "
+            "record; nothing written"
+        )
     if args.out == "-":  # the table on stdout, what was written on stderr
         print(json.dumps(table, indent=1))
     else:
         try:
-            export.write_atomic(args.out, table)
+            export.write_atomic(target, table)
         except OSError as exc:
             raise TilesweepError(f"{args.out}: cannot write the tuned table ({exc.strerror or exc})") from None
     replayed = f", {summary.replayed} of them replayed, not measured" if summary.replayed else ""
@@ -252,18 +265,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from orchestrator.analysis import compare
     from orchestrator.store import document as results_doc
 
-    if args.html:
-        check_output(args.html, [args.a, args.b], writes="page", flag="--html", of_kind=is_page)
+    page = _page(args.html, [args.a, args.b])
     doc_a, doc_b = results_doc.load(args.a), results_doc.load(args.b)
     rows = compare.compare(doc_a, doc_b)
     if args.json:
         print(json.dumps(compare.to_json(rows, doc_a, doc_b), indent=1))
     else:
         print(compare.format_compare(rows, _style(args), doc_a=doc_a, doc_b=doc_b))
-    if args.html:
+    if args.html is not None:
         from orchestrator.analysis import compare_html, html
 
-        html.write_page(args.html, compare_html.compare_page(doc_a, doc_b))
+        html.write_page(page, compare_html.compare_page(doc_a, doc_b))
         print(f"wrote {args.html}", file=sys.stderr)
     return 0
 

@@ -5,6 +5,7 @@ progress display (``progress``), and the few lines several commands print the sa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -88,6 +89,14 @@ def seconds(value: str) -> float:
 
 
 MAX_SECONDS = 1e7  # about 115 days
+
+
+def file_path(value: str) -> str:
+    """argparse type of a file to write (``--output``): a path that names a file, not "" or a
+    folder's path ending in a slash."""
+    if not value.strip() or value.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{value!r} names no file; name the results document to write")
+    return value
 
 
 def warn(text: str) -> None:

@@ -1,10 +1,13 @@
 """The files that ``report --html``, ``compare --html`` and ``export --out`` write: each is
 refused, before anything is read or written, where writing it would destroy data the user has.
 
-A path is refused when it is one of the command's own inputs, a directory, or an existing file
-that is not of the kind the command writes (a results document, a spec, a log): overwriting one
-of those is a slip of the keyboard far more often than an intent. An existing file of the kind
-written (an earlier page, an earlier tuned table) and an empty file are replaced.
+A path is refused when it names no file (empty, or ending in a slash), is one of the command's
+own inputs, a directory, something other than a regular file (a device such as /dev/null, a
+named pipe: the file is written beside and renamed into place, which would replace the device
+itself), or an existing file that is not of the kind the command writes (a results document, a
+spec, a log): overwriting one of those is a slip of the keyboard far more often than an intent.
+An existing file of the kind written (an earlier page, an earlier tuned table) and an empty file
+are replaced. A symbolic link is followed: the file it points to is written, the link stays.
 """
 
 from __future__ import annotations
@@ -38,10 +41,24 @@ def is_tuned_table(path: Path) -> bool:
     return isinstance(obj, dict) and obj.get("format") == FORMAT
 
 
-def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_kind: Callable[[Path], bool]) -> None:
-    """Refuse ``out`` (a one-line ``TilesweepError``) where writing ``writes`` there would
-    replace one of ``inputs``, a directory, or a file of another kind than ``of_kind`` accepts."""
-    path = Path(out)
+def is_tokamax_table(path: Path) -> bool:
+    """Whether ``path`` holds one of tokamax's autotuning tables (``export --format tokamax``):
+    a JSON object whose keys are tokamax's keys of a problem."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(obj, dict) and all(isinstance(k, str) and k.startswith('{"q":') for k in obj)
+
+
+def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_kind: Callable[[Path], bool]) -> str:
+    """The path to write ``writes`` at for ``out`` (a link's target where ``out`` is a symbolic
+    link); refused (a one-line ``TilesweepError``) where writing there would replace one of
+    ``inputs``, a directory, a device or a pipe, or a file of another kind than ``of_kind``
+    accepts, and where ``out`` names no file."""
+    if not out.strip() or out.endswith(("/", os.sep)):
+        raise TilesweepError(f"{flag} {out!r} names no file; name a file for the {writes}")
+    path = Path(os.path.realpath(out)) if os.path.islink(out) else Path(out)
     for given in inputs:
         if _same_file(path, Path(given)):
             raise TilesweepError(
@@ -49,11 +66,16 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
             )
     if path.is_dir():
         raise TilesweepError(f"{flag} {out} is a directory; name a file for the {writes}")
+    if not path.exists():
+        return str(path)
     if not path.is_file():
-        return
+        raise TilesweepError(
+            f"{flag} {out} is not a regular file (a device, a pipe or a socket), which writing the {writes} would "
+            "replace; name a regular file"
+        )
     try:
         if path.stat().st_size == 0 or of_kind(path):
-            return
+            return str(path)
     except OSError as exc:
         raise TilesweepError(f"{flag} {out}: cannot read it ({exc.strerror or exc}); name another file") from None
     raise TilesweepError(

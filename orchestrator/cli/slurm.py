@@ -32,6 +32,7 @@ from orchestrator.cli.common import (
     Progress,
     Subparsers,
     add_reuse_args,
+    file_path,
     positive_int,
     print_plan_notes,
     reuse_lines,
@@ -333,7 +334,7 @@ def register(sub: Subparsers) -> None:
         type=positive_int,
         help="number of units (overrides the spec); a task runs one per GPU (executor.gpus_per_node)",
     )
-    s.add_argument("--output", help="results document (default: the spec's output)")
+    s.add_argument("--output", type=file_path, help="results document (default: the spec's output)")
     s.add_argument(
         "--costs", metavar="RESULTS.json", help="shard with the measured costs of an earlier results document"
     )

@@ -18,6 +18,7 @@ from orchestrator.cli.common import (
     Progress,
     Subparsers,
     add_reuse_args,
+    file_path,
     positive_int,
     print_plan_notes,
     reuse_lines,
@@ -333,7 +334,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--units", type=positive_int, help="number of units (overrides the spec)")
     s.add_argument("--executor", choices=["local", "debug", "slurm"], help="override the spec's executor.kind")
     s.add_argument("--workers", type=positive_int, help="local: parallel workers (default: one per visible GPU)")
-    s.add_argument("--output", help="results document (default: the spec's output)")
+    s.add_argument("--output", type=file_path, help="results document (default: the spec's output)")
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.add_argument("--retry-errors", choices=RETRY_KINDS, help=RETRY_HELP)
@@ -342,7 +343,7 @@ def register(sub: Subparsers) -> None:
 
     s = sub.add_parser("merge", help="merge a sweep's partial records into its results document")
     s.add_argument("sweep_dir")
-    s.add_argument("--output", help="write here instead of the spec's output")
+    s.add_argument("--output", type=file_path, help="write here instead of the spec's output")
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_merge)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from kernels import tokamax_meta as meta
 from orchestrator.analysis import tokamax_export
 from orchestrator.analysis.combine import combine, describe
+from orchestrator.cli.outputs import check_output, is_tokamax_table
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.files import atomic_open
@@ -63,12 +64,23 @@ def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None) -> int:
             print(f"{c.device_kind}: left out {left} (not tokamax's kernels: tokamax has no table for them)")
         if not c.entries:
             print(f"{c.device_kind}: no timed record of tokamax's kernels; no tables written for it")
+    targets = {  # each file refused before any is written where it is not one of tokamax's tables
+        (c.device_kind, name): check_output(
+            str(Path(out) / meta.device_dir(c.device_kind) / name),
+            [],
+            writes="tokamax table",
+            flag="--out",
+            of_kind=is_tokamax_table,
+        )
+        for c, texts in made
+        for name in texts
+    }
     for c, texts in made:
         folder = Path(out) / meta.device_dir(c.device_kind)
         try:
             folder.mkdir(parents=True, exist_ok=True)
             for name, text in texts.items():
-                with atomic_open(folder / name) as fh:
+                with atomic_open(Path(targets[c.device_kind, name])) as fh:
                     fh.write(text)
         except OSError as exc:
             raise TilesweepError(f"{folder}: cannot write tokamax's tables ({exc.strerror or exc})") from None

@@ -98,9 +98,14 @@ def prepare_sweep(
 
 def _check_output(out: Path, given: str) -> None:
     """Refuse, before anything is measured, an output the merge at the end could not write: a
-    directory, or a path whose folder (its nearest existing one) takes no new files."""
+    directory, a device or a pipe (the merge renames its document into place: it would replace
+    the node itself), or a path whose folder (its nearest existing one) takes no new files."""
     if out.is_dir():
         raise PlanError(f"{given} is a directory; name a file for the results document")
+    if out.exists() and not out.is_file():
+        raise PlanError(
+            f"{given} is not a regular file (a device, a pipe or a socket); name a file for the results document"
+        )
     folder = out.absolute().parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,6 +235,13 @@ def merge(
     quarantined nothing is written (``MergeSummary.written`` is false)."""
     spec = sd.spec
     out = Path(output) if output is not None else sd.output
+    if out.is_symlink():  # the file it points to is written; the link stays
+        out = Path(os.path.realpath(out))
+    if out.exists() and not out.is_file() and not out.is_dir():
+        raise ResultsError(
+            f"the output {out} is not a regular file (a device, a pipe or a socket), which the merge would replace; "
+            f"merge into a file (`{PROG} merge {sd.root} --output FILE`)"
+        )
     if out.is_dir():
         raise ResultsError(
             f"the output {out} is a directory, not a results document; merge into a file "
@@ -264,6 +272,11 @@ def merge(
             summary.written = False
             log.warning("every partial with records was quarantined: %s is left as it was", out)
             return summary
+        if target is not None and target.records and not slots.found and not overwrite:
+            raise ResultsError(
+                f"no partial of {sd.root} holds a record, and {out} holds {target.records}: merging would empty it, "
+                f"so it is left as it is (pass --overwrite to empty it)"
+            )
         if appending:
             _write_appended(sd, out, head, slots, summary)
         else:
@@ -344,7 +357,7 @@ def _replace(
     it replaces as ``.prev`` when that held more records, or anything not this sweep's
     (``target``, judged before: ``--overwrite`` drops it, even where reused records make the new
     document as long). Nothing is changed when the output cannot be replaced (one line says why)."""
-    dropped = target is not None and bool(target.n_foreign or target.not_a_document)
+    dropped = target is not None and bool(target.n_foreign or target.not_a_document or target.elsewhere)
     stashed = stash(out) if out.exists() and (dropped or summary.replaced > summary.records) else None
     try:
         first = write_document(out, head, records)

@@ -10,8 +10,10 @@ say which sweep directory and spec fingerprint measured each unit, and records c
 unit; a record no block claims is "not written by tilesweep".
 
 Whenever a merge writes fewer records than the document it replaces holds (``--overwrite``, a
-partial quarantined since the last merge, duplicates dropped by an append), the old document is
-kept beside the new one as ``<output>.prev`` (one generation) and the merge says so.
+partial quarantined since the last merge, duplicates dropped by an append), or replaces one that
+another sweep (or another tool) wrote, even with records of the same items, the old document is
+kept beside the new one as ``<output>.prev`` (one generation) and the merge says so. A merge
+with no record at all does not replace a document that holds records (unless ``--overwrite``).
 
 Judging a document means knowing each record's identity, which a merge over its own previous
 output need not pay (a second per million records): after writing, the merger leaves a stamp
@@ -66,6 +68,7 @@ class Target:
     records: int = 0
     foreign: Counter[str] = field(default_factory=Counter)
     not_a_document: str | None = None
+    elsewhere: bool = False  # records measured by another sweep (or not by tilesweep): kept as .prev if replaced
 
     @property
     def n_foreign(self) -> int:
@@ -148,6 +151,12 @@ def _owners(tilesweep: object) -> dict[object, str]:
     return owners
 
 
+def _ours(sd: SweepDir, tilesweep: object) -> bool:
+    """Whether a document's tilesweep blocks name this sweep (its directory or its spec)."""
+    me = (str(sd.root), sd.spec.fingerprint())
+    return any(b.get("sweep_dir") == me[0] or b.get("fingerprint") == me[1] for b in blocks(tilesweep))
+
+
 def inspect(sd: SweepDir, out: Path, units: dict[str, UnitItems] | None = None, plan: str | None = None) -> Target:
     """What the document at ``out`` holds, as far as a merge without append is concerned.
     ``units``: as for ``planned_ids``, so the merge after it reads no unit file twice; ``plan``:
@@ -179,6 +188,7 @@ def _judge_by_scan(sd: SweepDir, target: Target, units: dict[str, UnitItems] | N
     scanned = scan(target.path)
     planned = planned_ids(sd, units)
     owners = _owners(scanned.doc.extra.get("tilesweep"))
+    target.elsewhere = not _ours(sd, scanned.doc.extra.get("tilesweep"))
     with paused_gc():
         for batch in scanned.batches:
             target.records += len(batch)
@@ -197,13 +207,15 @@ def _judge_by_index(sd: SweepDir, target: Target, index: keyindex.KeyIndex, unit
     planned = planned_ids(sd, units)
     target.records = len(index.ids)
     strangers = [k for k, iid in enumerate(index.ids) if iid not in planned]
-    if not strangers:
-        return
     name, data = read_bytes(target.path)
     bounds = results_bounds(data)
     if bounds is None:
         raise ResultsError(f"{name}: not a results document: not in the layout its key index describes")
-    owners = _owners(head_of(data, bounds, name).extra.get("tilesweep"))
+    tilesweep = head_of(data, bounds, name).extra.get("tilesweep")
+    target.elsewhere = not _ours(sd, tilesweep)
+    if not strangers:
+        return
+    owners = _owners(tilesweep)
     for rec in keyindex.records_at(data, index, strangers):
         target.foreign[owners.get(rec.get("unit") if isinstance(rec, dict) else None, NOT_TILESWEEP)] += 1
 

@@ -1,0 +1,66 @@
+"""What a merge keeps of the document it replaces, as a user meets it (a new process per
+command, real sweep directories and files): a document another sweep measured is kept as
+``.prev`` even where this sweep measured the same items again, and a merge with no record at all
+leaves a document that holds records as it is."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from orchestrator.store.synthetic import build_sweep, small_spec
+from tests.helpers import assert_one_line_error, run_cli
+
+
+def _records(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["results"]
+
+
+def test_a_document_of_another_sweep_replaced_by_the_same_items_is_kept_as_prev(tmp_path: Path) -> None:
+    a, _ = build_sweep(tmp_path / "a", small_spec(n_seqs=1), 2, output=tmp_path / "a.json")
+    b, _ = build_sweep(tmp_path / "b", small_spec(n_seqs=2), 2, output=tmp_path / "b.json", seed=1)
+    assert run_cli("merge", str(a.root)).returncode == 0
+    out = tmp_path / "copy.json"
+    shutil.copy(tmp_path / "a.json", out)  # A's document, where B is now merged
+    before = out.read_bytes()
+    r = run_cli("merge", str(b.root), "--output", str(out))
+    assert r.returncode == 0, r.stderr  # every record of A's is an item of B's plan: nothing foreign
+    assert f"kept as {out}.prev" in r.stdout, r.stdout
+    assert (tmp_path / "copy.json.prev").read_bytes() == before
+    assert len(_records(out)) == b.planned
+    # B merged again over its own output: nothing set aside again
+    (tmp_path / "copy.json.prev").unlink()
+    r = run_cli("merge", str(b.root), "--output", str(out))
+    assert r.returncode == 0 and "kept as" not in r.stdout and not (tmp_path / "copy.json.prev").exists()
+
+
+def test_a_merge_with_no_record_leaves_a_document_with_records_as_it_is(tmp_path: Path) -> None:
+    sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "results.json")
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    out = tmp_path / "results.json"
+    before = out.read_bytes()
+    for partial in (sd.root / "partials").glob("*.jsonl"):  # lost, as a user may lose them
+        partial.unlink()
+    r = run_cli("merge", str(sd.root))
+    assert_one_line_error(r, "no partial of", f"{out} holds {sd.planned}", "left as it is", "--overwrite")
+    assert out.read_bytes() == before and not (tmp_path / "results.json.prev").exists()
+    r = run_cli("merge", str(sd.root), "--overwrite")  # asked for: emptied, the old one kept
+    assert r.returncode == 0 and _records(out) == [] and (tmp_path / "results.json.prev").read_bytes() == before
+
+
+def test_a_merge_output_that_is_a_device_a_link_or_no_file(tmp_path: Path) -> None:
+    sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 1, output=tmp_path / "results.json")
+    r = run_cli("merge", str(sd.root), "--output", os.devnull)  # renamed into place, it would replace the node
+    assert_one_line_error(r, f"the output {os.devnull} is not a regular file")
+    assert stat.S_ISCHR(os.lstat(os.devnull).st_mode)
+    for name in ("", f"{tmp_path}/new-folder/"):
+        assert_one_line_error(run_cli("merge", str(sd.root), "--output", name), "names no file")
+    assert not (tmp_path / "new-folder").exists()
+    (tmp_path / "kept").mkdir()
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "kept" / "results.json")
+    assert run_cli("merge", str(sd.root), "--output", str(link)).returncode == 0
+    assert link.is_symlink() and len(_records(tmp_path / "kept" / "results.json")) == sd.planned
