@@ -69,7 +69,8 @@ class Tunable:
         if ok:
             return None
         whose = f" ({self.rule_source})" if self.rule_source else ""
-        return f"{self.name}={value!r} is refused: {self.name} must be {self.rule}{whose}"
+        quoted = f" ({value!r} is a string: write it without quotes)" if isinstance(value, str) else ""
+        return f"{self.name}={value!r} is refused: {self.name} must be {self.rule}{whose}{quoted}"
 
 
 @dataclass(frozen=True)

@@ -258,3 +258,19 @@ def test_wait_refuses_seconds_that_are_no_duration_in_one_line(tmp_path: Path, v
         r = run_cli("wait", str(tmp_path), option, value)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.count("\n") == 1 and f"argument {option}: expected" in r.stderr, r.stderr
+
+
+def test_a_sweep_dir_or_output_given_empty_and_spec_schema_with_a_file_are_refused(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    for args, needle in (
+        (["run", str(spec), "--sweep-dir", ""], "argument --sweep-dir: '' names no folder"),
+        (["plan", str(spec), "--sweep-dir", "", "--dry-run"], "argument --sweep-dir: '' names no folder"),
+        (["run", str(spec), "--output", ""], "argument --output: '' names no file"),
+        (["run", str(spec), "--output", f"{tmp_path}/out/"], "argument --output: "),
+        (["spec", "--schema", str(spec)], "--schema prints the schema of every spec"),
+    ):
+        r = run_cli(*args, cwd=tmp_path)
+        assert r.returncode == 2 and needle in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.json"]  # nothing planned, nothing written

@@ -170,6 +170,10 @@ def test_spec_reference_has_every_section_and_field() -> None:
         ({"fwdd": {"block_q": [64]}}, "field 'grid': its keys are modes, \"fwd\" or \"fwd_bwd\", got 'fwdd'"),
         ({"fwd": "tokamax"}, "field 'grid': grid.fwd must be an object of tunables and their values"),
         ({"fwd": {"block_q": 64}}, "field 'grid': grid.fwd.block_q must be a list of values"),
+        ({"fwd": {"block_q": [64.0]}}, "field 'grid': grid.fwd.block_q[0] is 64.0: a grid's values are whole numbers"),
+        ({"fwd": {"block_k": [64, None]}}, "grid.fwd.block_k[1] is null"),
+        ({"fwd": {"block_q": ["64"]}}, "block_q='64' is refused: block_q must be a power of two"),
+        ({"fwd": {"block_q": ["64"]}}, "('64' is a string: write it without quotes)"),
     ],
 )
 def test_a_grid_of_the_wrong_shape_is_named_in_the_specs_words(grid: dict[str, Any], needle: str) -> None:

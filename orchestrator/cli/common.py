@@ -91,6 +91,15 @@ def seconds(value: str) -> float:
 MAX_SECONDS = 1e7  # about 115 days
 
 
+def folder_path(value: str) -> str:
+    """argparse type of a folder to use (``--sweep-dir``): not "" (which would mean the default)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} names no folder; name one, or leave the option out for the default"
+        )
+    return value
+
+
 def file_path(value: str) -> str:
     """argparse type of a file to write (``--output``): a path that names a file, not "" or a
     folder's path ending in a slash."""

@@ -33,6 +33,7 @@ from orchestrator.cli.common import (
     Subparsers,
     add_reuse_args,
     file_path,
+    folder_path,
     positive_int,
     print_plan_notes,
     reuse_lines,
@@ -328,7 +329,7 @@ def register(sub: Subparsers) -> None:
     """Add ``submit``, ``resume``, ``cancel`` and ``wait`` to an ``add_subparsers()`` object."""
     s = sub.add_parser("submit", help="plan a spec and submit its units to SLURM as job arrays; returns at once")
     s.add_argument("spec")
-    s.add_argument("--sweep-dir", help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
+    s.add_argument("--sweep-dir", type=folder_path, help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
     s.add_argument(
         "--units",
         type=positive_int,

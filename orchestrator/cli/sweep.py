@@ -19,6 +19,7 @@ from orchestrator.cli.common import (
     Subparsers,
     add_reuse_args,
     file_path,
+    folder_path,
     positive_int,
     print_plan_notes,
     reuse_lines,
@@ -44,6 +45,8 @@ def cmd_spec(args: argparse.Namespace) -> int:
     from orchestrator.spec.files import load_spec
     from orchestrator.spec.model import SweepSpec
 
+    if args.schema and args.file:
+        raise SpecError(f"--schema prints the schema of every spec, not {args.file}'s: drop {args.file} or --schema")
     if args.schema:
         print(json.dumps(SweepSpec.model_json_schema(), indent=2))
         return 0
@@ -315,7 +318,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--units", type=positive_int, help="number of units (overrides the spec's sharding.units)")
     s.add_argument("--dry-run", action="store_true", help="only show the plan, write nothing")
     s.add_argument("--json", action="store_true", help="one JSON object per item (record fields + unit)")
-    s.add_argument("--sweep-dir", help="write the plan into this sweep directory")
+    s.add_argument("--sweep-dir", type=folder_path, help="write the plan into this sweep directory")
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
     s.add_argument(
         "--lower",
@@ -330,7 +333,7 @@ def register(sub: Subparsers) -> None:
 
     s = sub.add_parser("run", help="plan, run all units here (or on SLURM and wait), merge, show the best configs")
     s.add_argument("spec")
-    s.add_argument("--sweep-dir", help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
+    s.add_argument("--sweep-dir", type=folder_path, help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
     s.add_argument("--units", type=positive_int, help="number of units (overrides the spec)")
     s.add_argument("--executor", choices=["local", "debug", "slurm"], help="override the spec's executor.kind")
     s.add_argument("--workers", type=positive_int, help="local: parallel workers (default: one per visible GPU)")

@@ -15,6 +15,7 @@ is ``smem_limit_bytes`` for one pruned by the compiler at lowering (its limit is
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,12 @@ def check_shape(grid: Mapping[Any, Any]) -> None:
         for name, listed in values.items():
             if not isinstance(listed, list):
                 raise ValueError(f"grid.{mode}.{name} must be a list of values ({example}), got {listed!r}")
+            for k, v in enumerate(listed):
+                if not isinstance(v, int | str):  # bool is an int
+                    raise ValueError(
+                        f"grid.{mode}.{name}[{k}] is {json.dumps(v)}: a grid's values are whole numbers, true or "
+                        f"false, or names ({example})"
+                    )
 
 
 def check_grid(impl_name: str, grid: Grid | None, modes: Sequence[str]) -> str | None:
