@@ -220,3 +220,25 @@ def test_worker_refusal_is_one_line(write_spec: Callable[..., Path], tmp_path: P
     assert not list((sweep / "partials").glob("*.jsonl")) or all(
         not _record_lines(p) for p in (sweep / "partials").glob("*.jsonl")
     )
+
+
+def test_a_rerun_with_another_output_merges_there_and_a_refused_output_leaves_no_sweep(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    first = (tmp_path / "results.json").read_bytes()
+    other = tmp_path / "other.json"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(other))
+    assert r.returncode == 0, r.stderr
+    assert f"merges into {other} from now on" in r.stderr and f"into {other}" in r.stdout + r.stderr
+    assert json.loads(other.read_text())["results"] == json.loads(first)["results"]
+    assert (tmp_path / "results.json").read_bytes() == first
+    assert run_cli("merge", str(sweep)).returncode == 0 and other.stat().st_size  # later merges follow it
+    # an output that is the spec itself: refused, and the sweep directory made for it is gone again
+    refused = tmp_path / "refused"
+    r = run_cli("run", str(spec), "--sweep-dir", str(refused), "--output", str(spec))
+    assert r.returncode == 2 and "is not a results document" in r.stderr and not refused.exists()
+    r = run_cli("run", str(spec), "--sweep-dir", str(refused), "--output", str(tmp_path / "good.json"))
+    assert r.returncode == 0, r.stderr

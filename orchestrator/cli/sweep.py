@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from orchestrator.cli.common import (
     warn,
 )
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
-from orchestrator.errors import PlanError, SpecError
+from orchestrator.errors import PlanError, SpecError, TilesweepError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.dispatch import UnitOutcome
@@ -165,7 +166,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.spec, args.sweep_dir, args.units, args.output, costs=args.costs, reuse=reuse_request(args), kind=kind
     )
     if not args.overwrite:
-        check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
+        try:
+            check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
+        except TilesweepError:
+            if not existed:  # a sweep directory made for nothing: a rerun with another output starts afresh
+                shutil.rmtree(sd.root, ignore_errors=True)
+            raise
     print_plan_notes(sd.spec)
     for line in reuse_lines(read_summary(sd)):
         print(line, file=sys.stderr)

@@ -8,6 +8,7 @@ CLI (and the local ``run``) decide what to show.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -24,12 +25,15 @@ from orchestrator.control.status import ACTIVE, sweep_status
 from orchestrator.errors import DispatchError, LeaseHeld, PlanError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store import tokamax_lists
+from orchestrator.store.files import atomic_write_json
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:
     from orchestrator.store.merge import MergeSummary
+
+log = logging.getLogger(__name__)
 
 # How long a command waits for another one that holds the sweep directory's lock.
 LOCK_TIMEOUT_S = 60.0
@@ -77,6 +81,8 @@ def prepare_sweep(
     existed = (root / "sweep.json").exists()
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
+        if (output or spec.output != sd.spec.output) and out.resolve() != sd.output:
+            sd = _move_output(sd, out.resolve())
         if sd.unit_index():
             return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
     if planned is None:
@@ -116,6 +122,17 @@ def _check_output(out: Path, given: str) -> None:
             f"{given}: the folder {folder} takes no new files (read-only or not yours), so the merge at the end "
             "could not write the results document; make it writable or name another output"
         )
+
+
+def _move_output(sd: SweepDir, out: Path) -> SweepDir:
+    """A rerun of the sweep whose ``--output`` (or whose spec file's ``output``, edited since) is
+    not the sweep's: its merges write ``out`` from now on (sweep.json says so, for every command
+    and the final merge job); the document it merged into before is left as it is."""
+    with sweep_lock(sd):
+        was = sd.output
+        atomic_write_json(sd.root / "sweep.json", {**sd.meta, "output": str(out)}, indent=1)
+    log.warning("%s merges into %s from now on (it merged into %s before, which is left as it is)", sd.root, out, was)
+    return SweepDir.open(sd.root)
 
 
 def check_runs_here(spec: SweepSpec) -> None:
