@@ -141,3 +141,10 @@ def test_an_export_with_nothing_timed_leaves_an_earlier_table_as_it_is(
     failed.write_text(json.dumps({**sample_doc, "results": [{**r, "error": "RuntimeError: boom"} for r in records]}))
     _refused(["export", str(failed), "--out", str(out)], "nothing to export")
     assert out.read_bytes() == before
+
+
+def test_export_of_one_document_given_twice_is_refused(results: Path, tmp_path: Path) -> None:
+    link = tmp_path / "again.json"
+    link.symlink_to(results)
+    _refused(["export", str(results), str(link), "--out", str(tmp_path / "t.json")], "is given twice")
+    assert not (tmp_path / "t.json").exists()

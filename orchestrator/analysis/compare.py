@@ -132,6 +132,17 @@ def compare(doc_a: ResultsDoc, doc_b: ResultsDoc) -> list[ProblemComparison]:
     return [ProblemComparison(k, a_by.get(k), b_by.get(k)) for k in keys]
 
 
+def caveats(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc) -> list[str]:
+    """What makes B/A mean less than it seems: no problem in common, or two device kinds."""
+    out = []
+    if rows and not any(r.presence == "both" for r in rows):
+        out.append("A and B have no problem in common (other shapes, dtypes, modes or tags): no B/A to give")
+    kind_a, kind_b = doc_a.device.get("device_kind"), doc_b.device.get("device_kind")
+    if kind_a and kind_b and kind_a != kind_b:
+        out.append(f"A was measured on {kind_a}, B on {kind_b}: B/A compares the devices as much as the configs")
+    return out
+
+
 def _doc_label(doc: ResultsDoc) -> str:
     d = doc.device
     replayed = describe(doc)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import PROG, Subparsers, non_negative_int
-from orchestrator.cli.outputs import check_output, is_page, is_tuned_table
+from orchestrator.cli.outputs import check_output, is_page, is_tuned_table, same_file
 from orchestrator.errors import TilesweepError
 
 if TYPE_CHECKING:
@@ -188,6 +188,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.store import document as results_doc
     from orchestrator.store.replayed import count_replayed
 
+    for k, path in enumerate(args.results):
+        if any(same_file(Path(path), Path(p)) for p in args.results[:k]):
+            raise TilesweepError(f"{path} is given twice; give each results document once")
     if args.format == "tokamax":
         if args.keep_slower:
             raise TilesweepError(
@@ -268,6 +271,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     page = _page(args.html, [args.a, args.b])
     doc_a, doc_b = results_doc.load(args.a), results_doc.load(args.b)
     rows = compare.compare(doc_a, doc_b)
+    for line in compare.caveats(rows, doc_a, doc_b):
+        print(f"{PROG}: note: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(compare.to_json(rows, doc_a, doc_b), indent=1))
     else:

@@ -60,7 +60,7 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
         raise TilesweepError(f"{flag} {out!r} names no file; name a file for the {writes}")
     path = Path(os.path.realpath(out)) if os.path.islink(out) else Path(out)
     for given in inputs:
-        if _same_file(path, Path(given)):
+        if same_file(path, Path(given)):
             raise TilesweepError(
                 f"{flag} {out} is a results document this command reads; name another file for the {writes}"
             )
@@ -84,7 +84,8 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
     )
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (through links too; by path where one does not exist)."""
     try:
         return os.path.samefile(a, b)
     except OSError:  # one of them does not exist (yet)
