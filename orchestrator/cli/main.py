@@ -12,6 +12,9 @@ Two more ways a command ends in one line, never a traceback:
   with the text (``wait``: the sweep's jobs go on). Exit status 128 + the signal.
 - standard output that cannot be written (``> /dev/full``: one line, exit 2) or that is closed
   early (``| head -1``: quietly, exit 0).
+- a file that cannot be written (a full disk, a read-only mount) or that this user may not
+  read or write (its permissions), wherever the command met it: one line naming the file and
+  the fix, exit 2 (``store.files``: ``cannot_write``, ``cannot_access``).
 """
 
 from __future__ import annotations
@@ -233,12 +236,16 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as exc:  # a full disk or a read-only mount, wherever the command wrote
-        from orchestrator.store.files import WRITE_ERRNOS, cannot_write
+    except OSError as exc:  # a full disk or a read-only mount, wherever the command wrote;
+        # a file or folder this user may not read (or write), wherever the command opened it
+        from orchestrator.store.files import ACCESS_ERRNOS, WRITE_ERRNOS, cannot_access, cannot_write
 
-        if exc.errno not in WRITE_ERRNOS:
+        if exc.errno in WRITE_ERRNOS:
+            print(f"{PROG}: error: {cannot_write(exc)}", file=sys.stderr)
+        elif exc.errno in ACCESS_ERRNOS and exc.filename is not None:
+            print(f"{PROG}: error: {cannot_access(exc)}", file=sys.stderr)
+        else:
             raise
-        print(f"{PROG}: error: {cannot_write(exc)}", file=sys.stderr)
         return 2
 
 

@@ -17,6 +17,7 @@ from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import query
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.errors import SweepDirError, TilesweepError
+from orchestrator.store.files import ACCESS_ERRNOS, cannot_access
 from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir
 
 MAX_DEPTH = 4
@@ -31,13 +32,19 @@ class Listed:
     error: str | None = None
 
 
-def find_sweeps(folder: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
-    """Sweep directories under ``folder`` (itself included), sorted, at most ``max_depth`` deep."""
+def find_sweeps(folder: Path, max_depth: int = MAX_DEPTH, unreadable: list[Listed] | None = None) -> list[Path]:
+    """Sweep directories under ``folder`` (itself included), sorted, at most ``max_depth`` deep;
+    a folder this user may not read (which may be a sweep directory) goes to ``unreadable``."""
     if not folder.is_dir():
         raise SweepDirError(f"{folder} is not a directory; pass the folder that holds your sweep directories")
     found: list[Path] = []
     base = len(folder.parts)
-    for here, dirs, files in os.walk(folder):
+
+    def refused(exc: OSError) -> None:
+        if unreadable is not None and exc.errno in ACCESS_ERRNOS and exc.filename is not None:
+            unreadable.append(Listed(path=Path(exc.filename), error=cannot_access(exc)))
+
+    for here, dirs, files in os.walk(folder, onerror=refused):
         path = Path(here)
         if SWEEP_FILE in files:
             found.append(path)
@@ -53,20 +60,29 @@ def list_sweeps(folder: Path, *, query_slurm: bool = True) -> list[Listed]:
     """Every sweep under ``folder`` with its status; SLURM asked once for all of them."""
     listed: list[Listed] = []
     opened: list[tuple[SweepDir, History]] = []
-    for path in find_sweeps(folder):
+    for path in find_sweeps(folder, unreadable=listed):
         try:
             sd = SweepDir.open(path)
             opened.append((sd, read_history(sd)))
-        except TilesweepError as exc:
-            listed.append(Listed(path=path, error=exc.message))
+        except (TilesweepError, PermissionError) as exc:
+            listed.append(Listed(path=path, error=_why(exc)))
     jobs = [j for _, h in opened for j in h.slurm_jobs + [str(m["job_id"]) for m in h.merge_jobs]]
     view = query(jobs) if query_slurm and jobs else None
     for sd, _ in opened:
         try:
             listed.append(Listed(path=sd.root, status=sweep_status(sd, query_slurm=False, view=view)))
-        except TilesweepError as exc:
-            listed.append(Listed(path=sd.root, error=exc.message))
+        except (TilesweepError, PermissionError) as exc:
+            listed.append(Listed(path=sd.root, error=_why(exc)))
     return sorted(listed, key=lambda x: str(x.path))
+
+
+def _why(exc: TilesweepError | PermissionError) -> str:
+    """Why a sweep could not be read: a damaged file, or one this user may not read."""
+    if isinstance(exc, TilesweepError):
+        return exc.message
+    if exc.filename is None:
+        raise exc
+    return cannot_access(exc)
 
 
 def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:

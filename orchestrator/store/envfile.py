@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import MismatchError, SweepDirError
-from orchestrator.store.files import create_once, write_advice
+from orchestrator.store.files import cannot_access, create_once, write_advice
 
 ENV_FILE = "env.json"
 _FIX = "delete it only if no worker has written records (the next worker records its own)"
@@ -49,6 +49,8 @@ def recorded(root: Path) -> dict[str, Any] | None:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
+        except PermissionError as exc:  # not damaged: this user may not read it
+            raise SweepDirError(cannot_access(exc)) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise SweepDirError(f"{path} is unreadable ({_why(exc)}); {_FIX}") from None
         if text.endswith("\n"):

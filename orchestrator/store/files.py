@@ -44,7 +44,7 @@ def atomic_open(path: Path, mode: str = "w", *, fsync: bool = True) -> Iterator[
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     try:
-        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+        with naming(path), open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
             f.flush()
             _keep_mode(path, f.fileno())
@@ -68,6 +68,19 @@ def atomic_open(path: Path, mode: str = "w", *, fsync: bool = True) -> Iterator[
             pass
         finally:
             os.close(dfd)
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError of the block that names no file names ``path``: what ``write()``, ``flush()``,
+    ``close()`` or ``fsync()`` of an open file raises (a full disk) says only its errno, and the
+    line ``main`` makes of it (``cannot_write``) must say which file."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = os.fspath(path)
+        raise
 
 
 def _keep_mode(path: Path, fd: int) -> None:
@@ -132,7 +145,7 @@ def write_new(path: Path, payload: bytes) -> None:
     """Create ``path`` with ``payload``, durably; never through a link planted at its name
     (O_EXCL fails on any existing name, a symbolic link's included)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    with os.fdopen(fd, "wb") as f:
+    with naming(path), os.fdopen(fd, "wb") as f:
         f.write(payload)
         f.flush()
         os.fsync(f.fileno())
@@ -140,6 +153,13 @@ def write_new(path: Path, payload: bytes) -> None:
 
 # the errors only a write raises that the user, not the code, must fix: space, quota, a read-only mount
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+# the errors of a file or folder that this user may not read (or write): its permissions
+ACCESS_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
+# what to do about a damaged file of a sweep directory
+DAMAGED_FIX = (
+    "the sweep directory is damaged: restore the file from a copy, or run the spec in a new --sweep-dir with "
+    "--reuse of this sweep's results document (what it merged is not measured again)"
+)
 _TEMP = re.compile(r"\.(?P<name>.+)\.[^.]+\.\d+\.[0-9a-f]{8}\.tmp")
 
 
@@ -155,13 +175,41 @@ def write_advice(exc: OSError) -> str:
 def cannot_write(exc: OSError) -> str:
     """One line for ``exc`` (errno in ``WRITE_ERRNOS``): the file it failed to write, under its
     own name where it was the temp file of one (``temp_path``), and the fix."""
-    name = exc.filename
-    if name is not None:
-        path = Path(os.fsdecode(name))
-        m = _TEMP.fullmatch(path.name)
-        name = str(path.with_name(m["name"]) if m else path)
+    name = _own_name(exc.filename)
     what = name if name is not None else "a file"
     return f"cannot write {what} ({exc.strerror or exc}): {write_advice(exc)}"
+
+
+def _own_name(filename: Any) -> str | None:
+    """``filename`` of an OSError as a path, under its own name where it is the temp file of
+    one (``temp_path``)."""
+    if filename is None:
+        return None
+    path = Path(os.fsdecode(filename))
+    m = _TEMP.fullmatch(path.name)
+    return str(path.with_name(m["name"]) if m else path)
+
+
+def cannot_access(exc: OSError) -> str:
+    """One line for ``exc`` (errno in ``ACCESS_ERRNOS``, naming a file): the file or folder
+    this user may not read and how to let them, or, where it is readable (or not there: it
+    was to be made), the one it may not write (``cannot_write``)."""
+    name = _own_name(exc.filename)
+    if name is None:
+        return f"{exc.strerror or exc}: run as the user who owns the sweep directory"
+    try:
+        st = os.stat(name)
+    except FileNotFoundError:
+        return cannot_write(exc)
+    except OSError:  # a folder above it may not be searched
+        fix = "make the folders above it searchable for you (`chmod +x` as their owner), or run as their owner"
+    else:
+        folder = stat.S_ISDIR(st.st_mode)
+        mode = os.R_OK | (os.X_OK if folder else 0)
+        if os.access(name, mode, effective_ids=os.access in os.supports_effective_ids):
+            return cannot_write(exc)
+        fix = f"make it readable for you (`chmod {'+rx' if folder else '+r'} {name}` as its owner), or run as its owner"
+    return f"cannot read {name} ({exc.strerror or exc}): {fix}"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -179,9 +227,9 @@ def read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SweepDirError(f"{what} {path} is missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SweepDirError(
-            f"{what} {path} is unreadable ({exc}); the sweep directory is damaged: restore the file from a copy, "
-            "or run the spec in a new --sweep-dir with --reuse of this sweep's results document (what it merged is "
-            "not measured again)"
-        ) from None
+    except OSError as exc:
+        if exc.errno in ACCESS_ERRNOS:
+            raise SweepDirError(cannot_access(exc)) from None
+        raise SweepDirError(f"{what} {path} is unreadable ({exc}); {DAMAGED_FIX}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SweepDirError(f"{what} {path} is unreadable ({exc}); {DAMAGED_FIX}") from None

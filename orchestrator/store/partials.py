@@ -46,6 +46,7 @@ from typing import Any, cast
 
 from orchestrator.errors import PartialError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION
+from orchestrator.store.files import DAMAGED_FIX, cannot_access
 from orchestrator.store.jsonline import loads
 from orchestrator.store.layouts import check_record
 from orchestrator.store.lines import ReadHeader
@@ -119,10 +120,10 @@ class UnitItems:
         try:
             data = loads(self.path.read_bytes())
             return {iid: int(index) for index, iid in data["items"]}
+        except PermissionError as exc:
+            raise SweepDirError(cannot_access(exc)) from None
         except (OSError, ValueError, KeyError, TypeError):
-            raise SweepDirError(
-                f"unit file {self.path} is missing or damaged; the sweep directory is damaged"
-            ) from None
+            raise SweepDirError(f"unit file {self.path} is missing or damaged; {DAMAGED_FIX}") from None
 
     @classmethod
     def of_partial(cls, path: Path) -> UnitItems | None:

@@ -39,10 +39,12 @@ from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store import envfile
 from orchestrator.store.files import (
+    DAMAGED_FIX,
     WRITE_ERRNOS,
     atomic_open,
     atomic_write_json,
     atomic_write_text,
+    naming,
     now_iso,
     read_json,
     remove_dead_temps,
@@ -118,6 +120,16 @@ def _unused(root: Path) -> bool:
         if p.name == "units.json" and p.read_text(encoding="utf-8").strip() not in ("", "[]"):
             return False
     return True
+
+
+def _wrong_entry(index: list[Any]) -> str | None:
+    """What the first entry of ``index`` that is no ``UnitEntry`` lacks (None: all are)."""
+    for n, e in enumerate(index):
+        if not isinstance(e, dict) or not isinstance(e.get("id"), str):
+            return f"entry {n} has no unit id"
+        if type(e.get("n_items")) is not int or e["n_items"] < 0 or type(e.get("round", 1)) is not int:
+            return f"entry {n} (unit {e['id']}) has no item count or round"
+    return None
 
 
 # the fields of a jobs.jsonl line that name a log file
@@ -283,9 +295,10 @@ class SweepDir:
     # ------------------------------------------------------------------ units
     def unit_index(self) -> list[UnitEntry]:
         data = read_json(self.root / "units.json", "unit index")
-        if not isinstance(data, list):
-            raise SweepDirError(f"{self.root / 'units.json'} is damaged (not a list)")
-        return data
+        wrong = "it is not a list" if not isinstance(data, list) else _wrong_entry(data)
+        if wrong is not None:
+            raise SweepDirError(f"unit index {self.root / 'units.json'} is damaged ({wrong}); {DAMAGED_FIX}")
+        return cast(list[UnitEntry], data)
 
     def add_units(self, units: list[Unit], origin: str) -> list[UnitEntry]:
         """Write unit files and append them to the index (caller holds the sweep lock)."""
@@ -339,7 +352,8 @@ class SweepDir:
     # ------------------------------------------------------------------ history
     def record_jobs(self, entries: list[dict[str, Any]]) -> None:
         """Append submission records to jobs.jsonl (one line each, fsynced)."""
-        with open(self.root / "jobs.jsonl", "a", encoding="utf-8") as f:
+        path = self.root / "jobs.jsonl"
+        with naming(path), open(path, "a", encoding="utf-8") as f:
             for e in entries:
                 f.write(json.dumps(e) + "\n")
             f.flush()

@@ -1,0 +1,131 @@
+"""A sweep directory with a file this user may not read, or a unit index of the wrong shape,
+as a user meets it: ``status``, ``merge`` and ``logs`` say in one line which file and what to
+do (exit 2), ``ls`` lists that sweep as unreadable beside the others, and nothing already
+written is lost. Permissions are real: a file is ``chmod 000``; as root, whom modes do not stop,
+the command runs under ``setpriv`` without the capabilities that override them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.store.synthetic import build_sweep, small_spec
+from tests.helpers import REPO, assert_one_line_error, run_cli
+
+# as root: the CLI without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, so file modes bind it
+NO_DAC = ["--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search", "--"]
+READABLE = "chmod +r"
+
+
+def _setpriv() -> list[str]:
+    """The prefix that makes modes bind the CLI ([] for a user, whom they bind already); the
+    test is skipped where root cannot drop the capabilities here."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("modes do not bind root, and setpriv (util-linux) is not installed to drop its capabilities")
+    tried = subprocess.run(["setpriv", *NO_DAC, "true"], capture_output=True, text=True)
+    if tried.returncode != 0:
+        pytest.skip(f"root cannot drop its capabilities here (setpriv: {tried.stderr.strip()})")
+    return ["setpriv", *NO_DAC]
+
+
+def _unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
+    """``run_cli(ARGS)`` as a user whom file modes bind (root: under setpriv, as ``run_cli``
+    runs it otherwise)."""
+    prefix = _setpriv()
+    if not prefix:
+        return run_cli(*args)
+    cmd = [*prefix, sys.executable, "-m", "orchestrator", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+
+
+def _sweep(root: Path) -> Path:
+    """A sweep of one unit with its partial written, merged once into its results document."""
+    build_sweep(root, small_spec(1), 1, output=root.parent / f"{root.name}.json")
+    merged = run_cli("merge", str(root))
+    assert merged.returncode == 0, merged.stderr
+    return root
+
+
+def _unreadable(path: Path) -> Path:
+    path.chmod(0)
+    probe = subprocess.run([*_setpriv(), "cat", str(path)], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip(f"{path} is still readable with mode 000 here (a filesystem that ignores modes)")
+    return path
+
+
+def _partial(sweep: Path) -> Path:
+    (partial,) = (sweep / "partials").glob("*.jsonl")
+    return partial
+
+
+def test_an_unreadable_partial_is_named_by_status_and_merge_and_the_document_is_kept(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path / "sweep")
+    document = tmp_path / "sweep.json"
+    before = document.read_bytes()
+    partial = _unreadable(_partial(sweep))
+    for command in (["status", str(sweep)], ["merge", str(sweep)]):
+        done = _unprivileged(*command)
+        assert_one_line_error(done, f"cannot read {partial}", READABLE)
+    assert document.read_bytes() == before, "the merge changed the results document"
+    partial.chmod(0o644)
+    assert _unprivileged("status", str(sweep)).returncode == 0
+
+
+def test_an_unreadable_log_is_named_by_logs(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path / "sweep")
+    log = sweep / "logs" / "units" / f"{_partial(sweep).stem}.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("the worker's output\n")
+    _unreadable(log)
+    assert_one_line_error(_unprivileged("logs", str(sweep), "0"), f"cannot read {log}", READABLE)
+
+
+def test_ls_lists_a_sweep_it_may_not_read_beside_the_others(tmp_path: Path) -> None:
+    parent = tmp_path / "sweeps"
+    good = _sweep(parent / "good")
+    bad = _sweep(parent / "bad")
+    closed = _sweep(parent / "nested" / "closed")
+    partial = _unreadable(_partial(bad))
+    closed.chmod(0)
+    try:
+        done = _unprivileged("ls", str(parent))
+    finally:
+        closed.chmod(0o755)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    lines = {line.split()[0]: line for line in done.stdout.splitlines()}
+    assert set(lines) == {str(good), str(bad), str(closed)}, done.stdout
+    assert "unreadable" not in lines[str(good)] and "1 done" in lines[str(good)], lines[str(good)]
+    assert f"unreadable: cannot read {partial}" in lines[str(bad)] and READABLE in lines[str(bad)]
+    assert f"unreadable: cannot read {closed}" in lines[str(closed)] and "chmod +rx" in lines[str(closed)]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [[{"id": 5}], [{"id": "abc"}], [5], [{"id": "abc", "n_items": "3", "origin": "plan"}]],
+    ids=["id-only", "no-count", "not-an-object", "count-a-string"],
+)
+def test_a_unit_index_with_entries_of_the_wrong_shape_is_damaged(tmp_path: Path, index: list[object]) -> None:
+    parent = tmp_path / "sweeps"
+    good = _sweep(parent / "good")
+    sweep = _sweep(parent / "bad")
+    units = sweep / "units.json"
+    units.write_text(json.dumps(index) + "\n")
+    document = parent / "bad.json"
+    before = document.read_bytes()
+    for command in ("status", "merge", "resume"):
+        assert_one_line_error(run_cli(command, str(sweep)), f"unit index {units} is damaged", "restore the file")
+    assert document.read_bytes() == before
+    listed = run_cli("ls", str(parent))
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()}
+    assert f"unreadable: unit index {units} is damaged" in lines[str(sweep)], listed.stdout
+    assert "1 done" in lines[str(good)], listed.stdout
