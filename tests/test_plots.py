@@ -80,7 +80,10 @@ def test_missing_matplotlib_is_one_line_error(monkeypatch: pytest.MonkeyPatch, t
 @needs_mpl
 def test_plots_from_sample(sample_doc: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "plots"
-    written = plots.write_plots(results_doc.from_obj(sample_doc), out).files
+    told: list[tuple[int, int]] = []  # progress: each problem as its heatmap is done
+    written = plots.write_plots(results_doc.from_obj(sample_doc), out, on_problem=lambda *c: told.append(c)).files
+    n = len(report.best_table(results_doc.from_obj(sample_doc)))
+    assert told == [(k, n) for k in range(1, n + 1)]
     names = sorted(p.name for p in written)
     assert names == sorted(p.name for p in out.iterdir())
     assert "speedup_over_auto.png" in names

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,10 +80,17 @@ class WrittenPlots:
         return self.problems - self.drawn
 
 
-def write_plots(doc: ResultsDoc, out_dir: str | os.PathLike[str], *, max_problems: int | None = None) -> WrittenPlots:
+def write_plots(
+    doc: ResultsDoc,
+    out_dir: str | os.PathLike[str],
+    *,
+    max_problems: int | None = None,
+    on_problem: Callable[[int, int], None] | None = None,
+) -> WrittenPlots:
     """Write the heatmaps and speedup charts of the first ``max_problems`` problems (all when
     ``None``) into ``out_dir``. A heatmap takes about 0.4 s, so thousands of problems need a
-    cap (the CLI sets one and says what it left out; the HTML page shows every problem)."""
+    cap (the CLI sets one and says what it left out; the HTML page shows every problem).
+    ``on_problem(done, total)``: called after each problem's heatmap (the CLI's progress)."""
     mpl = _matplotlib()
     out = Path(out_dir)
     try:
@@ -93,14 +101,16 @@ def write_plots(doc: ResultsDoc, out_dir: str | os.PathLike[str], *, max_problem
     with_tag = len({k[6] for k in groups}) > 1
     n = len(groups) if max_problems is None else min(max_problems, len(groups))
     written = []
-    for k, recs in list(groups.items())[:n]:
+    for done, (k, recs) in enumerate(list(groups.items())[:n], 1):
         data = heatmap_data(ProblemKey(*k), recs)
         if data is None:
             log.info("no heatmap for %s: no forced configs on tile axes", k)
-            continue
-        path = out / plot_filename(data.key, with_tag)
-        _save(mpl, _heatmap_figure(mpl, data, with_tag), path)
-        written.append(path)
+        else:
+            path = out / plot_filename(data.key, with_tag)
+            _save(mpl, _heatmap_figure(mpl, data, with_tag), path)
+            written.append(path)
+        if on_problem is not None:
+            on_problem(done, n)
     summaries = best_table(doc)[:n]
     pages = [summaries[i : i + SPEEDUP_PAGE] for i in range(0, len(summaries), SPEEDUP_PAGE)]
     for i, page in enumerate(pages, 1):

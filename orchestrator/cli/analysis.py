@@ -163,15 +163,21 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: bool) -> None:
     """The PNGs, and a line on what the cap left out and how to get it."""
     from orchestrator.analysis import plots
+    from orchestrator.cli.progress import Progress
 
+    progress = Progress(1, label="problem")
     try:
-        written = plots.write_plots(doc, out_dir, max_problems=max_plots or None)
+        written = plots.write_plots(
+            doc, out_dir, max_problems=max_plots or None, on_problem=lambda done, n: progress.update(done, total=n)
+        )
     except OSError as exc:
         from orchestrator.store.files import write_advice
 
         raise TilesweepError(
             f"--plots {out_dir}: cannot write the plots ({exc.strerror or exc}): {write_advice(exc)}"
         ) from None
+    finally:
+        progress.close()
     print(f"wrote {len(written.files)} plot(s) to {out_dir}", file=sys.stderr)
     if written.folded:
         page = "the --html page has every problem" if html_given else "--html OUT.html shows every problem on one page"

@@ -234,19 +234,7 @@ def merge(
     fewer records is kept as ``<output>.prev`` (``target``). Where every partial with records was
     quarantined nothing is written (``MergeSummary.written`` is false)."""
     spec = sd.spec
-    out = Path(output) if output is not None else sd.output
-    if out.is_symlink():  # the file it points to is written; the link stays
-        out = Path(os.path.realpath(out))
-    if out.exists() and not out.is_file() and not out.is_dir():
-        raise ResultsError(
-            f"the output {out} is not a regular file (a device, a pipe or a socket), which the merge would replace; "
-            f"merge into a file (`{PROG} merge {sd.root} --output FILE`)"
-        )
-    if out.is_dir():
-        raise ResultsError(
-            f"the output {out} is a directory, not a results document; merge into a file "
-            f"(`{PROG} merge {sd.root} --output FILE`)"
-        )
+    out = _output_file(sd, Path(output) if output is not None else sd.output)
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
         dead = remove_dead_temps(out) + remove_dead_temps(keyindex.index_path(out))
         for p in dead + remove_dead_temps(sd.root / CACHE_DIR):
@@ -283,6 +271,24 @@ def merge(
             _write_fresh(sd, out, head, slots, summary, target, plan)
     log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
     return summary
+
+
+def _output_file(sd: SweepDir, out: Path) -> Path:
+    """The file a merge writes for ``out``: a link's target (the link stays); refused where it is a
+    directory, a device, a pipe or a socket (the document renamed into place would replace it)."""
+    if out.is_symlink():
+        out = Path(os.path.realpath(out))
+    if out.is_dir():
+        raise ResultsError(
+            f"the output {out} is a directory, not a results document; merge into a file "
+            f"(`{PROG} merge {sd.root} --output FILE`)"
+        )
+    if out.exists() and not out.is_file():
+        raise ResultsError(
+            f"the output {out} is not a regular file (a device, a pipe or a socket), which the merge would replace; "
+            f"merge into a file (`{PROG} merge {sd.root} --output FILE`)"
+        )
+    return out
 
 
 def _found(out: Path, planned: int, slots: Slots, segs: list[Segment], moved: list[Quarantined]) -> MergeSummary:
