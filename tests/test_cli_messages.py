@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,7 +91,11 @@ def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path: Path, loaded: str)
     out, err = proc.communicate(timeout=60)
     said = [line for line in err.splitlines() if not line.startswith("import time:")]
     assert proc.returncode == 130 and "Traceback" not in err, err
-    assert said == ["tilesweep: interrupted; finished records are kept, rerun to continue"], said
+    # before the command line is read, the general word; once `ls` is known, that it changed nothing
+    assert said in (["tilesweep: interrupted; finished records are kept, rerun to continue"], [STOPPED_LS]), said
+
+
+STOPPED_LS = "tilesweep: interrupted; nothing was changed"
 
 
 def _run_module(tmp_path: Path, name: str, text: str) -> subprocess.CompletedProcess[str]:
@@ -274,3 +279,27 @@ def test_a_sweep_dir_or_output_given_empty_and_spec_schema_with_a_file_are_refus
         r = run_cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and needle in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.json"]  # nothing planned, nothing written
+
+
+def test_ctrl_c_of_a_command_that_measures_nothing_says_nothing_was_changed(tmp_path: Path) -> None:
+    """``report`` blocked opening its input (a named pipe nobody writes): a Ctrl-C then says the
+    command changed nothing, not that records are kept."""
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, "report", str(fifo)],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    wchan = Path(f"/proc/{proc.pid}/wchan")
+    deadline = time.monotonic() + 120
+    while not (wchan.exists() and wchan.read_text() in ("fifo_open", "wait_for_partner")):  # blocked opening it
+        if proc.poll() is not None or time.monotonic() > deadline or not Path("/proc/self/wchan").exists():
+            proc.kill()
+            pytest.skip("cannot see the command block on the pipe here (no /proc wchan)")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.splitlines() == [STOPPED_LS], err

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,31 @@ def test_export_of_one_document_given_twice_is_refused(results: Path, tmp_path: 
     link.symlink_to(results)
     _refused(["export", str(results), str(link), "--out", str(tmp_path / "t.json")], "is given twice")
     assert not (tmp_path / "t.json").exists()
+
+
+def test_export_to_a_reader_that_left_says_the_table_was_cut_short(results: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "export", str(results), "--out", "-"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the command has printed anything
+    err = proc.stderr.read()
+    assert proc.wait() == 0 and "Traceback" not in err, err
+    assert err.strip() == "tilesweep: the table was cut short: its reader closed standard output"
+
+
+def test_report_with_standard_output_closed_runs_and_writes_its_page(results: Path, tmp_path: Path) -> None:
+    page = tmp_path / "page.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "report", str(results), "--html", str(page)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        close_fds=True,
+        preexec_fn=lambda: os.close(1),  # `>&-`
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert page.read_text().lstrip().lower().startswith("<!doctype html")

@@ -234,6 +234,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     if args.out == "-":  # the table on stdout, what was written on stderr
         print(json.dumps(table, indent=1))
+        sys.stdout.flush()
+        if getattr(sys.stdout, "reader_gone", False):  # `| head`: not all of it was read
+            print(f"{PROG}: the table was cut short: its reader closed standard output", file=sys.stderr)
+            return 0
     else:
         try:
             export.write_atomic(target, table)

@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 INTERRUPTED_NOTE = "finished records are kept, rerun to continue"
+# what a stop means for the commands that measure nothing (the others: ``INTERRUPTED_NOTE``)
+_STOPPED_NOTES = {
+    "merge": "a merge cut short leaves the results document as it was",
+    **dict.fromkeys(("spec", "report", "export", "compare", "status", "ls", "logs", "impls"), "nothing was changed"),
+}
 _stopped_by: int = signal.SIGINT  # the stop signal ``_interrupted`` took
 
 
@@ -94,6 +99,8 @@ class PipeSafeStdout:
     Its ``buffer`` (the bytes ``logs`` copies) is guarded the same way. Everything else is the
     wrapped stream's."""
 
+    reader_gone = False  # whether the reader closed the pipe (what was printed since went nowhere)
+
     def __init__(self, stream: Any) -> None:
         self._stream = stream
 
@@ -102,6 +109,7 @@ class PipeSafeStdout:
         return PipeSafeStdout(self._stream.buffer)
 
     def _gone(self) -> None:
+        PipeSafeStdout.reader_gone = True
         os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
 
     def write(self, text: Any) -> int:
@@ -202,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, _interrupted)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # `kill PID`, `tilesweep cancel`: as a Ctrl-C
         signal.signal(signal.SIGTERM, _interrupted)
+    for name in ("stdout", "stderr"):  # started with it closed (`>&-`): what it prints goes nowhere
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open for the process's life)
     original, hook = sys.stdout, sys.unraisablehook
     sys.stdout = PipeSafeStdout(original)
     sys.unraisablehook = _swallowed(hook)
@@ -218,9 +229,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    command = None
     try:
         parser = build_parser()  # a Ctrl-C while the command families load is one line too
         args = parser.parse_args(argv)
+        command = args.command
         configure_logging(args.verbose)
         return int(args.func(args) or 0)
     except TilesweepError as exc:
@@ -230,7 +243,10 @@ def _main(argv: list[str] | None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         how = "interrupted" if _stopped_by == signal.SIGINT else f"stopped by {signal.Signals(_stopped_by).name}"
-        note = exc.args[0] if exc.args and isinstance(exc.args[0], str) else INTERRUPTED_NOTE
+        if exc.args and isinstance(exc.args[0], str):  # the command's own word (``wait``)
+            note = exc.args[0]
+        else:
+            note = _STOPPED_NOTES.get(command or "", INTERRUPTED_NOTE)
         print(f"{PROG}: {how}; {note}", file=sys.stderr)
         return 128 + _stopped_by
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone
