@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -303,3 +304,13 @@ def test_ctrl_c_of_a_command_that_measures_nothing_says_nothing_was_changed(tmp_
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.splitlines() == [STOPPED_LS], err
+
+
+def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "local"})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    shutil.rmtree(sweep / "logs")
+    r = run_cli("logs", str(sweep), "0")
+    assert_one_line_error(r, "ran, but its log is gone", f"`tilesweep status {sweep}` shows the unit")
+    assert "has not started" not in r.stderr and "never submitted" not in r.stderr

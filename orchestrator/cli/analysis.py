@@ -194,35 +194,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.store import document as results_doc
     from orchestrator.store.replayed import count_replayed
 
-    for k, path in enumerate(args.results):
-        if any(same_file(Path(path), Path(p)) for p in args.results[:k]):
-            raise TilesweepError(f"{path} is given twice; give each results document once")
-    if args.format == "tokamax":
-        if args.keep_slower:
-            raise TilesweepError(
-                "--keep-slower shapes the tilesweep table only; --format tokamax writes every measured config of "
-                "tokamax's kernels (tokamax runs the fastest): drop it"
-            )
-        if args.out == "-" or Path(args.out).is_file():
-            raise TilesweepError(
-                f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
-                f"{'standard output' if args.out == '-' else 'a file'}"
-            )
-    target = args.out
-    if args.format == "tilesweep" and args.out != "-":
-        target = check_output(args.out, args.results, writes="tuned table", flag="--out", of_kind=is_tuned_table)
+    target = _export_target(args)
     docs = [results_doc.load(path) for path in args.results]
     if args.format == "tokamax":
-        from orchestrator.cli.tokamax import export_tokamax
-
-        replays = {path: n for path, d in zip(args.results, docs, strict=True) if (n := count_replayed(d))}
-        if replays and not args.include_replays:
-            which = ", ".join(f"{path} ({n})" for path, n in replays.items())
-            raise TilesweepError(
-                f"replayed records (times drawn on a virtual clock, not measured) in {which}: tokamax would take "
-                "them for measurements; export measured documents, or pass --include-replays to export them anyway"
-            )
-        return export_tokamax(docs, args.out, args.device)
+        return _export_tokamax(args, docs)
     doc = docs[0]
     if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
         doc = _combined(docs, args)
@@ -251,6 +226,44 @@ def cmd_export(args: argparse.Namespace) -> int:
         file=sys.stderr if args.out == "-" else sys.stdout,
     )
     return 0
+
+
+def _export_target(args: argparse.Namespace) -> str:
+    """Where ``export`` writes (``-``: standard output), each input given once and the options
+    of its format checked, before anything is read."""
+    for k, path in enumerate(args.results):
+        if any(same_file(Path(path), Path(p)) for p in args.results[:k]):
+            raise TilesweepError(f"{path} is given twice; give each results document once")
+    if args.format == "tokamax":
+        if args.keep_slower:
+            raise TilesweepError(
+                "--keep-slower shapes the tilesweep table only; --format tokamax writes every measured config of "
+                "tokamax's kernels (tokamax runs the fastest): drop it"
+            )
+        if args.out == "-" or Path(args.out).is_file():
+            raise TilesweepError(
+                f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
+                f"{'standard output' if args.out == '-' else 'a file'}"
+            )
+        return str(args.out)
+    if args.out == "-":
+        return "-"
+    return check_output(args.out, args.results, writes="tuned table", flag="--out", of_kind=is_tuned_table)
+
+
+def _export_tokamax(args: argparse.Namespace, docs: list[ResultsDoc]) -> int:
+    """``export --format tokamax``: replayed records refused unless asked for, then the tables."""
+    from orchestrator.cli.tokamax import export_tokamax
+    from orchestrator.store.replayed import count_replayed
+
+    replays = {path: n for path, d in zip(args.results, docs, strict=True) if (n := count_replayed(d))}
+    if replays and not args.include_replays:
+        which = ", ".join(f"{path} ({n})" for path, n in replays.items())
+        raise TilesweepError(
+            f"replayed records (times drawn on a virtual clock, not measured) in {which}: tokamax would take "
+            "them for measurements; export measured documents, or pass --include-replays to export them anyway"
+        )
+    return export_tokamax(docs, args.out, args.device)
 
 
 def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:

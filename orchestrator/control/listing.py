@@ -94,10 +94,13 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
     for path in candidates:
         if path and Path(path).is_file():
             return Path(path)
-    what = "its task's log" if task else "a log"
+    what = "task log" if task else "log"
+    status = f"`{PROG} status {sd.root}` shows the unit"
+    if sd.partial_path(uid).exists() or sd.marker_path(uid).exists():  # it ran: its log is gone
+        gone = ", ".join(str(p) for p in candidates if p) or "none recorded"
+        raise SweepDirError(f"unit {uid} of {sd.root} ran, but its {what} is gone ({gone}); {status}")
     if not job:
-        raise SweepDirError(f"unit {uid} of {sd.root} has no log: it was never submitted (`{PROG} status {sd.root}`)")
+        raise SweepDirError(f"unit {uid} of {sd.root} has no {what}: it was never submitted; {status}")
     raise SweepDirError(
-        f"unit {uid} of {sd.root} has no {what} yet: its job {job.get('job_id')} has not started "
-        f"(`{PROG} status {sd.root}`)"
+        f"unit {uid} of {sd.root} has no {what} yet: its job {job.get('job_id')} has not started; {status}"
     )

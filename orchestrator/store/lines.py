@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any, NotRequired, TypedDict, Unpack
 
 from orchestrator.spec.model import SCHEMA_VERSION
+from orchestrator.store.files import naming
 
 
 class DeviceBlock(TypedDict, total=False):
@@ -212,8 +213,9 @@ class PartialWriter:
                 self._f.write("\n")
 
     def write(self, line: PartialLine, *, sync: bool = True) -> None:
-        self._f.write(encode_line(line) + "\n")
-        self._f.flush()
+        with naming(self.path):  # a full disk says which file
+            self._f.write(encode_line(line) + "\n")
+            self._f.flush()
         self._unsynced = True
         if sync:
             self.sync()
@@ -221,13 +223,15 @@ class PartialWriter:
     def sync(self) -> None:
         """fsync what was written (a no-op when nothing is pending)."""
         if self._unsynced:
-            os.fsync(self._f.fileno())
+            with naming(self.path):
+                os.fsync(self._f.fileno())
             self._unsynced = False
 
     def close(self) -> None:
-        if not self._f.closed:
-            self.sync()
-        self._f.close()
+        with naming(self.path):
+            if not self._f.closed:
+                self.sync()
+            self._f.close()
 
     def __enter__(self) -> PartialWriter:
         return self
