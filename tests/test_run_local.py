@@ -236,9 +236,14 @@ def test_a_rerun_with_another_output_merges_there_and_a_refused_output_leaves_no
     assert json.loads(other.read_text())["results"] == json.loads(first)["results"]
     assert (tmp_path / "results.json").read_bytes() == first
     assert run_cli("merge", str(sweep)).returncode == 0 and other.stat().st_size  # later merges follow it
+    edited = tmp_path / "edited.json"  # the spec file it was planned from, its output edited
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "output": str(edited)}))
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 0 and f"merges into {edited} from now on" in r.stderr and edited.exists(), r.stderr
     # an output that is the spec itself: refused, and the sweep directory made for it is gone again
     refused = tmp_path / "refused"
     r = run_cli("run", str(spec), "--sweep-dir", str(refused), "--output", str(spec))
     assert r.returncode == 2 and "is not a results document" in r.stderr and not refused.exists()
+    assert len(r.stderr.splitlines()) == 1, r.stderr  # the refusal alone
     r = run_cli("run", str(spec), "--sweep-dir", str(refused), "--output", str(tmp_path / "good.json"))
     assert r.returncode == 0, r.stderr

@@ -76,6 +76,7 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"timing": {"screen_ms": 1e9}}, "'timing.screen_ms'"),
         ({"repeats": 10**18}, "field 'repeats': Input should be less than or equal to 10000"),
         ({"timing": {"warmup": 10**18}}, "'timing.warmup'"),
+        ({"kv_heads": ["null"]}, "(got 'null'); a string is not null; TOML has no null: leave the key out"),
     ],
 )
 def test_bad_spec_fields_name_the_field(data: dict[str, Any], needle: str) -> None:

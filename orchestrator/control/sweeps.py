@@ -81,7 +81,7 @@ def prepare_sweep(
     existed = (root / "sweep.json").exists()
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
-        if (output or spec.output != sd.spec.output) and out.resolve() != sd.output:
+        if out.resolve() != sd.output and (output or _edited_output(sd, spec, spec_path)):
             sd = _move_output(sd, out.resolve())
         if sd.unit_index():
             return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
@@ -122,6 +122,13 @@ def _check_output(out: Path, given: str) -> None:
             f"{given}: the folder {folder} takes no new files (read-only or not yours), so the merge at the end "
             "could not write the results document; make it writable or name another output"
         )
+
+
+def _edited_output(sd: SweepDir, spec: SweepSpec, spec_path: str) -> bool:
+    """Whether the spec file the sweep was planned from names another output now (another spec
+    file of the same fingerprint does not move the sweep's output: only ``--output`` does)."""
+    source = sd.meta.get("spec_source")
+    return spec.output != sd.spec.output and source is not None and Path(spec_path).resolve() == Path(source)
 
 
 def _move_output(sd: SweepDir, out: Path) -> SweepDir:

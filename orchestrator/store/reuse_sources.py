@@ -60,7 +60,8 @@ class Source:
 
 def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
     """The output document when it exists (a file there that is not a results document is
-    left to the merger, which refuses or overwrites it: a warning here), then each document named
+    left to the merger, which refuses it in one line or, asked to, overwrites it: only logged
+    here), then each document named
     with ``--reuse`` and in the spec's ``reuse.documents``, each a results document or a tokamax
     table (``store.tokamax_table``: it prices and seeds, none of it is reused); one line otherwise."""
     out: list[Source] = []
@@ -70,7 +71,7 @@ def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = 
             out.append(_source(output, "output"))
             seen.add(os.path.realpath(output))
         except ResultsError as exc:
-            log.warning("%s; nothing reused from it", exc.message)
+            log.info("%s; nothing reused from it", exc.message)
     for role, paths in (("--reuse", named), ("reuse.documents", from_spec)):
         for path in paths:
             real = os.path.realpath(path)
