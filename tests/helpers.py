@@ -114,16 +114,31 @@ def until(event: Callable[[], bool], what: str, proc: subprocess.Popen[str] | No
         time.sleep(0.05)
 
 
-def start_run(spec: Path, sweep: Path, *extra: str, command: str = "run") -> subprocess.Popen[str]:
+def start_run(
+    spec: Path, sweep: Path, *extra: str, command: str = "run", sigint_ignored: bool = False
+) -> subprocess.Popen[str]:
     """``tilesweep run SPEC --sweep-dir SWEEP`` (or another ``command`` of the sweep directory
     alone, ``spec`` then unused) in its own process group with SIGINT at its default, as at a
-    terminal."""
+    terminal (``sigint_ignored``: ignored, as ``nohup ... &`` or a script's ``&`` start it)."""
     args = ["run", str(spec), "--sweep-dir", str(sweep)] if command == "run" else [command, str(sweep)]
+    start = ["-m", "orchestrator"] if sigint_ignored else ["-c", LAUNCH]
     return subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, *args, *extra],
+        [sys.executable, *start, *args, *extra],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
+
+
+def ctrl_c_after_first_record(spec: Path, sweep: Path) -> tuple[int, str]:
+    """Run ``spec`` in ``sweep`` and press Ctrl-C once a record is written: the run's pid and
+    stderr, once it ended with 130 and no traceback."""
+    run = start_run(spec, sweep)
+    until(lambda: records_written(sweep) >= 1, "a first record", run)
+    os.killpg(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 130 and "Traceback" not in err, err
+    return run.pid, err

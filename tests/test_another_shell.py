@@ -86,15 +86,7 @@ def test_cancel_stops_a_foreground_run_started_with_sigint_ignored(
 ) -> None:
     spec = write_spec(**SPEC)
     sweep = tmp_path / "sweep"
-    run = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `nohup ... &` starts it
-    )
+    run = start_run(spec, sweep, sigint_ignored=True)
     until(lambda: _in_unit(sweep), "a unit's header", run)
     cancel = run_cli("cancel", str(sweep), timeout=SETTLE_S)
     assert cancel.returncode == 0, cancel.stderr
@@ -176,7 +168,7 @@ def test_wait_follows_a_unit_run_by_hand_and_ends_at_once_on_units_resume_replac
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
     worker = subprocess.Popen(  # as `plan` says: "run one with: python -m jobs.worker SWEEP 0"
-        [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, stderr=subprocess.DEVNULL, text=True
     )
     until(lambda: _in_unit(sweep), "the unit's header", worker)
     wait = run_cli("wait", str(sweep), "--interval", "0.2", timeout=SETTLE_S)  # follows it to its end

@@ -96,7 +96,9 @@ def test_cli_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     pb = write(tmp_path, {"device": b.device, "config": b.config, "results": b.results}, "b.json")
     rc, out, err = run_handler(["compare", str(pa), str(pb)], capsys)
     assert rc == 0 and "only in B" in out
-    assert "tilesweep: note: A was measured on NVIDIA H100, B on NVIDIA H200" in err and "no problem in common" not in err
+    assert (
+        "tilesweep: note: A was measured on NVIDIA H100, B on NVIDIA H200" in err and "no problem in common" not in err
+    )
     only = write(tmp_path, {"device": a.device, "config": a.config, "results": [rec(ms=1.0, seq=512)]}, "c.json")
     rc, out, err = run_handler(["compare", str(pa), str(only)], capsys)
     assert rc == 0 and "A and B have no problem in common" in err and "measured on" not in err

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.helpers import records_written, run_cli, start_run, until
+from tests.helpers import ctrl_c_after_first_record, run_cli
 from tests.test_local_lifecycle import ITEMS, SETTLE_S, SPEC, replay_source
 
 
@@ -21,14 +20,10 @@ def test_a_debug_run_stopped_by_ctrl_c_leaves_its_unit_for_resume(
     ended, its unfinished unit is not running any more, whatever records it wrote."""
     spec = write_spec(**{**SPEC, "executor": {"kind": "debug"}})
     sweep = tmp_path / "sweep"
-    run = start_run(spec, sweep)
-    until(lambda: records_written(sweep) >= 1, "a first record", run)
-    os.killpg(run.pid, signal.SIGINT)
-    _, err = run.communicate(timeout=SETTLE_S)
-    assert run.returncode == 130 and "Traceback" not in err, err
+    pid, _ = ctrl_c_after_first_record(spec, sweep)
     status = run_cli("status", str(sweep))
     assert status.returncode == 1 and "in progress" not in status.stdout, status.stdout
-    assert f"the debug run that ran it (pid {run.pid}) ended before the unit finished" in status.stdout
+    assert f"the debug run that ran it (pid {pid}) ended before the unit finished" in status.stdout
     resumed = run_cli("resume", str(sweep), timeout=SETTLE_S)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(run_cli("status", str(sweep), "--json").stdout)["complete"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import TINY_SPEC, records_written, run_cli, start_run, until
+from tests.helpers import TINY_SPEC, ctrl_c_after_first_record, records_written, run_cli, start_run, until
 
 # one shape, fwd only, three forced configs besides auto: four items a unit, compiled one at a
 # time, so a worker that wrote its first record has seconds of work left to be stopped in
@@ -125,11 +125,7 @@ def test_ctrl_c_reads_as_interrupted_and_resume_runs_and_merges(
 ) -> None:
     spec = write_spec(**SPEC)
     sweep = tmp_path / "sweep"
-    run = start_run(spec, sweep)
-    until(lambda: records_written(sweep) >= 1, "a first record", run)
-    os.killpg(run.pid, signal.SIGINT)
-    out, err = run.communicate(timeout=SETTLE_S)
-    assert run.returncode == 130 and "Traceback" not in err, err
+    _, err = ctrl_c_after_first_record(spec, sweep)
     # the worker's log: no traceback, its last word says it was interrupted
     (log,) = (sweep / "logs").glob("*_0_log.err")
     text = log.read_text()
