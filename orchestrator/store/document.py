@@ -5,9 +5,10 @@ top-level keys and extra record fields are tolerated (tilesweep appends document
 as ``timer`` or ``attempt``; other tools may add more), so a document written by a newer
 tilesweep still reports.
 
-Records are checked for the identity fields only, by a set inclusion per record, rather than
-through a pydantic model: a million records must load in seconds, and the report needs the
-identity, not a full schema check (the merger validates what it writes). Parsing uses orjson
+Records are checked for the identity fields, by a set inclusion per record, and ``load`` checks
+their values (``store.record_values``: identity, config fields, timings, each as the spec and the
+kernels allow, a distinct identity or config once) rather than through a pydantic model: a
+million records must load in seconds (the merger validates what it writes). Parsing uses orjson
 when it is installed and the stdlib ``json`` otherwise (and for a document orjson refuses:
 NaN, which the stdlib writes for a broken kernel's rel_err); both give the same objects.
 This is the one reader of results documents: report, compare, export, ``--costs`` and the
@@ -31,7 +32,8 @@ from typing import Any
 
 from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
-from orchestrator.spec.records import FIELD_TYPES, IDENTITY_FIELDS
+from orchestrator.spec.records import IDENTITY_FIELDS
+from orchestrator.store.record_values import ValueRefused, check_values
 
 _orjson: ModuleType | None
 try:  # optional speed-up; the stdlib parser gives identical results
@@ -45,6 +47,7 @@ __all__ = [
     "ResultsDoc",
     "Scanned",
     "check_records",
+    "check_values",
     "from_obj",
     "head_of",
     "load",
@@ -137,7 +140,14 @@ def load(path: str | os.PathLike[str], *, role: str | None = None, tokamax: bool
             return found
     name, data = _read(path, role)
     doc = from_obj(parse_json(data, name), name=name)
-    check_values(doc.results, name)
+    try:
+        check_values(doc.results, name)
+    except ValueRefused as exc:
+        if _orjson is None or type(exc.value) is not float:
+            raise
+        # orjson reads an integer too large for 64 bits as a float: name it as the file gives it
+        check_values(json.loads(data)["results"], name)
+        raise
     log.debug("loaded %s: %d records", name, len(doc.results))
     return doc
 
@@ -293,32 +303,6 @@ def check_records(results: list[Any], name: str, first: int = 0) -> None:
                 f"{name}: results[{i}] lacks identity field(s) {', '.join(lacking)} "
                 f"(a record needs {', '.join(IDENTITY_FIELDS)})"
             )
-
-
-# the fields whose type a report relies on: identity fields (held by every record) and timings
-# (absent or null where a config failed); the types are ``spec.records.FIELD_TYPES``
-_CHECKED = ("dtype", "head_dim", "seq", "batch", "heads", "tag", "mode", "config", "median_ms", "q1_ms", "q3_ms")
-_COUNTS = frozenset({"head_dim", "seq", "batch", "heads"})
-_EXPECTED = {str: "a string", int: "a positive integer", float: "a number or null"}
-
-
-def check_values(results: list[dict[str, Any]], name: str) -> None:
-    """Refuse (``ResultsError``, naming the record and field) a record whose identity field or
-    timing holds a value of another type (a null dtype, a median of "fast"): a report would
-    otherwise fail on it, or count it as a failed config. Records ``check_records`` passed."""
-    for i, rec in enumerate(results):
-        for k in _CHECKED:
-            v: Any = rec.get(k)
-            if v is None and k not in IDENTITY_FIELDS:
-                continue
-            if type(v) not in FIELD_TYPES[k] or (k in _COUNTS and v < 1):
-                _wrong(name, i, k, v, _EXPECTED[FIELD_TYPES[k][0]])
-
-
-def _wrong(name: str, i: int, field: str, value: Any, expected: str) -> None:
-    raise ResultsError(
-        f"{name}: results[{i}].{field} is {json.dumps(value)[:40]}, expected {expected}; correct or remove that record"
-    )
 
 
 def _json_type(value: Any) -> str:

@@ -1,0 +1,133 @@
+"""A results document edited by hand: a record's value that no tilesweep writes is refused at
+load, in one line naming ``results[i].field``, the value as the file gives it and what the field
+allows, by every reader (report, export, compare), instead of a traceback or a wrong table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernels import impls
+from orchestrator.store import document
+from tests.helpers import SAMPLE, assert_one_line_error, run_cli
+
+FWD = 2  # results[2] of the sample: a forced fwd record (block_q, block_k, num_stages, num_warps)
+FAILED = 121  # results[121]: a forced fwd record of a config that failed (its error, no timings)
+
+
+def _sample() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(SAMPLE.read_text())
+    assert doc["results"][FWD]["mode"] == "fwd" and doc["results"][FWD]["config"] == "forced"
+    assert "error" in doc["results"][FAILED] and "median_ms" not in doc["results"][FAILED]
+    return doc
+
+
+def _write(tmp_path: Path, doc: dict[str, Any], name: str = "bad.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def _edited(tmp_path: Path, i: int, field: str, value: Any) -> Path:
+    doc = _sample()
+    doc["results"][i][field] = value
+    return _write(tmp_path, doc)
+
+
+def _refused(tmp_path: Path, bad: Path, *args: str) -> str:
+    """The one line each reader refuses ``bad`` with (the same for all three); nothing exported."""
+    good = _write(tmp_path, _sample(), "good.json")
+    out = tmp_path / "tuned.json"
+    lines = set()
+    for argv in (
+        ["report", str(bad), *args],
+        ["export", str(bad), "--out", str(out)],
+        ["compare", str(good), str(bad)],
+    ):
+        lines.add(assert_one_line_error(run_cli(*argv), f"{bad}: "))
+    assert not out.exists()
+    assert len(lines) == 1, lines
+    line = lines.pop()
+    assert line.endswith("; correct or remove that record"), line
+    return line
+
+
+@pytest.mark.parametrize(
+    ("i", "field", "value", "says"),
+    [
+        (FWD, "impl", "nope", 'impl is "nope", expected one of tilesweep, jax, mosaic, tokamax-mosaic'),
+        (FWD, "block_q", [64], "block_q is [64], expected a power of two and at least 1"),
+        (FWD, "config", "weird", 'config is "weird", expected one of auto, forced'),
+        (FWD, "num_warps", 0, "num_warps is 0, expected a power of two and at least 1"),
+        (FWD, "block_q", 96, "block_q is 96, expected a power of two and at least 1"),
+        (FWD, "mode", "sideways", 'mode is "sideways", expected one of fwd, fwd_bwd'),
+        (FWD, "dtype", "int8", 'dtype is "int8", expected one of bfloat16, float16, float32'),
+        (FWD, "median_ms", -5, "median_ms is -5, expected a number of milliseconds from 1e-06 to 1e+09, or null"),
+        (FWD, "median_ms", 0, "median_ms is 0, expected a number of milliseconds"),
+        (FWD, "q1_ms", 1e-300, "q1_ms is 1e-300, expected a number of milliseconds"),
+        (0, "q3_ms", 1e308, "q3_ms is 1e+308, expected a number of milliseconds"),
+        (FWD, "samples_ms", [0.12, -0.5], "samples_ms[1] is -0.5, expected a number of milliseconds"),
+        (FAILED, "error", ["x"], 'error is ["x"], expected a string'),
+        (FWD, "head_dim", 10**30, "head_dim is 1000000000000000000000000000000, expected an integer from 16 to 256"),
+    ],
+)
+def test_a_hand_edited_value_is_refused_in_one_line_by_report_export_and_compare(
+    tmp_path: Path, i: int, field: str, value: Any, says: str
+) -> None:
+    line = _refused(tmp_path, _edited(tmp_path, i, field, value))
+    assert f"results[{i}].{says}" in line, line
+
+
+def test_a_forced_record_lacking_a_config_field_is_refused(tmp_path: Path) -> None:
+    doc = _sample()
+    del doc["results"][FWD]["num_warps"]
+    line = _refused(tmp_path, _write(tmp_path, doc))
+    assert f"results[{FWD}] lacks config field(s) num_warps" in line
+    assert "block_q, block_k, num_stages, num_warps" in line  # what such a record holds
+
+
+def test_a_tiny_median_is_refused_rather_than_reported_as_infinite_tflops(tmp_path: Path) -> None:
+    """A median of 1e-300 made ``report --json`` print ``Infinity`` (not JSON) for TFLOP/s."""
+    r = run_cli("report", str(_edited(tmp_path, FWD, "median_ms", 1e-300)), "--json")
+    assert "Infinity" not in r.stdout
+    assert_one_line_error(r, f"results[{FWD}].median_ms is 1e-300")
+
+
+@pytest.mark.parametrize(("field", "value"), [("block_q", 64.0), ("num_stages", True)])
+def test_a_config_value_equal_to_a_good_one_but_of_another_type_is_refused(
+    tmp_path: Path, field: str, value: Any
+) -> None:
+    """64.0 equals the 64 of the records before it, true the 1 (``num_stages``): a check that
+    remembered the good configs by value would pass them."""
+    doc = _sample()
+    recs = doc["results"]
+    k = next(j for j in range(FWD + 1, len(recs)) if recs[j]["config"] == "forced" and recs[j][field] == value)
+    assert type(recs[k][field]) is not type(value)
+    recs[k][field] = value
+    assert_one_line_error(
+        run_cli("report", str(_write(tmp_path, doc))), f"results[{k}].{field} is {json.dumps(value)}, expected "
+    )
+
+
+@pytest.mark.parametrize("impl", impls.IMPL_NAMES)
+def test_every_implementations_records_load_and_its_tunables_rules_are_held(tmp_path: Path, impl: str) -> None:
+    """A forced record of each implementation (``tilesweep impls``), with its tunables' default
+    values, loads; the same record with an integer tunable at 0 is refused with that tunable's rule."""
+    kernel = impls.get(impl)
+    doc = _sample()
+    rec = {k: v for k, v in doc["results"][FWD].items() if k not in ("block_q", "block_k", "num_stages", "num_warps")}
+    rec["dtype"] = kernel.capabilities.dtypes[0]
+    if impl != impls.DEFAULT_IMPL:
+        rec["impl"] = impl
+    rec.update({t.name: t.default[0] for t in kernel.tunables("fwd")})
+    doc["results"].append(rec)
+    good = _write(tmp_path, doc, "impl.json")
+    assert len(document.load(good).results) == len(doc["results"])
+    tunable = next(t for t in kernel.tunables("fwd") if t.kind is int)
+    rec[tunable.name] = 0
+    k = len(doc["results"]) - 1
+    r = run_cli("report", str(_write(tmp_path, doc)))
+    assert_one_line_error(r, f"results[{k}].{tunable.name} is 0, expected {tunable.rule}")
