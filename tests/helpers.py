@@ -51,6 +51,12 @@ LAUNCH = (
     "os.execv(sys.executable, [sys.executable, '-m', 'orchestrator', *sys.argv[1:]])"
 )
 
+# the same with SIGINT ignored, as `nohup ... &` or a script's `&` start a command (no preexec_fn:
+# forking the test process, which has jax's threads, to run Python before exec may deadlock)
+LAUNCH_IGNORING_SIGINT = LAUNCH.replace("signal.SIG_DFL", "signal.SIG_IGN")
+# the CLI with its standard output closed (`>&-`)
+LAUNCH_STDOUT_CLOSED = LAUNCH.replace("signal.SIG_DFL); ", "signal.SIG_DFL); os.close(1); ")
+
 
 def run_cli(
     *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
@@ -121,15 +127,13 @@ def start_run(
     alone, ``spec`` then unused) in its own process group with SIGINT at its default, as at a
     terminal (``sigint_ignored``: ignored, as ``nohup ... &`` or a script's ``&`` start it)."""
     args = ["run", str(spec), "--sweep-dir", str(sweep)] if command == "run" else [command, str(sweep)]
-    start = ["-m", "orchestrator"] if sigint_ignored else ["-c", LAUNCH]
     return subprocess.Popen(
-        [sys.executable, *start, *args, *extra],
+        [sys.executable, "-c", LAUNCH_IGNORING_SIGINT if sigint_ignored else LAUNCH, *args, *extra],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
 
 

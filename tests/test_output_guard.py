@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import LAUNCH_STDOUT_CLOSED, run_cli
 
 
 @pytest.fixture
@@ -169,12 +169,9 @@ def test_export_to_a_reader_that_left_says_the_table_was_cut_short(results: Path
 def test_report_with_standard_output_closed_runs_and_writes_its_page(results: Path, tmp_path: Path) -> None:
     page = tmp_path / "page.html"
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "report", str(results), "--html", str(page)],
-        stdout=subprocess.DEVNULL,
+        [sys.executable, "-c", LAUNCH_STDOUT_CLOSED, "report", str(results), "--html", str(page)],
         stderr=subprocess.PIPE,
         text=True,
-        close_fds=True,
-        preexec_fn=lambda: os.close(1),  # `>&-`
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert page.read_text().lstrip().lower().startswith("<!doctype html")
