@@ -44,3 +44,7 @@ if ! .venv/bin/python -c 'import importlib.util as u, sys; sys.exit(not (u.find_
   echo "setup-venv: installing jax-cuda12-plugin==$jaxlib without its dependencies (for lowering on a CPU)" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "jax-cuda12-plugin==$jaxlib"
 fi
+# The checkout's modules compiled once: an editable install compiles none, and where
+# PYTHONDONTWRITEBYTECODE is set (as in many container images) every process would compile them
+# again, about 0.15 s of each command's, task's and worker's start. Fast when already current.
+.venv/bin/python -m compileall -q -j 0 orchestrator jobs kernels >/dev/null
