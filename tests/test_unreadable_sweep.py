@@ -86,7 +86,9 @@ def test_an_unreadable_log_is_named_by_logs(tmp_path: Path) -> None:
     log.parent.mkdir(parents=True)
     log.write_text("the worker's output\n")
     _unreadable(log)
-    assert_one_line_error(_unprivileged("logs", str(sweep), "0"), f"cannot read {log}", READABLE)
+    r = _unprivileged("logs", str(sweep), "0")
+    assert_one_line_error(r, f"cannot read {log}", READABLE)
+    assert r.stdout == ""  # no header of a log it could not show
 
 
 def test_ls_lists_a_sweep_it_may_not_read_beside_the_others(tmp_path: Path) -> None:

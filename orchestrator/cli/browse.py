@@ -48,9 +48,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from orchestrator.store.sweepdir import SweepDir
 
     path = unit_log(SweepDir.open(args.sweep_dir), args.unit, task=args.task)
-    print(f"==> {path} <==")  # on stdout with the log, as `tail -v` prints it: a capture keeps them together
-    sys.stdout.flush()
-    with open(path, "rb") as f:
+    with open(path, "rb") as f:  # opened first: a log that cannot be read leaves no header behind
+        print(f"==> {path} <==")  # on stdout with the log, as `tail -v` prints it: a capture keeps them together
+        sys.stdout.flush()
         shutil.copyfileobj(f, sys.stdout.buffer)
     return 0
 
