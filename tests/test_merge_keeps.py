@@ -31,6 +31,11 @@ def test_a_document_of_another_sweep_replaced_by_the_same_items_is_kept_as_prev(
     assert f"kept as {out}.prev" in r.stdout, r.stdout
     assert (tmp_path / "copy.json.prev").read_bytes() == before
     assert len(_records(out)) == b.planned
+    # A's own document, its key index beside it (judged through the index, its head alone read)
+    before = (tmp_path / "a.json").read_bytes()
+    r = run_cli("merge", str(b.root), "--output", str(tmp_path / "a.json"))
+    assert r.returncode == 0 and f"kept as {tmp_path / 'a.json'}.prev" in r.stdout, r.stdout + r.stderr
+    assert (tmp_path / "a.json.prev").read_bytes() == before
     # B merged again over its own output: nothing set aside again
     (tmp_path / "copy.json.prev").unlink()
     r = run_cli("merge", str(b.root), "--output", str(out))

@@ -100,10 +100,14 @@ def folder_path(value: str) -> str:
     return value
 
 
+def names_no_file(path: str) -> bool:
+    """Whether a path given for a file to write names none: empty, or a folder's (ending in a slash)."""
+    return not path.strip() or path.endswith(("/", os.sep))
+
+
 def file_path(value: str) -> str:
-    """argparse type of a file to write (``--output``): a path that names a file, not "" or a
-    folder's path ending in a slash."""
-    if not value.strip() or value.endswith(("/", os.sep)):
+    """argparse type of a file to write (``--output``): a path that names a file (``names_no_file``)."""
+    if names_no_file(value):
         raise argparse.ArgumentTypeError(f"{value!r} names no file; name the results document to write")
     return value
 

@@ -240,8 +240,8 @@ def _main(argv: list[str] | None) -> int:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for taken in STOP_SIGNALS:
+            signal.signal(taken, signal.SIG_IGN)
         how = "interrupted" if _stopped_by == signal.SIGINT else f"stopped by {signal.Signals(_stopped_by).name}"
         if exc.args and isinstance(exc.args[0], str):  # the command's own word (``wait``)
             note = exc.args[0]

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from orchestrator.cli.common import names_no_file
 from orchestrator.errors import TilesweepError
 
 # how much of an existing page is read to tell it is a page
@@ -56,7 +57,7 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
     link); refused (a one-line ``TilesweepError``) where writing there would replace one of
     ``inputs``, a directory, a device or a pipe, or a file of another kind than ``of_kind``
     accepts, and where ``out`` names no file."""
-    if not out.strip() or out.endswith(("/", os.sep)):
+    if names_no_file(out):
         raise TilesweepError(f"{flag} {out!r} names no file; name a file for the {writes}")
     path = Path(os.path.realpath(out)) if os.path.islink(out) else Path(out)
     for given in inputs:

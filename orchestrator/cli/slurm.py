@@ -106,12 +106,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from orchestrator.control.local_stop import stop_local
-    from orchestrator.control.status import sweep_status
     from orchestrator.control.sweeps import cancel_sweep
 
     sd = SweepDir.open(args.sweep_dir)
     done = cancel_sweep(sd)
-    here = stop_local(sd, sweep_status(sd, query_slurm=False))
+    here = stop_local(sd, done.status)  # the units it runs here, as the cancel saw them
     if not done.arrays and not here:
         print(f"nothing of {sd.root} is pending or running; nothing to cancel")
         return 0

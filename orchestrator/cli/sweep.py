@@ -150,7 +150,7 @@ def _print_plan(spec: SweepSpec, planned: Planned) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from orchestrator.control.sweeps import check_runs_here, prepare_sweep, run_or_follow
+    from orchestrator.control.sweeps import check_runs_here, default_sweep_dir, prepare_sweep, run_or_follow
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.merge import check_target
@@ -162,14 +162,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return run_on_slurm(args)
     check_runs_here(spec)
+    root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
+    created = not root.exists()
     sd, unit_ids, existed = prepare_sweep(
-        args.spec, args.sweep_dir, args.units, args.output, costs=args.costs, reuse=reuse_request(args), kind=kind
+        args.spec, str(root), args.units, args.output, costs=args.costs, reuse=reuse_request(args), kind=kind
     )
     if not args.overwrite:
         try:
             check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
         except TilesweepError:
-            if not existed:  # a sweep directory made for nothing: a rerun with another output starts afresh
+            if created:  # a sweep directory made for nothing (as `run` on SLURM): a rerun starts afresh
                 shutil.rmtree(sd.root, ignore_errors=True)
             raise
     print_plan_notes(sd.spec)

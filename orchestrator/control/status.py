@@ -102,7 +102,7 @@ def sweep_status(
         if u.state != "done":
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
         if not u.submitted and u.state in ACTIVE:
-            u.detail = NOT_SUBMITTED["resumed" if u.resumed else st.runner_live]
+            u.detail = REPLACED if u.resumed else NOT_SUBMITTED[st.runner_live]
     _leases(sd, st)
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
         if u.id in notes:
@@ -134,11 +134,9 @@ def _merge_jobs(sd: SweepDir, hist: History, view: SchedulerView | None) -> list
 
 REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
 # a unit never submitted, by whether a live `tilesweep run` holds the sweep (it starts the unit)
-NOT_SUBMITTED = {
-    True: "not submitted yet: the running `tilesweep run` starts it",
-    False: "not submitted",
-    "resumed": "never submitted; `tilesweep resume` gave its items to later units",
-}
+NOT_SUBMITTED = {True: "not submitted yet: the running `tilesweep run` starts it", False: "not submitted"}
+# a unit never submitted whose items `tilesweep resume` handed to new units: nothing will start it
+REPLACED = "never submitted; `tilesweep resume` gave its items to later units"
 
 
 def later_rounds(index: list[UnitEntry]) -> dict[int, int]:

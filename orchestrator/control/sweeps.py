@@ -21,7 +21,7 @@ from orchestrator.control.history import read_history
 from orchestrator.control.reuseplan import Planned, ReuseRequest, plan_with_reuse
 from orchestrator.control.scheduler import array_of, missing_tools, query
 from orchestrator.control.scheduler import cancel as scancel
-from orchestrator.control.status import ACTIVE, sweep_status
+from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
 from orchestrator.errors import DispatchError, LeaseHeld, PlanError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store import tokamax_lists
@@ -203,9 +203,10 @@ def slurm_jobs(sd: SweepDir) -> int:
 
 @dataclass
 class Cancelled:
-    """What ``cancel_sweep`` did: the arrays it cancelled (none: nothing was pending or
-    running) and how many unfinished units they held."""
+    """What ``cancel_sweep`` did: the sweep's status it judged by, the arrays it cancelled
+    (none: nothing was pending or running on SLURM) and how many unfinished units they held."""
 
+    status: SweepStatus
     arrays: list[str] = field(default_factory=list)
     units: int = 0
 
@@ -220,13 +221,13 @@ def cancel_sweep(sd: SweepDir) -> Cancelled:
             key=lambda a: (len(a), a),
         )
         if not arrays:
-            return Cancelled()
+            return Cancelled(st)
         if missing_tools("scancel"):
             raise DispatchError("`scancel` is not on PATH; cancel from a login node of the cluster")
         scancel(arrays)
         sd.record_jobs([{"event": "cancel", "arrays": arrays, "time": now_iso(), "ts": round(time.time(), 3)}])
     n = sum(1 for u in st.units if u.state in ACTIVE and u.job_id and array_of(u.job_id) in arrays)
-    return Cancelled(arrays=arrays, units=n)
+    return Cancelled(st, arrays=arrays, units=n)
 
 
 GPU_HOURS_SOURCE = "sacct: elapsed x allocated GPUs, every run of every task of the sweep's arrays"

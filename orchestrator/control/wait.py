@@ -48,8 +48,8 @@ def wait_until_settled(
         st = sweep_status(sd, query_slurm=stale, view=None if stale else view)
         if st.view is not None:
             view = st.view
-        never = [u.id for u in st.units if u.state != "done" and not (u.submitted or u.resumed or u.leased)]
-        if never and not st.runner_live and not any(u.state in ACTIVE and (u.submitted or u.leased) for u in st.units):
+        never = [u.id for u in st.never_started()]
+        if never and not any(u.state in ACTIVE and (u.submitted or u.leased) for u in st.units):
             raise DispatchError(
                 f"{len(never)} units of {sd.root} were never submitted (e.g. {never[0]}); "
                 f"`{PROG} resume {sd.root}` submits them"

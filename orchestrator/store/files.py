@@ -227,9 +227,7 @@ def read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SweepDirError(f"{what} {path} is missing") from None
-    except OSError as exc:
-        if exc.errno in ACCESS_ERRNOS:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if isinstance(exc, OSError) and exc.errno in ACCESS_ERRNOS:  # not damaged: this user may not read it
             raise SweepDirError(cannot_access(exc)) from None
-        raise SweepDirError(f"{what} {path} is unreadable ({exc}); {DAMAGED_FIX}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SweepDirError(f"{what} {path} is unreadable ({exc}); {DAMAGED_FIX}") from None

@@ -45,7 +45,7 @@ from orchestrator import PROG
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store import keyindex
-from orchestrator.store.document import head_of, paused_gc, read_bytes, results_bounds, scan
+from orchestrator.store.document import head_of, paused_gc, read_bytes, read_head, results_bounds, scan
 from orchestrator.store.files import atomic_write_json, temp_path
 from orchestrator.store.partials import UnitItems
 from orchestrator.store.provenance import attempts_of, blocks
@@ -207,14 +207,15 @@ def _judge_by_index(sd: SweepDir, target: Target, index: keyindex.KeyIndex, unit
     planned = planned_ids(sd, units)
     target.records = len(index.ids)
     strangers = [k for k, iid in enumerate(index.ids) if iid not in planned]
+    if not strangers:  # the head alone says whose records they are: only the bytes around them are read
+        target.elsewhere = not _ours(sd, read_head(target.path, index.bounds()).extra.get("tilesweep"))
+        return
     name, data = read_bytes(target.path)
     bounds = results_bounds(data)
     if bounds is None:
         raise ResultsError(f"{name}: not a results document: not in the layout its key index describes")
     tilesweep = head_of(data, bounds, name).extra.get("tilesweep")
     target.elsewhere = not _ours(sd, tilesweep)
-    if not strangers:
-        return
     owners = _owners(tilesweep)
     for rec in keyindex.records_at(data, index, strangers):
         target.foreign[owners.get(rec.get("unit") if isinstance(rec, dict) else None, NOT_TILESWEEP)] += 1

@@ -102,9 +102,9 @@ def _run_in_process(
 
     executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="debug")
     outcomes = []
+    here = {"pid": os.getpid(), "start": process_start(os.getpid()), **host_identity()}  # status: whether it runs
     for uid in unit_ids:
         job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
-        here = {"pid": os.getpid(), "start": process_start(os.getpid()), **host_identity()}  # whether it still runs
         sd.record_jobs([{"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}])
         outcomes.append(_outcome(uid, job))
         if on_poll:
