@@ -32,7 +32,6 @@ import json
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, NoReturn
 
 from kernels import impls
@@ -40,12 +39,7 @@ from kernels.impl_base import Tunable
 from kernels.smem import DTYPES, MAX_HEAD_DIM, MIN_HEAD_DIM, MODES
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import IDENTITY_FIELDS
-
-_orjson: ModuleType | None
-try:  # optional speed-up, as in ``store.document``
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
+from orchestrator.store import jsonline
 
 __all__ = ["CONFIG_KINDS", "MAX_MS", "MIN_MS", "ValueRefused", "check_values"]
 
@@ -59,8 +53,9 @@ _IDENT = operator.itemgetter(*IDENTITY_FIELDS)  # dtype, head_dim, seq, batch, h
 _TIMES = operator.itemgetter(*_TIMINGS)
 _ALLOWED = {"dtype": DTYPES, "mode": MODES, "config": CONFIG_KINDS}
 _MS = f"a number of milliseconds from {MIN_MS:g} to {MAX_MS:g}"
-# the JSON text of a tuple of values, exact as to their types (a value orjson cannot write raises TypeError)
-_exact: Callable[[Any], Any] = _orjson.dumps if _orjson is not None else repr
+# the JSON text of a tuple of values, exact as to their types (a value orjson cannot write raises
+# TypeError): orjson where the store's one switch (``store.jsonline``) has it
+_exact: Callable[[Any], Any] = jsonline._orjson.dumps if jsonline._orjson is not None else repr
 
 
 class ValueRefused(ResultsError):
