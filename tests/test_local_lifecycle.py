@@ -331,3 +331,24 @@ def test_a_unit_done_whose_worker_then_fails_is_done_for_run_as_for_status(
     assert f"merged {ITEMS} records" in r.stderr and not re.search(r"\bfailed\b[:(]", r.stdout + r.stderr), r.stderr
     assert "its worker then exited with code 3" in r.stderr, r.stderr
     assert run_cli("status", str(sweep)).returncode == 0
+
+
+def test_run_after_an_interrupted_resume_runs_only_the_resumed_unit_and_times_no_item_twice(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(**SPEC)
+    sweep = tmp_path / "sweep"
+    ctrl_c_after_first_record(spec, sweep)
+    # resume hands the three missing items to a new unit; Ctrl-C once it recorded one of them
+    resume = start_run(spec, sweep, command="resume")
+    until(lambda: records_written(sweep) >= 2, "the resumed unit's first record", resume)
+    os.killpg(resume.pid, signal.SIGINT)
+    _, err = resume.communicate(timeout=SETTLE_S)
+    assert resume.returncode == 130 and "Traceback" not in err, err
+    units = json.loads((sweep / "units.json").read_text())
+    assert len(units) == 2, units
+    # the rerun runs the resumed unit's last items, never the first unit's again
+    rerun = run_cli("run", str(spec), "--sweep-dir", str(sweep), timeout=SETTLE_S)
+    assert rerun.returncode == 0, rerun.stderr
+    assert records_written(sweep) == ITEMS, [p.read_text() for p in (sweep / "partials").glob("*.jsonl")]
+    assert len(json.loads((tmp_path / "results.json").read_text())["results"]) == ITEMS

@@ -204,7 +204,9 @@ def _run_here(
     )
     if existed:
         _warn_kept_plan(sd, len(unit_ids), args)
-    outcomes = _run_rounds_here(sd, [u.id for u in st.units if not u.complete], kind, args.workers, args.retry_errors)
+    # a unit `resume` handed its missing items to is not run again: its later unit runs them
+    todo = [u.id for u in st.units if not u.complete and not u.resumed]
+    outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
     failed = failed_unit_lines(outcomes)
     return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=_rerun(args.spec, sd))
 
