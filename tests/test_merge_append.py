@@ -135,3 +135,42 @@ def test_append_into_a_document_holding_nan_keeps_it(tmp_path: Path) -> None:
     res = load(sd.output).results
     assert res[0]["seq"] == 99999 and res[0]["rel_err"] != res[0]["rel_err"]  # kept, still NaN
     assert len(res) == sd.planned + 2
+
+
+def test_append_over_another_sweeps_records_keeps_the_old_document_as_prev(tmp_path: Path) -> None:
+    """Replacing records another sweep measured is a loss to undo: the old document is kept as
+    ``.prev``; merging the same sweep again replaces only its own records and keeps that ``.prev``."""
+    sd, _ = _append_sweep(tmp_path)
+    _earlier_document(sd.output, sd)
+    before = sd.output.read_bytes()
+    summary = merge(sd)
+    prev = sd.output.with_name(sd.output.name + ".prev")
+    assert summary.prev == prev and prev.read_bytes() == before
+    merge(sd)
+    assert prev.read_bytes() == before
+
+
+def test_a_replay_appended_into_a_measured_document_never_replaces_its_measurements(
+    tmp_path: Path, write_spec: Any
+) -> None:
+    """A replayed record is no measurement: appended into a document that measured the same
+    items, the measurements stay (whatever their times) and the replay adds only what is new."""
+    from orchestrator.store import synthetic
+    from tests.helpers import TINY_SPEC
+
+    out, source = tmp_path / "results.json", tmp_path / "source.json"
+    measured = synthetic.document({**TINY_SPEC, "modes": ["fwd"], "output": str(out)})
+    out.write_text(json.dumps(measured))
+    source.write_text(json.dumps(measured))
+    spec = write_spec(
+        modes=["fwd"],
+        append=True,
+        kernel={"impl": "replay"},
+        replay={"source": str(source)},
+        executor={"kind": "local"},
+    )
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    res = read_doc(out)["results"]
+    assert len(res) == len(measured["results"]) and all(rec.get("timer") != "virtual" for rec in res)
+    assert [item_id(rec) for rec in res] == [item_id(rec) for rec in measured["results"]]

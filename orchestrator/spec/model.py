@@ -96,7 +96,8 @@ class SweepSpec(SpecModel):
     append: bool = Field(
         default=False,
         description="merge into an existing results document that holds records of other sweeps, the newest "
-        "record of an identity winning (without it such a document is refused)",
+        "record of an identity winning, a measured one over a replayed one (without it such a document is "
+        "refused; the document before is kept as OUTPUT.prev where records of other sweeps are replaced)",
     )
     dtypes: Annotated[list[Literal[DTYPES]], NonEmpty, Unique] = Field(  # type: ignore[valid-type]
         default=["bfloat16", "float32"], description="input dtypes of the problems"

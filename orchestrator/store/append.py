@@ -5,7 +5,10 @@ what counts as a results document is the same for append, report, compare and ``
 Its records are kept untouched and in place, except those of the same identity as a record
 of this sweep: the newer of the two stays (``newest``'s rule, by the start time of the
 attempt that measured each; a record whose measurement time the document cannot tell, as in
-a reference-run document, counts as older), and further copies are dropped. New identities
+a reference-run document, counts as older), except that a replayed record never takes the
+place of a measured one, whatever their times (``store.replayed``: a replay's records are no
+measurements), and further copies are dropped. Where a record that was not this sweep's own
+is replaced or dropped, the merge keeps the old document as ``.prev`` (``Appended.replaced_foreign``). New identities
 follow in plan order. A document of another device is refused unless ``merge.mix_devices``
 is set, and then every record carries its device. The document's own ``tilesweep`` block is
 kept under ``earlier`` when it came from another spec, so provenance is never lost.
@@ -32,6 +35,7 @@ from orchestrator.store.provenance import (
     with_earlier,
     without_earlier,
 )
+from orchestrator.store.replayed import Replayed, replayed_of
 from orchestrator.store.texts import any_record_text
 
 APPEND_HINT = "merging appends to it (append: true): move it away or set append: false"
@@ -55,16 +59,27 @@ class Appended:
     keys: Keys
     kept: int
     kept_errors: int
+    replaced_foreign: int = 0  # records not of this sweep's units that were replaced or dropped
+
+
+@dataclass(frozen=True)
+class Ours:
+    """This sweep as an append sees it: its spec's ``tag``, its units (a record of one of them
+    is its own, written by an earlier merge of it) and whether it is a replay."""
+
+    tag: str
+    units: frozenset[str]
+    replay: bool
 
 
 def append_into(
-    existing: ResultsDoc, head: DocumentHead, slots: Slots, *, tag: str, mix_devices: bool, path: Path
+    existing: ResultsDoc, head: DocumentHead, slots: Slots, ours: Ours, *, mix_devices: bool, path: Path
 ) -> Appended:
-    """Records of this sweep (``slots``, of the spec's ``tag``) replace same-identity records of
-    ``existing`` in place, unless the document's record was measured later (by its unit and
-    attempt's start time in the document's tilesweep blocks); the others are kept untouched; new
-    identities follow in plan order. Consumes ``existing.results`` as it goes, so a big
-    document's parsed records are freed while its text is built."""
+    """Records of this sweep (``slots``) replace same-identity records of ``existing`` in place,
+    unless the document's record was measured later (by its unit and attempt's start time in the
+    document's tilesweep blocks) or is a measurement where this sweep replays; the others are
+    kept untouched; new identities follow in plan order. Consumes ``existing.results`` as it
+    goes, so a big document's parsed records are freed while its text is built."""
     old_kind = existing.device.get("device_kind")
     new_kind = head["device"].get("device_kind") if head["device"] else old_kind
     mixing = old_kind != new_kind
@@ -75,7 +90,8 @@ def append_into(
         )
     old_ts = existing.extra.get("tilesweep")
     keys = Keys([], [])
-    texts, kept, kept_errors = _records(existing, slots, measured_times(old_ts), mixing, new_kind, (keys, tag))
+    judge = _Judge(measured_times(old_ts), replayed_of(existing), ours)
+    texts, kept, kept_errors = _records(existing, slots, judge, mixing, new_kind, keys)
     new_head = head.copy()
     if existing.device and not mixing:
         new_head["device"] = cast(DeviceBlock, existing.device)
@@ -86,28 +102,46 @@ def append_into(
         earlier.append(without_earlier(own))
     if earlier:
         new_head["tilesweep"] = with_earlier(head["tilesweep"], earlier)
-    return Appended(new_head, texts, keys, kept, kept_errors)
+    return Appended(new_head, texts, keys, kept, kept_errors, judge.replaced_foreign)
+
+
+@dataclass
+class _Judge:
+    """Which of two records of one identity stays: the document's (``rec``) or this sweep's."""
+
+    measured: dict[tuple[Any, Any], str]  # (unit, attempt) -> when it started, in the document's blocks
+    replayed: Replayed  # the document's rule of which of its records are replayed
+    ours: Ours
+    replaced_foreign: int = 0
+
+    def ours_win(self, rec: dict[str, Any], started: str) -> bool:
+        """Whether this sweep's record (of an attempt that ``started`` then) replaces ``rec``:
+        a measurement beats a replay; else the newer wins, and a record of unknown age is older."""
+        theirs_replayed = self.replayed(rec)
+        if theirs_replayed != self.ours.replay:
+            return theirs_replayed
+        theirs = self.measured.get((rec.get("unit"), rec.get("attempt")))
+        return theirs is None or theirs <= started
+
+    def gone(self, rec: dict[str, Any]) -> None:
+        """``rec`` leaves the document (replaced or a second copy): counted where not ours."""
+        if rec.get("unit") not in self.ours.units:
+            self.replaced_foreign += 1
 
 
 def _records(
-    existing: ResultsDoc,
-    slots: Slots,
-    measured: dict[tuple[Any, Any], str],
-    mixing: bool,
-    new_kind: Any,
-    keyed: tuple[Keys, str],
+    existing: ResultsDoc, slots: Slots, judge: _Judge, mixing: bool, new_kind: Any, keys: Keys
 ) -> tuple[list[bytes], int, int]:
     """The record texts of the appended document, how many of the document's records were
-    kept and how many of those are errors; ``keyed``: the keys of the texts are added to its
-    ``Keys``, this sweep's records being of its tag. When ``mixing`` devices, every record
-    carries its device: the document's kind for its records, ``new_kind`` for this sweep's."""
+    kept and how many of those are errors; the keys of the texts are added to ``keys``, this
+    sweep's records being of its tag. When ``mixing`` devices, every record carries its device:
+    the document's kind for its records, ``new_kind`` for this sweep's."""
     old_kind = existing.device.get("device_kind")
     fresh = {iid: pi for pi, iid in enumerate(slots.ids) if iid is not None}
     used: set[int] = set()
     texts: list[bytes] = []
     kept = kept_errors = 0
-
-    keys, tag = keyed
+    tag = judge.ours.tag
 
     def ours(pi: int) -> bytes:
         t = slots.text[pi] or b""
@@ -122,11 +156,12 @@ def _records(
             pi = None
         if pi is not None and pi in used:  # a second copy of one of our items: superseded
             slots.superseded += 1
+            judge.gone(rec)
             continue
         if pi is not None:
             used.add(pi)
-            theirs = measured.get((rec.get("unit"), rec.get("attempt")))
-            if theirs is None or theirs <= slots.started_of(pi):  # newest wins; unknown age: ours
+            if judge.ours_win(rec, slots.started_of(pi)):
+                judge.gone(rec)
                 texts.append(ours(pi))
                 continue
             slots.err[pi] = 0  # the kept record is counted below, ours is not written

@@ -42,8 +42,9 @@ from typing import IO, Any, cast
 
 from orchestrator import PROG
 from orchestrator.errors import ResultsError
+from orchestrator.spec.sections import REPLAY
 from orchestrator.store import keyindex
-from orchestrator.store.append import append_into, load_target
+from orchestrator.store.append import Ours, append_into, load_target
 from orchestrator.store.carried import read_summary
 from orchestrator.store.document import paused_gc
 from orchestrator.store.files import atomic_open, now_iso, remove_dead_temps, write_advice
@@ -312,11 +313,13 @@ def _write_appended(sd: SweepDir, out: Path, head: DocumentHead, slots: Slots, s
     identity measured before them (``append.append_into``)."""
     existing = load_target(out)
     summary.replaced = len(existing.results)
-    appended = append_into(existing, head, slots, tag=sd.spec.tag, mix_devices=sd.spec.merge.mix_devices, path=out)
+    ours = Ours(sd.spec.tag, frozenset(e["id"] for e in sd.unit_index()), sd.spec.kernel.impl == REPLAY)
+    appended = append_into(existing, head, slots, ours, mix_devices=sd.spec.merge.mix_devices, path=out)
     summary.records = len(appended.texts)
     summary.kept_from_existing = appended.kept
     summary.errors = sum(slots.err) + appended.kept_errors
-    _replace(sd, out, _ordered(appended.head), appended.texts, appended.keys, summary)
+    keep_prev = appended.replaced_foreign > 0
+    _replace(sd, out, _ordered(appended.head), appended.texts, appended.keys, summary, keep_prev=keep_prev)
 
 
 def _write_fresh(
@@ -357,14 +360,17 @@ def _replace(
     summary: MergeSummary,
     target: Target | None = None,
     plan: str | None = None,
+    keep_prev: bool = False,
 ) -> None:
     """Write the document, then its key index (``keys``: of ``records``, in order; ``plan``: the
-    plan all of them are items of, ``target.plan_of``, where they are this sweep's alone); keep the one
-    it replaces as ``.prev`` when that held more records, or anything not this sweep's
+    plan all of them are items of, ``target.plan_of``, where they are this sweep's alone); keep
+    the one it replaces as ``.prev`` when that held more records, or anything not this sweep's
     (``target``, judged before: ``--overwrite`` drops it, even where reused records make the new
-    document as long). Nothing is changed when the output cannot be replaced (one line says why)."""
+    document as long; ``keep_prev``: an append replaced records not this sweep's). Nothing is
+    changed when the output cannot be replaced (one line says why)."""
     dropped = target is not None and bool(target.n_foreign or target.not_a_document or target.elsewhere)
-    stashed = stash(out) if out.exists() and (dropped or summary.replaced > summary.records) else None
+    keep_prev = keep_prev or dropped or summary.replaced > summary.records
+    stashed = stash(out) if out.exists() and keep_prev else None
     try:
         first = write_document(out, head, records)
     except OSError as exc:
