@@ -93,6 +93,16 @@ def test_bad_replay_sources_are_one_line_errors(tmp_path: Path) -> None:
         assert_one_line_error(r, "another spec", *needles)
 
 
+def test_a_replay_into_its_own_source_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """Its merge would replace the measurements it replays with replayed ones."""
+    source = tmp_path / "measured.json"
+    source.write_bytes(SAMPLE.read_bytes())
+    spec = replay_spec(tmp_path, "self.json", source=source, output=str(tmp_path / "." / "measured.json"))
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "self"))
+    assert_one_line_error(r, "replay.source", "this sweep's output", "set output to another file")
+    assert source.read_bytes() == SAMPLE.read_bytes() and not (tmp_path / "self").exists()
+
+
 def test_replay_needs_its_source_and_the_strategy_settings_are_checked() -> None:
     from orchestrator.errors import SpecError
     from orchestrator.spec.files import spec_from_data

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import PROG, Subparsers, non_negative_int
-from orchestrator.cli.outputs import check_output, is_page, is_tuned_table, same_file
+from orchestrator.cli.outputs import check_output, is_page, is_tuned_table
 from orchestrator.errors import TilesweepError
+from orchestrator.store.files import same_file
 
 if TYPE_CHECKING:
     from orchestrator.store.document import ResultsDoc

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from orchestrator.cli.common import names_no_file
 from orchestrator.errors import TilesweepError
+from orchestrator.store.files import same_file
 
 # how much of an existing page is read to tell it is a page
 _HEAD_BYTES = 512
@@ -83,11 +84,3 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
         f"{flag} {out} exists and is not a {writes}, so writing would destroy it; "
         "name another file, or remove it first if it is to go"
     )
-
-
-def same_file(a: Path, b: Path) -> bool:
-    """Whether two paths name one file (through links too; by path where one does not exist)."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
-        return a.resolve() == b.resolve()

@@ -25,7 +25,7 @@ from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
 from orchestrator.errors import DispatchError, LeaseHeld, PlanError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store import tokamax_lists
-from orchestrator.store.files import atomic_write_json
+from orchestrator.store.files import atomic_write_json, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
 from orchestrator.store.sweepdir import SweepDir, now_iso
@@ -174,6 +174,11 @@ def check_replay_source(spec: SweepSpec) -> None:
     if spec.kernel.impl == "replay":
         from orchestrator.store.replaysource import load_source
 
+        if spec.replay is not None and same_file(Path(spec.replay.source), Path(spec.output)):
+            raise PlanError(
+                f"replay.source {spec.replay.source} is this sweep's output: the replay would replace the "
+                "measurements it replays; set output to another file"
+            )
         load_source(spec)
 
 

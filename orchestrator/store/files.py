@@ -231,3 +231,11 @@ def read_json(path: Path, what: str) -> Any:
         if isinstance(exc, OSError) and exc.errno in ACCESS_ERRNOS:  # not damaged: this user may not read it
             raise SweepDirError(cannot_access(exc)) from None
         raise SweepDirError(f"{what} {path} is unreadable ({exc}); {DAMAGED_FIX}") from None
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (through links too; by path where one does not exist)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return a.resolve() == b.resolve()
