@@ -50,6 +50,10 @@ from .measurer import Method
 
 TIMER = VIRTUAL  # what readers know a replayed record by (``orchestrator.store.replayed``)
 MISSING = "ReplayMissing: the replay source {path} has no record of this config"
+SCREENED_ONLY = (
+    "ReplayMissing: the replay source {path} only screened this config (one sample of a halving sweep), "
+    "which stands for no full timing"
+)
 
 
 def device_block(source: ReplaySource) -> DeviceBlock:
@@ -107,6 +111,10 @@ class Replayer:
             return rec, 0.0, 0.0
         if "error" in src or not isinstance(src.get("median_ms"), (int, float)):
             rec["error"] = str(src.get("error", "ReplayMissing: the source record has no median_ms"))
+            rec.update(how.marks(error=True))
+            return rec, 0.0, 0.0
+        if src.get("screened") is True and not how.screened:  # one screening sample is no full timing
+            rec["error"] = SCREENED_ONLY.format(path=self.source.path)
             rec.update(how.marks(error=True))
             return rec, 0.0, 0.0
         timing = self.spec.timing

@@ -68,6 +68,24 @@ def test_replay_of_the_excerpt_through_run_reproduces_every_median(tmp_path: Pat
     assert "bq" in r.stdout  # the best-config table was printed
 
 
+def test_a_full_replay_takes_no_screened_record_for_a_full_timing(tmp_path: Path, sample_doc: dict[str, Any]) -> None:
+    """A halving sweep's screen is one sample: replayed as a full timing it would be three
+    identical samples, a spread nobody measured. Such a config replays as an error record."""
+    timed = [rec for rec in sample_doc["results"] if "error" not in rec]
+    for rec in timed[:3]:
+        rec["screened"] = True
+    source = tmp_path / "halving.json"
+    source.write_text(json.dumps(sample_doc))
+    r = run_cli(
+        "run", str(replay_spec(tmp_path, source=source)), "--sweep-dir", str(tmp_path / "s"), "--executor", "debug"
+    )
+    assert r.returncode == 0, r.stderr
+    replayed = {record_key(rec): rec for rec in json.loads((tmp_path / "replay.results.json").read_text())["results"]}
+    for rec in timed[:3]:
+        assert "only screened this config" in replayed[record_key(rec)]["error"]
+    assert "error" not in replayed[record_key(timed[3])]
+
+
 def test_bad_replay_sources_are_one_line_errors(tmp_path: Path) -> None:
     not_a_doc = tmp_path / "list.json"
     not_a_doc.write_text("[1, 2]")
