@@ -123,6 +123,24 @@ def test_an_output_that_names_no_file_is_refused(results: Path, tmp_path: Path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
 
 
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_a_page_to_dash_is_refused_not_written_to_a_file_named_dash(
+    results: Path, tmp_path: Path, command: str
+) -> None:
+    args = _commands(results, tmp_path)[command]
+    args[-1] = "-"
+    done = run_cli(*args, cwd=tmp_path)
+    assert done.returncode == 2 and "not to standard output" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+@pytest.mark.parametrize("out, why", [("", "names no folder"), (os.devnull, "not a folder")])
+def test_tokamax_tables_go_to_a_folder_named_by_out(results: Path, tmp_path: Path, out: str, why: str) -> None:
+    done = run_cli("export", str(results), "--format", "tokamax", "--out", out, cwd=tmp_path)
+    assert done.returncode == 2 and why in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
 def test_a_link_as_output_writes_the_file_it_points_to_and_stays_a_link(results: Path, tmp_path: Path) -> None:
     (tmp_path / "tables").mkdir()
     link = tmp_path / "tuned.json"

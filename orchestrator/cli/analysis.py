@@ -241,10 +241,13 @@ def _export_target(args: argparse.Namespace) -> str:
                 "--keep-slower shapes the tilesweep table only; --format tokamax writes every measured config of "
                 "tokamax's kernels (tokamax runs the fastest): drop it"
             )
-        if args.out == "-" or Path(args.out).is_file():
+        if not args.out.strip():
+            raise TilesweepError(f"--out {args.out!r} names no folder; name the folder tokamax's tables go to")
+        out = Path(args.out)
+        if args.out == "-" or (out.exists() and not out.is_dir()):
             raise TilesweepError(
                 f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
-                f"{'standard output' if args.out == '-' else 'a file'}"
+                f"{'standard output' if args.out == '-' else 'a file' if out.is_file() else 'not a folder'}"
             )
         return str(args.out)
     if args.out == "-":

@@ -57,9 +57,11 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
     """The path to write ``writes`` at for ``out`` (a link's target where ``out`` is a symbolic
     link); refused (a one-line ``TilesweepError``) where writing there would replace one of
     ``inputs``, a directory, a device or a pipe, or a file of another kind than ``of_kind``
-    accepts, and where ``out`` names no file."""
+    accepts, and where ``out`` names no file or is ``-``."""
     if names_no_file(out):
         raise TilesweepError(f"{flag} {out!r} names no file; name a file for the {writes}")
+    if out == "-":  # a file of that name would be made: the shells' standard output is meant
+        raise TilesweepError(f"{flag} - : the {writes} is written to a file, not to standard output; name a file")
     path = Path(os.path.realpath(out)) if os.path.islink(out) else Path(out)
     for given in inputs:
         if same_file(path, Path(given)):
