@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from orchestrator.analysis.report import best_table
 from orchestrator.planning.halving import margin, survivors
 from orchestrator.store.document import from_obj
 from tests.conftest import SAMPLE, run_cli
+from tests.helpers import assert_one_line_error
 
 HALVING_SPEC = {
     "dtypes": ["bfloat16"],
@@ -82,6 +84,13 @@ def test_two_rounds_run_here_and_the_best_is_timed_in_full(tmp_path: Path) -> No
     status = run_cli("status", str(sweep), "--json")
     st = json.loads(status.stdout)
     assert st["complete"] and st["total"] == 104 + round2["survivors"] and st["done"] == st["total"]
+    # a round-2 file of the wrong shape is named damaged, as one that is no JSON is
+    damaged = tmp_path / "damaged"
+    shutil.copytree(sweep, damaged)
+    for content in ('{"problems": 5}', "[]", json.dumps({**round2, "survivors": None})):
+        (damaged / "round2.json").write_text(content)
+        for command in ("status", "merge"):
+            assert_one_line_error(run_cli(command, str(damaged)), "round2.json is damaged", "restore the file")
 
 
 def test_round2_the_merge_job_cannot_submit_is_submitted_by_resume(

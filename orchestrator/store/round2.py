@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import SweepDirError
-from orchestrator.store.files import read_json
+from orchestrator.store.files import DAMAGED_FIX, read_json
 from orchestrator.store.sweepdir import SweepDir
 
 ROUND2_FILE = "round2.json"
@@ -28,9 +28,30 @@ def read_round2(sd: SweepDir) -> dict[str, Any] | None:
     if not path.exists():
         return None
     data = read_json(path, "round-2 file")
-    if not isinstance(data, dict):
-        raise SweepDirError(f"{path} is damaged (not an object)")
+    why = _wrong(data)
+    if why is not None:
+        raise SweepDirError(f"round-2 file {path} is damaged ({why}); {DAMAGED_FIX}")
     return data
+
+
+# what the round-2 file holds (``control.survivors``' record): its counts, units and problems
+_COUNTS = ("screened", "survivors", "planned")
+
+
+def _wrong(data: Any) -> str | None:
+    """What is wrong with the round-2 file's content, or None where it has its shape."""
+    if not isinstance(data, dict):
+        return "not an object"
+    for key in _COUNTS:
+        if type(data.get(key)) is not int or data[key] < 0:
+            return f"{key} is {data.get(key)!r}, not a count"
+    units = data.get("units")
+    if not isinstance(units, list) or not all(isinstance(u, str) for u in units):
+        return "units is not a list of unit ids"
+    problems = data.get("problems")
+    if not isinstance(problems, list) or not all(isinstance(p, dict) for p in problems):
+        return "problems is not a list of objects"
+    return None
 
 
 def unit_round(sd: SweepDir, unit_id: str) -> int:
