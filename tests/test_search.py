@@ -319,3 +319,8 @@ def test_a_search_again_counts_the_records_it_carries_as_measured(searched: tupl
     seen = {(r["mode"], *(r[f] for f in config_fields(r["mode"]))) for r in forced}
     new = [r for r in doc["results"] if "reused_from" not in r and r["config"] == "forced"]
     assert new and all((r["mode"], *(r[f] for f in config_fields(r["mode"]))) not in seen for r in new)
+    # round 1 measured nothing itself, all of it carried: it still counts, as status counts it
+    block = doc["tilesweep"]["search"]
+    measured_in = {k for p in block["problems"] for k in p["measured_in"]}
+    end = json.loads((tmp_path / "again" / "search" / "end.json").read_text())
+    assert block["rounds"] == len(measured_in) == end["search_round"], (block, end["search_round"])

@@ -142,7 +142,9 @@ def search_block(sd: SweepDir) -> SearchBlock | None:
     now = latest(sd)
     if now is None:
         return None
-    rounds = {r["search_round"] for r in read_rounds(sd) if r["units"]}
+    # the rounds that measured: round 1 always (its design may be carried whole, with no unit of
+    # its own: reuse's unit holds it), a later one where it planned units
+    rounds = {1} | {r["search_round"] for r in read_rounds(sd) if r["units"]}
     return {
         "rounds": len(rounds),
         "ended": now["kind"] == END,
