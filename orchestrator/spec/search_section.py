@@ -62,7 +62,7 @@ class SearchSettings(SpecModel):
             )
         if self.budget is not None and self.budget < self.design:
             raise ValueError(
-                f"budget={self.budget} is below design={self.design}: round 1 alone measures design configs per "
-                f"problem; raise budget to at least {self.design}, or lower design"
+                f"budget={self.budget} is below design={self.design}: round 1 alone measures up to design configs "
+                f"per problem (fewer only on a small grid); raise budget to at least {self.design}, or lower design"
             )
         return self
