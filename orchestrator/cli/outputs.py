@@ -20,6 +20,7 @@ from pathlib import Path
 from orchestrator.cli.common import names_no_file
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import same_file
+from orchestrator.store.tokamax_table import holds_table
 
 # how much of an existing page is read to tell it is a page
 _HEAD_BYTES = 512
@@ -50,7 +51,7 @@ def is_tokamax_table(path: Path) -> bool:
         obj = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError):
         return False
-    return isinstance(obj, dict) and all(isinstance(k, str) and k.startswith('{"q":') for k in obj)
+    return holds_table(obj) or obj == {}
 
 
 def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_kind: Callable[[Path], bool]) -> str:

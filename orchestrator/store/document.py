@@ -254,6 +254,32 @@ def load_costs(path: str | os.PathLike[str]) -> CostTable:
     return cost_table(doc.results, doc.config, source=doc.name)
 
 
+def _not_a_document(obj: Mapping[str, Any], name: str, missing: list[str]) -> str:
+    """Why an object lacking top-level keys is no results document: what it is instead where
+    tilesweep wrote it (a tuned table, tokamax's tables), else its keys (the first few)."""
+    from orchestrator.store.tokamax_table import holds_table
+
+    if holds_table(obj):
+        return (
+            f"{name} is one of tokamax's autotuning tables (`export --format tokamax` writes them), not a results "
+            "document; pass the results document it was exported from"
+        )
+    if isinstance(obj.get("format"), str) and "entries" in obj:
+        return (
+            f"{name} is a tuned table (format {obj['format']!r}: `export` writes them), not a results document; "
+            "pass the results document it was exported from"
+        )
+    keys = [str(k) if len(str(k)) <= 40 else str(k)[:37] + "..." for k in list(obj)[:_KEYS_SHOWN]]
+    more = f" and {len(obj) - _KEYS_SHOWN} more" if len(obj) > _KEYS_SHOWN else ""
+    return (
+        f"{name}: not a results document: missing top-level key(s) {', '.join(missing)} "
+        f"(has: {', '.join(keys) or 'nothing'}{more})"
+    )
+
+
+_KEYS_SHOWN = 6
+
+
 def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
     """Validate an already parsed document (tests, the merger's in-memory result)."""
     if not isinstance(obj, Mapping):
@@ -263,10 +289,7 @@ def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
         )
     missing = [k for k in TOP_LEVEL_FIELDS if k not in obj]
     if missing:
-        raise ResultsError(
-            f"{name}: not a results document: missing top-level key(s) {', '.join(missing)} "
-            f"(has: {', '.join(map(str, obj)) or 'nothing'})"
-        )
+        raise ResultsError(_not_a_document(obj, name, missing))
     for key, want in (("device", Mapping), ("config", Mapping), ("results", list)):
         if not isinstance(obj[key], want):
             expected = "an object" if want is Mapping else "an array"
