@@ -63,6 +63,16 @@ def test_report_never_names_a_screened_record_best(sample_doc: dict[str, Any]) -
     assert row.n_screened == 1 and "1 screened out" in row.note and row.n_configs == 54
 
 
+def test_a_problem_merged_between_the_rounds_has_no_full_timing_yet_and_nothing_failed(
+    sample_doc: dict[str, Any],
+) -> None:
+    recs = [r for r in sample_doc["results"] if r["mode"] == "fwd" and r["dtype"] == "bfloat16"]
+    screened = [{**r, "screened": True} if r["config"] == "forced" and "median_ms" in r else r for r in recs]
+    (row,) = best_table(from_obj({**sample_doc, "results": screened}))
+    assert row.best_ms is None and row.n_screened > 0 and row.n_failed < row.n_configs
+    assert "no full timing yet" in row.note and "all failed" not in row.note and "screened out" not in row.note
+
+
 def test_two_rounds_run_here_and_the_best_is_timed_in_full(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec_file(tmp_path)), "--sweep-dir", str(sweep))

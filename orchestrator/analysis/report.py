@@ -169,9 +169,11 @@ class ProblemSummary:
             notes.append(f"{self.n_never_measured} never measured")
         if self.n_configs == 0:  # planned but without any record yet: not "auto only"
             notes.append("nothing measured" if self.auto_status == "absent" else "auto only")
+        elif self.best_ms is None and self.n_failed < self.n_configs:  # halving between its rounds
+            notes.append(f"no full timing yet: {self.n_screened} screened, round 2 times the survivors")
         elif self.best_ms is None:
             notes.append("all failed")
-        notes += [f"{self.n_screened} screened out"] if self.n_screened else []
+        notes += [f"{self.n_screened} screened out"] if self.n_screened and self.best_ms is not None else []
         if self.within_noise:
             notes.append("noise")
         if self.best_is_auto:
