@@ -91,6 +91,12 @@ def test_export_to_dash_writes_the_table_on_stdout(results: Path, tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["format"] == "tilesweep-tuned"
     assert "to stdout" in done.stderr and not (tmp_path / "-").exists()
+    # of several documents: what the combining dropped is said on stderr, the table alone on stdout
+    other = tmp_path / "other.json"
+    other.write_bytes(results.read_bytes())
+    done = run_cli("export", str(results), str(other), "--out", "-", cwd=tmp_path)
+    assert done.returncode == 0 and json.loads(done.stdout)["format"] == "tilesweep-tuned", done.stdout
+    assert "combined 2 documents" in done.stderr
 
 
 def test_an_empty_file_given_as_output_is_written(results: Path, tmp_path: Path) -> None:

@@ -301,3 +301,33 @@ def test_a_document_scanned_in_batches_is_the_document_loaded(tmp_path: Path, mo
     broken.write_text(text[:at] + '"dtype_": "bfloat16"' + text[at + len('"dtype": "bfloat16"') :])
     with pytest.raises(ResultsError, match=rf"results\[{last}\] lacks identity field\(s\) dtype"):
         list(document.scan(broken).batches)
+
+
+def _dated(doc: dict[str, Any], started: str, scale: float) -> dict[str, Any]:
+    """``doc`` as if its sweep had run at ``started``, every timing scaled by ``scale``."""
+    ts = json.loads(json.dumps(doc["tilesweep"]))
+    for attempts in ts["attempts"].values():
+        for a in attempts:
+            a["started"] = started
+    timed = ("median_ms", "q1_ms", "q3_ms")
+    results = [{**r, **{k: r[k] * scale for k in timed if k in r}} for r in doc["results"]]
+    return {**doc, "tilesweep": ts, "results": results}
+
+
+def test_a_carried_record_is_as_new_as_its_measurement_not_its_carrying(tmp_path: Path, first_doc: Path) -> None:
+    """Exported beside a newer measurement of the same items, a record carried into another
+    sweep's document is the older one: it was measured when its source measured it."""
+    doc = json.loads(first_doc.read_text())
+    old = write(tmp_path, "old.json", _dated(doc, "2001-01-01T00:00:00+00:00", 1.0))
+    newer = write(tmp_path, "newer.json", _dated(doc, "2002-01-01T00:00:00+00:00", 3.0))
+    carried = tmp_path / "carried.json"
+    spec = write(tmp_path, "carry.json", {**FIRST, "append": False, "output": str(carried)})
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "c"), "--executor", "debug", "--reuse", str(old))
+    assert r.returncode == 0 and "reused 2 items" in r.stderr, r.stderr
+    exported = run_cli("export", str(newer), "--out", "-")
+    assert exported.returncode == 0, exported.stderr
+    want = {e["median_ms"] for e in json.loads(exported.stdout)["entries"]}
+    for order in ((newer, carried), (carried, newer)):
+        exported = run_cli("export", *map(str, order), "--out", "-")
+        assert exported.returncode == 0, exported.stderr
+        assert {e["median_ms"] for e in json.loads(exported.stdout)["entries"]} == want

@@ -2,8 +2,9 @@
 
 Sweeps of one model's shapes come from several runs, dates and clusters. Per record identity
 (``records.item_id``) the newest record of the chosen device kind is kept: newest by when its
-attempt started (the documents' tilesweep blocks say, per unit and attempt:
-``store.append.measured_times``), a record whose time no block names counting as older than any
+attempt started (the documents' tilesweep blocks say, per unit and attempt, and for a record
+carried by reuse, when its source measured it: ``store.append.measured_times``), a record whose
+time no block names counting as older than any
 that has one, and between equals the later document on the command line. What is dropped is
 counted and said: records of another device kind, and records superseded by a newer one of the
 same identity (those measured with an older jax than the record that replaced them are counted
@@ -103,7 +104,7 @@ def combine(
                 iid = item_id(rec)
             except (KeyError, TypeError):
                 continue
-            rank = (0 if replayed else 1, times.get((rec.get("unit"), rec.get("attempt")), ""), pos)
+            rank = (0 if replayed else 1, times.of(rec) or "", pos)
             new = _Kept(rank, jax.get(rec.get("unit"), jax[None]), _marked(rec) if replayed else rec)
             prev = chosen.get(iid)
             if prev is None:

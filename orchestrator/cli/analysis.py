@@ -287,7 +287,7 @@ def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:
             f"no record of device {combined.device_kind!r} in {', '.join(args.results)}; "
             "pass --device with a kind they hold"
         )
-    print(describe(combined, len(docs)))
+    print(describe(combined, len(docs)), file=sys.stderr if args.out == "-" else sys.stdout)  # stdout: the table
     return doc
 
 

@@ -17,13 +17,14 @@ kept under ``earlier`` when it came from another spec, so provenance is never lo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
+from orchestrator.store.carry import measurement_of, provenance
 from orchestrator.store.document import ResultsDoc, load
 from orchestrator.store.keyindex import Keys
 from orchestrator.store.lines import DeviceBlock
@@ -109,7 +110,7 @@ def append_into(
 class _Judge:
     """Which of two records of one identity stays: the document's (``rec``) or this sweep's."""
 
-    measured: dict[tuple[Any, Any], str]  # (unit, attempt) -> when it started, in the document's blocks
+    measured: MeasuredTimes  # when the document's records were measured
     replayed: Replayed  # the document's rule of which of its records are replayed
     ours: Ours
     replaced_foreign: int = 0
@@ -120,7 +121,7 @@ class _Judge:
         theirs_replayed = self.replayed(rec)
         if theirs_replayed != self.ours.replay:
             return theirs_replayed
-        theirs = self.measured.get((rec.get("unit"), rec.get("attempt")))
+        theirs = self.measured.of(rec)
         return theirs is None or theirs <= started
 
     def gone(self, rec: dict[str, Any]) -> None:
@@ -182,19 +183,55 @@ def _drain(records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield records.pop()
 
 
-def measured_times(tilesweep: object) -> dict[tuple[Any, Any], str]:
-    """When each (unit, attempt) of a document was measured, where its tilesweep blocks (its own
-    and the ``earlier`` ones, ``provenance.blocks``; ``tilesweep``: the document's value of that
-    key) say: records of tilesweep documents carry unit and attempt, their blocks the attempts'
-    start times."""
+@dataclass(frozen=True)
+class MeasuredTimes:
+    """When a document's records were measured: by (unit, attempt), the start times its
+    tilesweep blocks give their attempts, and for a record carried by reuse (``reused_from``)
+    when its source measured it, as its block's ``reused.measured`` kept it (a carried record
+    was measured then, not when the sweep that carried it was planned)."""
+
+    attempts: dict[tuple[Any, Any], str]
+    carried: dict[str, str]
+
+    def of(self, rec: Mapping[str, Any]) -> str | None:
+        """When ``rec`` was measured, or None where the document cannot tell."""
+        source = rec.get("reused_from")
+        if isinstance(source, str):
+            started = self.carried.get(measurement_of(source))
+            if started is not None:
+                return started
+        return self.attempts.get((rec.get("unit"), rec.get("attempt")))
+
+
+def measured_times(tilesweep: object) -> MeasuredTimes:
+    """When each record of a document was measured, where its tilesweep blocks (its own and the
+    ``earlier`` ones, ``provenance.blocks``; ``tilesweep``: the document's value of that key)
+    say: records of tilesweep documents carry unit and attempt, their blocks the attempts' start
+    times and, for the records they carried, the start times of the attempts that measured them."""
     measured: dict[tuple[Any, Any], str] = {}
+    carried: dict[str, str] = {}
     for block in blocks(tilesweep):
         for unit, atts in attempts_of(block).items():
             for a in atts if isinstance(atts, list) else ():
                 started = a.get("started") if isinstance(a, dict) else None
                 if isinstance(started, str):
                     measured[(unit, a.get("attempt"))] = started
-    return measured
+        reused = block.get("reused")
+        kept = reused.get("measured") if isinstance(reused, dict) else None
+        if isinstance(kept, dict):
+            carried.update((k, v) for k, v in kept.items() if isinstance(v, str))
+    return MeasuredTimes(measured, carried)
+
+
+def source_times(tilesweep: object, path: str) -> dict[str, str]:
+    """When each record of the document at ``path`` (its head's ``tilesweep`` value) was
+    measured, keyed as a record carried from it says where it came from (``carry.measurement_of``):
+    what a sweep that carries some of them keeps in its reuse block."""
+    times = measured_times(tilesweep)
+    out = {measurement_of(provenance(path, unit, attempt, False)): t for (unit, attempt), t in times.attempts.items()}
+    for key, t in times.carried.items():  # carried there from elsewhere: the time it was measured
+        out.setdefault(key, t)
+    return out
 
 
 def _with_device(text: bytes, kind: Any) -> bytes:

@@ -6,8 +6,9 @@ sources, then one record line per reused item, each record saying ``reused_from`
 completion marker, before the unit enters the index. So every reader treats them as it treats
 measured records, with no special case: status counts the unit done, the merger (and the final
 merge job on SLURM) merges its partial, resume finds its items recorded, round 2 of halving
-reads them as screens or full records, and a document appended into keeps them by the newest
-rule (the unit's start time is the planning time). The header's environment is the one the
+reads them as screens or full records, and a document appended into (or a table exported from
+several documents) ranks them by the newest rule at the time their source measured them
+(``reuse.json``'s ``measured``, kept in the document's reuse block). The header's environment is the one the
 records were checked against: if the workers turn out to run elsewhere, the merger quarantines
 the unit's partial (its environment differs from ``env.json``) and resume measures its items.
 ``reuse.json`` in the sweep directory says what was reused from where and what was not, and why.
@@ -65,7 +66,8 @@ def write_reuse_unit(sd: SweepDir, unit: Unit, found: Found) -> None:
     summary = reuse_summary(unit.id, records=len(records), errors=errors, screened=screened)
     write_marker(sd, summary, records=len(records), errors=errors)
     sd.add_units([unit], origin=ORIGIN)
-    atomic_write_json(sd.root / REUSE_FILE, {"unit": unit.id, "created": now_iso(), **found.summary()}, indent=1)
+    summary_file = {"unit": unit.id, "created": now_iso(), **found.summary(), "measured": found.measured()}
+    atomic_write_json(sd.root / REUSE_FILE, summary_file, indent=1)
 
 
 def read_summary(sd: SweepDir) -> dict[str, Any] | None:

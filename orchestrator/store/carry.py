@@ -57,9 +57,18 @@ def damage(rec: Mapping[str, Any]) -> str | None:
 _DAMAGE: dict[tuple[Any, ...], str | None] = {}
 
 
+REPLAYED_MARK = " (replayed)"  # ends the ``reused_from`` of a replayed record carried
+
+
 def provenance(path: str, unit: Any, attempt: Any, replayed: bool) -> str:
     """A carried record's ``reused_from``: the document, and the unit and attempt that measured it there."""
-    return f"{path} unit {unit} attempt {attempt}" + (" (replayed)" if replayed else "")
+    return f"{path} unit {unit} attempt {attempt}" + (REPLAYED_MARK if replayed else "")
+
+
+def measurement_of(reused_from: str) -> str:
+    """Which measurement a carried record is (its ``reused_from`` less the replayed mark): the
+    key under which the reuse block keeps when it was measured (``store.append.MeasuredTimes``)."""
+    return reused_from.removesuffix(REPLAYED_MARK)
 
 
 def finish(rec: dict[str, Any], order: Sequence[str] | None, reused_from: str, device: str | None) -> dict[str, Any]:

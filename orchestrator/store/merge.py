@@ -161,11 +161,15 @@ def _tilesweep_block(
 
 def _reused(summary: Mapping[str, Any]) -> ReusedBlock:
     """What planning carried from earlier documents instead of measuring (``reuse.json``)."""
-    return {
+    block: ReusedBlock = {
         "unit": summary.get("unit"),
         "records": summary.get("reused"),
         "from": {s["path"]: s["reused"] for s in summary.get("sources", []) if s.get("reused")},
     }
+    measured = summary.get("measured")
+    if isinstance(measured, dict) and measured:
+        block["measured"] = measured
+    return block
 
 
 def _rounds(round2: Mapping[str, Any]) -> RoundsBlock:

@@ -56,7 +56,16 @@ class GpuHours(TypedDict, total=False):
 
 
 # ``from`` is a keyword: the functional form
-ReusedBlock = TypedDict("ReusedBlock", {"unit": str | None, "records": int | None, "from": dict[str, int]})
+ReusedBlock = TypedDict(
+    "ReusedBlock",
+    {
+        "unit": str | None,
+        "records": int | None,
+        "from": dict[str, int],
+        # a carried record's measurement (``carry.measurement_of``) -> when its source's attempt started
+        "measured": NotRequired[dict[str, str]],
+    },
+)
 
 
 class RoundsBlock(TypedDict):

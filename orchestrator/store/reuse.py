@@ -39,7 +39,16 @@ from orchestrator.planning.costs import CostTable, measured_cost
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import DEFAULT_IMPL, head_getter, key_getter
-from orchestrator.store.carry import carried_records, finish, flags_of, is_replayed_carry, provenance, strip
+from orchestrator.store.append import source_times
+from orchestrator.store.carry import (
+    carried_records,
+    finish,
+    flags_of,
+    is_replayed_carry,
+    measurement_of,
+    provenance,
+    strip,
+)
 from orchestrator.store.compact import CompactRecord
 from orchestrator.store.document import ResultsDoc, paused_gc
 from orchestrator.store.layouts import MODES_CONFIGS, check_layout
@@ -61,6 +70,21 @@ class Found:
     env: dict[str, Any] | None = None  # the environment records were checked against
     env_from: str = ""
     costs: CostTable | None = None  # measured costs of every source, for the items still planned
+    heads: dict[str, Any] = field(default_factory=dict)  # source path -> its head's tilesweep value
+
+    def measured(self) -> dict[str, str]:
+        """When each reused record was measured in its source (``append.source_times``), keyed
+        by the measurement it is (``carry.measurement_of``): the reuse block keeps it."""
+        times: dict[str, dict[str, str]] = {}
+        out: dict[str, str] = {}
+        for body, source in self.records.values():
+            of_source = times.get(source)
+            if of_source is None:
+                of_source = times[source] = source_times(self.heads.get(source), source)
+            key = measurement_of(str(body["reused_from"]))
+            if key in of_source:
+                out[key] = of_source[key]
+        return out
 
     @property
     def reused(self) -> int:
@@ -226,6 +250,7 @@ def find_reuse(
             _scan_source(src, count, want, chosen)
             if want.reuse:
                 found.sources.append(count)
+                found.heads[src.path] = src.doc.extra.get("tilesweep")
     by_source = {c.path: c for c in found.sources}
     found.records = chosen
     for body, source in chosen.values():
