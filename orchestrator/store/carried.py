@@ -56,17 +56,24 @@ def write_reuse_unit(sd: SweepDir, unit: Unit, found: Found) -> None:
         reuse={c.path: c.reused for c in found.sources if c.reused},
     )
     records = [found.records[it.index][0] for it in unit.items]
+    sources: dict[str, str] = {}  # the measurements carried (``reused_from``) -> their source
     with atomic_open(sd.partial_path(unit.id)) as f:
         f.write(encode_line(header_line(header)) + "\n")
         for it, rec in zip(unit.items, carried_records(records), strict=True):  # read a batch at a time
             f.write(encode_line(record_line(it.id, 1, dict(rec))) + "\n")
+            sources[str(rec["reused_from"])] = found.records[it.index][1]
     flags = [flags_of(rec) for rec in records]
     errors = sum(error for _, error in flags)
     screened = sum(screened for screened, _ in flags)
     summary = reuse_summary(unit.id, records=len(records), errors=errors, screened=screened)
     write_marker(sd, summary, records=len(records), errors=errors)
     sd.add_units([unit], origin=ORIGIN)
-    summary_file = {"unit": unit.id, "created": now_iso(), **found.summary(), "measured": found.measured()}
+    summary_file = {
+        "unit": unit.id,
+        "created": now_iso(),
+        **found.summary(),
+        "measured": found.measured((s, r) for r, s in sources.items()),
+    }
     atomic_write_json(sd.root / REUSE_FILE, summary_file, indent=1)
 
 

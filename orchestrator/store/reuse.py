@@ -29,7 +29,7 @@ sweep directory, ``carried`` says.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -72,16 +72,17 @@ class Found:
     costs: CostTable | None = None  # measured costs of every source, for the items still planned
     heads: dict[str, Any] = field(default_factory=dict)  # source path -> its head's tilesweep value
 
-    def measured(self) -> dict[str, str]:
-        """When each reused record was measured in its source (``append.source_times``), keyed
-        by the measurement it is (``carry.measurement_of``): the reuse block keeps it."""
+    def measured(self, carried: Iterable[tuple[str, str]]) -> dict[str, str]:
+        """When each carried record, given as (its source, its ``reused_from``), was measured
+        in its source (``append.source_times``), keyed by the measurement it is
+        (``carry.measurement_of``): the reuse block keeps it."""
         times: dict[str, dict[str, str]] = {}
         out: dict[str, str] = {}
-        for body, source in self.records.values():
+        for source, reused_from in carried:
             of_source = times.get(source)
             if of_source is None:
                 of_source = times[source] = source_times(self.heads.get(source), source)
-            key = measurement_of(str(body["reused_from"]))
+            key = measurement_of(reused_from)
             if key in of_source:
                 out[key] = of_source[key]
         return out
