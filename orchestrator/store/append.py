@@ -8,9 +8,10 @@ attempt that measured each; a record whose measurement time the document cannot 
 a reference-run document, counts as older), except that a replayed record never takes the
 place of a measured one, whatever their times (``store.replayed``: a replay's records are no
 measurements), and further copies are dropped. Where a record that was not this sweep's own
-is replaced or dropped, the merge keeps the old document as ``.prev`` (``Appended.replaced_foreign``). New identities
-follow in plan order. A document of another device is refused unless ``merge.mix_devices``
-is set, and then every record carries its device. The document's own ``tilesweep`` block is
+is replaced or dropped, the merge keeps the old document as ``.prev``
+(``Appended.replaced_foreign``). New identities follow in plan order. A document of another
+device is refused unless ``merge.mix_devices`` is set, and then every record carries its
+device. The document's own ``tilesweep`` block is
 kept under ``earlier`` when it came from another spec, so provenance is never lost.
 """
 
