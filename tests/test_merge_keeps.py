@@ -56,6 +56,26 @@ def test_a_merge_with_no_record_leaves_a_document_with_records_as_it_is(tmp_path
     assert r.returncode == 0 and _records(out) == [] and (tmp_path / "results.json.prev").read_bytes() == before
 
 
+def test_a_second_shrinking_merge_keeps_the_first_documents_records(tmp_path: Path) -> None:
+    """Partials purged one after another: the first shrinking merge keeps the whole document as
+    ``.prev``; the next would replace that ``.prev`` with a smaller one, so it is refused."""
+    sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=2), 3, output=tmp_path / "results.json")
+    out, prev = tmp_path / "results.json", tmp_path / "results.json.prev"
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    whole = out.read_bytes()
+    first, second, *_ = sorted((sd.root / "partials").glob("*.jsonl"))
+    first.unlink()
+    r = run_cli("merge", str(sd.root))
+    assert r.returncode == 0 and prev.read_bytes() == whole, r.stderr
+    shrunk = out.read_bytes()
+    second.unlink()
+    r = run_cli("merge", str(sd.root))
+    assert_one_line_error(r, f"{out} holds {len(_records(out))} records", "already keeps an earlier document")
+    assert out.read_bytes() == shrunk and prev.read_bytes() == whole
+    r = run_cli("merge", str(sd.root), "--overwrite")  # asked for: the .prev is the document before
+    assert r.returncode == 0 and prev.read_bytes() == shrunk, r.stderr
+
+
 def test_a_merge_output_that_is_a_device_a_link_or_no_file(tmp_path: Path) -> None:
     sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 1, output=tmp_path / "results.json")
     r = run_cli("merge", str(sd.root), "--output", os.devnull)  # renamed into place, it would replace the node

@@ -38,37 +38,37 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 from orchestrator import PROG
 from orchestrator.errors import ResultsError
 from orchestrator.spec.sections import REPLAY
 from orchestrator.store import keyindex
 from orchestrator.store.append import Ours, append_into, load_target
-from orchestrator.store.carried import read_summary
 from orchestrator.store.document import paused_gc
-from orchestrator.store.files import atomic_open, now_iso, remove_dead_temps, write_advice
+from orchestrator.store.files import atomic_open, remove_dead_temps, write_advice
 from orchestrator.store.keyindex import Keys
-from orchestrator.store.lines import DeviceBlock, document_device
 from orchestrator.store.locks import MergeLock, lock_path_for
+from orchestrator.store.merge_head import device_of, tilesweep_of
 from orchestrator.store.newest import Slots, pick_newest
 from orchestrator.store.partials import UnitItems, log_skipped
 from orchestrator.store.provenance import (
     DocumentHead,
-    GpuHours,
-    ReusedBlock,
-    RoundsBlock,
-    TilesweepBlock,
-    measurement,
-    tilesweep_block,
-    unit_attempts,
 )
 from orchestrator.store.quarantine import Quarantined, quarantine
-from orchestrator.store.round2 import read_round2
-from orchestrator.store.searchrounds import planned_total, search_block
+from orchestrator.store.searchrounds import planned_total
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
 from orchestrator.store.sweepdir import SweepDir
-from orchestrator.store.target import Target, inspect, keep, plan_of, refuse_foreign, stash, write_stamp
+from orchestrator.store.target import (
+    Target,
+    inspect,
+    keep,
+    plan_of,
+    prev_path,
+    refuse_foreign,
+    stash,
+    write_stamp,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,59 +138,6 @@ def collect(
 # ---------------------------------------------------------------------------- the document
 
 
-def _tilesweep_block(
-    sd: SweepDir, segs: list[Segment], env: dict[str, Any] | None, extra: Mapping[str, Any] | None = None
-) -> TilesweepBlock:
-    """The document's ``tilesweep`` key: provenance, and how the records were measured."""
-    reused = read_summary(sd)
-    round2 = read_round2(sd)
-    return tilesweep_block(
-        sweep_dir=str(sd.root),
-        spec=sd.spec,
-        env=env,
-        merged=now_iso(),
-        planned=planned_total(sd),
-        attempts={s.unit: unit_attempts(s.headers, s.mtime_ns) for s in segs if s.headers},
-        gpu_hours=cast(GpuHours, extra or {}),  # the caller's block keys: control.sweeps.accounting
-        measured=measurement(sd.spec, [h for s in segs for h in s.headers]),
-        reused=None if reused is None else _reused(reused),
-        rounds=None if round2 is None else _rounds(round2),
-        search=search_block(sd),
-    )
-
-
-def _reused(summary: Mapping[str, Any]) -> ReusedBlock:
-    """What planning carried from earlier documents instead of measuring (``reuse.json``)."""
-    block: ReusedBlock = {
-        "unit": summary.get("unit"),
-        "records": summary.get("reused"),
-        "from": {s["path"]: s["reused"] for s in summary.get("sources", []) if s.get("reused")},
-    }
-    measured = summary.get("measured")
-    if isinstance(measured, dict) and measured:
-        block["measured"] = measured
-    return block
-
-
-def _rounds(round2: Mapping[str, Any]) -> RoundsBlock:
-    """What planning round 2 decided (``round2.json``)."""
-    return {
-        "screened": round2.get("screened"),
-        "survivors": round2.get("survivors"),
-        "units": round2.get("units"),
-        "planned": round2.get("planned"),
-    }
-
-
-def _device(segs: list[Segment]) -> DeviceBlock:
-    """The device block of the first worker header; a reuse unit's header (``store.reuse``)
-    only where no worker has run yet (it names the device kind alone)."""
-    headers = [h for s in segs for h in s.headers if isinstance(h.get("device"), dict)]
-    for h in sorted(headers, key=lambda h: "reuse" in h):
-        return document_device(h["device"])
-    return {}
-
-
 def write_document(path: Path, head: Mapping[str, object], records: Iterable[bytes]) -> int:
     """Stream ``head`` with ``records`` (record texts, ``texts``) as its ``results`` into
     ``path``, atomically; the bytes equal ``json.dumps({... "results": [...] ...}, indent=1)``.
@@ -255,9 +202,9 @@ def merge(
         planned = planned_total(sd)
         slots = pick_newest(segs, planned)
         head: DocumentHead = {
-            "device": _device(segs),
+            "device": device_of(segs),
             "config": spec.reference_config(),
-            "tilesweep": _tilesweep_block(sd, segs, env, extra),
+            "tilesweep": tilesweep_of(sd, segs, env, extra),
         }
         summary = _found(out, planned, slots, segs, moved)
         del segs
@@ -273,7 +220,7 @@ def merge(
         if appending:
             _write_appended(sd, out, head, slots, summary)
         else:
-            _write_fresh(sd, out, head, slots, summary, target, plan)
+            _write_fresh(sd, out, head, slots, summary, target, plan, overwrite=overwrite)
     log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
     return summary
 
@@ -334,15 +281,35 @@ def _write_fresh(
     summary: MergeSummary,
     target: Target | None,
     plan: str,
+    *,
+    overwrite: bool = False,
 ) -> None:
     """This sweep's records alone, in place of the document ``target`` judged before; its key
-    index claims them for ``plan`` (``target.plan_of``)."""
+    index claims them for ``plan`` (``target.plan_of``). Fewer records than the document holds,
+    where a ``.prev`` already keeps an earlier document, are refused unless ``overwrite``:
+    keeping this one would replace that one (``refuse_second_shrink``)."""
     summary.replaced = target.records if target is not None else 0
     summary.records = slots.found
     summary.errors = sum(slots.err)
+    if summary.replaced > summary.records and not overwrite:
+        refuse_second_shrink(sd, out, summary)
     texts = list(slots)
     keys = Keys([i for i in slots.ids if i is not None], [sd.spec.tag] * len(texts))
     _replace(sd, out, _ordered(head), texts, keys, summary, target, plan)
+
+
+def refuse_second_shrink(sd: SweepDir, out: Path, summary: MergeSummary) -> None:
+    """A merge that writes fewer records than ``out`` holds keeps ``out`` as ``.prev``; where a
+    ``.prev`` is there already (an earlier such merge's, or another sweep's document), that would
+    lose it: refused in one line, nothing changed."""
+    prev = prev_path(out)
+    if prev.exists():
+        raise ResultsError(
+            f"{out} holds {summary.replaced} records and this merge would write {summary.records}: the others are "
+            f"in no partial of {sd.root} (deleted or quarantined), and {prev} already keeps an earlier document, "
+            "so both are left as they are: restore the partials, or move the .prev away and merge again "
+            "(--overwrite replaces it)"
+        )
 
 
 def check_target(sd: SweepDir, output: Path | None = None) -> None:
