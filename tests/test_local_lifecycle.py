@@ -352,3 +352,21 @@ def test_run_after_an_interrupted_resume_runs_only_the_resumed_unit_and_times_no
     assert rerun.returncode == 0, rerun.stderr
     assert records_written(sweep) == ITEMS, [p.read_text() for p in (sweep / "partials").glob("*.jsonl")]
     assert len(json.loads((tmp_path / "results.json").read_text())["results"]) == ITEMS
+
+
+def test_log_paths_written_relative_to_another_directory_are_this_sweeps_logs(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A SLURM submission with a relative ``--sweep-dir`` wrote its units' log paths relative to
+    where it ran: status and logs, asked from anywhere, read them as this sweep's own logs."""
+    spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(replay_source(tmp_path))})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    history = (sweep / "jobs.jsonl").read_text().splitlines()
+    relative = [json.loads(line) for line in history]
+    for entry in relative:  # as `cd tmp_path; tilesweep submit ... --sweep-dir sweep` writes them
+        if "log" in entry:
+            entry["log"] = os.path.relpath(entry["log"], tmp_path)
+    (sweep / "jobs.jsonl").write_text("".join(json.dumps(e) + "\n" for e in relative))
+    shown = run_cli("logs", str(sweep), "0")
+    assert shown.returncode == 0 and shown.stdout.startswith(f"==> {sweep / 'logs'}"), shown.stderr

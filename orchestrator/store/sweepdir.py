@@ -381,11 +381,12 @@ class SweepDir:
 
     def _here(self, log: str, root: str) -> str:
         """``log`` as a path in this directory: one written under another root (the sweep
-        directory was moved or copied) is the file of the same name in this ``logs/``."""
-        if not os.path.isabs(log) or log.startswith(root + os.sep):
+        directory was moved or copied), or relative to where the command that wrote it ran (a
+        relative ``--sweep-dir``), is the file of the same name in this ``logs/``."""
+        if os.path.isabs(log) and log.startswith(root + os.sep):
             return log
-        head, sep, rest = log.rpartition(f"{os.sep}logs{os.sep}")
-        return os.fspath(self.logs.absolute() / rest) if sep and head else log
+        _, sep, rest = (os.sep + log).rpartition(f"{os.sep}logs{os.sep}")
+        return os.fspath(self.logs.absolute() / rest) if sep else log
 
     # ------------------------------------------------------------------ environment
     def check_env(self, env: dict[str, Any]) -> None:

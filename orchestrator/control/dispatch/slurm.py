@@ -141,7 +141,7 @@ def _job_entries(
                     "submitted_ts": round(t0, 3),
                     "stdout": str(job.paths.stdout),
                     "stderr": str(job.paths.stderr),
-                    "log": str(sd.unit_log(uid)),
+                    "log": str(sd.unit_log(uid).absolute()),
                 }
             )
     return entries
