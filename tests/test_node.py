@@ -162,6 +162,34 @@ def test_a_gpu_takes_the_tasks_next_unit_and_a_killed_worker_costs_only_its_own(
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
 
 
+def test_a_worker_whose_task_process_dies_says_so_in_one_line(tmp_path: Path) -> None:
+    """The task's process killed (as SLURM's OOM handling or an admin's kill -9 does): its
+    worker is stopped by its death signal and says why in its unit's log, with no traceback."""
+    from orchestrator.store import synthetic
+
+    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32, 64], "timing": {"target_ms": 50, "warmup": 0}}
+    source = synthetic.document(grid)
+    for rec in source["results"]:
+        rec.update(compile_s=0.5, median_ms=2.0, q1_ms=1.9, q3_ms=2.1)
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
+    data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
+    (tmp_path / "spec.json").write_text(json.dumps({**data, "sharding": {"units": 1}}))
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(tmp_path / "spec.json"), "--sweep-dir", str(sweep)).returncode == 0
+    (unit,) = [u["id"] for u in SweepDir.open(sweep).unit_index()]
+    task = subprocess.Popen([sys.executable, "-c", DRIVE_ALL, str(sweep)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    partial = sweep / "partials" / f"{unit}.jsonl"
+    poll_for(lambda: partial.exists() and '"record"' in partial.read_text())
+    task.kill()
+    task.communicate()
+    log = sweep / "logs" / "units" / f"{unit}.log"
+    poll_for(lambda: "task's own process died" in log.read_text())
+    text = log.read_text()
+    assert "Traceback" not in text and "BrokenPipeError" not in text, text[-2000:]
+    assert text.rstrip().splitlines()[-1].endswith("its finished records are kept"), text[-2000:]
+
+
 def poll_for(check: Callable[[], int | None | bool], timeout_s: float = 120) -> int:
     """Poll ``check`` until it returns a true value (an event, not a guessed wait)."""
     import time

@@ -134,6 +134,12 @@ def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
     return 0
 
 
+TASK_DIED = (
+    "the task's own process died (killed by a signal, or by the out-of-memory killer), and this worker stopped "
+    "with it; its finished records are kept"
+)
+
+
 def serve(argv: list[str], recv_fd: int, send_fd: int) -> int:
     """A GPU's worker: run ``argv``'s unit (``SWEEP_DIR UNIT_ID PRIOR_JSON``), then each unit
     the task hands over on ``recv_fd`` (a JSON line: ``unit``, ``prior``, ``log``; ``quit``:
@@ -149,7 +155,13 @@ def serve(argv: list[str], recv_fd: int, send_fd: int) -> int:
     while True:
         code = NOT_STARTED if _state["stop"] else run(sweep_dir, unit, prior)
         last = code in LAST or _state["stop"]
-        os.write(send_fd, json.dumps({"unit": unit, "code": code, "next": not last}).encode() + b"\n")
+        try:
+            os.write(send_fd, json.dumps({"unit": unit, "code": code, "next": not last}).encode() + b"\n")
+        except BrokenPipeError:  # the task's process is gone: its death signal stopped this worker
+            from orchestrator.control.why import failure_line
+
+            log.error("%s", failure_line(unit, TASK_DIED))
+            return code if code not in (0, STOPPED) else 1
         if last:
             return code if code in LAST else 0
         line = inbox.readline()
