@@ -104,19 +104,22 @@ def submit_with_merge(
     spec asks for one; that job calls ``then`` after merging. A refusal of the first array is
     raised (the caller undoes what it wrote); a later one is returned in the outcome, as is a
     refused merge job."""
+    from orchestrator.control.dispatch.sbatch import held_signals
+
     size, why = per_array(settings, max_array_size, len(unit_ids))
     attempts = dict(read_history(sd).submissions)
-    sub = dispatch.submit_units(
-        sd, unit_ids, settings, per_array=size, origin=origin, prior_starts=prior, attempts=attempts
-    )
-    if sub.error is not None and not sub.entries:
-        raise sub.error
-    outcome = SubmitOutcome(
-        requested=list(unit_ids), submission=sub, per_array=size, why=why, per_task=settings.gpus_per_task()
-    )
-    if settings.merge_job and sub.entries:
-        try:
-            outcome.merge_job = dispatch.submit_merge_job(sd, settings, sub.arrays, then=then)
-        except DispatchError as exc:
-            outcome.merge_error = exc
+    with held_signals():  # a Ctrl-C once an array is accepted still submits the merge job that follows it
+        sub = dispatch.submit_units(
+            sd, unit_ids, settings, per_array=size, origin=origin, prior_starts=prior, attempts=attempts
+        )
+        if sub.error is not None and not sub.entries:
+            raise sub.error
+        outcome = SubmitOutcome(
+            requested=list(unit_ids), submission=sub, per_array=size, why=why, per_task=settings.gpus_per_task()
+        )
+        if settings.merge_job and sub.entries:
+            try:
+                outcome.merge_job = dispatch.submit_merge_job(sd, settings, sub.arrays, then=then)
+            except DispatchError as exc:
+                outcome.merge_error = exc
     return outcome

@@ -82,8 +82,9 @@ def submit_spec(
     require_submit_tools()
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     created = not root.exists()
-    sd, _, existed = prepare_sweep(spec_path, str(root), units, output, costs=costs, reuse=reuse, kind="slurm")
-    try:
+    sd: SweepDir | None = None
+    try:  # a stop while planning leaves no half-made directory either
+        sd, _, existed = prepare_sweep(spec_path, str(root), units, output, costs=costs, reuse=reuse, kind="slurm")
         with sweep_lock(sd):
             if slurm_jobs(sd):
                 raise DispatchError(
@@ -92,7 +93,7 @@ def submit_spec(
                 )
             return _submit_todo(sd, spec.executor, max_array_size, on_planned)
     except BaseException:
-        if created and not existed and not slurm_jobs(sd):
+        if created and (sd is None or (not existed and not slurm_jobs(sd))):
             shutil.rmtree(root, ignore_errors=True)  # a sweep directory made for nothing
         raise
 
@@ -150,7 +151,7 @@ def dry_run(
     settings = spec.executor
     require_submit_tools()
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
-    if (root / "sweep.json").exists():
+    if (root / "sweep.json").exists() and SweepDir.open(root).unit_index():  # else planned again, as submit does
         sd = SweepDir.open(root)
         if slurm_jobs(sd):
             raise DispatchError(f"{sd.root} was submitted already; `{PROG} resume {sd.root}` submits its missing items")

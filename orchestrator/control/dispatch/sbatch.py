@@ -44,17 +44,23 @@ KILL_AFTER_S = 5
 _TIMED_OUT = (124, 137)  # timeout(1): the command timed out; killed after --kill-after
 
 
+_holding: list[bool] = []  # a held_signals block is running (in the main thread)
+
+
 @contextlib.contextmanager
 def held_signals() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP for the block, then deliver each one that came."""
-    if threading.current_thread() is not threading.main_thread():
+    """Hold SIGINT, SIGTERM and SIGHUP for the block, then deliver each one that came; a block
+    inside another holds nothing more (the outer one delivers them, once, at its end)."""
+    if threading.current_thread() is not threading.main_thread() or _holding:
         yield
         return
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in _HELD}
+    _holding.append(True)
     try:
         yield
     finally:
+        _holding.pop()
         for s, handler in previous.items():
             signal.signal(s, handler)
         for signum in dict.fromkeys(caught):
