@@ -159,6 +159,20 @@ def test_a_sweep_directory_or_output_on_a_read_only_mount_is_one_line(tmp_path: 
         assert not sweep.exists()
 
 
+def test_an_output_in_a_folder_where_no_file_can_be_made_is_one_line_at_once(tmp_path: Path) -> None:
+    """/proc takes no new file, even from root, whom access() lets write there: the plan refuses
+    it, and a merge into it says so at once (its lock file could not be made: it waited out the
+    lock's ten-minute timeout and then blamed another merge)."""
+    spec = _replay_spec(tmp_path)
+    sweep = tmp_path / "sweep"
+    done = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", "/proc/tilesweep-results.json")
+    assert_one_line_error(done, "the folder /proc takes no new files", "name another output")
+    assert not sweep.exists()
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    done = run_cli("merge", str(sweep), "--output", "/proc/tilesweep-results.json", timeout=60)
+    assert_one_line_error(done, "cannot create the lock file /proc/", "merge into another folder")
+
+
 def test_plots_onto_a_full_disk_are_one_line(disk: SmallDisk, tmp_path: Path, sample_doc: dict[str, object]) -> None:
     pytest.importorskip("matplotlib")
     results = tmp_path / "results.json"

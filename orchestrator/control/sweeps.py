@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -117,10 +118,16 @@ def _check_output(out: Path, given: str) -> None:
         folder = folder.parent
     if not folder.is_dir():
         raise PlanError(f"{given}: {folder} is not a directory; name a file in a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
+    why = None if os.access(folder, os.W_OK | os.X_OK) else "read-only or not yours"
+    if why is None:  # root passes access() where no file can be made (/proc, a read-only mount): try one
+        try:
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+    if why is not None:
         raise PlanError(
-            f"{given}: the folder {folder} takes no new files (read-only or not yours), so the merge at the end "
-            "could not write the results document; make it writable or name another output"
+            f"{given}: the folder {folder} takes no new files ({why}), so the merge at the end could not write the "
+            "results document; make it writable or name another output"
         )
 
 

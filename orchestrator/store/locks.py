@@ -313,6 +313,9 @@ class MergeLock:
         import filelock
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # filelock retries a lock file it cannot create (ENOENT in a folder like /proc) as if
+        # another process held it, until the timeout: made once here, its OSError is raised at once
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644))
         self._lock = filelock.FileLock(str(self.path), timeout=self.timeout)
         try:
             self._lock.acquire()
