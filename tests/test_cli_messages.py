@@ -314,3 +314,21 @@ def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(write_spec: Callable[
     r = run_cli("logs", str(sweep), "0")
     assert_one_line_error(r, "ran, but its log is gone", f"`tilesweep status {sweep}` shows the unit")
     assert "has not started" not in r.stderr and "never submitted" not in r.stderr
+
+
+def test_a_stop_after_the_command_has_finished_changes_nothing_it_said(tmp_path: Path) -> None:
+    """Ctrl-C in the last moments of a command, after its last line, while the interpreter
+    shuts down: the command ends as it would have, not killed without a word."""
+    script = tmp_path / "late_stop.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "sys.argv = ['tilesweep', 'impls']\n"
+        "from orchestrator.cli.main import main\n"
+        "code = main()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr)
+    assert "tilesweep" in done.stdout

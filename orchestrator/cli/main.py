@@ -221,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
         sys.stdout.flush()  # a closed pipe shows here (and is let go), a full disk fails here, not at exit
+        if argv is None:  # the command's process: its work is done and said, a stop now has nothing to stop
+            for signum in STOP_SIGNALS:  # (it killed the process silently as the interpreter shut down)
+                signal.signal(signum, signal.SIG_IGN)
         return code
     except StdoutFailed as exc:
         _silence_stdout()
