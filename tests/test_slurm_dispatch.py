@@ -312,16 +312,13 @@ def test_task_past_its_time_limit_is_requeued_and_skips_finished_configs(slow_sl
     assert f"wrote the report page {page}" in Path(merge["log"]).read_text()  # the merge job writes it too
 
 
-def test_a_ctrl_c_once_sbatch_took_an_array_still_submits_its_final_merge_job(tmp_path: Path) -> None:
-    """Ctrl-C of ``submit`` as the first array is recorded: the merge job that follows it is
-    submitted too (else status said complete and no document was ever written), and the line
-    says the jobs run on; ``wait`` then ends with the merged document."""
+def _submit_stopped_once(spec: Path, sweep: Path, written: str) -> tuple[subprocess.Popen[str], str]:
+    """``tilesweep submit`` as at a terminal, given Ctrl-C the moment ``sweep/written`` exists:
+    the process once ended, and its stderr."""
     import sys
 
     from tests.helpers import LAUNCH
 
-    spec = write_spec(tmp_path, "spec.json")
-    sweep = tmp_path / "sweep"
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCH, "submit", str(spec), "--sweep-dir", str(sweep)],
         cwd=Path(__file__).resolve().parent.parent,
@@ -330,9 +327,19 @@ def test_a_ctrl_c_once_sbatch_took_an_array_still_submits_its_final_merge_job(tm
         text=True,
         start_new_session=True,
     )
-    poll(lambda: (sweep / "jobs.jsonl").exists() or proc.poll() is not None, 120, "the first array", interval=0.002)
+    poll(lambda: (sweep / written).exists() or proc.poll() is not None, 120, written, interval=0.001)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
+    return proc, err
+
+
+def test_a_ctrl_c_once_sbatch_took_an_array_still_submits_its_final_merge_job(tmp_path: Path) -> None:
+    """Ctrl-C of ``submit`` as the first array is recorded: the merge job that follows it is
+    submitted too (else status said complete and no document was ever written), and the line
+    says the jobs run on; ``wait`` then ends with the merged document."""
+    spec = write_spec(tmp_path, "spec.json")
+    sweep = tmp_path / "sweep"
+    proc, err = _submit_stopped_once(spec, sweep, "jobs.jsonl")
     assert proc.returncode in (0, 130) and "Traceback" not in err, err
     if proc.returncode == 130:  # the stop came before submit had said what it submitted
         assert "runs on, with its final merge job" in err, err
@@ -345,23 +352,9 @@ def test_a_ctrl_c_once_sbatch_took_an_array_still_submits_its_final_merge_job(tm
 def test_a_ctrl_c_while_submit_plans_leaves_no_half_made_sweep_directory(tmp_path: Path) -> None:
     """Stopped as it writes the plan: the directory it made is removed (else a later
     ``submit --dry-run`` there said "nothing to submit"), unless sbatch took jobs first."""
-    import sys
-
-    from tests.helpers import LAUNCH
-
     spec = write_spec(tmp_path, "spec.json")
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, "submit", str(spec), "--sweep-dir", str(sweep)],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    poll(lambda: (sweep / "sweep.json").exists() or proc.poll() is not None, 120, "the plan", interval=0.001)
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    proc, err = _submit_stopped_once(spec, sweep, "sweep.json")
     assert "Traceback" not in err, err
     if (sweep / "jobs.jsonl").exists():  # the stop came after sbatch took the jobs: they run on
         assert cli("wait", str(sweep), "--interval", "0.5").returncode == 0
