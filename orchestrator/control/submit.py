@@ -151,8 +151,9 @@ def dry_run(
     settings = spec.executor
     require_submit_tools()
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
-    if (root / "sweep.json").exists() and SweepDir.open(root).unit_index():  # else planned again, as submit does
-        sd = SweepDir.open(root)
+    opened = SweepDir.open(root) if (root / "sweep.json").exists() else None
+    if opened is not None and opened.unit_index():  # one with no unit is planned again, as submit does
+        sd = opened
         if slurm_jobs(sd):
             raise DispatchError(f"{sd.root} was submitted already; `{PROG} resume {sd.root}` submits its missing items")
         todo = set(unfinished_units(sd))

@@ -11,8 +11,8 @@ measurements), and further copies are dropped. Where a record that was not this 
 is replaced or dropped, the merge keeps the old document as ``.prev``
 (``Appended.replaced_foreign``). New identities follow in plan order. A document of another
 device is refused unless ``merge.mix_devices`` is set, and then every record carries its
-device. The document's own ``tilesweep`` block is
-kept under ``earlier`` when it came from another spec, so provenance is never lost.
+device. The document's own ``tilesweep`` block is kept under ``earlier`` when it came from
+another spec, so provenance is never lost.
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def source_times(tilesweep: object, path: str) -> dict[str, str]:
     measured, keyed as a record carried from it says where it came from (``carry.measurement_of``):
     what a sweep that carries some of them keeps in its reuse block."""
     times = measured_times(tilesweep)
-    out = {measurement_of(provenance(path, unit, attempt, False)): t for (unit, attempt), t in times.attempts.items()}
+    out = {provenance(path, unit, attempt, False): t for (unit, attempt), t in times.attempts.items()}
     for key, t in times.carried.items():  # carried there from elsewhere: the time it was measured
         out.setdefault(key, t)
     return out

@@ -8,8 +8,8 @@ measured records, with no special case: status counts the unit done, the merger 
 merge job on SLURM) merges its partial, resume finds its items recorded, round 2 of halving
 reads them as screens or full records, and a document appended into (or a table exported from
 several documents) ranks them by the newest rule at the time their source measured them
-(``reuse.json``'s ``measured``, kept in the document's reuse block). The header's environment is the one the
-records were checked against: if the workers turn out to run elsewhere, the merger quarantines
+(``reuse.json``'s ``measured``, kept in the document's reuse block). The header's environment
+is the one the records were checked against: if the workers turn out to run elsewhere, the merger quarantines
 the unit's partial (its environment differs from ``env.json``) and resume measures its items.
 ``reuse.json`` in the sweep directory says what was reused from where and what was not, and why.
 """
@@ -72,7 +72,7 @@ def write_reuse_unit(sd: SweepDir, unit: Unit, found: Found) -> None:
         "unit": unit.id,
         "created": now_iso(),
         **found.summary(),
-        "measured": found.measured((s, r) for r, s in sources.items()),
+        "measured": found.measured(sources),
     }
     atomic_write_json(sd.root / REUSE_FILE, summary_file, indent=1)
 

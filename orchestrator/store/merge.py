@@ -52,9 +52,7 @@ from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.merge_head import device_of, tilesweep_of
 from orchestrator.store.newest import Slots, pick_newest
 from orchestrator.store.partials import UnitItems, log_skipped
-from orchestrator.store.provenance import (
-    DocumentHead,
-)
+from orchestrator.store.provenance import DocumentHead
 from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.searchrounds import planned_total
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment

@@ -29,7 +29,7 @@ sweep directory, ``carried`` says.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -72,13 +72,13 @@ class Found:
     costs: CostTable | None = None  # measured costs of every source, for the items still planned
     heads: dict[str, Any] = field(default_factory=dict)  # source path -> its head's tilesweep value
 
-    def measured(self, carried: Iterable[tuple[str, str]]) -> dict[str, str]:
-        """When each carried record, given as (its source, its ``reused_from``), was measured
+    def measured(self, carried: Mapping[str, str]) -> dict[str, str]:
+        """When each carried record (its ``reused_from`` -> its source document) was measured
         in its source (``append.source_times``), keyed by the measurement it is
         (``carry.measurement_of``): the reuse block keeps it."""
         times: dict[str, dict[str, str]] = {}
         out: dict[str, str] = {}
-        for source, reused_from in carried:
+        for reused_from, source in carried.items():
             of_source = times.get(source)
             if of_source is None:
                 of_source = times[source] = source_times(self.heads.get(source), source)
