@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import filelock
 import pytest
 
+from orchestrator.store.locks import lock_path_for
 from orchestrator.store.partials import read_partial
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, partial_lines, small_spec
@@ -330,8 +332,6 @@ def test_final_merge_job_refuses_the_same_way_and_status_says_why(tmp_path: Path
     out = tmp_path / "results.json"
     other = json.loads(SAMPLE.read_text())
     other["results"] = other["results"][:4]
-    out.write_text(json.dumps(other, indent=1))  # another tool's document where this sweep writes
-    before = out.read_bytes()
     spec = tmp_path / "spec.json"
     spec.write_text(
         json.dumps(
@@ -350,8 +350,13 @@ def test_final_merge_job_refuses_the_same_way_and_status_says_why(tmp_path: Path
         )
     )
     sweep = tmp_path / "sweep"
-    r = run_cli("submit", str(spec), "--sweep-dir", str(sweep))
-    assert r.returncode == 0, r.stderr
+    # submit refuses such an output up front; another tool writes it while the sweep runs, before
+    # the final merge job takes the document's lock (held here until the document is written)
+    with filelock.FileLock(str(lock_path_for(out))):
+        r = run_cli("submit", str(spec), "--sweep-dir", str(sweep))
+        assert r.returncode == 0, r.stderr
+        out.write_text(json.dumps(other, indent=1))
+    before = out.read_bytes()
 
     def merge_job_ended() -> dict[str, Any] | None:
         st = json.loads(run_cli("status", str(sweep), "--json").stdout)

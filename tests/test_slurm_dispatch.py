@@ -362,3 +362,17 @@ def test_a_ctrl_c_while_submit_plans_leaves_no_half_made_sweep_directory(tmp_pat
         assert proc.returncode == 130 and not sweep.exists(), err
         dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
         assert dry.returncode == 0 and "nothing to submit" not in dry.stdout, dry.stdout
+
+
+def test_submit_into_a_document_of_another_sweep_is_refused_before_any_gpu_time(tmp_path: Path) -> None:
+    """Its final merge job would refuse the output once the arrays had run: refused up front,
+    nothing submitted, nothing left behind."""
+    from tests.conftest import SAMPLE
+
+    spec = write_spec(tmp_path, "spec.json")
+    output = Path(json.loads(spec.read_text())["output"])
+    output.write_bytes(SAMPLE.read_bytes())
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep))
+    assert_one_line_error(r, str(output), "not this sweep's", "append: true", "move it away first")
+    assert not sweep.exists() and output.read_bytes() == SAMPLE.read_bytes()

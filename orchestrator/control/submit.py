@@ -31,6 +31,7 @@ from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_jobs, sweep_lock, unfinished_units
 from orchestrator.errors import DispatchError
 from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.store.merge import check_target
 from orchestrator.store.sweepdir import SweepDir
 
 
@@ -85,6 +86,8 @@ def submit_spec(
     sd: SweepDir | None = None
     try:  # a stop while planning leaves no half-made directory either
         sd, _, existed = prepare_sweep(spec_path, str(root), units, output, costs=costs, reuse=reuse, kind="slurm")
+        # its final merge job would refuse the output after the GPU time was spent: refused now
+        check_target(sd, overwrite=f"move it away first (`{PROG} run` and `{PROG} merge` take --overwrite)")
         with sweep_lock(sd):
             if slurm_jobs(sd):
                 raise DispatchError(

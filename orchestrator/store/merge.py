@@ -310,14 +310,15 @@ def refuse_second_shrink(sd: SweepDir, out: Path, summary: MergeSummary) -> None
         )
 
 
-def check_target(sd: SweepDir, output: Path | None = None) -> None:
+def check_target(sd: SweepDir, output: Path | None = None, *, overwrite: str | None = None) -> None:
     """Refuse early what ``merge`` would refuse: an output holding records that are not this
-    sweep's (``run`` asks before it runs anything). Append merges keep every record: no check."""
+    sweep's (``run`` asks before it runs anything; ``overwrite``: how the caller replaces it,
+    where not by ``--overwrite``). Append merges keep every record: no check."""
     out = Path(output) if output is not None else sd.output
     if not (sd.spec.append and out.exists()):
         target = inspect(sd, out)
         if target.n_foreign or target.not_a_document:
-            refuse_foreign(target)
+            refuse_foreign(target, **({"overwrite": overwrite} if overwrite else {}))
 
 
 def _replace(

@@ -221,13 +221,14 @@ def _judge_by_index(sd: SweepDir, target: Target, index: keyindex.KeyIndex, unit
         target.foreign[owners.get(rec.get("unit") if isinstance(rec, dict) else None, NOT_TILESWEEP)] += 1
 
 
-def refuse_foreign(target: Target) -> None:
-    """One line naming what a merge without append would drop, and the ways out."""
+def refuse_foreign(target: Target, *, overwrite: str = "pass --overwrite to replace it") -> None:
+    """One line naming what a merge without append would drop, and the ways out (``overwrite``:
+    how this command replaces it)."""
     keep = f"the old one is then kept as {prev_path(target.path).name}"
     if target.not_a_document is not None:
         raise ResultsError(
             f"{target.path} exists and is not a results document ({target.not_a_document}); merging would replace "
-            f"it: write elsewhere (`{PROG} merge SWEEP --output FILE`), or pass --overwrite ({keep})"
+            f"it: write elsewhere (`{PROG} merge SWEEP --output FILE`), or {overwrite} ({keep})"
         )
     n = target.n_foreign
     whose = ", ".join(f"{k} {owner}" for owner, k in target.foreign.most_common())
@@ -235,7 +236,7 @@ def refuse_foreign(target: Target) -> None:
         f"{target.path} holds {n} record{'s' if n != 1 else ''} that {'are' if n != 1 else 'is'} not this sweep's "
         f"({whose}); merging would drop them: set append: true to merge into it, write elsewhere "
         f"(`{PROG} merge SWEEP --output FILE`), "
-        f"or pass --overwrite to replace it ({keep})"
+        f"or {overwrite} ({keep})"
     )
 
 
