@@ -77,6 +77,13 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"repeats": 10**18}, "field 'repeats': Input should be less than or equal to 10000"),
         ({"timing": {"warmup": 10**18}}, "'timing.warmup'"),
         ({"kv_heads": ["null"]}, "(got 'null'); a string is not null; TOML has no null: leave the key out"),
+        # a task warned of its time limit as it starts is requeued until it fails, each time on a GPU
+        (
+            {"executor": {"kind": "slurm", "timeout_min": 1}},
+            "slurm_signal_delay_s=90 (submitit's default) leaves a task no time before its warning",
+        ),
+        ({"executor": {"kind": "slurm", "timeout_min": 2, "slurm_signal_delay_s": 100}}, "raise timeout_min"),
+        ({"executor": {"kind": "slurm", "slurm_signal_delay_s": 70_000}}, "less than or equal to 65535"),
     ],
 )
 def test_bad_spec_fields_name_the_field(data: dict[str, Any], needle: str) -> None:
@@ -84,6 +91,12 @@ def test_bad_spec_fields_name_the_field(data: dict[str, Any], needle: str) -> No
         spec_from_data(data, source="s.json")
     msg = err.value.message
     assert needle in msg and msg.startswith("s.json: ") and "\n" not in msg
+
+
+def test_a_time_limit_warning_that_leaves_the_task_time_is_accepted() -> None:
+    assert spec_from_data({"executor": {"kind": "slurm", "timeout_min": 2, "slurm_signal_delay_s": 20}}, source="s")
+    assert spec_from_data({"executor": {"kind": "slurm", "timeout_min": 3}}, source="s")
+    assert spec_from_data({"executor": {"kind": "local", "timeout_min": 1}}, source="s")
 
 
 def test_missing_and_unparsable_files(tmp_path: Path) -> None:

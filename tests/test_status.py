@@ -365,6 +365,7 @@ def test_executor_settings_become_submitit_parameters() -> None:
     params = executor_parameters(s)
     assert params == {"slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 60}
     assert grace_s(s) == 30.0 and grace_s(ExecutorSettings(slurm_signal_delay_s=20)) == 10.0
+    assert grace_s(ExecutorSettings(slurm_signal_delay_s=0)) == 5.0  # no warning asked for: the shortest grace
 
 
 def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck() -> None:

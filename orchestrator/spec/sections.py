@@ -24,6 +24,10 @@ EXECUTOR_KINDS = ("local", "slurm", "debug")
 # marker, its measurer, compiles its siblings in other units could have shared; each GPU's worker
 # runs its units one after another, so no process starts per unit) stays small beside its configs.
 UNITS_PER_GPU = 4
+SUBMITIT_SIGNAL_DELAY_S = 90  # submitit's default --signal=USR2@90
+# SLURM sends the time-limit warning on its controller's 30 s tick once the time left is at most
+# the delay plus that tick (docs/slurm-notes.md, timeouts)
+SLURM_TICK_S = 30
 
 
 class SpecModel(BaseModel):
@@ -96,6 +100,7 @@ class ExecutorSettings(SpecModel):
     slurm_signal_delay_s: int | None = Field(
         default=None,
         ge=0,
+        le=65_535,
         description="slurm: seconds before the time limit at which a task is warned (USR2), finishes the config "
         "being timed and is requeued; default: submitit's 90",
     )
@@ -132,6 +137,24 @@ class ExecutorSettings(SpecModel):
         description="slurm: give up on an sbatch that has not "
         "answered after this long (it retries for minutes when the job table is full)",
     )
+
+    @model_validator(mode="after")
+    def _warning_after_the_start(self) -> ExecutorSettings:
+        delay = self.signal_delay_s()
+        if self.kind == "slurm" and delay + SLURM_TICK_S >= 60 * self.timeout_min:
+            given = "" if self.slurm_signal_delay_s is not None else " (submitit's default)"
+            raise ValueError(
+                f"slurm_signal_delay_s={delay}{given} leaves a task no time before its warning: SLURM warns it once "
+                f"{delay + SLURM_TICK_S} s or less of its limit are left (the delay and SLURM's {SLURM_TICK_S} s "
+                f"tick), and timeout_min={self.timeout_min} gives it {60 * self.timeout_min} s, so every task would "
+                "be warned and requeued as it starts; raise timeout_min (3 or more) or set slurm_signal_delay_s "
+                "lower (20-30)"
+            )
+        return self
+
+    def signal_delay_s(self) -> int:
+        """Seconds before the time limit at which SLURM is asked to warn a task."""
+        return SUBMITIT_SIGNAL_DELAY_S if self.slurm_signal_delay_s is None else self.slurm_signal_delay_s
 
     def gpus_per_task(self) -> int:
         """How many units one SLURM task runs at once: one per GPU it is given (one without

@@ -45,7 +45,6 @@ TILESWEEP_KEYS = frozenset(
         "sbatch_timeout_s",
     }
 )
-SUBMITIT_SIGNAL_DELAY_S = 90  # submitit's default --signal=USR2@90
 MERGE_TIMEOUT_MIN = 30
 
 
@@ -63,7 +62,7 @@ def executor_parameters(settings: ExecutorSettings) -> dict[str, Any]:
 def grace_s(settings: ExecutorSettings) -> float:
     """How long a warned worker may take to reach a stop: half the warning (SLURM sends it
     ``slurm_signal_delay_s`` to 60 s more before the limit), 5 to 30 s."""
-    delay = settings.slurm_signal_delay_s or SUBMITIT_SIGNAL_DELAY_S
+    delay = settings.signal_delay_s()
     return float(max(5, min(30, delay // 2)))
 
 
