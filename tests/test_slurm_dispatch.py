@@ -255,6 +255,11 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     fresh = tmp_path / "fresh"
     assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(fresh)), "invalid partition")
     assert not fresh.exists()
+    # an unknown partition of the final merge job: refused before the arrays, not once they ran
+    bad_merge = write_spec(tmp_path, "bad_merge.json", {"merge_partition": "nosuch"})
+    r = cli("submit", str(bad_merge), "--sweep-dir", str(fresh))
+    assert_one_line_error(r, "executor.merge_partition 'nosuch' is not a partition", "sinfo -s")
+    assert not fresh.exists()
     # a sweep directory of another spec
     other = write_spec(tmp_path, "other.json", repeats=3)
     assert_one_line_error(cli("submit", str(other), "--sweep-dir", str(sweep)), "another spec")

@@ -257,6 +257,18 @@ def cluster_limits() -> ClusterLimits:
     )
 
 
+def require_partition(name: str, field: str) -> None:
+    """Refuse a partition the cluster does not have (one ``scontrol show partition``), for a
+    job submitted after others were accepted; where scontrol cannot answer, sbatch judges it."""
+    res = _run(["scontrol", "show", "partition", name])
+    if isinstance(res, str) or res.returncode == 0 or "not found" not in res.stdout + res.stderr:
+        return
+    raise DispatchError(
+        f"{field} {name!r} is not a partition of this cluster (scontrol: {one_line(res.stdout + res.stderr)}); "
+        "name one that `sinfo -s` lists, or leave it out to use slurm_partition"
+    )
+
+
 def cancel(job_ids: Iterable[str]) -> None:
     """``scancel`` the given arrays or jobs in one call (a finished one is not an error)."""
     ids = sorted(set(job_ids), key=lambda a: (len(a), a))
