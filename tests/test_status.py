@@ -143,6 +143,8 @@ def test_a_task_of_a_known_array_in_neither_squeue_nor_sacct_is_cancelled_at_onc
     assert state == "cancelled" and "cancelled while pending" in (detail or "")
     ran = slurm_state(young, view, now - 1, {}, now, 1)  # its log was written after submission
     assert ran == ("running", "left squeue moments ago; not in sacct yet")
+    view.squeue_ok = False  # nothing is known to have left a queue that could not be read
+    assert slurm_state(young, view, now - 1, {}, now, 1)[1] == "squeue could not be asked; not in sacct yet"
     # sacct still lists it in its array's pending range for a few seconds: squeue, which lists
     # every pending task, does not: it is gone
     lagging = _view(j36_0=TaskState("RUNNING", "squeue"), j36_5=TaskState("PENDING", "sacct"))
@@ -341,7 +343,7 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(
     # --retry-errors crashed redoes it afresh (it was no killer): the new record supersedes the error
     errors_before = st.errors
     r = run_cli("resume", str(sd.root), "--retry-errors", "crashed")
-    assert r.returncode == 0 and "1 crashed error records are redone; 1 new unit" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "1 crashed error record is redone; 1 new unit" in r.stdout, r.stdout + r.stderr
     st = sweep_status(sd)
     assert st.complete and st.done == st.planned and st.errors == errors_before - 1, format_status(st)
     assert run_cli("merge", str(sd.root)).returncode == 0
@@ -349,6 +351,8 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(
     assert len(doc["results"]) == st.planned and not any("WorkerCrashed" in r.get("error", "") for r in doc["results"])
     r = run_cli("resume", str(sd.root), "--retry-errors", "crashed")
     assert r.returncode == 0 and "no crashed error record to retry; nothing to resubmit" in r.stdout
+    r = run_cli("resume", str(sd.root), "--retry-errors", "all")
+    assert r.returncode == 0 and "and no error record to retry; nothing to resubmit" in r.stdout, r.stdout
 
 
 def test_resume_refuses_another_spec(tmp_path: Path, write_spec: Callable[..., Path]) -> None:

@@ -48,11 +48,13 @@ def say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_d
             )
     if not r.new_units:
         if not plan.held and not quiet_when_done and r.next_round is None:
-            redo = f" and no {retry} error record to retry" if retry else ""
+            redo = f" and no {'' if retry == 'all' else retry + ' '}error record to retry" if retry else ""
             print(f"all {sd.planned} items of {sd.root} have a record{redo}; nothing to resubmit")
         return
     n = len(r.new_units)
-    redo = f"; {len(plan.retry)} {retry} error records are redone" if retry else ""
+    k = len(plan.retry)
+    kind = "" if retry == "all" else f"{retry} "
+    redo = f"; {k} {kind}error record{' is' if k == 1 else 's are'} redone" if retry else ""
     halving = sd.spec.timing.strategy == "halving"
     later = sum(len(items) for number, items in plan.later.items() if not (halving and number == 2))
     print(

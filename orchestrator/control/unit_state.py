@@ -63,7 +63,8 @@ def _in_neither(
     if not started and view.squeue_ok and view.sacct_ok and view.knows_array(jid):
         return "cancelled", "cancelled while pending (a pending task cancelled on its own leaves no record)"
     if started and now - (mtime or 0.0) < LOST_AFTER_S:
-        return "running", "left squeue moments ago; not in sacct yet"
+        where = "left squeue moments ago" if view.squeue_ok else "squeue could not be asked"
+        return "running", f"{where}; not in sacct yet"
     if not started and now - submitted < LOST_AFTER_S:
         return "pending", "not yet in squeue or sacct"
     if not view.sacct_ok:
