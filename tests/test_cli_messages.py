@@ -256,6 +256,10 @@ def test_a_damaged_unit_index_says_how_to_go_on(write_spec: Callable[..., Path],
     (sweep / "units.json").write_text("[{")
     r = run_cli("status", str(sweep))
     assert_one_line_error(r, f"unit index {sweep / 'units.json'} is unreadable", "restore the file", "--reuse")
+    (sweep / "units.json").unlink()
+    for command in ("status", "merge", "resume"):
+        r = run_cli(command, str(sweep))
+        assert_one_line_error(r, f"unit index {sweep / 'units.json'} is missing", "restore the file", "--reuse")
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "1e300", "0", "-1", "soon"])

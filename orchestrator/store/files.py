@@ -226,7 +226,7 @@ def read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SweepDirError(f"{what} {path} is missing") from None
+        raise SweepDirError(f"{what} {path} is missing; {DAMAGED_FIX}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         if isinstance(exc, OSError) and exc.errno in ACCESS_ERRNOS:  # not damaged: this user may not read it
             raise SweepDirError(cannot_access(exc)) from None
