@@ -221,6 +221,20 @@ def test_status_counts_partials_and_takes_states_from_the_scheduler_view(
     assert doc["states"] == {"running": 1, "pending": 1, "failed": 1} and len(doc["units"]) == 3
 
 
+def test_a_merge_job_cancelled_before_it_started_names_no_log_it_never_wrote(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    sd, _, view = _three_units_on_slurm(tmp_path, write_spec)
+    log = sd.logs / "51_0_log.err"
+    sd.record_jobs([{"event": "merge_job", "job_id": "52", "submitted_ts": time.time(), "stderr": str(log)}])
+    view.states["52"] = TaskState("CANCELLED", "sacct")
+    assert "final merge: job 52 cancelled" in format_status(sweep_status(sd, view=view)).splitlines()[-1]
+    assert "log:" not in format_status(sweep_status(sd, view=view)).splitlines()[-1]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("cancelled by user\n")
+    assert f"final merge: job 52 cancelled  log: {log}" in format_status(sweep_status(sd, view=view))
+
+
 def test_a_failed_unit_says_its_workers_own_reason_once_its_log_has_one(
     tmp_path: Path, write_spec: Callable[..., Path]
 ) -> None:

@@ -125,7 +125,7 @@ def _merge_jobs(sd: SweepDir, hist: History, view: SchedulerView | None) -> list
                 "job_id": str(m["job_id"]),
                 "state": ts.state if ts else None,
                 "reason": ts.reason if ts else None,
-                "log": m.get("stderr"),
+                "log": log if isinstance(log := m.get("stderr"), str) and os.path.exists(log) else None,
                 "error": final.get("error") if refused and final else None,
             }
         )

@@ -119,7 +119,7 @@ def merge_job_line(m: dict[str, Any]) -> str:
     return (
         f"final merge: job {m['job_id']} {(m['state'] or 'not in squeue/sacct').lower()}"
         + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
-        + (f"  log: {m['log']}" if m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else "")
+        + (f"  log: {m['log']}" if m["log"] and m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else "")
     )
 
 
