@@ -39,6 +39,15 @@ ITEMS = 4
 SETTLE_S = 120  # a guard, not a wait: each command below returns as soon as it is done
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises() -> Any:
+    """A Ctrl-C raises in this process, as in a terminal, also where the suite was started in
+    the background (a shell starts ``cmd &`` with SIGINT ignored, and Python keeps it so)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def _worker_pid(sweep: Path) -> int:
     """The pid of the worker that holds a unit's lease (the process a user finds with ps)."""
     for lease in (sweep / "leases").glob("*.lease"):
