@@ -120,6 +120,59 @@ def test_tokamax_then_chooses_tilesweeps_best(exported: tuple[Path, list[dict[st
     assert _chosen_all(H200) == untuned
 
 
+def test_a_problem_where_tokamaxs_own_choice_was_faster_is_left_to_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An auto record faster than every forced one: tokamax keeps its own choice there (no key
+    steers it to a slower config), said in one line; --keep-slower writes the key anyway."""
+    recs = _records(H200, 4)
+    auto = {k: v for k, v in recs[0].items() if k not in meta.kernel("tokamax-mosaic").fields("fwd", "sm90")}
+    fastest = min(r["median_ms"] for r in recs if (r["impl"], r["mode"]) == ("tokamax-mosaic", "fwd"))
+    auto.update(config="auto", median_ms=fastest / 2, q1_ms=fastest / 2, q3_ms=fastest / 2, samples_ms=[fastest / 2])
+    path = tmp_path / "h200.json"
+    path.write_text(json.dumps({"device": {"device_kind": H200.name}, "config": {}, "results": [*recs, auto]}))
+    best = {(impl, mode): _best(recs, impl, mode) for impl, mode in _chosen_all(H200)}
+    untuned = _chosen_all(H200)
+    capsys.readouterr()
+    out = tmp_path / "out"
+    try:
+        assert main(["export", str(path), "--format", "tokamax", "--out", str(out)]) == 0
+        said = capsys.readouterr().out
+        assert "left out 1 problem(s) where tokamax's own choice (auto) was faster" in said, said
+        with tokamax_cache.overlay(out):
+            chosen = _chosen_all(H200)
+        assert chosen[("tokamax-mosaic", "fwd")] == untuned[("tokamax-mosaic", "fwd")]
+        assert {k: v for k, v in chosen.items() if k[1] != "fwd" or k[0] != "tokamax-mosaic"} == {
+            k: v for k, v in best.items() if k[1] != "fwd" or k[0] != "tokamax-mosaic"
+        }
+        kept = tmp_path / "kept"
+        assert main(["export", str(path), "--format", "tokamax", "--out", str(kept), "--keep-slower"]) == 0
+        assert "left out" not in capsys.readouterr().out
+        with tokamax_cache.overlay(kept):
+            assert _chosen_all(H200) == best
+    finally:
+        tokamax_cache.uninstall()
+
+
+def test_documents_of_two_device_kinds_drop_nothing_each_has_its_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = []
+    for kind, seed in ((H200, 5), (H100, 6)):
+        path = tmp_path / f"{seed}.json"
+        recs = [r for r in _records(kind, seed) if r["impl"] == "tokamax-triton"]
+        path.write_text(json.dumps({"device": {"device_kind": kind.name}, "config": {}, "results": recs}))
+        docs.append(str(path))
+    capsys.readouterr()
+    try:
+        assert main(["export", *docs, "--format", "tokamax", "--out", str(tmp_path / "out")]) == 0
+    finally:
+        tokamax_cache.uninstall()
+    said = capsys.readouterr().out
+    assert said.count("combined 2 documents") == 2 and "dropped" not in said, said
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"nvidia_h200", "nvidia_h100_80gb_hbm3"}
+
+
 def test_tilesweep_reads_the_keys_tokamax_wrote(exported: tuple[Path, list[dict[str, Any]]]) -> None:
     out, recs = exported
     doc = document.load(out / "nvidia_h200" / "pallas_triton_flash_attention.json", tokamax=True)
@@ -186,8 +239,7 @@ def test_replayed_records_are_not_handed_to_tokamax_unless_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A replay's times are drawn on a virtual clock: exported as tokamax's tables, tokamax
-    would run on them as measurements. Refused in one line, taken with --include-replays;
-    --keep-slower, which shapes only the tilesweep table, is refused with tokamax's format."""
+    would run on them as measurements. Refused in one line, taken with --include-replays."""
     recs = _records(H200, 3)
     path = tmp_path / "replayed.json"
     path.write_text(
@@ -199,8 +251,6 @@ def test_replayed_records_are_not_handed_to_tokamax_unless_asked(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "replayed records" in err[0] and f"{path} ({len(recs)})" in err[0], err
     assert "--include-replays" in err[0] and not out.exists()
-    assert main(["export", str(path), "--format", "tokamax", "--out", str(out), "--keep-slower"]) == 2
-    assert "--keep-slower shapes the tilesweep table only" in capsys.readouterr().err and not out.exists()
     for wrong in ("-", str(path)):  # a folder is written: not stdout, not a file (the input, here)
         before = path.read_bytes()
         assert main(["export", str(path), "--format", "tokamax", "--out", wrong, "--include-replays"]) == 2

@@ -7,6 +7,11 @@ are left out, said in one line; a document with none is refused. Records of seve
 give one folder each (per kind, the newest record per identity over the documents:
 ``analysis.combine``).
 
+Where a problem's ``auto`` record (tokamax's own choice, what an untuned call runs) was faster
+than every forced record of it, its keys are left out, so tokamax runs its own choice there, as
+the tilesweep table's ``config: null`` says; ``keep_slower`` writes them anyway (``Chosen.auto_won``
+counts them).
+
 Per problem and op, each key (built by tokamax's own key function: ``kernels.tokamax_cache``)
 holds the measured configs, each with:
 
@@ -51,6 +56,7 @@ class Chosen:
     entries: list[meta.KeyEntry] = field(default_factory=list)
     records: int = 0  # records written (a fwd_bwd record may be in two keys)
     other_impls: Counter = field(default_factory=Counter)  # impl -> records left out
+    auto_won: int = 0  # problems (per mode) left to tokamax's own choice, which was faster
 
 
 def _problem(rec: Mapping[str, Any]) -> meta.Problem:
@@ -66,13 +72,10 @@ def _problem(rec: Mapping[str, Any]) -> meta.Problem:
     )
 
 
-def _timed(rec: Mapping[str, Any]) -> bool:
+def _timed(rec: Mapping[str, Any], config: str = "forced") -> bool:
     ms = rec.get("median_ms")
     return (
-        rec.get("config") == "forced"
-        and "error" not in rec
-        and not rec.get("screened")
-        and isinstance(ms, (int, float))
+        rec.get("config") == config and "error" not in rec and not rec.get("screened") and isinstance(ms, (int, float))
     )
 
 
@@ -137,19 +140,27 @@ def _entries(impl: str, mode: str, p: meta.Problem, recs: list[Mapping[str, Any]
     return [meta.KeyEntry(impl, "fwd", True, p, fwd), meta.KeyEntry(impl, "vjp", True, p, vjp)]
 
 
-def choose(doc: ResultsDoc, device_kind: str) -> Chosen:
-    """The keys of ``doc``'s tokamax records (all of ``device_kind``: ``analysis.combine`` made it)."""
+def choose(doc: ResultsDoc, device_kind: str, *, keep_slower: bool = False) -> Chosen:
+    """The keys of ``doc``'s tokamax records (all of ``device_kind``: ``analysis.combine`` made it);
+    a problem whose auto was faster than all of them left out unless ``keep_slower``."""
     out = Chosen(device_kind)
     groups: dict[tuple[str, str, meta.Problem], list[Mapping[str, Any]]] = {}
+    auto_ms: dict[tuple[str, str, meta.Problem], float] = {}
     for rec in doc.results:
         impl = str(rec.get("impl", DEFAULT_IMPL))
         if impl not in meta.IMPL_NAMES:
             out.other_impls[impl] += 1
             continue
+        key = (impl, str(rec["mode"]), _problem(rec))
         if _timed(rec):
-            groups.setdefault((impl, str(rec["mode"]), _problem(rec)), []).append(rec)
-    for (impl, mode, p), recs in groups.items():
-        out.entries += _entries(impl, mode, p, recs)
+            groups.setdefault(key, []).append(rec)
+        elif _timed(rec, "auto"):
+            auto_ms[key] = min(float(rec["median_ms"]), auto_ms.get(key, float("inf")))
+    for key, recs in groups.items():
+        if not keep_slower and auto_ms.get(key, float("inf")) < min(float(r["median_ms"]) for r in recs):
+            out.auto_won += 1
+            continue
+        out.entries += _entries(*key, recs)
     out.records = sum(len(e.configs) for e in out.entries)
     return out
 

@@ -97,7 +97,9 @@ def _add_export(subparsers: Subparsers) -> None:
         help="tilesweep: the tuned table (default); tokamax: tokamax's autotuning tables (needs tilesweep[tokamax])",
     )
     p.add_argument(
-        "--keep-slower", action="store_true", help="export the best forced config even where auto was faster"
+        "--keep-slower",
+        action="store_true",
+        help="export the best forced config even where auto was faster (--format tokamax: the problem's keys)",
     )
     p.add_argument(
         "--include-replays",
@@ -236,11 +238,6 @@ def _export_target(args: argparse.Namespace) -> str:
         if any(same_file(Path(path), Path(p)) for p in args.results[:k]):
             raise TilesweepError(f"{path} is given twice; give each results document once")
     if args.format == "tokamax":
-        if args.keep_slower:
-            raise TilesweepError(
-                "--keep-slower shapes the tilesweep table only; --format tokamax writes every measured config of "
-                "tokamax's kernels (tokamax runs the fastest): drop it"
-            )
         if not args.out.strip():
             raise TilesweepError(f"--out {args.out!r} names no folder; name the folder tokamax's tables go to")
         out = Path(args.out)
@@ -267,7 +264,7 @@ def _export_tokamax(args: argparse.Namespace, docs: list[ResultsDoc]) -> int:
             f"replayed records (times drawn on a virtual clock, not measured) in {which}: tokamax would take "
             "them for measurements; export measured documents, or pass --include-replays to export them anyway"
         )
-    return export_tokamax(docs, args.out, args.device)
+    return export_tokamax(docs, args.out, args.device, keep_slower=args.keep_slower)
 
 
 def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:

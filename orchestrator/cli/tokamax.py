@@ -6,6 +6,8 @@ written atomically. Nothing is written unless every device kind's tables could b
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from kernels import tokamax_meta as meta
@@ -31,7 +33,7 @@ def _tables(chosen: tokamax_export.Chosen) -> dict[str, str]:
         raise TilesweepError(f"a record cannot be written as tokamax's config: {exc}") from None
 
 
-def _chosen(docs: list[ResultsDoc], device: str | None) -> list[tokamax_export.Chosen]:
+def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> list[tokamax_export.Chosen]:
     kinds = [device] if device is not None else tokamax_export.kinds(docs)
     names = ", ".join(d.name for d in docs)
     if not kinds:
@@ -40,11 +42,13 @@ def _chosen(docs: list[ResultsDoc], device: str | None) -> list[tokamax_export.C
     for kind in kinds:
         if len(docs) > 1 or device is not None:  # the newest record per identity, as the tuned table takes them
             doc, combined = combine(docs, kind)
+            if device is None:  # every kind gets its own folder: none is dropped
+                combined = replace(combined, other_device=Counter(), other_kinds=set())
             print(describe(combined, len(docs)))
         else:
             doc = tokamax_export.of_kind(docs[0], kind)
-        out.append(tokamax_export.choose(doc, kind))
-    if not any(c.entries for c in out):
+        out.append(tokamax_export.choose(doc, kind, keep_slower=keep_slower))
+    if not any(c.entries or c.auto_won for c in out):
         impls = sorted({i for c in out for i in c.other_impls})
         found = f"its records are of kernel.impl {', '.join(impls)}" if impls else "it holds no timed forced record"
         raise TilesweepError(
@@ -54,16 +58,21 @@ def _chosen(docs: list[ResultsDoc], device: str | None) -> list[tokamax_export.C
     return out
 
 
-def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None) -> int:
+def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep_slower: bool = False) -> int:
     """Write the tables; one line per file written, one per device kind whose records were left out."""
-    chosen = _chosen(docs, device)
+    chosen = _chosen(docs, device, keep_slower)
     made = [(c, _tables(c)) for c in chosen if c.entries]
     for c in chosen:
         left = ", ".join(f"{n} of kernel.impl {impl}" for impl, n in sorted(c.other_impls.items()))
         if left:
             print(f"{c.device_kind}: left out {left} (not tokamax's kernels: tokamax has no table for them)")
+        if c.auto_won:
+            print(
+                f"{c.device_kind}: left out {c.auto_won} problem(s) where tokamax's own choice (auto) was faster "
+                "than every measured config: tokamax runs its own choice there (--keep-slower writes them anyway)"
+            )
         if not c.entries:
-            print(f"{c.device_kind}: no timed record of tokamax's kernels; no tables written for it")
+            print(f"{c.device_kind}: no timed record of tokamax's kernels to hand it; no tables written for it")
     targets = {  # each file refused before any is written where it is not one of tokamax's tables
         (c.device_kind, name): check_output(
             str(Path(out) / meta.device_dir(c.device_kind) / name),
