@@ -146,3 +146,13 @@ def ctrl_c_after_first_record(spec: Path, sweep: Path) -> tuple[int, str]:
     _, err = run.communicate(timeout=120)
     assert run.returncode == 130 and "Traceback" not in err, err
     return run.pid, err
+
+
+def scheduler_view(**states: Any) -> Any:
+    """A scheduler's answer built by hand, squeue and sacct both asked: ``j36_5=TaskState(...)``
+    is what they say of task 36_5."""
+    from orchestrator.control.scheduler import SchedulerView
+
+    return SchedulerView(
+        {k.replace("j", "", 1): v for k, v in states.items()}, asked=True, squeue_ok=True, sacct_ok=True
+    )

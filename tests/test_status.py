@@ -19,139 +19,14 @@ from typing import Any
 import pytest
 
 from orchestrator.control.resume import plan_resume
-from orchestrator.control.scheduler import SchedulerView, TaskState, expand_indices, parse_sacct
-from orchestrator.control.status import LOST_AFTER_S, format_status, slurm_state, sweep_status
+from orchestrator.control.scheduler import SchedulerView, TaskState
+from orchestrator.control.status import format_status, sweep_status
 from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import header, record_for
-from tests.helpers import assert_one_line_error
+from tests.helpers import assert_one_line_error, scheduler_view
 
 from .conftest import run_cli
-
-
-def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state() -> None:
-    text = "\n".join(
-        [
-            "36_0|CANCELLED by 0|0:0",
-            "36_1|COMPLETED|0:0",
-            "36_[2-5%2]|PENDING|0:0",
-            "37|RUNNING|0:0",
-            "38_[1,3,5-6]|PENDING|0:0",
-            "39_4|FAILED|9:0",
-            "40.batch|COMPLETED|0:0",
-            "41_[]|PENDING|0:0",
-        ]
-    )
-    rows = {jid: (state, code) for jid, state, code, _, _ in parse_sacct(text)}
-    assert rows["36_0"] == ("CANCELLED", "0:0") and rows["36_1"][0] == "COMPLETED"
-    assert [j for j in rows if j.startswith("36_")] == ["36_0", "36_1", "36_2", "36_3", "36_4", "36_5"]
-    assert rows["37"][0] == "RUNNING" and rows["39_4"] == ("FAILED", "9:0")
-    assert sorted(j for j in rows if j.startswith("38_")) == ["38_1", "38_3", "38_5", "38_6"]
-    assert "40.batch" not in rows and "40" not in rows
-    assert expand_indices("0-2%4") == [0, 1, 2] and expand_indices("7") == [7] and expand_indices("x") == []
-    # -D -o ...,ElapsedRaw,AllocTRES: every run of a task, with its GPUs (a typed GPU is listed twice)
-    runs = list(
-        parse_sacct(
-            "47_0|REQUEUED|0:0|90|billing=4,cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1\n"
-            "47_0|COMPLETED|0:0|30|billing=4,cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1\n"
-            "48|COMPLETED|0:0|600|billing=1,cpu=1,node=1"
-        )
-    )
-    assert runs == [
-        ("47_0", "REQUEUED", "0:0", 90, 4),
-        ("47_0", "COMPLETED", "0:0", 30, 4),
-        ("48", "COMPLETED", "0:0", 600, 0),
-    ]
-
-
-def test_gpu_hours_are_left_out_until_sacct_has_a_row_for_every_array_of_the_sweep() -> None:
-    """A sum without an array sacct does not know yet (slurmdbd not yet told of a task that just
-    ended) would be too low, and a document merged then would keep it: no figure is better."""
-    view = SchedulerView(asked=True, sacct_ok=True, gpu_seconds={"47": 4 * 120.0, "52": 0.0})
-    assert view.gpu_hours(["47_0", "47_1"]) == round(480 / 3600, 4)
-    assert view.gpu_hours(["47_0", "52_3"]) == round(480 / 3600, 4)  # 52 pending: known, nothing used yet
-    assert view.gpu_hours(["47_0", "53_0"]) is None
-    assert SchedulerView(asked=True, sacct_ok=False, gpu_seconds={"47": 480.0}).gpu_hours(["47_0"]) is None
-
-
-def _view(**states: TaskState) -> SchedulerView:
-    return SchedulerView(
-        {k.replace("j", "", 1): v for k, v in states.items()}, asked=True, squeue_ok=True, sacct_ok=True
-    )
-
-
-@pytest.mark.parametrize(
-    "task, mtime_after, expected",
-    [
-        (TaskState("PENDING", "squeue", "JobArrayTaskLimit"), False, ("pending", "JobArrayTaskLimit")),
-        (TaskState("PENDING", "squeue", "BeginTime"), True, ("requeued", "BeginTime")),
-        (TaskState("REQUEUED", "sacct"), True, ("requeued", "REQUEUED")),
-        (TaskState("RUNNING", "squeue", "None"), True, ("running", None)),
-        (TaskState("COMPLETING", "squeue"), True, ("running", "COMPLETING")),
-        (TaskState("CANCELLED", "sacct"), True, ("cancelled", None)),
-        (TaskState("TIMEOUT", "sacct"), True, ("timed out", "TIMEOUT")),
-        (TaskState("FAILED", "sacct", exit_code="9:0"), True, ("failed", "FAILED (exit 9:0)")),
-        (
-            TaskState("OUT_OF_MEMORY", "sacct", exit_code="0:125"),
-            True,
-            ("failed", "out of memory (SLURM ended the task at its memory limit: raise executor.mem_gb)"),
-        ),
-        (TaskState("PREEMPTED", "sacct"), True, ("cancelled", "PREEMPTED")),
-    ],
-)
-def test_slurm_states_map_to_unit_states(task: TaskState, mtime_after: bool, expected: tuple[str, str | None]) -> None:
-    now = time.time()
-    job = {"job_id": "36_1", "submitted_ts": now - 100}
-    view = _view(j36_1=task)
-    assert slurm_state(job, view, now - 50 if mtime_after else None, {}, now, 3) == expected
-
-
-def test_a_unit_of_a_running_whole_node_task_that_no_gpu_took_yet_is_pending() -> None:
-    now = time.time()
-    job = {"job_id": "36_1", "submitted_ts": now - 100, "units_in_task": 8}
-    view = _view(j36_1=TaskState("RUNNING", "squeue", "None"))
-    assert slurm_state(job, view, None, {}, now, 0) == (
-        "pending",
-        "its task is running; it waits for one of the task's GPUs",
-    )
-    assert slurm_state(job, view, now - 50, {}, now, 0) == ("running", None)  # its log written since: taken
-
-
-def test_a_job_in_neither_squeue_nor_sacct_is_pending_while_young_then_gone() -> None:
-    now = time.time()
-    view = _view()
-    young = {"job_id": "36_5", "submitted_ts": now - 5}
-    old = {"job_id": "36_5", "submitted_ts": now - LOST_AFTER_S - 5}
-    assert slurm_state(young, view, None, {}, now, 0)[0] == "pending"
-    state, detail = slurm_state(old, view, None, {}, now, 0)
-    assert state == "cancelled" and "neither squeue nor sacct" in (detail or "")
-    # our own cancel record wins over whatever the scheduler says
-    running = _view(j36_5=TaskState("RUNNING", "squeue"))
-    assert slurm_state(old, running, None, {"36": now - 1}, now, 0)[0] == "cancelled"
-    # SLURM not asked: a guess from the partial, said so
-    assert slurm_state(old, None, None, {}, now, 2) == ("running", "SLURM not asked; state guessed from the partial")
-
-
-def test_a_task_of_a_known_array_in_neither_squeue_nor_sacct_is_cancelled_at_once_unless_it_ran() -> None:
-    """A pending task cancelled on its own leaves no record: once its array is known, it is
-    cancelled now, not a minute later; a task that ran may only be missing from sacct's lag."""
-    now = time.time()
-    view = _view(j36_0=TaskState("RUNNING", "squeue"))
-    view.arrays_seen = {"36"}
-    young = {"job_id": "36_5", "submitted_ts": now - 2}
-    state, detail = slurm_state(young, view, None, {}, now, 0)
-    assert state == "cancelled" and "cancelled while pending" in (detail or "")
-    ran = slurm_state(young, view, now - 1, {}, now, 1)  # its log was written after submission
-    assert ran == ("running", "left squeue moments ago; not in sacct yet")
-    view.squeue_ok = False  # nothing is known to have left a queue that could not be read
-    assert slurm_state(young, view, now - 1, {}, now, 1)[1] == "squeue could not be asked; not in sacct yet"
-    # sacct still lists it in its array's pending range for a few seconds: squeue, which lists
-    # every pending task, does not: it is gone
-    lagging = _view(j36_0=TaskState("RUNNING", "squeue"), j36_5=TaskState("PENDING", "sacct"))
-    lagging.arrays_seen = {"36"}
-    assert slurm_state(young, lagging, None, {}, now, 0)[0] == "cancelled"
-    unknown = _view()  # the array itself not in squeue or sacct yet: too early to tell
-    assert slurm_state(young, unknown, None, {}, now, 0) == ("pending", "not yet in squeue or sacct")
 
 
 def _sweep(tmp_path: Path, write_spec: Callable[..., Path], units: int = 2, **over: Any) -> SweepDir:
@@ -196,7 +71,7 @@ def _three_units_on_slurm(tmp_path: Path, write_spec: Callable[..., Path]) -> tu
         ]
     )
     sd.record_jobs([{"event": "merge_job", "job_id": "51", "submitted_ts": now - 600}])
-    view = _view(
+    view = scheduler_view(
         j50_0=TaskState("FAILED", "sacct", exit_code="1:0"),
         j50_1=TaskState("RUNNING", "squeue"),
         j50_2=TaskState("PENDING", "squeue", "Priority"),
@@ -205,7 +80,7 @@ def _three_units_on_slurm(tmp_path: Path, write_spec: Callable[..., Path]) -> tu
     return sd, units, view
 
 
-def test_status_counts_partials_and_takes_states_from_the_scheduler_view(
+def test_status_counts_partials_and_takes_states_from_the_schedulerscheduler_view(
     tmp_path: Path, write_spec: Callable[..., Path]
 ) -> None:
     sd, units, view = _three_units_on_slurm(tmp_path, write_spec)
@@ -295,7 +170,7 @@ def test_units_never_submitted_and_units_that_cannot_start_are_told_apart(
             for k, u in enumerate(units[:2])
         ]
     )
-    view = _view(
+    view = scheduler_view(
         j60_0=TaskState("PENDING", "squeue", "PartitionTimeLimit"), j60_1=TaskState("PENDING", "squeue", "Priority")
     )
     by = {u.id: u for u in sweep_status(sd, view=view).units}
