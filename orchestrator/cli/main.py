@@ -44,7 +44,11 @@ _STOPPED_NOTES = {
     "merge": "a merge cut short leaves the results document as it was",
     "submit": "what sbatch accepted before the stop is recorded and runs on, with its final merge job: `status` "
     "shows it, `cancel` stops it",
-    **dict.fromkeys(("spec", "report", "export", "compare", "status", "ls", "logs", "impls"), "nothing was changed"),
+    **dict.fromkeys(("spec", "status", "ls", "logs", "impls"), "nothing was changed"),
+    # they write each file whole (a temp file renamed into place) or not at all
+    **dict.fromkeys(
+        ("report", "export", "compare"), "each file written before the stop is whole; none is half-written"
+    ),
 }
 _stopped_by: int = signal.SIGINT  # the stop signal ``_interrupted`` took
 
@@ -233,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.unraisablehook = original, hook
 
 
+def _command_word(argv: list[str] | None) -> str:
+    """The command a command line names, for a stop that came before the parser said it."""
+    words = sys.argv[1:] if argv is None else argv
+    return next((w for w in words if not w.startswith("-")), "")
+
+
 def _main(argv: list[str] | None) -> int:
     command = None
     try:
@@ -251,7 +261,7 @@ def _main(argv: list[str] | None) -> int:
         if exc.args and isinstance(exc.args[0], str):  # the command's own word (``wait``)
             note = exc.args[0]
         else:
-            note = _STOPPED_NOTES.get(command or "", INTERRUPTED_NOTE)
+            note = _STOPPED_NOTES.get(command or _command_word(argv), INTERRUPTED_NOTE)
         print(f"{PROG}: {how}; {note}", file=sys.stderr)
         return 128 + _stopped_by
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone
