@@ -39,6 +39,11 @@ auto instead of to a config that would raise:
    multiple of a block.
 4. Anything else, a dtype the kernel does not run included, is ``None``: use auto.
 
+An argument no call could mean (an unknown mode or implementation, a seq that is not a positive
+integer, a dtype name numpy does not know) raises ``ValueError``; an entry no export writes (a
+config field the kernel refuses, two entries for one problem) is refused at load
+(``kernels.tuned_entries``).
+
 The table is only as good as the device and stack it was measured on: loading a table
 measured on another device kind or jax version warns (``TunedTableMismatchWarning``) and
 still loads. This module imports nothing from the orchestrator.
@@ -46,7 +51,6 @@ still loads. This module imports nothing from the orchestrator.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -55,39 +59,36 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from kernels import impl_triton, impls
 from kernels.config import AttentionConfig
-from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
+from kernels.impls import DEFAULT_IMPL
 from kernels.smem import dtype_name
+from kernels.tuned_entries import (
+    CONFIG_FIELDS,
+    TunedEntry,
+    TunedTableError,
+    blocks_divide,
+    check_call,
+    read_entries,
+)
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "CONFIG_FIELDS",
+    "FORMAT",
+    "VERSION",
+    "Environment",
+    "TunedEntry",
+    "TunedTable",
+    "TunedTableError",
+    "TunedTableMismatchWarning",
+    "config_for",
+    "to_attention_config",
+]
 
 FORMAT = "tilesweep-tuned"
 VERSION = 2
 READS_VERSIONS = (1, 2)
-# Exactly the fields of ``AttentionConfig``, in its order.
-CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AttentionConfig))
-ENTRY_FIELDS: tuple[str, ...] = (
-    "impl",
-    "dtype",
-    "head_dim",
-    "seq",
-    "batch",
-    "heads",
-    "causal",
-    "kv_heads",
-    "mode",
-    "config",
-    "median_ms",
-    "auto_ms",
-)
-# Fields a version 1 entry lacks, and what they meant there.
-_V1_DEFAULTS: dict[str, Any] = {"impl": DEFAULT_IMPL, "causal": False, "kv_heads": None}
-_INT_FIELDS = ("head_dim", "seq", "batch", "heads", "kv_heads")
-
-
-class TunedTableError(ValueError):
-    """A tuned-table file is missing, unreadable, or not a tilesweep tuned table."""
 
 
 class TunedTableMismatchWarning(UserWarning):
@@ -111,22 +112,6 @@ class Environment:
         except Exception as exc:  # no jax, no backend: nothing to compare against
             log.debug("cannot read the running environment: %s", exc)
             return None
-
-
-@dataclass(frozen=True)
-class TunedEntry:
-    dtype: str
-    head_dim: int
-    seq: int
-    batch: int
-    heads: int
-    mode: str
-    config: dict[str, int] | None
-    median_ms: float | None
-    auto_ms: float | None
-    impl: str
-    causal: bool
-    kv_heads: int  # equals heads for multi-head attention
 
 
 class TunedTable:
@@ -188,7 +173,7 @@ class TunedTable:
         entries = obj.get("entries")
         if not isinstance(device, dict) or not isinstance(entries, list):
             raise TunedTableError(f"{name}: tuned table needs a 'device' object and an 'entries' array")
-        return cls(device, [_entry(e, i, name, version) for i, e in enumerate(entries)], path=name)
+        return cls(device, read_entries(entries, name, version), path=name)
 
     def check_environment(self, env: Environment | None) -> bool:
         """Warn when the table's device kind or jax version differ from ``env``; True if they match."""
@@ -225,7 +210,9 @@ class TunedTable:
         kv_heads: int | None = None,
         impl: str = DEFAULT_IMPL,
     ) -> TunedEntry | None:
-        """The entry the lookup rule (module docstring) picks, or ``None``; see ``lookup``."""
+        """The entry the lookup rule (module docstring) picks, or ``None``; see ``lookup``.
+        ``ValueError`` for an argument no call could mean (``tuned_entries.check_call``)."""
+        check_call(impl, mode, seq, head_dim, dtype)
         try:
             dtype = dtype_name(dtype)
         except ValueError:  # a dtype the kernel does not run has no tuned config
@@ -240,7 +227,7 @@ class TunedTable:
         if exact:
             return min(exact, key=lambda e: (e.batch, e.heads, e.kv_heads))
         nearest = min(cands, key=lambda e: (abs(math.log(e.seq / seq)), e.seq, e.batch, e.heads, e.kv_heads))
-        if nearest.config is not None and not _blocks_divide(nearest.config, seq, mode, nearest.impl):
+        if nearest.config is not None and not blocks_divide(nearest.config, seq, mode, nearest.impl):
             log.debug("nearest tuned seq %d has blocks that do not divide seq=%d", nearest.seq, seq)
             return None
         return nearest
@@ -286,69 +273,3 @@ def config_for(table: TunedTable | str | os.PathLike[str], **kwargs: Any) -> Att
 
 def to_attention_config(cfg: dict[str, int]) -> AttentionConfig:
     return AttentionConfig(**cfg)
-
-
-def _blocks_divide(cfg: dict[str, int], seq: int, mode: str, impl: str = DEFAULT_IMPL) -> bool:
-    """Whether the kernel takes this config at ``seq`` (another implementation: its own checks)."""
-    if impl not in impl_triton.BY_NAME:
-        mode = "fwd" if mode == "fwd" else "fwd_bwd"
-        return impls.get(impl).invalid(mode, seq, tuple(cfg[n] for n in entry_config_fields(impl, mode))) is None
-    names = ("block_q", "block_k") + (("bwd_outer", "bwd_inner") if mode == "fwd_bwd" else ())
-    return all(seq % int(cfg[n]) == 0 for n in names)
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def entry_config_fields(impl: str, mode: str) -> tuple[str, ...]:
-    """The fields of an entry's config: every field of ``AttentionConfig`` for the Triton
-    kernels, the record's own config fields of its mode for another implementation
-    (``kernels.impls``: jax's Mosaic GPU kernel's TuningConfig fields)."""
-    if impl in impl_triton.BY_NAME:
-        return CONFIG_FIELDS
-    return tuple(t.name for t in impls.get(impl).tunables("fwd" if mode == "fwd" else "fwd_bwd"))
-
-
-def _entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
-    where = f"{name}: entries[{i}]"
-    if not isinstance(raw, dict):
-        raise TunedTableError(f"{where} is not an object")
-    if version == 1:
-        raw = {**_V1_DEFAULTS, **raw}
-    missing = [f for f in ENTRY_FIELDS if f not in raw]
-    if missing:
-        raise TunedTableError(f"{where} lacks {', '.join(missing)}")
-    if raw["impl"] not in IMPL_NAMES:
-        raise TunedTableError(f"{where}: impl={raw['impl']!r} is not one of {', '.join(IMPL_NAMES)}")
-    cfg = raw["config"]
-    if cfg is not None:
-        fields = entry_config_fields(raw["impl"], raw["mode"])
-        if not isinstance(cfg, dict) or set(cfg) != set(fields):
-            raise TunedTableError(f"{where}: config must be null or an object with exactly {', '.join(fields)}")
-        flags = raw["impl"] not in impl_triton.BY_NAME  # another implementation's flags (use_schedule_barrier)
-        bad = [k for k in fields if not (flags and isinstance(cfg[k], bool)) and not _positive_int(cfg[k])]
-        if bad:
-            raise TunedTableError(f"{where}: config fields {', '.join(bad)} must be positive integers")
-        cfg = {k: cfg[k] for k in fields}
-    if raw["kv_heads"] is None:  # version 1: multi-head attention
-        raw = {**raw, "kv_heads": raw["heads"]}
-    for k in _INT_FIELDS:
-        if not isinstance(raw[k], int) or isinstance(raw[k], bool) or raw[k] <= 0:
-            raise TunedTableError(f"{where}: {k}={raw[k]!r} must be a positive integer")
-    if not isinstance(raw["causal"], bool):
-        raise TunedTableError(f"{where}: causal={raw['causal']!r} must be true or false")
-    return TunedEntry(
-        dtype=str(raw["dtype"]),
-        head_dim=raw["head_dim"],
-        seq=raw["seq"],
-        batch=raw["batch"],
-        heads=raw["heads"],
-        mode=str(raw["mode"]),
-        config=cfg,
-        median_ms=raw["median_ms"],
-        auto_ms=raw["auto_ms"],
-        impl=raw["impl"],
-        causal=raw["causal"],
-        kv_heads=raw["kv_heads"],
-    )

@@ -249,6 +249,10 @@ def test_default_environment_comes_from_jax(tmp_path: Path) -> None:
     assert env.jax_version == jax.__version__
 
 
+def _v1(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"format": "tilesweep-tuned", "version": 1, "device": {}, "entries": list(entries)}
+
+
 @pytest.mark.parametrize(
     ("obj", "fragment"),
     [
@@ -264,6 +268,11 @@ def test_default_environment_comes_from_jax(tmp_path: Path) -> None:
             },
             "config must be null",
         ),
+        # what no export writes and no kernel takes, named where it is
+        (_v1(_e(2048, bq=48)), r"entries\[0\]: config.block_q=48 is not a value the tilesweep kernel takes"),
+        (_v1(_e(2048, mode="bwd")), r"entries\[0\]: mode='bwd' is not one of fwd, fwd_bwd"),
+        (_v1(_e(2048, dtype="int8")), r"entries\[0\]: dtype='int8' is not one of"),
+        (_v1(_e(2048), _e(2048, bq=64)), r"entries\[1\] is for the same problem as entries\[0\]"),
     ],
 )
 def test_bad_tuned_table(tmp_path: Path, obj: dict[str, Any], fragment: str) -> None:
@@ -284,6 +293,11 @@ def test_config_for_builds_attention_config(tmp_path: Path) -> None:
     assert isinstance(cfg, attention.AttentionConfig)
     assert (cfg.block_q, cfg.block_k, cfg.bwd_outer, cfg.num_warps) == (64, 32, 128, 4)
     assert t.config_for(dtype="bfloat16", head_dim=64, seq=100, mode="fwd") is None
+    for wrong, said in (({"seq": 0}, "seq=0 must be a positive integer"), ({"seq": "2048"}, "seq='2048'")):
+        with pytest.raises(ValueError, match=said):
+            t.config_for(**{"dtype": "bfloat16", "head_dim": 64, "seq": 2048, "mode": "fwd", **wrong})
+    with pytest.raises(ValueError, match="mode='fwd-bwd' is not one of fwd, fwd_bwd"):
+        t.config_for(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd-bwd")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TunedTableMismatchWarning)  # the env here is the CPU
         assert config_for(path, dtype="bfloat16", head_dim=64, seq=2048, mode="fwd") == cfg

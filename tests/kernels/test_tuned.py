@@ -10,8 +10,9 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from kernels.tuned import TunedTable
+from kernels.tuned import TunedTable, TunedTableError
 
 CONFIG = {"block_q": 64, "block_k": 64, "bwd_outer": 64, "bwd_inner": 32, "num_warps": 4, "num_stages": 2}
 
@@ -42,10 +43,16 @@ def test_dtype_given_any_way_the_kernel_accepts_finds_the_entry() -> None:
 
 
 def test_dtype_the_kernel_does_not_run_means_auto() -> None:
-    """Even a hand-written float64 entry is no answer: the kernel would refuse float64."""
-    table = _table("float64")
+    """A call in a dtype the kernel does not run has no tuned config; a hand-written entry for
+    one is refused at load (the kernel would refuse float64), and a dtype name no library
+    knows is a typo, not a quiet "use auto"."""
+    table = _table("float32")
     for dtype in ("float64", np.float64, "int8"):
         assert table.lookup(dtype=dtype, head_dim=64, seq=1024, mode="fwd") is None, dtype
+    with pytest.raises(TunedTableError, match=r"entries\[0\]: dtype='float64' is not one of bfloat16"):
+        _table("float64")
+    with pytest.raises(ValueError, match="dtype='fp32' is not a dtype name"):
+        table.lookup(dtype="fp32", head_dim=64, seq=1024, mode="fwd")
 
 
 def test_stock_kernel_answer_is_ready_to_pass_to_mha() -> None:

@@ -1,0 +1,188 @@
+"""A tuned table's entries, read and checked (``kernels.tuned`` loads the table and looks up).
+
+Each entry is refused in one line naming ``entries[i]`` where it holds what no export writes
+and no kernel takes: a mode or dtype the kernels do not have, a config field the kernel's
+rule refuses (``kernels.impls``' tunables: a ``block_q`` of 48), or the same problem as an
+earlier entry (which of the two would win is a guess). The arguments of a lookup are checked
+the same way: a typo is an error, not a silent "use auto".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernels import impl_triton, impls
+from kernels.config import AttentionConfig
+from kernels.impl_base import Tunable
+from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
+from kernels.smem import DTYPES, MODES
+
+# Exactly the fields of ``AttentionConfig``, in its order.
+CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AttentionConfig))
+ENTRY_FIELDS: tuple[str, ...] = (
+    "impl",
+    "dtype",
+    "head_dim",
+    "seq",
+    "batch",
+    "heads",
+    "causal",
+    "kv_heads",
+    "mode",
+    "config",
+    "median_ms",
+    "auto_ms",
+)
+# The fields that say which problem an entry is for: two entries may not share them.
+KEY_FIELDS: tuple[str, ...] = ENTRY_FIELDS[:9]
+# Fields a version 1 entry lacks, and what they meant there.
+_V1_DEFAULTS: dict[str, Any] = {"impl": DEFAULT_IMPL, "causal": False, "kv_heads": None}
+_INT_FIELDS = ("head_dim", "seq", "batch", "heads", "kv_heads")
+
+
+class TunedTableError(ValueError):
+    """A tuned-table file is missing, unreadable, or not a tilesweep tuned table."""
+
+
+@dataclass(frozen=True)
+class TunedEntry:
+    dtype: str
+    head_dim: int
+    seq: int
+    batch: int
+    heads: int
+    mode: str
+    config: dict[str, int] | None
+    median_ms: float | None
+    auto_ms: float | None
+    impl: str
+    causal: bool
+    kv_heads: int  # equals heads for multi-head attention
+
+
+def blocks_divide(cfg: dict[str, int], seq: int, mode: str, impl: str = DEFAULT_IMPL) -> bool:
+    """Whether the kernel takes this config at ``seq`` (another implementation: its own checks)."""
+    if impl not in impl_triton.BY_NAME:
+        mode = "fwd" if mode == "fwd" else "fwd_bwd"
+        return impls.get(impl).invalid(mode, seq, tuple(cfg[n] for n in entry_config_fields(impl, mode))) is None
+    names = ("block_q", "block_k") + (("bwd_outer", "bwd_inner") if mode == "fwd_bwd" else ())
+    return all(seq % int(cfg[n]) == 0 for n in names)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def entry_config_fields(impl: str, mode: str) -> tuple[str, ...]:
+    """The fields of an entry's config: every field of ``AttentionConfig`` for the Triton
+    kernels, the record's own config fields of its mode for another implementation
+    (``kernels.impls``: jax's Mosaic GPU kernel's TuningConfig fields)."""
+    if impl in impl_triton.BY_NAME:
+        return CONFIG_FIELDS
+    return tuple(t.name for t in impls.get(impl).tunables("fwd" if mode == "fwd" else "fwd_bwd"))
+
+
+def _rules(impl: str) -> dict[str, Tunable]:
+    """The implementation's tunables by name, over both modes (a Triton entry's config names
+    its tiles as ``AttentionConfig`` does, which are the tunables' names)."""
+    return {t.name: t for mode in MODES for t in impls.get(impl).tunables(mode)}
+
+
+def _config(raw: dict[str, Any], where: str) -> dict[str, Any] | None:
+    cfg = raw["config"]
+    if cfg is None:
+        return None
+    impl = raw["impl"]
+    fields = entry_config_fields(impl, raw["mode"])
+    if not isinstance(cfg, dict) or set(cfg) != set(fields):
+        raise TunedTableError(f"{where}: config must be null or an object with exactly {', '.join(fields)}")
+    flags = impl not in impl_triton.BY_NAME  # another implementation's flags (use_schedule_barrier)
+    bad = [k for k in fields if not (flags and isinstance(cfg[k], bool)) and not _positive_int(cfg[k])]
+    if bad:
+        raise TunedTableError(f"{where}: config fields {', '.join(bad)} must be positive integers")
+    rules = _rules(impl)
+    for k in fields:
+        why = rules[k].refusal(cfg[k]) if k in rules else None
+        if why is not None:
+            raise TunedTableError(f"{where}: config.{k}={cfg[k]!r} is not a value the {impl} kernel takes: {why}")
+    return {k: cfg[k] for k in fields}
+
+
+def read_entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
+    """Entry ``i`` of the table ``name``, checked (module docstring)."""
+    where = f"{name}: entries[{i}]"
+    if not isinstance(raw, dict):
+        raise TunedTableError(f"{where} is not an object")
+    if version == 1:
+        raw = {**_V1_DEFAULTS, **raw}
+    missing = [f for f in ENTRY_FIELDS if f not in raw]
+    if missing:
+        raise TunedTableError(f"{where} lacks {', '.join(missing)}")
+    if raw["impl"] not in IMPL_NAMES:
+        raise TunedTableError(f"{where}: impl={raw['impl']!r} is not one of {', '.join(IMPL_NAMES)}")
+    for k, allowed in (("mode", MODES), ("dtype", DTYPES)):
+        if raw[k] not in allowed:
+            raise TunedTableError(f"{where}: {k}={raw[k]!r} is not one of {', '.join(allowed)}")
+    cfg = _config(raw, where)
+    if raw["kv_heads"] is None:  # version 1: multi-head attention
+        raw = {**raw, "kv_heads": raw["heads"]}
+    for k in _INT_FIELDS:
+        if not _positive_int(raw[k]):
+            raise TunedTableError(f"{where}: {k}={raw[k]!r} must be a positive integer")
+    if not isinstance(raw["causal"], bool):
+        raise TunedTableError(f"{where}: causal={raw['causal']!r} must be true or false")
+    return TunedEntry(
+        dtype=str(raw["dtype"]),
+        head_dim=raw["head_dim"],
+        seq=raw["seq"],
+        batch=raw["batch"],
+        heads=raw["heads"],
+        mode=str(raw["mode"]),
+        config=cfg,
+        median_ms=raw["median_ms"],
+        auto_ms=raw["auto_ms"],
+        impl=raw["impl"],
+        causal=raw["causal"],
+        kv_heads=raw["kv_heads"],
+    )
+
+
+def read_entries(raws: list[Any], name: str, version: int) -> list[TunedEntry]:
+    """Every entry of the table ``name``, checked, none for a problem an earlier one is for."""
+    out: list[TunedEntry] = []
+    first: dict[tuple[Any, ...], int] = {}
+    for i, raw in enumerate(raws):
+        e = read_entry(raw, i, name, version)
+        key = tuple(getattr(e, f) for f in KEY_FIELDS)
+        if key in first:
+            raise TunedTableError(
+                f"{name}: entries[{i}] is for the same problem as entries[{first[key]}] ("
+                + ", ".join(f"{f}={v!r}" for f, v in zip(KEY_FIELDS, key, strict=True))
+                + "); keep one of them (export writes one per problem)"
+            )
+        first[key] = i
+        out.append(e)
+    return out
+
+
+def check_call(impl: str, mode: str, seq: Any, head_dim: Any, dtype: Any) -> None:
+    """Refuse a lookup's argument no call could mean (a typo reads as "use auto" otherwise):
+    an unknown implementation or mode, a seq or head_dim that is not a positive integer, a
+    dtype name numpy does not know. A real dtype the kernels do not run is no error: auto."""
+    if impl not in IMPL_NAMES:
+        raise ValueError(f"impl={impl!r} is not one of {', '.join(IMPL_NAMES)}")
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+    for k, v in (("seq", seq), ("head_dim", head_dim)):
+        if not _positive_int(v) and not (isinstance(v, np.integer) and v > 0):
+            raise ValueError(f"{k}={v!r} must be a positive integer")
+    if isinstance(dtype, str):
+        try:
+            np.dtype(dtype)
+        except TypeError:
+            if dtype not in DTYPES:
+                raise ValueError(f"dtype={dtype!r} is not a dtype name (the kernels run {', '.join(DTYPES)})") from None
