@@ -116,8 +116,17 @@ def check(path: str | Path) -> dict[Any, Any]:
 
 
 def tables(folder: str | Path) -> list[Path]:
-    """Every table file of tokamax's attention ops under ``folder`` (``<device dir>/<op>.json``), checked."""
-    found = sorted(p for p in Path(folder).glob("*/*.json") if meta.by_stem(p.stem) is not None)
+    """Every table file of tokamax's attention ops under ``folder`` (``<device dir>/<op>.json``),
+    checked; ValueError in one line where ``folder`` is not a folder of them (a typo would
+    otherwise leave tokamax untuned without a word)."""
+    where = "the folder `tilesweep export DOC --format tokamax --out DIR` wrote"
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "is a file" if folder.exists() else "does not exist"
+        raise ValueError(f"{folder} {what}: give {where}")
+    found = sorted(p for p in folder.glob("*/*.json") if meta.by_stem(p.stem) is not None)
+    if not found:
+        raise ValueError(f"{folder} holds no tokamax table (<device dir>/<op>.json): give {where}")
     for p in found:
         check(p)
     return found

@@ -205,6 +205,14 @@ def test_records_of_other_kernels_and_damaged_tables_are_one_line(
     assert "\n" not in str(e.value)
     with pytest.raises(ResultsError, match="damaged tokamax autotuning table"):
         document.load(table, tokamax=True)
+    with pytest.raises(ValueError, match="damaged tokamax autotuning table"), tokamax_cache.overlay(tmp_path):
+        pass
+    # a path that holds no tables leaves tokamax untuned: said, not silently done
+    for wrong, said in ((tmp_path / "typo", "does not exist"), (plain, "is a file"), (out.parent, "holds no")):
+        with pytest.raises(ValueError, match=said):
+            tokamax_cache.install(wrong)
+        with pytest.raises(ValueError, match=said), tokamax_cache.overlay(wrong):
+            pass
 
 
 def test_a_b200_document_is_written_with_tokamaxs_sm100_classes_and_chosen_from(tmp_path: Path) -> None:
