@@ -218,6 +218,12 @@ def by_stem(stem: str) -> tuple[Kernel, str] | None:
     return None
 
 
+def holds_table(obj: Any) -> bool:
+    """Whether a parsed JSON value is one of tokamax's autotuning tables: an object whose keys
+    are tokamax's keys of a problem (its ``q`` first)."""
+    return isinstance(obj, dict) and bool(obj) and all(isinstance(k, str) and k.startswith('{"q":') for k in obj)
+
+
 def device_dir(device_kind: str) -> str:
     """The folder tokamax keeps a device kind's tables in (its cache's own rule: lower case,
     spaces to underscores): "NVIDIA H200" -> "nvidia_h200"."""

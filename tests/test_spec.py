@@ -93,6 +93,24 @@ def test_bad_spec_fields_name_the_field(data: dict[str, Any], needle: str) -> No
     assert needle in msg and msg.startswith("s.json: ") and "\n" not in msg
 
 
+@pytest.mark.parametrize(
+    ("table", "what"),
+    [
+        ({"format": "tilesweep-tuned", "version": 2, "device": {}, "entries": []}, "is a tuned table"),
+        ({'{"q": "x", "k": "y"}': {"config": {}}}, "is one of tokamax's autotuning tables"),
+    ],
+)
+def test_an_exported_table_given_as_a_spec_is_called_what_it_is(
+    tmp_path: Path, table: dict[str, Any], what: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(table))
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    msg = err.value.message
+    assert msg.startswith(f"spec file {path} {what} (`export") and "not a spec; pass the spec the sweep ran" in msg
+
+
 def test_a_time_limit_warning_that_leaves_the_task_time_is_accepted() -> None:
     assert spec_from_data({"executor": {"kind": "slurm", "timeout_min": 2, "slurm_signal_delay_s": 20}}, source="s")
     assert spec_from_data({"executor": {"kind": "slurm", "timeout_min": 3}}, source="s")
@@ -188,9 +206,11 @@ def test_spec_reference_has_every_section_and_field() -> None:
         ({"fwd": {"block_k": [64, None]}}, "grid.fwd.block_k[1] is null"),
         ({"fwd": {"block_q": ["64"]}}, "block_q='64' is refused: block_q must be a power of two"),
         ({"fwd": {"block_q": ["64"]}}, "('64' is a string: write it without quotes)"),
+        ([1, 2], "field 'grid': [1, 2] is not a grid: give an object by mode"),
+        (7, "field 'grid': 7 is not a grid"),
     ],
 )
-def test_a_grid_of_the_wrong_shape_is_named_in_the_specs_words(grid: dict[str, Any], needle: str) -> None:
+def test_a_grid_of_the_wrong_shape_is_named_in_the_specs_words(grid: Any, needle: str) -> None:
     with pytest.raises(SpecError) as err:
         spec_from_data({"grid": grid}, source="s.json")
     assert needle in err.value.message and "dict[" not in err.value.message, err.value.message

@@ -17,10 +17,10 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kernels.tokamax_meta import holds_table
 from orchestrator.cli.common import names_no_file
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import same_file
-from orchestrator.store.tokamax_table import holds_table
 
 # how much of an existing page is read to tell it is a page
 _HEAD_BYTES = 512

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from kernels.tokamax_meta import holds_table
 from orchestrator import PROG
 from orchestrator.errors import SpecError
 from orchestrator.spec.model import SweepSpec
@@ -86,9 +87,31 @@ def read_spec_data(p: Path) -> dict[str, Any]:
         raise SpecError(f"spec file {p} must hold an object of spec fields, got {type(data).__name__}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):
         return data["config"]  # a results document: reuse its config block
+    _refuse_an_exported_table(data, p)
     if p.suffix.lower() != ".toml":  # TOML refuses a key given twice; JSON keeps the last
         json.loads(text, object_pairs_hook=lambda pairs: _no_key_twice(pairs, p))
     return data
+
+
+def _refuse_an_exported_table(data: dict[str, Any], p: Path) -> None:
+    """A table ``export`` wrote, passed where a spec goes: said as what it is, not as its keys
+    being no spec fields."""
+    if "format" in data and data["format"] == _tuned_format():  # no spec has the key
+        what = "a tuned table (`export` writes them)"
+    elif holds_table(data):
+        what = "one of tokamax's autotuning tables (`export --format tokamax` writes them)"
+    else:
+        return
+    raise SpecError(
+        f"spec file {p} is {what}, not a spec; pass the spec the sweep ran, or the results document the table "
+        "was exported from (its config block is that spec)"
+    )
+
+
+def _tuned_format() -> str:
+    from kernels.tuned import FORMAT  # imports numpy: only for a file with a "format" key
+
+    return FORMAT
 
 
 def _no_key_twice(pairs: list[tuple[str, Any]], p: Path) -> dict[str, Any]:

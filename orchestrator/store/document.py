@@ -257,7 +257,7 @@ def load_costs(path: str | os.PathLike[str]) -> CostTable:
 def _not_a_document(obj: Mapping[str, Any], name: str, missing: list[str]) -> str:
     """Why an object lacking top-level keys is no results document: what it is instead where
     tilesweep wrote it (a tuned table, tokamax's tables), else its keys (the first few)."""
-    from orchestrator.store.tokamax_table import holds_table
+    from kernels.tokamax_meta import holds_table
 
     if holds_table(obj):
         return (

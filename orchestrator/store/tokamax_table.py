@@ -68,12 +68,6 @@ def is_table(path: str | os.PathLike[str]) -> bool:
     return p.suffix == ".json" and meta.by_stem(p.stem) is not None
 
 
-def holds_table(obj: Any) -> bool:
-    """Whether a parsed JSON value is one of tokamax's autotuning tables: an object whose keys
-    are tokamax's keys of a problem (its ``q`` first)."""
-    return isinstance(obj, dict) and bool(obj) and all(isinstance(k, str) and k.startswith('{"q":') for k in obj)
-
-
 @dataclass
 class _Timed:
     """One config of one key: its fields and what tokamax measured."""
