@@ -48,7 +48,12 @@ def test_not_a_results_document(tmp_path: Path, content: str, fragment: str) -> 
 def test_missing_file_and_directory(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="no such file"):
         results_doc.load(tmp_path / "nope.json")
-    with pytest.raises(ResultsError, match="is a directory"):
+    with pytest.raises(ResultsError, match="is a directory, not a results document; pass the document's file"):
+        results_doc.load(tmp_path)
+    (tmp_path / "sweep.json").write_text("{}")  # a sweep directory: its merge writes the document
+    with pytest.raises(
+        ResultsError, match=f"is a sweep directory, not a results document; `tilesweep merge {tmp_path}`"
+    ):
         results_doc.load(tmp_path)
 
 

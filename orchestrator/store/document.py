@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
+from orchestrator import PROG
 from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
 from orchestrator.spec.records import IDENTITY_FIELDS
@@ -122,9 +123,16 @@ def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
         with open(spath, "rb") as fh:
             return name, fh.read()
     except FileNotFoundError:
-        raise ResultsError(f"{name}: no such file") from None
+        raise ResultsError(
+            f"{name}: no such file (a sweep's document is written when it is merged: `{PROG} merge SWEEP_DIR`)"
+        ) from None
     except IsADirectoryError:
-        raise ResultsError(f"{name}: is a directory, not a results document") from None
+        if os.path.exists(os.path.join(spath, "sweep.json")):
+            raise ResultsError(
+                f"{name}: is a sweep directory, not a results document; `{PROG} merge {spath}` writes its "
+                "document (to the spec's output), or pass that document"
+            ) from None
+        raise ResultsError(f"{name}: is a directory, not a results document; pass the document's file") from None
     except OSError as exc:
         raise ResultsError(f"{name}: cannot read ({exc.strerror or exc})") from None
 
