@@ -305,5 +305,6 @@ def test_cli_report_and_compare_html(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     rows = Page((tmp_path / "c.html").read_text()).rows
     assert len(rows) == 3 and all(row[11] == "0.900" for row in rows)  # B/A
-    r = run_cli("report", str(a), "--html", str(a / "page.html"))
-    assert_one_line_error(r, "cannot write the page")
+    r = run_cli("report", str(a), "--html", str(a / "page.html"))  # refused before the report is printed
+    assert_one_line_error(r, f"{a} is not a directory; name a file in a folder")
+    assert r.stdout == ""

@@ -67,6 +67,17 @@ def test_an_output_that_is_a_directory_is_refused(results: Path, tmp_path: Path,
     assert (folder / "kept.txt").read_text() == "kept"
 
 
+@pytest.mark.parametrize("command", ["export", "report", "compare", "plots"])
+def test_an_output_in_a_folder_that_takes_no_file_is_refused_before_anything_is_printed(
+    results: Path, command: str
+) -> None:
+    """/proc takes no new file, even root's: the command says so first, not after its report."""
+    args = {**_commands(results, Path("/proc/tilesweep-out")), "plots": ["report", str(results), "--plots", "/proc/p"]}
+    done = run_cli(*args[command])
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.count("\n") == 1 and "the folder /proc takes no new files" in done.stderr, done.stderr
+
+
 def test_an_input_named_through_a_link_is_still_the_input(results: Path, tmp_path: Path) -> None:
     link = tmp_path / "link.json"
     link.symlink_to(results)

@@ -140,8 +140,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from orchestrator.analysis import report, winners
     from orchestrator.store import document as results_doc
 
-    if args.plots is not None and not args.plots.strip():
-        raise TilesweepError("--plots '' names no folder; name the folder for the PNGs")
+    if args.plots is not None:
+        _check_plots(args.plots)
     page = _page(args.html, [args.results])
     doc = results_doc.load(args.results)
     summaries = report.best_table(doc)
@@ -161,6 +161,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.plots is not None:
         _write_plots(doc, args.plots, args.max_plots, html_given=bool(args.html))
     return 0
+
+
+def _check_plots(out_dir: str) -> None:
+    """Refuse, before the report is read or printed, a ``--plots`` folder no PNG could be written in."""
+    from orchestrator.store.files import folder_refuses
+
+    if not out_dir.strip():
+        raise TilesweepError("--plots '' names no folder; name the folder for the PNGs")
+    folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise TilesweepError(f"--plots {out_dir} is a file; name a folder for the PNGs")
+    refused = folder_refuses(folder / "plot.png")
+    if refused is not None:
+        where, why = refused
+        raise TilesweepError(
+            f"--plots {out_dir}: {where} is not a directory; name a folder for the PNGs"
+            if why is None
+            else f"--plots {out_dir}: the folder {where} takes no new files ({why}); make it writable or name another"
+        )
 
 
 def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: bool) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from kernels.tokamax_meta import holds_table
 from orchestrator.cli.common import names_no_file
 from orchestrator.errors import TilesweepError
-from orchestrator.store.files import same_file
+from orchestrator.store.files import folder_refuses, same_file
 
 # how much of an existing page is read to tell it is a page
 _HEAD_BYTES = 512
@@ -71,6 +71,14 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
             )
     if path.is_dir():
         raise TilesweepError(f"{flag} {out} is a directory; name a file for the {writes}")
+    refused = folder_refuses(path)
+    if refused is not None:  # said before the command reads or prints anything
+        folder, why = refused
+        raise TilesweepError(
+            f"{flag} {out}: {folder} is not a directory; name a file in a folder"
+            if why is None
+            else f"{flag} {out}: the folder {folder} takes no new files ({why}); make it writable or name another file"
+        )
     if not path.exists():
         return str(path)
     if not path.is_file():

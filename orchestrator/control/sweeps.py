@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +24,7 @@ from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
 from orchestrator.errors import DispatchError, LeaseHeld, PlanError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store import tokamax_lists
-from orchestrator.store.files import atomic_write_json, same_file
+from orchestrator.store.files import atomic_write_json, folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
 from orchestrator.store.sweepdir import SweepDir, now_iso
@@ -113,18 +111,11 @@ def _check_output(out: Path, given: str) -> None:
         raise PlanError(
             f"{given} is not a regular file (a device, a pipe or a socket); name a file for the results document"
         )
-    folder = out.absolute().parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        raise PlanError(f"{given}: {folder} is not a directory; name a file in a folder")
-    why = None if os.access(folder, os.W_OK | os.X_OK) else "read-only or not yours"
-    if why is None:  # root passes access() where no file can be made (/proc, a read-only mount): try one
-        try:
-            tempfile.TemporaryFile(dir=folder).close()
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-    if why is not None:
+    refused = folder_refuses(out)
+    if refused is not None:
+        folder, why = refused
+        if why is None:
+            raise PlanError(f"{given}: {folder} is not a directory; name a file in a folder")
         raise PlanError(
             f"{given}: the folder {folder} takes no new files ({why}), so the merge at the end could not write the "
             "results document; make it writable or name another output"

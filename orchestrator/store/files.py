@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import stat
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -231,6 +232,24 @@ def read_json(path: Path, what: str) -> Any:
         if isinstance(exc, OSError) and exc.errno in ACCESS_ERRNOS:  # not damaged: this user may not read it
             raise SweepDirError(cannot_access(exc)) from None
         raise SweepDirError(f"{what} {path} is unreadable ({exc}); {DAMAGED_FIX}") from None
+
+
+def folder_refuses(out: Path) -> tuple[Path, str | None] | None:
+    """Where no file could be made at ``out``: its nearest existing folder, and why (``None``
+    where that is no directory); ``None`` where one could. Checked before the work that ends
+    in writing it, not after."""
+    folder = out.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return folder, None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return folder, "read-only or not yours"
+    try:  # root passes access() where no file can be made (/proc, a read-only mount, chattr +i): try one
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        return folder, exc.strerror or str(exc)
+    return None
 
 
 def same_file(a: Path, b: Path) -> bool:
