@@ -101,7 +101,14 @@ def test_cli_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     )
     only = write(tmp_path, {"device": a.device, "config": a.config, "results": [rec(ms=1.0, seq=512)]}, "c.json")
     rc, out, err = run_handler(["compare", str(pa), str(only)], capsys)
-    assert rc == 0 and "A and B have no problem in common" in err and "measured on" not in err
+    assert rc == 0 and "A and B have no problem in common (they differ in seq)" in err and "measured on" not in err
+    causal = [dict(r, causal=True) for r in a.results if r["mode"] == "fwd"]
+    pc = write(tmp_path, {"device": a.device, "config": a.config, "results": causal}, "causal.json")
+    page = tmp_path / "c.html"
+    rc, out, err = run_handler(["compare", str(pa), str(pc), "--html", str(page)], capsys)
+    said = "A and B have no problem in common (they differ in causal): no B/A to give"
+    assert rc == 0 and said in err, err
+    assert f'<p class="note caveat">{said}</p>' in page.read_text()  # the page says what the command said
     rc, out, _ = run_handler(["compare", str(pa), str(pb), "--json"], capsys)
     assert rc == 0 and len(json.loads(out)["problems"]) == 4
     rc, out, _ = run_handler(["compare", str(pa), str(pb), "--markdown"], capsys)

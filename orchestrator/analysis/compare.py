@@ -136,11 +136,27 @@ def caveats(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc)
     """What makes B/A mean less than it seems: no problem in common, or two device kinds."""
     out = []
     if rows and not any(r.presence == "both" for r in rows):
-        out.append("A and B have no problem in common (other shapes, dtypes, modes or tags): no B/A to give")
+        out.append(f"A and B have no problem in common ({_apart(rows)}): no B/A to give")
     kind_a, kind_b = doc_a.device.get("device_kind"), doc_b.device.get("device_kind")
     if kind_a and kind_b and kind_a != kind_b:
         out.append(f"A was measured on {kind_a}, B on {kind_b}: B/A compares the devices as much as the configs")
     return out
+
+
+def _apart(rows: list[ProblemComparison]) -> str:
+    """What keeps A's problems from B's: the axes on which they share no value, else those
+    whose values differ (the keys as they were matched: the tag only where it joined them)."""
+    keys = {side: [getattr(r, side).key for r in rows if getattr(r, side) is not None] for side in ("a", "b")}
+    values = {
+        f.name: ({getattr(k, f.name) for k in keys["a"]}, {getattr(k, f.name) for k in keys["b"]})
+        for f in dataclasses.fields(ProblemKey)
+        if f.name != "impl"
+    }
+    apart = [axis for axis, (a, b) in values.items() if not a & b]
+    differ = apart or [axis for axis, (a, b) in values.items() if a != b]
+    if not differ:
+        return "no single axis tells them apart: they differ in how the axes combine"
+    return "they differ in " + ", ".join(differ)
 
 
 def _doc_label(doc: ResultsDoc) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from orchestrator.analysis.compare import ProblemComparison, compare
+from orchestrator.analysis.compare import ProblemComparison, caveats, compare
 from orchestrator.analysis.html import (
     ProblemView,
     facts,
@@ -79,7 +79,8 @@ def _header(rows: list[ProblemComparison]) -> Callable[[list[int]], str]:
 
 
 def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
-    """The whole comparison page of two results documents."""
+    """The whole comparison page of two results documents, with the caveats the command says
+    (``compare.caveats``) at its top: the page is what gets sent on."""
     rows = compare(doc_a, doc_b)
     va, vb = _views(doc_a), _views(doc_b)
     with_tag = any(r.key.tag is not None for r in rows)
@@ -105,6 +106,7 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
     body = [
         f"<h1>{esc(title)}</h1>",
         f'<p class="sub">{esc(LEGEND)}</p>',
+        *(f'<p class="note caveat">{esc(line)}</p>' for line in caveats(rows, doc_a, doc_b)),
         f'<h2>Provenance</h2><div class="sides">{"".join(sides)}</div>',
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(rows, with_tag, axes), len(rows))}",
         f"<h2>Problems</h2>{legend()}",
