@@ -219,11 +219,12 @@ def test_missing_configs_are_the_planned_ones_without_a_record() -> None:
     views = html.problem_views(results_doc.from_obj({**full, "results": kept}))
     by_mode = {v.summary.key.mode: v.missing for v in views}
     assert by_mode["fwd"] == [report.config_label(report.config_of(r), "fwd") for r in gone[:2]]
-    # auto is the problem's baseline, not one of its configs: the card says its record is missing
-    assert by_mode["fwd_bwd"] == [] and "no auto record" in html.facts(views[1].summary)
-    assert [v.summary.n_missing for v in views] == [2, 0]  # what the text report counts
+    # auto, which every plan measures, is missing too: counted as merge counts it, and the card says so
+    assert by_mode["fwd_bwd"] == ["auto"] and "no auto record" in html.facts(views[1].summary)
+    assert [v.summary.n_missing for v in views] == [2, 1]  # what the text report counts
+    assert sum(v.summary.n_missing or 0 for v in views) == len(full["results"]) - len(kept)  # merge's missing
     page = Page(html.report_page(results_doc.from_obj({**full, "results": kept})))
-    assert [row[16] for row in page.rows] == ["2", "0"]
+    assert [row[16] for row in page.rows] == ["2", "1"]
     # the same records without the tilesweep block: nothing can be said
     bare = {k: v for k, v in full.items() if k != "tilesweep"}
     assert all(v.missing is None for v in html.problem_views(results_doc.from_obj({**bare, "results": kept})))

@@ -17,8 +17,10 @@ measure it: a search's block lists per problem the configs no round of it chose
 (``tilesweep.search``), and those are *never measured*, a third state, neither missing nor
 failed (a later sweep of the same spec measures them, and then they are recorded). ``auto`` is
 the baseline of a problem, not one of its configs; whether its record is there is the summary's
-``auto_status``. A document without a block (the reference run's) has no known plan: no
-coverage, and the report says nothing rather than guess.
+``auto_status``, and the report's missing count adds it where it has none (every plan measures
+it), so the count is what ``merge`` says is missing and ``resume`` redoes. A document without a
+block (the reference run's) has no known plan: no coverage, and the report says nothing rather
+than guess.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def _missing_labels(s: ProblemSummary) -> list[str] | None:
     """The labels of the summary's planned configs without a record (None: no plan known)."""
     if s.coverage is None:
         return None
-    return [config_label(c, s.key.mode) for c in s.coverage.missing_configs()]
+    return ["auto"] * s.auto_missing + [config_label(c, s.key.mode) for c in s.coverage.missing_configs()]
 
 
 def _never_labels(s: ProblemSummary) -> list[str]:

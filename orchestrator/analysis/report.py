@@ -134,9 +134,15 @@ class ProblemSummary:
         return None if self.coverage is None else len(self.coverage.planned)
 
     @property
+    def auto_missing(self) -> bool:
+        """Whether the problem's auto, which every plan measures, has no record (a plan known)."""
+        return self.coverage is not None and self.auto_status == "absent"
+
+    @property
     def n_missing(self) -> int | None:
-        """Of the planned configs, how many have no record (those a search never measured aside)."""
-        return None if self.coverage is None else len(self.coverage.missing)
+        """Of the planned configs, auto among them, how many have no record (those a search never
+        measured aside): what ``merge`` counts missing and ``resume`` redoes."""
+        return None if self.coverage is None else len(self.coverage.missing) + self.auto_missing
 
     @property
     def n_never_measured(self) -> int | None:
