@@ -106,6 +106,7 @@ def test_stock_kernel_records_name_it_before_config_and_pin_its_backward_stages(
         "are planned with num_stages=2 only (bwd_stages [1, 2] is not swept)"
     ]
     assert notes(_spec()) == [] and notes(_spec(kernel={"impl": "jax"}, modes=["fwd"])) == []
+    assert notes(_spec(kernel={"impl": "jax"}, bwd_stages=[2])) == []  # asked for what it runs: nothing left out
     ours = {it.id for it in expand(_spec(causal=[True]))}
     assert not ours & {it.id for it in items}  # another kernel: other records
 

@@ -90,7 +90,7 @@ def notes(spec: SweepSpec) -> list[str]:
         pinned, why = impl.pinned(mode)
         for name, value in pinned.items():
             values, source = axis_values(spec, mode, name)
-            if source.startswith(f"{impl.name}'s default") and values == [value]:
+            if values == [value]:
                 continue  # nothing the spec asked for is left out
             out.append(
                 f"kernel.impl {impl.name!r}: {why}, so {mode} configs are planned with "
