@@ -336,3 +336,13 @@ def test_a_stop_after_the_command_has_finished_changes_nothing_it_said(tmp_path:
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr)
     assert "tilesweep" in done.stdout
+
+
+def test_ls_lines_up_its_units_column_whatever_each_sweep_state_says(tmp_path: Path) -> None:
+    spec = small_spec(n_seqs=2)
+    build_sweep(tmp_path / "done", {**spec, "output": str(tmp_path / "done.json")}, 2)
+    build_sweep(tmp_path / "half", {**spec, "output": str(tmp_path / "half.json")}, 2, write_partials=[0])
+    listed = run_cli("ls", str(tmp_path), env={"TILESWEEP_SLURM_QUERIES": "0"})
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 2 and "complete" in lines[0] and "incomplete" in lines[1], listed.stdout
+    assert lines[0].index("units:") == lines[1].index("units:"), listed.stdout

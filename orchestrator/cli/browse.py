@@ -13,6 +13,8 @@ from pathlib import Path
 
 from orchestrator.cli.common import PROG, Subparsers
 
+_STATE_WIDTH = 54  # items and a state such as "incomplete, 12 units to resume"
+
 
 def cmd_ls(args: argparse.Namespace) -> int:
     from orchestrator.control.listing import list_sweeps
@@ -24,10 +26,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(f"no sweep directories under {folder} (a sweep directory holds sweep.json)")
         return 0
     width = max(len(str(x.path)) for x in listed)
+    rows = []
     for x in listed:
         st = x.status
         if st is None:
-            print(f"{str(x.path):<{width}}  unreadable: {x.error}")
+            rows.append((str(x.path), f"unreadable: {x.error}", None))
             continue
         state = sweep_state(st)
         todo = len(st.ended_unfinished()) + len(st.never_started())
@@ -39,7 +42,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
         gpu = f"  {st.gpu_hours:.2f} GPU-h" if st.gpu_hours is not None else ""
         replay = "  replayed, not measured" if st.replay_of else ""
         items = f"{st.items_done:>6}/{st.planned:<6} items"
-        print(f"{str(x.path):<{width}}  {items}  {state:<12}  units: {counts}{gpu}{replay}")
+        rows.append((str(x.path), f"{items}  {state}", f"units: {counts}{gpu}{replay}"))
+    # the units column lines up after the states (a long rounds summary pushes only its own line)
+    state_width = min(max((len(m) for _, m, units in rows if units is not None), default=0), _STATE_WIDTH)
+    for path, middle, units in rows:
+        print(f"{path:<{width}}  {middle}" if units is None else f"{path:<{width}}  {middle:<{state_width}}  {units}")
     return 0
 
 
