@@ -346,3 +346,21 @@ def test_ls_lines_up_its_units_column_whatever_each_sweep_state_says(tmp_path: P
     lines = listed.stdout.splitlines()
     assert len(lines) == 2 and "complete" in lines[0] and "incomplete" in lines[1], listed.stdout
     assert lines[0].index("units:") == lines[1].index("units:"), listed.stdout
+
+
+def test_every_commands_help_says_what_it_does_and_what_its_arguments_are() -> None:
+    from orchestrator.cli.main import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.dest == "command"]
+    for name, command in sub.choices.items():  # type: ignore[attr-defined]
+        assert command.description, f"`tilesweep {name} --help` says nothing of what it does"
+        undescribed = [a.dest for a in command._actions if not a.option_strings and not a.help]
+        assert not undescribed, f"`tilesweep {name} --help` leaves {undescribed} undescribed"
+
+
+def test_logs_task_of_a_unit_run_here_says_it_has_no_task_log(tmp_path: Path) -> None:
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 1)
+    sd.record_jobs([{"unit": units[0].id, "executor": "local", "job_id": "123", "log": str(sd.unit_log(units[0].id))}])
+    r = run_cli("logs", str(sd.root), "0", "--task")
+    assert_one_line_error(r, "ran here (local executor), not as a SLURM task", f"tilesweep logs {sd.root} 0")

@@ -70,7 +70,7 @@ def register(sub: Subparsers) -> None:
         description="Every sweep directory under DIR (default: ./sweeps if it exists, else .), "
         "with items done, state, units per state and GPU-hours; SLURM is asked once for all.",
     )
-    s.add_argument("dir", nargs="?", metavar="DIR")
+    s.add_argument("dir", nargs="?", metavar="DIR", help="the folder to look under (default: ./sweeps, else .)")
     s.set_defaults(func=cmd_ls)
 
     s = sub.add_parser(
@@ -80,6 +80,6 @@ def register(sub: Subparsers) -> None:
         f"an id prefix or a position in the unit index, as `{PROG} status` shows them.",
     )
     s.add_argument("sweep_dir")
-    s.add_argument("unit")
+    s.add_argument("unit", help="a unit id, an id prefix or a position in the unit index")
     s.add_argument("--task", action="store_true", help="print the log of the SLURM task that ran it last instead")
     s.set_defaults(func=cmd_logs)

@@ -68,7 +68,27 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.register(sub)
     browse.register(sub)
     impls.register(sub)
+    _describe(sub)
     return p
+
+
+# what a command's own --help says of a positional argument its family left undescribed
+_POSITIONAL_HELP = {
+    "spec": "the spec file (JSON or TOML; a results document stands for the spec in its config block)",
+    "sweep_dir": "the sweep directory (`plan`, `run` and `submit` make it; `ls` lists them)",
+}
+
+
+def _describe(sub: argparse._SubParsersAction) -> None:
+    """Each command's ``--help`` opens with the line the command list gives it, and names its
+    spec or sweep directory, where its family gave neither."""
+    for choice in sub._choices_actions:
+        parser = sub.choices[choice.dest]
+        if not parser.description and choice.help:
+            parser.description = choice.help[0].upper() + choice.help[1:] + "."
+        for action in parser._actions:
+            if not action.option_strings and action.help is None and action.dest in _POSITIONAL_HELP:
+                action.help = _POSITIONAL_HELP[action.dest]
 
 
 def version() -> str:

@@ -319,7 +319,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def register(sub: Subparsers) -> None:
     """Add ``spec``, ``plan``, ``run``, ``merge`` and ``status`` to an ``add_subparsers()`` object."""
     s = sub.add_parser("spec", help="check a spec file, or print the spec's JSON Schema")
-    s.add_argument("file", nargs="?")
+    s.add_argument("file", nargs="?", help="the spec file to check (JSON or TOML)")
     s.add_argument("--schema", action="store_true", help="print the JSON Schema of spec files")
     s.set_defaults(func=cmd_spec)
 

@@ -90,6 +90,11 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
     one line when there is none yet."""
     uid = sd.resolve_unit(unit_key)
     job = read_history(sd).latest.get(uid) or {}
+    if task and job and job.get("executor", "slurm") != "slurm":
+        raise SweepDirError(
+            f"unit {uid} of {sd.root} ran here ({job['executor']} executor), not as a SLURM task: it has no task log; "
+            f"`{PROG} logs {sd.root} {unit_key}` prints its log"
+        )
     candidates = [job.get("stderr"), job.get("log")] if task else [sd.unit_log(uid), job.get("log"), job.get("stderr")]
     for path in candidates:
         if path and Path(path).is_file():
