@@ -364,3 +364,8 @@ def test_logs_task_of_a_unit_run_here_says_it_has_no_task_log(tmp_path: Path) ->
     sd.record_jobs([{"unit": units[0].id, "executor": "local", "job_id": "123", "log": str(sd.unit_log(units[0].id))}])
     r = run_cli("logs", str(sd.root), "0", "--task")
     assert_one_line_error(r, "ran here (local executor), not as a SLURM task", f"tilesweep logs {sd.root} 0")
+
+
+def test_lower_workers_without_lower_is_refused_not_ignored(write_spec: Callable[..., Path]) -> None:
+    r = run_cli("plan", str(write_spec(modes=["fwd"])), "--dry-run", "--lower-workers", "2")
+    assert_one_line_error(r, "--lower-workers sets the processes of pre-flight lowering: add --lower")

@@ -65,3 +65,5 @@ def test_lowering_runs_as_a_cpu_job_array_and_prunes_what_it_refused(tmp_path: P
     assert pruned[0].reason is not None and "LoweringRefused" in pruned[0].reason
     r = run_cli("plan", str(spec), "--lower", "--sweep-dir", str(sweep), timeout=300)
     assert r.returncode == 0 and "nothing to lower" in r.stdout, (r.stdout, r.stderr)
+    r = run_cli("plan", str(spec), "--dry-run", "--sweep-dir", str(sweep))  # the plan counts what lowering refused
+    assert r.returncode == 0 and "1 refused by pre-flight lowering" in r.stdout, (r.stdout, r.stderr)

@@ -65,6 +65,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.spec.files import load_spec, with_device_kind
     from orchestrator.store.document import load_costs
 
+    if args.lower_workers is not None and not args.lower:
+        raise PlanError("--lower-workers sets the processes of pre-flight lowering: add --lower, or drop it")
     spec = with_device_kind(load_spec(args.spec), args.device_kind)
     if args.lower:
         from orchestrator.cli.lower import cmd_plan_lower
@@ -120,12 +122,15 @@ def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec) -> int:
 
 def _print_plan(spec: SweepSpec, planned: Planned) -> None:
     from orchestrator.planning import INVALID, PRUNED
+    from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
 
     items, units = planned.items, planned.units
     n_invalid = sum(it.kind == INVALID for it in items)
-    n_pruned = sum(it.kind == PRUNED for it in items)
+    n_lowered = sum(it.kind == PRUNED and it.reason.startswith(LOWERING_REFUSED) for it in items)
+    n_pruned = sum(it.kind == PRUNED for it in items) - n_lowered
     n_units = len(units) + (planned.reused is not None)
     kinds = f"{n_pruned} pruned by the shared-memory model, {n_invalid} invalid"
+    kinds += f", {n_lowered} refused by pre-flight lowering" if n_lowered else ""
     if planned.search is None:
         print(f"{len(items)} items in {n_units} units ({kinds})")
     else:

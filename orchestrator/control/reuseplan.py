@@ -24,6 +24,7 @@ from orchestrator.planning.costs import CostTable
 from orchestrator.planning.search import SEARCH
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store import lowering
 from orchestrator.store.carried import reuse_unit
 from orchestrator.store.portfolio import portfolio
 from orchestrator.store.reuse import Found, document_env, find_reuse
@@ -110,6 +111,8 @@ def plan_with_reuse(
     sources' measured costs, then the model)."""
     request = request or ReuseRequest()
     items = expand(spec)
+    target = spec.kernel.target.name  # what pre-flight lowering of this sweep directory refused is pruned
+    lowering.apply(items, lowering.read_verdicts(root, spec.fingerprint(), target), target)
     sources = load_sources(output, request.documents, spec.reuse.documents)
     env, env_from = target_env(spec, root, sources, kind or spec.executor.kind)
     errors = (spec.reuse.errors or request.errors) and request.remeasure != "errors"

@@ -105,8 +105,8 @@ def notes(spec: SweepSpec) -> list[str]:
         )
     if impl.pruning == "lowering" and spec.kernel.impl != "replay":
         out.append(
-            f"kernel.impl {impl.name!r} has no shared-memory model: `tilesweep plan SPEC --lower` prunes by the "
-            f"compiler's verdict for {spec.kernel.target.name} before any GPU time"
+            f"kernel.impl {impl.name!r} has no shared-memory model: `tilesweep plan SPEC --lower --sweep-dir DIR` "
+            f"prunes by the compiler's verdict for {spec.kernel.target.name} before any GPU time"
         )
     return out
 

@@ -103,6 +103,9 @@ def lowering_header(sweep: str, device_kind: str, env: dict[str, Any]) -> Loweri
     }
 
 
+REFUSED = "LoweringRefused"  # how the reason of an item lowering refused begins
+
+
 def task_file(index: int) -> str:
     """The verdict file of task ``index`` of a lowering job array."""
     return f"lowering-task{index}.jsonl"
@@ -182,7 +185,7 @@ def read_lines(lines: Iterable[str], sweep: str, device_kind: str, ours: bool = 
 
 def reason(verdict: Verdict, device_kind: str) -> str:
     """What the record of a config lowering refused (or crashed on) says."""
-    what = "LoweringRefused" if verdict.verdict == "refused" else "LoweringCrashed"
+    what = REFUSED if verdict.verdict == "refused" else "LoweringCrashed"
     return f"{what}: {verdict.error} (pre-flight lowering for {device_kind}; not run)"
 
 
