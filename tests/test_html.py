@@ -309,3 +309,15 @@ def test_cli_report_and_compare_html(tmp_path: Path) -> None:
     r = run_cli("report", str(a), "--html", str(a / "page.html"))  # refused before the report is printed
     assert_one_line_error(r, f"{a} is not a directory; name a file in a folder")
     assert r.stdout == ""
+
+
+def test_small_figures_and_odd_names_read_as_a_user_expects() -> None:
+    assert [report.tflops_text(t) for t in (267.04, 1.0, 0.0123, 0.0)] == ["267.0", "1.0", "0.0123", "0.0"]
+    key = report.ProblemKey("bfloat16", 64, 2048, 4, 8, "fwd", "")
+    assert key.label(with_tag=True).endswith("fwd [no tag]")
+    cpu = dict(make_doc([rec(ms=1.0)]), device={"device_kind": "cpu", "backend": "cpu"})
+    assert "<dt>device</dt><dd>cpu</dd>" in html.report_page(results_doc.from_obj(cpu))
+    gpu = dict(cpu, device={"device_kind": "NVIDIA H100", "backend": "gpu"})
+    assert "<dd>NVIDIA H100 (backend gpu)</dd>" in html.report_page(results_doc.from_obj(gpu))
+    many = make_doc([rec(ms=1.0, seq=128 * (k + 1)) for k in range(html.FOLD_ABOVE + 1)])
+    assert f"{html.FOLD_ABOVE + 1} problems in 1 group by" in html.report_page(results_doc.from_obj(many))

@@ -36,6 +36,7 @@ from orchestrator.analysis.report import (
     best_table,
     config_label,
     group_by_problem,
+    tflops_text,
 )
 from orchestrator.analysis.scan import is_success
 from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
@@ -148,7 +149,7 @@ def facts(s: ProblemSummary) -> str:
     if s.replayed:
         parts.append('<b class="warn">replayed, not measured</b>')
     if s.tflops is not None:
-        parts.append(f"{s.tflops:.1f} TFLOP/s")
+        parts.append(f"{tflops_text(s.tflops)} TFLOP/s")
     if s.runner_up_label is not None and s.runner_up_ms is not None:
         noise = ' <b class="warn">within noise</b>' if s.within_noise else ""
         parts.append(f"runner-up {esc(s.runner_up_label)} {s.runner_up_ms:.4g} ms{noise}")
@@ -220,8 +221,8 @@ def grouped(keys: list[ProblemKey], render: Callable[[int], str], header: Callab
     axes = " and ".join(GROUP_AXES)
     if folded:
         intro = (
-            f'<p class="note">{len(keys)} problems in {len(groups)} groups by {axes}. The groups are '
-            "folded to keep the page quick: open one, or click a problem's # in the table. Nothing is "
+            f'<p class="note">{len(keys)} problems in {len(groups)} group{"s" if len(groups) != 1 else ""} by {axes}. '
+            "The groups are folded to keep the page quick: open one, or click a problem's # in the table. Nothing is "
             "left out: every problem's card and heatmap is on this page.</p>"
         )
     else:
@@ -316,7 +317,7 @@ def _rows(views: list[ProblemView], with_tag: bool, axes: list[str]) -> Iterator
             ),
             num(s.auto_ms, ".4f"),
             num(s.speedup, ".2f", ratio_cls(s.speedup)),
-            num(s.tflops, ".1f"),
+            td("-") if s.tflops is None else td(tflops_text(s.tflops), repr(float(s.tflops))),
             td(s.n_configs),
             td(s.n_failed),
             td(s.n_pruned),

@@ -64,6 +64,15 @@ def _when(block: dict[str, Any]) -> str | None:
     return span[0] if span[0] == span[1] else f"{span[0]} to {span[1]}"
 
 
+def _device(dev: dict[str, Any]) -> str | None:
+    """The device kind, and jax's backend where it says more (``NVIDIA H100 (backend gpu)``;
+    the CPU's kind is its backend: ``cpu``)."""
+    kind, backend = dev.get("device_kind"), dev.get("backend")
+    if kind and backend and str(backend).lower() != str(kind).lower():
+        return f"{kind} (backend {backend})"
+    return str(kind or backend) if kind or backend else None
+
+
 def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
     """Where the numbers come from: device, software, sweep, dates, GPU-hours, the spec."""
     dev, block = doc.device, doc.extra.get("tilesweep")
@@ -72,7 +81,7 @@ def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
     rows: list[tuple[str, Any]] = [
         ("document", doc.name),
         ("replayed", describe(doc)),
-        ("device", " ".join(str(x) for x in (dev.get("device_kind"), dev.get("backend")) if x) or None),
+        ("device", _device(dev)),
         ("devices", ", ".join(map(str, dev["devices"])) if isinstance(dev.get("devices"), list) else None),
         ("jax", dev.get("jax") or env.get("jax")),
         ("jaxlib", dev.get("jaxlib") or env.get("jaxlib")),

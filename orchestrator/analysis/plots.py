@@ -290,13 +290,11 @@ def _speedup_figure(mpl: Matplotlib, summaries: list[ProblemSummary], with_tag: 
         # labels start right of the 1.0 line or the bar, whichever is further, so never cross it
         x = max(v, 1.0) + 0.015 * xmax
         if s.speedup is None:
-            why = (
-                "auto failed"
-                if s.auto_status == "failed"
-                else "no auto"
-                if s.auto_status == "absent"
-                else "no forced timing"
-            )
+            no_best = s.best_ms is None
+            if s.auto_status == "failed":
+                why = "all failed" if no_best else "auto failed"
+            else:
+                why = "no auto" if s.auto_status == "absent" else "no forced timing"
             ax.text(x, y, f"n/a ({why})", va="center", fontsize=8, color="0.35")
         else:
             ax.text(x, y, f"{v:.2f}x  {s.best_label}", va="center", fontsize=8)

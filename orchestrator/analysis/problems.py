@@ -35,7 +35,7 @@ class ProblemKey:
 
     def label(self, with_tag: bool = False) -> str:
         text = f"{self.dtype} d{self.head_dim} s{self.seq} b{self.batch} h{self.heads} {self.mode}{self.variant()}"
-        return f"{text} [{self.tag}]" if with_tag else text
+        return f"{text} [{self.tag or 'no tag'}]" if with_tag else text
 
 
 def axis_columns(keys: Iterable[ProblemKey]) -> list[str]:

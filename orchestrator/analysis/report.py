@@ -99,6 +99,12 @@ REPLAYED_LEGEND = (
 )
 
 
+def tflops_text(tflops: float) -> str:
+    """TFLOP/s to one decimal, and to three significant digits below one (a CPU's or a tiny
+    problem's, which one decimal would show as 0.0)."""
+    return f"{tflops:.1f}" if tflops >= 1 or tflops == 0 else f"{tflops:.3g}"
+
+
 @dataclass(frozen=True)
 class ProblemSummary:
     """One row of the best-config table. Times in ms; ``None`` where there is nothing to show."""
@@ -340,7 +346,7 @@ def _row(s: ProblemSummary, with_tag: bool, axes: list[str], with_missing: bool 
         fmt_ms(s.auto_ms),
         s.auto_label or "?",
         fmt_ratio(s.speedup),
-        "-" if s.tflops is None else f"{s.tflops:.1f}",
+        "-" if s.tflops is None else tflops_text(s.tflops),
         str(s.n_configs),
         str(s.n_failed),
         *([("-" if s.n_missing is None else str(s.n_missing))] if with_missing else []),
