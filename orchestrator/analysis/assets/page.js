@@ -76,7 +76,9 @@
   var params = new URLSearchParams(location.search);
   filters.forEach(function (s) {
     var want = params.get(s.name);
-    if (want !== null) { s.value = want; }
+    // a value the select does not list (a hand-edited link) leaves the filter at "all", shown so
+    var known = Array.prototype.some.call(s.options, function (o) { return o.value === want; });
+    if (want !== null && known) { s.value = want; }
   });
   applyFilters();
   var key = params.get("sort");
