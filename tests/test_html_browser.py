@@ -114,6 +114,10 @@ def test_query_string_sorts_and_filters_on_load(fresh: Browser, tmp_path: Path) 
     assert numbers(b) == [2, 1] and values(b, "ms") == largest_first(values(b, "ms"))
     assert b.js("document.querySelector('#summary th[data-key=ms]').getAttribute('aria-sort')") == "descending"
     assert b.problems() == []
+    # the whole summary table fits a 1280-px window: no column hides behind a scroll bar
+    b.js("document.body.style.maxWidth = '1280px'")
+    fits = "(() => { const w = document.querySelector('.tablewrap'); return w.scrollWidth <= w.clientWidth; })()"
+    assert b.js(fits)
     # a value no select lists (a hand-edited link): that filter shows "all", as it filters
     b.open(page.as_uri() + "?dtype=float64&seq=abc")
     assert numbers(b) == [1, 2, 3] and b.js("document.querySelector('select[name=dtype]').selectedIndex") == 0
