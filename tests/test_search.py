@@ -174,6 +174,13 @@ def test_a_later_round_with_a_unit_that_never_ran_is_resumed_in_that_round(tmp_p
     assert st.complete and st.search_end is not None
 
 
+def test_a_budget_below_the_default_design_is_the_design_too() -> None:
+    from orchestrator.spec.search_section import SearchSettings
+
+    assert SearchSettings.model_validate({"budget": 4}).design == 4
+    assert SearchSettings.model_validate({"budget": 8}).design == 6  # the default, within the budget
+
+
 @pytest.mark.parametrize(
     ("search", "needles"),
     [

@@ -6,6 +6,8 @@ with settings of its own; its rules are ``orchestrator.planning.search``'s.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from orchestrator.spec.sections import SpecModel
@@ -26,7 +28,8 @@ class SearchSettings(SpecModel):
         default=None,
         ge=1,
         description="most forced configs measured per problem over all rounds (carried ones count); at least "
-        "design; null: no cap but max_rounds",
+        "design (a budget below the default design, with no design given, is the design too); null: no cap but "
+        "max_rounds",
     )
     max_rounds: int = Field(
         default=5,
@@ -52,6 +55,18 @@ class SearchSettings(SpecModel):
         description="screen each round's configs with one sample of timing.screen_ms first, then time the "
         "survivors in full (halving's rule, timing.keep and timing.noise)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_caps_the_default_design(cls, data: Any) -> Any:
+        """A budget below the default design, with no design given, is the design too: round 1
+        measures at most the budget (a design the user gave above the budget is refused)."""
+        if isinstance(data, dict) and "design" not in data:
+            budget = data.get("budget")
+            default = cls.model_fields["design"].default
+            if isinstance(budget, int) and not isinstance(budget, bool) and 1 <= budget < default:
+                return {**data, "design": budget}
+        return data
 
     @model_validator(mode="after")
     def _rounds_and_budget(self) -> SearchSettings:
