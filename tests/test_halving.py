@@ -123,6 +123,10 @@ def test_round2_the_merge_job_cannot_submit_is_submitted_by_resume(
     assert "round 2 not planned: the merge job could not submit it (`sbatch` is not on PATH" in text
     assert not (sd.root / "round2.json").exists()
     monkeypatch.undo()
+    merged = run_cli("merge", str(sd.root))  # every item has its screen: the document is not final yet
+    assert merged.returncode == 0 and "0 of 104 planned missing" in merged.stdout, merged.stderr
+    assert "note: the sweep is not done, so neither is this document: round 1 (screening)" in merged.stdout
+    assert "round 2 not planned" in merged.stdout
     settings = sd.spec.executor.model_copy(update={"kind": "debug"})
     result = resume_sweep(sd, settings, force=False, units=None, max_array_size=None)
     assert result.next_round is not None and all(o.ok for o in result.outcomes)

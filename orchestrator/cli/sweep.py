@@ -304,7 +304,20 @@ def cmd_merge(args: argparse.Namespace) -> int:
     sd = SweepDir.open(args.sweep_dir)
     summary = merge_sweep(sd, output=Path(args.output) if args.output else None, overwrite=args.overwrite)
     print(merge_line(summary))
+    if summary.written and not summary.missing and sd.spec.timing.strategy != "full":
+        _later_rounds_note(sd)
     return 0
+
+
+def _later_rounds_note(sd: SweepDir) -> None:
+    """Every item of round 1 merged, and a later round of the strategy not done yet: the
+    document is not final (its screens are no best), said so."""
+    from orchestrator.control.status import sweep_status
+    from orchestrator.control.status_text import rounds_lines
+
+    st = sweep_status(sd, query_slurm=False)
+    if not st.complete:
+        print(f"note: the sweep is not done, so neither is this document: {'; '.join(rounds_lines(st))}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     lines = [
         _head_line(st),
         *([replay_line(st.replay_of)] if st.replay_of else []),
-        *_rounds_lines(st),
+        *rounds_lines(st),
         f"units: {len(st.units)} ({counts})" + (f"; {st.scheduler}" if st.scheduler else ""),
     ]
     if st.gpu_hours is not None:
@@ -123,7 +123,7 @@ def merge_job_line(m: dict[str, Any]) -> str:
     )
 
 
-def _rounds_lines(st: SweepStatus) -> list[str]:
+def rounds_lines(st: SweepStatus) -> list[str]:
     """What a halving sweep's rounds have done, and who plans round 2 while it is not planned;
     a search's rounds in one line; for another strategy with rounds, each round's timings."""
     if st.search is not None:
