@@ -353,7 +353,7 @@ def test_every_commands_help_says_what_it_does_and_what_its_arguments_are() -> N
 
     parser = build_parser()
     (sub,) = [a for a in parser._actions if a.dest == "command"]
-    for name, command in sub.choices.items():  # type: ignore[attr-defined]
+    for name, command in sub.choices.items():  # type: ignore[union-attr]
         assert command.description, f"`tilesweep {name} --help` says nothing of what it does"
         undescribed = [a.dest for a in command._actions if not a.option_strings and not a.help]
         assert not undescribed, f"`tilesweep {name} --help` leaves {undescribed} undescribed"

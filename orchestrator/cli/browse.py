@@ -26,7 +26,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(f"no sweep directories under {folder} (a sweep directory holds sweep.json)")
         return 0
     width = max(len(str(x.path)) for x in listed)
-    rows = []
+    rows: list[tuple[str, str, str | None]] = []
     for x in listed:
         st = x.status
         if st is None:

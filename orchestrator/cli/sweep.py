@@ -126,7 +126,7 @@ def _print_plan(spec: SweepSpec, planned: Planned) -> None:
 
     items, units = planned.items, planned.units
     n_invalid = sum(it.kind == INVALID for it in items)
-    n_lowered = sum(it.kind == PRUNED and it.reason.startswith(LOWERING_REFUSED) for it in items)
+    n_lowered = sum(it.kind == PRUNED and (it.reason or "").startswith(LOWERING_REFUSED) for it in items)
     n_pruned = sum(it.kind == PRUNED for it in items) - n_lowered
     n_units = len(units) + (planned.reused is not None)
     kinds = f"{n_pruned} pruned by the shared-memory model, {n_invalid} invalid"
