@@ -337,7 +337,7 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a-file").write_text("x")
     rc, _, _ = run_handler(["export", str(src), "--out", str(tmp_path / "newdir" / "t.json")], capsys)
     assert rc == 0 and (tmp_path / "newdir" / "t.json").exists()
-    with pytest.raises(TilesweepError, match="cannot write"):
+    with pytest.raises(TilesweepError, match="a-file is not a directory; name a file in a folder"):
         run_handler(["export", str(src), "--out", str(tmp_path / "a-file" / "t.json")], capsys)
 
 

@@ -44,12 +44,12 @@ _STOPPED_NOTES = {
     "merge": "a merge cut short leaves the results document as it was",
     "submit": "what sbatch accepted before the stop is recorded and runs on, with its final merge job: `status` "
     "shows it, `cancel` stops it",
-    **dict.fromkeys(("spec", "status", "ls", "logs", "impls"), "nothing was changed"),
-    # they write each file whole (a temp file renamed into place) or not at all
-    **dict.fromkeys(
-        ("report", "export", "compare"), "each file written before the stop is whole; none is half-written"
-    ),
+    **dict.fromkeys(("spec", "report", "export", "compare", "status", "ls", "logs", "impls"), "nothing was changed"),
 }
+# what a stop means for those of them asked to write files: each is written whole (a temp file
+# renamed into place) or not at all
+_WROTE_NOTE = "each file written before the stop is whole; none is half-written"
+_WRITES = ("html", "plots", "out")
 _stopped_by: int = signal.SIGINT  # the stop signal ``_interrupted`` took
 
 
@@ -264,7 +264,7 @@ def _command_word(argv: list[str] | None) -> str:
 
 
 def _main(argv: list[str] | None) -> int:
-    command = None
+    command, args = None, None
     try:
         parser = build_parser()  # a Ctrl-C while the command families load is one line too
         args = parser.parse_args(argv)
@@ -282,6 +282,8 @@ def _main(argv: list[str] | None) -> int:
             note = exc.args[0]
         else:
             note = _STOPPED_NOTES.get(command or _command_word(argv), INTERRUPTED_NOTE)
+            if note == _STOPPED_NOTES["report"] and any(getattr(args, a, None) not in (None, "-") for a in _WRITES):
+                note = _WROTE_NOTE
         print(f"{PROG}: {how}; {note}", file=sys.stderr)
         return 128 + _stopped_by
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone
