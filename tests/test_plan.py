@@ -130,6 +130,8 @@ def test_pruning_flags_exactly_the_reference_failures(sample_doc: dict[str, Any]
     assert all((it.smem_bytes or 0) > limit for it in items if it.kind == PRUNED)
     line = plan_line(next(it for it in items if it.kind == PRUNED))
     assert line["pruned"] is True and line["smem_bytes"] > limit
+    assert "unit" not in line  # expanded, not placed in a unit yet (what plan --lower --json prints)
+    assert plan_line(shard(items, 2)[0].items[0])["unit"] == 0
 
 
 def test_pruning_can_be_switched_off(reference: SweepSpec) -> None:

@@ -185,7 +185,7 @@ def test_a_budget_below_the_default_design_is_the_design_too() -> None:
     ("search", "needles"),
     [
         ({"design": 6, "budget": 4}, ("search", "budget=4 is below design=6", "raise budget to at least 6")),
-        ({"max_rounds": 0}, ("search", "max_rounds=0 must be at least 1")),
+        ({"max_rounds": 0}, ("search.max_rounds", "greater than or equal to 1")),
     ],
 )
 def test_bad_search_settings_are_one_line(tmp_path: Path, search: dict[str, Any], needles: tuple[str, ...]) -> None:

@@ -275,9 +275,11 @@ def _planned_tokamax(spec: SweepSpec) -> PlannedConfigs:
 
 
 def plan_line(item: WorkItem) -> dict[str, Any]:
-    """What ``tilesweep plan --dry-run --json`` prints for an item."""
+    """What ``tilesweep plan --dry-run --json`` prints for an item (its ``unit`` once it is
+    placed in one: ``plan --lower`` lowers items before any are)."""
     rec = item.record_fields()
-    rec["unit"] = item.unit
+    if item.unit >= 0:
+        rec["unit"] = item.unit
     rec["smem_bytes"] = item.smem_bytes
     rec["pruned"] = item.kind == PRUNED
     if item.kind == INVALID:

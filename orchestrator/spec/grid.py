@@ -69,7 +69,8 @@ def check_grid(impl_name: str, grid: Grid | None, modes: Sequence[str]) -> str |
             return None
         return (
             f'grid "{grid}" is the search of tokamax\'s autotuner, for kernel.impl '
-            f"{' or '.join(map(repr, tokamax_meta.IMPL_NAMES))}; kernel.impl {impl_name!r} takes a grid by mode"
+            f"{' or '.join(repr(n) for n in impls.SPEC_IMPL_NAMES if n in tokamax_meta.IMPL_NAMES)}; "
+            f"kernel.impl {impl_name!r} takes a grid by mode"
         )
     for mode, values in grid.items():
         if mode not in modes:

@@ -33,6 +33,7 @@ class SearchSettings(SpecModel):
     )
     max_rounds: int = Field(
         default=5,
+        ge=1,
         description="most rounds of the search (1: the design alone); with screen each round is two rounds of "
         "units, a screen and the full timing of its survivors",
     )
@@ -70,11 +71,6 @@ class SearchSettings(SpecModel):
 
     @model_validator(mode="after")
     def _rounds_and_budget(self) -> SearchSettings:
-        if self.max_rounds < 1:
-            raise ValueError(
-                f"max_rounds={self.max_rounds} must be at least 1 (round 1 measures the design); "
-                "set it to 1 for the design alone"
-            )
         if self.budget is not None and self.budget < self.design:
             raise ValueError(
                 f"budget={self.budget} is below design={self.design}: round 1 alone measures up to design configs "

@@ -91,10 +91,12 @@ class ExecutorSettings(SpecModel):
     )
     slurm_setup: list[str] = Field(
         default_factory=list,
+        json_schema_extra={"default": []},  # the schema says what the factory makes
         description="slurm: shell lines run in each job script before the task starts (module loads, exports)",
     )
     slurm_additional_parameters: dict[str, Any] = Field(
         default_factory=dict,
+        json_schema_extra={"default": {}},
         description="slurm: further sbatch options, name (without the dashes, underscores for hyphens) to value",
     )
     slurm_signal_delay_s: int | None = Field(
@@ -180,7 +182,12 @@ class ExecutorSettings(SpecModel):
 class ShardingSettings(SpecModel):
     """How items are grouped into units (one unit = one job array task)."""
 
-    units: int | None = Field(default=None, ge=1, description="number of units; default: one per shape, at most 4")
+    units: int | None = Field(
+        default=None,
+        ge=1,
+        description="number of units; default: one per shape, at most 4, rounded up to whole tasks where a SLURM "
+        "task takes several (executor.gpus_per_node G > 1: 4 x G units a task)",
+    )
     strategy: Literal["shape", "balanced"] = Field(
         default="shape",
         description="shape: keep a shape's items in one unit unless it exceeds half a unit's share of the cost; "
@@ -365,6 +372,7 @@ class ReuseSettings(SpecModel):
 
     documents: list[str] = Field(
         default_factory=list,
+        json_schema_extra={"default": []},
         description="results documents reused besides the output "
         "document (a relative path is taken from the working directory)",
     )
