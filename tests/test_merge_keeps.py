@@ -42,6 +42,20 @@ def test_a_document_of_another_sweep_replaced_by_the_same_items_is_kept_as_prev(
     assert r.returncode == 0 and "kept as" not in r.stdout and not (tmp_path / "copy.json.prev").exists()
 
 
+def test_another_sweep_directory_of_the_same_spec_keeps_the_document_it_replaces(tmp_path: Path) -> None:
+    """Two directories of one spec (a second run, a --remeasure) measured the same items apart:
+    neither's merge silently replaces the other's measurements."""
+    out = tmp_path / "results.json"
+    first, _ = build_sweep(tmp_path / "first", small_spec(n_seqs=1), 2, output=out)
+    second, _ = build_sweep(tmp_path / "second", small_spec(n_seqs=1), 2, output=out, seed=1)
+    assert run_cli("merge", str(first.root)).returncode == 0
+    before = out.read_bytes()
+    r = run_cli("merge", str(second.root))
+    assert r.returncode == 0 and f"kept as {out}.prev" in r.stdout, r.stdout + r.stderr
+    assert (tmp_path / "results.json.prev").read_bytes() == before
+    assert json.loads(out.read_text())["tilesweep"]["sweep_dir"] == str(second.root)
+
+
 def test_a_merge_with_no_record_leaves_a_document_with_records_as_it_is(tmp_path: Path) -> None:
     sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "results.json")
     assert run_cli("merge", str(sd.root)).returncode == 0

@@ -152,9 +152,10 @@ def _owners(tilesweep: object) -> dict[object, str]:
 
 
 def _ours(sd: SweepDir, tilesweep: object) -> bool:
-    """Whether a document's tilesweep blocks name this sweep (its directory or its spec)."""
-    me = (str(sd.root), sd.spec.fingerprint())
-    return any(b.get("sweep_dir") == me[0] or b.get("fingerprint") == me[1] for b in blocks(tilesweep))
+    """Whether a document's tilesweep blocks name this sweep directory. Another directory of
+    the same spec measured the same items apart (a second run, ``--remeasure``): its document
+    is another sweep's, kept as ``.prev`` when replaced."""
+    return any(b.get("sweep_dir") == str(sd.root) for b in blocks(tilesweep))
 
 
 def inspect(sd: SweepDir, out: Path, units: dict[str, UnitItems] | None = None, plan: str | None = None) -> Target:
