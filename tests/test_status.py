@@ -291,3 +291,23 @@ def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def test_a_unit_never_submitted_whose_items_others_recorded_is_settled_by_resume(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """A retry unit stopped before it started, its items recorded by a later one: ``wait`` sent
+    the user to ``resume``, which had nothing to resubmit, for ever. ``resume`` settles it."""
+    from orchestrator.planning import Unit
+
+    sd = _sweep(tmp_path, write_spec, units=1, modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    assert run_cli("resume", str(sd.root)).returncode == 0  # runs the unit here: every item recorded
+    retry = Unit(0, sd.unit_items(sd.unit_index()[0]["id"])[:2], round=1)
+    retry.finalize()
+    sd.add_units([retry], origin="retry")  # planned, never started: its items have records already
+    assert [u.id for u in sweep_status(sd, query_slurm=False).never_started()] == [retry.id]
+    r = run_cli("resume", str(sd.root))
+    assert r.returncode == 0 and "nothing to resubmit" in r.stdout, r.stdout + r.stderr
+    st = sweep_status(SweepDir.open(sd.root), query_slurm=False)
+    assert st.never_started() == [] and st.complete, format_status(st)
+    assert run_cli("wait", str(sd.root), "--timeout", "60").returncode == 0

@@ -102,10 +102,12 @@ def group_missing(
 
 
 def _record_resume(sd: SweepDir, plan: ResumePlan, new_units: list[Unit], submitted: set[str], force: bool) -> None:
-    """The ended units whose every missing item went into a submitted new unit are replaced:
-    status shows them as resumed, not as failures to act on."""
+    """The ended units whose every missing item went into a submitted new unit are replaced, and
+    so are the units never submitted whose items other units recorded since: status shows them
+    as resumed, not as failures to act on (or units for ``wait`` to ask ``resume`` for)."""
     items_in = {it.id for u in new_units if u.id in submitted for it in u.items}
     replaces = sorted(uid for uid, miss in plan.missing_of.items() if uid not in submitted and miss <= items_in)
+    replaces = sorted({*replaces, *plan.moot})
     sd.record_jobs(
         [
             {
@@ -153,6 +155,8 @@ def resume_sweep(
         result = Resumed(plan=plan)
         cap = dispatch.local_slots(sd.spec) if background and not slurm else None  # all started at once
         _new_units(sd, result, units, settings, cap)
+        if not result.new_units and plan.moot:  # nothing to submit: they are settled all the same
+            _record_resume(sd, plan, [], set(), force)
         if result.new_units:
             if on_planned is not None:
                 on_planned(result)

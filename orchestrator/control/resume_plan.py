@@ -36,6 +36,8 @@ class ResumePlan:
     active: list[str] = field(default_factory=list)  # those units
     recorded: int = 0
     missing_of: dict[str, set[str]] = field(default_factory=dict)  # ended unit -> its missing item ids
+    # units never submitted whose every item has a record from another unit: nothing left to them
+    moot: list[str] = field(default_factory=list)
     # item id -> [starts that died with it in flight, deaths while it was alone, of those hung],
     # over all partials and per unit
     died: dict[str, list[int]] = field(default_factory=dict)
@@ -138,6 +140,8 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: st
         missing = {it.id for it in sd.unit_items(u.id)} - (full if _times_in_full(sd, u.round) else recorded.keys())
         if missing:
             plan.missing_of[u.id] = missing
+        elif u.state in ACTIVE and not u.submitted and not u.resumed:
+            plan.moot.append(u.id)
     for it in _universe(sd, st):
         number = later.get(it.id, 1)
         if it.id in (full if _times_in_full(sd, number) else recorded):
