@@ -183,3 +183,32 @@ def test_wait_follows_a_unit_run_by_hand_and_ends_at_once_on_units_resume_replac
     assert run_cli("resume", str(again), timeout=SETTLE_S).returncode == 0
     wait = run_cli("wait", str(again), "--interval", "0.2", timeout=SETTLE_S)
     assert wait.returncode == 0 and "never submitted" not in wait.stderr, wait.stderr
+
+
+def test_run_of_a_sweep_whose_unit_runs_detached_follows_that_worker_and_starts_no_second(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """``tilesweep run`` of the spec while ``resume --no-wait`` runs its unit: the run follows
+    that worker (stopped meanwhile, as Ctrl-Z stops it, so it cannot end before the run looks)
+    instead of starting a second, which the unit's lease refused and whose job hid the first
+    from ``cancel``."""
+    sweep = _detached(write_spec, tmp_path)
+    group = os.getpgid(_last_job_pid(sweep))
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        args = [sys.executable, "-m", "orchestrator", "run", str(tmp_path / "spec.json"), "--sweep-dir", str(sweep)]
+        run = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert run.stderr is not None
+        seen = []
+        while line := run.stderr.readline():
+            seen.append(line)
+            if "following them" in line:
+                break
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    out, err = run.communicate(timeout=SETTLE_S)
+    assert run.returncode == 0 and "following them instead of starting a second worker" in "".join(seen), seen + [err]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert len(doc["results"]) == doc["tilesweep"]["planned"] and not [r for r in doc["results"] if "error" in r]
+    logs = "".join(p.read_text(errors="replace") for p in (sweep / "logs").glob("*") if p.is_file())
+    assert "already held" not in logs and "LeaseHeld" not in logs

@@ -209,11 +209,38 @@ def _run_here(
     )
     if existed:
         _warn_kept_plan(sd, len(unit_ids), args)
-    # a unit `resume` handed its missing items to is not run again: its later unit runs them
-    todo = [u.id for u in st.units if not u.complete and not u.resumed]
+    # a unit `resume` handed its missing items to is not run again: its later unit runs them; one
+    # a live worker holds (`resume --no-wait` left it running) is followed, not run a second time
+    held = [u.id for u in st.units if not u.complete and u.leased]
+    todo = [u.id for u in st.units if not u.complete and not u.resumed and u.id not in held]
+    if held:
+        warn(
+            f"note: {len(held)} unit(s) of {sd.root} are run by a worker already (e.g. {held[0]}, "
+            f"`{PROG} status {sd.root}` names it): following them instead of starting a second worker on each"
+        )
     outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
-    failed = failed_unit_lines(outcomes)
+    if held:
+        _follow_units(sd, held)
+    failed = failed_unit_lines(outcomes) + [
+        line for line in unfinished_unit_lines(sweep_status(sd, query_slurm=False)) if line.split()[1] in held
+    ]
     return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=_rerun(args.spec, sd))
+
+
+def _follow_units(sd: SweepDir, held: list[str]) -> None:
+    """Show the sweep's progress until no live worker holds any of the ``held`` units."""
+    from orchestrator.control.status import sweep_status
+
+    progress = Progress(sd.planned)
+    try:
+        while True:
+            st = sweep_status(sd, query_slurm=False)
+            progress.update(st.done, total=st.total)
+            if not any(u.leased for u in st.units if u.id in held):
+                return
+            time.sleep(1.0)
+    finally:
+        progress.close()
 
 
 def _warn_kept_plan(sd: SweepDir, n_units: int, args: argparse.Namespace) -> None:
