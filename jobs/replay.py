@@ -181,6 +181,8 @@ class ReplayMeasurer:
                 counts.timed_s += timed_s
                 if real:
                     wait(compile_s + timed_s, attempt.should_stop)
+                    if attempt.should_stop():  # a stop that ended the wait (a time-limit warning, a
+                        return True  # cancel): the record's seconds were not waited out, it is not written
             attempt.record(it, rec, sync=n % SYNC_EVERY == 0)
         return False
 

@@ -189,3 +189,35 @@ def test_replay_at_the_real_pace_waits_out_each_records_seconds(tmp_path: Path) 
     assert virtual > 1.5 and markers["real"]["wall_s"] >= virtual > markers["instant"]["wall_s"]
     fingerprints = {spec_from_data(json.loads((tmp_path / f"{p}.spec.json").read_text())).fingerprint() for p in docs}
     assert len(fingerprints) == 1
+
+
+def test_a_stop_that_ends_a_paced_wait_leaves_that_record_unwritten(tmp_path: Path) -> None:
+    """A stop that does not raise (SLURM's time-limit warning, a whole-node task's SIGTERM: the
+    worker's stop_check) ends the wait for a record's seconds: that record is not written, so a
+    rehearsal of time limits gets no record its seconds were not spent on."""
+    from jobs.worker import run_unit
+    from orchestrator.store import synthetic
+    from orchestrator.store.partials import read_partial
+    from orchestrator.store.sweepdir import SweepDir
+    from tests.conftest import TINY_SPEC
+
+    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32]}
+    source = synthetic.document(grid)
+    for rec in source["results"]:
+        rec.update(compile_s=60.0)  # a minute per record: only the stop ends the wait
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
+    data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
+    (tmp_path / "spec.json").write_text(json.dumps(data))
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(tmp_path / "spec.json"), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    checks = []
+
+    def stop_check() -> bool:  # False before the first record, True once its wait has begun
+        checks.append(1)
+        return len(checks) > 1
+
+    summary = run_unit(str(sweep), "0", stop_check=stop_check)
+    sd = SweepDir.open(sweep)
+    content = read_partial(sd.partial_path(sd.unit_index()[0]["id"]))
+    assert summary["stopped"] and content.records == {}, content.records
