@@ -80,7 +80,7 @@ def _three_units_on_slurm(tmp_path: Path, write_spec: Callable[..., Path]) -> tu
     return sd, units, view
 
 
-def test_status_counts_partials_and_takes_states_from_the_schedulerscheduler_view(
+def test_status_counts_partials_and_takes_states_from_the_scheduler_view(
     tmp_path: Path, write_spec: Callable[..., Path]
 ) -> None:
     sd, units, view = _three_units_on_slurm(tmp_path, write_spec)
@@ -311,3 +311,31 @@ def test_a_unit_never_submitted_whose_items_others_recorded_is_settled_by_resume
     st = sweep_status(SweepDir.open(sd.root), query_slurm=False)
     assert st.never_started() == [] and st.complete, format_status(st)
     assert run_cli("wait", str(sd.root), "--timeout", "60").returncode == 0
+
+
+def test_a_unit_whose_worker_died_in_a_running_whole_node_task_is_failed_at_once(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """The task goes on with its other units and wrote why the worker died in the unit's log:
+    status says failed, with that reason, while the task runs, not once it ends."""
+    from orchestrator.control.why import failure_line
+
+    sd = _sweep(tmp_path, write_spec, units=2)
+    dead, alive = [u["id"] for u in sd.unit_index()]
+    now = time.time()
+    for uid in (dead, alive):
+        _fake_partial(sd, uid, 1)
+    log = sd.unit_log(dead)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("started\n" + failure_line(dead, "killed by signal 9 (SIGKILL)") + "\n")
+    sd.record_jobs(
+        [
+            {"unit": u, "executor": "slurm", "job_id": "60_0", "array_id": "60", "task": 0, "slot": k}
+            | {"units_in_task": 2, "submitted_ts": now - 600, "log": str(sd.unit_log(u))}
+            for k, u in enumerate((dead, alive))
+        ]
+    )
+    st = sweep_status(sd, view=scheduler_view(j60_0=TaskState("RUNNING", "squeue")))
+    by = {u.id: u for u in st.units}
+    assert by[dead].state == "failed" and by[dead].detail == "killed by signal 9 (SIGKILL)", format_status(st)
+    assert by[dead].log == str(log) and by[alive].state == "running"

@@ -7,7 +7,6 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,13 +29,13 @@ from orchestrator.cli.common import (
     warn,
 )
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
+from orchestrator.cli.following import follow_run, follow_units
 from orchestrator.errors import PlanError, SpecError, TilesweepError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.dispatch import UnitOutcome
     from orchestrator.control.reuseplan import Planned
     from orchestrator.spec.model import SweepSpec
-    from orchestrator.store.leases import Holder
     from orchestrator.store.sweepdir import SweepDir
 
 COSTS_HELP = "shard with the measured costs of an earlier results document (the model fills in)"
@@ -186,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     html = spec.report.html
     with run_or_follow(sd) as other:
         if other is not None:
-            return follow_run(sd, other, spec_path=args.spec, html=html, overwrite=args.overwrite)
+            return follow_run(sd, other, redo=_rerun(args.spec, sd), html=html, overwrite=args.overwrite)
         return _run_here(sd, unit_ids, existed, kind, args, html=html)
 
 
@@ -219,28 +218,11 @@ def _run_here(
             f"`{PROG} status {sd.root}` names it): following them instead of starting a second worker on each"
         )
     outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
+    failed = failed_unit_lines(outcomes)
     if held:
-        _follow_units(sd, held)
-    failed = failed_unit_lines(outcomes) + [
-        line for line in unfinished_unit_lines(sweep_status(sd, query_slurm=False)) if line.split()[1] in held
-    ]
+        st = follow_units(sd, held)
+        failed += [line for line in unfinished_unit_lines(st) if line.split()[1] in held]
     return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=_rerun(args.spec, sd))
-
-
-def _follow_units(sd: SweepDir, held: list[str]) -> None:
-    """Show the sweep's progress until no live worker holds any of the ``held`` units."""
-    from orchestrator.control.status import sweep_status
-
-    progress = Progress(sd.planned)
-    try:
-        while True:
-            st = sweep_status(sd, query_slurm=False)
-            progress.update(st.done, total=st.total)
-            if not any(u.leased for u in st.units if u.id in held):
-                return
-            time.sleep(1.0)
-    finally:
-        progress.close()
 
 
 def _warn_kept_plan(sd: SweepDir, n_units: int, args: argparse.Namespace) -> None:
@@ -252,30 +234,6 @@ def _warn_kept_plan(sd: SweepDir, n_units: int, args: argparse.Namespace) -> Non
         )
     if args.units and args.units != n_units:
         warn(f"note: {sd.root} keeps the {n_units} units it was planned with; --units applies to a new sweep directory")
-
-
-def follow_run(sd: SweepDir, other: Holder, *, spec_path: str, html: bool, overwrite: bool = False) -> int:
-    """Another ``tilesweep run`` runs this sweep: show its progress until it ends (instead of
-    starting a second worker on each unit beside it), then merge and report."""
-    from orchestrator.control.status import sweep_status
-    from orchestrator.control.sweeps import other_run_live
-
-    warn(
-        f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its progress "
-        "instead of starting a second run beside it (Ctrl-C stops following, not that run)"
-    )
-    progress = Progress(sd.planned)
-    try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
-        while other_run_live(sd):
-            st = sweep_status(sd, query_slurm=False)
-            progress.update(st.done, total=st.total)
-            time.sleep(1.0)
-        st = sweep_status(sd, query_slurm=False)
-        progress.update(st.done, total=st.total)
-    finally:
-        progress.close()
-    failed = unfinished_unit_lines(st)
-    return finish_sweep(sd, overwrite=overwrite, html=html, failed=failed, redo=_rerun(spec_path, sd))
 
 
 def _retry_here(sd: SweepDir, kind: str, retry: str) -> list[UnitOutcome]:

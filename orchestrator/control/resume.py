@@ -175,15 +175,23 @@ def resume_sweep(
         if on_planned is not None:
             on_planned(result)
     if not slurm:
-        ids = [u.id for u in result.new_units]
-        if background:
-            result.started = dispatch.start_units_locally(sd, ids, prior_starts=result.prior)
-            return result
-        result.outcomes = dispatch.run_units_locally(
-            sd, ids, kind=settings.kind, prior_starts=result.prior, on_poll=on_poll
-        )
-        result.outcomes += _run_next_rounds(sd, settings, result, on_poll)
+        _run_here(sd, settings, result, background, on_poll)
     return result
+
+
+def _run_here(
+    sd: SweepDir, settings: ExecutorSettings, result: Resumed, background: bool, on_poll: Callable[[], None] | None
+) -> None:
+    """The new units run here (local, debug), and the rounds they make due; with
+    ``background`` started and left to run."""
+    ids = [u.id for u in result.new_units]
+    if background:
+        result.started = dispatch.start_units_locally(sd, ids, prior_starts=result.prior)
+        return
+    result.outcomes = dispatch.run_units_locally(
+        sd, ids, kind=settings.kind, prior_starts=result.prior, on_poll=on_poll
+    )
+    result.outcomes += _run_next_rounds(sd, settings, result, on_poll)
 
 
 def _new_units(

@@ -28,6 +28,7 @@ from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
+from orchestrator.control.why import last_word
 from orchestrator.planning.search import SEARCH
 from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
@@ -103,7 +104,7 @@ def sweep_status(
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
         if not u.submitted and u.state in ACTIVE:
             u.detail = REPLACED if u.resumed else NOT_SUBMITTED[st.runner_live]
-    _leases(sd, st)
+    _leases(sd, st, hist)
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
@@ -130,6 +131,14 @@ def _merge_jobs(sd: SweepDir, hist: History, view: SchedulerView | None) -> list
             }
         )
     return out
+
+
+def _died_in_a_running_task(u: UnitStatus, job: dict[str, Any] | None) -> None:
+    if u.state != "running" or job is None or (job.get("units_in_task") or 1) == 1:
+        return
+    said = last_word(job.get("log"), u.id)
+    if said is not None and said[0] == "failed":
+        u.state, u.detail, u.log = "failed", said[1], existing(job.get("log"), job.get("stderr"))
 
 
 REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
@@ -223,16 +232,19 @@ def _unit_state(
             u.detail = failure(u.id, job, u.detail, view)
 
 
-def _leases(sd: SweepDir, st: SweepStatus) -> None:
+def _leases(sd: SweepDir, st: SweepStatus, hist: History) -> None:
     """A live worker holding a unit's lease runs it, whatever its last job says (a stray
     second job of the unit may have ended beside it); the lease also names its GPU. A lease
     of the unit's own last job that SLURM says has ended is that job's, left by a worker
-    that died with it: ignored."""
+    that died with it: ignored. A unit of a running whole-node task that no live worker
+    holds, whose log's last word is its failure (the task wrote why its worker died), failed
+    now, not once the whole task ends."""
     todo = [u for u in st.units if u.state != "done"]
     holders = live_unit_holders(sd.root, [u.id for u in todo])
     for u in todo:
         h = holders.get(u.id)
         if h is None:
+            _died_in_a_running_task(u, hist.latest.get(u.id))
             continue
         own_job = h.fields.get("job") is not None and h.fields.get("job") == u.job_id
         if u.state in ACTIVE or not own_job:
