@@ -221,3 +221,26 @@ def test_a_stop_that_ends_a_paced_wait_leaves_that_record_unwritten(tmp_path: Pa
     sd = SweepDir.open(sweep)
     content = read_partial(sd.partial_path(sd.unit_index()[0]["id"]))
     assert summary["stopped"] and content.records == {}, content.records
+
+
+def test_a_replay_resumed_with_a_spec_of_the_other_pace_replays_at_that_pace(tmp_path: Path) -> None:
+    from orchestrator.store import synthetic
+    from tests.conftest import TINY_SPEC
+
+    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32]}
+    source = synthetic.document(grid)
+    for rec in source["results"]:
+        rec.update(compile_s=60.0)  # a minute per record at the real pace
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    specs = {}
+    for pace in ("real", "instant"):
+        replay = {"source": str(tmp_path / "source.json"), "pace": pace}
+        data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
+        specs[pace] = tmp_path / f"{pace}.json"
+        specs[pace].write_text(json.dumps({**data, "executor": {"kind": "debug"}}))
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(specs["real"]), "--sweep-dir", str(sweep)).returncode == 0
+    r = run_cli("resume", str(sweep), "--spec", str(specs["instant"]), timeout=120)  # not three minutes
+    assert r.returncode == 0 and f"{sweep} replays at pace instant from now on" in r.stderr, r.stderr
+    assert json.loads((sweep / "sweep.json").read_text())["spec"]["replay"]["pace"] == "instant"
+    assert len(json.loads((tmp_path / "out.json").read_text())["results"]) == 3
