@@ -201,13 +201,15 @@ def test_damaged_records_are_measured_with_a_warning_naming_the_file(
     tmp_path: Path, first_doc: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     doc = json.loads(first_doc.read_text())
-    next(rec for rec in doc["results"] if rec["config"] == "forced")["median_ms"] = "fast"
+    first, second = doc["results"][:2]
+    first["median_ms"], second["q3_ms"] = "fast", "slow"  # damaged two ways: the first is named
     damaged = write(tmp_path, "damaged.json", doc)
     with caplog.at_level(logging.WARNING):
         planned = plan_against(tmp_path, EXTENDED, ReuseRequest([str(damaged)]))
-    assert planned.found.reused == 1 and planned.found.sources[0].damaged == 1
+    assert planned.found.reused == 0 and planned.found.sources[0].damaged == 2
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert str(damaged) in warning and "median_ms is str" in warning
+    assert str(damaged) in warning and "2 damaged records not reused (first: " in warning, warning
+    assert "median_ms is str" in warning and warning.count("first:") == 1, warning
 
 
 def test_a_reuse_document_that_is_not_one_is_one_line(tmp_path: Path) -> None:

@@ -293,8 +293,8 @@ def _warn(found: Found) -> None:
             )
         if c.damaged:
             log.warning(
-                "%s: %d damaged records not reused (%s); their items are measured",
+                "%s: %d damaged records not reused %s; their items are measured",
                 c.path,
                 c.damaged,
-                "; ".join(w for w in c.why if w.startswith("damaged")),
+                next((w.removeprefix("damaged records ") for w in c.why if w.startswith("damaged")), ""),
             )
