@@ -81,8 +81,16 @@ def read_failure(path: str | Path | None, unit: str | None = None, kind: str = "
         m = _EXC.match(line.strip())
         if m:
             name = m.group(1).rsplit(".", 1)[-1]
-            return f"{name}: {m.group(2)}" if m.group(2) else name
+            said = f"{name}: {m.group(2)}" if m.group(2) else name
+            return said + (_TIMED_OUT_HINT if "timed-out too many times" in said else "")
     return None
+
+
+# what submitit's last word on a task requeued executor.max_requeues times leaves a user to do
+_TIMED_OUT_HINT = (
+    " (its unit outlasted executor.timeout_min on every requeue: raise timeout_min or max_requeues, or give it "
+    "fewer items with more units, then `tilesweep resume`: finished records are kept)"
+)
 
 
 # what to do about a worker the OOM killer ended, where it ran

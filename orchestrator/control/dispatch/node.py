@@ -199,7 +199,8 @@ class TaskWorkers:
             lane.last = True  # its worker is gone: the unit waits for the next worker of the GPU
             return
         slot.proc, slot.state, lane.slot = lane.proc, "running", slot
-        log.info("unit %s: worker pid %d on GPU %s, CPUs %s", slot.unit, lane.proc.pid, slot.gpu, slot.cpus)
+        gpu = f"GPU {slot.gpu}" if slot.gpu is not None else "no GPU"
+        log.info("unit %s: worker pid %d on %s, CPUs %s", slot.unit, lane.proc.pid, gpu, slot.cpus)
 
     @staticmethod
     def _note(out: IO[bytes], text: str) -> None:
