@@ -200,15 +200,14 @@ class SweepSpec(SpecModel):
     @field_validator("grid", mode="before")
     @classmethod
     def _grid_is_by_mode_or_tokamax(cls, value: Any) -> Any:
-        if (isinstance(value, str) and value != grid_rules.TOKAMAX_GRID) or not isinstance(
-            value, (str, dict, type(None))
-        ):
+        if value is None or value == grid_rules.TOKAMAX_GRID:
+            return value
+        if not isinstance(value, dict):
             raise ValueError(
                 f'{value!r} is not a grid: give an object by mode ({{"fwd": {{"block_q": [64, 128]}}}}) or '
                 f'"{grid_rules.TOKAMAX_GRID}" (tokamax\'s own search)'
             )
-        if isinstance(value, dict):
-            grid_rules.check_shape(value)
+        grid_rules.check_shape(value)
         return value
 
     @field_validator("kv_heads")
