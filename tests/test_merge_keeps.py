@@ -54,6 +54,9 @@ def test_another_sweep_directory_of_the_same_spec_keeps_the_document_it_replaces
     assert r.returncode == 0 and f"kept as {out}.prev" in r.stdout, r.stdout + r.stderr
     assert (tmp_path / "results.json.prev").read_bytes() == before
     assert json.loads(out.read_text())["tilesweep"]["sweep_dir"] == str(second.root)
+    (tmp_path / "results.json.prev").unlink()
+    r = run_cli("merge", "second", cwd=tmp_path)  # the same sweep named from its folder: nothing set aside
+    assert r.returncode == 0 and "kept as" not in r.stdout and not (tmp_path / "results.json.prev").exists()
 
 
 def test_a_merge_with_no_record_leaves_a_document_with_records_as_it_is(tmp_path: Path) -> None:

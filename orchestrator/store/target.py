@@ -152,10 +152,26 @@ def _owners(tilesweep: object) -> dict[object, str]:
 
 
 def _ours(sd: SweepDir, tilesweep: object) -> bool:
-    """Whether a document's tilesweep blocks name this sweep directory. Another directory of
-    the same spec measured the same items apart (a second run, ``--remeasure``): its document
-    is another sweep's, kept as ``.prev`` when replaced."""
-    return any(b.get("sweep_dir") == str(sd.root) for b in blocks(tilesweep))
+    """Whether a document's tilesweep blocks name this sweep: its directory, or its spec where
+    the directory they name is not another sweep directory here (a path relative to where an
+    earlier command ran, this directory moved). Another directory of the same spec measured
+    the same items apart (a second run, ``--remeasure``): its document is another sweep's, kept
+    as ``.prev`` when replaced."""
+    me, fingerprint = str(sd.root), sd.spec.fingerprint()
+    return any(
+        b.get("sweep_dir") == me or (b.get("fingerprint") == fingerprint and not _another_sweep(b.get("sweep_dir"), sd))
+        for b in blocks(tilesweep)
+    )
+
+
+def _another_sweep(named: object, sd: SweepDir) -> bool:
+    """Whether ``named`` is a sweep directory on this machine other than ``sd``'s."""
+    if not isinstance(named, str) or not os.path.isfile(os.path.join(named, "sweep.json")):
+        return False
+    try:
+        return not os.path.samefile(named, sd.root)
+    except OSError:
+        return False
 
 
 def inspect(sd: SweepDir, out: Path, units: dict[str, UnitItems] | None = None, plan: str | None = None) -> Target:
