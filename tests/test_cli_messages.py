@@ -369,3 +369,9 @@ def test_logs_task_of_a_unit_run_here_says_it_has_no_task_log(tmp_path: Path) ->
 def test_lower_workers_without_lower_is_refused_not_ignored(write_spec: Callable[..., Path]) -> None:
     r = run_cli("plan", str(write_spec(modes=["fwd"])), "--dry-run", "--lower-workers", "2")
     assert_one_line_error(r, "--lower-workers sets the processes of pre-flight lowering: add --lower")
+
+
+def test_gpus_per_node_of_a_run_here_is_said_to_be_slurms(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug", "gpus_per_node": 2})
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0 and "note: executor.gpus_per_node is SLURM's (GPUs per task)" in r.stderr, r.stderr
