@@ -339,3 +339,5 @@ def test_a_unit_whose_worker_died_in_a_running_whole_node_task_is_failed_at_once
     by = {u.id: u for u in st.units}
     assert by[dead].state == "failed" and by[dead].detail == "killed by signal 9 (SIGKILL)", format_status(st)
     assert by[dead].log == str(log) and by[alive].state == "running"
+    cancelled = sweep_status(sd, view=scheduler_view(j60_0=TaskState("CANCELLED", "sacct")))  # the task, later
+    assert {u.id: u.state for u in cancelled.units} == {dead: "failed", alive: "cancelled"}

@@ -134,7 +134,9 @@ def _merge_jobs(sd: SweepDir, hist: History, view: SchedulerView | None) -> list
 
 
 def _died_in_a_running_task(u: UnitStatus, job: dict[str, Any] | None) -> None:
-    if u.state != "running" or job is None or (job.get("units_in_task") or 1) == 1:
+    """A unit of a whole-node task (running, or cancelled since) whose log's last word is the
+    task's line on its worker's death: failed, and why (a cancel after it does not hide it)."""
+    if u.state not in ("running", "cancelled") or job is None or (job.get("units_in_task") or 1) == 1:
         return
     said = last_word(job.get("log"), u.id)
     if said is not None and said[0] == "failed":
