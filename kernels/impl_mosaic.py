@@ -170,7 +170,11 @@ class MosaicImpl:
         if bad:
             return f"dtypes {bad} cannot be planned: {why['dtype']}; use dtypes {list(caps.dtypes)}"
         if True in causal and any(m not in caps.causal_modes for m in modes):
-            return f"causal true with modes {list(modes)} cannot be planned ({why['causal']}); use modes ['fwd'] for it"
+            split = " (or causal [false] here, and the causal forward in a spec of its own)" if False in causal else ""
+            return (
+                f"causal true with modes {list(modes)} cannot be planned ({why['causal']}); "
+                f"use modes ['fwd'] for it{split}"
+            )
         odd = [d for d in head_dims if d % caps.head_dim_multiple]
         if odd:
             return f"head_dims {odd} cannot be planned ({why['head_dim']})"

@@ -59,6 +59,7 @@ def test_a_grid_the_kernel_refuses_is_one_line_naming_the_rule(over: dict[str, A
     [
         ({"dtypes": ["bfloat16", "float16"]}, ("dtypes ['bfloat16']", "float16", "Expected dtypes to match")),
         ({"causal": [True]}, ("causal true with modes ['fwd', 'fwd_bwd']", "backwards pass")),
+        ({"causal": [False, True]}, ("use modes ['fwd'] for it (or causal [false] here", "a spec of its own")),
         ({"head_dims": [96]}, ("head_dims [96]", "divisible by 64")),
         ({"kernel": {"impl": "mosaic", "device_kind": "NVIDIA B200"}}, ("'NVIDIA B200' is sm_100", "sm_90")),
     ],
