@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO, records_written, run_cli, start_run, until
 
 # one shape, fwd only, 18 forced configs besides auto, compiled one at a time (about a second
@@ -185,14 +187,21 @@ def test_wait_follows_a_unit_run_by_hand_and_ends_at_once_on_units_resume_replac
     assert wait.returncode == 0 and "never submitted" not in wait.stderr, wait.stderr
 
 
+@pytest.mark.parametrize("begun", [True, False], ids=["in its unit", "at once"])
 def test_run_of_a_sweep_whose_unit_runs_detached_follows_that_worker_and_starts_no_second(
-    write_spec: Callable[..., Path], tmp_path: Path
+    write_spec: Callable[..., Path], tmp_path: Path, begun: bool
 ) -> None:
-    """``tilesweep run`` of the spec while ``resume --no-wait`` runs its unit: the run follows
-    that worker (stopped meanwhile, as Ctrl-Z stops it, so it cannot end before the run looks)
-    instead of starting a second, which the unit's lease refused and whose job hid the first
-    from ``cancel``."""
-    sweep = _detached(write_spec, tmp_path)
+    """``tilesweep run`` of the spec while ``resume --no-wait`` runs its unit (its worker in the
+    unit, or the run typed at once, before the controller's worker took the unit's lease): the
+    run follows that worker (stopped meanwhile, as Ctrl-Z stops it, so it cannot end before the
+    run looks) instead of starting a second, which the unit's lease refused and whose job hid
+    the first from ``cancel``."""
+    if begun:
+        sweep = _detached(write_spec, tmp_path)
+    else:
+        spec, sweep = write_spec(**SPEC), tmp_path / "sweep"
+        assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
+        assert run_cli("resume", str(sweep), "--no-wait").returncode == 0
     group = os.getpgid(_last_job_pid(sweep))
     os.killpg(group, signal.SIGSTOP)
     try:

@@ -39,8 +39,9 @@ def follow(sd: SweepDir, going: Callable[[SweepStatus], bool]) -> SweepStatus:
 
 
 def follow_units(sd: SweepDir, held: list[str]) -> SweepStatus:
-    """Follow until no live worker holds any of the ``held`` units."""
-    return follow(sd, lambda st: any(u.leased for u in st.units if u.id in held))
+    """Follow until no live worker holds any of the ``held`` units, nor a live local process
+    of their last jobs runs them."""
+    return follow(sd, lambda st: any(u.leased or u.state == "running" for u in st.units if u.id in held))
 
 
 def follow_run(sd: SweepDir, other: Holder, *, redo: str, html: bool, overwrite: bool = False) -> int:
