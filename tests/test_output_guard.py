@@ -67,12 +67,16 @@ def test_an_output_that_is_a_directory_is_refused(results: Path, tmp_path: Path,
     assert (folder / "kept.txt").read_text() == "kept"
 
 
-@pytest.mark.parametrize("command", ["export", "report", "compare", "plots"])
+@pytest.mark.parametrize("command", ["export", "report", "compare", "plots", "tokamax"])
 def test_an_output_in_a_folder_that_takes_no_file_is_refused_before_anything_is_printed(
     results: Path, command: str
 ) -> None:
     """/proc takes no new file, even root's: the command says so first, not after its report."""
-    args = {**_commands(results, Path("/proc/tilesweep-out")), "plots": ["report", str(results), "--plots", "/proc/p"]}
+    args = {
+        **_commands(results, Path("/proc/tilesweep-out")),
+        "plots": ["report", str(results), "--plots", "/proc/p"],
+        "tokamax": ["export", str(results), "--format", "tokamax", "--out", "/proc/tk"],
+    }
     done = run_cli(*args[command])
     assert done.returncode == 2 and done.stdout == "", done.stdout
     assert done.stderr.count("\n") == 1 and "the folder /proc takes no new files" in done.stderr, done.stderr

@@ -138,7 +138,7 @@ def test_a_problem_where_tokamaxs_own_choice_was_faster_is_left_to_it(
     try:
         assert main(["export", str(path), "--format", "tokamax", "--out", str(out)]) == 0
         said = capsys.readouterr().out
-        assert "left out 1 problem(s) where tokamax's own choice (auto) was faster" in said, said
+        assert "left 1 problem(s) to tokamax's own choice (auto), which was faster than every" in said, said
         with tokamax_cache.overlay(out):
             chosen = _chosen_all(H200)
         assert chosen[("tokamax-mosaic", "fwd")] == untuned[("tokamax-mosaic", "fwd")]
@@ -150,6 +150,13 @@ def test_a_problem_where_tokamaxs_own_choice_was_faster_is_left_to_it(
         assert "left out" not in capsys.readouterr().out
         with tokamax_cache.overlay(kept):
             assert _chosen_all(H200) == best
+        # where auto won every problem: nothing to hand tokamax, said as that
+        alone = [r for r in recs if (r["impl"], r["mode"]) == ("tokamax-mosaic", "fwd")] + [auto]
+        path.write_text(json.dumps({"device": {"device_kind": H200.name}, "config": {}, "results": alone}))
+        assert main(["export", str(path), "--format", "tokamax", "--out", str(tmp_path / "none")]) == 0
+        said = capsys.readouterr().out
+        assert "left every problem to tokamax's own choice (auto)" in said and "no timed record" not in said, said
+        assert "no tables written" in said and not (tmp_path / "none").exists()
     finally:
         tokamax_cache.uninstall()
 

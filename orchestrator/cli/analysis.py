@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from orchestrator.cli.common import PROG, Subparsers, non_negative_int
 from orchestrator.cli.outputs import check_output, is_page, is_tuned_table
 from orchestrator.errors import TilesweepError
-from orchestrator.store.files import same_file
+from orchestrator.store.files import folder_refuses, same_file
 
 if TYPE_CHECKING:
     from orchestrator.store.document import ResultsDoc
@@ -165,8 +165,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _check_plots(out_dir: str) -> None:
     """Refuse, before the report is read or printed, a ``--plots`` folder no PNG could be written in."""
-    from orchestrator.store.files import folder_refuses
-
     if not out_dir.strip():
         raise TilesweepError("--plots '' names no folder; name the folder for the PNGs")
     folder = Path(out_dir)
@@ -264,6 +262,12 @@ def _export_target(args: argparse.Namespace) -> str:
             raise TilesweepError(
                 f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
                 f"{'standard output' if args.out == '-' else 'a file' if out.is_file() else 'not a folder'}"
+            )
+        refused = folder_refuses(out / "device" / "table.json")  # said before anything is read or printed
+        if refused is not None and refused[1] is not None:
+            raise TilesweepError(
+                f"--out {args.out}: the folder {refused[0]} takes no new files ({refused[1]}); make it writable or "
+                "name another folder"
             )
         return str(args.out)
     if args.out == "-":

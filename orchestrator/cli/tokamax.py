@@ -58,21 +58,26 @@ def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> li
     return out
 
 
+def _say_left_out(c: tokamax_export.Chosen) -> None:
+    """One line per kind of record of a device kind that goes into no table."""
+    left = ", ".join(f"{n} of kernel.impl {impl}" for impl, n in sorted(c.other_impls.items()))
+    if left:
+        print(f"{c.device_kind}: left out {left} (not tokamax's kernels: tokamax has no table for them)")
+    if c.auto_won:
+        every = "every problem" if not c.entries else f"{c.auto_won} problem(s)"
+        print(
+            f"{c.device_kind}: left {every} to tokamax's own choice (auto), which was faster than every measured "
+            "config (--keep-slower writes them anyway)"
+        )
+    if not c.entries:
+        what = "" if c.auto_won else "no timed record of tokamax's kernels to hand it; "
+        print(f"{c.device_kind}: {what}no tables written for it")
+
+
 def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep_slower: bool = False) -> int:
     """Write the tables; one line per file written, one per device kind whose records were left out."""
     chosen = _chosen(docs, device, keep_slower)
     made = [(c, _tables(c)) for c in chosen if c.entries]
-    for c in chosen:
-        left = ", ".join(f"{n} of kernel.impl {impl}" for impl, n in sorted(c.other_impls.items()))
-        if left:
-            print(f"{c.device_kind}: left out {left} (not tokamax's kernels: tokamax has no table for them)")
-        if c.auto_won:
-            print(
-                f"{c.device_kind}: left out {c.auto_won} problem(s) where tokamax's own choice (auto) was faster "
-                "than every measured config: tokamax runs its own choice there (--keep-slower writes them anyway)"
-            )
-        if not c.entries:
-            print(f"{c.device_kind}: no timed record of tokamax's kernels to hand it; no tables written for it")
     targets = {  # each file refused before any is written where it is not one of tokamax's tables
         (c.device_kind, name): check_output(
             str(Path(out) / meta.device_dir(c.device_kind) / name),
@@ -84,6 +89,8 @@ def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep
         for c, texts in made
         for name in texts
     }
+    for c in chosen:
+        _say_left_out(c)
     for c, texts in made:
         folder = Path(out) / meta.device_dir(c.device_kind)
         try:
