@@ -83,6 +83,10 @@ def test_bwd_fwd_config_null_means_128() -> None:
             "slurm_signal_delay_s=90 (submitit's default) leaves a task no time before its warning",
         ),
         ({"executor": {"kind": "slurm", "timeout_min": 2, "slurm_signal_delay_s": 100}}, "raise timeout_min"),
+        (
+            {"executor": {"kind": "slurm", "timeout_min": 1, "slurm_signal_delay_s": 30}},
+            "slurm_signal_delay_s below 30",
+        ),
         ({"executor": {"kind": "slurm", "slurm_signal_delay_s": 70_000}}, "less than or equal to 65535"),
     ],
 )

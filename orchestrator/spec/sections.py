@@ -149,8 +149,8 @@ class ExecutorSettings(SpecModel):
                 f"slurm_signal_delay_s={delay}{given} leaves a task no time before its warning: SLURM warns it once "
                 f"{delay + SLURM_TICK_S} s or less of its limit are left (the delay and SLURM's {SLURM_TICK_S} s "
                 f"tick), and timeout_min={self.timeout_min} gives it {60 * self.timeout_min} s, so every task would "
-                "be warned and requeued as it starts; raise timeout_min (3 or more) or set slurm_signal_delay_s "
-                "lower (20-30)"
+                f"be warned and requeued as it starts; raise timeout_min (3 or more, with a delay of 20-30) or set "
+                f"slurm_signal_delay_s below {60 * self.timeout_min - SLURM_TICK_S} (0: no warning)"
             )
         return self
 
