@@ -92,6 +92,12 @@ def _failed_configs(cs: Configs, mode: str) -> list[Failed]:
     return out
 
 
+def _label_cell(label: str) -> str:
+    """A config's name in the summary table, free to wrap between its fields (``bq128 bk64``
+    at its spaces, ``64/64/num_stages=2`` after each slash), so the table fits the window."""
+    return td(esc(label).replace("/", "/<wbr>"), label, cls="l mono", raw=True)
+
+
 def _missing_labels(s: ProblemSummary) -> list[str] | None:
     """The labels of the summary's planned configs without a record (None: no plan known)."""
     if s.coverage is None:
@@ -309,7 +315,7 @@ def _rows(views: list[ProblemView], with_tag: bool, axes: list[str]) -> Iterator
         cells, fvals = key_cells(v.number, v.anchor, s.key, with_tag, axes)
         spread = None if s.best_q1_ms is None else f"{s.best_q1_ms:.4f}-{s.best_q3_ms:.4f}"
         cells += [
-            td(s.best_label or "-", cls="l mono"),
+            _label_cell(s.best_label or "-"),
             num(s.best_ms, ".4f"),
             td(
                 spread or "-",
@@ -322,7 +328,7 @@ def _rows(views: list[ProblemView], with_tag: bool, axes: list[str]) -> Iterator
             td(s.n_failed),
             td(s.n_pruned),
             td("-") if v.missing is None else td(len(v.missing), cls="warn" if v.missing else ""),
-            td(s.auto_label or "?", cls="l mono"),
+            _label_cell(s.auto_label or "?"),
             td(s.note, cls="l"),
         ]
         yield cells, fvals
