@@ -212,7 +212,7 @@ class TunedTable:
     ) -> TunedEntry | None:
         """The entry the lookup rule (module docstring) picks, or ``None``; see ``lookup``.
         ``ValueError`` for an argument no call could mean (``tuned_entries.check_call``)."""
-        check_call(impl, mode, seq, head_dim, dtype)
+        check_call(impl, mode, seq, head_dim, dtype, batch=batch, heads=heads, kv_heads=kv_heads)
         try:
             dtype = dtype_name(dtype)
         except ValueError:  # a dtype the kernel does not run has no tuned config

@@ -10,6 +10,7 @@ the same way: a typo is an error, not a silent "use auto".
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +136,7 @@ def read_entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
             raise TunedTableError(f"{where}: {k}={raw[k]!r} must be a positive integer")
     if not isinstance(raw["causal"], bool):
         raise TunedTableError(f"{where}: causal={raw['causal']!r} must be true or false")
+    _check_problem(raw, cfg, where)
     return TunedEntry(
         dtype=str(raw["dtype"]),
         head_dim=raw["head_dim"],
@@ -149,6 +151,20 @@ def read_entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
         causal=raw["causal"],
         kv_heads=raw["kv_heads"],
     )
+
+
+def _check_problem(raw: dict[str, Any], cfg: dict[str, Any] | None, where: str) -> None:
+    """What the entry's problem allows: kv_heads dividing heads, a config the kernel takes at
+    the entry's seq, timings that are positive numbers (or null)."""
+    if raw["heads"] % raw["kv_heads"]:
+        raise TunedTableError(f"{where}: kv_heads={raw['kv_heads']} does not divide heads={raw['heads']}")
+    if cfg is not None and not blocks_divide(cfg, raw["seq"], raw["mode"], raw["impl"]):
+        raise TunedTableError(f"{where}: config {cfg} is not one the {raw['impl']} kernel runs at seq={raw['seq']}")
+    for k in ("median_ms", "auto_ms"):
+        v = raw[k]
+        ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0)
+        if not ok:
+            raise TunedTableError(f"{where}: {k}={v!r} must be a positive number of milliseconds, or null")
 
 
 def read_entries(raws: list[Any], name: str, version: int) -> list[TunedEntry]:
@@ -169,16 +185,17 @@ def read_entries(raws: list[Any], name: str, version: int) -> list[TunedEntry]:
     return out
 
 
-def check_call(impl: str, mode: str, seq: Any, head_dim: Any, dtype: Any) -> None:
+def check_call(impl: str, mode: str, seq: Any, head_dim: Any, dtype: Any, **sizes: Any) -> None:
     """Refuse a lookup's argument no call could mean (a typo reads as "use auto" otherwise):
-    an unknown implementation or mode, a seq or head_dim that is not a positive integer, a
-    dtype name numpy does not know. A real dtype the kernels do not run is no error: auto."""
+    an unknown implementation or mode, a seq or head_dim (or a ``sizes`` value given: batch,
+    heads, kv_heads) that is not a positive integer, a dtype name numpy does not know. A real
+    dtype the kernels do not run is no error: auto."""
     if impl not in IMPL_NAMES:
         raise ValueError(f"impl={impl!r} is not one of {', '.join(IMPL_NAMES)}")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not one of {', '.join(MODES)}")
-    for k, v in (("seq", seq), ("head_dim", head_dim)):
-        if not _positive_int(v) and not (isinstance(v, np.integer) and v > 0):
+    for k, v in (("seq", seq), ("head_dim", head_dim), *sizes.items()):
+        if v is not None and not _positive_int(v) and not (isinstance(v, np.integer) and v > 0):
             raise ValueError(f"{k}={v!r} must be a positive integer")
     if isinstance(dtype, str):
         try:

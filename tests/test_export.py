@@ -273,6 +273,9 @@ def _v1(*entries: dict[str, Any]) -> dict[str, Any]:
         (_v1(_e(2048, mode="bwd")), r"entries\[0\]: mode='bwd' is not one of fwd, fwd_bwd"),
         (_v1(_e(2048, dtype="int8")), r"entries\[0\]: dtype='int8' is not one of"),
         (_v1(_e(2048), _e(2048, bq=64)), r"entries\[1\] is for the same problem as entries\[0\]"),
+        (_v1(_e(1000, bq=64, bk=64)), r"entries\[0\]: config .* is not one the tilesweep kernel runs at seq=1000"),
+        (_v1({**_e(2048), "heads": 4, "kv_heads": 3}), r"entries\[0\]: kv_heads=3 does not divide heads=4"),
+        (_v1({**_e(2048), "median_ms": -1}), r"entries\[0\]: median_ms=-1 must be a positive number"),
     ],
 )
 def test_bad_tuned_table(tmp_path: Path, obj: dict[str, Any], fragment: str) -> None:
@@ -296,6 +299,8 @@ def test_config_for_builds_attention_config(tmp_path: Path) -> None:
     for wrong, said in (({"seq": 0}, "seq=0 must be a positive integer"), ({"seq": "2048"}, "seq='2048'")):
         with pytest.raises(ValueError, match=said):
             t.config_for(**{"dtype": "bfloat16", "head_dim": 64, "seq": 2048, "mode": "fwd", **wrong})
+    with pytest.raises(ValueError, match="batch=0 must be a positive integer"):
+        t.config_for(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd", batch=0)
     with pytest.raises(ValueError, match="mode='fwd-bwd' is not one of fwd, fwd_bwd"):
         t.config_for(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd-bwd")
     with warnings.catch_warnings():
