@@ -109,6 +109,10 @@ def test_cli_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     said = "A and B have no problem in common (they differ in causal): no B/A to give"
     assert rc == 0 and said in err, err
     assert f'<p class="note caveat">{said}</p>' in page.read_text()  # the page says what the command said
+    failed = [dict(r, error="Boom", median_ms=None) for r in a.results]  # A's problems, none timed in B
+    pf = write(tmp_path, {"device": a.device, "config": a.config, "results": failed}, "failed.json")
+    rc, out, err = run_handler(["compare", str(pa), str(pf)], capsys)
+    assert rc == 0 and "no problem has a best timing in both A and B" in err, err
     rc, out, _ = run_handler(["compare", str(pa), str(pb), "--json"], capsys)
     assert rc == 0 and len(json.loads(out)["problems"]) == 4
     rc, out, _ = run_handler(["compare", str(pa), str(pb), "--markdown"], capsys)

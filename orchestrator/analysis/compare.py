@@ -137,6 +137,10 @@ def caveats(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc)
     out = []
     if rows and not any(r.presence == "both" for r in rows):
         out.append(f"A and B have no problem in common ({_apart(rows)}): no B/A to give")
+    elif rows and not any(r.ratio is not None for r in rows):
+        out.append(
+            "no problem has a best timing in both A and B (those in common failed or were not timed): no B/A to give"
+        )
     kind_a, kind_b = doc_a.device.get("device_kind"), doc_b.device.get("device_kind")
     if kind_a and kind_b and kind_a != kind_b:
         out.append(f"A was measured on {kind_a}, B on {kind_b}: B/A compares the devices as much as the configs")
