@@ -84,3 +84,27 @@ def test_stock_kernel_answer_is_ready_to_pass_to_mha() -> None:
     q, k, v, _ = make_inputs(batch=1, seq=128, heads=2, head_dim=96, dtype="float16")
     out = mha(q, k, v, None, causal=True, sm_scale=96**-0.5, interpret=True, **kw)
     assert rel_err([out], [attention_reference(q, k, v, causal=True)]) < 2e-3
+
+
+def _entry(**over: Any) -> dict[str, Any]:
+    base = {"dtype": "bfloat16", "head_dim": 64, "seq": 2048, "batch": 4, "heads": 8, "mode": "fwd"}
+    return {**base, "config": CONFIG, "median_ms": 1.0, "auto_ms": 1.5, **over}
+
+
+@pytest.mark.parametrize(
+    ("entries", "fragment"),
+    [
+        ([_entry(config={**CONFIG, "block_q": 48})], r"entries\[0\]: config.block_q=48 is not a value the tilesweep"),
+        ([_entry(mode="bwd")], r"entries\[0\]: mode='bwd' is not one of fwd, fwd_bwd"),
+        ([_entry(dtype="int8")], r"entries\[0\]: dtype='int8' is not one of"),
+        ([_entry(), _entry(config={**CONFIG, "block_k": 32})], r"entries\[1\] is for the same problem as entries\[0\]"),
+        ([_entry(seq=1000)], r"entries\[0\]: config .* is not one the tilesweep kernel runs at seq=1000"),
+        ([_entry(heads=4, kv_heads=3)], r"entries\[0\]: kv_heads=3 does not divide heads=4"),
+        ([_entry(median_ms=-1)], r"entries\[0\]: median_ms=-1 must be a positive number"),
+    ],
+)
+def test_an_entry_no_export_writes_and_no_kernel_takes_is_refused_naming_it(
+    entries: list[dict[str, Any]], fragment: str
+) -> None:
+    with pytest.raises(TunedTableError, match=fragment):
+        TunedTable.from_obj({"format": "tilesweep-tuned", "version": 1, "device": {}, "entries": entries})
