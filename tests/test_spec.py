@@ -115,6 +115,13 @@ def test_an_exported_table_given_as_a_spec_is_called_what_it_is(
     assert msg.startswith(f"spec file {path} {what} (`export") and "not a spec; pass the spec the sweep ran" in msg
 
 
+def test_a_results_document_with_an_empty_config_block_names_no_spec(tmp_path: Path) -> None:
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps({"device": {}, "config": {}, "results": []}))
+    with pytest.raises(SpecError, match="is a results document whose config block is empty, so it names no sweep"):
+        load_spec(path)
+
+
 def test_a_time_limit_warning_that_leaves_the_task_time_is_accepted() -> None:
     assert spec_from_data({"executor": {"kind": "slurm", "timeout_min": 2, "slurm_signal_delay_s": 20}}, source="s")
     assert spec_from_data({"executor": {"kind": "slurm", "timeout_min": 3}}, source="s")

@@ -86,6 +86,11 @@ def read_spec_data(p: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SpecError(f"spec file {p} must hold an object of spec fields, got {type(data).__name__}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):
+        if not data["config"]:  # a hand-made or another tool's document: no spec to take
+            raise SpecError(
+                f"spec file {p} is a results document whose config block is empty, so it names no sweep; "
+                "pass the spec the sweep ran"
+            )
         return data["config"]  # a results document: reuse its config block
     _refuse_an_exported_table(data, p)
     if p.suffix.lower() != ".toml":  # TOML refuses a key given twice; JSON keeps the last

@@ -247,8 +247,8 @@ def folder_refuses(out: Path) -> tuple[Path, str | None] | None:
         return folder, "read-only or not yours"
     try:  # root passes access() where no file can be made (/proc, a read-only mount, chattr +i): try one
         tempfile.TemporaryFile(dir=folder).close()
-    except OSError as exc:
-        return folder, exc.strerror or str(exc)
+    except OSError as exc:  # ENOENT from a folder that exists: a filesystem that holds no files (/proc)
+        return folder, "not a filesystem that holds files" if exc.errno == errno.ENOENT else exc.strerror or str(exc)
     return None
 
 
