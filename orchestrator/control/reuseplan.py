@@ -111,8 +111,7 @@ def plan_with_reuse(
     sources' measured costs, then the model)."""
     request = request or ReuseRequest()
     items = expand(spec)
-    target = spec.kernel.target.name  # what pre-flight lowering of this sweep directory refused is pruned
-    lowering.apply(items, lowering.read_verdicts(root, spec.fingerprint(), target), target)
+    lowering.apply_from(items, root, spec)  # what pre-flight lowering of this sweep directory refused is pruned
     sources = load_sources(output, request.documents, spec.reuse.documents)
     env, env_from = target_env(spec, root, sources, kind or spec.executor.kind)
     errors = (spec.reuse.errors or request.errors) and request.remeasure != "errors"

@@ -32,10 +32,13 @@ import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, TypedDict
+from typing import IO, TYPE_CHECKING, Any, Literal, TypedDict
 
 from orchestrator.planning import INVALID, PRUNED, RUN, WorkItem
 from orchestrator.store.files import now_iso
+
+if TYPE_CHECKING:
+    from orchestrator.spec.model import SweepSpec
 
 FILE = "lowering.jsonl"
 TASK_FILES = "lowering-task*.jsonl"  # one per task of a lowering job array
@@ -187,6 +190,13 @@ def reason(verdict: Verdict, device_kind: str) -> str:
     """What the record of a config lowering refused (or crashed on) says."""
     what = REFUSED if verdict.verdict == "refused" else "LoweringCrashed"
     return f"{what}: {verdict.error} (pre-flight lowering for {device_kind}; not run)"
+
+
+def apply_from(items: Iterable[WorkItem], root: Path, spec: SweepSpec) -> int:
+    """``apply`` the verdicts the sweep directory ``root`` holds for ``spec`` and its target
+    (none where it holds no verdict file): what planning and ``SweepDir.items`` both do."""
+    target = spec.kernel.target.name
+    return apply(items, read_verdicts(root, spec.fingerprint(), target), target)
 
 
 def apply(items: Iterable[WorkItem], verdicts: dict[str, Verdict], device_kind: str) -> int:

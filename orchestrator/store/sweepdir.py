@@ -287,8 +287,7 @@ class SweepDir:
 
             tokamax_lists.load(self.root, self.spec)  # a "tokamax" grid's lists as they were planned
             items = expand(self.spec)
-            target = self.spec.kernel.target.name
-            lowering.apply(items, lowering.read_verdicts(self.root, self.spec.fingerprint(), target), target)
+            lowering.apply_from(items, self.root, self.spec)
             self._items = items
         return self._items
 
