@@ -29,8 +29,7 @@ from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.spec.sections import ExecutorSettings
-from orchestrator.store.files import atomic_write_json
-from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir, now_iso
+from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +92,8 @@ def _set_pace(sd: SweepDir, pace: str) -> None:
     """A replay resumed with a spec of the other pace (not part of the fingerprint) replays at
     that pace from now on: sweep.json says so, for every worker and command after it."""
     with sweep_lock(sd):
-        meta = sd.meta
-        spec = {**meta["spec"], "replay": {**meta["spec"]["replay"], "pace": pace}}
-        atomic_write_json(sd.root / SWEEP_FILE, {**meta, "spec": spec}, indent=1)
+        spec = sd.meta["spec"]
+        sd.rewrite_meta(spec={**spec, "replay": {**spec["replay"], "pace": pace}})
     log.warning("%s replays at pace %s from now on (the spec given to resume says so)", sd.root, pace)
 
 

@@ -24,7 +24,7 @@ from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
 from orchestrator.errors import DispatchError, LeaseHeld, PlanError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store import tokamax_lists
-from orchestrator.store.files import atomic_write_json, folder_refuses, same_file
+from orchestrator.store.files import folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
 from orchestrator.store.sweepdir import SweepDir, now_iso
@@ -135,7 +135,7 @@ def _move_output(sd: SweepDir, out: Path) -> SweepDir:
     and the final merge job); the document it merged into before is left as it is."""
     with sweep_lock(sd):
         was = sd.output
-        atomic_write_json(sd.root / "sweep.json", {**sd.meta, "output": str(out)}, indent=1)
+        sd.rewrite_meta(output=str(out))
     log.warning("%s merges into %s from now on (it merged into %s before, which is left as it is)", sd.root, out, was)
     return SweepDir.open(sd.root)
 

@@ -260,6 +260,12 @@ class SweepDir:
             self._meta = cast(SweepFile, meta)
         return self._meta
 
+    def rewrite_meta(self, **changes: Any) -> None:
+        """``sweep.json`` with ``changes`` over it, for every command and worker after this one
+        (an output moved to, a replay's pace); the caller holds the sweep lock."""
+        atomic_write_json(self.root / SWEEP_FILE, {**self.meta, **changes}, indent=1)
+        self._meta = self._spec = None
+
     @property
     def spec(self) -> SweepSpec:
         if self._spec is None:
