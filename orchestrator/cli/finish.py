@@ -11,6 +11,7 @@ is 1 when anything is left to redo: items without a record, or units that ended 
 from __future__ import annotations
 
 import sys
+from collections.abc import Container
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,15 +70,16 @@ def failed_unit_lines(outcomes: list[UnitOutcome]) -> list[str]:
     ]
 
 
-def unfinished_unit_lines(st: SweepStatus) -> list[str]:
+def unfinished_unit_lines(st: SweepStatus, only: Container[str] | None = None) -> list[str]:
     """One line per unit that ended unfinished and that no later unit took over (status's view:
-    its state and why, how far it got, its log)."""
+    its state and why, how far it got, its log); ``only``: of those units."""
     return [
         f"unit {u.id} {u.state}"
         + (f" ({u.detail})" if u.detail else "")
         + f": {u.done}/{u.total} items"
         + (f"; log: {u.log}" if u.log else "")
         for u in st.ended_unfinished()
+        if only is None or u.id in only
     ]
 
 

@@ -29,13 +29,12 @@ from orchestrator.cli.common import (
     warn,
 )
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
-from orchestrator.cli.following import follow_run, follow_units
+from orchestrator.cli.following import follow_run, follow_units, run_elsewhere
 from orchestrator.errors import PlanError, SpecError, TilesweepError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.dispatch import UnitOutcome
     from orchestrator.control.reuseplan import Planned
-    from orchestrator.control.status_model import UnitStatus
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.sweepdir import SweepDir
 
@@ -216,7 +215,7 @@ def _run_here(
         _warn_kept_plan(sd, len(unit_ids), args)
     # a unit `resume` handed its missing items to is not run again: its later unit runs them; one
     # a live worker holds (`resume --no-wait` left it running) is followed, not run a second time
-    held = [u.id for u in st.units if not u.complete and _run_elsewhere(u)]
+    held = [u.id for u in st.units if not u.complete and run_elsewhere(u)]
     todo = [u.id for u in st.units if not u.complete and not u.resumed and u.id not in held]
     if held:
         warn(
@@ -226,16 +225,8 @@ def _run_here(
     outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
     failed = failed_unit_lines(outcomes)
     if held:
-        st = follow_units(sd, held)
-        failed += [line for line in unfinished_unit_lines(st) if line.split()[1] in held]
+        failed += unfinished_unit_lines(follow_units(sd, held), only=held)
     return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=_rerun(args.spec, sd))
-
-
-def _run_elsewhere(u: UnitStatus) -> bool:
-    """Whether another process runs the unit: a live worker holds its lease, or the local
-    process its last job started (a controller ``resume --no-wait`` left) lives, whose worker
-    may not have taken the lease yet."""
-    return u.leased or (u.executor == "local" and u.state == "running")
 
 
 def _warn_kept_plan(sd: SweepDir, n_units: int, args: argparse.Namespace) -> None:
