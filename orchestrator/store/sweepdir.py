@@ -28,8 +28,6 @@ document) are written atomically (``files``: a temp file ``os.replace``d into pl
 from __future__ import annotations
 
 import errno
-import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,21 +35,19 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
-from orchestrator.store import envfile
+from orchestrator.store import envfile, jobfile
 from orchestrator.store.files import (
     DAMAGED_FIX,
     WRITE_ERRNOS,
     atomic_open,
     atomic_write_json,
     atomic_write_text,
-    naming,
     now_iso,
     read_json,
     remove_dead_temps,
     temp_path,
     write_advice,
 )
-from orchestrator.store.jsonline import loads
 from orchestrator.store.sweep_paths import file_given
 
 if TYPE_CHECKING:  # the planner loads when the items are first expanded (status never expands them)
@@ -133,7 +129,6 @@ def _wrong_entry(index: list[Any]) -> str | None:
 
 
 # the fields of a jobs.jsonl line that name a log file
-_LOG_KEYS = ("log", "stderr", "stdout")
 
 
 @dataclass
@@ -356,42 +351,12 @@ class SweepDir:
 
     # ------------------------------------------------------------------ history
     def record_jobs(self, entries: list[dict[str, Any]]) -> None:
-        """Append submission records to jobs.jsonl (one line each, fsynced)."""
-        path = self.root / "jobs.jsonl"
-        with naming(path), open(path, "a", encoding="utf-8") as f:
-            for e in entries:
-                f.write(json.dumps(e) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append submission records to jobs.jsonl (``jobfile``)."""
+        jobfile.append(self.root, entries)
 
     def job_history(self) -> list[dict[str, Any]]:
-        """The lines of ``jobs.jsonl``, their log paths taken to this directory's ``logs/``
-        where the sweep directory was moved or copied since they were written."""
-        path = self.root / "jobs.jsonl"
-        if not path.exists():
-            return []
-        out = []
-        root = os.fspath(self.root.absolute())
-        for line in path.read_bytes().splitlines():
-            try:
-                entry = loads(line)
-            except ValueError:
-                continue  # a torn last line after a crash
-            if isinstance(entry, dict):
-                for key in _LOG_KEYS:
-                    if isinstance(entry.get(key), str):
-                        entry[key] = self._here(entry[key], root)
-            out.append(entry)
-        return out
-
-    def _here(self, log: str, root: str) -> str:
-        """``log`` as a path in this directory: one written under another root (the sweep
-        directory was moved or copied), or relative to where the command that wrote it ran (a
-        relative ``--sweep-dir``), is the file of the same name in this ``logs/``."""
-        if os.path.isabs(log) and log.startswith(root + os.sep):
-            return log
-        _, sep, rest = (os.sep + log).rpartition(f"{os.sep}logs{os.sep}")
-        return os.fspath(self.logs.absolute() / rest) if sep else log
+        """The lines of ``jobs.jsonl``, their log paths in this directory (``jobfile``)."""
+        return jobfile.read(self.root, self.logs)
 
     # ------------------------------------------------------------------ environment
     def check_env(self, env: dict[str, Any]) -> None:
