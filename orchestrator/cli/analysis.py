@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import PROG, Subparsers, non_negative_int
-from orchestrator.cli.outputs import check_output, is_page, is_tuned_table
+from orchestrator.cli.outputs import check_output, is_page, is_tuned_table, refuse_unwritable
 from orchestrator.errors import TilesweepError
-from orchestrator.store.files import folder_refuses, same_file
+from orchestrator.store.files import same_file
 
 if TYPE_CHECKING:
     from orchestrator.store.document import ResultsDoc
@@ -170,14 +170,9 @@ def _check_plots(out_dir: str) -> None:
     folder = Path(out_dir)
     if folder.exists() and not folder.is_dir():
         raise TilesweepError(f"--plots {out_dir} is a file; name a folder for the PNGs")
-    refused = folder_refuses(folder / "plot.png")
-    if refused is not None:
-        where, why = refused
-        raise TilesweepError(
-            f"--plots {out_dir}: {where} is not a directory; name a folder for the PNGs"
-            if why is None
-            else f"--plots {out_dir}: the folder {where} takes no new files ({why}); make it writable or name another"
-        )
+    refuse_unwritable(
+        "--plots", out_dir, folder / "plot.png", instead="name a folder for the PNGs", another="name another"
+    )
 
 
 def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: bool) -> None:
@@ -263,12 +258,10 @@ def _export_target(args: argparse.Namespace) -> str:
                 f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
                 f"{'standard output' if args.out == '-' else 'a file' if out.is_file() else 'not a folder'}"
             )
-        refused = folder_refuses(out / "device" / "table.json")  # said before anything is read or printed
-        if refused is not None and refused[1] is not None:
-            raise TilesweepError(
-                f"--out {args.out}: the folder {refused[0]} takes no new files ({refused[1]}); make it writable or "
-                "name another folder"
-            )
+        where = out / "device" / "table.json"  # a table's place: said before anything is read or printed
+        refuse_unwritable(
+            "--out", args.out, where, instead="name a folder for the tables", another="name another folder"
+        )
         return str(args.out)
     if args.out == "-":
         return "-"

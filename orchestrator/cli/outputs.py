@@ -54,6 +54,21 @@ def is_tokamax_table(path: Path) -> bool:
     return holds_table(obj) or obj == {}
 
 
+def refuse_unwritable(flag: str, given: str, target: Path, *, instead: str, another: str) -> None:
+    """Refuse, before the command reads or prints anything, an output path where no file could
+    be made (``files.folder_refuses``): its folder is a file (``instead``: what to name), or
+    takes no new files (``another``: what to name where it cannot be made writable)."""
+    refused = folder_refuses(target)
+    if refused is None:
+        return
+    folder, why = refused
+    if why is None:
+        raise TilesweepError(f"{flag} {given}: {folder} is not a directory; {instead}")
+    raise TilesweepError(
+        f"{flag} {given}: the folder {folder} takes no new files ({why}); make it writable or {another}"
+    )
+
+
 def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_kind: Callable[[Path], bool]) -> str:
     """The path to write ``writes`` at for ``out`` (a link's target where ``out`` is a symbolic
     link); refused (a one-line ``TilesweepError``) where writing there would replace one of
@@ -71,14 +86,7 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
             )
     if path.is_dir():
         raise TilesweepError(f"{flag} {out} is a directory; name a file for the {writes}")
-    refused = folder_refuses(path)
-    if refused is not None:  # said before the command reads or prints anything
-        folder, why = refused
-        raise TilesweepError(
-            f"{flag} {out}: {folder} is not a directory; name a file in a folder"
-            if why is None
-            else f"{flag} {out}: the folder {folder} takes no new files ({why}); make it writable or name another file"
-        )
+    refuse_unwritable(flag, out, path, instead="name a file in a folder", another="name another file")
     if not path.exists():
         return str(path)
     if not path.is_file():
