@@ -46,10 +46,10 @@ _STOPPED_NOTES = {
     "shows it, `cancel` stops it",
     **dict.fromkeys(("spec", "report", "export", "compare", "status", "ls", "logs", "impls"), "nothing was changed"),
 }
-# what a stop means for those of them asked to write files: each is written whole (a temp file
-# renamed into place) or not at all
+# what a stop means for those of them that write files, where asked to (--html, --plots, --out):
+# each is written whole (a temp file renamed into place) or not at all
 _WROTE_NOTE = "each file written before the stop is whole; none is half-written"
-_WRITES = ("html", "plots", "out")
+_WRITERS, _WRITES = ("report", "export", "compare"), ("html", "plots", "out")
 _stopped_by: int = signal.SIGINT  # the stop signal ``_interrupted`` took
 
 
@@ -257,6 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.unraisablehook = original, hook
 
 
+def _stop_note(command: str, args: argparse.Namespace | None) -> str:
+    """What a stop of ``command`` means (``args``: its arguments, where they were parsed)."""
+    if command in _WRITERS and any(getattr(args, a, None) not in (None, "-") for a in _WRITES):
+        return _WROTE_NOTE
+    return _STOPPED_NOTES.get(command, INTERRUPTED_NOTE)
+
+
 def _command_word(argv: list[str] | None) -> str:
     """The command a command line names, for a stop that came before the parser said it."""
     words = sys.argv[1:] if argv is None else argv
@@ -281,9 +288,7 @@ def _main(argv: list[str] | None) -> int:
         if exc.args and isinstance(exc.args[0], str):  # the command's own word (``wait``)
             note = exc.args[0]
         else:
-            note = _STOPPED_NOTES.get(command or _command_word(argv), INTERRUPTED_NOTE)
-            if note == _STOPPED_NOTES["report"] and any(getattr(args, a, None) not in (None, "-") for a in _WRITES):
-                note = _WROTE_NOTE
+            note = _stop_note(command or _command_word(argv), args)
         print(f"{PROG}: {how}; {note}", file=sys.stderr)
         return 128 + _stopped_by
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone
