@@ -108,7 +108,7 @@ def _run_module(tmp_path: Path, name: str, text: str) -> subprocess.CompletedPro
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=30,
     )
 
 
@@ -149,6 +149,24 @@ def test_a_ctrl_c_that_python_would_drop_in_a_del_is_taken_again(tmp_path: Path)
     """A Ctrl-C whose KeyboardInterrupt is raised where Python only prints and drops it (a
     ``__del__``, a garbage-collector callback such as jax's) still stops the command, silently."""
     r = _run_module(tmp_path, "ctrl_c_in_del", _CTRL_C_IN_DEL)
+    assert r.stdout == "past the __del__\n" and r.stderr == "", (r.stdout, r.stderr)
+    assert r.returncode == 130
+
+
+def test_a_ctrl_c_taken_again_that_lands_in_the_hook_itself_still_stops_the_command(tmp_path: Path) -> None:
+    """The Ctrl-C taken again may land while the hook that asked for it still runs (a loaded
+    machine: the hook's moment passed before it returned); Python would drop it there too."""
+    landing_in_the_hook = _CTRL_C_IN_DEL.replace(
+        "sys.unraisablehook = ",
+        "cli_main = sys.modules['orchestrator.cli.main']\n"
+        "later = cli_main._again\n"
+        "def at_once(signum=signal.SIGINT):\n"
+        "    cli_main._again = later\n"
+        "    os.kill(os.getpid(), signum)\n"
+        "cli_main._again = at_once\n"
+        "sys.unraisablehook = ",
+    )
+    r = _run_module(tmp_path, "ctrl_c_in_the_hook", landing_in_the_hook)
     assert r.stdout == "past the __del__\n" and r.stderr == "", (r.stdout, r.stderr)
     assert r.returncode == 130
 

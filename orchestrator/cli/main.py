@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 
 from orchestrator import PROG
 from orchestrator.errors import TilesweepError
@@ -166,9 +166,10 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     being made while a module imports) is taken again a moment later, out of it: CPython notes a
     KeyboardInterrupt that leaves such code, caught or not, and ends a ``python -m`` process by
     SIGINT after it exits, whatever its exit code (130 here). One that Python swallows (raised in
-    a garbage-collector callback or a ``__del__``) is taken again too (``_swallowed``)."""
+    a garbage-collector callback or a ``__del__``) is taken again too (``_swallowed``), and so is
+    one that lands in the hook doing that, where Python would drop it as well."""
     global _stopped_by
-    if _in_code_from_text(frame):
+    if _in(frame, lambda code: code.co_filename == "<string>" or code is _unraisable.__code__):
         _again(signum)
         return
     _stopped_by = signum
@@ -178,10 +179,11 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _in_code_from_text(frame: FrameType | None) -> bool:
-    """Whether ``frame`` or a caller of it runs code ``exec`` or ``eval`` compiled from text."""
+def _in(frame: FrameType | None, where: Callable[[CodeType], bool]) -> bool:
+    """Whether ``frame`` or a caller of it runs code that is ``where`` (code ``exec`` or ``eval``
+    compiled from text, the hook of ``_swallowed``): no place to raise a KeyboardInterrupt."""
     while frame is not None:
-        if frame.f_code.co_filename == "<string>":
+        if where(frame.f_code):
             return True
         frame = frame.f_back
     return False
@@ -201,22 +203,21 @@ def _swallowed(hook: Callable[[Any], object]) -> Callable[[Any], object]:
     ``_interrupted`` that Python would only print and drop ("Exception ignored in ...": raised
     in a garbage-collector callback, a ``__del__``, a weakref callback): the Ctrl-C is taken
     again instead, so the command still stops."""
+    import functools
 
-    def unraisable(u: Any) -> object:
-        tb = u.exc_traceback
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        if (
-            isinstance(u.exc_value, KeyboardInterrupt)
-            and tb is not None
-            and tb.tb_frame.f_code is _interrupted.__code__
-        ):
-            signal.signal(signal.SIGINT, _interrupted)
-            _again()
-            return None
-        return hook(u)
+    return functools.partial(_unraisable, hook)
 
-    return unraisable
+
+def _unraisable(hook: Callable[[Any], object], u: Any) -> object:
+    """The hook of ``_swallowed``; a Ctrl-C taken again that lands in it is taken once more."""
+    tb = u.exc_traceback
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if isinstance(u.exc_value, KeyboardInterrupt) and tb is not None and tb.tb_frame.f_code is _interrupted.__code__:
+        signal.signal(signal.SIGINT, _interrupted)
+        _again()
+        return None
+    return hook(u)
 
 
 def _silence_stdout() -> None:
