@@ -59,6 +59,19 @@ def test_every_command_says_one_line_when_its_output_cannot_be_written_and_lets_
         assert head.returncode == 0 and "Traceback" not in head.stderr, (cmd, head.stderr)
 
 
+def test_a_run_whose_messages_cannot_be_written_measures_every_config(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """``run 2>&1 | head -1`` (the reader gone after a line) and ``run 2> /dev/full``: the sweep
+    runs to its merged document without its progress and messages, as with stdout cut short."""
+    for name, sink in (("piped", "2>&1 | head -1"), ("full", "2> /dev/full")):
+        spec = write_spec(f"{name}-spec.json", modes=["fwd"], output=str(tmp_path / f"{name}.json"))
+        r = _to(f"run {spec} --sweep-dir {tmp_path / name}", sink)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        doc = json.loads((tmp_path / f"{name}.json").read_text())
+        assert len(doc["results"]) == 3, doc["results"]  # two forced configs and auto
+
+
 def test_a_units_log_is_one_stream_header_first(sweep: Path) -> None:
     r = run_cli("logs", str(sweep), "0")
     assert r.returncode == 0 and r.stderr == "", r.stderr

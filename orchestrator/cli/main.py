@@ -159,6 +159,38 @@ class PipeSafeStdout:
         return getattr(self._stream, name)
 
 
+class QuietStderr:
+    """stderr that nothing can stop: the first write or flush that fails (its reader gone:
+    ``tilesweep run 2>&1 | head -1``; a full disk under ``2> run.log``) points stderr at
+    /dev/null, and the command goes on without its progress and messages, as ``PipeSafeStdout``
+    lets a sweep go on without its stdout. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _gone(self) -> None:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError):  # no file descriptor (a stream in memory): nothing to point elsewhere
+            pass
+
+    def write(self, text: Any) -> int:
+        try:
+            return int(self._stream.write(text))
+        except OSError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            self._gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def _interrupted(signum: int, frame: FrameType | None) -> None:
     """The first Ctrl-C stops the command; later ones are ignored while it stops.
 
@@ -240,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("stdout", "stderr"):  # started with it closed (`>&-`): what it prints goes nowhere
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open for the process's life)
-    original, hook = sys.stdout, sys.unraisablehook
-    sys.stdout = PipeSafeStdout(original)
+    original, errors, hook = sys.stdout, sys.stderr, sys.unraisablehook
+    sys.stdout, sys.stderr = PipeSafeStdout(original), QuietStderr(errors)
     sys.unraisablehook = _swallowed(hook)
     try:
         code = _main(argv)
@@ -255,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: cannot write to standard output: {exc}", file=sys.stderr)
         return 2
     finally:
-        sys.stdout, sys.unraisablehook = original, hook
+        sys.stdout, sys.stderr, sys.unraisablehook = original, errors, hook
 
 
 def _stop_note(command: str, args: argparse.Namespace | None) -> str:
