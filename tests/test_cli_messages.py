@@ -209,6 +209,19 @@ def test_wrong_spec_values_say_what_is_allowed(write_spec: Callable[..., Path]) 
         assert needle in err.value.message, err.value.message
 
 
+def test_a_number_json_cannot_keep_is_refused_and_a_bound_names_the_value(write_spec: Callable[..., Path]) -> None:
+    """An integer past 2**53 - 1 would come back from the sweep's files as another number (a
+    float, 1e+23): refused where it is written. A bound's message says the value it got."""
+    huge = write_spec(timing={"strategy": "search"}, search={"budget": 10**23})
+    assert_one_line_error(run_cli("spec", str(huge)), "field 'search.budget': the number is past 9,007,199,254,740,991")
+    listed = write_spec(seq_lens=[64, 2**60])
+    assert_one_line_error(run_cli("plan", str(listed), "--dry-run"), "field 'seq_lens.1': the number is past")
+    zero = write_spec(timing={"strategy": "halving", "screen_ms": 0})
+    assert_one_line_error(
+        run_cli("spec", str(zero)), "field 'timing.screen_ms': Input should be greater than 0 (got 0)"
+    )
+
+
 def test_an_empty_spec_file_is_called_empty(tmp_path: Path) -> None:
     for name in ("empty.json", "blank.toml"):
         path = tmp_path / name

@@ -128,11 +128,34 @@ def _no_key_twice(pairs: list[tuple[str, Any]], p: Path) -> dict[str, Any]:
     return dict(pairs)
 
 
+# The largest integer every JSON reader keeps exactly (a double's 53 bits): a spec is copied into
+# sweep.json and the results document, and read back from them (orjson reads a larger one as a float)
+JSON_SAFE_INT = 2**53 - 1
+
+
 def spec_from_data(data: dict[str, Any], source: str = "spec") -> SweepSpec:
+    where = _too_large(data)
+    if where is not None:
+        raise SpecError(
+            f"{source}: field {where!r}: the number is past {JSON_SAFE_INT:,}, the largest a JSON number keeps "
+            "exactly as it is copied into the sweep and its results; write a smaller one"
+        )
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(f"{source}: {describe_validation_error(exc, SweepSpec)}") from None
+
+
+def _too_large(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first integer in ``value`` past ``JSON_SAFE_INT``, or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (path or "spec") if abs(value) > JSON_SAFE_INT else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in items:
+        found = _too_large(inner, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> str:
@@ -154,13 +177,17 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
         if kind in ("model_type", "dict_type"):  # pydantic: "a valid dictionary or instance of TimingSettings"
             text = "Input should be an object"
         got = first.get("input")
-        shown = "" if repr(got) in text or len(repr(got)) > 80 or not loc else f" (got {got!r})"
+        said = repr(got) in text and kind not in _BOUNDS  # "greater than 0" does not say the input was 0
+        shown = "" if said or len(repr(got)) > 80 or not loc else f" (got {got!r})"
         instead = _hint(model, first["loc"], kind)
         if got in ("null", "none", "None") and not instead:  # TOML has no null: a string stood in for it
             instead = "a string is not null; TOML has no null: leave the key out for its default"
         msg = (f"field {where!r}: {text}{shown}" if loc else text) + (f"; {instead}" if instead else "")
     more = len(errors) - 1
     return msg + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
+
+
+_BOUNDS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of")
 
 
 def _json_spelling(text: str) -> str:
