@@ -174,6 +174,28 @@ def test_a_later_round_with_a_unit_that_never_ran_is_resumed_in_that_round(tmp_p
     assert st.complete and st.search_end is not None
 
 
+def test_status_of_a_search_run_here_names_who_plans_its_next_round_and_where_it_ends(tmp_path: Path) -> None:
+    from orchestrator.control import dispatch
+    from orchestrator.control.rounds import advance
+    from orchestrator.control.status import format_status, sweep_status
+    from orchestrator.control.sweeps import prepare_sweep
+
+    spec = spec_file(tmp_path, search={"max_rounds": 2})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
+    run = functools.partial(dispatch.run_units_locally, sd, kind="debug")
+    assert all(o.ok for o in run(unit_ids[:1]))
+    text = format_status(sweep_status(sd, query_slurm=False))
+    here = (
+        "round 2 is planned once round 1 is complete (by the `tilesweep run` or `tilesweep resume` that runs it here)"
+    )
+    assert here in text and "final merge job" not in text, text
+    assert all(o.ok for o in run(unit_ids[1:]))
+    second = advance(sd, sd.spec.executor)
+    assert second is not None and all(o.ok for o in run([second.units[0].id]))
+    text = format_status(sweep_status(sd, query_slurm=False))
+    assert "the search ends once round 2 is complete (search.max_rounds: 2)" in text and "round 3" not in text, text
+
+
 def test_a_budget_below_the_default_design_is_the_design_too() -> None:
     from orchestrator.spec.search_section import SearchSettings
 
@@ -229,8 +251,10 @@ def test_search_settings_without_the_search_strategy_get_a_note() -> None:
 
 
 def test_a_screened_search_times_in_full_only_the_survivors_of_each_rounds_screen(tmp_path: Path) -> None:
+    from orchestrator.cli.common import round_note
     from orchestrator.control import dispatch
     from orchestrator.control.rounds import run_rounds_here
+    from orchestrator.control.status import format_status, sweep_status
     from orchestrator.control.sweeps import prepare_sweep
     from orchestrator.store.merge import merge
 
@@ -238,9 +262,18 @@ def test_a_screened_search_times_in_full_only_the_survivors_of_each_rounds_scree
     sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
     run = functools.partial(dispatch.run_units_locally, sd, kind="debug")
     run(unit_ids)
-    run_rounds_here(sd, sd.spec.executor, run)
+    said: list[str] = []
+    run_rounds_here(sd, sd.spec.executor, run, on_round=lambda nxt: said.append(round_note(nxt)))
     kinds = [json.loads((sd.root / "search" / f"round{n}.json").read_text())["kind"] for n in (1, 2, 3, 4)]
     assert kinds == ["design", "survivors", "search", "survivors"] and (sd.root / "search" / "end.json").exists()
+    # one numbering told in the other's words: the search's rounds (measured_in) and the units' (a record's round)
+    assert [line.split(":")[0] for line in said] == [
+        "round 2 (round 1 of the search",
+        "round 3 (round 2 of the search",
+        "round 4 (round 2 of the search",
+    ], said
+    assert "its survivors): " in said[0] and "its screen): " in said[1] and "its survivors): " in said[2], said
+    assert "ended after 2 rounds (4 rounds of units: " in format_status(sweep_status(sd, query_slurm=False))
     doc = load(merge(sd).output)
     screened = [r for r in doc.results if r.get("screened")]
     assert screened and {r["round"] for r in screened} <= {1, 3}

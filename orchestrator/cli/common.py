@@ -143,9 +143,11 @@ def round_note(nxt: NextRound) -> str:
     items = sum(len(u.items) for u in nxt.units)
     what = "survivors of its screen, timed in full" if kind == "survivors" else "configs not measured before"
     n = s["searching"]
+    of_search = s.get("search_round", nxt.number)  # with search.screen, two rounds of units per round of the search
+    which = f" (round {of_search} of the search: {'its survivors' if kind == 'survivors' else 'its screen'})"
     return (
-        f"round {nxt.number}: {n} problem{'s' if n != 1 else ''} still search{'' if n != 1 else 'es'}: "
-        f"{items} {what}, in {len(nxt.units)} units"
+        f"round {nxt.number}{which if of_search != nxt.number else ''}: {n} problem{'s' if n != 1 else ''} "
+        f"still search{'' if n != 1 else 'es'}: {items} {what}, in {len(nxt.units)} units"
     )
 
 

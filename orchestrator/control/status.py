@@ -81,7 +81,9 @@ def sweep_status(
     st.round2_deferred = hist.round2_deferred if st.round2_pending else None
     if sd.spec.timing.strategy == SEARCH:
         st.search, st.search_end = read_rounds(sd), read_end(sd)
+        st.search_rounds = (sd.spec.search.max_rounds, sd.spec.search.screen)
         st.search_deferred = hist.deferred.get(st.next_round) if st.search_pending else None
+    st.on_slurm = bool(hist.slurm_jobs)
     holder = read_holder(run_lease_path(sd.root))
     st.runner_live = holder is not None and holder.live
     index = sd.unit_index()

@@ -143,10 +143,15 @@ def rounds_lines(st: SweepStatus) -> list[str]:
             f"{one}; round 2 not planned: the merge job could not submit it ({st.round2_deferred}); "
             f"`{PROG} wait {st.sweep_dir}` or `{PROG} resume {st.sweep_dir}` does"
         ]
-    return [
-        f"{one}; round 2 (full timing of the survivors) is planned once round 1 is complete "
-        f"(by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`)"
-    ]
+    return [f"{one}; round 2 (full timing of the survivors) is planned once round 1 is complete ({_planners(st)})"]
+
+
+def _planners(st: SweepStatus) -> str:
+    """Who plans a sweep's next round once the last one is complete: on SLURM its final merge
+    job too, and ``wait``; here the command that runs the units (``wait`` only merges)."""
+    if st.on_slurm:
+        return f"by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`"
+    return f"by the `{PROG} run` or `{PROG} resume` that runs it here"
 
 
 def _search_line(st: SweepStatus) -> str:
@@ -158,7 +163,9 @@ def _search_line(st: SweepStatus) -> str:
     )
     if st.search_end is not None:
         n = st.search_end["search_round"]
-        return f"search: {rounds}; ended after {n} round{'s' if n != 1 else ''}"
+        units = max((r["round"] for r in st.search or []), default=n)  # with search.screen: two per round
+        of_units = f" ({units} rounds of units: each screens, then times its survivors)" if units != n else ""
+        return f"search: {rounds}; ended after {n} round{'s' if n != 1 else ''}{of_units}"
     problems = st.search[-1]["problems"] if st.search else []
     searching = sum(1 for p in problems if p.get("state") == "searching")
     head = f"search: {rounds}; {searching} of {len(problems)} problems searching"
@@ -170,10 +177,11 @@ def _search_line(st: SweepStatus) -> str:
     merging = any(m.get("state") in ("PENDING", "RUNNING") for m in st.merge_jobs)
     if st.settled and st.done >= st.total and not merging:  # nothing runs that would plan it
         return f"{head}; round {st.next_round} is still to plan: `{PROG} resume {st.sweep_dir}` plans and runs it"
-    return (
-        f"{head}; round {st.next_round} is planned once round {st.next_round - 1} is complete "
-        f"(by the final merge job, `{PROG} wait`, `{PROG} resume` or `{PROG} run`)"
-    )
+    last = (st.search or [{}])[-1]
+    max_rounds, screen = st.search_rounds or (None, False)
+    if last.get("search_round") == max_rounds and (not screen or last.get("kind") == "survivors"):
+        return f"{head}; the search ends once round {last['round']} is complete (search.max_rounds: {max_rounds})"
+    return f"{head}; round {st.next_round} is planned once round {st.next_round - 1} is complete ({_planners(st)})"
 
 
 def format_duration(seconds: float) -> str:
