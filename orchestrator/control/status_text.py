@@ -177,9 +177,9 @@ def _search_line(st: SweepStatus) -> str:
     merging = any(m.get("state") in ("PENDING", "RUNNING") for m in st.merge_jobs)
     if st.settled and st.done >= st.total and not merging:  # nothing runs that would plan it
         return f"{head}; round {st.next_round} is still to plan: `{PROG} resume {st.sweep_dir}` plans and runs it"
-    last = (st.search or [{}])[-1]
+    last = st.search[-1] if st.search else None
     max_rounds, screen = st.search_rounds or (None, False)
-    if last.get("search_round") == max_rounds and (not screen or last.get("kind") == "survivors"):
+    if last is not None and last["search_round"] == max_rounds and (not screen or last["kind"] == "survivors"):
         return f"{head}; the search ends once round {last['round']} is complete (search.max_rounds: {max_rounds})"
     return f"{head}; round {st.next_round} is planned once round {st.next_round - 1} is complete ({_planners(st)})"
 
