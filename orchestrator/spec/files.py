@@ -20,6 +20,7 @@ from kernels.tokamax_meta import holds_table
 from orchestrator import PROG
 from orchestrator.errors import SpecError
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store.files import not_a_file
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -53,6 +54,8 @@ def read_spec_data(p: Path) -> dict[str, Any]:
         raise SpecError(f"spec file {p} does not exist; pass the path of a JSON or TOML spec")
     if p.is_dir():
         raise SpecError(f"spec file {p} is a directory; pass the path of a JSON or TOML spec")
+    if not_a_file(p):
+        raise SpecError(f"spec file {p} is a device, not a file; pass the path of a JSON or TOML spec")
     if p.suffix.lower() in (".yaml", ".yml"):
         raise SpecError(f"spec file {p}: YAML is not supported: use JSON or TOML")
     try:

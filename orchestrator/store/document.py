@@ -34,6 +34,7 @@ from orchestrator import PROG
 from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
 from orchestrator.spec.records import IDENTITY_FIELDS
+from orchestrator.store.files import not_a_file
 from orchestrator.store.record_values import ValueRefused, check_values
 
 _orjson: ModuleType | None
@@ -119,6 +120,8 @@ def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
     """(the name messages give the file, its bytes)."""
     spath = os.fspath(path)
     name = f"{role} {spath}" if role else spath
+    if not_a_file(spath):
+        raise ResultsError(f"{name}: is a device, not a results document; pass the document's file")
     try:
         with open(spath, "rb") as fh:
             return name, fh.read()

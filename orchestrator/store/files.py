@@ -223,7 +223,20 @@ def atomic_write_json(path: Path, obj: Any, indent: int | None = None) -> None:
     atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
+def not_a_file(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is where it is a device ("a device": /dev/zero, /dev/full, a terminal), whose
+    reading never ends or never comes, not a file; None for anything else (a file, a pipe such as
+    bash's ``<(...)``, a path that is not there: its reader says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else None
+
+
 def read_json(path: Path, what: str) -> Any:
+    if not_a_file(path):
+        raise SweepDirError(f"{what} {path} is a device, not a file; {DAMAGED_FIX}")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

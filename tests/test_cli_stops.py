@@ -1,0 +1,173 @@
+"""What a stop (Ctrl-C, SIGTERM) of a command does where it is hardest to take: while the
+command's modules load, where Python would drop the KeyboardInterrupt (a ``__del__``, the hook
+that takes it again, code run from a string), while it blocks opening its input, and after
+its last line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import LAUNCH, REPO
+
+
+@pytest.mark.parametrize("loaded", ["argparse", "pydantic", "orchestrator.spec.records"])
+def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path: Path, loaded: str) -> None:
+    """Ctrl-C once the interpreter has imported ``loaded`` (Python says so on stderr with
+    PYTHONPROFILEIMPORTTIME), while the command's modules are still loading. The command ends
+    with exit code 130, also where the interrupt landed in code run from a string (below)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, "ls", str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("import time:") and line.rsplit("|", 1)[-1].strip() == loaded:
+            break
+    else:
+        pytest.fail(f"{loaded} was never imported:\n{''.join(seen[-5:])}")
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    # also before the parser has read the command line: `ls` changes nothing
+    assert said == [STOPPED_LS], said
+
+
+STOPPED_LS = "tilesweep: interrupted; nothing was changed"
+
+
+def _run_module(tmp_path: Path, name: str, text: str) -> subprocess.CompletedProcess[str]:
+    """``text`` run as ``python -m name`` (the way CPython ends a ``-m`` run is the subject)."""
+    (tmp_path / f"{name}.py").write_text(text)
+    return subprocess.run(
+        [sys.executable, "-m", name],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+_CTRL_C_IN_EXEC = """
+import signal, sys, time
+from orchestrator.cli.main import _interrupted
+signal.signal(signal.SIGINT, _interrupted)
+try:
+    exec("import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\nmade = True")
+    print("the code run from a string ran to its end", flush=True)
+    while True:
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+_CTRL_C_IN_DEL = """
+import os, signal, sys, time
+from orchestrator.cli.main import _interrupted, _swallowed
+signal.signal(signal.SIGINT, _interrupted)
+sys.unraisablehook = _swallowed(sys.unraisablehook)
+class Doomed:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        print("the __del__ ran to its end", flush=True)
+try:
+    Doomed()
+    print("past the __del__", flush=True)
+    while True:
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_a_ctrl_c_that_python_would_drop_in_a_del_is_taken_again(tmp_path: Path) -> None:
+    """A Ctrl-C whose KeyboardInterrupt is raised where Python only prints and drops it (a
+    ``__del__``, a garbage-collector callback such as jax's) still stops the command, silently."""
+    r = _run_module(tmp_path, "ctrl_c_in_del", _CTRL_C_IN_DEL)
+    assert r.stdout == "past the __del__\n" and r.stderr == "", (r.stdout, r.stderr)
+    assert r.returncode == 130
+
+
+def test_a_ctrl_c_taken_again_that_lands_in_the_hook_itself_still_stops_the_command(tmp_path: Path) -> None:
+    """The Ctrl-C taken again may land while the hook that asked for it still runs (a loaded
+    machine: the hook's moment passed before it returned); Python would drop it there too."""
+    landing_in_the_hook = _CTRL_C_IN_DEL.replace(
+        "sys.unraisablehook = ",
+        "cli_main = sys.modules['orchestrator.cli.main']\n"
+        "later = cli_main._again\n"
+        "def at_once(signum=signal.SIGINT):\n"
+        "    cli_main._again = later\n"
+        "    os.kill(os.getpid(), signum)\n"
+        "cli_main._again = at_once\n"
+        "sys.unraisablehook = ",
+    )
+    r = _run_module(tmp_path, "ctrl_c_in_the_hook", landing_in_the_hook)
+    assert r.stdout == "past the __del__\n" and r.stderr == "", (r.stdout, r.stderr)
+    assert r.returncode == 130
+
+
+def test_a_ctrl_c_in_code_run_from_a_string_is_taken_after_it_and_the_exit_code_is_130(tmp_path: Path) -> None:
+    """A Ctrl-C that lands in code ``exec`` runs from text (a dataclass's methods being made while
+    a module loads) is taken once that code has ended: CPython ends a ``python -m`` process
+    by SIGINT, whatever its exit code, where a KeyboardInterrupt left such code."""
+    r = _run_module(tmp_path, "ctrl_c_in_exec", _CTRL_C_IN_EXEC)
+    assert r.stdout == "the code run from a string ran to its end\n" and r.stderr == "", r.stderr
+    assert r.returncode == 130
+
+
+def test_ctrl_c_of_a_command_that_measures_nothing_says_nothing_was_changed(tmp_path: Path) -> None:
+    """``report`` blocked opening its input (a named pipe nobody writes): a Ctrl-C then says the
+    command changed nothing, not that records are kept."""
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, "report", str(fifo)],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    wchan = Path(f"/proc/{proc.pid}/wchan")
+    deadline = time.monotonic() + 120
+    while not (wchan.exists() and wchan.read_text() in ("fifo_open", "wait_for_partner")):  # blocked opening it
+        if proc.poll() is not None or time.monotonic() > deadline or not Path("/proc/self/wchan").exists():
+            proc.kill()
+            pytest.skip("cannot see the command block on the pipe here (no /proc wchan)")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.splitlines() == [STOPPED_LS], err
+
+
+def test_a_stop_after_the_command_has_finished_changes_nothing_it_said(tmp_path: Path) -> None:
+    """Ctrl-C in the last moments of a command, after its last line, while the interpreter
+    shuts down: the command ends as it would have, not killed without a word."""
+    script = tmp_path / "late_stop.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "sys.argv = ['tilesweep', 'impls']\n"
+        "from orchestrator.cli.main import main\n"
+        "code = main()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr)
+    assert "tilesweep" in done.stdout
