@@ -106,3 +106,19 @@ def test_a_merge_output_that_is_a_device_a_link_or_no_file(tmp_path: Path) -> No
     link.symlink_to(tmp_path / "kept" / "results.json")
     assert run_cli("merge", str(sd.root), "--output", str(link)).returncode == 0
     assert link.is_symlink() and len(_records(tmp_path / "kept" / "results.json")) == sd.planned
+
+
+def test_a_prev_that_is_a_directory_leaves_the_document_as_it_was(tmp_path: Path) -> None:
+    """The document a merge replaces is kept as ``.prev``; where a directory has that name, the
+    merge is refused before it writes, not after (the document was replaced, then the rename of
+    the old one failed and left it under a hidden temp name)."""
+    a, _ = build_sweep(tmp_path / "a", small_spec(n_seqs=1), 2, output=tmp_path / "a.json")
+    b, _ = build_sweep(tmp_path / "b", small_spec(n_seqs=2), 2, output=tmp_path / "b.json", seed=1)
+    out = tmp_path / "b.json"
+    assert run_cli("merge", str(b.root)).returncode == 0
+    before = out.read_bytes()
+    (tmp_path / "b.json.prev").mkdir()
+    r = run_cli("merge", str(a.root), "--output", str(out), "--overwrite")  # fewer records: the old is kept
+    assert_one_line_error(r, f"{out}.prev is a directory, where the merge keeps the document it replaces")
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".b.json.prev")) == []

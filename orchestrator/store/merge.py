@@ -340,6 +340,12 @@ def _replace(
     changed when the output cannot be replaced (one line says why)."""
     dropped = target is not None and bool(target.n_foreign or target.not_a_document or target.elsewhere)
     keep_prev = keep_prev or dropped or summary.replaced > summary.records
+    prev = prev_path(out)
+    if keep_prev and out.exists() and prev.is_dir() and not prev.is_symlink():  # the rename into it would fail
+        raise ResultsError(
+            f"{prev} is a directory, where the merge keeps the document it replaces ({out}, {summary.replaced} "
+            "records): both are left as they are; move it away and merge again"
+        )
     stashed = stash(out) if out.exists() and keep_prev else None
     try:
         first = write_document(out, head, records)
