@@ -131,3 +131,37 @@ def test_a_unit_index_with_entries_of_the_wrong_shape_is_damaged(tmp_path: Path,
     lines = {line.split()[0]: line for line in listed.stdout.splitlines()}
     assert f"unreadable: unit index {units} is damaged" in lines[str(sweep)], listed.stdout
     assert "1 done" in lines[str(good)], listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("where", "made", "said"),
+    [
+        ("partials/{unit}.jsonl", "directory", "is a directory, where a file belongs"),
+        ("partials", "file", "partials is a file, where a directory belongs"),
+        ("done", "file", "done is a file, where a directory belongs"),
+        ("jobs.jsonl", "directory", "jobs.jsonl is a directory, where a file belongs"),
+    ],
+)
+def test_a_file_where_a_folder_belongs_or_the_other_way_is_named_by_every_command(
+    tmp_path: Path, where: str, made: str, said: str
+) -> None:
+    sd, units = build_sweep(tmp_path / "sweeps" / "damaged", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    build_sweep(tmp_path / "sweeps" / "sound", small_spec(n_seqs=1), 2, output=tmp_path / "other.json")
+    path = sd.root / where.format(unit=units[0].id)
+    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    path.mkdir() if made == "directory" else path.write_text("")
+    for command in ("status", "merge", "resume") if where != "done" else ("status", "resume"):  # merge reads no marker
+        assert_one_line_error(run_cli(command, str(sd.root)), said, "move it away")
+    listed = run_cli("ls", str(tmp_path / "sweeps"))
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    damaged, sound = listed.stdout.splitlines()
+    assert "unreadable: " in damaged and said in damaged and "complete" in sound, listed.stdout
+
+
+def test_a_history_line_that_is_no_object_is_skipped(tmp_path: Path) -> None:
+    sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    with open(sd.root / "jobs.jsonl", "a") as f:
+        f.write("null\n[]\n")
+    for command in ("status", "merge"):
+        r = run_cli(command, str(sd.root))
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr

@@ -329,12 +329,15 @@ def _main(argv: list[str] | None) -> int:
         return 0
     except OSError as exc:  # a full disk or a read-only mount, wherever the command wrote;
         # a file or folder this user may not read (or write), wherever the command opened it
-        from orchestrator.store.files import ACCESS_ERRNOS, WRITE_ERRNOS, cannot_access, cannot_write
+        # (a file where a folder belongs, or a folder where a file does: a damaged sweep directory)
+        from orchestrator.store.files import ACCESS_ERRNOS, WRITE_ERRNOS, cannot_access, cannot_write, misplaced
 
         if exc.errno in WRITE_ERRNOS:
             print(f"{PROG}: error: {cannot_write(exc)}", file=sys.stderr)
         elif exc.errno in ACCESS_ERRNOS and exc.filename is not None:
             print(f"{PROG}: error: {cannot_access(exc)}", file=sys.stderr)
+        elif misplaced(exc) is not None:
+            print(f"{PROG}: error: {misplaced(exc)}", file=sys.stderr)
         else:
             raise
         return 2

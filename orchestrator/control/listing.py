@@ -17,7 +17,7 @@ from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import query
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.errors import SweepDirError, TilesweepError
-from orchestrator.store.files import ACCESS_ERRNOS, cannot_access
+from orchestrator.store.files import ACCESS_ERRNOS, cannot_access, misplaced
 from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir
 
 MAX_DEPTH = 4
@@ -64,25 +64,29 @@ def list_sweeps(folder: Path, *, query_slurm: bool = True) -> list[Listed]:
         try:
             sd = SweepDir.open(path)
             opened.append((sd, read_history(sd)))
-        except (TilesweepError, PermissionError) as exc:
+        except (TilesweepError, OSError) as exc:
             listed.append(Listed(path=path, error=_why(exc)))
     jobs = [j for _, h in opened for j in h.slurm_jobs + [str(m["job_id"]) for m in h.merge_jobs]]
     view = query(jobs) if query_slurm and jobs else None
     for sd, _ in opened:
         try:
             listed.append(Listed(path=sd.root, status=sweep_status(sd, query_slurm=False, view=view)))
-        except (TilesweepError, PermissionError) as exc:
+        except (TilesweepError, OSError) as exc:
             listed.append(Listed(path=sd.root, error=_why(exc)))
     return sorted(listed, key=lambda x: str(x.path))
 
 
-def _why(exc: TilesweepError | PermissionError) -> str:
-    """Why a sweep could not be read: a damaged file, or one this user may not read."""
+def _why(exc: TilesweepError | OSError) -> str:
+    """Why a sweep could not be read: a damaged file, one this user may not read, or a file
+    where a folder belongs (or the other way round); any other error is raised again."""
     if isinstance(exc, TilesweepError):
         return exc.message
-    if exc.filename is None:
+    if exc.filename is not None and exc.errno in ACCESS_ERRNOS:
+        return cannot_access(exc)
+    why = misplaced(exc)
+    if why is None:
         raise exc
-    return cannot_access(exc)
+    return why
 
 
 def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:

@@ -213,6 +213,19 @@ def cannot_access(exc: OSError) -> str:
     return f"cannot read {name} ({exc.strerror or exc}): {fix}"
 
 
+def misplaced(exc: OSError) -> str | None:
+    """One line for a file where a folder belongs, or a folder where a file does (``exc``:
+    ENOTDIR, EISDIR, naming the path; a damaged sweep directory, a file made by hand), naming
+    which and the fix; None for any other error."""
+    if exc.filename is None or exc.errno not in (errno.ENOTDIR, errno.EISDIR):
+        return None
+    path = Path(os.fsdecode(exc.filename))
+    if exc.errno == errno.EISDIR:
+        return f"{path} is a directory, where a file belongs: move it away (or put the file back) and run again"
+    on_the_way = next((p for p in [*reversed(path.parents), path] if p.is_file()), path)
+    return f"{on_the_way} is a file, where a directory belongs: move it away (or put the directory back) and run again"
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temp file in the same directory, fsync, then rename into place."""
     with atomic_open(path) as f:

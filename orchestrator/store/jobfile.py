@@ -30,8 +30,9 @@ def append(root: Path, entries: list[dict[str, Any]]) -> None:
 
 
 def read(root: Path, logs: Path) -> list[dict[str, Any]]:
-    """The history's lines (none: no file; a torn last line after a crash skipped), their log
-    paths taken to ``logs`` where the directory was moved or copied since they were written."""
+    """The history's lines (none: no file; a torn last line after a crash, or a line that is
+    no object, skipped), their log paths taken to ``logs`` where the directory was moved or
+    copied since they were written."""
     path = root / FILE
     if not path.exists():
         return []
@@ -42,10 +43,11 @@ def read(root: Path, logs: Path) -> list[dict[str, Any]]:
             entry = loads(line)
         except ValueError:
             continue
-        if isinstance(entry, dict):
-            for key in _LOG_KEYS:
-                if isinstance(entry.get(key), str):
-                    entry[key] = _here(entry[key], here, logs)
+        if not isinstance(entry, dict):
+            continue
+        for key in _LOG_KEYS:
+            if isinstance(entry.get(key), str):
+                entry[key] = _here(entry[key], here, logs)
         out.append(entry)
     return out
 
