@@ -158,6 +158,32 @@ def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path
     assert cli("cancel", str(sweep)).stdout.startswith("nothing")
 
 
+def test_a_spec_naming_no_executor_kind_is_submitted_and_resumed_on_slurm_and_one_naming_local_refused(
+    tmp_path: Path,
+) -> None:
+    """``submit`` of a spec whose executor names no kind (local by default) freezes the sweep with
+    the slurm executor: its resume submits, not runs here as the spec's default would say."""
+    local = write_spec(tmp_path, "local.json", {"kind": "local"})
+    assert_one_line_error(
+        cli("submit", str(local), "--sweep-dir", str(tmp_path / "no")), "executor.kind is 'local'", "`tilesweep run "
+    )
+    assert not (tmp_path / "no").exists()
+    spec = write_spec(tmp_path, "default.json", **FOUR_UNITS)
+    data = json.loads(spec.read_text())
+    del data["executor"]["kind"]
+    spec.write_text(json.dumps(data))
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
+    assert json.loads((sweep / "sweep.json").read_text())["spec"]["executor"]["kind"] == "slurm"
+    assert cli("cancel", str(sweep)).returncode == 0
+    poll(lambda: all(u["state"] in ("cancelled", "done") for u in status(sweep)["units"]), 30, "the units cancelled")
+    r = cli("resume", str(sweep))
+    assert r.returncode == 0, r.stderr
+    resumed = [e for e in jobs(sweep) if e.get("origin") == "resume"]
+    assert resumed and all(e["executor"] == "slurm" for e in resumed), resumed
+    assert cli("cancel", str(sweep)).returncode == 0
+
+
 def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp_path: Path) -> None:
     spec = write_spec(
         tmp_path, "cancel.json", **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}}

@@ -29,7 +29,8 @@ from orchestrator.control.rounds import after_merge as after_merge  # merge jobs
 from orchestrator.control.rounds import merge_hook
 from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_jobs, sweep_lock, unfinished_units
-from orchestrator.errors import DispatchError
+from orchestrator.errors import DispatchError, SpecError
+from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.merge import check_target
 from orchestrator.store.sweepdir import SweepDir
@@ -79,13 +80,13 @@ def submit_spec(
     made for a submission that failed is removed again."""
     from orchestrator.spec.files import load_spec
 
-    spec = load_spec(spec_path)
+    spec = slurm_spec(spec_path, load_spec(spec_path))
     require_submit_tools()
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     created = not root.exists()
     sd: SweepDir | None = None
     try:  # a stop while planning leaves no half-made directory either
-        sd, _, existed = prepare_sweep(spec_path, str(root), units, output, costs=costs, reuse=reuse, kind="slurm")
+        sd, _, existed = prepare_sweep(spec_path, str(root), units, output, costs=costs, reuse=reuse, spec=spec)
         # its final merge job would refuse the output after the GPU time was spent: refused now
         check_target(sd, overwrite=f"move it away first (`{PROG} run` and `{PROG} merge` take --overwrite)")
         with sweep_lock(sd):
@@ -99,6 +100,22 @@ def submit_spec(
         if created and (sd is None or (not existed and not slurm_jobs(sd))):
             shutil.rmtree(root, ignore_errors=True)  # a sweep directory made for nothing
         raise
+
+
+def slurm_spec(spec_path: str, spec: SweepSpec) -> SweepSpec:
+    """The spec ``submit`` sends to SLURM: one that names no executor gets the slurm executor, so
+    its sweep says so (``resume`` and the final merge job's next round go to SLURM too, not here);
+    one that names another executor is refused (it went to the default partition without a
+    GPU, and ``resume`` ran it here, as its spec says)."""
+    if spec.executor.kind == "slurm":
+        return spec
+    if "kind" in spec.executor.model_fields_set:
+        raise SpecError(
+            f"{spec_path}: executor.kind is {spec.executor.kind!r}, and `{PROG} submit` sends the units to SLURM: set "
+            f'executor.kind to "slurm" (with its slurm_partition and gpus_per_node), or `{PROG} run {spec_path}` runs '
+            "the sweep here"
+        )
+    return spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": "slurm"})})
 
 
 def submit_unfinished(
@@ -150,7 +167,7 @@ def dry_run(
     from orchestrator.spec.files import load_spec
     from orchestrator.store.document import load_costs
 
-    spec = load_spec(spec_path)
+    spec = slurm_spec(spec_path, load_spec(spec_path))
     settings = spec.executor
     require_submit_tools()
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
