@@ -157,6 +157,8 @@ class CompiledMeasurer:
             else:
                 rec, timed_s = self._finish(attempt, it, comp)
                 counts.timed_s += timed_s
+                if in_flight.abandoned(it.id):  # a stop (TERM) gave it up while it was timed: no record
+                    return True
             compiled[k] = None  # drop the executable once timed
             in_flight.settled(it.id)
             if comp.error is None and not comp.died:

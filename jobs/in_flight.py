@@ -38,6 +38,7 @@ class _Flight:
     items: list[str] = field(default_factory=list)
     writing: bool = False  # a line is being written: a stop signal waits for it (``write``)
     pending: int | None = None  # the stop signal that waits
+    abandoned: set[str] = field(default_factory=set)  # given up on by a stop: their records are not written
 
 
 _IN_FLIGHT = _Flight()
@@ -66,6 +67,7 @@ def _mark_in_flight(line: Callable[[str, int], AbandonLine | HungLine], *, clear
         writer.write(line(iid, _IN_FLIGHT.attempt))
     if clear:
         _IN_FLIGHT.items = []
+        _IN_FLIGHT.abandoned.update(items)
     return ",".join(items)
 
 
@@ -209,6 +211,12 @@ def end() -> None:
 
 def in_flight() -> list[str]:
     return _IN_FLIGHT.items
+
+
+def abandoned(item_id: str) -> bool:
+    """Whether a stop gave ``item_id`` up while it was in flight (SIGTERM in the middle of its
+    timing): its partial says so, and a record timed on through the stop is not written."""
+    return item_id in _IN_FLIGHT.abandoned
 
 
 def settled(item_id: str) -> None:

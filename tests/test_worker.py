@@ -190,6 +190,38 @@ def test_stop_abandons_the_configs_compiled_ahead(write_spec: WriteSpec, tmp_pat
     assert all("error" not in r for r in _records(sd, unit).values() if not r.get("pruned"))
 
 
+def test_a_config_a_sigterm_gives_up_while_it_is_timed_gets_no_record(
+    write_spec: WriteSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole-node worker's TERM (``unit_worker._on_term``: scancel) abandons the configs in
+    flight at once and stops at the next config; the config whose timing the TERM came in runs
+    on to its end, but its record, timed through the task's teardown, is not written: its
+    abandon line stands, and resume measures it again."""
+    from jobs import compiled, in_flight
+
+    sd, unit = _sweep(write_spec, tmp_path, "term", compile={"workers": 1, "cache_dir": "off"})
+    runnable = [it for it in sd.unit_items(unit) if it.kind == RUN]
+    stopped: list[str] = []
+    finish = measure.finish_item
+
+    def term_while_timed(it: WorkItem, *args: Any, **kwargs: Any) -> Any:
+        out = finish(it, *args, **kwargs)
+        if not stopped:  # what the TERM handler does, as the first config's timing ends
+            stopped.append(str(in_flight.abandon_in_flight()))
+        return out
+
+    monkeypatch.setattr(compiled.measure, "finish_item", term_while_timed)
+    summary = worker.run_unit(str(sd.root), unit, stop_check=lambda: bool(stopped))
+    assert summary["stopped"]
+    first = runnable[0].id
+    assert first in stopped[0].split(",")
+    assert first not in _records(sd, unit)
+    assert {"abandon": first, "attempt": 1} in _lines(sd, unit)
+    monkeypatch.undo()
+    summary = worker.run_unit(str(sd.root), unit)
+    assert first in _records(sd, unit) and summary["errors"] == 0
+
+
 def test_a_config_the_tasks_grace_finds_hung_is_marked_by_usr1_and_given_up_as_a_timeout(
     write_spec: WriteSpec, tmp_path: Path
 ) -> None:

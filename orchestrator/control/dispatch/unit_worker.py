@@ -16,7 +16,8 @@ each handler acts once however often it is called:
 - USR2 (the time-limit warning, or a preemption): finish the config being timed, abandon
   the ones compiled ahead (not their fault), exit ``STOPPED``; the parent then requeues.
 - TERM (scancel, the end of the limit, a dying parent): abandon the configs in flight at
-  once (SIGKILL follows), stop at the next config.
+  once (SIGKILL follows), stop at the next config; the one being timed runs to its end, but
+  its record, timed through the task's teardown, is not written (``jobs.in_flight.abandoned``).
 - USR1 (the task's grace after USR2 ran out; SIGKILL follows): mark the configs in flight
   hung (``jobs.in_flight.mark_hung``), so a config the time limit keeps finding hung is
   recorded as a timeout, not a crash.
