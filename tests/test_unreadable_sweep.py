@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,3 +166,16 @@ def test_a_history_line_that_is_no_object_is_skipped(tmp_path: Path) -> None:
     for command in ("status", "merge"):
         r = run_cli(command, str(sd.root))
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_run_refused_for_a_damaged_unit_index_leaves_the_sweeps_output_as_it_was(
+    tmp_path: Path, write_spec: Any
+) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    before = json.loads((sweep / "sweep.json").read_text())["output"]
+    (sweep / "units.json").unlink()
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(tmp_path / "elsewhere.json"))
+    assert_one_line_error(r, "unit index", "units.json")
+    assert json.loads((sweep / "sweep.json").read_text())["output"] == before

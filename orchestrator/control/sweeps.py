@@ -80,10 +80,11 @@ def prepare_sweep(
     existed = (root / "sweep.json").exists()
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
+        index = sd.unit_index()  # a damaged one is refused before the output moves: a refusal changes nothing
         if out.resolve() != sd.output and (output or _edited_output(sd, spec, spec_path)):
             sd = _move_output(sd, out.resolve())
-        if sd.unit_index():
-            return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
+        if index:
+            return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in index], existed=existed)
     if planned is None:
         planned = plan_with_reuse(spec, root, out, units, load_costs(costs) if costs else None, reuse, kind)
     sd = SweepDir.create(
