@@ -119,6 +119,27 @@ def test_a_requeued_task_takes_over_the_lease_of_its_own_earlier_run_only(
         assert json.loads(path.read_text())["pid"] == os.getpid()
 
 
+@pytest.mark.parametrize("content", ["", "garbage\n", "[]\n"])
+def test_a_lease_file_that_names_no_holder_is_taken_once_it_has_lain_unchanged(
+    tmp_path: Path, write_spec: Callable[..., Path], content: str
+) -> None:
+    """A lease file emptied or garbled (by hand, by a disk) names no holder: no live holder's is
+    like that once it has lain unchanged a few seconds, so it is taken; while it is fresh it may
+    be a holder's being written (where links are not), so it is not."""
+    sd = _sweep(tmp_path, write_spec)
+    unit = sd.unit_index()[0]["id"]
+    path = unit_lease_path(sd.root, unit)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(content)
+    with pytest.raises(LeaseHeld):
+        with unit_lease(sd.root, unit, gpu="0", job=None):
+            pass
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    with unit_lease(sd.root, unit, gpu="0", job=None):
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+
+
 def test_two_local_runs_of_one_sweep_never_run_a_unit_twice(tmp_path: Path, write_spec: Callable[..., Path]) -> None:
     spec = write_spec(compile={"workers": 1}, executor={"kind": "local", "local_workers": 1})
     sweep = tmp_path / "sweep"

@@ -272,7 +272,10 @@ def run_or_follow(sd: SweepDir) -> Iterator[Holder | None]:
         with stack:
             yield None
         return
-    raise DispatchError(f"{run_lease_path(sd.root)} changed hands three times in a row; retry")
+    lease = run_lease_path(sd.root)
+    if read_holder(lease) is None and lease.exists():  # a file that names no holder, written a moment ago
+        raise DispatchError(f"{lease} names no holder (empty or damaged): delete it, or retry in a few seconds")
+    raise DispatchError(f"{lease} changed hands three times in a row; retry")
 
 
 def other_run_live(sd: SweepDir) -> bool:

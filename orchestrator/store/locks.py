@@ -11,7 +11,10 @@ A soft lock is broken as stale only when that is certain or very likely:
 - holder in our pid space (same host, boot and pid namespace): when that pid is gone, or now
   belongs to a process started at another time;
 - holder elsewhere: only when the lock file has not been refreshed for ``FOREIGN_STALE_S``
-  (a live holder refreshes it every few seconds), with a loud warning naming the holder.
+  (a live holder refreshes it every few seconds), with a loud warning naming the holder;
+- no holder: a lock file that names none (empty, or not a JSON object) and has not changed
+  for ``NO_HOLDER_STALE_S`` (a holder creates it with its record in one step, or, where the
+  filesystem has no hard links, creates it, then writes its record at once).
 A live holder's lock is never broken. Breaking renames the lock file aside and checks it is
 still the stale one before dropping it; if a new holder slipped in, its file is put back.
 Even so, merging is idempotent: two mergers that both believe they hold the lock write the
@@ -75,6 +78,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 5.0
 FOREIGN_STALE_S = 3600.0  # no heartbeat for an hour: the holder elsewhere is gone
+NO_HOLDER_STALE_S = 10.0  # a lock file naming no holder, unchanged this long, is damaged: no holder is writing it
 
 
 def lock_path_for(output: Path) -> Path:
@@ -222,6 +226,8 @@ class SoftLock:
     def stale_reason(self, holder: HolderRecord | None, age: float) -> str | None:
         """Why the holder of a lock file ``age`` seconds after its last heartbeat is gone, or
         None while it may be alive (see the module docstring)."""
+        if holder is None and age > NO_HOLDER_STALE_S and self._names_no_holder():
+            return "its lock file names no holder (empty or damaged)"
         if holder is not None and self.stale_if is not None:
             why = self.stale_if(holder)
             if why:
@@ -235,11 +241,19 @@ class SoftLock:
             return f"not refreshed for {age:.0f}s (over {self.foreign_stale_s:.0f}s), so its holder is taken to be gone"
         return None
 
+    def _names_no_holder(self) -> bool:
+        """Whether the lock file reads, and holds no holder record (one this user may not read
+        names a holder it cannot see: not broken)."""
+        try:
+            return _parse(self.path.read_text(encoding="utf-8")) is None
+        except (OSError, UnicodeDecodeError):
+            return False
+
     def _stale(self, holder: HolderRecord | None, age: float) -> bool:
         why = self.stale_reason(holder, age)
         if why is None:
             return False
-        if holder is not None and in_this_pid_space(holder):
+        if holder is None or in_this_pid_space(holder):
             log.warning("breaking the stale soft lock %s of %s: %s", self.path, _describe(holder), why)
         else:
             log.warning(
