@@ -77,6 +77,11 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"repeats": 10**6}, "field 'repeats': Input should be less than or equal to 10000"),
         ({"timing": {"warmup": 10**18}}, "'timing.warmup'"),
         ({"kv_heads": ["null"]}, "(got 'null'); a string is not null; TOML has no null: leave the key out"),
+        # an sbatch option the executor sets itself, passed through: it skipped the checks and overrode them
+        (
+            {"executor": {"kind": "slurm", "slurm_additional_parameters": {"time": "-5"}}},
+            "slurm_additional_parameters.time sets what executor.timeout_min sets",
+        ),
         # a task warned of its time limit as it starts is requeued until it fails, each time on a GPU
         (
             {"executor": {"kind": "slurm", "timeout_min": 1}},

@@ -45,6 +45,10 @@ class ForwardBlocks(SpecModel):
     block_k: Pow2 = Field(default=128, description="key/value rows per forward tile (a power of two)")
 
 
+# sbatch options (as slurm_additional_parameters names them) -> the executor setting that sets each
+_OWN_OPTIONS = {"time": "timeout_min", "signal": "slurm_signal_delay_s"}
+
+
 class ExecutorSettings(SpecModel):
     """Where units run. Keys other than ``kind`` and tilesweep's own are submitit's
     AutoExecutor parameter names, passed through unchanged."""
@@ -97,7 +101,8 @@ class ExecutorSettings(SpecModel):
     slurm_additional_parameters: dict[str, Any] = Field(
         default_factory=dict,
         json_schema_extra={"default": {}},
-        description="slurm: further sbatch options, name (without the dashes, underscores for hyphens) to value",
+        description="slurm: further sbatch options, name (without the dashes, underscores for hyphens) to value; "
+        "not time or signal (timeout_min and slurm_signal_delay_s set those)",
     )
     slurm_signal_delay_s: int | None = Field(
         default=None,
@@ -139,6 +144,19 @@ class ExecutorSettings(SpecModel):
         description="slurm: give up on an sbatch that has not "
         "answered after this long (it retries for minutes when the job table is full)",
     )
+
+    @field_validator("slurm_additional_parameters")
+    @classmethod
+    def _no_setting_of_its_own(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """An sbatch option the executor has a checked setting of its own for is refused here:
+        given this way it passed no check and silently overrode that setting."""
+        for name, field in _OWN_OPTIONS.items():
+            if name in value:
+                raise ValueError(
+                    f"slurm_additional_parameters.{name} sets what executor.{field} sets (checked, and used by the "
+                    f"task's time-limit warning); set {field} instead"
+                )
+        return value
 
     @model_validator(mode="after")
     def _warning_after_the_start(self) -> ExecutorSettings:
