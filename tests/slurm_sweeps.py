@@ -1,11 +1,13 @@
 """Specs and sweeps the SLURM tests share: the executor block for the local cluster, a spec
-writer, and the slow sweep that conftest's session fixture ``slow_slurm_sweep`` submits early.
-Outside the test modules, so that conftest imports no test module, and importing only
+writer, the slow sweep that conftest's session fixture ``slow_slurm_sweep`` submits early, and
+what the dispatch tests read of a sweep as a user would (a new ``tilesweep`` process per look,
+its files). Outside the test modules, so that conftest imports no test module, and importing only
 tests.helpers, so that nothing here leads back to conftest."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,67 @@ def submit_slow_sweep(folder: Path) -> tuple[Path, Path]:
     r = run_cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
     assert r.returncode == 0, r.stderr
     return spec, sweep
+
+
+# 14 items in 4 units: two shapes, three fwd block sizes
+FOUR_UNITS: dict[str, Any] = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return run_cli(*args, env=env, timeout=timeout)
+
+
+def status(sweep: Path) -> dict[str, Any]:
+    r = cli("status", str(sweep), "--json")
+    doc = json.loads(r.stdout)
+    # 1 exactly when some unit ended without finishing and nothing took its items over
+    failed = [u for u in doc["units"] if u["state"] in ("failed", "cancelled", "timed out") and not u["resumed"]]
+    assert r.returncode == (1 if failed else 0), r.stderr
+    return doc
+
+
+def lines(partial: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if not partial.exists():
+        return out
+    for line in partial.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def jobs(sweep: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
+
+
+def unit_jobs(sweep: Path) -> dict[str, dict[str, Any]]:
+    return {e["unit"]: e for e in jobs(sweep) if "event" not in e}
+
+
+def check_document(sweep: Path, spec: Path) -> dict[str, Any]:
+    """The merged document holds every planned item exactly once, in plan order."""
+    plan = [json.loads(line) for line in cli("plan", str(spec), "--dry-run", "--json").stdout.splitlines()]
+    doc = json.loads(Path(json.loads((sweep / "sweep.json").read_text())["output"]).read_text())
+    config_fields = (
+        "block_q",
+        "block_k",
+        "num_stages",
+        "num_warps",
+        "fwd_block_q",
+        "fwd_block_k",
+        "bwd_outer",
+        "bwd_inner",
+    )
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["dtype"], r["seq"], r["mode"], r["config"], tuple(v for k, v in r.items() if k in config_fields))
+
+    assert [key(r) for r in doc["results"]] == [key(p) for p in plan]
+    assert len({key(r) for r in doc["results"]}) == len(plan)
+    return doc
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

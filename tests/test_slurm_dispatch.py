@@ -15,84 +15,19 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli
 from tests.helpers import assert_one_line_error
 from tests.slurm_cluster import poll, require_cluster
-from tests.slurm_sweeps import write_spec
+from tests.slurm_sweeps import FOUR_UNITS, check_document, cli, jobs, lines, status, unit_jobs, write_spec
 
 pytestmark = pytest.mark.slurm
-
-# 14 items in 4 units: two shapes, three fwd block sizes
-FOUR_UNITS: dict[str, Any] = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _cluster() -> None:
     require_cluster()
-
-
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run_cli(*args, env=env, timeout=timeout)
-
-
-def status(sweep: Path) -> dict[str, Any]:
-    r = cli("status", str(sweep), "--json")
-    doc = json.loads(r.stdout)
-    # 1 exactly when some unit ended without finishing and nothing took its items over
-    failed = [u for u in doc["units"] if u["state"] in ("failed", "cancelled", "timed out") and not u["resumed"]]
-    assert r.returncode == (1 if failed else 0), r.stderr
-    return doc
-
-
-def lines(partial: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    if not partial.exists():
-        return out
-    for line in partial.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
-
-def jobs(sweep: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
-
-
-def unit_jobs(sweep: Path) -> dict[str, dict[str, Any]]:
-    return {e["unit"]: e for e in jobs(sweep) if "event" not in e}
-
-
-def check_document(sweep: Path, spec: Path) -> dict[str, Any]:
-    """The merged document holds every planned item exactly once, in plan order."""
-    plan = [json.loads(line) for line in cli("plan", str(spec), "--dry-run", "--json").stdout.splitlines()]
-    doc = json.loads(Path(json.loads((sweep / "sweep.json").read_text())["output"]).read_text())
-    config_fields = (
-        "block_q",
-        "block_k",
-        "num_stages",
-        "num_warps",
-        "fwd_block_q",
-        "fwd_block_k",
-        "bwd_outer",
-        "bwd_inner",
-    )
-
-    def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        return (r["dtype"], r["seq"], r["mode"], r["config"], tuple(v for k, v in r.items() if k in config_fields))
-
-    assert [key(r) for r in doc["results"]] == [key(p) for p in plan]
-    assert len({key(r) for r in doc["results"]}) == len(plan)
-    return doc
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(
@@ -156,32 +91,6 @@ def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path
     )
     assert any(u["state"] == "cancelled" for u in st["units"])
     assert cli("cancel", str(sweep)).stdout.startswith("nothing")
-
-
-def test_a_spec_naming_no_executor_kind_is_submitted_and_resumed_on_slurm_and_one_naming_local_refused(
-    tmp_path: Path,
-) -> None:
-    """``submit`` of a spec whose executor names no kind (local by default) freezes the sweep with
-    the slurm executor: its resume submits, not runs here as the spec's default would say."""
-    local = write_spec(tmp_path, "local.json", {"kind": "local"})
-    assert_one_line_error(
-        cli("submit", str(local), "--sweep-dir", str(tmp_path / "no")), "executor.kind is 'local'", "`tilesweep run "
-    )
-    assert not (tmp_path / "no").exists()
-    spec = write_spec(tmp_path, "default.json", **FOUR_UNITS)
-    data = json.loads(spec.read_text())
-    del data["executor"]["kind"]
-    spec.write_text(json.dumps(data))
-    sweep = tmp_path / "sweep"
-    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
-    assert json.loads((sweep / "sweep.json").read_text())["spec"]["executor"]["kind"] == "slurm"
-    assert cli("cancel", str(sweep)).returncode == 0
-    poll(lambda: all(u["state"] in ("cancelled", "done") for u in status(sweep)["units"]), 30, "the units cancelled")
-    r = cli("resume", str(sweep))
-    assert r.returncode == 0, r.stderr
-    resumed = [e for e in jobs(sweep) if e.get("origin") == "resume"]
-    assert resumed and all(e["executor"] == "slurm" for e in resumed), resumed
-    assert cli("cancel", str(sweep)).returncode == 0
 
 
 def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp_path: Path) -> None:
@@ -258,42 +167,6 @@ def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_complet
     crashed = [r for r in doc["results"] if "WorkerCrashed" in r.get("error", "")]
     assert len(crashed) == len(died)
     assert sum("error" not in r for r in doc["results"]) == 14 - len(died)
-
-
-def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "good.json")
-    sweep = tmp_path / "sweep"
-    # no sbatch on PATH: refused before anything is written
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    assert_one_line_error(
-        cli("submit", str(spec), "--sweep-dir", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH"
-    )
-    assert not sweep.exists()
-    assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
-    before = snapshot(sweep)
-    assert_one_line_error(cli("resume", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
-    # an unknown partition: sbatch's own message, with the command
-    bad = write_spec(tmp_path, "bad.json", {"slurm_partition": "nosuch"})
-    line = assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), "invalid partition", "sbatch ")
-    assert "nosuch" in line
-    assert_one_line_error(cli("resume", str(sweep), "--spec", str(bad)), "invalid partition")
-    fresh = tmp_path / "fresh"
-    assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(fresh)), "invalid partition")
-    assert not fresh.exists()
-    # an unknown partition of the final merge job: refused before the arrays, not once they ran
-    bad_merge = write_spec(tmp_path, "bad_merge.json", {"merge_partition": "nosuch"})
-    r = cli("submit", str(bad_merge), "--sweep-dir", str(fresh))
-    assert_one_line_error(r, "executor.merge_partition 'nosuch' is not a partition", "sinfo -s")
-    assert not fresh.exists()
-    # a sweep directory of another spec
-    other = write_spec(tmp_path, "other.json", repeats=3)
-    assert_one_line_error(cli("submit", str(other), "--sweep-dir", str(sweep)), "another spec")
-    assert_one_line_error(cli("resume", str(sweep), "--spec", str(other)), "not the spec")
-    assert snapshot(sweep) == before
-    # an unknown executor key names the valid ones
-    typo = write_spec(tmp_path, "typo.json", {"partitionn": "gpu"})
-    assert_one_line_error(cli("plan", str(typo), "--dry-run"), "executor.partitionn", "slurm_partition")
 
 
 def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path: Path) -> None:
@@ -393,17 +266,3 @@ def test_a_ctrl_c_while_submit_plans_leaves_no_half_made_sweep_directory(tmp_pat
         assert proc.returncode == 130 and not sweep.exists(), err
         dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
         assert dry.returncode == 0 and "nothing to submit" not in dry.stdout, dry.stdout
-
-
-def test_submit_into_a_document_of_another_sweep_is_refused_before_any_gpu_time(tmp_path: Path) -> None:
-    """Its final merge job would refuse the output once the arrays had run: refused up front,
-    nothing submitted, nothing left behind."""
-    from tests.conftest import SAMPLE
-
-    spec = write_spec(tmp_path, "spec.json")
-    output = Path(json.loads(spec.read_text())["output"])
-    output.write_bytes(SAMPLE.read_bytes())
-    sweep = tmp_path / "sweep"
-    r = cli("submit", str(spec), "--sweep-dir", str(sweep))
-    assert_one_line_error(r, str(output), "not this sweep's", "append: true", "move it away first")
-    assert not sweep.exists() and output.read_bytes() == SAMPLE.read_bytes()

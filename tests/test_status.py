@@ -21,7 +21,7 @@ import pytest
 from orchestrator.control.resume import plan_resume
 from orchestrator.control.scheduler import SchedulerView, TaskState
 from orchestrator.control.status import format_status, sweep_status
-from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import header, record_for
 from tests.helpers import assert_one_line_error, scheduler_view
@@ -341,3 +341,24 @@ def test_a_unit_whose_worker_died_in_a_running_whole_node_task_is_failed_at_once
     assert by[dead].log == str(log) and by[alive].state == "running"
     cancelled = sweep_status(sd, view=scheduler_view(j60_0=TaskState("CANCELLED", "sacct")))  # the task, later
     assert {u.id: u.state for u in cancelled.units} == {dead: "failed", alive: "cancelled"}
+
+
+def test_a_sweep_whose_final_merge_job_refused_is_complete_but_not_merged_until_a_merge(tmp_path: Path) -> None:
+    """Two sweeps that write one output, submitted before either merged: the second's final merge
+    job refuses the first's records. Its status, ``ls`` and exit code say the document was not
+    written, until a merge of the sweep writes it."""
+    from orchestrator.store.final_merge import record_final_merge
+    from orchestrator.store.synthetic import build_sweep, small_spec
+
+    sd, _ = build_sweep(tmp_path / "sweeps" / "second", small_spec(n_seqs=1), 2, output=tmp_path / "race.json")
+    sd.record_jobs([{"event": "merge_job", "job_id": "998", "submitted_ts": time.time()}])
+    refused = f"{tmp_path / 'race.json'} holds 1 record that is not this sweep's"
+    record_final_merge(sd, {"job_id": "998", "ok": False, "error": refused})
+    r = run_cli("status", str(sd.root))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "complete, not merged (its final merge job refused)" in r.stdout.splitlines()[0], r.stdout
+    assert f"final merge: job 998 failed: {refused}" in r.stdout
+    assert "not merged" in run_cli("ls", str(tmp_path / "sweeps")).stdout
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    r = run_cli("status", str(sd.root))
+    assert r.returncode == 0 and "complete," not in r.stdout.splitlines()[0], r.stdout

@@ -22,7 +22,7 @@ from orchestrator.errors import DispatchError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.resume import Resumed
-    from orchestrator.spec.sections import ExecutorSettings
+    from orchestrator.spec.executor_section import ExecutorSettings
     from orchestrator.store.sweepdir import SweepDir
 
 

@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # the control flows import submitit: loaded when a command ru
     from orchestrator.control.local_stop import LocalStopped
     from orchestrator.control.status import SweepStatus
     from orchestrator.control.submit import SweepSubmission
-    from orchestrator.spec.sections import ExecutorSettings
+    from orchestrator.spec.executor_section import ExecutorSettings
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

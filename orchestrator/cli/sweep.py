@@ -319,8 +319,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(status_json(st))
     else:
         print(format_status(st))
-    # 1: some units ended without finishing and nothing took their items over (resume does)
-    return 1 if st.ended_unfinished() else 0
+    # 1: some units ended without finishing and nothing took their items over (resume does), or
+    # the final merge job refused and no merge wrote the document since (`merge` says why)
+    return 1 if st.ended_unfinished() or st.unmerged else 0
 
 
 def register(sub: Subparsers) -> None:

@@ -21,7 +21,7 @@ from orchestrator.control import dispatch
 from orchestrator.control.history import read_history
 from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits, require_partition
 from orchestrator.errors import DispatchError
-from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, atomic_write_text
 
 if TYPE_CHECKING:  # submitit, which the tasks' module imports, loads with a submission, not with a local run

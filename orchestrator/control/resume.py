@@ -28,7 +28,7 @@ from orchestrator.control.status import sweep_status
 from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
-from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from orchestrator.errors import DispatchError
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.planning.halving import HALVING
 from orchestrator.planning.search import SEARCH
-from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:

@@ -37,6 +37,7 @@ from orchestrator.store.round2 import read_round2
 from orchestrator.store.searchrounds import read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
 from orchestrator.store.tally import Book
+from orchestrator.store.target import wrote_last
 
 __all__ = [
     "ACTIVE",
@@ -111,6 +112,8 @@ def sweep_status(
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
     st.merge_jobs = _merge_jobs(sd, hist, view)
+    refused = st.merge_jobs[-1]["error"] if st.merge_jobs else None
+    st.unmerged = refused if refused and not wrote_last(sd, sd.output) else None
     st.taken = now
     return st
 

@@ -70,6 +70,8 @@ def _head_line(st: SweepStatus) -> str:
 def sweep_state(st: SweepStatus) -> str:
     """Where a sweep stands in a few words (``status`` and ``ls``)."""
     state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
+    if state == "complete" and st.unmerged:
+        state = "complete, not merged (its final merge job refused)"
     if state == "incomplete" and st.round2_pending and st.items_done >= st.planned:
         state = "round 1 done, round 2 to plan"
     if state == "incomplete" and st.search_pending and st.done >= st.total:

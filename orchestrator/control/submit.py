@@ -30,8 +30,8 @@ from orchestrator.control.rounds import merge_hook
 from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_jobs, sweep_lock, unfinished_units
 from orchestrator.errors import DispatchError, SpecError
+from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.spec.model import SweepSpec
-from orchestrator.spec.sections import ExecutorSettings
 from orchestrator.store.merge import check_target
 from orchestrator.store.sweepdir import SweepDir
 

@@ -21,6 +21,7 @@ from kernels import impls
 from kernels.impls import DEFAULT_IMPL
 from kernels.smem import DTYPES, MODES, element_bytes
 from orchestrator.spec import grid as grid_rules
+from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.spec.lists import (
     HeadDimList,
     NonEmpty,
@@ -35,7 +36,6 @@ from orchestrator.spec.search_section import SearchSettings
 from orchestrator.spec.sections import (
     REPLAY,
     CompileSettings,
-    ExecutorSettings,
     ForwardBlocks,
     KernelSettings,
     MergeSettings,

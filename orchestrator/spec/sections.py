@@ -1,6 +1,7 @@
-"""The spec's sections: where units run, how items are grouped and timed, which kernel, how
-compiled, merged, reported, replayed and reused (``orchestrator.spec.model.SweepSpec`` holds
-one of each, all with defaults, so the reference's config block is a complete spec).
+"""The spec's sections: how items are grouped and timed, which kernel, how compiled, merged,
+reported, replayed and reused (``orchestrator.spec.model.SweepSpec`` holds one of each, all
+with defaults, so the reference's config block is a complete spec; where units run is
+``executor_section``, what a search measures ``search_section``).
 
 Every model forbids unknown keys: a typo is an error naming the field and the allowed ones,
 never silently dropped. Every field carries a description: ``docs/spec.md`` is generated from
@@ -9,7 +10,7 @@ them (``scripts/spec_reference.py``).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -18,16 +19,6 @@ from kernels.impls import DEFAULT_IMPL, SPEC_IMPL_NAMES
 from orchestrator.spec.lists import Pow2
 
 REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (jobs/replay.py)
-EXECUTOR_KINDS = ("local", "slurm", "debug")
-# Units a whole-node task holds per GPU by default: enough that its GPUs end within about a
-# quarter of a unit of each other, few enough that each unit's own set-up (its lease, partial and
-# marker, its measurer, compiles its siblings in other units could have shared; each GPU's worker
-# runs its units one after another, so no process starts per unit) stays small beside its configs.
-UNITS_PER_GPU = 4
-SUBMITIT_SIGNAL_DELAY_S = 90  # submitit's default --signal=USR2@90
-# SLURM sends the time-limit warning on its controller's 30 s tick once the time left is at most
-# the delay plus that tick (docs/slurm-notes.md, timeouts)
-SLURM_TICK_S = 30
 
 
 class SpecModel(BaseModel):
@@ -43,158 +34,6 @@ class ForwardBlocks(SpecModel):
 
     block_q: Pow2 = Field(default=128, description="query rows per forward tile (a power of two)")
     block_k: Pow2 = Field(default=128, description="key/value rows per forward tile (a power of two)")
-
-
-# sbatch options (as slurm_additional_parameters names them) -> the executor setting that sets each
-_OWN_OPTIONS = {"time": "timeout_min", "signal": "slurm_signal_delay_s"}
-
-
-class ExecutorSettings(SpecModel):
-    """Where units run. Keys other than ``kind`` and tilesweep's own are submitit's
-    AutoExecutor parameter names, passed through unchanged."""
-
-    kind: Literal["local", "slurm", "debug"] = Field(
-        default="local",
-        description="local: worker processes on this machine; slurm: job arrays on a SLURM cluster; "
-        "debug: every unit in this process, one after another",
-    )
-    # submitit / sbatch parameters
-    slurm_partition: str | None = Field(
-        default=None, description="slurm: partition of the units' arrays (sbatch --partition)"
-    )
-    gpus_per_node: int | None = Field(
-        default=None,
-        ge=0,
-        description="slurm: GPUs of each array task; with G > 1 a task holds 4 x G units by default and runs G "
-        "at once, one per GPU, each GPU taking the task's next unit when its unit ends (sbatch --gpus-per-node)",
-    )
-    cpus_per_task: int | None = Field(
-        default=None,
-        ge=1,
-        description="slurm: CPUs of each array task, split evenly among its units' compiles (sbatch --cpus-per-task)",
-    )
-    mem_gb: float | None = Field(
-        default=None, gt=0, description="slurm: memory of each array task in GB (sbatch --mem)"
-    )
-    timeout_min: int = Field(
-        default=60,
-        ge=1,
-        description="time limit of each task in minutes (sbatch --time); on SLURM a unit not done by then is "
-        "requeued (executor.max_requeues) and goes on where it stopped",
-    )
-    slurm_account: str | None = Field(default=None, description="slurm: account charged (sbatch --account)")
-    slurm_qos: str | None = Field(default=None, description="slurm: quality of service (sbatch --qos)")
-    slurm_constraint: str | None = Field(
-        default=None, description="slurm: node features required, e.g. a GPU model (sbatch --constraint)"
-    )
-    slurm_exclude: str | None = Field(default=None, description="slurm: nodes never used (sbatch --exclude)")
-    slurm_array_parallelism: int | None = Field(
-        default=None,
-        ge=1,
-        description="slurm: most tasks of an array running at once (sbatch --array=...%N); default: submitit's 256",
-    )
-    slurm_setup: list[str] = Field(
-        default_factory=list,
-        json_schema_extra={"default": []},  # the schema says what the factory makes
-        description="slurm: shell lines run in each job script before the task starts (module loads, exports)",
-    )
-    slurm_additional_parameters: dict[str, Any] = Field(
-        default_factory=dict,
-        json_schema_extra={"default": {}},
-        description="slurm: further sbatch options, name (without the dashes, underscores for hyphens) to value; "
-        "not time or signal (timeout_min and slurm_signal_delay_s set those)",
-    )
-    slurm_signal_delay_s: int | None = Field(
-        default=None,
-        ge=0,
-        le=65_535,
-        description="slurm: seconds before the time limit at which a task is warned (USR2), finishes the config "
-        "being timed and is requeued; default: submitit's 90",
-    )
-    slurm_job_name: str | None = Field(
-        default=None, description="slurm: job name of the arrays; default: tilesweep-SWEEP (the sweep's directory name)"
-    )
-    # tilesweep's own
-    local_workers: int | None = Field(
-        default=None, ge=1, description="local: parallel workers (default: one per visible GPU, one without GPU)"
-    )
-    max_requeues: int = Field(default=3, ge=0, description="times a preempted or timed-out task is requeued")
-    max_config_attempts: int = Field(
-        default=2, ge=1, description="a config that kills its worker this often is recorded as an error"
-    )
-    max_array_size: int | None = Field(
-        default=None,
-        ge=1,
-        description="slurm: most tasks per job array; default: the cluster's MaxArraySize (scontrol show config)",
-    )
-    merge_job: bool = Field(
-        default=True, description="slurm: submit a dependent job (afterany) that merges the results once the arrays end"
-    )
-    merge_partition: str | None = Field(
-        default=None, description="slurm: partition of the merge job (it needs no GPU); default: slurm_partition"
-    )
-    lower_partition: str | None = Field(
-        default=None,
-        description="slurm: partition of pre-flight lowering's CPU job array (`plan --lower --sweep-dir`: the "
-        "configs lowered on the cluster's CPUs, cpus_per_task each task); default: lowered on this machine's CPUs",
-    )
-    sbatch_timeout_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="slurm: give up on an sbatch that has not "
-        "answered after this long (it retries for minutes when the job table is full)",
-    )
-
-    @field_validator("slurm_additional_parameters")
-    @classmethod
-    def _no_setting_of_its_own(cls, value: dict[str, Any]) -> dict[str, Any]:
-        """An sbatch option the executor has a checked setting of its own for is refused here:
-        given this way it passed no check and silently overrode that setting."""
-        for name, field in _OWN_OPTIONS.items():
-            if name in value:
-                raise ValueError(
-                    f"slurm_additional_parameters.{name} sets what executor.{field} sets (checked, and used by the "
-                    f"task's time-limit warning); set {field} instead"
-                )
-        return value
-
-    @model_validator(mode="after")
-    def _warning_after_the_start(self) -> ExecutorSettings:
-        delay = self.signal_delay_s()
-        if self.kind == "slurm" and delay + SLURM_TICK_S >= 60 * self.timeout_min:
-            given = "" if self.slurm_signal_delay_s is not None else " (submitit's default)"
-            raise ValueError(
-                f"slurm_signal_delay_s={delay}{given} leaves a task no time before its warning: SLURM warns it once "
-                f"{delay + SLURM_TICK_S} s or less of its limit are left (the delay and SLURM's {SLURM_TICK_S} s "
-                f"tick), and timeout_min={self.timeout_min} gives it {60 * self.timeout_min} s, so every task would "
-                f"be warned and requeued as it starts; raise timeout_min (3 or more, with a delay of 20-30) or set "
-                f"slurm_signal_delay_s below {60 * self.timeout_min - SLURM_TICK_S} (0: no warning)"
-            )
-        return self
-
-    def signal_delay_s(self) -> int:
-        """Seconds before the time limit at which SLURM is asked to warn a task."""
-        return SUBMITIT_SIGNAL_DELAY_S if self.slurm_signal_delay_s is None else self.slurm_signal_delay_s
-
-    def gpus_per_task(self) -> int:
-        """How many units one SLURM task runs at once: one per GPU it is given (one without
-        GPUs). The local executors run one unit per process."""
-        if self.kind != "slurm":
-            return 1
-        return max(1, self.gpus_per_node or 0)
-
-    def units_per_task(self) -> int:
-        """How many units one SLURM task holds: ``UNITS_PER_GPU`` per GPU of a whole-node task,
-        which its GPUs take in turn (a GPU whose unit ends takes the task's next one), so a unit
-        that runs long leaves the others' GPUs idle for a fraction of a unit, not for its rest;
-        one for a task of one GPU, where there is nothing to balance."""
-        gpus = self.gpus_per_task()
-        return gpus if gpus == 1 else UNITS_PER_GPU * gpus
-
-    def fill_tasks(self, n_units: int) -> int:
-        """``n_units`` rounded up to whole tasks, so every task has its full share of units."""
-        k = self.units_per_task()
-        return k * -(-n_units // k)
 
 
 class ShardingSettings(SpecModel):

@@ -114,6 +114,12 @@ def write_stamp(sd: SweepDir, out: Path, records: int) -> None:
         log.debug("output stamp not written: %s", exc)
 
 
+def wrote_last(sd: SweepDir, out: Path) -> bool:
+    """Whether ``out`` is, unchanged, what a merge of this sweep wrote to it last (its stamp)."""
+    stamp = _stamps(sd).get(str(out))
+    return isinstance(stamp, dict) and stamp.get("stat") == _stat_key(out)
+
+
 def plan_of(sd: SweepDir) -> str:
     """What names this sweep's plan in its key index's claim (``keyindex.claim``): the sweep
     directory, the spec's fingerprint and each unit file by id, size and mtime, so a unit added

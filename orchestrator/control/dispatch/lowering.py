@@ -18,7 +18,7 @@ from typing import Any
 from orchestrator.control.dispatch.nodelog import configure_node_logging
 from orchestrator.control.dispatch.sbatch import held_signals, sbatch_call
 from orchestrator.control.dispatch.slurm import _slurm_executor, executor_parameters
-from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from orchestrator.control.dispatch.tasks import MergeHook, MergeTask, UnitTask
 from orchestrator.control.scheduler import array_of, one_line, require_submit_tools
 from orchestrator.errors import DispatchError
 from orchestrator.planning.costs import unit_cost
-from orchestrator.spec.sections import ExecutorSettings
+from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.round2 import unit_round
 from orchestrator.store.sweepdir import SweepDir, now_iso
 

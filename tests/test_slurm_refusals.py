@@ -1,0 +1,98 @@
+"""What ``submit`` and ``resume`` refuse on the real local SLURM cluster, in one line and before
+anything is submitted or changed: bad input (no sbatch, an unknown partition, another spec's
+sweep directory, a typo), a spec that names another executor, an output holding another sweep's
+records; and a spec that names no executor, which goes to SLURM and stays there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import assert_one_line_error
+from tests.slurm_cluster import poll, require_cluster
+from tests.slurm_sweeps import FOUR_UNITS, cli, jobs, snapshot, status, write_spec
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
+
+def test_a_spec_naming_no_executor_kind_is_submitted_and_resumed_on_slurm_and_one_naming_local_refused(
+    tmp_path: Path,
+) -> None:
+    """``submit`` of a spec whose executor names no kind (local by default) freezes the sweep with
+    the slurm executor: its resume submits, not runs here as the spec's default would say."""
+    local = write_spec(tmp_path, "local.json", {"kind": "local"})
+    assert_one_line_error(
+        cli("submit", str(local), "--sweep-dir", str(tmp_path / "no")), "executor.kind is 'local'", "`tilesweep run "
+    )
+    assert not (tmp_path / "no").exists()
+    spec = write_spec(tmp_path, "default.json", **FOUR_UNITS)
+    data = json.loads(spec.read_text())
+    del data["executor"]["kind"]
+    spec.write_text(json.dumps(data))
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
+    assert json.loads((sweep / "sweep.json").read_text())["spec"]["executor"]["kind"] == "slurm"
+    assert cli("cancel", str(sweep)).returncode == 0
+    poll(lambda: all(u["state"] in ("cancelled", "done") for u in status(sweep)["units"]), 30, "the units cancelled")
+    r = cli("resume", str(sweep))
+    assert r.returncode == 0, r.stderr
+    resumed = [e for e in jobs(sweep) if e.get("origin") == "resume"]
+    assert resumed and all(e["executor"] == "slurm" for e in resumed), resumed
+    assert cli("cancel", str(sweep)).returncode == 0
+
+
+def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "good.json")
+    sweep = tmp_path / "sweep"
+    # no sbatch on PATH: refused before anything is written
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    assert_one_line_error(
+        cli("submit", str(spec), "--sweep-dir", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH"
+    )
+    assert not sweep.exists()
+    assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    before = snapshot(sweep)
+    assert_one_line_error(cli("resume", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
+    # an unknown partition: sbatch's own message, with the command
+    bad = write_spec(tmp_path, "bad.json", {"slurm_partition": "nosuch"})
+    line = assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), "invalid partition", "sbatch ")
+    assert "nosuch" in line
+    assert_one_line_error(cli("resume", str(sweep), "--spec", str(bad)), "invalid partition")
+    fresh = tmp_path / "fresh"
+    assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(fresh)), "invalid partition")
+    assert not fresh.exists()
+    # an unknown partition of the final merge job: refused before the arrays, not once they ran
+    bad_merge = write_spec(tmp_path, "bad_merge.json", {"merge_partition": "nosuch"})
+    r = cli("submit", str(bad_merge), "--sweep-dir", str(fresh))
+    assert_one_line_error(r, "executor.merge_partition 'nosuch' is not a partition", "sinfo -s")
+    assert not fresh.exists()
+    # a sweep directory of another spec
+    other = write_spec(tmp_path, "other.json", repeats=3)
+    assert_one_line_error(cli("submit", str(other), "--sweep-dir", str(sweep)), "another spec")
+    assert_one_line_error(cli("resume", str(sweep), "--spec", str(other)), "not the spec")
+    assert snapshot(sweep) == before
+    # an unknown executor key names the valid ones
+    typo = write_spec(tmp_path, "typo.json", {"partitionn": "gpu"})
+    assert_one_line_error(cli("plan", str(typo), "--dry-run"), "executor.partitionn", "slurm_partition")
+
+
+def test_submit_into_a_document_of_another_sweep_is_refused_before_any_gpu_time(tmp_path: Path) -> None:
+    """Its final merge job would refuse the output once the arrays had run: refused up front,
+    nothing submitted, nothing left behind."""
+    from tests.conftest import SAMPLE
+
+    spec = write_spec(tmp_path, "spec.json")
+    output = Path(json.loads(spec.read_text())["output"])
+    output.write_bytes(SAMPLE.read_bytes())
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep))
+    assert_one_line_error(r, str(output), "not this sweep's", "append: true", "move it away first")
+    assert not sweep.exists() and output.read_bytes() == SAMPLE.read_bytes()
