@@ -17,7 +17,7 @@ from orchestrator.store.leases import run_lease
 from tests.conftest import REPO, SAMPLE, run_cli
 
 
-def _replay_spec(tmp_path: Path, *, html: bool) -> Path:
+def _replay_spec(tmp_path: Path, *, html: bool, **over: object) -> Path:
     """bf16 d64 s2048, fwd and fwd_bwd (104 items) in 3 units, replayed from the excerpt."""
     config = json.loads(SAMPLE.read_text())["config"]
     data = {
@@ -31,6 +31,7 @@ def _replay_spec(tmp_path: Path, *, html: bool) -> Path:
         "replay": {"source": str(SAMPLE)},
         "executor": {"kind": "debug"},
         "report": {"html": html},
+        **over,
     }
     path = tmp_path / "finish.json"
     path.write_text(json.dumps(data))
@@ -87,3 +88,23 @@ def test_finish_shows_no_table_without_records_and_exits_1_while_units_are_unfin
     assert finish_sweep(sd, overwrite=False, html=False, failed=[], redo="`again`") == 0
     out, err = capsys.readouterr()
     assert "redoes" not in err and "report page" not in out and "speedup" in out
+
+
+def test_survivors_of_round_2_not_timed_in_full_are_told_as_what_resume_redoes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A halving sweep stopped in round 2: every item has its screen's record, so the merge
+    misses none, but the survivors not timed in full yet are what resume redoes: said, exit 1."""
+    from orchestrator.control.rounds import advance
+
+    spec = _replay_spec(tmp_path, html=False, timing={"strategy": "halving", "keep": 3})
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    second = advance(sd, sd.spec.executor)
+    assert second is not None and len(second.units) >= 2
+    assert all(o.ok for o in dispatch.run_units_locally(sd, [second.units[0].id], kind="debug"))
+    untimed = sum(len(u.items) for u in second.units[1:])
+    assert finish_sweep(sd, overwrite=False, html=False, failed=[], redo="`again`") == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"merged {sd.planned} records (0 errors, 0 of {sd.planned} planned missing)"), err
+    assert f"tilesweep: {untimed} survivors of round 2 not timed in full yet; `again` redoes only those" in err

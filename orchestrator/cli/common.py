@@ -112,6 +112,11 @@ def file_path(value: str) -> str:
     return value
 
 
+def counted(n: int, word: str) -> str:
+    """``n`` and ``word``, plural where ``n`` is not 1 ("1 unit", "3 items")."""
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
 def warn(text: str) -> None:
     """``tilesweep: TEXT`` on stderr (TEXT starts with "warning:", "note:", or says what failed)."""
     print(f"{PROG}: {text}", file=sys.stderr)
@@ -147,7 +152,7 @@ def round_note(nxt: NextRound) -> str:
     which = f" (round {of_search} of the search: {'its survivors' if kind == 'survivors' else 'its screen'})"
     return (
         f"round {nxt.number}{which if of_search != nxt.number else ''}: {n} problem{'s' if n != 1 else ''} "
-        f"still search{'' if n != 1 else 'es'}: {items} {what}, in {len(nxt.units)} units"
+        f"still search{'' if n != 1 else 'es'}: {items} {what}, in {counted(len(nxt.units), 'unit')}"
     )
 
 

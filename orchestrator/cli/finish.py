@@ -15,7 +15,7 @@ from collections.abc import Container
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import warn
+from orchestrator.cli.common import counted, warn
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.dispatch import UnitOutcome
@@ -95,14 +95,24 @@ def finish_sweep(sd: SweepDir, *, overwrite: bool, html: bool, failed: list[str]
         print_table(summary.output)
     for line in failed:
         warn(line)
-    if summary.missing or failed:
-        n = len(failed)
-        left = (
-            f"{summary.missing} items have no record"
-            if summary.missing
-            else f"{n} unit{'s' if n != 1 else ''} ended unfinished"
-        )
-        warn(f"{left}; {redo} redoes only those")
+    untimed = _survivors_untimed(sd)
+    if summary.missing or failed or untimed:
+        has = "has" if summary.missing == 1 else "have"
+        left = [f"{counted(summary.missing, 'item')} {has} no record"] if summary.missing else []
+        if untimed:
+            left.append(f"{counted(untimed, 'survivor')} of round 2 not timed in full yet")
+        warn(f"{'; '.join(left or [f'{counted(len(failed), "unit")} ended unfinished'])}; {redo} redoes only those")
     if summary.records and html:
         print_page(summary.output)
-    return 1 if summary.missing or failed else 0
+    return 1 if summary.missing or failed or untimed else 0
+
+
+def _survivors_untimed(sd: SweepDir) -> int:
+    """A halving sweep's survivors of round 2 whose full timing no record holds yet (merge counts
+    items, each of which has its screen's record): what resume redoes besides the missing items."""
+    if sd.spec.timing.strategy != "halving":
+        return 0
+    from orchestrator.control.status import sweep_status
+
+    st = sweep_status(sd, query_slurm=False)
+    return max(0, st.round2_total - st.done_of(2, st.round2_total)) if st.round2 is not None else 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import PROG, Progress, round_note
+from orchestrator.cli.common import PROG, Progress, counted, round_note
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep
 from orchestrator.cli.submission import print_submission
 from orchestrator.errors import DispatchError
@@ -33,7 +33,7 @@ def say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_d
         n = len(plan.active)
         print(
             f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
-            f"({plan.held} items without a record yet): not resubmitted; wait for "
+            f"({counted(plan.held, 'item')} without a record yet): not resubmitted; wait for "
             f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force"
         )
     if r.next_round is not None:

@@ -32,6 +32,7 @@ from orchestrator.cli.common import (
     Progress,
     Subparsers,
     add_reuse_args,
+    counted,
     file_path,
     folder_path,
     positive_int,
@@ -65,7 +66,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         done = s.units - len(s.todo)
         print(
             f"sweep {s.sd.root}: {s.sd.planned} items in {s.units} units"
-            + (f", {done} units already done" if done else "")
+            + (f", {counted(done, 'unit')} already done" if done else "")
         )
         print_plan_notes(s.sd.spec)
         for line in reuse_lines(read_summary(s.sd)):
@@ -116,8 +117,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return 0
     if done.arrays:
         print(
-            f"cancelled job array{'s' if len(done.arrays) > 1 else ''} {', '.join(done.arrays)} ({done.units} "
-            "unfinished units)"
+            f"cancelled job array{'s' if len(done.arrays) > 1 else ''} {', '.join(done.arrays)} "
+            f"({counted(done.units, 'unfinished unit')})"
         )
     for line in local_stop_lines(here, sd):
         print(line)
