@@ -251,6 +251,25 @@ def test_resume_refuses_another_spec(tmp_path: Path, write_spec: Callable[..., P
     assert_one_line_error(r, "not the spec")
 
 
+def test_the_executor_settings_a_resume_was_given_stay_the_sweeps(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """``resume --spec`` with other executor settings (a fix for a task that could not start):
+    a later plain resume keeps them, not the broken ones it was fixing. An output the spec names
+    that is not the sweep's is said to be unused."""
+    sd = _sweep(tmp_path, write_spec, executor={"kind": "debug"}, modes=["fwd"], fwd_block_q=[32])
+    fixed = write_spec("fixed.json", executor={"kind": "debug", "max_config_attempts": 5}, modes=["fwd"])
+    data = json.loads(fixed.read_text())
+    fixed.write_text(json.dumps({**data, "fwd_block_q": [32], "output": str(tmp_path / "other.json")}))
+    r = run_cli("resume", str(sd.root), "--spec", str(fixed))
+    assert r.returncode == 0, r.stderr
+    assert f"{sd.root} runs with the executor settings of {fixed} from now on" in r.stdout, r.stdout
+    assert f"names {tmp_path / 'other.json'}, which resume does not use" in r.stderr, r.stderr
+    assert SweepDir.open(sd.root).spec.executor.max_config_attempts == 5
+    again = run_cli("resume", str(sd.root), "--spec", str(fixed))
+    assert again.returncode == 0 and "from now on" not in again.stdout, again.stdout
+
+
 def test_executor_settings_become_submitit_parameters() -> None:
     from orchestrator.control.dispatch import executor_parameters, grace_s
 

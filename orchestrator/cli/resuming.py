@@ -115,6 +115,15 @@ def resume_saying(
     return result
 
 
+def settings_kept(sd: SweepDir, settings: ExecutorSettings, spec: str | None) -> None:
+    """The executor settings of the spec given to ``resume --spec`` are the sweep's from now on:
+    a later plain resume would otherwise go back to the ones it was fixing. Said in one line."""
+    from orchestrator.control.resume import keep_settings
+
+    if spec is not None and keep_settings(sd, settings):
+        print(f"{sd.root} runs with the executor settings of {spec} from now on (plain `{PROG} resume` too)")
+
+
 def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespace) -> int:
     """A resume with the local or debug executor (see the module docstring)."""
     from orchestrator.control.status import sweep_status
@@ -144,6 +153,7 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
         finally:
             if progress is not None:
                 progress.close()
+        settings_kept(sd, settings, args.spec)
     if args.no_wait:
         if result.started:
             n = len(result.started)

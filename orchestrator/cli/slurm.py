@@ -91,6 +91,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from orchestrator.cli.resuming import settings_kept
     from orchestrator.control.resume import resume_settings
 
     sd = SweepDir.open(args.sweep_dir)
@@ -100,6 +101,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     result = resume_saying(
         sd, settings, force=args.force, units=args.units, max_array_size=args.max_array_size, retry=args.retry_errors
     )
+    settings_kept(sd, settings, args.spec)
     if result.items_submitted or result.next_round is not None:
         print(f"follow with: {PROG} status {sd.root}   (or {PROG} wait {sd.root})")
     return 0

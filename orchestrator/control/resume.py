@@ -17,8 +17,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from orchestrator import PROG
 from orchestrator.control import dispatch
 from orchestrator.control.arrays import SubmitOutcome, UnitsRollback, submit_with_merge
 from orchestrator.control.resume_plan import ResumePlan, plan_resume
@@ -83,9 +85,32 @@ def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
             f"{spec_path} is not the spec of the sweep in {sd.root} (fingerprint {spec.fingerprint()} != "
             f"{sd.spec.fingerprint()}); resume without --spec, or submit that spec to a new --sweep-dir"
         )
+    if Path(spec.output).resolve() != sd.output:  # the output moves with `run --output` or `merge --output`
+        log.warning(
+            "%s merges into %s, its output; %s names %s, which resume does not use (`%s merge %s --output %s` "
+            "writes there)",
+            sd.root,
+            sd.output,
+            spec_path,
+            spec.output,
+            PROG,
+            sd.root,
+            spec.output,
+        )
     if spec.replay is not None and sd.spec.replay is not None and spec.replay.pace != sd.spec.replay.pace:
         _set_pace(sd, spec.replay.pace)
     return spec.executor
+
+
+def keep_settings(sd: SweepDir, settings: ExecutorSettings) -> bool:
+    """Make ``settings`` (those of the spec a resume was given, which resumed the sweep) the
+    sweep's own, for the resumes, rounds and merge jobs after it; whether they changed. Called
+    once the resume has submitted or run its units: a refused one changes nothing."""
+    if settings == sd.spec.executor:
+        return False
+    with sweep_lock(sd):
+        sd.rewrite_meta(spec={**sd.meta["spec"], "executor": settings.model_dump(mode="json")})
+    return True
 
 
 def _set_pace(sd: SweepDir, pace: str) -> None:
