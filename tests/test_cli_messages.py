@@ -53,6 +53,8 @@ def test_every_command_says_one_line_when_its_output_cannot_be_written_and_lets_
     for cmd in commands:
         full = _to(cmd, "> /dev/full")
         assert_one_line_error(full, "cannot write to standard output: No space left on device")
+        closed = _to(cmd, ">&-")  # not silently: what it printed went nowhere
+        assert_one_line_error(closed, "cannot write to standard output: it is closed")
         head = _to(cmd, "| head -1")
         assert head.returncode == 0 and "Traceback" not in head.stderr, (cmd, head.stderr)
 
@@ -177,7 +179,7 @@ def test_an_output_that_is_a_directory_is_refused_before_anything_runs(
 ) -> None:
     folder = tmp_path / "results"
     folder.mkdir()
-    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"}, output=str(folder))
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], output=str(folder))  # no executor: submit takes it too
     sweep = tmp_path / "sweep"
     for command in ("plan", "run", "submit"):
         r = run_cli(command, str(spec), "--sweep-dir", str(sweep))

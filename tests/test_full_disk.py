@@ -66,7 +66,7 @@ def _replay_spec(tmp_path: Path) -> Path:
     """A replay spec: its units take no compile and no GPU."""
     from orchestrator.store import synthetic
 
-    fwd = {"modes": ["fwd"], "fwd_block_q": [16, 32, 64], "fwd_block_k": [32], "executor": {"kind": "local"}}
+    fwd = {"modes": ["fwd"], "fwd_block_q": [16, 32, 64], "fwd_block_k": [32]}
     source = tmp_path / "source.json"
     source.write_text(json.dumps(synthetic.document({**TINY_SPEC, **fwd, "output": str(source)})))
     spec = tmp_path / "spec.json"

@@ -19,6 +19,7 @@ Two more ways a command ends in one line, never a traceback:
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -159,6 +160,24 @@ class PipeSafeStdout:
         return getattr(self._stream, name)
 
 
+class _ClosedStdout:
+    """stdout of a process started with it closed (``>&-``): the first print fails as a full
+    disk does (``StdoutFailed``, one line, exit 2), not silently, as a table that went nowhere."""
+
+    def write(self, text: Any) -> int:
+        raise OSError(errno.EBADF, "it is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "it is closed")
+
+    @property
+    def buffer(self) -> _ClosedStdout:  # the bytes ``logs`` copies fail the same way
+        return self
+
+
 class QuietStderr:
     """stderr that nothing can stop: the first write or flush that fails (its reader gone:
     ``tilesweep run 2>&1 | head -1``; a full disk under ``2> run.log``) points stderr at
@@ -269,9 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, _interrupted)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # `kill PID`, `tilesweep cancel`: as a Ctrl-C
         signal.signal(signal.SIGTERM, _interrupted)
-    for name in ("stdout", "stderr"):  # started with it closed (`>&-`): what it prints goes nowhere
-        if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open for the process's life)
+    if sys.stderr is None:  # started with it closed (`2>&-`): its messages go nowhere
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (open for the process's life)
+    if sys.stdout is None:  # started with it closed (`>&-`): what the command prints is its product
+        sys.stdout = _ClosedStdout()
     original, errors, hook = sys.stdout, sys.stderr, sys.unraisablehook
     sys.stdout, sys.stderr = PipeSafeStdout(original), QuietStderr(errors)
     sys.unraisablehook = _swallowed(hook)
