@@ -295,7 +295,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     print(merge_line(summary))
     if summary.written and not summary.missing and sd.spec.timing.strategy != "full":
         _later_rounds_note(sd)
-    return 0
+    return 0 if summary.written else 1  # every partial with records quarantined: no document written
 
 
 def _later_rounds_note(sd: SweepDir) -> None:
