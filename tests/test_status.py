@@ -145,6 +145,8 @@ def test_status_without_slurm_queries_reads_the_sweep_directory_alone(
     st = sweep_status(sd)
     assert st.scheduler is not None and "not asked" in st.scheduler
     assert {u.state for u in st.units} == {"running", "pending"}
+    # its final merge job is not said to be missing from squeue and sacct, which nobody asked
+    assert format_status(st).splitlines()[-1] == "final merge: job 51 (SLURM not asked)"
 
 
 def test_units_never_submitted_and_units_that_cannot_start_are_told_apart(
@@ -381,3 +383,17 @@ def test_a_sweep_whose_final_merge_job_refused_is_complete_but_not_merged_until_
     assert run_cli("merge", str(sd.root)).returncode == 0
     r = run_cli("status", str(sd.root))
     assert r.returncode == 0 and "complete," not in r.stdout.splitlines()[0], r.stdout
+
+
+def test_unit_lines_keep_their_columns_whatever_a_units_state_says() -> None:
+    from orchestrator.control.status_model import SweepStatus, UnitStatus
+
+    st = SweepStatus(sweep_dir="s", planned=30)
+    st.units = [
+        UnitStatus("a" * 12, total=10, done=10, complete=True, state="done", job_id="7_0"),
+        UnitStatus("b" * 12, total=10, done=3, complete=False, state="interrupted", resumed=True, round=2),
+        UnitStatus("c" * 12, total=10, done=0, complete=False, state="pending"),
+    ]
+    lines = [line for line in format_status(st).splitlines() if line.startswith("  ")]
+    assert "interrupted (resumed) (round 2)" in lines[1]
+    assert len({line.index("errors") for line in lines}) == 1, lines

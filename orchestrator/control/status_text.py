@@ -27,12 +27,14 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     widths = Widths(
         job=max((len(u.job_id or "-") for u in shown), default=1),
         gpu=max((len(u.gpu or "-") for u in shown), default=1),
+        state=max((len(_state_of(u)) for u in shown[:max_lines]), default=0),
     )
     lines += [unit_line(u, widths) for u in shown[:max_lines]]
     hidden = len(st.units) - min(len(shown), max_lines)
     if hidden:
         lines.append(f"  ... {hidden} more units not shown (--json lists every unit)")
-    lines += [merge_job_line(m) for m in st.merge_jobs[-1:]]
+    asked = st.view is not None and st.view.asked
+    lines += [merge_job_line(m, asked=asked) for m in st.merge_jobs[-1:]]
     if not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
         lines.append(f"to redo the missing items: {PROG} resume {st.sweep_dir}")
     return "\n".join(lines)
@@ -96,14 +98,15 @@ class Widths:
 
     job: int
     gpu: int
+    state: int = 0  # the longest state shown (at least 20 wide)
 
 
 def unit_line(u: UnitStatus, widths: Widths) -> str:
     """One unit: id, state (resumed, its round after the first), records, errors, job, GPU,
     then why it is in that state and its log."""
-    state = u.state + (" (resumed)" if u.resumed else "") + (f" (round {u.round})" if u.round != 1 else "")
+    state = _state_of(u)
     text = (
-        f"  {u.id}  {state:<20} {u.done:>6}/{u.total:<6} errors {u.errors or 0:<4} "
+        f"  {u.id}  {state:<{max(20, widths.state)}} {u.done:>6}/{u.total:<6} errors {u.errors or 0:<4} "
         f"job {u.job_id or '-':<{widths.job}} gpu {u.gpu or '-':<{widths.gpu}}"
     )
     if u.detail:
@@ -113,13 +116,18 @@ def unit_line(u: UnitStatus, widths: Widths) -> str:
     return text.rstrip()
 
 
-def merge_job_line(m: dict[str, Any]) -> str:
+def _state_of(u: UnitStatus) -> str:
+    return u.state + (" (resumed)" if u.resumed else "") + (f" (round {u.round})" if u.round != 1 else "")
+
+
+def merge_job_line(m: dict[str, Any], *, asked: bool = True) -> str:
     """The final merge job: its state (and pending reason), its log once it ended other than
-    completed, or why the merge it ran was refused."""
+    completed, or why the merge it ran was refused; ``asked``: whether SLURM was asked of it."""
     if m.get("error"):
         return f"final merge: job {m['job_id']} failed: {m['error']}"
+    unknown = "not in squeue/sacct" if asked else "(SLURM not asked)"
     return (
-        f"final merge: job {m['job_id']} {(m['state'] or 'not in squeue/sacct').lower()}"
+        f"final merge: job {m['job_id']} {m['state'].lower() if m['state'] else unknown}"
         + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
         + (f"  log: {m['log']}" if m["log"] and m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else "")
     )
