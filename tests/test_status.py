@@ -397,3 +397,18 @@ def test_unit_lines_keep_their_columns_whatever_a_units_state_says() -> None:
     lines = [line for line in format_status(st).splitlines() if line.startswith("  ")]
     assert "interrupted (resumed) (round 2)" in lines[1]
     assert len({line.index("errors") for line in lines}) == 1, lines
+
+
+def test_a_unit_that_ended_unfinished_shows_the_gpu_its_last_worker_ran_on(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """No marker (the unit failed): the GPU its last worker's partial header names."""
+    sd, units, view = _three_units_on_slurm(tmp_path, write_spec)
+    partial = sd.partial_path(units[0])
+    lines = partial.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["header"]["gpu"] = "3"
+    partial.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    st = sweep_status(sd, view=view)
+    failed = next(u for u in st.units if u.id == units[0])
+    assert failed.state == "failed" and failed.gpu == "3", failed

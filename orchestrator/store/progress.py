@@ -30,7 +30,7 @@ from orchestrator.store.tally import Book, count_partial
 class Counted:
     """What merge would accept from one unit's partial: records, error records, and whether a
     completion marker vouches for it; ``detail`` says why a marker or the partial was not
-    trusted; ``gpu``: the GPU the marker says the unit ran on."""
+    trusted; ``gpu``: the GPU the marker says the unit ran on, or its last worker's header."""
 
     done: int = 0
     errors: int = 0
@@ -102,6 +102,8 @@ def count_unit(
         return c
     c.done = min(total, content.records)
     c.errors = content.errors
+    if c.gpu is None and content.headers:  # no marker (failed, cancelled, running): its last worker's GPU
+        c.gpu = content.headers[-1].get("gpu")
     if has_marker and not _same_counts(marker, content.records, content.errors, st.st_size):
         c.detail = stale  # a partial copied (new inode) but as the unit left it is not stale
     return c
