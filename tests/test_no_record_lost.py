@@ -149,6 +149,13 @@ def test_unwritable_output_or_folder_is_one_line_and_changes_nothing(tmp_path: P
     finally:
         subprocess.run(["chattr", "-i", str(folder)], check=True)
     assert not other.exists()
+    # what stands in the lock file's way is named: a file where its folder goes, a folder with its name
+    (folder / "afile").write_text("")
+    r = run_cli("merge", str(sd.root), "--output", str(folder / "afile" / "x.json"))
+    assert_one_line_error(r, f"{folder / 'afile'} is a file, where a folder belongs", f"tilesweep merge {sd.root} ")
+    (folder / ".other.json.lock").mkdir()
+    r = run_cli("merge", str(sd.root), "--output", str(other))
+    assert_one_line_error(r, "a directory has its name: move it away")
 
 
 def test_standard_output_full_or_closed(tmp_path: Path) -> None:

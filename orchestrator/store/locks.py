@@ -306,8 +306,9 @@ class SoftLock:
 class MergeLock:
     """Context manager: the hard or soft lock on ``path``, ``LockTimeout`` naming the file."""
 
-    def __init__(self, path: Path, kind: str, timeout: float) -> None:
-        self.path, self.kind, self.timeout = Path(path), kind, timeout
+    def __init__(self, path: Path, kind: str, timeout: float, sweep: Path | None = None) -> None:
+        """``sweep``: the sweep directory that merges (the command that merges elsewhere names it)."""
+        self.path, self.kind, self.timeout, self.sweep = Path(path), kind, timeout, sweep
         self._lock: SoftLock | filelock.BaseFileLock | None = None
 
     def __enter__(self) -> MergeLock:
@@ -315,9 +316,19 @@ class MergeLock:
             return self._acquire()
         except OSError as exc:  # the folder cannot hold the lock file: read-only, immutable, gone
             raise ResultsError(
-                f"cannot create the lock file {self.path} ({exc.strerror or exc}); the folder {self.path.parent} "
-                f"is not writable: make it writable, or merge into another folder (`{PROG} merge SWEEP --output FILE`)"
+                f"cannot create the lock file {self.path} ({exc.strerror or exc}); {self._why()}"
             ) from None
+
+    def _why(self) -> str:
+        """What stands in the lock file's way: a folder where it goes, a file where its folder
+        goes, or a folder that takes no new files."""
+        elsewhere = f"merge into another folder (`{PROG} merge {self.sweep or 'SWEEP'} --output FILE`)"
+        if self.path.is_dir():
+            return f"a directory has its name: move it away, or {elsewhere}"
+        blocking = next((p for p in reversed(self.path.parents) if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            return f"{blocking} is a file, where a folder belongs: name an output in a folder, or {elsewhere}"
+        return f"the folder {self.path.parent} is not writable: make it writable, or {elsewhere}"
 
     def _acquire(self) -> MergeLock:
         if self.kind == "soft":

@@ -185,7 +185,7 @@ def merge(
     quarantined nothing is written (``MergeSummary.written`` is false)."""
     spec = sd.spec
     out = _output_file(sd, Path(output) if output is not None else sd.output)
-    with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s):
+    with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s, sweep=sd.root):
         dead = remove_dead_temps(out) + remove_dead_temps(keyindex.index_path(out))
         for p in dead + remove_dead_temps(sd.root / CACHE_DIR):
             log.info("removed %s, left by a merge that was killed", p)
