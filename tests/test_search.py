@@ -250,6 +250,12 @@ def test_search_settings_without_the_search_strategy_get_a_note() -> None:
     assert idle_settings(spec_from_data({})) is None
 
 
+def test_checking_a_spec_notes_what_plan_would(tmp_path: Path) -> None:
+    idle = spec_file(tmp_path, timing={"strategy": "full"}, search={"design": 3})
+    r = run_cli("spec", str(idle))
+    assert r.returncode == 0 and "note: the search section is set but timing.strategy is 'full'" in r.stderr, r.stderr
+
+
 def test_a_screened_search_times_in_full_only_the_survivors_of_each_rounds_screen(tmp_path: Path) -> None:
     from orchestrator.cli.common import round_note
     from orchestrator.control import dispatch

@@ -54,6 +54,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
         raise SpecError("pass a spec file to check, or --schema to print the JSON Schema")
     spec = load_spec(args.file)
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
+    print_plan_notes(spec)  # what `plan` would note of it (stderr): checking a spec says it too
     return 0
 
 
