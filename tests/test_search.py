@@ -250,6 +250,13 @@ def test_search_settings_without_the_search_strategy_get_a_note() -> None:
     assert idle_settings(spec_from_data({})) is None
 
 
+def test_a_design_set_above_what_a_small_grid_takes_is_said_not_cut_silently(tmp_path: Path) -> None:
+    r = run_cli("plan", str(spec_file(tmp_path, search={"design": 40})), "--dry-run")
+    assert r.returncode == 0 and "search.design is 40, and round 1 measures " in r.stderr, r.stderr
+    r = run_cli("plan", str(spec_file(tmp_path, "default.json")), "--dry-run")
+    assert r.returncode == 0 and "search.design" not in r.stderr, r.stderr
+
+
 def test_checking_a_spec_notes_what_plan_would(tmp_path: Path) -> None:
     idle = spec_file(tmp_path, timing={"strategy": "full"}, search={"design": 3})
     r = run_cli("spec", str(idle))

@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator.control.searchstate import Observed, ProblemItems, account, as_problem, problems_of
 from orchestrator.planning import RUN, WorkItem
-from orchestrator.planning.search import SEARCHING, Design, design, design_size
+from orchestrator.planning.search import DESIGN_SHARE, SEARCHING, Design, design, design_size
 from orchestrator.planning.searchmodel import Config
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.files import now_iso
@@ -55,6 +55,21 @@ def _design_of(
     return chosen
 
 
+def _say_capped(spec: SweepSpec, runnable: list[int]) -> None:
+    """A ``search.design`` the user set that round 1 measures fewer of, on a small grid (one in
+    ``DESIGN_SHARE`` of the configs a problem can run), is said once, not cut silently."""
+    asked = spec.search.design
+    sizes = [design_size(asked, n) for n in runnable]
+    if "design" in spec.search.model_fields_set and sizes and min(sizes) < asked:
+        log.warning(
+            "search.design is %d, and round 1 measures %d of a problem's configs where its grid is small: at most "
+            "one in %d of those it can run (at least 2), so that later rounds have neighbours left to try",
+            asked,
+            min(sizes),
+            DESIGN_SHARE,
+        )
+
+
 def _portfolio_record(portfolio: Portfolio) -> dict[str, Any]:
     """The portfolio as round 1's record shows it: its sources and, per mode and implementation,
     each config with the number of problems it won."""
@@ -86,6 +101,7 @@ def design_round(spec: SweepSpec, items: list[WorkItem], carried: set[int], port
         state["space_filling"] = len(chosen.space_filling)
         state["carried"] = sum(1 for it in p.items.values() if it.id in ids)
         states.append(state)
+    _say_capped(spec, [len(p.runnable) for p in problems_of(items).values()])
     round_items = [it for it in items if it.index in todo]
     record: SearchRound = {
         "round": 1,
