@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import LAUNCH_STDOUT_CLOSED, run_cli
+from tests.helpers import LAUNCH_STDOUT_CLOSED, assert_one_line_error, run_cli
 
 
 @pytest.fixture
@@ -204,6 +204,17 @@ def test_export_to_a_reader_that_left_says_the_table_was_cut_short(results: Path
     err = proc.stderr.read()
     assert proc.wait() == 0 and "Traceback" not in err, err
     assert err.strip() == "tilesweep: the table was cut short: its reader closed standard output"
+
+
+def test_export_to_standard_output_closed_says_the_table_went_nowhere(results: Path) -> None:
+    """``export --out - >&-``: the table, the command's product, can go nowhere: one line, exit 2,
+    not "wrote the table to stdout" and 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH_STDOUT_CLOSED, "export", str(results), "--out", "-"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert_one_line_error(done, "cannot write the table to standard output: it is closed; write it to --out FILE")
 
 
 def test_report_with_standard_output_closed_runs_and_writes_its_page(results: Path, tmp_path: Path) -> None:

@@ -225,6 +225,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.out == "-":  # the table on stdout, what was written on stderr
         print(json.dumps(table, indent=1))
         sys.stdout.flush()
+        if getattr(sys.stdout, "closed_at_start", False):  # `>&-`: the table, the command's product, went nowhere
+            raise TilesweepError("cannot write the table to standard output: it is closed; write it to --out FILE")
         if getattr(sys.stdout, "reader_gone", False):  # `| head`: not all of it was read
             print(f"{PROG}: the table was cut short: its reader closed standard output", file=sys.stderr)
             return 0

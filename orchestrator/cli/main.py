@@ -19,7 +19,6 @@ Two more ways a command ends in one line, never a traceback:
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import sys
@@ -127,6 +126,7 @@ class PipeSafeStdout:
     wrapped stream's."""
 
     reader_gone = False  # whether the reader closed the pipe (what was printed since went nowhere)
+    closed_at_start = False  # whether the command started with stdout closed (`>&-`: nothing it prints goes anywhere)
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -158,24 +158,6 @@ class PipeSafeStdout:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
-
-
-class _ClosedStdout:
-    """stdout of a process started with it closed (``>&-``): the first print fails as a full
-    disk does (``StdoutFailed``, one line, exit 2), not silently, as a table that went nowhere."""
-
-    def write(self, text: Any) -> int:
-        raise OSError(errno.EBADF, "it is closed")
-
-    def flush(self) -> None:
-        pass
-
-    def fileno(self) -> int:
-        raise OSError(errno.EBADF, "it is closed")
-
-    @property
-    def buffer(self) -> _ClosedStdout:  # the bytes ``logs`` copies fail the same way
-        return self
 
 
 class QuietStderr:
@@ -290,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _interrupted)
     if sys.stderr is None:  # started with it closed (`2>&-`): its messages go nowhere
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (open for the process's life)
-    if sys.stdout is None:  # started with it closed (`>&-`): what the command prints is its product
-        sys.stdout = _ClosedStdout()
+    if sys.stdout is None:  # started with it closed (`>&-`): as a reader gone before the first line
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (open for the process's life)
+        PipeSafeStdout.reader_gone = PipeSafeStdout.closed_at_start = True
     original, errors, hook = sys.stdout, sys.stderr, sys.unraisablehook
     sys.stdout, sys.stderr = PipeSafeStdout(original), QuietStderr(errors)
     sys.unraisablehook = _swallowed(hook)

@@ -13,9 +13,10 @@ has still to start are not stranded.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import PROG, Progress, counted, round_note
+from orchestrator.cli.common import PROG, Progress, counted, round_note, warn
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep
 from orchestrator.cli.submission import print_submission
 from orchestrator.errors import DispatchError
@@ -119,9 +120,18 @@ def settings_kept(sd: SweepDir, settings: ExecutorSettings, spec: str | None) ->
     """The executor settings of the spec given to ``resume --spec`` are the sweep's from now on:
     a later plain resume would otherwise go back to the ones it was fixing. Said in one line."""
     from orchestrator.control.resume import keep_settings
+    from orchestrator.spec.files import load_spec
 
-    if spec is not None and keep_settings(sd, settings):
+    if spec is None:
+        return
+    if keep_settings(sd, settings):
         print(f"{sd.root} runs with the executor settings of {spec} from now on (plain `{PROG} resume` too)")
+    given = load_spec(spec).output
+    if Path(given).resolve() != sd.output:  # the output moves with `run --output` or `merge --output`
+        warn(
+            f"{sd.root} merges into {sd.output}, its output; {spec} names {given}, which resume does not use "
+            f"(`{PROG} merge {sd.root} --output {given}` writes there)"
+        )
 
 
 def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespace) -> int:

@@ -17,10 +17,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from orchestrator import PROG
 from orchestrator.control import dispatch
 from orchestrator.control.arrays import SubmitOutcome, UnitsRollback, submit_with_merge
 from orchestrator.control.resume_plan import ResumePlan, plan_resume
@@ -84,18 +82,6 @@ def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
         raise MismatchError(
             f"{spec_path} is not the spec of the sweep in {sd.root} (fingerprint {spec.fingerprint()} != "
             f"{sd.spec.fingerprint()}); resume without --spec, or submit that spec to a new --sweep-dir"
-        )
-    if Path(spec.output).resolve() != sd.output:  # the output moves with `run --output` or `merge --output`
-        log.warning(
-            "%s merges into %s, its output; %s names %s, which resume does not use (`%s merge %s --output %s` "
-            "writes there)",
-            sd.root,
-            sd.output,
-            spec_path,
-            spec.output,
-            PROG,
-            sd.root,
-            spec.output,
         )
     if spec.replay is not None and sd.spec.replay is not None and spec.replay.pace != sd.spec.replay.pace:
         _set_pace(sd, spec.replay.pace)

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ValidationError
 
 from kernels.tokamax_meta import holds_table
 from orchestrator import PROG
+from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import SpecError
 from orchestrator.spec.model import SweepSpec
-from orchestrator.store.files import not_a_file
 
 
 def load_spec(path: str | Path) -> SweepSpec:

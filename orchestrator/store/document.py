@@ -31,10 +31,10 @@ from types import ModuleType
 from typing import Any
 
 from orchestrator import PROG
+from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
 from orchestrator.spec.records import IDENTITY_FIELDS
-from orchestrator.store.files import not_a_file
 from orchestrator.store.record_values import ValueRefused, check_values
 
 _orjson: ModuleType | None

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import SweepDirError
 from orchestrator.store.pidspace import pid_alive
 
@@ -234,17 +235,6 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj: Any, indent: int | None = None) -> None:
     atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
-
-
-def not_a_file(path: str | os.PathLike[str]) -> str | None:
-    """What ``path`` is where it is a device ("a device": /dev/zero, /dev/full, a terminal), whose
-    reading never ends or never comes, not a file; None for anything else (a file, a pipe such as
-    bash's ``<(...)``, a path that is not there: its reader says why)."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return None
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else None
 
 
 def read_json(path: Path, what: str) -> Any:
