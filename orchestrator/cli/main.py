@@ -116,60 +116,18 @@ class StdoutFailed(Exception):
         self.errno = exc.errno
 
 
-class PipeSafeStdout:
-    """stdout that a closed pipe (``tilesweep resume | head -1``) cannot stop: the first
-    write or flush that finds the reader gone points stdout at /dev/null and the command
-    goes on, so what it was doing (a submission sbatch may have accepted) is never cut short
-    by a print. Any other failed write or flush (``> /dev/full``) is a ``StdoutFailed`` that
-    ``main`` turns into one line, not an OSError from wherever the command happened to print.
-    Its ``buffer`` (the bytes ``logs`` copies) is guarded the same way. Everything else is the
-    wrapped stream's."""
-
-    reader_gone = False  # whether the reader closed the pipe (what was printed since went nowhere)
-    closed_at_start = False  # whether the command started with stdout closed (`>&-`: nothing it prints goes anywhere)
+class _Guarded:
+    """A standard stream whose failed writes and flushes go to ``_failed`` (which raises, or
+    lets the command go on); everything else is the wrapped stream's."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
 
-    @property
-    def buffer(self) -> PipeSafeStdout:
-        return PipeSafeStdout(self._stream.buffer)
+    def _failed(self, exc: OSError) -> None:
+        raise exc
 
-    def _gone(self) -> None:
-        PipeSafeStdout.reader_gone = True
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
-
-    def write(self, text: Any) -> int:
-        try:
-            return int(self._stream.write(text))
-        except BrokenPipeError:
-            self._gone()
-            return len(text)
-        except OSError as exc:
-            raise StdoutFailed(exc) from None
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except BrokenPipeError:
-            self._gone()
-        except OSError as exc:
-            raise StdoutFailed(exc) from None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-class QuietStderr:
-    """stderr that nothing can stop: the first write or flush that fails (its reader gone:
-    ``tilesweep run 2>&1 | head -1``; a full disk under ``2> run.log``) points stderr at
-    /dev/null, and the command goes on without its progress and messages, as ``PipeSafeStdout``
-    lets a sweep go on without its stdout. Everything else is the wrapped stream's."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def _gone(self) -> None:
+    def _to_devnull(self) -> None:
+        """Point the stream's file descriptor at /dev/null: what is written later goes nowhere."""
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
         except (OSError, ValueError):  # no file descriptor (a stream in memory): nothing to point elsewhere
@@ -178,18 +136,50 @@ class QuietStderr:
     def write(self, text: Any) -> int:
         try:
             return int(self._stream.write(text))
-        except OSError:
-            self._gone()
+        except OSError as exc:
+            self._failed(exc)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except OSError:
-            self._gone()
+        except OSError as exc:
+            self._failed(exc)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+class PipeSafeStdout(_Guarded):
+    """stdout that a closed pipe (``tilesweep resume | head -1``) cannot stop: the first
+    write or flush that finds the reader gone points stdout at /dev/null and the command
+    goes on, so what it was doing (a submission sbatch may have accepted) is never cut short
+    by a print. Any other failed write or flush (``> /dev/full``) is a ``StdoutFailed`` that
+    ``main`` turns into one line, not an OSError from wherever the command happened to print.
+    Its ``buffer`` (the bytes ``logs`` copies) is guarded the same way."""
+
+    reader_gone = False  # whether the reader closed the pipe (what was printed since went nowhere)
+    closed_at_start = False  # whether the command started with stdout closed (`>&-`: nothing it prints goes anywhere)
+
+    @property
+    def buffer(self) -> PipeSafeStdout:
+        return PipeSafeStdout(self._stream.buffer)
+
+    def _failed(self, exc: OSError) -> None:
+        if not isinstance(exc, BrokenPipeError):
+            raise StdoutFailed(exc) from None
+        PipeSafeStdout.reader_gone = True
+        self._to_devnull()
+
+
+class QuietStderr(_Guarded):
+    """stderr that nothing can stop: the first write or flush that fails (its reader gone:
+    ``tilesweep run 2>&1 | head -1``; a full disk under ``2> run.log``) points stderr at
+    /dev/null, and the command goes on without its progress and messages, as ``PipeSafeStdout``
+    lets a sweep go on without its stdout."""
+
+    def _failed(self, exc: OSError) -> None:
+        self._to_devnull()
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
