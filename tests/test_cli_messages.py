@@ -5,7 +5,7 @@ goes, a unit's log captured whole (a stop while a command starts: ``test_cli_sto
 from __future__ import annotations
 
 import json
-import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -111,14 +111,13 @@ def test_a_device_given_as_an_input_is_refused_not_read_without_end(write_spec: 
     came (here each command gets 3 GB of address space, so one that reads it fails instead)."""
 
     def capped(*args: str) -> subprocess.CompletedProcess[str]:
-        cap = (3 << 30, 3 << 30)
+        command = shlex.join([sys.executable, "-m", "orchestrator", *args])
         return subprocess.run(
-            [sys.executable, "-m", "orchestrator", *args],
+            ["bash", "-c", f"ulimit -v {3 << 20} && exec {command}"],  # KiB: 3 GiB
             cwd=REPO,
             capture_output=True,
             text=True,
             timeout=300,
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, cap),
         )
 
     assert_one_line_error(capped("plan", "/dev/zero", "--dry-run"), "spec file /dev/zero is a device, not a file")
