@@ -53,9 +53,12 @@ figure a line::
     merge_check_cpu_s: parse=X classify=X layout=X id=X unit=X encode=X starts=X judge=X
 
 ``merge_vs_floor`` is of wall seconds, ``merge_vs_floor_cpu`` of the same runs' CPU seconds (the
-floor's: its read and the writer it chose), which the other engineers' load on a shared machine
-moves less. The last line is what each of the merge's per-line checks costs alone
-(``bench/merge_checks.py``).
+floor's: its read and the writer it chose; the merge's with its parse workers'), which the other
+engineers' load on a shared machine moves less. The merge parses partials in one worker process
+per CPU it may use (``store/parse_procs.py``; ``TILESWEEP_MERGE_PROCS=1`` merges in one process);
+the floor is one process: the wall ratio counts that, the CPU ratio does not. Peak memory is the
+merge process's; its workers' largest is printed per run (each holds one partial at a time).
+The last line is what each of the merge's per-line checks costs alone (``bench/merge_checks.py``).
 
 Run: ``.venv/bin/python -m bench.merge [--units 1000] [--runs 3] [--dir DIR] [--stdlib-json]``;
 ``--units`` scales the sweep (1,000 records a unit); ``--stdlib-json`` merges without orjson
@@ -122,19 +125,27 @@ def child_merge(sweep: str, cold: bool, bare: bool = False) -> dict[str, Any]:
         keyindex.index_path(sd.output).unlink(missing_ok=True)
     sd.spec  # noqa: B018 - parsed before the baseline, like any caller holding a SweepDir
     base, rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, _proc_kb("VmRSS")
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0, w0 = time.perf_counter(), time.process_time(), _children_cpu()
     summary = merge(sd)
-    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    dt, cpu, workers = time.perf_counter() - t0, time.process_time() - c0, _children_cpu() - w0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "s": dt,
-        "cpu": cpu,
+        "cpu": cpu + workers,  # its parse workers' too (store/parse_procs.py)
+        "workers_cpu": workers,
+        "worker_peak": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
         "records": summary.records,
         "cached": summary.partials_cached,
         "mem_delta": (peak - base) * 1024,
         "hwm_delta": (_proc_kb("VmHWM") - rss0) * 1024,
         "doc_bytes": summary.output.stat().st_size,
     }
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have ended (the merge's parse workers)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def child_build(sweep: str, spec_json: str, n_units: str) -> dict[str, Any]:
@@ -177,7 +188,8 @@ def first_merges(root: Path, tmp: Path, output: Path, n: int, runs: int) -> dict
         out["io"].append(io["s"])
         out["mem"].append(m["mem_delta"] / m["doc_bytes"])
         print(
-            f"  run {r}: merge_s={m['s']:.2f} (cpu {m['cpu']:.2f}) floor_s={fs:.2f} (cpu {out['floor_cpu'][-1]:.2f}; "
+            f"  run {r}: merge_s={m['s']:.2f} (cpu {m['cpu']:.2f}, of it its parse workers' {m['workers_cpu']:.2f}, "
+            f"their largest {m['worker_peak'] / 1e6:.0f} MB) floor_s={fs:.2f} (cpu {out['floor_cpu'][-1]:.2f}; "
             f"read {f['read_s']:.2f} + {best}; writers: "
             f"{writers_line(f)}) io_s={io['s']:.2f} peak_mem_delta_mb={m['mem_delta'] / 1e6:.0f} "
             f"(VmHWM: {m['hwm_delta'] / 1e6:.0f}) doc_mb={m['doc_bytes'] / 1e6:.0f}",

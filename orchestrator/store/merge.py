@@ -51,6 +51,7 @@ from orchestrator.store.keyindex import Keys
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.merge_head import device_of, tilesweep_of
 from orchestrator.store.newest import Slots, pick_newest
+from orchestrator.store.parse_procs import parse_ahead
 from orchestrator.store.partials import UnitItems, log_skipped
 from orchestrator.store.provenance import DocumentHead
 from orchestrator.store.quarantine import Quarantined, quarantine
@@ -109,11 +110,14 @@ def collect(
     segs: list[Segment] = []
     moved: list[Quarantined] = []
     known = set()
-    for entry in sd.unit_index():
+    index = sd.unit_index()
+    ahead = parse_ahead(sd, [e["id"] for e in index]) if use_cache else set()  # on the other CPUs
+    for entry in index:
         uid = entry["id"]
         path = sd.partial_path(uid)
         known.add(path.name)
         seg = segment(sd.root, uid, path, use_cache=use_cache, items=(units or {}).pop(uid, None))
+        seg.cached = seg.cached and uid not in ahead  # parsed by this merge, in another process
         if env is None and seg.headers and seg.foreign is None:
             env = seg.headers[0].get("env")  # no env.json: the first worker's environment rules
         why = seg.foreign or check_headers(seg, fingerprint, env)

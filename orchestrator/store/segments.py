@@ -257,6 +257,21 @@ def _store(sweep_root: Path, seg: Segment) -> None:
         log.debug("merge cache not written for %s: %s", seg.unit, exc)
 
 
+def current(sweep_root: Path, unit: str, path: Path) -> bool:
+    """Whether the merge cache holds ``unit``'s partial at ``path`` as it is now, all of it
+    parsed (its first line alone read: the payload's CRC is checked when it is loaded)."""
+    try:
+        with open(_cache_path(sweep_root, unit), "rb") as f:
+            meta = loads(f.readline())
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(meta, dict) or meta.get("v") != CACHE_VERSION or meta.get("unit") != unit:
+        return False
+    stamp = (meta.get("ino"), meta.get("size"), meta.get("mtime_ns"), meta.get("parsed"))
+    return stamp == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_size)
+
+
 def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
     cpath = _cache_path(sweep_root, unit)
     try:

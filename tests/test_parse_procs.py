@@ -1,0 +1,66 @@
+"""A large merge parses its partials in worker processes (``store.parse_procs``): the document,
+the warnings and the quarantine are byte for byte those of a merge in one process, the workers
+really parse (their segments are in the merge cache before the merge reads any), and a wrong
+``TILESWEEP_MERGE_PROCS`` is one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrator.store.parse_procs import ENV, parse_ahead
+from orchestrator.store.segments import current
+from orchestrator.store.synthetic import build_sweep, small_spec
+from tests.helpers import assert_one_line_error, run_cli
+
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> Path:
+    """A sweep of 6 units: one partial with a junk line, one of another sweep."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(n_seqs=3), 6, output=tmp_path / "one.json")
+    with open(sd.partial_path(units[1].id), "a") as f:
+        f.write('{"id": "not an item", "attempt": 1, "record": {}}\n')
+    other, _ = build_sweep(tmp_path / "other", small_spec(n_seqs=1), 2, output=tmp_path / "other.json", seed=3)
+    shutil.copy(other.partial_path(other.unit_index()[0]["id"]), sd.partial_path(units[4].id))
+    return sd.root
+
+
+def test_a_merge_in_worker_processes_writes_what_one_process_writes(damaged: Path, tmp_path: Path) -> None:
+    twin = tmp_path / "twin"
+    shutil.copytree(damaged, twin)
+    one = run_cli("merge", str(damaged), env={ENV: "1"})
+    many = run_cli("merge", str(twin), "--output", str(tmp_path / "many.json"), env={ENV: "3"})
+    assert one.returncode == 0 and many.returncode == 0, one.stderr + many.stderr
+    assert (tmp_path / "many.json").read_bytes().split(b'"tilesweep"')[0] == (tmp_path / "one.json").read_bytes().split(
+        b'"tilesweep"'
+    )[0]
+
+    def said(text: str) -> list[str]:  # a quarantined file's name holds the time and the merge's pid
+        return sorted(re.sub(r"\.\d{4}-\d\d-\d\dT\d{6}Z\.\S+", ".*", line) for line in text.splitlines())
+
+    assert said(many.stderr.replace(str(twin), str(damaged))) == said(one.stderr) and many.stderr, many.stderr
+    assert len(list((twin / "quarantine").glob("*.jsonl.*"))) == 1
+
+
+def test_the_workers_parse_into_the_merge_cache(damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.store.sweepdir import SweepDir
+
+    monkeypatch.setenv(ENV, "2")
+    sd = SweepDir.open(damaged)
+    units = [e["id"] for e in sd.unit_index()]
+    assert not any(current(sd.root, u, sd.partial_path(u)) for u in units)
+    assert parse_ahead(sd, units) == set(units)
+    assert all(current(sd.root, u, sd.partial_path(u)) for u in units)
+    assert parse_ahead(sd, units) == set()  # every one is current now: nothing to parse again
+
+
+def test_a_wrong_number_of_merge_processes_is_one_line(damaged: Path) -> None:
+    for value in ("many", "0", "-2"):
+        r = run_cli("merge", str(damaged), env={ENV: value})
+        assert_one_line_error(r, f"{ENV}={value!r}: write a number of processes")
+    assert not (damaged.parent / "one.json").exists()
+    assert json.loads((damaged / "sweep.json").read_text())["output"].endswith("one.json")
