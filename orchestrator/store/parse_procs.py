@@ -8,13 +8,13 @@ the document, the warnings and the refusals are those of a merge in one process,
 login node's cores (``bench/merge.py``).
 
 Below ``PARALLEL_MIN_BYTES`` to parse, or with one CPU, or where the cache cannot be written,
-the merge parses in its own process. ``TILESWEEP_MERGE_PROCS`` sets the number of processes
-(1: none). Each worker is a new interpreter running this module (``python -m``), handed its
-share of the partials, the biggest first, in a file: never a fork of a merge that may hold a
-lock's heartbeat thread, and never a re-run of the caller's own script, as multiprocessing's
-spawn would do. A Ctrl-C stops the workers with the merge (they die of it, silently; the merge
-kills those left when it stops); a killed worker leaves at most a temp file in the cache, which
-the next merge removes.
+the merge parses in its own process. ``TILESWEEP_MERGE_PROCS`` sets the number of processes (1:
+none). Each worker is a new interpreter running this module (``python -m``), handed its share of
+the partials, the biggest first, in a file, beside which it writes what it would warn of: never
+a fork of a merge that may hold a lock's heartbeat thread, and never a re-run of the caller's
+own script, as multiprocessing's spawn would do. A Ctrl-C stops the workers with the merge (they
+die of it, silently; the merge kills those left when it stops); a killed worker leaves at most a
+temp file in the cache, which the next merge removes.
 
     python -m orchestrator.store.parse_procs SWEEP_DIR UNITS_JSON   # one worker
 """
@@ -70,9 +70,9 @@ def parse_ahead(sd: SweepDir, units: list[str]) -> set[str]:
                 listing = Path(folder) / f"{k}.json"
                 listing.write_text(json.dumps(share))
                 children.append(_start(sd.root, listing))
-            for child in children:
-                said, _ = child.communicate()
-                _say(said)
+            for k, child in enumerate(children):
+                child.wait()
+                _say(Path(folder) / f"{k}.said")
         finally:  # a Ctrl-C (or a bug) here: no worker outlives the merge
             for child in children:
                 if child.poll() is None:
@@ -85,15 +85,18 @@ def _start(root: Path, listing: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", __name__, str(root), str(listing)],
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,  # a worker that fails leaves its partials to the merge, which says why
-        text=True,
     )
 
 
-def _say(said: str) -> None:
-    """A worker's warnings, as the merge would have logged them."""
-    for line in said.splitlines():
+def _say(said: Path) -> None:
+    """A worker's warnings (its listing's ``.said`` file), as the merge would have logged them."""
+    try:
+        text = said.read_text(encoding="utf-8")
+    except OSError:  # it warned of nothing (or never started)
+        return
+    for line in text.splitlines():
         try:
             level, name, message = json.loads(line)
         except (ValueError, TypeError):
@@ -126,17 +129,22 @@ def _writable(folder: Path) -> bool:
 
 
 class _Said(logging.Handler):
-    """What a worker would have warned of, one JSON line each on its stdout."""
+    """What a worker would have warned of, one JSON line each in ``path``, for the merge to say."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(json.dumps([record.levelno, record.name, record.getMessage()]), flush=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps([record.levelno, record.name, record.getMessage()]) + "\n")
 
 
 def main(argv: list[str]) -> int:
     """One worker: each partial of the units listed in ``argv[1]`` into the merge cache."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a Ctrl-C ends it at once, without a traceback
     root, listing = Path(argv[0]), Path(argv[1])
-    logging.basicConfig(level=logging.WARNING, handlers=[_Said()])
+    logging.basicConfig(level=logging.WARNING, handlers=[_Said(listing.with_suffix(".said"))])
     sd = SweepDir(root)
     for unit in json.loads(listing.read_text()):
         try:
