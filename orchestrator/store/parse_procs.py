@@ -81,7 +81,7 @@ def parse_ahead(sd: SweepDir, units: list[str]) -> set[str]:
     return {unit for _, unit in todo}
 
 
-def _start(root: Path, listing: Path) -> subprocess.Popen[str]:
+def _start(root: Path, listing: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", __name__, str(root), str(listing)],
         stdin=subprocess.DEVNULL,
