@@ -10,6 +10,7 @@ Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +93,31 @@ def _round_units(sweep: Path, round_: int) -> list[dict[str, Any]]:
     return [u for u in json.loads((sweep / "units.json").read_text()) if u.get("round", 1) == round_]
 
 
-def _cancel_after_first_done(sweep: Path, round_: int) -> None:
-    """Cancel the sweep's arrays once one unit of the round is done, the others not all."""
+def _arrays(sweep: Path, origin: str) -> list[str]:
+    """The arrays the sweep's history says ``origin`` (submit, resume, round2) submitted."""
+    entries = map(json.loads, (sweep / "jobs.jsonl").read_text().splitlines())
+    return list(dict.fromkeys(str(e["array_id"]) for e in entries if e.get("origin") == origin and "array_id" in e))
+
+
+def _release(sweep: Path, origin: str, *, first_only: bool = False) -> None:
+    """Release the held tasks of ``origin``'s arrays (the spec submits them held): every task,
+    or the first task of each alone, so that the round's other units cannot run before a cancel."""
+    for array in _arrays(sweep, origin):
+        done = subprocess.run(
+            ["scontrol", "release", f"{array}_0" if first_only else array], capture_output=True, text=True
+        )
+        assert done.returncode == 0 or "has already finished" in done.stderr, (array, done.stdout, done.stderr)
+
+
+def _cancel_after_first_done(sweep: Path, round_: int, origin: str) -> None:
+    """Let the first unit of ``origin``'s arrays (submitted held) run, then cancel the sweep's
+    arrays: the round's other units, still held, never ran."""
 
     def first_done() -> bool:
         ids = {u["id"] for u in _round_units(sweep, round_)}
         return bool(ids & {p.stem for p in (sweep / "done").glob("*.json")})
 
+    _release(sweep, origin, first_only=True)
     poll(first_done, 120, f"a unit of round {round_} to finish", interval=0.1)
     r = cli("cancel", str(sweep))
     assert "cancelled job array" in r.stdout, r.stdout
@@ -107,15 +126,16 @@ def _cancel_after_first_done(sweep: Path, round_: int) -> None:
 
 
 def test_halving_across_units_cancelled_in_each_round_and_resumed(tmp_path: Path) -> None:
-    """Round 1 of 3 units on an array that runs one task at a time: cancelled after its first
-    unit, resumed; the resume's final merge job plans and submits round 2 with nobody waiting;
-    round 2 cancelled after its first unit, resumed, waited for: the document is complete and
-    every best config was timed in full."""
+    """Round 1 of 3 units: cancelled after its first unit, resumed; the resume's final merge job
+    plans and submits round 2 with nobody waiting; round 2 cancelled after its first unit,
+    resumed, waited for: the document is complete and every best config was timed in full. The
+    arrays are submitted held (sbatch --hold), and the test releases what may run, so no unit
+    can finish before a cancel, however fast the machine."""
     spec = write(
         tmp_path,
         "halving.json",
         SAMPLE,
-        {"slurm_array_parallelism": 1},
+        {"slurm_array_parallelism": 1, "slurm_additional_parameters": {"hold": True}},
         dtypes=["bfloat16"],
         head_dims=[64],
         seq_lens=[2048],
@@ -125,9 +145,10 @@ def test_halving_across_units_cancelled_in_each_round_and_resumed(tmp_path: Path
     sweep = tmp_path / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert "then plans and submits round 2" in r.stdout
-    _cancel_after_first_done(sweep, 1)
+    _cancel_after_first_done(sweep, 1, "submit")
     r = cli("resume", str(sweep))
     assert "new unit" in r.stdout
+    _release(sweep, "resume")
     # nobody waits: the resume's final merge job plans round 2 and submits it
     poll(lambda: (sweep / "round2.json").exists() and _round_units(sweep, 2), 180, "the merge job to plan round 2")
     poll(
@@ -137,9 +158,10 @@ def test_halving_across_units_cancelled_in_each_round_and_resumed(tmp_path: Path
         60,
         "round 2's array to be submitted by the merge job",
     )
-    _cancel_after_first_done(sweep, 2)
+    _cancel_after_first_done(sweep, 2, "round2")
     r = cli("resume", str(sweep))
     assert "survivors of round 2 are not timed in full yet" in r.stdout, r.stdout
+    _release(sweep, "resume")
     w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
     assert "merged 104 records" in w.stderr and "screened out" in w.stdout
     st = status(sweep)
