@@ -195,7 +195,8 @@ def test_an_extended_sweep_cancelled_and_resumed_on_slurm_measures_only_what_is_
     }
     first = write(tmp_path, "first.json", SAMPLE, {"kind": "debug"}, fwd_block_k=[32, 64], **grid)
     cli("run", str(first), "--sweep-dir", str(tmp_path / "first"))
-    extended = write(tmp_path, "extended.json", SAMPLE, {"slurm_array_parallelism": 1}, sharding={"units": 3}, **grid)
+    held = {"slurm_array_parallelism": 1, "slurm_additional_parameters": {"hold": True}}  # as the halving test's
+    extended = write(tmp_path, "extended.json", SAMPLE, held, sharding={"units": 3}, **grid)
     sweep = tmp_path / "sweep"
     dry = cli("submit", str(extended), "--sweep-dir", str(sweep), "--dry-run")  # plans as submit does
     assert not sweep.exists()
@@ -206,9 +207,10 @@ def test_an_extended_sweep_cancelled_and_resumed_on_slurm_measures_only_what_is_
         f"{reused} from {out}"
     )
     assert line in r.stdout and line in dry.stdout and f"{sweep}: 55 items in 3 units" in dry.stdout
-    _cancel_after_first_done(sweep, 1)
+    _cancel_after_first_done(sweep, 1, "submit")
     r = cli("resume", str(sweep))
     assert "new unit" in r.stdout
+    _release(sweep, "resume")
     w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
     assert "merged 55 records" in w.stderr and "0 of 55 planned missing" in w.stderr
     units = json.loads((sweep / "units.json").read_text())
