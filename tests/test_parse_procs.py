@@ -53,9 +53,11 @@ def test_the_workers_parse_into_the_merge_cache(damaged: Path, monkeypatch: pyte
     sd = SweepDir.open(damaged)
     units = [e["id"] for e in sd.unit_index()]
     assert not any(current(sd.root, u, sd.partial_path(u)) for u in units)
-    assert parse_ahead(sd, units) == set(units)
-    assert all(current(sd.root, u, sd.partial_path(u)) for u in units)
-    assert parse_ahead(sd, units) == set()  # every one is current now: nothing to parse again
+    mine: list[str] = []  # the merge's own share, parsed in its process while the workers parse theirs
+    theirs = parse_ahead(sd, units, mine.append)
+    assert theirs and mine and theirs.isdisjoint(mine) and theirs | set(mine) == set(units)
+    assert all(current(sd.root, u, sd.partial_path(u)) for u in theirs)
+    assert parse_ahead(sd, list(theirs), mine.append) == set()  # those are current now: nothing to parse again
 
 
 def test_a_wrong_number_of_merge_processes_is_one_line(damaged: Path) -> None:

@@ -111,12 +111,19 @@ def collect(
     moved: list[Quarantined] = []
     known = set()
     index = sd.unit_index()
-    ahead = parse_ahead(sd, [e["id"] for e in index]) if use_cache else set()  # on the other CPUs
+    parsed: dict[str, Segment] = {}  # this process's share, while the workers parse theirs
+
+    def here(uid: str) -> None:
+        parsed[uid] = segment(sd.root, uid, sd.partial_path(uid), items=(units or {}).pop(uid, None))
+
+    ahead = parse_ahead(sd, [e["id"] for e in index], here) if use_cache else set()  # on the other CPUs
     for entry in index:
         uid = entry["id"]
         path = sd.partial_path(uid)
         known.add(path.name)
-        seg = segment(sd.root, uid, path, use_cache=use_cache, items=(units or {}).pop(uid, None))
+        seg = parsed.pop(uid, None)  # a Segment without records is falsy: no `or` here
+        if seg is None:
+            seg = segment(sd.root, uid, path, use_cache=use_cache, items=(units or {}).pop(uid, None))
         seg.cached = seg.cached and uid not in ahead  # parsed by this merge, in another process
         if env is None and seg.headers and seg.foreign is None:
             env = seg.headers[0].get("env")  # no env.json: the first worker's environment rules

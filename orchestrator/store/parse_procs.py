@@ -1,6 +1,6 @@
 """Partials parsed side by side for a large merge: a segment (``segments``) for each partial
-the merge cache does not hold as it is, made by worker processes, one per CPU this process may
-use (at most ``MAX_PROCS``), each writing its segments into the merge cache, from which the
+the merge cache does not hold as it is, made by the merge's process and worker processes, one
+per CPU it may use (at most ``MAX_PROCS`` in all), each writing its segments into the merge cache, from which the
 merge then loads them as it loads any cached segment (their CRC checked). What a worker would
 warn of, the merge says; a partial a worker could not parse (unreadable, another sweep's,
 damaged beyond a line) is parsed again by the merge itself, which says why in its own words. So
@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.errors import ResultsError
@@ -41,9 +42,11 @@ PARALLEL_MIN_BYTES = 64 << 20  # below this a worker's start costs more than it 
 MAX_PROCS = 8
 
 
-def parse_ahead(sd: SweepDir, units: list[str]) -> set[str]:
+def parse_ahead(sd: SweepDir, units: list[str], here: Callable[[str], object]) -> set[str]:
     """Parse the partials of ``units`` that the merge cache does not hold as they are, in
-    worker processes where that pays (module docstring); the units handed to them."""
+    worker processes where that pays (module docstring), the merge's own process taking a share
+    too (``here(unit)`` parses one there, while the workers parse theirs); the units the workers
+    parsed."""
     todo = []
     for unit in units:
         path = sd.partial_path(unit)
@@ -63,13 +66,16 @@ def parse_ahead(sd: SweepDir, units: list[str]) -> set[str]:
         k = loads.index(min(loads))
         shares[k].append(unit)
         loads[k] += size
+    mine, theirs = shares[0], shares[1:]
     with tempfile.TemporaryDirectory(dir=cache, prefix=".shares.") as folder:
         children = []
         try:
-            for k, share in enumerate(shares):
+            for k, share in enumerate(theirs):
                 listing = Path(folder) / f"{k}.json"
                 listing.write_text(json.dumps(share))
                 children.append(_start(sd.root, listing))
+            for unit in mine:
+                here(unit)
             for k, child in enumerate(children):
                 child.wait()
                 _say(Path(folder) / f"{k}.said")
@@ -78,7 +84,7 @@ def parse_ahead(sd: SweepDir, units: list[str]) -> set[str]:
                 if child.poll() is None:
                     child.kill()
                     child.wait()
-    return {unit for _, unit in todo}
+    return {unit for share in theirs for unit in share}
 
 
 def _start(root: Path, listing: Path) -> subprocess.Popen[bytes]:
