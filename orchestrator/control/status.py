@@ -113,7 +113,7 @@ def sweep_status(
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
     st.merge_jobs = _merge_jobs(sd, hist, view)
     refused = st.merge_jobs[-1]["error"] if st.merge_jobs else None
-    st.unmerged = refused if refused and not wrote_last(sd, sd.output) else None
+    st.unmerged = refused if refused and wrote_last(sd, sd.output) is None else None
     st.taken = now
     return st
 

@@ -114,10 +114,11 @@ def write_stamp(sd: SweepDir, out: Path, records: int) -> None:
         log.debug("output stamp not written: %s", exc)
 
 
-def wrote_last(sd: SweepDir, out: Path) -> bool:
-    """Whether ``out`` is, unchanged, what a merge of this sweep wrote to it last (its stamp)."""
+def wrote_last(sd: SweepDir, out: Path) -> OutputStamp | None:
+    """The stamp of what a merge of this sweep wrote to ``out`` last, where ``out`` is that,
+    unchanged; else None."""
     stamp = _stamps(sd).get(str(out))
-    return isinstance(stamp, dict) and stamp.get("stat") == _stat_key(out)
+    return stamp if isinstance(stamp, dict) and stamp.get("stat") == _stat_key(out) else None
 
 
 def plan_of(sd: SweepDir) -> str:
@@ -187,8 +188,8 @@ def inspect(sd: SweepDir, out: Path, units: dict[str, UnitItems] | None = None, 
     target = Target(out, exists=out.exists())
     if not target.exists:
         return target
-    stamp = _stamps(sd).get(str(out))
-    if isinstance(stamp, dict) and stamp.get("stat") == _stat_key(out) and type(stamp.get("records")) is int:
+    stamp = wrote_last(sd, out)
+    if stamp is not None and type(stamp.get("records")) is int:
         target.records = stamp["records"]  # our own last output, unchanged since
         return target
     claimed = keyindex.claim(out, plan if plan is not None else plan_of(sd))
