@@ -89,7 +89,8 @@ def design_round(spec: SweepSpec, items: list[WorkItem], carried: set[int], port
     todo: set[int] = set()
     states: list[ProblemState] = []
     apart: dict[tuple[str, str], list[Config]] = {}
-    for p in problems_of(items).values():
+    problems = problems_of(items)
+    for p in problems.values():
         chosen = _design_of(p, spec, portfolio, ids, apart.setdefault((p.mode, p.impl), []))
         configs = chosen.configs
         if p.auto is not None and p.auto.index not in carried:
@@ -101,7 +102,7 @@ def design_round(spec: SweepSpec, items: list[WorkItem], carried: set[int], port
         state["space_filling"] = len(chosen.space_filling)
         state["carried"] = sum(1 for it in p.items.values() if it.id in ids)
         states.append(state)
-    _say_capped(spec, [len(p.runnable) for p in problems_of(items).values()])
+    _say_capped(spec, [len(p.runnable) for p in problems.values()])
     round_items = [it for it in items if it.index in todo]
     record: SearchRound = {
         "round": 1,
