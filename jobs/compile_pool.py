@@ -48,11 +48,11 @@ machine, ``bench/peer_loop.py``'s fwd_bwd sweep: 17.0 CPU s and 17-24 s wall ser
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
+from orchestrator.cpus import usable_cpus
 from orchestrator.planning import WorkItem
 from orchestrator.spec.model import SweepSpec
 
@@ -82,10 +82,7 @@ def pool_size(configured: int | None, *, interpreted_threads: bool = False) -> i
     the CPUs this process may run on (its ``share`` of them, where it shares them); by default
     one where ``interpreted_threads`` (threads compiling interpret-mode kernels, module
     docstring: Pool size)."""
-    try:
-        cpus = max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        cpus = max(1, os.cpu_count() or 1)
+    cpus = max(1, len(usable_cpus()))
     cpus = min(cpus, _shared.get("cpus", cpus))
     if configured is None:
         return 1 if interpreted_threads else cpus

@@ -11,13 +11,13 @@ importable under this name.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any
 
 from orchestrator.control.dispatch.nodelog import configure_node_logging
 from orchestrator.control.dispatch.sbatch import held_signals, sbatch_call
 from orchestrator.control.dispatch.slurm import _slurm_executor, executor_parameters
+from orchestrator.cpus import usable_cpus
 from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir
 
@@ -43,7 +43,7 @@ class LowerTask:
         wanted = set(ids)
         items = [it for it in sd.items() if it.id in wanted]
         header = lowering_header(spec.fingerprint(), spec.kernel.target.name, env_fingerprint(device_block()))
-        workers = len(os.sched_getaffinity(0))
+        workers = len(usable_cpus())
         with VerdictWriter(sd.root, header, name=task_file(index)) as writer:
             t0 = time.perf_counter()
             done = lower_items(spec, items, on_verdict=writer.write, workers=workers)

@@ -36,6 +36,7 @@ from typing import IO, TYPE_CHECKING, Any
 from orchestrator.control.dispatch.forked import ForkedWorker, preload, start_worker
 from orchestrator.control.dispatch.unit_worker import HELD, NOT_STARTED, STOPPED
 from orchestrator.control.why import death_reason, failure_line, oom_kills, read_failure
+from orchestrator.cpus import usable_cpus
 from orchestrator.errors import TilesweepError
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
@@ -53,13 +54,6 @@ def task_gpus() -> list[str]:
     if env.strip() in ("", "NoDevFiles", "-1"):
         return []
     return [g.strip() for g in env.split(",") if g.strip()]
-
-
-def task_cpus() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
 
 
 def cpu_shares(cpus: list[int], n: int) -> list[list[int]]:
@@ -128,7 +122,7 @@ class TaskWorkers:
         self.task = task
         gpus = task_gpus()
         n = max(1, min(len(units), len(gpus) or len(units)))
-        cpus = task_cpus()
+        cpus = usable_cpus()
         shares = cpu_shares(cpus, n)
         # where every worker runs on all of the CPUs, each compiles on one (compile_pool.share)
         self.compile_cpus = 1 if len(cpus) < n else None
