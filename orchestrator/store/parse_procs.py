@@ -1,11 +1,11 @@
 """Partials parsed side by side for a large merge: a segment (``segments``) for each partial
-the merge cache does not hold as it is, made by the merge's process and worker processes, one
-per CPU it may use (at most ``MAX_PROCS`` in all), each writing its segments into the merge cache, from which the
-merge then loads them as it loads any cached segment (their CRC checked). What a worker would
-warn of, the merge says; a partial a worker could not parse (unreadable, another sweep's,
-damaged beyond a line) is parsed again by the merge itself, which says why in its own words. So
-the document, the warnings and the refusals are those of a merge in one process, sooner on a
-login node's cores (``bench/merge.py``).
+the merge cache does not hold as it is, made by the merge's own process and by worker processes,
+one per CPU it may use (at most ``MAX_PROCS`` in all). The workers write their segments into the
+merge cache, from which the merge then loads them as it loads any cached segment (their CRC
+checked). What a worker would warn of, the merge says; a partial a worker could not parse
+(unreadable, another sweep's, damaged beyond a line) is parsed again by the merge itself, which
+says why in its own words. So the document, the warnings and the refusals are those of a merge
+in one process, sooner on a login node's cores (``bench/merge.py``).
 
 Below ``PARALLEL_MIN_BYTES`` to parse, or with one CPU, or where the cache cannot be written,
 the merge parses in its own process. ``TILESWEEP_MERGE_PROCS`` sets the number of processes (1:
@@ -31,7 +31,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.cpus import usable_cpus
 from orchestrator.errors import ResultsError
+from orchestrator.store.files import folder_refuses
 from orchestrator.store.segments import CACHE_DIR, current, segment
 from orchestrator.store.sweepdir import SweepDir
 
@@ -119,19 +121,17 @@ def _procs(size: int) -> int:
         return int(given)
     if size < PARALLEL_MIN_BYTES:
         return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return min(cpus, MAX_PROCS)
+    return min(len(usable_cpus()), MAX_PROCS)
 
 
 def _writable(folder: Path) -> bool:
+    """Whether the workers can write their segments into ``folder`` (made if missing): a file
+    made there is the proof, which root's ``os.access`` is not (an immutable or read-only one)."""
     try:
         folder.mkdir(exist_ok=True)
     except OSError:
         return False
-    return os.access(folder, os.W_OK | os.X_OK)
+    return folder_refuses(folder / "segment") is None
 
 
 class _Said(logging.Handler):
