@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from types import CodeType, FrameType
+from types import FrameType
 
 from orchestrator import PROG
 from orchestrator.errors import TilesweepError
@@ -192,7 +192,7 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     a garbage-collector callback or a ``__del__``) is taken again too (``_swallowed``), and so is
     one that lands in the hook doing that, where Python would drop it as well."""
     global _stopped_by
-    if _in(frame, lambda code: code.co_filename == "<string>" or code is _unraisable.__code__):
+    if _no_place_to_raise(frame):
         _again(signum)
         return
     _stopped_by = signum
@@ -202,11 +202,11 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _in(frame: FrameType | None, where: Callable[[CodeType], bool]) -> bool:
-    """Whether ``frame`` or a caller of it runs code that is ``where`` (code ``exec`` or ``eval``
-    compiled from text, the hook of ``_swallowed``): no place to raise a KeyboardInterrupt."""
+def _no_place_to_raise(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a caller of it runs code ``exec`` or ``eval`` compiled from text, or
+    the hook of ``_swallowed``: no place to raise a KeyboardInterrupt."""
     while frame is not None:
-        if where(frame.f_code):
+        if frame.f_code.co_filename == "<string>" or frame.f_code is _unraisable.__code__:
             return True
         frame = frame.f_back
     return False
@@ -329,8 +329,8 @@ def _main(argv: list[str] | None) -> int:
             print(f"{PROG}: error: {cannot_write(exc)}", file=sys.stderr)
         elif exc.errno in ACCESS_ERRNOS and exc.filename is not None:
             print(f"{PROG}: error: {cannot_access(exc)}", file=sys.stderr)
-        elif misplaced(exc) is not None:
-            print(f"{PROG}: error: {misplaced(exc)}", file=sys.stderr)
+        elif (why := misplaced(exc)) is not None:
+            print(f"{PROG}: error: {why}", file=sys.stderr)
         else:
             raise
         return 2
