@@ -7,16 +7,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.cli.common import PROG, reuse_lines, reuse_request, warn
+from orchestrator.cli.common import PROG, counted, reuse_lines, reuse_request, warn
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.arrays import SubmitOutcome
     from orchestrator.control.submit import DryRun
     from orchestrator.store.sweepdir import SweepDir
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{word}{'s' if n != 1 else ''}"
 
 
 def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
@@ -46,14 +42,11 @@ def _print_arrays(sd: SweepDir, out: SubmitOutcome) -> None:
     split = f" (at most {out.per_array} tasks per array: {out.why})" if len(by_array) > 1 else ""
     per_task = out.per_task
     tasks_note = f", tasks of {per_task} GPUs taking their units in turn" if per_task > 1 else ""
-    print(
-        f"submitted {len(entries)} {_plural(len(entries), 'unit')} as "
-        f"{len(by_array)} job {_plural(len(by_array), 'array')}{tasks_note}{split}:"
-    )
+    print(f"submitted {counted(len(entries), 'unit')} as {counted(len(by_array), 'job array')}{tasks_note}{split}:")
     for array, group in by_array.items():
         ids = list(dict.fromkeys(e["job_id"] for e in group))
         span = f"{ids[0]} .. {ids[-1]}" if len(ids) > 1 else ids[0]
-        print(f"  {array}: {span}  ({len(ids)} {_plural(len(ids), 'task')})")
+        print(f"  {array}: {span}  ({counted(len(ids), 'task')})")
     print(f"  logs: {sd.logs}/units/<unit>.log (`{PROG} logs {sd.root} UNIT`); per task {sd.logs}/<task>_0_log.err")
     for e in entries:
         if e.get("slot") == 0 and (e.get("units_in_task") or 1) < per_task:
@@ -104,8 +97,8 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
         turns = f"taken in turn by its {d.per_task} GPUs"
     print(
         f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
-        f"{n_tasks} {_plural(n_tasks, 'task')} of up to {most} {_plural(most, 'unit')} "
-        f"({turns}), {len(d.arrays)} job {_plural(len(d.arrays), 'array')}"
+        f"{counted(n_tasks, 'task')} of up to {counted(most, 'unit')} "
+        f"({turns}), {counted(len(d.arrays), 'job array')}"
         + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else "")
     )
     for line in reuse_lines(d.reused):
@@ -130,7 +123,7 @@ def _print_layout(d: DryRun, max_tasks: int) -> None:
     """Which units each task of each array would run, in the order its GPUs take them (the first
     ``per_task`` at once, one per GPU), and the idle GPUs."""
     for k, tasks in enumerate(d.arrays, 1):
-        print(f"array {k}: {len(tasks)} {_plural(len(tasks), 'task')}")
+        print(f"array {k}: {counted(len(tasks), 'task')}")
         for t, units in enumerate(tasks[:max_tasks]):
             print(
                 f"  task {t}: "
@@ -141,6 +134,6 @@ def _print_layout(d: DryRun, max_tasks: int) -> None:
     idle = sum(max(0, d.per_task - len(units)) for tasks in d.arrays for units in tasks)
     if idle:
         print(
-            f"note: {idle} {_plural(idle, 'GPU')} of these tasks would sit idle; "
+            f"note: {counted(idle, 'GPU')} of these tasks would sit idle; "
             f"plan a multiple of {d.per_task} units (--units) to use them all"
         )
