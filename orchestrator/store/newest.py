@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 from orchestrator.store.segments import Segment
 
@@ -29,6 +30,18 @@ class Slots:
 
     def __iter__(self) -> Iterator[bytes]:
         return (t for t in self.text if t is not None)
+
+    def texts(self) -> list[bytes]:
+        """The winners' texts in plan order: ``text`` itself where every position has one."""
+        if self.found == len(self.text):
+            return cast("list[bytes]", self.text)
+        return [t for t in self.text if t is not None]
+
+    def winner_ids(self) -> list[str]:
+        """The winners' item ids in plan order, as ``texts``."""
+        if self.found == len(self.ids):
+            return cast("list[str]", self.ids)
+        return [i for i in self.ids if i is not None]
 
     def started_of(self, pi: int) -> str:
         """When the attempt that measured the record at plan position ``pi`` started."""
