@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from orchestrator.store.parse_procs import ENV, parse_ahead
 from orchestrator.store.segments import current
 from orchestrator.store.synthetic import build_sweep, small_spec
+from tests.crash_events import EVENT_TIMEOUT_S
 from tests.helpers import assert_one_line_error, run_cli
 
 
@@ -53,11 +55,21 @@ def test_the_workers_parse_into_the_merge_cache(damaged: Path, monkeypatch: pyte
     sd = SweepDir.open(damaged)
     units = [e["id"] for e in sd.unit_index()]
     assert not any(current(sd.root, u, sd.partial_path(u)) for u in units)
-    mine: list[str] = []  # the merge's own share, parsed in its process while the workers parse theirs
-    theirs = parse_ahead(sd, units, mine.append)
-    assert theirs and mine and theirs.isdisjoint(mine) and theirs | set(mine) == set(units)
+    calls: list[str] = []  # the merge's turns: the partials it claimed, and those the worker finished, to load
+
+    def here(unit: str) -> None:
+        calls.append(unit)
+        if len(calls) == 1:  # the merge's first turn lasts until the worker has put a partial into the cache
+            end = time.monotonic() + EVENT_TIMEOUT_S
+            while not any(current(sd.root, u, sd.partial_path(u)) for u in units if u != unit):
+                assert time.monotonic() < end, "the worker never wrote a segment"
+                time.sleep(0.005)
+
+    theirs = parse_ahead(sd, units, here)
+    assert theirs and set(theirs) < set(calls) and len(calls) == len(set(calls)), (theirs, calls)
     assert all(current(sd.root, u, sd.partial_path(u)) for u in theirs)
-    assert parse_ahead(sd, list(theirs), mine.append) == set()  # those are current now: nothing to parse again
+    assert set(calls) == set(units)  # each parsed here or loaded here once a worker had parsed it
+    assert parse_ahead(sd, list(theirs), here) == set()  # those are current now: nothing to parse again
 
 
 def test_a_wrong_number_of_merge_processes_is_one_line(damaged: Path) -> None:

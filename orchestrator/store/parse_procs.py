@@ -7,20 +7,28 @@ checked). What a worker would warn of, the merge says; a partial a worker could 
 says why in its own words. So the document, the warnings and the refusals are those of a merge
 in one process, sooner on a login node's cores (``bench/merge.py``).
 
+Nobody is handed a fixed share: every process goes down one list of the partials, the biggest
+first, and parses each one it is the first to claim (a file made once in a folder of claims), so
+they all end together whatever each one's speed (the merge's process is the slower one: it also
+loads what the workers parsed). A worker names each partial on its stdout once its segment is
+in the cache, and the merge loads it between two of its own, so little is left to load at the
+end.
+
 Below ``PARALLEL_MIN_BYTES`` to parse, or with one CPU, or where the cache cannot be written,
 the merge parses in its own process. ``TILESWEEP_MERGE_PROCS`` sets the number of processes (1:
-none). Each worker is a new interpreter running this module (``python -m``), handed its share of
-the partials, the biggest first, in a file, beside which it writes what it would warn of: never
-a fork of a merge that may hold a lock's heartbeat thread, and never a re-run of the caller's
-own script, as multiprocessing's spawn would do. A Ctrl-C stops the workers with the merge (they
-die of it, silently; the merge kills those left when it stops); a killed worker leaves at most a
-temp file in the cache, which the next merge removes.
+none). Each worker is a new interpreter running this module (``python -m``), handed the list in
+a file, beside which it writes what it would warn of: never a fork of a merge that may hold a
+lock's heartbeat thread, and never a re-run of the caller's own script, as multiprocessing's
+spawn would do. A Ctrl-C stops the workers with the merge (they die of it, silently; the merge
+kills those left when it stops); a killed worker leaves at most a temp file in the cache, which
+the next merge removes, and its claimed partials to the merge.
 
-    python -m orchestrator.store.parse_procs SWEEP_DIR UNITS_JSON   # one worker
+    python -m orchestrator.store.parse_procs SWEEP_DIR UNITS_JSON SAID_FILE   # one worker
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -46,9 +54,9 @@ MAX_PROCS = 8
 
 def parse_ahead(sd: SweepDir, units: list[str], here: Callable[[str], object]) -> set[str]:
     """Parse the partials of ``units`` that the merge cache does not hold as they are, in
-    worker processes where that pays (module docstring), the merge's own process taking a share
-    too (``here(unit)`` parses one there, while the workers parse theirs); the units the workers
-    parsed."""
+    worker processes where that pays (module docstring), the merge's own process taking turns
+    with them: ``here(unit)`` is called for each partial it claims (to parse it there) and for
+    each a worker has put into the cache (to load it), as they come; the units the workers parsed."""
     todo = []
     for unit in units:
         path = sd.partial_path(unit)
@@ -62,38 +70,94 @@ def parse_ahead(sd: SweepDir, units: list[str], here: Callable[[str], object]) -
     cache = sd.root / CACHE_DIR
     if procs < 2 or not _writable(cache):
         return set()
-    shares: list[list[str]] = [[] for _ in range(procs)]
-    loads = [0] * procs
-    for size, unit in sorted(todo, reverse=True):  # the biggest first, each to the least loaded
-        k = loads.index(min(loads))
-        shares[k].append(unit)
-        loads[k] += size
-    mine, theirs = shares[0], shares[1:]
+    order = [unit for _, unit in sorted(todo, reverse=True)]  # the biggest first: the last ones taken are small
     with tempfile.TemporaryDirectory(dir=cache, prefix=".shares.") as folder:
-        children = []
+        listing, claims = Path(folder) / "units.json", Path(folder) / "claims"
+        listing.write_text(json.dumps(order))
+        claims.mkdir()
+        children: list[subprocess.Popen[bytes]] = []
         try:
-            for k, share in enumerate(theirs):
-                listing = Path(folder) / f"{k}.json"
-                listing.write_text(json.dumps(share))
-                children.append(_start(sd.root, listing))
-            for unit in mine:
-                here(unit)
-            for k, child in enumerate(children):
-                child.wait()
-                _say(Path(folder) / f"{k}.said")
+            for k in range(procs - 1):
+                children.append(_start(sd.root, listing, Path(folder) / f"{k}.said"))
+            theirs = _take_turns(order, claims, children, here)
         finally:  # a Ctrl-C (or a bug) here: no worker outlives the merge
             for child in children:
                 if child.poll() is None:
                     child.kill()
-                    child.wait()
-    return {unit for share in theirs for unit in share}
+                child.wait()
+                if child.stdout is not None:
+                    child.stdout.close()
+        for k in range(len(children)):
+            _say(Path(folder) / f"{k}.said")
+    return theirs
 
 
-def _start(root: Path, listing: Path) -> subprocess.Popen[bytes]:
+def _take_turns(
+    order: list[str], claims: Path, children: list[subprocess.Popen[bytes]], here: Callable[[str], object]
+) -> set[str]:
+    """The merge's own turns: each partial of ``order`` it claims first it parses (``here``),
+    and before each one it loads the segments the workers have finished since (``here`` too), so
+    no process waits for another's share and few segments are left to load at the end."""
+    done = [_Finished(child) for child in children]
+    theirs: set[str] = set()
+
+    def load(units: list[str]) -> None:
+        for unit in units:
+            theirs.add(unit)
+            here(unit)
+
+    for unit in order:
+        for d in done:
+            load(d.ready())
+        if claim(claims, unit):
+            here(unit)
+    for d in done:
+        load(d.rest())
+    return theirs
+
+
+def claim(claims: Path, unit: str) -> bool:
+    """Whether this process is the first to claim ``unit`` (a file made there, once)."""
+    try:
+        os.close(os.open(claims / unit, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
+class _Finished:
+    """The units a worker says it has put into the merge cache (a line each on its stdout)."""
+
+    def __init__(self, child: subprocess.Popen[bytes]) -> None:
+        assert child.stdout is not None
+        self.fd = child.stdout.fileno()
+        os.set_blocking(self.fd, False)
+        self.buf = b""
+
+    def ready(self) -> list[str]:
+        """The units it has named since the last call, without waiting."""
+        try:
+            while chunk := os.read(self.fd, 65536):
+                self.buf += chunk
+        except BlockingIOError:
+            pass
+        *lines, self.buf = self.buf.split(b"\n")
+        return [line.decode() for line in lines if line]
+
+    def rest(self) -> list[str]:
+        """The units it names until it ends."""
+        os.set_blocking(self.fd, True)
+        while chunk := os.read(self.fd, 65536):
+            self.buf += chunk
+        lines, self.buf = self.buf.split(b"\n"), b""
+        return [line.decode() for line in lines if line]
+
+
+def _start(root: Path, listing: Path, said: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", __name__, str(root), str(listing)],
+        [sys.executable, "-m", __name__, str(root), str(listing), str(said)],
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,  # the units it finished, a line each
         stderr=subprocess.DEVNULL,  # a worker that fails leaves its partials to the merge, which says why
     )
 
@@ -147,16 +211,25 @@ class _Said(logging.Handler):
 
 
 def main(argv: list[str]) -> int:
-    """One worker: each partial of the units listed in ``argv[1]`` into the merge cache."""
+    """One worker: each partial of the units listed in ``argv[1]`` that it claims first into
+    the merge cache, its unit named on stdout once there; what it would warn of into ``argv[2]``."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a Ctrl-C ends it at once, without a traceback
-    root, listing = Path(argv[0]), Path(argv[1])
-    logging.basicConfig(level=logging.WARNING, handlers=[_Said(listing.with_suffix(".said"))])
+    root, listing, said = Path(argv[0]), Path(argv[1]), Path(argv[2])
+    logging.basicConfig(level=logging.WARNING, handlers=[_Said(said)])
     sd = SweepDir(root)
+    claims = listing.parent / "claims"
+    gc.disable()  # as in the merge (``document.paused_gc``): records make no cycles, and the worker ends soon
     for unit in json.loads(listing.read_text()):
+        if not claim(claims, unit):
+            continue
+        path = sd.partial_path(unit)
         try:
-            segment(root, unit, sd.partial_path(unit), use_cache=True)
+            segment(root, unit, path, use_cache=True)
         except Exception:  # noqa: S112 - the merge parses it again, and says why in its own words
             continue
+        if current(root, unit, path):  # else (not cached: another sweep's, say) the merge parses it itself
+            sys.stdout.write(unit + "\n")
+            sys.stdout.flush()
     return 0
 
 
