@@ -1,20 +1,24 @@
 """A large merge parses its partials in worker processes (``store.parse_procs``): the document,
 the warnings and the quarantine are byte for byte those of a merge in one process, the workers
-really parse (their segments are in the merge cache before the merge reads any), and a wrong
-``TILESWEEP_MERGE_PROCS`` is one line."""
+really parse (their segments are in the merge cache before the merge reads any), the folder of
+claims a killed merge leaves is removed by the next one, and a wrong ``TILESWEEP_MERGE_PROCS``
+is one line."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from orchestrator.store.parse_procs import ENV, parse_ahead
-from orchestrator.store.segments import current
+from orchestrator.store.parse_procs import ENV, SHARES, parse_ahead
+from orchestrator.store.segments import CACHE_DIR, current
 from orchestrator.store.synthetic import build_sweep, small_spec
 from tests.crash_events import EVENT_TIMEOUT_S
 from tests.helpers import assert_one_line_error, run_cli
@@ -78,3 +82,24 @@ def test_a_wrong_number_of_merge_processes_is_one_line(damaged: Path) -> None:
         assert_one_line_error(r, f"{ENV}={value!r}: write a number of processes")
     assert not (damaged.parent / "one.json").exists()
     assert json.loads((damaged / "sweep.json").read_text())["output"].endswith("one.json")
+
+
+def test_a_killed_merges_claims_are_removed_by_the_next_merge(damaged: Path) -> None:
+    cache = damaged / CACHE_DIR
+    cache.mkdir()
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # a process that has ended: a merge killed, as far as its pid says
+    host = socket.gethostname()
+
+    def left_by(pid: int) -> Path:  # what a merge killed while its processes took turns leaves in the cache
+        folder = cache / f"{SHARES}.{host}.{pid}.x1y2z3"
+        (folder / "claims").mkdir(parents=True)
+        (folder / "units.json").write_text("[]")
+        (folder / "claims" / "some-unit").touch()
+        return folder
+
+    killed = left_by(ended.pid)
+    running = left_by(os.getpid())  # a merge still running: its folder stays
+    r = run_cli("merge", str(damaged), env={ENV: "2"})
+    assert r.returncode == 0, r.stderr
+    assert not killed.exists() and running.is_dir()

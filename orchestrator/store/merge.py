@@ -51,7 +51,7 @@ from orchestrator.store.keyindex import Keys
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.merge_head import device_of, tilesweep_of
 from orchestrator.store.newest import Slots, pick_newest
-from orchestrator.store.parse_procs import parse_ahead
+from orchestrator.store.parse_procs import parse_ahead, remove_dead_shares
 from orchestrator.store.partials import UnitItems, log_skipped
 from orchestrator.store.provenance import DocumentHead
 from orchestrator.store.quarantine import Quarantined, quarantine
@@ -193,7 +193,7 @@ def merge(
     out = _output_file(sd, Path(output) if output is not None else sd.output)
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s, sweep=sd.root):
         dead = remove_dead_temps(out) + remove_dead_temps(keyindex.index_path(out))
-        for p in dead + remove_dead_temps(sd.root / CACHE_DIR):
+        for p in dead + remove_dead_temps(sd.root / CACHE_DIR) + remove_dead_shares(sd.root / CACHE_DIR):
             log.info("removed %s, left by a merge that was killed", p)
         appending = spec.append and out.exists()
         units: dict[str, UnitItems] = {}

@@ -21,7 +21,8 @@ a file, beside which it writes what it would warn of: never a fork of a merge th
 lock's heartbeat thread, and never a re-run of the caller's own script, as multiprocessing's
 spawn would do. A Ctrl-C stops the workers with the merge (they die of it, silently; the merge
 kills those left when it stops); a killed worker leaves at most a temp file in the cache, which
-the next merge removes, and its claimed partials to the merge.
+the next merge removes, and its claimed partials to the merge. A killed merge leaves its folder
+of claims in the cache, which the next merge removes (``remove_dead_shares``).
 
     python -m orchestrator.store.parse_procs SWEEP_DIR UNITS_JSON SAID_FILE   # one worker
 """
@@ -32,7 +33,10 @@ import gc
 import json
 import logging
 import os
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +46,7 @@ from pathlib import Path
 from orchestrator.cpus import usable_cpus
 from orchestrator.errors import ResultsError
 from orchestrator.store.files import folder_refuses
+from orchestrator.store.pidspace import pid_alive
 from orchestrator.store.segments import CACHE_DIR, current, segment
 from orchestrator.store.sweepdir import SweepDir
 
@@ -50,6 +55,7 @@ log = logging.getLogger(__name__)
 ENV = "TILESWEEP_MERGE_PROCS"
 PARALLEL_MIN_BYTES = 64 << 20  # below this a worker's start costs more than it parses
 MAX_PROCS = 8
+SHARES = ".shares"  # a merge's folder in the cache: the list its processes go down, their claims, what they said
 
 
 def parse_ahead(sd: SweepDir, units: list[str], here: Callable[[str], object]) -> set[str]:
@@ -71,7 +77,7 @@ def parse_ahead(sd: SweepDir, units: list[str], here: Callable[[str], object]) -
     if procs < 2 or not _writable(cache):
         return set()
     order = [unit for _, unit in sorted(todo, reverse=True)]  # the biggest first: the last ones taken are small
-    with tempfile.TemporaryDirectory(dir=cache, prefix=".shares.") as folder:
+    with tempfile.TemporaryDirectory(dir=cache, prefix=f"{SHARES}.{socket.gethostname()}.{os.getpid()}.") as folder:
         listing, claims = Path(folder) / "units.json", Path(folder) / "claims"
         listing.write_text(json.dumps(order))
         claims.mkdir()
@@ -90,6 +96,23 @@ def parse_ahead(sd: SweepDir, units: list[str], here: Callable[[str], object]) -
         for k in range(len(children)):
             _say(Path(folder) / f"{k}.said")
     return theirs
+
+
+def remove_dead_shares(cache: Path) -> list[Path]:
+    """Remove the folders (``SHARES``) left in ``cache`` by merges on this host that were killed
+    (a live merge's is kept); the folders removed."""
+    pattern = re.compile(rf"{re.escape(SHARES)}\.{re.escape(socket.gethostname())}\.(\d+)\..+")
+    removed: list[Path] = []
+    try:
+        folders = list(cache.glob(f"{SHARES}.*"))
+    except OSError:
+        return removed
+    for folder in folders:
+        m = pattern.fullmatch(folder.name)
+        if m is not None and folder.is_dir() and not pid_alive(int(m.group(1)), None):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def _take_turns(
