@@ -17,8 +17,8 @@ from orchestrator.planning import INVALID, PRUNED, RUN, WorkItem, costs, expand,
 from orchestrator.spec import records
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import item_id
-from orchestrator.store import document
-from tests.helpers import assert_one_line_error
+from orchestrator.store import document, synthetic
+from tests.helpers import TINY_SPEC, assert_one_line_error
 
 from .conftest import SAMPLE, run_cli
 
@@ -280,3 +280,28 @@ def test_plan_memory_grows_in_proportion_to_items() -> None:
     per_item = big_peak / big_items
     assert 0.8 * 4 < big_peak / small_peak < 1.25 * 4
     assert per_item < 1000, f"{per_item:.0f} bytes per item"
+
+
+def _replay_spec(folder: Path, **over: Any) -> Path:
+    """A spec of three fwd items, replayed from a synthetic document (no CPU spent timing)."""
+    fwd = {**TINY_SPEC, "modes": ["fwd"]}
+    source = folder / "source.json"
+    source.write_text(json.dumps(synthetic.document({**fwd, "output": str(source)})))
+    spec = folder / "spec.json"
+    data = {**fwd, "output": str(folder / "r.json"), "kernel": {"impl": "replay"}, "replay": {"source": str(source)}}
+    spec.write_text(json.dumps({**data, **over}))
+    return spec
+
+
+def test_more_units_asked_for_than_items_is_said_where_a_plan_is_made(tmp_path: Path) -> None:
+    spec = _replay_spec(tmp_path, executor={"kind": "slurm", "slurm_partition": "gpu"})
+    note = "tilesweep: note: 20 units asked for, 3 made: a unit holds at least one item to measure"
+    plan = run_cli("plan", str(spec), "--units", "20", "--dry-run")
+    assert plan.returncode == 0 and note in plan.stderr.splitlines(), plan.stderr
+    assert plan.stdout.startswith("3 items in 3 units") and plan.stdout.count(":     1 item   float32/d16/s64") == 3
+    (tmp_path / "local").mkdir()
+    local = _replay_spec(tmp_path / "local", sharding={"units": 20})
+    run = run_cli("run", str(local), "--sweep-dir", str(tmp_path / "sweep"))
+    assert run.returncode == 0 and note in run.stderr.splitlines() and "3 items in 3 units" in run.stderr, run.stderr
+    again = run_cli("run", str(local), "--sweep-dir", str(tmp_path / "sweep"))  # the plan is kept: nothing to say
+    assert again.returncode == 0 and "asked for" not in again.stderr, again.stderr

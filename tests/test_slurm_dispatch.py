@@ -266,3 +266,16 @@ def test_a_ctrl_c_while_submit_plans_leaves_no_half_made_sweep_directory(tmp_pat
         assert proc.returncode == 130 and not sweep.exists(), err
         dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
         assert dry.returncode == 0 and "nothing to submit" not in dry.stdout, dry.stdout
+
+
+def test_submit_of_more_units_than_items_says_how_many_it_made(tmp_path: Path) -> None:
+    held = {"slurm_additional_parameters": {"hold": True}}  # nothing needs to run: cancelled below
+    spec = write_spec(tmp_path, "three.json", held, modes=["fwd"])
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "20")
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "tilesweep: note: 20 units asked for, 3 made: a unit holds at least one item to measure" in r.stderr
+        assert "3 items in 3 units" in r.stdout and len(unit_jobs(sweep)) == 3
+    finally:
+        cli("cancel", str(sweep))

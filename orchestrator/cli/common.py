@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from orchestrator.control.rounds import NextRound
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.searchrounds import SearchRound
+    from orchestrator.store.sweepdir import SweepDir
 
 
 class Subparsers(Protocol):
@@ -115,6 +116,28 @@ def file_path(value: str) -> str:
 def counted(n: int, word: str) -> str:
     """``n`` and ``word``, plural where ``n`` is not 1 ("1 unit", "3 items")."""
     return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def items_in_units(items: int, units: int) -> str:
+    """ "3 items in 2 units", plural where it is."""
+    return f"{counted(items, 'item')} in {counted(units, 'unit')}"
+
+
+def unit_column(items: int) -> str:
+    """A unit's items in the plan's table: "    1 item ", "   12 items", columns kept."""
+    return f"{items:>5} item{'s' if items != 1 else ' '}"
+
+
+def units_capped(asked: int | None, made: int) -> None:
+    """Say where a plan made fewer units than ``--units`` (or ``sharding.units``) asked for: a
+    unit holds at least one item to measure."""
+    if asked is not None and made < asked:
+        warn(f"note: {counted(asked, 'unit')} asked for, {made} made: a unit holds at least one item to measure")
+
+
+def planned_units(sd: SweepDir) -> int:
+    """The units the sweep's plan made (not those of reuse, a resume or a later round)."""
+    return sum(entry.get("origin") == "plan" for entry in sd.unit_index())
 
 
 def warn(text: str) -> None:

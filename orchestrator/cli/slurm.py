@@ -35,11 +35,14 @@ from orchestrator.cli.common import (
     counted,
     file_path,
     folder_path,
+    items_in_units,
+    planned_units,
     positive_int,
     print_plan_notes,
     reuse_lines,
     reuse_request,
     seconds,
+    units_capped,
     warn,
 )
 from orchestrator.cli.finish import finish_sweep, unfinished_unit_lines
@@ -65,9 +68,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     def planned(s: SweepSubmission) -> None:
         done = s.units - len(s.todo)
         print(
-            f"sweep {s.sd.root}: {s.sd.planned} items in {s.units} units"
+            f"sweep {s.sd.root}: {items_in_units(s.sd.planned, s.units)}"
             + (f", {counted(done, 'unit')} already done" if done else "")
         )
+        if not s.existed:
+            units_capped(args.units or s.sd.spec.sharding.units, planned_units(s.sd))
         print_plan_notes(s.sd.spec)
         for line in reuse_lines(read_summary(s.sd)):
             print(line)
@@ -297,7 +302,7 @@ def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | 
     from orchestrator.control.submit import submit_unfinished
 
     def planned(s: SweepSubmission) -> None:
-        print(f"sweep {sd.root}: {sd.planned} items in {s.units} units", file=sys.stderr)
+        print(f"sweep {sd.root}: {items_in_units(sd.planned, s.units)}", file=sys.stderr)
 
     result = submit_unfinished(sd, settings, on_planned=planned)
     if result is None:  # submitted before (or meanwhile): only what is missing

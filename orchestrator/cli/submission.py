@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.cli.common import PROG, counted, reuse_lines, reuse_request, warn
+from orchestrator.cli.common import PROG, counted, items_in_units, reuse_lines, reuse_request, warn
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.arrays import SubmitOutcome
@@ -96,7 +96,7 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
     if most > d.per_task > 1:
         turns = f"taken in turn by its {d.per_task} GPUs"
     print(
-        f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items in {len(d.sizes)} units, "
+        f"dry run: nothing written, nothing submitted. {d.root}: {items_in_units(d.planned, len(d.sizes))}, "
         f"{counted(n_tasks, 'task')} of up to {counted(most, 'unit')} "
         f"({turns}), {counted(len(d.arrays), 'job array')}"
         + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else "")

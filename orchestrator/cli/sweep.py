@@ -18,14 +18,19 @@ from orchestrator.cli.common import (
     Progress,
     Subparsers,
     add_reuse_args,
+    counted,
     file_path,
     folder_path,
+    items_in_units,
+    planned_units,
     positive_int,
     print_plan_notes,
     reuse_lines,
     reuse_request,
     round_note,
     search_plan_line,
+    unit_column,
+    units_capped,
     warn,
 )
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
@@ -87,7 +92,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 line["reused_from"] = planned.found.records[it.index][1]
             out.write(json.dumps(line) + "\n")
         return 0
-    _print_plan(spec, planned)
+    _print_plan(spec, planned, args.units or spec.sharding.units)
     if not args.dry_run:
         if not args.sweep_dir:
             raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
@@ -114,13 +119,14 @@ def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec) -> int:
     sd, unit_ids, _ = prepare_sweep(
         args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
     )
-    print(f"{sd.root} was planned before: {sd.planned} items in the {len(unit_ids)} units it was planned with")
+    units = counted(len(unit_ids), "unit")
+    print(f"{sd.root} was planned before: {counted(sd.planned, 'item')} in the {units} it was planned with")
     for k, entry in enumerate(sd.unit_index()):
-        print(f"  unit {k:>3} {entry['id']}: {entry['n_items']:>5} items  ({entry['origin']})")
+        print(f"  unit {k:>3} {entry['id']}: {unit_column(entry['n_items'])}  ({entry['origin']})")
     return 0
 
 
-def _print_plan(spec: SweepSpec, planned: Planned) -> None:
+def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None) -> None:
     from orchestrator.planning import INVALID, PRUNED
     from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
 
@@ -132,9 +138,11 @@ def _print_plan(spec: SweepSpec, planned: Planned) -> None:
     kinds = f"{n_pruned} pruned by the shared-memory model, {n_invalid} invalid"
     kinds += f", {n_lowered} refused by pre-flight lowering" if n_lowered else ""
     if planned.search is None:
-        print(f"{len(items)} items in {n_units} units ({kinds})")
+        print(f"{items_in_units(len(items), n_units)} ({kinds})")
     else:
-        print(f"{len(items)} items ({kinds}), {planned.size} of them in the {n_units} units of the search's round 1")
+        in_units = f"{planned.size} of them in the {counted(n_units, 'unit')} of the search's round 1"
+        print(f"{counted(len(items), 'item')} ({kinds}), {in_units}")
+    units_capped(units_asked, len(units))
     print_plan_notes(spec)
     for line in reuse_lines(planned.found.summary()):
         print(line)
@@ -148,10 +156,10 @@ def _print_plan(spec: SweepSpec, planned: Planned) -> None:
     for u in units:
         shapes = sorted({f"{it.dtype}/d{it.head_dim}/s{it.seq}" for it in u.items})
         more = " ..." if len(shapes) > 4 else ""
-        print(f"  unit {u.index:>3} {u.id}: {len(u.items):>5} items  {', '.join(shapes[:4])}{more}")
+        print(f"  unit {u.index:>3} {u.id}: {unit_column(len(u.items))}  {', '.join(shapes[:4])}{more}")
     if planned.reused is not None:
         u = planned.reused
-        print(f"  unit {u.index:>3} {u.id}: {len(u.items):>5} items  reused, nothing to measure")
+        print(f"  unit {u.index:>3} {u.id}: {unit_column(len(u.items))}  reused, nothing to measure")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -208,12 +216,14 @@ def _run_here(
 
     st = sweep_status(sd, query_slurm=False)
     print(
-        f"sweep {sd.root}: {sd.planned} items in {len(unit_ids)} units"
+        f"sweep {sd.root}: {items_in_units(sd.planned, len(unit_ids))}"
         + (f", {st.done} already recorded" if existed and st.done else ""),
         file=sys.stderr,
     )
     if existed:
         _warn_kept_plan(sd, len(unit_ids), args)
+    else:
+        units_capped(args.units or sd.spec.sharding.units, planned_units(sd))
     # a unit `resume` handed its missing items to is not run again: its later unit runs them; one
     # a live worker holds (`resume --no-wait` left it running) is followed, not run a second time
     held = [u.id for u in st.units if not u.complete and run_elsewhere(u)]

@@ -45,16 +45,22 @@ class SweepSubmission:
     units: int
     todo: list[str] = field(default_factory=list)
     outcome: SubmitOutcome | None = None
+    existed: bool = True  # planned before this submission (false: planned by it)
 
 
 OnPlanned = Callable[[SweepSubmission], None]
 
 
 def _submit_todo(
-    sd: SweepDir, settings: ExecutorSettings, max_array_size: int | None, on_planned: OnPlanned | None
+    sd: SweepDir,
+    settings: ExecutorSettings,
+    max_array_size: int | None,
+    on_planned: OnPlanned | None,
+    *,
+    existed: bool = True,
 ) -> SweepSubmission:
     """Under the sweep's lock: submit every unit that is not done."""
-    result = SweepSubmission(sd=sd, units=len(sd.unit_index()), todo=unfinished_units(sd))
+    result = SweepSubmission(sd=sd, units=len(sd.unit_index()), todo=unfinished_units(sd), existed=existed)
     if on_planned is not None:
         on_planned(result)
     if result.todo:
@@ -95,7 +101,7 @@ def submit_spec(
                     f"{sd.root} was submitted already ({slurm_jobs(sd)} jobs in {sd.root / 'jobs.jsonl'}); "
                     f"see `{PROG} status {sd.root}`, and `{PROG} resume {sd.root}` submits its missing items"
                 )
-            return _submit_todo(sd, spec.executor, max_array_size, on_planned)
+            return _submit_todo(sd, spec.executor, max_array_size, on_planned, existed=existed)
     except BaseException:
         if created and (sd is None or (not existed and not slurm_jobs(sd))):
             shutil.rmtree(root, ignore_errors=True)  # a sweep directory made for nothing
