@@ -247,3 +247,26 @@ def test_a_rerun_with_another_output_merges_there_and_a_refused_output_leaves_no
     assert len(r.stderr.splitlines()) == 1, r.stderr  # the refusal alone
     r = run_cli("run", str(spec), "--sweep-dir", str(refused), "--output", str(tmp_path / "good.json"))
     assert r.returncode == 0, r.stderr
+
+
+def test_a_rerun_refused_for_its_new_output_or_its_damaged_directory_keeps_its_output(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    theirs = tmp_path / "theirs.json"  # another sweep's document
+    other = write_spec(name="other.json", modes=["fwd"], fwd_block_q=[64], executor={"kind": "debug"})
+    assert run_cli("run", str(other), "--sweep-dir", str(tmp_path / "other"), "--output", str(theirs)).returncode == 0
+    output = json.loads((sweep / "sweep.json").read_text())["output"]
+
+    def refused(*args: str) -> str:
+        r = run_cli("run", str(spec), "--sweep-dir", str(sweep), *args)
+        assert r.returncode == 2 and "from now on" not in r.stderr, r.stderr
+        assert json.loads((sweep / "sweep.json").read_text())["output"] == output  # it still merges where it did
+        return r.stderr
+
+    assert "not this sweep's" in refused("--output", str(theirs))
+    (sweep / "partials").rename(tmp_path / "partials")
+    (sweep / "partials").touch()
+    assert "is a file, where a directory belongs" in refused("--output", str(tmp_path / "new.json"))

@@ -266,7 +266,14 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
     sd, _, _ = prepare_sweep(
-        args.spec, str(root), args.units, args.output, costs=args.costs, reuse=reuse_request(args), kind="slurm"
+        args.spec,
+        str(root),
+        args.units,
+        args.output,
+        costs=args.costs,
+        reuse=reuse_request(args),
+        kind="slurm",
+        overwrite=args.overwrite,
     )
     print_plan_notes(sd.spec)
     for line in reuse_lines(read_summary(sd)):

@@ -183,7 +183,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
     sd, unit_ids, existed = prepare_sweep(
-        args.spec, str(root), args.units, args.output, costs=args.costs, reuse=reuse_request(args), kind=kind
+        args.spec,
+        str(root),
+        args.units,
+        args.output,
+        costs=args.costs,
+        reuse=reuse_request(args),
+        kind=kind,
+        overwrite=args.overwrite,
     )
     if not args.overwrite:
         try:

@@ -58,6 +58,7 @@ def prepare_sweep(
     kind: str | None = None,
     spec: SweepSpec | None = None,
     planned: Planned | None = None,
+    overwrite: bool = False,
 ) -> PreparedSweep:
     """Create (or reopen) the sweep directory of a spec. An existing directory of the same
     spec is reopened with the units it was planned with, so a rerun redoes only what is
@@ -66,7 +67,9 @@ def prepare_sweep(
     measured costs shard the units. ``kind``: the executor it will run on (default: the spec's).
     ``spec``: the spec file's spec as the command line changed it (``--device-kind``).
     ``planned``: that plan, made already by the caller (``plan`` shows it first), so that its
-    warnings are said once."""
+    warnings are said once. A reopened sweep given another output moves to it only once the
+    directory reads whole and the output holds no other sweep's records (unless ``overwrite``):
+    a refusal changes nothing."""
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import write_reuse_unit
     from orchestrator.store.document import load_costs
@@ -82,6 +85,7 @@ def prepare_sweep(
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
         index = sd.unit_index()  # a damaged one is refused before the output moves: a refusal changes nothing
         if out.resolve() != sd.output and (output or _edited_output(sd, spec, spec_path)):
+            _check_before_move(sd, out.resolve(), overwrite)
             sd = _move_output(sd, out.resolve())
         if index:
             return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in index], existed=existed)
@@ -128,6 +132,16 @@ def _edited_output(sd: SweepDir, spec: SweepSpec, spec_path: str) -> bool:
     file of the same fingerprint does not move the sweep's output: only ``--output`` does)."""
     source = sd.meta.get("spec_source")
     return spec.output != sd.spec.output and source is not None and Path(spec_path).resolve() == Path(source)
+
+
+def _check_before_move(sd: SweepDir, out: Path, overwrite: bool) -> None:
+    """Refuse, before the output moves, what the command would refuse after it: a damaged sweep
+    directory (its status reads every file of it), an output holding another sweep's records."""
+    from orchestrator.store.merge import check_target
+
+    sweep_status(sd, query_slurm=False)
+    if not overwrite:
+        check_target(sd, out)
 
 
 def _move_output(sd: SweepDir, out: Path) -> SweepDir:
