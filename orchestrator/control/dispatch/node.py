@@ -48,6 +48,18 @@ log = logging.getLogger(__name__)
 POLL_S = 0.05  # how soon a dead worker is seen (a worker's message is read at once); a look costs a waitpid per GPU
 
 
+def process_age_s() -> float:
+    """Seconds since this process started (/proc's start time; -1 where there is no /proc)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1.0
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def task_gpus() -> list[str]:
     """The task's GPUs as SLURM hands them over (``CUDA_VISIBLE_DEVICES``), in order."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -137,7 +149,15 @@ class TaskWorkers:
             if self.sd.marker_path(slot.unit).exists():
                 slot.state = "skipped"
         if not self.stopping and any(s.state == "waiting" for s in self.slots):
+            t0 = time.perf_counter()
             preload(self._spec())
+            log.info(
+                "%d units on %d GPUs; imported what the workers use in %.2f s (the task's process started %.2f s ago)",
+                len(self.slots),
+                len(self.lanes),
+                time.perf_counter() - t0,
+                process_age_s(),
+            )
         self._fill()
 
     def _spec(self) -> SweepSpec | None:
