@@ -27,7 +27,6 @@ import contextlib
 import logging
 import os
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +37,7 @@ from typing import Any
 
 from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.planning import WorkItem
+from orchestrator.pyproc import module_command, module_env
 from orchestrator.spec.model import SweepSpec
 
 from . import measure
@@ -157,9 +157,9 @@ class ProcessPool:
         result_r, result_w = os.pipe()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "jobs.compile_child", str(task_r), str(result_w), str(os.getpid())],
+                module_command("jobs.compile_child", str(task_r), str(result_w), str(os.getpid())),
                 pass_fds=(task_r, result_w),
-                env=child_env(os.environ, self.workers, self.job),
+                env=module_env(child_env(os.environ, self.workers, self.job)),
                 stdin=subprocess.DEVNULL,
             )
         except OSError:

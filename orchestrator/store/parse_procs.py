@@ -45,6 +45,7 @@ from pathlib import Path
 
 from orchestrator.cpus import usable_cpus
 from orchestrator.errors import ResultsError
+from orchestrator.pyproc import module_command, module_env
 from orchestrator.store.files import folder_refuses
 from orchestrator.store.pidspace import pid_alive
 from orchestrator.store.segments import CACHE_DIR, current, segment
@@ -178,7 +179,8 @@ class _Finished:
 
 def _start(root: Path, listing: Path, said: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", __name__, str(root), str(listing), str(said)],
+        module_command(__name__, str(root), str(listing), str(said)),
+        env=module_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,  # the units it finished, a line each
         stderr=subprocess.DEVNULL,  # a worker that fails leaves its partials to the merge, which says why

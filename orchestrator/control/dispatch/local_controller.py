@@ -25,6 +25,7 @@ from typing import Any
 from submitit.local.local import Controller, LocalExecutor, LocalJob
 
 from orchestrator.control.why import death_reason, failure_line, oom_kills
+from orchestrator.pyproc import module_command, module_env
 
 UNIT_ENV = "TILESWEEP_LOCAL_UNIT"  # the unit a controller's worker runs
 
@@ -75,8 +76,8 @@ def start_controller(folder: Path, command: str, *, unit: str, cuda_devices: str
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{unit}.controller.log", "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", __name__, str(folder)],
-            env=env,
+            module_command(__name__, str(folder)),
+            env=module_env(env),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,

@@ -19,7 +19,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from orchestrator.control.why import (
     oom_kills,
     read_failure,
 )
+from orchestrator.pyproc import module_command, module_env
 from orchestrator.store.markers import read_marker
 from orchestrator.store.sweepdir import SweepDir
 
@@ -119,8 +119,8 @@ class LocalWorker:
 
 def start_worker(sd: SweepDir, unit: str, gpu: int | None, prior: dict[str, Any] | None) -> LocalWorker:
     """Start the worker of ``unit`` on ``gpu`` (None: no GPU), its log a new file."""
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if gpu is None else str(gpu))
-    cmd = [sys.executable, "-u", "-m", WORKER, str(sd.root), unit, json.dumps(prior or {})]
+    env = module_env(dict(os.environ, CUDA_VISIBLE_DEVICES="" if gpu is None else str(gpu)))
+    cmd = module_command(WORKER, str(sd.root), unit, json.dumps(prior or {}), unbuffered=True)
     path, fd = _new_log(sd.logs, unit)
     proc: subprocess.Popen[bytes] | None = None
     try:
