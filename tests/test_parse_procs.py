@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.store.parse_procs import ENV, SHARES, parse_ahead
+from orchestrator.cpus import usable_cpus
+from orchestrator.store.parse_procs import ENV, MAX_PROCS, SHARES, _procs, parse_ahead
 from orchestrator.store.segments import CACHE_DIR, current
 from orchestrator.store.synthetic import build_sweep, small_spec
 from tests.crash_events import EVENT_TIMEOUT_S
@@ -77,11 +78,24 @@ def test_the_workers_parse_into_the_merge_cache(damaged: Path, monkeypatch: pyte
 
 
 def test_a_wrong_number_of_merge_processes_is_one_line(damaged: Path) -> None:
-    for value in ("many", "0", "-2"):
+    for value in ("many", "0", "-2", "\u00b2"):  # "²" reads as a digit to str.isdigit, not to int()
         r = run_cli("merge", str(damaged), env={ENV: value})
         assert_one_line_error(r, f"{ENV}={value!r}: write a number of processes")
     assert not (damaged.parent / "one.json").exists()
     assert json.loads((damaged / "sweep.json").read_text())["output"].endswith("one.json")
+
+
+def test_the_number_of_merge_processes_is_capped_and_an_empty_setting_is_none(
+    damaged: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, "99999999999999999999")  # one interpreter a partial, before the cap
+    assert _procs(1 << 40) == MAX_PROCS
+    monkeypatch.setenv(ENV, " 3 ")
+    assert _procs(0) == 3
+    monkeypatch.setenv(ENV, "")
+    assert _procs(0) == 1 and _procs(1 << 40) == min(len(usable_cpus()), MAX_PROCS)
+    r = run_cli("merge", str(damaged), env={ENV: ""})
+    assert r.returncode == 0, r.stderr
 
 
 def test_a_killed_merges_claims_are_removed_by_the_next_merge(damaged: Path) -> None:

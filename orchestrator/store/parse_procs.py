@@ -16,7 +16,7 @@ end.
 
 Below ``PARALLEL_MIN_BYTES`` to parse, or with one CPU, or where the cache cannot be written,
 the merge parses in its own process. ``TILESWEEP_MERGE_PROCS`` sets the number of processes (1:
-none). Each worker is a new interpreter running this module (``python -m``), handed the list in
+none; at most ``MAX_PROCS``). Each worker is a new interpreter running this module (``python -m``), handed the list in
 a file, beside which it writes what it would warn of: never a fork of a merge that may hold a
 lock's heartbeat thread, and never a re-run of the caller's own script, as multiprocessing's
 spawn would do. A Ctrl-C stops the workers with the merge (they die of it, silently; the merge
@@ -203,11 +203,11 @@ def _say(said: Path) -> None:
 
 def _procs(size: int) -> int:
     """Processes to parse ``size`` bytes of partials with (1: this one)."""
-    given = os.environ.get(ENV)
-    if given is not None:
-        if not given.strip().isdigit() or int(given) < 1:
+    given = os.environ.get(ENV, "").strip()  # set but empty: as if unset
+    if given:
+        if not (given.isascii() and given.isdigit()) or int(given) < 1:
             raise ResultsError(f"{ENV}={given!r}: write a number of processes to parse partials with (1: no others)")
-        return int(given)
+        return min(int(given), MAX_PROCS)
     if size < PARALLEL_MIN_BYTES:
         return 1
     return min(len(usable_cpus()), MAX_PROCS)
