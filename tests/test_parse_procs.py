@@ -1,7 +1,7 @@
 """A large merge parses its partials in worker processes (``store.parse_procs``): the document,
 the warnings and the quarantine are byte for byte those of a merge in one process, the workers
 really parse (their segments are in the merge cache before the merge reads any), the folder of
-claims a killed merge leaves is removed by the next one, and a wrong ``TILESWEEP_MERGE_PROCS``
+claims and the temp files a killed merge leaves are removed by the next one, and a wrong ``TILESWEEP_MERGE_PROCS``
 is one line."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cpus import usable_cpus
+from orchestrator.store import keyindex
 from orchestrator.store.parse_procs import ENV, MAX_PROCS, SHARES, _procs, parse_ahead
 from orchestrator.store.segments import CACHE_DIR, current
 from orchestrator.store.synthetic import build_sweep, small_spec
@@ -98,7 +99,7 @@ def test_the_number_of_merge_processes_is_capped_and_an_empty_setting_is_none(
     assert r.returncode == 0, r.stderr
 
 
-def test_a_killed_merges_claims_are_removed_by_the_next_merge(damaged: Path) -> None:
+def test_a_killed_merges_claims_and_temp_files_are_removed_by_the_next_merge(damaged: Path) -> None:
     cache = damaged / CACHE_DIR
     cache.mkdir()
     ended = subprocess.Popen(["true"])
@@ -114,6 +115,14 @@ def test_a_killed_merges_claims_are_removed_by_the_next_merge(damaged: Path) -> 
 
     killed = left_by(ended.pid)
     running = left_by(os.getpid())  # a merge still running: its folder stays
+    output = damaged.parent / "one.json"
+    temps = [  # the temp files it was writing, named as files.temp_path names them, just now
+        p.with_name(f".{p.name}.{host}.{ended.pid}.0123abcd.tmp")
+        for p in (output, keyindex.index_path(output), cache / "some-unit.seg")
+    ]
+    for temp in temps:
+        temp.write_bytes(b"half a file")
     r = run_cli("merge", str(damaged), env={ENV: "2"})
     assert r.returncode == 0, r.stderr
     assert not killed.exists() and running.is_dir()
+    assert not any(temp.exists() for temp in temps)  # at once: a retry on a full disk needs their space

@@ -192,8 +192,11 @@ def merge(
     spec = sd.spec
     out = _output_file(sd, Path(output) if output is not None else sd.output)
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s, sweep=sd.root):
-        dead = remove_dead_temps(out) + remove_dead_temps(keyindex.index_path(out))
-        for p in dead + remove_dead_temps(sd.root / CACHE_DIR) + remove_dead_shares(sd.root / CACHE_DIR):
+        # a temp of a process that is gone is a killed writer's (the document's and its index's writers
+        # hold this lock; the cache's are merges and their workers): removed at once, so a retry has its space
+        dead = remove_dead_temps(out, min_age_s=0) + remove_dead_temps(keyindex.index_path(out), min_age_s=0)
+        dead += remove_dead_temps(sd.root / CACHE_DIR, min_age_s=0) + remove_dead_shares(sd.root / CACHE_DIR)
+        for p in dead:
             log.info("removed %s, left by a merge that was killed", p)
         appending = spec.append and out.exists()
         units: dict[str, UnitItems] = {}

@@ -46,7 +46,7 @@ from pathlib import Path
 from orchestrator.cpus import usable_cpus
 from orchestrator.errors import ResultsError
 from orchestrator.pyproc import module_command, module_env
-from orchestrator.store.files import folder_refuses
+from orchestrator.store.files import folder_refuses, remove_dead_temps
 from orchestrator.store.pidspace import pid_alive
 from orchestrator.store.segments import CACHE_DIR, current, segment
 from orchestrator.store.sweepdir import SweepDir
@@ -87,13 +87,17 @@ def parse_ahead(sd: SweepDir, units: list[str], here: Callable[[str], object]) -
             for k in range(procs - 1):
                 children.append(_start(sd.root, listing, Path(folder) / f"{k}.said"))
             theirs = _take_turns(order, claims, children, here)
-        finally:  # a Ctrl-C (or a bug) here: no worker outlives the merge
+        finally:  # a Ctrl-C (or a bug) here: no worker outlives the merge, nor the temp file it was writing
+            killed = False
             for child in children:
                 if child.poll() is None:
                     child.kill()
+                    killed = True
                 child.wait()
                 if child.stdout is not None:
                     child.stdout.close()
+            if killed:
+                remove_dead_temps(cache, min_age_s=0)
         for k in range(len(children)):
             _say(Path(folder) / f"{k}.said")
     return theirs
