@@ -270,3 +270,24 @@ def test_a_rerun_refused_for_its_new_output_or_its_damaged_directory_keeps_its_o
     (sweep / "partials").rename(tmp_path / "partials")
     (sweep / "partials").touch()
     assert "is a file, where a directory belongs" in refused("--output", str(tmp_path / "new.json"))
+
+
+def test_an_output_that_is_a_file_of_the_sweep_directory_is_refused_even_with_overwrite(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    for own in (sweep / "merge-cache" / "output-stamps.json", sweep / "sweep.json", sweep / "partials" / "x.json"):
+        before = own.read_bytes() if own.exists() else None
+        for extra in ((), ("--overwrite",)):
+            r = run_cli("merge", str(sweep), "--output", str(own), *extra)
+            assert_one_line_error(r, "is a file of the sweep directory")
+            assert (own.read_bytes() if own.exists() else None) == before
+    assert run_cli("status", str(sweep)).returncode == 0
+    fresh = tmp_path / "fresh"
+    r = run_cli("run", str(spec), "--sweep-dir", str(fresh), "--output", str(fresh / "units.json"))
+    assert_one_line_error(r, "is a file of the sweep directory")
+    assert not fresh.exists()
+    beside = run_cli("merge", str(sweep), "--output", str(sweep / "results.json"))  # a name of its own there
+    assert beside.returncode == 0 and (sweep / "results.json").exists(), beside.stderr

@@ -27,7 +27,7 @@ from orchestrator.store import tokamax_lists
 from orchestrator.store.files import folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
-from orchestrator.store.sweepdir import SweepDir, now_iso
+from orchestrator.store.sweepdir import SweepDir, now_iso, own_file
 
 if TYPE_CHECKING:
     from orchestrator.store.merge import MergeSummary
@@ -80,6 +80,11 @@ def prepare_sweep(
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     out = Path(output) if output else Path(spec.output)
     _check_output(out, f"--output {out}" if output else f"output {out} of {spec_path}")
+    if own_file(root, out):
+        raise PlanError(
+            f"{f'--output {out}' if output else f'output {out} of {spec_path}'} is a file of the sweep directory "
+            f"{root} (or in one of its folders), which the results document would replace; name a file outside them"
+        )
     existed = (root / "sweep.json").exists()
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)

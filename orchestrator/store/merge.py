@@ -57,7 +57,7 @@ from orchestrator.store.provenance import DocumentHead
 from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.searchrounds import planned_total
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
-from orchestrator.store.sweepdir import SweepDir
+from orchestrator.store.sweepdir import SweepDir, own_file
 from orchestrator.store.target import (
     Target,
     inspect,
@@ -238,6 +238,11 @@ def _output_file(sd: SweepDir, out: Path) -> Path:
     directory, a device, a pipe or a socket (the document renamed into place would replace it)."""
     if out.is_symlink():
         out = Path(os.path.realpath(out))
+    if own_file(sd.root, out):
+        raise ResultsError(
+            f"the output {out} is a file of the sweep directory {sd.root} (or in one of its folders), which the "
+            f"document would replace: merge into a file outside them (`{PROG} merge {sd.root} --output FILE`)"
+        )
     if out.is_dir():
         raise ResultsError(
             f"the output {out} is a directory, not a results document; merge into a file "
