@@ -153,6 +153,7 @@ class SoftLock:
         self.foreign_stale_s = foreign_stale_s
         self.stale_if = stale_if
         self._token: str | None = None
+        self.on_wait: Callable[[HolderRecord | None], None] | None = None  # told once, when it has to wait
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
@@ -168,6 +169,7 @@ class SoftLock:
             "token": uuid.uuid4().hex,
         }
         payload = (json.dumps(me) + "\n").encode()
+        waited = False
         while True:
             if self._create(payload):
                 self._token = me["token"]
@@ -185,6 +187,9 @@ class SoftLock:
                     f"{'' if age is None else f', refreshed {age:.0f}s ago'}; "
                     f"if that process is gone, delete {self.path}"
                 )
+            if not waited and self.on_wait is not None:
+                self.on_wait(holder)
+            waited = True
             time.sleep(self.poll * random.uniform(0.5, 1.5))
 
     def release(self) -> None:
@@ -333,6 +338,7 @@ class MergeLock:
     def _acquire(self) -> MergeLock:
         if self.kind == "soft":
             self._lock = SoftLock(self.path, self.timeout)
+            self._lock.on_wait = lambda holder: self._waiting(_describe(holder))
             self._lock.acquire()
             return self
         import filelock
@@ -343,13 +349,27 @@ class MergeLock:
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644))
         self._lock = filelock.FileLock(str(self.path), timeout=self.timeout)
         try:
-            self._lock.acquire()
+            try:
+                self._lock.acquire(blocking=False)
+            except filelock.Timeout:
+                self._waiting("another process")
+                self._lock.acquire()
         except filelock.Timeout:
             raise LockTimeout(
                 f"could not take the lock {self.path} within {self.timeout:g}s; another merge into the same document "
                 "is running (wait for it, or raise merge.lock_timeout_s)"
             ) from None
         return self
+
+    def _waiting(self, holder: str) -> None:
+        """Say once that the merge waits for the lock (it may wait up to its timeout)."""
+        log.warning(
+            "waiting for the lock %s, held by %s (another merge into the same document); at most %gs "
+            "(merge.lock_timeout_s)",
+            self.path,
+            holder,
+            self.timeout,
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self._lock is not None:
