@@ -6,6 +6,7 @@ tmpfs mounted for the test), filled with a real file."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import uuid
@@ -130,6 +131,20 @@ def test_a_merge_onto_a_full_disk_says_to_free_space_and_keeps_the_document(disk
     assert "chmod" not in full.stderr
     assert out.read_bytes() == before
     assert not list(disk.root.glob("*.tmp")) and not (disk.root / "other.json").exists()
+
+
+def test_a_merge_that_finds_its_disk_full_names_the_merge_cache_it_may_delete(disk: SmallDisk) -> None:
+    sweep = disk.root / "sweep"
+    build_sweep(sweep, small_spec(1), 1, output=disk.root / "results.json")
+    assert run_cli("merge", str(sweep)).returncode == 0  # its merge cache is on the same disk
+    disk.fill()
+    other = disk.root / "other.json"
+    full = run_cli("merge", str(sweep), "--output", str(other))
+    assert_one_line_error(full, f"cannot write {other}", "nothing was written", FREE_SPACE, "merge cache")
+    assert f"{sweep / 'merge-cache'} takes" in full.stderr and "safe to delete" in full.stderr
+    shutil.rmtree(sweep / "merge-cache")
+    disk.free()
+    assert run_cli("merge", str(sweep), "--output", str(other)).returncode == 0
 
 
 @pytest.mark.parametrize("command", ["plan", "run", "submit"])

@@ -24,7 +24,11 @@ def test_a_merge_waiting_for_the_lock_says_so_then_merges(tmp_path: Path, kind: 
     err = tmp_path / "merge.err"
     with MergeLock(lock_path_for(output), kind, 5), open(err, "w") as f:  # another merge, as far as it can tell
         merge = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "merge", str(sd.root)], cwd=REPO, stderr=f, env=dict(os.environ)
+            [sys.executable, "-m", "orchestrator", "merge", str(sd.root)],
+            cwd=REPO,
+            stderr=f,
+            env=dict(os.environ),
+            text=True,
         )
         said = wait_until(merge, lambda: "waiting for the lock" in err.read_text())
         assert said and merge.poll() is None, err.read_text()

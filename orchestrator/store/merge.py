@@ -32,6 +32,7 @@ mixed). With ``append: true`` the existing document's records are kept (see ``ap
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -361,20 +362,40 @@ def _replace(
             f"{prev} is a directory, where the merge keeps the document it replaces ({out}, {summary.replaced} "
             "records): both are left as they are; move it away and merge again"
         )
-    stashed = stash(out) if out.exists() and keep_prev else None
+    existed = out.exists()
+    stashed = stash(out) if existed and keep_prev else None
     try:
         first = write_document(out, head, records)
     except OSError as exc:
         if stashed is not None:
             stashed.unlink(missing_ok=True)
         raise ResultsError(
-            f"cannot write {out} ({exc.strerror or exc}); it is unchanged: {write_advice(exc)}, "
-            f"or merge into another file (`{PROG} merge {sd.root} --output FILE`)"
+            f"cannot write {out} ({exc.strerror or exc}); {'it is unchanged' if existed else 'nothing was written'}: "
+            f"{write_advice(exc)}{_cache_space(sd, out, exc)}, or merge into another file "
+            f"(`{PROG} merge {sd.root} --output FILE`)"
         ) from None
     if stashed is not None:
         summary.prev = keep(stashed, out)
     keyindex.write(out, first, map(len, records), keys.ids, keys.tags, keys.odd, plan=plan)
     write_stamp(sd, out, summary.records)
+
+
+def _cache_space(sd: SweepDir, out: Path, exc: OSError) -> str:
+    """Where a full disk stopped the document and the sweep's merge cache takes space on the same
+    disk: how much, and that it is safe to delete (derived data, rebuilt by the next merge)."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return ""
+    cache = sd.root / CACHE_DIR
+    try:
+        if os.stat(cache).st_dev != os.stat(out.parent).st_dev:
+            return ""
+        size = sum(p.stat().st_size for p in cache.iterdir() if p.is_file())
+    except OSError:
+        return ""
+    if not size:
+        return ""
+    amount = f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{max(1, round(size / 1e3))} kB"
+    return f" (the sweep's merge cache {cache} takes {amount} there, and is safe to delete)"
 
 
 def _ordered(head: DocumentHead) -> dict[str, object]:
