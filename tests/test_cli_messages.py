@@ -134,6 +134,14 @@ def test_an_empty_spec_file_is_called_empty(tmp_path: Path) -> None:
         assert_one_line_error(run_cli("plan", str(path), "--dry-run"), f"spec file {path} is empty", "spec --schema")
 
 
+def test_a_missing_sweep_directory_says_which_commands_make_one(tmp_path: Path) -> None:
+    for command in ("merge", "status", "resume"):
+        r = run_cli(command, str(tmp_path / "nosuch"))
+        assert_one_line_error(
+            r, f"sweep directory {tmp_path / 'nosuch'} does not exist", "that `tilesweep run`, `plan` or `submit` made"
+        )
+
+
 def test_a_spec_file_where_a_sweep_directory_goes_is_named_so(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
     sweep = tmp_path / "sweep"

@@ -23,6 +23,7 @@ def default_root(spec_path: str, spec: SweepSpec) -> Path:
 
 
 LISTED = f"`{PROG} ls` lists the sweep directories under a folder"
+NAME_ONE = f"pass a sweep directory that `{PROG} run`, `plan` or `submit` made (its --sweep-dir)"
 
 
 def file_given(path: Path) -> str:
@@ -38,7 +39,7 @@ def file_given(path: Path) -> str:
     try:
         spec = load_spec(path)
     except TilesweepError:
-        return f"{path} is a file, not a sweep directory; pass the --sweep-dir of a submitted sweep ({LISTED})"
+        return f"{path} is a file, not a sweep directory; {NAME_ONE} ({LISTED})"
     guess = default_root(str(path), spec)
     if guess.is_dir():
         return (

@@ -48,7 +48,7 @@ from orchestrator.store.files import (
     temp_path,
     write_advice,
 )
-from orchestrator.store.sweep_paths import file_given
+from orchestrator.store.sweep_paths import NAME_ONE, file_given
 
 if TYPE_CHECKING:  # the planner loads when the items are first expanded (status never expands them)
     from orchestrator.planning import Unit, WorkItem
@@ -257,11 +257,9 @@ class SweepDir:
         if root.is_file():
             raise SweepDirError(file_given(root))
         if not root.is_dir():
-            raise SweepDirError(f"sweep directory {root} does not exist; pass the --sweep-dir of a submitted sweep")
+            raise SweepDirError(f"sweep directory {root} does not exist; {NAME_ONE}")
         if not (root / SWEEP_FILE).is_file():
-            raise SweepDirError(
-                f"{root} is not a sweep directory (no {SWEEP_FILE}); pass the --sweep-dir of a submitted sweep"
-            )
+            raise SweepDirError(f"{root} is not a sweep directory (no {SWEEP_FILE}); {NAME_ONE}")
         sd = cls(root)
         meta = sd.meta
         if meta.get("format") != FORMAT:
