@@ -158,6 +158,23 @@ def test_unwritable_output_or_folder_is_one_line_and_changes_nothing(tmp_path: P
     assert_one_line_error(r, "a directory has its name: move it away")
 
 
+def test_a_merge_into_a_folder_that_takes_no_new_file_is_refused_before_it_reads_a_partial(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = folder / "results.json"
+    sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out)
+    assert run_cli("merge", str(sd.root)).returncode == 0  # the document and its lock file are there
+    before = out.read_bytes()
+    shutil.rmtree(sd.root / "merge-cache")
+    subprocess.run(["chattr", "+i", str(folder)], check=True)
+    try:
+        r = run_cli("merge", str(sd.root))
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    assert_one_line_error(r, f"cannot write {out}: its folder {folder} takes no new files", "it is unchanged")
+    assert out.read_bytes() == before and not (sd.root / "merge-cache").exists()  # no partial was read
+
+
 def test_standard_output_full_or_closed(tmp_path: Path) -> None:
     sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=tmp_path / "r.json")
     with open("/dev/full", "w") as full:

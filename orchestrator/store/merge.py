@@ -47,7 +47,7 @@ from orchestrator.spec.sections import REPLAY
 from orchestrator.store import keyindex
 from orchestrator.store.append import Ours, append_into, load_target
 from orchestrator.store.document import paused_gc
-from orchestrator.store.files import atomic_open, remove_dead_temps, write_advice
+from orchestrator.store.files import atomic_open, folder_refuses, remove_dead_temps, write_advice
 from orchestrator.store.keyindex import Keys
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.merge_head import device_of, tilesweep_of
@@ -199,6 +199,14 @@ def merge(
         dead += remove_dead_temps(sd.root / CACHE_DIR, min_age_s=0) + remove_dead_shares(sd.root / CACHE_DIR)
         for p in dead:
             log.info("removed %s, left by a merge that was killed", p)
+        refused = folder_refuses(out)  # before the partials are read, not once the document is ready
+        if refused is not None:
+            folder, why = refused
+            raise ResultsError(
+                f"cannot write {out}: its folder {folder} takes no new files ({why or 'not a directory'}), and the "
+                f"document is written beside it first; it is unchanged: make the folder writable, or merge into "
+                f"another file (`{PROG} merge {sd.root} --output FILE`)"
+            )
         appending = spec.append and out.exists()
         units: dict[str, UnitItems] = {}
         plan = "" if appending else plan_of(sd)  # before anything is read: a unit planned since is not claimed
