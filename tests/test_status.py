@@ -367,3 +367,14 @@ def test_a_unit_that_ended_unfinished_shows_the_gpu_its_last_worker_ran_on(
     st = sweep_status(sd, view=view)
     failed = next(u for u in st.units if u.id == units[0])
     assert failed.state == "failed" and failed.gpu == "3", failed
+
+
+def test_a_large_sweep_says_which_units_it_leaves_out(tmp_path: Path) -> None:
+    from orchestrator.store.synthetic import build_sweep, small_spec
+
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(n_seqs=12), 48, write_partials=list(range(47)))
+    text = format_status(sweep_status(sd, query_slurm=False), max_lines=40)
+    assert text.count(" pending ") == 1  # the one unfinished unit is listed
+    assert "  ... 47 done units not shown (--json lists every unit)" in text.splitlines(), text
+    partial = format_status(sweep_status(SweepDir.open(sd.root), query_slurm=False), max_lines=0)
+    assert "  ... 1 more and 47 done units not shown (--json lists every unit)" in partial.splitlines(), partial

@@ -30,9 +30,10 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         state=max((len(_state_of(u)) for u in shown[:max_lines]), default=0),
     )
     lines += [unit_line(u, widths) for u in shown[:max_lines]]
-    hidden = len(st.units) - min(len(shown), max_lines)
+    more, done = len(shown) - len(shown[:max_lines]), len(st.units) - len(shown)
+    hidden = [*([f"{more} more"] if more else []), *([f"{done} done"] if done else [])]
     if hidden:
-        lines.append(f"  ... {hidden} more units not shown (--json lists every unit)")
+        lines.append(f"  ... {' and '.join(hidden)} units not shown (--json lists every unit)")
     asked = st.view is not None and st.view.asked
     lines += [merge_job_line(m, asked=asked) for m in st.merge_jobs[-1:]]
     if not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
