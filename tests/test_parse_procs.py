@@ -126,3 +126,18 @@ def test_a_killed_merges_claims_and_temp_files_are_removed_by_the_next_merge(dam
     assert r.returncode == 0, r.stderr
     assert not killed.exists() and running.is_dir()
     assert not any(temp.exists() for temp in temps)  # at once: a retry on a full disk needs their space
+
+
+@pytest.mark.parametrize("procs", ["1", "2"])
+def test_a_merge_cache_that_takes_no_file_is_said_once(damaged: Path, tmp_path: Path, procs: str) -> None:
+    cache = damaged / CACHE_DIR
+    cache.mkdir()
+    subprocess.run(["chattr", "+i", str(cache)], check=True)
+    try:
+        r = run_cli("merge", str(damaged), "--output", str(tmp_path / "doc.json"), env={ENV: procs})
+    finally:
+        subprocess.run(["chattr", "-i", str(cache)], check=True)
+    assert r.returncode == 0, r.stderr
+    told = [line for line in r.stderr.splitlines() if f"the merge cache {cache} cannot be written" in line]
+    assert len(told) == 1 and "parses every partial again" in told[0], r.stderr
+    assert json.loads((tmp_path / "doc.json").read_text())["results"]

@@ -48,7 +48,7 @@ from orchestrator.errors import ResultsError
 from orchestrator.pyproc import module_command, module_env
 from orchestrator.store.files import folder_refuses, remove_dead_temps
 from orchestrator.store.pidspace import pid_alive
-from orchestrator.store.segments import CACHE_DIR, current, segment
+from orchestrator.store.segments import CACHE_DIR, UNCACHED, current, segment, uncached
 from orchestrator.store.sweepdir import SweepDir
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,9 @@ def parse_ahead(sd: SweepDir, units: list[str], here: Callable[[str], object]) -
                     child.stdout.close()
             if killed:
                 remove_dead_temps(cache, min_age_s=0)
+        said_before: set[str] = set()
         for k in range(len(children)):
-            _say(Path(folder) / f"{k}.said")
+            _say(Path(folder) / f"{k}.said", said_before)
     return theirs
 
 
@@ -191,8 +192,9 @@ def _start(root: Path, listing: Path, said: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _say(said: Path) -> None:
-    """A worker's warnings (its listing's ``.said`` file), as the merge would have logged them."""
+def _say(said: Path, said_before: set[str]) -> None:
+    """A worker's warnings (its listing's ``.said`` file), as the merge would have logged them;
+    those another worker said (``said_before``, which grows) once."""
     try:
         text = said.read_text(encoding="utf-8")
     except OSError:  # it warned of nothing (or never started)
@@ -202,6 +204,9 @@ def _say(said: Path) -> None:
             level, name, message = json.loads(line)
         except (ValueError, TypeError):
             continue
+        if message in UNCACHED or message in said_before:  # said already, by this merge or another worker
+            continue
+        said_before.add(message)
         logging.getLogger(str(name)).log(int(level), "%s", message)
 
 
@@ -219,12 +224,17 @@ def _procs(size: int) -> int:
 
 def _writable(folder: Path) -> bool:
     """Whether the workers can write their segments into ``folder`` (made if missing): a file
-    made there is the proof, which root's ``os.access`` is not (an immutable or read-only one)."""
+    made there is the proof, which root's ``os.access`` is not (an immutable or read-only one).
+    Where it is not, that is said once (``segments.uncached``)."""
     try:
         folder.mkdir(exist_ok=True)
-    except OSError:
+    except OSError as exc:
+        uncached(folder, exc)
         return False
-    return folder_refuses(folder / "segment") is None
+    refused = folder_refuses(folder / "segment")
+    if refused is not None:
+        uncached(folder, OSError(refused[1] or "not a directory"))
+    return refused is None
 
 
 class _Said(logging.Handler):

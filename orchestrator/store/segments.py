@@ -253,8 +253,26 @@ def _store(sweep_root: Path, seg: Segment) -> None:
             f.write(dumps(meta) + b"\n")
             f.write(dumps(arrays) + b"\n")
             f.write(payload)
-    except OSError as exc:  # a read-only sweep directory: merge without the cache
-        log.debug("merge cache not written for %s: %s", seg.unit, exc)
+    except OSError as exc:  # a read-only sweep directory, a full disk: merge without the cache
+        uncached(sweep_root / CACHE_DIR, exc)
+
+
+UNCACHED: set[str] = set()  # what this process said of cache folders it cannot write (a worker's says it again)
+_UNCACHED_FOLDERS: set[Path] = set()
+
+
+def uncached(folder: Path, exc: OSError) -> None:
+    """Say once per process that the merge cache ``folder`` takes no file (``exc``): every
+    merge then parses every partial again."""
+    if folder in _UNCACHED_FOLDERS:
+        return
+    _UNCACHED_FOLDERS.add(folder)
+    said = (
+        f"the merge cache {folder} cannot be written ({exc.strerror or exc}): this merge, and every one until it "
+        "can, parses every partial again (it is safe to delete)"
+    )
+    UNCACHED.add(said)
+    log.warning("%s", said)
 
 
 def current(sweep_root: Path, unit: str, path: Path) -> bool:
