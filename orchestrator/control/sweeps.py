@@ -79,12 +79,7 @@ def prepare_sweep(
     check_replay_source(spec)
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     out = Path(output) if output else Path(spec.output)
-    _check_output(out, f"--output {out}" if output else f"output {out} of {spec_path}")
-    if own_file(root, out):
-        raise PlanError(
-            f"{f'--output {out}' if output else f'output {out} of {spec_path}'} is a file of the sweep directory "
-            f"{root} (or in one of its folders), which the results document would replace; name a file outside them"
-        )
+    _check_output(out, f"--output {out}" if output else f"output {out} of {spec_path}", root)
     existed = (root / "sweep.json").exists()
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
@@ -111,10 +106,16 @@ def prepare_sweep(
     return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
 
 
-def _check_output(out: Path, given: str) -> None:
+def _check_output(out: Path, given: str, root: Path) -> None:
     """Refuse, before anything is measured, an output the merge at the end could not write: a
     directory, a device or a pipe (the merge renames its document into place: it would replace
-    the node itself), or a path whose folder (its nearest existing one) takes no new files."""
+    the node itself), a file of the sweep directory ``root`` itself, or a path whose folder (its
+    nearest existing one) takes no new files."""
+    if own_file(root, out):
+        raise PlanError(
+            f"{given} is a file of the sweep directory {root} (or in one of its folders), which the results "
+            "document would replace; name a file outside them"
+        )
     if out.is_dir():
         raise PlanError(f"{given} is a directory; name a file for the results document")
     if out.exists() and not out.is_file():

@@ -32,10 +32,8 @@ mixed). With ``append: true`` the existing document's records are kept (see ``ap
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +45,11 @@ from orchestrator.spec.sections import REPLAY
 from orchestrator.store import keyindex
 from orchestrator.store.append import Ours, append_into, load_target
 from orchestrator.store.document import paused_gc
-from orchestrator.store.files import atomic_open, folder_refuses, remove_dead_temps, write_advice
+from orchestrator.store.files import atomic_open, remove_dead_temps, write_advice
 from orchestrator.store.keyindex import Keys
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.merge_head import device_of, tilesweep_of
+from orchestrator.store.merge_output import cache_space, output_file, refuse_unwritable_folder
 from orchestrator.store.newest import Slots, pick_newest
 from orchestrator.store.parse_procs import parse_ahead, remove_dead_shares
 from orchestrator.store.partials import UnitItems, log_skipped
@@ -58,7 +57,7 @@ from orchestrator.store.provenance import DocumentHead
 from orchestrator.store.quarantine import Quarantined, quarantine
 from orchestrator.store.searchrounds import planned_total
 from orchestrator.store.segments import CACHE_DIR, Segment, check_headers, open_skipped, segment
-from orchestrator.store.sweepdir import SweepDir, own_file
+from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.target import (
     Target,
     inspect,
@@ -191,7 +190,7 @@ def merge(
     fewer records is kept as ``<output>.prev`` (``target``). Where every partial with records was
     quarantined nothing is written (``MergeSummary.written`` is false)."""
     spec = sd.spec
-    out = _output_file(sd, Path(output) if output is not None else sd.output)
+    out = output_file(sd, Path(output) if output is not None else sd.output)
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s, sweep=sd.root):
         # a temp of a process that is gone is a killed writer's (the document's and its index's writers
         # hold this lock; the cache's are merges and their workers): removed at once, so a retry has its space
@@ -199,14 +198,7 @@ def merge(
         dead += remove_dead_temps(sd.root / CACHE_DIR, min_age_s=0) + remove_dead_shares(sd.root / CACHE_DIR)
         for p in dead:
             log.info("removed %s, left by a merge that was killed", p)
-        refused = folder_refuses(out)  # before the partials are read, not once the document is ready
-        if refused is not None:
-            folder, why = refused
-            raise ResultsError(
-                f"cannot write {out}: its folder {folder} takes no new files ({why or 'not a directory'}), and the "
-                f"document is written beside it first; it is unchanged: make the folder writable, or merge into "
-                f"another file (`{PROG} merge {sd.root} --output FILE`)"
-            )
+        refuse_unwritable_folder(sd, out)  # before the partials are read, not once the document is ready
         appending = spec.append and out.exists()
         units: dict[str, UnitItems] = {}
         plan = "" if appending else plan_of(sd)  # before anything is read: a unit planned since is not claimed
@@ -240,29 +232,6 @@ def merge(
                 _write_fresh(sd, out, head, slots, summary, target, plan, overwrite=overwrite)
     log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
     return summary
-
-
-def _output_file(sd: SweepDir, out: Path) -> Path:
-    """The file a merge writes for ``out``: a link's target (the link stays); refused where it is a
-    directory, a device, a pipe or a socket (the document renamed into place would replace it)."""
-    if out.is_symlink():
-        out = Path(os.path.realpath(out))
-    if own_file(sd.root, out):
-        raise ResultsError(
-            f"the output {out} is a file of the sweep directory {sd.root} (or in one of its folders), which the "
-            f"document would replace: merge into a file outside them (`{PROG} merge {sd.root} --output FILE`)"
-        )
-    if out.is_dir():
-        raise ResultsError(
-            f"the output {out} is a directory, not a results document; merge into a file "
-            f"(`{PROG} merge {sd.root} --output FILE`)"
-        )
-    if out.exists() and not out.is_file():
-        raise ResultsError(
-            f"the output {out} is not a regular file (a device, a pipe or a socket), which the merge would replace; "
-            f"merge into a file (`{PROG} merge {sd.root} --output FILE`)"
-        )
-    return out
 
 
 def _found(out: Path, planned: int, slots: Slots, segs: list[Segment], moved: list[Quarantined]) -> MergeSummary:
@@ -379,31 +348,13 @@ def _replace(
             stashed.unlink(missing_ok=True)
         raise ResultsError(
             f"cannot write {out} ({exc.strerror or exc}); {'it is unchanged' if existed else 'nothing was written'}: "
-            f"{write_advice(exc)}{_cache_space(sd, out, exc)}, or merge into another file "
+            f"{write_advice(exc)}{cache_space(sd, out, exc)}, or merge into another file "
             f"(`{PROG} merge {sd.root} --output FILE`)"
         ) from None
     if stashed is not None:
         summary.prev = keep(stashed, out)
     keyindex.write(out, first, map(len, records), keys.ids, keys.tags, keys.odd, plan=plan)
     write_stamp(sd, out, summary.records)
-
-
-def _cache_space(sd: SweepDir, out: Path, exc: OSError) -> str:
-    """Where a full disk stopped the document and the sweep's merge cache takes space on the same
-    disk: how much, and that it is safe to delete (derived data, rebuilt by the next merge)."""
-    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-        return ""
-    cache = sd.root / CACHE_DIR
-    try:
-        if os.stat(cache).st_dev != os.stat(out.parent).st_dev:
-            return ""
-        size = sum(p.stat().st_size for p in cache.iterdir() if p.is_file())
-    except OSError:
-        return ""
-    if not size:
-        return ""
-    amount = f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{max(1, round(size / 1e3))} kB"
-    return f" (the sweep's merge cache {cache} takes {amount} there, and is safe to delete)"
 
 
 def _ordered(head: DocumentHead) -> dict[str, object]:
