@@ -14,8 +14,11 @@ from orchestrator.cli.progress import Progress
 from orchestrator.spec.errorkinds import RETRY_KINDS
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from orchestrator.control.reuseplan import ReuseRequest
     from orchestrator.control.rounds import NextRound
+    from orchestrator.control.sweeps import PreparedSweep
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.searchrounds import SearchRound
     from orchestrator.store.sweepdir import SweepDir
@@ -133,6 +136,23 @@ def units_capped(asked: int | None, made: int) -> None:
     unit holds at least one item to measure."""
     if asked is not None and made < asked:
         warn(f"note: {counted(asked, 'unit')} asked for, {made} made: a unit holds at least one item to measure")
+
+
+def prepare_run(args: argparse.Namespace, root: Path, kind: str) -> PreparedSweep:
+    """The sweep ``run`` runs (``control.sweeps.prepare_sweep``), made or reopened with what the
+    command was given: its spec, ``--units``, ``--output``, ``--costs``, reuse, ``--overwrite``."""
+    from orchestrator.control.sweeps import prepare_sweep
+
+    return prepare_sweep(
+        args.spec,
+        str(root),
+        args.units,
+        args.output,
+        costs=args.costs,
+        reuse=reuse_request(args),
+        kind=kind,
+        overwrite=args.overwrite,
+    )
 
 
 def planned_units(sd: SweepDir) -> int:

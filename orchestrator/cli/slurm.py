@@ -38,6 +38,7 @@ from orchestrator.cli.common import (
     items_in_units,
     planned_units,
     positive_int,
+    prepare_run,
     print_plan_notes,
     reuse_lines,
     reuse_request,
@@ -256,7 +257,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     directory made for a submission that failed is removed again; a second ``run`` of a
     sweep being run follows the first one's progress."""
     from orchestrator.control.scheduler import require_submit_tools
-    from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, run_or_follow, slurm_jobs
+    from orchestrator.control.sweeps import default_sweep_dir, run_or_follow, slurm_jobs
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.merge import check_target
@@ -265,16 +266,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     require_submit_tools()
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
-    sd, _, _ = prepare_sweep(
-        args.spec,
-        str(root),
-        args.units,
-        args.output,
-        costs=args.costs,
-        reuse=reuse_request(args),
-        kind="slurm",
-        overwrite=args.overwrite,
-    )
+    sd, _, _ = prepare_run(args, root, "slurm")
     print_plan_notes(sd.spec)
     for line in reuse_lines(read_summary(sd)):
         print(line, file=sys.stderr)

@@ -24,6 +24,7 @@ from orchestrator.cli.common import (
     items_in_units,
     planned_units,
     positive_int,
+    prepare_run,
     print_plan_notes,
     reuse_lines,
     reuse_request,
@@ -163,7 +164,7 @@ def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None) -> N
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from orchestrator.control.sweeps import check_runs_here, default_sweep_dir, prepare_sweep, run_or_follow
+    from orchestrator.control.sweeps import check_runs_here, default_sweep_dir, run_or_follow
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.merge import check_target
@@ -182,16 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
-    sd, unit_ids, existed = prepare_sweep(
-        args.spec,
-        str(root),
-        args.units,
-        args.output,
-        costs=args.costs,
-        reuse=reuse_request(args),
-        kind=kind,
-        overwrite=args.overwrite,
-    )
+    sd, unit_ids, existed = prepare_run(args, root, kind)
     if not args.overwrite:
         try:
             check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
