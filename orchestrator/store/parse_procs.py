@@ -16,15 +16,18 @@ end.
 
 Below ``PARALLEL_MIN_BYTES`` to parse, or with one CPU, or where the cache cannot be written,
 the merge parses in its own process. ``TILESWEEP_MERGE_PROCS`` sets the number of processes (1:
-none; at most ``MAX_PROCS``). Each worker is a new interpreter running this module (``python -m``), handed the list in
-a file, beside which it writes what it would warn of: never a fork of a merge that may hold a
-lock's heartbeat thread, and never a re-run of the caller's own script, as multiprocessing's
-spawn would do. A Ctrl-C stops the workers with the merge (they die of it, silently; the merge
-kills those left when it stops); a killed worker leaves at most a temp file in the cache, which
-the next merge removes, and its claimed partials to the merge. A killed merge leaves its folder
-of claims in the cache, which the next merge removes (``remove_dead_shares``).
+none; at most ``MAX_PROCS``). Each worker is a new interpreter running this module
+(``orchestrator.pyproc``: ``python -P -m``), handed the list in a file, beside which it writes
+what it would warn of: never a fork of a merge that may hold a lock's heartbeat thread, and
+never a re-run of the caller's own script, as multiprocessing's spawn would do.
 
-    python -m orchestrator.store.parse_procs SWEEP_DIR UNITS_JSON SAID_FILE   # one worker
+A Ctrl-C stops the workers with the merge (they die of it, silently; the merge kills those left
+when it stops, and removes the temp files they were writing); a worker killed otherwise leaves
+at most a temp file in the cache, which the next merge removes, and its claimed partials to the
+merge. A killed merge leaves its folder of claims in the cache, which the next merge removes
+(``remove_dead_shares``); its workers end at their next line to it (a broken pipe).
+
+    python -P -m orchestrator.store.parse_procs SWEEP_DIR UNITS_JSON SAID_FILE   # one worker
 """
 
 from __future__ import annotations
