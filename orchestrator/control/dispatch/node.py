@@ -151,10 +151,13 @@ class TaskWorkers:
         if not self.stopping and any(s.state == "waiting" for s in self.slots):
             t0 = time.perf_counter()
             preload(self._spec())
+            gpus = sum(lane.gpu is not None for lane in self.lanes)
             log.info(
-                "%d units on %d GPUs; imported what the workers use in %.2f s (the task's process started %.2f s ago)",
+                "%d units, %d workers at a time (%s); imported what they use in %.2f s (the task's process started "
+                "%.2f s ago)",
                 len(self.slots),
                 len(self.lanes),
+                f"one per GPU, {gpus} GPUs" if gpus else "no GPU",
                 time.perf_counter() - t0,
                 process_age_s(),
             )
