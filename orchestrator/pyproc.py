@@ -1,6 +1,7 @@
 """How tilesweep starts Python processes of its own (a merge's parse workers, a local unit's
 worker and its controller, a worker's compile processes): ``python -P -m MODULE``, with the
-folder tilesweep itself was imported from first on the path.
+folder tilesweep itself was imported from first on the path; and how it reads the lines such a
+process writes to it on a pipe, as they come (``PipeLines``).
 
 A plain ``python -m`` puts the current folder first on the path, so a command typed in a folder
 that holds another ``orchestrator`` or ``jobs`` package (an old checkout, a user's own module
@@ -18,6 +19,34 @@ import sys
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
+
+
+class PipeLines:
+    """The whole lines a child process writes on the pipe ``fd`` (set non-blocking here), read
+    as they come; a line that is not whole yet waits for the next read."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self._buf = b""
+
+    def ready(self) -> list[bytes]:
+        """The lines written since the last call, without waiting."""
+        try:
+            while chunk := os.read(self.fd, 65536):
+                self._buf += chunk
+        except (BlockingIOError, InterruptedError):  # nothing more written yet
+            pass
+        *lines, self._buf = self._buf.split(b"\n")
+        return [line for line in lines if line.strip()]
+
+    def rest(self) -> list[bytes]:
+        """The lines written until the writer closes its end (or ends)."""
+        os.set_blocking(self.fd, True)
+        while chunk := os.read(self.fd, 65536):
+            self._buf += chunk
+        lines, self._buf = self._buf.split(b"\n"), b""
+        return [line for line in lines if line.strip()]
 
 
 def module_command(module: str, *args: str, unbuffered: bool = False) -> list[str]:

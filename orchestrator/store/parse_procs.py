@@ -48,7 +48,7 @@ from pathlib import Path
 
 from orchestrator.cpus import usable_cpus
 from orchestrator.errors import ResultsError
-from orchestrator.pyproc import module_command, module_env
+from orchestrator.pyproc import PipeLines, module_command, module_env
 from orchestrator.store.files import folder_refuses, remove_dead_temps
 from orchestrator.store.pidspace import pid_alive
 from orchestrator.store.segments import CACHE_DIR, UNCACHED, current, segment, uncached
@@ -130,11 +130,12 @@ def _take_turns(
     """The merge's own turns: each partial of ``order`` it claims first it parses (``here``),
     and before each one it loads the segments the workers have finished since (``here`` too), so
     no process waits for another's share and few segments are left to load at the end."""
-    done = [_Finished(child) for child in children]
+    done = [PipeLines(child.stdout.fileno()) for child in children if child.stdout is not None]
     theirs: set[str] = set()
 
-    def load(units: list[str]) -> None:
-        for unit in units:
+    def load(lines: list[bytes]) -> None:  # the units a worker names once their segments are in the cache
+        for line in lines:
+            unit = line.decode()
             theirs.add(unit)
             here(unit)
 
@@ -155,34 +156,6 @@ def claim(claims: Path, unit: str) -> bool:
     except FileExistsError:
         return False
     return True
-
-
-class _Finished:
-    """The units a worker says it has put into the merge cache (a line each on its stdout)."""
-
-    def __init__(self, child: subprocess.Popen[bytes]) -> None:
-        assert child.stdout is not None
-        self.fd = child.stdout.fileno()
-        os.set_blocking(self.fd, False)
-        self.buf = b""
-
-    def ready(self) -> list[str]:
-        """The units it has named since the last call, without waiting."""
-        try:
-            while chunk := os.read(self.fd, 65536):
-                self.buf += chunk
-        except BlockingIOError:
-            pass
-        *lines, self.buf = self.buf.split(b"\n")
-        return [line.decode() for line in lines if line]
-
-    def rest(self) -> list[str]:
-        """The units it names until it ends."""
-        os.set_blocking(self.fd, True)
-        while chunk := os.read(self.fd, 65536):
-            self.buf += chunk
-        lines, self.buf = self.buf.split(b"\n"), b""
-        return [line.decode() for line in lines if line]
 
 
 def _start(root: Path, listing: Path, said: Path) -> subprocess.Popen[bytes]:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from kernels import impls
 from orchestrator.control.dispatch.unit_worker import SIGNALS
+from orchestrator.pyproc import PipeLines
 from orchestrator.spec.sections import REPLAY
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class ForkedWorker:
         self.pid = pid
         self.returncode: int | None = None
         self.send_fd, self.recv_fd = send_fd, recv_fd
-        self._buf = b""
+        self._lines = PipeLines(recv_fd)
 
     def send(self, message: dict[str, Any]) -> bool:
         """Write ``message``; False where the worker is gone (its end of the pipe closed)."""
@@ -120,16 +121,7 @@ class ForkedWorker:
 
     def messages(self) -> list[dict[str, Any]]:
         """The whole lines the worker has written since the last call."""
-        while True:
-            try:
-                chunk = os.read(self.recv_fd, 65536)
-            except (BlockingIOError, InterruptedError):
-                break
-            if not chunk:
-                break
-            self._buf += chunk
-        *lines, self._buf = self._buf.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
+        return [json.loads(line) for line in self._lines.ready()]
 
     def close(self) -> None:
         """Close the task's ends of the pipe (once the worker has ended)."""
@@ -191,7 +183,6 @@ def start_worker(
         os.close(out)
     os.close(to_child[0])
     os.close(from_child[1])
-    os.set_blocking(from_child[0], False)
     _TASK_ENDS.update((to_child[1], from_child[0]))
     return ForkedWorker(pid, send_fd=to_child[1], recv_fd=from_child[0])
 
