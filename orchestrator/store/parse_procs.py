@@ -180,7 +180,7 @@ def _say(said: Path, said_before: set[str]) -> None:
             level, name, message = json.loads(line)
         except (ValueError, TypeError):
             continue
-        if message in UNCACHED or message in said_before:  # said already, by this merge or another worker
+        if message in UNCACHED.values() or message in said_before:  # said already, by this merge or another worker
             continue
         said_before.add(message)
         logging.getLogger(str(name)).log(int(level), "%s", message)

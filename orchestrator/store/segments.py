@@ -257,22 +257,19 @@ def _store(sweep_root: Path, seg: Segment) -> None:
         uncached(sweep_root / CACHE_DIR, exc)
 
 
-UNCACHED: set[str] = set()  # what this process said of cache folders it cannot write (a worker's says it again)
-_UNCACHED_FOLDERS: set[Path] = set()
+UNCACHED: dict[Path, str] = {}  # what this process said of each cache folder it cannot write
 
 
 def uncached(folder: Path, exc: OSError) -> None:
     """Say once per process that the merge cache ``folder`` takes no file (``exc``): every
     merge then parses every partial again."""
-    if folder in _UNCACHED_FOLDERS:
+    if folder in UNCACHED:
         return
-    _UNCACHED_FOLDERS.add(folder)
-    said = (
+    UNCACHED[folder] = (
         f"the merge cache {folder} cannot be written ({exc.strerror or exc}): this merge, and every one until it "
         "can, parses every partial again (it is safe to delete)"
     )
-    UNCACHED.add(said)
-    log.warning("%s", said)
+    log.warning("%s", UNCACHED[folder])
 
 
 def current(sweep_root: Path, unit: str, path: Path) -> bool:
