@@ -9,7 +9,6 @@ document's records (``append``), which is why the winners keep their attempt's s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -27,9 +26,6 @@ class Slots:
     superseded: int = 0
     key: list[int] = field(default_factory=list)  # (attempt rank << 32) | line of each winner
     started: list[str] = field(default_factory=list)  # attempt rank -> its start time
-
-    def __iter__(self) -> Iterator[bytes]:
-        return (t for t in self.text if t is not None)
 
     def texts(self) -> list[bytes]:
         """The winners' texts in plan order: ``text`` itself where every position has one."""
