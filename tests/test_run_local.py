@@ -222,12 +222,19 @@ def test_worker_refusal_is_one_line(write_spec: Callable[..., Path], tmp_path: P
     )
 
 
-def test_a_rerun_with_another_output_merges_there_and_a_refused_output_leaves_no_sweep(
-    write_spec: Callable[..., Path], tmp_path: Path
-) -> None:
+def _one_config_run(write_spec: Callable[..., Path], tmp_path: Path) -> tuple[Path, Path]:
+    """A sweep of one fwd config, run here (the debug executor) into ``tmp_path/results.json``:
+    its spec file and its sweep directory."""
     spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
     sweep = tmp_path / "sweep"
     assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    return spec, sweep
+
+
+def test_a_rerun_with_another_output_merges_there_and_a_refused_output_leaves_no_sweep(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec, sweep = _one_config_run(write_spec, tmp_path)
     first = (tmp_path / "results.json").read_bytes()
     other = tmp_path / "other.json"
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(other))
@@ -252,9 +259,7 @@ def test_a_rerun_with_another_output_merges_there_and_a_refused_output_leaves_no
 def test_a_rerun_refused_for_its_new_output_or_its_damaged_directory_keeps_its_output(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
-    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
-    sweep = tmp_path / "sweep"
-    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    spec, sweep = _one_config_run(write_spec, tmp_path)
     theirs = tmp_path / "theirs.json"  # another sweep's document
     other = write_spec(name="other.json", modes=["fwd"], fwd_block_q=[64], executor={"kind": "debug"})
     assert run_cli("run", str(other), "--sweep-dir", str(tmp_path / "other"), "--output", str(theirs)).returncode == 0
@@ -275,9 +280,7 @@ def test_a_rerun_refused_for_its_new_output_or_its_damaged_directory_keeps_its_o
 def test_an_output_that_is_a_file_of_the_sweep_directory_is_refused_even_with_overwrite(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
-    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
-    sweep = tmp_path / "sweep"
-    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    spec, sweep = _one_config_run(write_spec, tmp_path)
     for own in (sweep / "merge-cache" / "output-stamps.json", sweep / "sweep.json", sweep / "partials" / "x.json"):
         before = own.read_bytes() if own.exists() else None
         for extra in ((), ("--overwrite",)):
