@@ -251,6 +251,38 @@ def test_a_failed_unit_says_why_in_its_workers_own_words(tmp_path: Path) -> None
     assert "tilesweep resume" in s.stdout
 
 
+def test_sbatch_starts_in_a_process_group_of_its_own_so_a_ctrl_c_cannot_reach_it(tmp_path: Path) -> None:
+    """A Ctrl-C at the terminal goes to the command's process group: sbatch (and its ``timeout``
+    wrapper) must be outside it from the moment it starts, or the Ctrl-C that comes as the final
+    merge job is submitted kills that sbatch, and the sweep is left without its merge job."""
+    import shutil
+
+    spec = write_spec(tmp_path, "group.json")
+    wrapped = tmp_path / "bin"
+    wrapped.mkdir()
+    groups = tmp_path / "groups"
+    (wrapped / "timeout").write_text(  # the process group it starts in, before anything could move it
+        f"#!/bin/sh\nps -o pgid= -p $$ | tr -d ' ' >> {groups}\nexec {shutil.which('timeout')} \"$@\"\n"
+    )
+    (wrapped / "timeout").chmod(0o755)
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "submit", str(spec), "--sweep-dir", str(tmp_path / "sweep")],
+        cwd=REPO,
+        env={**os.environ, "PATH": f"{wrapped}:{os.environ['PATH']}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # as a shell starts a command: its own group, the one a Ctrl-C goes to
+    )
+    out, err = submit.communicate(timeout=300)
+    try:
+        assert submit.returncode == 0, err
+        started_in = groups.read_text().split()
+        assert len(started_in) == 2 and str(submit.pid) not in started_in, (started_in, submit.pid)  # array, merge job
+    finally:
+        cli("cancel", str(tmp_path / "sweep"))
+
+
 def test_submission_messages_read_as_a_user_reads_them(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "msg.json", {"sbatch_timeout_s": 1})
     sweep = tmp_path / "sweep"

@@ -5,8 +5,9 @@
   tilesweep submits, submitit's hook for the command that submits a script
   (``SlurmExecutor._make_submission_command``, which its array path calls on a copy of the
   executor, so the class is patched, for the duration of the call only) returns
-  ``timeout --kill-after=5 T sbatch SCRIPT``. ``timeout`` runs sbatch in its own process
-  group, so a Ctrl-C at the terminal does not reach sbatch half-way either.
+  ``timeout --kill-after=5 T sbatch SCRIPT``. That command starts in a process group of its own,
+  set before it is executed (``_own_process_group``), so a Ctrl-C at the terminal reaches
+  neither it nor sbatch half-way: ``timeout`` would move itself there only once started.
 - **Never half-undone.** SIGINT, SIGTERM and SIGHUP that arrive between the call of sbatch
   and the moment its jobs are recorded in ``jobs.jsonl`` are held and delivered once the
   jobs are recorded (``held_signals``): an accepted array is always recorded.
@@ -68,13 +69,41 @@ def held_signals() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
+class _OwnGroupSubprocess:
+    """The ``subprocess`` module as submitit's command runner sees it in ``_own_process_group``:
+    its ``Popen`` starts each command in a process group of its own."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # noqa: N802 - subprocess's name
+        return subprocess.Popen(*args, process_group=0, **kwargs)
+
+
+@contextlib.contextmanager
+def _own_process_group() -> Iterator[None]:
+    """The commands submitit runs in the block (sbatch) start in a process group of their own,
+    set between fork and exec: a Ctrl-C sent to the terminal's group never reaches them, not
+    even in the moment before a program could move itself (``timeout`` does, once started)."""
+    utils = submitit.core.utils
+    original = utils.subprocess
+    utils.subprocess = _OwnGroupSubprocess()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        utils.subprocess = original
+
+
 @contextlib.contextmanager
 def bounded_sbatch(timeout_s: float) -> Iterator[None]:
-    """submitit's sbatch calls in the block give up after ``timeout_s`` (see the module docstring)."""
+    """submitit's sbatch calls in the block give up after ``timeout_s``, each in a process group
+    of its own (see the module docstring)."""
     tool = shutil.which("timeout")
     if tool is None:
         log.warning("`timeout` (coreutils) is not on PATH: sbatch runs without a time bound")
-        yield
+        with _own_process_group():
+            yield
         return
     cls = submitit.SlurmExecutor
     original = cls.__dict__["_make_submission_command"]
@@ -85,7 +114,8 @@ def bounded_sbatch(timeout_s: float) -> Iterator[None]:
     # submitit has no hook for the sbatch command line: its method is replaced for the block
     cls._make_submission_command = command  # type: ignore[method-assign]
     try:
-        yield
+        with _own_process_group():
+            yield
     finally:
         cls._make_submission_command = original  # type: ignore[method-assign]
 
