@@ -24,6 +24,9 @@ document. Runs alternate 1 and 2 units, ``--runs`` of each, each in a fresh swee
                                 worker forked, jax's backend started) to its end: what is left,
                                 1 - X, is the task's own start (its imports) and end, when no
                                 worker runs; busy < worker share is each worker's start-up
+    node4_busy_share_ms=X       the same busy seconds over 4 x the task's allocation to the
+                                millisecond (slurmctld's log: its "Allocate" line to its
+                                "_job_complete ... done" line), free of sacct's whole seconds
     node4_gpu_s=X               the GPU-seconds the 4-GPU task was charged (4 x sacct elapsed;
                                 divide by 3600 for GPU-hours)
     node4_vs_4x1_makespan=X     submit to merged document, the same sweep as one 4-GPU task
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -146,6 +150,26 @@ def sacct_elapsed(job_id: str) -> int:
     raise SystemExit(f"sacct has no COMPLETED row for {job_id}")
 
 
+def allocated_s(job_id: str) -> float | None:
+    """Seconds the job held its allocation, to the millisecond: from slurmctld's own log line
+    allocating it to the one completing it. sacct keeps both ends in whole seconds, each cut
+    down, which moves a 12-s task's share by up to a twelfth. None where the log has no such
+    pair (another log format, or the log is elsewhere)."""
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    found = re.search(r"^SlurmctldLogFile\s*=\s*(\S+)", config, re.M)
+    if found is None or not Path(found[1]).is_file():
+        return None
+    job = re.escape(job_id)
+    ends: dict[str, datetime] = {}
+    for line in Path(found[1]).read_text(errors="replace").splitlines():
+        hit = re.match(rf"\[([^]]+)\] (?:sched: Allocate JobId={job} |_job_complete: JobId={job} done$)", line)
+        if hit:
+            ends["done" if line.endswith(" done") else "start"] = datetime.fromisoformat(hit[1])
+    if len(ends) < 2:
+        return None
+    return (ends["done"] - ends["start"]).total_seconds()
+
+
 def worker_alive_s(sweep: Path, unit: str, marker: dict[str, Any]) -> float:
     """Seconds from the task launching the unit's worker (the first line of the unit's log,
     written by the task) to the unit's end (its marker); whole seconds, as both are stamped."""
@@ -153,10 +177,10 @@ def worker_alive_s(sweep: Path, unit: str, marker: dict[str, Any]) -> float:
     return (datetime.fromisoformat(marker["finished"]) - datetime.fromisoformat(first)).total_seconds()
 
 
-def node_run(base: Path, configs: int, k: int, node_units: int | None) -> tuple[float, float, float, float, int]:
+def node_run(base: Path, configs: int, k: int, node_units: int | None) -> tuple[float, float, float, float, int, float]:
     """One 4-GPU task of ``node_units`` units (None: the planner's default): (busy share, worker
     share, submit-to-document wall, the same as four 1-GPU tasks of a unit each, the task's
-    GPU-seconds)."""
+    GPU-seconds, the busy share over its allocation's milliseconds)."""
     order = (1, 4) if k % 2 else (4, 1)  # alternate which goes first: a shared machine's load drifts
     walls = {
         gpus: one_run(base, configs, node_units if gpus == 4 else 4, k, gpus=gpus, strategy="balanced")[0]
@@ -170,12 +194,15 @@ def node_run(base: Path, configs: int, k: int, node_units: int | None) -> tuple[
     busy = sum(m["wall_s"] for m in markers.values())
     alive = sum(worker_alive_s(sweep, u, m) for u, m in markers.items())
     elapsed = sacct_elapsed(task)
+    held = allocated_s(task)
     print(
         f"# node run {k}: {len(markers)} units busy {busy:.1f} s, alive {alive:.0f} s, in a task of {elapsed} s "
-        f"({4 * elapsed} GPU-s); submit to document {wall4:.1f} s (four 1-GPU tasks: {wall1:.1f} s)",
+        f"({4 * elapsed} GPU-s; {held if held is None else f'{held:.2f}'} s allocated, by slurmctld's log); "
+        f"submit to document {wall4:.1f} s (four 1-GPU tasks: {wall1:.1f} s)",
         file=sys.stderr,
     )
-    return busy / (4 * elapsed), alive / (4 * elapsed), wall4, wall1, 4 * elapsed
+    held_share = float("nan") if held is None else busy / (4 * held)
+    return busy / (4 * elapsed), alive / (4 * elapsed), wall4, wall1, 4 * elapsed, held_share
 
 
 def cancel_run(base: Path, k: int) -> float:
@@ -257,6 +284,7 @@ def main() -> None:
             print(f"node4_worker_share={statistics.median(n[1] for n in node):.3f}")
             print(f"node4_vs_4x1_makespan={statistics.median(n[2] / n[3] for n in node):.3f}")
             print(f"node4_gpu_s={statistics.median(n[4] for n in node):.0f}")
+            print(f"node4_busy_share_ms={statistics.median(n[5] for n in node):.3f}")
         if "cancel" in only:
             print(f"cancel_seen_s={statistics.median(cancel_run(base, k) for k in range(args.runs)):.2f}")
     finally:
