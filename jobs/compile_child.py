@@ -71,7 +71,7 @@ def _compile(item: Any, spec: Any) -> Any:
 def main(argv: list[str]) -> int:
     task_fd, result_fd, parent = (int(a) for a in argv)
     _die_with_parent(parent)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2):
         signal.signal(sig, _ignore)
     tasks, results = Connection(task_fd, writable=False), Connection(result_fd, readable=False)
     try:

@@ -2,11 +2,12 @@
 
 A worker's ``start`` line says a config is about to be compiled and timed; if the worker dies
 before its record, the config is suspected of killing it. A worker that is *stopped* (Ctrl-C,
-SIGTERM from scancel or the local executor, a preemption or time-limit warning) must not leave
-such suspicions behind: it writes an ``abandon`` line for each config in flight first. When the
-time limit instead finds the worker stuck in a config, ``mark_hung`` says so (that death counts,
-and a config given up on for it is recorded as a timeout). Signal handlers run between Python
-bytecodes; a line being written when one arrives is finished before it acts (``write``).
+SIGTERM from scancel or the local executor, SIGHUP from a closed terminal, a preemption or
+time-limit warning) must not leave such suspicions behind: it writes an ``abandon`` line for
+each config in flight first. When the time limit instead finds the worker stuck in a config,
+``mark_hung`` says so (that death counts, and a config given up on for it is recorded as a
+timeout). Signal handlers run between Python bytecodes; a line being written when one arrives
+is finished before it acts (``write``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from orchestrator.store.lines import AbandonLine, HungLine, PartialLine, Partial
 
 log = logging.getLogger(__name__)
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -170,11 +171,13 @@ def _stop_now(signum: int, *, raise_now: bool = True) -> None:
 
 @contextlib.contextmanager
 def stop_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """``signals`` (SIGINT and SIGTERM by default) stop the worker cleanly while it runs a unit
+    """``signals`` (SIGINT, SIGTERM and SIGHUP by default) stop the worker cleanly while it runs a unit
     (``_stop_now``); the handlers they had before are put back afterwards. The local executor
     starts workers with SIGINT blocked, which they ignore (so neither they nor a controller
     sees a Ctrl-C before the unit runs): both are undone here. A caller with handlers of its
     own for some of them (the whole-node ``unit_worker``) passes only the others."""
+    # a SIGHUP that ``nohup`` ignores stays ignored: the worker outlives its terminal as its run does
+    signals = tuple(s for s in signals if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN)
     if threading.current_thread() is not threading.main_thread() or not signals:
         yield
         return

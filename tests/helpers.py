@@ -54,6 +54,10 @@ LAUNCH = (
 # the same with SIGINT ignored, as `nohup ... &` or a script's `&` start a command (no preexec_fn:
 # forking the test process, which has jax's threads, to run Python before exec may deadlock)
 LAUNCH_IGNORING_SIGINT = LAUNCH.replace("signal.SIG_DFL", "signal.SIG_IGN")
+# the same with SIGHUP ignored too, as `nohup` starts a command
+LAUNCH_NOHUP = LAUNCH_IGNORING_SIGINT.replace(
+    "signal.SIG_IGN); ", "signal.SIG_IGN); signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+)
 # the CLI with its standard output closed (`>&-`)
 LAUNCH_STDOUT_CLOSED = LAUNCH.replace("signal.SIG_DFL); ", "signal.SIG_DFL); os.close(1); ")
 
@@ -121,14 +125,16 @@ def until(event: Callable[[], bool], what: str, proc: subprocess.Popen[str] | No
 
 
 def start_run(
-    spec: Path, sweep: Path, *extra: str, command: str = "run", sigint_ignored: bool = False
+    spec: Path, sweep: Path, *extra: str, command: str = "run", sigint_ignored: bool = False, nohup: bool = False
 ) -> subprocess.Popen[str]:
     """``tilesweep run SPEC --sweep-dir SWEEP`` (or another ``command`` of the sweep directory
     alone, ``spec`` then unused) in its own process group with SIGINT at its default, as at a
-    terminal (``sigint_ignored``: ignored, as ``nohup ... &`` or a script's ``&`` start it)."""
+    terminal (``sigint_ignored``: ignored, as a script's ``&`` starts it; ``nohup``: SIGHUP
+    ignored too, as ``nohup ... &`` starts it)."""
     args = ["run", str(spec), "--sweep-dir", str(sweep)] if command == "run" else [command, str(sweep)]
+    launch = LAUNCH_NOHUP if nohup else LAUNCH_IGNORING_SIGINT if sigint_ignored else LAUNCH
     return subprocess.Popen(
-        [sys.executable, "-c", LAUNCH_IGNORING_SIGINT if sigint_ignored else LAUNCH, *args, *extra],
+        [sys.executable, "-c", launch, *args, *extra],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

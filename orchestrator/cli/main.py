@@ -5,7 +5,8 @@ failure is a ``TilesweepError``; it becomes one line on stderr and exit code 2. 
 else is a bug and keeps its traceback.
 
 Two more ways a command ends in one line, never a traceback:
-- Ctrl-C (SIGINT), or SIGTERM (``kill PID``, ``tilesweep cancel`` from another shell): the
+- Ctrl-C (SIGINT), SIGTERM (``kill PID``, ``tilesweep cancel`` from another shell), or SIGHUP
+  (the terminal closed; not where ``nohup`` ignores it): the
   first one stops the command (workers started here write ``abandon`` lines for the configs in
   flight, so no config is blamed for the interruption) and prints one line; further ones while
   it stops are ignored. A command may say more in that line: it raises ``KeyboardInterrupt``
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 INTERRUPTED_NOTE = "finished records are kept, rerun to continue"
 # what a stop means for the commands that measure nothing (the others: ``INTERRUPTED_NOTE``)
 _STOPPED_NOTES = {
@@ -258,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     # imports almost nothing; the parser and the command families load in build_parser)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # `kill PID`, `tilesweep cancel`: as a Ctrl-C
-        signal.signal(signal.SIGTERM, _interrupted)
+    # `kill PID`, `tilesweep cancel`, a closed terminal: as a Ctrl-C (where nohup ignores SIGHUP, it stays ignored)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, _interrupted)
     if sys.stderr is None:  # started with it closed (`2>&-`): its messages go nowhere
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (open for the process's life)
     if sys.stdout is None:  # started with it closed (`>&-`): as a reader gone before the first line

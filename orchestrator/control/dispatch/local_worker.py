@@ -5,10 +5,11 @@ and the process ``tilesweep run`` starts for each unit it runs here (``local_pro
 
 It imports neither submitit nor the rest of ``dispatch``: a local worker loads what measuring
 needs and no more. It starts with SIGINT blocked (the run that started it blocks it around
-the start) and ignores it, and ``jobs.in_flight.stop_signals`` takes SIGINT and SIGTERM over
-while the unit runs: a stop abandons the configs in flight and the worker exits ``128 + signal``, its log's
-last line saying it was interrupted. Exit codes: 0 the unit ran; ``128 + signal`` stopped by
-that signal; 1 a failure, whose reason is the log's last line (``why.failure_line``).
+the start) and ignores it, and ``jobs.in_flight.stop_signals`` takes SIGINT, SIGTERM and
+SIGHUP over while the unit runs: a stop abandons the configs in flight and the worker exits
+``128 + signal``, its log's last line saying it was interrupted. Exit codes: 0 the unit ran;
+``128 + signal`` stopped by that signal; 1 a failure, whose reason is the log's last line
+(``why.failure_line``).
 
 A worker whose unit ran leaves through ``os._exit`` once its threads ended, the atexit
 handlers ran and its output is flushed: the interpreter's teardown with jax loaded (every
@@ -36,8 +37,8 @@ def run_unit_job(
     sweep_dir: str, unit_id: str, prior_starts: dict[str, Any] | None = None, own_process: bool = False
 ) -> UnitSummary:
     """Run one unit (importable, picklable: submitit's local and debug executors run it). A
-    failure leaves its reason as the log's last line (``why.failure_line``), as on SLURM. SIGINT
-    and SIGTERM are the worker's own (``jobs.in_flight.stop_signals``): they abandon the configs
+    failure leaves its reason as the log's last line (``why.failure_line``), as on SLURM. SIGINT,
+    SIGTERM and SIGHUP are the worker's own (``jobs.in_flight.stop_signals``): they abandon the configs
     in flight and exit. ``own_process``: a local job's worker, which a stop ends quietly, saying
     so in its log (``why.interrupted_line``), exit status 128 + the signal, no traceback; in the
     debug executor's process the stop goes on up to the command, which says it was interrupted."""
