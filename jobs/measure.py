@@ -15,16 +15,20 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernels import impl_triton, impls
 from kernels.config import AttentionConfig
 from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.planning import WorkItem
 from orchestrator.planning.halving import Measurement
+from orchestrator.spec import tolerance
 from orchestrator.spec.errorkinds import CRASHED_ERROR, TIMEOUT_ERROR
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.lowering import Verdict
+
+if TYPE_CHECKING:
+    from kernels.timing import Timing
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +159,7 @@ def compile_item(item: WorkItem, spec: SweepSpec) -> Compiled:
         args = abstract_args(item.batch, item.seq, item.heads, item.head_dim, item.dtype, item.kv_heads)
         with cache_hits() as hits:
             executable, compile_s = timing.compile_fn(fn, args)
-    except Exception as exc:  # a bad config is a record
+    except Exception as exc:  # a bad config is a record (a wrong output too: ``tolerance.WrongResult``)
         log.info("item %s failed to compile: %s", item.id, error_string(exc))
         return Compiled(error=error_string(exc))
     return Compiled(executable, compile_s, hits.cached)
@@ -171,10 +175,11 @@ def finish_item(
     flush: Callable[[], None] | None = None,
     timer: str | None = None,
 ) -> tuple[dict[str, Any], float]:
-    """The record of a compiled item (its outputs checked against the reference, then timed as
-    ``how`` says: by default ``repeats`` samples of ``target_ms``) and the seconds its timing
-    took. ``flush`` (``kernels.l2``) runs before each sample; ``timer``: the unit's timer
-    (default: ``SweepSpec.timer_on`` this backend)."""
+    """The record of a compiled item (its outputs checked against the reference, an error where
+    they are wrong: ``spec.tolerance``; then timed as ``how`` says: by default ``repeats``
+    samples of ``target_ms``) and the seconds its timing took. ``flush`` (``kernels.l2``) runs
+    before each sample; ``timer``: the unit's timer (default: ``SweepSpec.timer_on`` this
+    backend)."""
     import jax
 
     from kernels import attention, devicetime, timing
@@ -189,6 +194,7 @@ def finish_item(
         outs = jax.block_until_ready(compiled.executable(*ctx.args))
         err = attention.rel_err(outs, ctx.reference(item.mode, item.causal))
         del outs
+        tolerance.check(float(err), item.dtype, spec.check.max_rel_err)  # a wrong kernel is not timed
         t = timing.measure(
             compiled.executable,
             ctx.args,
@@ -207,19 +213,24 @@ def finish_item(
         rec["compile_cached"] = compiled.cached
         rec.update(how.marks(error=True))
         return rec, 0.0
-    rec.update(
-        rel_err=float(err),
-        compile_s=float(compiled.compile_s),
-        inner=int(t.inner),
-        median_ms=float(t.median_ms),
-        q1_ms=float(t.q1_ms),
-        q3_ms=float(t.q3_ms),
-        timer=t.timer,
-        samples_ms=[float(x) for x in t.samples_ms],
-        compile_cached=compiled.cached,
-    )
+    rec.update(_measured_fields(float(err), compiled, t))
     rec.update(how.marks())
     return rec, t.timed_s
+
+
+def _measured_fields(rel_err: float, compiled: Compiled, t: Timing) -> dict[str, Any]:
+    """What a record of a config checked and timed holds, in the reference's order."""
+    return {
+        "rel_err": rel_err,
+        "compile_s": float(compiled.compile_s),
+        "inner": int(t.inner),
+        "median_ms": float(t.median_ms),
+        "q1_ms": float(t.q1_ms),
+        "q3_ms": float(t.q3_ms),
+        "timer": t.timer,
+        "samples_ms": [float(x) for x in t.samples_ms],
+        "compile_cached": compiled.cached,
+    }
 
 
 def skipped_record(item: WorkItem) -> dict[str, Any]:

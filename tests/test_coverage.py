@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analysis import html, report
+from orchestrator.analysis.views import problem_views
 from orchestrator.planning import WorkItem
 from orchestrator.store import document as results_doc
 from orchestrator.store import synthetic
@@ -99,7 +100,7 @@ def test_a_screened_config_is_recorded_not_missing() -> None:
         r["screened"] = True  # a halving sweep's screen, never timed in full
     (s,) = report.best_table(results_doc.from_obj(full))
     assert (s.n_screened, s.n_missing) == (5, 0)
-    assert html.problem_views(results_doc.from_obj(full))[0].missing == []
+    assert problem_views(results_doc.from_obj(full))[0].missing == []
 
 
 def test_a_planned_problem_without_a_record_has_a_row_and_a_card() -> None:
@@ -110,7 +111,7 @@ def test_a_planned_problem_without_a_record_has_a_row_and_a_card() -> None:
     # nothing of fwd_bwd recorded: every planned config is missing, and its auto (merge counts it too)
     assert [(r["mode"], r["n_missing"]) for r in rows] == [("fwd", 0), ("fwd_bwd", rows[1]["n_planned"] + 1)]
     assert rows[1]["note"] == "nothing measured"
-    views = html.problem_views(doc)
+    views = problem_views(doc)
     assert [len(v.missing or []) for v in views] == [r["n_missing"] for r in rows]
     assert "no best config: nothing measured" in html.facts(views[1].summary)
     assert len(Page(html.report_page(doc)).rows) == 2

@@ -21,6 +21,7 @@ import pytest
 
 from orchestrator.analysis import compare_html, html, report
 from orchestrator.analysis.heatmap import configs_of, heatmap_data
+from orchestrator.analysis.views import problem_views
 from orchestrator.errors import TilesweepError
 from orchestrator.store import document as results_doc
 from orchestrator.store import synthetic
@@ -204,7 +205,7 @@ def test_a_config_timed_once_is_not_failed() -> None:
     records = [rec(ms=None, block_q=64), rec(ms=0.9, block_q=64), rec(ms=1.0)]
     cs = configs_of("fwd", records)
     assert list(cs.best.values()).count(None) == 0
-    assert "failed config" not in html.lists(html.problem_views(results_doc.from_obj(make_doc(records)))[0])
+    assert "failed config" not in html.lists(problem_views(results_doc.from_obj(make_doc(records)))[0])
 
 
 # --------------------------------------------------------------------------- missing configs
@@ -216,7 +217,7 @@ def test_missing_configs_are_the_planned_ones_without_a_record() -> None:
     gone = [r for r in full["results"] if r["config"] == "forced" and r["mode"] == "fwd"][3:5]
     gone.append(next(r for r in full["results"] if r["config"] == "auto" and r["mode"] == "fwd_bwd"))
     kept = [r for r in full["results"] if r not in gone]
-    views = html.problem_views(results_doc.from_obj({**full, "results": kept}))
+    views = problem_views(results_doc.from_obj({**full, "results": kept}))
     by_mode = {v.summary.key.mode: v.missing for v in views}
     assert by_mode["fwd"] == [report.config_label(report.config_of(r), "fwd") for r in gone[:2]]
     # auto, which every plan measures, is missing too: counted as merge counts it, and the card says so
@@ -227,7 +228,7 @@ def test_missing_configs_are_the_planned_ones_without_a_record() -> None:
     assert [row[16] for row in page.rows] == ["2", "1"]
     # the same records without the tilesweep block: nothing can be said
     bare = {k: v for k, v in full.items() if k != "tilesweep"}
-    assert all(v.missing is None for v in html.problem_views(results_doc.from_obj({**bare, "results": kept})))
+    assert all(v.missing is None for v in problem_views(results_doc.from_obj({**bare, "results": kept})))
 
 
 def test_variants_are_told_apart_in_missing_configs_and_summary_columns() -> None:
@@ -238,7 +239,7 @@ def test_variants_are_told_apart_in_missing_configs_and_summary_columns() -> Non
     )
     full = synthetic.document(spec)
     gone = next(r for r in full["results"] if r["config"] == "forced" and not r["causal"] and r["kv_heads"] == 4)
-    views = html.problem_views(results_doc.from_obj({**full, "results": [r for r in full["results"] if r is not gone]}))
+    views = problem_views(results_doc.from_obj({**full, "results": [r for r in full["results"] if r is not gone]}))
     missing = {(v.summary.key.causal, v.summary.key.kv_heads): v.missing for v in views}
     assert missing == {
         (False, None): [report.config_label(report.config_of(gone), "fwd")],

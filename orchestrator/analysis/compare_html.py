@@ -13,22 +13,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from orchestrator.analysis.compare import ProblemComparison, caveats, compare
-from orchestrator.analysis.html import (
-    ProblemView,
-    facts,
-    grouped,
-    key_cells,
-    key_columns,
-    legend,
-    lists,
-    plot,
-    problem_views,
-    ratio_cls,
-)
+from orchestrator.analysis.html import facts, grouped, key_cells, key_columns, legend, lists, plot, ratio_cls
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
 from orchestrator.analysis.report import astuple_key, axis_columns
 from orchestrator.analysis.scan import is_success
 from orchestrator.analysis.svg import esc
+from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.store.document import ResultsDoc
 
 LEGEND = "B/A = B best ms / A best ms (below 1: B is faster). Problems are matched on their axes, without the tag."
@@ -100,7 +90,10 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
 
     sides = []
     for name, doc in (("A", doc_a), ("B", doc_b)):
-        counts = {"records": len(doc.results), "without a timing": sum(1 for x in doc.results if not is_success(x))}
+        counts = {
+            "records": len(doc.results),
+            "without a timing": sum(1 for x in doc.results if not is_success(x, doc.max_rel_err)),
+        }
         sides.append(f"<div><h3>{name}: {esc(doc.name)}</h3>{provenance(doc, counts)}</div>")
     title = f"tilesweep compare: {Path(doc_a.name).name} vs {Path(doc_b.name).name}"
     body = [

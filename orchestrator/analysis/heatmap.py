@@ -79,7 +79,8 @@ class Configs:
         return config_label(dict(zip(self.fields, cid, strict=True)), mode)
 
 
-def configs_of(mode: str, records: list[dict[str, Any]]) -> Configs:
+def configs_of(mode: str, records: list[dict[str, Any]], max_rel_err: float | None = None) -> Configs:
+    """One problem's records by config (``max_rel_err``: the document's, ``scan.is_success``)."""
     fields = config_fields(mode, impl=records[0].get("impl", DEFAULT_IMPL) if records else DEFAULT_IMPL)
     get = itemgetter(*fields)
     auto_ms = None
@@ -87,7 +88,7 @@ def configs_of(mode: str, records: list[dict[str, Any]]) -> Configs:
     first_failure: dict[tuple, dict[str, Any]] = {}
     screened: dict[tuple, dict[str, Any]] = {}
     for rec in records:
-        ok = is_success(rec)
+        ok = is_success(rec, max_rel_err)
         if rec["config"] == "auto":
             if ok and (auto_ms is None or rec["median_ms"] < auto_ms):
                 auto_ms = float(rec["median_ms"])

@@ -18,28 +18,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 from orchestrator.analysis import winners
-from orchestrator.analysis.heatmap import Configs, HeatmapData, configs_of, heatmap_data, problem_title
+from orchestrator.analysis.heatmap import HeatmapData, problem_title
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
 from orchestrator.analysis.report import (
     LEGEND,
     REPLAYED_LEGEND,
     ProblemKey,
     ProblemSummary,
-    astuple_key,
     axis_cells,
     axis_columns,
-    best_table,
-    config_label,
-    group_by_problem,
     tflops_text,
 )
 from orchestrator.analysis.scan import is_success
 from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
+from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc, load
 from orchestrator.store.sweepdir import atomic_open
@@ -49,77 +44,10 @@ GROUP_AXES = ("dtype", "head_dim")  # cards are grouped by these problem fields
 EVEN_BAND = 0.02  # a speedup or ratio within 2% of 1 is shown as even
 
 
-class Failed(NamedTuple):
-    """A forced config of a problem that never produced a timing."""
-
-    label: str
-    error: str  # the first error recorded for it
-    pruned: bool  # refused by the shared-memory model before running
-    smem_bytes: int | None  # the model's prediction, for a pruned config
-
-
-@dataclass(frozen=True)
-class ProblemView:
-    """What a problem's card shows. ``missing`` is None when the document cannot say."""
-
-    number: int  # 1-based, document order: the card's anchor and the table's first column
-    summary: ProblemSummary
-    heatmap: HeatmapData | None
-    failed: list[Failed]
-    missing: list[str] | None  # labels of planned configs without a record
-    never: list[str] = field(default_factory=list)  # labels of planned configs a search never measured
-
-    @property
-    def anchor(self) -> str:
-        return f"p-{self.number}"
-
-
-def _failed_configs(cs: Configs, mode: str) -> list[Failed]:
-    """Forced configs that never produced a timing, with their first error."""
-    out = []
-    for cid, rec in cs.best.items():
-        if rec is None:
-            bad = cs.first_failure[cid]
-            smem = bad.get("smem_bytes")
-            out.append(
-                Failed(
-                    cs.label(cid, mode),
-                    str(bad.get("error", "no timing recorded")),
-                    bad.get("pruned") is True,
-                    smem if isinstance(smem, int) else None,
-                )
-            )
-    return out
-
-
 def _label_cell(label: str) -> str:
     """A config's name in the summary table, free to wrap between its fields (``bq128 bk64``
     at its spaces, ``64/64/num_stages=2`` after each slash), so the table fits the window."""
     return td(esc(label).replace("/", "/<wbr>"), label, cls="l mono", raw=True)
-
-
-def _missing_labels(s: ProblemSummary) -> list[str] | None:
-    """The labels of the summary's planned configs without a record (None: no plan known)."""
-    if s.coverage is None:
-        return None
-    return ["auto"] * s.auto_missing + [config_label(c, s.key.mode) for c in s.coverage.missing_configs()]
-
-
-def _never_labels(s: ProblemSummary) -> list[str]:
-    """The labels of the planned configs a search chose never to measure."""
-    return [] if s.coverage is None else [config_label(c, s.key.mode) for c in s.coverage.never_measured_configs()]
-
-
-def problem_views(doc: ResultsDoc) -> list[ProblemView]:
-    """One view per problem in document order, planned problems without a record included."""
-    groups = group_by_problem(doc.results)
-    views = []
-    for n, s in enumerate(best_table(doc), 1):
-        recs = groups.get(astuple_key(s.key), [])
-        cs = configs_of(s.key.mode, recs)
-        failed = _failed_configs(cs, s.key.mode)
-        views.append(ProblemView(n, s, heatmap_data(s.key, recs, cs), failed, _missing_labels(s), _never_labels(s)))
-    return views
 
 
 # --------------------------------------------------------------------------- cards
@@ -361,7 +289,7 @@ def report_page(doc: ResultsDoc) -> str:
     views = problem_views(doc)
     with_tag = len({v.summary.key.tag for v in views}) > 1
     axes = axis_columns(v.summary.key for v in views)
-    n_err = sum(1 for r in doc.results if not is_success(r))
+    n_err = sum(1 for r in doc.results if not is_success(r, doc.max_rel_err))
     counts = {"records": len(doc.results), "without a timing": n_err, "problems": len(views)}
     replayed = " " + REPLAYED_LEGEND if any(v.summary.replayed for v in views) else ""
     body = [

@@ -229,7 +229,7 @@ def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict
 def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
     """One ``ProblemSummary`` per problem, in the document's order, then planned ones without records."""
     plans = plans_of(doc)
-    scans = scan(doc.results)
+    scans = scan(doc.results, doc.max_rel_err)
     unrecorded = plans.problems() - scans.keys()
     for problem in sorted(unrecorded, key=lambda k: tuple((v is None, 0 if v is None else v) for v in k)):
         scans[problem] = ProblemScan(problem[5], problem[9])

@@ -2,8 +2,9 @@
 
 Per problem (``records.problem_key``, in order of first appearance: plan order) the pass keeps
 the auto time and, per forced config (its config field values), the fastest record that is a
-measurement; configs that only failed, were pruned or were only screened (a halving sweep's
-one-sample screens, never candidates) are kept apart. ``report.best_table`` summarises it.
+measurement (no error, an output within ``spec.tolerance``); configs that only failed, were
+pruned or were only screened (a halving sweep's one-sample screens, never candidates) are kept
+apart. ``report.best_table`` summarises it.
 
 The loop is written out flat, without helper calls per forced record, because it runs once per
 record of documents with a million of them; ``is_success`` is the readable form of its ``ok``.
@@ -16,16 +17,25 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
+from orchestrator.spec import tolerance
 from orchestrator.spec.records import DEFAULT_IMPL, config_fields, problem_key
 from orchestrator.store.document import paused_gc
 
 INF = float("inf")
 
 
-def is_success(record: dict[str, Any]) -> bool:
-    """A record counts as a measurement when it has a finite median and no error."""
+def is_success(record: dict[str, Any], max_rel_err: float | None = None) -> bool:
+    """A record counts as a measurement when it has a finite median, no error, and no
+    ``rel_err`` that makes its output wrong (``spec.tolerance``; ``max_rel_err``: the
+    document's ``check.max_rel_err``)."""
     m = record.get("median_ms")
-    return "error" not in record and isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m)
+    return (
+        "error" not in record
+        and isinstance(m, (int, float))
+        and not isinstance(m, bool)
+        and math.isfinite(m)
+        and tolerance.wrong_result(record.get("rel_err"), record.get("dtype"), max_rel_err) is None
+    )
 
 
 class ProblemScan:
@@ -69,15 +79,18 @@ class ProblemScan:
         return self.per_config.keys() | self.screened
 
 
-def scan(results: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], ProblemScan]:
-    """One pass over all records, problems in order of first appearance (plan order)."""
+def scan(results: Iterable[dict[str, Any]], max_rel_err: float | None = None) -> dict[tuple[Any, ...], ProblemScan]:
+    """One pass over all records, problems in order of first appearance (plan order);
+    ``max_rel_err``: the document's ``check.max_rel_err`` (``tolerance.document_limit``)."""
     with paused_gc():
-        return _scan(results)
+        return _scan(results, max_rel_err)
 
 
-def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], ProblemScan]:
+def _scan(results: Iterable[dict[str, Any]], max_rel_err: float | None) -> dict[tuple[Any, ...], ProblemScan]:
     scans: dict[tuple[Any, ...], ProblemScan] = {}
     get = scans.get
+    bounds = tolerance.limits(max_rel_err).get
+    other = tolerance.limit(None, max_rel_err)
     for rec in results:
         k = problem_key(rec)
         sc = get(k)
@@ -85,6 +98,13 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], ProblemSca
             sc = scans[k] = ProblemScan(k[5], k[9])
         m = rec.get("median_ms")
         ok = (m.__class__ is float or m.__class__ is int) and -INF < m < INF and "error" not in rec
+        e = rec.get("rel_err")
+        if (
+            ok
+            and e is not None
+            and not ((e.__class__ is float or e.__class__ is int) and 0 <= e <= bounds(k[0], other))
+        ):
+            ok = False  # a wrong output (``tolerance.wrong_result``): failed, however fast
         if rec["config"] == "auto":
             sc.add_auto(m if ok else None, rec)
             continue
@@ -105,6 +125,7 @@ def _scan(results: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], ProblemSca
             if rec.get("pruned"):
                 sc.pruned.add(cid)
             if sc.first_error is None:
-                sc.first_error = str(rec.get("error", "no timing recorded"))
+                why = rec.get("error") or tolerance.wrong_result(e, k[0], max_rel_err) or "no timing recorded"
+                sc.first_error = str(why)
                 sc.first_failed = rec
     return scans

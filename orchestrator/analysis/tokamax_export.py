@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernels import tokamax_meta as meta
+from orchestrator.spec import tolerance
 from orchestrator.spec.records import DEFAULT_IMPL, item_id
 from orchestrator.store.document import ResultsDoc
 
@@ -72,10 +73,14 @@ def _problem(rec: Mapping[str, Any]) -> meta.Problem:
     )
 
 
-def _timed(rec: Mapping[str, Any], config: str = "forced") -> bool:
+def _timed(rec: Mapping[str, Any], config: str = "forced", max_rel_err: float | None = None) -> bool:
     ms = rec.get("median_ms")
     return (
-        rec.get("config") == config and "error" not in rec and not rec.get("screened") and isinstance(ms, (int, float))
+        rec.get("config") == config
+        and "error" not in rec
+        and not rec.get("screened")
+        and isinstance(ms, (int, float))
+        and tolerance.wrong_result(rec.get("rel_err"), rec.get("dtype"), max_rel_err) is None
     )
 
 
@@ -152,9 +157,9 @@ def choose(doc: ResultsDoc, device_kind: str, *, keep_slower: bool = False) -> C
             out.other_impls[impl] += 1
             continue
         key = (impl, str(rec["mode"]), _problem(rec))
-        if _timed(rec):
+        if _timed(rec, max_rel_err=doc.max_rel_err):
             groups.setdefault(key, []).append(rec)
-        elif _timed(rec, "auto"):
+        elif _timed(rec, "auto", doc.max_rel_err):
             auto_ms[key] = min(float(rec["median_ms"]), auto_ms.get(key, float("inf")))
     for key, recs in groups.items():
         if not keep_slower and auto_ms.get(key, float("inf")) < min(float(r["median_ms"]) for r in recs):

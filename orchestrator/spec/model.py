@@ -35,6 +35,7 @@ from orchestrator.spec.lists import (
 from orchestrator.spec.search_section import SearchSettings
 from orchestrator.spec.sections import (
     REPLAY,
+    CheckSettings,
     CompileSettings,
     ForwardBlocks,
     KernelSettings,
@@ -168,6 +169,7 @@ class SweepSpec(SpecModel):
     sharding: ShardingSettings = Field(default=ShardingSettings(), description="how items are grouped into units")
     timing: TimingSettings = Field(default=TimingSettings(), description="how each config is timed")
     kernel: KernelSettings = Field(default=KernelSettings(), description="which kernel is tuned and how it runs")
+    check: CheckSettings = Field(default=CheckSettings(), description="how each config's output is checked")
     compile: CompileSettings = Field(default=CompileSettings(), description="where configs are compiled")
     merge: MergeSettings = Field(default=MergeSettings(), description="how records are merged into the document")
     report: ReportSettings = Field(default=ReportSettings(), description="what a finished sweep leaves beside it")
@@ -334,9 +336,9 @@ class SweepSpec(SpecModel):
     def fingerprint(self) -> str:
         """Identity of what is measured: the problem and grid fields plus timing and kernel options. Executor,
         sharding, output and merge settings may change between submit and resume without invalidating records, so
-        they are left out. The causal and kv_heads axes, the kernel implementation, its target device kind and the
-        grid section count only where they are not the default, so a config block that lacks them (the reference's)
-        and the same spec naming their defaults have one fingerprint."""
+        they are left out. The causal and kv_heads axes, the kernel implementation, its target device kind, the
+        check section and the grid section count only where they are not the default, so a config block that
+        lacks them (the reference's) and the same spec naming their defaults have one fingerprint."""
         dumped = self.model_dump(mode="json")
         measured = {k: dumped[k] for k in REFERENCE_CONFIG_FIELDS if k not in ("output", "append")}
         measured.update(self._axes(dumped))
@@ -349,6 +351,8 @@ class SweepSpec(SpecModel):
         measured["kernel"] = {
             k: v for k, v in dumped["kernel"].items() if (k, v) not in (("impl", DEFAULT_IMPL), ("device_kind", None))
         }
+        if self.check != CheckSettings():  # a limit of its own: other configs are wrong results
+            measured["check"] = dumped["check"]
         if self.timing.strategy == "search":  # which configs a search measures: only a search has them
             measured["search"] = dumped["search"]
         if self.replay is not None:  # the pace changes no record

@@ -1,7 +1,7 @@
-"""The spec's sections: how items are grouped and timed, which kernel, how compiled, merged,
-reported, replayed and reused (``orchestrator.spec.model.SweepSpec`` holds one of each, all
-with defaults, so the reference's config block is a complete spec; where units run is
-``executor_section``, what a search measures ``search_section``).
+"""The spec's sections: how items are grouped and timed, which kernel, how checked and
+compiled, how merged, reported, replayed and reused (``orchestrator.spec.model.SweepSpec``
+holds one of each, all with defaults, so the reference's config block is a complete spec;
+where units run is ``executor_section``, what a search measures ``search_section``).
 
 Every model forbids unknown keys: a typo is an error naming the field and the allowed ones,
 never silently dropped. Every field carries a description: ``docs/spec.md`` is generated from
@@ -211,6 +211,17 @@ class MergeSettings(SpecModel):
     )
     mix_devices: bool = Field(
         default=False, description="append into a document of another device; records then carry their device"
+    )
+
+
+class CheckSettings(SpecModel):
+    """How each config's output is checked against the reference."""
+
+    max_rel_err: float | None = Field(
+        default=None,
+        gt=0,
+        description="the largest rel_err against the reference a config may have; a config above it is recorded "
+        "as a WrongResult error, never timed nor chosen. Default: 1e-2 for float32, 5e-2 for bfloat16 and float16",
     )
 
 

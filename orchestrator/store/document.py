@@ -34,6 +34,7 @@ from orchestrator import PROG
 from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
+from orchestrator.spec import tolerance
 from orchestrator.spec.records import IDENTITY_FIELDS
 from orchestrator.store.record_values import ValueRefused, check_values
 
@@ -80,6 +81,11 @@ class ResultsDoc:
     @property
     def name(self) -> str:
         return self.path if self.path is not None else "<document>"
+
+    @property
+    def max_rel_err(self) -> float | None:
+        """The ``check.max_rel_err`` its records were checked with (``tolerance.document_limit``)."""
+        return tolerance.document_limit(self.extra.get("tilesweep"))
 
 
 @contextmanager
