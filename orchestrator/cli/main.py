@@ -20,6 +20,7 @@ Two more ways a command ends in one line, never a traceback:
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -326,9 +327,18 @@ def _main(argv: list[str] | None) -> int:
     except OSError as exc:  # a full disk or a read-only mount, wherever the command wrote;
         # a file or folder this user may not read (or write), wherever the command opened it
         # (a file where a folder belongs, or a folder where a file does: a damaged sweep directory)
-        from orchestrator.store.files import ACCESS_ERRNOS, WRITE_ERRNOS, cannot_access, cannot_write, misplaced
+        from orchestrator.store.files import (
+            ACCESS_ERRNOS,
+            WRITE_ERRNOS,
+            cannot_access,
+            cannot_write,
+            misplaced,
+            name_too_long,
+        )
 
-        if exc.errno in WRITE_ERRNOS:
+        if exc.errno == errno.ENAMETOOLONG:  # a name given on the command line, or in a spec
+            print(f"{PROG}: error: {name_too_long(exc)}", file=sys.stderr)
+        elif exc.errno in WRITE_ERRNOS:
             print(f"{PROG}: error: {cannot_write(exc)}", file=sys.stderr)
         elif exc.errno in ACCESS_ERRNOS and exc.filename is not None:
             print(f"{PROG}: error: {cannot_access(exc)}", file=sys.stderr)

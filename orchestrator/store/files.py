@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
+import hashlib
 import json
 import os
 import re
@@ -32,10 +33,29 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
+NAME_MAX = 255  # bytes in one file name, on the filesystems a cluster uses (ext4, xfs, NFS, Lustre)
+
+
 def temp_path(path: Path) -> Path:
     """A temp file beside ``path`` whose name says which process writes it, so one left by a
     killed writer can be told apart from one still being written (``remove_dead_temps``)."""
-    return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    return path.with_name(f".{temp_stem(path.name)}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def temp_stem(name: str) -> str:
+    """``name`` as its temp files spell it (``fitted`` to what they add to it)."""
+    return fitted(name, len(os.fsencode(f"..{socket.gethostname()}.{2**32}.12345678.tmp")))
+
+
+def fitted(name: str, added: int) -> str:
+    """``name`` as a file named after it spells it where that adds ``added`` bytes to it (a
+    lock, a key index, a temp file): whole where the sum stays within ``NAME_MAX``, else its
+    start and a hash of the whole, so every name a filesystem takes has its files too."""
+    raw = os.fsencode(name)
+    if len(raw) + added <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:12]
+    return os.fsdecode(raw[: NAME_MAX - added - 13]) + "~" + digest
 
 
 @contextlib.contextmanager
@@ -98,7 +118,7 @@ def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
     """Delete temp files (``temp_path``) of ``path``, or of any file in the folder ``path``,
     left by writers on this host that are dead (killed mid-write) and idle for ``min_age_s``:
     incomplete copies, never data. Live writers' temps are kept."""
-    folder, target = (path, r".+") if path.is_dir() else (path.parent, re.escape(path.name))
+    folder, target = (path, r".+") if path.is_dir() else (path.parent, re.escape(temp_stem(path.name)))
     pattern = re.compile(rf"\.{target}\.{re.escape(socket.gethostname())}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
     removed: list[Path] = []
     try:
@@ -212,6 +232,16 @@ def cannot_access(exc: OSError) -> str:
             return cannot_write(exc)
         fix = f"make it readable for you (`chmod {'+rx' if folder else '+r'} {name}` as its owner), or run as its owner"
     return f"cannot read {name} ({exc.strerror or exc}): {fix}"
+
+
+def name_too_long(exc: OSError) -> str:
+    """One line for ENAMETOOLONG: the path whose name (or whole) is longer than a filesystem
+    takes, and the fix."""
+    name = "a path" if exc.filename is None else _own_name(exc.filename)
+    return (
+        f"cannot use {name}: a name in it is longer than its filesystem takes ({NAME_MAX} bytes a name, "
+        f"{os.pathconf('/', 'PC_PATH_MAX')} a path); choose a shorter one"
+    )
 
 
 def misplaced(exc: OSError) -> str | None:
