@@ -179,3 +179,23 @@ def test_a_run_refused_for_a_damaged_unit_index_leaves_the_sweeps_output_as_it_w
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(tmp_path / "elsewhere.json"))
     assert_one_line_error(r, "unit index", "units.json")
     assert json.loads((sweep / "sweep.json").read_text())["output"] == before
+
+
+@pytest.mark.parametrize("made", ["pipe", "link to /dev/zero"])
+def test_a_history_or_partial_that_is_no_file_is_named_and_never_read(tmp_path: Path, made: str) -> None:
+    """jobs.jsonl or a partial that is a named pipe (whose reading waits for a writer for ever)
+    or a link to /dev/zero (whose reading never ends): ``status``, ``logs`` and ``merge`` say so
+    in one line, and ``ls`` lists that sweep as unreadable beside the others."""
+    sd, units = build_sweep(tmp_path / "sweeps" / "damaged", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    build_sweep(tmp_path / "sweeps" / "sound", small_spec(n_seqs=1), 2, output=tmp_path / "other.json")
+    history, partial = sd.root / "jobs.jsonl", sd.root / "partials" / f"{units[0].id}.jsonl"
+    for path in (history, partial):
+        path.unlink(missing_ok=True)
+        os.mkfifo(path) if made == "pipe" else path.symlink_to("/dev/zero")
+    said = f"is {'a pipe' if made == 'pipe' else 'a device'}, where a sweep directory holds a file"
+    for command in (["status", str(sd.root)], ["logs", str(sd.root), "0"], ["merge", str(sd.root)]):
+        assert_one_line_error(run_cli(*command, timeout=60), said, "remove it")
+    listed = run_cli("ls", str(tmp_path / "sweeps"), timeout=60)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    damaged, sound = listed.stdout.splitlines()
+    assert f"unreadable: {history} {said}" in damaged and "complete" in sound, listed.stdout

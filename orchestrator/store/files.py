@@ -139,6 +139,31 @@ def remove_dead_temps(path: Path, min_age_s: float = 600.0) -> list[Path]:
     return removed
 
 
+def open_file(path: Path) -> IO[bytes]:
+    """``path``, a file of a sweep directory, open for reading; ``SweepDirError`` where it is a
+    pipe, a device or a socket (or a link to one), whose reading would never end or never
+    come, and ``IsADirectoryError`` where it is a folder (``misplaced`` words that)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe's open would wait for a writer
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        if not stat.S_ISREG(mode):
+            what = "a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise SweepDirError(f"{path} is {what}, where a sweep directory holds a file: remove it (`rm {path}`)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of ``path``, a file of a sweep directory (``open_file``)."""
+    with open_file(path) as f:
+        return f.read()
+
+
 def create_once(path: Path, payload: bytes) -> bool:
     """Make ``path`` holding ``payload`` where no file is there yet; False where another writer
     made it first (a lock file, ``env.json``). The payload goes to a temp file that is linked

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store.files import naming
+from orchestrator.store.files import naming, read_file
 from orchestrator.store.jsonline import loads
 
 FILE = "jobs.jsonl"
@@ -38,7 +38,7 @@ def read(root: Path, logs: Path) -> list[dict[str, Any]]:
         return []
     out = []
     here = os.fspath(root.absolute())
-    for line in path.read_bytes().splitlines():
+    for line in read_file(path).splitlines():
         try:
             entry = loads(line)
         except ValueError:

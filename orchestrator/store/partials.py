@@ -46,7 +46,7 @@ from typing import Any, cast
 
 from orchestrator.errors import PartialError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION
-from orchestrator.store.files import DAMAGED_FIX, cannot_access
+from orchestrator.store.files import DAMAGED_FIX, cannot_access, read_file
 from orchestrator.store.jsonline import loads
 from orchestrator.store.layouts import check_record
 from orchestrator.store.lines import ReadHeader
@@ -305,7 +305,7 @@ def read_partial(path: Path, items: UnitItems | None = None, *, warn: bool = Tru
     """
     content = PartialContent(Path(path))
     try:
-        data = content.path.read_bytes()
+        data = read_file(content.path)
     except FileNotFoundError:
         return content
     if items is None:

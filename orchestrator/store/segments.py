@@ -26,7 +26,7 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store.files import atomic_open
+from orchestrator.store.files import atomic_open, open_file
 from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import (
     FOREIGN,
@@ -340,7 +340,7 @@ def segment(
     """The partial of ``unit`` at ``path`` as a segment, from the cache where it is current.
     ``items``: the unit's items, where the caller read them already."""
     try:
-        f = open(path, "rb")
+        f = open_file(path)
     except FileNotFoundError:
         return Segment(unit, path)
     with f:
