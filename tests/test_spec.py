@@ -276,3 +276,20 @@ def test_a_problem_no_gpu_could_hold_is_refused_at_once() -> None:
     assert "more than one GPU holds" in err.value.message and "lower batch, heads or seq_lens" in err.value.message
     # a long context the big GPUs hold is taken: 1M tokens, 8 heads of 128, bfloat16, fwd_bwd
     spec_from_data({"batch": 1, "seq_lens": [1 << 20], "head_dims": [128], "dtypes": ["bfloat16"]}, source="s.json")
+
+
+@pytest.mark.parametrize(
+    ("field", "data"),
+    [
+        ("output", {"output": "out.json\0x"}),
+        ("tag", {"tag": "a\0b"}),
+        ("reuse.documents", {"reuse": {"documents": ["old.json\0"]}}),
+        ("compile.cache_dir", {"compile": {"cache_dir": "\0"}}),
+    ],
+)
+def test_a_nul_character_in_any_text_is_refused_by_the_spec(field: str, data: dict[str, Any]) -> None:
+    """A NUL passed ``spec`` and then ended ``run`` and ``plan`` in a traceback (no path may
+    hold one); it is refused where the spec is read, naming the field."""
+    with pytest.raises(SpecError) as err:
+        spec_from_data(data, source="s.json")
+    assert f"field '{field}': holds a NUL character" in err.value.message, err.value.message

@@ -28,6 +28,25 @@ class SpecModel(BaseModel):
     # not read as 2 or 1); a float field still takes an integer, but neither inf nor nan
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False)
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        """No text of a spec holds a NUL character: no path, name or tag can (the filesystem
+        refuses it, and a record's text would carry it)."""
+        if _holds_nul(value):
+            raise ValueError("holds a NUL character (\\u0000), which no path, name or tag may hold: remove it")
+        return value
+
+
+def _holds_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, (list, tuple)):
+        return any(_holds_nul(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    return False
+
 
 class ForwardBlocks(SpecModel):
     """Forward tiles used by fwd_bwd configs (the reference's ``bwd_fwd_config``)."""
