@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,19 @@ def test_a_wrong_number_of_merge_processes_is_one_line(damaged: Path) -> None:
         assert_one_line_error(r, f"{ENV}={value!r}: write a number of processes")
     assert not (damaged.parent / "one.json").exists()
     assert json.loads((damaged / "sweep.json").read_text())["output"].endswith("one.json")
+
+
+@pytest.mark.parametrize("command", ["run", "submit", "resume", "wait"])
+def test_a_wrong_number_of_merge_processes_is_said_before_anything_is_measured(
+    command: str, damaged: Path, write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Commands that end in a merge refuse a wrong ``TILESWEEP_MERGE_PROCS`` first: ``run``
+    had measured the whole sweep before it said so, and written no document."""
+    sweep = tmp_path / "new-sweep"
+    args = [str(write_spec()), "--sweep-dir", str(sweep)] if command in ("run", "submit") else [str(damaged)]
+    before = sorted(p.name for p in damaged.rglob("*"))
+    assert_one_line_error(run_cli(command, *args, env={ENV: "abc"}), f"{ENV}='abc': write a number of processes")
+    assert not sweep.exists() and sorted(p.name for p in damaged.rglob("*")) == before
 
 
 def test_the_number_of_merge_processes_is_capped_and_an_empty_setting_is_none(

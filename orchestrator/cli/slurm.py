@@ -62,7 +62,9 @@ if TYPE_CHECKING:  # the control flows import submitit: loaded when a command ru
 def cmd_submit(args: argparse.Namespace) -> int:
     from orchestrator.control.submit import submit_spec
     from orchestrator.store.carried import read_summary
+    from orchestrator.store.parse_procs import requested
 
+    requested()  # the final merge job runs with this shell's environment
     if args.dry_run:
         return print_dry_run(args)
 
@@ -99,7 +101,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from orchestrator.cli.resuming import settings_kept
     from orchestrator.control.resume import resume_settings
+    from orchestrator.store.parse_procs import requested
 
+    requested()  # a bad TILESWEEP_MERGE_PROCS is said before anything is measured
     sd = SweepDir.open(args.sweep_dir)
     settings = resume_settings(sd, args.spec)
     if settings.kind != "slurm":
@@ -245,6 +249,9 @@ def _round_left_here(sd: SweepDir, st: SweepStatus) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
+    from orchestrator.store.parse_procs import requested
+
+    requested()  # a bad TILESWEEP_MERGE_PROCS is said before the wait, not after it
     sd = SweepDir.open(args.sweep_dir)
     return wait_and_merge(
         sd, interval=args.interval, slurm_interval=args.slurm_interval, timeout=args.timeout, overwrite=args.overwrite

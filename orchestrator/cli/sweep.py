@@ -168,7 +168,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.merge import check_target
+    from orchestrator.store.parse_procs import requested
 
+    requested()  # a bad TILESWEEP_MERGE_PROCS is said before anything is measured
     spec = load_spec(args.spec)
     kind = args.executor or spec.executor.kind
     if kind == "slurm":

@@ -186,13 +186,23 @@ def _say(said: Path, said_before: set[str]) -> None:
         logging.getLogger(str(name)).log(int(level), "%s", message)
 
 
+def requested() -> int | None:
+    """The processes ``TILESWEEP_MERGE_PROCS`` asks for (at most ``MAX_PROCS``), None where it
+    is unset (or set but empty); ``ResultsError`` where it is no number of processes. Commands
+    that end in a merge ask first, so a bad value is said before anything is measured."""
+    given = os.environ.get(ENV, "").strip()
+    if not given:
+        return None
+    if not (given.isascii() and given.isdigit()) or int(given) < 1:
+        raise ResultsError(f"{ENV}={given!r}: write a number of processes to parse partials with (1: no others)")
+    return min(int(given), MAX_PROCS)
+
+
 def _procs(size: int) -> int:
     """Processes to parse ``size`` bytes of partials with (1: this one)."""
-    given = os.environ.get(ENV, "").strip()  # set but empty: as if unset
-    if given:
-        if not (given.isascii() and given.isdigit()) or int(given) < 1:
-            raise ResultsError(f"{ENV}={given!r}: write a number of processes to parse partials with (1: no others)")
-        return min(int(given), MAX_PROCS)
+    given = requested()
+    if given is not None:
+        return given
     if size < PARALLEL_MIN_BYTES:
         return 1
     return min(len(usable_cpus()), MAX_PROCS)
