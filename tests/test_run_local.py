@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -294,3 +295,23 @@ def test_an_output_that_is_a_file_of_the_sweep_directory_is_refused_even_with_ov
     assert not fresh.exists()
     beside = run_cli("merge", str(sweep), "--output", str(sweep / "results.json"))  # a name of its own there
     assert beside.returncode == 0 and (sweep / "results.json").exists(), beside.stderr
+
+
+def test_a_compile_cache_folder_that_cannot_be_made_is_refused_before_anything_runs(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """``compile.cache_dir`` under a file: every unit failed on it, and the sweep kept it. It is
+    refused at once, the sweep directory not made; a sweep whose planned cache folder became
+    unusable since is refused too, saying that its cache folder is the planned one."""
+    (tmp_path / "a-file").write_text("")
+    spec = write_spec(modes=["fwd"], compile={"cache_dir": str(tmp_path / "a-file" / "cache")})
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert_one_line_error(r, f"compile.cache_dir {tmp_path / 'a-file' / 'cache'}: ", "is not a directory")
+    assert not sweep.exists()
+    spec = write_spec(modes=["fwd"], compile={"cache_dir": str(tmp_path / "cache")})
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    shutil.rmtree(tmp_path / "cache")
+    (tmp_path / "cache").write_text("")
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
+    assert_one_line_error(r, "plan the sweep anew in another --sweep-dir")

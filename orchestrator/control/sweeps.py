@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from jobs.compile_cache import resolve_cache_dir
 from orchestrator import PROG
 from orchestrator.control.history import read_history
 from orchestrator.control.reuseplan import Planned, ReuseRequest, plan_with_reuse
@@ -84,11 +85,13 @@ def prepare_sweep(
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
         index = sd.unit_index()  # a damaged one is refused before the output moves: a refusal changes nothing
+        _check_cache_dir(sd.spec, root, planned_as=True)
         if out.resolve() != sd.output and (output or _edited_output(sd, spec, spec_path)):
             _check_before_move(sd, out.resolve(), overwrite)
             sd = _move_output(sd, out.resolve())
         if index:
             return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in index], existed=existed)
+    _check_cache_dir(spec, root, planned_as=False)
     if planned is None:
         planned = plan_with_reuse(spec, root, out, units, load_costs(costs) if costs else None, reuse, kind)
     sd = SweepDir.create(
@@ -131,6 +134,25 @@ def _check_output(out: Path, given: str, root: Path) -> None:
             f"{given}: the folder {folder} takes no new files ({why}), so the merge at the end could not write the "
             "results document; make it writable or name another output"
         )
+
+
+def _check_cache_dir(spec: SweepSpec, root: Path, *, planned_as: bool) -> None:
+    """Refuse, before anything is measured, a ``compile.cache_dir`` the workers could not make
+    or write (a file on its path, a read-only folder): every unit failed on it. ``planned_as``:
+    the sweep keeps the cache folder it was planned with, which a new spec does not change."""
+    path = resolve_cache_dir(spec.compile.cache_dir, root)
+    refused = None if path is None else folder_refuses(path / "entry")
+    if refused is None:
+        return
+    folder, why = refused
+    problem = f"{folder} is not a directory" if why is None else f"the folder {folder} takes no new files ({why})"
+    fix = (
+        "make it a folder you can write, or plan the sweep anew in another --sweep-dir with another "
+        "compile.cache_dir (or 'off')"
+        if planned_as
+        else "make it a folder you can write, or set compile.cache_dir to another folder (or 'off')"
+    )
+    raise PlanError(f"compile.cache_dir {path}: {problem}, so no compile could be cached; {fix}")
 
 
 def _edited_output(sd: SweepDir, spec: SweepSpec, spec_path: str) -> bool:
