@@ -305,3 +305,14 @@ def test_more_units_asked_for_than_items_is_said_where_a_plan_is_made(tmp_path: 
     assert run.returncode == 0 and note in run.stderr.splitlines() and "3 items in 3 units" in run.stderr, run.stderr
     again = run_cli("run", str(local), "--sweep-dir", str(tmp_path / "sweep"))  # the plan is kept: nothing to say
     assert again.returncode == 0 and "asked for" not in again.stderr, again.stderr
+    # its document holds every record: a new plan carries them all, measures nothing, and says so alone
+    replan = run_cli("plan", str(local), "--units", "20", "--dry-run")
+    assert replan.returncode == 0 and "asked for" not in replan.stderr, replan.stderr
+    assert "nothing to measure" in replan.stdout, replan.stdout
+
+
+def test_plan_into_a_sweep_directory_says_where_and_how_many_units(tmp_path: Path) -> None:
+    spec = _replay_spec(tmp_path, sharding={"units": 1})
+    r = run_cli("plan", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    assert f"planned into {tmp_path / 'sweep'} (1 unit); run one with:" in r.stdout, r.stdout

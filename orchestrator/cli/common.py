@@ -133,8 +133,8 @@ def unit_column(items: int) -> str:
 
 def units_capped(asked: int | None, made: int) -> None:
     """Say where a plan made fewer units than ``--units`` (or ``sharding.units``) asked for: a
-    unit holds at least one item to measure."""
-    if asked is not None and made < asked:
+    unit holds at least one item to measure (none made: nothing to measure, as the plan says)."""
+    if asked is not None and 0 < made < asked:
         warn(f"note: {counted(asked, 'unit')} asked for, {made} made: a unit holds at least one item to measure")
 
 

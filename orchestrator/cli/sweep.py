@@ -107,7 +107,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             spec=spec,
             planned=planned,
         )
-        print(f"planned into {sd.root} ({len(unit_ids)} units); run one with: python -m jobs.worker {sd.root} 0")
+        print(f"planned into {sd.root} ({counted(len(unit_ids), 'unit')}); run one with: python -m jobs.worker {sd.root} 0")
     return 0
 
 
