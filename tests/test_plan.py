@@ -316,3 +316,12 @@ def test_plan_into_a_sweep_directory_says_where_and_how_many_units(tmp_path: Pat
     r = run_cli("plan", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
     assert r.returncode == 0, r.stderr
     assert f"planned into {tmp_path / 'sweep'} (1 unit); run one with:" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_a_sweep_directory_that_is_a_file_is_refused_before_the_plan_is_shown(tmp_path: Path, command: str) -> None:
+    spec = _replay_spec(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    r = run_cli(command, str(spec), "--sweep-dir", str(tmp_path / "a-file"))
+    assert_one_line_error(r, f"sweep directory {tmp_path / 'a-file'} exists and is not a directory")
+    assert r.stdout == "", r.stdout

@@ -70,6 +70,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.planning import plan_line
     from orchestrator.spec.files import load_spec, with_device_kind
     from orchestrator.store.document import load_costs
+    from orchestrator.store.sweepdir import SweepDir
 
     if args.lower_workers is not None and not args.lower:
         raise PlanError("--lower-workers sets the processes of pre-flight lowering: add --lower, or drop it")
@@ -82,6 +83,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     if args.sweep_dir and not args.dry_run and not args.json and (root / "sweep.json").exists():
         return _print_kept_plan(args, spec)
+    if args.sweep_dir and not args.dry_run and not args.json:  # refused before the plan is shown
+        SweepDir.check_new(root)
     planned = plan_with_reuse(
         spec, root, Path(spec.output), args.units, load_costs(args.costs) if args.costs else None, reuse_request(args)
     )
@@ -107,7 +110,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             spec=spec,
             planned=planned,
         )
-        print(f"planned into {sd.root} ({counted(len(unit_ids), 'unit')}); run one with: python -m jobs.worker {sd.root} 0")
+        units = counted(len(unit_ids), "unit")
+        print(f"planned into {sd.root} ({units}); run one with: python -m jobs.worker {sd.root} 0")
     return 0
 
 

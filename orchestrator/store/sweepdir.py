@@ -216,10 +216,7 @@ class SweepDir:
                     f"!= {spec.fingerprint()}); use a new --sweep-dir, or `tilesweep resume {root}`"
                 )
             return existing
-        if root.exists() and not root.is_dir():
-            raise SweepDirError(f"sweep directory {root} exists and is not a directory; pick another --sweep-dir")
-        if root.exists() and not _unused(root):
-            raise SweepDirError(f"{root} is not empty and holds no {SWEEP_FILE}; pick a new or empty --sweep-dir")
+        cls.check_new(root)
         made = not root.exists()
         try:
             return cls._make(root, spec, output=output, spec_source=spec_source, planned=planned)
@@ -250,6 +247,14 @@ class SweepDir:
         atomic_write_json(root / "units.json", [], indent=None)
         atomic_write_json(root / SWEEP_FILE, meta, indent=1)
         return cls(root)
+
+    @staticmethod
+    def check_new(root: Path) -> None:
+        """Refuse ``root`` as the folder of a new sweep: a file, or a folder holding other files."""
+        if root.exists() and not root.is_dir():
+            raise SweepDirError(f"sweep directory {root} exists and is not a directory; pick another --sweep-dir")
+        if root.exists() and not _unused(root):
+            raise SweepDirError(f"{root} is not empty and holds no {SWEEP_FILE}; pick a new or empty --sweep-dir")
 
     @classmethod
     def open(cls, root: str | Path) -> SweepDir:
