@@ -136,8 +136,30 @@ def test_ctrl_c_of_a_command_that_measures_nothing_says_nothing_was_changed(tmp_
     command changed nothing, not that records are kept."""
     fifo = tmp_path / "results.json"
     os.mkfifo(fifo)
+    assert _ctrl_c_while_it_opens(fifo, "report", str(fifo)) == [STOPPED_LS]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--dry-run"], "nothing was written"),
+        (["--sweep-dir", "{sweep}"], "nothing was measured; rerun it to finish the sweep directory"),
+    ],
+)
+def test_ctrl_c_of_plan_says_what_a_plan_leaves(tmp_path: Path, args: list[str], said: str) -> None:
+    """``plan`` measures nothing: a Ctrl-C (here while it opens its spec, a pipe) says what it
+    leaves, not that finished records are kept."""
+    fifo = tmp_path / "spec.json"
+    os.mkfifo(fifo)
+    given = [a.format(sweep=tmp_path / "sweep") for a in args]
+    assert _ctrl_c_while_it_opens(fifo, "plan", str(fifo), *given) == [f"tilesweep: interrupted; {said}"]
+
+
+def _ctrl_c_while_it_opens(fifo: Path, *args: str) -> list[str]:
+    """The lines on stderr of the CLI with ``args``, sent Ctrl-C once it blocks opening ``fifo``
+    (a named pipe nobody writes); it must end with 130."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, "report", str(fifo)],
+        [sys.executable, "-c", LAUNCH, *args],
         cwd=REPO,
         stderr=subprocess.PIPE,
         text=True,
@@ -152,7 +174,8 @@ def test_ctrl_c_of_a_command_that_measures_nothing_says_nothing_was_changed(tmp_
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and err.splitlines() == [STOPPED_LS], err
+    assert proc.returncode == 130, err
+    return err.splitlines()
 
 
 def test_a_stop_after_the_command_has_finished_changes_nothing_it_said(tmp_path: Path) -> None:
