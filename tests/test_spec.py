@@ -293,3 +293,20 @@ def test_a_nul_character_in_any_text_is_refused_by_the_spec(field: str, data: di
     with pytest.raises(SpecError) as err:
         spec_from_data(data, source="s.json")
     assert f"field '{field}': holds a NUL character" in err.value.message, err.value.message
+
+
+def test_a_spec_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "spec.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"batch": 1}).encode())
+    assert load_spec(path).batch == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"), [("null", "null"), ("[1]", "a list"), ('"x"', "a string"), ("3", "a number")]
+)
+def test_a_spec_file_that_holds_no_object_says_what_it_holds(tmp_path: Path, text: str, kind: str) -> None:
+    path = tmp_path / "spec.json"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert err.value.message == f"spec file {path} must hold an object of spec fields, {{...}}, not {kind}"

@@ -59,7 +59,7 @@ def read_spec_data(p: Path) -> dict[str, Any]:
     if p.suffix.lower() in (".yaml", ".yml"):
         raise SpecError(f"spec file {p}: YAML is not supported: use JSON or TOML")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (some editors write one) is no text
     except UnicodeDecodeError as exc:
         raise SpecError(
             f"spec file {p} is not text (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not UTF-8); "
@@ -87,7 +87,7 @@ def read_spec_data(p: Path) -> dict[str, Any]:
                 f"spec file {p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
             ) from None
     if not isinstance(data, dict):
-        raise SpecError(f"spec file {p} must hold an object of spec fields, got {type(data).__name__}")
+        raise SpecError(f"spec file {p} must hold an object of spec fields, {{...}}, not {_json_kind(data)}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):
         if not data["config"]:  # a hand-made or another tool's document: no spec to take
             raise SpecError(
@@ -120,6 +120,17 @@ def _tuned_format() -> str:
     from kernels.tuned import FORMAT  # imports numpy: only for a file with a "format" key
 
     return FORMAT
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON (or TOML) value is, in JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "a string" if isinstance(value, str) else "a list"
 
 
 def _no_key_twice(pairs: list[tuple[str, Any]], p: Path) -> dict[str, Any]:
