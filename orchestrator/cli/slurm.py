@@ -372,7 +372,10 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--spec", help="the sweep's spec file (must match its fingerprint); its executor settings are used")
     s.add_argument("--force", action="store_true", help="also resubmit items of units still pending or running")
     s.add_argument(
-        "--units", type=positive_int, help="number of new units (default: one per unit that ended unfinished)"
+        "--units",
+        type=positive_int,
+        help="number of new units (default: one per unit that ended unfinished; with --no-wait here, at most as "
+        "many as run here at a time, since all of them start at once)",
     )
     s.add_argument("--max-array-size", type=positive_int, help="at most this many tasks per job array")
     s.add_argument("--retry-errors", choices=RETRY_KINDS, help=RETRY_HELP)
