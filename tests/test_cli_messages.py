@@ -290,3 +290,11 @@ def test_gpus_per_node_of_a_run_here_is_said_to_be_slurms(write_spec: Callable[.
     spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug", "gpus_per_node": 2})
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
     assert r.returncode == 0 and "note: executor.gpus_per_node is SLURM's (GPUs per task)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["report", str(SAMPLE), "--foo"], ["impls", "extra"], ["status", "a", "b"], ["ls", ".", "--x"]]
+)
+def test_a_word_a_command_does_not_take_points_at_that_commands_help(args: list[str]) -> None:
+    line = assert_one_line_error(run_cli(*args), f"unrecognized arguments: {args[-1]}")
+    assert line.startswith(f"tilesweep {args[0]}: error: ") and line.endswith(f"(see `tilesweep {args[0]} --help`)")

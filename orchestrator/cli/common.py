@@ -14,6 +14,7 @@ from orchestrator.cli.progress import Progress
 from orchestrator.spec.errorkinds import RETRY_KINDS
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from orchestrator.control.reuseplan import ReuseRequest
@@ -54,6 +55,21 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """As argparse's, but words a command does not take are the command's error, pointing
+        at its own help (argparse leaves them to the top parser)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._command_parser(getattr(parsed, "command", None))
+            (command or self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _command_parser(self, name: object) -> argparse.ArgumentParser | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and isinstance(name, str):
+                return action.choices.get(name)
+        return None
 
 
 def positive_int(value: str) -> int:
