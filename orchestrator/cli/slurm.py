@@ -29,7 +29,6 @@ from orchestrator.cli.common import (
     PROG,
     RETRY_HELP,
     RETRY_KINDS,
-    Progress,
     Subparsers,
     add_reuse_args,
     counted,
@@ -46,15 +45,14 @@ from orchestrator.cli.common import (
     units_capped,
     warn,
 )
-from orchestrator.cli.finish import finish_sweep, unfinished_unit_lines
 from orchestrator.cli.resuming import resume_here, resume_saying
 from orchestrator.cli.submission import print_dry_run, print_submission
+from orchestrator.cli.waiting import cmd_wait, wait_and_merge
 from orchestrator.errors import DispatchError
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.local_stop import LocalStopped
-    from orchestrator.control.status import SweepStatus
     from orchestrator.control.submit import SweepSubmission
     from orchestrator.spec.executor_section import ExecutorSettings
 
@@ -159,105 +157,6 @@ def local_stop_lines(here: LocalStopped, sd: SweepDir) -> list[str]:
     return lines
 
 
-class _WaitDisplay:
-    """The progress line of ``wait``, fed each status: a warning once for each unit that cannot
-    start, a note once when round 2 is planned, and the records and unit states."""
-
-    def __init__(self, planned: int) -> None:
-        self.progress = Progress(planned)
-        self.warned: set[str] = set()
-        self.announced = False
-        self.rounds: set[int] = set()  # a search's rounds announced
-        self.ended = False
-
-    def __call__(self, st: SweepStatus) -> None:
-        for u in st.units:
-            if u.state == "pending" and u.stuck and u.id not in self.warned:
-                self.warned.add(u.id)
-                self.progress.note(f"{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}")
-        if st.round2 is not None and not self.announced and st.halving:
-            self.announced = True
-            self.progress.note(
-                f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
-                "configs are timed in full"
-            )
-        for r in (st.search or [])[1:]:
-            if r["round"] not in self.rounds:
-                self.rounds.add(r["round"])
-                self.progress.note(f"{PROG}: round {r['round']} of the search: {r['planned']} items ({r['kind']})")
-        if st.search_end is not None and not self.ended:
-            self.ended = True
-            self.progress.note(f"{PROG}: the search ended after {st.search_end['search_round']} rounds")
-        extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
-        self.progress.update(st.done, extra=extra, total=st.total)
-
-
-def wait_and_merge(
-    sd: SweepDir,
-    *,
-    interval: float = 2.0,
-    slurm_interval: float = 10.0,
-    timeout: float | None = None,
-    html: bool | None = None,
-    overwrite: bool = False,
-) -> int:
-    """A progress line until every unit has settled (warning once of each unit that cannot
-    start), then what a finished sweep does (``finish.finish_sweep``: the merge, the best-config
-    table, what is left to resume and, when asked (``html``, default: the sweep's frozen spec's
-    ``report.html``), the report page's path)."""
-    from orchestrator.control.wait import wait_until_settled
-    from orchestrator.store.merge import check_target
-
-    if not overwrite:
-        check_target(sd)  # refuse before waiting, not after, to drop another sweep's records
-    display = _WaitDisplay(sd.planned)
-    try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
-        st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=display)
-    except KeyboardInterrupt:  # what runs the units outlives this command: say so, and how to stop it
-        raise KeyboardInterrupt(
-            f"the sweep's units go on: `{PROG} wait {sd.root}` follows them again, `{PROG} cancel {sd.root}` stops them"
-        ) from None
-    finally:
-        display.progress.close()
-    if not st.settled:
-        warn(
-            f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
-            f"`{PROG} wait {sd.root}` again later"
-        )
-        return 1
-    code = finish_sweep(
-        sd,
-        overwrite=overwrite,
-        html=sd.spec.report.html if html is None else html,
-        failed=unfinished_unit_lines(st),
-        redo=f"`{PROG} resume {sd.root}`",
-    )
-    return max(code, _round_left_here(sd, st))
-
-
-def _round_left_here(sd: SweepDir, st: SweepStatus) -> int:
-    """A sweep run here whose strategy has a round still to plan once its units ended (wait
-    plans rounds on SLURM only): say who does, exit 1."""
-    from orchestrator.control.rounds import pending_round
-    from orchestrator.control.sweeps import slurm_jobs
-
-    number = pending_round(sd)
-    if number is None or st.ended_unfinished() or st.items_done < st.planned or slurm_jobs(sd):
-        return 0
-    warn(f"round {number} of {sd.root} is still to plan and run: `{PROG} resume {sd.root}` does it here")
-    return 1
-
-
-def cmd_wait(args: argparse.Namespace) -> int:
-    from orchestrator.store.parse_procs import requested
-
-    requested()  # a bad TILESWEEP_MERGE_PROCS is said before the wait, not after it
-    sd = SweepDir.open(args.sweep_dir)
-    return wait_and_merge(
-        sd, interval=args.interval, slurm_interval=args.slurm_interval, timeout=args.timeout, overwrite=args.overwrite
-    )
-
-
 def run_on_slurm(args: argparse.Namespace) -> int:
     """``tilesweep run`` with the slurm executor: submit (or resume what is missing), then
     wait. Refused before anything is written where sbatch cannot be reached; a sweep
@@ -338,6 +237,12 @@ def _wait_for_submission(sd: SweepDir) -> None:
         time.sleep(0.5)
 
 
+RESUME_UNITS_HELP = (
+    "number of new units (default: one per unit that ended unfinished; with --no-wait here, at most as many as "
+    "run here at a time, since all of them start at once)"
+)
+
+
 def register(sub: Subparsers) -> None:
     """Add ``submit``, ``resume``, ``cancel`` and ``wait`` to an ``add_subparsers()`` object."""
     s = sub.add_parser("submit", help="plan a spec and submit its units to SLURM as job arrays; returns at once")
@@ -371,12 +276,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("sweep_dir")
     s.add_argument("--spec", help="the sweep's spec file (must match its fingerprint); its executor settings are used")
     s.add_argument("--force", action="store_true", help="also resubmit items of units still pending or running")
-    s.add_argument(
-        "--units",
-        type=positive_int,
-        help="number of new units (default: one per unit that ended unfinished; with --no-wait here, at most as "
-        "many as run here at a time, since all of them start at once)",
-    )
+    s.add_argument("--units", type=positive_int, help=RESUME_UNITS_HELP)
     s.add_argument("--max-array-size", type=positive_int, help="at most this many tasks per job array")
     s.add_argument("--retry-errors", choices=RETRY_KINDS, help=RETRY_HELP)
     s.add_argument(

@@ -1,0 +1,114 @@
+"""``tilesweep wait``: a progress line until every unit of a sweep has settled, from any shell,
+then what a finished sweep does (the merge, the best-config table, what is left to resume).
+``run`` with the slurm executor ends in it too (``slurm.run_on_slurm``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from orchestrator.cli.common import PROG, Progress, warn
+from orchestrator.cli.finish import finish_sweep, unfinished_unit_lines
+from orchestrator.store.sweepdir import SweepDir
+
+if TYPE_CHECKING:
+    from orchestrator.control.status import SweepStatus
+
+
+class _WaitDisplay:
+    """The progress line of ``wait``, fed each status: a warning once for each unit that cannot
+    start, a note once when round 2 is planned, and the records and unit states."""
+
+    def __init__(self, planned: int) -> None:
+        self.progress = Progress(planned)
+        self.warned: set[str] = set()
+        self.announced = False
+        self.rounds: set[int] = set()  # a search's rounds announced
+        self.ended = False
+
+    def __call__(self, st: SweepStatus) -> None:
+        for u in st.units:
+            if u.state == "pending" and u.stuck and u.id not in self.warned:
+                self.warned.add(u.id)
+                self.progress.note(f"{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}")
+        if st.round2 is not None and not self.announced and st.halving:
+            self.announced = True
+            self.progress.note(
+                f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
+                "configs are timed in full"
+            )
+        for r in (st.search or [])[1:]:
+            if r["round"] not in self.rounds:
+                self.rounds.add(r["round"])
+                self.progress.note(f"{PROG}: round {r['round']} of the search: {r['planned']} items ({r['kind']})")
+        if st.search_end is not None and not self.ended:
+            self.ended = True
+            self.progress.note(f"{PROG}: the search ended after {st.search_end['search_round']} rounds")
+        extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
+        self.progress.update(st.done, extra=extra, total=st.total)
+
+
+def wait_and_merge(
+    sd: SweepDir,
+    *,
+    interval: float = 2.0,
+    slurm_interval: float = 10.0,
+    timeout: float | None = None,
+    html: bool | None = None,
+    overwrite: bool = False,
+) -> int:
+    """A progress line until every unit has settled (warning once of each unit that cannot
+    start), then what a finished sweep does (``finish.finish_sweep``: the merge, the best-config
+    table, what is left to resume and, when asked (``html``, default: the sweep's frozen spec's
+    ``report.html``), the report page's path)."""
+    from orchestrator.control.wait import wait_until_settled
+    from orchestrator.store.merge import check_target
+
+    if not overwrite:
+        check_target(sd)  # refuse before waiting, not after, to drop another sweep's records
+    display = _WaitDisplay(sd.planned)
+    try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
+        st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=display)
+    except KeyboardInterrupt:  # what runs the units outlives this command: say so, and how to stop it
+        raise KeyboardInterrupt(
+            f"the sweep's units go on: `{PROG} wait {sd.root}` follows them again, `{PROG} cancel {sd.root}` stops them"
+        ) from None
+    finally:
+        display.progress.close()
+    if not st.settled:
+        warn(
+            f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
+            f"`{PROG} wait {sd.root}` again later"
+        )
+        return 1
+    code = finish_sweep(
+        sd,
+        overwrite=overwrite,
+        html=sd.spec.report.html if html is None else html,
+        failed=unfinished_unit_lines(st),
+        redo=f"`{PROG} resume {sd.root}`",
+    )
+    return max(code, _round_left_here(sd, st))
+
+
+def _round_left_here(sd: SweepDir, st: SweepStatus) -> int:
+    """A sweep run here whose strategy has a round still to plan once its units ended (wait
+    plans rounds on SLURM only): say who does, exit 1."""
+    from orchestrator.control.rounds import pending_round
+    from orchestrator.control.sweeps import slurm_jobs
+
+    number = pending_round(sd)
+    if number is None or st.ended_unfinished() or st.items_done < st.planned or slurm_jobs(sd):
+        return 0
+    warn(f"round {number} of {sd.root} is still to plan and run: `{PROG} resume {sd.root}` does it here")
+    return 1
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from orchestrator.store.parse_procs import requested
+
+    requested()  # a bad TILESWEEP_MERGE_PROCS is said before the wait, not after it
+    sd = SweepDir.open(args.sweep_dir)
+    return wait_and_merge(
+        sd, interval=args.interval, slurm_interval=args.slurm_interval, timeout=args.timeout, overwrite=args.overwrite
+    )
