@@ -176,6 +176,36 @@ def test_units_partition_the_plan_in_plan_order(reference: SweepSpec, strategy: 
     assert [u.id for u in shard(expand(reference), 8, strategy=strategy)] == [u.id for u in units]
 
 
+@pytest.mark.parametrize("strategy", ["shape", "balanced"])
+@pytest.mark.parametrize("asked", [3, 5, 100])
+def test_every_unit_measures_something_where_the_plan_has_pruned_items(strategy: str, asked: int) -> None:
+    """Pruned items are recorded without a compile: a unit of pruned items only would start a
+    worker for nothing. Every unit holds an item to run, and the plan's items are all there."""
+    spec = SweepSpec.model_validate(
+        {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32, 64, 128], "fwd_block_k": [64], "seq_lens": [128]}
+        | {"smem_limit_bytes": 60000, "head_dims": [64]}
+    )
+    items = expand(spec)
+    runs = sum(it.kind == RUN for it in items)
+    assert 0 < runs < len(items), [it.kind for it in items]  # some pruned
+    units = shard(items, asked, strategy=strategy)
+    assert len(units) == min(asked, runs)
+    assert all(any(it.kind == RUN for it in u.items) for u in units), [[it.kind for it in u.items] for u in units]
+    assert sorted(it.index for u in units for it in u.items) == [it.index for it in items]
+    assert all([it.index for it in u.items] == sorted(it.index for it in u.items) for u in units)
+
+
+def test_a_plan_of_pruned_items_only_is_one_unit() -> None:
+    spec = SweepSpec.model_validate(
+        {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [128], "fwd_block_k": [128], "seq_lens": [128]}
+        | {"smem_limit_bytes": 1000, "head_dims": [64], "auto_only": False}
+    )
+    items = [it for it in expand(spec) if it.kind != RUN]
+    assert items, "no pruned item"
+    (unit,) = shard(items, 5)
+    assert len(unit.items) == len(items)
+
+
 def test_balance_beats_contiguous_chunks_on_a_synthetic_cost_table() -> None:
     # 12 shapes whose items cost very different amounts, in plan order
     spec = SweepSpec(

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from orchestrator.errors import PlanError
+from orchestrator.planning.classify import RUN
 from orchestrator.planning.costs import item_costs, setup_estimate
 from orchestrator.planning.items import WorkItem
 from orchestrator.spec.model import SweepSpec, canonical_hash
@@ -78,7 +79,7 @@ def shard(
         raise PlanError("the spec expands to no items; check its axes")
     if strategy not in ("shape", "balanced"):
         raise PlanError(f"unknown sharding strategy {strategy!r}; allowed: shape, balanced")
-    n_units = min(n_units, len(items))
+    n_units = min(n_units, max(1, sum(it.kind == RUN for it in items)))  # a unit measures something
     if costs is None:
         costs = item_costs(items, SweepSpec())[0]
     groups: dict[tuple, list[int]] = {}
@@ -101,16 +102,31 @@ def shard(
     if setups is None:
         setups = {sh: setup_estimate(sh, {items[p].mode for p in groups[sh]}) for sh in shapes}
     assignment = pack([groups[sh] for sh in shapes], costs, [setups[sh] for sh in shapes], n_units, strategy)
-    units = [
-        Unit(i, [items[p] for p in sorted(positions)], round=round_)
-        for i, positions in enumerate(assignment)
-        if positions
-    ]
+    busy = _busy(assignment, items)
+    units = [Unit(i, [items[p] for p in positions], round=round_) for i, positions in enumerate(busy)]
     units.sort(key=lambda u: u.items[0].index)
     for i, u in enumerate(units):
         u.index = i
         u.finalize(sweep)
     return units
+
+
+def _busy(assignment: list[list[int]], items: list[WorkItem]) -> list[list[int]]:
+    """The packed units, each in plan order, where a unit that would measure nothing (pruned or
+    invalid items only, recorded without a compile: its worker would start for nothing) joins
+    the unit before it in plan order (the first such, the unit after it)."""
+    groups = sorted((sorted(g) for g in assignment if g), key=lambda g: g[0])
+    out: list[list[int]] = []
+    waiting: list[int] = []
+    for g in groups:
+        if not any(items[p].kind == RUN for p in g):
+            (out[-1] if out else waiting).extend(g)
+        else:
+            out.append(waiting + g)
+            waiting = []
+    if waiting:  # nothing to measure anywhere: one unit records it all
+        out.append(waiting)
+    return [sorted(g) for g in out]
 
 
 # Largest piece of a shape, as a fraction of a unit's fair share. "shape" splits a shape
