@@ -298,3 +298,17 @@ def test_gpus_per_node_of_a_run_here_is_said_to_be_slurms(write_spec: Callable[.
 def test_a_word_a_command_does_not_take_points_at_that_commands_help(args: list[str]) -> None:
     line = assert_one_line_error(run_cli(*args), f"unrecognized arguments: {args[-1]}")
     assert line.startswith(f"tilesweep {args[0]}: error: ") and line.endswith(f"(see `tilesweep {args[0]} --help`)")
+
+
+def test_a_warning_the_library_logs_is_said_as_the_cli_says_its_own(tmp_path: Path) -> None:
+    """A partial line that is no partial line: merge warns ``tilesweep: warning: ...`` (not
+    ``WARNING module.name: ...``); with -v every line names its level and module."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    with open(sd.root / "partials" / f"{units[0].id}.jsonl", "a") as f:
+        f.write("not json\n")
+    said = ": not a tilesweep partial line; skipped, its item will be redone"
+    r = run_cli("merge", str(sd.root))
+    assert r.returncode == 0 and f"tilesweep: warning: {sd.root / 'partials'}" in r.stderr, r.stderr
+    assert said in r.stderr and "WARNING" not in r.stderr, r.stderr
+    verbose = run_cli("-v", "merge", str(sd.root))
+    assert verbose.returncode == 0 and "WARNING orchestrator.store.partials: " in verbose.stderr, verbose.stderr

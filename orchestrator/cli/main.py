@@ -104,10 +104,22 @@ def version() -> str:
 
 
 def configure_logging(verbosity: int) -> None:
+    """Warnings the library logs, said as the CLI says its own ("tilesweep: warning: ...");
+    with -v (info) and -vv (debug), every line names its level and the module that logged it."""
     import logging
 
-    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if verbosity > 0:
+        level = logging.INFO if verbosity == 1 else logging.DEBUG
+        logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+        return
+
+    class Said(logging.Formatter):
+        def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+            return f"{PROG}: {record.levelname.lower()}: {record.message}"
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(Said())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 
 class StdoutFailed(Exception):
