@@ -355,3 +355,31 @@ def test_a_sweep_directory_that_is_a_file_is_refused_before_the_plan_is_shown(tm
     r = run_cli(command, str(spec), "--sweep-dir", str(tmp_path / "a-file"))
     assert_one_line_error(r, f"sweep directory {tmp_path / 'a-file'} exists and is not a directory")
     assert r.stdout == "", r.stdout
+
+
+def test_a_large_grid_is_said_before_a_plan_expands_it_and_only_then(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """A grid past ``LARGE_GRID_ITEMS`` (here lowered to 5) is warned of as a plan starts (3.6M
+    items took 40 s in silence); re-expanding the plan of a sweep (status, resume) says nothing."""
+    from orchestrator.control.reuseplan import plan_with_reuse
+    from orchestrator.planning import items as planning_items
+
+    monkeypatch.setattr(planning_items, "LARGE_GRID_ITEMS", 5)
+    spec = SweepSpec.model_validate({**TINY_SPEC, "output": str(tmp_path / "out.json")})
+    with caplog.at_level("WARNING"):
+        plan(spec)
+        plan_with_reuse(spec, tmp_path / "sweep", tmp_path / "out.json", None, None, None)
+    said = [r.getMessage() for r in caplog.records if "the spec expands to up to" in r.getMessage()]
+    assert (
+        said
+        == [
+            "the spec expands to up to 6 items (1 problem x 4 configs and auto); planning them takes a "
+            "while, measuring them far longer: narrow the grid, or measure part of it (timing.strategy search)"
+        ]
+        * 2
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        expand(spec)
+    assert not caplog.records

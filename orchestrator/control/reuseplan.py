@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.control.searchplan import DesignRound, design_round
-from orchestrator.planning import Unit, WorkItem, expand, shard_items
+from orchestrator.planning import Unit, WorkItem, expand, say_if_large, shard_items
 from orchestrator.planning.costs import CostTable
 from orchestrator.planning.search import SEARCH
 from orchestrator.spec.compat import env_fingerprint
@@ -110,6 +110,7 @@ def plan_with_reuse(
     """Expand the spec, set aside what the sources hold, shard the rest (``costs`` first, then the
     sources' measured costs, then the model)."""
     request = request or ReuseRequest()
+    say_if_large(spec)
     items = expand(spec)
     lowering.apply_from(items, root, spec)  # what pre-flight lowering of this sweep directory refused is pruned
     sources = load_sources(output, request.documents, spec.reuse.documents)

@@ -20,6 +20,7 @@ from orchestrator.planning.items import (
     expand,
     plan_line,
     planned_configs,
+    say_if_large,
 )
 from orchestrator.planning.shard import Unit, default_units, shard
 from orchestrator.spec.model import SweepSpec
@@ -37,6 +38,7 @@ __all__ = [
     "plan",
     "plan_line",
     "planned_configs",
+    "say_if_large",
     "shard",
     "shard_items",
 ]
@@ -48,6 +50,7 @@ def plan(
     """Expand and shard a spec. ``costs`` (``costs.cost_table``) replaces the cost model
     with an earlier sweep's measurements where it has them."""
     with bulk():
+        say_if_large(spec)
         items = expand(spec)
         return items, shard_items(spec, items, units, costs)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -40,6 +41,12 @@ from orchestrator.spec.records import (
     kernel_kwargs,
     key_of,
 )
+
+log = logging.getLogger(__name__)
+
+# a grid past this many items is said before it is expanded: expanding it takes a while (3.6M
+# items: 40 s, 1.8 GB), and a sweep of it far longer
+LARGE_GRID_ITEMS = 200_000
 
 
 class _Variant(TypedDict):
@@ -161,6 +168,24 @@ def expand(spec: SweepSpec) -> list[WorkItem]:
     hashes a shape prefix plus the grid suffix (the same bytes ``item_id`` hashes)."""
     with bulk():
         return _expand(spec)
+
+
+def say_if_large(spec: SweepSpec) -> None:
+    """Warn, before a plan expands it, of a grid of more than ``LARGE_GRID_ITEMS`` items (an
+    upper bound: tiles larger than a sequence clamp alike and count once; a "tokamax" grid's
+    configs, chosen per problem, are not counted)."""
+    problems = len(spec.dtypes) * len(spec.head_dims) * len(spec.seq_lens) * len(spec.kv_heads) * len(spec.causal)
+    per_problem = spec.auto_only or spec.grid == TOKAMAX_GRID
+    configs = 0 if per_problem else sum(len(mode_grid(spec, mode)) for mode in spec.modes)
+    items = problems * (len(spec.modes) + configs)
+    if items > LARGE_GRID_ITEMS:
+        log.warning(
+            "the spec expands to up to %s items (%s x %s and auto); planning them takes a while, measuring them "
+            "far longer: narrow the grid, or measure part of it (timing.strategy search)",
+            f"{items:,}",
+            f"{problems:,} problem{'s' if problems != 1 else ''}",
+            f"{configs:,} config{'s' if configs != 1 else ''}",
+        )
 
 
 def _expand(spec: SweepSpec) -> list[WorkItem]:
