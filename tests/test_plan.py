@@ -383,3 +383,17 @@ def test_a_large_grid_is_said_before_a_plan_expands_it_and_only_then(
     with caplog.at_level("WARNING"):
         expand(spec)
     assert not caplog.records
+
+
+def test_units_asked_of_a_sweep_planned_before_are_said_not_to_be_used(tmp_path: Path) -> None:
+    """A sweep directory keeps the units it was planned with: ``--units`` of another count on
+    ``plan`` or ``run`` into it says it is not used, where it had been dropped without a word."""
+    spec = _replay_spec(tmp_path, sharding={"units": 3})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    note = f"tilesweep: note: --units 1 is not used: {sweep} keeps the 3 units it was planned with"
+    for command in ("plan", "run"):
+        r = run_cli(command, str(spec), "--sweep-dir", str(sweep), "--units", "1")
+        assert r.returncode == 0 and any(line.startswith(note) for line in r.stderr.splitlines()), r.stderr
+        same = run_cli(command, str(spec), "--sweep-dir", str(sweep), "--units", "3")
+        assert same.returncode == 0 and "is not used" not in same.stderr, same.stderr

@@ -159,7 +159,7 @@ def prepare_run(args: argparse.Namespace, root: Path, kind: str) -> PreparedSwee
     command was given: its spec, ``--units``, ``--output``, ``--costs``, reuse, ``--overwrite``."""
     from orchestrator.control.sweeps import prepare_sweep
 
-    return prepare_sweep(
+    prepared = prepare_sweep(
         args.spec,
         str(root),
         args.units,
@@ -169,6 +169,21 @@ def prepare_run(args: argparse.Namespace, root: Path, kind: str) -> PreparedSwee
         kind=kind,
         overwrite=args.overwrite,
     )
+    if prepared.existed:
+        units_kept(args.units, prepared.sd)
+    return prepared
+
+
+def units_kept(asked: int | None, sd: SweepDir) -> None:
+    """Say where ``--units`` asked for another count than the units a sweep directory was
+    planned with, which it keeps (their ids name its records and jobs); none where its plan
+    measures nothing."""
+    planned = planned_units(sd)
+    if asked is not None and planned and asked != planned:
+        warn(
+            f"note: --units {asked} is not used: {sd.root} keeps the {counted(planned, 'unit')} it was planned "
+            "with (plan into a new --sweep-dir for other units)"
+        )
 
 
 def planned_units(sd: SweepDir) -> int:

@@ -32,6 +32,7 @@ from orchestrator.cli.common import (
     search_plan_line,
     unit_column,
     units_capped,
+    units_kept,
     warn,
 )
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
@@ -126,6 +127,7 @@ def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec) -> int:
     )
     units = counted(len(unit_ids), "unit")
     print(f"{sd.root} was planned before: {counted(sd.planned, 'item')} in the {units} it was planned with")
+    units_kept(args.units, sd)
     for k, entry in enumerate(sd.unit_index()):
         print(f"  unit {k:>3} {entry['id']}: {unit_column(entry['n_items'])}  ({entry['origin']})")
     return 0
