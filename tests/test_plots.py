@@ -126,3 +126,9 @@ def test_cli_plots_cap_says_what_it_left_out(tmp_path: Path, capsys: pytest.Capt
     assert_one_line_error(
         run_cli("report", str(SAMPLE), "--plots", str(tmp_path), "--max-plots", "-1"), "--max-plots", "0 or more"
     )
+
+
+def test_max_plots_without_plots_is_refused_not_dropped() -> None:
+    r = run_cli("report", str(SAMPLE), "--max-plots", "2")
+    assert_one_line_error(r, "--max-plots caps what --plots DIR draws: add --plots DIR, or drop --max-plots")
+    assert r.stdout == ""

@@ -58,7 +58,6 @@ def _add_report(subparsers: Subparsers) -> None:
     p.add_argument(
         "--max-plots",
         type=non_negative_int,
-        default=DEFAULT_MAX_PLOTS,
         metavar="N",
         help=f"--plots draws the first N problems only (default {DEFAULT_MAX_PLOTS}; 0: all, about 0.4 s each)",
     )
@@ -140,6 +139,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from orchestrator.analysis import report, winners
     from orchestrator.store import document as results_doc
 
+    if args.max_plots is not None and args.plots is None:
+        raise TilesweepError("--max-plots caps what --plots DIR draws: add --plots DIR, or drop --max-plots")
     if args.plots is not None:
         _check_plots(args.plots)
     page = _page(args.html, [args.results])
@@ -159,7 +160,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         html.write_page(page, html.report_page(doc))
         print(f"wrote {args.html}", file=sys.stderr)
     if args.plots is not None:
-        _write_plots(doc, args.plots, args.max_plots, html_given=bool(args.html))
+        max_plots = DEFAULT_MAX_PLOTS if args.max_plots is None else args.max_plots
+        _write_plots(doc, args.plots, max_plots, html_given=bool(args.html))
     return 0
 
 
