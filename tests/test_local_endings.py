@@ -6,27 +6,46 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.helpers import ctrl_c_after_first_record, run_cli
+from tests.helpers import ctrl_c_after_first_record, records_written, run_cli, start_run, until
 from tests.test_local_lifecycle import ITEMS, SETTLE_S, SPEC, replay_source
 
 
-def test_a_debug_run_stopped_by_ctrl_c_leaves_its_unit_for_resume(
+def test_a_debug_run_stopped_by_ctrl_c_leaves_its_unit_interrupted_for_resume(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
-    """The debug executor runs the units in the command's own process: once that process has
-    ended, its unfinished unit is not running any more, whatever records it wrote."""
+    """The debug executor runs the units in the command's own process: once a Ctrl-C has ended
+    it, its unfinished unit reads as interrupted (its log says so), as a local worker's does,
+    and resume finishes the sweep."""
     spec = write_spec(**{**SPEC, "executor": {"kind": "debug"}})
     sweep = tmp_path / "sweep"
-    pid, _ = ctrl_c_after_first_record(spec, sweep)
+    ctrl_c_after_first_record(spec, sweep)
     status = run_cli("status", str(sweep))
     assert status.returncode == 1 and "in progress" not in status.stdout, status.stdout
-    assert f"the debug run that ran it (pid {pid}) ended before the unit finished" in status.stdout
+    assert "interrupted" in status.stdout and "stopped by SIGINT (Ctrl-C)" in status.stdout, status.stdout
+    assert "failed" not in status.stdout and "log: " in status.stdout, status.stdout
     resumed = run_cli("resume", str(sweep), timeout=SETTLE_S)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(run_cli("status", str(sweep), "--json").stdout)["complete"]
+
+
+def test_a_debug_run_killed_outright_leaves_its_unit_failed_for_resume(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A debug run killed with SIGKILL says nothing: once its process is gone, its unfinished
+    unit is not running any more, whatever records it wrote."""
+    spec = write_spec(**{**SPEC, "executor": {"kind": "debug"}})
+    sweep = tmp_path / "sweep"
+    run = start_run(spec, sweep)
+    until(lambda: records_written(sweep) >= 1, "a first record", run)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.communicate(timeout=SETTLE_S)
+    status = run_cli("status", str(sweep))
+    assert status.returncode == 1 and "in progress" not in status.stdout, status.stdout
+    assert f"the debug run that ran it (pid {run.pid}) ended before the unit finished" in status.stdout
 
 
 def test_a_worker_killed_after_its_last_record_leaves_a_unit_done_for_run(

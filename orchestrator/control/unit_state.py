@@ -96,8 +96,9 @@ def _from_task(ts: TaskState, mtime: float | None, submitted: float) -> tuple[st
 
 
 def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
-    """A unit run by the local executor: running while its process lives; once it is gone,
-    interrupted where its worker's log says a stop signal ended it, else failed (``failure``
+    """A unit run by the local executor (or the debug one, in the command's process): running
+    while its process lives; once it is gone, interrupted where its worker's log says a stop
+    signal ended it, else failed (``failure``
     then reads why: the worker's own reason, or the signal the run or controller that started
     it saw)."""
     if job.get("executor") == "local":
@@ -115,6 +116,9 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
     if job.get("executor") == "debug" and isinstance(job.get("pid"), int) and in_this_pid_space(job):
         pid = job["pid"]
         if not pid_alive(pid, job.get("start")):  # the command that ran it in its own process has ended
+            said = last_word(job.get("stderr"), str(job.get("unit")))
+            if said is not None and said[0] == INTERRUPTED:
+                return INTERRUPTED, said[1]
             return "failed", f"the debug run that ran it (pid {pid}) ended before the unit finished"
         return "running", f"in the debug run, pid {pid}"
     return ("running" if records else "pending"), None

@@ -105,7 +105,8 @@ def _run_in_process(
     here = {"pid": os.getpid(), "start": process_start(os.getpid()), **host_identity()}  # status: whether it runs
     for uid in unit_ids:
         job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
-        sd.record_jobs([{"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}])
+        entry = {"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}
+        sd.record_jobs([{**entry, "stderr": str(job.paths.stderr)}])  # its worker's word on how it ended
         outcomes.append(_outcome(uid, job))
         if on_poll:
             on_poll()

@@ -41,7 +41,8 @@ def run_unit_job(
     SIGTERM and SIGHUP are the worker's own (``jobs.in_flight.stop_signals``): they abandon the configs
     in flight and exit. ``own_process``: a local job's worker, which a stop ends quietly, saying
     so in its log (``why.interrupted_line``), exit status 128 + the signal, no traceback; in the
-    debug executor's process the stop goes on up to the command, which says it was interrupted."""
+    debug executor's process the log says so too, and the stop goes on up to the command, which
+    says it was interrupted."""
     from jobs.worker import run_unit
     from orchestrator.control.dispatch.nodelog import configure_node_logging
     from orchestrator.control.scheduler import one_line
@@ -58,8 +59,8 @@ def run_unit_job(
         log.error("%s", failure_line(unit_id, f"{type(exc).__name__}: {one_line(exc)}"))
         raise
     except (KeyboardInterrupt, SystemExit):
-        code = _stopped(unit_id) if own_process else None
-        if code is None:
+        code = _stopped(unit_id)  # the debug executor's unit, too, reads as interrupted
+        if code is None or not own_process:
             raise
         raise SystemExit(code) from None
 
