@@ -43,23 +43,23 @@ TINY_SPEC: dict[str, Any] = {
 }
 
 
-# ``python -c LAUNCH ARGS``: the CLI with SIGINT at its default, so that a SIGINT to its process
-# group is the Ctrl-C of a terminal (a process started in the background by a non-interactive
-# shell, as the tests' are, starts with SIGINT ignored: Python would never see it)
+# ``python -c LAUNCH ARGS``: the CLI with SIGINT and SIGHUP at their defaults, so that a SIGINT
+# to its process group is the Ctrl-C of a terminal and a SIGHUP its closing (a process started in
+# the background by a non-interactive shell, as the tests' are, starts with SIGINT ignored, and
+# a test worker may run with SIGHUP ignored: Python would never see them)
+_EXEC = "os.execv(sys.executable, [sys.executable, '-m', 'orchestrator', *sys.argv[1:]])"
 LAUNCH = (
     "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'orchestrator', *sys.argv[1:]])"
+    f"signal.signal(signal.SIGHUP, signal.SIG_DFL); {_EXEC}"
 )
 
-# the same with SIGINT ignored, as `nohup ... &` or a script's `&` start a command (no preexec_fn:
-# forking the test process, which has jax's threads, to run Python before exec may deadlock)
-LAUNCH_IGNORING_SIGINT = LAUNCH.replace("signal.SIG_DFL", "signal.SIG_IGN")
-# the same with SIGHUP ignored too, as `nohup` starts a command
-LAUNCH_NOHUP = LAUNCH_IGNORING_SIGINT.replace(
-    "signal.SIG_IGN); ", "signal.SIG_IGN); signal.signal(signal.SIGHUP, signal.SIG_IGN); "
-)
+# SIGINT ignored, as a script's `&` starts a command (no preexec_fn: forking the test process,
+# which has jax's threads, to run Python before exec may deadlock)
+LAUNCH_IGNORING_SIGINT = LAUNCH.replace("signal.SIGINT, signal.SIG_DFL", "signal.SIGINT, signal.SIG_IGN")
+# SIGHUP ignored too, as `nohup ... &` starts a command
+LAUNCH_NOHUP = LAUNCH_IGNORING_SIGINT.replace("signal.SIGHUP, signal.SIG_DFL", "signal.SIGHUP, signal.SIG_IGN")
 # the CLI with its standard output closed (`>&-`)
-LAUNCH_STDOUT_CLOSED = LAUNCH.replace("signal.SIG_DFL); ", "signal.SIG_DFL); os.close(1); ")
+LAUNCH_STDOUT_CLOSED = LAUNCH.replace(_EXEC, f"os.close(1); {_EXEC}")
 
 
 def run_cli(

@@ -140,10 +140,13 @@ def _check_output(out: Path, given: str, root: Path) -> None:
 
 def _check_cache_dir(spec: SweepSpec, root: Path, *, planned_as: bool) -> None:
     """Refuse, before anything is measured, a ``compile.cache_dir`` the workers could not make
-    or write (a file on its path, a read-only folder): every unit failed on it. ``planned_as``:
+    or write (a file on its path, a read-only folder): every unit failed on it (one in a sweep
+    directory yet to make: that directory's making is refused first, saying why). ``planned_as``:
     the sweep keeps the cache folder it was planned with, which a new spec does not change."""
     path = resolve_cache_dir(spec.compile.cache_dir, root)
-    refused = None if path is None else folder_refuses(path / "entry")
+    if path is None or (not root.exists() and path.is_relative_to(root)):  # the sweep directory says it first
+        return
+    refused = folder_refuses(path / "entry")
     if refused is None:
         return
     folder, why = refused
