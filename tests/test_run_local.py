@@ -315,3 +315,25 @@ def test_a_compile_cache_folder_that_cannot_be_made_is_refused_before_anything_r
     (tmp_path / "cache").write_text("")
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
     assert_one_line_error(r, "plan the sweep anew in another --sweep-dir")
+
+
+def test_a_results_document_given_as_the_spec_is_the_sweep_that_wrote_it(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """``run RESULTS.json`` of tilesweep's own document plans the sweep that wrote it, every
+    section included (its timing here): every record is carried, nothing is measured again, and
+    the document keeps its timings (its config block alone named other timing settings, so every
+    config was measured again)."""
+    spec = write_spec(modes=["fwd"], timing={"target_ms": 1, "max_inner": 2, "warmup": 0})
+    assert run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "first")).returncode == 0
+    doc = tmp_path / "results.json"
+    before = json.loads(doc.read_text())["results"]
+    checked = run_cli("spec", str(doc))
+    assert checked.returncode == 0 and json.loads(checked.stdout)["timing"]["max_inner"] == 2, checked.stdout
+    again = run_cli("run", str(doc), "--sweep-dir", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    assert f"reused 3 items measured before (not measured again): 3 from {doc}" in again.stderr, again.stderr
+    after = json.loads(doc.read_text())["results"]
+    timed = [(r["config"], r.get("block_q"), r["median_ms"], r["samples_ms"]) for r in before]
+    assert [(r["config"], r.get("block_q"), r["median_ms"], r["samples_ms"]) for r in after] == timed
+    assert all("reused_from" in r for r in after)

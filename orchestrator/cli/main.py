@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # what a command's own --help says of a positional argument its family left undescribed
 _POSITIONAL_HELP = {
-    "spec": "the spec file (JSON or TOML; a results document stands for the spec in its config block)",
+    "spec": "the spec file (JSON or TOML; a results document stands for the spec of the sweep that wrote it)",
     "sweep_dir": "the sweep directory (`plan`, `run` and `submit` make it; `ls` lists them)",
 }
 

@@ -25,7 +25,8 @@ from orchestrator.spec.model import SweepSpec
 
 def load_spec(path: str | Path) -> SweepSpec:
     """Load a spec file. A results document (``{device, config, results}``) is accepted
-    too: its ``config`` block is the spec it was made with."""
+    too: the spec in its ``tilesweep`` block where tilesweep wrote it (every section, so a rerun
+    of it is the sweep that wrote it), else its ``config`` block (the reference run's)."""
     p = Path(path)
     data = read_spec_data(p)
     return with_absolute_paths(spec_from_data(data, source=str(p)))
@@ -89,6 +90,10 @@ def read_spec_data(p: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SpecError(f"spec file {p} must hold an object of spec fields, {{...}}, not {_json_kind(data)}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):
+        own = data.get("tilesweep")
+        spec = own.get("spec") if isinstance(own, dict) else None
+        if isinstance(spec, dict) and spec:  # tilesweep's document: the whole spec of the sweep that wrote it
+            return spec
         if not data["config"]:  # a hand-made or another tool's document: no spec to take
             raise SpecError(
                 f"spec file {p} is a results document whose config block is empty, so it names no sweep; "
