@@ -306,9 +306,11 @@ def test_a_warning_the_library_logs_is_said_as_the_cli_says_its_own(tmp_path: Pa
     sd, units = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
     with open(sd.root / "partials" / f"{units[0].id}.jsonl", "a") as f:
         f.write("not json\n")
-    said = ": not a tilesweep partial line; skipped, its item will be redone"
+    said = ": not a tilesweep partial line; skipped (resume redoes its item where no other line records it)"
     r = run_cli("merge", str(sd.root))
     assert r.returncode == 0 and f"tilesweep: warning: {sd.root / 'partials'}" in r.stderr, r.stderr
     assert said in r.stderr and "WARNING" not in r.stderr, r.stderr
+    # every item has a record: the line skipped leaves nothing for resume to redo, and the merge says so
+    assert "skipped 1 torn or invalid partial lines (their items have records)" in r.stdout, r.stdout
     verbose = run_cli("-v", "merge", str(sd.root))
     assert verbose.returncode == 0 and "WARNING orchestrator.store.partials: " in verbose.stderr, verbose.stderr

@@ -38,7 +38,8 @@ def merge_line(summary: MergeSummary) -> str:
     if summary.prev is not None:
         text += f"; the document it replaced held {summary.replaced} records: kept as {summary.prev}"
     if summary.skipped_lines:
-        text += f"; skipped {summary.skipped_lines} torn or invalid partial lines (their items are redone by resume)"
+        what = "items without a record are redone by resume" if summary.missing else "items have records"
+        text += f"; skipped {summary.skipped_lines} torn or invalid partial lines (their {what})"
     if summary.quarantined:
         text += f"; quarantined {len(summary.quarantined)} partial file(s) (see the warnings above)"
     return text

@@ -265,7 +265,7 @@ def check_headers(
 
 def log_skipped(path: Path, lineno: int, why: str) -> None:
     """The one warning for a skipped line, whichever reader skipped it."""
-    log.warning("%s line %d: %s; skipped, its item will be redone", path, lineno, why)
+    log.warning("%s line %d: %s; skipped (resume redoes its item where no other line records it)", path, lineno, why)
 
 
 # ---------------------------------------------------------------------------- reading one partial
