@@ -301,12 +301,10 @@ def test_a_spec_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     assert load_spec(path).batch == 1
 
 
-@pytest.mark.parametrize(
-    ("text", "kind"), [("null", "null"), ("[1]", "a list"), ('"x"', "a string"), ("3", "a number")]
-)
+@pytest.mark.parametrize(("text", "kind"), [("null", "null"), ("[1]", "array"), ('"x"', "string"), ("3", "number")])
 def test_a_spec_file_that_holds_no_object_says_what_it_holds(tmp_path: Path, text: str, kind: str) -> None:
     path = tmp_path / "spec.json"
     path.write_text(text)
     with pytest.raises(SpecError) as err:
         load_spec(path)
-    assert err.value.message == f"spec file {path} must hold an object of spec fields, {{...}}, not {kind}"
+    assert err.value.message == f"spec file {path} must hold an object of spec fields, {{...}}, not a JSON {kind}"

@@ -11,6 +11,7 @@ import re
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ def read_spec_data(p: Path) -> dict[str, Any]:
                 f"spec file {p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
             ) from None
     if not isinstance(data, dict):
-        raise SpecError(f"spec file {p} must hold an object of spec fields, {{...}}, not {_json_kind(data)}")
+        raise SpecError(f"spec file {p} must hold an object of spec fields, {{...}}, not a JSON {json_type(data)}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):
         own = data.get("tilesweep")
         spec = own.get("spec") if isinstance(own, dict) else None
@@ -127,15 +128,21 @@ def _tuned_format() -> str:
     return FORMAT
 
 
-def _json_kind(value: object) -> str:
-    """What a JSON (or TOML) value is, in JSON's words."""
+def json_type(value: Any) -> str:
+    """What a parsed JSON (or TOML) value is, in JSON's words ("null", "array", "object", ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "true or false"
+        return "boolean"
     if isinstance(value, (int, float)):
-        return "a number"
-    return "a string" if isinstance(value, str) else "a list"
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
 
 
 def _no_key_twice(pairs: list[tuple[str, Any]], p: Path) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
 from orchestrator.spec import tolerance
+from orchestrator.spec.files import json_type
 from orchestrator.spec.records import IDENTITY_FIELDS
 from orchestrator.store.record_values import ValueRefused, check_values
 
@@ -301,7 +302,7 @@ def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
     """Validate an already parsed document (tests, the merger's in-memory result)."""
     if not isinstance(obj, Mapping):
         raise ResultsError(
-            f"{name}: not a results document: top level is a JSON {_json_type(obj)}, "
+            f"{name}: not a results document: top level is a JSON {json_type(obj)}, "
             "expected an object with device, config, results"
         )
     missing = [k for k in TOP_LEVEL_FIELDS if k not in obj]
@@ -311,7 +312,7 @@ def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
         if not isinstance(obj[key], want):
             expected = "an object" if want is Mapping else "an array"
             raise ResultsError(
-                f"{name}: not a results document: {key!r} is a JSON {_json_type(obj[key])}, expected {expected}"
+                f"{name}: not a results document: {key!r} is a JSON {json_type(obj[key])}, expected {expected}"
             )
     results = obj["results"]
     check_records(results, name)
@@ -335,7 +336,7 @@ def check_records(results: list[Any], name: str, first: int = 0) -> None:
             continue
         if not isinstance(rec, Mapping):
             raise ResultsError(
-                f"{name}: not a results document: results[{i}] is a JSON {_json_type(rec)}, expected an object"
+                f"{name}: not a results document: results[{i}] is a JSON {json_type(rec)}, expected an object"
             )
         lacking = [k for k in IDENTITY_FIELDS if k not in rec]
         if lacking:
@@ -343,19 +344,3 @@ def check_records(results: list[Any], name: str, first: int = 0) -> None:
                 f"{name}: results[{i}] lacks identity field(s) {', '.join(lacking)} "
                 f"(a record needs {', '.join(IDENTITY_FIELDS)})"
             )
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
