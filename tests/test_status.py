@@ -340,6 +340,28 @@ def test_a_sweep_whose_final_merge_job_refused_is_complete_but_not_merged_until_
     assert r.returncode == 0 and "complete," not in r.stdout.splitlines()[0], r.stdout
 
 
+@pytest.mark.parametrize("ended", ["CANCELLED", "FAILED", "TIMEOUT"])
+def test_a_sweep_whose_final_merge_job_ended_before_merging_is_not_merged_until_a_merge(
+    tmp_path: Path, ended: str
+) -> None:
+    """A final merge job scancelled (or failed, or out of time) before it merged leaves a
+    complete sweep without its document: status says so and how to write it, until a merge of
+    the sweep does. It had said "complete" (exit 0) with no document anywhere."""
+    from orchestrator.store.synthetic import build_sweep, small_spec
+
+    sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    sd.record_jobs([{"event": "merge_job", "job_id": "998", "submitted_ts": time.time()}])
+    st = sweep_status(sd, view=scheduler_view(j998=TaskState(ended, "sacct")))
+    text = format_status(st).splitlines()
+    said = ended.lower()
+    assert text[0].endswith(f"complete, not merged (its final merge job {said})"), text
+    assert text[-1] == f"to write the results document: tilesweep merge {sd.root}", text
+    assert st.unmerged == f"its final merge job {said}"  # status exits 1
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    merged = sweep_status(sd, view=scheduler_view(j998=TaskState(ended, "sacct")))
+    assert merged.unmerged is None and format_status(merged).splitlines()[0].endswith(", complete")
+
+
 def test_unit_lines_keep_their_columns_whatever_a_units_state_says() -> None:
     from orchestrator.control.status_model import SweepStatus, UnitStatus
 

@@ -338,7 +338,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(format_status(st))
     # 1: some units ended without finishing and nothing took their items over (resume does), or
-    # the final merge job refused and no merge wrote the document since (`merge` says why)
+    # the final merge job refused, or ended before merging, and no merge wrote the document since
     return 1 if st.ended_unfinished() or st.unmerged else 0
 
 

@@ -112,10 +112,23 @@ def sweep_status(
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
     st.merge_jobs = _merge_jobs(sd, hist, view)
-    refused = st.merge_jobs[-1]["error"] if st.merge_jobs else None
-    st.unmerged = refused if refused and wrote_last(sd, sd.output) is None else None
+    st.unmerged = _unmerged(st.merge_jobs[-1]) if st.merge_jobs and wrote_last(sd, sd.output) is None else None
     st.taken = now
     return st
+
+
+def _unmerged(last: dict[str, Any]) -> str | None:
+    """Why the sweep's last final merge job wrote no document, where it ended without one:
+    it refused, or SLURM ended it (cancelled, failed, out of time or memory) before its merge."""
+    if last["error"]:
+        return "its final merge job refused"
+    if last["state"] in _MERGE_ENDED:
+        return f"its final merge job {last['state'].lower().replace('_', ' ')}"
+    return None
+
+
+# the states of a final merge job that ended without merging (COMPLETED: it merged, or refused)
+_MERGE_ENDED = ("CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
 def _merge_jobs(sd: SweepDir, hist: History, view: SchedulerView | None) -> list[dict[str, Any]]:

@@ -90,7 +90,9 @@ class SweepStatus:
     search_deferred: str | None = None  # why the merge job could not submit a search's next round
     search_rounds: tuple[int, bool] | None = None  # a search's max_rounds and whether it screens (its spec)
     on_slurm: bool = False  # a SLURM job ran a unit: its final merge job plans later rounds
-    unmerged: str | None = None  # why the final merge job refused, where no merge of the sweep wrote its output since
+    # why the last final merge job wrote no document (it refused, or SLURM ended it first), where no
+    # merge of the sweep wrote its output since
+    unmerged: str | None = None
     replay_of: str | None = None  # a replay (kernel.impl replay): the document it answers from
     # a live `tilesweep run` (or a resume run here) holds the sweep's run lease: it starts the
     # units not submitted yet, so they wait for it; without one nothing starts them

@@ -38,6 +38,8 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     lines += [merge_job_line(m, asked=asked) for m in st.merge_jobs[-1:]]
     if not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
         lines.append(f"to redo the missing items: {PROG} resume {st.sweep_dir}")
+    if st.complete and st.unmerged:
+        lines.append(f"to write the results document: {PROG} merge {st.sweep_dir}")
     return "\n".join(lines)
 
 
@@ -74,7 +76,7 @@ def sweep_state(st: SweepStatus) -> str:
     """Where a sweep stands in a few words (``status`` and ``ls``)."""
     state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
     if state == "complete" and st.unmerged:
-        state = "complete, not merged (its final merge job refused)"
+        state = f"complete, not merged ({st.unmerged})"
     if state == "incomplete" and st.round2_pending and st.items_done >= st.planned:
         state = "round 1 done, round 2 to plan"
     if state == "incomplete" and st.search_pending and st.done >= st.total:
