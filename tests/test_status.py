@@ -400,3 +400,44 @@ def test_a_large_sweep_says_which_units_it_leaves_out(tmp_path: Path) -> None:
     assert "  ... 47 done units not shown (--json lists every unit)" in text.splitlines(), text
     partial = format_status(sweep_status(SweepDir.open(sd.root), query_slurm=False), max_lines=0)
     assert "  ... 1 more and 47 done units not shown (--json lists every unit)" in partial.splitlines(), partial
+
+
+def test_a_second_resume_makes_one_unit_per_unit_that_ended_unfinished_since(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """Unit 0 failed and a resume gave its missing items to a new unit, which failed too: the
+    next resume makes one unit (the new one's), not two (the replaced unit counted again)."""
+    from orchestrator.control.resume import Resumed, _new_units
+    from orchestrator.planning import shard
+
+    sd, units, _ = _three_units_on_slurm(tmp_path, write_spec)
+    first = units[0]
+    for uid in units[1:]:  # the others recorded every item
+        _fake_partial(sd, uid, len(sd.unit_items(uid)))
+    _fake_partial(sd, first, 0)  # it recorded nothing
+    missing = sd.unit_items(first)
+    assert len(missing) >= 2
+    (new,) = shard(missing, 1, sweep=sd.spec.fingerprint())
+    new.finalize(sd.spec.fingerprint(), tag="resume-3")
+    sd.add_units([new], origin="resume")
+    now = time.time()
+    sd.record_jobs(
+        [
+            {"event": "resume", "replaces": [first], "units": [new.id], "time": "", "ts": now - 300},
+            {"unit": new.id, "executor": "slurm", "job_id": "52_0", "array_id": "52", "task": 0}
+            | {"submitted_ts": now - 300},
+        ]
+    )
+    view = scheduler_view(
+        j50_0=TaskState("FAILED", "sacct", exit_code="1:0"),
+        j50_1=TaskState("COMPLETED", "sacct"),
+        j50_2=TaskState("COMPLETED", "sacct"),
+        j52_0=TaskState("FAILED", "sacct", exit_code="1:0"),
+        j51=TaskState("PENDING", "squeue", "Dependency"),
+    )
+    plan = plan_resume(sd, sweep_status(sd, view=view))
+    assert sorted(plan.missing_of) == sorted([first, new.id]) and plan.unreplaced == [new.id]
+    result = Resumed(plan=plan)
+    _new_units(sd, result, None, sd.spec.executor)
+    (again,) = result.new_units
+    assert sorted(it.id for it in again.items) == sorted(it.id for it in missing)

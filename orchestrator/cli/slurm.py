@@ -238,8 +238,8 @@ def _wait_for_submission(sd: SweepDir) -> None:
 
 
 RESUME_UNITS_HELP = (
-    "number of new units (default: one per unit that ended unfinished; with --no-wait here, at most as many as "
-    "run here at a time, since all of them start at once)"
+    "number of new units (default: one per unit that ended unfinished, rounded up to fill whole SLURM tasks of "
+    "several GPUs; with --no-wait here, at most as many as run here at a time, since all of them start at once)"
 )
 
 

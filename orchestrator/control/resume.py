@@ -173,7 +173,7 @@ def resume_sweep(
     with sweep_lock(sd):
         plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry)
         if not include_missing:  # `run --retry-errors`: run itself redoes what is missing
-            plan.missing, plan.later, plan.missing_of = [], {}, {}
+            plan.missing, plan.later, plan.missing_of, plan.unreplaced = [], {}, {}, []
         result = Resumed(plan=plan)
         cap = dispatch.local_slots(sd.spec) if background and not slurm else None  # all started at once
         _new_units(sd, result, units, settings, cap)
@@ -225,7 +225,7 @@ def _new_units(
     it holds every item of the unit it replaces, or items retried before, so the records it
     makes say they are this resume's."""
     plan = result.plan
-    default = len(plan.missing_of) or 1
+    default = len(plan.unreplaced) or 1  # a unit an earlier resume replaced is its new unit's, counted there
     if cap is not None:
         units = min(units or settings.fill_tasks(default), cap)
     if plan.missing:

@@ -36,6 +36,8 @@ class ResumePlan:
     active: list[str] = field(default_factory=list)  # those units
     recorded: int = 0
     missing_of: dict[str, set[str]] = field(default_factory=dict)  # ended unit -> its missing item ids
+    # of those, the units no earlier resume replaced: one new unit each by default
+    unreplaced: list[str] = field(default_factory=list)
     # units never submitted whose every item has a record from another unit: nothing left to them
     moot: list[str] = field(default_factory=list)
     # item id -> [starts that died with it in flight, deaths while it was alone, of those hung],
@@ -140,6 +142,8 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: st
         missing = {it.id for it in sd.unit_items(u.id)} - (full if _times_in_full(sd, u.round) else recorded.keys())
         if missing:
             plan.missing_of[u.id] = missing
+            if not u.resumed:
+                plan.unreplaced.append(u.id)
         elif u.state in ACTIVE and not u.submitted and not u.resumed:
             plan.moot.append(u.id)
     for it in _universe(sd, st):
