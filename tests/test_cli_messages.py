@@ -314,3 +314,19 @@ def test_a_warning_the_library_logs_is_said_as_the_cli_says_its_own(tmp_path: Pa
     assert "skipped 1 torn or invalid partial lines (their items have records)" in r.stdout, r.stdout
     verbose = run_cli("-v", "merge", str(sd.root))
     assert verbose.returncode == 0 and "WARNING orchestrator.store.partials: " in verbose.stderr, verbose.stderr
+
+
+def test_a_command_a_message_suggests_pastes_and_runs_where_a_path_has_a_space(tmp_path: Path) -> None:
+    """``status`` of an unfinished sweep in a folder named with a space suggests its resume; the
+    suggestion, pasted into a shell, is the command (it split at the space: two arguments)."""
+    from orchestrator.store.synthetic import build_sweep, small_spec
+
+    sd, units = build_sweep(tmp_path / "my sweeps" / "one", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    sd.partial_path(units[0].id).unlink()  # a unit that recorded nothing
+    sd.record_jobs([{"unit": units[0].id, "executor": "local", "job_id": "999999999", "log": "/nonexistent"}])
+    status = run_cli("status", str(sd.root))
+    suggested = status.stdout.splitlines()[-1]
+    assert suggested == f"to redo the missing items: tilesweep resume '{sd.root}'", status.stdout
+    words = shlex.split(suggested.split(": ", 1)[1])
+    assert words == ["tilesweep", "resume", str(sd.root)]
+    assert run_cli(*words[1:2], "--help").returncode == 0 and run_cli("status", *words[2:]).returncode == 1

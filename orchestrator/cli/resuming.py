@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator import word
 from orchestrator.cli.common import PROG, Progress, counted, round_note, warn
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep
 from orchestrator.cli.submission import print_submission
@@ -35,7 +36,7 @@ def say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_d
         print(
             f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
             f"({counted(plan.held, 'item')} without a record yet): not resubmitted; wait for "
-            f"{'them' if n != 1 else 'it'}, `{PROG} cancel {sd.root}`, or resume --force"
+            f"{'them' if n != 1 else 'it'}, `{PROG} cancel {word(sd.root)}`, or resume --force"
         )
     if r.next_round is not None:
         nxt = r.next_round
@@ -130,7 +131,7 @@ def settings_kept(sd: SweepDir, settings: ExecutorSettings, spec: str | None) ->
     if Path(given).resolve() != sd.output:  # the output moves with `run --output` or `merge --output`
         warn(
             f"{sd.root} merges into {sd.output}, its output; {spec} names {given}, which resume does not use "
-            f"(`{PROG} merge {sd.root} --output {given}` writes there)"
+            f"(`{PROG} merge {word(sd.root)} --output {word(given)}` writes there)"
         )
 
 
@@ -146,7 +147,7 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
         if other is not None:
             raise DispatchError(
                 f"{sd.root} is being run by another `{PROG} run` ({other.describe()}); "
-                f"resume it once that run has ended (`{PROG} wait {sd.root}` follows it)"
+                f"resume it once that run has ended (`{PROG} wait {word(sd.root)}` follows it)"
             )
         progress = None if args.no_wait else Progress(sweep_status(sd, query_slurm=False).total)
         try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
@@ -166,15 +167,15 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
         settings_kept(sd, settings, args.spec)
     if args.no_wait:
         if result.started:
-            n = len(result.started)
+            n, here = len(result.started), word(sd.root)
             print(
-                f"started {n} unit{'s' if n != 1 else ''} here, left running; follow with: {PROG} status {sd.root}"
-                f"   (or {PROG} wait {sd.root}, which merges once they end)"
+                f"started {n} unit{'s' if n != 1 else ''} here, left running; follow with: {PROG} status {here}"
+                f"   (or {PROG} wait {here}, which merges once they end)"
             )
         else:
-            print(f"nothing started; `{PROG} merge {sd.root}` writes the results document")
+            print(f"nothing started; `{PROG} merge {word(sd.root)}` writes the results document")
         return 0
     failed = failed_unit_lines(result.outcomes)
     return finish_sweep(
-        sd, overwrite=args.overwrite, html=sd.spec.report.html, failed=failed, redo=f"`{PROG} resume {sd.root}`"
+        sd, overwrite=args.overwrite, html=sd.spec.report.html, failed=failed, redo=f"`{PROG} resume {word(sd.root)}`"
     )

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator import word
 from orchestrator.cli.common import (
     OVERWRITE_HELP,
     PROG,
@@ -78,7 +79,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         for line in reuse_lines(read_summary(s.sd)):
             print(line)
         if not s.todo:
-            print(f"every unit is done; nothing to submit (`{PROG} merge {s.sd.root}` writes the document)")
+            print(f"every unit is done; nothing to submit (`{PROG} merge {word(s.sd.root)}` writes the document)")
 
     result = submit_spec(
         args.spec,
@@ -92,7 +93,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     )
     if result.outcome is not None:
         print_submission(result.sd, result.outcome)
-    print(f"follow with: {PROG} status {result.sd.root}   (or {PROG} wait {result.sd.root})")
+    print(f"follow with: {PROG} status {word(result.sd.root)}   (or {PROG} wait {word(result.sd.root)})")
     return 0
 
 
@@ -111,7 +112,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     )
     settings_kept(sd, settings, args.spec)
     if result.items_submitted or result.next_round is not None:
-        print(f"follow with: {PROG} status {sd.root}   (or {PROG} wait {sd.root})")
+        print(f"follow with: {PROG} status {word(sd.root)}   (or {PROG} wait {word(sd.root)})")
     return 0
 
 
@@ -134,7 +135,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         print(line)
     if here.elsewhere is not None or here.lingering:
         return 1
-    print(f"finished records are kept: `{PROG} resume {sd.root}` redoes the rest")
+    print(f"finished records are kept: `{PROG} resume {word(sd.root)}` redoes the rest")
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import word
 from orchestrator.cli.common import PROG, counted, items_in_units, reuse_lines, reuse_request, warn
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
@@ -21,7 +22,7 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
     if out.merge_error is not None:
         warn(
             f"warning: the final merge job was not submitted ({out.merge_error.message}); "
-            f"`{PROG} wait {sd.root}` or `{PROG} merge {sd.root}` merges"
+            f"`{PROG} wait {word(sd.root)}` or `{PROG} merge {word(sd.root)}` merges"
         )
     _print_arrays(sd, out)
     if out.merge_job is not None:
@@ -29,7 +30,7 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
     if out.submission.error is not None:
         warn(
             f"warning: {out.not_submitted} units were not submitted: {out.submission.error.message}; "
-            f"fix the cause, then `{PROG} resume {sd.root}`"
+            f"fix the cause, then `{PROG} resume {word(sd.root)}`"
         )
 
 
@@ -47,7 +48,9 @@ def _print_arrays(sd: SweepDir, out: SubmitOutcome) -> None:
         ids = list(dict.fromkeys(e["job_id"] for e in group))
         span = f"{ids[0]} .. {ids[-1]}" if len(ids) > 1 else ids[0]
         print(f"  {array}: {span}  ({counted(len(ids), 'task')})")
-    print(f"  logs: {sd.logs}/units/<unit>.log (`{PROG} logs {sd.root} UNIT`); per task {sd.logs}/<task>_0_log.err")
+    print(
+        f"  logs: {sd.logs}/units/<unit>.log (`{PROG} logs {word(sd.root)} UNIT`); per task {sd.logs}/<task>_0_log.err"
+    )
     for e in entries:
         if e.get("slot") == 0 and (e.get("units_in_task") or 1) < per_task:
             warn(
@@ -89,7 +92,7 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
         print(f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items, every unit done or reused")
         for line in reuse_lines(d.reused):
             print(line)
-        print(f"nothing to submit (`{PROG} merge {d.root}` writes the document)")
+        print(f"nothing to submit (`{PROG} merge {word(d.root)}` writes the document)")
         return 0
     most = max((len(units) for tasks in d.arrays for units in tasks), default=0)
     turns = ("one GPU" if d.gpus else "no GPU asked for") if d.per_task == 1 else "one per GPU"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator import word
 from orchestrator.cli.common import (
     OVERWRITE_HELP,
     PROG,
@@ -212,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _rerun(spec_path: str, sd: SweepDir) -> str:
     """The command that reruns a sweep here, redoing only what is missing."""
-    return f"`{PROG} run {spec_path} --sweep-dir {sd.root}`"
+    return f"`{PROG} run {word(spec_path)} --sweep-dir {word(sd.root)}`"
 
 
 def _run_here(
@@ -238,7 +239,7 @@ def _run_here(
     if held:
         warn(
             f"note: {len(held)} unit(s) of {sd.root} are run by a worker already (e.g. {held[0]}, "
-            f"`{PROG} status {sd.root}` names it): following them instead of starting a second worker on each"
+            f"`{PROG} status {word(sd.root)}` names it): following them instead of starting a second worker on each"
         )
     outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
     failed = failed_unit_lines(outcomes)

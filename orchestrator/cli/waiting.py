@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from orchestrator import word
 from orchestrator.cli.common import PROG, Progress, warn
 from orchestrator.cli.finish import finish_sweep, unfinished_unit_lines
 from orchestrator.store.sweepdir import SweepDir
@@ -70,15 +71,16 @@ def wait_and_merge(
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
         st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=display)
     except KeyboardInterrupt:  # what runs the units outlives this command: say so, and how to stop it
+        here = word(sd.root)
         raise KeyboardInterrupt(
-            f"the sweep's units go on: `{PROG} wait {sd.root}` follows them again, `{PROG} cancel {sd.root}` stops them"
+            f"the sweep's units go on: `{PROG} wait {here}` follows them again, `{PROG} cancel {here}` stops them"
         ) from None
     finally:
         display.progress.close()
     if not st.settled:
         warn(
             f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
-            f"`{PROG} wait {sd.root}` again later"
+            f"`{PROG} wait {word(sd.root)}` again later"
         )
         return 1
     code = finish_sweep(
@@ -86,7 +88,7 @@ def wait_and_merge(
         overwrite=overwrite,
         html=sd.spec.report.html if html is None else html,
         failed=unfinished_unit_lines(st),
-        redo=f"`{PROG} resume {sd.root}`",
+        redo=f"`{PROG} resume {word(sd.root)}`",
     )
     return max(code, _round_left_here(sd, st))
 
@@ -100,7 +102,7 @@ def _round_left_here(sd: SweepDir, st: SweepStatus) -> int:
     number = pending_round(sd)
     if number is None or st.ended_unfinished() or st.items_done < st.planned or slurm_jobs(sd):
         return 0
-    warn(f"round {number} of {sd.root} is still to plan and run: `{PROG} resume {sd.root}` does it here")
+    warn(f"round {number} of {sd.root} is still to plan and run: `{PROG} resume {word(sd.root)}` does it here")
     return 1
 
 

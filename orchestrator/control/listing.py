@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import query
 from orchestrator.control.status import SweepStatus, sweep_status
@@ -97,14 +97,14 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
     if task and job and job.get("executor", "slurm") != "slurm":
         raise SweepDirError(
             f"unit {uid} of {sd.root} ran here ({job['executor']} executor), not as a SLURM task: it has no task log; "
-            f"`{PROG} logs {sd.root} {unit_key}` prints its log"
+            f"`{PROG} logs {word(sd.root)} {unit_key}` prints its log"
         )
     candidates = [job.get("stderr"), job.get("log")] if task else [sd.unit_log(uid), job.get("log"), job.get("stderr")]
     for path in candidates:
         if path and Path(path).is_file():
             return Path(path)
     what = "task log" if task else "log"
-    status = f"`{PROG} status {sd.root}` shows the unit"
+    status = f"`{PROG} status {word(sd.root)}` shows the unit"
     if sd.partial_path(uid).exists() or sd.marker_path(uid).exists():  # it ran: its log is gone
         gone = ", ".join(str(p) for p in candidates if p) or "none recorded"
         raise SweepDirError(f"unit {uid} of {sd.root} ran, but its {what} is gone ({gone}); {status}")

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.control.status_model import SweepStatus, UnitStatus
 
 
@@ -37,9 +37,9 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     asked = st.view is not None and st.view.asked
     lines += [merge_job_line(m, asked=asked) for m in st.merge_jobs[-1:]]
     if not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
-        lines.append(f"to redo the missing items: {PROG} resume {st.sweep_dir}")
+        lines.append(f"to redo the missing items: {PROG} resume {word(st.sweep_dir)}")
     if st.complete and st.unmerged:
-        lines.append(f"to write the results document: {PROG} merge {st.sweep_dir}")
+        lines.append(f"to write the results document: {PROG} merge {word(st.sweep_dir)}")
     return "\n".join(lines)
 
 
@@ -154,7 +154,7 @@ def rounds_lines(st: SweepStatus) -> list[str]:
     if st.round2_deferred:
         return [
             f"{one}; round 2 not planned: the merge job could not submit it ({st.round2_deferred}); "
-            f"`{PROG} wait {st.sweep_dir}` or `{PROG} resume {st.sweep_dir}` does"
+            f"`{PROG} wait {word(st.sweep_dir)}` or `{PROG} resume {word(st.sweep_dir)}` does"
         ]
     return [f"{one}; round 2 (full timing of the survivors) is planned once round 1 is complete ({_planners(st)})"]
 
@@ -185,11 +185,11 @@ def _search_line(st: SweepStatus) -> str:
     if st.search_deferred:
         return (
             f"{head}; round {st.next_round} not planned: the merge job could not submit it ({st.search_deferred}); "
-            f"`{PROG} wait {st.sweep_dir}` or `{PROG} resume {st.sweep_dir}` does"
+            f"`{PROG} wait {word(st.sweep_dir)}` or `{PROG} resume {word(st.sweep_dir)}` does"
         )
     merging = any(m.get("state") in ("PENDING", "RUNNING") for m in st.merge_jobs)
     if st.settled and st.done >= st.total and not merging:  # nothing runs that would plan it
-        return f"{head}; round {st.next_round} is still to plan: `{PROG} resume {st.sweep_dir}` plans and runs it"
+        return f"{head}; round {st.next_round} is still to plan: `{PROG} resume {word(st.sweep_dir)}` plans and runs it"
     last = st.search[-1] if st.search else None
     max_rounds, screen = st.search_rounds or (None, False)
     if last is not None and last["search_round"] == max_rounds and (not screen or last["kind"] == "survivors"):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.control import dispatch
 from orchestrator.control.arrays import SubmitOutcome, per_array, submit_with_merge
 from orchestrator.control.reuseplan import ReuseRequest
@@ -99,7 +99,8 @@ def submit_spec(
             if slurm_jobs(sd):
                 raise DispatchError(
                     f"{sd.root} was submitted already ({slurm_jobs(sd)} jobs in {sd.root / 'jobs.jsonl'}); "
-                    f"see `{PROG} status {sd.root}`, and `{PROG} resume {sd.root}` submits its missing items"
+                    f"see `{PROG} status {word(sd.root)}`, and `{PROG} resume {word(sd.root)}` submits its missing "
+                    "items"
                 )
             return _submit_todo(sd, spec.executor, max_array_size, on_planned, existed=existed)
     except BaseException:
@@ -118,8 +119,8 @@ def slurm_spec(spec_path: str, spec: SweepSpec) -> SweepSpec:
     if "kind" in spec.executor.model_fields_set:
         raise SpecError(
             f"{spec_path}: executor.kind is {spec.executor.kind!r}, and `{PROG} submit` sends the units to SLURM: set "
-            f'executor.kind to "slurm" (with its slurm_partition and gpus_per_node), or `{PROG} run {spec_path}` runs '
-            "the sweep here"
+            f'executor.kind to "slurm" (with its slurm_partition and gpus_per_node), or `{PROG} run {word(spec_path)}` '
+            "runs the sweep here"
         )
     return spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": "slurm"})})
 
@@ -181,7 +182,9 @@ def dry_run(
     if opened is not None and opened.unit_index():  # one with no unit is planned again, as submit does
         sd = opened
         if slurm_jobs(sd):
-            raise DispatchError(f"{sd.root} was submitted already; `{PROG} resume {sd.root}` submits its missing items")
+            raise DispatchError(
+                f"{sd.root} was submitted already; `{PROG} resume {word(sd.root)}` submits its missing items"
+            )
         todo = set(unfinished_units(sd))
         sizes = {u["id"]: u["n_items"] for u in sd.unit_index() if u["id"] in todo}
         unit_secs = dispatch.unit_costs(sd, list(sizes)) if settings.units_per_task() > 1 else None

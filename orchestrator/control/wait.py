@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.control.rounds import advance, pending_round
 from orchestrator.control.scheduler import SchedulerView
 from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
@@ -52,7 +52,7 @@ def wait_until_settled(
         if never and not any(u.state in ACTIVE and (u.submitted or u.leased) for u in st.units):
             raise DispatchError(
                 f"{len(never)} units of {sd.root} were never submitted (e.g. {never[0]}); "
-                f"`{PROG} resume {sd.root}` submits them"
+                f"`{PROG} resume {word(sd.root)}` submits them"
             )
         if on_poll is not None:
             on_poll(st)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
@@ -139,7 +139,7 @@ def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
     except IsADirectoryError:
         if os.path.exists(os.path.join(spath, "sweep.json")):
             raise ResultsError(
-                f"{name}: is a sweep directory, not a results document; `{PROG} merge {spath}` writes its "
+                f"{name}: is a sweep directory, not a results document; `{PROG} merge {word(spath)}` writes its "
                 "document (to the spec's output), or pass that document"
             ) from None
         raise ResultsError(f"{name}: is a directory, not a results document; pass the document's file") from None

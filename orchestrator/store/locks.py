@@ -66,7 +66,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.errors import LockTimeout, ResultsError
 from orchestrator.store.files import create_once, fitted
 from orchestrator.store.pidspace import host_identity, in_this_pid_space, pid_alive, process_start
@@ -328,7 +328,7 @@ class MergeLock:
     def _why(self) -> str:
         """What stands in the lock file's way: a folder where it goes, a file where its folder
         goes, or a folder that takes no new files."""
-        elsewhere = f"merge into another folder (`{PROG} merge {self.sweep or 'SWEEP'} --output FILE`)"
+        elsewhere = f"merge into another folder (`{PROG} merge {word(self.sweep or 'SWEEP')} --output FILE`)"
         if self.path.is_dir():
             return f"a directory has its name: move it away, or {elsewhere}"
         blocking = next((p for p in reversed(self.path.parents) if p.exists() and not p.is_dir()), None)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.errors import ResultsError
 from orchestrator.spec.sections import REPLAY
 from orchestrator.store import keyindex
@@ -349,7 +349,7 @@ def _replace(
         raise ResultsError(
             f"cannot write {out} ({exc.strerror or exc}); {'it is unchanged' if existed else 'nothing was written'}: "
             f"{write_advice(exc)}{cache_space(sd, out, exc)}, or merge into another file "
-            f"(`{PROG} merge {sd.root} --output FILE`)"
+            f"(`{PROG} merge {word(sd.root)} --output FILE`)"
         ) from None
     if stashed is not None:
         summary.prev = keep(stashed, out)

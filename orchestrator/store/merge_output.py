@@ -9,7 +9,7 @@ import errno
 import os
 from pathlib import Path
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.errors import ResultsError
 from orchestrator.store.files import folder_refuses
 from orchestrator.store.segments import CACHE_DIR
@@ -24,17 +24,17 @@ def output_file(sd: SweepDir, out: Path) -> Path:
     if own_file(sd.root, out):
         raise ResultsError(
             f"the output {out} is a file of the sweep directory {sd.root} (or in one of its folders), which the "
-            f"document would replace: merge into a file outside them (`{PROG} merge {sd.root} --output FILE`)"
+            f"document would replace: merge into a file outside them (`{PROG} merge {word(sd.root)} --output FILE`)"
         )
     if out.is_dir():
         raise ResultsError(
             f"the output {out} is a directory, not a results document; merge into a file "
-            f"(`{PROG} merge {sd.root} --output FILE`)"
+            f"(`{PROG} merge {word(sd.root)} --output FILE`)"
         )
     if out.exists() and not out.is_file():
         raise ResultsError(
             f"the output {out} is not a regular file (a device, a pipe or a socket), which the merge would replace; "
-            f"merge into a file (`{PROG} merge {sd.root} --output FILE`)"
+            f"merge into a file (`{PROG} merge {word(sd.root)} --output FILE`)"
         )
     return out
 
@@ -48,7 +48,7 @@ def refuse_unwritable_folder(sd: SweepDir, out: Path) -> None:
         raise ResultsError(
             f"cannot write {out}: its folder {folder} takes no new files ({why or 'not a directory'}), and the "
             f"document is written beside it first; it is unchanged: make the folder writable, or merge into "
-            f"another file (`{PROG} merge {sd.root} --output FILE`)"
+            f"another file (`{PROG} merge {word(sd.root)} --output FILE`)"
         )
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+from orchestrator import word
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store import envfile, jobfile
@@ -213,7 +214,7 @@ class SweepDir:
             if existing.spec.fingerprint() != spec.fingerprint():
                 raise MismatchError(
                     f"{root} already holds a sweep of another spec (fingerprint {existing.spec.fingerprint()} "
-                    f"!= {spec.fingerprint()}); use a new --sweep-dir, or `tilesweep resume {root}`"
+                    f"!= {spec.fingerprint()}); use a new --sweep-dir, or `tilesweep resume {word(root)}`"
                 )
             return existing
         cls.check_new(root)
