@@ -194,3 +194,12 @@ def test_a_stop_after_the_command_has_finished_changes_nothing_it_said(tmp_path:
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr)
     assert "tilesweep" in done.stdout
+
+
+def test_ctrl_c_of_submit_before_sbatch_took_anything_says_nothing_was_submitted(tmp_path: Path) -> None:
+    """A stop of ``submit`` while it reads its spec (a pipe): it says nothing was submitted, not
+    that what sbatch accepted runs on (nothing was)."""
+    fifo = tmp_path / "spec.json"
+    os.mkfifo(fifo)
+    said = _ctrl_c_while_it_opens(fifo, "submit", str(fifo), "--sweep-dir", str(tmp_path / "sweep"))
+    assert said == ["tilesweep: interrupted; nothing was submitted"]

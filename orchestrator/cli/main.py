@@ -303,10 +303,18 @@ def _stop_note(command: str, args: argparse.Namespace | None) -> str:
     """What a stop of ``command`` means (``args``: its arguments, where they were parsed)."""
     if command in _WRITERS and any(getattr(args, a, None) not in (None, "-") for a in _WRITES):
         return _WROTE_NOTE
+    if command == "submit" and not _recorded_a_job():
+        return "nothing was submitted"
     if command == "plan":  # it measures nothing; it writes a sweep directory only where given one
         shown = args is None or args.dry_run or args.json or not args.sweep_dir
         return "nothing was written" if shown else "nothing was measured; rerun it to finish the sweep directory"
     return _STOPPED_NOTES.get(command, INTERRUPTED_NOTE)
+
+
+def _recorded_a_job() -> bool:
+    """Whether this process put a job in a sweep's history (sbatch accepted it)."""
+    sweepdir = sys.modules.get("orchestrator.store.sweepdir")
+    return sweepdir is not None and sweepdir.SweepDir.recorded_a_job
 
 
 def _command_word(argv: list[str] | None) -> str:
