@@ -441,3 +441,21 @@ def test_a_second_resume_makes_one_unit_per_unit_that_ended_unfinished_since(
     _new_units(sd, result, None, sd.spec.executor)
     (again,) = result.new_units
     assert sorted(it.id for it in again.items) == sorted(it.id for it in missing)
+
+
+def test_a_task_that_started_since_squeue_said_pending_runs_and_one_that_ran_before_is_requeued(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """``wait`` asks squeue less often than it reads the partials: a task squeue last called
+    pending whose partial was written since runs (``wait`` called it requeued until its next
+    squeue); one whose partial was last written before squeue was asked was requeued."""
+    import os
+
+    sd, units, _ = _three_units_on_slurm(tmp_path, write_spec)
+    view = scheduler_view(j50_1=TaskState("PENDING", "squeue", "Priority"))
+    partial = sd.partial_path(units[1])
+    view.taken = partial.stat().st_mtime - 5  # asked before the partial was written
+    assert {u.id: u.state for u in sweep_status(sd, view=view).units}[units[1]] == "running"
+    view.taken = time.time()
+    os.utime(partial, (view.taken - 5, view.taken - 5))  # written (after the submission) before it was asked
+    assert {u.id: u.state for u in sweep_status(sd, view=view).units}[units[1]] == "requeued"

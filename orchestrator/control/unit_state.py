@@ -49,7 +49,7 @@ def slurm_state(
         # squeue lists every pending task (-r): one only sacct calls pending has left the queue
         # since (sacct lags a few seconds), so it is judged as a task in neither
         return _in_neither(view, jid, submitted, mtime, now)
-    state, detail = _from_task(ts, mtime, submitted)
+    state, detail = _from_task(ts, mtime, submitted, view.taken)
     if state == "running" and (job.get("units_in_task") or 1) > 1 and not (mtime is not None and mtime >= submitted):
         # a whole-node task's GPUs take its units in turn: this one has not been taken yet
         return "pending", "its task is running; it waits for one of the task's GPUs"
@@ -72,10 +72,13 @@ def _in_neither(
     return "cancelled", "in neither squeue nor sacct (a pending array task cancelled on its own leaves no record)"
 
 
-def _from_task(ts: TaskState, mtime: float | None, submitted: float) -> tuple[str, str | None]:
+def _from_task(ts: TaskState, mtime: float | None, submitted: float, asked: float) -> tuple[str, str | None]:
+    """``asked``: when the scheduler was asked (``wait`` asks it less often than it reads files)."""
     s = ts.state
     if s == "PENDING":
         ran = mtime is not None and mtime >= submitted
+        if ran and mtime is not None and mtime > asked:  # it started after squeue said pending: it runs
+            return "running", None
         reason = ts.reason if ts.reason not in ("", "None") else None
         if ts.stuck:
             reason = f"{ts.reason}: it cannot start as submitted (cancel it, then resume with other executor settings)"
