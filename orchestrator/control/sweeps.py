@@ -28,7 +28,8 @@ from orchestrator.store import tokamax_lists
 from orchestrator.store.files import folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
-from orchestrator.store.sweepdir import SweepDir, now_iso, own_file
+from orchestrator.store.sweep_paths import own_file
+from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:
     from orchestrator.store.merge import MergeSummary

@@ -13,7 +13,8 @@ from orchestrator import PROG, word
 from orchestrator.errors import ResultsError
 from orchestrator.store.files import folder_refuses
 from orchestrator.store.segments import CACHE_DIR
-from orchestrator.store.sweepdir import SweepDir, own_file
+from orchestrator.store.sweep_paths import own_file
+from orchestrator.store.sweepdir import SweepDir
 
 
 def output_file(sd: SweepDir, out: Path) -> Path:

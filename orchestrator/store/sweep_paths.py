@@ -1,4 +1,5 @@
-"""Where a spec's sweep directory is by default, and what to say when a command that reads a
+"""Where a spec's sweep directory is by default, which files are a sweep directory's own
+(``own_file``: an output must be none of them), and what to say when a command that reads a
 sweep directory is given a file instead.
 
 The common slip is a spec file (``tilesweep status sweep.json``, after ``tilesweep run
@@ -63,3 +64,34 @@ def _merged_from(path: Path) -> str | None:
     block = data.get("tilesweep")
     where = block.get("sweep_dir") if isinstance(block, dict) else None
     return str(where) if where else "(its tilesweep block names none)"
+
+
+# The files a sweep directory keeps at its top level (its folders hold its own files only).
+_OWN_FILES = frozenset(
+    {
+        "sweep.json",
+        "units.json",
+        "jobs.jsonl",
+        "env.json",
+        "sweep.lock",
+        "run.lease",
+        "final-merge.json",
+        "reuse.json",
+        "round2.json",
+        "status-tally.json",
+        "tokamax-grid.json",
+        "lowering.jsonl",
+        "quarantine.jsonl",
+    }
+)
+
+
+def own_file(root: Path, path: Path) -> bool:
+    """Whether ``path`` is (or would be) a file of the sweep directory ``root`` itself: anything
+    in one of its folders, or a file its top level keeps. A results document written there would
+    replace it, or be taken for it."""
+    try:
+        rel = path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return len(rel.parts) > 1 or rel.name in _OWN_FILES or rel.name.startswith("lowering-task")

@@ -129,37 +129,6 @@ def _wrong_entry(index: list[Any]) -> str | None:
     return None
 
 
-# The files a sweep directory keeps at its top level (its folders hold its own files only).
-_OWN_FILES = frozenset(
-    {
-        "sweep.json",
-        "units.json",
-        "jobs.jsonl",
-        "env.json",
-        "sweep.lock",
-        "run.lease",
-        "final-merge.json",
-        "reuse.json",
-        "round2.json",
-        "status-tally.json",
-        "tokamax-grid.json",
-        "lowering.jsonl",
-        "quarantine.jsonl",
-    }
-)
-
-
-def own_file(root: Path, path: Path) -> bool:
-    """Whether ``path`` is (or would be) a file of the sweep directory ``root`` itself: anything
-    in one of its folders, or a file its top level keeps. A results document written there would
-    replace it, or be taken for it."""
-    try:
-        rel = path.resolve().relative_to(root.resolve())
-    except ValueError:
-        return False
-    return len(rel.parts) > 1 or rel.name in _OWN_FILES or rel.name.startswith("lowering-task")
-
-
 @dataclass
 class SweepDir:
     """A handle on a sweep directory; cheap to create, reads lazily."""

@@ -1,0 +1,168 @@
+"""``tilesweep resume`` as its plan decides: only the items without a record are redone, in
+one new unit per unit that ended unfinished (not one an earlier resume replaced), a config that
+killed workers counted across units, another spec refused, and the settings a resume was given
+kept; status then shows the units replaced as resumed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from orchestrator.control.resume import plan_resume
+from orchestrator.control.scheduler import TaskState
+from orchestrator.control.status import format_status, sweep_status
+from orchestrator.store.sweepdir import SweepDir
+from tests.helpers import assert_one_line_error, scheduler_view
+from tests.test_status import _fake_partial, _sweep, _three_units_on_slurm
+
+from .conftest import run_cli
+
+
+def test_resume_submits_only_missing_items_and_counts_deaths_across_units(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    from jobs.worker import run_unit
+
+    # debug executor: resume runs the new units in its own process; a config that killed
+    # one worker is given up on (max_config_attempts 1) even though it moves to a new unit
+    sd = _sweep(
+        tmp_path, write_spec, units=2, executor={"kind": "debug", "max_config_attempts": 1}, compile={"workers": 1}
+    )
+    first, second = [u["id"] for u in sd.unit_index()]
+    items = [it.id for it in sd.unit_items(second)]
+    assert len(items) >= 3
+    partial = sd.partial_path(second)
+    summary = run_unit(str(sd.root), second, stop_check=lambda: partial.read_text().count('"record"') >= 1)
+    assert summary["stopped"] and summary["done"] >= 1
+    partial_lines = sd.partial_path(second).read_text().splitlines()
+    recorded = {json.loads(line)["id"] for line in partial_lines if '"record"' in line}
+    dead = next(i for i in items if i not in recorded)
+    with open(sd.partial_path(second), "a") as f:  # a worker that died with `dead` alone in flight
+        f.write(json.dumps({"start": dead, "attempt": 1, "alone": True}) + "\n")
+    # a partial of another environment is refused, naming the file
+    foreign = tmp_path / "foreign"
+    shutil.copytree(sd.root, foreign)
+    header = json.loads(sd.partial_path(second).read_text().splitlines()[0])
+    header["header"]["env"] = {**header["header"]["env"], "jax": "0.0.1"}
+    (foreign / "partials" / f"{first}.jsonl").write_text(json.dumps(header) + "\n")
+    r = run_cli("resume", str(foreign))
+    assert_one_line_error(r, "another environment", f"{first}.jsonl")
+    # the real resume
+    r = run_cli("resume", str(sd.root))
+    assert r.returncode == 0, r.stderr
+    events = [e for e in sd.job_history() if e.get("event") == "resume"]
+    assert len(events) == 1 and second in events[0]["replaces"]
+    resubmitted = [it.id for u in events[0]["units"] for it in sd.unit_items(u)]
+    missing = {it.id for u in (first, second) for it in sd.unit_items(u)} - recorded
+    assert sorted(resubmitted) == sorted(missing)  # every missing item once, nothing recorded again
+    st = sweep_status(sd)
+    assert st.complete and st.done == st.planned, format_status(st)
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    doc = json.loads(sd.output.read_text())
+    crashed = [r for r in doc["results"] if "WorkerCrashed" in r.get("error", "")]
+    assert len(crashed) == 1 and len(doc["results"]) == st.planned
+    r = run_cli("resume", str(sd.root))
+    assert r.returncode == 0 and "nothing to resubmit" in r.stdout
+    # --retry-errors crashed redoes it afresh (it was no killer): the new record supersedes the error
+    errors_before = st.errors
+    r = run_cli("resume", str(sd.root), "--retry-errors", "crashed")
+    assert r.returncode == 0 and "1 crashed error record is redone; 1 new unit" in r.stdout, r.stdout + r.stderr
+    st = sweep_status(sd)
+    assert st.complete and st.done == st.planned and st.errors == errors_before - 1, format_status(st)
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    doc = json.loads(sd.output.read_text())
+    assert len(doc["results"]) == st.planned and not any("WorkerCrashed" in r.get("error", "") for r in doc["results"])
+    r = run_cli("resume", str(sd.root), "--retry-errors", "crashed")
+    assert r.returncode == 0 and "no crashed error record to retry; nothing to resubmit" in r.stdout
+    r = run_cli("resume", str(sd.root), "--retry-errors", "all")
+    assert r.returncode == 0 and "and no error record to retry; nothing to resubmit" in r.stdout, r.stdout
+
+
+def test_resume_refuses_another_spec(tmp_path: Path, write_spec: Callable[..., Path]) -> None:
+    sd = _sweep(tmp_path, write_spec)
+    other = write_spec("other.json", repeats=7)
+    r = run_cli("resume", str(sd.root), "--spec", str(other))
+    assert_one_line_error(r, "not the spec")
+
+
+def test_the_executor_settings_a_resume_was_given_stay_the_sweeps(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """``resume --spec`` with other executor settings (a fix for a task that could not start):
+    a later plain resume keeps them, not the broken ones it was fixing. An output the spec names
+    that is not the sweep's is said to be unused."""
+    sd = _sweep(tmp_path, write_spec, executor={"kind": "debug"}, modes=["fwd"], fwd_block_q=[32])
+    fixed = write_spec("fixed.json", executor={"kind": "debug", "max_config_attempts": 5}, modes=["fwd"])
+    data = json.loads(fixed.read_text())
+    fixed.write_text(json.dumps({**data, "fwd_block_q": [32], "output": str(tmp_path / "other.json")}))
+    r = run_cli("resume", str(sd.root), "--spec", str(fixed))
+    assert r.returncode == 0, r.stderr
+    assert f"{sd.root} runs with the executor settings of {fixed} from now on" in r.stdout, r.stdout
+    assert f"names {tmp_path / 'other.json'}, which resume does not use" in r.stderr, r.stderr
+    assert SweepDir.open(sd.root).spec.executor.max_config_attempts == 5
+    again = run_cli("resume", str(sd.root), "--spec", str(fixed))
+    assert again.returncode == 0 and "from now on" not in again.stdout, again.stdout
+
+
+def test_a_unit_never_submitted_whose_items_others_recorded_is_settled_by_resume(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """A retry unit stopped before it started, its items recorded by a later one: ``wait`` sent
+    the user to ``resume``, which had nothing to resubmit, for ever. ``resume`` settles it."""
+    from orchestrator.planning import Unit
+
+    sd = _sweep(tmp_path, write_spec, units=1, modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    assert run_cli("resume", str(sd.root)).returncode == 0  # runs the unit here: every item recorded
+    retry = Unit(0, sd.unit_items(sd.unit_index()[0]["id"])[:2], round=1)
+    retry.finalize()
+    sd.add_units([retry], origin="retry")  # planned, never started: its items have records already
+    assert [u.id for u in sweep_status(sd, query_slurm=False).never_started()] == [retry.id]
+    r = run_cli("resume", str(sd.root))
+    assert r.returncode == 0 and "nothing to resubmit" in r.stdout, r.stdout + r.stderr
+    st = sweep_status(SweepDir.open(sd.root), query_slurm=False)
+    assert st.never_started() == [] and st.complete, format_status(st)
+    assert run_cli("wait", str(sd.root), "--timeout", "60").returncode == 0
+
+
+def test_a_second_resume_makes_one_unit_per_unit_that_ended_unfinished_since(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """Unit 0 failed and a resume gave its missing items to a new unit, which failed too: the
+    next resume makes one unit (the new one's), not two (the replaced unit counted again)."""
+    from orchestrator.control.resume import Resumed, _new_units
+    from orchestrator.planning import shard
+
+    sd, units, _ = _three_units_on_slurm(tmp_path, write_spec)
+    first = units[0]
+    for uid in units[1:]:  # the others recorded every item
+        _fake_partial(sd, uid, len(sd.unit_items(uid)))
+    _fake_partial(sd, first, 0)  # it recorded nothing
+    missing = sd.unit_items(first)
+    assert len(missing) >= 2
+    (new,) = shard(missing, 1, sweep=sd.spec.fingerprint())
+    new.finalize(sd.spec.fingerprint(), tag="resume-3")
+    sd.add_units([new], origin="resume")
+    now = time.time()
+    sd.record_jobs(
+        [
+            {"event": "resume", "replaces": [first], "units": [new.id], "time": "", "ts": now - 300},
+            {"unit": new.id, "executor": "slurm", "job_id": "52_0", "array_id": "52", "task": 0}
+            | {"submitted_ts": now - 300},
+        ]
+    )
+    view = scheduler_view(
+        j50_0=TaskState("FAILED", "sacct", exit_code="1:0"),
+        j50_1=TaskState("COMPLETED", "sacct"),
+        j50_2=TaskState("COMPLETED", "sacct"),
+        j52_0=TaskState("FAILED", "sacct", exit_code="1:0"),
+        j51=TaskState("PENDING", "squeue", "Dependency"),
+    )
+    plan = plan_resume(sd, sweep_status(sd, view=view))
+    assert sorted(plan.missing_of) == sorted([first, new.id]) and plan.unreplaced == [new.id]
+    result = Resumed(plan=plan)
+    _new_units(sd, result, None, sd.spec.executor)
+    (again,) = result.new_units
+    assert sorted(it.id for it in again.items) == sorted(it.id for it in missing)
