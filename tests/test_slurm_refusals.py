@@ -74,6 +74,11 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     r = cli("submit", str(bad_merge), "--sweep-dir", str(fresh))
     assert_one_line_error(r, "executor.merge_partition 'nosuch' is not a partition", "sinfo -s")
     assert not fresh.exists()
+    # a time limit over the partition's (the cluster's `short` allows 1 minute): named, before sbatch
+    long = write_spec(tmp_path, "long.json", {"slurm_partition": "short", "timeout_min": 5})
+    r = cli("submit", str(long), "--sweep-dir", str(fresh))
+    assert_one_line_error(r, "executor.timeout_min 5 is over the time limit of partition 'short' (00:01:00, 1 min)")
+    assert not fresh.exists()
     # a sweep directory of another spec
     other = write_spec(tmp_path, "other.json", repeats=3)
     assert_one_line_error(cli("submit", str(other), "--sweep-dir", str(sweep)), "another spec")

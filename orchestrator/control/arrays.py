@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.control import dispatch
 from orchestrator.control.history import read_history
-from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits, require_partition
+from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits, require_partition, require_time_limit
 from orchestrator.errors import DispatchError
 from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweepdir import SweepDir, atomic_write_text
@@ -107,6 +107,7 @@ def submit_with_merge(
     from orchestrator.control.dispatch.sbatch import held_signals
 
     size, why = per_array(settings, max_array_size, len(unit_ids))
+    require_time_limit(settings.slurm_partition, settings.timeout_min)
     if settings.merge_job and settings.merge_partition:  # judged by sbatch only once the arrays were taken
         require_partition(settings.merge_partition, "executor.merge_partition")
     attempts = dict(read_history(sd).submissions)

@@ -269,6 +269,33 @@ def require_partition(name: str, field: str) -> None:
     )
 
 
+def require_time_limit(partition: str | None, minutes: int) -> None:
+    """Refuse, before any array goes to sbatch, a time limit (``executor.timeout_min``) over
+    the partition's own (its MaxTime; the cluster's default partition where none is named).
+    sbatch refuses it too, in words that name neither; where scontrol cannot answer, sbatch
+    judges it."""
+    res = _run(["scontrol", "show", "partition", *([partition] if partition else [])])
+    if isinstance(res, str) or res.returncode != 0:
+        return
+    blocks = [b for b in re.split(r"\n(?=PartitionName=)", res.stdout.strip()) if b.startswith("PartitionName=")]
+    chosen = blocks[:1] if partition else [b for b in blocks if re.search(r"\bDefault=YES\b", b)]
+    if not chosen:
+        return
+    name = re.match(r"PartitionName=(\S+)", chosen[0])
+    limit = re.search(r"\bMaxTime=(?:(\d+)-)?(\d+):(\d+):(\d+)\b", chosen[0])
+    if name is None or limit is None:  # UNLIMITED, or a format this does not read
+        return
+    days, hours, mins, secs = (int(g or 0) for g in limit.groups())
+    most = days * 1440 + hours * 60 + mins + secs / 60
+    if minutes > most:
+        shown = limit.group(0).removeprefix("MaxTime=")
+        raise DispatchError(
+            f"executor.timeout_min {minutes} is over the time limit of partition {name.group(1)!r} ({shown}, "
+            f"{most:g} min); lower executor.timeout_min, or name a partition that allows it in "
+            "executor.slurm_partition (`sinfo -s` lists their limits)"
+        )
+
+
 def cancel(job_ids: Iterable[str]) -> None:
     """``scancel`` the given arrays or jobs in one call (a finished one is not an error)."""
     ids = sorted(set(job_ids), key=lambda a: (len(a), a))
