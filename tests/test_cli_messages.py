@@ -281,6 +281,29 @@ def test_logs_task_of_a_unit_run_here_says_it_has_no_task_log(tmp_path: Path) ->
     assert_one_line_error(r, "ran here (local executor), not as a SLURM task", f"tilesweep logs {sd.root} 0")
 
 
+def test_logs_of_a_unit_waiting_in_a_running_whole_node_task_says_so_not_the_tasks_log(tmp_path: Path) -> None:
+    """A 2-unit task runs its first unit; the second waits for a GPU: its ``logs`` says so (it
+    printed the task's log, exit 0), and ``--task`` prints the task's log."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 2)
+    task_log = sd.logs / "70_0_log.err"
+    task_log.parent.mkdir(parents=True, exist_ok=True)
+    task_log.write_text("a task's line about its first unit's worker\n")
+    sd.record_jobs(
+        [
+            {"unit": u.id, "executor": "slurm", "job_id": "70_0", "array_id": "70", "task": 0, "slot": k}
+            | {"units_in_task": 2, "stderr": str(task_log), "log": str(sd.unit_log(u.id))}
+            for k, u in enumerate(units)
+        ]
+    )
+    waiting = units[1].id  # nothing of it written yet
+    for path in (sd.unit_log(waiting), sd.partial_path(waiting), sd.marker_path(waiting)):
+        path.unlink(missing_ok=True)
+    r = run_cli("logs", str(sd.root), "1")
+    assert_one_line_error(r, "has no log yet: its task (job 70_0) runs", f"tilesweep logs {sd.root} 1 --task")
+    task = run_cli("logs", str(sd.root), "1", "--task")
+    assert task.returncode == 0 and "a task's line about its first unit's worker" in task.stdout, task.stdout
+
+
 def test_lower_workers_without_lower_is_refused_not_ignored(write_spec: Callable[..., Path]) -> None:
     r = run_cli("plan", str(write_spec(modes=["fwd"])), "--dry-run", "--lower-workers", "2")
     assert_one_line_error(r, "--lower-workers sets the processes of pre-flight lowering: add --lower")

@@ -99,7 +99,9 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
             f"unit {uid} of {sd.root} ran here ({job['executor']} executor), not as a SLURM task: it has no task log; "
             f"`{PROG} logs {word(sd.root)} {unit_key}` prints its log"
         )
-    candidates = [job.get("stderr"), job.get("log")] if task else [sd.unit_log(uid), job.get("log"), job.get("stderr")]
+    shared = (job.get("units_in_task") or 1) > 1  # a whole-node task's log is its units', not this one's
+    own = [sd.unit_log(uid), job.get("log")] + ([] if shared else [job.get("stderr")])
+    candidates = [job.get("stderr"), job.get("log")] if task else own
     for path in candidates:
         if path and Path(path).is_file():
             return Path(path)
@@ -110,6 +112,11 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
         raise SweepDirError(f"unit {uid} of {sd.root} ran, but its {what} is gone ({gone}); {status}")
     if not job:
         raise SweepDirError(f"unit {uid} of {sd.root} has no {what}: it was never submitted; {status}")
+    if not task and shared and job.get("stderr") and Path(job["stderr"]).is_file():
+        raise SweepDirError(
+            f"unit {uid} of {sd.root} has no log yet: its task (job {job.get('job_id')}) runs, and the unit waits for "
+            f"one of the task's GPUs; `{PROG} logs {word(sd.root)} {unit_key} --task` prints the task's log"
+        )
     raise SweepDirError(
         f"unit {uid} of {sd.root} has no {what} yet: its job {job.get('job_id')} has not started; {status}"
     )
