@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -302,6 +303,20 @@ def test_logs_of_a_unit_waiting_in_a_running_whole_node_task_says_so_not_the_tas
     assert_one_line_error(r, "has no log yet: its task (job 70_0) runs", f"tilesweep logs {sd.root} 1 --task")
     task = run_cli("logs", str(sd.root), "1", "--task")
     assert task.returncode == 0 and "a task's line about its first unit's worker" in task.stdout, task.stdout
+
+
+def test_logs_of_a_unit_cancelled_before_it_started_says_so(tmp_path: Path) -> None:
+    """A pending array `tilesweep cancel` cancelled: ``logs`` of its unit says the job was
+    cancelled before it started (it said "has not started", as if it would still run)."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 1)
+    uid = units[0].id
+    for path in (sd.unit_log(uid), sd.partial_path(uid), sd.marker_path(uid)):
+        path.unlink(missing_ok=True)
+    now = time.time()
+    sd.record_jobs([{"unit": uid, "executor": "slurm", "job_id": "71_0", "array_id": "71", "task": 0}])
+    sd.record_jobs([{"event": "cancel", "arrays": ["71"], "time": "", "ts": now + 1}])
+    r = run_cli("logs", str(sd.root), "0")
+    assert_one_line_error(r, "its job 71_0 was cancelled before it started", f"tilesweep resume {sd.root}")
 
 
 def test_lower_workers_without_lower_is_refused_not_ignored(write_spec: Callable[..., Path]) -> None:
