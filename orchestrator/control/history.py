@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.control.scheduler import array_of
 from orchestrator.store.sweepdir import SweepDir
 
 
@@ -60,6 +61,12 @@ def _deferred_round(event: str) -> int | None:
     """N of a ``roundN_deferred`` event (``rounds.after_merge`` could not submit round N)."""
     number = event.removeprefix("round").removesuffix("_deferred")
     return int(number) if event.startswith("round") and event.endswith("_deferred") and number.isdigit() else None
+
+
+def cancelled_since(cancelled: dict[str, float], job: dict[str, Any]) -> bool:
+    """Whether ``tilesweep cancel`` cancelled ``job``'s array after the job was submitted
+    (``History.cancelled``: array id -> when)."""
+    return cancelled.get(array_of(str(job.get("job_id", ""))), -1.0) >= (submitted_ts(job) or 0.0)
 
 
 def submitted_ts(entry: dict[str, Any]) -> float | None:

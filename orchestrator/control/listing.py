@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import PROG, word
-from orchestrator.control.history import History, read_history, submitted_ts
-from orchestrator.control.scheduler import array_of, query
+from orchestrator.control.history import History, cancelled_since, read_history
+from orchestrator.control.scheduler import query
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.errors import SweepDirError, TilesweepError
 from orchestrator.store.files import ACCESS_ERRNOS, cannot_access, misplaced
@@ -118,7 +118,7 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
             f"unit {uid} of {sd.root} has no log yet: its task (job {job.get('job_id')}) runs, and the unit waits for "
             f"one of the task's GPUs; `{PROG} logs {word(sd.root)} {unit_key} --task` prints the task's log"
         )
-    if hist.cancelled.get(array_of(str(job.get("job_id"))), -1.0) >= (submitted_ts(job) or 0.0):
+    if cancelled_since(hist.cancelled, job):
         raise SweepDirError(
             f"unit {uid} of {sd.root} has no {what}: its job {job.get('job_id')} was cancelled before it started; "
             f"`{PROG} resume {word(sd.root)}` redoes its items"

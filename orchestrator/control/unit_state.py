@@ -17,8 +17,8 @@ import os
 from typing import Any
 
 from orchestrator import PROG
-from orchestrator.control.history import submitted_ts
-from orchestrator.control.scheduler import SchedulerView, TaskState, array_of
+from orchestrator.control.history import cancelled_since, submitted_ts
+from orchestrator.control.scheduler import SchedulerView, TaskState
 from orchestrator.control.why import INTERRUPTED, exit_reason, last_word, read_failure
 from orchestrator.store.pidspace import in_this_pid_space, pid_alive
 
@@ -40,7 +40,7 @@ def slurm_state(
     was last written (None: never), the sign that its task started."""
     jid = str(job["job_id"])
     submitted = submitted_ts(job) or 0.0
-    if cancelled.get(array_of(jid), -1.0) >= submitted:
+    if cancelled_since(cancelled, job):
         return "cancelled", f"cancelled with `{PROG} cancel`"
     if view is None or not view.asked:
         return ("running" if records else "pending"), "SLURM not asked; state guessed from the partial"
