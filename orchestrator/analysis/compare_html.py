@@ -90,10 +90,9 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
 
     sides = []
     for name, doc in (("A", doc_a), ("B", doc_b)):
-        counts = {
-            "records": len(doc.results),
-            "without a timing": sum(1 for x in doc.results if not is_success(x, doc.max_rel_err)),
-        }
+        limit = doc.max_rel_err
+        failed = sum(1 for x in doc.results if not is_success(x, limit))
+        counts = {"records": len(doc.results), "without a timing": failed}
         sides.append(f"<div><h3>{name}: {esc(doc.name)}</h3>{provenance(doc, counts)}</div>")
     title = f"tilesweep compare: {Path(doc_a.name).name} vs {Path(doc_b.name).name}"
     body = [

@@ -289,7 +289,8 @@ def report_page(doc: ResultsDoc) -> str:
     views = problem_views(doc)
     with_tag = len({v.summary.key.tag for v in views}) > 1
     axes = axis_columns(v.summary.key for v in views)
-    n_err = sum(1 for r in doc.results if not is_success(r, doc.max_rel_err))
+    limit = doc.max_rel_err
+    n_err = sum(1 for r in doc.results if not is_success(r, limit))
     counts = {"records": len(doc.results), "without a timing": n_err, "problems": len(views)}
     replayed = " " + REPLAYED_LEGEND if any(v.summary.replayed for v in views) else ""
     body = [

@@ -38,6 +38,16 @@ def is_success(record: dict[str, Any], max_rel_err: float | None = None) -> bool
     )
 
 
+def failure_text(record: dict[str, Any], max_rel_err: float | None = None) -> str:
+    """Why a record is no measurement (``is_success`` False): its error, its wrong output, or
+    that it has no timing."""
+    return str(
+        record.get("error")
+        or tolerance.wrong_result(record.get("rel_err"), record.get("dtype"), max_rel_err)
+        or "no timing recorded"
+    )
+
+
 class ProblemScan:
     """What one pass over a problem's records keeps: the auto time, the best record per config."""
 
@@ -125,7 +135,6 @@ def _scan(results: Iterable[dict[str, Any]], max_rel_err: float | None) -> dict[
             if rec.get("pruned"):
                 sc.pruned.add(cid)
             if sc.first_error is None:
-                why = rec.get("error") or tolerance.wrong_result(e, k[0], max_rel_err) or "no timing recorded"
-                sc.first_error = str(why)
+                sc.first_error = failure_text(rec, max_rel_err)
                 sc.first_failed = rec
     return scans

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from orchestrator.analysis.heatmap import Configs, HeatmapData, configs_of, heatmap_data
 from orchestrator.analysis.report import ProblemSummary, astuple_key, best_table, config_label, group_by_problem
-from orchestrator.spec import tolerance
+from orchestrator.analysis.scan import failure_text
 from orchestrator.store.document import ResultsDoc
 
 
@@ -50,11 +50,7 @@ def _failed_configs(cs: Configs, mode: str, max_rel_err: float | None) -> list[F
             out.append(
                 Failed(
                     cs.label(cid, mode),
-                    str(
-                        bad.get("error")
-                        or tolerance.wrong_result(bad.get("rel_err"), bad.get("dtype"), max_rel_err)
-                        or "no timing recorded"
-                    ),
+                    failure_text(bad, max_rel_err),
                     bad.get("pruned") is True,
                     smem if isinstance(smem, int) else None,
                 )
@@ -77,10 +73,11 @@ def _never_labels(s: ProblemSummary) -> list[str]:
 def problem_views(doc: ResultsDoc) -> list[ProblemView]:
     """One view per problem in document order, planned problems without a record included."""
     groups = group_by_problem(doc.results)
+    limit = doc.max_rel_err
     views = []
     for n, s in enumerate(best_table(doc), 1):
         recs = groups.get(astuple_key(s.key), [])
-        cs = configs_of(s.key.mode, recs, doc.max_rel_err)
-        failed = _failed_configs(cs, s.key.mode, doc.max_rel_err)
+        cs = configs_of(s.key.mode, recs, limit)
+        failed = _failed_configs(cs, s.key.mode, limit)
         views.append(ProblemView(n, s, heatmap_data(s.key, recs, cs), failed, _missing_labels(s), _never_labels(s)))
     return views
