@@ -92,9 +92,9 @@ def prepare_sweep(
             sd = _move_output(sd, out.resolve())
         if index:
             return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in index], existed=existed)
-    if not existed:
+    if not existed:  # (one reopened had its planned cache folder checked above)
         SweepDir.check_new(root)
-    _check_cache_dir(spec, root, planned_as=False)
+        _check_cache_dir(spec, root, planned_as=False)
     if planned is None:
         planned = plan_with_reuse(spec, root, out, units, load_costs(costs) if costs else None, reuse, kind)
     sd = SweepDir.create(
