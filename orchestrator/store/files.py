@@ -47,6 +47,12 @@ def temp_stem(name: str) -> str:
     return fitted(name, len(os.fsencode(f"..{socket.gethostname()}.{2**32}.12345678.tmp")))
 
 
+def beside(path: Path, prefix: str, suffix: str) -> Path:
+    """The file named ``prefix + path's name + suffix`` beside ``path`` (its lock, its key index),
+    the name ``fitted`` to what the two add."""
+    return path.with_name(prefix + fitted(path.name, len(os.fsencode(prefix + suffix))) + suffix)
+
+
 def fitted(name: str, added: int) -> str:
     """``name`` as a file named after it spells it where that adds ``added`` bytes to it (a
     lock, a key index, a temp file): whole where the sum stays within ``NAME_MAX``, else its

@@ -60,7 +60,7 @@ from orchestrator.spec.records import (
 )
 from orchestrator.store.carry import damage
 from orchestrator.store.document import BATCH_BYTES, check_records, parse_json, paused_gc, results_bounds
-from orchestrator.store.files import atomic_open, fitted
+from orchestrator.store.files import atomic_open, beside
 from orchestrator.store.partials import loads
 from orchestrator.store.texts import dumps
 
@@ -144,7 +144,7 @@ class KeyIndex:
 
 def index_path(doc: Path) -> Path:
     """Where the index of the document at ``doc`` lies."""
-    return doc.with_name(f".{fitted(doc.name, 6)}.keys")
+    return beside(doc, ".", ".keys")
 
 
 def stamp(doc: Path) -> DocumentStamp | None:

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 
 from orchestrator import PROG, word
 from orchestrator.errors import LockTimeout, ResultsError
-from orchestrator.store.files import create_once, fitted
+from orchestrator.store.files import beside, create_once
 from orchestrator.store.pidspace import host_identity, in_this_pid_space, pid_alive, process_start
 
 if TYPE_CHECKING:  # loaded by the merge that takes a hard lock: readers of soft locks (status) never do
@@ -83,7 +83,7 @@ NO_HOLDER_STALE_S = 10.0  # a lock file naming no holder, unchanged this long, i
 
 def lock_path_for(output: Path) -> Path:
     """The lock every merger into ``output`` takes: a hidden file beside it."""
-    return output.with_name(f".{fitted(output.name, 6)}.lock")
+    return beside(output, ".", ".lock")
 
 
 # ---------------------------------------------------------------------------- the lock file
@@ -270,10 +270,7 @@ class SoftLock:
         return True
 
     def _break(self, stale: HolderRecord | None) -> None:
-        aside = self.path.with_name(
-            f"{fitted(self.path.name, 32 + len(socket.gethostname()))}.stale.{socket.gethostname()}."
-            f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
-        )
+        aside = beside(self.path, "", f".stale.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:

@@ -46,7 +46,7 @@ from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store import keyindex
 from orchestrator.store.document import head_of, paused_gc, read_bytes, read_head, results_bounds, scan
-from orchestrator.store.files import atomic_write_json, fitted, temp_path
+from orchestrator.store.files import atomic_write_json, beside, temp_path
 from orchestrator.store.partials import UnitItems
 from orchestrator.store.provenance import attempts_of, blocks
 from orchestrator.store.segments import CACHE_DIR
@@ -77,7 +77,7 @@ class Target:
 
 def prev_path(out: Path) -> Path:
     """Where the document a merge replaces with fewer records is kept."""
-    return out.with_name(fitted(out.name, 5) + ".prev")
+    return beside(out, "", ".prev")
 
 
 def _stat_key(path: Path) -> list[int] | None:
