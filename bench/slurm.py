@@ -27,6 +27,12 @@ document. Runs alternate 1 and 2 units, ``--runs`` of each, each in a fresh swee
     node4_busy_share_ms=X       the same busy seconds over 4 x the task's allocation to the
                                 millisecond (slurmctld's log: its "Allocate" line to its
                                 "_job_complete ... done" line), free of sacct's whole seconds
+    node4_start_s=X             seconds from the allocation (slurmctld's log) to the task's
+                                first worker (the task's log): SLURM's launch, Python,
+                                submitit, the imports every worker needs
+    node4_share_bound=X         the share the task would reach were no GPU ever idle from its
+                                first worker to its last unit's end: 1 - (start + exit) over
+                                the allocation; what no scheduling of units can pass
     node4_gpu_s=X               the GPU-seconds the 4-GPU task was charged (4 x sacct elapsed;
                                 divide by 3600 for GPU-hours)
     node4_vs_4x1_makespan=X     submit to merged document, the same sweep as one 4-GPU task
@@ -150,11 +156,11 @@ def sacct_elapsed(job_id: str) -> int:
     raise SystemExit(f"sacct has no COMPLETED row for {job_id}")
 
 
-def allocated_s(job_id: str) -> float | None:
-    """Seconds the job held its allocation, to the millisecond: from slurmctld's own log line
-    allocating it to the one completing it. sacct keeps both ends in whole seconds, each cut
-    down, which moves a 12-s task's share by up to a twelfth. None where the log has no such
-    pair (another log format, or the log is elsewhere)."""
+def allocation(job_id: str) -> tuple[datetime, datetime] | None:
+    """When the job's allocation began and ended, to the millisecond: slurmctld's own log lines
+    allocating it and completing it. sacct keeps both ends in whole seconds, each cut down,
+    which moves a 12-s task's share by up to a twelfth. None where the log has no such pair
+    (another log format, or the log is elsewhere)."""
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
     found = re.search(r"^SlurmctldLogFile\s*=\s*(\S+)", config, re.M)
     if found is None or not Path(found[1]).is_file():
@@ -167,7 +173,37 @@ def allocated_s(job_id: str) -> float | None:
             ends["done" if line.endswith(" done") else "start"] = datetime.fromisoformat(hit[1])
     if len(ends) < 2:
         return None
-    return (ends["done"] - ends["start"]).total_seconds()
+    return ends["start"], ends["done"]
+
+
+def log_time(line: str) -> datetime:
+    """The stamp of a line of a task's or a unit's log (``logging``'s asctime, milliseconds)."""
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+
+
+def idle_parts(
+    sweep: Path, task: str, markers: dict[str, dict[str, Any]], held: tuple[datetime, datetime]
+) -> dict[str, float]:
+    """Where the task's GPUs did not run a unit, to the millisecond (slurmctld's log, the task's
+    log, the units' logs): ``start`` s from the allocation to the task's first worker (SLURM's
+    launch, Python, submitit, the imports), ``tail`` GPU-s from each GPU's last unit to the
+    task's last, ``exit`` s from that to the allocation's end, and ``bound``: the share the
+    task would reach were no GPU ever idle between its first worker and its last unit's end."""
+    task_log = (sweep / "logs" / f"{task}_0_log.err").read_text().splitlines()
+    first = min(log_time(line) for line in task_log if " worker pid " in line)
+    ends: dict[str, datetime] = {}
+    for unit, marker in markers.items():
+        end = log_time((sweep / "logs" / "units" / f"{unit}.log").read_text().splitlines()[-1])
+        ends[marker["gpu"]] = max(ends.get(marker["gpu"], end), end)
+    last = max(ends.values())
+    span = (held[1] - held[0]).total_seconds()
+    start, done = (first - held[0]).total_seconds(), (held[1] - last).total_seconds()
+    return {
+        "start": start,
+        "tail": sum((last - end).total_seconds() for end in ends.values()),
+        "exit": done,
+        "bound": (span - start - done) / span,
+    }
 
 
 def worker_alive_s(sweep: Path, unit: str, marker: dict[str, Any]) -> float:
@@ -177,10 +213,10 @@ def worker_alive_s(sweep: Path, unit: str, marker: dict[str, Any]) -> float:
     return (datetime.fromisoformat(marker["finished"]) - datetime.fromisoformat(first)).total_seconds()
 
 
-def node_run(base: Path, configs: int, k: int, node_units: int | None) -> tuple[float, float, float, float, int, float]:
-    """One 4-GPU task of ``node_units`` units (None: the planner's default): (busy share, worker
+def node_run(base: Path, configs: int, k: int, node_units: int | None) -> dict[str, float]:
+    """One 4-GPU task of ``node_units`` units (None: the planner's default): its busy share, worker
     share, submit-to-document wall, the same as four 1-GPU tasks of a unit each, the task's
-    GPU-seconds, the busy share over its allocation's milliseconds)."""
+    GPU-seconds, the busy share over its allocation's milliseconds, its start and the share's bound."""
     order = (1, 4) if k % 2 else (4, 1)  # alternate which goes first: a shared machine's load drifts
     walls = {
         gpus: one_run(base, configs, node_units if gpus == 4 else 4, k, gpus=gpus, strategy="balanced")[0]
@@ -194,15 +230,31 @@ def node_run(base: Path, configs: int, k: int, node_units: int | None) -> tuple[
     busy = sum(m["wall_s"] for m in markers.values())
     alive = sum(worker_alive_s(sweep, u, m) for u, m in markers.items())
     elapsed = sacct_elapsed(task)
-    held = allocated_s(task)
+    held = allocation(task)
+    span = None if held is None else (held[1] - held[0]).total_seconds()
+    parts = None if held is None else idle_parts(sweep, task, markers, held)
     print(
         f"# node run {k}: {len(markers)} units busy {busy:.1f} s, alive {alive:.0f} s, in a task of {elapsed} s "
-        f"({4 * elapsed} GPU-s; {held if held is None else f'{held:.2f}'} s allocated, by slurmctld's log); "
-        f"submit to document {wall4:.1f} s (four 1-GPU tasks: {wall1:.1f} s)",
+        f"({4 * elapsed} GPU-s; {span if span is None else f'{span:.2f}'} s allocated, by slurmctld's log"
+        + (
+            ""
+            if parts is None
+            else ", {start:.2f} s to the first worker, tail {tail:.2f} GPU-s, exit {exit:.2f} s".format(**parts)
+        )
+        + f"); submit to document {wall4:.1f} s (four 1-GPU tasks: {wall1:.1f} s)",
         file=sys.stderr,
     )
-    held_share = float("nan") if held is None else busy / (4 * held)
-    return busy / (4 * elapsed), alive / (4 * elapsed), wall4, wall1, 4 * elapsed, held_share
+    nan = float("nan")
+    return {
+        "share": busy / (4 * elapsed),
+        "worker_share": alive / (4 * elapsed),
+        "wall4": wall4,
+        "wall1": wall1,
+        "gpu_s": 4 * elapsed,
+        "share_ms": nan if span is None else busy / (4 * span),
+        "start_s": nan if parts is None else parts["start"],
+        "bound": nan if parts is None else parts["bound"],
+    }
 
 
 def cancel_run(base: Path, k: int) -> float:
@@ -280,11 +332,16 @@ def main() -> None:
             makespan(base, args.runs, args.configs)
         if "node" in only:
             node = [node_run(base, args.configs, k, args.node_units) for k in range(args.runs)]
-            print(f"node4_busy_share={statistics.median(n[0] for n in node):.3f}")
-            print(f"node4_worker_share={statistics.median(n[1] for n in node):.3f}")
-            print(f"node4_vs_4x1_makespan={statistics.median(n[2] / n[3] for n in node):.3f}")
-            print(f"node4_gpu_s={statistics.median(n[4] for n in node):.0f}")
-            print(f"node4_busy_share_ms={statistics.median(n[5] for n in node):.3f}")
+            for name, key in (
+                ("node4_busy_share", "share"),
+                ("node4_worker_share", "worker_share"),
+                ("node4_busy_share_ms", "share_ms"),
+                ("node4_start_s", "start_s"),
+                ("node4_share_bound", "bound"),
+            ):
+                print(f"{name}={statistics.median(n[key] for n in node):.3f}")
+            print(f"node4_vs_4x1_makespan={statistics.median(n['wall4'] / n['wall1'] for n in node):.3f}")
+            print(f"node4_gpu_s={statistics.median(n['gpu_s'] for n in node):.0f}")
         if "cancel" in only:
             print(f"cancel_seen_s={statistics.median(cancel_run(base, k) for k in range(args.runs)):.2f}")
     finally:
