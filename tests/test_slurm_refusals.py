@@ -79,6 +79,17 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     r = cli("submit", str(long), "--sweep-dir", str(fresh))
     assert_one_line_error(r, "executor.timeout_min 5 is over the time limit of partition 'short' (00:01:00, 1 min)")
     assert not fresh.exists()
+    # a task larger than every node of its partition (the cluster's node: 4 GPUs, 8 CPUs, ~21 GB):
+    # named, with the most a node has, before sbatch (whose words name neither)
+    for field, value, most in (("gpus_per_node", 8, "(4 GPUs at most)"), ("cpus_per_task", 16, "(8 CPUs at most)")):
+        big = write_spec(tmp_path, "big.json", {field: value})
+        r = cli("submit", str(big), "--sweep-dir", str(fresh))
+        assert_one_line_error(r, f"executor.{field} {value} is more than any node of partition 'gpu' has {most}")
+        assert not fresh.exists()
+    big = write_spec(tmp_path, "big.json", {"mem_gb": 4096})
+    r = cli("submit", str(big), "--sweep-dir", str(fresh))
+    assert_one_line_error(r, "executor.mem_gb 4096 is more than any node of partition 'gpu' has", "MB of memory")
+    assert not fresh.exists()
     # a sweep directory of another spec
     other = write_spec(tmp_path, "other.json", repeats=3)
     assert_one_line_error(cli("submit", str(other), "--sweep-dir", str(sweep)), "another spec")

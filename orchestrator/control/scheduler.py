@@ -105,7 +105,7 @@ def queries_disabled() -> str | None:
     return None
 
 
-def _run(cmd: list[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str] | str:
+def run_tool(cmd: list[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str] | str:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
@@ -133,7 +133,7 @@ def query(job_ids: Iterable[str]) -> SchedulerView:
         return view
     view.asked = True
     ids = ",".join(arrays)
-    res = _run(["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ids])
+    res = run_tool(["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ids])
     if isinstance(res, str):
         view.notes.append(f"squeue: {res}")
     elif res.returncode != 0 and "Invalid job id" not in res.stderr:
@@ -157,7 +157,7 @@ def query(job_ids: Iterable[str]) -> SchedulerView:
 def _ask_sacct(view: SchedulerView, ids: str) -> None:
     """sacct with ``-D``: one row per run of a task (a requeued task has several, oldest
     first), so the last row gives its state and every row its GPU time."""
-    res = _run(["sacct", "-X", "-D", "-n", "-P", "-o", "JobID,State,ExitCode,ElapsedRaw,AllocTRES", "-j", ids])
+    res = run_tool(["sacct", "-X", "-D", "-n", "-P", "-o", "JobID,State,ExitCode,ElapsedRaw,AllocTRES", "-j", ids])
     if isinstance(res, str):
         view.notes.append(f"sacct: {res}")
         return
@@ -241,7 +241,7 @@ class ClusterLimits:
 def cluster_limits() -> ClusterLimits:
     """MaxArraySize and MaxJobCount from one ``scontrol show config`` (Slurm's defaults,
     with a warning, when it cannot be asked)."""
-    res = _run(["scontrol", "show", "config"])
+    res = run_tool(["scontrol", "show", "config"])
     if isinstance(res, str) or res.returncode != 0:
         why = res if isinstance(res, str) else one_line(res.stderr)
         log.warning(
@@ -257,51 +257,12 @@ def cluster_limits() -> ClusterLimits:
     )
 
 
-def require_partition(name: str, field: str) -> None:
-    """Refuse a partition the cluster does not have (one ``scontrol show partition``), for a
-    job submitted after others were accepted; where scontrol cannot answer, sbatch judges it."""
-    res = _run(["scontrol", "show", "partition", name])
-    if isinstance(res, str) or res.returncode == 0 or "not found" not in res.stdout + res.stderr:
-        return
-    raise DispatchError(
-        f"{field} {name!r} is not a partition of this cluster (scontrol: {one_line(res.stdout + res.stderr)}); "
-        "name one that `sinfo -s` lists, or leave it out to use slurm_partition"
-    )
-
-
-def require_time_limit(partition: str | None, minutes: int) -> None:
-    """Refuse, before any array goes to sbatch, a time limit (``executor.timeout_min``) over
-    the partition's own (its MaxTime; the cluster's default partition where none is named).
-    sbatch refuses it too, in words that name neither; where scontrol cannot answer, sbatch
-    judges it."""
-    res = _run(["scontrol", "show", "partition", *([partition] if partition else [])])
-    if isinstance(res, str) or res.returncode != 0:
-        return
-    blocks = [b for b in re.split(r"\n(?=PartitionName=)", res.stdout.strip()) if b.startswith("PartitionName=")]
-    chosen = blocks[:1] if partition else [b for b in blocks if re.search(r"\bDefault=YES\b", b)]
-    if not chosen:
-        return
-    name = re.match(r"PartitionName=(\S+)", chosen[0])
-    limit = re.search(r"\bMaxTime=(?:(\d+)-)?(\d+):(\d+):(\d+)\b", chosen[0])
-    if name is None or limit is None:  # UNLIMITED, or a format this does not read
-        return
-    days, hours, mins, secs = (int(g or 0) for g in limit.groups())
-    most = days * 1440 + hours * 60 + mins + secs / 60
-    if minutes > most:
-        shown = limit.group(0).removeprefix("MaxTime=")
-        raise DispatchError(
-            f"executor.timeout_min {minutes} is over the time limit of partition {name.group(1)!r} ({shown}, "
-            f"{most:g} min); lower executor.timeout_min, or name a partition that allows it in "
-            "executor.slurm_partition (`sinfo -s` lists their limits)"
-        )
-
-
 def cancel(job_ids: Iterable[str]) -> None:
     """``scancel`` the given arrays or jobs in one call (a finished one is not an error)."""
     ids = sorted(set(job_ids), key=lambda a: (len(a), a))
     if not ids:
         return
-    res = _run(["scancel", *ids])
+    res = run_tool(["scancel", *ids])
     if isinstance(res, str):
         raise DispatchError(f"cannot cancel jobs {', '.join(ids)}: {res}")
     if res.returncode != 0:
