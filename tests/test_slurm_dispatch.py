@@ -279,3 +279,34 @@ def test_submit_of_more_units_than_items_says_how_many_it_made(tmp_path: Path) -
         assert "3 items in 3 units" in r.stdout and len(unit_jobs(sweep)) == 3
     finally:
         cli("cancel", str(sweep))
+
+
+def test_a_task_that_cannot_write_into_the_sweep_directory_is_said_to_have_written_no_log(tmp_path: Path) -> None:
+    """A sweep directory the nodes cannot write (here: its logs folder a file when the held task
+    is let go) ends the task before anything runs; status and logs say that, not "see its log"
+    and "has not started"; the sweep, moved where the task can write, resumes there."""
+    held = {"slurm_additional_parameters": {"hold": True}, "merge_job": False}
+    spec = write_spec(tmp_path, "spec.json", held, modes=["fwd"])
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    (job,) = unit_jobs(sweep).values()
+    (sweep / "logs").rename(tmp_path / "logs.away")
+    (sweep / "logs").write_text("")
+    subprocess.run(["scontrol", "release", job["array_id"]], check=True)
+    poll(lambda: status(sweep)["units"][0]["state"] == "failed", 60, "the task ended")
+    r = cli("status", str(sweep))
+    assert f"its job {job['job_id']} ended (" in r.stdout and "without writing its log" in r.stdout, r.stdout
+    assert "see its log" not in r.stdout
+    line = assert_one_line_error(cli("logs", str(sweep), job["unit"]), "has no log: its job", "without writing its log")
+    assert "not started" not in line
+    (sweep / "logs").unlink()
+    (tmp_path / "logs.away").rename(sweep / "logs")
+    moved = sweep.rename(tmp_path / "moved")
+    assert cli("resume", str(moved)).returncode == 0
+    (resumed,) = [e for e in unit_jobs(moved).values() if e.get("origin") == "resume"]
+    subprocess.run(["scontrol", "release", resumed["array_id"]], check=True)
+
+    def done() -> bool:
+        return next(u for u in status(moved)["units"] if u["id"] == resumed["unit"])["state"] == "done"
+
+    poll(done, 120, "the resumed unit done")

@@ -127,6 +127,16 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
     return ("running" if records else "pending"), None
 
 
+# The states of a task that ran, or was meant to, and ended on its own: one that wrote no log
+# could not open its log files, which SLURM opens in the sweep directory before anything runs.
+ENDED_UNLOGGED = ("COMPLETED", "FAILED", "NODE_FAIL", "BOOT_FAIL")
+NO_LOG = (
+    "without writing its log, which a task writes first, into the sweep directory: its node could not write "
+    "there (not a filesystem the nodes share, or not theirs to write); move the sweep directory where they can, "
+    "and resume it there"
+)
+
+
 def existing(*paths: str | None) -> str | None:
     """The first of the paths that is a file (a log shown only when it exists)."""
     for p in paths:
@@ -145,5 +155,7 @@ def failure(unit: str, job: dict[str, Any], detail: str | None, view: SchedulerV
     ts = view.get(str(job["job_id"])) if view is not None else None
     if ts is not None and ts.state == "OUT_OF_MEMORY":
         return detail
+    if ts is not None and ts.state in ENDED_UNLOGGED and existing(job.get("log"), job.get("stderr")) is None:
+        return f"its job {job['job_id']} ended ({ts.state}) {NO_LOG}"
     said = exit_reason(ts.exit_code) if ts is not None and ts.exit_code else None
     return f"{detail}: {said}" if said and detail and said not in detail else detail
