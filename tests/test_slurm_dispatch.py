@@ -295,9 +295,11 @@ def test_a_task_that_cannot_write_into_the_sweep_directory_is_said_to_have_writt
     subprocess.run(["scontrol", "release", job["array_id"]], check=True)
     poll(lambda: status(sweep)["units"][0]["state"] == "failed", 60, "the task ended")
     r = cli("status", str(sweep))
-    assert f"its job {job['job_id']} ended (" in r.stdout and "without writing its log" in r.stdout, r.stdout
+    assert "the job ended (" in r.stdout and "without writing its log" in r.stdout, r.stdout
     assert "see its log" not in r.stdout
-    line = assert_one_line_error(cli("logs", str(sweep), job["unit"]), "has no log: its job", "without writing its log")
+    line = assert_one_line_error(
+        cli("logs", str(sweep), job["unit"]), "has no log: failed (job ", "without writing its log"
+    )
     assert "not started" not in line
     (sweep / "logs").unlink()
     (tmp_path / "logs.away").rename(sweep / "logs")
@@ -310,3 +312,17 @@ def test_a_task_that_cannot_write_into_the_sweep_directory_is_said_to_have_writt
         return next(u for u in status(moved)["units"] if u["id"] == resumed["unit"])["state"] == "done"
 
     poll(done, 120, "the resumed unit done")
+
+
+def test_logs_of_a_unit_whose_pending_job_was_scancelled_says_it_was_cancelled(tmp_path: Path) -> None:
+    """A pending job cancelled with ``scancel`` (not ``tilesweep cancel``) never ran: ``logs``
+    says it was cancelled and that resume redoes its items, not that it has not started yet."""
+    held = {"slurm_additional_parameters": {"hold": True}, "merge_job": False}
+    spec = write_spec(tmp_path, "spec.json", held, modes=["fwd"])
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    (job,) = unit_jobs(sweep).values()
+    subprocess.run(["scancel", job["job_id"]], check=True)
+    poll(lambda: status(sweep)["units"][0]["state"] == "cancelled", 90, "status saying cancelled")
+    line = assert_one_line_error(cli("logs", str(sweep), job["unit"]), "was cancelled before it started", "resume")
+    assert "not started" not in line

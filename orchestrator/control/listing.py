@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from orchestrator import PROG, word
 from orchestrator.control.history import History, cancelled_since, read_history
 from orchestrator.control.scheduler import query
 from orchestrator.control.status import SweepStatus, sweep_status
-from orchestrator.control.unit_state import ENDED_UNLOGGED, NO_LOG
+from orchestrator.control.status_model import FAILED
 from orchestrator.errors import SweepDirError, TilesweepError
 from orchestrator.store.files import ACCESS_ERRNOS, cannot_access, misplaced
 from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir
@@ -125,20 +124,23 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
             f"unit {uid} of {sd.root} has no {what}: its job {job.get('job_id')} was cancelled before it started; "
             f"`{PROG} resume {word(sd.root)}` redoes its items"
         )
-    ended = _ended_unlogged(job)
-    if ended is not None:
-        raise SweepDirError(
-            f"unit {uid} of {sd.root} has no {what}: its job {job.get('job_id')} ended ({ended}) {NO_LOG}"
-        )
+    said = _unlogged(sd, uid)
+    if said is not None:
+        raise SweepDirError(f"unit {uid} of {sd.root} has no {what}: {said}")
     raise SweepDirError(
         f"unit {uid} of {sd.root} has no {what} yet: its job {job.get('job_id')} has not started; {status}"
     )
 
 
-def _ended_unlogged(job: dict[str, Any]) -> str | None:
-    """The state of a SLURM job that ended on its own (``unit_state.ENDED_UNLOGGED``), asked of
-    SLURM (one squeue and sacct); None for another job, or where SLURM cannot say."""
-    if job.get("executor", "slurm") != "slurm" or not job.get("job_id"):
+def _unlogged(sd: SweepDir, uid: str) -> str | None:
+    """Why a submitted unit with no log has none, where its status (SLURM asked once) says its
+    job ended: cancelled before it started (by ``scancel`` of its own), or ended without
+    writing a log (``unit_state.NO_LOG``); None while it waits to start."""
+    unit = next((u for u in sweep_status(sd).units if u.id == uid), None)
+    if unit is None or unit.state not in FAILED:
         return None
-    task = query([str(job["job_id"])]).get(str(job["job_id"]))
-    return task.state if task is not None and task.state in ENDED_UNLOGGED else None
+    if unit.state == "cancelled":
+        return (
+            f"its job {unit.job_id} was cancelled before it started; `{PROG} resume {word(sd.root)}` redoes its items"
+        )
+    return f"{unit.state} (job {unit.job_id})" + (f": {unit.detail}" if unit.detail else "")

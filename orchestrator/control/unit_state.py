@@ -156,6 +156,6 @@ def failure(unit: str, job: dict[str, Any], detail: str | None, view: SchedulerV
     if ts is not None and ts.state == "OUT_OF_MEMORY":
         return detail
     if ts is not None and ts.state in ENDED_UNLOGGED and existing(job.get("log"), job.get("stderr")) is None:
-        return f"its job {job['job_id']} ended ({ts.state}) {NO_LOG}"
+        return f"the job ended ({ts.state}) {NO_LOG}"
     said = exit_reason(ts.exit_code) if ts is not None and ts.exit_code else None
     return f"{detail}: {said}" if said and detail and said not in detail else detail
