@@ -19,7 +19,7 @@ from orchestrator.control.reuseplan import Planned, plan_with_reuse
 from orchestrator.errors import ResultsError
 from orchestrator.spec.files import load_spec
 from orchestrator.spec.records import item_id
-from orchestrator.store import keyindex
+from orchestrator.store import keybuild, keyindex
 from orchestrator.store.merge import merge
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
@@ -50,7 +50,7 @@ def test_the_merger_writes_an_index_that_finds_every_record(tmp_path: Path) -> N
     written = keyindex.index_path(sd.output).read_bytes()
     assert keyindex.claim(sd.output, plan_of(sd)) == len(records)
     keyindex.index_path(sd.output).unlink()
-    rebuilt = keyindex.build(sd.output, str(sd.output))
+    rebuilt = keybuild.build(sd.output, str(sd.output))
     assert rebuilt is not None and rebuilt.ids == index.ids
     assert unclaimed(keyindex.index_path(sd.output).read_bytes()) == unclaimed(written)
     assert keyindex.claim(sd.output, plan_of(sd)) is None
@@ -138,7 +138,7 @@ def test_planning_through_the_index_plans_what_reading_the_records_plans(
     runnable[5]["median_ms"] = "fast"  # damaged: measured again, with a warning
     for name, where in (("indexed", tmp_path / "indexed.json"), ("read", tmp_path / "read.json")):
         where.write_text(json.dumps(doc, indent=1) if name == "indexed" else json.dumps(doc))
-    keyindex.build(tmp_path / "indexed.json", "indexed.json")
+    keybuild.build(tmp_path / "indexed.json", "indexed.json")
     with caplog.at_level(logging.WARNING):
         through_index = plan(tmp_path, tmp_path / "indexed.json", "a")
         by_reading = plan(tmp_path, tmp_path / "read.json", "b")
@@ -183,7 +183,7 @@ def test_what_the_index_reads_off_the_records_bytes_is_what_parsing_them_says(
     doc["results"][doc["results"].index(moved)] = {"seq": moved["seq"], **moved}  # another key order: carried
     for name, where in (("indexed", tmp_path / "indexed.json"), ("read", tmp_path / "read.json")):
         where.write_text(json.dumps(doc, indent=1) if name == "indexed" else json.dumps(doc))
-    index = keyindex.build(tmp_path / "indexed.json", "indexed.json")
+    index = keybuild.build(tmp_path / "indexed.json", "indexed.json")
     assert index is not None and index.odd == 0 and index.damaged == {}
     with caplog.at_level(logging.WARNING):
         through_index = plan(tmp_path, tmp_path / "indexed.json", "a")
@@ -206,6 +206,35 @@ def test_an_index_of_another_version_is_rebuilt_not_read(tmp_path: Path) -> None
     assert keyindex.read(sd.output) is None
     p = plan(tmp_path, sd.output, "a")
     assert p.found.reused > 0 and unclaimed(where.read_bytes()) == unclaimed(written)
+
+
+@pytest.mark.parametrize("damage", ["places", "first", "last"])
+def test_an_index_whose_places_are_damaged_under_a_current_stamp_is_rebuilt_not_read(
+    tmp_path: Path, damage: str
+) -> None:
+    """An index whose header still describes its document but whose record places are not the
+    document's (garbage bytes, a shifted first record, a last record past the end): not read,
+    so neither a plan with reuse nor a merge over the document parses bytes that are no record
+    (a traceback, or the document called invalid JSON); the plan rebuilds the index."""
+    sd = merged(tmp_path, n_seqs=1, units=2)
+    where = keyindex.index_path(sd.output)
+    written = where.read_bytes()
+    head, ids, rest = written.split(b"\n", 2)
+    header = json.loads(head)
+    n = header["records"]
+    if damage == "places":
+        rest = b"\xff" * (8 * (n + 1)) + rest[8 * (n + 1) :]
+    elif damage == "first":
+        header["first"] += 7
+    else:
+        header["first"] += len(sd.output.read_bytes())
+    where.write_bytes(json.dumps(header).encode() + b"\n" + ids + b"\n" + rest)
+    assert keyindex.read(sd.output) is None
+    p = plan(tmp_path, sd.output, "a")
+    assert p.found.reused > 0 and unclaimed(where.read_bytes()) == unclaimed(written)
+    where.write_bytes(json.dumps(header).encode() + b"\n" + ids + b"\n" + rest)
+    merge(sd)
+    assert len(read_doc(sd.output)["results"]) == n
 
 
 def unclaimed(index: bytes) -> tuple[dict[str, Any], bytes]:
@@ -255,7 +284,7 @@ def test_odd_records_and_other_tags_are_matched_by_key(tmp_path: Path) -> None:
     runnable[1]["tag"] = "another"  # not reused (tag), priced all the same
     for name in ("indexed", "read"):
         (tmp_path / f"{name}.json").write_text(json.dumps(doc, indent=1) if name == "indexed" else json.dumps(doc))
-    index = keyindex.build(tmp_path / "indexed.json", "indexed.json")
+    index = keybuild.build(tmp_path / "indexed.json", "indexed.json")
     assert index is not None and index.odd == 1 and set(index.tags) == {"h100_nvl", "another"}
     a = plan(tmp_path, tmp_path / "indexed.json", "a")
     b = plan(tmp_path, tmp_path / "read.json", "b")

@@ -224,6 +224,22 @@ def test_a_reuse_document_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "s").exists()
 
 
+def test_a_dry_run_writes_no_key_index_beside_a_reuse_document(tmp_path: Path, first_doc: Path) -> None:
+    """``plan --dry-run`` writes nothing, not even the key index a plan leaves beside a reuse
+    document that has none (its folder may be someone else's, or read-only to all but root)."""
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    doc = folder / "results.json"
+    shutil.copy(first_doc, doc)
+    spec = write(tmp_path, "extended.json", {**EXTENDED, "output": str(tmp_path / "out.json")})
+    r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(doc))
+    assert r.returncode == 0 and "reused 2 items" in r.stdout, r.stdout + r.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["results.json"]
+    r = run_cli("plan", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--reuse", str(doc))
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in folder.iterdir()) == [".results.json.keys", "results.json"]
+
+
 # ---------------------------------------------------------------------------- halving, replayed
 
 HALVING = {

@@ -292,6 +292,7 @@ def reuse_request(args: argparse.Namespace) -> ReuseRequest:
         remeasure=args.remeasure,
         errors=args.reuse_errors,
         replays=args.include_replays,
+        keep_index=not getattr(args, "dry_run", False),
     )
 
 

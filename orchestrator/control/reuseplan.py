@@ -43,6 +43,7 @@ class ReuseRequest:
     remeasure: str | None = None  # --remeasure all|errors
     errors: bool = False  # --reuse-errors
     replays: bool = False  # --include-replays: a measured sweep reuses replayed records too
+    keep_index: bool = True  # write a key index built for a document beside it (not in a dry run)
 
 
 @dataclass
@@ -113,7 +114,7 @@ def plan_with_reuse(
     say_if_large(spec)
     items = expand(spec)
     lowering.apply_from(items, root, spec)  # what pre-flight lowering of this sweep directory refused is pruned
-    sources = load_sources(output, request.documents, spec.reuse.documents)
+    sources = load_sources(output, request.documents, spec.reuse.documents, request.keep_index)
     env, env_from = target_env(spec, root, sources, kind or spec.executor.kind)
     errors = (spec.reuse.errors or request.errors) and request.remeasure != "errors"
     found = find_reuse(

@@ -9,7 +9,7 @@ writer, leaves beside each document it writes a compact index of its records' ke
 What it holds, per record in document order: its item id (``records.item_id``: identity and
 config fields, tag included; "" for a record that has none), its tag, and its place (the byte
 span of its text), so a reader parses only the records it wants. Written with ``write``, the one
-writer, read with ``read``; ``build`` makes one by parsing a document in the merger's layout
+writer, read with ``read``; ``keybuild.build`` makes one by parsing a document in the merger's layout
 (``json.dumps(doc, indent=1)``) that has none.
 
 Never trusted over the document: the header names the document it describes by inode, size,
@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import os
-import re
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, islice
 from pathlib import Path
 from typing import IO, Any, NotRequired, TypedDict
 
@@ -59,7 +59,7 @@ from orchestrator.spec.records import (
     item_id,
 )
 from orchestrator.store.carry import damage
-from orchestrator.store.document import BATCH_BYTES, check_records, parse_json, paused_gc, results_bounds
+from orchestrator.store.document import BATCH_BYTES
 from orchestrator.store.files import atomic_open, beside
 from orchestrator.store.partials import loads
 from orchestrator.store.texts import dumps
@@ -70,7 +70,7 @@ FORMAT = "tilesweep-keys"
 VERSION = 2  # 2: the damaged records
 SEPARATOR = b",\n  "  # between two record texts (``merge.write_document``)
 _EDGE = 64 << 10  # bytes of the document's head and tail that its stamp hashes
-_BETWEEN = re.compile(rb"\n  \},\n  \{")  # a record's end, the separator, the next record's start
+_AROUND = 64  # bytes read on either side of the records to check that the results list holds them
 
 
 class DocumentStamp(TypedDict):
@@ -172,16 +172,18 @@ def write(
     odd: int = 0,
     damaged: Mapping[int, str] | None = None,
     plan: str | None = None,
+    persist: bool = True,
 ) -> KeyIndex | None:
     """Write the index of the document just written at ``doc``: its record texts (of
     ``lengths``, in order, the first at byte ``first``) are the records of ``ids`` and ``tags``;
     returns it as ``read`` would. ``plan``: every record is an item of the plan it names (the
     merger's own records alone, ``claim``). A document without records has none (readers parse
     it: there is nothing to parse). Derived data: a failure to write it is logged and costs a
-    later reader a parse."""
+    later reader a parse. ``persist`` False: returned, not written (a dry run writes nothing)."""
     current = stamp(doc) if ids else None
     if current is None:
-        index_path(doc).unlink(missing_ok=True)
+        if persist:
+            index_path(doc).unlink(missing_ok=True)
         return None
     names = list(dict.fromkeys(tags))
     number = {t: k for k, t in enumerate(names)}
@@ -207,6 +209,8 @@ def write(
         sums, tag_of = array("Q", sums), array("H", tag_of)
         sums.byteswap()
         tag_of.byteswap()
+    if not persist:
+        return index
     try:
         with atomic_open(index_path(doc), "wb", fsync=False) as f:
             f.write(dumps(header) + b"\n")
@@ -257,10 +261,35 @@ def read(doc: Path) -> KeyIndex | None:
         if not (len(ids) == n == len(tag_of) and len(sums) == n + 1):
             raise ValueError("columns of different lengths")
         damaged = {int(k): str(why) for k, why in head["damaged"].items()}
-        return KeyIndex(doc, ids, list(head["tags"]), tag_of, sums, int(head["first"]), int(head["odd"]), damaged)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        index = KeyIndex(doc, ids, list(head["tags"]), tag_of, sums, int(head["first"]), int(head["odd"]), damaged)
+        _check_places(index, current["size"])
+        return index
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
         log.info("key index %s is damaged (%s); it is not used", index_path(doc), exc)
         return None
+
+
+def _check_places(index: KeyIndex, size: int) -> None:
+    """ValueError unless the index's places can be the document's: record texts of rising
+    ends, the first starting ``{`` right after the results list opens and the last ending
+    ``}`` right before it closes, within the document's ``size`` bytes. A damaged index that
+    its header's stamp still passes would otherwise send a reader to parse bytes that are no
+    record, and blame the document."""
+    sums, first = index.sums, index.first
+    if not index.ids or sums[0] != 0 or not all(map(operator.lt, sums, islice(sums, 1, None))):
+        raise ValueError("record places that do not rise")
+    end = index.bounds()[1]
+    if not 0 < first < end <= size:
+        raise ValueError(f"record places {first}..{end} outside the document's {size} bytes")
+    with open(index.path, "rb") as f:
+        f.seek(max(0, first - _AROUND))
+        before = f.read(first - max(0, first - _AROUND) + 1)
+        f.seek(end - 1)
+        after = f.read(_AROUND + 1)
+    if not (before.endswith(b"{") and before[:-1].rstrip().endswith(b"[")):
+        raise ValueError(f"no record starts at byte {first}")
+    if not (after.startswith(b"}") and after[1:].lstrip().startswith(b"]")):
+        raise ValueError(f"no record ends at byte {end}")
 
 
 def claim(doc: Path, plan: str) -> int | None:
@@ -325,47 +354,6 @@ def chunks(index: KeyIndex, rows: Sequence[int], budget: int = BATCH_BYTES) -> I
         offsets = list(zip((starts[i:j] - start).tolist(), (ends[i:j] - start).tolist(), strict=True))
         yield Chunk(start, int(ends[j - 1]), r[i:j].tolist(), offsets)
         i = j
-
-
-# ---------------------------------------------------------------------------- building
-
-
-def build(doc: Path, name: str) -> KeyIndex | None:
-    """Parse the document at ``doc`` (the merger's layout; None for another, or one without
-    records) and write its index. Its records are checked as ``document.scan`` checks them
-    (``ResultsError`` naming the document as ``name``). Reads the whole document, as ``scan``
-    does: what a reader without an index pays once."""
-    try:
-        data = doc.read_bytes()
-    except OSError:
-        return None
-    bounds = results_bounds(data)
-    if bounds is None:
-        return None
-    first, stop = bounds
-    ends = [m.start() + 4 for m in _BETWEEN.finditer(data, first, stop)] + [stop]
-    lengths = [end - start for start, end in zip([first, *(e + len(SEPARATOR) for e in ends[:-1])], ends, strict=True)]
-    keys = Keys([], [])
-    with paused_gc():
-        for pos, k in _batches(first, lengths):
-            batch = parse_json(b"[" + data[pos : pos + k] + b"]", name)
-            check_records(batch, name, len(keys.ids))
-            for rec in batch:
-                keys.add(rec)
-    del data
-    return write(doc, first, lengths, keys.ids, keys.tags, keys.odd - len(keys.damaged), keys.damaged)
-
-
-def _batches(first: int, lengths: Sequence[int], budget: int = BATCH_BYTES) -> Iterator[tuple[int, int]]:
-    """(offset, bytes) of runs of whole records of about ``budget`` bytes, separators between."""
-    pos, size = first, 0
-    for n in lengths:
-        if size and size + n > budget:
-            yield pos, size
-            pos, size = pos + size + len(SEPARATOR), 0
-        size += n + (len(SEPARATOR) if size else 0)
-    if size:
-        yield pos, size
 
 
 def key_of(rec: Mapping[str, Any]) -> tuple[str, bool]:

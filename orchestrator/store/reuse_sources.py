@@ -5,7 +5,7 @@ is read through it: the index says which records are items of the plan (by item 
 they lie, so only those are read, a few megabytes of text at a time (``reuse_indexed`` judges
 them on their bytes; ``indexed_records`` parses them, for a document whose blocks name a replay);
 the rest of the document is never read. A document in the merger's layout without a current index gets one
-(``keyindex.build``: it is parsed once, the index written beside it where its folder allows).
+(``keybuild.build``: it is parsed once, the index written beside it where its folder allows).
 A document of another layout, or one whose index holds records keyed otherwise than the plan
 (another tag, or odd records: ``keyindex``), is read batch by batch (``document.scan``) and its
 records matched by key, as any reader without an index would.
@@ -31,7 +31,7 @@ from typing import Any
 from orchestrator.errors import ResultsError
 from orchestrator.planning import WorkItem
 from orchestrator.spec.records import record_id
-from orchestrator.store import keyindex
+from orchestrator.store import keybuild, keyindex
 from orchestrator.store.document import ResultsDoc, paused_gc, read_head, scan
 from orchestrator.store.keyindex import KeyIndex
 from orchestrator.store.partials import loads
@@ -58,17 +58,20 @@ class Source:
         return self.index is not None and not self.index.odd and set(self.index.tags) <= {tag}
 
 
-def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = ()) -> list[Source]:
+def load_sources(
+    output: Path, named: Iterable[str], from_spec: Iterable[str] = (), keep_index: bool = True
+) -> list[Source]:
     """The output document when it exists (a file there that is not a results document is
     left to the merger, which refuses it in one line or, asked to, overwrites it: only logged
     here), then each document named
     with ``--reuse`` and in the spec's ``reuse.documents``, each a results document or a tokamax
-    table (``store.tokamax_table``: it prices and seeds, none of it is reused); one line otherwise."""
+    table (``store.tokamax_table``: it prices and seeds, none of it is reused); one line otherwise.
+    ``keep_index`` False: a key index built for a document is not written beside it (a dry run)."""
     out: list[Source] = []
     seen: set[str] = set()
     if output.is_file():
         try:
-            out.append(_source(output, "output"))
+            out.append(_source(output, "output", keep_index))
             seen.add(os.path.realpath(output))
         except ResultsError as exc:
             log.info("%s; nothing reused from it", exc.message)
@@ -78,16 +81,16 @@ def load_sources(output: Path, named: Iterable[str], from_spec: Iterable[str] = 
             if real in seen:
                 continue
             seen.add(real)
-            out.append(_source(Path(path), role))
+            out.append(_source(Path(path), role, keep_index))
     return out
 
 
-def _source(path: Path, role: str) -> Source:
+def _source(path: Path, role: str, keep_index: bool = True) -> Source:
     """The document at ``path`` as a source: through its key index (read, or built), else scanned."""
     name = f"{role} {path}" if role != "output" else str(path)
     index = keyindex.read(path) if path.is_file() else None
     if index is None and path.is_file():
-        index = keyindex.build(path, name)
+        index = keybuild.build(path, name, persist=keep_index)
     if index is None:
         head = scan(path, role=None if role == "output" else role, tokamax=role != "output")
         return Source(head.doc, role, os.path.abspath(path), head.batches)
