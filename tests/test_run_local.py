@@ -204,6 +204,15 @@ def test_interpret_false_run_here_without_a_gpu_is_refused_before_anything_is_wr
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
     assert_one_line_error(r, "kernel.interpret is false but jax sees no GPU here", "set kernel.interpret to auto")
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "results.json").exists()
+    # a sweep planned for it (a plan runs nothing) is refused by resume as by run: no unit, no
+    # worker, no empty document, no failed unit for status to report
+    sweep = tmp_path / "planned"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    units = (sweep / "units.json").read_bytes()
+    r = run_cli("resume", str(sweep))
+    assert_one_line_error(r, "kernel.interpret is false but jax sees no GPU here", "set kernel.interpret to auto")
+    assert (sweep / "units.json").read_bytes() == units and not (sweep / "jobs.jsonl").exists()
+    assert not (tmp_path / "results.json").exists()
 
 
 def test_worker_refusal_is_one_line(write_spec: Callable[..., Path], tmp_path: Path) -> None:

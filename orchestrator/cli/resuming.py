@@ -138,9 +138,10 @@ def settings_kept(sd: SweepDir, settings: ExecutorSettings, spec: str | None) ->
 def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespace) -> int:
     """A resume with the local or debug executor (see the module docstring)."""
     from orchestrator.control.status import sweep_status
-    from orchestrator.control.sweeps import run_or_follow
+    from orchestrator.control.sweeps import check_runs_here, run_or_follow
     from orchestrator.store.merge import check_target
 
+    check_runs_here(sd.spec)  # as `run` does: a kernel that cannot run here starts no worker
     if not args.overwrite and not args.no_wait:
         check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
     with run_or_follow(sd) as other:
