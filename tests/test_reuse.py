@@ -212,6 +212,30 @@ def test_damaged_records_are_measured_with_a_warning_naming_the_file(
     assert "median_ms is str" in warning and warning.count("first:") == 1, warning
 
 
+@pytest.mark.parametrize("value", [-5.0, float("nan"), 0.0])
+def test_a_record_holding_a_value_no_worker_writes_is_measured_not_carried(
+    tmp_path: Path, first_doc: Path, caplog: pytest.LogCaptureFixture, value: float
+) -> None:
+    """A timing edited by hand out of what a document may hold (negative, NaN, zero): carried,
+    it would make a document that ``report`` and ``export`` refuse. Refused as damaged, with
+    the field named, whether the plan matches records through the key index it builds or parses
+    each one (a document holding a record of another tag)."""
+    for where in ("indexed", "parsed"):
+        doc = json.loads(first_doc.read_text())
+        doc["results"][0]["median_ms"] = value
+        if where == "parsed":
+            doc["results"].append({**doc["results"][1], "tag": "another"})
+        folder = tmp_path / where
+        folder.mkdir()
+        edited = write(folder, "edited.json", doc)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            planned = plan_against(folder, EXTENDED, ReuseRequest([str(edited)]))
+        assert planned.found.reused == 1 and planned.found.sources[0].damaged == 1, where
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert "1 damaged records not reused (first: median_ms is " in warning, warning
+
+
 def test_a_reuse_document_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     spec = write(tmp_path, "spec.json", {**EXTENDED, "output": str(tmp_path / "out.json")})
     notes = tmp_path / "notes.json"

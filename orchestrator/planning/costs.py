@@ -34,6 +34,7 @@ Pure arithmetic: no jax import, no I/O (the CLI reads the document).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -183,12 +184,15 @@ def setup_estimate(
 
 def measured_cost(rec: Mapping[str, Any], *, repeats: int, warmup: int) -> float | None:
     """Seconds a record's config took, from its own fields; None for a record without them
-    (a failure: its cost in a new sweep is unknown, or nil when it gets pruned)."""
+    (a failure: its cost in a new sweep is unknown, or nil when it gets pruned), or with values
+    no measurement has (negative, not finite: a hand edit), which would price a unit at nothing
+    or at NaN."""
     try:
         compile_s, inner, median_ms = float(rec["compile_s"]), int(rec["inner"]), float(rec["median_ms"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
-    return compile_s + (warmup + 2 + repeats * inner) * median_ms / 1e3
+    cost = compile_s + (warmup + 2 + repeats * inner) * median_ms / 1e3
+    return cost if compile_s >= 0 and inner >= 1 and median_ms > 0 and math.isfinite(cost) else None
 
 
 @dataclass

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchestrator.store.document import BATCH_BYTES, check_records, parse_json, paused_gc, results_bounds
 from orchestrator.store.keyindex import SEPARATOR, KeyIndex, Keys, write
+from orchestrator.store.record_values import refused_values
 
 _BETWEEN = re.compile(rb"\n  \},\n  \{")  # a record's end, the separator, the next record's start
 
@@ -34,8 +35,9 @@ def build(doc: Path, name: str, persist: bool = True) -> KeyIndex | None:
         for pos, k in _batches(first, lengths):
             batch = parse_json(b"[" + data[pos : pos + k] + b"]", name)
             check_records(batch, name, len(keys.ids))
-            for rec in batch:
-                keys.add(rec)
+            refused = refused_values(batch)
+            for k, rec in enumerate(batch):
+                keys.add(rec, refused.get(k))
     del data
     return write(doc, first, lengths, keys.ids, keys.tags, keys.odd - len(keys.damaged), keys.damaged, persist=persist)
 

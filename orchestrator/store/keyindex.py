@@ -104,12 +104,13 @@ class Keys:
     odd: int = 0
     damaged: dict[int, str] = field(default_factory=dict)  # record -> why its layout is not a worker's
 
-    def add(self, rec: Mapping[str, Any]) -> None:
+    def add(self, rec: Mapping[str, Any], refused: str | None = None) -> None:
         """One more record, a document's own (its key read from it). One whose layout is not a
-        worker's (``carry.damage``) is ``damaged``, and counted odd too: an index written
+        worker's (``carry.damage``), or a value of which its reader ``refused``
+        (``record_values.refused_values``), is ``damaged``, and counted odd too: an index written
         without the ``damaged`` records (the merger's) sends reuse to parse its document."""
         iid, odd = key_of(rec)
-        why = None if odd or not iid else damage(rec)
+        why = None if odd or not iid else damage(rec) or refused
         if why is not None:
             self.damaged[len(self.ids)] = why
             odd = True

@@ -62,9 +62,10 @@ class ValueRefused(ResultsError):
     """A record's value refused; ``value`` is the value as parsed (``document.load`` names a float
     that was an integer too large for orjson as the file gives it)."""
 
-    def __init__(self, message: str, value: Any) -> None:
+    def __init__(self, message: str, value: Any, why: str = "") -> None:
         super().__init__(message)
         self.value = value
+        self.why = why  # the field, its value and what it allows, without the document's name
 
 
 @dataclass(eq=False)
@@ -248,9 +249,27 @@ def _samples(samples: Any, i: int, name: str) -> None:
 
 
 def _refuse(name: str, i: int, field: str, value: Any, expected: str) -> NoReturn:
-    raise ValueRefused(
-        f"{name}: results[{i}].{field} is {_shown(value)}, expected {expected}; correct or remove that record", value
-    )
+    why = f"{field} is {_shown(value)}, expected {expected}"
+    raise ValueRefused(f"{name}: results[{i}].{why}; correct or remove that record", value, why)
+
+
+def refused_values(results: list[dict[str, Any]]) -> dict[int, str]:
+    """The records of ``results`` holding a value ``check_values`` refuses, each with why (its
+    field, value and what it allows): for a reader that takes the others (reuse, which measures
+    their items again). The batch is checked at once; one record at a time only where it holds
+    such a record."""
+    try:
+        check_values(results, "")
+        return {}
+    except ValueRefused:
+        pass
+    out = {}
+    for i, rec in enumerate(results):
+        try:
+            check_values([rec], "")
+        except ValueRefused as exc:
+            out[i] = exc.why
+    return out
 
 
 def _shown(value: Any) -> str:
