@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -322,3 +323,24 @@ def test_small_figures_and_odd_names_read_as_a_user_expects() -> None:
     assert "<dd>NVIDIA H100 (backend gpu)</dd>" in html.report_page(results_doc.from_obj(gpu))
     many = make_doc([rec(ms=1.0, seq=128 * (k + 1)) for k in range(html.FOLD_ABOVE + 1)])
     assert f"{html.FOLD_ABOVE + 1} problems in 1 group by" in html.report_page(results_doc.from_obj(many))
+
+
+def test_the_sweeps_own_page_never_replaces_what_is_not_a_page_and_writes_through_a_link(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """``report.html: true`` writes its page where ``--html`` would: a file there that is not a
+    page is refused before anything runs (it is the user's), and a link to a page writes the
+    page it points to, the link kept."""
+    spec = write_spec(report={"html": True}, modes=["fwd"], fwd_block_q=[32])
+    page = tmp_path / "results.html"
+    page.write_text("precious notes")
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert_one_line_error(r, f"{page} exists and is not a page", "report.html to false")
+    assert page.read_text() == "precious notes" and not (tmp_path / "sweep").exists()
+    page.unlink()
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "real.html").write_text("<!DOCTYPE html><html>an older page</html>")
+    page.symlink_to(Path("pages") / "real.html")
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    assert page.is_symlink() and "<svg class='heatmap'" in (tmp_path / "pages" / "real.html").read_text()

@@ -37,6 +37,7 @@ from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
 from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc, load
+from orchestrator.store.page_file import page_path, page_target
 from orchestrator.store.sweepdir import atomic_open
 
 FOLD_ABOVE = 60  # more problems than this: the groups start folded
@@ -318,12 +319,10 @@ def write_page(path: str | os.PathLike[str], text: str) -> Path:
     return out
 
 
-def page_path(results: Path) -> Path:
-    """Where ``report.html: true`` puts the page: beside the results document, suffix .html."""
-    return results.with_name(results.name + ".html") if results.suffix == ".html" else results.with_suffix(".html")
-
-
 def write_report(results: str | os.PathLike[str]) -> Path:
-    """Read a results document and write its page beside it (``page_path``); return the page's path."""
+    """Read a results document and write its page beside it (``page_path``: a link's target,
+    refused where that holds what is not a page: ``page_target``); return the page's path."""
     path = Path(results)
-    return write_page(page_path(path), report_page(load(path)))
+    page = page_path(path)
+    write_page(page_target(page), report_page(load(path)))
+    return page

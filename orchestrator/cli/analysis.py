@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import PROG, Subparsers, non_negative_int
-from orchestrator.cli.outputs import check_output, is_page, is_tuned_table, refuse_unwritable
+from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import same_file
+from orchestrator.store.page_file import is_page
 
 if TYPE_CHECKING:
     from orchestrator.store.document import ResultsDoc

@@ -22,16 +22,6 @@ from orchestrator.cli.common import names_no_file
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import folder_refuses, same_file
 
-# how much of an existing page is read to tell it is a page
-_HEAD_BYTES = 512
-
-
-def is_page(path: Path) -> bool:
-    """Whether ``path`` holds an HTML page (what ``--html`` writes)."""
-    with path.open("rb") as f:
-        head = f.read(_HEAD_BYTES).lstrip().lower()
-    return head.startswith((b"<!doctype html", b"<html"))
-
 
 def is_tuned_table(path: Path) -> bool:
     """Whether ``path`` holds a tuned table (what ``export`` writes)."""

@@ -65,7 +65,7 @@ def _merge_job_line(sd: SweepDir, job: dict[str, Any]) -> str:
 
     page = ""
     if sd.spec.report.html:
-        from orchestrator.analysis.html import page_path
+        from orchestrator.store.page_file import page_path
 
         page = f" and {page_path(sd.output)}"
     number = pending_round(sd)

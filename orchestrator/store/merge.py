@@ -51,6 +51,7 @@ from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.merge_head import device_of, tilesweep_of
 from orchestrator.store.merge_output import cache_space, output_file, refuse_unwritable_folder
 from orchestrator.store.newest import Slots, pick_newest
+from orchestrator.store.page_file import page_path, page_target
 from orchestrator.store.parse_procs import parse_ahead, remove_dead_shares
 from orchestrator.store.partials import UnitItems, log_skipped
 from orchestrator.store.provenance import DocumentHead
@@ -308,6 +309,8 @@ def check_target(sd: SweepDir, output: Path | None = None, *, overwrite: str | N
     sweep's (``run`` asks before it runs anything; ``overwrite``: how the caller replaces it,
     where not by ``--overwrite``). Append merges keep every record: no check."""
     out = Path(output) if output is not None else sd.output
+    if sd.spec.report.html:
+        page_target(page_path(out))
     if not (sd.spec.append and out.exists()):
         target = inspect(sd, out)
         if target.n_foreign or target.not_a_document:

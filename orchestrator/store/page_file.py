@@ -1,0 +1,50 @@
+"""The report page a sweep writes beside its results document (``report.html: true``): where it
+goes (``page_path``), whether a file holds a page (``is_page``: what ``--html`` also replaces),
+and the file it is written at (``page_target``): a symbolic link's target, the link kept; refused
+in one line where the path holds a directory, a device or pipe, or a file that is not a page,
+which the page would destroy. ``run``, ``resume``, ``wait`` and ``submit`` ask it before anything
+runs (``merge.check_target``), so the page's refusal never comes after the GPU time."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from orchestrator import PROG
+from orchestrator.errors import ResultsError
+
+_HEAD_BYTES = 512  # how much of an existing file is read to tell it is a page
+
+
+def page_path(results: Path) -> Path:
+    """Where ``report.html: true`` puts the page: beside the results document, suffix .html."""
+    return results.with_name(results.name + ".html") if results.suffix == ".html" else results.with_suffix(".html")
+
+
+def is_page(path: Path) -> bool:
+    """Whether ``path`` holds an HTML page (what ``--html`` writes)."""
+    with path.open("rb") as f:
+        head = f.read(_HEAD_BYTES).lstrip().lower()
+    return head.startswith((b"<!doctype html", b"<html"))
+
+
+def page_target(page: Path) -> Path:
+    """The file the page at ``page`` is written at (a link's target); ``ResultsError`` where
+    writing it there would replace what is not a page."""
+    target = Path(os.path.realpath(page)) if page.is_symlink() else page
+    instead = f"move it away, or set report.html to false (`{PROG} report RESULTS --html PAGE` writes it anywhere)"
+    if target.is_dir():
+        raise ResultsError(f"{page} is a directory, where report.html: true puts the sweep's page; {instead}")
+    if target.exists() and not target.is_file():
+        raise ResultsError(
+            f"{page} is not a regular file (a device, a pipe or a socket), where report.html: true puts the sweep's "
+            f"page; {instead}"
+        )
+    try:
+        if target.exists() and target.stat().st_size and not is_page(target):
+            raise ResultsError(
+                f"{page} exists and is not a page, which the sweep's page (report.html: true) would replace; {instead}"
+            )
+    except OSError as exc:
+        raise ResultsError(f"{page}: cannot read it ({exc.strerror or exc}); {instead}") from None
+    return target
