@@ -30,6 +30,7 @@ from orchestrator.control.why import (
     INTERRUPTED,
     death_reason,
     failure_line,
+    interrupted_line,
     last_word,
     oom_kills,
     read_failure,
@@ -151,13 +152,20 @@ def _new_log(folder: Path, unit: str) -> tuple[Path, int]:
 def stop_workers(workers: list[LocalWorker]) -> None:
     """Ask each worker to stop (TERM: it abandons its configs in flight and exits) and give them
     ``STOP_WAIT_S`` to do so. A Ctrl-C at a terminal reached the workers already; this covers
-    one that reached only us. Further Ctrl-C meanwhile are ignored (the CLI's handler)."""
+    one that reached only us. Further Ctrl-C meanwhile are ignored (the CLI's handler). A worker
+    the TERM ended before it could say so (still starting: it takes the stop signals over once
+    its unit runs) gets the line it would have written, so its unit reads as interrupted, not
+    as failed."""
     for w in workers:
         _signal(w.proc, signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT_S
-    while workers and time.monotonic() < deadline:
-        workers = [w for w in workers if w.poll() is None]
+    left = workers
+    while left and time.monotonic() < deadline:
+        left = [w for w in left if w.poll() is None]
         time.sleep(0.1)
+    for w in workers:
+        if w.poll() == -signal.SIGTERM and last_word(w.log, w.unit) is None:
+            w._say(interrupted_line(w.unit, "stopped with the run that started it, before its unit began"))
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

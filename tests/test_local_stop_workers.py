@@ -1,0 +1,55 @@
+"""A local run stopped (Ctrl-C) stops its workers (``local_procs.stop_workers``); each unit then
+reads as interrupted, not failed, even a worker the stop ended before it could say so itself
+(every round of halving or search starts new workers: each start is such a window). Real
+processes, really signalled."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from orchestrator.control.dispatch.local_procs import LocalWorker, stop_workers
+from orchestrator.control.unit_state import local_state
+from orchestrator.control.why import interrupted_line, last_word
+
+# a worker still starting: no handler of its own yet, so TERM ends it without a word
+STARTING = "import time; time.sleep(60)"
+# a worker running its unit: it says it was stopped, as ``local_worker`` does, and exits
+RUNNING = (
+    "import signal, sys, time\n"
+    "def stop(*_):\n"
+    "    print({line!r}, flush=True)\n"
+    "    sys.exit(143)\n"
+    "signal.signal(signal.SIGTERM, stop)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def worker(tmp_path: Path, unit: str, code: str) -> LocalWorker:
+    log = tmp_path / f"{unit}.1_0_log.err"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=out)
+    return LocalWorker(unit, proc, log, tmp_path / f"{unit}.done", 60, None, time.monotonic())
+
+
+def test_a_worker_stopped_while_it_starts_reads_as_interrupted_and_one_that_said_so_keeps_its_word(
+    tmp_path: Path,
+) -> None:
+    starting = worker(tmp_path, "aaaaaaaaaaaa", STARTING)
+    said = interrupted_line("bbbbbbbbbbbb", "stopped by SIGTERM; its finished records are kept")
+    running = worker(tmp_path, "bbbbbbbbbbbb", RUNNING.format(line=said))
+    while "ready" not in running.log.read_text():  # its handler is in place
+        time.sleep(0.05)
+    stop_workers([starting, running])
+    assert starting.poll() is not None and running.poll() == 143
+    for w in (starting, running):
+        job = {"executor": "local", "job_id": w.job_id, "log": str(w.log), "unit": w.unit}
+        assert local_state(job, 0)[0] == "interrupted", w.log.read_text()
+    assert last_word(starting.log, starting.unit) == (
+        "interrupted",
+        "stopped with the run that started it, before its unit began",
+    )
+    assert running.log.read_text().count("interrupted") == 1
