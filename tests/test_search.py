@@ -95,6 +95,26 @@ def test_the_report_shows_never_measured_configs_as_such_and_tunes_from_what_was
     assert len(table["entries"]) == 2 and all(e["config"] for e in table["entries"])
 
 
+def test_the_report_of_a_search_that_has_not_ended_says_what_it_has_not_measured_yet(
+    searched: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A document merged before its search ended (a stop, then ``merge``): what the search has
+    not measured may be measured by its next round, so the report and its page say "not measured
+    yet", not that the search did not need it."""
+    spec, _ = searched
+    data = json.loads((spec.parent / "results.json").read_text())
+    data["tilesweep"]["search"]["ended"] = False
+    for p in data["tilesweep"]["search"]["problems"]:
+        p["state"] = "searching"
+    (tmp_path / "unended.json").write_text(json.dumps(data))
+    doc = load(tmp_path / "unended.json")
+    for row in best_table(doc):
+        assert "not measured yet (search not ended)" in row.note and "never measured" not in row.note
+        assert row.to_json()["search_ended"] is False
+    page = report_page(doc)
+    assert "not measured yet (the search has not ended" in page and "the search did not need them" not in page
+
+
 def test_a_full_sweep_of_the_same_spec_measures_only_what_the_search_left_out(
     searched: tuple[Path, Path], tmp_path: Path
 ) -> None:

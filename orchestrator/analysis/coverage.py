@@ -52,6 +52,7 @@ class Coverage:
     missing: tuple[Config, ...]
     impl: str = DEFAULT_IMPL
     never_measured: tuple[Config, ...] = ()
+    searching: bool = False  # its search has not ended: what it never measured may be measured yet
 
     def missing_configs(self) -> list[dict[str, Value]]:
         """The missing configs as records name their fields (``report.config_label`` takes them)."""
@@ -73,6 +74,7 @@ class Plans:
 
     plans: tuple[PlannedConfigs, ...]
     never: dict[tuple[Any, ...], frozenset[Config]] = field(default_factory=dict)
+    searching: frozenset[tuple[Any, ...]] = frozenset()  # problems whose search goes on (the newest block's)
 
     def problems(self) -> set[tuple[Any, ...]]:
         """Every problem some plan has (``records.problem_key`` tuples)."""
@@ -93,7 +95,22 @@ class Plans:
             tuple(c for c in unrecorded if c not in never),
             problem[9],
             tuple(c for c in unrecorded if c in never),
+            problem in self.searching,
         )
+
+
+def _searching(block: dict[str, Any]) -> frozenset[tuple[Any, ...]]:
+    """The problems of a search that has not ended (its block's ``ended`` false): a later round
+    may still measure what it has not (``resume`` plans it)."""
+    search = block.get("search")
+    if not isinstance(search, dict) or search.get("ended") is not False:
+        return frozenset()
+    problems = search.get("problems")
+    return frozenset(
+        tuple(p["problem"])
+        for p in (problems if isinstance(problems, list) else [])
+        if isinstance(p, dict) and isinstance(p.get("problem"), list) and p.get("state") == "searching"
+    )
 
 
 def _never_measured(block: dict[str, Any]) -> dict[tuple[Any, ...], set[Config]]:
@@ -127,4 +144,4 @@ def plans_of(doc: ResultsDoc) -> Plans:
             continue
         for problem, configs in _never_measured(b).items():
             never.setdefault(problem, set()).update(configs)
-    return Plans(tuple(plans), {k: frozenset(v) for k, v in never.items()})
+    return Plans(tuple(plans), {k: frozenset(v) for k, v in never.items()}, _searching(block))

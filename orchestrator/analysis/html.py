@@ -130,9 +130,15 @@ def lists(v: ProblemView) -> str:
             f"<ul><li>{_codes(v.missing)}</li></ul></details>"
         )
     if v.never:
+        searching = v.summary.coverage is not None and v.summary.coverage.searching
+        why = (
+            "not measured yet (the search has not ended: `resume` plans its next round)"
+            if searching
+            else "never measured (the search did not need them; not missing, not failed)"
+        )
         out.append(
             f'<details class="list"><summary>{len(v.never)} planned config{"s" if len(v.never) != 1 else ""} '
-            "never measured (the search did not need them; not missing, not failed)</summary>"
+            f"{why}</summary>"
             f"<ul><li>{_codes(v.never)}</li></ul></details>"
         )
     return "".join(out)

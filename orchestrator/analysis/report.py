@@ -92,7 +92,8 @@ LEGEND = (
     "best). auto config: what auto runs there (kernels.impls' rule at the sweep's shared-memory limit, inferred the "
     "same way for a document without a tilesweep block; ? where the document names no limit); where the best is "
     "that config, speedup is 1.00 and the two timings' ratio is noise. never measured: configs a search did not "
-    "need (neither missing nor failed)."
+    "need (neither missing nor failed); not measured yet: a search that has not ended may still measure them "
+    "(resume plans its next round)."
 )
 REPLAYED_LEGEND = (
     "replayed: times drawn on a virtual clock from another document's records (kernel.impl replay), not measured."
@@ -178,7 +179,10 @@ class ProblemSummary:
         if meant is not None and self.best_ms is not None and 2 * timed < meant:
             notes.append(f"best of {timed}/{meant} timed")
         if self.n_never_measured:
-            notes.append(f"{self.n_never_measured} never measured")
+            searching = self.coverage is not None and self.coverage.searching
+            notes.append(
+                f"{self.n_never_measured} {'not measured yet (search not ended)' if searching else 'never measured'}"
+            )
         if self.n_configs == 0:  # planned but without any record yet: not "auto only"
             notes.append("nothing measured" if self.auto_status == "absent" else "auto only")
         elif self.best_ms is None and self.n_failed < self.n_configs:  # halving between its rounds
@@ -206,6 +210,7 @@ class ProblemSummary:
             out["n_missing"] = self.n_missing
             if self.coverage.never_measured:
                 out["n_never_measured"] = self.n_never_measured
+                out["search_ended"] = not self.coverage.searching
         out["auto_label"] = self.auto_label
         out["timing_ratio"] = self.timing_ratio
         out["flops_formula"] = (CAUSAL_FLOPS_FORMULAS if self.key.causal else FLOPS_FORMULAS).get(self.key.mode)
