@@ -26,6 +26,7 @@ tokamax keeps its autotuning tables per device kind and op: ``<dir>/<device_dir(
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -220,8 +221,32 @@ def by_stem(stem: str) -> tuple[Kernel, str] | None:
 
 def holds_table(obj: Any) -> bool:
     """Whether a parsed JSON value is one of tokamax's autotuning tables: an object whose keys
-    are tokamax's keys of a problem (its ``q`` first)."""
-    return isinstance(obj, dict) and bool(obj) and all(isinstance(k, str) and k.startswith('{"q":') for k in obj)
+    are tokamax's keys of a problem (the JSON text of an op's arguments: ``{"q":...`` of a
+    forward op's, ``{"residuals":...`` of a vjp op's) and whose values are objects (per config,
+    its measurements)."""
+    return (
+        isinstance(obj, dict)
+        and bool(obj)
+        and all(isinstance(k, str) and k.startswith('{"') and k.endswith("}") for k in obj)
+        and all(isinstance(v, dict) for v in obj.values())
+    )
+
+
+def merged(existing: str, new: str) -> tuple[str, int]:
+    """A table's text ``new`` written over the table ``existing`` (tokamax's cache format: one
+    JSON object, a problem's key to its configs' data): ``new``'s problems replace the same
+    problems of ``existing``, its other problems are kept, in their order; and how many were
+    kept. ``existing`` not a table (empty, damaged): ``new`` as it is."""
+    try:
+        old, fresh = json.loads(existing), json.loads(new)
+    except ValueError:
+        return new, 0
+    if not (holds_table(old) and isinstance(fresh, dict)):
+        return new, 0
+    kept = {k: v for k, v in old.items() if k not in fresh}
+    if not kept:
+        return new, 0
+    return json.dumps({**kept, **fresh}, indent=2) + "\n", len(kept)
 
 
 def device_dir(device_kind: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -287,3 +288,31 @@ def test_export_refuses_to_replace_a_file_where_a_table_goes_that_is_not_a_tokam
     done = run_cli("export", str(doc), "--format", "tokamax", "--out", str(out))
     assert done.returncode == 2 and "exists and is not a tokamax table" in done.stderr, done.stderr
     assert len(done.stderr.splitlines()) == 1 and table.read_bytes() == before
+
+
+def test_an_export_into_the_folder_it_wrote_replaces_its_tables_and_keeps_other_shapes(tmp_path: Path) -> None:
+    """A second export into a folder holding tables (its own, fwd_bwd's vjp table included, or
+    tokamax's shipped ones) writes over them: the shapes it exports replace the same shapes, the
+    others the tables held stay, and it says how many; tokamax still parses every table. A vjp
+    table handed to ``report`` or ``spec`` is named as one of tokamax's tables."""
+    doc = tmp_path / "h200.json"
+    doc.write_text(json.dumps({"device": {"device_kind": H200.name}, "config": {}, "results": _records(H200, 4)}))
+    out = tmp_path / "out"
+    assert main(["export", str(doc), "--format", "tokamax", "--out", str(out)]) == 0
+    vjp = out / "nvidia_h200" / "pallas_mosaic_gpu_flash_attention_vjp.json"
+    first = {p.name: json.loads(p.read_text()) for p in (out / "nvidia_h200").iterdir()}
+    others = {}
+    for name, table in first.items():  # a shape the export does not write (a batch of 3), as a shipped table holds
+        key, data = next(iter(table.items()))
+        others[name] = {re.sub(r"\[\d+,", "[3,", key): data}
+        (out / "nvidia_h200" / name).write_text(json.dumps({**others[name], **table}))
+    again = run_cli("export", str(doc), "--format", "tokamax", "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("kept 1 other shape(s) the table held") == len(first), again.stdout
+    for name, table in first.items():
+        now = json.loads((out / "nvidia_h200" / name).read_text())
+        assert now == {**others[name], **table}
+    tokamax_cache.check(vjp)  # tokamax's own parser
+    for command in ("report", "spec"):
+        r = run_cli(command, str(vjp))
+        assert r.returncode == 2 and "one of tokamax's autotuning tables" in r.stderr, r.stderr

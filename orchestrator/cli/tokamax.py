@@ -93,15 +93,20 @@ def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep
         _say_left_out(c)
     for c, texts in made:
         folder = Path(out) / meta.device_dir(c.device_kind)
+        kept: dict[str, int] = {}
         try:
             folder.mkdir(parents=True, exist_ok=True)
             for name, text in texts.items():
-                with atomic_open(Path(targets[c.device_kind, name])) as fh:
+                target = Path(targets[c.device_kind, name])
+                if target.exists():  # a table there: its other problems stay (tokamax's shipped tuning too)
+                    text, kept[name] = meta.merged(target.read_text(errors="replace"), text)
+                with atomic_open(target) as fh:
                     fh.write(text)
         except OSError as exc:
             raise TilesweepError(f"{folder}: cannot write tokamax's tables ({exc.strerror or exc})") from None
         for name in texts:
             entries = [e for e in c.entries if e.stem + ".json" == name]
             configs = sum(len(e.configs) for e in entries)
-            print(f"wrote {folder / name}: {len(entries)} shape(s), {configs} config(s) of {c.device_kind}")
+            also = f"; kept {kept[name]} other shape(s) the table held" if kept.get(name) else ""
+            print(f"wrote {folder / name}: {len(entries)} shape(s), {configs} config(s) of {c.device_kind}{also}")
     return 0
