@@ -183,6 +183,17 @@ def test_a_halving_sweep_reads_the_same_everywhere_and_its_heatmaps_mark_the_scr
         assert screened and svg.count(">screened</text>") == len(screened)
         assert svg.count("fill='url(#hs)'") == len(screened)
 
+    # merged while round 2 ran (a stop, then merge): a survivor of the screen without its full
+    # timing is missing (resume times it), not screened out; faster screens may still win
+    full = [r for r in doc["results"] if r["mode"] == "fwd" and r["config"] == "forced" and not r.get("screened")]
+    screen = {**full[-1], "screened": True}  # its screen, where its full timing was to replace it
+    stopped = {**doc, "results": [screen if r is full[-1] else r for r in doc["results"]]}
+    (tmp_path / "stopped.json").write_text(json.dumps(stopped))
+    before = rows[0]
+    (row, _) = json.loads(run_cli("report", str(tmp_path / "stopped.json"), "--json").stdout)
+    assert row["n_waiting"] == 1 and row["n_missing"] == 1 and row["n_screened"] == before["n_screened"]
+    assert "1 survivors of the screen not timed in full yet" in row["note"], row["note"]
+
     if importlib.util.find_spec("matplotlib") is None:
         return
     mpl = plots._matplotlib()

@@ -51,6 +51,7 @@ from orchestrator.analysis.coverage import Coverage, plans_of
 from orchestrator.analysis.labels import config_label
 from orchestrator.analysis.problems import ProblemKey, astuple_key, axis_cells, axis_columns
 from orchestrator.analysis.scan import INF, ProblemScan, scan
+from orchestrator.analysis.screens import survivors_of
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
 from orchestrator.spec.records import config_of, problem_key
 from orchestrator.store.document import ResultsDoc
@@ -133,6 +134,7 @@ class ProblemSummary:
     auto_config: dict[str, Any] | None = None  # what auto ran, as record config fields (None: unknown)
     auto_config_from: str | None = None  # "spec", "inferred" (no tilesweep block), None: unknown
     best_is_auto: bool = False  # the best forced config is auto's own: two timings of one kernel
+    n_waiting: int = 0  # screened configs that survived and are not timed in full yet (halving stopped in round 2)
     replayed: bool = False  # its best or auto timing is replayed, not measured (store.replayed)
 
     @property
@@ -190,6 +192,7 @@ class ProblemSummary:
         elif self.best_ms is None:
             notes.append("all failed")
         notes += [f"{self.n_screened} screened out"] if self.n_screened and self.best_ms is not None else []
+        notes += [f"{self.n_waiting} survivors of the screen not timed in full yet"] if self.n_waiting else []
         if self.within_noise:
             notes.append("noise")
         if self.best_is_auto:
@@ -239,7 +242,12 @@ def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
     for problem in sorted(unrecorded, key=lambda k: tuple((v is None, 0 if v is None else v) for v in k)):
         scans[problem] = ProblemScan(problem[5], problem[9])
     about = _About(auto_rule(doc), replayed_of(doc))
-    return [_summary(ProblemKey(*k), sc, plans.coverage(k, sc.recorded()), about) for k, sc in scans.items()]
+    rule = survivors_of(doc)
+    out = []
+    for k, sc in scans.items():
+        waiting = rule.waiting(sc) if rule is not None else set()  # missing: resume times them in full
+        out.append(_summary(ProblemKey(*k), sc, plans.coverage(k, sc.recorded() - waiting), about, len(waiting)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -257,7 +265,9 @@ class _About:
         return any(r is not None and self.replayed(r) for r in records)
 
 
-def _summary(key: ProblemKey, sc: ProblemScan, cover: Coverage | None, about: _About) -> ProblemSummary:
+def _summary(
+    key: ProblemKey, sc: ProblemScan, cover: Coverage | None, about: _About, waiting: int = 0
+) -> ProblemSummary:
     fields, per_config, auto_ms = sc.fields, sc.per_config, sc.auto_ms
     ok = [r for r in per_config.values() if r is not None]
     n_failed = len(per_config) - len(ok)
@@ -300,7 +310,8 @@ def _summary(key: ProblemKey, sc: ProblemScan, cover: Coverage | None, about: _A
         n_configs=len(sc.recorded()),
         n_failed=n_failed,
         n_pruned=n_pruned,
-        n_screened=len(sc.screened - per_config.keys()),
+        n_screened=len(sc.screened - per_config.keys()) - waiting,
+        n_waiting=waiting,
         runner_up_label=config_label(config_of(runner), key.mode) if runner else None,
         runner_up_ms=float(runner["median_ms"]) if runner else None,
         within_noise=within_noise,

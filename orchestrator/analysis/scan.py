@@ -60,6 +60,7 @@ class ProblemScan:
         "per_config",
         "pruned",
         "screened",
+        "screen_rec",
         "first_error",
         "first_failed",
     )
@@ -74,6 +75,7 @@ class ProblemScan:
         self.per_config: dict[Any, dict[str, Any] | None] = {}
         self.pruned: set[Any] = set()
         self.screened: set[Any] = set()  # configs with a screened record (a candidate only if timed in full too)
+        self.screen_rec: dict[Any, dict[str, Any]] = {}  # per screened config, a screen record of it
         self.first_error: str | None = None
         self.first_failed: dict[str, Any] | None = None  # the record of ``first_error``
 
@@ -125,6 +127,7 @@ def _scan(results: Iterable[dict[str, Any]], max_rel_err: float | None) -> dict[
         per = sc.per_config
         if ok and rec.get("screened") is True:  # a screen, not a measurement: never a candidate
             sc.screened.add(cid)
+            sc.screen_rec.setdefault(cid, rec)
         elif ok:
             prev = per.get(cid)
             if prev is None or m < prev["median_ms"]:

@@ -108,6 +108,7 @@ class HalvingRounds:
             "survivors": choice.summary["survivors"],
             "planned": len(choice.items),
             "units": [u.id for u in units],
+            "ids": [it.id for it in choice.items],
             "problems": choice.summary["problems"],
         }
         atomic_write_json(round2_path(sd), decided, indent=1)

@@ -62,12 +62,15 @@ def _reused(summary: Mapping[str, Any]) -> ReusedBlock:
 
 def _rounds(round2: Mapping[str, Any]) -> RoundsBlock:
     """What planning round 2 decided (``round2.json``)."""
-    return {
+    block: RoundsBlock = {
         "screened": round2.get("screened"),
         "survivors": round2.get("survivors"),
         "units": round2.get("units"),
         "planned": round2.get("planned"),
     }
+    if isinstance(round2.get("ids"), list):
+        block["survivor_ids"] = round2["ids"]
+    return block
 
 
 def device_of(segs: list[Segment]) -> DeviceBlock:

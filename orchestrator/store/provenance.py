@@ -75,6 +75,7 @@ class RoundsBlock(TypedDict):
     survivors: int | None
     units: list[str] | None
     planned: int | None
+    survivor_ids: NotRequired[list[str]]  # the items round 2 times in full (``records.item_id``)
 
 
 class SearchProblem(TypedDict):

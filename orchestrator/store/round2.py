@@ -48,6 +48,9 @@ def _wrong(data: Any) -> str | None:
     units = data.get("units")
     if not isinstance(units, list) or not all(isinstance(u, str) for u in units):
         return "units is not a list of unit ids"
+    ids = data.get("ids", [])  # the survivors' item ids (absent from a file of an earlier tilesweep)
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return "ids is not a list of item ids"
     problems = data.get("problems")
     if not isinstance(problems, list) or not all(isinstance(p, dict) for p in problems):
         return "problems is not a list of objects"
