@@ -373,3 +373,25 @@ def test_a_carried_record_is_as_new_as_its_measurement_not_its_carrying(tmp_path
         exported = run_cli("export", *map(str, order), "--out", "-")
         assert exported.returncode == 0, exported.stderr
         assert {e["median_ms"] for e in json.loads(exported.stdout)["entries"]} == want
+
+
+def test_a_record_carried_twice_names_the_measurement_and_its_time_not_the_sweep_that_carried_it(
+    tmp_path: Path, first_doc: Path
+) -> None:
+    """A → B → C: C's records say where they were measured (A's unit and attempt) and when (A's
+    attempt start), as B's do, not B's reuse unit and B's plan time; so ``export`` of C beside a
+    newer measurement of the same configs keeps the newer one."""
+    docs = {}
+    source = first_doc
+    for name in ("b", "c"):
+        spec = write(tmp_path, f"{name}.json", {**FIRST, "append": False, "output": str(tmp_path / f"{name}.out.json")})
+        r = run_cli(
+            "run", str(spec), "--sweep-dir", str(tmp_path / name), "--reuse", str(source), "--executor", "debug"
+        )
+        assert r.returncode == 0 and "reused 2 items" in r.stderr, r.stderr
+        source = tmp_path / f"{name}.out.json"
+        docs[name] = json.loads(source.read_text())
+    b = {rec["config"]: rec["reused_from"] for rec in docs["b"]["results"]}
+    c = {rec["config"]: rec["reused_from"] for rec in docs["c"]["results"]}
+    assert c == b and all(v.startswith(f"{first_doc} unit ") for v in c.values()), c
+    assert docs["c"]["tilesweep"]["reused"]["measured"] == docs["b"]["tilesweep"]["reused"]["measured"]

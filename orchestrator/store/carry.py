@@ -29,15 +29,16 @@ STRIP = ("unit", "attempt", "reused_from", "device", "round")  # a record's plac
 _BATCH = 8192  # records parsed in one call when many are read
 
 
-def strip(rec: dict[str, Any], mark_replayed: bool) -> tuple[Any, Any]:
+def strip(rec: dict[str, Any], mark_replayed: bool) -> tuple[Any, Any, Any]:
     """Take the record's place in its source off it (in place), marking it replayed where asked;
-    returns the (unit, attempt) that measured it there."""
-    unit, attempt = rec.get("unit"), rec.pop("attempt", None)
+    returns the (unit, attempt) that measured it there, and its ``reused_from`` where it was
+    carried there from elsewhere (``origin``)."""
+    unit, attempt, earlier = rec.get("unit"), rec.pop("attempt", None), rec.get("reused_from")
     for k in STRIP:
         rec.pop(k, None)
     if mark_replayed:  # carried into a measured sweep: the record says it
         rec.setdefault("timer", VIRTUAL)
-    return unit, attempt
+    return unit, attempt, earlier
 
 
 def damage(rec: Mapping[str, Any]) -> str | None:
@@ -63,6 +64,16 @@ REPLAYED_MARK = " (replayed)"  # ends the ``reused_from`` of a replayed record c
 def provenance(path: str, unit: Any, attempt: Any, replayed: bool) -> str:
     """A carried record's ``reused_from``: the document, and the unit and attempt that measured it there."""
     return f"{path} unit {unit} attempt {attempt}" + (REPLAYED_MARK if replayed else "")
+
+
+def origin(path: str, unit: Any, attempt: Any, replayed: bool, earlier: Any) -> str:
+    """A carried record's ``reused_from``: ``provenance`` of the document it is carried from,
+    or, where that document carried it from another (``earlier``: its ``reused_from`` there),
+    that one's: the measurement it is, however many sweeps carried it since (the reuse block's
+    ``measured`` time is kept under it)."""
+    if isinstance(earlier, str) and earlier:
+        return measurement_of(earlier) + (REPLAYED_MARK if replayed else "")
+    return provenance(path, unit, attempt, replayed)
 
 
 def measurement_of(reused_from: str) -> str:
@@ -109,7 +120,7 @@ class Carried(Mapping[str, Any]):
 
         if not isinstance(raw, dict):
             raise self._changed()
-        unit, attempt = strip(raw, self.mark)
+        unit, attempt, earlier = strip(raw, self.mark)
         why, order = check_layout(raw)
         try:
             same = why is None and record_id(raw) == self.item_id
@@ -117,7 +128,7 @@ class Carried(Mapping[str, Any]):
             same = False
         if not same:
             raise self._changed()
-        return finish(raw, order, provenance(self.path, unit, attempt, self.replayed), self.device)
+        return finish(raw, order, origin(self.path, unit, attempt, self.replayed, earlier), self.device)
 
     def _changed(self) -> ResultsError:
         return ResultsError(

@@ -46,7 +46,7 @@ from orchestrator.store.carry import (
     flags_of,
     is_replayed_carry,
     measurement_of,
-    provenance,
+    origin,
     strip,
 )
 from orchestrator.store.compact import CompactRecord
@@ -202,7 +202,7 @@ def _scan(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None
         why = judge(rec.get("unit"), screened, replayed, kind, "error" in rec)
         if why is None:
             body = rec  # priced (costs) too: stripping its place changes no measurement field
-            unit, attempt = strip(body, want.marks_replayed(replayed))
+            unit, attempt, earlier = strip(body, want.marks_replayed(replayed))
             bad, order = check_layout(body)  # the identity matched the item's with the types the layout checks
             bad = bad or refused_values([body]).get(0)  # a value no worker writes (a hand edit): -5 ms
             if bad is not None:
@@ -212,7 +212,7 @@ def _scan(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None
             judge.refuse(why)
             continue
         device = str(kind) if kind is not None and kind != my_kind else None
-        body = finish(body, order, provenance(count.path, unit, attempt, replayed), device)
+        body = finish(body, order, origin(count.path, unit, attempt, replayed, earlier), device)
         offer(chosen, want, it.index, CompactRecord(body), count.path)
 
 
