@@ -17,6 +17,7 @@ from collections.abc import Callable
 from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ from orchestrator.store import document as results_doc
 from orchestrator.store import synthetic
 from tests.conftest import SAMPLE, run_cli
 from tests.helpers import assert_one_line_error
-from tests.report_helpers import make_doc, rec
+from tests.report_helpers import load_obj, make_doc, rec
 
 EVIL = '<script>document.body.dataset.pwned = "1"</script><img src=x onerror="document.body.dataset.pwned=1">'
 
@@ -344,3 +345,26 @@ def test_the_sweeps_own_page_never_replaces_what_is_not_a_page_and_writes_throug
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
     assert r.returncode == 0, r.stderr
     assert page.is_symlink() and "<svg class='heatmap'" in (tmp_path / "pages" / "real.html").read_text()
+
+
+def test_configs_pre_flight_lowering_refused_are_said_so_and_a_mosaic_heatmap_folds_its_own_axes() -> None:
+    """A Mosaic GPU document (no shared-memory model: what was pruned, pre-flight lowering
+    refused): the page names lowering as the reason, not the smem model, and its heatmap says it
+    takes the best over the kernel's own other fields, not the Triton kernels' stages and warps."""
+    mosaic = {"impl": "mosaic", "use_schedule_barrier": True}
+
+    def forced(block_q: int, steps: int, **kw: Any) -> dict[str, Any]:
+        r = rec(dtype="float16", block_q=block_q, block_kv=128, max_concurrent_steps=steps, **mosaic, **kw)
+        return {k: v for k, v in r.items() if k not in ("block_k", "num_stages", "num_warps")}
+
+    refused = "LoweringRefused: ValueError: Mosaic GPU kernel exceeds available shared memory (pre-flight lowering)"
+    records = [
+        {**rec(auto=True, dtype="float16"), "impl": "mosaic"},
+        forced(64, 2, ms=1.0),
+        forced(128, 2, ms=0.9),
+        {**forced(256, 4, error=refused), "pruned": True, "smem_bytes": 329816},
+    ]
+    page = html.report_page(load_obj(make_doc(records)))
+    assert "pruned (pre-flight lowering refused it; not run)" in page and "322 KiB" in page
+    assert "the shared-memory model predicted" not in page
+    assert "best over max_concurrent_steps, use_schedule_barrier" in page and "stages, warps" not in page

@@ -142,8 +142,19 @@ def heatmap_data(key: ProblemKey, records: list[dict[str, Any]], configs: Config
     rows = sorted({r for r, _ in tallies})
     cols = sorted({c for _, c in tallies})
     cells = [[_cell(tallies.get((r, c)), vary_fwd) for c in cols] for r in rows]
-    folded = "stages, warps" + (", fwd blocks" if vary_fwd else "")
-    return HeatmapData(key, axes[0], axes[1], rows, cols, cells, cs.auto_ms, folded)
+    return HeatmapData(key, axes[0], axes[1], rows, cols, cells, cs.auto_ms, _folded(cs.fields, axes, vary_fwd))
+
+
+_SHORT = {"num_stages": "stages", "num_warps": "warps"}  # the Triton kernels' axes as the page names them
+_FWD_BLOCKS = ("fwd_block_q", "fwd_block_k")
+
+
+def _folded(fields: tuple[str, ...], axes: tuple[str, str], vary_fwd: bool) -> str:
+    """The config fields a cell's best is taken over: every field but the two axes (the Triton
+    kernels' stages and warps; another implementation's own fields), and the forward blocks of
+    a fwd_bwd problem where they vary."""
+    rest = [_SHORT.get(f, f) for f in fields if f not in axes and f not in _FWD_BLOCKS]
+    return ", ".join(rest + (["fwd blocks"] if vary_fwd else []))
 
 
 def _tallies(cs: Configs, ri: int, ci: int, mode: str) -> tuple[dict[tuple[int, int], _Tally], set[tuple[Any, Any]]]:

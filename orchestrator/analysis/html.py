@@ -37,6 +37,7 @@ from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
 from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc, load
+from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
 from orchestrator.store.page_file import page_path, page_target
 from orchestrator.store.sweepdir import atomic_open
 
@@ -109,16 +110,23 @@ def lists(v: ProblemView) -> str:
     out = []
     if v.failed:
         by_error: dict[str, list[str]] = {}
-        pruned = []
+        pruned: dict[str, list[str]] = {}
         for f in v.failed:
             if f.pruned:
-                pruned.append(f"{f.label} ({f.smem_bytes // 1024} KiB)" if f.smem_bytes else f.label)
+                why = (
+                    "pruned (pre-flight lowering refused it; not run)"
+                    if f.error.startswith(LOWERING_REFUSED)
+                    else "pruned (the shared-memory model predicted over the limit; not run)"
+                )
+                pruned.setdefault(why, []).append(
+                    f"{f.label} ({f.smem_bytes // 1024} KiB)" if f.smem_bytes else f.label
+                )
             else:
                 by_error.setdefault(f.error, []).append(f.label)
         items = "".join(f"<li>{esc(err)}: {_codes(labels)}</li>" for err, labels in by_error.items())
-        if pruned:
-            items += f"<li>pruned (the shared-memory model predicted over the limit; not run): {_codes(pruned)}</li>"
-        extra = f" ({len(pruned)} pruned)" if pruned else ""
+        items += "".join(f"<li>{why}: {_codes(labels)}</li>" for why, labels in pruned.items())
+        n_pruned = sum(map(len, pruned.values()))
+        extra = f" ({n_pruned} pruned)" if n_pruned else ""
         out.append(
             f'<details class="list"><summary>{len(v.failed)} failed config'
             f"{'s' if len(v.failed) != 1 else ''}{extra}</summary><ul>{items}</ul></details>"
@@ -237,7 +245,13 @@ def _columns(with_tag: bool, axes: list[str]) -> list[Column]:
         Column("tflops", "TFLOP/s", num=True, desc_first=True),
         Column("configs", "configs", num=True),
         Column("failed", "failed", num=True, desc_first=True),
-        Column("pruned", "pruned", num=True, desc_first=True, hint="failed configs the smem model refused"),
+        Column(
+            "pruned",
+            "pruned",
+            num=True,
+            desc_first=True,
+            hint="failed configs refused before running (the smem model, or pre-flight lowering)",
+        ),
         Column("missing", "missing", num=True, desc_first=True, hint="planned configs without a record"),
         Column("auto_config", "auto config", left=True, hint="the config auto runs there"),
         Column("note", "note", left=True),
@@ -285,7 +299,7 @@ def legend() -> str:
     swatch = '<svg class="swatch" width="22" height="14"><rect width="22" height="14" fill="url(#h{})"/></svg>'
     return (
         f'<div class="legend"><span>cell colour: time relative to the problem\'s best</span>{scale_svg()}'
-        f"<span>{swatch.format('f')} failed</span><span>{swatch.format('p')} pruned (smem model, not run)"
+        f"<span>{swatch.format('f')} failed</span><span>{swatch.format('p')} pruned (refused before running)"
         f"</span><span>{swatch.format('s')} screened: timed by one screening sample only (halving), never a best"
         "</span><span>- not in the sweep</span></div>"
     )
