@@ -30,6 +30,7 @@ table for the device kind where it has the shape, else its heuristics).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -215,8 +216,12 @@ class TokamaxImpl:
         return params
 
     def invalid(self, mode: str, seq: int, params: tuple[Value, ...]) -> str | None:
-        del mode, seq, params
-        return None  # tokamax checks its configs when the op is built (kernels.tokamax_ops)
+        """What tokamax's config classes refuse of the config as a whole (a rule across its fields:
+        sm100's ``block_q`` per CTA at least 128 without ``collective``), which a field's own rule
+        (``TokamaxTunable``, at spec time) cannot see; None where tokamax is not installed here (its
+        lowering or worker refuses it then)."""
+        del seq
+        return _refused(self.name, mode, tuple(t.name for t in self.tunables(mode)), params)
 
     def predict(
         self, mode: str, dtype: str, head_dim: int, params: tuple[Value, ...], seq: int
@@ -268,6 +273,18 @@ class TokamaxImpl:
         ``VerificationError``, Triton lowering with a ``LoweringError``; anything else crashed."""
         refusals = ("ValueError", "NotImplementedError", "VerificationError", "LoweringError", "ValidationError")
         return "refused" if type(exc).__name__ in refusals else "crashed"
+
+
+@functools.lru_cache(maxsize=4096)
+def _refused(impl: str, mode: str, names: tuple[str, ...], params: tuple[Value, ...]) -> str | None:
+    try:
+        from kernels import tokamax_ops
+    except ImportError:  # tokamax (or jax) is not installed where this plans
+        return None
+    try:
+        return tokamax_ops.refusal(impl, mode, dict(zip(names, params, strict=True)))
+    except meta.TokamaxMissing:
+        return None
 
 
 def _default_flag(name: str, value: Any) -> bool:

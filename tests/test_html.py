@@ -351,7 +351,7 @@ def test_configs_pre_flight_lowering_refused_are_said_so_and_a_mosaic_heatmap_fo
     """A Mosaic GPU document (no shared-memory model: what was pruned, pre-flight lowering
     refused): the page names lowering as the reason, not the smem model, and its heatmap says it
     takes the best over the kernel's own other fields, not the Triton kernels' stages and warps."""
-    mosaic = {"impl": "mosaic", "use_schedule_barrier": True}
+    mosaic: dict[str, Any] = {"impl": "mosaic", "use_schedule_barrier": True}
 
     def forced(block_q: int, steps: int, **kw: Any) -> dict[str, Any]:
         r = rec(dtype="float16", block_q=block_q, block_kv=128, max_concurrent_steps=steps, **mosaic, **kw)

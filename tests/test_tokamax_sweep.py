@@ -198,3 +198,18 @@ def test_the_planned_lists_are_kept_so_the_plan_is_reread_without_tokamax(
     with pytest.raises(MismatchError) as err:
         SweepDir.open(sweep).unit_items(unit)
     assert "another tokamax than this one" in err.value.message and "\n" not in err.value.message
+
+
+def test_a_config_tokamax_refuses_as_a_whole_is_planned_invalid_with_its_reason() -> None:
+    """A rule of tokamax's config class across its fields (sm100: block_q per CTA at least 128
+    without ``collective``), which no field's own rule sees at spec time: planned invalid with
+    tokamax's words, so no GPU runs it, without ``plan --lower``; the rest runs."""
+    b200 = _spec(
+        kernel={"impl": "tokamax-mosaic", "device_kind": "NVIDIA B200"},
+        grid={"fwd": {"block_q": [64, 128], "block_kv": [64, 128], "num_stages": [2], "persistent": [True]}},
+    )
+    forced = [it for it in expand(b200) if it.config == "forced"]
+    bad = [it for it in forced if (it.fields() or {}).get("block_q") == 64]
+    assert bad and all(it.kind == "invalid" for it in bad)
+    assert all("block_q per CTA must be at least 128" in (it.reason or "") for it in bad), bad[0].reason
+    assert all(it.kind == RUN for it in forced if it not in bad)
