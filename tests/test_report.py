@@ -183,11 +183,12 @@ def test_duplicate_attempts_count_once() -> None:
     assert (s.n_configs, s.n_failed, s.best_ms, s.runner_up_ms) == (2, 0, 1.5, 1.9)
 
 
-def test_pruned_counted_as_failed() -> None:
+def test_pruned_counted_as_failed_and_the_note_says_it_never_ran() -> None:
     r = rec(ms=None, block_q=256)
     r["pruned"] = True
     (s,) = report.best_table(load_obj(make_doc([rec(ms=1.0), r])))
     assert (s.n_configs, s.n_failed, s.n_pruned) == (2, 1, 1)
+    assert "1 of the failed pruned, not run" in s.note  # the text report has no pruned column
 
 
 def test_fwd_bwd_label_names_fwd_blocks_only_when_not_default() -> None:

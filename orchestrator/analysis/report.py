@@ -193,6 +193,7 @@ class ProblemSummary:
             notes.append("all failed")
         notes += [f"{self.n_screened} screened out"] if self.n_screened and self.best_ms is not None else []
         notes += [f"{self.n_waiting} survivors of the screen not timed in full yet"] if self.n_waiting else []
+        notes += [f"{self.n_pruned} of the failed pruned, not run"] if self.n_pruned else []
         if self.within_noise:
             notes.append("noise")
         if self.best_is_auto:
