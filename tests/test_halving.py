@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from orchestrator.analysis.report import best_table
 from orchestrator.planning.halving import margin, survivors
 from orchestrator.store.document import from_obj
 from tests.conftest import SAMPLE, run_cli
-from tests.helpers import assert_one_line_error
+from tests.helpers import REPO, assert_one_line_error
 
 HALVING_SPEC = {
     "dtypes": ["bfloat16"],
@@ -245,3 +247,18 @@ def test_every_round_after_the_first_is_counted_on_its_own(tmp_path: Path) -> No
     shown = st.to_json()
     assert shown["items_done"] == 400 and shown["done"] == 400 and shown["total"] == 414
     assert [(r["number"], r["done"], r["total"]) for r in shown["rounds"]] == [(1, 400, 400), (2, 0, 10), (3, 0, 4)]
+
+
+def test_a_round_1_done_with_nothing_to_plan_round_2_says_resume_and_exits_1(tmp_path: Path) -> None:
+    """Round 1's units run by hand (or a run stopped as they ended): nothing will plan round 2
+    but ``resume``, so status names it and exits 1, as for a unit that needs resume; once
+    resume has run it, status exits 0."""
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec_file(tmp_path)), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    worker = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, capture_output=True)
+    assert worker.returncode == 0, worker.stderr
+    r = run_cli("status", str(sweep))
+    assert r.returncode == 1, r.stdout
+    assert f"round 2 is still to plan: `tilesweep resume {sweep}` plans and runs it" in r.stdout, r.stdout
+    assert run_cli("resume", str(sweep)).returncode == 0
+    assert run_cli("status", str(sweep)).returncode == 0

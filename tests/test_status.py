@@ -111,9 +111,11 @@ def test_a_failed_unit_says_its_workers_own_reason_once_its_log_has_one(
 ) -> None:
     sd, units, view = _three_units_on_slurm(tmp_path, write_spec)
     failed = sweep_status(sd, view=view).units[0]
-    # the task's log does not exist: no path shown, and the reason is sacct's
+    # the task's log does not exist: no path shown, the reason is sacct's, and what a log never
+    # written means (the task could not write into the sweep directory)
     assert failed.state == "failed" and failed.log is None and failed.errors == 1
-    assert failed.detail == "FAILED (exit 1:0): exit code 1"
+    assert failed.detail is not None and failed.detail.startswith("FAILED (exit 1:0): exit code 1; it wrote no log (")
+    assert "its node could not write into the sweep directory" in failed.detail
     # the unit's log ends with its worker's own reason: that is what status says
     unit_log = sd.unit_log(units[0])
     unit_log.parent.mkdir(parents=True)

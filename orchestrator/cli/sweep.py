@@ -338,9 +338,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(status_json(st))
     else:
         print(format_status(st))
-    # 1: some units ended without finishing and nothing took their items over (resume does), or
-    # the final merge job refused, or ended before merging, and no merge wrote the document since
-    return 1 if st.ended_unfinished() or st.unmerged else 0
+    # 1: some units ended without finishing and nothing took their items over (resume does), a
+    # round is still to plan and nothing running will (resume does), or the final merge job
+    # refused, or ended before merging, and no merge wrote the document since
+    return 1 if st.ended_unfinished() or st.round_stalled or st.unmerged else 0
 
 
 def register(sub: Subparsers) -> None:

@@ -143,6 +143,15 @@ class SweepStatus:
         return self.search is not None and self.search_end is None
 
     @property
+    def round_stalled(self) -> bool:
+        """A round still to plan (halving's round 2, a search's next) that nothing running will
+        plan: every unit settled and its last round done, no final merge job pending or running
+        (``resume`` plans it)."""
+        if not (self.round2_pending or self.search_pending) or not self.settled or self.done < self.total:
+            return False
+        return not any(m.get("state") in ("PENDING", "RUNNING") for m in self.merge_jobs)
+
+    @property
     def next_round(self) -> int:
         """The round a search plans next (the one after its last planned round)."""
         return max((r["round"] for r in self.search or []), default=1) + 1

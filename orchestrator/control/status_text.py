@@ -156,6 +156,8 @@ def rounds_lines(st: SweepStatus) -> list[str]:
             f"{one}; round 2 not planned: the merge job could not submit it ({st.round2_deferred}); "
             f"`{PROG} wait {word(st.sweep_dir)}` or `{PROG} resume {word(st.sweep_dir)}` does"
         ]
+    if st.round_stalled:  # nothing runs that would plan it
+        return [f"{one}; round 2 is still to plan: `{PROG} resume {word(st.sweep_dir)}` plans and runs it"]
     return [f"{one}; round 2 (full timing of the survivors) is planned once round 1 is complete ({_planners(st)})"]
 
 
@@ -187,8 +189,7 @@ def _search_line(st: SweepStatus) -> str:
             f"{head}; round {st.next_round} not planned: the merge job could not submit it ({st.search_deferred}); "
             f"`{PROG} wait {word(st.sweep_dir)}` or `{PROG} resume {word(st.sweep_dir)}` does"
         )
-    merging = any(m.get("state") in ("PENDING", "RUNNING") for m in st.merge_jobs)
-    if st.settled and st.done >= st.total and not merging:  # nothing runs that would plan it
+    if st.round_stalled:  # nothing runs that would plan it
         return f"{head}; round {st.next_round} is still to plan: `{PROG} resume {word(st.sweep_dir)}` plans and runs it"
     last = st.search[-1] if st.search else None
     max_rounds, screen = st.search_rounds or (None, False)

@@ -127,13 +127,12 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
     return ("running" if records else "pending"), None
 
 
-# The states of a task that ran, or was meant to, and ended on its own: one that wrote no log
-# could not open its log files, which SLURM opens in the sweep directory before anything runs.
-ENDED_UNLOGGED = ("COMPLETED", "FAILED", "NODE_FAIL", "BOOT_FAIL")
+# A task that ended with none of its log files there could not open them: SLURM opens them in
+# the sweep directory before anything runs, and the step fails (its batch script ends COMPLETED,
+# or FAILED by a signal SLURM names by number). What a user can do about it:
 NO_LOG = (
-    "without writing its log, which a task writes first, into the sweep directory: its node could not write "
-    "there (not a filesystem the nodes share, or not theirs to write); move the sweep directory where they can, "
-    "and resume it there"
+    "its node could not write into the sweep directory (not a filesystem the nodes share, or not theirs to "
+    "write); move the sweep directory where they can, and resume it there"
 )
 
 
@@ -155,7 +154,12 @@ def failure(unit: str, job: dict[str, Any], detail: str | None, view: SchedulerV
     ts = view.get(str(job["job_id"])) if view is not None else None
     if ts is not None and ts.state == "OUT_OF_MEMORY":
         return detail
-    if ts is not None and ts.state in ENDED_UNLOGGED and existing(job.get("log"), job.get("stderr")) is None:
-        return f"the job ended ({ts.state}) {NO_LOG}"
     said = exit_reason(ts.exit_code) if ts is not None and ts.exit_code else None
-    return f"{detail}: {said}" if said and detail and said not in detail else detail
+    out = f"{detail}: {said}" if said and detail and said not in detail else detail
+    logs = [p for p in (job.get("log"), job.get("stderr")) if p]
+    if ts is not None and ts.state in ("COMPLETED", "FAILED") and logs and existing(*logs) is None:
+        where = logs[-1]
+        if ts.state == "COMPLETED":  # "completed without finishing its items (see its log)": there is none
+            return f"the job ended without writing its log ({where}): {NO_LOG}"
+        return f"{out}; it wrote no log ({where}): {NO_LOG}"
+    return out
