@@ -368,3 +368,23 @@ def test_configs_pre_flight_lowering_refused_are_said_so_and_a_mosaic_heatmap_fo
     assert "pruned (pre-flight lowering refused it; not run)" in page and "322 KiB" in page
     assert "the shared-memory model predicted" not in page
     assert "best over max_concurrent_steps, use_schedule_barrier" in page and "stages, warps" not in page
+
+
+def test_untagged_problems_have_a_filter_value_of_their_own_and_a_title_that_says_so() -> None:
+    """A document holding tagged and untagged problems: the tag filter offers the untagged ones
+    as a value of their own (an empty value is the filter's "all"), and their cards say so."""
+    records = [rec(tag="", ms=1.0), rec(tag="", auto=True), rec(tag="h100", ms=2.0), rec(tag="h100", auto=True)]
+    page = html.report_page(load_obj(make_doc(records)))
+    select = re.search(r'<select name="tag"[^>]*>(.*?)</select>', page)
+    assert select is not None
+    values = re.findall(r'<option value="([^"]*)">', select[1])
+    assert values == ["", "(no tag)", "h100"] or values == ["", "h100", "(no tag)"], values
+    assert "[no tag]" in page and "[]" not in page
+
+
+def test_a_page_of_one_problem_counts_it_in_the_singular_and_shows_its_spec_text_as_written() -> None:
+    page = html.report_page(load_obj(make_doc([rec(ms=1.0, tag="é✓")])))
+    assert "1 record, " in page and "1 problem" in page and "1 problems" not in page and "1 records" not in page
+    doc = make_doc([rec(ms=1.0)], tilesweep={"spec": {"tag": "é✓"}})
+    spec_text = html.report_page(load_obj(doc))
+    assert "&quot;tag&quot;: &quot;é✓&quot;" in spec_text and "\\u00e9" not in spec_text

@@ -215,4 +215,4 @@ def problem_title(key: ProblemKey, with_tag: bool = False) -> str:
         f"{_SHORT_DTYPE.get(key.dtype, key.dtype)} D={key.head_dim} S={key.seq} "
         f"B={key.batch} H={key.heads} {key.mode}{key.variant()}"
     )
-    return f"{text} [{key.tag}]" if with_tag and key.tag is not None else text
+    return f"{text} [{key.tag or 'no tag'}]" if with_tag else text

@@ -175,7 +175,7 @@ def grouped(keys: list[ProblemKey], render: Callable[[int], str], header: Callab
             "left out: every problem's card and heatmap is on this page.</p>"
         )
     else:
-        intro = f'<p class="sub">{len(keys)} problems, grouped by {axes}.</p>'
+        intro = f'<p class="sub">{len(keys)} problem{"s" if len(keys) != 1 else ""}, grouped by {axes}.</p>'
     out = [intro]
     for g, (values, idx) in enumerate(groups.items(), 1):
         name = " &middot; ".join(f"{a} {esc(v)}" for a, v in zip(GROUP_AXES, values, strict=True))
@@ -202,7 +202,7 @@ def key_cells(number: int, anchor: str, k: ProblemKey, with_tag: bool, axes: lis
     ]
     fvals = [k.dtype, str(k.head_dim), str(k.seq), *extra, k.mode]
     if with_tag:
-        tag = "-" if k.tag is None else str(k.tag)
+        tag = str(k.tag) if k.tag else "(no tag)"  # "" would be the filter's "all"
         cells.append(td(tag, cls="l"))
         fvals.append(tag)
     return cells, fvals

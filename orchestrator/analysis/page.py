@@ -86,7 +86,7 @@ def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
         ("jax", dev.get("jax") or env.get("jax")),
         ("jaxlib", dev.get("jaxlib") or env.get("jaxlib")),
         ("python", dev.get("python")),
-        ("records", ", ".join(f"{v} {k}" for k, v in counts.items())),
+        ("records", ", ".join(f"{v} {k.removesuffix('s') if v == 1 else k}" for k, v in counts.items())),
         ("sweep", " ".join(str(x) for x in (block.get("sweep_dir"), block.get("fingerprint")) if x) or None),
         ("planned items", block.get("planned")),
         ("measured", _when(block)),
@@ -99,7 +99,7 @@ def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
     shown = spec if spec is not None else doc.config
     return (
         f'<dl class="prov">{items}</dl><details class="list"><summary>{what}</summary>'
-        f'<pre class="spec">{esc(json.dumps(shown, indent=1))}</pre></details>'
+        f'<pre class="spec">{esc(json.dumps(shown, indent=1, ensure_ascii=False))}</pre></details>'
     )
 
 
@@ -161,8 +161,8 @@ def table(columns: Sequence[Column], rows: Iterable[tuple[list[str], list[str]]]
         attrs += f' title="{esc(c.hint)}"' if c.hint else ""
         heads.append(f"<th{attrs}>{esc(c.title)}</th>")
     return (
-        f'<div class="controls">{"".join(selects)}<span>showing <b id="shown">{total}</b> of {total} problems; '
-        "click a column to sort, again to reverse</span></div>"
+        f'<div class="controls">{"".join(selects)}<span>showing <b id="shown">{total}</b> of {total} '
+        f"problem{'s' if total != 1 else ''}; click a column to sort, again to reverse</span></div>"
         f'<div class="tablewrap"><table class="sum" id="summary"><thead><tr>{"".join(heads)}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"
     )
