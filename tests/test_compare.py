@@ -117,3 +117,19 @@ def test_cli_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert rc == 0 and len(json.loads(out)["problems"]) == 4
     rc, out, _ = run_handler(["compare", str(pa), str(pb), "--markdown"], capsys)
     assert rc == 0 and "|" in out
+
+
+def test_what_keeps_two_documents_apart_and_the_legend_name_the_tag_only_where_it_joined_the_match() -> None:
+    """Tags join the match only where a document holds one problem under several: otherwise a
+    tag is never the reason two documents share no problem, and the page's legend says which."""
+    from orchestrator.analysis import compare_html
+
+    a = results_doc.from_obj(make_doc([rec(ms=1.0, seq=2048, tag="a")]), name="a")
+    b = results_doc.from_obj(make_doc([rec(ms=1.0, seq=4096, tag="b")]), name="b")
+    rows = compare.compare(a, b)
+    (said,) = [c for c in compare.caveats(rows, a, b) if "no problem in common" in c]
+    assert "(they differ in seq)" in said, said
+    assert "without the tag" in compare_html.compare_page(a, b)
+    two = results_doc.from_obj(make_doc([rec(ms=1.0, tag="x"), rec(ms=2.0, tag="y")]), name="two")
+    page = compare_html.compare_page(two, two)
+    assert "matched on their axes and their tag" in page and "without the tag" not in page

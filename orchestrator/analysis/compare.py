@@ -150,7 +150,7 @@ def caveats(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc)
 def _apart(rows: list[ProblemComparison]) -> str:
     """What keeps A's problems from B's: the axes on which they share no value, else those
     whose values differ (the keys as they were matched: the tag only where it joined them)."""
-    keys = {side: [getattr(r, side).key for r in rows if getattr(r, side) is not None] for side in ("a", "b")}
+    keys = {side: [r.key for r in rows if getattr(r, side) is not None] for side in ("a", "b")}
     values = {
         f.name: ({getattr(k, f.name) for k in keys["a"]}, {getattr(k, f.name) for k in keys["b"]})
         for f in dataclasses.fields(ProblemKey)

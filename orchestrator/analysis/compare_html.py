@@ -21,7 +21,13 @@ from orchestrator.analysis.svg import esc
 from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.store.document import ResultsDoc
 
-LEGEND = "B/A = B best ms / A best ms (below 1: B is faster). Problems are matched on their axes, without the tag."
+LEGEND = "B/A = B best ms / A best ms (below 1: B is faster). Problems are matched on their axes{}."
+
+
+def legend_text(with_tag: bool) -> str:
+    """The legend, saying whether the tag joined the match (``compare.compare``: where a
+    document holds one problem under several tags)."""
+    return LEGEND.format(" and their tag" if with_tag else ", without the tag")
 
 
 def _views(doc: ResultsDoc) -> dict[tuple, ProblemView]:
@@ -97,7 +103,7 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
     title = f"tilesweep compare: {Path(doc_a.name).name} vs {Path(doc_b.name).name}"
     body = [
         f"<h1>{esc(title)}</h1>",
-        f'<p class="sub">{esc(LEGEND)}</p>',
+        f'<p class="sub">{esc(legend_text(with_tag))}</p>',
         *(f'<p class="note caveat">{esc(line)}</p>' for line in caveats(rows, doc_a, doc_b)),
         f'<h2>Provenance</h2><div class="sides">{"".join(sides)}</div>',
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(rows, with_tag, axes), len(rows))}",

@@ -87,4 +87,16 @@
     if (col >= 0) { sortBy(col, params.get("order") === "desc"); }
   }
   if (location.hash) { openTo(location.hash); }
+
+  // printed, the page holds every problem: the folded groups and lists open for the print, and
+  // those that were closed close again after it
+  var reopened = [];
+  window.addEventListener("beforeprint", function () {
+    reopened = Array.prototype.filter.call(document.querySelectorAll("details"), function (d) { return !d.open; });
+    reopened.forEach(function (d) { d.open = true; });
+  });
+  window.addEventListener("afterprint", function () {
+    reopened.forEach(function (d) { d.open = false; });
+    reopened = [];
+  });
 })();
