@@ -166,6 +166,28 @@ def test_compare_page_in_the_browser(fresh: Browser, tmp_path: Path) -> None:
     b.open(page.as_uri() + "?sort=ratio&order=desc")
     assert b.js(f"{ROWS}.length") == 3 and b.js("document.querySelectorAll('svg.heatmap').length") == 6
     assert values(b, "ratio") == [1.25, 1.25, 1.0]
+    # on a narrow window A's and B's provenance stack, one column, and nothing overflows the page
+    b.call("Emulation.setDeviceMetricsOverride", session=True, width=420, height=900, deviceScaleFactor=1, mobile=False)
+    try:
+        columns = b.js("getComputedStyle(document.querySelector('.sides')).gridTemplateColumns.split(' ').length")
+        assert columns == 1
+        assert b.js("document.documentElement.scrollWidth <= window.innerWidth")
+    finally:
+        b.call("Emulation.clearDeviceMetricsOverride", session=True)
+    assert b.problems() == []
+
+
+def test_a_printed_page_opens_what_is_folded_and_folds_it_again_after(fresh: Browser, tmp_path: Path) -> None:
+    b = fresh
+    page = html.write_page(tmp_path / "excerpt.html", html.report_page(results_doc.load(SAMPLE)))
+    b.open(page.as_uri())
+    closed = "document.querySelectorAll('details:not([open])').length"
+    before = b.js(closed)
+    assert before > 0
+    b.js("window.dispatchEvent(new Event('beforeprint'))")  # what the browser fires as it prints
+    assert b.js(closed) == 0
+    b.js("window.dispatchEvent(new Event('afterprint'))")
+    assert b.js(closed) == before
     assert b.problems() == []
 
 
