@@ -395,3 +395,15 @@ def test_a_record_carried_twice_names_the_measurement_and_its_time_not_the_sweep
     c = {rec["config"]: rec["reused_from"] for rec in docs["c"]["results"]}
     assert c == b and all(v.startswith(f"{first_doc} unit ") for v in c.values()), c
     assert docs["c"]["tilesweep"]["reused"]["measured"] == docs["b"]["tilesweep"]["reused"]["measured"]
+
+
+def test_a_dry_run_submit_that_reuses_everything_says_how_to_get_the_document(tmp_path: Path, first_doc: Path) -> None:
+    """Every item reused: nothing to submit, and the dry run made no sweep directory, so the way
+    to the document is to plan it (submit, with the same --reuse) and merge, not to merge a
+    folder that does not exist."""
+    spec = write(tmp_path, "spec.json", {**FIRST, "output": str(tmp_path / "out.json"), "executor": {"kind": "slurm"}})
+    sweep = tmp_path / "sweep"
+    r = run_cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run", "--reuse", str(first_doc))
+    assert r.returncode == 0, r.stderr
+    assert f"`tilesweep submit {spec} --sweep-dir {sweep} --reuse {first_doc}` plans the sweep directory" in r.stdout
+    assert "`tilesweep merge" in r.stdout and not sweep.exists()

@@ -92,7 +92,12 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
         print(f"dry run: nothing written, nothing submitted. {d.root}: {d.planned} items, every unit done or reused")
         for line in reuse_lines(d.reused):
             print(line)
-        print(f"nothing to submit (`{PROG} merge {word(d.root)}` writes the document)")
+        if d.root.is_dir():
+            print(f"nothing to submit (`{PROG} merge {word(d.root)}` writes the document)")
+        else:  # a dry run made no sweep directory to merge: submit writes it, then merge the document
+            reuse = "".join(f" --reuse {word(doc)}" for doc in args.reuse)
+            again = f"{PROG} submit {word(args.spec)} --sweep-dir {word(d.root)}{reuse}"
+            print(f"nothing to submit (`{again}` plans the sweep directory, then `{PROG} merge` writes the document)")
         return 0
     most = max((len(units) for tasks in d.arrays for units in tasks), default=0)
     turns = ("one GPU" if d.gpus else "no GPU asked for") if d.per_task == 1 else "one per GPU"
