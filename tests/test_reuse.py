@@ -407,3 +407,10 @@ def test_a_dry_run_submit_that_reuses_everything_says_how_to_get_the_document(tm
     assert r.returncode == 0, r.stderr
     assert f"`tilesweep submit {spec} --sweep-dir {sweep} --reuse {first_doc}` plans the sweep directory" in r.stdout
     assert "`tilesweep merge" in r.stdout and not sweep.exists()
+
+
+def test_a_reuse_document_holding_no_item_of_the_plan_is_named_not_passed_over(tmp_path: Path, first_doc: Path) -> None:
+    spec = write(tmp_path, "spec.json", {**FIRST, "output": str(tmp_path / "out.json"), "dtypes": ["bfloat16"]})
+    r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(first_doc))
+    assert r.returncode == 0, r.stderr
+    assert f"nothing reused from {first_doc}: none of its records is an item of this plan" in r.stdout, r.stdout

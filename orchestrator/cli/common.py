@@ -324,4 +324,9 @@ def reuse_lines(summary: dict[str, Any] | None) -> list[str]:
         if parts:
             why = f" [{'; '.join(s['why'])}]" if s.get("why") else ""
             lines.append(f"  not reused from {s['path']}: {', '.join(parts)}{why}")
+        elif not s.get("records") and s.get("role") != "output":
+            lines.append(
+                f"  nothing reused from {s['path']}: none of its records is an item of this plan (other problems or "
+                "configs, or another kernel implementation, tag or causal setting than the spec's)"
+            )
     return lines
