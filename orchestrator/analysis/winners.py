@@ -2,11 +2,12 @@
 
 A problem here is the report's (``report.ProblemKey``) less its implementation: the same
 shape, dtype, mode, tag, causal and kv_heads measured by tilesweep's kernel, jax's stock one,
-jax's Mosaic GPU one... Per problem the best config of each implementation measured
-(``report.best_table``: its fastest forced config, never auto) is listed, and the
-implementation whose best is fastest wins; ``margin`` is the runner-up implementation's best
-over the winner's (above 1). A problem only one implementation measured (or that every
-implementation but one failed) is not a contest and is left out.
+jax's Mosaic GPU one... Per problem each implementation measured is timed as the tuned table
+answers for it (``export``'s ``wins``, what a model calling it runs): its fastest forced config
+(``report.best_table``), or its ``auto`` where auto was faster (the table then says "use auto");
+the implementation fastest so wins; ``margin`` is the runner-up implementation's time over the
+winner's (above 1). A problem only one implementation measured (or that every implementation but
+one failed) is not a contest and is left out.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
 
 @dataclass(frozen=True)
 class ImplBest:
-    """One implementation's best config of a problem."""
+    """One implementation's fastest way to run a problem: its best config, or auto (``config``
+    None, ``label`` "auto") where auto was faster."""
 
     impl: str
     label: str
-    config: dict[str, Any]
+    config: dict[str, Any] | None
     ms: float
 
 
@@ -58,11 +60,13 @@ def contests(summaries: list[ProblemSummary]) -> list[Contest]:
     """The problems of ``summaries`` that more than one implementation timed, in their order."""
     groups: dict[ProblemKey, list[ImplBest]] = {}
     for s in summaries:
-        if s.best_ms is None or s.best_config is None:
-            continue
-        key = dataclasses.replace(s.key, impl=None)
-        best = ImplBest(str(s.key.impl), s.best_label or "-", s.best_config, s.best_ms)
-        groups.setdefault(key, []).append(best)
+        runs = []
+        if s.best_ms is not None and s.best_config is not None:
+            runs.append(ImplBest(str(s.key.impl), s.best_label or "-", s.best_config, s.best_ms))
+        if s.auto_ms is not None and (not runs or s.auto_ms < runs[0].ms):  # a tie: the tuned config
+            runs = [ImplBest(str(s.key.impl), "auto", None, s.auto_ms)]
+        if runs:
+            groups.setdefault(dataclasses.replace(s.key, impl=None), []).append(runs[0])
     out = []
     for key, bests in groups.items():
         if len({b.impl for b in bests}) > 1:
@@ -110,5 +114,8 @@ def format_contests(found: list[Contest], style: str = "text") -> str:
                 c.winner.label,
             ]
         )
-    legend = "margin: the runner-up implementation's best ms over the winner's (its fastest forced config each)."
+    legend = (
+        "margin: the runner-up implementation's ms over the winner's, each as its tuned table answers (its fastest "
+        "forced config, or auto where auto was faster: best auto)."
+    )
     return render(header, rows, style, left={"dtype", "mode", "winner", "best", "causal"}, legend=legend)
