@@ -40,8 +40,10 @@ auto instead of to a config that would raise:
 4. Anything else, a dtype the kernel does not run included, is ``None``: use auto.
 
 An argument no call could mean (an unknown mode or implementation, a seq that is not a positive
-integer, a dtype name numpy does not know) raises ``ValueError``; an entry no export writes (a
-config field the kernel refuses, two entries for one problem) is refused at load
+integer, kv_heads not dividing heads, a causal that is not a bool, a dtype name numpy does not
+know or no dtype at all; ``config_for`` or ``mha_kwargs`` asked for another implementation than
+theirs) raises ``ValueError``; an entry no export writes (a config field the kernel refuses, a
+head_dim no kernel runs, two entries for one problem) is refused at load
 (``kernels.tuned_entries``).
 
 The table is only as good as the device and stack it was measured on: loading a table
@@ -212,7 +214,7 @@ class TunedTable:
     ) -> TunedEntry | None:
         """The entry the lookup rule (module docstring) picks, or ``None``; see ``lookup``.
         ``ValueError`` for an argument no call could mean (``tuned_entries.check_call``)."""
-        check_call(impl, mode, seq, head_dim, dtype, batch=batch, heads=heads, kv_heads=kv_heads)
+        check_call(impl, mode, seq, head_dim, dtype, causal, batch=batch, heads=heads, kv_heads=kv_heads)
         try:
             dtype = dtype_name(dtype)
         except ValueError:  # a dtype the kernel does not run has no tuned config
@@ -247,19 +249,28 @@ class TunedTable:
     def config_for(self, **kwargs: Any) -> AttentionConfig | None:
         """Our kernel's ``AttentionConfig`` for this call (``lookup`` of its entries), or
         ``None``: use auto (``kernels.attention.auto_config``)."""
-        cfg = self.lookup(**{**kwargs, "impl": DEFAULT_IMPL})
+        cfg = self.lookup(**_own(kwargs, DEFAULT_IMPL, "config_for"))
         return None if cfg is None else to_attention_config(cfg)
 
     def mha_kwargs(self, **kwargs: Any) -> dict[str, Any] | None:
         """Keyword arguments of jax's stock ``mha`` for this call, from the entries measured
         with ``kernel.impl: "jax"``: ``{"block_sizes": BlockSizes(...), "num_warps",
         "num_stages"}``; ``None``: call ``mha`` with its defaults. Imports jax."""
-        cfg = self.lookup(**{**kwargs, "impl": "jax"})
+        cfg = self.lookup(**_own(kwargs, "jax", "mha_kwargs"))
         if cfg is None:
             return None
         from kernels.stock import mha_kwargs
 
         return mha_kwargs(to_attention_config(cfg))
+
+
+def _own(kwargs: dict[str, Any], impl: str, method: str) -> dict[str, Any]:
+    """``kwargs`` for the implementation ``method`` answers for; ValueError where they name another."""
+    if kwargs.get("impl", impl) != impl:
+        raise ValueError(
+            f"{method} answers for impl={impl!r}, not impl={kwargs['impl']!r}: use lookup(impl={kwargs['impl']!r}, ...)"
+        )
+    return {**kwargs, "impl": impl}
 
 
 def config_for(table: TunedTable | str | os.PathLike[str], **kwargs: Any) -> AttentionConfig | None:

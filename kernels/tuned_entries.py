@@ -20,7 +20,7 @@ from kernels import impl_triton, impls
 from kernels.config import AttentionConfig
 from kernels.impl_base import Tunable
 from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
-from kernels.smem import DTYPES, MODES
+from kernels.smem import DTYPES, MAX_HEAD_DIM, MIN_HEAD_DIM, MODES
 
 # Exactly the fields of ``AttentionConfig``, in its order.
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AttentionConfig))
@@ -158,6 +158,10 @@ def _check_problem(raw: dict[str, Any], cfg: dict[str, Any] | None, where: str) 
     the entry's seq, timings that are positive numbers (or null)."""
     if raw["heads"] % raw["kv_heads"]:
         raise TunedTableError(f"{where}: kv_heads={raw['kv_heads']} does not divide heads={raw['heads']}")
+    if not MIN_HEAD_DIM <= raw["head_dim"] <= MAX_HEAD_DIM:
+        raise TunedTableError(
+            f"{where}: head_dim={raw['head_dim']} is not one the kernels run ({MIN_HEAD_DIM} to {MAX_HEAD_DIM})"
+        )
     if cfg is not None and not blocks_divide(cfg, raw["seq"], raw["mode"], raw["impl"]):
         raise TunedTableError(f"{where}: config {cfg} is not one the {raw['impl']} kernel runs at seq={raw['seq']}")
     for k in ("median_ms", "auto_ms"):
@@ -185,11 +189,14 @@ def read_entries(raws: list[Any], name: str, version: int) -> list[TunedEntry]:
     return out
 
 
-def check_call(impl: str, mode: str, seq: Any, head_dim: Any, dtype: Any, **sizes: Any) -> None:
+def check_call(impl: str, mode: str, seq: Any, head_dim: Any, dtype: Any, causal: Any = False, **sizes: Any) -> None:
     """Refuse a lookup's argument no call could mean (a typo reads as "use auto" otherwise):
     an unknown implementation or mode, a seq or head_dim (or a ``sizes`` value given: batch,
-    heads, kv_heads) that is not a positive integer, a dtype name numpy does not know. A real
-    dtype the kernels do not run is no error: auto."""
+    heads, kv_heads) that is not a positive integer, kv_heads not dividing heads, a causal that
+    is not a bool (``"false"`` is true), a dtype that is neither a name numpy knows nor a dtype
+    (None, a number). A real dtype the kernels do not run is no error: auto."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"causal={causal!r} must be True or False")
     if impl not in IMPL_NAMES:
         raise ValueError(f"impl={impl!r} is not one of {', '.join(IMPL_NAMES)}")
     if mode not in MODES:
@@ -197,6 +204,11 @@ def check_call(impl: str, mode: str, seq: Any, head_dim: Any, dtype: Any, **size
     for k, v in (("seq", seq), ("head_dim", head_dim), *sizes.items()):
         if v is not None and not _positive_int(v) and not (isinstance(v, np.integer) and v > 0):
             raise ValueError(f"{k}={v!r} must be a positive integer")
+    heads, kv_heads = sizes.get("heads"), sizes.get("kv_heads")
+    if heads is not None and kv_heads is not None and heads % kv_heads:
+        raise ValueError(f"kv_heads={kv_heads!r} does not divide heads={heads!r}")
+    if dtype is None or isinstance(dtype, (bool, int, float)):
+        raise ValueError(f"dtype={dtype!r} is not a dtype (the kernels run {', '.join(DTYPES)})")
     if isinstance(dtype, str):
         try:
             np.dtype(dtype)

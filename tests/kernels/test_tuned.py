@@ -6,6 +6,7 @@ checks only what the shared dtype rule decides for a lookup.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jax.numpy as jnp
@@ -17,11 +18,11 @@ from kernels.tuned import TunedTable, TunedTableError
 CONFIG = {"block_q": 64, "block_k": 64, "bwd_outer": 64, "bwd_inner": 32, "num_warps": 4, "num_stages": 2}
 
 
-def _table(*dtypes: str) -> TunedTable:
+def _table(*dtypes: str, head_dim: int = 64) -> TunedTable:
     entries: list[dict[str, Any]] = [
         {
             "dtype": d,
-            "head_dim": 64,
+            "head_dim": head_dim,
             "seq": 1024,
             "batch": 1,
             "heads": 2,
@@ -53,6 +54,40 @@ def test_dtype_the_kernel_does_not_run_means_auto() -> None:
         _table("float64")
     with pytest.raises(ValueError, match="dtype='fp32' is not a dtype name"):
         table.lookup(dtype="fp32", head_dim=64, seq=1024, mode="fwd")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"causal": "false"}, "causal='false' must be True or False"),  # bool("false") is True
+        ({"causal": 0}, "causal=0 must be True or False"),
+        ({"dtype": None}, "dtype=None is not a dtype"),
+        ({"dtype": 123}, "dtype=123 is not a dtype"),
+        ({"heads": 2, "kv_heads": 3}, "kv_heads=3 does not divide heads=2"),
+    ],
+)
+def test_a_lookup_argument_no_call_could_mean_is_an_error_not_a_quiet_answer(kwargs: dict[str, Any], said: str) -> None:
+    table = _table("float32")
+    call = {"dtype": "float32", "head_dim": 64, "seq": 1024, "mode": "fwd", **kwargs}
+    for ask in (table.lookup, table.config_for):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            ask(**call)
+
+
+def test_config_for_and_mha_kwargs_refuse_another_implementation_than_theirs() -> None:
+    table = _table("float32")
+    call = {"dtype": "float32", "head_dim": 64, "seq": 1024, "mode": "fwd"}
+    with pytest.raises(ValueError, match="config_for answers for impl='tilesweep', not impl='jax'"):
+        table.config_for(**call, impl="jax")
+    with pytest.raises(ValueError, match="mha_kwargs answers for impl='jax', not impl='mosaic'"):
+        table.mha_kwargs(**call, impl="mosaic")
+    assert table.config_for(**call, impl="tilesweep") is not None
+
+
+@pytest.mark.parametrize("head_dim", [7, 1024])
+def test_an_entry_of_a_head_dim_no_kernel_runs_is_refused_at_load(head_dim: int) -> None:
+    with pytest.raises(TunedTableError, match=f"head_dim={head_dim} is not one the kernels run"):
+        _table("float32", head_dim=head_dim)
 
 
 def test_stock_kernel_answer_is_ready_to_pass_to_mha() -> None:
