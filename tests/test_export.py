@@ -386,5 +386,6 @@ def test_export_of_several_documents_keeps_the_newest_record_per_identity(
         assert {(e["seq"], e["median_ms"]) for e in entries} == {(2048, 1.5), (4096, 0.9)}
     from orchestrator.errors import TilesweepError
 
-    with pytest.raises(TilesweepError, match="no record of device 'TPU v5'"):
+    with pytest.raises(TilesweepError, match="no record of device 'TPU v5'") as refused:
         run_handler(["export", str(old), str(new), "--device", "TPU v5", "--out", str(out)], capsys)
+    assert "they hold 'NVIDIA H100'" in refused.value.message  # the kinds to choose from

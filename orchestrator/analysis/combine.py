@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,3 +175,14 @@ def describe(summary: Combined, n_docs: int) -> str:
             "virtual clock, not measured; --include-replays takes them where no measurement is)"
         )
     return text + (f"; dropped {'; '.join(dropped)}" if dropped else "")
+
+
+def kinds(docs: Iterable[ResultsDoc]) -> list[str]:
+    """The device kinds the documents' records were measured on, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for doc in docs:
+        for rec in doc.results:
+            kind = rec.get("device", doc.device.get("device_kind"))
+            if isinstance(kind, str):
+                seen.setdefault(kind, None)
+    return list(seen)

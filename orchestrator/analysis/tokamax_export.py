@@ -170,17 +170,6 @@ def choose(doc: ResultsDoc, device_kind: str, *, keep_slower: bool = False) -> C
     return out
 
 
-def kinds(docs: Iterable[ResultsDoc]) -> list[str]:
-    """The device kinds the documents' records were measured on, in order of first appearance."""
-    seen: dict[str, None] = {}
-    for doc in docs:
-        for rec in doc.results:
-            kind = rec.get("device", doc.device.get("device_kind"))
-            if isinstance(kind, str):
-                seen.setdefault(kind, None)
-    return list(seen)
-
-
 def of_kind(doc: ResultsDoc, device_kind: str) -> ResultsDoc:
     """``doc`` with the records of ``device_kind`` only (a document of mixed devices: ``merge.mix_devices``)."""
     own = doc.device.get("device_kind")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kernels import tokamax_meta as meta
 from orchestrator.analysis import tokamax_export
-from orchestrator.analysis.combine import combine, describe
+from orchestrator.analysis.combine import combine, describe, kinds
 from orchestrator.cli.outputs import check_output, is_tokamax_table
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
@@ -34,12 +34,18 @@ def _tables(chosen: tokamax_export.Chosen) -> dict[str, str]:
 
 
 def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> list[tokamax_export.Chosen]:
-    kinds = [device] if device is not None else tokamax_export.kinds(docs)
+    held = kinds(docs)
+    if device is not None and device not in held:
+        raise TilesweepError(
+            f"--device {device!r}: no record of {', '.join(d.name for d in docs)} was measured on it; they hold "
+            f"{', '.join(map(repr, held)) or 'no named device kind'}"
+        )
+    kinds_ = [device] if device is not None else held
     names = ", ".join(d.name for d in docs)
-    if not kinds:
+    if not kinds_:
         raise TilesweepError(f"{names}: no record names its device kind; pass --device KIND")
     out = []
-    for kind in kinds:
+    for kind in kinds_:
         if len(docs) > 1 or device is not None:  # the newest record per identity, as the tuned table takes them
             doc, combined = combine(docs, kind)
             if device is None:  # every kind gets its own folder: none is dropped
