@@ -132,4 +132,14 @@ def test_what_keeps_two_documents_apart_and_the_legend_name_the_tag_only_where_i
     assert "without the tag" in compare_html.compare_page(a, b)
     two = results_doc.from_obj(make_doc([rec(ms=1.0, tag="x"), rec(ms=2.0, tag="y")]), name="two")
     page = compare_html.compare_page(two, two)
-    assert "matched on their axes and their tag" in page and "without the tag" not in page
+    assert "matched on their axes and their tag and kernel implementation" in page and "without the tag" not in page
+
+
+def test_two_kernels_measured_apart_are_named_and_never_the_same_config() -> None:
+    a = results_doc.from_obj(make_doc([rec(ms=1.0), rec(auto=True)]), name="a")
+    jax = [dict(r, impl="jax") for r in (rec(ms=0.8), rec(auto=True))]
+    b = results_doc.from_obj(make_doc(jax), name="b")
+    (row,) = compare.compare(a, b)
+    assert not row.same_config and row.note == "A tilesweep, B jax"
+    (said,) = compare.caveats([row], a, b)
+    assert said.startswith("A and B measured A tilesweep, B jax (kernel implementations)")

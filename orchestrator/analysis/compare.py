@@ -55,12 +55,21 @@ class ProblemComparison:
 
     @property
     def same_config(self) -> bool:
+        """A and B's best is one config of one kernel (two kernels' configs are never the same)."""
         return (
             self.a is not None
             and self.b is not None
+            and self.a.key.impl == self.b.key.impl
             and self.a.best_label is not None
             and self.a.best_label == self.b.best_label
         )
+
+    @property
+    def kernels(self) -> str | None:
+        """ "A tilesweep, B jax" where A and B measured the problem with two kernel implementations."""
+        if self.a is None or self.b is None or self.a.key.impl == self.b.key.impl:
+            return None
+        return f"A {self.a.key.impl}, B {self.b.key.impl}"
 
     @property
     def note(self) -> str:
@@ -72,6 +81,8 @@ class ProblemComparison:
         notes += [f"no timing in {side}" for side, s in (("A", a), ("B", b)) if s.best_ms is None]
         if self.same_config:
             notes.append("same config")
+        if self.kernels:
+            notes.append(self.kernels)
         return ", ".join(notes)
 
     def to_json(self) -> dict[str, Any]:
@@ -140,6 +151,12 @@ def caveats(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc)
     elif rows and not any(r.ratio is not None for r in rows):
         out.append(
             "no problem has a best timing in both A and B (those in common failed or were not timed): no B/A to give"
+        )
+    pairs = sorted({r.kernels for r in rows if r.kernels})
+    if pairs:
+        out.append(
+            f"A and B measured {'; '.join(pairs)} (kernel implementations): B/A compares the kernels as much as "
+            "their configs"
         )
     kind_a, kind_b = doc_a.device.get("device_kind"), doc_b.device.get("device_kind")
     if kind_a and kind_b and kind_a != kind_b:

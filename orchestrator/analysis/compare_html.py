@@ -25,9 +25,9 @@ LEGEND = "B/A = B best ms / A best ms (below 1: B is faster). Problems are match
 
 
 def legend_text(with_tag: bool) -> str:
-    """The legend, saying whether the tag joined the match (``compare.compare``: where a
-    document holds one problem under several tags)."""
-    return LEGEND.format(" and their tag" if with_tag else ", without the tag")
+    """The legend, saying whether the tag (and with it the kernel implementation) joined the
+    match (``compare.compare``: where a document holds one problem under several tags)."""
+    return LEGEND.format(" and their tag and kernel implementation" if with_tag else ", without the tag")
 
 
 def _views(doc: ResultsDoc) -> dict[tuple, ProblemView]:
