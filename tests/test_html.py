@@ -379,7 +379,7 @@ def test_untagged_problems_have_a_filter_value_of_their_own_and_a_title_that_say
     assert select is not None
     values = re.findall(r'<option value="([^"]*)">', select[1])
     assert values == ["", "(no tag)", "h100"] or values == ["", "h100", "(no tag)"], values
-    assert "[no tag]" in page and "[]" not in page
+    assert "[no tag]" in page and "fwd []" not in page
 
 
 def test_a_page_of_one_problem_counts_it_in_the_singular_and_shows_its_spec_text_as_written() -> None:
