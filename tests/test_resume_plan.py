@@ -85,7 +85,7 @@ def test_resume_refuses_another_spec(tmp_path: Path, write_spec: Callable[..., P
     sd = _sweep(tmp_path, write_spec)
     other = write_spec("other.json", repeats=7)
     r = run_cli("resume", str(sd.root), "--spec", str(other))
-    assert_one_line_error(r, "not the spec")
+    assert_one_line_error(r, "not the spec", "(repeats 7 in this spec, 2 in the sweep's)")
 
 
 def test_the_executor_settings_a_resume_was_given_stay_the_sweeps(

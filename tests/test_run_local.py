@@ -171,7 +171,8 @@ def test_bad_input_gets_one_line_errors(write_spec: Callable[..., Path], tmp_pat
     assert run_cli("plan", str(write_spec("a.json")), "--sweep-dir", str(sweep)).returncode == 0
     frozen = (sweep / "sweep.json").read_text()
     assert_one_line_error(
-        run_cli("run", str(write_spec("b.json", repeats=3)), "--sweep-dir", str(sweep)), "another spec"
+        run_cli("run", str(write_spec("b.json", repeats=3)), "--sweep-dir", str(sweep)),
+        "another spec (repeats 3 in this spec, 2 in the sweep's)",
     )
     assert (sweep / "sweep.json").read_text() == frozen
     # the worker by hand: a unit that does not exist

@@ -80,8 +80,8 @@ def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
     spec = load_spec(spec_path)
     if spec.fingerprint() != sd.spec.fingerprint():
         raise MismatchError(
-            f"{spec_path} is not the spec of the sweep in {sd.root} (fingerprint {spec.fingerprint()} != "
-            f"{sd.spec.fingerprint()}); resume without --spec, or submit that spec to a new --sweep-dir"
+            f"{spec_path} is not the spec of the sweep in {sd.root} ({spec.fingerprint_differences(sd.spec)}); "
+            "resume without --spec, or submit that spec to a new --sweep-dir"
         )
     if spec.replay is not None and sd.spec.replay is not None and spec.replay.pace != sd.spec.replay.pace:
         _set_pace(sd, spec.replay.pace)

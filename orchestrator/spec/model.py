@@ -334,6 +334,17 @@ class SweepSpec(SpecModel):
         return {k: dumped[k] for k, on in swept if on}
 
     def fingerprint(self) -> str:
+        """Identity of what is measured (``fingerprinted``, hashed)."""
+        return canonical_hash(self.fingerprinted())
+
+    def fingerprint_differences(self, other: SweepSpec, most: int = 3) -> str:
+        """The fingerprinted fields ``self`` and ``other`` differ in, as a user reads them
+        (``differences.differences``: this spec's value, then the other's)."""
+        from orchestrator.spec.differences import differences
+
+        return differences(self.fingerprinted(), other.fingerprinted(), most)
+
+    def fingerprinted(self) -> dict[str, Any]:
         """Identity of what is measured: the problem and grid fields plus timing and kernel options. Executor,
         sharding, output and merge settings may change between submit and resume without invalidating records, so
         they are left out. The causal and kv_heads axes, the kernel implementation, its target device kind, the
@@ -358,7 +369,7 @@ class SweepSpec(SpecModel):
         if self.replay is not None:  # the pace changes no record
             measured["replay"] = {k: v for k, v in dumped["replay"].items() if (k, v) != ("impl", DEFAULT_IMPL)}
             measured["replay"].pop("pace")
-        return canonical_hash(measured)
+        return measured
 
 
 def canonical_hash(obj: Any, length: int = 16) -> str:  # of the canonical JSON: sorted keys, no spaces, ASCII

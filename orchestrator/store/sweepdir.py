@@ -182,8 +182,8 @@ class SweepDir:
             existing = cls.open(root)
             if existing.spec.fingerprint() != spec.fingerprint():
                 raise MismatchError(
-                    f"{root} already holds a sweep of another spec (fingerprint {existing.spec.fingerprint()} "
-                    f"!= {spec.fingerprint()}); use a new --sweep-dir, or `tilesweep resume {word(root)}`"
+                    f"{root} already holds a sweep of another spec ({spec.fingerprint_differences(existing.spec)}); "
+                    f"use a new --sweep-dir, or `tilesweep resume {word(root)}`"
                 )
             return existing
         cls.check_new(root)
