@@ -1,5 +1,6 @@
-"""``tilesweep ls [DIR]`` and ``tilesweep logs SWEEP UNIT``: what users of SLURM tools expect
-to find (``squeue``-like listing of one's sweeps, ``cat`` of one unit's log).
+"""``tilesweep status SWEEP``, ``tilesweep ls [DIR]`` and ``tilesweep logs SWEEP UNIT``: what
+users of SLURM tools expect to find (one sweep's progress from any shell, ``squeue``-like listing
+of one's sweeps, ``cat`` of one unit's log); ``status`` is registered with the sweep commands.
 
 The work is done in ``orchestrator.control.listing``; this module prints.
 """
@@ -60,6 +61,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         shutil.copyfileobj(f, sys.stdout.buffer)
     return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from orchestrator.control.status import format_status, status_json, sweep_status
+    from orchestrator.store.sweepdir import SweepDir
+
+    sd = SweepDir.open(args.sweep_dir)
+    st = sweep_status(sd, keep_tally=True)
+    if args.json:
+        print(status_json(st))
+    else:
+        print(format_status(st))
+    # 1: some units ended without finishing and nothing took their items over (resume does), a
+    # round is still to plan and nothing running will (resume does), or the final merge job
+    # refused, or ended before merging, and no merge wrote the document since
+    return 1 if st.ended_unfinished() or st.round_stalled or st.unmerged else 0
 
 
 def register(sub: Subparsers) -> None:

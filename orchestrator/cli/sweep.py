@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import word
+from orchestrator.cli.browse import cmd_status
 from orchestrator.cli.common import (
     OVERWRITE_HELP,
     PROG,
@@ -328,22 +329,6 @@ def _later_rounds_note(sd: SweepDir) -> None:
         print(f"note: the sweep is not done, so neither is this document: {'; '.join(rounds_lines(st))}")
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from orchestrator.control.status import format_status, status_json, sweep_status
-    from orchestrator.store.sweepdir import SweepDir
-
-    sd = SweepDir.open(args.sweep_dir)
-    st = sweep_status(sd, keep_tally=True)
-    if args.json:
-        print(status_json(st))
-    else:
-        print(format_status(st))
-    # 1: some units ended without finishing and nothing took their items over (resume does), a
-    # round is still to plan and nothing running will (resume does), or the final merge job
-    # refused, or ended before merging, and no merge wrote the document since
-    return 1 if st.ended_unfinished() or st.round_stalled or st.unmerged else 0
-
-
 def register(sub: Subparsers) -> None:
     """Add ``spec``, ``plan``, ``run``, ``merge`` and ``status`` to an ``add_subparsers()`` object."""
     s = sub.add_parser("spec", help="check a spec file, or print the spec's JSON Schema")
@@ -393,8 +378,8 @@ def register(sub: Subparsers) -> None:
         help="progress of a sweep, from any shell",
         description="Progress of a sweep, per unit: state, records, SLURM task and GPU, and for a "
         "failed unit its worker's own reason. Exit code 0: nothing failed (complete or still "
-        "running); 1: some units ended without finishing (`tilesweep resume` redoes their items); "
-        "2: the sweep directory cannot be read.",
+        "running); 1: some units ended without finishing, or a round is still to plan and nothing "
+        "running will (`tilesweep resume` does both); 2: the sweep directory cannot be read.",
     )
     s.add_argument("sweep_dir")
     s.add_argument("--json", action="store_true")
