@@ -5,14 +5,18 @@ processes, really signalled."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from orchestrator.control.dispatch.local_procs import LocalWorker, stop_workers
 from orchestrator.control.unit_state import local_state
 from orchestrator.control.why import interrupted_line, last_word
+from tests.helpers import TINY_SPEC, run_cli
 
 # a worker still starting: no handler of its own yet, so TERM ends it without a word
 STARTING = "import time; time.sleep(60)"
@@ -53,3 +57,33 @@ def test_a_worker_stopped_while_it_starts_reads_as_interrupted_and_one_that_said
         "stopped with the run that started it, before its unit began",
     )
     assert running.log.read_text().count("interrupted") == 1
+
+
+def test_a_worker_whose_job_cannot_be_recorded_is_stopped_not_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history write after a worker started fails (a full disk): the worker is stopped,
+    since no history would name it and neither ``run``'s stop nor ``cancel`` could reach it."""
+    from orchestrator.control.dispatch import local
+    from orchestrator.store.sweepdir import SweepDir
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**TINY_SPEC, "output": str(tmp_path / "out.json")}))
+    assert run_cli("plan", str(spec), "--sweep-dir", str(tmp_path / "sweep")).returncode == 0
+    sd = SweepDir.open(tmp_path / "sweep")
+    started: list[LocalWorker] = []
+    real_start = local.start_worker
+
+    def start(*args: object, **kwargs: object) -> LocalWorker:
+        started.append(real_start(*args, **kwargs))  # type: ignore[arg-type]
+        return started[-1]
+
+    def full(_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(local, "start_worker", start)
+    monkeypatch.setattr(sd, "record_jobs", full)
+    with pytest.raises(OSError):
+        local._start_worker(sd, sd.unit_index()[0]["id"], [], 0, {})
+    (worker,) = started
+    assert worker.poll() is not None  # stopped, not left measuring on its own

@@ -156,7 +156,11 @@ def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dic
     """Start one unit's worker on its slot's GPU (none without GPUs); record the job."""
     worker = start_worker(sd, uid, gpus[slot % len(gpus)] if gpus else None, prior.get(uid))
     job = {"unit": uid, "executor": "local", "job_id": worker.job_id, "submitted": now_iso(), "log": str(worker.log)}
-    sd.record_jobs([job])
+    try:
+        sd.record_jobs([job])
+    except BaseException:  # a full disk: a worker no history names would run on, out of cancel's reach
+        stop_workers([worker])
+        raise
     log.info("unit %s started as local process %s", uid, worker.job_id)
     return worker
 
