@@ -132,3 +132,22 @@ def test_max_plots_without_plots_is_refused_not_dropped() -> None:
     r = run_cli("report", str(SAMPLE), "--max-plots", "2")
     assert_one_line_error(r, "--max-plots caps what --plots DIR draws: add --plots DIR, or drop --max-plots")
     assert r.stdout == ""
+
+
+def test_a_plot_cut_short_leaves_the_earlier_file_whole_and_no_temp_beside_it(tmp_path: Path) -> None:
+    """A full disk (or a stop) while a PNG is written: the earlier PNG at that path is whole, and
+    no half-written file or temp file is left."""
+    import errno
+    from types import SimpleNamespace
+
+    earlier = tmp_path / "heatmap.png"
+    earlier.write_bytes(b"\x89PNG whole")
+
+    class Full:
+        def savefig(self, f: Any, **_: Any) -> None:
+            f.write(b"\x89PNG cut")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        plots._save(SimpleNamespace(canvas=lambda fig: None), Full(), earlier)  # type: ignore[arg-type]
+    assert earlier.read_bytes() == b"\x89PNG whole" and [p.name for p in tmp_path.iterdir()] == ["heatmap.png"]

@@ -29,6 +29,7 @@ from orchestrator.analysis.heatmap import Cell, HeatmapData, heatmap_data, probl
 from orchestrator.analysis.report import ProblemKey, ProblemSummary, best_table, group_by_problem
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.files import atomic_open
 
 if TYPE_CHECKING:  # matplotlib is an optional extra: imported where plots are drawn
     from matplotlib.axes import Axes
@@ -158,8 +159,11 @@ def _matplotlib() -> Matplotlib:
 
 
 def _save(mpl: Matplotlib, fig: Figure, path: Path) -> None:
+    """The figure as a PNG at ``path``, through a temp file (``atomic_open``): a full disk or a
+    stop mid-write leaves the earlier file whole, never a cut-off PNG in its place."""
     mpl.canvas(fig)
-    fig.savefig(path, dpi=120)
+    with atomic_open(path, "wb", fsync=False) as f:
+        fig.savefig(f, dpi=120, format="png")
 
 
 def _heatmap_figure(mpl: Matplotlib, d: HeatmapData, with_tag: bool) -> Figure:
