@@ -13,6 +13,7 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.files import load_spec, spec_from_data
 from orchestrator.spec.model import REFERENCE_CONFIG_FIELDS, SweepSpec
 from orchestrator.spec.reference import COMMAND, sections, spec_reference
+from tests.helpers import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -308,3 +309,19 @@ def test_a_spec_file_that_holds_no_object_says_what_it_holds(tmp_path: Path, tex
     with pytest.raises(SpecError) as err:
         load_spec(path)
     assert err.value.message == f"spec file {path} must hold an object of spec fields, {{...}}, not a JSON {kind}"
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", '{"grid":' + "[" * 100_000 + "]" * 100_000 + "}"),  # past the parser's own recursion
+        ("deep.toml", "grid = " + "[" * 100_000 + "]" * 100_000 + "\n"),
+        ("deep_obj.json", '{"executor": {"slurm_additional_parameters": ' + '{"a": ' * 900 + "1" + "}" * 902),
+    ],
+    ids=["json", "toml", "object"],  # the texts themselves would make the test's id (and its environment) huge
+)
+def test_a_spec_file_nested_too_deeply_is_one_line_not_a_crash(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    r = run_cli("spec", str(path))
+    assert_one_line_error(r, f"spec file {path} nests its values more than 32 levels deep")

@@ -51,6 +51,22 @@ def with_device_kind(spec: SweepSpec, device_kind: str | None) -> SweepSpec:
     return spec_from_data(data, source="--device-kind")
 
 
+MAX_DEPTH = 32  # levels of objects and lists a spec file may nest (the deepest field nests 4)
+
+
+def _deeper_than(data: Any, limit: int) -> bool:
+    """Whether ``data`` nests objects and lists more than ``limit`` levels (walked without
+    recursion: a file nested thousands deep is refused, not a crash)."""
+    stack = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
 def read_spec_data(p: Path) -> dict[str, Any]:
     if not p.exists():
         raise SpecError(f"spec file {p} does not exist; pass the path of a JSON or TOML spec")
@@ -76,11 +92,14 @@ def read_spec_data(p: Path) -> dict[str, Any]:
             f"spec file {p} is empty; write the spec's fields in it (`{PROG} spec --schema` lists them; "
             "an object with none, {} in JSON, is the reference sweep)"
         )
+    deep = f"spec file {p} nests its values more than {MAX_DEPTH} levels deep; a spec's fields nest a few at most"
     if p.suffix.lower() == ".toml":
         try:
             data: Any = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise SpecError(f"spec file {p} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise SpecError(deep) from None
     else:
         try:
             data = json.loads(text)
@@ -88,6 +107,10 @@ def read_spec_data(p: Path) -> dict[str, Any]:
             raise SpecError(
                 f"spec file {p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
             ) from None
+        except RecursionError:
+            raise SpecError(deep) from None
+    if _deeper_than(data, MAX_DEPTH):
+        raise SpecError(deep)
     if not isinstance(data, dict):
         raise SpecError(f"spec file {p} must hold an object of spec fields, {{...}}, not a JSON {json_type(data)}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):

@@ -9,6 +9,7 @@ The JSON Schema cannot state these rules, so ``rules`` says them for the spec re
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
@@ -63,7 +64,11 @@ def _positive(values: list[int]) -> list[int]:
 
 
 def _unique(values: list[Any]) -> list[Any]:
-    dupes = sorted({repr(v) for v in values if values.count(v) > 1})
+    try:  # counted in one pass: a list of 200,000 values is checked at once, not in minutes
+        counts = Counter(values)
+        dupes = sorted({repr(v) for v in values if counts[v] > 1})
+    except TypeError:  # an unhashable value: compared one by one
+        dupes = sorted({repr(v) for v in values if values.count(v) > 1})
     if dupes:
         raise ValueError(f"lists each value once; repeated: {', '.join(dupes)}")
     return values

@@ -39,12 +39,18 @@ class SpecModel(BaseModel):
 
 
 def _holds_nul(value: object) -> bool:
-    if isinstance(value, str):
-        return "\0" in value
-    if isinstance(value, (list, tuple)):
-        return any(_holds_nul(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    """Whether a NUL is in any text of ``value`` (walked without recursion)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if "\0" in v:
+                return True
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
     return False
 
 
