@@ -184,3 +184,11 @@ def test_report_says_which_implementation_wins_a_problem_both_measured(tmp_path:
     assert {e["impl"] for e in table["entries"] if e["wins"]} == {"tilesweep"}
     text = run_cli("report", str(path)).stdout
     assert "implementations compared (2 problems)" in text and "mosaic ms" in text
+
+
+def test_checking_a_spec_refuses_what_the_kernel_cannot_do_as_plan_does(tmp_path: Path) -> None:
+    """``tilesweep spec FILE`` is how a user checks a spec: it refuses what ``plan`` would."""
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json"), "dtypes": ["bfloat16", "float16"]}))
+    said = assert_one_line_error(run_cli("spec", str(path)), "kernel.impl 'mosaic'", "dtypes ['bfloat16']")
+    assert said == assert_one_line_error(run_cli("plan", str(path), "--dry-run"))

@@ -61,7 +61,10 @@ def cmd_spec(args: argparse.Namespace) -> int:
         return 0
     if not args.file:
         raise SpecError("pass a spec file to check, or --schema to print the JSON Schema")
+    from orchestrator.planning.grids import check_supported
+
     spec = load_spec(args.file)
+    check_supported(spec)  # what the kernel implementation cannot do, which `plan` refuses too
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
     print_plan_notes(spec)  # what `plan` would note of it (stderr): checking a spec says it too
     return 0
