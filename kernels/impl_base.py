@@ -31,6 +31,7 @@ class Tunable:
     default: tuple[Value, ...]  # the values swept when the spec's grid does not name it
     kind: type = int  # int or bool
     minimum: int | None = None
+    maximum: int | None = None
     multiple_of: int | None = None
     power_of_two: bool = False
     rule_source: str = ""  # whose rule the constraints are ("jax's TuningConfig")
@@ -53,6 +54,8 @@ class Tunable:
             parts.append(f"a multiple of {self.multiple_of}")
         if self.minimum is not None:
             parts.append(f"at least {self.minimum}")
+        if self.maximum is not None:
+            parts.append(f"at most {self.maximum}")
         return " and ".join(parts) or "an integer"
 
     def refusal(self, value: Any) -> str | None:
@@ -64,6 +67,7 @@ class Tunable:
         else:
             ok = isinstance(value, int) and not isinstance(value, bool)
             ok = ok and (self.minimum is None or value >= self.minimum)
+            ok = ok and (self.maximum is None or value <= self.maximum)
             ok = ok and (not self.multiple_of or value % self.multiple_of == 0)
             ok = ok and (not self.power_of_two or (value >= 1 and not value & (value - 1)))
         if ok:

@@ -70,9 +70,15 @@ def _tunable(name: str, default: Sequence[int]) -> Tunable:
         _DOCS[name],
         tuple(default),
         minimum=1,
+        maximum=_MOST.get(name),
         power_of_two=block or name == "num_warps",
         rule_source=_RULES,
     )
+
+
+# a block holds at most 1024 threads (32 warps); deeper pipelines never fit shared memory at useful
+# tiles (the spec's own fwd_warps and fwd_stages lists hold the same limits)
+_MOST = {"num_warps": 32, "num_stages": 8}
 
 
 # The reference config's default grid, as the tunables' defaults.

@@ -223,6 +223,9 @@ def test_spec_reference_has_every_section_and_field() -> None:
         ({"fwd": {"block_k": [64, None]}}, "grid.fwd.block_k[1] is null"),
         ({"fwd": {"block_q": ["64"]}}, "block_q='64' is refused: block_q must be a power of two"),
         ({"fwd": {"block_q": ["64"]}}, "('64' is a string: write it without quotes)"),
+        # the spec's own lists' limits hold in a grid too: 32 warps (1024 threads) and 8 stages at most
+        ({"fwd": {"num_warps": [64]}}, "num_warps=64 is refused: num_warps must be a power of two"),
+        ({"fwd": {"num_stages": [99]}}, "num_stages=99 is refused: num_stages must be at least 1 and at most 8"),
         ([1, 2], "field 'grid': [1, 2] is not a grid: give an object by mode"),
         (7, "field 'grid': 7 is not a grid"),
     ],
