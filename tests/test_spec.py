@@ -77,7 +77,7 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"timing": {"screen_ms": 1e9}}, "'timing.screen_ms'"),
         ({"repeats": 10**6}, "field 'repeats': Input should be less than or equal to 10000"),
         ({"timing": {"warmup": 10**18}}, "'timing.warmup'"),
-        ({"kv_heads": ["null"]}, "(got 'null'); a string is not null; TOML has no null: leave the key out"),
+        ({"kv_heads": ["null"]}, "(got 'null'); a string is not null: in JSON write null, unquoted; TOML has no null"),
         # an sbatch option the executor sets itself, passed through: it skipped the checks and overrode them
         (
             {"executor": {"kind": "slurm", "slurm_additional_parameters": {"time": "-5"}}},

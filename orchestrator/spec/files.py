@@ -230,7 +230,10 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
         shown = "" if said or len(repr(got)) > 80 or not loc else f" (got {got!r})"
         instead = _hint(model, first["loc"], kind)
         if got in ("null", "none", "None") and not instead:  # TOML has no null: a string stood in for it
-            instead = "a string is not null; TOML has no null: leave the key out for its default"
+            instead = (
+                "a string is not null: in JSON write null, unquoted; TOML has no null: leave the key out for its "
+                "default, or write this spec in JSON where the default is not what you mean"
+            )
         msg = (f"field {where!r}: {text}{shown}" if loc else text) + (f"; {instead}" if instead else "")
     more = len(errors) - 1
     return msg + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
