@@ -328,3 +328,13 @@ def test_a_spec_file_nested_too_deeply_is_one_line_not_a_crash(tmp_path: Path, n
     path.write_text(text)
     r = run_cli("spec", str(path))
     assert_one_line_error(r, f"spec file {path} nests its values more than 32 levels deep")
+
+
+def test_an_sbatch_option_tilesweep_does_not_name_points_at_additional_parameters(tmp_path: Path) -> None:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"executor": {"kind": "slurm", "slurm_mail_user": "a@b"}}))
+    assert_one_line_error(
+        run_cli("spec", str(path)),
+        "unknown field 'executor.slurm_mail_user'",
+        "any other sbatch option goes in executor.slurm_additional_parameters",
+    )

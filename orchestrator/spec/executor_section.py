@@ -28,7 +28,8 @@ _OWN_OPTIONS = {"time": "timeout_min", "signal": "slurm_signal_delay_s"}
 
 class ExecutorSettings(SpecModel):
     """Where units run. Keys other than ``kind`` and tilesweep's own are submitit's
-    AutoExecutor parameter names, passed through unchanged."""
+    AutoExecutor parameter names, passed through unchanged; any other sbatch option goes in
+    ``slurm_additional_parameters`` (an unknown key is refused, naming the allowed ones)."""
 
     kind: Literal["local", "slurm", "debug"] = Field(
         default="local",

@@ -220,6 +220,8 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
         close = _closest(loc[-1], allowed)
         did_you_mean = f" (did you mean {close!r}?)" if close else ""
         msg = f"unknown field {where!r}{did_you_mean}{hint}"
+        if loc[:1] == ["executor"] and len(loc) == 2:  # an sbatch option tilesweep does not name
+            msg += "; any other sbatch option goes in executor.slurm_additional_parameters"
     else:
         text = _json_spelling(first["msg"].removeprefix("Value error, ")) if kind == "literal_error" else first["msg"]
         text = text.removeprefix("Value error, ")
