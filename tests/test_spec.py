@@ -77,6 +77,7 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"timing": {"screen_ms": 1e9}}, "'timing.screen_ms'"),
         ({"repeats": 10**6}, "field 'repeats': Input should be less than or equal to 10000"),
         ({"timing": {"warmup": 10**18}}, "'timing.warmup'"),
+        ({"compile": {"cache_dir": ""}}, "field 'compile.cache_dir': String should have at least 1 character"),
         ({"kv_heads": ["null"]}, "(got 'null'); a string is not null: in JSON write null, unquoted; TOML has no null"),
         # an sbatch option the executor sets itself, passed through: it skipped the checks and overrode them
         (

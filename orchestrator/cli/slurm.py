@@ -288,7 +288,13 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_resume)
 
-    s = sub.add_parser("cancel", help="cancel the job arrays of a sweep that are still pending or running")
+    s = sub.add_parser(
+        "cancel",
+        help="cancel the job arrays of a sweep that are still pending or running, or stop a local sweep's units",
+        description="Cancel a sweep's SLURM job arrays that are still pending or running (scancel), or, for a sweep "
+        "run here, stop the run that runs it and the units it left running; finished records are kept, and "
+        f"`{PROG} resume` redoes the rest.",
+    )
     s.add_argument("sweep_dir")
     s.set_defaults(func=cmd_cancel)
 

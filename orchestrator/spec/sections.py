@@ -218,6 +218,7 @@ class CompileSettings(SpecModel):
     )
     cache_dir: str | None = Field(
         default=None,
+        min_length=1,
         description="persistent compilation cache shared by the sweep's units; default: SWEEP_DIR/compile-cache; "
         "a relative path is taken relative to the sweep directory; 'off' disables",
     )
