@@ -4,6 +4,7 @@ saw it finish: a ``run`` that followed another one ends as a ``run`` here does."
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,24 @@ def test_survivors_of_round_2_not_timed_in_full_are_told_as_what_resume_redoes(
     err = capsys.readouterr().err
     assert err.startswith(f"merged {sd.planned} records (0 errors, 0 of {sd.planned} planned missing)"), err
     assert f"tilesweep: {untimed} survivors of round 2 not timed in full yet; `again` redoes only those" in err
+
+
+def test_a_ctrl_c_of_a_run_that_follows_another_says_that_run_goes_on(tmp_path: Path) -> None:
+    """Ctrl-C stops following, not the run followed: the line says so, and how to follow again."""
+    sweep = tmp_path / "sweep"
+    sd, _, _ = prepare_sweep(str(_replay_spec(tmp_path, html=False)), str(sweep), None, None)
+    args = [sys.executable, "-m", "orchestrator", "run", str(_replay_spec(tmp_path, html=False)), "--sweep-dir"]
+    with run_lease(sd.root):  # another `run` holds the sweep
+        follower = subprocess.Popen(
+            [*args, str(sweep)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert follower.stderr is not None
+        seen: list[str] = []
+        while "following its progress" not in (line := follower.stderr.readline()):
+            assert line, "".join(seen)
+            seen.append(line)
+        follower.send_signal(signal.SIGINT)
+        _, err = follower.communicate(timeout=600)
+    assert follower.returncode == 130, err
+    assert f"tilesweep: interrupted; stopped following; what runs the sweep goes on: `tilesweep wait {sweep}`" in err
+    assert "finished records are kept" not in err

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from orchestrator import word
 from orchestrator.cli.common import PROG, Progress, warn
 from orchestrator.cli.finish import finish_sweep, unfinished_unit_lines
 
@@ -34,6 +35,12 @@ def follow(sd: SweepDir, going: Callable[[SweepStatus], bool]) -> SweepStatus:
             if not going(st):
                 return st
             time.sleep(LOOK_EVERY_S)
+    except KeyboardInterrupt:  # what runs the sweep is another process: it goes on
+        here = word(sd.root)
+        raise KeyboardInterrupt(
+            f"stopped following; what runs the sweep goes on: `{PROG} wait {here}` follows it again, "
+            f"`{PROG} cancel {here}` stops it"
+        ) from None
     finally:
         progress.close()
 
