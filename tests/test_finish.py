@@ -16,6 +16,7 @@ from orchestrator.control import dispatch
 from orchestrator.control.sweeps import prepare_sweep
 from orchestrator.store.leases import run_lease
 from tests.conftest import REPO, SAMPLE, run_cli
+from tests.helpers import assert_one_line_error
 
 
 def _replay_spec(tmp_path: Path, *, html: bool, **over: object) -> Path:
@@ -130,3 +131,17 @@ def test_a_ctrl_c_of_a_run_that_follows_another_says_that_run_goes_on(tmp_path: 
     assert follower.returncode == 130, err
     assert f"tilesweep: interrupted; stopped following; what runs the sweep goes on: `tilesweep wait {sweep}`" in err
     assert "finished records are kept" not in err
+
+
+def test_a_second_run_naming_another_output_while_a_run_runs_the_sweep_is_refused(tmp_path: Path) -> None:
+    """The running run merges into the sweep's output when it ends, whatever a second run says:
+    moving the output under it would write both documents. Refused in one line, nothing moved."""
+    sweep = tmp_path / "sweep"
+    spec = _replay_spec(tmp_path, html=False)
+    sd, _, _ = prepare_sweep(str(spec), str(sweep), None, None)
+    frozen = (sweep / "sweep.json").read_bytes()
+    other = tmp_path / "other.json"
+    with run_lease(sd.root):  # another `run` holds the sweep
+        r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(other))
+    assert_one_line_error(r, "is being run by another `tilesweep run`", f"merges into {sd.output} when it ends")
+    assert (sweep / "sweep.json").read_bytes() == frozen and not other.exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from jobs.compile_cache import resolve_cache_dir
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.control.history import read_history
 from orchestrator.control.reuseplan import Planned, ReuseRequest, plan_with_reuse
 from orchestrator.control.scheduler import array_of, missing_tools, query
@@ -88,6 +88,11 @@ def prepare_sweep(
         index = sd.unit_index()  # a damaged one is refused before the output moves: a refusal changes nothing
         _check_cache_dir(sd.spec, root, planned_as=True)
         if out.resolve() != sd.output and (output or _edited_output(sd, spec, spec_path)):
+            if other_run_live(sd):  # that run merges into the sweep's output when it ends, whatever this says
+                raise DispatchError(
+                    f"{root} is being run by another `{PROG} run`, which merges into {sd.output} when it ends; move "
+                    f"the output to {out} once it has (`{PROG} wait {word(root)}` follows it)"
+                )
             _check_before_move(sd, out.resolve(), overwrite)
             sd = _move_output(sd, out.resolve())
         if index:
