@@ -133,6 +133,7 @@ def test_a_failed_unit_says_its_workers_own_reason_once_its_log_has_one(
     assert failed.detail == "this task was given GPU(s) CUDA_VISIBLE_DEVICES=0 but jax sees none"
     text = format_status(st)
     assert f"log: {unit_log}" in text and "jax sees none" in text
+    assert f"items done ({st.errors} error record{'s' if st.errors != 1 else ''})" in text.splitlines()[0]
 
 
 def test_status_without_slurm_queries_reads_the_sweep_directory_alone(

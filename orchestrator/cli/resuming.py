@@ -60,7 +60,8 @@ def say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_d
     halving = sd.spec.timing.strategy == "halving"
     later = sum(len(items) for number, items in plan.later.items() if not (halving and number == 2))
     print(
-        f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items have no record"
+        f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items "
+        f"{'has' if len(plan.missing) == 1 else 'have'} no record"
         + (
             f", {len(plan.missing2)} survivors of round 2 are not timed in full yet"
             if plan.missing2 and halving

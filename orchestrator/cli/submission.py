@@ -54,7 +54,7 @@ def _print_arrays(sd: SweepDir, out: SubmitOutcome) -> None:
     for e in entries:
         if e.get("slot") == 0 and (e.get("units_in_task") or 1) < per_task:
             warn(
-                f"note: task {e['job_id']} runs {e['units_in_task']} units on its {per_task} GPUs: "
+                f"note: task {e['job_id']} runs {counted(e['units_in_task'], 'unit')} on its {per_task} GPUs: "
                 f"{per_task - e['units_in_task']} idle; plan a multiple of {per_task} units (--units) to use them all"
             )
 
@@ -135,7 +135,7 @@ def _print_layout(d: DryRun, max_tasks: int) -> None:
         for t, units in enumerate(tasks[:max_tasks]):
             print(
                 f"  task {t}: "
-                + ", ".join(f"{u} ({d.sizes[u]} items, {_turn(g, d.per_task)})" for g, u in enumerate(units))
+                + ", ".join(f"{u} ({counted(d.sizes[u], 'item')}, {_turn(g, d.per_task)})" for g, u in enumerate(units))
             )
         if len(tasks) > max_tasks:
             print(f"  ... {len(tasks) - max_tasks} more tasks")

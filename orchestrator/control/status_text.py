@@ -67,7 +67,8 @@ def _head_line(st: SweepStatus) -> str:
     """Planned items done (a later round's timings are the rounds line's), errors, where the
     sweep stands, and its ETA."""
     eta = st.eta_s()
-    return f"{st.sweep_dir}: {st.items_done}/{st.planned} items done ({st.errors} error records), {sweep_state(st)}" + (
+    errors = f"{st.errors} error record{'s' if st.errors != 1 else ''}"
+    return f"{st.sweep_dir}: {st.items_done}/{st.planned} items done ({errors}), {sweep_state(st)}" + (
         f", ETA ~{format_duration(eta)}" if eta is not None else ""
     )
 
