@@ -18,7 +18,7 @@ from orchestrator.analysis.html import report_page
 from orchestrator.analysis.report import best_table
 from orchestrator.spec.records import config_fields
 from orchestrator.store.document import load
-from tests.helpers import SAMPLE, assert_one_line_error, run_cli
+from tests.helpers import SAMPLE, TINY_SPEC, assert_one_line_error, run_cli
 
 
 def spec_file(tmp_path: Path, name: str = "search.json", **over: Any) -> Path:
@@ -275,6 +275,12 @@ def test_a_design_set_above_what_a_small_grid_takes_is_said_not_cut_silently(tmp
     assert r.returncode == 0 and "search.design is 40, and round 1 measures " in r.stderr, r.stderr
     r = run_cli("plan", str(spec_file(tmp_path, "default.json")), "--dry-run")
     assert r.returncode == 0 and "search.design" not in r.stderr, r.stderr
+    # a budget below the default design is round 1's design too: the note names the budget, which was set
+    budget = {**TINY_SPEC, "modes": ["fwd"], "timing": {"strategy": "search"}, "search": {"budget": 5}}
+    (tmp_path / "budget.json").write_text(json.dumps({**budget, "output": str(tmp_path / "budget.out.json")}))
+    r = run_cli("plan", str(tmp_path / "budget.json"), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "search.design is" not in r.stderr and "search.budget (round 1's design too) is 5" in r.stderr, r.stderr
 
 
 def test_checking_a_spec_notes_what_plan_would(tmp_path: Path) -> None:

@@ -298,7 +298,7 @@ def reuse_request(args: argparse.Namespace) -> ReuseRequest:
 
 _NOT_REUSED = (
     ("other_device", "of another device kind{dev}"),
-    ("other_env", "of another jax/jaxlib"),
+    ("other_env", "measured with another jax, jaxlib or tokamax"),
     ("other_measurement", "measured with other settings"),
     ("unknown", "of unknown measurement settings (no tilesweep block names them)"),
     ("errors_left", "errors, measured again (--reuse-errors reuses them)"),

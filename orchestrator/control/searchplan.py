@@ -61,9 +61,12 @@ def _say_capped(spec: SweepSpec, runnable: list[int]) -> None:
     asked = spec.search.design
     sizes = [design_size(asked, n) for n in runnable]
     if "design" in spec.search.model_fields_set and sizes and min(sizes) < asked:
+        # a budget below the default design is the design too (``SearchSettings``): name what was set
+        said = "search.budget (round 1's design too)" if spec.search.budget == asked else "search.design"
         log.warning(
-            "search.design is %d, and round 1 measures %d of a problem's configs where its grid is small: at most "
+            "%s is %d, and round 1 measures %d of a problem's configs where its grid is small: at most "
             "one in %d of those it can run (at least 2), so that later rounds have neighbours left to try",
+            said,
             asked,
             min(sizes),
             DESIGN_SHARE,
