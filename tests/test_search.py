@@ -18,29 +18,8 @@ from orchestrator.analysis.html import report_page
 from orchestrator.analysis.report import best_table
 from orchestrator.spec.records import config_fields
 from orchestrator.store.document import load
-from tests.helpers import SAMPLE, TINY_SPEC, assert_one_line_error, run_cli
-
-
-def spec_file(tmp_path: Path, name: str = "search.json", **over: Any) -> Path:
-    """bf16 d64 s2048, fwd and fwd_bwd (104 items), replayed from the excerpt, searched."""
-    config = json.loads(SAMPLE.read_text())["config"]
-    data = {
-        **config,
-        "dtypes": ["bfloat16"],
-        "head_dims": [64],
-        "seq_lens": [2048],
-        "sharding": {"units": 2},
-        "output": str(tmp_path / "results.json"),
-        "kernel": {"impl": "replay"},
-        "replay": {"source": str(SAMPLE)},
-        "executor": {"kind": "debug"},
-        "timing": {"strategy": "search"},
-        **over,
-    }
-    path = tmp_path / name
-    path.write_text(json.dumps(data))
-    return path
-
+from tests.helpers import SAMPLE, run_cli
+from tests.search_helpers import spec_file
 
 # ---------------------------------------------------------------------------- a search, run here
 
@@ -216,26 +195,6 @@ def test_status_of_a_search_run_here_names_who_plans_its_next_round_and_where_it
     assert "the search ends once round 2 is complete (search.max_rounds: 2)" in text and "round 3" not in text, text
 
 
-def test_a_budget_below_the_default_design_is_the_design_too() -> None:
-    from orchestrator.spec.search_section import SearchSettings
-
-    assert SearchSettings.model_validate({"budget": 4}).design == 4
-    assert SearchSettings.model_validate({"budget": 8}).design == 6  # the default, within the budget
-
-
-@pytest.mark.parametrize(
-    ("search", "needles"),
-    [
-        ({"design": 6, "budget": 4}, ("search", "budget=4 is below design=6", "raise budget to at least 6")),
-        ({"max_rounds": 0}, ("search.max_rounds", "greater than or equal to 1")),
-    ],
-)
-def test_bad_search_settings_are_one_line(tmp_path: Path, search: dict[str, Any], needles: tuple[str, ...]) -> None:
-    r = run_cli("run", str(spec_file(tmp_path, search=search)), "--sweep-dir", str(tmp_path / "sweep"))
-    assert_one_line_error(r, *needles)
-    assert not (tmp_path / "sweep").exists()
-
-
 def test_a_round_the_merge_job_cannot_submit_is_said_by_status_and_planned_by_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -259,34 +218,6 @@ def test_a_round_the_merge_job_cannot_submit_is_said_by_status_and_planned_by_re
     assert result.next_round is not None and all(o.ok for o in result.outcomes)
     st = sweep_status(sd, query_slurm=False)
     assert st.complete and st.search_end is not None and st.search_deferred is None
-
-
-def test_search_settings_without_the_search_strategy_get_a_note() -> None:
-    from orchestrator.planning.search import idle_settings
-    from orchestrator.spec.files import spec_from_data
-
-    assert "timing.strategy is 'full': it does nothing" in str(idle_settings(spec_from_data({"search": {"design": 3}})))
-    assert idle_settings(spec_from_data({"timing": {"strategy": "search"}, "search": {"design": 3}})) is None
-    assert idle_settings(spec_from_data({})) is None
-
-
-def test_a_design_set_above_what_a_small_grid_takes_is_said_not_cut_silently(tmp_path: Path) -> None:
-    r = run_cli("plan", str(spec_file(tmp_path, search={"design": 40})), "--dry-run")
-    assert r.returncode == 0 and "search.design is 40, and round 1 measures " in r.stderr, r.stderr
-    r = run_cli("plan", str(spec_file(tmp_path, "default.json")), "--dry-run")
-    assert r.returncode == 0 and "search.design" not in r.stderr, r.stderr
-    # a budget below the default design is round 1's design too: the note names the budget, which was set
-    budget = {**TINY_SPEC, "modes": ["fwd"], "timing": {"strategy": "search"}, "search": {"budget": 5}}
-    (tmp_path / "budget.json").write_text(json.dumps({**budget, "output": str(tmp_path / "budget.out.json")}))
-    r = run_cli("plan", str(tmp_path / "budget.json"), "--dry-run")
-    assert r.returncode == 0, r.stderr
-    assert "search.design is" not in r.stderr and "search.budget (round 1's design too) is 5" in r.stderr, r.stderr
-
-
-def test_checking_a_spec_notes_what_plan_would(tmp_path: Path) -> None:
-    idle = spec_file(tmp_path, timing={"strategy": "full"}, search={"design": 3})
-    r = run_cli("spec", str(idle))
-    assert r.returncode == 0 and "note: the search section is set but timing.strategy is 'full'" in r.stderr, r.stderr
 
 
 def test_a_screened_search_times_in_full_only_the_survivors_of_each_rounds_screen(tmp_path: Path) -> None:

@@ -23,12 +23,16 @@ if TYPE_CHECKING:
 LOOK_EVERY_S = 1.0
 
 
-def follow(sd: SweepDir, going: Callable[[SweepStatus], bool]) -> SweepStatus:
-    """Show the sweep's progress while ``going(status)``; the last status."""
+def follow(sd: SweepDir, going: Callable[[SweepStatus], bool], said: str | None = None) -> SweepStatus:
+    """Show the sweep's progress while ``going(status)``; the last status. ``said``: the note
+    that says whose work is followed, printed where a Ctrl-C from then on stops the following."""
     from orchestrator.control.status import sweep_status
 
-    progress = Progress(sd.planned)
+    progress: Progress | None = None
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
+        if said is not None:
+            warn(said)
+        progress = Progress(sd.planned)
         while True:
             st = sweep_status(sd, query_slurm=False)
             progress.update(st.done, total=st.total)
@@ -42,7 +46,8 @@ def follow(sd: SweepDir, going: Callable[[SweepStatus], bool]) -> SweepStatus:
             f"`{PROG} cancel {here}` stops it"
         ) from None
     finally:
-        progress.close()
+        if progress is not None:
+            progress.close()
 
 
 def run_elsewhere(u: UnitStatus) -> bool:
@@ -62,9 +67,9 @@ def follow_run(sd: SweepDir, other: Holder, *, redo: str, html: bool, overwrite:
     and report (``redo``: the command that reruns what it left unfinished)."""
     from orchestrator.control.sweeps import other_run_live
 
-    warn(
+    said = (
         f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its progress "
         "instead of starting a second run beside it (Ctrl-C stops following, not that run)"
     )
-    st = follow(sd, lambda _: other_run_live(sd))
+    st = follow(sd, lambda _: other_run_live(sd), said)
     return finish_sweep(sd, overwrite=overwrite, html=html, failed=unfinished_unit_lines(st), redo=redo)

@@ -246,6 +246,11 @@ RESUME_UNITS_HELP = (
 
 def register(sub: Subparsers) -> None:
     """Add ``submit``, ``resume``, ``cancel`` and ``wait`` to an ``add_subparsers()`` object."""
+    _register_submit(sub)
+    _register_after_submit(sub)
+
+
+def _register_submit(sub: Subparsers) -> None:
     s = sub.add_parser("submit", help="plan a spec and submit its units to SLURM as job arrays; returns at once")
     s.add_argument("spec")
     s.add_argument("--sweep-dir", type=folder_path, help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
@@ -270,6 +275,8 @@ def register(sub: Subparsers) -> None:
     add_reuse_args(s)
     s.set_defaults(func=cmd_submit)
 
+
+def _register_after_submit(sub: Subparsers) -> None:
     s = sub.add_parser(
         "resume",
         help="redo the items of a sweep that have no record yet, as new units: on SLURM submitted, here run and merged",

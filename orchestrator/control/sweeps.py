@@ -88,11 +88,6 @@ def prepare_sweep(
         index = sd.unit_index()  # a damaged one is refused before the output moves: a refusal changes nothing
         _check_cache_dir(sd.spec, root, planned_as=True)
         if out.resolve() != sd.output and (output or _edited_output(sd, spec, spec_path)):
-            if other_run_live(sd):  # that run merges into the sweep's output when it ends, whatever this says
-                raise DispatchError(
-                    f"{root} is being run by another `{PROG} run`, which merges into {sd.output} when it ends; move "
-                    f"the output to {out} once it has (`{PROG} wait {word(root)}` follows it)"
-                )
             _check_before_move(sd, out.resolve(), overwrite)
             sd = _move_output(sd, out.resolve())
         if index:
@@ -174,10 +169,17 @@ def _edited_output(sd: SweepDir, spec: SweepSpec, spec_path: str) -> bool:
 
 
 def _check_before_move(sd: SweepDir, out: Path, overwrite: bool) -> None:
-    """Refuse, before the output moves, what the command would refuse after it: a damaged sweep
-    directory (its status reads every file of it), an output holding another sweep's records."""
+    """Refuse, before the output moves, what the command would refuse after it: another live
+    ``run`` of the sweep (it merges into the sweep's output when it ends, whatever this says), a
+    damaged sweep directory (its status reads every file of it), an output holding another
+    sweep's records."""
     from orchestrator.store.merge import check_target
 
+    if other_run_live(sd):
+        raise DispatchError(
+            f"{sd.root} is being run by another `{PROG} run`, which merges into {sd.output} when it ends; move "
+            f"the output to {out} once it has (`{PROG} wait {word(sd.root)}` follows it)"
+        )
     sweep_status(sd, query_slurm=False)
     if not overwrite:
         check_target(sd, out)

@@ -67,6 +67,26 @@ def _deeper_than(data: Any, limit: int) -> bool:
     return False
 
 
+def _parsed(p: Path, text: str) -> Any:
+    """The spec file's text parsed as TOML (by its suffix) or JSON; one line where it is neither,
+    or nests deeper than a spec's fields do (``MAX_DEPTH``)."""
+    deep = f"spec file {p} nests its values more than {MAX_DEPTH} levels deep; a spec's fields nest a few at most"
+    try:
+        if p.suffix.lower() == ".toml":
+            data: Any = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"spec file {p} is not valid TOML: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"spec file {p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise SpecError(deep) from None
+    if _deeper_than(data, MAX_DEPTH):
+        raise SpecError(deep)
+    return data
+
+
 def read_spec_data(p: Path) -> dict[str, Any]:
     if not p.exists():
         raise SpecError(f"spec file {p} does not exist; pass the path of a JSON or TOML spec")
@@ -92,25 +112,7 @@ def read_spec_data(p: Path) -> dict[str, Any]:
             f"spec file {p} is empty; write the spec's fields in it (`{PROG} spec --schema` lists them; "
             "an object with none, {} in JSON, is the reference sweep)"
         )
-    deep = f"spec file {p} nests its values more than {MAX_DEPTH} levels deep; a spec's fields nest a few at most"
-    if p.suffix.lower() == ".toml":
-        try:
-            data: Any = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise SpecError(f"spec file {p} is not valid TOML: {exc}") from None
-        except RecursionError:
-            raise SpecError(deep) from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(
-                f"spec file {p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-            ) from None
-        except RecursionError:
-            raise SpecError(deep) from None
-    if _deeper_than(data, MAX_DEPTH):
-        raise SpecError(deep)
+    data = _parsed(p, text)
     if not isinstance(data, dict):
         raise SpecError(f"spec file {p} must hold an object of spec fields, {{...}}, not a JSON {json_type(data)}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):

@@ -1,0 +1,61 @@
+"""The search section as a user writes it: what a budget makes of the design, bad settings in
+one line, and what `plan` and `spec` note of settings that change nothing or are cut."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import TINY_SPEC, assert_one_line_error, run_cli
+from tests.search_helpers import spec_file
+
+
+def test_a_budget_below_the_default_design_is_the_design_too() -> None:
+    from orchestrator.spec.search_section import SearchSettings
+
+    assert SearchSettings.model_validate({"budget": 4}).design == 4
+    assert SearchSettings.model_validate({"budget": 8}).design == 6  # the default, within the budget
+
+
+@pytest.mark.parametrize(
+    ("search", "needles"),
+    [
+        ({"design": 6, "budget": 4}, ("search", "budget=4 is below design=6", "raise budget to at least 6")),
+        ({"max_rounds": 0}, ("search.max_rounds", "greater than or equal to 1")),
+    ],
+)
+def test_bad_search_settings_are_one_line(tmp_path: Path, search: dict[str, Any], needles: tuple[str, ...]) -> None:
+    r = run_cli("run", str(spec_file(tmp_path, search=search)), "--sweep-dir", str(tmp_path / "sweep"))
+    assert_one_line_error(r, *needles)
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_search_settings_without_the_search_strategy_get_a_note() -> None:
+    from orchestrator.planning.search import idle_settings
+    from orchestrator.spec.files import spec_from_data
+
+    assert "timing.strategy is 'full': it does nothing" in str(idle_settings(spec_from_data({"search": {"design": 3}})))
+    assert idle_settings(spec_from_data({"timing": {"strategy": "search"}, "search": {"design": 3}})) is None
+    assert idle_settings(spec_from_data({})) is None
+
+
+def test_a_design_set_above_what_a_small_grid_takes_is_said_not_cut_silently(tmp_path: Path) -> None:
+    r = run_cli("plan", str(spec_file(tmp_path, search={"design": 40})), "--dry-run")
+    assert r.returncode == 0 and "search.design is 40, and round 1 measures " in r.stderr, r.stderr
+    r = run_cli("plan", str(spec_file(tmp_path, "default.json")), "--dry-run")
+    assert r.returncode == 0 and "search.design" not in r.stderr, r.stderr
+    # a budget below the default design is round 1's design too: the note names the budget, which was set
+    budget = {**TINY_SPEC, "modes": ["fwd"], "timing": {"strategy": "search"}, "search": {"budget": 5}}
+    (tmp_path / "budget.json").write_text(json.dumps({**budget, "output": str(tmp_path / "budget.out.json")}))
+    r = run_cli("plan", str(tmp_path / "budget.json"), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "search.design is" not in r.stderr and "search.budget (round 1's design too) is 5" in r.stderr, r.stderr
+
+
+def test_checking_a_spec_notes_what_plan_would(tmp_path: Path) -> None:
+    idle = spec_file(tmp_path, timing={"strategy": "full"}, search={"design": 3})
+    r = run_cli("spec", str(idle))
+    assert r.returncode == 0 and "note: the search section is set but timing.strategy is 'full'" in r.stderr, r.stderr
