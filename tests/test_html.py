@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -388,3 +389,22 @@ def test_a_page_of_one_problem_counts_it_in_the_singular_and_shows_its_spec_text
     doc = make_doc([rec(ms=1.0)], tilesweep={"spec": {"tag": "é✓"}})
     spec_text = html.report_page(load_obj(doc))
     assert "&quot;tag&quot;: &quot;é✓&quot;" in spec_text and "\\u00e9" not in spec_text
+
+
+def test_the_temp_file_of_a_page_writer_killed_before_goes_when_the_page_is_written(tmp_path: Path) -> None:
+    """``kill -9`` of ``report --html`` mid-write leaves its hidden temp file; the next write of
+    that page removes it (its writer is dead), and leaves a live writer's alone."""
+    import socket
+    import subprocess
+    import sys
+
+    from orchestrator.store.files import temp_stem
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    page = tmp_path / "report.html"
+    left = tmp_path / f".{temp_stem(page.name)}.{socket.gethostname()}.{int(dead.stdout)}.0123abcd.tmp"
+    left.write_text("<!DOCTYPE html><html>cut")
+    live = tmp_path / f".{temp_stem(page.name)}.{socket.gethostname()}.{os.getpid()}.89abcdef.tmp"
+    live.write_text("<!DOCTYPE html><html>being written")
+    html.write_page(page, html.report_page(load_obj(make_doc([rec(ms=1.0)]))))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([page.name, live.name])

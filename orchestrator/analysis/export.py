@@ -38,6 +38,7 @@ from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.spec.records import kernel_kwargs
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.files import remove_dead_temps
 from orchestrator.store.sweepdir import atomic_open
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,9 @@ def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def write_atomic(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write JSON next to ``path`` and ``os.replace`` it in: a reader never sees half a file."""
+    """Write JSON next to ``path`` and ``os.replace`` it in: a reader never sees half a file (and
+    the temp file of a writer killed before, here, goes)."""
+    remove_dead_temps(Path(path), min_age_s=0)
     with atomic_open(Path(path)) as fh:
         json.dump(obj, fh, indent=1)
         fh.write("\n")
