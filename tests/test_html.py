@@ -408,3 +408,11 @@ def test_the_temp_file_of_a_page_writer_killed_before_goes_when_the_page_is_writ
     live.write_text("<!DOCTYPE html><html>being written")
     html.write_page(page, html.report_page(load_obj(make_doc([rec(ms=1.0)]))))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([page.name, live.name])
+
+
+def test_why_auto_failed_is_on_the_page_beside_auto_failed() -> None:
+    records = [rec(ms=1.0), rec(auto=True, error="WrongResult: rel_err 2.4e-07 against the reference is above 1e-30")]
+    page = html.report_page(load_obj(make_doc(records)))
+    assert "auto failed (WrongResult: rel_err 2.4e-07 against the reference is above 1e-30)" in page
+    (s,) = report.best_table(load_obj(make_doc(records)))
+    assert s.auto_error is not None and s.auto_error.startswith("WrongResult") and s.to_json()["auto_error"]

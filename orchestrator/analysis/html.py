@@ -62,6 +62,10 @@ def ratio_cls(x: float | None, higher_is_better: bool = True) -> str:
     return "win" if (x > 1) == higher_is_better else "lose"
 
 
+def _short(text: str, most: int = 160) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def facts(s: ProblemSummary) -> str:
     """One line of numbers: best config, its spread, auto, speedup, TFLOP/s, runner-up, noise."""
     if s.best_ms is None:
@@ -74,7 +78,7 @@ def facts(s: ProblemSummary) -> str:
         )
     auto = {
         "ok": f"auto {s.auto_ms:.4g} ms" if s.auto_ms is not None else "",
-        "failed": "auto failed",
+        "failed": f"auto failed ({esc(_short(s.auto_error or 'no timing recorded'))})",
         "absent": "no auto record",
     }[s.auto_status]
     auto += f" (auto runs <b>{esc(s.auto_label)}</b>)" if s.auto_label else " (auto's config unknown)"

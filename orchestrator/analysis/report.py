@@ -135,6 +135,7 @@ class ProblemSummary:
     auto_config_from: str | None = None  # "spec", "inferred" (no tilesweep block), None: unknown
     best_is_auto: bool = False  # the best forced config is auto's own: two timings of one kernel
     n_waiting: int = 0  # screened configs that survived and are not timed in full yet (halving stopped in round 2)
+    auto_error: str | None = None  # why auto has no timing, where it failed
     replayed: bool = False  # its best or auto timing is replayed, not measured (store.replayed)
 
     @property
@@ -313,6 +314,7 @@ def _summary(
         n_pruned=n_pruned,
         n_screened=len(sc.screened - per_config.keys()) - waiting,
         n_waiting=waiting,
+        auto_error=sc.auto_error if auto_ms is None else None,
         runner_up_label=config_label(config_of(runner), key.mode) if runner else None,
         runner_up_ms=float(runner["median_ms"]) if runner else None,
         within_noise=within_noise,

@@ -56,6 +56,7 @@ class ProblemScan:
         "cid",
         "auto_ms",
         "auto_rec",
+        "auto_error",
         "auto_seen",
         "per_config",
         "pruned",
@@ -70,6 +71,7 @@ class ProblemScan:
         self.cid = itemgetter(*self.fields)
         self.auto_ms: float | None = None
         self.auto_rec: dict[str, Any] | None = None  # the record of ``auto_ms``
+        self.auto_error: str | None = None  # why the first auto record that is no measurement is not
         self.auto_seen = False
         # config identity -> best successful record of that config (None: only failures)
         self.per_config: dict[Any, dict[str, Any] | None] = {}
@@ -119,6 +121,8 @@ def _scan(results: Iterable[dict[str, Any]], max_rel_err: float | None) -> dict[
             ok = False  # a wrong output (``tolerance.wrong_result``): failed, however fast
         if rec["config"] == "auto":
             sc.add_auto(m if ok else None, rec)
+            if not ok and sc.auto_error is None:
+                sc.auto_error = failure_text(rec, max_rel_err)
             continue
         try:
             cid = sc.cid(rec)
