@@ -93,8 +93,10 @@ def register(sub: Subparsers) -> None:
     s = sub.add_parser(
         "logs",
         help="print the log of one unit of a sweep",
-        description=f"Print a unit's log (its workers' output, every attempt). UNIT is a unit id, "
-        f"an id prefix or a position in the unit index, as `{PROG} status` shows them.",
+        description=f"Print a unit's log (its workers' output, every attempt). UNIT is a unit id as "
+        f"`{PROG} status` shows it, an id prefix, or a position 0, 1, ... in the unit index (units.json's "
+        "order; a number is read as a position first: give an id prefix with a letter in it, or more of it). "
+        "The log's first line names the unit.",
     )
     s.add_argument("sweep_dir")
     s.add_argument("unit", help="a unit id, an id prefix or a position in the unit index")
