@@ -9,7 +9,8 @@ lowers only the configs without a verdict. ``--dry-run`` lowers and shows withou
 With ``executor.lower_partition`` (slurm) the configs are lowered as a CPU job array on that
 partition (``control.lowering``), followed here until it ends; each verdict is copied into
 ``lowering.jsonl`` as it is read.
-``--json``: one object per config, its plan line plus its verdict. A replayed sweep lowers the
+``--json``: one object per config, its plan line plus its verdict (``null`` for a config not
+lowered here: invalid, pruned by the shared-memory model, or lowered before). A replayed sweep lowers the
 configs of the implementation its source measured, so a rehearsal prunes what the real sweep would.
 """
 
@@ -111,7 +112,11 @@ def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
             writer.close()
         if progress is not None:
             progress.close()
-    if not args.json:
+    if args.json:  # every config has its line: those not lowered here with no verdict
+        for it in items:
+            if it.id not in by_id:
+                sys.stdout.write(json.dumps({**plan_line(it), "lowering": None}) + "\n")
+    else:
         _summary(spec, seen, len(todo), len(items) - len(todo), time.perf_counter() - t0, root, where)
     return 0
 

@@ -161,3 +161,27 @@ def test_lowering_without_the_cuda_plugin_is_one_line_naming_it(monkeypatch: pyt
     with pytest.raises(PlanError) as err:
         _check_can_lower(spec_from_data({**SPEC, "kernel": {"impl": "mosaic"}}))
     assert "\n" not in err.value.message and 'pip install --no-deps "jax-cuda12-plugin==' in err.value.message
+
+
+def test_lower_json_has_a_line_for_every_config_of_the_plan(tmp_path: Path) -> None:
+    """``plan --lower --dry-run --json``: one object per config, as ``plan --dry-run --json``
+    gives them; the configs not lowered (pruned by the shared-memory model, invalid) with no
+    verdict."""
+    data = {
+        "output": str(tmp_path / "out.json"),
+        "dtypes": ["bfloat16"],
+        "head_dims": [64],
+        "seq_lens": [256],
+        "modes": ["fwd"],
+        "batch": 1,
+        "heads": 1,
+        "grid": {"fwd": {"block_q": [64, 256], "block_k": [64, 256], "num_stages": [2, 8], "num_warps": [4]}},
+    }
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(data))
+    planned = [json.loads(line) for line in run_cli("plan", str(spec), "--dry-run", "--json").stdout.splitlines()]
+    r = run_cli("plan", str(spec), "--lower", "--dry-run", "--json", "--lower-workers", "1")
+    assert r.returncode == 0, r.stderr
+    lowered = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(lowered) == len(planned) and any(p["pruned"] for p in planned)
+    assert all((line["lowering"] is None) == line["pruned"] for line in lowered)
