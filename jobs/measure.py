@@ -12,7 +12,9 @@ shapes and dtypes (``abstract_args``), never the arrays.
 from __future__ import annotations
 
 import functools
+import linecache
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,10 +38,24 @@ MAX_ERROR_CHARS = 2000
 
 
 def error_string(exc: BaseException) -> str:
-    """``"Type: message"`` as the reference run records failures, bounded in length."""
-    msg = str(exc).strip()
+    """``"Type: message"`` as the reference run records failures, bounded in length. An
+    exception with no message (a bare ``assert`` in a library) says where it was raised and
+    the line there (``AssertionError at pallas_mosaic_gpu_kernel_sm90.py:316: assert ...``)."""
+    msg = str(exc).strip() or _where(exc)
     text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _where(exc: BaseException) -> str:
+    """``at FILE:LINE: SOURCE`` of the innermost frame that raised ``exc``; "" without one."""
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    line = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+    return f"at {os.path.basename(code.co_filename)}:{tb.tb_lineno}" + (f": {line}" if line else "")
 
 
 def interpret_flag(spec: SweepSpec) -> bool | None:

@@ -306,3 +306,24 @@ def test_a_process_running_a_sweeps_units_in_turn_makes_a_shapes_inputs_once(
     for unit in unit_ids:
         assert worker.run_unit(str(sd.root), unit)["errors"] == 0
     assert len(made) == 1
+
+
+def test_an_error_with_no_message_says_where_it_was_raised_and_the_line_there(tmp_path: Path) -> None:
+    """A library's bare ``assert`` (tokamax's stage limit) raises an AssertionError with no
+    text: the record or verdict says the file, line and condition, not "AssertionError" alone."""
+    import importlib.util
+
+    from jobs.measure import error_string
+
+    lib = tmp_path / "somelib.py"  # a library's module (pytest rewrites the asserts of tests, not of it)
+    lib.write_text("def stages(n):\n    assert n + 2 <= 16\n")
+    found = importlib.util.spec_from_file_location("somelib", lib)
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    try:
+        module.stages(99)
+    except AssertionError as exc:
+        said = error_string(exc)
+    assert said == "AssertionError: at somelib.py:2: assert n + 2 <= 16", said
+    assert error_string(ValueError("boom")) == "ValueError: boom"
