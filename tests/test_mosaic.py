@@ -192,3 +192,21 @@ def test_checking_a_spec_refuses_what_the_kernel_cannot_do_as_plan_does(tmp_path
     path.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json"), "dtypes": ["bfloat16", "float16"]}))
     said = assert_one_line_error(run_cli("spec", str(path)), "kernel.impl 'mosaic'", "dtypes ['bfloat16']")
     assert said == assert_one_line_error(run_cli("plan", str(path), "--dry-run"))
+
+
+def test_a_replay_source_whose_config_block_names_no_kernel_says_to_name_the_one_its_records_hold(
+    tmp_path: Path,
+) -> None:
+    """A hand-made source whose records are Mosaic GPU's but whose config block names no kernel
+    (read as tilesweep's): the refusal names what to add, not the wrong replay.impl."""
+    data = document({**MOSAIC, "output": "measured.json"}, seed=3)
+    data["config"].pop("kernel")
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps(data))
+    spec = tmp_path / "replay.json"
+    replay = {"source": str(source), "impl": "mosaic"}
+    spec.write_text(
+        json.dumps({**MOSAIC, "output": str(tmp_path / "o.json"), "kernel": {"impl": "replay"}, "replay": replay})
+    )
+    said = assert_one_line_error(run_cli("plan", str(spec), "--dry-run"), "its records are of kernel.impl 'mosaic'")
+    assert 'add "kernel": {"impl": "mosaic"} to its config block' in said and '"replay": {"impl"' not in said

@@ -127,6 +127,12 @@ def load_source(spec: SweepSpec) -> ReplaySource:
             "unknown; replay a results document of tilesweep or of the reference run"
         ) from None
     why = mismatch(spec, measured)
+    held = {r.get("impl", impls.DEFAULT_IMPL) for r in doc.results if isinstance(r, dict)}
+    if why is not None and "kernel" not in doc.config and held == {spec.measured_impl} != {measured.measured_impl}:
+        why = (  # a hand-made or another tool's block: its records say what they measured, its block does not
+            f"its records are of kernel.impl {spec.measured_impl!r}, but its config block names no kernel.impl (so "
+            f'tilesweep\'s kernel): add "kernel": {{"impl": "{spec.named_impl}"}} to its config block'
+        )
     if why is not None:
         raise ResultsError(
             f"{ROLE} {path} is a results document of another spec: {why}; replay a document "
