@@ -19,6 +19,17 @@ def test_executor_settings_become_submitit_parameters() -> None:
     assert params == {"slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 60}
     assert grace_s(s) == 30.0 and grace_s(ExecutorSettings(slurm_signal_delay_s=20)) == 10.0
     assert grace_s(ExecutorSettings(slurm_signal_delay_s=0)) == 5.0  # no warning asked for: the shortest grace
+    # a config whose samples take longer (timing.target_ms x repeats) gets the time to finish them,
+    # up to 5 s before the hard limit: a config timed at the spec's own pace is not called hung
+    assert grace_s(s, 40.0) == 45.0 and grace_s(ExecutorSettings(slurm_signal_delay_s=20), 60.0) == 15.0
+    assert grace_s(s, 0.4) == 30.0
+
+
+def test_the_seconds_of_one_config_are_its_samples_at_the_specs_pace_with_room() -> None:
+    from orchestrator.control.dispatch.slurm import config_seconds
+    from orchestrator.spec.files import spec_from_data
+
+    assert config_seconds(spec_from_data({"repeats": 3, "timing": {"target_ms": 20000}})) == 90.0
 
 
 def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck() -> None:

@@ -13,6 +13,7 @@ is given up on (``sbatch``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from orchestrator.control.scheduler import array_of, one_line, require_submit_to
 from orchestrator.errors import DispatchError
 from orchestrator.planning.costs import unit_cost
 from orchestrator.spec.executor_section import ExecutorSettings
+from orchestrator.spec.model import SweepSpec
 from orchestrator.store.round2 import unit_round
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
@@ -59,11 +61,20 @@ def executor_parameters(settings: ExecutorSettings) -> dict[str, Any]:
     return params
 
 
-def grace_s(settings: ExecutorSettings) -> float:
+def grace_s(settings: ExecutorSettings, config_s: float = 0.0) -> float:
     """How long a warned worker may take to reach a stop: half the warning (SLURM sends it
-    ``slurm_signal_delay_s`` to 60 s more before the limit), 5 to 30 s."""
+    ``slurm_signal_delay_s`` to 60 s more before the limit), 5 to 30 s; longer where timing one
+    config takes longer (``config_s``: its samples, ``config_seconds``), so a config timed at
+    the spec's own pace is not called hung, but never past 5 s before the hard limit."""
     delay = settings.signal_delay_s()
-    return float(max(5, min(30, delay // 2)))
+    base = max(5, min(30, delay // 2))
+    return float(max(base, min(delay - 5, math.ceil(config_s) + 5)))
+
+
+def config_seconds(spec: SweepSpec) -> float:
+    """Seconds the samples of one config take at the spec's pace (``repeats`` of ``target_ms``),
+    half again for a loaded node: what a warned worker may need to finish the one it times."""
+    return 1.5 * spec.repeats * spec.timing.target_ms / 1e3
 
 
 def _slurm_executor(sd: SweepDir, settings: ExecutorSettings, params: dict[str, Any]) -> Any:
@@ -174,7 +185,7 @@ def submit_units(
     if not unit_ids:
         return Submission()
     ex = _slurm_executor(sd, settings, named_parameters(sd, settings))
-    task = UnitTask(grace_s(settings))
+    task = UnitTask(grace_s(settings, config_seconds(sd.spec)))
     per_task = settings.units_per_task()
     groups = tasks_of(unit_ids, per_task, unit_costs(sd, unit_ids) if per_task > 1 else None)
     done = Submission()
