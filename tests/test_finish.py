@@ -16,7 +16,7 @@ from orchestrator.control import dispatch
 from orchestrator.control.sweeps import prepare_sweep
 from orchestrator.store.leases import run_lease
 from tests.conftest import REPO, SAMPLE, run_cli
-from tests.helpers import assert_one_line_error
+from tests.helpers import LAUNCH, assert_one_line_error
 
 
 def _replay_spec(tmp_path: Path, *, html: bool, **over: object) -> Path:
@@ -116,7 +116,8 @@ def test_a_ctrl_c_of_a_run_that_follows_another_says_that_run_goes_on(tmp_path: 
     """Ctrl-C stops following, not the run followed: the line says so, and how to follow again."""
     sweep = tmp_path / "sweep"
     sd, _, _ = prepare_sweep(str(_replay_spec(tmp_path, html=False)), str(sweep), None, None)
-    args = [sys.executable, "-m", "orchestrator", "run", str(_replay_spec(tmp_path, html=False)), "--sweep-dir"]
+    # SIGINT at its default, as at a terminal (a test started in the background has it ignored)
+    args = [sys.executable, "-c", LAUNCH, "run", str(_replay_spec(tmp_path, html=False)), "--sweep-dir"]
     with run_lease(sd.root):  # another `run` holds the sweep
         follower = subprocess.Popen(
             [*args, str(sweep)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -127,7 +128,7 @@ def test_a_ctrl_c_of_a_run_that_follows_another_says_that_run_goes_on(tmp_path: 
             assert line, "".join(seen)
             seen.append(line)
         follower.send_signal(signal.SIGINT)
-        _, err = follower.communicate(timeout=600)
+        _, err = follower.communicate(timeout=120)
     assert follower.returncode == 130, err
     assert f"tilesweep: interrupted; stopped following; what runs the sweep goes on: `tilesweep wait {sweep}`" in err
     assert "finished records are kept" not in err
