@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import shutil
 import statistics
@@ -158,9 +159,10 @@ def sacct_elapsed(job_id: str) -> int:
 
 def allocation(job_id: str) -> tuple[datetime, datetime] | None:
     """When the job's allocation began and ended, to the millisecond: slurmctld's own log lines
-    allocating it and completing it. sacct keeps both ends in whole seconds, each cut down,
-    which moves a 12-s task's share by up to a twelfth. None where the log has no such pair
-    (another log format, or the log is elsewhere)."""
+    allocating it (the main scheduler's, or the backfill scheduler's start) and completing it.
+    sacct keeps both ends in whole seconds, each cut down, which moves a 12-s task's share by up
+    to a twelfth. None where the log has no such pair (another log format, or the log is
+    elsewhere)."""
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
     found = re.search(r"^SlurmctldLogFile\s*=\s*(\S+)", config, re.M)
     if found is None or not Path(found[1]).is_file():
@@ -168,7 +170,11 @@ def allocation(job_id: str) -> tuple[datetime, datetime] | None:
     job = re.escape(job_id)
     ends: dict[str, datetime] = {}
     for line in Path(found[1]).read_text(errors="replace").splitlines():
-        hit = re.match(rf"\[([^]]+)\] (?:sched: Allocate JobId={job} |_job_complete: JobId={job} done$)", line)
+        hit = re.match(
+            rf"\[([^]]+)\] (?:sched: Allocate JobId={job} |sched/backfill: _start_job: Started JobId={job} "
+            rf"|_job_complete: JobId={job} done$)",
+            line,
+        )
         if hit:
             ends["done" if line.endswith(" done") else "start"] = datetime.fromisoformat(hit[1])
     if len(ends) < 2:
@@ -339,7 +345,8 @@ def main() -> None:
                 ("node4_start_s", "start_s"),
                 ("node4_share_bound", "bound"),
             ):
-                print(f"{name}={statistics.median(n[key] for n in node):.3f}")
+                known = [n[key] for n in node if math.isfinite(n[key])]  # runs whose slurmctld log had both ends
+                print(f"{name}={statistics.median(known) if known else float('nan'):.3f}")
             print(f"node4_vs_4x1_makespan={statistics.median(n['wall4'] / n['wall1'] for n in node):.3f}")
             print(f"node4_gpu_s={statistics.median(n['gpu_s'] for n in node):.0f}")
         if "cancel" in only:
