@@ -17,7 +17,7 @@ from orchestrator.control.sweeps import prepare_sweep
 from orchestrator.planning import RUN, Unit
 from orchestrator.store.merge import merge
 from orchestrator.store.sweepdir import SweepDir
-from tests.conftest import SAMPLE
+from tests.search_helpers import spec_file
 
 LAST = 3
 RECORD = "three-rounds.json"
@@ -53,21 +53,7 @@ class ThreeRounds:
 
 def _replay_spec(tmp_path: Path) -> Path:
     """bf16 d64 s2048, fwd and fwd_bwd (104 items) in 2 units, replayed from the excerpt."""
-    config = json.loads(SAMPLE.read_text())["config"]
-    data = {
-        **config,
-        "dtypes": ["bfloat16"],
-        "head_dims": [64],
-        "seq_lens": [2048],
-        "sharding": {"units": 2},
-        "output": str(tmp_path / "results.json"),
-        "kernel": {"impl": "replay"},
-        "replay": {"source": str(SAMPLE)},
-        "executor": {"kind": "debug"},
-    }
-    path = tmp_path / "three.json"
-    path.write_text(json.dumps(data))
-    return path
+    return spec_file(tmp_path, "three.json", timing={})  # the search's spec, timed in full
 
 
 def test_a_strategy_of_three_rounds_is_advanced_round_by_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
