@@ -312,7 +312,7 @@ def _summary(
         n_configs=len(sc.recorded()),
         n_failed=n_failed,
         n_pruned=n_pruned,
-        n_screened=len(sc.screened - per_config.keys()) - waiting,
+        n_screened=len(sc.screened.keys() - per_config.keys()) - waiting,
         n_waiting=waiting,
         auto_error=sc.auto_error if auto_ms is None else None,
         runner_up_label=config_label(config_of(runner), key.mode) if runner else None,

@@ -61,7 +61,6 @@ class ProblemScan:
         "per_config",
         "pruned",
         "screened",
-        "screen_rec",
         "first_error",
         "first_failed",
     )
@@ -76,8 +75,8 @@ class ProblemScan:
         # config identity -> best successful record of that config (None: only failures)
         self.per_config: dict[Any, dict[str, Any] | None] = {}
         self.pruned: set[Any] = set()
-        self.screened: set[Any] = set()  # configs with a screened record (a candidate only if timed in full too)
-        self.screen_rec: dict[Any, dict[str, Any]] = {}  # per screened config, a screen record of it
+        # configs with a screened record, each with its first (a candidate only if timed in full too)
+        self.screened: dict[Any, dict[str, Any]] = {}
         self.first_error: str | None = None
         self.first_failed: dict[str, Any] | None = None  # the record of ``first_error``
 
@@ -90,7 +89,7 @@ class ProblemScan:
 
     def recorded(self) -> set[Any]:
         """The forced configs with any record: timed, failed or screened."""
-        return self.per_config.keys() | self.screened
+        return self.per_config.keys() | self.screened.keys()
 
 
 def scan(results: Iterable[dict[str, Any]], max_rel_err: float | None = None) -> dict[tuple[Any, ...], ProblemScan]:
@@ -130,8 +129,7 @@ def _scan(results: Iterable[dict[str, Any]], max_rel_err: float | None) -> dict[
             cid = tuple(map(rec.get, sc.fields))
         per = sc.per_config
         if ok and rec.get("screened") is True:  # a screen, not a measurement: never a candidate
-            sc.screened.add(cid)
-            sc.screen_rec.setdefault(cid, rec)
+            sc.screened.setdefault(cid, rec)
         elif ok:
             prev = per.get(cid)
             if prev is None or m < prev["median_ms"]:

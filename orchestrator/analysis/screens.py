@@ -24,7 +24,7 @@ class Survivors:
 
     def waiting(self, sc: ProblemScan) -> set[Any]:
         """The problem's configs that survived their screen and have no full timing yet."""
-        return {cid for cid, rec in sc.screen_rec.items() if cid not in sc.per_config and _id(rec) in self.ids}
+        return {cid for cid, rec in sc.screened.items() if cid not in sc.per_config and _id(rec) in self.ids}
 
 
 def _id(rec: dict[str, Any]) -> str | None:
