@@ -34,18 +34,17 @@ def _tables(chosen: tokamax_export.Chosen) -> dict[str, str]:
 
 
 def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> list[tokamax_export.Chosen]:
-    held = kinds(docs)
+    held, names = kinds(docs), ", ".join(d.name for d in docs)
     if device is not None and device not in held:
         raise TilesweepError(
-            f"--device {device!r}: no record of {', '.join(d.name for d in docs)} was measured on it; they hold "
+            f"--device {device!r}: no record of {names} was measured on it; they hold "
             f"{', '.join(map(repr, held)) or 'no named device kind'}"
         )
-    kinds_ = [device] if device is not None else held
-    names = ", ".join(d.name for d in docs)
-    if not kinds_:
+    wanted = [device] if device is not None else held
+    if not wanted:
         raise TilesweepError(f"{names}: no record names its device kind; pass --device KIND")
     out = []
-    for kind in kinds_:
+    for kind in wanted:
         if len(docs) > 1 or device is not None:  # the newest record per identity, as the tuned table takes them
             doc, combined = combine(docs, kind)
             if device is None:  # every kind gets its own folder: none is dropped

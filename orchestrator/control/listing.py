@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import PROG, word
-from orchestrator.control.history import History, cancelled_since, read_history
+from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import query
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.control.status_model import FAILED
@@ -94,8 +94,7 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
     """The log of a unit (``task``: the log of the SLURM task that ran it last), refused in
     one line when there is none yet."""
     uid = sd.resolve_unit(unit_key)
-    hist = read_history(sd)
-    job = hist.latest.get(uid) or {}
+    job = read_history(sd).latest.get(uid) or {}
     if task and job and job.get("executor", "slurm") != "slurm":
         raise SweepDirError(
             f"unit {uid} of {sd.root} ran here ({job['executor']} executor), not as a SLURM task: it has no task log; "
@@ -119,11 +118,6 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
             f"unit {uid} of {sd.root} has no log yet: its task (job {job.get('job_id')}) runs, and the unit waits for "
             f"one of the task's GPUs; `{PROG} logs {word(sd.root)} {unit_key} --task` prints the task's log"
         )
-    if cancelled_since(hist.cancelled, job):
-        raise SweepDirError(
-            f"unit {uid} of {sd.root} has no {what}: its job {job.get('job_id')} was cancelled before it started; "
-            f"`{PROG} resume {word(sd.root)}` redoes its items"
-        )
     said = _unlogged(sd, uid)
     if said is not None:
         raise SweepDirError(f"unit {uid} of {sd.root} has no {what}: {said}")
@@ -134,8 +128,8 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
 
 def _unlogged(sd: SweepDir, uid: str) -> str | None:
     """Why a submitted unit with no log has none, where its status (SLURM asked once) says its
-    job ended: cancelled before it started (by ``scancel`` of its own), or ended without
-    writing a log (``unit_state.NO_LOG``); None while it waits to start."""
+    job ended: cancelled before it started (by ``tilesweep cancel`` or ``scancel``), or ended
+    without writing a log (``unit_state.NO_LOG``); None while it waits to start."""
     unit = next((u for u in sweep_status(sd).units if u.id == uid), None)
     if unit is None or unit.state not in FAILED:
         return None
