@@ -16,10 +16,11 @@ _BETWEEN = re.compile(rb"\n  \},\n  \{")  # a record's end, the separator, the n
 
 def build(doc: Path, name: str, persist: bool = True) -> KeyIndex | None:
     """Parse the document at ``doc`` (the merger's layout; None for another, or one without
-        records) and write its index. Its records are checked as ``document.scan`` checks them
-        (``ResultsError`` naming the document as ``name``). Reads the whole document, as ``scan``
-        does: what a reader without an index pays once. ``persist`` False: the index is returned, not
-    written (a dry run writes nothing)."""
+    records) and write its index. Its records are checked as ``document.scan`` checks them
+    (``ResultsError`` naming the document as ``name``), and one holding a value no worker writes
+    (``record_values.refused_values``) is listed as damaged. Reads the whole document, as
+    ``scan`` does: what a reader without an index pays once. ``persist`` False: the index is
+    returned, not written (a dry run writes nothing)."""
     try:
         data = doc.read_bytes()
     except OSError:
@@ -32,12 +33,12 @@ def build(doc: Path, name: str, persist: bool = True) -> KeyIndex | None:
     lengths = [end - start for start, end in zip([first, *(e + len(SEPARATOR) for e in ends[:-1])], ends, strict=True)]
     keys = Keys([], [])
     with paused_gc():
-        for pos, k in _batches(first, lengths):
-            batch = parse_json(b"[" + data[pos : pos + k] + b"]", name)
+        for pos, size in _batches(first, lengths):
+            batch = parse_json(b"[" + data[pos : pos + size] + b"]", name)
             check_records(batch, name, len(keys.ids))
             refused = refused_values(batch)
-            for k, rec in enumerate(batch):
-                keys.add(rec, refused.get(k))
+            for j, rec in enumerate(batch):
+                keys.add(rec, refused.get(j))
     del data
     return write(doc, first, lengths, keys.ids, keys.tags, keys.odd - len(keys.damaged), keys.damaged, persist=persist)
 
