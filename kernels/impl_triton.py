@@ -31,6 +31,10 @@ from kernels.config import AttentionConfig, auto_config
 from kernels.devices import DeviceKind
 from kernels.impl_base import Capabilities, Fields, ModeFn, Tunable, Value
 
+MAX_WARPS = 32  # a block holds at most 1024 threads
+MAX_STAGES = 8  # software-pipelining depth; deeper never fits shared memory at useful tiles
+_MOST = {"num_warps": MAX_WARPS, "num_stages": MAX_STAGES}  # the tunables' upper bounds (the spec's too)
+
 # The record's config fields per mode, in record order (the reference run's layout).
 CONFIG_FIELDS: dict[str, tuple[str, ...]] = {
     "fwd": ("block_q", "block_k", "num_stages", "num_warps"),
@@ -74,11 +78,6 @@ def _tunable(name: str, default: Sequence[int]) -> Tunable:
         power_of_two=block or name == "num_warps",
         rule_source=_RULES,
     )
-
-
-# a block holds at most 1024 threads (32 warps); deeper pipelines never fit shared memory at useful
-# tiles (the spec's own fwd_warps and fwd_stages lists hold the same limits)
-_MOST = {"num_warps": 32, "num_stages": 8}
 
 
 # The reference config's default grid, as the tunables' defaults.

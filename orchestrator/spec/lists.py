@@ -15,10 +15,11 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
+from kernels.impl_triton import MAX_STAGES, MAX_WARPS
 from kernels.smem import MAX_HEAD_DIM, MIN_HEAD_DIM
 
-WARPS = (1, 2, 4, 8, 16, 32)  # warps per block a Triton kernel launches with
-MAX_STAGES = 8  # software-pipelining depth; deeper never fits shared memory at useful tiles
+# warps per block a Triton kernel launches with: the powers of two up to the kernel's limit
+WARPS = tuple(1 << k for k in range(MAX_WARPS.bit_length()))
 
 
 def _power_of_two(values: list[int]) -> list[int]:
