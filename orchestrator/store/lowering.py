@@ -4,7 +4,8 @@ its reader, and what the verdicts make of the sweep's items.
 ``tilesweep plan SPEC --lower --sweep-dir DIR`` lowers every runnable config for the spec's
 target GPU (``kernel.device_kind``) on this machine's CPUs (``jobs.lowering``) and appends one
 verdict line per config, after a header naming the sweep (its fingerprint), the target and the
-jax that lowered::
+jax that lowered (written once: a rerun of the same sweep, target and jax appends its verdicts
+under the header already there)::
 
     {"lowering": 1, "sweep": FINGERPRINT, "device_kind": "NVIDIA H200", "jax": ..., "jaxlib": ..., ...}
     {"id": ID, "verdict": "lowered", "kernels": [["entry", 198744]], "smem_bytes": 198744, ...}
@@ -27,6 +28,7 @@ error, so ``submit`` and the workers record them at once and never compile them 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable
@@ -48,7 +50,7 @@ Kind = Literal["lowered", "refused", "crashed"]
 
 
 class LoweringHeader(TypedDict):
-    """The first line of each ``plan --lower`` run."""
+    """The line before the verdicts of a sweep, target and jax (``VerdictWriter``)."""
 
     lowering: int
     sweep: str
@@ -121,13 +123,18 @@ def verdict_files(root: Path) -> list[Path]:
 
 
 class VerdictWriter:
-    """Appends a run's header, then its verdicts, to ``root/lowering.jsonl`` (or ``name``)."""
+    """Appends a run's verdicts to ``root/lowering.jsonl`` (or ``name``), under its header: one
+    header per stretch of runs of one sweep, target and jax (a rerun under the same ones appends
+    its verdicts to the stretch, without a header of its own), written before its first line, so
+    a rerun with nothing to lower writes nothing. A torn last line (a run killed mid-line) is
+    ended first, so the next line is whole."""
 
     def __init__(self, root: Path, header: LoweringHeader, name: str = FILE) -> None:
-        self._fh: IO[str] = open(Path(root) / name, "a", encoding="utf-8")
+        self._path = Path(root) / name
+        self._header: dict[str, Any] | None = None if _same_run(last_header(self._path), dict(header)) else dict(header)
+        self._torn = _torn_end(self._path)
+        self._fh: IO[str] | None = None  # opened with the first line
         self._unsynced = 0
-        self._write(dict(header))
-        self._sync()
 
     def __enter__(self) -> VerdictWriter:
         return self
@@ -146,17 +153,58 @@ class VerdictWriter:
         self._write({"lowering_end": lowered})
 
     def close(self) -> None:
-        if not self._fh.closed:
+        if self._fh is not None and not self._fh.closed:
             self._sync()
             self._fh.close()
 
     def _write(self, obj: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(obj) + "\n")
+        if self._fh is None:
+            self._fh = open(self._path, "a", encoding="utf-8")
+        head = "\n" if self._torn else ""
+        if self._header is not None:
+            head += json.dumps(self._header) + "\n"
+        self._fh.write(head + json.dumps(obj) + "\n")
         self._fh.flush()
+        self._header, self._torn = None, False
 
     def _sync(self) -> None:
-        os.fsync(self._fh.fileno())
+        if self._fh is not None:
+            os.fsync(self._fh.fileno())
         self._unsynced = 0
+
+
+HEADER_FIELDS = ("lowering", "sweep", "device_kind", "jax", "jaxlib")  # what a header's stretch of verdicts is of
+
+
+def _same_run(found: dict[str, Any] | None, header: dict[str, Any]) -> bool:
+    """Whether the verdicts of ``header``'s run belong under the header ``found``."""
+    return found is not None and all(found.get(k) == header[k] for k in HEADER_FIELDS)
+
+
+def last_header(path: Path) -> dict[str, Any] | None:
+    """The header the last lines of the verdict file ``path`` are under (None: no file, or none)."""
+    found = None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for text in fh:
+                if text.startswith('{"lowering":'):
+                    with contextlib.suppress(json.JSONDecodeError):
+                        found = json.loads(text)
+    except FileNotFoundError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _torn_end(path: Path) -> bool:
+    """Whether the file at ``path`` ends inside a line."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.seek(0, os.SEEK_END) == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
 
 
 def read_verdicts(root: Path, sweep: str, device_kind: str) -> dict[str, Verdict]:
