@@ -78,16 +78,24 @@ def run_cli(
 
 def second_run_follows(first: subprocess.Popen[str], args: list[str]) -> subprocess.CompletedProcess[str]:
     """Run ``args`` (a second ``tilesweep run`` of the sweep ``first`` runs, which holds its run
-    lease already) while ``first``'s process group (``start_new_session``) is stopped, as Ctrl-Z
-    stops a command in its shell, until the second says it follows the first; then continue
+    lease already) while ``first`` is stopped (``second_while_first_stopped``), until the second
+    says it follows the first."""
+    return second_while_first_stopped(first, args, "following its progress")
+
+
+def second_while_first_stopped(
+    first: subprocess.Popen[str], args: list[str], says: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` while ``first``'s process group (``start_new_session``) is stopped, as Ctrl-Z
+    stops a command in its shell, until the second command's stderr says ``says``; then continue
     ``first``. However fast ``first`` would be, it cannot finish before the second has looked."""
     os.killpg(first.pid, signal.SIGSTOP)
     try:
         second = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert second.stderr is not None
         seen: list[str] = []
-        while "following its progress" not in (line := second.stderr.readline()):
-            if not line:  # it ended without following
+        while says not in (line := second.stderr.readline()):
+            if not line:  # it ended without saying it
                 break
             seen.append(line)
         seen.append(line)

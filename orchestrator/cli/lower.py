@@ -5,7 +5,9 @@ is ``store.lowering``'s).
 With ``--sweep-dir`` the sweep directory is planned (or reopened) and each verdict is appended
 to its ``lowering.jsonl``: the configs lowering refused are recorded as pruned, with the
 compiler's reason and bytes, by ``submit`` and the workers, never compiled on a GPU. A rerun
-lowers only the configs without a verdict. ``--dry-run`` lowers and shows without writing.
+lowers only the configs without a verdict; one started while another lowers the same sweep
+directory waits for it (its lowering lease, ``store.leases``), saying so, and then does the same.
+``--dry-run`` lowers and shows without writing.
 With ``executor.lower_partition`` (slurm) the configs are lowered as a CPU job array on that
 partition (``control.lowering``), followed here until it ends; each verdict is copied into
 ``lowering.jsonl`` as it is read.
@@ -48,28 +50,8 @@ def _check_can_lower(spec: SweepSpec) -> None:
         raise PlanError(f"cannot lower kernel.impl {spec.measured_impl!r} here: {exc}") from None
 
 
-def _sweep_items(args: argparse.Namespace, spec: SweepSpec) -> tuple[list[WorkItem], Path | None, set[str]]:
-    """The items to lower, where their verdicts go (None: nowhere) and the ids lowered before."""
-    from orchestrator.planning import expand
-
-    if args.dry_run or not args.sweep_dir:
-        return expand(spec), None, set()
-    from orchestrator.control.sweeps import prepare_sweep
-    from orchestrator.store.lowering import read_verdicts
-
-    sd, _, _ = prepare_sweep(
-        args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
-    )
-    before = set(read_verdicts(sd.root, sd.spec.fingerprint(), sd.spec.kernel.target.name))
-    return sd.items(), sd.root, before
-
-
 def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
-    from jobs.lowering import lower_items
-    from jobs.node_env import device_block
-    from orchestrator.planning import RUN, plan_line
-    from orchestrator.spec.compat import env_fingerprint
-    from orchestrator.store.lowering import VerdictWriter, lowering_header
+    from orchestrator.planning import expand
 
     if not args.dry_run and not args.sweep_dir:
         raise PlanError("to keep the verdicts pass --sweep-dir DIR (or --dry-run to only show them)")
@@ -80,7 +62,47 @@ def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
             "to lower on this machine's CPUs)"
         )
     _check_can_lower(spec)
-    items, root, before = _sweep_items(args, spec)
+    if args.dry_run:
+        return _lower(args, spec, expand(spec), None, set())
+    return _lower_into_sweep(args, spec)
+
+
+def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
+    """Lower the configs of the sweep directory ``--sweep-dir`` that have no verdict yet, holding
+    its lowering lease: a second ``plan --lower`` of it waits for the first (saying so), then
+    lowers only what the first left without a verdict."""
+    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store.leases import lowering_lease
+    from orchestrator.store.lowering import read_verdicts
+    from orchestrator.store.sweepdir import SweepDir
+
+    prepared, _, _ = prepare_sweep(
+        args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
+    )
+
+    def waiting(holder: str) -> None:
+        warn(
+            f"waiting for the other `plan --lower` of {prepared.root} ({holder}) to end; then only the configs it "
+            "left without a verdict are lowered here"
+        )
+
+    with lowering_lease(prepared.root, on_wait=waiting):
+        sd = SweepDir.open(prepared.root)  # its verdicts read under the lease: no other lowering writes them
+        before = set(read_verdicts(sd.root, sd.spec.fingerprint(), sd.spec.kernel.target.name))
+        return _lower(args, spec, sd.items(), sd.root, before)
+
+
+def _lower(
+    args: argparse.Namespace, spec: SweepSpec, items: list[WorkItem], root: Path | None, before: set[str]
+) -> int:
+    """Lower the runnable ``items`` not in ``before`` and say what lowering said (verdicts kept in
+    ``root``'s ``lowering.jsonl``; None: kept nowhere)."""
+    from jobs.lowering import lower_items
+    from jobs.node_env import device_block
+    from orchestrator.planning import RUN, plan_line
+    from orchestrator.spec.compat import env_fingerprint
+    from orchestrator.store.lowering import VerdictWriter, lowering_header
+
     todo = [it for it in items if it.kind == RUN and it.id not in before]
     target = spec.kernel.target
     by_id = {it.id: it for it in todo}

@@ -1,9 +1,9 @@
-"""Leases: one worker per unit, one ``tilesweep run`` per sweep, ever.
+"""Leases: one worker per unit, one ``tilesweep run`` and one pre-flight lowering per sweep at a time.
 
 A lease is the soft lock of ``locks`` (a lock *file* created atomically, naming its holder:
 host, boot id, pid namespace, pid and the pid's start time, refreshed by a heartbeat), so it
 works on the shared filesystems sweep directories live on, and a holder that died is told
-apart from a live one the same way as for the merge lock. Two kinds:
+apart from a live one the same way as for the merge lock. Three kinds:
 
 - ``SWEEP/leases/<unit>.lease``: held by the worker of a unit for the unit's whole run
   (``jobs.worker.run_unit``). A second worker on the same unit (a second ``run``, a stray
@@ -12,6 +12,8 @@ apart from a live one the same way as for the merge lock. Two kinds:
   ``status`` shows.
 - ``SWEEP/run.lease``: held by ``tilesweep run`` while it runs or waits; a second ``run`` of
   the same sweep follows the first one's progress instead of starting work beside it.
+- ``SWEEP/lowering.lease``: held by ``plan --lower --sweep-dir`` while it lowers; a second one
+  waits for it, then lowers only the configs the first left without a verdict.
 
 A holder on another host is taken to be gone after ``FOREIGN_STALE_S`` without a heartbeat
 (two minutes, not the merge lock's hour: a unit's lease must not block a resumed unit for
@@ -32,8 +34,9 @@ caller knows (the requeued SLURM task above).
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,7 @@ log = logging.getLogger(__name__)
 
 LEASES = "leases"
 RUN_LEASE = "run.lease"
+LOWERING_LEASE = "lowering.lease"
 FOREIGN_STALE_S = 120.0  # 24 missed heartbeats
 
 
@@ -132,6 +136,30 @@ def unit_lease(root: Path, unit_id: str, *, gpu: str | None, job: str | None) ->
 def run_lease(root: Path) -> AbstractContextManager[None]:
     """The lease ``tilesweep run`` holds while it runs a sweep or waits for it."""
     return lease(run_lease_path(root), f"the sweep in {root}", extra={"command": "run"})
+
+
+def lowering_lease_path(root: Path) -> Path:
+    return Path(root) / LOWERING_LEASE
+
+
+@contextmanager
+def lowering_lease(root: Path, on_wait: Callable[[str], None]) -> Iterator[None]:
+    """The lease ``plan --lower --sweep-dir`` holds while it lowers the sweep's configs: a second
+    one waits for it (``on_wait``, told once, is given who holds it), then lowers only what the
+    first left without a verdict."""
+    path = lowering_lease_path(root)
+    lock = SoftLock(path, math.inf, poll=0.5, extra={"command": "plan --lower"}, foreign_stale_s=FOREIGN_STALE_S)
+    lock.on_wait = lambda fields: on_wait(Holder(path, fields, 0.0, True).describe() if fields else "another process")
+    try:
+        lock.acquire()
+    except OSError as exc:
+        raise SweepDirError(
+            f"cannot take the lease {path} of the lowering of {root} ({exc.strerror or exc}): {write_advice(exc)}"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def live_unit_holders(root: Path, unit_ids: list[str]) -> dict[str, Holder]:

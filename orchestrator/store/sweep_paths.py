@@ -75,6 +75,7 @@ _OWN_FILES = frozenset(
         "env.json",
         "sweep.lock",
         "run.lease",
+        "lowering.lease",
         "final-merge.json",
         "reuse.json",
         "round2.json",

@@ -6,6 +6,8 @@ kernel for an H100 needs no CUDA plugin."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from orchestrator.planning import RUN, expand
 from orchestrator.spec.files import load_spec
 from orchestrator.store import lowering
-from tests.helpers import run_cli
+from tests.helpers import LAUNCH, REPO, run_cli, second_while_first_stopped, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:The Pallas Triton backend is deprecated")]
 
@@ -74,3 +76,27 @@ def test_a_rerun_adds_its_verdicts_under_the_one_header(tmp_path: Path) -> None:
     assert sorted(v["id"] for v in verdicts) == _planned(spec)  # each config's verdict once
     found = lowering.read_verdicts(sweep, load_spec(spec).fingerprint(), "NVIDIA H100")
     assert {v.verdict for v in found.values()} == {"lowered"} and len(found) == 3
+
+
+def test_a_second_lowering_of_the_sweep_waits_for_the_first_and_lowers_nothing_twice(tmp_path: Path) -> None:
+    spec, sweep = _spec(tmp_path), tmp_path / "sweep"
+    first = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, *_lower(spec, sweep)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    until(lambda: (sweep / "lowering.lease").exists(), "the first lowering holds the sweep's lowering lease", first)
+    second = second_while_first_stopped(
+        first, [sys.executable, "-m", "orchestrator", *_lower(spec, sweep)], "waiting for the other `plan --lower`"
+    )
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0 and "lowered 3 configs" in out, err
+    assert second.returncode == 0, second.stderr
+    (said,) = [line for line in second.stderr.splitlines() if "waiting" in line]
+    assert f"pid {first.pid} " in said and str(sweep) in said and "without a verdict" in said
+    assert "nothing to lower" in second.stdout and "lowered before" in second.stdout
+    headers, verdicts = _verdict_lines(sweep)
+    assert len(headers) == 1 and sorted(v["id"] for v in verdicts) == _planned(spec)
