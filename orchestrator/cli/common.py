@@ -196,14 +196,15 @@ def warn(text: str) -> None:
     print(f"{PROG}: {text}", file=sys.stderr)
 
 
-def print_plan_notes(spec: SweepSpec) -> None:
+def print_plan_notes(spec: SweepSpec, *, lowering: bool = False) -> None:
     """Say once what the plan does differently from the spec's lists because of the kernel
     implementation (a tunable it ignores is swept at the one value it runs), and a search
-    section that does nothing (no ``timing.strategy: search``)."""
+    section that does nothing (no ``timing.strategy: search``). ``lowering``: for ``plan
+    --lower``, which lowers what the plan holds (``planning.notes``)."""
     from orchestrator.planning import notes
     from orchestrator.planning.search import idle_settings
 
-    for line in [*notes(spec), *filter(None, [idle_settings(spec)])]:
+    for line in [*notes(spec, lowering=lowering), *filter(None, [idle_settings(spec)])]:
         warn(f"note: {line}")
 
 

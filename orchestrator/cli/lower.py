@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import Progress, reuse_request, warn
+from orchestrator.cli.common import Progress, print_plan_notes, reuse_request, warn
 from orchestrator.errors import PlanError
 
 if TYPE_CHECKING:
@@ -62,6 +62,8 @@ def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
             "to lower on this machine's CPUs)"
         )
     _check_can_lower(spec)
+    if not args.json:  # as `plan` notes them: a tunable the kernel ignores is lowered at the one value it runs
+        print_plan_notes(spec, lowering=True)
     if args.dry_run:
         return _lower(args, spec, expand(spec), None, set())
     return _lower_into_sweep(args, spec)

@@ -78,10 +78,10 @@ def check_supported(spec: SweepSpec) -> None:
     raise PlanError(f"kernel.impl {impl.name!r}: {why}")
 
 
-def notes(spec: SweepSpec) -> list[str]:
+def notes(spec: SweepSpec, *, lowering: bool = False) -> list[str]:
     """What the plan output says once about the spec's implementation: each tunable it
     ignores, swept at the one value it runs instead of the spec's list, and a pruning rule
-    that needs lowering."""
+    that needs lowering (not for ``plan --lower``, ``lowering``: that is what it runs)."""
     impl = impls.get(spec.measured_impl)
     out: list[str] = []
     if spec.auto_only:
@@ -103,7 +103,7 @@ def notes(spec: SweepSpec) -> list[str]:
             f'grid "tokamax": per problem, the configs tokamax {tokamax_meta.version()}\'s own autotuner tries for '
             f"{impl.name} on {spec.kernel.target.name}"
         )
-    if impl.pruning == "lowering" and spec.kernel.impl != "replay":
+    if impl.pruning == "lowering" and spec.kernel.impl != "replay" and not lowering:
         out.append(
             f"kernel.impl {impl.name!r} has no shared-memory model: `tilesweep plan SPEC --lower --sweep-dir DIR` "
             f"prunes by the compiler's verdict for {spec.kernel.target.name} before any GPU time"
