@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator import word
 from orchestrator.cli.common import Progress, print_plan_notes, reuse_request, warn
 from orchestrator.errors import PlanError
 
@@ -141,7 +142,8 @@ def _lower(
             if it.id not in by_id:
                 sys.stdout.write(json.dumps({**plan_line(it), "lowering": None}) + "\n")
     else:
-        _summary(spec, seen, len(todo), len(items) - len(todo), time.perf_counter() - t0, root, where)
+        wall_s = time.perf_counter() - t0
+        _summary(spec, seen, len(todo), len(items) - len(todo), wall_s, root, where, args.sweep_dir)
     return 0
 
 
@@ -176,7 +178,14 @@ def _lower_on_cluster(root: Path, todo: list[WorkItem], on_verdict: Callable[[Ve
 
 
 def _summary(
-    spec: SweepSpec, seen: Counter[str], n: int, skipped: int, wall_s: float, root: Path | None, where: str
+    spec: SweepSpec,
+    seen: Counter[str],
+    n: int,
+    skipped: int,
+    wall_s: float,
+    root: Path | None,
+    where: str,
+    sweep_dir: str | None,
 ) -> None:
     target = spec.kernel.target
     if n == 0:
@@ -191,4 +200,11 @@ def _summary(
     if root is not None:
         print(f"verdicts in {root / 'lowering.jsonl'}; the workers record refused configs as pruned, never compiled")
     elif seen["refused"] or seen["crashed"]:
-        warn("note: --dry-run keeps no verdicts; plan with --lower --sweep-dir DIR to prune them")
+        warn(f"note: --dry-run keeps no verdicts; {_to_keep(sweep_dir)}")
+
+
+def _to_keep(sweep_dir: str | None) -> str:
+    """How to keep a dry run's verdicts, for the command line it was given (``--sweep-dir`` or not)."""
+    if sweep_dir:
+        return f"run it again without --dry-run to keep them in {word(sweep_dir)} and prune what they refused"
+    return "plan with --lower --sweep-dir DIR to keep them and prune what they refused"

@@ -41,3 +41,31 @@ def test_lower_notes_the_stock_backwards_num_stages_as_plan_does(tmp_path: Path)
     assert "kernel.impl 'jax'" in note and "num_stages=2 only" in note and "[1, 2, 3] is not swept" in note
     assert _notes(lower.stderr) == [note]
     assert "lowered 2 configs" in lower.stdout  # auto, and the one config num_stages 2 leaves
+
+
+def _mosaic_spec(tmp_path: Path) -> Path:
+    """jax's Mosaic GPU kernel at head_dim 128, seq 1024: 64/64 with 4 steps fits, 64/256 does not."""
+    mosaic = pytest.importorskip("kernels.mosaic")
+    try:
+        mosaic.check_available()
+    except mosaic.MosaicUnavailable as exc:  # scripts/setup-venv.sh installs what it needs
+        pytest.skip(f"cannot lower jax's Mosaic GPU kernel here: {exc}")
+    spec = tmp_path / "spec.json"
+    fwd = {"block_q": [64], "block_kv": [64, 256], "max_concurrent_steps": [4]}
+    data = {**SHAPE, "head_dims": [128], "seq_lens": [1024], "modes": ["fwd"], "grid": {"fwd": fwd}}
+    spec.write_text(json.dumps({**data, "output": str(tmp_path / "out.json"), "kernel": {"impl": "mosaic"}}))
+    return spec
+
+
+def test_a_dry_runs_advice_to_keep_its_verdicts_fits_its_command_line(tmp_path: Path) -> None:
+    spec, sweep = _mosaic_spec(tmp_path), tmp_path / "sweep"
+    given = run_cli("plan", str(spec), "--lower", "--dry-run", "--sweep-dir", str(sweep), "--lower-workers", "1")
+    assert given.returncode == 0 and "1 refused" in given.stdout, given.stderr
+    (keep,) = [line for line in _notes(given.stderr) if "--dry-run keeps no verdicts" in line]
+    assert f"without --dry-run to keep them in {sweep} " in keep and "--sweep-dir" not in keep
+    assert not sweep.exists()  # a dry run writes nothing
+    assert not any("--lower --sweep-dir DIR" in line for line in _notes(given.stderr))  # what it runs already
+    bare = run_cli("plan", str(spec), "--lower", "--dry-run", "--lower-workers", "1")
+    assert bare.returncode == 0, bare.stderr
+    (keep,) = [line for line in _notes(bare.stderr) if "--dry-run keeps no verdicts" in line]
+    assert "--sweep-dir DIR" in keep
