@@ -11,7 +11,8 @@ to put a folder of tables in front of tokamax in a process:
 
 - ``overlay(folder)``: tokamax's public ``AutotuningResult`` context manager, one per device
   kind and op, entered together: inside it every tokamax call of those shapes runs the table's
-  winner;
+  winner (it takes the device kind's own name, which tilesweep knows for ``kernels.devices``'
+  kinds only: another kind's folder is left out, said in a warning);
 - ``install(folder)``: the folder read after tokamax's own tables (its entries win), for the rest
   of the process. tokamax has no public way to add a folder: this replaces the cache object
   tokamax keeps per op (``tokamax._src.ops.op._AUTOTUNING_CACHE``), a private name of tokamax 0.0.17.
@@ -20,12 +21,15 @@ to put a folder of tables in front of tokamax in a process:
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from kernels import devices, tokamax_ops
 from kernels import tokamax_meta as meta
+
+log = logging.getLogger(__name__)
 
 
 def _stand_in(device_kind: str, fam: str) -> devices.DeviceKind:
@@ -115,9 +119,9 @@ def check(path: str | Path) -> dict[Any, Any]:
     return parsed
 
 
-def tables(folder: str | Path) -> list[Path]:
+def _found(folder: str | Path) -> list[Path]:
     """Every table file of tokamax's attention ops under ``folder`` (``<device dir>/<op>.json``),
-    checked; ValueError in one line where ``folder`` is not a folder of them (a typo would
+    unchecked; ValueError in one line where ``folder`` is not a folder of them (a typo would
     otherwise leave tokamax untuned without a word)."""
     where = "the folder `tilesweep export DOC --format tokamax --out DIR` wrote"
     folder = Path(folder)
@@ -127,29 +131,62 @@ def tables(folder: str | Path) -> list[Path]:
     found = sorted(p for p in folder.glob("*/*.json") if meta.by_stem(p.stem) is not None)
     if not found:
         raise ValueError(f"{folder} holds no tokamax table (<device dir>/<op>.json): give {where}")
+    return found
+
+
+def tables(folder: str | Path) -> list[Path]:
+    """Every table file of tokamax's attention ops under ``folder``, checked (``check``)."""
+    found = _found(folder)
     for p in found:
         check(p)
     return found
 
 
-def device_kind_of(device_dir: str) -> str:
-    """The jax device kind whose tables tokamax keeps in ``device_dir`` (kinds ``kernels.devices`` knows)."""
-    for name in devices.KINDS:
-        if meta.device_dir(name) == device_dir:
-            return name
-    known = ", ".join(f"{meta.device_dir(n)} ({n})" for n in devices.KINDS)
-    raise ValueError(f"no known device kind keeps its tokamax tables in {device_dir!r}; known: {known}")
+def _known_dirs() -> str:
+    return ", ".join(f"{meta.device_dir(n)} ({n})" for n in devices.KINDS)
+
+
+def device_kind_of(device_dir: str) -> str | None:
+    """The jax device kind whose tables tokamax keeps in ``device_dir``, of the kinds
+    ``kernels.devices`` knows (None for another: a folder's name, lower case, does not give
+    back the kind's own)."""
+    return next((name for name in devices.KINDS if meta.device_dir(name) == device_dir), None)
+
+
+def _of_known_kinds(folder: str | Path) -> list[tuple[Path, str]]:
+    """(table, its device kind) of the tables under ``folder`` in the folders of kinds tilesweep
+    knows, checked. One warning names the folders of other kinds, left out; ValueError in one
+    line where no folder is of a kind it knows."""
+    kinds = {p: device_kind_of(p.parent.name) for p in _found(folder)}
+    other = sorted({str(p.parent) for p, kind in kinds.items() if kind is None})
+    known = [(p, kind) for p, kind in kinds.items() if kind is not None]
+    if not known:
+        raise ValueError(
+            f"{folder} has no folder of a device kind tilesweep knows ({', '.join(other)}): tokamax's overlay "
+            f"needs the kind's own name; known: {_known_dirs()}"
+        )
+    if other:
+        log.warning(
+            "left out the tokamax tables in %s: no device kind tilesweep knows keeps its tables there, and tokamax's "
+            "overlay needs the kind's own name (known: %s)",
+            ", ".join(other),
+            _known_dirs(),
+        )
+    for p, _ in known:
+        check(p)
+    return known
 
 
 @contextlib.contextmanager
 def overlay(folder: str | Path) -> Iterator[None]:
-    """Inside the block tokamax looks up the tables under ``folder`` first (module docstring)."""
+    """Inside the block tokamax looks up the tables under ``folder`` first (module docstring),
+    those of the device kinds ``kernels.devices`` knows (another's folder is left out, said)."""
     tokamax, _, _ = _tokamax()
     with contextlib.ExitStack() as stack:
-        for p in tables(folder):
+        for p, kind in _of_known_kinds(folder):
             op = _op_of(p)
             data = tuple((op.bind(**dict(key)), value) for key, value in check(p).items())
-            stack.enter_context(tokamax.AutotuningResult(device_kind_of(p.parent.name), data))
+            stack.enter_context(tokamax.AutotuningResult(kind, data))
         yield
 
 
