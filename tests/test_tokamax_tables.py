@@ -17,6 +17,9 @@ from orchestrator.spec.compat import env_differences, env_fingerprint
 from orchestrator.store import document
 from tests.helpers import assert_one_line_error, run_cli
 
+# what tokamax's Mosaic tables of the fixture's H100 time (bf16, batch 4, 8 heads, head_dim 128, seq 2048)
+SPEC: dict[str, Any] = {"dtypes": ["bfloat16"], "head_dims": [128], "seq_lens": [2048], "batch": 4, "heads": 8}
+SPEC["kernel"] = {"impl": "tokamax-mosaic", "device_kind": "NVIDIA H100 80GB HBM3"}
 MASK = {"bool_mask": None, "causal_mask": None, "q_start": None, "q_end": None, "k_start": None, "k_end": None}
 
 
@@ -119,3 +122,17 @@ def test_the_tokamax_version_counts_for_tokamax_records_only() -> None:
     assert env_differences(old, new, impl="tokamax-triton") == ["tokamax '0.0.17' vs '0.0.18'"]
     assert env_differences(old, new, impl="tilesweep") == []
     assert env_differences(old, env_fingerprint(base), impl="tokamax-mosaic") == []  # not installed: not compared
+
+
+def test_a_vjp_table_without_its_forward_table_says_where_that_is_expected(table: Path, tmp_path: Path) -> None:
+    """tokamax times the vjp op alone: its table holds no record without the forward table's times."""
+    vjp = table.with_name("pallas_mosaic_gpu_flash_attention_vjp.json")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**SPEC, "output": str(tmp_path / "out.json"), "modes": ["fwd_bwd"]}))
+    beside = document.load(vjp, tokamax=True).results  # with the forward table beside it: their pair
+    assert [r["median_ms"] for r in beside if r["mode"] == "fwd_bwd"] == [pytest.approx(1.7 + 4.2)]
+    table.unlink()
+    for option in ("--reuse", "--costs"):
+        r = run_cli("plan", str(spec), "--dry-run", option, str(vjp))
+        line = assert_one_line_error(r, f"{option} {vjp}", f"forward table, expected beside it at {table}, ")
+        assert "is missing" in line and "cannot be used on its own" in line and "times the vjp op alone" in line

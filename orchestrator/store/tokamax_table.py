@@ -12,7 +12,8 @@ sweeps becomes records of the table's implementation (``tokamax-mosaic``, ``toka
   compiling;
 - a forward key with residuals and the vjp key of the same problem (the op's other file, next to
   it): one fwd_bwd record per pair of their configs, its times the sums of the two ops' (tokamax
-  times each op alone).
+  times each op alone, so a vjp table without its forward table beside it gives no record: it is
+  refused in one line naming where that table is expected).
 
 Keys of problems tilesweep does not sweep (a bias, a soft cap, dropout, paging, other masks or
 scales, q and k of different lengths) are counted and left out. ``inner`` is what tilesweep's
@@ -233,6 +234,12 @@ def read(path: str | os.PathLike[str], name: str) -> Table:
     assert found is not None, path
     kernel, half = found
     other = path.with_name((kernel.vjp_stem if half == "fwd" else kernel.stem) + ".json")
+    if half == "vjp" and not other.is_file():
+        raise ResultsError(
+            f"{name}: a vjp table alone gives no record, so it cannot be used on its own: tokamax times the vjp op "
+            "alone, and each fwd_bwd record adds the forward op's times from the forward table, expected beside it "
+            f"at {other}, which is missing; put that table there (then give either: the other is read with it)"
+        )
     tables = {half: read_table(path, name)}
     if other.is_file():
         tables["vjp" if half == "fwd" else "fwd"] = read_table(other, str(other))
