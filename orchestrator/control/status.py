@@ -28,7 +28,7 @@ from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
-from orchestrator.control.why import last_word
+from orchestrator.control.why import last_word, out_of_time
 from orchestrator.planning.search import SEARCH
 from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
@@ -105,6 +105,9 @@ def sweep_status(
     for u in st.units:
         if u.state != "done":
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
+        if u.state == "timed out" and u.detail == "TIMEOUT":  # SLURM's word alone: what ran out, and the fixes
+            limit = (hist.latest.get(u.id) or {}).get("timeout_min") or sd.spec.executor.timeout_min
+            u.detail = out_of_time(limit, str(sd.root), sd.meta.get("spec_source"))
         if not u.submitted and u.state in ACTIVE:
             u.detail = REPLACED if u.resumed else NOT_SUBMITTED[st.runner_live]
     _leases(sd, st, hist)

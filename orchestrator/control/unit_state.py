@@ -19,7 +19,7 @@ from typing import Any
 from orchestrator import PROG
 from orchestrator.control.history import cancelled_since, submitted_ts
 from orchestrator.control.scheduler import SchedulerView, TaskState
-from orchestrator.control.why import INTERRUPTED, exit_reason, last_word, read_failure
+from orchestrator.control.why import INTERRUPTED, exit_reason, last_word, never_taken, read_failure
 from orchestrator.store.pidspace import in_this_pid_space, pid_alive
 
 # A job that is in neither squeue nor sacct this long after its submission (or after its
@@ -162,4 +162,17 @@ def failure(unit: str, job: dict[str, Any], detail: str | None, view: SchedulerV
         if ts.state == "COMPLETED":  # "completed without finishing its items (see its log)": there is none
             return f"the job ended without writing its log ({where}): {NO_LOG}"
         return f"{out}; it wrote no log ({where}): {NO_LOG}"
+    if ts is not None and (job.get("units_in_task") or 1) > 1 and not _taken(job):
+        return never_taken(f"SLURM: {ts.state}" + (f", exit {ts.exit_code}" if ts.exit_code else ""))
     return out
+
+
+def _taken(job: dict[str, Any]) -> bool:
+    """Whether a GPU of the unit's whole-node task took the unit: the task writes the unit's own
+    log when it hands the unit to a worker (``dispatch.node``), so a log older than the job's
+    submission, or none, says it never did."""
+    try:
+        written = os.stat(job["log"]).st_mtime
+    except (KeyError, OSError, TypeError):
+        return False
+    return written >= (submitted_ts(job) or 0.0)

@@ -18,6 +18,8 @@ import re
 import signal
 from pathlib import Path
 
+from orchestrator import PROG, word
+
 _TAIL_BYTES = 64 * 1024
 _MARK = "tilesweep: unit "
 _LINE = re.compile(r"tilesweep: unit (\S+) (failed|not started|interrupted): (.+)$")
@@ -91,6 +93,25 @@ _TIMED_OUT_HINT = (
     " (its unit outlasted executor.timeout_min on every requeue: raise timeout_min or max_requeues, or give it "
     "fewer items with more units, then `tilesweep resume`: finished records are kept)"
 )
+
+
+def out_of_time(minutes: int, sweep: str, spec_file: str | None) -> str:
+    """What a unit whose SLURM task hit its time limit (TIMEOUT) tells a user: what happened and
+    the two fixes ``resume`` takes (a longer limit from the spec file, or more, smaller units)."""
+    spec = word(spec_file) if spec_file else "SPEC"
+    return (
+        f"its task ran out of its time limit (executor.timeout_min: {minutes} min); its finished records are kept: "
+        f"raise executor.timeout_min in {spec}, then `{PROG} resume {word(sweep)} --spec {spec}`, or spread what "
+        f"is left over more units: `{PROG} resume {word(sweep)} --units N`"
+    )
+
+
+def never_taken(task_end: str) -> str:
+    """Why a unit of a whole-node task failed that none of the task's GPUs took: the task ended
+    first (``task_end``: what SLURM says of it), so nothing of the unit ran."""
+    return (
+        f"its task died before one of its GPUs took this unit ({task_end}), so none of it ran; `{PROG} resume` runs it"
+    )
 
 
 # what to do about a worker the OOM killer ended, where it ran

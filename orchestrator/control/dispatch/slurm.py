@@ -126,10 +126,18 @@ def unit_costs(sd: SweepDir, unit_ids: list[str]) -> dict[str, float]:
 
 
 def _job_entries(
-    sd: SweepDir, groups: list[list[str]], jobs: list[Any], *, origin: str, t0: float, attempts: dict[str, int]
+    sd: SweepDir,
+    groups: list[list[str]],
+    jobs: list[Any],
+    *,
+    origin: str,
+    t0: float,
+    attempts: dict[str, int],
+    timeout_min: int,
 ) -> list[dict[str, Any]]:
     """The ``jobs.jsonl`` lines of one accepted array: one per unit, with its task, its place
-    in the task (``slot``: the first ones start at once, one per GPU, the rest in turn), and
+    in the task (``slot``: the first ones start at once, one per GPU, the rest in turn), the
+    time limit it was submitted with (a later ``resume --spec`` may change the spec's), and
     its logs."""
     when = now_iso()
     entries = []
@@ -149,6 +157,7 @@ def _job_entries(
                     "origin": origin,
                     "submitted": when,
                     "submitted_ts": round(t0, 3),
+                    "timeout_min": timeout_min,
                     "stdout": str(job.paths.stdout),
                     "stderr": str(job.paths.stderr),
                     "log": str(sd.unit_log(uid).absolute()),
@@ -196,7 +205,9 @@ def submit_units(
             with held_signals():
                 with sbatch_call(sd.logs, settings.sbatch_timeout_s):
                     jobs = ex.map_array(task, *task_args(sd, chunk, prior_starts or {}))
-                entries = _job_entries(sd, chunk, jobs, origin=origin, t0=t0, attempts=attempts or {})
+                entries = _job_entries(
+                    sd, chunk, jobs, origin=origin, t0=t0, attempts=attempts or {}, timeout_min=settings.timeout_min
+                )
                 sd.record_jobs(entries)
         except DispatchError as exc:
             done.error = exc

@@ -1,0 +1,103 @@
+"""How a SLURM task's end reads in `status` when it ends its units unfinished, on the real local
+cluster: a whole-node task whose own process is killed (the units its GPUs took and the ones
+they never took), and a task that runs out of its time limit.
+
+Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_SLURM=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from orchestrator.control.dispatch.unit_worker import TASK_DIED
+from orchestrator.store import synthetic
+from tests.helpers import TINY_SPEC
+from tests.slurm_cluster import poll, require_cluster
+from tests.slurm_sweeps import FOUR_UNITS, SLOW_UNIT, cli, lines, status, unit_jobs, write_spec
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
+
+def _parent(pid: int) -> int:
+    """The process that started ``pid`` (/proc's ppid field)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_units_a_killed_whole_node_task_never_handed_a_gpu_say_none_of_them_ran_and_what_redoes_them(
+    tmp_path: Path,
+) -> None:
+    """8 units on a 4-GPU task: the task's own process is killed (SIGKILL) once its GPUs took
+    their first units; the units they took say the task died under them, the ones they never
+    took say so too, and that `resume` runs them, not a bare exit code."""
+    timing = {"target_ms": 100, "max_inner": 1000, "warmup": 0}
+    spec = write_spec(tmp_path, "kill.json", {"gpus_per_node": 4}, **{**FOUR_UNITS, "timing": timing})
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "8").returncode == 0
+    entries = unit_jobs(sweep)
+    first = next(u for u, e in entries.items() if e["slot"] == 0)
+
+    def worker_pid() -> int | None:
+        """The pid of the worker that took the task's first unit, once its partial names it."""
+        return next((o["header"]["pid"] for o in lines(sweep / "partials" / f"{first}.jsonl") if "header" in o), None)
+
+    task = _parent(poll(worker_pid, 120, "the task's first unit to start", 0.05))
+    os.kill(task, signal.SIGKILL)
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert w.returncode == 1, w.stderr
+    units = {u["id"]: u for u in status(sweep)["units"]}
+    never = [u for u in entries if not (sweep / "logs" / "units" / f"{u}.log").exists()]
+    taken = [u for u in entries if u not in never and units[u]["state"] != "done"]
+    assert never and taken, units  # 4 GPUs, 8 units: the last 4 wait for a GPU that never frees
+    for u in never:
+        assert units[u]["state"] == "failed", units[u]
+        detail = units[u]["detail"]
+        assert detail.startswith("its task died before one of its GPUs took this unit (SLURM: FAILED"), detail
+        assert detail.endswith("so none of it ran; `tilesweep resume` runs it"), detail
+    for u in taken:
+        assert units[u]["state"] == "failed" and units[u]["detail"] == TASK_DIED, units[u]
+    text = cli("status", str(sweep)).stdout
+    assert "exit code 9" not in text and f"tilesweep resume {sweep}" in text, text
+
+
+def test_a_unit_whose_task_ran_out_of_its_time_limit_names_the_limit_and_the_resume_that_raises_it(
+    tmp_path: Path,
+) -> None:
+    """A task without a time-limit warning (slurm_signal_delay_s 0) or requeues: SLURM ends it
+    TIMEOUT at its 1-minute limit. Its unit reads what ran out, and the two ways `resume` gives
+    the rest more time: a longer executor.timeout_min from the spec file, or more units. A
+    replay at the real pace waits instead of computing, so the minute costs no CPU."""
+    executor = {
+        "timeout_min": 1,
+        "slurm_signal_delay_s": 0,
+        "max_requeues": 0,
+        "slurm_partition": "cpu",
+        "gpus_per_node": 0,
+    }
+    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
+    for rec in source["results"]:
+        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
+    spec = write_spec(tmp_path, "slow.json", executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay)
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "2")
+    assert w.returncode == 1, w.stderr
+    (unit,) = status(sweep)["units"]
+    assert unit["state"] == "timed out", unit
+    assert unit["detail"] == (
+        "its task ran out of its time limit (executor.timeout_min: 1 min); its finished records are kept: "
+        f"raise executor.timeout_min in {spec}, then `tilesweep resume {sweep} --spec {spec}`, or spread what is "
+        f"left over more units: `tilesweep resume {sweep} --units N`"
+    )
