@@ -58,7 +58,11 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_t
     assert "GPU slot 3" in dry.stdout and "queue #2" in dry.stdout
     assert "idle" not in dry.stdout
     half = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run", "--units", "2")
-    assert "note: 2 GPUs of these tasks would sit idle; plan a multiple of 4 units (--units)" in half.stdout
+    idle = (
+        "note: 2 GPUs of these tasks would sit idle; "
+        "plan a multiple of 4 units, no more than its 6 items (--units 4), to use them all"
+    )
+    assert idle in half.stdout, half.stdout
     assert "1 task of up to 2 units (one per GPU)" in half.stdout, half.stdout
     r = cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
@@ -99,6 +103,28 @@ def test_a_4_gpu_task_runs_4_units_at_once_each_on_its_own_gpu_and_the_rest_in_t
     assert log.returncode == 0 and f"starting unit {unit}" in log.stdout and f"unit {unit} done" in log.stdout
     listed = cli("ls", str(tmp_path))
     assert listed.returncode == 0 and str(sweep) in listed.stdout and "complete" in listed.stdout, listed.stdout
+
+
+def test_the_idle_gpu_note_of_a_sweep_with_fewer_items_than_a_task_has_gpus_asks_for_fewer_gpus(
+    tmp_path: Path,
+) -> None:
+    """3 items on tasks of 4 GPUs: no count of units fills them (a unit holds at least one item),
+    so the note of the dry run and of the submission asks for 3 GPUs a task instead."""
+    spec = write_spec(tmp_path, "three.json", {"gpus_per_node": 4}, modes=["fwd"])
+    sweep = tmp_path / "sweep"
+    advice = (
+        "there are only 3 items to run, one a GPU at most: set executor.gpus_per_node to 3 in the spec, "
+        "with 3 units (--units 3)"
+    )
+    dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
+    assert dry.returncode == 0 and "3 items in 3 units" in dry.stdout, dry.stderr
+    assert f"note: 1 GPU of these tasks would sit idle; {advice}" in dry.stdout, dry.stdout
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    (task,) = {e["job_id"] for e in unit_jobs(sweep).values()}
+    assert r.stderr.count("idle") == 1, r.stderr
+    assert f"tilesweep: note: task {task} runs 3 units on its 4 GPUs: 1 idle; {advice}" in r.stderr, r.stderr
+    assert cli("cancel", str(sweep)).returncode == 0
 
 
 def test_a_gpu_worker_killed_mid_unit_costs_only_that_unit_and_resume_completes_it(tmp_path: Path) -> None:

@@ -51,12 +51,33 @@ def _print_arrays(sd: SweepDir, out: SubmitOutcome) -> None:
     print(
         f"  logs: {sd.logs}/units/<unit>.log (`{PROG} logs {word(sd.root)} UNIT`); per task {sd.logs}/<task>_0_log.err"
     )
+    items = {u["id"]: u["n_items"] for u in sd.unit_index()}
+    in_tasks = sum(items.get(e["unit"], 1) for e in entries)
     for e in entries:
         if e.get("slot") == 0 and (e.get("units_in_task") or 1) < per_task:
             warn(
                 f"note: task {e['job_id']} runs {counted(e['units_in_task'], 'unit')} on its {per_task} GPUs: "
-                f"{per_task - e['units_in_task']} idle; plan a multiple of {per_task} units (--units) to use them all"
+                f"{per_task - e['units_in_task']} idle; {idle_advice(per_task, in_tasks)}"
             )
+
+
+def idle_advice(per_task: int, items: int) -> str:
+    """What makes the tasks of ``per_task`` GPUs leave none idle, for ``items`` items to run: a
+    multiple of ``per_task`` units no larger than the items (a unit holds at least one), or,
+    with fewer items than a task's GPUs, tasks of fewer GPUs."""
+    if items < per_task:
+        return (
+            f"there {'is' if items == 1 else 'are'} only {counted(items, 'item')} to run, one a GPU at most: set "
+            f"executor.gpus_per_node to {items} in the spec, with {counted(items, 'unit')} (--units {items})"
+        )
+    multiples = [str(k * per_task) for k in range(1, items // per_task + 1)]
+    if len(multiples) > 3:
+        multiples = [f"{multiples[0]} ... {multiples[-1]}"]
+    which = " or ".join([", ".join(multiples[:-1]), multiples[-1]]) if len(multiples) > 1 else multiples[0]
+    return (
+        f"plan a multiple of {per_task} units, no more than its {counted(items, 'item')} (--units {which}), "
+        "to use them all"
+    )
 
 
 def _merge_job_line(sd: SweepDir, job: dict[str, Any]) -> str:
@@ -141,7 +162,5 @@ def _print_layout(d: DryRun, max_tasks: int) -> None:
             print(f"  ... {len(tasks) - max_tasks} more tasks")
     idle = sum(max(0, d.per_task - len(units)) for tasks in d.arrays for units in tasks)
     if idle:
-        print(
-            f"note: {counted(idle, 'GPU')} of these tasks would sit idle; "
-            f"plan a multiple of {d.per_task} units (--units) to use them all"
-        )
+        items = sum(d.sizes[u] for tasks in d.arrays for units in tasks for u in units)
+        print(f"note: {counted(idle, 'GPU')} of these tasks would sit idle; {idle_advice(d.per_task, items)}")
