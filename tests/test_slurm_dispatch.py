@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_one_line_error
+from orchestrator.store import synthetic
+from tests.helpers import TINY_SPEC, assert_one_line_error
 from tests.slurm_cluster import poll, require_cluster
 from tests.slurm_sweeps import FOUR_UNITS, check_document, cli, jobs, lines, status, unit_jobs, write_spec
 
@@ -268,17 +269,30 @@ def test_a_ctrl_c_while_submit_plans_leaves_no_half_made_sweep_directory(tmp_pat
         assert dry.returncode == 0 and "nothing to submit" not in dry.stdout, dry.stdout
 
 
-def test_submit_of_more_units_than_items_says_how_many_it_made(tmp_path: Path) -> None:
+def test_more_units_than_items_is_said_once_by_submit_its_dry_run_resume_and_run(tmp_path: Path) -> None:
     held = {"slurm_additional_parameters": {"hold": True}}  # nothing needs to run: cancelled below
     spec = write_spec(tmp_path, "three.json", held, modes=["fwd"])
     sweep = tmp_path / "sweep"
+    note = "tilesweep: note: 20 units asked for, 3 made: a unit holds at least one item to measure"
+    dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "20", "--dry-run")
+    assert dry.returncode == 0 and dry.stderr.count(note) == 1 and "3 items in 3 units" in dry.stdout, dry.stderr
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "20")
     try:
-        assert r.returncode == 0, r.stderr
-        assert "tilesweep: note: 20 units asked for, 3 made: a unit holds at least one item to measure" in r.stderr
+        assert r.returncode == 0 and r.stderr.count(note) == 1, r.stderr
         assert "3 items in 3 units" in r.stdout and len(unit_jobs(sweep)) == 3
+        assert cli("cancel", str(sweep)).returncode == 0
+        again = cli("resume", str(sweep), "--units", "20")
+        assert again.returncode == 0 and again.stderr.count(note) == 1 and "3 new units" in again.stdout, again.stderr
     finally:
         cli("cancel", str(sweep))
+    # run on SLURM plans, submits and waits: a replay of the three items, drawn, not computed
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps(synthetic.document({**TINY_SPEC, "modes": ["fwd"], "output": str(source)})))
+    replayed = write_spec(
+        tmp_path, "replay.json", modes=["fwd"], kernel={"impl": "replay"}, replay={"source": str(source)}
+    )
+    run = cli("run", str(replayed), "--sweep-dir", str(tmp_path / "run"), "--units", "20")
+    assert run.returncode == 0 and run.stderr.count(note) == 1 and "3 items in 3 units" in run.stderr, run.stderr
 
 
 def test_a_task_that_cannot_write_into_the_sweep_directory_is_said_to_have_written_no_log(tmp_path: Path) -> None:

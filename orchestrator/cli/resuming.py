@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import word
-from orchestrator.cli.common import PROG, Progress, counted, round_note, warn
+from orchestrator.cli.common import PROG, Progress, counted, round_note, units_capped, warn
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep
 from orchestrator.cli.submission import print_submission
 from orchestrator.errors import DispatchError
@@ -28,8 +28,11 @@ if TYPE_CHECKING:  # the control flows import submitit: loaded when a command ru
     from orchestrator.store.sweepdir import SweepDir
 
 
-def say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_done: bool) -> None:
-    """What a resume is about to do: the units it leaves to run, the round it planned, the new units."""
+def say_resume_plan(
+    sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_done: bool, units: int | None = None
+) -> None:
+    """What a resume is about to do: the units it leaves to run, the round it planned, the new
+    units (and, as a plan says it, fewer of them than ``--units`` asked for: one item each)."""
     plan = r.plan
     if plan.held:
         n = len(plan.active)
@@ -71,6 +74,8 @@ def say_resume_plan(sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_d
         + f"{redo}; {n} new unit{'s' if n != 1 else ''}"
         + (f": {', '.join(u.id for u in r.new_units)}" if n <= 4 else "")
     )
+    if n == sum(len(u.items) for u in r.new_units):  # as many units as items: no more could be made
+        units_capped(units, n)
 
 
 def resume_saying(
@@ -92,7 +97,7 @@ def resume_saying(
     from orchestrator.control.status import sweep_status
 
     def planned(r: Resumed) -> None:
-        say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done)
+        say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done, units=units)
 
     def poll() -> None:
         if progress is not None:

@@ -173,7 +173,8 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     require_submit_tools()
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
-    sd, _, _ = prepare_run(args, root, "slurm")
+    sd, _, existed = prepare_run(args, root, "slurm")
+    asked = None if existed else args.units or sd.spec.sharding.units
     print_plan_notes(sd.spec)
     for line in reuse_lines(read_summary(sd)):
         print(line, file=sys.stderr)
@@ -190,7 +191,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
                 all_done = False
             else:
                 all_done = _submit_or_resume(
-                    sd, spec.executor.model_copy(update={"kind": "slurm"}), retry=args.retry_errors
+                    sd, spec.executor.model_copy(update={"kind": "slurm"}), retry=args.retry_errors, asked=asked
                 )
             if not slurm_jobs(sd):
                 if not all_done:
@@ -203,12 +204,16 @@ def run_on_slurm(args: argparse.Namespace) -> int:
         raise
 
 
-def _submit_or_resume(sd: SweepDir, settings: ExecutorSettings, *, retry: str | None = None) -> bool:
-    """Submit what is not done; True where every unit was done already (all of it reused)."""
+def _submit_or_resume(
+    sd: SweepDir, settings: ExecutorSettings, *, retry: str | None = None, asked: int | None = None
+) -> bool:
+    """Submit what is not done; True where every unit was done already (all of it reused).
+    ``asked``: the units a plan made by this run was asked for (said where it made fewer)."""
     from orchestrator.control.submit import submit_unfinished
 
     def planned(s: SweepSubmission) -> None:
         print(f"sweep {sd.root}: {items_in_units(sd.planned, s.units)}", file=sys.stderr)
+        units_capped(asked, planned_units(sd))
 
     result = submit_unfinished(sd, settings, on_planned=planned)
     if result is None:  # submitted before (or meanwhile): only what is missing

@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import word
-from orchestrator.cli.common import PROG, counted, items_in_units, reuse_lines, reuse_request, warn
+from orchestrator.cli.common import PROG, counted, items_in_units, reuse_lines, reuse_request, units_capped, warn
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.arrays import SubmitOutcome
@@ -130,6 +130,7 @@ def print_dry_run(args: argparse.Namespace, max_tasks: int = 20) -> int:
         f"({turns}), {counted(len(d.arrays), 'job array')}"
         + (f" (at most {d.per_array} tasks per array: {d.why})" if len(d.arrays) > 1 else "")
     )
+    units_capped(d.asked, len(d.sizes))
     for line in reuse_lines(d.reused):
         print(line)
     _print_layout(d, max_tasks)

@@ -155,6 +155,7 @@ class DryRun:
     merge_script: str | None
     reused: dict[str, Any] | None = None  # what planning would reuse (``Found.summary``), planned here
     gpus: int = 1  # GPUs a task asks for (executor.gpus_per_node; 0: none, a CPU task)
+    asked: int | None = None  # units a new plan was asked for (--units, sharding.units); None: a plan kept
 
 
 def dry_run(
@@ -188,13 +189,14 @@ def dry_run(
         todo = set(unfinished_units(sd))
         sizes = {u["id"]: u["n_items"] for u in sd.unit_index() if u["id"] in todo}
         unit_secs = dispatch.unit_costs(sd, list(sizes)) if settings.units_per_task() > 1 else None
-        planned, reused = sd.planned, None
+        planned, reused, asked = sd.planned, None, None
     else:
         sd = SweepDir(root)
         p = plan_with_reuse(
             spec, root, Path(output or spec.output), units, load_costs(costs) if costs else None, reuse, "slurm"
         )
         sizes, planned, reused = {u.id: len(u.items) for u in p.units}, p.size, p.found.summary()
+        asked = units or spec.sharding.units
         whole_node = settings.units_per_task() > 1
         unit_secs = {u.id: unit_cost(u.items, spec, u.round) for u in p.units} if whole_node else None
     size, why = per_array(settings, max_array_size, len(sizes))
@@ -213,4 +215,5 @@ def dry_run(
         merge_script=merge_script,
         reused=reused,
         gpus=settings.gpus_per_node or 0,
+        asked=asked,
     )
