@@ -56,6 +56,24 @@ def test_the_document_says_per_problem_what_was_measured_in_which_round_and_what
     assert st["done"] == st["total"] == len(doc["results"]) and len(st["search"]["rounds"]) >= 2
 
 
+def test_status_and_ls_of_a_search_count_the_configs_of_its_grid_it_measured_over_every_round(
+    searched: tuple[Path, Path],
+) -> None:
+    """The search measured a part of the 104 configs of its grid in several rounds: status and ls
+    say how many (every round's, as the document holds them), not round 1's items alone."""
+    spec, sweep = searched
+    measured = len(json.loads((spec.parent / "results.json").read_text())["results"])
+    text = run_cli("status", str(sweep)).stdout.splitlines()
+    assert text[0] == f"{sweep}: {measured}/104 configs of the grid measured (0 error records), complete", text
+    (search,) = [line for line in text if line.startswith("search: ")]
+    assert "round 2 (search): " in search and " items" not in search and search.count(" configs") >= 2, search
+    st = json.loads(run_cli("status", str(sweep), "--json").stdout)["search"]
+    assert st["configs_measured"] == measured and st["grid"] == 104
+    (row,) = run_cli("ls", str(sweep.parent)).stdout.splitlines()
+    assert row.split()[1:4] == [f"{measured}/104", "configs", "complete"], row
+    assert "timings" not in row and "round 2: " in row, row
+
+
 def test_the_report_shows_never_measured_configs_as_such_and_tunes_from_what_was_measured(
     searched: tuple[Path, Path],
 ) -> None:
@@ -243,8 +261,10 @@ def test_a_screened_search_times_in_full_only_the_survivors_of_each_rounds_scree
         "round 4 (round 2 of the search",
     ], said
     assert "its survivors): " in said[0] and "its screen): " in said[1] and "its survivors): " in said[2], said
-    assert "ended after 2 rounds (4 rounds of units: " in format_status(sweep_status(sd, query_slurm=False))
+    st = sweep_status(sd, query_slurm=False)
+    assert "ended after 2 rounds (4 rounds of units: " in format_status(st)
     doc = load(merge(sd).output)
+    assert st.configs_measured == len(doc.results) < st.done  # a survivor timed in full is no second config
     screened = [r for r in doc.results if r.get("screened")]
     assert screened and {r["round"] for r in screened} <= {1, 3}
     assert all(r["round"] in (2, 4) for r in doc.results if r["config"] == "forced" and not r.get("screened"))

@@ -42,7 +42,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         counts = ", ".join(f"{n} {s}" for s, n in st.counts().items())
         gpu = f"  {st.gpu_hours:.2f} GPU-h" if st.gpu_hours is not None else ""
         replay = "  replayed, not measured" if st.replay_of else ""
-        items = f"{st.items_done:>6}/{st.planned:<6} items"
+        if st.search is not None and st.grid is not None:  # a search measures a part of its grid
+            items = f"{st.configs_measured:>6}/{st.grid:<6} configs"
+        else:
+            items = f"{st.items_done:>6}/{st.planned:<6} items"
         rows.append((str(x.path), f"{items}  {state}", f"units: {counts}{gpu}{replay}"))
     # the units column lines up after the states (a long rounds summary pushes only its own line)
     state_width = min(max((len(m) for _, m, units in rows if units is not None), default=0), _STATE_WIDTH)

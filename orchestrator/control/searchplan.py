@@ -117,6 +117,7 @@ def design_round(spec: SweepSpec, items: list[WorkItem], carried: set[int], port
         "new": len(round_items),
         "problems": states,
         "portfolio": _portfolio_record(portfolio),
+        "grid": len(items),
     }
     log.info(
         "search round 1: %d items (%d problems, design of up to %d configs each)",

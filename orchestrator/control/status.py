@@ -34,7 +34,7 @@ from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
-from orchestrator.store.searchrounds import read_end, read_rounds
+from orchestrator.store.searchrounds import grid_size, read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
 from orchestrator.store.tally import Book
 from orchestrator.store.target import wrote_last
@@ -82,6 +82,7 @@ def sweep_status(
     st.round2_deferred = hist.round2_deferred if st.round2_pending else None
     if sd.spec.timing.strategy == SEARCH:
         st.search, st.search_end = read_rounds(sd), read_end(sd)
+        st.grid = grid_size(sd, st.search[0] if st.search else None)
         st.search_rounds = (sd.spec.search.max_rounds, sd.spec.search.screen)
         st.search_deferred = hist.deferred.get(st.next_round) if st.search_pending else None
     st.on_slurm = bool(hist.slurm_jobs)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.control.scheduler import SchedulerView
-from orchestrator.store.searchrounds import SearchRound
+from orchestrator.store.searchrounds import SURVIVORS, SearchRound
 
 ACTIVE = ("pending", "running", "requeued")
 # Ended without finishing its items: what `tilesweep resume` is for.
@@ -87,6 +87,7 @@ class SweepStatus:
     round2_deferred: str | None = None  # why the merge job could not submit round 2
     search: list[SearchRound] | None = None  # a search's round records (store.searchrounds), in order
     search_end: SearchRound | None = None  # search/end.json once the search ended
+    grid: int | None = None  # a search's whole plan: the configs of its grid, of which it measures a part
     search_deferred: str | None = None  # why the merge job could not submit a search's next round
     search_rounds: tuple[int, bool] | None = None  # a search's max_rounds and whether it screens (its spec)
     on_slurm: bool = False  # a SLURM job ran a unit: its final merge job plans later rounds
@@ -190,6 +191,14 @@ class SweepStatus:
             if u.state in ACTIVE and not (u.submitted or u.resumed or u.leased or self.runner_live)
         ]
 
+    @property
+    def configs_measured(self) -> int:
+        """The configs of a search's grid with a record: round 1's planned items (carried ones
+        included), then each later round's, not the rounds that time a screen's survivors again
+        (search.screen)."""
+        later = [r for r in self.search or [] if r["round"] > 1 and r["kind"] != SURVIVORS]
+        return self.items_done + sum(self.done_of(r["round"], r["planned"]) for r in later)
+
     def _search_json(self) -> dict[str, Any]:
         """A search's rounds in ``--json``: per round its kind, items, units and records done."""
         rounds = [
@@ -203,7 +212,13 @@ class SweepStatus:
             }
             for r in self.search or []
         ]
-        return {"rounds": rounds, "ended": self.search_end is not None, "deferred": self.search_deferred}
+        return {
+            "rounds": rounds,
+            "ended": self.search_end is not None,
+            "deferred": self.search_deferred,
+            "configs_measured": self.configs_measured,
+            "grid": self.grid,
+        }
 
     def counts(self) -> dict[str, int]:
         c = Counter(u.state for u in self.units)

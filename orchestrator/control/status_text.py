@@ -64,13 +64,22 @@ def status_json(st: SweepStatus) -> str:
 
 
 def _head_line(st: SweepStatus) -> str:
-    """Planned items done (a later round's timings are the rounds line's), errors, where the
-    sweep stands, and its ETA."""
+    """Planned items done (a later round's timings are the rounds line's; a search's configs
+    measured of its grid, over every round), errors, where the sweep stands, and its ETA."""
     eta = st.eta_s()
     errors = f"{st.errors} error record{'s' if st.errors != 1 else ''}"
-    return f"{st.sweep_dir}: {st.items_done}/{st.planned} items done ({errors}), {sweep_state(st)}" + (
+    return f"{st.sweep_dir}: {done_of_planned(st)} ({errors}), {sweep_state(st)}" + (
         f", ETA ~{format_duration(eta)}" if eta is not None else ""
     )
+
+
+def done_of_planned(st: SweepStatus) -> str:
+    """What a sweep has done of what it planned, as a user counts it: its planned items with a
+    record ("12/40 items done"), or for a search, which plans a part of its grid round by round,
+    the configs of the grid measured ("22/66 configs of the grid measured")."""
+    if st.search is not None and st.grid is not None:
+        return f"{st.configs_measured}/{st.grid} configs of the grid measured"
+    return f"{st.items_done}/{st.planned} items done"
 
 
 def sweep_state(st: SweepStatus) -> str:
@@ -87,8 +96,10 @@ def sweep_state(st: SweepStatus) -> str:
 
 def rounds_summary(st: SweepStatus) -> str:
     """The rounds after the first, each as its timings done of planned ("round 2: 3/9 timings"),
-    for a sweep whose strategy has rounds; empty otherwise."""
-    return ", ".join(f"round {r.number}: {r.done}/{r.total} timings" for r in st.rounds() if r.number > 1)
+    for a sweep whose strategy has rounds (a search's as the configs they measure: "round 2: 4/4
+    configs"); empty otherwise."""
+    what = "configs" if st.search is not None else "timings"
+    return ", ".join(f"round {r.number}: {r.done}/{r.total} {what}" for r in st.rounds() if r.number > 1)
 
 
 def replay_line(source: str) -> str:
@@ -174,7 +185,7 @@ def _search_line(st: SweepStatus) -> str:
     """What each round of a search has done, how many problems still search, and who plans the
     next round (or why the merge job could not)."""
     rounds = "; ".join(
-        f"round {r['round']} ({r['kind']}): {st.done_of(r['round'], r['planned'])}/{r['planned']} items"
+        f"round {r['round']} ({r['kind']}): {st.done_of(r['round'], r['planned'])}/{r['planned']} configs"
         for r in st.search or []
     )
     if st.search_end is not None:

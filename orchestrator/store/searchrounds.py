@@ -60,6 +60,7 @@ class SearchRound(TypedDict):
     new: int  # of them, items no round planned before
     problems: list[ProblemState]
     portfolio: NotRequired[dict[str, Any]]  # round 1: the sources and their winners
+    grid: NotRequired[int]  # round 1: the items of the whole plan, the grid the search measures a part of
 
 
 def search_dir(sd: SweepDir) -> Path:
@@ -125,6 +126,14 @@ def planned_total(sd: SweepDir) -> int:
     """The items a sweep's rounds planned: ``sweep.json``'s, plus the new items of a search's
     later rounds (halving's round 2 times planned items again: none)."""
     return sd.planned + sum(r["new"] for r in read_rounds(sd) if r["round"] > 1)
+
+
+def grid_size(sd: SweepDir, first: SearchRound | None) -> int:
+    """The items of a search's whole plan (its grid, of which its rounds measure a part): round
+    1's record says it, else (a round 1 recorded without it) the spec's plan, expanded."""
+    if first is not None and "grid" in first:
+        return int(first["grid"])
+    return len(sd.items())
 
 
 def latest(sd: SweepDir) -> SearchRound | None:
