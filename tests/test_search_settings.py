@@ -42,6 +42,30 @@ def test_search_settings_without_the_search_strategy_get_a_note() -> None:
     assert idle_settings(spec_from_data({})) is None
 
 
+def test_a_screen_that_keeps_every_config_it_screens_is_said_by_plan_and_spec(tmp_path: Path) -> None:
+    """timing.keep (default 4) is halving's floor of configs timed in full per problem; a round
+    after the first measures at most search.per_round (default 3), so the default screen drops
+    nothing after round 1, and plan and spec say so and what to set; a keep below per_round, no
+    note."""
+    note = (
+        "tilesweep: note: search.screen: true screens nothing out after round 1: timing.keep (4) times at least 4 "
+        "configs of a problem in full, and each round after the first measures at most search.per_round (3) of "
+        "them; set timing.keep below 3 for the screen to drop the configs that cannot win, or drop search.screen"
+    )
+    screened = spec_file(tmp_path, search={"screen": True})
+    for command in (["plan", str(screened), "--dry-run"], ["spec", str(screened)]):
+        r = run_cli(*command)
+        assert r.returncode == 0 and r.stderr.splitlines().count(note) == 1, r.stderr
+    every = spec_file(tmp_path, "every.json", search={"screen": True, "design": 4})
+    r = run_cli("plan", str(every), "--dry-run")
+    assert r.returncode == 0 and "screens nothing out in any round: " in r.stderr, r.stderr
+    assert "(round 1 at most search.design, 4)" in r.stderr, r.stderr
+    kept = spec_file(tmp_path, "kept.json", search={"screen": True}, timing={"strategy": "search", "keep": 2})
+    for command in (["plan", str(kept), "--dry-run"], ["spec", str(kept)]):
+        r = run_cli(*command)
+        assert r.returncode == 0 and "screens nothing" not in r.stderr, r.stderr
+
+
 def test_a_design_set_above_what_a_small_grid_takes_is_said_not_cut_silently(tmp_path: Path) -> None:
     r = run_cli("plan", str(spec_file(tmp_path, search={"design": 40})), "--dry-run")
     assert r.returncode == 0 and "search.design is 40, and round 1 measures " in r.stderr, r.stderr

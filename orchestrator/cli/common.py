@@ -198,13 +198,14 @@ def warn(text: str) -> None:
 
 def print_plan_notes(spec: SweepSpec, *, lowering: bool = False) -> None:
     """Say once what the plan does differently from the spec's lists because of the kernel
-    implementation (a tunable it ignores is swept at the one value it runs), and a search
-    section that does nothing (no ``timing.strategy: search``). ``lowering``: for ``plan
-    --lower``, which lowers what the plan holds (``planning.notes``)."""
+    implementation (a tunable it ignores is swept at the one value it runs), a search
+    section that does nothing (no ``timing.strategy: search``), and a search's screen that
+    keeps every config it screens (``timing.keep`` at or above ``search.per_round``).
+    ``lowering``: for ``plan --lower``, which lowers what the plan holds (``planning.notes``)."""
     from orchestrator.planning import notes
-    from orchestrator.planning.search import idle_settings
+    from orchestrator.planning.search import idle_settings, screen_keeps_all
 
-    for line in [*notes(spec, lowering=lowering), *filter(None, [idle_settings(spec)])]:
+    for line in [*notes(spec, lowering=lowering), *filter(None, [idle_settings(spec), screen_keeps_all(spec)])]:
         warn(f"note: {line}")
 
 

@@ -353,3 +353,21 @@ def idle_settings(spec: SweepSpec) -> str | None:
         f"the search section is set but timing.strategy is {spec.timing.strategy!r}: it does nothing; "
         'set "timing": {"strategy": "search"} to search'
     )
+
+
+def screen_keeps_all(spec: SweepSpec) -> str | None:
+    """The note a screened search gets whose screen drops nothing after round 1 (or in any
+    round): halving's rule times at least ``timing.keep`` configs of a problem in full, and a
+    round after the first measures at most ``search.per_round`` of them (round 1 its design)."""
+    s, keep = spec.search, spec.timing.keep
+    if spec.timing.strategy != SEARCH or not s.screen or s.per_round is None or keep < s.per_round:
+        return None
+    when = "in any round" if keep >= s.design else "after round 1"
+    return (
+        f"search.screen: true screens nothing out {when}: timing.keep ({keep}) times at least {keep} configs of "
+        f"a problem in full, and each round after the first measures at most search.per_round ({s.per_round}) "
+        "of them"
+        + (f" (round 1 at most search.design, {s.design})" if keep >= s.design else "")
+        + f"; set timing.keep below {s.per_round} for the screen to drop the configs that cannot win, or drop "
+        "search.screen"
+    )

@@ -54,7 +54,8 @@ class SearchSettings(SpecModel):
     screen: bool = Field(
         default=False,
         description="screen each round's configs with one sample of timing.screen_ms first, then time the "
-        "survivors in full (halving's rule, timing.keep and timing.noise)",
+        "survivors in full (halving's rule, timing.keep and timing.noise); it drops a config only where a round "
+        "measures more than timing.keep of a problem's configs, so set keep below per_round (plan notes it)",
     )
 
     @model_validator(mode="before")
