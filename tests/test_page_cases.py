@@ -1,9 +1,10 @@
 """The report page where a document or its path is out of the ordinary: the sweep's own page
 over a file that is not one, lowering's prunes, untagged problems, one problem, a failed auto,
-and the temp file a killed writer left."""
+the temp file a killed writer left, and a problem of only auto records."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -105,3 +106,27 @@ def test_why_auto_failed_is_on_the_page_beside_auto_failed() -> None:
     assert "auto failed (WrongResult: rel_err 2.4e-07 against the reference is above 1e-30)" in page
     (s,) = report.best_table(load_obj(make_doc(records)))
     assert s.auto_error is not None and s.auto_error.startswith("WrongResult") and s.to_json()["auto_error"]
+
+
+def test_a_reference_document_with_only_auto_for_a_problem_says_no_tile_config_was_measured(
+    sample_doc: dict[str, Any], tmp_path: Path
+) -> None:
+    """A document in the reference run's format (no tilesweep block) that holds only the auto
+    record of a problem, its forced configs absent: the report and the page say that only the
+    kernel's own choice was measured, not "auto only", which reads as a sweep of auto alone."""
+    first = sample_doc["results"][0]
+    problem = ("dtype", "head_dim", "seq", "mode")
+    sample_doc["results"] = [
+        r
+        for r in sample_doc["results"]
+        if r["config"] == "auto" or any(r[f] != first[f] for f in problem)  # its forced records gone
+    ]
+    results, page = tmp_path / "results.json", tmp_path / "page.html"
+    results.write_text(json.dumps(sample_doc))
+    r = run_cli("report", str(results), "--html", str(page))
+    assert r.returncode == 0, r.stderr
+    only = "only the kernel's own choice (auto) was measured; no tile config was"
+    (row,) = [line for line in r.stdout.splitlines() if line.endswith(only)]
+    assert row.split()[:6] == [first["dtype"], str(first["head_dim"]), str(first["seq"]), "4", "8", first["mode"]]
+    assert "auto only" not in r.stdout
+    assert f"no best config: {only}".replace("'", "&#x27;") in page.read_text()

@@ -144,11 +144,22 @@ def test_failed_and_all_failed_problem() -> None:
 
 def test_auto_only_sweep() -> None:
     records = [rec("fwd", auto=True, ms=0.5), rec("fwd_bwd", auto=True, ms=1.5)]
-    summaries = report.best_table(load_obj(make_doc(records)))
+    doc = make_doc(records, config={"tag": "t", "auto_only": True})
+    summaries = report.best_table(load_obj(doc))
     assert [s.key.mode for s in summaries] == ["fwd", "fwd_bwd"]
     for s, ms in zip(summaries, (0.5, 1.5), strict=True):
-        assert (s.auto_ms, s.best_ms, s.speedup, s.n_configs, s.note) == (ms, None, None, 0, "auto only")
-    assert "auto only" in report.format_table(summaries)
+        assert (s.auto_ms, s.best_ms, s.speedup, s.n_configs) == (ms, None, None, 0)
+        assert s.note == "auto only (auto_only: true)"
+    assert "auto only (auto_only: true)" in report.format_table(summaries)
+
+
+def test_a_problem_of_only_auto_records_where_tile_configs_were_to_be_timed_says_only_auto_was_measured() -> None:
+    """A reference-run document (no tilesweep block, ``auto_only: false``) holding only a
+    problem's auto record: not "auto only", which reads as the sweep's choice, but what is true."""
+    records = [rec(auto=True, ms=0.5), rec(auto=True, ms=1.0, seq=4096), rec(ms=0.8, seq=4096)]
+    only_auto, tuned = report.best_table(load_obj(make_doc(records, config={"tag": "t", "auto_only": False})))
+    assert only_auto.note == "only the kernel's own choice (auto) was measured; no tile config was"
+    assert "auto" not in tuned.note
 
 
 def test_auto_failed_or_absent() -> None:

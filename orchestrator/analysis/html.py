@@ -69,9 +69,8 @@ def _short(text: str, most: int = 160) -> str:
 def facts(s: ProblemSummary) -> str:
     """One line of numbers: best config, its spread, auto, speedup, TFLOP/s, runner-up, noise."""
     if s.best_ms is None:
-        why = "every forced config failed" if s.n_configs else "auto only"
-        why = "nothing measured" if not s.n_configs and s.auto_status == "absent" else why
-        best = f'<span class="warn">no best config: {why}</span>'
+        why = "every forced config failed" if s.n_configs else s.unmeasured
+        best = f'<span class="warn">no best config: {esc(why)}</span>'
     else:
         best = (
             f"best <b>{esc(s.best_label)}</b> <b>{s.best_ms:.4g} ms</b> (q1-q3 {s.best_q1_ms:.4g}-{s.best_q3_ms:.4g})"

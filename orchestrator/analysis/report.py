@@ -39,10 +39,9 @@ into text or a GitHub table. The CLI (and ``tilesweep run`` at the end of a swee
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from kernels.config import attention_flops
@@ -52,12 +51,20 @@ from orchestrator.analysis.labels import config_label
 from orchestrator.analysis.problems import ProblemKey, astuple_key, axis_cells, axis_columns
 from orchestrator.analysis.scan import INF, ProblemScan, scan
 from orchestrator.analysis.screens import survivors_of
+from orchestrator.analysis.summary import (
+    CAUSAL_FLOPS_FORMULAS,
+    FLOPS_FORMULAS,
+    FWD_FLOPS_FORMULA,
+    ProblemSummary,
+    tflops_text,
+)
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
 from orchestrator.spec.records import config_of, problem_key
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.provenance import blocks
 from orchestrator.store.replayed import Replayed, replayed_of
 
-# what a problem is lives in ``problems``; named here too, where the reports' callers find it
+# what a problem is lives in ``problems``, its row in ``summary``; named here too, where the reports' callers find it
 __all__ = [
     "CAUSAL_FLOPS_FORMULAS",
     "FLOPS_FORMULAS",
@@ -73,18 +80,9 @@ __all__ = [
     "config_label",
     "format_table",
     "group_by_problem",
+    "tflops_text",
     "to_json",
 ]
-
-FWD_FLOPS_FORMULA = "4*B*H*S*S*D"
-FLOPS_FORMULAS = {
-    "fwd": f"{FWD_FLOPS_FORMULA} (fwd: two matmuls, non-causal)",
-    "fwd_bwd": f"3.5*{FWD_FLOPS_FORMULA} (fwd + bwd, bwd = 2.5x fwd, non-causal)",
-}
-CAUSAL_FLOPS_FORMULAS = {
-    "fwd": f"0.5*{FWD_FLOPS_FORMULA} (fwd: two matmuls, causal: the computed lower half)",
-    "fwd_bwd": f"0.5*3.5*{FWD_FLOPS_FORMULA} (fwd + bwd, bwd = 2.5x fwd, causal: the computed lower half)",
-}
 
 LEGEND = (
     "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), causal = half "
@@ -99,128 +97,6 @@ LEGEND = (
 REPLAYED_LEGEND = (
     "replayed: times drawn on a virtual clock from another document's records (kernel.impl replay), not measured."
 )
-
-
-def tflops_text(tflops: float) -> str:
-    """TFLOP/s to one decimal, and to three significant digits below one (a CPU's or a tiny
-    problem's, which one decimal would show as 0.0)."""
-    return f"{tflops:.1f}" if tflops >= 1 or tflops == 0 else f"{tflops:.3g}"
-
-
-@dataclass(frozen=True)
-class ProblemSummary:
-    """One row of the best-config table. Times in ms; ``None`` where there is nothing to show."""
-
-    key: ProblemKey
-    best_config: dict[str, Any] | None
-    best_label: str | None
-    best_ms: float | None
-    best_q1_ms: float | None
-    best_q3_ms: float | None
-    auto_ms: float | None
-    auto_status: str  # "ok", "failed" or "absent"
-    speedup: float | None
-    flops: float | None
-    tflops: float | None
-    n_configs: int  # distinct forced configs with at least one record
-    n_failed: int  # of those, how many never produced a timing
-    n_pruned: int  # of the failed, how many were marked pruned (refused before running)
-    n_screened: int  # configs screened out: only a screening sample, never timed in full (halving)
-    runner_up_label: str | None
-    runner_up_ms: float | None
-    within_noise: bool
-    first_error: str | None  # one failure message, to show what went wrong where all failed
-    coverage: Coverage | None = None  # its planned configs and the missing ones (None: no plan known)
-    auto_config: dict[str, Any] | None = None  # what auto ran, as record config fields (None: unknown)
-    auto_config_from: str | None = None  # "spec", "inferred" (no tilesweep block), None: unknown
-    best_is_auto: bool = False  # the best forced config is auto's own: two timings of one kernel
-    n_waiting: int = 0  # screened configs that survived and are not timed in full yet (halving stopped in round 2)
-    auto_error: str | None = None  # why auto has no timing, where it failed
-    replayed: bool = False  # its best or auto timing is replayed, not measured (store.replayed)
-
-    @property
-    def n_planned(self) -> int | None:
-        """Forced configs the document's plans have for the problem (None: no plan known)."""
-        return None if self.coverage is None else len(self.coverage.planned)
-
-    @property
-    def auto_missing(self) -> bool:
-        """Whether the problem's auto, which every plan measures, has no record (a plan known)."""
-        return self.coverage is not None and self.auto_status == "absent"
-
-    @property
-    def n_missing(self) -> int | None:
-        """Of the planned configs, auto among them, how many have no record (those a search never
-        measured aside): what ``merge`` counts missing and ``resume`` redoes."""
-        return None if self.coverage is None else len(self.coverage.missing) + self.auto_missing
-
-    @property
-    def n_never_measured(self) -> int | None:
-        """Of the planned configs, how many a search chose never to measure."""
-        return None if self.coverage is None else len(self.coverage.never_measured)
-
-    @property
-    def auto_label(self) -> str | None:
-        """auto's config as ``config_label`` names it, or None where it is not known."""
-        if self.auto_config is None:
-            return None
-        warps = self.auto_config.get("num_warps")  # None: the implementation's own rule per launch
-        return config_label({**self.auto_config, "num_warps": "(own rule)" if warps is None else warps}, self.key.mode)
-
-    @property
-    def timing_ratio(self) -> float | None:
-        """auto ms / best ms as measured, also where they are one config (then it is noise)."""
-        if self.auto_ms is None or not self.best_ms:
-            return None
-        return self.auto_ms / self.best_ms
-
-    @property
-    def note(self) -> str:
-        notes = ["replayed"] if self.replayed else []
-        timed = self.n_configs - self.n_failed  # a best chosen among a minority of what was to be measured:
-        meant = None if self.n_planned is None else self.n_planned - (self.n_never_measured or 0)
-        if meant is not None and self.best_ms is not None and 2 * timed < meant:
-            notes.append(f"best of {timed}/{meant} timed")
-        if self.n_never_measured:
-            searching = self.coverage is not None and self.coverage.searching
-            notes.append(
-                f"{self.n_never_measured} {'not measured yet (search not ended)' if searching else 'never measured'}"
-            )
-        if self.n_configs == 0:  # planned but without any record yet: not "auto only"
-            notes.append("nothing measured" if self.auto_status == "absent" else "auto only")
-        elif self.best_ms is None and self.n_failed < self.n_configs:  # halving between its rounds
-            notes.append(f"no full timing yet: {self.n_screened} screened, round 2 times the survivors")
-        elif self.best_ms is None:
-            notes.append("all failed")
-        notes += [f"{self.n_screened} screened out"] if self.n_screened and self.best_ms is not None else []
-        notes += [f"{self.n_waiting} survivors of the screen not timed in full yet"] if self.n_waiting else []
-        notes += [f"{self.n_pruned} of the failed pruned, not run"] if self.n_pruned else []
-        if self.within_noise:
-            notes.append("noise")
-        if self.best_is_auto:
-            ratio = self.timing_ratio
-            apart = f": its two timings {ratio:.2f}x apart, noise" if ratio is not None else ""
-            notes.append(f"best is auto's config{apart}")
-        if self.auto_status == "failed":
-            notes.append("auto failed")
-        return ", ".join(notes)
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self.key)
-        out.update(
-            (f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in ("key", "coverage")
-        )
-        if self.coverage is not None:  # a plan is known: how much of it has a record
-            out["n_planned"] = self.n_planned
-            out["n_missing"] = self.n_missing
-            if self.coverage.never_measured:
-                out["n_never_measured"] = self.n_never_measured
-                out["search_ended"] = not self.coverage.searching
-        out["auto_label"] = self.auto_label
-        out["timing_ratio"] = self.timing_ratio
-        out["flops_formula"] = (CAUSAL_FLOPS_FORMULAS if self.key.causal else FLOPS_FORMULAS).get(self.key.mode)
-        out["note"] = self.note
-        return out
 
 
 def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
@@ -243,7 +119,7 @@ def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
     unrecorded = plans.problems() - scans.keys()
     for problem in sorted(unrecorded, key=lambda k: tuple((v is None, 0 if v is None else v) for v in k)):
         scans[problem] = ProblemScan(problem[5], problem[9])
-    about = _About(auto_rule(doc), replayed_of(doc))
+    about = _About(auto_rule(doc), replayed_of(doc), _auto_only(doc))
     rule = survivors_of(doc)
     out = []
     for k, sc in scans.items():
@@ -254,17 +130,27 @@ def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
 
 @dataclass(frozen=True)
 class _About:
-    """What a document says about all its problems: the rule of its auto configs, and which of
-    its records are replayed."""
+    """What a document says about all its problems: the rule of its auto configs, which of its
+    records are replayed, and whether its sweeps measured auto alone."""
 
     auto: AutoRule
     replayed: Replayed
+    auto_only: bool
 
     def auto_of(self, key: ProblemKey) -> dict[str, Any] | None:
         return auto_config(self.auto, mode=key.mode, dtype=key.dtype, head_dim=key.head_dim, seq=key.seq, impl=key.impl)
 
     def any_replayed(self, *records: dict[str, Any] | None) -> bool:
         return any(r is not None and self.replayed(r) for r in records)
+
+
+def _auto_only(doc: ResultsDoc) -> bool:
+    """Whether the document's sweeps measured each problem's auto alone (``auto_only: true`` in
+    every sweep's spec; in the config block of a document without a tilesweep block)."""
+    specs = [b.get("spec") for b in blocks(doc.extra.get("tilesweep"))]
+    if not specs:
+        return doc.config.get("auto_only") is True
+    return all(isinstance(spec, dict) and spec.get("auto_only") is True for spec in specs)
 
 
 def _summary(
@@ -324,6 +210,7 @@ def _summary(
         auto_config_from=about.auto.source if auto is not None else None,
         best_is_auto=is_auto,
         replayed=about.any_replayed(best, sc.auto_rec) or (best is None and about.any_replayed(sc.first_failed)),
+        auto_only=about.auto_only,
     )
 
 
