@@ -102,6 +102,22 @@ def test_an_earlier_output_of_the_same_kind_is_replaced(results: Path, tmp_path:
     assert not out.read_bytes().endswith(b"\n\n")
 
 
+@pytest.mark.parametrize("command", ["report", "compare"])
+@pytest.mark.parametrize(
+    "text",
+    ["<html><body>my notes</body></html>\n", '<!DOCTYPE html>\n<html><head><meta name="generator" content="pandoc">'],
+)
+def test_a_hand_written_html_file_is_not_taken_for_a_page_and_is_kept(
+    results: Path, tmp_path: Path, command: str, text: str
+) -> None:
+    """Only a page tilesweep wrote (its generator tag) is replaced: another HTML file is the
+    user's, refused in one line naming it, and left byte for byte."""
+    notes = tmp_path / "notes.html"
+    notes.write_text(text)
+    _refused(_commands(results, notes)[command], f"--html {notes} exists and is not a tilesweep page")
+    assert notes.read_text() == text
+
+
 def test_export_to_dash_writes_the_table_on_stdout(results: Path, tmp_path: Path) -> None:
     done = run_cli("export", str(results), "--out", "-", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

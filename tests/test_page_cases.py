@@ -25,17 +25,19 @@ def test_the_sweeps_own_page_never_replaces_what_is_not_a_page_and_writes_throug
     page it points to, the link kept."""
     spec = write_spec(report={"html": True}, modes=["fwd"], fwd_block_q=[32])
     page = tmp_path / "results.html"
-    page.write_text("precious notes")
-    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
-    assert_one_line_error(r, f"{page} exists and is not a page", "report.html to false")
-    assert page.read_text() == "precious notes" and not (tmp_path / "sweep").exists()
+    for notes in ("precious notes", "<!DOCTYPE html>\n<html><head><title>my notes</title></head></html>"):
+        page.write_text(notes)  # a hand-written HTML file is no tilesweep page either
+        r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+        assert_one_line_error(r, f"{page} exists and is not a tilesweep page", "report.html to false")
+        assert page.read_text() == notes and not (tmp_path / "sweep").exists()
     page.unlink()
     (tmp_path / "pages").mkdir()
-    (tmp_path / "pages" / "real.html").write_text("<!DOCTYPE html><html>an older page</html>")
+    (tmp_path / "pages" / "real.html").write_text(html.report_page(load_obj(make_doc([rec(ms=5.0)]))))
     page.symlink_to(Path("pages") / "real.html")
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
     assert r.returncode == 0, r.stderr
-    assert page.is_symlink() and "<svg class='heatmap'" in (tmp_path / "pages" / "real.html").read_text()
+    written = (tmp_path / "pages" / "real.html").read_text()
+    assert page.is_symlink() and "<title>tilesweep report: results.json</title>" in written
 
 
 def test_configs_pre_flight_lowering_refused_are_said_so_and_a_mosaic_heatmap_folds_its_own_axes() -> None:

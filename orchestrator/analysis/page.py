@@ -25,6 +25,7 @@ from typing import Any
 
 from orchestrator.analysis.svg import DEFS, esc
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.page_file import GENERATOR
 from orchestrator.store.provenance import measured_span
 from orchestrator.store.replayed import describe
 
@@ -46,7 +47,7 @@ def shell(title: str, body: str) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<meta name="generator" content="tilesweep">'
+        f"{GENERATOR}"
         f"<title>{esc(title)}</title><style>{css}</style></head>\n<body>{DEFS}\n{body}\n"
         f"<script>{js}</script></body></html>\n"
     )

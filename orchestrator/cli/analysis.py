@@ -133,7 +133,7 @@ def _style(args: argparse.Namespace) -> str:
 def _page(html: str | None, inputs: list[str]) -> str:
     """Where the ``--html`` page goes ("" where none was asked for), refused before anything is read
     where it would destroy data (``outputs.check_output``)."""
-    return "" if html is None else check_output(html, inputs, writes="page", flag="--html", of_kind=is_page)
+    return "" if html is None else check_output(html, inputs, writes="tilesweep page", flag="--html", of_kind=is_page)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

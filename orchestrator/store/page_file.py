@@ -1,8 +1,9 @@
 """The report page a sweep writes beside its results document (``report.html: true``): where it
-goes (``page_path``), whether a file holds a page (``is_page``: what ``--html`` also replaces),
-and the file it is written at (``page_target``): a symbolic link's target, the link kept; refused
-in one line where the path holds a directory, a device or pipe, or a file that is not a page,
-which the page would destroy. ``run``, ``resume``, ``wait`` and ``submit`` ask it before anything
+goes (``page_path``), whether a file holds a page tilesweep wrote (``is_page``: its generator tag,
+``GENERATOR``; what ``--html`` also replaces), and the file it is written at (``page_target``): a
+symbolic link's target, the link kept; refused in one line where the path holds a directory, a
+device or pipe, or a file that is not a tilesweep page (a hand-written HTML file too), which the
+page would destroy. ``run``, ``resume``, ``wait`` and ``submit`` ask it before anything
 runs (``merge.check_target``), so the page's refusal never comes after the GPU time."""
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from pathlib import Path
 from orchestrator import PROG
 from orchestrator.errors import ResultsError
 
-_HEAD_BYTES = 512  # how much of an existing file is read to tell it is a page
+# every tilesweep page carries it in its head (``analysis.page.shell``): what tells one from
+# another HTML file, which writing a page over would destroy
+GENERATOR = '<meta name="generator" content="tilesweep">'
+_HEAD_BYTES = 4096  # how much of an existing file is read to tell it is a page (its head, before the style)
 
 
 def page_path(results: Path) -> Path:
@@ -22,10 +26,12 @@ def page_path(results: Path) -> Path:
 
 
 def is_page(path: Path) -> bool:
-    """Whether ``path`` holds an HTML page (what ``--html`` writes)."""
+    """Whether ``path`` holds a page tilesweep wrote (what ``--html`` writes): HTML whose head
+    carries tilesweep's generator tag. Another HTML file is not one."""
     with path.open("rb") as f:
-        head = f.read(_HEAD_BYTES).lstrip().lower()
-    return head.startswith((b"<!doctype html", b"<html"))
+        head = f.read(_HEAD_BYTES).lstrip()
+    html = head.lower().startswith((b"<!doctype html", b"<html"))
+    return html and GENERATOR.encode() in head.partition(b"</head>")[0]
 
 
 def page_target(page: Path) -> Path:
@@ -43,7 +49,8 @@ def page_target(page: Path) -> Path:
     try:
         if target.exists() and target.stat().st_size and not is_page(target):
             raise ResultsError(
-                f"{page} exists and is not a page, which the sweep's page (report.html: true) would replace; {instead}"
+                f"{page} exists and is not a tilesweep page, which the sweep's page (report.html: true) would replace; "
+                f"{instead}"
             )
     except OSError as exc:
         raise ResultsError(f"{page}: cannot read it ({exc.strerror or exc}); {instead}") from None
