@@ -1,7 +1,8 @@
 """The files ``report --html``, ``compare --html`` and ``export --out`` write never replace the
 user's data: an input, a spec, a directory or any file of another kind is refused with one line
 and exit code 2, and the file is left byte for byte; an earlier output of the same kind is
-replaced. Real ``python -m orchestrator`` processes on real files."""
+replaced, and folders of the path that do not exist yet are made. Real ``python -m orchestrator``
+processes on real files."""
 
 from __future__ import annotations
 
@@ -81,6 +82,25 @@ def test_an_output_in_a_folder_that_takes_no_file_is_refused_before_anything_is_
     assert done.returncode == 2 and done.stdout == "", done.stdout
     assert done.stderr.count("\n") == 1, done.stderr
     assert "the folder /proc takes no new files (not a filesystem that holds files)" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", ["export", "report", "compare", "plots"])
+def test_an_output_in_folders_that_do_not_exist_yet_makes_them_as_its_help_says(
+    results: Path, tmp_path: Path, command: str
+) -> None:
+    """Every output makes the folders its path names that do not exist yet, as ``--output`` does,
+    and its ``--help`` says so."""
+    new = tmp_path / "new" / "deeper"
+    out = new / {"export": "tuned.json", "plots": "plots"}.get(command, "page.html")
+    args = {**_commands(results, out), "plots": ["report", str(results), "--plots", str(out), "--max-plots", "1"]}
+    done = run_cli(*args[command])
+    assert done.returncode == 0, done.stderr
+    assert (out.is_dir() and any(out.glob("*.png"))) if command == "plots" else out.is_file()
+    flag = {"export": "--out", "plots": "--plots"}.get(command, "--html")
+    lines = run_cli(args[command][0], "--help").stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(f"{flag} "))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("-")), len(lines))
+    assert "missing folders are made" in " ".join(" ".join(lines[start:end]).split())  # argparse wraps it
 
 
 def test_an_input_named_through_a_link_is_still_the_input(results: Path, tmp_path: Path) -> None:

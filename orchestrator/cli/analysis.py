@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import PROG, Subparsers, non_negative_int
+from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, non_negative_int
 from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import same_file
@@ -51,10 +51,13 @@ def _add_report(subparsers: Subparsers) -> None:
     p.add_argument(
         "--html",
         metavar="OUT.html",
-        help="also write one self-contained page: summary table, provenance, a heatmap per problem",
+        help="also write one self-contained page: summary table, provenance, a heatmap per problem "
+        f"({MAKES_FOLDERS}; an existing file is replaced only if it is a page tilesweep wrote)",
     )
     p.add_argument(
-        "--plots", metavar="DIR", help="also write PNG heatmaps and a speedup chart into DIR (needs matplotlib)"
+        "--plots",
+        metavar="DIR",
+        help=f"also write PNG heatmaps and a speedup chart into DIR ({MAKES_FOLDERS}; needs matplotlib)",
     )
     p.add_argument(
         "--max-plots",
@@ -87,8 +90,8 @@ def _add_export(subparsers: Subparsers) -> None:
         "--out",
         required=True,
         metavar="FILE",
-        help="tuned table to write (atomically; -: stdout); an existing file of another kind is refused; "
-        "with --format tokamax: DIR",
+        help=f"tuned table to write (atomically, {MAKES_FOLDERS}; -: stdout); an existing file of another kind is "
+        "refused; with --format tokamax: DIR",
     )
     p.add_argument(
         "--format",
@@ -122,7 +125,12 @@ def _add_compare(subparsers: Subparsers) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="a JSON object with a 'problems' array")
     fmt.add_argument("--markdown", action="store_true", help="a GitHub-flavoured table")
-    p.add_argument("--html", metavar="OUT.html", help="also write one self-contained page with A and B side by side")
+    p.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help=f"also write one self-contained page with A and B side by side ({MAKES_FOLDERS}; an existing file is "
+        "replaced only if it is a page tilesweep wrote)",
+    )
     p.set_defaults(func=cmd_compare)
 
 

@@ -252,6 +252,8 @@ RETRY_HELP = (
     "(every error of a config that was compiled or run; not pruned or invalid ones); the new records "
     "supersede them"
 )
+# what the --help of every file or folder tilesweep writes says of one whose folders do not exist yet
+MAKES_FOLDERS = "missing folders are made"
 OVERWRITE_HELP = (
     "replace the output even if it holds records that are not this sweep's (the old document is kept as OUTPUT.prev)"
 )

@@ -8,6 +8,8 @@ itself), or an existing file that is not of the kind the command writes (a resul
 spec, a log): overwriting one of those is a slip of the keyboard far more often than an intent.
 An existing file of the kind written (an earlier page, an earlier tuned table) and an empty file
 are replaced. A symbolic link is followed: the file it points to is written, the link stays.
+A folder of the path that does not exist yet is made (``common.MAKES_FOLDERS``), as for every output
+tilesweep writes (``--output``, ``--plots``): the line that says what was written names the path.
 """
 
 from __future__ import annotations

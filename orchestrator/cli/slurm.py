@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator import word
 from orchestrator.cli.common import (
+    MAKES_FOLDERS,
     OVERWRITE_HELP,
     PROG,
     RETRY_HELP,
@@ -264,7 +265,7 @@ def _register_submit(sub: Subparsers) -> None:
         type=positive_int,
         help="number of units (overrides the spec); a task runs one per GPU (executor.gpus_per_node)",
     )
-    s.add_argument("--output", type=file_path, help="results document (default: the spec's output)")
+    s.add_argument("--output", type=file_path, help=f"results document (default: the spec's output; {MAKES_FOLDERS})")
     s.add_argument(
         "--costs", metavar="RESULTS.json", help="shard with the measured costs of an earlier results document"
     )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from orchestrator import word
 from orchestrator.cli.browse import cmd_status
 from orchestrator.cli.common import (
+    MAKES_FOLDERS,
     OVERWRITE_HELP,
     PROG,
     RETRY_HELP,
@@ -363,7 +364,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--units", type=positive_int, help="number of units (overrides the spec)")
     s.add_argument("--executor", choices=["local", "debug", "slurm"], help="override the spec's executor.kind")
     s.add_argument("--workers", type=positive_int, help="local: parallel workers (default: one per visible GPU)")
-    s.add_argument("--output", type=file_path, help="results document (default: the spec's output)")
+    s.add_argument("--output", type=file_path, help=f"results document (default: the spec's output; {MAKES_FOLDERS})")
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.add_argument("--retry-errors", choices=RETRY_KINDS, help=RETRY_HELP)
@@ -372,7 +373,7 @@ def register(sub: Subparsers) -> None:
 
     s = sub.add_parser("merge", help="merge a sweep's partial records into its results document")
     s.add_argument("sweep_dir")
-    s.add_argument("--output", type=file_path, help="write here instead of the spec's output")
+    s.add_argument("--output", type=file_path, help=f"write here instead of the spec's output ({MAKES_FOLDERS})")
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_merge)
 
