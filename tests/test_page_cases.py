@@ -1,6 +1,7 @@
 """The report page where a document or its path is out of the ordinary: the sweep's own page
 over a file that is not one, lowering's prunes, untagged problems, one problem, a failed auto,
-the temp file a killed writer left, and a problem of only auto records."""
+the temp file a killed writer left, a problem of only auto records, and a document sweeps appended
+into in turn."""
 
 from __future__ import annotations
 
@@ -132,3 +133,29 @@ def test_a_reference_document_with_only_auto_for_a_problem_says_no_tile_config_w
     assert row.split()[:6] == [first["dtype"], str(first["head_dim"]), str(first["seq"]), "4", "8", first["mode"]]
     assert "auto only" not in r.stdout
     assert f"no best config: {only}".replace("'", "&#x27;") in page.read_text()
+
+
+def test_the_page_of_a_document_sweeps_appended_into_in_turn_names_each_sweep(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Two sweeps of other specs appended into one document in turn (``append: true``): the
+    page's provenance names each sweep, oldest first, with what it planned and when it measured
+    and merged, and dates the records from the first sweep's start to the last one's end."""
+    for n, seq in enumerate((64, 128)):
+        spec = write_spec(f"spec{n}.json", append=True, modes=["fwd"], fwd_block_q=[32], seq_lens=[seq])
+        r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / f"sweep{n}"), "--executor", "debug")
+        assert r.returncode == 0, r.stderr
+    page = tmp_path / "page.html"
+    r = run_cli("report", str(tmp_path / "results.json"), "--html", str(page))
+    assert r.returncode == 0, r.stderr
+    text = page.read_text()
+    own = json.loads((tmp_path / "results.json").read_text())["tilesweep"]
+    every = [*own["earlier"], own]
+    assert [b["sweep_dir"] for b in every] == [str(tmp_path / "sweep0"), str(tmp_path / "sweep1")]
+    named = [text.find(f"{b['sweep_dir']} {b['fingerprint']} ({b['planned']} planned items, measured ") for b in every]
+    assert -1 < named[0] < named[1], named
+    for b in every:
+        assert f"merged {b['merged']})" in text
+    attempts = [a for b in every for unit in b["attempts"].values() for a in unit]
+    first, last = min(a["started"] for a in attempts), max(a.get("ended") or a["started"] for a in attempts)
+    assert f"<dt>measured</dt><dd>{first if first == last else f'{first} to {last}'}</dd>" in text

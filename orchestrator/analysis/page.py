@@ -23,10 +23,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from orchestrator.analysis.origins import sweep_rows
 from orchestrator.analysis.svg import DEFS, esc
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.page_file import GENERATOR
-from orchestrator.store.provenance import measured_span
 from orchestrator.store.replayed import describe
 
 
@@ -56,15 +56,6 @@ def shell(title: str, body: str) -> str:
 # --------------------------------------------------------------------------- provenance
 
 
-def _when(block: dict[str, Any]) -> str | None:
-    """When the sweep's records were measured: its first attempt's start to its last
-    attempt's end (``store.provenance.measured_span``)."""
-    span = measured_span(block)
-    if span is None:
-        return None
-    return span[0] if span[0] == span[1] else f"{span[0]} to {span[1]}"
-
-
 def _device(dev: dict[str, Any]) -> str | None:
     """The device kind, and jax's backend where it says more (``NVIDIA H100 (backend gpu)``;
     the CPU's kind is its backend: ``cpu``)."""
@@ -72,6 +63,11 @@ def _device(dev: dict[str, Any]) -> str | None:
     if kind and backend and str(backend).lower() != str(kind).lower():
         return f"{kind} (backend {backend})"
     return str(kind or backend) if kind or backend else None
+
+
+def _value(v: Any) -> str:
+    """A provenance value, escaped: several lines (a list) one under the other."""
+    return "<br>".join(map(esc, v)) if isinstance(v, list) else esc(v)
 
 
 def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
@@ -88,15 +84,12 @@ def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
         ("jaxlib", dev.get("jaxlib") or env.get("jaxlib")),
         ("python", dev.get("python")),
         ("records", ", ".join(f"{v} {k.removesuffix('s') if v == 1 else k}" for k, v in counts.items())),
-        ("sweep", " ".join(str(x) for x in (block.get("sweep_dir"), block.get("fingerprint")) if x) or None),
-        ("planned items", block.get("planned")),
-        ("measured", _when(block)),
-        ("merged", block.get("merged")),
-        ("GPU-hours", block.get("gpu_hours")),
+        *sweep_rows(doc.extra.get("tilesweep")),
     ]
-    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows if v not in (None, ""))
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in rows if v not in (None, "", []))
     spec = block.get("spec") if isinstance(block.get("spec"), dict) else None
-    what = "the sweep's spec (tilesweep block)" if spec is not None else "the document's config block"
+    last = "the last sweep's" if isinstance(block.get("earlier"), list) and block["earlier"] else "the sweep's"
+    what = f"{last} spec (tilesweep block)" if spec is not None else "the document's config block"
     shown = spec if spec is not None else doc.config
     return (
         f'<dl class="prov">{items}</dl><details class="list"><summary>{what}</summary>'
