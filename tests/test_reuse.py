@@ -282,3 +282,24 @@ def test_a_carried_record_is_as_new_as_its_measurement_not_its_carrying(tmp_path
         exported = run_cli("export", *map(str, order), "--out", "-")
         assert exported.returncode == 0, exported.stderr
         assert {e["median_ms"] for e in json.loads(exported.stdout)["entries"]} == want
+
+
+def test_the_report_and_its_page_say_what_reuse_carried_from_where_and_when_it_was_measured(
+    tmp_path: Path, first_doc: Path
+) -> None:
+    """A sweep that carries two records of an earlier document and measures one: the report and
+    the page say how many records were carried, from which document, and when they were
+    measured there; the page's "measured" starts then, not when the sweep carrying them planned."""
+    old = write(tmp_path, "old.json", _dated(json.loads(first_doc.read_text()), "2001-01-01T00:00:00+00:00", 1.0))
+    out, page = tmp_path / "carried.json", tmp_path / "carried.html"
+    spec = write(tmp_path, "extended.json", {**EXTENDED, "append": False, "output": str(out)})
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "c"), "--executor", "debug", "--reuse", str(old))
+    assert r.returncode == 0, r.stderr
+    said = f"2 of 3 records carried from earlier documents (not measured again): 2 from {old}; measured there 2001-"
+    assert f"reused: {said}" in r.stdout  # the table that ends the run says it too
+    r = run_cli("report", str(out), "--html", str(page))
+    assert r.returncode == 0, r.stderr
+    assert f"\nreused: {said}01-01T00:00:00+00:00\n" in r.stdout
+    text = page.read_text()
+    assert f"<dt>reused</dt><dd>{said}01-01T00:00:00+00:00</dd>" in text
+    assert "<dt>measured</dt><dd>2001-01-01T00:00:00+00:00 to " in text

@@ -1,6 +1,8 @@
-"""Where a document's records come from, as the report page says it: the sweeps merged into it
-(a document that several sweeps appended into in turn keeps each one's tilesweep block,
-``store.provenance.blocks``), what each planned, and when each measured and merged.
+"""Where a document's records come from, as the report and its page say it: the sweeps merged
+into it (a document that several sweeps appended into in turn keeps each one's tilesweep block,
+``store.provenance.blocks``), what each planned, and when each measured and merged; and the
+records reuse carried from earlier documents (``reused_from``: where each was measured), how
+many from where, and when they were measured there (``store.append.measured_times``).
 """
 
 from __future__ import annotations
@@ -8,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.store.append import measured_times
+from orchestrator.store.carry import source_of
+from orchestrator.store.document import ResultsDoc
 from orchestrator.store.provenance import TilesweepBlock, blocks, measured_span
+from orchestrator.store.replayed import replayed_of
 
 # a provenance row: its name and its value (several lines: a list), left out where None or ""
 Row = tuple[str, Any]
@@ -81,3 +87,34 @@ def sweep_rows(tilesweep: object) -> list[Row]:
         ("merged", every[-1].get("merged")),
         ("GPU-hours", total if hours else None),
     ]
+
+
+def carried_text(doc: ResultsDoc) -> str | None:
+    """How many of the document's records reuse carried from earlier documents, from which (and
+    how many from each), how many of them are replayed, and when the others were measured where
+    they come from; None where reuse carried none."""
+    sources: dict[str, int] = {}
+    times: list[str] = []
+    replayed, when = replayed_of(doc), measured_times(doc.extra.get("tilesweep"))
+    n_replayed = 0
+    for rec in doc.results:
+        reused_from = rec.get("reused_from")
+        if not isinstance(reused_from, str) or not reused_from:
+            continue
+        source = source_of(reused_from)
+        sources[source] = sources.get(source, 0) + 1
+        if replayed(rec):
+            n_replayed += 1
+        elif (started := when.of(rec)) is not None:
+            times.append(started)
+    if not sources:
+        return None
+    n, total = sum(sources.values()), len(doc.results)
+    text = f"{n} of {total} record{'s' if total != 1 else ''} carried from earlier documents (not measured again): "
+    text += ", ".join(f"{k} from {path}" for path, k in sources.items())
+    if n_replayed:
+        text += f"; {'all' if n_replayed == n else n_replayed} of them replayed, not measured"
+    if times:
+        measured = "the others measured" if n_replayed else "measured"
+        text += f"; {measured} there {span_text((min(times), max(times)))}"
+    return text

@@ -23,7 +23,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from orchestrator.analysis.origins import sweep_rows
+from orchestrator.analysis.origins import carried_text, sweep_rows
 from orchestrator.analysis.svg import DEFS, esc
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.page_file import GENERATOR
@@ -84,6 +84,7 @@ def provenance(doc: ResultsDoc, counts: dict[str, int]) -> str:
         ("jaxlib", dev.get("jaxlib") or env.get("jaxlib")),
         ("python", dev.get("python")),
         ("records", ", ".join(f"{v} {k.removesuffix('s') if v == 1 else k}" for k, v in counts.items())),
+        ("reused", carried_text(doc)),
         *sweep_rows(doc.extra.get("tilesweep")),
     ]
     items = "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in rows if v not in (None, "", []))

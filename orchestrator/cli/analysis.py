@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, non_negative_int
+from orchestrator.cli.finish import print_reused
 from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import same_file
@@ -160,6 +161,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(json.dumps(winners.with_winners(report.to_json(summaries), found), indent=1))
     else:
         print(report.format_table(summaries, _style(args)))
+        print_reused(doc)
         if found:  # several implementations measured the same problems
             print(f"\nimplementations compared ({len(found)} problems):")
             print(winners.format_contests(found, _style(args)))

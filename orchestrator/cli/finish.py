@@ -20,6 +20,7 @@ from orchestrator.cli.common import counted, warn
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.dispatch import UnitOutcome
     from orchestrator.control.status import SweepStatus
+    from orchestrator.store.document import ResultsDoc
     from orchestrator.store.merge import MergeSummary
     from orchestrator.store.sweepdir import SweepDir
 
@@ -50,7 +51,18 @@ def print_table(output: Path) -> None:
     from orchestrator.analysis import report
     from orchestrator.store import document as results_doc
 
-    print(report.format_table(report.best_table(results_doc.load(output))))
+    doc = results_doc.load(output)
+    print(report.format_table(report.best_table(doc)))
+    print_reused(doc)
+
+
+def print_reused(doc: ResultsDoc) -> None:
+    """Below a document's table: how many of its records reuse carried, from where, measured when."""
+    from orchestrator.analysis.origins import carried_text
+
+    carried = carried_text(doc)
+    if carried is not None:
+        print(f"\nreused: {carried}")
 
 
 def print_page(output: Path) -> None:

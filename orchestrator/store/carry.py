@@ -76,6 +76,11 @@ def origin(path: str, unit: Any, attempt: Any, replayed: bool, earlier: Any) -> 
     return provenance(path, unit, attempt, replayed)
 
 
+def source_of(reused_from: str) -> str:
+    """The document a carried record came from (its ``reused_from`` as ``provenance`` writes it)."""
+    return measurement_of(reused_from).rpartition(" unit ")[0] or measurement_of(reused_from)
+
+
 def measurement_of(reused_from: str) -> str:
     """Which measurement a carried record is (its ``reused_from`` less the replayed mark): the
     key under which the reuse block keeps when it was measured (``store.append.MeasuredTimes``)."""

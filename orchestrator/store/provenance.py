@@ -160,13 +160,22 @@ def unit_attempts(headers: Sequence[ReadHeader], last_write_ns: int) -> list[Att
 
 def measured_span(block: Mapping[str, Any]) -> tuple[str, str] | None:
     """When a block's records were measured: the first attempt's start and the last attempt's
-    end (its start where no end is known), or None where no attempt says."""
+    end (its start where no end is known), or None where no attempt says. The records reuse
+    carried count when they were measured where they come from (``reused.measured``: their
+    attempts' starts), not the reuse unit's attempt, which wrote them at plan time."""
     starts, ends = [], []
-    for attempts in attempts_of(block).values():
-        for a in attempts if isinstance(attempts, list) else []:
+    reused = block.get("reused")
+    reused = reused if isinstance(reused, dict) else {}
+    for unit, attempts in attempts_of(block).items():
+        for a in attempts if isinstance(attempts, list) and unit != reused.get("unit") else []:
             if isinstance(a, dict) and a.get("started"):
                 starts.append(str(a["started"]))
                 ends.append(str(a.get("ended") or a["started"]))
+    carried = reused.get("measured")
+    for started in carried.values() if isinstance(carried, dict) else []:
+        if isinstance(started, str) and started:
+            starts.append(started)
+            ends.append(started)
     return (min(starts), max(ends)) if starts else None
 
 
