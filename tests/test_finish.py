@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,12 @@ def test_a_second_run_naming_another_output_while_a_run_runs_the_sweep_is_refuse
         r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(other))
     assert_one_line_error(r, "is being run by another `tilesweep run`", f"merges into {sd.output} when it ends")
     assert (sweep / "sweep.json").read_bytes() == frozen and not other.exists()
+
+
+def test_the_merge_line_counts_one_record_or_error_in_the_singular(write_spec: Callable[..., Path]) -> None:
+    """A sweep of auto and one config the shared-memory model prunes (an error record): the merge
+    line says "1 error", not "1 errors"."""
+    spec = write_spec(modes=["fwd"], fwd_block_q=[64], fwd_block_k=[64], smem_limit_bytes=4096)
+    r = run_cli("run", str(spec), "--sweep-dir", str(spec.parent / "sweep"), "--executor", "debug")
+    assert r.returncode == 0, r.stderr
+    assert f"merged 2 records (1 error, 0 of 2 planned missing) into {spec.parent / 'results.json'}" in r.stderr

@@ -194,7 +194,7 @@ def test_a_halving_sweep_reads_the_same_everywhere_and_its_heatmaps_mark_the_scr
     before = rows[0]
     (row, _) = json.loads(run_cli("report", str(tmp_path / "stopped.json"), "--json").stdout)
     assert row["n_waiting"] == 1 and row["n_missing"] == 1 and row["n_screened"] == before["n_screened"]
-    assert "1 survivors of the screen not timed in full yet" in row["note"], row["note"]
+    assert "1 survivor of the screen not timed in full yet" in row["note"], row["note"]
 
     if importlib.util.find_spec("matplotlib") is None:
         return

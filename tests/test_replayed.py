@@ -140,7 +140,7 @@ def test_a_measured_sweep_reuses_a_replay_only_when_asked(tmp_path: Path) -> Non
     assert "reused 0 items" in r.stdout
     assert f"not reused from {replay.doc}: 55 replayed, not measured (--include-replays reuses them)" in r.stdout
     r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(replay.doc), "--include-replays")
-    assert "reused 55 items measured before (not measured again; 55 of them replayed, not measured)" in r.stdout
+    assert "reused 55 items recorded before (not measured again; 55 of them replayed, not measured)" in r.stdout
     asked = tmp_path / "asked-spec.json"
     asked.write_text(json.dumps({**measured, "reuse": {"documents": [str(replay.doc)], "replays": True}}))
     assert "55 of them replayed, not measured" in run_cli("plan", str(asked), "--dry-run").stdout
@@ -152,3 +152,6 @@ def test_a_measured_sweep_reuses_a_replay_only_when_asked(tmp_path: Path) -> Non
     assert all(rec["reused_from"].endswith("(replayed)") for rec in doc["results"])
     (row,) = json.loads(run_cli("report", str(tmp_path / "measured.json"), "--json").stdout)
     assert row["replayed"] and row["note"].startswith("replayed")
+    carried = "55 of 55 records carried from earlier documents (not measured again): 55 from "
+    said = f"\nreused: {carried}{replay.doc}; all of them replayed, not measured\n"
+    assert said in run_cli("report", str(tmp_path / "measured.json")).stdout

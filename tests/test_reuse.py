@@ -65,6 +65,10 @@ def test_other_timing_or_another_device_reuses_nothing(
     (src,) = slower.found.sources
     assert slower.found.reused == 0 and src.other_measurement == 2
     assert src.why == ["measured with other settings: ms per sample 1.0 vs 2.0 here"]
+    spec = write(tmp_path, "slower.json", {**EXTENDED, "timing": {**FIRST["timing"], "target_ms": 2}})
+    said = run_cli("plan", str(spec), "--dry-run", "--reuse", str(first_doc)).stdout
+    not_reused = f"  not reused from {first_doc}: 2 measured with other settings (ms per sample 1.0 vs 2.0 here)\n"
+    assert not_reused in said  # the reason said once, its detail beside it, not again in brackets
     # timing.timer auto (the first document's) is the wall clock here: a wall sweep reuses it, a device one not
     wall = plan_against(
         tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "timer": "wall"}}, ReuseRequest([str(first_doc)])

@@ -79,7 +79,7 @@ def sweep_rows(tilesweep: object) -> list[Row]:
     planned = [p for b in every if (p := _planned(b)) is not None]
     hours = [h for b in every if (h := _hours(b)) is not None]
     total = f"{sum(hours):g}"
-    total += "" if len(hours) == len(every) else f" (the {len(hours)} of {len(every)} sweeps that say)"
+    total += "" if len(hours) == len(every) else f" (of {len(hours)} of the {len(every)} sweeps; the others say none)"
     return [
         (f"sweeps ({len(every)}, appended in turn)", [_line(b) for b in every]),
         ("planned items", sum(planned) if planned else None),

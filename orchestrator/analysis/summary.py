@@ -131,7 +131,8 @@ class ProblemSummary:
         elif self.best_ms is None:
             notes.append("all failed")
         notes += [f"{self.n_screened} screened out"] if self.n_screened and self.best_ms is not None else []
-        notes += [f"{self.n_waiting} survivors of the screen not timed in full yet"] if self.n_waiting else []
+        waiting = "survivor" if self.n_waiting == 1 else "survivors"
+        notes += [f"{self.n_waiting} {waiting} of the screen not timed in full yet"] if self.n_waiting else []
         notes += [f"{self.n_pruned} of the failed pruned, not run"] if self.n_pruned else []
         if self.within_noise:
             notes.append("noise")

@@ -313,6 +313,28 @@ _NOT_REUSED = (
 )
 
 
+def _not_reused(source: dict[str, Any]) -> tuple[list[str], str]:
+    """A source's counts of records not reused, each with its detail where the source says one
+    (``reuse_accept.WHY_OF``: "2 measured with other settings (timing.warmup 0 vs 1 here)"), and
+    the reasons no count explains."""
+    from orchestrator.store.reuse_accept import WHY_OF
+
+    whys = list(source.get("why") or [])
+    dev = f" ({source['device_kind']!r})" if source.get("device_kind") else ""
+    parts = []
+    for k, text in _NOT_REUSED:
+        if not source.get(k):
+            continue
+        part = f"{source[k]} {text.format(dev=dev)}"
+        said = next((w for w in whys if k in WHY_OF and w.startswith(WHY_OF[k])), None)
+        if said is not None:
+            whys.remove(said)
+            detail = said.removeprefix(WHY_OF[k]).removeprefix(":").strip()
+            part += f" {detail}" if detail.startswith("(") and detail.endswith(")") else f" ({detail})"
+        parts.append(part)
+    return parts, "; ".join(whys)
+
+
 def reuse_lines(summary: dict[str, Any] | None) -> list[str]:
     """What planning reused, from where, and what it did not and why (one line per source)."""
     if not summary or not summary.get("sources"):
@@ -321,13 +343,12 @@ def reuse_lines(summary: dict[str, Any] | None) -> list[str]:
     where = ", ".join(f"{s['reused']} from {s['path']}" for s in sources if s["reused"]) or "none"
     replayed = sum(s.get("replayed_reused", 0) for s in sources)
     also = f"; {replayed} of them replayed, not measured" if replayed else ""
-    lines = [f"reused {summary['reused']} items measured before (not measured again{also}): {where}"]
+    before = "recorded before" if replayed else "measured before"  # a replayed record was never measured
+    lines = [f"reused {counted(summary['reused'], 'item')} {before} (not measured again{also}): {where}"]
     for s in sources:
-        dev = f" ({s['device_kind']!r})" if s.get("device_kind") else ""
-        parts = [f"{s[k]} {text.format(dev=dev)}" for k, text in _NOT_REUSED if s.get(k)]
+        parts, why = _not_reused(s)
         if parts:
-            why = f" [{'; '.join(s['why'])}]" if s.get("why") else ""
-            lines.append(f"  not reused from {s['path']}: {', '.join(parts)}{why}")
+            lines.append(f"  not reused from {s['path']}: {', '.join(parts)}{f' [{why}]' if why else ''}")
         elif not s.get("records") and s.get("role") != "output":
             lines.append(
                 f"  nothing reused from {s['path']}: none of its records is an item of this plan (other problems or "

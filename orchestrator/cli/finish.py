@@ -33,11 +33,11 @@ def merge_line(summary: MergeSummary) -> str:
             f"{summary.output} is unchanged"
         )
     text = (
-        f"merged {summary.records} records ({summary.errors} errors, {summary.missing} of {summary.planned} "
-        f"planned missing) into {summary.output}"
+        f"merged {counted(summary.records, 'record')} ({counted(summary.errors, 'error')}, {summary.missing} of "
+        f"{summary.planned} planned missing) into {summary.output}"
     )
     if summary.prev is not None:
-        text += f"; the document it replaced held {summary.replaced} records: kept as {summary.prev}"
+        text += f"; the document it replaced held {counted(summary.replaced, 'record')}: kept as {summary.prev}"
     if summary.skipped_lines:
         what = "items without a record are redone by resume" if summary.missing else "items have records"
         text += f"; skipped {summary.skipped_lines} torn or invalid partial lines (their {what})"

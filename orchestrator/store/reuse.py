@@ -55,7 +55,7 @@ from orchestrator.store.layouts import MODES_CONFIGS, check_layout
 from orchestrator.store.provenance import TilesweepBlock, attempts_of, blocks, own_block
 from orchestrator.store.record_values import refused_values
 from orchestrator.store.replayed import VIRTUAL, replayed_of
-from orchestrator.store.reuse_accept import REFUSALS, Chosen, Judge, SourceCount, Wanted, offer, say, wanted
+from orchestrator.store.reuse_accept import REFUSALS, WHY_OF, Chosen, Judge, SourceCount, Wanted, offer, say, wanted
 from orchestrator.store.reuse_indexed import scan_indexed
 from orchestrator.store.reuse_sources import Source, indexed_records
 
@@ -207,7 +207,7 @@ def _scan(src: Source, count: SourceCount, want: Wanted, chosen: Chosen) -> None
             bad = bad or refused_values([body]).get(0)  # a value no worker writes (a hand edit): -5 ms
             if bad is not None:
                 why = "damaged"
-                say(count, f"damaged records (first: {bad})")
+                say(count, f"{WHY_OF['damaged']} (first: {bad})")
         if why is not None:
             judge.refuse(why)
             continue
@@ -298,5 +298,5 @@ def _warn(found: Found) -> None:
                 "%s: %d damaged records not reused %s; their items are measured",
                 c.path,
                 c.damaged,
-                next((w.removeprefix("damaged records ") for w in c.why if w.startswith("damaged")), ""),
+                next((w.removeprefix(f"{WHY_OF['damaged']} ") for w in c.why if w.startswith(WHY_OF["damaged"])), ""),
             )

@@ -38,6 +38,15 @@ REFUSALS = (
 )
 
 
+# how a line of ``SourceCount.why`` begins, by the count it explains: where the count is said,
+# the rest of the line is its detail (``say``)
+WHY_OF = {
+    "other_env": "another environment",
+    "other_measurement": "measured with other settings",
+    "damaged": "damaged records",
+}
+
+
 @dataclass
 class SourceCount:
     """What one source document gave, and why the rest of its records of this plan were not taken."""
@@ -147,7 +156,7 @@ def judge_block(
         return "other_device"
     diff = env_differences(env, want.env, ignore_device=True, impl=impl_of(dumped))
     if diff:
-        say(count, f"another environment ({', '.join(diff)})")
+        say(count, f"{WHY_OF['other_env']} ({', '.join(diff)})")
         return "other_env"
     mine = want.screen if screened else want.full
     if mine is None:  # a screen, and this sweep times in full
@@ -157,7 +166,7 @@ def judge_block(
     else:
         key = measurement_key(dumped, screened, env.get("backend"))
     if key != mine:
-        say(count, f"measured with other settings: {', '.join(measurement_differences(key, mine))}")
+        say(count, f"{WHY_OF['other_measurement']}: {', '.join(measurement_differences(key, mine))}")
         return "other_measurement"
     return None
 

@@ -31,7 +31,7 @@ from orchestrator.store.carry import Carried
 from orchestrator.store.document import paused_gc
 from orchestrator.store.partials import loads
 from orchestrator.store.replayed import VIRTUAL
-from orchestrator.store.reuse_accept import Chosen, Judge, offer, say
+from orchestrator.store.reuse_accept import WHY_OF, Chosen, Judge, offer, say
 from orchestrator.store.reuse_sources import Source, checked, distrust
 from orchestrator.store.texts import record_text
 
@@ -232,7 +232,7 @@ class _Scan:
         why, carried.device = verdict
         if why is None and k in self.index.damaged:
             why = "damaged"
-            say(self.judge.count, f"damaged records (first: {self.index.damaged[k]})")
+            say(self.judge.count, f"{WHY_OF['damaged']} (first: {self.index.damaged[k]})")
         if why is not None:
             self.judge.refuse(why)
             priced.setdefault(it.index, (carried, self.how, it))
