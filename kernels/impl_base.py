@@ -140,6 +140,12 @@ class Implementation(Protocol):
         """What its ``auto`` record runs, in words, and whose choice that is."""
         ...
 
+    @property
+    def auto_choice(self) -> str:
+        """Whose choice its ``auto`` config is, in a few words: what a report says of auto where
+        it cannot name the config (``tokamax's own choice``)."""
+        ...
+
     def tunables(self, mode: str) -> tuple[Tunable, ...]:
         """The tunables of a mode, in record order (the record's config fields)."""
         ...

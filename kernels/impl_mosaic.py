@@ -140,6 +140,7 @@ class MosaicImpl:
         "of 256, 128, 64 whose program lowers within shared memory (attention_mgpu.py's main()); fwd_bwd: backward "
         "blocks 64, compute_wgs_bwd 2 if head_dim <= 128 else 1 (jax's mgpu_attention_test)"
     )
+    auto_choice: str = "tilesweep's pick by lowering on the GPU"
 
     def tunables(self, mode: str) -> tuple[Tunable, ...]:
         return TUNABLES[mode]

@@ -177,6 +177,7 @@ class TokamaxImpl:
         "tokamax's own choice, what an untuned call runs: the op's default_config (tokamax's shipped table for the "
         "device kind where it has the shape, else its heuristics)"
     )
+    auto_choice: str = "tokamax's own choice"
     fwd_tiles: tuple[str, str] = field(default=("block_q", "block_kv"))
 
     def tunables(self, mode: str) -> tuple[Tunable, ...]:

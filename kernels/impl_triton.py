@@ -134,6 +134,7 @@ class Impl:
     bwd_num_stages: int | None  # stages the backward runs whatever the config says (None: the config's)
     auto_rule_fn: Callable[..., AttentionConfig]
     auto_rule: str
+    auto_choice: str  # whose choice auto is, in a few words (``Implementation.auto_choice``)
     defaults: AttentionConfig  # what runs for a tunable a record leaves out (a fwd record's bwd tiles)
     causal_loops: int  # loop bodies per scan when causal: ours 2 (unmasked, then the diagonal), stock 1
     pruning: str = "model"
@@ -276,6 +277,7 @@ TILESWEEP = Impl(
     auto_rule_fn=auto_config,
     auto_rule="kernels.config.auto_config: 128 x 128 tiles, 2 stages, shrunk until the shared-memory model "
     "says it fits (tilesweep's rule)",
+    auto_choice="tilesweep's rule",
     defaults=AttentionConfig(),
     causal_loops=2,
 )
@@ -291,6 +293,7 @@ STOCK = Impl(
     auto_rule_fn=_stock_default,
     auto_rule="mha's own defaults (BlockSizes.get_default(): 128/128 forward, 32 in the backward, its num_warps "
     "rule, 2 stages): what an untuned call runs",
+    auto_choice="mha's own defaults",
     defaults=STOCK_DEFAULTS,
     causal_loops=1,
 )

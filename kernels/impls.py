@@ -156,4 +156,5 @@ def describe(impl: Implementation) -> dict[str, Any]:
         },
         "pinned": {mode: dict(impl.pinned(mode)[0]) for mode in modes if impl.pinned(mode)[0]},
         "auto": impl.auto_rule,
+        "auto_choice": impl.auto_choice,
     }

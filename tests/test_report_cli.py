@@ -134,3 +134,28 @@ def test_a_record_with_a_value_of_the_wrong_type_is_named_by_every_reader(
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.strip() == f"tilesweep: error: {bad}: {fragment}; correct or remove that record", r.stderr
     assert not (tmp_path / "tuned.json").exists()
+
+
+def test_tokamaxs_auto_is_said_as_tokamaxs_own_choice_not_a_question_mark(tmp_path: Path) -> None:
+    """tokamax runs its own config for auto, which the document does not name: the report, its
+    JSON and its page say whose choice it is instead of "?"."""
+    tokamax: dict[str, Any] = {"impl": "tokamax-mosaic", "block_q": 64, "block_kv": 128, "persistent": True}
+    tokamax.update(fold_q_sequence_heads=False, split_k=1)
+    forced = {k: v for k, v in rec(ms=0.9).items() if k not in ("block_k", "num_warps")} | tokamax
+    results = write(tmp_path, json.dumps(make_doc([{**rec(auto=True, ms=1.0), "impl": "tokamax-mosaic"}, forced])))
+    page = tmp_path / "page.html"
+    text = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "report", str(results), "--html", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert text.returncode == 0, text.stderr
+    (row,) = [line for line in text.stdout.splitlines() if "tokamax-mosaic" in line]
+    assert "auto (tokamax's own choice)" in row and " ? " not in row, row
+    (problem,) = json.loads(
+        subprocess.check_output([sys.executable, "-m", "orchestrator", "report", str(results), "--json"], cwd=REPO)
+    )
+    assert problem["auto_label"] is None and problem["auto_choice"] == "tokamax's own choice"
+    html = page.read_text()
+    assert "auto (tokamax&#x27;s own choice)" in html and "(auto's config: <b>tokamax&#x27;s own choice</b>" in html

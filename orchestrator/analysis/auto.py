@@ -8,7 +8,8 @@ block; its config block names the limit, and its auto is inferred the same way (
 was modelled on what that run's auto measured like). A document that names no limit, a kernel
 implementation this tilesweep does not know, or one whose auto is chosen by lowering for the GPU
 it runs on (jax's Mosaic GPU kernel: ``kernels.impl_mosaic``), has no known auto config:
-``None``, which the report shows as unknown.
+``None``. The report then says whose choice it is where the implementation says
+(``auto_choice``: ``auto (tokamax's own choice)``), and shows it as unknown (``?``) otherwise.
 
 Knowing it matters where the best forced config is auto's own: the two records are two timings
 of one kernel, their ratio is noise, not a speedup (``report`` says so).
@@ -73,6 +74,21 @@ def auto_config(
         return record_config(mode, dataclasses.asdict(kernel))
     except (ValueError, KeyError, TypeError) as exc:  # an unknown kernel, mode or shape, or no config fits
         log.debug("no auto config for %s %s d%s s%s: %s", mode, dtype, head_dim, seq, exc)
+        return None
+
+
+def auto_choice(impl: str | None) -> str | None:
+    """Whose choice a problem's auto config is, in the implementation's words
+    (``Implementation.auto_choice``: ``tokamax's own choice``), where no document can name the
+    config: an implementation whose auto is not a rule of the problem and the shared-memory
+    limit (tokamax's ops, jax's Mosaic GPU kernel). None for the Triton kernels, whose config
+    ``auto_config`` names where the document gives the limit, and for an unknown implementation."""
+    name = impl or impls.DEFAULT_IMPL
+    if name in impl_triton.BY_NAME:
+        return None
+    try:
+        return impls.get(name).auto_choice
+    except ValueError:  # a kernel implementation this tilesweep does not know
         return None
 
 

@@ -80,7 +80,12 @@ def facts(s: ProblemSummary) -> str:
         "failed": f"auto failed ({esc(_short(s.auto_error or 'no timing recorded'))})",
         "absent": "no auto record",
     }[s.auto_status]
-    auto += f" (auto runs <b>{esc(s.auto_label)}</b>)" if s.auto_label else " (auto's config unknown)"
+    if s.auto_label:
+        auto += f" (auto runs <b>{esc(s.auto_label)}</b>)"
+    elif s.auto_choice:
+        auto += f" (auto's config: <b>{esc(s.auto_choice)}</b>, which the document does not name)"
+    else:
+        auto += " (auto's config unknown)"
     parts = [best, auto]
     if s.speedup is not None:
         parts.append(f'<b class="{ratio_cls(s.speedup)}">{s.speedup:.2f}x</b> over auto')
@@ -281,7 +286,7 @@ def _rows(views: list[ProblemView], with_tag: bool, axes: list[str]) -> Iterator
             td(s.n_failed),
             td(s.n_pruned),
             td("-") if v.missing is None else td(len(v.missing), cls="warn" if v.missing else ""),
-            _label_cell(s.auto_label or "?"),
+            _label_cell(s.auto_cell),
             td(s.note, cls="l"),
         ]
         yield cells, fvals

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernels.config import attention_flops
-from orchestrator.analysis.auto import AutoRule, auto_config, auto_rule, same_config
+from orchestrator.analysis.auto import AutoRule, auto_choice, auto_config, auto_rule, same_config
 from orchestrator.analysis.coverage import Coverage, plans_of
 from orchestrator.analysis.labels import config_label
 from orchestrator.analysis.problems import ProblemKey, astuple_key, axis_cells, axis_columns
@@ -89,7 +89,8 @@ LEGEND = (
     "(only the computed lower triangle counts); H = query heads. speedup = auto ms / best ms. noise: best's q1-q3 "
     "overlaps the runner-up's. screened out: configs a halving sweep timed by one screening sample only (never a "
     "best). auto config: what auto runs there (kernels.impls' rule at the sweep's shared-memory limit, inferred the "
-    "same way for a document without a tilesweep block; ? where the document names no limit); where the best is "
+    "same way for a document without a tilesweep block; ? where the document names no limit; auto (tokamax's own "
+    "choice) where the implementation picks it and the document does not name it); where the best is "
     "that config, speedup is 1.00 and the two timings' ratio is noise. never measured: configs a search did not "
     "need (neither missing nor failed); not measured yet: a search that has not ended may still measure them "
     "(resume plans its next round)."
@@ -208,6 +209,7 @@ def _summary(
         coverage=cover,
         auto_config=auto,
         auto_config_from=about.auto.source if auto is not None else None,
+        auto_choice=auto_choice(key.impl) if auto is None else None,
         best_is_auto=is_auto,
         replayed=about.any_replayed(best, sc.auto_rec) or (best is None and about.any_replayed(sc.first_failed)),
         auto_only=about.auto_only,
@@ -250,7 +252,7 @@ def _row(s: ProblemSummary, with_tag: bool, axes: list[str], with_missing: bool 
         fmt_ms(s.best_ms),
         q,
         fmt_ms(s.auto_ms),
-        s.auto_label or "?",
+        s.auto_cell,
         fmt_ratio(s.speedup),
         "-" if s.tflops is None else tflops_text(s.tflops),
         str(s.n_configs),

@@ -66,6 +66,7 @@ class ProblemSummary:
     auto_error: str | None = None  # why auto has no timing, where it failed
     replayed: bool = False  # its best or auto timing is replayed, not measured (store.replayed)
     auto_only: bool = False  # the document's sweep measured auto alone (``auto_only: true``)
+    auto_choice: str | None = None  # whose choice auto's config is, where the document cannot name it
 
     @property
     def n_planned(self) -> int | None:
@@ -95,6 +96,14 @@ class ProblemSummary:
             return None
         warps = self.auto_config.get("num_warps")  # None: the implementation's own rule per launch
         return config_label({**self.auto_config, "num_warps": "(own rule)" if warps is None else warps}, self.key.mode)
+
+    @property
+    def auto_cell(self) -> str:
+        """auto's config in the tables: its label, else whose choice it is (``auto (tokamax's own
+        choice)``), else ``?`` (a document that names no shared-memory limit)."""
+        if self.auto_label is not None:
+            return self.auto_label
+        return f"auto ({self.auto_choice})" if self.auto_choice else "?"
 
     @property
     def timing_ratio(self) -> float | None:
