@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 import types
 import typing
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from kernels.tokamax_meta import holds_table
 from orchestrator import PROG
 from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import SpecError
+from orchestrator.spec.filetext import parse, spec_text
 from orchestrator.spec.model import SweepSpec
 
 
@@ -51,42 +51,6 @@ def with_device_kind(spec: SweepSpec, device_kind: str | None) -> SweepSpec:
     return spec_from_data(data, source="--device-kind")
 
 
-MAX_DEPTH = 32  # levels of objects and lists a spec file may nest (the deepest field nests 4)
-
-
-def _deeper_than(data: Any, limit: int) -> bool:
-    """Whether ``data`` nests objects and lists more than ``limit`` levels (walked without
-    recursion: a file nested thousands deep is refused, not a crash)."""
-    stack = [(data, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, (dict, list)):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
-    return False
-
-
-def _parsed(p: Path, text: str) -> Any:
-    """The spec file's text parsed as TOML (by its suffix) or JSON; one line where it is neither,
-    or nests deeper than a spec's fields do (``MAX_DEPTH``)."""
-    deep = f"spec file {p} nests its values more than {MAX_DEPTH} levels deep; a spec's fields nest a few at most"
-    try:
-        if p.suffix.lower() == ".toml":
-            data: Any = tomllib.loads(text)
-        else:
-            data = json.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"spec file {p} is not valid TOML: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"spec file {p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise SpecError(deep) from None
-    if _deeper_than(data, MAX_DEPTH):
-        raise SpecError(deep)
-    return data
-
-
 def read_spec_data(p: Path) -> dict[str, Any]:
     if not p.exists():
         raise SpecError(f"spec file {p} does not exist; pass the path of a JSON or TOML spec")
@@ -97,22 +61,16 @@ def read_spec_data(p: Path) -> dict[str, Any]:
     if p.suffix.lower() in (".yaml", ".yml"):
         raise SpecError(f"spec file {p}: YAML is not supported: use JSON or TOML")
     try:
-        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (some editors write one) is no text
-    except UnicodeDecodeError as exc:
-        raise SpecError(
-            f"spec file {p} is not text (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not UTF-8); "
-            "pass a JSON or TOML spec"
-        ) from None
+        raw = p.read_bytes()
     except OSError as exc:
         raise SpecError(f"cannot read spec file {p}: {exc.strerror or exc}") from None
-    if "\x00" in text:
-        raise SpecError(f"spec file {p} is not text (it holds NUL bytes); pass a JSON or TOML spec")
+    text = spec_text(p, raw)
     if not text.strip():
         raise SpecError(
             f"spec file {p} is empty; write the spec's fields in it (`{PROG} spec --schema` lists them; "
             "an object with none, {} in JSON, is the reference sweep)"
         )
-    data = _parsed(p, text)
+    data = parse(p, text)
     if not isinstance(data, dict):
         raise SpecError(f"spec file {p} must hold an object of spec fields, {{...}}, not a JSON {json_type(data)}")
     if {"config", "results"} <= data.keys() and isinstance(data["config"], dict):
