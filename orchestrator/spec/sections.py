@@ -10,9 +10,9 @@ them (``scripts/spec_reference.py``).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from kernels import devices
 from kernels.impls import DEFAULT_IMPL, SPEC_IMPL_NAMES
@@ -52,6 +52,18 @@ def _holds_nul(value: object) -> bool:
             stack.extend(v.keys())
             stack.extend(v.values())
     return False
+
+
+def _auto_or_bool(value: object) -> object:
+    """ "auto", true or false, and nothing else: pydantic's ``Literal`` compares by equality, so
+    it takes 1 and 0 (and 1.0) as true and false where a plain flag (``StrictBool``) refuses them."""
+    if isinstance(value, bool) or (isinstance(value, str) and value == "auto"):
+        return value
+    raise ValueError("Input should be 'auto', true or false")
+
+
+# a setting that is a flag or "auto" (its default: tilesweep decides where it runs)
+AutoOrBool = Annotated[Literal["auto", True, False], BeforeValidator(_auto_or_bool)]
 
 
 class ForwardBlocks(SpecModel):
@@ -121,7 +133,7 @@ class TimingSettings(SpecModel):
         description="wall: perf_counter around block_until_ready; device: the kernels' own time from "
         "jax's profiler trace, without dispatch overhead; auto: device with compile.mode processes on a GPU, else wall",
     )
-    flush_l2: Literal["auto", True, False] = Field(
+    flush_l2: AutoOrBool = Field(
         default="auto",
         description="overwrite a buffer larger than the "
         "GPU's L2 cache before each sample; auto: on a GPU, off on the CPU",
@@ -145,7 +157,7 @@ class TimingSettings(SpecModel):
 class KernelSettings(SpecModel):
     """Which kernel is tuned and how it runs."""
 
-    interpret: Literal["auto", True, False] = Field(
+    interpret: AutoOrBool = Field(
         default="auto",
         description="run the kernels in Pallas interpret mode; auto: where jax sees no GPU. A GPU task whose jax "
         "sees none is refused unless this is true",
