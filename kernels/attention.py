@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import jax
 
-from kernels.config import AttentionConfig, auto_config, default_num_warps
+from kernels.config import MIN_BLOCK, AttentionConfig, auto_config, default_num_warps
 from kernels.flash_bwd import flash_bwd
 from kernels.flash_fwd import flash_fwd
 from kernels.reference import (
@@ -92,6 +92,8 @@ def _resolve(
         if not interpret and block & (block - 1):
             # Triton would refuse too, but naming the tile and the clamp is clearer.
             raise ValueError(f"{name}={block} (clamped to {seq=}) must be a power of two for the Triton backend")
+        if not interpret and block < MIN_BLOCK:  # a dot's dimension: tl.dot takes 16 and up
+            raise ValueError(f"{name}={block} (clamped to {seq=}) must be at least {MIN_BLOCK} for the Triton backend")
         blocks[name] = block
     return _Plan(
         **blocks,

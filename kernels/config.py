@@ -34,7 +34,8 @@ class AttentionConfig:
     ``bwd_inner`` the streamed one (block_q_dkv = block_kv_dq). ``num_warps`` and
     ``num_stages`` apply to the forward and to every backward launch. ``num_warps=None``
     means 4 if head_dim <= 64 else 8. Blocks larger than seq are clamped to seq; seq must be
-    a multiple of each block, and off interpret mode each block must be a power of two.
+    a multiple of each block, and off interpret mode each block must be a power of two of at
+    least ``MIN_BLOCK`` (each is a dimension of a Triton dot).
     """
 
     block_q: int = 128

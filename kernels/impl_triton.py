@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kernels import smem
-from kernels.config import AttentionConfig, auto_config
+from kernels.config import MIN_BLOCK, AttentionConfig, auto_config
 from kernels.devices import DeviceKind
 from kernels.impl_base import Capabilities, Fields, ModeFn, Tunable, Value
 
@@ -54,7 +54,7 @@ REFERENCE_GRID: dict[str, dict[str, str]] = {
 }
 _BLOCKS = ("block_q", "block_k", "fwd_block_q", "fwd_block_k", "bwd_outer", "bwd_inner")
 _RENAMED = {"fwd_block_q": "block_q", "fwd_block_k": "block_k"}  # a fwd_bwd record's forward tiles
-_RULES = "AttentionConfig; Triton tiles are powers of two"
+_TILE_RULES = f"AttentionConfig; a tile is a dimension of a Triton dot, which tl.dot takes from {MIN_BLOCK}"
 _DOCS = {
     "block_q": "query rows per forward tile",
     "block_k": "key/value rows per forward tile",
@@ -73,10 +73,10 @@ def _tunable(name: str, default: Sequence[int]) -> Tunable:
         name,
         _DOCS[name],
         tuple(default),
-        minimum=1,
+        minimum=MIN_BLOCK if block else 1,
         maximum=_MOST.get(name),
         power_of_two=block or name == "num_warps",
-        rule_source=_RULES,
+        rule_source=_TILE_RULES if block else "AttentionConfig",
     )
 
 
@@ -185,6 +185,11 @@ class Impl:
         for name, block in zip(CONFIG_FIELDS[mode], params, strict=True):
             if name in _BLOCKS and seq % min(int(block), seq):
                 return f"ValueError: seq={seq} must be a multiple of {name}={block} (not compiled)"
+            if name in _BLOCKS and min(int(block), seq) < MIN_BLOCK:
+                return (
+                    f"ValueError: {name}={block} runs as {min(int(block), seq)} at seq={seq}, below {MIN_BLOCK}, "
+                    "the smallest tile a Triton dot takes (not compiled)"
+                )
         return None
 
     def predict(

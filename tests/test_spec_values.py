@@ -1,5 +1,5 @@
-"""Spec values a user can get wrong, refused in the spec's own words: flags that are flags, not
-numbers."""
+"""Spec values a user can get wrong, refused in the spec's own words: Triton tiles a dot can
+take, flags that are flags, not numbers."""
 
 from __future__ import annotations
 
@@ -10,8 +10,65 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import SpecError
+from orchestrator.planning import INVALID, RUN, expand
 from orchestrator.spec.files import spec_from_data
 from tests.helpers import assert_one_line_error, run_cli
+
+DOT = "a tile is a dimension of a Triton dot, which tl.dot takes from 16"
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"fwd_block_q": [1, 32]}, "field 'fwd_block_q': must be powers of two from 16 (16, 32, 64, ...; "),
+        ({"fwd_block_k": [8]}, "field 'fwd_block_k': must be powers of two from 16"),
+        ({"bwd_outer": [4, 64]}, "field 'bwd_outer': must be powers of two from 16"),
+        ({"bwd_inner": [8, 16]}, "field 'bwd_inner': must be powers of two from 16"),
+        (
+            {"bwd_fwd_config": [8, 128]},
+            f"field 'bwd_fwd_config.block_q': must be a power of two from 16 ({DOT}), got 8",
+        ),
+        ({"grid": {"fwd": {"block_k": [8, 64]}}, "modes": ["fwd"]}, "grid.fwd: block_k=8 is refused: block_k must "),
+        (
+            {"kernel": {"impl": "jax"}, "grid": {"fwd_bwd": {"bwd_inner": [8]}}, "modes": ["fwd_bwd"]},
+            "grid.fwd_bwd: bwd_inner=8 is refused: bwd_inner must be a power of two and at least 16",
+        ),
+    ],
+)
+def test_a_triton_tile_below_16_is_refused_naming_the_field_value_and_minimum(data: dict[str, Any], says: str) -> None:
+    with pytest.raises(SpecError) as err:
+        spec_from_data(data, source="s.json")
+    assert err.value.message.startswith(f"s.json: {says}"), err.value.message
+    assert "16" in err.value.message and DOT in err.value.message
+
+
+def test_a_tile_below_16_is_one_line_from_plan(tmp_path: Path) -> None:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"fwd_block_q": [1, 32], "modes": ["fwd"]}))
+    r = run_cli("plan", str(path), "--sweep-dir", str(tmp_path / "sweep"))
+    assert_one_line_error(r, "field 'fwd_block_q'", "from 16", "got [1]")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_the_mosaic_kernels_keep_their_own_tile_rule() -> None:
+    """jax's Mosaic GPU kernel takes forward tiles in multiples of 64 (its own check), so 16
+    is not what it is told; its backward tiles are left to its compiler at lowering."""
+    data = {"kernel": {"impl": "mosaic"}, "dtypes": ["float16"], "head_dims": [64], "modes": ["fwd"]}
+    with pytest.raises(SpecError) as err:
+        spec_from_data({**data, "grid": {"fwd": {"block_q": [16]}}}, source="s.json")
+    assert "block_q must be a multiple of 64 and at least 64 (jax's TuningConfig)" in err.value.message
+
+
+def test_a_seq_below_16_plans_its_forced_configs_invalid() -> None:
+    """A seq below 16 clamps every tile to it: no Triton dot takes that, so nothing is compiled."""
+    spec = spec_from_data({"seq_lens": [8, 64], "modes": ["fwd"], "dtypes": ["float32"], "head_dims": [64]})
+    forced = [it for it in expand(spec) if it.config == "forced"]
+    short = [it for it in forced if it.seq == 8]
+    assert short and all(it.kind == INVALID for it in short)
+    assert short[0].reason is not None and "runs as 8 at seq=8, below 16, the smallest tile a Triton dot" in (
+        short[0].reason
+    )
+    assert any(it.kind == RUN for it in forced if it.seq == 64)
 
 
 @pytest.mark.parametrize(

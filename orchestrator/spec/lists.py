@@ -9,12 +9,14 @@ The JSON Schema cannot state these rules, so ``rules`` says them for the spec re
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
+from kernels.config import MIN_BLOCK
 from kernels.impl_triton import MAX_STAGES, MAX_WARPS
 from kernels.smem import MAX_HEAD_DIM, MIN_HEAD_DIM
 
@@ -22,15 +24,26 @@ from kernels.smem import MAX_HEAD_DIM, MIN_HEAD_DIM
 WARPS = tuple(1 << k for k in range(MAX_WARPS.bit_length()))
 
 
-def _power_of_two(values: list[int]) -> list[int]:
-    bad = [v for v in values if v < 1 or v & (v - 1)]
+# why a Triton tile is at least MIN_BLOCK, as the refusals say it
+_DOT = f"a tile is a dimension of a Triton dot, which tl.dot takes from {MIN_BLOCK}"
+
+
+def _tiles(values: list[int]) -> list[int]:
+    """The Triton kernels' tiles: powers of two, each a dimension of a dot, which Triton's
+    ``tl.dot`` takes from ``MIN_BLOCK`` (16) up."""
+    bad = [v for v in values if v < MIN_BLOCK or v & (v - 1)]
     if bad:
-        raise ValueError(f"must be powers of two (16, 32, 64, 128, ...), got {bad}")
+        raise ValueError(
+            f"must be powers of two from {MIN_BLOCK} ({MIN_BLOCK}, {2 * MIN_BLOCK}, {4 * MIN_BLOCK}, ...; {_DOT}), "
+            f"got {json.dumps(bad)}"
+        )
     return values
 
 
-def _one_power_of_two(value: int) -> int:
-    return _power_of_two([value])[0]
+def _one_tile(value: int) -> int:
+    if value < MIN_BLOCK or value & (value - 1):
+        raise ValueError(f"must be a power of two from {MIN_BLOCK} ({_DOT}), got {json.dumps(value)}")
+    return value
 
 
 def _head_dims(values: list[int]) -> list[int]:
@@ -77,8 +90,8 @@ def _unique(values: list[Any]) -> list[Any]:
 
 NonEmpty = Field(min_length=1)
 Unique = AfterValidator(_unique)
-Pow2 = Annotated[int, AfterValidator(_one_power_of_two)]
-Pow2List = Annotated[list[int], NonEmpty, AfterValidator(_power_of_two), Unique]
+Tile = Annotated[int, AfterValidator(_one_tile)]
+TileList = Annotated[list[int], NonEmpty, AfterValidator(_tiles), Unique]
 PosList = Annotated[list[int], NonEmpty, AfterValidator(_positive), Unique]
 HeadDimList = Annotated[list[int], NonEmpty, AfterValidator(_head_dims), Unique]
 WarpsList = Annotated[list[int], NonEmpty, AfterValidator(_warps), Unique]
@@ -88,8 +101,8 @@ PositiveInt = Annotated[int, Field(ge=1)]
 
 # How the spec reference states each rule (what the rule's error message asks for).
 _SAYS: dict[Callable[..., Any], str] = {
-    _power_of_two: "powers of two",
-    _one_power_of_two: "a power of two",
+    _tiles: f"powers of two from {MIN_BLOCK}",
+    _one_tile: f"a power of two from {MIN_BLOCK}",
     _head_dims: f"each {MIN_HEAD_DIM} to {MAX_HEAD_DIM}",
     _warps: f"each one of {', '.join(map(str, WARPS))}",
     _stages: f"each 1 to {MAX_STAGES}",

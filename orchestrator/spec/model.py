@@ -27,8 +27,8 @@ from orchestrator.spec.lists import (
     NonEmpty,
     PositiveInt,
     PosList,
-    Pow2List,
     StagesList,
+    TileList,
     Unique,
     WarpsList,
 )
@@ -130,15 +130,15 @@ class SweepSpec(SpecModel):
         default=False, description="time only each problem's auto config (the kernel's own pick), no forced grid"
     )
     tag: str = Field(default="", description="a label copied into every record (part of its id)")
-    fwd_block_q: Pow2List = Field(default=[32, 64, 128], description="fwd grid: query rows per tile (block_q)")
-    fwd_block_k: Pow2List = Field(default=[32, 64, 128], description="fwd grid: key/value rows per tile (block_k)")
+    fwd_block_q: TileList = Field(default=[32, 64, 128], description="fwd grid: query rows per tile (block_q)")
+    fwd_block_k: TileList = Field(default=[32, 64, 128], description="fwd grid: key/value rows per tile (block_k)")
     fwd_stages: StagesList = Field(default=[1, 2, 3], description="fwd grid: software-pipelining stages (num_stages)")
     fwd_warps: WarpsList = Field(default=[4, 8], description="fwd grid: warps per block (num_warps)")
-    bwd_outer: Pow2List = Field(
+    bwd_outer: TileList = Field(
         default=[32, 64, 128],
         description="fwd_bwd grid: the outer tile of both backward scans (block_kv_dkv = block_q_dq)",
     )
-    bwd_inner: Pow2List = Field(
+    bwd_inner: TileList = Field(
         default=[16, 32, 64, 128],
         description="fwd_bwd grid: the inner tile of both backward scans (block_q_dkv = block_kv_dq)",
     )

@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from kernels import devices
 from kernels.impls import DEFAULT_IMPL, SPEC_IMPL_NAMES
-from orchestrator.spec.lists import Pow2
+from orchestrator.spec.lists import Tile
 
 REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (jobs/replay.py)
 
@@ -69,8 +69,8 @@ AutoOrBool = Annotated[Literal["auto", True, False], BeforeValidator(_auto_or_bo
 class ForwardBlocks(SpecModel):
     """Forward tiles used by fwd_bwd configs (the reference's ``bwd_fwd_config``)."""
 
-    block_q: Pow2 = Field(default=128, description="query rows per forward tile (a power of two)")
-    block_k: Pow2 = Field(default=128, description="key/value rows per forward tile (a power of two)")
+    block_q: Tile = Field(default=128, description="query rows per forward tile (a power of two from 16)")
+    block_k: Tile = Field(default=128, description="key/value rows per forward tile (a power of two from 16)")
 
 
 class ShardingSettings(SpecModel):

@@ -101,6 +101,20 @@ def test_block_not_power_of_two_is_refused_off_interpret_mode() -> None:
         lower_for_cuda("fwd", AttentionConfig(), batch=1, seq=96, heads=1, head_dim=64, dtype="float32")
 
 
+@pytest.mark.parametrize(
+    ("config", "seq", "says"),
+    [
+        (AttentionConfig(block_k=8), 64, r"block_k=8 \(clamped to seq=64\) must be at least 16"),
+        (AttentionConfig(), 8, r"block_q=8 \(clamped to seq=8\) must be at least 16"),
+    ],
+)
+def test_a_block_below_16_is_refused_off_interpret_mode(config: AttentionConfig, seq: int, says: str) -> None:
+    """Each block is a dimension of a Triton dot, which takes none below 16: the kernel names
+    the tile before Triton's compiler meets it."""
+    with pytest.raises(ValueError, match=says):
+        lower_for_cuda("fwd", config, batch=1, seq=seq, heads=1, head_dim=64, dtype="float32")
+
+
 # ---------------------------------------------------------------------- the new axes, both kernels
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "decoder.json"
