@@ -14,8 +14,10 @@ causal or kv_heads: our kernel, non-causal, multi-head) still load. ``config`` h
 fields of ``kernels.config.AttentionConfig`` for the two Triton kernels, and the record's own
 config fields for another implementation (jax's Mosaic GPU kernel: its ``TuningConfig``'s, as
 ``jax.experimental.pallas.ops.gpu.attention_mgpu.TuningConfig(**config, causal=...)`` takes
-them). ``wins`` (written by export, not required to load): whether the entry's implementation
-is the fastest of the table's implementations for its problem. ``config: null`` records a
+them). ``median_ms`` is the measured time of what the entry answers (its config, or auto where
+the config is null), ``auto_ms`` auto's. ``wins`` (written by export, not required to load):
+whether the entry's implementation is the fastest of the table's implementations for its
+problem. ``config: null`` records a
 measured problem where the implementation's auto beat every forced config (or every forced
 config failed): the answer there is "use auto", and a neighbouring seq must not override it.
 

@@ -119,9 +119,10 @@ def test_auto_faster_exports_use_auto(tmp_path: Path) -> None:
     by_seq = {e["seq"]: e for e in table["entries"]}
     assert by_seq[2048]["config"] is None and by_seq[2048]["auto_ms"] == 0.9
     assert by_seq[4096]["config"]["block_q"] == 128
-    assert by_seq[8192]["config"] is None and by_seq[8192]["median_ms"] is None
+    assert by_seq[8192]["config"] is None and by_seq[8192]["median_ms"] == 2.0  # auto's: what the entry answers
     t = load(export_doc(tmp_path, make_doc(records)))
     assert t.lookup(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd") is None
+    assert picked(t, dtype="bfloat16", head_dim=64, seq=2048, mode="fwd").median_ms == 0.9  # not the slower 1.0
     assert t.lookup(dtype="bfloat16", head_dim=64, seq=4096, mode="fwd") is not None
     # the measured "use auto" at 2048 is not overridden by the nearby 4096 entry
     assert picked(t, dtype="bfloat16", head_dim=64, seq=2048, mode="fwd").seq == 2048

@@ -12,7 +12,8 @@ which implementation's entry is the fastest the table holds (the one to call).
 
 ``config`` is ``null`` where the measurement says "use auto": auto was faster than the best
 forced config, the best forced config is auto's own (``report``: two timings of one kernel), or
-every forced config failed while auto ran. Keeping the entry (rather than
+every forced config failed while auto ran. ``median_ms`` is the time of what the entry answers:
+the forced config's, or auto's where ``config`` is ``null``. Keeping the entry (rather than
 dropping it) stops the kernel's nearest-seq fallback from borrowing a neighbour's config for
 a seq where auto is known to win. ``keep_slower=True`` exports the best forced config anyway.
 Problems where nothing ran at all get no entry. If a document holds several tags for one
@@ -87,7 +88,7 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
         "kv_heads": k.heads if k.kv_heads is None else k.kv_heads,
         "mode": k.mode,
         "config": config,
-        "median_ms": s.best_ms,
+        "median_ms": s.best_ms if config is not None else s.auto_ms,
         "auto_ms": s.auto_ms,
         **replayed,
     }

@@ -6,14 +6,16 @@ checks only what the shared dtype rule decides for a lookup.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.tuned import TunedTable, TunedTableError
+from kernels.tuned import TunedTable, TunedTableError, config_for
 
 CONFIG = {"block_q": 64, "block_k": 64, "bwd_outer": 64, "bwd_inner": 32, "num_warps": 4, "num_stages": 2}
 
@@ -143,3 +145,27 @@ def test_an_entry_no_export_writes_and_no_kernel_takes_is_refused_naming_it(
 ) -> None:
     with pytest.raises(TunedTableError, match=fragment):
         TunedTable.from_obj({"format": "tilesweep-tuned", "version": 1, "device": {}, "entries": entries})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "limit"),
+    [
+        ("num_stages", 99, "num_stages must be at least 1 and at most 8"),
+        ("num_warps", 64, "num_warps must be a power of two and at least 1 and at most 32"),
+        ("block_q", 7, "block_q must be a power of two and at least 16"),
+        ("block_k", 8, "block_k must be a power of two and at least 16"),
+    ],
+)
+def test_a_hand_edited_config_past_the_kernels_limits_is_refused_at_load(
+    tmp_path: Path, field: str, value: int, limit: str
+) -> None:
+    """The limits are the kernel's (``kernels.impl_triton``: MAX_STAGES, MAX_WARPS, tl.dot's
+    16): a table holding more is refused where it is loaded, naming the file and the entry,
+    not handed to the kernel."""
+    path = tmp_path / "tuned.json"
+    entry = _entry(config={**CONFIG, field: value})
+    path.write_text(json.dumps({"format": "tilesweep-tuned", "version": 1, "device": {}, "entries": [entry]}))
+    with pytest.raises(ValueError) as err:
+        config_for(path, dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")
+    assert str(err.value).startswith(f"{path}: entries[0]: config.{field}={value} is not a value the tilesweep kernel")
+    assert limit in str(err.value)
