@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kernels.devices import DeviceKind
+from kernels.spelling import as_json
 
 Value = int | bool | str  # what a tunable takes (a str only where a kernel names a mode: ``"static"``)
 Fields = Mapping[str, Value]  # a config: tunable name -> value, as a record holds it
@@ -73,8 +74,8 @@ class Tunable:
         if ok:
             return None
         whose = f" ({self.rule_source})" if self.rule_source else ""
-        quoted = f" ({value!r} is a string: write it without quotes)" if isinstance(value, str) else ""
-        return f"{self.name}={value!r} is refused: {self.name} must be {self.rule}{whose}{quoted}"
+        quoted = f" ({as_json(value)} is a string: write it without quotes)" if isinstance(value, str) else ""
+        return f"{self.name}={as_json(value)} is refused: {self.name} must be {self.rule}{whose}{quoted}"
 
 
 @dataclass(frozen=True)

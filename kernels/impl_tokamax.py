@@ -39,6 +39,7 @@ from typing import Any
 from kernels import tokamax_meta as meta
 from kernels.devices import DeviceKind
 from kernels.impl_base import Capabilities, Fields, ModeFn, Tunable, Value
+from kernels.spelling import as_json
 
 RULES = "tokamax's config class"
 
@@ -53,9 +54,9 @@ class TokamaxTunable(Tunable):
         if Tunable.refusal(self, value) is None:
             return None
         if self.kind is bool:
-            return f"{self.name}: Input should be a valid boolean (got {value!r}; {RULES})"
+            return f"{self.name}: Input should be a valid boolean (got {as_json(value)}; {RULES})"
         if not isinstance(value, int) or isinstance(value, bool):
-            return f"{self.name}: Input should be a valid integer (got {value!r}; {RULES})"
+            return f"{self.name}: Input should be a valid integer (got {as_json(value)}; {RULES})"
         if self.multiple_of and value % self.multiple_of:  # pydantic's order: multiple_of before gt
             return f"{self.name}: Input should be a multiple of {self.multiple_of} (got {value}; {RULES})"
         if self.minimum is not None and value < self.minimum:

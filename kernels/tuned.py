@@ -66,6 +66,7 @@ from typing import Any
 from kernels.config import AttentionConfig
 from kernels.impls import DEFAULT_IMPL
 from kernels.smem import dtype_name
+from kernels.spelling import as_json
 from kernels.tuned_entries import (
     CONFIG_FIELDS,
     TunedEntry,
@@ -166,11 +167,11 @@ class TunedTable:
     @classmethod
     def from_obj(cls, obj: Any, *, name: str = "<tuned table>") -> TunedTable:
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-            raise TunedTableError(f"{name}: not a tilesweep tuned table (want format {FORMAT!r})")
+            raise TunedTableError(f"{name}: not a tilesweep tuned table (want format {as_json(FORMAT)})")
         version = obj.get("version")
         if version not in READS_VERSIONS:
             raise TunedTableError(
-                f"{name}: tuned table version {version!r} is not supported "
+                f"{name}: tuned table version {as_json(version)} is not supported "
                 f"(this code reads versions {', '.join(map(str, READS_VERSIONS))}); re-export it with this tilesweep"
             )
         device = obj.get("device")

@@ -21,6 +21,7 @@ from kernels.config import AttentionConfig
 from kernels.impl_base import Tunable
 from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
 from kernels.smem import DTYPES, MAX_HEAD_DIM, MIN_HEAD_DIM, MODES
+from kernels.spelling import as_json
 
 # Exactly the fields of ``AttentionConfig``, in its order.
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AttentionConfig))
@@ -104,12 +105,13 @@ def _config(raw: dict[str, Any], where: str) -> dict[str, Any] | None:
     flags = impl not in impl_triton.BY_NAME  # another implementation's flags (use_schedule_barrier)
     bad = [k for k in fields if not (flags and isinstance(cfg[k], bool)) and not _positive_int(cfg[k])]
     if bad:
-        raise TunedTableError(f"{where}: config fields {', '.join(bad)} must be positive integers")
+        raise TunedTableError(f"{where}: config.{bad[0]}={as_json(cfg[bad[0]])} must be a positive integer")
     rules = _rules(impl)
     for k in fields:
         why = rules[k].refusal(cfg[k]) if k in rules else None
         if why is not None:
-            raise TunedTableError(f"{where}: config.{k}={cfg[k]!r} is not a value the {impl} kernel takes: {why}")
+            shown = f"config.{k}={as_json(cfg[k])}"
+            raise TunedTableError(f"{where}: {shown} is not a value the {impl} kernel takes: {why}")
     return {k: cfg[k] for k in fields}
 
 
@@ -124,18 +126,18 @@ def read_entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
     if missing:
         raise TunedTableError(f"{where} lacks {', '.join(missing)}")
     if raw["impl"] not in IMPL_NAMES:
-        raise TunedTableError(f"{where}: impl={raw['impl']!r} is not one of {', '.join(IMPL_NAMES)}")
+        raise TunedTableError(f"{where}: impl={as_json(raw['impl'])} is not one of {', '.join(IMPL_NAMES)}")
     for k, allowed in (("mode", MODES), ("dtype", DTYPES)):
         if raw[k] not in allowed:
-            raise TunedTableError(f"{where}: {k}={raw[k]!r} is not one of {', '.join(allowed)}")
+            raise TunedTableError(f"{where}: {k}={as_json(raw[k])} is not one of {', '.join(allowed)}")
     cfg = _config(raw, where)
     if raw["kv_heads"] is None:  # version 1: multi-head attention
         raw = {**raw, "kv_heads": raw["heads"]}
     for k in _INT_FIELDS:
         if not _positive_int(raw[k]):
-            raise TunedTableError(f"{where}: {k}={raw[k]!r} must be a positive integer")
+            raise TunedTableError(f"{where}: {k}={as_json(raw[k])} must be a positive integer")
     if not isinstance(raw["causal"], bool):
-        raise TunedTableError(f"{where}: causal={raw['causal']!r} must be true or false")
+        raise TunedTableError(f"{where}: causal={as_json(raw['causal'])} must be true or false")
     _check_problem(raw, cfg, where)
     return TunedEntry(
         dtype=str(raw["dtype"]),
@@ -163,12 +165,13 @@ def _check_problem(raw: dict[str, Any], cfg: dict[str, Any] | None, where: str) 
             f"{where}: head_dim={raw['head_dim']} is not one the kernels run ({MIN_HEAD_DIM} to {MAX_HEAD_DIM})"
         )
     if cfg is not None and not blocks_divide(cfg, raw["seq"], raw["mode"], raw["impl"]):
-        raise TunedTableError(f"{where}: config {cfg} is not one the {raw['impl']} kernel runs at seq={raw['seq']}")
+        runs = f"is not one the {raw['impl']} kernel runs at seq={raw['seq']}"
+        raise TunedTableError(f"{where}: config {as_json(cfg)} {runs}")
     for k in ("median_ms", "auto_ms"):
         v = raw[k]
         ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0)
         if not ok:
-            raise TunedTableError(f"{where}: {k}={v!r} must be a positive number of milliseconds, or null")
+            raise TunedTableError(f"{where}: {k}={as_json(v)} must be a positive number of milliseconds, or null")
 
 
 def read_entries(raws: list[Any], name: str, version: int) -> list[TunedEntry]:
@@ -181,7 +184,7 @@ def read_entries(raws: list[Any], name: str, version: int) -> list[TunedEntry]:
         if key in first:
             raise TunedTableError(
                 f"{name}: entries[{i}] is for the same problem as entries[{first[key]}] ("
-                + ", ".join(f"{f}={v!r}" for f, v in zip(KEY_FIELDS, key, strict=True))
+                + ", ".join(f"{f}={as_json(v)}" for f, v in zip(KEY_FIELDS, key, strict=True))
                 + "); keep one of them (export writes one per problem)"
             )
         first[key] = i

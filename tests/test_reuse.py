@@ -77,7 +77,7 @@ def test_other_timing_or_another_device_reuses_nothing(
         tmp_path, {**EXTENDED, "timing": {**FIRST["timing"], "timer": "device"}}, ReuseRequest([str(first_doc)])
     )
     assert wall.found.reused == 2 and device.found.reused == 0
-    assert device.found.sources[0].why == ["measured with other settings: timing.timer 'wall' vs 'device' here"]
+    assert device.found.sources[0].why == ['measured with other settings: timing.timer "wall" vs "device" here']
     doc = json.loads(first_doc.read_text())
     doc["tilesweep"]["env"]["device_kind"] = doc["device"]["device_kind"] = "NVIDIA H100 80GB HBM3"
     other = write(tmp_path, "h100.json", doc)

@@ -62,8 +62,8 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"modes": ["fwd", "fwd"]}, "repeated"),
         ({"executor": {"kind": "pbs"}}, "'local', 'slurm' or 'debug'"),
         # numbers must be numbers: no string or boolean read as a count
-        ({"repeats": "2"}, "field 'repeats': Input should be a valid integer (got '2')"),
-        ({"repeats": True}, "field 'repeats': Input should be a valid integer (got True)"),
+        ({"repeats": "2"}, "field 'repeats': Input should be a valid integer (got \"2\")"),
+        ({"repeats": True}, "field 'repeats': Input should be a valid integer (got true)"),
         ({"seq_lens": [2048, "4096"]}, "'seq_lens.1'"),
         ({"timing": {"max_inner": 2.5}}, "'timing.max_inner'"),
         ({"auto_only": "false"}, "'auto_only': Input should be a valid boolean"),
@@ -78,7 +78,7 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"repeats": 10**6}, "field 'repeats': Input should be less than or equal to 10000"),
         ({"timing": {"warmup": 10**18}}, "'timing.warmup'"),
         ({"compile": {"cache_dir": ""}}, "field 'compile.cache_dir': String should have at least 1 character"),
-        ({"kv_heads": ["null"]}, "(got 'null'); a string is not null: in JSON write null, unquoted; TOML has no null"),
+        ({"kv_heads": ["null"]}, '(got "null"); a string is not null: in JSON write null, unquoted; TOML has no null'),
         # an sbatch option the executor sets itself, passed through: it skipped the checks and overrode them
         (
             {"executor": {"kind": "slurm", "slurm_additional_parameters": {"time": "-5"}}},
@@ -217,13 +217,13 @@ def test_spec_reference_has_every_section_and_field() -> None:
 @pytest.mark.parametrize(
     ("grid", "needle"),
     [
-        ({"fwdd": {"block_q": [64]}}, "field 'grid': its keys are modes, \"fwd\" or \"fwd_bwd\", got 'fwdd'"),
+        ({"fwdd": {"block_q": [64]}}, 'field \'grid\': its keys are modes, "fwd" or "fwd_bwd", got "fwdd"'),
         ({"fwd": "tokamax"}, "field 'grid': grid.fwd must be an object of tunables and their values"),
         ({"fwd": {"block_q": 64}}, "field 'grid': grid.fwd.block_q must be a list of values"),
         ({"fwd": {"block_q": [64.0]}}, "field 'grid': grid.fwd.block_q[0] is 64.0: a grid's values are whole numbers"),
         ({"fwd": {"block_k": [64, None]}}, "grid.fwd.block_k[1] is null"),
-        ({"fwd": {"block_q": ["64"]}}, "block_q='64' is refused: block_q must be a power of two"),
-        ({"fwd": {"block_q": ["64"]}}, "('64' is a string: write it without quotes)"),
+        ({"fwd": {"block_q": ["64"]}}, 'block_q="64" is refused: block_q must be a power of two'),
+        ({"fwd": {"block_q": ["64"]}}, '("64" is a string: write it without quotes)'),
         # the spec's own lists' limits hold in a grid too: 32 warps (1024 threads) and 8 stages at most
         ({"fwd": {"num_warps": [64]}}, "num_warps=64 is refused: num_warps must be a power of two"),
         ({"fwd": {"num_stages": [99]}}, "num_stages=99 is refused: num_stages must be at least 1 and at most 8"),

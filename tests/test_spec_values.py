@@ -1,14 +1,16 @@
 """Spec values a user can get wrong, refused in the spec's own words: Triton tiles a dot can
-take, flags that are flags, not numbers."""
+take, flags that are flags, not numbers, and every value shown as JSON writes it."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kernels.tuned import TunedTable, TunedTableError
 from orchestrator.errors import SpecError
 from orchestrator.planning import INVALID, RUN, expand
 from orchestrator.spec.files import spec_from_data
@@ -99,3 +101,43 @@ def test_interpret_1_is_one_line_from_the_cli(tmp_path: Path) -> None:
     path = tmp_path / "spec.json"
     path.write_text(json.dumps({"kernel": {"interpret": 1}}))
     assert_one_line_error(run_cli("spec", str(path)), "field 'kernel.interpret'", "'auto', true or false")
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"repeats": True}, "field 'repeats': Input should be a valid integer (got true)"),
+        ({"batch": None}, "field 'batch': Input should be a valid integer (got null)"),
+        ({"kernel": {"interpret": None}}, "field 'kernel.interpret': Input should be 'auto', true or false (got null)"),
+        ({"causal": [True, True]}, "field 'causal': lists each value once; repeated: true (got [true, true])"),
+        ({"tag": ["a"]}, "field 'tag': Input should be a valid string (got [\"a\"])"),
+        ({"grid": True}, "field 'grid': true is not a grid"),
+        ({"grid": {"fwd": {"block_q": {"a": 1}}}}, 'grid.fwd.block_q must be a list of values ({"block_q": [64'),
+        ({"grid": {"fwd": {"block_q": [True]}}, "modes": ["fwd"]}, "grid.fwd: block_q=true is refused"),
+        ({"grid": {"fwd": {"block_q": ["64"]}}, "modes": ["fwd"]}, 'block_q="64" is refused'),
+        ({"kv_heads": [None, 8]}, "lists each value once (null and 8 are both multi-head), got [null, 8]"),
+    ],
+)
+def test_a_spec_error_shows_values_as_json_writes_them(data: dict[str, Any], says: str) -> None:
+    """Python's True, None, 'x' and {'a': 1} are no spelling a spec file has; the message says
+    what the file holds, once."""
+    with pytest.raises(SpecError) as err:
+        spec_from_data(data, source="s.json")
+    msg = err.value.message
+    assert says in msg, msg
+    assert not re.search(r"\b(True|False|None)\b|\{'|\['", msg), msg
+    assert msg.count("got ") <= 1, msg
+
+
+def test_a_tuned_table_entry_error_shows_the_files_values_as_json(tmp_path: Path) -> None:
+    entry = {"dtype": "bfloat16", "head_dim": 64, "seq": 2048, "batch": 4, "heads": 8, "mode": "fwd"}
+    entry |= {"config": None, "median_ms": None, "auto_ms": 1.0, "causal": None}
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"format": "tilesweep-tuned", "version": 2, "device": {}, "entries": [entry]}))
+    with pytest.raises(TunedTableError) as err:
+        TunedTable.load(path, check_env=False)
+    assert "entries[0] lacks impl, kv_heads" in str(err.value)
+    entry |= {"impl": "tilesweep", "kv_heads": 8}
+    path.write_text(json.dumps({"format": "tilesweep-tuned", "version": 2, "device": {}, "entries": [entry]}))
+    with pytest.raises(TunedTableError, match=r"entries\[0\]: causal=null must be true or false$"):
+        TunedTable.load(path, check_env=False)

@@ -75,7 +75,7 @@ def test_grid_tokamax_plans_tokamaxs_own_search_per_problem(kind: str, planned: 
         ({"grid": {"fwd": {"block_q": [96]}}}, ("grid.fwd: block_q: Input should be a multiple of 64",)),
         ({"kernel": {"impl": "mosaic"}, "dtypes": ["float16"]}, ('grid "tokamax"', "'tokamax-mosaic' or")),
         ({"fwd_block_q": [64]}, ("fwd_block_q is a field of the Triton kernels' grid",)),
-        ({"grid": "tokamaxx"}, ("'tokamaxx' is not a grid", '"tokamax"')),
+        ({"grid": "tokamaxx"}, ('"tokamaxx" is not a grid', '"tokamax"')),
     ],
 )
 def test_a_spec_tokamax_refuses_is_one_line(over: dict[str, Any], needles: tuple[str, ...]) -> None:

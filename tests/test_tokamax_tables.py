@@ -118,8 +118,8 @@ def test_the_tokamax_version_counts_for_tokamax_records_only() -> None:
     base = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "backend": "gpu", "device_kind": "NVIDIA H200"}
     assert env_fingerprint(base) == base  # an environment without tokamax keeps its fingerprint
     old, new = env_fingerprint({**base, "tokamax": "0.0.17"}), env_fingerprint({**base, "tokamax": "0.0.18"})
-    assert env_differences(old, new, impl="tokamax-mosaic") == ["tokamax '0.0.17' vs '0.0.18'"]
-    assert env_differences(old, new, impl="tokamax-triton") == ["tokamax '0.0.17' vs '0.0.18'"]
+    assert env_differences(old, new, impl="tokamax-mosaic") == ['tokamax "0.0.17" vs "0.0.18"']
+    assert env_differences(old, new, impl="tokamax-triton") == ['tokamax "0.0.17" vs "0.0.18"']
     assert env_differences(old, new, impl="tilesweep") == []
     assert env_differences(old, env_fingerprint(base), impl="tokamax-mosaic") == []  # not installed: not compared
 

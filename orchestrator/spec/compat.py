@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernels import tokamax_meta
+from kernels.spelling import as_json
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.sections import CompileSettings, KernelSettings, TimingSettings
 
@@ -91,7 +92,9 @@ _KEY_NAMES = (
 
 def measurement_differences(have: tuple[Any, ...], want: tuple[Any, ...]) -> list[str]:
     """Where two measurement keys differ, in words ("ms per sample 1.0 vs 2.0 here")."""
-    return [f"{name} {a!r} vs {b!r} here" for name, a, b in zip(_KEY_NAMES, have, want, strict=True) if a != b]
+    return [
+        f"{name} {as_json(a)} vs {as_json(b)} here" for name, a, b in zip(_KEY_NAMES, have, want, strict=True) if a != b
+    ]
 
 
 def env_fingerprint(block: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,7 +110,7 @@ def env_fingerprint(block: Mapping[str, Any]) -> dict[str, Any]:
 def env_differences(
     have: Mapping[str, Any], want: Mapping[str, Any], *, ignore_device: bool = False, impl: str | None = None
 ) -> list[str]:
-    """Fields on which two environments differ ("device_kind 'H100' vs 'cpu'"); a field one of
+    """Fields on which two environments differ ('device_kind "H100" vs "cpu"'); a field one of
     them lacks (None) is not compared. ``ignore_device``: backend and device kind may differ
     (``merge.mix_devices``: records then carry their device). ``impl``: the kernel implementation
     of the records compared; an optional field counts only for the implementations it names
@@ -115,7 +118,7 @@ def env_differences(
     skip = ("backend", "device_kind") if ignore_device else ()
     fields = ENV_FIELDS + tuple(k for k, impls in OPTIONAL_ENV_FIELDS.items() if impl is None or impl in impls)
     return [
-        f"{k} {have.get(k)!r} vs {want.get(k)!r}"
+        f"{k} {as_json(have.get(k))} vs {as_json(want.get(k))}"
         for k in fields
         if k not in skip and have.get(k) is not None and want.get(k) is not None and have.get(k) != want.get(k)
     ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from kernels.spelling import as_json
 from kernels.tokamax_meta import holds_table
 from orchestrator import PROG
 from orchestrator.devicefiles import not_a_file
@@ -188,8 +189,10 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
         if kind in ("model_type", "dict_type"):  # pydantic: "a valid dictionary or instance of TimingSettings"
             text = "Input should be an object"
         got = first.get("input")
-        said = repr(got) in text and kind not in _BOUNDS  # "greater than 0" does not say the input was 0
-        shown = "" if said or len(repr(got)) > 80 or not loc else f" (got {got!r})"
+        # the rule's own message may say what it got ("got [8]", of the list [8, 32]): not said twice;
+        # "greater than 0" does not say the input was 0
+        said = (as_json(got) in text or ", got " in text) and kind not in _BOUNDS
+        shown = "" if said or len(as_json(got)) > 80 or not loc else f" (got {as_json(got)})"
         instead = _hint(model, first["loc"], kind)
         if got in ("null", "none", "None") and not instead:  # TOML has no null: a string stood in for it
             instead = (

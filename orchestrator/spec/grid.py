@@ -21,6 +21,7 @@ from typing import Any
 
 from kernels import impls, tokamax_meta
 from kernels.impl_base import first_refusal
+from kernels.spelling import as_json
 
 TOKAMAX_GRID = "tokamax"
 Grid = Mapping[str, Mapping[str, Sequence[Any]]] | str
@@ -45,12 +46,14 @@ def check_shape(grid: Mapping[Any, Any]) -> None:
     example = '{"block_q": [64, 128]}'
     for mode, values in grid.items():
         if mode not in ("fwd", "fwd_bwd"):
-            raise ValueError(f'its keys are modes, "fwd" or "fwd_bwd", got {mode!r}')
+            raise ValueError(f'its keys are modes, "fwd" or "fwd_bwd", got {as_json(mode)}')
         if not isinstance(values, Mapping):
-            raise ValueError(f"grid.{mode} must be an object of tunables and their values ({example}), got {values!r}")
+            raise ValueError(
+                f"grid.{mode} must be an object of tunables and their values ({example}), got {as_json(values)}"
+            )
         for name, listed in values.items():
             if not isinstance(listed, list):
-                raise ValueError(f"grid.{mode}.{name} must be a list of values ({example}), got {listed!r}")
+                raise ValueError(f"grid.{mode}.{name} must be a list of values ({example}), got {as_json(listed)}")
             for k, v in enumerate(listed):
                 if not isinstance(v, int | str):  # bool is an int
                     raise ValueError(
@@ -87,7 +90,7 @@ def check_grid(impl_name: str, grid: Grid | None, modes: Sequence[str]) -> str |
             if not vals:
                 return f"grid.{mode}.{name} is empty; give at least one value"
             if len({repr(v) for v in vals}) < len(vals):
-                return f"grid.{mode}.{name} lists a value twice: {list(vals)}"
+                return f"grid.{mode}.{name} lists a value twice: {as_json(list(vals))}"
         why = first_refusal(impl.tunables(mode), values)
         if why:
             return f"grid.{mode}: {why}"

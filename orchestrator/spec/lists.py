@@ -9,7 +9,6 @@ The JSON Schema cannot state these rules, so ``rules`` says them for the spec re
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any
@@ -19,6 +18,7 @@ from pydantic import AfterValidator, Field
 from kernels.config import MIN_BLOCK
 from kernels.impl_triton import MAX_STAGES, MAX_WARPS
 from kernels.smem import MAX_HEAD_DIM, MIN_HEAD_DIM
+from kernels.spelling import as_json
 
 # warps per block a Triton kernel launches with: the powers of two up to the kernel's limit
 WARPS = tuple(1 << k for k in range(MAX_WARPS.bit_length()))
@@ -35,14 +35,14 @@ def _tiles(values: list[int]) -> list[int]:
     if bad:
         raise ValueError(
             f"must be powers of two from {MIN_BLOCK} ({MIN_BLOCK}, {2 * MIN_BLOCK}, {4 * MIN_BLOCK}, ...; {_DOT}), "
-            f"got {json.dumps(bad)}"
+            f"got {as_json(bad)}"
         )
     return values
 
 
 def _one_tile(value: int) -> int:
     if value < MIN_BLOCK or value & (value - 1):
-        raise ValueError(f"must be a power of two from {MIN_BLOCK} ({_DOT}), got {json.dumps(value)}")
+        raise ValueError(f"must be a power of two from {MIN_BLOCK} ({_DOT}), got {as_json(value)}")
     return value
 
 
@@ -80,9 +80,9 @@ def _positive(values: list[int]) -> list[int]:
 def _unique(values: list[Any]) -> list[Any]:
     try:  # counted in one pass: a list of 200,000 values is checked at once, not in minutes
         counts = Counter(values)
-        dupes = sorted({repr(v) for v in values if counts[v] > 1})
+        dupes = sorted({as_json(v) for v in values if counts[v] > 1})
     except TypeError:  # an unhashable value: compared one by one
-        dupes = sorted({repr(v) for v in values if values.count(v) > 1})
+        dupes = sorted({as_json(v) for v in values if values.count(v) > 1})
     if dupes:
         raise ValueError(f"lists each value once; repeated: {', '.join(dupes)}")
     return values

@@ -20,6 +20,7 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, fi
 from kernels import impls
 from kernels.impls import DEFAULT_IMPL
 from kernels.smem import DTYPES, MODES, element_bytes
+from kernels.spelling import as_json
 from orchestrator.spec import grid as grid_rules
 from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.spec.lists import (
@@ -196,7 +197,7 @@ class SweepSpec(SpecModel):
     @classmethod
     def _output_names_a_file(cls, value: str) -> str:
         if not value.strip() or value.endswith(("/", "\\")):
-            raise ValueError(f"must name a file for the results document, got {value!r}")
+            raise ValueError(f"must name a file for the results document, got {as_json(value)}")
         return value
 
     @field_validator("grid", mode="before")
@@ -206,7 +207,7 @@ class SweepSpec(SpecModel):
             return value
         if not isinstance(value, dict):
             raise ValueError(
-                f'{value!r} is not a grid: give an object by mode ({{"fwd": {{"block_q": [64, 128]}}}}) or '
+                f'{as_json(value)} is not a grid: give an object by mode ({{"fwd": {{"block_q": [64, 128]}}}}) or '
                 f'"{grid_rules.TOKAMAX_GRID}" (tokamax\'s own search)'
             )
         grid_rules.check_shape(value)
