@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from kernels.devices import DeviceKind
@@ -37,6 +37,16 @@ class Tunable:
     power_of_two: bool = False
     rule_source: str = ""  # whose rule the constraints are ("jax's TuningConfig")
     also: tuple[Value, ...] = ()  # values it takes beside those of its kind (tokamax's persistent="static")
+    # the smallest value a results document's record may hold where it is below ``minimum``: one
+    # measured where the kernel takes more (a Triton tile below a dot's 16, run in interpret mode)
+    recorded_minimum: int | None = None
+
+    def as_recorded(self) -> Tunable:
+        """This tunable as a results document's records are checked against it: ``minimum``
+        lowered to ``recorded_minimum`` where that is set."""
+        if self.recorded_minimum is None:
+            return self
+        return replace(self, minimum=self.recorded_minimum)
 
     @property
     def kinds(self) -> tuple[type, ...]:

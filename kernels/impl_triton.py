@@ -74,6 +74,7 @@ def _tunable(name: str, default: Sequence[int]) -> Tunable:
         _DOCS[name],
         tuple(default),
         minimum=MIN_BLOCK if block else 1,
+        recorded_minimum=1 if block else None,  # interpret mode runs any power of two
         maximum=_MOST.get(name),
         power_of_two=block or name == "num_warps",
         rule_source=_TILE_RULES if block else "AttentionConfig",

@@ -202,7 +202,7 @@ def _config_kind(mode: str, impl: str) -> _Config:
     """The config check of forced records of ``mode`` and ``impl``."""
     kind = _CONFIGS.get((mode, impl))
     if kind is None:
-        tunables = impls.get(impl).tunables(mode)
+        tunables = tuple(t.as_recorded() for t in impls.get(impl).tunables(mode))
         getter = operator.itemgetter(*(t.name for t in tunables))
         kind = _CONFIGS[mode, impl] = _Config(tunables, getter if len(tunables) > 1 else lambda rec: (getter(rec),))
     return kind
