@@ -84,9 +84,11 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
 def status(sweep: Path) -> dict[str, Any]:
     r = cli("status", str(sweep), "--json")
     doc = json.loads(r.stdout)
-    # 1 exactly when some unit ended without finishing and nothing took its items over
+    # 1 when some unit ended without finishing and nothing took its items over
     failed = [u for u in doc["units"] if u["state"] in ("failed", "cancelled", "timed out") and not u["resumed"]]
-    assert r.returncode == (1 if failed else 0), r.stderr
+    # or when every unit is done, its document is not merged and no final merge job will merge it
+    unmerged = doc["complete"] and not doc["merged"] and doc["merging"] is None
+    assert r.returncode == (1 if failed or unmerged else 0), r.stderr
     return doc
 
 

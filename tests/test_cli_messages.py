@@ -25,9 +25,11 @@ FULL = Path("/dev/full")
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A sweep directory with records and a long log for its first unit."""
+    """A sweep directory with records, merged (its status is complete: exit 0), and a long log
+    for its first unit."""
     root = tmp_path_factory.mktemp("cli") / "sweep"
     sd, units = build_sweep(root, small_spec(), 2)
+    assert run_cli("merge", str(root)).returncode == 0
     log = sd.unit_log(units[0].id)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("".join(f"2026-01-01 00:00:00,{k % 1000:03d} jobs.attempt: line {k}\n" for k in range(20000)))

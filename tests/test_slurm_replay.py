@@ -58,9 +58,11 @@ def cli(*args: str) -> Any:
 def status(sweep: Path) -> dict[str, Any]:
     r = run_cli("status", str(sweep), "--json", timeout=300)
     doc = json.loads(r.stdout)
-    # exit 1 exactly when some unit ended without finishing and nothing took its items over
+    # exit 1 when some unit ended without finishing and nothing took its items over
     failed = [u for u in doc["units"] if u["state"] in ("failed", "cancelled", "timed out") and not u["resumed"]]
-    assert r.returncode == (1 if failed else 0), r.stderr
+    # or when every unit is done, its document is not merged and no final merge job will merge it
+    unmerged = doc["complete"] and not doc["merged"] and doc["merging"] is None
+    assert r.returncode == (1 if failed or unmerged else 0), r.stderr
     return doc
 
 

@@ -258,6 +258,21 @@ def test_a_sweep_whose_final_merge_job_ended_before_merging_is_not_merged_until_
     assert merged.unmerged is None and format_status(merged).splitlines()[0].endswith(", complete")
 
 
+@pytest.mark.parametrize("state", ["PENDING", "RUNNING"])
+def test_a_complete_sweep_whose_final_merge_job_is_to_run_names_it_not_a_merge_by_hand(
+    tmp_path: Path, state: str
+) -> None:
+    from orchestrator.store.synthetic import build_sweep, small_spec
+
+    sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    sd.record_jobs([{"event": "merge_job", "job_id": "998", "submitted_ts": time.time()}])
+    st = sweep_status(sd, view=scheduler_view(j998=TaskState(state, "squeue")))
+    head = format_status(st).splitlines()[0]
+    assert head.endswith(f"complete, not merged yet: its final merge job 998 ({state.lower()}) writes {sd.output}")
+    assert "tilesweep merge" not in format_status(st) and not st.merge_left  # status exits 0
+    assert st.to_json()["merged"] is False and st.to_json()["merging"] == f"its final merge job 998 ({state.lower()})"
+
+
 def test_unit_lines_keep_their_columns_whatever_a_units_state_says() -> None:
     from orchestrator.control.status_model import SweepStatus, UnitStatus
 

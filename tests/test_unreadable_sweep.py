@@ -163,7 +163,7 @@ def test_a_history_line_that_is_no_object_is_skipped(tmp_path: Path) -> None:
     sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
     with open(sd.root / "jobs.jsonl", "a") as f:
         f.write("null\n[]\n")
-    for command in ("status", "merge"):
+    for command in ("merge", "status"):  # status after the merge: complete and merged
         r = run_cli(command, str(sd.root))
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
 

@@ -33,7 +33,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if st is None:
             rows.append((str(x.path), f"unreadable: {x.error}", None))
             continue
-        state = sweep_state(st)
+        state = sweep_state(st, advice=False)
         todo = len(st.ended_unfinished()) + len(st.never_started())
         if todo and st.settled and not st.complete:
             state = f"incomplete, {todo} unit{'s' if todo != 1 else ''} to resume"
@@ -77,9 +77,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(format_status(st))
     # 1: some units ended without finishing and nothing took their items over (resume does), a
-    # round is still to plan and nothing running will (resume does), or the final merge job
-    # refused, or ended before merging, and no merge wrote the document since
-    return 1 if st.ended_unfinished() or st.round_stalled or st.unmerged else 0
+    # round is still to plan and nothing running will (resume does), the final merge job
+    # refused, or ended before merging, and no merge wrote the document since, or the sweep is
+    # complete and its document missing or short of records, with nothing running to write it (merge does)
+    return 1 if st.ended_unfinished() or st.round_stalled or st.unmerged or st.merge_left else 0
 
 
 def register(sub: Subparsers) -> None:

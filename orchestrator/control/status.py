@@ -23,6 +23,7 @@ import os
 import time
 from typing import Any
 
+from orchestrator import PROG
 from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
@@ -32,12 +33,12 @@ from orchestrator.control.why import last_word, out_of_time
 from orchestrator.planning.search import SEARCH
 from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
+from orchestrator.store.merged import document_current, output_of
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.searchrounds import grid_size, read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
 from orchestrator.store.tally import Book
-from orchestrator.store.target import wrote_last
 
 __all__ = [
     "ACTIVE",
@@ -89,7 +90,7 @@ def sweep_status(
     holder = read_holder(run_lease_path(sd.root))
     st.runner_live = holder is not None and holder.live
     index = sd.unit_index()
-    mtimes, notes = _progress(sd, st, hist, index, keep_tally)
+    mtimes, notes, partials = _progress(sd, st, hist, index, keep_tally)
     st.later_rounds = later_rounds(index)
     merge_ids = [str(m["job_id"]) for m in hist.merge_jobs]
     if view is None and query_slurm and (hist.slurm_jobs or merge_ids):
@@ -116,7 +117,9 @@ def sweep_status(
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
     st.merge_jobs = _merge_jobs(sd, hist, view)
-    st.unmerged = _unmerged(st.merge_jobs[-1]) if st.merge_jobs and wrote_last(sd, sd.output) is None else None
+    st.output, st.merged = str(output_of(sd)), document_current(sd, partials)
+    st.unmerged = _unmerged(st.merge_jobs[-1]) if st.merge_jobs and not st.merged else None
+    st.merging = None if st.merged else _merging(st)
     st.taken = now
     return st
 
@@ -129,6 +132,15 @@ def _unmerged(last: dict[str, Any]) -> str | None:
     if last["state"] in _MERGE_ENDED:
         return f"its final merge job {last['state'].lower().replace('_', ' ')}"
     return None
+
+
+def _merging(st: SweepStatus) -> str | None:
+    """What will write the sweep's document without a user's word: its final merge job, pending
+    or running, or the live ``tilesweep run`` that runs the sweep (it merges when it ends)."""
+    last = st.merge_jobs[-1] if st.merge_jobs else None
+    if last is not None and last["state"] in ("PENDING", "RUNNING"):
+        return f"its final merge job {last['job_id']} ({last['state'].lower()})"
+    return f"the `{PROG} run` that runs it (when it ends)" if st.runner_live else None
 
 
 # the states of a final merge job that ended without merging (COMPLETED: it merged, or refused)
@@ -186,16 +198,18 @@ def later_rounds(index: list[UnitEntry]) -> dict[int, int]:
 
 def _progress(
     sd: SweepDir, st: SweepStatus, hist: History, index: list[UnitEntry], keep_tally: bool
-) -> tuple[dict[str, float | None], dict[str, str]]:
+) -> tuple[dict[str, float | None], dict[str, str], dict[str, tuple[int, int]]]:
     """Each unit's records and errors as merge would count them (``count_unit``) into
     ``st.units``; return when each unit last showed a sign of life (its partial or its log
-    written), and why a marker or a partial was not trusted, per unit."""
+    written), why a marker or a partial was not trusted, per unit, and each partial's size and
+    mtime (ns), for whether the document holds what they hold (``merged``)."""
     try:
         markers = {name[:-5] for name in os.listdir(sd.done) if name.endswith(".json")}
     except FileNotFoundError:
         markers = set()
     mtimes: dict[str, float | None] = {}
     notes: dict[str, str] = {}
+    partials: dict[str, tuple[int, int]] = {}
     fingerprint, env = sd.spec.fingerprint(), sd.recorded_env()
     book = Book(sd.root)
     for entry in index:
@@ -225,11 +239,13 @@ def _progress(
             mtime = max(mtime or 0.0, log_mtime or 0.0) or None
         if c.detail:
             notes[uid] = c.detail
+        if c.stat is not None:
+            partials[uid] = c.stat
         mtimes[uid] = mtime
         st.units.append(u)
     if keep_tally:
         book.save()  # the next status, in any process, reads only what the partials gain meanwhile
-    return mtimes, notes
+    return mtimes, notes, partials
 
 
 def _unit_state(

@@ -94,6 +94,10 @@ class SweepStatus:
     # why the last final merge job wrote no document (it refused, or SLURM ended it first), where no
     # merge of the sweep wrote its output since
     unmerged: str | None = None
+    output: str = ""  # the results document the sweep's merge writes
+    # the document exists and holds every record the partials hold now (``store.merged``)
+    merged: bool = False
+    merging: str | None = None  # what writes it without a user's word, where it is not merged
     replay_of: str | None = None  # a replay (kernel.impl replay): the document it answers from
     # a live `tilesweep run` (or a resume run here) holds the sweep's run lease: it starts the
     # units not submitted yet, so they wait for it; without one nothing starts them
@@ -170,6 +174,12 @@ class SweepStatus:
         was cut short) is not."""
         done = all(u.complete or u.done >= u.total or u.resumed for u in self.units)
         return bool(self.units) and not self.round2_pending and not self.search_pending and done
+
+    @property
+    def merge_left(self) -> bool:
+        """Complete, but its document is missing or lacks records written since it was merged,
+        and nothing running will write it: ``tilesweep merge`` does."""
+        return self.complete and not self.merged and self.merging is None
 
     def _waits(self, u: UnitStatus) -> bool:
         """Whether something will run the unit or runs it: a job of it is pending or running,
@@ -250,6 +260,9 @@ class SweepStatus:
             "rounds": [r.__dict__ for r in self.rounds()],
             "errors": self.errors,
             "complete": self.complete,
+            "output": self.output,
+            "merged": self.merged,
+            "merging": self.merging,
             "settled": self.settled,
             "states": self.counts(),
             "strategy": "halving" if self.halving else "search" if self.search is not None else "full",

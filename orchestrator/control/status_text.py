@@ -4,6 +4,7 @@ final merge job, and the next step when units ended unfinished; and its ``--json
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,16 +83,30 @@ def done_of_planned(st: SweepStatus) -> str:
     return f"{st.items_done}/{st.planned} items done"
 
 
-def sweep_state(st: SweepStatus) -> str:
-    """Where a sweep stands in a few words (``status`` and ``ls``)."""
+def sweep_state(st: SweepStatus, *, advice: bool = True) -> str:
+    """Where a sweep stands in a few words (``status``; ``ls``, one line per sweep, without
+    ``advice``: what writes a complete sweep's missing document)."""
     state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
-    if state == "complete" and st.unmerged:
-        state = f"complete, not merged ({st.unmerged})"
+    if state == "complete" and not st.merged:
+        state = f"complete, {_not_merged(st, advice)}"
     if state == "incomplete" and st.round2_pending and st.items_done >= st.planned:
         state = "round 1 done, round 2 to plan"
     if state == "incomplete" and st.search_pending and st.done >= st.total:
         state = f"round {st.next_round - 1} done, round {st.next_round} to plan"
     return state
+
+
+def _not_merged(st: SweepStatus, advice: bool) -> str:
+    """Why a complete sweep's document is missing or lacks records (the partials hold records
+    written after it), and with ``advice`` what writes it: what runs, or the command that does."""
+    if st.unmerged:  # its final merge job refused, or ended first: the line after the units says `merge`
+        return f"not merged ({st.unmerged})"
+    if st.merging:
+        return "not merged yet" + (f": {st.merging} writes {st.output}" if advice else "")
+    merge = f"`{PROG} merge {word(st.sweep_dir)}`"
+    if os.path.exists(st.output):
+        return "not merged since its last records" + (f": {merge} updates {st.output}" if advice else "")
+    return "not merged" + (f": {merge} writes {st.output}" if advice else "")
 
 
 def rounds_summary(st: SweepStatus) -> str:

@@ -94,6 +94,9 @@ class MergeSummary:
     written: bool = True  # False: every partial with records was quarantined, the output is untouched
     replaced: int = 0  # records the document held before this merge replaced it
     prev: Path | None = None  # where that document was kept, when it held more records than the new one
+    # unit -> the bytes of its partial this merge read (the output stamp keeps them, so status tells
+    # a document that lacks records appended since from one that holds them all)
+    read: dict[str, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- collecting
@@ -248,6 +251,7 @@ def _found(out: Path, planned: int, slots: Slots, segs: list[Segment], moved: li
         quarantined=moved,
         partials=len(segs),
         partials_cached=sum(s.cached for s in segs),
+        read={s.unit: s.size for s in segs if s.mtime_ns},  # mtime 0: no partial
     )
 
 
@@ -357,7 +361,7 @@ def _replace(
     if stashed is not None:
         summary.prev = keep(stashed, out)
     keyindex.write(out, first, map(len, records), keys.ids, keys.tags, keys.odd, plan=plan)
-    write_stamp(sd, out, summary.records)
+    write_stamp(sd, out, summary.records, summary.read)
 
 
 def _ordered(head: DocumentHead) -> dict[str, object]:

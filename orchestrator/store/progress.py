@@ -38,6 +38,7 @@ class Counted:
     mtime: float | None = None
     detail: str | None = None
     gpu: str | None = None
+    stat: tuple[int, int] | None = None  # the partial's size and mtime (ns), where it exists
 
 
 def _stat(path: str) -> os.stat_result | None:
@@ -84,9 +85,10 @@ def count_unit(
     marker = read_marker(marker_file.replace(_UNIT, uid)) if has_marker else None
     gpu = marker.get("gpu") if marker is not None else None
     block = trusted_block(marker, st)
+    stat = (st.st_size, st.st_mtime_ns) if st is not None else None
     if block is not None:
-        return Counted(block["records"], block["errors"], True, st.st_mtime if st else None, gpu=gpu)
-    c = Counted(mtime=st.st_mtime if st else None, gpu=gpu)
+        return Counted(block["records"], block["errors"], True, st.st_mtime if st else None, gpu=gpu, stat=stat)
+    c = Counted(mtime=st.st_mtime if st else None, gpu=gpu, stat=stat)
     stale = "its completion marker is stale (the partial changed since the unit finished)"
     if st is None:
         c.detail = stale if has_marker else None

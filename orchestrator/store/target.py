@@ -39,7 +39,7 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from orchestrator import PROG
 from orchestrator.errors import ResultsError
@@ -93,6 +93,7 @@ class OutputStamp(TypedDict):
 
     stat: list[int] | None  # inode, size and mtime (ns) of the document written
     records: int
+    read: NotRequired[dict[str, int]]  # unit -> the bytes of its partial the merge read
 
 
 def _stamps(sd: SweepDir) -> dict[str, OutputStamp]:
@@ -104,10 +105,11 @@ def _stamps(sd: SweepDir) -> dict[str, OutputStamp]:
     return data if isinstance(data, dict) else {}
 
 
-def write_stamp(sd: SweepDir, out: Path, records: int) -> None:
-    """Remember what this merge wrote to ``out`` (derived data: a lost stamp costs a parse)."""
+def write_stamp(sd: SweepDir, out: Path, records: int, read: dict[str, int]) -> None:
+    """Remember what this merge wrote to ``out`` and how much of each partial it read (derived
+    data: a lost stamp costs a parse, and status judges the document by its mtime instead)."""
     stamps = _stamps(sd)
-    stamps[str(out)] = {"stat": _stat_key(out), "records": records}
+    stamps[str(out)] = {"stat": _stat_key(out), "records": records, "read": read}
     try:
         atomic_write_json(sd.root / CACHE_DIR / STAMP_FILE, stamps)
     except OSError as exc:  # a read-only sweep directory: the next merge parses the document

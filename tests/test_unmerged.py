@@ -1,0 +1,77 @@
+"""A complete sweep whose results document was never written, or lacks records written after
+its merge: ``status`` (text, ``--json``, exit code) and ``ls`` say so, and what writes it.
+
+Real processes: ``tilesweep run`` killed with SIGKILL while its worker goes on and finishes its
+unit, ``resume --no-wait`` leaving a worker that records after a merge; each step waits for an
+event (a record, a marker, a lease let go), never a guessed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.helpers import records_written, run_cli, start_run, until
+from tests.test_local_lifecycle import SETTLE_S, SPEC
+
+
+def _settled(sweep: Path, units: int) -> bool:
+    """``units`` markers written and no worker holding a unit's lease any more."""
+    markers = len(list((sweep / "done").glob("*.json")))
+    return markers == units and not any((sweep / "leases").glob("*.lease"))
+
+
+def _killed_run(spec: Path, sweep: Path) -> None:
+    """``tilesweep run`` killed outright once a first record is written; its worker goes on."""
+    run = start_run(spec, sweep)
+    until(lambda: records_written(sweep) >= 1, "a first record", run)
+    os.kill(run.pid, signal.SIGKILL)
+    run.communicate(timeout=SETTLE_S)
+
+
+def test_a_killed_runs_finished_sweep_is_complete_not_merged_until_merge(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(**SPEC, sharding={"units": 1})
+    sweep, out = tmp_path / "sweep", tmp_path / "results.json"
+    _killed_run(spec, sweep)
+    until(lambda: _settled(sweep, 1), "the worker's marker")
+    assert not out.exists()
+    status = run_cli("status", str(sweep))
+    head = status.stdout.splitlines()[0]
+    assert status.returncode == 1, status.stdout
+    assert head.endswith(f"complete, not merged: `tilesweep merge {sweep}` writes {out}"), head
+    data = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    assert data["complete"] and data["merged"] is False and data["output"] == str(out), data
+    listed = run_cli("ls", str(tmp_path))
+    (line,) = listed.stdout.splitlines()
+    assert line.split()[1:6] == ["4/4", "items", "complete,", "not", "merged"], line
+    assert run_cli("merge", str(sweep)).returncode == 0
+    status = run_cli("status", str(sweep))
+    assert status.returncode == 0 and status.stdout.splitlines()[0].endswith(", complete"), status.stdout
+    assert json.loads(run_cli("status", str(sweep), "--json").stdout)["merged"] is True
+
+
+def test_records_written_after_a_merge_leave_the_sweep_not_merged_since(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A merge of the killed run's first unit, then ``resume --no-wait`` runs the second unit
+    and nothing merges its records: the document exists but lacks them."""
+    spec = write_spec(**SPEC, sharding={"units": 2})
+    sweep, out = tmp_path / "sweep", tmp_path / "results.json"
+    _killed_run(spec, sweep)
+    until(lambda: _settled(sweep, 1), "the first unit's marker")
+    assert run_cli("merge", str(sweep)).returncode == 0 and out.exists()
+    assert run_cli("resume", str(sweep), "--no-wait").returncode == 0
+    until(lambda: _settled(sweep, 2), "the second unit's marker")
+    status = run_cli("status", str(sweep))
+    head = status.stdout.splitlines()[0]
+    assert status.returncode == 1, status.stdout
+    assert head.endswith(f"complete, not merged since its last records: `tilesweep merge {sweep}` updates {out}")
+    assert json.loads(run_cli("status", str(sweep), "--json").stdout)["merged"] is False
+    assert run_cli("merge", str(sweep)).returncode == 0
+    status = run_cli("status", str(sweep))
+    assert status.returncode == 0 and status.stdout.splitlines()[0].endswith(", complete"), status.stdout
