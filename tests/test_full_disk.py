@@ -9,17 +9,19 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.errors import SweepDirError
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
-from tests.helpers import REPO, TINY_SPEC, assert_one_line_error, run_cli
+from tests.helpers import REPO, TINY_SPEC, assert_one_line_error, run_cli, start_run, until
 
 FREE_SPACE = "free space on its disk"
 
@@ -63,11 +65,12 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
         yield SmallDisk(root)
 
 
-def _replay_spec(tmp_path: Path) -> Path:
-    """A replay spec: its units take no compile and no GPU."""
+def _replay_spec(tmp_path: Path, **more: Any) -> Path:
+    """A replay spec (``more``: its fields over the tiny one's, the source's too): its units
+    take no compile and no GPU."""
     from orchestrator.store import synthetic
 
-    fwd = {"modes": ["fwd"], "fwd_block_q": [16, 32, 64], "fwd_block_k": [32]}
+    fwd = {"modes": ["fwd"], "fwd_block_q": [16, 32, 64], "fwd_block_k": [32], **more}
     source = tmp_path / "source.json"
     source.write_text(json.dumps(synthetic.document({**TINY_SPEC, **fwd, "output": str(source)})))
     spec = tmp_path / "spec.json"
@@ -101,6 +104,65 @@ def test_a_worker_on_a_full_disk_says_so_in_one_line_and_runs_once_space_is_free
     again = _worker(sweep)
     assert again.returncode == 0, again.stderr
     assert "4 records written" in again.stdout
+
+
+def test_a_run_whose_disk_fills_starts_no_further_unit_and_says_to_free_space_then_resume(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    """The disk fills once the first of four units (run one at a time) is done: the next
+    unit's worker fails with no room for its reason, the run starts no other and ends in one
+    line; once space is freed, resume runs only the units not done."""
+    spec = _replay_spec(tmp_path, seq_lens=[64, 128], sharding={"units": 4}, executor={"local_workers": 1})
+    sweep = disk.root / "sweep"
+    run = start_run(spec, sweep)
+    until(lambda: any((sweep / "done").glob("*.json")), "the first unit's marker", run)
+    disk.fill()
+    _, err = run.communicate(timeout=300)
+    lines = err.strip().splitlines()
+    assert run.returncode == 2 and "Traceback" not in err, err
+    assert lines[-1] == (
+        f"tilesweep: error: the disk of {sweep} (the filesystem at {disk.root}) is full (No space left on device): "
+        f"the run started no further unit (2 units not started) and every record written is kept; free space on "
+        f"it (or raise the quota), then `tilesweep resume {sweep}` runs what is missing"
+    ), err
+    (failed,) = [line for line in lines if "failed (process" in line]  # its own word, or the run's on the disk
+    assert "No space left on device" in failed and "the worker exited with code" not in failed, err
+    (done,) = (sweep / "done").glob("*.json")
+    kept = (sweep / "partials" / f"{done.stem}.jsonl").read_bytes()
+    assert len((sweep / "jobs.jsonl").read_text().splitlines()) == 2  # the unit done and the one that failed
+    disk.free()
+    assert run_cli("resume", str(sweep)).returncode == 0
+    assert (sweep / "partials" / f"{done.stem}.jsonl").read_bytes() == kept  # not run again
+    status = run_cli("status", str(sweep))
+    head = status.stdout.splitlines()[0]
+    assert status.returncode == 0 and head.endswith("8/8 items done (0 error records), complete"), status.stdout
+
+
+def test_a_worker_that_left_an_empty_log_on_a_full_disk_is_said_to_have_had_no_room(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    """A worker that failed on the full disk with no room for its reason (its log empty, exit
+    code 1): the run says what it knows, the full disk, not a bare exit code."""
+    from orchestrator.control.dispatch.local import _Disk, _ended
+    from orchestrator.control.dispatch.local_procs import LocalWorker
+
+    sd = SweepDir.open(_replay_sweep(tmp_path, disk.root))
+    unit = sd.unit_index()[0]["id"]
+    log = sd.logs / f"{unit}.1_0_log.err"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.touch()
+    disk.fill()
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    worker = LocalWorker(unit, proc, log, sd.marker_path(unit), 60, None, time.monotonic())
+    ended = _ended(sd, worker, _Disk(sd.root))
+    assert not ended.ok and ended.error == (
+        "its worker could not write to the sweep directory, whose disk is full (No space left on device); "
+        "its log is empty (exit code 1)"
+    )
+    disk.free()
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    worker = LocalWorker(unit, proc, log, sd.marker_path(unit), 60, None, time.monotonic())
+    assert _ended(sd, worker, _Disk(sd.root)).error == "the worker exited with code 1"  # room left: nothing known
 
 
 def test_the_environment_is_recorded_whole_or_not_at_all(disk: SmallDisk) -> None:

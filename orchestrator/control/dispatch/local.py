@@ -17,9 +17,10 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.control.dispatch.local_procs import (
     LocalWorker,
     children_block_sigint,
@@ -29,8 +30,9 @@ from orchestrator.control.dispatch.local_procs import (
 )
 from orchestrator.control.unit_state import existing
 from orchestrator.control.why import INTERRUPTED, last_word, read_failure, signal_reason
-from orchestrator.errors import DispatchError
+from orchestrator.errors import DispatchError, SweepDirError
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store.diskspace import disk_full, mount_point
 from orchestrator.store.pidspace import host_identity, process_start
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
@@ -121,16 +123,18 @@ def _run_subprocesses(
     on_poll: Callable[[], None] | None,
 ) -> list[UnitOutcome]:
     """Units as subprocesses in ``workers`` slots (default: one per visible GPU), a slot
-    taking the next unit as soon as its unit ends."""
+    taking the next unit as soon as its unit ends. Once a worker failed on a full disk, no
+    further unit starts: the run ends in one line once the running ones have (``_Disk``)."""
     gpus = visible_gpus()
     n = local_slots(sd.spec, workers, gpus)
     pending = list(unit_ids)
     running: dict[int, LocalWorker] = {}  # slot -> its unit's worker
     free_slots = list(range(n))
     outcomes: list[UnitOutcome] = []
+    disk = _Disk(sd.root)
     try:
-        while pending or running:
-            while pending and free_slots:
+        while (pending and disk.full is None) or running:
+            while pending and free_slots and disk.full is None:
                 slot = free_slots.pop(0)
                 # a Ctrl-C meanwhile is taken once the worker is in ``running``: the stop below
                 # then stops it too, and none is left running unseen by this run
@@ -140,7 +144,7 @@ def _run_subprocesses(
                 if worker.poll() is None:
                     worker.enforce_limit()
                     continue
-                outcomes.append(_ended(sd, worker))
+                outcomes.append(_ended(sd, worker, disk))
                 del running[slot]
                 free_slots.append(slot)
             if on_poll:
@@ -149,7 +153,49 @@ def _run_subprocesses(
     except BaseException:  # Ctrl-C (or a bug) here: the workers stop too, cleanly
         stop_workers(list(running.values()))
         raise
+    if disk.full is not None:
+        raise SweepDirError(disk.stopped(len(pending)))
     return outcomes
+
+
+@dataclass
+class _Disk:
+    """The sweep directory's disk, probed once a worker failed (``diskspace.disk_full``): a
+    full one fails every unit started on it, and may have left the failed worker no room for
+    its own reason."""
+
+    root: Path
+    full: OSError | None = None  # the error a write met there
+
+    def probe(self) -> bool:
+        """Whether the disk is full (it stays so for this run once it was)."""
+        if self.full is None:
+            self.full = disk_full(self.root)
+        return self.full is not None
+
+    def reason(self, worker: LocalWorker, error: str | None) -> str | None:
+        """A failed worker's reason on the full disk: its own where its log holds one, else
+        what the run knows (a bare exit code says nothing of the disk)."""
+        try:
+            said = os.path.getsize(worker.log) > 0
+        except OSError:
+            said = False
+        if said or self.full is None:
+            return error
+        return (
+            f"its worker could not write to the sweep directory, whose disk is full ({self.full.strerror}); "
+            f"its log is empty (exit code {worker.proc.returncode})"
+        )
+
+    def stopped(self, not_started: int) -> str:
+        """The line a run stopped by the full disk ends with: where, what was kept, what to do."""
+        why = self.full.strerror if self.full is not None else "full"
+        left = f" ({not_started} unit{'s' if not_started != 1 else ''} not started)" if not_started else ""
+        return (
+            f"the disk of {self.root} (the filesystem at {mount_point(self.root)}) is full ({why}): the run started "
+            f"no further unit{left} and every record written is kept; free space on it (or raise the quota), "
+            f"then `{PROG} resume {word(self.root)}` runs what is missing"
+        )
 
 
 def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dict[str, dict[str, Any]]) -> LocalWorker:
@@ -165,7 +211,7 @@ def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dic
     return worker
 
 
-def _ended(sd: SweepDir, worker: LocalWorker) -> UnitOutcome:
+def _ended(sd: SweepDir, worker: LocalWorker, disk: _Disk) -> UnitOutcome:
     end = worker.ended()
     out = UnitOutcome(worker.unit, ok=end.ok, job_id=worker.job_id, summary=end.summary, error=end.error)
     if end.ok:
@@ -176,8 +222,10 @@ def _ended(sd: SweepDir, worker: LocalWorker) -> UnitOutcome:
     out.log, out.interrupted = existing(str(worker.log)), end.interrupted
     if end.interrupted:
         log.warning("unit %s interrupted (process %s): %s", worker.unit, worker.job_id, end.error)
-    else:
-        log.warning("unit %s failed (process %s): %s; log: %s", worker.unit, worker.job_id, end.error, worker.log)
+        return out
+    if disk.probe():
+        out.error = disk.reason(worker, end.error)
+    log.warning("unit %s failed (process %s): %s; log: %s", worker.unit, worker.job_id, out.error, worker.log)
     return out
 
 
