@@ -139,7 +139,7 @@ def _finish(res: dict[str, Any], plan: list[dict[str, Any]], root: Path, out: Pa
         return res
     for k, v in judge(plan, out, finished).items():
         res[k] = res.get(k, 0) + v if k != "problems" else res["problems"] + v
-    if "torn" in merged.stderr:  # every item was redone: a torn-line warning would be a false alarm
+    if "incomplete" in merged.stderr:  # every item was redone: a torn-line warning would be a false alarm
         res["problems"].append("merge warned of a torn line whose item was redone")
     return res
 

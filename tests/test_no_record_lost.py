@@ -306,7 +306,7 @@ def test_status_counts_what_merge_accepts(write_spec: Callable[..., Path], tmp_p
     st = _status(sweep, code=1)  # the run that ran it has ended: unfinished, for resume
     assert not st["complete"] and st["done"] == 2 and "marker is stale" in st["units"][0]["detail"]
     merged = run_cli("merge", str(sweep))
-    assert "merged 2 records (0 errors, 1 of 3 planned missing)" in merged.stdout and "torn" in merged.stderr
+    assert "merged 2 records (0 errors, 1 of 3 planned missing)" in merged.stdout and "incomplete" in merged.stderr
     # redone: complete again, and the torn line is no longer worth a warning
     assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     st = _status(sweep)

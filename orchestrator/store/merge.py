@@ -69,6 +69,7 @@ from orchestrator.store.target import (
     stash,
     write_stamp,
 )
+from orchestrator.store.torn_said import TornSaid
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ def collect(
     def here(uid: str) -> None:
         parsed[uid] = segment(sd.root, uid, sd.partial_path(uid), items=(units or {}).pop(uid, None))
 
+    said = TornSaid(sd.root, use=use_cache)  # an incomplete line is warned of by the first merge that finds it
     ahead = parse_ahead(sd, [e["id"] for e in index], here) if use_cache else set()  # on the other CPUs
     for entry in index:
         uid = entry["id"]
@@ -138,9 +140,10 @@ def collect(
                 moved.append(q)
             continue
         seg.skipped = open_skipped(seg, entry.get("n_items"))
-        for lineno, reason, *_ in seg.skipped:
+        for lineno, reason, *_ in said.to_say(seg, seg.skipped):
             log_skipped(path, lineno, reason)
         segs.append(seg)
+    said.save()
     if sd.partials.is_dir():
         for p in sd.partials.iterdir():
             if p.name not in known and not p.name.startswith("."):

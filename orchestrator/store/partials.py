@@ -16,8 +16,9 @@ One classifier (``classify``) says what each line is, for every reader: ``read_p
 (the worker skipping what is recorded, resume finding what is missing) and the merger's
 incremental reader (``segments``), so resume and merge never disagree on what is recorded.
 
-A worker killed mid-write leaves a torn last line; readers skip it with a warning naming
-the file and line, and the item is redone. A record line whose record does not fit the
+A worker stopped mid-write, or one whose disk filled, leaves a torn last line; readers skip
+it with a warning naming the file and line (a merge says it once: ``torn_said``), and the
+item is redone. A record line whose record does not fit the
 schema's record layout (a field missing, unknown or of the wrong type, or an id that is not
 the hash of its identity), whose attempt is not an integer, or whose item is not one of its
 unit's, is skipped the same way, so the worker redoes that item too rather than trusting
@@ -88,7 +89,12 @@ HUNG = "hung"  # the time limit came while that config was in flight: ``id``
 ALONE = "alone"  # the ``reason`` of a start line whose config was the only one in flight
 RECORD = "record"  # a finished record: ``id``, ``attempt``, ``body`` (canonical key order)
 BLANK = "blank"  # an empty line: nothing
-TORN = "torn"  # a cut-off line (a worker killed mid-write, or still writing it): skipped, redone
+TORN = "torn"  # a cut-off line (its writer stopped mid-write, its disk full, or still writing it): skipped, redone
+# what a reader says of a torn line: the file's last (no newline yet), or one a later writer ended
+INCOMPLETE_LAST = (
+    "the last line, incomplete: the writer was stopped or the disk was full (or it is still being written)"
+)
+INCOMPLETE = "an incomplete line: the writer was stopped or the disk was full"
 INVALID = "invalid"  # a line that cannot be trusted (a record off the layout, ...): skipped, redone
 FOREIGN = "foreign"  # the file is not a tilesweep worker's partial: nothing in it counts
 VERSION = "version"  # a header of another partial schema version: nothing in it counts
@@ -205,9 +211,9 @@ def _not_an_object(raw: bytes, terminated: bool, seen_header: bool) -> Line:
         # only a worker's first line, its header, can be torn before any header
         return (FOREIGN, "neither JSON nor a torn worker header, and no worker header precedes it", "", 0, None)
     if not terminated:
-        return (TORN, "torn (a worker killed mid-write, or still writing it)", torn_item(raw), 0, None)
+        return (TORN, INCOMPLETE_LAST, torn_item(raw), 0, None)
     if is_torn_fragment(raw):
-        return (TORN, "torn (a worker killed mid-write)", torn_item(raw), 0, None)
+        return (TORN, INCOMPLETE, torn_item(raw), 0, None)
     return (INVALID, "not a tilesweep partial line", "", 0, None)
 
 

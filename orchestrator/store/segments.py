@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 # The layout of a cached segment; a cache file of another version is rebuilt. This one: lines as
 # partials.classify says, a skipped line as [line, why, item id or "", torn].
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 CACHE_DIR = "merge-cache"
 _SIG_BYTES = 64
 
