@@ -136,3 +136,31 @@ def test_a_vjp_table_without_its_forward_table_says_where_that_is_expected(table
         r = run_cli("plan", str(spec), "--dry-run", option, str(vjp))
         line = assert_one_line_error(r, f"{option} {vjp}", f"forward table, expected beside it at {table}, ")
         assert "is missing" in line and "cannot be used on its own" in line and "times the vjp op alone" in line
+
+
+def test_a_forward_table_with_residuals_without_its_vjp_table_says_where_that_is_expected(
+    table: Path, tmp_path: Path
+) -> None:
+    """A forward key with residuals is the forward of a fwd_bwd: without the vjp op's times beside
+    it, it gives no record. A table of such keys alone is refused in one line; beside plain forward
+    keys (read as fwd records), one warning says so."""
+    vjp = table.with_name("pallas_mosaic_gpu_flash_attention_vjp.json")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**SPEC, "output": str(tmp_path / "out.json"), "modes": ["fwd", "fwd_bwd"]}))
+    vjp.unlink()
+    r = run_cli("plan", str(spec), "--dry-run", "--costs", str(table))
+    assert r.returncode == 0, r.stderr
+    (said,) = [line for line in r.stderr.splitlines() if "with residuals" in line]
+    assert f"--costs {table}: its key with residuals (the forward of a fwd_bwd) gives no fwd_bwd record" in said
+    assert f"the vjp table, expected beside it at {vjp}, which is missing; put that table there" in said
+    only = {k: v for k, v in json.loads(table.read_text()).items() if json.loads(k)["return_residuals"]}
+    table.write_text(json.dumps(only))
+    for option in ("--reuse", "--costs"):
+        r = run_cli("plan", str(spec), "--dry-run", option, str(table))
+        line = assert_one_line_error(r, f"{option} {table}: its key with residuals", f"expected beside it at {vjp}, ")
+        assert "is missing" in line and "cannot be used on its own" in line and "times the vjp op alone" in line
+    # a vjp table beside it that has no key of its problem: said the same way, naming that table
+    vjp.write_text(json.dumps({_key(1024, 128, residuals=True, vjp=True): {VJP: _data([4.0])}}))
+    with pytest.raises(ResultsError, match="its key with residuals") as e:
+        document.load(table, tokamax=True)
+    assert f"the vjp table beside it, {vjp}, has no key of its problem" in e.value.message

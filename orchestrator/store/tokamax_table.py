@@ -13,7 +13,9 @@ sweeps becomes records of the table's implementation (``tokamax-mosaic``, ``toka
 - a forward key with residuals and the vjp key of the same problem (the op's other file, next to
   it): one fwd_bwd record per pair of their configs, its times the sums of the two ops' (tokamax
   times each op alone, so a vjp table without its forward table beside it gives no record: it is
-  refused in one line naming where that table is expected).
+  refused in one line naming where that table is expected; so is a forward table whose keys all
+  return residuals without the vjp table beside it, and keys with residuals beside others say
+  in one warning that they give no fwd_bwd record, and where the vjp table is expected).
 
 Keys of problems tilesweep does not sweep (a bias, a soft cap, dropout, paging, other masks or
 scales, q and k of different lengths) are counted and left out. ``inner`` is what tilesweep's
@@ -218,6 +220,38 @@ def _records(kernel: meta.Kernel, fwd: dict[Any, list[_Timed]], vjp: dict[Any, l
     return out
 
 
+def _unpaired(
+    fwd: dict[Any, list[_Timed]], vjp: dict[Any, list[_Timed]], records: list[Any], name: str, vjp_path: Path
+) -> None:
+    """Say what a forward table's keys with residuals (tokamax's forward of a fwd_bwd) lack where
+    no vjp key of their problem is beside them: refused in one line where they were all it held
+    (it gives no record), else one warning (its fwd records are read)."""
+    unpaired = [p for p, residuals in fwd if residuals and (p, True) not in vjp]
+    if not unpaired:
+        return
+    one = len(unpaired) == 1
+    keys = f"its {'key' if one else f'{len(unpaired)} keys'} with residuals (the forward of a fwd_bwd)"
+    keys += " gives" if one else " give"
+    if vjp_path.is_file():
+        where = f"the vjp table beside it, {vjp_path}, has no key of {'its problem' if one else 'their problems'}"
+        fix = f"autotune the vjp op of {'that problem' if one else 'those problems'} with tokamax into it"
+    else:
+        where = f"the vjp op's times come from the vjp table, expected beside it at {vjp_path}, which is missing"
+        fix = "put that table there (then give either: the other is read with it)"
+    if not records:
+        raise ResultsError(
+            f"{name}: {keys} no record, so it cannot be used on its own: tokamax times the vjp op alone, "
+            f"and {where}; {fix}"
+        )
+    log.warning(
+        "%s: %s no fwd_bwd record (its fwd records are read): tokamax times the vjp op alone, and %s; %s",
+        name,
+        keys,
+        where,
+        fix,
+    )
+
+
 @dataclass(frozen=True)
 class Table:
     """A table as a results document's parts (``store.document`` makes the document)."""
@@ -246,6 +280,10 @@ def read(path: str | os.PathLike[str], name: str) -> Table:
     fwd, skipped_fwd = tables.get("fwd", ({}, 0))
     vjp, skipped_vjp = tables.get("vjp", ({}, 0))
     records = _records(kernel, fwd, vjp)
+    if half == "fwd":
+        _unpaired(fwd, vjp, records, name, other)
+    else:
+        _unpaired(fwd, vjp, records, str(other), path)
     impl = str(records[0]["impl"]) if records else kernel.impl  # the family of the table's configs
     device_dir = path.parent.name
     log.warning(
