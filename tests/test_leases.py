@@ -189,9 +189,8 @@ def test_the_reason_of_a_failure_is_read_from_the_end_of_a_log(tmp_path: Path) -
     )
     assert read_failure(tb, "aa") == "SweepDirError: unit 'x' is not in /s/units.json (2 units)"
     tb.write_text("submitit.core.utils.UncompletedJobError: Job not requeued because: timed-out too many times.\n")
-    said = read_failure(tb)  # submitit's last word after the last requeue: what to change, then resume
-    assert said is not None and said.startswith("UncompletedJobError: Job not requeued because: timed-out too many")
-    assert "raise timeout_min or max_requeues" in said and "tilesweep resume" in said
+    said = read_failure(tb)  # submitit's last word after the last requeue (status says what to change)
+    assert said == "UncompletedJobError: Job not requeued because: timed-out too many times."
     assert signal_reason(signal.SIGKILL) == "killed by signal 9 (SIGKILL)"
     assert signal_reason(signal.SIGKILL, oom_killed=True).startswith("out of memory")
     assert "executor.mem_gb" in signal_reason(signal.SIGKILL, oom_killed=True)  # a SLURM task's memory

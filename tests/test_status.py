@@ -76,6 +76,35 @@ def _three_units_on_slurm(tmp_path: Path, write_spec: Callable[..., Path]) -> tu
     return sd, units, view
 
 
+def test_a_unit_whose_requeues_ran_out_names_the_fixes_of_a_timeout_and_max_requeues(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """submitit's last word on a task whose time limit came with no requeue left ("timed-out too
+    many times": the task FAILED): its unit names the fixes of a TIMEOUT (a longer
+    executor.timeout_min from the spec file and `resume --spec`, or more units) and
+    executor.max_requeues, in one sentence."""
+    executor = {"kind": "slurm", "timeout_min": 20, "max_requeues": 2}
+    sd = _sweep(tmp_path, write_spec, units=1, executor=executor)
+    (unit,) = [u["id"] for u in sd.unit_index()]
+    err = tmp_path / "50_0_0_log.err"
+    err.write_text(
+        'Traceback (most recent call last):\n  File "submitit/core/submission.py", line 1, in <module>\n'
+        "submitit.core.utils.UncompletedJobError: Job not requeued because: timed-out too many times.\n"
+    )
+    job = {"unit": unit, "executor": "slurm", "job_id": "50_0", "array_id": "50", "task": 0, "timeout_min": 20}
+    sd.record_jobs([{**job, "submitted_ts": time.time() - 3600, "stderr": str(err)}])
+    st = sweep_status(sd, view=scheduler_view(j50_0=TaskState("FAILED", "sacct", exit_code="1:0")))
+    (u,) = st.units
+    spec = tmp_path / "spec.json"
+    assert u.state == "failed" and u.detail == (
+        "its task ran out of its time limit (executor.timeout_min: 20 min) with no requeue left "
+        "(executor.max_requeues: 2); its finished records are kept: raise executor.timeout_min (or "
+        f"executor.max_requeues) in {spec}, then `tilesweep resume {sd.root} --spec {spec}`, or spread what is "
+        f"left over more units: `tilesweep resume {sd.root} --units N`"
+    ), u.detail
+    assert u.detail in format_status(st)
+
+
 def test_status_counts_partials_and_takes_states_from_the_scheduler_view(
     tmp_path: Path, write_spec: Callable[..., Path]
 ) -> None:

@@ -29,7 +29,7 @@ from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
-from orchestrator.control.why import last_word, out_of_time
+from orchestrator.control.why import REQUEUES_RAN_OUT, last_word, out_of_requeues, out_of_time
 from orchestrator.planning.search import SEARCH
 from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
@@ -107,9 +107,7 @@ def sweep_status(
     for u in st.units:
         if u.state != "done":
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
-        if u.state == "timed out" and u.detail == "TIMEOUT":  # SLURM's word alone: what ran out, and the fixes
-            limit = (hist.latest.get(u.id) or {}).get("timeout_min") or sd.spec.executor.timeout_min
-            u.detail = out_of_time(limit, str(sd.root), sd.meta.get("spec_source"))
+        _ran_out_of_time(u, sd, (hist.latest.get(u.id) or {}).get("timeout_min"))
         if not u.submitted and u.state in ACTIVE:
             u.detail = REPLACED if u.resumed else NOT_SUBMITTED[st.runner_live]
     _leases(sd, st, hist)
@@ -122,6 +120,17 @@ def sweep_status(
     st.merging = None if st.merged else _merging(st)
     st.taken = now
     return st
+
+
+def _ran_out_of_time(u: UnitStatus, sd: SweepDir, submitted_min: int | None) -> None:
+    """A unit out of time, said by SLURM's word alone (TIMEOUT) or by submitit's once the task's
+    requeues ran out: what ran out, and the fixes ``resume`` takes (``submitted_min``: the time
+    limit its task was submitted with)."""
+    limit = submitted_min or sd.spec.executor.timeout_min
+    if u.state == "timed out" and u.detail == "TIMEOUT":
+        u.detail = out_of_time(limit, str(sd.root), sd.meta.get("spec_source"))
+    elif u.state == "failed" and u.detail and REQUEUES_RAN_OUT in u.detail:
+        u.detail = out_of_requeues(limit, sd.spec.executor.max_requeues, str(sd.root), sd.meta.get("spec_source"))
 
 
 def _unmerged(last: dict[str, Any]) -> str | None:

@@ -83,26 +83,40 @@ def read_failure(path: str | Path | None, unit: str | None = None, kind: str = "
         m = _EXC.match(line.strip())
         if m:
             name = m.group(1).rsplit(".", 1)[-1]
-            said = f"{name}: {m.group(2)}" if m.group(2) else name
-            return said + (_TIMED_OUT_HINT if "timed-out too many times" in said else "")
+            return f"{name}: {m.group(2)}" if m.group(2) else name
     return None
 
 
-# what submitit's last word on a task requeued executor.max_requeues times leaves a user to do
-_TIMED_OUT_HINT = (
-    " (its unit outlasted executor.timeout_min on every requeue: raise timeout_min or max_requeues, or give it "
-    "fewer items with more units, then `tilesweep resume`: finished records are kept)"
-)
+# submitit's last word on a task whose time limit came with no requeue left (executor.max_requeues
+# used up): its UncompletedJobError, "Job not requeued because: timed-out too many times."
+REQUEUES_RAN_OUT = "timed-out too many times"
 
 
 def out_of_time(minutes: int, sweep: str, spec_file: str | None) -> str:
     """What a unit whose SLURM task hit its time limit (TIMEOUT) tells a user: what happened and
     the two fixes ``resume`` takes (a longer limit from the spec file, or more, smaller units)."""
-    spec = word(spec_file) if spec_file else "SPEC"
     return (
         f"its task ran out of its time limit (executor.timeout_min: {minutes} min); its finished records are kept: "
-        f"raise executor.timeout_min in {spec}, then `{PROG} resume {word(sweep)} --spec {spec}`, or spread what "
-        f"is left over more units: `{PROG} resume {word(sweep)} --units N`"
+        + _more_time("executor.timeout_min", sweep, spec_file)
+    )
+
+
+def out_of_requeues(minutes: int, requeues: int, sweep: str, spec_file: str | None) -> str:
+    """What a unit whose task submitit did not requeue again (``REQUEUES_RAN_OUT``) tells a user:
+    the fixes of ``out_of_time``, and more requeues."""
+    return (
+        f"its task ran out of its time limit (executor.timeout_min: {minutes} min) with no requeue left "
+        f"(executor.max_requeues: {requeues}); its finished records are kept: "
+        + _more_time("executor.timeout_min (or executor.max_requeues)", sweep, spec_file)
+    )
+
+
+def _more_time(what: str, sweep: str, spec_file: str | None) -> str:
+    """The fixes ``resume`` takes for a unit out of time: ``what`` raised in the spec file, or more units."""
+    spec = word(spec_file) if spec_file else "SPEC"
+    return (
+        f"raise {what} in {spec}, then `{PROG} resume {word(sweep)} --spec {spec}`, or spread what is left over more "
+        f"units: `{PROG} resume {word(sweep)} --units N`"
     )
 
 
