@@ -144,6 +144,11 @@ def test_ctrl_c_of_a_command_that_measures_nothing_says_nothing_was_changed(tmp_
     [
         (["--dry-run"], "nothing was written"),
         (["--sweep-dir", "{sweep}"], "nothing was measured; rerun it to finish the sweep directory"),
+        (
+            ["--lower", "--sweep-dir", "{sweep}"],
+            "nothing was lowered; rerun it to finish the sweep directory and lower its configs",
+        ),
+        (["--lower", "--dry-run"], "nothing was written"),
     ],
 )
 def test_ctrl_c_of_plan_says_what_a_plan_leaves(tmp_path: Path, args: list[str], said: str) -> None:

@@ -7,6 +7,7 @@ to its ``lowering.jsonl``: the configs lowering refused are recorded as pruned, 
 compiler's reason and bytes, by ``submit`` and the workers, never compiled on a GPU. A rerun
 lowers only the configs without a verdict; one started while another lowers the same sweep
 directory waits for it (its lowering lease, ``store.leases``), saying so, and then does the same.
+A stop (Ctrl-C) says what it kept: the verdicts written before it, and the rerun that lowers the rest.
 ``--dry-run`` lowers and shows without writing.
 With ``executor.lower_partition`` (slurm) the configs are lowered as a CPU job array on that
 partition (``control.lowering``), followed here until it ends; each verdict is copied into
@@ -27,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator import word
-from orchestrator.cli.common import Progress, print_plan_notes, reuse_request, warn
+from orchestrator import PROG, word
+from orchestrator.cli.common import Progress, counted, print_plan_notes, reuse_request, warn
 from orchestrator.errors import PlanError
 
 if TYPE_CHECKING:
@@ -89,10 +90,20 @@ def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
             "left without a verdict are lowered here"
         )
 
-    with lowering_lease(prepared.root, on_wait=waiting):
-        sd = SweepDir.open(prepared.root)  # its verdicts read under the lease: no other lowering writes them
-        before = set(read_verdicts(sd.root, sd.spec.fingerprint(), sd.spec.kernel.target.name))
-        return _lower(args, spec, sd.items(), sd.root, before)
+    held = False
+    try:
+        with lowering_lease(prepared.root, on_wait=waiting):
+            held = True
+            sd = SweepDir.open(prepared.root)  # its verdicts read under the lease: no other lowering writes them
+            before = set(read_verdicts(sd.root, sd.spec.fingerprint(), sd.spec.kernel.target.name))
+            return _lower(args, spec, sd.items(), sd.root, before)
+    except KeyboardInterrupt:
+        if held:
+            raise
+        raise KeyboardInterrupt(
+            f"nothing was lowered here, and the other `plan --lower` of {prepared.root} goes on; once it ends, "
+            f"{_rerun(args, prepared.root)} lowers only the configs it left without a verdict"
+        ) from None
 
 
 def _lower(
@@ -132,6 +143,11 @@ def _lower(
             where = _lower_on_cluster(root, todo, on_verdict)
         else:
             lower_items(spec, todo, on_verdict=on_verdict, workers=args.lower_workers)
+    except KeyboardInterrupt:
+        if root is None:
+            raise
+        kept = sum(seen[k] for k in ("lowered", "refused", "crashed"))
+        raise KeyboardInterrupt(_stopped(args, root, kept, len(todo) - kept)) from None
     finally:
         if writer is not None:
             writer.close()
@@ -175,6 +191,23 @@ def _lower_on_cluster(root: Path, todo: list[WorkItem], on_verdict: Callable[[Ve
             "their configs without a verdict stay runnable: rerun plan --lower to lower them"
         )
     return f"the cluster's CPUs (array {run.array}, partition {sd.spec.executor.lower_partition})"
+
+
+def _stopped(args: argparse.Namespace, root: Path, kept: int, left: int) -> str:
+    """What a stop of a lowering into ``root`` leaves: the ``kept`` verdicts it wrote (the configs
+    they refuse pruned), and a rerun that lowers only the ``left`` configs without one."""
+    path = root / "lowering.jsonl"
+    if not kept:
+        said = f"no verdict was written to {path}"
+    else:
+        said = f"the {counted(kept, 'verdict')} it wrote {'is' if kept == 1 else 'are'} kept in {path}"
+        said += " (the configs they refuse are pruned)"
+    return f"{said}; {_rerun(args, root)} lowers only the {counted(left, 'config')} left without one"
+
+
+def _rerun(args: argparse.Namespace, root: Path) -> str:
+    """The command that lowers what a stopped lowering of ``root`` left without a verdict."""
+    return f"`{PROG} plan {word(args.spec)} --lower --sweep-dir {word(root)}`"
 
 
 def _summary(

@@ -306,8 +306,13 @@ def _stop_note(command: str, args: argparse.Namespace | None) -> str:
     if command == "submit" and not _recorded_a_job():
         return "nothing was submitted"
     if command == "plan":  # it measures nothing; it writes a sweep directory only where given one
-        shown = args is None or args.dry_run or args.json or not args.sweep_dir
-        return "nothing was written" if shown else "nothing was measured; rerun it to finish the sweep directory"
+        lower = args is not None and args.lower
+        shown = args is None or args.dry_run or (args.json and not lower) or not args.sweep_dir
+        if shown:
+            return "nothing was written"
+        if lower:  # stopped before it lowered (once it lowers, or waits for another lowering, it says more)
+            return "nothing was lowered; rerun it to finish the sweep directory and lower its configs"
+        return "nothing was measured; rerun it to finish the sweep directory"
     return _STOPPED_NOTES.get(command, INTERRUPTED_NOTE)
 
 

@@ -6,6 +6,8 @@ kernel for an H100 needs no CUDA plugin."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +102,73 @@ def test_a_second_lowering_of_the_sweep_waits_for_the_first_and_lowers_nothing_t
     assert "nothing to lower" in second.stdout and "lowered before" in second.stdout
     headers, verdicts = _verdict_lines(sweep)
     assert len(headers) == 1 and sorted(v["id"] for v in verdicts) == _planned(spec)
+
+
+def _start_lowering(spec: Path, sweep: Path) -> subprocess.Popen[str]:
+    """``plan --lower`` of ``sweep`` in its own process group, SIGINT at its default (a terminal's Ctrl-C)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, *_lower(spec, sweep)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_ctrl_c_of_a_lowering_says_which_verdicts_it_kept_and_what_a_rerun_lowers(tmp_path: Path) -> None:
+    """Ctrl-C once the first verdict is written (the command stopped meanwhile, as Ctrl-Z stops it,
+    so it cannot lower every config first): it says how many verdicts it kept and where, and the
+    command that lowers only the configs without one, which the rerun does."""
+    grid = {"block_q": [16, 32, 64, 128], "block_k": [16, 32, 64, 128], "num_stages": [1, 2, 3], "num_warps": [4]}
+    spec, sweep = tmp_path / "spec.json", tmp_path / "sweep"
+    spec.write_text(json.dumps({**SPEC, "grid": {"fwd": grid}, "output": str(tmp_path / "out.json")}))
+    planned = _planned(spec)
+    first = _start_lowering(spec, sweep)
+    until(lambda: (sweep / lowering.FILE).exists() and bool(_verdict_lines(sweep)[1]), "a first verdict", first)
+    os.killpg(first.pid, signal.SIGSTOP)
+    os.killpg(first.pid, signal.SIGINT)
+    os.killpg(first.pid, signal.SIGCONT)
+    _, err = first.communicate(timeout=600)
+    assert first.returncode == 130 and "Traceback" not in err, err
+    kept = len(_verdict_lines(sweep)[1])
+    left = len(planned) - kept
+    assert 0 < kept < len(planned)
+    said = f"the {kept} verdict{'s' if kept != 1 else ''} it wrote {'is' if kept == 1 else 'are'} kept in "
+    assert err.splitlines()[-1] == (
+        f"tilesweep: interrupted; {said}{sweep / lowering.FILE} (the configs they refuse are pruned); "
+        f"`tilesweep plan {spec} --lower --sweep-dir {sweep}` lowers only the {left} configs left without one"
+    ), err
+    again = run_cli(*_lower(spec, sweep))
+    assert again.returncode == 0 and f"lowered {left} configs" in again.stdout, again.stderr
+    assert sorted(v["id"] for v in _verdict_lines(sweep)[1]) == planned
+
+
+def test_ctrl_c_while_waiting_for_another_lowering_says_nothing_was_lowered_and_what_a_rerun_does(
+    tmp_path: Path,
+) -> None:
+    """A second ``plan --lower`` of the sweep waits for the first (stopped, as Ctrl-Z stops it);
+    Ctrl-C of the second says it lowered nothing, that the first goes on, and what to run once
+    it ends. The first then lowers every config."""
+    spec, sweep = _spec(tmp_path), tmp_path / "sweep"
+    first = _start_lowering(spec, sweep)
+    until(lambda: (sweep / "lowering.lease").exists(), "the first lowering holds the sweep's lowering lease", first)
+    os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        second = _start_lowering(spec, sweep)
+        assert second.stderr is not None
+        seen: list[str] = []
+        while "waiting for the other `plan --lower`" not in (line := second.stderr.readline()):
+            assert line, "".join(seen)  # it ended without saying it waits
+            seen.append(line)
+        os.killpg(second.pid, signal.SIGINT)
+        _, err = second.communicate(timeout=600)
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    assert second.returncode == 130 and "Traceback" not in err, err
+    assert err.splitlines() == [
+        f"tilesweep: interrupted; nothing was lowered here, and the other `plan --lower` of {sweep} goes on; once it "
+        f"ends, `tilesweep plan {spec} --lower --sweep-dir {sweep}` lowers only the configs it left without a verdict"
+    ], err
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0 and "lowered 3 configs" in out, err
