@@ -171,7 +171,32 @@ def prepare_run(args: argparse.Namespace, root: Path, kind: str) -> PreparedSwee
     )
     if prepared.existed:
         units_kept(args.units, prepared.sd)
+    wait_for_lowering(prepared.sd.root, "submitted" if kind == "slurm" else "run")
     return prepared
+
+
+def wait_for_lowering(root: Path, started: str) -> None:
+    """Wait while a ``plan --lower`` of ``root`` runs, saying so once: a unit ``started`` here
+    ("run", "submitted") before its verdicts are all written could compile configs it refuses."""
+    from orchestrator.store.leases import wait_for_lowering as wait
+
+    holders: list[str] = []
+
+    def waiting(holder: str) -> None:
+        holders.append(holder)
+        warn(
+            f"waiting for the `plan --lower` of {root} ({holder}) to end, so that no unit {started} here compiles "
+            "a config it refuses"
+        )
+
+    try:
+        wait(root, waiting)
+    except KeyboardInterrupt:
+        if not holders:
+            raise
+        raise KeyboardInterrupt(
+            f"no unit was {started}; the `plan --lower` of {root} goes on: rerun this command once it ends"
+        ) from None
 
 
 def units_kept(asked: int | None, sd: SweepDir) -> None:

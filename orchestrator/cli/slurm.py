@@ -45,6 +45,7 @@ from orchestrator.cli.common import (
     reuse_request,
     seconds,
     units_capped,
+    wait_for_lowering,
     warn,
 )
 from orchestrator.cli.resuming import resume_here, resume_saying
@@ -91,6 +92,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         max_array_size=args.max_array_size,
         on_planned=planned,
         reuse=reuse_request(args),
+        wait_lowering=lambda root: wait_for_lowering(root, "submitted"),
     )
     if result.outcome is not None:
         print_submission(result.sd, result.outcome)
@@ -106,6 +108,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     requested()  # a bad TILESWEEP_MERGE_PROCS is said before anything is measured
     sd = SweepDir.open(args.sweep_dir)
     settings = resume_settings(sd, args.spec)
+    wait_for_lowering(sd.root, "submitted" if settings.kind == "slurm" else "run")
     if settings.kind != "slurm":
         return resume_here(sd, settings, args)
     result = resume_saying(

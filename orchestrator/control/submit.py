@@ -80,10 +80,12 @@ def submit_spec(
     max_array_size: int | None,
     on_planned: OnPlanned | None = None,
     reuse: ReuseRequest | None = None,
+    wait_lowering: Callable[[Path], None] | None = None,
 ) -> SweepSubmission:
     """Plan (or reopen) the sweep of a spec and submit its unfinished units. A directory
     that was submitted already is refused (``resume`` submits what it misses); a directory
-    made for a submission that failed is removed again."""
+    made for a submission that failed is removed again. ``wait_lowering`` is given the sweep
+    directory before anything is submitted, to wait for a ``plan --lower`` of it."""
     from orchestrator.spec.files import load_spec
 
     spec = slurm_spec(spec_path, load_spec(spec_path))
@@ -95,6 +97,8 @@ def submit_spec(
         sd, _, existed = prepare_sweep(spec_path, str(root), units, output, costs=costs, reuse=reuse, spec=spec)
         # its final merge job would refuse the output after the GPU time was spent: refused now
         check_target(sd, overwrite=f"move it away first (`{PROG} run` and `{PROG} merge` take --overwrite)")
+        if wait_lowering is not None:  # before the sweep's lock, which other commands take meanwhile
+            wait_lowering(sd.root)
         with sweep_lock(sd):
             if slurm_jobs(sd):
                 raise DispatchError(

@@ -13,7 +13,8 @@ apart from a live one the same way as for the merge lock. Three kinds:
 - ``SWEEP/run.lease``: held by ``tilesweep run`` while it runs or waits; a second ``run`` of
   the same sweep follows the first one's progress instead of starting work beside it.
 - ``SWEEP/lowering.lease``: held by ``plan --lower --sweep-dir`` while it lowers; a second one
-  waits for it, then lowers only the configs the first left without a verdict.
+  waits for it, then lowers only the configs the first left without a verdict; ``run``,
+  ``submit`` and ``resume`` wait for it before they start a unit (``wait_for_lowering``).
 
 A holder on another host is taken to be gone after ``FOREIGN_STALE_S`` without a heartbeat
 (two minutes, not the merge lock's hour: a unit's lease must not block a resumed unit for
@@ -160,6 +161,18 @@ def lowering_lease(root: Path, on_wait: Callable[[str], None]) -> Iterator[None]
         yield
     finally:
         lock.release()
+
+
+def wait_for_lowering(root: Path, on_wait: Callable[[str], None]) -> None:
+    """Return once no live ``plan --lower`` holds the sweep's lowering lease (``on_wait``, told
+    once, is given who holds it): a unit started before its verdicts are all written could
+    compile on a GPU the configs it is about to refuse."""
+    path = lowering_lease_path(root)
+    holder = read_holder(path)
+    if holder is None or not holder.live:
+        return
+    on_wait(holder.describe())
+    wait_released(path, poll_s=0.5)
 
 
 def live_unit_holders(root: Path, unit_ids: list[str]) -> dict[str, Holder]:

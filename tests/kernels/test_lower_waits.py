@@ -1,0 +1,97 @@
+"""``run`` and ``submit`` of a sweep directory that ``plan --lower`` lowers (it holds the sweep's
+lowering lease) wait for it, saying so in one line, so that no unit compiles a config the
+lowering is about to refuse. The lowering is stopped (as Ctrl-Z stops it) while the second
+command looks, so it cannot end first."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import LAUNCH, REPO, TINY_SPEC, records_written, start_run, until
+from tests.slurm_cluster import require_cluster
+from tests.slurm_sweeps import write_spec
+
+pytestmark = pytest.mark.filterwarnings("ignore:The Pallas Triton backend is deprecated")
+
+H100 = {"interpret": True, "device_kind": "NVIDIA H100"}  # lowered for an H100, run in interpret mode here
+WAITING = "waiting for the `plan --lower` of"
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    """The CLI with ``args`` in its own process group, SIGINT at its default (a terminal's Ctrl-C)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _lowering_held(spec: Path, sweep: Path) -> subprocess.Popen[str]:
+    """``plan --lower`` of ``sweep``, stopped once it holds the sweep's lowering lease."""
+    lower = _start("plan", str(spec), "--lower", "--sweep-dir", str(sweep), "--lower-workers", "1")
+    until(lambda: (sweep / "lowering.lease").exists(), "the lowering holds the sweep's lowering lease", lower)
+    os.killpg(lower.pid, signal.SIGSTOP)
+    return lower
+
+
+def _said_waiting(proc: subprocess.Popen[str]) -> str:
+    """The line ``proc`` says it waits with (it must say it before it ends)."""
+    assert proc.stderr is not None
+    seen: list[str] = []
+    while WAITING not in (line := proc.stderr.readline()):
+        assert line, "".join(seen)  # it ended without saying it waits
+        seen.append(line)
+    return line.strip()
+
+
+def test_run_waits_for_the_lowering_of_its_sweep_directory_then_runs(tmp_path: Path) -> None:
+    spec, sweep = tmp_path / "spec.json", tmp_path / "sweep"
+    spec.write_text(json.dumps({**TINY_SPEC, "kernel": H100, "output": str(tmp_path / "out.json")}))
+    lower = _lowering_held(spec, sweep)
+    try:
+        run = start_run(spec, sweep)
+        said = _said_waiting(run)
+        assert not list(sweep.glob("partials/*.jsonl")) and records_written(sweep) == 0  # no unit started
+    finally:
+        os.killpg(lower.pid, signal.SIGCONT)
+    assert said.startswith(f"tilesweep: {WAITING} {sweep} (pid {lower.pid} on "), said
+    assert said.endswith("to end, so that no unit run here compiles a config it refuses"), said
+    out, err = lower.communicate(timeout=600)
+    assert lower.returncode == 0 and "lowered 6 configs" in out, err
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    assert records_written(sweep) == 6 and (tmp_path / "out.json").exists()
+
+
+@pytest.mark.slurm
+def test_ctrl_c_of_submit_waiting_for_the_lowering_submits_nothing_and_says_what_to_rerun(tmp_path: Path) -> None:
+    require_cluster()
+    spec = write_spec(tmp_path, "spec.json", kernel=H100)
+    sweep = tmp_path / "sweep"
+    lower = _lowering_held(spec, sweep)
+    try:
+        submit = _start("submit", str(spec), "--sweep-dir", str(sweep))
+        said = _said_waiting(submit)
+        os.killpg(submit.pid, signal.SIGINT)
+        _, err = submit.communicate(timeout=120)
+    finally:
+        os.killpg(lower.pid, signal.SIGCONT)
+    assert f"pid {lower.pid} " in said and said.endswith("so that no unit submitted here compiles a config it refuses")
+    assert submit.returncode == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == (
+        f"tilesweep: interrupted; no unit was submitted; the `plan --lower` of {sweep} goes on: rerun this command "
+        "once it ends"
+    ), err
+    assert not (sweep / "jobs.jsonl").exists()
+    out, err = lower.communicate(timeout=600)
+    assert lower.returncode == 0 and "lowered 6 configs" in out, err
