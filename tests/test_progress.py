@@ -10,8 +10,11 @@ import os
 import re
 import struct
 import termios
+from typing import cast
 
 from orchestrator.cli.progress import Progress
+from orchestrator.control.status_model import SweepStatus, UnitStatus
+from orchestrator.store.searchrounds import SearchRound
 
 METER = re.compile(r"^\s*(\d+)%\|[# 0-9]*\| (\d+)/(\d+) \[[0-9:]+<[0-9:?]+, +[0-9.?]+ ?(item/s|s/item)(, .*)?\]$")
 
@@ -89,3 +92,46 @@ def test_a_total_that_grows_mid_sweep_is_shown() -> None:
     p.close()
     counts = [METER.match(line).group(2, 3) for line in out.getvalue().splitlines()]  # type: ignore[union-attr]
     assert counts == [("10", "10"), ("10", "14"), ("14", "14")], out.getvalue()
+
+
+def _search_status(rounds: list[tuple[int, str, int, int]]) -> SweepStatus:
+    """A search's status: each round (number, kind, configs done, configs planned) one unit."""
+    st = SweepStatus(sweep_dir="s", planned=rounds[0][3])
+    st.search = []
+    for n, kind, done, planned in rounds:
+        st.units.append(UnitStatus(f"u{n}", total=planned, done=done, complete=done == planned, round=n))
+        record = {"round": n, "search_round": n, "kind": kind, "created": "", "units": [f"u{n}"], "planned": planned}
+        st.search.append(cast("SearchRound", {**record, "new": planned, "problems": []}))
+    return st
+
+
+def test_a_search_gets_a_bar_per_round_counting_its_configs_and_a_plain_sweep_its_items() -> None:
+    """A search's bar counts its last round's configs, named as status names the round; a round
+    that ended shows its last count before what is said of the next, whose bar opens at the next
+    look, or at close where there is none."""
+    out = io.StringIO()
+    p = Progress(14, stream=out, interval_s=0, heartbeat_s=3600)
+    p.sweep(_search_status([(1, "design", 9, 14)]))
+    p.sweep(_search_status([(1, "design", 14, 14), (2, "search", 0, 4)]))  # round 2 planned meanwhile
+    p.note("tilesweep: round 2 of the search: 4 configs (search)")
+    p.sweep(_search_status([(1, "design", 14, 14), (2, "search", 2, 4)]))
+    p.sweep(_search_status([(1, "design", 14, 14), (2, "search", 4, 4), (3, "search", 3, 3)]))
+    p.close()  # the last look planned round 3 and saw it done: its bar is shown once
+    lines = out.getvalue().splitlines()
+    meters = [re.sub(r" \[.*", "", line).replace("|", " ").split() for line in lines if "%|" in line]
+    assert [(m[0] + " " + m[1], m[-2]) for m in meters] == [
+        ("round 1", "9/14"),
+        ("round 1", "14/14"),
+        ("round 2", "2/4"),
+        ("round 2", "4/4"),
+        ("round 3", "3/3"),
+    ], lines
+    assert all(line.endswith("config/s]") and " configs [" in line for line in lines if "%|" in line), lines
+    assert lines[1].startswith("round 1 (design):"), lines
+    assert lines[2] == "tilesweep: round 2 of the search: 4 configs (search)", lines
+    plain = io.StringIO()
+    q = Progress(10, stream=plain, interval_s=0, heartbeat_s=3600)
+    st = SweepStatus(sweep_dir="s", planned=10, units=[UnitStatus("u", total=10, done=4, complete=False)])
+    q.sweep(st)
+    q.close()
+    assert [METER.match(line).group(2, 3, 4) for line in plain.getvalue().splitlines()] == [("4", "10", "item/s")]  # type: ignore[union-attr]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 0, r.stderr
     assert "round 2: " in r.stderr and "never measured" in r.stdout
+    (tmp / "run.err").write_text(r.stderr)  # what the run said, its progress bar in a log's lines
     return spec, sweep
 
 
@@ -72,6 +74,23 @@ def test_status_and_ls_of_a_search_count_the_configs_of_its_grid_it_measured_ove
     (row,) = run_cli("ls", str(sweep.parent)).stdout.splitlines()
     assert row.split()[1:4] == [f"{measured}/104", "configs", "complete"], row
     assert "timings" not in row and "round 2: " in row, row
+
+
+def test_the_bar_of_run_counts_each_rounds_configs_as_status_says_them(searched: tuple[Path, Path]) -> None:
+    """A search's bar (its lines in a log) counts the configs of each round, one bar per round
+    named as status names it, each ending on the count status gives ("round 2 (search): 4/4
+    configs"); no item is counted."""
+    spec, sweep = searched
+    said = (spec.parent / "run.err").read_text().splitlines()
+    rate = r"\[[0-9:]+<[0-9:?]+, +[0-9.?]+ ?config/s\]"
+    bar = re.compile(r"^(round \d+ \(\w+\)): +\d+%\|[# 0-9]*\| (\d+/\d+ configs) " + rate + "$")
+    meters = [(m.group(1), m.group(2)) for line in said if (m := bar.match(line))]
+    assert meters and not [line for line in said if "item/s" in line or "%|" in line and not bar.match(line)], said
+    last = dict(meters)  # each round's last line
+    assert list(last) == sorted(last, key=lambda r: int(r.split()[1])) and len(last) >= 2, meters
+    (search,) = [line for line in run_cli("status", str(sweep)).stdout.splitlines() if line.startswith("search: ")]
+    rounds = search.removeprefix("search: ").split("; ")[: len(last)]
+    assert [f"{r}: {counted}" for r, counted in last.items()] == rounds, (meters, search)
 
 
 def test_the_report_shows_never_measured_configs_as_such_and_tunes_from_what_was_measured(

@@ -35,7 +35,7 @@ def follow(sd: SweepDir, going: Callable[[SweepStatus], bool], said: str | None 
         progress = Progress(sd.planned)
         while True:
             st = sweep_status(sd, query_slurm=False)
-            progress.update(st.done, total=st.total)
+            progress.sweep(st)
             if not going(st):
                 return st
             time.sleep(LOOK_EVERY_S)

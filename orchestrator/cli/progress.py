@@ -1,4 +1,5 @@
 """The progress display of ``run`` and ``wait``: tqdm's bar on a terminal, one line per update in a log.
+A search's bar counts the configs of its round, one bar per round, as ``status`` counts them.
 
 Why tqdm rather than a hand-written line: it is the bar people know from every
 Python tool (``45%|####5     | 450/1000 [02:10<02:38, 2.84item/s]``), it smooths the rate
@@ -25,6 +26,11 @@ from typing import IO, TYPE_CHECKING, Never
 
 if TYPE_CHECKING:  # loaded when a bar opens: a command that shows none (status) does not pay for it
     from tqdm import tqdm
+
+    from orchestrator.control.status_model import SweepStatus
+
+# a search's bar says what it counts after the count, as ``status`` says a round's ("3/4 configs")
+_SEARCH_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} configs [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 
 
 class _Lines:
@@ -70,6 +76,9 @@ class Progress:
         self.heartbeat_s = 1.0 if self.tty else heartbeat_s
         self.bar: tqdm[Never] | None = None
         self.extra = ""
+        self.desc: str | None = None  # what the bar counts where a count alone does not say (a search's round)
+        self.round: int | None = None  # a search's round the bar counts
+        self.pending: tuple[int, int, str] | None = None  # its counts, where its bar opens at the next look
 
     def _open(self, done: int, extra: str) -> tqdm[Never]:
         """The bar, drawn at once with the first count. On a terminal that reports no width
@@ -95,6 +104,8 @@ class Progress:
             smoothing=0.1,
             leave=True,
             postfix=extra.lstrip("; ") or None,
+            desc=self.desc,
+            bar_format=_SEARCH_FORMAT if self.desc is not None else None,
         )
 
     def update(self, done: int, extra: str = "", total: int | None = None) -> None:
@@ -122,6 +133,28 @@ class Progress:
         if (changed and since >= self.interval_s) or since >= self.heartbeat_s:
             bar.refresh()
 
+    def sweep(self, st: SweepStatus, extra: str = "") -> None:
+        """Show a sweep's status: its records over every round (items, then a later round's
+        timings), or for a search the configs of its last planned round, a bar per round named as
+        ``status`` names it ("round 2 (search): ... 3/4 configs"). A round that ended keeps its
+        bar's last count; the next round's bar opens at the next look (below what is said of it),
+        or at ``close``."""
+        if not st.search:
+            self.update(st.done, extra, total=st.total)
+            return
+        last = st.search[-1]
+        counts = (st.done_of(last["round"], last["planned"]), last["planned"], extra)
+        if self.round is not None and self.round != last["round"]:
+            ended = next((r for r in st.search if r["round"] == self.round), None)
+            if ended is not None:
+                self.update(st.done_of(self.round, ended["planned"]), extra, total=ended["planned"])
+            self.close()
+            self.round, self.desc, self.pending = last["round"], f"round {last['round']} ({last['kind']})", counts
+            return
+        self.round, self.desc, self.label = last["round"], f"round {last['round']} ({last['kind']})", "config"
+        self.pending = None
+        self.update(counts[0], extra, total=counts[1])
+
     def note(self, text: str) -> None:
         """A line printed above the bar (a warning mid-sweep), the bar redrawn below it."""
         if self.bar is not None and self.tty:
@@ -131,6 +164,10 @@ class Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        if self.bar is None and self.pending is not None:  # a search's round whose bar was to open next
+            done, total, extra = self.pending
+            self.pending = None
+            self.update(done, extra, total=total)
         if self.bar is not None:
             if not self.tty and self.bar.last_print_n == self.bar.n:
                 self.bar.leave = False  # the log's last line shows the final count already

@@ -101,8 +101,7 @@ def resume_saying(
 
     def poll() -> None:
         if progress is not None:
-            st = sweep_status(sd, query_slurm=False)
-            progress.update(st.done, total=st.total)
+            progress.sweep(sweep_status(sd, query_slurm=False))
 
     result = resume_sweep(
         sd,

@@ -289,13 +289,13 @@ def _run_rounds_here(
     progress = Progress(sweep_status(sd, query_slurm=False).total)
 
     def poll() -> None:
-        st = sweep_status(sd, query_slurm=False)
-        progress.update(st.done, total=st.total)
+        progress.sweep(sweep_status(sd, query_slurm=False))
 
     def run(unit_ids: list[str]) -> list[UnitOutcome]:
         return dispatch.run_units_locally(sd, unit_ids, kind=kind, workers=workers, on_poll=poll)
 
     def announce(nxt: NextRound) -> None:
+        poll()  # the round that ended shows its last count above what is said of the next
         progress.note(round_note(nxt))
 
     settings = sd.spec.executor.model_copy(update={"kind": kind})

@@ -38,15 +38,15 @@ class _WaitDisplay:
                 f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
                 "configs are timed in full"
             )
+        extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
+        self.progress.sweep(st, extra)  # first: a search's round that ended shows its last count above the next's note
         for r in (st.search or [])[1:]:
             if r["round"] not in self.rounds:
                 self.rounds.add(r["round"])
-                self.progress.note(f"{PROG}: round {r['round']} of the search: {r['planned']} items ({r['kind']})")
+                self.progress.note(f"{PROG}: round {r['round']} of the search: {r['planned']} configs ({r['kind']})")
         if st.search_end is not None and not self.ended:
             self.ended = True
             self.progress.note(f"{PROG}: the search ended after {st.search_end['search_round']} rounds")
-        extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
-        self.progress.update(st.done, extra=extra, total=st.total)
 
 
 def wait_and_merge(
