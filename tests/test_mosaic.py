@@ -150,7 +150,7 @@ def test_a_replayed_mosaic_sweep_runs_reports_exports_and_is_reused(tmp_path: Pa
     # the replay again, from what it wrote: every record reused, nothing left to measure
     r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(out), "--include-replays")
     assert r.returncode == 0, r.stderr
-    assert f"reused {len(doc['results'])} items measured before" in r.stdout and "nothing to measure" in r.stdout
+    assert f"reused {len(doc['results'])} items recorded before" in r.stdout and "nothing to measure" in r.stdout
 
 
 def test_report_says_which_implementation_wins_a_problem_both_measured(tmp_path: Path) -> None:

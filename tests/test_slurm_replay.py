@@ -205,7 +205,7 @@ def test_an_extended_sweep_cancelled_and_resumed_on_slurm_measures_only_what_is_
     r = cli("submit", str(extended), "--sweep-dir", str(sweep))
     reused = json.loads((sweep / "reuse.json").read_text())["reused"]
     line = (
-        f"reused {reused} items measured before (not measured again; {reused} of them replayed, not measured): "
+        f"reused {reused} items recorded before (not measured again; {reused} of them replayed, not measured): "
         f"{reused} from {out}"
     )
     assert line in r.stdout and line in dry.stdout and f"{sweep}: 55 items in 3 units" in dry.stdout
