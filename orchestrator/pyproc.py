@@ -29,12 +29,14 @@ class PipeLines:
         self.fd = fd
         os.set_blocking(fd, False)
         self._buf = b""
+        self.ended = False  # the writer has closed its end (or ended): nothing more will come
 
     def ready(self) -> list[bytes]:
         """The lines written since the last call, without waiting."""
         try:
             while chunk := os.read(self.fd, 65536):
                 self._buf += chunk
+            self.ended = True
         except (BlockingIOError, InterruptedError):  # nothing more written yet
             pass
         *lines, self._buf = self._buf.split(b"\n")

@@ -10,8 +10,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +26,7 @@ from orchestrator.store.parse_procs import ENV, MAX_PROCS, SHARES, _procs, parse
 from orchestrator.store.segments import CACHE_DIR, current
 from orchestrator.store.synthetic import build_sweep, small_spec
 from tests.crash_events import EVENT_TIMEOUT_S
-from tests.helpers import assert_one_line_error, run_cli
+from tests.helpers import REPO, assert_one_line_error, run_cli, until
 
 
 @pytest.fixture
@@ -77,6 +79,67 @@ def test_the_workers_parse_into_the_merge_cache(damaged: Path, monkeypatch: pyte
     assert all(current(sd.root, u, sd.partial_path(u)) for u in theirs)
     assert set(calls) == set(units)  # each parsed here or loaded here once a worker had parsed it
     assert parse_ahead(sd, list(theirs), here) == set()  # those are current now: nothing to parse again
+
+
+def _parse_worker_of(pid: int) -> int | None:
+    """The pid of a parse worker (``python -P -m orchestrator.store.parse_procs``) the process
+    ``pid`` started, if one runs."""
+    for proc in Path("/proc").iterdir():
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid and b"orchestrator.store.parse_procs" in command:
+            return int(proc.name)
+    return None
+
+
+def test_a_stopped_parse_worker_is_named_and_its_partials_parsed_by_the_merge(damaged: Path, tmp_path: Path) -> None:
+    """A worker stopped by SIGSTOP (a Ctrl-Z of its group, a debugger) made the merge wait for
+    it forever, silently: the merge says which process is stopped, parses its partials itself,
+    ends it, and writes the document a merge in one process writes."""
+    twin = tmp_path / "twin"
+    shutil.copytree(damaged, twin)
+    one = run_cli("merge", str(damaged), env={ENV: "1"})
+    assert one.returncode == 0, one.stderr
+    merge = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "merge", str(twin), "--output", str(tmp_path / "many.json")],
+        cwd=REPO,
+        env={**os.environ, ENV: "2"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker: int | None = None
+    try:
+        until(lambda: _parse_worker_of(merge.pid) is not None, "a parse worker started", merge)
+        worker = _parse_worker_of(merge.pid)
+        assert worker is not None
+        os.kill(worker, signal.SIGSTOP)
+
+        def stopped() -> bool:  # the signal is delivered as the worker runs: it stops, or had ended already
+            state = Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            assert state != "Z", "the worker had parsed every partial before it was stopped"
+            return state == "T"
+
+        until(stopped, "the worker stopped", merge)
+        out, err = merge.communicate(timeout=EVENT_TIMEOUT_S)
+    finally:
+        if merge.poll() is None:
+            merge.kill()
+            merge.communicate()
+        if worker is not None and Path(f"/proc/{worker}").exists() and _parse_worker_of(merge.pid) == worker:
+            os.kill(worker, signal.SIGCONT)
+            os.kill(worker, signal.SIGKILL)
+    assert merge.returncode == 0, err
+    told = [line for line in err.splitlines() if f"parse worker {worker} " in line]
+    assert len(told) == 1 and f"is stopped (state T in /proc/{worker}/stat" in told[0], err
+    assert "Traceback" not in err and out == one.stdout.replace(f"{damaged.parent}/one.json", f"{tmp_path}/many.json")
+    assert not Path(f"/proc/{worker}").exists()  # ended, and collected, by the merge
+    assert (tmp_path / "many.json").read_bytes().split(b'"tilesweep"')[0] == (tmp_path / "one.json").read_bytes().split(
+        b'"tilesweep"'
+    )[0]
 
 
 def test_a_wrong_number_of_merge_processes_is_one_line(damaged: Path) -> None:

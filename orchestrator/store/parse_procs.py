@@ -24,8 +24,11 @@ never a re-run of the caller's own script, as multiprocessing's spawn would do.
 A Ctrl-C stops the workers with the merge (they die of it, silently; the merge kills those left
 when it stops, and removes the temp files they were writing); a worker killed otherwise leaves
 at most a temp file in the cache, which the next merge removes, and its claimed partials to the
-merge. A killed merge leaves its folder of claims in the cache, which the next merge removes
-(``remove_dead_shares``); its workers end at their next line to it (a broken pipe).
+merge. A worker stopped (a SIGSTOP, a Ctrl-Z of its process group, a debugger) is found so in
+/proc once it has been silent a while (``WATCH_S``): the merge says so in one line, parses the
+partials it claimed itself, and ends it, instead of waiting for it in silence. A killed merge
+leaves its folder of claims in the cache, which the next merge removes (``remove_dead_shares``);
+its workers end at their next line to it (a broken pipe).
 
     python -P -m orchestrator.store.parse_procs SWEEP_DIR UNITS_JSON SAID_FILE   # one worker
 """
@@ -37,12 +40,14 @@ import json
 import logging
 import os
 import re
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,7 +55,7 @@ from orchestrator.cpus import usable_cpus
 from orchestrator.errors import ResultsError
 from orchestrator.pyproc import PipeLines, module_command, module_env
 from orchestrator.store.files import folder_refuses, remove_dead_temps
-from orchestrator.store.pidspace import pid_alive
+from orchestrator.store.pidspace import pid_alive, process_state
 from orchestrator.store.segments import CACHE_DIR, UNCACHED, current, segment, uncached
 from orchestrator.store.sweepdir import SweepDir
 
@@ -59,6 +64,8 @@ log = logging.getLogger(__name__)
 ENV = "TILESWEEP_MERGE_PROCS"
 PARALLEL_MIN_BYTES = 64 << 20  # below this a worker's start costs more than it parses
 MAX_PROCS = 8
+WATCH_S = 1.0  # a worker silent this long is looked at: stopped, it is waited for no more (``_rest``)
+STOPPED = ("T", "t")  # /proc/PID/stat's states of a process stopped by a signal or a debugger
 SHARES = ".shares"  # a merge's folder in the cache: the list its processes go down, their claims, what they said
 
 
@@ -144,9 +151,36 @@ def _take_turns(
             load(d.ready())
         if claim(claims, unit):
             here(unit)
-    for d in done:
-        load(d.rest())
+    _rest(dict(zip(done, children, strict=True)), load)
     return theirs
+
+
+def _rest(waiting: dict[PipeLines, subprocess.Popen[bytes]], load: Callable[[list[bytes]], None]) -> None:
+    """The workers' lines (``load``) until each one ends; a worker that has said nothing for
+    ``WATCH_S`` is looked at, and one found stopped (state ``T`` or ``t``: a SIGSTOP, a Ctrl-Z of
+    its process group, a debugger) is waited for no more: the partials it claimed and did not
+    name are the merge's to parse (``merge.collect`` parses what no worker named), and the merge
+    ends it when its turns are over. Said in one line, naming the process."""
+    heard = dict.fromkeys(waiting, time.monotonic())
+    while waiting:
+        readable, _, _ = select.select([d.fd for d in waiting], [], [], WATCH_S)
+        now = time.monotonic()
+        for d in [d for d in waiting if d.fd in readable]:
+            load(d.ready())
+            heard[d] = now
+            if d.ended:
+                del waiting[d]
+        for d, child in list(waiting.items()):
+            state = process_state(child.pid) if now - heard[d] >= WATCH_S else None
+            if state in STOPPED:
+                log.warning(
+                    "parse worker %d of this merge is stopped (state %s in /proc/%d/stat: a SIGSTOP, a Ctrl-Z or a "
+                    "debugger); the merge parses the partials it claimed itself and ends it",
+                    child.pid,
+                    state,
+                    child.pid,
+                )
+                del waiting[d]
 
 
 def claim(claims: Path, unit: str) -> bool:

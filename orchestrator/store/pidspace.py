@@ -52,6 +52,13 @@ def _stat(pid: int) -> list[str] | None:
     return None if stat is None else stat.rsplit(")", 1)[-1].split()
 
 
+def process_state(pid: int) -> str | None:
+    """A pid's state letter (field 3 of /proc/PID/stat: ``R`` running, ``S`` asleep, ``T``
+    stopped by a signal, ``t`` stopped by a debugger, ``Z`` ended), or None where /proc cannot say."""
+    fields = _stat(pid)
+    return None if not fields else fields[0]
+
+
 def process_start(pid: int) -> str | None:
     """A pid's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
     fields = _stat(pid)
