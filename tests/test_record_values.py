@@ -143,3 +143,70 @@ def test_a_tile_below_a_dots_16_measured_in_interpret_mode_is_kept_by_every_read
     for argv in (["report", str(bad)], ["export", str(bad), "--out", str(tmp_path / "t.json")]):
         r = run_cli(*argv)
         assert r.returncode == 0, r.stderr
+
+
+def _timed(tmp_path: Path, **fields: Any) -> Path:
+    """The sample with its forced fwd record's timings replaced by ``fields``."""
+    doc = _sample()
+    doc["results"][FWD].update(fields)
+    return _write(tmp_path, doc)
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"q1_ms": 0.5, "median_ms": 0.4, "q3_ms": 0.6}, "q1_ms is 0.5, expected at most its median_ms, 0.4"),
+        ({"q1_ms": 0.3, "median_ms": 0.4, "q3_ms": 0.35}, "q3_ms is 0.35, expected at least its median_ms, 0.4"),
+        (
+            {"q1_ms": 0.3, "median_ms": 0.4, "q3_ms": 0.5, "samples_ms": [0.3, 0.31, 0.5]},
+            "median_ms is 0.4, expected the median of its 3 samples_ms (0.31)",
+        ),
+        (
+            {"q1_ms": 0.3, "median_ms": 0.4, "q3_ms": 0.5, "samples_ms": [0.5, 0.3, 0.32, 0.35]},
+            "median_ms is 0.4, expected the median of its 4 samples_ms (from 0.32 to 0.35, between the middle two)",
+        ),
+        (
+            {"q1_ms": 0.3, "median_ms": 0.4, "q3_ms": 0.5, "samples_ms": []},
+            "samples_ms is [], expected the samples its median_ms is the median of (at least one)",
+        ),
+    ],
+)
+def test_timings_that_do_not_add_up_are_refused_in_one_line(tmp_path: Path, fields: dict[str, Any], says: str) -> None:
+    """Every writer takes a record's quartiles and median from its samples (``np.percentile``):
+    a hand-edited q1_ms above the median, or a median that is not its samples', was reported."""
+    line = _refused(tmp_path, _timed(tmp_path, **fields))
+    assert f"results[{FWD}].{says}" in line, line
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 3, 4, 5, 8])
+def test_timings_as_the_worker_takes_them_load(tmp_path: Path, repeats: int) -> None:
+    """What the worker's timing (``kernels.timing.measure``, a real jitted call on this CPU) makes
+    of its samples holds to the rule, for an odd and an even count of samples."""
+    import jax
+    import jax.numpy as jnp
+
+    from kernels.timing import measure
+
+    x = jnp.ones((8, 8))
+    t = measure(jax.jit(lambda a: a @ a).lower(x).compile(), [x], repeats=repeats, target_ms=0.05, max_inner=2)
+    fields = {"median_ms": t.median_ms, "q1_ms": t.q1_ms, "q3_ms": t.q3_ms, "samples_ms": t.samples_ms}
+    bad = _timed(tmp_path, **fields)
+    assert document.load(bad).results[FWD]["samples_ms"] == t.samples_ms
+    assert run_cli("report", str(bad)).returncode == 0
+
+
+def test_any_samples_quartiles_as_numpy_takes_them_pass(tmp_path: Path) -> None:
+    """The rule holds for what ``np.percentile`` makes of any samples (the worker's, a replay's
+    and a tokamax table's quartiles): 3,000 sets of 1 to 12 samples of ms to hours, in one document."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    doc = _sample()
+    base = doc["results"][FWD]
+    for n in range(3000):
+        samples = [float(s) for s in rng.lognormal(rng.uniform(-5, 12), rng.uniform(0, 1), 1 + n % 12)]
+        q1, m, q3 = np.percentile(samples, [25, 50, 75])
+        doc["results"].append(
+            {**base, "q1_ms": float(q1), "median_ms": float(m), "q3_ms": float(q3), "samples_ms": samples}
+        )
+    assert len(document.load(_write(tmp_path, doc)).results) == len(doc["results"])

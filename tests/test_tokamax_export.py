@@ -66,7 +66,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, l
     them, and records of tilesweep's kernel), an H100 one, and their export."""
     root = tmp_path_factory.mktemp("tokamax")
     recs = _records(H200, 1)
-    extra = [dict(recs[0], median_ms=0.001, screened=True), dict(recs[1], error="Boom: no")]
+    screened = {"median_ms": 0.001, "q1_ms": 0.001, "q3_ms": 0.001, "samples_ms": [0.001]}  # its one sample
+    extra = [dict(recs[0], **screened, screened=True), dict(recs[1], error="Boom: no")]
     extra += [{k: v for k, v in recs[2].items() if k != "samples_ms"}]
     tilesweep = {**{k: recs[0][k] for k in ("dtype", "head_dim", "seq", "batch", "heads", "tag")}, "mode": "fwd"}
     tilesweep.update(config="forced", block_q=64, block_k=64, num_stages=2, num_warps=4, median_ms=0.5)

@@ -16,14 +16,19 @@ the kernels' own, from their constants:
 - error (a failed config's record): a string;
 - timings: median_ms, q1_ms, q3_ms (absent or null where a config failed) and each of samples_ms
   a number of milliseconds from MIN_MS (a nanosecond: no kernel is faster) to MAX_MS (11 days):
-  positive, finite, and such that a speedup or TFLOP/s of them is finite too.
+  positive, finite, and such that a speedup or TFLOP/s of them is finite too;
+- and they add up as every writer's do (the worker, a replay and a tokamax table's import take
+  them as ``np.percentile`` of the samples; merge and reuse carry them as they are):
+  q1_ms <= median_ms <= q3_ms, and median_ms is the median of samples_ms where a record keeps
+  them (between their middle two, for an even count: numpy's interpolation stays there).
 
 Speed (a million records): a document has few distinct identities (its problems) and configs
 (its grid), so each distinct one is checked once and remembered by its JSON text (orjson's, at C
 speed; ``repr`` without orjson): the text tells 64 from 64.0 and 1 from true, which the values'
-own equality does not. Per record the fast path is a few C-level reads, two set look-ups and
-float compares; the samples of all records are checked at once (min, max and sum of them all);
-any record the fast path cannot pass is checked field by field, which names what is wrong.
+own equality does not. Per record the fast path is a few C-level reads, two set look-ups, float
+compares and a sort of its few samples (for their middle); the samples of all records are checked
+at once (min, max and sum of them all); any record the fast path cannot pass is checked field by
+field, which names what is wrong.
 """
 
 from __future__ import annotations
@@ -125,6 +130,7 @@ def _fast(results: list[dict[str, Any]], start: int, seen: _Seen) -> int:
             kind = identities.get(exact(key), _UNSEEN)
             if kind is _UNSEEN or (kind is not None and exact(kind.get(rec)) not in kind.good):
                 return i
+            s = rec.get("samples_ms")
             if "error" in rec:
                 if not (
                     type(rec["error"]) is str
@@ -135,16 +141,13 @@ def _fast(results: list[dict[str, Any]], start: int, seen: _Seen) -> int:
                     return i
             else:
                 m, q1, q3 = times(rec)
-                if not (
-                    type(m) is float
-                    and type(q1) is float
-                    and type(q3) is float
-                    and lo <= m <= hi
-                    and lo <= q1 <= hi
-                    and lo <= q3 <= hi
-                ):
+                if not (type(m) is float and type(q1) is float and type(q3) is float and lo <= q1 <= m <= q3 <= hi):
                     return i
-            s = rec.get("samples_ms")
+                if s is not None:
+                    t = sorted(s)  # a value that is no list of numbers: a TypeError here or in the compare
+                    k = len(t)
+                    if not (k and t[(k - 1) // 2] <= m <= t[k // 2]):
+                        return i
             if s is not None:
                 samples(s)  # a value that is not a list: a TypeError here, or a str or a key among the numbers
     except (KeyError, TypeError):  # a field absent, a value orjson cannot write: checked by ``_record``
@@ -175,6 +178,7 @@ def _record(rec: dict[str, Any], i: int, name: str, seen: _Seen) -> None:
         if v is not None and (type(v) not in (float, int) or not MIN_MS <= v <= MAX_MS):
             _refuse(name, i, k, v, f"{_MS}, or null" if type(v) in (float, int) else "a number or null")
     _samples(rec.get("samples_ms"), i, name)
+    _spread(rec, i, name)
     if "impl" in rec or "causal" in rec or "kv_heads" in rec:
         key = (key, rec.get("impl"), rec.get("causal"), rec.get("kv_heads"))
     seen.identities[_exact(key)] = kind
@@ -246,6 +250,31 @@ def _samples(samples: Any, i: int, name: str) -> None:
     for j, v in enumerate(samples):
         if type(v) not in (float, int) or not MIN_MS <= v <= MAX_MS:
             _refuse(name, i, f"samples_ms[{j}]", v, _MS)
+
+
+def _spread(rec: dict[str, Any], i: int, name: str) -> None:
+    """A timed record's numbers add up as every writer's do (``np.percentile`` of its samples):
+    q1_ms <= median_ms <= q3_ms, and median_ms the median of samples_ms where it has them (between
+    their middle two, for an even count). Values ``_record`` checked already."""
+    m = rec.get("median_ms")
+    if m is None:
+        return
+    q1, q3 = rec.get("q1_ms"), rec.get("q3_ms")
+    if q1 is not None and q1 > m:
+        _refuse(name, i, "q1_ms", q1, f"at most its median_ms, {_shown(m)}")
+    if q3 is not None and q3 < m:
+        _refuse(name, i, "q3_ms", q3, f"at least its median_ms, {_shown(m)}")
+    samples = rec.get("samples_ms")
+    if samples is None:
+        return
+    t = sorted(samples)
+    k = len(t)
+    if not k:
+        _refuse(name, i, "samples_ms", samples, "the samples its median_ms is the median of (at least one)")
+    lo, hi = t[(k - 1) // 2], t[k // 2]
+    if not lo <= m <= hi:
+        middle = _shown(lo) if lo == hi else f"from {_shown(lo)} to {_shown(hi)}, between the middle two"
+        _refuse(name, i, "median_ms", m, f"the median of its {k} samples_ms ({middle})")
 
 
 def _refuse(name: str, i: int, field: str, value: Any, expected: str) -> NoReturn:
