@@ -24,12 +24,12 @@ from orchestrator.control.scheduler import cancel as scancel
 from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
 from orchestrator.errors import DispatchError, LeaseHeld, PlanError
 from orchestrator.spec.model import SweepSpec
-from orchestrator.store import tokamax_lists
+from orchestrator.store import tokamax_lists, unitfile
 from orchestrator.store.files import folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
 from orchestrator.store.sweep_paths import own_file
-from orchestrator.store.sweepdir import SweepDir, now_iso
+from orchestrator.store.sweepdir import SweepDir, UnitEntry, now_iso
 
 if TYPE_CHECKING:
     from orchestrator.store.merge import MergeSummary
@@ -85,7 +85,7 @@ def prepare_sweep(
     existed = (root / "sweep.json").exists()
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
-        index = sd.unit_index()  # a damaged one is refused before the output moves: a refusal changes nothing
+        index = _reopened_units(sd)  # a damaged one is refused before the output moves: a refusal changes nothing
         _check_cache_dir(sd.spec, root, planned_as=True)
         if out.resolve() != sd.output and (output or _edited_output(sd, spec, spec_path)):
             _check_before_move(sd, out.resolve(), overwrite)
@@ -110,6 +110,15 @@ def prepare_sweep(
                 planned.search.record["units"] = [u.id for u in planned.units]
                 write_round(sd, planned.search.record)
     return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in sd.unit_index()], existed=existed)
+
+
+def _reopened_units(sd: SweepDir) -> list[UnitEntry]:
+    """The unit index of a sweep directory reopened to run, each unit file checked against it
+    (``unitfile``): one that no longer matches would fail its worker, and every rerun's again."""
+    index = sd.unit_index()
+    for entry in index:
+        unitfile.read_items(sd.root, entry["id"])
+    return index
 
 
 def _check_output(out: Path, given: str, root: Path) -> None:

@@ -42,7 +42,7 @@ from typing import IO, Any
 from orchestrator import PROG, word
 from orchestrator.errors import ResultsError
 from orchestrator.spec.sections import REPLAY
-from orchestrator.store import keyindex
+from orchestrator.store import keyindex, unitfile
 from orchestrator.store.append import Ours, append_into, load_target
 from orchestrator.store.document import paused_gc
 from orchestrator.store.files import atomic_open, remove_dead_temps, write_advice
@@ -131,6 +131,8 @@ def collect(
         if seg is None:
             seg = segment(sd.root, uid, path, use_cache=use_cache, items=(units or {}).pop(uid, None))
         seg.cached = seg.cached and uid not in ahead  # parsed by this merge, in another process
+        if seg.cached:  # parsed by an earlier merge: its unit file, edited since, is refused as a parse refuses it
+            unitfile.check(sd.root, uid)
         if env is None and seg.headers and seg.foreign is None:
             env = seg.headers[0].get("env")  # no env.json: the first worker's environment rules
         why = seg.foreign or check_headers(seg, fingerprint, env)

@@ -45,9 +45,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
-from orchestrator.errors import PartialError, SweepDirError
+from orchestrator.errors import PartialError
 from orchestrator.spec.model import SCHEMA_VERSION
-from orchestrator.store.files import DAMAGED_FIX, cannot_access, read_file
+from orchestrator.store import unitfile
+from orchestrator.store.files import read_file
 from orchestrator.store.jsonline import loads
 from orchestrator.store.layouts import check_record
 from orchestrator.store.lines import ReadHeader
@@ -122,14 +123,9 @@ class UnitItems:
     @cached_property
     def positions(self) -> dict[str, int]:
         """Read from the unit file when first needed (a partial without records never reads
-        it); a missing or damaged one means a damaged sweep directory."""
-        try:
-            data = loads(self.path.read_bytes())
-            return {iid: int(index) for index, iid in data["items"]}
-        except PermissionError as exc:
-            raise SweepDirError(cannot_access(exc)) from None
-        except (OSError, ValueError, KeyError, TypeError):
-            raise SweepDirError(f"unit file {self.path} is missing or damaged; {DAMAGED_FIX}") from None
+        it); a missing one, or one that does not match ``units.json``, means a damaged sweep
+        directory (``unitfile``)."""
+        return {iid: index for index, iid in unitfile.read_items(self.path.parent.parent, self.unit)}
 
     @classmethod
     def of_partial(cls, path: Path) -> UnitItems | None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 from orchestrator import word
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
-from orchestrator.store import envfile, jobfile
+from orchestrator.store import envfile, jobfile, unitfile
 from orchestrator.store.files import (
     DAMAGED_FIX,
     WRITE_ERRNOS,
@@ -337,15 +337,15 @@ class SweepDir:
     def unit_items(self, unit_id: str) -> list[WorkItem]:
         from orchestrator.store import tokamax_lists
 
-        data = read_json(self.unit_path(unit_id), f"unit file of unit {unit_id}")
+        listed = unitfile.read_items(self.root, unit_id)
         items = self.items()
         out = []
-        for index, iid in data["items"]:
+        for index, iid in listed:
             if index >= len(items) or items[index].id != iid:
                 raise MismatchError(
                     f"unit {unit_id} ({self.unit_path(unit_id)}) names item {iid} at plan position {index}, "
-                    "which the frozen spec does not expand to; the sweep was planned by "
-                    + tokamax_lists.planned_by(self.root, self.spec)
+                    "which the frozen spec does not expand to; its unit file was edited (restore it from a copy), "
+                    "or the sweep was planned by " + tokamax_lists.planned_by(self.root, self.spec)
                 )
             out.append(items[index])
         return out
