@@ -6,7 +6,7 @@ The table (written by ``tilesweep export``) is small, versioned JSON::
      "entries": [{"impl", "dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads",
                   "mode",
                   "config": {block_q, block_k, bwd_outer, bwd_inner, num_warps, num_stages} | null,
-                  "median_ms", "auto_ms"}]}
+                  "median_ms", "auto_ms", "auto_config"?}]}
 
 ``impl`` is the kernel implementation measured (``kernels.impls``: "tilesweep", "jax" or
 "mosaic"), ``kv_heads`` equals ``heads`` for multi-head attention. Version 1 tables (no impl,
@@ -20,6 +20,10 @@ whether the entry's implementation is the fastest of the table's implementations
 problem. ``config: null`` records a
 measured problem where the implementation's auto beat every forced config (or every forced
 config failed): the answer there is "use auto", and a neighbouring seq must not override it.
+``auto_config`` (optional, beside a null ``config`` of our kernel) is the config auto ran
+there, as ``config`` names its fields: ``config_for`` answers it, because our kernel called
+with ``config=None`` runs ``AttentionConfig()``, which is not auto (auto shrinks tiles and
+stages to fit shared memory and picks the backward's warps).
 
 Answers, for either implementation: ``config_for`` gives our kernel's ``AttentionConfig``
 (``kernels.attention.flash_attention(q, k, v, cfg, causal=...)``), ``mha_kwargs`` the stock
@@ -250,10 +254,20 @@ class TunedTable:
         return dict(e.config)
 
     def config_for(self, **kwargs: Any) -> AttentionConfig | None:
-        """Our kernel's ``AttentionConfig`` for this call (``lookup`` of its entries), or
-        ``None``: use auto (``kernels.attention.auto_config``)."""
-        cfg = self.lookup(**_own(kwargs, DEFAULT_IMPL, "config_for"))
-        return None if cfg is None else to_attention_config(cfg)
+        """Our kernel's ``AttentionConfig`` for this call: the entry's config, or where the
+        entry says "use auto", the config auto ran (its ``auto_config``), since the kernel
+        called with ``None`` runs ``AttentionConfig()``, not auto. ``None`` where the table has
+        no answer: no entry, or a "use auto" entry of a table that does not name auto's config
+        (``kernels.config.auto_config`` computes it)."""
+        e = self.entry(**_own(kwargs, DEFAULT_IMPL, "config_for"))
+        if e is None:
+            return None
+        if e.config is not None:
+            return to_attention_config(e.config)
+        auto = e.auto_config
+        if auto is None or not blocks_divide(auto, int(kwargs["seq"]), e.mode, e.impl):
+            return None
+        return to_attention_config(auto)
 
     def mha_kwargs(self, **kwargs: Any) -> dict[str, Any] | None:
         """Keyword arguments of jax's stock ``mha`` for this call, from the entries measured

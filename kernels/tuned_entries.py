@@ -64,6 +64,9 @@ class TunedEntry:
     impl: str
     causal: bool
     kv_heads: int  # equals heads for multi-head attention
+    # where ``config`` is null (use auto): the config auto ran, as ``config`` names its fields;
+    # written by export for our kernel, whose untuned call (``AttentionConfig()``) is not auto
+    auto_config: dict[str, int] | None = None
 
 
 def blocks_divide(cfg: dict[str, int], seq: int, mode: str, impl: str = DEFAULT_IMPL) -> bool:
@@ -94,23 +97,23 @@ def _rules(impl: str) -> dict[str, Tunable]:
     return {t.name: t for mode in MODES for t in impls.get(impl).tunables(mode)}
 
 
-def _config(raw: dict[str, Any], where: str) -> dict[str, Any] | None:
-    cfg = raw["config"]
+def _config(raw: dict[str, Any], where: str, key: str = "config") -> dict[str, Any] | None:
+    cfg = raw.get(key)
     if cfg is None:
         return None
     impl = raw["impl"]
     fields = entry_config_fields(impl, raw["mode"])
     if not isinstance(cfg, dict) or set(cfg) != set(fields):
-        raise TunedTableError(f"{where}: config must be null or an object with exactly {', '.join(fields)}")
+        raise TunedTableError(f"{where}: {key} must be null or an object with exactly {', '.join(fields)}")
     flags = impl not in impl_triton.BY_NAME  # another implementation's flags (use_schedule_barrier)
     bad = [k for k in fields if not (flags and isinstance(cfg[k], bool)) and not _positive_int(cfg[k])]
     if bad:
-        raise TunedTableError(f"{where}: config.{bad[0]}={as_json(cfg[bad[0]])} must be a positive integer")
+        raise TunedTableError(f"{where}: {key}.{bad[0]}={as_json(cfg[bad[0]])} must be a positive integer")
     rules = _rules(impl)
     for k in fields:
         why = rules[k].refusal(cfg[k]) if k in rules else None
         if why is not None:
-            shown = f"config.{k}={as_json(cfg[k])}"
+            shown = f"{key}.{k}={as_json(cfg[k])}"
             raise TunedTableError(f"{where}: {shown} is not a value the {impl} kernel takes: {why}")
     return {k: cfg[k] for k in fields}
 
@@ -131,6 +134,7 @@ def read_entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
         if raw[k] not in allowed:
             raise TunedTableError(f"{where}: {k}={as_json(raw[k])} is not one of {', '.join(allowed)}")
     cfg = _config(raw, where)
+    auto = _config(raw, where, "auto_config") if cfg is None else None
     if raw["kv_heads"] is None:  # version 1: multi-head attention
         raw = {**raw, "kv_heads": raw["heads"]}
     for k in _INT_FIELDS:
@@ -138,7 +142,7 @@ def read_entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
             raise TunedTableError(f"{where}: {k}={as_json(raw[k])} must be a positive integer")
     if not isinstance(raw["causal"], bool):
         raise TunedTableError(f"{where}: causal={as_json(raw['causal'])} must be true or false")
-    _check_problem(raw, cfg, where)
+    _check_problem(raw, {"config": cfg, "auto_config": auto}, where)
     return TunedEntry(
         dtype=str(raw["dtype"]),
         head_dim=raw["head_dim"],
@@ -152,21 +156,23 @@ def read_entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
         impl=raw["impl"],
         causal=raw["causal"],
         kv_heads=raw["kv_heads"],
+        auto_config=auto,
     )
 
 
-def _check_problem(raw: dict[str, Any], cfg: dict[str, Any] | None, where: str) -> None:
-    """What the entry's problem allows: kv_heads dividing heads, a config the kernel takes at
-    the entry's seq, timings that are positive numbers (or null)."""
+def _check_problem(raw: dict[str, Any], configs: dict[str, dict[str, Any] | None], where: str) -> None:
+    """What the entry's problem allows: kv_heads dividing heads, configs (``config``,
+    ``auto_config``) the kernel takes at the entry's seq, timings that are positive numbers (or null)."""
     if raw["heads"] % raw["kv_heads"]:
         raise TunedTableError(f"{where}: kv_heads={raw['kv_heads']} does not divide heads={raw['heads']}")
     if not MIN_HEAD_DIM <= raw["head_dim"] <= MAX_HEAD_DIM:
         raise TunedTableError(
             f"{where}: head_dim={raw['head_dim']} is not one the kernels run ({MIN_HEAD_DIM} to {MAX_HEAD_DIM})"
         )
-    if cfg is not None and not blocks_divide(cfg, raw["seq"], raw["mode"], raw["impl"]):
-        runs = f"is not one the {raw['impl']} kernel runs at seq={raw['seq']}"
-        raise TunedTableError(f"{where}: config {as_json(cfg)} {runs}")
+    for key, cfg in configs.items():
+        if cfg is not None and not blocks_divide(cfg, raw["seq"], raw["mode"], raw["impl"]):
+            runs = f"is not one the {raw['impl']} kernel runs at seq={raw['seq']}"
+            raise TunedTableError(f"{where}: {key} {as_json(cfg)} {runs}")
     for k in ("median_ms", "auto_ms"):
         v = raw[k]
         ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0)

@@ -15,7 +15,10 @@ forced config, the best forced config is auto's own (``report``: two timings of 
 every forced config failed while auto ran. ``median_ms`` is the time of what the entry answers:
 the forced config's, or auto's where ``config`` is ``null``. Keeping the entry (rather than
 dropping it) stops the kernel's nearest-seq fallback from borrowing a neighbour's config for
-a seq where auto is known to win. ``keep_slower=True`` exports the best forced config anyway.
+a seq where auto is known to win. Beside a null ``config`` of our kernel, ``auto_config`` names
+the config auto ran (``kernels.tuned.TunedTable.config_for`` answers it: our kernel called with
+no config runs ``AttentionConfig()``, not auto). ``keep_slower=True`` exports the best forced
+config anyway.
 Problems where nothing ran at all get no entry. If a document holds several tags for one
 shape, the faster best wins.
 
@@ -77,6 +80,7 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
             config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
     k = s.key
     replayed: dict[str, Any] = {"replayed": True} if s.replayed else {}
+    auto = _auto_config(s) if config is None else None
     return {
         "impl": k.impl,
         "dtype": k.dtype,
@@ -90,8 +94,19 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
         "config": config,
         "median_ms": s.best_ms if config is not None else s.auto_ms,
         "auto_ms": s.auto_ms,
+        **({"auto_config": auto} if auto is not None else {}),
         **replayed,
     }
+
+
+def _auto_config(s: ProblemSummary) -> dict[str, int] | None:
+    """What a "use auto" entry of our kernel answers: the config its auto ran (None where the
+    document does not say). Our kernel called untuned runs ``AttentionConfig()``, not auto; the
+    stock kernel's auto is its own defaults, which ``mha`` called untuned runs."""
+    auto = s.auto_config
+    if (s.key.impl or impls.DEFAULT_IMPL) != impls.DEFAULT_IMPL or auto is None or None in auto.values():
+        return None
+    return kernel_config(auto, s.key.mode)
 
 
 def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str, Any], ExportSummary]:
