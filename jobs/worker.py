@@ -263,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 130
     print(
-        f"unit {summary['unit']}: {summary['done']} records written ({summary['errors']} errors), "
+        f"unit {summary['unit']}: {summary['done']} record{'s' if summary['done'] != 1 else ''} written "
+        f"({summary['errors']} error{'s' if summary['errors'] != 1 else ''}), "
         f"{summary['already']} already done, {summary['wall_s']:.1f}s"
     )
     return 0

@@ -146,6 +146,16 @@ def test_a_missing_sweep_directory_says_which_commands_make_one(tmp_path: Path) 
         )
 
 
+def test_a_count_of_one_is_said_in_the_singular(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    r = run_cli("plan", str(write_spec()), "--units", "1", "--sweep-dir", str(sweep))
+    assert r.returncode == 0 and "in 1 unit " in r.stdout, r.stderr
+    # planned, never submitted: wait refuses in one line, of one unit
+    wait = run_cli("wait", str(sweep), "--interval", "0.1")
+    line = assert_one_line_error(wait, f"1 unit of {sweep} was never submitted")
+    assert "1 units" not in line and line.endswith(f"`tilesweep resume {sweep}` submits it"), line
+
+
 def test_a_spec_file_where_a_sweep_directory_goes_is_named_so(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
     sweep = tmp_path / "sweep"

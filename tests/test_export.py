@@ -323,7 +323,7 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sub" / "tuned.json"
     out.parent.mkdir()
     rc, stdout, _ = run_handler(["export", str(src), "--out", str(out)], capsys)
-    assert rc == 0 and "1 entries (1 tuned, 0 use auto)" in stdout
+    assert rc == 0 and "wrote " in stdout and ": 1 entry (1 tuned, 0 use auto)\n" in stdout
     assert tuned(load(out), dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")["block_q"] == 128
     from orchestrator.errors import TilesweepError
 

@@ -104,7 +104,7 @@ def test_fewer_records_keep_the_old_document_and_all_quarantined_writes_nothing(
     r = run_cli("merge", str(sd.root))
     assert r.returncode == 0, r.stderr
     kept = len(_records(out))
-    assert kept < sd.planned and "quarantined 1 partial file(s)" in r.stdout
+    assert kept < sd.planned and "quarantined 1 partial file " in r.stdout
     assert f"the document it replaced held {sd.planned} records: kept as {out}.prev" in r.stdout
     assert (tmp_path / "results.json.prev").read_bytes() == full
     # now every partial with records is quarantined: nothing is written

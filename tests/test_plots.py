@@ -109,7 +109,7 @@ def test_plots_failed_auto_only_and_tags(tmp_path: Path) -> None:
 def test_cli_report_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = write(tmp_path, make_doc([rec(auto=True, ms=2.0), rec(ms=1.0)]))
     rc, out, err = run_handler(["report", str(src), "--json", "--plots", str(tmp_path / "p")], capsys)
-    assert rc == 0 and out.lstrip().startswith("[") and "wrote 2 plot(s)" in err
+    assert rc == 0 and out.lstrip().startswith("[") and "wrote 2 plots" in err
     assert (tmp_path / "p" / "speedup_over_auto.png").exists()
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, non_negative_int
+from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, counted, non_negative_int
 from orchestrator.cli.finish import print_reused
 from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable
 from orchestrator.errors import TilesweepError
@@ -206,7 +206,7 @@ def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: b
         ) from None
     finally:
         progress.close()
-    print(f"wrote {len(written.files)} plot(s) to {out_dir}", file=sys.stderr)
+    print(f"wrote {counted(len(written.files), 'plot')} to {out_dir}", file=sys.stderr)
     if written.folded:
         page = "the --html page has every problem" if html_given else "--html OUT.html shows every problem on one page"
         print(
@@ -231,10 +231,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         doc = _combined(docs, args)
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
     if not summary.entries:  # an earlier table is not replaced by an empty one
-        raise TilesweepError(
-            f"nothing to export: none of the {summary.skipped} problem(s) in {', '.join(args.results)} has a timed "
-            "record; nothing written"
-        )
+        none = "the problem" if summary.skipped == 1 else f"none of the {summary.skipped} problems"
+        docs_named = ", ".join(args.results)
+        raise TilesweepError(f"nothing to export: {none} in {docs_named} has a timed record; nothing written")
     if args.out == "-":  # the table on stdout, what was written on stderr
         print(json.dumps(table, indent=1))
         sys.stdout.flush()
@@ -249,10 +248,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise TilesweepError(f"{args.out}: cannot write the tuned table ({exc.strerror or exc})") from None
     replayed = f", {summary.replayed} of them replayed, not measured" if summary.replayed else ""
+    skipped = f", {counted(summary.skipped, 'problem')} with no timing skipped" if summary.skipped else ""
+    entries = f"{summary.entries} entr{'y' if summary.entries == 1 else 'ies'}"
     print(
-        f"wrote {'the table to stdout' if args.out == '-' else args.out}: {summary.entries} entries "
-        f"({summary.tuned} tuned, {summary.use_auto} use auto{replayed}), {summary.skipped} problem(s) with no "
-        "timing skipped",
+        f"wrote {'the table to stdout' if args.out == '-' else args.out}: {entries} "
+        f"({summary.tuned} tuned, {summary.use_auto} use auto{replayed}){skipped}",
         file=sys.stderr if args.out == "-" else sys.stdout,
     )
     return 0

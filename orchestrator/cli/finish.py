@@ -42,7 +42,7 @@ def merge_line(summary: MergeSummary) -> str:
         what = "items without a record are redone by resume" if summary.missing else "items have records"
         text += f"; skipped {summary.skipped_lines} torn or invalid partial lines (their {what})"
     if summary.quarantined:
-        text += f"; quarantined {len(summary.quarantined)} partial file(s) (see the warnings above)"
+        text += f"; quarantined {counted(len(summary.quarantined), 'partial file')} (see the warnings above)"
     return text
 
 

@@ -175,7 +175,8 @@ def _lower_on_cluster(root: Path, todo: list[WorkItem], on_verdict: Callable[[Ve
 
     def started(run: LoweringArray) -> None:
         submitted.job_ids = run.job_ids
-        warn(f"lowering {len(todo)} configs as job array {run.array} on partition {sd.spec.executor.lower_partition}")
+        on = f"job array {run.array} on partition {sd.spec.executor.lower_partition}"
+        warn(f"lowering {counted(len(todo), 'config')} as {on}")
 
     try:
         run = lower_on_cluster(sd, todo, on_verdict, started=started)
@@ -226,8 +227,8 @@ def _summary(
         print(f"nothing to lower for {target.name}: {skipped} planned configs are invalid, pruned or lowered before")
         return
     print(
-        f"lowered {n} configs for {target.name} ({target.sm}, {target.smem_limit_bytes} bytes of shared memory per "
-        f"block) on {where} in {wall_s:.1f} s: {seen['lowered']} lowered, {seen['refused']} refused "
+        f"lowered {counted(n, 'config')} for {target.name} ({target.sm}, {target.smem_limit_bytes} bytes of shared "
+        f"memory per block) on {where} in {wall_s:.1f} s: {seen['lowered']} lowered, {seen['refused']} refused "
         f"({seen['smem']} for shared memory), {seen['crashed']} crashed"
         + (f"; {skipped} not lowered (invalid, pruned by the model, or lowered before)" if skipped else "")
     )

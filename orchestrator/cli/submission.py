@@ -29,7 +29,8 @@ def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:
         print(_merge_job_line(sd, out.merge_job))
     if out.submission.error is not None:
         warn(
-            f"warning: {out.not_submitted} units were not submitted: {out.submission.error.message}; "
+            f"warning: {counted(out.not_submitted, 'unit')} {'was' if out.not_submitted == 1 else 'were'} not "
+            f"submitted: {out.submission.error.message}; "
             f"fix the cause, then `{PROG} resume {word(sd.root)}`"
         )
 

@@ -243,8 +243,10 @@ def _run_here(
     todo = [u.id for u in st.units if not u.complete and not u.resumed and u.id not in held]
     if held:
         warn(
-            f"note: {len(held)} unit(s) of {sd.root} are run by a worker already (e.g. {held[0]}, "
-            f"`{PROG} status {word(sd.root)}` names it): following them instead of starting a second worker on each"
+            f"note: {counted(len(held), 'unit')} of {sd.root} {'is' if len(held) == 1 else 'are'} run by a worker "
+            f"already (e.g. {held[0]}, "
+            f"`{PROG} status {word(sd.root)}` names it): following {'it' if len(held) == 1 else 'them'} instead of "
+            "starting a second worker on each"
         )
     outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
     failed = failed_unit_lines(outcomes)

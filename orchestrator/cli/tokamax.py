@@ -13,6 +13,7 @@ from pathlib import Path
 from kernels import tokamax_meta as meta
 from orchestrator.analysis import tokamax_export
 from orchestrator.analysis.combine import combine, describe, kinds
+from orchestrator.cli.common import counted
 from orchestrator.cli.outputs import check_output, is_tokamax_table
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
@@ -69,7 +70,7 @@ def _say_left_out(c: tokamax_export.Chosen) -> None:
     if left:
         print(f"{c.device_kind}: left out {left} (not tokamax's kernels: tokamax has no table for them)")
     if c.auto_won:
-        every = "every problem" if not c.entries else f"{c.auto_won} problem(s)"
+        every = "every problem" if not c.entries else counted(c.auto_won, "problem")
         print(
             f"{c.device_kind}: left {every} to tokamax's own choice (auto), which was faster than every measured "
             "config (--keep-slower writes them anyway)"
@@ -112,6 +113,7 @@ def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep
         for name in texts:
             entries = [e for e in c.entries if e.stem + ".json" == name]
             configs = sum(len(e.configs) for e in entries)
-            also = f"; kept {kept[name]} other shape(s) the table held" if kept.get(name) else ""
-            print(f"wrote {folder / name}: {len(entries)} shape(s), {configs} config(s) of {c.device_kind}{also}")
+            also = f"; kept {counted(kept[name], 'other shape')} the table held" if kept.get(name) else ""
+            shapes = f"{counted(len(entries), 'shape')}, {counted(configs, 'config')}"
+            print(f"wrote {folder / name}: {shapes} of {c.device_kind}{also}")
     return 0

@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from orchestrator import word
-from orchestrator.cli.common import PROG, Progress, warn
+from orchestrator.cli.common import PROG, Progress, counted, warn
 from orchestrator.cli.finish import finish_sweep, unfinished_unit_lines
 from orchestrator.store.sweepdir import SweepDir
 
@@ -79,7 +79,7 @@ def wait_and_merge(
         display.progress.close()
     if not st.settled:
         warn(
-            f"still running after {timeout:.0f} s: {len(st.unsettled())} units pending or running; "
+            f"still running after {timeout:.0f} s: {counted(len(st.unsettled()), 'unit')} pending or running; "
             f"`{PROG} wait {word(sd.root)}` again later"
         )
         return 1

@@ -51,8 +51,9 @@ def wait_until_settled(
         never = [u.id for u in st.never_started()]
         if never and not any(u.state in ACTIVE and (u.submitted or u.leased) for u in st.units):
             raise DispatchError(
-                f"{len(never)} units of {sd.root} were never submitted (e.g. {never[0]}); "
-                f"`{PROG} resume {word(sd.root)}` submits them"
+                f"{len(never)} unit{'s' if len(never) != 1 else ''} of {sd.root} "
+                f"{'were' if len(never) != 1 else 'was'} never submitted (e.g. {never[0]}); "
+                f"`{PROG} resume {word(sd.root)}` submits {'them' if len(never) != 1 else 'it'}"
             )
         if on_poll is not None:
             on_poll(st)
