@@ -395,5 +395,6 @@ def test_units_asked_of_a_sweep_planned_before_are_said_not_to_be_used(tmp_path:
     for command in ("plan", "run"):
         r = run_cli(command, str(spec), "--sweep-dir", str(sweep), "--units", "1")
         assert r.returncode == 0 and any(line.startswith(note) for line in r.stderr.splitlines()), r.stderr
+        assert r.stderr.count("keeps the") == 1, r.stderr  # said once
         same = run_cli(command, str(spec), "--sweep-dir", str(sweep), "--units", "3")
         assert same.returncode == 0 and "is not used" not in same.stderr, same.stderr

@@ -234,7 +234,7 @@ def _run_here(
         file=sys.stderr,
     )
     if existed:
-        _warn_kept_plan(sd, len(unit_ids), args)
+        _warn_kept_plan(sd, args)
     else:
         units_capped(args.units or sd.spec.sharding.units, planned_units(sd))
     # a unit `resume` handed its missing items to is not run again: its later unit runs them; one
@@ -255,15 +255,14 @@ def _run_here(
     return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=_rerun(args.spec, sd))
 
 
-def _warn_kept_plan(sd: SweepDir, n_units: int, args: argparse.Namespace) -> None:
-    """A reopened sweep directory keeps its plan: say which options of this run it ignores."""
+def _warn_kept_plan(sd: SweepDir, args: argparse.Namespace) -> None:
+    """A reopened sweep directory keeps its plan: say which reuse options of this run it ignores
+    (``--units``: ``prepare_run`` says so, where the plan has units that measure)."""
     if args.reuse or args.remeasure or args.reuse_errors or args.include_replays:
         warn(
             f"note: {sd.root} keeps the plan it was made with; --reuse, --remeasure, --reuse-errors and "
             "--include-replays apply when a sweep directory is planned (use a new --sweep-dir)"
         )
-    if args.units and args.units != n_units:
-        warn(f"note: {sd.root} keeps the {n_units} units it was planned with; --units applies to a new sweep directory")
 
 
 def _retry_here(sd: SweepDir, kind: str, retry: str) -> list[UnitOutcome]:
