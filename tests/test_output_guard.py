@@ -1,8 +1,9 @@
 """The files ``report --html``, ``compare --html`` and ``export --out`` write never replace the
 user's data: an input, a spec, a directory or any file of another kind is refused with one line
 and exit code 2, and the file is left byte for byte; an earlier output of the same kind is
-replaced, and folders of the path that do not exist yet are made. Real ``python -m orchestrator``
-processes on real files."""
+replaced, and folders of the path that do not exist yet are made. A sweep's results document
+(``--output``, the spec's ``output``) never replaces the spec it is measured from. Real
+``python -m orchestrator`` processes on real files."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +264,23 @@ def test_report_with_standard_output_closed_runs_and_writes_its_page(results: Pa
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert page.read_text().lstrip().lower().startswith("<!doctype html")
+
+
+def test_an_output_that_is_the_spec_file_is_refused_even_with_overwrite(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The results document would replace the spec it was measured from: no --overwrite offered."""
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    text = spec.read_text()
+    sweep = tmp_path / "sweep"
+    for flags in ([], ["--overwrite"]):
+        r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(spec), *flags)
+        line = assert_one_line_error(r, f"--output {spec} is the spec file {spec} this command reads", "another file")
+        assert "--overwrite" not in line and spec.read_text() == text and not sweep.exists()
+    itself = write_spec("itself.json", modes=["fwd"], fwd_block_q=[32], output=str(tmp_path / "itself.json"))
+    r = run_cli("plan", str(itself), "--sweep-dir", str(sweep))
+    assert_one_line_error(r, f"output {itself} of {itself} is the spec file")
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    r = run_cli("merge", str(sweep), "--output", str(spec), "--overwrite")
+    assert_one_line_error(r, f"the output {spec} is the spec file", f"tilesweep merge {sweep} --output FILE")
+    assert spec.read_text() == text

@@ -261,7 +261,7 @@ def test_a_rerun_with_another_output_merges_there_and_a_refused_output_leaves_no
     # an output that is the spec itself: refused, and the sweep directory made for it is gone again
     refused = tmp_path / "refused"
     r = run_cli("run", str(spec), "--sweep-dir", str(refused), "--output", str(spec))
-    assert r.returncode == 2 and "is not a results document" in r.stderr and not refused.exists()
+    assert r.returncode == 2 and f"is the spec file {spec} this command reads" in r.stderr and not refused.exists()
     assert len(r.stderr.splitlines()) == 1, r.stderr  # the refusal alone
     r = run_cli("run", str(spec), "--sweep-dir", str(refused), "--output", str(tmp_path / "good.json"))
     assert r.returncode == 0, r.stderr

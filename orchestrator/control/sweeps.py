@@ -28,7 +28,7 @@ from orchestrator.store import tokamax_lists, unitfile
 from orchestrator.store.files import folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
-from orchestrator.store.sweep_paths import own_file
+from orchestrator.store.sweep_paths import is_spec_file, own_file
 from orchestrator.store.sweepdir import SweepDir, UnitEntry, now_iso
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def prepare_sweep(
     check_replay_source(spec)
     root = Path(sweep_dir) if sweep_dir else default_sweep_dir(spec_path, spec)
     out = Path(output) if output else Path(spec.output)
-    _check_output(out, f"--output {out}" if output else f"output {out} of {spec_path}", root)
+    _check_output(out, f"--output {out}" if output else f"output {out} of {spec_path}", root, spec_path)
     existed = (root / "sweep.json").exists()
     if existed:
         sd = SweepDir.create(root, spec, output=out.resolve(), spec_source=None, planned=0)
@@ -121,11 +121,16 @@ def _reopened_units(sd: SweepDir) -> list[UnitEntry]:
     return index
 
 
-def _check_output(out: Path, given: str, root: Path) -> None:
+def _check_output(out: Path, given: str, root: Path, spec_path: str) -> None:
     """Refuse, before anything is measured, an output the merge at the end could not write: a
     directory, a device or a pipe (the merge renames its document into place: it would replace
-    the node itself), a file of the sweep directory ``root`` itself, or a path whose folder (its
-    nearest existing one) takes no new files."""
+    the node itself), the spec file itself, a file of the sweep directory ``root`` itself, or a
+    path whose folder (its nearest existing one) takes no new files."""
+    if is_spec_file(out, spec_path):
+        raise PlanError(
+            f"{given} is the spec file {spec_path} this command reads, which the results document would replace; "
+            "name another file for the results document"
+        )
     if own_file(root, out):
         raise PlanError(
             f"{given} is a file of the sweep directory {root} (or in one of its folders), which the results "

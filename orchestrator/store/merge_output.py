@@ -1,7 +1,7 @@
 """What a merge checks of the file it writes: which file an output names (a link's target), the
-outputs it refuses before it reads a partial (a directory, a device, a file of the sweep
-directory itself, a folder that takes no new file), and what to say of the merge cache's space
-where a full disk stopped the document."""
+outputs it refuses before it reads a partial (a directory, a device, the spec file the sweep was
+planned from, a file of the sweep directory itself, a folder that takes no new file), and what
+to say of the merge cache's space where a full disk stopped the document."""
 
 from __future__ import annotations
 
@@ -13,19 +13,26 @@ from orchestrator import PROG, word
 from orchestrator.errors import ResultsError
 from orchestrator.store.files import folder_refuses
 from orchestrator.store.segments import CACHE_DIR
-from orchestrator.store.sweep_paths import own_file
+from orchestrator.store.sweep_paths import is_spec_file, own_file
 from orchestrator.store.sweepdir import SweepDir
 
 
 def output_file(sd: SweepDir, out: Path) -> Path:
     """The file a merge writes for ``out``: a link's target (the link stays); refused where it is a
-    directory, a device, a pipe or a socket (the document renamed into place would replace it)."""
+    directory, a device, a pipe or a socket, or the sweep's spec file (the document renamed into
+    place would replace it)."""
     if out.is_symlink():
         out = Path(os.path.realpath(out))
     if own_file(sd.root, out):
         raise ResultsError(
             f"the output {out} is a file of the sweep directory {sd.root} (or in one of its folders), which the "
             f"document would replace: merge into a file outside them (`{PROG} merge {word(sd.root)} --output FILE`)"
+        )
+    spec = sd.meta.get("spec_source")
+    if is_spec_file(out, spec):
+        raise ResultsError(
+            f"the output {out} is the spec file {spec} the sweep {sd.root} was planned from, which the document "
+            f"would replace: merge into another file (`{PROG} merge {word(sd.root)} --output FILE`)"
         )
     if out.is_dir():
         raise ResultsError(

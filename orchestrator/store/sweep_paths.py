@@ -96,3 +96,19 @@ def own_file(root: Path, path: Path) -> bool:
     except ValueError:
         return False
     return len(rel.parts) > 1 or rel.name in _OWN_FILES or rel.name.startswith("lowering-task")
+
+
+def is_spec_file(path: Path, spec_path: str | Path | None) -> bool:
+    """Whether ``path`` is the spec file ``spec_path`` (the same file, through a link or another
+    spelling) and holds a spec, not a results document: a results document written there would
+    replace the spec the sweep runs. A results document given as the spec is the sweep's own
+    document, which its merge replaces as it should (read only where the two are one file)."""
+    if spec_path is None:
+        return False
+    try:
+        if not (path.exists() and Path(spec_path).exists() and path.samefile(spec_path)):
+            return False
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):  # unreadable, or not JSON (a TOML spec)
+        return True
+    return not (isinstance(data, dict) and {"config", "results"} <= data.keys())
