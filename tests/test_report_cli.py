@@ -159,3 +159,27 @@ def test_tokamaxs_auto_is_said_as_tokamaxs_own_choice_not_a_question_mark(tmp_pa
     assert problem["auto_label"] is None and problem["auto_choice"] == "tokamax's own choice"
     html = page.read_text()
     assert "auto (tokamax&#x27;s own choice)" in html and "(auto's config: <b>tokamax&#x27;s own choice</b>" in html
+
+
+def test_the_legend_says_only_the_words_its_table_uses(tmp_path: Path) -> None:
+    """A sweep of our kernel measured in full, with its shared-memory limit named, reads no
+    words of halving, search, tokamax or a document that names no limit, in the text and the page."""
+    limit = {"tag": "t", "smem_limit_bytes": 232448}
+    plain = write(tmp_path, json.dumps(make_doc([rec(auto=True, ms=2.0), rec(ms=1.0, block_q=64)], config=limit)))
+    page = tmp_path / "page.html"
+    said = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "report", str(plain), "--html", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert said.returncode == 0, said.stderr
+    legend = said.stdout.strip().splitlines()[-1]
+    assert legend.startswith("TFLOP/s of the best config") and "auto config: what auto runs there" in legend
+    unused = ("screened out", "never measured", "not measured yet", "tokamax", "names no limit", "noise")
+    for words in unused:
+        assert words not in legend and words not in page.read_text(), words
+    # a document that names no limit shows "?" for auto's config, and its legend says what that is
+    unknown = write(tmp_path, json.dumps(make_doc([rec(auto=True, ms=2.0), rec(ms=1.0)])), "unknown.json")
+    text = subprocess.check_output([sys.executable, "-m", "orchestrator", "report", str(unknown)], cwd=REPO, text=True)
+    assert "? where the document names no limit" in text.strip().splitlines()[-1]

@@ -22,10 +22,9 @@ from pathlib import Path
 
 from orchestrator.analysis import winners
 from orchestrator.analysis.heatmap import HeatmapData, problem_title
+from orchestrator.analysis.legend import table_legend
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
 from orchestrator.analysis.report import (
-    LEGEND,
-    REPLAYED_LEGEND,
     ProblemKey,
     ProblemSummary,
     axis_cells,
@@ -322,10 +321,9 @@ def report_page(doc: ResultsDoc) -> str:
     limit = doc.max_rel_err
     n_err = sum(1 for r in doc.results if not is_success(r, limit))
     counts = {"records": len(doc.results), "without a timing": n_err, "problems": len(views)}
-    replayed = " " + REPLAYED_LEGEND if any(v.summary.replayed for v in views) else ""
     body = [
         f"<h1>tilesweep report: {esc(Path(doc.name).name)}</h1>",
-        f'<p class="sub">{esc(LEGEND)}{esc(replayed)}</p>',
+        f'<p class="sub">{esc(table_legend([v.summary for v in views]))}</p>',
         f"<h2>Provenance</h2>{provenance(doc, counts)}",
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(views, with_tag, axes), len(views))}",
         f"<h2>Problems</h2>{legend()}",

@@ -48,6 +48,7 @@ from kernels.config import attention_flops
 from orchestrator.analysis.auto import AutoRule, auto_choice, auto_config, auto_rule, same_config
 from orchestrator.analysis.coverage import Coverage, plans_of
 from orchestrator.analysis.labels import config_label
+from orchestrator.analysis.legend import REPLAYED_LEGEND, table_legend
 from orchestrator.analysis.problems import ProblemKey, astuple_key, axis_cells, axis_columns
 from orchestrator.analysis.scan import INF, ProblemScan, scan
 from orchestrator.analysis.screens import survivors_of
@@ -69,7 +70,6 @@ __all__ = [
     "CAUSAL_FLOPS_FORMULAS",
     "FLOPS_FORMULAS",
     "FWD_FLOPS_FORMULA",
-    "LEGEND",
     "REPLAYED_LEGEND",
     "ProblemKey",
     "ProblemSummary",
@@ -83,21 +83,6 @@ __all__ = [
     "tflops_text",
     "to_json",
 ]
-
-LEGEND = (
-    "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), causal = half "
-    "(only the computed lower triangle counts); H = query heads. speedup = auto ms / best ms. noise: best's q1-q3 "
-    "overlaps the runner-up's. screened out: configs a halving sweep timed by one screening sample only (never a "
-    "best). auto config: what auto runs there (kernels.impls' rule at the sweep's shared-memory limit, inferred the "
-    "same way for a document without a tilesweep block; ? where the document names no limit; auto (tokamax's own "
-    "choice) where the implementation picks it and the document does not name it); where the best is "
-    "that config, speedup is 1.00 and the two timings' ratio is noise. never measured: configs a search did not "
-    "need (neither missing nor failed); not measured yet: a search that has not ended may still measure them "
-    "(resume plans its next round)."
-)
-REPLAYED_LEGEND = (
-    "replayed: times drawn on a virtual clock from another document's records (kernel.impl replay), not measured."
-)
 
 
 def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
@@ -278,8 +263,7 @@ def format_table(summaries: list[ProblemSummary], style: str = "text", *, legend
     tail = _HEADER_TAIL[:-1] + ["missing", "note"] if with_missing else _HEADER_TAIL
     header = _HEADER[:5] + axes + _HEADER[5:] + (["tag"] if with_tag else []) + tail
     rows = [_row(s, with_tag, axes, with_missing) for s in summaries]
-    text = LEGEND + (" " + REPLAYED_LEGEND if any(s.replayed for s in summaries) else "")
-    return render(header, rows, style, left=_LEFT, legend=text if legend else None)
+    return render(header, rows, style, left=_LEFT, legend=table_legend(summaries) if legend else None)
 
 
 def to_json(summaries: list[ProblemSummary]) -> list[dict[str, Any]]:
