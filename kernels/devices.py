@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernels.spelling import as_json
+
 SM90_SMEM_LIMIT_BYTES = 232448  # 227 KiB: per-block opt-in shared memory of sm_90 and sm_100
 
 
@@ -56,5 +58,5 @@ def get(name: str) -> DeviceKind:
     try:
         return KINDS[name]
     except KeyError:
-        known = ", ".join(repr(k) for k in KINDS)
-        raise ValueError(f"unknown device kind {name!r}; known kinds: {known}") from None
+        known = ", ".join(as_json(k) for k in KINDS)
+        raise ValueError(f"unknown device kind {as_json(name)}; known kinds: {known}") from None

@@ -39,6 +39,7 @@ from typing import Any
 
 from kernels.devices import DeviceKind
 from kernels.impl_base import Capabilities, Fields, ModeFn, Tunable, Value
+from kernels.spelling import as_json
 
 RULES = "jax's TuningConfig"
 AUTO_BLOCK_Q = 64
@@ -166,7 +167,7 @@ class MosaicImpl:
         del grouped_query  # it lowers grouped-query attention forward and backward
         caps, why = self.capabilities, self.capabilities.why
         if device is not None and caps.archs is not None and device.arch not in caps.archs:
-            return f"kernel.device_kind {device.name!r} is {device.sm}: {why['arch']}; use an sm_90 kind"
+            return f"kernel.device_kind {as_json(device.name)} is {device.sm}: {why['arch']}; use an sm_90 kind"
         bad = [d for d in dtypes if d not in caps.dtypes]
         if bad:
             return f"dtypes {bad} cannot be planned: {why['dtype']}; use dtypes {list(caps.dtypes)}"

@@ -207,7 +207,8 @@ class TokamaxImpl:
         if device is not None and caps.archs is not None and device.arch not in caps.archs:
             archs = " and ".join(f"sm_{a}{b}" for a, b in caps.archs)
             arch = why["arch"].format(name=self.name, archs=archs)
-            return f"kernel.device_kind {device.name!r} is {device.sm}: {arch}; use kernel.impl {meta.MOSAIC!r}"
+            use = f"use kernel.impl {as_json(meta.MOSAIC)}"
+            return f"kernel.device_kind {as_json(device.name)} is {device.sm}: {arch}; {use}"
         bad = [d for d in dtypes if d not in caps.dtypes]
         if bad:
             return f"dtypes {bad} cannot be planned: {why['dtype']}; use dtypes {list(caps.dtypes)}"

@@ -191,7 +191,7 @@ class TunedTable:
         diffs = []
         kind, jax_v = self.device.get("device_kind"), self.device.get("jax")
         if kind and env.device_kind and kind != env.device_kind:
-            diffs.append(f"device kind {kind!r} (running on {env.device_kind!r})")
+            diffs.append(f"device kind {as_json(kind)} (running on {as_json(env.device_kind)})")
         if jax_v and env.jax_version and jax_v != env.jax_version:
             diffs.append(f"jax {jax_v} (running {env.jax_version})")
         if diffs:

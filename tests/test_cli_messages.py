@@ -381,3 +381,9 @@ def test_a_command_a_message_suggests_pastes_and_runs_where_a_path_has_a_space(t
     words = shlex.split(suggested.split(": ", 1)[1])
     assert words == ["tilesweep", "resume", str(sd.root)]
     assert run_cli(*words[1:2], "--help").returncode == 0 and run_cli("status", *words[2:]).returncode == 1
+
+
+def test_a_device_kind_is_shown_as_json_writes_it(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    r = run_cli("plan", str(write_spec()), "--dry-run", "--device-kind", "H100")
+    line = assert_one_line_error(r, 'unknown device kind "H100"; known kinds: "NVIDIA H100", "NVIDIA H100 80GB HBM3"')
+    assert "'" not in line.split("kernel.device_kind'")[-1] and "(got" not in line, line

@@ -222,7 +222,7 @@ def test_dtype_objects_accepted(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "fragments"),
     [
-        (Environment("NVIDIA A100-SXM4-80GB", "0.11.2"), ["'NVIDIA H100'", "'NVIDIA A100-SXM4-80GB'"]),
+        (Environment("NVIDIA A100-SXM4-80GB", "0.11.2"), ['"NVIDIA H100"', '"NVIDIA A100-SXM4-80GB"']),
         (Environment("NVIDIA H100", "0.12.0.1"), ["jax 0.11.2", "running 0.12.0.1"]),
     ],
 )
@@ -377,8 +377,8 @@ def test_export_of_several_documents_keeps_the_newest_record_per_identity(
     for order in ([old, new, a100], [a100, new, old]):
         rc, stdout, _ = run_handler(["export", *map(str, order), "--device", "NVIDIA H100", "--out", str(out)], capsys)
         assert rc == 0
-        assert "kept the newest of 4 identities of device 'NVIDIA H100'" in stdout
-        assert f"3 of another device ('NVIDIA A100': 3 in {a100})" in stdout
+        assert 'kept the newest of 4 identities of device "NVIDIA H100"' in stdout
+        assert f'3 of another device ("NVIDIA A100": 3 in {a100})' in stdout
         assert "1 superseded by a record measured with a newer jax" in stdout
         table = load(out)
         # the newer jax measured bq128 slower: bq64 (measured once, by the older jax) is the best
@@ -387,6 +387,6 @@ def test_export_of_several_documents_keeps_the_newest_record_per_identity(
         assert {(e["seq"], e["median_ms"]) for e in entries} == {(2048, 1.5), (4096, 0.9)}
     from orchestrator.errors import TilesweepError
 
-    with pytest.raises(TilesweepError, match="no record of device 'TPU v5'") as refused:
+    with pytest.raises(TilesweepError, match='no record of device "TPU v5"') as refused:
         run_handler(["export", str(old), str(new), "--device", "TPU v5", "--out", str(out)], capsys)
-    assert "they hold 'NVIDIA H100'" in refused.value.message  # the kinds to choose from
+    assert 'they hold "NVIDIA H100"' in refused.value.message  # the kinds to choose from

@@ -43,7 +43,7 @@ def _spec(**over: Any) -> SweepSpec:
         ({"fwd_block_q": [64]}, ("fwd_block_q is a field of the Triton kernels' grid", "drop fwd_block_q")),
         ({"smem_limit_bytes": 100000}, ("smem_limit_bytes", "kernel.device_kind's limit")),
         ({"grid": {"fwd_bwd": {"compute_wgs_bwd": [0]}}}, ("compute_wgs_bwd=0", "divides by zero")),
-        ({"kernel": {"impl": "mosaic", "device_kind": "H100"}}, ("kernel.device_kind", "'NVIDIA H200'")),
+        ({"kernel": {"impl": "mosaic", "device_kind": "H100"}}, ("kernel.device_kind", '"NVIDIA H200"')),
     ],
 )
 def test_a_grid_the_kernel_refuses_is_one_line_naming_the_rule(over: dict[str, Any], needles: tuple[str, ...]) -> None:
@@ -61,7 +61,7 @@ def test_a_grid_the_kernel_refuses_is_one_line_naming_the_rule(over: dict[str, A
         ({"causal": [True]}, ("causal true with modes ['fwd', 'fwd_bwd']", "backwards pass")),
         ({"causal": [False, True]}, ("use modes ['fwd'] for it (or causal [false] here", "a spec of its own")),
         ({"head_dims": [96]}, ("head_dims [96]", "divisible by 64")),
-        ({"kernel": {"impl": "mosaic", "device_kind": "NVIDIA B200"}}, ("'NVIDIA B200' is sm_100", "sm_90")),
+        ({"kernel": {"impl": "mosaic", "device_kind": "NVIDIA B200"}}, ('"NVIDIA B200" is sm_100', "sm_90")),
     ],
 )
 def test_what_the_kernel_cannot_do_is_refused_at_plan_time(over: dict[str, Any], needles: tuple[str, ...]) -> None:

@@ -85,7 +85,8 @@ def test_other_timing_or_another_device_reuses_nothing(
         elsewhere = plan_against(tmp_path, EXTENDED, ReuseRequest([str(other)]))
     assert elsewhere.found.reused == 0 and elsewhere.found.sources[0].other_device == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and str(other) in warnings[0] and "2 records of device 'NVIDIA H100" in warnings[0]
+    (warning,) = warnings
+    assert str(other) in warning and '2 records of device "NVIDIA H100 80GB HBM3"' in warning
     mixed = plan_against(tmp_path, {**EXTENDED, "merge": {"mix_devices": True}}, ReuseRequest([str(other)]))
     assert mixed.found.reused == 2
     assert all(rec["device"] == "NVIDIA H100 80GB HBM3" for rec, _ in mixed.found.records.values())

@@ -325,7 +325,7 @@ def test_a_device_no_record_was_measured_on_is_named_with_the_kinds_the_document
     doc.write_text(json.dumps({"device": {"device_kind": H200.name}, "config": {}, "results": _records(H200, 5)}))
     r = run_cli("export", str(doc), "--format", "tokamax", "--out", str(tmp_path / "out"), "--device", "NVIDIA H100")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
-    assert "--device 'NVIDIA H100': no record" in r.stderr and f"they hold {H200.name!r}" in r.stderr
+    assert '--device "NVIDIA H100": no record' in r.stderr and f'they hold "{H200.name}"' in r.stderr
     assert "holds no timed forced record" not in r.stderr and not (tmp_path / "out").exists()
 
 

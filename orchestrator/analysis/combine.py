@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator.spec.records import item_id
 from orchestrator.store.append import measured_times
 from orchestrator.store.document import ResultsDoc
@@ -154,13 +155,14 @@ def _device(docs: list[ResultsDoc], rules: list[Replayed], kind: Any) -> dict[st
 def describe(summary: Combined, n_docs: int) -> str:
     """One line: how many records from how many documents went in, and what was dropped and why."""
     documents = f"{n_docs} document{'s' if n_docs != 1 else ''}"
-    text = f"combined {documents}: kept the newest of {summary.kept} identities of device {summary.device_kind!r}"
+    kind = as_json(summary.device_kind)
+    text = f"combined {documents}: kept the newest of {summary.kept} identities of device {kind}"
     if summary.replayed_kept:
         text += f" ({summary.replayed_kept} of them replayed, not measured: --include-replays)"
     dropped = []
     if summary.other_device:
         per = ", ".join(f"{n} in {name}" for name, n in summary.other_device.items())
-        kinds = ", ".join(sorted(map(repr, summary.other_kinds)))
+        kinds = ", ".join(map(as_json, sorted(summary.other_kinds)))
         dropped.append(f"{sum(summary.other_device.values())} of another device ({kinds}: {per})")
     if summary.older_jax:
         dropped.append(f"{summary.older_jax} superseded by a record measured with a newer jax")

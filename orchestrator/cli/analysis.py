@@ -301,19 +301,20 @@ def _export_tokamax(args: argparse.Namespace, docs: list[ResultsDoc]) -> int:
 def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:
     """The documents as one (``analysis.combine``), with the line that says what was dropped; a
     refusal where nothing is left to export."""
+    from kernels.spelling import as_json
     from orchestrator.analysis.combine import combine, describe, kinds
 
     doc, combined = combine(docs, args.device, include_replays=args.include_replays)
     if not combined.kept and combined.replayed_left:
         raise TilesweepError(
-            f"every record of device {combined.device_kind!r} in {', '.join(args.results)} is replayed (a replay's "
-            "times, drawn on a virtual clock, not measured); export measured documents, or pass --include-replays "
-            "to export the replayed ones anyway (their entries then say replayed)"
+            f"every record of device {as_json(combined.device_kind)} in {', '.join(args.results)} is replayed "
+            "(a replay's times, drawn on a virtual clock, not measured); export measured documents, or pass "
+            "--include-replays to export the replayed ones anyway (their entries then say replayed)"
         )
     if not combined.kept:
-        held = ", ".join(map(repr, kinds(docs))) or "none named"
+        held = ", ".join(map(as_json, kinds(docs))) or "none named"
         raise TilesweepError(
-            f"no record of device {combined.device_kind!r} in {', '.join(args.results)}; they hold {held}: "
+            f"no record of device {as_json(combined.device_kind)} in {', '.join(args.results)}; they hold {held}: "
             "pass --device with one of those"
         )
     print(describe(combined, len(docs)), file=sys.stderr if args.out == "-" else sys.stdout)  # stdout: the table

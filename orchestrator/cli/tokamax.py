@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kernels import tokamax_meta as meta
+from kernels.spelling import as_json
 from orchestrator.analysis import tokamax_export
 from orchestrator.analysis.combine import combine, describe, kinds
 from orchestrator.cli.common import counted
@@ -38,8 +39,8 @@ def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> li
     held, names = kinds(docs), ", ".join(d.name for d in docs)
     if device is not None and device not in held:
         raise TilesweepError(
-            f"--device {device!r}: no record of {names} was measured on it; they hold "
-            f"{', '.join(map(repr, held)) or 'no named device kind'}"
+            f"--device {as_json(device)}: no record of {names} was measured on it; they hold "
+            f"{', '.join(map(as_json, held)) or 'no named device kind'}"
         )
     wanted = [device] if device is not None else held
     if not wanted:

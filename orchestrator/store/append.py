@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from kernels.spelling import as_json
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store.carry import measurement_of, provenance
@@ -87,7 +88,7 @@ def append_into(
     mixing = old_kind != new_kind
     if mixing and not mix_devices:
         raise ResultsError(
-            f"{path} holds results of device {old_kind!r}, this sweep ran on {new_kind!r}; "
+            f"{path} holds results of device {as_json(old_kind)}, this sweep ran on {as_json(new_kind)}; "
             "set merge.mix_devices: true to mix them (records then carry their device), or write to another output"
         )
     old_ts = existing.extra.get("tilesweep")

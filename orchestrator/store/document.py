@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator import PROG, word
 from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import ResultsError
@@ -284,7 +285,7 @@ def _not_a_document(obj: Mapping[str, Any], name: str, missing: list[str]) -> st
         )
     if isinstance(obj.get("format"), str) and "entries" in obj:
         return (
-            f"{name} is a tuned table (format {obj['format']!r}: `export` writes them), not a results document; "
+            f"{name} is a tuned table (format {as_json(obj['format'])}: `export` writes them), not a results document; "
             "pass the results document it was exported from"
         )
     keys = [str(k) if len(str(k)) <= 40 else str(k)[:37] + "..." for k in list(obj)[:_KEYS_SHOWN]]

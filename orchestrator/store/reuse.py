@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator.errors import ResultsError
 from orchestrator.planning import WorkItem
 from orchestrator.planning.costs import CostTable, measured_cost
@@ -286,12 +287,12 @@ def _warn(found: Found) -> None:
     for c in found.sources:
         if c.other_device:
             log.warning(
-                "%s: %d records of device %r, this sweep's is %r: not reused (merge.mix_devices: true "
+                "%s: %d records of device %s, this sweep's is %s: not reused (merge.mix_devices: true "
                 "reuses them, each carrying its device)",
                 c.path,
                 c.other_device,
-                c.device_kind,
-                (found.env or {}).get("device_kind"),
+                as_json(c.device_kind),
+                as_json((found.env or {}).get("device_kind")),
             )
         if c.damaged:
             log.warning(
