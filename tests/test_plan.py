@@ -341,13 +341,6 @@ def test_more_units_asked_for_than_items_is_said_where_a_plan_is_made(tmp_path: 
     assert "nothing to measure" in replan.stdout, replan.stdout
 
 
-def test_plan_into_a_sweep_directory_says_where_and_how_many_units(tmp_path: Path) -> None:
-    spec = _replay_spec(tmp_path, sharding={"units": 1})
-    r = run_cli("plan", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
-    assert r.returncode == 0, r.stderr
-    assert f"planned into {tmp_path / 'sweep'} (1 unit); run one with:" in r.stdout, r.stdout
-
-
 @pytest.mark.parametrize("command", ["plan", "run"])
 def test_a_sweep_directory_that_is_a_file_is_refused_before_the_plan_is_shown(tmp_path: Path, command: str) -> None:
     spec = _replay_spec(tmp_path)

@@ -118,7 +118,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             planned=planned,
         )
         units = counted(len(unit_ids), "unit")
-        print(f"planned into {sd.root} ({units}); run one with: python -m jobs.worker {sd.root} 0")
+        if not planned.units:  # every item carried from earlier documents: no unit a worker would run
+            print(
+                f"planned into {sd.root} ({units}): every item is carried from earlier documents, nothing to "
+                f"measure; `{PROG} merge {word(sd.root)}` writes its results document"
+            )
+        else:
+            print(
+                f"planned into {sd.root} ({units}); `{PROG} resume {word(sd.root)}` runs them (on SLURM: submits "
+                f"them), or run one with: python -m jobs.worker {sd.root} 0"
+            )
     return 0
 
 

@@ -1,0 +1,22 @@
+"""What ``plan`` says once it wrote a sweep directory: where, how many units, and what runs
+them next (``resume``, or one unit by hand), or, where every item is carried from earlier
+documents, that nothing is to measure and ``merge`` writes the document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import run_cli
+from tests.test_plan import _replay_spec
+
+
+def test_plan_into_a_sweep_directory_says_where_and_how_many_units(tmp_path: Path) -> None:
+    spec, sweep, again = _replay_spec(tmp_path, sharding={"units": 1}), tmp_path / "sweep", tmp_path / "again"
+    r = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
+    said = f"planned into {sweep} (1 unit); `tilesweep resume {sweep}` runs them"
+    assert r.returncode == 0 and said in r.stdout and "run one with: python -m jobs.worker" in r.stdout, r.stdout
+    # once its document holds every record, a new plan carries them all: no worker to run, merge writes it
+    assert run_cli("resume", str(sweep)).returncode == 0
+    r = run_cli("plan", str(spec), "--sweep-dir", str(again))
+    assert r.returncode == 0 and "nothing to measure; `tilesweep merge" in r.stdout and "jobs.worker" not in r.stdout
+    assert run_cli("merge", str(again)).returncode == 0
