@@ -71,7 +71,7 @@ def test_a_rerun_adds_its_verdicts_under_the_one_header(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])
     again = run_cli(*_lower(spec, sweep))
-    assert again.returncode == 0 and "lowered 1 configs" in again.stdout, again.stderr
+    assert again.returncode == 0 and "lowered 1 config " in again.stdout, again.stderr
     assert "nothing to lower" in run_cli(*_lower(spec, sweep)).stdout
     headers, verdicts = _verdict_lines(sweep)
     assert len(headers) == 1 and headers[0]["device_kind"] == "NVIDIA H100"
