@@ -87,3 +87,29 @@ def test_a_worker_whose_job_cannot_be_recorded_is_stopped_not_left_running(
         local._start_worker(sd, sd.unit_index()[0]["id"], [], 0, {})
     (worker,) = started
     assert worker.poll() is not None  # stopped, not left measuring on its own
+
+
+# a worker whose stop handler waits for a call that does not return (a long compile, a kernel
+# in interpret mode): TERM is noted, and the call goes on
+STUCK = (
+    "import signal, time\nsignal.signal(signal.SIGTERM, lambda *_: None)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+)
+
+
+def test_a_worker_that_does_not_stop_within_the_grace_is_killed_and_reads_as_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No worker goes on measuring after the run said it stopped: one still there when the
+    grace ends is killed, and its unit reads as interrupted (finished records kept), not failed."""
+    from orchestrator.control.dispatch import local_procs
+
+    monkeypatch.setattr(local_procs, "STOP_WAIT_S", 0.5)  # the grace, not a wait for an event
+    stuck = worker(tmp_path, "cccccccccccc", STUCK)
+    while "ready" not in stuck.log.read_text():  # its handler is in place
+        time.sleep(0.05)
+    stop_workers([stuck])
+    assert stuck.poll() == -9
+    job = {"executor": "local", "job_id": stuck.job_id, "log": str(stuck.log), "unit": stuck.unit}
+    assert local_state(job, 0)[0] == "interrupted", stuck.log.read_text()
+    state, why = last_word(stuck.log, stuck.unit) or ("", "")
+    assert state == "interrupted" and "killed" in why and "finished records are kept" in why

@@ -151,11 +151,13 @@ def _new_log(folder: Path, unit: str) -> tuple[Path, int]:
 
 def stop_workers(workers: list[LocalWorker]) -> None:
     """Ask each worker to stop (TERM: it abandons its configs in flight and exits) and give them
-    ``STOP_WAIT_S`` to do so. A Ctrl-C at a terminal reached the workers already; this covers
-    one that reached only us. Further Ctrl-C meanwhile are ignored (the CLI's handler). A worker
-    the TERM ended before it could say so (still starting: it takes the stop signals over once
-    its unit runs) gets the line it would have written, so its unit reads as interrupted, not
-    as failed."""
+    ``STOP_WAIT_S`` to do so; one still there then (its handler waits for a call that has not
+    returned: a long compile or a kernel in interpret mode) is killed, so none goes on measuring
+    after the run said it stopped. A Ctrl-C at a terminal reached the workers already; this
+    covers one that reached only us. Further Ctrl-C meanwhile are ignored (the CLI's handler). A
+    worker a signal ended before it could say so (still starting: it takes the stop signals over
+    once its unit runs; or killed) gets the line it would have written, so its unit reads as
+    interrupted, not as failed."""
     for w in workers:
         _signal(w.proc, signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT_S
@@ -163,9 +165,24 @@ def stop_workers(workers: list[LocalWorker]) -> None:
     while left and time.monotonic() < deadline:
         left = [w for w in left if w.poll() is None]
         time.sleep(0.1)
+    for w in left:
+        if w.poll() is None:
+            log.warning("unit %s: its worker did not stop within %.0f s of the stop; killing it", w.unit, STOP_WAIT_S)
+            _signal(w.proc, signal.SIGKILL)
+            w.proc.wait()
     for w in workers:
-        if w.poll() == -signal.SIGTERM and last_word(w.log, w.unit) is None:
+        if last_word(w.log, w.unit) is not None:
+            continue
+        if w.poll() == -signal.SIGTERM:
             w._say(interrupted_line(w.unit, "stopped with the run that started it, before its unit began"))
+        elif w.poll() == -signal.SIGKILL:
+            w._say(
+                interrupted_line(
+                    w.unit,
+                    f"stopped with the run that started it: killed {STOP_WAIT_S:.0f} s after the stop, its config in "
+                    "flight not ended; its finished records are kept",
+                )
+            )
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
