@@ -255,7 +255,7 @@ def _run_here(
             f"note: {counted(len(held), 'unit')} of {sd.root} {'is' if len(held) == 1 else 'are'} run by a worker "
             f"already (e.g. {held[0]}, "
             f"`{PROG} status {word(sd.root)}` names it): following {'it' if len(held) == 1 else 'them'} instead of "
-            "starting a second worker on each"
+            f"starting a second worker on {'it' if len(held) == 1 else 'each'}"
         )
     outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
     failed = failed_unit_lines(outcomes)
