@@ -266,7 +266,14 @@ def _dated(doc: dict[str, Any], started: str, scale: float) -> dict[str, Any]:
         for a in attempts:
             a["started"] = started
     timed = ("median_ms", "q1_ms", "q3_ms")
-    results = [{**r, **{k: r[k] * scale for k in timed if k in r}} for r in doc["results"]]
+    results = [
+        {
+            **r,
+            **{k: r[k] * scale for k in timed if k in r},
+            **({"samples_ms": [v * scale for v in r["samples_ms"]]} if r.get("samples_ms") else {}),
+        }
+        for r in doc["results"]
+    ]
     return {**doc, "tilesweep": ts, "results": results}
 
 
