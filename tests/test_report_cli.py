@@ -14,6 +14,7 @@ import pytest
 from orchestrator.errors import ResultsError, TilesweepError
 from orchestrator.store import document as results_doc
 from tests.conftest import REPO
+from tests.helpers import run_cli
 from tests.report_helpers import make_doc, parser, rec, run_handler, write
 
 # --------------------------------------------------------------------------- not a results document
@@ -144,12 +145,7 @@ def test_tokamaxs_auto_is_said_as_tokamaxs_own_choice_not_a_question_mark(tmp_pa
     forced = {k: v for k, v in rec(ms=0.9).items() if k not in ("block_k", "num_warps")} | tokamax
     results = write(tmp_path, json.dumps(make_doc([{**rec(auto=True, ms=1.0), "impl": "tokamax-mosaic"}, forced])))
     page = tmp_path / "page.html"
-    text = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "report", str(results), "--html", str(page)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    text = run_cli("report", str(results), "--html", str(page))
     assert text.returncode == 0, text.stderr
     (row,) = [line for line in text.stdout.splitlines() if "tokamax-mosaic" in line]
     assert "auto (tokamax's own choice)" in row and " ? " not in row, row
@@ -167,12 +163,7 @@ def test_the_legend_says_only_the_words_its_table_uses(tmp_path: Path) -> None:
     limit = {"tag": "t", "smem_limit_bytes": 232448}
     plain = write(tmp_path, json.dumps(make_doc([rec(auto=True, ms=2.0), rec(ms=1.0, block_q=64)], config=limit)))
     page = tmp_path / "page.html"
-    said = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "report", str(plain), "--html", str(page)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    said = run_cli("report", str(plain), "--html", str(page))
     assert said.returncode == 0, said.stderr
     legend = said.stdout.strip().splitlines()[-1]
     assert legend.startswith("TFLOP/s of the best config") and "auto config: what auto runs there" in legend

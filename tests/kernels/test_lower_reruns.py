@@ -82,14 +82,7 @@ def test_a_rerun_adds_its_verdicts_under_the_one_header(tmp_path: Path) -> None:
 
 def test_a_second_lowering_of_the_sweep_waits_for_the_first_and_lowers_nothing_twice(tmp_path: Path) -> None:
     spec, sweep = _spec(tmp_path), tmp_path / "sweep"
-    first = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, *_lower(spec, sweep)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    first = _start_lowering(spec, sweep)
     until(lambda: (sweep / "lowering.lease").exists(), "the first lowering holds the sweep's lowering lease", first)
     second = second_while_first_stopped(
         first, [sys.executable, "-m", "orchestrator", *_lower(spec, sweep)], "waiting for the other `plan --lower`"
