@@ -71,7 +71,7 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
             given_up = worker.abandon_in_flight()
         except Exception as exc:  # a write interrupted mid-way: the kill follows anyway
             given_up = f"none ({type(exc).__name__}: {exc})"
-    log.warning("caught %s: stopping; abandoned configs in flight: %s", signal.Signals(signum).name, given_up)
+    log.warning("caught %s: stopping; abandoned configs in flight: %s", signal.Signals(signum).name, given_up or "none")
 
 
 def _on_hung(signum: int, frame: FrameType | None) -> None:
