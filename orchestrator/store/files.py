@@ -29,6 +29,11 @@ from orchestrator.errors import SweepDirError
 from orchestrator.store.pidspace import pid_alive
 
 
+def link_target(path: Path) -> Path:
+    """The file a write to ``path`` lands in: a link's target (the link stays), else ``path``."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def now_iso() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 

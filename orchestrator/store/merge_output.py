@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator import PROG, word
 from orchestrator.errors import ResultsError
-from orchestrator.store.files import folder_refuses
+from orchestrator.store.files import folder_refuses, link_target
 from orchestrator.store.segments import CACHE_DIR
 from orchestrator.store.sweep_paths import is_spec_file, own_file
 from orchestrator.store.sweepdir import SweepDir
@@ -21,8 +21,7 @@ def output_file(sd: SweepDir, out: Path) -> Path:
     """The file a merge writes for ``out``: a link's target (the link stays); refused where it is a
     directory, a device, a pipe or a socket, or the sweep's spec file (the document renamed into
     place would replace it)."""
-    if out.is_symlink():
-        out = Path(os.path.realpath(out))
+    out = link_target(out)
     if own_file(sd.root, out):
         raise ResultsError(
             f"the output {out} is a file of the sweep directory {sd.root} (or in one of its folders), which the "

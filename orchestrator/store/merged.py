@@ -17,14 +17,14 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from orchestrator.store.files import link_target
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.target import wrote_last
 
 
 def output_of(sd: SweepDir) -> Path:
     """The file the sweep's merge writes: its output, or a link's target (``merge_output``)."""
-    out = sd.output
-    return Path(os.path.realpath(out)) if out.is_symlink() else out
+    return link_target(sd.output)
 
 
 def document_current(sd: SweepDir, partials: Mapping[str, tuple[int, int]]) -> bool:

@@ -8,11 +8,11 @@ runs (``merge.check_target``), so the page's refusal never comes after the GPU t
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from orchestrator import PROG
 from orchestrator.errors import ResultsError
+from orchestrator.store.files import link_target
 
 # every tilesweep page carries it in its head (``analysis.page.shell``): what tells one from
 # another HTML file, which writing a page over would destroy
@@ -37,7 +37,7 @@ def is_page(path: Path) -> bool:
 def page_target(page: Path) -> Path:
     """The file the page at ``page`` is written at (a link's target); ``ResultsError`` where
     writing it there would replace what is not a page."""
-    target = Path(os.path.realpath(page)) if page.is_symlink() else page
+    target = link_target(page)
     instead = f"move it away, or set report.html to false (`{PROG} report RESULTS --html PAGE` writes it anywhere)"
     if target.is_dir():
         raise ResultsError(f"{page} is a directory, where report.html: true puts the sweep's page; {instead}")
