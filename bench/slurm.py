@@ -30,6 +30,9 @@ document. Runs alternate 1 and 2 units, ``--runs`` of each, each in a fresh swee
     node4_start_s=X             seconds from the allocation (slurmctld's log) to the task's
                                 first worker (the task's log): SLURM's launch, Python,
                                 submitit, the imports every worker needs
+    node4_start_interpreter_s=X the part of that start spent importing Pallas's interpreter
+                                (the task's log): interpret mode's alone, a run on GPUs never
+                                loads it
     node4_share_bound=X         the share the task would reach were no GPU ever idle from its
                                 first worker to its last unit's end: 1 - (start + exit) over
                                 the allocation; what no scheduling of units can pass
@@ -182,6 +185,10 @@ def allocation(job_id: str) -> tuple[datetime, datetime] | None:
     return ends["start"], ends["done"]
 
 
+# the task's log line on its imports: how much of them was Pallas's interpreter (interpret mode)
+INTERPRETER = re.compile(r"([0-9.]+) s of it Pallas's interpreter")
+
+
 def log_time(line: str) -> datetime:
     """The stamp of a line of a task's or a unit's log (``logging``'s asctime, milliseconds)."""
     return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
@@ -197,6 +204,7 @@ def idle_parts(
     task would reach were no GPU ever idle between its first worker and its last unit's end."""
     task_log = (sweep / "logs" / f"{task}_0_log.err").read_text().splitlines()
     first = min(log_time(line) for line in task_log if " worker pid " in line)
+    said = next((m for line in task_log if (m := INTERPRETER.search(line))), None)
     ends: dict[str, datetime] = {}
     for unit, marker in markers.items():
         end = log_time((sweep / "logs" / "units" / f"{unit}.log").read_text().splitlines()[-1])
@@ -209,6 +217,7 @@ def idle_parts(
         "tail": sum((last - end).total_seconds() for end in ends.values()),
         "exit": done,
         "bound": (span - start - done) / span,
+        "interpreter": float(said.group(1)) if said else 0.0,
     }
 
 
@@ -259,6 +268,7 @@ def node_run(base: Path, configs: int, k: int, node_units: int | None) -> dict[s
         "gpu_s": 4 * elapsed,
         "share_ms": nan if span is None else busy / (4 * span),
         "start_s": nan if parts is None else parts["start"],
+        "interpreter_s": nan if parts is None else parts["interpreter"],
         "bound": nan if parts is None else parts["bound"],
     }
 
@@ -343,6 +353,7 @@ def main() -> None:
                 ("node4_worker_share", "worker_share"),
                 ("node4_busy_share_ms", "share_ms"),
                 ("node4_start_s", "start_s"),
+                ("node4_start_interpreter_s", "interpreter_s"),
                 ("node4_share_bound", "bound"),
             ):
                 known = [n[key] for n in node if math.isfinite(n[key])]  # runs whose slurmctld log had both ends

@@ -238,3 +238,29 @@ def test_a_task_imports_what_its_sweeps_workers_need_and_no_other_implementation
     assert not any(name.startswith("jax._src.pallas") for name in on_gpu)
     assert not {"kernels.mosaic", "kernels.tokamax_ops"} & set(pallas + on_gpu)
     assert "kernels.mosaic" in impls.worker_modules("mosaic", interpret=False)
+
+
+def test_a_task_tells_how_much_of_its_imports_was_pallas_interpreter() -> None:
+    """The seconds a task spent importing Pallas's interpreter (interpret mode only, never a
+    run on GPUs) are told apart, so its start on GPUs can be read from a run without one."""
+    code = """
+import json, sys
+from orchestrator.control.dispatch.forked import preload
+from orchestrator.spec.model import SweepSpec
+spec = SweepSpec.model_validate(json.loads(sys.argv[1]))
+print(preload(spec))
+"""
+    said = {
+        interpret: float(
+            subprocess.run(
+                [sys.executable, "-c", code, json.dumps({**TINY, "kernel": {"interpret": interpret}})],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        for interpret in (True, False)
+    }
+    assert said[True] > 0
+    assert said[False] == 0

@@ -28,6 +28,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -61,7 +62,7 @@ def preload_modules(spec: SweepSpec | None) -> tuple[str, ...]:
     return (*impls.worker_modules(spec.measured_impl, interpret=spec.kernel.interpret is True), WORKER)
 
 
-def preload(spec: SweepSpec | None) -> None:
+def preload(spec: SweepSpec | None) -> float:
     """Import what the workers need (``preload_modules``), once, in the task's process, without
     starting any jax backend, then freeze what the task holds (``gc.freeze``): those objects
     live as long as the task, and no collection walks them again, neither a forked worker's
@@ -70,19 +71,23 @@ def preload(spec: SweepSpec | None) -> None:
     import it themselves, and the one that fails says so in its unit's log; the interpreter's
     modules are jax's own, skipped where a jax release has moved them. The collector is off while
     they load: an import makes objects that live as long as the task, which each collection
-    would walk again for nothing (about a tenth of the imports' CPU time, while the GPUs wait)."""
+    would walk again for nothing (about a tenth of the imports' CPU time, while the GPUs wait).
+    Returns the seconds spent on the interpreter's modules, which a run on GPUs never loads."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        _import_all(preload_modules(spec))
+        return _import_all(preload_modules(spec))
     finally:
         gc.freeze()
         if enabled:
             gc.enable()
 
 
-def _import_all(names: tuple[str, ...]) -> None:
+def _import_all(names: tuple[str, ...]) -> float:
+    """Import ``names`` in turn, up to the first that fails; the seconds the interpreter's took."""
+    interpreter = 0.0
     for name in names:
+        t0 = time.perf_counter()
         try:
             importlib.import_module(name)
         except Exception as exc:  # the worker meets it again and records why
@@ -90,7 +95,11 @@ def _import_all(names: tuple[str, ...]) -> None:
                 log.debug("preloading %s failed (%s); each worker imports what it needs", name, exc)
                 continue
             log.warning("preloading %s failed (%s: %s); each worker imports it itself", name, type(exc).__name__, exc)
-            return
+            break
+        finally:
+            if name in impls.INTERPRET_MODULES:
+                interpreter += time.perf_counter() - t0
+    return interpreter
 
 
 # the task's ends of its workers' pipes: a worker forked later closes them (``_child``), so a

@@ -150,15 +150,16 @@ class TaskWorkers:
                 slot.state = "skipped"
         if not self.stopping and any(s.state == "waiting" for s in self.slots):
             t0 = time.perf_counter()
-            preload(self._spec())
+            interpreter = preload(self._spec())
             gpus = sum(lane.gpu is not None for lane in self.lanes)
             log.info(
-                "%d units, %d workers at a time (%s); imported what they use in %.2f s (the task's process started "
+                "%d units, %d workers at a time (%s); imported what they use in %.2f s%s (the task's process started "
                 "%.2f s ago)",
                 len(self.slots),
                 len(self.lanes),
                 f"one per GPU, {gpus} GPUs" if gpus else "no GPU",
                 time.perf_counter() - t0,
+                f", {interpreter:.2f} s of it Pallas's interpreter (interpret mode)" if interpreter else "",
                 process_age_s(),
             )
         self._fill()
