@@ -18,6 +18,8 @@ Variants, each in a fresh process (no jax state carried over), interleaved per r
   warps do not change the program, so this run loads 2 of 3 stage variants from its own
   cache, a sharing a GPU would not have: its figure flatters the worker.
 - ``warm``: ``full`` again in a new sweep directory using the cold run's cache.
+- ``ahead``: ``nocache`` with ``compile.mode: processes``, one compile process per CPU, so the
+  worker compiles windows of configs ahead of the one it times.
 
 Also measured: the share of a compile's wall time in which another Python thread is never
 kept waiting for more than 20 ms (``python_runs_during_compile``: jax releases the GIL
@@ -25,6 +27,13 @@ while XLA compiles, and Python code hands it over every 5 ms), and how much
 a compile running beside the timing loop perturbs the timed median
 (``timing_overlap_ratio``, median with two compile threads busy / alone), the reason the
 worker never overlaps them.
+
+Fairness: the unit's ``auto`` (the first config it times) runs the same program as one of its
+forced configs (128/128, one stage, 4 warps: what ``kernels.config.auto_config`` resolves to
+at this limit), timed later. ``auto_vs_forced_same`` is auto's median over that config's in the
+``ahead`` unit (``auto_vs_forced_same_serial``: in ``nocache``, one compile at a time); near 1
+says no compile ahead landed on the config timed first (``jobs.compile_pool``: why timing never
+overlaps a compile).
 
 Prints medians over rounds: first the headline ``worker_nocache_vs_naive`` (nocache / naive wall
 time), then ``worker_cached_vs_naive`` (full / naive, flattered as said above) and
@@ -100,6 +109,7 @@ def run_worker(work: Path, name: str, compile_settings: dict[str, Any]) -> dict[
         for line in sd.partial_path(unit_ids[0]).read_text().splitlines()
         if '"record"' in line
     ]
+    auto_ms, same_ms = auto_and_same(recs)
     return {
         "wall_s": wall,
         "compile_s": sum(r.get("compile_s", 0.0) for r in recs),
@@ -107,7 +117,33 @@ def run_worker(work: Path, name: str, compile_settings: dict[str, Any]) -> dict[
         "records": len(recs),
         "pruned": sum(bool(r.get("pruned")) for r in recs),
         "workers": summary["compile_workers"],
+        "auto_ms": auto_ms,
+        "same_ms": same_ms,
     }
+
+
+def auto_and_same(recs: list[dict[str, Any]]) -> tuple[float, float]:
+    """The medians of the unit's ``auto`` record and of the forced record of the config auto
+    resolves to (``kernels.config.auto_config``; its warps the library default): one program,
+    timed first and later in the same unit."""
+    from kernels.config import auto_config, default_num_warps
+
+    cfg = auto_config(
+        mode="fwd",
+        dtype=SPEC["dtypes"][0],
+        head_dim=SPEC["head_dims"][0],
+        seq=SPEC["seq_lens"][0],
+        smem_limit_bytes=SPEC["smem_limit_bytes"],
+    )
+    same = {
+        "block_q": cfg.block_q,
+        "block_k": cfg.block_k,
+        "num_stages": cfg.num_stages,
+        "num_warps": cfg.num_warps or default_num_warps(SPEC["head_dims"][0]),
+    }
+    auto = next(r for r in recs if r["config"] == "auto")
+    forced = next(r for r in recs if r["config"] != "auto" and all(r[k] == v for k, v in same.items()))
+    return auto["median_ms"], forced["median_ms"]
 
 
 def run_naive(work: Path) -> dict[str, Any]:
@@ -232,6 +268,8 @@ def child(variant: str, work: Path, extra: str | None) -> None:
         out = run_worker(work, "full", {})
     elif variant == "nocache":
         out = run_worker(work, "nocache", {"cache_dir": "off"})
+    elif variant == "ahead":
+        out = run_worker(work, "ahead", {"mode": "processes", "cache_dir": "off"})
     elif variant == "warm":
         out = run_worker(work, "warm", {"cache_dir": extra})
     else:
@@ -242,9 +280,10 @@ def child(variant: str, work: Path, extra: str | None) -> None:
 # ---------------------------------------------------------------------------- driver
 
 
-def ratio(rows: dict[str, list[dict[str, Any]]], a: str, b: str, key: str) -> float:
-    """Median over rounds of variant ``a``'s ``key`` over variant ``b``'s in the same round."""
-    return statistics.median(x[key] / y[key] for x, y in zip(rows[a], rows[b], strict=True))
+def ratio(rows: dict[str, list[dict[str, Any]]], a: str, b: str, key: str, key_b: str | None = None) -> float:
+    """Median over rounds of variant ``a``'s ``key`` over variant ``b``'s ``key_b`` (default:
+    ``key``) in the same round."""
+    return statistics.median(x[key] / y[key_b or key] for x, y in zip(rows[a], rows[b], strict=True))
 
 
 def spawn(variant: str, work: Path, extra: str | None = None) -> dict[str, Any]:
@@ -259,7 +298,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.work, args.extra)
         return
-    rows: dict[str, list[dict[str, Any]]] = {v: [] for v in ("naive", "full", "nocache", "warm", "overlap")}
+    rows: dict[str, list[dict[str, Any]]] = {v: [] for v in ("naive", "full", "nocache", "warm", "ahead", "overlap")}
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="tilesweep-bench-") as tmp:
             work = Path(tmp)
@@ -267,6 +306,7 @@ def main() -> None:
             rows["full"].append(spawn("full", work))
             rows["nocache"].append(spawn("nocache", work))
             rows["warm"].append(spawn("warm", work, str(work / "full" / "compile-cache")))
+            rows["ahead"].append(spawn("ahead", work))
             rows["overlap"].append(spawn("overlap", work))
         walls = " ".join(f"{v}={rows[v][-1]['wall_s']:.1f}s" for v in ("naive", "nocache", "full", "warm"))
         print(f"# round {r + 1}: {walls}", flush=True)
@@ -294,6 +334,11 @@ def main() -> None:
     print(f"python_runs_during_compile={py_runs:.2f} timing_overlap_ratio={overlap:.2f}")
     print(f"worker_cached_vs_naive={ratio(rows, 'full', 'naive', 'wall_s'):.2f}")
     print(f"warm_cache_compile_ratio={ratio(rows, 'warm', 'full', 'compile_s'):.2f}")
+    print(
+        f"auto_vs_forced_same={ratio(rows, 'ahead', 'ahead', 'auto_ms', 'same_ms'):.2f} "
+        f"auto_vs_forced_same_serial={ratio(rows, 'nocache', 'nocache', 'auto_ms', 'same_ms'):.2f} "
+        f"ahead_compile_workers={rows['ahead'][0]['workers']} ahead_s={med('ahead', 'wall_s'):.1f}"
+    )
 
 
 if __name__ == "__main__":
