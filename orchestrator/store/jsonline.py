@@ -25,3 +25,15 @@ def loads(raw: bytes) -> Any:
         except ValueError:
             pass
     return json.loads(raw)
+
+
+def compact(value: Any) -> bytes:
+    """``value`` as compact JSON: orjson's bytes where installed, else the stdlib's, which are the
+    same bytes for what is written this way (lists of integers and ASCII strings: a unit file's
+    items, ``unitfile.items_digest``); the stdlib's for what orjson refuses (an integer past 64 bits)."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value)
+        except TypeError:
+            pass
+    return json.dumps(value, separators=(",", ":")).encode()

@@ -3,7 +3,8 @@
 Layout::
 
     sweep.json          frozen spec, its fingerprint, resolved output path
-    units.json          index of every unit ever planned (plan, resume, later rounds), in order
+    units.json          index of every unit ever planned (plan, resume, later rounds), in order, with
+                        what its unit file must hold (item count, round, items' digest: store.unitfile)
     units/<id>.json     one unit: its items' ids and plan indices (its round, after 1: store.round2)
     partials/<id>.jsonl one per unit, appended by its worker only (header + record lines)
     done/<id>.json      completion marker, written atomically at the end of a unit
@@ -31,7 +32,7 @@ import errno
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from orchestrator import word
 from orchestrator.errors import MismatchError, SweepDirError
@@ -103,6 +104,7 @@ class UnitEntry(_Round):
     n_items: int
     origin: str  # what planned it: plan, resume, round2, reuse, ...
     created: str
+    items_digest: NotRequired[str]  # unitfile.items_digest of its unit file's items (held to it where kept)
 
 
 _SKELETON = {"units", "partials", "done", "logs", "units.json", ".keep"}
@@ -310,9 +312,11 @@ class SweepDir:
             if u.id in known:
                 continue
             rnd: _Round = {"round": u.round} if u.round != 1 else {}  # a unit of a later round says so in both
-            unit_file: UnitFile = {"id": u.id, "items": [(it.index, it.id) for it in u.items], **rnd}
+            pairs = [(it.index, it.id) for it in u.items]
+            unit_file: UnitFile = {"id": u.id, "items": pairs, **rnd}
             atomic_write_json(self.unit_path(u.id), unit_file)
-            added.append({"id": u.id, "n_items": len(u.items), "origin": origin, "created": now_iso(), **rnd})
+            entry: UnitEntry = {"id": u.id, "n_items": len(u.items), "origin": origin, "created": now_iso(), **rnd}
+            added.append({**entry, "items_digest": unitfile.items_digest(pairs)})
             index.append(added[-1])
             known.add(u.id)
         atomic_write_json(self.root / "units.json", index)

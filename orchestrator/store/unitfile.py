@@ -3,7 +3,9 @@ reader every command goes through (``SweepDir.unit_items`` for resume, run and t
 ``partials.UnitItems`` for status and merge).
 
 A unit file edited by hand, truncated, or copied over from another unit no longer says what its
-entry in ``units.json`` says of it: its id, how many items it holds, its round. Read as it is, the
+entry in ``units.json`` says of it: its id, how many items it holds, its round, and which items
+(``items_digest``, kept in the entry: an item swapped for another unit's, or for one of no unit,
+leaves the count as it was). Read as it is, the
 merge dropped the records of the items it lost (as records of no item of the unit), status called
 its unit failed, resume measured them again or stopped with a traceback. Each command refuses it
 instead, in one line naming the file and what does not match, before anything is written.
@@ -11,19 +13,27 @@ instead, in one line naming the file and what does not match, before anything is
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import SweepDirError
 from orchestrator.store.files import DAMAGED_FIX, cannot_access, read_json
-from orchestrator.store.jsonline import loads
+from orchestrator.store.jsonline import compact, loads
 
 INDEX = "units.json"
 
 # sweep root -> (units.json's stat, its entries by unit id): read once per version of the file
 _ENTRIES: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+
+def items_digest(items: Sequence[Any]) -> str:
+    """The digest of a unit file's items ((plan position, item id) pairs, in its order) that its
+    entry in ``units.json`` keeps (``SweepDir.add_units``): the unit file is held to it."""
+    return hashlib.blake2b(compact(items), digest_size=12).hexdigest()
 
 
 def read_items(root: Path, unit: str) -> list[tuple[int, str]]:
@@ -81,6 +91,8 @@ def _mismatch(data: Any, unit: str, entry: Any, deep: bool) -> str | None:
         return f"it lists {len(items)} items, {INDEX} {entry['n_items']}"
     if data.get("round", 1) != entry.get("round", 1):
         return f"its round is {data.get('round', 1)!s}, {INDEX}'s {entry.get('round', 1)!s}"
+    if "items_digest" in entry and items_digest(items) != entry["items_digest"]:
+        return f"it lists other items than the {len(items)} it was planned with ({INDEX} keeps their digest)"
     return None
 
 
