@@ -17,6 +17,10 @@ A worker that is stopped is not a config that died: SIGINT (Ctrl-C) and SIGTERM 
 local executor stopping) write an ``abandon`` line for every config in flight, then the worker
 exits (``stop_signals``); a warning before the time limit (USR2, see the dispatch tasks) stops
 it between configs the same way. Only when the time limit finds a config hung does it count.
+
+Items of the unit that ``tilesweep resume`` gave to later units (``store.handed_on``) are theirs:
+a worker started on the old unit afterwards (by hand, or a task SLURM requeued) leaves them to
+those units, says so, and writes no marker (the unit is not complete on its own).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,9 +50,10 @@ from orchestrator.planning import RUN, WorkItem
 from orchestrator.spec.compat import env_fingerprint
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.files import WRITE_ERRNOS, cannot_write, now_iso
+from orchestrator.store.handed_on import later_holders
 from orchestrator.store.leases import unit_lease
 from orchestrator.store.lines import PartialHeader, PartialWriter, header_line, partial_header
-from orchestrator.store.markers import UnitSummary, worker_summary, write_marker
+from orchestrator.store.markers import UnitCounts, UnitSummary, worker_summary, write_marker
 from orchestrator.store.partials import PartialContent, check_headers, read_partial
 from orchestrator.store.quarantine import quarantine
 from orchestrator.store.round2 import unit_round
@@ -142,6 +148,10 @@ def _run_leased(
     sd.check_env(env_fingerprint(measurer.device))
     existing = _existing(sd, unit_id, spec, prior_starts)
     todo = [it for it in items if it.id not in existing.records]
+    handed = _handed_on(sd, unit_id, todo)
+    todo = [it for it in todo if it.id not in handed]
+    if handed and not todo:  # nothing of its own left: no attempt, not a line written
+        return _left_to_later_units(unit_id, measurer, total=len(items), handed=handed, round_=unit_round(sd, unit_id))
     started = time.perf_counter()
     with PartialWriter(sd.partial_path(unit_id)) as w:
         attempt = Attempt(
@@ -168,9 +178,53 @@ def _run_leased(
         stopped = measurer.run(attempt, _record_unmeasured(attempt, todo, spec))
         in_flight.end()
     summary = _summary(attempt, measurer, total=len(items), stopped=stopped, wall_s=time.perf_counter() - started)
-    if not stopped:
+    if handed:  # what later units hold of it is theirs: it is not complete on its own, so no marker
+        summary["already"] -= len(handed)
+        summary["handed_on"] = dict(Counter(handed.values()))
+    elif not stopped:
         recorded = {iid: "error" in rec for iid, (_, rec) in existing.records.items()} | attempt.recorded
         write_marker(sd, summary, records=len(recorded), errors=sum(recorded.values()))
+    return summary
+
+
+def _handed_on(sd: SweepDir, unit_id: str, todo: list[WorkItem]) -> dict[str, str]:
+    """Item id -> the later unit ``tilesweep resume`` gave it to, of the items of ``todo`` such a
+    unit holds (``store.handed_on``): left to it, said in the log."""
+    handed = later_holders(sd, unit_id, {it.id for it in todo})
+    if handed:
+        log.info(
+            "unit %s: %d of its items without a record are held by later units that `tilesweep resume` gave them "
+            "to (%s): not measured here",
+            unit_id,
+            len(handed),
+            ", ".join(sorted(set(handed.values()))),
+        )
+    return handed
+
+
+def _left_to_later_units(
+    unit_id: str, measurer: Measurer, *, total: int, handed: dict[str, str], round_: int
+) -> UnitSummary:
+    """The summary of a worker that found every item of its unit without a record held by later
+    units (``_handed_on``): it wrote nothing."""
+    method = measurer.method
+    summary = worker_summary(
+        unit=unit_id,
+        attempt=0,
+        unit_round=round_,
+        total=total,
+        already=total - len(handed),
+        stopped=False,
+        wall_s=0.0,
+        counts=UnitCounts(),
+        clock=method.clock,
+        compile_workers=method.compile_workers,
+        compile_mode=method.compile_mode,
+        timer=method.timer,
+        gpu=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        job=slurm_task(),
+    )
+    summary["handed_on"] = dict(Counter(handed.values()))
     return summary
 
 
@@ -267,7 +321,18 @@ def main(argv: list[str] | None = None) -> int:
         f"({summary['errors']} error{'s' if summary['errors'] != 1 else ''}), "
         f"{summary['already']} already done, {summary['wall_s']:.1f}s"
     )
+    if summary.get("handed_on"):
+        print(_handed_on_line(summary["handed_on"]))
     return 0
+
+
+def _handed_on_line(handed: dict[str, int]) -> str:
+    """What a worker run by hand says of the items it left to later units (``_handed_on``)."""
+    n = sum(handed.values())
+    units = ", ".join(f"{uid} ({k} item{'s' if k != 1 else ''})" for uid, k in sorted(handed.items()))
+    them = "a later unit, which measures" if len(handed) == 1 else "later units, which measure"
+    items = f"{n} item{'s' if n != 1 else ''}"
+    return f"  not measured here: {items} `tilesweep resume` gave to {them} {'it' if n == 1 else 'them'}: {units}"
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ class UnitSummary(TypedDict):
     timer: NotRequired[str | None]  # kernels.timing's name of the unit's timer; None: nothing timed
     gpu: NotRequired[str | None]
     job: NotRequired[str | None]  # the SLURM task (jobs.node_env.slurm_task)
+    handed_on: NotRequired[dict[str, int]]  # later unit -> items `resume` gave it, left to it (store.handed_on)
 
 
 class CompletionMarker(UnitSummary):
