@@ -101,3 +101,36 @@ def test_a_unit_whose_task_ran_out_of_its_time_limit_names_the_limit_and_the_res
         f"raise executor.timeout_min in {spec}, then `tilesweep resume {sweep} --spec {spec}`, or spread what is "
         f"left over more units: `tilesweep resume {sweep} --units N`"
     )
+
+
+def test_a_unit_out_of_requeues_names_those_its_task_was_submitted_with_after_a_resume_with_other_ones(
+    tmp_path: Path,
+) -> None:
+    """A task warned before its 2-minute limit with no requeue left (max_requeues 0) fails
+    ("timed-out too many times"); `resume --spec` with more requeues and a longer limit makes
+    those the sweep's. The failed unit still names the limit and the requeues its own task had,
+    not the ones the resume brought."""
+    executor = {"timeout_min": 2, "slurm_signal_delay_s": 20, "slurm_partition": "cpu", "gpus_per_node": 0}
+    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
+    for rec in source["results"]:
+        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    specs = {}
+    for name, pace, over in (("short", "real", {"max_requeues": 0}), ("more", "instant", {"timeout_min": 5})):
+        replay = {"source": str(tmp_path / "source.json"), "pace": pace}
+        ex = {**executor, "merge_job": False, **over}
+        specs[name] = write_spec(tmp_path, f"{name}.json", ex, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay)
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(specs["short"]), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    (old,) = unit_jobs(sweep)
+    assert cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "2").returncode == 1
+    r = cli("resume", str(sweep), "--spec", str(specs["more"]))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((sweep / "sweep.json").read_text())["spec"]["executor"]["max_requeues"] == 3
+    units = {u["id"]: u for u in status(sweep)["units"]}
+    assert units[old]["state"] == "failed" and units[old]["resumed"], units[old]
+    assert units[old]["detail"].startswith(
+        "its task ran out of its time limit (executor.timeout_min: 2 min) with no requeue left "
+        "(executor.max_requeues: 0); its finished records are kept: "
+    ), units[old]["detail"]
+    assert cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "2").returncode == 0

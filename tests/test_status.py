@@ -105,6 +105,26 @@ def test_a_unit_whose_requeues_ran_out_names_the_fixes_of_a_timeout_and_max_requ
     assert u.detail in format_status(st)
 
 
+def test_a_unit_whose_requeues_ran_out_names_those_its_task_was_submitted_with(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """The time limit and requeues a unit out of requeues names are those its task was submitted
+    with (its jobs.jsonl line), not the sweep's executor settings, which a later `resume --spec`
+    may have changed (here to 60 min and 5 requeues)."""
+    sd = _sweep(tmp_path, write_spec, units=1, executor={"kind": "slurm", "timeout_min": 60, "max_requeues": 5})
+    (unit,) = [u["id"] for u in sd.unit_index()]
+    err = tmp_path / "50_0_0_log.err"
+    err.write_text("submitit.core.utils.UncompletedJobError: Job not requeued because: timed-out too many times.\n")
+    job = {"unit": unit, "executor": "slurm", "job_id": "50_0", "array_id": "50", "task": 0}
+    sd.record_jobs([{**job, "timeout_min": 20, "max_requeues": 0, "submitted_ts": time.time(), "stderr": str(err)}])
+    st = sweep_status(sd, view=scheduler_view(j50_0=TaskState("FAILED", "sacct", exit_code="1:0")))
+    (u,) = st.units
+    assert u.state == "failed" and (u.detail or "").startswith(
+        "its task ran out of its time limit (executor.timeout_min: 20 min) with no requeue left "
+        "(executor.max_requeues: 0); its finished records are kept: "
+    ), u.detail
+
+
 def test_status_counts_partials_and_takes_states_from_the_scheduler_view(
     tmp_path: Path, write_spec: Callable[..., Path]
 ) -> None:

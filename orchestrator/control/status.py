@@ -107,7 +107,7 @@ def sweep_status(
     for u in st.units:
         if u.state != "done":
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
-        _ran_out_of_time(u, sd, (hist.latest.get(u.id) or {}).get("timeout_min"))
+        _ran_out_of_time(u, sd, hist.latest.get(u.id) or {})
         if not u.submitted and u.state in ACTIVE:
             u.detail = REPLACED if u.resumed else NOT_SUBMITTED[st.runner_live]
     _leases(sd, st, hist)
@@ -122,15 +122,17 @@ def sweep_status(
     return st
 
 
-def _ran_out_of_time(u: UnitStatus, sd: SweepDir, submitted_min: int | None) -> None:
+def _ran_out_of_time(u: UnitStatus, sd: SweepDir, job: dict[str, Any]) -> None:
     """A unit out of time, said by SLURM's word alone (TIMEOUT) or by submitit's once the task's
-    requeues ran out: what ran out, and the fixes ``resume`` takes (``submitted_min``: the time
-    limit its task was submitted with)."""
-    limit = submitted_min or sd.spec.executor.timeout_min
+    requeues ran out: what ran out, and the fixes ``resume`` takes. The time limit and requeues
+    named are those its task was submitted with (``job``: its ``jobs.jsonl`` line; a later
+    ``resume --spec`` may have changed the spec's), the spec's where the line does not say."""
+    limit = job.get("timeout_min") or sd.spec.executor.timeout_min
     if u.state == "timed out" and u.detail == "TIMEOUT":
         u.detail = out_of_time(limit, str(sd.root), sd.meta.get("spec_source"))
     elif u.state == "failed" and u.detail and REQUEUES_RAN_OUT in u.detail:
-        u.detail = out_of_requeues(limit, sd.spec.executor.max_requeues, str(sd.root), sd.meta.get("spec_source"))
+        requeues = job["max_requeues"] if type(job.get("max_requeues")) is int else sd.spec.executor.max_requeues
+        u.detail = out_of_requeues(limit, requeues, str(sd.root), sd.meta.get("spec_source"))
 
 
 def _unmerged(last: dict[str, Any]) -> str | None:

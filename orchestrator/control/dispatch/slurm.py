@@ -133,12 +133,12 @@ def _job_entries(
     origin: str,
     t0: float,
     attempts: dict[str, int],
-    timeout_min: int,
+    settings: ExecutorSettings,
 ) -> list[dict[str, Any]]:
     """The ``jobs.jsonl`` lines of one accepted array: one per unit, with its task, its place
     in the task (``slot``: the first ones start at once, one per GPU, the rest in turn), the
-    time limit it was submitted with (a later ``resume --spec`` may change the spec's), and
-    its logs."""
+    time limit and the requeues it was submitted with (a later ``resume --spec`` may change the
+    spec's: status names those its task had), and its logs."""
     when = now_iso()
     entries = []
     for group, job in zip(groups, jobs, strict=True):
@@ -157,7 +157,8 @@ def _job_entries(
                     "origin": origin,
                     "submitted": when,
                     "submitted_ts": round(t0, 3),
-                    "timeout_min": timeout_min,
+                    "timeout_min": settings.timeout_min,
+                    "max_requeues": settings.max_requeues,
                     "stdout": str(job.paths.stdout),
                     "stderr": str(job.paths.stderr),
                     "log": str(sd.unit_log(uid).absolute()),
@@ -206,7 +207,7 @@ def submit_units(
                 with sbatch_call(sd.logs, settings.sbatch_timeout_s):
                     jobs = ex.map_array(task, *task_args(sd, chunk, prior_starts or {}))
                 entries = _job_entries(
-                    sd, chunk, jobs, origin=origin, t0=t0, attempts=attempts or {}, timeout_min=settings.timeout_min
+                    sd, chunk, jobs, origin=origin, t0=t0, attempts=attempts or {}, settings=settings
                 )
                 sd.record_jobs(entries)
         except DispatchError as exc:
