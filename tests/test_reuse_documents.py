@@ -128,3 +128,19 @@ def test_a_reuse_document_holding_no_item_of_the_plan_is_named_not_passed_over(t
     r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(first_doc))
     assert r.returncode == 0, r.stderr
     assert f"nothing reused from {first_doc}: none of its records is an item of this plan" in r.stdout, r.stdout
+
+
+def test_records_of_another_device_kind_name_it_as_json_spells_it(tmp_path: Path, first_doc: Path) -> None:
+    """The plan's line on what it did not reuse names the other device kind as the warning does
+    and as the document holds it ("NVIDIA H100"), not as Python quotes a string."""
+    doc = json.loads(first_doc.read_text())
+    doc["device"]["device_kind"] = doc["tilesweep"]["env"]["device_kind"] = "NVIDIA H100"
+    for rec in doc["results"]:
+        if "device_kind" in rec:
+            rec["device_kind"] = "NVIDIA H100"
+    other = write(tmp_path, "h100.json", doc)
+    spec = write(tmp_path, "spec.json", {**FIRST, "output": str(tmp_path / "out.json")})
+    r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(other))
+    assert r.returncode == 0, r.stderr
+    said = f'not reused from {other}: 2 of another device kind ("NVIDIA H100")'
+    assert said in r.stdout and "'NVIDIA H100'" not in r.stdout + r.stderr, r.stdout

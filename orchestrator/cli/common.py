@@ -342,10 +342,11 @@ def _not_reused(source: dict[str, Any]) -> tuple[list[str], str]:
     """A source's counts of records not reused, each with its detail where the source says one
     (``reuse_accept.WHY_OF``: "2 measured with other settings (timing.warmup 0 vs 1 here)"), and
     the reasons no count explains."""
+    from kernels.spelling import as_json
     from orchestrator.store.reuse_accept import WHY_OF
 
     whys = list(source.get("why") or [])
-    dev = f" ({source['device_kind']!r})" if source.get("device_kind") else ""
+    dev = f" ({as_json(source['device_kind'])})" if source.get("device_kind") else ""
     parts = []
     for k, text in _NOT_REUSED:
         if not source.get(k):
