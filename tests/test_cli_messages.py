@@ -1,15 +1,14 @@
 """What the command line says when its output cannot be written and when a user slips: wrong
 spec values, an empty spec file, a device or a spec file where a document or a sweep directory
-goes, a unit's log captured whole (a stop while a command starts: ``test_cli_stops.py``)."""
+goes, a unit's log captured whole (what else `logs` says: ``test_logs.py``; a stop while a command
+starts: ``test_cli_stops.py``)."""
 
 from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -257,16 +256,6 @@ def test_a_sweep_dir_or_output_given_empty_and_spec_schema_with_a_file_are_refus
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.json"]  # nothing planned, nothing written
 
 
-def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "local"})
-    sweep = tmp_path / "sweep"
-    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
-    shutil.rmtree(sweep / "logs")
-    r = run_cli("logs", str(sweep), "0")
-    assert_one_line_error(r, "ran, but its log is gone", f"`tilesweep status {sweep}` shows the unit")
-    assert "has not started" not in r.stderr and "never submitted" not in r.stderr
-
-
 def test_ls_lines_up_its_units_column_whatever_each_sweep_state_says(tmp_path: Path) -> None:
     spec = small_spec(n_seqs=2)
     build_sweep(tmp_path / "done", {**spec, "output": str(tmp_path / "done.json")}, 2)
@@ -286,50 +275,6 @@ def test_every_commands_help_says_what_it_does_and_what_its_arguments_are() -> N
         assert command.description, f"`tilesweep {name} --help` says nothing of what it does"
         undescribed = [a.dest for a in command._actions if not a.option_strings and not a.help]
         assert not undescribed, f"`tilesweep {name} --help` leaves {undescribed} undescribed"
-
-
-def test_logs_task_of_a_unit_run_here_says_it_has_no_task_log(tmp_path: Path) -> None:
-    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 1)
-    sd.record_jobs([{"unit": units[0].id, "executor": "local", "job_id": "123", "log": str(sd.unit_log(units[0].id))}])
-    r = run_cli("logs", str(sd.root), "0", "--task")
-    assert_one_line_error(r, "ran here (local executor), not as a SLURM task", f"tilesweep logs {sd.root} 0")
-
-
-def test_logs_of_a_unit_waiting_in_a_running_whole_node_task_says_so_not_the_tasks_log(tmp_path: Path) -> None:
-    """A 2-unit task runs its first unit; the second waits for a GPU: its ``logs`` says so (it
-    printed the task's log, exit 0), and ``--task`` prints the task's log."""
-    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 2)
-    task_log = sd.logs / "70_0_log.err"
-    task_log.parent.mkdir(parents=True, exist_ok=True)
-    task_log.write_text("a task's line about its first unit's worker\n")
-    sd.record_jobs(
-        [
-            {"unit": u.id, "executor": "slurm", "job_id": "70_0", "array_id": "70", "task": 0, "slot": k}
-            | {"units_in_task": 2, "stderr": str(task_log), "log": str(sd.unit_log(u.id))}
-            for k, u in enumerate(units)
-        ]
-    )
-    waiting = units[1].id  # nothing of it written yet
-    for path in (sd.unit_log(waiting), sd.partial_path(waiting), sd.marker_path(waiting)):
-        path.unlink(missing_ok=True)
-    r = run_cli("logs", str(sd.root), "1")
-    assert_one_line_error(r, "has no log yet: its task (job 70_0) runs", f"tilesweep logs {sd.root} 1 --task")
-    task = run_cli("logs", str(sd.root), "1", "--task")
-    assert task.returncode == 0 and "a task's line about its first unit's worker" in task.stdout, task.stdout
-
-
-def test_logs_of_a_unit_cancelled_before_it_started_says_so(tmp_path: Path) -> None:
-    """A pending array `tilesweep cancel` cancelled: ``logs`` of its unit says the job was
-    cancelled before it started (it said "has not started", as if it would still run)."""
-    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 1)
-    uid = units[0].id
-    for path in (sd.unit_log(uid), sd.partial_path(uid), sd.marker_path(uid)):
-        path.unlink(missing_ok=True)
-    now = time.time()
-    sd.record_jobs([{"unit": uid, "executor": "slurm", "job_id": "71_0", "array_id": "71", "task": 0}])
-    sd.record_jobs([{"event": "cancel", "arrays": ["71"], "time": "", "ts": now + 1}])
-    r = run_cli("logs", str(sd.root), "0")
-    assert_one_line_error(r, "its job 71_0 was cancelled before it started", f"tilesweep resume {sd.root}")
 
 
 def test_lower_workers_without_lower_is_refused_not_ignored(write_spec: Callable[..., Path]) -> None:

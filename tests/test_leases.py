@@ -185,9 +185,9 @@ def test_the_reason_of_a_failure_is_read_from_the_end_of_a_log(tmp_path: Path) -
     tb = tmp_path / "task.err"
     tb.write_text(
         'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
-        "orchestrator.errors.SweepDirError: unit 'x' is not in /s/units.json (2 units)\n"
+        'orchestrator.errors.SweepDirError: unit "x" is no unit of /s (2 units)\n'
     )
-    assert read_failure(tb, "aa") == "SweepDirError: unit 'x' is not in /s/units.json (2 units)"
+    assert read_failure(tb, "aa") == 'SweepDirError: unit "x" is no unit of /s (2 units)'
     tb.write_text("submitit.core.utils.UncompletedJobError: Job not requeued because: timed-out too many times.\n")
     said = read_failure(tb)  # submitit's last word after the last requeue (status says what to change)
     assert said == "UncompletedJobError: Job not requeued because: timed-out too many times."

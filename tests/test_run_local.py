@@ -179,7 +179,7 @@ def test_bad_input_gets_one_line_errors(write_spec: Callable[..., Path], tmp_pat
     w = subprocess.run(
         [sys.executable, "-m", "jobs.worker", str(sweep), "nope"], cwd=REPO, capture_output=True, text=True
     )
-    assert_one_line_error(w, "unit 'nope'")
+    assert_one_line_error(w, 'unit "nope" is no unit of')
 
 
 def test_a_gpu_task_without_a_gpu_backend_is_refused() -> None:

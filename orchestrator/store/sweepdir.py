@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
-from orchestrator import word
+from kernels.spelling import as_json
+from orchestrator import PROG, word
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store import envfile, jobfile, unitfile
@@ -129,6 +130,22 @@ def _wrong_entry(index: list[Any]) -> str | None:
         if type(e.get("n_items")) is not int or e["n_items"] < 0 or type(e.get("round", 1)) is not int:
             return f"entry {n} (unit {e['id']}) has no item count or round"
     return None
+
+
+def _no_one_unit(root: Path, key: str, ids: list[str], matches: list[str]) -> str:
+    """Why ``key`` names no one unit of the sweep at ``root`` (``ids``: its units in index order;
+    ``matches``: those whose id starts with it), and what names one."""
+    shown = f"`{PROG} status {word(root)}` shows their ids"
+    if matches:
+        named = ", ".join(matches[:3]) + (", ..." if len(matches) > 3 else "")
+        return f"unit {as_json(key)} begins {len(matches)} unit ids of {root} ({named}); give more of the id ({shown})"
+    if not ids:
+        return f"{root} has no unit yet (its unit index, units.json, is empty); `{PROG} resume {word(root)}` plans them"
+    positions = "0" if len(ids) == 1 else f"0 to {len(ids) - 1}"
+    return (
+        f"unit {as_json(key)} is no unit of {root} ({len(ids)} unit{'s' if len(ids) != 1 else ''}): "
+        f"pass a unit id, the start of one, or a position in its unit index, {positions} ({shown})"
+    )
 
 
 @dataclass
@@ -330,13 +347,10 @@ class SweepDir:
             return key
         if key.isdigit() and int(key) < len(ids):
             return ids[int(key)]
-        matches = [i for i in ids if i.startswith(key)]
+        matches = [i for i in ids if key and i.startswith(key)]
         if len(matches) == 1:
             return matches[0]
-        raise SweepDirError(
-            f"unit {key!r} is not in {self.root / 'units.json'} ({len(ids)} units); "
-            f"pass a unit id or a number 0..{len(ids) - 1}"
-        )
+        raise SweepDirError(_no_one_unit(self.root, key, ids, matches))
 
     def unit_items(self, unit_id: str) -> list[WorkItem]:
         from orchestrator.store import tokamax_lists

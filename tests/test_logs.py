@@ -1,0 +1,86 @@
+"""What ``tilesweep logs`` prints and says: a unit's log, a task's log, and a unit that has none
+(never submitted, its log gone, waiting for a GPU of a running task, cancelled before it started),
+or a key that names no one unit of the sweep."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from orchestrator.store.synthetic import build_sweep, small_spec
+from tests.helpers import assert_one_line_error, run_cli
+
+
+def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "local"})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    shutil.rmtree(sweep / "logs")
+    r = run_cli("logs", str(sweep), "0")
+    assert_one_line_error(r, "ran, but its log is gone", f"`tilesweep status {sweep}` shows the unit")
+    assert "has not started" not in r.stderr and "never submitted" not in r.stderr
+
+
+def test_logs_task_of_a_unit_run_here_says_it_has_no_task_log(tmp_path: Path) -> None:
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 1)
+    sd.record_jobs([{"unit": units[0].id, "executor": "local", "job_id": "123", "log": str(sd.unit_log(units[0].id))}])
+    r = run_cli("logs", str(sd.root), "0", "--task")
+    assert_one_line_error(r, "ran here (local executor), not as a SLURM task", f"tilesweep logs {sd.root} 0")
+
+
+def test_logs_of_a_unit_waiting_in_a_running_whole_node_task_says_so_not_the_tasks_log(tmp_path: Path) -> None:
+    """A 2-unit task runs its first unit; the second waits for a GPU: its ``logs`` says so (it
+    printed the task's log, exit 0), and ``--task`` prints the task's log."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 2)
+    task_log = sd.logs / "70_0_log.err"
+    task_log.parent.mkdir(parents=True, exist_ok=True)
+    task_log.write_text("a task's line about its first unit's worker\n")
+    sd.record_jobs(
+        [
+            {"unit": u.id, "executor": "slurm", "job_id": "70_0", "array_id": "70", "task": 0, "slot": k}
+            | {"units_in_task": 2, "stderr": str(task_log), "log": str(sd.unit_log(u.id))}
+            for k, u in enumerate(units)
+        ]
+    )
+    waiting = units[1].id  # nothing of it written yet
+    for path in (sd.unit_log(waiting), sd.partial_path(waiting), sd.marker_path(waiting)):
+        path.unlink(missing_ok=True)
+    r = run_cli("logs", str(sd.root), "1")
+    assert_one_line_error(r, "has no log yet: its task (job 70_0) runs", f"tilesweep logs {sd.root} 1 --task")
+    task = run_cli("logs", str(sd.root), "1", "--task")
+    assert task.returncode == 0 and "a task's line about its first unit's worker" in task.stdout, task.stdout
+
+
+def test_logs_of_a_unit_cancelled_before_it_started_says_so(tmp_path: Path) -> None:
+    """A pending array `tilesweep cancel` cancelled: ``logs`` of its unit says the job was
+    cancelled before it started (it said "has not started", as if it would still run)."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 1)
+    uid = units[0].id
+    for path in (sd.unit_log(uid), sd.partial_path(uid), sd.marker_path(uid)):
+        path.unlink(missing_ok=True)
+    now = time.time()
+    sd.record_jobs([{"unit": uid, "executor": "slurm", "job_id": "71_0", "array_id": "71", "task": 0}])
+    sd.record_jobs([{"event": "cancel", "arrays": ["71"], "time": "", "ts": now + 1}])
+    r = run_cli("logs", str(sd.root), "0")
+    assert_one_line_error(r, "its job 71_0 was cancelled before it started", f"tilesweep resume {sd.root}")
+
+
+def test_logs_of_a_key_that_names_no_one_unit_says_what_names_one(tmp_path: Path) -> None:
+    """A position past the index, or the start of several unit ids: one line that says which,
+    in JSON's quotes and the unit count in the singular where it is one, and what names a unit."""
+    sd, units = build_sweep(tmp_path / "many", small_spec(), 20, write_partials=False)
+    ids = [u.id for u in units]
+    shared = next(c for c in "abcdef" if sum(i.startswith(c) for i in ids) > 1)  # a letter: never a position
+    line = assert_one_line_error(
+        run_cli("logs", str(sd.root), shared), f'unit "{shared}" begins', "give more of the id"
+    )
+    assert "is not in" not in line and all(i in line for i in ids if i.startswith(shared)), line
+    past = str(len(ids))
+    line = assert_one_line_error(
+        run_cli("logs", str(sd.root), past), f'unit "{past}" is no unit of {sd.root} ({past} units)'
+    )
+    assert f"0 to {len(ids) - 1}" in line and f"`tilesweep status {sd.root}` shows their ids" in line, line
+    one, _ = build_sweep(tmp_path / "one", small_spec(), 1, write_partials=False)
+    assert_one_line_error(run_cli("logs", str(one.root), "1"), f'unit "1" is no unit of {one.root} (1 unit)')
