@@ -312,6 +312,18 @@ def test_a_warning_the_library_logs_is_said_as_the_cli_says_its_own(tmp_path: Pa
     assert verbose.returncode == 0 and "WARNING orchestrator.store.partials: " in verbose.stderr, verbose.stderr
 
 
+def test_verbose_is_taken_after_the_command_as_before_it(tmp_path: Path) -> None:
+    """``tilesweep merge DIR -v`` (as ``tilesweep -v merge DIR``, which ``tilesweep --help``
+    shows): the merge's info line names its level and module, and each command's help lists -v."""
+    sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    for args in (["-v", "merge", str(sd.root)], ["merge", str(sd.root), "-v"], ["merge", "-vv", str(sd.root)]):
+        r = run_cli(*args)
+        assert r.returncode == 0 and "INFO orchestrator.store.merge: merged " in r.stderr, (args, r.stderr)
+    quiet = run_cli("merge", str(sd.root))
+    assert quiet.returncode == 0 and "INFO" not in quiet.stderr, quiet.stderr
+    assert "-v, --verbose" in run_cli("status", "--help").stdout
+
+
 def test_a_command_a_message_suggests_pastes_and_runs_where_a_path_has_a_space(tmp_path: Path) -> None:
     """``status`` of an unfinished sweep in a folder named with a space suggests its resume; the
     suggestion, pasted into a shell, is the command (it split at the space: two arguments)."""

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     from orchestrator.cli.common import Parser
 
     p = Parser(prog=PROG, description="Autotune Pallas flash-attention tile configs on a SLURM cluster or locally.")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
     p.add_argument("--version", action="version", version=f"{PROG} {version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     sweep.register(sub)
@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+VERBOSE_HELP = "more logging (-vv for debug)"
 # what a command's own --help says of a positional argument its family left undescribed
 _POSITIONAL_HELP = {
     "spec": "the spec file (JSON or TOML; a results document stands for the spec of the sweep that wrote it)",
@@ -83,9 +84,13 @@ _POSITIONAL_HELP = {
 
 def _describe(sub: argparse._SubParsersAction) -> None:
     """Each command's ``--help`` opens with the line the command list gives it, and names its
-    spec or sweep directory, where its family gave neither."""
+    spec or sweep directory, where its family gave neither; each takes ``-v`` as the top does."""
+    import argparse
+
     for choice in sub._choices_actions:
         parser = sub.choices[choice.dest]
+        # -v after the command too (`tilesweep status DIR -v`), where it is left unset unless given
+        parser.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
         if not parser.description and choice.help:
             parser.description = choice.help[0].upper() + choice.help[1:] + "."
         for action in parser._actions:
