@@ -296,6 +296,24 @@ def test_a_word_a_command_does_not_take_points_at_that_commands_help(args: list[
     assert line.startswith(f"tilesweep {args[0]}: error: ") and line.endswith(f"(see `tilesweep {args[0]} --help`)")
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["stauts", "sweeps/a"],
+            'tilesweep: error: argument command: unknown "stauts" (did you mean status?); choose from ',
+        ),
+        (["run", "spec.json", "--executor", "lcoal"], 'argument --executor: unknown "lcoal" (did you mean local?)'),
+        (["export", "a.json", "--out", "t.json", "--format", "json"], 'unknown "json"; choose from tilesweep, tokamax'),
+    ],
+)
+def test_a_word_that_is_none_of_the_choices_names_the_closest_one(args: list[str], said: str) -> None:
+    """A mistyped command or choice is said in JSON's quotes, with the choice it is closest to
+    where one is close, as a mistyped spec field is."""
+    line = assert_one_line_error(run_cli(*args), said)
+    assert "invalid choice" not in line and f"'{args[-1]}'" not in line, line
+
+
 def test_a_warning_the_library_logs_is_said_as_the_cli_says_its_own(tmp_path: Path) -> None:
     """A partial line that is no partial line: merge warns ``tilesweep: warning: ...`` (not
     ``WARNING module.name: ...``); with -v every line names its level and module."""

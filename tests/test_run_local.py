@@ -165,7 +165,7 @@ def test_bad_input_gets_one_line_errors(write_spec: Callable[..., Path], tmp_pat
     assert_one_line_error(run_cli("status", str(tmp_path)), "not a sweep directory")
     assert_one_line_error(run_cli("merge", str(tmp_path / "nowhere")), "does not exist")
     assert_one_line_error(run_cli("plan", str(write_spec()), "--units", "0", "--dry-run"), "--units")
-    assert_one_line_error(run_cli("frobnicate"), "invalid choice")
+    assert_one_line_error(run_cli("frobnicate"), 'unknown "frobnicate"; choose from spec, plan, run')
     # a sweep directory of another spec is refused, and nothing in it is touched
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(write_spec("a.json")), "--sweep-dir", str(sweep)).returncode == 0

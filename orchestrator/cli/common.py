@@ -56,6 +56,20 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """As argparse's, but a word that is none of the choices (a command, ``--executor``) is said in
+        JSON's quotes, with the choice it is closest to: ``unknown "stauts" (did you mean status?)``."""
+        if action.choices is not None and value not in action.choices:
+            import difflib
+
+            from kernels.spelling import as_json
+
+            names = [str(c) for c in action.choices]
+            close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.75)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise argparse.ArgumentError(action, f"unknown {as_json(value)}{hint}; choose from {', '.join(names)}")
+        super()._check_value(action, value)
+
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
         """As argparse's, but words a command does not take are the command's error, pointing
         at its own help (argparse leaves them to the top parser)."""
