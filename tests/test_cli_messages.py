@@ -314,6 +314,24 @@ def test_a_word_that_is_none_of_the_choices_names_the_closest_one(args: list[str
     assert "invalid choice" not in line and f"'{args[-1]}'" not in line, line
 
 
+def test_impls_says_what_a_spec_names_to_run_an_implementation_kernel_impl_does_not_name(tmp_path: Path) -> None:
+    """``impls`` lists tokamax's sm100 op, which no ``kernel.impl`` names: its line says what a
+    spec writes to run it, and a spec written so is taken; every other line names a kernel.impl."""
+    from kernels import impls
+
+    r = run_cli("impls")
+    assert r.returncode == 0, r.stderr
+    heads = {line.split(":")[0]: line for line in r.stdout.splitlines() if line and not line.startswith(" ")}
+    said = 'no kernel.impl of its own: kernel.impl "tokamax-mosaic" with kernel.device_kind "NVIDIA B200" runs it'
+    assert said in heads["tokamax-mosaic-sm100"], heads
+    assert not any("kernel.impl" in heads[name] for name in impls.SPEC_IMPL_NAMES), heads
+    spec = tmp_path / "b200.json"
+    spec.write_text(
+        json.dumps({"dtypes": ["bfloat16"], "kernel": {"impl": "tokamax-mosaic", "device_kind": "NVIDIA B200"}})
+    )
+    assert run_cli("spec", str(spec)).returncode == 0
+
+
 def test_a_warning_the_library_logs_is_said_as_the_cli_says_its_own(tmp_path: Path) -> None:
     """A partial line that is no partial line: merge warns ``tilesweep: warning: ...`` (not
     ``WARNING module.name: ...``); with -v every line names its level and module."""

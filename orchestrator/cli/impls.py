@@ -1,6 +1,7 @@
-"""``tilesweep impls``: the kernel implementations a sweep can tune (``kernel.impl``), what each
-can do, its tunables with the values it takes (the names a spec's ``grid`` uses), the ones it
-ignores, its pruning rule and its ``auto`` (``kernels.impls`` holds them; ``--json`` as they are)."""
+"""``tilesweep impls``: the kernel implementations a sweep can tune (``kernel.impl``, or what one
+runs as on a device kind), what each can do, its tunables with the values it takes (the names a
+spec's ``grid`` uses), the ones it ignores, its pruning rule and its ``auto`` (``kernels.impls``
+holds them; ``--json`` as they are)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import json
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator.cli.common import Subparsers
 
 
@@ -32,7 +34,7 @@ def _text(d: dict[str, Any]) -> list[str]:
     archs = "any" if caps["archs"] is None else ", ".join(caps["archs"])
     pruning = "shared-memory model at plan time" if d["pruning"] == "model" else "compiler's verdict (plan --lower)"
     lines = [
-        f"{d['name']}: {d['title']}",
+        f"{d['name']}: {d['title']}{_named_as(d['name'])}",
         f"  can do: dtypes {', '.join(caps['dtypes'])}; modes {', '.join(caps['modes'])}; causal in {causal}; "
         f"grouped-query {'yes' if caps['grouped_query'] else 'no'}; head_dims {caps['head_dims']}; "
         f"GPUs {archs}; on a CPU {'yes (interpret mode)' if caps['runs_on_cpu'] else 'no (plan --lower, replay)'}",
@@ -50,6 +52,25 @@ def _text(d: dict[str, Any]) -> list[str]:
             lines.append(f"    {t['name']:<22} {t['type']:<4} {t['rule']}; default {default}{ignored}  ({t['doc']})")
     lines.append(f"  auto: {d['auto']}")
     return lines
+
+
+def _named_as(name: str) -> str:
+    """What a spec names to run implementation ``name``, where ``kernel.impl`` does not name it
+    itself (tokamax's sm100 op: ``"tokamax-mosaic"`` on a B200): "" where it does."""
+    from kernels import devices, impls
+
+    if name in impls.SPEC_IMPL_NAMES:
+        return ""
+    runs = {
+        spec: [as_json(kind.name) for kind in devices.KINDS.values() if impls.resolve(spec, kind) == name]
+        for spec in impls.SPEC_IMPL_NAMES
+    }
+    how = "; ".join(
+        f"kernel.impl {as_json(spec)} with kernel.device_kind {' or '.join(kinds)}"
+        for spec, kinds in runs.items()
+        if kinds
+    )
+    return f" (no kernel.impl of its own: {how} runs it; its records name it)"
 
 
 def register(sub: Subparsers) -> None:
