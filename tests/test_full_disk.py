@@ -111,7 +111,8 @@ def test_a_run_whose_disk_fills_starts_no_further_unit_and_says_to_free_space_th
 ) -> None:
     """The disk fills once the first of four units (run one at a time) is done: the next
     unit's worker fails with no room for its reason, the run starts no other and ends in one
-    line; once space is freed, resume runs only the units not done."""
+    line; status says so too (while the disk is full and once it is freed), not that a worker
+    crashed; once space is freed, resume runs only the units not done."""
     spec = _replay_spec(tmp_path, seq_lens=[64, 128], sharding={"units": 4}, executor={"local_workers": 1})
     sweep = disk.root / "sweep"
     run = start_run(spec, sweep)
@@ -130,8 +131,22 @@ def test_a_run_whose_disk_fills_starts_no_further_unit_and_says_to_free_space_th
     (done,) = (sweep / "done").glob("*.json")
     kept = (sweep / "partials" / f"{done.stem}.jsonl").read_bytes()
     assert len((sweep / "jobs.jsonl").read_text().splitlines()) == 2  # the unit done and the one that failed
-    disk.free()
+    stopped = (
+        f"the last run stopped: the disk of {sweep} (the filesystem at {disk.root}) was full (No space left on "
+        f"device); free space on it (or raise the quota), then `tilesweep resume {sweep}` runs what is missing"
+    )
+    for full in (True, False):  # the same while the disk is full and once space is freed
+        status = run_cli("status", str(sweep))
+        assert status.returncode == 1 and status.stdout.splitlines()[-1] == stopped, status.stdout
+        assert "process is gone" not in status.stdout, status.stdout
+        assert "its disk was full (No space left on device)" in status.stdout, status.stdout
+        assert status.stdout.count("not started: the run stopped on the full disk") == 2, status.stdout
+        listed = run_cli("ls", str(disk.root))
+        assert "stopped on a full disk, 3 units to resume" in listed.stdout, listed.stdout
+        if full:
+            disk.free()
     assert run_cli("resume", str(sweep)).returncode == 0
+    assert not (sweep / "run-stop.json").exists()
     assert (sweep / "partials" / f"{done.stem}.jsonl").read_bytes() == kept  # not run again
     status = run_cli("status", str(sweep))
     head = status.stdout.splitlines()[0]

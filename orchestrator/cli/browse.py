@@ -36,7 +36,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         state = sweep_state(st, advice=False)
         todo = len(st.ended_unfinished()) + len(st.never_started())
         if todo and st.settled and not st.complete:
-            state = f"incomplete, {todo} unit{'s' if todo != 1 else ''} to resume"
+            why = "stopped on a full disk" if st.run_stop is not None else "incomplete"
+            state = f"{why}, {todo} unit{'s' if todo != 1 else ''} to resume"
         rounds = rounds_summary(st)
         state += f" ({rounds})" if rounds else ""
         counts = ", ".join(f"{n} {s}" for s, n in st.counts().items())

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from orchestrator import PROG
-from orchestrator.control.history import History, read_history
+from orchestrator.control.history import History, read_history, submitted_ts
 from orchestrator.control.scheduler import SchedulerView, query
 from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
@@ -36,6 +36,7 @@ from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_
 from orchestrator.store.merged import document_current, output_of
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
+from orchestrator.store.runstop import RunStop, read_stop
 from orchestrator.store.searchrounds import grid_size, read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
 from orchestrator.store.tally import Book
@@ -89,6 +90,7 @@ def sweep_status(
     st.on_slurm = bool(hist.slurm_jobs)
     holder = read_holder(run_lease_path(sd.root))
     st.runner_live = holder is not None and holder.live
+    st.run_stop = None if st.runner_live else _run_stop(sd, hist)
     index = sd.unit_index()
     mtimes, notes, partials = _progress(sd, st, hist, index, keep_tally)
     st.later_rounds = later_rounds(index)
@@ -106,10 +108,10 @@ def sweep_status(
     now = time.time()
     for u in st.units:
         if u.state != "done":
-            _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now)
+            _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now, st.run_stop)
         _ran_out_of_time(u, sd, hist.latest.get(u.id) or {})
         if not u.submitted and u.state in ACTIVE:
-            u.detail = REPLACED if u.resumed else NOT_SUBMITTED[st.runner_live]
+            u.detail = REPLACED if u.resumed else NOT_STARTED if st.run_stop else NOT_SUBMITTED[st.runner_live]
     _leases(sd, st, hist)
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
         if u.id in notes:
@@ -120,6 +122,15 @@ def sweep_status(
     st.merging = None if st.merged else _merging(st)
     st.taken = now
     return st
+
+
+def _run_stop(sd: SweepDir, hist: History) -> RunStop | None:
+    """The last run's stop on a full disk, where no job of the sweep was submitted since (a
+    resume ran after it)."""
+    stop = read_stop(sd.root)
+    if stop is None or any((submitted_ts(job) or 0.0) > stop.at for job in hist.latest.values()):
+        return None
+    return stop
 
 
 def _ran_out_of_time(u: UnitStatus, sd: SweepDir, job: dict[str, Any]) -> None:
@@ -191,6 +202,8 @@ def _died_in_a_running_task(u: UnitStatus, job: dict[str, Any] | None) -> None:
 REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
 # a unit never submitted, by whether a live `tilesweep run` holds the sweep (it starts the unit)
 NOT_SUBMITTED = {True: "not submitted yet: the running `tilesweep run` starts it", False: "not submitted"}
+# a unit never submitted because the last run stopped on the full disk
+NOT_STARTED = "not started: the run stopped on the full disk"
 # a unit never submitted whose items `tilesweep resume` handed to new units: nothing will start it
 REPLACED = "never submitted; `tilesweep resume` gave its items to later units"
 
@@ -266,8 +279,10 @@ def _unit_state(
     mtime: float | None,
     hist: History,
     now: float,
+    stop: RunStop | None = None,
 ) -> None:
-    """State, detail, reason and log of a unit that is not done."""
+    """State, detail, reason and log of a unit that is not done (``stop``: the last run's on a
+    full disk, which a local worker it names failed on)."""
     if job is None:
         u.detail = "not submitted"
         return
@@ -277,6 +292,8 @@ def _unit_state(
         u.stuck = u.state in ACTIVE and task is not None and task.stuck
     else:
         u.state, u.detail = local_state(job, u.done)
+        if u.state == "failed" and stop is not None and stop.failed.get(u.id) == u.job_id:
+            u.detail = f"its worker could not write to the sweep directory: its disk was full ({stop.error})"
     if u.state in FAILED:
         u.log = existing(job.get("log"), job.get("stderr"))
         if u.state == "failed":

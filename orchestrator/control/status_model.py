@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.control.scheduler import SchedulerView
+from orchestrator.store.runstop import RunStop
 from orchestrator.store.searchrounds import SURVIVORS, SearchRound
 
 ACTIVE = ("pending", "running", "requeued")
@@ -102,6 +103,8 @@ class SweepStatus:
     # a live `tilesweep run` (or a resume run here) holds the sweep's run lease: it starts the
     # units not submitted yet, so they wait for it; without one nothing starts them
     runner_live: bool = False
+    # the last run here stopped on the sweep directory's full disk, and no job was submitted since
+    run_stop: RunStop | None = None
 
     # round -> the timings planned for it, for each round after the first that is planned
     # (the units its strategy made of it: origin "round<N>"); round 1 times every planned item
@@ -273,6 +276,7 @@ class SweepStatus:
             "scheduler": self.scheduler,
             "gpu_hours": self.gpu_hours,
             "replay_of": self.replay_of,
+            "run_stopped": None if self.run_stop is None else self.run_stop.to_json(),
             "merge_jobs": self.merge_jobs,
             "units": [dict(u.__dict__) for u in self.units],
         }

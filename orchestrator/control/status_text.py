@@ -37,7 +37,9 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         lines.append(f"  ... {' and '.join(hidden)} units not shown (--json lists every unit)")
     asked = st.view is not None and st.view.asked
     lines += [merge_job_line(m, asked=asked) for m in st.merge_jobs[-1:]]
-    if not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
+    if not st.complete and st.settled and st.run_stop is not None:
+        lines.append(st.run_stop.line())
+    elif not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
         lines.append(f"to redo the missing items: {PROG} resume {word(st.sweep_dir)}")
     if st.complete and st.unmerged:
         lines.append(f"to write the results document: {PROG} merge {word(st.sweep_dir)}")

@@ -79,6 +79,7 @@ _OWN_FILES = frozenset(
         "final-merge.json",
         "reuse.json",
         "round2.json",
+        "run-stop.json",
         "status-tally.json",
         "tokamax-grid.json",
         "lowering.jsonl",

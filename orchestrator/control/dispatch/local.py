@@ -15,12 +15,13 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import PROG, word
+from orchestrator import PROG
 from orchestrator.control.dispatch.local_procs import (
     LocalWorker,
     children_block_sigint,
@@ -34,6 +35,7 @@ from orchestrator.errors import DispatchError, SweepDirError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.diskspace import disk_full, mount_point
 from orchestrator.store.pidspace import host_identity, process_start
+from orchestrator.store.runstop import RunStop, StopNote
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:
@@ -124,7 +126,8 @@ def _run_subprocesses(
 ) -> list[UnitOutcome]:
     """Units as subprocesses in ``workers`` slots (default: one per visible GPU), a slot
     taking the next unit as soon as its unit ends. Once a worker failed on a full disk, no
-    further unit starts: the run ends in one line once the running ones have (``_Disk``)."""
+    further unit starts: the run ends in one line once the running ones have (``_Disk``), and
+    notes why in the room it took for that at its start (``store.runstop``), for ``status``."""
     gpus = visible_gpus()
     n = local_slots(sd.spec, workers, gpus)
     pending = list(unit_ids)
@@ -132,6 +135,8 @@ def _run_subprocesses(
     free_slots = list(range(n))
     outcomes: list[UnitOutcome] = []
     disk = _Disk(sd.root)
+    note = StopNote(sd.root)
+    note.reserve()
     try:
         while (pending and disk.full is None) or running:
             while pending and free_slots and disk.full is None:
@@ -152,9 +157,13 @@ def _run_subprocesses(
             wait_any(list(running.values()), POLL_S)
     except BaseException:  # Ctrl-C (or a bug) here: the workers stop too, cleanly
         stop_workers(list(running.values()))
+        note.discard()
         raise
     if disk.full is not None:
-        raise SweepDirError(disk.stopped(len(pending)))
+        stop = disk.stop(len(pending))
+        note.stopped(stop)
+        raise SweepDirError(disk.stopped(stop))
+    note.discard()
     return outcomes
 
 
@@ -166,6 +175,7 @@ class _Disk:
 
     root: Path
     full: OSError | None = None  # the error a write met there
+    failed: dict[str, str] = field(default_factory=dict)  # unit -> its worker that failed on it
 
     def probe(self) -> bool:
         """Whether the disk is full (it stays so for this run once it was)."""
@@ -187,14 +197,19 @@ class _Disk:
             f"its log is empty (exit code {worker.proc.returncode})"
         )
 
-    def stopped(self, not_started: int) -> str:
+    def stop(self, not_started: int) -> RunStop:
+        """The stop, as the run notes it for ``status``."""
+        why = str(self.full.strerror) if self.full is not None else "full"
+        return RunStop(self.root, why, str(mount_point(self.root)), dict(self.failed), not_started, time.time())
+
+    @staticmethod
+    def stopped(stop: RunStop) -> str:
         """The line a run stopped by the full disk ends with: where, what was kept, what to do."""
-        why = self.full.strerror if self.full is not None else "full"
-        left = f" ({not_started} unit{'s' if not_started != 1 else ''} not started)" if not_started else ""
+        n = stop.not_started
+        left = f" ({n} unit{'s' if n != 1 else ''} not started)" if n else ""
         return (
-            f"the disk of {self.root} (the filesystem at {mount_point(self.root)}) is full ({why}): the run started "
-            f"no further unit{left} and every record written is kept; free space on it (or raise the quota), "
-            f"then `{PROG} resume {word(self.root)}` runs what is missing"
+            f"{stop.where()} is full ({stop.error}): the run started no further unit{left} and every record "
+            f"written is kept; {stop.advice()}"
         )
 
 
@@ -225,6 +240,7 @@ def _ended(sd: SweepDir, worker: LocalWorker, disk: _Disk) -> UnitOutcome:
         return out
     if disk.probe():
         out.error = disk.reason(worker, end.error)
+        disk.failed[worker.unit] = worker.job_id
     log.warning("unit %s failed (process %s): %s; log: %s", worker.unit, worker.job_id, out.error, worker.log)
     return out
 
