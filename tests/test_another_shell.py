@@ -113,7 +113,7 @@ def test_cancel_stops_a_detached_unit_and_wait_then_merges_what_it_wrote(
     assert cancel.stdout.splitlines()[0] == f"stopped 1 unit running here (local process {controller})"
     assert _sweep_processes(sweep) == []
     states = _states(sweep)
-    assert sorted(states.values()) == ["interrupted", "pending", "pending"], states
+    assert sorted(states.values()) == ["interrupted", "replaced", "replaced"], states
     # the two units resume replaced were never submitted: wait does not send the user to resume them
     wait = run_cli("wait", str(sweep), "--interval", "0.2", timeout=SETTLE_S)
     assert wait.returncode == 1 and "never submitted" not in wait.stderr, wait.stderr

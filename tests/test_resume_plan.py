@@ -1,12 +1,15 @@
 """``tilesweep resume`` as its plan decides: only the items without a record are redone, in
 one new unit per unit that ended unfinished (not one an earlier resume replaced), a config that
 killed workers counted across units, another spec refused, and the settings a resume was given
-kept; status then shows the units replaced as resumed."""
+kept; status then shows the units replaced as resumed, and a unit a resume planned but never
+submitted, whose items other units recorded, as replaced."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +18,7 @@ from orchestrator.control.resume import plan_resume
 from orchestrator.control.scheduler import TaskState
 from orchestrator.control.status import format_status, sweep_status
 from orchestrator.store.sweepdir import SweepDir
-from tests.helpers import assert_one_line_error, scheduler_view
+from tests.helpers import REPO, TINY_SPEC, assert_one_line_error, scheduler_view
 from tests.test_status import _fake_partial, _sweep, _three_units_on_slurm
 
 from .conftest import run_cli
@@ -110,8 +113,8 @@ def test_the_executor_settings_a_resume_was_given_stay_the_sweeps(
 def test_a_unit_never_submitted_whose_items_others_recorded_is_settled_by_resume(
     tmp_path: Path, write_spec: Callable[..., Path]
 ) -> None:
-    """A retry unit stopped before it started, its items recorded by a later one: ``wait`` sent
-    the user to ``resume``, which had nothing to resubmit, for ever. ``resume`` settles it."""
+    """A retry unit stopped before it started, its items recorded by a later one: status reads
+    it as replaced, not as a unit to start, and ``resume``, with nothing to resubmit, settles it."""
     from orchestrator.planning import Unit
 
     sd = _sweep(tmp_path, write_spec, units=1, modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
@@ -119,7 +122,9 @@ def test_a_unit_never_submitted_whose_items_others_recorded_is_settled_by_resume
     retry = Unit(0, sd.unit_items(sd.unit_index()[0]["id"])[:2], round=1)
     retry.finalize()
     sd.add_units([retry], origin="retry")  # planned, never started: its items have records already
-    assert [u.id for u in sweep_status(sd, query_slurm=False).never_started()] == [retry.id]
+    before = sweep_status(sd, query_slurm=False)
+    assert before.never_started() == [] and before.complete, format_status(before)
+    assert {u.id: u.state for u in before.units}[retry.id] == "replaced"
     r = run_cli("resume", str(sd.root))
     assert r.returncode == 0 and "nothing to resubmit" in r.stdout, r.stdout + r.stderr
     st = sweep_status(SweepDir.open(sd.root), query_slurm=False)
@@ -166,3 +171,46 @@ def test_a_second_resume_makes_one_unit_per_unit_that_ended_unfinished_since(
     _new_units(sd, result, None, sd.spec.executor)
     (again,) = result.new_units
     assert sorted(it.id for it in again.items) == sorted(it.id for it in missing)
+
+
+def _worker(sweep: Path, unit: str) -> None:
+    """The unit's worker, run by hand as ``python -m jobs.worker SWEEP UNIT``."""
+    done = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), unit], cwd=REPO, capture_output=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_unit_a_resume_planned_but_never_submitted_is_replaced_once_other_units_recorded_its_items(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """A resume that planned a new unit for a unit never started, and failed before it started
+    the new unit's worker (its logs folder is a file); the unit it replaced then ran by hand,
+    recording every item: the sweep is complete, and neither status nor ls counts pending work."""
+    from orchestrator.store import synthetic
+
+    fwd = {"modes": ["fwd"], "seq_lens": [64, 128]}
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps(synthetic.document({**TINY_SPEC, **fwd, "output": str(source)})))
+    spec = write_spec(**fwd, kernel={"impl": "replay"}, replay={"source": str(source)})
+    sd = _sweep(tmp_path, lambda: spec)
+    first, second = [u["id"] for u in sd.unit_index()]
+    _worker(sd.root, first)
+    logs = sd.root / "logs"
+    if logs.exists():
+        logs.rename(tmp_path / "logs")
+    logs.write_text("")  # a file where the resume's worker would write its log
+    assert run_cli("resume", str(sd.root)).returncode != 0
+    (new,) = [u["id"] for u in sd.unit_index() if u["id"] not in (first, second)]
+    logs.unlink()
+    _worker(sd.root, second)
+    unmerged = f"complete, not merged: `tilesweep merge {sd.root}` writes {tmp_path / 'results.json'}"
+    for state in (unmerged, "complete"):  # the resume after the first look merges, and records the unit replaced
+        status = run_cli("status", str(sd.root))
+        lines = status.stdout.splitlines()
+        assert lines[0] == f"{sd.root}: 6/6 items done (0 error records), {state}", status.stdout
+        assert lines[2] == "units: 3 (2 done, 1 replaced)", status.stdout
+        (line,) = [x for x in lines if x.startswith(f"  {new}")]
+        assert line.split()[1] == "replaced" and line.endswith("never submitted; other units recorded every item of it")
+        assert "pending" not in status.stdout and "to redo the missing items" not in status.stdout, status.stdout
+        listed = run_cli("ls", str(tmp_path)).stdout
+        assert "units: 2 done, 1 replaced" in listed and "to resume" not in listed, listed
+        assert run_cli("resume", str(sd.root)).returncode == 0

@@ -144,7 +144,7 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: st
             plan.missing_of[u.id] = missing
             if not u.resumed:
                 plan.unreplaced.append(u.id)
-        elif u.state in ACTIVE and not u.submitted and not u.resumed:
+        elif (u.state in ACTIVE or u.covered) and not u.submitted and not u.resumed:
             plan.moot.append(u.id)
     for it in _universe(sd, st):
         number = later.get(it.id, 1)

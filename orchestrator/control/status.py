@@ -26,20 +26,23 @@ from typing import Any
 from orchestrator import PROG
 from orchestrator.control.history import History, read_history, submitted_ts
 from orchestrator.control.scheduler import SchedulerView, query
-from orchestrator.control.status_model import ACTIVE, FAILED, SweepStatus, UnitStatus
+from orchestrator.control.status_model import ACTIVE, FAILED, REPLACED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
 from orchestrator.control.why import REQUEUES_RAN_OUT, last_word, out_of_requeues, out_of_time
+from orchestrator.errors import TilesweepError
 from orchestrator.planning.search import SEARCH
 from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
 from orchestrator.store.merged import document_current, output_of
+from orchestrator.store.partials import read_partial
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.runstop import RunStop, read_stop
 from orchestrator.store.searchrounds import grid_size, read_end, read_rounds
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
 from orchestrator.store.tally import Book
+from orchestrator.store.unitfile import read_items
 
 __all__ = [
     "ACTIVE",
@@ -110,9 +113,12 @@ def sweep_status(
         if u.state != "done":
             _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now, st.run_stop)
         _ran_out_of_time(u, sd, hist.latest.get(u.id) or {})
-        if not u.submitted and u.state in ACTIVE:
-            u.detail = REPLACED if u.resumed else NOT_STARTED if st.run_stop else NOT_SUBMITTED[st.runner_live]
+        if not u.submitted and u.state in ACTIVE and u.resumed:
+            u.state, u.detail = REPLACED, GIVEN_TO_LATER
+        elif not u.submitted and u.state in ACTIVE:
+            u.detail = NOT_STARTED if st.run_stop else NOT_SUBMITTED[st.runner_live]
     _leases(sd, st, hist)
+    _covered(sd, st)
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
@@ -131,6 +137,46 @@ def _run_stop(sd: SweepDir, hist: History) -> RunStop | None:
     if stop is None or any((submitted_ts(job) or 0.0) > stop.at for job in hist.latest.values()):
         return None
     return stop
+
+
+def _covered(sd: SweepDir, st: SweepStatus) -> None:
+    """Units nothing will start (``never_started``, or replaced by a resume) whose every item
+    other units of their round recorded are replaced, not pending: nothing is left to them
+    (``resume`` records them so). Only where there is such a unit are other units' unit files
+    read, and the partials of those that recorded a part of their items."""
+    shared = _rounds_sharing_items(st)
+    replaced = [u for u in st.units if u.state == REPLACED]
+    idle = {u.id: u for u in [*st.never_started(), *replaced] if u.done == 0 and (u.retry or u.round in shared)}
+    try:
+        wanted = {uid: {iid for _, iid in read_items(sd.root, uid)} for uid in idle}
+        for round_ in {u.round for u in idle.values()}:
+            left = set().union(*(wanted[uid] for uid, u in idle.items() if u.round == round_))
+            for other in st.units:
+                if not left:
+                    break
+                if other.id in idle or other.round != round_ or other.done == 0:
+                    continue
+                if other.complete or other.done >= other.total:
+                    left -= {iid for _, iid in read_items(sd.root, other.id)}
+                else:
+                    left -= read_partial(sd.partial_path(other.id), warn=False).records.keys()
+            for uid, u in idle.items():
+                if u.round == round_ and not wanted[uid] & left:
+                    u.state, u.detail, u.covered = REPLACED, RECORDED_ELSEWHERE, True
+    except TilesweepError:  # a unit file damaged or edited: its unit stays as it reads (merge and resume say why)
+        return
+
+
+def _rounds_sharing_items(st: SweepStatus) -> set[int]:
+    """The rounds whose units hold more items than the round planned (a resume's units hold
+    items of the units they replace): only there can a unit's items be recorded by another.
+    A sweep as planned (10,000 units never submitted) reads no unit file for it."""
+    held: dict[int, int] = {}
+    for u in st.units:
+        if not u.retry:
+            held[u.round] = held.get(u.round, 0) + u.total
+    planned = {1: st.planned, **st.later_rounds}
+    return {n for n, total in held.items() if total > planned.get(n, 0)}
 
 
 def _ran_out_of_time(u: UnitStatus, sd: SweepDir, job: dict[str, Any]) -> None:
@@ -205,7 +251,10 @@ NOT_SUBMITTED = {True: "not submitted yet: the running `tilesweep run` starts it
 # a unit never submitted because the last run stopped on the full disk
 NOT_STARTED = "not started: the run stopped on the full disk"
 # a unit never submitted whose items `tilesweep resume` handed to new units: nothing will start it
-REPLACED = "never submitted; `tilesweep resume` gave its items to later units"
+GIVEN_TO_LATER = "never submitted; `tilesweep resume` gave its items to later units"
+# a unit never submitted whose every item other units recorded (a resume cut short before it
+# submitted the unit, whose items the unit it replaced then finished)
+RECORDED_ELSEWHERE = "never submitted; other units recorded every item of it"
 
 
 def later_rounds(index: list[UnitEntry]) -> dict[int, int]:

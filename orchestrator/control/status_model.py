@@ -1,7 +1,9 @@
 """What ``tilesweep status`` knows of a sweep: one ``UnitStatus`` per unit and the sweep's
 ``SweepStatus`` over them (``status.sweep_status`` builds them, ``status_text`` renders them).
 
-Unit states: ``done`` (marker, or every item recorded), ``pending``, ``running``,
+Unit states: ``done`` (marker, or every item recorded), ``replaced`` (never submitted, and
+nothing is left to it: ``tilesweep resume`` gave its items to later units, or other units
+recorded every item of it), ``pending``, ``running``,
 ``requeued`` (pending again after it ran: preempted or past its time limit), ``failed``
 (with the worker's own reason), ``interrupted`` (a local worker a stop signal ended: Ctrl-C,
 SIGTERM), ``cancelled``, ``timed out``. A unit never submitted is ``pending`` while a live
@@ -32,7 +34,9 @@ from orchestrator.store.searchrounds import SURVIVORS, SearchRound
 ACTIVE = ("pending", "running", "requeued")
 # Ended without finishing its items: what `tilesweep resume` is for.
 FAILED = ("failed", "interrupted", "cancelled", "timed out")
-STATE_ORDER = ("done", "running", "requeued", "pending", "failed", "interrupted", "timed out", "cancelled")
+# Never submitted, and nothing is left to it: not pending work.
+REPLACED = "replaced"
+STATE_ORDER = ("done", REPLACED, "running", "requeued", "pending", "failed", "interrupted", "timed out", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class UnitStatus:
     total: int
     done: int
     complete: bool
-    state: str = "pending"  # pending | running | requeued | done | failed | interrupted | cancelled | timed out
+    state: str = "pending"  # one of STATE_ORDER
     errors: int | None = None
     log: str | None = None  # the unit's log (or its task's), when it exists and the unit ended unfinished
     job_id: str | None = None  # last job: "<array>_<task>", or a plain id
@@ -59,6 +63,7 @@ class UnitStatus:
     submissions: int = 0  # jobs this unit was submitted as (resubmissions keep the history)
     detail: str | None = None  # display text only: SLURM state, pending reason, exit code
     resumed: bool = False  # its missing items were handed to later units by `tilesweep resume`
+    covered: bool = False  # never submitted, and other units recorded every item of it
     leased: bool = False  # a live worker holds its lease (a job of it, or a worker started by hand)
     stuck: bool = False  # pending for a reason that never resolves on its own (see scheduler.STUCK_REASONS)
     retry: bool = False  # redoes error records of other units (`resume --retry-errors`): its items are counted there
@@ -175,7 +180,7 @@ class SweepStatus:
         """Every unit done (or resumed by later ones) and no round left to plan (halving's
         round 2, a search that has not ended); a sweep whose unit index is empty (its planning
         was cut short) is not."""
-        done = all(u.complete or u.done >= u.total or u.resumed for u in self.units)
+        done = all(u.complete or u.done >= u.total or u.resumed or u.covered for u in self.units)
         return bool(self.units) and not self.round2_pending and not self.search_pending and done
 
     @property

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import PROG, word
-from orchestrator.control.status_model import SweepStatus, UnitStatus
+from orchestrator.control.status_model import REPLACED, SweepStatus, UnitStatus
 
 
 def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
@@ -149,7 +149,8 @@ def unit_line(u: UnitStatus, widths: Widths) -> str:
 
 
 def _state_of(u: UnitStatus) -> str:
-    return u.state + (" (resumed)" if u.resumed else "") + (f" (round {u.round})" if u.round != 1 else "")
+    resumed = " (resumed)" if u.resumed and u.state != REPLACED else ""  # a replaced unit's detail says by whom
+    return u.state + resumed + (f" (round {u.round})" if u.round != 1 else "")
 
 
 def merge_job_line(m: dict[str, Any], *, asked: bool = True) -> str:
