@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -75,3 +76,28 @@ def test_records_written_after_a_merge_leave_the_sweep_not_merged_since(
     assert run_cli("merge", str(sweep)).returncode == 0
     status = run_cli("status", str(sweep))
     assert status.returncode == 0 and status.stdout.splitlines()[0].endswith(", complete"), status.stdout
+
+
+def test_status_text_and_json_say_whether_the_document_is_there_from_one_fact(tmp_path: Path) -> None:
+    """Whether the results document of a complete sweep not merged since its last records is
+    there is gathered once, with the status: its text renders that fact (a document removed
+    after the status was taken changes neither), and ``--json`` says it too."""
+    from orchestrator.control.status import format_status, sweep_status
+    from orchestrator.store.synthetic import build_sweep, small_spec
+
+    sweep, out = tmp_path / "sweep", tmp_path / "results.json"
+    sd, _ = build_sweep(sweep, small_spec(1), 2, output=out)
+    assert run_cli("merge", str(sweep)).returncode == 0
+    shutil.rmtree(sweep / "merge-cache")  # no stamp of what the merge read: the partials' mtimes tell
+    later = out.stat().st_mtime + 60
+    for partial in (sweep / "partials").iterdir():
+        os.utime(partial, (later, later))
+    st = sweep_status(sd, query_slurm=False)
+    since = f"complete, not merged since its last records: `tilesweep merge {sweep}` updates {out}"
+    assert format_status(st).splitlines()[0].endswith(since)
+    assert json.loads(run_cli("status", str(sweep), "--json").stdout)["output_exists"] is True
+    out.unlink()
+    assert format_status(st).splitlines()[0].endswith(since)  # the status as it was taken
+    never = f"complete, not merged: `tilesweep merge {sweep}` writes {out}"
+    assert run_cli("status", str(sweep)).stdout.splitlines()[0].endswith(never)
+    assert json.loads(run_cli("status", str(sweep), "--json").stdout)["output_exists"] is False

@@ -123,11 +123,18 @@ def sweep_status(
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
     st.merge_jobs = _merge_jobs(sd, hist, view)
-    st.output, st.merged = str(output_of(sd)), document_current(sd, partials)
-    st.unmerged = _unmerged(st.merge_jobs[-1]) if st.merge_jobs and not st.merged else None
-    st.merging = None if st.merged else _merging(st)
+    _document(sd, st, partials)
     st.taken = now
     return st
+
+
+def _document(sd: SweepDir, st: SweepStatus, partials: dict[str, tuple[int, int]]) -> None:
+    """The sweep's results document: where, whether it is there and holds what ``partials``
+    hold now, and where it does not, why its final merge job wrote none or what will write it."""
+    st.output, st.merged = str(output_of(sd)), document_current(sd, partials)
+    st.output_exists = os.path.exists(st.output)
+    st.unmerged = _unmerged(st.merge_jobs[-1]) if st.merge_jobs and not st.merged else None
+    st.merging = None if st.merged else _merging(st)
 
 
 def _run_stop(sd: SweepDir, hist: History) -> RunStop | None:

@@ -101,6 +101,7 @@ class SweepStatus:
     # merge of the sweep wrote its output since
     unmerged: str | None = None
     output: str = ""  # the results document the sweep's merge writes
+    output_exists: bool = False  # whether it is there (not merged: since its last records, or ever)
     # the document exists and holds every record the partials hold now (``store.merged``)
     merged: bool = False
     merging: str | None = None  # what writes it without a user's word, where it is not merged
@@ -269,6 +270,7 @@ class SweepStatus:
             "errors": self.errors,
             "complete": self.complete,
             "output": self.output,
+            "output_exists": self.output_exists,
             "merged": self.merged,
             "merging": self.merging,
             "settled": self.settled,

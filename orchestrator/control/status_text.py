@@ -4,7 +4,6 @@ final merge job, and the next step when units ended unfinished; and its ``--json
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +105,7 @@ def _not_merged(st: SweepStatus, advice: bool) -> str:
     if st.merging:
         return "not merged yet" + (f": {st.merging} writes {st.output}" if advice else "")
     merge = f"`{PROG} merge {word(st.sweep_dir)}`"
-    if os.path.exists(st.output):
+    if st.output_exists:
         return "not merged since its last records" + (f": {merge} updates {st.output}" if advice else "")
     return "not merged" + (f": {merge} writes {st.output}" if advice else "")
 
