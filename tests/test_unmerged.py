@@ -12,10 +12,14 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.helpers import records_written, run_cli, start_run, until
+import pytest
+
+from tests.helpers import REPO, TINY_SPEC, records_written, run_cli, start_run, until
 from tests.test_local_lifecycle import SETTLE_S, SPEC
 
 
@@ -101,3 +105,51 @@ def test_status_text_and_json_say_whether_the_document_is_there_from_one_fact(tm
     never = f"complete, not merged: `tilesweep merge {sweep}` writes {out}"
     assert run_cli("status", str(sweep)).stdout.splitlines()[0].endswith(never)
     assert json.loads(run_cli("status", str(sweep), "--json").stdout)["output_exists"] is False
+
+
+def _recorded_by_hand(tmp_path: Path, kind: str) -> tuple[Path, Path]:
+    """A replay sweep of two units for the ``kind`` executor, each unit run by hand
+    (``python -m jobs.worker``): complete, its document never written."""
+    from orchestrator.store import synthetic
+
+    fwd = {"modes": ["fwd"], "seq_lens": [64, 128]}
+    source, spec = tmp_path / "source.json", tmp_path / f"{kind}.json"
+    source.write_text(json.dumps(synthetic.document({**TINY_SPEC, **fwd, "output": str(source)})))
+    out, sweep = tmp_path / f"{kind}-results.json", tmp_path / f"{kind}-sweep"
+    data = {**TINY_SPEC, **fwd, "output": str(out), "kernel": {"impl": "replay"}, "executor": {"kind": kind}}
+    spec.write_text(json.dumps({**data, "replay": {"source": str(source)}, "sharding": {"units": 2}}))
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    for unit in json.loads((sweep / "units.json").read_text()):
+        done = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), unit["id"]], cwd=REPO)
+        assert done.returncode == 0
+    return sweep, out
+
+
+def test_a_resume_here_with_nothing_to_resubmit_says_it_merges_the_sweeps_document(tmp_path: Path) -> None:
+    sweep, out = _recorded_by_hand(tmp_path, "local")
+    nothing = f"all 6 items of {sweep} have a record; nothing to resubmit"
+    left = run_cli("resume", str(sweep), "--no-wait")  # it merges nothing: it says what does
+    assert left.returncode == 1 and not out.exists(), left.stdout + left.stderr
+    never = f"complete, not merged: `tilesweep merge {sweep}` writes {out}"
+    assert left.stdout.splitlines() == [nothing, f"nothing started; the sweep is {never}"], left.stdout
+    merged = run_cli("resume", str(sweep))
+    assert merged.returncode == 0 and out.exists(), merged.stdout + merged.stderr
+    assert merged.stdout.splitlines()[0] == f"{nothing}; merging them into {out} (not merged yet)", merged.stdout
+    again = run_cli("resume", str(sweep))
+    assert again.returncode == 0 and again.stdout.splitlines()[0] == nothing, again.stdout
+
+
+@pytest.mark.slurm
+def test_a_resume_on_slurm_with_nothing_to_resubmit_names_the_merge_its_sweep_lacks(tmp_path: Path) -> None:
+    from tests.slurm_cluster import require_cluster
+
+    require_cluster()
+    sweep, out = _recorded_by_hand(tmp_path, "slurm")
+    nothing = f"all 6 items of {sweep} have a record; nothing to resubmit"
+    left = run_cli("resume", str(sweep))
+    assert left.returncode == 1 and not out.exists(), left.stdout + left.stderr
+    never = f"complete, not merged: `tilesweep merge {sweep}` writes {out}"
+    assert left.stdout.splitlines() == [f"{nothing}; the sweep is {never}"], left.stdout
+    assert run_cli("merge", str(sweep)).returncode == 0
+    done = run_cli("resume", str(sweep))
+    assert done.returncode == 0 and done.stdout.splitlines() == [nothing], done.stdout

@@ -29,10 +29,18 @@ if TYPE_CHECKING:  # the control flows import submitit: loaded when a command ru
 
 
 def say_resume_plan(
-    sd: SweepDir, r: Resumed, *, retry: str | None, quiet_when_done: bool, units: int | None = None
+    sd: SweepDir,
+    r: Resumed,
+    *,
+    retry: str | None,
+    quiet_when_done: bool,
+    units: int | None = None,
+    merges: bool | None = None,
 ) -> None:
     """What a resume is about to do: the units it leaves to run, the round it planned, the new
-    units (and, as a plan says it, fewer of them than ``--units`` asked for: one item each)."""
+    units (and, as a plan says it, fewer of them than ``--units`` asked for: one item each); with
+    nothing to resubmit, what the sweep's document lacks (``merges``: whether this resume merges
+    it; None: not said here)."""
     plan = r.plan
     if plan.held:
         n = len(plan.active)
@@ -54,7 +62,8 @@ def say_resume_plan(
     if not r.new_units:
         if not plan.held and not quiet_when_done and r.next_round is None:
             redo = f" and no {'' if retry == 'all' else retry + ' '}error record to retry" if retry else ""
-            print(f"all {sd.planned} items of {sd.root} have a record{redo}; nothing to resubmit")
+            left = _unmerged(sd, merges)
+            print(f"all {sd.planned} items of {sd.root} have a record{redo}; nothing to resubmit{left}")
         return
     n = len(r.new_units)
     k = len(plan.retry)
@@ -78,6 +87,34 @@ def say_resume_plan(
         units_capped(units, n)
 
 
+def _unmerged(sd: SweepDir, merges: bool | None) -> str:
+    """A complete sweep's document not merged since its last records, or never: that this resume
+    merges it, or what writes it (what runs, or the command that does, as ``status`` says)."""
+    from orchestrator.control.status import sweep_status
+    from orchestrator.control.status_text import sweep_state
+
+    if merges is None:
+        return ""
+    st = sweep_status(sd)
+    if not st.complete or st.merged:
+        return ""
+    if merges:
+        since = "not merged since its last records" if st.output_exists else "not merged yet"
+        return f"; merging them into {st.output} ({since})"
+    return f"; the sweep is {sweep_state(st)}"
+
+
+def merge_left(sd: SweepDir) -> str | None:
+    """Where the sweep is complete and its document missing or short of records, with nothing
+    running to write it (what a resume that did not merge leaves to ``merge``): the sweep's
+    state as ``status`` says it, naming the command that writes it."""
+    from orchestrator.control.status import sweep_status
+    from orchestrator.control.status_text import sweep_state
+
+    st = sweep_status(sd)
+    return sweep_state(st) if st.merge_left else None
+
+
 def resume_saying(
     sd: SweepDir,
     settings: ExecutorSettings,
@@ -97,7 +134,9 @@ def resume_saying(
     from orchestrator.control.status import sweep_status
 
     def planned(r: Resumed) -> None:
-        say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done, units=units)
+        # a resume here merges once its units ran; one that leaves them running says it once it let the sweep go
+        merges = None if background else settings.kind != "slurm"
+        say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done, units=units, merges=merges)
 
     def poll() -> None:
         if progress is not None:
@@ -178,9 +217,10 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
                 f"started {n} unit{'s' if n != 1 else ''} here, left running; follow with: {PROG} status {here}"
                 f"   (or {PROG} wait {here}, which merges once they end)"
             )
-        else:
-            print(f"nothing started; `{PROG} merge {word(sd.root)}` writes the results document")
-        return 0
+            return 0
+        left = merge_left(sd)  # this resume holds the sweep no more: nothing runs that would merge
+        print("nothing started" + (f"; the sweep is {left}" if left else ""))
+        return 1 if left else 0
     failed = failed_unit_lines(result.outcomes)
     return finish_sweep(
         sd, overwrite=args.overwrite, html=sd.spec.report.html, failed=failed, redo=f"`{PROG} resume {word(sd.root)}`"

@@ -48,7 +48,7 @@ from orchestrator.cli.common import (
     wait_for_lowering,
     warn,
 )
-from orchestrator.cli.resuming import resume_here, resume_saying
+from orchestrator.cli.resuming import merge_left, resume_here, resume_saying
 from orchestrator.cli.submission import print_dry_run, print_submission
 from orchestrator.cli.waiting import cmd_wait, wait_and_merge
 from orchestrator.errors import DispatchError
@@ -117,6 +117,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     settings_kept(sd, settings, args.spec)
     if result.items_submitted or result.next_round is not None:
         print(f"follow with: {PROG} status {word(sd.root)}   (or {PROG} wait {word(sd.root)})")
+    elif not result.new_units and not result.plan.held and merge_left(sd) is not None:
+        return 1  # complete, and its document lacks records nothing will write: `merge` does (said above)
     return 0
 
 
