@@ -137,7 +137,7 @@ def test_a_measured_sweep_reuses_a_replay_only_when_asked(tmp_path: Path) -> Non
 
     r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(replay.doc))
     assert r.returncode == 0, r.stderr
-    assert "reused 0 items" in r.stdout
+    assert "nothing reused: every planned item is measured" in r.stdout
     assert f"not reused from {replay.doc}: 55 replayed, not measured (--include-replays reuses them)" in r.stdout
     r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(replay.doc), "--include-replays")
     assert "reused 55 items recorded before (not measured again; 55 of them replayed, not measured)" in r.stdout

@@ -380,11 +380,14 @@ def reuse_lines(summary: dict[str, Any] | None) -> list[str]:
     if not summary or not summary.get("sources"):
         return []
     sources = summary["sources"]
-    where = ", ".join(f"{s['reused']} from {s['path']}" for s in sources if s["reused"]) or "none"
-    replayed = sum(s.get("replayed_reused", 0) for s in sources)
-    also = f"; {replayed} of them replayed, not measured" if replayed else ""
-    before = "recorded before" if replayed else "measured before"  # a replayed record was never measured
-    lines = [f"reused {counted(summary['reused'], 'item')} {before} (not measured again{also}): {where}"]
+    if summary["reused"]:
+        where = ", ".join(f"{s['reused']} from {s['path']}" for s in sources if s["reused"])
+        replayed = sum(s.get("replayed_reused", 0) for s in sources)
+        also = f"; {replayed} of them replayed, not measured" if replayed else ""
+        before = "recorded before" if replayed else "measured before"  # a replayed record was never measured
+        lines = [f"reused {counted(summary['reused'], 'item')} {before} (not measured again{also}): {where}"]
+    else:  # each source's line below says why it gave nothing
+        lines = ["nothing reused: every planned item is measured"]
     for s in sources:
         parts, why = _not_reused(s)
         if parts:
