@@ -183,8 +183,9 @@ def test_a_unit_a_resume_planned_but_never_submitted_is_replaced_once_other_unit
     tmp_path: Path, write_spec: Callable[..., Path]
 ) -> None:
     """A resume that planned a new unit for a unit never started, and failed before it started
-    the new unit's worker (its logs folder is a file); the unit it replaced then ran by hand,
-    recording every item: the sweep is complete, and neither status nor ls counts pending work."""
+    the new unit's worker (its logs folder is a file); the new unit then ran by hand, recording
+    every item: the sweep is complete, the unit it replaced reads as replaced, and neither
+    status nor ls counts pending work."""
     from orchestrator.store import synthetic
 
     fwd = {"modes": ["fwd"], "seq_lens": [64, 128]}
@@ -201,14 +202,14 @@ def test_a_unit_a_resume_planned_but_never_submitted_is_replaced_once_other_unit
     assert run_cli("resume", str(sd.root)).returncode != 0
     (new,) = [u["id"] for u in sd.unit_index() if u["id"] not in (first, second)]
     logs.unlink()
-    _worker(sd.root, second)
+    _worker(sd.root, new)
     unmerged = f"complete, not merged: `tilesweep merge {sd.root}` writes {tmp_path / 'results.json'}"
     for state in (unmerged, "complete"):  # the resume after the first look merges, and records the unit replaced
         status = run_cli("status", str(sd.root))
         lines = status.stdout.splitlines()
         assert lines[0] == f"{sd.root}: 6/6 items done (0 error records), {state}", status.stdout
         assert lines[2] == "units: 3 (2 done, 1 replaced)", status.stdout
-        (line,) = [x for x in lines if x.startswith(f"  {new}")]
+        (line,) = [x for x in lines if x.startswith(f"  {second}")]
         assert line.split()[1] == "replaced" and line.endswith("never submitted; other units recorded every item of it")
         assert "pending" not in status.stdout and "to redo the missing items" not in status.stdout, status.stdout
         listed = run_cli("ls", str(tmp_path)).stdout
