@@ -1,6 +1,9 @@
-"""``tilesweep plan SPEC --lower``: pre-flight lowering of every planned config for the spec's
-target GPU on this machine's CPUs, before any GPU time (``jobs.lowering``; the verdicts' file
-is ``store.lowering``'s).
+"""``tilesweep plan SPEC --lower``: pre-flight lowering of every planned config a worker will
+measure for the spec's target GPU on this machine's CPUs, before any GPU time (``jobs.lowering``;
+the verdicts' file is ``store.lowering``'s). The configs planning carries from earlier documents
+(the output document, ``reuse``: ``store.carried``) are never measured, so never lowered (but a
+carried screen, which a halving round 2 may time in full); the summary says how many were left
+out for that.
 
 With ``--sweep-dir`` the sweep directory is planned (or reopened) and each verdict is appended
 to its ``lowering.jsonl``: the configs lowering refused are recorded as pruned, with the
@@ -14,7 +17,7 @@ With ``executor.lower_partition`` (slurm) the configs are lowered as a CPU job a
 partition (``control.lowering``), followed here until it ends; each verdict is copied into
 ``lowering.jsonl`` as it is read.
 ``--json``: one object per config, its plan line plus its verdict (``null`` for a config not
-lowered here: invalid, pruned by the shared-memory model, or lowered before). A replayed sweep lowers the
+lowered here: invalid, pruned by the shared-memory model, lowered before, or reused). A replayed sweep lowers the
 configs of the implementation its source measured, so a rehearsal prunes what the real sweep would.
 """
 
@@ -68,8 +71,22 @@ def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
     if not args.json:  # as `plan` notes them: a tunable the kernel ignores is lowered at the one value it runs
         print_plan_notes(spec, lowering=True)
     if args.dry_run:
-        return _lower(args, spec, expand(spec), None, set())
+        return _lower(args, spec, expand(spec), None, set(), _reused_in_plan(args, spec))
     return _lower_into_sweep(args, spec)
+
+
+def _reused_in_plan(args: argparse.Namespace, spec: SweepSpec) -> set[str]:
+    """The ids of the items a dry run's plan carries from earlier documents (the output document,
+    ``reuse``), which no worker would measure."""
+    from orchestrator.control.reuseplan import plan_with_reuse
+    from orchestrator.control.sweeps import default_sweep_dir
+    from orchestrator.store.carried import found_ids
+    from orchestrator.store.document import load_costs
+
+    root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
+    costs = load_costs(args.costs) if args.costs else None
+    planned = plan_with_reuse(spec, root, Path(spec.output), args.units, costs, reuse_request(args))
+    return found_ids(planned.items, planned.found)
 
 
 def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
@@ -77,6 +94,7 @@ def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
     its lowering lease: a second ``plan --lower`` of it waits for the first (saying so), then
     lowers only what the first left without a verdict."""
     from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store.carried import carried_ids
     from orchestrator.store.leases import lowering_lease
     from orchestrator.store.lowering import read_verdicts
     from orchestrator.store.sweepdir import SweepDir
@@ -97,7 +115,7 @@ def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
             held = True
             sd = SweepDir.open(prepared.root)  # its verdicts read under the lease: no other lowering writes them
             before = set(read_verdicts(sd.root, sd.spec.fingerprint(), sd.spec.kernel.target.name))
-            return _lower(args, spec, sd.items(), sd.root, before)
+            return _lower(args, spec, sd.items(), sd.root, before, carried_ids(sd))
     except KeyboardInterrupt:
         if held:
             raise
@@ -108,17 +126,22 @@ def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
 
 
 def _lower(
-    args: argparse.Namespace, spec: SweepSpec, items: list[WorkItem], root: Path | None, before: set[str]
+    args: argparse.Namespace,
+    spec: SweepSpec,
+    items: list[WorkItem],
+    root: Path | None,
+    before: set[str],
+    reused: set[str],
 ) -> int:
-    """Lower the runnable ``items`` not in ``before`` and say what lowering said (verdicts kept in
+    """Lower what ``_to_lower`` picks of ``items`` and say what lowering said (verdicts kept in
     ``root``'s ``lowering.jsonl``; None: kept nowhere)."""
     from jobs.lowering import lower_items
     from jobs.node_env import device_block
-    from orchestrator.planning import RUN, plan_line
+    from orchestrator.planning import plan_line
     from orchestrator.spec.compat import env_fingerprint
     from orchestrator.store.lowering import VerdictWriter, lowering_header
 
-    todo = [it for it in items if it.kind == RUN and it.id not in before]
+    todo, left_out = _to_lower(items, before, reused)
     target = spec.kernel.target
     by_id = {it.id: it for it in todo}
     seen: Counter[str] = Counter()
@@ -160,8 +183,19 @@ def _lower(
                 sys.stdout.write(json.dumps({**plan_line(it), "lowering": None}) + "\n")
     else:
         wall_s = time.perf_counter() - t0
-        _summary(spec, seen, len(todo), len(items) - len(todo), wall_s, root, where, args.sweep_dir)
+        _summary(spec, seen, len(todo), left_out, wall_s, root, where, args.sweep_dir)
     return 0
+
+
+def _to_lower(items: list[WorkItem], before: set[str], reused: set[str]) -> tuple[list[WorkItem], tuple[int, int]]:
+    """The runnable ``items`` to lower: those without a verdict (``before``) that a worker will
+    measure (not ``reused``: carried from an earlier document); and how many were left out:
+    (invalid, pruned or lowered before; reused)."""
+    from orchestrator.planning import RUN
+
+    runnable = [it for it in items if it.kind == RUN and it.id not in before]
+    todo = [it for it in runnable if it.id not in reused]
+    return todo, (len(items) - len(runnable), len(runnable) - len(todo))
 
 
 def _lower_on_cluster(root: Path, todo: list[WorkItem], on_verdict: Callable[[Verdict], None]) -> str:
@@ -216,21 +250,29 @@ def _summary(
     spec: SweepSpec,
     seen: Counter[str],
     n: int,
-    skipped: int,
+    left_out: tuple[int, int],
     wall_s: float,
     root: Path | None,
     where: str,
     sweep_dir: str | None,
 ) -> None:
+    """What lowering said of its ``n`` configs, and the ``left_out`` ones it did not lower:
+    (invalid, pruned or lowered before; carried from earlier documents)."""
     target = spec.kernel.target
+    skipped, reused = left_out
+    carried = f"{reused} reused from earlier documents, not lowered (carried into the results, never measured)"
     if n == 0:
-        print(f"nothing to lower for {target.name}: {skipped} planned configs are invalid, pruned or lowered before")
+        print(
+            f"nothing to lower for {target.name}: {skipped} planned configs are invalid, pruned or lowered before"
+            + (f"; {carried}" if reused else "")
+        )
         return
     print(
         f"lowered {counted(n, 'config')} for {target.name} ({target.sm}, {target.smem_limit_bytes} bytes of shared "
         f"memory per block) on {where} in {wall_s:.1f} s: {seen['lowered']} lowered, {seen['refused']} refused "
         f"({seen['smem']} for shared memory), {seen['crashed']} crashed"
         + (f"; {skipped} not lowered (invalid, pruned by the model, or lowered before)" if skipped else "")
+        + (f"; {carried}" if reused else "")
     )
     if root is not None:
         print(f"verdicts in {root / 'lowering.jsonl'}; the workers record refused configs as pruned, never compiled")

@@ -25,6 +25,7 @@ from orchestrator.store.carry import carried_records, flags_of
 from orchestrator.store.files import atomic_open, atomic_write_json, now_iso, read_json
 from orchestrator.store.lines import encode_line, header_line, partial_header, record_line
 from orchestrator.store.markers import reuse_summary, write_marker
+from orchestrator.store.partials import read_partial
 from orchestrator.store.reuse import Found
 from orchestrator.store.sweepdir import SweepDir
 
@@ -84,3 +85,21 @@ def read_summary(sd: SweepDir) -> dict[str, Any] | None:
         return None
     data = read_json(path, "reuse summary")
     return data if isinstance(data, dict) else None
+
+
+def carried_ids(sd: SweepDir) -> set[str]:
+    """The ids of the items the sweep's reuse unit carries for good, which no worker measures:
+    its records but screens (halving's round 2, or a screened search's, may time a carried
+    screen in full); none where the merger quarantined its partial (resume measures its items)."""
+    ids: set[str] = set()
+    for entry in sd.unit_index():
+        if entry.get("origin") == ORIGIN:
+            content = read_partial(sd.partial_path(entry["id"]), warn=False)
+            ids.update(iid for iid, (_, rec) in content.records.items() if not flags_of(rec)[0])
+    return ids
+
+
+def found_ids(items: list[WorkItem], found: Found) -> set[str]:
+    """``carried_ids`` of a plan not written yet: the ids of the ``items`` whose record ``found``
+    carries for good (a screen aside)."""
+    return {it.id for it in items if it.index in found.records and not flags_of(found.records[it.index][0])[0]}

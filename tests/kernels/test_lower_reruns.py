@@ -1,7 +1,8 @@
 """``tilesweep plan --lower --sweep-dir`` run again on one sweep directory: after a run that was
 killed, and beside another of the same directory. Each config's verdict is written once, under
-one header, and the second command says it waits for the first. Lowering jax's stock Triton
-kernel for an H100 needs no CUDA plugin."""
+one header, and the second command says it waits for the first. A rerun of a larger sweep lowers
+only what its workers will measure, not what it reuses. Lowering jax's stock Triton kernel for an
+H100 needs no CUDA plugin."""
 
 from __future__ import annotations
 
@@ -165,3 +166,63 @@ def test_ctrl_c_while_waiting_for_another_lowering_says_nothing_was_lowered_and_
     ], err
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0 and "lowered 3 configs" in out, err
+
+
+def test_configs_the_output_document_holds_are_reused_not_lowered_and_the_summary_says_how_many(
+    tmp_path: Path,
+) -> None:
+    """A sweep whose output document holds an earlier, smaller sweep's records carries those
+    configs, never measured: ``plan --lower`` (and its dry run) lowers only the configs added
+    since, and says how many it left out as reused."""
+    kernel = {**SPEC["kernel"], "interpret": True}  # the earlier sweep runs here, in interpret mode
+    out, small, spec = tmp_path / "out.json", tmp_path / "small.json", tmp_path / "spec.json"
+    small.write_text(json.dumps({**SPEC, "kernel": kernel, "output": str(out)}))
+    ran = run_cli("run", str(small), "--sweep-dir", str(tmp_path / "small"))
+    assert ran.returncode == 0 and len(json.loads(out.read_text())["results"]) == 3, ran.stderr
+    grid = {**SPEC["grid"]["fwd"], "block_k": [64, 128]}
+    spec.write_text(json.dumps({**SPEC, "kernel": kernel, "grid": {"fwd": grid}, "output": str(out)}))
+    added = sorted(
+        it.id for it in expand(load_spec(spec)) if it.kind == RUN and (it.fields() or {}).get("block_k") == 128
+    )
+    said = "; 3 reused from earlier documents, not lowered (carried into the results, never measured)"
+    dry = run_cli("plan", str(spec), "--lower", "--dry-run", "--lower-workers", "1")
+    assert dry.returncode == 0 and "lowered 2 configs " in dry.stdout and said in dry.stdout, dry.stderr
+    sweep = tmp_path / "sweep"
+    r = run_cli(*_lower(spec, sweep))
+    assert r.returncode == 0 and "lowered 2 configs " in r.stdout and said in r.stdout, r.stderr
+    assert "3 items measured before" in run_cli("plan", str(spec), "--dry-run", "--sweep-dir", str(sweep)).stdout
+    assert sorted(v["id"] for v in _verdict_lines(sweep)[1]) == added
+    again = run_cli(*_lower(spec, sweep))
+    assert again.returncode == 0 and "nothing to lower for NVIDIA H100: 2 planned configs" in again.stdout
+    assert said in again.stdout and sorted(v["id"] for v in _verdict_lines(sweep)[1]) == added
+
+
+def test_screens_a_halving_sweep_carries_are_lowered_as_its_round_2_may_time_them_in_full(tmp_path: Path) -> None:
+    """A halving sweep carries an earlier one's screens as its own round 1, and its round 2 may
+    time any of them in full: ``plan --lower`` lowers them with the configs added since, and
+    leaves out only the records carried for good (the full ones)."""
+    kernel = {**SPEC["kernel"], "interpret": True}
+    grid = {**SPEC["grid"]["fwd"], "block_q": [16, 32, 64, 128]}
+    halving = {"strategy": "halving", "keep": 1}
+    data = {**SPEC, "kernel": kernel, "timing": halving, "output": str(tmp_path / "out.json")}
+    small, spec = tmp_path / "small.json", tmp_path / "spec.json"
+    small.write_text(json.dumps({**data, "grid": {"fwd": grid}}))
+    ran = run_cli("run", str(small), "--sweep-dir", str(tmp_path / "small"))
+    assert ran.returncode == 0, ran.stderr
+    measured = json.loads((tmp_path / "out.json").read_text())["results"]
+    full = {_tiles(r["config"], r) for r in measured if not r.get("screened")}
+    assert len(measured) == 5 and 2 <= len(full) < 5  # auto and the survivors in full, the rest screens
+    spec.write_text(json.dumps({**data, "grid": {"fwd": {**grid, "block_k": [64, 128]}}}))
+    planned = [it for it in expand(load_spec(spec)) if it.kind == RUN]
+    lowered = sorted(it.id for it in planned if _tiles(it.config, it.fields() or {}) not in full)
+    said = f"; {len(full)} reused from earlier documents, not lowered (carried into the results, never measured)"
+    sweep = tmp_path / "sweep"
+    r = run_cli(*_lower(spec, sweep))
+    assert r.returncode == 0 and f"lowered {len(lowered)} configs " in r.stdout and said in r.stdout, r.stderr
+    assert len(lowered) == len(planned) - len(full)
+    assert sorted(v["id"] for v in _verdict_lines(sweep)[1]) == lowered
+
+
+def _tiles(config: str, fields: dict[str, Any]) -> tuple[Any, ...]:
+    """A fwd config as a record or a plan's item names it: auto or forced, and its tiles."""
+    return config, fields.get("block_q"), fields.get("block_k")
