@@ -14,7 +14,7 @@ from orchestrator.cli.progress import Progress
 from orchestrator.spec.errorkinds import RETRY_KINDS
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from orchestrator.control.reuseplan import ReuseRequest
@@ -189,16 +189,17 @@ def prepare_run(args: argparse.Namespace, root: Path, kind: str) -> PreparedSwee
     return prepared
 
 
-def wait_for_lowering(root: Path, started: str) -> None:
-    """Wait while a ``plan --lower`` of ``root`` runs, saying so once: a unit ``started`` here
-    ("run", "submitted") before its verdicts are all written could compile configs it refuses."""
+def wait_for_lowering(root: Path, started: str, say: Callable[[str], None] | None = None) -> None:
+    """Wait while a ``plan --lower`` of ``root`` runs, saying so once (``say``: a line above a
+    progress bar; default ``warn``): a unit ``started`` here ("run", "submitted") before its
+    verdicts are all written could compile configs it refuses."""
     from orchestrator.store.leases import wait_for_lowering as wait
 
     holders: list[str] = []
 
     def waiting(holder: str) -> None:
         holders.append(holder)
-        warn(
+        (say or warn)(
             f"waiting for the `plan --lower` of {root} ({holder}) to end, so that no unit {started} here compiles "
             "a config it refuses"
         )

@@ -10,7 +10,8 @@ to its ``lowering.jsonl``: the configs lowering refused are recorded as pruned, 
 compiler's reason and bytes, by ``submit`` and the workers, never compiled on a GPU. A rerun
 lowers only the configs without a verdict; one started while another lowers the same sweep
 directory waits for it (its lowering lease, ``store.leases``), saying so, and then does the same;
-``run``, ``submit`` and ``resume`` of it wait for it too (``cli.common.wait_for_lowering``).
+``run``, ``submit`` and ``resume`` of it wait for it too (``cli.common.wait_for_lowering``), and so
+does ``wait`` before it submits a next round.
 A stop (Ctrl-C) says what it kept: the verdicts written before it, and the rerun that lowers the rest.
 ``--dry-run`` lowers and shows without writing.
 With ``executor.lower_partition`` (slurm) the configs are lowered as a CPU job array on that

@@ -8,17 +8,20 @@ import argparse
 from typing import TYPE_CHECKING
 
 from orchestrator import word
-from orchestrator.cli.common import PROG, Progress, counted, warn
+from orchestrator.cli.common import PROG, Progress, counted, wait_for_lowering, warn
 from orchestrator.cli.finish import finish_sweep, unfinished_unit_lines
 from orchestrator.store.sweepdir import SweepDir
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from orchestrator.control.status import SweepStatus
 
 
 class _WaitDisplay:
     """The progress line of ``wait``, fed each status: a warning once for each unit that cannot
-    start, a note once when round 2 is planned, and the records and unit states."""
+    start, a note once when round 2 is planned, and the records and unit states; and the line
+    that says a next round waits for a ``plan --lower``."""
 
     def __init__(self, planned: int) -> None:
         self.progress = Progress(planned)
@@ -48,6 +51,11 @@ class _WaitDisplay:
             self.ended = True
             self.progress.note(f"{PROG}: the search ended after {st.search_end['search_round']} rounds")
 
+    def lowering(self, root: Path) -> None:
+        """Before a next round is submitted: wait for a ``plan --lower`` of the sweep, as ``submit``
+        does, saying so above the bar."""
+        wait_for_lowering(root, "submitted", say=lambda text: self.progress.note(f"{PROG}: {text}"))
+
 
 def wait_and_merge(
     sd: SweepDir,
@@ -69,8 +77,17 @@ def wait_and_merge(
         check_target(sd)  # refuse before waiting, not after, to drop another sweep's records
     display = _WaitDisplay(sd.planned)
     try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
-        st = wait_until_settled(sd, interval=interval, slurm_interval=slurm_interval, timeout=timeout, on_poll=display)
-    except KeyboardInterrupt:  # what runs the units outlives this command: say so, and how to stop it
+        st = wait_until_settled(
+            sd,
+            interval=interval,
+            slurm_interval=slurm_interval,
+            timeout=timeout,
+            on_poll=display,
+            wait_lowering=display.lowering,
+        )
+    except KeyboardInterrupt as stop:  # what runs the units outlives this command: say so, and how to stop it
+        if stop.args:  # stopped waiting for a lowering, which said what it left
+            raise
         here = word(sd.root)
         raise KeyboardInterrupt(
             f"the sweep's units go on: `{PROG} wait {here}` follows them again, `{PROG} cancel {here}` stops them"

@@ -37,6 +37,7 @@ from orchestrator.planning import Unit, WorkItem
 from orchestrator.planning.halving import HALVING
 from orchestrator.planning.search import SEARCH
 from orchestrator.spec.executor_section import ExecutorSettings
+from orchestrator.store.leases import live_lowering
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:
@@ -176,31 +177,42 @@ def after_merge(sweep_dir: str) -> dict[str, Any] | None:
     """The final merge job's hook (on a compute node): advance the sweep to its next round.
     Where sbatch cannot be run from a compute node, say so in the job's log and in the sweep's
     history; ``tilesweep wait`` or ``tilesweep resume`` then submits the round from a login node.
+    The same where a ``plan --lower`` of the sweep runs (its units could compile configs it is
+    about to refuse): ``wait`` waits for it, then submits the round.
     A round planned with nothing to measure, and no round after it, ended the rounds: the merge
     job is asked to merge again (``merge_again``), since no other merge job will."""
     sd = SweepDir.open(sweep_dir)
     number = pending_round(sd)
     if number is None:
         return None
+    lowering = live_lowering(sd.root)
+    if lowering is not None:  # its units could compile configs it is about to refuse
+        return _deferred(sd, number, f"a `plan --lower` of the sweep was lowering its configs: {lowering.describe()}")
     try:
         done = advance(sd, sd.spec.executor)
     except DispatchError as exc:
-        log.warning(
-            "round %d of %s not submitted from the merge job: %s; `%s wait %s` or `%s resume %s` submits it",
-            number,
-            sd.root,
-            exc.message,
-            PROG,
-            sd.root,
-            PROG,
-            sd.root,
-        )
-        event = {"event": f"round{number}_deferred", "why": exc.message, "time": now_iso(), "ts": round(time.time(), 3)}
-        sd.record_jobs([event])
-        return {f"round{number}": "deferred", "why": exc.message}
+        return _deferred(sd, number, exc.message)
     if done is None:
         return None
     out: dict[str, Any] = {f"round{done.number}": len(done.units), "survivors": done.summary.get("survivors")}
     if not done.units and pending_round(sd) is None:  # the last round measured nothing: no merge job follows
         out["merge_again"] = True
     return out
+
+
+def _deferred(sd: SweepDir, number: int, why: str) -> dict[str, Any]:
+    """Round ``number`` left to ``wait`` or ``resume`` by the merge job, because ``why``: said in
+    the job's log and in the sweep's history (which ``status`` reads)."""
+    log.warning(
+        "round %d of %s not submitted from the merge job: %s; `%s wait %s` or `%s resume %s` submits it",
+        number,
+        sd.root,
+        why,
+        PROG,
+        sd.root,
+        PROG,
+        sd.root,
+    )
+    event = {"event": f"round{number}_deferred", "why": why, "time": now_iso(), "ts": round(time.time(), 3)}
+    sd.record_jobs([event])
+    return {f"round{number}": "deferred", "why": why}

@@ -9,13 +9,16 @@ each status to the caller (the CLI draws a progress line from it).
 
 A sweep on SLURM whose strategy has a round still to plan once every unit has settled (the
 final merge job usually has planned it; it cannot where compute nodes have no sbatch) is
-advanced here (``rounds.advance``), and the wait goes on until that round settles.
+advanced here (``rounds.advance``), and the wait goes on until that round settles. A
+``plan --lower`` of the sweep that runs then is waited for first (the merge job leaves the round
+to this wait where one runs), so that no unit of the round compiles a config it is about to refuse.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from orchestrator import PROG, word
 from orchestrator.control.rounds import advance, pending_round
@@ -36,11 +39,14 @@ def wait_until_settled(
     slurm_interval: float,
     timeout: float | None,
     on_poll: Callable[[SweepStatus], None] | None = None,
+    wait_lowering: Callable[[Path], None] | None = None,
 ) -> SweepStatus:
     """Poll until no unit is pending or running, or ``timeout`` seconds have passed (the
     status returned then is not settled). The partials are read every ``interval``; SLURM
     is asked at most every ``slurm_interval``. Units that were never submitted, with
-    nothing else left to wait for, are refused: the wait would never end."""
+    nothing else left to wait for, are refused: the wait would never end. ``wait_lowering``
+    is given the sweep directory before a next round is planned, to wait for a ``plan --lower``
+    of it."""
     start = time.monotonic()
     view = None
     while True:
@@ -58,7 +64,7 @@ def wait_until_settled(
         if on_poll is not None:
             on_poll(st)
         pause = interval
-        if st.settled and pending_round(sd) is not None and _advance_on_slurm(sd):
+        if st.settled and pending_round(sd) is not None and _advance_on_slurm(sd, wait_lowering):
             view = None
         elif st.settled:
             if _certain(st, view, asked=stale):
@@ -80,9 +86,12 @@ def _certain(st: SweepStatus, view: SchedulerView | None, *, asked: bool) -> boo
     return asked and st.view is None
 
 
-def _advance_on_slurm(sd: SweepDir) -> bool:
-    """Advance a SLURM sweep to its next round; whether units of it were submitted now."""
+def _advance_on_slurm(sd: SweepDir, wait_lowering: Callable[[Path], None] | None) -> bool:
+    """Advance a SLURM sweep to its next round, once no ``plan --lower`` of it runs
+    (``wait_lowering``); whether units of it were submitted now."""
     if not slurm_jobs(sd):
         return False  # run here: `run` and `resume` run the next round themselves
+    if wait_lowering is not None:  # before the sweep's lock, which other commands take meanwhile
+        wait_lowering(sd.root)
     done = advance(sd, sd.spec.executor.model_copy(update={"kind": "slurm"}))
     return done is not None and bool(done.units)

@@ -14,7 +14,9 @@ apart from a live one the same way as for the merge lock. Three kinds:
   the same sweep follows the first one's progress instead of starting work beside it.
 - ``SWEEP/lowering.lease``: held by ``plan --lower --sweep-dir`` while it lowers; a second one
   waits for it, then lowers only the configs the first left without a verdict; ``run``,
-  ``submit`` and ``resume`` wait for it before they start a unit (``wait_for_lowering``).
+  ``submit`` and ``resume`` wait for it before they start a unit (``wait_for_lowering``), and so
+  does ``wait`` before it starts a sweep's next round; the final merge job leaves that round to
+  ``wait`` or ``resume`` while one lowers (``live_lowering``).
 
 A holder on another host is taken to be gone after ``FOREIGN_STALE_S`` without a heartbeat
 (two minutes, not the merge lock's hour: a unit's lease must not block a resumed unit for
@@ -163,16 +165,21 @@ def lowering_lease(root: Path, on_wait: Callable[[str], None]) -> Iterator[None]
         lock.release()
 
 
+def live_lowering(root: Path) -> Holder | None:
+    """The live ``plan --lower`` that holds the sweep's lowering lease, or None."""
+    holder = read_holder(lowering_lease_path(root))
+    return holder if holder is not None and holder.live else None
+
+
 def wait_for_lowering(root: Path, on_wait: Callable[[str], None]) -> None:
     """Return once no live ``plan --lower`` holds the sweep's lowering lease (``on_wait``, told
     once, is given who holds it): a unit started before its verdicts are all written could
     compile on a GPU the configs it is about to refuse."""
-    path = lowering_lease_path(root)
-    holder = read_holder(path)
-    if holder is None or not holder.live:
+    holder = live_lowering(root)
+    if holder is None:
         return
     on_wait(holder.describe())
-    wait_released(path, poll_s=0.5)
+    wait_released(lowering_lease_path(root), poll_s=0.5)
 
 
 def live_unit_holders(root: Path, unit_ids: list[str]) -> dict[str, Holder]:

@@ -1,7 +1,8 @@
 """``run`` and ``submit`` of a sweep directory that ``plan --lower`` lowers (it holds the sweep's
-lowering lease) wait for it, saying so in one line, so that no unit compiles a config the
-lowering is about to refuse. The lowering is stopped (as Ctrl-Z stops it) while the second
-command looks, so it cannot end first."""
+lowering lease) wait for it, saying so in one line, and so does ``wait`` before it submits a
+sweep's next round (the final merge job leaves that round to it), so that no unit compiles a
+config the lowering is about to refuse. The lowering is stopped (as Ctrl-Z stops it) while the
+second command looks, so it cannot end first."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import LAUNCH, REPO, TINY_SPEC, records_written, start_run, until
+from orchestrator.store.synthetic import document
+from tests.helpers import LAUNCH, REPO, TINY_SPEC, records_written, run_cli, start_run, until
 from tests.slurm_cluster import require_cluster
 from tests.slurm_sweeps import write_spec
 
@@ -95,3 +97,50 @@ def test_ctrl_c_of_submit_waiting_for_the_lowering_submits_nothing_and_says_what
     assert not (sweep / "jobs.jsonl").exists()
     out, err = lower.communicate(timeout=600)
     assert lower.returncode == 0 and "lowered 6 configs" in out, err
+
+
+@pytest.mark.slurm
+def test_wait_submits_a_next_round_only_once_the_lowering_of_its_sweep_ends(tmp_path: Path) -> None:
+    """Round 1 of a halving sweep ends on the cluster while a ``plan --lower`` of its directory
+    lowers: its final merge job leaves round 2 (status says why), and ``wait`` says it waits for
+    the lowering (a Ctrl-C then says nothing was submitted), then submits round 2 once it ended
+    and merges the sweep."""
+    from orchestrator.control.submit import submit_spec
+
+    require_cluster()
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps(document({**TINY_SPEC, "output": "source.json"})))
+    kernel = {"impl": "replay", "device_kind": "NVIDIA H100"}  # lowered as its source's kernel, replayed on the nodes
+    halving = {**TINY_SPEC["timing"], "strategy": "halving"}
+    spec = write_spec(tmp_path, "spec.json", kernel=kernel, replay={"source": str(source)}, timing=halving)
+    sweep, jobs = tmp_path / "sweep", tmp_path / "sweep" / "jobs.jsonl"
+    lower = _lowering_held(spec, sweep)
+    try:  # round 1 submitted as by a `submit` begun before the lowering
+        submit_spec(str(spec), sweep_dir=str(sweep), units=None, output=None, costs=None, max_array_size=None)
+        until(lambda: '"round2' in jobs.read_text() or (sweep / "round2.json").exists(), "round 1's merge job's hook")
+        assert not (sweep / "round2.json").exists() and '"round2_deferred"' in jobs.read_text()
+        status = run_cli("status", str(sweep)).stdout
+        stopped = _start("wait", str(sweep))
+        _said_waiting(stopped)
+        os.killpg(stopped.pid, signal.SIGINT)  # Ctrl-C while it waits: round 2 not submitted, and it says so
+        _, stop = stopped.communicate(timeout=120)
+        waiting = _start("wait", str(sweep))
+        said = _said_waiting(waiting)
+        assert not (sweep / "round2.json").exists()
+    finally:
+        os.killpg(lower.pid, signal.SIGCONT)
+    assert f"a `plan --lower` of the sweep was lowering its configs: pid {lower.pid} on " in status, status
+    assert stopped.returncode == 130 and stop.splitlines()[-1] == (
+        f"tilesweep: interrupted; no unit was submitted; the `plan --lower` of {sweep} goes on: rerun this command "
+        "once it ends"
+    ), stop
+    assert said.startswith(f"tilesweep: {WAITING} {sweep} (pid {lower.pid} on "), said
+    assert said.endswith("to end, so that no unit submitted here compiles a config it refuses"), said
+    out, err = lower.communicate(timeout=600)
+    assert lower.returncode == 0 and "lowered 6 configs" in out, err
+    out, err = waiting.communicate(timeout=600)
+    assert waiting.returncode == 0, err
+    round2 = json.loads((sweep / "round2.json").read_text())
+    assert round2["units"] and "tilesweep: round 2: 4 of 4 screened configs are timed in full" in err, err
+    merged = json.loads((tmp_path / "spec.results.json").read_text())["results"]
+    assert {rec["unit"] for rec in merged} >= set(round2["units"]) and "0 of 6 planned missing" in err, err
