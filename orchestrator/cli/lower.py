@@ -16,7 +16,8 @@ A stop (Ctrl-C) says what it kept: the verdicts written before it, and the rerun
 ``--dry-run`` lowers and shows without writing.
 With ``executor.lower_partition`` (slurm) the configs are lowered as a CPU job array on that
 partition (``control.lowering``), followed here until it ends; each verdict is copied into
-``lowering.jsonl`` as it is read.
+``lowering.jsonl`` as it is read; a stop cancels the array (scancel) and waits, the lease held,
+until SLURM runs none of its tasks, keeping the verdicts they wrote.
 ``--json``: one object per config, its plan line plus its verdict (``null`` for a config not
 lowered here: invalid, pruned by the shared-memory model, lowered before, or reused). A replayed sweep lowers the
 configs of the implementation its source measured, so a rehearsal prunes what the real sweep would.
@@ -35,12 +36,14 @@ from typing import TYPE_CHECKING
 
 from orchestrator import PROG, word
 from orchestrator.cli.common import Progress, counted, print_plan_notes, reuse_request, warn
-from orchestrator.errors import PlanError
+from orchestrator.errors import DispatchError, PlanError
 
 if TYPE_CHECKING:
+    from orchestrator.control.lowering import LoweringArray
     from orchestrator.planning import WorkItem
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.lowering import Verdict
+    from orchestrator.store.sweepdir import SweepDir
 
 
 def _check_can_lower(spec: SweepSpec) -> None:
@@ -201,26 +204,23 @@ def _to_lower(items: list[WorkItem], before: set[str], reused: set[str]) -> tupl
 
 def _lower_on_cluster(root: Path, todo: list[WorkItem], on_verdict: Callable[[Verdict], None]) -> str:
     """Lower ``todo`` as a CPU job array (``executor.lower_partition``); where it lowered them.
-    A Ctrl-C leaves the array running and says how to cancel it."""
-    from orchestrator.control.lowering import LoweringArray, lower_on_cluster
+    A Ctrl-C cancels the array (``_cancel``)."""
+    from orchestrator.control.lowering import lower_on_cluster
     from orchestrator.store.sweepdir import SweepDir
 
     sd = SweepDir.open(root)
-    submitted = LoweringArray()
+    submitted: list[LoweringArray] = []
 
     def started(run: LoweringArray) -> None:
-        submitted.job_ids = run.job_ids
+        submitted.append(run)
         on = f"job array {run.array} on partition {sd.spec.executor.lower_partition}"
         warn(f"lowering {counted(len(todo), 'config')} as {on}")
 
     try:
         run = lower_on_cluster(sd, todo, on_verdict, started=started)
     except KeyboardInterrupt:
-        if submitted.job_ids:
-            warn(
-                f"the lowering array {submitted.array} goes on on the cluster; `scancel {submitted.array}` stops it "
-                "(cancel it before you rerun plan --lower, which lowers what has no verdict yet)"
-            )
+        if submitted:
+            _cancel(sd, submitted[0], on_verdict)
         raise
     if run.gone:
         warn(
@@ -228,6 +228,27 @@ def _lower_on_cluster(root: Path, todo: list[WorkItem], on_verdict: Callable[[Ve
             "their configs without a verdict stay runnable: rerun plan --lower to lower them"
         )
     return f"the cluster's CPUs (array {run.array}, partition {sd.spec.executor.lower_partition})"
+
+
+def _cancel(sd: SweepDir, run: LoweringArray, on_verdict: Callable[[Verdict], None]) -> None:
+    """Cancel the lowering array ``run`` a Ctrl-C stopped following (scancel), saying so, and wait,
+    the sweep's lowering lease still held, until SLURM runs none of its tasks, keeping the verdicts
+    they write meanwhile: none writes one once a later ``run`` or ``plan --lower`` may start."""
+    from orchestrator.control.lowering import cancel_lowering
+
+    array = run.array
+    warn(f"cancelling the lowering array {array} (scancel {array}); waiting for its tasks to end")
+    left = f"`squeue -j {array}` shows its tasks; rerun plan --lower once none is left"
+    try:
+        if not cancel_lowering(sd, run, on_verdict):
+            warn(f"the lowering array {array} is cancelled, but SLURM cannot be asked whether its tasks ended: {left}")
+    except DispatchError as exc:
+        warn(
+            f"{exc.message}: the lowering array {array} goes on on the cluster; `scancel {array}` stops it "
+            "(cancel it before you rerun plan --lower, which lowers what has no verdict yet)"
+        )
+    except KeyboardInterrupt:
+        warn(f"the lowering array {array} is cancelled, but its tasks may still be ending: {left}")
 
 
 def _stopped(args: argparse.Namespace, root: Path, kept: int, left: int) -> str:

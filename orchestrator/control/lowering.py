@@ -5,8 +5,10 @@ Following reads the tasks' verdict files as they grow (each line is handed on on
 comes) and asks SLURM about the array's tasks now and then; it ends when every task has
 written its last line or has left the queue. A task that ended without its last line (killed,
 out of time, failed) leaves its remaining configs without a verdict: they stay runnable and a
-rerun of ``plan --lower`` lowers them. An interruption (Ctrl-C) leaves the array running, with
-its id in ``LoweringArray`` for the message that says how to cancel it.
+rerun of ``plan --lower`` lowers them. An interruption (Ctrl-C) cancels the array
+(``cancel_lowering``: scancel) and follows it until SLURM runs none of its tasks, still handing on
+what they wrote: its caller holds the sweep's lowering lease meanwhile, so no task writes a verdict
+once a later ``run`` or ``plan --lower`` may start.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.control.scheduler import array_of, query
+from orchestrator.control.scheduler import array_of, cancel, query
 from orchestrator.planning import WorkItem
 from orchestrator.store.lowering import Verdict, read_lines, task_file
 from orchestrator.store.sweepdir import SweepDir
@@ -33,6 +35,7 @@ class LoweringArray:
     """The job array lowering a sweep's configs, and what its tasks have said so far."""
 
     job_ids: list[str] = field(default_factory=list)
+    groups: list[list[str]] = field(default_factory=list)  # the config ids of each task
     ended: set[int] = field(default_factory=set)  # tasks that wrote their last line
     gone: set[int] = field(default_factory=set)  # tasks SLURM says ended without it
     offsets: dict[int, int] = field(default_factory=dict)
@@ -55,24 +58,45 @@ def lower_on_cluster(
     started: Callable[[LoweringArray], None] | None = None,
 ) -> LoweringArray:
     """Lower ``items`` as a CPU job array on ``executor.lower_partition`` and hand on each
-    verdict as its task writes it; return once every task has ended."""
+    verdict as its task writes it; return once every task has ended. ``started`` is given the
+    array once it is submitted (a Ctrl-C after that: ``cancel_lowering``)."""
     from orchestrator.control.dispatch.lowering import submit_lowering
+    from orchestrator.control.dispatch.sbatch import held_signals
 
     groups = split(items)
     before = {i: _size(sd.root / task_file(i)) for i in range(len(groups))}  # a rerun's tasks append
-    run = LoweringArray(job_ids=submit_lowering(sd, sd.spec.executor, groups), offsets=before)
-    if started is not None:
-        started(run)
+    with held_signals():  # a Ctrl-C while sbatch runs comes once ``started`` knows the array, to cancel it
+        run = LoweringArray(job_ids=submit_lowering(sd, sd.spec.executor, groups), groups=groups, offsets=before)
+        if started is not None:
+            started(run)
+    _follow(sd, run, on_verdict, cancelled=False)
+    return run
+
+
+def cancel_lowering(sd: SweepDir, run: LoweringArray, on_verdict: Callable[[Verdict], None]) -> bool:
+    """Cancel the lowering array ``run`` (scancel; ``DispatchError`` where it cannot) and follow it,
+    handing on the verdicts its tasks still write, until SLURM runs none of them (a task ending
+    is still in squeue); False where SLURM could not be asked whether they ended."""
+    cancel([run.array])
+    return _follow(sd, run, on_verdict, cancelled=True)
+
+
+def _follow(sd: SweepDir, run: LoweringArray, on_verdict: Callable[[Verdict], None], *, cancelled: bool) -> bool:
+    """Hand on the verdicts ``run``'s tasks write until every task has ended (its last line, or
+    SLURM no longer runs it; a cancelled array's SLURM is asked at every look); False where a
+    cancelled array's SLURM cannot be asked."""
     key = (sd.spec.fingerprint(), sd.spec.kernel.target.name)
     looks = 0
     while True:
-        for index in range(len(groups)):
+        for index, ids in enumerate(run.groups):
             if index not in run.ended:
-                _read_task(sd.root, index, run, key, set(groups[index]), on_verdict)
-        if len(run.ended | run.gone) == len(groups):
-            return run
+                _read_task(sd.root, index, run, key, set(ids), on_verdict)
+        if len(run.ended | run.gone) == len(run.groups):
+            return True
         looks += 1
-        if looks % ASK_EVERY == 0:
+        if cancelled and not _ask_after_cancel(run):
+            return False
+        if not cancelled and looks % ASK_EVERY == 0:
             _ask_slurm(run)  # a task it marks gone is read once more above
         time.sleep(POLL_S)
 
@@ -129,3 +153,16 @@ def _ask_slurm(run: LoweringArray) -> None:
             continue
         if (state is not None and state.state not in ACTIVE) or (state is None and view.knows_array(jid)):
             run.gone.add(index)
+
+
+def _ask_after_cancel(run: LoweringArray) -> bool:
+    """Mark the tasks of a cancelled array that squeue no longer lists (a task being killed is
+    listed, COMPLETING, until its processes ended); False where squeue cannot be asked."""
+    view = query(run.job_ids)
+    if not view.squeue_ok:
+        return False
+    for index, jid in enumerate(run.job_ids):
+        state = view.get(jid)
+        if state is None or state.source != "squeue" or state.state not in ACTIVE:
+            run.gone.add(index)
+    return True
