@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import PROG, word
-from orchestrator.cli.common import Progress, counted, print_plan_notes, reuse_request, warn
+from orchestrator.cli.common import Progress, counted, print_plan_notes, warn
+from orchestrator.cli.reusing import reuse_request
 from orchestrator.errors import DispatchError, PlanError
 
 if TYPE_CHECKING:

@@ -32,7 +32,6 @@ from orchestrator.cli.common import (
     RETRY_HELP,
     RETRY_KINDS,
     Subparsers,
-    add_reuse_args,
     counted,
     file_path,
     folder_path,
@@ -41,14 +40,13 @@ from orchestrator.cli.common import (
     positive_int,
     prepare_run,
     print_plan_notes,
-    reuse_lines,
-    reuse_request,
     seconds,
     units_capped,
     wait_for_lowering,
     warn,
 )
 from orchestrator.cli.resuming import merge_left, resume_here, resume_saying
+from orchestrator.cli.reusing import add_reuse_args, reuse_lines, reuse_request
 from orchestrator.cli.submission import print_dry_run, print_submission
 from orchestrator.cli.waiting import cmd_wait, wait_and_merge
 from orchestrator.errors import DispatchError
@@ -179,7 +177,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     require_submit_tools()
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
-    sd, _, existed = prepare_run(args, root, "slurm")
+    sd, _, existed = prepare_run(args, root, "slurm", reuse_request(args))
     asked = None if existed else args.units or sd.spec.sharding.units
     print_plan_notes(sd.spec)
     for line in reuse_lines(read_summary(sd)):

@@ -8,7 +8,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import word
-from orchestrator.cli.common import PROG, counted, items_in_units, reuse_lines, reuse_request, units_capped, warn
+from orchestrator.cli.common import PROG, counted, items_in_units, units_capped, warn
+from orchestrator.cli.reusing import reuse_lines, reuse_request
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.arrays import SubmitOutcome

@@ -20,7 +20,6 @@ from orchestrator.cli.common import (
     RETRY_KINDS,
     Progress,
     Subparsers,
-    add_reuse_args,
     counted,
     file_path,
     folder_path,
@@ -29,8 +28,6 @@ from orchestrator.cli.common import (
     positive_int,
     prepare_run,
     print_plan_notes,
-    reuse_lines,
-    reuse_request,
     round_note,
     search_plan_line,
     unit_column,
@@ -40,6 +37,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
 from orchestrator.cli.following import follow_run, follow_units, run_elsewhere
+from orchestrator.cli.reusing import add_reuse_args, reuse_lines, reuse_request
 from orchestrator.errors import PlanError, SpecError, TilesweepError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
@@ -206,7 +204,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
-    sd, unit_ids, existed = prepare_run(args, root, kind)
+    sd, unit_ids, existed = prepare_run(args, root, kind, reuse_request(args))
     if not args.overwrite:
         try:
             check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
