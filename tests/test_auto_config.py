@@ -15,9 +15,10 @@ from tests.conftest import SAMPLE, run_cli
 AUTO_FWD = "bq128 bk128 s2 w4"  # what auto runs for bf16 d64 s2048 fwd at the H100 limit
 
 
-def _best_is_auto(tmp_path: Path) -> Path:
+def _best_is_auto(tmp_path: Path, runner_up_ms: float | None = None) -> Path:
     """The excerpt with its bf16 d64 fwd problem changed: its forced ``bq128 bk128 s2 w4`` (auto's
-    own config) is the fastest at 1.0 ms, auto itself timed at 1.49 ms."""
+    own config) is the fastest at 1.0 ms, auto itself timed at 1.49 ms (and with ``runner_up_ms``,
+    ``bq128 bk64 s2 w4`` timed then, its q1-q3 overlapping the best's where it is close)."""
     doc = json.loads(SAMPLE.read_text())
     for rec in doc["results"]:
         if (rec["dtype"], rec["head_dim"], rec["mode"]) != ("bfloat16", 64, "fwd") or "error" in rec:
@@ -26,6 +27,8 @@ def _best_is_auto(tmp_path: Path) -> Path:
             ms = 1.49
         elif (rec["block_q"], rec["block_k"], rec["num_stages"], rec["num_warps"]) == (128, 128, 2, 4):
             ms = 1.0
+        elif runner_up_ms is not None and (rec["block_q"], rec["block_k"], rec["num_stages"]) == (128, 64, 2):
+            ms = runner_up_ms if rec["num_warps"] == 4 else 2.0 + rec["median_ms"]
         else:
             ms = 2.0 + rec["median_ms"]
         rec.update(median_ms=ms, q1_ms=ms * 0.99, q3_ms=ms * 1.01)
@@ -64,6 +67,27 @@ def test_the_best_that_is_autos_own_config_is_no_speedup(tmp_path: Path) -> None
     assert run_cli("export", str(doc), "--out", str(out)).returncode == 0
     entry = next(e for e in json.loads(out.read_text())["entries"] if (e["dtype"], e["mode"]) == ("bfloat16", "fwd"))
     assert entry["config"] is None  # use auto: the tuned config is auto's own
+
+
+def test_a_best_that_is_autos_config_and_within_noise_of_the_runner_up_says_noise_once(tmp_path: Path) -> None:
+    """Two things make the bf16 d64 fwd best noise: it is auto's own config, and the runner-up's
+    q1-q3 overlaps it. The note (text, --json, the page's table) and the page's line of facts
+    each say "noise" once, and both facts."""
+    doc = _best_is_auto(tmp_path, runner_up_ms=1.005)
+    rows = json.loads(run_cli("report", str(doc), "--json").stdout)
+    row = _row(rows, "bfloat16", "fwd")
+    assert row["best_is_auto"] is True and row["within_noise"] is True
+    note = "noise: best is auto's config (its two timings 1.49x apart) and overlaps the runner-up"
+    assert row["note"] == note
+    line = next(x for x in run_cli("report", str(doc)).stdout.splitlines() if x.startswith("bfloat16   64"))
+    assert line.endswith(note) and line.count("noise") == 1, line
+    page = tmp_path / "page.html"
+    assert run_cli("report", str(doc), "--html", str(page)).returncode == 0
+    html = page.read_text()
+    facts = next(p for p in html.split('<p class="facts">') if "bq128 bk64 s2 w4 1.005 ms" in p).split("</p>")[0]
+    assert facts.count("noise") == 1 and "its two timings 1.49x apart are noise" in facts, facts
+    assert 'runner-up bq128 bk64 s2 w4 1.005 ms <b class="warn">q1-q3 overlapping the best\'s</b>' in facts, facts
+    assert html.count(note.replace("'", "&#x27;")) == 1  # the page's summary table
 
 
 def test_autos_config_is_named_for_every_problem_or_said_unknown(tmp_path: Path) -> None:

@@ -88,14 +88,17 @@ def facts(s: ProblemSummary) -> str:
     parts = [best, auto]
     if s.speedup is not None:
         parts.append(f'<b class="{ratio_cls(s.speedup)}">{s.speedup:.2f}x</b> over auto')
-    if s.best_is_auto and s.timing_ratio is not None:
+    auto_noise = s.best_is_auto and s.timing_ratio is not None
+    if auto_noise:
         parts.append(f"the best is auto's own config: its two timings {s.timing_ratio:.2f}x apart are noise")
     if s.replayed:
         parts.append('<b class="warn">replayed, not measured</b>')
     if s.tflops is not None:
         parts.append(f"{tflops_text(s.tflops)} TFLOP/s")
     if s.runner_up_label is not None and s.runner_up_ms is not None:
-        noise = ' <b class="warn">within noise</b>' if s.within_noise else ""
+        # noise said once: where the line calls auto's two timings noise, the overlap is said in its own words
+        overlap = "q1-q3 overlapping the best's" if auto_noise else "within noise"
+        noise = f' <b class="warn">{overlap}</b>' if s.within_noise else ""
         parts.append(f"runner-up {esc(s.runner_up_label)} {s.runner_up_ms:.4g} ms{noise}")
     return '<p class="facts">' + " &middot; ".join(p for p in parts if p) + "</p>"
 

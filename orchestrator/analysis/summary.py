@@ -143,15 +143,24 @@ class ProblemSummary:
         waiting = "survivor" if self.n_waiting == 1 else "survivors"
         notes += [f"{self.n_waiting} {waiting} of the screen not timed in full yet"] if self.n_waiting else []
         notes += [f"{self.n_pruned} of the failed pruned, not run"] if self.n_pruned else []
-        if self.within_noise:
-            notes.append("noise")
-        if self.best_is_auto:
-            ratio = self.timing_ratio
-            apart = f": its two timings {ratio:.2f}x apart, noise" if ratio is not None else ""
-            notes.append(f"best is auto's config{apart}")
+        notes += [self.noise_note] if self.within_noise or self.best_is_auto else []
         if self.auto_status == "failed":
             notes.append("auto failed")
         return ", ".join(notes)
+
+    @property
+    def noise_note(self) -> str:
+        """The note's words on noise, said once: the best overlapping the runner-up (``noise``), the
+        best being auto's own config (its two timings' ratio is noise, not a speedup), or both."""
+        ratio = self.timing_ratio
+        if not self.best_is_auto:
+            return "noise"
+        if ratio is None:
+            return "noise, best is auto's config" if self.within_noise else "best is auto's config"
+        apart = f"its two timings {ratio:.2f}x apart"
+        if self.within_noise:
+            return f"noise: best is auto's config ({apart}) and overlaps the runner-up"
+        return f"best is auto's config: {apart}, noise"
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self.key)
