@@ -170,12 +170,12 @@ class MosaicImpl:
             return f"kernel.device_kind {as_json(device.name)} is {device.sm}: {why['arch']}; use an sm_90 kind"
         bad = [d for d in dtypes if d not in caps.dtypes]
         if bad:
-            return f"dtypes {bad} cannot be planned: {why['dtype']}; use dtypes {list(caps.dtypes)}"
+            return f"dtypes {as_json(bad)} cannot be planned: {why['dtype']}; use dtypes {as_json(list(caps.dtypes))}"
         if True in causal and any(m not in caps.causal_modes for m in modes):
             split = " (or causal [false] here, and the causal forward in a spec of its own)" if False in causal else ""
             return (
-                f"causal true with modes {list(modes)} cannot be planned ({why['causal']}); "
-                f"use modes ['fwd'] for it{split}"
+                f"causal true with modes {as_json(list(modes))} cannot be planned ({why['causal']}); "
+                f'use modes ["fwd"] for it{split}'
             )
         odd = [d for d in head_dims if d % caps.head_dim_multiple]
         if odd:

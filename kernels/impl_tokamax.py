@@ -134,7 +134,7 @@ def _why(kernel_name: str) -> dict[str, str]:
         "dtype": f"tokamax's {kernel_name} takes float32 only with a bf16/f16 dot precision, which tilesweep does "
         "not set ('NotImplementedError: Unsupported precision: F32_F32_F32')",
         "arch": f"tokamax's {kernel_name} takes another config class on each architecture, and "
-        f"kernel.impl {{name!r}} is that of {{archs}}",
+        f"kernel.impl {{name}} is that of {{archs}}",
         "interpret": "tokamax's GPU kernels do not run on a CPU; check configs here with `tilesweep plan --lower`, "
         "or rehearse with kernel.impl replay",
     }
@@ -206,12 +206,12 @@ class TokamaxImpl:
         caps, why = self.capabilities, self.capabilities.why
         if device is not None and caps.archs is not None and device.arch not in caps.archs:
             archs = " and ".join(f"sm_{a}{b}" for a, b in caps.archs)
-            arch = why["arch"].format(name=self.name, archs=archs)
+            arch = why["arch"].format(name=as_json(self.name), archs=archs)
             use = f"use kernel.impl {as_json(meta.MOSAIC)}"
             return f"kernel.device_kind {as_json(device.name)} is {device.sm}: {arch}; {use}"
         bad = [d for d in dtypes if d not in caps.dtypes]
         if bad:
-            return f"dtypes {bad} cannot be planned: {why['dtype']}; use dtypes {list(caps.dtypes)}"
+            return f"dtypes {as_json(bad)} cannot be planned: {why['dtype']}; use dtypes {as_json(list(caps.dtypes))}"
         return None
 
     def runs_as(self, mode: str, seq: int, params: tuple[Value, ...]) -> tuple[Value, ...]:

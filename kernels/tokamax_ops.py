@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from kernels import devices, standin
 from kernels import tokamax_meta as meta
 from kernels.reference import ModeFn, mode_fn
+from kernels.spelling import CHOICE_ERRORS, json_choices
 
 ATTENTION = "tokamax._src.ops.attention"
 _CACHE_MISS = "Autotuning cache miss for %s on %s with key %s"  # tokamax's warning (its ops/op.py), through absl
@@ -102,7 +103,10 @@ def one_line(exc: Exception, prefix: str = "", whole: str = "(config)") -> str:
     parts = []
     for e in errors():
         loc = ".".join(map(str, e.get("loc", ())))
-        parts.append(f"{prefix + loc if loc else whole}: {e.get('msg')}")
+        msg = str(e.get("msg"))
+        if e.get("type") in CHOICE_ERRORS:  # a literal's values in JSON's spelling, as the spec's errors name them
+            msg = json_choices(msg)
+        parts.append(f"{prefix + loc if loc else whole}: {msg}")
     return "; ".join(parts)
 
 

@@ -21,7 +21,7 @@ from kernels.config import AttentionConfig
 from kernels.impl_base import Tunable
 from kernels.impls import DEFAULT_IMPL, IMPL_NAMES
 from kernels.smem import DTYPES, MAX_HEAD_DIM, MIN_HEAD_DIM, MODES
-from kernels.spelling import as_json
+from kernels.spelling import as_json, one_of
 
 # Exactly the fields of ``AttentionConfig``, in its order.
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AttentionConfig))
@@ -129,10 +129,10 @@ def read_entry(raw: Any, i: int, name: str, version: int) -> TunedEntry:
     if missing:
         raise TunedTableError(f"{where} lacks {', '.join(missing)}")
     if raw["impl"] not in IMPL_NAMES:
-        raise TunedTableError(f"{where}: impl={as_json(raw['impl'])} is not one of {', '.join(IMPL_NAMES)}")
+        raise TunedTableError(f"{where}: impl={as_json(raw['impl'])} is not one of {one_of(IMPL_NAMES)}")
     for k, allowed in (("mode", MODES), ("dtype", DTYPES)):
         if raw[k] not in allowed:
-            raise TunedTableError(f"{where}: {k}={as_json(raw[k])} is not one of {', '.join(allowed)}")
+            raise TunedTableError(f"{where}: {k}={as_json(raw[k])} is not one of {one_of(allowed)}")
     cfg = _config(raw, where)
     auto = _config(raw, where, "auto_config") if cfg is None else None
     if raw["kv_heads"] is None:  # version 1: multi-head attention

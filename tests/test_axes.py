@@ -102,7 +102,7 @@ def test_stock_kernel_records_name_it_before_config_and_pin_its_backward_stages(
     fwd = [it for it in items if it.mode == "fwd" and it.config == "forced"]
     assert len(fwd) == 2
     assert notes(spec) == [
-        "kernel.impl 'jax': the stock backward ignores num_stages and runs 2, so fwd_bwd configs "
+        'kernel.impl "jax": the stock backward ignores num_stages and runs 2, so fwd_bwd configs '
         "are planned with num_stages=2 only (bwd_stages [1, 2] is not swept)"
     ]
     assert notes(_spec()) == [] and notes(_spec(kernel={"impl": "jax"}, modes=["fwd"])) == []
@@ -115,7 +115,7 @@ def test_stock_kernel_refuses_grouped_query_in_one_line() -> None:
     with pytest.raises(PlanError) as err:
         plan(_spec(kernel={"impl": "jax"}, kv_heads=[None, 2]))
     msg = str(err.value)
-    assert "\n" not in msg and "kv_heads [2]" in msg and "kernel.impl 'tilesweep'" in msg
+    assert "\n" not in msg and "kv_heads [2]" in msg and 'kernel.impl "tilesweep"' in msg
 
 
 def test_worker_layout_accepts_the_new_fields_and_puts_them_in_order() -> None:
@@ -257,9 +257,9 @@ def test_compare_pairs_our_kernel_with_the_stock_one() -> None:
         ({"head_dims": [8]}, ("head_dims", "16 to 256")),
         (
             {"kernel": {"impl": "triton"}},
-            ("kernel.impl", "'tilesweep', 'jax', 'mosaic', 'tokamax-mosaic', 'tokamax-triton' or 'replay'"),
+            ("kernel.impl", '"tilesweep", "jax", "mosaic", "tokamax-mosaic", "tokamax-triton" or "replay"'),
         ),
-        ({"kernel": {"impl": "jax"}, "kv_heads": [2]}, ("kernel.impl 'jax'", "grouped-query", "kv_heads [null]")),
+        ({"kernel": {"impl": "jax"}, "kv_heads": [2]}, ('kernel.impl "jax"', "grouped-query", "kv_heads [null]")),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

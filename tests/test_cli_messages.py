@@ -84,11 +84,11 @@ def test_wrong_spec_values_say_what_is_allowed(write_spec: Callable[..., Path]) 
     said = "field 'causal': Input should be a valid list (got \"yes\"); write a list of true or false"
     assert_one_line_error(r, said)
     cases = {
-        "modes": ("fwd", "write a list of 'fwd' or 'fwd_bwd', e.g. [\"fwd\", \"fwd_bwd\"]"),
+        "modes": ("fwd", 'write a list of "fwd" or "fwd_bwd", e.g. ["fwd", "fwd_bwd"]'),
         "kv_heads": ("x", "write a list of integers or null"),
         "timing": (5, "'timing': Input should be an object (got 5); write an object (a table in TOML) with any of: "),
         "report": ({"html": "x"}, "write true or false"),
-        "kernel": ({"interpret": "maybe"}, "Input should be 'auto', true or false (got \"maybe\")"),
+        "kernel": ({"interpret": "maybe"}, 'Input should be "auto", true or false (got "maybe")'),
     }
     for field, (value, needle) in cases.items():
         with pytest.raises(SpecError) as err:

@@ -38,8 +38,8 @@ def _spec(**over: Any) -> SweepSpec:
     [
         ({"grid": {"fwd": {"block_q": [64, 96]}}}, ("grid.fwd", "block_q=96", "multiple of 64", "TuningConfig")),
         ({"grid": {"fwd": {"max_concurrent_steps": [1]}}}, ("max_concurrent_steps=1", "at least 2")),
-        ({"grid": {"fwd": {"block_k": [64]}}}, ("'block_k' is not a tunable", "block_q, block_kv, max_concurrent")),
-        ({"modes": ["fwd"], "grid": {"fwd_bwd": {"block_q": [64]}}}, ("grid names mode 'fwd_bwd'", "['fwd']")),
+        ({"grid": {"fwd": {"block_k": [64]}}}, ('"block_k" is not a tunable', "block_q, block_kv, max_concurrent")),
+        ({"modes": ["fwd"], "grid": {"fwd_bwd": {"block_q": [64]}}}, ('grid names mode "fwd_bwd"', '["fwd"]')),
         ({"fwd_block_q": [64]}, ("fwd_block_q is a field of the Triton kernels' grid", "drop fwd_block_q")),
         ({"smem_limit_bytes": 100000}, ("smem_limit_bytes", "kernel.device_kind's limit")),
         ({"grid": {"fwd_bwd": {"compute_wgs_bwd": [0]}}}, ("compute_wgs_bwd=0", "divides by zero")),
@@ -57,9 +57,9 @@ def test_a_grid_the_kernel_refuses_is_one_line_naming_the_rule(over: dict[str, A
 @pytest.mark.parametrize(
     ("over", "needles"),
     [
-        ({"dtypes": ["bfloat16", "float16"]}, ("dtypes ['bfloat16']", "float16", "Expected dtypes to match")),
-        ({"causal": [True]}, ("causal true with modes ['fwd', 'fwd_bwd']", "backwards pass")),
-        ({"causal": [False, True]}, ("use modes ['fwd'] for it (or causal [false] here", "a spec of its own")),
+        ({"dtypes": ["bfloat16", "float16"]}, ('dtypes ["bfloat16"]', "float16", "Expected dtypes to match")),
+        ({"causal": [True]}, ('causal true with modes ["fwd", "fwd_bwd"]', "backwards pass")),
+        ({"causal": [False, True]}, ('use modes ["fwd"] for it (or causal [false] here', "a spec of its own")),
         ({"head_dims": [96]}, ("head_dims [96]", "divisible by 64")),
         ({"kernel": {"impl": "mosaic", "device_kind": "NVIDIA B200"}}, ('"NVIDIA B200" is sm_100', "sm_90")),
     ],
@@ -67,7 +67,7 @@ def test_a_grid_the_kernel_refuses_is_one_line_naming_the_rule(over: dict[str, A
 def test_what_the_kernel_cannot_do_is_refused_at_plan_time(over: dict[str, Any], needles: tuple[str, ...]) -> None:
     with pytest.raises(PlanError) as err:
         expand(_spec(**over))
-    assert "\n" not in err.value.message and "kernel.impl 'mosaic'" in err.value.message
+    assert "\n" not in err.value.message and 'kernel.impl "mosaic"' in err.value.message
     for n in needles:
         assert n in err.value.message, err.value.message
 
@@ -190,7 +190,7 @@ def test_checking_a_spec_refuses_what_the_kernel_cannot_do_as_plan_does(tmp_path
     """``tilesweep spec FILE`` is how a user checks a spec: it refuses what ``plan`` would."""
     path = tmp_path / "spec.json"
     path.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json"), "dtypes": ["bfloat16", "float16"]}))
-    said = assert_one_line_error(run_cli("spec", str(path)), "kernel.impl 'mosaic'", "dtypes ['bfloat16']")
+    said = assert_one_line_error(run_cli("spec", str(path)), 'kernel.impl "mosaic"', 'dtypes ["bfloat16"]')
     assert said == assert_one_line_error(run_cli("plan", str(path), "--dry-run"))
 
 

@@ -58,13 +58,13 @@ def _refused(tmp_path: Path, bad: Path, *args: str) -> str:
 @pytest.mark.parametrize(
     ("i", "field", "value", "says"),
     [
-        (FWD, "impl", "nope", 'impl is "nope", expected one of tilesweep, jax, mosaic, tokamax-mosaic'),
+        (FWD, "impl", "nope", 'impl is "nope", expected one of "tilesweep", "jax", "mosaic", "tokamax-mosaic"'),
         (FWD, "block_q", [64], "block_q is [64], expected a power of two and at least 1"),
-        (FWD, "config", "weird", 'config is "weird", expected one of auto, forced'),
+        (FWD, "config", "weird", 'config is "weird", expected one of "auto", "forced"'),
         (FWD, "num_warps", 0, "num_warps is 0, expected a power of two and at least 1"),
         (FWD, "block_q", 96, "block_q is 96, expected a power of two and at least 1"),
-        (FWD, "mode", "sideways", 'mode is "sideways", expected one of fwd, fwd_bwd'),
-        (FWD, "dtype", "int8", 'dtype is "int8", expected one of bfloat16, float16, float32'),
+        (FWD, "mode", "sideways", 'mode is "sideways", expected one of "fwd", "fwd_bwd"'),
+        (FWD, "dtype", "int8", 'dtype is "int8", expected one of "bfloat16", "float16", "float32"'),
         (FWD, "median_ms", -5, "median_ms is -5, expected a number of milliseconds from 1e-06 to 1e+09, or null"),
         (FWD, "median_ms", 0, "median_ms is 0, expected a number of milliseconds"),
         (FWD, "q1_ms", 1e-300, "q1_ms is 1e-300, expected a number of milliseconds"),

@@ -131,8 +131,8 @@ def test_replay_needs_its_source_and_the_strategy_settings_are_checked() -> None
         ({"kernel": {"impl": "triton"}}, "'kernel.impl'"),
         ({"timing": {"keep": 0}}, "'timing.keep'"),
         ({"timing": {"screen_ms": 50}}, "screen_ms=50 must be below target_ms=50"),
-        ({"timing": {"strategy": "racing"}}, "'full', 'halving' or 'search'"),
-        ({"timing": {"timer": "cuda"}}, "'wall' or 'device'"),
+        ({"timing": {"strategy": "racing"}}, '"full", "halving" or "search"'),
+        ({"timing": {"timer": "cuda"}}, '"wall" or "device"'),
         ({"timing": {"flush_l2": "yes"}}, "'timing.flush_l2'"),
     ]
     for data, needle in cases:

@@ -60,7 +60,7 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"fwd_block_q": [48]}, "powers of two"),
         ({"head_dims": []}, "'head_dims'"),
         ({"modes": ["fwd", "fwd"]}, "repeated"),
-        ({"executor": {"kind": "pbs"}}, "'local', 'slurm' or 'debug'"),
+        ({"executor": {"kind": "pbs"}}, '"local", "slurm" or "debug"'),
         # numbers must be numbers: no string or boolean read as a count
         ({"repeats": "2"}, "field 'repeats': Input should be a valid integer (got \"2\")"),
         ({"repeats": True}, "field 'repeats': Input should be a valid integer (got true)"),
@@ -71,7 +71,7 @@ def test_bwd_fwd_config_null_means_128() -> None:
         ({"bwd_warps": [3]}, "must each be one of 1, 2, 4, 8, 16, 32"),
         ({"fwd_stages": [2, 9]}, "'fwd_stages': must each be 1..8 (pipeline stages), got [9]"),
         ({"bwd_stages": [0]}, "must each be 1..8"),
-        ({"compile": {"mode": "process"}}, "'threads' or 'processes'"),
+        ({"compile": {"mode": "process"}}, '"threads" or "processes"'),
         # a number past anything a sweep could mean (a typo), refused before it overflows or runs for ever
         ({"timing": {"target_ms": 1e308}}, "field 'timing.target_ms': Input should be less than or equal to 60000"),
         ({"timing": {"screen_ms": 1e9}}, "'timing.screen_ms'"),

@@ -87,7 +87,7 @@ def test_a_number_is_not_read_as_a_flag_that_may_be_auto(data: dict[str, Any], f
     """``causal: [1]`` is refused; so is ``interpret: 1``: a flag is true or false everywhere."""
     with pytest.raises(SpecError) as err:
         spec_from_data(data, source="s.json")
-    assert f"s.json: field '{field}': Input should be 'auto', true or false (got " in err.value.message
+    assert f"""s.json: field '{field}': Input should be "auto", true or false (got """ in err.value.message
 
 
 @pytest.mark.parametrize("value", ["auto", True, False])
@@ -100,7 +100,16 @@ def test_auto_true_and_false_are_taken(value: Any) -> None:
 def test_interpret_1_is_one_line_from_the_cli(tmp_path: Path) -> None:
     path = tmp_path / "spec.json"
     path.write_text(json.dumps({"kernel": {"interpret": 1}}))
-    assert_one_line_error(run_cli("spec", str(path)), "field 'kernel.interpret'", "'auto', true or false")
+    assert_one_line_error(run_cli("spec", str(path)), "field 'kernel.interpret'", '"auto", true or false')
+
+
+def test_a_toml_specs_wrong_choice_is_named_with_the_choices_as_the_file_writes_them(tmp_path: Path) -> None:
+    path = tmp_path / "spec.toml"
+    path.write_text('modes = ["fwd"]\n[timing]\nstrategy = "halv"\n')
+    said = assert_one_line_error(
+        run_cli("spec", str(path)), "field 'timing.strategy'", 'Input should be "full", "halving" or "search"'
+    )
+    assert "'full'" not in said and "'halving'" not in said, said
 
 
 @pytest.mark.parametrize(
@@ -108,7 +117,7 @@ def test_interpret_1_is_one_line_from_the_cli(tmp_path: Path) -> None:
     [
         ({"repeats": True}, "field 'repeats': Input should be a valid integer (got true)"),
         ({"batch": None}, "field 'batch': Input should be a valid integer (got null)"),
-        ({"kernel": {"interpret": None}}, "field 'kernel.interpret': Input should be 'auto', true or false (got null)"),
+        ({"kernel": {"interpret": None}}, """'kernel.interpret': Input should be "auto", true or false (got null)"""),
         ({"causal": [True, True]}, "field 'causal': lists each value once; repeated: true (got [true, true])"),
         ({"tag": ["a"]}, "field 'tag': Input should be a valid string (got [\"a\"])"),
         ({"grid": True}, "field 'grid': true is not a grid"),
@@ -116,6 +125,9 @@ def test_interpret_1_is_one_line_from_the_cli(tmp_path: Path) -> None:
         ({"grid": {"fwd": {"block_q": [True]}}, "modes": ["fwd"]}, "grid.fwd: block_q=true is refused"),
         ({"grid": {"fwd": {"block_q": ["64"]}}, "modes": ["fwd"]}, 'block_q="64" is refused'),
         ({"kv_heads": [None, 8]}, "lists each value once (null and 8 are both multi-head), got [null, 8]"),
+        ({"modes": ["fwdx"]}, """field 'modes.0': Input should be "fwd" or "fwd_bwd" (got "fwdx")"""),
+        ({"timing": {"strategy": "halv"}}, 'Input should be "full", "halving" or "search" (got "halv")'),
+        ({"dtypes": "bfloat16"}, 'write a list of "bfloat16", "float16" or "float32", e.g. ["bfloat16", "float32"]'),
     ],
 )
 def test_a_spec_error_shows_values_as_json_writes_them(data: dict[str, Any], says: str) -> None:
@@ -125,7 +137,7 @@ def test_a_spec_error_shows_values_as_json_writes_them(data: dict[str, Any], say
         spec_from_data(data, source="s.json")
     msg = err.value.message
     assert says in msg, msg
-    assert not re.search(r"\b(True|False|None)\b|\{'|\['", msg), msg
+    assert not re.search(r"\b(True|False|None)\b|\{'|\['|(be|or|of|,) '", msg), msg
     assert msg.count("got ") <= 1, msg
 
 

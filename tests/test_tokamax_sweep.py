@@ -71,9 +71,9 @@ def test_grid_tokamax_plans_tokamaxs_own_search_per_problem(kind: str, planned: 
 @pytest.mark.parametrize(
     ("over", "needles"),
     [
-        ({"grid": {"fwd": {"block_x": [64]}}}, ("'block_x' is not a tunable", "block_q, block_kv, num_stages")),
+        ({"grid": {"fwd": {"block_x": [64]}}}, ('"block_x" is not a tunable', "block_q, block_kv, num_stages")),
         ({"grid": {"fwd": {"block_q": [96]}}}, ("grid.fwd: block_q: Input should be a multiple of 64",)),
-        ({"kernel": {"impl": "mosaic"}, "dtypes": ["float16"]}, ('grid "tokamax"', "'tokamax-mosaic' or")),
+        ({"kernel": {"impl": "mosaic"}, "dtypes": ["float16"]}, ('grid "tokamax"', '"tokamax-mosaic" or')),
         ({"fwd_block_q": [64]}, ("fwd_block_q is a field of the Triton kernels' grid",)),
         ({"grid": "tokamaxx"}, ('"tokamaxx" is not a grid', '"tokamax"')),
     ],
@@ -111,7 +111,7 @@ def test_the_spec_rules_are_tokamaxs_pydantic_validation_in_its_words() -> None:
 
 
 def test_a_b200_spec_takes_the_sm100_fields_and_a_missing_tokamax_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(SpecError, match="'tokamax-mosaic', 'tokamax-triton' or 'replay'"):
+    with pytest.raises(SpecError, match='"tokamax-mosaic", "tokamax-triton" or "replay"'):
         _spec(kernel={"impl": "tokamax-mosaic-sm100"})  # what tokamax-mosaic runs as on a B200, not a spec's name
     with pytest.raises(SpecError, match="grid.fwd: collective: Input should be a valid boolean"):
         _spec(kernel={"impl": "tokamax-mosaic", "device_kind": "NVIDIA B200"}, grid={"fwd": {"collective": [1]}})

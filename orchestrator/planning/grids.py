@@ -15,6 +15,7 @@ from typing import Any
 
 from kernels import impls
 from kernels.impl_base import Value
+from kernels.spelling import as_json
 from orchestrator.errors import PlanError
 from orchestrator.spec.grid import TOKAMAX_GRID
 from orchestrator.spec.model import SweepSpec
@@ -71,11 +72,11 @@ def check_supported(spec: SweepSpec) -> None:
     if gqa and not impl.capabilities.grouped_query:
         allowed = [n for n in impls.SPEC_IMPL_NAMES if impls.IMPLS[n].capabilities.grouped_query]
         raise PlanError(
-            f"kernel.impl {impl.name!r}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
+            f"kernel.impl {as_json(impl.name)}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
             f"kv_heads [null] (or [{spec.heads}]); for grouped-query attention use kernel.impl "
-            f"{' or '.join(map(repr, allowed))}"
+            f"{' or '.join(map(as_json, allowed))}"
         )
-    raise PlanError(f"kernel.impl {impl.name!r}: {why}")
+    raise PlanError(f"kernel.impl {as_json(impl.name)}: {why}")
 
 
 def notes(spec: SweepSpec, *, lowering: bool = False) -> list[str]:
@@ -93,7 +94,7 @@ def notes(spec: SweepSpec, *, lowering: bool = False) -> list[str]:
             if values == [value]:
                 continue  # nothing the spec asked for is left out
             out.append(
-                f"kernel.impl {impl.name!r}: {why}, so {mode} configs are planned with "
+                f"kernel.impl {as_json(impl.name)}: {why}, so {mode} configs are planned with "
                 f"{name}={_show(value)} only ({source} {_show(values)} is not swept)"
             )
     if spec.grid == TOKAMAX_GRID:
@@ -105,8 +106,9 @@ def notes(spec: SweepSpec, *, lowering: bool = False) -> list[str]:
         )
     if impl.pruning == "lowering" and spec.kernel.impl != "replay" and not lowering:
         out.append(
-            f"kernel.impl {impl.name!r} has no shared-memory model: `tilesweep plan SPEC --lower --sweep-dir DIR` "
-            f"prunes by the compiler's verdict for {spec.kernel.target.name} before any GPU time"
+            f"kernel.impl {as_json(impl.name)} has no shared-memory model: "
+            f"`tilesweep plan SPEC --lower --sweep-dir DIR` prunes by the compiler's verdict for "
+            f"{spec.kernel.target.name} before any GPU time"
         )
     return out
 

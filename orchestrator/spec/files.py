@@ -7,7 +7,6 @@ typo; users get one line that names the file, the field path and what is allowed
 from __future__ import annotations
 
 import json
-import re
 import types
 import typing
 from collections.abc import Mapping
@@ -16,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from kernels.spelling import as_json
+from kernels.spelling import CHOICE_ERRORS, as_json, json_choices
 from kernels.tokamax_meta import holds_table
 from orchestrator import PROG
 from orchestrator.devicefiles import not_a_file
@@ -184,8 +183,8 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
         if loc[:1] == ["executor"] and len(loc) == 2:  # an sbatch option tilesweep does not name
             msg += "; any other sbatch option goes in executor.slurm_additional_parameters"
     else:
-        text = _json_spelling(first["msg"].removeprefix("Value error, ")) if kind == "literal_error" else first["msg"]
-        text = text.removeprefix("Value error, ")
+        text = first["msg"].removeprefix("Value error, ")
+        text = json_choices(text) if kind in CHOICE_ERRORS else text
         if kind in ("model_type", "dict_type"):  # pydantic: "a valid dictionary or instance of TimingSettings"
             text = "Input should be an object"
         got = first.get("input")
@@ -207,13 +206,6 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
 _BOUNDS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of")
 
 
-def _json_spelling(text: str) -> str:
-    """pydantic names the values it allows as Python does; a spec file is JSON or TOML."""
-    for py, js in (("True", "true"), ("False", "false"), ("None", "null")):
-        text = re.sub(rf"\b{py}\b", js, text)
-    return text
-
-
 def _hint(model: type[BaseModel], loc: tuple[Any, ...], kind: str) -> str | None:
     """What to write instead, where pydantic's message does not say what is allowed: the
     values of a list's items and an example, true or false, the keys of a section."""
@@ -233,13 +225,13 @@ def _hint(model: type[BaseModel], loc: tuple[Any, ...], kind: str) -> str | None
 
 
 def _values_of(annotation: Any) -> str | None:
-    """The values a type allows, in a spec file's spelling: 'fwd' or 'fwd_bwd', true or false,
+    """The values a type allows, in a spec file's spelling: "fwd" or "fwd_bwd", true or false,
     integers (or null)."""
     while typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Literal:
-        shown = [json.dumps(a) if isinstance(a, bool) or a is None else repr(a) for a in args]
+        shown = [as_json(a) for a in args]
         return " or ".join([", ".join(shown[:-1]), shown[-1]]) if len(shown) > 1 else shown[0]
     if origin in (typing.Union, types.UnionType):
         parts = [_values_of(a) for a in args]

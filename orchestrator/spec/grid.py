@@ -72,18 +72,20 @@ def check_grid(impl_name: str, grid: Grid | None, modes: Sequence[str]) -> str |
             return None
         return (
             f'grid "{grid}" is the search of tokamax\'s autotuner, for kernel.impl '
-            f"{' or '.join(repr(n) for n in impls.SPEC_IMPL_NAMES if n in tokamax_meta.IMPL_NAMES)}; "
-            f"kernel.impl {impl_name!r} takes a grid by mode"
+            f"{' or '.join(as_json(n) for n in impls.SPEC_IMPL_NAMES if n in tokamax_meta.IMPL_NAMES)}; "
+            f"kernel.impl {as_json(impl_name)} takes a grid by mode"
         )
     for mode, values in grid.items():
         if mode not in modes:
-            listed = list(modes)
-            return f"grid names mode {mode!r}, which modes {listed} does not list; add it to modes or drop grid.{mode}"
+            listed = as_json(list(modes))
+            add = f"add it to modes or drop grid.{mode}"
+            return f"grid names mode {as_json(mode)}, which modes {listed} does not list; {add}"
         names = [t.name for t in impl.tunables(mode)]
         unknown = [k for k in values if k not in names]
         if unknown:
             return (
-                f"grid.{mode}: {unknown[0]!r} is not a tunable of kernel.impl {impl.name!r} ({impl.title}); "
+                f"grid.{mode}: {as_json(unknown[0])} is not a tunable of kernel.impl {as_json(impl.name)} "
+                f"({impl.title}); "
                 f"its {mode} tunables: {', '.join(names)}"
             )
         for name, vals in values.items():
@@ -107,14 +109,15 @@ def check_reference_fields(impl_name: str, given: Mapping[str, Any], modes: Sequ
         if name == "smem_limit_bytes":
             if impl.pruning != "model":
                 return (
-                    f"smem_limit_bytes is the Triton kernels' shared-memory model limit; kernel.impl {impl.name!r} "
-                    "is held to kernel.device_kind's limit by its compiler at lowering: drop smem_limit_bytes"
+                    "smem_limit_bytes is the Triton kernels' shared-memory model limit; kernel.impl "
+                    f"{as_json(impl.name)} is held to kernel.device_kind's limit by its compiler at lowering: "
+                    "drop smem_limit_bytes"
                 )
             continue
         if REFERENCE_GRID_FIELDS[name] not in used:
             tunables = "; ".join(f"{m}: {', '.join(t.name for t in impl.tunables(m))}" for m in modes)
             return (
-                f"{name} is a field of the Triton kernels' grid; kernel.impl {impl.name!r} takes its grid from "
+                f"{name} is a field of the Triton kernels' grid; kernel.impl {as_json(impl.name)} takes its grid from "
                 f"the grid section, by its own tunables ({tunables}): drop {name}"
             )
     return None

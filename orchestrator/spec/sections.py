@@ -59,7 +59,7 @@ def _auto_or_bool(value: object) -> object:
     it takes 1 and 0 (and 1.0) as true and false where a plain flag (``StrictBool``) refuses them."""
     if isinstance(value, bool) or (isinstance(value, str) and value == "auto"):
         return value
-    raise ValueError("Input should be 'auto', true or false")
+    raise ValueError('Input should be "auto", true or false')
 
 
 # a setting that is a flag or "auto" (its default: tilesweep decides where it runs)

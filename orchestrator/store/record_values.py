@@ -42,6 +42,7 @@ from typing import Any, NoReturn
 from kernels import impls
 from kernels.impl_base import Tunable
 from kernels.smem import DTYPES, MAX_HEAD_DIM, MIN_HEAD_DIM, MODES
+from kernels.spelling import one_of
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import IDENTITY_FIELDS
 from orchestrator.store import jsonline
@@ -163,7 +164,7 @@ def _record(rec: dict[str, Any], i: int, name: str, seen: _Seen) -> None:
         _identity_value(k, v, i, name)
     impl = rec.get("impl", impls.DEFAULT_IMPL)
     if type(impl) is not str or impl not in impls.IMPLS:
-        _refuse(name, i, "impl", impl, f"one of {', '.join(impls.IMPL_NAMES)} (tilesweep impls lists them)")
+        _refuse(name, i, "impl", impl, f"one of {one_of(impls.IMPL_NAMES)} (tilesweep impls lists them)")
     if "causal" in rec and type(rec["causal"]) is not bool:
         _refuse(name, i, "causal", rec["causal"], "true or false")
     if "kv_heads" in rec:
@@ -194,7 +195,7 @@ def _identity_value(k: str, v: Any, i: int, name: str) -> None:
         _refuse(name, i, k, v, "a string")
     allowed = _ALLOWED.get(k)
     if allowed is not None and v not in allowed:
-        _refuse(name, i, k, v, "one of " + ", ".join(allowed))
+        _refuse(name, i, k, v, f"one of {one_of(allowed)}")
 
 
 # (mode, impl) -> the config check of its forced records; the configs found good are kept across

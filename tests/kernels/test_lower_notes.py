@@ -38,7 +38,7 @@ def test_lower_notes_the_stock_backwards_num_stages_as_plan_does(tmp_path: Path)
     lower = run_cli("plan", str(spec), "--lower", "--dry-run", "--lower-workers", "1")
     assert plan.returncode == 0 and lower.returncode == 0, lower.stderr
     (note,) = _notes(plan.stderr)
-    assert "kernel.impl 'jax'" in note and "num_stages=2 only" in note and "[1, 2, 3] is not swept" in note
+    assert 'kernel.impl "jax"' in note and "num_stages=2 only" in note and "[1, 2, 3] is not swept" in note
     assert _notes(lower.stderr) == [note]
     assert "lowered 2 configs" in lower.stdout  # auto, and the one config num_stages 2 leaves
 

@@ -52,7 +52,7 @@ def test_dtype_the_kernel_does_not_run_means_auto() -> None:
     table = _table("float32")
     for dtype in ("float64", np.float64, "int8"):
         assert table.lookup(dtype=dtype, head_dim=64, seq=1024, mode="fwd") is None, dtype
-    with pytest.raises(TunedTableError, match=r'entries\[0\]: dtype="float64" is not one of bfloat16'):
+    with pytest.raises(TunedTableError, match=r'entries\[0\]: dtype="float64" is not one of "bfloat16"'):
         _table("float64")
     with pytest.raises(ValueError, match="dtype='fp32' is not a dtype name"):
         table.lookup(dtype="fp32", head_dim=64, seq=1024, mode="fwd")
@@ -132,7 +132,7 @@ def _entry(**over: Any) -> dict[str, Any]:
     ("entries", "fragment"),
     [
         ([_entry(config={**CONFIG, "block_q": 48})], r"entries\[0\]: config.block_q=48 is not a value the tilesweep"),
-        ([_entry(mode="bwd")], r'entries\[0\]: mode="bwd" is not one of fwd, fwd_bwd'),
+        ([_entry(mode="bwd")], r'entries\[0\]: mode="bwd" is not one of "fwd", "fwd_bwd"'),
         ([_entry(dtype="int8")], r'entries\[0\]: dtype="int8" is not one of'),
         ([_entry(), _entry(config={**CONFIG, "block_k": 32})], r"entries\[1\] is for the same problem as entries\[0\]"),
         ([_entry(seq=1000)], r"entries\[0\]: config .* is not one the tilesweep kernel runs at seq=1000"),
