@@ -111,6 +111,9 @@ MOSAIC_SM100_VJP = (
     _int(_V + "compute_wgs", "compute warpgroups per backward program", (2,)),
     _int(_V + "residual_stages", "pipeline depth of the residuals (m, l, delta)", (2,)),
 )
+# tokamax's Triton kernel takes any positive tile: it neither pads nor refuses one below tl.dot's 16
+# (tokamax's pallas_triton_test runs block_q 1 and 2 on a GPU), so a spec, export and the tuned
+# table take them, where the Triton kernels (``kernels.impl_triton``) start at 16
 TRITON_FWD = (
     _int("block_q", "query rows per program", (16, 32, 64, 128)),
     _int("block_k", "key/value rows per step", (16, 32, 64, 128)),

@@ -20,7 +20,9 @@ the config auto ran (``kernels.tuned.TunedTable.config_for`` answers it: our ker
 no config runs ``AttentionConfig()``, not auto). ``keep_slower=True`` exports the best forced
 config anyway.
 Problems where nothing ran at all get no entry. If a document holds several tags for one
-shape, the faster best wins.
+shape, the faster best wins. A problem whose entry ``kernels.tuned`` would refuse at load gets none
+either (``refusal``, the loader's own check): a Triton kernel's tile below tl.dot's 16, recorded in
+interpret mode, which runs any power of two, is no config a GPU runs; the CLI names it in one line.
 
 An entry whose best or auto timing was replayed rather than measured (``store.replayed``; such
 records enter only when asked: ``combine``'s ``include_replays``) says ``"replayed": true``, and
@@ -39,6 +41,7 @@ from typing import Any
 
 from kernels import impl_triton, impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
+from kernels.tuned_entries import TunedTableError, read_entry
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.spec.records import kernel_kwargs
 from orchestrator.store.document import ResultsDoc
@@ -57,6 +60,8 @@ class ExportSummary:
     use_auto: int  # entries with config null
     skipped: int  # problems with nothing measured at all
     replayed: int = 0  # entries whose timings were replayed, not measured
+    # problems left out because ``kernels.tuned`` refuses their entry (``refusal``): each one's label and why
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
@@ -112,6 +117,7 @@ def _auto_config(s: ProblemSummary) -> dict[str, int] | None:
 def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str, Any], ExportSummary]:
     """The tuned-table document for ``doc`` and a summary of what went in."""
     chosen: dict[tuple, dict[str, Any]] = {}
+    refused: dict[tuple, tuple[str, str]] = {}
     skipped = 0
     for s in best_table(doc):
         e = _entry(s, keep_slower)
@@ -119,6 +125,10 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
             skipped += 1
             continue
         k = tuple(e[f] for f in ("impl", "dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "mode"))
+        why = refusal(e)
+        if why is not None:
+            refused[k] = (s.key.label(), why)
+            continue
         prev = chosen.get(k)
         if prev is None or _faster(e, prev):
             if prev is not None:
@@ -135,7 +145,20 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
         "entries": entries,
     }
     tuned = sum(1 for e in entries if e["config"] is not None)
-    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped, replayed)
+    left_out = tuple(why for k, why in refused.items() if k not in chosen)
+    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out)
+
+
+def refusal(entry: dict[str, Any]) -> str | None:
+    """Why ``kernels.tuned`` would refuse ``entry`` at load (its config is one the implementation's
+    kernel does not take: a Triton tile below tl.dot's 16, recorded in interpret mode, which runs
+    any power of two), or None. The loader's own check, so export never writes a table it refuses;
+    what an implementation's kernel takes is its own (tokamax's Triton kernel takes tiles below 16)."""
+    try:
+        read_entry(entry, 0, "", VERSION)
+    except TunedTableError as exc:
+        return str(exc).removeprefix(": entries[0]").removeprefix(": ")
+    return None
 
 
 def _mark_winners(entries: list[dict[str, Any]]) -> None:

@@ -23,6 +23,7 @@ from orchestrator.store.files import same_file
 from orchestrator.store.page_file import is_page
 
 if TYPE_CHECKING:
+    from orchestrator.analysis.export import ExportSummary
     from orchestrator.store.document import ResultsDoc
 
 # --plots draws this many problems unless told otherwise: about 25 s of matplotlib
@@ -231,9 +232,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         doc = _combined(docs, args)
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
     if not summary.entries:  # an earlier table is not replaced by an empty one
-        none = "the problem" if summary.skipped == 1 else f"none of the {summary.skipped} problems"
         docs_named = ", ".join(args.results)
+        if summary.refused:
+            raise TilesweepError(f"nothing to export from {docs_named}: {_refused(summary)}; nothing written")
+        none = "the problem" if summary.skipped == 1 else f"none of the {summary.skipped} problems"
         raise TilesweepError(f"nothing to export: {none} in {docs_named} has a timed record; nothing written")
+    if summary.refused:
+        print(f"{PROG}: note: {_refused(summary)}", file=sys.stderr)
     if args.out == "-":  # the table on stdout, what was written on stderr
         print(json.dumps(table, indent=1))
         sys.stdout.flush()
@@ -256,6 +261,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         file=sys.stderr if args.out == "-" else sys.stdout,
     )
     return 0
+
+
+def _refused(summary: ExportSummary) -> str:
+    """The problems export left out because kernels.tuned refuses their best config, in one line."""
+    (label, why), more = summary.refused[0], len(summary.refused) - 1
+    also = f" (and {counted(more, 'other problem')})" if more else ""
+    return f"left out {label}{also}: its best config is one kernels.tuned refuses: {why}"
 
 
 def _export_target(args: argparse.Namespace) -> str:
