@@ -230,21 +230,40 @@ def holds_table(obj: Any) -> bool:
     )
 
 
-def merged(existing: str, new: str) -> tuple[str, int]:
+@dataclass(frozen=True)
+class Merged:
+    """What writing a table over an earlier one did to the earlier one's problems (``merged``)."""
+
+    kept: int = 0  # its other problems, kept as they were
+    replaced: int = 0  # its problems the new table holds too, each replaced whole by the new one's configs
+    dropped: int = 0  # configs of those replaced problems the new table does not hold: measured before, not again
+
+
+def merged(existing: str, new: str) -> tuple[str, Merged]:
     """A table's text ``new`` written over the table ``existing`` (tokamax's cache format: one
     JSON object, a problem's key to its configs' data): ``new``'s problems replace the same
-    problems of ``existing``, its other problems are kept, in their order; and how many were
-    kept. ``existing`` not a table (empty, damaged): ``new`` as it is."""
+    problems of ``existing`` whole (one export's ranking per problem: tokamax runs the fastest of
+    a problem's configs, and a fwd_bwd export ranks one op's configs only beside the other op's
+    best), its other problems are kept, in their order; and what that did to ``existing``.
+    ``existing`` not a table (empty, damaged): ``new`` as it is."""
     try:
         old, fresh = json.loads(existing), json.loads(new)
     except ValueError:
-        return new, 0
+        return new, Merged()
     if not (holds_table(old) and isinstance(fresh, dict)):
-        return new, 0
+        return new, Merged()
     kept = {k: v for k, v in old.items() if k not in fresh}
+    replaced = [k for k in old if k in fresh]
+    dropped = sum(len(set(_configs(old[k])) - set(_configs(fresh[k]))) for k in replaced)
+    done = Merged(kept=len(kept), replaced=len(replaced), dropped=dropped)
     if not kept:
-        return new, 0
-    return json.dumps({**kept, **fresh}, indent=2) + "\n", len(kept)
+        return new, done
+    return json.dumps({**kept, **fresh}, indent=2) + "\n", done
+
+
+def _configs(block: Any) -> list[str]:
+    """The configs of one problem of a table (its keys), none where it is not an object."""
+    return list(block) if isinstance(block, dict) else []
 
 
 def device_dir(device_kind: str) -> str:

@@ -22,7 +22,7 @@ from kernels import tokamax_meta as meta
 from orchestrator.cli.main import main
 from orchestrator.errors import ResultsError
 from orchestrator.store import document
-from tests.helpers import run_cli
+from tests.helpers import assert_one_line_error, run_cli
 
 pytest.importorskip("tokamax", reason=meta.missing("tests of tokamax's tables"))
 
@@ -318,6 +318,38 @@ def test_an_export_into_the_folder_it_wrote_replaces_its_tables_and_keeps_other_
     for command in ("report", "spec"):
         r = run_cli(command, str(vjp))
         assert r.returncode == 2 and "one of tokamax's autotuning tables" in r.stderr, r.stderr
+
+
+def test_an_export_of_fewer_configs_of_a_shape_the_table_holds_keeps_the_table_before_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """A shape the table holds is replaced whole by a later export of it (one export's ranking per
+    shape); the configs it held that the later export did not measure are not lost: the table
+    before is kept as ``.prev``, and the line says so. A third such export, with a ``.prev`` there
+    already, is refused in one line and writes nothing."""
+    recs = [r for r in _records(H200, 6) if (r["impl"], r["mode"]) == ("tokamax-mosaic", "fwd")]
+    docs = []
+    for name, part in (("first", recs[:10]), ("later", recs[8:12])):
+        docs.append(tmp_path / f"{name}.json")
+        docs[-1].write_text(json.dumps({"device": {"device_kind": H200.name}, "config": {}, "results": part}))
+    out = tmp_path / "out"
+    assert run_cli("export", str(docs[0]), "--format", "tokamax", "--out", str(out)).returncode == 0
+    table = out / "nvidia_h200" / "pallas_mosaic_gpu_flash_attention.json"
+    first = table.read_bytes()
+    later = run_cli("export", str(docs[1]), "--format", "tokamax", "--out", str(out))
+    assert later.returncode == 0, later.stderr
+    prev = table.with_name(table.name + ".prev")
+    (line,) = [x for x in later.stdout.splitlines() if x.startswith("wrote ")]
+    assert line.endswith(
+        "1 shape, 4 configs of NVIDIA H200; replaced 1 shape the table held (dropping 8 configs this export did "
+        f"not measure; the table before is kept as {prev.name})"
+    ), line
+    assert prev.read_bytes() == first and [len(v) for v in json.loads(table.read_text()).values()] == [4]
+    tokamax_cache.check(table)  # tokamax's own parser
+    written = table.read_bytes()
+    again = run_cli("export", str(docs[0]), "--format", "tokamax", "--out", str(out))
+    said = assert_one_line_error(again, str(table), "dropping 2 configs", "nothing written", f"move {prev} away")
+    assert "Traceback" not in said and table.read_bytes() == written and prev.read_bytes() == first
 
 
 def test_a_device_no_record_was_measured_on_is_named_with_the_kinds_the_documents_hold(tmp_path: Path) -> None:

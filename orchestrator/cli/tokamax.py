@@ -2,6 +2,11 @@
 documents' tokamax records (``orchestrator.analysis.tokamax_export`` chooses them,
 ``kernels.tokamax_cache`` writes them through tokamax), one folder per device kind, each file
 written atomically. Nothing is written unless every device kind's tables could be made.
+
+A table there already keeps its other problems; a problem it holds that the export writes too is
+replaced whole (``tokamax_meta.merged``), and where that drops configs it measured which the
+export does not hold, the table before is kept beside it as ``<op>.json.prev`` (tokamax reads
+``<op>.json`` only). Each file's line says what became of the table there.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from orchestrator.cli.outputs import check_output, is_tokamax_table
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.files import atomic_open
+from orchestrator.store.target import prev_path
 
 
 def _tables(chosen: tokamax_export.Chosen) -> dict[str, str]:
@@ -98,15 +104,16 @@ def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep
     }
     for c in chosen:
         _say_left_out(c)
+    writes = {key: _over(Path(target), _made_text(made, key)) for key, target in targets.items()}
     for c, texts in made:
         folder = Path(out) / meta.device_dir(c.device_kind)
-        kept: dict[str, int] = {}
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            for name, text in texts.items():
-                target = Path(targets[c.device_kind, name])
-                if target.exists():  # a table there: its other problems stay (tokamax's shipped tuning too)
-                    text, kept[name] = meta.merged(target.read_text(errors="replace"), text)
+            for name in texts:
+                target, (text, before, _) = Path(targets[c.device_kind, name]), writes[c.device_kind, name]
+                if before is not None:  # it held configs this export did not measure: the table before is kept
+                    with atomic_open(prev_path(target)) as fh:
+                        fh.write(before)
                 with atomic_open(target) as fh:
                     fh.write(text)
         except OSError as exc:
@@ -114,7 +121,47 @@ def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep
         for name in texts:
             entries = [e for e in c.entries if e.stem + ".json" == name]
             configs = sum(len(e.configs) for e in entries)
-            also = f"; kept {counted(kept[name], 'other shape')} the table held" if kept.get(name) else ""
             shapes = f"{counted(len(entries), 'shape')}, {counted(configs, 'config')}"
-            print(f"wrote {folder / name}: {shapes} of {c.device_kind}{also}")
+            done = _said(writes[c.device_kind, name][2], prev_path(folder / name).name)
+            print(f"wrote {folder / name}: {shapes} of {c.device_kind}{done}")
     return 0
+
+
+def _made_text(made: list[tuple[tokamax_export.Chosen, dict[str, str]]], key: tuple[str, str]) -> str:
+    """The text made for the table of ``key`` (device kind, file name)."""
+    return next(texts[key[1]] for c, texts in made if c.device_kind == key[0])
+
+
+def _over(target: Path, text: str) -> tuple[str, str | None, meta.Merged]:
+    """What goes into ``target``: the text written over the table there (its other problems kept),
+    the table before where that drops configs it measured (kept as ``.prev``), and what became of
+    it. Refused in one line, before any file is written, where a ``.prev`` keeps an earlier table."""
+    if not target.exists():
+        return text, None, meta.Merged()
+    before = target.read_text(errors="replace")
+    text, done = meta.merged(before, text)
+    if not done.dropped:
+        return text, None, done
+    prev = prev_path(target)
+    if prev.exists():
+        raise TilesweepError(
+            f"{target}: this export replaces {counted(done.replaced, 'shape')} of it, dropping "
+            f"{counted(done.dropped, 'config')} it did not measure, and {prev.name} there already keeps an earlier "
+            f"table: nothing written; move {prev} away and export again"
+        )
+    return text, before, done
+
+
+def _said(done: meta.Merged, prev: str) -> str:
+    """What became of the table there, as the file's line ends: its shapes replaced (with the
+    configs that dropped, kept in ``prev``), its other shapes kept."""
+    out = ""
+    if done.replaced:
+        how = "every config it held measured again"
+        if done.dropped:
+            dropped = counted(done.dropped, "config")
+            how = f"dropping {dropped} this export did not measure; the table before is kept as {prev}"
+        out += f"; replaced {counted(done.replaced, 'shape')} the table held ({how})"
+    if done.kept:
+        out += f"; kept {counted(done.kept, 'other shape')} the table held"
+    return out
