@@ -32,6 +32,7 @@ from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, loc
 from orchestrator.control.why import REQUEUES_RAN_OUT, last_word, out_of_requeues, out_of_time
 from orchestrator.errors import TilesweepError
 from orchestrator.planning.search import SEARCH
+from orchestrator.store.diskspace import FullDisk
 from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
 from orchestrator.store.merged import document_current, output_of
@@ -109,9 +110,10 @@ def sweep_status(
     elif any(u.state != "done" and u.executor == "slurm" for u in st.units):
         st.scheduler = "SLURM not asked"
     now = time.time()
+    disk = FullDisk(sd.root, once=True)  # asked where a failed unit's logs say nothing
     for u in st.units:
         if u.state != "done":
-            _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now, st.run_stop)
+            _unit_state(u, hist.latest.get(u.id), view, mtimes[u.id], hist, now, disk, st.run_stop)
         _ran_out_of_time(u, sd, hist.latest.get(u.id) or {})
         if not u.submitted and u.state in ACTIVE and u.resumed:
             u.state, u.detail = REPLACED, GIVEN_TO_LATER
@@ -335,6 +337,7 @@ def _unit_state(
     mtime: float | None,
     hist: History,
     now: float,
+    disk: FullDisk,
     stop: RunStop | None = None,
 ) -> None:
     """State, detail, reason and log of a unit that is not done (``stop``: the last run's on a
@@ -353,7 +356,7 @@ def _unit_state(
     if u.state in FAILED:
         u.log = existing(job.get("log"), job.get("stderr"))
         if u.state == "failed":
-            u.detail = failure(u.id, job, u.detail, view)
+            u.detail = failure(u.id, job, u.detail, view, disk)
 
 
 def _leases(sd: SweepDir, st: SweepStatus, hist: History) -> None:

@@ -20,6 +20,7 @@ from orchestrator import PROG
 from orchestrator.control.history import cancelled_since, submitted_ts
 from orchestrator.control.scheduler import SchedulerView, TaskState
 from orchestrator.control.why import INTERRUPTED, exit_reason, last_word, never_taken, read_failure
+from orchestrator.store.diskspace import FullDisk
 from orchestrator.store.pidspace import in_this_pid_space, pid_alive
 
 # A job that is in neither squeue nor sacct this long after its submission (or after its
@@ -144,13 +145,18 @@ def existing(*paths: str | None) -> str | None:
     return None
 
 
-def failure(unit: str, job: dict[str, Any], detail: str | None, view: SchedulerView | None) -> str | None:
+def failure(
+    unit: str, job: dict[str, Any], detail: str | None, view: SchedulerView | None, disk: FullDisk | None = None
+) -> str | None:
     """Why a unit failed, in one line: the worker's own reason from the unit's log (or the
-    task's), an out-of-memory or signal death from the scheduler, else ``detail``."""
+    task's), the sweep directory's ``disk`` full where they say none (it takes no reason), an
+    out-of-memory or signal death from the scheduler, else ``detail``."""
     for path in (job.get("log"), job.get("stderr")):
         why = read_failure(path, unit) if path else None
         if why:
             return why
+    if disk is not None and disk.probe():
+        return disk.unsaid(detail or "it ended")
     ts = view.get(str(job["job_id"])) if view is not None else None
     if ts is not None and ts.state == "OUT_OF_MEMORY":
         return detail

@@ -18,7 +18,6 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import PROG
@@ -33,7 +32,7 @@ from orchestrator.control.unit_state import existing
 from orchestrator.control.why import INTERRUPTED, last_word, read_failure, signal_reason
 from orchestrator.errors import DispatchError, SweepDirError
 from orchestrator.spec.model import SweepSpec
-from orchestrator.store.diskspace import disk_full, mount_point
+from orchestrator.store.diskspace import FullDisk, mount_point
 from orchestrator.store.pidspace import host_identity, process_start
 from orchestrator.store.runstop import RunStop, StopNote
 from orchestrator.store.sweepdir import SweepDir, now_iso
@@ -162,26 +161,18 @@ def _run_subprocesses(
     if disk.full is not None:
         stop = disk.stop(len(pending))
         note.stopped(stop)
-        raise SweepDirError(disk.stopped(stop))
+        raise SweepDirError(disk.stopped("the run", len(pending)))
     note.discard()
     return outcomes
 
 
 @dataclass
-class _Disk:
-    """The sweep directory's disk, probed once a worker failed (``diskspace.disk_full``): a
+class _Disk(FullDisk):
+    """The sweep directory's disk (``diskspace.FullDisk``), probed once a worker failed: a
     full one fails every unit started on it, and may have left the failed worker no room for
     its own reason."""
 
-    root: Path
-    full: OSError | None = None  # the error a write met there
     failed: dict[str, str] = field(default_factory=dict)  # unit -> its worker that failed on it
-
-    def probe(self) -> bool:
-        """Whether the disk is full (it stays so for this run once it was)."""
-        if self.full is None:
-            self.full = disk_full(self.root)
-        return self.full is not None
 
     def reason(self, worker: LocalWorker, error: str | None) -> str | None:
         """A failed worker's reason on the full disk: its own where its log holds one, else
@@ -192,25 +183,12 @@ class _Disk:
             said = False
         if said or self.full is None:
             return error
-        return (
-            f"its worker could not write to the sweep directory, whose disk is full ({self.full.strerror}); "
-            f"its log is empty (exit code {worker.proc.returncode})"
-        )
+        return self.no_room(worker.proc.returncode)
 
     def stop(self, not_started: int) -> RunStop:
         """The stop, as the run notes it for ``status``."""
         why = str(self.full.strerror) if self.full is not None else "full"
         return RunStop(self.root, why, str(mount_point(self.root)), dict(self.failed), not_started, time.time())
-
-    @staticmethod
-    def stopped(stop: RunStop) -> str:
-        """The line a run stopped by the full disk ends with: where, what was kept, what to do."""
-        n = stop.not_started
-        left = f" ({n} unit{'s' if n != 1 else ''} not started)" if n else ""
-        return (
-            f"{stop.where()} is full ({stop.error}): the run started no further unit{left} and every record "
-            f"written is kept; {stop.advice()}"
-        )
 
 
 def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dict[str, dict[str, Any]]) -> LocalWorker:

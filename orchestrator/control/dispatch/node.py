@@ -18,7 +18,10 @@ costs only the unit it was running: the task starts a new worker, which takes th
 
 The parent starts the workers, forwards signals, starts no more units once the task is told to
 stop (the time-limit warning, TERM), and says why a worker died when the worker could not (a
-signal, the OOM killer) as the unit log's last line. It imports jax but never starts a backend.
+signal, the OOM killer) as the unit log's last line. Once a worker failed it asks whether the
+sweep directory's disk is full (``store.diskspace``): if so it starts no further unit, each of
+which would fail the same way, and says so in its log and as the last line of each unit it did
+not start, where ``status`` reads it. It imports jax but never starts a backend.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from orchestrator.control.dispatch.unit_worker import HELD, NOT_STARTED, STOPPED
 from orchestrator.control.why import death_reason, failure_line, oom_kills, read_failure
 from orchestrator.cpus import usable_cpus
 from orchestrator.errors import TilesweepError
+from orchestrator.store.diskspace import FULL_ERRNOS, FullDisk
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:
@@ -140,6 +144,7 @@ class TaskWorkers:
         self.compile_cpus = 1 if len(cpus) < n else None
         self.lanes = [Lane(gpu=gpus[k] if gpus else None, cpus=shares[k]) for k in range(n)]
         self.slots = [Slot(unit=u, log=self.sd.unit_log(u)) for u in units]
+        self.disk = FullDisk(self.sd.root)
         self.stopping = False
         self._stop_signal: int | None = None
 
@@ -196,14 +201,20 @@ class TaskWorkers:
 
     def _launch(self, lane: Lane, slot: Slot) -> None:
         """``slot``'s unit on ``lane``: handed to its worker, or to a new one where it has none."""
+        try:
+            slot.log.parent.mkdir(parents=True, exist_ok=True)
+            with open(slot.log, "ab") as out:
+                self._note(
+                    out,
+                    f"starting unit {slot.unit} on {socket.gethostname()}, GPU {lane.gpu or '-'}, "
+                    f"CPUs {','.join(map(str, lane.cpus)) or '-'}, SLURM task {self.task or '-'}",
+                )
+        except OSError as exc:  # no room for its log: the disk is full, and its worker would fail on it
+            if exc.errno not in FULL_ERRNOS or not self.disk.probe():
+                raise
+            self._stop_for_disk()
+            return
         slot.gpu, slot.cpus = lane.gpu, lane.cpus
-        slot.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(slot.log, "ab") as out:
-            self._note(
-                out,
-                f"starting unit {slot.unit} on {socket.gethostname()}, GPU {slot.gpu or '-'}, "
-                f"CPUs {','.join(map(str, slot.cpus)) or '-'}, SLURM task {self.task or '-'}",
-            )
         slot.oom_before = oom_kills()
         prior = self.prior.get(slot.unit) or {}
         if lane.proc is None:
@@ -317,8 +328,35 @@ class TaskWorkers:
             slot.reason = read_failure(slot.log, slot.unit, "not started") or "another live worker holds it"
         elif code < 0:
             slot.state, slot.reason = "failed", death_reason(-code, slot.oom_before)
-            with open(slot.log, "ab") as out:
-                self._note(out, failure_line(slot.unit, slot.reason).removeprefix("tilesweep: "))
+            self._say_failed(slot)
         else:
             slot.state = "failed"
-            slot.reason = read_failure(slot.log, slot.unit) or f"the worker exited with code {code}"
+            slot.reason = read_failure(slot.log, slot.unit)
+        if slot.state == "failed" and self.disk.probe():
+            slot.reason = slot.reason or self.disk.no_room(code, "its log gives no reason")
+            self._stop_for_disk()
+        elif slot.state == "failed" and slot.reason is None:
+            slot.reason = f"the worker exited with code {code}"
+
+    def _stop_for_disk(self) -> None:
+        """The disk is full: start no further unit (each would fail on it); say so in the task's
+        log, and as the last line of each unit not started, in its own log where the disk takes
+        it and in the task's (``status`` reads either)."""
+        waiting = [s for s in self.slots if s.state == "waiting"]
+        self.stopping = True
+        if not waiting:
+            return
+        log.error("%s", self.disk.stopped("the task", len(waiting)))
+        reason = self.disk.stopped("its task")
+        for slot in waiting:
+            slot.state, slot.reason = "failed", reason
+            log.error("%s", failure_line(slot.unit, reason))
+            self._say_failed(slot)
+
+    def _say_failed(self, slot: Slot) -> None:
+        """Why ``slot``'s unit failed, as its log's last line, where the disk takes it."""
+        try:
+            with open(slot.log, "ab") as out:
+                self._note(out, failure_line(slot.unit, slot.reason or "").removeprefix("tilesweep: "))
+        except OSError as exc:  # a full disk: the task's log holds what it knows
+            log.warning("unit %s: its log %s takes no line (%s)", slot.unit, slot.log, exc.strerror)

@@ -107,9 +107,13 @@ class UnitTask(submitit.helpers.Checkpointable):
                 ", ".join(stopped),
             )
             self._requeue(signal.SIGUSR2, None)  # submitit: checkpoint, scontrol requeue, exit
-        failed = [o for o in outcomes if o["state"] == "failed"]
+        failed: dict[str, list[str]] = {}  # reason -> its units (a full disk's, many)
+        for o in outcomes:
+            if o["state"] == "failed":
+                failed.setdefault(str(o["reason"]), []).append(o["unit"])
         if failed:
-            raise UnitsFailed("; ".join(f"unit {o['unit']} failed: {o['reason']}" for o in failed))
+            said = [f"unit{'s' if len(us) > 1 else ''} {', '.join(us)} failed: {why}" for why, us in failed.items()]
+            raise UnitsFailed("; ".join(said))
         return {"units": outcomes}
 
     def checkpoint(self, sweep_dir: str, units: str | Units, prior: Any = None) -> submitit.helpers.DelayedSubmission:
