@@ -65,9 +65,9 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
         yield SmallDisk(root)
 
 
-def _replay_spec(tmp_path: Path, **more: Any) -> Path:
-    """A replay spec (``more``: its fields over the tiny one's, the source's too): its units
-    take no compile and no GPU."""
+def _replay_spec(tmp_path: Path, replay: dict[str, Any] | None = None, **more: Any) -> Path:
+    """A replay spec (``more``: its fields over the tiny one's, the source's too; ``replay``:
+    its replay section's, over the source): its units take no compile and no GPU."""
     from orchestrator.store import synthetic
 
     fwd = {"modes": ["fwd"], "fwd_block_q": [16, 32, 64], "fwd_block_k": [32], **more}
@@ -75,7 +75,7 @@ def _replay_spec(tmp_path: Path, **more: Any) -> Path:
     source.write_text(json.dumps(synthetic.document({**TINY_SPEC, **fwd, "output": str(source)})))
     spec = tmp_path / "spec.json"
     data = {**TINY_SPEC, **fwd, "output": str(tmp_path / "results.json"), "kernel": {"impl": "replay"}}
-    spec.write_text(json.dumps({**data, "replay": {"source": str(source)}}))
+    spec.write_text(json.dumps({**data, "replay": {"source": str(source), **(replay or {})}}))
     return spec
 
 
@@ -148,6 +148,36 @@ def test_a_run_whose_disk_fills_starts_no_further_unit_and_says_to_free_space_th
     assert run_cli("resume", str(sweep)).returncode == 0
     assert not (sweep / "run-stop.json").exists()
     assert (sweep / "partials" / f"{done.stem}.jsonl").read_bytes() == kept  # not run again
+    status = run_cli("status", str(sweep))
+    head = status.stdout.splitlines()[0]
+    assert status.returncode == 0 and head.endswith("8/8 items done (0 error records), complete"), status.stdout
+
+
+def test_a_debug_run_whose_disk_fills_starts_no_further_unit_and_says_to_free_space_then_resume(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    """The debug executor runs the units one after another in the command's process, each
+    replayed at the real pace (its records' seconds waited out): the disk fills once the first
+    is done, the next fails on it, and the run starts no other and ends in one line."""
+    spec = _replay_spec(
+        tmp_path, {"pace": "real"}, seq_lens=[64, 128], sharding={"units": 4}, executor={"kind": "debug"}
+    )
+    sweep = disk.root / "sweep"
+    run = start_run(spec, sweep)
+    until(lambda: any((sweep / "done").glob("*.json")), "the first unit's marker", run)
+    disk.fill()
+    _, err = run.communicate(timeout=300)
+    done = len(list((sweep / "done").glob("*.json")))  # the first, or the second too where it beat the fill
+    left = 4 - done - 1
+    assert run.returncode == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"tilesweep: error: the disk of {sweep} (the filesystem at {disk.root}) is full (No space left on device): "
+        f"the run started no further unit ({left} unit{'s' if left != 1 else ''} not started) and every record "
+        f"written is kept; free space on it (or raise the quota), then `tilesweep resume {sweep}` runs what is missing"
+    ), err
+    assert len((sweep / "jobs.jsonl").read_text().splitlines()) == done + 1  # the units done and the one that failed
+    disk.free()
+    assert run_cli("resume", str(sweep)).returncode == 0
     status = run_cli("status", str(sweep))
     head = status.stdout.splitlines()[0]
     assert status.returncode == 0 and head.endswith("8/8 items done (0 error records), complete"), status.stdout

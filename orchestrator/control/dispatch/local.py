@@ -98,7 +98,8 @@ def run_units_locally(
 def _run_in_process(
     sd: SweepDir, unit_ids: list[str], prior: dict[str, dict[str, Any]], on_poll: Callable[[], None] | None
 ) -> list[UnitOutcome]:
-    """One unit after another in this process (the debug executor)."""
+    """One unit after another in this process (the debug executor). Once a unit failed on a
+    full disk, no further unit starts: the run ends in one line (``_Disk``), as a local one does."""
     import submitit
 
     from orchestrator.control.dispatch.local_worker import run_unit_job
@@ -106,13 +107,16 @@ def _run_in_process(
     executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="debug")
     outcomes = []
     here = {"pid": os.getpid(), "start": process_start(os.getpid()), **host_identity()}  # status: whether it runs
-    for uid in unit_ids:
+    disk = _Disk(sd.root)
+    for k, uid in enumerate(unit_ids):
         job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
         entry = {"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}
         sd.record_jobs([{**entry, "stderr": str(job.paths.stderr)}])  # its worker's word on how it ended
-        outcomes.append(_outcome(uid, job))
+        outcomes.append(out := _outcome(uid, job))
         if on_poll:
             on_poll()
+        if not out.ok and not out.interrupted and disk.probe():
+            raise SweepDirError(disk.stopped("the run", len(unit_ids) - k - 1))
     return outcomes
 
 
