@@ -6,6 +6,8 @@ tmpfs mounted for the test), filled with a real file."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +23,7 @@ import pytest
 from orchestrator.errors import SweepDirError
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
-from tests.helpers import REPO, TINY_SPEC, assert_one_line_error, run_cli, start_run, until
+from tests.helpers import REPO, TINY_SPEC, assert_one_line_error, records_written, run_cli, start_run, until
 
 FREE_SPACE = "free space on its disk"
 
@@ -181,6 +183,39 @@ def test_a_debug_run_whose_disk_fills_starts_no_further_unit_and_says_to_free_sp
     status = run_cli("status", str(sweep))
     head = status.stdout.splitlines()[0]
     assert status.returncode == 0 and head.endswith("8/8 items done (0 error records), complete"), status.stdout
+
+
+def test_a_unit_left_running_whose_disk_fills_says_which_file_and_filesystem_not_python_s_oserror(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    """A unit ``resume --no-wait`` left running, replayed at the real pace: the disk fills
+    once its first record is written, so a later write of its worker finds no room (its partial
+    grows past the page it has, or its marker). Its log's last line, which ``wait`` and
+    ``status`` show, names the file, the filesystem and what to do, not Python's
+    "[Errno 28] No space left on device: '...'"."""
+    grid = {"seq_lens": [128], "fwd_block_q": [16, 32, 64, 128], "fwd_block_k": [16, 32, 64]}
+    spec = _replay_spec(tmp_path, {"pace": "real"}, **grid)
+    sweep = disk.root / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    started = run_cli("resume", str(sweep), "--no-wait")
+    assert started.returncode == 0 and "started 1 unit here" in started.stdout, started.stderr
+    until(lambda: records_written(sweep) > 0, "the unit's first record")
+    disk.fill()
+    waited = run_cli("wait", str(sweep))
+    (unit,) = [u["id"] for u in json.loads((sweep / "units.json").read_text()) if u.get("origin") == "resume"]
+    said = (
+        re.escape(f"unit {unit} failed (cannot write {sweep}{os.sep}")
+        + r"\S+"
+        + re.escape(
+            f" (No space left on device): free space on its disk, the filesystem at {disk.root} (or raise the quota))"
+        )
+    )
+    assert waited.returncode == 1 and re.search(said, waited.stderr), waited.stderr
+    assert "Errno" not in waited.stderr + run_cli("status", str(sweep)).stdout
+    disk.free()
+    assert run_cli("resume", str(sweep)).returncode == 0
+    status = run_cli("status", str(sweep))
+    assert status.stdout.splitlines()[0].endswith("13/13 items done (0 error records), complete"), status.stdout
 
 
 def test_a_worker_that_left_an_empty_log_on_a_full_disk_is_said_to_have_had_no_room(

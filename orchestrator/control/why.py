@@ -33,6 +33,18 @@ def failure_line(unit: str, reason: str) -> str:
     return f"{_MARK}{unit} failed: {' '.join(reason.split())}"
 
 
+def crash_reason(exc: BaseException) -> str:
+    """A worker's reason for an error it did not expect, in one line: a write the user must
+    fix (a full disk, a quota, a read-only mount) as ``files.cannot_write`` says it, naming the
+    file, its filesystem and the fix; anything else as its type and message."""
+    from orchestrator.control.scheduler import one_line
+    from orchestrator.store.files import WRITE_ERRNOS, cannot_write
+
+    if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+        return cannot_write(exc)
+    return f"{type(exc).__name__}: {one_line(exc)}"
+
+
 def not_started_line(unit: str, reason: str) -> str:
     """The line a unit's log gets when a worker was not started on it (another live worker holds it)."""
     return f"{_MARK}{unit} not started: {' '.join(reason.split())}"

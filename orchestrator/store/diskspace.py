@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import PROG, word
-from orchestrator.store.files import temp_path
+from orchestrator.store.files import mount_point, temp_path
 
 # about what a worker appends for a few configs: a disk without this much room fails its next unit
 PROBE_BYTES = 16 * 1024
@@ -41,14 +41,6 @@ def disk_full(folder: Path) -> OSError | None:
         except OSError:
             pass
     return None
-
-
-def mount_point(path: Path) -> Path:
-    """The mount point of the filesystem ``path`` is on (what ``df`` names)."""
-    path = path.absolute()
-    while not os.path.ismount(path) and path != path.parent:
-        path = path.parent
-    return path
 
 
 @dataclass

@@ -222,12 +222,22 @@ _TEMP = re.compile(r"\.(?P<name>.+)\.[^.]+\.\d+\.[0-9a-f]{8}\.tmp")
 
 
 def write_advice(exc: OSError) -> str:
-    """What to do about ``exc``, raised writing a file: the fix its errno calls for."""
+    """What to do about ``exc``, raised writing a file: the fix its errno calls for, naming the
+    filesystem the file is on (what ``df`` names) where the fix is that filesystem's."""
+    at = "" if exc.filename is None else f"the filesystem at {mount_point(Path(os.fsdecode(exc.filename)))}"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "free space on its disk (or raise the quota)"
+        return f"free space on its disk{f', {at}' if at else ''} (or raise the quota)"
     if exc.errno == errno.EROFS:
-        return "its filesystem is mounted read-only"
+        return f"{at or 'its filesystem'} is mounted read-only"
     return "make it and its folder writable (chmod, or chattr -i where it is immutable)"
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the filesystem ``path`` is on (what ``df`` names)."""
+    path = path.absolute()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
 
 
 def cannot_write(exc: OSError) -> str:

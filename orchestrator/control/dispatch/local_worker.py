@@ -45,8 +45,7 @@ def run_unit_job(
     says it was interrupted."""
     from jobs.worker import run_unit
     from orchestrator.control.dispatch.nodelog import configure_node_logging
-    from orchestrator.control.scheduler import one_line
-    from orchestrator.control.why import failure_line
+    from orchestrator.control.why import crash_reason, failure_line
     from orchestrator.errors import TilesweepError
 
     configure_node_logging()
@@ -56,7 +55,7 @@ def run_unit_job(
         log.error("%s", failure_line(unit_id, exc.message))
         raise
     except Exception as exc:
-        log.error("%s", failure_line(unit_id, f"{type(exc).__name__}: {one_line(exc)}"))
+        log.error("%s", failure_line(unit_id, crash_reason(exc)))
         raise
     except (KeyboardInterrupt, SystemExit):
         code = _stopped(unit_id)  # the debug executor's unit, too, reads as interrupted

@@ -100,8 +100,7 @@ def install_handlers() -> None:
 def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
     """Run the unit; return the exit code (see the module docstring)."""
     from jobs.worker import run_unit
-    from orchestrator.control.scheduler import one_line
-    from orchestrator.control.why import failure_line, not_started_line
+    from orchestrator.control.why import crash_reason, failure_line, not_started_line
     from orchestrator.errors import LeaseHeld, TilesweepError
 
     try:
@@ -120,7 +119,7 @@ def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
         return 1
     except Exception as exc:
         log.exception("unit %s: the worker crashed", unit_id)
-        log.error("%s", failure_line(unit_id, f"{type(exc).__name__}: {one_line(exc)}"))
+        log.error("%s", failure_line(unit_id, crash_reason(exc)))
         return 1
     if summary["stopped"]:
         log.warning(
