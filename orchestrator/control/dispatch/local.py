@@ -108,15 +108,21 @@ def _run_in_process(
     outcomes = []
     here = {"pid": os.getpid(), "start": process_start(os.getpid()), **host_identity()}  # status: whether it runs
     disk = _Disk(sd.root)
-    for k, uid in enumerate(unit_ids):
-        job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
-        entry = {"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}
-        sd.record_jobs([{**entry, "stderr": str(job.paths.stderr)}])  # its worker's word on how it ended
-        outcomes.append(out := _outcome(uid, job))
-        if on_poll:
-            on_poll()
-        if not out.ok and not out.interrupted and disk.probe():
-            raise SweepDirError(disk.stopped("the run", len(unit_ids) - k - 1))
+    # submitit logs each unit to files in the logs folder too: a full disk there costs those lines,
+    # not a traceback of logging's own on the console (which has every line)
+    raising, logging.raiseExceptions = logging.raiseExceptions, False
+    try:
+        for k, uid in enumerate(unit_ids):
+            job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
+            entry = {"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}
+            sd.record_jobs([{**entry, "stderr": str(job.paths.stderr)}])  # its worker's word on how it ended
+            outcomes.append(out := _outcome(uid, job))
+            if on_poll:
+                on_poll()
+            if not out.ok and not out.interrupted and disk.probe():
+                raise SweepDirError(disk.stopped("the run", len(unit_ids) - k - 1))
+    finally:
+        logging.raiseExceptions = raising
     return outcomes
 
 

@@ -46,7 +46,8 @@ def run_unit_job(
     from jobs.worker import run_unit
     from orchestrator.control.dispatch.nodelog import configure_node_logging
     from orchestrator.control.why import crash_reason, failure_line
-    from orchestrator.errors import TilesweepError
+    from orchestrator.errors import SweepDirError, TilesweepError
+    from orchestrator.store.files import WRITE_ERRNOS
 
     configure_node_logging()
     try:
@@ -56,6 +57,8 @@ def run_unit_job(
         raise
     except Exception as exc:
         log.error("%s", failure_line(unit_id, crash_reason(exc)))
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:  # the user's to fix: in that line wherever
+            raise SweepDirError(crash_reason(exc)) from None  # it goes on (the debug executor prints it)
         raise
     except (KeyboardInterrupt, SystemExit):
         code = _stopped(unit_id)  # the debug executor's unit, too, reads as interrupted
