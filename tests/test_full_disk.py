@@ -289,6 +289,26 @@ def test_a_merge_that_finds_its_disk_full_names_the_merge_cache_it_may_delete(di
     assert run_cli("merge", str(sweep), "--output", str(other)).returncode == 0
 
 
+def test_a_final_merge_job_on_a_full_disk_says_why_it_refused_not_python_s_oserror(disk: SmallDisk) -> None:
+    """The final merge job's task, run as a SLURM node runs it (its stderr is its log): the
+    document's disk is full, and so is the sweep directory's, where the job records what it did.
+    Its log says why the merge refused and that the record was not written, each naming the file,
+    its filesystem and what to do; it ends in the merge's refusal, not in an OSError of its own."""
+    sweep, out = disk.root / "sweep", disk.root / "results.json"
+    build_sweep(sweep, small_spec(1), 1, output=out)
+    disk.fill()
+    task = "import sys; from orchestrator.control.dispatch.tasks import MergeTask; MergeTask()(sys.argv[1])"
+    job = subprocess.run([sys.executable, "-c", task, str(sweep)], cwd=REPO, capture_output=True, text=True)
+    fix = f"(No space left on device); nothing was written: free space on its disk, the filesystem at {disk.root}"
+    assert job.returncode == 1 and f"final merge refused: cannot write {out} {fix}" in job.stderr, job.stderr
+    unrecorded = (
+        f"what the final merge did was not recorded: cannot write {sweep / 'final-merge.json'} (No space left on "
+        f"device): free space on its disk, the filesystem at {disk.root} (or raise the quota)"
+    )
+    assert unrecorded in job.stderr and "Errno" not in job.stderr, job.stderr
+    assert job.stderr.strip().splitlines()[-1].startswith("orchestrator.errors.ResultsError: cannot write"), job.stderr
+
+
 @pytest.mark.parametrize("command", ["plan", "run", "submit"])
 def test_planning_onto_a_full_disk_says_so_and_leaves_no_half_made_sweep(
     disk: SmallDisk, tmp_path: Path, command: str

@@ -191,14 +191,13 @@ class MergeTask(submitit.helpers.Checkpointable):
         """Merge, write the page when the spec asks, and record what was done (``final-merge.json``)."""
         from orchestrator.control.sweeps import merge_sweep
         from orchestrator.errors import TilesweepError
-        from orchestrator.store.final_merge import record_final_merge
 
         job = os.environ.get("SLURM_JOB_ID")
         try:
             summary = merge_sweep(sd)
         except TilesweepError as exc:  # refused (records of another sweep, an unwritable output): say why
-            record_final_merge(sd, {"job_id": job, "ok": False, "error": exc.message})
             log.error("final merge refused: %s", exc.message)
+            _record_logged(sd, {"job_id": job, "ok": False, "error": exc.message})
             raise
         result = {
             "output": str(summary.output),
@@ -210,8 +209,22 @@ class MergeTask(submitit.helpers.Checkpointable):
         }
         if sd.spec.report.html and summary.records:
             result.update(write_page_logged(summary.output))
-        record_final_merge(sd, {"job_id": job, "ok": True, **result})
+        _record_logged(sd, {"job_id": job, "ok": True, **result})
         return result
+
+
+def _record_logged(sd: SweepDir, result: dict[str, Any]) -> None:
+    """``final-merge.json``, where its disk takes it: on a full disk (or a read-only mount) the
+    job's log says which file, its filesystem and what to do, and the job ends as its merge did."""
+    from orchestrator.store.files import WRITE_ERRNOS, cannot_write
+    from orchestrator.store.final_merge import record_final_merge
+
+    try:
+        record_final_merge(sd, result)
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        log.error("what the final merge did was not recorded: %s", cannot_write(exc))
 
 
 def write_page_logged(output: Path) -> dict[str, str]:
