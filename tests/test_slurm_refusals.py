@@ -61,13 +61,14 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     before = snapshot(sweep)
     assert_one_line_error(cli("resume", str(sweep), env={"PATH": str(empty)}), "sbatch", "PATH")
-    # an unknown partition: sbatch's own message, with the command
+    # an unknown partition: named with its spec field and what to do, before sbatch (whose words name
+    # neither)
     bad = write_spec(tmp_path, "bad.json", {"slurm_partition": "nosuch"})
-    line = assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), "invalid partition", "sbatch ")
-    assert "nosuch" in line
-    assert_one_line_error(cli("resume", str(sweep), "--spec", str(bad)), "invalid partition")
+    unknown = "executor.slurm_partition 'nosuch' is not a partition of this cluster"
+    assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), unknown, "`sinfo -s`")
+    assert_one_line_error(cli("resume", str(sweep), "--spec", str(bad)), unknown)
     fresh = tmp_path / "fresh"
-    assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(fresh)), "invalid partition")
+    assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(fresh)), unknown)
     assert not fresh.exists()
     # an unknown partition of the final merge job: refused before the arrays, not once they ran
     bad_merge = write_spec(tmp_path, "bad_merge.json", {"merge_partition": "nosuch"})

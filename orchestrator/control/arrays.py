@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.control import dispatch
 from orchestrator.control.history import read_history
-from orchestrator.control.partitions import require_node_fits, require_partition, require_time_limit
+from orchestrator.control.partitions import require_partitions
 from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits
 from orchestrator.errors import DispatchError
 from orchestrator.spec.executor_section import ExecutorSettings
@@ -108,10 +108,7 @@ def submit_with_merge(
     from orchestrator.control.dispatch.sbatch import held_signals
 
     size, why = per_array(settings, max_array_size, len(unit_ids))
-    require_time_limit(settings.slurm_partition, settings.timeout_min)
-    require_node_fits(settings.slurm_partition, settings.gpus_per_node, settings.cpus_per_task, settings.mem_gb)
-    if settings.merge_job and settings.merge_partition:  # judged by sbatch only once the arrays were taken
-        require_partition(settings.merge_partition, "executor.merge_partition")
+    require_partitions(settings)
     attempts = dict(read_history(sd).submissions)
     with held_signals():  # a Ctrl-C once an array is accepted still submits the merge job that follows it
         sub = dispatch.submit_units(

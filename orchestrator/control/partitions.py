@@ -11,45 +11,61 @@ import re
 
 from orchestrator.control.scheduler import one_line, run_tool
 from orchestrator.errors import DispatchError
+from orchestrator.spec.executor_section import ExecutorSettings
 
 
-def require_partition(name: str, field: str) -> None:
-    """Refuse a partition the cluster does not have (one ``scontrol show partition``), for a
-    job submitted after others were accepted; where scontrol cannot answer, sbatch judges it."""
-    res = run_tool(["scontrol", "show", "partition", name])
-    if isinstance(res, str) or res.returncode == 0 or "not found" not in res.stdout + res.stderr:
-        return
-    raise DispatchError(
-        f"{field} {name!r} is not a partition of this cluster (scontrol: {one_line(res.stdout + res.stderr)}); "
-        "name one that `sinfo -s` lists, or leave it out to use slurm_partition"
-    )
-
-
-def require_time_limit(partition: str | None, minutes: int) -> None:
-    """Refuse, before any array goes to sbatch, a time limit (``executor.timeout_min``) over
-    the partition's own (its MaxTime; the cluster's default partition where none is named).
-    sbatch refuses it too, in words that name neither; where scontrol cannot answer, sbatch
-    judges it."""
-    res = run_tool(["scontrol", "show", "partition", *([partition] if partition else [])])
-    if isinstance(res, str) or res.returncode != 0:
-        return
-    blocks = [b for b in re.split(r"\n(?=PartitionName=)", res.stdout.strip()) if b.startswith("PartitionName=")]
-    chosen = blocks[:1] if partition else [b for b in blocks if re.search(r"\bDefault=YES\b", b)]
-    if not chosen:
-        return
-    name = re.match(r"PartitionName=(\S+)", chosen[0])
-    limit = re.search(r"\bMaxTime=(?:(\d+)-)?(\d+):(\d+):(\d+)\b", chosen[0])
-    if name is None or limit is None:  # UNLIMITED, or a format this does not read
-        return
-    days, hours, mins, secs = (int(g or 0) for g in limit.groups())
-    most = days * 1440 + hours * 60 + mins + secs / 60
-    if minutes > most:
-        shown = limit.group(0).removeprefix("MaxTime=")
+def require_partitions(settings: ExecutorSettings) -> None:
+    """Every refusal said before any array goes to sbatch (``submit``, ``resume``, a next round):
+    the units' partition (``executor.slurm_partition``) exists, allows ``executor.timeout_min``
+    and has a node the task fits; the final merge job's (``executor.merge_partition``, judged by
+    sbatch only once the arrays were taken) exists."""
+    units = _shown_partition(settings.slurm_partition, "executor.slurm_partition", "the cluster's default partition")
+    limit = _time_limit(units)
+    if limit is not None and settings.timeout_min > limit[2]:
+        name, shown, most = limit
         raise DispatchError(
-            f"executor.timeout_min {minutes} is over the time limit of partition {name.group(1)!r} ({shown}, "
+            f"executor.timeout_min {settings.timeout_min} is over the time limit of partition {name!r} ({shown}, "
             f"{most:g} min); lower executor.timeout_min, or name a partition that allows it in "
             "executor.slurm_partition (`sinfo -s` lists their limits)"
         )
+    require_node_fits(settings.slurm_partition, settings.gpus_per_node, settings.cpus_per_task, settings.mem_gb)
+    if not settings.merge_job or not settings.merge_partition:
+        return
+    _shown_partition(settings.merge_partition, "executor.merge_partition", "slurm_partition")
+
+
+def _shown_partition(name: str | None, field: str, default: str) -> str | None:
+    """The partition's block of one ``scontrol show partition`` (the cluster's default partition
+    where ``name`` is None); a partition the cluster does not have is refused, naming ``field``
+    and what leaving it out uses (``default``). None where scontrol cannot answer, or answers in
+    a form this does not read: sbatch judges then."""
+    res = run_tool(["scontrol", "show", "partition", *([name] if name else [])])
+    if isinstance(res, str):
+        return None
+    if res.returncode != 0:
+        said = res.stdout + res.stderr
+        if name and "not found" in said:
+            raise DispatchError(
+                f"{field} {name!r} is not a partition of this cluster (scontrol: {one_line(said)}); "
+                f"name one that `sinfo -s` lists, or leave it out to use {default}"
+            )
+        return None
+    blocks = [b for b in re.split(r"\n(?=PartitionName=)", res.stdout.strip()) if b.startswith("PartitionName=")]
+    chosen = blocks[:1] if name else [b for b in blocks if re.search(r"\bDefault=YES\b", b)]
+    return chosen[0] if chosen else None
+
+
+def _time_limit(block: str | None) -> tuple[str, str, float] | None:
+    """A partition's name, time limit as scontrol shows it (its MaxTime) and in minutes; None for
+    no block, no limit (UNLIMITED) or a format this does not read."""
+    if block is None:
+        return None
+    name = re.match(r"PartitionName=(\S+)", block)
+    limit = re.search(r"\bMaxTime=(?:(\d+)-)?(\d+):(\d+):(\d+)\b", block)
+    if name is None or limit is None:
+        return None
+    days, hours, mins, secs = (int(g or 0) for g in limit.groups())
+    return name.group(1), limit.group(0).removeprefix("MaxTime="), days * 1440 + hours * 60 + mins + secs / 60
 
 
 def gres_gpus(gres: str) -> int | None:
