@@ -113,3 +113,24 @@ def test_submit_into_a_document_of_another_sweep_is_refused_before_any_gpu_time(
     r = cli("submit", str(spec), "--sweep-dir", str(sweep))
     assert_one_line_error(r, str(output), "not this sweep's", "append: true", "move it away first")
     assert not sweep.exists() and output.read_bytes() == SAMPLE.read_bytes()
+
+
+def test_a_merge_partition_whose_time_limit_is_under_the_merge_jobs_is_refused_before_the_arrays(
+    tmp_path: Path,
+) -> None:
+    """sbatch refuses the final merge job on a partition whose time limit is under what that job
+    asks for, but only once the arrays it follows were taken: said before, naming the field."""
+    spec = write_spec(tmp_path, "spec.json", {"merge_partition": "short"})
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep))
+    assert_one_line_error(
+        r, "executor.merge_partition 'short' allows 1 min (00:01:00), and the final merge job asks for 30 min"
+    )
+    assert not sweep.exists()
+    # the same refusal without a merge job, or with the merge job on the units' partition: none
+    for executor, name in (
+        ({"merge_partition": "short", "merge_job": False}, "none"),
+        ({"merge_partition": None}, "gpu"),
+    ):
+        dry = cli("submit", str(write_spec(tmp_path, f"{name}.json", executor)), "--dry-run")
+        assert dry.returncode == 0, dry.stderr

@@ -64,6 +64,14 @@ def per_array(settings: ExecutorSettings, override: int | None, n_units: int) ->
     return limits.per_array, f"MaxArraySize={limits.max_array_size} ({limits.source})"
 
 
+def require_cluster_takes(settings: ExecutorSettings) -> None:
+    """Refuse, before any sbatch, the arrays and final merge job of ``settings`` that the
+    cluster's partitions would refuse (``partitions.require_partitions``)."""
+    from orchestrator.control.dispatch.slurm import MERGE_TIMEOUT_MIN
+
+    require_partitions(settings, MERGE_TIMEOUT_MIN)
+
+
 class UnitsRollback:
     """Undo ``add_units`` for the units no accepted array runs: their unit files and their
     lines in units.json go; every other unit, and the units sbatch accepted, stay."""
@@ -108,7 +116,7 @@ def submit_with_merge(
     from orchestrator.control.dispatch.sbatch import held_signals
 
     size, why = per_array(settings, max_array_size, len(unit_ids))
-    require_partitions(settings)
+    require_cluster_takes(settings)
     attempts = dict(read_history(sd).submissions)
     with held_signals():  # a Ctrl-C once an array is accepted still submits the merge job that follows it
         sub = dispatch.submit_units(

@@ -14,11 +14,12 @@ from orchestrator.errors import DispatchError
 from orchestrator.spec.executor_section import ExecutorSettings
 
 
-def require_partitions(settings: ExecutorSettings) -> None:
+def require_partitions(settings: ExecutorSettings, merge_minutes: int) -> None:
     """Every refusal said before any array goes to sbatch (``submit``, ``resume``, a next round):
     the units' partition (``executor.slurm_partition``) exists, allows ``executor.timeout_min``
     and has a node the task fits; the final merge job's (``executor.merge_partition``, judged by
-    sbatch only once the arrays were taken) exists."""
+    sbatch only once the arrays were taken) exists and allows the ``merge_minutes`` that job asks
+    for."""
     units = _shown_partition(settings.slurm_partition, "executor.slurm_partition", "the cluster's default partition")
     limit = _time_limit(units)
     if limit is not None and settings.timeout_min > limit[2]:
@@ -30,8 +31,16 @@ def require_partitions(settings: ExecutorSettings) -> None:
         )
     require_node_fits(settings.slurm_partition, settings.gpus_per_node, settings.cpus_per_task, settings.mem_gb)
     if not settings.merge_job or not settings.merge_partition:
-        return
-    _shown_partition(settings.merge_partition, "executor.merge_partition", "slurm_partition")
+        return  # the merge job runs on the units' partition, for no longer than their time limit
+    merge = _shown_partition(settings.merge_partition, "executor.merge_partition", "slurm_partition")
+    limit = _time_limit(merge)
+    if limit is not None and merge_minutes > limit[2]:
+        name, shown, most = limit
+        raise DispatchError(
+            f"executor.merge_partition {name!r} allows {most:g} min ({shown}), and the final merge job asks for "
+            f"{merge_minutes} min; name a partition that allows it in executor.merge_partition (`sinfo -s` lists "
+            "their limits), leave merge_partition out to merge on slurm_partition, or set executor.merge_job to false"
+        )
 
 
 def _shown_partition(name: str | None, field: str, default: str) -> str | None:
