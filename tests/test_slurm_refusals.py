@@ -134,3 +134,21 @@ def test_a_merge_partition_whose_time_limit_is_under_the_merge_jobs_is_refused_b
     ):
         dry = cli("submit", str(write_spec(tmp_path, f"{name}.json", executor)), "--dry-run")
         assert dry.returncode == 0, dry.stderr
+
+
+def test_a_dry_run_refuses_what_submit_would_refuse_before_sbatch(tmp_path: Path) -> None:
+    """``submit --dry-run`` shows what ``submit`` would do: a spec that submit refuses before sbatch
+    gets the same line and exit code 2 from the dry run, not a layout and exit 0."""
+    for name, executor, refusal in (
+        ("partition", {"slurm_partition": "nosuch"}, "executor.slurm_partition 'nosuch' is not a partition"),
+        ("time", {"slurm_partition": "short", "timeout_min": 5}, "executor.timeout_min 5 is over the time limit"),
+        ("gpus", {"gpus_per_node": 8}, "executor.gpus_per_node 8 is more than any node of partition 'gpu' has"),
+        ("merge", {"merge_partition": "nosuch"}, "executor.merge_partition 'nosuch' is not a partition"),
+    ):
+        spec = write_spec(tmp_path, f"{name}.json", executor)
+        sweep = tmp_path / name
+        dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
+        assert assert_one_line_error(dry, refusal) == assert_one_line_error(
+            cli("submit", str(spec), "--sweep-dir", str(sweep)), refusal
+        )
+        assert not sweep.exists()

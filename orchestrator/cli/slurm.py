@@ -279,7 +279,10 @@ def _register_submit(sub: Subparsers) -> None:
         "(default: executor.max_array_size, else the cluster's MaxArraySize)",
     )
     s.add_argument(
-        "--dry-run", action="store_true", help="print the array layout and the sbatch scripts; write and submit nothing"
+        "--dry-run",
+        action="store_true",
+        help="print the array layout and the sbatch scripts, or what submit would refuse before sbatch; write "
+        "and submit nothing",
     )
     add_reuse_args(s)
     s.set_defaults(func=cmd_submit)

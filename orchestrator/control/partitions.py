@@ -15,11 +15,11 @@ from orchestrator.spec.executor_section import ExecutorSettings
 
 
 def require_partitions(settings: ExecutorSettings, merge_minutes: int) -> None:
-    """Every refusal said before any array goes to sbatch (``submit``, ``resume``, a next round):
-    the units' partition (``executor.slurm_partition``) exists, allows ``executor.timeout_min``
-    and has a node the task fits; the final merge job's (``executor.merge_partition``, judged by
-    sbatch only once the arrays were taken) exists and allows the ``merge_minutes`` that job asks
-    for."""
+    """Every refusal said before any array goes to sbatch (``submit``, ``resume``, a next round,
+    and ``submit --dry-run``, which shows what ``submit`` would do): the units' partition
+    (``executor.slurm_partition``) exists, allows ``executor.timeout_min`` and has a node the task
+    fits; the final merge job's (``executor.merge_partition``, judged by sbatch only once the
+    arrays were taken) exists and allows the ``merge_minutes`` that job asks for."""
     units = _shown_partition(settings.slurm_partition, "executor.slurm_partition", "the cluster's default partition")
     limit = _time_limit(units)
     if limit is not None and settings.timeout_min > limit[2]:

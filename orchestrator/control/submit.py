@@ -23,7 +23,7 @@ from typing import Any
 
 from orchestrator import PROG, word
 from orchestrator.control import dispatch
-from orchestrator.control.arrays import SubmitOutcome, per_array, submit_with_merge
+from orchestrator.control.arrays import SubmitOutcome, per_array, require_cluster_takes, submit_with_merge
 from orchestrator.control.reuseplan import ReuseRequest
 from orchestrator.control.rounds import after_merge as after_merge  # merge jobs of 0.1.0 pickled it as submit's
 from orchestrator.control.rounds import merge_hook
@@ -162,6 +162,19 @@ class DryRun:
     asked: int | None = None  # units a new plan was asked for (--units, sharding.units); None: a plan kept
 
 
+def _kept_units(sd: SweepDir, settings: ExecutorSettings) -> tuple[dict[str, int], dict[str, float] | None]:
+    """The units ``submit`` would submit of a planned sweep directory (its unfinished ones, with
+    their items), and their costs where a task takes several in turn (its GPUs take the longest
+    first); one submitted already is refused, as ``submit`` refuses it."""
+    if slurm_jobs(sd):
+        raise DispatchError(
+            f"{sd.root} was submitted already; `{PROG} resume {word(sd.root)}` submits its missing items"
+        )
+    todo = set(unfinished_units(sd))
+    sizes = {u["id"]: u["n_items"] for u in sd.unit_index() if u["id"] in todo}
+    return sizes, dispatch.unit_costs(sd, list(sizes)) if settings.units_per_task() > 1 else None
+
+
 def dry_run(
     spec_path: str,
     *,
@@ -186,13 +199,7 @@ def dry_run(
     opened = SweepDir.open(root) if (root / "sweep.json").exists() else None
     if opened is not None and opened.unit_index():  # one with no unit is planned again, as submit does
         sd = opened
-        if slurm_jobs(sd):
-            raise DispatchError(
-                f"{sd.root} was submitted already; `{PROG} resume {word(sd.root)}` submits its missing items"
-            )
-        todo = set(unfinished_units(sd))
-        sizes = {u["id"]: u["n_items"] for u in sd.unit_index() if u["id"] in todo}
-        unit_secs = dispatch.unit_costs(sd, list(sizes)) if settings.units_per_task() > 1 else None
+        sizes, unit_secs = _kept_units(sd, settings)
         planned, reused, asked = sd.planned, None, None
     else:
         sd = SweepDir(root)
@@ -204,6 +211,8 @@ def dry_run(
         whole_node = settings.units_per_task() > 1
         unit_secs = {u.id: unit_cost(u.items, spec, u.round) for u in p.units} if whole_node else None
     size, why = per_array(settings, max_array_size, len(sizes))
+    if sizes:  # what submit would refuse before sbatch, refused here as it would be
+        require_cluster_takes(settings)
     groups = dispatch.tasks_of(list(sizes), settings.units_per_task(), unit_secs)
     arrays = [groups[i : i + size] for i in range(0, len(groups), size)]
     scripts, merge_script = dispatch.render_scripts(sd, settings, [len(a) for a in arrays])
