@@ -68,8 +68,9 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), unknown, "`sinfo -s`")
     assert_one_line_error(cli("resume", str(sweep), "--spec", str(bad)), unknown)
     fresh = tmp_path / "fresh"
-    assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(fresh)), unknown)
-    assert not fresh.exists()
+    r = cli("submit", str(bad), "--sweep-dir", str(fresh))
+    assert_one_line_error(r, unknown)
+    assert not fresh.exists() and not r.stdout, r.stdout  # nor a line telling of the sweep it did not make
     # an unknown partition of the final merge job: refused before the arrays, not once they ran
     bad_merge = write_spec(tmp_path, "bad_merge.json", {"merge_partition": "nosuch"})
     r = cli("submit", str(bad_merge), "--sweep-dir", str(fresh))
@@ -79,14 +80,14 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     long = write_spec(tmp_path, "long.json", {"slurm_partition": "short", "timeout_min": 5})
     r = cli("submit", str(long), "--sweep-dir", str(fresh))
     assert_one_line_error(r, "executor.timeout_min 5 is over the time limit of partition 'short' (00:01:00, 1 min)")
-    assert not fresh.exists()
+    assert not fresh.exists() and not r.stdout, r.stdout
     # a task larger than every node of its partition (the cluster's node: 4 GPUs, 8 CPUs, ~21 GB):
     # named, with the most a node has, before sbatch (whose words name neither)
     for field, value, most in (("gpus_per_node", 8, "(4 GPUs at most)"), ("cpus_per_task", 16, "(8 CPUs at most)")):
         big = write_spec(tmp_path, "big.json", {field: value})
         r = cli("submit", str(big), "--sweep-dir", str(fresh))
         assert_one_line_error(r, f"executor.{field} {value} is more than any node of partition 'gpu' has {most}")
-        assert not fresh.exists()
+        assert not fresh.exists() and not r.stdout, r.stdout
     big = write_spec(tmp_path, "big.json", {"mem_gb": 4096})
     r = cli("submit", str(big), "--sweep-dir", str(fresh))
     assert_one_line_error(r, "executor.mem_gb 4096 is more than any node of partition 'gpu' has", "MB of memory")

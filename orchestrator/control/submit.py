@@ -59,8 +59,12 @@ def _submit_todo(
     *,
     existed: bool = True,
 ) -> SweepSubmission:
-    """Under the sweep's lock: submit every unit that is not done."""
+    """Under the sweep's lock: submit every unit that is not done. What the cluster would refuse
+    before sbatch is refused before ``on_planned`` tells of the sweep, whose directory a refused
+    submission removes again."""
     result = SweepSubmission(sd=sd, units=len(sd.unit_index()), todo=unfinished_units(sd), existed=existed)
+    if result.todo:
+        require_cluster_takes(settings)
     if on_planned is not None:
         on_planned(result)
     if result.todo:
