@@ -12,7 +12,8 @@ lowers only the configs without a verdict; one started while another lowers the 
 directory waits for it (its lowering lease, ``store.leases``), saying so, and then does the same;
 ``run``, ``submit`` and ``resume`` of it wait for it too (``cli.common.wait_for_lowering``), and so
 does ``wait`` before it submits a next round.
-A stop (Ctrl-C) says what it kept: the verdicts written before it, and the rerun that lowers the rest.
+A stop (Ctrl-C) says what it kept, as the verdicts' files hold it wherever it came: the verdicts written
+before it, and the rerun that lowers the rest, or that a rerun lowers nothing where every config has one.
 ``--dry-run`` lowers and shows without writing.
 With ``executor.lower_partition`` (slurm) the configs are lowered as a CPU job array on that
 partition (``control.lowering``), followed here until it ends; each verdict is copied into
@@ -108,21 +109,29 @@ def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
         args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
     )
 
+    waited: list[str] = []
+
     def waiting(holder: str) -> None:
+        waited.append(holder)
         warn(
             f"waiting for the other `plan --lower` of {prepared.root} ({holder}) to end; then only the configs it "
             "left without a verdict are lowered here"
         )
 
     held = False
+    lowering: tuple[SweepDir, set[str], set[str]] | None = None  # once it holds the lease: its sweep, verdicts, todo
     try:
         with lowering_lease(prepared.root, on_wait=waiting):
             held = True
             sd = SweepDir.open(prepared.root)  # its verdicts read under the lease: no other lowering writes them
             before = set(read_verdicts(sd.root, sd.spec.fingerprint(), sd.spec.kernel.target.name))
-            return _lower(args, spec, sd.items(), sd.root, before, carried_ids(sd))
+            items, reused = sd.items(), carried_ids(sd)
+            lowering = sd, before, {it.id for it in _to_lower(items, before, reused)[0]}
+            return _lower(args, spec, items, sd.root, before, reused)
     except KeyboardInterrupt:
-        if held:
+        if lowering is not None:  # wherever it stopped (its summary said, its lease let go), what its files hold
+            raise KeyboardInterrupt(_stopped(args, *lowering)) from None
+        if held or not waited:  # stopped before it lowered
             raise
         raise KeyboardInterrupt(
             f"nothing was lowered here, and the other `plan --lower` of {prepared.root} goes on; once it ends, "
@@ -172,11 +181,6 @@ def _lower(
             where = _lower_on_cluster(root, todo, on_verdict)
         else:
             lower_items(spec, todo, on_verdict=on_verdict, workers=args.lower_workers)
-    except KeyboardInterrupt:
-        if root is None:
-            raise
-        kept = sum(seen[k] for k in ("lowered", "refused", "crashed"))
-        raise KeyboardInterrupt(_stopped(args, root, kept, len(todo) - kept)) from None
     finally:
         if writer is not None:
             writer.close()
@@ -252,16 +256,25 @@ def _cancel(sd: SweepDir, run: LoweringArray, on_verdict: Callable[[Verdict], No
         warn(f"the lowering array {array} is cancelled, but its tasks may still be ending: {left}")
 
 
-def _stopped(args: argparse.Namespace, root: Path, kept: int, left: int) -> str:
-    """What a stop of a lowering into ``root`` leaves: the ``kept`` verdicts it wrote (the configs
-    they refuse pruned), and a rerun that lowers only the ``left`` configs without one."""
-    path = root / "lowering.jsonl"
+def _stopped(args: argparse.Namespace, sd: SweepDir, before: set[str], todo: set[str]) -> str:
+    """What a stop of a lowering of ``todo`` into ``sd``, wherever it came, leaves, as its verdicts'
+    files say (``before``: the configs with a verdict as it started): the verdicts it wrote (the
+    configs they refuse pruned), and a rerun that lowers only the configs left without one, or
+    nothing where each has one."""
+    from orchestrator.store.lowering import read_verdicts
+
+    with_one = set(read_verdicts(sd.root, sd.spec.fingerprint(), sd.spec.kernel.target.name))
+    kept, left = len((with_one - before) & todo), len(todo - with_one)
+    path = sd.root / "lowering.jsonl"
+    said = f"the {counted(kept, 'verdict')} it wrote {'is' if kept == 1 else 'are'} kept in {path}"
+    said += " (the configs they refuse are pruned)"
+    if not left:
+        if not kept:
+            return f"every config to measure has its verdict in {path} already; a rerun of plan --lower lowers nothing"
+        return f"{said}; every config to measure has one, so a rerun of plan --lower lowers nothing"
     if not kept:
         said = f"no verdict was written to {path}"
-    else:
-        said = f"the {counted(kept, 'verdict')} it wrote {'is' if kept == 1 else 'are'} kept in {path}"
-        said += " (the configs they refuse are pruned)"
-    return f"{said}; {_rerun(args, root)} lowers only the {counted(left, 'config')} left without one"
+    return f"{said}; {_rerun(args, sd.root)} lowers only the {counted(left, 'config')} left without one"
 
 
 def _rerun(args: argparse.Namespace, root: Path) -> str:

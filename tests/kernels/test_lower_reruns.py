@@ -6,6 +6,7 @@ H100 needs no CUDA plugin."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -135,6 +136,48 @@ def test_ctrl_c_of_a_lowering_says_which_verdicts_it_kept_and_what_a_rerun_lower
     ), err
     again = run_cli(*_lower(spec, sweep))
     assert again.returncode == 0 and f"lowered {left} configs" in again.stdout, again.stderr
+    assert sorted(v["id"] for v in _verdict_lines(sweep)[1]) == planned
+
+
+def test_ctrl_c_once_every_config_has_its_verdict_says_a_rerun_lowers_nothing(tmp_path: Path) -> None:
+    """Ctrl-C after the last verdict, while the command ends (its lowering processes closing, its
+    summary held on a standard output nobody reads, a full pipe): it says every config has its
+    verdict, kept, and that a rerun lowers nothing, which the rerun does."""
+    spec, sweep = _spec(tmp_path), tmp_path / "sweep"
+    planned = _planned(spec)
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:  # full: the command's first line on it (its summary) waits for a reader
+            os.write(write, b"x" * 4096)
+    os.set_blocking(write, True)
+    first = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, *_lower(spec, sweep)],
+        cwd=REPO,
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},  # each line written as printed, as to a terminal
+    )
+    os.close(write)
+    try:
+        until(
+            lambda: (sweep / lowering.FILE).exists() and sorted(v["id"] for v in _verdict_lines(sweep)[1]) == planned,
+            "every verdict",
+            first,
+        )
+        os.killpg(first.pid, signal.SIGINT)
+        _, err = first.communicate(timeout=600)
+    finally:
+        os.close(read)
+    assert first.returncode == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == (
+        f"tilesweep: interrupted; the 3 verdicts it wrote are kept in {sweep / lowering.FILE} (the configs they "
+        "refuse are pruned); every config to measure has one, so a rerun of plan --lower lowers nothing"
+    ), err
+    again = run_cli(*_lower(spec, sweep))
+    assert again.returncode == 0 and "nothing to lower for NVIDIA H100" in again.stdout, again.stderr
     assert sorted(v["id"] for v in _verdict_lines(sweep)[1]) == planned
 
 
