@@ -4,6 +4,7 @@ out of its rate."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
@@ -80,6 +81,30 @@ def test_a_terminal_gets_a_redrawn_bar_and_the_warning_above_it() -> None:
     assert "\r" in screen and "1/4" in screen and "4/4" in screen and "units: 1 done" in screen
     assert "tilesweep: warning: unit u1 waits for Resources" in screen
     assert "\u2588" in screen  # tqdm's unicode blocks on a terminal, '#' in a log
+
+
+def test_a_bar_closed_for_an_error_leaves_a_terminals_line_empty_for_it() -> None:
+    """``plan --lower`` draws its bar at 0 before its lowering processes start; an error before
+    its first verdict takes the bar off the terminal, so the error's line stands alone."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    os.set_blocking(master, False)
+    with open(slave, "w", closefd=True) as tty:
+        p = Progress(3, "config", stream=tty, desc="lowering for NVIDIA H100")
+        p.update(0)
+        p.close(keep=False)
+        tty.write("tilesweep: error: ...\n")
+        tty.flush()
+        text = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(master, 65536):
+                text += chunk
+    os.close(master)
+    screen = text.decode()
+    assert "lowering for NVIDIA H100:   0%|" in screen and "| 0/3 configs [00:00<?, ?config/s]" in screen
+    drawn, cleared, said = screen.split("\r")[-4:-1]  # each drawn from the line's start
+    assert "0/3 configs" in drawn and cleared == " " * len(cleared) and len(cleared) >= len(drawn), screen
+    assert said == "tilesweep: error: ..." and screen.endswith("\r\n"), screen
 
 
 def test_a_total_that_grows_mid_sweep_is_shown() -> None:

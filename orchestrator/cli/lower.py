@@ -15,10 +15,12 @@ does ``wait`` before it submits a next round.
 A stop (Ctrl-C) says what it kept, as the verdicts' files hold it wherever it came: the verdicts written
 before it, and the rerun that lowers the rest, or that a rerun lowers nothing where every config has one.
 ``--dry-run`` lowers and shows without writing.
+Its bar (on stderr) is drawn at 0 as it starts, before the seconds its lowering processes take to
+start (each imports jax), and taken off a terminal where an error comes before any verdict.
 With ``executor.lower_partition`` (slurm) the configs are lowered as a CPU job array on that
-partition (``control.lowering``), followed here until it ends; each verdict is copied into
-``lowering.jsonl`` as it is read; a stop cancels the array (scancel) and waits, the lease held,
-until SLURM runs none of its tasks, keeping the verdicts they wrote.
+partition (``control.lowering``), followed here until it ends (its bar drawn once it is submitted);
+each verdict is copied into ``lowering.jsonl`` as it is read; a stop cancels the array (scancel)
+and waits, the lease held, until SLURM runs none of its tasks, keeping the verdicts they wrote.
 ``--json``: one object per config, its plan line plus its verdict (``null`` for a config not
 lowered here: invalid, pruned by the shared-memory model, lowered before, or reused). A replayed sweep lowers the
 configs of the implementation its source measured, so a rehearsal prunes what the real sweep would.
@@ -160,27 +162,35 @@ def _lower(
     by_id = {it.id: it for it in todo}
     seen: Counter[str] = Counter()
     writer = None
-    if root is not None:
-        writer = VerdictWriter(root, lowering_header(spec.fingerprint(), target.name, env_fingerprint(device_block())))
-    progress = None if args.json else Progress(len(todo))
+    progress = None if args.json or not todo else Progress(len(todo), "config", desc=f"lowering for {target.name}")
 
     def on_verdict(v: Verdict) -> None:
-        seen[v.verdict] += 1
-        seen["smem"] += v.verdict == "refused" and v.smem_bytes is not None
         if writer is not None:
             writer.write(v)
+        seen[v.verdict] += 1
+        seen["smem"] += v.verdict == "refused" and v.smem_bytes is not None
         if args.json:
             sys.stdout.write(json.dumps({**plan_line(by_id[v.id]), "lowering": v.line()}) + "\n")
         elif progress is not None:
             progress.update(sum(seen[k] for k in ("lowered", "refused", "crashed")))
 
-    t0 = time.perf_counter()
     where = "this machine's CPUs"
+    on_cluster = bool(root is not None and spec.executor.lower_partition and todo)
+    if progress is not None and not on_cluster:  # drawn at once: lowering processes take seconds to start
+        progress.update(0)
     try:
-        if root is not None and spec.executor.lower_partition and todo:
-            where = _lower_on_cluster(root, todo, on_verdict)
+        if root is not None:  # jax imported, to name the jax that lowers in the verdicts' header
+            env = env_fingerprint(device_block())
+            writer = VerdictWriter(root, lowering_header(spec.fingerprint(), target.name, env))
+        t0 = time.perf_counter()
+        if root is not None and on_cluster:
+            where = _lower_on_cluster(root, todo, on_verdict, progress)
         else:
             lower_items(spec, todo, on_verdict=on_verdict, workers=args.lower_workers)
+    except Exception:
+        if progress is not None and not seen:  # an error before any verdict: its one line, no bar above it
+            progress.close(keep=False)
+        raise
     finally:
         if writer is not None:
             writer.close()
@@ -196,6 +206,13 @@ def _lower(
     return 0
 
 
+def _say(progress: Progress | None) -> Callable[[str], None]:
+    """How a line is said while lowering: ``warn``, above the bar where one is drawn."""
+    if progress is None:
+        return warn
+    return lambda text: progress.note(f"{PROG}: {text}")
+
+
 def _to_lower(items: list[WorkItem], before: set[str], reused: set[str]) -> tuple[list[WorkItem], tuple[int, int]]:
     """The runnable ``items`` to lower: those without a verdict (``before``) that a worker will
     measure (not ``reused``: carried from an earlier document); and how many were left out:
@@ -207,53 +224,61 @@ def _to_lower(items: list[WorkItem], before: set[str], reused: set[str]) -> tupl
     return todo, (len(items) - len(runnable), len(runnable) - len(todo))
 
 
-def _lower_on_cluster(root: Path, todo: list[WorkItem], on_verdict: Callable[[Verdict], None]) -> str:
+def _lower_on_cluster(
+    root: Path, todo: list[WorkItem], on_verdict: Callable[[Verdict], None], progress: Progress | None
+) -> str:
     """Lower ``todo`` as a CPU job array (``executor.lower_partition``); where it lowered them.
-    A Ctrl-C cancels the array (``_cancel``)."""
+    Its bar is drawn once the array is submitted, below the line saying so. A Ctrl-C cancels
+    the array (``_cancel``)."""
     from orchestrator.control.lowering import lower_on_cluster
     from orchestrator.store.sweepdir import SweepDir
 
     sd = SweepDir.open(root)
     submitted: list[LoweringArray] = []
+    say = _say(progress)
 
     def started(run: LoweringArray) -> None:
         submitted.append(run)
         on = f"job array {run.array} on partition {sd.spec.executor.lower_partition}"
-        warn(f"lowering {counted(len(todo), 'config')} as {on}")
+        say(f"lowering {counted(len(todo), 'config')} as {on}")
+        if progress is not None:
+            progress.update(0)
 
     try:
         run = lower_on_cluster(sd, todo, on_verdict, started=started)
     except KeyboardInterrupt:
         if submitted:
-            _cancel(sd, submitted[0], on_verdict)
+            _cancel(sd, submitted[0], on_verdict, say)
         raise
     if run.gone:
-        warn(
+        say(
             f"{len(run.gone)} of {len(run.job_ids)} lowering tasks ended before they finished (see {sd.logs}); "
             "their configs without a verdict stay runnable: rerun plan --lower to lower them"
         )
     return f"the cluster's CPUs (array {run.array}, partition {sd.spec.executor.lower_partition})"
 
 
-def _cancel(sd: SweepDir, run: LoweringArray, on_verdict: Callable[[Verdict], None]) -> None:
+def _cancel(
+    sd: SweepDir, run: LoweringArray, on_verdict: Callable[[Verdict], None], say: Callable[[str], None]
+) -> None:
     """Cancel the lowering array ``run`` a Ctrl-C stopped following (scancel), saying so, and wait,
     the sweep's lowering lease still held, until SLURM runs none of its tasks, keeping the verdicts
     they write meanwhile: none writes one once a later ``run`` or ``plan --lower`` may start."""
     from orchestrator.control.lowering import cancel_lowering
 
     array = run.array
-    warn(f"cancelling the lowering array {array} (scancel {array}); waiting for its tasks to end")
+    say(f"cancelling the lowering array {array} (scancel {array}); waiting for its tasks to end")
     left = f"`squeue -j {array}` shows its tasks; rerun plan --lower once none is left"
     try:
         if not cancel_lowering(sd, run, on_verdict):
-            warn(f"the lowering array {array} is cancelled, but SLURM cannot be asked whether its tasks ended: {left}")
+            say(f"the lowering array {array} is cancelled, but SLURM cannot be asked whether its tasks ended: {left}")
     except DispatchError as exc:
-        warn(
+        say(
             f"{exc.message}: the lowering array {array} goes on on the cluster; `scancel {array}` stops it "
             "(cancel it before you rerun plan --lower, which lowers what has no verdict yet)"
         )
     except KeyboardInterrupt:
-        warn(f"the lowering array {array} is cancelled, but its tasks may still be ending: {left}")
+        say(f"the lowering array {array} is cancelled, but its tasks may still be ending: {left}")
 
 
 def _stopped(args: argparse.Namespace, sd: SweepDir, before: set[str], todo: set[str]) -> str:

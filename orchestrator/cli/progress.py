@@ -1,4 +1,5 @@
-"""The progress display of ``run`` and ``wait``: tqdm's bar on a terminal, one line per update in a log.
+"""The progress display of ``run``, ``wait`` and ``plan --lower``: tqdm's bar on a terminal, one line per update
+in a log.
 A search's bar counts the configs of its round, one bar per round, as ``status`` counts them.
 
 Why tqdm rather than a hand-written line: it is the bar people know from every
@@ -29,7 +30,8 @@ if TYPE_CHECKING:  # loaded when a bar opens: a command that shows none (status)
 
     from orchestrator.control.status_model import SweepStatus
 
-# a search's bar says what it counts after the count, as ``status`` says a round's ("3/4 configs")
+# a bar with a description (a search's round, a lowering) says what it counts after the count, as
+# ``status`` says a round's ("3/4 configs")
 _SEARCH_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} configs [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 
 
@@ -67,6 +69,7 @@ class Progress:
         *,
         interval_s: float = 10.0,
         heartbeat_s: float = 300.0,
+        desc: str | None = None,
     ) -> None:
         self.total = max(total, 1)
         self.label = label
@@ -76,7 +79,7 @@ class Progress:
         self.heartbeat_s = 1.0 if self.tty else heartbeat_s
         self.bar: tqdm[Never] | None = None
         self.extra = ""
-        self.desc: str | None = None  # what the bar counts where a count alone does not say (a search's round)
+        self.desc = desc  # what the bar counts where a count alone does not say (a search's round, a lowering)
         self.round: int | None = None  # a search's round the bar counts
         self.pending: tuple[int, int, str] | None = None  # its counts, where its bar opens at the next look
 
@@ -163,13 +166,14 @@ class Progress:
             self.stream.write(text + "\n")
             self.stream.flush()
 
-    def close(self) -> None:
+    def close(self, *, keep: bool = True) -> None:
+        """``keep``: False to take a terminal's bar off the screen (an error said in its place)."""
         if self.bar is None and self.pending is not None:  # a search's round whose bar was to open next
             done, total, extra = self.pending
             self.pending = None
             self.update(done, extra, total=total)
         if self.bar is not None:
-            if not self.tty and self.bar.last_print_n == self.bar.n:
+            if not keep or (not self.tty and self.bar.last_print_n == self.bar.n):
                 self.bar.leave = False  # the log's last line shows the final count already
             self.bar.close()
             self.bar = None

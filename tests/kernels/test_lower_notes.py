@@ -1,5 +1,6 @@
 """What ``tilesweep plan --lower`` notes beside its verdicts: the notes ``plan`` gives of the
-spec (a tunable the kernel ignores), and advice that fits the command line it was given."""
+spec (a tunable the kernel ignores), advice that fits the command line it was given, and its
+bar, drawn before the seconds its lowering processes take to start."""
 
 from __future__ import annotations
 
@@ -69,3 +70,18 @@ def test_a_dry_runs_advice_to_keep_its_verdicts_fits_its_command_line(tmp_path: 
     assert bare.returncode == 0, bare.stderr
     (keep,) = [line for line in _notes(bare.stderr) if "--dry-run keeps no verdicts" in line]
     assert "--sweep-dir DIR" in keep
+
+
+@pytest.mark.parametrize("where", [["--sweep-dir", "{tmp}/sweep"], ["--dry-run"]])
+def test_the_bar_says_what_it_lowers_from_the_start_at_0(tmp_path: Path, where: list[str]) -> None:
+    """The bar counts verdicts: its first line, at 0, was drawn before the first of them."""
+    spec = tmp_path / "spec.json"
+    grid = {"block_q": [64, 128], "block_k": [64], "num_stages": [2], "num_warps": [4]}
+    kernel = {"impl": "jax", "device_kind": "NVIDIA H100"}
+    data = {**SHAPE, "modes": ["fwd"], "kernel": kernel, "grid": {"fwd": grid}, "output": str(tmp_path / "o.json")}
+    spec.write_text(json.dumps(data))
+    given = [w.format(tmp=tmp_path) for w in where]
+    r = run_cli("plan", str(spec), "--lower", *given, "--lower-workers", "1")
+    assert r.returncode == 0 and "lowered 3 configs" in r.stdout, r.stderr
+    bar = [line for line in r.stderr.splitlines() if line.startswith("lowering for NVIDIA H100: ")]
+    assert len(bar) >= 2 and "| 0/3 configs [00:00<?" in bar[0] and "| 3/3 configs [" in bar[-1], r.stderr
