@@ -75,6 +75,10 @@ def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
             f"{spec.executor.kind!r}: a lowering job array needs executor.kind slurm (or drop lower_partition "
             "to lower on this machine's CPUs)"
         )
+    if spec.executor.lower_partition and not args.dry_run:  # what sbatch would refuse, said before any of it
+        from orchestrator.control.partitions import require_lower_partition
+
+        require_lower_partition(spec.executor)
     _check_can_lower(spec)
     if not args.json:  # as `plan` notes them: a tunable the kernel ignores is lowered at the one value it runs
         print_plan_notes(spec, lowering=True)

@@ -43,6 +43,22 @@ def require_partitions(settings: ExecutorSettings, merge_minutes: int) -> None:
         )
 
 
+def require_lower_partition(settings: ExecutorSettings) -> None:
+    """The lowering array's partition (``executor.lower_partition``), before ``plan --lower``
+    hands any task of it to sbatch: it exists, allows ``executor.timeout_min`` (each task's limit)
+    and has a node a task fits (its CPUs and memory; it asks for no GPU)."""
+    field = "executor.lower_partition"
+    limit = _time_limit(_shown_partition(settings.lower_partition, field, "this machine's CPUs"))
+    if limit is not None and settings.timeout_min > limit[2]:
+        name, shown, most = limit
+        raise DispatchError(
+            f"executor.timeout_min {settings.timeout_min} is over the time limit of partition {name!r} ({shown}, "
+            f"{most:g} min), which each task of the lowering array asks for; lower executor.timeout_min, or name a "
+            f"partition that allows it in {field} (`sinfo -s` lists their limits)"
+        )
+    require_node_fits(settings.lower_partition, None, settings.cpus_per_task, settings.mem_gb, field=field)
+
+
 def _shown_partition(name: str | None, field: str, default: str) -> str | None:
     """The partition's block of one ``scontrol show partition`` (the cluster's default partition
     where ``name`` is None); a partition the cluster does not have is refused, naming ``field``
@@ -114,10 +130,17 @@ def _nodes(partition: str | None) -> tuple[str, list[tuple[int | None, int, int]
     return (name, nodes) if name and nodes else None
 
 
-def require_node_fits(partition: str | None, gpus: int | None, cpus: int | None, mem_gb: float | None) -> None:
+def require_node_fits(
+    partition: str | None,
+    gpus: int | None,
+    cpus: int | None,
+    mem_gb: float | None,
+    *,
+    field: str = "executor.slurm_partition",
+) -> None:
     """Refuse, before any array goes to sbatch, a task larger than every node of its partition
-    (``executor.gpus_per_node``, ``cpus_per_task``, ``mem_gb``), one resource at a time, naming
-    the field and the most a node there has. sbatch refuses it too, as "Requested node
+    (``field`` names it: ``executor.gpus_per_node``, ``cpus_per_task``, ``mem_gb``), one resource at
+    a time, naming the field and the most a node there has. sbatch refuses it too, as "Requested node
     configuration is not available". A task that each resource alone lets fit on some node but
     no node whole is left to sbatch."""
     found = _nodes(partition)
@@ -129,15 +152,15 @@ def require_node_fits(partition: str | None, gpus: int | None, cpus: int | None,
         ("cpus_per_task", cpus or 0, [n[2] for n in nodes], "{:d} CPUs", "%P %N %c"),
         ("mem_gb", (mem_gb or 0) * 1024, [n[1] for n in nodes], "{:d} MB of memory", "%P %N %m"),
     )
-    for field, want, have, what, columns in asks:
+    for asked_field, want, have, what, columns in asks:
         if not want or any(h is None for h in have):
             continue
         most = max(h for h in have if h is not None)
         if want > most:
-            asked = mem_gb if field == "mem_gb" else want
+            asked = mem_gb if asked_field == "mem_gb" else want
             raise DispatchError(
-                f"executor.{field} {asked:g} is more than any node of partition {name!r} has "
+                f"executor.{asked_field} {asked:g} is more than any node of partition {name!r} has "
                 f"({what.format(most)} at most); "
-                f"lower executor.{field}, or name a partition with larger nodes in executor.slurm_partition "
+                f"lower executor.{asked_field}, or name a partition with larger nodes in {field} "
                 f"(`sinfo -N -o '{columns}'` lists them)"
             )
