@@ -126,9 +126,13 @@ def lower_items(
 ) -> int:
     """Lower the runnable ``items`` in plan order on a pool of ``workers`` processes or threads
     (default: this machine's CPUs), calling ``on_verdict`` for each as it is known. Returns how
-    many were lowered (fewer when ``should_stop`` said so)."""
+    many were lowered (fewer when ``should_stop`` said so). The pool is never larger than the
+    configs (each process imports jax, seconds of CPU and hundreds of MB before its first one);
+    none is started for no config."""
     runnable = [it for it in items if it.kind == RUN]
-    size = compile_pool.pool_size(workers if workers is not None else spec.compile.workers)
+    if not runnable:
+        return 0
+    size = min(compile_pool.pool_size(workers if workers is not None else spec.compile.workers), len(runnable))
     deaths: dict[str, int] = {}
 
     def again(it: WorkItem) -> bool:

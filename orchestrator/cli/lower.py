@@ -183,7 +183,7 @@ def _lower(
     if progress is not None and not on_cluster:  # drawn at once: lowering processes take seconds to start
         progress.update(0)
     try:
-        if root is not None:  # jax imported, to name the jax that lowers in the verdicts' header
+        if root is not None and todo:  # jax imported, to name the jax that lowers in the verdicts' header
             env = env_fingerprint(device_block())
             writer = VerdictWriter(root, lowering_header(spec.fingerprint(), target.name, env))
         t0 = time.perf_counter()

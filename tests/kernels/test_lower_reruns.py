@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -80,6 +81,25 @@ def test_a_rerun_adds_its_verdicts_under_the_one_header(tmp_path: Path) -> None:
     assert sorted(v["id"] for v in verdicts) == _planned(spec)  # each config's verdict once
     found = lowering.read_verdicts(sweep, load_spec(spec).fingerprint(), "NVIDIA H100")
     assert {v.verdict for v in found.values()} == {"lowered"} and len(found) == 3
+
+
+def _started(r: subprocess.CompletedProcess[str]) -> int:
+    """How many lowering processes a ``-vv`` command started, as its debug lines say."""
+    assert r.returncode == 0, r.stderr
+    return len(re.findall(r"^DEBUG jobs\.compile_procs: compile process \d+ started$", r.stderr, re.M))
+
+
+def test_a_rerun_starts_a_lowering_process_per_config_it_lowers_at_most_and_none_for_nothing(tmp_path: Path) -> None:
+    """Each lowering process imports jax before its first config: a rerun left one config without
+    a verdict starts one, however many CPUs there are, and one with nothing to lower starts none."""
+    spec, sweep = _spec(tmp_path), tmp_path / "sweep"
+    assert _started(run_cli(*_lower(spec, sweep)[:-2], "--lower-workers", "2", "-vv")) >= 1
+    path = sweep / lowering.FILE
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))  # the last verdict lost
+    again = run_cli(*_lower(spec, sweep)[:-2], "--lower-workers", "2", "-vv")
+    assert "lowered 1 config " in again.stdout and _started(again) == 1, again.stderr
+    nothing = run_cli(*_lower(spec, sweep)[:-2], "--lower-workers", "2", "-vv")
+    assert "nothing to lower" in nothing.stdout and _started(nothing) == 0, nothing.stderr
 
 
 def test_a_second_lowering_of_the_sweep_waits_for_the_first_and_lowers_nothing_twice(tmp_path: Path) -> None:
