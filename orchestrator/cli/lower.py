@@ -166,7 +166,8 @@ def _lower(
     by_id = {it.id: it for it in todo}
     seen: Counter[str] = Counter()
     writer = None
-    progress = None if args.json or not todo else Progress(len(todo), "config", desc=f"lowering for {target.name}")
+    on_cluster = bool(root is not None and spec.executor.lower_partition and todo)
+    progress = None if args.json or not todo else _bar(len(todo), target.name, on_cluster)
 
     def on_verdict(v: Verdict) -> None:
         if writer is not None:
@@ -179,9 +180,6 @@ def _lower(
             progress.update(sum(seen[k] for k in ("lowered", "refused", "crashed")))
 
     where = "this machine's CPUs"
-    on_cluster = bool(root is not None and spec.executor.lower_partition and todo)
-    if progress is not None and not on_cluster:  # drawn at once: lowering processes take seconds to start
-        progress.update(0)
     try:
         if root is not None and todo:  # jax imported, to name the jax that lowers in the verdicts' header
             env = env_fingerprint(device_block())
@@ -200,14 +198,30 @@ def _lower(
             writer.close()
         if progress is not None:
             progress.close()
-    if args.json:  # every config has its line: those not lowered here with no verdict
-        for it in items:
-            if it.id not in by_id:
-                sys.stdout.write(json.dumps({**plan_line(it), "lowering": None}) + "\n")
+    if args.json:
+        _unlowered_lines(items, by_id)
     else:
         wall_s = time.perf_counter() - t0
         _summary(spec, seen, len(todo), left_out, wall_s, root, where, args.sweep_dir)
     return 0
+
+
+def _bar(configs: int, target: str, on_cluster: bool) -> Progress:
+    """The bar of the configs lowered for ``target``: here drawn at once, at 0 (the lowering
+    processes take seconds to start); on the cluster once its array is submitted."""
+    progress = Progress(configs, "config", desc=f"lowering for {target}")
+    if not on_cluster:
+        progress.update(0)
+    return progress
+
+
+def _unlowered_lines(items: list[WorkItem], by_id: dict[str, WorkItem]) -> None:
+    """With ``--json``, every config has its line: those not lowered here with no verdict."""
+    from orchestrator.planning import plan_line
+
+    for it in items:
+        if it.id not in by_id:
+            sys.stdout.write(json.dumps({**plan_line(it), "lowering": None}) + "\n")
 
 
 def _say(progress: Progress | None) -> Callable[[str], None]:
