@@ -123,6 +123,21 @@ def test_a_dry_run_submit_that_reuses_everything_says_how_to_get_the_document(tm
     assert "`tilesweep merge" in r.stdout and not sweep.exists()
 
 
+def test_a_submit_that_reuses_everything_names_merge_and_nothing_to_follow(tmp_path: Path, first_doc: Path) -> None:
+    """Every item reused: submit plans the sweep directory, submits nothing and says `merge`
+    writes the document; it does not send the user to `status` or `wait` for a sweep nothing runs."""
+    spec = write(tmp_path, "spec.json", {**FIRST, "output": str(tmp_path / "out.json"), "executor": {"kind": "slurm"}})
+    sweep = tmp_path / "sweep"
+    r = run_cli("submit", str(spec), "--sweep-dir", str(sweep), "--reuse", str(first_doc))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[-1] == f"every unit is done; nothing to submit (`tilesweep merge {sweep}` writes the document)", lines
+    assert "follow with" not in r.stdout + r.stderr and "submitted" not in r.stdout, r.stdout
+    merged = run_cli("merge", str(sweep))
+    assert merged.returncode == 0, merged.stderr
+    assert len(json.loads((tmp_path / "out.json").read_text())["results"]) == 2
+
+
 def test_a_reuse_document_holding_no_item_of_the_plan_is_named_not_passed_over(tmp_path: Path, first_doc: Path) -> None:
     spec = write(tmp_path, "spec.json", {**FIRST, "output": str(tmp_path / "out.json"), "dtypes": ["bfloat16"]})
     r = run_cli("plan", str(spec), "--dry-run", "--reuse", str(first_doc))

@@ -92,8 +92,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         reuse=reuse_request(args),
         wait_lowering=lambda root: wait_for_lowering(root, "submitted"),
     )
-    if result.outcome is not None:
-        print_submission(result.sd, result.outcome)
+    if result.outcome is None:  # every unit done: nothing runs to follow (said in `planned`)
+        return 0
+    print_submission(result.sd, result.outcome)
     print(f"follow with: {PROG} status {word(result.sd.root)}   (or {PROG} wait {word(result.sd.root)})")
     return 0
 
