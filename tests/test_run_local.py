@@ -233,6 +233,28 @@ def test_worker_refusal_is_one_line(write_spec: Callable[..., Path], tmp_path: P
     )
 
 
+def test_a_debug_run_says_a_failed_unit_as_a_local_run_does_and_its_log_keeps_the_reason(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A unit of the debug executor (run in the command's process) whose worker refuses its
+    environment: the command says it as it says a worker process's, each line prefixed once
+    ("tilesweep: warning: unit ... failed", not "tilesweep: error: tilesweep: unit ..."), and the
+    unit's log ends with the worker's own line, which status reads."""
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], kernel={"interpret": "auto"}, executor={"kind": "debug"})
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), env={"CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cpu"})
+    (unit,) = [u["id"] for u in json.loads((sweep / "units.json").read_text())]
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "tilesweep: error: tilesweep:" not in r.stderr and "tilesweep: warning: tilesweep:" not in r.stderr, r.stderr
+    said = [line for line in r.stderr.splitlines() if "jax sees none" in line]
+    assert len(said) == 2, said  # as a local run says it: when the unit failed, and in the summary at the end
+    assert said[0].startswith(f"tilesweep: warning: unit {unit} failed (job "), said
+    assert said[1].startswith(f"tilesweep: unit {unit} failed: this task was given GPU(s)"), said
+    status = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    (failed,) = status["units"]
+    assert failed["state"] == "failed" and "CUDA_VISIBLE_DEVICES=0 but jax sees none" in failed["detail"], failed
+
+
 def _one_config_run(write_spec: Callable[..., Path], tmp_path: Path) -> tuple[Path, Path]:
     """A sweep of one fwd config, run here (the debug executor) into ``tmp_path/results.json``:
     its spec file and its sweep directory."""

@@ -122,8 +122,13 @@ def configure_logging(verbosity: int) -> None:
         def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
             return f"{PROG}: {record.levelname.lower()}: {record.message}"
 
+    from orchestrator.control.why import UNIT_LINE_ATTR
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(Said())
+    # a unit's own line, logged by its worker in this process (the debug executor), is its log's:
+    # the command says how the unit ended, in its words, as it does for a worker process
+    handler.addFilter(lambda record: not getattr(record, UNIT_LINE_ATTR, False))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 

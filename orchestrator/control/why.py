@@ -24,6 +24,12 @@ _TAIL_BYTES = 64 * 1024
 _MARK = "tilesweep: unit "
 _LINE = re.compile(r"tilesweep: unit (\S+) (failed|not started|interrupted): (.+)$")
 INTERRUPTED = "interrupted"
+# The attribute a worker sets on the log record of its unit's own line (``UNIT_LINE``: failed,
+# interrupted). The line is the unit's log's, which status reads; a command that runs a unit in its
+# own process (the debug executor) says how the unit ended itself, as it does for a worker process,
+# so its console leaves the line out.
+UNIT_LINE_ATTR = "tilesweep_unit_line"
+UNIT_LINE = {UNIT_LINE_ATTR: True}
 # the last line of a Python traceback: "pkg.mod.SomeError: message" (or the bare name)
 _EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Crashed|Held))(?::\s*(.*))?$")
 

@@ -45,7 +45,7 @@ def run_unit_job(
     says it was interrupted."""
     from jobs.worker import run_unit
     from orchestrator.control.dispatch.nodelog import configure_node_logging
-    from orchestrator.control.why import crash_reason, failure_line
+    from orchestrator.control.why import UNIT_LINE, crash_reason, failure_line
     from orchestrator.errors import SweepDirError, TilesweepError
     from orchestrator.store.files import WRITE_ERRNOS
 
@@ -53,10 +53,10 @@ def run_unit_job(
     try:
         return run_unit(sweep_dir, unit_id, prior_starts=prior_starts)
     except TilesweepError as exc:
-        log.error("%s", failure_line(unit_id, exc.message))
+        log.error("%s", failure_line(unit_id, exc.message), extra=UNIT_LINE)
         raise
     except Exception as exc:
-        log.error("%s", failure_line(unit_id, crash_reason(exc)))
+        log.error("%s", failure_line(unit_id, crash_reason(exc)), extra=UNIT_LINE)
         if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:  # the user's to fix: in that line wherever
             raise SweepDirError(crash_reason(exc)) from None  # it goes on (the debug executor prints it)
         raise
@@ -71,13 +71,13 @@ def _stopped(unit_id: str) -> int | None:
     """A worker a stop signal ended: its log's last line says so; the exit status to end with
     (None: not a stop signal's, the exception goes on as it is)."""
     from jobs.in_flight import stop_signal
-    from orchestrator.control.why import interrupted_line
+    from orchestrator.control.why import UNIT_LINE, interrupted_line
 
     signum = stop_signal()
     if signum is None:
         return None
     name = signal.Signals(signum).name + (" (Ctrl-C)" if signum == signal.SIGINT else "")
-    log.warning("%s", interrupted_line(unit_id, f"stopped by {name}; its finished records are kept"))
+    log.warning("%s", interrupted_line(unit_id, f"stopped by {name}; its finished records are kept"), extra=UNIT_LINE)
     return 128 + signum
 
 
