@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import assert_one_line_error
 from tests.slurm_cluster import poll, require_cluster
-from tests.slurm_sweeps import FOUR_UNITS, cli, jobs, snapshot, status, write_spec
+from tests.slurm_sweeps import FOUR_UNITS, SLURM, cli, jobs, snapshot, status, write_spec
 
 pytestmark = pytest.mark.slurm
 
@@ -153,3 +153,54 @@ def test_a_dry_run_refuses_what_submit_would_refuse_before_sbatch(tmp_path: Path
             cli("submit", str(spec), "--sweep-dir", str(sweep)), refusal
         )
         assert not sweep.exists()
+
+
+def test_a_measured_sweep_whose_tasks_ask_for_no_gpu_is_refused_unless_it_asks_for_interpret_mode(
+    tmp_path: Path,
+) -> None:
+    """Tasks that ask SLURM for no GPU (executor.gpus_per_node unset or 0) would time the kernels
+    in interpret mode on CPUs, as if measured on the GPU the sweep targets: ``submit`` (and its dry
+    run) and ``resume`` refuse it in one line naming the two ways on, and change nothing; the way
+    ``resume`` names works. A spec asking for interpret mode on purpose is submitted, said in one
+    line before sbatch."""
+    for value, said in ((None, "unset"), (0, "0")):
+        spec = write_spec(tmp_path, "cpu.json", {"gpus_per_node": value}, kernel={})
+        fresh = tmp_path / "fresh"
+        for dry in ([], ["--dry-run"]):
+            r = cli("submit", str(spec), "--sweep-dir", str(fresh), *dry)
+            assert_one_line_error(
+                r,
+                f"{spec}: executor.gpus_per_node is {said}: the SLURM tasks would get no GPU and time the kernels in "
+                "Pallas interpret mode on their CPUs, not on the NVIDIA H100 the sweep targets (kernel.device_kind)",
+                "set executor.gpus_per_node to the GPUs of a task, or kernel.interpret: true to time interpret mode",
+            )
+            assert not fresh.exists() and not r.stdout, r.stdout
+    # run with the slurm executor submits as submit does: refused alike, no sweep directory left
+    r = cli("run", str(spec), "--sweep-dir", str(fresh))
+    assert_one_line_error(r, f"{spec}: executor.gpus_per_node is 0: the SLURM tasks would get no GPU")
+    assert not fresh.exists()
+    # a sweep planned from it: resume refuses it too, naming the command that takes the fix
+    sweep = tmp_path / "sweep"
+    assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    before = snapshot(sweep)
+    assert_one_line_error(
+        cli("resume", str(sweep)),
+        "executor.gpus_per_node is 0",
+        f"set executor.gpus_per_node to the GPUs of a task, then `tilesweep resume {sweep} --spec {spec}`",
+        f"(another sweep: kernel.interpret is part of its fingerprint; `tilesweep submit {spec}`)",
+    )
+    assert snapshot(sweep) == before
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "executor": {**SLURM, "merge_job": False}}))
+    r = cli("resume", str(sweep), "--spec", str(spec))
+    assert r.returncode == 0 and "submitted 1 unit" in r.stdout and "no GPU" not in r.stderr, r.stdout + r.stderr
+    assert cli("cancel", str(sweep)).returncode == 0
+    # interpret mode on purpose: submitted, and said before sbatch
+    interpreted = write_spec(tmp_path, "interpreted.json", {"gpus_per_node": None, "merge_job": False})
+    cpu = tmp_path / "cpu"
+    r = cli("submit", str(interpreted), "--sweep-dir", str(cpu), "--units", "1")
+    assert r.returncode == 0 and "submitted 1 unit" in r.stdout, r.stderr
+    assert r.stderr.splitlines() == [
+        "tilesweep: note: executor.gpus_per_node is unset: the SLURM tasks get no GPU and time the kernels in Pallas "
+        "interpret mode on their CPUs (kernel.interpret: true)"
+    ], r.stderr
+    assert cli("cancel", str(cpu)).returncode == 0

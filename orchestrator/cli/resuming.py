@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from orchestrator import word
 from orchestrator.cli.common import PROG, Progress, counted, round_note, units_capped, warn
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep
-from orchestrator.cli.submission import print_submission
+from orchestrator.cli.submission import print_submission, say_no_gpu
 from orchestrator.errors import DispatchError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
@@ -137,6 +137,8 @@ def resume_saying(
         # a resume here merges once its units ran; one that leaves them running says it once it let the sweep go
         merges = None if background else settings.kind != "slurm"
         say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done, units=units, merges=merges)
+        if r.new_units and settings.kind == "slurm":
+            say_no_gpu(sd.spec, settings)
 
     def poll() -> None:
         if progress is not None:

@@ -47,7 +47,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.resuming import merge_left, resume_here, resume_saying
 from orchestrator.cli.reusing import add_reuse_args, reuse_lines, reuse_request
-from orchestrator.cli.submission import print_dry_run, print_submission
+from orchestrator.cli.submission import print_dry_run, print_submission, say_no_gpu
 from orchestrator.cli.waiting import cmd_wait, wait_and_merge
 from orchestrator.errors import DispatchError
 from orchestrator.store.sweepdir import SweepDir
@@ -80,6 +80,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(line)
         if not s.todo:
             print(f"every unit is done; nothing to submit (`{PROG} merge {word(s.sd.root)}` writes the document)")
+        else:
+            say_no_gpu(s.sd.spec, s.sd.spec.executor)
 
     result = submit_spec(
         args.spec,
@@ -219,6 +221,8 @@ def _submit_or_resume(
     def planned(s: SweepSubmission) -> None:
         print(f"sweep {sd.root}: {items_in_units(sd.planned, s.units)}", file=sys.stderr)
         units_capped(asked, planned_units(sd))
+        if s.todo:
+            say_no_gpu(sd.spec, settings)
 
     result = submit_unfinished(sd, settings, on_planned=planned)
     if result is None:  # submitted before (or meanwhile): only what is missing

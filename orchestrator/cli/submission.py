@@ -14,7 +14,22 @@ from orchestrator.cli.reusing import reuse_lines, reuse_request
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.arrays import SubmitOutcome
     from orchestrator.control.submit import DryRun
+    from orchestrator.spec.executor_section import ExecutorSettings
+    from orchestrator.spec.model import SweepSpec
     from orchestrator.store.sweepdir import SweepDir
+
+
+def say_no_gpu(spec: SweepSpec, settings: ExecutorSettings) -> None:
+    """The line said before sbatch where the tasks ask SLURM for no GPU for a sweep that measures
+    kernels: one that times interpret mode on purpose (``arrays.require_gpus`` refuses any other)."""
+    from orchestrator.control.arrays import asks_no_gpu
+
+    if asks_no_gpu(spec, settings):
+        what = "unset" if settings.gpus_per_node is None else "0"
+        warn(
+            f"note: executor.gpus_per_node is {what}: the SLURM tasks get no GPU and time the kernels in Pallas "
+            "interpret mode on their CPUs (kernel.interpret: true)"
+        )
 
 
 def print_submission(sd: SweepDir, out: SubmitOutcome) -> None:

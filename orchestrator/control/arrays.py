@@ -17,12 +17,17 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kernels import impls
+from kernels.spelling import as_json
+from orchestrator import PROG, word
 from orchestrator.control import dispatch
 from orchestrator.control.history import read_history
 from orchestrator.control.partitions import require_partitions
 from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits
-from orchestrator.errors import DispatchError
+from orchestrator.errors import DispatchError, SpecError
 from orchestrator.spec.executor_section import ExecutorSettings
+from orchestrator.spec.model import SweepSpec
+from orchestrator.spec.sections import REPLAY
 from orchestrator.store.sweepdir import SweepDir, atomic_write_text
 
 if TYPE_CHECKING:  # submitit, which the tasks' module imports, loads with a submission, not with a local run
@@ -64,12 +69,57 @@ def per_array(settings: ExecutorSettings, override: int | None, n_units: int) ->
     return limits.per_array, f"MaxArraySize={limits.max_array_size} ({limits.source})"
 
 
-def require_cluster_takes(settings: ExecutorSettings) -> None:
-    """Refuse, before any sbatch, the arrays and final merge job of ``settings`` that the
-    cluster's partitions would refuse (``partitions.require_partitions``)."""
+def require_cluster_takes(
+    settings: ExecutorSettings, spec: SweepSpec, *, spec_file: str | None = None, sweep: SweepDir | None = None
+) -> None:
+    """Refuse, before any sbatch, the arrays of ``settings`` that would time ``spec``'s kernels
+    without a GPU by mistake (``require_gpus``), and the arrays and final merge job the cluster's
+    partitions would refuse (``partitions.require_partitions``)."""
     from orchestrator.control.dispatch.slurm import MERGE_TIMEOUT_MIN
 
+    require_gpus(spec, settings, spec_file=spec_file, sweep=sweep)
     require_partitions(settings, MERGE_TIMEOUT_MIN)
+
+
+def asks_no_gpu(spec: SweepSpec, settings: ExecutorSettings) -> bool:
+    """Whether the SLURM tasks of ``settings`` ask for no GPU (``executor.gpus_per_node`` unset or
+    0) while ``spec`` measures kernels (a replay measures none): they time them on their CPUs,
+    in Pallas interpret mode."""
+    return spec.kernel.impl != REPLAY and not settings.gpus_per_node
+
+
+def require_gpus(
+    spec: SweepSpec, settings: ExecutorSettings, *, spec_file: str | None = None, sweep: SweepDir | None = None
+) -> None:
+    """Refuse tasks that ask SLURM for no GPU for a sweep that measures kernels, unless the spec
+    asks for interpret mode on purpose (``kernel.interpret: true``): they would time the kernels
+    interpreted on CPUs, records that read as measurements of the GPU the sweep targets. A
+    kernel with no interpret mode has only the one way on. ``spec_file``: the spec submitted;
+    ``sweep``: a sweep submitted before (``resume``, a next round), which takes another
+    ``executor`` through ``resume --spec``, but another ``kernel.interpret`` only as another sweep
+    (it is part of the fingerprint)."""
+    if not asks_no_gpu(spec, settings) or spec.kernel.interpret is True:
+        return
+    if sweep is not None:
+        spec_file = sweep.meta.get("spec_source")
+    named = word(spec_file) if spec_file else "SPEC"
+    then = f", then `{PROG} resume {word(sweep.root)} --spec {named}`" if sweep is not None else ""
+    what = "unset" if settings.gpus_per_node is None else "0"
+    said = (
+        (f"{spec_file}: " if spec_file and sweep is None else "")
+        + f"executor.gpus_per_node is {what}: the SLURM tasks would get no GPU and time the kernels in Pallas "
+        f"interpret mode on their CPUs, not on the {spec.kernel.target.name} the sweep targets (kernel.device_kind); "
+    )
+    if not impls.get(spec.measured_impl).capabilities.interpret:
+        raise SpecError(
+            f"{said}kernel.impl {as_json(spec.named_impl)} has no interpret mode: set executor.gpus_per_node to the "
+            f"GPUs of a task{then}"
+        )
+    new = f" (another sweep: kernel.interpret is part of its fingerprint; `{PROG} submit {named}`)" if sweep else ""
+    raise SpecError(
+        f"{said}set executor.gpus_per_node to the GPUs of a task{then}, or kernel.interpret: true to time "
+        f"interpret mode on purpose{new}"
+    )
 
 
 class UnitsRollback:
@@ -116,7 +166,7 @@ def submit_with_merge(
     from orchestrator.control.dispatch.sbatch import held_signals
 
     size, why = per_array(settings, max_array_size, len(unit_ids))
-    require_cluster_takes(settings)
+    require_cluster_takes(settings, sd.spec, sweep=sd)
     attempts = dict(read_history(sd).submissions)
     with held_signals():  # a Ctrl-C once an array is accepted still submits the merge job that follows it
         sub = dispatch.submit_units(

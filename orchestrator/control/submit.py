@@ -58,13 +58,14 @@ def _submit_todo(
     on_planned: OnPlanned | None,
     *,
     existed: bool = True,
+    spec_file: str | None = None,
 ) -> SweepSubmission:
     """Under the sweep's lock: submit every unit that is not done. What the cluster would refuse
     before sbatch is refused before ``on_planned`` tells of the sweep, whose directory a refused
     submission removes again."""
     result = SweepSubmission(sd=sd, units=len(sd.unit_index()), todo=unfinished_units(sd), existed=existed)
     if result.todo:
-        require_cluster_takes(settings)
+        require_cluster_takes(settings, sd.spec, spec_file=spec_file or sd.meta.get("spec_source"))
     if on_planned is not None:
         on_planned(result)
     if result.todo:
@@ -110,7 +111,7 @@ def submit_spec(
                     f"see `{PROG} status {word(sd.root)}`, and `{PROG} resume {word(sd.root)}` submits its missing "
                     "items"
                 )
-            return _submit_todo(sd, spec.executor, max_array_size, on_planned, existed=existed)
+            return _submit_todo(sd, spec.executor, max_array_size, on_planned, existed=existed, spec_file=spec_path)
     except BaseException:
         if created and (sd is None or (not existed and not slurm_jobs(sd))):
             shutil.rmtree(root, ignore_errors=True)  # a sweep directory made for nothing
@@ -216,7 +217,7 @@ def dry_run(
         unit_secs = {u.id: unit_cost(u.items, spec, u.round) for u in p.units} if whole_node else None
     size, why = per_array(settings, max_array_size, len(sizes))
     if sizes:  # what submit would refuse before sbatch, refused here as it would be
-        require_cluster_takes(settings)
+        require_cluster_takes(settings, spec, spec_file=spec_path)
     groups = dispatch.tasks_of(list(sizes), settings.units_per_task(), unit_secs)
     arrays = [groups[i : i + size] for i in range(0, len(groups), size)]
     scripts, merge_script = dispatch.render_scripts(sd, settings, [len(a) for a in arrays])

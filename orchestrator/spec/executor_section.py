@@ -44,7 +44,8 @@ class ExecutorSettings(SpecModel):
         default=None,
         ge=0,
         description="slurm: GPUs of each array task; with G > 1 a task holds 4 x G units by default and runs G "
-        "at once, one per GPU, each GPU taking the task's next unit when its unit ends (sbatch --gpus-per-node)",
+        "at once, one per GPU, each GPU taking the task's next unit when its unit ends (sbatch --gpus-per-node); "
+        "null or 0: no GPU, refused for a sweep that measures kernels unless kernel.interpret is true",
     )
     cpus_per_task: int | None = Field(
         default=None,
