@@ -6,6 +6,7 @@ records; and a spec that names no executor, which goes to SLURM and stays there.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,68 @@ def test_a_measured_sweep_whose_tasks_ask_for_no_gpu_is_refused_unless_it_asks_f
         "interpret mode on their CPUs (kernel.interpret: true)"
     ], r.stderr
     assert cli("cancel", str(cpu)).returncode == 0
+
+
+def test_a_constraint_no_node_meets_and_an_exclude_of_every_node_are_refused_naming_the_field(tmp_path: Path) -> None:
+    """sbatch refuses both in words that name no spec field ("Invalid feature specification",
+    "Requested node configuration is not available"): refused before sbatch, naming the field and
+    what the partition has, by submit, its dry run and resume alike, and nothing is left behind."""
+    nodes = subprocess.run(["sinfo", "-N", "-h", "-o", "%N", "-p", "gpu"], capture_output=True, text=True, check=True)
+    every = ",".join(sorted(set(nodes.stdout.split())))
+    sweep = tmp_path / "sweep"
+    assert cli("plan", str(write_spec(tmp_path, "good.json")), "--sweep-dir", str(sweep)).returncode == 0
+    before = snapshot(sweep)
+    fresh = tmp_path / "fresh"
+    for name, executor, refusal in (
+        (
+            "feature",
+            {"slurm_constraint": "nosuchfeature"},
+            "executor.slurm_constraint 'nosuchfeature' names a feature no node of partition 'gpu' has (nosuchfeature",
+        ),
+        (
+            "exclude",
+            {"slurm_exclude": every},
+            f"executor.slurm_exclude {every!r} excludes every node of partition 'gpu' ({every.replace(',', ', ')})",
+        ),
+    ):
+        spec = write_spec(tmp_path, f"{name}.json", executor)
+        for command in (["submit", str(spec), "--sweep-dir", str(fresh)], ["submit", str(spec), "--dry-run"]):
+            r = cli(*command)
+            assert_one_line_error(r, refusal)
+            assert not fresh.exists() and not r.stdout, r.stdout
+        assert_one_line_error(cli("resume", str(sweep), "--spec", str(spec)), refusal)
+        assert snapshot(sweep) == before
+
+
+def test_what_sbatch_refuses_past_the_checks_names_the_field_not_a_removed_script(tmp_path: Path) -> None:
+    """A constraint in a form the check does not read, an sbatch option no node meets: sbatch's own
+    words, then the spec field they point at; no command naming submitit's script, which the
+    refusal removed."""
+    fresh = tmp_path / "fresh"
+    for name, executor, field in (
+        (
+            "feature",
+            {"slurm_constraint": "nosuch@feature"},
+            "Invalid feature specification; executor.slurm_constraint 'nosuch@feature' names a feature the "
+            "cluster's nodes lack",
+        ),
+        (
+            "disk",
+            {"slurm_additional_parameters": {"tmp": "100000G"}},
+            "Requested node configuration is not available; no node of partition 'gpu' takes a task as the spec "
+            "asks (gpus_per_node 1, slurm_additional_parameters)",
+        ),
+    ):
+        r = cli("submit", str(write_spec(tmp_path, f"{name}.json", executor)), "--sweep-dir", str(fresh))
+        line = assert_one_line_error(r, "sbatch refused the job: ", field)
+        assert "submission_file" not in line and "command:" not in line, line
+        assert not fresh.exists()
+
+
+def test_the_features_of_a_constraint_are_read_from_its_operators() -> None:
+    from orchestrator.control.node_choice import constraint_features
+
+    assert constraint_features("h100") == ["h100"]
+    assert constraint_features("[h100|h200]*2&nvme") == ["h100", "h200", "nvme"]
+    assert constraint_features("(a100,ib)") == ["a100", "ib"]
+    assert constraint_features("h100@x") is None  # not read: sbatch judges

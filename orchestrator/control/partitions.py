@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.control.node_choice import require_nodes_left
 from orchestrator.control.scheduler import one_line, run_tool
 from orchestrator.errors import DispatchError
 from orchestrator.spec.executor_section import ExecutorSettings
@@ -17,9 +18,10 @@ from orchestrator.spec.executor_section import ExecutorSettings
 def require_partitions(settings: ExecutorSettings, merge_minutes: int) -> None:
     """Every refusal said before any array goes to sbatch (``submit``, ``resume``, a next round,
     and ``submit --dry-run``, which shows what ``submit`` would do): the units' partition
-    (``executor.slurm_partition``) exists, allows ``executor.timeout_min`` and has a node the task
-    fits; the final merge job's (``executor.merge_partition``, judged by sbatch only once the
-    arrays were taken) exists and allows the ``merge_minutes`` that job asks for."""
+    (``executor.slurm_partition``) exists, allows ``executor.timeout_min``, has a node the task
+    fits, the features ``executor.slurm_constraint`` names and a node ``slurm_exclude`` leaves
+    (``node_choice``); the final merge job's (``executor.merge_partition``, judged by sbatch only
+    once the arrays were taken) exists and allows the ``merge_minutes`` that job asks for."""
     units = _shown_partition(settings.slurm_partition, "executor.slurm_partition", "the cluster's default partition")
     limit = _time_limit(units)
     if limit is not None and settings.timeout_min > limit[2]:
@@ -30,6 +32,7 @@ def require_partitions(settings: ExecutorSettings, merge_minutes: int) -> None:
             "executor.slurm_partition (`sinfo -s` lists their limits)"
         )
     require_node_fits(settings.slurm_partition, settings.gpus_per_node, settings.cpus_per_task, settings.mem_gb)
+    require_nodes_left(settings)  # the features slurm_constraint names, the nodes slurm_exclude leaves
     if not settings.merge_job or not settings.merge_partition:
         return  # the merge job runs on the units' partition, for no longer than their time limit
     merge = _shown_partition(settings.merge_partition, "executor.merge_partition", "slurm_partition")

@@ -11,8 +11,8 @@
 - **Never half-undone.** SIGINT, SIGTERM and SIGHUP that arrive between the call of sbatch
   and the moment its jobs are recorded in ``jobs.jsonl`` are held and delivered once the
   jobs are recorded (``held_signals``): an accepted array is always recorded.
-- **Refused in one line.** sbatch's own words and the command (``submission_error``), and
-  none of submitit's temp files left behind (``sbatch_call``).
+- **Refused in one line.** sbatch's own words and the spec field they point at
+  (``submission_error``), and none of submitit's temp files left behind (``sbatch_call``).
 - **Shown, not submitted.** ``render_script`` is the text submitit writes for an array of
   ``n`` tasks, made by submitit itself, without writing a file or calling sbatch.
 """
@@ -23,7 +23,6 @@ import contextlib
 import io
 import logging
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -34,8 +33,10 @@ from typing import Any
 
 import submitit
 
+from orchestrator import PROG
 from orchestrator.control.scheduler import one_line
 from orchestrator.errors import DispatchError
+from orchestrator.spec.executor_section import ExecutorSettings
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +129,11 @@ def _litter(folder: Path) -> set[str]:
 
 
 @contextlib.contextmanager
-def sbatch_call(folder: Path, timeout_s: float) -> Iterator[None]:
+def sbatch_call(folder: Path, timeout_s: float, asked: ExecutorSettings | None = None) -> Iterator[None]:
     """One bounded sbatch call of submitit: a failure becomes a one-line DispatchError with
-    sbatch's own message and command, submitit's copy of sbatch's stderr is swallowed, and
-    the temp files a failed submission leaves in the folder are removed."""
+    sbatch's own message (and, for the units' arrays, ``asked``, the spec field its words point
+    at), submitit's copy of sbatch's stderr is swallowed, and the temp files a failed submission
+    leaves in the folder are removed."""
     before = _litter(folder)
     swallowed = io.StringIO()
     try:
@@ -141,32 +143,54 @@ def sbatch_call(folder: Path, timeout_s: float) -> Iterator[None]:
         for name in _litter(folder) - before:
             with contextlib.suppress(OSError):
                 (folder / name).unlink()
-        raise submission_error(exc, swallowed.getvalue(), timeout_s) from None
+        raise submission_error(exc, swallowed.getvalue(), timeout_s, asked) from None
 
 
-def _shown(cmd: Any) -> str:
-    """The command as a user would type it: without the ``timeout`` wrapper."""
-    parts = [str(c) for c in cmd] if isinstance(cmd, (list, tuple)) else shlex.split(str(cmd))
-    if "sbatch" in parts:
-        parts = parts[parts.index("sbatch") :]
-    return shlex.join(parts)
-
-
-def submission_error(exc: Exception, stderr: str, timeout_s: float) -> DispatchError:
+def submission_error(
+    exc: Exception, stderr: str, timeout_s: float, asked: ExecutorSettings | None = None
+) -> DispatchError:
+    """sbatch's refusal in one line. Its command is not shown: the script it names is a temp file
+    of submitit's, removed with the refusal (`tilesweep submit SPEC --dry-run` shows the script)."""
     cause = exc.__cause__
     if isinstance(cause, subprocess.CalledProcessError):  # submitit's FailedJobError from sbatch
-        cmd = _shown(cause.cmd)
         if cause.returncode in _TIMED_OUT and isinstance(cause.cmd, list) and "timeout" in str(cause.cmd[0]):
             return DispatchError(
                 f"sbatch did not answer within {timeout_s:g} s (the controller is busy, or its job table is full: "
-                f"`scontrol show config | grep MaxJobCount`); gave up (command: {cmd}); check `squeue --me` before "
-                "submitting again, or raise executor.sbatch_timeout_s"
+                "`scontrol show config | grep MaxJobCount`); gave up; check `squeue --me` before submitting again, "
+                "or raise executor.sbatch_timeout_s"
             )
         said = one_line(cause.stderr or str(exc) or stderr) or f"exit {cause.returncode}"
-        return DispatchError(f"sbatch refused the job: {said} (command: {cmd})")
+        if asked is None:
+            return DispatchError(f"sbatch refused the job: {said}")
+        fix = _field_of(said, asked) or (
+            f"the spec's executor section sets its options (`{PROG} submit SPEC --dry-run` shows its sbatch script)"
+        )
+        return DispatchError(f"sbatch refused the job: {said}; {fix}")
     if isinstance(exc, FileNotFoundError):
         return DispatchError(f"cannot run sbatch: {exc.strerror}: {exc.filename!r}; is SLURM installed here?")
     return DispatchError(f"submitting to SLURM failed: {type(exc).__name__}: {one_line(exc) or one_line(stderr)}")
+
+
+def _field_of(said: str, asked: ExecutorSettings) -> str | None:
+    """The spec fields that sbatch's words for a refusal of the units' arrays point at, and what
+    to do (``node_choice`` and ``partitions`` refuse what they can read before sbatch)."""
+    if "Invalid feature specification" in said and asked.slurm_constraint:
+        return (
+            f"executor.slurm_constraint {asked.slurm_constraint!r} names a feature the cluster's nodes lack: name "
+            "features that `sinfo -N -o '%P %N %f'` lists, or leave slurm_constraint out"
+        )
+    if "Requested node configuration is not available" in said:
+        fields = ("gpus_per_node", "cpus_per_task", "mem_gb", "slurm_constraint", "slurm_exclude")
+        given = [f"{f} {v!r}" if isinstance(v, str) else f"{f} {v:g}" for f in fields if (v := getattr(asked, f))]
+        if asked.slurm_additional_parameters:
+            given.append("slurm_additional_parameters")
+        partition = f"partition {asked.slurm_partition!r}" if asked.slurm_partition else "the default partition"
+        return (
+            f"no node of {partition} takes a task as the spec asks ({', '.join(given) or 'its defaults'}): change "
+            "those in its executor section, or name a partition whose nodes meet them in executor.slurm_partition "
+            "(`sinfo -N -o '%P %N %G %c %m %f'` lists them)"
+        )
+    return None
 
 
 def render_script(executor: Any, n_tasks: int) -> str:

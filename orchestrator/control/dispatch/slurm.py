@@ -204,7 +204,7 @@ def submit_units(
         t0 = time.time()
         try:
             with held_signals():
-                with sbatch_call(sd.logs, settings.sbatch_timeout_s):
+                with sbatch_call(sd.logs, settings.sbatch_timeout_s, asked=settings):
                     jobs = ex.map_array(task, *task_args(sd, chunk, prior_starts or {}))
                 entries = _job_entries(
                     sd, chunk, jobs, origin=origin, t0=t0, attempts=attempts or {}, settings=settings
