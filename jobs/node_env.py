@@ -5,10 +5,13 @@ was given, and which SLURM task it is (``jobs.worker`` writes them into each att
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
+from pathlib import Path
 
 from kernels import tokamax_meta
+from orchestrator import PROG, word
 from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.store.lines import DeviceBlock
 
@@ -55,17 +58,50 @@ def check_backend(
         raise WorkerEnvironmentError(f"{tokamax_meta.missing(f'kernel.impl {impl!r} in {spec_file}')} on this node")
     if backend == "gpu" or interpret is True:
         return
-    if interpret is False:
+    given = bool(visible and visible.strip() not in ("", "NoDevFiles", "-1"))
+    if interpret is False:  # auto times interpret mode only where no GPU was given
         raise WorkerEnvironmentError(
-            f"kernel.interpret is false in {spec_file} but jax sees no GPU here (backend {backend}); run on a GPU "
-            "node with the CUDA jaxlib (pip install 'tilesweep[cuda]'), or set kernel.interpret to auto or true"
+            f"kernel.interpret is false in {spec_file} but jax sees no GPU here (backend {backend}); "
+            + _ways_on(spec_file, "true" if given else "auto or true")
         )
-    if visible and visible.strip() not in ("", "NoDevFiles", "-1"):
+    if given:
         raise WorkerEnvironmentError(
-            f"this task was given GPU(s) CUDA_VISIBLE_DEVICES={visible} but jax sees none (backend {backend}); install "
-            "the CUDA jaxlib on the nodes (pip install 'tilesweep[cuda]', or load it in executor.slurm_setup), or set "
-            f"kernel.interpret: true in {spec_file} to time interpret mode on purpose"
+            f"this task was given GPU(s) CUDA_VISIBLE_DEVICES={visible} but jax sees none (backend {backend}); "
+            + _ways_on(spec_file, "true")
         )
+
+
+def _ways_on(sweep_json: os.PathLike[str] | str, interpret: str) -> str:
+    """The two ways on from a sweep whose workers find no GPU, each a command that takes it: the
+    CUDA jaxlib where they run, then ``resume`` (with ``--spec`` on SLURM, whose executor section
+    may load it: not part of the fingerprint); or interpret mode on purpose, which is another
+    sweep (``kernel.interpret`` is part of the fingerprint: ``resume --spec`` refuses it, and the
+    sweep's frozen ``sweep.json`` is not the user's to edit)."""
+    root = Path(sweep_json).parent
+    spec = word(_planned_from(Path(sweep_json)) or "SPEC")
+    if slurm_task() is not None:
+        fix = (
+            "install the CUDA jaxlib on the nodes (pip install 'tilesweep[cuda]', or load it in "
+            f"executor.slurm_setup of {spec}), then `{PROG} resume {word(root)} --spec {spec}`"
+        )
+        again = "submit"
+    else:
+        fix = f"install the CUDA jaxlib here (pip install 'tilesweep[cuda]'), then `{PROG} resume {word(root)}`"
+        again = "run"
+    return (
+        f"{fix}; or, to time interpret mode on purpose, set kernel.interpret to {interpret} in {spec} and "
+        f"`{PROG} {again} {spec}`, another sweep (kernel.interpret is part of its fingerprint)"
+    )
+
+
+def _planned_from(sweep_json: Path) -> str | None:
+    """The spec file a sweep was planned from, as its ``sweep.json`` names it (None where it
+    names none or cannot be read)."""
+    try:
+        source = json.loads(sweep_json.read_text()).get("spec_source")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return source if isinstance(source, str) else None
 
 
 def slurm_task() -> str | None:

@@ -227,7 +227,15 @@ def test_worker_refusal_is_one_line(write_spec: Callable[..., Path], tmp_path: P
         text=True,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cpu"},
     )
-    assert_one_line_error(w, "jax sees none")
+    # the ways on are commands that take them: resume once jax sees the GPU, or interpret mode as
+    # another sweep (kernel.interpret is part of the fingerprint), not an edit of sweep.json
+    line = assert_one_line_error(
+        w,
+        "jax sees none",
+        f"then `tilesweep resume {sweep}`; or, to time interpret mode on purpose, set kernel.interpret to true in "
+        f"{spec} and `tilesweep run {spec}`, another sweep (kernel.interpret is part of its fingerprint)",
+    )
+    assert "sweep.json" not in line, line
     assert not list((sweep / "partials").glob("*.jsonl")) or all(
         not _record_lines(p) for p in (sweep / "partials").glob("*.jsonl")
     )

@@ -273,8 +273,23 @@ def test_a_failed_unit_says_why_in_its_workers_own_words(tmp_path: Path) -> None
     ), r.stderr
     assert f"log: {log}" in r.stderr and log.exists()
     s = cli("status", str(sweep))
-    assert s.returncode == 1 and "kernel.interpret: true" in s.stdout and f"log: {log}" in s.stdout
-    assert "tilesweep resume" in s.stdout
+    assert s.returncode == 1 and f"log: {log}" in s.stdout
+    # the two ways on, each a command that takes it; not an edit of the sweep's frozen sweep.json
+    assert (
+        f"install the CUDA jaxlib on the nodes (pip install 'tilesweep[cuda]', or load it in executor.slurm_setup of "
+        f"{spec}), then `tilesweep resume {sweep} --spec {spec}`; or, to time interpret mode on purpose, set "
+        f"kernel.interpret to true in {spec} and `tilesweep submit {spec}`, another sweep" in s.stdout
+    ), s.stdout
+    assert "sweep.json" not in s.stdout, s.stdout
+    r = cli("resume", str(sweep), "--spec", str(spec))  # with the jaxlib loaded by its executor section
+    assert r.returncode == 0 and "submitted 1 unit" in r.stdout, r.stderr
+    assert cli("cancel", str(sweep)).returncode == 0
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "kernel": {"interpret": True}}))
+    assert_one_line_error(cli("resume", str(sweep), "--spec", str(spec)), "is not the spec of the sweep")
+    other = tmp_path / "interpreted"
+    r = cli("submit", str(spec), "--sweep-dir", str(other))
+    assert r.returncode == 0 and "submitted 1 unit" in r.stdout, r.stderr
+    assert cli("cancel", str(other)).returncode == 0
 
 
 def test_sbatch_starts_in_a_process_group_of_its_own_so_a_ctrl_c_cannot_reach_it(tmp_path: Path) -> None:
