@@ -62,6 +62,7 @@ class ExportSummary:
     replayed: int = 0  # entries whose timings were replayed, not measured
     # problems left out because ``kernels.tuned`` refuses their entry (``refusal``): each one's label and why
     refused: tuple[tuple[str, str], ...] = ()
+    unrecorded: int = 0  # of the skipped problems, those with no record at all (planned, not measured)
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
@@ -118,11 +119,12 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
     """The tuned-table document for ``doc`` and a summary of what went in."""
     chosen: dict[tuple, dict[str, Any]] = {}
     refused: dict[tuple, tuple[str, str]] = {}
-    skipped = 0
+    skipped = unrecorded = 0
     for s in best_table(doc):
         e = _entry(s, keep_slower)
         if e is None:
             skipped += 1
+            unrecorded += s.n_configs == 0 and s.auto_status == "absent"
             continue
         k = tuple(e[f] for f in ("impl", "dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "mode"))
         why = refusal(e)
@@ -146,7 +148,7 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
     }
     tuned = sum(1 for e in entries if e["config"] is not None)
     left_out = tuple(why for k, why in refused.items() if k not in chosen)
-    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out)
+    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out, unrecorded)
 
 
 def refusal(entry: dict[str, Any]) -> str | None:

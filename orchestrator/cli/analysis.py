@@ -1,4 +1,4 @@
-"""The ``report``, ``export`` and ``compare`` subcommands.
+"""The ``report``, ``export`` and ``compare`` subcommands (``export`` lives in ``cli.export``).
 
 ``register(subparsers)`` adds them to the main parser (``orchestrator.cli.main`` calls it). Each
 handler takes the parsed ``argparse.Namespace``, prints its result on stdout (side notes such
@@ -15,15 +15,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.cli import export
 from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, counted, non_negative_int
 from orchestrator.cli.finish import print_reused
-from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable
+from orchestrator.cli.outputs import check_output, refuse_unwritable
 from orchestrator.errors import TilesweepError
-from orchestrator.store.files import same_file
 from orchestrator.store.page_file import is_page
 
 if TYPE_CHECKING:
-    from orchestrator.analysis.export import ExportSummary
     from orchestrator.store.document import ResultsDoc
 
 # --plots draws this many problems unless told otherwise: about 25 s of matplotlib
@@ -33,7 +32,7 @@ DEFAULT_MAX_PLOTS = 64
 def register(subparsers: Subparsers) -> None:
     """Add ``report``, ``export`` and ``compare`` to an ``add_subparsers()`` object."""
     _add_report(subparsers)
-    _add_export(subparsers)
+    export.register(subparsers)
     _add_compare(subparsers)
 
 
@@ -68,51 +67,6 @@ def _add_report(subparsers: Subparsers) -> None:
         help=f"--plots draws the first N problems only (default {DEFAULT_MAX_PLOTS}; 0: all, about 0.4 s each)",
     )
     p.set_defaults(func=cmd_report)
-
-
-def _add_export(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser(
-        "export",
-        help="write the tuned table that kernels.tuned loads, or tokamax's autotuning tables",
-        description="Write the best config per problem as a versioned tuned table "
-        "(format tilesweep-tuned) for kernels.tuned.TunedTable. A problem where auto was "
-        "faster than every forced config gets config null (use auto). --format tokamax writes "
-        "the records of tokamax's kernels as tokamax's own autotuning tables instead: "
-        "DIR/<device dir>/<op>.json, one folder per device kind, every measured config with its "
-        "raw samples (tokamax then runs the fastest).",
-    )
-    p.add_argument(
-        "results",
-        nargs="+",
-        help="results documents (JSON); of several, per record identity the "
-        "newest record of the chosen device kind is kept",
-    )
-    p.add_argument("--device", metavar="KIND", help="device kind to export (default: the first document's)")
-    p.add_argument(
-        "--out",
-        required=True,
-        metavar="FILE",
-        help=f"tuned table to write (atomically, {MAKES_FOLDERS}; -: stdout); an existing file of another kind is "
-        "refused; with --format tokamax: DIR",
-    )
-    p.add_argument(
-        "--format",
-        choices=("tilesweep", "tokamax"),
-        default="tilesweep",
-        help="tilesweep: the tuned table (default); tokamax: tokamax's autotuning tables (needs tilesweep[tokamax])",
-    )
-    p.add_argument(
-        "--keep-slower",
-        action="store_true",
-        help="export the best forced config even where auto was faster (--format tokamax: the problem's keys)",
-    )
-    p.add_argument(
-        "--include-replays",
-        action="store_true",
-        help="also take replayed records (a replay's, on a virtual clock) where no measured record "
-        "has their identity; their entries say replayed (default: left out)",
-    )
-    p.set_defaults(func=cmd_export)
 
 
 def _add_compare(subparsers: Subparsers) -> None:
@@ -216,121 +170,6 @@ def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: b
             f"{page}",
             file=sys.stderr,
         )
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from orchestrator.analysis import export
-    from orchestrator.store import document as results_doc
-    from orchestrator.store.replayed import count_replayed
-
-    target = _export_target(args)
-    docs = [results_doc.load(path) for path in args.results]
-    if args.format == "tokamax":
-        return _export_tokamax(args, docs)
-    doc = docs[0]
-    if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
-        doc = _combined(docs, args)
-    table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
-    if not summary.entries:  # an earlier table is not replaced by an empty one
-        docs_named = ", ".join(args.results)
-        if summary.refused:
-            raise TilesweepError(f"nothing to export from {docs_named}: {_refused(summary)}; nothing written")
-        none = "the problem" if summary.skipped == 1 else f"none of the {summary.skipped} problems"
-        raise TilesweepError(f"nothing to export: {none} in {docs_named} has a timed record; nothing written")
-    if summary.refused:
-        print(f"{PROG}: note: {_refused(summary)}", file=sys.stderr)
-    if args.out == "-":  # the table on stdout, what was written on stderr
-        print(json.dumps(table, indent=1))
-        sys.stdout.flush()
-        if getattr(sys.stdout, "closed_at_start", False):  # `>&-`: the table, the command's product, went nowhere
-            raise TilesweepError("cannot write the table to standard output: it is closed; write it to --out FILE")
-        if getattr(sys.stdout, "reader_gone", False):  # `| head`: not all of it was read
-            print(f"{PROG}: the table was cut short: its reader closed standard output", file=sys.stderr)
-            return 0
-    else:
-        try:
-            export.write_atomic(target, table)
-        except OSError as exc:
-            raise TilesweepError(f"{args.out}: cannot write the tuned table ({exc.strerror or exc})") from None
-    replayed = f", {summary.replayed} of them replayed, not measured" if summary.replayed else ""
-    skipped = f", {counted(summary.skipped, 'problem')} with no timing skipped" if summary.skipped else ""
-    entries = f"{summary.entries} entr{'y' if summary.entries == 1 else 'ies'}"
-    print(
-        f"wrote {'the table to stdout' if args.out == '-' else args.out}: {entries} "
-        f"({summary.tuned} tuned, {summary.use_auto} use auto{replayed}){skipped}",
-        file=sys.stderr if args.out == "-" else sys.stdout,
-    )
-    return 0
-
-
-def _refused(summary: ExportSummary) -> str:
-    """The problems export left out because kernels.tuned refuses their best config, in one line."""
-    (label, why), more = summary.refused[0], len(summary.refused) - 1
-    also = f" (and {counted(more, 'other problem')})" if more else ""
-    return f"left out {label}{also}: its best config is one kernels.tuned refuses: {why}"
-
-
-def _export_target(args: argparse.Namespace) -> str:
-    """Where ``export`` writes (``-``: standard output), each input given once and the options
-    of its format checked, before anything is read."""
-    for k, path in enumerate(args.results):
-        if any(same_file(Path(path), Path(p)) for p in args.results[:k]):
-            raise TilesweepError(f"{path} is given twice; give each results document once")
-    if args.format == "tokamax":
-        if not args.out.strip():
-            raise TilesweepError(f"--out {args.out!r} names no folder; name the folder tokamax's tables go to")
-        out = Path(args.out)
-        if args.out == "-" or (out.exists() and not out.is_dir()):
-            raise TilesweepError(
-                f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
-                f"{'standard output' if args.out == '-' else 'a file' if out.is_file() else 'not a folder'}"
-            )
-        where = out / "device" / "table.json"  # a table's place: said before anything is read or printed
-        refuse_unwritable(
-            "--out", args.out, where, instead="name a folder for the tables", another="name another folder"
-        )
-        return str(args.out)
-    if args.out == "-":
-        return "-"
-    return check_output(args.out, args.results, writes="tuned table", flag="--out", of_kind=is_tuned_table)
-
-
-def _export_tokamax(args: argparse.Namespace, docs: list[ResultsDoc]) -> int:
-    """``export --format tokamax``: replayed records refused unless asked for, then the tables."""
-    from orchestrator.cli.tokamax import export_tokamax
-    from orchestrator.store.replayed import count_replayed
-
-    replays = {path: n for path, d in zip(args.results, docs, strict=True) if (n := count_replayed(d))}
-    if replays and not args.include_replays:
-        which = ", ".join(f"{path} ({n})" for path, n in replays.items())
-        raise TilesweepError(
-            f"replayed records (times drawn on a virtual clock, not measured) in {which}: tokamax would take "
-            "them for measurements; export measured documents, or pass --include-replays to export them anyway"
-        )
-    return export_tokamax(docs, args.out, args.device, keep_slower=args.keep_slower)
-
-
-def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:
-    """The documents as one (``analysis.combine``), with the line that says what was dropped; a
-    refusal where nothing is left to export."""
-    from kernels.spelling import as_json
-    from orchestrator.analysis.combine import combine, describe, kinds
-
-    doc, combined = combine(docs, args.device, include_replays=args.include_replays)
-    if not combined.kept and combined.replayed_left:
-        raise TilesweepError(
-            f"every record of device {as_json(combined.device_kind)} in {', '.join(args.results)} is replayed "
-            "(a replay's times, drawn on a virtual clock, not measured); export measured documents, or pass "
-            "--include-replays to export the replayed ones anyway (their entries then say replayed)"
-        )
-    if not combined.kept:
-        held = ", ".join(map(as_json, kinds(docs))) or "none named"
-        raise TilesweepError(
-            f"no record of device {as_json(combined.device_kind)} in {', '.join(args.results)}; they hold {held}: "
-            "pass --device with one of those"
-        )
-    print(describe(combined, len(docs)), file=sys.stderr if args.out == "-" else sys.stdout)  # stdout: the table
-    return doc
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -1,0 +1,225 @@
+"""``tilesweep export DOC... --out FILE``: the tuned table ``kernels.tuned`` loads
+(``orchestrator.analysis.export`` makes it), or, with ``--format tokamax``, tokamax's own tables
+(``cli.tokamax``).
+
+Where there is nothing to export, one line says why, true of each case: no record at all, records
+none of which is timed, or best configs ``kernels.tuned`` refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, counted
+from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable
+from orchestrator.errors import TilesweepError
+from orchestrator.store.files import same_file
+
+if TYPE_CHECKING:
+    from orchestrator.analysis.export import ExportSummary
+    from orchestrator.store.document import ResultsDoc
+
+
+def register(subparsers: Subparsers) -> None:
+    """Add ``export`` to an ``add_subparsers()`` object."""
+    p = subparsers.add_parser(
+        "export",
+        help="write the tuned table that kernels.tuned loads, or tokamax's autotuning tables",
+        description="Write the best config per problem as a versioned tuned table "
+        "(format tilesweep-tuned) for kernels.tuned.TunedTable. A problem where auto was "
+        "faster than every forced config gets config null (use auto). --format tokamax writes "
+        "the records of tokamax's kernels as tokamax's own autotuning tables instead: "
+        "DIR/<device dir>/<op>.json, one folder per device kind, every measured config with its "
+        "raw samples (tokamax then runs the fastest).",
+    )
+    p.add_argument(
+        "results",
+        nargs="+",
+        help="results documents (JSON); of several, per record identity the "
+        "newest record of the chosen device kind is kept",
+    )
+    p.add_argument("--device", metavar="KIND", help="device kind to export (default: the first document's)")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help=f"tuned table to write (atomically, {MAKES_FOLDERS}; -: stdout); an existing file of another kind is "
+        "refused; with --format tokamax: DIR",
+    )
+    p.add_argument(
+        "--format",
+        choices=("tilesweep", "tokamax"),
+        default="tilesweep",
+        help="tilesweep: the tuned table (default); tokamax: tokamax's autotuning tables (needs tilesweep[tokamax])",
+    )
+    p.add_argument(
+        "--keep-slower",
+        action="store_true",
+        help="export the best forced config even where auto was faster (--format tokamax: the problem's keys)",
+    )
+    p.add_argument(
+        "--include-replays",
+        action="store_true",
+        help="also take replayed records (a replay's, on a virtual clock) where no measured record "
+        "has their identity; their entries say replayed (default: left out)",
+    )
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from orchestrator.analysis import export
+    from orchestrator.store import document as results_doc
+    from orchestrator.store.replayed import count_replayed
+
+    target = _export_target(args)
+    docs = [results_doc.load(path) for path in args.results]
+    if args.format == "tokamax":
+        return _export_tokamax(args, docs)
+    doc = docs[0]
+    if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
+        doc = _combined(docs, args)
+    table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
+    if not summary.entries:  # an earlier table is not replaced by an empty one
+        raise TilesweepError(_nothing_to_export(summary, doc, ", ".join(args.results)))
+    if summary.refused:
+        print(f"{PROG}: note: {_refused(summary)}", file=sys.stderr)
+    if args.out == "-":  # the table on stdout, what was written on stderr
+        if not _table_to_stdout(table):
+            return 0
+        done = ""
+    else:
+        done = _write_table(target, args.out, table)
+    replayed = f", {summary.replayed} of them replayed, not measured" if summary.replayed else ""
+    skipped = f", {counted(summary.skipped, 'problem')} with no timing skipped" if summary.skipped else ""
+    print(
+        f"wrote {'the table to stdout' if args.out == '-' else args.out}: {_entries(summary.entries)} "
+        f"({summary.tuned} tuned, {summary.use_auto} use auto{replayed}){skipped}{done}",
+        file=sys.stderr if args.out == "-" else sys.stdout,
+    )
+    return 0
+
+
+def _refused(summary: ExportSummary) -> str:
+    """The problems export left out because kernels.tuned refuses their best config, in one line."""
+    (label, why), more = summary.refused[0], len(summary.refused) - 1
+    also = f" (and {counted(more, 'other problem')})" if more else ""
+    return f"left out {label}{also}: its best config is one kernels.tuned refuses: {why}"
+
+
+def _export_target(args: argparse.Namespace) -> str:
+    """Where ``export`` writes (``-``: standard output), each input given once and the options
+    of its format checked, before anything is read."""
+    for k, path in enumerate(args.results):
+        if any(same_file(Path(path), Path(p)) for p in args.results[:k]):
+            raise TilesweepError(f"{path} is given twice; give each results document once")
+    if args.format == "tokamax":
+        if not args.out.strip():
+            raise TilesweepError(f"--out {args.out!r} names no folder; name the folder tokamax's tables go to")
+        out = Path(args.out)
+        if args.out == "-" or (out.exists() and not out.is_dir()):
+            raise TilesweepError(
+                f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
+                f"{'standard output' if args.out == '-' else 'a file' if out.is_file() else 'not a folder'}"
+            )
+        where = out / "device" / "table.json"  # a table's place: said before anything is read or printed
+        refuse_unwritable(
+            "--out", args.out, where, instead="name a folder for the tables", another="name another folder"
+        )
+        return str(args.out)
+    if args.out == "-":
+        return "-"
+    return check_output(args.out, args.results, writes="tuned table", flag="--out", of_kind=is_tuned_table)
+
+
+def _export_tokamax(args: argparse.Namespace, docs: list[ResultsDoc]) -> int:
+    """``export --format tokamax``: replayed records refused unless asked for, then the tables."""
+    from orchestrator.cli.tokamax import export_tokamax
+    from orchestrator.store.replayed import count_replayed
+
+    replays = {path: n for path, d in zip(args.results, docs, strict=True) if (n := count_replayed(d))}
+    if replays and not args.include_replays:
+        which = ", ".join(f"{path} ({n})" for path, n in replays.items())
+        raise TilesweepError(
+            f"replayed records (times drawn on a virtual clock, not measured) in {which}: tokamax would take "
+            "them for measurements; export measured documents, or pass --include-replays to export them anyway"
+        )
+    return export_tokamax(docs, args.out, args.device, keep_slower=args.keep_slower)
+
+
+def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:
+    """The documents as one (``analysis.combine``), with the line that says what was dropped; a
+    refusal where nothing is left to export."""
+    from kernels.spelling import as_json
+    from orchestrator.analysis.combine import combine, describe, kinds
+
+    doc, combined = combine(docs, args.device, include_replays=args.include_replays)
+    if not combined.kept and combined.replayed_left:
+        raise TilesweepError(
+            f"every record of device {as_json(combined.device_kind)} in {', '.join(args.results)} is replayed "
+            "(a replay's times, drawn on a virtual clock, not measured); export measured documents, or pass "
+            "--include-replays to export the replayed ones anyway (their entries then say replayed)"
+        )
+    if not combined.kept:
+        held = ", ".join(map(as_json, kinds(docs))) or "none named"
+        raise TilesweepError(
+            f"no record of device {as_json(combined.device_kind)} in {', '.join(args.results)}; they hold {held}: "
+            "pass --device with one of those"
+        )
+    print(describe(combined, len(docs)), file=sys.stderr if args.out == "-" else sys.stdout)  # stdout: the table
+    return doc
+
+
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def _nothing_to_export(summary: ExportSummary, doc: ResultsDoc, docs: str) -> str:
+    """Why an export has no entry to write, true of each case: its best configs refused, no
+    record at all, or records of which none holds a timing."""
+    n, unrecorded = summary.skipped, summary.unrecorded
+    if summary.refused:
+        untimed = f"; {counted(n, 'other problem')} with no timed record" if n else ""
+        return f"nothing to export from {docs}: {_refused(summary)}{untimed}; nothing written"
+    if not doc.results:
+        planned = "its one planned problem was not measured"
+        if n > 1:
+            planned = f"none of its {n} planned problems was measured"
+        return f"nothing to export: {docs} holds no record{': ' + planned if n else ''}; nothing written"
+    if n == 1:
+        what = f"the one problem in {docs} has records, none of them timed"
+    elif not unrecorded:
+        what = f"each of the {n} problems in {docs} has records, none of them timed"
+    else:
+        recorded = n - unrecorded
+        what = (
+            f"none of the {n} problems in {docs} has a timed record ({recorded} with records, none of them timed; "
+            f"{unrecorded} with none)"
+        )
+    return f"nothing to export: {what}; nothing written"
+
+
+def _table_to_stdout(table: dict[str, object]) -> bool:
+    """``--out -``: the table on standard output; whether all of it was read."""
+    print(json.dumps(table, indent=1))
+    sys.stdout.flush()
+    if getattr(sys.stdout, "closed_at_start", False):  # `>&-`: the table, the command's product, went nowhere
+        raise TilesweepError("cannot write the table to standard output: it is closed; write it to --out FILE")
+    if getattr(sys.stdout, "reader_gone", False):  # `| head`: not all of it was read
+        print(f"{PROG}: the table was cut short: its reader closed standard output", file=sys.stderr)
+        return False
+    return True
+
+
+def _write_table(target: str, out: str, table: dict[str, object]) -> str:
+    """Write the table; what became of the file there, as the line ends."""
+    from orchestrator.analysis import export
+
+    try:
+        export.write_atomic(target, table)
+    except OSError as exc:
+        raise TilesweepError(f"{out}: cannot write the tuned table ({exc.strerror or exc})") from None
+    return ""
