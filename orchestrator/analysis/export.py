@@ -183,6 +183,41 @@ def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return t(a) < t(b)
 
 
+@dataclass(frozen=True)
+class Replaced:
+    """What a tuned table written over an earlier one did to the earlier one's entries."""
+
+    again: int = 0  # entries of problems the new table holds too: replaced by the new table's
+    dropped: int = 0  # entries of problems the new table does not hold (or that no loader reads): gone
+
+
+def replaced(before: bytes, table: dict[str, Any]) -> Replaced:
+    """What writing ``table`` over the tuned table ``before`` does to its entries. A problem is an
+    entry's identity as ``kernels.tuned`` reads it (its kernel, dtype, shape, causal and mode; a
+    version 1 table's defaults filled in); an entry the loader refuses counts as dropped."""
+    try:
+        old = json.loads(before)
+    except (ValueError, UnicodeDecodeError):
+        return Replaced()
+    entries = old.get("entries") if isinstance(old, dict) else None
+    if not isinstance(entries, list):
+        return Replaced()
+    version = old.get("version", VERSION)
+    fresh = {_problem(e, VERSION) for e in table["entries"]}
+    kept = [_problem(e, version if isinstance(version, int) else VERSION) for e in entries]
+    again = sum(1 for k in kept if k is not None and k in fresh)
+    return Replaced(again=again, dropped=len(kept) - again)
+
+
+def _problem(raw: Any, version: int) -> tuple[Any, ...] | None:
+    """A tuned-table entry's problem, as ``kernels.tuned`` reads it (None: it refuses the entry)."""
+    try:
+        e = read_entry(raw, 0, "", version)
+    except TunedTableError:
+        return None
+    return (e.impl, e.dtype, e.head_dim, e.seq, e.batch, e.heads, e.causal, e.kv_heads, e.mode)
+
+
 def write_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     """Write JSON next to ``path`` and ``os.replace`` it in: a reader never sees half a file (and
     the temp file of a writer killed before, here, goes)."""

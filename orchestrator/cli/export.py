@@ -2,8 +2,11 @@
 (``orchestrator.analysis.export`` makes it), or, with ``--format tokamax``, tokamax's own tables
 (``cli.tokamax``).
 
-Where there is nothing to export, one line says why, true of each case: no record at all, records
-none of which is timed, or best configs ``kernels.tuned`` refuses.
+A tuned table written over an earlier one replaces it whole (one table is one export: its device
+block and its winners are its own); the line that says what was written says what became of the
+table there, and where that drops entries of problems the export does not hold, the table before
+is kept beside it as ``<out>.prev`` (one generation: a ``.prev`` there already is refused in one
+line before anything is written, as ``export --format tokamax`` does).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from orchestrator.errors import TilesweepError
 from orchestrator.store.files import same_file
 
 if TYPE_CHECKING:
-    from orchestrator.analysis.export import ExportSummary
+    from orchestrator.analysis.export import ExportSummary, Replaced
     from orchestrator.store.document import ResultsDoc
 
 
@@ -48,7 +51,7 @@ def register(subparsers: Subparsers) -> None:
         required=True,
         metavar="FILE",
         help=f"tuned table to write (atomically, {MAKES_FOLDERS}; -: stdout); an existing file of another kind is "
-        "refused; with --format tokamax: DIR",
+        "refused; an earlier table it drops entries of is kept as FILE.prev; with --format tokamax: DIR",
     )
     p.add_argument(
         "--format",
@@ -85,14 +88,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
     if not summary.entries:  # an earlier table is not replaced by an empty one
         raise TilesweepError(_nothing_to_export(summary, doc, ", ".join(args.results)))
+    over = None if args.out == "-" else _over(target, args.out, table)  # a refusal comes before any note
     if summary.refused:
         print(f"{PROG}: note: {_refused(summary)}", file=sys.stderr)
-    if args.out == "-":  # the table on stdout, what was written on stderr
+    if over is None:  # the table on stdout, what was written on stderr
         if not _table_to_stdout(table):
             return 0
         done = ""
     else:
-        done = _write_table(target, args.out, table)
+        done = _write_table(target, args.out, table, over)
     replayed = f", {summary.replayed} of them replayed, not measured" if summary.replayed else ""
     skipped = f", {counted(summary.skipped, 'problem')} with no timing skipped" if summary.skipped else ""
     print(
@@ -214,12 +218,49 @@ def _table_to_stdout(table: dict[str, object]) -> bool:
     return True
 
 
-def _write_table(target: str, out: str, table: dict[str, object]) -> str:
-    """Write the table; what became of the file there, as the line ends."""
+def _over(target: str, out: str, table: dict[str, object]) -> tuple[bytes | None, Replaced | None]:
+    """The tuned table there (None: none) and what writing ``table`` over it does to its entries;
+    refused in one line, before anything is written, where it drops entries and a ``.prev``
+    keeps an earlier table already."""
     from orchestrator.analysis import export
+    from orchestrator.store.target import prev_path
 
+    path = Path(target)
+    if not path.is_file():
+        return None, None
+    before = path.read_bytes()
+    done = export.replaced(before, table)
+    prev = prev_path(path)
+    if done.dropped and prev.exists():
+        raise TilesweepError(
+            f"{out}: this export drops {_entries(done.dropped)} of the tuned table there (problems it does not hold), "
+            f"and {prev.name} there already keeps an earlier table: nothing written; move {prev} away and export again"
+        )
+    return before, done
+
+
+def _write_table(target: str, out: str, table: dict[str, object], over: tuple[bytes | None, Replaced | None]) -> str:
+    """Write the table over the one there (``_over``), kept as ``.prev`` where entries are
+    dropped; what became of it, as the line that says what was written ends."""
+    from orchestrator.analysis import export
+    from orchestrator.store.files import atomic_open
+    from orchestrator.store.target import prev_path
+
+    (before, done), prev = over, prev_path(Path(target))
     try:
+        if done is not None and done.dropped and before is not None:
+            with atomic_open(prev, "wb") as fh:
+                fh.write(before)
         export.write_atomic(target, table)
     except OSError as exc:
         raise TilesweepError(f"{out}: cannot write the tuned table ({exc.strerror or exc})") from None
-    return ""
+    return "" if done is None else _said(done, prev.name)
+
+
+def _said(done: Replaced, prev: str) -> str:
+    """What became of the table there: its entries measured again, those dropped (kept in ``prev``)."""
+    out = f"; replaced the table there ({_entries(done.again)} of its problems measured again"
+    if done.dropped:
+        gone = f"{_entries(done.dropped)} of problems this export does not hold dropped"
+        out += f", {gone}; the table before is kept as {prev}"
+    return out + ")"
