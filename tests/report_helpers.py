@@ -12,6 +12,24 @@ import pytest
 
 from orchestrator.cli import analysis as cli_report
 from orchestrator.store import document as results_doc
+from tests.helpers import run_cli
+
+# a spec of one float32 shape with one config per mode: ``merged_from_nothing`` plans it
+SMALL_SPEC = {
+    "dtypes": ["float32"],
+    "head_dims": [64],
+    "seq_lens": [256],
+    "batch": 1,
+    "heads": 2,
+    "fwd_block_q": [64],
+    "fwd_block_k": [64],
+    "fwd_stages": [2],
+    "fwd_warps": [4],
+    "bwd_outer": [64],
+    "bwd_inner": [32],
+    "bwd_stages": [2],
+    "bwd_warps": [4],
+}
 
 
 def rec(
@@ -73,6 +91,17 @@ def write(tmp_path: Path, doc: Any, name: str = "results.json") -> Path:
     p = tmp_path / name
     p.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
     return p
+
+
+def merged_from_nothing(tmp_path: Path, modes: list[str]) -> Path:
+    """The document `merge` writes of a sweep of ``SMALL_SPEC`` in ``modes``, planned and never run."""
+    spec = write(tmp_path, {**SMALL_SPEC, "modes": modes}, "spec.json")
+    sweep, doc = tmp_path / "sweep", tmp_path / "empty.json"
+    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
+    assert planned.returncode == 0, planned.stderr
+    merged = run_cli("merge", str(sweep), "--output", str(doc))
+    assert merged.returncode == 0 and "merged 0 records" in merged.stdout, merged.stdout + merged.stderr
+    return doc
 
 
 def load_obj(doc: dict[str, Any]) -> results_doc.ResultsDoc:

@@ -11,7 +11,8 @@ import pytest
 
 from orchestrator.analysis import compare
 from orchestrator.store import document as results_doc
-from tests.report_helpers import make_doc, rec, run_handler, write
+from tests.helpers import run_cli
+from tests.report_helpers import make_doc, merged_from_nothing, rec, run_handler, write
 
 
 def docs() -> tuple[results_doc.ResultsDoc, results_doc.ResultsDoc]:
@@ -143,3 +144,49 @@ def test_two_kernels_measured_apart_are_named_and_never_the_same_config() -> Non
     assert not row.same_config and row.note == "A tilesweep, B jax"
     (said,) = compare.caveats([row], a, b)
     assert said.startswith("A and B measured A tilesweep, B jax (kernel implementations)")
+
+
+def test_one_file_given_as_a_and_b_is_noted_as_compared_with_itself(tmp_path: Path) -> None:
+    doc = write(tmp_path, make_doc([rec(ms=1.0), rec(auto=True, ms=2.0)]), "a.json")
+    link = tmp_path / "link.json"
+    link.symlink_to(doc)
+    for b, names in ((doc, f"{doc}"), (link, f"{doc} and {link}")):
+        r = run_cli("compare", str(doc), str(b))
+        assert r.returncode == 0, r.stderr
+        (note,) = r.stderr.splitlines()
+        assert note == (
+            f"tilesweep: note: A and B are one file ({names}): it is compared with itself, so B/A is 1 wherever it "
+            "has a timing; name two results documents to compare"
+        )
+        assert "1.000" in r.stdout
+
+
+def test_two_files_are_not_noted_as_one(tmp_path: Path) -> None:
+    a = write(tmp_path, make_doc([rec(ms=1.0)]), "a.json")
+    b = write(tmp_path, make_doc([rec(ms=1.0)]), "b.json")
+    r = run_cli("compare", str(a), str(b))
+    assert r.returncode == 0 and "one file" not in r.stderr, r.stderr
+
+
+def test_a_document_merged_from_nothing_is_named_as_holding_no_record(tmp_path: Path) -> None:
+    empty = merged_from_nothing(tmp_path, ["fwd"])
+    other = write(tmp_path, make_doc([rec(ms=1.0)]), "other.json")
+    r = run_cli("compare", str(empty), str(other))
+    assert r.returncode == 0, r.stderr
+    a, b = r.stdout.splitlines()[:2]
+    assert a == f"A: {empty} (no record: measured on no device)" and "?" not in a
+    assert b == f"B: {other} (NVIDIA H100, jax 0.11.2)"
+
+
+@pytest.mark.parametrize(
+    "device, said",
+    [
+        ({}, "its device block names no device kind and no jax version"),
+        ({"device_kind": "NVIDIA H100"}, "NVIDIA H100, no jax version named"),
+        ({"jax": "0.11.2"}, "no device kind named, jax 0.11.2"),
+    ],
+)
+def test_what_a_device_block_does_not_name_is_said_so(device: dict[str, str], said: str) -> None:
+    a = results_doc.from_obj(make_doc([rec(ms=1.0)], device=device), name="a.json")
+    lines = compare.format_compare(compare.compare(a, a), doc_a=a, doc_b=a).splitlines()
+    assert lines[0] == f"A: a.json ({said})"

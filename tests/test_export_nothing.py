@@ -9,34 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import assert_one_line_error, run_cli
-from tests.report_helpers import make_doc, rec, write
-
-SPEC = {
-    "dtypes": ["float32"],
-    "head_dims": [64],
-    "seq_lens": [256],
-    "batch": 1,
-    "heads": 2,
-    "fwd_block_q": [64],
-    "fwd_block_k": [64],
-    "fwd_stages": [2],
-    "fwd_warps": [4],
-    "bwd_outer": [64],
-    "bwd_inner": [32],
-    "bwd_stages": [2],
-    "bwd_warps": [4],
-}
-
-
-def _merged_from_nothing(tmp_path: Path, modes: list[str]) -> Path:
-    """The document `merge` writes of a sweep planned with ``modes`` and never run."""
-    spec = write(tmp_path, {**SPEC, "modes": modes}, "spec.json")
-    sweep, doc = tmp_path / "sweep", tmp_path / "empty.json"
-    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
-    assert planned.returncode == 0, planned.stderr
-    merged = run_cli("merge", str(sweep), "--output", str(doc))
-    assert merged.returncode == 0 and "merged 0 records" in merged.stdout, merged.stdout + merged.stderr
-    return doc
+from tests.report_helpers import make_doc, merged_from_nothing, rec, write
 
 
 def _export_refused(doc: Path, *needles: str) -> str:
@@ -49,13 +22,13 @@ def _export_refused(doc: Path, *needles: str) -> str:
 def test_a_document_merged_from_a_sweep_of_one_problem_that_never_ran_says_it_holds_no_record(
     tmp_path: Path,
 ) -> None:
-    doc = _merged_from_nothing(tmp_path, ["fwd"])
+    doc = merged_from_nothing(tmp_path, ["fwd"])
     said = _export_refused(doc, f"{doc} holds no record: its one planned problem was not measured")
     assert "has a timed record" not in said
 
 
 def test_a_document_merged_from_a_sweep_of_several_problems_that_never_ran_counts_them(tmp_path: Path) -> None:
-    doc = _merged_from_nothing(tmp_path, ["fwd", "fwd_bwd"])
+    doc = merged_from_nothing(tmp_path, ["fwd", "fwd_bwd"])
     _export_refused(doc, f"{doc} holds no record: none of its 2 planned problems was measured")
 
 
@@ -80,7 +53,7 @@ def test_several_problems_whose_every_record_failed_say_each_has_records_none_ti
 
 
 def test_planned_problems_some_failed_some_never_measured_are_counted_apart(tmp_path: Path) -> None:
-    doc = _merged_from_nothing(tmp_path, ["fwd", "fwd_bwd"])
+    doc = merged_from_nothing(tmp_path, ["fwd", "fwd_bwd"])
     data = json.loads(doc.read_text())
     failed = rec(auto=True, ms=None, dtype="float32", seq=256, batch=1, heads=2, tag=data["config"]["tag"])
     doc.write_text(json.dumps({**data, "results": [failed]}))

@@ -17,6 +17,7 @@ source compares two draws of one measurement, not two runs.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -144,8 +145,15 @@ def compare(doc_a: ResultsDoc, doc_b: ResultsDoc) -> list[ProblemComparison]:
 
 
 def caveats(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc) -> list[str]:
-    """What makes B/A mean less than it seems: no problem in common, or two device kinds."""
+    """What makes B/A mean less than it seems: one file given as both, no problem in common, or
+    two device kinds."""
     out = []
+    if _one_file(doc_a, doc_b):
+        names = doc_a.name if doc_a.name == doc_b.name else f"{doc_a.name} and {doc_b.name}"
+        out.append(
+            f"A and B are one file ({names}): it is compared with itself, so B/A is 1 wherever it has a timing; "
+            "name two results documents to compare"
+        )
     if rows and not any(r.presence == "both" for r in rows):
         out.append(f"A and B have no problem in common ({_apart(rows)}): no B/A to give")
     elif rows and not any(r.ratio is not None for r in rows):
@@ -162,6 +170,16 @@ def caveats(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc)
     if kind_a and kind_b and kind_a != kind_b:
         out.append(f"A was measured on {kind_a}, B on {kind_b}: B/A compares the devices as much as the configs")
     return out
+
+
+def _one_file(doc_a: ResultsDoc, doc_b: ResultsDoc) -> bool:
+    """Whether A and B were read from one file (named twice, or by two names: a link)."""
+    if doc_a.path is None or doc_b.path is None:
+        return False
+    try:
+        return os.path.samefile(doc_a.path, doc_b.path)
+    except OSError:  # a document gone since it was read: no longer the other one's file
+        return False
 
 
 def _apart(rows: list[ProblemComparison]) -> str:
@@ -181,9 +199,17 @@ def _apart(rows: list[ProblemComparison]) -> str:
 
 
 def _doc_label(doc: ResultsDoc) -> str:
-    d = doc.device
+    """The document's name and what its device block says it was measured on (and with which jax);
+    what the block does not name is said so, not shown as ``?``."""
+    kind, jax = doc.device.get("device_kind"), doc.device.get("jax")
+    if kind or jax:
+        on = f"{kind or 'no device kind named'}, {f'jax {jax}' if jax else 'no jax version named'}"
+    elif doc.results:
+        on = "its device block names no device kind and no jax version"
+    else:
+        on = "no record: measured on no device"
     replayed = describe(doc)
-    return f"{doc.name} ({d.get('device_kind', '?')}, jax {d.get('jax', '?')}" + (f"; {replayed})" if replayed else ")")
+    return f"{doc.name} ({on}" + (f"; {replayed})" if replayed else ")")
 
 
 def format_compare(
