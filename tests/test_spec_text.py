@@ -4,6 +4,8 @@ encoding tilesweep does not read (UTF-16, UTF-32) are named as what they are, wi
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,28 @@ def test_a_utf16_toml_spec_is_named_too(tmp_path: Path) -> None:
     path = tmp_path / "spec.toml"
     path.write_text('batch = 1\ndtypes = ["float32"]\n', encoding="utf-16")
     assert_one_line_error(run_cli("spec", str(path)), f"spec file {path} is UTF-16 text", "save it as UTF-8")
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["spec", "-"], ["spec file -: tilesweep reads no spec from standard input", "pass its path"]),
+        (["plan", "-", "--dry-run"], ["spec file -: tilesweep reads no spec from standard input"]),
+        (["report", "-"], ["-: tilesweep reads no results document from standard input", "pass its path"]),
+        (["compare", "-", "-"], ["-: tilesweep reads no results document from standard input"]),
+    ],
+    ids=["spec", "plan", "report", "compare"],
+)
+def test_a_dash_for_standard_input_is_said_to_be_not_read(tmp_path: Path, args: list[str], needles: list[str]) -> None:
+    spec = json.dumps({"dtypes": ["float32"], "head_dims": [64], "seq_lens": [256], "modes": ["fwd"]})
+    r = subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], input=spec, capture_output=True, text=True, cwd=tmp_path
+    )
+    said = assert_one_line_error(r, *needles)
+    assert "does not exist" not in said and "no such file" not in said
+
+
+def test_a_file_named_dash_is_read_as_a_spec(tmp_path: Path) -> None:
+    (tmp_path / "-").write_text(json.dumps({"batch": 1}))
+    r = run_cli("spec", "-", cwd=tmp_path)
+    assert r.returncode == 0 and json.loads(r.stdout)["batch"] == 1, r.stderr

@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 VERBOSE_HELP = "more logging (-vv for debug)"
 # what a command's own --help says of a positional argument its family left undescribed
 _POSITIONAL_HELP = {
-    "spec": "the spec file (JSON or TOML; a results document stands for the spec of the sweep that wrote it)",
+    "spec": "the spec file (JSON or TOML, a file: standard input is not read; a results document stands for the "
+    "spec of the sweep that wrote it)",
     "sweep_dir": "the sweep directory (`plan`, `run` and `submit` make it; `ls` lists them)",
 }
 

@@ -344,7 +344,7 @@ def _later_rounds_note(sd: SweepDir) -> None:
 def register(sub: Subparsers) -> None:
     """Add ``spec``, ``plan``, ``run``, ``merge`` and ``status`` to an ``add_subparsers()`` object."""
     s = sub.add_parser("spec", help="check a spec file, or print the spec's JSON Schema")
-    s.add_argument("file", nargs="?", help="the spec file to check (JSON or TOML)")
+    s.add_argument("file", nargs="?", help="the spec file to check (JSON or TOML; a file: standard input is not read)")
     s.add_argument("--schema", action="store_true", help="print the JSON Schema of spec files")
     s.set_defaults(func=cmd_spec)
 

@@ -52,6 +52,11 @@ def with_device_kind(spec: SweepSpec, device_kind: str | None) -> SweepSpec:
 
 
 def read_spec_data(p: Path) -> dict[str, Any]:
+    if str(p) == "-" and not p.exists():  # no command reads a spec from standard input
+        raise SpecError(
+            "spec file -: tilesweep reads no spec from standard input; save the spec to a file and pass its path "
+            f"(`{PROG} spec my_sweep.json`)"
+        )
     if not p.exists():
         raise SpecError(f"spec file {p} does not exist; pass the path of a JSON or TOML spec")
     if p.is_dir():

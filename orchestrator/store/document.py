@@ -134,6 +134,10 @@ def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
         with open(spath, "rb") as fh:
             return name, fh.read()
     except FileNotFoundError:
+        if spath == "-":  # no command reads a document from standard input
+            raise ResultsError(
+                f"{name}: {PROG} reads no results document from standard input; save it to a file and pass its path"
+            ) from None
         raise ResultsError(
             f"{name}: no such file (a sweep's document is written when it is merged: `{PROG} merge SWEEP_DIR`)"
         ) from None
