@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from kernels import impls
+from kernels.spelling import as_json
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.lowering import Kind, Verdict
@@ -45,7 +46,7 @@ def check_available(spec: SweepSpec) -> None:
     from kernels import tokamax_meta
 
     if spec.measured_impl in tokamax_meta.IMPL_NAMES and tokamax_meta.version() is None:
-        raise tokamax_meta.TokamaxMissing(tokamax_meta.missing(f"kernel.impl {spec.measured_impl!r}"))
+        raise tokamax_meta.TokamaxMissing(tokamax_meta.missing(f"kernel.impl {as_json(spec.measured_impl)}"))
 
 
 def lower_item(item: WorkItem, spec: SweepSpec) -> Compiled:

@@ -11,6 +11,7 @@ import platform
 from pathlib import Path
 
 from kernels import tokamax_meta
+from kernels.spelling import as_json
 from orchestrator import PROG, word
 from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.store.lines import DeviceBlock
@@ -51,11 +52,12 @@ def check_backend(
 
     if backend != "gpu" and not impls.get(impl).capabilities.interpret:
         raise WorkerEnvironmentError(
-            f"kernel.impl {impl!r} in {spec_file} does not run without a GPU and jax sees none here (backend "
+            f"kernel.impl {as_json(impl)} in {spec_file} does not run without a GPU and jax sees none here (backend "
             f"{backend}): run it on a GPU node, or check its configs with `tilesweep plan SPEC --lower`"
         )
     if impl in tokamax_meta.IMPL_NAMES and tokamax_meta.version() is None:
-        raise WorkerEnvironmentError(f"{tokamax_meta.missing(f'kernel.impl {impl!r} in {spec_file}')} on this node")
+        missing = tokamax_meta.missing(f"kernel.impl {as_json(impl)} in {spec_file}")
+        raise WorkerEnvironmentError(f"{missing} on this node")
     if backend == "gpu" or interpret is True:
         return
     given = bool(visible and visible.strip() not in ("", "NoDevFiles", "-1"))

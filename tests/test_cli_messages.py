@@ -81,12 +81,12 @@ def test_a_units_log_is_one_stream_header_first(sweep: Path) -> None:
 
 def test_wrong_spec_values_say_what_is_allowed(write_spec: Callable[..., Path]) -> None:
     r = run_cli("plan", str(write_spec(causal="yes")), "--dry-run")
-    said = "field 'causal': Input should be a valid list (got \"yes\"); write a list of true or false"
+    said = 'field "causal": Input should be a valid list (got "yes"); write a list of true or false'
     assert_one_line_error(r, said)
     cases = {
         "modes": ("fwd", 'write a list of "fwd" or "fwd_bwd", e.g. ["fwd", "fwd_bwd"]'),
         "kv_heads": ("x", "write a list of integers or null"),
-        "timing": (5, "'timing': Input should be an object (got 5); write an object (a table in TOML) with any of: "),
+        "timing": (5, '"timing": Input should be an object (got 5); write an object (a table in TOML) with any of: '),
         "report": ({"html": "x"}, "write true or false"),
         "kernel": ({"interpret": "maybe"}, 'Input should be "auto", true or false (got "maybe")'),
     }
@@ -100,12 +100,12 @@ def test_a_number_json_cannot_keep_is_refused_and_a_bound_names_the_value(write_
     """An integer past 2**53 - 1 would come back from the sweep's files as another number (a
     float, 1e+23): refused where it is written. A bound's message says the value it got."""
     huge = write_spec(timing={"strategy": "search"}, search={"budget": 10**23})
-    assert_one_line_error(run_cli("spec", str(huge)), "field 'search.budget': the number is past 9,007,199,254,740,991")
+    assert_one_line_error(run_cli("spec", str(huge)), 'field "search.budget": the number is past 9,007,199,254,740,991')
     listed = write_spec(seq_lens=[64, 2**60])
-    assert_one_line_error(run_cli("plan", str(listed), "--dry-run"), "field 'seq_lens.1': the number is past")
+    assert_one_line_error(run_cli("plan", str(listed), "--dry-run"), 'field "seq_lens.1": the number is past')
     zero = write_spec(timing={"strategy": "halving", "screen_ms": 0})
     assert_one_line_error(
-        run_cli("spec", str(zero)), "field 'timing.screen_ms': Input should be greater than 0 (got 0)"
+        run_cli("spec", str(zero)), 'field "timing.screen_ms": Input should be greater than 0 (got 0)'
     )
 
 
@@ -216,7 +216,7 @@ def test_a_spec_output_that_names_no_file_is_refused(
     write_spec: Callable[..., Path], tmp_path: Path, output: str
 ) -> None:
     spec = write_spec(modes=["fwd"], fwd_block_q=[32], output=output)
-    assert_one_line_error(run_cli("spec", str(spec)), "field 'output'", "must name a file for the results document")
+    assert_one_line_error(run_cli("spec", str(spec)), 'field "output"', "must name a file for the results document")
 
 
 def test_a_damaged_unit_index_says_how_to_go_on(write_spec: Callable[..., Path], tmp_path: Path) -> None:

@@ -117,15 +117,24 @@ def test_a_mosaic_run_without_a_gpu_is_refused_in_one_line(tmp_path: Path) -> No
     spec = tmp_path / "m.json"
     spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--executor", "debug")
-    assert_one_line_error(r, "kernel.impl 'mosaic'", "plan SPEC --lower", "replay")
+    assert_one_line_error(r, 'kernel.impl "mosaic"', "plan SPEC --lower", "replay")
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_mosaic_worker_on_a_node_without_a_gpu_names_the_kernel_as_json_spells_it() -> None:
+    from jobs.node_env import check_backend
+    from orchestrator.errors import WorkerEnvironmentError
+
+    with pytest.raises(WorkerEnvironmentError) as err:
+        check_backend("auto", "cpu", "0", "s/sweep.json", impl="mosaic")
+    assert str(err.value).startswith('kernel.impl "mosaic" in s/sweep.json does not run without a GPU'), err.value
 
 
 def test_a_lowering_array_without_slurm_is_refused_in_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "m.json"
     spec.write_text(json.dumps({**MOSAIC, "executor": {"lower_partition": "cpu"}}))
     r = run_cli("plan", str(spec), "--lower", "--sweep-dir", str(tmp_path / "sweep"))
-    assert_one_line_error(r, "executor.lower_partition is 'cpu'", "executor.kind is 'local'", "drop lower_partition")
+    assert_one_line_error(r, 'executor.lower_partition is "cpu"', 'executor.kind is "local"', "drop lower_partition")
     assert not (tmp_path / "sweep").exists()
 
 
@@ -208,5 +217,5 @@ def test_a_replay_source_whose_config_block_names_no_kernel_says_to_name_the_one
     spec.write_text(
         json.dumps({**MOSAIC, "output": str(tmp_path / "o.json"), "kernel": {"impl": "replay"}, "replay": replay})
     )
-    said = assert_one_line_error(run_cli("plan", str(spec), "--dry-run"), "its records are of kernel.impl 'mosaic'")
+    said = assert_one_line_error(run_cli("plan", str(spec), "--dry-run"), 'its records are of kernel.impl "mosaic"')
     assert 'add "kernel": {"impl": "mosaic"} to its config block' in said and '"replay": {"impl"' not in said

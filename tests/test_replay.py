@@ -127,13 +127,13 @@ def test_replay_needs_its_source_and_the_strategy_settings_are_checked() -> None
 
     cases: list[tuple[dict[str, Any], str]] = [
         ({"kernel": {"impl": "replay"}}, 'no replay source is given: add "replay"'),
-        ({"replay": {"source": "x.json"}}, "replay.source is given but kernel.impl is 'tilesweep'"),
-        ({"kernel": {"impl": "triton"}}, "'kernel.impl'"),
-        ({"timing": {"keep": 0}}, "'timing.keep'"),
+        ({"replay": {"source": "x.json"}}, 'replay.source is given but kernel.impl is "tilesweep"'),
+        ({"kernel": {"impl": "triton"}}, '"kernel.impl"'),
+        ({"timing": {"keep": 0}}, '"timing.keep"'),
         ({"timing": {"screen_ms": 50}}, "screen_ms=50 must be below target_ms=50"),
         ({"timing": {"strategy": "racing"}}, '"full", "halving" or "search"'),
         ({"timing": {"timer": "cuda"}}, '"wall" or "device"'),
-        ({"timing": {"flush_l2": "yes"}}, "'timing.flush_l2'"),
+        ({"timing": {"flush_l2": "yes"}}, '"timing.flush_l2"'),
     ]
     for data, needle in cases:
         with pytest.raises(SpecError) as err:

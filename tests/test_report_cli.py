@@ -29,7 +29,7 @@ from tests.report_helpers import make_doc, parser, rec, run_handler, write
         (json.dumps({f"k{i}": i for i in range(9)}), "(has: k0, k1, k2, k3, k4, k5 and 3 more)"),
         (json.dumps({"format": "tilesweep-tuned", "version": 2, "entries": []}), "is a tuned table"),
         (json.dumps({'{"q": "bf16[1,256,1,64]"}': []}), "is one of tokamax's autotuning tables"),
-        (json.dumps({"device": {}, "config": {}, "results": {}}), "'results' is a JSON object"),
+        (json.dumps({"device": {}, "config": {}, "results": {}}), '"results" is a JSON object'),
         (json.dumps({"device": {}, "config": {}, "results": [3]}), "results[0] is a JSON number"),
         (
             json.dumps(make_doc([rec(ms=1.0), {"dtype": "bfloat16", "seq": 1}])),

@@ -153,7 +153,7 @@ def test_bad_input_gets_one_line_errors(write_spec: Callable[..., Path], tmp_pat
     assert_one_line_error(run_cli("plan", str(bad), "--dry-run"), "bad.json", "fwd_block_q", "powers of two")
     typo = write_spec("typo.json", head_dim=[64])
     assert_one_line_error(
-        run_cli("plan", str(typo), "--dry-run"), "unknown field 'head_dim'", "did you mean 'head_dims'"
+        run_cli("plan", str(typo), "--dry-run"), 'unknown field "head_dim"', 'did you mean "head_dims"'
     )
     empty = write_spec("empty.json", seq_lens=[])
     assert_one_line_error(run_cli("plan", str(empty), "--dry-run"), "seq_lens")

@@ -37,7 +37,7 @@ def test_search_settings_without_the_search_strategy_get_a_note() -> None:
     from orchestrator.planning.search import idle_settings
     from orchestrator.spec.files import spec_from_data
 
-    assert "timing.strategy is 'full': it does nothing" in str(idle_settings(spec_from_data({"search": {"design": 3}})))
+    assert 'timing.strategy is "full": it does nothing' in str(idle_settings(spec_from_data({"search": {"design": 3}})))
     assert idle_settings(spec_from_data({"timing": {"strategy": "search"}, "search": {"design": 3}})) is None
     assert idle_settings(spec_from_data({})) is None
 
@@ -82,4 +82,4 @@ def test_a_design_set_above_what_a_small_grid_takes_is_said_not_cut_silently(tmp
 def test_checking_a_spec_notes_what_plan_would(tmp_path: Path) -> None:
     idle = spec_file(tmp_path, timing={"strategy": "full"}, search={"design": 3})
     r = run_cli("spec", str(idle))
-    assert r.returncode == 0 and "note: the search section is set but timing.strategy is 'full'" in r.stderr, r.stderr
+    assert r.returncode == 0 and 'note: the search section is set but timing.strategy is "full"' in r.stderr, r.stderr

@@ -53,31 +53,31 @@ def test_bwd_fwd_config_null_means_128() -> None:
 @pytest.mark.parametrize(
     "data, needle",
     [
-        ({"fwd_blockq": [32]}, "unknown field 'fwd_blockq' (did you mean 'fwd_block_q'?)"),
+        ({"fwd_blockq": [32]}, 'unknown field "fwd_blockq" (did you mean "fwd_block_q"?)'),
         ({"executor": {"slurm_partiton": "gpu"}}, "allowed: kind, slurm_partition"),
-        ({"dtypes": ["fp8"]}, "'dtypes.0'"),
-        ({"batch": "four"}, "'batch'"),
+        ({"dtypes": ["fp8"]}, '"dtypes.0"'),
+        ({"batch": "four"}, '"batch"'),
         ({"fwd_block_q": [48]}, "powers of two"),
-        ({"head_dims": []}, "'head_dims'"),
+        ({"head_dims": []}, '"head_dims"'),
         ({"modes": ["fwd", "fwd"]}, "repeated"),
         ({"executor": {"kind": "pbs"}}, '"local", "slurm" or "debug"'),
         # numbers must be numbers: no string or boolean read as a count
-        ({"repeats": "2"}, "field 'repeats': Input should be a valid integer (got \"2\")"),
-        ({"repeats": True}, "field 'repeats': Input should be a valid integer (got true)"),
-        ({"seq_lens": [2048, "4096"]}, "'seq_lens.1'"),
-        ({"timing": {"max_inner": 2.5}}, "'timing.max_inner'"),
-        ({"auto_only": "false"}, "'auto_only': Input should be a valid boolean"),
+        ({"repeats": "2"}, 'field "repeats": Input should be a valid integer (got "2")'),
+        ({"repeats": True}, 'field "repeats": Input should be a valid integer (got true)'),
+        ({"seq_lens": [2048, "4096"]}, '"seq_lens.1"'),
+        ({"timing": {"max_inner": 2.5}}, '"timing.max_inner"'),
+        ({"auto_only": "false"}, '"auto_only": Input should be a valid boolean'),
         ({"fwd_warps": [4, 64]}, "must each be one of 1, 2, 4, 8, 16, 32 (warps per block), got [64]"),
         ({"bwd_warps": [3]}, "must each be one of 1, 2, 4, 8, 16, 32"),
-        ({"fwd_stages": [2, 9]}, "'fwd_stages': must each be 1..8 (pipeline stages), got [9]"),
+        ({"fwd_stages": [2, 9]}, '"fwd_stages": must each be 1..8 (pipeline stages), got [9]'),
         ({"bwd_stages": [0]}, "must each be 1..8"),
         ({"compile": {"mode": "process"}}, '"threads" or "processes"'),
         # a number past anything a sweep could mean (a typo), refused before it overflows or runs for ever
-        ({"timing": {"target_ms": 1e308}}, "field 'timing.target_ms': Input should be less than or equal to 60000"),
-        ({"timing": {"screen_ms": 1e9}}, "'timing.screen_ms'"),
-        ({"repeats": 10**6}, "field 'repeats': Input should be less than or equal to 10000"),
-        ({"timing": {"warmup": 10**18}}, "'timing.warmup'"),
-        ({"compile": {"cache_dir": ""}}, "field 'compile.cache_dir': String should have at least 1 character"),
+        ({"timing": {"target_ms": 1e308}}, 'field "timing.target_ms": Input should be less than or equal to 60000'),
+        ({"timing": {"screen_ms": 1e9}}, '"timing.screen_ms"'),
+        ({"repeats": 10**6}, 'field "repeats": Input should be less than or equal to 10000'),
+        ({"timing": {"warmup": 10**18}}, '"timing.warmup"'),
+        ({"compile": {"cache_dir": ""}}, 'field "compile.cache_dir": String should have at least 1 character'),
         ({"kv_heads": ["null"]}, '(got "null"); a string is not null: in JSON write null, unquoted; TOML has no null'),
         # an sbatch option the executor sets itself, passed through: it skipped the checks and overrode them
         (
@@ -217,18 +217,18 @@ def test_spec_reference_has_every_section_and_field() -> None:
 @pytest.mark.parametrize(
     ("grid", "needle"),
     [
-        ({"fwdd": {"block_q": [64]}}, 'field \'grid\': its keys are modes, "fwd" or "fwd_bwd", got "fwdd"'),
-        ({"fwd": "tokamax"}, "field 'grid': grid.fwd must be an object of tunables and their values"),
-        ({"fwd": {"block_q": 64}}, "field 'grid': grid.fwd.block_q must be a list of values"),
-        ({"fwd": {"block_q": [64.0]}}, "field 'grid': grid.fwd.block_q[0] is 64.0: a grid's values are whole numbers"),
+        ({"fwdd": {"block_q": [64]}}, 'field "grid": its keys are modes, "fwd" or "fwd_bwd", got "fwdd"'),
+        ({"fwd": "tokamax"}, 'field "grid": grid.fwd must be an object of tunables and their values'),
+        ({"fwd": {"block_q": 64}}, 'field "grid": grid.fwd.block_q must be a list of values'),
+        ({"fwd": {"block_q": [64.0]}}, 'field "grid": grid.fwd.block_q[0] is 64.0: a grid\'s values are whole numbers'),
         ({"fwd": {"block_k": [64, None]}}, "grid.fwd.block_k[1] is null"),
         ({"fwd": {"block_q": ["64"]}}, 'block_q="64" is refused: block_q must be a power of two'),
         ({"fwd": {"block_q": ["64"]}}, '("64" is a string: write it without quotes)'),
         # the spec's own lists' limits hold in a grid too: 32 warps (1024 threads) and 8 stages at most
         ({"fwd": {"num_warps": [64]}}, "num_warps=64 is refused: num_warps must be a power of two"),
         ({"fwd": {"num_stages": [99]}}, "num_stages=99 is refused: num_stages must be at least 1 and at most 8"),
-        ([1, 2], "field 'grid': [1, 2] is not a grid: give an object by mode"),
-        (7, "field 'grid': 7 is not a grid"),
+        ([1, 2], 'field "grid": [1, 2] is not a grid: give an object by mode'),
+        (7, 'field "grid": 7 is not a grid'),
     ],
 )
 def test_a_grid_of_the_wrong_shape_is_named_in_the_specs_words(grid: Any, needle: str) -> None:
@@ -241,15 +241,15 @@ def test_a_grid_of_the_wrong_shape_is_named_in_the_specs_words(grid: Any, needle
 @pytest.mark.parametrize(
     ("name", "text", "needle"),
     [
-        ("dup.json", '{"repeats": 3, "repeats": 5}', "gives the key 'repeats' twice in one object"),
-        ("nested.json", '{"timing": {"target_ms": 5, "target_ms": 9}}', "gives the key 'target_ms' twice"),
+        ("dup.json", '{"repeats": 3, "repeats": 5}', 'gives the key "repeats" twice in one object'),
+        ("nested.json", '{"timing": {"target_ms": 5, "target_ms": 9}}', 'gives the key "target_ms" twice'),
         (
             "inf.json",
             '{"timing": {"target_ms": Infinity}}',
-            "field 'timing.target_ms': Input should be a finite number",
+            'field "timing.target_ms": Input should be a finite number',
         ),
-        ("nan.json", '{"timing": {"target_ms": NaN}}', "field 'timing.target_ms': Input should be a finite number"),
-        ("inf.toml", "[timing]\ntarget_ms = inf\n", "field 'timing.target_ms': Input should be a finite number"),
+        ("nan.json", '{"timing": {"target_ms": NaN}}', 'field "timing.target_ms": Input should be a finite number'),
+        ("inf.toml", "[timing]\ntarget_ms = inf\n", 'field "timing.target_ms": Input should be a finite number'),
     ],
 )
 def test_a_key_given_twice_or_a_number_that_is_not_finite_is_refused(
@@ -297,7 +297,7 @@ def test_a_nul_character_in_any_text_is_refused_by_the_spec(field: str, data: di
     hold one); it is refused where the spec is read, naming the field."""
     with pytest.raises(SpecError) as err:
         spec_from_data(data, source="s.json")
-    assert f"field '{field}': holds a NUL character" in err.value.message, err.value.message
+    assert f'field "{field}": holds a NUL character' in err.value.message, err.value.message
 
 
 def test_a_spec_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
@@ -336,6 +336,6 @@ def test_an_sbatch_option_tilesweep_does_not_name_points_at_additional_parameter
     path.write_text(json.dumps({"executor": {"kind": "slurm", "slurm_mail_user": "a@b"}}))
     assert_one_line_error(
         run_cli("spec", str(path)),
-        "unknown field 'executor.slurm_mail_user'",
+        'unknown field "executor.slurm_mail_user"',
         "any other sbatch option goes in executor.slurm_additional_parameters",
     )

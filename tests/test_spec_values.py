@@ -22,13 +22,13 @@ DOT = "a tile is a dimension of a Triton dot, which tl.dot takes from 16"
 @pytest.mark.parametrize(
     ("data", "says"),
     [
-        ({"fwd_block_q": [1, 32]}, "field 'fwd_block_q': must be powers of two from 16 (16, 32, 64, ...; "),
-        ({"fwd_block_k": [8]}, "field 'fwd_block_k': must be powers of two from 16"),
-        ({"bwd_outer": [4, 64]}, "field 'bwd_outer': must be powers of two from 16"),
-        ({"bwd_inner": [8, 16]}, "field 'bwd_inner': must be powers of two from 16"),
+        ({"fwd_block_q": [1, 32]}, 'field "fwd_block_q": must be powers of two from 16 (16, 32, 64, ...; '),
+        ({"fwd_block_k": [8]}, 'field "fwd_block_k": must be powers of two from 16'),
+        ({"bwd_outer": [4, 64]}, 'field "bwd_outer": must be powers of two from 16'),
+        ({"bwd_inner": [8, 16]}, 'field "bwd_inner": must be powers of two from 16'),
         (
             {"bwd_fwd_config": [8, 128]},
-            f"field 'bwd_fwd_config.block_q': must be a power of two from 16 ({DOT}), got 8",
+            f'field "bwd_fwd_config.block_q": must be a power of two from 16 ({DOT}), got 8',
         ),
         ({"grid": {"fwd": {"block_k": [8, 64]}}, "modes": ["fwd"]}, "grid.fwd: block_k=8 is refused: block_k must "),
         (
@@ -48,7 +48,7 @@ def test_a_tile_below_16_is_one_line_from_plan(tmp_path: Path) -> None:
     path = tmp_path / "spec.json"
     path.write_text(json.dumps({"fwd_block_q": [1, 32], "modes": ["fwd"]}))
     r = run_cli("plan", str(path), "--sweep-dir", str(tmp_path / "sweep"))
-    assert_one_line_error(r, "field 'fwd_block_q'", "from 16", "got [1]")
+    assert_one_line_error(r, 'field "fwd_block_q"', "from 16", "got [1]")
     assert not (tmp_path / "sweep").exists()
 
 
@@ -87,7 +87,7 @@ def test_a_number_is_not_read_as_a_flag_that_may_be_auto(data: dict[str, Any], f
     """``causal: [1]`` is refused; so is ``interpret: 1``: a flag is true or false everywhere."""
     with pytest.raises(SpecError) as err:
         spec_from_data(data, source="s.json")
-    assert f"""s.json: field '{field}': Input should be "auto", true or false (got """ in err.value.message
+    assert f"""s.json: field "{field}": Input should be "auto", true or false (got """ in err.value.message
 
 
 @pytest.mark.parametrize("value", ["auto", True, False])
@@ -100,14 +100,14 @@ def test_auto_true_and_false_are_taken(value: Any) -> None:
 def test_interpret_1_is_one_line_from_the_cli(tmp_path: Path) -> None:
     path = tmp_path / "spec.json"
     path.write_text(json.dumps({"kernel": {"interpret": 1}}))
-    assert_one_line_error(run_cli("spec", str(path)), "field 'kernel.interpret'", '"auto", true or false')
+    assert_one_line_error(run_cli("spec", str(path)), 'field "kernel.interpret"', '"auto", true or false')
 
 
 def test_a_toml_specs_wrong_choice_is_named_with_the_choices_as_the_file_writes_them(tmp_path: Path) -> None:
     path = tmp_path / "spec.toml"
     path.write_text('modes = ["fwd"]\n[timing]\nstrategy = "halv"\n')
     said = assert_one_line_error(
-        run_cli("spec", str(path)), "field 'timing.strategy'", 'Input should be "full", "halving" or "search"'
+        run_cli("spec", str(path)), 'field "timing.strategy"', 'Input should be "full", "halving" or "search"'
     )
     assert "'full'" not in said and "'halving'" not in said, said
 
@@ -115,17 +115,20 @@ def test_a_toml_specs_wrong_choice_is_named_with_the_choices_as_the_file_writes_
 @pytest.mark.parametrize(
     ("data", "says"),
     [
-        ({"repeats": True}, "field 'repeats': Input should be a valid integer (got true)"),
-        ({"batch": None}, "field 'batch': Input should be a valid integer (got null)"),
-        ({"kernel": {"interpret": None}}, """'kernel.interpret': Input should be "auto", true or false (got null)"""),
-        ({"causal": [True, True]}, "field 'causal': lists each value once; repeated: true (got [true, true])"),
-        ({"tag": ["a"]}, "field 'tag': Input should be a valid string (got [\"a\"])"),
-        ({"grid": True}, "field 'grid': true is not a grid"),
+        ({"repeats": True}, 'field "repeats": Input should be a valid integer (got true)'),
+        ({"batch": None}, 'field "batch": Input should be a valid integer (got null)'),
+        (
+            {"kernel": {"interpret": None}},
+            """field "kernel.interpret": Input should be "auto", true or false (got null)""",
+        ),
+        ({"causal": [True, True]}, 'field "causal": lists each value once; repeated: true (got [true, true])'),
+        ({"tag": ["a"]}, 'field "tag": Input should be a valid string (got ["a"])'),
+        ({"grid": True}, 'field "grid": true is not a grid'),
         ({"grid": {"fwd": {"block_q": {"a": 1}}}}, 'grid.fwd.block_q must be a list of values ({"block_q": [64'),
         ({"grid": {"fwd": {"block_q": [True]}}, "modes": ["fwd"]}, "grid.fwd: block_q=true is refused"),
         ({"grid": {"fwd": {"block_q": ["64"]}}, "modes": ["fwd"]}, 'block_q="64" is refused'),
         ({"kv_heads": [None, 8]}, "lists each value once (null and 8 are both multi-head), got [null, 8]"),
-        ({"modes": ["fwdx"]}, """field 'modes.0': Input should be "fwd" or "fwd_bwd" (got "fwdx")"""),
+        ({"modes": ["fwdx"]}, """field "modes.0": Input should be "fwd" or "fwd_bwd" (got "fwdx")"""),
         ({"timing": {"strategy": "halv"}}, 'Input should be "full", "halving" or "search" (got "halv")'),
         ({"dtypes": "bfloat16"}, 'write a list of "bfloat16", "float16" or "float32", e.g. ["bfloat16", "float32"]'),
     ],

@@ -164,7 +164,7 @@ def test_a_tokamax_run_without_a_gpu_is_refused_in_one_line(tmp_path: Path) -> N
     spec = tmp_path / "t.json"
     spec.write_text(json.dumps({**SPEC, "modes": ["fwd"], "output": str(tmp_path / "out.json")}))
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--executor", "debug")
-    assert_one_line_error(r, "kernel.impl 'tokamax-mosaic'", "plan SPEC --lower", "replay")
+    assert_one_line_error(r, 'kernel.impl "tokamax-mosaic"', "plan SPEC --lower", "replay")
 
 
 def test_the_planned_lists_are_kept_so_the_plan_is_reread_without_tokamax(

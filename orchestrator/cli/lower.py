@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernels.spelling import as_json
 from orchestrator import PROG, word
 from orchestrator.cli.common import Progress, counted, print_plan_notes, warn
 from orchestrator.cli.reusing import reuse_request
@@ -61,7 +62,7 @@ def _check_can_lower(spec: SweepSpec) -> None:
     try:
         check_available(spec)
     except RuntimeError as exc:
-        raise PlanError(f"cannot lower kernel.impl {spec.measured_impl!r} here: {exc}") from None
+        raise PlanError(f"cannot lower kernel.impl {as_json(spec.measured_impl)} here: {exc}") from None
 
 
 def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
@@ -71,8 +72,8 @@ def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
         raise PlanError("to keep the verdicts pass --sweep-dir DIR (or --dry-run to only show them)")
     if spec.executor.lower_partition and spec.executor.kind != "slurm":
         raise PlanError(
-            f"executor.lower_partition is {spec.executor.lower_partition!r} but executor.kind is "
-            f"{spec.executor.kind!r}: a lowering job array needs executor.kind slurm (or drop lower_partition "
+            f"executor.lower_partition is {as_json(spec.executor.lower_partition)} but executor.kind is "
+            f"{as_json(spec.executor.kind)}: a lowering job array needs executor.kind slurm (or drop lower_partition "
             "to lower on this machine's CPUs)"
         )
     if spec.executor.lower_partition and not args.dry_run:  # what sbatch would refuse, said before any of it

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from jobs.compile_cache import resolve_cache_dir
+from kernels.spelling import as_json
 from orchestrator import PROG, word
 from orchestrator.control.history import read_history
 from orchestrator.control.reuseplan import Planned, ReuseRequest, plan_with_reuse
@@ -230,7 +231,7 @@ def check_runs_here(spec: SweepSpec) -> None:
         )
     if jax.default_backend() != "gpu":
         raise PlanError(
-            f"kernel.impl {impl.name!r} does not run without a GPU and jax sees none here (backend "
+            f"kernel.impl {as_json(impl.name)} does not run without a GPU and jax sees none here (backend "
             f"{jax.default_backend()}): check its configs here with `{PROG} plan SPEC --lower --dry-run` "
             f"(pre-flight lowering), rehearse the sweep with kernel.impl replay, or run it on a GPU"
         )

@@ -54,6 +54,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator.planning.searchmodel import Config, Timed, affordable, leanings, promising
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.search_section import SearchSettings
@@ -350,7 +351,7 @@ def idle_settings(spec: SweepSpec) -> str | None:
     if spec.timing.strategy == SEARCH or spec.search == SearchSettings():
         return None
     return (
-        f"the search section is set but timing.strategy is {spec.timing.strategy!r}: it does nothing; "
+        f"the search section is set but timing.strategy is {as_json(spec.timing.strategy)}: it does nothing; "
         'set "timing": {"strategy": "search"} to search'
     )
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kernels.spelling import as_json, one_of
 from orchestrator.errors import PlanError
 from orchestrator.planning.classify import RUN
 from orchestrator.planning.costs import item_costs, setup_estimate
@@ -78,7 +79,7 @@ def shard(
     if not items:
         raise PlanError("the spec expands to no items; check its axes")
     if strategy not in ("shape", "balanced"):
-        raise PlanError(f"unknown sharding strategy {strategy!r}; allowed: shape, balanced")
+        raise PlanError(f"unknown sharding strategy {as_json(strategy)}; allowed: {one_of(('shape', 'balanced'))}")
     n_units = min(n_units, max(1, sum(it.kind == RUN for it in items)))  # a unit measures something
     if costs is None:
         costs = item_costs(items, SweepSpec())[0]

@@ -137,7 +137,7 @@ def _no_key_twice(pairs: list[tuple[str, Any]], p: Path) -> dict[str, Any]:
     seen: set[str] = set()
     for key, _ in pairs:
         if key in seen:
-            raise SpecError(f"spec file {p} gives the key {key!r} twice in one object; keep the one you mean")
+            raise SpecError(f"spec file {p} gives the key {as_json(key)} twice in one object; keep the one you mean")
         seen.add(key)
     return dict(pairs)
 
@@ -151,7 +151,7 @@ def spec_from_data(data: dict[str, Any], source: str = "spec") -> SweepSpec:
     where = _too_large(data)
     if where is not None:
         raise SpecError(
-            f"{source}: field {where!r}: the number is past {JSON_SAFE_INT:,}, the largest a JSON number keeps "
+            f"{source}: field {as_json(where)}: the number is past {JSON_SAFE_INT:,}, the largest a JSON number keeps "
             "exactly as it is copied into the sweep and its results; write a smaller one"
         )
     try:
@@ -183,8 +183,8 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
         allowed = _allowed_keys(model, first["loc"][:-1])
         hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
         close = _closest(loc[-1], allowed)
-        did_you_mean = f" (did you mean {close!r}?)" if close else ""
-        msg = f"unknown field {where!r}{did_you_mean}{hint}"
+        did_you_mean = f" (did you mean {as_json(close)}?)" if close else ""
+        msg = f"unknown field {as_json(where)}{did_you_mean}{hint}"
         if loc[:1] == ["executor"] and len(loc) == 2:  # an sbatch option tilesweep does not name
             msg += "; any other sbatch option goes in executor.slurm_additional_parameters"
     else:
@@ -203,7 +203,7 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> s
                 "a string is not null: in JSON write null, unquoted; TOML has no null: leave the key out for its "
                 "default, or write this spec in JSON where the default is not what you mean"
             )
-        msg = (f"field {where!r}: {text}{shown}" if loc else text) + (f"; {instead}" if instead else "")
+        msg = (f"field {as_json(where)}: {text}{shown}" if loc else text) + (f"; {instead}" if instead else "")
     more = len(errors) - 1
     return msg + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
 

@@ -263,7 +263,9 @@ class SweepSpec(SpecModel):
                 'kernel.impl is "replay" but no replay source is given: add "replay": {"source": "R.json"}'
             )
         if self.replay is not None and self.kernel.impl != REPLAY:
-            raise ValueError(f'replay.source is given but kernel.impl is {self.kernel.impl!r}: set it to "replay"')
+            raise ValueError(
+                f'replay.source is given but kernel.impl is {as_json(self.kernel.impl)}: set it to "replay"'
+            )
         return self
 
     @model_validator(mode="after")

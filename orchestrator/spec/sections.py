@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from kernels import devices
 from kernels.impls import DEFAULT_IMPL, SPEC_IMPL_NAMES
+from kernels.spelling import as_json, one_of
 from orchestrator.spec.lists import Tile
 
 REPLAY = "replay"  # kernel.impl of a sweep that replays a results document (jobs/replay.py)
@@ -181,9 +182,9 @@ class KernelSettings(SpecModel):
     device_kind: str | None = Field(
         default=None,
         description="the GPU the sweep targets, as jax names it (one of "
-        + ", ".join(repr(k) for k in devices.KINDS)
+        + one_of(devices.KINDS)
         + "): pre-flight lowering (`tilesweep plan --lower`) lowers for it and holds each kernel to its shared "
-        f"memory; null: {devices.DEFAULT_DEVICE_KIND!r}",
+        f"memory; null: {as_json(devices.DEFAULT_DEVICE_KIND)}",
     )
 
     @field_validator("device_kind")

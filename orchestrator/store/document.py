@@ -317,7 +317,7 @@ def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
         if not isinstance(obj[key], want):
             expected = "an object" if want is Mapping else "an array"
             raise ResultsError(
-                f"{name}: not a results document: {key!r} is a JSON {json_type(obj[key])}, expected {expected}"
+                f"{name}: not a results document: {as_json(key)} is a JSON {json_type(obj[key])}, expected {expected}"
             )
     results = obj["results"]
     check_records(results, name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator.spec.records import (
     DEFAULT_IMPL,
     EXTRA_RECORD_FIELDS,
@@ -40,7 +41,7 @@ _LAYOUTS: dict[tuple[Any, ...], _Verdict] = {}
 
 def _judge_layout(keys: tuple[str, ...], types: tuple[type, ...], mode: Any, config: Any, impl: Any) -> _Verdict:
     if (mode, config) not in MODES_CONFIGS:
-        return f"mode/config {mode!r}/{config!r} is not one of fwd|fwd_bwd and auto|forced"
+        return f"mode/config {as_json(mode)}/{as_json(config)} is not one of fwd|fwd_bwd and auto|forced"
     present = dict(zip(keys, types, strict=True))
     if len(present) != len(keys):
         return "a field appears twice"
@@ -69,7 +70,7 @@ def check_record(iid: Any, rec: Any) -> tuple[str | None, tuple[str, ...] | None
     if why is not None:
         return why, None
     if not isinstance(iid, str) or record_id(rec) != iid:
-        return f"id {iid!r} is not the id of the record's identity fields", None
+        return f"id {as_json(iid)} is not the id of the record's identity fields", None
     return None, order
 
 

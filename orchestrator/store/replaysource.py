@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels import impls
+from kernels.spelling import as_json
 from orchestrator.errors import ResultsError, SpecError
 from orchestrator.planning.grids import axis_values
 from orchestrator.spec.model import SweepSpec
@@ -130,7 +131,8 @@ def load_source(spec: SweepSpec) -> ReplaySource:
     held = {r.get("impl", impls.DEFAULT_IMPL) for r in doc.results if isinstance(r, dict)}
     if why is not None and "kernel" not in doc.config and held == {spec.measured_impl} != {measured.measured_impl}:
         why = (  # a hand-made or another tool's block: its records say what they measured, its block does not
-            f"its records are of kernel.impl {spec.measured_impl!r}, but its config block names no kernel.impl (so "
+            f"its records are of kernel.impl {as_json(spec.measured_impl)}, but its config block names no "
+            "kernel.impl (so "
             f'tilesweep\'s kernel): add "kernel": {{"impl": "{spec.named_impl}"}} to its config block'
         )
     if why is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator.errors import SweepDirError
 from orchestrator.store.files import DAMAGED_FIX, read_json
 from orchestrator.store.sweepdir import SweepDir
@@ -44,7 +45,7 @@ def _wrong(data: Any) -> str | None:
         return "not an object"
     for key in _COUNTS:
         if type(data.get(key)) is not int or data[key] < 0:
-            return f"{key} is {data.get(key)!r}, not a count"
+            return f"{key} is {as_json(data.get(key))}, not a count"
     units = data.get("units")
     if not isinstance(units, list) or not all(isinstance(u, str) for u in units):
         return "units is not a list of unit ids"

@@ -44,6 +44,7 @@ import numpy as np
 
 from kernels import tokamax_meta as meta
 from kernels.config import inner_for
+from kernels.spelling import as_json
 from orchestrator.errors import ResultsError
 from orchestrator.spec.sections import TimingSettings
 
@@ -90,7 +91,7 @@ def _json_object(text: Any, name: str, what: str) -> dict[str, Any]:
     except ValueError:
         obj = None
     if not isinstance(obj, dict):
-        raise _damaged(name, f"{what} {str(text)[:80]!r} is not a JSON object")
+        raise _damaged(name, f"{what} {as_json(str(text)[:80])} is not a JSON object")
     return obj
 
 
@@ -143,13 +144,14 @@ def _timed(config: str, data: Any, kernel: meta.Kernel, half: str, name: str) ->
     fields = _json_object(config, name, "config")
     classes = [c for c in (kernel.fwd if half == "fwd" else kernel.vjp).values() if set(c.fields) == set(fields)]
     if not classes:
-        raise _damaged(name, f"config {config[:80]!r} does not have the fields of {kernel.impl}'s {half} configs")
+        shown = as_json(config[:80])
+        raise _damaged(name, f"config {shown} does not have the fields of {kernel.impl}'s {half} configs")
     if any(fields[f] is not None for f in classes[0].untuned):
         return None
     fields = {f: fields[f] for f in classes[0].tuned}
     times = data.get("evaluation_times_ms") if isinstance(data, dict) else None
     if not isinstance(times, list) or not times or not all(isinstance(t, (int, float)) for t in times):
-        raise _damaged(name, f"config {config[:80]!r} has no evaluation_times_ms")
+        raise _damaged(name, f"config {as_json(config[:80])} has no evaluation_times_ms")
     compile_ms = sum(float(data.get(k) or 0.0) for k in ("compile_time_ms", "lower_time_ms"))
     return _Timed(fields, [float(t) for t in times], compile_ms / 1e3)
 
@@ -173,7 +175,7 @@ def read_table(path: Path, name: str) -> tuple[dict[tuple[meta.Problem, bool], l
     for key_text, configs in obj.items():
         key = _json_object(key_text, name, "key")
         if not isinstance(configs, dict):
-            raise _damaged(name, f"key {key_text[:80]!r} does not map configs to measurements")
+            raise _damaged(name, f"key {as_json(key_text[:80])} does not map configs to measurements")
         timed = [t for c, d in configs.items() if (t := _timed(c, d, kernel, half, name)) is not None]
         bound = problem_of(key)
         if bound is None or not timed:
