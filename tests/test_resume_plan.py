@@ -179,29 +179,66 @@ def _worker(sweep: Path, unit: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_a_unit_a_resume_planned_but_never_submitted_is_replaced_once_other_units_recorded_its_items(
-    tmp_path: Path, write_spec: Callable[..., Path]
-) -> None:
-    """A resume that planned a new unit for a unit never started, and failed before it started
-    the new unit's worker (its logs folder is a file); the new unit then ran by hand, recording
-    every item: the sweep is complete, the unit it replaced reads as replaced, and neither
-    status nor ls counts pending work."""
+def _replay_sweep(tmp_path: Path, write_spec: Callable[..., Path]) -> tuple[SweepDir, Path]:
+    """A replay sweep (no jax: its workers are quick) of two shapes in two units, and its spec."""
     from orchestrator.store import synthetic
 
     fwd = {"modes": ["fwd"], "seq_lens": [64, 128]}
     source = tmp_path / "source.json"
     source.write_text(json.dumps(synthetic.document({**TINY_SPEC, **fwd, "output": str(source)})))
-    spec = write_spec(**fwd, kernel={"impl": "replay"}, replay={"source": str(source)})
-    sd = _sweep(tmp_path, lambda: spec)
+    spec = write_spec(**fwd, kernel={"impl": "replay"}, replay={"source": str(source)}, executor={"kind": "local"})
+    return _sweep(tmp_path, lambda: spec), spec
+
+
+def _resume_cut_short(tmp_path: Path, write_spec: Callable[..., Path]) -> tuple[SweepDir, str, str, str]:
+    """The replay sweep with its first unit run by hand, and the new unit of a resume cut short
+    once it wrote that unit into the index (what ``resume_sweep`` writes first), before it
+    recorded the resume: the sweep, its two planned units and the new one."""
+    from orchestrator.control.resume import Resumed, _add_units, _new_units
+
+    sd, _ = _replay_sweep(tmp_path, write_spec)
     first, second = [u["id"] for u in sd.unit_index()]
     _worker(sd.root, first)
+    result = Resumed(plan=plan_resume(sd, sweep_status(sd), force=False))
+    _new_units(sd, result, None, sd.spec.executor)
+    _add_units(sd, result)
+    (new,) = [u.id for u in result.new_units]
+    return sd, first, second, new
+
+
+def test_a_logs_folder_that_is_a_file_is_refused_in_one_line_before_resume_writes_anything(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    sd, spec = _replay_sweep(tmp_path, write_spec)
     logs = sd.root / "logs"
     if logs.exists():
         logs.rename(tmp_path / "logs")
-    logs.write_text("")  # a file where the resume's worker would write its log
-    assert run_cli("resume", str(sd.root)).returncode != 0
-    (new,) = [u["id"] for u in sd.unit_index() if u["id"] not in (first, second)]
+    logs.write_text("")  # a file where the workers write their logs
+    index, history = (sd.root / "units.json").read_bytes(), sd.job_history()
+    for args in (["resume", str(sd.root)], ["resume", str(sd.root), "--no-wait"]):
+        r = run_cli(*args)
+        assert_one_line_error(r, f"{logs} is a file, where the sweep keeps its workers' logs: move it away")
+        assert (sd.root / "units.json").read_bytes() == index and sd.job_history() == history  # nothing written
+    r = run_cli("run", str(spec), "--sweep-dir", str(sd.root))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines()[-1] == (
+        f"tilesweep: error: {logs} is a file, where the sweep keeps its workers' logs: move it away (or put the "
+        "folder back) and run the command again"
+    )
+    assert sd.job_history() == history  # no worker started
     logs.unlink()
+    done = run_cli("resume", str(sd.root))
+    assert done.returncode == 0 and "0 of 6 planned missing" in done.stderr, done.stderr
+
+
+def test_a_unit_a_resume_planned_but_never_submitted_is_replaced_once_other_units_recorded_its_items(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """A resume that planned a new unit for a unit never started, and was cut short before it
+    recorded the resume and started the new unit's worker; the new unit then ran by hand,
+    recording every item: the sweep is complete, the unit it replaced reads as replaced, and
+    neither status nor ls counts pending work."""
+    sd, first, second, new = _resume_cut_short(tmp_path, write_spec)
     _worker(sd.root, new)
     unmerged = f"complete, not merged: `tilesweep merge {sd.root}` writes {tmp_path / 'results.json'}"
     for state in (unmerged, "complete"):  # the resume after the first look merges, and records the unit replaced

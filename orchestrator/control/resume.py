@@ -29,6 +29,7 @@ from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import MismatchError
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.spec.executor_section import ExecutorSettings
+from orchestrator.store.sweep_paths import log_folder
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,7 @@ def resume_sweep(
     if slurm:
         require_submit_tools()
     check_interpreter_env(sd)
+    log_folder(sd.logs)  # where its units' workers write: refused before a new unit is written
     with sweep_lock(sd):
         plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry)
         if not include_missing:  # `run --retry-errors`: run itself redoes what is missing

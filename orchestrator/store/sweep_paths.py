@@ -1,6 +1,7 @@
 """Where a spec's sweep directory is by default, which files are a sweep directory's own
 (``own_file``: an output must be none of them), and what to say when a command that reads a
-sweep directory is given a file instead.
+sweep directory is given a file instead; ``log_folder``: the folder its workers log to, made
+before a worker starts, or a file in its place said in one line.
 
 The common slip is a spec file (``tilesweep status sweep.json``, after ``tilesweep run
 sweep.json``): the answer names the sweep directory that spec runs in by default, when it is
@@ -14,7 +15,7 @@ import json
 from pathlib import Path
 
 from orchestrator import PROG
-from orchestrator.errors import TilesweepError
+from orchestrator.errors import SweepDirError, TilesweepError
 from orchestrator.spec.model import SweepSpec
 
 
@@ -113,3 +114,18 @@ def is_spec_file(path: Path, spec_path: str | Path | None) -> bool:
     except (OSError, ValueError):  # unreadable, or not JSON (a TOML spec)
         return True
     return not (isinstance(data, dict) and {"config", "results"} <= data.keys())
+
+
+def log_folder(logs: Path) -> Path:
+    """A sweep's logs folder (``SweepDir.logs``), made where it is missing, before a worker is
+    started or submitted that writes there; one that cannot be (a file in its place) is a
+    ``SweepDirError`` naming it and the fix."""
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file, or a link to nothing, where the folder belongs
+        what = "a link to nothing" if logs.is_symlink() and not logs.exists() else "a file"
+        raise SweepDirError(
+            f"{logs} is {what}, where the sweep keeps its workers' logs: move it away (or put the folder back) "
+            "and run the command again"
+        ) from None
+    return logs

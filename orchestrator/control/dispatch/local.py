@@ -35,6 +35,7 @@ from orchestrator.spec.model import SweepSpec
 from orchestrator.store.diskspace import FullDisk, mount_point
 from orchestrator.store.pidspace import host_identity, process_start
 from orchestrator.store.runstop import RunStop, StopNote
+from orchestrator.store.sweep_paths import log_folder
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ def run_units_locally(
     (see ``jobs.worker.run_unit``). ``on_poll`` is called whenever a unit may have moved on.
     """
     prior = prior_starts or {}
+    log_folder(sd.logs)  # a file in its place is said before any unit starts
     if kind == "debug":
         return _run_in_process(sd, unit_ids, prior, on_poll)
     if kind != "local":
@@ -268,7 +270,7 @@ def start_units_locally(
 def _executor(sd: SweepDir) -> UnitExecutor:
     from orchestrator.control.dispatch.local_controller import UnitExecutor
 
-    executor = UnitExecutor(folder=str(sd.logs))
+    executor = UnitExecutor(folder=str(log_folder(sd.logs)))
     executor.update_parameters(timeout_min=sd.spec.executor.timeout_min)
     return executor
 

@@ -37,6 +37,7 @@ from orchestrator.control.why import (
 )
 from orchestrator.pyproc import module_command, module_env
 from orchestrator.store.markers import read_marker
+from orchestrator.store.sweep_paths import log_folder
 from orchestrator.store.sweepdir import SweepDir
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ def start_worker(sd: SweepDir, unit: str, gpu: int | None, prior: dict[str, Any]
     """Start the worker of ``unit`` on ``gpu`` (None: no GPU), its log a new file."""
     env = module_env(dict(os.environ, CUDA_VISIBLE_DEVICES="" if gpu is None else str(gpu)))
     cmd = module_command(WORKER, str(sd.root), unit, json.dumps(prior or {}), unbuffered=True)
-    path, fd = _new_log(sd.logs, unit)
+    path, fd = _new_log(log_folder(sd.logs), unit)
     proc: subprocess.Popen[bytes] | None = None
     try:
         before = oom_kills()
@@ -139,7 +140,6 @@ def start_worker(sd: SweepDir, unit: str, gpu: int | None, prior: dict[str, Any]
 
 def _new_log(folder: Path, unit: str) -> tuple[Path, int]:
     """A log file of the unit's that no earlier worker wrote: ``<unit>.<n>_0_log.err``."""
-    folder.mkdir(parents=True, exist_ok=True)
     n = 1
     while True:
         path = folder.absolute() / f"{unit}.{n}_0_log.err"
