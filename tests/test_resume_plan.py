@@ -252,3 +252,21 @@ def test_a_unit_a_resume_planned_but_never_submitted_is_replaced_once_other_unit
         listed = run_cli("ls", str(tmp_path)).stdout
         assert "units: 2 done, 1 replaced" in listed and "to resume" not in listed, listed
         assert run_cli("resume", str(sd.root)).returncode == 0
+
+
+def test_a_run_starts_no_worker_for_a_unit_whose_items_other_units_recorded(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """The unit a resume cut short left never submitted, whose every item its new unit then
+    recorded: a `run` of the sweep measures none of them again (no worker of it in the sweep's
+    history), and exits 0 with the sweep complete and that unit replaced."""
+    sd, _, second, new = _resume_cut_short(tmp_path, write_spec)
+    _worker(sd.root, new)
+    spec = tmp_path / "spec.json"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sd.root))
+    assert r.returncode == 0 and "0 of 6 planned missing" in r.stderr, r.stderr
+    assert [e for e in sd.job_history() if e.get("unit") == second] == []  # no worker started for it
+    lines = run_cli("status", str(sd.root)).stdout.splitlines()
+    assert lines[0] == f"{sd.root}: 6/6 items done (0 error records), complete", lines
+    (line,) = [x for x in lines if x.startswith(f"  {second}")]
+    assert line.split()[1] == "replaced" and line.endswith("never submitted; other units recorded every item of it")

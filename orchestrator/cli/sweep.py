@@ -244,10 +244,11 @@ def _run_here(
         _warn_kept_plan(sd, args)
     else:
         units_capped(args.units or sd.spec.sharding.units, planned_units(sd))
-    # a unit `resume` handed its missing items to is not run again: its later unit runs them; one
-    # a live worker holds (`resume --no-wait` left it running) is followed, not run a second time
+    # a unit `resume` handed its missing items to is not run again: its later unit runs them; nor
+    # one whose every item other units recorded (status: replaced); one a live worker holds
+    # (`resume --no-wait` left it running) is followed, not run a second time
     held = [u.id for u in st.units if not u.complete and run_elsewhere(u)]
-    todo = [u.id for u in st.units if not u.complete and not u.resumed and u.id not in held]
+    todo = [u.id for u in st.units if not (u.complete or u.resumed or u.covered) and u.id not in held]
     if held:
         warn(
             f"note: {counted(len(held), 'unit')} of {sd.root} {'is' if len(held) == 1 else 'are'} run by a worker "

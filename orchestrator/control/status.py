@@ -149,13 +149,14 @@ def _run_stop(sd: SweepDir, hist: History) -> RunStop | None:
 
 
 def _covered(sd: SweepDir, st: SweepStatus) -> None:
-    """Units nothing will start (``never_started``, or replaced by a resume) whose every item
-    other units of their round recorded are replaced, not pending: nothing is left to them
-    (``resume`` records them so). Only where there is such a unit are other units' unit files
-    read, and the partials of those that recorded a part of their items."""
+    """Units never submitted (``never_submitted``: a live ``run`` starts none of these), or
+    replaced by a resume, whose every item other units of their round recorded are replaced,
+    not pending: nothing is left to them (``resume`` records them so). Only where there is such
+    a unit are other units' unit files read, and the partials of those that recorded a part of
+    their items."""
     shared = _rounds_sharing_items(st)
     replaced = [u for u in st.units if u.state == REPLACED]
-    idle = {u.id: u for u in [*st.never_started(), *replaced] if u.done == 0 and (u.retry or u.round in shared)}
+    idle = {u.id: u for u in [*st.never_submitted(), *replaced] if u.done == 0 and (u.retry or u.round in shared)}
     try:
         wanted = {uid: {iid for _, iid in read_items(sd.root, uid)} for uid in idle}
         for round_ in {u.round for u in idle.values()}:

@@ -201,14 +201,15 @@ class SweepStatus:
         start it."""
         return not any(self._waits(u) for u in self.units)
 
+    def never_submitted(self) -> list[UnitStatus]:
+        """Units never submitted and held by no worker, their items not handed to later units
+        yet: those nothing will start, and those a live ``run`` starts when a worker is free."""
+        return [u for u in self.units if u.state in ACTIVE and not (u.submitted or u.resumed or u.leased)]
+
     def never_started(self) -> list[UnitStatus]:
         """Units never submitted that nothing will start (``resume`` does), their items not
         handed to later units yet."""
-        return [
-            u
-            for u in self.units
-            if u.state in ACTIVE and not (u.submitted or u.resumed or u.leased or self.runner_live)
-        ]
+        return [] if self.runner_live else self.never_submitted()
 
     @property
     def configs_measured(self) -> int:
