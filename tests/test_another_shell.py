@@ -1,8 +1,8 @@
 """A local sweep from another shell, as a user meets it: ``tilesweep cancel`` of a sweep that a
 ``tilesweep run`` runs in the foreground (started as ``nohup`` or a script's ``&`` start it:
-SIGINT ignored), of one whose unit runs detached (``resume --no-wait``); a Ctrl-C of ``wait``,
-which leaves the units it follows running; ``wait`` on units that ``resume`` replaced or that a
-worker started by hand runs.
+SIGINT ignored), and a Ctrl-C of such a run; of one whose unit runs detached (``resume
+--no-wait``); a Ctrl-C of ``wait``, which leaves the units it follows running; ``wait`` on units
+that ``resume`` replaced or that a worker started by hand runs.
 
 Real processes throughout; each step waits for an event (a record written, a line printed, a
 process gone), never for a guessed time.
@@ -101,6 +101,24 @@ def test_cancel_stops_a_foreground_run_started_with_sigint_ignored(
     assert err.splitlines()[-1] == "tilesweep: stopped by SIGTERM; finished records are kept, rerun to continue"
     assert _sweep_processes(sweep) == []  # the run and its worker
     assert "interrupted" in _states(sweep).values() and "running" not in _states(sweep).values()
+
+
+def test_a_ctrl_c_of_a_run_started_with_sigint_ignored_stops_the_run_not_only_its_worker(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The run ignores SIGINT (a script's ``&``), its worker takes it while its unit runs: a
+    SIGINT to their process group (a Ctrl-C at the script's terminal) stops the run as a Ctrl-C
+    stops one at a terminal, not its worker alone while it goes on to the next unit."""
+    spec = write_spec(**SPEC, sharding={"units": 2})
+    sweep = tmp_path / "sweep"
+    run = start_run(spec, sweep, sigint_ignored=True)
+    until(lambda: _in_unit(sweep), "a unit's header", run)
+    os.killpg(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=SETTLE_S)
+    assert run.returncode == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == "tilesweep: interrupted; finished records are kept, rerun to continue"
+    assert _sweep_processes(sweep) == []
+    assert sorted(_states(sweep).values()) == ["interrupted", "pending"]  # the second unit never started
 
 
 def test_cancel_stops_a_detached_unit_and_wait_then_merges_what_it_wrote(

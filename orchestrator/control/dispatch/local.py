@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -138,7 +139,8 @@ def _run_subprocesses(
     """Units as subprocesses in ``workers`` slots (default: one per visible GPU), a slot
     taking the next unit as soon as its unit ends. Once a worker failed on a full disk, no
     further unit starts: the run ends in one line once the running ones have (``_Disk``), and
-    notes why in the room it took for that at its start (``store.runstop``), for ``status``."""
+    notes why in the room it took for that at its start (``store.runstop``), for ``status``. A
+    worker stopped by the Ctrl-C this run ignores stops the run (``_ctrl_c_of_the_group``)."""
     gpus = visible_gpus()
     n = local_slots(sd.spec, workers, gpus)
     pending = list(unit_ids)
@@ -160,9 +162,11 @@ def _run_subprocesses(
                 if worker.poll() is None:
                     worker.enforce_limit()
                     continue
-                outcomes.append(_ended(sd, worker, disk))
+                outcomes.append(out := _ended(sd, worker, disk))
                 del running[slot]
                 free_slots.append(slot)
+                if out.interrupted and _ctrl_c_of_the_group(worker):
+                    raise KeyboardInterrupt  # as the run's own Ctrl-C: the other workers stop below
             if on_poll:
                 on_poll()
             wait_any(list(running.values()), POLL_S)
@@ -176,6 +180,17 @@ def _run_subprocesses(
         raise SweepDirError(disk.stopped("the run", len(pending)))
     note.discard()
     return outcomes
+
+
+def _ctrl_c_of_the_group(worker: LocalWorker) -> bool:
+    """Whether a worker that ended interrupted was stopped by a SIGINT (it exits 130 on one)
+    that this run ignores: a run a script's ``&`` started ignores SIGINT, its workers take it
+    while their unit runs, so a Ctrl-C (a SIGINT to the process group) reaches its workers
+    alone. It is the user's stop all the same: the run stops as on a Ctrl-C, its other workers
+    with it, instead of going on to the next unit and ending with the interrupted unit's items
+    missing (as the debug executor's run stops, its unit running in the run's own process)."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    return ignored and worker.proc.returncode == 128 + signal.SIGINT
 
 
 @dataclass
