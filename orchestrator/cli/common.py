@@ -190,10 +190,12 @@ def prepare_run(args: argparse.Namespace, root: Path, kind: str, reuse: ReuseReq
     return prepared
 
 
-def wait_for_lowering(root: Path, started: str, say: Callable[[str], None] | None = None) -> None:
+def wait_for_lowering(
+    root: Path, started: str, say: Callable[[str], None] | None = None, *, units: str = "unit"
+) -> None:
     """Wait while a ``plan --lower`` of ``root`` runs, saying so once (``say``: a line above a
     progress bar; default ``warn``): a unit ``started`` here ("run", "submitted") before its
-    verdicts are all written could compile configs it refuses."""
+    verdicts are all written could compile configs it refuses (``units``: which units, as said)."""
     from orchestrator.store.leases import wait_for_lowering as wait
 
     holders: list[str] = []
@@ -201,8 +203,8 @@ def wait_for_lowering(root: Path, started: str, say: Callable[[str], None] | Non
     def waiting(holder: str) -> None:
         holders.append(holder)
         (say or warn)(
-            f"waiting for the `plan --lower` of {root} ({holder}) to end, so that no unit {started} here compiles "
-            "a config it refuses"
+            f"waiting for the `plan --lower` of {root} ({holder}) to end, so that no {units} {started} here "
+            "compiles a config it refuses"
         )
 
     try:
@@ -211,7 +213,7 @@ def wait_for_lowering(root: Path, started: str, say: Callable[[str], None] | Non
         if not holders:
             raise
         raise KeyboardInterrupt(
-            f"no unit was {started}; the `plan --lower` of {root} goes on: rerun this command once it ends"
+            f"no {units} was {started}; the `plan --lower` of {root} goes on: rerun this command once it ends"
         ) from None
 
 

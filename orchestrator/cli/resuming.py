@@ -129,7 +129,9 @@ def resume_saying(
     background: bool = False,
 ) -> Resumed:
     """``resume_sweep``, saying what it plans before it submits or runs, and how its
-    submissions went; ``progress`` is fed while units run here."""
+    submissions went; ``progress`` is fed while units run here, and a wait for a ``plan
+    --lower`` before a next round is said above it (``running.later_rounds_wait``)."""
+    from orchestrator.cli.running import later_rounds_wait
     from orchestrator.control.resume import resume_sweep
     from orchestrator.control.status import sweep_status
 
@@ -155,6 +157,7 @@ def resume_saying(
         include_missing=include_missing,
         on_poll=poll,
         background=background,
+        wait_lowering=later_rounds_wait(progress) if progress is not None else None,
     )
     if result.submission is not None:
         print_submission(sd, result.submission)

@@ -18,30 +18,27 @@ from orchestrator.cli.common import (
     PROG,
     RETRY_HELP,
     RETRY_KINDS,
-    Progress,
     Subparsers,
     counted,
     file_path,
     folder_path,
     items_in_units,
-    planned_units,
     positive_int,
     prepare_run,
     print_plan_notes,
-    round_note,
     search_plan_line,
     unit_column,
     units_capped,
     units_kept,
     warn,
 )
-from orchestrator.cli.finish import failed_unit_lines, finish_sweep, merge_line, unfinished_unit_lines
-from orchestrator.cli.following import follow_run, follow_units, run_elsewhere
+from orchestrator.cli.finish import merge_line
+from orchestrator.cli.following import follow_run
 from orchestrator.cli.reusing import add_reuse_args, reuse_lines, reuse_request
+from orchestrator.cli.running import rerun_command, run_here
 from orchestrator.errors import PlanError, SpecError, TilesweepError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
-    from orchestrator.control.dispatch import UnitOutcome
     from orchestrator.control.reuseplan import Planned
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.sweepdir import SweepDir
@@ -219,104 +216,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     html = spec.report.html
     with run_or_follow(sd) as other:
         if other is not None:
-            return follow_run(sd, other, redo=_rerun(args.spec, sd), html=html, overwrite=args.overwrite)
-        return _run_here(sd, unit_ids, existed, kind, args, html=html)
-
-
-def _rerun(spec_path: str, sd: SweepDir) -> str:
-    """The command that reruns a sweep here, redoing only what is missing."""
-    return f"`{PROG} run {word(spec_path)} --sweep-dir {word(sd.root)}`"
-
-
-def _run_here(
-    sd: SweepDir, unit_ids: list[str], existed: bool, kind: str, args: argparse.Namespace, *, html: bool
-) -> int:
-    """Run the units that are not done here (local or debug executor), merge, report."""
-    from orchestrator.control.status import sweep_status
-
-    st = sweep_status(sd, query_slurm=False)
-    print(
-        f"sweep {sd.root}: {items_in_units(sd.planned, len(unit_ids))}"
-        + (f", {st.done} already recorded" if existed and st.done else ""),
-        file=sys.stderr,
-    )
-    if existed:
-        _warn_kept_plan(sd, args)
-    else:
-        units_capped(args.units or sd.spec.sharding.units, planned_units(sd))
-    # a unit `resume` handed its missing items to is not run again: its later unit runs them; nor
-    # one whose every item other units recorded (status: replaced); one a live worker holds
-    # (`resume --no-wait` left it running) is followed, not run a second time
-    held = [u.id for u in st.units if not u.complete and run_elsewhere(u)]
-    todo = [u.id for u in st.units if not (u.complete or u.resumed or u.covered) and u.id not in held]
-    if held:
-        warn(
-            f"note: {counted(len(held), 'unit')} of {sd.root} {'is' if len(held) == 1 else 'are'} run by a worker "
-            f"already (e.g. {held[0]}, "
-            f"`{PROG} status {word(sd.root)}` names it): following {'it' if len(held) == 1 else 'them'} instead of "
-            f"starting a second worker on {'it' if len(held) == 1 else 'each'}"
-        )
-    outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
-    failed = failed_unit_lines(outcomes)
-    if held:
-        failed += unfinished_unit_lines(follow_units(sd, held), only=held)
-    return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=_rerun(args.spec, sd))
-
-
-def _warn_kept_plan(sd: SweepDir, args: argparse.Namespace) -> None:
-    """A reopened sweep directory keeps its plan: say which reuse options of this run it ignores
-    (``--units``: ``prepare_run`` says so, where the plan has units that measure)."""
-    if args.reuse or args.remeasure or args.reuse_errors or args.include_replays:
-        warn(
-            f"note: {sd.root} keeps the plan it was made with; --reuse, --remeasure, --reuse-errors and "
-            "--include-replays apply when a sweep directory is planned (use a new --sweep-dir)"
-        )
-
-
-def _retry_here(sd: SweepDir, kind: str, retry: str) -> list[UnitOutcome]:
-    """``run --retry-errors``: the error records of that kind, redone here in units of their own."""
-    from orchestrator.control.resume import resume_sweep
-
-    settings = sd.spec.executor.model_copy(update={"kind": kind})
-    result = resume_sweep(
-        sd, settings, force=False, units=None, max_array_size=None, retry=retry, include_missing=False
-    )
-    if result.plan.retry:
-        print(f"redid {len(result.plan.retry)} {retry} error records", file=sys.stderr)
-    return result.outcomes
-
-
-def _run_rounds_here(
-    sd: SweepDir, todo: list[str], kind: str, workers: int | None, retry: str | None
-) -> list[UnitOutcome]:
-    """Run the units here with a progress bar (and ``--retry-errors``' redos); then each round
-    of the sweep's strategy that they make due (``rounds.run_rounds_here``)."""
-    from orchestrator.control import dispatch
-    from orchestrator.control.rounds import NextRound, run_rounds_here
-    from orchestrator.control.status import sweep_status
-
-    progress = Progress(sweep_status(sd, query_slurm=False).total)
-
-    def poll() -> None:
-        progress.sweep(sweep_status(sd, query_slurm=False))
-
-    def run(unit_ids: list[str]) -> list[UnitOutcome]:
-        return dispatch.run_units_locally(sd, unit_ids, kind=kind, workers=workers, on_poll=poll)
-
-    def announce(nxt: NextRound) -> None:
-        poll()  # the round that ended shows its last count above what is said of the next
-        progress.note(round_note(nxt))
-
-    settings = sd.spec.executor.model_copy(update={"kind": kind})
-    try:  # closed on Ctrl-C too: else tqdm draws the bar once more after the one-line message
-        outcomes = run(todo) if todo else []
-        if retry:
-            outcomes += _retry_here(sd, kind, retry)
-        outcomes += run_rounds_here(sd, settings, run, on_round=announce)
-        poll()
-    finally:
-        progress.close()
-    return outcomes
+            return follow_run(sd, other, redo=rerun_command(args.spec, sd), html=html, overwrite=args.overwrite)
+        return run_here(sd, unit_ids, existed, kind, args, html=html)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orchestrator.control import dispatch
@@ -157,6 +158,7 @@ def resume_sweep(
     include_missing: bool = True,
     on_poll: Callable[[], None] | None = None,
     background: bool = False,
+    wait_lowering: Callable[[Path], None] | None = None,
 ) -> Resumed:
     """Hand the missing items of a sweep to new units: submitted to SLURM (returns once
     sbatch took them), or run here to completion (local, debug; ``on_poll`` is called whenever
@@ -166,7 +168,9 @@ def resume_sweep(
     the errors, newest wins, so status does not count those items twice). ``on_planned`` is
     called once the plan is known (new units empty when nothing is to do), before anything is
     written or run, so a failing print there changes nothing. A halving sweep whose round 1
-    is complete gets round 2 planned here if nobody has (``on_planned`` is then told of it)."""
+    is complete gets round 2 planned here if nobody has (``on_planned`` is then told of it).
+    ``wait_lowering``: what a resume here does before a round its units make due is planned
+    (``rounds.run_rounds_here``); the caller waited before this resume began."""
     slurm = settings.kind == "slurm"
     if slurm:
         require_submit_tools()
@@ -201,12 +205,17 @@ def resume_sweep(
         if on_planned is not None:
             on_planned(result)
     if not slurm:
-        _run_here(sd, settings, result, background, on_poll)
+        _run_here(sd, settings, result, background, on_poll, wait_lowering)
     return result
 
 
 def _run_here(
-    sd: SweepDir, settings: ExecutorSettings, result: Resumed, background: bool, on_poll: Callable[[], None] | None
+    sd: SweepDir,
+    settings: ExecutorSettings,
+    result: Resumed,
+    background: bool,
+    on_poll: Callable[[], None] | None,
+    wait_lowering: Callable[[Path], None] | None,
 ) -> None:
     """The new units run here (local, debug), and the rounds they make due; with
     ``background`` started and left to run."""
@@ -217,7 +226,7 @@ def _run_here(
     result.outcomes = dispatch.run_units_locally(
         sd, ids, kind=settings.kind, prior_starts=result.prior, on_poll=on_poll
     )
-    result.outcomes += _run_next_rounds(sd, settings, result, on_poll)
+    result.outcomes += _run_next_rounds(sd, settings, result, on_poll, wait_lowering)
 
 
 def _new_units(
@@ -287,7 +296,11 @@ def _submit_new_units(
 
 
 def _run_next_rounds(
-    sd: SweepDir, settings: ExecutorSettings, result: Resumed, on_poll: Callable[[], None] | None
+    sd: SweepDir,
+    settings: ExecutorSettings,
+    result: Resumed,
+    on_poll: Callable[[], None] | None,
+    wait_lowering: Callable[[Path], None] | None,
 ) -> list[dispatch.UnitOutcome]:
     """Run here the rounds this resume planned, or that the units it ran made due."""
 
@@ -297,4 +310,4 @@ def _run_next_rounds(
     def ran(nxt: NextRound) -> None:
         result.next_round = nxt
 
-    return run_rounds_here(sd, settings, run, planned=result.next_round, on_round=ran)
+    return run_rounds_here(sd, settings, run, planned=result.next_round, on_round=ran, wait_lowering=wait_lowering)

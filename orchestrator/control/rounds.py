@@ -13,7 +13,7 @@ Whoever comes second finds the round planned and does nothing.
 Who calls it, so that nobody has to wait: on SLURM the final merge job (``after_merge``,
 pickled by reference, so the merge job of a round advances the sweep to the next), ``wait``
 and ``resume``; here ``run`` and ``resume`` (``run_rounds_here``, which runs each round the
-one before it made due). Nothing here prints.
+one before it made due, each once no ``plan --lower`` of the sweep runs). Nothing here prints.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import PROG
@@ -158,18 +159,27 @@ def run_rounds_here(
     *,
     planned: NextRound | None = None,
     on_round: Callable[[NextRound], None] | None = None,
+    wait_lowering: Callable[[Path], None] | None = None,
 ) -> list[UnitOutcome]:
     """Run here (``run``: the units given, to completion) each round that comes due, starting
     with ``planned`` if the caller advanced already, until no round is left to plan or one
-    lacks records; ``on_round`` hears of each round before its units run."""
+    lacks records; ``on_round`` hears of each round before its units run. Before each round it
+    plans, ``wait_lowering`` returns once no ``plan --lower`` of the sweep runs (as ``wait``
+    waits before it submits one): a unit started meanwhile could compile configs it refuses."""
+
+    def next_round() -> NextRound | None:
+        if wait_lowering is not None and pending_round(sd) is not None:
+            wait_lowering(sd.root)  # before the sweep's lock, which other commands take meanwhile
+        return advance(sd, settings)
+
     outcomes: list[UnitOutcome] = []
-    nxt = planned or advance(sd, settings)
+    nxt = planned or next_round()
     while nxt is not None:
         if nxt.units:
             if on_round is not None:
                 on_round(nxt)
             outcomes += run([u.id for u in nxt.units])
-        nxt = advance(sd, settings)
+        nxt = next_round()
     return outcomes
 
 

@@ -1,11 +1,12 @@
 """``run`` and ``submit`` of a sweep directory that ``plan --lower`` lowers (it holds the sweep's
 lowering lease) wait for it, saying so in one line, and so does ``wait`` before it submits a
-sweep's next round (the final merge job leaves that round to it), so that no unit compiles a
-config the lowering is about to refuse. The lowering is stopped (as Ctrl-Z stops it) while the
-second command looks, so it cannot end first."""
+sweep's next round (the final merge job leaves that round to it), and ``run`` before it plans
+one here, so that no unit compiles a config the lowering is about to refuse. The lowering is
+stopped (as Ctrl-Z stops it) while the second command looks, so it cannot end first."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -73,6 +74,36 @@ def test_run_waits_for_the_lowering_of_its_sweep_directory_then_runs(tmp_path: P
     out, err = run.communicate(timeout=600)
     assert run.returncode == 0, err
     assert records_written(sweep) == 6 and (tmp_path / "out.json").exists()
+
+
+def test_run_waits_for_a_lowering_begun_while_its_first_round_ran_before_it_plans_the_next(tmp_path: Path) -> None:
+    """A halving sweep run here, whose round-1 worker is stopped (as Ctrl-Z stops it) while a
+    lowering of the sweep takes its lease: once the worker ends, the run says it waits for the
+    lowering, and plans round 2 only once the lowering has ended."""
+    from orchestrator.store.leases import lowering_lease
+
+    spec, sweep = tmp_path / "spec.json", tmp_path / "sweep"
+    halving = {**TINY_SPEC["timing"], "strategy": "halving"}
+    spec.write_text(json.dumps({**TINY_SPEC, "timing": halving, "output": str(tmp_path / "out.json")}))
+    run = start_run(spec, sweep, "--executor", "local")
+    jobs = sweep / "jobs.jsonl"
+    until(lambda: jobs.exists() and '"unit"' in jobs.read_text(), "round 1's worker", run)
+    worker = int(json.loads(jobs.read_text().splitlines()[0])["job_id"])
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        with lowering_lease(sweep, lambda holder: None):  # a `plan --lower` begun after the run began
+            os.kill(worker, signal.SIGCONT)
+            said = _said_waiting(run)
+            units = json.loads((sweep / "units.json").read_text())
+            assert not (sweep / "round2.json").exists() and [u.get("round", 1) for u in units] == [1], units
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # ended since
+            os.kill(worker, signal.SIGCONT)
+    assert said.startswith(f"tilesweep: {WAITING} {sweep} (pid {os.getpid()} on "), said
+    assert said.endswith("to end, so that no unit of its next round run here compiles a config it refuses"), said
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    assert (sweep / "round2.json").exists() and "round 2:" in err and "0 of 6 planned missing" in err, err
 
 
 @pytest.mark.slurm
