@@ -172,10 +172,7 @@ def resume_sweep(
     ``wait_lowering``: what a resume here does before a round its units make due is planned
     (``rounds.run_rounds_here``); the caller waited before this resume began."""
     slurm = settings.kind == "slurm"
-    if slurm:
-        require_submit_tools()
-    check_interpreter_env(sd)
-    log_folder(sd.logs)  # where its units' workers write: refused before a new unit is written
+    _refused_before(sd, slurm)
     with sweep_lock(sd):
         plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry)
         if not include_missing:  # `run --retry-errors`: run itself redoes what is missing
@@ -207,6 +204,16 @@ def resume_sweep(
     if not slurm:
         _run_here(sd, settings, result, background, on_poll, wait_lowering)
     return result
+
+
+def _refused_before(sd: SweepDir, slurm: bool) -> None:
+    """What a resume refuses before it plans or writes anything: SLURM's tools missing (on
+    SLURM), another interpreter than the sweep's workers', a logs folder its units' workers
+    cannot write into."""
+    if slurm:
+        require_submit_tools()
+    check_interpreter_env(sd)
+    log_folder(sd.logs)
 
 
 def _run_here(
