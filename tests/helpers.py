@@ -170,3 +170,26 @@ def scheduler_view(**states: Any) -> Any:
     return SchedulerView(
         {k.replace("j", "", 1): v for k, v in states.items()}, asked=True, squeue_ok=True, sacct_ok=True
     )
+
+
+def replay_specs(tmp_path: Path, seconds: Callable[[int], float], kind: str) -> dict[str, Path]:
+    """A replay of three fwd configs of ``TINY_SPEC`` (a synthetic source document written in
+    ``tmp_path``) as two spec files, one per pace ("real", "instant"), run by the ``kind``
+    executor; ``seconds(k)``: the k-th record's compile seconds, which the real pace waits out
+    before it writes that record."""
+    import json
+
+    from orchestrator.store import synthetic
+
+    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32]}
+    source = synthetic.document(grid)
+    for k, rec in enumerate(source["results"]):
+        rec.update(compile_s=seconds(k))
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    specs = {}
+    for pace in ("real", "instant"):
+        replay = {"source": str(tmp_path / "source.json"), "pace": pace}
+        data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
+        specs[pace] = tmp_path / f"{pace}.json"
+        specs[pace].write_text(json.dumps({**data, "executor": {"kind": kind}}))
+    return specs

@@ -11,27 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.store import synthetic
 from orchestrator.store.sweepdir import SweepDir
-from tests.conftest import TINY_SPEC
-from tests.helpers import REPO, run_cli, until
-
-
-def _replay_specs(tmp_path: Path) -> dict[str, Path]:
-    """A replay of three configs at each pace: at the real pace its first record comes at once
-    and the next one a minute later, so the worker can be stopped after the first."""
-    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32]}
-    source = synthetic.document(grid)
-    for k, rec in enumerate(source["results"]):
-        rec.update(compile_s=0.0 if k == 0 else 60.0)
-    (tmp_path / "source.json").write_text(json.dumps(source))
-    specs = {}
-    for pace in ("real", "instant"):
-        replay = {"source": str(tmp_path / "source.json"), "pace": pace}
-        data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
-        specs[pace] = tmp_path / f"{pace}.json"
-        specs[pace].write_text(json.dumps({**data, "executor": {"kind": "local"}}))
-    return specs
+from tests.helpers import REPO, replay_specs, run_cli, until
 
 
 def _recorded(path: Path) -> list[str]:
@@ -39,7 +20,9 @@ def _recorded(path: Path) -> list[str]:
 
 
 def test_a_unit_run_by_hand_leaves_the_items_resume_gave_to_a_later_unit_to_it(tmp_path: Path) -> None:
-    specs = _replay_specs(tmp_path)
+    # at the real pace its first record comes at once and the next one a minute later, so the
+    # worker can be stopped after the first
+    specs = replay_specs(tmp_path, lambda k: 0.0 if k == 0 else 60.0, "local")
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(specs["real"]), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
     sd = SweepDir.open(sweep)

@@ -224,20 +224,9 @@ def test_a_stop_that_ends_a_paced_wait_leaves_that_record_unwritten(tmp_path: Pa
 
 
 def test_a_replay_resumed_with_a_spec_of_the_other_pace_replays_at_that_pace(tmp_path: Path) -> None:
-    from orchestrator.store import synthetic
-    from tests.conftest import TINY_SPEC
+    from tests.helpers import replay_specs
 
-    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32]}
-    source = synthetic.document(grid)
-    for rec in source["results"]:
-        rec.update(compile_s=60.0)  # a minute per record at the real pace
-    (tmp_path / "source.json").write_text(json.dumps(source))
-    specs = {}
-    for pace in ("real", "instant"):
-        replay = {"source": str(tmp_path / "source.json"), "pace": pace}
-        data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
-        specs[pace] = tmp_path / f"{pace}.json"
-        specs[pace].write_text(json.dumps({**data, "executor": {"kind": "debug"}}))
+    specs = replay_specs(tmp_path, lambda k: 60.0, "debug")  # a minute per record at the real pace
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(specs["real"]), "--sweep-dir", str(sweep)).returncode == 0
     r = run_cli("resume", str(sweep), "--spec", str(specs["instant"]), timeout=120)  # not three minutes
