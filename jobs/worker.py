@@ -44,6 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import TilesweepError
 from orchestrator.planning import RUN, WorkItem
@@ -207,7 +208,6 @@ def _left_to_later_units(
 ) -> UnitSummary:
     """The summary of a worker that found every item of its unit without a record held by later
     units (``_handed_on``): it wrote nothing."""
-    method = measurer.method
     summary = worker_summary(
         unit=unit_id,
         attempt=0,
@@ -217,12 +217,7 @@ def _left_to_later_units(
         stopped=False,
         wall_s=0.0,
         counts=UnitCounts(),
-        clock=method.clock,
-        compile_workers=method.compile_workers,
-        compile_mode=method.compile_mode,
-        timer=method.timer,
-        gpu=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        job=slurm_task(),
+        **_how_measured(measurer),
     )
     summary["handed_on"] = dict(Counter(handed.values()))
     return summary
@@ -271,7 +266,6 @@ def _record_unmeasured(attempt: Attempt, todo: list[WorkItem], spec: SweepSpec) 
 
 def _summary(attempt: Attempt, measurer: Measurer, *, total: int, stopped: bool, wall_s: float) -> UnitSummary:
     """What ``run_unit`` returns and, when the unit finished, its completion marker holds."""
-    method = measurer.method
     return worker_summary(
         unit=attempt.unit_id,
         attempt=attempt.number,
@@ -281,13 +275,22 @@ def _summary(attempt: Attempt, measurer: Measurer, *, total: int, stopped: bool,
         stopped=stopped,
         wall_s=wall_s,
         counts=attempt.counts,
-        clock=method.clock,
-        compile_workers=method.compile_workers,
-        compile_mode=method.compile_mode,
-        timer=method.timer,
-        gpu=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        job=slurm_task(),
+        **_how_measured(measurer),
     )
+
+
+def _how_measured(measurer: Measurer) -> dict[str, Any]:
+    """What a unit's summary says of how and where its worker measured: the clock, the compile
+    workers and mode, the timer, its GPU and SLURM task."""
+    method = measurer.method
+    return {
+        "clock": method.clock,
+        "compile_workers": method.compile_workers,
+        "compile_mode": method.compile_mode,
+        "timer": method.timer,
+        "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "job": slurm_task(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
