@@ -266,6 +266,13 @@ def test_ls_lines_up_its_units_column_whatever_each_sweep_state_says(tmp_path: P
     assert lines[0].index("units:") == lines[1].index("units:"), listed.stdout
 
 
+def test_ls_of_a_folder_that_is_not_there_says_so_and_of_a_file_says_it_is_no_directory(tmp_path: Path) -> None:
+    missing = assert_one_line_error(run_cli("ls", str(tmp_path / "nodir")), f"{tmp_path / 'nodir'} does not exist")
+    assert "not a directory" not in missing, missing
+    (tmp_path / "afile").write_text("")
+    assert_one_line_error(run_cli("ls", str(tmp_path / "afile")), f"{tmp_path / 'afile'} is not a directory")
+
+
 def test_every_commands_help_says_what_it_does_and_what_its_arguments_are() -> None:
     from orchestrator.cli.main import build_parser
 

@@ -37,7 +37,8 @@ def find_sweeps(folder: Path, max_depth: int = MAX_DEPTH, unreadable: list[Liste
     """Sweep directories under ``folder`` (itself included), sorted, at most ``max_depth`` deep;
     a folder this user may not read (which may be a sweep directory) goes to ``unreadable``."""
     if not folder.is_dir():
-        raise SweepDirError(f"{folder} is not a directory; pass the folder that holds your sweep directories")
+        what = "is not a directory" if folder.exists() else "does not exist"
+        raise SweepDirError(f"{folder} {what}; pass the folder that holds your sweep directories")
     found: list[Path] = []
     base = len(folder.parts)
 
