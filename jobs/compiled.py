@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator import counted
 from orchestrator.errors import WorkerEnvironmentError
 from orchestrator.planning import WorkItem
 from orchestrator.planning.halving import measurement
@@ -40,6 +41,8 @@ from .measurer import Method
 from .node_env import check_backend, device_block
 
 log = logging.getLogger(__name__)
+# a worker's compile pool as its log names it, by compile.mode: one, then more than one
+_WORKERS = {"threads": ("compile thread",), "processes": ("compile process", "compile processes")}
 
 # the inputs and reference outputs of the shape this process timed last, by (sweep, shape, seed)
 _last_shape: dict[tuple[Any, ...], measure.ShapeContext] = {}
@@ -89,10 +92,9 @@ class CompiledMeasurer:
         workers = self._method.compile_workers
         cache_dir = self._cache_dir
         log.info(
-            "unit %s: %d compile %s, cache %s, timer %s",
+            "unit %s: %s, cache %s, timer %s",
             attempt.unit_id,
-            workers,
-            mode,
+            counted(workers, *_WORKERS[mode]),
             cache_dir or "off",
             self._method.timer,
         )

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator import counted
 from orchestrator.errors import TilesweepError
 from orchestrator.planning import RUN, WorkItem
 from orchestrator.spec.compat import env_fingerprint
@@ -169,12 +170,12 @@ def _run_leased(
         in_flight.begin(w, attempt.number)
         attempt.write(header_line(_header(spec, attempt, measurer)))
         log.info(
-            "unit %s attempt %d (round %d): %d of %d items to do",
+            "unit %s attempt %d (round %d): %d of %s to do",
             unit_id,
             attempt.number,
             attempt.round,
             len(todo),
-            len(items),
+            counted(len(items), "item"),
         )
         stopped = measurer.run(attempt, _record_unmeasured(attempt, todo, spec))
         in_flight.end()
@@ -194,10 +195,11 @@ def _handed_on(sd: SweepDir, unit_id: str, todo: list[WorkItem]) -> dict[str, st
     handed = later_holders(sd, unit_id, {it.id for it in todo})
     if handed:
         log.info(
-            "unit %s: %d of its items without a record are held by later units that `tilesweep resume` gave them "
+            "unit %s: %d of its items without a record %s held by later units that `tilesweep resume` gave them "
             "to (%s): not measured here",
             unit_id,
             len(handed),
+            "is" if len(handed) == 1 else "are",
             ", ".join(sorted(set(handed.values()))),
         )
     return handed

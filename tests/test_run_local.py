@@ -377,3 +377,18 @@ def test_a_results_document_given_as_the_spec_is_the_sweep_that_wrote_it(
     timed = [(r["config"], r.get("block_q"), r["median_ms"], r["samples_ms"]) for r in before]
     assert [(r["config"], r.get("block_q"), r["median_ms"], r["samples_ms"]) for r in after] == timed
     assert all("reused_from" in r for r in after)
+
+
+def test_the_logs_of_a_one_unit_sweep_with_one_compile_thread_count_in_the_singular(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], compile={"workers": 1}, sharding={"units": 1})
+    sweep = tmp_path / "sweep"
+    r = run_cli("-v", "run", str(spec), "--sweep-dir", str(sweep))
+    assert r.returncode == 0, r.stderr
+    (planned,) = [line for line in r.stderr.splitlines() if "reuseplan: planned " in line]
+    assert planned.endswith("planned 2 items: 0 reused, 2 in 1 unit"), planned  # the config and auto
+    log = run_cli("logs", str(sweep), "0")
+    assert log.returncode == 0, log.stderr
+    (compiling,) = [line for line in log.stdout.splitlines() if "jobs.compiled:" in line]
+    assert ": 1 compile thread, cache " in compiling, compiling

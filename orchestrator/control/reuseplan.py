@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator import counted
 from orchestrator.control.searchplan import DesignRound, design_round
 from orchestrator.planning import Unit, WorkItem, expand, say_if_large, shard_items
 from orchestrator.planning.costs import CostTable
@@ -136,7 +137,13 @@ def plan_with_reuse(
     del sources  # their key indexes and heads: not held while the rest is sharded
     planned = shard_items(spec, todo, units, table)
     reused = reuse_unit(items, found, len(planned), spec.fingerprint()) if found.records else None
-    log.info("planned %d items: %d reused, %d in %d units", len(items), found.reused, len(todo), len(planned))
+    log.info(
+        "planned %s: %d reused, %d in %s",
+        counted(len(items), "item"),
+        found.reused,
+        len(todo),
+        counted(len(planned), "unit"),
+    )
     return Planned(items=items, units=planned, reused=reused, found=found, search=search)
 
 

@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator import counted
 from orchestrator.control.searchstate import (
     Key,
     Observed,
@@ -83,7 +84,12 @@ def _read(sd: SweepDir, screen: bool) -> _Read | None:
     obs = observe(sd, screen)
     missing = obs.unrecorded(screen)
     if missing:
-        log.info("next round of %s not planned: %d items of the rounds before have no record", sd.root, len(missing))
+        log.info(
+            "next round of %s not planned: %s of the rounds before %s no record",
+            sd.root,
+            counted(len(missing), "item"),
+            "has" if len(missing) == 1 else "have",
+        )
         return None
     of = problems_of(sd.items())
     last = latest(sd)
@@ -140,15 +146,15 @@ class SearchRounds:
         }
         write_round(sd, record)
         if s["kind"] == END:
-            log.info("the search of %s ended after %d rounds", sd.root, s["search_round"])
+            log.info("the search of %s ended after %s", sd.root, counted(s["search_round"], "round"))
         else:
             log.info(
-                "round %d of %s: %d items (%d new) in %d units",
+                "round %d of %s: %s (%d new) in %s",
                 choice.number,
                 sd.root,
-                len(choice.items),
+                counted(len(choice.items), "item"),
                 s["new"],
-                len(units),
+                counted(len(units), "unit"),
             )
 
     def forget(self, sd: SweepDir, number: int) -> None:

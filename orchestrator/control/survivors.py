@@ -16,6 +16,7 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+from orchestrator import counted
 from orchestrator.control.strategy import RoundChoice
 from orchestrator.planning import RUN, Unit, WorkItem
 from orchestrator.planning.halving import survivors
@@ -95,7 +96,12 @@ class HalvingRounds:
         records = recorded(sd)
         missing = sum(1 for it in sd.items() if it.id not in records)
         if missing:
-            log.info("round 2 of %s not planned: %d items of round 1 have no record yet", sd.root, missing)
+            log.info(
+                "round 2 of %s not planned: %s of round 1 %s no record yet",
+                sd.root,
+                counted(missing, "item"),
+                "has" if missing == 1 else "have",
+            )
             return None
         chosen, problems = choose(sd, records)
         summary = {"screened": sum(p["screened"] for p in problems), "survivors": len(chosen), "problems": problems}
