@@ -234,6 +234,23 @@ def test_units_never_submitted_and_units_that_cannot_start_are_told_apart(
     assert {it.id for it in plan.missing} == {it.id for it in sd.unit_items(units[2])}
 
 
+def test_a_sweep_planned_and_never_run_exits_1_and_names_resume_until_it_runs(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """Units never started, that nothing will start, are work left to a user's command, as much
+    as units that ended unfinished: status exits 1 (text and --json alike), and 0 once it ran."""
+    sd = _sweep(tmp_path, write_spec, units=2, modes=["fwd"], executor={"kind": "debug"})
+    for args in ([], ["--json"]):
+        r = run_cli("status", str(sd.root), *args)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+    r = run_cli("status", str(sd.root))
+    assert r.stdout.splitlines()[0].endswith(", incomplete"), r.stdout
+    assert r.stdout.splitlines()[-1] == f"to redo the missing items: tilesweep resume {sd.root}", r.stdout
+    assert run_cli("resume", str(sd.root)).returncode == 0
+    r = run_cli("status", str(sd.root))
+    assert r.returncode == 0 and r.stdout.splitlines()[0].endswith(", complete"), r.stdout
+
+
 def test_a_unit_whose_worker_died_in_a_running_whole_node_task_is_failed_at_once(
     tmp_path: Path, write_spec: Callable[..., Path]
 ) -> None:

@@ -77,11 +77,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(status_json(st))
     else:
         print(format_status(st))
-    # 1: some units ended without finishing and nothing took their items over (resume does), a
-    # round is still to plan and nothing running will (resume does), the final merge job
-    # refused, or ended before merging, and no merge wrote the document since, or the sweep is
-    # complete and its document missing or short of records, with nothing running to write it (merge does)
-    return 1 if st.ended_unfinished() or st.round_stalled or st.unmerged or st.merge_left else 0
+    return 1 if st.command_left else 0  # what `status --help` and the README say
 
 
 def register(sub: Subparsers) -> None:

@@ -292,8 +292,8 @@ def register(sub: Subparsers) -> None:
         help="progress of a sweep, from any shell",
         description="Progress of a sweep, per unit: state, records, SLURM task and GPU, and for a "
         "failed unit its worker's own reason. Exit code 0: nothing failed (complete or still "
-        "running); 1: some units ended without finishing, or a round is still to plan and nothing "
-        "running will (`tilesweep resume` does both); 2: the sweep directory cannot be read.",
+        "running); 1: some units ended without finishing, or were never started, or a round is still "
+        "to plan and nothing running will (`tilesweep resume` does them); 2: the sweep directory cannot be read.",
     )
     s.add_argument("sweep_dir")
     s.add_argument("--json", action="store_true")

@@ -190,6 +190,16 @@ class SweepStatus:
         and nothing running will write it: ``tilesweep merge`` does."""
         return self.complete and not self.merged and self.merging is None
 
+    @property
+    def command_left(self) -> bool:
+        """Whether the sweep waits for a user's command, nothing running doing it (``status``
+        exits 1): units ended without finishing, or never started, whose items nothing took
+        over, or a round still to plan (``resume`` does them); its final merge job refused, or
+        ended before merging, with no merge since, or it is complete and its document missing
+        or short of records (``merge`` does)."""
+        left = self.ended_unfinished() or self.never_started() or self.round_stalled
+        return bool(left or self.unmerged or self.merge_left)
+
     def _waits(self, u: UnitStatus) -> bool:
         """Whether something will run the unit or runs it: a job of it is pending or running,
         or a live run holds the sweep and starts it when a worker is free."""
