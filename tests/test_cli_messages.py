@@ -282,6 +282,8 @@ def test_every_commands_help_says_what_it_does_and_what_its_arguments_are() -> N
         assert command.description, f"`tilesweep {name} --help` says nothing of what it does"
         undescribed = [a.dest for a in command._actions if not a.option_strings and not a.help]
         assert not undescribed, f"`tilesweep {name} --help` leaves {undescribed} undescribed"
+        bare = [a.option_strings[-1] for a in command._actions if a.option_strings and not a.help]
+        assert not bare, f"`tilesweep {name} --help` says nothing of {bare}"
 
 
 def test_lower_workers_without_lower_is_refused_not_ignored(write_spec: Callable[..., Path]) -> None:

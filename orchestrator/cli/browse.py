@@ -1,6 +1,7 @@
 """``tilesweep status SWEEP``, ``tilesweep ls [DIR]`` and ``tilesweep logs SWEEP UNIT``: what
 users of SLURM tools expect to find (one sweep's progress from any shell, ``squeue``-like listing
-of one's sweeps, ``cat`` of one unit's log); ``status`` is registered with the sweep commands.
+of one's sweeps, ``cat`` of one unit's log); ``status`` is listed with the sweep commands
+(``add_status``).
 
 The work is done in ``orchestrator.control.listing``; this module prints.
 """
@@ -77,7 +78,34 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(status_json(st))
     else:
         print(format_status(st))
-    return 1 if st.command_left else 0  # what `status --help` and the README say
+    return 1 if st.command_left else 0  # what `status --help` (STATUS_HELP) and the README say
+
+
+STATUS_HELP = (
+    "Progress of a sweep, from its directory and one squeue + sacct, from any shell: items done, errors, "
+    "each unit's state, records, SLURM task and GPU, for a unit that ended unfinished why (its worker's own "
+    "reason, a signal, who cancelled it) and its log, the final merge job, and the command that does what is left. "
+    "Exit code 0: nothing waits for a command of yours (the sweep is complete and merged, or it runs and no unit "
+    "has failed, or its final merge job or the `run` that runs it writes its document); 1: some units ended "
+    "without finishing, or were never started (a plan never run, a run stopped before it started them), and "
+    f"nothing took their items over, or a round is still to plan and nothing running will (`{PROG} resume DIR` "
+    "does these); or the final merge job refused, or ended before merging, and no merge wrote the document "
+    "since, or every unit is done and the results document is missing or older than records written since "
+    f'("complete, not merged": `{PROG} merge DIR` writes it); 2: the sweep directory cannot be read.'
+)
+
+
+def add_status(sub: Subparsers) -> None:
+    """Add ``status`` to an ``add_subparsers()`` object (the sweep commands list it after ``merge``)."""
+    s = sub.add_parser("status", help="progress of a sweep, from any shell", description=STATUS_HELP)
+    s.add_argument("sweep_dir")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print the status as one JSON object (totals, states, rounds, final merge jobs, every unit) "
+        "instead of the text; the exit code is the same",
+    )
+    s.set_defaults(func=cmd_status)
 
 
 def register(sub: Subparsers) -> None:

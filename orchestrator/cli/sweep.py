@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import word
-from orchestrator.cli.browse import cmd_status
+from orchestrator.cli.browse import add_status
 from orchestrator.cli.common import (
     MAKES_FOLDERS,
     OVERWRITE_HELP,
@@ -287,14 +287,4 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_merge)
 
-    s = sub.add_parser(
-        "status",
-        help="progress of a sweep, from any shell",
-        description="Progress of a sweep, per unit: state, records, SLURM task and GPU, and for a "
-        "failed unit its worker's own reason. Exit code 0: nothing failed (complete or still "
-        "running); 1: some units ended without finishing, or were never started, or a round is still "
-        "to plan and nothing running will (`tilesweep resume` does them); 2: the sweep directory cannot be read.",
-    )
-    s.add_argument("sweep_dir")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_status)
+    add_status(sub)
