@@ -24,3 +24,13 @@ def test_status_help_says_what_json_prints_and_each_exit_code_the_readme_gives()
         assert said in readme, (said, readme)
     assert "Exit code 0: nothing waits for a command of yours" in text, text
     assert "2: the sweep directory cannot be read" in text, text
+
+
+def test_logs_help_says_a_slurm_task_id_is_taken_and_what_each_attempts_first_line_is() -> None:
+    r = run_cli("logs", "--help")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "or a SLURM task id as `tilesweep status` shows it in its job column (6343_0)" in text, text
+    assert "the task's own log where it ran several" in text, text
+    assert "Each attempt's output opens with a line naming the unit" in text, text
+    assert "The log's first line names the unit" not in text, text

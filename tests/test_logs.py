@@ -4,6 +4,7 @@ or a key that names no one unit of the sweep."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -84,3 +85,52 @@ def test_logs_of_a_key_that_names_no_one_unit_says_what_names_one(tmp_path: Path
     assert f"0 to {len(ids) - 1}" in line and f"`tilesweep status {sd.root}` shows their ids" in line, line
     one, _ = build_sweep(tmp_path / "one", small_spec(), 1, write_partials=False)
     assert_one_line_error(run_cli("logs", str(one.root), "1"), f'unit "1" is no unit of {one.root} (1 unit)')
+
+
+def test_logs_of_a_slurm_task_id_prints_the_log_of_the_unit_it_ran_or_the_tasks_own_log(tmp_path: Path) -> None:
+    """The job column of ``status`` names SLURM tasks (6343_0): ``logs`` takes one. A task that
+    ran one unit prints that unit's log; a whole-node task that ran several prints its own log;
+    a task none of the sweep's units ran in is refused in one line saying where task ids are."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 3)
+    for u in units:
+        sd.unit_log(u.id).parent.mkdir(parents=True, exist_ok=True)
+        sd.unit_log(u.id).write_text(f"the log of unit {u.id}\n")
+    task_log = sd.logs / "6344_0_log.err"
+    task_log.write_text("the whole-node task's own line\n")
+    sd.record_jobs(
+        [{"unit": units[0].id, "executor": "slurm", "job_id": "6343_0", "array_id": "6343", "task": 0}]
+        + [
+            {"unit": u.id, "executor": "slurm", "job_id": "6344_0", "array_id": "6344", "task": 0, "slot": k}
+            | {"units_in_task": 2, "stderr": str(task_log), "log": str(sd.unit_log(u.id))}
+            for k, u in enumerate(units[1:])
+        ]
+    )
+    one = run_cli("logs", str(sd.root), "6343_0")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.splitlines() == [f"==> {sd.unit_log(units[0].id)} <==", f"the log of unit {units[0].id}"]
+    several = run_cli("logs", str(sd.root), "6344_0")
+    assert several.returncode == 0, several.stderr
+    assert several.stdout.splitlines() == [f"==> {task_log} <==", "the whole-node task's own line"]
+    line = assert_one_line_error(
+        run_cli("logs", str(sd.root), "6345_0"), f"6345_0 is no SLURM task of {sd.root}", "job column"
+    )
+    assert "units.json" not in line, line
+
+
+def test_each_attempts_log_of_a_unit_run_here_opens_with_a_line_naming_the_unit(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Whoever starts a local worker writes the line first: a run that waits for its workers,
+    and the controller of a worker ``resume --no-wait`` leaves running."""
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32])
+    ran, left = tmp_path / "ran", tmp_path / "left"
+    assert run_cli("run", str(spec), "--sweep-dir", str(ran)).returncode == 0
+    other = write_spec("other.json", modes=["fwd"], fwd_block_q=[32], output=str(tmp_path / "other-results.json"))
+    assert run_cli("plan", str(other), "--sweep-dir", str(left)).returncode == 0  # its own output: nothing reused
+    assert run_cli("resume", str(left), "--no-wait").returncode == 0
+    assert run_cli("wait", str(left)).returncode == 0
+    for sweep in (ran, left):
+        (unit,) = [u for u in json.loads(run_cli("status", str(sweep), "--json").stdout)["units"] if u["job_id"]]
+        shown = run_cli("logs", str(sweep), unit["id"])
+        assert shown.returncode == 0, shown.stderr
+        assert f" tilesweep: starting unit {unit['id']} on " in shown.stdout.splitlines()[1], shown.stdout

@@ -57,10 +57,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from orchestrator.control.listing import unit_log
+    from orchestrator.control.listing import log_of
     from orchestrator.store.sweepdir import SweepDir
 
-    path = unit_log(SweepDir.open(args.sweep_dir), args.unit, task=args.task)
+    path = log_of(SweepDir.open(args.sweep_dir), args.unit, task=args.task)
     with open(path, "rb") as f:  # opened first: a log that cannot be read leaves no header behind
         print(f"==> {path} <==")  # on stdout with the log, as `tail -v` prints it: a capture keeps them together
         sys.stdout.flush()
@@ -122,12 +122,17 @@ def register(sub: Subparsers) -> None:
     s = sub.add_parser(
         "logs",
         help="print the log of one unit of a sweep",
-        description=f"Print a unit's log (its workers' output, every attempt). UNIT is a unit id as "
-        f"`{PROG} status` shows it, an id prefix, or a position 0, 1, ... in the unit index (units.json's "
-        "order; a number is read as a position first: give an id prefix with a letter in it, or more of it). "
-        "The log's first line names the unit.",
+        description=f"Print a unit's log (its workers' output, every attempt), after a line naming the file. "
+        f"UNIT is a unit id as `{PROG} status` shows it, an id prefix, or a position 0, 1, ... in the unit index "
+        "(units.json's order; a number is read as a position first: give an id prefix with a letter in it, or "
+        f"more of it), or a SLURM task id as `{PROG} status` shows it in its job column (6343_0): the log of the "
+        "unit that task ran, or the task's own log where it ran several (a task of a whole GPU node), whose lines "
+        "name each unit. Each attempt's output opens with a line naming the unit and where it ran "
+        '("tilesweep: starting unit ..."), written by whoever started its worker.',
     )
     s.add_argument("sweep_dir")
-    s.add_argument("unit", help="a unit id, an id prefix or a position in the unit index")
-    s.add_argument("--task", action="store_true", help="print the log of the SLURM task that ran it last instead")
+    s.add_argument("unit", help="a unit id, an id prefix, a position in the unit index, or a SLURM task id")
+    s.add_argument(
+        "--task", action="store_true", help="print the log of the SLURM task that ran it last (or that task's) instead"
+    )
     s.set_defaults(func=cmd_logs)

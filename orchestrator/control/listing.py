@@ -9,8 +9,10 @@ squeue + one sacct over every sweep's arrays), so listing many sweeps costs what
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator import PROG, word
 from orchestrator.control.history import History, read_history
@@ -89,6 +91,38 @@ def _why(exc: TilesweepError | OSError) -> str:
     if why is None:
         raise exc
     return why
+
+
+# a SLURM array task as ``status`` shows it in its job column ("6343_0"), which no unit id spells
+TASK_ID = re.compile(r"\d+_\d+")
+
+
+def log_of(sd: SweepDir, key: str, *, task: bool = False) -> Path:
+    """The log ``tilesweep logs`` prints for ``key``: a unit's (``unit_log``), or for a SLURM task
+    id (``TASK_ID``) the log of the unit that task ran, or its own log where it ran several (a
+    whole-node task's GPUs take several units) or ``task`` asks for it."""
+    if not TASK_ID.fullmatch(key):
+        return unit_log(sd, key, task=task)
+    ran: dict[str, dict[str, Any]] = {}  # unit -> its job in that task (a requeued task keeps its id)
+    for entry in sd.job_history():
+        if entry.get("event") is None and "unit" in entry and str(entry.get("job_id")) == key:
+            ran[entry["unit"]] = entry
+    status = f"`{PROG} status {word(sd.root)}`"
+    if not ran:
+        raise SweepDirError(
+            f"{key} is no SLURM task of {sd.root}: none of its units ran in it; {status} shows each unit's task "
+            "in its job column, and its unit id first"
+        )
+    if len(ran) == 1 and not task:
+        return unit_log(sd, next(iter(ran)))
+    stderr = next(iter(ran.values())).get("stderr")
+    if stderr and Path(stderr).is_file():
+        return Path(stderr)
+    units = f"unit {next(iter(ran))}" if len(ran) == 1 else f"units {', '.join(ran)}"
+    raise SweepDirError(
+        f"task {key} of {sd.root} ran {units}, and its own log ({stderr or 'none recorded'}) is not there (not "
+        f"started yet, or removed); {status} shows the task, `{PROG} logs {word(sd.root)} UNIT` a unit's log"
+    )
 
 
 def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:

@@ -29,6 +29,7 @@ from orchestrator.control.dispatch.local_procs import (
     stop_workers,
     wait_any,
 )
+from orchestrator.control.dispatch.nodelog import note_start
 from orchestrator.control.unit_state import existing
 from orchestrator.control.why import INTERRUPTED, last_word, read_failure, signal_reason
 from orchestrator.errors import DispatchError, SweepDirError
@@ -119,6 +120,7 @@ def _run_in_process(
             job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
             entry = {"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}
             sd.record_jobs([{**entry, "stderr": str(job.paths.stderr)}])  # its worker's word on how it ended
+            note_start(job.paths.stderr, uid, f"in the debug run's process {here['pid']}")
             outcomes.append(out := _outcome(uid, job))
             if on_poll:
                 on_poll()
@@ -205,7 +207,7 @@ class _Disk(FullDisk):
         """A failed worker's reason on the full disk: its own where its log holds one, else
         what the run knows (a bare exit code says nothing of the disk)."""
         try:
-            said = os.path.getsize(worker.log) > 0
+            said = os.path.getsize(worker.log) > worker.header
         except OSError:
             said = False
         if said or self.full is None:

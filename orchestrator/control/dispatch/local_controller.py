@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from submitit.core.utils import JobPaths
 from submitit.local.local import Controller, LocalExecutor, LocalJob
 
+from orchestrator.control.dispatch.nodelog import note_start
 from orchestrator.control.why import death_reason, failure_line, oom_kills
 from orchestrator.pyproc import module_command, module_env
 
@@ -31,7 +33,16 @@ UNIT_ENV = "TILESWEEP_LOCAL_UNIT"  # the unit a controller's worker runs
 
 
 class UnitController(Controller):
-    """submitit's controller, saying why a worker that a signal ended died."""
+    """submitit's controller, naming the unit first in its worker's log, and saying why a worker
+    that a signal ended died."""
+
+    def start_tasks(self) -> None:
+        unit = os.environ.get(UNIT_ENV)
+        if unit:
+            gpus = os.environ.get("CUDA_VISIBLE_DEVICES") or "-"
+            for k in range(self.ntasks):
+                note_start(JobPaths(self.folder, self.pid, k).stderr, unit, f"GPU {gpus}, local job {self.pid}")
+        super().start_tasks()
 
     def wait(self, freq: int = 24) -> Sequence[int | None]:
         before = oom_kills()

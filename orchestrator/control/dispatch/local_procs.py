@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.control.dispatch.nodelog import starting_line
 from orchestrator.control.why import (
     INTERRUPTED,
     death_reason,
@@ -69,6 +70,7 @@ class LocalWorker:
     oom_before: int | None
     started: float
     killed_at: float | None = None  # when it was told to stop for its time limit
+    header: int = 0  # bytes of the line naming the unit, written into its log before it started
 
     @property
     def job_id(self) -> str:
@@ -124,6 +126,11 @@ def start_worker(sd: SweepDir, unit: str, gpu: int | None, prior: dict[str, Any]
     env = module_env(dict(os.environ, CUDA_VISIBLE_DEVICES="" if gpu is None else str(gpu)))
     cmd = module_command(WORKER, str(sd.root), unit, json.dumps(prior or {}), unbuffered=True)
     path, fd = _new_log(log_folder(sd.logs), unit)
+    header = starting_line(unit, f"GPU {'-' if gpu is None else gpu}, local worker process")
+    try:
+        written = os.write(fd, header)
+    except OSError:  # a full disk: the worker fails on it, and says so where it can
+        written = 0
     proc: subprocess.Popen[bytes] | None = None
     try:
         before = oom_kills()
@@ -135,7 +142,8 @@ def start_worker(sd: SweepDir, unit: str, gpu: int | None, prior: dict[str, Any]
         raise
     finally:
         os.close(fd)
-    return LocalWorker(unit, proc, path, sd.marker_path(unit), sd.spec.executor.timeout_min, before, time.monotonic())
+    limit = sd.spec.executor.timeout_min
+    return LocalWorker(unit, proc, path, sd.marker_path(unit), limit, before, time.monotonic(), header=written)
 
 
 def _new_log(folder: Path, unit: str) -> tuple[Path, int]:

@@ -30,13 +30,13 @@ import logging
 import os
 import select
 import signal
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator.control.dispatch.forked import ForkedWorker, preload, start_worker
+from orchestrator.control.dispatch.nodelog import starting_line
 from orchestrator.control.dispatch.unit_worker import HELD, NOT_STARTED, STOPPED
 from orchestrator.control.why import death_reason, failure_line, oom_kills, read_failure
 from orchestrator.cpus import usable_cpus
@@ -204,11 +204,11 @@ class TaskWorkers:
         try:
             slot.log.parent.mkdir(parents=True, exist_ok=True)
             with open(slot.log, "ab") as out:
-                self._note(
-                    out,
-                    f"starting unit {slot.unit} on {socket.gethostname()}, GPU {lane.gpu or '-'}, "
-                    f"CPUs {','.join(map(str, lane.cpus)) or '-'}, SLURM task {self.task or '-'}",
+                where = (
+                    f"GPU {lane.gpu or '-'}, CPUs {','.join(map(str, lane.cpus)) or '-'}, SLURM task {self.task or '-'}"
                 )
+                out.write(starting_line(slot.unit, where))
+                out.flush()
         except OSError as exc:  # no room for its log: the disk is full, and its worker would fail on it
             if exc.errno not in FULL_ERRNOS or not self.disk.probe():
                 raise

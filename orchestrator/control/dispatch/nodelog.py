@@ -1,12 +1,37 @@
 """Logging on the node: every process of a task (the task itself, each unit's worker, the
 merge job) logs INFO and up to its stderr, timestamped; that stderr is the log ``tilesweep
-status`` and ``tilesweep logs`` read."""
+status`` and ``tilesweep logs`` read. Whoever starts a unit's worker (a SLURM task's
+``node``, a local run, a local job's controller, the debug run) first writes the line that
+names the unit and where it runs into the log it gives the worker (``starting_line``): each
+attempt's output in a unit's log opens with it, whatever the worker then writes first."""
 
 from __future__ import annotations
 
 import logging
+import socket
+from pathlib import Path
+
+from orchestrator.store.files import now_iso
 
 NODE_LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
+
+
+def starting_line(unit: str, where: str) -> bytes:
+    """The line naming ``unit`` and where its worker runs (``where``: its GPU, CPUs, task)."""
+    return f"{now_iso()} tilesweep: starting unit {unit} on {socket.gethostname()}, {where}\n".encode()
+
+
+def note_start(log: str | Path, unit: str, where: str) -> int:
+    """Append ``starting_line`` to ``log``; the bytes written: none where it cannot be written (a
+    full disk: the worker then fails on it, and says so where it can)."""
+    line = starting_line(unit, where)
+    try:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            out.write(line)
+    except OSError:
+        return 0
+    return len(line)
 
 
 def configure_node_logging() -> None:
