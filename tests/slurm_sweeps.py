@@ -84,11 +84,15 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
 def status(sweep: Path) -> dict[str, Any]:
     r = cli("status", str(sweep), "--json")
     doc = json.loads(r.stdout)
-    # 1 when some unit ended without finishing and nothing took its items over
-    failed = [u for u in doc["units"] if u["state"] in ("failed", "cancelled", "timed out") and not u["resumed"]]
+    # 1 when some unit ended without finishing, or was never submitted and nothing will, and nothing
+    # took its items over
+    ended = ("failed", "interrupted", "cancelled", "timed out")
+    failed = [u for u in doc["units"] if u["state"] in ended and not u["resumed"]]
+    idle = [u for u in doc["units"] if u["state"] == "pending"]
+    never = [u for u in idle if not (u["submissions"] or u["resumed"] or u["leased"])]
     # or when every unit is done, its document is not merged and no final merge job will merge it
     unmerged = doc["complete"] and not doc["merged"] and doc["merging"] is None
-    assert r.returncode == (1 if failed or unmerged else 0), r.stderr
+    assert r.returncode == (1 if failed or never or unmerged else 0), r.stderr
     return doc
 
 
