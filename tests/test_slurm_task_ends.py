@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +137,47 @@ def test_a_unit_out_of_requeues_names_those_its_task_was_submitted_with_after_a_
         "(executor.max_requeues: 0); its finished records are kept: "
     ), units[old]["detail"]
     assert cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "2").returncode == 0
+
+
+def test_a_unit_whose_running_task_was_scancelled_says_who_cancelled_it_and_that_resume_redoes_it(
+    tmp_path: Path,
+) -> None:
+    """`scancel` of one running task (not `tilesweep cancel`) while the sweep's other unit runs:
+    its unit reads cancelled by whom sacct names, and the status ends with the resume that redoes
+    its items while the other unit goes on. A replay at the real pace waits instead of computing."""
+    executor = {"slurm_partition": "cpu", "gpus_per_node": 0, "merge_job": False}
+    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
+    for rec in source["results"]:
+        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
+    spec = write_spec(tmp_path, "two.json", executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay)
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
+    try:
+        entries = unit_jobs(sweep)
+        victim, other = sorted(entries)
+
+        def worker(unit: str) -> int:
+            """The pid of the unit's worker, once its partial's header names it (0 until then)."""
+            return next((o["header"]["pid"] for o in lines(sweep / "partials" / f"{unit}.jsonl") if "header" in o), 0)
+
+        poll(lambda: worker(victim), 120, f"unit {victim} to start", 0.5)
+        os.kill(poll(lambda: worker(other), 120, f"unit {other} to start", 0.5), signal.SIGSTOP)  # runs on, idle
+        subprocess.run(["scancel", entries[victim]["job_id"]], check=True)
+
+        def cancelled() -> dict[str, dict[str, Any]] | None:
+            units = {u["id"]: u for u in status(sweep)["units"]}
+            return units if units[victim]["state"] == "cancelled" else None
+
+        units = poll(cancelled, 120, f"unit {victim} to read cancelled", 1.0)
+        who = pwd.getpwuid(os.getuid()).pw_name
+        assert units[victim]["detail"] == f"cancelled by {who} (uid {os.getuid()}) with scancel, not `tilesweep cancel`"
+        assert units[other]["state"] == "running", units[other]
+        r = cli("status", str(sweep))
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert r.stdout.splitlines()[-1] == (
+            f"to redo the items of the 1 unit that ended unfinished while the others run on: tilesweep resume {sweep}"
+        ), r.stdout
+    finally:
+        cli("cancel", str(sweep))

@@ -26,8 +26,10 @@ def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state() -
             "41_[]|PENDING|0:0",
         ]
     )
-    rows = {jid: (state, code) for jid, state, code, _, _ in parse_sacct(text)}
+    rows = {jid: (state, code) for jid, state, code, *_ in parse_sacct(text)}
     assert rows["36_0"] == ("CANCELLED", "0:0") and rows["36_1"][0] == "COMPLETED"
+    by = {jid: who for jid, *_, who in parse_sacct(text)}
+    assert by["36_0"] == "0" and by["36_1"] == "" and by["39_4"] == ""  # "CANCELLED by 0": who cancelled it
     assert [j for j in rows if j.startswith("36_")] == ["36_0", "36_1", "36_2", "36_3", "36_4", "36_5"]
     assert rows["37"][0] == "RUNNING" and rows["39_4"] == ("FAILED", "9:0")
     assert sorted(j for j in rows if j.startswith("38_")) == ["38_1", "38_3", "38_5", "38_6"]
@@ -42,9 +44,9 @@ def test_sacct_rows_expand_array_ranges_and_keep_the_first_word_of_the_state() -
         )
     )
     assert runs == [
-        ("47_0", "REQUEUED", "0:0", 90, 4),
-        ("47_0", "COMPLETED", "0:0", 30, 4),
-        ("48", "COMPLETED", "0:0", 600, 0),
+        ("47_0", "REQUEUED", "0:0", 90, 4, ""),
+        ("47_0", "COMPLETED", "0:0", 30, 4, ""),
+        ("48", "COMPLETED", "0:0", 600, 0, ""),
     ]
 
 
@@ -66,7 +68,16 @@ def test_gpu_hours_are_left_out_until_sacct_has_a_row_for_every_array_of_the_swe
         (TaskState("REQUEUED", "sacct"), True, ("requeued", "REQUEUED")),
         (TaskState("RUNNING", "squeue", "None"), True, ("running", None)),
         (TaskState("COMPLETING", "squeue"), True, ("running", "COMPLETING")),
-        (TaskState("CANCELLED", "sacct"), True, ("cancelled", None)),
+        (
+            TaskState("CANCELLED", "sacct"),
+            True,
+            ("cancelled", "cancelled outside `tilesweep cancel` (scancel, or SLURM itself)"),
+        ),
+        (
+            TaskState("CANCELLED", "sacct", by="0"),
+            True,
+            ("cancelled", "cancelled by root (uid 0) with scancel, not `tilesweep cancel`"),
+        ),
         (TaskState("TIMEOUT", "sacct"), True, ("timed out", "TIMEOUT")),
         (TaskState("FAILED", "sacct", exit_code="9:0"), True, ("failed", "FAILED (exit 9:0)")),
         (

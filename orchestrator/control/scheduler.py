@@ -55,6 +55,7 @@ class TaskState:
     source: str  # "squeue" (live) or "sacct" (accounting)
     reason: str = ""  # squeue's reason of a pending task (JobArrayTaskLimit, BeginTime, ...)
     exit_code: str = ""  # sacct's ExitCode (1:0 after an exception, 9:0 after a SIGKILL)
+    by: str = ""  # who ended it, where sacct says (the user id of "CANCELLED by 1000")
 
     @property
     def stuck(self) -> bool:
@@ -170,16 +171,17 @@ def _ask_sacct(view: SchedulerView, ids: str) -> None:
         view.arrays_seen.add(array_of(jid))
         current = view.states.get(jid)
         if current is None or current.source == "sacct":  # squeue wins; a later run wins over an earlier one
-            view.states[jid] = TaskState(state=state, source="sacct", exit_code=code)
+            view.states[jid] = TaskState(state=state, source="sacct", exit_code=code, by=row[5])
         view.gpu_seconds[array_of(jid)] = view.gpu_seconds.get(array_of(jid), 0.0) + row[3] * row[4]
 
 
-def parse_sacct(text: str) -> Iterable[tuple[str, str, str, int, int]]:
-    """(task id, state word, exit code, elapsed seconds, GPUs) per row of ``sacct -X -n -P -o
-    JobID,State,ExitCode[,ElapsedRaw,AllocTRES]`` (the last two 0 when not asked for).
+def parse_sacct(text: str) -> Iterable[tuple[str, str, str, int, int, str]]:
+    """(task id, state word, exit code, elapsed seconds, GPUs, by) per row of ``sacct -X -n -P -o
+    JobID,State,ExitCode[,ElapsedRaw,AllocTRES]`` (elapsed and GPUs 0 when not asked for).
 
     Pending tasks of an array come as one row with a range (``36_[2-5%2]``, ``38_[1,3,5-6]``):
-    it is expanded. ``CANCELLED by 0`` becomes ``CANCELLED``."""
+    it is expanded. ``CANCELLED by 1000`` becomes ``CANCELLED``, by ``1000`` (the user id that
+    cancelled it; by is empty where the state names nobody)."""
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) < 2:
@@ -187,18 +189,20 @@ def parse_sacct(text: str) -> Iterable[tuple[str, str, str, int, int]]:
         m = _SACCT_ID.match(parts[0].strip())
         if m is None:
             continue  # steps (.batch), heterogeneous jobs: not ours
-        state = parts[1].split()[0].upper() if parts[1].strip() else "UNKNOWN"
+        words = parts[1].split()
+        state = words[0].upper() if words else "UNKNOWN"
+        by = words[2] if len(words) == 3 and words[1] == "by" else ""
         code = parts[2] if len(parts) > 2 else ""
         elapsed = int(parts[3]) if len(parts) > 3 and parts[3].strip().isdigit() else 0
         gpus = _gpus(parts[4]) if len(parts) > 4 else 0
         array, single, ranges = m.group(1), m.group(2), m.group(3)
         if single is None:
-            yield array, state, code, elapsed, gpus
+            yield array, state, code, elapsed, gpus, by
         elif ranges is None:
-            yield f"{array}_{single}", state, code, elapsed, gpus
+            yield f"{array}_{single}", state, code, elapsed, gpus, by
         else:
             for index in expand_indices(ranges):
-                yield f"{array}_{index}", state, code, elapsed, gpus
+                yield f"{array}_{index}", state, code, elapsed, gpus, by
 
 
 def _gpus(tres: str) -> int:

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import PROG, word
+from orchestrator import PROG, counted, word
 from orchestrator.control.status_model import REPLACED, SweepStatus, UnitStatus
 
 
@@ -40,6 +40,11 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         lines.append(st.run_stop.line())
     elif not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
         lines.append(f"to redo the missing items: {PROG} resume {word(st.sweep_dir)}")
+    elif not st.settled and (ended := st.ended_unfinished()):
+        lines.append(
+            f"to redo the items of the {counted(len(ended), 'unit')} that ended unfinished while the others run "
+            f"on: {PROG} resume {word(st.sweep_dir)}"
+        )
     if st.complete and st.unmerged:
         lines.append(f"to write the results document: {PROG} merge {word(st.sweep_dir)}")
     return "\n".join(lines)

@@ -8,12 +8,14 @@ is judged so: a task that ran (its unit's log or partial written after its submi
 has just left squeue may not be in sacct yet.
 
 For a unit that ended without finishing, ``failure`` says why in the worker's own words
-(``why``), or from the scheduler (out of memory, a signal), never just an exit code.
+(``why``), or from the scheduler (out of memory, a signal), never just an exit code; a task
+cancelled outside ``tilesweep cancel`` names who cancelled it where sacct does (``cancelled_by``).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 from typing import Any
 
 from orchestrator import PROG
@@ -88,8 +90,10 @@ def _from_task(ts: TaskState, mtime: float | None, submitted: float, asked: floa
         return "requeued", s
     if s in RUNNING_STATES:
         return "running", None if s == "RUNNING" else s
-    if s in ("CANCELLED", "PREEMPTED"):
-        return "cancelled", s if s != "CANCELLED" else None
+    if s == "CANCELLED":
+        return "cancelled", cancelled_by(ts.by)
+    if s == "PREEMPTED":
+        return "cancelled", s
     if s in ("TIMEOUT", "DEADLINE"):
         return "timed out", s
     if s == "COMPLETED":
@@ -97,6 +101,19 @@ def _from_task(ts: TaskState, mtime: float | None, submitted: float, asked: floa
     if s == "OUT_OF_MEMORY":
         return "failed", "out of memory (SLURM ended the task at its memory limit: raise executor.mem_gb)"
     return "failed", f"{s} (exit {ts.exit_code})" if ts.exit_code else s
+
+
+def cancelled_by(uid: str) -> str:
+    """Who cancelled a task that ``tilesweep cancel`` did not: the user sacct names (``CANCELLED
+    by UID``), by name where this machine knows the id; where it names nobody, that it was not
+    ``tilesweep cancel``."""
+    if not uid:
+        return f"cancelled outside `{PROG} cancel` (scancel, or SLURM itself)"
+    try:
+        who = f"{pwd.getpwuid(int(uid)).pw_name} (uid {uid})"
+    except (KeyError, ValueError):
+        who = f"uid {uid}"
+    return f"cancelled by {who} with scancel, not `{PROG} cancel`"
 
 
 def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
