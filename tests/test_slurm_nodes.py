@@ -345,7 +345,7 @@ def test_submission_messages_read_as_a_user_reads_them(tmp_path: Path) -> None:
     # logs of a unit that never ran, ls of a folder that is not there
     assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     assert_one_line_error(cli("logs", str(sweep), "0"), "has no log", "never submitted")
-    assert_one_line_error(cli("logs", str(sweep), "nosuch"), "is no unit of", "status")
+    assert_one_line_error(cli("logs", str(sweep), "nosuch"), 'unit "nosuch" is no unit of', "shows their ids")
     assert_one_line_error(cli("ls", str(tmp_path / "nothere")), "nothere does not exist")
     v = cli("--version")
     assert v.returncode == 0 and v.stdout.startswith("tilesweep ")
