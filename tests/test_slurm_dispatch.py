@@ -248,7 +248,7 @@ def test_a_ctrl_c_once_sbatch_took_an_array_still_submits_its_final_merge_job(tm
     assert proc.returncode in (0, 130) and "Traceback" not in err, err
     if proc.returncode == 130:  # the stop came before submit had said what it submitted
         assert "runs on, with its final merge job" in err, err
-    assert any(e.get("event") == "merge_job" for e in jobs(sweep)), jobs(sweep)
+    assert any(e.get("event") == "merge_job" for e in jobs(sweep)), (jobs(sweep), proc.returncode, err)
     r = cli("wait", str(sweep), "--interval", "0.5")
     assert r.returncode == 0, r.stderr
     check_document(sweep, spec)
