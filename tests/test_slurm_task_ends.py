@@ -37,6 +37,17 @@ def _parent(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
+def _slow_replay(tmp_path: Path, name: str, executor: dict[str, Any]) -> Path:
+    """A spec file ``name`` replaying ``SLOW_UNIT`` at the real pace (0.3 s a record, waited
+    out, not computed) from a synthetic source document, run by ``executor``."""
+    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
+    for rec in source["results"]:
+        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
+    (tmp_path / "source.json").write_text(json.dumps(source))
+    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
+    return write_spec(tmp_path, name, executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay)
+
+
 def test_units_a_killed_whole_node_task_never_handed_a_gpu_say_none_of_them_ran_and_what_redoes_them(
     tmp_path: Path,
 ) -> None:
@@ -87,12 +98,7 @@ def test_a_unit_whose_task_ran_out_of_its_time_limit_names_the_limit_and_the_res
         "slurm_partition": "cpu",
         "gpus_per_node": 0,
     }
-    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
-    for rec in source["results"]:
-        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
-    (tmp_path / "source.json").write_text(json.dumps(source))
-    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
-    spec = write_spec(tmp_path, "slow.json", executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay)
+    spec = _slow_replay(tmp_path, "slow.json", executor)
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
     w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "2")
@@ -146,12 +152,7 @@ def test_a_unit_whose_running_task_was_scancelled_says_who_cancelled_it_and_that
     its unit reads cancelled by whom sacct names, and the status ends with the resume that redoes
     its items while the other unit goes on. A replay at the real pace waits instead of computing."""
     executor = {"slurm_partition": "cpu", "gpus_per_node": 0, "merge_job": False}
-    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
-    for rec in source["results"]:
-        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
-    (tmp_path / "source.json").write_text(json.dumps(source))
-    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
-    spec = write_spec(tmp_path, "two.json", executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay)
+    spec = _slow_replay(tmp_path, "two.json", executor)
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
     try:

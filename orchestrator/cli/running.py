@@ -1,7 +1,7 @@
 """``tilesweep run`` here (the local and debug executors): the units not done yet run with a
 progress bar, then each round of the sweep's strategy that they make due, then what a finished
 sweep does (``finish.finish_sweep``). Before each such round it waits for a ``plan --lower`` of
-the sweep, as before its first units (``common.prepare_run``): a unit of a later round started
+the sweep, as ``common.prepare_run`` waits for one before the first units: a unit of a later round started
 meanwhile could compile a config the lowering is about to refuse."""
 
 from __future__ import annotations
