@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -240,15 +241,26 @@ def _submit_stopped_once(spec: Path, sweep: Path, written: str) -> tuple[subproc
 
 def test_a_ctrl_c_once_sbatch_took_an_array_still_submits_its_final_merge_job(tmp_path: Path) -> None:
     """Ctrl-C of ``submit`` as the first array is recorded: the merge job that follows it is
-    submitted too (else status said complete and no document was ever written), and the line
-    says the jobs run on; ``wait`` then ends with the merged document."""
+    submitted too (else status said complete and no document was ever written), and the
+    warning names the array and the merge job (or, where sbatch refused that job, why, and
+    what merges instead); ``wait`` then ends with the merged document."""
     spec = write_spec(tmp_path, "spec.json")
     sweep = tmp_path / "sweep"
     proc, err = _submit_stopped_once(spec, sweep, "jobs.jsonl")
     assert proc.returncode in (0, 130) and "Traceback" not in err, err
-    if proc.returncode == 130:  # the stop came before submit had said what it submitted
-        assert "runs on, with its final merge job" in err, err
-    assert any(e.get("event") == "merge_job" for e in jobs(sweep)), (jobs(sweep), proc.returncode, err)
+    (array,) = {e["array_id"] for e in unit_jobs(sweep).values()}
+    merge_jobs = [e["job_id"] for e in jobs(sweep) if e.get("event") == "merge_job"]
+    if proc.returncode == 130:  # the stop came before submit had said what it submitted: the warning says it
+        accepted = re.search(
+            r"SIGINT came while sbatch ran; sbatch accepted job array (\d+) \(\d+ units?\), which runs on", err
+        )
+        assert accepted is not None and accepted[1] == array, err
+        if merge_jobs:
+            assert f"and the final merge job {merge_jobs[0]}" in err, err
+        else:  # sbatch refused it (a busy controller): said, with what merges instead
+            assert "the final merge job was not submitted (" in err and f"tilesweep wait {sweep}" in err, err
+    else:
+        assert merge_jobs, (jobs(sweep), err)
     r = cli("wait", str(sweep), "--interval", "0.5")
     assert r.returncode == 0, r.stderr
     check_document(sweep, spec)

@@ -44,8 +44,7 @@ INTERRUPTED_NOTE = "finished records are kept, rerun to continue"
 # what a stop means for the commands that measure nothing (the others: ``INTERRUPTED_NOTE``)
 _STOPPED_NOTES = {
     "merge": "a merge cut short leaves the results document as it was",
-    "submit": "what sbatch accepted before the stop is recorded and runs on, with its final merge job: `status` "
-    "shows it, `cancel` stops it",
+    "submit": "what sbatch accepted before the stop is recorded and runs on: `status` shows it, `cancel` stops it",
     **dict.fromkeys(("spec", "report", "export", "compare", "status", "ls", "logs", "impls"), "nothing was changed"),
 }
 # what a stop means for those of them that write files, where asked to (--html, --plots, --out):

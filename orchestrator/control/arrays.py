@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernels import impls
 from kernels.spelling import as_json
-from orchestrator import PROG, word
+from orchestrator import PROG, counted, word
 from orchestrator.control import dispatch
 from orchestrator.control.history import read_history
 from orchestrator.control.partitions import require_partitions
@@ -168,7 +168,9 @@ def submit_with_merge(
     size, why = per_array(settings, max_array_size, len(unit_ids))
     require_cluster_takes(settings, sd.spec, sweep=sd)
     attempts = dict(read_history(sd).submissions)
-    with held_signals():  # a Ctrl-C once an array is accepted still submits the merge job that follows it
+    done: list[SubmitOutcome] = []
+    # a Ctrl-C once an array is accepted still submits the merge job that follows it, then says both
+    with held_signals(lambda: accepted_words(sd, done[0] if done else None)):
         sub = dispatch.submit_units(
             sd, unit_ids, settings, per_array=size, origin=origin, prior_starts=prior, attempts=attempts
         )
@@ -177,9 +179,28 @@ def submit_with_merge(
         outcome = SubmitOutcome(
             requested=list(unit_ids), submission=sub, per_array=size, why=why, per_task=settings.gpus_per_task()
         )
+        done.append(outcome)
         if settings.merge_job and sub.entries:
             try:
                 outcome.merge_job = dispatch.submit_merge_job(sd, settings, sub.arrays, then=then)
             except DispatchError as exc:
                 outcome.merge_error = exc
     return outcome
+
+
+def accepted_words(sd: SweepDir, outcome: SubmitOutcome | None) -> str:
+    """What sbatch accepted, in words, for a stop that came while it ran: the arrays (which run
+    on) and the final merge job, or why there is none and what merges instead."""
+    if outcome is None or not outcome.submission.entries:
+        return "sbatch accepted no job"
+    arrays = list(dict.fromkeys(e["array_id"] for e in outcome.submission.entries))
+    said = (
+        f"sbatch accepted job {'array' if len(arrays) == 1 else 'arrays'} {', '.join(arrays)} "
+        f"({counted(len(outcome.submission.entries), 'unit')}), which {'runs' if len(arrays) == 1 else 'run'} on"
+    )
+    merges = f"`{PROG} wait {word(sd.root)}` or `{PROG} merge {word(sd.root)}` merges once they end"
+    if outcome.merge_job is not None:
+        return f"{said}, and the final merge job {outcome.merge_job['job_id']}"
+    if outcome.merge_error is not None:
+        return f"{said}; the final merge job was not submitted ({outcome.merge_error.message}): {merges}"
+    return f"{said}; {merges}"

@@ -27,7 +27,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,10 @@ _holding: list[bool] = []  # a held_signals block is running (in the main thread
 
 
 @contextlib.contextmanager
-def held_signals() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP for the block, then deliver each one that came; a block
-    inside another holds nothing more (the outer one delivers them, once, at its end)."""
+def held_signals(accepted: Callable[[], str] | None = None) -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the block, then deliver each one that came, once it
+    is logged with what sbatch accepted (``accepted()``: the jobs, in words); a block inside
+    another holds nothing more (the outer one delivers them, once, at its end)."""
     if threading.current_thread() is not threading.main_thread() or _holding:
         yield
         return
@@ -65,8 +66,11 @@ def held_signals() -> Iterator[None]:
         _holding.pop()
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if caught:
+            said = accepted() if accepted is not None else "the jobs it accepted are recorded"
+            names = " and ".join(signal.Signals(s).name for s in dict.fromkeys(caught))
+            log.warning("%s came while sbatch ran; %s", names, said)
         for signum in dict.fromkeys(caught):
-            log.warning("%s came while sbatch ran; the jobs it accepted are recorded", signal.Signals(signum).name)
             signal.raise_signal(signum)
 
 
