@@ -52,7 +52,7 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(
     header["header"]["env"] = {**header["header"]["env"], "jax": "0.0.1"}
     (foreign / "partials" / f"{first}.jsonl").write_text(json.dumps(header) + "\n")
     r = run_cli("resume", str(foreign))
-    assert_one_line_error(r, "another environment", f"{first}.jsonl")
+    assert_one_line_error(r, "another environment", f"{first}.jsonl", 'jax "0.0.1" vs "')
     # the real resume
     r = run_cli("resume", str(sd.root))
     assert r.returncode == 0, r.stderr

@@ -74,7 +74,7 @@ def test_status_asked_again_and_again_counts_a_partial_as_a_fresh_read_does(
         f.write("\n".join([json.dumps(header(sd, second, 1)), *lines[1:]]) + "\n")
     assert path.stat().st_ino == ino
     done, _, detail = counted()
-    assert done == 0 and detail is not None and f"written for unit '{second}'" in detail
+    assert done == 0 and detail is not None and f'written for unit "{second}"' in detail
     path.write_text("\n".join(lines[:4]) + "\n")  # truncated to the invalid record and the first item
     assert counted()[:2] == fresh() == (1, 0)
     os.replace(_write_beside(path, "\n".join(lines) + "\n"), path)  # replaced: another inode

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from kernels.spelling import as_json
 from orchestrator.control.scheduler import run_tool
 from orchestrator.errors import DispatchError
 from orchestrator.spec.executor_section import ExecutorSettings
@@ -79,8 +80,8 @@ def _require_features(constraint: str, partition: str, nodes: dict[str, set[str]
         return
     there = f"its nodes have: {', '.join(sorted(have))}" if have else "its nodes have none"
     raise DispatchError(
-        f"executor.slurm_constraint {constraint!r} names {'a feature' if len(missing) == 1 else 'features'} no node "
-        f"of partition {partition!r} has ({', '.join(missing)}; {there}); name features that "
+        f"executor.slurm_constraint {as_json(constraint)} names {'a feature' if len(missing) == 1 else 'features'} "
+        f"no node of partition {partition} has ({', '.join(missing)}; {there}); name features that "
         f"`sinfo -N -p {partition} -o '%N %f'` lists, or leave slurm_constraint out"
     )
 
@@ -92,7 +93,7 @@ def _require_a_node_left(exclude: str, partition: str, nodes: list[str]) -> None
     excluded = set(res.stdout.split())
     if excluded and all(node in excluded for node in nodes):
         raise DispatchError(
-            f"executor.slurm_exclude {exclude!r} excludes every node of partition {partition!r} "
+            f"executor.slurm_exclude {as_json(exclude)} excludes every node of partition {partition} "
             f"({', '.join(nodes)}), so no task could run; exclude fewer nodes, or name a partition with others in "
             f"executor.slurm_partition (`sinfo -N -o '%P %N'` lists them)"
         )

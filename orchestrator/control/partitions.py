@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from kernels.spelling import as_json
 from orchestrator.control.node_choice import require_nodes_left
 from orchestrator.control.scheduler import one_line, run_tool
 from orchestrator.errors import DispatchError
@@ -27,7 +28,7 @@ def require_partitions(settings: ExecutorSettings, merge_minutes: int) -> None:
     if limit is not None and settings.timeout_min > limit[2]:
         name, shown, most = limit
         raise DispatchError(
-            f"executor.timeout_min {settings.timeout_min} is over the time limit of partition {name!r} ({shown}, "
+            f"executor.timeout_min {settings.timeout_min} is over the time limit of partition {name} ({shown}, "
             f"{most:g} min); lower executor.timeout_min, or name a partition that allows it in "
             "executor.slurm_partition (`sinfo -s` lists their limits)"
         )
@@ -40,7 +41,7 @@ def require_partitions(settings: ExecutorSettings, merge_minutes: int) -> None:
     if limit is not None and merge_minutes > limit[2]:
         name, shown, most = limit
         raise DispatchError(
-            f"executor.merge_partition {name!r} allows {most:g} min ({shown}), and the final merge job asks for "
+            f"executor.merge_partition {as_json(name)} allows {most:g} min ({shown}), and the final merge job asks for "
             f"{merge_minutes} min; name a partition that allows it in executor.merge_partition (`sinfo -s` lists "
             "their limits), leave merge_partition out to merge on slurm_partition, or set executor.merge_job to false"
         )
@@ -55,7 +56,7 @@ def require_lower_partition(settings: ExecutorSettings) -> None:
     if limit is not None and settings.timeout_min > limit[2]:
         name, shown, most = limit
         raise DispatchError(
-            f"executor.timeout_min {settings.timeout_min} is over the time limit of partition {name!r} ({shown}, "
+            f"executor.timeout_min {settings.timeout_min} is over the time limit of partition {name} ({shown}, "
             f"{most:g} min), which each task of the lowering array asks for; lower executor.timeout_min, or name a "
             f"partition that allows it in {field} (`sinfo -s` lists their limits)"
         )
@@ -74,7 +75,7 @@ def _shown_partition(name: str | None, field: str, default: str) -> str | None:
         said = res.stdout + res.stderr
         if name and "not found" in said:
             raise DispatchError(
-                f"{field} {name!r} is not a partition of this cluster (scontrol: {one_line(said)}); "
+                f"{field} {as_json(name)} is not a partition of this cluster (scontrol: {one_line(said)}); "
                 f"name one that `sinfo -s` lists, or leave it out to use {default}"
             )
         return None
@@ -162,7 +163,7 @@ def require_node_fits(
         if want > most:
             asked = mem_gb if asked_field == "mem_gb" else want
             raise DispatchError(
-                f"executor.{asked_field} {asked:g} is more than any node of partition {name!r} has "
+                f"executor.{asked_field} {asked:g} is more than any node of partition {name} has "
                 f"({what.format(most)} at most); "
                 f"lower executor.{asked_field}, or name a partition with larger nodes in {field} "
                 f"(`sinfo -N -o '{columns}'` lists them)"

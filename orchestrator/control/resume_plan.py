@@ -71,6 +71,7 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
     """Every recorded item id -> its newest record (by its attempt's start, then the later
     unit, as merge picks it); deaths per item into ``plan``. Refuses partials of another spec
     or environment."""
+    from orchestrator.store.envfile import differences
     from orchestrator.store.partials import read_partial
 
     fingerprint = sd.spec.fingerprint()
@@ -95,9 +96,8 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
                 )
             if env is not None and h.get("env") != env:
                 raise MismatchError(
-                    f"{path} was measured in another environment ({h.get('env')} vs {env} in "
-                    f"{sd.root / 'env.json'}); resume refuses to mix them: "
-                    f"move it out of {sd.partials}"
+                    f"{path} was measured in another environment (its vs the sweep's in {sd.root / 'env.json'}: "
+                    f"{differences(h.get('env'), env)}); resume refuses to mix them: move it out of {sd.partials}"
                 )
         started = {h.get("attempt"): str(h.get("started") or "") for h in content.headers}
         for iid, (attempt, rec) in content.records.items():

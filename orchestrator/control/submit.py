@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator import PROG, word
 from orchestrator.control import dispatch
 from orchestrator.control.arrays import SubmitOutcome, per_array, require_cluster_takes, submit_with_merge
@@ -127,9 +128,9 @@ def slurm_spec(spec_path: str, spec: SweepSpec) -> SweepSpec:
         return spec
     if "kind" in spec.executor.model_fields_set:
         raise SpecError(
-            f"{spec_path}: executor.kind is {spec.executor.kind!r}, and `{PROG} submit` sends the units to SLURM: set "
-            f'executor.kind to "slurm" (with its slurm_partition and gpus_per_node), or `{PROG} run {word(spec_path)}` '
-            "runs the sweep here"
+            f"{spec_path}: executor.kind is {as_json(spec.executor.kind)}, and `{PROG} submit` sends the units to "
+            f'SLURM: set executor.kind to "slurm" (with its slurm_partition and gpus_per_node), or '
+            f"`{PROG} run {word(spec_path)}` runs the sweep here"
         )
     return spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": "slurm"})})
 

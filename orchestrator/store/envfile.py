@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.store.files import cannot_access, create_once, write_advice
 
@@ -34,11 +36,25 @@ def check(root: Path, env: dict[str, Any]) -> None:
             ) from None
     found = recorded(root)
     if found is not None and found != env:
-        diff = ", ".join(f"{k}: {found.get(k)!r} vs {env.get(k)!r}" for k in env if found.get(k) != env.get(k))
         raise MismatchError(
             f"this worker's environment differs from the one the sweep in {root} was measured in "
-            f"({diff}; see {path}); run it on the same stack, or start a new sweep directory"
+            f"(this worker's vs the sweep's: {differences(env, found)}; see {path}); run it on the same stack, "
+            "or start a new sweep directory"
         )
+
+
+def differences(theirs: Any, ours: Mapping[str, Any]) -> str:
+    """How an environment (a worker's, a partial header's) differs from ``ours``, field by field
+    as a JSON file spells the values (``jax "0.4.30" vs "0.4.31", jaxlib null vs "0.4.31"``; a
+    field one of them lacks: absent); the whole of ``theirs`` where it is not an object."""
+    if not isinstance(theirs, dict):
+        return f"{as_json(theirs)} vs {as_json(dict(ours))}"
+
+    def shown(env: Mapping[str, Any], key: str) -> str:
+        return as_json(env[key]) if key in env else "absent"
+
+    keys = [*ours, *(k for k in theirs if k not in ours)]
+    return ", ".join(f"{k} {shown(theirs, k)} vs {shown(ours, k)}" for k in keys if shown(theirs, k) != shown(ours, k))
 
 
 def recorded(root: Path) -> dict[str, Any] | None:

@@ -45,9 +45,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
+from kernels.spelling import as_json
 from orchestrator.errors import PartialError
 from orchestrator.spec.model import SCHEMA_VERSION
 from orchestrator.store import unitfile
+from orchestrator.store.envfile import differences
 from orchestrator.store.files import read_file
 from orchestrator.store.jsonline import loads
 from orchestrator.store.layouts import check_record
@@ -235,7 +237,7 @@ def _header(header: Any) -> Line:
     if type(header) is not dict:
         return (INVALID, "header is not an object", "", 0, None)
     if header.get("schema") != SCHEMA_VERSION:
-        why = f"partial schema version {header.get('schema')!r}, this tilesweep reads {SCHEMA_VERSION}"
+        why = f"partial schema version {as_json(header.get('schema'))}, this tilesweep reads {SCHEMA_VERSION}"
         return (VERSION, f"{why}; merge it with the tilesweep version that wrote it", "", 0, None)
     if type(header.get("attempt")) is not int or not isinstance(header.get("started"), (str, type(None))):
         return (FOREIGN, "a worker header without an integer attempt and a start time", "", 0, None)
@@ -257,11 +259,12 @@ def check_headers(
     for h in headers:
         where = f"line {h.get('line')}" if "line" in h else f"the header of attempt {h.get('attempt')}"
         if h.get("sweep") != fingerprint:
-            return f"{where}: written for another spec (fingerprint {h.get('sweep')!r}, this sweep's is {fingerprint})"
+            theirs, ours = as_json(h.get("sweep")), as_json(fingerprint)
+            return f"{where}: written for another spec (fingerprint {theirs}, this sweep's is {ours})"
         if h.get("unit") != unit:
-            return f"{where}: written for unit {h.get('unit')!r}, not {unit}"
+            return f"{where}: written for unit {as_json(h.get('unit'))}, not {as_json(unit)}"
         if env is not None and h.get("env") != env:
-            return f"{where}: measured in another environment ({h.get('env')} != this sweep's {env})"
+            return f"{where}: measured in another environment (its vs this sweep's: {differences(h.get('env'), env)})"
     return None
 
 

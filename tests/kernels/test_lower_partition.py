@@ -22,18 +22,18 @@ pytestmark = pytest.mark.slurm
     [
         (
             {"lower_partition": "nosuch"},
-            "executor.lower_partition 'nosuch' is not a partition of this cluster (scontrol: Partition nosuch not "
+            'executor.lower_partition "nosuch" is not a partition of this cluster (scontrol: Partition nosuch not '
             "found); name one that `sinfo -s` lists, or leave it out to use this machine's CPUs",
         ),
         (
             {"lower_partition": "short"},
-            "executor.timeout_min 5 is over the time limit of partition 'short' (00:01:00, 1 min), which each task "
+            "executor.timeout_min 5 is over the time limit of partition short (00:01:00, 1 min), which each task "
             "of the lowering array asks for; lower executor.timeout_min, or name a partition that allows it in "
             "executor.lower_partition (`sinfo -s` lists their limits)",
         ),
         (
             {"lower_partition": "cpu", "cpus_per_task": 4096},
-            "executor.cpus_per_task 4096 is more than any node of partition 'cpu' has",
+            "executor.cpus_per_task 4096 is more than any node of partition cpu has",
         ),
     ],
 )

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kernels.spelling import as_json
 from orchestrator import PROG
 from orchestrator.control.dispatch.local_procs import (
     LocalWorker,
@@ -95,7 +96,7 @@ def run_units_locally(
     if kind == "debug":
         return _run_in_process(sd, unit_ids, prior, on_poll)
     if kind != "local":
-        raise DispatchError(f"executor kind {kind!r} does not run locally; use `{PROG} submit` for slurm")
+        raise DispatchError(f"executor.kind {as_json(kind)} does not run locally; use `{PROG} submit` for slurm")
     return _run_subprocesses(sd, unit_ids, workers, prior, on_poll)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import submitit
 
+from kernels.spelling import as_json
 from orchestrator import PROG
 from orchestrator.control.scheduler import one_line
 from orchestrator.errors import DispatchError
@@ -171,7 +172,9 @@ def submission_error(
         )
         return DispatchError(f"sbatch refused the job: {said}; {fix}")
     if isinstance(exc, FileNotFoundError):
-        return DispatchError(f"cannot run sbatch: {exc.strerror}: {exc.filename!r}; is SLURM installed here?")
+        return DispatchError(
+            f"cannot run sbatch ({exc.filename or 'sbatch'}: {exc.strerror}); is SLURM installed here?"
+        )
     return DispatchError(f"submitting to SLURM failed: {type(exc).__name__}: {one_line(exc) or one_line(stderr)}")
 
 
@@ -180,15 +183,17 @@ def _field_of(said: str, asked: ExecutorSettings) -> str | None:
     to do (``node_choice`` and ``partitions`` refuse what they can read before sbatch)."""
     if "Invalid feature specification" in said and asked.slurm_constraint:
         return (
-            f"executor.slurm_constraint {asked.slurm_constraint!r} names a feature the cluster's nodes lack: name "
-            "features that `sinfo -N -o '%P %N %f'` lists, or leave slurm_constraint out"
+            f"executor.slurm_constraint {as_json(asked.slurm_constraint)} names a feature the cluster's nodes lack: "
+            "name features that `sinfo -N -o '%P %N %f'` lists, or leave slurm_constraint out"
         )
     if "Requested node configuration is not available" in said:
         fields = ("gpus_per_node", "cpus_per_task", "mem_gb", "slurm_constraint", "slurm_exclude")
-        given = [f"{f} {v!r}" if isinstance(v, str) else f"{f} {v:g}" for f in fields if (v := getattr(asked, f))]
+        given = [
+            f"{f} {as_json(v)}" if isinstance(v, str) else f"{f} {v:g}" for f in fields if (v := getattr(asked, f))
+        ]
         if asked.slurm_additional_parameters:
             given.append("slurm_additional_parameters")
-        partition = f"partition {asked.slurm_partition!r}" if asked.slurm_partition else "the default partition"
+        partition = f"partition {asked.slurm_partition}" if asked.slurm_partition else "the default partition"
         return (
             f"no node of {partition} takes a task as the spec asks ({', '.join(given) or 'its defaults'}): change "
             "those in its executor section, or name a partition whose nodes meet them in executor.slurm_partition "

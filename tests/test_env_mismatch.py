@@ -1,0 +1,47 @@
+"""A sweep whose ``env.json`` names another environment than its workers': the worker run by
+hand, ``status`` and ``resume`` each say so in one line, naming the fields that differ with their
+values as a JSON file spells them (``"0.4.0"``, ``null``), never Python's (``'0.4.0'``, ``None``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import REPO, assert_one_line_error, replay_specs, run_cli
+
+OTHER = {"jax": "0.4.0", "jaxlib": "0.4.0"}
+
+
+def test_another_environment_is_said_field_by_field_in_json_spelling(tmp_path: Path) -> None:
+    specs = replay_specs(tmp_path, lambda k: 0.0, "local")
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(specs["instant"]), "--sweep-dir", str(sweep), "--units", "2")
+    assert r.returncode == 0, r.stderr
+    ours = json.loads((sweep / "env.json").read_text())
+    assert ours["jaxlib"] is None and ours["jax"] != OTHER["jax"], ours  # a replay imports no jaxlib
+    diff = f'jax {json.dumps(ours["jax"])} vs "0.4.0", jaxlib null vs "0.4.0"'
+    other = tmp_path / "other"
+    shutil.copytree(sweep, other)
+    first, second = (u["id"] for u in json.loads((other / "units.json").read_text()))
+    (other / "done" / f"{first}.json").unlink()
+    (other / "partials" / f"{first}.jsonl").unlink()
+    (other / "env.json").write_text(json.dumps({**ours, **OTHER}) + "\n")
+
+    worker = subprocess.run(
+        [sys.executable, "-m", "jobs.worker", str(other), first], cwd=REPO, capture_output=True, text=True
+    )
+    line = assert_one_line_error(worker, f"(this worker's vs the sweep's: {diff}; see {other / 'env.json'})")
+    assert "'" not in line.replace("worker's", "").replace("sweep's", ""), line
+
+    shown = run_cli("status", str(other))
+    said = next(ln for ln in shown.stdout.splitlines() if ln.strip().startswith(second))
+    assert f"measured in another environment (its vs this sweep's: {diff})" in said, shown.stdout
+
+    line = assert_one_line_error(
+        run_cli("resume", str(other)),
+        f"{second}.jsonl was measured in another environment (its vs the sweep's in {other / 'env.json'}: {diff})",
+    )
+    assert "None" not in line, line
