@@ -1,6 +1,7 @@
-"""What ``tilesweep logs`` prints and says: a unit's log, a task's log, and a unit that has none
-(never submitted, its log gone, waiting for a GPU of a running task, cancelled before it started),
-or a key that names no one unit of the sweep."""
+"""What ``tilesweep logs`` prints and says: a unit's log, a task's log, the log behind a job id as
+squeue prints it (an array's, the final merge job's), and a unit that has none (never submitted,
+its log gone, waiting for a GPU of a running task, cancelled before it started), or a key that
+names no one unit or job of the sweep."""
 
 from __future__ import annotations
 
@@ -134,3 +135,42 @@ def test_each_attempts_log_of_a_unit_run_here_opens_with_a_line_naming_the_unit(
         shown = run_cli("logs", str(sweep), unit["id"])
         assert shown.returncode == 0, shown.stderr
         assert f" tilesweep: starting unit {unit['id']} on " in shown.stdout.splitlines()[1], shown.stdout
+
+
+def test_logs_of_a_job_id_as_squeue_prints_it_is_a_position_first_then_the_sweeps_array_or_merge_job(
+    tmp_path: Path,
+) -> None:
+    """squeue and sacct print an array's id and the final merge job's without a task: a number
+    within the unit index is a position, past it one of the sweep's jobs (the merge job: its log;
+    an array of one task, numbered with or without its task: that task's unit's log; of several:
+    refused naming them); another number is refused naming the jobs the sweep has."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 4)
+    for u in units:
+        sd.unit_log(u.id).parent.mkdir(parents=True, exist_ok=True)
+        sd.unit_log(u.id).write_text(f"the log of unit {u.id}\n")
+    merge_log = sd.logs / "6350_0_log.err"
+    merge_log.write_text("the merge job's line\n")
+    tasks = ("6343_0", "6343_1", "6360", "1_0")  # a one-task array's id as submitit returns it, or with its task
+    sd.record_jobs(
+        [
+            {"unit": u.id, "executor": "slurm", "job_id": job, "array_id": job.split("_")[0]}
+            for u, job in zip(units, tasks, strict=True)
+        ]
+        + [{"event": "merge_job", "job_id": "6350", "after": ["6343", "6360", "1"], "stderr": str(merge_log)}]
+    )
+    for key, unit in (("1", units[1]), ("6360", units[2]), ("1_0", units[3])):  # "1": a position, not array 1
+        shown = run_cli("logs", str(sd.root), key)
+        assert shown.returncode == 0 and shown.stdout.splitlines()[1] == f"the log of unit {unit.id}", shown.stderr
+    merge = run_cli("logs", str(sd.root), "6350")
+    assert merge.returncode == 0 and merge.stdout.splitlines() == [f"==> {merge_log} <==", "the merge job's line"]
+    assert_one_line_error(
+        run_cli("logs", str(sd.root), "6343"),
+        f"job 6343 of {sd.root} is an array of 2 tasks (6343_0, 6343_1)",
+        f"`tilesweep logs {sd.root} 6343_0`",
+    )
+    known = "array 6343 (2 tasks: 6343_0 to 6343_1), array 6360 (1 task: 6360), array 1 (1 task: 1_0), merge job 6350"
+    line = assert_one_line_error(run_cli("logs", str(sd.root), "6344"), f"6344 is no SLURM job of {sd.root}")
+    assert f"whose jobs are {known}; " in line, line
+    assert_one_line_error(run_cli("logs", str(sd.root), "6344_0"), f"6344_0 is no SLURM task of {sd.root}", known)
+    merge_log.unlink()
+    assert_one_line_error(run_cli("logs", str(sd.root), "6350"), f"merge job 6350 of {sd.root} has no log")

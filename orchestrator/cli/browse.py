@@ -127,11 +127,16 @@ def register(sub: Subparsers) -> None:
         "(units.json's order; a number is read as a position first: give an id prefix with a letter in it, or "
         f"more of it), or a SLURM task id as `{PROG} status` shows it in its job column (6343_0): the log of the "
         "unit that task ran, or the task's own log where it ran several (a task of a whole GPU node), whose lines "
-        "name each unit. Each attempt's output opens with a line naming the unit and where it ran "
-        '("tilesweep: starting unit ..."), written by whoever started its worker.',
+        "name each unit; or a SLURM job id as squeue and sacct print it: the sweep's final merge job (its log), or "
+        "an array (the log of its task where it has one; of several, name the task: 6343_1). Each attempt's "
+        'output opens with a line naming the unit and where it ran ("tilesweep: starting unit ..."), written by '
+        "whoever started its worker.",
     )
     s.add_argument("sweep_dir")
-    s.add_argument("unit", help="a unit id, an id prefix, a position in the unit index, or a SLURM task id")
+    s.add_argument(
+        "unit",
+        help="a unit id, an id prefix, a position in the unit index, a SLURM task id, or a job id of the sweep",
+    )
     s.add_argument(
         "--task", action="store_true", help="print the log of the SLURM task that ran it last (or that task's) instead"
     )

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import PROG, word
+from orchestrator import PROG, counted, word
 from orchestrator.control.history import History, read_history
-from orchestrator.control.scheduler import query
+from orchestrator.control.scheduler import array_of, query
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.control.status_model import FAILED
 from orchestrator.errors import SweepDirError, TilesweepError
@@ -95,23 +95,92 @@ def _why(exc: TilesweepError | OSError) -> str:
 
 # a SLURM array task as ``status`` shows it in its job column ("6343_0"), which no unit id spells
 TASK_ID = re.compile(r"\d+_\d+")
+# a SLURM job as squeue and sacct print it without a task: an array's id ("6343"), the final merge
+# job's, a one-task array's; a unit's position in the index is spelled so too
+JOB_ID = re.compile(r"\d+")
+
+
+@dataclass
+class SweepJobs:
+    """The SLURM jobs of a sweep as ``jobs.jsonl`` records them, every submission kept (a task
+    that was requeued keeps its id; one ``resume`` replaced still ran)."""
+
+    tasks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # task id -> unit -> its entry
+    arrays: dict[str, list[str]] = field(default_factory=dict)  # array id -> its task ids
+    merges: dict[str, dict[str, Any]] = field(default_factory=dict)  # merge job id -> its entry
+
+    @classmethod
+    def read(cls, sd: SweepDir) -> SweepJobs:
+        jobs = cls()
+        for entry in sd.job_history():
+            jid = str(entry.get("job_id") or "")
+            if not jid:
+                continue
+            if entry.get("event") == "merge_job":
+                jobs.merges[jid] = entry
+            elif entry.get("event") is None and "unit" in entry and entry.get("executor", "slurm") == "slurm":
+                jobs.tasks.setdefault(jid, {})[entry["unit"]] = entry
+                listed = jobs.arrays.setdefault(array_of(jid), [])
+                if jid not in listed:
+                    listed.append(jid)
+        return jobs
+
+    def known(self) -> str:
+        """The jobs as a line names them: each array with its tasks, each merge job."""
+        said = []
+        for array, tasks in self.arrays.items():
+            span = tasks[0] if len(tasks) == 1 else f"{tasks[0]} to {tasks[-1]}"
+            said.append(f"array {array} ({counted(len(tasks), 'task')}: {span})")
+        said += [f"merge job {m}" for m in self.merges]
+        if not said:
+            return "it has none (it never went to SLURM)"
+        return ", ".join(said[:_SHOWN] + ([f"{len(said) - _SHOWN} more"] if len(said) > _SHOWN else []))
+
+
+_SHOWN = 6  # the jobs a refusal names before it says how many more
 
 
 def log_of(sd: SweepDir, key: str, *, task: bool = False) -> Path:
-    """The log ``tilesweep logs`` prints for ``key``: a unit's (``unit_log``), or for a SLURM task
-    id (``TASK_ID``) the log of the unit that task ran, or its own log where it ran several (a
-    whole-node task's GPUs take several units) or ``task`` asks for it."""
-    if not TASK_ID.fullmatch(key):
+    """The log ``tilesweep logs`` prints for ``key``: a unit's (``unit_log``); for a SLURM task id
+    (``TASK_ID``) the log of the unit that task ran, or its own log where it ran several (a
+    whole-node task's GPUs take several units) or ``task`` asks for it; for a number past the unit
+    index, a job id as squeue and sacct print it (``JOB_ID``): the final merge job's log, or a
+    one-task array's task's (an array of several is refused, naming its tasks). A key that names
+    none of these is refused naming the sweep's jobs."""
+    if TASK_ID.fullmatch(key):
+        return _task_log(sd, key, SweepJobs.read(sd), task=task)
+    if not JOB_ID.fullmatch(key) or int(key) < len(sd.unit_index()):  # a position in the index first
         return unit_log(sd, key, task=task)
-    ran: dict[str, dict[str, Any]] = {}  # unit -> its job in that task (a requeued task keeps its id)
-    for entry in sd.job_history():
-        if entry.get("event") is None and "unit" in entry and str(entry.get("job_id")) == key:
-            ran[entry["unit"]] = entry
+    jobs = SweepJobs.read(sd)
+    if key in jobs.merges:
+        return _merge_log(sd, key, jobs.merges[key])
+    tasks = jobs.arrays.get(key, [])
+    if len(tasks) == 1:
+        return _task_log(sd, tasks[0], jobs, task=task)
+    if tasks:
+        shown = ", ".join(tasks[:3]) + (f", ... {tasks[-1]}" if len(tasks) > 3 else "")
+        raise SweepDirError(
+            f"job {key} of {sd.root} is an array of {len(tasks)} tasks ({shown}), each with its own log: name one, "
+            f"as `{PROG} logs {word(sd.root)} {tasks[0]}`; `{PROG} status {word(sd.root)}` shows which unit each ran"
+        )
+    try:
+        sd.resolve_unit(key)
+    except SweepDirError as exc:
+        if jobs.arrays or jobs.merges:
+            known = jobs.known()
+            raise SweepDirError(f"{key} is no SLURM job of {sd.root}, whose jobs are {known}; {exc.message}") from None
+        raise
+    return unit_log(sd, key, task=task)
+
+
+def _task_log(sd: SweepDir, key: str, jobs: SweepJobs, *, task: bool) -> Path:
+    """The log of SLURM task ``key``: that of the one unit it ran, else the task's own."""
+    ran = jobs.tasks.get(key, {})  # unit -> its job in that task (a requeued task keeps its id)
     status = f"`{PROG} status {word(sd.root)}`"
     if not ran:
         raise SweepDirError(
-            f"{key} is no SLURM task of {sd.root}: none of its units ran in it; {status} shows each unit's task "
-            "in its job column, and its unit id first"
+            f"{key} is no SLURM task of {sd.root}: none of its units ran in it (its jobs: {jobs.known()}); {status} "
+            "shows each unit's task in its job column, and its unit id first"
         )
     if len(ran) == 1 and not task:
         return unit_log(sd, next(iter(ran)))
@@ -122,6 +191,17 @@ def log_of(sd: SweepDir, key: str, *, task: bool = False) -> Path:
     raise SweepDirError(
         f"task {key} of {sd.root} ran {units}, and its own log ({stderr or 'none recorded'}) is not there (not "
         f"started yet, or removed); {status} shows the task, `{PROG} logs {word(sd.root)} UNIT` a unit's log"
+    )
+
+
+def _merge_log(sd: SweepDir, key: str, entry: dict[str, Any]) -> Path:
+    """The log of the sweep's final merge job ``key``, refused in one line while there is none."""
+    stderr = entry.get("stderr")
+    if stderr and Path(stderr).is_file():
+        return Path(stderr)
+    raise SweepDirError(
+        f"merge job {key} of {sd.root} has no log ({stderr or 'none recorded'}): it has not started yet (it waits for "
+        f"the units' arrays), or its log was removed; `{PROG} status {word(sd.root)}` shows the job"
     )
 
 

@@ -1,0 +1,78 @@
+"""What ``tilesweep logs`` takes of the job ids squeue and sacct print for a sweep's jobs on the
+real local SLURM cluster: an array's id (its one task's log, or the tasks of several named to pick
+from), the final merge job's id (its log); and the id of a job that is not the sweep's, refused
+naming those it knows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import assert_one_line_error, replay_specs
+from tests.slurm_cluster import poll, require_cluster
+from tests.slurm_sweeps import cli, jobs
+
+pytestmark = pytest.mark.slurm
+
+EXECUTOR = {"kind": "slurm", "slurm_partition": "cpu", "gpus_per_node": 0, "timeout_min": 5}
+
+
+def _submitted(tmp_path: Path, name: str, units: int, **executor: object) -> tuple[Path, str]:
+    """A replay of three configs submitted in ``units`` units, each a task of one array; the
+    sweep directory and what ``submit -v`` said."""
+    spec = replay_specs(tmp_path, lambda k: 0.0, "slurm")["instant"]
+    data = json.loads(spec.read_text())
+    data.update(output=str(tmp_path / f"{name}.results.json"), executor={**EXECUTOR, **executor})
+    spec.write_text(json.dumps(data))
+    sweep = tmp_path / name
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", str(units), "-v")
+    assert r.returncode == 0, r.stderr
+    return sweep, r.stderr
+
+
+def _sacct_ids(*job_ids: str) -> list[str]:
+    r = subprocess.run(
+        ["sacct", "-X", "-n", "-o", "JobID%30", "-j", ",".join(job_ids)], capture_output=True, text=True, check=True
+    )
+    return r.stdout.split()
+
+
+def test_logs_takes_the_ids_squeue_and_sacct_print_of_the_sweeps_arrays_and_merge_job(tmp_path: Path) -> None:
+    require_cluster()
+    sweep, _ = _submitted(tmp_path, "three", 3, merge_partition="cpu")
+    entries = jobs(sweep)
+    (array,) = {e["array_id"] for e in entries if "unit" in e}
+    (merge,) = [e for e in entries if e.get("event") == "merge_job"]
+    merge_log = Path(merge["stderr"])
+    poll(lambda: merge_log.is_file() and "merged 3 records" in merge_log.read_text(), 300, "the final merge job")
+    tasks = [f"{array}_{k}" for k in range(3)]
+    poll(lambda: set(tasks + [merge["job_id"]]) <= set(_sacct_ids(array, merge["job_id"])), 60, "sacct's record")
+
+    shown = cli("logs", str(sweep), merge["job_id"])
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0] == f"==> {merge_log} <==" and "merged 3 records" in shown.stdout
+
+    assert_one_line_error(
+        cli("logs", str(sweep), array),
+        f"job {array} of {sweep} is an array of 3 tasks ({', '.join(tasks)})",
+        f"`tilesweep logs {sweep} {tasks[0]}`",
+    )
+    known = f"array {array} (3 tasks: {tasks[0]} to {tasks[-1]}), merge job {merge['job_id']}"
+    other = str(int(merge["job_id"]) + 100000)  # no job of this sweep, and past its unit index
+    assert_one_line_error(cli("logs", str(sweep), other), f"{other} is no SLURM job of {sweep}, whose jobs are {known}")
+    assert_one_line_error(cli("logs", str(sweep), f"{other}_0"), f"{other}_0 is no SLURM task of {sweep}", known)
+
+    # an array of one task: its id prints that task's unit's log, and with --task the task's own
+    one, _ = _submitted(tmp_path, "one", 1, merge_job=False)
+    (entry,) = [e for e in jobs(one) if "unit" in e]
+    unit_log = Path(entry["log"])
+    poll(lambda: unit_log.is_file() and "tilesweep: starting unit" in unit_log.read_text(), 300, "the unit's start")
+    shown = cli("logs", str(one), entry["array_id"])
+    assert shown.returncode == 0 and shown.stdout.splitlines()[0] == f"==> {unit_log} <==", shown.stdout + shown.stderr
+    task_log = Path(entry["stderr"])
+    poll(lambda: task_log.is_file() and "at a time" in task_log.read_text(), 300, "the task's first line")
+    task = cli("logs", str(one), entry["array_id"], "--task")
+    assert task.returncode == 0 and task.stdout.splitlines()[0] == f"==> {task_log} <==", task.stdout
