@@ -1,7 +1,7 @@
 """What ``tilesweep logs`` takes of the job ids squeue and sacct print for a sweep's jobs on the
 real local SLURM cluster: an array's id (its one task's log, or the tasks of several named to pick
 from), the final merge job's id (its log); and the id of a job that is not the sweep's, refused
-naming those it knows."""
+naming those it knows. The task's log counts its units and workers as a line says them."""
 
 from __future__ import annotations
 
@@ -51,6 +51,8 @@ def test_logs_takes_the_ids_squeue_and_sacct_print_of_the_sweeps_arrays_and_merg
     tasks = [f"{array}_{k}" for k in range(3)]
     poll(lambda: set(tasks + [merge["job_id"]]) <= set(_sacct_ids(array, merge["job_id"])), 60, "sacct's record")
 
+    shown = cli("logs", str(sweep), tasks[0])  # a unit of one item
+    assert shown.returncode == 0 and " done: 1 record (0 errors) in " in shown.stdout, shown.stdout + shown.stderr
     shown = cli("logs", str(sweep), merge["job_id"])
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[0] == f"==> {merge_log} <==" and "merged 3 records" in shown.stdout
@@ -66,7 +68,8 @@ def test_logs_takes_the_ids_squeue_and_sacct_print_of_the_sweeps_arrays_and_merg
     assert_one_line_error(cli("logs", str(sweep), f"{other}_0"), f"{other}_0 is no SLURM task of {sweep}", known)
 
     # an array of one task: its id prints that task's unit's log, and with --task the task's own
-    one, _ = _submitted(tmp_path, "one", 1, merge_job=False)
+    one, said = _submitted(tmp_path, "one", 1, merge_job=False)
+    assert "submitted 1 unit in 1 task as" in said, said
     (entry,) = [e for e in jobs(one) if "unit" in e]
     unit_log = Path(entry["log"])
     poll(lambda: unit_log.is_file() and "tilesweep: starting unit" in unit_log.read_text(), 300, "the unit's start")
@@ -75,4 +78,4 @@ def test_logs_takes_the_ids_squeue_and_sacct_print_of_the_sweeps_arrays_and_merg
     task_log = Path(entry["stderr"])
     poll(lambda: task_log.is_file() and "at a time" in task_log.read_text(), 300, "the task's first line")
     task = cli("logs", str(one), entry["array_id"], "--task")
-    assert task.returncode == 0 and task.stdout.splitlines()[0] == f"==> {task_log} <==", task.stdout
+    assert task.returncode == 0 and "1 unit, 1 worker at a time (no GPU)" in task.stdout, task.stdout

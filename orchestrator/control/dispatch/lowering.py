@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Any
 
+from orchestrator import counted
 from orchestrator.control.dispatch.nodelog import configure_node_logging
 from orchestrator.control.dispatch.sbatch import held_signals, sbatch_call
 from orchestrator.control.dispatch.slurm import _slurm_executor, executor_parameters
@@ -48,7 +49,8 @@ class LowerTask:
             t0 = time.perf_counter()
             done = lower_items(spec, items, on_verdict=writer.write, workers=workers)
             writer.end(done)
-        log.info("lowered %d of %d configs on %d CPUs in %.1f s", done, len(ids), workers, time.perf_counter() - t0)
+        configs, cpus = counted(len(ids), "config"), counted(workers, "CPU")
+        log.info("lowered %d of %s on %s in %.1f s", done, configs, cpus, time.perf_counter() - t0)
         return done
 
 
@@ -68,5 +70,6 @@ def submit_lowering(sd: SweepDir, settings: ExecutorSettings, groups: list[list[
         with sbatch_call(sd.logs, settings.sbatch_timeout_s):
             jobs = ex.map_array(LowerTask(), [root] * len(groups), groups, list(range(len(groups))))
     ids = [str(job.job_id) for job in jobs]
-    log.info("submitted pre-flight lowering of %d configs as array %s", sum(map(len, groups)), ids[0].split("_")[0])
+    configs = counted(sum(map(len, groups)), "config")
+    log.info("submitted pre-flight lowering of %s as array %s", configs, ids[0].split("_")[0])
     return ids

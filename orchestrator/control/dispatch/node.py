@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from orchestrator import counted
 from orchestrator.control.dispatch.forked import ForkedWorker, preload, start_worker
 from orchestrator.control.dispatch.nodelog import starting_line
 from orchestrator.control.dispatch.unit_worker import HELD, NOT_STARTED, STOPPED
@@ -158,11 +159,10 @@ class TaskWorkers:
             interpreter = preload(self._spec())
             gpus = sum(lane.gpu is not None for lane in self.lanes)
             log.info(
-                "%d units, %d workers at a time (%s); imported what they use in %.2f s%s (the task's process started "
-                "%.2f s ago)",
-                len(self.slots),
-                len(self.lanes),
-                f"one per GPU, {gpus} GPUs" if gpus else "no GPU",
+                "%s, %s at a time (%s); imported what they use in %.2f s%s (the task's process started %.2f s ago)",
+                counted(len(self.slots), "unit"),
+                counted(len(self.lanes), "worker"),
+                f"one per GPU, {counted(gpus, 'GPU')}" if gpus else "no GPU",
                 time.perf_counter() - t0,
                 f", {interpreter:.2f} s of it Pallas's interpreter (interpret mode)" if interpreter else "",
                 process_age_s(),

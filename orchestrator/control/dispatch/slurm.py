@@ -21,6 +21,7 @@ from typing import Any
 
 import submitit
 
+from orchestrator import counted
 from orchestrator.control.dispatch.sbatch import held_signals, render_script, sbatch_call
 from orchestrator.control.dispatch.tasks import MergeHook, MergeTask, UnitTask
 from orchestrator.control.scheduler import array_of, one_line, require_submit_tools
@@ -214,7 +215,8 @@ def submit_units(
             done.error = exc
             return done
         done.entries.extend(entries)
-        log.info("submitted %d units in %d tasks as %s", len(entries), len(chunk), array_of(entries[0]["job_id"]))
+        units, tasks = counted(len(entries), "unit"), counted(len(chunk), "task")
+        log.info("submitted %s in %s as %s", units, tasks, array_of(entries[0]["job_id"]))
     return done
 
 

@@ -100,6 +100,7 @@ def install_handlers() -> None:
 def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
     """Run the unit; return the exit code (see the module docstring)."""
     from jobs.worker import run_unit
+    from orchestrator import counted
     from orchestrator.control.why import crash_reason, failure_line, not_started_line
     from orchestrator.errors import LeaseHeld, TilesweepError
 
@@ -123,14 +124,13 @@ def run(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> int:
         return 1
     if summary["stopped"]:
         log.warning(
-            "unit %s stopped after %d records; the rest is done when the task is requeued or resumed",
+            "unit %s stopped after %s; the rest is done when the task is requeued or resumed",
             unit_id,
-            summary["done"],
+            counted(summary["done"], "record"),
         )
         return STOPPED
-    log.info(
-        "unit %s done: %d records (%d errors) in %.1f s", unit_id, summary["done"], summary["errors"], summary["wall_s"]
-    )
+    records, errors = counted(summary["done"], "record"), counted(summary["errors"], "error")
+    log.info("unit %s done: %s (%s) in %.1f s", unit_id, records, errors, summary["wall_s"])
     return 0
 
 
