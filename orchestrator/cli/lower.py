@@ -8,8 +8,10 @@ out for that.
 With ``--sweep-dir`` the sweep directory is planned (or reopened) and each verdict is appended
 to its ``lowering.jsonl``: the configs lowering refused are recorded as pruned, with the
 compiler's reason and bytes, by ``submit`` and the workers, never compiled on a GPU. A rerun
-lowers only the configs without a verdict; one started while another lowers the same sweep
-directory waits for it (its lowering lease, ``store.leases``), saying so, and then does the same;
+lowers only the configs without a verdict, and a lowering of a sweep that ran only those its
+workers have not recorded yet (a config measured or errored needs no verdict: the summary says
+how many it skipped for that; ``store.lowering_todo``); one started while another lowers the
+same sweep directory waits for it (its lowering lease, ``store.leases``), saying so, and then does the same;
 ``run``, ``submit`` and ``resume`` of it wait for it too (``cli.common.wait_for_lowering``), and so
 does ``wait`` before it submits a next round.
 A stop (Ctrl-C) says what it kept, as the verdicts' files hold it wherever it came: the verdicts written
@@ -22,8 +24,9 @@ partition (``control.lowering``), followed here until it ends (its bar drawn onc
 each verdict is copied into ``lowering.jsonl`` as it is read; a stop cancels the array (scancel)
 and waits, the lease held, until SLURM runs none of its tasks, keeping the verdicts they wrote.
 ``--json``: one object per config, its plan line plus its verdict (``null`` for a config not
-lowered here: invalid, pruned by the shared-memory model, lowered before, or reused). A replayed sweep lowers the
-configs of the implementation its source measured, so a rehearsal prunes what the real sweep would.
+lowered here: invalid, pruned by the shared-memory model, lowered before, reused, or recorded
+already). A replayed sweep lowers the configs of the implementation its source measured, so a
+rehearsal prunes what the real sweep would.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
     from orchestrator.planning import WorkItem
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.lowering import Verdict
+    from orchestrator.store.lowering_todo import ToLower
     from orchestrator.store.sweepdir import SweepDir
 
 
@@ -84,7 +88,10 @@ def cmd_plan_lower(args: argparse.Namespace, spec: SweepSpec) -> int:
     if not args.json:  # as `plan` notes them: a tunable the kernel ignores is lowered at the one value it runs
         print_plan_notes(spec, lowering=True)
     if args.dry_run:
-        return _lower(args, spec, expand(spec), None, set(), _reused_in_plan(args, spec))
+        from orchestrator.store.lowering_todo import to_lower
+
+        items = expand(spec)
+        return _lower(args, spec, items, None, to_lower(items, set(), _reused_in_plan(args, spec), set()))
     return _lower_into_sweep(args, spec)
 
 
@@ -105,11 +112,13 @@ def _reused_in_plan(args: argparse.Namespace, spec: SweepSpec) -> set[str]:
 def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
     """Lower the configs of the sweep directory ``--sweep-dir`` that have no verdict yet, holding
     its lowering lease: a second ``plan --lower`` of it waits for the first (saying so), then
-    lowers only what the first left without a verdict."""
+    lowers only what the first left without a verdict. The configs its workers recorded already
+    (measured or errored) are not lowered (``store.lowering_todo``)."""
     from orchestrator.control.sweeps import prepare_sweep
     from orchestrator.store.carried import carried_ids
     from orchestrator.store.leases import lowering_lease
     from orchestrator.store.lowering import read_verdicts
+    from orchestrator.store.lowering_todo import recorded_ids, to_lower
     from orchestrator.store.sweepdir import SweepDir
 
     prepared, _, _ = prepare_sweep(
@@ -132,9 +141,10 @@ def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
             held = True
             sd = SweepDir.open(prepared.root)  # its verdicts read under the lease: no other lowering writes them
             before = set(read_verdicts(sd.root, sd.spec.fingerprint(), sd.spec.kernel.target.name))
-            items, reused = sd.items(), carried_ids(sd)
-            lowering = sd, before, {it.id for it in _to_lower(items, before, reused)[0]}
-            return _lower(args, spec, items, sd.root, before, reused)
+            items = sd.items()
+            plan = to_lower(items, before, carried_ids(sd), recorded_ids(sd.root, sd.spec.fingerprint()))
+            lowering = sd, before, {it.id for it in plan.todo}
+            return _lower(args, spec, items, sd.root, plan)
     except KeyboardInterrupt:
         if lowering is not None:  # wherever it stopped (its summary said, its lease let go), what its files hold
             raise KeyboardInterrupt(_stopped(args, *lowering)) from None
@@ -151,18 +161,17 @@ def _lower(
     spec: SweepSpec,
     items: list[WorkItem],
     root: Path | None,
-    before: set[str],
-    reused: set[str],
+    plan: ToLower,
 ) -> int:
-    """Lower what ``_to_lower`` picks of ``items`` and say what lowering said (verdicts kept in
-    ``root``'s ``lowering.jsonl``; None: kept nowhere)."""
+    """Lower what ``plan`` picked of ``items`` (``store.lowering_todo``) and say what lowering said
+    (verdicts kept in ``root``'s ``lowering.jsonl``; None: kept nowhere)."""
     from jobs.lowering import lower_items
     from jobs.node_env import device_block
     from orchestrator.planning import plan_line
     from orchestrator.spec.compat import env_fingerprint
     from orchestrator.store.lowering import VerdictWriter, lowering_header
 
-    todo, left_out = _to_lower(items, before, reused)
+    todo = plan.todo
     target = spec.kernel.target
     by_id = {it.id: it for it in todo}
     seen: Counter[str] = Counter()
@@ -203,7 +212,7 @@ def _lower(
         _unlowered_lines(items, by_id)
     else:
         wall_s = time.perf_counter() - t0
-        _summary(spec, seen, len(todo), left_out, wall_s, root, where, args.sweep_dir)
+        _summary(spec, seen, plan, wall_s, root, where, args.sweep_dir)
     return 0
 
 
@@ -230,17 +239,6 @@ def _say(progress: Progress | None) -> Callable[[str], None]:
     if progress is None:
         return warn
     return lambda text: progress.note(f"{PROG}: {text}")
-
-
-def _to_lower(items: list[WorkItem], before: set[str], reused: set[str]) -> tuple[list[WorkItem], tuple[int, int]]:
-    """The runnable ``items`` to lower: those without a verdict (``before``) that a worker will
-    measure (not ``reused``: carried from an earlier document); and how many were left out:
-    (invalid, pruned or lowered before; reused)."""
-    from orchestrator.planning import RUN
-
-    runnable = [it for it in items if it.kind == RUN and it.id not in before]
-    todo = [it for it in runnable if it.id not in reused]
-    return todo, (len(items) - len(runnable), len(runnable) - len(todo))
 
 
 def _lower_on_cluster(
@@ -329,23 +327,23 @@ def _rerun(args: argparse.Namespace, root: Path) -> str:
 def _summary(
     spec: SweepSpec,
     seen: Counter[str],
-    n: int,
-    left_out: tuple[int, int],
+    plan: ToLower,
     wall_s: float,
     root: Path | None,
     where: str,
     sweep_dir: str | None,
 ) -> None:
-    """What lowering said of its ``n`` configs, and the ``left_out`` ones it did not lower:
-    (invalid, pruned or lowered before; carried from earlier documents)."""
+    """What lowering said of the configs ``plan`` lowered, and of those it left out (invalid,
+    pruned or lowered before; carried from earlier documents; recorded by the workers already)."""
     target = spec.kernel.target
-    skipped, reused = left_out
+    n, skipped, reused = len(plan.todo), plan.settled, plan.reused
     carried = f"{reused} reused from earlier documents, not lowered (carried into the results, never measured)"
     if n == 0:
         print(
             f"nothing to lower for {target.name}: {skipped} planned configs are invalid, pruned or lowered before"
             + (f"; {carried}" if reused else "")
         )
+        _say_recorded(plan.recorded)
         return
     print(
         f"lowered {counted(n, 'config')} for {target.name} ({target.sm}, {target.smem_limit_bytes} bytes of shared "
@@ -354,10 +352,21 @@ def _summary(
         + (f"; {skipped} not lowered (invalid, pruned by the model, or lowered before)" if skipped else "")
         + (f"; {carried}" if reused else "")
     )
+    _say_recorded(plan.recorded)
     if root is not None:
         print(f"verdicts in {root / 'lowering.jsonl'}; the workers record refused configs as pruned, never compiled")
     elif seen["refused"] or seen["crashed"]:
         warn(f"note: --dry-run keeps no verdicts; {_to_keep(sweep_dir)}")
+
+
+def _say_recorded(recorded: int) -> None:
+    """How many configs were not lowered because the sweep's workers recorded them already."""
+    if recorded:
+        print(
+            f"{counted(recorded, 'config')} skipped, not lowered: the sweep's workers recorded "
+            f"{'it' if recorded == 1 else 'them'} already (measured or errored), so no verdict would prune "
+            f"{'it' if recorded == 1 else 'them'}"
+        )
 
 
 def _to_keep(sweep_dir: str | None) -> str:

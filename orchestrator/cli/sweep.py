@@ -260,7 +260,8 @@ def register(sub: Subparsers) -> None:
     s.add_argument(
         "--lower",
         action="store_true",
-        help="pre-flight lowering: lower every config to measure (not reused) for kernel.device_kind on this "
+        help="pre-flight lowering: lower every config to measure (not reused, not recorded by its workers yet) for "
+        "kernel.device_kind on this "
         "machine's CPUs; with --sweep-dir what the compiler refuses is recorded as pruned, never compiled on a GPU",
     )
     s.add_argument("--device-kind", metavar="KIND", help="target GPU (overrides the spec's kernel.device_kind)")

@@ -289,3 +289,30 @@ def test_screens_a_halving_sweep_carries_are_lowered_as_its_round_2_may_time_the
 def _tiles(config: str, fields: dict[str, Any]) -> tuple[Any, ...]:
     """A fwd config as a record or a plan's item names it: auto or forced, and its tiles."""
     return config, fields.get("block_q"), fields.get("block_k")
+
+
+def test_a_lowering_after_a_partial_run_skips_the_configs_its_workers_recorded_and_says_so(tmp_path: Path) -> None:
+    """A sweep that ran in part: ``plan --lower`` lowers only the configs no worker recorded yet (a
+    recorded config ran, or was tried, on a GPU) and says in one line how many it skipped and why."""
+    kernel = {**SPEC["kernel"], "interpret": True}  # its first unit runs here, in interpret mode
+    spec, sweep = tmp_path / "spec.json", tmp_path / "sweep"
+    spec.write_text(json.dumps({**SPEC, "kernel": kernel, "output": str(tmp_path / "out.json")}))
+    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "3")
+    assert planned.returncode == 0, planned.stderr
+    worker = [sys.executable, "-m", "jobs.worker", str(sweep), "0"]
+    ran = subprocess.run(worker, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    recorded = {
+        obj["id"]
+        for path in (sweep / "partials").glob("*.jsonl")
+        for obj in map(json.loads, path.read_text().splitlines())
+        if "record" in obj
+    }
+    assert len(recorded) == 1
+    r = run_cli(*_lower(spec, sweep))
+    assert r.returncode == 0 and "lowered 2 configs " in r.stdout, r.stderr
+    (skipped,) = [line for line in r.stdout.splitlines() if "skipped" in line]
+    assert skipped.startswith("1 config skipped, not lowered: the sweep's workers recorded it already (measured or")
+    assert sorted(v["id"] for v in _verdict_lines(sweep)[1]) == sorted(set(_planned(spec)) - recorded)
+    again = run_cli(*_lower(spec, sweep))
+    assert again.returncode == 0 and "nothing to lower" in again.stdout and skipped in again.stdout, again.stderr

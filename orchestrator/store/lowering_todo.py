@@ -1,0 +1,55 @@
+"""Which configs of a sweep pre-flight lowering (``plan --lower``) lowers, and why it leaves the
+others out.
+
+A config is lowered once, and only where its verdict can still prune something: not where it has
+a verdict already (``store.lowering``), nor where no worker will measure it (invalid, pruned,
+reused: carried from an earlier document), nor where a worker recorded it already (measured, or
+errored: a GPU compiled it, or tried to). A carried screen is lowered: a halving round 2 may time
+it in full, and no worker of this sweep recorded it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.planning import RUN, WorkItem
+from orchestrator.store.carried import ORIGIN as REUSE_ORIGIN
+from orchestrator.store.partials import read_partial
+from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir
+
+
+@dataclass
+class ToLower:
+    """The configs ``plan --lower`` lowers (``todo``) and how many of the rest it leaves out, why."""
+
+    todo: list[WorkItem]
+    settled: int  # invalid, pruned (by the model or by lowering), or lowered before
+    reused: int  # carried from earlier documents: never measured
+    recorded: int  # with a record of this sweep's workers already (measured or errored)
+
+
+def to_lower(items: list[WorkItem], before: set[str], reused: set[str], recorded: set[str]) -> ToLower:
+    """What of ``items`` to lower: the runnable ones without a verdict (``before``) that a worker
+    will measure (not ``reused``) and has not recorded yet (not ``recorded``)."""
+    runnable = [it for it in items if it.kind == RUN and it.id not in before]
+    measured = [it for it in runnable if it.id not in reused]
+    todo = [it for it in measured if it.id not in recorded]
+    return ToLower(todo, len(items) - len(runnable), len(runnable) - len(measured), len(measured) - len(todo))
+
+
+def recorded_ids(root: Path, sweep: str) -> set[str]:
+    """The ids of the items the workers of the sweep ``sweep`` recorded in the sweep directory
+    ``root`` (none where it is no sweep directory yet): every record of its partials under its
+    own headers, a measurement or an error, but the reuse unit's (carried, never measured here)."""
+    if not (Path(root) / SWEEP_FILE).is_file() or not (Path(root) / "units.json").is_file():
+        return set()
+    sd = SweepDir(root)
+    out: set[str] = set()
+    for entry in sd.unit_index():
+        if entry.get("origin") == REUSE_ORIGIN:
+            continue
+        content = read_partial(sd.partial_path(entry["id"]), warn=False)
+        if all(h.get("sweep") == sweep for h in content.headers):
+            out.update(content.records)
+    return out
