@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from orchestrator.control.reuseplan import ReuseRequest
     from orchestrator.control.rounds import NextRound
     from orchestrator.control.sweeps import PreparedSweep
+    from orchestrator.planning import Verdicts
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.searchrounds import SearchRound
     from orchestrator.store.sweepdir import SweepDir
@@ -239,16 +240,19 @@ def warn(text: str) -> None:
     print(f"{PROG}: {text}", file=sys.stderr)
 
 
-def print_plan_notes(spec: SweepSpec, *, lowering: bool = False) -> None:
+def print_plan_notes(spec: SweepSpec, *, lowering: bool = False, verdicts: Verdicts | None = None) -> None:
     """Say once what the plan does differently from the spec's lists because of the kernel
     implementation (a tunable it ignores is swept at the one value it runs), a search
     section that does nothing (no ``timing.strategy: search``), and a search's screen that
     keeps every config it screens (``timing.keep`` at or above ``search.per_round``).
-    ``lowering``: for ``plan --lower``, which lowers what the plan holds (``planning.notes``)."""
+    ``lowering``: for ``plan --lower``, which lowers what the plan holds (``planning.notes``);
+    ``verdicts``: what pre-flight lowering of the sweep directory said already
+    (``store.lowering_todo``), for a kernel pruned by lowering."""
     from orchestrator.planning import notes
     from orchestrator.planning.search import idle_settings, screen_keeps_all
 
-    for line in [*notes(spec, lowering=lowering), *filter(None, [idle_settings(spec), screen_keeps_all(spec)])]:
+    said = notes(spec, lowering=lowering, verdicts=verdicts)
+    for line in [*said, *filter(None, [idle_settings(spec), screen_keeps_all(spec)])]:
         warn(f"note: {line}")
 
 

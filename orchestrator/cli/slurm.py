@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # the control flows import submitit: loaded when a command ru
 def cmd_submit(args: argparse.Namespace) -> int:
     from orchestrator.control.submit import submit_spec
     from orchestrator.store.carried import read_summary
+    from orchestrator.store.lowering_todo import sweep_verdicts
     from orchestrator.store.parse_procs import requested
 
     requested()  # the final merge job runs with this shell's environment
@@ -75,7 +76,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         )
         if not s.existed:
             units_capped(args.units or s.sd.spec.sharding.units, planned_units(s.sd))
-        print_plan_notes(s.sd.spec)
+        print_plan_notes(s.sd.spec, verdicts=sweep_verdicts(s.sd, args.spec))
         for line in reuse_lines(read_summary(s.sd)):
             print(line)
         if not s.todo:
@@ -174,6 +175,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     from orchestrator.control.sweeps import default_sweep_dir, run_or_follow, slurm_jobs
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
+    from orchestrator.store.lowering_todo import sweep_verdicts
     from orchestrator.store.merge import check_target
 
     spec = load_spec(args.spec)
@@ -182,7 +184,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     created = not root.exists()
     sd, _, existed = prepare_run(args, root, "slurm", reuse_request(args))
     asked = None if existed else args.units or sd.spec.sharding.units
-    print_plan_notes(sd.spec)
+    print_plan_notes(sd.spec, verdicts=sweep_verdicts(sd, args.spec))
     for line in reuse_lines(read_summary(sd)):
         print(line, file=sys.stderr)
     try:

@@ -40,6 +40,7 @@ from orchestrator.errors import PlanError, SpecError, TilesweepError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.reuseplan import Planned
+    from orchestrator.planning import Verdicts
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.sweepdir import SweepDir
 
@@ -98,7 +99,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 line["reused_from"] = planned.found.records[it.index][1]
             out.write(json.dumps(line) + "\n")
         return 0
-    _print_plan(spec, planned, args.units or spec.sharding.units)
+    _print_plan(spec, planned, args.units or spec.sharding.units, _verdicts(args, spec, root, planned))
     if not args.dry_run:
         if not args.sweep_dir:
             raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
@@ -143,7 +144,16 @@ def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec) -> int:
     return 0
 
 
-def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None) -> None:
+def _verdicts(args: argparse.Namespace, spec: SweepSpec, root: Path, planned: Planned) -> Verdicts | None:
+    """What pre-flight lowering of ``root`` said of the plan's configs already, for its note."""
+    from orchestrator.store.carried import found_ids
+    from orchestrator.store.lowering_todo import verdicts_of
+
+    command = f"{PROG} plan {word(args.spec)} --lower --sweep-dir {word(root)}"
+    return verdicts_of(spec, planned.items, root, found_ids(planned.items, planned.found), command)
+
+
+def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None, verdicts: Verdicts | None) -> None:
     from orchestrator.planning import INVALID, PRUNED
     from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
 
@@ -160,7 +170,7 @@ def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None) -> N
         in_units = f"{planned.size} of them in the {counted(n_units, 'unit')} of the search's round 1"
         print(f"{counted(len(items), 'item')} ({kinds}), {in_units}")
     units_capped(units_asked, len(units))
-    print_plan_notes(spec)
+    print_plan_notes(spec, verdicts=verdicts)
     for line in reuse_lines(planned.found.summary()):
         print(line)
     if spec.timing.strategy == "halving":
@@ -183,6 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.control.sweeps import check_runs_here, default_sweep_dir, run_or_follow
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
+    from orchestrator.store.lowering_todo import sweep_verdicts
     from orchestrator.store.merge import check_target
     from orchestrator.store.parse_procs import requested
 
@@ -209,7 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if created:  # a sweep directory made for nothing (as `run` on SLURM): a rerun starts afresh
                 shutil.rmtree(sd.root, ignore_errors=True)
             raise
-    print_plan_notes(sd.spec)
+    print_plan_notes(sd.spec, verdicts=sweep_verdicts(sd, args.spec))
     for line in reuse_lines(read_summary(sd)):
         print(line, file=sys.stderr)
     # the spec file's report.html, not only the frozen spec's: it is not part of the fingerprint

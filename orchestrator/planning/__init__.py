@@ -12,7 +12,7 @@ import itertools
 
 from orchestrator.planning.classify import INVALID, PRUNED, RUN
 from orchestrator.planning.costs import CostTable, item_costs, setup_estimate
-from orchestrator.planning.grids import notes
+from orchestrator.planning.grids import Verdicts, notes, prunes_by_lowering
 from orchestrator.planning.items import (
     PlannedConfigs,
     WorkItem,
@@ -32,12 +32,14 @@ __all__ = [
     "CostTable",
     "PlannedConfigs",
     "Unit",
+    "Verdicts",
     "WorkItem",
     "expand",
     "notes",
     "plan",
     "plan_line",
     "planned_configs",
+    "prunes_by_lowering",
     "say_if_large",
     "shard",
     "shard_items",

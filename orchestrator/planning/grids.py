@@ -11,11 +11,13 @@ The grid is their product, last tunable fastest.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 from kernels import impls
 from kernels.impl_base import Value
 from kernels.spelling import as_json
+from orchestrator import PROG, counted
 from orchestrator.errors import PlanError
 from orchestrator.spec.grid import TOKAMAX_GRID
 from orchestrator.spec.model import SweepSpec
@@ -79,10 +81,33 @@ def check_supported(spec: SweepSpec) -> None:
     raise PlanError(f"kernel.impl {as_json(impl.name)}: {why}")
 
 
-def notes(spec: SweepSpec, *, lowering: bool = False) -> list[str]:
+LOWER_COMMAND = f"{PROG} plan SPEC --lower --sweep-dir DIR"
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """Where a sweep directory's configs to measure stand with pre-flight lowering
+    (``store.lowering_todo``): how many its verdicts say lower, were refused, or crashed, and
+    how many ``plan --lower`` would lower (``unlowered``: no verdict yet), by ``command``."""
+
+    lowered: int
+    refused: int
+    crashed: int
+    unlowered: int
+    command: str = LOWER_COMMAND
+
+
+def prunes_by_lowering(spec: SweepSpec) -> bool:
+    """Whether the configs the spec measures are pruned by the compiler's verdict at lowering
+    (an implementation with no shared-memory model), which ``plan --lower`` gives them."""
+    return impls.get(spec.measured_impl).pruning == "lowering" and spec.kernel.impl != "replay"
+
+
+def notes(spec: SweepSpec, *, lowering: bool = False, verdicts: Verdicts | None = None) -> list[str]:
     """What the plan output says once about the spec's implementation: each tunable it
     ignores, swept at the one value it runs instead of the spec's list, and a pruning rule
-    that needs lowering (not for ``plan --lower``, ``lowering``: that is what it runs)."""
+    that needs lowering (not for ``plan --lower``, ``lowering``: that is what it runs), with
+    what the sweep directory's ``verdicts`` say already where it has some."""
     impl = impls.get(spec.measured_impl)
     out: list[str] = []
     if spec.auto_only:
@@ -104,13 +129,36 @@ def notes(spec: SweepSpec, *, lowering: bool = False) -> list[str]:
             f'grid "tokamax": per problem, the configs tokamax {tokamax_meta.version()}\'s own autotuner tries for '
             f"{impl.name} on {spec.kernel.target.name}"
         )
-    if impl.pruning == "lowering" and spec.kernel.impl != "replay" and not lowering:
-        out.append(
-            f"kernel.impl {as_json(impl.name)} has no shared-memory model: "
-            f"`tilesweep plan SPEC --lower --sweep-dir DIR` prunes by the compiler's verdict for "
-            f"{spec.kernel.target.name} before any GPU time"
-        )
+    if prunes_by_lowering(spec) and not lowering:
+        out.append(_lowering_note(spec, verdicts))
     return out
+
+
+def _lowering_note(spec: SweepSpec, verdicts: Verdicts | None) -> str:
+    """That the configs are pruned by lowering: what the verdicts say, and the ``plan --lower``
+    that lowers the configs without one (none where every config to measure has one)."""
+    head = f"kernel.impl {as_json(spec.measured_impl)} has no shared-memory model"
+    target = spec.kernel.target.name
+    command = verdicts.command if verdicts is not None else LOWER_COMMAND
+    if verdicts is None:
+        return f"{head}: `{command}` prunes by the compiler's verdict for {target} before any GPU time"
+    given = verdicts.lowered + verdicts.refused + verdicts.crashed
+    if not given and not verdicts.unlowered:
+        return f"{head}; no config left to measure needs pre-flight lowering (each has a record, or is reused)"
+    if not given:
+        return (
+            f"{head}: `{command}` prunes its {counted(verdicts.unlowered, 'config')} to measure by the compiler's "
+            f"verdict for {target} before any GPU time"
+        )
+    said = (
+        f"{head}; pre-flight lowering for {target} gave {counted(given, 'config')} a verdict: "
+        f"{verdicts.lowered} lower, {verdicts.refused} refused (pruned, never run)"
+    )
+    if verdicts.crashed:
+        said += f", {verdicts.crashed} crashed in the compiler (invalid, never run)"
+    if not verdicts.unlowered:
+        return f"{said}; every config to measure has a verdict, so plan --lower has nothing left to lower"
+    return f"{said}; `{command}` lowers the {counted(verdicts.unlowered, 'config')} to measure without one"
 
 
 def _show(value: Any) -> str:

@@ -1,5 +1,6 @@
-"""Which configs of a sweep pre-flight lowering (``plan --lower``) lowers, and why it leaves the
-others out.
+"""Which configs of a sweep pre-flight lowering (``plan --lower``) lowers, and where the others
+stand: the one rule ``plan --lower`` lowers by and the notes of ``plan``, ``run`` and ``submit``
+speak by.
 
 A config is lowered once, and only where its verdict can still prune something: not where it has
 a verdict already (``store.lowering``), nor where no worker will measure it (invalid, pruned,
@@ -13,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.planning import RUN, WorkItem
+from orchestrator.planning import RUN, Verdicts, WorkItem, prunes_by_lowering
+from orchestrator.spec.model import SweepSpec
 from orchestrator.store.carried import ORIGIN as REUSE_ORIGIN
+from orchestrator.store.lowering import Verdict, read_verdicts
 from orchestrator.store.partials import read_partial
 from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir
 
@@ -53,3 +56,37 @@ def recorded_ids(root: Path, sweep: str) -> set[str]:
         if all(h.get("sweep") == sweep for h in content.headers):
             out.update(content.records)
     return out
+
+
+def verdicts_of(spec: SweepSpec, items: list[WorkItem], root: Path, reused: set[str], command: str) -> Verdicts | None:
+    """Where the ``items`` of the sweep directory ``root`` stand with pre-flight lowering, for the
+    plan's notes (``planning.notes``): what its verdicts say of them, and how many ``command``
+    (its ``plan --lower``) would lower. None where the spec's configs are not pruned by lowering."""
+    if not prunes_by_lowering(spec):
+        return None
+    verdicts = read_verdicts(root, spec.fingerprint(), spec.kernel.target.name)
+    said = [verdicts[it.id] for it in items if it.id in verdicts]
+    left = to_lower(items, set(verdicts), reused, recorded_ids(root, spec.fingerprint()))
+    return Verdicts(
+        lowered=_count(said, "lowered"),
+        refused=_count(said, "refused"),
+        crashed=_count(said, "crashed"),
+        unlowered=len(left.todo),
+        command=command,
+    )
+
+
+def sweep_verdicts(sd: SweepDir, spec_file: str | Path) -> Verdicts | None:
+    """``verdicts_of`` a sweep directory as its items and reuse unit are (``spec_file``: the spec
+    the command was given, for the ``plan --lower`` the note names)."""
+    from orchestrator import PROG, word
+    from orchestrator.store.carried import carried_ids
+
+    if not prunes_by_lowering(sd.spec):
+        return None
+    command = f"{PROG} plan {word(spec_file)} --lower --sweep-dir {word(sd.root)}"
+    return verdicts_of(sd.spec, sd.items(), sd.root, carried_ids(sd), command)
+
+
+def _count(verdicts: list[Verdict], kind: str) -> int:
+    return sum(v.verdict == kind for v in verdicts)

@@ -85,3 +85,31 @@ def test_the_bar_says_what_it_lowers_from_the_start_at_0(tmp_path: Path, where: 
     assert r.returncode == 0 and "lowered 3 configs" in r.stdout, r.stderr
     bar = [line for line in r.stderr.splitlines() if line.startswith("lowering for NVIDIA H100: ")]
     assert len(bar) >= 2 and "| 0/3 configs [00:00<?" in bar[0] and "| 3/3 configs [" in bar[-1], r.stderr
+
+
+def test_a_plan_of_a_lowered_sweep_says_its_verdicts_and_suggests_lower_only_for_configs_without_one(
+    tmp_path: Path,
+) -> None:
+    spec, sweep = _mosaic_spec(tmp_path), tmp_path / "sweep"
+    command = f"`tilesweep plan {spec} --lower --sweep-dir {sweep}`"
+
+    def note() -> str:
+        r = run_cli("plan", str(spec), "--dry-run", "--sweep-dir", str(sweep))
+        assert r.returncode == 0, r.stderr
+        (line,) = [line for line in _notes(r.stderr) if "no shared-memory model" in line]
+        return line
+
+    assert f"{command} prunes its 3 configs to measure by the compiler's verdict" in note()
+    lowered = run_cli("plan", str(spec), "--lower", "--sweep-dir", str(sweep), "--lower-workers", "1")
+    assert lowered.returncode == 0 and "2 lowered, 1 refused" in lowered.stdout, lowered.stderr
+    said = note()
+    assert "gave 3 configs a verdict: 2 lower, 1 refused (pruned, never run)" in said, said
+    assert "plan --lower has nothing left to lower" in said and command not in said
+    # a lowering stopped before its last verdict: the plan names the one config left without one
+    path = sweep / "lowering.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1]) + "\n")
+    kept = [json.loads(line).get("verdict") for line in lines[1:-1]]
+    said = note()
+    assert f"gave 2 configs a verdict: {kept.count('lowered')} lower, {kept.count('refused')} refused" in said
+    assert said.endswith(f"{command} lowers the 1 config to measure without one"), said
