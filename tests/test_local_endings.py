@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.helpers import ctrl_c_after_first_record, records_written, run_cli, start_run, until
+from tests.helpers import REPO, ctrl_c_after_first_record, records_written, run_cli, start_run, until
 from tests.test_local_lifecycle import ITEMS, SETTLE_S, SPEC, replay_source
 
 
@@ -46,6 +48,36 @@ def test_a_debug_run_killed_outright_leaves_its_unit_failed_for_resume(
     status = run_cli("status", str(sweep))
     assert status.returncode == 1 and "in progress" not in status.stdout, status.stdout
     assert f"the debug run that ran it (pid {run.pid}) ended before the unit finished" in status.stdout
+
+
+def test_a_failed_unit_under_the_debug_executor_ends_as_under_the_local_one_with_no_pdb_prompt(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A unit whose worker refuses its environment (a GPU jax does not see): submitit's debug
+    jobs open pdb's post-mortem on an exception, a ``(Pdb)`` prompt a run at a terminal waits
+    on. The debug run ends as the local one does: the same exit code, the unit's reason said, no
+    prompt and no bare exception text on its output."""
+    said = {}
+    for kind in ("local", "debug"):
+        out = str(tmp_path / f"{kind}.results.json")
+        spec = write_spec(f"{kind}.json", output=out, modes=["fwd"], fwd_block_q=[32], kernel={"interpret": "auto"})
+        sweep = tmp_path / kind
+        said[kind] = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--executor", kind],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=SETTLE_S,
+            cwd=REPO,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cpu"},
+        )
+    debug, local = said["debug"], said["local"]
+    assert local.returncode == 1 and debug.returncode == local.returncode, debug.stdout + debug.stderr
+    assert "(Pdb)" not in debug.stdout + debug.stderr and "jax sees none" not in debug.stdout, debug.stdout
+    for r in (local, debug):
+        assert "Traceback" not in r.stderr and "failed: this task was given GPU(s)" in r.stderr, r.stderr
+    status = json.loads(run_cli("status", str(tmp_path / "debug"), "--json").stdout)
+    assert [u["state"] for u in status["units"]] == ["failed"], status
 
 
 def test_a_worker_killed_after_its_last_record_leaves_a_unit_done_for_run(

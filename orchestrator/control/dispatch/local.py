@@ -107,8 +107,6 @@ def _run_in_process(
     full disk, no further unit starts: the run ends in one line (``_Disk``), as a local one does."""
     import submitit
 
-    from orchestrator.control.dispatch.local_worker import run_unit_job
-
     executor = submitit.AutoExecutor(folder=str(sd.logs), cluster="debug")
     outcomes = []
     here = {"pid": os.getpid(), "start": process_start(os.getpid()), **host_identity()}  # status: whether it runs
@@ -118,7 +116,7 @@ def _run_in_process(
     raising, logging.raiseExceptions = logging.raiseExceptions, False
     try:
         for k, uid in enumerate(unit_ids):
-            job = executor.submit(run_unit_job, str(sd.root), uid, prior.get(uid))
+            job = executor.submit(_debug_unit_job, str(sd.root), uid, prior.get(uid))
             entry = {"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}
             sd.record_jobs([{**entry, "stderr": str(job.paths.stderr)}])  # its worker's word on how it ended
             note_start(job.paths.stderr, uid, f"in the debug run's process {here['pid']}")
@@ -130,6 +128,25 @@ def _run_in_process(
     finally:
         logging.raiseExceptions = raising
     return outcomes
+
+
+@dataclass
+class _Raised:
+    """What a debug unit's worker raised, handed back as the job's result: submitit's debug job
+    prints an exception and opens pdb's post-mortem on it (a ``(Pdb)`` prompt at a terminal that
+    the run then waits on), where a failed unit is an outcome, said as a local run says it."""
+
+    exc: Exception
+
+
+def _debug_unit_job(sweep_dir: str, unit_id: str, prior: dict[str, Any] | None) -> Any:
+    """``run_unit_job`` in the debug executor's process: its summary, or what it raised."""
+    from orchestrator.control.dispatch.local_worker import run_unit_job
+
+    try:
+        return run_unit_job(sweep_dir, unit_id, prior)
+    except Exception as exc:  # a stop (KeyboardInterrupt) goes on up to the command
+        return _Raised(exc)
 
 
 def _run_subprocesses(
@@ -324,20 +341,20 @@ def _start_subprocess(
 
 
 def _outcome(uid: str, job: Any) -> UnitOutcome:
-    try:
-        summary = job.result()
-    except Exception as exc:  # the worker process failed; its log says why
-        log_path = str(getattr(getattr(job, "paths", None), "stderr", "") or "")
-        said = last_word(log_path, uid)
-        if said is not None and said[0] == INTERRUPTED:
-            log.warning("unit %s interrupted (job %s): %s", uid, job.job_id, said[1])
-            return UnitOutcome(
-                uid, ok=False, job_id=str(job.job_id), error=said[1], log=existing(log_path), interrupted=True
-            )
-        why = _why(uid, job, exc, log_path)
-        log.warning("unit %s failed (job %s): %s; log: %s", uid, job.job_id, why, log_path)
-        return UnitOutcome(unit=uid, ok=False, job_id=str(job.job_id), error=why, log=existing(log_path))
-    return UnitOutcome(unit=uid, ok=True, job_id=str(job.job_id), summary=summary)
+    """How a debug job's unit ended (``_debug_unit_job``): its summary, or why it failed."""
+    summary = job.result()
+    if not isinstance(summary, _Raised):
+        return UnitOutcome(unit=uid, ok=True, job_id=str(job.job_id), summary=summary)
+    log_path = str(getattr(getattr(job, "paths", None), "stderr", "") or "")
+    said = last_word(log_path, uid)
+    if said is not None and said[0] == INTERRUPTED:
+        log.warning("unit %s interrupted (job %s): %s", uid, job.job_id, said[1])
+        return UnitOutcome(
+            uid, ok=False, job_id=str(job.job_id), error=said[1], log=existing(log_path), interrupted=True
+        )
+    why = _why(uid, job, summary.exc, log_path)
+    log.warning("unit %s failed (job %s): %s; log: %s", uid, job.job_id, why, log_path)
+    return UnitOutcome(unit=uid, ok=False, job_id=str(job.job_id), error=why, log=existing(log_path))
 
 
 def _why(uid: str, job: Any, exc: BaseException, log_path: str) -> str:

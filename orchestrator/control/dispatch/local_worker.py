@@ -58,7 +58,7 @@ def run_unit_job(
     except Exception as exc:
         log.error("%s", failure_line(unit_id, crash_reason(exc)), extra=UNIT_LINE)
         if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:  # the user's to fix: in that line wherever
-            raise SweepDirError(crash_reason(exc)) from None  # it goes on (the debug executor prints it)
+            raise SweepDirError(crash_reason(exc)) from None  # it goes on (the debug run says its line)
         raise
     except (KeyboardInterrupt, SystemExit):
         code = _stopped(unit_id)  # the debug executor's unit, too, reads as interrupted
