@@ -18,7 +18,7 @@ from orchestrator.control.resume import plan_resume
 from orchestrator.control.scheduler import TaskState
 from orchestrator.control.status import format_status, sweep_status
 from orchestrator.store.sweepdir import SweepDir
-from tests.helpers import REPO, TINY_SPEC, assert_one_line_error, scheduler_view
+from tests.helpers import REPO, TINY_SPEC, assert_one_line_error, scheduler_view, until
 from tests.test_status import _fake_partial, _sweep, _three_units_on_slurm
 
 from .conftest import run_cli
@@ -270,3 +270,39 @@ def test_a_run_starts_no_worker_for_a_unit_whose_items_other_units_recorded(
     assert lines[0] == f"{sd.root}: 6/6 items done (0 error records), complete", lines
     (line,) = [x for x in lines if x.startswith(f"  {second}")]
     assert line.split()[1] == "replaced" and line.endswith("never submitted; other units recorded every item of it")
+
+
+def test_resume_no_wait_starts_no_more_units_than_run_runs_at_a_time(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """``resume --no-wait`` starts its new units at once. Where they need more units than run
+    here at a time (executor.local_workers: the missing items and the error records to retry
+    are units of their own), it is refused in one line naming the resume that runs them in
+    turn, nothing written: a second shell's status is as before. With room for them, it starts
+    no more than that, and status shows them running."""
+    sd = _sweep(tmp_path, write_spec, executor={"local_workers": 1})
+    done, never = [u["id"] for u in sd.unit_index()]
+    _fake_partial(sd, done, len(sd.unit_items(done)), n_errors=1)
+    index, before = (sd.root / "units.json").read_bytes(), run_cli("status", str(sd.root), "--json").stdout
+    r = run_cli("resume", str(sd.root), "--no-wait", "--retry-errors", "all")
+    assert_one_line_error(
+        r,
+        "1 runs here at a time",
+        "(round 1's missing items, the error records to retry)",
+        f"`tilesweep resume {sd.root}`",
+    )
+    assert (sd.root / "units.json").read_bytes() == index and not (sd.root / "jobs.jsonl").exists()
+    assert run_cli("status", str(sd.root), "--json").stdout == before
+    wider = write_spec("wider.json", executor={"local_workers": 2})  # the executor section is not fingerprinted
+    r = run_cli("resume", str(sd.root), "--spec", str(wider), "--no-wait", "--retry-errors", "all", "--units", "4")
+    assert r.returncode == 0 and "2 new units" in r.stdout and "started 2 units here" in r.stdout, r.stdout + r.stderr
+    st = json.loads(run_cli("status", str(sd.root), "--json").stdout)
+    new = [u for u in st["units"] if u["id"] not in (done, never)]
+    assert len(new) == 2 and all(u["state"] in ("running", "done") for u in new), st["units"]
+
+    def new_units() -> list[dict]:
+        units = json.loads(run_cli("status", str(sd.root), "--json").stdout)["units"]
+        return [u for u in units if u["id"] not in (done, never)]
+
+    until(lambda: all(u["state"] != "running" for u in new_units()), "the new units' end")
+    assert [u["state"] for u in new_units()] == ["done", "done"]

@@ -256,7 +256,9 @@ def _wait_for_submission(sd: SweepDir) -> None:
 
 RESUME_UNITS_HELP = (
     "number of new units (default: one per unit that ended unfinished, rounded up to fill whole SLURM tasks of "
-    "several GPUs; with --no-wait here, at most as many as run here at a time, since all of them start at once)"
+    "several GPUs; with --no-wait here, at most as many as run here at a time, since all of them start at once: "
+    "where the missing items and the error records to retry need more units of their own than that, --no-wait is "
+    "refused)"
 )
 
 
@@ -309,7 +311,8 @@ def _register_after_submit(sub: Subparsers) -> None:
     s.add_argument(
         "--no-wait",
         action="store_true",
-        help="local: start the new units and return (`tilesweep wait` follows and merges); SLURM resume never waits",
+        help="local: start the new units, no more than run here at a time (executor.local_workers, else one per "
+        "visible GPU), and return (`tilesweep wait` follows and merges); SLURM resume never waits",
     )
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_resume)

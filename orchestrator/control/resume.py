@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator import PROG, word
 from orchestrator.control import dispatch
 from orchestrator.control.arrays import SubmitOutcome, UnitsRollback, require_gpus, submit_with_merge
 from orchestrator.control.resume_plan import ResumePlan, plan_resume
@@ -27,7 +28,7 @@ from orchestrator.control.rounds import NextRound, advance, group, merge_hook, r
 from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.status import sweep_status
 from orchestrator.control.sweeps import sweep_lock
-from orchestrator.errors import MismatchError
+from orchestrator.errors import DispatchError, MismatchError
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweep_paths import log_folder
@@ -178,7 +179,8 @@ def resume_sweep(
         if not include_missing:  # `run --retry-errors`: run itself redoes what is missing
             plan.missing, plan.later, plan.missing_of, plan.unreplaced = [], {}, {}, []
         result = Resumed(plan=plan)
-        cap = dispatch.local_slots(sd.spec) if background and not slurm else None  # all started at once
+        # all started at once: at most as many as run here at a time (``run``'s workers)
+        cap = dispatch.local_slots(sd.spec, settings.local_workers) if background and not slurm else None
         _new_units(sd, result, units, settings, cap)
         if not result.new_units and plan.moot:  # nothing to submit: they are settled all the same
             _record_resume(sd, plan, [], set(), force)
@@ -231,7 +233,7 @@ def _run_here(
         result.started = dispatch.start_units_locally(sd, ids, prior_starts=result.prior)
         return
     result.outcomes = dispatch.run_units_locally(
-        sd, ids, kind=settings.kind, prior_starts=result.prior, on_poll=on_poll
+        sd, ids, kind=settings.kind, workers=settings.local_workers, prior_starts=result.prior, on_poll=on_poll
     )
     result.outcomes += _run_next_rounds(sd, settings, result, on_poll, wait_lowering)
 
@@ -246,21 +248,46 @@ def _new_units(
     makes say they are this resume's."""
     plan = result.plan
     default = len(plan.unreplaced) or 1  # a unit an earlier resume replaced is its new unit's, counted there
+    rounds = ([(1, plan.missing)] if plan.missing else []) + sorted(plan.later.items())
+    shares = _shares(
+        sd,
+        cap,
+        [f"round {number}'s missing items" for number, _ in rounds]
+        + (["the error records to retry"] if plan.retry else []),
+    )
     if cap is not None:
         units = min(units or settings.fill_tasks(default), cap)
-    if plan.missing:
-        result.new_units = group_missing(sd, plan.missing, units, default=default, settings=settings)
-    for number, items in sorted(plan.later.items()):
-        result.new_units += group_missing(sd, items, units, default=default, settings=settings, round_=number)
+    for k, (number, items) in enumerate(rounds):
+        n_units = min(units, shares[k]) if units is not None and shares else units
+        result.new_units += group_missing(sd, items, n_units, default=default, settings=settings, round_=number)
     n, sweep = len(sd.unit_index()), sd.spec.fingerprint()
     for u in result.new_units:
         u.finalize(sweep, tag=f"resume-{n}" + (f"-round{u.round}" if u.round != 1 else ""))
     if plan.retry:
-        retry_units = group_missing(sd, plan.retry, units, default=1, settings=settings)
+        n_units = min(units, shares[-1]) if units is not None and shares else units
+        retry_units = group_missing(sd, plan.retry, n_units, default=1, settings=settings)
         for u in retry_units:
             u.finalize(sweep, tag=f"retry-{n}")
         result.retry_ids = {u.id for u in retry_units}
         result.new_units += retry_units
+
+
+def _shares(sd: SweepDir, cap: int | None, kinds: list[str]) -> list[int]:
+    """How many new units each kind of them (a round's missing items, the retries: units of
+    their own) may have where at most ``cap`` start at once (``resume --no-wait``); none where
+    there is no cap. More kinds than ``cap`` are refused, before anything is written: a unit
+    each would run more units here at a time than ``run`` does."""
+    if cap is None or not kinds:
+        return []
+    if len(kinds) > cap:
+        here = word(sd.root)
+        raise DispatchError(
+            f"`{PROG} resume --no-wait` starts its new units at once and {cap} run{'s' if cap == 1 else ''} here at a "
+            f"time (executor.local_workers, else one per visible GPU), but the items of {sd.root} it redoes need "
+            f"{len(kinds)} units of their own ({', '.join(kinds)}): `{PROG} resume {here}` with the same options "
+            f"but --no-wait runs them {cap} at a time here and merges"
+        )
+    return [cap // len(kinds) + (1 if k < cap % len(kinds) else 0) for k in range(len(kinds))]
 
 
 def _add_units(sd: SweepDir, result: Resumed) -> None:
@@ -312,7 +339,9 @@ def _run_next_rounds(
     """Run here the rounds this resume planned, or that the units it ran made due."""
 
     def run(unit_ids: list[str]) -> list[dispatch.UnitOutcome]:
-        return dispatch.run_units_locally(sd, unit_ids, kind=settings.kind, on_poll=on_poll)
+        return dispatch.run_units_locally(
+            sd, unit_ids, kind=settings.kind, workers=settings.local_workers, on_poll=on_poll
+        )
 
     def ran(nxt: NextRound) -> None:
         result.next_round = nxt
