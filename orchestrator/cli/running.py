@@ -78,11 +78,27 @@ def run_here(
             f"`{PROG} status {word(sd.root)}` names it): following {'it' if len(held) == 1 else 'them'} instead of "
             f"starting a second worker on {'it' if len(held) == 1 else 'each'}"
         )
+    if kind == "local":
+        _note_cpu_workers(sd, todo, args.workers)
     outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
     failed = failed_unit_lines(outcomes)
     if held:
         failed += unfinished_unit_lines(follow_units(sd, held), only=held)
     return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=rerun_command(args.spec, sd))
+
+
+def _note_cpu_workers(sd: SweepDir, todo: list[str], workers: int | None) -> None:
+    """Said once where the run's workers time kernels side by side on this machine's CPUs
+    (``dispatch.cpu_workers``): nothing keeps one worker's timings from the others' load."""
+    from orchestrator.control import dispatch
+
+    n = dispatch.cpu_workers(sd.spec, workers) if todo else 0
+    n = n if sd.spec.timing.strategy != "full" else min(n, len(todo))  # a later round's units run side by side too
+    if n > 1:
+        warn(
+            f"note: {n} workers time the kernels side by side on this machine's CPUs (interpret mode), which they "
+            "share, so each one's timings are disturbed by the others'; for timings to compare, run with --workers 1"
+        )
 
 
 def _warn_kept_plan(sd: SweepDir, args: argparse.Namespace) -> None:

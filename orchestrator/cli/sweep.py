@@ -285,7 +285,12 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--sweep-dir", type=folder_path, help="sweep directory (default: sweeps/<spec name>-<fingerprint>)")
     s.add_argument("--units", type=positive_int, help="number of units (overrides the spec)")
     s.add_argument("--executor", choices=["local", "debug", "slurm"], help="override the spec's executor.kind")
-    s.add_argument("--workers", type=positive_int, help="local: parallel workers (default: one per visible GPU)")
+    s.add_argument(
+        "--workers",
+        type=positive_int,
+        help="local: parallel workers (default: one per visible GPU; without one, several "
+        "time interpret mode side by side on the CPUs they share, disturbing each other's timings)",
+    )
     s.add_argument("--output", type=file_path, help=f"results document (default: the spec's output; {MAKES_FOLDERS})")
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)

@@ -95,7 +95,11 @@ class ExecutorSettings(SpecModel):
     )
     # tilesweep's own
     local_workers: int | None = Field(
-        default=None, ge=1, description="local: parallel workers (default: one per visible GPU, one without GPU)"
+        default=None,
+        ge=1,
+        description="local: parallel workers (default: one per visible GPU, one without GPU; "
+        "several without a GPU time interpret mode side by side on the CPUs they share, disturbing each other's "
+        "timings)",
     )
     max_requeues: int = Field(default=3, ge=0, description="times a preempted or timed-out task is requeued")
     max_config_attempts: int = Field(

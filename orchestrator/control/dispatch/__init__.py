@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from orchestrator.control.dispatch.local import (
         UnitOutcome,
+        cpu_workers,
         local_slots,
         run_units_locally,
         start_units_locally,
@@ -54,6 +55,7 @@ _HOMES = {
     "run_units_locally": "local",
     "start_units_locally": "local",
     "local_slots": "local",
+    "cpu_workers": "local",
     "visible_gpus": "local",
     "Submission": "slurm",
     "executor_parameters": "slurm",
@@ -81,6 +83,7 @@ __all__ = [
     "Submission",
     "UnitOutcome",
     "UnitTask",
+    "cpu_workers",
     "executor_parameters",
     "grace_s",
     "render_scripts",

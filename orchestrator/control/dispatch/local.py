@@ -291,6 +291,21 @@ def local_slots(spec: SweepSpec, workers: int | None = None, gpus: list[int] | N
     return n
 
 
+def cpu_workers(spec: SweepSpec, workers: int | None = None) -> int:
+    """How many workers of a local run time kernels side by side on this machine's CPUs, where
+    more than one does (else 0): interpret mode on the CPU, no visible GPU to pin each to (or a
+    jax without one, in interpret mode), which they share, disturbing each other's timings."""
+    gpus = visible_gpus()
+    n = local_slots(spec, workers, gpus)
+    if n < 2 or spec.kernel.impl == "replay" or (gpus and spec.kernel.interpret is not True):
+        return 0  # a replay times nothing; ``auto`` with a GPU times on it (``false`` without one is refused)
+    if gpus:
+        import jax
+
+        return n if jax.default_backend() != "gpu" else 0
+    return n
+
+
 def start_units_locally(
     sd: SweepDir, unit_ids: list[str], *, prior_starts: dict[str, dict[str, Any]] | None = None
 ) -> list[str]:
