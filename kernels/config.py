@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from kernels.smem import FWD_KERNEL, check_mode, dtype_name, first_over, predict
+from kernels.spelling import as_json
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +50,10 @@ class AttentionConfig:
         for name in ("block_q", "block_k", "bwd_outer", "bwd_inner", "num_stages"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive int")
+                raise ValueError(f"{name}={as_json(value)} must be a positive int")
         w = self.num_warps
         if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w < 1):
-            raise ValueError(f"num_warps={w!r} must be a positive int or None")
+            raise ValueError(f"num_warps={as_json(w)} must be a positive int or null")
 
 
 def default_num_warps(head_dim: int) -> int:

@@ -29,6 +29,8 @@ from typing import Any
 
 import jax
 
+from kernels.spelling import as_json
+
 logger = logging.getLogger(__name__)
 
 TIMER = "profiler_device_time"
@@ -147,7 +149,7 @@ class DeviceClock:
         intervals = execution_intervals(profile, self.backend)
         if not intervals:
             raise NoDeviceEvents(
-                f"the profiler trace holds no execution event on backend {self.backend!r}"
+                f"the profiler trace holds no execution event on backend {as_json(self.backend)}"
                 + (" (is CUPTI available to jax on this node?)" if self.backend == "gpu" else "")
                 + "; use timing.timer: wall"
             )

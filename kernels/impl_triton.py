@@ -30,6 +30,7 @@ from kernels import smem
 from kernels.config import MIN_BLOCK, AttentionConfig, auto_config
 from kernels.devices import DeviceKind
 from kernels.impl_base import Capabilities, Fields, ModeFn, Tunable, Value
+from kernels.spelling import as_json, one_of
 
 MAX_WARPS = 32  # a block holds at most 1024 threads
 MAX_STAGES = 8  # software-pipelining depth; deeper never fits shared memory at useful tiles
@@ -105,7 +106,7 @@ def kernel_kwargs(mode: str, values: Mapping[str, Any] | Sequence[Any]) -> dict[
     names = CONFIG_FIELDS["fwd" if mode == "fwd" else "fwd_bwd"]
     vals = [values[n] for n in names] if isinstance(values, Mapping) else list(values)
     if len(vals) != len(names):
-        raise ValueError(f"a {mode} config has the fields {', '.join(names)}; got {vals!r}")
+        raise ValueError(f"a {mode} config has the fields {', '.join(names)}; got {as_json(vals)}")
     return {_RENAMED.get(n, n): int(v) for n, v in zip(names, vals, strict=True)}
 
 
@@ -312,4 +313,6 @@ def get(name: str) -> Impl:
     try:
         return BY_NAME[name]
     except KeyError:
-        raise ValueError(f"{name!r} is not a Triton-backed implementation; those are {', '.join(BY_NAME)}") from None
+        raise ValueError(
+            f"{as_json(name)} is not a Triton-backed implementation; those are {one_of(BY_NAME)}"
+        ) from None

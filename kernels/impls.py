@@ -33,6 +33,7 @@ from kernels.impl_base import Capabilities, Fields, Implementation, ModeFn, Tuna
 from kernels.impl_mosaic import MOSAIC, MosaicImpl
 from kernels.impl_tokamax import TOKAMAX_MOSAIC, TOKAMAX_MOSAIC_SM100, TOKAMAX_TRITON
 from kernels.impl_triton import STOCK, STOCK_DEFAULTS, TILESWEEP, Impl
+from kernels.spelling import as_json, one_of
 
 __all__ = [
     "DEFAULT_IMPL",
@@ -92,7 +93,7 @@ def get(name: str) -> Implementation:
     try:
         return IMPLS[name]
     except KeyError:
-        raise ValueError(f"unknown kernel implementation {name!r}; allowed: {', '.join(IMPL_NAMES)}") from None
+        raise ValueError(f"unknown kernel implementation {as_json(name)}; allowed: {one_of(IMPL_NAMES)}") from None
 
 
 def resolve(name: str, device: DeviceKind) -> str:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from kernels.spelling import as_json, one_of
+
 MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
 DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
 _ELEMENT_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -69,7 +71,7 @@ def dtype_name(dtype: Any) -> str:
     else:
         name = getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or str(dtype)
     if name not in _ELEMENT_BYTES:
-        raise ValueError(f"unsupported dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
+        raise ValueError(f"unsupported dtype {as_json(name)}; allowed: {one_of(DTYPES)}")
     return name
 
 
@@ -81,7 +83,7 @@ def element_bytes(dtype: Any) -> int:
 def check_mode(mode: str) -> str:
     """Return ``mode`` if it is one of ``MODES``, else raise naming the allowed values."""
     if mode not in MODES:
-        raise ValueError(f"unsupported mode {mode!r}; allowed: {', '.join(MODES)}")
+        raise ValueError(f"unsupported mode {as_json(mode)}; allowed: {one_of(MODES)}")
     return mode
 
 

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernels.spelling import as_json, one_of
+
 DISTRIBUTION = "tokamax"
 EXTRA = "tokamax"
 INSTALL = f'pip install "tilesweep[{EXTRA}]"'
@@ -196,7 +198,7 @@ def kernel(impl: str) -> Kernel:
     try:
         return _BY_NAME[impl]
     except KeyError:
-        raise ValueError(f"{impl!r} is not a tokamax implementation; those are: {', '.join(IMPL_NAMES)}") from None
+        raise ValueError(f"{as_json(impl)} is not a tokamax implementation; those are: {one_of(IMPL_NAMES)}") from None
 
 
 def untuned_of(module: str, name: str) -> tuple[str, ...]:

@@ -285,7 +285,8 @@ def _own(kwargs: dict[str, Any], impl: str, method: str) -> dict[str, Any]:
     """``kwargs`` for the implementation ``method`` answers for; ValueError where they name another."""
     if kwargs.get("impl", impl) != impl:
         raise ValueError(
-            f"{method} answers for impl={impl!r}, not impl={kwargs['impl']!r}: use lookup(impl={kwargs['impl']!r}, ...)"
+            f"{method} answers for impl={as_json(impl)}, not impl={as_json(kwargs['impl'])}: "
+            f"use lookup(impl={as_json(kwargs['impl'])}, ...)"
         )
     return {**kwargs, "impl": impl}
 

@@ -205,22 +205,24 @@ def check_call(impl: str, mode: str, seq: Any, head_dim: Any, dtype: Any, causal
     is not a bool (``"false"`` is true), a dtype that is neither a name numpy knows nor a dtype
     (None, a number). A real dtype the kernels do not run is no error: auto."""
     if not isinstance(causal, (bool, np.bool_)):
-        raise ValueError(f"causal={causal!r} must be True or False")
+        raise ValueError(f"causal={as_json(causal)} must be true or false")
     if impl not in IMPL_NAMES:
-        raise ValueError(f"impl={impl!r} is not one of {', '.join(IMPL_NAMES)}")
+        raise ValueError(f"impl={as_json(impl)} is not one of {one_of(IMPL_NAMES)}")
     if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+        raise ValueError(f"mode={as_json(mode)} is not one of {one_of(MODES)}")
     for k, v in (("seq", seq), ("head_dim", head_dim), *sizes.items()):
         if v is not None and not _positive_int(v) and not (isinstance(v, np.integer) and v > 0):
-            raise ValueError(f"{k}={v!r} must be a positive integer")
+            raise ValueError(f"{k}={as_json(v)} must be a positive integer")
     heads, kv_heads = sizes.get("heads"), sizes.get("kv_heads")
     if heads is not None and kv_heads is not None and heads % kv_heads:
-        raise ValueError(f"kv_heads={kv_heads!r} does not divide heads={heads!r}")
+        raise ValueError(f"kv_heads={as_json(kv_heads)} does not divide heads={as_json(heads)}")
     if dtype is None or isinstance(dtype, (bool, int, float)):
-        raise ValueError(f"dtype={dtype!r} is not a dtype (the kernels run {', '.join(DTYPES)})")
+        raise ValueError(f"dtype={as_json(dtype)} is not a dtype (the kernels run {one_of(DTYPES)})")
     if isinstance(dtype, str):
         try:
             np.dtype(dtype)
         except TypeError:
             if dtype not in DTYPES:
-                raise ValueError(f"dtype={dtype!r} is not a dtype name (the kernels run {', '.join(DTYPES)})") from None
+                raise ValueError(
+                    f"dtype={as_json(dtype)} is not a dtype name (the kernels run {one_of(DTYPES)})"
+                ) from None

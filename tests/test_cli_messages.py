@@ -245,9 +245,9 @@ def test_a_sweep_dir_or_output_given_empty_and_spec_schema_with_a_file_are_refus
 ) -> None:
     spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
     for args, needle in (
-        (["run", str(spec), "--sweep-dir", ""], "argument --sweep-dir: '' names no folder"),
-        (["plan", str(spec), "--sweep-dir", "", "--dry-run"], "argument --sweep-dir: '' names no folder"),
-        (["run", str(spec), "--output", ""], "argument --output: '' names no file"),
+        (["run", str(spec), "--sweep-dir", ""], 'argument --sweep-dir: "" names no folder'),
+        (["plan", str(spec), "--sweep-dir", "", "--dry-run"], 'argument --sweep-dir: "" names no folder'),
+        (["run", str(spec), "--output", ""], 'argument --output: "" names no file'),
         (["run", str(spec), "--output", f"{tmp_path}/out/"], "argument --output: "),
         (["spec", "--schema", str(spec)], "--schema prints the schema of every spec"),
     ):

@@ -285,12 +285,12 @@ def test_config_for_builds_attention_config(tmp_path: Path) -> None:
     assert isinstance(cfg, attention.AttentionConfig)
     assert (cfg.block_q, cfg.block_k, cfg.bwd_outer, cfg.num_warps) == (64, 32, 128, 4)
     assert t.config_for(dtype="bfloat16", head_dim=64, seq=100, mode="fwd") is None
-    for wrong, said in (({"seq": 0}, "seq=0 must be a positive integer"), ({"seq": "2048"}, "seq='2048'")):
+    for wrong, said in (({"seq": 0}, "seq=0 must be a positive integer"), ({"seq": "2048"}, 'seq="2048"')):
         with pytest.raises(ValueError, match=said):
             t.config_for(**{"dtype": "bfloat16", "head_dim": 64, "seq": 2048, "mode": "fwd", **wrong})
     with pytest.raises(ValueError, match="batch=0 must be a positive integer"):
         t.config_for(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd", batch=0)
-    with pytest.raises(ValueError, match="mode='fwd-bwd' is not one of fwd, fwd_bwd"):
+    with pytest.raises(ValueError, match='mode="fwd-bwd" is not one of "fwd", "fwd_bwd"'):
         t.config_for(dtype="bfloat16", head_dim=64, seq=2048, mode="fwd-bwd")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TunedTableMismatchWarning)  # the env here is the CPU

@@ -179,7 +179,8 @@ def test_an_output_that_names_no_file_is_refused(results: Path, tmp_path: Path, 
     args = _commands(results, tmp_path)[command]
     args[-1] = name if not name else f"{tmp_path}/{name}"  # the slash kept, as typed
     done = run_cli(*args, cwd=tmp_path)
-    assert done.returncode == 2 and "names no file" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    said = f'{args[-2]} "{args[-1]}" names no file'  # the path as JSON spells it
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
 
 
@@ -194,7 +195,7 @@ def test_a_page_to_dash_is_refused_not_written_to_a_file_named_dash(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
 
 
-@pytest.mark.parametrize("out, why", [("", "names no folder"), (os.devnull, "not a folder")])
+@pytest.mark.parametrize("out, why", [("", '--out "" names no folder'), (os.devnull, "not a folder")])
 def test_tokamax_tables_go_to_a_folder_named_by_out(results: Path, tmp_path: Path, out: str, why: str) -> None:
     done = run_cli("export", str(results), "--format", "tokamax", "--out", out, cwd=tmp_path)
     assert done.returncode == 2 and why in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr

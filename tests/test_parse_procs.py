@@ -145,7 +145,7 @@ def test_a_stopped_parse_worker_is_named_and_its_partials_parsed_by_the_merge(da
 def test_a_wrong_number_of_merge_processes_is_one_line(damaged: Path) -> None:
     for value in ("many", "0", "-2", "\u00b2"):  # "²" reads as a digit to str.isdigit, not to int()
         r = run_cli("merge", str(damaged), env={ENV: value})
-        assert_one_line_error(r, f"{ENV}={value!r}: write a number of processes")
+        assert_one_line_error(r, f'{ENV}="{value}": write a number of processes')  # as JSON spells it
     assert not (damaged.parent / "one.json").exists()
     assert json.loads((damaged / "sweep.json").read_text())["output"].endswith("one.json")
 
@@ -159,7 +159,7 @@ def test_a_wrong_number_of_merge_processes_is_said_before_anything_is_measured(
     sweep = tmp_path / "new-sweep"
     args = [str(write_spec()), "--sweep-dir", str(sweep)] if command in ("run", "submit") else [str(damaged)]
     before = sorted(p.name for p in damaged.rglob("*"))
-    assert_one_line_error(run_cli(command, *args, env={ENV: "abc"}), f"{ENV}='abc': write a number of processes")
+    assert_one_line_error(run_cli(command, *args, env={ENV: "abc"}), f'{ENV}="abc": write a number of processes')
     assert not sweep.exists() and sorted(p.name for p in damaged.rglob("*")) == before
 
 

@@ -66,11 +66,15 @@ def test_a_document_checked_with_a_looser_limit_is_read_with_it() -> None:
     assert (s.best_label, s.n_failed) == ("bq64 bk128 s2 w4", 1)
 
 
-@pytest.mark.parametrize("value", [float("inf"), -1e-3, True, "0.001"])
-def test_a_rel_err_that_is_not_a_number_at_least_zero_is_wrong(value: object) -> None:
-    assert tolerance.wrong_result(value, "float32") is not None
+@pytest.mark.parametrize(
+    ("value", "spelled"), [(float("inf"), "Infinity"), (-1e-3, "-0.001"), (True, "true"), ("0.001", '"0.001"')]
+)
+def test_a_rel_err_that_is_not_a_number_at_least_zero_is_wrong(value: object, spelled: str) -> None:
+    """The error says the value as the document's JSON holds it (``true``, ``"0.001"``)."""
+    said = f"WrongResult: rel_err against the reference is {spelled}, not a number >= 0"
+    assert tolerance.wrong_result(value, "float32") == said
     (s,) = report.best_table(load_obj(make_doc([_with_rel_err(rec(ms=0.5), value)])))  # type: ignore[arg-type]
-    assert s.best_ms is None
+    assert s.best_ms is None and s.first_error == said
 
 
 def test_the_check_section_counts_in_the_fingerprint_only_where_it_is_set() -> None:

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kernels.spelling import as_json
 from orchestrator import PROG
 from orchestrator.cli.progress import Progress
 from orchestrator.spec.errorkinds import RETRY_KINDS
@@ -94,7 +95,7 @@ def positive_int(value: str) -> int:
     except ValueError:
         n = 0
     if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {as_json(value)}")
     return n
 
 
@@ -105,7 +106,7 @@ def non_negative_int(value: str) -> int:
     except ValueError:
         n = -1
     if n < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more, got {value!r}")
+        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more, got {as_json(value)}")
     return n
 
 
@@ -115,10 +116,10 @@ def seconds(value: str) -> float:
     try:
         v = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected seconds, got {as_json(value)}") from None
     if not 0 < v <= MAX_SECONDS:  # False for nan too
         raise argparse.ArgumentTypeError(
-            f"expected a number of seconds above 0 and at most {MAX_SECONDS:.0f}, got {value!r}"
+            f"expected a number of seconds above 0 and at most {MAX_SECONDS:.0f}, got {as_json(value)}"
         )
     return v
 
@@ -130,7 +131,7 @@ def folder_path(value: str) -> str:
     """argparse type of a folder to use (``--sweep-dir``): not "" (which would mean the default)."""
     if not value.strip():
         raise argparse.ArgumentTypeError(
-            f"{value!r} names no folder; name one, or leave the option out for the default"
+            f"{as_json(value)} names no folder; name one, or leave the option out for the default"
         )
     return value
 
@@ -143,7 +144,7 @@ def names_no_file(path: str) -> bool:
 def file_path(value: str) -> str:
     """argparse type of a file to write (``--output``): a path that names a file (``names_no_file``)."""
     if names_no_file(value):
-        raise argparse.ArgumentTypeError(f"{value!r} names no file; name the results document to write")
+        raise argparse.ArgumentTypeError(f"{as_json(value)} names no file; name the results document to write")
     return value
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernels.spelling import as_json
 from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, counted
 from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable
 from orchestrator.errors import TilesweepError
@@ -122,7 +123,7 @@ def _export_target(args: argparse.Namespace) -> str:
             raise TilesweepError(f"{path} is given twice; give each results document once")
     if args.format == "tokamax":
         if not args.out.strip():
-            raise TilesweepError(f"--out {args.out!r} names no folder; name the folder tokamax's tables go to")
+            raise TilesweepError(f"--out {as_json(args.out)} names no folder; name the folder tokamax's tables go to")
         out = Path(args.out)
         if args.out == "-" or (out.exists() and not out.is_dir()):
             raise TilesweepError(

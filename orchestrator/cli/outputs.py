@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kernels.spelling import as_json
 from kernels.tokamax_meta import holds_table
 from orchestrator.cli.common import names_no_file
 from orchestrator.errors import TilesweepError
@@ -67,7 +68,7 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
     ``inputs``, a directory, a device or a pipe, or a file of another kind than ``of_kind``
     accepts, and where ``out`` names no file or is ``-``."""
     if names_no_file(out):
-        raise TilesweepError(f"{flag} {out!r} names no file; name a file for the {writes}")
+        raise TilesweepError(f"{flag} {as_json(out)} names no file; name a file for the {writes}")
     if out == "-":  # a file of that name would be made: the shells' standard output is meant
         raise TilesweepError(f"{flag} - : the {writes} is written to a file, not to standard output; name a file")
     path = Path(os.path.realpath(out)) if os.path.islink(out) else Path(out)

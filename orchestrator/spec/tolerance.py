@@ -16,6 +16,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from kernels.spelling import as_json
+
 MAX_REL_ERR: dict[str, float] = {"float32": 1e-2, "float16": 5e-2, "bfloat16": 5e-2}
 OTHER_MAX_REL_ERR = 5e-2  # a dtype without a limit of its own
 
@@ -59,7 +61,7 @@ def _why(rel_err: object, dtype: object, max_rel_err: float | None) -> str | Non
     if rel_err is None:
         return None
     if rel_err.__class__ not in (float, int) or not math.isfinite(rel_err) or rel_err < 0:
-        return f"rel_err against the reference is {rel_err!r}, not a number >= 0"
+        return f"rel_err against the reference is {as_json(rel_err)}, not a number >= 0"
     bound = limit(dtype, max_rel_err)
     if rel_err > bound:
         source = (

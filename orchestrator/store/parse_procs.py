@@ -51,6 +51,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kernels.spelling import as_json
 from orchestrator.cpus import usable_cpus
 from orchestrator.errors import ResultsError
 from orchestrator.pyproc import PipeLines, module_command, module_env
@@ -228,7 +229,7 @@ def requested() -> int | None:
     if not given:
         return None
     if not (given.isascii() and given.isdigit()) or int(given) < 1:
-        raise ResultsError(f"{ENV}={given!r}: write a number of processes to parse partials with (1: no others)")
+        raise ResultsError(f"{ENV}={as_json(given)}: write a number of processes to parse partials with (1: no others)")
     return min(int(given), MAX_PROCS)
 
 

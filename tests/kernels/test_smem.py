@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from kernels import smem
@@ -85,9 +86,24 @@ def test_first_over_reports_first_kernel_over_limit() -> None:
 
 
 def test_vocabulary_errors_name_allowed_values() -> None:
-    with pytest.raises(ValueError, match="allowed: fwd, fwd_bwd"):
+    with pytest.raises(ValueError, match=re.escape('unsupported mode "bwd"; allowed: "fwd", "fwd_bwd"')):
         smem.predict("bwd", "float32", 64, AttentionConfig())
-    with pytest.raises(ValueError, match="allowed: bfloat16, float16, float32"):
+    with pytest.raises(ValueError, match=re.escape('dtype "float64"; allowed: "bfloat16", "float16", "float32"')):
         smem.fwd_bytes("float64", 64, 64, 64, 2)
+    with pytest.raises(ValueError, match=re.escape('unsupported dtype "int8";')):  # a dtype object, by its name
+        smem.dtype_name(np.dtype("int8"))
     with pytest.raises(ValueError, match="allowed: 16 to 256"):
         smem.check_head_dim(512)
+
+
+def test_an_implementation_name_none_has_is_refused_naming_those_there_are_as_a_spec_spells_them() -> None:
+    from kernels import impl_triton, impls, tokamax_meta
+
+    with pytest.raises(ValueError, match=re.escape('unknown kernel implementation "triton"; allowed: "tilesweep", ')):
+        impls.get("triton")
+    with pytest.raises(ValueError, match=re.escape('"mosaic" is not a Triton-backed implementation; those are "')):
+        impl_triton.get("mosaic")
+    with pytest.raises(ValueError, match=re.escape('"jax" is not a tokamax implementation; those are: "tokamax-')):
+        tokamax_meta.kernel("jax")
+    with pytest.raises(ValueError, match=re.escape("block_q, block_k, num_stages, num_warps; got [64, null]")):
+        impl_triton.kernel_kwargs("fwd", [64, None])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -118,3 +120,12 @@ def test_device_clock_counts_kernel_events_and_never_dispatch() -> None:
         )
     )
     assert busy_ns(execution_intervals(cpu, "cpu")) == 4000
+
+
+def test_a_trace_without_execution_events_names_its_backend_as_jax_spells_it() -> None:
+    """A GPU clock here traces no GPU: the refusal names the backend in quotes, as JSON does."""
+    from kernels.devicetime import DeviceClock, NoDeviceEvents
+
+    with pytest.raises(NoDeviceEvents, match=re.escape('no execution event on backend "gpu" (is CUPTI')):
+        with DeviceClock("gpu"):
+            pass

@@ -54,16 +54,16 @@ def test_dtype_the_kernel_does_not_run_means_auto() -> None:
         assert table.lookup(dtype=dtype, head_dim=64, seq=1024, mode="fwd") is None, dtype
     with pytest.raises(TunedTableError, match=r'entries\[0\]: dtype="float64" is not one of "bfloat16"'):
         _table("float64")
-    with pytest.raises(ValueError, match="dtype='fp32' is not a dtype name"):
+    with pytest.raises(ValueError, match='dtype="fp32" is not a dtype name'):
         table.lookup(dtype="fp32", head_dim=64, seq=1024, mode="fwd")
 
 
 @pytest.mark.parametrize(
     ("kwargs", "said"),
     [
-        ({"causal": "false"}, "causal='false' must be True or False"),  # bool("false") is True
-        ({"causal": 0}, "causal=0 must be True or False"),
-        ({"dtype": None}, "dtype=None is not a dtype"),
+        ({"causal": "false"}, 'causal="false" must be true or false'),  # bool("false") is True
+        ({"causal": 0}, "causal=0 must be true or false"),
+        ({"dtype": None}, "dtype=null is not a dtype"),
         ({"dtype": 123}, "dtype=123 is not a dtype"),
         ({"heads": 2, "kv_heads": 3}, "kv_heads=3 does not divide heads=2"),
     ],
@@ -79,9 +79,9 @@ def test_a_lookup_argument_no_call_could_mean_is_an_error_not_a_quiet_answer(kwa
 def test_config_for_and_mha_kwargs_refuse_another_implementation_than_theirs() -> None:
     table = _table("float32")
     call = {"dtype": "float32", "head_dim": 64, "seq": 1024, "mode": "fwd"}
-    with pytest.raises(ValueError, match="config_for answers for impl='tilesweep', not impl='jax'"):
+    with pytest.raises(ValueError, match='config_for answers for impl="tilesweep", not impl="jax"'):
         table.config_for(**call, impl="jax")
-    with pytest.raises(ValueError, match="mha_kwargs answers for impl='jax', not impl='mosaic'"):
+    with pytest.raises(ValueError, match='mha_kwargs answers for impl="jax", not impl="mosaic"'):
         table.mha_kwargs(**call, impl="mosaic")
     assert table.config_for(**call, impl="tilesweep") is not None
 
