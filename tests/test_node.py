@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -264,3 +265,32 @@ print(preload(spec))
     }
     assert said[True] > 0
     assert said[False] == 0
+
+
+def test_a_tasks_line_for_a_worker_says_its_cpus_as_the_units_log_does(tmp_path: Path) -> None:
+    """The task's log names each worker's CPUs as its unit's log opens with them (``CPUs 0,1``),
+    not as a Python list."""
+    from orchestrator.store import synthetic
+
+    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32], "fwd_block_k": [16]}
+    (tmp_path / "source.json").write_text(json.dumps(synthetic.document(grid)))
+    replay = {"source": str(tmp_path / "source.json")}
+    data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
+    (tmp_path / "spec.json").write_text(json.dumps(data))
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(tmp_path / "spec.json"), "--sweep-dir", str(sweep)).returncode == 0
+    logged = "from orchestrator.control.dispatch.nodelog import configure_node_logging\nconfigure_node_logging()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", logged + DRIVE_ALL, str(sweep)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "7"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (unit,) = (u["id"] for u in SweepDir.open(sweep).unit_index())
+    line = next(s for s in done.stderr.splitlines() if f"unit {unit}: worker pid " in s)
+    first = (sweep / "logs" / "units" / f"{unit}.log").read_text().splitlines()[0]
+    said = re.search(r", CPUs ([0-9,]+), SLURM task -$", first)
+    assert said is not None and line.endswith(f" on GPU 7, CPUs {said[1]}"), (line, first)

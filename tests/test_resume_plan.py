@@ -306,3 +306,24 @@ def test_resume_no_wait_starts_no_more_units_than_run_runs_at_a_time(
 
     until(lambda: all(u["state"] != "running" for u in new_units()), "the new units' end")
     assert [u["state"] for u in new_units()] == ["done", "done"]
+
+
+def test_a_partial_whose_header_names_no_spec_is_refused_in_words(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """A header without the spec's fingerprint (a partial another tool wrote, or edited) is of
+    another spec: the refusal says it names none, not Python's ``None``, and plans nothing."""
+    sd = _sweep(tmp_path, write_spec, units=2, executor={"kind": "debug"})
+    first = sd.unit_index()[0]["id"]
+    _fake_partial(sd, first, 1)
+    lines = sd.partial_path(first).read_text().splitlines()
+    head = json.loads(lines[0])
+    del head["header"]["sweep"]
+    sd.partial_path(first).write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    index = (sd.root / "units.json").read_bytes()
+    said = assert_one_line_error(
+        run_cli("resume", str(sd.root)),
+        f"{first}.jsonl holds records of another spec (its header names no spec fingerprint; "
+        f"the sweep's is {sd.spec.fingerprint()}); resume refuses to mix them",
+    )
+    assert "None" not in said and (sd.root / "units.json").read_bytes() == index

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernels.spelling import as_json
 from orchestrator.control.status import ACTIVE, SweepStatus
 from orchestrator.errors import MismatchError
 from orchestrator.planning import WorkItem
@@ -67,6 +68,15 @@ class ResumePlan:
         return out
 
 
+def _fingerprints(theirs: object, ours: str) -> str:
+    """A partial's spec fingerprint against the sweep's, as a refusal says them: in words where
+    its header names none, as JSON spells a value that is not one (a number, an object)."""
+    if theirs is None:
+        return f"its header names no spec fingerprint; the sweep's is {ours}"
+    shown = theirs if isinstance(theirs, str) and theirs else as_json(theirs)
+    return f"fingerprint {shown} != {ours}"
+
+
 def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str, int], dict[str, Any]]]:
     """Every recorded item id -> its newest record (by its attempt's start, then the later
     unit, as merge picks it); deaths per item into ``plan``. Refuses partials of another spec
@@ -91,8 +101,8 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
         for h in content.headers:
             if h.get("sweep") != fingerprint:
                 raise MismatchError(
-                    f"{path} holds records of another spec (fingerprint {h.get('sweep')} != "
-                    f"{fingerprint}); resume refuses to mix them: move it out of {sd.partials}"
+                    f"{path} holds records of another spec ({_fingerprints(h.get('sweep'), fingerprint)}); "
+                    f"resume refuses to mix them: move it out of {sd.partials}"
                 )
             if env is not None and h.get("env") != env:
                 raise MismatchError(

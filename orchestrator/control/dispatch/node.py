@@ -73,6 +73,11 @@ def task_gpus() -> list[str]:
     return [g.strip() for g in env.split(",") if g.strip()]
 
 
+def cpu_list(cpus: list[int]) -> str:
+    """A worker's CPUs as the task's log and its unit's log say them: ``0,1``; ``-`` for none."""
+    return ",".join(map(str, cpus)) or "-"
+
+
 def cpu_shares(cpus: list[int], n: int) -> list[list[int]]:
     """The task's CPUs split into ``n`` contiguous shares as even as they go; with fewer CPUs
     than workers, all of them for every worker: the OS then shares them out as the work goes,
@@ -204,9 +209,7 @@ class TaskWorkers:
         try:
             slot.log.parent.mkdir(parents=True, exist_ok=True)
             with open(slot.log, "ab") as out:
-                where = (
-                    f"GPU {lane.gpu or '-'}, CPUs {','.join(map(str, lane.cpus)) or '-'}, SLURM task {self.task or '-'}"
-                )
+                where = f"GPU {lane.gpu or '-'}, CPUs {cpu_list(lane.cpus)}, SLURM task {self.task or '-'}"
                 out.write(starting_line(slot.unit, where))
                 out.flush()
         except OSError as exc:  # no room for its log: the disk is full, and its worker would fail on it
@@ -229,7 +232,7 @@ class TaskWorkers:
             return
         slot.proc, slot.state, lane.slot = lane.proc, "running", slot
         gpu = f"GPU {slot.gpu}" if slot.gpu is not None else "no GPU"
-        log.info("unit %s: worker pid %d on %s, CPUs %s", slot.unit, lane.proc.pid, gpu, slot.cpus)
+        log.info("unit %s: worker pid %d on %s, CPUs %s", slot.unit, lane.proc.pid, gpu, cpu_list(slot.cpus))
 
     @staticmethod
     def _note(out: IO[bytes], text: str) -> None:
