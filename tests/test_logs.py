@@ -174,3 +174,28 @@ def test_logs_of_a_job_id_as_squeue_prints_it_is_a_position_first_then_the_sweep
     assert_one_line_error(run_cli("logs", str(sd.root), "6344_0"), f"6344_0 is no SLURM task of {sd.root}", known)
     merge_log.unlink()
     assert_one_line_error(run_cli("logs", str(sd.root), "6350"), f"merge job 6350 of {sd.root} has no log")
+
+
+def test_logs_of_pending_tasks_as_squeue_shows_them_names_a_task_id_to_give(tmp_path: Path) -> None:
+    """squeue shows an array's tasks that wait to start in one row (``6343_[0-2%1]``): none has a
+    log yet, and ``logs`` says so in one line naming the tasks and a task id it takes; the pending
+    tasks of an array that is not the sweep's are refused naming the jobs the sweep has."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 3)
+    sd.record_jobs(
+        [
+            {"unit": u.id, "executor": "slurm", "job_id": f"6343_{k}", "array_id": "6343", "task": k}
+            for k, u in enumerate(units)
+        ]
+    )
+    cases = (("6343_[0-2%1]", "6343_0, 6343_1, 6343_2", "6343_0"), ("6343_[1,2]", "6343_1, 6343_2", "6343_1"))
+    for key, named, give in cases:
+        line = assert_one_line_error(
+            run_cli("logs", str(sd.root), key),
+            f"{key} is how squeue shows the tasks of array 6343 that wait to start ({named}), and a task has a log",
+            f"give one task's id, as `tilesweep logs {sd.root} {give}`",
+        )
+        assert "is no unit" not in line, line
+    assert_one_line_error(
+        run_cli("logs", str(sd.root), "6399_[0-2]"),
+        f"6399_[0-2]: array 6399 is no SLURM job of {sd.root}, whose jobs are array 6343 (3 tasks: 6343_0 to 6343_2)",
+    )

@@ -1,7 +1,8 @@
 """What ``tilesweep logs`` takes of the job ids squeue and sacct print for a sweep's jobs on the
 real local SLURM cluster: an array's id (its one task's log, or the tasks of several named to pick
-from), the final merge job's id (its log); and the id of a job that is not the sweep's, refused
-naming those it knows. The task's log counts its units and workers as a line says them."""
+from), the final merge job's id (its log), an array task's own id (sacct's JobIDRaw: its log); and
+the id of a job that is not the sweep's, refused naming those it knows. The task's log counts its
+units and workers as a line says them."""
 
 from __future__ import annotations
 
@@ -40,6 +41,14 @@ def _sacct_ids(*job_ids: str) -> list[str]:
     return r.stdout.split()
 
 
+def _raw_ids(array: str) -> dict[str, str]:
+    """Each task of ``array`` -> the job id SLURM gave it as it started (sacct's JobIDRaw)."""
+    r = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", "JobID,JobIDRaw", "-j", array], capture_output=True, text=True, check=True
+    )
+    return dict(line.split("|") for line in r.stdout.split())
+
+
 def test_logs_takes_the_ids_squeue_and_sacct_print_of_the_sweeps_arrays_and_merge_job(tmp_path: Path) -> None:
     require_cluster()
     sweep, _ = _submitted(tmp_path, "three", 3, merge_partition="cpu")
@@ -56,6 +65,11 @@ def test_logs_takes_the_ids_squeue_and_sacct_print_of_the_sweeps_arrays_and_merg
     shown = cli("logs", str(sweep), merge["job_id"])
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[0] == f"==> {merge_log} <==" and "merged 3 records" in shown.stdout
+    raw = {t: r for t, r in _raw_ids(array).items() if r != array}  # the task that started last keeps the array's id
+    assert len(raw) == 2, raw
+    for t, r in raw.items():  # a task's own id (sacct -o JobIDRaw, squeue %A): that task's log
+        by_raw, by_task = cli("logs", str(sweep), r), cli("logs", str(sweep), t)
+        assert by_raw.returncode == 0 and by_raw.stdout == by_task.stdout, by_raw.stderr
 
     assert_one_line_error(
         cli("logs", str(sweep), array),
@@ -75,6 +89,11 @@ def test_logs_takes_the_ids_squeue_and_sacct_print_of_the_sweeps_arrays_and_merg
     poll(lambda: unit_log.is_file() and "tilesweep: starting unit" in unit_log.read_text(), 300, "the unit's start")
     shown = cli("logs", str(one), entry["array_id"])
     assert shown.returncode == 0 and shown.stdout.splitlines()[0] == f"==> {unit_log} <==", shown.stdout + shown.stderr
+    theirs, r = next(iter(raw.items()))  # a task of another sweep's array, by its own id
+    assert_one_line_error(
+        cli("logs", str(one), r),
+        f"{r} is the job id SLURM gave task {theirs} (sacct's JobIDRaw), no task of {one}, whose jobs are array",
+    )
     task_log = Path(entry["stderr"])
     poll(lambda: task_log.is_file() and "at a time" in task_log.read_text(), 300, "the task's first line")
     task = cli("logs", str(one), entry["array_id"], "--task")

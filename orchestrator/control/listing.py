@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator import PROG, counted, word
 from orchestrator.control.history import History, read_history
-from orchestrator.control.scheduler import array_of, query
+from orchestrator.control.scheduler import array_of, expand_indices, query, task_of_raw
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.control.status_model import FAILED
 from orchestrator.errors import SweepDirError, TilesweepError
@@ -98,6 +98,8 @@ TASK_ID = re.compile(r"\d+_\d+")
 # a SLURM job as squeue and sacct print it without a task: an array's id ("6343"), the final merge
 # job's, a one-task array's; a unit's position in the index is spelled so too
 JOB_ID = re.compile(r"\d+")
+# an array's tasks that wait to start as squeue prints them, in one row: ``6343_[0-2%1]``, ``6343_[1,4-5]``
+PENDING_TASKS = re.compile(r"(\d+)_\[([0-9,%-]*)\]")
 
 
 @dataclass
@@ -145,10 +147,15 @@ def log_of(sd: SweepDir, key: str, *, task: bool = False) -> Path:
     (``TASK_ID``) the log of the unit that task ran, or its own log where it ran several (a
     whole-node task's GPUs take several units) or ``task`` asks for it; for a number past the unit
     index, a job id as squeue and sacct print it (``JOB_ID``): the final merge job's log, or a
-    one-task array's task's (an array of several is refused, naming its tasks). A key that names
-    none of these is refused naming the sweep's jobs."""
+    one-task array's task's (an array of several is refused, naming its tasks), or, where no unit
+    id begins with it, an array task's own job id (``task_of_raw``). Pending tasks as squeue shows
+    them (``PENDING_TASKS``) are refused naming a task to give; a key that names none of these is
+    refused naming the sweep's jobs."""
     if TASK_ID.fullmatch(key):
         return _task_log(sd, key, SweepJobs.read(sd), task=task)
+    pending = PENDING_TASKS.fullmatch(key)
+    if pending is not None:
+        raise _pending_tasks(sd, key, pending[1], expand_indices(pending[2]))
     if not JOB_ID.fullmatch(key) or int(key) < len(sd.unit_index()):  # a position in the index first
         return unit_log(sd, key, task=task)
     jobs = SweepJobs.read(sd)
@@ -158,7 +165,7 @@ def log_of(sd: SweepDir, key: str, *, task: bool = False) -> Path:
     if len(tasks) == 1:
         return _task_log(sd, tasks[0], jobs, task=task)
     if tasks:
-        shown = ", ".join(tasks[:3]) + (f", ... {tasks[-1]}" if len(tasks) > 3 else "")
+        shown = _some(tasks)
         raise SweepDirError(
             f"job {key} of {sd.root} is an array of {len(tasks)} tasks ({shown}), each with its own log: name one, "
             f"as `{PROG} logs {word(sd.root)} {tasks[0]}`; `{PROG} status {word(sd.root)}` shows which unit each ran"
@@ -166,11 +173,40 @@ def log_of(sd: SweepDir, key: str, *, task: bool = False) -> Path:
     try:
         sd.resolve_unit(key)
     except SweepDirError as exc:
+        raw_of = task_of_raw(key) if jobs.arrays else None
+        if raw_of in jobs.tasks:
+            return _task_log(sd, raw_of, jobs, task=task)
+        if raw_of is not None:
+            raise SweepDirError(
+                f"{key} is the job id SLURM gave task {raw_of} (sacct's JobIDRaw), no task of {sd.root}, "
+                f"whose jobs are {jobs.known()}"
+            ) from None
         if jobs.arrays or jobs.merges:
             known = jobs.known()
             raise SweepDirError(f"{key} is no SLURM job of {sd.root}, whose jobs are {known}; {exc.message}") from None
         raise
     return unit_log(sd, key, task=task)
+
+
+def _some(tasks: list[str]) -> str:
+    """Tasks as a line names them: the first three and the last."""
+    return ", ".join(tasks[:3]) + (f", ... {tasks[-1]}" if len(tasks) > 3 else "")
+
+
+def _pending_tasks(sd: SweepDir, key: str, array: str, indices: list[int]) -> SweepDirError:
+    """The refusal of ``key``, tasks of ``array`` that wait to start as squeue shows them in one
+    row: none has a log yet, and ``logs`` takes one task's id (the sweep's tasks named)."""
+    jobs = SweepJobs.read(sd)
+    ours = jobs.arrays.get(array, [])
+    if not ours:
+        return SweepDirError(f"{key}: array {array} is no SLURM job of {sd.root}, whose jobs are {jobs.known()}")
+    named = [t for t in (f"{array}_{i}" for i in indices) if t in ours] or ours
+    where = word(sd.root)
+    return SweepDirError(
+        f"{key} is how squeue shows the tasks of array {array} that wait to start ({_some(named)}), and a task has a "
+        f"log once it starts: give one task's id, as `{PROG} logs {where} {named[0]}`; `{PROG} status {where}` shows "
+        "which unit each runs"
+    )
 
 
 def _task_log(sd: SweepDir, key: str, jobs: SweepJobs, *, task: bool) -> Path:

@@ -99,6 +99,24 @@ def array_of(job_id: str) -> str:
     return job_id.split("_", 1)[0]
 
 
+def task_of_raw(raw: str) -> str | None:
+    """The array task (``36_3``) whose own job id is ``raw`` (sacct's JobIDRaw, squeue's ``%A``:
+    SLURM gives each task one as it starts, in no order a sweep could know), as squeue (running)
+    or sacct (ended) says; None where they name no one task (the id of a pending array names its
+    every task) or SLURM is not asked."""
+    if queries_disabled():
+        return None
+    for cmd in (["squeue", "-h", "-r", "-o", "%i|%A"], ["sacct", "-X", "-n", "-P", "-o", "JobID,JobIDRaw"]):
+        res = run_tool([*cmd, "-j", raw])
+        if isinstance(res, str) or res.returncode != 0:
+            continue
+        rows = [line.strip().split("|") for line in res.stdout.splitlines()]
+        tasks = {row[0] for row in rows if len(row) == 2 and row[1] == raw and "_" in row[0]}
+        if len(tasks) == 1:
+            return tasks.pop()
+    return None
+
+
 def queries_disabled() -> str | None:
     """Why SLURM must not be asked, or None."""
     if os.environ.get(QUERY_ENV, "1").strip().lower() in ("0", "no", "off", "false"):
