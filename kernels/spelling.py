@@ -19,10 +19,15 @@ CHOICE_ERRORS = ("literal_error", "enum")
 
 
 def as_json(value: Any) -> str:
-    """``value`` in JSON's spelling; Python's ``repr`` for what JSON has none of (a TOML date)."""
+    """``value`` in JSON's spelling (a numpy scalar as the number or bool it holds: ``0``, not
+    ``np.int64(0)``); Python's ``repr`` for what JSON has none of (a TOML date)."""
     try:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
+        pass
+    try:  # a numpy scalar's ``item()`` is the Python value it holds (an array of several refuses)
+        return json.dumps(value.item(), ensure_ascii=False)
+    except (AttributeError, TypeError, ValueError):
         return repr(value)
 
 

@@ -65,6 +65,7 @@ def test_dtype_the_kernel_does_not_run_means_auto() -> None:
         ({"causal": 0}, "causal=0 must be true or false"),
         ({"dtype": None}, "dtype=null is not a dtype"),
         ({"dtype": 123}, "dtype=123 is not a dtype"),
+        ({"seq": np.int64(0)}, "seq=0 must be a positive integer"),  # numpy's number as the number it is
         ({"heads": 2, "kv_heads": 3}, "kv_heads=3 does not divide heads=2"),
     ],
 )
