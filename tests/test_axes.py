@@ -253,6 +253,10 @@ def test_compare_pairs_our_kernel_with_the_stock_one() -> None:
     ("overrides", "needles"),
     [
         ({"kv_heads": [3]}, ("kv_heads", "divide heads=8", "1, 2, 4, 8")),
+        ({"kv_heads": [0, -2, 16]}, ("kv_heads", "divide heads=8", "got [0, -2, 16]")),
+        # a mistyped head count is refused at once, not after counting its divisors
+        ({"heads": 99999999999}, ("heads 99999999999", "more than one GPU holds")),
+        ({"heads": 2**40, "kv_heads": [3]}, ("kv_heads", f"divide heads={2**40} (1 is multi-query", "got [3]")),
         ({"head_dims": [512]}, ("head_dims", "16 to 256")),
         ({"head_dims": [8]}, ("head_dims", "16 to 256")),
         (
