@@ -14,7 +14,7 @@ import pytest
 from orchestrator.errors import ResultsError, TilesweepError
 from orchestrator.store import document as results_doc
 from tests.conftest import REPO
-from tests.helpers import run_cli
+from tests.helpers import assert_one_line_error, run_cli
 from tests.report_helpers import make_doc, parser, rec, run_handler, write
 
 # --------------------------------------------------------------------------- not a results document
@@ -23,7 +23,11 @@ from tests.report_helpers import make_doc, parser, rec, run_handler, write
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        ("{not json", "not valid JSON"),
+        ("{not json", "not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2"),
+        ("", "not a results document: the file is empty"),
+        (" \n", "not a results document: the file is empty"),
+        (b"\x89PNG\r\n", "not a results document: not text (byte 0x89 at offset 0 is not UTF-8)"),
+        ("<!DOCTYPE html>\n<html>", "not valid JSON: it opens with <, as an HTML or XML file does"),
         ("[1, 2]", "top level is a JSON array"),
         (json.dumps({"device": {}, "results": []}), "missing top-level key(s) config"),
         (json.dumps({f"k{i}": i for i in range(9)}), "(has: k0, k1, k2, k3, k4, k5 and 3 more)"),
@@ -37,13 +41,28 @@ from tests.report_helpers import make_doc, parser, rec, run_handler, write
         ),
     ],
 )
-def test_not_a_results_document(tmp_path: Path, content: str, fragment: str) -> None:
-    path = write(tmp_path, content, "bad.json")
+def test_not_a_results_document(tmp_path: Path, content: str | bytes, fragment: str) -> None:
+    path = tmp_path / "bad.json"
+    if isinstance(content, bytes):  # a file that is not text (a PNG of `report --plots`)
+        path.write_bytes(content)
+    else:
+        write(tmp_path, content, "bad.json")
     with pytest.raises(ResultsError) as info:
         results_doc.load(path)
     msg = info.value.message
     assert msg.startswith(str(path)) and fragment in msg and "\n" not in msg
+    assert "char " not in msg and "codec" not in msg  # Python's parser's words are not a user's
     assert isinstance(info.value, TilesweepError)
+
+
+def test_report_of_an_empty_file_or_its_own_page_says_what_the_file_is(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert_one_line_error(run_cli("report", str(empty)), f"{empty}: not a results document: the file is empty")
+    page = write(tmp_path, "<!DOCTYPE html>\n<html><head></head></html>\n", "report.html")
+    assert_one_line_error(
+        run_cli("compare", str(page), str(empty)), f"{page}: not a results document: not valid JSON: it opens with <"
+    )
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:

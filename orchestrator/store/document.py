@@ -120,8 +120,21 @@ def parse_json(data: bytes, path: str) -> Any:
                     pass
             return json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        # json.JSONDecodeError derives from ValueError.
-        raise ResultsError(f"{path}: not a results document: not valid JSON ({exc})") from None
+        raise ResultsError(f"{path}: not a results document: {_not_json(data, exc)}") from None
+
+
+def _not_json(data: bytes, exc: ValueError) -> str:
+    """Why ``data``, which JSON's parser refused (``exc``), is no JSON, in a user's words: an empty
+    file, bytes that are not text, a page, or where the parser stopped."""
+    if not data.strip():
+        return "the file is empty"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not text (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not UTF-8)"
+    if data.lstrip().startswith(b"<"):
+        return "not valid JSON: it opens with <, as an HTML or XML file does"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    return f"not valid JSON ({exc})"
 
 
 def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
