@@ -32,6 +32,12 @@ from tests.report_helpers import make_doc, parser, rec, run_handler, write
         (json.dumps({"device": {}, "results": []}), "missing top-level key(s) config"),
         (json.dumps({f"k{i}": i for i in range(9)}), "(has: k0, k1, k2, k3, k4, k5 and 3 more)"),
         (json.dumps({"format": "tilesweep-tuned", "version": 2, "entries": []}), "is a tuned table"),
+        (
+            json.dumps({"dtypes": ["bfloat16"], "output": "results/mine.json"}),
+            "is a sweep spec, not a results document; pass the document its sweep writes (the spec's output, "
+            "results/mine.json): `tilesweep run SPEC` measures the spec and writes it",
+        ),
+        (json.dumps({"seq_lens": [256]}), "(the spec's output, attention_tiles.json)"),
         (json.dumps({'{"q": "bf16[1,256,1,64]"}': []}), "is one of tokamax's autotuning tables"),
         (json.dumps({"device": {}, "config": {}, "results": {}}), '"results" is a JSON object'),
         (json.dumps({"device": {}, "config": {}, "results": [3]}), "results[0] is a JSON number"),
@@ -63,6 +69,13 @@ def test_report_of_an_empty_file_or_its_own_page_says_what_the_file_is(tmp_path:
     assert_one_line_error(
         run_cli("compare", str(page), str(empty)), f"{page}: not a results document: not valid JSON: it opens with <"
     )
+
+
+def test_a_spec_given_for_a_results_document_is_named_as_one(tmp_path: Path) -> None:
+    spec = write(tmp_path, {"dtypes": ["bfloat16"], "output": "results/mine.json"}, "my_sweep.json")
+    for args in (["report", str(spec)], ["export", str(spec), "--out", str(tmp_path / "t.json")]):
+        assert_one_line_error(run_cli(*args), f"{spec} is a sweep spec", "results/mine.json", "tilesweep run SPEC")
+    assert not (tmp_path / "t.json").exists()
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:

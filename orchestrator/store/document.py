@@ -37,6 +37,7 @@ from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
 from orchestrator.spec import tolerance
 from orchestrator.spec.files import json_type
+from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import IDENTITY_FIELDS
 from orchestrator.store.record_values import ValueRefused, check_values
 
@@ -292,13 +293,20 @@ def load_costs(path: str | os.PathLike[str]) -> CostTable:
 
 def _not_a_document(obj: Mapping[str, Any], name: str, missing: list[str]) -> str:
     """Why an object lacking top-level keys is no results document: what it is instead where
-    tilesweep wrote it (a tuned table, tokamax's tables), else its keys (the first few)."""
+    it is a tilesweep file (a spec, a tuned table, tokamax's tables), else its keys (the first few)."""
     from kernels.tokamax_meta import holds_table
 
     if holds_table(obj):
         return (
             f"{name} is one of tokamax's autotuning tables (`export --format tokamax` writes them), not a results "
             "document; pass the results document it was exported from"
+        )
+    if obj and obj.keys() <= SweepSpec.model_fields.keys():
+        output = obj.get("output", SweepSpec.model_fields["output"].default)
+        named = f" (the spec's output, {output})" if isinstance(output, str) else ""
+        return (
+            f"{name} is a sweep spec, not a results document; pass the document its sweep writes{named}: "
+            f"`{PROG} run SPEC` measures the spec and writes it"
         )
     if isinstance(obj.get("format"), str) and "entries" in obj:
         return (
