@@ -122,6 +122,21 @@ def test_an_exported_table_given_as_a_spec_is_called_what_it_is(
     assert msg.startswith(f"spec file {path} {what} (`export") and "not a spec; pass the spec the sweep ran" in msg
 
 
+def test_a_sweep_directory_or_its_plan_given_as_a_spec_names_the_commands_that_take_it(
+    write_spec: Any, tmp_path: Path
+) -> None:
+    sweep = tmp_path / "sweeps" / "a"
+    planned = run_cli("plan", str(write_spec()), "--sweep-dir", str(sweep))
+    assert planned.returncode == 0, planned.stderr
+    said = f"`tilesweep resume {sweep}` runs what it has no record of yet, `tilesweep status {sweep}` says"
+    assert_one_line_error(run_cli("run", str(sweep)), f"spec file {sweep} is a sweep directory, not a spec; {said}")
+    assert_one_line_error(
+        run_cli("plan", str(sweep / "sweep.json"), "--dry-run"),
+        f"spec file {sweep / 'sweep.json'} is the plan of the sweep directory {sweep}, not a spec; {said}",
+    )
+    assert_one_line_error(run_cli("spec", str(tmp_path / "sweeps")), "is a directory; pass the path of a JSON or TOML")
+
+
 def test_a_results_document_with_an_empty_config_block_names_no_spec(tmp_path: Path) -> None:
     path = tmp_path / "doc.json"
     path.write_text(json.dumps({"device": {}, "config": {}, "results": []}))

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from kernels.spelling import CHOICE_ERRORS, as_json, json_choices
 from kernels.tokamax_meta import holds_table
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import SpecError
 from orchestrator.spec.filetext import parse, spec_text
@@ -60,6 +60,8 @@ def read_spec_data(p: Path) -> dict[str, Any]:
     if not p.exists():
         raise SpecError(f"spec file {p} does not exist; pass the path of a JSON or TOML spec")
     if p.is_dir():
+        if (p / _SWEEP_FILE).is_file():
+            raise SpecError(f"spec file {p} is a sweep directory, not a spec; {_sweep_commands(p)}")
         raise SpecError(f"spec file {p} is a directory; pass the path of a JSON or TOML spec")
     if not_a_file(p):
         raise SpecError(f"spec file {p} is a device, not a file; pass the path of a JSON or TOML spec")
@@ -89,10 +91,27 @@ def read_spec_data(p: Path) -> dict[str, Any]:
                 "pass the spec the sweep ran"
             )
         return data["config"]  # a results document: reuse its config block
+    if data.get("format") == _SWEEP_FORMAT:  # no spec has the key
+        raise SpecError(
+            f"spec file {p} is the plan of the sweep directory {p.parent}, not a spec; {_sweep_commands(p.parent)}"
+        )
     _refuse_an_exported_table(data, p)
     if p.suffix.lower() != ".toml":  # TOML refuses a key given twice; JSON keeps the last
         json.loads(text, object_pairs_hook=lambda pairs: _no_key_twice(pairs, p))
     return data
+
+
+# a sweep directory's own file and its format (``store.sweepdir`` writes it; the spec, which the
+# store imports, names them only to say what a user passed where a spec goes)
+_SWEEP_FILE, _SWEEP_FORMAT = "sweep.json", "tilesweep-sweep"
+
+
+def _sweep_commands(root: Path) -> str:
+    """What to run on the sweep directory ``root`` that was passed where a spec goes."""
+    return (
+        f"`{PROG} resume {word(str(root))}` runs what it has no record of yet, `{PROG} status {word(str(root))}` "
+        "says where it stands; pass a spec file to plan or run a sweep"
+    )
 
 
 def _refuse_an_exported_table(data: dict[str, Any], p: Path) -> None:
