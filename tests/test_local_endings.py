@@ -80,6 +80,35 @@ def test_a_failed_unit_under_the_debug_executor_ends_as_under_the_local_one_with
     assert [u["state"] for u in status["units"]] == ["failed"], status
 
 
+def test_an_interrupted_units_pid_taken_by_another_process_is_not_its_unit_running(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Once a unit's worker has ended, the kernel hands its pid on to any new process: the unit
+    still reads as interrupted, resume and a rerun take its items (a rerun does not follow the
+    stranger's process as the sweep's worker)."""
+    spec = write_spec(**SPEC)
+    sweep = tmp_path / "sweep"
+    ctrl_c_after_first_record(spec, sweep)
+    # a live process of no sweep's, standing where the kernel put the worker's pid on: the job
+    # entry is left as the run wrote it, but for its pid
+    stranger = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        history = sweep / "jobs.jsonl"
+        jobs = [json.loads(line) for line in history.read_text().splitlines()]
+        assert [j["executor"] for j in jobs if "unit" in j] == ["local"], jobs
+        history.write_text("".join(json.dumps({**j, "job_id": str(stranger.pid)}) + "\n" for j in jobs))
+        status = run_cli("status", str(sweep))
+        assert status.returncode == 1, status.stdout
+        assert "interrupted" in status.stdout and "stopped by SIGINT (Ctrl-C)" in status.stdout, status.stdout
+        assert "running" not in status.stdout and "in progress" not in status.stdout, status.stdout
+        rerun = run_cli("run", str(spec), "--sweep-dir", str(sweep), timeout=SETTLE_S)
+        assert rerun.returncode == 0 and "following" not in rerun.stderr, rerun.stderr
+        assert f"merged {ITEMS} records" in rerun.stderr, rerun.stderr
+        assert stranger.poll() is None  # nobody stopped the stranger's process
+    finally:
+        stranger.communicate(b"")
+
+
 def test_a_worker_killed_after_its_last_record_leaves_a_unit_done_for_run(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:

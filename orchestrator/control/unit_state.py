@@ -118,7 +118,8 @@ def cancelled_by(uid: str) -> str:
 
 def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
     """A unit run by the local executor (or the debug one, in the command's process): running
-    while its process lives; once it is gone, interrupted where its worker's log says a stop
+    while its process lives (the one that started at the time its job names, not a process that
+    took its pid later); once it is gone, interrupted where its worker's log says a stop
     signal ended it, else failed (``failure``
     then reads why: the worker's own reason, or the signal the run or controller that started
     it saw)."""
@@ -128,7 +129,10 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
         except (TypeError, ValueError):
             pid = None
         if pid is not None:
-            if not pid_alive(pid, None):
+            # its process as it started (a pid is recycled once its process ends), where the job
+            # names this pid space; a job started elsewhere (or before jobs named it) by its pid alone
+            start = job.get("start") if in_this_pid_space(job) else None
+            if not pid_alive(pid, start):
                 said = last_word(job.get("log"), str(job.get("unit")))
                 if said is not None and said[0] == INTERRUPTED:
                     return INTERRUPTED, said[1]

@@ -241,7 +241,7 @@ class _Disk(FullDisk):
 def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dict[str, dict[str, Any]]) -> LocalWorker:
     """Start one unit's worker on its slot's GPU (none without GPUs); record the job."""
     worker = start_worker(sd, uid, gpus[slot % len(gpus)] if gpus else None, prior.get(uid))
-    job = {"unit": uid, "executor": "local", "job_id": worker.job_id, "submitted": now_iso(), "log": str(worker.log)}
+    job = _local_job(uid, worker.job_id, worker.log)
     try:
         sd.record_jobs([job])
     except BaseException:  # a full disk: a worker no history names would run on, out of cancel's reach
@@ -249,6 +249,23 @@ def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dic
         raise
     log.info("unit %s started as local process %s", uid, worker.job_id)
     return worker
+
+
+def _local_job(uid: str, pid: str, log_path: Any) -> dict[str, Any]:
+    """The job entry of a unit started here as process ``pid`` (its worker, or the controller that
+    runs it), naming that process as ``pidspace`` does (its start time, this host, boot and pid
+    namespace): once it has ended its pid may be another process's, which status must not take
+    for the unit still running."""
+    start = process_start(int(pid))
+    return {
+        "unit": uid,
+        "executor": "local",
+        "job_id": pid,
+        "submitted": now_iso(),
+        "log": str(log_path),
+        "start": start,
+        **host_identity(),
+    }
 
 
 def _ended(sd: SweepDir, worker: LocalWorker, disk: _Disk) -> UnitOutcome:
@@ -340,17 +357,7 @@ def _start_subprocess(
     # recorded would run its unit unseen by status, wait and resume
     with children_block_sigint():
         job = executor.submit(run_unit_job, str(sd.root), uid, prior, True)
-        sd.record_jobs(
-            [
-                {
-                    "unit": uid,
-                    "executor": "local",
-                    "job_id": str(job.job_id),
-                    "submitted": now_iso(),
-                    "log": str(job.paths.stderr),
-                }
-            ]
-        )
+        sd.record_jobs([_local_job(uid, str(job.job_id), job.paths.stderr)])
     log.info("unit %s started as local job %s", uid, job.job_id)
     return job
 
