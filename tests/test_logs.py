@@ -1,7 +1,7 @@
 """What ``tilesweep logs`` prints and says: a unit's log, a task's log, the log behind a job id as
 squeue prints it (an array's, the final merge job's), and a unit that has none (never submitted,
-its log gone, waiting for a GPU of a running task, cancelled before it started), or a key that
-names no one unit or job of the sweep."""
+its log gone, waiting for a GPU of a running task, cancelled before it started, the unit of records
+carried from earlier documents), or a key that names no one unit or job of the sweep."""
 
 from __future__ import annotations
 
@@ -23,6 +23,20 @@ def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(write_spec: Callable[
     r = run_cli("logs", str(sweep), "0")
     assert_one_line_error(r, "ran, but its log is gone", f"`tilesweep status {sweep}` shows the unit")
     assert "has not started" not in r.stderr and "never submitted" not in r.stderr
+
+
+def test_logs_of_the_unit_of_carried_records_says_no_worker_ran_it(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    assert run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "first")).returncode == 0
+    sweep = tmp_path / "again"  # the same spec planned again: its output document holds every item
+    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
+    assert planned.returncode == 0 and "every item is carried" in planned.stdout, planned.stdout + planned.stderr
+    for extra in ([], ["--task"]):
+        r = run_cli("logs", str(sweep), "0", *extra)
+        line = assert_one_line_error(r, "it holds the records planning carried from earlier documents (reuse.json")
+        assert "which no worker ran" in line and "gone" not in line, line
 
 
 def test_logs_task_of_a_unit_run_here_says_it_has_no_task_log(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from orchestrator.control.scheduler import array_of, expand_indices, query, task
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.control.status_model import FAILED
 from orchestrator.errors import SweepDirError, TilesweepError
+from orchestrator.store import carried
 from orchestrator.store.files import ACCESS_ERRNOS, cannot_access, misplaced
 from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir
 
@@ -259,6 +260,11 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
             return Path(path)
     what = "task log" if task else "log"
     status = f"`{PROG} status {word(sd.root)}` shows the unit"
+    if not job and any(e.get("id") == uid and e.get("origin") == carried.ORIGIN for e in sd.unit_index()):
+        raise SweepDirError(
+            f"unit {uid} of {sd.root} has no {what}: it holds the records planning carried from earlier documents "
+            f"({carried.REUSE_FILE} names them), which no worker ran; {status}"
+        )
     if sd.partial_path(uid).exists() or sd.marker_path(uid).exists():  # it ran: its log is gone
         gone = ", ".join(str(p) for p in candidates if p) or "none recorded"
         raise SweepDirError(f"unit {uid} of {sd.root} ran, but its {what} is gone ({gone}); {status}")
