@@ -54,9 +54,17 @@ def run_here(
     sd: SweepDir, unit_ids: list[str], existed: bool, kind: str, args: argparse.Namespace, *, html: bool
 ) -> int:
     """Run the units that are not done here (local or debug executor), merge, report."""
+    from orchestrator.control.resume import check_interpreter_env
     from orchestrator.control.status import sweep_status
 
     st = sweep_status(sd, query_slurm=False)
+    # a unit `resume` handed its missing items to is not run again: its later unit runs them; nor
+    # one whose every item other units recorded (status: replaced); one a live worker holds
+    # (`resume --no-wait` left it running) is followed, not run a second time
+    held = [u.id for u in st.units if not u.complete and run_elsewhere(u)]
+    todo = [u.id for u in st.units if not (u.complete or u.resumed or u.covered) and u.id not in held]
+    if todo:  # their workers run this interpreter: one the sweep's workers would all refuse is refused here
+        check_interpreter_env(sd)
     print(
         f"sweep {sd.root}: {items_in_units(sd.planned, len(unit_ids))}"
         + (f", {st.done} already recorded" if existed and st.done else ""),
@@ -66,11 +74,6 @@ def run_here(
         _warn_kept_plan(sd, args)
     else:
         units_capped(args.units or sd.spec.sharding.units, planned_units(sd))
-    # a unit `resume` handed its missing items to is not run again: its later unit runs them; nor
-    # one whose every item other units recorded (status: replaced); one a live worker holds
-    # (`resume --no-wait` left it running) is followed, not run a second time
-    held = [u.id for u in st.units if not u.complete and run_elsewhere(u)]
-    todo = [u.id for u in st.units if not (u.complete or u.resumed or u.covered) and u.id not in held]
     if held:
         warn(
             f"note: {counted(len(held), 'unit')} of {sd.root} {'is' if len(held) == 1 else 'are'} run by a worker "

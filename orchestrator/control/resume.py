@@ -12,7 +12,6 @@ could not submit it) gets that round planned and submitted (or run here) by resu
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from orchestrator.control.sweeps import sweep_lock
 from orchestrator.errors import DispatchError, MismatchError
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.spec.executor_section import ExecutorSettings
+from orchestrator.store import envfile
 from orchestrator.store.sweep_paths import log_folder
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
@@ -54,22 +54,18 @@ class Resumed:
 
 
 def check_interpreter_env(sd: SweepDir) -> None:
-    """Workers run this interpreter: its jax and jaxlib must be the ones the sweep was
-    measured with (env.json), or new records would not mix with the old ones."""
+    """Workers run this interpreter: its jax, jaxlib and tokamax must be the ones the sweep was
+    measured with (env.json), or every worker would refuse the sweep (and new records would not
+    mix with the old ones)."""
     env = sd.recorded_env()
     if not env or sd.spec.kernel.impl == "replay":  # a replay runs no jax: its env is the source's
         return
-    here: dict[str, str | None] = {}
-    for dist in ("jax", "jaxlib"):
-        try:
-            here[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            here[dist] = None
-    diff = [f"{k} {here[k]} here vs {env.get(k)}" for k in here if env.get(k) is not None and here[k] != env.get(k)]
+    diff = envfile.installed_differences(env)
     if diff:
         raise MismatchError(
-            f"the sweep in {sd.root} was measured with another stack ({', '.join(diff)}; see {sd.root / 'env.json'}); "
-            "resume it from the environment that made it, or start a new sweep directory"
+            f"the sweep in {sd.root} was measured with another stack (here vs the sweep's: {diff}; see "
+            f"{sd.root / envfile.ENV_FILE}); "
+            "run or resume it from the environment that made it, or start a new sweep directory"
         )
 
 

@@ -8,12 +8,14 @@ short by an older writer, not JSON, a directory) is named in one line by every r
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kernels import tokamax_meta
 from kernels.spelling import as_json
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.store.files import cannot_access, create_once, write_advice
@@ -55,6 +57,24 @@ def differences(theirs: Any, ours: Mapping[str, Any]) -> str:
 
     keys = [*ours, *(k for k in theirs if k not in ours)]
     return ", ".join(f"{k} {shown(theirs, k)} vs {shown(ours, k)}" for k in keys if shown(theirs, k) != shown(ours, k))
+
+
+def installed_differences(sweep: Mapping[str, Any]) -> str | None:
+    """How the packages this interpreter has installed differ from those the sweep's workers
+    recorded (``sweep``: its env.json), in the fields a worker records of them (jax, jaxlib, and
+    tokamax where it is installed: ``jobs.node_env``), said as ``differences`` says them (this
+    interpreter's first), or None where they do not: a worker started from here refuses the sweep
+    on any of them."""
+    here: dict[str, str | None] = {}
+    for dist in ("jax", "jaxlib"):
+        try:
+            here[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            here[dist] = None
+    if tokamax_meta.version() is not None:
+        here["tokamax"] = tokamax_meta.version()
+    recorded_here = {k: sweep[k] for k in ("jax", "jaxlib", "tokamax") if k in sweep}
+    return differences(here, recorded_here) or None
 
 
 def recorded(root: Path) -> dict[str, Any] | None:
