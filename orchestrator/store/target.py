@@ -205,8 +205,18 @@ def inspect(sd: SweepDir, out: Path, units: dict[str, UnitItems] | None = None, 
         else:
             _judge_by_scan(sd, target, units)
     except ResultsError as exc:
-        target.not_a_document = exc.message.removeprefix(f"{out}: ").removeprefix("not a results document: ")
+        target.not_a_document = _why_not(exc.message, out)
     return target
+
+
+def _why_not(message: str, out: Path) -> str:
+    """Why the reader refused ``out`` as a results document, as the refusal to merge over it says
+    it: what the file is instead (a spec, a tuned table), without the advice the reader gives
+    whoever passed it as a document to read, or what in it is no document."""
+    what, sep, _ = message.removeprefix(f"{out} is ").partition(", not a results document")
+    if sep and what != message:
+        return f"it is {what}"
+    return message.removeprefix(f"{out}: ").removeprefix("not a results document: ")
 
 
 def _judge_by_scan(sd: SweepDir, target: Target, units: dict[str, UnitItems] | None) -> None:
