@@ -177,6 +177,31 @@ def test_compare_page_in_the_browser(fresh: Browser, tmp_path: Path) -> None:
     assert b.problems() == []
 
 
+def test_the_compare_page_colours_a_and_b_on_one_scale(fresh: Browser, tmp_path: Path) -> None:
+    """B twice as slow as A everywhere: B's best cell wears the legend's 2x colour, not its
+    "best" one, and A's cells the colours of their own ratios to A's best."""
+    b = fresh
+
+    def doc(scale: float, name: str) -> results_doc.ResultsDoc:
+        records = [rec(auto=True, ms=2.0 * scale), rec(ms=1.0 * scale), rec(ms=1.5 * scale, block_q=64)]
+        return results_doc.from_obj(make_doc(records), name=name)
+
+    page = html.write_page(tmp_path / "c.html", compare_html.compare_page(doc(1.0, "a.json"), doc(2.0, "b.json")))
+    b.open(page.as_uri())
+    swatches = b.js(
+        "Object.fromEntries(Array.from(document.querySelectorAll('svg.scale text')).map((t, i) =>"
+        " [t.textContent, document.querySelectorAll('svg.scale rect')[i].getAttribute('fill')]))"
+    )
+    # each side's cells, in the heatmap's order: block_q 64 (1.5x A's best), then 128 (its best)
+    fills = b.js(
+        "Array.from(document.querySelectorAll('#p-1 svg.heatmap')).map(s =>"
+        " Array.from(s.querySelectorAll('rect')).map(r => r.getAttribute('fill')).filter(f => f.startsWith('#')))"
+    )
+    assert fills == [[swatches["1.5x"], swatches["best"]], [swatches["3x"], swatches["2x"]]]
+    assert "relative to the faster of A's and B's best" in b.js("document.querySelector('.legend').textContent")
+    assert b.problems() == []
+
+
 def test_a_printed_page_opens_what_is_folded_and_folds_it_again_after(fresh: Browser, tmp_path: Path) -> None:
     b = fresh
     page = html.write_page(tmp_path / "excerpt.html", html.report_page(results_doc.load(SAMPLE)))

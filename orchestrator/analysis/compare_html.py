@@ -3,8 +3,9 @@
 The pairing is ``compare.compare``'s (problems matched without their tag unless a document
 holds one problem under several tags). The page shows both documents' provenance, a summary
 table (best config and median in A and B, B/A: below 1, B is faster) that sorts and filters
-like the report's, and per problem the two heatmaps next to each other with the same colour
-scale, grouped and folded as on the report page.
+like the report's, and per problem the two heatmaps next to each other on one colour scale (each
+cell's time relative to the faster of A's and B's best, so the slower side's best is not painted
+as a best), grouped and folded as on the report page.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from orchestrator.analysis.svg import esc
 from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.store.document import ResultsDoc
 
+SCALE = "the faster of A's and B's best of the problem (one scale for both heatmaps)"
 LEGEND = "B/A = B best ms / A best ms (below 1: B is faster). Problems are matched on their axes{}."
 
 
@@ -34,10 +36,18 @@ def _views(doc: ResultsDoc) -> dict[tuple, ProblemView]:
     return {astuple_key(v.summary.key): v for v in problem_views(doc)}
 
 
-def _side(view: ProblemView | None, name: str) -> str:
+def _side(view: ProblemView | None, name: str, scale_ms: float | None) -> str:
     if view is None:
         return f'<div><div class="side">{name}</div><p class="facts">not in {name}</p></div>'
-    return f'<div><div class="side">{name}</div>{facts(view.summary)}{plot(view.heatmap)}{lists(view)}</div>'
+    body = f"{facts(view.summary)}{plot(view.heatmap, scale_ms)}{lists(view)}"
+    return f'<div><div class="side">{name}</div>{body}</div>'
+
+
+def _scale_ms(*views: ProblemView | None) -> float | None:
+    """The time both heatmaps of a problem colour relative to: the faster of their best cells,
+    so a side slower than the other shows it in its colours (None: neither has a timed cell)."""
+    bests = [ms for v in views if v is not None and v.heatmap is not None and (ms := v.heatmap.best_ms()) is not None]
+    return min(bests, default=None)
 
 
 def _columns(with_tag: bool, axes: list[str]) -> list[Column]:
@@ -86,12 +96,13 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
         r, n = rows[i], i + 1
         a = va.get(astuple_key(r.a.key)) if r.a is not None else None
         b = vb.get(astuple_key(r.b.key)) if r.b is not None else None
+        scale = _scale_ms(a, b)
         ratio = "" if r.ratio is None else f' &middot; B/A <b class="{ratio_cls(r.ratio, False)}">{r.ratio:.3f}</b>'
         shown = r.a or r.b
         title = esc(shown.key.label(with_tag)) if shown is not None else ""
         return (
             f'<section class="problem" id="p-{n}"><h3><a href="#p-{n}">#{n}</a> {title}{ratio}</h3>'
-            f'<div class="pair">{_side(a, "A")}{_side(b, "B")}</div></section>'
+            f'<div class="pair">{_side(a, "A", scale)}{_side(b, "B", scale)}</div></section>'
         )
 
     sides = []
@@ -107,7 +118,7 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
         *(f'<p class="note caveat">{esc(line)}</p>' for line in caveats(rows, doc_a, doc_b)),
         f'<h2>Provenance</h2><div class="sides">{"".join(sides)}</div>',
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(rows, with_tag, axes), len(rows))}",
-        f"<h2>Problems</h2>{legend()}",
+        f"<h2>Problems</h2>{legend(SCALE)}",
         grouped([r.key for r in rows], card, _header(rows)),
     ]
     return shell(title, "\n".join(body))

@@ -61,6 +61,11 @@ class HeatmapData:
                     found, best_ms = (i, j), c.median_ms
         return found
 
+    def best_ms(self) -> float | None:
+        """The median of the fastest cell timed in full (``best``), None when none has one."""
+        found = self.best()
+        return None if found is None else self.cells[found[0]][found[1]].median_ms
+
 
 @dataclass(frozen=True)
 class Configs:

@@ -103,12 +103,13 @@ def facts(s: ProblemSummary) -> str:
     return '<p class="facts">' + " &middot; ".join(p for p in parts if p) + "</p>"
 
 
-def plot(d: HeatmapData | None) -> str:
+def plot(d: HeatmapData | None, scale_ms: float | None = None) -> str:
+    """A problem's heatmap and its caption; ``scale_ms``: ``heatmap_svg``'s."""
     if d is None:
         return '<p class="facts">no heatmap: no forced config on tile axes</p>'
     auto = "auto failed or absent" if d.auto_ms is None else f"auto {d.auto_ms:.4g} ms"
     caption = f"median ms per {d.row_axis} x {d.col_axis}, best over {d.folded}; red box = best; {auto}"
-    return f'{heatmap_svg(d)}<p class="facts">{esc(caption)}</p>'
+    return f'{heatmap_svg(d, scale_ms)}<p class="facts">{esc(caption)}</p>'
 
 
 def _codes(labels: list[str]) -> str:
@@ -306,10 +307,12 @@ def _group_header(views: list[ProblemView]) -> Callable[[list[int]], str]:
     return header
 
 
-def legend() -> str:
+def legend(relative_to: str = "the problem's best") -> str:
+    """The heatmaps' legend: their colour scale (``relative_to``: the time its first colour
+    stands for) and the marks of cells without a timing."""
     swatch = '<svg class="swatch" width="22" height="14"><rect width="22" height="14" fill="url(#h{})"/></svg>'
     return (
-        f'<div class="legend"><span>cell colour: time relative to the problem\'s best</span>{scale_svg()}'
+        f'<div class="legend"><span>cell colour: time relative to {esc(relative_to)}</span>{scale_svg()}'
         f"<span>{swatch.format('f')} failed</span><span>{swatch.format('p')} pruned (refused before running)"
         f"</span><span>{swatch.format('s')} screened: timed by one screening sample only (halving), never a best"
         "</span><span>- not in the sweep</span></div>"

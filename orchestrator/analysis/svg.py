@@ -7,9 +7,10 @@ whole when it opens. (As ``data:`` images they would be parsed only when shown, 
 SVG image costs the browser a document of its own; thousands of them stalled headless
 Chromium's ``--dump-dom`` and ``--screenshot`` for minutes, which a print-to-PDF would hit too.)
 
-The cell colour says how much slower a cell is than the problem's best cell, on a log scale
-that saturates at ``SATURATE``x, so one colour means the same in every heatmap of the page
-(the PNG plots colour each heatmap by its own range instead). Failed cells are hatched and
+The cell colour says how much slower a cell is than the problem's best cell (on the comparison
+page: than the faster of A's and B's best, so the two heatmaps of a problem share one scale), on
+a log scale that saturates at ``SATURATE``x, so one colour means the same in every heatmap of the
+page (the PNG plots colour each heatmap by its own range instead). Failed cells are hatched and
 labelled, pruned ones (refused by the shared-memory model, never run) hatched the other way,
 cells timed by a halving sweep's screening sample only are dotted with their screen's time in
 italics and the word "screened" (a screen is never a measurement: uncoloured, never the best),
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import html
 import math
+from typing import NamedTuple
 
 from orchestrator.analysis.heatmap import HeatmapData
 
@@ -73,17 +75,22 @@ def _ink(fill: str) -> str:
     return "" if 0.299 * r + 0.587 * g + 0.114 * b > 128 else " fill='white'"
 
 
-def heatmap_svg(d: HeatmapData) -> str:
-    """One problem's heatmap, inline in the page: rows ``d.row_axis``, columns ``d.col_axis``,
-    median ms and the winning stages/warps per cell. Kept to few elements (thousands share a
-    page): rects first, then the texts in groups that carry their style as presentation
-    attributes; the hatch patterns are the page's (``DEFS``)."""
-    nr, nc = len(d.rows), len(d.cols)
-    width, height = LEFT + nc * CELL_W + 4, TOP + nr * CELL_H + 4
-    best = d.best()
-    best_ms = d.cells[best[0]][best[1]].median_ms if best is not None else None
+class _Layers(NamedTuple):
+    """A heatmap's cells as the layers they are drawn in: fills, then values, details, marks."""
+
+    rects: list[str]
+    values: list[str]
+    details: list[str]
+    marks: list[str]
+
+
+def _cell_layers(d: HeatmapData, best_ms: float | None) -> _Layers:
+    """Each cell's fill and texts; an ok cell coloured by its ratio to ``best_ms``."""
     cw, ch, mid = CELL_W - 2, CELL_H - 2, CELL_W // 2
-    rects, values, details, marks = [], [], [], []
+    rects: list[str] = []
+    values: list[str] = []
+    details: list[str] = []
+    marks: list[str] = []
     for i, line in enumerate(d.cells):
         y = TOP + i * CELL_H
         for j, c in enumerate(line):
@@ -108,6 +115,20 @@ def heatmap_svg(d: HeatmapData) -> str:
             else:
                 rects.append(f"<rect x='{x}' y='{y}' width='{cw}' height='{ch}' fill='white' stroke='gainsboro'/>")
                 marks.append(f"<text x='{x + mid}' y='{y + 20}'>-</text>")
+    return _Layers(rects, values, details, marks)
+
+
+def heatmap_svg(d: HeatmapData, scale_ms: float | None = None) -> str:
+    """One problem's heatmap, inline in the page: rows ``d.row_axis``, columns ``d.col_axis``,
+    median ms and the winning stages/warps per cell. Kept to few elements (thousands share a
+    page): rects first, then the texts in groups that carry their style as presentation
+    attributes; the hatch patterns are the page's (``DEFS``). ``scale_ms``: the time of the
+    scale's first colour (default: this heatmap's best cell's; the module says why not always)."""
+    nr, nc = len(d.rows), len(d.cols)
+    width, height = LEFT + nc * CELL_W + 4, TOP + nr * CELL_H + 4
+    best = d.best()
+    rects, values, details, marks = _cell_layers(d, scale_ms if scale_ms is not None else d.best_ms())
+    mid = CELL_W // 2
     cols = "".join(f"<text x='{LEFT + j * CELL_W + mid}' y='{TOP - 6}'>{esc(v)}</text>" for j, v in enumerate(d.cols))
     rows = "".join(
         f"<text x='{LEFT - 6}' y='{TOP + i * CELL_H + CELL_H // 2 + 4}'>{esc(v)}</text>" for i, v in enumerate(d.rows)
