@@ -80,10 +80,8 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
     if s.best_ms is None and s.auto_ms is None:
         return None
     config = None
-    if s.best_config is not None:
-        auto_wins = s.auto_ms is not None and s.best_ms is not None and s.auto_ms < s.best_ms
-        if keep_slower or not (auto_wins or s.best_is_auto):
-            config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
+    if s.best_config is not None and (keep_slower or not s.use_auto):
+        config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
     k = s.key
     replayed: dict[str, Any] = {"replayed": True} if s.replayed else {}
     auto = _auto_config(s) if config is None else None

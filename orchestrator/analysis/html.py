@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from orchestrator import PROG, word
 from orchestrator.analysis import winners
 from orchestrator.analysis.heatmap import HeatmapData, problem_title
 from orchestrator.analysis.legend import table_legend
@@ -32,6 +33,7 @@ from orchestrator.analysis.report import (
     tflops_text,
 )
 from orchestrator.analysis.scan import is_success
+from orchestrator.analysis.summary import AUTO_FASTER
 from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
 from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.errors import TilesweepError
@@ -88,6 +90,8 @@ def facts(s: ProblemSummary) -> str:
     parts = [best, auto]
     if s.speedup is not None:
         parts.append(f'<b class="{ratio_cls(s.speedup)}">{s.speedup:.2f}x</b> over auto')
+    if s.auto_faster and not s.best_is_auto:
+        parts.append(f'<b class="warn">{esc(AUTO_FASTER)}</b>')
     auto_noise = s.best_is_auto and s.timing_ratio is not None
     if auto_noise:
         parts.append(f"the best is auto's own config: its two timings {s.timing_ratio:.2f}x apart are noise")
@@ -319,6 +323,25 @@ def legend(relative_to: str = "the problem's best") -> str:
     )
 
 
+def use_line(doc: ResultsDoc, summaries: list[ProblemSummary]) -> str:
+    """How to use what the table found: the command that writes its best configs as the tuned
+    table the kernels read, and what it writes where auto won; nothing where there is nothing
+    measured to export (replayed timings are exported only when asked)."""
+    if not any(not s.replayed and (s.best_ms is not None or s.auto_ms is not None) for s in summaries):
+        return ""
+    command = f"{PROG} export {word(doc.name)} --out tuned.json"
+    text = (
+        f"To use these configs: <code>{esc(command)}</code> writes each problem's best config into the tuned "
+        "table that <code>kernels.tuned.config_for</code> answers a call's config from"
+    )
+    if any(s.use_auto for s in summaries):
+        text += (
+            f" (config null, answered with auto's config, where the note says &quot;{esc(AUTO_FASTER)}&quot; or "
+            "the best is auto's config)"
+        )
+    return f'<p class="sub">{text}.</p>'
+
+
 def report_page(doc: ResultsDoc) -> str:
     """The whole report page of a results document."""
     views = problem_views(doc)
@@ -331,7 +354,8 @@ def report_page(doc: ResultsDoc) -> str:
         f"<h1>tilesweep report: {esc(Path(doc.name).name)}</h1>",
         f'<p class="sub">{esc(table_legend([v.summary for v in views]))}</p>',
         f"<h2>Provenance</h2>{provenance(doc, counts)}",
-        f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(views, with_tag, axes), len(views))}",
+        f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(views, with_tag, axes), len(views))}"
+        + use_line(doc, [v.summary for v in views]),
         f"<h2>Problems</h2>{legend()}",
         grouped([v.summary.key for v in views], lambda i: card(views[i], with_tag), _group_header(views)),
     ]

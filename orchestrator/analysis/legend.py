@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator.analysis.summary import ProblemSummary
+from orchestrator.analysis.summary import AUTO_FASTER, ProblemSummary
 
 FLOPS_LEGEND = (
     "TFLOP/s of the best config: fwd = 4*B*H*S*S*D FLOPs, fwd_bwd = 3.5x that (bwd = 2.5x fwd), causal = half "
@@ -25,6 +25,11 @@ def table_legend(summaries: Sequence[ProblemSummary]) -> str:
     if any(s.n_screened and s.best_ms is not None for s in summaries):
         parts.append("screened out: configs a halving sweep timed by one screening sample only (never a best).")
     parts.append(_auto_legend(summaries))
+    if any(s.auto_faster and not s.best_is_auto for s in summaries):
+        parts.append(
+            f'"{AUTO_FASTER}": auto\'s config (auto config) was faster than every forced config (speedup below 1); '
+            "`tilesweep export` writes config null there, which kernels.tuned answers with auto's config."
+        )
     never = [s for s in summaries if s.n_never_measured and s.coverage is not None]
     if any(not s.coverage.searching for s in never if s.coverage is not None):
         parts.append("never measured: configs a search did not need (neither missing nor failed).")

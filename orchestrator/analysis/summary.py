@@ -29,6 +29,10 @@ CAUSAL_FLOPS_FORMULAS = {
 ONLY_AUTO = "only the kernel's own choice (auto) was measured; no tile config was"
 
 
+# the note of a problem whose auto beat every forced config: what ``export`` writes there
+AUTO_FASTER = "auto faster: use auto"
+
+
 def tflops_text(tflops: float) -> str:
     """TFLOP/s to one decimal, and to three significant digits below one (a CPU's or a tiny
     problem's, which one decimal would show as 0.0)."""
@@ -113,6 +117,17 @@ class ProblemSummary:
         return self.auto_ms / self.best_ms
 
     @property
+    def auto_faster(self) -> bool:
+        """auto ran faster than the best forced config (another config than its own)."""
+        return self.auto_ms is not None and self.best_ms is not None and self.auto_ms < self.best_ms
+
+    @property
+    def use_auto(self) -> bool:
+        """The measurement says "use auto": auto was faster than the best forced config, or that
+        best is auto's own config (two timings of one kernel). ``export`` writes config null there."""
+        return self.best_config is not None and (self.auto_faster or self.best_is_auto)
+
+    @property
     def unmeasured(self) -> str:
         """What was measured of a problem without any forced config's record: nothing, auto alone
         as its sweep asked (``auto_only: true``), or only auto where tile configs were to be timed
@@ -144,6 +159,7 @@ class ProblemSummary:
         notes += [f"{self.n_waiting} {waiting} of the screen not timed in full yet"] if self.n_waiting else []
         notes += [f"{self.n_pruned} of the failed pruned, not run"] if self.n_pruned else []
         notes += [self.noise_note] if self.within_noise or self.best_is_auto else []
+        notes += [AUTO_FASTER] if self.auto_faster and not self.best_is_auto else []
         if self.auto_status == "failed":
             notes.append("auto failed")
         return ", ".join(notes)
