@@ -78,6 +78,21 @@ def test_a_spec_given_for_a_results_document_is_named_as_one(tmp_path: Path) -> 
     assert not (tmp_path / "t.json").exists()
 
 
+def test_a_spec_given_for_a_document_names_the_document_its_sweep_writes(tmp_path: Path) -> None:
+    """The spec file where report, compare and --reuse read a results document (JSON or TOML):
+    one line that says it is a spec and names the spec's output, the document to pass."""
+    spec = REPO / "examples" / "small.json"
+    doc = write(tmp_path, make_doc([rec(ms=1.0)]), "doc.json")
+    output = json.loads(spec.read_text())["output"]
+    for argv in (["report", str(spec)], ["compare", str(doc), str(spec), "--html", str(tmp_path / "c.html")]):
+        assert_one_line_error(run_cli(*argv), f"{spec} is a sweep spec, not a results document", output)
+    assert not (tmp_path / "c.html").exists()
+    toml = write(tmp_path, 'output = "out/tiles.json"\ndtypes = ["float32"]\nseq_lens = [256]\n', "spec.toml")
+    assert_one_line_error(run_cli("report", str(toml)), f"{toml} is a sweep spec", "out/tiles.json")
+    untitled = write(tmp_path, json.dumps({"dtypes": ["float32"], "seq_lens": [256]}), "s.json")
+    assert_one_line_error(run_cli("report", str(untitled)), "is a sweep spec", "attention_tiles.json")  # the default
+
+
 def test_missing_file_and_directory(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="no such file"):
         results_doc.load(tmp_path / "nope.json")

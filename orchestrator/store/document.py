@@ -37,7 +37,6 @@ from orchestrator.errors import ResultsError
 from orchestrator.planning.costs import CostTable, cost_table
 from orchestrator.spec import tolerance
 from orchestrator.spec.files import json_type
-from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import IDENTITY_FIELDS
 from orchestrator.store.record_values import ValueRefused, check_values
 
@@ -121,7 +120,8 @@ def parse_json(data: bytes, path: str) -> Any:
                     pass
             return json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{path}: not a results document: {_not_json(data, exc)}") from None
+        spec = _spec_said(_toml(data), path)
+        raise ResultsError(spec or f"{path}: not a results document: {_not_json(data, exc)}") from None
 
 
 def _not_json(data: bytes, exc: ValueError) -> str:
@@ -136,6 +136,37 @@ def _not_json(data: bytes, exc: ValueError) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
     return f"not valid JSON ({exc})"
+
+
+_SPEC_BYTES = 1 << 20  # a larger file that is not JSON is not read as a TOML spec
+
+
+def _toml(data: bytes) -> Any:
+    """The value a TOML text holds (a spec file in TOML: a few KiB), None where it is none."""
+    import tomllib
+
+    if len(data) > _SPEC_BYTES:
+        return None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _spec_said(obj: Any, name: str) -> str | None:
+    """Where ``obj`` is a sweep spec (most of its top-level keys are the spec's), the line that
+    says so and names the document its sweep writes (the spec's output); None otherwise."""
+    from orchestrator.spec.model import SweepSpec
+
+    fields = SweepSpec.model_fields
+    if not isinstance(obj, Mapping) or 2 * sum(k in fields for k in obj) <= len(obj):
+        return None
+    output = obj.get("output")
+    output = output if isinstance(output, str) and output else fields["output"].default
+    return (
+        f"{name} is a sweep spec, not a results document; pass the document its sweep writes (the spec's output, "
+        f"{word(output)}): `{PROG} run SPEC` measures the spec and writes it"
+    )
 
 
 def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
@@ -296,17 +327,13 @@ def _not_a_document(obj: Mapping[str, Any], name: str, missing: list[str]) -> st
     it is a tilesweep file (a spec, a tuned table, tokamax's tables), else its keys (the first few)."""
     from kernels.tokamax_meta import holds_table
 
+    spec = _spec_said(obj, name)
+    if spec is not None:
+        return spec
     if holds_table(obj):
         return (
             f"{name} is one of tokamax's autotuning tables (`export --format tokamax` writes them), not a results "
             "document; pass the results document it was exported from"
-        )
-    if obj and obj.keys() <= SweepSpec.model_fields.keys():
-        output = obj.get("output", SweepSpec.model_fields["output"].default)
-        named = f" (the spec's output, {output})" if isinstance(output, str) else ""
-        return (
-            f"{name} is a sweep spec, not a results document; pass the document its sweep writes{named}: "
-            f"`{PROG} run SPEC` measures the spec and writes it"
         )
     if isinstance(obj.get("format"), str) and "entries" in obj:
         return (
