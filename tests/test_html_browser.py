@@ -202,6 +202,26 @@ def test_the_compare_page_colours_a_and_b_on_one_scale(fresh: Browser, tmp_path:
     assert b.problems() == []
 
 
+def test_with_javascript_off_the_page_offers_no_control_that_does_nothing(fresh: Browser, tmp_path: Path) -> None:
+    """Without the script the table cannot sort or filter: its selects and the line saying "click
+    a column to sort" are not shown, nor do the headings look clickable; the rows and cards all are.
+    With the script, they are."""
+    b = fresh
+    page = html.write_page(tmp_path / "excerpt.html", html.report_page(results_doc.load(SAMPLE)))
+    shown = "getComputedStyle(document.querySelector('.controls')).display"
+    cursor = "getComputedStyle(document.querySelector('#summary th[data-key=speedup]')).cursor"
+    b.call("Emulation.setScriptExecutionDisabled", session=True, value=True)
+    try:
+        b.open(page.as_uri())
+        assert b.js(shown) == "none" and b.js(cursor) != "pointer"
+        assert b.js(f"{VISIBLE}.length") == 3 and b.js("document.querySelectorAll('svg.heatmap').length") == 3
+    finally:
+        b.call("Emulation.setScriptExecutionDisabled", session=True, value=False)
+    b.open(page.as_uri())
+    assert b.js(shown) == "flex" and b.js(cursor) == "pointer"
+    assert b.problems() == []
+
+
 def test_a_printed_page_opens_what_is_folded_and_folds_it_again_after(fresh: Browser, tmp_path: Path) -> None:
     b = fresh
     page = html.write_page(tmp_path / "excerpt.html", html.report_page(results_doc.load(SAMPLE)))

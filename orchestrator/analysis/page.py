@@ -10,6 +10,9 @@ The summary table is sorted and filtered in the browser by ``assets/page.js``: a
 ``data-key`` sorts (``data-num``: numerically, ``data-desc``: largest first on the first
 click), a ``<select data-col>`` filters on a column's values, and the query string sets both
 on load (``?sort=speedup&order=desc&dtype=bfloat16``), so a sorted view is a link to share.
+The filters and the line saying how to sort start hidden and the script shows them, so a page
+opened with JavaScript off offers nothing that does not work: the table in document order, and
+every card below it.
 """
 
 from __future__ import annotations
@@ -156,7 +159,7 @@ def table(columns: Sequence[Column], rows: Iterable[tuple[list[str], list[str]]]
         attrs += f' title="{esc(c.hint)}"' if c.hint else ""
         heads.append(f"<th{attrs}>{esc(c.title)}</th>")
     return (
-        f'<div class="controls">{"".join(selects)}<span>showing <b id="shown">{total}</b> of {total} '
+        f'<div class="controls" hidden>{"".join(selects)}<span>showing <b id="shown">{total}</b> of {total} '
         f"problem{'s' if total != 1 else ''}; click a column to sort, again to reverse</span></div>"
         f'<div class="tablewrap"><table class="sum" id="summary"><thead><tr>{"".join(heads)}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"

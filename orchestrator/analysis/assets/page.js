@@ -5,6 +5,8 @@
   "use strict";
   var table = document.getElementById("summary");
   if (!table) { return; }
+  // the filters and the sorting hint work only with this script: it shows them
+  Array.prototype.forEach.call(document.querySelectorAll(".controls[hidden]"), function (c) { c.hidden = false; });
   var tbody = table.tBodies[0];
   var rows = Array.prototype.slice.call(tbody.rows);
   var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);
