@@ -27,7 +27,7 @@ from orchestrator.store import document as results_doc
 from orchestrator.store import synthetic
 from tests.conftest import SAMPLE, run_cli
 from tests.helpers import assert_one_line_error
-from tests.report_helpers import make_doc, rec
+from tests.report_helpers import make_doc, merged_from_nothing, rec
 
 EVIL = '<script>document.body.dataset.pwned = "1"</script><img src=x onerror="document.body.dataset.pwned=1">'
 
@@ -323,3 +323,13 @@ def test_small_figures_and_odd_names_read_as_a_user_expects() -> None:
     assert "<dd>NVIDIA H100 (backend gpu)</dd>" in html.report_page(results_doc.from_obj(gpu))
     many = make_doc([rec(ms=1.0, seq=128 * (k + 1)) for k in range(html.FOLD_ABOVE + 1)])
     assert f"{html.FOLD_ABOVE + 1} problems in 1 group by" in html.report_page(results_doc.from_obj(many))
+
+
+def test_a_problem_planned_and_never_run_says_why_it_has_no_heatmap(tmp_path: Path) -> None:
+    """A sweep merged before any unit ran: each card says its forced configs have no record (the
+    list of missing ones below it), not that they lack tile axes, which a fwd problem has."""
+    doc = merged_from_nothing(tmp_path, ["fwd"])
+    assert run_cli("report", str(doc), "--html", str(tmp_path / "r.html")).returncode == 0
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("no heatmap: no forced config has a record") == 1 and "tile axes" not in page
+    assert "without a record (resume redoes them)" in page

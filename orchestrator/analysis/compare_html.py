@@ -39,7 +39,7 @@ def _views(doc: ResultsDoc) -> dict[tuple, ProblemView]:
 def _side(view: ProblemView | None, name: str, scale_ms: float | None) -> str:
     if view is None:
         return f'<div><div class="side">{name}</div><p class="facts">not in {name}</p></div>'
-    body = f"{facts(view.summary)}{plot(view.heatmap, scale_ms)}{lists(view)}"
+    body = f"{facts(view.summary)}{plot(view.heatmap, view.summary.n_configs, scale_ms)}{lists(view)}"
     return f'<div><div class="side">{name}</div>{body}</div>'
 
 

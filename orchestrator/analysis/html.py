@@ -107,10 +107,12 @@ def facts(s: ProblemSummary) -> str:
     return '<p class="facts">' + " &middot; ".join(p for p in parts if p) + "</p>"
 
 
-def plot(d: HeatmapData | None, scale_ms: float | None = None) -> str:
-    """A problem's heatmap and its caption; ``scale_ms``: ``heatmap_svg``'s."""
+def plot(d: HeatmapData | None, n_configs: int, scale_ms: float | None = None) -> str:
+    """A problem's heatmap and its caption (``scale_ms``: ``heatmap_svg``'s), or why it has none:
+    no forced config has a record (``n_configs``: how many have), or theirs have no two tile axes."""
     if d is None:
-        return '<p class="facts">no heatmap: no forced config on tile axes</p>'
+        why = "its configs have no two tile axes" if n_configs else "no forced config has a record"
+        return f'<p class="facts">no heatmap: {why}</p>'
     auto = "auto failed or absent" if d.auto_ms is None else f"auto {d.auto_ms:.4g} ms"
     caption = f"median ms per {d.row_axis} x {d.col_axis}, best over {d.folded}; red box = best; {auto}"
     return f'{heatmap_svg(d, scale_ms)}<p class="facts">{esc(caption)}</p>'
@@ -172,7 +174,7 @@ def card(v: ProblemView, with_tag: bool) -> str:
     title = esc(problem_title(v.summary.key, with_tag))
     return (
         f'<section class="problem" id="{v.anchor}"><h3><a href="#{v.anchor}">#{v.number}</a> {title}</h3>'
-        f"{facts(v.summary)}{plot(v.heatmap)}{lists(v)}</section>"
+        f"{facts(v.summary)}{plot(v.heatmap, v.summary.n_configs)}{lists(v)}</section>"
     )
 
 

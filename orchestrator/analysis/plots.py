@@ -105,7 +105,7 @@ def write_plots(
     for done, (k, recs) in enumerate(list(groups.items())[:n], 1):
         data = heatmap_data(ProblemKey(*k), recs)
         if data is None:
-            log.info("no heatmap for %s: no forced configs on tile axes", k)
+            log.info("no heatmap for %s: no forced config with a record on two tile axes", k)
         else:
             path = out / plot_filename(data.key, with_tag)
             _save(mpl, _heatmap_figure(mpl, data, with_tag), path)
