@@ -151,3 +151,17 @@ def test_a_plot_cut_short_leaves_the_earlier_file_whole_and_no_temp_beside_it(tm
     with pytest.raises(OSError):
         plots._save(SimpleNamespace(canvas=lambda fig: None), Full(), earlier)  # type: ignore[arg-type]
     assert earlier.read_bytes() == b"\x89PNG whole" and [p.name for p in tmp_path.iterdir()] == ["heatmap.png"]
+
+
+@needs_mpl
+def test_a_heatmap_where_no_config_was_timed_draws_no_scale_of_made_up_times() -> None:
+    """Every config of the problem failed: its PNG shows the failed cells and says no config was
+    timed, with no colour bar beside them (there is no time to scale); a timed problem has one."""
+    mpl = plots._matplotlib()
+    key = report.ProblemKey("bfloat16", 64, 2048, 4, 8, "fwd", "t")
+    for records, timed in (([rec(ms=None), rec(ms=None, block_q=64)], False), ([rec(ms=None), rec(ms=1.5)], True)):
+        data = heatmap_data(key, records)
+        assert data is not None
+        fig = plots._heatmap_figure(mpl, data, False)
+        bars = [ax for ax in fig.axes if ax.get_ylabel().startswith("median time per call")]
+        assert len(bars) == timed and ("no config timed in full" in fig.axes[0].get_title()) != timed

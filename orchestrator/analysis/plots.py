@@ -185,11 +185,10 @@ def _heatmap_figure(mpl: Matplotlib, d: HeatmapData, with_tag: bool) -> Figure:
     ax.set_xlabel(f"{d.col_axis} (tile size)")
     ax.set_ylabel(f"{d.row_axis} (tile size)")
     auto = "auto: failed/absent" if d.auto_ms is None else f"auto {d.auto_ms:.4g} ms"
-    ax.set_title(
-        f"{problem_title(d.key, with_tag)}\nmedian ms, best over {d.folded}; red box = best; {auto}",
-        fontsize=10,
-    )
-    _time_colorbar(mpl, fig.colorbar(im, ax=ax))
+    timed = f"median ms, best over {d.folded}; red box = best" if best_rc is not None else "no config timed in full"
+    ax.set_title(f"{problem_title(d.key, with_tag)}\n{timed}; {auto}", fontsize=10)
+    if best_rc is not None:  # a scale of times only where a cell has one, not one made up for none
+        _time_colorbar(mpl, fig.colorbar(im, ax=ax))
     if any(c.status == "screened" for line in d.cells for c in line):
         mark = mpl.patch(facecolor="0.94", edgecolor="0.45", hatch="..", label=SCREENED_LEGEND)
         fig.legend(handles=[mark], loc="outside lower center", fontsize=8, frameon=False)
