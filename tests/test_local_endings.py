@@ -50,6 +50,22 @@ def test_a_debug_run_killed_outright_leaves_its_unit_failed_for_resume(
     assert f"the debug run that ran it (pid {run.pid}) ended before the unit finished" in status.stdout
 
 
+def test_a_debug_run_says_only_what_tilesweep_says(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    """Submitit's debug jobs log a notice of where each job logs as it starts, succeeding or not:
+    a debug run of two units says none of it, on its console or in a unit's log, and says on
+    stderr only its own lines: the sweep, the bar, the merge."""
+    spec = write_spec(**{**SPEC, "executor": {"kind": "debug"}, "sharding": {"units": 2}})
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), timeout=SETTLE_S)
+    assert r.returncode == 0, r.stderr
+    logs = [p.read_text() for p in (sweep / "logs").glob("*.err")]
+    assert len(logs) == 2 and all("Logging is written" not in text for text in logs), logs
+    said = [line for line in r.stderr.splitlines() if line.strip() and "item/s]" not in line]
+    assert said[0].startswith(f"sweep {sweep}: {ITEMS} items in 2 units"), r.stderr
+    merged = f"merged {ITEMS} records (0 errors, 0 of {ITEMS} planned missing) into {tmp_path / 'results.json'}"
+    assert said[1:] == [merged], r.stderr
+
+
 def test_a_failed_unit_under_the_debug_executor_ends_as_under_the_local_one_with_no_pdb_prompt(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -76,6 +92,7 @@ def test_a_failed_unit_under_the_debug_executor_ends_as_under_the_local_one_with
     assert "(Pdb)" not in debug.stdout + debug.stderr and "jax sees none" not in debug.stdout, debug.stdout
     for r in (local, debug):
         assert "Traceback" not in r.stderr and "failed: this task was given GPU(s)" in r.stderr, r.stderr
+        assert "Logging is written" not in r.stderr, r.stderr
     status = json.loads(run_cli("status", str(tmp_path / "debug"), "--json").stdout)
     assert [u["state"] for u in status["units"]] == ["failed"], status
 

@@ -30,7 +30,7 @@ from orchestrator.control.dispatch.local_procs import (
     stop_workers,
     wait_any,
 )
-from orchestrator.control.dispatch.nodelog import note_start
+from orchestrator.control.dispatch.nodelog import note_start, quiet_debug_jobs
 from orchestrator.control.unit_state import existing
 from orchestrator.control.why import INTERRUPTED, last_word, read_failure, signal_reason
 from orchestrator.errors import DispatchError, SweepDirError
@@ -115,16 +115,17 @@ def _run_in_process(
     # not a traceback of logging's own on the console (which has every line)
     raising, logging.raiseExceptions = logging.raiseExceptions, False
     try:
-        for k, uid in enumerate(unit_ids):
-            job = executor.submit(_debug_unit_job, str(sd.root), uid, prior.get(uid))
-            entry = {"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}
-            sd.record_jobs([{**entry, "stderr": str(job.paths.stderr)}])  # its worker's word on how it ended
-            note_start(job.paths.stderr, uid, f"in the debug run's process {here['pid']}")
-            outcomes.append(out := _outcome(uid, job))
-            if on_poll:
-                on_poll()
-            if not out.ok and not out.interrupted and disk.probe():
-                raise SweepDirError(disk.stopped("the run", len(unit_ids) - k - 1))
+        with quiet_debug_jobs():
+            for k, uid in enumerate(unit_ids):
+                job = executor.submit(_debug_unit_job, str(sd.root), uid, prior.get(uid))
+                entry = {"unit": uid, "executor": "debug", "job_id": str(job.job_id), "submitted": now_iso(), **here}
+                sd.record_jobs([{**entry, "stderr": str(job.paths.stderr)}])  # its worker's word on how it ended
+                note_start(job.paths.stderr, uid, f"in the debug run's process {here['pid']}")
+                outcomes.append(out := _outcome(uid, job))
+                if on_poll:
+                    on_poll()
+                if not out.ok and not out.interrupted and disk.probe():
+                    raise SweepDirError(disk.stopped("the run", len(unit_ids) - k - 1))
     finally:
         logging.raiseExceptions = raising
     return outcomes

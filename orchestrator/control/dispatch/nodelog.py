@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.store.files import now_iso
@@ -38,3 +40,32 @@ def configure_node_logging() -> None:
     """INFO and up to stderr, timestamped (a no-op where logging is set up already, as in
     the debug executor's process)."""
     logging.basicConfig(level=logging.INFO, format=NODE_LOG_FORMAT)
+
+
+class _DebugJobNotice(logging.Filter):
+    """Drops the warning submitit's debug job logs on the root logger as each job starts
+    (``Logging is written both to stderr/stdout and to ...``): the debug run's console shows it
+    once per unit, succeeding or not, and it names nothing a user can act on. Every other record,
+    tilesweep's own warnings among them, passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from submitit.local import debug
+
+        self.source = debug.__file__
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "root" and record.pathname == self.source)
+
+
+@contextmanager
+def quiet_debug_jobs() -> Iterator[None]:
+    """While the debug run's jobs run in this process: submitit's own notice of where each
+    job logs dropped (``_DebugJobNotice``), on the console and in the job's log alike."""
+    notice = _DebugJobNotice()
+    root = logging.getLogger()
+    root.addFilter(notice)
+    try:
+        yield
+    finally:
+        root.removeFilter(notice)
