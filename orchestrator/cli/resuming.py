@@ -141,6 +141,8 @@ def resume_saying(
         say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done, units=units, merges=merges)
         if r.new_units and settings.kind == "slurm":
             say_no_gpu(sd.spec, settings)
+        if settings.kind == "local" and not background:
+            say_cpu_workers(sd, settings, r, progress)
 
     def poll() -> None:
         if progress is not None:
@@ -164,6 +166,22 @@ def resume_saying(
     if result.next_round is not None and result.next_round.outcome is not None:
         print_submission(sd, result.next_round.outcome)
     return result
+
+
+def say_cpu_workers(sd: SweepDir, settings: ExecutorSettings, r: Resumed, progress: Progress | None) -> None:
+    """A resume that runs its units here, several workers at a time timing kernels on this
+    machine's CPUs, says so once, as ``run`` does (``running.cpu_workers_note``), above its bar."""
+    from orchestrator.cli.running import cpu_workers_note
+
+    units = len(r.new_units) or (len(r.next_round.units) if r.next_round is not None else 0)
+    alone = "set executor.local_workers to 1 in the sweep's spec file and resume with --spec FILE"
+    note = cpu_workers_note(sd.spec, units, settings.local_workers, alone)
+    if note is None:
+        return
+    if progress is not None:
+        progress.note(f"{PROG}: {note}")
+    else:
+        warn(note)
 
 
 def settings_kept(sd: SweepDir, settings: ExecutorSettings, spec: str | None) -> None:

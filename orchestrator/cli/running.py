@@ -29,6 +29,7 @@ from orchestrator.cli.following import follow_units, run_elsewhere
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.dispatch import UnitOutcome
+    from orchestrator.spec.model import SweepSpec
     from orchestrator.store.sweepdir import SweepDir
 
 
@@ -81,8 +82,8 @@ def run_here(
             f"`{PROG} status {word(sd.root)}` names it): following {'it' if len(held) == 1 else 'them'} instead of "
             f"starting a second worker on {'it' if len(held) == 1 else 'each'}"
         )
-    if kind == "local":
-        _note_cpu_workers(sd, todo, args.workers)
+    if kind == "local" and (note := cpu_workers_note(sd.spec, len(todo), args.workers, "run with --workers 1")):
+        warn(note)
     outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
     failed = failed_unit_lines(outcomes)
     if held:
@@ -90,18 +91,21 @@ def run_here(
     return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=rerun_command(args.spec, sd))
 
 
-def _note_cpu_workers(sd: SweepDir, todo: list[str], workers: int | None) -> None:
-    """Said once where the run's workers time kernels side by side on this machine's CPUs
-    (``dispatch.cpu_workers``): nothing keeps one worker's timings from the others' load."""
+def cpu_workers_note(spec: SweepSpec, units: int, workers: int | None, alone: str) -> str | None:
+    """The note said once where the workers of a run or a resume here time kernels side by side
+    on this machine's CPUs (``dispatch.cpu_workers``): nothing keeps one worker's timings from the
+    others' load. ``units``: how many units it starts with (a later round's units run side by side
+    too); ``alone``: how this command times with one worker."""
     from orchestrator.control import dispatch
 
-    n = dispatch.cpu_workers(sd.spec, workers) if todo else 0
-    n = n if sd.spec.timing.strategy != "full" else min(n, len(todo))  # a later round's units run side by side too
-    if n > 1:
-        warn(
-            f"note: {n} workers time the kernels side by side on this machine's CPUs (interpret mode), which they "
-            "share, so each one's timings are disturbed by the others'; for timings to compare, run with --workers 1"
-        )
+    n = dispatch.cpu_workers(spec, workers) if units else 0
+    n = n if spec.timing.strategy != "full" else min(n, units)
+    if n < 2:
+        return None
+    return (
+        f"note: {n} workers time the kernels side by side on this machine's CPUs (interpret mode), which they "
+        f"share, so each one's timings are disturbed by the others'; for timings to compare, {alone}"
+    )
 
 
 def _warn_kept_plan(sd: SweepDir, args: argparse.Namespace) -> None:
