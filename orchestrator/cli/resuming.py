@@ -24,6 +24,7 @@ from orchestrator.errors import DispatchError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.resume import Resumed
+    from orchestrator.control.rounds import NextRound
     from orchestrator.spec.executor_section import ExecutorSettings
     from orchestrator.store.sweepdir import SweepDir
 
@@ -148,6 +149,11 @@ def resume_saying(
         if progress is not None:
             progress.sweep(sweep_status(sd, query_slurm=False))
 
+    def announce(nxt: NextRound) -> None:  # a round its units made due, said as `run` says it
+        if progress is not None:
+            poll()  # the round that ended shows its last count above what is said of the next
+            progress.note(round_note(nxt))
+
     result = resume_sweep(
         sd,
         settings,
@@ -160,6 +166,7 @@ def resume_saying(
         on_poll=poll,
         background=background,
         wait_lowering=later_rounds_wait(progress) if progress is not None else None,
+        on_round=announce,
     )
     if result.submission is not None:
         print_submission(sd, result.submission)

@@ -156,6 +156,7 @@ def resume_sweep(
     on_poll: Callable[[], None] | None = None,
     background: bool = False,
     wait_lowering: Callable[[Path], None] | None = None,
+    on_round: Callable[[NextRound], None] | None = None,
 ) -> Resumed:
     """Hand the missing items of a sweep to new units: submitted to SLURM (returns once
     sbatch took them), or run here to completion (local, debug; ``on_poll`` is called whenever
@@ -166,8 +167,8 @@ def resume_sweep(
     called once the plan is known (new units empty when nothing is to do), before anything is
     written or run, so a failing print there changes nothing. A halving sweep whose round 1
     is complete gets round 2 planned here if nobody has (``on_planned`` is then told of it).
-    ``wait_lowering``: what a resume here does before a round its units make due is planned
-    (``rounds.run_rounds_here``); the caller waited before this resume began."""
+    ``wait_lowering``: what a resume here does before a round its units make due is planned, and
+    ``on_round`` once it is (``rounds.run_rounds_here``); the caller waited before this resume began."""
     slurm = settings.kind == "slurm"
     _refused_before(sd, slurm)
     with sweep_lock(sd):
@@ -200,7 +201,7 @@ def resume_sweep(
         if on_planned is not None:
             on_planned(result)
     if not slurm:
-        _run_here(sd, settings, result, background, on_poll, wait_lowering)
+        _run_here(sd, settings, result, background, on_poll, wait_lowering, on_round)
     return result
 
 
@@ -221,6 +222,7 @@ def _run_here(
     background: bool,
     on_poll: Callable[[], None] | None,
     wait_lowering: Callable[[Path], None] | None,
+    on_round: Callable[[NextRound], None] | None,
 ) -> None:
     """The new units run here (local, debug), and the rounds they make due; with
     ``background`` started and left to run."""
@@ -231,7 +233,7 @@ def _run_here(
     result.outcomes = dispatch.run_units_locally(
         sd, ids, kind=settings.kind, workers=settings.local_workers, prior_starts=result.prior, on_poll=on_poll
     )
-    result.outcomes += _run_next_rounds(sd, settings, result, on_poll, wait_lowering)
+    result.outcomes += _run_next_rounds(sd, settings, result, on_poll, wait_lowering, on_round)
 
 
 def _new_units(
@@ -331,8 +333,11 @@ def _run_next_rounds(
     result: Resumed,
     on_poll: Callable[[], None] | None,
     wait_lowering: Callable[[Path], None] | None,
+    on_round: Callable[[NextRound], None] | None,
 ) -> list[dispatch.UnitOutcome]:
-    """Run here the rounds this resume planned, or that the units it ran made due."""
+    """Run here the rounds this resume planned, or that the units it ran made due; ``on_round``
+    hears of each but the one it planned (``on_planned`` said that one)."""
+    planned = result.next_round
 
     def run(unit_ids: list[str]) -> list[dispatch.UnitOutcome]:
         return dispatch.run_units_locally(
@@ -341,5 +346,7 @@ def _run_next_rounds(
 
     def ran(nxt: NextRound) -> None:
         result.next_round = nxt
+        if on_round is not None and nxt is not planned:
+            on_round(nxt)
 
-    return run_rounds_here(sd, settings, run, planned=result.next_round, on_round=ran, wait_lowering=wait_lowering)
+    return run_rounds_here(sd, settings, run, planned=planned, on_round=ran, wait_lowering=wait_lowering)
