@@ -75,6 +75,32 @@ def test_a_problem_merged_between_the_rounds_has_no_full_timing_yet_and_nothing_
     assert "no full timing yet" in row.note and "all failed" not in row.note and "screened out" not in row.note
 
 
+def test_an_export_between_the_rounds_says_no_config_is_timed_in_full_yet_and_writes_no_use_auto(
+    tmp_path: Path,
+) -> None:
+    """A halving sweep (replayed) stopped once round 1 screened every config: auto alone is timed in
+    full, so nothing says auto wins. The export writes no "use auto" entry for its problems: it refuses in
+    one line that says why, and writes nothing; once round 2 timed the survivors, it exports."""
+    from orchestrator.control import dispatch
+    from orchestrator.control.rounds import advance
+    from orchestrator.control.sweeps import prepare_sweep
+
+    sweep, out = tmp_path / "sweep", tmp_path / "tuned.json"
+    sd, unit_ids, _ = prepare_sweep(str(spec_file(tmp_path)), str(sweep), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    assert run_cli("merge", str(sweep)).returncode == 0
+    said = assert_one_line_error(
+        run_cli("export", str(tmp_path / "results.json"), "--out", str(out), "--include-replays"), "nothing to export"
+    )
+    assert "the configs of 2 problems in " in said and "not timed in full yet" in said and not out.exists(), said
+    second = advance(sd, sd.spec.executor)
+    assert second is not None
+    assert all(o.ok for o in dispatch.run_units_locally(sd, [u.id for u in second.units], kind="debug"))
+    assert run_cli("merge", str(sweep)).returncode == 0
+    r = run_cli("export", str(tmp_path / "results.json"), "--out", str(out), "--include-replays")
+    assert r.returncode == 0 and ": 2 entries (" in r.stdout and "skipped" not in r.stdout, r.stdout + r.stderr
+
+
 def test_two_rounds_run_here_and_the_best_is_timed_in_full(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec_file(tmp_path)), "--sweep-dir", str(sweep))

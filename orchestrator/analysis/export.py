@@ -19,10 +19,13 @@ a seq where auto is known to win. Beside a null ``config`` of our kernel, ``auto
 the config auto ran (``kernels.tuned.TunedTable.config_for`` answers it: our kernel called with
 no config runs ``AttentionConfig()``, not auto). ``keep_slower=True`` exports the best forced
 config anyway.
-Problems where nothing ran at all get no entry. If a document holds several tags for one
-shape, the faster best wins. A problem whose entry ``kernels.tuned`` would refuse at load gets none
-either (``refusal``, the loader's own check): a Triton kernel's tile below tl.dot's 16, recorded in
-interpret mode, which runs any power of two, is no config a GPU runs; the CLI names it in one line.
+Problems where nothing ran at all get no entry, and neither do problems whose forced configs are
+still to be timed in full (``untimed``: a halving sweep stopped before its round 2 timed the
+survivors, a sweep stopped before it measured them): auto is not known to win there.
+If a document holds several tags for one shape, the faster best wins. A problem whose entry
+``kernels.tuned`` would refuse at load gets none either (``refusal``, the loader's own check): a
+Triton kernel's tile below tl.dot's 16, recorded in interpret mode, which runs any power of two, is
+no config a GPU runs; the CLI names it in one line.
 
 An entry whose best or auto timing was replayed rather than measured (``store.replayed``; such
 records enter only when asked: ``combine``'s ``include_replays``) says ``"replayed": true``, and
@@ -63,6 +66,7 @@ class ExportSummary:
     # problems left out because ``kernels.tuned`` refuses their entry (``refusal``): each one's label and why
     refused: tuple[tuple[str, str], ...] = ()
     unrecorded: int = 0  # of the skipped problems, those with no record at all (planned, not measured)
+    untimed: int = 0  # of the skipped problems, those whose forced configs are still to be timed in full
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
@@ -76,8 +80,18 @@ def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFA
     return {k: int(cfg[k]) for k in CONFIG_FIELDS}
 
 
+def untimed(s: ProblemSummary) -> bool:
+    """Whether a problem has no forced config timed in full only because its forced configs are
+    still to be timed (screened survivors waiting for round 2, screens alone, or planned configs
+    without a record), not because they failed: nothing says auto wins there."""
+    if s.best_config is not None or s.auto_only:
+        return False
+    missing = s.coverage is not None and bool(s.coverage.missing)
+    return s.n_waiting > 0 or s.n_configs > s.n_failed or missing
+
+
 def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
-    if s.best_ms is None and s.auto_ms is None:
+    if (s.best_ms is None and s.auto_ms is None) or untimed(s):
         return None
     config = None
     if s.best_config is not None and (keep_slower or not s.use_auto):
@@ -117,12 +131,15 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
     """The tuned-table document for ``doc`` and a summary of what went in."""
     chosen: dict[tuple, dict[str, Any]] = {}
     refused: dict[tuple, tuple[str, str]] = {}
-    skipped = unrecorded = 0
+    skipped = unrecorded = waiting = 0
     for s in best_table(doc):
         e = _entry(s, keep_slower)
         if e is None:
             skipped += 1
-            unrecorded += s.n_configs == 0 and s.auto_status == "absent"
+            if s.n_configs == 0 and s.auto_status == "absent":
+                unrecorded += 1
+            elif s.auto_ms is not None and untimed(s):  # else it has no timing to export at all
+                waiting += 1
             continue
         k = tuple(e[f] for f in ("impl", "dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "mode"))
         why = refusal(e)
@@ -146,7 +163,9 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
     }
     tuned = sum(1 for e in entries if e["config"] is not None)
     left_out = tuple(why for k, why in refused.items() if k not in chosen)
-    return table, ExportSummary(len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out, unrecorded)
+    return table, ExportSummary(
+        len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out, unrecorded, waiting
+    )
 
 
 def refusal(entry: dict[str, Any]) -> str | None:

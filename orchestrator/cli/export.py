@@ -35,7 +35,8 @@ def register(subparsers: Subparsers) -> None:
         help="write the tuned table that kernels.tuned loads, or tokamax's autotuning tables",
         description="Write the best config per problem as a versioned tuned table "
         "(format tilesweep-tuned) for kernels.tuned.TunedTable. A problem where auto was "
-        "faster than every forced config gets config null (use auto). --format tokamax writes "
+        "faster than every forced config gets config null (use auto); one whose configs are not "
+        "timed in full yet (a halving sweep before its round 2 timed them) gets no entry. --format tokamax writes "
         "the records of tokamax's kernels as tokamax's own autotuning tables instead: "
         "DIR/<device dir>/<op>.json, one folder per device kind, every measured config with its "
         "raw samples (tokamax then runs the fastest).",
@@ -99,13 +100,28 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         done = _write_table(target, args.out, table, over)
     replayed = f", {summary.replayed} of them replayed, not measured" if summary.replayed else ""
-    skipped = f", {counted(summary.skipped, 'problem')} with no timing skipped" if summary.skipped else ""
+    skipped = _skipped(summary)
     print(
         f"wrote {'the table to stdout' if args.out == '-' else args.out}: {_entries(summary.entries)} "
         f"({summary.tuned} tuned, {summary.use_auto} use auto{replayed}){skipped}{done}",
         file=sys.stderr if args.out == "-" else sys.stdout,
     )
     return 0
+
+
+UNTIMED = "not timed in full yet, so their best is not known (resume their sweep to time them)"
+
+
+def _skipped(summary: ExportSummary) -> str:
+    """The problems an export wrote no entry for: those with no timing, and those whose configs
+    are still to be timed in full (``export.untimed``), where auto is not known to win."""
+    said = []
+    if summary.skipped - summary.untimed:
+        said.append(f", {counted(summary.skipped - summary.untimed, 'problem')} with no timing skipped")
+    if summary.untimed:
+        n = summary.untimed
+        said.append(f", {counted(n, 'problem')} skipped: {'its' if n == 1 else 'their'} configs are {UNTIMED}")
+    return "".join(said)
 
 
 def _refused(summary: ExportSummary) -> str:
@@ -194,7 +210,11 @@ def _nothing_to_export(summary: ExportSummary, doc: ResultsDoc, docs: str) -> st
         if n > 1:
             planned = f"none of its {n} planned problems was measured"
         return f"nothing to export: {docs} holds no record{': ' + planned if n else ''}; nothing written"
-    if n == 1:
+    if summary.untimed:
+        what = f"the configs of {counted(summary.untimed, 'problem')} in {docs} are {UNTIMED}"
+        if n > summary.untimed:
+            what += f"; {counted(n - summary.untimed, 'other problem')} with no timed record"
+    elif n == 1:
         what = f"the one problem in {docs} has records, none of them timed"
     elif not unrecorded:
         what = f"each of the {n} problems in {docs} has records, none of them timed"
