@@ -210,20 +210,6 @@ def test_a_later_round_with_a_unit_that_never_ran_is_resumed_in_that_round(tmp_p
     assert st.complete and st.search_end is not None
 
 
-def test_a_resume_here_says_each_round_its_units_make_due_as_run_says_it(tmp_path: Path) -> None:
-    """A planned search resumed here runs round 1's units, then each round they make due: it
-    says each of those rounds once, in run's line, before the round's units run."""
-    spec, sweep = spec_file(tmp_path), tmp_path / "sweep"
-    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
-    r = run_cli("resume", str(sweep))
-    assert r.returncode == 0, r.stderr
-    rounds = json.loads(run_cli("status", str(sweep), "--json").stdout)["search"]["rounds"]
-    assert len(rounds) >= 2, rounds
-    said = [line for line in r.stderr.splitlines() if re.match(r"round \d+: ", line)]
-    assert [line.split(":")[0] for line in said] == [f"round {n}" for n in range(2, len(rounds) + 1)], r.stderr
-    assert all(re.fullmatch(r"round \d+: \d+ problems? still search(es)?: \d+ configs .*", line) for line in said), said
-
-
 def test_status_of_a_search_run_here_names_who_plans_its_next_round_and_where_it_ends(tmp_path: Path) -> None:
     from orchestrator.control import dispatch
     from orchestrator.control.rounds import advance

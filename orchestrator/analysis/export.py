@@ -67,6 +67,7 @@ class ExportSummary:
     refused: tuple[tuple[str, str], ...] = ()
     unrecorded: int = 0  # of the skipped problems, those with no record at all (planned, not measured)
     untimed: int = 0  # of the skipped problems, those whose forced configs are still to be timed in full
+    searching: int = 0  # entries of problems whose search has not ended: the best of what it measured so far
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
@@ -132,6 +133,7 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
     chosen: dict[tuple, dict[str, Any]] = {}
     refused: dict[tuple, tuple[str, str]] = {}
     skipped = unrecorded = waiting = 0
+    searching: set[tuple[Any, ...]] = set()
     for s in best_table(doc):
         e = _entry(s, keep_slower)
         if e is None:
@@ -151,6 +153,10 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
             if prev is not None:
                 log.info("several tags measured %s; keeping the faster best", k)
             chosen[k] = e
+            if s.coverage is not None and s.coverage.searching:
+                searching.add(k)
+            else:
+                searching.discard(k)
     entries = list(chosen.values())
     _mark_winners(entries)
     replayed = sum(1 for e in entries if e.get("replayed"))
@@ -164,7 +170,7 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
     tuned = sum(1 for e in entries if e["config"] is not None)
     left_out = tuple(why for k, why in refused.items() if k not in chosen)
     return table, ExportSummary(
-        len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out, unrecorded, waiting
+        len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out, unrecorded, waiting, len(searching)
     )
 
 

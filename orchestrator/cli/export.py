@@ -93,6 +93,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     over = None if args.out == "-" else _over(target, args.out, table)  # a refusal comes before any note
     if summary.refused:
         print(f"{PROG}: note: {_refused(summary)}", file=sys.stderr)
+    if summary.searching:
+        print(f"{PROG}: note: {_searching(summary.searching)}", file=sys.stderr)
     if over is None:  # the table on stdout, what was written on stderr
         if not _table_to_stdout(table):
             return 0
@@ -122,6 +124,15 @@ def _skipped(summary: ExportSummary) -> str:
         n = summary.untimed
         said.append(f", {counted(n, 'problem')} skipped: {'its' if n == 1 else 'their'} configs are {UNTIMED}")
     return "".join(said)
+
+
+def _searching(n: int) -> str:
+    """Entries of problems whose search has not ended: the best of what it measured so far."""
+    which = "its entry is" if n == 1 else "their entries are"
+    return (
+        f"the search of {counted(n, 'problem')} has not ended: {which} the best of what it measured so far, "
+        "which its next rounds may change (resume its sweep, then export again)"
+    )
 
 
 def _refused(summary: ExportSummary) -> str:

@@ -1,0 +1,54 @@
+"""A search stopped before its end, as a user goes on with it: a resume here says each round it
+runs, and an export of the document merged meanwhile says its entries are the best so far. Real
+commands; a replayed search, or a tiny measured one where the export reads its own document."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.helpers import TINY_SPEC, run_cli
+from tests.search_helpers import spec_file
+
+SEARCH_TIMING = {**TINY_SPEC["timing"], "strategy": "search"}
+
+
+def test_a_resume_here_says_each_round_its_units_make_due_as_run_says_it(tmp_path: Path) -> None:
+    """A planned search resumed here runs round 1's units, then each round they make due: it
+    says each of those rounds once, in run's line, before the round's units run."""
+    spec, sweep = spec_file(tmp_path), tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    r = run_cli("resume", str(sweep))
+    assert r.returncode == 0, r.stderr
+    rounds = json.loads(run_cli("status", str(sweep), "--json").stdout)["search"]["rounds"]
+    assert len(rounds) >= 2, rounds
+    said = [line for line in r.stderr.splitlines() if re.match(r"round \d+: ", line)]
+    assert [line.split(":")[0] for line in said] == [f"round {n}" for n in range(2, len(rounds) + 1)], r.stderr
+    assert all(re.fullmatch(r"round \d+: \d+ problems? still search(es)?: \d+ configs .*", line) for line in said), said
+
+
+def test_an_export_of_a_search_that_has_not_ended_says_its_entries_are_the_best_so_far(tmp_path: Path) -> None:
+    """A search stopped after round 1, merged: its tuned table holds the best of what it measured so
+    far, which its next rounds may change; the export says so in one note. Once resumed to its
+    end, the export says nothing of it."""
+    from orchestrator.control import dispatch
+    from orchestrator.control.sweeps import prepare_sweep
+
+    sweep, doc, out = tmp_path / "sweep", str(tmp_path / "results.json"), str(tmp_path / "tuned.json")
+    spec = tmp_path / "measured.json"  # measured, not replayed: the export reads its one document as it is
+    grid = {"fwd_block_q": [16, 32, 64], "fwd_block_k": [16, 32, 64], "seq_lens": [64, 128]}
+    spec.write_text(json.dumps({**TINY_SPEC, **grid, "modes": ["fwd"], "output": doc, "timing": SEARCH_TIMING}))
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(sweep), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    assert run_cli("merge", str(sweep)).returncode == 0
+    r = run_cli("export", doc, "--out", out)
+    assert r.returncode == 0 and ": 2 entries (" in r.stdout, r.stdout + r.stderr
+    notes = [line for line in r.stderr.splitlines() if "has not ended" in line]
+    assert notes == [
+        "tilesweep: note: the search of 2 problems has not ended: their entries are the best of what it measured "
+        "so far, which its next rounds may change (resume its sweep, then export again)"
+    ], r.stderr
+    assert run_cli("resume", str(sweep)).returncode == 0
+    r = run_cli("export", doc, "--out", out)
+    assert r.returncode == 0 and "has not ended" not in r.stderr, r.stderr
