@@ -1,12 +1,15 @@
 """A search stopped before its end, as a user goes on with it: a resume here says each round it
-runs, and an export of the document merged meanwhile says its entries are the best so far. Real
-commands; a replayed search, or a tiny measured one where the export reads its own document."""
+runs, and an export of the document merged meanwhile (a tuned table, tokamax's tables) says it
+holds the best so far. Real commands; a replayed search, or a tiny measured one where the export
+reads its own document."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import TINY_SPEC, run_cli
 from tests.search_helpers import spec_file
@@ -51,4 +54,52 @@ def test_an_export_of_a_search_that_has_not_ended_says_its_entries_are_the_best_
     ], r.stderr
     assert run_cli("resume", str(sweep)).returncode == 0
     r = run_cli("export", doc, "--out", out)
+    assert r.returncode == 0 and "has not ended" not in r.stderr, r.stderr
+
+
+def test_a_tokamax_export_of_a_search_that_has_not_ended_says_its_tables_hold_what_it_measured_so_far(
+    tmp_path: Path,
+) -> None:
+    """tokamax runs the fastest config of a table's key: where a search of tokamax's kernel has not
+    ended, one it has yet to measure may be faster. A replayed search stopped after round 1 (its
+    source made up for tokamax's own search space), exported: one note says so; at its end, none."""
+    from kernels import tokamax_meta as meta
+
+    pytest.importorskip("tokamax", reason=meta.missing("tokamax's own search space"))
+    from orchestrator.control import dispatch
+    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store import synthetic
+
+    problem = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [256], "modes": ["fwd"], "batch": 1, "heads": 2}
+    measured = {**problem, "grid": "tokamax", "kernel": {"impl": "tokamax-mosaic", "device_kind": "NVIDIA H200"}}
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps(synthetic.document({**measured, "tag": "t"})))
+    replay = {"source": str(source), "impl": "tokamax-mosaic"}
+    doc, sweep, out = tmp_path / "results.json", tmp_path / "sweep", str(tmp_path / "tables")
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                **measured,
+                "kernel": {"impl": "replay", "device_kind": "NVIDIA H200"},
+                "replay": replay,
+                "output": str(doc),
+                "executor": {"kind": "debug"},
+                "timing": {"strategy": "search"},
+            }
+        )
+    )
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(sweep), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    assert run_cli("merge", str(sweep)).returncode == 0
+    export = ("export", str(doc), "--format", "tokamax", "--out", out, "--include-replays", "--keep-slower")
+    r = run_cli(*export)
+    assert r.returncode == 0 and "wrote " in r.stdout, r.stdout + r.stderr
+    notes = [line for line in r.stderr.splitlines() if "has not ended" in line]
+    assert notes == [
+        "tilesweep: note: the search of 1 problem has not ended: the tables hold the configs it measured so far, "
+        "and its next rounds may measure faster ones (resume its sweep, then export again)"
+    ], r.stderr
+    assert run_cli("resume", str(sweep)).returncode == 0
+    r = run_cli(*export)
     assert r.returncode == 0 and "has not ended" not in r.stderr, r.stderr

@@ -99,6 +99,12 @@ class Plans:
         )
 
 
+def searching_of(doc: ResultsDoc) -> frozenset[tuple[Any, ...]]:
+    """The problems (``records.problem_key`` tuples) of the document's search that has not ended."""
+    block = doc.extra.get("tilesweep")
+    return _searching(block) if isinstance(block, dict) else frozenset()
+
+
 def _searching(block: dict[str, Any]) -> frozenset[tuple[Any, ...]]:
     """The problems of a search that has not ended (its block's ``ended`` false): a later round
     may still measure what it has not (``resume`` plans it)."""

@@ -11,6 +11,7 @@ export does not hold, the table before is kept beside it as ``<op>.json.prev`` (
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from kernels import tokamax_meta as meta
 from kernels.spelling import as_json
 from orchestrator.analysis import tokamax_export
 from orchestrator.analysis.combine import combine, describe, kinds
-from orchestrator.cli.common import counted
+from orchestrator.cli.common import PROG, counted
 from orchestrator.cli.outputs import check_output, is_tokamax_table
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
@@ -87,6 +88,20 @@ def _say_left_out(c: tokamax_export.Chosen) -> None:
         print(f"{c.device_kind}: {what}no tables written for it")
 
 
+def _say_searching(docs: list[ResultsDoc], made: list[tuple[tokamax_export.Chosen, dict[str, str]]]) -> None:
+    """A note where tables are written for a search that has not ended: they hold the configs it
+    measured so far, of which tokamax runs the fastest, and its next rounds may measure faster ones."""
+    from orchestrator.analysis.coverage import searching_of
+
+    n = sum(1 for d in docs for problem in searching_of(d) if problem[-1] in meta.IMPL_NAMES)
+    if n and made:
+        print(
+            f"{PROG}: note: the search of {counted(n, 'problem')} has not ended: the tables hold the configs it "
+            "measured so far, and its next rounds may measure faster ones (resume its sweep, then export again)",
+            file=sys.stderr,
+        )
+
+
 def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep_slower: bool = False) -> int:
     """Write the tables; one line per file written, one per device kind whose records were left out."""
     chosen = _chosen(docs, device, keep_slower)
@@ -104,6 +119,7 @@ def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep
     }
     for c in chosen:
         _say_left_out(c)
+    _say_searching(docs, made)
     writes = {key: _over(Path(target), _made_text(made, key)) for key, target in targets.items()}
     for c, texts in made:
         folder = Path(out) / meta.device_dir(c.device_kind)
