@@ -182,3 +182,30 @@ def test_a_unit_whose_running_task_was_scancelled_says_who_cancelled_it_and_that
         ), r.stdout
     finally:
         cli("cancel", str(sweep))
+
+
+def test_a_task_that_ended_before_a_tilesweep_cancel_keeps_what_ended_it(tmp_path: Path) -> None:
+    """`scancel` of one task of an array, then `tilesweep cancel` of the sweep: the cancel names
+    the tasks it cancelled, and the task that had ended before reads as it did, not as cancelled
+    by `tilesweep cancel` (which would hide a failure's own reason the same way). The arrays are
+    held: nothing runs."""
+    held = {"slurm_additional_parameters": {"hold": True}, "merge_job": False}
+    spec = write_spec(tmp_path, "held.json", held, **FOUR_UNITS)
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
+    victim, other = sorted(unit_jobs(sweep).items())
+    try:
+        subprocess.run(["scancel", victim[1]["job_id"]], check=True)
+
+        def ended() -> dict[str, Any] | None:
+            unit = next(u for u in status(sweep)["units"] if u["id"] == victim[0])
+            return unit if unit["state"] == "cancelled" else None
+
+        before = poll(ended, 90, f"unit {victim[0]} to read cancelled", 1.0)
+    finally:
+        r = cli("cancel", str(sweep))
+    assert r.returncode == 0 and f"cancelled job array {other[1]['array_id']} (1 unfinished unit)" in r.stdout, r.stdout
+    units = {u["id"]: u for u in status(sweep)["units"]}
+    assert units[other[0]]["detail"] == "cancelled with `tilesweep cancel`", units[other[0]]
+    assert units[victim[0]]["state"] == "cancelled", units[victim[0]]
+    assert units[victim[0]]["detail"] == before["detail"] != "cancelled with `tilesweep cancel`", units[victim[0]]

@@ -22,7 +22,7 @@ class History:
 
     latest: dict[str, dict[str, Any]] = field(default_factory=dict)
     submissions: Counter = field(default_factory=Counter)
-    cancelled: dict[str, float] = field(default_factory=dict)  # array id -> when `tilesweep cancel` ran
+    cancelled: dict[str, float] = field(default_factory=dict)  # task (or array) id -> when `tilesweep cancel` ran
     resumed: set[str] = field(default_factory=set)
     merge_jobs: list[dict[str, Any]] = field(default_factory=list)
     first_submitted: float | None = None
@@ -42,9 +42,9 @@ def read_history(sd: SweepDir) -> History:
                 h.first_submitted = submitted_ts(e)
             if e.get("executor") == "slurm" and e.get("job_id"):
                 h.slurm_jobs.append(str(e["job_id"]))
-        elif event == "cancel":
-            for a in e.get("arrays", []):
-                h.cancelled[str(a)] = float(e.get("ts") or 0)
+        elif event == "cancel":  # the tasks it cancelled; a cancel that named only arrays, each of their tasks
+            for j in e.get("jobs", e.get("arrays", [])):
+                h.cancelled[str(j)] = float(e.get("ts") or 0)
         elif event == "resume":
             h.resumed.update(e.get("replaces", []))
             h.resumed.difference_update(e.get("units", []))
@@ -64,9 +64,12 @@ def _deferred_round(event: str) -> int | None:
 
 
 def cancelled_since(cancelled: dict[str, float], job: dict[str, Any]) -> bool:
-    """Whether ``tilesweep cancel`` cancelled ``job``'s array after the job was submitted
-    (``History.cancelled``: array id -> when)."""
-    return cancelled.get(array_of(str(job.get("job_id", ""))), -1.0) >= (submitted_ts(job) or 0.0)
+    """Whether ``tilesweep cancel`` cancelled ``job``'s task after the job was submitted
+    (``History.cancelled``: the id of each task it cancelled, or of each array a cancel event that
+    names no tasks cancelled, -> when)."""
+    jid = str(job.get("job_id", ""))
+    when = max(cancelled.get(jid, -1.0), cancelled.get(array_of(jid), -1.0))
+    return when >= (submitted_ts(job) or 0.0)
 
 
 def submitted_ts(entry: dict[str, Any]) -> float | None:

@@ -290,16 +290,20 @@ def cancel_sweep(sd: SweepDir) -> Cancelled:
     record it, so status says "cancelled" even where SLURM keeps no record of a task."""
     with sweep_lock(sd):
         st = sweep_status(sd)
-        arrays = sorted(
-            {array_of(u.job_id) for u in st.units if u.state in ACTIVE and u.executor == "slurm" and u.job_id},
-            key=lambda a: (len(a), a),
+        active = sorted(
+            {u.job_id for u in st.units if u.state in ACTIVE and u.executor == "slurm" and u.job_id},
+            key=lambda j: (len(j), j),
         )
+        arrays = sorted({array_of(j) for j in active}, key=lambda a: (len(a), a))
         if not arrays:
             return Cancelled(st)
         if missing_tools("scancel"):
             raise DispatchError("`scancel` is not on PATH; cancel from a login node of the cluster")
         scancel(arrays)
-        sd.record_jobs([{"event": "cancel", "arrays": arrays, "time": now_iso(), "ts": round(time.time(), 3)}])
+        # the tasks it cancelled, not every task of their arrays: one that had ended before (failed, or
+        # cancelled by scancel) keeps what ended it in status
+        event = {"event": "cancel", "arrays": arrays, "jobs": active}
+        sd.record_jobs([{**event, "time": now_iso(), "ts": round(time.time(), 3)}])
     n = sum(1 for u in st.units if u.state in ACTIVE and u.job_id and array_of(u.job_id) in arrays)
     return Cancelled(st, arrays=arrays, units=n)
 
