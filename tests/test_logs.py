@@ -48,7 +48,9 @@ def test_logs_task_of_a_unit_run_here_says_it_has_no_task_log(tmp_path: Path) ->
 
 def test_logs_of_a_unit_waiting_in_a_running_whole_node_task_says_so_not_the_tasks_log(tmp_path: Path) -> None:
     """A 2-unit task runs its first unit; the second waits for a GPU: its ``logs`` says so (it
-    printed the task's log, exit 0), and ``--task`` prints the task's log."""
+    printed the task's log, exit 0), and ``--task`` prints the task's log. Once `tilesweep cancel`
+    cancelled the task, the unit's ``logs`` says the task ended before a GPU took it. The task is
+    this test's (SLURM not asked: ``TILESWEEP_SLURM_QUERIES=0``, so status takes it as running)."""
     sd, units = build_sweep(tmp_path / "sweep", small_spec(), 2)
     task_log = sd.logs / "70_0_log.err"
     task_log.parent.mkdir(parents=True, exist_ok=True)
@@ -63,10 +65,18 @@ def test_logs_of_a_unit_waiting_in_a_running_whole_node_task_says_so_not_the_tas
     waiting = units[1].id  # nothing of it written yet
     for path in (sd.unit_log(waiting), sd.partial_path(waiting), sd.marker_path(waiting)):
         path.unlink(missing_ok=True)
-    r = run_cli("logs", str(sd.root), "1")
+    unasked = {"TILESWEEP_SLURM_QUERIES": "0"}
+    r = run_cli("logs", str(sd.root), "1", env=unasked)
     assert_one_line_error(r, "has no log yet: its task (job 70_0) runs", f"tilesweep logs {sd.root} 1 --task")
-    task = run_cli("logs", str(sd.root), "1", "--task")
+    task = run_cli("logs", str(sd.root), "1", "--task", env=unasked)
     assert task.returncode == 0 and "a task's line about its first unit's worker" in task.stdout, task.stdout
+    sd.record_jobs([{"event": "cancel", "arrays": ["70"], "jobs": ["70_0"], "time": "", "ts": time.time() + 1}])
+    assert_one_line_error(
+        run_cli("logs", str(sd.root), "1", env=unasked),
+        f"unit {waiting} of {sd.root} has no log: its task (job 70_0) ended before one of its GPUs took this unit "
+        f"(cancelled with `tilesweep cancel`), so none of it ran; `tilesweep resume {sd.root}` redoes its items; "
+        f"`tilesweep logs {sd.root} 1 --task` prints the task's log",
+    )
 
 
 def test_logs_of_a_unit_cancelled_before_it_started_says_so(tmp_path: Path) -> None:

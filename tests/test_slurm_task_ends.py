@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.control.dispatch.unit_worker import TASK_DIED
 from orchestrator.store import synthetic
-from tests.helpers import TINY_SPEC
+from tests.helpers import TINY_SPEC, assert_one_line_error
 from tests.slurm_cluster import poll, require_cluster
 from tests.slurm_sweeps import FOUR_UNITS, SLOW_UNIT, cli, lines, status, unit_jobs, write_spec
 
@@ -82,6 +82,13 @@ def test_units_a_killed_whole_node_task_never_handed_a_gpu_say_none_of_them_ran_
         assert units[u]["state"] == "failed" and units[u]["detail"] == TASK_DIED, units[u]
     text = cli("status", str(sweep)).stdout
     assert "exit code 9" not in text and f"tilesweep resume {sweep}" in text, text
+    # the log of a unit no GPU took: none, as its task ended (not "waits for one of the task's GPUs")
+    line = assert_one_line_error(
+        cli("logs", str(sweep), never[0]),
+        f"unit {never[0]} of {sweep} has no log: its task died before one of its GPUs took this unit (SLURM: FAILED",
+        f"`tilesweep logs {sweep} {never[0]} --task` prints the task's log",
+    )
+    assert "waits for" not in line, line
 
 
 def test_a_unit_whose_task_ran_out_of_its_time_limit_names_the_limit_and_the_resume_that_raises_it(
@@ -209,3 +216,32 @@ def test_a_task_that_ended_before_a_tilesweep_cancel_keeps_what_ended_it(tmp_pat
     assert units[other[0]]["detail"] == "cancelled with `tilesweep cancel`", units[other[0]]
     assert units[victim[0]]["state"] == "cancelled", units[victim[0]]
     assert units[victim[0]]["detail"] == before["detail"] != "cancelled with `tilesweep cancel`", units[victim[0]]
+
+
+def test_the_log_of_a_unit_no_gpu_took_before_a_cancel_says_the_task_was_cancelled(tmp_path: Path) -> None:
+    """4 units on a 2-GPU task, cancelled once its GPUs took their first units: ``logs`` of a unit
+    they never took says its task ended, how, and what redoes its items, not that it waits for a
+    GPU. A replay at the real pace waits instead of computing."""
+    spec = _slow_replay(tmp_path, "node.json", {"gpus_per_node": 2, "merge_job": False})
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "4").returncode == 0
+    entries = unit_jobs(sweep)
+    waiting = next(u for u, e in entries.items() if e["slot"] > 1)  # the task's third unit: no GPU is free for it
+    taken = [u for u, e in entries.items() if e["slot"] < 2]
+
+    def recorded() -> bool:
+        """Whether each unit the task's GPUs took first has written a record."""
+        return all(any("record" in o for o in lines(sweep / "partials" / f"{u}.jsonl")) for u in taken)
+
+    try:
+        poll(recorded, 120, "the task's first units to record")
+    finally:
+        assert cli("cancel", str(sweep)).returncode == 0
+    poll(lambda: next(u for u in status(sweep)["units"] if u["id"] == waiting)["state"] == "cancelled", 90, "cancel")
+    assert not (sweep / "logs" / "units" / f"{waiting}.log").exists()
+    assert_one_line_error(
+        cli("logs", str(sweep), waiting),
+        f"unit {waiting} of {sweep} has no log: its task (job {entries[waiting]['job_id']}) ended before one of its "
+        f"GPUs took this unit (cancelled with `tilesweep cancel`), so none of it ran; `tilesweep resume {sweep}` "
+        "redoes its items",
+    )

@@ -19,6 +19,7 @@ from orchestrator.control.history import History, read_history
 from orchestrator.control.scheduler import array_of, expand_indices, query, task_of_raw
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.control.status_model import FAILED
+from orchestrator.control.why import NOT_TAKEN
 from orchestrator.errors import SweepDirError, TilesweepError
 from orchestrator.store import carried
 from orchestrator.store.files import ACCESS_ERRNOS, cannot_access, misplaced
@@ -271,9 +272,13 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
     if not job:
         raise SweepDirError(f"unit {uid} of {sd.root} has no {what}: it was never submitted; {status}")
     if not task and shared and job.get("stderr") and Path(job["stderr"]).is_file():
+        tasklog = f"`{PROG} logs {word(sd.root)} {unit_key} --task` prints the task's log"
+        ended = _never_taken(sd, uid, str(job.get("job_id")))
+        if ended is not None:
+            raise SweepDirError(f"unit {uid} of {sd.root} has no log: {ended}; {tasklog}")
         raise SweepDirError(
             f"unit {uid} of {sd.root} has no log yet: its task (job {job.get('job_id')}) runs, and the unit waits for "
-            f"one of the task's GPUs; `{PROG} logs {word(sd.root)} {unit_key} --task` prints the task's log"
+            f"one of the task's GPUs; {tasklog}"
         )
     said = _unlogged(sd, uid)
     if said is not None:
@@ -281,6 +286,24 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
     raise SweepDirError(
         f"unit {uid} of {sd.root} has no {what} yet: its job {job.get('job_id')} has not started; {status}"
     )
+
+
+def _never_taken(sd: SweepDir, uid: str, job_id: str) -> str | None:
+    """How a whole-node task's unit that none of its GPUs took ended, where its status (SLURM
+    asked once) says the task (``job_id``) ended: its state and why, and what redoes its items;
+    None while it waits for a GPU."""
+    unit = next((u for u in sweep_status(sd).units if u.id == uid), None)
+    if unit is None or unit.state not in FAILED:
+        return None
+    if unit.detail and NOT_TAKEN in unit.detail:  # status said it of the unit already
+        return unit.detail
+    said = unit.detail or unit.state
+    if not said.startswith(unit.state):
+        said = f"{unit.state}: {said}"
+    then = f"`{PROG} resume {word(sd.root)}` redoes its items"
+    if unit.resumed:
+        then = "a resume gave its items to later units"
+    return f"its task (job {job_id}) ended {NOT_TAKEN} ({said}), so none of it ran; {then}"
 
 
 def _unlogged(sd: SweepDir, uid: str) -> str | None:

@@ -138,12 +138,14 @@ def _more_time(what: str, sweep: str, spec_file: str | None) -> str:
     )
 
 
+# what ``never_taken`` says of a unit, which ``logs`` of that unit says as it is
+NOT_TAKEN = "before one of its GPUs took this unit"
+
+
 def never_taken(task_end: str) -> str:
     """Why a unit of a whole-node task failed that none of the task's GPUs took: the task ended
     first (``task_end``: what SLURM says of it), so nothing of the unit ran."""
-    return (
-        f"its task died before one of its GPUs took this unit ({task_end}), so none of it ran; `{PROG} resume` runs it"
-    )
+    return f"its task died {NOT_TAKEN} ({task_end}), so none of it ran; `{PROG} resume` runs it"
 
 
 # what to do about a worker the OOM killer ended, where it ran
