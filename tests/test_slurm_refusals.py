@@ -156,6 +156,19 @@ def test_a_dry_run_refuses_what_submit_would_refuse_before_sbatch(tmp_path: Path
         assert not sweep.exists()
 
 
+def test_an_sbatch_option_an_executor_setting_sets_is_refused_naming_that_setting(tmp_path: Path) -> None:
+    """Given in ``slurm_additional_parameters``, such an option would override the setting in the
+    sbatch script behind its checks: a partition whose time limit was never checked, a task given
+    2 GPUs that the plan runs one unit on. Refused in one line naming the setting, nothing written."""
+    for option, value, field in (("partition", "short", "slurm_partition"), ("gpus-per-node", 2, "gpus_per_node")):
+        spec = write_spec(tmp_path, "extra.json", {"slurm_additional_parameters": {option: value}})
+        sweep = tmp_path / "sweep"
+        said = f"slurm_additional_parameters.{option} sets what executor.{field} sets"
+        assert_one_line_error(cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run"), said, f"set {field}")
+        assert_one_line_error(cli("submit", str(spec), "--sweep-dir", str(sweep)), said)
+        assert not sweep.exists()
+
+
 def test_a_measured_sweep_whose_tasks_ask_for_no_gpu_is_refused_unless_it_asks_for_interpret_mode(
     tmp_path: Path,
 ) -> None:

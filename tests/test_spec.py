@@ -84,6 +84,15 @@ def test_bwd_fwd_config_null_means_128() -> None:
             {"executor": {"kind": "slurm", "slurm_additional_parameters": {"time": "-5"}}},
             "slurm_additional_parameters.time sets what executor.timeout_min sets",
         ),
+        # the final merge job is charged to executor.slurm_account too: given this way, it was not
+        (
+            {"executor": {"kind": "slurm", "slurm_additional_parameters": {"account": "a"}}},
+            "slurm_additional_parameters.account sets what executor.slurm_account sets",
+        ),
+        (
+            {"executor": {"kind": "slurm", "slurm_additional_parameters": {"cpus-per-task": 4}}},
+            "slurm_additional_parameters.cpus-per-task sets what executor.cpus_per_task sets",
+        ),
         # a task warned of its time limit as it starts is requeued until it fails, each time on a GPU
         (
             {"executor": {"kind": "slurm", "timeout_min": 1}},
@@ -354,3 +363,13 @@ def test_an_sbatch_option_tilesweep_does_not_name_points_at_additional_parameter
         'unknown field "executor.slurm_mail_user"',
         "any other sbatch option goes in executor.slurm_additional_parameters",
     )
+
+
+def test_an_sbatch_option_a_setting_sets_is_refused_in_a_spec_file_and_kept_in_a_frozen_one() -> None:
+    """A sweep planned before the option was refused stays readable (status, resume): its frozen
+    spec is taken as it was submitted, and `resume --spec` gives it other settings."""
+    data = {"executor": {"kind": "slurm", "slurm_additional_parameters": {"partition": "gpu"}}}
+    with pytest.raises(SpecError, match="slurm_additional_parameters.partition sets what executor.slurm_partition"):
+        spec_from_data(data, source="s.json")
+    frozen = spec_from_data(data, source="sweep.json", frozen=True)
+    assert frozen.executor.slurm_additional_parameters == {"partition": "gpu"}

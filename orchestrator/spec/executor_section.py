@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from orchestrator.spec.sections import SpecModel
 
@@ -22,8 +22,28 @@ SUBMITIT_SIGNAL_DELAY_S = 90  # submitit's default --signal=USR2@90
 SLURM_TICK_S = 30
 
 
-# sbatch options (as slurm_additional_parameters names them) -> the executor setting that sets each
-_OWN_OPTIONS = {"time": "timeout_min", "signal": "slurm_signal_delay_s"}
+# the validation context's key for a spec a sweep directory froze (``spec.files.spec_from_data``)
+FROZEN = "frozen"
+
+# sbatch options (as slurm_additional_parameters names them, "-" read as "_") -> the executor setting that
+# sets each, and what tilesweep does with that setting, which the option given this way would bypass
+_NODES = "checked against the partition's nodes before sbatch"
+_CHARGED = "the final merge job is submitted with it too"
+_OWN_OPTIONS = {
+    "time": ("timeout_min", "checked, and used by the task's time-limit warning"),
+    "signal": ("slurm_signal_delay_s", "checked, and used by the task's time-limit warning"),
+    "partition": ("slurm_partition", "checked before sbatch: it exists, allows timeout_min, has nodes a task fits"),
+    "gpus_per_node": ("gpus_per_node", f"the GPUs a task's units are planned for, one unit per GPU at once; {_NODES}"),
+    "gpus": ("gpus_per_node", f"the GPUs a task's units are planned for, one unit per GPU at once; {_NODES}"),
+    "gpus_per_task": ("gpus_per_node", f"the GPUs a task's units are planned for, one unit per GPU at once; {_NODES}"),
+    "cpus_per_task": ("cpus_per_task", f"split among a task's compiles; {_NODES}"),
+    "mem": ("mem_gb", _NODES),
+    "constraint": ("slurm_constraint", _NODES),
+    "exclude": ("slurm_exclude", _NODES),
+    "account": ("slurm_account", _CHARGED),
+    "qos": ("slurm_qos", _CHARGED),
+    "array": ("slurm_array_parallelism", "the arrays' tasks are the units'; it sets how many run at once"),
+}
 
 
 class ExecutorSettings(SpecModel):
@@ -81,7 +101,7 @@ class ExecutorSettings(SpecModel):
         default_factory=dict,
         json_schema_extra={"default": {}},
         description="slurm: further sbatch options, name (without the dashes, underscores for hyphens) to value; "
-        "not time or signal (timeout_min and slurm_signal_delay_s set those)",
+        f"not one an executor setting sets ({', '.join(_OWN_OPTIONS)}): set that setting",
     )
     slurm_signal_delay_s: int | None = Field(
         default=None,
@@ -130,14 +150,19 @@ class ExecutorSettings(SpecModel):
 
     @field_validator("slurm_additional_parameters")
     @classmethod
-    def _no_setting_of_its_own(cls, value: dict[str, Any]) -> dict[str, Any]:
-        """An sbatch option the executor has a checked setting of its own for is refused here:
-        given this way it passed no check and silently overrode that setting."""
-        for name, field in _OWN_OPTIONS.items():
-            if name in value:
+    def _no_setting_of_its_own(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """An sbatch option the executor has a setting of its own for is refused here: given this
+        way it passed that setting's checks, silently overrode it in the sbatch script, and left
+        what tilesweep plans by that setting (a task's GPUs, the final merge job) to disagree. A
+        sweep's frozen spec (``FROZEN``) is taken as it was submitted (`resume --spec` changes it)."""
+        if info.context and info.context.get(FROZEN):
+            return value
+        for key in value:
+            own = _OWN_OPTIONS.get(key.replace("-", "_"))
+            if own is not None:
+                field, why = own
                 raise ValueError(
-                    f"slurm_additional_parameters.{name} sets what executor.{field} sets (checked, and used by the "
-                    f"task's time-limit warning); set {field} instead"
+                    f"slurm_additional_parameters.{key} sets what executor.{field} sets ({why}); set {field} instead"
                 )
         return value
 

@@ -20,6 +20,7 @@ from kernels.tokamax_meta import holds_table
 from orchestrator import PROG, word
 from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import SpecError
+from orchestrator.spec.executor_section import FROZEN
 from orchestrator.spec.filetext import parse, spec_text
 from orchestrator.spec.model import SweepSpec
 
@@ -166,7 +167,10 @@ def _no_key_twice(pairs: list[tuple[str, Any]], p: Path) -> dict[str, Any]:
 JSON_SAFE_INT = 2**53 - 1
 
 
-def spec_from_data(data: dict[str, Any], source: str = "spec") -> SweepSpec:
+def spec_from_data(data: dict[str, Any], source: str = "spec", *, frozen: bool = False) -> SweepSpec:
+    """``data`` as a spec, refused in one line naming ``source`` and the field. ``frozen``: a spec
+    a sweep directory froze when it was planned, whose executor settings may predate a refusal of
+    how they were given (``FROZEN`` in the validation context): its sweep stays readable."""
     where = _too_large(data)
     if where is not None:
         raise SpecError(
@@ -174,7 +178,7 @@ def spec_from_data(data: dict[str, Any], source: str = "spec") -> SweepSpec:
             "exactly as it is copied into the sweep and its results; write a smaller one"
         )
     try:
-        return SweepSpec.model_validate(data)
+        return SweepSpec.model_validate(data, context={FROZEN: True} if frozen else None)
     except ValidationError as exc:
         raise SpecError(f"{source}: {describe_validation_error(exc, SweepSpec)}") from None
 

@@ -286,7 +286,7 @@ class SweepDir:
         if self._spec is None:
             from orchestrator.spec.files import spec_from_data
 
-            self._spec = spec_from_data(self.meta["spec"], source=str(self.root / SWEEP_FILE))
+            self._spec = spec_from_data(self.meta["spec"], source=str(self.root / SWEEP_FILE), frozen=True)
         return self._spec
 
     @property
