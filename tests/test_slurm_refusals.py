@@ -67,7 +67,9 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     bad = write_spec(tmp_path, "bad.json", {"slurm_partition": "nosuch"})
     unknown = 'executor.slurm_partition "nosuch" is not a partition of this cluster'
     assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), unknown, "`sinfo -s`")
-    assert_one_line_error(cli("resume", str(sweep), "--spec", str(bad)), unknown)
+    r = cli("resume", str(sweep), "--spec", str(bad))
+    assert_one_line_error(r, unknown)
+    assert not r.stdout, r.stdout  # nor a line telling of new units it did not submit
     fresh = tmp_path / "fresh"
     r = cli("submit", str(bad), "--sweep-dir", str(fresh))
     assert_one_line_error(r, unknown)

@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator import PROG, word
 from orchestrator.control import dispatch
-from orchestrator.control.arrays import SubmitOutcome, UnitsRollback, require_gpus, submit_with_merge
+from orchestrator.control.arrays import SubmitOutcome, UnitsRollback, require_cluster_takes, submit_with_merge
 from orchestrator.control.resume_plan import ResumePlan, plan_resume
 from orchestrator.control.rounds import NextRound, advance, group, merge_hook, run_rounds_here
 from orchestrator.control.scheduler import require_submit_tools
@@ -182,8 +182,8 @@ def resume_sweep(
         if not result.new_units and plan.moot:  # nothing to submit: they are settled all the same
             _record_resume(sd, plan, [], set(), force)
         if result.new_units:
-            if slurm:  # refused before the plan is said, as submit refuses it
-                require_gpus(sd.spec, settings, sweep=sd)
+            if slurm:  # what the cluster would refuse, refused before the plan is said, as submit refuses it
+                require_cluster_takes(settings, sd.spec, sweep=sd)
             if on_planned is not None:
                 on_planned(result)
             new_ids = [u.id for u in result.new_units]
