@@ -96,27 +96,36 @@ def test_a_unit_whose_task_ran_out_of_its_time_limit_names_the_limit_and_the_res
 ) -> None:
     """A task without a time-limit warning (slurm_signal_delay_s 0) or requeues: SLURM ends it
     TIMEOUT at its 1-minute limit. Its unit reads what ran out, and the two ways `resume` gives
-    the rest more time: a longer executor.timeout_min from the spec file, or more units. A
-    replay at the real pace waits instead of computing, so the minute costs no CPU."""
-    executor = {
-        "timeout_min": 1,
-        "slurm_signal_delay_s": 0,
-        "max_requeues": 0,
-        "slurm_partition": "cpu",
-        "gpus_per_node": 0,
+    the rest more time: a longer executor.timeout_min from the spec file, or more units; where 1
+    minute is all its partition allows (the cluster's `short`), a partition that allows more. The
+    two sweeps run side by side; a replay at the real pace waits instead of computing, so the
+    minute costs no CPU."""
+    executor = {"timeout_min": 1, "slurm_signal_delay_s": 0, "max_requeues": 0, "gpus_per_node": 0}
+    sweeps = {}
+    for partition in ("cpu", "short"):
+        folder = tmp_path / partition
+        folder.mkdir()
+        spec = _slow_replay(folder, "slow.json", {**executor, "slurm_partition": partition})
+        sweeps[partition] = (spec, folder / "sweep")
+        assert cli("submit", str(spec), "--sweep-dir", str(folder / "sweep"), "--units", "1").returncode == 0
+    fixes = {
+        "cpu": ("", "raise executor.timeout_min"),
+        "short": (
+            ", all that partition 'short' allows",
+            "name a partition with a longer time limit in executor.slurm_partition (`sinfo -s` lists their limits)",
+        ),
     }
-    spec = _slow_replay(tmp_path, "slow.json", executor)
-    sweep = tmp_path / "sweep"
-    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
-    w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "2")
-    assert w.returncode == 1, w.stderr
-    (unit,) = status(sweep)["units"]
-    assert unit["state"] == "timed out", unit
-    assert unit["detail"] == (
-        "its task ran out of its time limit (executor.timeout_min: 1 min); its finished records are kept: "
-        f"raise executor.timeout_min in {spec}, then `tilesweep resume {sweep} --spec {spec}`, or spread what is "
-        f"left over more units: `tilesweep resume {sweep} --units N`"
-    )
+    for partition, (spec, sweep) in sweeps.items():
+        w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "2")
+        assert w.returncode == 1, w.stderr
+        (unit,) = status(sweep)["units"]
+        assert unit["state"] == "timed out", unit
+        limit, fix = fixes[partition]
+        assert unit["detail"] == (
+            f"its task ran out of its time limit (executor.timeout_min: 1 min{limit}); its finished records are kept: "
+            f"{fix} in {spec}, then `tilesweep resume {sweep} --spec {spec}`, or spread what is "
+            f"left over more units: `tilesweep resume {sweep} --units N`"
+        )
 
 
 def test_a_unit_out_of_requeues_names_those_its_task_was_submitted_with_after_a_resume_with_other_ones(

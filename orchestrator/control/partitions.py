@@ -63,6 +63,17 @@ def require_lower_partition(settings: ExecutorSettings) -> None:
     require_node_fits(settings.lower_partition, None, settings.cpus_per_task, settings.mem_gb, field=field)
 
 
+def time_limit_of(partition: str | None) -> tuple[str, float] | None:
+    """A partition's name and time limit in minutes (the cluster's default partition where
+    ``partition`` is None), for ``status`` to tell whether a longer ``executor.timeout_min`` is
+    to be had there; None where SLURM cannot say, the partition is gone, or it has no limit."""
+    try:
+        limit = _time_limit(_shown_partition(partition, "executor.slurm_partition", "the default partition"))
+    except DispatchError:
+        return None
+    return None if limit is None else (limit[0], limit[2])
+
+
 def _shown_partition(name: str | None, field: str, default: str) -> str | None:
     """The partition's block of one ``scontrol show partition`` (the cluster's default partition
     where ``name`` is None); a partition the cluster does not have is refused, naming ``field``

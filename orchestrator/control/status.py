@@ -19,13 +19,15 @@ What the status holds (unit states, rounds) is ``status_model``'s; its text is
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import time
 from typing import Any
 
 from orchestrator import PROG
 from orchestrator.control.history import History, read_history, submitted_ts
-from orchestrator.control.scheduler import SchedulerView, query
+from orchestrator.control.partitions import time_limit_of
+from orchestrator.control.scheduler import SchedulerView, queries_disabled, query
 from orchestrator.control.status_model import ACTIVE, FAILED, REPLACED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
@@ -189,17 +191,29 @@ def _rounds_sharing_items(st: SweepStatus) -> set[int]:
     return {n for n, total in held.items() if total > planned.get(n, 0)}
 
 
+@functools.lru_cache(maxsize=8)
+def _time_limit(partition: str | None) -> tuple[str, float] | None:
+    """``partitions.time_limit_of``, asked once a process (``wait`` builds a status every few seconds)."""
+    return time_limit_of(partition)
+
+
 def _ran_out_of_time(u: UnitStatus, sd: SweepDir, job: dict[str, Any]) -> None:
     """A unit out of time, said by SLURM's word alone (TIMEOUT) or by submitit's once the task's
     requeues ran out: what ran out, and the fixes ``resume`` takes. The time limit and requeues
     named are those its task was submitted with (``job``: its ``jobs.jsonl`` line; a later
-    ``resume --spec`` may have changed the spec's), the spec's where the line does not say."""
+    ``resume --spec`` may have changed the spec's), the spec's where the line does not say. Where
+    that limit is all the spec's partition allows, the fix named is a partition that allows more."""
     limit = job.get("timeout_min") or sd.spec.executor.timeout_min
-    if u.state == "timed out" and u.detail == "TIMEOUT":
-        u.detail = out_of_time(limit, str(sd.root), sd.meta.get("spec_source"))
-    elif u.state == "failed" and u.detail and REQUEUES_RAN_OUT in u.detail:
+    timed_out = u.state == "timed out" and u.detail == "TIMEOUT"
+    if not (timed_out or (u.state == "failed" and u.detail and REQUEUES_RAN_OUT in u.detail)):
+        return
+    most = None if queries_disabled() else _time_limit(sd.spec.executor.slurm_partition)
+    full = most[0] if most is not None and limit >= most[1] else None  # no longer limit to be had there
+    if timed_out:
+        u.detail = out_of_time(limit, str(sd.root), sd.meta.get("spec_source"), full)
+    else:
         requeues = job["max_requeues"] if type(job.get("max_requeues")) is int else sd.spec.executor.max_requeues
-        u.detail = out_of_requeues(limit, requeues, str(sd.root), sd.meta.get("spec_source"))
+        u.detail = out_of_requeues(limit, requeues, str(sd.root), sd.meta.get("spec_source"), full)
 
 
 def _unmerged(last: dict[str, Any]) -> str | None:

@@ -110,30 +110,44 @@ def read_failure(path: str | Path | None, unit: str | None = None, kind: str = "
 REQUEUES_RAN_OUT = "timed-out too many times"
 
 
-def out_of_time(minutes: int, sweep: str, spec_file: str | None) -> str:
+def out_of_time(minutes: int, sweep: str, spec_file: str | None, full: str | None = None) -> str:
     """What a unit whose SLURM task hit its time limit (TIMEOUT) tells a user: what happened and
-    the two fixes ``resume`` takes (a longer limit from the spec file, or more, smaller units)."""
+    the two fixes ``resume`` takes (a longer limit from the spec file, or more, smaller units).
+    ``full``: the partition whose whole time limit ``minutes`` is, where no longer one is had."""
     return (
-        f"its task ran out of its time limit (executor.timeout_min: {minutes} min); its finished records are kept: "
-        + _more_time("executor.timeout_min", sweep, spec_file)
+        f"its task ran out of its time limit (executor.timeout_min: {minutes} min{_all_of(full)}); its finished "
+        "records are kept: " + _more_time(_LONGER if full else "raise executor.timeout_min", sweep, spec_file)
     )
 
 
-def out_of_requeues(minutes: int, requeues: int, sweep: str, spec_file: str | None) -> str:
+def out_of_requeues(minutes: int, requeues: int, sweep: str, spec_file: str | None, full: str | None = None) -> str:
     """What a unit whose task submitit did not requeue again (``REQUEUES_RAN_OUT``) tells a user:
     the fixes of ``out_of_time``, and more requeues."""
+    change = (
+        f"raise executor.max_requeues, or {_LONGER}"
+        if full
+        else "raise executor.timeout_min (or executor.max_requeues)"
+    )
     return (
-        f"its task ran out of its time limit (executor.timeout_min: {minutes} min) with no requeue left "
-        f"(executor.max_requeues: {requeues}); its finished records are kept: "
-        + _more_time("executor.timeout_min (or executor.max_requeues)", sweep, spec_file)
+        f"its task ran out of its time limit (executor.timeout_min: {minutes} min{_all_of(full)}) with no requeue "
+        f"left (executor.max_requeues: {requeues}); its finished records are kept: "
+        + _more_time(change, sweep, spec_file)
     )
 
 
-def _more_time(what: str, sweep: str, spec_file: str | None) -> str:
-    """The fixes ``resume`` takes for a unit out of time: ``what`` raised in the spec file, or more units."""
+# the fix of a time limit that is all its partition allows
+_LONGER = "name a partition with a longer time limit in executor.slurm_partition (`sinfo -s` lists their limits)"
+
+
+def _all_of(full: str | None) -> str:
+    return f", all that partition {full!r} allows" if full else ""
+
+
+def _more_time(change: str, sweep: str, spec_file: str | None) -> str:
+    """The fixes ``resume`` takes for a unit out of time: ``change`` made in the spec file, or more units."""
     spec = word(spec_file) if spec_file else "SPEC"
     return (
-        f"raise {what} in {spec}, then `{PROG} resume {word(sweep)} --spec {spec}`, or spread what is left over more "
+        f"{change} in {spec}, then `{PROG} resume {word(sweep)} --spec {spec}`, or spread what is left over more "
         f"units: `{PROG} resume {word(sweep)} --units N`"
     )
 
