@@ -352,3 +352,20 @@ def test_logs_of_a_unit_whose_pending_job_was_scancelled_says_it_was_cancelled(t
     poll(lambda: status(sweep)["units"][0]["state"] == "cancelled", 90, "status saying cancelled")
     line = assert_one_line_error(cli("logs", str(sweep), job["unit"]), "was cancelled before it started", "resume")
     assert "not started" not in line
+
+
+def test_logs_takes_the_job_id_status_shows_for_an_array_of_one_task(tmp_path: Path) -> None:
+    """sbatch gives an array of one task no index: status's job column shows its job id alone,
+    and ``logs`` takes that id as it takes ``A_i``, for the unit the task runs or the task itself."""
+    held = {"slurm_additional_parameters": {"hold": True}, "merge_job": False}
+    spec = write_spec(tmp_path, "spec.json", held, modes=["fwd"])
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    try:
+        ((unit, job),) = unit_jobs(sweep).items()
+        jid = job["job_id"]
+        assert jid.isdigit() and status(sweep)["units"][0]["job_id"] == jid, job
+        assert_one_line_error(cli("logs", str(sweep), jid), f"unit {unit} of {sweep} has no log yet: its job {jid}")
+        assert_one_line_error(cli("logs", str(sweep), jid, "--task"), f"task {jid} of {sweep} ran unit {unit}")
+    finally:
+        cli("cancel", str(sweep))

@@ -5,6 +5,7 @@ pinned against the real cluster in test_slurm_dispatch.py)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,25 @@ def test_a_task_of_a_known_array_in_neither_squeue_nor_sacct_is_cancelled_at_onc
     assert slurm_state(young, lagging, None, {}, now, 0)[0] == "cancelled"
     unknown = scheduler_view()  # the array itself not in squeue or sacct yet: too early to tell
     assert slurm_state(young, unknown, None, {}, now, 0) == ("pending", "not yet in squeue or sacct")
+
+
+def test_a_unit_a_gpu_ran_when_its_whole_node_task_died_says_so_where_its_worker_could_not(tmp_path: Path) -> None:
+    """SLURM may end a dead task's workers before they write why: the unit a GPU ran then reads
+    that its task died under it, with what SLURM says and what redoes the rest, not a bare exit
+    code; a unit no GPU took reads that none of it ran."""
+    from orchestrator.control.unit_state import failure
+
+    now = time.time()
+    log = tmp_path / "unit.log"
+    log.write_text("tilesweep: starting unit u1 on vm, GPU 0\n")  # written by the task as it handed it over
+    task_log = tmp_path / "36_1_0_log.err"
+    task_log.write_text("")
+    job = {"job_id": "36_1", "submitted_ts": now - 100, "units_in_task": 8, "log": str(log), "stderr": str(task_log)}
+    view = scheduler_view(j36_1=TaskState("FAILED", "sacct", exit_code="9:0"))
+    said = failure("u1", job, "FAILED", view)
+    assert said == (
+        "its task died while one of its GPUs ran this unit (SLURM: FAILED, exit 9:0), and the unit's worker with it; "
+        "its finished records are kept: `tilesweep resume` runs the rest"
+    )
+    never = failure("u2", {**job, "log": str(tmp_path / "none.log")}, "FAILED", view)
+    assert never is not None and never.startswith("its task died before one of its GPUs took this unit (SLURM: FAILED")

@@ -21,7 +21,7 @@ from typing import Any
 from orchestrator import PROG
 from orchestrator.control.history import cancelled_since, submitted_ts
 from orchestrator.control.scheduler import SchedulerView, TaskState
-from orchestrator.control.why import INTERRUPTED, exit_reason, last_word, never_taken, read_failure
+from orchestrator.control.why import INTERRUPTED, died_under, exit_reason, last_word, never_taken, read_failure
 from orchestrator.store.diskspace import FullDisk
 from orchestrator.store.pidspace import in_this_pid_space, pid_alive
 
@@ -189,8 +189,12 @@ def failure(
         if ts.state == "COMPLETED":  # "completed without finishing its items (see its log)": there is none
             return f"the job ended without writing its log ({where}): {NO_LOG}"
         return f"{out}; it wrote no log ({where}): {NO_LOG}"
-    if ts is not None and (job.get("units_in_task") or 1) > 1 and not _taken(job):
-        return never_taken(f"SLURM: {ts.state}" + (f", exit {ts.exit_code}" if ts.exit_code else ""))
+    if ts is not None and (job.get("units_in_task") or 1) > 1:
+        task_end = f"SLURM: {ts.state}" + (f", exit {ts.exit_code}" if ts.exit_code else "")
+        if not _taken(job):
+            return never_taken(task_end)
+        if ts.state in ("FAILED", "NODE_FAIL"):  # it died under the unit's worker, which said nothing
+            return died_under(task_end)
     return out
 
 

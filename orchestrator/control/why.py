@@ -140,7 +140,7 @@ _LONGER = "name a partition with a longer time limit in executor.slurm_partition
 
 
 def _all_of(full: str | None) -> str:
-    return f", all that partition {full!r} allows" if full else ""
+    return f", all that partition {full} allows" if full else ""
 
 
 def _more_time(change: str, sweep: str, spec_file: str | None) -> str:
@@ -160,6 +160,16 @@ def never_taken(task_end: str) -> str:
     """Why a unit of a whole-node task failed that none of the task's GPUs took: the task ended
     first (``task_end``: what SLURM says of it), so nothing of the unit ran."""
     return f"its task died {NOT_TAKEN} ({task_end}), so none of it ran; `{PROG} resume` runs it"
+
+
+def died_under(task_end: str) -> str:
+    """Why a unit of a whole-node task failed that a GPU of the task ran when the task died, where
+    its worker said nothing (SLURM ended it with the task before it could): ``task_end`` is what
+    SLURM says of the task."""
+    return (
+        f"its task died while one of its GPUs ran this unit ({task_end}), and the unit's worker with it; its "
+        f"finished records are kept: `{PROG} resume` runs the rest"
+    )
 
 
 # what to do about a worker the OOM killer ended, where it ran
