@@ -45,6 +45,44 @@ _OWN_OPTIONS = {
     "array": ("slurm_array_parallelism", "the arrays' tasks are the units'; it sets how many run at once"),
 }
 
+# sbatch options of slurm_additional_parameters ("-" read as "_") the final merge job (one CPU, no GPU, one
+# job) is not submitted with: those that shape the units' tasks (their GPUs, their nodes, CPUs and memory,
+# their array; any option whose name starts with "gpu" too), and hold, as its dependency keeps it queued
+# until the arrays end, released or cancelled, and a held one would stay queued after them. It takes
+# every other one (a reservation, licenses, a wckey, mail options), as a site asks of every job.
+UNITS_ONLY_OPTIONS = frozenset(
+    {
+        "array",
+        "hold",
+        "gres",
+        "gres_flags",
+        "cpus_per_gpu",
+        "mem_per_gpu",
+        "mem_per_cpu",
+        "mem_bind",
+        "tres_per_task",
+        "tres_bind",
+        "nodes",
+        "nodelist",
+        "ntasks",
+        "ntasks_per_node",
+        "ntasks_per_core",
+        "ntasks_per_socket",
+        "ntasks_per_gpu",
+        "exclusive",
+        "tmp",
+        "sockets_per_node",
+        "cores_per_socket",
+        "threads_per_core",
+        "extra_node_info",
+        "distribution",
+        "hint",
+        "core_spec",
+        "thread_spec",
+        "switches",
+    }
+)
+
 
 class ExecutorSettings(SpecModel):
     """Where units run. Keys other than ``kind`` and tilesweep's own are submitit's
@@ -101,7 +139,11 @@ class ExecutorSettings(SpecModel):
         default_factory=dict,
         json_schema_extra={"default": {}},
         description="slurm: further sbatch options, name (without the dashes, underscores for hyphens) to value; "
-        f"not one an executor setting sets ({', '.join(_OWN_OPTIONS)}): set that setting",
+        f"not one an executor setting sets ({', '.join(_OWN_OPTIONS)}): set that setting. The final merge job "
+        "is submitted with each of them too (a reservation, licenses, a wckey) except hold (it waits for the "
+        "arrays by its dependency) and those that shape the units' tasks: GPUs (gres, any gpu... option, "
+        "cpus_per_gpu, mem_per_gpu), nodes, tasks, CPUs and memory per task (nodes, nodelist, ntasks..., "
+        "exclusive, mem_per_cpu, tmp, ...)",
     )
     slurm_signal_delay_s: int | None = Field(
         default=None,
@@ -180,6 +222,17 @@ class ExecutorSettings(SpecModel):
             )
         return self
 
+    def merge_job_options(self) -> dict[str, Any]:
+        """The ``slurm_additional_parameters`` the final merge job is submitted with: all but those
+        that shape the units' tasks and hold (``UNITS_ONLY_OPTIONS``, GPU options), so a site's
+        reservation, licenses or wckey reach the merge job as they reach the arrays, and it still asks
+        for one CPU and waits for the arrays by its dependency alone."""
+        return {
+            key: value
+            for key, value in self.slurm_additional_parameters.items()
+            if not _units_only(key.replace("-", "_"))
+        }
+
     def signal_delay_s(self) -> int:
         """Seconds before the time limit at which SLURM is asked to warn a task."""
         return SUBMITIT_SIGNAL_DELAY_S if self.slurm_signal_delay_s is None else self.slurm_signal_delay_s
@@ -203,3 +256,8 @@ class ExecutorSettings(SpecModel):
         """``n_units`` rounded up to whole tasks, so every task has its full share of units."""
         k = self.units_per_task()
         return k * -(-n_units // k)
+
+
+def _units_only(option: str) -> bool:
+    """Whether an sbatch option (underscores for hyphens) is the units' tasks' only (``UNITS_ONLY_OPTIONS``)."""
+    return option in UNITS_ONLY_OPTIONS or option.startswith("gpu")

@@ -230,12 +230,16 @@ def named_parameters(sd: SweepDir, settings: ExecutorSettings) -> dict[str, Any]
 
 
 def merge_job_parameters(sd: SweepDir, settings: ExecutorSettings, after: list[str]) -> dict[str, Any]:
-    """The submitit parameters of the final merge job (1 CPU, no GPU, ``afterany``)."""
+    """The submitit parameters of the final merge job (1 CPU, no GPU, ``afterany``): the units'
+    account, QOS, setup lines and partition, and the sbatch options of theirs that do not shape
+    their tasks (``ExecutorSettings.merge_job_options``)."""
     params = {
         k: v
         for k, v in executor_parameters(settings).items()
         if k in ("slurm_account", "slurm_qos", "slurm_setup", "slurm_partition")
     }
+    if settings.merge_job_options():
+        params["slurm_additional_parameters"] = settings.merge_job_options()
     if settings.merge_partition:
         params["slurm_partition"] = settings.merge_partition
         params["timeout_min"] = MERGE_TIMEOUT_MIN
