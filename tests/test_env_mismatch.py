@@ -45,3 +45,30 @@ def test_another_environment_is_said_field_by_field_in_json_spelling(tmp_path: P
         f"{second}.jsonl was measured in another environment (its vs the sweep's in {other / 'env.json'}: {diff})",
     )
     assert "None" not in line, line
+
+
+def test_a_partial_whose_header_names_no_environment_is_said_in_words(tmp_path: Path) -> None:
+    """A header without ``env`` (written by hand, or by a tool of its own) is said to name none,
+    with the sweep's fields, by status and resume: never ``null vs {...}``, a JSON object dumped."""
+    specs = replay_specs(tmp_path, lambda k: 0.0, "local")
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(specs["instant"]), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
+    ours = json.loads((sweep / "env.json").read_text())
+    first = json.loads((sweep / "units.json").read_text())[0]["id"]
+    partial = sweep / "partials" / f"{first}.jsonl"
+    lines = [json.loads(line) for line in partial.read_text().splitlines()]
+    headers = [line["header"] for line in lines if "header" in line]
+    assert headers and all(h.pop("env") == ours for h in headers), lines
+    partial.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fields = ", ".join(f"{k} {json.dumps(v)}" for k, v in ours.items())
+
+    shown = run_cli("status", str(sweep))
+    said = next(ln for ln in shown.stdout.splitlines() if ln.strip().startswith(first))
+    assert f"measured in an environment its header does not name (this sweep's: {fields})" in said, shown.stdout
+
+    line = assert_one_line_error(
+        run_cli("resume", str(sweep)),
+        f"{first}.jsonl was measured in an environment its header does not name "
+        f"(the sweep's in {sweep / 'env.json'}: {fields}); resume refuses to mix them",
+    )
+    assert "null vs" not in line and "{" not in line, line

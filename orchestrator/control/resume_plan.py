@@ -81,11 +81,12 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
     """Every recorded item id -> its newest record (by its attempt's start, then the later
     unit, as merge picks it); deaths per item into ``plan``. Refuses partials of another spec
     or environment."""
-    from orchestrator.store.envfile import differences
+    from orchestrator.store.envfile import ENV_FILE, measured_in
     from orchestrator.store.partials import read_partial
 
     fingerprint = sd.spec.fingerprint()
     env = sd.recorded_env()
+    sweeps = f"the sweep's in {sd.root / ENV_FILE}"
     recorded: dict[str, tuple[tuple[str, int], dict[str, Any]]] = {}
     for pos, entry in enumerate(sd.unit_index()):
         path = sd.partial_path(entry["id"])
@@ -106,8 +107,8 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
                 )
             if env is not None and h.get("env") != env:
                 raise MismatchError(
-                    f"{path} was measured in another environment (its vs the sweep's in {sd.root / 'env.json'}: "
-                    f"{differences(h.get('env'), env)}); resume refuses to mix them: move it out of {sd.partials}"
+                    f"{path} was measured in {measured_in(h.get('env'), env, sweeps)}; "
+                    f"resume refuses to mix them: move it out of {sd.partials}"
                 )
         started = {h.get("attempt"): str(h.get("started") or "") for h in content.headers}
         for iid, (attempt, rec) in content.records.items():

@@ -59,6 +59,23 @@ def differences(theirs: Any, ours: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {shown(theirs, k)} vs {shown(ours, k)}" for k in keys if shown(theirs, k) != shown(ours, k))
 
 
+def measured_in(theirs: Any, ours: Mapping[str, Any], sweeps: str) -> str:
+    """What a partial header's environment (``theirs``) is, against the sweep's (``ours``), as a
+    refusal says it after "measured in": a header that names none, or one that is not a JSON
+    object, in words with the sweep's fields; else the fields that differ (``differences``).
+    ``sweeps`` names the sweep's environment ("this sweep's", "the sweep's in PATH")."""
+    if theirs is None:
+        return f"an environment its header does not name ({sweeps}: {described(ours)})"
+    if not isinstance(theirs, dict):
+        return f"an environment its header gives as {as_json(theirs)}, not a JSON object ({sweeps}: {described(ours)})"
+    return f"another environment (its vs {sweeps}: {differences(theirs, ours)})"
+
+
+def described(env: Mapping[str, Any]) -> str:
+    """An environment's fields as a JSON file spells their values (``jax "0.4.31", jaxlib null``)."""
+    return ", ".join(f"{k} {as_json(v)}" for k, v in env.items())
+
+
 def installed_differences(sweep: Mapping[str, Any]) -> str | None:
     """How the packages this interpreter has installed differ from those the sweep's workers
     recorded (``sweep``: its env.json), in the fields a worker records of them (jax, jaxlib, and

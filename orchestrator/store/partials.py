@@ -49,7 +49,7 @@ from kernels.spelling import as_json
 from orchestrator.errors import PartialError
 from orchestrator.spec.model import SCHEMA_VERSION
 from orchestrator.store import unitfile
-from orchestrator.store.envfile import differences
+from orchestrator.store.envfile import measured_in
 from orchestrator.store.files import read_file
 from orchestrator.store.jsonline import loads
 from orchestrator.store.layouts import check_record
@@ -264,7 +264,7 @@ def check_headers(
         if h.get("unit") != unit:
             return f"{where}: written for unit {as_json(h.get('unit'))}, not {as_json(unit)}"
         if env is not None and h.get("env") != env:
-            return f"{where}: measured in another environment (its vs this sweep's: {differences(h.get('env'), env)})"
+            return f"{where}: measured in {measured_in(h.get('env'), env, "this sweep's")}"
     return None
 
 
