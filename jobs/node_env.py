@@ -108,7 +108,9 @@ def _planned_from(sweep_json: Path) -> str | None:
 
 def slurm_task() -> str | None:
     """The SLURM task this worker runs in, as users see it: ``55_3`` for task 3 of array 55
-    (SLURM_JOB_ID alone is the task's raw id, which no user command shows), else the job id."""
+    (SLURM_JOB_ID alone is the task's own job id, which squeue and sacct print only when asked
+    for it, as ``squeue -o %A`` and ``sacct -o JobIDRaw``; `tilesweep logs` takes it too), else
+    the job id."""
     array = os.environ.get("SLURM_ARRAY_JOB_ID")
     task = os.environ.get("SLURM_ARRAY_TASK_ID")
     if array and task:

@@ -1,7 +1,8 @@
 """What ``tilesweep logs`` takes of the job ids squeue and sacct print for a sweep's jobs on the
 real local SLURM cluster: an array's id (its one task's log, or the tasks of several named to pick
-from), the final merge job's id (its log), an array task's own id (sacct's JobIDRaw: its log); and
-the id of a job that is not the sweep's, refused naming those it knows. The task's log counts its
+from), the final merge job's id (its log), an array task's own id (sacct's JobIDRaw: its log, or,
+SLURM not asked, a refusal saying so); and the id of a job that is not the sweep's, refused naming
+those it knows. The task's log counts its
 units and workers as a line says them."""
 
 from __future__ import annotations
@@ -70,6 +71,12 @@ def test_logs_takes_the_ids_squeue_and_sacct_print_of_the_sweeps_arrays_and_merg
     for t, r in raw.items():  # a task's own id (sacct -o JobIDRaw, squeue %A): that task's log
         by_raw, by_task = cli("logs", str(sweep), r), cli("logs", str(sweep), t)
         assert by_raw.returncode == 0 and by_raw.stdout == by_task.stdout, by_raw.stderr
+    unasked = cli("logs", str(sweep), r, env={"TILESWEEP_SLURM_QUERIES": "0"})  # the same id, SLURM not asked
+    assert_one_line_error(
+        unasked,
+        f"SLURM was not asked whether {r} is a task's own job id (sacct's JobIDRaw), as TILESWEEP_SLURM_QUERIES=0 "
+        "says: run it again without TILESWEEP_SLURM_QUERIES=0 to ask",
+    )
 
     assert_one_line_error(
         cli("logs", str(sweep), array),

@@ -129,7 +129,8 @@ def register(sub: Subparsers) -> None:
         "unit that task ran, or the task's own log where it ran several (a task of a whole GPU node), whose lines "
         "name each unit; or a SLURM job id as squeue and sacct print it: the sweep's final merge job (its log), or "
         "an array (the log of its task where it has one; of several, name the task: 6343_1), or an array task's own "
-        "job id (sacct -o JobIDRaw, squeue's %A: SLURM asked which task it is; that task's log). squeue's row of "
+        "job id (sacct -o JobIDRaw, squeue's %A: SLURM asked which task it is, unless TILESWEEP_SLURM_QUERIES=0; "
+        "that task's log). squeue's row of "
         "an array's tasks that wait to start (6343_[0-2%1]) is answered with the task ids to give. Each attempt's "
         'output opens with a line naming the unit and where it ran ("tilesweep: starting unit ..."), written by '
         "whoever started its worker.",

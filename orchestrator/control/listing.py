@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator import PROG, counted, word
 from orchestrator.control.history import History, read_history
-from orchestrator.control.scheduler import array_of, expand_indices, query, task_of_raw
+from orchestrator.control.scheduler import QUERY_ENV, array_of, expand_indices, queries_disabled, query, task_of_raw
 from orchestrator.control.status import SweepStatus, sweep_status
 from orchestrator.control.status_model import FAILED
 from orchestrator.control.why import NOT_TAKEN
@@ -184,10 +184,23 @@ def log_of(sd: SweepDir, key: str, *, task: bool = False) -> Path:
                 f"whose jobs are {jobs.known()}"
             ) from None
         if jobs.arrays or jobs.merges:
-            known = jobs.known()
-            raise SweepDirError(f"{key} is no SLURM job of {sd.root}, whose jobs are {known}; {exc.message}") from None
+            known, unasked = jobs.known(), _not_asked(key) if jobs.arrays else ""
+            raise SweepDirError(
+                f"{key} is no SLURM job of {sd.root}, whose jobs are {known}; {unasked}{exc.message}"
+            ) from None
         raise
     return unit_log(sd, key, task=task)
+
+
+def _not_asked(key: str) -> str:
+    """What a refusal of ``key`` adds where SLURM was not asked whether it is one of the sweep's
+    tasks by its own id (``task_of_raw``): that it was not, and how to ask it."""
+    if queries_disabled() is None:
+        return ""
+    return (
+        f"SLURM was not asked whether {key} is a task's own job id (sacct's JobIDRaw), as {QUERY_ENV}=0 "
+        f"says: run it again without {QUERY_ENV}=0 to ask; "
+    )
 
 
 def _some(tasks: list[str]) -> str:
