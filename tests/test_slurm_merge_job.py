@@ -1,21 +1,28 @@
 """The final merge job on the real local SLURM cluster: submitted with the sbatch options of
 ``executor.slurm_additional_parameters`` a site asks of every job (here a ``comment``, standing in
 for a reservation or licenses, which this cluster has none of), and without those that shape the
-units' tasks (``cpus_per_gpu``) or hold them (``hold``: its dependency waits for the arrays)."""
+units' tasks (``cpus_per_gpu``) or hold them (``hold``: its dependency waits for the arrays); and a
+sweep whose merge job sbatch refused, said by status to be not merged once its units ended, with
+the command that merges (``wait`` merges it itself)."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import require_cluster
-from tests.slurm_sweeps import cli, jobs, write_spec
+from tests.helpers import replay_specs
+from tests.slurm_cluster import poll, require_cluster
+from tests.slurm_sweeps import cli, jobs, status, write_spec
 
 pytestmark = pytest.mark.slurm
 
 SITE = {"slurm_additional_parameters": {"comment": "site-rule", "hold": True, "cpus_per_gpu": 1}}
+HELD = {"slurm_additional_parameters": {"hold": True}}
 MERGE_SCRIPT = "--- sbatch script of the final merge job"
 
 
@@ -46,3 +53,41 @@ def test_the_merge_job_takes_the_sites_sbatch_options_but_not_the_tasks_gpus_nor
         cli("cancel", str(sweep))
         if merge_id is not None:
             subprocess.run(["scancel", merge_id], check=False)
+
+
+def _refusing_merge_jobs(folder: Path) -> dict[str, str]:
+    """An environment whose sbatch refuses a job that depends on others (the final merge job), as
+    a site's sbatch refuses one its arrays passed, and hands every other job to the real sbatch."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(
+        "#!/bin/sh\nfor a; do script=$a; done\n"
+        'if grep -q -- --dependency "$script"; then\n'
+        "  echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition combination "
+        "specified' >&2; exit 1\nfi\n"
+        f'exec {shutil.which("sbatch")} "$@"\n'
+    )
+    (bin_dir / "sbatch").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_a_sweep_whose_merge_job_sbatch_refused_is_said_not_merged_once_its_units_end(tmp_path: Path) -> None:
+    spec = replay_specs(tmp_path, lambda k: 0.0, "slurm")["instant"]
+    held = {"kind": "slurm", "slurm_partition": "cpu", "gpus_per_node": 0, **HELD}
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "executor": held}))  # released one task at a time
+    sweep, output = tmp_path / "sweep", tmp_path / "out.json"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2", env=_refusing_merge_jobs(tmp_path))
+    try:
+        assert r.returncode == 0 and "the final merge job was not submitted (sbatch refused" in r.stderr, r.stderr
+        first = next(e for e in jobs(sweep) if "unit" in e)
+        subprocess.run(["scontrol", "release", first["job_id"]], check=True)
+        poll(lambda: any(u["state"] == "done" for u in status(sweep)["units"]), 120, "the released task's unit")
+    finally:
+        cli("cancel", str(sweep))
+    poll(lambda: all(u["state"] in ("done", "cancelled") for u in status(sweep)["units"]), 60, "the other unit's end")
+    shown = cli("status", str(sweep))
+    said = f"not merged: {output} is not written; to merge the records done: tilesweep merge {sweep}"
+    assert shown.returncode == 1 and said in shown.stdout.splitlines(), shown.stdout
+    waited = cli("wait", str(sweep))
+    assert "merged 1 record (0 errors, 2 of 3 planned missing) into" in waited.stderr, waited.stderr
+    assert output.is_file() and "not merged" not in cli("status", str(sweep)).stdout

@@ -191,6 +191,13 @@ class SweepStatus:
         return self.complete and not self.merged and self.merging is None
 
     @property
+    def records_unmerged(self) -> bool:
+        """Ended unfinished (no unit waits or runs), with records its document does not hold, and
+        nothing running to merge them: no final merge job (sbatch refused it, or the spec asks for
+        none) or one that ended first. ``wait`` merges them, so does ``merge``; status says so."""
+        return self.settled and not self.complete and self.done > 0 and not self.merged and self.merging is None
+
+    @property
     def command_left(self) -> bool:
         """Whether the sweep waits for a user's command, nothing running doing it (``status``
         exits 1): units ended without finishing, or never started, whose items nothing took

@@ -47,6 +47,12 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         )
     if st.complete and st.unmerged:
         lines.append(f"to write the results document: {PROG} merge {word(st.sweep_dir)}")
+    elif st.records_unmerged:
+        why = f" ({st.unmerged})" if st.unmerged else ""
+        what = "lacks records the units wrote since it was merged" if st.output_exists else "is not written"
+        lines.append(
+            f"not merged{why}: {st.output} {what}; to merge the records done: {PROG} merge {word(st.sweep_dir)}"
+        )
     return "\n".join(lines)
 
 
