@@ -349,7 +349,7 @@ def test_unit_lines_keep_their_columns_whatever_a_units_state_says() -> None:
         UnitStatus("c" * 12, total=10, done=0, complete=False, state="pending"),
     ]
     lines = [line for line in format_status(st).splitlines() if line.startswith("  ")]
-    assert "interrupted (resumed) (round 2)" in lines[1]
+    assert "interrupted (resumed, round 2)" in lines[1] and ") (" not in lines[1], lines[1]
     assert len({line.index("errors") for line in lines}) == 1, lines
 
 

@@ -159,8 +159,10 @@ def unit_line(u: UnitStatus, widths: Widths) -> str:
 
 
 def _state_of(u: UnitStatus) -> str:
-    resumed = " (resumed)" if u.resumed and u.state != REPLACED else ""  # a replaced unit's detail says by whom
-    return u.state + resumed + (f" (round {u.round})" if u.round != 1 else "")
+    """The state, and in one pair of brackets what else is so of it: ``interrupted (resumed, round 2)``."""
+    also = ["resumed"] if u.resumed and u.state != REPLACED else []  # a replaced unit's detail says by whom
+    also += [f"round {u.round}"] if u.round != 1 else []
+    return u.state + (f" ({', '.join(also)})" if also else "")
 
 
 def merge_job_line(m: dict[str, Any], *, asked: bool = True) -> str:
