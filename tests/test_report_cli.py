@@ -71,6 +71,16 @@ def test_report_of_an_empty_file_or_its_own_page_says_what_the_file_is(tmp_path:
     )
 
 
+def test_an_empty_json_object_for_a_results_document_is_named_as_one_with_what_to_pass(tmp_path: Path) -> None:
+    empty = write(tmp_path, "{}\n", "results.json")
+    said = assert_one_line_error(
+        run_cli("report", str(empty)),
+        f"{empty}: not a results document: it is an empty JSON object ({{}}); pass the results document a sweep "
+        "wrote (the spec's output: `tilesweep run SPEC` writes it, `tilesweep merge SWEEP_DIR` writes it again)",
+    )
+    assert "missing top-level key" not in said and "has: nothing" not in said, said
+
+
 def test_a_spec_given_for_a_results_document_is_named_as_one(tmp_path: Path) -> None:
     spec = write(tmp_path, {"dtypes": ["bfloat16"], "output": "results/mine.json"}, "my_sweep.json")
     for args in (["report", str(spec)], ["export", str(spec), "--out", str(tmp_path / "t.json")]):

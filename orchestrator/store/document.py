@@ -38,6 +38,7 @@ from orchestrator.planning.costs import CostTable, cost_table
 from orchestrator.spec import tolerance
 from orchestrator.spec.files import json_type
 from orchestrator.spec.records import IDENTITY_FIELDS
+from orchestrator.store.not_a_document import not_a_document, not_json, spec_said, toml_of
 from orchestrator.store.record_values import ValueRefused, check_values
 
 _orjson: ModuleType | None
@@ -120,53 +121,8 @@ def parse_json(data: bytes, path: str) -> Any:
                     pass
             return json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        spec = _spec_said(_toml(data), path)
-        raise ResultsError(spec or f"{path}: not a results document: {_not_json(data, exc)}") from None
-
-
-def _not_json(data: bytes, exc: ValueError) -> str:
-    """Why ``data``, which JSON's parser refused (``exc``), is no JSON, in a user's words: an empty
-    file, bytes that are not text, a page, or where the parser stopped."""
-    if not data.strip():
-        return "the file is empty"
-    if isinstance(exc, UnicodeDecodeError):
-        return f"not text (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not UTF-8)"
-    if data.lstrip().startswith(b"<"):
-        return "not valid JSON: it opens with <, as an HTML or XML file does"
-    if isinstance(exc, json.JSONDecodeError):
-        return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-    return f"not valid JSON ({exc})"
-
-
-_SPEC_BYTES = 1 << 20  # a larger file that is not JSON is not read as a TOML spec
-
-
-def _toml(data: bytes) -> Any:
-    """The value a TOML text holds (a spec file in TOML: a few KiB), None where it is none."""
-    import tomllib
-
-    if len(data) > _SPEC_BYTES:
-        return None
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
-def _spec_said(obj: Any, name: str) -> str | None:
-    """Where ``obj`` is a sweep spec (most of its top-level keys are the spec's), the line that
-    says so and names the document its sweep writes (the spec's output); None otherwise."""
-    from orchestrator.spec.model import SweepSpec
-
-    fields = SweepSpec.model_fields
-    if not isinstance(obj, Mapping) or 2 * sum(k in fields for k in obj) <= len(obj):
-        return None
-    output = obj.get("output")
-    output = output if isinstance(output, str) and output else fields["output"].default
-    return (
-        f"{name} is a sweep spec, not a results document; pass the document its sweep writes (the spec's output, "
-        f"{word(output)}): `{PROG} run SPEC` measures the spec and writes it"
-    )
+        spec = spec_said(toml_of(data), path)
+        raise ResultsError(spec or f"{path}: not a results document: {not_json(data, exc)}") from None
 
 
 def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
@@ -322,35 +278,6 @@ def load_costs(path: str | os.PathLike[str]) -> CostTable:
     return cost_table(doc.results, doc.config, source=doc.name)
 
 
-def _not_a_document(obj: Mapping[str, Any], name: str, missing: list[str]) -> str:
-    """Why an object lacking top-level keys is no results document: what it is instead where
-    it is a tilesweep file (a spec, a tuned table, tokamax's tables), else its keys (the first few)."""
-    from kernels.tokamax_meta import holds_table
-
-    spec = _spec_said(obj, name)
-    if spec is not None:
-        return spec
-    if holds_table(obj):
-        return (
-            f"{name} is one of tokamax's autotuning tables (`export --format tokamax` writes them), not a results "
-            "document; pass the results document it was exported from"
-        )
-    if isinstance(obj.get("format"), str) and "entries" in obj:
-        return (
-            f"{name} is a tuned table (format {as_json(obj['format'])}: `export` writes them), not a results document; "
-            "pass the results document it was exported from"
-        )
-    keys = [str(k) if len(str(k)) <= 40 else str(k)[:37] + "..." for k in list(obj)[:_KEYS_SHOWN]]
-    more = f" and {len(obj) - _KEYS_SHOWN} more" if len(obj) > _KEYS_SHOWN else ""
-    return (
-        f"{name}: not a results document: missing top-level key(s) {', '.join(missing)} "
-        f"(has: {', '.join(keys) or 'nothing'}{more})"
-    )
-
-
-_KEYS_SHOWN = 6
-
-
 def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
     """Validate an already parsed document (tests, the merger's in-memory result)."""
     if not isinstance(obj, Mapping):
@@ -360,7 +287,7 @@ def from_obj(obj: Any, *, name: str = "<document>") -> ResultsDoc:
         )
     missing = [k for k in TOP_LEVEL_FIELDS if k not in obj]
     if missing:
-        raise ResultsError(_not_a_document(obj, name, missing))
+        raise ResultsError(not_a_document(obj, name, missing))
     for key, want in (("device", Mapping), ("config", Mapping), ("results", list)):
         if not isinstance(obj[key], want):
             expected = "an object" if want is Mapping else "an array"
