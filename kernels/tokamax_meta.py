@@ -238,6 +238,7 @@ class Merged:
 
     kept: int = 0  # its other problems, kept as they were
     replaced: int = 0  # its problems the new table holds too, each replaced whole by the new one's configs
+    same: int = 0  # of those replaced, the ones the new table holds as they were (the same configs and data)
     dropped: int = 0  # configs of those replaced problems the new table does not hold: measured before, not again
 
 
@@ -257,7 +258,8 @@ def merged(existing: str, new: str) -> tuple[str, Merged]:
     kept = {k: v for k, v in old.items() if k not in fresh}
     replaced = [k for k in old if k in fresh]
     dropped = sum(len(set(_configs(old[k])) - set(_configs(fresh[k]))) for k in replaced)
-    done = Merged(kept=len(kept), replaced=len(replaced), dropped=dropped)
+    same = sum(1 for k in replaced if old[k] == fresh[k])
+    done = Merged(kept=len(kept), replaced=len(replaced), same=same, dropped=dropped)
     if not kept:
         return new, done
     return json.dumps({**kept, **fresh}, indent=2) + "\n", done

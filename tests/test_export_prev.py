@@ -30,7 +30,7 @@ def test_an_export_dropping_entries_of_the_table_there_keeps_it_as_prev_and_says
     r = run_cli("export", str(_doc(tmp_path, "b.json", [2048, 4096])), "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert (
-        "; replaced the table there (1 entry of its problems measured again, 1 entry of problems this export "
+        "; replaced the table there (1 entry the same, 1 new entry, 1 entry of problems this export "
         "does not hold dropped; the table before is kept as tuned.json.prev)"
     ) in r.stdout, r.stdout
     assert (tmp_path / "tuned.json.prev").read_bytes() == before
@@ -60,8 +60,30 @@ def test_an_export_of_every_problem_the_table_there_holds_says_so_and_keeps_no_p
     prev.write_text("an earlier table the user keeps\n")  # nothing is dropped: it is no matter
     r = run_cli("export", str(_doc(tmp_path, "b.json", [1024, 2048])), "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.rstrip().endswith("; replaced the table there (1 entry of its problems measured again)"), r.stdout
+    assert r.stdout.rstrip().endswith("; replaced the table there (1 entry the same, 1 new entry)"), r.stdout
     assert prev.read_text() == "an earlier table the user keeps\n" and _seqs(out) == [1024, 2048]
+
+
+def test_an_export_of_the_same_document_again_says_nothing_changed(tmp_path: Path) -> None:
+    out, doc = tmp_path / "tuned.json", _doc(tmp_path, "a.json", [1024, 2048])
+    assert run_cli("export", str(doc), "--out", str(out)).returncode == 0
+    before = out.read_bytes()
+    r = run_cli("export", str(doc), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith("; replaced the table there with the same 2 entries (nothing changed)"), r.stdout
+    assert "measured again" not in r.stdout and out.read_bytes() == before
+
+
+def test_an_export_of_other_timings_of_the_problems_the_table_holds_says_how_many_changed(tmp_path: Path) -> None:
+    out = tmp_path / "tuned.json"
+    assert run_cli("export", str(_doc(tmp_path, "a.json", [1024, 2048])), "--out", str(out)).returncode == 0
+    records = [rec(auto=True, ms=2.0, seq=1024), rec(ms=1.0, seq=1024), rec(auto=True, ms=2.0, seq=2048)]
+    records += [rec(ms=1.5, seq=2048), rec(auto=True, ms=2.0, seq=4096), rec(ms=1.0, seq=4096)]
+    r = run_cli("export", str(write(tmp_path, make_doc(records), "b.json")), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    said = "; replaced the table there (1 entry the same, 1 entry changed, 1 new entry)"
+    assert r.stdout.rstrip().endswith(said), r.stdout
+    assert [e.median_ms for e in TunedTable.load(out, check_env=False).entries] == [1.0, 1.5, 1.0]
 
 
 def test_the_refusal_is_the_one_line_said_also_where_a_problem_would_be_noted_as_left_out(tmp_path: Path) -> None:

@@ -311,6 +311,8 @@ def test_an_export_into_the_folder_it_wrote_replaces_its_tables_and_keeps_other_
     again = run_cli("export", str(doc), "--format", "tokamax", "--out", str(out))
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("kept 1 other shape the table held") == len(first), again.stdout
+    assert again.stdout.count("the table held (the same as before); kept") == len(first), again.stdout
+    assert "measured again" not in again.stdout, again.stdout  # nothing was: the same document, exported again
     for name, table in first.items():
         now = json.loads((out / "nvidia_h200" / name).read_text())
         assert now == {**others[name], **table}
@@ -341,8 +343,8 @@ def test_an_export_of_fewer_configs_of_a_shape_the_table_holds_keeps_the_table_b
     prev = table.with_name(table.name + ".prev")
     (line,) = [x for x in later.stdout.splitlines() if x.startswith("wrote ")]
     assert line.endswith(
-        "1 shape, 4 configs of NVIDIA H200; replaced 1 shape the table held (dropping 8 configs this export did "
-        f"not measure; the table before is kept as {prev.name})"
+        "1 shape, 4 configs of NVIDIA H200; replaced 1 shape the table held (with other configs or timings, "
+        f"dropping 8 configs this export did not measure; the table before is kept as {prev.name})"
     ), line
     assert prev.read_bytes() == first and [len(v) for v in json.loads(table.read_text()).values()] == [4]
     tokamax_cache.check(table)  # tokamax's own parser

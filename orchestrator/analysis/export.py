@@ -44,7 +44,7 @@ from typing import Any
 
 from kernels import impl_triton, impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
-from kernels.tuned_entries import TunedTableError, read_entry
+from kernels.tuned_entries import TunedEntry, TunedTableError, read_entry
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.spec.records import kernel_kwargs
 from orchestrator.store.document import ResultsDoc
@@ -210,35 +210,41 @@ def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:
 class Replaced:
     """What a tuned table written over an earlier one did to the earlier one's entries."""
 
-    again: int = 0  # entries of problems the new table holds too: replaced by the new table's
+    same: int = 0  # entries of problems the new table holds too, as the new table has them (config, timings)
+    changed: int = 0  # entries of problems the new table holds too, with another config or other timings
+    new: int = 0  # entries of the new table of problems the earlier one did not hold
     dropped: int = 0  # entries of problems the new table does not hold (or that no loader reads): gone
 
 
 def replaced(before: bytes, table: dict[str, Any]) -> Replaced:
     """What writing ``table`` over the tuned table ``before`` does to its entries. A problem is an
     entry's identity as ``kernels.tuned`` reads it (its kernel, dtype, shape, causal and mode; a
-    version 1 table's defaults filled in); an entry the loader refuses counts as dropped."""
+    version 1 table's defaults filled in), and an entry is the same where the loader reads the
+    same config and timings from it; an entry the loader refuses counts as dropped."""
     try:
         old = json.loads(before)
     except (ValueError, UnicodeDecodeError):
-        return Replaced()
+        return Replaced(new=len(table["entries"]))
     entries = old.get("entries") if isinstance(old, dict) else None
     if not isinstance(entries, list):
-        return Replaced()
+        return Replaced(new=len(table["entries"]))
     version = old.get("version", VERSION)
-    fresh = {_problem(e, VERSION) for e in table["entries"]}
-    kept = [_problem(e, version if isinstance(version, int) else VERSION) for e in entries]
-    again = sum(1 for k in kept if k is not None and k in fresh)
-    return Replaced(again=again, dropped=len(kept) - again)
+    fresh = dict(_read(e, VERSION) for e in table["entries"])
+    kept = [_read(e, version if isinstance(version, int) else VERSION) for e in entries]
+    again = [(k, e) for k, e in kept if k is not None and k in fresh]
+    same = sum(1 for k, e in again if fresh[k] == e)
+    held = {k for k, _ in again}
+    return Replaced(same=same, changed=len(again) - same, new=len(fresh.keys() - held), dropped=len(kept) - len(again))
 
 
-def _problem(raw: Any, version: int) -> tuple[Any, ...] | None:
-    """A tuned-table entry's problem, as ``kernels.tuned`` reads it (None: it refuses the entry)."""
+def _read(raw: Any, version: int) -> tuple[tuple[Any, ...] | None, TunedEntry | None]:
+    """A tuned-table entry's problem, as ``kernels.tuned`` reads it, and the entry it reads
+    (None, None: it refuses the entry)."""
     try:
         e = read_entry(raw, 0, "", version)
     except TunedTableError:
-        return None
-    return (e.impl, e.dtype, e.head_dim, e.seq, e.batch, e.heads, e.causal, e.kv_heads, e.mode)
+        return None, None
+    return (e.impl, e.dtype, e.head_dim, e.seq, e.batch, e.heads, e.causal, e.kv_heads, e.mode), e
 
 
 def write_atomic(path: str | os.PathLike[str], obj: Any) -> None:

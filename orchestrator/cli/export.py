@@ -290,9 +290,14 @@ def _write_table(target: str, out: str, table: dict[str, object], over: tuple[by
 
 
 def _said(done: Replaced, prev: str) -> str:
-    """What became of the table there: its entries measured again, those dropped (kept in ``prev``)."""
-    out = f"; replaced the table there ({_entries(done.again)} of its problems measured again"
+    """What became of the table there: its entries written again the same or changed, the new
+    ones, those dropped (kept in ``prev``)."""
+    if not (done.changed or done.new or done.dropped):
+        return f"; replaced the table there with the same {_entries(done.same)} (nothing changed)"
+    said = [f"{_entries(done.same)} the same"] if done.same else []
+    said += [f"{_entries(done.changed)} changed"] if done.changed else []
+    said += [f"{done.new} new entr{'y' if done.new == 1 else 'ies'}"] if done.new else []
     if done.dropped:
         gone = f"{_entries(done.dropped)} of problems this export does not hold dropped"
-        out += f", {gone}; the table before is kept as {prev}"
-    return out + ")"
+        said.append(f"{gone}; the table before is kept as {prev}")
+    return f"; replaced the table there ({', '.join(said)})"

@@ -169,14 +169,17 @@ def _over(target: Path, text: str) -> tuple[str, str | None, meta.Merged]:
 
 
 def _said(done: meta.Merged, prev: str) -> str:
-    """What became of the table there, as the file's line ends: its shapes replaced (with the
-    configs that dropped, kept in ``prev``), its other shapes kept."""
+    """What became of the table there, as the file's line ends: its shapes replaced, the same or
+    changed (with the configs that dropped, kept in ``prev``), its other shapes kept."""
     out = ""
     if done.replaced:
-        how = "every config it held measured again"
+        changed = done.replaced - done.same
+        how = "the same as before" if not changed else "with other configs or timings"
+        if done.same and changed:
+            how = f"{done.same} the same as before, {changed} with other configs or timings"
         if done.dropped:
             dropped = counted(done.dropped, "config")
-            how = f"dropping {dropped} this export did not measure; the table before is kept as {prev}"
+            how += f", dropping {dropped} this export did not measure; the table before is kept as {prev}"
         out += f"; replaced {counted(done.replaced, 'shape')} the table held ({how})"
     if done.kept:
         out += f"; kept {counted(done.kept, 'other shape')} the table held"
