@@ -116,9 +116,23 @@ def test_impls_lists_mosaic_with_its_tunables_and_auto() -> None:
 def test_a_mosaic_run_without_a_gpu_is_refused_in_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "m.json"
     spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
-    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--executor", "debug")
-    assert_one_line_error(r, 'kernel.impl "mosaic"', "plan SPEC --lower", "replay")
-    assert not (tmp_path / "sweep").exists()
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
+    assert_one_line_error(r, 'kernel.impl "mosaic"', f"`tilesweep plan {spec} --lower --sweep-dir {sweep}`", "replay")
+    assert not sweep.exists()
+
+
+def test_a_mosaic_resume_without_a_gpu_names_the_lowering_of_its_spec_file_and_sweep(tmp_path: Path) -> None:
+    """The refusal names the ``plan --lower`` the plan's note names: the sweep's spec file and
+    directory, not placeholders; where that file is gone, SPEC stands for it."""
+    spec, sweep = tmp_path / "m.json", tmp_path / "sweep"
+    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
+    note = f"`tilesweep plan {spec} --lower --sweep-dir {sweep}`"
+    assert planned.returncode == 0 and note in planned.stderr, planned.stdout + planned.stderr
+    assert_one_line_error(run_cli("resume", str(sweep)), 'kernel.impl "mosaic"', note)
+    spec.unlink()
+    assert_one_line_error(run_cli("resume", str(sweep)), f"`tilesweep plan SPEC --lower --sweep-dir {sweep}`")
 
 
 def test_a_mosaic_worker_on_a_node_without_a_gpu_names_the_kernel_as_json_spells_it() -> None:

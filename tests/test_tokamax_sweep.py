@@ -163,8 +163,10 @@ def test_a_replayed_tokamax_sweep_runs_reports_exports_and_tokamax_chooses_its_b
 def test_a_tokamax_run_without_a_gpu_is_refused_in_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "t.json"
     spec.write_text(json.dumps({**SPEC, "modes": ["fwd"], "output": str(tmp_path / "out.json")}))
-    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--executor", "debug")
-    assert_one_line_error(r, 'kernel.impl "tokamax-mosaic"', "plan SPEC --lower", "replay")
+    sweep = tmp_path / "sweep"
+    r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
+    lower = f"`tilesweep plan {spec} --lower --sweep-dir {sweep}`"  # the spec and sweep the plan's note names
+    assert_one_line_error(r, 'kernel.impl "tokamax-mosaic"', lower, "replay")
 
 
 def test_the_planned_lists_are_kept_so_the_plan_is_reread_without_tokamax(

@@ -215,7 +215,9 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
     from orchestrator.control.sweeps import check_runs_here, run_or_follow
     from orchestrator.store.merge import check_target
 
-    check_runs_here(sd.spec)  # as `run` does: a kernel that cannot run here starts no worker
+    planned_from = sd.meta.get("spec_source")  # the spec file the sweep was planned from, where it still is
+    spec_file = args.spec or (planned_from if planned_from and Path(planned_from).is_file() else None)
+    check_runs_here(sd.spec, spec_file, sd.root)  # as `run` does: a kernel that cannot run here starts no worker
     if not args.overwrite and not args.no_wait:
         check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
     with run_or_follow(sd) as other:

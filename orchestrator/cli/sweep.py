@@ -204,13 +204,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         from orchestrator.cli.slurm import run_on_slurm
 
         return run_on_slurm(args)
-    check_runs_here(spec)
+    root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
+    check_runs_here(spec, args.spec, root)
     if spec.executor.gpus_per_node:  # said, not silently ignored
         warn(
             f"note: executor.gpus_per_node is SLURM's (GPUs per task); a {kind} run runs one unit per visible GPU "
             "(executor.local_workers caps how many at once)"
         )
-    root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     created = not root.exists()
     sd, unit_ids, existed = prepare_run(args, root, kind, reuse_request(args))
     if not args.overwrite:

@@ -211,10 +211,11 @@ def _move_output(sd: SweepDir, out: Path) -> SweepDir:
     return SweepDir.open(sd.root)
 
 
-def check_runs_here(spec: SweepSpec) -> None:
+def check_runs_here(spec: SweepSpec, spec_file: str | Path | None, root: Path) -> None:
     """A sweep whose kernel does not run on a CPU (or whose spec says kernel.interpret false), run
     here without a GPU: refused in one line that says what this machine can do instead (its
-    workers would record every config as an error, or fail)."""
+    workers would record every config as an error, or fail): the ``plan --lower`` of its spec
+    file (``spec_file``; None: not known) into its sweep directory ``root``, as the plan's note names it."""
     from kernels import impls
 
     if spec.kernel.impl == "replay":
@@ -232,8 +233,9 @@ def check_runs_here(spec: SweepSpec) -> None:
     if jax.default_backend() != "gpu":
         raise PlanError(
             f"kernel.impl {as_json(impl.name)} does not run without a GPU and jax sees none here (backend "
-            f"{jax.default_backend()}): check its configs here with `{PROG} plan SPEC --lower --dry-run` "
-            f"(pre-flight lowering), rehearse the sweep with kernel.impl replay, or run it on a GPU"
+            f"{jax.default_backend()}): check its configs here with `{PROG} plan {word(spec_file or 'SPEC')} --lower "
+            f"--sweep-dir {word(root)}` (pre-flight lowering), rehearse the sweep with kernel.impl replay, or run it "
+            "on a GPU"
         )
 
 
