@@ -33,8 +33,8 @@ def test_a_resume_here_says_each_round_its_units_make_due_as_run_says_it(tmp_pat
 
 def test_an_export_of_a_search_that_has_not_ended_says_its_entries_are_the_best_so_far(tmp_path: Path) -> None:
     """A search stopped after round 1, merged: its tuned table holds the best of what it measured so
-    far, which its next rounds may change; the export says so in one note. Once resumed to its
-    end, the export says nothing of it."""
+    far, which its next rounds may change; the export says so in one note, of the document alone
+    or combined (with another, or for a --device). Once resumed to its end, the export says nothing of it."""
     from orchestrator.control import dispatch
     from orchestrator.control.sweeps import prepare_sweep
 
@@ -45,16 +45,23 @@ def test_an_export_of_a_search_that_has_not_ended_says_its_entries_are_the_best_
     sd, unit_ids, _ = prepare_sweep(str(spec), str(sweep), None, None)
     assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
     assert run_cli("merge", str(sweep)).returncode == 0
-    r = run_cli("export", doc, "--out", out)
-    assert r.returncode == 0 and ": 2 entries (" in r.stdout, r.stdout + r.stderr
-    notes = [line for line in r.stderr.splitlines() if "has not ended" in line]
-    assert notes == [
-        "tilesweep: note: the search of 2 problems has not ended: their entries are the best of what it measured "
-        "so far, which its next rounds may change (resume its sweep, then export again)"
-    ], r.stderr
+    kind = json.loads(Path(doc).read_text())["device"]["device_kind"]
+    copy = tmp_path / "copy.json"  # another document of the same records: combined with it, as is --device
+    copy.write_bytes(Path(doc).read_bytes())
+    exports = ([doc], [doc, "--device", kind], [doc, str(copy)])
+    for given in exports:
+        r = run_cli("export", *given, "--out", out)
+        assert r.returncode == 0 and ": 2 entries (" in r.stdout, r.stdout + r.stderr
+        notes = [line for line in r.stderr.splitlines() if "has not ended" in line]
+        assert notes == [
+            "tilesweep: note: the search of 2 problems has not ended: their entries are the best of what it "
+            "measured so far, which its next rounds may change (resume its sweep, then export again)"
+        ], (given, r.stderr)
     assert run_cli("resume", str(sweep)).returncode == 0
-    r = run_cli("export", doc, "--out", out)
-    assert r.returncode == 0 and "has not ended" not in r.stderr, r.stderr
+    copy.write_bytes(Path(doc).read_bytes())
+    for given in exports:
+        r = run_cli("export", *given, "--out", out)
+        assert r.returncode == 0 and "has not ended" not in r.stderr, (given, r.stderr)
 
 
 def test_a_tokamax_export_of_a_search_that_has_not_ended_says_its_tables_hold_what_it_measured_so_far(

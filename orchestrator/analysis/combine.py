@@ -15,6 +15,8 @@ they are left out unless asked (``include_replays``), and then they fill only id
 measured record has; a measured record replaces a replayed one whatever their times. A replayed
 record kept carries ``timer: virtual`` (the rule reads it there once the documents' blocks are
 gone), and the device block comes from a document of measurements where one has the kind.
+The problems whose search has not ended in a document (its block says) are named too
+(``Combined.searching``): the combined document has no block, and export notes them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.spelling import as_json
-from orchestrator.spec.records import item_id
+from orchestrator.analysis.coverage import searching_of
+from orchestrator.spec.records import item_id, problem_key
 from orchestrator.store.append import measured_times
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.replayed import VIRTUAL, Replayed, replayed_of
@@ -45,6 +48,9 @@ class Combined:
     replayed_left: Counter = field(default_factory=Counter)  # document -> replayed records left out (not asked)
     replayed_kept: int = 0  # replayed records kept (asked, and no measured record of their identity)
     replayed_replaced: int = 0  # replayed records a measured record of the same identity replaced
+    # problems (``records.problem_key``) of the kind whose search has not ended in a document that
+    # holds records of them: the combined document has no tilesweep block to say it (``coverage.searching_of``)
+    searching: set = field(default_factory=set)
 
 
 def _version(v: Any) -> tuple[int, ...]:
@@ -92,12 +98,15 @@ def combine(
         ts = doc.extra.get("tilesweep")
         times = measured_times(ts if isinstance(ts, dict) else {})
         jax = _jax_of(doc)
+        searching = searching_of(doc)
         for rec in doc.results:
             rkind = rec.get("device", doc.device.get("device_kind"))
             if rkind != kind:
                 summary.other_device[doc.name] += 1
                 summary.other_kinds.add(rkind)
                 continue
+            if searching and (problem := _problem(rec)) in searching:
+                summary.searching.add(problem)
             replayed = rule(rec)
             if replayed and not include_replays:
                 summary.replayed_left[doc.name] += 1
@@ -118,6 +127,14 @@ def combine(
     results = [chosen[iid].rec for iid in order]
     device = _device(docs, rules, kind)
     return ResultsDoc(device=dict(device), config=dict(docs[0].config), results=results, path="combined"), summary
+
+
+def _problem(rec: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A record's ``records.problem_key`` (None: it lacks a field of it)."""
+    try:
+        return problem_key(rec)
+    except (KeyError, TypeError):
+        return None
 
 
 def _keep(summary: Combined, prev: _Kept, new: _Kept) -> bool:

@@ -38,7 +38,8 @@ import dataclasses
 import json
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Set
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +129,12 @@ def _auto_config(s: ProblemSummary) -> dict[str, int] | None:
     return kernel_config(auto, s.key.mode)
 
 
-def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str, Any], ExportSummary]:
-    """The tuned-table document for ``doc`` and a summary of what went in."""
+def tuned_table(
+    doc: ResultsDoc, *, keep_slower: bool = False, unended: Set[tuple[Any, ...]] = frozenset()
+) -> tuple[dict[str, Any], ExportSummary]:
+    """The tuned-table document for ``doc`` and a summary of what went in. ``unended``: problems
+    (``records.problem_key``) whose search has not ended beside those ``doc``'s own block says (a
+    document ``combine`` made has no block: it names them)."""
     chosen: dict[tuple, dict[str, Any]] = {}
     refused: dict[tuple, tuple[str, str]] = {}
     skipped = unrecorded = waiting = 0
@@ -153,7 +158,7 @@ def tuned_table(doc: ResultsDoc, *, keep_slower: bool = False) -> tuple[dict[str
             if prev is not None:
                 log.info("several tags measured %s; keeping the faster best", k)
             chosen[k] = e
-            if s.coverage is not None and s.coverage.searching:
+            if (s.coverage is not None and s.coverage.searching) or astuple(s.key) in unended:
                 searching.add(k)
             else:
                 searching.discard(k)

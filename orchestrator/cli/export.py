@@ -84,10 +84,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     docs = [results_doc.load(path) for path in args.results]
     if args.format == "tokamax":
         return _export_tokamax(args, docs)
-    doc = docs[0]
+    doc, searching = docs[0], frozenset[tuple[object, ...]]()
     if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
-        doc = _combined(docs, args)
-    table, summary = export.tuned_table(doc, keep_slower=args.keep_slower)
+        doc, searching = _combined(docs, args)
+    table, summary = export.tuned_table(doc, keep_slower=args.keep_slower, unended=searching)
     if not summary.entries:  # an earlier table is not replaced by an empty one
         raise TilesweepError(_nothing_to_export(summary, doc, ", ".join(args.results)))
     over = None if args.out == "-" else _over(target, args.out, table)  # a refusal comes before any note
@@ -182,9 +182,9 @@ def _export_tokamax(args: argparse.Namespace, docs: list[ResultsDoc]) -> int:
     return export_tokamax(docs, args.out, args.device, keep_slower=args.keep_slower)
 
 
-def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:
-    """The documents as one (``analysis.combine``), with the line that says what was dropped; a
-    refusal where nothing is left to export."""
+def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> tuple[ResultsDoc, frozenset[tuple[object, ...]]]:
+    """The documents as one (``analysis.combine``), with the line that says what was dropped, and
+    the problems whose search has not ended in one of them; a refusal where nothing is left to export."""
     from kernels.spelling import as_json
     from orchestrator.analysis.combine import combine, describe, kinds
 
@@ -202,7 +202,7 @@ def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> ResultsDoc:
             "pass --device with one of those"
         )
     print(describe(combined, len(docs)), file=sys.stderr if args.out == "-" else sys.stdout)  # stdout: the table
-    return doc
+    return doc, frozenset(combined.searching)
 
 
 def _entries(n: int) -> str:
