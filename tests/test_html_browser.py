@@ -177,6 +177,35 @@ def test_compare_page_in_the_browser(fresh: Browser, tmp_path: Path) -> None:
     assert b.problems() == []
 
 
+def test_the_compare_page_aligns_a_missing_side_as_its_column_and_names_problems_as_the_report_does(
+    fresh: Browser, tmp_path: Path
+) -> None:
+    """A problem of one document only: the other side's "-" sits where that column's configs do
+    (left), its "-" time where times do (right); the cards name a problem as the report's cards do."""
+    b = fresh
+    a = make_doc([rec(ms=1.0), rec(ms=2.0, seq=4096)])
+    other = make_doc([rec(ms=0.5), rec(ms=1.0, seq=8192)])
+    docs = results_doc.from_obj(a, name="a.json"), results_doc.from_obj(other, name="b.json")
+    page = html.write_page(tmp_path / "c.html", compare_html.compare_page(*docs))
+    b.open(page.as_uri())
+    for key in ("a_best", "b_best", "a_ms", "b_ms"):
+        aligned = b.js(
+            f"(() => {{ const c = {column(key)}; return {ROWS}.map(r => [r.cells[c].textContent,"
+            " getComputedStyle(r.cells[c]).textAlign]); })()"
+        )
+        assert len(aligned) == 3 and "-" in [text for text, _ in aligned], aligned
+        assert len({align for _, align in aligned}) == 1, (key, aligned)
+    titles = b.js("Array.from(document.querySelectorAll('section.problem h3')).map(h => h.textContent)")
+    assert [t.split(" \u00b7 ")[0] for t in titles] == [
+        "#1 bf16 D=64 S=2048 B=4 H=8 fwd",
+        "#2 bf16 D=64 S=4096 B=4 H=8 fwd",
+        "#3 bf16 D=64 S=8192 B=4 H=8 fwd",
+    ], titles
+    assert "bf16 D=64 S=2048 B=4 H=8 fwd</h3>" in html.report_page(docs[0])  # the report's card of that problem
+    b.screenshot(tmp_path / "compare-one-sided.png")
+    assert b.problems() == []
+
+
 def test_the_compare_page_colours_a_and_b_on_one_scale(fresh: Browser, tmp_path: Path) -> None:
     """B twice as slow as A everywhere: B's best cell wears the legend's 2x colour, not its
     "best" one, and A's cells the colours of their own ratios to A's best."""

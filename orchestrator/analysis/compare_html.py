@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from orchestrator.analysis.compare import ProblemComparison, caveats, compare
+from orchestrator.analysis.heatmap import problem_title
 from orchestrator.analysis.html import facts, grouped, key_cells, key_columns, legend, lists, plot, ratio_cls
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
 from orchestrator.analysis.report import astuple_key, axis_columns
@@ -65,8 +66,8 @@ def _rows(rows: list[ProblemComparison], with_tag: bool, axes: list[str]) -> Ite
     for n, r in enumerate(rows, 1):
         cells, fvals = key_cells(n, f"p-{n}", r.key, with_tag, axes)
         for s in (r.a, r.b):
-            if s is None:
-                cells += [td("-"), td("-")]
+            if s is None:  # aligned as a side's cells are: its best config left, its time right
+                cells += [td("-", cls="l mono"), num(None, ".4f")]
             else:
                 cells += [td(s.best_label or "-", cls="l mono"), num(s.best_ms, ".4f")]
         cells += [num(r.ratio, ".3f", ratio_cls(r.ratio, higher_is_better=False)), td(r.note, cls="l")]
@@ -99,7 +100,7 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
         scale = _scale_ms(a, b)
         ratio = "" if r.ratio is None else f' &middot; B/A <b class="{ratio_cls(r.ratio, False)}">{r.ratio:.3f}</b>'
         shown = r.a or r.b
-        title = esc(shown.key.label(with_tag)) if shown is not None else ""
+        title = esc(problem_title(shown.key, with_tag)) if shown is not None else ""  # as the report's cards
         return (
             f'<section class="problem" id="p-{n}"><h3><a href="#p-{n}">#{n}</a> {title}{ratio}</h3>'
             f'<div class="pair">{_side(a, "A", scale)}{_side(b, "B", scale)}</div></section>'
