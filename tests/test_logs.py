@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.planning import Unit
+from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
 from tests.helpers import assert_one_line_error, run_cli
 
@@ -116,10 +118,7 @@ def test_logs_of_a_slurm_task_id_prints_the_log_of_the_unit_it_ran_or_the_tasks_
     """The job column of ``status`` names SLURM tasks (6343_0): ``logs`` takes one. A task that
     ran one unit prints that unit's log; a whole-node task that ran several prints its own log;
     a task none of the sweep's units ran in is refused in one line saying where task ids are."""
-    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 3)
-    for u in units:
-        sd.unit_log(u.id).parent.mkdir(parents=True, exist_ok=True)
-        sd.unit_log(u.id).write_text(f"the log of unit {u.id}\n")
+    sd, units = _sweep_with_unit_logs(tmp_path, 3)
     task_log = sd.logs / "6344_0_log.err"
     task_log.write_text("the whole-node task's own line\n")
     sd.record_jobs(
@@ -168,10 +167,7 @@ def test_logs_of_a_job_id_as_squeue_prints_it_is_a_position_first_then_the_sweep
     within the unit index is a position, past it one of the sweep's jobs (the merge job: its log;
     an array of one task, numbered with or without its task: that task's unit's log; of several:
     refused naming them); another number is refused naming the jobs the sweep has."""
-    sd, units = build_sweep(tmp_path / "sweep", small_spec(), 4)
-    for u in units:
-        sd.unit_log(u.id).parent.mkdir(parents=True, exist_ok=True)
-        sd.unit_log(u.id).write_text(f"the log of unit {u.id}\n")
+    sd, units = _sweep_with_unit_logs(tmp_path, 4)
     merge_log = sd.logs / "6350_0_log.err"
     merge_log.write_text("the merge job's line\n")
     tasks = ("6343_0", "6343_1", "6360", "1_0")  # a one-task array's id as submitit returns it, or with its task
@@ -223,3 +219,12 @@ def test_logs_of_pending_tasks_as_squeue_shows_them_names_a_task_id_to_give(tmp_
         run_cli("logs", str(sd.root), "6399_[0-2]"),
         f"6399_[0-2]: array 6399 is no SLURM job of {sd.root}, whose jobs are array 6343 (3 tasks: 6343_0 to 6343_2)",
     )
+
+
+def _sweep_with_unit_logs(tmp_path: Path, n: int) -> tuple[SweepDir, list[Unit]]:
+    """A sweep of ``n`` units, each with a log saying whose it is."""
+    sd, units = build_sweep(tmp_path / "sweep", small_spec(), n)
+    for u in units:
+        sd.unit_log(u.id).parent.mkdir(parents=True, exist_ok=True)
+        sd.unit_log(u.id).write_text(f"the log of unit {u.id}\n")
+    return sd, units
