@@ -73,3 +73,23 @@ def test_tokamax_installed_or_removed_since_is_another_stack_too(
         run_cli("resume", str(sweep)), f"(here vs the sweep's: {said}; see {sweep / 'env.json'})"
     )
     assert "jax" not in line.replace("tokamax", ""), line  # the same jax and jaxlib are not named
+
+
+def test_run_with_another_output_refused_for_another_stack_keeps_the_sweeps_output(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """`run --output NEW` of such a sweep is refused as the plain `run` is, and the refusal
+    changes nothing: the sweep still merges into its own output, and no line says it moved."""
+    spec, sweep = _planned_by_another_stack(write_spec, tmp_path)
+    meta_before = (sweep / "sweep.json").read_bytes()
+    new = tmp_path / "new.json"
+    line = assert_one_line_error(
+        run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(new)),
+        f"the sweep in {sweep} was measured with another stack (here vs the sweep's: ",
+    )
+    assert "from now on" not in line, line
+    assert (sweep / "sweep.json").read_bytes() == meta_before
+    assert json.loads((sweep / "sweep.json").read_text())["output"] == str(tmp_path / "results.json")
+    status = run_cli("status", str(sweep), "--json")  # (exit code 1: the sweep is not complete)
+    assert json.loads(status.stdout)["output"] == str(tmp_path / "results.json")
+    assert not new.exists()

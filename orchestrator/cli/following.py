@@ -16,7 +16,7 @@ from orchestrator.cli.common import PROG, Progress, warn
 from orchestrator.cli.finish import finish_sweep, unfinished_unit_lines
 
 if TYPE_CHECKING:
-    from orchestrator.control.status_model import SweepStatus, UnitStatus
+    from orchestrator.control.status_model import SweepStatus
     from orchestrator.store.leases import Holder
     from orchestrator.store.sweepdir import SweepDir
 
@@ -50,16 +50,9 @@ def follow(sd: SweepDir, going: Callable[[SweepStatus], bool], said: str | None 
             progress.close()
 
 
-def run_elsewhere(u: UnitStatus) -> bool:
-    """Whether another process runs the unit: a live worker holds its lease, or the local
-    process its last job started (a controller ``resume --no-wait`` left) lives, whose worker
-    may not have taken the lease yet."""
-    return u.leased or (u.executor == "local" and u.state == "running")
-
-
 def follow_units(sd: SweepDir, held: list[str]) -> SweepStatus:
-    """Follow until no other process runs any of the ``held`` units (``run_elsewhere``)."""
-    return follow(sd, lambda st: any(run_elsewhere(u) for u in st.units if u.id in held))
+    """Follow until no other process runs any of the ``held`` units (``UnitStatus.run_elsewhere``)."""
+    return follow(sd, lambda st: any(u.run_elsewhere for u in st.units if u.id in held))
 
 
 def follow_run(sd: SweepDir, other: Holder, *, redo: str, html: bool, overwrite: bool = False) -> int:

@@ -25,7 +25,7 @@ from orchestrator.cli.common import (
     warn,
 )
 from orchestrator.cli.finish import failed_unit_lines, finish_sweep, unfinished_unit_lines
-from orchestrator.cli.following import follow_units, run_elsewhere
+from orchestrator.cli.following import follow_units
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.dispatch import UnitOutcome
@@ -55,15 +55,15 @@ def run_here(
     sd: SweepDir, unit_ids: list[str], existed: bool, kind: str, args: argparse.Namespace, *, html: bool
 ) -> int:
     """Run the units that are not done here (local or debug executor), merge, report."""
-    from orchestrator.control.resume import check_interpreter_env
     from orchestrator.control.status import sweep_status
+    from orchestrator.control.sweeps import check_interpreter_env
 
     st = sweep_status(sd, query_slurm=False)
     # a unit `resume` handed its missing items to is not run again: its later unit runs them; nor
     # one whose every item other units recorded (status: replaced); one a live worker holds
     # (`resume --no-wait` left it running) is followed, not run a second time
-    held = [u.id for u in st.units if not u.complete and run_elsewhere(u)]
-    todo = [u.id for u in st.units if not (u.complete or u.resumed or u.covered) and u.id not in held]
+    held = [u.id for u in st.units if not u.complete and u.run_elsewhere]
+    todo = [u.id for u in st.units if u.to_run_here]
     if todo:  # their workers run this interpreter: one the sweep's workers would all refuse is refused here
         check_interpreter_env(sd)
     print(

@@ -26,11 +26,10 @@ from orchestrator.control.resume_plan import ResumePlan, plan_resume
 from orchestrator.control.rounds import NextRound, advance, group, merge_hook, run_rounds_here
 from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.status import sweep_status
-from orchestrator.control.sweeps import sweep_lock
+from orchestrator.control.sweeps import check_interpreter_env, sweep_lock
 from orchestrator.errors import DispatchError, MismatchError
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.spec.executor_section import ExecutorSettings
-from orchestrator.store import envfile
 from orchestrator.store.sweep_paths import log_folder
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
@@ -51,22 +50,6 @@ class Resumed:
     next_round: NextRound | None = None  # the next round, planned (and submitted on SLURM) by this resume
     started: list[str] = field(default_factory=list)  # local jobs started and left to run (``background``)
     prior: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # new unit -> deaths of its items elsewhere
-
-
-def check_interpreter_env(sd: SweepDir) -> None:
-    """Workers run this interpreter: its jax, jaxlib and tokamax must be the ones the sweep was
-    measured with (env.json), or every worker would refuse the sweep (and new records would not
-    mix with the old ones)."""
-    env = sd.recorded_env()
-    if not env or sd.spec.kernel.impl == "replay":  # a replay runs no jax: its env is the source's
-        return
-    diff = envfile.installed_differences(env)
-    if diff:
-        raise MismatchError(
-            f"the sweep in {sd.root} was measured with another stack (here vs the sweep's: {diff}; see "
-            f"{sd.root / envfile.ENV_FILE}); "
-            "run or resume it from the environment that made it, or start a new sweep directory"
-        )
 
 
 def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:

@@ -75,6 +75,19 @@ class UnitStatus:
         too, but nothing will run it)."""
         return self.submissions > 0
 
+    @property
+    def run_elsewhere(self) -> bool:
+        """Whether another process runs the unit: a live worker holds its lease, or the local
+        process its last job started (a controller ``resume --no-wait`` left) lives, whose worker
+        may not have taken the lease yet."""
+        return self.leased or (self.executor == "local" and self.state == "running")
+
+    @property
+    def to_run_here(self) -> bool:
+        """Whether a ``run`` here starts a worker on it: not complete, its missing items not handed
+        to later units by ``resume`` nor recorded by other units (replaced), and run by no other process."""
+        return not (self.complete or self.resumed or self.covered or self.run_elsewhere)
+
 
 @dataclass
 class SweepStatus:

@@ -23,9 +23,9 @@ from orchestrator.control.reuseplan import Planned, ReuseRequest, plan_with_reus
 from orchestrator.control.scheduler import array_of, missing_tools, query
 from orchestrator.control.scheduler import cancel as scancel
 from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
-from orchestrator.errors import DispatchError, LeaseHeld, PlanError
+from orchestrator.errors import DispatchError, LeaseHeld, MismatchError, PlanError
 from orchestrator.spec.model import SweepSpec
-from orchestrator.store import tokamax_lists, unitfile
+from orchestrator.store import envfile, tokamax_lists, unitfile
 from orchestrator.store.files import folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
@@ -89,7 +89,7 @@ def prepare_sweep(
         index = _reopened_units(sd)  # a damaged one is refused before the output moves: a refusal changes nothing
         _check_cache_dir(sd.spec, root, planned_as=True)
         if out.resolve() != sd.output and (output or _edited_output(sd, spec, spec_path)):
-            _check_before_move(sd, out.resolve(), overwrite)
+            _check_before_move(sd, out.resolve(), overwrite, here=kind in ("local", "debug"))
             sd = _move_output(sd, out.resolve())
         if index:
             return PreparedSweep(sd=sd, unit_ids=[u["id"] for u in index], existed=existed)
@@ -183,11 +183,12 @@ def _edited_output(sd: SweepDir, spec: SweepSpec, spec_path: str) -> bool:
     return spec.output != sd.spec.output and source is not None and Path(spec_path).resolve() == Path(source)
 
 
-def _check_before_move(sd: SweepDir, out: Path, overwrite: bool) -> None:
+def _check_before_move(sd: SweepDir, out: Path, overwrite: bool, *, here: bool) -> None:
     """Refuse, before the output moves, what the command would refuse after it: another live
     ``run`` of the sweep (it merges into the sweep's output when it ends, whatever this says), a
-    damaged sweep directory (its status reads every file of it), an output holding another
-    sweep's records."""
+    damaged sweep directory (its status reads every file of it), units to run ``here`` (a local
+    or debug run) with another stack than this interpreter's, an output holding another sweep's
+    records."""
     from orchestrator.store.merge import check_target
 
     if other_run_live(sd):
@@ -195,9 +196,27 @@ def _check_before_move(sd: SweepDir, out: Path, overwrite: bool) -> None:
             f"{sd.root} is being run by another `{PROG} run`, which merges into {sd.output} when it ends; move "
             f"the output to {out} once it has (`{PROG} wait {word(sd.root)}` follows it)"
         )
-    sweep_status(sd, query_slurm=False)
+    st = sweep_status(sd, query_slurm=False)
+    if here and any(u.to_run_here for u in st.units):
+        check_interpreter_env(sd)
     if not overwrite:
         check_target(sd, out)
+
+
+def check_interpreter_env(sd: SweepDir) -> None:
+    """Workers run this interpreter: its jax, jaxlib and tokamax must be the ones the sweep was
+    measured with (env.json), or every worker would refuse the sweep (and new records would not
+    mix with the old ones)."""
+    env = sd.recorded_env()
+    if not env or sd.spec.kernel.impl == "replay":  # a replay runs no jax: its env is the source's
+        return
+    diff = envfile.installed_differences(env)
+    if diff:
+        raise MismatchError(
+            f"the sweep in {sd.root} was measured with another stack (here vs the sweep's: {diff}; see "
+            f"{sd.root / envfile.ENV_FILE}); "
+            "run or resume it from the environment that made it, or start a new sweep directory"
+        )
 
 
 def _move_output(sd: SweepDir, out: Path) -> SweepDir:
