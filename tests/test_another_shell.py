@@ -239,3 +239,36 @@ def test_run_of_a_sweep_whose_unit_runs_detached_follows_that_worker_and_starts_
     assert len(doc["results"]) == doc["tilesweep"]["planned"] and not [r for r in doc["results"] if "error" in r]
     logs = "".join(p.read_text(errors="replace") for p in (sweep / "logs").glob("*") if p.is_file())
     assert "already held" not in logs and "LeaseHeld" not in logs
+
+
+def _process_state(pid: int) -> str:
+    return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+
+
+def test_status_from_another_shell_says_a_run_stopped_by_ctrl_z_is_stopped(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A local run stopped as Ctrl-Z stops it (its process group, worker included): status from
+    another shell says the unit's worker is stopped and how to continue it, and gives no ETA."""
+    spec = write_spec(**SPEC)
+    sweep = tmp_path / "sweep"
+    run = start_run(spec, sweep)
+    until(lambda: records_written(sweep) > 0, "a record", run)
+    worker = _last_job_pid(sweep)
+    os.killpg(run.pid, signal.SIGSTOP)
+    try:
+        until(lambda: _process_state(worker) == "T", "the worker stopped")
+        status = run_cli("status", str(sweep))
+    finally:
+        os.killpg(run.pid, signal.SIGCONT)
+    head, units = status.stdout.splitlines()[0], status.stdout.splitlines()[2:]
+    assert head.endswith("in progress, the worker of 1 unit stopped (Ctrl-Z / SIGSTOP)"), status.stdout
+    assert "ETA" not in head, head
+    assert units[0].endswith(
+        f"local process {worker} is stopped (Ctrl-Z / SIGSTOP): `fg` in the shell that runs it resumes it, "
+        f"or `kill -CONT {worker}`"
+    ), status.stdout
+    _, err = run.communicate(timeout=SETTLE_S)
+    assert run.returncode == 0, err
+    again = run_cli("status", str(sweep))
+    assert "stopped" not in again.stdout and again.returncode == 0, again.stdout

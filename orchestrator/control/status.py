@@ -30,7 +30,7 @@ from orchestrator.control.partitions import time_limit_of
 from orchestrator.control.scheduler import SchedulerView, queries_disabled, query
 from orchestrator.control.status_model import ACTIVE, FAILED, REPLACED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
-from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state
+from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state, stopped_pid
 from orchestrator.control.why import REQUEUES_RAN_OUT, last_word, out_of_requeues, out_of_time
 from orchestrator.errors import TilesweepError
 from orchestrator.planning.search import SEARCH
@@ -366,6 +366,7 @@ def _unit_state(
         u.stuck = u.state in ACTIVE and task is not None and task.stuck
     else:
         u.state, u.detail = local_state(job, u.done)
+        u.stopped = u.state == "running" and stopped_pid(job) is not None
         if u.state == "failed" and stop is not None and stop.failed.get(u.id) == u.job_id:
             u.detail = f"its worker could not write to the sweep directory: its disk was full ({stop.error})"
     if u.state in FAILED:

@@ -68,6 +68,7 @@ class UnitStatus:
     stuck: bool = False  # pending for a reason that never resolves on its own (see scheduler.STUCK_REASONS)
     retry: bool = False  # redoes error records of other units (`resume --retry-errors`): its items are counted there
     round: int = 1  # the halving strategy's round 2 times the survivors of round 1 in full
+    stopped: bool = False  # its local worker is stopped (Ctrl-Z, SIGSTOP): it records nothing until continued
 
     @property
     def submitted(self) -> bool:
@@ -270,6 +271,10 @@ class SweepStatus:
             "grid": self.grid,
         }
 
+    def stopped(self) -> list[UnitStatus]:
+        """Running units whose worker is stopped (Ctrl-Z, SIGSTOP)."""
+        return [u for u in self.units if u.stopped and u.state == "running"]
+
     def counts(self) -> dict[str, int]:
         c = Counter(u.state for u in self.units)
         return {s: c[s] for s in STATE_ORDER if c[s]}
@@ -283,8 +288,9 @@ class SweepStatus:
         return [u for u in self.units if u.state in FAILED and not u.resumed]
 
     def eta_s(self) -> float | None:
-        """Seconds to go at the rate since the first submission (None when unknown)."""
-        if self.complete or self.settled or not self.first_submitted or not self.done:
+        """Seconds to go at the rate since the first submission (None when unknown, and while a
+        unit's worker is stopped: it records nothing until it is continued)."""
+        if self.complete or self.settled or not self.first_submitted or not self.done or self.stopped():
             return None
         elapsed = self.taken - self.first_submitted
         return elapsed * (self.total - self.done) / self.done if elapsed > 0 else None

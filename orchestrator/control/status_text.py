@@ -101,6 +101,9 @@ def sweep_state(st: SweepStatus, *, advice: bool = True) -> str:
     state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
     if state == "complete" and not st.merged:
         state = f"complete, {_not_merged(st, advice)}"
+    if state == "in progress" and (stopped := st.stopped()):
+        workers = "workers" if len(stopped) > 1 else "worker"
+        state += f", the {workers} of {counted(len(stopped), 'unit')} stopped (Ctrl-Z / SIGSTOP)"
     if state == "incomplete" and st.round2_pending and st.items_done >= st.planned:
         state = "round 1 done, round 2 to plan"
     if state == "incomplete" and st.search_pending and st.done >= st.total:

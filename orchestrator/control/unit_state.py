@@ -23,7 +23,7 @@ from orchestrator.control.history import cancelled_since, submitted_ts
 from orchestrator.control.scheduler import SchedulerView, TaskState
 from orchestrator.control.why import INTERRUPTED, died_under, exit_reason, last_word, never_taken, read_failure
 from orchestrator.store.diskspace import FullDisk
-from orchestrator.store.pidspace import in_this_pid_space, pid_alive
+from orchestrator.store.pidspace import in_this_pid_space, pid_alive, process_stopped
 
 # A job that is in neither squeue nor sacct this long after its submission (or after its
 # unit last showed activity) is gone.
@@ -119,10 +119,10 @@ def cancelled_by(uid: str) -> str:
 def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
     """A unit run by the local executor (or the debug one, in the command's process): running
     while its process lives (the one that started at the time its job names, not a process that
-    took its pid later); once it is gone, interrupted where its worker's log says a stop
-    signal ended it, else failed (``failure``
-    then reads why: the worker's own reason, or the signal the run or controller that started
-    it saw)."""
+    took its pid later), said stopped where /proc says that process is (``stopped_pid``); once it
+    is gone, interrupted where its worker's log says a stop signal ended it, else failed
+    (``failure`` then reads why: the worker's own reason, or the signal the run or controller
+    that started it saw)."""
     if job.get("executor") == "local":
         try:
             pid = int(job.get("job_id"))  # type: ignore[arg-type]
@@ -137,6 +137,8 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
                 if said is not None and said[0] == INTERRUPTED:
                     return INTERRUPTED, said[1]
                 return "failed", "its local worker process is gone"
+            if stopped_pid(job) is not None:
+                return "running", f"local process {pid} is {stopped_line(pid)}"
             return "running", f"local process {pid}"
     if job.get("executor") == "debug" and isinstance(job.get("pid"), int) and in_this_pid_space(job):
         pid = job["pid"]
@@ -145,8 +147,29 @@ def local_state(job: dict[str, Any], records: int) -> tuple[str, str | None]:
             if said is not None and said[0] == INTERRUPTED:
                 return INTERRUPTED, said[1]
             return "failed", f"the debug run that ran it (pid {pid}) ended before the unit finished"
+        if stopped_pid(job) is not None:
+            return "running", f"the debug run that runs it (pid {pid}) is {stopped_line(pid)}"
         return "running", f"in the debug run, pid {pid}"
     return ("running" if records else "pending"), None
+
+
+def stopped_pid(job: dict[str, Any]) -> int | None:
+    """The process of a local or debug job, in this pid space, that /proc says is stopped
+    (Ctrl-Z in the shell that runs it, a SIGSTOP): its unit records nothing until it is
+    continued; None for any other job."""
+    if not in_this_pid_space(job):
+        return None
+    pid = job.get("pid") if job.get("executor") == "debug" else job.get("job_id")
+    try:
+        pid = int(pid)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return pid if job.get("executor") in ("local", "debug") and process_stopped(pid) else None
+
+
+def stopped_line(pid: int) -> str:
+    """What a stopped process is, and how its user continues it."""
+    return f"stopped (Ctrl-Z / SIGSTOP): `fg` in the shell that runs it resumes it, or `kill -CONT {pid}`"
 
 
 # A task that ended with none of its log files there could not open them: SLURM opens them in

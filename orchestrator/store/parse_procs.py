@@ -56,7 +56,7 @@ from orchestrator.cpus import usable_cpus
 from orchestrator.errors import ResultsError
 from orchestrator.pyproc import PipeLines, module_command, module_env
 from orchestrator.store.files import folder_refuses, remove_dead_temps
-from orchestrator.store.pidspace import pid_alive, process_state
+from orchestrator.store.pidspace import STOPPED, pid_alive, process_state
 from orchestrator.store.segments import CACHE_DIR, UNCACHED, current, segment, uncached
 from orchestrator.store.sweepdir import SweepDir
 
@@ -66,7 +66,6 @@ ENV = "TILESWEEP_MERGE_PROCS"
 PARALLEL_MIN_BYTES = 64 << 20  # below this a worker's start costs more than it parses
 MAX_PROCS = 8
 WATCH_S = 1.0  # a worker silent this long is looked at: stopped, it is waited for no more (``_rest``)
-STOPPED = ("T", "t")  # /proc/PID/stat's states of a process stopped by a signal or a debugger
 SHARES = ".shares"  # a merge's folder in the cache: the list its processes go down, their claims, what they said
 
 

@@ -52,11 +52,20 @@ def _stat(pid: int) -> list[str] | None:
     return None if stat is None else stat.rsplit(")", 1)[-1].split()
 
 
+STOPPED = ("T", "t")  # /proc/PID/stat's states of a process stopped by a signal or a debugger
+
+
 def process_state(pid: int) -> str | None:
     """A pid's state letter (field 3 of /proc/PID/stat: ``R`` running, ``S`` asleep, ``T``
     stopped by a signal, ``t`` stopped by a debugger, ``Z`` ended), or None where /proc cannot say."""
     fields = _stat(pid)
     return None if not fields else fields[0]
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether /proc says ``pid`` is stopped (Ctrl-Z, SIGSTOP, a debugger): it runs nothing until
+    it is continued (``fg``, SIGCONT)."""
+    return process_state(pid) in STOPPED
 
 
 def process_start(pid: int) -> str | None:
