@@ -91,6 +91,26 @@ def test_resume_refuses_another_spec(tmp_path: Path, write_spec: Callable[..., P
     assert_one_line_error(r, "not the spec", "(repeats 7 in this spec, 2 in the sweep's)")
 
 
+def test_resume_given_a_sweep_directory_as_its_spec_says_what_spec_takes(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    """``resume D --spec D`` (or the plan file D/sweep.json): the line says what --spec takes (a
+    spec file of the sweep, the one it was planned from named), not ``resume D``, the command
+    just typed; nothing is run or written."""
+    sd = _sweep(tmp_path, write_spec)
+    jobs_before = (sd.root / "jobs.jsonl").exists()
+    for given, what in ((sd.root, "the sweep directory"), (sd.root / "sweep.json", "the plan of the sweep directory")):
+        line = assert_one_line_error(
+            run_cli("resume", str(sd.root), "--spec", str(given)),
+            f"--spec {given} is {what} {sd.root}, not a spec file; --spec takes a spec file of the sweep in "
+            f"{sd.root} (it was planned from {tmp_path / 'spec.json'}), whose executor settings resume uses, or "
+            "resume without --spec",
+        )
+        assert f"`tilesweep resume {sd.root}`" not in line, line
+    assert (sd.root / "jobs.jsonl").exists() == jobs_before
+    assert not list((sd.root / "partials").glob("*.jsonl"))
+
+
 def test_the_executor_settings_a_resume_was_given_stay_the_sweeps(
     tmp_path: Path, write_spec: Callable[..., Path]
 ) -> None:

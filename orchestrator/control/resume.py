@@ -27,7 +27,7 @@ from orchestrator.control.rounds import NextRound, advance, group, merge_hook, r
 from orchestrator.control.scheduler import require_submit_tools
 from orchestrator.control.status import sweep_status
 from orchestrator.control.sweeps import check_interpreter_env, sweep_lock
-from orchestrator.errors import DispatchError, MismatchError
+from orchestrator.errors import DispatchError, MismatchError, SpecError
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweep_paths import log_folder
@@ -55,10 +55,20 @@ class Resumed:
 def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
     """The executor settings to resume with: the sweep's own, or those of ``spec_path``,
     which must be the sweep's spec (its executor section may differ: it is not hashed)."""
-    from orchestrator.spec.files import load_spec
+    from orchestrator.spec.files import load_spec, sweep_dir_given
 
     if spec_path is None:
         return sd.spec.executor
+    given = sweep_dir_given(Path(spec_path))
+    if given is not None:  # not the spec loading's advice: `resume DIR` is the command just typed
+        what = "the sweep directory" if given == Path(spec_path) else "the plan of the sweep directory"
+        source = sd.meta.get("spec_source")
+        planned_from = f" (it was planned from {source})" if source else ""
+        raise SpecError(
+            f"--spec {spec_path} is {what} {given}, not a spec file; --spec takes a spec file of the sweep in "
+            f"{sd.root}{planned_from}, whose executor settings resume uses, or resume without --spec to keep "
+            "the sweep's own"
+        )
     spec = load_spec(spec_path)
     if spec.fingerprint() != sd.spec.fingerprint():
         raise MismatchError(

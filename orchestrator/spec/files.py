@@ -107,6 +107,20 @@ def read_spec_data(p: Path) -> dict[str, Any]:
 _SWEEP_FILE, _SWEEP_FORMAT = "sweep.json", "tilesweep-sweep"
 
 
+def sweep_dir_given(p: Path) -> Path | None:
+    """The sweep directory ``p`` is, or whose plan (its sweep.json) ``p`` is, where a spec file
+    was meant; None for anything else."""
+    if p.is_dir():
+        return p if (p / _SWEEP_FILE).is_file() else None
+    if p.name != _SWEEP_FILE or not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return p.parent if isinstance(data, dict) and data.get("format") == _SWEEP_FORMAT else None
+
+
 def _sweep_commands(root: Path) -> str:
     """What to run on the sweep directory ``root`` that was passed where a spec goes."""
     return (
