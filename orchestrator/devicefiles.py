@@ -17,3 +17,22 @@ def not_a_file(path: str | os.PathLike[str]) -> str | None:
     except (OSError, ValueError):
         return None
     return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else None
+
+
+def what_it_is(path: str | os.PathLike[str]) -> str:
+    """What ``path`` is (a link followed), as a line that refuses it names it: "a directory", "a
+    device" (/dev/null, a terminal), "a named pipe", "a socket", "a file" (a regular one);
+    "nothing" where there is nothing there to look at."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return "nothing"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a file"

@@ -96,7 +96,7 @@ def test_a_second_shrinking_merge_keeps_the_first_documents_records(tmp_path: Pa
 def test_a_merge_output_that_is_a_device_a_link_or_no_file(tmp_path: Path) -> None:
     sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 1, output=tmp_path / "results.json")
     r = run_cli("merge", str(sd.root), "--output", os.devnull)  # renamed into place, it would replace the node
-    assert_one_line_error(r, f"the output {os.devnull} is not a regular file")
+    assert_one_line_error(r, f"the output {os.devnull} is a device, not a regular file")
     assert stat.S_ISCHR(os.lstat(os.devnull).st_mode)
     for name in ("", f"{tmp_path}/new-folder/"):
         assert_one_line_error(run_cli("merge", str(sd.root), "--output", name), "names no file")

@@ -167,10 +167,27 @@ def test_a_device_or_a_named_pipe_is_refused_and_left_as_it_is(results: Path, tm
     (``--out /dev/null`` as root replaced the machine's /dev/null with a file)."""
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    _refused(_commands(results, fifo)[command], "is not a regular file")
+    _refused(_commands(results, fifo)[command], f"{fifo} is a named pipe, not a regular file, which writing the ")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
-    _refused(_commands(results, Path(os.devnull))[command], "is not a regular file")
+    _refused(_commands(results, Path(os.devnull))[command], f"{os.devnull} is a device, not a regular file, which ")
     assert stat.S_ISCHR(os.lstat(os.devnull).st_mode)
+
+
+def test_a_plots_folder_that_is_a_device_a_pipe_or_a_file_is_refused_as_what_it_is(
+    results: Path, tmp_path: Path
+) -> None:
+    """``report --plots /dev/null``: one line naming what the path is (not "a file" for a
+    device), and what to name instead; the node is left as it is and nothing is printed."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("kept")
+    for given, what in ((Path(os.devnull), "a device"), (fifo, "a named pipe"), (notes, "a file")):
+        done = run_cli("report", str(results), "--plots", str(given))
+        line = assert_one_line_error(done, f"--plots {given} is {what}, not a folder; name a folder for the PNGs")
+        assert done.stdout == "", line
+    assert stat.S_ISCHR(os.lstat(os.devnull).st_mode) and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert notes.read_text() == "kept"
 
 
 @pytest.mark.parametrize("command", ["export", "report", "compare"])

@@ -19,6 +19,7 @@ from orchestrator.cli import export
 from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, counted, non_negative_int
 from orchestrator.cli.finish import print_reused
 from orchestrator.cli.outputs import check_output, refuse_unwritable
+from orchestrator.devicefiles import what_it_is
 from orchestrator.errors import TilesweepError
 from orchestrator.store.page_file import is_page
 
@@ -137,7 +138,7 @@ def _check_plots(out_dir: str) -> None:
         raise TilesweepError("--plots '' names no folder; name the folder for the PNGs")
     folder = Path(out_dir)
     if folder.exists() and not folder.is_dir():
-        raise TilesweepError(f"--plots {out_dir} is a file; name a folder for the PNGs")
+        raise TilesweepError(f"--plots {out_dir} is {what_it_is(folder)}, not a folder; name a folder for the PNGs")
     refuse_unwritable(
         "--plots", out_dir, folder / "plot.png", instead="name a folder for the PNGs", another="name another"
     )

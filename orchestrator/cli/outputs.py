@@ -22,6 +22,7 @@ from pathlib import Path
 from kernels.spelling import as_json
 from kernels.tokamax_meta import holds_table
 from orchestrator.cli.common import names_no_file
+from orchestrator.devicefiles import what_it_is
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import folder_refuses, same_file
 
@@ -84,8 +85,8 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
         return str(path)
     if not path.is_file():
         raise TilesweepError(
-            f"{flag} {out} is not a regular file (a device, a pipe or a socket), which writing the {writes} would "
-            "replace; name a regular file"
+            f"{flag} {out} is {what_it_is(path)}, not a regular file, which writing the {writes} would replace; "
+            "name a regular file"
         )
     try:
         if path.stat().st_size == 0 or of_kind(path):

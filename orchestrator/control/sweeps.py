@@ -23,6 +23,7 @@ from orchestrator.control.reuseplan import Planned, ReuseRequest, plan_with_reus
 from orchestrator.control.scheduler import array_of, missing_tools, query
 from orchestrator.control.scheduler import cancel as scancel
 from orchestrator.control.status import ACTIVE, SweepStatus, sweep_status
+from orchestrator.devicefiles import what_it_is
 from orchestrator.errors import DispatchError, LeaseHeld, MismatchError, PlanError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store import envfile, tokamax_lists, unitfile
@@ -140,9 +141,7 @@ def _check_output(out: Path, given: str, root: Path, spec_path: str) -> None:
     if out.is_dir():
         raise PlanError(f"{given} is a directory; name a file for the results document")
     if out.exists() and not out.is_file():
-        raise PlanError(
-            f"{given} is not a regular file (a device, a pipe or a socket); name a file for the results document"
-        )
+        raise PlanError(f"{given} is {what_it_is(out)}, not a regular file; name a file for the results document")
     refused = folder_refuses(out)
     if refused is not None:
         folder, why = refused

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from orchestrator import PROG, word
+from orchestrator.devicefiles import what_it_is
 from orchestrator.errors import ResultsError
 from orchestrator.store.files import folder_refuses, link_target
 from orchestrator.store.segments import CACHE_DIR
@@ -40,7 +41,7 @@ def output_file(sd: SweepDir, out: Path) -> Path:
         )
     if out.exists() and not out.is_file():
         raise ResultsError(
-            f"the output {out} is not a regular file (a device, a pipe or a socket), which the merge would replace; "
+            f"the output {out} is {what_it_is(out)}, not a regular file, which the merge would replace; "
             f"merge into a file (`{PROG} merge {word(sd.root)} --output FILE`)"
         )
     return out

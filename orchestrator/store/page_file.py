@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator import PROG
+from orchestrator.devicefiles import what_it_is
 from orchestrator.errors import ResultsError
 from orchestrator.store.files import link_target
 
@@ -43,8 +44,8 @@ def page_target(page: Path) -> Path:
         raise ResultsError(f"{page} is a directory, where report.html: true puts the sweep's page; {instead}")
     if target.exists() and not target.is_file():
         raise ResultsError(
-            f"{page} is not a regular file (a device, a pipe or a socket), where report.html: true puts the sweep's "
-            f"page; {instead}"
+            f"{page} is {what_it_is(target)}, not a regular file, where report.html: true puts the sweep's page; "
+            f"{instead}"
         )
     try:
         if target.exists() and target.stat().st_size and not is_page(target):
