@@ -190,3 +190,27 @@ def test_what_a_device_block_does_not_name_is_said_so(device: dict[str, str], sa
     a = results_doc.from_obj(make_doc([rec(ms=1.0)], device=device), name="a.json")
     lines = compare.format_compare(compare.compare(a, a), doc_a=a, doc_b=a).splitlines()
     assert lines[0] == f"A: a.json ({said})"
+
+
+def test_a_document_whose_records_were_all_reused_names_the_jax_they_were_measured_with(tmp_path: Path) -> None:
+    """Every record of B carried from A (no worker of B's sweep ran, so its device block names no
+    jax): its label names the jax its records were reused under, and from where, not "no jax
+    version named"."""
+    from tests.reuse_helpers import FIRST, run_first
+    from tests.reuse_helpers import write as write_spec
+
+    first = run_first(tmp_path)
+    jax = json.loads(first.read_text())["device"]["jax"]
+    spec = write_spec(tmp_path, "again.json", {**FIRST, "output": str(tmp_path / "again-out.json")})
+    sweep = tmp_path / "again"
+    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--reuse", str(first))
+    assert planned.returncode == 0 and "every item is carried" in planned.stdout, planned.stdout + planned.stderr
+    merged = run_cli("merge", str(sweep))
+    assert merged.returncode == 0, merged.stderr
+    again = tmp_path / "again-out.json"
+    assert json.loads(again.read_text())["device"].get("jax") is None  # what the label cannot take it from
+    r = run_cli("compare", str(first), str(again))
+    assert r.returncode == 0, r.stderr
+    a, b = r.stdout.splitlines()[:2]
+    assert a == f"A: {first} (cpu, jax {jax})", a
+    assert b == f"B: {again} (cpu, jax {jax}, of the records it reused from {first})", b

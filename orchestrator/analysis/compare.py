@@ -31,6 +31,7 @@ from orchestrator.analysis.report import (
 )
 from orchestrator.analysis.tables import fmt_ms, render
 from orchestrator.store.document import ResultsDoc
+from orchestrator.store.provenance import own_block
 from orchestrator.store.replayed import describe
 
 
@@ -203,13 +204,29 @@ def _doc_label(doc: ResultsDoc) -> str:
     what the block does not name is said so, not shown as ``?``."""
     kind, jax = doc.device.get("device_kind"), doc.device.get("jax")
     if kind or jax:
-        on = f"{kind or 'no device kind named'}, {f'jax {jax}' if jax else 'no jax version named'}"
+        on = f"{kind or 'no device kind named'}, {f'jax {jax}' if jax else _jax_of_reused(doc)}"
     elif doc.results:
         on = "its device block names no device kind and no jax version"
     else:
         on = "no record: measured on no device"
     replayed = describe(doc)
     return f"{doc.name} ({on}" + (f"; {replayed})" if replayed else ")")
+
+
+def _jax_of_reused(doc: ResultsDoc) -> str:
+    """The jax of a document whose device block names none: one whose records were all reused
+    (no worker of its sweep ran, so no worker's device block is there), whose ``tilesweep``
+    block keeps the environment they were checked against when they were reused, and the
+    documents they came from."""
+    own = own_block(doc.extra.get("tilesweep"))
+    reused = own.get("reused") if own is not None else None
+    if own is None or not isinstance(reused, dict):
+        return "no jax version named"
+    env, sources = own.get("env"), reused.get("from")
+    names = ", ".join(map(str, sources)) if isinstance(sources, dict) and sources else "earlier documents"
+    if isinstance(env, dict) and env.get("jax"):
+        return f"jax {env['jax']}, of the records it reused from {names}"
+    return f"no jax version named: its records were reused from {names}, whose device blocks name it"
 
 
 def format_compare(
