@@ -5,8 +5,8 @@ speak by.
 A config is lowered once, and only where its verdict can still prune something: not where it has
 a verdict already (``store.lowering``), nor where no worker will measure it (invalid, pruned,
 reused: carried from an earlier document), nor where a worker recorded it already (measured, or
-errored: a GPU compiled it, or tried to). A carried screen is lowered: a halving round 2 may time
-it in full, and no worker of this sweep recorded it.
+errored: a GPU compiled it, or tried to). A screen, carried or recorded here, is lowered: a
+halving round 2 may time it in full.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def to_lower(items: list[WorkItem], before: set[str], reused: set[str], recorded
 def recorded_ids(root: Path, sweep: str) -> set[str]:
     """The ids of the items the workers of the sweep ``sweep`` recorded in the sweep directory
     ``root`` (none where it is no sweep directory yet): every record of its partials under its
-    own headers, a measurement or an error, but the reuse unit's (carried, never measured here)."""
+    own headers, a measurement or an error, but the reuse unit's (carried, never measured here)
+    and a screen (halving's round 2, or a screened search's next, may time it in full)."""
     if not (Path(root) / SWEEP_FILE).is_file() or not (Path(root) / "units.json").is_file():
         return set()
     sd = SweepDir(root)
@@ -54,7 +55,7 @@ def recorded_ids(root: Path, sweep: str) -> set[str]:
             continue
         content = read_partial(sd.partial_path(entry["id"]), warn=False)
         if all(h.get("sweep") == sweep for h in content.headers):
-            out.update(content.records)
+            out.update(i for i, (_, rec) in content.records.items() if rec.get("screened") is not True)
     return out
 
 
