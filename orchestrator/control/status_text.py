@@ -36,6 +36,12 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         lines.append(f"  ... {' and '.join(hidden)} units not shown (--json lists every unit)")
     asked = st.view is not None and st.view.asked
     lines += [merge_job_line(m, asked=asked) for m in st.merge_jobs[-1:]]
+    if st.records_unmerged:  # before the next step, which ends the text
+        why = f" ({st.unmerged})" if st.unmerged else ""
+        what = "lacks records the units wrote since it was merged" if st.output_exists else "is not written"
+        lines.append(
+            f"not merged{why}: {st.output} {what}; to merge the records done: {PROG} merge {word(st.sweep_dir)}"
+        )
     if not st.complete and st.settled and st.run_stop is not None:
         lines.append(st.run_stop.line())
     elif not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
@@ -47,12 +53,6 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         )
     if st.complete and st.unmerged:
         lines.append(f"to write the results document: {PROG} merge {word(st.sweep_dir)}")
-    elif st.records_unmerged:
-        why = f" ({st.unmerged})" if st.unmerged else ""
-        what = "lacks records the units wrote since it was merged" if st.output_exists else "is not written"
-        lines.append(
-            f"not merged{why}: {st.output} {what}; to merge the records done: {PROG} merge {word(st.sweep_dir)}"
-        )
     return "\n".join(lines)
 
 
