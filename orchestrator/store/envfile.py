@@ -45,12 +45,10 @@ def check(root: Path, env: dict[str, Any]) -> None:
         )
 
 
-def differences(theirs: Any, ours: Mapping[str, Any]) -> str:
+def differences(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str:
     """How an environment (a worker's, a partial header's) differs from ``ours``, field by field
     as a JSON file spells the values (``jax "0.4.30" vs "0.4.31", jaxlib null vs "0.4.31"``; a
-    field one of them lacks: absent); the whole of ``theirs`` where it is not an object."""
-    if not isinstance(theirs, dict):
-        return f"{as_json(theirs)} vs {as_json(dict(ours))}"
+    field one of them lacks: absent); ``measured_in`` says a header's that is no object."""
 
     def shown(env: Mapping[str, Any], key: str) -> str:
         return as_json(env[key]) if key in env else "absent"
