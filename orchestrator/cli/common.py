@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kernels.spelling import as_json
-from orchestrator import PROG
+from orchestrator import PROG, counted
 from orchestrator.cli.progress import Progress
 from orchestrator.spec.errorkinds import RETRY_KINDS
 
@@ -146,11 +146,6 @@ def file_path(value: str) -> str:
     if names_no_file(value):
         raise argparse.ArgumentTypeError(f"{as_json(value)} names no file; name the results document to write")
     return value
-
-
-def counted(n: int, word: str) -> str:
-    """``n`` and ``word``, plural where ``n`` is not 1 ("1 unit", "3 items")."""
-    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def items_in_units(items: int, units: int) -> str:
