@@ -219,6 +219,11 @@ def test_logs_of_pending_tasks_as_squeue_shows_them_names_a_task_id_to_give(tmp_
         run_cli("logs", str(sd.root), "6399_[0-2]"),
         f"6399_[0-2]: array 6399 is no SLURM job of {sd.root}, whose jobs are array 6343 (3 tasks: 6343_0 to 6343_2)",
     )
+    here, _ = _sweep_with_unit_logs(tmp_path / "here", 2)  # run here: no SLURM job at all
+    assert_one_line_error(
+        run_cli("logs", str(here.root), "6343_[0-2]"),
+        f"6343_[0-2]: array 6343 is no SLURM job of {here.root}, which never went to SLURM",
+    )
 
 
 def _sweep_with_unit_logs(tmp_path: Path, n: int) -> tuple[SweepDir, list[Unit]]:

@@ -130,15 +130,18 @@ class SweepJobs:
         return jobs
 
     def known(self) -> str:
-        """The jobs as a line names them: each array with its tasks, each merge job."""
+        """The jobs as a refusal names them after the sweep: "whose jobs are" each array with its
+        tasks and each merge job, or that it never went to SLURM."""
         said = []
         for array, tasks in self.arrays.items():
             span = tasks[0] if len(tasks) == 1 else f"{tasks[0]} to {tasks[-1]}"
             said.append(f"array {array} ({counted(len(tasks), 'task')}: {span})")
         said += [f"merge job {m}" for m in self.merges]
         if not said:
-            return "it has none (it never went to SLURM)"
-        return ", ".join(said[:_SHOWN] + ([f"{len(said) - _SHOWN} more"] if len(said) > _SHOWN else []))
+            return "which never went to SLURM"
+        return "whose jobs are " + ", ".join(
+            said[:_SHOWN] + ([f"{len(said) - _SHOWN} more"] if len(said) > _SHOWN else [])
+        )
 
 
 _SHOWN = 6  # the jobs a refusal names before it says how many more
@@ -180,14 +183,11 @@ def log_of(sd: SweepDir, key: str, *, task: bool = False) -> Path:
             return _task_log(sd, raw_of, jobs, task=task)
         if raw_of is not None:
             raise SweepDirError(
-                f"{key} is the job id SLURM gave task {raw_of} (sacct's JobIDRaw), no task of {sd.root}, "
-                f"whose jobs are {jobs.known()}"
+                f"{key} is the job id SLURM gave task {raw_of} (sacct's JobIDRaw), no task of {sd.root}, {jobs.known()}"
             ) from None
         if jobs.arrays or jobs.merges:
             known, unasked = jobs.known(), _not_asked(key) if jobs.arrays else ""
-            raise SweepDirError(
-                f"{key} is no SLURM job of {sd.root}, whose jobs are {known}; {unasked}{exc.message}"
-            ) from None
+            raise SweepDirError(f"{key} is no SLURM job of {sd.root}, {known}; {unasked}{exc.message}") from None
         raise
     return unit_log(sd, key, task=task)
 
@@ -214,7 +214,7 @@ def _pending_tasks(sd: SweepDir, key: str, array: str, indices: list[int]) -> Sw
     jobs = SweepJobs.read(sd)
     ours = jobs.arrays.get(array, [])
     if not ours:
-        return SweepDirError(f"{key}: array {array} is no SLURM job of {sd.root}, whose jobs are {jobs.known()}")
+        return SweepDirError(f"{key}: array {array} is no SLURM job of {sd.root}, {jobs.known()}")
     named = [t for t in (f"{array}_{i}" for i in indices) if t in ours] or ours
     where = word(sd.root)
     return SweepDirError(
@@ -230,7 +230,7 @@ def _task_log(sd: SweepDir, key: str, jobs: SweepJobs, *, task: bool) -> Path:
     status = f"`{PROG} status {word(sd.root)}`"
     if not ran:
         raise SweepDirError(
-            f"{key} is no SLURM task of {sd.root}: none of its units ran in it (its jobs: {jobs.known()}); {status} "
+            f"{key} is no SLURM task of {sd.root}, {jobs.known()}: none of its units ran in it; {status} "
             "shows each unit's task in its job column, and its unit id first"
         )
     if len(ran) == 1 and not task:
