@@ -82,7 +82,7 @@ def test_the_bar_of_run_counts_each_rounds_configs_as_status_says_them(searched:
     configs"); no item is counted."""
     spec, sweep = searched
     said = (spec.parent / "run.err").read_text().splitlines()
-    rate = r"\[[0-9:]+<[0-9:?]+, +[0-9.?]+ ?config/s\]"
+    rate = r"\[[0-9:]+<[0-9:?]+, +[0-9.?]+ ?(?:config/s|s/config)\]"  # a slow round reads s/config
     bar = re.compile(r"^(round \d+ \(\w+\)): +\d+%\|[# 0-9]*\| (\d+/\d+ configs) " + rate + "$")
     meters = [(m.group(1), m.group(2)) for line in said if (m := bar.match(line))]
     assert meters and not [line for line in said if "item/s" in line or "%|" in line and not bar.match(line)], said
