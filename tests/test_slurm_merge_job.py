@@ -2,8 +2,9 @@
 ``executor.slurm_additional_parameters`` a site asks of every job (here a ``comment``, standing in
 for a reservation or licenses, which this cluster has none of), and without those that shape the
 units' tasks (``cpus_per_gpu``) or hold them (``hold``: its dependency waits for the arrays); and a
-sweep whose merge job sbatch refused, said by status to be not merged once its units ended, with
-the command that merges (``wait`` merges it itself)."""
+sweep whose merge job sbatch refused, said by status from another shell to have no merge job after
+its units while they wait, and to be not merged once they ended, with the command that merges
+(``wait`` merges it itself)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.slurm
 SITE = {"slurm_additional_parameters": {"comment": "site-rule", "hold": True, "cpus_per_gpu": 1}}
 HELD = {"slurm_additional_parameters": {"hold": True}}
 MERGE_SCRIPT = "--- sbatch script of the final merge job"
+SBATCH_SAYS = "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified"
+REFUSAL = f"sbatch refused the job: {SBATCH_SAYS}"  # what submit and status say of the merge job
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,15 +66,18 @@ def _refusing_merge_jobs(folder: Path) -> dict[str, str]:
     (bin_dir / "sbatch").write_text(
         "#!/bin/sh\nfor a; do script=$a; done\n"
         'if grep -q -- --dependency "$script"; then\n'
-        "  echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition combination "
-        "specified' >&2; exit 1\nfi\n"
+        f"  echo '{SBATCH_SAYS}' >&2; exit 1\nfi\n"
         f'exec {shutil.which("sbatch")} "$@"\n'
     )
     (bin_dir / "sbatch").chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def test_a_sweep_whose_merge_job_sbatch_refused_is_said_not_merged_once_its_units_end(tmp_path: Path) -> None:
+def test_a_sweep_whose_merge_job_sbatch_refused_says_so_while_its_units_run_and_not_merged_once_they_end(
+    tmp_path: Path,
+) -> None:
+    """The refusal is the sweep's, not only the submitting shell's: a status from another shell
+    while the arrays wait says that no merge job follows them and what merges once they end."""
     spec = replay_specs(tmp_path, lambda k: 0.0, "slurm")["instant"]
     held = {"kind": "slurm", "slurm_partition": "cpu", "gpus_per_node": 0, **HELD}
     spec.write_text(json.dumps({**json.loads(spec.read_text()), "executor": held}))  # released one task at a time
@@ -79,6 +85,13 @@ def test_a_sweep_whose_merge_job_sbatch_refused_is_said_not_merged_once_its_unit
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2", env=_refusing_merge_jobs(tmp_path))
     try:
         assert r.returncode == 0 and "the final merge job was not submitted (sbatch refused" in r.stderr, r.stderr
+        queued = cli("status", str(sweep))
+        said = (
+            f"final merge: not submitted ({REFUSAL}), so no merge job follows the units; "
+            f"once they end, `tilesweep wait {sweep}` or `tilesweep merge {sweep}` merges"
+        )
+        assert queued.returncode == 0 and said in queued.stdout.splitlines(), queued.stdout
+        assert status(sweep)["merge_refused"] == REFUSAL
         first = next(e for e in jobs(sweep) if "unit" in e)
         subprocess.run(["scontrol", "release", first["job_id"]], check=True)
         poll(lambda: any(u["state"] == "done" for u in status(sweep)["units"]), 120, "the released task's unit")
@@ -86,8 +99,12 @@ def test_a_sweep_whose_merge_job_sbatch_refused_is_said_not_merged_once_its_unit
         cli("cancel", str(sweep))
     poll(lambda: all(u["state"] in ("done", "cancelled") for u in status(sweep)["units"]), 60, "the other unit's end")
     shown = cli("status", str(sweep))
-    said = f"not merged: {output} is not written; to merge the records done: tilesweep merge {sweep}"
+    said = (
+        f"not merged (sbatch refused its final merge job): {output} is not written; "
+        f"to merge the records done: tilesweep merge {sweep}"
+    )
     assert shown.returncode == 1 and said in shown.stdout.splitlines(), shown.stdout
+    assert f"final merge: not submitted ({REFUSAL})" in shown.stdout.splitlines(), shown.stdout
     waited = cli("wait", str(sweep))
     assert "merged 1 record (0 errors, 2 of 3 planned missing) into" in waited.stderr, waited.stderr
     assert output.is_file() and "not merged" not in cli("status", str(sweep)).stdout

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +23,7 @@ from kernels import impls
 from kernels.spelling import as_json
 from orchestrator import PROG, counted, word
 from orchestrator.control import dispatch
-from orchestrator.control.history import read_history
+from orchestrator.control.history import MERGE_REFUSED, read_history
 from orchestrator.control.partitions import require_partitions
 from orchestrator.control.scheduler import JOB_COUNT_MARGIN, cluster_limits
 from orchestrator.errors import DispatchError, SpecError
@@ -32,6 +34,8 @@ from orchestrator.store.sweepdir import SweepDir, atomic_write_text
 
 if TYPE_CHECKING:  # submitit, which the tasks' module imports, loads with a submission, not with a local run
     from orchestrator.control.dispatch.tasks import MergeHook
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -185,7 +189,19 @@ def submit_with_merge(
                 outcome.merge_job = dispatch.submit_merge_job(sd, settings, sub.arrays, then=then)
             except DispatchError as exc:
                 outcome.merge_error = exc
+                record_merge_refused(sd, sub.arrays, exc)
     return outcome
+
+
+def record_merge_refused(sd: SweepDir, arrays: list[str], exc: DispatchError) -> None:
+    """Note in ``jobs.jsonl`` that no final merge job follows ``arrays`` (sbatch refused it), so
+    that a status from any shell says so while they run, and what merges instead
+    (``history.MERGE_REFUSED``). A disk that takes no line leaves it to the submission's warning."""
+    entry = {"event": MERGE_REFUSED, "after": arrays, "why": exc.message, "ts": round(time.time(), 3)}
+    try:
+        sd.record_jobs([entry])
+    except OSError as err:
+        log.warning("the refused final merge job is not noted in %s: %s", err.filename, err.strerror)
 
 
 def accepted_words(sd: SweepDir, outcome: SubmitOutcome | None) -> str:

@@ -15,6 +15,10 @@ from typing import Any
 from orchestrator.control.scheduler import array_of
 from orchestrator.store.sweepdir import SweepDir
 
+# the event ``arrays.submit_with_merge`` notes where sbatch took arrays but refused their final
+# merge job: ``after`` (the arrays), ``why`` (sbatch's words), ``ts``
+MERGE_REFUSED = "merge_job_refused"
+
 
 @dataclass
 class History:
@@ -25,6 +29,7 @@ class History:
     cancelled: dict[str, float] = field(default_factory=dict)  # task (or array) id -> when `tilesweep cancel` ran
     resumed: set[str] = field(default_factory=set)
     merge_jobs: list[dict[str, Any]] = field(default_factory=list)
+    merge_refused: str | None = None  # why sbatch refused the last final merge job, where none was submitted since
     first_submitted: float | None = None
     slurm_jobs: list[str] = field(default_factory=list)  # every SLURM job the sweep ever had (GPU-hours)
     round2_deferred: str | None = None  # the last merge job's reason for not submitting round 2
@@ -50,6 +55,9 @@ def read_history(sd: SweepDir) -> History:
             h.resumed.difference_update(e.get("units", []))
         elif event == "merge_job":
             h.merge_jobs.append(e)
+            h.merge_refused = None
+        elif event == MERGE_REFUSED:
+            h.merge_refused = str(e.get("why"))
         elif isinstance(event, str) and (number := _deferred_round(event)) is not None:
             h.deferred[number] = str(e.get("why"))
             if event == "round2_deferred":

@@ -24,10 +24,10 @@ import os
 import time
 from typing import Any
 
-from orchestrator import PROG
 from orchestrator.control.history import History, read_history, submitted_ts
 from orchestrator.control.partitions import time_limit_of
 from orchestrator.control.scheduler import SchedulerView, queries_disabled, query
+from orchestrator.control.status_merge import document, merge_jobs
 from orchestrator.control.status_model import ACTIVE, FAILED, REPLACED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state, stopped_pid
@@ -35,9 +35,7 @@ from orchestrator.control.why import REQUEUES_RAN_OUT, last_word, out_of_requeue
 from orchestrator.errors import TilesweepError
 from orchestrator.planning.search import SEARCH
 from orchestrator.store.diskspace import FullDisk
-from orchestrator.store.final_merge import final_merge
 from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
-from orchestrator.store.merged import document_current, output_of
 from orchestrator.store.partials import read_partial
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
@@ -126,19 +124,10 @@ def sweep_status(
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
-    st.merge_jobs = _merge_jobs(sd, hist, view)
-    _document(sd, st, partials)
+    st.merge_jobs, st.merge_refused = merge_jobs(sd, hist, view), hist.merge_refused
+    document(sd, st, partials)
     st.taken = now
     return st
-
-
-def _document(sd: SweepDir, st: SweepStatus, partials: dict[str, tuple[int, int]]) -> None:
-    """The sweep's results document: where, whether it is there and holds what ``partials``
-    hold now, and where it does not, why its final merge job wrote none or what will write it."""
-    st.output, st.merged = str(output_of(sd)), document_current(sd, partials)
-    st.output_exists = os.path.exists(st.output)
-    st.unmerged = _unmerged(st.merge_jobs[-1]) if st.merge_jobs and not st.merged else None
-    st.merging = None if st.merged else _merging(st)
 
 
 def _run_stop(sd: SweepDir, hist: History) -> RunStop | None:
@@ -214,49 +203,6 @@ def _ran_out_of_time(u: UnitStatus, sd: SweepDir, job: dict[str, Any]) -> None:
     else:
         requeues = job["max_requeues"] if type(job.get("max_requeues")) is int else sd.spec.executor.max_requeues
         u.detail = out_of_requeues(limit, requeues, str(sd.root), sd.meta.get("spec_source"), full)
-
-
-def _unmerged(last: dict[str, Any]) -> str | None:
-    """Why the sweep's last final merge job wrote no document, where it ended without one:
-    it refused, or SLURM ended it (cancelled, failed, out of time or memory) before its merge."""
-    if last["error"]:
-        return "its final merge job refused"
-    if last["state"] in _MERGE_ENDED:
-        return f"its final merge job {last['state'].lower().replace('_', ' ')}"
-    return None
-
-
-def _merging(st: SweepStatus) -> str | None:
-    """What will write the sweep's document without a user's word: its final merge job, pending
-    or running, or the live ``tilesweep run`` that runs the sweep (it merges when it ends)."""
-    last = st.merge_jobs[-1] if st.merge_jobs else None
-    if last is not None and last["state"] in ("PENDING", "RUNNING"):
-        return f"its final merge job {last['job_id']} ({last['state'].lower()})"
-    return f"the `{PROG} run` that runs it (when it ends)" if st.runner_live else None
-
-
-# the states of a final merge job that ended without merging (COMPLETED: it merged, or refused)
-_MERGE_ENDED = ("CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
-
-
-def _merge_jobs(sd: SweepDir, hist: History, view: SchedulerView | None) -> list[dict[str, Any]]:
-    """The sweep's final merge jobs: what SLURM says of each, and why the one that refused did
-    (what it wrote in ``final-merge.json``)."""
-    final = final_merge(sd) if hist.merge_jobs else None
-    out = []
-    for m in hist.merge_jobs:
-        ts = view.get(str(m["job_id"])) if view is not None else None
-        refused = final is not None and str(final.get("job_id")) == str(m["job_id"]) and not final.get("ok")
-        out.append(
-            {
-                "job_id": str(m["job_id"]),
-                "state": ts.state if ts else None,
-                "reason": ts.reason if ts else None,
-                "log": log if isinstance(log := m.get("stderr"), str) and os.path.exists(log) else None,
-                "error": final.get("error") if refused and final else None,
-            }
-        )
-    return out
 
 
 def _died_in_a_running_task(u: UnitStatus, job: dict[str, Any] | None) -> None:

@@ -97,6 +97,8 @@ class SweepStatus:
     units: list[UnitStatus] = field(default_factory=list)
     scheduler: str | None = None  # what was asked, or why nothing was
     merge_jobs: list[dict[str, Any]] = field(default_factory=list)
+    # why sbatch refused the final merge job of the sweep's last arrays that asked for one: none follows them
+    merge_refused: str | None = None
     first_submitted: float | None = None
     taken: float = field(default_factory=time.time)
     view: SchedulerView | None = field(default=None, repr=False)  # the scheduler's answer used
@@ -322,5 +324,6 @@ class SweepStatus:
             "replay_of": self.replay_of,
             "run_stopped": None if self.run_stop is None else self.run_stop.to_json(),
             "merge_jobs": self.merge_jobs,
+            "merge_refused": self.merge_refused,
             "units": [dict(u.__dict__) for u in self.units],
         }

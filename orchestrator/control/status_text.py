@@ -35,7 +35,10 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     if hidden:
         lines.append(f"  ... {' and '.join(hidden)} units not shown (--json lists every unit)")
     asked = st.view is not None and st.view.asked
-    lines += [merge_job_line(m, asked=asked) for m in st.merge_jobs[-1:]]
+    if st.merge_refused is not None and not st.merged:
+        lines.append(merge_refused_line(st))
+    else:
+        lines += [merge_job_line(m, asked=asked) for m in st.merge_jobs[-1:]]
     if st.records_unmerged:  # before the next step, which ends the text
         why = f" ({st.unmerged})" if st.unmerged else ""
         what = "lacks records the units wrote since it was merged" if st.output_exists else "is not written"
@@ -179,6 +182,17 @@ def merge_job_line(m: dict[str, Any], *, asked: bool = True) -> str:
         + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
         + (f"  log: {m['log']}" if m["log"] and m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else "")
     )
+
+
+def merge_refused_line(st: SweepStatus) -> str:
+    """The final merge job sbatch refused when it took the sweep's arrays: none follows them, so
+    while they run, what merges once they end (once they ended, the lines after it say)."""
+    said = f"final merge: not submitted ({st.merge_refused})"
+    if st.settled:
+        return said
+    sweep = word(st.sweep_dir)
+    merges = f"`{PROG} wait {sweep}` or `{PROG} merge {sweep}` merges"
+    return f"{said}, so no merge job follows the units; once they end, {merges}"
 
 
 def rounds_lines(st: SweepStatus) -> list[str]:
