@@ -108,3 +108,27 @@ def test_a_sweep_whose_merge_job_sbatch_refused_says_so_while_its_units_run_and_
     waited = cli("wait", str(sweep))
     assert "merged 1 record (0 errors, 2 of 3 planned missing) into" in waited.stderr, waited.stderr
     assert output.is_file() and "not merged" not in cli("status", str(sweep)).stdout
+
+
+def test_a_merge_job_scancelled_while_its_units_wait_is_said_with_what_merges_and_status_exits_0(
+    tmp_path: Path,
+) -> None:
+    """A final merge job scancelled from another shell (``scancel -n``, a clean-up of the queue)
+    while the arrays wait: status says no merge job follows them and what merges once they end,
+    and exits 0 (the units run on, nothing waits for a command yet)."""
+    spec = write_spec(tmp_path, "held.json", HELD)
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep))
+    merge_id = next((e["job_id"] for e in jobs(sweep) if e.get("event") == "merge_job"), None)
+    try:
+        assert r.returncode == 0 and merge_id is not None, r.stderr
+        subprocess.run(["scancel", merge_id], check=True)
+        poll(lambda: status(sweep)["no_merge_follows"], 60, "status to see the merge job cancelled")
+        shown = cli("status", str(sweep))
+        said = (
+            f"final merge: job {merge_id} cancelled, so no merge job follows the units; "
+            f"once they end, `tilesweep wait {sweep}` or `tilesweep merge {sweep}` merges"
+        )
+        assert shown.returncode == 0 and said in shown.stdout.splitlines(), shown.stdout
+    finally:
+        cli("cancel", str(sweep))

@@ -89,9 +89,9 @@ STATUS_HELP = (
     "has failed, or its final merge job or the `run` that runs it writes its document); 1: some units ended "
     "without finishing, or were never started (a plan never run, a run stopped before it started them), and "
     f"nothing took their items over, or a round is still to plan and nothing running will (`{PROG} resume DIR` "
-    "does these); or the final merge job refused, or ended before merging, or sbatch refused it and the units "
-    "ended, and no merge wrote the document since, or every unit is done and the results document is missing "
-    "or older than records written since "
+    "does these); or, once the units ended, the final merge job refused, or ended before merging (scancel), or "
+    "sbatch refused it, and no merge wrote the document since, or every unit is done and the results document "
+    "is missing or older than records written since "
     f'("complete, not merged": `{PROG} merge DIR` writes it); 2: the sweep directory cannot be read.'
 )
 

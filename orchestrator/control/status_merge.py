@@ -1,7 +1,8 @@
 """What ``status`` says of a sweep's merge: its final merge jobs as SLURM and ``final-merge.json``
-say, the one sbatch refused at submission (``history.MERGE_REFUSED``: none follows the arrays), and
-its results document: whether it holds what the partials hold now, and where it does not, why
-nothing wrote it or what will."""
+say, the one sbatch refused at submission (``history.MERGE_REFUSED``), whether one follows the units
+that still run (not where sbatch refused it or it ended first: a ``scancel``), and its results
+document: whether it holds what the partials hold now, and where it does not, why nothing wrote it
+or what will."""
 
 from __future__ import annotations
 
@@ -27,17 +28,20 @@ def document(sd: SweepDir, st: SweepStatus, partials: dict[str, tuple[int, int]]
     hold now, and where it does not, why its final merge job wrote none or what will write it."""
     st.output, st.merged = str(output_of(sd)), document_current(sd, partials)
     st.output_exists = os.path.exists(st.output)
-    st.unmerged = None if st.merged else _unmerged(st)
+    last = st.merge_jobs[-1] if st.merge_jobs and st.merge_refused is None else None
+    ended = last is not None and (bool(last["error"]) or last["state"] in _MERGE_ENDED)
+    st.no_merge_follows = not st.settled and (ended or st.merge_refused is not None)
+    # said once the units settled: until then they are what a merge waits for
+    st.unmerged = None if st.merged or not st.settled else _unmerged(st, last)
     st.merging = None if st.merged else _merging(st)
 
 
-def _unmerged(st: SweepStatus) -> str | None:
+def _unmerged(st: SweepStatus, last: dict[str, Any] | None) -> str | None:
     """Why the sweep's document was not written, where nothing will write it: sbatch refused its
-    last final merge job (said once its units settled: until then they are what it waits for), the
-    job refused, or SLURM ended it (cancelled, failed, out of time or memory) before its merge."""
+    last final merge job, the job refused, or SLURM ended it (cancelled, failed, out of time or
+    memory) before its merge."""
     if st.merge_refused is not None:
-        return REFUSED_AT_SUBMIT if st.settled else None
-    last = st.merge_jobs[-1] if st.merge_jobs else None
+        return REFUSED_AT_SUBMIT
     if last is None:
         return None
     if last["error"]:

@@ -99,6 +99,8 @@ class SweepStatus:
     merge_jobs: list[dict[str, Any]] = field(default_factory=list)
     # why sbatch refused the final merge job of the sweep's last arrays that asked for one: none follows them
     merge_refused: str | None = None
+    # units wait or run, and no final merge job follows them: sbatch refused it, or it ended first (scancel)
+    no_merge_follows: bool = False
     first_submitted: float | None = None
     taken: float = field(default_factory=time.time)
     view: SchedulerView | None = field(default=None, repr=False)  # the scheduler's answer used
@@ -325,5 +327,6 @@ class SweepStatus:
             "run_stopped": None if self.run_stop is None else self.run_stop.to_json(),
             "merge_jobs": self.merge_jobs,
             "merge_refused": self.merge_refused,
+            "no_merge_follows": self.no_merge_follows,
             "units": [dict(u.__dict__) for u in self.units],
         }

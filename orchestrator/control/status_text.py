@@ -35,10 +35,7 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     if hidden:
         lines.append(f"  ... {' and '.join(hidden)} units not shown (--json lists every unit)")
     asked = st.view is not None and st.view.asked
-    if st.merge_refused is not None and not st.merged:
-        lines.append(merge_refused_line(st))
-    else:
-        lines += [merge_job_line(m, asked=asked) for m in st.merge_jobs[-1:]]
+    lines += _merge_lines(st, asked)
     if st.records_unmerged:  # before the next step, which ends the text
         why = f" ({st.unmerged})" if st.unmerged else ""
         what = "lacks records the units wrote since it was merged" if st.output_exists else "is not written"
@@ -171,28 +168,31 @@ def _state_of(u: UnitStatus) -> str:
     return u.state + (f" ({', '.join(also)})" if also else "")
 
 
-def merge_job_line(m: dict[str, Any], *, asked: bool = True) -> str:
-    """The final merge job: its state (and pending reason), its log once it ended other than
-    completed, or why the merge it ran was refused; ``asked``: whether SLURM was asked of it."""
+def merge_job_line(m: dict[str, Any], *, asked: bool = True, then: str = "") -> str:
+    """The final merge job: its state (and pending reason), ``then``, its log once it ended other
+    than completed, or why the merge it ran was refused; ``asked``: whether SLURM was asked of it."""
     if m.get("error"):
-        return f"final merge: job {m['job_id']} failed: {m['error']}"
+        return f"final merge: job {m['job_id']} failed: {m['error']}{then}"
     unknown = "not in squeue/sacct" if asked else "(SLURM not asked)"
     return (
         f"final merge: job {m['job_id']} {m['state'].lower() if m['state'] else unknown}"
         + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
+        + then
         + (f"  log: {m['log']}" if m["log"] and m["state"] not in (None, "PENDING", "RUNNING", "COMPLETED") else "")
     )
 
 
-def merge_refused_line(st: SweepStatus) -> str:
-    """The final merge job sbatch refused when it took the sweep's arrays: none follows them, so
-    while they run, what merges once they end (once they ended, the lines after it say)."""
-    said = f"final merge: not submitted ({st.merge_refused})"
-    if st.settled:
-        return said
-    sweep = word(st.sweep_dir)
-    merges = f"`{PROG} wait {sweep}` or `{PROG} merge {sweep}` merges"
-    return f"{said}, so no merge job follows the units; once they end, {merges}"
+def _merge_lines(st: SweepStatus, asked: bool) -> list[str]:
+    """The sweep's last final merge job, or sbatch's refusal of it (none was submitted since); where
+    none follows the units that still run (refused, or ended first), what merges once they end."""
+    then = ""
+    if st.no_merge_follows:
+        sweep = word(st.sweep_dir)
+        merges = f"`{PROG} wait {sweep}` or `{PROG} merge {sweep}` merges"
+        then = f", so no merge job follows the units; once they end, {merges}"
+    if st.merge_refused is not None and not st.merged:
+        return [f"final merge: not submitted ({st.merge_refused}){then}"]
+    return [merge_job_line(m, asked=asked, then=then) for m in st.merge_jobs[-1:]]
 
 
 def rounds_lines(st: SweepStatus) -> list[str]:
