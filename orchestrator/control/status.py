@@ -272,6 +272,7 @@ def _progress(
             retry=entry.get("origin") == "retry",
             round=int(entry.get("round", 1)),
             detail=REUSED if entry.get("origin") == "reuse" else None,
+            carried=entry.get("origin") == "reuse",
         )
         if job is not None:
             u.job_id, u.executor = str(job.get("job_id")), job.get("executor")

@@ -69,6 +69,7 @@ class UnitStatus:
     retry: bool = False  # redoes error records of other units (`resume --retry-errors`): its items are counted there
     round: int = 1  # the halving strategy's round 2 times the survivors of round 1 in full
     stopped: bool = False  # its local worker is stopped (Ctrl-Z, SIGSTOP): it records nothing until continued
+    carried: bool = False  # the reuse unit: records carried from earlier documents at plan time, none run
 
     @property
     def submitted(self) -> bool:
@@ -293,11 +294,13 @@ class SweepStatus:
 
     def eta_s(self) -> float | None:
         """Seconds to go at the rate since the first submission (None when unknown, and while a
-        unit's worker is stopped: it records nothing until it is continued)."""
-        if self.complete or self.settled or not self.first_submitted or not self.done or self.stopped():
+        unit's worker is stopped: it records nothing until it is continued). The records carried
+        from earlier documents (the reuse unit's) were there before it: they set no pace."""
+        measured = self.done - sum(min(u.done, u.total) for u in self.units if u.carried)
+        if self.complete or self.settled or not self.first_submitted or measured <= 0 or self.stopped():
             return None
         elapsed = self.taken - self.first_submitted
-        return elapsed * (self.total - self.done) / self.done if elapsed > 0 else None
+        return elapsed * (self.total - self.done) / measured if elapsed > 0 else None
 
     def to_json(self) -> dict[str, Any]:
         eta = self.eta_s()

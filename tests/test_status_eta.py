@@ -1,0 +1,48 @@
+"""The ETA ``status`` gives a sweep that runs: the pace of the records its jobs wrote, not of those
+carried from earlier documents at plan time (the reuse unit's), which were there before any job ran."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.control.scheduler import TaskState
+from orchestrator.control.status import format_status, sweep_status
+from orchestrator.store import synthetic
+from orchestrator.store.sweepdir import SweepDir
+from tests.helpers import TINY_SPEC, run_cli, scheduler_view
+
+GRID = {**TINY_SPEC, "modes": ["fwd"], "seq_lens": [64, 128], "fwd_block_q": [16, 32, 64]}
+
+
+def _replay_spec(folder: Path, name: str, **over: object) -> Path:
+    replay = {"source": str(folder / "source.json"), "pace": "instant"}
+    data = {**GRID, "output": str(folder / "out.json"), "kernel": {"impl": "replay"}, "replay": replay, **over}
+    path = folder / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_eta_of_a_sweep_that_reused_records_is_the_pace_of_its_jobs_alone(tmp_path: Path) -> None:
+    (tmp_path / "source.json").write_text(json.dumps(synthetic.document(GRID)))
+    first = _replay_spec(tmp_path, "first.json", fwd_block_q=[16], executor={"kind": "local"})
+    assert run_cli("run", str(first), "--sweep-dir", str(tmp_path / "first")).returncode == 0
+    spec = _replay_spec(tmp_path, "all.json", executor={"kind": "slurm"})
+    r = run_cli("plan", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--units", "1")
+    assert r.returncode == 0 and "reused 4 items" in r.stdout, r.stdout + r.stderr
+    sd = SweepDir.open(tmp_path / "sweep")
+    (measured,) = [u["id"] for u in sd.unit_index() if u["origin"] != "reuse"]
+    items = sd.unit_items(measured)
+    record = {"id": items[0].id, "attempt": 1, "record": synthetic.record_for(items[0], random.Random(0))}
+    header = synthetic.header(sd, measured, 1)
+    sd.partial_path(measured).write_text(json.dumps(header) + "\n" + json.dumps(record) + "\n")
+    submitted = time.time() - 100
+    sd.record_jobs([{"unit": measured, "executor": "slurm", "job_id": "70", "submitted_ts": submitted}])
+    st = sweep_status(sd, view=scheduler_view(j70=TaskState("RUNNING", "squeue")))
+    assert (st.done, st.total, len(items)) == (5, 8, 4), format_status(st)
+    # 1 record measured in the ~100 s since the job was submitted, 3 to go: ~300 s (not 5 records: ~60 s)
+    assert st.eta_s() == pytest.approx((st.taken - submitted) * 3 / 1), format_status(st)
