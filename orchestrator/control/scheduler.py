@@ -39,6 +39,9 @@ STUCK_REASONS = {
     "BadConstraints",
     "DependencyNeverSatisfied",
 }
+# The pending reasons of a held job (sbatch --hold, scontrol hold; a site's or an administrator's
+# hold): it starts once released, never on its own.
+HELD_REASONS = {"JobHeldUser", "JobHeldAdmin"}
 # Default MaxArraySize of Slurm, used when scontrol cannot be asked.
 DEFAULT_MAX_ARRAY_SIZE = 1001
 # Tasks kept free below MaxJobCount (which counts every task in the system) per array.
@@ -59,8 +62,9 @@ class TaskState:
 
     @property
     def stuck(self) -> bool:
-        """Pending for a reason that never resolves on its own (status warns of it)."""
-        return self.state == "PENDING" and self.reason in STUCK_REASONS
+        """Pending for a reason that never resolves on its own (status warns of it): one it cannot
+        start for as submitted, or a hold it starts once released from."""
+        return self.state == "PENDING" and (self.reason in STUCK_REASONS or self.reason in HELD_REASONS)
 
 
 @dataclass

@@ -52,7 +52,7 @@ def slurm_state(
         # squeue lists every pending task (-r): one only sacct calls pending has left the queue
         # since (sacct lags a few seconds), so it is judged as a task in neither
         return _in_neither(view, jid, submitted, mtime, now)
-    state, detail = _from_task(ts, mtime, submitted, view.taken)
+    state, detail = _from_task(ts, mtime, submitted, view.taken, jid)
     if state == "running" and (job.get("units_in_task") or 1) > 1 and not (mtime is not None and mtime >= submitted):
         # a whole-node task's GPUs take its units in turn: this one has not been taken yet
         return "pending", "its task is running; it waits for one of the task's GPUs"
@@ -75,15 +75,20 @@ def _in_neither(
     return "cancelled", "in neither squeue nor sacct (a pending array task cancelled on its own leaves no record)"
 
 
-def _from_task(ts: TaskState, mtime: float | None, submitted: float, asked: float) -> tuple[str, str | None]:
-    """``asked``: when the scheduler was asked (``wait`` asks it less often than it reads files)."""
+def _from_task(ts: TaskState, mtime: float | None, submitted: float, asked: float, jid: str) -> tuple[str, str | None]:
+    """``asked``: when the scheduler was asked (``wait`` asks it less often than it reads files);
+    ``jid``: the task's id, for what releases it from a hold."""
     s = ts.state
     if s == "PENDING":
         ran = mtime is not None and mtime >= submitted
         if ran and mtime is not None and mtime > asked:  # it started after squeue said pending: it runs
             return "running", None
         reason = ts.reason if ts.reason not in ("", "None") else None
-        if ts.stuck:
+        if ts.reason == "JobHeldUser":
+            reason = f"{ts.reason}: it is held, and starts once released: `scontrol release {jid}`"
+        elif ts.reason == "JobHeldAdmin":
+            reason = f"{ts.reason}: a SLURM administrator holds it; it starts once they release it"
+        elif ts.stuck:
             reason = f"{ts.reason}: it cannot start as submitted (cancel it, then resume with other executor settings)"
         return ("requeued" if ran else "pending"), reason
     if s.startswith("REQUEUE"):

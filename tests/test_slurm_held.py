@@ -1,0 +1,52 @@
+"""A sweep whose array tasks SLURM holds (``sbatch --hold`` through ``executor.slurm_additional_parameters``,
+``scontrol hold``, a site's hold), on the real local cluster: ``status`` says each task is held and
+the command that releases it, ``wait`` warns of it once and waits, and ends merged once released.
+
+Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_SLURM=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import replay_specs, start_run
+from tests.slurm_cluster import require_cluster
+from tests.slurm_sweeps import cli, unit_jobs
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
+
+def test_a_held_task_is_said_held_with_the_command_that_releases_it_and_wait_ends_once_it_is(tmp_path: Path) -> None:
+    spec = replay_specs(tmp_path, lambda k: 0.0, "slurm")["instant"]
+    held = {"kind": "slurm", "slurm_partition": "cpu", "gpus_per_node": 0}
+    held["slurm_additional_parameters"] = {"hold": True}
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "executor": held}))
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
+    try:
+        assert r.returncode == 0, r.stderr
+        (job,) = [e["job_id"] for e in unit_jobs(sweep).values()]
+        said = f"JobHeldUser: it is held, and starts once released: `scontrol release {job}`"
+        shown = cli("status", str(sweep))
+        assert shown.returncode == 0 and shown.stdout.splitlines()[-2].endswith(said), shown.stdout
+        wait = start_run(spec, sweep, command="wait")
+        assert wait.stderr is not None
+        warning = ""
+        while not warning.startswith("tilesweep: warning:") and (line := wait.stderr.readline()):
+            warning = line.strip()
+        assert warning.endswith(f"(job {job}) waits for {said}"), warning
+        subprocess.run(["scontrol", "release", job], check=True)
+        _, err = wait.communicate(timeout=300)
+        assert wait.returncode == 0 and "merged 3 records (0 errors, 0 of 3 planned missing)" in err, err
+        assert "warning:" not in err, err  # warned once, above
+    finally:
+        cli("cancel", str(sweep))
