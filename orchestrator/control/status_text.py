@@ -46,14 +46,20 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         lines.append(st.run_stop.line())
     elif not st.complete and st.settled and (st.ended_unfinished() or st.never_started()):
         lines.append(f"to redo the missing items: {PROG} resume {word(st.sweep_dir)}")
-    elif not st.settled and (ended := st.ended_unfinished()):
-        lines.append(
-            f"to redo the items of the {counted(len(ended), 'unit')} that ended unfinished while the others run "
-            f"on: {PROG} resume {word(st.sweep_dir)}"
-        )
+    elif not st.settled and (ended := st.ended_unfinished()) + (never := st.never_started()):
+        lines.append(_while_others_run(st, len(ended), len(never)))
     if st.complete and st.unmerged:
         lines.append(f"to write the results document: {PROG} merge {word(st.sweep_dir)}")
     return "\n".join(lines)
+
+
+def _while_others_run(st: SweepStatus, ended: int, never: int) -> str:
+    """What ``resume`` does while other units run: it redoes the items of the ``ended`` units
+    that ended unfinished, and submits those of the ``never`` units never submitted (sbatch
+    refused a later array, a submission stopped before them), which nothing else starts."""
+    what = [f"redo the items of the {counted(ended, 'unit')} that ended unfinished"] if ended else []
+    what += [f"submit the {counted(never, 'unit')} never submitted"] if never else []
+    return f"to {' and '.join(what)} while the others run on: {PROG} resume {word(st.sweep_dir)}"
 
 
 # The units of ``--json`` are flat objects at depth 2: with these separators the stdlib's C encoder
