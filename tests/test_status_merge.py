@@ -1,14 +1,15 @@
 """What ``status`` says of a sweep's merge where sbatch refused its final merge job at submission
 (``jobs.jsonl``'s ``merge_job_refused`` line): no merge job follows the units while they run, and
-the earlier merge job of a sweep submitted before is no longer what merges it. The real cluster's
-refusal, read from another shell, is in ``test_slurm_merge_job.py``."""
+the earlier merge job of a sweep submitted before is no longer what merges it; and a merge job whose
+state SLURM could not give. The real cluster's refusal, read from another shell, is in
+``test_slurm_merge_job.py``."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from orchestrator.control.scheduler import TaskState
+from orchestrator.control.scheduler import SchedulerView, TaskState
 from orchestrator.control.status import format_status, sweep_status
 from orchestrator.store.synthetic import build_sweep, small_spec
 from tests.helpers import scheduler_view
@@ -48,3 +49,13 @@ def test_a_final_merge_job_sbatch_refused_after_an_earlier_one_is_what_status_sa
     later = sweep_status(sd, view=scheduler_view(j53=TaskState("PENDING", "squeue", "Dependency")))
     assert "final merge: job 53 pending (Dependency)" in format_status(later).splitlines()
     assert later.merge_refused is None, format_status(later)
+
+
+def test_a_final_merge_job_neither_squeue_nor_sacct_answered_of_is_not_said_missing_from_them(tmp_path: Path) -> None:
+    """squeue and sacct asked, neither answering (off PATH, the controller down): the merge job's
+    state is unknown, not "not in squeue/sacct", which reads as a job SLURM lost."""
+    sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "o.json")
+    sd.record_jobs([{"event": "merge_job", "job_id": "51", "after": ["50"], "submitted_ts": time.time()}])
+    notes = ["squeue: `squeue` is not on PATH", "sacct: `sacct` is not on PATH"]
+    st = sweep_status(sd, view=SchedulerView(asked=True, squeue_ok=False, sacct_ok=False, notes=notes))
+    assert "final merge: job 51 (squeue and sacct could not be asked)" in format_status(st).splitlines()

@@ -34,8 +34,7 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
     hidden = [*([f"{more} more"] if more else []), *([f"{done} done"] if done else [])]
     if hidden:
         lines.append(f"  ... {' and '.join(hidden)} units not shown (--json lists every unit)")
-    asked = st.view is not None and st.view.asked
-    lines += _merge_lines(st, asked)
+    lines += _merge_lines(st)
     if st.records_unmerged:  # before the next step, which ends the text
         why = f" ({st.unmerged})" if st.unmerged else ""
         what = "lacks records the units wrote since it was merged" if st.output_exists else "is not written"
@@ -174,12 +173,12 @@ def _state_of(u: UnitStatus) -> str:
     return u.state + (f" ({', '.join(also)})" if also else "")
 
 
-def merge_job_line(m: dict[str, Any], *, asked: bool = True, then: str = "") -> str:
+def merge_job_line(m: dict[str, Any], *, unknown: str = "not in squeue/sacct", then: str = "") -> str:
     """The final merge job: its state (and pending reason), ``then``, its log once it ended other
-    than completed, or why the merge it ran was refused; ``asked``: whether SLURM was asked of it."""
+    than completed, or why the merge it ran was refused; ``unknown``: what stands for a state SLURM
+    did not give."""
     if m.get("error"):
         return f"final merge: job {m['job_id']} failed: {m['error']}{then}"
-    unknown = "not in squeue/sacct" if asked else "(SLURM not asked)"
     return (
         f"final merge: job {m['job_id']} {m['state'].lower() if m['state'] else unknown}"
         + (f" ({m['reason']})" if m.get("reason") not in (None, "", "None") else "")
@@ -188,7 +187,7 @@ def merge_job_line(m: dict[str, Any], *, asked: bool = True, then: str = "") -> 
     )
 
 
-def _merge_lines(st: SweepStatus, asked: bool) -> list[str]:
+def _merge_lines(st: SweepStatus) -> list[str]:
     """The sweep's last final merge job, or sbatch's refusal of it (none was submitted since); where
     none follows the units that still run (refused, or ended first), what merges once they end."""
     then = ""
@@ -198,7 +197,11 @@ def _merge_lines(st: SweepStatus, asked: bool) -> list[str]:
         then = f", so no merge job follows the units; once they end, {merges}"
     if st.merge_refused is not None and not st.merged:
         return [f"final merge: not submitted ({st.merge_refused}){then}"]
-    return [merge_job_line(m, asked=asked, then=then) for m in st.merge_jobs[-1:]]
+    view = st.view
+    unknown = "(SLURM not asked)" if view is None or not view.asked else "not in squeue/sacct"
+    if view is not None and view.asked and not (view.squeue_ok or view.sacct_ok):
+        unknown = "(squeue and sacct could not be asked)"  # the scheduler line says why
+    return [merge_job_line(m, unknown=unknown, then=then) for m in st.merge_jobs[-1:]]
 
 
 def rounds_lines(st: SweepStatus) -> list[str]:
