@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels.spelling import as_json
-from orchestrator import PROG, word
+from orchestrator import PROG, counted, word
 from orchestrator.control import dispatch
 from orchestrator.control.arrays import SubmitOutcome, per_array, require_cluster_takes, submit_with_merge
 from orchestrator.control.reuseplan import ReuseRequest
@@ -106,9 +106,9 @@ def submit_spec(
         if wait_lowering is not None:  # before the sweep's lock, which other commands take meanwhile
             wait_lowering(sd.root)
         with sweep_lock(sd):
-            if slurm_jobs(sd):
+            if jobs := slurm_jobs(sd):
                 raise DispatchError(
-                    f"{sd.root} was submitted already ({slurm_jobs(sd)} jobs in {sd.root / 'jobs.jsonl'}); "
+                    f"{sd.root} was submitted already ({counted(jobs, 'job')} in {sd.root / 'jobs.jsonl'}); "
                     f"see `{PROG} status {word(sd.root)}`, and `{PROG} resume {word(sd.root)}` submits its missing "
                     "items"
                 )
