@@ -1,5 +1,6 @@
 """The ETA ``status`` gives a sweep that runs: the pace of the records its jobs wrote, not of those
-carried from earlier documents at plan time (the reuse unit's), which were there before any job ran."""
+carried from earlier documents at plan time (the reuse unit's), which were there before any job ran;
+after a resume, of the records its units wrote since, not of the days between a failure and it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from orchestrator.control.scheduler import TaskState
 from orchestrator.control.status import format_status, sweep_status
 from orchestrator.store import synthetic
 from orchestrator.store.sweepdir import SweepDir
+from orchestrator.store.synthetic import build_sweep
 from tests.helpers import TINY_SPEC, run_cli, scheduler_view
 
 GRID = {**TINY_SPEC, "modes": ["fwd"], "seq_lens": [64, 128], "fwd_block_q": [16, 32, 64]}
@@ -46,3 +48,32 @@ def test_the_eta_of_a_sweep_that_reused_records_is_the_pace_of_its_jobs_alone(tm
     assert (st.done, st.total, len(items)) == (5, 8, 4), format_status(st)
     # 1 record measured in the ~100 s since the job was submitted, 3 to go: ~300 s (not 5 records: ~60 s)
     assert st.eta_s() == pytest.approx((st.taken - submitted) * 3 / 1), format_status(st)
+
+
+def test_the_eta_after_a_resume_is_the_pace_of_the_units_it_submitted_since_it_did(tmp_path: Path) -> None:
+    """A sweep submitted ten days ago, one unit done, the other failed and resumed 100 s ago: the pace is
+    the resumed unit's records since the resume, not every record over the ten days."""
+    sd, units = build_sweep(tmp_path / "sweep", synthetic.small_spec(n_seqs=1), 2, write_partials=[0])
+    ids = [u.id for u in units]
+    resumed = ids[1:]
+    now = time.time()
+    first, again = now - 10 * 86400, now - 100
+    sd.record_jobs(
+        [{"unit": u, "executor": "slurm", "job_id": f"60_{k}", "submitted_ts": first} for k, u in enumerate(ids)]
+    )
+    sd.record_jobs(
+        [{"unit": u, "executor": "slurm", "job_id": f"61_{k}", "submitted_ts": again} for k, u in enumerate(resumed)]
+    )
+    sd.record_jobs([{"event": "resume", "replaces": [], "units": resumed, "ts": again}])
+    items = sd.unit_items(resumed[0])[:10]
+    rng = random.Random(0)
+    lines = [synthetic.header(sd, resumed[0], 2)] + [
+        {"id": it.id, "attempt": 2, "record": synthetic.record_for(it, rng)} for it in items
+    ]
+    sd.partial_path(resumed[0]).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    view = scheduler_view(j61_0=TaskState("RUNNING", "squeue"))
+    st = sweep_status(sd, view=view)
+    left = st.total - st.done
+    assert st.done == len(units[0].items) + 10 and left > 0, format_status(st)
+    # 10 records in the ~100 s since the resume, not 10 + a whole unit's over ten days
+    assert st.eta_s() == pytest.approx((st.taken - again) * left / 10), format_status(st)

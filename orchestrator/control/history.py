@@ -34,6 +34,7 @@ class History:
     slurm_jobs: list[str] = field(default_factory=list)  # every SLURM job the sweep ever had (GPU-hours)
     round2_deferred: str | None = None  # the last merge job's reason for not submitting round 2
     deferred: dict[int, str] = field(default_factory=dict)  # round -> the last such reason for any round
+    last_resume: list[str] = field(default_factory=list)  # the units the last resume that submitted any submitted
 
 
 def read_history(sd: SweepDir) -> History:
@@ -53,6 +54,7 @@ def read_history(sd: SweepDir) -> History:
         elif event == "resume":
             h.resumed.update(e.get("replaces", []))
             h.resumed.difference_update(e.get("units", []))
+            h.last_resume = list(e.get("units") or h.last_resume)
         elif event == "merge_job":
             h.merge_jobs.append(e)
             h.merge_refused = None

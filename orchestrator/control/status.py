@@ -125,9 +125,22 @@ def sweep_status(
         if u.id in notes:
             u.detail = f"{u.detail}; {notes[u.id]}" if u.detail else notes[u.id]
     st.merge_jobs, st.merge_refused = merge_jobs(sd, hist, view), hist.merge_refused
+    _pace(st, hist)
     document(sd, st, partials)
     st.taken = now
     return st
+
+
+def _pace(st: SweepStatus, hist: History) -> None:
+    """Whose records set the ETA's pace, and since when: the units the last resume submitted,
+    since their submission, while one of them waits or runs; else every unit since the first."""
+    resumed = [hist.latest[uid] for uid in hist.last_resume if uid in hist.latest]
+    stamps = [ts for job in resumed if (ts := submitted_ts(job)) is not None]
+    active = {u.id for u in st.unsettled()}
+    if stamps and any(job["unit"] in active for job in resumed):
+        st.paced, st.pace_from = frozenset(hist.last_resume), min(stamps)
+    else:
+        st.paced, st.pace_from = None, st.first_submitted
 
 
 def _run_stop(sd: SweepDir, hist: History) -> RunStop | None:

@@ -103,6 +103,9 @@ class SweepStatus:
     # units wait or run, and no final merge job follows them: sbatch refused it, or it ended first (scancel)
     no_merge_follows: bool = False
     first_submitted: float | None = None
+    # the units whose records set the ETA's pace, and since when: those of the last resume, or every one
+    paced: frozenset[str] | None = None
+    pace_from: float | None = None
     taken: float = field(default_factory=time.time)
     view: SchedulerView | None = field(default=None, repr=False)  # the scheduler's answer used
     gpu_hours: float | None = None  # sacct: elapsed x allocated GPUs over every run of every task
@@ -293,13 +296,18 @@ class SweepStatus:
         return [u for u in self.units if u.state in FAILED and not u.resumed]
 
     def eta_s(self) -> float | None:
-        """Seconds to go at the rate since the first submission (None when unknown, and while a
-        unit's worker is stopped: it records nothing until it is continued). The records carried
-        from earlier documents (the reuse unit's) were there before it: they set no pace."""
-        measured = self.done - sum(min(u.done, u.total) for u in self.units if u.carried)
-        if self.complete or self.settled or not self.first_submitted or measured <= 0 or self.stopped():
+        """Seconds to go at the pace of the records written since the first submission, or since
+        the last resume by the units it submitted (a resume days after a failure: not the days
+        between); None when unknown, and while a unit's worker is stopped: it records nothing
+        until it is continued. The records carried from earlier documents (the reuse unit's) were
+        there before any job: they set no pace."""
+        if self.paced is None:
+            measured = self.done - sum(min(u.done, u.total) for u in self.units if u.carried)
+        else:
+            measured = sum(min(u.done, u.total) for u in self.units if u.id in self.paced and not u.retry)
+        if self.complete or self.settled or not self.pace_from or measured <= 0 or self.stopped():
             return None
-        elapsed = self.taken - self.first_submitted
+        elapsed = self.taken - self.pace_from
         return elapsed * (self.total - self.done) / measured if elapsed > 0 else None
 
     def to_json(self) -> dict[str, Any]:
