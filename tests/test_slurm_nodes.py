@@ -324,6 +324,39 @@ def test_sbatch_starts_in_a_process_group_of_its_own_so_a_ctrl_c_cannot_reach_it
         cli("cancel", str(tmp_path / "sweep"))
 
 
+def test_a_ctrl_c_while_sbatch_does_not_answer_is_said_at_once_with_why_the_stop_waits(tmp_path: Path) -> None:
+    """A Ctrl-C is held while sbatch runs (a job it accepts must be recorded): with an sbatch that
+    does not answer (a busy controller), the command says so at once, not after a silent wait of up
+    to executor.sbatch_timeout_s; once sbatch answers it stops, nothing submitted."""
+    spec = write_spec(tmp_path, "busy.json", {"sbatch_timeout_s": 30})  # bounds the test on a silent stop
+    called, answer = tmp_path / "sbatch-called", tmp_path / "sbatch-answers"
+    busy = tmp_path / "busybin"
+    busy.mkdir()
+    (busy / "sbatch").write_text(
+        f"#!/bin/sh\ntouch {called}\nwhile [ ! -e {answer} ]; do sleep 0.1; done\n"
+        "echo 'sbatch: error: Socket timed out on send/recv operation' >&2; exit 1\n"
+    )
+    (busy / "sbatch").chmod(0o755)
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "submit", str(spec), "--sweep-dir", str(tmp_path / "sweep")],
+        cwd=REPO,
+        env={**os.environ, "PATH": f"{busy}:{os.environ['PATH']}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    poll(lambda: called.exists() or submit.poll() is not None, 120, "submit to call sbatch")
+    os.killpg(submit.pid, signal.SIGINT)
+    assert submit.stderr is not None
+    said = submit.stderr.readline()  # the stop's first line, while sbatch still has not answered
+    answer.touch()
+    _, err = submit.communicate(timeout=120)
+    assert said.startswith("tilesweep: warning: SIGINT: stopping once sbatch answers"), said + err
+    assert submit.returncode == 130 and err.splitlines()[-1] == "tilesweep: interrupted; nothing was submitted", err
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_submission_messages_read_as_a_user_reads_them(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "msg.json", {"sbatch_timeout_s": 1})
     sweep = tmp_path / "sweep"

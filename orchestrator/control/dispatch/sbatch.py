@@ -53,13 +53,24 @@ _holding: list[bool] = []  # a held_signals block is running (in the main thread
 @contextlib.contextmanager
 def held_signals(accepted: Callable[[], str] | None = None) -> Iterator[None]:
     """Hold SIGINT, SIGTERM and SIGHUP for the block, then deliver each one that came, once it
-    is logged with what sbatch accepted (``accepted()``: the jobs, in words); a block inside
-    another holds nothing more (the outer one delivers them, once, at its end)."""
+    is logged with what sbatch accepted (``accepted()``: the jobs, in words); the first is said
+    as it comes, with why the stop waits. A block inside another holds nothing more (the outer
+    one delivers them, once, at its end)."""
     if threading.current_thread() is not threading.main_thread() or _holding:
         yield
         return
     caught: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in _HELD}
+
+    def hold(signum: int, frame: Any) -> None:
+        if not caught:  # said at once: an sbatch that does not answer is waited for up to its bound
+            log.warning(
+                "%s: stopping once sbatch answers (executor.sbatch_timeout_s bounds the wait), so that a job it "
+                "accepts is recorded, not lost",
+                signal.Signals(signum).name,
+            )
+        caught.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in _HELD}
     _holding.append(True)
     try:
         yield
