@@ -275,3 +275,68 @@ def test_a_script_in_the_document_never_runs(fresh: Browser, tmp_path: Path) -> 
     assert b.js("document.querySelectorAll('img, [onerror]').length") == 0
     assert "<script>document.body.dataset.pwned" in b.js("document.body.textContent")
     assert b.js(f"{ROWS}.length") == 1 and b.problems() == []
+
+
+def _luminance(rgb: tuple[int, int, int]) -> float:
+    """WCAG 2's relative luminance of an sRGB colour."""
+    lin = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+# JS: an element's drawn fill (computed: ``rgb(r, g, b)``) as [r, g, b]
+RGB = "const rgb = e => getComputedStyle(e).fill.match(/\\d+/g).slice(0, 3).map(Number);"
+# JS: each label on a heatmap cell or a scale swatch: its text, its drawn colour, and every colour
+# under it (a cell's fill, or each colour of the hatch or dots pattern it is filled with)
+LABELS = (
+    "(() => { " + RGB + " const out = [];"
+    " const under = r => { const f = r.getAttribute('fill');"
+    "  if (!f.startsWith('url(')) return [rgb(r)];"
+    "  return Array.from(document.querySelector(f.slice(4, -1)).querySelectorAll('[fill]')).map(rgb); };"
+    " for (const svg of document.querySelectorAll('svg.heatmap, svg.scale')) {"
+    "  const cells = Array.from(svg.querySelectorAll('rect')).filter(r => r.getAttribute('fill') !== 'none');"
+    "  for (const t of svg.querySelectorAll('text')) {"
+    "   const b = t.getBBox(), x = b.x + b.width / 2, y = b.y + b.height / 2;"
+    "   const cell = cells.find(r => { const c = r.getBBox();"
+    "    return x > c.x && x < c.x + c.width && y > c.y && y < c.y + c.height; });"
+    "   if (cell) out.push([t.textContent, rgb(t), under(cell)]); } }"
+    " return out; })()"
+)
+
+
+def test_every_label_on_a_heatmap_cell_reads_on_its_colour(fresh: Browser, tmp_path: Path) -> None:
+    """Every text drawn on a cell (a time, stages and warps, "failed", "pruned", "screened", the
+    scale's words) contrasts with each colour under it at WCAG's 4.5:1 for small text, as the
+    browser draws it: ok cells across the whole colour scale, the hatched, dotted and blank ones."""
+    b = fresh
+    ratios = (1.0, 1.15, 1.3, 1.5, 1.7, 1.9, 2.1, 2.4, 2.7, 3.0, 3.4, 3.8, 4.5, 6.0)
+    tiles = [(q, k) for q in (16, 32, 64, 128, 256) for k in (16, 32, 64, 128)]
+    records = [rec(auto=True, ms=2.0)]
+    records += [rec(ms=r, block_q=q, block_k=k) for r, (q, k) in zip(ratios, tiles, strict=False)]
+    (fq, fk), (pq, pk), (sq, sk), (eq, ek) = tiles[len(ratios) : len(ratios) + 4]
+    records += [
+        rec(ms=None, block_q=fq, block_k=fk),
+        {**rec(ms=None, block_q=pq, block_k=pk, error="SharedMemoryPredicted: too big"), "pruned": True},
+        {**rec(ms=1.2, block_q=sq, block_k=sk), "screened": True},
+        rec(ms=None, error="WrongResult: rel_err 0.5 above 0.02", block_q=eq, block_k=ek),
+    ]  # (256, 64) and (256, 128) have no record: blank cells with a dash
+    page = html.write_page(tmp_path / "cells.html", html.report_page(results_doc.from_obj(make_doc(records))))
+    b.open(page.as_uri())
+    labels = b.js(LABELS)
+    words = [text for text, _, _ in labels]
+    for word in ("failed", "pruned", "screened", "-", "best", "4x+", "s2 w4"):
+        assert word in words, (word, words)
+    assert len(labels) == 2 * 15 + 5 + 5  # two lines on each timed or screened cell, one on the others; the scale's
+    faint = [
+        (text, ink, bg, round(_contrast(tuple(ink), tuple(bg)), 2))
+        for text, ink, under in labels
+        for bg in under
+        if _contrast(tuple(ink), tuple(bg)) < 4.5
+    ]
+    assert faint == []
+    b.screenshot(tmp_path / "cells.png", full_page=True)
+    assert b.problems() == []

@@ -32,13 +32,16 @@ SATURATE = 4.0  # a cell this many times slower than the best, or more, gets the
 # viridis, reversed: the best cell is bright yellow, slow ones dark (as the PNG plots)
 _STOPS = ("#fde725", "#a0da39", "#4ac16d", "#1fa187", "#277f8e", "#365c8d", "#46327e", "#440154")
 CELL_W, CELL_H = 64, 34
+INK = "#1d1d1f"  # the page's text colour: the labels of the hatched, dotted and blank cells
+MIN_CONTRAST = 4.5  # WCAG's least contrast for text this small, which every cell label has
 LEFT, TOP = 58, 34  # room for the row and column labels
 
-# hatch patterns, defined once per page (ids are page-wide); see ``defs``
+# hatch patterns, defined once per page (ids are page-wide); see ``defs``. Their colours are
+# light enough that a cell's label (``INK``) reads on every one of them: WCAG's 4.5:1 at least
 DEFS = (
     '<svg class="defs" width="0" height="0" aria-hidden="true"><defs>'
     '<pattern id="hf" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
-    '<rect width="6" height="6" fill="#e6e6e6"/><rect width="2" height="6" fill="#b04040"/></pattern>'
+    '<rect width="6" height="6" fill="#ececec"/><rect width="2" height="6" fill="#d98c8c"/></pattern>'
     '<pattern id="hp" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)">'
     '<rect width="6" height="6" fill="#eeeeee"/><rect width="2" height="6" fill="#9a9a9a"/></pattern>'
     '<pattern id="hs" width="5" height="5" patternUnits="userSpaceOnUse">'
@@ -69,10 +72,27 @@ def colour(ratio: float) -> str:
     return "#" + "".join(f"{round(p + (q - p) * f):02x}" for p, q in zip(a, b, strict=True))
 
 
+def luminance(hex_colour: str) -> float:
+    """WCAG's relative luminance of ``#rrggbb``: 0 for black, 1 for white."""
+
+    def linear(c: int) -> float:
+        v = c / 255
+        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(c) for c in _rgb(hex_colour))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG's contrast ratio of two colours, 1 (none) to 21 (black on white)."""
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
 def _ink(fill: str) -> str:
-    """Text colour on a fill: black (the default) on light fills, white on dark ones."""
-    r, g, b = _rgb(fill)
-    return "" if 0.299 * r + 0.587 * g + 0.114 * b > 128 else " fill='white'"
+    """Text colour on a fill: black (SVG's default) or white, whichever contrasts more with it
+    (one of them always reaches ``MIN_CONTRAST``: the two are equal at 4.58:1)."""
+    return "" if contrast(fill, "#000000") >= contrast(fill, "#ffffff") else " fill='white'"
 
 
 class _Layers(NamedTuple):
@@ -144,7 +164,7 @@ def heatmap_svg(d: HeatmapData, scale_ms: float | None = None) -> str:
         *rects,
         f"<g font-weight='600' font-size='12'>{''.join(values)}</g>",
         f"<g font-size='9.5'>{''.join(details)}</g>",
-        f"<g font-size='10.5' fill='#333'>{''.join(marks)}</g>" if marks else "",
+        f"<g font-size='10.5' fill='{INK}'>{''.join(marks)}</g>" if marks else "",
     ]
     if best is not None:
         i, j = best
