@@ -25,6 +25,13 @@ from tests.report_helpers import make_doc, parser, rec, run_handler, write
     [
         ("{not json", "not valid JSON: Expecting property name enclosed in double quotes at line 1 column 2"),
         ("", "not a results document: the file is empty"),
+        (  # cut short inside a string, and after its last value
+            json.dumps(make_doc([rec(ms=1.0), rec(ms=2.0, block_q=64)]))[:150],
+            "not a results document: the file ends before its JSON does, after 150 bytes: cut short by a copy or a "
+            "write that stopped; copy it again, or write a sweep's document again with `tilesweep merge SWEEP_DIR`",
+        ),
+        (json.dumps(make_doc([rec(ms=1.0)]))[:-1], "the file ends before its JSON does, after "),
+        ('{"device": "a\nb"}', "not valid JSON: Invalid control character at line 1 column 14"),
         (" \n", "not a results document: the file is empty"),
         (b"\x89PNG\r\n", "not a results document: not text (byte 0x89 at offset 0 is not UTF-8)"),
         ("<!DOCTYPE html>\n<html>", "not valid JSON: it opens with <, as an HTML or XML file does"),
@@ -58,6 +65,7 @@ def test_not_a_results_document(tmp_path: Path, content: str | bytes, fragment: 
     msg = info.value.message
     assert msg.startswith(str(path)) and fragment in msg and "\n" not in msg
     assert "char " not in msg and "codec" not in msg  # Python's parser's words are not a user's
+    assert " at at " not in msg and "Unterminated" not in msg
     assert isinstance(info.value, TilesweepError)
 
 

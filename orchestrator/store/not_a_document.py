@@ -1,5 +1,5 @@
 """What a file given for a results document is instead, in a user's words: no JSON (empty, not
-text, a page, where the parser stopped), a sweep spec (JSON or TOML), one of tokamax's tables, a
+text, a page, cut short, where the parser stopped), a sweep spec (JSON or TOML), one of tokamax's tables, a
 tuned table, an empty object, or an object of other keys; ``document``'s readers raise the line."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernels.spelling import as_json
-from orchestrator import PROG, word
+from orchestrator import PROG, counted, word
 
 
 def not_json(data: bytes, exc: ValueError) -> str:
     """Why ``data``, which JSON's parser refused (``exc``), is no JSON, in a user's words: an empty
-    file, bytes that are not text, a page, or where the parser stopped."""
+    file, bytes that are not text, a page, a file cut short, or where the parser stopped."""
     if not data.strip():
         return "the file is empty"
     if isinstance(exc, UnicodeDecodeError):
@@ -22,8 +22,21 @@ def not_json(data: bytes, exc: ValueError) -> str:
     if data.lstrip().startswith(b"<"):
         return "not valid JSON: it opens with <, as an HTML or XML file does"
     if isinstance(exc, json.JSONDecodeError):
-        return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        if _cut_short(exc):
+            return (
+                f"the file ends before its JSON does, after {counted(len(data), 'byte')}: cut short by a copy or a "
+                f"write that stopped; copy it again, or write a sweep's document again with `{PROG} merge SWEEP_DIR`"
+            )
+        # the parser's words may end in "at" ("Invalid control character at"): said once
+        return f"not valid JSON: {exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}"
     return f"not valid JSON ({exc})"
+
+
+def _cut_short(exc: json.JSONDecodeError) -> bool:
+    """Whether JSON's parser ran into the end of the text: a string it found no end of (a line
+    break inside one is refused as such, so only the text's end leaves one open), or a value it
+    expected after the last character."""
+    return exc.msg.startswith("Unterminated string") or not exc.doc[exc.pos :].strip()
 
 
 _SPEC_BYTES = 1 << 20  # a larger file that is not JSON is not read as a TOML spec
