@@ -239,3 +239,60 @@ def test_the_legend_says_only_the_words_its_table_uses(tmp_path: Path) -> None:
     unknown = write(tmp_path, json.dumps(make_doc([rec(auto=True, ms=2.0), rec(ms=1.0)])), "unknown.json")
     text = subprocess.check_output([sys.executable, "-m", "orchestrator", "report", str(unknown)], cwd=REPO, text=True)
     assert "? where the document names no limit" in text.strip().splitlines()[-1]
+
+
+# --------------------------------------------------------------------------- a document of several devices
+
+
+def _mixed_devices(tmp_path: Path) -> Path:
+    """A document appended into with ``merge.mix_devices``: its device block the H100's, every
+    record carrying its device; the A100's timings faster than the H100's for each config."""
+    tiles = [(64, 32), (64, 64), (128, 32), (128, 64)]
+    records = [{**rec(ms=0.3 + i, block_q=q, block_k=k), "device": "NVIDIA A100"} for i, (q, k) in enumerate(tiles)]
+    records += [{**rec(ms=0.5 + i, block_q=q, block_k=k), "device": "NVIDIA H100"} for i, (q, k) in enumerate(tiles)]
+    records.append({**rec(ms=9.0, seq=4096), "device": "NVIDIA A100"})
+    return write(tmp_path, make_doc(records), "mixed.json")
+
+
+def test_report_and_compare_of_a_document_of_several_devices_show_one_device_and_say_what_they_left_out(
+    tmp_path: Path,
+) -> None:
+    doc = _mixed_devices(tmp_path)
+    r = run_cli("report", str(doc), "--html", str(tmp_path / "page.html"))
+    assert r.returncode == 0, r.stderr
+    (row,) = [line for line in r.stdout.splitlines() if line.startswith("bfloat16")]  # the A100's seq 4096 is not
+    assert "0.5000" in row and "0.3000" not in row and row.split()[-2:] == ["4", "0"], row  # 4 configs, 0 failed
+    assert (
+        f'{doc} holds records of 2 device kinds (merge.mix_devices): this report shows its 4 of "NVIDIA H100", '
+        "leaving out 5 of \"NVIDIA A100\"; --device 'NVIDIA A100' picks another"
+    ) in r.stderr
+    page = (tmp_path / "page.html").read_text()
+    assert ">0.5</text>" in page and ">0.3</text>" not in page and "4 records" in page
+
+    a100 = run_cli("report", str(doc), "--device", "NVIDIA A100", "--json")
+    assert a100.returncode == 0, a100.stderr
+    assert sorted(p["best_ms"] for p in json.loads(a100.stdout)) == [0.3, 9.0]
+    assert 'shows its 5 of "NVIDIA A100", leaving out 4 of "NVIDIA H100"' in a100.stderr
+    assert_one_line_error(
+        run_cli("report", str(doc), "--device", "NVIDIA B200"),
+        f'{doc} holds no record of device "NVIDIA B200"; its records are of "NVIDIA A100", "NVIDIA H100": '
+        "pass --device with one of those",
+    )
+
+    h100 = write(tmp_path, make_doc([rec(ms=1.0, block_q=64, block_k=32)]), "h100.json")
+    c = run_cli("compare", str(h100), str(doc), "--json")
+    assert c.returncode == 0, c.stderr
+    (both,) = [p for p in json.loads(c.stdout)["problems"] if p["presence"] == "both"]
+    assert both["ratio_b_over_a"] == 0.5 and 'compare reads its 4 of "NVIDIA H100"' in c.stderr
+    c = run_cli("compare", str(h100), str(doc), "--device", "NVIDIA A100")
+    assert_one_line_error(c, f'{h100} holds no record of device "NVIDIA A100"')
+
+
+def test_export_of_a_document_of_several_devices_tunes_its_own_device_only(tmp_path: Path) -> None:
+    doc, out = _mixed_devices(tmp_path), tmp_path / "tuned.json"
+    r = run_cli("export", str(doc), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    table = json.loads(out.read_text())
+    assert table["device"]["device_kind"] == "NVIDIA H100"
+    assert [(e["seq"], e["median_ms"]) for e in table["entries"]] == [(2048, 0.5)]
+    assert 'dropped 5 of another device ("NVIDIA A100": 5 in' in r.stdout

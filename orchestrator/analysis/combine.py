@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.spelling import as_json
 from orchestrator.analysis.coverage import searching_of
+from orchestrator.analysis.devices import kind_of
 from orchestrator.spec.records import item_id, problem_key
 from orchestrator.store.append import measured_times
 from orchestrator.store.document import ResultsDoc
@@ -100,7 +100,7 @@ def combine(
         jax = _jax_of(doc)
         searching = searching_of(doc)
         for rec in doc.results:
-            rkind = rec.get("device", doc.device.get("device_kind"))
+            rkind = kind_of(rec, doc)
             if rkind != kind:
                 summary.other_device[doc.name] += 1
                 summary.other_kinds.add(rkind)
@@ -194,14 +194,3 @@ def describe(summary: Combined, n_docs: int) -> str:
             "virtual clock, not measured; --include-replays takes them where no measurement is)"
         )
     return text + (f"; dropped {'; '.join(dropped)}" if dropped else "")
-
-
-def kinds(docs: Iterable[ResultsDoc]) -> list[str]:
-    """The device kinds the documents' records were measured on, in order of first appearance."""
-    seen: dict[str, None] = {}
-    for doc in docs:
-        for rec in doc.results:
-            kind = rec.get("device", doc.device.get("device_kind"))
-            if isinstance(kind, str):
-                seen.setdefault(kind, None)
-    return list(seen)

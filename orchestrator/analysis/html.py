@@ -382,8 +382,11 @@ def write_page(path: str | os.PathLike[str], text: str) -> Path:
 
 def write_report(results: str | os.PathLike[str]) -> Path:
     """Read a results document and write its page beside it (``page_path``: a link's target,
-    refused where that holds what is not a page: ``page_target``); return the page's path."""
+    refused where that holds what is not a page: ``page_target``; of a document that mixes device
+    kinds, its own kind's records: ``devices.one_device``); return the page's path."""
+    from orchestrator.analysis.devices import one_device
+
     path = Path(results)
     page = page_path(path)
-    write_page(page_target(page), report_page(load(path)))
+    write_page(page_target(page), report_page(one_device(load(path)).doc))
     return page

@@ -57,6 +57,12 @@ def _add_report(subparsers: Subparsers) -> None:
         f"({MAKES_FOLDERS}; an existing file is replaced only if it is a page tilesweep wrote)",
     )
     p.add_argument(
+        "--device",
+        metavar="KIND",
+        help="of a document that mixes device kinds (merge.mix_devices), the kind to report (default: the "
+        "document's own, its device block's); the others are left out, and a note says how many",
+    )
+    p.add_argument(
         "--plots",
         metavar="DIR",
         help=f"also write PNG heatmaps and a speedup chart into DIR ({MAKES_FOLDERS}; needs matplotlib)",
@@ -79,6 +85,13 @@ def _add_compare(subparsers: Subparsers) -> None:
     )
     p.add_argument("a", metavar="A", help="first results document")
     p.add_argument("b", metavar="B", help="second results document")
+    p.add_argument(
+        "--device",
+        metavar="KIND",
+        help="compare the records of this device kind in both (default: each document's own, its device "
+        "block's); of a document that mixes device kinds (merge.mix_devices) the others are left out, and a "
+        "note says how many",
+    )
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="a JSON object with a 'problems' array")
     fmt.add_argument("--markdown", action="store_true", help="a GitHub-flavoured table")
@@ -110,7 +123,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.plots is not None:
         _check_plots(args.plots)
     page = _page(args.html, [args.results])
-    doc = results_doc.load(args.results)
+    doc = _one_device(results_doc.load(args.results), args.device, "this report shows")
     summaries = report.best_table(doc)
     found = winners.contests(summaries)
     if args.json:
@@ -130,6 +143,18 @@ def cmd_report(args: argparse.Namespace) -> int:
         max_plots = DEFAULT_MAX_PLOTS if args.max_plots is None else args.max_plots
         _write_plots(doc, args.plots, max_plots, html_given=bool(args.html))
     return 0
+
+
+def _one_device(doc: ResultsDoc, kind: str | None, reads: str) -> ResultsDoc:
+    """``doc``'s records of one device kind (``analysis.devices``), with a note on stderr where
+    it left others out (``reads``: what the command does with the ones it kept)."""
+    from orchestrator.analysis.devices import one_device
+
+    narrowed = one_device(doc, kind)
+    note = narrowed.note(doc.name, reads)
+    if note is not None:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
+    return narrowed.doc
 
 
 def _check_plots(out_dir: str) -> None:
@@ -178,7 +203,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from orchestrator.store import document as results_doc
 
     page = _page(args.html, [args.a, args.b])
-    doc_a, doc_b = results_doc.load(args.a), results_doc.load(args.b)
+    doc_a, doc_b = (_one_device(results_doc.load(path), args.device, "compare reads") for path in (args.a, args.b))
     rows = compare.compare(doc_a, doc_b)
     for line in compare.caveats(rows, doc_a, doc_b):
         print(f"{PROG}: note: {line}", file=sys.stderr)

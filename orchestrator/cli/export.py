@@ -77,6 +77,7 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.analysis import export
+    from orchestrator.analysis.devices import kinds
     from orchestrator.store import document as results_doc
     from orchestrator.store.replayed import count_replayed
 
@@ -85,7 +86,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "tokamax":
         return _export_tokamax(args, docs)
     doc, searching = docs[0], frozenset[tuple[object, ...]]()
-    if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs):
+    if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs) or len(kinds(docs)) > 1:
         doc, searching = _combined(docs, args)
     table, summary = export.tuned_table(doc, keep_slower=args.keep_slower, unended=searching)
     if not summary.entries:  # an earlier table is not replaced by an empty one
@@ -186,7 +187,8 @@ def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> tuple[Results
     """The documents as one (``analysis.combine``), with the line that says what was dropped, and
     the problems whose search has not ended in one of them; a refusal where nothing is left to export."""
     from kernels.spelling import as_json
-    from orchestrator.analysis.combine import combine, describe, kinds
+    from orchestrator.analysis.combine import combine, describe
+    from orchestrator.analysis.devices import kinds
 
     doc, combined = combine(docs, args.device, include_replays=args.include_replays)
     if not combined.kept and combined.replayed_left:

@@ -15,7 +15,8 @@ from collections.abc import Container
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import counted, warn
+from orchestrator import word
+from orchestrator.cli.common import PROG, counted, warn
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.dispatch import UnitOutcome
@@ -47,12 +48,18 @@ def merge_line(summary: MergeSummary) -> str:
 
 
 def print_table(output: Path) -> None:
-    """The best-config table of a results document (what `tilesweep report` prints)."""
+    """The best-config table of a results document (what `tilesweep report` prints): of one that
+    mixes device kinds, its own kind's records, and a note naming the others."""
     from orchestrator.analysis import report
+    from orchestrator.analysis.devices import one_device
     from orchestrator.store import document as results_doc
 
-    doc = results_doc.load(output)
+    narrowed = one_device(results_doc.load(output))
+    doc = narrowed.doc
+    note = narrowed.note(doc.name, "this table shows", f"{PROG} report {word(output)}")
     print(report.format_table(report.best_table(doc)))
+    if note is not None:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
     print_reused(doc)
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from kernels import tokamax_meta as meta
 from kernels.spelling import as_json
 from orchestrator.analysis import tokamax_export
-from orchestrator.analysis.combine import combine, describe, kinds
+from orchestrator.analysis.combine import combine, describe
+from orchestrator.analysis.devices import kinds
 from orchestrator.cli.common import PROG, counted
 from orchestrator.cli.outputs import check_output, is_tokamax_table
 from orchestrator.errors import TilesweepError
