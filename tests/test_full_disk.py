@@ -23,7 +23,7 @@ import pytest
 from orchestrator.errors import SweepDirError
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
-from tests.helpers import REPO, TINY_SPEC, assert_one_line_error, records_written, run_cli, start_run, until
+from tests.helpers import REPO, SAMPLE, TINY_SPEC, assert_one_line_error, records_written, run_cli, start_run, until
 
 FREE_SPACE = "free space on its disk"
 
@@ -358,3 +358,23 @@ def test_plots_onto_a_full_disk_are_one_line(disk: SmallDisk, tmp_path: Path, sa
     disk.fill()
     done = run_cli("report", str(results), "--plots", str(disk.root / "plots"))
     assert_one_line_error(done, "--plots", "cannot write the plots", FREE_SPACE)
+
+
+def test_a_report_or_compare_page_onto_a_full_disk_says_to_free_space_and_keeps_the_page_there(
+    disk: SmallDisk, tmp_path: Path, sample_doc: dict[str, object]
+) -> None:
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(sample_doc))
+    page = disk.root / "report.html"
+    assert run_cli("report", str(results), "--html", str(page)).returncode == 0
+    before = page.read_bytes()
+    disk.fill()
+    results.write_text(json.dumps({**sample_doc, "results": json.loads(SAMPLE.read_text())["results"][:3]}))
+    for args in (["report", str(results)], ["compare", str(results), str(SAMPLE)]):  # a page of other numbers
+        done = run_cli(*args, "--html", str(page))
+        assert_one_line_error(
+            done, f"{page}: cannot write the page (No space left on device)", FREE_SPACE, str(disk.root)
+        )
+        assert page.read_bytes() == before and sorted(p.name for p in disk.root.iterdir()) == sorted(
+            ["report.html", disk.filler.name]
+        )

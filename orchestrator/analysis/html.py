@@ -38,7 +38,7 @@ from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
 from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc, load
-from orchestrator.store.files import remove_dead_temps
+from orchestrator.store.files import remove_dead_temps, write_advice
 from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
 from orchestrator.store.page_file import page_path, page_target
 from orchestrator.store.sweepdir import atomic_open
@@ -369,14 +369,14 @@ def report_page(doc: ResultsDoc) -> str:
 
 def write_page(path: str | os.PathLike[str], text: str) -> Path:
     """Write a page atomically (temp file, then rename; the temp file of a writer killed before,
-    here, goes); a one-line error if it cannot be written."""
+    here, goes); a one-line error if it cannot be written, with what to do about it."""
     out = Path(path)
     remove_dead_temps(out, min_age_s=0)
     try:
         with atomic_open(out, "w") as f:
             f.write(text)
     except OSError as exc:
-        raise TilesweepError(f"{out}: cannot write the page ({exc.strerror or exc})") from None
+        raise TilesweepError(f"{out}: cannot write the page ({exc.strerror or exc}): {write_advice(exc)}") from None
     return out
 
 
