@@ -164,8 +164,8 @@ def caveats(rows: list[ProblemComparison], doc_a: ResultsDoc, doc_b: ResultsDoc)
     pairs = sorted({r.kernels for r in rows if r.kernels})
     if pairs:
         out.append(
-            f"A and B measured {'; '.join(pairs)} (kernel implementations): B/A compares the kernels as much as "
-            "their configs"
+            f"A and B were measured with different kernel implementations ({'; '.join(pairs)}): B/A compares the "
+            "kernels as much as their configs"
         )
     kind_a, kind_b = doc_a.device.get("device_kind"), doc_b.device.get("device_kind")
     if kind_a and kind_b and kind_a != kind_b:
