@@ -57,6 +57,9 @@ def test_compare_text_markdown_json() -> None:
     assert "tag" not in lines[3].split()
     md = compare.format_compare(rows, "markdown", doc_a=a, doc_b=b)
     assert "| dtype |" in md and "`a.json (NVIDIA H100, jax 0.11.2)`" in md
+    # the documents' list ends with a blank line before the table, which GitHub renders as a table only then
+    listed = "- A: `a.json (NVIDIA H100, jax 0.11.2)`\n- B: `b.json (NVIDIA H200, jax 0.12.0)`\n"
+    assert md.startswith(listed + "\n| dtype |")
     data = compare.to_json(rows, a, b)
     json.dumps(data)
     assert data["b"]["device"]["device_kind"] == "NVIDIA H200"

@@ -257,8 +257,8 @@ def format_compare(
     head = []
     if doc_a is not None and doc_b is not None:
         head = [f"A: {_doc_label(doc_a)}", f"B: {_doc_label(doc_b)}", ""]
-        if style == "markdown":
-            head = [f"- A: `{_doc_label(doc_a)}`", f"- B: `{_doc_label(doc_b)}`", ""]
+        if style == "markdown":  # a blank line ends the list: a table right below one renders as its text
+            head = [f"- A: `{_doc_label(doc_a)}`", f"- B: `{_doc_label(doc_b)}`", "", ""]
     return "\n".join(head) + table
 
 
