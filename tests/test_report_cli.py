@@ -269,9 +269,14 @@ def test_report_and_compare_of_a_document_of_several_devices_show_one_device_and
     page = (tmp_path / "page.html").read_text()
     assert ">0.5</text>" in page and ">0.3</text>" not in page and "4 records" in page
 
-    a100 = run_cli("report", str(doc), "--device", "NVIDIA A100", "--json")
+    a100 = run_cli("report", str(doc), "--device", "NVIDIA A100", "--json", "--html", str(tmp_path / "a100.html"))
     assert a100.returncode == 0, a100.stderr
     assert sorted(p["best_ms"] for p in json.loads(a100.stdout)) == [0.3, 9.0]
+    # the page's command for a tuned table exports the device it shows
+    assert (
+        f"tilesweep export {doc} --device &#x27;NVIDIA A100&#x27; --out tuned.json"
+        in (tmp_path / "a100.html").read_text()
+    )
     assert 'shows its 5 of "NVIDIA A100", leaving out 4 of "NVIDIA H100"' in a100.stderr
     assert_one_line_error(
         run_cli("report", str(doc), "--device", "NVIDIA B200"),

@@ -36,6 +36,14 @@ def kinds(docs: Iterable[ResultsDoc]) -> list[str]:
     return list(seen)
 
 
+def device_flag(doc: ResultsDoc) -> str:
+    """`` --device KIND`` for a command that reads ``doc``'s file again where its records carry their
+    device (a document of several kinds: the kind ``doc`` holds the records of), else nothing."""
+    if not any("device" in rec for rec in doc.results):
+        return ""
+    return f" --device {shlex.quote(str(doc.device.get('device_kind')))}"
+
+
 @dataclass(frozen=True)
 class OneDevice:
     """``doc`` narrowed to the records of ``kind``, and how many of each other kind it left out."""

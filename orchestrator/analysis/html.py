@@ -22,6 +22,7 @@ from pathlib import Path
 
 from orchestrator import PROG, word
 from orchestrator.analysis import winners
+from orchestrator.analysis.devices import device_flag
 from orchestrator.analysis.heatmap import HeatmapData, problem_title
 from orchestrator.analysis.legend import table_legend
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
@@ -326,12 +327,12 @@ def legend(relative_to: str = "the problem's best") -> str:
 
 
 def use_line(doc: ResultsDoc, summaries: list[ProblemSummary]) -> str:
-    """How to use what the table found: the command that writes its best configs as the tuned
-    table the kernels read, and what it writes where auto won; nothing where there is nothing
-    measured to export (replayed timings are exported only when asked)."""
+    """How to use what the table found: the command that writes its best configs (of the device
+    kind the page shows) as the tuned table the kernels read, and what it writes where auto won;
+    nothing where there is nothing measured to export (replayed timings are exported only when asked)."""
     if not any(not s.replayed and (s.best_ms is not None or s.auto_ms is not None) for s in summaries):
         return ""
-    command = f"{PROG} export {word(doc.name)} --out tuned.json"
+    command = f"{PROG} export {word(doc.name)}{device_flag(doc)} --out tuned.json"
     text = (
         f"To use these configs: <code>{esc(command)}</code> writes each problem's best config into the tuned "
         "table that <code>kernels.tuned.config_for</code> answers a call's config from"
