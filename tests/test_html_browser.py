@@ -340,3 +340,48 @@ def test_every_label_on_a_heatmap_cell_reads_on_its_colour(fresh: Browser, tmp_p
     assert faint == []
     b.screenshot(tmp_path / "cells.png", full_page=True)
     assert b.problems() == []
+
+
+def test_a_heatmap_wider_than_its_card_scrolls_into_view_to_its_last_column(fresh: Browser, tmp_path: Path) -> None:
+    """Nine tile sizes make a heatmap wider than a card on a laptop's window, and seven wider than
+    a phone's: the card scrolls it, so its last column can be brought into view, not cut off."""
+    b = fresh
+    tiles = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+    records = [rec(auto=True, ms=2.0)]
+    records += [
+        rec(ms=1.0 + 0.1 * i + 0.01 * j, block_q=q, block_k=k)
+        for i, q in enumerate(tiles[:3])
+        for j, k in enumerate(tiles)
+    ]
+    doc = results_doc.from_obj(make_doc(records), name="wide.json")
+    pages = [
+        html.write_page(tmp_path / "wide.html", html.report_page(doc)),
+        html.write_page(tmp_path / "c.html", compare_html.compare_page(doc, doc)),
+    ]
+    # the card brought into view as a user scrolls to it (a card out of view is not laid out: its
+    # content-visibility), then scrolled as far right as it goes: its last column's label and the card
+    last = (
+        "(async () => { const card = document.querySelector('#p-1'); card.scrollIntoView();"
+        " const frame = () => new Promise(r => requestAnimationFrame(r)); await frame(); await frame();"
+        " card.scrollLeft = card.scrollWidth; await frame();"
+        " const label = Array.from(card.querySelectorAll('svg.heatmap text')).filter(t => t.textContent === '4096')"
+        "  .pop().getBoundingClientRect(); const box = card.getBoundingClientRect();"
+        " return [card.scrollWidth > card.clientWidth, label.left >= box.left, label.right <= box.right]; })()"
+    )
+    for width in (1280, 420):
+        b.call(
+            "Emulation.setDeviceMetricsOverride",
+            session=True,
+            width=width,
+            height=900,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        try:
+            for page in pages:
+                b.open(page.as_uri())
+                assert b.js(last) == [True, True, True], (width, page.name)
+                assert b.js("document.documentElement.scrollWidth <= window.innerWidth"), (width, page.name)
+        finally:
+            b.call("Emulation.clearDeviceMetricsOverride", session=True)
+    assert b.problems() == []
