@@ -301,3 +301,13 @@ def test_export_of_a_document_of_several_devices_tunes_its_own_device_only(tmp_p
     assert table["device"]["device_kind"] == "NVIDIA H100"
     assert [(e["seq"], e["median_ms"]) for e in table["entries"]] == [(2048, 0.5)]
     assert 'dropped 5 of another device ("NVIDIA A100": 5 in' in r.stdout
+
+
+def test_a_record_of_no_named_device_is_left_out_in_json_words(tmp_path: Path) -> None:
+    doc = write(tmp_path, make_doc([{**rec(ms=1.0), "device": None}, rec(ms=2.0, block_q=64)]), "odd.json")
+    r = run_cli("report", str(doc))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == (
+        f"tilesweep: note: {doc} holds records of 2 device kinds (merge.mix_devices): this report shows its 1 of "
+        '"NVIDIA H100", leaving out 1 of null'
+    )

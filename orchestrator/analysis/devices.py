@@ -39,9 +39,10 @@ def kinds(docs: Iterable[ResultsDoc]) -> list[str]:
 def device_flag(doc: ResultsDoc) -> str:
     """`` --device KIND`` for a command that reads ``doc``'s file again where its records carry their
     device (a document of several kinds: the kind ``doc`` holds the records of), else nothing."""
-    if not any("device" in rec for rec in doc.results):
+    kind = doc.device.get("device_kind")
+    if not isinstance(kind, str) or not any("device" in rec for rec in doc.results):
         return ""
-    return f" --device {shlex.quote(str(doc.device.get('device_kind')))}"
+    return f" --device {shlex.quote(kind)}"
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,15 @@ class OneDevice:
         if not self.left_out:
             return None
         others = ", ".join(f"{n} of {as_json(k)}" for k, n in self.left_out.most_common())
-        pick = f"--device {shlex.quote(str(self.left_out.most_common(1)[0][0]))}"
-        how = f"`{command} {pick}` shows another" if command else f"{pick} picks another"
-        return (
+        text = (
             f"{name} holds records of {len(self.left_out) + 1} device kinds (merge.mix_devices): {reads} its "
-            f"{len(self.doc.results)} of {as_json(self.kind)}, leaving out {others}; {how}"
+            f"{len(self.doc.results)} of {as_json(self.kind)}, leaving out {others}"
         )
+        named = [k for k, _ in self.left_out.most_common() if isinstance(k, str)]  # --device takes a name
+        if not named:
+            return text
+        pick = f"--device {shlex.quote(named[0])}"
+        return text + (f"; `{command} {pick}` shows another" if command else f"; {pick} picks another")
 
 
 def one_device(doc: ResultsDoc, kind: Any = None) -> OneDevice:
