@@ -201,6 +201,47 @@ def test_failed_pruned_and_absent_cells_are_marked() -> None:
     assert "2 failed configs (1 pruned)" in text and "bq128 bk128 s2 w4 (292 KiB)" in text
 
 
+def _legend(text: str) -> str:
+    """The words of a page's heatmap legend ("" where it has none)."""
+    found = re.search(r'<div class="legend">(.*?)</div>', text)
+    return "" if found is None else re.sub(r"<svg.*?</svg>|<[^>]+>", " ", found.group(1))
+
+
+def test_the_heatmap_legend_says_only_the_marks_its_heatmaps_show() -> None:
+    """A sweep measured in full and without failures reads the colour scale only, not the words of
+    pruning and halving; a problem with only auto measured has no heatmap and no legend."""
+    plain = make_doc([rec(auto=True, ms=2.0), rec(ms=1.0), rec(ms=1.5, block_q=64)])
+    marked = make_doc(
+        [
+            rec(ms=0.5, block_q=64, block_k=64),
+            rec(ms=None, block_q=64, block_k=128),
+            {**rec(ms=None, block_q=128, block_k=128, error="SharedMemoryPredicted: too big"), "pruned": True},
+            {**rec(ms=0.7, block_q=128, block_k=64), "screened": True},
+            rec(ms=0.9, block_q=32, block_k=64),
+        ]
+    )  # (32, 128) has no record
+    only_auto = make_doc([rec(auto=True, ms=2.0)])
+    for page in (compare_html.compare_page, lambda d, _: html.report_page(d)):
+        docs = {
+            name: results_doc.from_obj(d, name=f"{name}.json")
+            for name, d in [("plain", plain), ("marked", marked), ("auto", only_auto)]
+        }
+        words = _legend(page(docs["plain"], docs["plain"]))
+        assert "cell colour: time relative to" in words
+        for mark in ("failed", "pruned", "screened", "not in the sweep"):
+            assert mark not in words, (mark, words)
+        words = _legend(page(docs["marked"], docs["marked"]))
+        for mark in (
+            "cell colour",
+            "failed",
+            "pruned (refused before running)",
+            "screened: timed by",
+            "- not in the sweep",
+        ):
+            assert mark in words, (mark, words)
+        assert _legend(page(docs["auto"], docs["auto"])) == ""
+
+
 def test_a_config_timed_once_is_not_failed() -> None:
     records = [rec(ms=None, block_q=64), rec(ms=0.9, block_q=64), rec(ms=1.0)]
     cs = configs_of("fwd", records)

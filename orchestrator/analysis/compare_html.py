@@ -15,11 +15,11 @@ from pathlib import Path
 
 from orchestrator.analysis.compare import ProblemComparison, caveats, compare
 from orchestrator.analysis.heatmap import problem_title
-from orchestrator.analysis.html import facts, grouped, key_cells, key_columns, legend, lists, plot, ratio_cls
+from orchestrator.analysis.html import facts, grouped, key_cells, key_columns, lists, plot, ratio_cls
 from orchestrator.analysis.page import Column, num, provenance, shell, table, td
 from orchestrator.analysis.report import astuple_key, axis_columns
 from orchestrator.analysis.scan import is_success
-from orchestrator.analysis.svg import esc
+from orchestrator.analysis.svg import esc, legend
 from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.store.document import ResultsDoc
 
@@ -119,7 +119,7 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
         *(f'<p class="note caveat">{esc(line)}</p>' for line in caveats(rows, doc_a, doc_b)),
         f'<h2>Provenance</h2><div class="sides">{"".join(sides)}</div>',
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(rows, with_tag, axes), len(rows))}",
-        f"<h2>Problems</h2>{legend(SCALE)}",
+        f"<h2>Problems</h2>{legend([v.heatmap for v in (*va.values(), *vb.values())], SCALE)}",
         grouped([r.key for r in rows], card, _header(rows)),
     ]
     return shell(title, "\n".join(body))

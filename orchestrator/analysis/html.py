@@ -35,7 +35,7 @@ from orchestrator.analysis.report import (
 )
 from orchestrator.analysis.scan import is_success
 from orchestrator.analysis.summary import AUTO_FASTER
-from orchestrator.analysis.svg import esc, heatmap_svg, scale_svg
+from orchestrator.analysis.svg import esc, heatmap_svg, legend
 from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc, load
@@ -314,18 +314,6 @@ def _group_header(views: list[ProblemView]) -> Callable[[list[int]], str]:
     return header
 
 
-def legend(relative_to: str = "the problem's best") -> str:
-    """The heatmaps' legend: their colour scale (``relative_to``: the time its first colour
-    stands for) and the marks of cells without a timing."""
-    swatch = '<svg class="swatch" width="22" height="14"><rect width="22" height="14" fill="url(#h{})"/></svg>'
-    return (
-        f'<div class="legend"><span>cell colour: time relative to {esc(relative_to)}</span>{scale_svg()}'
-        f"<span>{swatch.format('f')} failed</span><span>{swatch.format('p')} pruned (refused before running)"
-        f"</span><span>{swatch.format('s')} screened: timed by one screening sample only (halving), never a best"
-        "</span><span>- not in the sweep</span></div>"
-    )
-
-
 def use_line(doc: ResultsDoc, summaries: list[ProblemSummary]) -> str:
     """How to use what the table found: the command that writes its best configs (of the device
     kind the page shows) as the tuned table the kernels read, and what it writes where auto won;
@@ -359,7 +347,7 @@ def report_page(doc: ResultsDoc) -> str:
         f"<h2>Provenance</h2>{provenance(doc, counts)}",
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(views, with_tag, axes), len(views))}"
         + use_line(doc, [v.summary for v in views]),
-        f"<h2>Problems</h2>{legend()}",
+        f"<h2>Problems</h2>{legend([v.heatmap for v in views])}",
         grouped([v.summary.key for v in views], lambda i: card(views[i], with_tag), _group_header(views)),
     ]
     found = winners.contests([v.summary for v in views])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from orchestrator.analysis.heatmap import HeatmapData
@@ -190,3 +191,29 @@ def scale_svg() -> str:
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+# the marks of cells without a colour, as the legend says them: (cell status, hatch pattern, words)
+_MARKS = (
+    ("failed", "f", "failed"),
+    ("pruned", "p", "pruned (refused before running)"),
+    ("screened", "s", "screened: timed by one screening sample only (halving), never a best"),
+    ("absent", None, "not in the sweep"),
+)
+
+
+def legend(heatmaps: Iterable[HeatmapData | None], relative_to: str = "the problem's best") -> str:
+    """The heatmaps' legend: their colour scale (``relative_to``: the time its first colour stands
+    for) and the marks of cells without a timing, each only where a heatmap of the page shows it
+    (nothing where none has a cell)."""
+    shown = {c.status for d in heatmaps if d is not None for line in d.cells for c in line}
+    parts = [f"<span>cell colour: time relative to {esc(relative_to)}</span>{scale_svg()}"] if "ok" in shown else []
+    for status, pattern, words in _MARKS:
+        if status in shown:
+            mark = "-" if pattern is None else _swatch(pattern)
+            parts.append(f"<span>{mark} {words}</span>")
+    return f'<div class="legend">{"".join(parts)}</div>' if parts else ""
+
+
+def _swatch(pattern: str) -> str:
+    return f'<svg class="swatch" width="22" height="14"><rect width="22" height="14" fill="url(#h{pattern})"/></svg>'
