@@ -311,3 +311,21 @@ def test_a_record_of_no_named_device_is_left_out_in_json_words(tmp_path: Path) -
         f"tilesweep: note: {doc} holds records of 2 device kinds (merge.mix_devices): this report shows its 1 of "
         '"NVIDIA H100", leaving out 1 of null'
     )
+
+
+def test_a_file_of_a_sweep_directory_given_for_a_document_names_the_document_its_merge_writes(tmp_path: Path) -> None:
+    from tests.report_helpers import SMALL_SPEC
+
+    out = tmp_path / "results" / "mine.json"
+    spec = write(tmp_path, {**SMALL_SPEC, "modes": ["fwd"], "output": str(out)}, "spec.json")
+    sweep = tmp_path / "sweep"
+    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
+    assert planned.returncode == 0, planned.stderr
+    (unit,) = (sweep / "units").glob("*.json")
+    for given in (sweep / "sweep.json", sweep / "units.json", unit):
+        for args in (["report", str(given)], ["compare", str(given), str(given)]):
+            assert_one_line_error(
+                run_cli(*args),
+                f"{given} is a file of the sweep directory {sweep}, not a results document; pass its results "
+                f"document, {out}, which `tilesweep merge {sweep}` writes",
+            )

@@ -38,7 +38,7 @@ from orchestrator.planning.costs import CostTable, cost_table
 from orchestrator.spec import tolerance
 from orchestrator.spec.files import json_type
 from orchestrator.spec.records import IDENTITY_FIELDS
-from orchestrator.store.not_a_document import not_a_document, not_json, spec_said, toml_of
+from orchestrator.store.not_a_document import not_a_document, not_json, spec_said, sweep_file_said, toml_of
 from orchestrator.store.record_values import ValueRefused, check_values
 
 _orjson: ModuleType | None
@@ -163,7 +163,13 @@ def load(path: str | os.PathLike[str], *, role: str | None = None, tokamax: bool
         if found is not None:
             return found
     name, data = _read(path, role)
-    doc = from_obj(parse_json(data, name), name=name)
+    try:
+        doc = from_obj(parse_json(data, name), name=name)
+    except ResultsError:
+        said = sweep_file_said(os.fspath(path), name)  # what a file of a sweep directory is, in its words
+        if said is None:
+            raise
+        raise ResultsError(said) from None
     try:
         check_values(doc.results, name)
     except ValueRefused as exc:

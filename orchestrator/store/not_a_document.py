@@ -1,11 +1,13 @@
 """What a file given for a results document is instead, in a user's words: no JSON (empty, not
-text, a page, cut short, where the parser stopped), a sweep spec (JSON or TOML), one of tokamax's tables, a
-tuned table, an empty object, or an object of other keys; ``document``'s readers raise the line."""
+text, a page, cut short, where the parser stopped), a sweep spec (JSON or TOML), a file of a sweep
+directory itself, one of tokamax's tables, a tuned table, an empty object, or an object of other keys;
+``document``'s readers raise the line."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from kernels.spelling import as_json
@@ -37,6 +39,26 @@ def _cut_short(exc: json.JSONDecodeError) -> bool:
     break inside one is refused as such, so only the text's end leaves one open), or a value it
     expected after the last character."""
     return exc.msg.startswith("Unterminated string") or not exc.doc[exc.pos :].strip()
+
+
+def sweep_file_said(path: str, name: str) -> str | None:
+    """Where ``path`` is a file of a sweep directory itself (its sweep.json, a unit file, a partial,
+    a log), the line that says so and names the document its merge writes; None otherwise."""
+    from orchestrator.errors import TilesweepError
+    from orchestrator.store.sweep_paths import own_file
+    from orchestrator.store.sweepdir import SweepDir
+
+    for root in list(Path(path).absolute().parents)[:3]:
+        if (root / "sweep.json").is_file() and own_file(root, Path(path)):
+            try:
+                output = f"its results document, {word(SweepDir(root).output)}, which "
+            except (TilesweepError, OSError, ValueError, KeyError):  # a sweep.json that names none
+                output = "its results document, which "
+            return (
+                f"{name} is a file of the sweep directory {word(root)}, not a results document; pass {output}"
+                f"`{PROG} merge {word(root)}` writes"
+            )
+    return None
 
 
 _SPEC_BYTES = 1 << 20  # a larger file that is not JSON is not read as a TOML spec
