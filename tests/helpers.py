@@ -193,3 +193,16 @@ def replay_specs(tmp_path: Path, seconds: Callable[[int], float], kind: str) -> 
         specs[pace] = tmp_path / f"{pace}.json"
         specs[pace].write_text(json.dumps({**data, "executor": {"kind": kind}}))
     return specs
+
+
+def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """WCAG 2's contrast ratio of two sRGB colours (0-255 each): 1 (none) to 21 (black on white);
+    small text needs 4.5 at least. Written here from the standard, apart from the page's own rule,
+    so a test checks that rule rather than repeating it."""
+
+    def luminance(rgb: tuple[int, int, int]) -> float:
+        lin = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)

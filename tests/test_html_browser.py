@@ -25,6 +25,7 @@ from orchestrator.analysis import compare_html, html
 from orchestrator.store import document as results_doc
 from tests.browser import Browser, chromium_path
 from tests.conftest import SAMPLE
+from tests.helpers import contrast
 from tests.report_helpers import make_doc, rec
 from tests.test_html import EVIL
 
@@ -277,17 +278,6 @@ def test_a_script_in_the_document_never_runs(fresh: Browser, tmp_path: Path) -> 
     assert b.js(f"{ROWS}.length") == 1 and b.problems() == []
 
 
-def _luminance(rgb: tuple[int, int, int]) -> float:
-    """WCAG 2's relative luminance of an sRGB colour."""
-    lin = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
-    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
-
-
-def _contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
-    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
-
-
 # JS: an element's drawn fill (computed: ``rgb(r, g, b)``) as [r, g, b]
 RGB = "const rgb = e => getComputedStyle(e).fill.match(/\\d+/g).slice(0, 3).map(Number);"
 # JS: each label on a heatmap cell or a scale swatch: its text, its drawn colour, and every colour
@@ -332,10 +322,10 @@ def test_every_label_on_a_heatmap_cell_reads_on_its_colour(fresh: Browser, tmp_p
         assert word in words, (word, words)
     assert len(labels) == 2 * 15 + 5 + 5  # two lines on each timed or screened cell, one on the others; the scale's
     faint = [
-        (text, ink, bg, round(_contrast(tuple(ink), tuple(bg)), 2))
+        (text, ink, bg, round(contrast(tuple(ink), tuple(bg)), 2))
         for text, ink, under in labels
         for bg in under
-        if _contrast(tuple(ink), tuple(bg)) < 4.5
+        if contrast(tuple(ink), tuple(bg)) < 4.5
     ]
     assert faint == []
     b.screenshot(tmp_path / "cells.png", full_page=True)

@@ -14,7 +14,7 @@ from orchestrator.analysis.heatmap import heatmap_data
 from orchestrator.errors import TilesweepError
 from orchestrator.store import document as results_doc
 from tests.conftest import SAMPLE, run_cli
-from tests.helpers import assert_one_line_error
+from tests.helpers import assert_one_line_error, contrast
 from tests.report_helpers import make_doc, rec, run_handler, write
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
@@ -165,3 +165,41 @@ def test_a_heatmap_where_no_config_was_timed_draws_no_scale_of_made_up_times() -
         fig = plots._heatmap_figure(mpl, data, False)
         bars = [ax for ax in fig.axes if ax.get_ylabel().startswith("median time per call")]
         assert len(bars) == timed and ("no config timed in full" in fig.axes[0].get_title()) != timed
+
+
+@needs_mpl
+def test_every_label_on_a_plotted_cell_reads_on_its_colour() -> None:
+    """The PNG heatmap's texts (a time and its config on each timed cell across the colour scale,
+    "not run" on a blank one, a failed cell's boxed label) contrast with what is under them at
+    WCAG's 4.5:1, as the page's cells do."""
+    from matplotlib.colors import to_rgb
+
+    mpl = plots._matplotlib()
+    key = report.ProblemKey("bfloat16", 64, 2048, 4, 8, "fwd", "t")
+    tiles = [(q, k) for q in (16, 32, 64, 128) for k in (16, 32, 64, 128)]
+    records = [rec(ms=1.0 * 1.3**n, block_q=q, block_k=k) for n, (q, k) in enumerate(tiles[:13])]
+    records += [rec(ms=None, block_q=tiles[13][0], block_k=tiles[13][1])]  # two more have no record
+    data = heatmap_data(key, records)
+    assert data is not None
+    fig = plots._heatmap_figure(mpl, data, False)
+    ax = fig.axes[0]
+    cmap, norm = plots._time_scale(mpl, data)
+
+    def rgb255(colour: Any) -> tuple[int, int, int]:
+        r, g, b = to_rgb(colour)
+        return round(r * 255), round(g * 255), round(b * 255)
+
+    checked = []
+    for t in ax.texts:
+        x, y = t.get_position()
+        cell = data.cells[round(y)][round(x)]
+        box = t.get_bbox_patch()
+        if box is not None:
+            under = box.get_facecolor()
+        elif cell.status == "ok" and cell.median_ms is not None:
+            under = cmap(norm(cell.median_ms))
+        else:
+            under = "white"
+        checked.append((t.get_text(), round(contrast(rgb255(t.get_color()), rgb255(under)), 2)))
+    assert len(checked) == 2 * 13 + 1 + 2 and "not run" in {text for text, _ in checked}
+    assert [(text, ratio) for text, ratio in checked if ratio < 4.5] == []

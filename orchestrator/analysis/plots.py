@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.analysis.heatmap import Cell, HeatmapData, heatmap_data, problem_title
 from orchestrator.analysis.report import ProblemKey, ProblemSummary, best_table, group_by_problem
+from orchestrator.analysis.svg import ink
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.files import atomic_open
@@ -214,8 +215,7 @@ def _draw_cell(mpl: Matplotlib, ax: Axes, at: tuple[int, int], c: Cell, cmap: Co
     i, j = at
     if c.status == "ok" and c.median_ms is not None:
         rgba = cmap(norm(c.median_ms))
-        lum = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
-        color = "black" if lum > 0.5 else "white"
+        color = ink("#" + "".join(f"{round(255 * v):02x}" for v in rgba[:3]))  # the page's cells' rule
         ax.text(
             j,
             i - 0.12,
@@ -233,7 +233,7 @@ def _draw_cell(mpl: Matplotlib, ax: Axes, at: tuple[int, int], c: Cell, cmap: Co
     elif c.status in ("failed", "pruned"):
         _draw_failed_cell(mpl, ax, at, c)
     else:
-        ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="0.5")
+        ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="0.35")  # 7:1 on white
 
 
 def _draw_failed_cell(mpl: Matplotlib, ax: Axes, at: tuple[int, int], c: Cell) -> None:

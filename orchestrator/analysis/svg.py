@@ -90,10 +90,16 @@ def contrast(a: str, b: str) -> float:
     return (hi + 0.05) / (lo + 0.05)
 
 
+def ink(fill: str) -> str:
+    """Text colour on a fill (``#rrggbb``): black or white, whichever contrasts more with it (one
+    of them always reaches ``MIN_CONTRAST``: the two are equal at 4.58:1). The page's heatmaps and
+    the PNG plots both write their cells' labels in it."""
+    return "#000000" if contrast(fill, "#000000") >= contrast(fill, "#ffffff") else "#ffffff"
+
+
 def _ink(fill: str) -> str:
-    """Text colour on a fill: black (SVG's default) or white, whichever contrasts more with it
-    (one of them always reaches ``MIN_CONTRAST``: the two are equal at 4.58:1)."""
-    return "" if contrast(fill, "#000000") >= contrast(fill, "#ffffff") else " fill='white'"
+    """``ink`` as a text element's attribute: none for black, SVG's default."""
+    return "" if ink(fill) == "#000000" else " fill='white'"
 
 
 class _Layers(NamedTuple):
