@@ -220,3 +220,16 @@ def test_a_document_whose_records_were_all_reused_names_the_jax_they_were_measur
     a, b = r.stdout.splitlines()[:2]
     assert a == f"A: {first} (cpu, jax {jax})", a
     assert b == f"B: {again} (cpu, jax {jax}, of the records it reused from {first})", b
+
+
+def test_the_compare_page_counts_b_faster_among_the_problems_timed_in_both() -> None:
+    """A group's header says of how many problems B was faster out of those with a time in A and
+    B, not out of problems one side has no time of."""
+    from orchestrator.analysis import compare_html
+
+    a = results_doc.from_obj(make_doc([rec(ms=1.0), rec(ms=1.0, seq=4096), rec(ms=None, seq=8192)]), name="a")
+    b = results_doc.from_obj(make_doc([rec(ms=0.5), rec(ms=2.0, seq=4096), rec(ms=1.0, seq=8192)]), name="b")
+    page = compare_html.compare_page(a, b)
+    assert "3 problems, B faster in 1 of the 2 timed in both</summary>" in page
+    apart = [results_doc.from_obj(make_doc([rec(ms=1.0, seq=seq)]), name=str(seq)) for seq in (1024, 2048)]
+    assert "2 problems, none timed in both, 2 in one document only</summary>" in compare_html.compare_page(*apart)

@@ -77,9 +77,11 @@ def _rows(rows: list[ProblemComparison], with_tag: bool, axes: list[str]) -> Ite
 def _header(rows: list[ProblemComparison]) -> Callable[[list[int]], str]:
     def header(idx: list[int]) -> str:
         one = sum(1 for i in idx if rows[i].presence != "both")
-        faster = sum(1 for i in idx if (ratio := rows[i].ratio) is not None and ratio < 1)
+        ratios = [ratio for i in idx if (ratio := rows[i].ratio) is not None]
+        faster = sum(1 for ratio in ratios if ratio < 1)
         n = len(idx)
-        text = f"{n} problem{'s' if n != 1 else ''}, B faster in {faster}"
+        text = f"{n} problem{'s' if n != 1 else ''}, "
+        text += f"B faster in {faster} of the {len(ratios)} timed in both" if ratios else "none timed in both"
         return text + (f", {one} in one document only" if one else "")
 
     return header
