@@ -334,7 +334,8 @@ def test_every_label_on_a_heatmap_cell_reads_on_its_colour(fresh: Browser, tmp_p
 
 def test_a_heatmap_wider_than_its_card_scrolls_into_view_to_its_last_column(fresh: Browser, tmp_path: Path) -> None:
     """Nine tile sizes make a heatmap wider than a card on a laptop's window, and seven wider than
-    a phone's: the card scrolls it, so its last column can be brought into view, not cut off."""
+    a phone's: the card scrolls it, so its last column can be brought into view, not cut off; on
+    paper, where nothing scrolls, the card is as wide as its heatmap."""
     b = fresh
     tiles = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
     records = [rec(auto=True, ms=2.0)]
@@ -374,4 +375,17 @@ def test_a_heatmap_wider_than_its_card_scrolls_into_view_to_its_last_column(fres
                 assert b.js("document.documentElement.scrollWidth <= window.innerWidth"), (width, page.name)
         finally:
             b.call("Emulation.clearDeviceMetricsOverride", session=True)
+    # on paper nothing scrolls: the card holds its heatmap whole
+    printed = (
+        "(() => { const card = document.querySelector('#p-1'); const box = card.getBoundingClientRect();"
+        " const label = Array.from(card.querySelectorAll('svg.heatmap text')).filter(t => t.textContent === '4096')"
+        "  .pop().getBoundingClientRect(); return label.right <= box.right; })()"
+    )
+    b.call("Emulation.setEmulatedMedia", session=True, media="print")
+    try:
+        for page in pages:
+            b.open(page.as_uri())
+            assert b.js(printed) is True, page.name
+    finally:
+        b.call("Emulation.setEmulatedMedia", session=True, media="")
     assert b.problems() == []
