@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +269,8 @@ def test_report_and_compare_of_a_document_of_several_devices_show_one_device_and
     ) in r.stderr
     page = (tmp_path / "page.html").read_text()
     assert ">0.5</text>" in page and ">0.3</text>" not in page and "4 records" in page
+    # the page, sent on without the command's stderr, says what it left out too
+    assert '<p class="note">' + escape(f"{doc} holds records of 2 device kinds") in page
 
     a100 = run_cli("report", str(doc), "--device", "NVIDIA A100", "--json", "--html", str(tmp_path / "a100.html"))
     assert a100.returncode == 0, a100.stderr
@@ -285,8 +288,12 @@ def test_report_and_compare_of_a_document_of_several_devices_show_one_device_and
     )
 
     h100 = write(tmp_path, make_doc([rec(ms=1.0, block_q=64, block_k=32)]), "h100.json")
-    c = run_cli("compare", str(h100), str(doc), "--json")
+    c = run_cli("compare", str(h100), str(doc), "--json", "--html", str(tmp_path / "c.html"))
     assert c.returncode == 0, c.stderr
+    assert (
+        escape(f'{doc} holds records of 2 device kinds (merge.mix_devices): compare reads its 4 of "NVIDIA H100"')
+        in (tmp_path / "c.html").read_text()
+    )
     (both,) = [p for p in json.loads(c.stdout)["problems"] if p["presence"] == "both"]
     assert both["ratio_b_over_a"] == 0.5 and 'compare reads its 4 of "NVIDIA H100"' in c.stderr
     c = run_cli("compare", str(h100), str(doc), "--device", "NVIDIA A100")

@@ -10,7 +10,7 @@ as a best), grouped and folded as on the report page.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from orchestrator.analysis.compare import ProblemComparison, caveats, compare
@@ -87,9 +87,10 @@ def _header(rows: list[ProblemComparison]) -> Callable[[list[int]], str]:
     return header
 
 
-def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
+def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc, notes: Sequence[str] = ()) -> str:
     """The whole comparison page of two results documents, with the caveats the command says
-    (``compare.caveats``) at its top: the page is what gets sent on."""
+    (``compare.caveats``, and ``notes``: what it said of what it read) at its top: the page is
+    what gets sent on."""
     rows = compare(doc_a, doc_b)
     va, vb = _views(doc_a), _views(doc_b)
     with_tag = any(r.key.tag is not None for r in rows)
@@ -118,7 +119,7 @@ def compare_page(doc_a: ResultsDoc, doc_b: ResultsDoc) -> str:
     body = [
         f"<h1>{esc(title)}</h1>",
         f'<p class="sub">{esc(legend_text(with_tag))}</p>',
-        *(f'<p class="note caveat">{esc(line)}</p>' for line in caveats(rows, doc_a, doc_b)),
+        *(f'<p class="note caveat">{esc(line)}</p>' for line in (*notes, *caveats(rows, doc_a, doc_b))),
         f'<h2>Provenance</h2><div class="sides">{"".join(sides)}</div>',
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(rows, with_tag, axes), len(rows))}",
         f"<h2>Problems</h2>{legend([v.heatmap for v in (*va.values(), *vb.values())], SCALE)}",

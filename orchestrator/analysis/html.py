@@ -17,7 +17,7 @@ document is escaped. The page is written atomically: a reader sees the old page 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from orchestrator import PROG, word
@@ -333,8 +333,9 @@ def use_line(doc: ResultsDoc, summaries: list[ProblemSummary]) -> str:
     return f'<p class="sub">{text}.</p>'
 
 
-def report_page(doc: ResultsDoc) -> str:
-    """The whole report page of a results document."""
+def report_page(doc: ResultsDoc, notes: Sequence[str] = ()) -> str:
+    """The whole report page of a results document; ``notes``: what the command said of what it
+    read (a mixed document's other devices, left out), at the page's top, as the page is sent on."""
     views = problem_views(doc)
     with_tag = len({v.summary.key.tag for v in views}) > 1
     axes = axis_columns(v.summary.key for v in views)
@@ -344,6 +345,7 @@ def report_page(doc: ResultsDoc) -> str:
     body = [
         f"<h1>tilesweep report: {esc(Path(doc.name).name)}</h1>",
         f'<p class="sub">{esc(table_legend([v.summary for v in views]))}</p>',
+        *(f'<p class="note">{esc(line)}</p>' for line in notes),
         f"<h2>Provenance</h2>{provenance(doc, counts)}",
         f"<h2>Summary</h2>{table(_columns(with_tag, axes), _rows(views, with_tag, axes), len(views))}"
         + use_line(doc, [v.summary for v in views]),
@@ -377,5 +379,7 @@ def write_report(results: str | os.PathLike[str]) -> Path:
 
     path = Path(results)
     page = page_path(path)
-    write_page(page_target(page), report_page(one_device(load(path)).doc))
+    narrowed = one_device(load(path))
+    note = narrowed.note(narrowed.doc.name, "this page shows", f"{PROG} report {word(path)} --html PAGE")
+    write_page(page_target(page), report_page(narrowed.doc, [] if note is None else [note]))
     return page

@@ -123,7 +123,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.plots is not None:
         _check_plots(args.plots)
     page = _page(args.html, [args.results])
-    doc = _one_device(results_doc.load(args.results), args.device, "this report shows")
+    doc, notes = _one_device(results_doc.load(args.results), args.device, "this report shows")
     summaries = report.best_table(doc)
     found = winners.contests(summaries)
     if args.json:
@@ -137,7 +137,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.html is not None:
         from orchestrator.analysis import html
 
-        html.write_page(page, html.report_page(doc))
+        html.write_page(page, html.report_page(doc, notes))
         print(f"wrote {args.html}", file=sys.stderr)
     if args.plots is not None:
         max_plots = DEFAULT_MAX_PLOTS if args.max_plots is None else args.max_plots
@@ -145,16 +145,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_device(doc: ResultsDoc, kind: str | None, reads: str) -> ResultsDoc:
-    """``doc``'s records of one device kind (``analysis.devices``), with a note on stderr where
-    it left others out (``reads``: what the command does with the ones it kept)."""
+def _one_device(doc: ResultsDoc, kind: str | None, reads: str) -> tuple[ResultsDoc, list[str]]:
+    """``doc``'s records of one device kind (``analysis.devices``), and the note, said on stderr
+    and kept for the page, where it left others out (``reads``: what the command does with the
+    ones it kept)."""
     from orchestrator.analysis.devices import one_device
 
     narrowed = one_device(doc, kind)
     note = narrowed.note(doc.name, reads)
-    if note is not None:
-        print(f"{PROG}: note: {note}", file=sys.stderr)
-    return narrowed.doc
+    if note is None:
+        return narrowed.doc, []
+    print(f"{PROG}: note: {note}", file=sys.stderr)
+    return narrowed.doc, [note]
 
 
 def _check_plots(out_dir: str) -> None:
@@ -203,7 +205,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from orchestrator.store import document as results_doc
 
     page = _page(args.html, [args.a, args.b])
-    doc_a, doc_b = (_one_device(results_doc.load(path), args.device, "compare reads") for path in (args.a, args.b))
+    (doc_a, notes_a), (doc_b, notes_b) = (
+        _one_device(results_doc.load(path), args.device, "compare reads") for path in (args.a, args.b)
+    )
     rows = compare.compare(doc_a, doc_b)
     for line in compare.caveats(rows, doc_a, doc_b):
         print(f"{PROG}: note: {line}", file=sys.stderr)
@@ -214,7 +218,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.html is not None:
         from orchestrator.analysis import compare_html, html
 
-        html.write_page(page, compare_html.compare_page(doc_a, doc_b))
+        html.write_page(page, compare_html.compare_page(doc_a, doc_b, [*notes_a, *notes_b]))
         print(f"wrote {args.html}", file=sys.stderr)
     return 0
 
