@@ -16,6 +16,8 @@ same sweep directory waits for it (its lowering lease, ``store.leases``), saying
 does ``wait`` before it submits a next round.
 A stop (Ctrl-C) says what it kept, as the verdicts' files hold it wherever it came: the verdicts written
 before it, and the rerun that lowers the rest, or that a rerun lowers nothing where every config has one.
+A disk that takes no further verdict (full, a quota, read-only) ends it in one line saying the same, after
+the file and its fix.
 ``--dry-run`` lowers and shows without writing.
 Its bar (on stderr) is drawn at 0 as it starts, before the seconds its lowering processes take to
 start (each imports jax), and taken off a terminal where an error comes before any verdict.
@@ -44,7 +46,7 @@ from kernels.spelling import as_json
 from orchestrator import PROG, word
 from orchestrator.cli.common import Progress, counted, print_plan_notes, warn
 from orchestrator.cli.reusing import reuse_request
-from orchestrator.errors import DispatchError, PlanError
+from orchestrator.errors import DispatchError, PlanError, SweepDirError
 
 if TYPE_CHECKING:
     from orchestrator.control.lowering import LoweringArray
@@ -116,6 +118,7 @@ def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
     (measured or errored) are not lowered (``store.lowering_todo``)."""
     from orchestrator.control.sweeps import prepare_sweep
     from orchestrator.store.carried import carried_ids
+    from orchestrator.store.files import WRITE_ERRNOS, cannot_write
     from orchestrator.store.leases import lowering_lease
     from orchestrator.store.lowering import read_verdicts
     from orchestrator.store.lowering_todo import recorded_ids, to_lower
@@ -145,6 +148,11 @@ def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
             plan = to_lower(items, before, carried_ids(sd), recorded_ids(sd.root, sd.spec.fingerprint()))
             lowering = sd, before, {it.id for it in plan.todo}
             return _lower(args, spec, items, sd.root, plan)
+    except OSError as exc:
+        if lowering is None or exc.errno not in WRITE_ERRNOS:
+            raise
+        # a verdict the disk took no more of (full, a quota, read-only): its file, its fix, what it kept
+        raise SweepDirError(f"{cannot_write(exc)}; {_stopped(args, *lowering)}") from None
     except KeyboardInterrupt:
         if lowering is not None:  # wherever it stopped (its summary said, its lease let go), what its files hold
             raise KeyboardInterrupt(_stopped(args, *lowering)) from None

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypedDict
 
 from orchestrator.planning import INVALID, PRUNED, RUN, WorkItem
-from orchestrator.store.files import now_iso
+from orchestrator.store.files import naming, now_iso
 
 if TYPE_CHECKING:
     from orchestrator.spec.model import SweepSpec
@@ -154,22 +154,28 @@ class VerdictWriter:
 
     def close(self) -> None:
         if self._fh is not None and not self._fh.closed:
-            self._sync()
-            self._fh.close()
+            try:
+                self._sync()
+            finally:
+                with naming(self._path):  # its buffer, which a full disk took none of, is dropped
+                    self._fh.close()
 
     def _write(self, obj: dict[str, Any]) -> None:
-        if self._fh is None:
-            self._fh = open(self._path, "a", encoding="utf-8")
-        head = "\n" if self._torn else ""
-        if self._header is not None:
-            head += json.dumps(self._header) + "\n"
-        self._fh.write(head + json.dumps(obj) + "\n")
-        self._fh.flush()
+        """Write ``obj``'s line; an OSError of it (a full disk) names this file, for its one line."""
+        with naming(self._path):
+            if self._fh is None:
+                self._fh = open(self._path, "a", encoding="utf-8")
+            head = "\n" if self._torn else ""
+            if self._header is not None:
+                head += json.dumps(self._header) + "\n"
+            self._fh.write(head + json.dumps(obj) + "\n")
+            self._fh.flush()
         self._header, self._torn = None, False
 
     def _sync(self) -> None:
         if self._fh is not None:
-            os.fsync(self._fh.fileno())
+            with naming(self._path):
+                os.fsync(self._fh.fileno())
         self._unsynced = 0
 
 
