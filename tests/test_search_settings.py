@@ -4,6 +4,7 @@ one line, and what `plan` and `spec` note of settings that change nothing or are
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,22 @@ def test_checking_a_spec_notes_what_plan_would(tmp_path: Path) -> None:
     idle = spec_file(tmp_path, timing={"strategy": "full"}, search={"design": 3})
     r = run_cli("spec", str(idle))
     assert r.returncode == 0 and 'note: the search section is set but timing.strategy is "full"' in r.stderr, r.stderr
+
+
+def test_the_plan_of_a_search_counts_every_item_of_round_1_pruned_ones_too(tmp_path: Path) -> None:
+    """f32 d128 fwd: the shared-memory model prunes 8 of its 54 configs, which round 1 records
+    without a run: the plan's line says so, and its parts add up to the items it records."""
+    spec = spec_file(tmp_path, dtypes=["float32"], head_dims=[128], modes=["fwd"])
+    r = run_cli("plan", str(spec), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    (line,) = [line for line in r.stdout.splitlines() if line.startswith("search: round 1 records")]
+    said = re.match(
+        r"search: round 1 records (\d+) items: per problem auto and its design \(over (\d+) problems?: (\d+) configs "
+        r"from the portfolio, (\d+) space-filling, (\d+) carried\), and (\d+) configs pruned or invalid, recorded "
+        r"without a run; ",
+        line,
+    )
+    assert said is not None, line
+    size, problems, portfolio, filling, carried, unrun = map(int, said.groups())
+    assert unrun == 8 and "8 pruned by the shared-memory model" in r.stdout, r.stdout
+    assert problems + portfolio + filling + carried + unrun == size, line

@@ -275,18 +275,20 @@ def round_note(nxt: NextRound) -> str:
     )
 
 
-def search_plan_line(record: SearchRound, size: int) -> str:
-    """What round 1 of a search measures, and where its configs came from."""
+def search_plan_line(record: SearchRound, size: int, unrun: int) -> str:
+    """What round 1 of a search measures, where its configs came from, and the ``unrun``
+    configs it records without a run (pruned or invalid), so that its counts add up to ``size``."""
     problems = record["problems"]
     portfolio = sum(p.get("portfolio", 0) for p in problems)
     filling = sum(p.get("space_filling", 0) for p in problems)
     carried = sum(p.get("carried", 0) for p in problems)
     plural = "s" if len(problems) != 1 else ""
+    unrun_said = f", and {counted(unrun, 'config')} pruned or invalid, recorded without a run" if unrun else ""
     return (
         f"search: round 1 records {size} items: per problem auto and its design (over {len(problems)} problem{plural}: "
-        f"{portfolio} configs from the portfolio, {filling} space-filling, {carried} carried); each later round, "
-        "planned once the one before is done, measures the winners of other problems and the grid neighbours of "
-        "each problem's leaders"
+        f"{portfolio} configs from the portfolio, {filling} space-filling, {carried} carried){unrun_said}; each later "
+        "round, planned once the one before is done, measures the winners of other problems and the grid neighbours "
+        "of each problem's leaders"
     )
 
 

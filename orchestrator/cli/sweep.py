@@ -154,7 +154,7 @@ def _verdicts(args: argparse.Namespace, spec: SweepSpec, root: Path, planned: Pl
 
 
 def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None, verdicts: Verdicts | None) -> None:
-    from orchestrator.planning import INVALID, PRUNED
+    from orchestrator.planning import INVALID, PRUNED, RUN
     from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
 
     items, units = planned.items, planned.units
@@ -179,7 +179,8 @@ def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None, verd
             "round 2, planned when they are done, times the configs that can still win in full"
         )
     if planned.search is not None:
-        print(search_plan_line(planned.search.record, planned.size))
+        unrun = sum(it.kind != RUN and it.index not in planned.found.records for it in planned.search.items)
+        print(search_plan_line(planned.search.record, planned.size, unrun))
     for u in units:
         shapes = sorted({f"{it.dtype}/d{it.head_dim}/s{it.seq}" for it in u.items})
         more = " ..." if len(shapes) > 4 else ""
