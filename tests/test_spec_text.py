@@ -55,6 +55,26 @@ def test_other_json_errors_keep_the_parsers_words(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "stopped", "as_document"),
+    [
+        ('{"dtypes": ["bfloat16"], "ta', "Unterminated string starting at line 1 column 26", "the file ends before"),
+        ('{"tag": "a\tb"}', "Invalid control character at line 1 column 11", None),
+    ],
+)
+def test_a_truncated_or_damaged_file_says_where_the_parser_stopped_in_one_phrase(
+    tmp_path: Path, text: str, stopped: str, as_document: str | None
+) -> None:
+    """A spec cut short (a copy that stopped, an editor's crash) or holding a raw tab in a string:
+    the parser's words read as one phrase, as a spec and as a document given to ``report`` (which
+    names a file cut short as one)."""
+    path = tmp_path / "spec.json"
+    path.write_text(text)
+    assert_one_line_error(run_cli("spec", str(path)), f"spec file {path} is not valid JSON: {stopped}")
+    said = as_document or f"not valid JSON: {stopped}"
+    assert_one_line_error(run_cli("report", str(path)), f"not a results document: {said}")
+
+
+@pytest.mark.parametrize(
     ("encoding", "name"),
     [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16"), ("utf-16-be", "UTF-16"), ("utf-32", "UTF-32")],
 )

@@ -117,4 +117,10 @@ def json_error(p: Path, exc: json.JSONDecodeError) -> str:
         return f"spec file {p} line {line}: {word} is Python's spelling; JSON writes {_PYTHON_WORDS[word]}"
     if here.startswith("'"):
         return f'spec file {p} line {line}: JSON strings and keys take double quotes ("..."), not single ones'
-    return f"spec file {p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    return f"spec file {p} is not valid JSON: {where_json_stopped(exc)}"
+
+
+def where_json_stopped(exc: json.JSONDecodeError) -> str:
+    """The parser's words and where it stopped, read as one phrase: a message of its that ends
+    in "at" ("Unterminated string starting at") takes the place without a second one."""
+    return f"{exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}"

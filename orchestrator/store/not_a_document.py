@@ -12,6 +12,7 @@ from typing import Any
 
 from kernels.spelling import as_json
 from orchestrator import PROG, counted, word
+from orchestrator.spec.filetext import where_json_stopped
 
 
 def not_json(data: bytes, exc: ValueError) -> str:
@@ -29,8 +30,7 @@ def not_json(data: bytes, exc: ValueError) -> str:
                 f"the file ends before its JSON does, after {counted(len(data), 'byte')}: cut short by a copy or a "
                 f"write that stopped; copy it again, or write a sweep's document again with `{PROG} merge SWEEP_DIR`"
             )
-        # the parser's words may end in "at" ("Invalid control character at"): said once
-        return f"not valid JSON: {exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}"
+        return f"not valid JSON: {where_json_stopped(exc)}"
     return f"not valid JSON ({exc})"
 
 
