@@ -352,6 +352,7 @@ def _summary(
             + (f"; {carried}" if reused else "")
         )
         _say_recorded(plan.recorded)
+        _say_next(root)
         return
     print(
         f"lowered {counted(n, 'config')} for {target.name} ({target.sm}, {target.smem_limit_bytes} bytes of shared "
@@ -363,8 +364,15 @@ def _summary(
     _say_recorded(plan.recorded)
     if root is not None:
         print(f"verdicts in {root / 'lowering.jsonl'}; the workers record refused configs as pruned, never compiled")
+        _say_next(root)
     elif seen["refused"] or seen["crashed"]:
         warn(f"note: --dry-run keeps no verdicts; {_to_keep(sweep_dir)}")
+
+
+def _say_next(root: Path | None) -> None:
+    """The command that runs the sweep directory ``root`` lowering planned (None: a dry run, none)."""
+    if root is not None:
+        print(f"next: `{PROG} resume {word(root)}` measures what has no record yet (on SLURM: submits it)")
 
 
 def _say_recorded(recorded: int) -> None:

@@ -113,3 +113,18 @@ def test_a_plan_of_a_lowered_sweep_says_its_verdicts_and_suggests_lower_only_for
     said = note()
     assert f"gave 2 configs a verdict: {kept.count('lowered')} lower, {kept.count('refused')} refused" in said
     assert said.endswith(f"{command} lowers the 1 config to measure without one"), said
+
+
+def test_a_lowering_into_a_sweep_directory_ends_with_the_command_that_runs_it(tmp_path: Path) -> None:
+    """The verdicts kept, what runs the sweep next: its last line, after a lowering and after a
+    rerun that had nothing left to lower alike."""
+    spec, sweep = tmp_path / "spec.json", tmp_path / "my sweep"
+    grid = {"block_q": [64], "block_k": [64], "num_stages": [2], "num_warps": [4]}
+    kernel = {"impl": "jax", "device_kind": "NVIDIA H100"}
+    data = {**SHAPE, "modes": ["fwd"], "kernel": kernel, "grid": {"fwd": grid}, "output": str(tmp_path / "o.json")}
+    spec.write_text(json.dumps(data))
+    next_step = f"next: `tilesweep resume '{sweep}'` measures what has no record yet (on SLURM: submits it)"
+    for said in ("lowered 2 configs", "nothing to lower"):
+        r = run_cli("plan", str(spec), "--lower", "--sweep-dir", str(sweep), "--lower-workers", "1")
+        assert r.returncode == 0 and said in r.stdout, r.stderr
+        assert r.stdout.splitlines()[-1] == next_step, r.stdout
