@@ -39,6 +39,7 @@ from typing import Any
 
 from kernels.devices import DeviceKind
 from kernels.impl_base import Capabilities, Fields, ModeFn, Tunable, Value
+from kernels.smem import MAX_HEAD_DIM
 from kernels.spelling import as_json
 
 RULES = "jax's TuningConfig"
@@ -179,7 +180,8 @@ class MosaicImpl:
             )
         odd = [d for d in head_dims if d % caps.head_dim_multiple]
         if odd:
-            return f"head_dims {odd} cannot be planned ({why['head_dim']})"
+            fits = list(range(caps.head_dim_multiple, MAX_HEAD_DIM + 1, caps.head_dim_multiple))
+            return f"head_dims {odd} cannot be planned ({why['head_dim']}); use head_dims of {as_json(fits)}"
         return None
 
     def runs_as(self, mode: str, seq: int, params: tuple[Value, ...]) -> tuple[Value, ...]:

@@ -72,6 +72,21 @@ def test_what_the_kernel_cannot_do_is_refused_at_plan_time(over: dict[str, Any],
         assert n in err.value.message, err.value.message
 
 
+def test_a_spec_file_the_kernel_cannot_plan_is_named_with_the_fix_by_every_command(tmp_path: Path) -> None:
+    """spec, plan, plan --lower and run each refuse it in one line that names the file, what the
+    kernel cannot do and what to write instead; a kind --device-kind gave is named as such."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**MOSAIC, "head_dims": [96], "output": str(tmp_path / "out.json")}))
+    fix = "head_dims [96] cannot be planned (jax: 'head_dim must be divisible by 64'); use head_dims of "
+    fix += "[64, 128, 192, 256]"
+    for command in (["spec"], ["plan", "--dry-run"], ["plan", "--lower", "--dry-run"], ["run"]):
+        r = run_cli(command[0], str(spec), *command[1:])
+        assert_one_line_error(r, f'error: {spec}: kernel.impl "mosaic": {fix}')
+    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    r = run_cli("plan", str(spec), "--dry-run", "--device-kind", "NVIDIA B200")
+    assert_one_line_error(r, f"error: {spec} with --device-kind 'NVIDIA B200': kernel.impl \"mosaic\"", "sm_100")
+
+
 def test_records_carry_the_kernels_own_fields_and_ids_of_their_own() -> None:
     items = expand(_spec(grid={"fwd": {"block_q": [64, 128], "block_kv": [64], "max_concurrent_steps": [2]}}))
     fwd = [it for it in items if it.mode == "fwd" and it.config == "forced"]

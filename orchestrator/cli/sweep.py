@@ -61,7 +61,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
     from orchestrator.planning.grids import check_supported
 
     spec = load_spec(args.file)
-    check_supported(spec)  # what the kernel implementation cannot do, which `plan` refuses too
+    check_supported(spec, args.file)  # what the kernel implementation cannot do, which `plan` refuses too
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
     print_plan_notes(spec)  # what `plan` would note of it (stderr): checking a spec says it too
     return 0
@@ -71,13 +71,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.control.reuseplan import plan_with_reuse
     from orchestrator.control.sweeps import check_replay_source, default_sweep_dir, prepare_sweep
     from orchestrator.planning import plan_line
-    from orchestrator.spec.files import load_spec, with_device_kind
     from orchestrator.store.document import load_costs
     from orchestrator.store.sweepdir import SweepDir
 
     if args.lower_workers is not None and not args.lower:
         raise PlanError("--lower-workers sets the processes of pre-flight lowering: add --lower, or drop it")
-    spec = with_device_kind(load_spec(args.spec), args.device_kind)
+    spec = _plan_spec(args)
     if args.lower:
         from orchestrator.cli.lower import cmd_plan_lower
 
@@ -125,6 +124,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 f"them), or run one with: python -m jobs.worker {sd.root} 0"
             )
     return 0
+
+
+def _plan_spec(args: argparse.Namespace) -> SweepSpec:
+    """The spec ``plan``'s command line names (``--device-kind`` over its kernel.device_kind),
+    refused in one line naming the file (and the option) where its kernel cannot do it."""
+    from orchestrator.planning.grids import check_supported
+    from orchestrator.spec.files import load_spec, with_device_kind
+
+    spec = with_device_kind(load_spec(args.spec), args.device_kind)
+    given = f"{args.spec} with --device-kind {word(args.device_kind)}" if args.device_kind else args.spec
+    check_supported(spec, given)
+    return spec
 
 
 def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec) -> int:
@@ -192,6 +203,7 @@ def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None, verd
 
 def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.control.sweeps import check_runs_here, default_sweep_dir, run_or_follow
+    from orchestrator.planning.grids import check_supported
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.lowering_todo import sweep_verdicts
@@ -200,6 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     requested()  # a bad TILESWEEP_MERGE_PROCS is said before anything is measured
     spec = load_spec(args.spec)
+    check_supported(spec, args.spec)  # naming the spec file, before any planning
     kind = args.executor or spec.executor.kind
     if kind == "slurm":
         from orchestrator.cli.slurm import run_on_slurm

@@ -56,8 +56,9 @@ def mode_grid(spec: SweepSpec, mode: str) -> list[tuple[Value, ...]]:
     return list(itertools.product(*axes))
 
 
-def check_supported(spec: SweepSpec) -> None:
-    """Refuse, in one line, what the spec's kernel implementation cannot do."""
+def check_supported(spec: SweepSpec, source: str | None = None) -> None:
+    """Refuse, in one line, what the spec's kernel implementation cannot do (naming ``source``,
+    the spec file it came from, where one is given)."""
     impl = impls.get(spec.measured_impl)
     gqa = [v for v in spec.kv_heads if v not in (None, spec.heads)]
     device = spec.kernel.target if spec.kernel.device_kind is not None or impl.capabilities.archs else None
@@ -71,14 +72,15 @@ def check_supported(spec: SweepSpec) -> None:
     )
     if why is None:
         return
+    head = f"{source}: kernel.impl" if source is not None else "kernel.impl"
     if gqa and not impl.capabilities.grouped_query:
         allowed = [n for n in impls.SPEC_IMPL_NAMES if impls.IMPLS[n].capabilities.grouped_query]
         raise PlanError(
-            f"kernel.impl {as_json(impl.name)}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
+            f"{head} {as_json(impl.name)}: {why}, so kv_heads {gqa} cannot be planned; allowed with it: "
             f"kv_heads [null] (or [{spec.heads}]); for grouped-query attention use kernel.impl "
             f"{' or '.join(map(as_json, allowed))}"
         )
-    raise PlanError(f"kernel.impl {as_json(impl.name)}: {why}")
+    raise PlanError(f"{head} {as_json(impl.name)}: {why}")
 
 
 LOWER_COMMAND = f"{PROG} plan SPEC --lower --sweep-dir DIR"
