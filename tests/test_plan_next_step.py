@@ -4,9 +4,10 @@ documents, that nothing is to measure and ``merge`` writes the document."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from tests.helpers import run_cli
+from tests.helpers import assert_one_line_error, run_cli
 from tests.test_plan import _replay_spec
 
 
@@ -20,3 +21,16 @@ def test_plan_into_a_sweep_directory_says_where_and_how_many_units(tmp_path: Pat
     r = run_cli("plan", str(spec), "--sweep-dir", str(again))
     assert r.returncode == 0 and "nothing to measure; `tilesweep merge" in r.stdout and "jobs.worker" not in r.stdout
     assert run_cli("merge", str(again)).returncode == 0
+
+
+def test_plan_json_with_a_sweep_directory_and_no_dry_run_is_refused_not_silently_unwritten(tmp_path: Path) -> None:
+    """--json shows the plan and writes nothing: with --sweep-dir, where plan writes the plan,
+    it is refused in one line naming both ways out, and no directory is made; --dry-run shows it."""
+    spec, sweep = _replay_spec(tmp_path, sharding={"units": 1}), tmp_path / "sweep"
+    r = run_cli("plan", str(spec), "--json", "--sweep-dir", str(sweep))
+    assert_one_line_error(r, f"--json prints the plan and writes nothing into {sweep}", "add --dry-run", "drop --json")
+    assert not sweep.exists()
+    shown = run_cli("plan", str(spec), "--json", "--sweep-dir", str(sweep), "--dry-run")
+    assert shown.returncode == 0 and all(json.loads(line)["unit"] == 0 for line in shown.stdout.splitlines())
+    assert not sweep.exists()
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0 and (sweep / "units.json").is_file()

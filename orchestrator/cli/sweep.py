@@ -74,8 +74,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.store.document import load_costs
     from orchestrator.store.sweepdir import SweepDir
 
-    if args.lower_workers is not None and not args.lower:
-        raise PlanError("--lower-workers sets the processes of pre-flight lowering: add --lower, or drop it")
+    _check_plan_options(args)
     spec = _plan_spec(args)
     if args.lower:
         from orchestrator.cli.lower import cmd_plan_lower
@@ -124,6 +123,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 f"them), or run one with: python -m jobs.worker {sd.root} 0"
             )
     return 0
+
+
+def _check_plan_options(args: argparse.Namespace) -> None:
+    """Refuse, before anything is read, an option that would do nothing on this command line."""
+    if args.lower_workers is not None and not args.lower:
+        raise PlanError("--lower-workers sets the processes of pre-flight lowering: add --lower, or drop it")
+    if args.json and args.sweep_dir and not args.dry_run and not args.lower:  # --json shows, never writes
+        raise PlanError(
+            f"--json prints the plan and writes nothing into {word(args.sweep_dir)}: add --dry-run to only show it, "
+            "or drop --json to write the plan there"
+        )
 
 
 def _plan_spec(args: argparse.Namespace) -> SweepSpec:
@@ -279,7 +289,12 @@ def register(sub: Subparsers) -> None:
     s.add_argument("spec")
     s.add_argument("--units", type=positive_int, help="number of units (overrides the spec's sharding.units)")
     s.add_argument("--dry-run", action="store_true", help="only show the plan, write nothing")
-    s.add_argument("--json", action="store_true", help="one JSON object per item (record fields + unit)")
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per item (record fields + unit); shows the plan, writes none (with --lower: its "
+        "verdict too, kept with --sweep-dir)",
+    )
     s.add_argument("--sweep-dir", type=folder_path, help="write the plan into this sweep directory")
     s.add_argument("--costs", metavar="RESULTS.json", help=COSTS_HELP)
     s.add_argument(
