@@ -103,3 +103,22 @@ def test_the_plan_of_a_search_counts_every_item_of_round_1_pruned_ones_too(tmp_p
     size, problems, portfolio, filling, carried, unrun = map(int, said.groups())
     assert unrun == 8 and "8 pruned by the shared-memory model" in r.stdout, r.stdout
     assert problems + portfolio + filling + carried + unrun == size, line
+
+
+@pytest.mark.parametrize("strategy", ["halving", "search"])
+def test_a_strategy_that_chooses_among_forced_configs_with_auto_only_is_noted(tmp_path: Path, strategy: str) -> None:
+    """auto_only times no forced config: plan and spec say the strategy has none to choose from,
+    and plan does not promise a screen of forced configs it will not run."""
+    spec = spec_file(tmp_path, auto_only=True, timing={"strategy": strategy})
+    note = (
+        f'note: auto_only: true times each problem\'s auto config alone, in full, so timing.strategy "{strategy}" '
+        'has no forced config to choose from and runs as "full" does; set auto_only to false'
+    )
+    for command in (["plan", str(spec), "--dry-run"], ["spec", str(spec)]):
+        r = run_cli(*command)
+        assert r.returncode == 0 and note in r.stderr, r.stderr
+    plan = run_cli("plan", str(spec), "--dry-run")
+    assert "screen every forced config" not in plan.stdout, plan.stdout
+    full = spec_file(tmp_path, "full.json", auto_only=True, timing={"strategy": "full"})
+    r = run_cli("plan", str(full), "--dry-run")
+    assert r.returncode == 0 and "auto_only" not in r.stderr and "items in" in r.stdout, r.stderr

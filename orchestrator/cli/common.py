@@ -248,8 +248,20 @@ def print_plan_notes(spec: SweepSpec, *, lowering: bool = False, verdicts: Verdi
     from orchestrator.planning.search import idle_settings, screen_keeps_all
 
     said = notes(spec, lowering=lowering, verdicts=verdicts)
-    for line in [*said, *filter(None, [idle_settings(spec), screen_keeps_all(spec)])]:
+    for line in [*said, *filter(None, [idle_settings(spec), screen_keeps_all(spec), _nothing_to_choose(spec)])]:
         warn(f"note: {line}")
+
+
+def _nothing_to_choose(spec: SweepSpec) -> str | None:
+    """The note a spec gets that times each problem's auto alone (``auto_only``) with a strategy
+    that chooses among forced configs (halving, search): it has none to choose from."""
+    if not spec.auto_only or spec.timing.strategy == "full":
+        return None
+    return (
+        f"auto_only: true times each problem's auto config alone, in full, so timing.strategy "
+        f'{as_json(spec.timing.strategy)} has no forced config to choose from and runs as "full" does; set '
+        "auto_only to false to tune the grid, or drop timing.strategy"
+    )
 
 
 def round_note(nxt: NextRound) -> str:

@@ -194,7 +194,7 @@ def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None, verd
     print_plan_notes(spec, verdicts=verdicts)
     for line in reuse_lines(planned.found.summary()):
         print(line)
-    if spec.timing.strategy == "halving":
+    if spec.timing.strategy == "halving" and not spec.auto_only:  # auto_only: no forced config to screen
         print(
             f"halving: these units screen every forced config once (about {spec.timing.screen_target_ms:g} ms); "
             "round 2, planned when they are done, times the configs that can still win in full"

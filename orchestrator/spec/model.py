@@ -140,7 +140,9 @@ class SweepSpec(SpecModel):
         default=5, le=10_000, description="timed samples per config (each of about timing.target_ms)"
     )
     auto_only: bool = Field(
-        default=False, description="time only each problem's auto config (the kernel's own pick), no forced grid"
+        default=False,
+        description="time only each problem's auto config (the kernel's own pick), no forced grid; timing.strategy "
+        "halving or search then has none to choose from and runs as full does (plan notes it)",
     )
     tag: str = Field(default="", description="a label copied into every record (part of its id)")
     fwd_block_q: TileList = Field(default=[32, 64, 128], description="fwd grid: query rows per tile (block_q)")
