@@ -122,3 +122,32 @@ def test_a_strategy_that_chooses_among_forced_configs_with_auto_only_is_noted(tm
     full = spec_file(tmp_path, "full.json", auto_only=True, timing={"strategy": "full"})
     r = run_cli("plan", str(full), "--dry-run")
     assert r.returncode == 0 and "auto_only" not in r.stderr and "items in" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("timing", "search", "said"),
+    [
+        (
+            {"strategy": "full", "screen_ms": 5},
+            {},
+            'timing.screen_ms is the screen\'s, but nothing screens with timing.strategy "full": it does nothing; '
+            'set "timing": {"strategy": "halving"} to screen',
+        ),
+        (
+            {"strategy": "search", "keep": 2, "noise": 0.2},
+            {},
+            'timing.keep and timing.noise are the screen\'s, but nothing screens with timing.strategy "search" and '
+            'no search.screen: they do nothing; set "search": {"screen": true} to screen',
+        ),
+        ({"strategy": "halving", "keep": 2}, {}, None),
+        ({"strategy": "search", "keep": 2}, {"screen": True}, None),
+    ],
+)
+def test_screen_settings_where_nothing_screens_are_noted(
+    tmp_path: Path, timing: dict[str, Any], search: dict[str, Any], said: str | None
+) -> None:
+    spec = spec_file(tmp_path, timing=timing, search=search)
+    for command in (["plan", str(spec), "--dry-run"], ["spec", str(spec)]):
+        r = run_cli(*command)
+        assert r.returncode == 0, r.stderr
+        assert (f"note: {said}" in r.stderr) if said else "the screen's" not in r.stderr, r.stderr

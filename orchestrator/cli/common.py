@@ -239,8 +239,9 @@ def warn(text: str) -> None:
 def print_plan_notes(spec: SweepSpec, *, lowering: bool = False, verdicts: Verdicts | None = None) -> None:
     """Say once what the plan does differently from the spec's lists because of the kernel
     implementation (a tunable it ignores is swept at the one value it runs), a search
-    section that does nothing (no ``timing.strategy: search``), and a search's screen that
-    keeps every config it screens (``timing.keep`` at or above ``search.per_round``).
+    section that does nothing (no ``timing.strategy: search``), a search's screen that
+    keeps every config it screens (``timing.keep`` at or above ``search.per_round``), a strategy
+    with no forced config to choose from (``auto_only``), and screen settings where nothing screens.
     ``lowering``: for ``plan --lower``, which lowers what the plan holds (``planning.notes``);
     ``verdicts``: what pre-flight lowering of the sweep directory said already
     (``store.lowering_todo``), for a kernel pruned by lowering."""
@@ -248,8 +249,27 @@ def print_plan_notes(spec: SweepSpec, *, lowering: bool = False, verdicts: Verdi
     from orchestrator.planning.search import idle_settings, screen_keeps_all
 
     said = notes(spec, lowering=lowering, verdicts=verdicts)
-    for line in [*said, *filter(None, [idle_settings(spec), screen_keeps_all(spec), _nothing_to_choose(spec)])]:
+    idle = [idle_settings(spec), screen_keeps_all(spec), _nothing_to_choose(spec), _idle_screen(spec)]
+    for line in [*said, *filter(None, idle)]:
         warn(f"note: {line}")
+
+
+def _idle_screen(spec: SweepSpec) -> str | None:
+    """The note a spec gets that sets the screen's timing fields (screen_ms, keep, noise) off their
+    defaults where nothing screens: timing.strategy full, or a search without search.screen (the
+    values, not the keys written: a results document's spec holds every key)."""
+    fields = type(spec.timing).model_fields
+    given = [f"timing.{k}" for k in ("screen_ms", "keep", "noise") if getattr(spec.timing, k) != fields[k].default]
+    strategy = spec.timing.strategy
+    if not given or strategy == "halving" or (strategy == "search" and spec.search.screen):
+        return None
+    fix = '"search": {"screen": true}' if strategy == "search" else '"timing": {"strategy": "halving"}'
+    what = " and ".join(given)
+    return (
+        f"{what} {'is' if len(given) == 1 else 'are'} the screen's, but nothing screens with timing.strategy "
+        f"{as_json(strategy)}{' and no search.screen' if strategy == 'search' else ''}: "
+        f"{'it does' if len(given) == 1 else 'they do'} nothing; set {fix} to screen"
+    )
 
 
 def _nothing_to_choose(spec: SweepSpec) -> str | None:
