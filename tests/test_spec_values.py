@@ -156,3 +156,26 @@ def test_a_tuned_table_entry_error_shows_the_files_values_as_json(tmp_path: Path
     path.write_text(json.dumps({"format": "tilesweep-tuned", "version": 2, "device": {}, "entries": [entry]}))
     with pytest.raises(TunedTableError, match=r"entries\[0\]: causal=null must be true or false$"):
         TunedTable.load(path, check_env=False)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "text", "got"),
+    [
+        ("json", '{"bwd_fwd_config": [64]}', "[64]"),
+        ("json", '{"bwd_fwd_config": [64, 128, 256]}', "[64, 128, 256]"),
+        ("json", '{"bwd_fwd_config": 128}', "128"),
+        ("toml", 'bwd_fwd_config = "128"', '"128"'),
+    ],
+)
+def test_a_bwd_fwd_config_of_another_shape_names_the_field_its_spellings_and_what_it_got(
+    tmp_path: Path, suffix: str, text: str, got: str
+) -> None:
+    path = tmp_path / f"spec.{suffix}"
+    path.write_text(text)
+    assert_one_line_error(
+        run_cli("spec", str(path)),
+        f'{path}: field "bwd_fwd_config": write [block_q, block_k] such as [64, 128], an object {{"block_q": 64, '
+        f'"block_k": 128}}, or null (in TOML: leave it out) for 128/128; got {got}',
+    )
+    path.write_text(text.replace(got, "[64, 32]"))
+    assert run_cli("spec", str(path)).returncode == 0

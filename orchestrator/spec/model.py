@@ -199,13 +199,17 @@ class SweepSpec(SpecModel):
     @model_validator(mode="before")
     @classmethod
     def _accept_pair_for_bwd_fwd_config(cls, data: Any) -> Any:
-        # ``bwd_fwd_config`` may also be written as [block_q, block_k].
-        if isinstance(data, dict) and isinstance(data.get("bwd_fwd_config"), (list, tuple)):
-            pair = data["bwd_fwd_config"]
-            if len(pair) != 2:
-                raise ValueError("bwd_fwd_config as a list must be [block_q, block_k]")
-            data = {**data, "bwd_fwd_config": {"block_q": pair[0], "block_k": pair[1]}}
-        return data
+        # ``bwd_fwd_config`` may also be written as [block_q, block_k]; anything else but an object or null is
+        # refused naming the three spellings
+        pair = data.get("bwd_fwd_config") if isinstance(data, dict) else None
+        if pair is None or isinstance(pair, dict):
+            return data
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValueError(
+                'field "bwd_fwd_config": write [block_q, block_k] such as [64, 128], an object {"block_q": 64, '
+                f'"block_k": 128}}, or null (in TOML: leave it out) for 128/128; got {as_json(pair)}'
+            )
+        return {**data, "bwd_fwd_config": {"block_q": pair[0], "block_k": pair[1]}}
 
     @field_validator("output")
     @classmethod
