@@ -142,6 +142,13 @@ class Implementation(Protocol):
         ...
 
     @property
+    def lowering_sizes_smem(self) -> bool:
+        """Whether lowering for a target holds each kernel to its shared memory (a Mosaic GPU
+        kernel: its compiler refuses one over it); a Triton kernel's is sized only when its PTX is
+        compiled on the GPU, so its lowering refuses nothing for shared memory."""
+        ...
+
+    @property
     def causal_loops(self) -> int:
         """Loop bodies per scan when causal (the cost model's compile estimate)."""
         ...

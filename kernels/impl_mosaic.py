@@ -136,6 +136,7 @@ class MosaicImpl:
     module: str = "kernels.mosaic"  # the jax side: build, auto
     capabilities: Capabilities = CAPABILITIES
     pruning: str = "lowering"
+    lowering_sizes_smem: bool = True
     causal_loops: int = 1
     auto_rule: str = (
         "tilesweep's choice (jax has no default config): block_q 64, max_concurrent_steps 2, block_kv the first "

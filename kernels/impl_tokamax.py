@@ -176,6 +176,7 @@ class TokamaxImpl:
     vjp: tuple[Tunable, ...]
     module: str = "kernels.tokamax_ops"
     pruning: str = "lowering"
+    lowering_sizes_smem: bool = True  # Mosaic GPU; tokamax's Triton op: False
     causal_loops: int = 1
     auto_rule: str = (
         "tokamax's own choice, what an untuned call runs: the op's default_config (tokamax's shipped table for the "
@@ -324,6 +325,7 @@ TOKAMAX_TRITON = TokamaxImpl(
     fwd=TRITON_FWD,
     vjp=TRITON_VJP,
     fwd_tiles=("block_q", "block_k"),
+    lowering_sizes_smem=False,
 )
 
 

@@ -140,6 +140,7 @@ class Impl:
     defaults: AttentionConfig  # what runs for a tunable a record leaves out (a fwd record's bwd tiles)
     causal_loops: int  # loop bodies per scan when causal: ours 2 (unmasked, then the diagonal), stock 1
     pruning: str = "model"
+    lowering_sizes_smem: bool = False  # Triton sizes shared memory when PTX is compiled
     capabilities: Capabilities = field(init=False)
 
     def __post_init__(self) -> None:

@@ -141,6 +141,7 @@ def describe(impl: Implementation) -> dict[str, Any]:
         "title": impl.title,
         "capabilities": impl.capabilities.describe(),
         "pruning": impl.pruning,
+        "lowering_sizes_smem": impl.lowering_sizes_smem,
         "tunables": {
             mode: [
                 {

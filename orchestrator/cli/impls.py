@@ -33,6 +33,8 @@ def _text(d: dict[str, Any]) -> list[str]:
     causal = ", ".join(caps["causal"]) or "none"
     archs = "any" if caps["archs"] is None else ", ".join(caps["archs"])
     pruning = "shared-memory model at plan time" if d["pruning"] == "model" else "compiler's verdict (plan --lower)"
+    if d["pruning"] != "model" and not d["lowering_sizes_smem"]:
+        pruning += ", which sizes no shared memory: a config over it fails to compile on the GPU, recorded as its error"
     lines = [
         f"{d['name']}: {d['title']}{_named_as(d['name'])}",
         f"  can do: dtypes {', '.join(caps['dtypes'])}; modes {', '.join(caps['modes'])}; causal in {causal}; "

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernels import impls
 from kernels.spelling import as_json
 from orchestrator import PROG, word
 from orchestrator.cli.common import Progress, counted, print_plan_notes, warn
@@ -354,10 +355,13 @@ def _summary(
         _say_recorded(plan.recorded)
         _say_next(root)
         return
+    smem = f"{seen['smem']} for shared memory"
+    if not impls.get(spec.measured_impl).lowering_sizes_smem:  # Triton sizes it when the GPU compiles
+        smem = "its lowering sizes no shared memory: a config over it fails to compile on the GPU, an error record"
     print(
         f"lowered {counted(n, 'config')} for {target.name} ({target.sm}, {target.smem_limit_bytes} bytes of shared "
         f"memory per block) on {where} in {wall_s:.1f} s: {seen['lowered']} lowered, {seen['refused']} refused "
-        f"({seen['smem']} for shared memory), {seen['crashed']} crashed"
+        f"({smem}), {seen['crashed']} crashed"
         + (f"; {skipped} not lowered (invalid, pruned by the model, or lowered before)" if skipped else "")
         + (f"; {carried}" if reused else "")
     )

@@ -140,6 +140,8 @@ def _lowering_note(spec: SweepSpec, verdicts: Verdicts | None) -> str:
     """That the configs are pruned by lowering: what the verdicts say, and the ``plan --lower``
     that lowers the configs without one (none where every config to measure has one)."""
     head = f"kernel.impl {as_json(spec.measured_impl)} has no shared-memory model"
+    if not impls.get(spec.measured_impl).lowering_sizes_smem:  # Triton sizes it when the GPU compiles
+        head += ", and its lowering sizes none (a config over it fails to compile on the GPU: an error record)"
     target = spec.kernel.target.name
     command = verdicts.command if verdicts is not None else LOWER_COMMAND
     if verdicts is None:

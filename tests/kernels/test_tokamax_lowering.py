@@ -96,3 +96,30 @@ def test_lowering_for_b200_lowers_tokamaxs_sm100_kernels_and_prunes_what_they_re
     pruned = {it.id for it in items.values() if it.kind == PRUNED}
     assert pruned == {v.id for v in verdicts.values() if v.verdict == "refused"} and len(pruned) == 5
     assert all(items[i].impl == "tokamax-mosaic-sm100" for i in pruned)
+
+
+def test_tokamaxs_triton_op_is_never_said_to_be_pruned_for_shared_memory_by_its_lowering(tmp_path: Path) -> None:
+    """Triton sizes shared memory when the GPU compiles PTX: a config far over it (float32,
+    head_dim 256, 128/128 tiles, 4 stages) lowers. impls, plan and plan --lower each say that its
+    lowering sizes none, and that such a config fails on the GPU as an error record; a Mosaic GPU
+    op's say nothing of it."""
+    listed = {d["name"]: d for d in json.loads(run_cli("impls", "--json").stdout)}
+    assert not listed["tokamax-triton"]["lowering_sizes_smem"] and listed["tokamax-mosaic"]["lowering_sizes_smem"]
+    text = run_cli("impls").stdout
+    assert "pruning: compiler's verdict (plan --lower), which sizes no shared memory: a config over it fails " in text
+    assert text.count("which sizes no shared memory") == 1, text  # tokamax-triton's only
+    fwd = {"block_q": [128], "block_k": [128], "num_stages": [4], "num_warps": [4]}
+    data = {**SHAPE, "dtypes": ["float32"], "head_dims": [256], "seq_lens": [1024], "batch": 1, "heads": 2}
+    data.update(modes=["fwd"], grid={"fwd": fwd}, output=str(tmp_path / "out.json"), kernel={"impl": "tokamax-triton"})
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(data))
+    plan = run_cli("plan", str(spec), "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    said = 'kernel.impl "tokamax-triton" has no shared-memory model, and its lowering sizes none (a config over it '
+    assert said in plan.stderr, plan.stderr
+    r = run_cli("plan", str(spec), "--lower", "--dry-run", "--lower-workers", "1")
+    assert r.returncode == 0, r.stderr
+    assert (
+        "2 lowered, 0 refused (its lowering sizes no shared memory: a config over it fails to compile on the GPU, "
+        "an error record), 0 crashed" in r.stdout
+    ), r.stdout
