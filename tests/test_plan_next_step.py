@@ -5,6 +5,7 @@ documents, that nothing is to measure and ``merge`` writes the document."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tests.helpers import assert_one_line_error, run_cli
@@ -34,3 +35,24 @@ def test_plan_json_with_a_sweep_directory_and_no_dry_run_is_refused_not_silently
     assert shown.returncode == 0 and all(json.loads(line)["unit"] == 0 for line in shown.stdout.splitlines())
     assert not sweep.exists()
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0 and (sweep / "units.json").is_file()
+
+
+def test_a_plan_whose_disk_fills_says_to_free_space_then_plan_again_which_writes_the_rest(tmp_path: Path) -> None:
+    """A real 2 MiB tmpfs filled but for two pages: the sweep's first files fit, a unit's does not.
+    The one line names the file, the filesystem and the plan to run again, which writes the rest."""
+    from tests.test_full_disk import SmallDisk, tmpfs
+
+    spec = _replay_spec(tmp_path, sharding={"units": 1})
+    with tmpfs(tmp_path / "disk", "size=2m") as root:
+        disk, sweep = SmallDisk(root), root / "sweep"
+        disk.fill()
+        page = os.sysconf("SC_PAGE_SIZE")
+        os.truncate(disk.filler, disk.filler.stat().st_size // page * page - 2 * page)
+        full = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
+        line = assert_one_line_error(full, f"cannot write {sweep}/", f"the filesystem at {root} (or raise the quota)")
+        again = f"; then `tilesweep plan {spec} --sweep-dir {sweep}` again writes the plan it left unwritten"
+        assert line.endswith(again), line
+        disk.free()
+        assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+        status = run_cli("status", str(sweep))
+        assert "1 pending" in status.stdout and "not submitted" in status.stdout, status.stdout

@@ -36,7 +36,7 @@ from orchestrator.cli.finish import merge_line
 from orchestrator.cli.following import follow_run
 from orchestrator.cli.reusing import add_reuse_args, reuse_lines, reuse_request
 from orchestrator.cli.running import rerun_command, run_here
-from orchestrator.errors import PlanError, SpecError, TilesweepError
+from orchestrator.errors import PlanError, SpecError, SweepDirError, TilesweepError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.reuseplan import Planned
@@ -69,7 +69,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.control.reuseplan import plan_with_reuse
-    from orchestrator.control.sweeps import check_replay_source, default_sweep_dir, prepare_sweep
+    from orchestrator.control.sweeps import check_replay_source, default_sweep_dir
     from orchestrator.planning import plan_line
     from orchestrator.store.document import load_costs
     from orchestrator.store.sweepdir import SweepDir
@@ -101,6 +101,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not args.dry_run:
         if not args.sweep_dir:
             raise PlanError("to write the plan pass --sweep-dir DIR (or --dry-run to only show it)")
+        _write_plan(args, spec, planned)
+    return 0
+
+
+def _write_plan(args: argparse.Namespace, spec: SweepSpec, planned: Planned) -> None:
+    """Write ``planned`` into ``--sweep-dir`` and say what runs it next; a disk that takes no more
+    of it (full, a quota, read-only) is said with the rerun that writes what it left out."""
+    from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store.files import WRITE_ERRNOS, cannot_write
+
+    try:
         sd, unit_ids, _ = prepare_sweep(
             args.spec,
             args.sweep_dir,
@@ -111,18 +122,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
             spec=spec,
             planned=planned,
         )
-        units = counted(len(unit_ids), "unit")
-        if not planned.units:  # every item carried from earlier documents: no unit a worker would run
-            print(
-                f"planned into {sd.root} ({units}): every item is carried from earlier documents, nothing to "
-                f"measure; `{PROG} merge {word(sd.root)}` writes its results document"
-            )
-        else:
-            print(
-                f"planned into {sd.root} ({units}); `{PROG} resume {word(sd.root)}` runs them (on SLURM: submits "
-                f"them), or run one with: python -m jobs.worker {sd.root} 0"
-            )
-    return 0
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        again = f"`{PROG} plan {word(args.spec)} --sweep-dir {word(args.sweep_dir)}`"
+        raise SweepDirError(f"{cannot_write(exc)}; then {again} again writes the plan it left unwritten") from None
+    units = counted(len(unit_ids), "unit")
+    if not planned.units:  # every item carried from earlier documents: no unit a worker would run
+        print(
+            f"planned into {sd.root} ({units}): every item is carried from earlier documents, nothing to "
+            f"measure; `{PROG} merge {word(sd.root)}` writes its results document"
+        )
+    else:
+        print(
+            f"planned into {sd.root} ({units}); `{PROG} resume {word(sd.root)}` runs them (on SLURM: submits "
+            f"them), or run one with: python -m jobs.worker {sd.root} 0"
+        )
 
 
 def _check_plan_options(args: argparse.Namespace) -> None:
