@@ -248,3 +248,18 @@ def test_a_replay_source_whose_config_block_names_no_kernel_says_to_name_the_one
     )
     said = assert_one_line_error(run_cli("plan", str(spec), "--dry-run"), 'its records are of kernel.impl "mosaic"')
     assert 'add "kernel": {"impl": "mosaic"} to its config block' in said and '"replay": {"impl"' not in said
+
+
+def test_checking_a_spec_names_the_plan_lower_of_that_file_and_its_default_sweep_directory(tmp_path: Path) -> None:
+    """`spec FILE` notes the pruning by lowering as `plan` does, with the command spelled for the
+    file checked and the sweep directory plan would make, ready to paste, not SPEC and DIR."""
+    spec = tmp_path / "my mosaic.json"
+    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    checked, planned = run_cli("spec", str(spec), cwd=tmp_path), run_cli("plan", str(spec), "--dry-run", cwd=tmp_path)
+    assert checked.returncode == 0 and planned.returncode == 0, checked.stderr + planned.stderr
+    (note,) = [line for line in checked.stderr.splitlines() if "no shared-memory model" in line]
+    fingerprint = spec_from_data({**MOSAIC, "output": str(tmp_path / "out.json")}).fingerprint()[:8]
+    command = f"`tilesweep plan '{spec}' --lower --sweep-dir 'sweeps/my mosaic-{fingerprint}'`"
+    assert command in note, note
+    assert "SPEC" not in note and " DIR" not in note, note
+    assert note.split("` prunes")[0] in planned.stderr, planned.stderr  # the command plan names

@@ -236,7 +236,9 @@ def warn(text: str) -> None:
     print(f"{PROG}: {text}", file=sys.stderr)
 
 
-def print_plan_notes(spec: SweepSpec, *, lowering: bool = False, verdicts: Verdicts | None = None) -> None:
+def print_plan_notes(
+    spec: SweepSpec, *, lowering: bool = False, verdicts: Verdicts | None = None, command: str | None = None
+) -> None:
     """Say once what the plan does differently from the spec's lists because of the kernel
     implementation (a tunable it ignores is swept at the one value it runs), a search
     section that does nothing (no ``timing.strategy: search``), a search's screen that
@@ -246,9 +248,10 @@ def print_plan_notes(spec: SweepSpec, *, lowering: bool = False, verdicts: Verdi
     ``verdicts``: what pre-flight lowering of the sweep directory said already
     (``store.lowering_todo``), for a kernel pruned by lowering."""
     from orchestrator.planning import notes
+    from orchestrator.planning.grids import LOWER_COMMAND
     from orchestrator.planning.search import idle_settings, screen_keeps_all
 
-    said = notes(spec, lowering=lowering, verdicts=verdicts)
+    said = notes(spec, lowering=lowering, verdicts=verdicts, command=command or LOWER_COMMAND)
     idle = [idle_settings(spec), screen_keeps_all(spec), _nothing_to_choose(spec), _idle_screen(spec)]
     for line in [*said, *filter(None, idle)]:
         warn(f"note: {line}")

@@ -59,11 +59,14 @@ def cmd_spec(args: argparse.Namespace) -> int:
     if not args.file:
         raise SpecError("pass a spec file to check, or --schema to print the JSON Schema")
     from orchestrator.planning.grids import check_supported
+    from orchestrator.store.sweep_paths import default_root
 
     spec = load_spec(args.file)
     check_supported(spec, args.file)  # what the kernel implementation cannot do, which `plan` refuses too
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
-    print_plan_notes(spec)  # what `plan` would note of it (stderr): checking a spec says it too
+    # what `plan` would note of it (stderr), its `plan --lower` spelled for this file and its default sweep directory
+    lower = f"{PROG} plan {word(args.file)} --lower --sweep-dir {word(default_root(args.file, spec))}"
+    print_plan_notes(spec, command=lower)
     return 0
 
 

@@ -105,7 +105,9 @@ def prunes_by_lowering(spec: SweepSpec) -> bool:
     return impls.get(spec.measured_impl).pruning == "lowering" and spec.kernel.impl != "replay"
 
 
-def notes(spec: SweepSpec, *, lowering: bool = False, verdicts: Verdicts | None = None) -> list[str]:
+def notes(
+    spec: SweepSpec, *, lowering: bool = False, verdicts: Verdicts | None = None, command: str = LOWER_COMMAND
+) -> list[str]:
     """What the plan output says once about the spec's implementation: each tunable it
     ignores, swept at the one value it runs instead of the spec's list, and a pruning rule
     that needs lowering (not for ``plan --lower``, ``lowering``: that is what it runs), with
@@ -132,18 +134,18 @@ def notes(spec: SweepSpec, *, lowering: bool = False, verdicts: Verdicts | None 
             f"{impl.name} on {spec.kernel.target.name}"
         )
     if prunes_by_lowering(spec) and not lowering:
-        out.append(_lowering_note(spec, verdicts))
+        out.append(_lowering_note(spec, verdicts, command))
     return out
 
 
-def _lowering_note(spec: SweepSpec, verdicts: Verdicts | None) -> str:
+def _lowering_note(spec: SweepSpec, verdicts: Verdicts | None, command: str) -> str:
     """That the configs are pruned by lowering: what the verdicts say, and the ``plan --lower``
     that lowers the configs without one (none where every config to measure has one)."""
     head = f"kernel.impl {as_json(spec.measured_impl)} has no shared-memory model"
     if not impls.get(spec.measured_impl).lowering_sizes_smem:  # Triton sizes it when the GPU compiles
         head += ", and its lowering sizes none (a config over it fails to compile on the GPU: an error record)"
     target = spec.kernel.target.name
-    command = verdicts.command if verdicts is not None else LOWER_COMMAND
+    command = verdicts.command if verdicts is not None else command
     if verdicts is None:
         return f"{head}: `{command}` prunes by the compiler's verdict for {target} before any GPU time"
     given = verdicts.lowered + verdicts.refused + verdicts.crashed
