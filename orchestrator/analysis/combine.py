@@ -15,8 +15,11 @@ they are left out unless asked (``include_replays``), and then they fill only id
 measured record has; a measured record replaces a replayed one whatever their times. A replayed
 record kept carries ``timer: virtual`` (the rule reads it there once the documents' blocks are
 gone), and the device block comes from a document of measurements where one has the kind.
-The problems whose search has not ended in a document (its block says) are named too
-(``Combined.searching``): the combined document has no block, and export notes them.
+The combined document has no tilesweep block: what the documents it takes records from planned,
+the problems whose search has not ended there and the screened configs they name survivors of
+are kept apart (``Combined.plans``, ``Combined.survivors``), so a table of it tells a problem
+not timed in full yet (a round still to run, configs still to measure) from a finished one, as
+a table of each document alone does.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.spelling import as_json
-from orchestrator.analysis.coverage import searching_of
+from orchestrator.analysis import coverage, screens
+from orchestrator.analysis.coverage import Plans, plans_of
 from orchestrator.analysis.devices import kind_of
-from orchestrator.spec.records import item_id, problem_key
+from orchestrator.analysis.screens import Survivors, survivors_of
+from orchestrator.spec.records import item_id
 from orchestrator.store.append import measured_times
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.replayed import VIRTUAL, Replayed, replayed_of
@@ -48,9 +53,11 @@ class Combined:
     replayed_left: Counter = field(default_factory=Counter)  # document -> replayed records left out (not asked)
     replayed_kept: int = 0  # replayed records kept (asked, and no measured record of their identity)
     replayed_replaced: int = 0  # replayed records a measured record of the same identity replaced
-    # problems (``records.problem_key``) of the kind whose search has not ended in a document that
-    # holds records of them: the combined document has no tilesweep block to say it (``coverage.searching_of``)
-    searching: set = field(default_factory=set)
+    # what the documents that hold records of the kind planned (and which of their problems' search
+    # goes on) and which screened configs they name survivors of: the combined document has no
+    # tilesweep block to say it, and ``report.best_table`` takes them in its place
+    plans: Plans = field(default_factory=lambda: Plans(()))
+    survivors: Survivors | None = None
 
 
 def _version(v: Any) -> tuple[int, ...]:
@@ -94,19 +101,17 @@ def combine(
     chosen: dict[str, _Kept] = {}
     order: list[str] = []
     rules = [replayed_of(doc) for doc in docs]
+    taken: list[ResultsDoc] = []  # the documents a record of the kind is taken from: their plans are the table's
     for pos, (doc, rule) in enumerate(zip(docs, rules, strict=True)):
         ts = doc.extra.get("tilesweep")
         times = measured_times(ts if isinstance(ts, dict) else {})
         jax = _jax_of(doc)
-        searching = searching_of(doc)
         for rec in doc.results:
             rkind = kind_of(rec, doc)
             if rkind != kind:
                 summary.other_device[doc.name] += 1
                 summary.other_kinds.add(rkind)
                 continue
-            if searching and (problem := _problem(rec)) in searching:
-                summary.searching.add(problem)
             replayed = rule(rec)
             if replayed and not include_replays:
                 summary.replayed_left[doc.name] += 1
@@ -115,6 +120,8 @@ def combine(
                 iid = item_id(rec)
             except (KeyError, TypeError):
                 continue
+            if not taken or taken[-1] is not doc:
+                taken.append(doc)
             rank = (0 if replayed else 1, times.of(rec) or "", pos)
             new = _Kept(rank, jax.get(rec.get("unit"), jax[None]), _marked(rec) if replayed else rec)
             prev = chosen.get(iid)
@@ -123,18 +130,12 @@ def combine(
             if prev is None or _keep(summary, prev, new):
                 chosen[iid] = new
     summary.kept = len(chosen)
+    summary.plans = coverage.joined(map(plans_of, taken))
+    summary.survivors = screens.joined(map(survivors_of, taken))
     summary.replayed_kept = sum(1 for k in chosen.values() if k.rank[0] == 0)
     results = [chosen[iid].rec for iid in order]
     device = _device(docs, rules, kind)
     return ResultsDoc(device=dict(device), config=dict(docs[0].config), results=results, path="combined"), summary
-
-
-def _problem(rec: dict[str, Any]) -> tuple[Any, ...] | None:
-    """A record's ``records.problem_key`` (None: it lacks a field of it)."""
-    try:
-        return problem_key(rec)
-    except (KeyError, TypeError):
-        return None
 
 
 def _keep(summary: Combined, prev: _Kept, new: _Kept) -> bool:

@@ -26,7 +26,7 @@ than guess.
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +97,19 @@ class Plans:
             tuple(c for c in unrecorded if c in never),
             problem in self.searching,
         )
+
+
+def joined(plans: Iterable[Plans]) -> Plans:
+    """The plans of several documents as one (a document ``combine`` made has no block of its
+    own): every plan of each, in the documents' order, their configs never measured and their
+    problems whose search goes on."""
+    plans = list(plans)
+    never: dict[tuple[Any, ...], frozenset[Config]] = {}
+    for p in plans:
+        for problem, configs in p.never.items():
+            never[problem] = never.get(problem, frozenset()) | configs
+    searching = frozenset[tuple[Any, ...]]().union(*(p.searching for p in plans))
+    return Plans(tuple(g for p in plans for g in p.plans), never, searching)
 
 
 def searching_of(doc: ResultsDoc) -> frozenset[tuple[Any, ...]]:

@@ -38,10 +38,9 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Set
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernels import impl_triton, impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
@@ -51,6 +50,9 @@ from orchestrator.spec.records import kernel_kwargs
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.files import remove_dead_temps
 from orchestrator.store.sweepdir import atomic_open
+
+if TYPE_CHECKING:
+    from orchestrator.analysis.combine import Combined
 
 log = logging.getLogger(__name__)
 
@@ -130,16 +132,16 @@ def _auto_config(s: ProblemSummary) -> dict[str, int] | None:
 
 
 def tuned_table(
-    doc: ResultsDoc, *, keep_slower: bool = False, unended: Set[tuple[Any, ...]] = frozenset()
+    doc: ResultsDoc, *, keep_slower: bool = False, combined: Combined | None = None
 ) -> tuple[dict[str, Any], ExportSummary]:
-    """The tuned-table document for ``doc`` and a summary of what went in. ``unended``: problems
-    (``records.problem_key``) whose search has not ended beside those ``doc``'s own block says (a
-    document ``combine`` made has no block: it names them)."""
+    """The tuned-table document for ``doc`` and a summary of what went in. ``combined``: what
+    ``combine`` kept of the documents ``doc`` was made of (it has no block of its own): their
+    plans, their problems whose search has not ended, and the survivors of their screens."""
     chosen: dict[tuple, dict[str, Any]] = {}
     refused: dict[tuple, tuple[str, str]] = {}
     skipped = unrecorded = waiting = 0
     searching: set[tuple[Any, ...]] = set()
-    for s in best_table(doc):
+    for s in best_table(doc) if combined is None else best_table(doc, combined.plans, combined.survivors):
         e = _entry(s, keep_slower)
         if e is None:
             skipped += 1
@@ -158,7 +160,7 @@ def tuned_table(
             if prev is not None:
                 log.info("several tags measured %s; keeping the faster best", k)
             chosen[k] = e
-            if (s.coverage is not None and s.coverage.searching) or astuple(s.key) in unended:
+            if s.coverage is not None and s.coverage.searching:
                 searching.add(k)
             else:
                 searching.discard(k)

@@ -46,12 +46,12 @@ from typing import Any
 
 from kernels.config import attention_flops
 from orchestrator.analysis.auto import AutoRule, auto_choice, auto_config, auto_rule, same_config
-from orchestrator.analysis.coverage import Coverage, plans_of
+from orchestrator.analysis.coverage import Coverage, Plans, plans_of
 from orchestrator.analysis.labels import config_label
 from orchestrator.analysis.legend import REPLAYED_LEGEND, table_legend
 from orchestrator.analysis.problems import ProblemKey, astuple_key, axis_cells, axis_columns
 from orchestrator.analysis.scan import INF, ProblemScan, scan
-from orchestrator.analysis.screens import survivors_of
+from orchestrator.analysis.screens import Survivors, survivors_of
 from orchestrator.analysis.summary import (
     CAUSAL_FLOPS_FORMULAS,
     FLOPS_FORMULAS,
@@ -98,15 +98,17 @@ def group_by_problem(results: Iterable[dict[str, Any]]) -> dict[tuple, list[dict
     return groups
 
 
-def best_table(doc: ResultsDoc) -> list[ProblemSummary]:
-    """One ``ProblemSummary`` per problem, in the document's order, then planned ones without records."""
-    plans = plans_of(doc)
+def best_table(doc: ResultsDoc, plans: Plans | None = None, survivors: Survivors | None = None) -> list[ProblemSummary]:
+    """One ``ProblemSummary`` per problem, in the document's order, then planned ones without records.
+    ``plans``, ``survivors``: what the documents ``doc`` was combined from planned and named survivors
+    of (``analysis.combine``; default: ``doc``'s own blocks)."""
+    plans = plans_of(doc) if plans is None else plans
     scans = scan(doc.results, doc.max_rel_err)
     unrecorded = plans.problems() - scans.keys()
     for problem in sorted(unrecorded, key=lambda k: tuple((v is None, 0 if v is None else v) for v in k)):
         scans[problem] = ProblemScan(problem[5], problem[9])
     about = _About(auto_rule(doc), replayed_of(doc), _auto_only(doc))
-    rule = survivors_of(doc)
+    rule = survivors_of(doc) if survivors is None else survivors
     out = []
     for k, sc in scans.items():
         waiting = rule.waiting(sc) if rule is not None else set()  # missing: resume times them in full

@@ -8,6 +8,7 @@ earlier tilesweep's) is read as having none."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,12 @@ def _id(rec: dict[str, Any]) -> str | None:
         return item_id(rec)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def joined(rules: Iterable[Survivors | None]) -> Survivors | None:
+    """The survivors several documents name, as one rule (None: none names any)."""
+    named = [r.ids for r in rules if r is not None]
+    return Survivors(frozenset().union(*named)) if named else None
 
 
 def survivors_of(doc: ResultsDoc) -> Survivors | None:

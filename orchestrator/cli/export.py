@@ -24,6 +24,7 @@ from orchestrator.errors import TilesweepError
 from orchestrator.store.files import same_file
 
 if TYPE_CHECKING:
+    from orchestrator.analysis.combine import Combined
     from orchestrator.analysis.export import ExportSummary, Replaced
     from orchestrator.store.document import ResultsDoc
 
@@ -85,10 +86,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     docs = [results_doc.load(path) for path in args.results]
     if args.format == "tokamax":
         return _export_tokamax(args, docs)
-    doc, searching = docs[0], frozenset[tuple[object, ...]]()
+    doc, combined = docs[0], None
     if len(docs) > 1 or args.device is not None or any(count_replayed(d) for d in docs) or len(kinds(docs)) > 1:
-        doc, searching = _combined(docs, args)
-    table, summary = export.tuned_table(doc, keep_slower=args.keep_slower, unended=searching)
+        doc, combined = _combined(docs, args)
+    table, summary = export.tuned_table(doc, keep_slower=args.keep_slower, combined=combined)
     if not summary.entries:  # an earlier table is not replaced by an empty one
         raise TilesweepError(_nothing_to_export(summary, doc, ", ".join(args.results)))
     over = None if args.out == "-" else _over(target, args.out, table)  # a refusal comes before any note
@@ -183,9 +184,10 @@ def _export_tokamax(args: argparse.Namespace, docs: list[ResultsDoc]) -> int:
     return export_tokamax(docs, args.out, args.device, keep_slower=args.keep_slower)
 
 
-def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> tuple[ResultsDoc, frozenset[tuple[object, ...]]]:
+def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> tuple[ResultsDoc, Combined]:
     """The documents as one (``analysis.combine``), with the line that says what was dropped, and
-    the problems whose search has not ended in one of them; a refusal where nothing is left to export."""
+    what combining kept of them beside their records (their plans and survivors); a refusal where
+    nothing is left to export."""
     from kernels.spelling import as_json
     from orchestrator.analysis.combine import combine, describe
     from orchestrator.analysis.devices import kinds
@@ -204,7 +206,7 @@ def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> tuple[Results
             "pass --device with one of those"
         )
     print(describe(combined, len(docs)), file=sys.stderr if args.out == "-" else sys.stdout)  # stdout: the table
-    return doc, frozenset(combined.searching)
+    return doc, combined
 
 
 def _entries(n: int) -> str:

@@ -1,0 +1,79 @@
+"""An export of results documents combined (several, ``--device``, or replayed ones) tells what
+an export of each document alone tells: a problem whose configs are not timed in full yet (a
+round still to run, planned configs still to measure) gets no entry, said in one line, beside
+the entries of the documents whose sweeps finished. Real sweeps (replayed), real commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import REPO, SAMPLE, assert_one_line_error, run_cli
+
+
+def _spec(tmp_path: Path, name: str, **over: Any) -> Path:
+    """A replayed sweep of the excerpt's measurements, run here in-process."""
+    config = json.loads(SAMPLE.read_text())["config"]
+    data = {
+        **config,
+        "output": str(tmp_path / f"{name}.results.json"),
+        "kernel": {"impl": "replay"},
+        "replay": {"source": str(SAMPLE)},
+        "executor": {"kind": "debug"},
+        **over,
+    }
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _auto_timed_alone(tmp_path: Path) -> Path:
+    """A halving sweep of bf16 d64 s2048 (fwd, fwd_bwd) planned one item per unit, of which only
+    the units of auto ran (by hand, as ``plan`` says), merged: auto is timed, round 1's screens of
+    the forced configs are still to run."""
+    spec = _spec(tmp_path, "halving", dtypes=["bfloat16"], head_dims=[64], seq_lens=[2048])
+    spec_data = json.loads(spec.read_text())
+    spec.write_text(json.dumps({**spec_data, "timing": {"strategy": "halving"}}))
+    sweep = tmp_path / "halving-sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "104").returncode == 0
+    items = [json.loads(line) for line in run_cli("plan", str(spec), "--units", "104", "--json").stdout.splitlines()]
+    autos = sorted({i["unit"] for i in items if i["config"] == "auto"})
+    assert len(autos) == 2 and all(sum(i["unit"] == u for i in items) == 1 for u in autos), autos
+    for unit in autos:
+        worker = [sys.executable, "-m", "jobs.worker", str(sweep), str(unit)]
+        assert subprocess.run(worker, cwd=REPO, capture_output=True).returncode == 0
+    merged = run_cli("merge", str(sweep))
+    assert merged.returncode == 0 and "merged 2 records" in merged.stdout, merged.stdout + merged.stderr
+    return tmp_path / "halving.results.json"
+
+
+def _finished(tmp_path: Path) -> Path:
+    """A finished full sweep of another problem (float32 d128 s2048 fwd)."""
+    spec = _spec(tmp_path, "full", dtypes=["float32"], head_dims=[128], seq_lens=[2048], modes=["fwd"])
+    r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "full-sweep"))
+    assert r.returncode == 0, r.stderr
+    return tmp_path / "full.results.json"
+
+
+def test_a_combined_export_leaves_out_problems_not_timed_in_full_yet_as_an_export_of_their_document_does(
+    tmp_path: Path,
+) -> None:
+    """Auto is timed, the forced configs are not: nothing says auto wins, so no "use auto" entry,
+    whether the document is exported alone or combined with a finished one (either order)."""
+    stopped, finished, out = _auto_timed_alone(tmp_path), _finished(tmp_path), tmp_path / "tuned.json"
+    said = assert_one_line_error(
+        run_cli("export", str(stopped), "--out", str(out), "--include-replays"), "nothing to export"
+    )
+    assert f"the configs of 2 problems in {stopped} are not timed in full yet" in said and not out.exists(), said
+    for docs in ([stopped, finished], [finished, stopped]):
+        r = run_cli("export", *map(str, docs), "--out", str(out), "--include-replays")
+        assert r.returncode == 0, r.stderr
+        assert (
+            "1 entry (0 tuned, 1 use auto, 1 of them replayed, not measured), 2 problems skipped: their configs "
+            "are not timed in full yet, so their best is not known (resume their sweep to time them)"
+        ) in r.stdout, r.stdout
+        entries = json.loads(out.read_text())["entries"]
+        assert [(e["dtype"], e["head_dim"], e["mode"]) for e in entries] == [("float32", 128, "fwd")], entries
