@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from kernels.spelling import as_json
 from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, counted
-from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable
+from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable, write_failed
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import same_file
 
@@ -283,13 +283,16 @@ def _write_table(target: str, out: str, table: dict[str, object], over: tuple[by
     from orchestrator.store.target import prev_path
 
     (before, done), prev = over, prev_path(Path(target))
+    keeps = done is not None and done.dropped and before is not None
     try:
-        if done is not None and done.dropped and before is not None:
+        if keeps:
             with atomic_open(prev, "wb") as fh:
                 fh.write(before)
         export.write_atomic(target, table)
     except OSError as exc:
-        raise TilesweepError(f"{out}: cannot write the tuned table ({exc.strerror or exc})") from None
+        if keeps:  # the table there is as it was: a .prev of it would refuse the export run again
+            prev.unlink(missing_ok=True)
+        raise TilesweepError(write_failed(out, "the tuned table", exc)) from None
     return "" if done is None else _said(done, prev.name)
 
 

@@ -24,7 +24,7 @@ from kernels.tokamax_meta import holds_table
 from orchestrator.cli.common import names_no_file
 from orchestrator.devicefiles import what_it_is
 from orchestrator.errors import TilesweepError
-from orchestrator.store.files import folder_refuses, same_file
+from orchestrator.store.files import folder_refuses, same_file, write_advice
 
 
 def is_tuned_table(path: Path) -> bool:
@@ -97,3 +97,9 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
         f"{flag} {out} exists and is not a {writes}, so writing would destroy it; "
         "name another file, or remove it first if it is to go"
     )
+
+
+def write_failed(out: str, writes: str, exc: OSError) -> str:
+    """One line for a write of ``writes`` to ``out`` that failed (a full disk, a quota, a mount gone
+    read-only): why, and what to do before the same command runs again (``files.write_advice``)."""
+    return f"{out}: cannot write {writes} ({exc.strerror or exc}): {write_advice(exc)}, then export again"

@@ -22,7 +22,7 @@ from orchestrator.analysis import tokamax_export
 from orchestrator.analysis.combine import combine, describe
 from orchestrator.analysis.devices import kinds
 from orchestrator.cli.common import PROG, counted
-from orchestrator.cli.outputs import check_output, is_tokamax_table
+from orchestrator.cli.outputs import check_output, is_tokamax_table, write_failed
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.files import atomic_open
@@ -124,17 +124,9 @@ def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep
     writes = {key: _over(Path(target), _made_text(made, key)) for key, target in targets.items()}
     for c, texts in made:
         folder = Path(out) / meta.device_dir(c.device_kind)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            for name in texts:
-                target, (text, before, _) = Path(targets[c.device_kind, name]), writes[c.device_kind, name]
-                if before is not None:  # it held configs this export did not measure: the table before is kept
-                    with atomic_open(prev_path(target)) as fh:
-                        fh.write(before)
-                with atomic_open(target) as fh:
-                    fh.write(text)
-        except OSError as exc:
-            raise TilesweepError(f"{folder}: cannot write tokamax's tables ({exc.strerror or exc})") from None
+        for name in texts:
+            target, (text, before, _) = Path(targets[c.device_kind, name]), writes[c.device_kind, name]
+            _write(folder, target, text, before)
         for name in texts:
             entries = [e for e in c.entries if e.stem + ".json" == name]
             configs = sum(len(e.configs) for e in entries)
@@ -142,6 +134,23 @@ def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep
             done = _said(writes[c.device_kind, name][2], prev_path(folder / name).name)
             print(f"wrote {folder / name}: {shapes} of {c.device_kind}{done}")
     return 0
+
+
+def _write(folder: Path, target: Path, text: str, before: str | None) -> None:
+    """One table written (atomically), the table there before kept as ``.prev`` where
+    ``before`` holds it; a write that fails leaves the table there as it was, and no ``.prev``
+    of it that would refuse the export run again."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if before is not None:  # it held configs this export did not measure: the table before is kept
+            with atomic_open(prev_path(target)) as fh:
+                fh.write(before)
+        with atomic_open(target) as fh:
+            fh.write(text)
+    except OSError as exc:
+        if before is not None:
+            prev_path(target).unlink(missing_ok=True)
+        raise TilesweepError(write_failed(str(target), "tokamax's table", exc)) from None
 
 
 def _made_text(made: list[tuple[tokamax_export.Chosen, dict[str, str]]], key: tuple[str, str]) -> str:

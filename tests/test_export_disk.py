@@ -1,0 +1,81 @@
+"""An export onto a disk that fills up, as a user meets it: one line that says the disk is full
+and what to do, the tuned table there left as it was and no ``.prev`` of it (which would refuse
+the export run again), and once space is freed the same export writes the table. The disk is a
+real filesystem of 2 MiB (a tmpfs mounted for the test), filled with a real file."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.store import synthetic
+from tests.helpers import TINY_SPEC, assert_one_line_error, run_cli
+from tests.test_full_disk import FREE_SPACE, SmallDisk, tmpfs
+
+PAGE = 4096  # what the tmpfs allocates a file's bytes in
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    with tmpfs(tmp_path / "disk", "size=2m") as root:
+        yield SmallDisk(root)
+
+
+def _document(tmp_path: Path, name: str, seq_lens: list[int]) -> Path:
+    """A finished sweep's results document of the tiny spec at ``seq_lens`` (fwd and fwd_bwd)."""
+    path = tmp_path / name
+    path.write_text(json.dumps(synthetic.document({**TINY_SPEC, "seq_lens": seq_lens, "output": str(path)})))
+    return path
+
+
+def _room_for_one_page(disk: SmallDisk) -> None:
+    """Fill the disk, then give back one page: room for a small file (a ``.prev`` of a small
+    table), none for a larger one."""
+    disk.fill()
+    whole = os.path.getsize(disk.filler) // PAGE * PAGE
+    os.truncate(disk.filler, max(0, whole - PAGE))
+
+
+def test_an_export_onto_a_full_disk_says_to_free_space_keeps_the_table_there_and_runs_once_freed(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    out = disk.root / "tuned.json"
+    small = _document(tmp_path, "small.json", [64])
+    assert run_cli("export", str(small), "--out", str(out)).returncode == 0
+    table = out.read_bytes()
+    other = _document(tmp_path, "other.json", [128 * k for k in range(2, 40)])  # drops the small one's entries
+    _room_for_one_page(disk)
+    said = assert_one_line_error(run_cli("export", str(other), "--out", str(out)), f"{out}: cannot write", FREE_SPACE)
+    assert said.endswith("then export again"), said
+    assert sorted(p.name for p in disk.root.iterdir()) == sorted([out.name, disk.filler.name])  # no .prev, no temp
+    assert out.read_bytes() == table
+    disk.free()
+    r = run_cli("export", str(other), "--out", str(out))
+    assert r.returncode == 0 and "the table before is kept as tuned.json.prev" in r.stdout, r.stdout + r.stderr
+    assert (disk.root / "tuned.json.prev").read_bytes() == table
+
+
+def test_a_tokamax_export_onto_a_full_disk_says_to_free_space_and_runs_once_freed(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    doc = tmp_path / "tokamax.json"
+    spec = {
+        "output": str(doc),
+        "dtypes": ["float16"],
+        "head_dims": [64],
+        "seq_lens": [1024],
+        "modes": ["fwd"],
+        "kernel": {"impl": "tokamax-triton", "device_kind": "NVIDIA H100"},
+    }
+    doc.write_text(json.dumps(synthetic.document(spec)))
+    out = disk.root / "tables"
+    disk.fill()
+    said = assert_one_line_error(run_cli("export", str(doc), "--format", "tokamax", "--out", str(out)), FREE_SPACE)
+    assert "cannot write tokamax's table" in said and said.endswith("then export again"), said
+    disk.free()
+    r = run_cli("export", str(doc), "--format", "tokamax", "--out", str(out))
+    assert r.returncode == 0 and r.stdout.startswith(f"wrote {out}/nvidia_h100/"), r.stdout + r.stderr
