@@ -101,6 +101,39 @@ def test_an_export_between_the_rounds_says_no_config_is_timed_in_full_yet_and_wr
     assert r.returncode == 0 and ": 2 entries (" in r.stdout and "skipped" not in r.stdout, r.stdout + r.stderr
 
 
+def test_an_export_while_round_2_has_timed_some_survivors_writes_no_entry_for_their_problems(
+    tmp_path: Path,
+) -> None:
+    """A halving sweep (replayed) merged while round 2 has timed the survivors of one of its units:
+    its problems have a best timed in full, but the survivors still waiting may beat it, so their
+    best is not known. The export writes no entry for them (of the document alone, or combined with
+    a copy) and says why in one line; once round 2 timed every survivor, it exports them."""
+    from orchestrator.control import dispatch
+    from orchestrator.control.rounds import advance
+    from orchestrator.control.sweeps import prepare_sweep
+
+    sweep, doc, out = tmp_path / "sweep", tmp_path / "results.json", tmp_path / "tuned.json"
+    sd, unit_ids, _ = prepare_sweep(str(spec_file(tmp_path)), str(sweep), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    second = advance(sd, sd.spec.executor)
+    assert second is not None and len(second.units) > 1
+    first, *rest = [u.id for u in second.units]
+    assert all(o.ok for o in dispatch.run_units_locally(sd, [first], kind="debug"))
+    assert run_cli("merge", str(sweep)).returncode == 0
+    rows = json.loads(run_cli("report", str(doc), "--json").stdout)
+    assert [(row["n_waiting"] > 0, row["best_ms"] is not None) for row in rows] == [(True, True)] * 2, rows
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(doc.read_bytes())
+    for given in ([doc], [doc, copy]):
+        r = run_cli("export", *map(str, given), "--out", str(out), "--include-replays")
+        said = assert_one_line_error(r, "nothing to export", "the configs of 2 problems in ", "not timed in full yet")
+        assert not out.exists(), said
+    assert all(o.ok for o in dispatch.run_units_locally(sd, rest, kind="debug"))
+    assert run_cli("merge", str(sweep)).returncode == 0
+    r = run_cli("export", str(doc), "--out", str(out), "--include-replays")
+    assert r.returncode == 0 and ": 2 entries (" in r.stdout and "skipped" not in r.stdout, r.stdout + r.stderr
+
+
 def test_two_rounds_run_here_and_the_best_is_timed_in_full(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec_file(tmp_path)), "--sweep-dir", str(sweep))

@@ -20,8 +20,9 @@ the config auto ran (``kernels.tuned.TunedTable.config_for`` answers it: our ker
 no config runs ``AttentionConfig()``, not auto). ``keep_slower=True`` exports the best forced
 config anyway.
 Problems where nothing ran at all get no entry, and neither do problems whose forced configs are
-still to be timed in full (``untimed``: a halving sweep stopped before its round 2 timed the
-survivors, a sweep stopped before it measured them): auto is not known to win there.
+still to be timed in full (``untimed``: a halving sweep stopped before its round 2 timed every
+survivor, a sweep stopped before it measured them): neither auto nor a best timed so far is
+known to win there.
 If a document holds several tags for one shape, the faster best wins. A problem whose entry
 ``kernels.tuned`` would refuse at load gets none either (``refusal``, the loader's own check): a
 Triton kernel's tile below tl.dot's 16, recorded in interpret mode, which runs any power of two, is
@@ -85,13 +86,18 @@ def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFA
 
 
 def untimed(s: ProblemSummary) -> bool:
-    """Whether a problem has no forced config timed in full only because its forced configs are
-    still to be timed (screened survivors waiting for round 2, screens alone, or planned configs
-    without a record), not because they failed: nothing says auto wins there."""
-    if s.best_config is not None or s.auto_only:
+    """Whether a problem's best is not known because its forced configs are still to be timed in
+    full: survivors of its screen waiting for round 2 (any of them may beat those timed already),
+    or, with no forced config timed in full, screens alone or planned configs without a record,
+    not configs that failed. Nothing says auto wins there, nor the best timed so far."""
+    if s.auto_only:
+        return False
+    if s.n_waiting > 0:
+        return True
+    if s.best_config is not None:
         return False
     missing = s.coverage is not None and bool(s.coverage.missing)
-    return s.n_waiting > 0 or s.n_configs > s.n_failed or missing
+    return s.n_configs > s.n_failed or missing
 
 
 def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
@@ -147,7 +153,7 @@ def tuned_table(
             skipped += 1
             if s.n_configs == 0 and s.auto_status == "absent":
                 unrecorded += 1
-            elif s.auto_ms is not None and untimed(s):  # else it has no timing to export at all
+            elif (s.auto_ms is not None or s.best_ms is not None) and untimed(s):  # else it has no timing at all
                 waiting += 1
             continue
         k = tuple(e[f] for f in ("impl", "dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "mode"))
