@@ -1,7 +1,8 @@
 """An export of results documents combined (several, ``--device``, or replayed ones) tells what
 an export of each document alone tells: a problem whose configs are not timed in full yet (a
 round still to run, planned configs still to measure) gets no entry, said in one line, beside
-the entries of the documents whose sweeps finished. Real sweeps (replayed), real commands."""
+the entries of the documents whose sweeps finished; a problem with a best and planned configs
+not measured yet is noted as the best so far. Real sweeps (replayed), real commands."""
 
 from __future__ import annotations
 
@@ -77,3 +78,30 @@ def test_a_combined_export_leaves_out_problems_not_timed_in_full_yet_as_an_expor
         ) in r.stdout, r.stdout
         entries = json.loads(out.read_text())["entries"]
         assert [(e["dtype"], e["head_dim"], e["mode"]) for e in entries] == [("float32", 128, "fwd")], entries
+
+
+def test_an_export_of_a_sweep_stopped_part_way_notes_its_entries_are_the_best_measured_so_far(
+    tmp_path: Path,
+) -> None:
+    """A full sweep of one problem planned in 4 units, of which one ran (by hand) and was merged:
+    its entry is the best of what was measured so far, which the configs not measured yet may beat;
+    the export says so in one note, alone or combined with a copy. Once every unit ran, it says nothing of it."""
+    spec = _spec(tmp_path, "full", dtypes=["float32"], head_dims=[128], seq_lens=[2048], modes=["fwd"])
+    sweep, doc, out = tmp_path / "full-sweep", tmp_path / "full.results.json", tmp_path / "tuned.json"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "4").returncode == 0
+    worker = [sys.executable, "-m", "jobs.worker", str(sweep), "0"]
+    assert subprocess.run(worker, cwd=REPO, capture_output=True).returncode == 0
+    assert run_cli("merge", str(sweep)).returncode == 0
+    note = (
+        "tilesweep: note: 1 problem has planned configs not measured yet: its entry is the best of what was "
+        "measured so far, which those may beat (resume the sweep, then export again)"
+    )
+    copy = tmp_path / "copy.json"  # another document of the same records: combined with it
+    copy.write_bytes(doc.read_bytes())
+    for docs in ([doc], [doc, copy]):
+        r = run_cli("export", *map(str, docs), "--out", str(out), "--include-replays")
+        assert r.returncode == 0 and ": 1 entry (" in r.stdout, r.stdout + r.stderr
+        assert [line for line in r.stderr.splitlines() if "not measured yet" in line] == [note], r.stderr
+    assert run_cli("resume", str(sweep)).returncode == 0
+    r = run_cli("export", str(doc), "--out", str(out), "--include-replays")
+    assert r.returncode == 0 and "not measured yet" not in r.stderr, r.stderr

@@ -22,7 +22,8 @@ config anyway.
 Problems where nothing ran at all get no entry, and neither do problems whose forced configs are
 still to be timed in full (``untimed``: a halving sweep stopped before its round 2 timed every
 survivor, a sweep stopped before it measured them): neither auto nor a best timed so far is
-known to win there.
+known to win there. A problem with a best and planned configs without a record (``unmeasured``)
+gets the best measured so far; the CLI notes it.
 If a document holds several tags for one shape, the faster best wins. A problem whose entry
 ``kernels.tuned`` would refuse at load gets none either (``refusal``, the loader's own check): a
 Triton kernel's tile below tl.dot's 16, recorded in interpret mode, which runs any power of two, is
@@ -72,6 +73,8 @@ class ExportSummary:
     unrecorded: int = 0  # of the skipped problems, those with no record at all (planned, not measured)
     untimed: int = 0  # of the skipped problems, those whose forced configs are still to be timed in full
     searching: int = 0  # entries of problems whose search has not ended: the best of what it measured so far
+    # entries of problems with planned configs not measured yet (``unmeasured``): the best of what was measured so far
+    unmeasured: int = 0
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
@@ -98,6 +101,13 @@ def untimed(s: ProblemSummary) -> bool:
         return False
     missing = s.coverage is not None and bool(s.coverage.missing)
     return s.n_configs > s.n_failed or missing
+
+
+def unmeasured(s: ProblemSummary) -> bool:
+    """Whether a problem has planned forced configs without a record (a sweep stopped, then
+    merged; ``coverage``'s missing): where it has a best, that is the best of what was measured so
+    far, which those may beat."""
+    return s.coverage is not None and bool(s.coverage.missing)
 
 
 def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
@@ -143,10 +153,9 @@ def tuned_table(
     """The tuned-table document for ``doc`` and a summary of what went in. ``combined``: what
     ``combine`` kept of the documents ``doc`` was made of (it has no block of its own): their
     plans, their problems whose search has not ended, and the survivors of their screens."""
-    chosen: dict[tuple, dict[str, Any]] = {}
+    chosen: dict[tuple, tuple[dict[str, Any], ProblemSummary]] = {}  # per entry's problem: it, and its summary
     refused: dict[tuple, tuple[str, str]] = {}
     skipped = unrecorded = waiting = 0
-    searching: set[tuple[Any, ...]] = set()
     for s in best_table(doc) if combined is None else best_table(doc, combined.plans, combined.survivors):
         e = _entry(s, keep_slower)
         if e is None:
@@ -162,15 +171,11 @@ def tuned_table(
             refused[k] = (s.key.label(), why)
             continue
         prev = chosen.get(k)
-        if prev is None or _faster(e, prev):
+        if prev is None or _faster(e, prev[0]):
             if prev is not None:
                 log.info("several tags measured %s; keeping the faster best", k)
-            chosen[k] = e
-            if s.coverage is not None and s.coverage.searching:
-                searching.add(k)
-            else:
-                searching.discard(k)
-    entries = list(chosen.values())
+            chosen[k] = (e, s)
+    entries = [e for e, _ in chosen.values()]
     _mark_winners(entries)
     replayed = sum(1 for e in entries if e.get("replayed"))
     table = {
@@ -182,9 +187,17 @@ def tuned_table(
     }
     tuned = sum(1 for e in entries if e["config"] is not None)
     left_out = tuple(why for k, why in refused.items() if k not in chosen)
+    unended = sum(1 for _, s in chosen.values() if _searching(s))
+    partial = sum(1 for _, s in chosen.values() if unmeasured(s) and not _searching(s))
     return table, ExportSummary(
-        len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out, unrecorded, waiting, len(searching)
+        len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out, unrecorded, waiting, unended, partial
     )
+
+
+def _searching(s: ProblemSummary) -> bool:
+    """Whether a problem's search has not ended: its entry is the best of what it measured so far
+    (a search's own note says so, beside which ``unmeasured`` says nothing)."""
+    return s.coverage is not None and s.coverage.searching
 
 
 def refusal(entry: dict[str, Any]) -> str | None:

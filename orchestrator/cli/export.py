@@ -37,7 +37,9 @@ def register(subparsers: Subparsers) -> None:
         description="Write the best config per problem as a versioned tuned table "
         "(format tilesweep-tuned) for kernels.tuned.TunedTable. A problem where auto was "
         "faster than every forced config gets config null (use auto); one whose configs are not "
-        "timed in full yet (a halving sweep before its round 2 timed them) gets no entry. --format tokamax writes "
+        "timed in full yet (a halving sweep before its round 2 timed them) gets no entry; one with planned configs "
+        "not measured yet (a sweep stopped, then merged) gets the best measured so far, said in a note. "
+        "--format tokamax writes "
         "the records of tokamax's kernels as tokamax's own autotuning tables instead: "
         "DIR/<device dir>/<op>.json, one folder per device kind, every measured config with its "
         "raw samples (tokamax then runs the fastest).",
@@ -97,6 +99,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"{PROG}: note: {_refused(summary)}", file=sys.stderr)
     if summary.searching:
         print(f"{PROG}: note: {_searching(summary.searching)}", file=sys.stderr)
+    if summary.unmeasured:
+        print(f"{PROG}: note: {_unmeasured(summary.unmeasured)}", file=sys.stderr)
     if over is None:  # the table on stdout, what was written on stderr
         if not _table_to_stdout(table):
             return 0
@@ -134,6 +138,15 @@ def _searching(n: int) -> str:
     return (
         f"the search of {counted(n, 'problem')} has not ended: {which} the best of what it measured so far, "
         "which its next rounds may change (resume its sweep, then export again)"
+    )
+
+
+def _unmeasured(n: int) -> str:
+    """Entries of problems with planned configs not measured yet (``export.unmeasured``): the best so far."""
+    which = "its entry is" if n == 1 else "their entries are"
+    return (
+        f"{counted(n, 'problem')} {'has' if n == 1 else 'have'} planned configs not measured yet: {which} the "
+        "best of what was measured so far, which those may beat (resume the sweep, then export again)"
     )
 
 
