@@ -105,3 +105,44 @@ def test_an_export_of_a_sweep_stopped_part_way_notes_its_entries_are_the_best_me
     assert run_cli("resume", str(sweep)).returncode == 0
     r = run_cli("export", str(doc), "--out", str(out), "--include-replays")
     assert r.returncode == 0 and "not measured yet" not in r.stderr, r.stderr
+
+
+def _checked_with(tmp_path: Path, name: str, seq: int, max_rel_err: float, rel_err: float) -> Path:
+    """A finished sweep's document (bf16 d64 at ``seq``, fwd and fwd_bwd) whose spec sets
+    ``check.max_rel_err``, every record's ``rel_err`` set to ``rel_err`` (a stack that rounds so)."""
+    from orchestrator.store import synthetic
+
+    spec = {
+        "output": str(tmp_path / name),
+        "dtypes": ["bfloat16"],
+        "head_dims": [64],
+        "seq_lens": [seq],
+        "check": {"max_rel_err": max_rel_err},
+    }
+    doc = synthetic.document(spec)
+    doc["results"] = [{**r, "rel_err": rel_err} if "rel_err" in r else r for r in doc["results"]]
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_combined_export_judges_each_documents_records_by_its_own_check_max_rel_err(tmp_path: Path) -> None:
+    """One sweep allowed a rel_err of 0.1 (above bfloat16's default 0.05), another 0.001: each
+    document's records are judged by its own limit, combined as alone; the first's problems are
+    exported, the second's (every output above its limit) are not."""
+    loose = _checked_with(tmp_path, "loose.json", 1024, 0.1, 0.07)
+    strict = _checked_with(tmp_path, "strict.json", 2048, 0.001, 0.002)
+    other = _finished(tmp_path)  # a finished sweep of another problem
+    out = tmp_path / "tuned.json"
+    alone = run_cli("export", str(loose), "--out", str(out))
+    assert alone.returncode == 0 and ": 2 entries (2 tuned" in alone.stdout, alone.stdout + alone.stderr
+    said = assert_one_line_error(run_cli("export", str(strict), "--out", str(out)), "nothing to export")
+    assert "none of them timed" in said, said
+    r = run_cli("export", str(loose), str(strict), str(other), "--out", str(out), "--include-replays")
+    assert r.returncode == 0 and ": 3 entries (" in r.stdout, r.stdout + r.stderr
+    entries = json.loads(out.read_text())["entries"]
+    assert sorted((e["dtype"], e["seq"], e["mode"], e["config"] is not None) for e in entries) == [
+        ("bfloat16", 1024, "fwd", True),
+        ("bfloat16", 1024, "fwd_bwd", True),
+        ("float32", 2048, "fwd", False),
+    ], entries

@@ -19,11 +19,14 @@ The combined document has no tilesweep block: what the documents it takes record
 the problems whose search has not ended there and the screened configs they name survivors of
 are kept apart (``Combined.plans``, ``Combined.survivors``), so a table of it tells a problem
 not timed in full yet (a round still to run, configs still to measure) from a finished one, as
-a table of each document alone does.
+a table of each document alone does. Each record's output is judged by its own document's
+limit (its sweep's ``check.max_rel_err``, or its dtype's default): one wrong there carries the
+``WrongResult`` error the worker would have recorded, and the combined document judges no other.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +37,7 @@ from orchestrator.analysis import coverage, screens
 from orchestrator.analysis.coverage import Plans, plans_of
 from orchestrator.analysis.devices import kind_of
 from orchestrator.analysis.screens import Survivors, survivors_of
+from orchestrator.spec import tolerance
 from orchestrator.spec.records import item_id
 from orchestrator.store.append import measured_times
 from orchestrator.store.document import ResultsDoc
@@ -123,6 +127,7 @@ def combine(
             if not taken or taken[-1] is not doc:
                 taken.append(doc)
             rank = (0 if replayed else 1, times.of(rec) or "", pos)
+            rec = _judged(rec, doc.max_rel_err)
             new = _Kept(rank, jax.get(rec.get("unit"), jax[None]), _marked(rec) if replayed else rec)
             prev = chosen.get(iid)
             if prev is None:
@@ -135,7 +140,19 @@ def combine(
     summary.replayed_kept = sum(1 for k in chosen.values() if k.rank[0] == 0)
     results = [chosen[iid].rec for iid in order]
     device = _device(docs, rules, kind)
-    return ResultsDoc(device=dict(device), config=dict(docs[0].config), results=results, path="combined"), summary
+    combined = ResultsDoc(dict(device), dict(docs[0].config), results, path="combined", judged_by=math.inf)
+    return combined, summary
+
+
+def _judged(rec: dict[str, Any], max_rel_err: float | None) -> dict[str, Any]:
+    """A record as its own document judges its output (``spec.tolerance``: its sweep's
+    ``check.max_rel_err``, or its dtype's default): one whose output is wrong there says so as
+    the worker records it (a ``WrongResult`` error), so the combined document, which has no
+    block to hold each document's limit, takes the others as they are (``judged_by``)."""
+    if "error" in rec:
+        return rec
+    wrong = tolerance.wrong_result(rec.get("rel_err"), rec.get("dtype"), max_rel_err)
+    return rec if wrong is None else {**rec, "error": wrong}
 
 
 def _keep(summary: Combined, prev: _Kept, new: _Kept) -> bool:

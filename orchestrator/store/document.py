@@ -80,6 +80,9 @@ class ResultsDoc:
     results: list[dict[str, Any]]
     extra: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
+    # the largest rel_err its records are judged by, where no tilesweep block says it: a document
+    # ``analysis.combine`` made, whose records each document judged by its own limit already
+    judged_by: float | None = None
 
     @property
     def name(self) -> str:
@@ -88,6 +91,8 @@ class ResultsDoc:
     @property
     def max_rel_err(self) -> float | None:
         """The ``check.max_rel_err`` its records were checked with (``tolerance.document_limit``)."""
+        if self.judged_by is not None:
+            return self.judged_by
         return tolerance.document_limit(self.extra.get("tilesweep"))
 
 
