@@ -58,6 +58,7 @@ class Chosen:
     records: int = 0  # records written (a fwd_bwd record may be in two keys)
     other_impls: Counter = field(default_factory=Counter)  # impl -> records left out
     auto_won: int = 0  # problems (per mode) left to tokamax's own choice, which was faster
+    untimed: int = 0  # problems (per mode) whose configs are only screened, not timed in full yet (halving)
 
 
 def _problem(rec: Mapping[str, Any]) -> meta.Problem:
@@ -147,10 +148,12 @@ def _entries(impl: str, mode: str, p: meta.Problem, recs: list[Mapping[str, Any]
 
 def choose(doc: ResultsDoc, device_kind: str, *, keep_slower: bool = False) -> Chosen:
     """The keys of ``doc``'s tokamax records (all of ``device_kind``: ``analysis.combine`` made it);
-    a problem whose auto was faster than all of them left out unless ``keep_slower``."""
+    a problem whose auto was faster than all of them left out unless ``keep_slower``, and one
+    whose configs are only screened (a halving sweep before its round 2) counted, none timed."""
     out = Chosen(device_kind)
     groups: dict[tuple[str, str, meta.Problem], list[Mapping[str, Any]]] = {}
     auto_ms: dict[tuple[str, str, meta.Problem], float] = {}
+    screened: set[tuple[str, str, meta.Problem]] = set()
     for rec in doc.results:
         impl = str(rec.get("impl", DEFAULT_IMPL))
         if impl not in meta.IMPL_NAMES:
@@ -161,12 +164,15 @@ def choose(doc: ResultsDoc, device_kind: str, *, keep_slower: bool = False) -> C
             groups.setdefault(key, []).append(rec)
         elif _timed(rec, "auto", doc.max_rel_err):
             auto_ms[key] = min(float(rec["median_ms"]), auto_ms.get(key, float("inf")))
+        elif rec.get("screened") and "error" not in rec:
+            screened.add(key)
     for key, recs in groups.items():
         if not keep_slower and auto_ms.get(key, float("inf")) < min(float(r["median_ms"]) for r in recs):
             out.auto_won += 1
             continue
         out.entries += _entries(*key, recs)
     out.records = sum(len(e.configs) for e in out.entries)
+    out.untimed = len(screened - groups.keys())
     return out
 
 

@@ -64,6 +64,11 @@ def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> li
             doc = tokamax_export.of_kind(docs[0], kind)
         out.append(tokamax_export.choose(doc, kind, keep_slower=keep_slower))
     if not any(c.entries or c.auto_won for c in out):
+        if any(c.untimed for c in out):
+            raise TilesweepError(
+                f"{names}: nothing to write as tokamax's tables: the configs of "
+                f"{counted(sum(c.untimed for c in out), 'problem')} are {UNTIMED}"
+            )
         impls = sorted({i for c in out for i in c.other_impls})
         found = f"its records are of kernel.impl {', '.join(impls)}" if impls else "it holds no timed forced record"
         raise TilesweepError(
@@ -71,6 +76,10 @@ def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> li
             f"kernel.impl {' and '.join(meta.KERNELS)} (tokamax's kernels) only"
         )
     return out
+
+
+# a halving sweep's problems whose configs only round 1 screened (``Chosen.untimed``)
+UNTIMED = "only screened, not timed in full yet (resume their sweep to time them, then export again)"
 
 
 def _say_left_out(c: tokamax_export.Chosen) -> None:
@@ -84,6 +93,8 @@ def _say_left_out(c: tokamax_export.Chosen) -> None:
             f"{c.device_kind}: left {every} to tokamax's own choice (auto), which was faster than every measured "
             "config (--keep-slower writes them anyway)"
         )
+    if c.untimed and c.entries:
+        print(f"{c.device_kind}: left out {counted(c.untimed, 'problem')} whose configs are {UNTIMED}")
     if not c.entries:
         what = "" if c.auto_won else "no timed record of tokamax's kernels to hand it; "
         print(f"{c.device_kind}: {what}no tables written for it")
