@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,3 +80,19 @@ def test_a_tokamax_export_onto_a_full_disk_says_to_free_space_and_runs_once_free
     disk.free()
     r = run_cli("export", str(doc), "--format", "tokamax", "--out", str(out))
     assert r.returncode == 0 and r.stdout.startswith(f"wrote {out}/nvidia_h100/"), r.stdout + r.stderr
+
+
+def test_a_document_copied_onto_a_disk_that_filled_is_said_to_stop_part_way_through(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    """``cp`` of a results document onto a disk that fills leaves the first part of it: export says
+    the file stops part way through and how to get it whole, not the parser's words alone."""
+    doc = _document(tmp_path, "doc.json", [64, 128])
+    _room_for_one_page(disk)
+    copy = disk.root / "doc.json"
+    with pytest.raises(OSError):
+        shutil.copyfile(doc, copy)
+    assert 0 < copy.stat().st_size < doc.stat().st_size
+    said = assert_one_line_error(run_cli("export", str(copy), "--out", str(tmp_path / "tuned.json")))
+    assert said.startswith(f"tilesweep: error: {copy}: not a results document: the file ends before its JSON"), said
+    assert said.endswith("copy it again, or write a sweep's document again with `tilesweep merge SWEEP_DIR`"), said
