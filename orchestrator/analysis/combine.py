@@ -109,7 +109,7 @@ def combine(
     for pos, (doc, rule) in enumerate(zip(docs, rules, strict=True)):
         ts = doc.extra.get("tilesweep")
         times = measured_times(ts if isinstance(ts, dict) else {})
-        jax = _jax_of(doc)
+        jax, limit = _jax_of(doc), doc.max_rel_err
         for rec in doc.results:
             rkind = kind_of(rec, doc)
             if rkind != kind:
@@ -127,7 +127,7 @@ def combine(
             if not taken or taken[-1] is not doc:
                 taken.append(doc)
             rank = (0 if replayed else 1, times.of(rec) or "", pos)
-            rec = _judged(rec, doc.max_rel_err)
+            rec = _judged(rec, limit)
             new = _Kept(rank, jax.get(rec.get("unit"), jax[None]), _marked(rec) if replayed else rec)
             prev = chosen.get(iid)
             if prev is None:
