@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import LAUNCH_STDOUT_CLOSED, assert_one_line_error, run_cli
+from tests.helpers import LAUNCH_STDOUT_CLOSED, REPO, assert_one_line_error, run_cli
 
 
 @pytest.fixture
@@ -302,3 +302,22 @@ def test_an_output_that_is_the_spec_file_is_refused_even_with_overwrite(
     r = run_cli("merge", str(sweep), "--output", str(spec), "--overwrite")
     assert_one_line_error(r, f"the output {spec} is the spec file", f"tilesweep merge {sweep} --output FILE")
     assert spec.read_text() == text
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [(c, n) for c in ("export", "report", "compare") for n in ("sweep.lock", "logs/tuned.json")]
+    + [("tokamax", "."), ("tokamax", "logs")],
+)
+def test_an_output_in_a_sweep_directory_is_refused_and_the_sweep_kept(
+    results: Path, tmp_path: Path, command: str, name: str
+) -> None:
+    """A sweep directory's own files (its lock, empty, or a file in one of its folders) are no
+    place for an output: writing there would replace the sweep's file or be taken for one."""
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(REPO / "examples" / "small.json"), "--sweep-dir", str(sweep)).returncode == 0
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    out = sweep / name
+    args = _commands(results, out).get(command) or ["export", str(results), "--format", "tokamax", "--out", str(out)]
+    _refused(args, f"the sweep directory {sweep}")
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before

@@ -22,6 +22,7 @@ from orchestrator.cli.common import MAKES_FOLDERS, PROG, Subparsers, counted
 from orchestrator.cli.outputs import check_output, is_tuned_table, refuse_unwritable, write_failed
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import same_file
+from orchestrator.store.sweep_paths import sweep_holding
 
 if TYPE_CHECKING:
     from orchestrator.analysis.combine import Combined
@@ -173,6 +174,12 @@ def _export_target(args: argparse.Namespace) -> str:
                 f"{'standard output' if args.out == '-' else 'a file' if out.is_file() else 'not a folder'}"
             )
         where = out / "device" / "table.json"  # a table's place: said before anything is read or printed
+        sweep = sweep_holding(where)
+        if sweep is not None:
+            raise TilesweepError(
+                f"--out {args.out} is the sweep directory {sweep} or one of its folders, where tokamax's tables "
+                "would be taken for the sweep's files; name a folder outside it"
+            )
         refuse_unwritable(
             "--out", args.out, where, instead="name a folder for the tables", another="name another folder"
         )

@@ -25,6 +25,7 @@ from orchestrator.cli.common import names_no_file
 from orchestrator.devicefiles import what_it_is
 from orchestrator.errors import TilesweepError
 from orchestrator.store.files import folder_refuses, same_file, write_advice
+from orchestrator.store.sweep_paths import sweep_holding
 
 
 def is_tuned_table(path: Path) -> bool:
@@ -78,6 +79,12 @@ def check_output(out: str, inputs: Sequence[str], *, writes: str, flag: str, of_
             raise TilesweepError(
                 f"{flag} {out} is a results document this command reads; name another file for the {writes}"
             )
+    sweep = sweep_holding(path)
+    if sweep is not None:
+        raise TilesweepError(
+            f"{flag} {out} is a file of the sweep directory {sweep} (or in one of its folders), which the {writes} "
+            "would replace or be taken for; name a file outside it"
+        )
     if path.is_dir():
         raise TilesweepError(f"{flag} {out} is a directory; name a file for the {writes}")
     refuse_unwritable(flag, out, path, instead="name a file in a folder", another="name another file")

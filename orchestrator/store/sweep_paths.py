@@ -12,6 +12,7 @@ block). Anything else gets the plain answer.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from orchestrator import PROG
@@ -98,6 +99,16 @@ def own_file(root: Path, path: Path) -> bool:
     except ValueError:
         return False
     return len(rel.parts) > 1 or rel.name in _OWN_FILES or rel.name.startswith("lowering-task")
+
+
+def sweep_holding(path: Path) -> Path | None:
+    """The sweep directory ``path`` is (or would be) a file of (``own_file``): the nearest folder
+    above it that holds a ``sweep.json``, where ``path`` is one of its own files; None otherwise.
+    For an output no command may write there (``export --out``, ``report --html``)."""
+    for folder in Path(os.path.abspath(path)).parents:
+        if (folder / "sweep.json").is_file():
+            return folder if own_file(folder, path) else None
+    return None
 
 
 def is_spec_file(path: Path, spec_path: str | Path | None) -> bool:
