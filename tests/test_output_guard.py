@@ -159,6 +159,7 @@ def test_an_empty_file_given_as_output_is_written(results: Path, tmp_path: Path)
     done = run_cli("export", str(results), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["format"] == "tilesweep-tuned"
+    assert done.stdout == f"wrote {out}: 3 entries (1 tuned, 2 use auto)\n", done.stdout  # no table was there
 
 
 @pytest.mark.parametrize("command", ["export", "report", "compare"])

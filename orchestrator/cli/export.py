@@ -282,9 +282,9 @@ def _over(target: str, out: str, table: dict[str, object]) -> tuple[bytes | None
     from orchestrator.store.target import prev_path
 
     path = Path(target)
-    if not path.is_file():
+    before = path.read_bytes() if path.is_file() else b""
+    if not before.strip():  # none there, or an empty file (`touch`): no table is replaced
         return None, None
-    before = path.read_bytes()
     done = export.replaced(before, table)
     prev = prev_path(path)
     if done.dropped and prev.exists():
