@@ -2,7 +2,9 @@
 an export of each document alone tells: a problem whose configs are not timed in full yet (a
 round still to run, planned configs still to measure) gets no entry, said in one line, beside
 the entries of the documents whose sweeps finished; a problem with a best and planned configs
-not measured yet is noted as the best so far. Real sweeps (replayed), real commands."""
+not measured yet is noted as the best so far; each document's outputs are judged by its own
+limit; and where no record is of the device asked, the refusal says why. Real sweeps
+(replayed), real commands."""
 
 from __future__ import annotations
 
@@ -146,3 +148,29 @@ def test_a_combined_export_judges_each_documents_records_by_its_own_check_max_re
         ("bfloat16", 1024, "fwd_bwd", True),
         ("float32", 2048, "fwd", False),
     ], entries
+
+
+def test_documents_with_no_record_of_the_device_asked_say_why_and_name_a_choice_only_where_there_is_one(
+    tmp_path: Path,
+) -> None:
+    """No record of the --device kind: the kinds held are named to choose from (it holds, they
+    hold); documents that hold no record say so; records that name no device kind say so and how to
+    export them, never "pass --device with one of those" where there are none."""
+    sample = json.loads(SAMPLE.read_text())
+    kindless = tmp_path / "kindless.json"  # a document another tool wrote, its device block without a kind
+    kindless.write_text(json.dumps({**sample, "device": {"jax": sample["device"]["jax"]}}))
+    empty = [tmp_path / "empty-a.json", tmp_path / "empty-b.json"]
+    for path in empty:
+        path.write_text(json.dumps({**sample, "results": []}))
+    out = str(tmp_path / "tuned.json")
+    said = assert_one_line_error(run_cli("export", str(SAMPLE), "--device", "TPU v5", "--out", out))
+    assert said.endswith(f'in {SAMPLE}; it holds "NVIDIA H100": pass --device with one of those'), said
+    said = assert_one_line_error(run_cli("export", *map(str, empty), "--out", out))
+    assert said == f"tilesweep: error: nothing to export: {empty[0]}, {empty[1]} hold no record; nothing written"
+    said = assert_one_line_error(run_cli("export", str(kindless), "--device", "NVIDIA H100", "--out", out))
+    assert said == (
+        f'tilesweep: error: no record of device "NVIDIA H100" in {kindless}: its records name no device kind '
+        "(no device_kind in its device block); export it alone, without --device"
+    )
+    r = run_cli("export", str(kindless), "--out", out)
+    assert r.returncode == 0 and ": 3 entries (" in r.stdout, r.stdout + r.stderr

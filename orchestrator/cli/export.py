@@ -210,7 +210,6 @@ def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> tuple[Results
     nothing is left to export."""
     from kernels.spelling import as_json
     from orchestrator.analysis.combine import combine, describe
-    from orchestrator.analysis.devices import kinds
 
     doc, combined = combine(docs, args.device, include_replays=args.include_replays)
     if not combined.kept and combined.replayed_left:
@@ -220,13 +219,29 @@ def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> tuple[Results
             "--include-replays to export the replayed ones anyway (their entries then say replayed)"
         )
     if not combined.kept:
-        held = ", ".join(map(as_json, kinds(docs))) or "none named"
-        raise TilesweepError(
-            f"no record of device {as_json(combined.device_kind)} in {', '.join(args.results)}; they hold {held}: "
-            "pass --device with one of those"
-        )
+        raise TilesweepError(_no_record_of_kind(docs, args.results, combined.device_kind))
     print(describe(combined, len(docs)), file=sys.stderr if args.out == "-" else sys.stdout)  # stdout: the table
     return doc, combined
+
+
+def _no_record_of_kind(docs: list[ResultsDoc], names: list[str], kind: object) -> str:
+    """Why documents combined hold no record of the device ``kind``: they hold records of other
+    kinds (named, to pass to --device), no record at all, or records that name no device kind."""
+    from orchestrator.analysis.devices import kinds
+
+    one, held, given = len(docs) == 1, kinds(docs), ", ".join(names)
+    if held:
+        return (
+            f"no record of device {as_json(kind)} in {given}; {'it holds' if one else 'they hold'} "
+            f"{', '.join(map(as_json, held))}: pass --device with one of those"
+        )
+    if not any(d.results for d in docs):
+        return f"nothing to export: {given} {'holds' if one else 'hold'} no record; nothing written"
+    return (
+        f"no record of device {as_json(kind)} in {given}: {'its' if one else 'their'} records name no device kind "
+        f"(no device_kind in {'its' if one else 'their'} device block); export {'it' if one else 'each'} alone, "
+        "without --device"
+    )
 
 
 def _entries(n: int) -> str:
