@@ -272,3 +272,49 @@ def test_status_from_another_shell_says_a_run_stopped_by_ctrl_z_is_stopped(
     assert run.returncode == 0, err
     again = run_cli("status", str(sweep))
     assert "stopped" not in again.stdout and again.returncode == 0, again.stdout
+
+
+def _lease_pid(sweep: Path) -> int:
+    """The pid of the worker that holds a unit's lease (the worker itself, whoever started it)."""
+    (lease,) = (sweep / "leases").glob("*.lease")
+    return int(json.loads(lease.read_text())["pid"])
+
+
+@pytest.mark.parametrize("started", ["by hand", "by resume --no-wait"])
+def test_status_says_a_stopped_worker_is_stopped_however_it_was_started(
+    write_spec: Callable[..., Path], tmp_path: Path, started: str
+) -> None:
+    """A unit's worker run by hand (``python -m jobs.worker SWEEP 0``, as ``plan`` says) or under
+    the controller ``resume --no-wait`` left, stopped alone with SIGSTOP: status says the worker
+    is stopped and how to continue it, and gives no ETA; once continued, it says so no more."""
+    proc: subprocess.Popen[str] | None = None
+    if started == "by hand":
+        sweep = tmp_path / "sweep"
+        assert run_cli("plan", str(write_spec(**SPEC)), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, stderr=subprocess.DEVNULL, text=True
+        )
+        until(lambda: _in_unit(sweep), "the unit's header", proc)
+    else:
+        sweep = _detached(write_spec, tmp_path)
+    worker = _lease_pid(sweep)
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        until(lambda: _process_state(worker) == "T", "the worker stopped")
+        status = run_cli("status", str(sweep))
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    head = status.stdout.splitlines()[0]
+    assert head.endswith("in progress, the worker of 1 unit stopped (Ctrl-Z / SIGSTOP)"), status.stdout
+    assert "ETA" not in head and status.returncode == 0, status.stdout
+    (unit,) = [line for line in status.stdout.splitlines() if " running " in line]
+    assert unit.endswith(
+        f"its worker (pid {worker}) is stopped (Ctrl-Z / SIGSTOP): `fg` in the shell that runs it resumes it, "
+        f"or `kill -CONT {worker}`"
+    ), status.stdout
+    assert "SIGSTOP" not in run_cli("status", str(sweep)).stdout  # continued (SIGCONT takes effect at once)
+    if proc is not None:
+        proc.terminate()
+        proc.wait(timeout=SETTLE_S)
+    else:
+        assert run_cli("cancel", str(sweep), timeout=SETTLE_S).returncode == 0

@@ -30,12 +30,13 @@ from orchestrator.control.scheduler import SchedulerView, queries_disabled, quer
 from orchestrator.control.status_merge import document, merge_jobs
 from orchestrator.control.status_model import ACTIVE, FAILED, REPLACED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
+from orchestrator.control.unit_leases import unit_leases
 from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state, stopped_pid
-from orchestrator.control.why import REQUEUES_RAN_OUT, last_word, out_of_requeues, out_of_time
+from orchestrator.control.why import REQUEUES_RAN_OUT, out_of_requeues, out_of_time
 from orchestrator.errors import TilesweepError
 from orchestrator.planning.search import SEARCH
 from orchestrator.store.diskspace import FullDisk
-from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
+from orchestrator.store.leases import read_holder, run_lease_path
 from orchestrator.store.partials import read_partial
 from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
@@ -119,7 +120,7 @@ def sweep_status(
             u.state, u.detail = REPLACED, GIVEN_TO_LATER
         elif not u.submitted and u.state in ACTIVE:
             u.detail = NOT_STARTED if st.run_stop else NOT_SUBMITTED[st.runner_live]
-    _leases(sd, st, hist)
+    unit_leases(sd.root, st, hist)
     _covered(sd, st)
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
         if u.id in notes:
@@ -216,16 +217,6 @@ def _ran_out_of_time(u: UnitStatus, sd: SweepDir, job: dict[str, Any]) -> None:
     else:
         requeues = job["max_requeues"] if type(job.get("max_requeues")) is int else sd.spec.executor.max_requeues
         u.detail = out_of_requeues(limit, requeues, str(sd.root), sd.meta.get("spec_source"), full)
-
-
-def _died_in_a_running_task(u: UnitStatus, job: dict[str, Any] | None) -> None:
-    """A unit of a whole-node task (running, or cancelled since) whose log's last word is the
-    task's line on its worker's death: failed, and why (a cancel after it does not hide it)."""
-    if u.state not in ("running", "cancelled") or job is None or (job.get("units_in_task") or 1) == 1:
-        return
-    said = last_word(job.get("log"), u.id)
-    if said is not None and said[0] == "failed":
-        u.state, u.detail, u.log = "failed", said[1], existing(job.get("log"), job.get("stderr"))
 
 
 REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
@@ -333,25 +324,3 @@ def _unit_state(
         u.log = existing(job.get("log"), job.get("stderr"))
         if u.state == "failed":
             u.detail = failure(u.id, job, u.detail, view, disk)
-
-
-def _leases(sd: SweepDir, st: SweepStatus, hist: History) -> None:
-    """A live worker holding a unit's lease runs it, whatever its last job says (a stray
-    second job of the unit may have ended beside it); the lease also names its GPU. A lease
-    of the unit's own last job that SLURM says has ended is that job's, left by a worker
-    that died with it: ignored. A unit of a running whole-node task that no live worker
-    holds, whose log's last word is its failure (the task wrote why its worker died), failed
-    now, not once the whole task ends."""
-    todo = [u for u in st.units if u.state != "done"]
-    holders = live_unit_holders(sd.root, [u.id for u in todo])
-    for u in todo:
-        h = holders.get(u.id)
-        if h is None:
-            _died_in_a_running_task(u, hist.latest.get(u.id))
-            continue
-        own_job = h.fields.get("job") is not None and h.fields.get("job") == u.job_id
-        if u.state in ACTIVE or not own_job:
-            u.gpu = h.fields.get("gpu") or u.gpu
-        u.leased = True
-        if u.state != "running" and not own_job:
-            u.state, u.detail, u.log = "running", f"by {h.describe()}", None

@@ -23,7 +23,8 @@ from orchestrator.control.history import cancelled_since, submitted_ts
 from orchestrator.control.scheduler import SchedulerView, TaskState
 from orchestrator.control.why import INTERRUPTED, died_under, exit_reason, last_word, never_taken, read_failure
 from orchestrator.store.diskspace import FullDisk
-from orchestrator.store.pidspace import in_this_pid_space, pid_alive, process_stopped
+from orchestrator.store.locks import HolderRecord
+from orchestrator.store.pidspace import in_this_pid_space, pid_alive, process_start, process_stopped
 
 # A job that is in neither squeue nor sacct this long after its submission (or after its
 # unit last showed activity) is gone.
@@ -170,6 +171,21 @@ def stopped_pid(job: dict[str, Any]) -> int | None:
     except (TypeError, ValueError):
         return None
     return pid if job.get("executor") in ("local", "debug") and process_stopped(pid) else None
+
+
+def stopped_holder(holder: HolderRecord, detail: str | None) -> str | None:
+    """``detail`` with what a unit's stopped worker is, where the live worker that holds its
+    lease (``holder``: one ``run`` or ``resume`` started, one run by hand as ``python -m
+    jobs.worker``, one a site's launcher started) is in this pid space and /proc says it is
+    stopped; None where it is not."""
+    try:
+        pid = int(holder.get("pid"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    start = holder.get("start")
+    if not in_this_pid_space(holder) or not process_stopped(pid) or (start and process_start(pid) != start):
+        return None
+    return f"{detail}; its worker (pid {pid}) is {stopped_line(pid)}" if detail else f"pid {pid} is {stopped_line(pid)}"
 
 
 def stopped_line(pid: int) -> str:
