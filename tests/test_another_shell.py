@@ -318,3 +318,29 @@ def test_status_says_a_stopped_worker_is_stopped_however_it_was_started(
         proc.wait(timeout=SETTLE_S)
     else:
         assert run_cli("cancel", str(sweep), timeout=SETTLE_S).returncode == 0
+
+
+def test_cancel_stops_a_worker_run_by_hand(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    """A unit's worker run by hand (``python -m jobs.worker SWEEP 0``, as ``plan`` says), which no
+    job of the sweep names: ``cancel`` stops it as it stops the units ``run`` or ``resume`` started,
+    rather than saying nothing runs while ``status`` says the unit runs."""
+    spec, sweep = write_spec(**SPEC), tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        until(lambda: _in_unit(sweep), "the unit's header", worker)
+        cancel = run_cli("cancel", str(sweep), timeout=SETTLE_S)
+        ended = worker.poll() is not None  # cancel returns once what it stopped has ended
+    finally:
+        if worker.poll() is None:  # left running: ended here, not left behind
+            worker.kill()
+        _, err = worker.communicate(timeout=SETTLE_S)
+    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+    assert cancel.stdout.splitlines() == [
+        f"stopped 1 unit running here (local process {worker.pid})",
+        f"finished records are kept: `tilesweep resume {sweep}` redoes the rest",
+    ]
+    assert ended and worker.returncode == 143 and "Traceback" not in err, err
+    assert _sweep_processes(sweep) == [] and "running" not in _states(sweep).values()

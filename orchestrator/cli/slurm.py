@@ -321,7 +321,8 @@ def _register_after_submit(sub: Subparsers) -> None:
         "cancel",
         help="cancel the job arrays of a sweep that are still pending or running, or stop a local sweep's units",
         description="Cancel a sweep's SLURM job arrays that are still pending or running (scancel), or, for a sweep "
-        "run here, stop the run that runs it and the units it left running; finished records are kept, and "
+        "run here, stop the run that runs it, the units it left running and the workers run by hand "
+        "(`python -m jobs.worker`); finished records are kept, and "
         f"`{PROG} resume` redoes the rest.",
     )
     s.add_argument("sweep_dir")

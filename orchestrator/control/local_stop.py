@@ -7,12 +7,15 @@ takes as a Ctrl-C at its own terminal (its workers abandon their configs in flig
 read as interrupted, its terminal says so), also where it was started with SIGINT ignored
 (``nohup``, a script's ``&``). A unit started by ``resume --no-wait``
 runs under a local controller that outlives the command (and a worker whose run was killed
-outright runs on alone): each is sent SIGTERM, which the controller hands to its worker.
+outright runs on alone): each is sent SIGTERM, which the controller hands to its worker. A
+worker no job of the sweep names, which holds its unit's lease on this machine (one run by hand
+as ``python -m jobs.worker SWEEP UNIT``, or by a site's own launcher), is sent SIGTERM too.
 
 A pid is signalled only when it is the process the sweep's files name: the run lease's holder
 in this pid space with the start time it recorded, or a local controller or worker whose
 command line names this sweep directory (read from /proc; where there is none, nothing is
-signalled and the pid is reported instead). Nothing here prints.
+signalled and the pid is reported instead), or the holder of a unit's lease in this pid space
+with the start time it recorded whose command line is such a worker's. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from orchestrator.control.dispatch.local_procs import STOP_WAIT_S
 from orchestrator.control.status_model import SweepStatus
-from orchestrator.store.leases import read_holder, run_lease_path
+from orchestrator.store.leases import live_unit_holders, read_holder, run_lease_path
 from orchestrator.store.pidspace import in_this_pid_space, pid_alive
 from orchestrator.store.sweepdir import SweepDir
 
@@ -34,6 +37,8 @@ from orchestrator.store.sweepdir import SweepDir
 _MODULES = {
     "orchestrator.control.dispatch.local_controller": "logs",
     "orchestrator.control.dispatch.local_worker": "root",
+    "jobs.worker": "root",
+    "jobs": "root",
 }
 _LOOK_S = 0.1  # how often the stop looks whether the processes have ended
 _GRACE_S = 5.0  # beyond the workers' own time to stop (``STOP_WAIT_S``)
@@ -69,6 +74,7 @@ def stop_local(sd: SweepDir, st: SweepStatus) -> LocalStopped:
         elif not here:
             done.elsewhere = holder.describe()
     pids = [pid for pid in _local_pids(st) if runs_sweep(pid, sd)]
+    pids += [pid for pid in _unit_holders(sd, st, pids) if runs_sweep(pid, sd)]
     for pid in pids:
         _signal(pid, signal.SIGTERM)
     done.detached = pids
@@ -82,6 +88,23 @@ def _local_pids(st: SweepStatus) -> list[int]:
     for u in st.units:
         if u.state == "running" and u.executor == "local" and str(u.job_id or "").isdigit():
             pids.append(int(str(u.job_id)))
+    return pids
+
+
+def _unit_holders(sd: SweepDir, st: SweepStatus, signalled: list[int]) -> list[int]:
+    """The pids of the live workers in this pid space that hold the lease of a running unit
+    whose job is none of ``signalled`` and no SLURM task (``scancel`` ends those): a worker run
+    by hand or by a site's launcher, which no job of the sweep names."""
+    jobs = {str(pid) for pid in signalled}
+    stopped_by_job = {u.id for u in st.units if u.executor == "local" and u.job_id in jobs}
+    running = [u.id for u in st.units if u.state == "running" and u.id not in stopped_by_job]
+    pids = []
+    for holder in live_unit_holders(sd.root, running).values():
+        pid, start = holder.fields.get("pid"), holder.fields.get("start")
+        if holder.fields.get("job") or not in_this_pid_space(holder.fields) or not isinstance(pid, int):
+            continue
+        if pid not in signalled and pid_alive(pid, start):
+            pids.append(pid)
     return pids
 
 
