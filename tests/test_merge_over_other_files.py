@@ -1,10 +1,12 @@
-"""A merge whose output is another kind of tilesweep file (a spec, a tuned table) refuses to
-replace it, in one line that says what the file is and the merge's ways out, not the advice the
+"""A merge whose output is another kind of tilesweep file (a spec, a tuned table), or no results
+document at all, refuses to replace it, in one line that says what the file is and the ways out of
+the command that merges (``merge``, or ``run``: another ``--output``), not the advice the
 results-document reader gives whoever passed it as a document to read."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,25 @@ def test_merging_over_a_spec_or_a_tuned_table_says_what_it_is(
     line = assert_one_line_error(run_cli("merge", str(sd.root)), f"{out} exists and is not a results document {what}")
     assert "--overwrite" in line and "pass the" not in line, line
     assert out.read_bytes() == before
+
+
+def test_run_onto_a_file_that_is_no_results_document_names_its_own_way_out(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """``run --output`` onto a file that is no results document (notes, say): refused before a
+    sweep directory is made, naming the way out ``run`` has (another ``--output``), not a merge
+    of a sweep that does not exist; a merge's refusal names its own sweep directory to merge."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    sweep = tmp_path / "sweep"
+    line = assert_one_line_error(
+        run_cli("run", str(write_spec()), "--sweep-dir", str(sweep), "--output", str(notes)),
+        f"{notes} exists and is not a results document",
+        "write elsewhere (another `--output FILE`), or pass --overwrite to replace it",
+    )
+    assert "merge" not in line and not sweep.exists() and notes.read_text() == "my notes\n", line
+    sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=notes)
+    assert_one_line_error(
+        run_cli("merge", str(sd.root)), f"write elsewhere (`tilesweep merge {sd.root} --output FILE`)"
+    )
+    assert notes.read_text() == "my notes\n"

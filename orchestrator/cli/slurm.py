@@ -176,7 +176,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.lowering_todo import sweep_verdicts
-    from orchestrator.store.merge import check_target
+    from orchestrator.store.merge import ANOTHER_OUTPUT, check_target
 
     spec = load_spec(args.spec)
     require_submit_tools()
@@ -189,7 +189,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     try:
         if not args.overwrite:
-            check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
+            check_target(sd, elsewhere=ANOTHER_OUTPUT)  # refused now, not after the units ran
         with run_or_follow(sd) as other:  # held while submitting and waiting: a second run follows
             if other is not None:
                 warn(

@@ -235,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.lowering_todo import sweep_verdicts
-    from orchestrator.store.merge import check_target
+    from orchestrator.store.merge import ANOTHER_OUTPUT, check_target
     from orchestrator.store.parse_procs import requested
 
     requested()  # a bad TILESWEEP_MERGE_PROCS is said before anything is measured
@@ -257,7 +257,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sd, unit_ids, existed = prepare_run(args, root, kind, reuse_request(args))
     if not args.overwrite:
         try:
-            check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
+            check_target(sd, elsewhere=ANOTHER_OUTPUT)  # refused now, not after the units ran
         except TilesweepError:
             if created:  # a sweep directory made for nothing (as `run` on SLURM): a rerun starts afresh
                 shutil.rmtree(sd.root, ignore_errors=True)

@@ -33,7 +33,7 @@ from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_
 from orchestrator.errors import DispatchError, SpecError
 from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.spec.model import SweepSpec
-from orchestrator.store.merge import check_target
+from orchestrator.store.merge import ANOTHER_OUTPUT, check_target
 from orchestrator.store.sweepdir import SweepDir
 
 
@@ -102,7 +102,11 @@ def submit_spec(
     try:  # a stop while planning leaves no half-made directory either
         sd, _, existed = prepare_sweep(spec_path, str(root), units, output, costs=costs, reuse=reuse, spec=spec)
         # its final merge job would refuse the output after the GPU time was spent: refused now
-        check_target(sd, overwrite=f"move it away first (`{PROG} run` and `{PROG} merge` take --overwrite)")
+        check_target(
+            sd,
+            overwrite=f"move it away first (`{PROG} run` and `{PROG} merge` take --overwrite)",
+            elsewhere=ANOTHER_OUTPUT,
+        )
         if wait_lowering is not None:  # before the sweep's lock, which other commands take meanwhile
             wait_lowering(sd.root)
         with sweep_lock(sd):

@@ -188,7 +188,7 @@ def _check_before_move(sd: SweepDir, out: Path, overwrite: bool, *, here: bool) 
     damaged sweep directory (its status reads every file of it), units to run ``here`` (a local
     or debug run) with another stack than this interpreter's, an output holding another sweep's
     records."""
-    from orchestrator.store.merge import check_target
+    from orchestrator.store.merge import ANOTHER_OUTPUT, check_target
 
     if other_run_live(sd):
         raise DispatchError(
@@ -199,7 +199,7 @@ def _check_before_move(sd: SweepDir, out: Path, overwrite: bool, *, here: bool) 
     if here and any(u.to_run_here for u in st.units):
         check_interpreter_env(sd)
     if not overwrite:
-        check_target(sd, out)
+        check_target(sd, out, elsewhere=ANOTHER_OUTPUT)
 
 
 def check_interpreter_env(sd: SweepDir) -> None:

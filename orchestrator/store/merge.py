@@ -215,7 +215,7 @@ def merge(
         with paused_gc():
             target = inspect(sd, out, units, plan) if not appending else None
             if target is not None and (target.n_foreign or target.not_a_document) and not overwrite:
-                refuse_foreign(target)
+                refuse_foreign(target, elsewhere=merge_elsewhere(sd))
             segs, moved, env = collect(sd, use_cache=use_cache, units=units)
             planned = planned_total(sd)
             slots = pick_newest(segs, planned)
@@ -313,17 +313,31 @@ def refuse_second_shrink(sd: SweepDir, out: Path, summary: MergeSummary) -> None
         )
 
 
-def check_target(sd: SweepDir, output: Path | None = None, *, overwrite: str | None = None) -> None:
+def check_target(
+    sd: SweepDir, output: Path | None = None, *, overwrite: str | None = None, elsewhere: str | None = None
+) -> None:
     """Refuse early what ``merge`` would refuse: an output holding records that are not this
     sweep's (``run`` asks before it runs anything; ``overwrite``: how the caller replaces it,
-    where not by ``--overwrite``). Append merges keep every record: no check."""
+    where not by ``--overwrite``; ``elsewhere``: how it writes another file, where not by
+    ``merge --output``: ``ANOTHER_OUTPUT`` for the commands that take ``--output``). Append
+    merges keep every record: no check."""
     out = Path(output) if output is not None else sd.output
     if sd.spec.report.html:
         page_target(page_path(out))
     if not (sd.spec.append and out.exists()):
         target = inspect(sd, out)
         if target.n_foreign or target.not_a_document:
-            refuse_foreign(target, **({"overwrite": overwrite} if overwrite else {}))
+            where = elsewhere or merge_elsewhere(sd)
+            refuse_foreign(target, elsewhere=where, **({"overwrite": overwrite} if overwrite else {}))
+
+
+# how `run` and `submit`, which take --output, write the results document elsewhere
+ANOTHER_OUTPUT = "another `--output FILE`"
+
+
+def merge_elsewhere(sd: SweepDir) -> str:
+    """How a merge of ``sd`` writes its records into another file than its output."""
+    return f"`{PROG} merge {word(sd.root)} --output FILE`"
 
 
 def _replace(

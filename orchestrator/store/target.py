@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
-from orchestrator import PROG
 from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store import keyindex
@@ -257,21 +256,20 @@ def _judge_by_index(sd: SweepDir, target: Target, index: keyindex.KeyIndex, unit
         target.foreign[owners.get(rec.get("unit") if isinstance(rec, dict) else None, NOT_TILESWEEP)] += 1
 
 
-def refuse_foreign(target: Target, *, overwrite: str = "pass --overwrite to replace it") -> None:
-    """One line naming what a merge without append would drop, and the ways out (``overwrite``:
-    how this command replaces it)."""
+def refuse_foreign(target: Target, *, elsewhere: str, overwrite: str = "pass --overwrite to replace it") -> None:
+    """One line naming what a merge without append would drop, and the ways out (``elsewhere``:
+    how this command writes another file, ``overwrite``: how it replaces this one)."""
     keep = f"the old one is then kept as {prev_path(target.path).name}"
     if target.not_a_document is not None:
         raise ResultsError(
             f"{target.path} exists and is not a results document ({target.not_a_document}); merging would replace "
-            f"it: write elsewhere (`{PROG} merge SWEEP --output FILE`), or {overwrite} ({keep})"
+            f"it: write elsewhere ({elsewhere}), or {overwrite} ({keep})"
         )
     n = target.n_foreign
     whose = ", ".join(f"{k} {owner}" for owner, k in target.foreign.most_common())
     raise ResultsError(
         f"{target.path} holds {n} record{'s' if n != 1 else ''} that {'are' if n != 1 else 'is'} not this sweep's "
-        f"({whose}); merging would drop them: set append: true to merge into it, write elsewhere "
-        f"(`{PROG} merge SWEEP --output FILE`), "
+        f"({whose}); merging would drop them: set append: true to merge into it, write elsewhere ({elsewhere}), "
         f"or {overwrite} ({keep})"
     )
 
