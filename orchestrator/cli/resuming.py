@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 
 from orchestrator import word
 from orchestrator.cli.common import PROG, Progress, counted, round_note, units_capped, warn
-from orchestrator.cli.finish import failed_unit_lines, finish_sweep
+from orchestrator.cli.finish import failed_unit_lines, finish_sweep, unfinished_unit_lines
+from orchestrator.cli.following import follow_units
 from orchestrator.cli.submission import print_submission, say_no_gpu
 from orchestrator.errors import DispatchError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.resume import Resumed
+    from orchestrator.control.resume_plan import ResumePlan
     from orchestrator.control.rounds import NextRound
     from orchestrator.spec.executor_section import ExecutorSettings
     from orchestrator.store.sweepdir import SweepDir
@@ -37,19 +39,15 @@ def say_resume_plan(
     quiet_when_done: bool,
     units: int | None = None,
     merges: bool | None = None,
+    follows: bool = False,
 ) -> None:
-    """What a resume is about to do: the units it leaves to run, the round it planned, the new
-    units (and, as a plan says it, fewer of them than ``--units`` asked for: one item each); with
-    nothing to resubmit, what the sweep's document lacks (``merges``: whether this resume merges
-    it; None: not said here)."""
+    """What a resume is about to do: the units it leaves to run (``follows``: it follows them to
+    their end, as a resume here does), the round it planned, the new units (and, as a plan says
+    it, fewer of them than ``--units`` asked for: one item each); with nothing to resubmit, what
+    the sweep's document lacks (``merges``: whether this resume merges it; None: not said here)."""
     plan = r.plan
     if plan.held:
-        n = len(plan.active)
-        print(
-            f"{n} unit{'s are' if n != 1 else ' is'} still pending or running "
-            f"({counted(plan.held, 'item')} without a record yet): not resubmitted; wait for "
-            f"{'them' if n != 1 else 'it'}, `{PROG} cancel {word(sd.root)}`, or resume --force"
-        )
+        print(_held_line(sd, plan, follows))
     if r.next_round is not None:
         nxt = r.next_round
         if "kind" in nxt.summary:  # a search's round
@@ -86,6 +84,22 @@ def say_resume_plan(
     )
     if n == sum(len(u.items) for u in r.new_units):  # as many units as items: no more could be made
         units_capped(units, n)
+
+
+def _held_line(sd: SweepDir, plan: ResumePlan, follows: bool) -> str:
+    """What a resume says of the units still pending or running that it leaves to their workers:
+    that it follows them (``follows``), or how to have them redone."""
+    n, them = len(plan.active), "them" if len(plan.active) != 1 else "it"
+    held = f"({counted(plan.held, 'item')} without a record yet)"
+    if follows:
+        return (
+            f"{n} unit{'s are' if n != 1 else ' is'} run by a worker already {held}: following {them} instead of "
+            f"starting a second worker on {'each' if n != 1 else 'it'}"
+        )
+    return (
+        f"{n} unit{'s are' if n != 1 else ' is'} still pending or running {held}: not resubmitted; wait for "
+        f"{them}, `{PROG} cancel {word(sd.root)}`, or resume --force"
+    )
 
 
 def _unmerged(sd: SweepDir, merges: bool | None) -> str:
@@ -139,7 +153,9 @@ def resume_saying(
     def planned(r: Resumed) -> None:
         # a resume here merges once its units ran; one that leaves them running says it once it let the sweep go
         merges = None if background else settings.kind != "slurm"
-        say_resume_plan(sd, r, retry=retry, quiet_when_done=quiet_when_done, units=units, merges=merges)
+        say_resume_plan(
+            sd, r, retry=retry, quiet_when_done=quiet_when_done, units=units, merges=merges, follows=bool(merges)
+        )
         if r.new_units and settings.kind == "slurm":
             say_no_gpu(sd.spec, settings)
         if settings.kind == "local" and not background:
@@ -254,6 +270,8 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
         print("nothing started" + (f"; the sweep is {left}" if left else ""))
         return 1 if left else 0
     failed = failed_unit_lines(result.outcomes)
+    if result.plan.active:  # run by workers of other processes (by hand, a killed run's): followed, as `run` does
+        failed += unfinished_unit_lines(follow_units(sd, result.plan.active), only=result.plan.active)
     return finish_sweep(
         sd, overwrite=args.overwrite, html=sd.spec.report.html, failed=failed, redo=f"`{PROG} resume {word(sd.root)}`"
     )

@@ -138,8 +138,9 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: st
     plan = ResumePlan()
     recorded = _read_partials(sd, plan)
     plan.recorded = len(recorded)
-    # pending, running or requeued; a unit never submitted is "pending" too, but nothing runs it
-    active = {u.id for u in st.units if u.state in ACTIVE and u.submitted}
+    # pending, running or requeued; a unit never submitted is "pending" too, but nothing runs it,
+    # unless a live worker holds its lease (one run by hand)
+    active = {u.id for u in st.units if u.state in ACTIVE and (u.submitted or u.leased)}
     held: set[str] = set()
     if not force:
         plan.active = sorted(active)
