@@ -344,3 +344,30 @@ def test_cancel_stops_a_worker_run_by_hand(write_spec: Callable[..., Path], tmp_
     ]
     assert ended and worker.returncode == 143 and "Traceback" not in err, err
     assert _sweep_processes(sweep) == [] and "running" not in _states(sweep).values()
+
+
+def test_status_says_a_run_stopped_between_its_units_is_stopped(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The ``run`` alone stopped (SIGSTOP, or Ctrl-Z once its worker has ended): its worker ends
+    its unit, and the next unit waits for the run to start it. Status says the run is stopped
+    and how to continue it, and gives no ETA, rather than that the running run starts it."""
+    sweep = tmp_path / "sweep"
+    run = start_run(write_spec(**SPEC, sharding={"units": 2}), sweep)
+    until(lambda: records_written(sweep) > 0, "a record", run)
+    os.kill(run.pid, signal.SIGSTOP)
+    try:
+        until(lambda: any((sweep / "done").glob("*.json")), "the first unit done")
+        status = run_cli("status", str(sweep))
+    finally:
+        os.kill(run.pid, signal.SIGCONT)
+    head, units = status.stdout.splitlines()[0], status.stdout.splitlines()[2:]
+    assert head.endswith("in progress, the `tilesweep run` that runs it stopped (Ctrl-Z / SIGSTOP)"), status.stdout
+    assert "ETA" not in head, head
+    (waiting,) = [line for line in units if " pending " in line]
+    assert waiting.endswith(
+        f"not submitted yet: the `tilesweep run` that starts it (pid {run.pid}) is stopped (Ctrl-Z / SIGSTOP): "
+        f"`fg` in the shell that runs it resumes it, or `kill -CONT {run.pid}`"
+    ), status.stdout
+    _, err = run.communicate(timeout=SETTLE_S)
+    assert run.returncode == 0, err

@@ -24,6 +24,7 @@ import os
 import time
 from typing import Any
 
+from orchestrator import PROG
 from orchestrator.control.history import History, read_history, submitted_ts
 from orchestrator.control.partitions import time_limit_of
 from orchestrator.control.scheduler import SchedulerView, queries_disabled, query
@@ -31,7 +32,16 @@ from orchestrator.control.status_merge import document, merge_jobs
 from orchestrator.control.status_model import ACTIVE, FAILED, REPLACED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
 from orchestrator.control.unit_leases import unit_leases
-from orchestrator.control.unit_state import LOST_AFTER_S, existing, failure, local_state, slurm_state, stopped_pid
+from orchestrator.control.unit_state import (
+    LOST_AFTER_S,
+    existing,
+    failure,
+    local_state,
+    slurm_state,
+    stopped_line,
+    stopped_pid,
+    stopped_process,
+)
 from orchestrator.control.why import REQUEUES_RAN_OUT, out_of_requeues, out_of_time
 from orchestrator.errors import TilesweepError
 from orchestrator.planning.search import SEARCH
@@ -95,6 +105,7 @@ def sweep_status(
     st.on_slurm = bool(hist.slurm_jobs)
     holder = read_holder(run_lease_path(sd.root))
     st.runner_live = holder is not None and holder.live
+    st.runner_stopped = stopped_process(holder.fields) if holder is not None and st.runner_live else None
     st.run_stop = None if st.runner_live else _run_stop(sd, hist)
     index = sd.unit_index()
     mtimes, notes, partials = _progress(sd, st, hist, index, keep_tally)
@@ -119,7 +130,7 @@ def sweep_status(
         if not u.submitted and u.state in ACTIVE and u.resumed:
             u.state, u.detail = REPLACED, GIVEN_TO_LATER
         elif not u.submitted and u.state in ACTIVE:
-            u.detail = NOT_STARTED if st.run_stop else NOT_SUBMITTED[st.runner_live]
+            u.detail = NOT_STARTED if st.run_stop else not_submitted(st)
     unit_leases(sd.root, st, hist)
     _covered(sd, st)
     for u in st.units:  # a stale marker or a partial of another sweep: said whatever runs the unit
@@ -222,6 +233,18 @@ def _ran_out_of_time(u: UnitStatus, sd: SweepDir, job: dict[str, Any]) -> None:
 REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
 # a unit never submitted, by whether a live `tilesweep run` holds the sweep (it starts the unit)
 NOT_SUBMITTED = {True: "not submitted yet: the running `tilesweep run` starts it", False: "not submitted"}
+
+
+def not_submitted(st: SweepStatus) -> str:
+    """What a unit never submitted waits for: the live run that starts it (stopped, and how to
+    continue it, where it is), or nothing."""
+    if st.runner_stopped is not None:
+        return f"not submitted yet: the `{PROG} run` that starts it (pid {st.runner_stopped}) is " + stopped_line(
+            st.runner_stopped
+        )
+    return NOT_SUBMITTED[st.runner_live]
+
+
 # a unit never submitted because the last run stopped on the full disk
 NOT_STARTED = "not started: the run stopped on the full disk"
 # a unit never submitted whose items `tilesweep resume` handed to new units: nothing will start it

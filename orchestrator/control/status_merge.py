@@ -57,6 +57,8 @@ def _merging(st: SweepStatus) -> str | None:
     last = st.merge_jobs[-1] if st.merge_jobs and st.merge_refused is None else None
     if last is not None and last["state"] in ("PENDING", "RUNNING"):
         return f"its final merge job {last['job_id']} ({last['state'].lower()})"
+    if st.runner_stopped is not None:
+        return f"the `{PROG} run` that runs it, once continued (pid {st.runner_stopped} is stopped: Ctrl-Z / SIGSTOP)"
     return f"the `{PROG} run` that runs it (when it ends)" if st.runner_live else None
 
 

@@ -131,6 +131,7 @@ class SweepStatus:
     # a live `tilesweep run` (or a resume run here) holds the sweep's run lease: it starts the
     # units not submitted yet, so they wait for it; without one nothing starts them
     runner_live: bool = False
+    runner_stopped: int | None = None  # that run's pid, where it is stopped (Ctrl-Z, SIGSTOP): it starts nothing
     # the last run here stopped on the sweep directory's full disk, and no job was submitted since
     run_stop: RunStop | None = None
 
@@ -298,14 +299,16 @@ class SweepStatus:
     def eta_s(self) -> float | None:
         """Seconds to go at the pace of the records written since the first submission, or since
         the last resume by the units it submitted (a resume days after a failure: not the days
-        between); None when unknown, and while a unit's worker is stopped: it records nothing
-        until it is continued. The records carried from earlier documents (the reuse unit's) were
-        there before any job: they set no pace."""
+        between); None when unknown, and while a unit's worker, or the run that starts the units,
+        is stopped: nothing moves until it is continued. The records carried from earlier
+        documents (the reuse unit's) were there before any job: they set no pace."""
         if self.paced is None:
             measured = self.done - sum(min(u.done, u.total) for u in self.units if u.carried)
         else:
             measured = sum(min(u.done, u.total) for u in self.units if u.id in self.paced and not u.retry)
         if self.complete or self.settled or not self.pace_from or measured <= 0 or self.stopped():
+            return None
+        if self.runner_stopped is not None:
             return None
         elapsed = self.taken - self.pace_from
         return elapsed * (self.total - self.done) / measured if elapsed > 0 else None
@@ -336,6 +339,7 @@ class SweepStatus:
             "gpu_hours": self.gpu_hours,
             "replay_of": self.replay_of,
             "run_stopped": None if self.run_stop is None else self.run_stop.to_json(),
+            "runner_stopped": self.runner_stopped,
             "merge_jobs": self.merge_jobs,
             "merge_refused": self.merge_refused,
             "no_merge_follows": self.no_merge_follows,

@@ -173,17 +173,26 @@ def stopped_pid(job: dict[str, Any]) -> int | None:
     return pid if job.get("executor") in ("local", "debug") and process_stopped(pid) else None
 
 
-def stopped_holder(holder: HolderRecord, detail: str | None) -> str | None:
-    """``detail`` with what a unit's stopped worker is, where the live worker that holds its
-    lease (``holder``: one ``run`` or ``resume`` started, one run by hand as ``python -m
-    jobs.worker``, one a site's launcher started) is in this pid space and /proc says it is
-    stopped; None where it is not."""
+def stopped_process(holder: HolderRecord) -> int | None:
+    """The pid of the process a lease's ``holder`` names, where it is in this pid space, the
+    process that started at the time it recorded, and /proc says it is stopped (Ctrl-Z, SIGSTOP)."""
     try:
         pid = int(holder.get("pid"))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
     start = holder.get("start")
     if not in_this_pid_space(holder) or not process_stopped(pid) or (start and process_start(pid) != start):
+        return None
+    return pid
+
+
+def stopped_holder(holder: HolderRecord, detail: str | None) -> str | None:
+    """``detail`` with what a unit's stopped worker is, where the live worker that holds its
+    lease (``holder``: one ``run`` or ``resume`` started, one run by hand as ``python -m
+    jobs.worker``, one a site's launcher started) is stopped (``stopped_process``); None where
+    it is not."""
+    pid = stopped_process(holder)
+    if pid is None:
         return None
     return f"{detail}; its worker (pid {pid}) is {stopped_line(pid)}" if detail else f"pid {pid} is {stopped_line(pid)}"
 
