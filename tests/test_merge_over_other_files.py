@@ -6,6 +6,7 @@ results-document reader gives whoever passed it as a document to read."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,3 +58,18 @@ def test_run_onto_a_file_that_is_no_results_document_names_its_own_way_out(
         run_cli("merge", str(sd.root)), f"write elsewhere (`tilesweep merge {sd.root} --output FILE`)"
     )
     assert notes.read_text() == "my notes\n"
+
+
+def test_merging_into_a_new_folder_of_a_folder_that_takes_no_files_names_that_folder(tmp_path: Path) -> None:
+    """``merge --output`` into a folder not made yet, under a folder that takes no new files (here
+    an immutable one): the line names the folder that refuses, not the one that does not exist."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=tmp_path / "results.json")
+    subprocess.run(["chattr", "+i", str(folder)], check=True)
+    try:
+        r = run_cli("merge", str(sd.root), "--output", str(folder / "new" / "results.json"))
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    assert_one_line_error(r, f"the folder {folder} is not writable: make it writable, or merge into another folder")
+    assert list(folder.iterdir()) == []

@@ -324,14 +324,16 @@ class MergeLock:
 
     def _why(self) -> str:
         """What stands in the lock file's way: a folder where it goes, a file where its folder
-        goes, or a folder that takes no new files."""
+        goes, or a folder that takes no new files (the nearest folder of its path that exists: the
+        folders below it, which a merge makes, are not there yet)."""
         elsewhere = f"merge into another folder (`{PROG} merge {word(self.sweep or 'SWEEP')} --output FILE`)"
         if self.path.is_dir():
             return f"a directory has its name: move it away, or {elsewhere}"
         blocking = next((p for p in reversed(self.path.parents) if p.exists() and not p.is_dir()), None)
         if blocking is not None:
             return f"{blocking} is a file, where a folder belongs: name an output in a folder, or {elsewhere}"
-        return f"the folder {self.path.parent} is not writable: make it writable, or {elsewhere}"
+        folder = next((p for p in self.path.parents if p.is_dir()), self.path.parent)
+        return f"the folder {folder} is not writable: make it writable, or {elsewhere}"
 
     def _acquire(self) -> MergeLock:
         if self.kind == "soft":
