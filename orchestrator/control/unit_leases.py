@@ -2,7 +2,7 @@
 lease (``store.leases``) runs it, whichever way it was started (by ``run`` or ``resume``, by hand
 as ``python -m jobs.worker SWEEP UNIT``, by a site's own launcher), on the GPU the lease names,
 and is said stopped where /proc says that worker is (Ctrl-Z, SIGSTOP): it records nothing until
-it is continued.
+it is continued; a stopped controller of a worker that runs on is no stopped unit.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from typing import Any
 
 from orchestrator.control.history import History
 from orchestrator.control.status_model import ACTIVE, SweepStatus, UnitStatus
-from orchestrator.control.unit_state import existing, stopped_holder
+from orchestrator.control.unit_state import existing, stopped_holder, stopped_process
 from orchestrator.control.why import last_word
 from orchestrator.store.leases import live_unit_holders
+from orchestrator.store.locks import HolderRecord
+from orchestrator.store.pidspace import in_this_pid_space
 
 
 def unit_leases(root: Path, st: SweepStatus, hist: History) -> None:
@@ -39,6 +41,20 @@ def unit_leases(root: Path, st: SweepStatus, hist: History) -> None:
             u.state, u.detail, u.log = "running", f"by {h.describe()}", None
         if u.state == "running" and not u.stopped and (said := stopped_holder(h.fields, u.detail)):
             u.stopped, u.detail = True, said
+        elif u.stopped:
+            _worker_runs_on(u, h.fields)
+
+
+def _worker_runs_on(u: UnitStatus, holder: HolderRecord) -> None:
+    """A unit whose job's process is stopped where that process is the controller of a worker
+    (``resume --no-wait``), not the worker: the worker that holds the lease, in this pid space
+    and not stopped, runs on and records, so the unit is not stopped."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or str(pid) == u.job_id or not in_this_pid_space(holder):
+        return
+    if stopped_process(holder) is None:
+        u.stopped = False
+        u.detail = f"local process {u.job_id}, the controller of its worker, is stopped; its worker (pid {pid}) runs on"
 
 
 def died_in_a_running_task(u: UnitStatus, job: dict[str, Any] | None) -> None:
