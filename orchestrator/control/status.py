@@ -103,10 +103,7 @@ def sweep_status(
         st.search_rounds = (sd.spec.search.max_rounds, sd.spec.search.screen)
         st.search_deferred = hist.deferred.get(st.next_round) if st.search_pending else None
     st.on_slurm = bool(hist.slurm_jobs)
-    holder = read_holder(run_lease_path(sd.root))
-    st.runner_live = holder is not None and holder.live
-    st.runner_stopped = stopped_process(holder.fields) if holder is not None and st.runner_live else None
-    st.run_stop = None if st.runner_live else _run_stop(sd, hist)
+    _runner(sd, st, hist)
     index = sd.unit_index()
     mtimes, notes, partials = _progress(sd, st, hist, index, keep_tally)
     st.later_rounds = later_rounds(index)
@@ -141,6 +138,15 @@ def sweep_status(
     document(sd, st, partials)
     st.taken = now
     return st
+
+
+def _runner(sd: SweepDir, st: SweepStatus, hist: History) -> None:
+    """The ``tilesweep run`` that holds the sweep's run lease: live, stopped (Ctrl-Z, SIGSTOP),
+    or none, and then why the last run here stopped, if a full disk stopped it."""
+    holder = read_holder(run_lease_path(sd.root))
+    st.runner_live = holder is not None and holder.live
+    st.runner_stopped = stopped_process(holder.fields) if holder is not None and st.runner_live else None
+    st.run_stop = None if st.runner_live else _run_stop(sd, hist)
 
 
 def _pace(st: SweepStatus, hist: History) -> None:
