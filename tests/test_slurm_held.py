@@ -1,6 +1,7 @@
 """A sweep whose array tasks SLURM holds (``sbatch --hold`` through ``executor.slurm_additional_parameters``,
 ``scontrol hold``, a site's hold), on the real local cluster: ``status`` says each task is held and
-the command that releases it, ``wait`` warns of it once and waits, and ends merged once released.
+the command that releases it, ``wait`` warns of it once and waits, and ends merged once released;
+``wait --timeout`` that gives up says they are held.
 
 Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_SLURM=1``.
 """
@@ -25,11 +26,17 @@ def _cluster() -> None:
     require_cluster()
 
 
-def test_a_held_task_is_said_held_with_the_command_that_releases_it_and_wait_ends_once_it_is(tmp_path: Path) -> None:
+def _held_spec(tmp_path: Path) -> Path:
+    """A replay of three configs on the cpu partition, its tasks submitted held (``sbatch --hold``)."""
     spec = replay_specs(tmp_path, lambda k: 0.0, "slurm")["instant"]
     held = {"kind": "slurm", "slurm_partition": "cpu", "gpus_per_node": 0}
     held["slurm_additional_parameters"] = {"hold": True}
     spec.write_text(json.dumps({**json.loads(spec.read_text()), "executor": held}))
+    return spec
+
+
+def test_a_held_task_is_said_held_with_the_command_that_releases_it_and_wait_ends_once_it_is(tmp_path: Path) -> None:
+    spec = _held_spec(tmp_path)
     sweep = tmp_path / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
     try:
@@ -48,5 +55,25 @@ def test_a_held_task_is_said_held_with_the_command_that_releases_it_and_wait_end
         _, err = wait.communicate(timeout=300)
         assert wait.returncode == 0 and "merged 3 records (0 errors, 0 of 3 planned missing)" in err, err
         assert "warning:" not in err, err  # warned once, above
+    finally:
+        cli("cancel", str(sweep))
+
+
+def test_wait_that_gives_up_on_held_tasks_says_they_are_held_and_the_release_that_starts_them(
+    tmp_path: Path,
+) -> None:
+    spec = _held_spec(tmp_path)
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2")
+    try:
+        assert r.returncode == 0, r.stderr
+        held = ",".join(sorted(e["job_id"] for e in unit_jobs(sweep).values()))
+        waited = cli("wait", str(sweep), "--timeout", "3")
+        assert waited.returncode == 1, waited.stderr
+        assert waited.stderr.splitlines()[-1] == (
+            f"tilesweep: not started after 3 s: 2 units held by SLURM (`scontrol release {held}` starts them); "
+            f"`tilesweep wait {sweep}` again once released"
+        ), waited.stderr
+        assert "still running" not in waited.stderr
     finally:
         cli("cancel", str(sweep))

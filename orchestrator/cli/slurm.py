@@ -334,6 +334,11 @@ def _register_after_submit(sub: Subparsers) -> None:
     s.add_argument(
         "--slurm-interval", type=seconds, default=10.0, help="seconds between squeue/sacct queries (default 10)"
     )
-    s.add_argument("--timeout", type=seconds, help="give up after this many seconds (exit 1)")
+    s.add_argument(
+        "--timeout",
+        type=seconds,
+        help="give up after this many seconds (exit 1), saying what still runs or waits "
+        "(held tasks: the `scontrol release` that starts them)",
+    )
     s.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     s.set_defaults(func=cmd_wait)

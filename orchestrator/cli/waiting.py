@@ -95,10 +95,7 @@ def wait_and_merge(
     finally:
         display.progress.close()
     if not st.settled:
-        warn(
-            f"still running after {timeout:.0f} s: {counted(len(st.unsettled()), 'unit')} pending or running; "
-            f"`{PROG} wait {word(sd.root)}` again later"
-        )
+        warn(_unsettled_line(st, timeout, word(sd.root)))
         return 1
     code = finish_sweep(
         sd,
@@ -108,6 +105,30 @@ def wait_and_merge(
         redo=f"`{PROG} resume {word(sd.root)}`",
     )
     return max(code, _round_left_here(sd, st))
+
+
+def _unsettled_line(st: SweepStatus, timeout: float | None, here: str) -> str:
+    """What ``wait --timeout`` says of the units still unsettled when it gives up: that they
+    run or wait, and of those SLURM holds, that they start only once released, and how."""
+    unsettled = st.unsettled()
+    held = [u for u in unsettled if u.held]
+    after, again = f"after {timeout:.0f} s", f"`{PROG} wait {here}` again"
+    if not held:
+        return f"still running {after}: {counted(len(unsettled), 'unit')} pending or running; {again} later"
+    mine = sorted({str(u.job_id) for u in held if u.held != "JobHeldAdmin"})
+    them = "it" if len(held) == 1 else "them"
+    if mine:
+        start = f"`scontrol release {','.join(mine)}` starts {them}"
+        if len(mine) < len(held):
+            start += "; a SLURM administrator holds the rest, and only they can release those"
+    else:
+        start = f"a SLURM administrator holds {them}, and only they can release {them}"
+    if len(held) == len(unsettled):
+        return f"not started {after}: {counted(len(held), 'unit')} held by SLURM ({start}); {again} once released"
+    return (
+        f"still running {after}: {counted(len(unsettled), 'unit')} pending or running, "
+        f"{len(held)} of them held by SLURM ({start}); {again} later"
+    )
 
 
 def _round_left_here(sd: SweepDir, st: SweepStatus) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 from orchestrator import PROG
 from orchestrator.control.history import History, read_history, submitted_ts
 from orchestrator.control.partitions import time_limit_of
-from orchestrator.control.scheduler import SchedulerView, queries_disabled, query
+from orchestrator.control.scheduler import HELD_REASONS, SchedulerView, queries_disabled, query
 from orchestrator.control.status_merge import document, merge_jobs
 from orchestrator.control.status_model import ACTIVE, FAILED, REPLACED, SweepStatus, UnitStatus
 from orchestrator.control.status_text import format_duration, format_status, status_json
@@ -344,6 +344,7 @@ def _unit_state(
         u.state, u.detail = slurm_state(job, view, mtime, hist.cancelled, now, u.done)
         task = view.get(str(job["job_id"])) if view is not None and view.asked else None
         u.stuck = u.state in ACTIVE and task is not None and task.stuck
+        u.held = task.reason if u.stuck and task is not None and task.reason in HELD_REASONS else ""
     else:
         u.state, u.detail = local_state(job, u.done)
         u.stopped = u.state == "running" and stopped_pid(job) is not None

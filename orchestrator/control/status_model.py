@@ -66,6 +66,7 @@ class UnitStatus:
     covered: bool = False  # never submitted, and other units recorded every item of it
     leased: bool = False  # a live worker holds its lease (a job of it, or a worker started by hand)
     stuck: bool = False  # pending for a reason that never resolves on its own (see scheduler.STUCK_REASONS)
+    held: str = ""  # the hold it waits under, where SLURM holds its task (see scheduler.HELD_REASONS)
     retry: bool = False  # redoes error records of other units (`resume --retry-errors`): its items are counted there
     round: int = 1  # the halving strategy's round 2 times the survivors of round 1 in full
     stopped: bool = False  # its local worker is stopped (Ctrl-Z, SIGSTOP): it records nothing until continued
