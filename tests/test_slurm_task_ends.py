@@ -257,3 +257,31 @@ def test_the_log_of_a_unit_no_gpu_took_before_a_cancel_says_the_task_was_cancell
         f"GPUs took this unit (cancelled with `tilesweep cancel`), so none of it ran; `tilesweep resume {sweep}` "
         "redoes its items",
     )
+
+
+def test_a_task_slurm_requeued_after_it_started_says_it_waits_to_start_again_not_a_bare_begintime(
+    tmp_path: Path,
+) -> None:
+    """A requeued task (its node set down, a preemption; here ``scontrol requeue``) pends with the
+    reason BeginTime until SLURM lets it start again: status says what that means."""
+    spec = _slow_replay(tmp_path, "slow.json", {"slurm_partition": "cpu", "gpus_per_node": 0})
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
+    try:
+        assert r.returncode == 0, r.stderr
+        ((unit, entry),) = unit_jobs(sweep).items()
+        poll(lambda: (sweep / "logs" / "units" / f"{unit}.log").exists(), 300, "the unit's worker to start")
+        subprocess.run(["scontrol", "requeue", entry["job_id"]], check=True)
+
+        def requeued() -> dict[str, Any] | None:
+            (u,) = status(sweep)["units"]
+            assert u["state"] in ("running", "requeued"), u  # the requeue is seen before the task runs again
+            return u if u["state"] == "requeued" and (u["detail"] or "").startswith("BeginTime") else None
+
+        u = poll(requeued, 120, "status to show the task requeued")
+        assert u["detail"] == (
+            "BeginTime: SLURM requeued it (its node went down, or it was preempted or requeued) and it waits to "
+            "start again; it starts on its own"
+        ), u
+    finally:
+        cli("cancel", str(sweep))

@@ -65,7 +65,24 @@ def test_gpu_hours_are_left_out_until_sacct_has_a_row_for_every_array_of_the_swe
     "task, mtime_after, expected",
     [
         (TaskState("PENDING", "squeue", "JobArrayTaskLimit"), False, ("pending", "JobArrayTaskLimit")),
-        (TaskState("PENDING", "squeue", "BeginTime"), True, ("requeued", "BeginTime")),
+        (
+            TaskState("PENDING", "squeue", "BeginTime"),
+            True,
+            (
+                "requeued",
+                "BeginTime: SLURM requeued it (its node went down, or it was preempted or requeued) and it waits "
+                "to start again; it starts on its own",
+            ),
+        ),
+        (
+            TaskState("PENDING", "squeue", "BeginTime"),
+            False,
+            (
+                "pending",
+                "BeginTime: it waits for the time SLURM lets it start (after a requeue, or sbatch --begin); "
+                "it starts on its own",
+            ),
+        ),
         (TaskState("REQUEUED", "sacct"), True, ("requeued", "REQUEUED")),
         (TaskState("RUNNING", "squeue", "None"), True, ("running", None)),
         (TaskState("COMPLETING", "squeue"), True, ("running", "COMPLETING")),

@@ -76,6 +76,13 @@ def _in_neither(
     return "cancelled", "in neither squeue nor sacct (a pending array task cancelled on its own leaves no record)"
 
 
+# squeue's BeginTime, by whether the task had started: what it waits for
+_BEGIN_TIME = {
+    True: "SLURM requeued it (its node went down, or it was preempted or requeued) and it waits to start again",
+    False: "it waits for the time SLURM lets it start (after a requeue, or sbatch --begin)",
+}
+
+
 def _from_task(ts: TaskState, mtime: float | None, submitted: float, asked: float, jid: str) -> tuple[str, str | None]:
     """``asked``: when the scheduler was asked (``wait`` asks it less often than it reads files);
     ``jid``: the task's id, for what releases it from a hold."""
@@ -89,6 +96,8 @@ def _from_task(ts: TaskState, mtime: float | None, submitted: float, asked: floa
             reason = f"{ts.reason}: it is held, and starts once released: `scontrol release {jid}`"
         elif ts.reason == "JobHeldAdmin":
             reason = f"{ts.reason}: a SLURM administrator holds it; it starts once they release it"
+        elif ts.reason == "BeginTime":  # a requeue (its node went down, a preemption, scontrol requeue), sbatch --begin
+            reason = f"{ts.reason}: {_BEGIN_TIME[ran]}; it starts on its own"
         elif ts.stuck:
             reason = f"{ts.reason}: it cannot start as submitted (cancel it, then resume with other executor settings)"
         return ("requeued" if ran else "pending"), reason
