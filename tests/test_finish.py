@@ -81,7 +81,9 @@ def test_finish_shows_no_table_without_records_and_exits_1_while_units_are_unfin
         "tilesweep: unit u1 failed: boom",
         f"tilesweep: {sd.planned} items have no record; `again` redoes only those",
     ]
-    assert err.startswith(f"merged 0 records (0 errors, {sd.planned} of {sd.planned} planned missing)")
+    # nothing recorded: no document of no record is written
+    assert err.startswith(f"nothing was measured: no unit wrote a record, so {sd.output} is not written"), err
+    assert not sd.output.exists()
     assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
     # every item recorded, but a unit ended unfinished (a later round's, say): still 1, and said
     assert finish_sweep(sd, overwrite=False, html=True, failed=failed, redo="`again`") == 1

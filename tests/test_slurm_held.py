@@ -1,7 +1,8 @@
 """A sweep whose array tasks SLURM holds (``sbatch --hold`` through ``executor.slurm_additional_parameters``,
 ``scontrol hold``, a site's hold), on the real local cluster: ``status`` says each task is held and
 the command that releases it, ``wait`` warns of it once and waits, and ends merged once released;
-``wait --timeout`` that gives up says they are held.
+``wait --timeout`` that gives up says they are held. A held sweep runs nothing, so it is also where
+a sweep cancelled before any unit recorded anything is seen.
 
 Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_SLURM=1``.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import replay_specs, start_run
-from tests.slurm_cluster import require_cluster
+from tests.slurm_cluster import poll, require_cluster
 from tests.slurm_sweeps import cli, unit_jobs
 
 pytestmark = pytest.mark.slurm
@@ -75,5 +76,27 @@ def test_wait_that_gives_up_on_held_tasks_says_they_are_held_and_the_release_tha
             f"`tilesweep wait {sweep}` again once released"
         ), waited.stderr
         assert "still running" not in waited.stderr
+    finally:
+        cli("cancel", str(sweep))
+
+
+def test_wait_of_a_sweep_cancelled_before_anything_was_measured_writes_no_document_and_says_how_to_resume(
+    tmp_path: Path,
+) -> None:
+    spec = _held_spec(tmp_path)
+    sweep, out = tmp_path / "sweep", tmp_path / "out.json"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2")
+    try:
+        assert r.returncode == 0, r.stderr
+        assert cli("cancel", str(sweep)).returncode == 0
+        waited = cli("wait", str(sweep))
+        assert waited.returncode == 1, waited.stderr
+        said = waited.stderr.splitlines()
+        assert f"nothing was measured: no unit wrote a record, so {out} is not written" in said, waited.stderr
+        assert said[-1] == f"tilesweep: 3 items have no record; `tilesweep resume {sweep}` redoes only those", said
+        assert "merged" not in waited.stderr and not out.exists()
+        # the final merge job the cancel let run wrote none either
+        poll(lambda: (sweep / "final-merge.json").exists(), 300, "the final merge job to end")
+        assert not out.exists() and json.loads((sweep / "final-merge.json").read_text())["written"] is False
     finally:
         cli("cancel", str(sweep))

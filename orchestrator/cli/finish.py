@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # the control flows import submitit: loaded when a command ru
 
 def merge_line(summary: MergeSummary) -> str:
     """One line on what a merge did, naming what it set aside (the warnings name the files)."""
+    if not summary.written and not summary.quarantined:  # a sweep's end, where no unit recorded anything
+        left = "is left as it was" if summary.output.exists() else "is not written"
+        return f"nothing was measured: no unit wrote a record, so {summary.output} {left}"
     if not summary.written:
         return (
             f"wrote nothing: every partial with records was quarantined (see the warnings above); "
@@ -109,7 +112,7 @@ def finish_sweep(sd: SweepDir, *, overwrite: bool, html: bool, failed: list[str]
     only what is missing; ``html``: whether to write the report page."""
     from orchestrator.control.sweeps import merge_sweep
 
-    summary = merge_sweep(sd, overwrite=overwrite)
+    summary = merge_sweep(sd, overwrite=overwrite, skip_empty=True)
     print(merge_line(summary), file=sys.stderr)
     if summary.records:
         print_table(summary.output)

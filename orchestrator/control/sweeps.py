@@ -341,11 +341,14 @@ def accounting(sd: SweepDir) -> dict[str, Any]:
     return {} if hours is None else {"gpu_hours": hours, "gpu_hours_source": GPU_HOURS_SOURCE}
 
 
-def merge_sweep(sd: SweepDir, *, output: Path | None = None, overwrite: bool = False) -> MergeSummary:
-    """``store.merge.merge`` with the sweep's GPU-hours in the document (one sacct call)."""
+def merge_sweep(
+    sd: SweepDir, *, output: Path | None = None, overwrite: bool = False, skip_empty: bool = False
+) -> MergeSummary:
+    """``store.merge.merge`` with the sweep's GPU-hours in the document (one sacct call);
+    ``skip_empty``: write no document where no unit recorded anything (a sweep's end)."""
     from orchestrator.store.merge import merge
 
-    return merge(sd, output=output, extra=accounting(sd) or None, overwrite=overwrite)
+    return merge(sd, output=output, extra=accounting(sd) or None, overwrite=overwrite, skip_empty=skip_empty)
 
 
 @contextlib.contextmanager

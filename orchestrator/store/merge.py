@@ -190,6 +190,7 @@ def merge(
     use_cache: bool = True,
     extra: Mapping[str, Any] | None = None,
     overwrite: bool = False,
+    skip_empty: bool = False,
 ) -> MergeSummary:
     """Merge the sweep's partials into its output document (``output``, default the spec's),
     atomically and under the document's lock.
@@ -197,7 +198,8 @@ def merge(
     ``extra``: more keys of the ``tilesweep`` block (a SLURM sweep's GPU-hours). Not appending, a
     document that holds records not this sweep's is refused unless ``overwrite``; one replaced by
     fewer records is kept as ``<output>.prev`` (``target``). Where every partial with records was
-    quarantined nothing is written (``MergeSummary.written`` is false)."""
+    quarantined nothing is written (``MergeSummary.written`` is false), nor, with ``skip_empty``
+    (a sweep's end: ``run``, ``wait``, the final merge job), where no partial holds a record."""
     spec = sd.spec
     out = output_file(sd, Path(output) if output is not None else sd.output)
     with MergeLock(lock_path_for(out), spec.merge.lock, spec.merge.lock_timeout_s, sweep=sd.root):
@@ -226,9 +228,7 @@ def merge(
             }
             summary = _found(out, planned, slots, segs, moved)
             del segs
-            if moved and not slots.found:
-                summary.written = False
-                log.warning("every partial with records was quarantined: %s is left as it was", out)
+            if not slots.found and _writes_nothing(summary, out, quarantined=bool(moved), skip_empty=skip_empty):
                 return summary
             if target is not None and target.records and not slots.found and not overwrite:
                 raise ResultsError(
@@ -241,6 +241,19 @@ def merge(
                 _write_fresh(sd, out, head, slots, summary, target, plan, overwrite=overwrite)
     log.info("merged %d records into %s (%d of %d planned missing)", summary.records, out, summary.missing, planned)
     return summary
+
+
+def _writes_nothing(summary: MergeSummary, out: Path, *, quarantined: bool, skip_empty: bool) -> bool:
+    """Whether a merge that found no record writes nothing (``summary.written`` false): where
+    every partial with records was quarantined, or, with ``skip_empty``, where none was written."""
+    if not (quarantined or skip_empty):
+        return False
+    summary.written = False
+    if quarantined:
+        log.warning("every partial with records was quarantined: %s is left as it was", out)
+    else:
+        log.info("no partial holds a record: %s is not written", out)
+    return True
 
 
 def _found(out: Path, planned: int, slots: Slots, segs: list[Segment], moved: list[Quarantined]) -> MergeSummary:

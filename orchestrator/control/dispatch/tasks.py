@@ -194,7 +194,7 @@ class MergeTask(submitit.helpers.Checkpointable):
 
         job = os.environ.get("SLURM_JOB_ID")
         try:
-            summary = merge_sweep(sd)
+            summary = merge_sweep(sd, skip_empty=True)  # a sweep whose units all ended with no record: none
         except TilesweepError as exc:  # refused (records of another sweep, an unwritable output): say why
             log.error("final merge refused: %s", exc.message)
             _record_logged(sd, {"job_id": job, "ok": False, "error": exc.message})
