@@ -2,7 +2,8 @@
 ``scontrol hold``, a site's hold), on the real local cluster: ``status`` says each task is held and
 the command that releases it, ``wait`` warns of it once and waits, and ends merged once released;
 ``wait --timeout`` that gives up says they are held. A held sweep runs nothing, so it is also where
-a sweep cancelled before any unit recorded anything is seen.
+a sweep cancelled before any unit recorded anything, and a Ctrl-C of its ``resume`` once sbatch
+accepted the arrays, are seen.
 
 Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_SLURM=1``.
 """
@@ -10,12 +11,15 @@ Skipped (loudly) without a cluster; a failure instead under ``TILESWEEP_REQUIRE_
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import replay_specs, start_run
+from tests.helpers import LAUNCH, replay_specs, start_run
 from tests.slurm_cluster import poll, require_cluster
 from tests.slurm_sweeps import cli, unit_jobs
 
@@ -98,5 +102,38 @@ def test_wait_of_a_sweep_cancelled_before_anything_was_measured_writes_no_docume
         # the final merge job the cancel let run wrote none either
         poll(lambda: (sweep / "final-merge.json").exists(), 300, "the final merge job to end")
         assert not out.exists() and json.loads((sweep / "final-merge.json").read_text())["written"] is False
+    finally:
+        cli("cancel", str(sweep))
+
+
+def test_a_ctrl_c_of_resume_once_sbatch_accepted_its_arrays_says_they_run_on_and_what_follows_them(
+    tmp_path: Path,
+) -> None:
+    spec = _held_spec(tmp_path)
+    sweep = tmp_path / "sweep"
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2")
+    try:
+        assert r.returncode == 0, r.stderr
+        assert cli("cancel", str(sweep)).returncode == 0
+        known = len((sweep / "jobs.jsonl").read_text().splitlines())
+        resume = subprocess.Popen(
+            [sys.executable, "-c", LAUNCH, "resume", str(sweep)],
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        accepted = lambda: len((sweep / "jobs.jsonl").read_text().splitlines()) > known  # noqa: E731
+        poll(lambda: accepted() or resume.poll() is not None, 120, "sbatch to accept the resumed units", 0.001)
+        os.killpg(resume.pid, signal.SIGINT)
+        _, err = resume.communicate(timeout=120)
+        assert resume.returncode == 130 and "Traceback" not in err, err
+        assert err.splitlines()[-1] == (
+            "tilesweep: interrupted; what sbatch accepted before the stop is recorded and runs on: "
+            f"`tilesweep wait {sweep}` follows it, `tilesweep status {sweep}` shows it, "
+            f"`tilesweep cancel {sweep}` stops it"
+        ), err
+        assert "rerun" not in err
     finally:
         cli("cancel", str(sweep))

@@ -40,17 +40,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-INTERRUPTED_NOTE = "finished records are kept, rerun to continue"
-# what a stop means for the commands that measure nothing (the others: ``INTERRUPTED_NOTE``)
-_STOPPED_NOTES = {
-    "merge": "a merge cut short leaves the results document as it was",
-    "submit": "what sbatch accepted before the stop is recorded and runs on: `status` shows it, `cancel` stops it",
-    **dict.fromkeys(("spec", "report", "export", "compare", "status", "ls", "logs", "impls"), "nothing was changed"),
-}
-# what a stop means for those of them that write files, where asked to (--html, --plots, --out):
-# each is written whole (a temp file renamed into place) or not at all
-_WROTE_NOTE = "each file written before the stop is whole; none is half-written"
-_WRITERS, _WRITES = ("report", "export", "compare"), ("html", "plots", "out")
 _stopped_by: int = signal.SIGINT  # the stop signal ``_interrupted`` took
 
 
@@ -309,29 +298,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr, sys.unraisablehook = original, errors, hook
 
 
-def _stop_note(command: str, args: argparse.Namespace | None) -> str:
-    """What a stop of ``command`` means (``args``: its arguments, where they were parsed)."""
-    if command in _WRITERS and any(getattr(args, a, None) not in (None, "-") for a in _WRITES):
-        return _WROTE_NOTE
-    if command == "submit" and not _recorded_a_job():
-        return "nothing was submitted"
-    if command == "plan":  # it measures nothing; it writes a sweep directory only where given one
-        lower = args is not None and args.lower
-        shown = args is None or args.dry_run or (args.json and not lower) or not args.sweep_dir
-        if shown:
-            return "nothing was written"
-        if lower:  # stopped before it lowered (once it lowers, or waits for another lowering, it says more)
-            return "nothing was lowered; rerun it to finish the sweep directory and lower its configs"
-        return "nothing was measured; rerun it to finish the sweep directory"
-    return _STOPPED_NOTES.get(command, INTERRUPTED_NOTE)
-
-
-def _recorded_a_job() -> bool:
-    """Whether this process put a job in a sweep's history (sbatch accepted it)."""
-    sweepdir = sys.modules.get("orchestrator.store.sweepdir")
-    return sweepdir is not None and sweepdir.SweepDir.recorded_a_job
-
-
 def _command_word(argv: list[str] | None) -> str:
     """The command a command line names, for a stop that came before the parser said it."""
     words = sys.argv[1:] if argv is None else argv
@@ -356,7 +322,9 @@ def _main(argv: list[str] | None) -> int:
         if exc.args and isinstance(exc.args[0], str):  # the command's own word (``wait``)
             note = exc.args[0]
         else:
-            note = _stop_note(command or _command_word(argv), args)
+            from orchestrator.cli.stop_notes import stop_note  # loaded once stopped: the top stays light
+
+            note = stop_note(command or _command_word(argv), args)
         print(f"{PROG}: {how}; {note}", file=sys.stderr)
         return 128 + _stopped_by
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone

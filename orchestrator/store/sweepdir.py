@@ -369,13 +369,14 @@ class SweepDir:
         return out
 
     # ------------------------------------------------------------------ history
-    # whether this process recorded a job (what a stop of ``submit`` says it leaves)
-    recorded_a_job = False
+    # the sweep directory this process recorded a job in, if any (what a stop of ``submit`` or
+    # ``resume`` says it leaves)
+    recorded_a_job: Path | None = None
 
     def record_jobs(self, entries: list[dict[str, Any]]) -> None:
         """Append submission records to jobs.jsonl (``jobfile``)."""
         jobfile.append(self.root, entries)
-        SweepDir.recorded_a_job = True
+        SweepDir.recorded_a_job = self.root
 
     def job_history(self) -> list[dict[str, Any]]:
         """The lines of ``jobs.jsonl``, their log paths in this directory (``jobfile``)."""
