@@ -229,7 +229,7 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
     """A resume with the local or debug executor (see the module docstring)."""
     from orchestrator.control.status import sweep_status
     from orchestrator.control.sweeps import check_runs_here, run_or_follow
-    from orchestrator.store.merge import check_target
+    from orchestrator.store.merge_output import check_target
 
     planned_from = sd.meta.get("spec_source")  # the spec file the sweep was planned from, where it still is
     spec_file = args.spec or (planned_from if planned_from and Path(planned_from).is_file() else None)

@@ -176,7 +176,7 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.lowering_todo import sweep_verdicts
-    from orchestrator.store.merge import ANOTHER_OUTPUT, check_target
+    from orchestrator.store.merge_output import ANOTHER_OUTPUT, check_target
 
     spec = load_spec(args.spec)
     require_submit_tools()

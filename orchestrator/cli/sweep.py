@@ -235,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.spec.files import load_spec
     from orchestrator.store.carried import read_summary
     from orchestrator.store.lowering_todo import sweep_verdicts
-    from orchestrator.store.merge import ANOTHER_OUTPUT, check_target
+    from orchestrator.store.merge_output import ANOTHER_OUTPUT, check_target
     from orchestrator.store.parse_procs import requested
 
     requested()  # a bad TILESWEEP_MERGE_PROCS is said before anything is measured

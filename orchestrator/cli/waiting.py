@@ -71,7 +71,7 @@ def wait_and_merge(
     table, what is left to resume and, when asked (``html``, default: the sweep's frozen spec's
     ``report.html``), the report page's path)."""
     from orchestrator.control.wait import wait_until_settled
-    from orchestrator.store.merge import check_target
+    from orchestrator.store.merge_output import check_target
 
     if not overwrite:
         check_target(sd)  # refuse before waiting, not after, to drop another sweep's records

@@ -33,7 +33,7 @@ from orchestrator.control.sweeps import default_sweep_dir, prepare_sweep, slurm_
 from orchestrator.errors import DispatchError, SpecError
 from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.spec.model import SweepSpec
-from orchestrator.store.merge import ANOTHER_OUTPUT, check_target
+from orchestrator.store.merge_output import ANOTHER_OUTPUT, check_target
 from orchestrator.store.sweepdir import SweepDir
 
 

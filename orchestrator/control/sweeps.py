@@ -188,7 +188,7 @@ def _check_before_move(sd: SweepDir, out: Path, overwrite: bool, *, here: bool) 
     damaged sweep directory (its status reads every file of it), units to run ``here`` (a local
     or debug run) with another stack than this interpreter's, an output holding another sweep's
     records."""
-    from orchestrator.store.merge import ANOTHER_OUTPUT, check_target
+    from orchestrator.store.merge_output import ANOTHER_OUTPUT, check_target
 
     if other_run_live(sd):
         raise DispatchError(

@@ -49,9 +49,8 @@ from orchestrator.store.files import atomic_open, remove_dead_temps, write_advic
 from orchestrator.store.keyindex import Keys
 from orchestrator.store.locks import MergeLock, lock_path_for
 from orchestrator.store.merge_head import device_of, tilesweep_of
-from orchestrator.store.merge_output import cache_space, output_file, refuse_unwritable_folder
+from orchestrator.store.merge_output import cache_space, merge_elsewhere, output_file, refuse_unwritable_folder
 from orchestrator.store.newest import Slots, pick_newest
-from orchestrator.store.page_file import page_path, page_target
 from orchestrator.store.parse_procs import parse_ahead, remove_dead_shares
 from orchestrator.store.partials import UnitItems, log_skipped
 from orchestrator.store.provenance import DocumentHead
@@ -76,7 +75,7 @@ log = logging.getLogger(__name__)
 _PLACEHOLDER = "\x00tilesweep-results\x00"
 _CHUNK = 4096
 
-__all__ = ["MergeSummary", "check_target", "merge", "lock_path_for", "write_document"]
+__all__ = ["MergeSummary", "merge", "lock_path_for", "write_document"]
 
 
 @dataclass
@@ -324,33 +323,6 @@ def refuse_second_shrink(sd: SweepDir, out: Path, summary: MergeSummary) -> None
             "so both are left as they are: restore the partials, or move the .prev away and merge again "
             "(--overwrite replaces it)"
         )
-
-
-def check_target(
-    sd: SweepDir, output: Path | None = None, *, overwrite: str | None = None, elsewhere: str | None = None
-) -> None:
-    """Refuse early what ``merge`` would refuse: an output holding records that are not this
-    sweep's (``run`` asks before it runs anything; ``overwrite``: how the caller replaces it,
-    where not by ``--overwrite``; ``elsewhere``: how it writes another file, where not by
-    ``merge --output``: ``ANOTHER_OUTPUT`` for the commands that take ``--output``). Append
-    merges keep every record: no check."""
-    out = Path(output) if output is not None else sd.output
-    if sd.spec.report.html:
-        page_target(page_path(out))
-    if not (sd.spec.append and out.exists()):
-        target = inspect(sd, out)
-        if target.n_foreign or target.not_a_document:
-            where = elsewhere or merge_elsewhere(sd)
-            refuse_foreign(target, elsewhere=where, **({"overwrite": overwrite} if overwrite else {}))
-
-
-# how `run` and `submit`, which take --output, write the results document elsewhere
-ANOTHER_OUTPUT = "another `--output FILE`"
-
-
-def merge_elsewhere(sd: SweepDir) -> str:
-    """How a merge of ``sd`` writes its records into another file than its output."""
-    return f"`{PROG} merge {word(sd.root)} --output FILE`"
 
 
 def _replace(

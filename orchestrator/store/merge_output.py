@@ -1,7 +1,9 @@
 """What a merge checks of the file it writes: which file an output names (a link's target), the
 outputs it refuses before it reads a partial (a directory, a device, the spec file the sweep was
-planned from, a file of the sweep directory itself, a folder that takes no new file), and what
-to say of the merge cache's space where a full disk stopped the document."""
+planned from, a file of the sweep directory itself, a folder that takes no new file), the
+document refused before anything runs (one holding records not the sweep's: ``check_target``,
+which ``run``, ``submit``, ``resume`` and ``wait`` ask), and what to say of the merge cache's
+space where a full disk stopped the document."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from orchestrator import PROG, word
 from orchestrator.devicefiles import what_it_is
 from orchestrator.errors import ResultsError
 from orchestrator.store.files import folder_refuses, link_target
+from orchestrator.store.page_file import page_path, page_target
 from orchestrator.store.segments import CACHE_DIR
 from orchestrator.store.sweep_paths import is_spec_file, own_file
 from orchestrator.store.sweepdir import SweepDir
+from orchestrator.store.target import inspect, refuse_foreign
 
 
 def output_file(sd: SweepDir, out: Path) -> Path:
@@ -76,3 +80,30 @@ def cache_space(sd: SweepDir, out: Path, exc: OSError) -> str:
         return ""
     amount = f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{max(1, round(size / 1e3))} kB"
     return f" (the sweep's merge cache {cache} takes {amount} there, and is safe to delete)"
+
+
+def check_target(
+    sd: SweepDir, output: Path | None = None, *, overwrite: str | None = None, elsewhere: str | None = None
+) -> None:
+    """Refuse early what ``merge`` would refuse: an output holding records that are not this
+    sweep's (``run`` asks before it runs anything; ``overwrite``: how the caller replaces it,
+    where not by ``--overwrite``; ``elsewhere``: how it writes another file, where not by
+    ``merge --output``: ``ANOTHER_OUTPUT`` for the commands that take ``--output``). Append
+    merges keep every record: no check."""
+    out = Path(output) if output is not None else sd.output
+    if sd.spec.report.html:
+        page_target(page_path(out))
+    if not (sd.spec.append and out.exists()):
+        target = inspect(sd, out)
+        if target.n_foreign or target.not_a_document:
+            where = elsewhere or merge_elsewhere(sd)
+            refuse_foreign(target, elsewhere=where, **({"overwrite": overwrite} if overwrite else {}))
+
+
+# how `run` and `submit`, which take --output, write the results document elsewhere
+ANOTHER_OUTPUT = "another `--output FILE`"
+
+
+def merge_elsewhere(sd: SweepDir) -> str:
+    """How a merge of ``sd`` writes its records into another file than its output."""
+    return f"`{PROG} merge {word(sd.root)} --output FILE`"
