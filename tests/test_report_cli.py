@@ -336,3 +336,40 @@ def test_a_file_of_a_sweep_directory_given_for_a_document_names_the_document_its
                 f"{given} is a file of the sweep directory {sweep}, not a results document; pass its results "
                 f"document, {out}, which `tilesweep merge {sweep}` writes",
             )
+
+
+# --------------------------------------------------------------------------- implementations compared
+
+
+def _tokamax(ms: float, spread: float, **shape: Any) -> dict[str, Any]:
+    """A forced record of tokamax's Mosaic kernel, of ``rec``'s problem (``shape`` changed)."""
+    tokamax: dict[str, Any] = {"impl": "tokamax-mosaic", "block_q": 64, "block_kv": 128, "persistent": True}
+    tokamax.update(fold_q_sequence_heads=False, split_k=1)
+    mine = rec(ms=ms, spread=spread, **shape)
+    return {k: v for k, v in mine.items() if k not in ("block_k", "num_warps")} | tokamax
+
+
+def test_implementations_timed_equal_or_within_their_spread_are_a_tie_not_a_win(tmp_path: Path) -> None:
+    """Two implementations whose times are equal, or whose q1-q3 ranges overlap, are said to tie in
+    the text, the markdown, the page and ``--json``; one whose range lies clear of the other's wins."""
+    records = [rec(ms=1.0), _tokamax(1.0, 0.01)]  # equal
+    records += [rec(ms=2.0, seq=4096), _tokamax(2.04, 0.05, seq=4096)]  # 2% apart, ranges overlapping
+    records += [rec(ms=3.0, seq=8192, spread=0.001), _tokamax(3.3, 0.001, seq=8192)]  # 10% apart, clear
+    results = write(tmp_path, make_doc(records))
+    page = tmp_path / "page.html"
+    said = run_cli("report", str(results), "--html", str(page))
+    assert said.returncode == 0, said.stderr
+    rows = {line.split()[2]: line for line in said.stdout.split("implementations compared")[1].splitlines()[2:5]}
+    for seq in ("2048", "4096"):
+        assert " tie " in rows[seq] and "tilesweep: bq128 bk128 s2 w4; tokamax-mosaic: 64/128" in rows[seq], rows[seq]
+    assert " tie " not in rows["8192"] and " tilesweep " in rows["8192"], rows["8192"]
+    assert "tie: the implementations' q1-q3 ranges overlap" in said.stdout
+    markdown = run_cli("report", str(results), "--markdown").stdout
+    assert markdown.count("| tie |") == 2, markdown
+    html = page.read_text()
+    assert html.count(" tie ") >= 2 and "tie: the implementations&#x27; q1-q3 ranges overlap" in html
+    problems = json.loads(run_cli("report", str(results), "--json").stdout)
+    for p in problems:
+        tied = p["seq"] in (2048, 4096)
+        assert p["winner_impl"] == (None if tied else "tilesweep"), p
+        assert p["impl_tie"] == (["tilesweep", "tokamax-mosaic"] if tied else []), p

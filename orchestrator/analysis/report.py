@@ -58,6 +58,7 @@ from orchestrator.analysis.summary import (
     FWD_FLOPS_FORMULA,
     ProblemSummary,
     tflops_text,
+    within_noise,
 )
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
 from orchestrator.spec.records import config_of, problem_key
@@ -165,12 +166,6 @@ def _summary(
     if flops is not None and best_ms:
         tflops = flops / (best_ms * 1e-3) / 1e12
 
-    within_noise = False
-    if best is not None and runner is not None:
-        b1, b3 = _quartiles(best)
-        r1, r3 = _quartiles(runner)
-        within_noise = max(b1, r1) <= min(b3, r3)
-
     return ProblemSummary(
         key=key,
         best_config=best_config,
@@ -191,7 +186,7 @@ def _summary(
         auto_error=sc.auto_error if auto_ms is None else None,
         runner_up_label=config_label(config_of(runner), key.mode) if runner else None,
         runner_up_ms=float(runner["median_ms"]) if runner else None,
-        within_noise=within_noise,
+        within_noise=_within_noise(best, runner),
         first_error=sc.first_error if best is None else None,
         coverage=cover,
         auto_config=auto,
@@ -200,6 +195,7 @@ def _summary(
         best_is_auto=is_auto,
         replayed=about.any_replayed(best, sc.auto_rec) or (best is None and about.any_replayed(sc.first_failed)),
         auto_only=about.auto_only,
+        **_auto_spread(sc),
     )
 
 
@@ -214,6 +210,21 @@ def _two_fastest(records: list[dict[str, Any]]) -> tuple[dict | None, dict | Non
         elif m < rm:
             runner, rm = r, m
     return best, runner
+
+
+def _within_noise(best: dict[str, Any] | None, runner: dict[str, Any] | None) -> bool:
+    """Whether the best's q1-q3 range overlaps the runner-up's: the sweep has not separated them."""
+    if best is None or runner is None:
+        return False
+    return within_noise(_quartiles(best), _quartiles(runner))
+
+
+def _auto_spread(sc: ProblemScan) -> dict[str, float]:
+    """auto's q1 and q3 as ``ProblemSummary`` fields, where auto has a timing."""
+    if sc.auto_ms is None or sc.auto_rec is None:
+        return {}
+    q1, q3 = _quartiles(sc.auto_rec)
+    return {"auto_q1_ms": q1, "auto_q3_ms": q3}
 
 
 def _quartiles(rec: dict[str, Any]) -> tuple[float, float]:

@@ -33,6 +33,13 @@ ONLY_AUTO = "only the kernel's own choice (auto) was measured; no tile config wa
 AUTO_FASTER = "auto faster: use auto"
 
 
+def within_noise(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two timings' q1-q3 ranges overlap (equal times included): the sweep has not
+    separated them, so neither is faster than the other as measured. The report says it of a best
+    config and its runner-up, ``winners`` of two implementations."""
+    return max(a[0], b[0]) <= min(a[1], b[1])
+
+
 def tflops_text(tflops: float) -> str:
     """TFLOP/s to one decimal, and to three significant digits below one (a CPU's or a tiny
     problem's, which one decimal would show as 0.0)."""
@@ -71,6 +78,8 @@ class ProblemSummary:
     replayed: bool = False  # its best or auto timing is replayed, not measured (store.replayed)
     auto_only: bool = False  # the document's sweep measured auto alone (``auto_only: true``)
     auto_choice: str | None = None  # whose choice auto's config is, where the document cannot name it
+    auto_q1_ms: float | None = None  # q1 and q3 of auto's timing, where it has one
+    auto_q3_ms: float | None = None
 
     @property
     def n_planned(self) -> int | None:

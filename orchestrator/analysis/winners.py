@@ -8,6 +8,12 @@ answers for it (``export``'s ``wins``, what a model calling it runs): its fastes
 the implementation fastest so wins; ``margin`` is the runner-up implementation's time over the
 winner's (above 1). A problem only one implementation measured (or that every implementation but
 one failed) is not a contest and is left out.
+
+A contest is a *tie* when the runner-up's q1-q3 range overlaps the fastest's (equal times
+included): as the report's "within noise" says of two configs, the sweep has not separated the
+implementations, so no winner is named; the margin is then noise, never a gain. Every form that
+names the winner (the text and markdown table, the page, ``--json``'s ``winner``/``winner_impl``,
+null on a tie) says the tie and the implementations in it (``tied``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.analysis.report import ProblemKey, ProblemSummary, axis_cells, axis_columns
+from orchestrator.analysis.summary import within_noise
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
 
 
@@ -29,6 +36,8 @@ class ImplBest:
     label: str
     config: dict[str, Any] | None
     ms: float
+    q1_ms: float
+    q3_ms: float
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,18 @@ class Contest:
 
     @property
     def winner(self) -> ImplBest:
+        """The fastest implementation; ``tie`` says whether the sweep separated it from the next."""
         return self.bests[0]
+
+    @property
+    def tied(self) -> tuple[ImplBest, ...]:
+        """The implementations whose q1-q3 overlaps the fastest's, the fastest first; one: no tie."""
+        first = self.bests[0]
+        return tuple(b for b in self.bests if within_noise((b.q1_ms, b.q3_ms), (first.q1_ms, first.q3_ms)))
+
+    @property
+    def tie(self) -> bool:
+        return len(self.tied) > 1
 
     @property
     def margin(self) -> float:
@@ -50,7 +70,8 @@ class Contest:
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self.key)
         out.pop("impl")
-        out["winner"] = self.winner.impl
+        out["winner"] = None if self.tie else self.winner.impl
+        out["tied"] = [b.impl for b in self.tied] if self.tie else []
         out["margin"] = self.margin
         out["bests"] = [dataclasses.asdict(b) for b in self.bests]
         return out
@@ -60,13 +81,9 @@ def contests(summaries: list[ProblemSummary]) -> list[Contest]:
     """The problems of ``summaries`` that more than one implementation timed, in their order."""
     groups: dict[ProblemKey, list[ImplBest]] = {}
     for s in summaries:
-        runs = []
-        if s.best_ms is not None and s.best_config is not None:
-            runs.append(ImplBest(str(s.key.impl), s.best_label or "-", s.best_config, s.best_ms))
-        if s.auto_ms is not None and (not runs or s.auto_ms < runs[0].ms):  # a tie: the tuned config
-            runs = [ImplBest(str(s.key.impl), "auto", None, s.auto_ms)]
-        if runs:
-            groups.setdefault(dataclasses.replace(s.key, impl=None), []).append(runs[0])
+        run = _impl_best(s)
+        if run is not None:
+            groups.setdefault(dataclasses.replace(s.key, impl=None), []).append(run)
     out = []
     for key, bests in groups.items():
         if len({b.impl for b in bests}) > 1:
@@ -74,14 +91,35 @@ def contests(summaries: list[ProblemSummary]) -> list[Contest]:
     return out
 
 
+def _impl_best(s: ProblemSummary) -> ImplBest | None:
+    """How the tuned table runs ``s``'s implementation: its best config, or auto where faster."""
+    impl = str(s.key.impl)
+    if s.auto_ms is not None and (s.best_ms is None or s.best_config is None or s.auto_ms < s.best_ms):
+        q1, q3 = s.auto_q1_ms, s.auto_q3_ms
+        return ImplBest(impl, "auto", None, s.auto_ms, s.auto_ms if q1 is None else q1, s.auto_ms if q3 is None else q3)
+    if s.best_ms is None or s.best_config is None:
+        return None  # a tie with auto: the tuned config
+    q1, q3 = s.best_q1_ms, s.best_q3_ms
+    return ImplBest(
+        impl,
+        s.best_label or "-",
+        s.best_config,
+        s.best_ms,
+        s.best_ms if q1 is None else q1,
+        s.best_ms if q3 is None else q3,
+    )
+
+
 def with_winners(rows: list[dict[str, Any]], found: list[Contest]) -> list[dict[str, Any]]:
     """``report --json``'s objects, each of a contested problem with ``winner_impl`` (the
-    implementation whose best is fastest there) and ``impl_margin`` added."""
+    implementation whose best is fastest there, null on a tie), ``impl_tie`` (the implementations
+    tied there, fastest first; empty where one wins) and ``impl_margin`` added."""
     by_key = {_key_of(c.to_json()): c for c in found}
     for row in rows:
         c = by_key.get(_key_of(row))
         if c is not None:
-            row["winner_impl"] = c.winner.impl
+            row["winner_impl"] = None if c.tie else c.winner.impl
+            row["impl_tie"] = [b.impl for b in c.tied] if c.tie else []
             row["impl_margin"] = c.margin
     return rows
 
@@ -109,13 +147,18 @@ def format_contests(found: list[Contest], style: str = "text") -> str:
                 *axis_cells(k, axes),
                 k.mode,
                 *[fmt_ms(ms.get(i)) for i in impls],
-                c.winner.impl,
+                "tie" if c.tie else c.winner.impl,
                 fmt_ratio(c.margin),
-                c.winner.label,
+                "; ".join(f"{b.impl}: {b.label}" for b in c.tied) if c.tie else c.winner.label,
             ]
         )
     legend = (
         "margin: the runner-up implementation's ms over the winner's, each as its tuned table answers (its fastest "
         "forced config, or auto where auto was faster: best auto)."
     )
+    if any(c.tie for c in found):
+        legend += (
+            " tie: the implementations' q1-q3 ranges overlap (or their times are equal): the sweep has not separated "
+            "them, so none wins and the margin is noise; best names each tied implementation's."
+        )
     return render(header, rows, style, left={"dtype", "mode", "winner", "best", "causal"}, legend=legend)
