@@ -235,3 +235,24 @@ def test_the_compare_page_counts_b_faster_among_the_problems_timed_in_both() -> 
     assert "2 problems, none timed in both, 2 in one document only</summary>" in compare_html.compare_page(
         apart[0], apart[1]
     )
+
+
+def test_sub_microsecond_times_show_the_digits_their_ratio_is_taken_from(tmp_path: Path) -> None:
+    """B/A of two times of 0.0004 ms can be checked by eye from the times beside it, in the text and
+    markdown of compare and report; an ordinary time keeps its 4 decimals."""
+    a = write(tmp_path, make_doc([rec(ms=0.000400), rec(ms=12.5, seq=4096)]), "a.json")
+    b = write(tmp_path, make_doc([rec(ms=0.000414), rec(ms=12.0, seq=4096)]), "b.json")
+    text = run_cli("compare", str(a), str(b))
+    assert text.returncode == 0, text.stderr
+    header, tiny, ordinary = text.stdout.splitlines()[2:5]
+    assert header.split()[-4:] == ["B", "ms", "B/A", "note"], header
+    cells = tiny.split()  # ... A ms, B best (4 words), B ms, B/A, "same config"
+    a_ms, b_ms, ratio = cells[-9], cells[-4], cells[-3]
+    assert (a_ms, b_ms, ratio) == ("0.0004000", "0.0004140", "1.035"), tiny
+    assert abs(float(b_ms) / float(a_ms) - float(ratio)) < 0.0005
+    assert "12.5000" in ordinary and "12.0000" in ordinary, ordinary
+    markdown = run_cli("compare", str(a), str(b), "--markdown").stdout
+    assert "| 0.0004000 |" in markdown and "| 0.0004140 | 1.035 |" in markdown and "| 12.5000 |" in markdown, markdown
+    for style in ([], ["--markdown"]):
+        report = run_cli("report", str(b), *style).stdout
+        assert "0.0004140" in report and "0.0004099-0.0004181" in report and "12.0000" in report, report

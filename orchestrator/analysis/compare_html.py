@@ -16,7 +16,7 @@ from pathlib import Path
 from orchestrator.analysis.compare import ProblemComparison, caveats, compare
 from orchestrator.analysis.heatmap import problem_title
 from orchestrator.analysis.html import facts, grouped, key_cells, key_columns, lists, plot, ratio_cls
-from orchestrator.analysis.page import Column, num, provenance, shell, table, td
+from orchestrator.analysis.page import Column, ms_cell, num, provenance, shell, table, td
 from orchestrator.analysis.report import astuple_key, axis_columns
 from orchestrator.analysis.scan import is_success
 from orchestrator.analysis.svg import esc, legend
@@ -67,9 +67,9 @@ def _rows(rows: list[ProblemComparison], with_tag: bool, axes: list[str]) -> Ite
         cells, fvals = key_cells(n, f"p-{n}", r.key, with_tag, axes)
         for s in (r.a, r.b):
             if s is None:  # aligned as a side's cells are: its best config left, its time right
-                cells += [td("-", cls="l mono"), num(None, ".4f")]
+                cells += [td("-", cls="l mono"), ms_cell(None)]
             else:
-                cells += [td(s.best_label or "-", cls="l mono"), num(s.best_ms, ".4f")]
+                cells += [td(s.best_label or "-", cls="l mono"), ms_cell(s.best_ms)]
         cells += [num(r.ratio, ".3f", ratio_cls(r.ratio, higher_is_better=False)), td(r.note, cls="l")]
         yield cells, fvals
 

@@ -25,7 +25,7 @@ from orchestrator.analysis import winners
 from orchestrator.analysis.devices import device_flag
 from orchestrator.analysis.heatmap import HeatmapData, problem_title
 from orchestrator.analysis.legend import table_legend
-from orchestrator.analysis.page import Column, num, provenance, shell, table, td
+from orchestrator.analysis.page import Column, ms_cell, num, provenance, shell, table, td
 from orchestrator.analysis.report import (
     ProblemKey,
     ProblemSummary,
@@ -36,6 +36,7 @@ from orchestrator.analysis.report import (
 from orchestrator.analysis.scan import is_success
 from orchestrator.analysis.summary import AUTO_FASTER
 from orchestrator.analysis.svg import esc, heatmap_svg, legend
+from orchestrator.analysis.tables import fmt_ms
 from orchestrator.analysis.views import ProblemView, problem_views
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc, load
@@ -281,15 +282,15 @@ def _rows(views: list[ProblemView], with_tag: bool, axes: list[str]) -> Iterator
     for v in views:
         s = v.summary
         cells, fvals = key_cells(v.number, v.anchor, s.key, with_tag, axes)
-        spread = None if s.best_q1_ms is None else f"{s.best_q1_ms:.4f}-{s.best_q3_ms:.4f}"
+        spread = None if s.best_q1_ms is None else f"{fmt_ms(s.best_q1_ms)}-{fmt_ms(s.best_q3_ms)}"
         cells += [
             _label_cell(s.best_label or "-"),
-            num(s.best_ms, ".4f"),
+            ms_cell(s.best_ms),
             td(
                 spread or "-",
                 None if s.best_q3_ms is None or s.best_q1_ms is None else repr(s.best_q3_ms - s.best_q1_ms),
             ),
-            num(s.auto_ms, ".4f"),
+            ms_cell(s.auto_ms),
             num(s.speedup, ".2f", ratio_cls(s.speedup)),
             td("-") if s.tflops is None else td(tflops_text(s.tflops), repr(float(s.tflops))),
             td(s.n_configs),

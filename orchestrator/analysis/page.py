@@ -28,6 +28,7 @@ from typing import Any
 
 from orchestrator.analysis.origins import carried_text, sweep_rows
 from orchestrator.analysis.svg import DEFS, esc
+from orchestrator.analysis.tables import fmt_ms
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.page_file import GENERATOR
 from orchestrator.store.replayed import describe
@@ -129,6 +130,11 @@ def td(text: Any, v: Any = None, cls: str = "", raw: bool = False) -> str:
 def num(x: float | None, fmt: str, cls: str = "") -> str:
     """A numeric cell: formatted text, the full value to sort on, '-' (sorted last) for none."""
     return td("-") if x is None else td(format(x, fmt), repr(float(x)), cls)
+
+
+def ms_cell(x: float | None) -> str:
+    """A time cell, written as the text tables write it (``tables.fmt_ms``), the full value to sort on."""
+    return td("-") if x is None else td(fmt_ms(x), repr(float(x)))
 
 
 def table(columns: Sequence[Column], rows: Iterable[tuple[list[str], list[str]]], total: int) -> str:

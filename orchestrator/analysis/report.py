@@ -244,7 +244,7 @@ def _row(s: ProblemSummary, with_tag: bool, axes: list[str], with_missing: bool 
     row = [k.dtype, str(k.head_dim), str(k.seq), str(k.batch), str(k.heads), *axis_cells(k, axes), k.mode]
     if with_tag:
         row.append("-" if k.tag is None else str(k.tag))
-    q = "-" if s.best_q1_ms is None else f"{s.best_q1_ms:.4f}-{s.best_q3_ms:.4f}"
+    q = "-" if s.best_q1_ms is None else f"{fmt_ms(s.best_q1_ms)}-{fmt_ms(s.best_q3_ms)}"
     row += [
         s.best_label or "-",
         fmt_ms(s.best_ms),

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import math
+
+# the significant digits a time shows at least: enough that a ratio printed beside two times to
+# three decimals (compare's B/A, the margins) can be checked by eye from them
+MS_DIGITS = 4
+
 
 def fmt_ms(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4f}"
+    """A time in ms to 4 decimals (0.1234, 12.3456), and to more below 0.1 ms so that it keeps
+    ``MS_DIGITS`` significant digits (0.01234, 0.0004140): a sub-microsecond time reads as itself,
+    not as 0.0004 beside another 0.0004 whose ratio is 1.035."""
+    if x is None:
+        return "-"
+    decimals = 4
+    if math.isfinite(x) and x > 0:
+        decimals = max(decimals, MS_DIGITS - 1 - math.floor(math.log10(x)))
+    return f"{x:.{decimals}f}"
 
 
 def fmt_ratio(x: float | None) -> str:
