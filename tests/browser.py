@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -43,9 +45,22 @@ def _high(fd: int) -> int:
     return moved
 
 
+REQUIRE_ENV = "TILESWEEP_REQUIRE_BROWSER"
+
+
 def chromium_path() -> str | None:
     """The Chromium the test command installs (Debian's ``chromium``)."""
     return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def skip_without_chromium() -> None:
+    """Skip the calling test where Chromium is not installed, with the reason; fail it instead
+    under ``TILESWEEP_REQUIRE_BROWSER=1`` (set by scripts/test.sh), so CI never passes it silently."""
+    if chromium_path() is None:
+        reason = "chromium is not installed: run `bash scripts/install-browser.sh` as root (scripts/test.sh does)"
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{reason} ({REQUIRE_ENV}=1)")
+        pytest.skip(reason)
 
 
 class Browser:

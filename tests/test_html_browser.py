@@ -15,7 +15,6 @@ so CI never passes them silently.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,13 +22,11 @@ import pytest
 
 from orchestrator.analysis import compare_html, html
 from orchestrator.store import document as results_doc
-from tests.browser import Browser, chromium_path
+from tests.browser import Browser, skip_without_chromium
 from tests.conftest import SAMPLE
 from tests.helpers import contrast
 from tests.report_helpers import make_doc, rec
 from tests.test_html import EVIL
-
-REQUIRE_ENV = "TILESWEEP_REQUIRE_BROWSER"
 
 ROWS = "Array.from(document.querySelectorAll('#summary tbody tr'))"
 VISIBLE = f"{ROWS}.filter(r => !r.hidden)"
@@ -71,11 +68,7 @@ def click(b: Browser, key: str) -> None:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    if chromium_path() is None:
-        reason = "chromium is not installed: run `bash scripts/install-browser.sh` as root (scripts/test.sh does)"
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{reason} ({REQUIRE_ENV}=1)")
-        pytest.skip(reason)
+    skip_without_chromium()
     with Browser(tmp_path_factory.mktemp("chromium-profile")) as b:
         yield b
 
