@@ -125,6 +125,7 @@ def test_cancel_stops_a_detached_unit_and_wait_then_merges_what_it_wrote(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
     sweep = _detached(write_spec, tmp_path)
+    until(lambda: records_written(sweep) >= 1, "the unit's first record")  # a sweep that measured something
     controller = _last_job_pid(sweep)
     cancel = run_cli("cancel", str(sweep), timeout=SETTLE_S)
     assert cancel.returncode == 0, cancel.stderr
