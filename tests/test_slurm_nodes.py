@@ -349,10 +349,12 @@ def test_a_ctrl_c_while_sbatch_does_not_answer_is_said_at_once_with_why_the_stop
     poll(lambda: called.exists() or submit.poll() is not None, 120, "submit to call sbatch")
     os.killpg(submit.pid, signal.SIGINT)
     assert submit.stderr is not None
-    said = submit.stderr.readline()  # the stop's first line, while sbatch still has not answered
-    answer.touch()
+    before: list[str] = []  # what it said before the stop (the sweep's plan), then the stop's first line
+    while (said := submit.stderr.readline()) and not said.startswith("tilesweep: warning: SIGINT"):
+        before.append(said)
+    answer.touch()  # sbatch answers only once the stop was said (or the command ended without saying it)
     _, err = submit.communicate(timeout=120)
-    assert said.startswith("tilesweep: warning: SIGINT: stopping once sbatch answers"), said + err
+    assert said.startswith("tilesweep: warning: SIGINT: stopping once sbatch answers"), "".join(before) + said + err
     assert submit.returncode == 130 and err.splitlines()[-1] == "tilesweep: interrupted; nothing was submitted", err
     assert not (tmp_path / "sweep").exists()
 
