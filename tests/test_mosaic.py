@@ -87,6 +87,20 @@ def test_a_spec_file_the_kernel_cannot_plan_is_named_with_the_fix_by_every_comma
     assert_one_line_error(r, f"error: {spec} with --device-kind 'NVIDIA B200': kernel.impl \"mosaic\"", "sm_100")
 
 
+def test_a_device_kind_given_over_a_planned_sweep_is_said_to_come_from_the_option(tmp_path: Path) -> None:
+    """``plan --lower --device-kind`` (and ``plan``) of a sweep planned from a spec file naming no
+    device kind refuses it naming --device-kind as where the kind came from, not the spec file."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    for lower in (["--lower"], []):
+        r = run_cli("plan", str(spec), *lower, "--sweep-dir", str(sweep), "--device-kind", "NVIDIA H200")
+        said = '(kernel.device_kind "NVIDIA H200" from --device-kind, not set in the sweep\'s)'
+        line = assert_one_line_error(r, f"{sweep} already holds a sweep of another spec {said}")
+        assert "in this spec" not in line, line
+
+
 def test_records_carry_the_kernels_own_fields_and_ids_of_their_own() -> None:
     items = expand(_spec(grid={"fwd": {"block_q": [64, 128], "block_kv": [64], "max_concurrent_steps": [2]}}))
     fwd = [it for it in items if it.mode == "fwd" and it.config == "forced"]

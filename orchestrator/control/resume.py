@@ -29,6 +29,7 @@ from orchestrator.control.status import sweep_status
 from orchestrator.control.sweeps import check_interpreter_env, sweep_lock
 from orchestrator.errors import DispatchError, MismatchError, SpecError
 from orchestrator.planning import Unit, WorkItem
+from orchestrator.spec.differences import spec_differences
 from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.store.sweep_paths import log_folder
 from orchestrator.store.sweepdir import SweepDir, now_iso
@@ -72,7 +73,7 @@ def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
     spec = load_spec(spec_path)
     if spec.fingerprint() != sd.spec.fingerprint():
         raise MismatchError(
-            f"{spec_path} is not the spec of the sweep in {sd.root} ({spec.fingerprint_differences(sd.spec)}); "
+            f"{spec_path} is not the spec of the sweep in {sd.root} ({spec_differences(spec, sd.spec)}); "
             "resume without --spec, or submit that spec to a new --sweep-dir"
         )
     if spec.replay is not None and sd.spec.replay is not None and spec.replay.pace != sd.spec.replay.pace:

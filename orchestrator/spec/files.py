@@ -49,7 +49,9 @@ def with_device_kind(spec: SweepSpec, device_kind: str | None) -> SweepSpec:
         return spec
     data = spec.model_dump(mode="json", exclude_unset=True)
     data["kernel"] = {**data.get("kernel", {}), "device_kind": device_kind}
-    return spec_from_data(data, source="--device-kind")
+    given = spec_from_data(data, source="--device-kind")
+    given._options = {**spec._options, "kernel.device_kind": "--device-kind"}
+    return given
 
 
 def read_spec_data(p: Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationInfo, field_validator, model_validator
+from pydantic.fields import PrivateAttr
 
 from kernels import impls
 from kernels.impls import DEFAULT_IMPL
@@ -102,6 +103,10 @@ def _divisors_said(heads: int) -> str:
 
 class SweepSpec(SpecModel):
     """A sweep: the reference config block plus tilesweep's sections."""
+
+    # the fields a command-line option set over the spec file's, for a refusal to name the option
+    # rather than the file (dotted name: the option; ``spec.files.with_device_kind`` sets it)
+    _options: dict[str, str] = PrivateAttr(default_factory=dict)
 
     output: str = Field(
         default="attention_tiles.json",
@@ -356,13 +361,6 @@ class SweepSpec(SpecModel):
     def fingerprint(self) -> str:
         """Identity of what is measured (``fingerprinted``, hashed)."""
         return canonical_hash(self.fingerprinted())
-
-    def fingerprint_differences(self, other: SweepSpec, most: int = 3) -> str:
-        """The fingerprinted fields ``self`` and ``other`` differ in, as a user reads them
-        (``differences.differences``: this spec's value, then the other's)."""
-        from orchestrator.spec.differences import differences
-
-        return differences(self.fingerprinted(), other.fingerprinted(), most)
 
     def fingerprinted(self) -> dict[str, Any]:
         """Identity of what is measured: the problem and grid fields plus timing and kernel options. Executor,

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 from kernels.spelling import as_json
 from orchestrator import PROG, word
 from orchestrator.errors import MismatchError, SweepDirError
+from orchestrator.spec.differences import spec_differences
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store import envfile, jobfile, unitfile
 from orchestrator.store.files import (
@@ -201,7 +202,7 @@ class SweepDir:
             existing = cls.open(root)
             if existing.spec.fingerprint() != spec.fingerprint():
                 raise MismatchError(
-                    f"{root} already holds a sweep of another spec ({spec.fingerprint_differences(existing.spec)}); "
+                    f"{root} already holds a sweep of another spec ({spec_differences(spec, existing.spec)}); "
                     f"use a new --sweep-dir, or `tilesweep resume {word(root)}`"
                 )
             return existing
