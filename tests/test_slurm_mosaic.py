@@ -15,7 +15,7 @@ from orchestrator.planning import PRUNED
 from orchestrator.store import lowering
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import document
-from tests.helpers import run_cli
+from tests.helpers import assert_one_line_error, run_cli
 from tests.slurm_cluster import require_cluster
 from tests.test_mosaic import MOSAIC
 
@@ -67,3 +67,24 @@ def test_lowering_runs_as_a_cpu_job_array_and_prunes_what_it_refused(tmp_path: P
     assert r.returncode == 0 and "nothing to lower" in r.stdout, (r.stdout, r.stderr)
     r = run_cli("plan", str(spec), "--dry-run", "--sweep-dir", str(sweep))  # the plan counts what lowering refused
     assert r.returncode == 0 and "1 refused by pre-flight lowering" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_a_spec_the_kernel_cannot_plan_is_named_by_submit_and_resume(tmp_path: Path) -> None:
+    """``submit`` refuses a spec file the kernel cannot plan in one line naming the file, as ``plan``
+    and ``run`` do; ``resume`` of a sweep whose frozen spec the kernel cannot plan (a jax that took it
+    planned it) names the file that spec is kept in, the sweep's sweep.json."""
+    require_cluster()
+    spec = tmp_path / "spec.json"
+    data = {**MOSAIC, "output": str(tmp_path / "out.json"), "executor": EXECUTOR}
+    spec.write_text(json.dumps({**data, "head_dims": [96]}))
+    fix = 'kernel.impl "mosaic": head_dims [96] cannot be planned'
+    assert_one_line_error(run_cli("submit", str(spec), "--sweep-dir", str(tmp_path / "no")), f"error: {spec}: {fix}")
+    assert not (tmp_path / "no").exists()
+    spec.write_text(json.dumps(data))
+    sweep = tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    frozen = sweep / "sweep.json"
+    meta = json.loads(frozen.read_text())
+    frozen.write_text(json.dumps({**meta, "spec": {**meta["spec"], "head_dims": [96]}}))
+    assert_one_line_error(run_cli("resume", str(sweep)), f"error: {frozen}: {fix}")
+    assert not list((sweep / "logs").glob("*")) and run_cli("status", str(sweep)).returncode != 2

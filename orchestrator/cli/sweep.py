@@ -161,8 +161,7 @@ def _plan_spec(args: argparse.Namespace) -> SweepSpec:
     from orchestrator.spec.files import load_spec, with_device_kind
 
     spec = with_device_kind(load_spec(args.spec), args.device_kind)
-    given = f"{args.spec} with --device-kind {word(args.device_kind)}" if args.device_kind else args.spec
-    check_supported(spec, given)
+    check_supported(spec)  # naming the file, and --device-kind where it gave the kind
     return spec
 
 

@@ -57,8 +57,9 @@ def mode_grid(spec: SweepSpec, mode: str) -> list[tuple[Value, ...]]:
 
 
 def check_supported(spec: SweepSpec, source: str | None = None) -> None:
-    """Refuse, in one line, what the spec's kernel implementation cannot do (naming ``source``,
-    the spec file it came from, where one is given)."""
+    """Refuse, in one line, what the spec's kernel implementation cannot do, naming ``source`` or
+    else the spec file it was read from (``spec.files``), whichever command planned it."""
+    source = source if source is not None else spec._source
     impl = impls.get(spec.measured_impl)
     gqa = [v for v in spec.kv_heads if v not in (None, spec.heads)]
     device = spec.kernel.target if spec.kernel.device_kind is not None or impl.capabilities.archs else None

@@ -50,6 +50,7 @@ def with_device_kind(spec: SweepSpec, device_kind: str | None) -> SweepSpec:
     data = spec.model_dump(mode="json", exclude_unset=True)
     data["kernel"] = {**data.get("kernel", {}), "device_kind": device_kind}
     given = spec_from_data(data, source="--device-kind")
+    given._source = f"{spec._source} with --device-kind {word(device_kind)}" if spec._source else None
     given._options = {**spec._options, "kernel.device_kind": "--device-kind"}
     return given
 
@@ -183,20 +184,24 @@ def _no_key_twice(pairs: list[tuple[str, Any]], p: Path) -> dict[str, Any]:
 JSON_SAFE_INT = 2**53 - 1
 
 
-def spec_from_data(data: dict[str, Any], source: str = "spec", *, frozen: bool = False) -> SweepSpec:
-    """``data`` as a spec, refused in one line naming ``source`` and the field. ``frozen``: a spec
+def spec_from_data(data: dict[str, Any], source: str | None = None, *, frozen: bool = False) -> SweepSpec:
+    """``data`` as a spec, refused in one line naming ``source`` (the file it was read from, which
+    the spec keeps for the planner's refusals to name too) and the field. ``frozen``: a spec
     a sweep directory froze when it was planned, whose executor settings may predate a refusal of
     how they were given (``FROZEN`` in the validation context): its sweep stays readable."""
+    named = source or "spec"
     where = _too_large(data)
     if where is not None:
         raise SpecError(
-            f"{source}: field {as_json(where)}: the number is past {JSON_SAFE_INT:,}, the largest a JSON number keeps "
+            f"{named}: field {as_json(where)}: the number is past {JSON_SAFE_INT:,}, the largest a JSON number keeps "
             "exactly as it is copied into the sweep and its results; write a smaller one"
         )
     try:
-        return SweepSpec.model_validate(data, context={FROZEN: True} if frozen else None)
+        spec = SweepSpec.model_validate(data, context={FROZEN: True} if frozen else None)
     except ValidationError as exc:
-        raise SpecError(f"{source}: {describe_validation_error(exc, SweepSpec)}") from None
+        raise SpecError(f"{named}: {describe_validation_error(exc, SweepSpec)}") from None
+    spec._source = source
+    return spec
 
 
 def _too_large(value: Any, path: str = "") -> str | None:

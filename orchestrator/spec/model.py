@@ -104,8 +104,9 @@ def _divisors_said(heads: int) -> str:
 class SweepSpec(SpecModel):
     """A sweep: the reference config block plus tilesweep's sections."""
 
-    # the fields a command-line option set over the spec file's, for a refusal to name the option
-    # rather than the file (dotted name: the option; ``spec.files.with_device_kind`` sets it)
+    # where it was read from, for a refusal to name (``spec.files`` sets them): the file, and the
+    # fields a command-line option set over the file's (dotted name: the option, ``--device-kind``)
+    _source: str | None = PrivateAttr(default=None)
     _options: dict[str, str] = PrivateAttr(default_factory=dict)
 
     output: str = Field(
