@@ -56,3 +56,27 @@ def test_a_plan_whose_disk_fills_says_to_free_space_then_plan_again_which_writes
         assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
         status = run_cli("status", str(sweep))
         assert "1 pending" in status.stdout and "not submitted" in status.stdout, status.stdout
+
+
+def test_a_dry_run_of_a_sweep_planned_before_shows_the_units_it_keeps(tmp_path: Path) -> None:
+    """``plan --dry-run --sweep-dir D`` of a planned sweep shows the units D keeps, which its
+    ``resume`` runs, not a plan made anew (which, its document written, would carry every item in a
+    unit of its own); it writes nothing. ``--json`` says its plan is made anew; a spec of another
+    sweep is refused as ``plan`` refuses it."""
+    spec, sweep = _replay_spec(tmp_path, sharding={"units": 2}), tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    assert run_cli("resume", str(sweep)).returncode == 0  # its document holds every record now
+    kept = [entry["id"] for entry in json.loads((sweep / "units.json").read_text())]
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    dry = run_cli("plan", str(spec), "--dry-run", "--sweep-dir", str(sweep))
+    assert dry.returncode == 0 and dry.stdout == run_cli("plan", str(spec), "--sweep-dir", str(sweep)).stdout
+    head = f"{sweep} was planned before: 3 items (0 pruned by the shared-memory model, 0 invalid) in the {len(kept)}"
+    assert dry.stdout.startswith(head), dry.stdout
+    assert [line.split()[2].rstrip(":") for line in dry.stdout.splitlines()[1:]] == kept, dry.stdout
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
+    shown = run_cli("plan", str(spec), "--dry-run", "--json", "--sweep-dir", str(sweep))
+    assert shown.returncode == 0 and f"{sweep} was planned before: --json shows {spec} planned anew" in shown.stderr
+    (tmp_path / "other").mkdir()
+    other = _replay_spec(tmp_path / "other", repeats=4)
+    r = run_cli("plan", str(other), "--dry-run", "--sweep-dir", str(sweep))
+    assert_one_line_error(r, f"{sweep} already holds a sweep of another spec (repeats 4 in this spec")

@@ -40,10 +40,14 @@ from orchestrator.errors import PlanError, SpecError, SweepDirError, TilesweepEr
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.reuseplan import Planned
-    from orchestrator.planning import Verdicts
+    from orchestrator.planning import Verdicts, WorkItem
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.sweepdir import SweepDir
 
+DRY_RUN_HELP = (
+    "only show the plan, write nothing (of a --sweep-dir planned before: the units it keeps, its items as "
+    "pre-flight lowering left them)"
+)
 COSTS_HELP = "shard with the measured costs of an earlier results document (the model fills in)"
 
 
@@ -85,14 +89,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return cmd_plan_lower(args, spec)
     check_replay_source(spec)
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
-    if args.sweep_dir and not args.dry_run and not args.json and (root / "sweep.json").exists():
-        return _print_kept_plan(args, spec)
+    if args.sweep_dir and not args.json and (root / "sweep.json").exists() and _print_kept_plan(args, spec, root):
+        return 0
     if args.sweep_dir and not args.dry_run and not args.json:  # refused before the plan is shown
         SweepDir.check_new(root)
     planned = plan_with_reuse(
         spec, root, Path(spec.output), args.units, load_costs(args.costs) if args.costs else None, reuse_request(args)
     )
     if args.json:
+        if args.sweep_dir and (root / "sweep.json").exists():
+            warn(
+                f"note: {root} was planned before: --json shows {args.spec} planned anew, whose units may not be "
+                f"those it keeps (`{PROG} plan {word(args.spec)} --dry-run --sweep-dir {word(root)}` lists them)"
+            )
         out = sys.stdout
         for it in planned.items:
             line = plan_line(it)
@@ -165,21 +174,44 @@ def _plan_spec(args: argparse.Namespace) -> SweepSpec:
     return spec
 
 
-def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec) -> int:
+def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec, root: Path) -> bool:
     """A sweep directory planned before keeps its units and their ids, read from its index
-    (never planned again: a unit's id is what its records and jobs name). One whose plan was
-    interrupted before its units were written is planned now, as the command line asks."""
+    (never planned again: a unit's id is what its records and jobs name), and its items as pre-flight
+    lowering's verdicts left them: what it shows, ``--dry-run`` too (writing nothing). One whose plan
+    was interrupted before its units were written is planned now, as the command line asks (by the
+    caller where this says False: ``--dry-run`` shows that plan)."""
     from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store.sweepdir import SweepDir
 
-    sd, unit_ids, _ = prepare_sweep(
-        args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
-    )
-    units = counted(len(unit_ids), "unit")
-    print(f"{sd.root} was planned before: {counted(sd.planned, 'item')} in the {units} it was planned with")
+    if args.dry_run:
+        sd = SweepDir.of_spec(root, spec)
+        if not sd.unit_index():
+            return False
+    else:
+        sd = prepare_sweep(
+            args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
+        ).sd
+    index = sd.unit_index()
+    units = counted(len(index), "unit")
+    kinds = _kinds(sd.items())
+    print(f"{sd.root} was planned before: {counted(sd.planned, 'item')} ({kinds}) in the {units} it was planned with")
     units_kept(args.units, sd)
-    for k, entry in enumerate(sd.unit_index()):
+    for k, entry in enumerate(index):
         print(f"  unit {k:>3} {entry['id']}: {unit_column(entry['n_items'])}  ({entry['origin']})")
-    return 0
+    return True
+
+
+def _kinds(items: list[WorkItem]) -> str:
+    """What of a plan's items no worker measures, by why: the shared-memory model, invalid at their
+    shape, refused by pre-flight lowering (where it refused any)."""
+    from orchestrator.planning import INVALID, PRUNED
+    from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
+
+    n_invalid = sum(it.kind == INVALID for it in items)
+    n_lowered = sum(it.kind == PRUNED and (it.reason or "").startswith(LOWERING_REFUSED) for it in items)
+    n_pruned = sum(it.kind == PRUNED for it in items) - n_lowered
+    kinds = f"{n_pruned} pruned by the shared-memory model, {n_invalid} invalid"
+    return kinds + (f", {n_lowered} refused by pre-flight lowering" if n_lowered else "")
 
 
 def _verdicts(args: argparse.Namespace, spec: SweepSpec, root: Path, planned: Planned) -> Verdicts | None:
@@ -192,16 +224,11 @@ def _verdicts(args: argparse.Namespace, spec: SweepSpec, root: Path, planned: Pl
 
 
 def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None, verdicts: Verdicts | None) -> None:
-    from orchestrator.planning import INVALID, PRUNED, RUN
-    from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
+    from orchestrator.planning import RUN
 
     items, units = planned.items, planned.units
-    n_invalid = sum(it.kind == INVALID for it in items)
-    n_lowered = sum(it.kind == PRUNED and (it.reason or "").startswith(LOWERING_REFUSED) for it in items)
-    n_pruned = sum(it.kind == PRUNED for it in items) - n_lowered
     n_units = len(units) + (planned.reused is not None)
-    kinds = f"{n_pruned} pruned by the shared-memory model, {n_invalid} invalid"
-    kinds += f", {n_lowered} refused by pre-flight lowering" if n_lowered else ""
+    kinds = _kinds(items)
     if planned.search is None:
         print(f"{items_in_units(len(items), n_units)} ({kinds})")
     else:
@@ -305,7 +332,7 @@ def register(sub: Subparsers) -> None:
     s = sub.add_parser("plan", help="expand and shard a spec into work items and units")
     s.add_argument("spec")
     s.add_argument("--units", type=positive_int, help="number of units (overrides the spec's sharding.units)")
-    s.add_argument("--dry-run", action="store_true", help="only show the plan, write nothing")
+    s.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
     s.add_argument(
         "--json",
         action="store_true",

@@ -199,13 +199,7 @@ class SweepDir:
         """Create a new sweep directory; refuses one that holds another sweep."""
         root = Path(root)
         if (root / SWEEP_FILE).exists():
-            existing = cls.open(root)
-            if existing.spec.fingerprint() != spec.fingerprint():
-                raise MismatchError(
-                    f"{root} already holds a sweep of another spec ({spec_differences(spec, existing.spec)}); "
-                    f"use a new --sweep-dir, or `tilesweep resume {word(root)}`"
-                )
-            return existing
+            return cls.of_spec(root, spec)
         cls.check_new(root)
         made = not root.exists()
         try:
@@ -218,6 +212,18 @@ class SweepDir:
                 f"cannot make the sweep directory {root} ({exc.strerror or exc}): {fix + ', or ' if fix else ''}"
                 "pick another --sweep-dir"
             ) from None
+
+    @classmethod
+    def of_spec(cls, root: Path, spec: SweepSpec) -> SweepDir:
+        """The planned sweep directory ``root`` opened for ``spec``, writing nothing; refused where it
+        holds a sweep of another spec."""
+        existing = cls.open(root)
+        if existing.spec.fingerprint() != spec.fingerprint():
+            raise MismatchError(
+                f"{root} already holds a sweep of another spec ({spec_differences(spec, existing.spec)}); "
+                f"use a new --sweep-dir, or `tilesweep resume {word(root)}`"
+            )
+        return existing
 
     @classmethod
     def _make(cls, root: Path, spec: SweepSpec, *, output: Path, spec_source: str | None, planned: int) -> SweepDir:
