@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from orchestrator.store.files import atomic_write_json, cannot_write, create_once
 from orchestrator.store.sweepdir import SweepDir
 from tests.helpers import TINY_SPEC, assert_one_line_error, run_cli
-from tests.test_full_disk import FREE_SPACE, SmallDisk, tmpfs
+from tests.test_full_disk import FREE_SPACE, SmallDisk, _replay_spec, tmpfs
 
 PAGE = 4096
 
@@ -73,3 +74,24 @@ def test_planning_onto_a_disk_that_fills_names_the_file_and_plans_once_space_is_
     assert again.returncode == 0, again.stderr
     index = json.loads((sweep / "units.json").read_text())
     assert index and all((sweep / "units" / f"{u['id']}.json").is_file() for u in index)
+
+
+def test_a_planned_sweep_directory_on_a_read_only_mount_is_named_before_its_compile_cache(tmp_path: Path) -> None:
+    """A sweep planned onto a real tmpfs that is then remounted read-only: ``plan --lower`` and
+    ``run`` of it name the sweep directory and its read-only mount first (its compile cache, which
+    is in it, cannot be written for that reason), and what it holds is kept."""
+    spec = _replay_spec(tmp_path)
+    with tmpfs(tmp_path / "ro", "size=1m") as root:
+        sweep = root / "sweep"
+        assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+        held = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(root)], capture_output=True, text=True)
+        if remounted.returncode != 0:
+            pytest.skip(f"cannot remount a tmpfs read-only here: {remounted.stderr.strip()}")
+        said = f"the sweep directory {sweep} takes no new files"
+        fix = f"remount the filesystem at {root} read-write (it is mounted read-only)"
+        for command in (["plan", "--lower"], ["run"]):
+            r = run_cli(command[0], str(spec), *command[1:], "--sweep-dir", str(sweep))
+            line = assert_one_line_error(r, f"error: {said}", fix)
+            assert "compile.cache_dir" not in line, line
+        assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == held

@@ -29,8 +29,8 @@ from orchestrator.spec.model import SweepSpec
 from orchestrator.store import envfile, tokamax_lists, unitfile
 from orchestrator.store.files import folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
+from orchestrator.store.sweep_paths import check_takes_files, is_spec_file, own_file
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
-from orchestrator.store.sweep_paths import is_spec_file, own_file
 from orchestrator.store.sweepdir import SweepDir, UnitEntry, now_iso
 
 if TYPE_CHECKING:
@@ -116,10 +116,12 @@ def prepare_sweep(
 
 def _reopened_units(sd: SweepDir) -> list[UnitEntry]:
     """The unit index of a sweep directory reopened to run, each unit file checked against it
-    (``unitfile``): one that no longer matches would fail its worker, and every rerun's again."""
+    (``unitfile``): one that no longer matches would fail its worker, and every rerun's again; and
+    the directory itself checked to take new files, said before its compile cache (in it by default)."""
     index = sd.unit_index()
     for entry in index:
         unitfile.read_items(sd.root, entry["id"])
+    check_takes_files(sd.root)
     return index
 
 

@@ -1,7 +1,8 @@
 """Where a spec's sweep directory is by default, which files are a sweep directory's own
 (``own_file``: an output must be none of them), and what to say when a command that reads a
 sweep directory is given a file instead; ``log_folder``: the folder its workers log to, made
-before a worker starts, or a file in its place said in one line.
+before a worker starts, or a file in its place said in one line; ``check_takes_files``: a planned
+sweep directory that takes no new file (a read-only mount), said before anything in it.
 
 The common slip is a spec file (``tilesweep status sweep.json``, after ``tilesweep run
 sweep.json``): the answer names the sweep directory that spec runs in by default, when it is
@@ -140,3 +141,23 @@ def log_folder(logs: Path) -> Path:
             "and run the command again"
         ) from None
     return logs
+
+
+def check_takes_files(root: Path) -> None:
+    """Refuse a planned sweep directory that takes no new file (a read-only mount, a folder not
+    this user's, an immutable one) in one line naming it: its workers, its lowering and its merge
+    all write into it, so it is the first thing to fix, before what is in it (its compile cache)."""
+    from orchestrator.store.files import folder_refuses, mount_point
+
+    refused = folder_refuses(root / "entry")  # a file made in root itself
+    if refused is None:
+        return
+    folder, why = refused
+    if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        fix = f"remount the filesystem at {mount_point(folder)} read-write (it is mounted read-only)"
+    else:
+        fix = "make it writable (chmod, or chattr -i where it is immutable)"
+    raise SweepDirError(
+        f"the sweep directory {folder} takes no new files ({why}), so no worker, lowering or merge could write in it; "
+        f"{fix}, or copy it to a folder you can write and pass that as the sweep directory"
+    )
