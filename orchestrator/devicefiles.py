@@ -27,6 +27,11 @@ def what_it_is(path: str | os.PathLike[str]) -> str:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
         return "nothing"
+    return kind_of(mode)
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, in ``what_it_is``'s words."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):

@@ -192,10 +192,42 @@ def test_a_history_or_partial_that_is_no_file_is_named_and_never_read(tmp_path: 
     for path in (history, partial):
         path.unlink(missing_ok=True)
         os.mkfifo(path) if made == "pipe" else path.symlink_to("/dev/zero")
-    said = f"is {'a pipe' if made == 'pipe' else 'a device'}, where a sweep directory holds a file"
+    said = f"is {'a named pipe' if made == 'pipe' else 'a device'}, where a sweep directory holds a file"
     for command in (["status", str(sd.root)], ["logs", str(sd.root), "0"], ["merge", str(sd.root)]):
         assert_one_line_error(run_cli(*command, timeout=60), said, "remove it")
     listed = run_cli("ls", str(tmp_path / "sweeps"), timeout=60)
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
     damaged, sound = listed.stdout.splitlines()
     assert f"unreadable: {history} {said}" in damaged and "complete" in sound, listed.stdout
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sweep.json",
+        "units.json",
+        "env.json",
+        "units/{unit}.json",
+        "done/{unit}.json",
+        "leases/{unit}.lease",
+        "lowering.jsonl",
+        "status-tally.json",
+        "run.lease",
+    ],
+)
+def test_any_file_of_a_sweep_that_is_a_pipe_is_named_by_status_and_ls(tmp_path: Path, name: str) -> None:
+    """Any file a command reads of a sweep directory (its spec, index, environment, a unit file,
+    a marker, a lease, the lowering verdicts, the tally) made a named pipe: ``status`` says which
+    in one line instead of waiting for a writer for ever, and ``ls`` lists the other sweeps."""
+    sd, units = build_sweep(tmp_path / "sweeps" / "damaged", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    build_sweep(tmp_path / "sweeps" / "sound", small_spec(n_seqs=1), 2, output=tmp_path / "other.json")
+    path = sd.root / name.format(unit=units[0].id)
+    path.parent.mkdir(exist_ok=True)
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    said = f"{path} is a named pipe, where a sweep directory holds a file"
+    assert_one_line_error(run_cli("status", str(sd.root), timeout=60), said, f"rm {path}")
+    listed = run_cli("ls", str(tmp_path / "sweeps"), timeout=60)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    damaged, sound = listed.stdout.splitlines()
+    assert f"unreadable: {said}" in damaged and "complete" in sound, listed.stdout

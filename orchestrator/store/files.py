@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import SweepDirError
+from orchestrator.store.filekinds import odd_kind, refusal
 from orchestrator.store.pidspace import pid_alive
 
 
@@ -159,9 +159,9 @@ def open_file(path: Path) -> IO[bytes]:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
-        if not stat.S_ISREG(mode):
-            what = "a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-            raise SweepDirError(f"{path} is {what}, where a sweep directory holds a file: remove it (`rm {path}`)")
+        what = odd_kind(mode)
+        if what is not None:
+            raise refusal(path, what)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -314,10 +314,8 @@ def atomic_write_json(path: Path, obj: Any, indent: int | None = None) -> None:
 
 
 def read_json(path: Path, what: str) -> Any:
-    if not_a_file(path):
-        raise SweepDirError(f"{what} {path} is a device, not a file; {DAMAGED_FIX}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_file(path).decode("utf-8"))
     except FileNotFoundError:
         raise SweepDirError(f"{what} {path} is missing; {DAMAGED_FIX}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

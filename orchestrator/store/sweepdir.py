@@ -40,6 +40,7 @@ from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.differences import spec_differences
 from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
 from orchestrator.store import envfile, jobfile, unitfile
+from orchestrator.store.filekinds import refuse_odd_entries
 from orchestrator.store.files import (
     DAMAGED_FIX,
     WRITE_ERRNOS,
@@ -47,6 +48,7 @@ from orchestrator.store.files import (
     atomic_write_json,
     atomic_write_text,
     now_iso,
+    read_file,
     read_json,
     remove_dead_temps,
     temp_path,
@@ -118,7 +120,7 @@ def _unused(root: Path) -> bool:
     for p in root.iterdir():
         if p.name not in _SKELETON or (p.is_dir() and any(p.iterdir())):
             return False
-        if p.name == "units.json" and p.read_text(encoding="utf-8").strip() not in ("", "[]"):
+        if p.name == "units.json" and read_file(p).decode("utf-8", "replace").strip() not in ("", "[]"):
             return False
     return True
 
@@ -259,6 +261,7 @@ class SweepDir:
             raise SweepDirError(file_given(root))
         if not root.is_dir():
             raise SweepDirError(f"sweep directory {root} does not exist; {NAME_ONE}")
+        refuse_odd_entries(root)  # a pipe anywhere in it: one line now, not a reader that waits for ever
         if not (root / SWEEP_FILE).is_file():
             raise SweepDirError(f"{root} is not a sweep directory (no {SWEEP_FILE}); {NAME_ONE}")
         sd = cls(root)

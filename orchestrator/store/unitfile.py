@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from orchestrator.devicefiles import not_a_file
 from orchestrator.errors import SweepDirError
-from orchestrator.store.files import DAMAGED_FIX, cannot_access, read_json
+from orchestrator.store.files import DAMAGED_FIX, cannot_access, read_file, read_json
 from orchestrator.store.jsonline import compact, loads
 
 INDEX = "units.json"
@@ -52,10 +51,8 @@ def check(root: Path, unit: str) -> None:
 
 def _read(root: Path, unit: str, *, deep: bool) -> dict[str, Any]:
     path = root / "units" / f"{unit}.json"
-    if not_a_file(path):
-        raise SweepDirError(f"unit file {path} is a device, not a file; {DAMAGED_FIX}")
     try:
-        data = loads(path.read_bytes())
+        data = loads(read_file(path))
     except FileNotFoundError:
         raise SweepDirError(f"unit file {path} is missing; {DAMAGED_FIX}") from None
     except PermissionError as exc:
