@@ -11,10 +11,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers import LAUNCH, REPO
+from tests.helpers import LAUNCH, REPO, assert_one_line_error, run_cli
 
 
 @pytest.mark.parametrize("loaded", ["argparse", "pydantic", "orchestrator.spec.records"])
@@ -208,3 +209,20 @@ def test_ctrl_c_of_submit_before_sbatch_took_anything_says_nothing_was_submitted
     os.mkfifo(fifo)
     said = _ctrl_c_while_it_opens(fifo, "submit", str(fifo), "--sweep-dir", str(tmp_path / "sweep"))
     assert said == ["tilesweep: interrupted; nothing was submitted"]
+
+
+def test_status_of_a_plan_cut_short_before_its_sweep_file_says_so_and_the_command_finishes_it(
+    tmp_path: Path, write_spec: Any
+) -> None:
+    """A Ctrl-C of ``run`` while it writes a new sweep directory, after its folders and empty
+    unit index and before ``sweep.json`` (which it writes last): ``status`` says the plan was
+    interrupted and names the command that finishes it, and that command does."""
+    spec, sweep = write_spec(), tmp_path / "sweep"
+    for folder in ("units", "partials", "done", "logs"):
+        (sweep / folder).mkdir(parents=True)
+    (sweep / "units.json").write_text("[]\n")
+    said = assert_one_line_error(run_cli("status", str(sweep)), str(sweep), "interrupted before it was written whole")
+    assert f"tilesweep run SPEC --sweep-dir {sweep}" in said and "not a sweep directory" not in said, said
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    after = run_cli("status", str(sweep))
+    assert f"{sweep}: 0/" in after.stdout and "pending" in after.stdout and not after.stderr, after

@@ -16,9 +16,10 @@ import json
 import os
 from pathlib import Path
 
-from orchestrator import PROG
+from orchestrator import PROG, word
 from orchestrator.errors import SweepDirError, TilesweepError
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store.files import read_file
 
 
 def default_root(spec_path: str, spec: SweepSpec) -> Path:
@@ -67,6 +68,35 @@ def _merged_from(path: Path) -> str | None:
     block = data.get("tilesweep")
     where = block.get("sweep_dir") if isinstance(block, dict) else None
     return str(where) if where else "(its tilesweep block names none)"
+
+
+# What ``SweepDir.create`` writes before ``sweep.json``, which it writes last: empty folders and
+# an empty unit index (``.keep``: a folder kept in version control)
+_SKELETON = {"units", "partials", "done", "logs", "units.json", ".keep"}
+
+
+def unused(root: Path) -> bool:
+    """Empty, or only what a ``create`` interrupted before its sweep.json left (empty folders,
+    an empty unit index): safe to create the sweep in."""
+    for p in root.iterdir():
+        if p.name not in _SKELETON or (p.is_dir() and any(p.iterdir())):
+            return False
+        if p.name == "units.json" and read_file(p).decode("utf-8", "replace").strip() not in ("", "[]"):
+            return False
+    return True
+
+
+def no_sweep_file(root: Path) -> str:
+    """Why the folder ``root``, which holds no ``sweep.json``, is read as no sweep: a plan cut short
+    (a Ctrl-C of ``run``, ``plan`` or ``submit`` while it planned) before it was written whole,
+    which that command run again finishes, or a folder no command made."""
+    if any(root.iterdir()) and unused(root):
+        return (
+            f"{root} holds a plan that was interrupted before it was written whole (no sweep.json yet); "
+            f"run the command that started it again to finish it: `{PROG} run SPEC --sweep-dir {word(root)}` "
+            f"(or `{PROG} plan` or `{PROG} submit` with that --sweep-dir)"
+        )
+    return f"{root} is not a sweep directory (no sweep.json); {NAME_ONE}"
 
 
 # The files a sweep directory keeps at its top level (its folders hold its own files only).

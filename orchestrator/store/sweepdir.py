@@ -48,13 +48,12 @@ from orchestrator.store.files import (
     atomic_write_json,
     atomic_write_text,
     now_iso,
-    read_file,
     read_json,
     remove_dead_temps,
     temp_path,
     write_advice,
 )
-from orchestrator.store.sweep_paths import NAME_ONE, file_given
+from orchestrator.store.sweep_paths import NAME_ONE, file_given, no_sweep_file, unused
 
 if TYPE_CHECKING:  # the planner loads when the items are first expanded (status never expands them)
     from orchestrator.planning import Unit, WorkItem
@@ -109,20 +108,6 @@ class UnitEntry(_Round):
     origin: str  # what planned it: plan, resume, round2, reuse, ...
     created: str
     items_digest: NotRequired[str]  # unitfile.items_digest of its unit file's items (held to it where kept)
-
-
-_SKELETON = {"units", "partials", "done", "logs", "units.json", ".keep"}
-
-
-def _unused(root: Path) -> bool:
-    """Empty, or only what a ``create`` interrupted before its sweep.json left (empty folders,
-    an empty unit index): safe to create the sweep in."""
-    for p in root.iterdir():
-        if p.name not in _SKELETON or (p.is_dir() and any(p.iterdir())):
-            return False
-        if p.name == "units.json" and read_file(p).decode("utf-8", "replace").strip() not in ("", "[]"):
-            return False
-    return True
 
 
 def _wrong_entry(index: list[Any]) -> str | None:
@@ -251,7 +236,7 @@ class SweepDir:
         """Refuse ``root`` as the folder of a new sweep: a file, or a folder holding other files."""
         if root.exists() and not root.is_dir():
             raise SweepDirError(f"sweep directory {root} exists and is not a directory; pick another --sweep-dir")
-        if root.exists() and not _unused(root):
+        if root.exists() and not unused(root):
             raise SweepDirError(f"{root} is not empty and holds no {SWEEP_FILE}; pick a new or empty --sweep-dir")
 
     @classmethod
@@ -263,7 +248,7 @@ class SweepDir:
             raise SweepDirError(f"sweep directory {root} does not exist; {NAME_ONE}")
         refuse_odd_entries(root)  # a pipe anywhere in it: one line now, not a reader that waits for ever
         if not (root / SWEEP_FILE).is_file():
-            raise SweepDirError(f"{root} is not a sweep directory (no {SWEEP_FILE}); {NAME_ONE}")
+            raise SweepDirError(no_sweep_file(root))
         sd = cls(root)
         meta = sd.meta
         if meta.get("format") != FORMAT:
