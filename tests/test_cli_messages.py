@@ -186,7 +186,7 @@ def test_a_damaged_env_json_is_one_line_in_every_command_and_unreadable_in_ls(
     else:
         env.write_text(damage)
     for command in ("status", "merge", "wait", "resume"):
-        assert_one_line_error(run_cli(command, str(sweep)), str(env), "delete it only if no worker has written records")
+        assert_one_line_error(run_cli(command, str(sweep)), str(env), "delete it (the next worker records its own)")
     listed = run_cli("ls", str(sweep.parent))
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
     assert f"{sweep}  unreadable: {env}" in listed.stdout, listed.stdout

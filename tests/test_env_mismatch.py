@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import REPO, assert_one_line_error, replay_specs, run_cli
+from orchestrator.store.synthetic import build_sweep, small_spec
+from tests.helpers import REPO, assert_one_line_error, records_written, replay_specs, run_cli
 
 OTHER = {"jax": "0.4.0", "jaxlib": "0.4.0"}
 
@@ -72,3 +73,22 @@ def test_a_partial_whose_header_names_no_environment_is_said_in_words(tmp_path: 
         f"(the sweep's in {sweep / 'env.json'}: {fields}); resume refuses to mix them",
     )
     assert "null vs" not in line and "{" not in line, line
+
+
+def test_a_damaged_env_json_of_a_sweep_with_records_is_said_with_the_command_that_restores_it(tmp_path: Path) -> None:
+    """``env.json`` cut short in a sweep whose workers have written records: ``status`` names the
+    command that writes back the environment their partial headers name, and once it has run,
+    status and merge take every record, none lost."""
+    sd, _ = build_sweep(tmp_path / "sweep", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
+    env = sd.root / "env.json"
+    whole = env.read_text()
+    env.write_text(whole[:10])
+    said = assert_one_line_error(run_cli("status", str(sd.root)), str(env), "keeps their records")
+    assert "delete it" not in said, said
+    command = said.split("keeps their records: ", 1)[1]
+    assert subprocess.run(["bash", "-c", command], capture_output=True).returncode == 0, command
+    assert env.read_text() == whole
+    status = run_cli("status", str(sd.root))
+    assert "complete, not merged" in status.stdout and not status.stderr, status
+    assert run_cli("merge", str(sd.root)).returncode == 0
+    assert len(json.loads((tmp_path / "out.json").read_text())["results"]) == records_written(sd.root)

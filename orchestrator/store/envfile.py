@@ -17,11 +17,12 @@ from typing import Any
 
 from kernels import tokamax_meta
 from kernels.spelling import as_json
-from orchestrator.errors import MismatchError, SweepDirError
-from orchestrator.store.files import cannot_access, create_once, write_advice
+from orchestrator import word
+from orchestrator.errors import MismatchError, SweepDirError, TilesweepError
+from orchestrator.store.files import cannot_access, create_once, open_file, write_advice
 
 ENV_FILE = "env.json"
-_FIX = "delete it only if no worker has written records (the next worker records its own)"
+_FIX = "no partial of the sweep names the environment it was measured in: delete it (the next worker records its own)"
 
 
 def check(root: Path, env: dict[str, Any]) -> None:
@@ -103,17 +104,52 @@ def recorded(root: Path) -> dict[str, Any] | None:
         except PermissionError as exc:  # not damaged: this user may not read it
             raise SweepDirError(cannot_access(exc)) from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise SweepDirError(f"{path} is unreadable ({_why(exc)}); {_FIX}") from None
+            raise SweepDirError(f"{path} is unreadable ({_why(exc)}); {_fix(root)}") from None
         if text.endswith("\n"):
             try:
                 found = json.loads(text)
             except ValueError:
                 found = None
             if not isinstance(found, dict):
-                raise SweepDirError(f"{path} is damaged (not the JSON object a worker writes); {_FIX}")
+                raise SweepDirError(f"{path} is damaged (not the JSON object a worker writes); {_fix(root)}")
             return found
         time.sleep(0.02)
-    raise SweepDirError(f"{path} is damaged (incomplete); {_FIX}")
+    raise SweepDirError(f"{path} is damaged (incomplete); {_fix(root)}")
+
+
+def _fix(root: Path) -> str:
+    """What restores a damaged ``env.json`` of the sweep at ``root`` and keeps its records: the
+    environment its workers' partial headers name (each worker checked it against ``env.json``
+    before it wrote its header), as the command that writes it back; where no header names one,
+    no worker has written records, and deleting it loses none."""
+    found: list[dict[str, Any]] = []
+    for partial in sorted((root / "partials").glob("*.jsonl")):
+        env = _header_env(partial)
+        if env is not None and env not in found:
+            found.append(env)
+    if not found:
+        return _FIX
+    if len(found) > 1:
+        named = " or ".join(described(env) for env in found)
+        return f"its partials' headers name {len(found)} environments ({named}): start a new sweep directory"
+    text = json.dumps(found[0])
+    path = root / ENV_FILE
+    restore = f"printf '%s\\n' {word(text)} > {word(path)}"
+    return f"write back the environment its workers' partial headers name, which keeps their records: {restore}"
+
+
+def _header_env(partial: Path) -> dict[str, Any] | None:
+    """The environment the first header of ``partial`` names (None: no header, none named, or a
+    reuse unit's, which names the environment its sources were measured in: ``store.carried``)."""
+    try:
+        with open_file(partial) as f:
+            first = f.readline(1 << 20)
+        line = json.loads(first)
+    except (OSError, ValueError, TilesweepError):  # unreadable, torn or odd: its readers say so
+        return None
+    header = line.get("header") if isinstance(line, dict) else None
+    env = header.get("env") if isinstance(header, dict) and "reuse" not in header else None
+    return env if isinstance(env, dict) else None
 
 
 def _why(exc: OSError | UnicodeDecodeError) -> str:
