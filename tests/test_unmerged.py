@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.store.synthetic import build_sweep, small_spec
 from tests.helpers import REPO, TINY_SPEC, records_written, run_cli, start_run, until
 from tests.test_local_lifecycle import SETTLE_S, SPEC
 
@@ -153,3 +154,28 @@ def test_a_resume_on_slurm_with_nothing_to_resubmit_names_the_merge_its_sweep_la
     assert run_cli("merge", str(sweep)).returncode == 0
     done = run_cli("resume", str(sweep))
     assert done.returncode == 0 and done.stdout.splitlines() == [nothing], done.stdout
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_a_document_another_sweeps_merge_replaced_is_not_this_sweeps_merge(tmp_path: Path, append: bool) -> None:
+    """Two sweeps whose specs name one output, merged one after the other: the second's merge
+    replaced the document (the first's is not merged: status and ``ls`` say the document holds
+    another sweep's records, and the command that writes this one's), or appended into it
+    (append: true keeps the first's records, and the first is merged)."""
+    out = tmp_path / "o.json"
+    first, _ = build_sweep(tmp_path / "sweeps" / "first", small_spec(n_seqs=1), 2, output=out)
+    second, _ = build_sweep(tmp_path / "sweeps" / "second", {**small_spec(n_seqs=2), "append": append}, 2, output=out)
+    assert run_cli("merge", str(first.root)).returncode == 0
+    assert json.loads(run_cli("status", str(first.root), "--json").stdout)["merged"] is True
+    assert run_cli("merge", str(second.root)).returncode == 0
+    said = run_cli("status", str(first.root))
+    data = json.loads(run_cli("status", str(first.root), "--json").stdout)
+    listed = run_cli("ls", str(tmp_path / "sweeps")).stdout.splitlines()[0]
+    if append:
+        assert data["merged"] is True and data["output_foreign"] is False, data
+        assert said.returncode == 0 and "not merged" not in said.stdout, said
+        return
+    assert data["merged"] is False and data["output_foreign"] is True and said.returncode != 0, said
+    assert f"not merged: {out} holds another sweep's records" in said.stdout, said.stdout
+    assert f"tilesweep merge {first.root} --output FILE" in said.stdout, said.stdout
+    assert f"{first.root}" in listed and "holds another sweep's records" in listed, listed

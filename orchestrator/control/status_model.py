@@ -125,6 +125,8 @@ class SweepStatus:
     unmerged: str | None = None
     output: str = ""  # the results document the sweep's merge writes
     output_exists: bool = False  # whether it is there (not merged: since its last records, or ever)
+    # it is there and holds none of the sweep's records: another sweep's merge of the same output replaced it
+    output_foreign: bool = False
     # the document exists and holds every record the partials hold now (``store.merged``)
     merged: bool = False
     merging: str | None = None  # what writes it without a user's word, where it is not merged
@@ -327,6 +329,7 @@ class SweepStatus:
             "complete": self.complete,
             "output": self.output,
             "output_exists": self.output_exists,
+            "output_foreign": self.output_foreign,
             "merged": self.merged,
             "merging": self.merging,
             "settled": self.settled,

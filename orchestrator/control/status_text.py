@@ -126,6 +126,11 @@ def _not_merged(st: SweepStatus, advice: bool) -> str:
     if st.merging:
         return "not merged yet" + (f": {st.merging} writes {st.output}" if advice else "")
     merge = f"`{PROG} merge {word(st.sweep_dir)}`"
+    if st.output_foreign:  # another sweep's merge of the same output replaced it
+        elsewhere = f"`{PROG} merge {word(st.sweep_dir)} --output FILE`"
+        return f"not merged: {st.output} holds another sweep's records" + (
+            f", not this one's; {elsewhere} writes this sweep's" if advice else ""
+        )
     if st.output_exists:
         return "not merged since its last records" + (f": {merge} updates {st.output}" if advice else "")
     return "not merged" + (f": {merge} writes {st.output}" if advice else "")

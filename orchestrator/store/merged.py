@@ -5,10 +5,12 @@ The merger's output stamp (``target.write_stamp``) keeps, beside the document it
 many bytes of each partial it read. Partials are only appended to, so while the document is
 that merge's output, unchanged, it holds every record of a partial still of that size (a copy
 of the sweep directory too: new mtimes, same bytes); a partial that grew or appeared since
-holds records it lacks. Where the document changed since (another sweep appended into it) or
-no stamp says what was read (the merge cache was deleted), the document holds the records of
-every partial last written before it. Status already stats each partial, so this costs one
-stat of the document and one read of the stamps.
+holds records it lacks. Where the document changed since (another sweep appended into it, or
+replaced it: two specs naming one output) or no stamp says what was read (the merge cache was
+deleted), it holds this sweep's records only where it says so (``target.holds_sweep``: its key
+index, or its tilesweep blocks, which an append keeps), and then those of every partial last
+written before it. Status already stats each partial, so this costs one stat of the document
+and one read of the stamps, and the document's head where a merge of another sweep wrote it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from orchestrator.store.files import link_target
 from orchestrator.store.sweepdir import SweepDir
-from orchestrator.store.target import wrote_last
+from orchestrator.store.target import holds_sweep, wrote_last
 
 
 def output_of(sd: SweepDir) -> Path:
@@ -39,4 +41,4 @@ def document_current(sd: SweepDir, partials: Mapping[str, tuple[int, int]]) -> b
     read = stamp.get("read") if stamp is not None else None
     if isinstance(read, dict):
         return all(read.get(uid) == size for uid, (size, _) in partials.items())
-    return all(mtime_ns <= written_ns for _, mtime_ns in partials.values())
+    return all(mtime_ns <= written_ns for _, mtime_ns in partials.values()) and holds_sweep(sd, out)

@@ -172,6 +172,22 @@ def _ours(sd: SweepDir, tilesweep: object) -> bool:
     )
 
 
+def holds_sweep(sd: SweepDir, out: Path) -> bool:
+    """Whether the document at ``out`` holds records of this sweep: its key index claims it for
+    this plan, or its tilesweep blocks name this sweep (``_ours``; an append keeps the blocks of
+    the sweeps appended into it). What status asks of a document this sweep's last merge did not
+    leave as it is: another sweep of the same output may have replaced it. The head alone is
+    parsed where the key index is current; a document no reader takes holds none."""
+    if keyindex.claim(out, plan_of(sd)) is not None:
+        return True
+    index = keyindex.read(out)
+    try:
+        head = read_head(out, index.bounds()) if index is not None and not index.odd else scan(out).doc
+    except (ResultsError, OSError):
+        return False
+    return _ours(sd, head.extra.get("tilesweep"))
+
+
 def _another_sweep(named: object, sd: SweepDir) -> bool:
     """Whether ``named`` is a sweep directory on this machine other than ``sd``'s."""
     if not isinstance(named, str) or not os.path.isfile(os.path.join(named, "sweep.json")):
