@@ -137,3 +137,36 @@ def test_a_ctrl_c_of_resume_once_sbatch_accepted_its_arrays_says_they_run_on_and
         assert "rerun" not in err
     finally:
         cli("cancel", str(sweep))
+
+
+def test_a_ctrl_c_of_run_on_slurm_once_sbatch_accepted_its_array_says_it_runs_on_and_what_follows_it(
+    tmp_path: Path,
+) -> None:
+    """``run`` with the slurm executor submits, then waits: stopped as sbatch accepts the array, it
+    says that the array runs on and what follows, shows or stops it (a rerun submits nothing again:
+    it waits), not that a rerun continues."""
+    spec = _held_spec(tmp_path)
+    sweep = tmp_path / "sweep"
+    run = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, "run", str(spec), "--sweep-dir", str(sweep)],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        accepted = lambda: (sweep / "jobs.jsonl").exists() or run.poll() is not None  # noqa: E731
+        poll(accepted, 120, "sbatch to accept the array", 0.001)
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 130 and "Traceback" not in err, err
+        assert unit_jobs(sweep), err
+        assert err.splitlines()[-1] == (
+            "tilesweep: interrupted; what sbatch accepted before the stop is recorded and runs on: "
+            f"`tilesweep wait {sweep}` follows it, `tilesweep status {sweep}` shows it, "
+            f"`tilesweep cancel {sweep}` stops it"
+        ), err
+        assert "rerun" not in err
+    finally:
+        cli("cancel", str(sweep))

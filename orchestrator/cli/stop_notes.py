@@ -1,7 +1,8 @@
 """What the one line of a stopped command says it leaves (``main``: Ctrl-C, SIGTERM, SIGHUP),
 by the command and its arguments: what a measuring command kept and that a rerun continues; that
-a command which measures nothing changed nothing, or wrote each file whole; and of ``submit`` and
-``resume`` once sbatch accepted jobs, that those run on, and what follows, shows or stops them."""
+a command which measures nothing changed nothing, or wrote each file whole; and of ``submit``,
+``resume`` and ``run`` (the slurm executor's, which submits, then waits) once sbatch accepted
+jobs, that those run on, and what follows, shows or stops them."""
 
 from __future__ import annotations
 
@@ -24,13 +25,15 @@ _STOPPED_NOTES = {
 # each is written whole (a temp file renamed into place) or not at all
 _WROTE_NOTE = "each file written before the stop is whole; none is half-written"
 _WRITERS, _WRITES = ("report", "export", "compare"), ("html", "plots", "out")
+# the commands that hand units to sbatch (``run`` where its executor is slurm)
+_SUBMITTERS = ("submit", "resume", "run")
 
 
 def stop_note(command: str, args: argparse.Namespace | None) -> str:
     """What a stop of ``command`` means (``args``: its arguments, where they were parsed)."""
     if command in _WRITERS and any(getattr(args, a, None) not in (None, "-") for a in _WRITES):
         return _WROTE_NOTE
-    if command in ("submit", "resume") and (root := _recorded_a_job()) is not None:
+    if command in _SUBMITTERS and (root := _recorded_a_job()) is not None:
         return _accepted_note(root)
     if command == "submit":
         return "nothing was submitted"
@@ -52,8 +55,9 @@ def _recorded_a_job() -> os.PathLike[str] | None:
 
 
 def _accepted_note(root: os.PathLike[str]) -> str:
-    """What a stop of ``submit`` or ``resume`` after sbatch accepted jobs leaves: those jobs,
-    which run on (a rerun refuses the units they run), and what follows, shows or stops them."""
+    """What a stop of ``submit``, ``resume`` or ``run`` after sbatch accepted jobs leaves: those
+    jobs, which run on (a rerun submits none of the units they run), and what follows, shows or
+    stops them."""
     here = word(root)
     return (
         f"what sbatch accepted before the stop is recorded and runs on: `{PROG} wait {here}` follows it, "

@@ -364,13 +364,17 @@ class SweepDir:
         return out
 
     # ------------------------------------------------------------------ history
-    # the sweep directory this process recorded a job in, if any (what a stop of ``submit`` or
-    # ``resume`` says it leaves)
+    # the sweep directory this process recorded a job of sbatch's in, if any (what a stop of
+    # ``submit``, ``resume`` or ``run`` on SLURM says it leaves: those jobs run on)
     recorded_a_job: Path | None = None
 
     def record_jobs(self, entries: list[dict[str, Any]]) -> None:
         """Append submission records to jobs.jsonl (``jobfile``)."""
         jobfile.append(self.root, entries)
+
+    def record_sbatch_jobs(self, entries: list[dict[str, Any]]) -> None:
+        """Append the records of jobs sbatch accepted, which outlive this process."""
+        self.record_jobs(entries)
         SweepDir.recorded_a_job = self.root
 
     def job_history(self) -> list[dict[str, Any]]:

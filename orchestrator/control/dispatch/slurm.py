@@ -210,7 +210,7 @@ def submit_units(
                 entries = _job_entries(
                     sd, chunk, jobs, origin=origin, t0=t0, attempts=attempts or {}, settings=settings
                 )
-                sd.record_jobs(entries)
+                sd.record_sbatch_jobs(entries)
         except DispatchError as exc:
             done.error = exc
             return done
@@ -271,7 +271,7 @@ def submit_merge_job(
             "stdout": str(job.paths.stdout),
             "stderr": str(job.paths.stderr),
         }
-        sd.record_jobs([entry])
+        sd.record_sbatch_jobs([entry])
     return entry
 
 
