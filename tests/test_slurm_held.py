@@ -170,3 +170,33 @@ def test_a_ctrl_c_of_run_on_slurm_once_sbatch_accepted_its_array_says_it_runs_on
         assert "rerun" not in err
     finally:
         cli("cancel", str(sweep))
+
+
+def test_a_task_whose_node_is_drained_is_said_to_wait_for_it_and_starts_once_it_returns(tmp_path: Path) -> None:
+    """``ReqNodeNotAvail``: a task bound to a node that is drained waits for it, which no
+    resubmission changes; status says so, with what a user can do, and ``wait`` ends merged once
+    the node is back. The cluster's one node is drained for the few seconds that takes."""
+    spec = _held_spec(tmp_path)
+    data = json.loads(spec.read_text())
+    data["executor"]["slurm_additional_parameters"] = {"nodelist": "vm"}
+    spec.write_text(json.dumps(data))
+    sweep = tmp_path / "sweep"
+    drain = ["scontrol", "update", "nodename=vm", "state=drain", "reason=tilesweep test"]
+    subprocess.run(drain, check=True)
+    try:
+        r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
+        assert r.returncode == 0, r.stderr
+        said = (
+            "ReqNodeNotAvail: the nodes it needs (vm) are down, drained or reserved; it starts once they return "
+            "(`sinfo -R` says why they are out); to run it elsewhere, cancel it, then resume with "
+            "executor.slurm_exclude naming them"
+        )
+        shown = poll(lambda: (s := cli("status", str(sweep))).returncode == 0 and said in s.stdout and s, 60, said, 0.5)
+        assert "cannot start as submitted" not in shown.stdout, shown.stdout
+    finally:  # refused only where the node is no longer drained (someone resumed it): back either way
+        subprocess.run(["scontrol", "update", "nodename=vm", "state=resume"], capture_output=True)
+    try:
+        waited = cli("wait", str(sweep), "--interval", "0.5")
+        assert waited.returncode == 0, waited.stderr
+    finally:
+        cli("cancel", str(sweep))

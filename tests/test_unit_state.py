@@ -83,6 +83,26 @@ def test_gpu_hours_are_left_out_until_sacct_has_a_row_for_every_array_of_the_swe
                 "it starts on its own",
             ),
         ),
+        (
+            TaskState("PENDING", "squeue", "ReqNodeNotAvail, UnavailableNodes:vm[1-2]"),  # as squeue -o %r says it
+            False,
+            (
+                "pending",
+                "ReqNodeNotAvail: the nodes it needs (vm[1-2]) are down, drained or reserved; it starts once they "
+                "return (`sinfo -R` says why they are out); to run it elsewhere, cancel it, then resume with "
+                "executor.slurm_exclude naming them",
+            ),
+        ),
+        (
+            TaskState("PENDING", "squeue", "ReqNodeNotAvail"),
+            False,
+            (
+                "pending",
+                "ReqNodeNotAvail: nodes it needs are down, drained or reserved; it starts once they return "
+                "(`sinfo -R` says why they are out); to run it elsewhere, cancel it, then resume with "
+                "executor.slurm_exclude naming them",
+            ),
+        ),
         (TaskState("REQUEUED", "sacct"), True, ("requeued", "REQUEUED")),
         (TaskState("RUNNING", "squeue", "None"), True, ("running", None)),
         (TaskState("COMPLETING", "squeue"), True, ("running", "COMPLETING")),

@@ -31,7 +31,6 @@ TIMEOUT_S = 60.0
 STUCK_REASONS = {
     "PartitionTimeLimit",
     "PartitionNodeLimit",
-    "ReqNodeNotAvail",
     "InvalidAccount",
     "InvalidQOS",
     "QOSMaxWallDurationPerJobLimit",
@@ -42,6 +41,9 @@ STUCK_REASONS = {
 # The pending reasons of a held job (sbatch --hold, scontrol hold; a site's or an administrator's
 # hold): it starts once released, never on its own.
 HELD_REASONS = {"JobHeldUser", "JobHeldAdmin"}
+# The pending reason of a job whose nodes are down, drained or reserved: it starts once they return
+# (squeue names them: "ReqNodeNotAvail, UnavailableNodes:vm[1-2]"), which no waiting alone brings.
+NODES_OUT_REASON = "ReqNodeNotAvail"
 # Default MaxArraySize of Slurm, used when scontrol cannot be asked.
 DEFAULT_MAX_ARRAY_SIZE = 1001
 # Tasks kept free below MaxJobCount (which counts every task in the system) per array.
@@ -61,10 +63,18 @@ class TaskState:
     by: str = ""  # who ended it, where sacct says (the user id of "CANCELLED by 1000")
 
     @property
+    def reason_word(self) -> str:
+        """The reason's name, without the details squeue may add after a comma (the nodes of
+        ``ReqNodeNotAvail, UnavailableNodes:vm``)."""
+        return self.reason.split(",", 1)[0].strip()
+
+    @property
     def stuck(self) -> bool:
-        """Pending for a reason that never resolves on its own (status warns of it): one it cannot
-        start for as submitted, or a hold it starts once released from."""
-        return self.state == "PENDING" and (self.reason in STUCK_REASONS or self.reason in HELD_REASONS)
+        """Pending for a reason that waiting alone does not end (status and ``wait`` warn of it):
+        one it cannot start for as submitted, a hold it starts once released from, or nodes it
+        needs that are out until someone returns them."""
+        word = self.reason_word
+        return self.state == "PENDING" and (word in STUCK_REASONS or word in HELD_REASONS or word == NODES_OUT_REASON)
 
 
 @dataclass

@@ -65,7 +65,7 @@ class UnitStatus:
     resumed: bool = False  # its missing items were handed to later units by `tilesweep resume`
     covered: bool = False  # never submitted, and other units recorded every item of it
     leased: bool = False  # a live worker holds its lease (a job of it, or a worker started by hand)
-    stuck: bool = False  # pending for a reason that never resolves on its own (see scheduler.STUCK_REASONS)
+    stuck: bool = False  # pending for a reason waiting alone does not end (see scheduler.TaskState.stuck)
     held: str = ""  # the hold it waits under, where SLURM holds its task (see scheduler.HELD_REASONS)
     retry: bool = False  # redoes error records of other units (`resume --retry-errors`): its items are counted there
     round: int = 1  # the halving strategy's round 2 times the survivors of round 1 in full

@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator import PROG
 from orchestrator.control.history import cancelled_since, submitted_ts
-from orchestrator.control.scheduler import SchedulerView, TaskState
+from orchestrator.control.scheduler import NODES_OUT_REASON, SchedulerView, TaskState
 from orchestrator.control.why import INTERRUPTED, died_under, exit_reason, last_word, never_taken, read_failure
 from orchestrator.store.diskspace import FullDisk
 from orchestrator.store.locks import HolderRecord
@@ -83,6 +83,17 @@ _BEGIN_TIME = {
 }
 
 
+def _nodes_out(reason: str) -> str:
+    """What ``ReqNodeNotAvail`` (squeue's ``ReqNodeNotAvail, UnavailableNodes:vm``) means, and what
+    a user can do about it: wait for the nodes, or run on others."""
+    nodes = reason.partition("UnavailableNodes:")[2].strip()
+    which = f"the nodes it needs ({nodes}) are" if nodes else "nodes it needs are"
+    return (
+        f"{NODES_OUT_REASON}: {which} down, drained or reserved; it starts once they return (`sinfo -R` says why "
+        "they are out); to run it elsewhere, cancel it, then resume with executor.slurm_exclude naming them"
+    )
+
+
 def _from_task(ts: TaskState, mtime: float | None, submitted: float, asked: float, jid: str) -> tuple[str, str | None]:
     """``asked``: when the scheduler was asked (``wait`` asks it less often than it reads files);
     ``jid``: the task's id, for what releases it from a hold."""
@@ -98,6 +109,8 @@ def _from_task(ts: TaskState, mtime: float | None, submitted: float, asked: floa
             reason = f"{ts.reason}: a SLURM administrator holds it; it starts once they release it"
         elif ts.reason == "BeginTime":  # a requeue (its node went down, a preemption, scontrol requeue), sbatch --begin
             reason = f"{ts.reason}: {_BEGIN_TIME[ran]}; it starts on its own"
+        elif ts.reason_word == NODES_OUT_REASON:
+            reason = _nodes_out(ts.reason)
         elif ts.stuck:
             reason = f"{ts.reason}: it cannot start as submitted (cancel it, then resume with other executor settings)"
         return ("requeued" if ran else "pending"), reason
