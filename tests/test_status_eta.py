@@ -77,3 +77,47 @@ def test_the_eta_after_a_resume_is_the_pace_of_the_units_it_submitted_since_it_d
     assert st.done == len(units[0].items) + 10 and left > 0, format_status(st)
     # 10 records in the ~100 s since the resume, not 10 + a whole unit's over ten days
     assert st.eta_s() == pytest.approx((st.taken - again) * left / 10), format_status(st)
+
+
+def test_the_eta_of_a_round_the_final_merge_job_submitted_is_the_pace_of_its_units_since_then(
+    tmp_path: Path,
+) -> None:
+    """A halving sweep whose round 1 was submitted ten days ago and whose round 2 the final merge
+    job submitted 100 s ago (as ``rounds.after_merge`` does, origin "round2"): the pace is round 2's
+    records since then, not every record over the ten days and the gap between the rounds."""
+    from orchestrator.control import dispatch
+    from orchestrator.control.rounds import advance
+    from orchestrator.control.sweeps import prepare_sweep
+    from tests.test_halving import spec_file
+
+    sd, unit_ids, _ = prepare_sweep(str(spec_file(tmp_path)), str(tmp_path / "sweep"), None, None)
+    assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
+    now = time.time()
+    first, again = now - 10 * 86400, now - 100
+    # round 1 as SLURM ran it ten days ago (the debug run's own lines replaced)
+    jobs = [
+        {"unit": u, "executor": "slurm", "job_id": f"60_{k}", "submitted_ts": first, "origin": "plan"}
+        for k, u in enumerate(unit_ids)
+    ]
+    (sd.root / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    second = advance(sd, sd.spec.executor)  # the debug executor plans round 2 and submits nothing
+    assert second is not None and second.units
+    round2 = [u.id for u in second.units]
+    sd.record_jobs(
+        [
+            {"unit": u, "executor": "slurm", "job_id": f"61_{k}", "submitted_ts": again, "origin": "round2"}
+            for k, u in enumerate(round2)
+        ]
+    )
+    items = sd.unit_items(round2[0])[:3]
+    rng = random.Random(0)
+    header = json.loads(sd.partial_path(unit_ids[0]).read_text().splitlines()[0])  # as round 1's workers wrote it
+    header["header"].update(unit=round2[0], measure={**header["header"]["measure"], "round": 2})
+    lines = [header] + [{"id": it.id, "attempt": 1, "record": synthetic.record_for(it, rng)} for it in items]
+    sd.partial_path(round2[0]).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    view = scheduler_view(**{f"j61_{k}": TaskState("RUNNING", "squeue") for k in range(len(round2))})
+    st = sweep_status(sd, view=view)
+    left = st.total - st.done
+    assert left > 0 and st.round2 is not None, format_status(st)
+    # 3 records in the ~100 s since round 2 was submitted, not round 1's and those over ten days
+    assert st.eta_s() == pytest.approx((st.taken - again) * left / 3), format_status(st)

@@ -150,13 +150,22 @@ def _runner(sd: SweepDir, st: SweepStatus, hist: History) -> None:
 
 
 def _pace(st: SweepStatus, hist: History) -> None:
-    """Whose records set the ETA's pace, and since when: the units the last resume submitted,
-    since their submission, while one of them waits or runs; else every unit since the first."""
-    resumed = [hist.latest[uid] for uid in hist.last_resume if uid in hist.latest]
-    stamps = [ts for job in resumed if (ts := submitted_ts(job)) is not None]
+    """Whose records set the ETA's pace, and since when: of the units the last resume submitted
+    and those of the sweep's last round (a halving's round 2, a search's next round, whoever
+    submitted it: the final merge job, ``wait``, ``resume``), the batch submitted last while one
+    of its units waits or runs, since its submission (not round 1's pace, nor the gap between
+    the rounds); else every unit since the first submission."""
+    last_round = max((u.round for u in st.units if u.submitted), default=1)
+    batches = [hist.last_resume, [u.id for u in st.units if u.round == last_round > 1]]
     active = {u.id for u in st.unsettled()}
-    if stamps and any(job["unit"] in active for job in resumed):
-        st.paced, st.pace_from = frozenset(hist.last_resume), min(stamps)
+    paced: tuple[float, list[str]] | None = None
+    for units in batches:
+        jobs = [hist.latest[uid] for uid in units if uid in hist.latest]
+        stamps = [ts for job in jobs if (ts := submitted_ts(job)) is not None]
+        if stamps and any(job["unit"] in active for job in jobs) and (paced is None or min(stamps) > paced[0]):
+            paced = (min(stamps), units)
+    if paced is not None:
+        st.pace_from, st.paced = paced[0], frozenset(paced[1])
     else:
         st.paced, st.pace_from = None, st.first_submitted
 

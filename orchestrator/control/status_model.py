@@ -104,7 +104,7 @@ class SweepStatus:
     # units wait or run, and no final merge job follows them: sbatch refused it, or it ended first (scancel)
     no_merge_follows: bool = False
     first_submitted: float | None = None
-    # the units whose records set the ETA's pace, and since when: those of the last resume, or every one
+    # the units whose records set the ETA's pace, and since when: those of the last resume or round, or every one
     paced: frozenset[str] | None = None
     pace_from: float | None = None
     taken: float = field(default_factory=time.time)
@@ -301,10 +301,11 @@ class SweepStatus:
 
     def eta_s(self) -> float | None:
         """Seconds to go at the pace of the records written since the first submission, or since
-        the last resume by the units it submitted (a resume days after a failure: not the days
-        between); None when unknown, and while a unit's worker, or the run that starts the units,
-        is stopped: nothing moves until it is continued. The records carried from earlier
-        documents (the reuse unit's) were there before any job: they set no pace."""
+        the last resume, or the last round's submission, by the units it submitted (a resume days
+        after a failure, a round after the one before it: not the time before); None when
+        unknown, and while a unit's worker, or the run that starts the units, is stopped: nothing
+        moves until it is continued. The records carried from earlier documents (the reuse
+        unit's) were there before any job: they set no pace."""
         if self.paced is None:
             measured = self.done - sum(min(u.done, u.total) for u in self.units if u.carried)
         else:
