@@ -1,8 +1,9 @@
 """``tilesweep resume`` here of a sweep whose unit another process runs, as ``run`` does: a
 worker run by hand (``python -m jobs.worker``, as ``plan`` says), or the worker a killed ``run``
-left running. The resume follows that worker to its end, then merges, instead of starting a
-second worker on the same items beside it, or merging half a sweep and sending the user to a
-resume that would say the same again.
+left running. The resume follows that worker to its end, then runs the rounds it made due (a
+halving's round 2), as ``run`` does, then merges, instead of starting a second worker on the same
+items beside it, or merging half a sweep and sending the user to a resume that would say the same
+again.
 
 Real processes; each step waits for an event (a record written, a process gone), never for a
 guessed time.
@@ -57,3 +58,44 @@ def test_resume_here_follows_a_worker_another_process_runs(
     units = json.loads((sweep / "units.json").read_text())
     doc = json.loads((tmp_path / "results.json").read_text())
     assert len(units) == 1 and len(doc["results"]) == doc["tilesweep"]["planned"] == records_written(sweep)
+
+
+@pytest.mark.parametrize("command", ["resume", "run"])
+def test_a_halving_sweep_whose_round_1_a_worker_by_hand_runs_gets_its_round_2_after_it(
+    tmp_path: Path, command: str
+) -> None:
+    """``resume`` (and ``run``) here follows the round-1 unit a worker run by hand holds (stopped
+    until the command follows it, so that the command cannot see it end first), then plans and
+    runs round 2, as ``run`` does after its own units: the sweep ends complete, with the
+    survivors timed in full."""
+    from tests.test_halving import spec_file
+
+    spec, sweep = spec_file(tmp_path, {"kind": "local"}), tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, stdout=subprocess.DEVNULL, text=True
+    )
+    # stopped once it holds its unit's lease (before its first record): still running when the command looks
+    until(lambda: any((sweep / "leases").glob("*.lease")), "the worker to take its unit", worker)
+    os.kill(worker.pid, signal.SIGSTOP)
+    proc = start_run(spec, sweep, command=command)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        said = proc.stdout if command == "resume" else proc.stderr
+        line = ""
+        while "instead of starting a second worker" not in line and (line := said.readline()):
+            pass
+        assert line, "the command never said it follows the worker"
+        # it has passed what it runs itself, and sleeps between its looks at the worker's unit
+        sleeping = Path("/proc") / str(proc.pid) / "wchan"
+        until(lambda: "nanosleep" in sleeping.read_text(), "the command to follow the worker", proc)
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+        worker.wait(timeout=SETTLE_S)
+    out, err = proc.communicate(timeout=SETTLE_S)
+    assert proc.returncode == 0, out + err
+    assert "round 2: " in err and "screened configs can still win" in err, err
+    units = json.loads((sweep / "units.json").read_text())
+    assert any(u.get("origin") == "round2" for u in units), units
+    status = json.loads(run_cli("status", str(sweep), "--json").stdout)
+    assert status["complete"] and status["merged"], status

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator import word
 from orchestrator.cli.common import PROG, Progress, counted, round_note, units_capped, warn
-from orchestrator.cli.finish import failed_unit_lines, finish_sweep, unfinished_unit_lines
-from orchestrator.cli.following import follow_units
+from orchestrator.cli.finish import failed_unit_lines, finish_sweep
 from orchestrator.cli.submission import print_submission, say_no_gpu
 from orchestrator.errors import DispatchError
 
@@ -227,6 +226,7 @@ def settings_kept(sd: SweepDir, settings: ExecutorSettings, spec: str | None) ->
 
 def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespace) -> int:
     """A resume with the local or debug executor (see the module docstring)."""
+    from orchestrator.cli.running import follow_then_run_rounds
     from orchestrator.control.status import sweep_status
     from orchestrator.control.sweeps import check_runs_here, run_or_follow
     from orchestrator.store.merge_output import check_target
@@ -258,6 +258,9 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
             if progress is not None:
                 progress.close()
         settings_kept(sd, settings, args.spec)
+        failed = [] if args.no_wait else failed_unit_lines(result.outcomes)
+        if result.plan.active and not args.no_wait:  # run by workers of other processes: followed, as `run` does
+            failed += follow_then_run_rounds(sd, result.plan.active, settings.kind, settings.local_workers)
     if args.no_wait:
         if result.started:
             n, here = len(result.started), word(sd.root)
@@ -269,9 +272,6 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
         left = merge_left(sd)  # this resume holds the sweep no more: nothing runs that would merge
         print("nothing started" + (f"; the sweep is {left}" if left else ""))
         return 1 if left else 0
-    failed = failed_unit_lines(result.outcomes)
-    if result.plan.active:  # run by workers of other processes (by hand, a killed run's): followed, as `run` does
-        failed += unfinished_unit_lines(follow_units(sd, result.plan.active), only=result.plan.active)
     return finish_sweep(
         sd, overwrite=args.overwrite, html=sd.spec.report.html, failed=failed, redo=f"`{PROG} resume {word(sd.root)}`"
     )

@@ -1,5 +1,6 @@
 """``tilesweep run`` here (the local and debug executors): the units not done yet run with a
-progress bar, then each round of the sweep's strategy that they make due, then what a finished
+progress bar, and those other processes run are followed, then each round of the sweep's
+strategy that they make due, then what a finished
 sweep does (``finish.finish_sweep``). Before each such round it waits for a ``plan --lower`` of
 the sweep, as ``common.prepare_run`` waits for one before the first units: a unit of a later round started
 meanwhile could compile a config the lowering is about to refuse."""
@@ -87,7 +88,7 @@ def run_here(
     outcomes = _run_rounds_here(sd, todo, kind, args.workers, args.retry_errors)
     failed = failed_unit_lines(outcomes)
     if held:
-        failed += unfinished_unit_lines(follow_units(sd, held), only=held)
+        failed += follow_then_run_rounds(sd, held, kind, args.workers)
     return finish_sweep(sd, overwrite=args.overwrite, html=html, failed=failed, redo=rerun_command(args.spec, sd))
 
 
@@ -136,6 +137,19 @@ def _retry_here(sd: SweepDir, kind: str, retry: str, wait_lowering: Callable[[Pa
     if result.plan.retry:
         print(f"redid {len(result.plan.retry)} {retry} error records", file=sys.stderr)
     return result.outcomes
+
+
+def follow_then_run_rounds(sd: SweepDir, held: list[str], kind: str, workers: int | None) -> list[str]:
+    """Follow the units other processes run (``held``: a worker run by hand, or one a killed
+    ``run`` left) to their end, then run here each round they made due (a halving's round 2, a
+    search's next round), as ``run`` runs those its own units make due; the lines of the units
+    that did not finish. The caller holds the sweep's run lease."""
+    from orchestrator.control.rounds import pending_round
+
+    failed = unfinished_unit_lines(follow_units(sd, held), only=held)
+    if pending_round(sd) is not None:
+        failed += failed_unit_lines(_run_rounds_here(sd, [], kind, workers, None))
+    return failed
 
 
 def _run_rounds_here(
