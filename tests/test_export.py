@@ -378,7 +378,7 @@ def test_export_of_several_documents_keeps_the_newest_record_per_identity(
         rc, stdout, _ = run_handler(["export", *map(str, order), "--device", "NVIDIA H100", "--out", str(out)], capsys)
         assert rc == 0
         assert 'kept the newest of 4 identities of device "NVIDIA H100"' in stdout
-        assert f'3 of another device ("NVIDIA A100": 3 in {a100})' in stdout
+        assert f"3 of another device (\"NVIDIA A100\": 3 in {a100}; --device 'NVIDIA A100' picks it)" in stdout
         assert "1 superseded by a record measured with a newer jax" in stdout
         table = load(out)
         # the newer jax measured bq128 slower: bq64 (measured once, by the older jax) is the best

@@ -174,3 +174,32 @@ def test_documents_with_no_record_of_the_device_asked_say_why_and_name_a_choice_
     )
     r = run_cli("export", str(kindless), "--out", out)
     assert r.returncode == 0 and ": 3 entries (" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_document_naming_no_device_kind_beside_one_that_names_it_exports_the_named_kind_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """A document whose device block names no kind, exported with one that names it, in either
+    order: the table is of the named kind (not of no device, every measured record dropped), the
+    line names the kind taken and how many records were left out for naming none, and how to
+    export those; a kind of a third document is named with the --device that picks it."""
+    sample = json.loads(SAMPLE.read_text())
+    kindless = tmp_path / "kindless.json"
+    kindless.write_text(json.dumps({**sample, "device": {"jax": sample["device"]["jax"]}}))
+    n = len(sample["results"])
+    for order in ((kindless, SAMPLE), (SAMPLE, kindless)):
+        out = tmp_path / "tuned.json"
+        r = run_cli("export", *map(str, order), "--out", str(out))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert json.loads(out.read_text())["device"]["device_kind"] == "NVIDIA H100"
+        assert f'kept the newest of {n} identities of device "NVIDIA H100" (the first device kind they name)' in (
+            r.stdout
+        ), r.stdout
+        assert f"dropped {n} that name no device kind ({n} in {kindless}" in r.stdout, r.stdout
+        assert "export it alone, without --device, for a table of them" in r.stdout, r.stdout
+        out.unlink()
+    a100 = tmp_path / "a100.json"
+    a100.write_text(json.dumps({**sample, "device": {**sample["device"], "device_kind": "NVIDIA A100"}}))
+    r = run_cli("export", str(SAMPLE), str(a100), "--out", str(tmp_path / "t.json"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"(\"NVIDIA A100\": {n} in {a100}; --device 'NVIDIA A100' picks it)" in r.stdout, r.stdout

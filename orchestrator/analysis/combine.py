@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ from typing import Any
 from kernels.spelling import as_json
 from orchestrator.analysis import coverage, screens
 from orchestrator.analysis.coverage import Plans, plans_of
-from orchestrator.analysis.devices import kind_of
+from orchestrator.analysis.devices import kind_of, kinds
 from orchestrator.analysis.screens import Survivors, survivors_of
 from orchestrator.spec import tolerance
 from orchestrator.spec.records import item_id
@@ -50,8 +51,10 @@ class Combined:
 
     device_kind: Any
     kept: int = 0
-    other_device: Counter = field(default_factory=Counter)  # document -> records of another device kind
+    other_device: Counter = field(default_factory=Counter)  # document -> records of another named device kind
     other_kinds: set = field(default_factory=set)
+    unnamed: Counter = field(default_factory=Counter)  # document -> records that name no device kind (left out)
+    picked: bool = False  # the kind was not asked for (``--device``): the first the documents name
     older_jax: int = 0  # superseded by a record measured with a newer jax
     superseded: int = 0  # superseded by a newer record of the same jax (or of unknown jax)
     replayed_left: Counter = field(default_factory=Counter)  # document -> replayed records left out (not asked)
@@ -100,8 +103,8 @@ def combine(
     identity; its device block is that of the document of that kind with the newest jax, of
     the documents of measurements where one has the kind (the stack the table is mostly
     measured on)."""
-    kind = device_kind if device_kind is not None else docs[0].device.get("device_kind")
-    summary = Combined(kind)
+    kind = device_kind if device_kind is not None else default_kind(docs)
+    summary = Combined(kind, picked=device_kind is None)
     chosen: dict[str, _Kept] = {}
     order: list[str] = []
     rules = [replayed_of(doc) for doc in docs]
@@ -113,8 +116,11 @@ def combine(
         for rec in doc.results:
             rkind = kind_of(rec, doc)
             if rkind != kind:
-                summary.other_device[doc.name] += 1
-                summary.other_kinds.add(rkind)
+                if isinstance(rkind, str):
+                    summary.other_device[doc.name] += 1
+                    summary.other_kinds.add(rkind)
+                else:
+                    summary.unnamed[doc.name] += 1
                 continue
             replayed = rule(rec)
             if replayed and not include_replays:
@@ -142,6 +148,18 @@ def combine(
     device = _device(docs, rules, kind)
     combined = ResultsDoc(dict(device), dict(docs[0].config), results, path="combined", judged_by=math.inf)
     return combined, summary
+
+
+def default_kind(docs: list[ResultsDoc]) -> Any:
+    """The device kind combining takes where none is asked for: the first document's, where it
+    names one, else the first any record names (a document whose device block names none, an
+    earlier tilesweep's or one edited by hand, does not make the table a table of no device);
+    None where no record names one."""
+    own = docs[0].device.get("device_kind")
+    if isinstance(own, str):
+        return own
+    named = kinds(docs)
+    return named[0] if named else own
 
 
 def _judged(rec: dict[str, Any], max_rel_err: float | None) -> dict[str, Any]:
@@ -192,13 +210,19 @@ def describe(summary: Combined, n_docs: int) -> str:
     documents = f"{n_docs} document{'s' if n_docs != 1 else ''}"
     kind = as_json(summary.device_kind)
     text = f"combined {documents}: kept the newest of {summary.kept} identities of device {kind}"
+    if summary.picked and (summary.other_device or summary.unnamed):
+        text += " (the first device kind they name)"
     if summary.replayed_kept:
         text += f" ({summary.replayed_kept} of them replayed, not measured: --include-replays)"
     dropped = []
     if summary.other_device:
         per = ", ".join(f"{n} in {name}" for name, n in summary.other_device.items())
-        kinds = ", ".join(map(as_json, sorted(summary.other_kinds)))
-        dropped.append(f"{sum(summary.other_device.values())} of another device ({kinds}: {per})")
+        others = sorted(summary.other_kinds)
+        pick = f"; --device {shlex.quote(others[0])} picks {'it' if len(others) == 1 else 'another'}"
+        kinds = ", ".join(map(as_json, others))
+        dropped.append(f"{sum(summary.other_device.values())} of another device ({kinds}: {per}{pick})")
+    if summary.unnamed:
+        dropped.append(_unnamed(summary.unnamed))
     if summary.older_jax:
         dropped.append(f"{summary.older_jax} superseded by a record measured with a newer jax")
     if summary.superseded:
@@ -212,3 +236,14 @@ def describe(summary: Combined, n_docs: int) -> str:
             "virtual clock, not measured; --include-replays takes them where no measurement is)"
         )
     return text + (f"; dropped {'; '.join(dropped)}" if dropped else "")
+
+
+def _unnamed(unnamed: Counter) -> str:
+    """The records combining left out because they name no device kind (their document's device
+    block has no ``device_kind``), and how to make a table of them: their document exported alone."""
+    per = ", ".join(f"{n} in {name}" for name, n in unnamed.items())
+    which = "it" if len(unnamed) == 1 else "each of those documents"
+    return (
+        f"{sum(unnamed.values())} that name no device kind ({per}: no device_kind in the device block or the records; "
+        f"export {which} alone, without --device, for a table of them)"
+    )

@@ -51,7 +51,11 @@ def register(subparsers: Subparsers) -> None:
         help="results documents (JSON); of several, per record identity the "
         "newest record of the chosen device kind is kept",
     )
-    p.add_argument("--device", metavar="KIND", help="device kind to export (default: the first document's)")
+    p.add_argument(
+        "--device",
+        metavar="KIND",
+        help="device kind to export (default: the first document's, else the first kind the documents name)",
+    )
     p.add_argument(
         "--out",
         required=True,
