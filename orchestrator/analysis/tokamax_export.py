@@ -10,7 +10,10 @@ give one folder each (per kind, the newest record per identity over the document
 Where a problem's ``auto`` record (tokamax's own choice, what an untuned call runs) was faster
 than every forced record of it, its keys are left out, so tokamax runs its own choice there, as
 the tilesweep table's ``config: null`` says; ``keep_slower`` writes them anyway (``Chosen.auto_won``
-counts them).
+counts them). A problem whose configs are not all timed in full yet (a halving sweep merged before
+or during its round 2: configs only screened, or survivors of the screen still waiting, which may
+beat those timed already) is left out and counted (``Chosen.untimed``), as the tuned table leaves
+it out (``analysis.export.untimed``): tokamax would take the fastest timed so far for its best.
 
 Per problem and op, each key (built by tokamax's own key function: ``kernels.tokamax_cache``)
 holds the measured configs, each with:
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernels import tokamax_meta as meta
+from orchestrator.analysis.screens import Survivors, survivors_of
 from orchestrator.spec import tolerance
 from orchestrator.spec.records import DEFAULT_IMPL, item_id
 from orchestrator.store.document import ResultsDoc
@@ -58,7 +62,7 @@ class Chosen:
     records: int = 0  # records written (a fwd_bwd record may be in two keys)
     other_impls: Counter = field(default_factory=Counter)  # impl -> records left out
     auto_won: int = 0  # problems (per mode) left to tokamax's own choice, which was faster
-    untimed: int = 0  # problems (per mode) whose configs are only screened, not timed in full yet (halving)
+    untimed: int = 0  # problems (per mode) whose configs are not all timed in full yet (halving): left out
 
 
 def _problem(rec: Mapping[str, Any]) -> meta.Problem:
@@ -146,33 +150,47 @@ def _entries(impl: str, mode: str, p: meta.Problem, recs: list[Mapping[str, Any]
     return [meta.KeyEntry(impl, "fwd", True, p, fwd), meta.KeyEntry(impl, "vjp", True, p, vjp)]
 
 
-def choose(doc: ResultsDoc, device_kind: str, *, keep_slower: bool = False) -> Chosen:
+def choose(
+    doc: ResultsDoc, device_kind: str, *, keep_slower: bool = False, survivors: Survivors | None = None
+) -> Chosen:
     """The keys of ``doc``'s tokamax records (all of ``device_kind``: ``analysis.combine`` made it);
     a problem whose auto was faster than all of them left out unless ``keep_slower``, and one
-    whose configs are only screened (a halving sweep before its round 2) counted, none timed."""
+    whose configs are not all timed in full (a halving sweep before or during its round 2: only
+    screened, or survivors of its screen still waiting, ``analysis.screens``, which may beat those
+    timed already) left out and counted, as the tuned table leaves it out (``export.untimed``).
+    ``survivors``: those the documents ``doc`` was combined from name (default: ``doc``'s own)."""
     out = Chosen(device_kind)
     groups: dict[tuple[str, str, meta.Problem], list[Mapping[str, Any]]] = {}
     auto_ms: dict[tuple[str, str, meta.Problem], float] = {}
-    screened: set[tuple[str, str, meta.Problem]] = set()
+    screened: dict[str | None, tuple[str, str, meta.Problem]] = {}  # a screen's record id -> its problem
+    full: set[str | None] = set()  # ids of the records timed in full (or that failed), not screens
     for rec in doc.results:
         impl = str(rec.get("impl", DEFAULT_IMPL))
         if impl not in meta.IMPL_NAMES:
             out.other_impls[impl] += 1
             continue
         key = (impl, str(rec["mode"]), _problem(rec))
+        if rec.get("screened"):
+            if "error" not in rec:
+                screened[_id(rec)] = key
+            continue
+        full.add(_id(rec))
         if _timed(rec, max_rel_err=doc.max_rel_err):
             groups.setdefault(key, []).append(rec)
         elif _timed(rec, "auto", doc.max_rel_err):
             auto_ms[key] = min(float(rec["median_ms"]), auto_ms.get(key, float("inf")))
-        elif rec.get("screened") and "error" not in rec:
-            screened.add(key)
+    rule = survivors_of(doc) if survivors is None else survivors
+    waiting = {key for rid, key in screened.items() if rule is not None and rid in rule.ids and rid not in full}
+    untimed = (set(screened.values()) - groups.keys()) | waiting
     for key, recs in groups.items():
+        if key in untimed:
+            continue
         if not keep_slower and auto_ms.get(key, float("inf")) < min(float(r["median_ms"]) for r in recs):
             out.auto_won += 1
             continue
         out.entries += _entries(*key, recs)
     out.records = sum(len(e.configs) for e in out.entries)
-    out.untimed = len(screened - groups.keys())
+    out.untimed = len(untimed)
     return out
 
 

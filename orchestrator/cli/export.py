@@ -205,7 +205,9 @@ def _export_tokamax(args: argparse.Namespace, docs: list[ResultsDoc]) -> int:
             f"replayed records (times drawn on a virtual clock, not measured) in {which}: tokamax would take "
             "them for measurements; export measured documents, or pass --include-replays to export them anyway"
         )
-    return export_tokamax(docs, args.out, args.device, keep_slower=args.keep_slower)
+    return export_tokamax(
+        docs, args.out, args.device, keep_slower=args.keep_slower, include_replays=args.include_replays
+    )
 
 
 def _combined(docs: list[ResultsDoc], args: argparse.Namespace) -> tuple[ResultsDoc, Combined]:

@@ -43,7 +43,9 @@ def _tables(chosen: tokamax_export.Chosen) -> dict[str, str]:
         raise TilesweepError(f"a record cannot be written as tokamax's config: {exc}") from None
 
 
-def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> list[tokamax_export.Chosen]:
+def _chosen(
+    docs: list[ResultsDoc], device: str | None, keep_slower: bool, include_replays: bool = False
+) -> list[tokamax_export.Chosen]:
     held, names = kinds(docs), ", ".join(d.name for d in docs)
     if device is not None and device not in held:
         raise TilesweepError(
@@ -56,13 +58,14 @@ def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> li
     out = []
     for kind in wanted:
         if len(docs) > 1 or device is not None:  # the newest record per identity, as the tuned table takes them
-            doc, combined = combine(docs, kind)
+            doc, combined = combine(docs, kind, include_replays=include_replays)
             if device is None:  # every kind gets its own folder: none is dropped
                 combined = replace(combined, other_device=Counter(), other_kinds=set())
             print(describe(combined, len(docs)))
+            survivors = combined.survivors
         else:
-            doc = tokamax_export.of_kind(docs[0], kind)
-        out.append(tokamax_export.choose(doc, kind, keep_slower=keep_slower))
+            doc, survivors = tokamax_export.of_kind(docs[0], kind), None
+        out.append(tokamax_export.choose(doc, kind, keep_slower=keep_slower, survivors=survivors))
     if not any(c.entries or c.auto_won for c in out):
         if any(c.untimed for c in out):
             raise TilesweepError(
@@ -78,8 +81,8 @@ def _chosen(docs: list[ResultsDoc], device: str | None, keep_slower: bool) -> li
     return out
 
 
-# a halving sweep's problems whose configs only round 1 screened (``Chosen.untimed``)
-UNTIMED = "only screened, not timed in full yet (resume their sweep to time them, then export again)"
+# a halving sweep's problems whose configs are not all timed in full yet (``Chosen.untimed``)
+UNTIMED = "not all timed in full yet, so their best is not known (resume their sweep to time them, then export again)"
 
 
 def _say_left_out(c: tokamax_export.Chosen) -> None:
@@ -114,9 +117,12 @@ def _say_searching(docs: list[ResultsDoc], made: list[tuple[tokamax_export.Chose
         )
 
 
-def export_tokamax(docs: list[ResultsDoc], out: str, device: str | None, *, keep_slower: bool = False) -> int:
-    """Write the tables; one line per file written, one per device kind whose records were left out."""
-    chosen = _chosen(docs, device, keep_slower)
+def export_tokamax(
+    docs: list[ResultsDoc], out: str, device: str | None, *, keep_slower: bool = False, include_replays: bool = False
+) -> int:
+    """Write the tables; one line per file written, one per device kind whose records were left out
+    (``include_replays``: documents combined keep their replayed records, as one alone does)."""
+    chosen = _chosen(docs, device, keep_slower, include_replays)
     made = [(c, _tables(c)) for c in chosen if c.entries]
     targets = {  # each file refused before any is written where it is not one of tokamax's tables
         (c.device_kind, name): check_output(
