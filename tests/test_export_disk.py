@@ -96,3 +96,46 @@ def test_a_document_copied_onto_a_disk_that_filled_is_said_to_stop_part_way_thro
     said = assert_one_line_error(run_cli("export", str(copy), "--out", str(tmp_path / "tuned.json")))
     assert said.startswith(f"tilesweep: error: {copy}: not a results document: the file ends before its JSON"), said
     assert said.endswith("copy it again, or write a sweep's document again with `tilesweep merge SWEEP_DIR`"), said
+
+
+def test_a_tokamax_export_whose_vjp_table_finds_the_disk_full_writes_neither_and_names_both(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    """A fwd_bwd export writes two tables, the forward's and its vjp's; a disk with room for the
+    forward's alone: the line names the table that could not be written and the one that was not
+    written with it, neither is there (tokamax would run a forward ranked with a vjp it cannot
+    find), and once space is freed the same export writes both."""
+    doc = tmp_path / "tokamax.json"
+    spec = {
+        "output": str(doc),
+        "dtypes": ["float16"],
+        "head_dims": [64],
+        "seq_lens": [1024],
+        "modes": ["fwd_bwd"],
+        "kernel": {"impl": "tokamax-triton", "device_kind": "NVIDIA H100"},
+    }
+    doc.write_text(json.dumps(synthetic.document(spec)))
+    elsewhere = tmp_path / "elsewhere"
+    assert run_cli("export", str(doc), "--format", "tokamax", "--out", str(elsewhere)).returncode == 0
+    fwd, vjp = (
+        elsewhere / "nvidia_h100" / name
+        for name in ("pallas_triton_flash_attention.json", "pallas_triton_flash_attention_vjp.json")
+    )
+    assert fwd.stat().st_size > PAGE  # the forward's table is the larger: room for it is none for both
+    out = disk.root / "tables"
+    disk.fill()
+    whole = os.path.getsize(disk.filler) // PAGE * PAGE
+    os.truncate(disk.filler, max(0, whole - -(-fwd.stat().st_size // PAGE) * PAGE))  # room for the forward's only
+    said = assert_one_line_error(run_cli("export", str(doc), "--format", "tokamax", "--out", str(out)), FREE_SPACE)
+    folder = out / "nvidia_h100"
+    assert said.startswith(f"tilesweep: error: {folder / vjp.name}: cannot write tokamax's table"), said
+    assert f"{folder / fwd.name} is not written either" in said and said.endswith("then export again"), said
+    assert not folder.exists() or sorted(p.name for p in folder.iterdir()) == []
+    disk.free()
+    r = run_cli("export", str(doc), "--format", "tokamax", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [line.split(":")[0] for line in r.stdout.splitlines()] == [
+        f"wrote {folder / fwd.name}",
+        f"wrote {folder / vjp.name}",
+    ]
+    assert (folder / fwd.name).read_bytes() == fwd.read_bytes() and (folder / vjp.name).read_bytes() == vjp.read_bytes()

@@ -1,7 +1,9 @@
 """``tilesweep export DOC... --format tokamax --out DIR``: tokamax's autotuning tables of the
 documents' tokamax records (``orchestrator.analysis.tokamax_export`` chooses them,
-``kernels.tokamax_cache`` writes them through tokamax), one folder per device kind, each file
-written atomically. Nothing is written unless every device kind's tables could be made.
+``kernels.tokamax_cache`` writes them through tokamax), one folder per device kind. Nothing is
+written unless every device kind's tables could be made, and the tables are written together:
+each into a temp file first, none replacing what is there until all are on disk, so a write that
+fails (a full disk) leaves every table as it was, and its line names them all.
 
 A table there already keeps its other problems; a problem it holds that the export writes too is
 replaced whole (``tokamax_meta.merged``), and where that drops configs it measured which the
@@ -11,6 +13,8 @@ export does not hold, the table before is kept beside it as ``<op>.json.prev`` (
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections import Counter
 from dataclasses import replace
@@ -25,7 +29,7 @@ from orchestrator.cli.common import PROG, counted
 from orchestrator.cli.outputs import check_output, is_tokamax_table, write_failed
 from orchestrator.errors import TilesweepError
 from orchestrator.store.document import ResultsDoc
-from orchestrator.store.files import atomic_open
+from orchestrator.store.files import atomic_open, write_advice
 from orchestrator.store.target import prev_path
 
 
@@ -139,11 +143,9 @@ def export_tokamax(
         _say_left_out(c)
     _say_searching(docs, made)
     writes = {key: _over(Path(target), _made_text(made, key)) for key, target in targets.items()}
+    _write_together([(Path(targets[key]), text, before) for key, (text, before, _) in writes.items()])
     for c, texts in made:
         folder = Path(out) / meta.device_dir(c.device_kind)
-        for name in texts:
-            target, (text, before, _) = Path(targets[c.device_kind, name]), writes[c.device_kind, name]
-            _write(folder, target, text, before)
         for name in texts:
             entries = [e for e in c.entries if e.stem + ".json" == name]
             configs = sum(len(e.configs) for e in entries)
@@ -153,21 +155,41 @@ def export_tokamax(
     return 0
 
 
-def _write(folder: Path, target: Path, text: str, before: str | None) -> None:
-    """One table written (atomically), the table there before kept as ``.prev`` where
-    ``before`` holds it; a write that fails leaves the table there as it was, and no ``.prev``
-    of it that would refuse the export run again."""
+def _write_together(files: list[tuple[Path, str, str | None]]) -> None:
+    """Every table (target, text, and the table before where it is kept as ``.prev``) written
+    into a temp file beside it, flushed and synced, before any replaces what is there: a write
+    that fails (a full disk) leaves every table there as it was, and no ``.prev`` that would
+    refuse the export run again. tokamax ranks a fwd_bwd problem's forward configs beside its
+    vjp's best, so a forward table without the vjp table of the same export is no answer."""
+    if not files:  # every problem left to tokamax's own choice: no table to write
+        return
+    failed = files[0][0]
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if before is not None:  # it held configs this export did not measure: the table before is kept
-            with atomic_open(prev_path(target)) as fh:
-                fh.write(before)
-        with atomic_open(target) as fh:
-            fh.write(text)
+        with contextlib.ExitStack() as stack:
+            for target, text, before in files:
+                failed = target
+                target.parent.mkdir(parents=True, exist_ok=True)
+                kept = [(prev_path(target), before)] if before is not None else []
+                for path, body in [*kept, (target, text)]:
+                    fh = stack.enter_context(atomic_open(path))
+                    fh.write(body)
+                    fh.flush()
+                    os.fsync(fh.fileno())  # a full disk says so here, before any file is replaced
     except OSError as exc:
-        if before is not None:
-            prev_path(target).unlink(missing_ok=True)
-        raise TilesweepError(write_failed(str(target), "tokamax's table", exc)) from None
+        raise TilesweepError(_not_written(failed, [t for t, _, _ in files], exc)) from None
+
+
+def _not_written(failed: Path, targets: list[Path], exc: OSError) -> str:
+    """The line of an export none of whose tables was written: the one that could not be, the
+    others not written with it, and what to do before it runs again."""
+    others = [str(t) for t in targets if t != failed]
+    if not others:
+        return write_failed(str(failed), "tokamax's table", exc)
+    either = f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not written either"
+    return (
+        f"{failed}: cannot write tokamax's table ({exc.strerror or exc}), so {either} (an export writes its "
+        f"tables together or none; those there are as they were): {write_advice(exc)}, then export again"
+    )
 
 
 def _made_text(made: list[tuple[tokamax_export.Chosen, dict[str, str]]], key: tuple[str, str]) -> str:
