@@ -24,8 +24,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from kernels.devices import DeviceKind
 from kernels.impl_base import Fields, Value
-from kernels.impl_mosaic import AUTO_BLOCK_KV, AUTO_BLOCK_Q, AUTO_STEPS, CAPABILITIES, auto_backward
+from kernels.impl_mosaic import (
+    AUTO_BLOCK_KV,
+    AUTO_BLOCK_Q,
+    AUTO_STEPS,
+    CAPABILITIES,
+    CONFIG_FIELDS,
+    MOSAIC,
+    auto_backward,
+)
 from kernels.reference import ModeFn, default_sm_scale, mode_fn
 
 log = logging.getLogger(__name__)
@@ -128,3 +137,20 @@ def auto_fields(mode: str, *, dtype: str, head_dim: int, seq: int, causal: bool 
             break
     log.debug("mosaic auto(%s, %s, head_dim=%d, seq=%d) -> %s", mode, dtype, head_dim, seq, fields)
     return fields
+
+
+def auto_config(
+    mode: str, *, dtype: str, head_dim: int, seq: int, device: DeviceKind, causal: bool = False
+) -> dict[str, Value]:
+    """The config the ``auto`` record runs on ``device``, found as the record finds it there (the
+    first block_kv whose program lowers within its shared memory), by lowering for it on this
+    machine (``kernels.preflight``), with every field of the mode as a forced record names them
+    (``use_schedule_barrier`` as pinned, ``max_concurrent_steps`` as it runs): jax has no default
+    config, so a tuned table's "use auto" entry answers this one."""
+    from kernels import preflight
+
+    with preflight.target(device):
+        fields = auto_fields(mode, dtype=dtype, head_dim=head_dim, seq=seq, causal=causal)
+    names = CONFIG_FIELDS[mode]
+    params = tuple({**MOSAIC.pinned(mode)[0], **fields}[n] for n in names)
+    return dict(zip(names, MOSAIC.runs_as(mode, seq, params), strict=True))

@@ -20,10 +20,13 @@ whether the entry's implementation is the fastest of the table's implementations
 problem. ``config: null`` records a
 measured problem where the implementation's auto beat every forced config (or every forced
 config failed): the answer there is "use auto", and a neighbouring seq must not override it.
-``auto_config`` (optional, beside a null ``config`` of our kernel) is the config auto ran
-there, as ``config`` names its fields: ``config_for`` answers it, because our kernel called
-with ``config=None`` runs ``AttentionConfig()``, which is not auto (auto shrinks tiles and
-stages to fit shared memory and picks the backward's warps).
+``auto_config`` (optional, beside a null ``config`` of our kernel or of jax's Mosaic GPU
+kernel) is the config auto ran there, as ``config`` names its fields: ``config_for`` answers
+our kernel's, because our kernel called with ``config=None`` runs ``AttentionConfig()``, which
+is not auto (auto shrinks tiles and stages to fit shared memory and picks the backward's
+warps); ``lookup`` answers the Mosaic GPU kernel's, which has no default config at all (its
+auto is tilesweep's choice, ``kernels.mosaic``). The stock ``mha`` and tokamax's ops called
+untuned run their auto, so their "use auto" entries need none.
 
 Answers, for either implementation: ``config_for`` gives our kernel's ``AttentionConfig``
 (``kernels.attention.flash_attention(q, k, v, cfg, causal=...)``), ``mha_kwargs`` the stock
@@ -247,11 +250,22 @@ class TunedTable:
         Keywords as ``entry``: ``dtype`` (a name such as "bfloat16", a numpy/jax dtype or
         scalar type), ``head_dim``, ``seq``, ``mode``, and optionally ``causal``, ``batch``,
         ``heads``, ``kv_heads`` and ``impl`` (default: our kernel).
+
+        Where the entry says "use auto", an implementation whose kernel has no default config
+        (jax's Mosaic GPU kernel: ``attention`` without one raises) gets the config auto ran
+        there, its ``auto_config``: "use auto" is no call it can make. Our kernel's answer there
+        is ``None`` (``config_for`` gives auto's config), as is that of an implementation whose
+        untuned call runs its auto (jax's stock ``mha``, tokamax's ops).
         """
         e = self.entry(**kwargs)
-        if e is None or e.config is None:
+        if e is None:
             return None
-        return dict(e.config)
+        if e.config is not None:
+            return dict(e.config)
+        auto = e.auto_config
+        if e.impl == DEFAULT_IMPL or auto is None or not blocks_divide(auto, int(kwargs["seq"]), e.mode, e.impl):
+            return None
+        return dict(auto)
 
     def config_for(self, **kwargs: Any) -> AttentionConfig | None:
         """Our kernel's ``AttentionConfig`` for this call: the entry's config, or where the

@@ -18,12 +18,15 @@ of one kernel, their ratio is noise, not a speedup (``report`` says so).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kernels import impl_triton, impls
+from kernels.spelling import as_json
 from orchestrator.spec.records import record_config
 from orchestrator.store.document import ResultsDoc
 from orchestrator.store.provenance import own_block
@@ -95,3 +98,44 @@ def auto_choice(impl: str | None) -> str | None:
 def same_config(best: Mapping[str, Any] | None, auto: Mapping[str, Any] | None) -> bool:
     """Whether a best forced config is the auto config (every field equal; an unknown is never equal)."""
     return best is not None and auto is not None and all(best.get(k) == v for k, v in auto.items())
+
+
+# Implementations whose kernel has no default config, so that their ``auto`` record runs
+# tilesweep's choice, made by lowering for the GPU (jax's Mosaic GPU kernel: ``kernels.mosaic``),
+# and the module that makes it. A tuned table's "use auto" entry of theirs names that config.
+LOWERED_AUTO = {"mosaic": "kernels.mosaic"}
+
+
+@functools.lru_cache(maxsize=256)
+def lowered_auto_config(
+    impl: str, device_kind: Any, *, mode: str, dtype: str, head_dim: int, seq: int, causal: bool
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The config the ``auto`` record of ``impl`` (one of ``LOWERED_AUTO``) runs at this problem
+    on ``device_kind``, found as the record finds it there, by lowering for that GPU on this
+    machine's CPU (``kernels.preflight``), and None; or None and why it cannot be found here: a
+    device kind ``kernels.devices`` does not know, no jax that lowers the kernel
+    (``check_available`` names the package), or a lowering that fails."""
+    from kernels import devices, preflight
+
+    try:
+        device = devices.get(device_kind) if isinstance(device_kind, str) else None
+    except ValueError:
+        device = None
+    if device is None:
+        known = ", ".join(map(as_json, devices.KINDS))
+        return None, f"the device kind {as_json(device_kind)} is not one tilesweep lowers for (it knows {known})"
+    preflight.cpu_only()
+    try:
+        module = importlib.import_module(LOWERED_AUTO[impl])
+        module.check_available()
+        config: dict[str, Any] = module.auto_config(
+            mode, dtype=dtype, head_dim=head_dim, seq=seq, device=device, causal=causal
+        )
+    except Exception as exc:  # any reason it cannot be lowered here: the entry then names no config
+        log.debug("no auto config of %s for %s on %s: %s", impl, (mode, dtype, head_dim, seq), device_kind, exc)
+        said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, (
+            f"lowering it for {as_json(device_kind)} failed here ({said}); export where jax's Mosaic GPU kernel "
+            "lowers (scripts/setup-venv.sh installs it)"
+        )
+    return config, None

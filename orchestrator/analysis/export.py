@@ -17,8 +17,12 @@ the forced config's, or auto's where ``config`` is ``null``. Keeping the entry (
 dropping it) stops the kernel's nearest-seq fallback from borrowing a neighbour's config for
 a seq where auto is known to win. Beside a null ``config`` of our kernel, ``auto_config`` names
 the config auto ran (``kernels.tuned.TunedTable.config_for`` answers it: our kernel called with
-no config runs ``AttentionConfig()``, not auto). ``keep_slower=True`` exports the best forced
-config anyway.
+no config runs ``AttentionConfig()``, not auto); beside one of jax's Mosaic GPU kernel, which has
+no default config, the config its auto runs, found by lowering for the document's device kind
+(``analysis.auto.lowered_auto_config``; ``TunedTable.lookup`` answers it), or none where it
+cannot be lowered here (``ExportSummary.auto_unknown``: the CLI notes it). The stock kernel and
+tokamax's ops called untuned run their auto, so their "use auto" needs no config.
+``keep_slower=True`` exports the best forced config anyway.
 Problems where nothing ran at all get no entry, and neither do problems whose forced configs are
 still to be timed in full (``untimed``: a halving sweep stopped before its round 2 timed every
 survivor, a sweep stopped before it measured them): neither auto nor a best timed so far is
@@ -47,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from kernels import impl_triton, impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
 from kernels.tuned_entries import TunedEntry, TunedTableError, read_entry
+from orchestrator.analysis.auto import LOWERED_AUTO, lowered_auto_config
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.spec.records import kernel_kwargs
 from orchestrator.store.document import ResultsDoc
@@ -75,6 +80,10 @@ class ExportSummary:
     searching: int = 0  # entries of problems whose search has not ended: the best of what it measured so far
     # entries of problems with planned configs not measured yet (``unmeasured``): the best of what was measured so far
     unmeasured: int = 0
+    # "use auto" entries of an implementation with no default config (``auto.LOWERED_AUTO``) whose auto
+    # config could not be found here (``TunedTable.lookup`` has no config there): their labels, and why
+    auto_unknown: tuple[str, ...] = ()
+    auto_unknown_why: str = ""
 
 
 def kernel_config(best_config: dict[str, Any], mode: str, impl: str = impls.DEFAULT_IMPL) -> dict[str, int]:
@@ -110,7 +119,7 @@ def unmeasured(s: ProblemSummary) -> bool:
     return s.coverage is not None and bool(s.coverage.missing)
 
 
-def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
+def _entry(s: ProblemSummary, keep_slower: bool, device_kind: Any = None) -> dict[str, Any] | None:
     if (s.best_ms is None and s.auto_ms is None) or untimed(s):
         return None
     config = None
@@ -118,7 +127,7 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
         config = kernel_config(s.best_config, s.key.mode, s.key.impl or impls.DEFAULT_IMPL)
     k = s.key
     replayed: dict[str, Any] = {"replayed": True} if s.replayed else {}
-    auto = _auto_config(s) if config is None else None
+    auto = _auto_config(s, device_kind) if config is None else None
     return {
         "impl": k.impl,
         "dtype": k.dtype,
@@ -137,10 +146,20 @@ def _entry(s: ProblemSummary, keep_slower: bool) -> dict[str, Any] | None:
     }
 
 
-def _auto_config(s: ProblemSummary) -> dict[str, int] | None:
-    """What a "use auto" entry of our kernel answers: the config its auto ran (None where the
-    document does not say). Our kernel called untuned runs ``AttentionConfig()``, not auto; the
-    stock kernel's auto is its own defaults, which ``mha`` called untuned runs."""
+def _auto_config(s: ProblemSummary, device_kind: Any = None) -> dict[str, Any] | None:
+    """What a "use auto" entry answers where an untuned call does not run auto: the config auto
+    ran (None where it cannot be known). Our kernel called untuned runs ``AttentionConfig()``,
+    not auto, whose config the document's rule names (``analysis.auto``); jax's Mosaic GPU
+    kernel has no default config at all, and its auto is found by lowering for the document's
+    device kind (``auto.lowered_auto_config``). The stock kernel's auto is its own defaults,
+    which ``mha`` called untuned runs, and tokamax's is what its untuned op runs: neither needs one."""
+    impl = s.key.impl or impls.DEFAULT_IMPL
+    if impl in LOWERED_AUTO:
+        k = s.key
+        config, _ = lowered_auto_config(
+            impl, device_kind, mode=k.mode, dtype=k.dtype, head_dim=k.head_dim, seq=k.seq, causal=k.causal
+        )
+        return config
     auto = s.auto_config
     if (s.key.impl or impls.DEFAULT_IMPL) != impls.DEFAULT_IMPL or auto is None or None in auto.values():
         return None
@@ -156,8 +175,9 @@ def tuned_table(
     chosen: dict[tuple, tuple[dict[str, Any], ProblemSummary]] = {}  # per entry's problem: it, and its summary
     refused: dict[tuple, tuple[str, str]] = {}
     skipped = unrecorded = waiting = 0
+    kind = doc.device.get("device_kind") if combined is None else combined.device_kind  # what auto is lowered for
     for s in best_table(doc) if combined is None else best_table(doc, combined.plans, combined.survivors):
-        e = _entry(s, keep_slower)
+        e = _entry(s, keep_slower, kind)
         if e is None:
             skipped += 1
             if s.n_configs == 0 and s.auto_status == "absent":
@@ -189,9 +209,38 @@ def tuned_table(
     left_out = tuple(why for k, why in refused.items() if k not in chosen)
     unended = sum(1 for _, s in chosen.values() if _searching(s))
     partial = sum(1 for _, s in chosen.values() if unmeasured(s) and not _searching(s))
+    unknown = [
+        s for e, s in chosen.values() if e["config"] is None and e["impl"] in LOWERED_AUTO and "auto_config" not in e
+    ]
     return table, ExportSummary(
-        len(entries), tuned, len(entries) - tuned, skipped, replayed, left_out, unrecorded, waiting, unended, partial
+        len(entries),
+        tuned,
+        len(entries) - tuned,
+        skipped,
+        replayed,
+        left_out,
+        unrecorded,
+        waiting,
+        unended,
+        partial,
+        tuple(s.key.label() for s in unknown),
+        _why_no_auto(unknown[0], kind) if unknown else "",
     )
+
+
+def _why_no_auto(s: ProblemSummary, device_kind: Any) -> str:
+    """Why the auto config of a "use auto" entry of ``auto.LOWERED_AUTO`` could not be found here."""
+    k = s.key
+    _, why = lowered_auto_config(
+        k.impl or impls.DEFAULT_IMPL,
+        device_kind,
+        mode=k.mode,
+        dtype=k.dtype,
+        head_dim=k.head_dim,
+        seq=k.seq,
+        causal=k.causal,
+    )
+    return why or ""
 
 
 def _searching(s: ProblemSummary) -> bool:

@@ -106,6 +106,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"{PROG}: note: {_searching(summary.searching)}", file=sys.stderr)
     if summary.unmeasured:
         print(f"{PROG}: note: {_unmeasured(summary.unmeasured)}", file=sys.stderr)
+    if summary.auto_unknown:
+        print(f"{PROG}: note: {_auto_unknown(summary)}", file=sys.stderr)
     if over is None:  # the table on stdout, what was written on stderr
         if not _table_to_stdout(table):
             return 0
@@ -152,6 +154,17 @@ def _unmeasured(n: int) -> str:
     return (
         f"{counted(n, 'problem')} {'has' if n == 1 else 'have'} planned configs not measured yet: {which} the "
         "best of what was measured so far, which those may beat (resume the sweep, then export again)"
+    )
+
+
+def _auto_unknown(summary: ExportSummary) -> str:
+    """ "use auto" entries of jax's Mosaic GPU kernel whose auto config could not be lowered here, and why."""
+    labels = summary.auto_unknown
+    more = f" (and {counted(len(labels) - 1, 'other')})" if len(labels) > 1 else ""
+    return (
+        f'the "use auto" entry of {labels[0]}{more} names no auto_config, so TunedTable.lookup has no config '
+        f"there (jax's Mosaic GPU kernel has no default config, and its auto is tilesweep's pick by lowering): "
+        f"{summary.auto_unknown_why}; --keep-slower exports the best forced config there instead"
     )
 
 
