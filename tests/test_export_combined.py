@@ -203,3 +203,29 @@ def test_a_document_naming_no_device_kind_beside_one_that_names_it_exports_the_n
     r = run_cli("export", str(SAMPLE), str(a100), "--out", str(tmp_path / "t.json"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"(\"NVIDIA A100\": {n} in {a100}; --device 'NVIDIA A100' picks it)" in r.stdout, r.stdout
+
+
+def test_a_tokamax_export_of_a_document_naming_no_device_kind_beside_one_that_names_it_says_how_to_export_it(
+    tmp_path: Path,
+) -> None:
+    """tokamax files its tables by device kind: the records of a document that names none go in no
+    table, and the line says so and what makes them exportable, not to export it alone (which
+    --format tokamax refuses for naming no device kind)."""
+    from orchestrator.store import synthetic
+
+    named, kindless = tmp_path / "named.json", tmp_path / "kindless.json"
+    spec = {"dtypes": ["float16"], "head_dims": [64], "seq_lens": [1024], "modes": ["fwd"]}
+    kernel = {"impl": "tokamax-triton", "device_kind": "NVIDIA H100"}
+    doc = synthetic.document({**spec, "output": str(named), "kernel": kernel})
+    named.write_text(json.dumps(doc))
+    kindless.write_text(json.dumps({**doc, "device": {"jax": doc["device"]["jax"]}}))
+    r = run_cli("export", str(kindless), str(named), "--format", "tokamax", "--out", str(tmp_path / "tables"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    n = len(doc["results"])
+    assert (
+        f"dropped {n} that name no device kind ({n} in {kindless}: no device_kind in the device block or the "
+        "records; tokamax files its tables by device kind: name the GPU as device_kind in the device block to "
+        "export them)"
+    ) in r.stdout.splitlines()[0], r.stdout
+    said = assert_one_line_error(run_cli("export", str(kindless), "--format", "tokamax", "--out", str(tmp_path / "t")))
+    assert "no record names its device kind" in said, said

@@ -205,8 +205,13 @@ def _device(docs: list[ResultsDoc], rules: list[Replayed], kind: Any) -> dict[st
     return device
 
 
-def describe(summary: Combined, n_docs: int) -> str:
-    """One line: how many records from how many documents went in, and what was dropped and why."""
+# how a tuned table of records that name no device kind is made: their document exported alone
+UNNAMED_ALONE = "export {which} alone, without --device, for a table of them"
+
+
+def describe(summary: Combined, n_docs: int, unnamed_fix: str = UNNAMED_ALONE) -> str:
+    """One line: how many records from how many documents went in, and what was dropped and why
+    (``unnamed_fix``: how to export the records that name no device kind, ``{which}`` their documents)."""
     documents = f"{n_docs} document{'s' if n_docs != 1 else ''}"
     kind = as_json(summary.device_kind)
     text = f"combined {documents}: kept the newest of {summary.kept} identities of device {kind}"
@@ -222,7 +227,7 @@ def describe(summary: Combined, n_docs: int) -> str:
         kinds = ", ".join(map(as_json, others))
         dropped.append(f"{sum(summary.other_device.values())} of another device ({kinds}: {per}{pick})")
     if summary.unnamed:
-        dropped.append(_unnamed(summary.unnamed))
+        dropped.append(_unnamed(summary.unnamed, unnamed_fix))
     if summary.older_jax:
         dropped.append(f"{summary.older_jax} superseded by a record measured with a newer jax")
     if summary.superseded:
@@ -238,12 +243,12 @@ def describe(summary: Combined, n_docs: int) -> str:
     return text + (f"; dropped {'; '.join(dropped)}" if dropped else "")
 
 
-def _unnamed(unnamed: Counter) -> str:
+def _unnamed(unnamed: Counter, fix: str) -> str:
     """The records combining left out because they name no device kind (their document's device
-    block has no ``device_kind``), and how to make a table of them: their document exported alone."""
+    block has no ``device_kind``), and how to make a table of them (``fix``)."""
     per = ", ".join(f"{n} in {name}" for name, n in unnamed.items())
     which = "it" if len(unnamed) == 1 else "each of those documents"
     return (
         f"{sum(unnamed.values())} that name no device kind ({per}: no device_kind in the device block or the records; "
-        f"export {which} alone, without --device, for a table of them)"
+        f"{fix.format(which=which)})"
     )

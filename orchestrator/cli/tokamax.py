@@ -65,7 +65,7 @@ def _chosen(
             doc, combined = combine(docs, kind, include_replays=include_replays)
             if device is None:  # every kind gets its own folder: none is dropped
                 combined = replace(combined, other_device=Counter(), other_kinds=set())
-            print(describe(combined, len(docs)))
+            print(describe(combined, len(docs), UNNAMED))
             survivors = combined.survivors
         else:
             doc, survivors = tokamax_export.of_kind(docs[0], kind), None
@@ -84,6 +84,9 @@ def _chosen(
         )
     return out
 
+
+# records that name no device kind (``combine.describe``): tokamax files its tables by device kind
+UNNAMED = "tokamax files its tables by device kind: name the GPU as device_kind in the device block to export them"
 
 # a halving sweep's problems whose configs are not all timed in full yet (``Chosen.untimed``)
 UNTIMED = "not all timed in full yet, so their best is not known (resume their sweep to time them, then export again)"
