@@ -1,11 +1,13 @@
 """A merge whose output is another kind of tilesweep file (a spec, a tuned table), or no results
 document at all, refuses to replace it, in one line that says what the file is and the ways out of
 the command that merges (``merge``, or ``run``: another ``--output``), not the advice the
-results-document reader gives whoever passed it as a document to read."""
+results-document reader gives whoever passed it as a document to read; and a merge into a folder
+that takes no new file is refused before it reads a partial."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -73,3 +75,20 @@ def test_merging_into_a_new_folder_of_a_folder_that_takes_no_files_names_that_fo
         subprocess.run(["chattr", "-i", str(folder)], check=True)
     assert_one_line_error(r, f"the folder {folder} is not writable: make it writable, or merge into another folder")
     assert list(folder.iterdir()) == []
+
+
+def test_a_merge_into_a_folder_that_takes_no_new_file_is_refused_before_it_reads_a_partial(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = folder / "results.json"
+    sd, _ = build_sweep(tmp_path / "s", small_spec(n_seqs=1), 2, output=out)
+    assert run_cli("merge", str(sd.root)).returncode == 0  # the document and its lock file are there
+    before = out.read_bytes()
+    shutil.rmtree(sd.root / "merge-cache")
+    subprocess.run(["chattr", "+i", str(folder)], check=True)
+    try:
+        r = run_cli("merge", str(sd.root))
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    assert_one_line_error(r, f"cannot write {out}: its folder {folder} takes no new files", "it is unchanged")
+    assert out.read_bytes() == before and not (sd.root / "merge-cache").exists()  # no partial was read
