@@ -181,6 +181,7 @@ def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec, root: Path) -> b
     was interrupted before its units were written is planned now, as the command line asks (by the
     caller where this says False: ``--dry-run`` shows that plan)."""
     from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store.lowering_todo import sweep_verdicts
     from orchestrator.store.sweepdir import SweepDir
 
     if args.dry_run:
@@ -198,6 +199,7 @@ def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec, root: Path) -> b
     units_kept(args.units, sd)
     for k, entry in enumerate(index):
         print(f"  unit {k:>3} {entry['id']}: {unit_column(entry['n_items'])}  ({entry['origin']})")
+    print_plan_notes(sd.spec, verdicts=sweep_verdicts(sd, args.spec))  # what its lowering said, and left
     return True
 
 
