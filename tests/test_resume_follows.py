@@ -60,6 +60,25 @@ def test_resume_here_follows_a_worker_another_process_runs(
     assert len(units) == 1 and len(doc["results"]) == doc["tilesweep"]["planned"] == records_written(sweep)
 
 
+# ``python -m jobs.worker SWEEP UNIT`` that stops itself (SIGSTOP) once it holds its unit's lease
+STOPS_ONCE_LEASED = """
+import os, signal, sys
+import jobs.worker as w
+leased = w._run_leased
+def stopped(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return leased(*args, **kwargs)
+w._run_leased = stopped
+sys.exit(w.main(sys.argv[1:]))
+"""
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state ``T`` in /proc)."""
+    stat = (Path("/proc") / str(pid) / "stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
 @pytest.mark.parametrize("command", ["resume", "run"])
 def test_a_halving_sweep_whose_round_1_a_worker_by_hand_runs_gets_its_round_2_after_it(
     tmp_path: Path, command: str
@@ -72,12 +91,12 @@ def test_a_halving_sweep_whose_round_1_a_worker_by_hand_runs_gets_its_round_2_af
 
     spec, sweep = spec_file(tmp_path, {"kind": "local"}), tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    # the worker stops itself once it holds its unit's lease, before its first record: still
+    # running when the command looks, however fast it would have run its unit
     worker = subprocess.Popen(
-        [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, stdout=subprocess.DEVNULL, text=True
+        [sys.executable, "-c", STOPS_ONCE_LEASED, str(sweep), "0"], cwd=REPO, stdout=subprocess.DEVNULL, text=True
     )
-    # stopped once it holds its unit's lease (before its first record): still running when the command looks
-    until(lambda: any((sweep / "leases").glob("*.lease")), "the worker to take its unit", worker)
-    os.kill(worker.pid, signal.SIGSTOP)
+    until(lambda: _stopped(worker.pid), "the worker to take its unit", worker)
     proc = start_run(spec, sweep, command=command)
     try:
         assert proc.stdout is not None and proc.stderr is not None
