@@ -8,7 +8,11 @@ bash scripts/setup-venv.sh
 # Lint, format and types of the whole tree (settings in pyproject.toml; mypy's files are there)
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy
+# mypy checks the types beside the set-up below (its output waits in a file until pytest starts)
+types=$(mktemp)
+trap 'rm -f "$types"' EXIT
+.venv/bin/mypy > "$types" 2>&1 &
+mypy_pid=$!
 if [ "$(id -u)" = 0 ]; then
   # the report page's tests open it in a real headless browser
   if bash scripts/install-browser.sh; then
@@ -27,6 +31,12 @@ else
   echo "test.sh: not root, so the local SLURM cluster cannot be started (nor chromium installed); SLURM tests" \
        "(and the browser tests, without chromium) will be skipped" >&2
 fi
+if ! wait "$mypy_pid"; then
+  cat "$types" >&2
+  exit 1
+fi
+cat "$types"
+rm -f "$types"
 # Two test processes (pytest-xdist); the SLURM tests stay together on one of them (tests/conftest.py).
 # TILESWEEP_TEST_PROCESSES=0 runs the suite in one process.
 exec .venv/bin/python -m pytest -n "${TILESWEEP_TEST_PROCESSES:-2}" --dist loadgroup "$@"

@@ -55,6 +55,16 @@ def slow_slurm_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     return submit_slow_sweep(tmp_path_factory.mktemp("slow"))
 
 
+@pytest.fixture(scope="session")
+def time_limit_sweeps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """The sweeps (spec, sweep dir) whose SLURM tasks run out of their time limits, by name
+    (tests.slurm_sweeps.submit_time_limit_sweeps), submitted with ``slow_slurm_sweep`` and
+    checked by ``last`` tests, so that their minutes overlap the other SLURM tests."""
+    from tests.slurm_sweeps import submit_time_limit_sweeps
+
+    return submit_time_limit_sweeps(tmp_path_factory.mktemp("limits"))
+
+
 @pytest.fixture
 def write_spec(tmp_path: Path) -> Callable[..., Path]:
     """Write a spec file (TINY_SPEC updated with overrides) and return its path."""

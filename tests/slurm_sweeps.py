@@ -54,23 +54,56 @@ def write_spec(folder: Path, name: str, executor: dict[str, Any] | None = None, 
     return path
 
 
-def submit_slow_sweep(folder: Path) -> tuple[Path, Path]:
-    """Submit the slow sweep behind the time-limit test (conftest's session fixture
-    ``slow_slurm_sweep``): a replay at the real pace, on the cpu partition, without a GPU, so its
-    ~3 minutes hold none of the 4 fake GPUs the other tests' arrays and whole-node tasks need."""
-    executor = {"timeout_min": 2, "slurm_signal_delay_s": 20, "slurm_partition": "cpu", "gpus_per_node": 0}
-    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
-    for rec in source["results"]:
-        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
-    (folder / "source.json").write_text(json.dumps(source))
-    replay = {"source": str(folder / "source.json"), "pace": "real"}
-    spec = write_spec(
-        folder, "slow.json", executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay, report={"html": True}
-    )
-    sweep = folder / "sweep"
+def slow_replay_spec(folder: Path, name: str, executor: dict[str, Any], pace: str = "real", **over: Any) -> Path:
+    """A spec file ``name`` in ``folder`` replaying ``SLOW_UNIT`` at ``pace`` (real: 0.3 s to
+    compile and 1.9 s to time a record, waited out, not computed) from a synthetic source
+    document beside it, run by ``executor``."""
+    source = folder / "source.json"
+    if not source.exists():
+        doc = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
+        for rec in doc["results"]:
+            rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
+        source.write_text(json.dumps(doc))
+    replay = {"source": str(source), "pace": pace}
+    return write_spec(folder, name, executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay, **over)
+
+
+def _submit(spec: Path, sweep: Path) -> None:
     r = run_cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
     assert r.returncode == 0, r.stderr
-    return spec, sweep
+
+
+# the slow sweeps' tasks run on the cpu partition (or short), without a GPU, so that their minutes
+# hold none of the 4 fake GPUs the other tests' arrays and whole-node tasks need
+SLOW_EXECUTOR = {"timeout_min": 2, "slurm_signal_delay_s": 20, "slurm_partition": "cpu", "gpus_per_node": 0}
+
+
+def submit_slow_sweep(folder: Path) -> tuple[Path, Path]:
+    """Submit the slow sweep behind the requeue test (conftest's session fixture
+    ``slow_slurm_sweep``): warned 20 s before its 2-minute limit, requeued, then done."""
+    spec = slow_replay_spec(folder, "slow.json", SLOW_EXECUTOR, report={"html": True})
+    _submit(spec, folder / "sweep")
+    return spec, folder / "sweep"
+
+
+def submit_time_limit_sweeps(folder: Path) -> dict[str, tuple[Path, Path]]:
+    """Submit the sweeps behind the time-limit tests (conftest's session fixture
+    ``time_limit_sweeps``), each (spec, sweep dir) by name: ``cpu`` and ``short``, ended TIMEOUT
+    at their 1-minute limit without a warning (on the partition each is named after; ``short``
+    allows no more), and ``requeues``, warned before its 2-minute limit with no requeue left."""
+    timeout = {"timeout_min": 1, "slurm_signal_delay_s": 0, "max_requeues": 0, "gpus_per_node": 0}
+    executors = {
+        "cpu": {**timeout, "slurm_partition": "cpu"},
+        "short": {**timeout, "slurm_partition": "short"},
+        "requeues": {**SLOW_EXECUTOR, "max_requeues": 0, "merge_job": False},
+    }
+    sweeps = {}
+    for name, executor in executors.items():
+        (folder / name).mkdir()
+        spec = slow_replay_spec(folder / name, "slow.json", executor)
+        _submit(spec, folder / name / "sweep")
+        sweeps[name] = (spec, folder / name / "sweep")
+    return sweeps
 
 
 # 14 items in 4 units: two shapes, three fwd block sizes

@@ -33,8 +33,9 @@ def _cluster() -> None:
 
 
 def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(
-    slow_slurm_sweep: tuple[Path, Path], tmp_path: Path
+    slow_slurm_sweep: tuple[Path, Path], time_limit_sweeps: dict[str, tuple[Path, Path]], tmp_path: Path
 ) -> None:
+    """(The first SLURM test: it has the slow sweeps the ``last`` tests check submitted first.)"""
     spec = write_spec(tmp_path, "four.json", **FOUR_UNITS)
     sweep = tmp_path / "sweep"
     t0 = time.monotonic()

@@ -17,11 +17,18 @@ from typing import Any
 
 import pytest
 
-from orchestrator.control.dispatch.unit_worker import TASK_DIED
-from orchestrator.store import synthetic
-from tests.helpers import TINY_SPEC, assert_one_line_error
+from tests.helpers import assert_one_line_error
 from tests.slurm_cluster import poll, require_cluster
-from tests.slurm_sweeps import FOUR_UNITS, SLOW_UNIT, cli, lines, status, unit_jobs, write_spec
+from tests.slurm_sweeps import (
+    FOUR_UNITS,
+    SLOW_EXECUTOR,
+    cli,
+    lines,
+    slow_replay_spec,
+    status,
+    unit_jobs,
+    write_spec,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -37,80 +44,16 @@ def _parent(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def _slow_replay(tmp_path: Path, name: str, executor: dict[str, Any]) -> Path:
-    """A spec file ``name`` replaying ``SLOW_UNIT`` at the real pace (0.3 s a record, waited
-    out, not computed) from a synthetic source document, run by ``executor``."""
-    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
-    for rec in source["results"]:
-        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
-    (tmp_path / "source.json").write_text(json.dumps(source))
-    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
-    return write_spec(tmp_path, name, executor, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay)
-
-
-def test_units_a_killed_whole_node_task_never_handed_a_gpu_say_none_of_them_ran_and_what_redoes_them(
-    tmp_path: Path,
-) -> None:
-    """8 units on a 4-GPU task: the task's own process is killed (SIGKILL) once its GPUs took
-    their first units; the units they took say the task died under them, the ones they never
-    took say so too, and that `resume` runs them, not a bare exit code."""
-    timing = {"target_ms": 100, "max_inner": 1000, "warmup": 0}
-    spec = write_spec(tmp_path, "kill.json", {"gpus_per_node": 4}, **{**FOUR_UNITS, "timing": timing})
-    sweep = tmp_path / "sweep"
-    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "8").returncode == 0
-    entries = unit_jobs(sweep)
-    first = next(u for u, e in entries.items() if e["slot"] == 0)
-
-    def worker_pid() -> int | None:
-        """The pid of the worker that took the task's first unit, once its partial names it."""
-        return next((o["header"]["pid"] for o in lines(sweep / "partials" / f"{first}.jsonl") if "header" in o), None)
-
-    task = _parent(poll(worker_pid, 120, "the task's first unit to start", 0.05))
-    os.kill(task, signal.SIGKILL)
-    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
-    assert w.returncode == 1, w.stderr
-    units = {u["id"]: u for u in status(sweep)["units"]}
-    never = [u for u in entries if not (sweep / "logs" / "units" / f"{u}.log").exists()]
-    taken = [u for u in entries if u not in never and units[u]["state"] != "done"]
-    assert never and taken, units  # 4 GPUs, 8 units: the last 4 wait for a GPU that never frees
-    for u in never:
-        assert units[u]["state"] == "failed", units[u]
-        detail = units[u]["detail"]
-        assert detail.startswith("its task died before one of its GPUs took this unit (SLURM: FAILED"), detail
-        assert detail.endswith("so none of it ran; `tilesweep resume` runs it"), detail
-    for u in taken:  # its worker said so, or SLURM ended it with the task before it could
-        assert units[u]["state"] == "failed", units[u]
-        assert units[u]["detail"] == TASK_DIED or units[u]["detail"].startswith(
-            "its task died while one of its GPUs ran this unit (SLURM: FAILED"
-        ), units[u]
-    text = cli("status", str(sweep)).stdout
-    assert "exit code 9" not in text and f"tilesweep resume {sweep}" in text, text
-    # the log of a unit no GPU took: none, as its task ended (not "waits for one of the task's GPUs")
-    line = assert_one_line_error(
-        cli("logs", str(sweep), never[0]),
-        f"unit {never[0]} of {sweep} has no log: its task died before one of its GPUs took this unit (SLURM: FAILED",
-        f"`tilesweep logs {sweep} {never[0]} --task` prints the task's log",
-    )
-    assert "waits for" not in line, line
-
-
+@pytest.mark.last
 def test_a_unit_whose_task_ran_out_of_its_time_limit_names_the_limit_and_the_resume_that_raises_it(
-    tmp_path: Path,
+    time_limit_sweeps: dict[str, tuple[Path, Path]],
 ) -> None:
     """A task without a time-limit warning (slurm_signal_delay_s 0) or requeues: SLURM ends it
     TIMEOUT at its 1-minute limit. Its unit reads what ran out, and the two ways `resume` gives
     the rest more time: a longer executor.timeout_min from the spec file, or more units; where 1
     minute is all its partition allows (the cluster's `short`), a partition that allows more. The
-    two sweeps run side by side; a replay at the real pace waits instead of computing, so the
-    minute costs no CPU."""
-    executor = {"timeout_min": 1, "slurm_signal_delay_s": 0, "max_requeues": 0, "gpus_per_node": 0}
-    sweeps = {}
-    for partition in ("cpu", "short"):
-        folder = tmp_path / partition
-        folder.mkdir()
-        spec = _slow_replay(folder, "slow.json", {**executor, "slurm_partition": partition})
-        sweeps[partition] = (spec, folder / "sweep")
-        assert cli("submit", str(spec), "--sweep-dir", str(folder / "sweep"), "--units", "1").returncode == 0
+    sweeps were submitted with the first SLURM test (conftest's ``time_limit_sweeps``); a replay
+    at the real pace waits instead of computing, so their minute costs no CPU."""
     fixes = {
         "cpu": ("", "raise executor.timeout_min"),
         "short": (
@@ -118,12 +61,12 @@ def test_a_unit_whose_task_ran_out_of_its_time_limit_names_the_limit_and_the_res
             "name a partition with a longer time limit in executor.slurm_partition (`sinfo -s` lists their limits)",
         ),
     }
-    for partition, (spec, sweep) in sweeps.items():
+    for partition, (limit, fix) in fixes.items():
+        spec, sweep = time_limit_sweeps[partition]
         w = cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "2")
         assert w.returncode == 1, w.stderr
         (unit,) = status(sweep)["units"]
         assert unit["state"] == "timed out", unit
-        limit, fix = fixes[partition]
         assert unit["detail"] == (
             f"its task ran out of its time limit (executor.timeout_min: 1 min{limit}); its finished records are kept: "
             f"{fix} in {spec}, then `tilesweep resume {sweep} --spec {spec}`, or spread what is "
@@ -131,28 +74,21 @@ def test_a_unit_whose_task_ran_out_of_its_time_limit_names_the_limit_and_the_res
         )
 
 
+@pytest.mark.last
 def test_a_unit_out_of_requeues_names_those_its_task_was_submitted_with_after_a_resume_with_other_ones(
-    tmp_path: Path,
+    time_limit_sweeps: dict[str, tuple[Path, Path]],
 ) -> None:
     """A task warned before its 2-minute limit with no requeue left (max_requeues 0) fails
     ("timed-out too many times"); `resume --spec` with more requeues and a longer limit makes
     those the sweep's. The failed unit still names the limit and the requeues its own task had,
     not the ones the resume brought."""
-    executor = {"timeout_min": 2, "slurm_signal_delay_s": 20, "slurm_partition": "cpu", "gpus_per_node": 0}
-    source = synthetic.document({**TINY_SPEC, **SLOW_UNIT})
-    for rec in source["results"]:
-        rec.update(compile_s=0.3, median_ms=2.0, q1_ms=2.0, q3_ms=2.0)
-    (tmp_path / "source.json").write_text(json.dumps(source))
-    specs = {}
-    for name, pace, over in (("short", "real", {"max_requeues": 0}), ("more", "instant", {"timeout_min": 5})):
-        replay = {"source": str(tmp_path / "source.json"), "pace": pace}
-        ex = {**executor, "merge_job": False, **over}
-        specs[name] = write_spec(tmp_path, f"{name}.json", ex, **SLOW_UNIT, kernel={"impl": "replay"}, replay=replay)
-    sweep = tmp_path / "sweep"
-    assert cli("submit", str(specs["short"]), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    spec, sweep = time_limit_sweeps["requeues"]
+    more = slow_replay_spec(
+        spec.parent, "more.json", {**SLOW_EXECUTOR, "merge_job": False, "timeout_min": 5}, "instant"
+    )
     (old,) = unit_jobs(sweep)
     assert cli("wait", str(sweep), "--interval", "1", "--slurm-interval", "2").returncode == 1
-    r = cli("resume", str(sweep), "--spec", str(specs["more"]))
+    r = cli("resume", str(sweep), "--spec", str(more))
     assert r.returncode == 0, r.stderr
     assert json.loads((sweep / "sweep.json").read_text())["spec"]["executor"]["max_requeues"] == 3
     units = {u["id"]: u for u in status(sweep)["units"]}
@@ -171,7 +107,7 @@ def test_a_unit_whose_running_task_was_scancelled_says_who_cancelled_it_and_that
     its unit reads cancelled by whom sacct names, and the status ends with the resume that redoes
     its items while the other unit goes on. A replay at the real pace waits instead of computing."""
     executor = {"slurm_partition": "cpu", "gpus_per_node": 0, "merge_job": False}
-    spec = _slow_replay(tmp_path, "two.json", executor)
+    spec = slow_replay_spec(tmp_path, "two.json", executor)
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
     try:
@@ -234,7 +170,7 @@ def test_the_log_of_a_unit_no_gpu_took_before_a_cancel_says_the_task_was_cancell
     """4 units on a 2-GPU task, cancelled once its GPUs took their first units: ``logs`` of a unit
     they never took says its task ended, how, and what redoes its items, not that it waits for a
     GPU. A replay at the real pace waits instead of computing."""
-    spec = _slow_replay(tmp_path, "node.json", {"gpus_per_node": 2, "merge_job": False})
+    spec = slow_replay_spec(tmp_path, "node.json", {"gpus_per_node": 2, "merge_job": False})
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "4").returncode == 0
     entries = unit_jobs(sweep)
@@ -264,7 +200,7 @@ def test_a_task_slurm_requeued_after_it_started_says_it_waits_to_start_again_not
 ) -> None:
     """A requeued task (its node set down, a preemption; here ``scontrol requeue``) pends with the
     reason BeginTime until SLURM lets it start again: status says what that means."""
-    spec = _slow_replay(tmp_path, "slow.json", {"slurm_partition": "cpu", "gpus_per_node": 0})
+    spec = slow_replay_spec(tmp_path, "slow.json", {"slurm_partition": "cpu", "gpus_per_node": 0})
     sweep = tmp_path / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
     try:
