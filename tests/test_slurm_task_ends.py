@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.control.dispatch.unit_worker import TASK_DIED
+from orchestrator.control.unit_state import cancelled_by
 from tests.helpers import assert_one_line_error
 from tests.slurm_cluster import poll, require_cluster
 from tests.slurm_sweeps import (
@@ -42,6 +44,52 @@ def _parent(pid: int) -> int:
     """The process that started ``pid`` (/proc's ppid field)."""
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_units_a_killed_whole_node_task_never_handed_a_gpu_say_none_of_them_ran_and_what_redoes_them(
+    tmp_path: Path,
+) -> None:
+    """8 units on a 4-GPU task: the task's own process is killed (SIGKILL) once its GPUs took
+    their first units; the units they took say the task died under them, the ones they never
+    took say so too, and that `resume` runs them, not a bare exit code."""
+    timing = {"target_ms": 100, "max_inner": 1000, "warmup": 0}
+    spec = write_spec(tmp_path, "kill.json", {"gpus_per_node": 4}, **{**FOUR_UNITS, "timing": timing})
+    sweep = tmp_path / "sweep"
+    assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "8").returncode == 0
+    entries = unit_jobs(sweep)
+    first = next(u for u, e in entries.items() if e["slot"] == 0)
+
+    def worker_pid() -> int | None:
+        """The pid of the worker that took the task's first unit, once its partial names it."""
+        return next((o["header"]["pid"] for o in lines(sweep / "partials" / f"{first}.jsonl") if "header" in o), None)
+
+    task = _parent(poll(worker_pid, 120, "the task's first unit to start", 0.05))
+    os.kill(task, signal.SIGKILL)
+    w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
+    assert w.returncode == 1, w.stderr
+    units = {u["id"]: u for u in status(sweep)["units"]}
+    never = [u for u in entries if not (sweep / "logs" / "units" / f"{u}.log").exists()]
+    taken = [u for u in entries if u not in never and units[u]["state"] != "done"]
+    assert never and taken, units  # 4 GPUs, 8 units: the last 4 wait for a GPU that never frees
+    for u in never:
+        assert units[u]["state"] == "failed", units[u]
+        detail = units[u]["detail"]
+        assert detail.startswith("its task died before one of its GPUs took this unit (SLURM: FAILED"), detail
+        assert detail.endswith("so none of it ran; `tilesweep resume` runs it"), detail
+    for u in taken:  # its worker said so, or SLURM ended it with the task before it could
+        assert units[u]["state"] == "failed", units[u]
+        assert units[u]["detail"] == TASK_DIED or units[u]["detail"].startswith(
+            "its task died while one of its GPUs ran this unit (SLURM: FAILED"
+        ), units[u]
+    text = cli("status", str(sweep)).stdout
+    assert "exit code 9" not in text and f"tilesweep resume {sweep}" in text, text
+    # the log of a unit no GPU took: none, as its task ended (not "waits for one of the task's GPUs")
+    line = assert_one_line_error(
+        cli("logs", str(sweep), never[0]),
+        f"unit {never[0]} of {sweep} has no log: its task died before one of its GPUs took this unit (SLURM: FAILED",
+        f"`tilesweep logs {sweep} {never[0]} --task` prints the task's log",
+    )
+    assert "waits for" not in line, line
 
 
 @pytest.mark.last
@@ -157,13 +205,15 @@ def test_a_task_that_ended_before_a_tilesweep_cancel_keeps_what_ended_it(tmp_pat
             return unit if unit["state"] == "cancelled" else None
 
         before = poll(ended, 90, f"unit {victim[0]} to read cancelled", 1.0)
+        assert before["detail"] != "cancelled with `tilesweep cancel`", before
     finally:
         r = cli("cancel", str(sweep))
     assert r.returncode == 0 and f"cancelled job array {other[1]['array_id']} (1 unfinished unit)" in r.stdout, r.stdout
     units = {u["id"]: u for u in status(sweep)["units"]}
     assert units[other[0]]["detail"] == "cancelled with `tilesweep cancel`", units[other[0]]
     assert units[victim[0]]["state"] == "cancelled", units[victim[0]]
-    assert units[victim[0]]["detail"] == before["detail"] != "cancelled with `tilesweep cancel`", units[victim[0]]
+    # as it read before, or as sacct says once it records the task (a few seconds after squeue dropped it)
+    assert units[victim[0]]["detail"] in (before["detail"], cancelled_by(str(os.getuid()))), units[victim[0]]
 
 
 def test_the_log_of_a_unit_no_gpu_took_before_a_cancel_says_the_task_was_cancelled(tmp_path: Path) -> None:
