@@ -61,7 +61,7 @@ def test_a_plan_whose_disk_fills_says_to_free_space_then_plan_again_which_writes
 def test_a_dry_run_of_a_sweep_planned_before_shows_the_units_it_keeps(tmp_path: Path) -> None:
     """``plan --dry-run --sweep-dir D`` of a planned sweep shows the units D keeps, which its
     ``resume`` runs, not a plan made anew (which, its document written, would carry every item in a
-    unit of its own); it writes nothing. ``--json`` says its plan is made anew; a spec of another
+    unit of its own); it writes nothing, and ``--json`` shows the same units. A spec of another
     sweep is refused as ``plan`` refuses it."""
     spec, sweep = _replay_spec(tmp_path, sharding={"units": 2}), tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
@@ -74,8 +74,17 @@ def test_a_dry_run_of_a_sweep_planned_before_shows_the_units_it_keeps(tmp_path: 
     assert dry.stdout.startswith(head), dry.stdout
     assert [line.split()[2].rstrip(":") for line in dry.stdout.splitlines()[1:]] == kept, dry.stdout
     assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
+    # --json shows the same kept plan: each item in the kept unit that holds it, none carried anew
     shown = run_cli("plan", str(spec), "--dry-run", "--json", "--sweep-dir", str(sweep))
-    assert shown.returncode == 0 and f"{sweep} was planned before: --json shows {spec} planned anew" in shown.stderr
+    lines = [json.loads(line) for line in shown.stdout.splitlines()]
+    held = {
+        i: k
+        for k, uid in enumerate(kept)
+        for i, _ in json.loads((sweep / "units" / f"{uid}.json").read_text())["items"]
+    }
+    assert shown.returncode == 0 and [line.get("unit") for line in lines] == [held[i] for i in range(3)], shown
+    assert not any("reused_from" in line for line in lines) and "planned anew" not in shown.stderr, shown
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
     (tmp_path / "other").mkdir()
     other = _replay_spec(tmp_path / "other", repeats=4)
     r = run_cli("plan", str(other), "--dry-run", "--sweep-dir", str(sweep))

@@ -29,18 +29,18 @@ from orchestrator.cli.common import (
     search_plan_line,
     unit_column,
     units_capped,
-    units_kept,
     warn,
 )
 from orchestrator.cli.finish import merge_line
 from orchestrator.cli.following import follow_run
+from orchestrator.cli.kept_plan import plan_kinds, print_kept_plan
 from orchestrator.cli.reusing import add_reuse_args, reuse_lines, reuse_request
 from orchestrator.cli.running import rerun_command, run_here
 from orchestrator.errors import PlanError, SpecError, SweepDirError, TilesweepError
 
 if TYPE_CHECKING:  # the control flows import submitit: loaded when a command runs, not for --help
     from orchestrator.control.reuseplan import Planned
-    from orchestrator.planning import Verdicts, WorkItem
+    from orchestrator.planning import Verdicts
     from orchestrator.spec.model import SweepSpec
     from orchestrator.store.sweepdir import SweepDir
 
@@ -89,7 +89,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return cmd_plan_lower(args, spec)
     check_replay_source(spec)
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
-    if args.sweep_dir and not args.json and (root / "sweep.json").exists() and _print_kept_plan(args, spec, root):
+    if args.sweep_dir and (root / "sweep.json").exists() and print_kept_plan(args, spec, root):
         return 0
     if args.sweep_dir and not args.dry_run and not args.json:  # refused before the plan is shown
         SweepDir.check_new(root)
@@ -97,11 +97,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         spec, root, Path(spec.output), args.units, load_costs(args.costs) if args.costs else None, reuse_request(args)
     )
     if args.json:
-        if args.sweep_dir and (root / "sweep.json").exists():
-            warn(
-                f"note: {root} was planned before: --json shows {args.spec} planned anew, whose units may not be "
-                f"those it keeps (`{PROG} plan {word(args.spec)} --dry-run --sweep-dir {word(root)}` lists them)"
-            )
         out = sys.stdout
         for it in planned.items:
             line = plan_line(it)
@@ -174,48 +169,6 @@ def _plan_spec(args: argparse.Namespace) -> SweepSpec:
     return spec
 
 
-def _print_kept_plan(args: argparse.Namespace, spec: SweepSpec, root: Path) -> bool:
-    """A sweep directory planned before keeps its units and their ids, read from its index
-    (never planned again: a unit's id is what its records and jobs name), and its items as pre-flight
-    lowering's verdicts left them: what it shows, ``--dry-run`` too (writing nothing). One whose plan
-    was interrupted before its units were written is planned now, as the command line asks (by the
-    caller where this says False: ``--dry-run`` shows that plan)."""
-    from orchestrator.control.sweeps import prepare_sweep
-    from orchestrator.store.lowering_todo import sweep_verdicts
-    from orchestrator.store.sweepdir import SweepDir
-
-    if args.dry_run:
-        sd = SweepDir.of_spec(root, spec)
-        if not sd.unit_index():
-            return False
-    else:
-        sd = prepare_sweep(
-            args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
-        ).sd
-    index = sd.unit_index()
-    units = counted(len(index), "unit")
-    kinds = _kinds(sd.items())
-    print(f"{sd.root} was planned before: {counted(sd.planned, 'item')} ({kinds}) in the {units} it was planned with")
-    units_kept(args.units, sd)
-    for k, entry in enumerate(index):
-        print(f"  unit {k:>3} {entry['id']}: {unit_column(entry['n_items'])}  ({entry['origin']})")
-    print_plan_notes(sd.spec, verdicts=sweep_verdicts(sd, args.spec))  # what its lowering said, and left
-    return True
-
-
-def _kinds(items: list[WorkItem]) -> str:
-    """What of a plan's items no worker measures, by why: the shared-memory model, invalid at their
-    shape, refused by pre-flight lowering (where it refused any)."""
-    from orchestrator.planning import INVALID, PRUNED
-    from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
-
-    n_invalid = sum(it.kind == INVALID for it in items)
-    n_lowered = sum(it.kind == PRUNED and (it.reason or "").startswith(LOWERING_REFUSED) for it in items)
-    n_pruned = sum(it.kind == PRUNED for it in items) - n_lowered
-    kinds = f"{n_pruned} pruned by the shared-memory model, {n_invalid} invalid"
-    return kinds + (f", {n_lowered} refused by pre-flight lowering" if n_lowered else "")
-
-
 def _verdicts(args: argparse.Namespace, spec: SweepSpec, root: Path, planned: Planned) -> Verdicts | None:
     """What pre-flight lowering of ``root`` said of the plan's configs already, for its note."""
     from orchestrator.store.carried import found_ids
@@ -230,7 +183,7 @@ def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None, verd
 
     items, units = planned.items, planned.units
     n_units = len(units) + (planned.reused is not None)
-    kinds = _kinds(items)
+    kinds = plan_kinds(items)
     if planned.search is None:
         print(f"{items_in_units(len(items), n_units)} ({kinds})")
     else:

@@ -21,7 +21,7 @@ import socket
 from typing import Any
 
 from orchestrator.planning import Unit, WorkItem
-from orchestrator.store.carry import carried_records, flags_of
+from orchestrator.store.carry import carried_records, flags_of, source_of
 from orchestrator.store.files import atomic_open, atomic_write_json, now_iso, read_json
 from orchestrator.store.lines import encode_line, header_line, partial_header, record_line
 from orchestrator.store.markers import reuse_summary, write_marker
@@ -97,6 +97,21 @@ def carried_ids(sd: SweepDir) -> set[str]:
             content = read_partial(sd.partial_path(entry["id"]), warn=False)
             ids.update(iid for iid, (_, rec) in content.records.items() if not flags_of(rec)[0])
     return ids
+
+
+def carried_from(sd: SweepDir) -> dict[str, str]:
+    """The items the sweep's reuse unit carries a record of (screens too), each with the document
+    that measured it (``carry.source_of`` its ``reused_from``): what the kept plan's
+    ``plan --dry-run --json`` says of them."""
+    out: dict[str, str] = {}
+    for entry in sd.unit_index():
+        if entry.get("origin") == ORIGIN:
+            content = read_partial(sd.partial_path(entry["id"]), warn=False)
+            for iid, (_, rec) in content.records.items():
+                reused_from = rec.get("reused_from")
+                if isinstance(reused_from, str):
+                    out[iid] = source_of(reused_from)
+    return out
 
 
 def found_ids(items: list[WorkItem], found: Found) -> set[str]:

@@ -105,6 +105,12 @@ def test_a_plan_of_a_lowered_sweep_says_its_verdicts_and_suggests_lower_only_for
     said = note()
     assert "gave 3 configs a verdict: 2 lower, 1 refused (pruned, never run)" in said, said
     assert "plan --lower has nothing left to lower" in said and command not in said
+    # --json shows the same kept plan: each config's verdict beside it, the same note on stderr
+    shown = run_cli("plan", str(spec), "--dry-run", "--json", "--sweep-dir", str(sweep))
+    lines = [json.loads(line) for line in shown.stdout.splitlines()]
+    verdicts = [(line["lowering"]["verdict"], line["pruned"]) for line in lines if line["lowering"] is not None]
+    assert sorted(verdicts) == [("lowered", False), ("lowered", False), ("refused", True)], shown.stdout
+    assert said in _notes(shown.stderr), shown.stderr
     # a lowering stopped before its last verdict: the plan names the one config left without one
     path = sweep / "lowering.jsonl"
     lines = path.read_text().splitlines()
