@@ -28,7 +28,10 @@ still to be timed in full (``untimed``: a halving sweep stopped before its round
 survivor, a sweep stopped before it measured them): neither auto nor a best timed so far is
 known to win there. A problem with a best and planned configs without a record (``unmeasured``)
 gets the best measured so far; the CLI notes it.
-If a document holds several tags for one shape, the faster best wins. A problem whose entry
+A problem's best is ``report``'s, which ``ranking`` picks: where two configs tie on the median, the
+lower q3 wins, then the config first in config order, never the order of the records. If a
+document holds several tags for one shape, the faster best wins, a tie broken the same way (then
+the tag's name). A problem whose entry
 ``kernels.tuned`` would refuse at load gets none either (``refusal``, the loader's own check): a
 Triton kernel's tile below tl.dot's 16, recorded in interpret mode, which runs any power of two, is
 no config a GPU runs; the CLI names it in one line.
@@ -52,6 +55,7 @@ from kernels import impl_triton, impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
 from kernels.tuned_entries import TunedEntry, TunedTableError, read_entry
 from orchestrator.analysis.auto import LOWERED_AUTO, lowered_auto_config
+from orchestrator.analysis.ranking import config_order
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.spec.records import kernel_kwargs
 from orchestrator.store.document import ResultsDoc
@@ -191,12 +195,12 @@ def tuned_table(
             refused[k] = (s.key.label(), why)
             continue
         prev = chosen.get(k)
-        if prev is None or _faster(e, prev[0]):
+        if prev is None or _pick(e, s) < _pick(*prev):
             if prev is not None:
                 log.info("several tags measured %s; keeping the faster best", k)
             chosen[k] = (e, s)
     entries = [e for e, _ in chosen.values()]
-    _mark_winners(entries)
+    _mark_winners(list(chosen.values()))
     replayed = sum(1 for e in entries if e.get("replayed"))
     table = {
         "format": FORMAT,
@@ -261,24 +265,28 @@ def refusal(entry: dict[str, Any]) -> str | None:
     return None
 
 
-def _mark_winners(entries: list[dict[str, Any]]) -> None:
+def _mark_winners(chosen: list[tuple[dict[str, Any], ProblemSummary]]) -> None:
     """``wins``: whether an entry's implementation is the fastest of the table's for its problem
-    (its best or auto, as the table answers it)."""
-    best: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for e in entries:
+    (its best or auto, as the table answers it; a tie as ``_pick`` breaks it)."""
+    best: dict[tuple[Any, ...], tuple[dict[str, Any], ProblemSummary]] = {}
+    for e, s in chosen:
         k = tuple(e[f] for f in ("dtype", "head_dim", "seq", "batch", "heads", "causal", "kv_heads", "mode"))
-        if k not in best or _faster(e, best[k]):
-            best[k] = e
-    winners = {id(e) for e in best.values()}
-    for e in entries:
+        if k not in best or _pick(e, s) < _pick(*best[k]):
+            best[k] = (e, s)
+    winners = {id(e) for e, _ in best.values()}
+    for e, _ in chosen:
         e["wins"] = id(e) in winners
 
 
-def _faster(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    def t(e: dict[str, Any]) -> float:
-        return min(x for x in (e["median_ms"], e["auto_ms"], float("inf")) if x is not None)
-
-    return t(a) < t(b)
+def _pick(e: dict[str, Any], s: ProblemSummary) -> tuple[Any, ...]:
+    """Where an entry comes among those the table chooses from for one problem (the first is
+    kept): several tags that measured it, or, for ``wins``, its implementations. The faster time
+    it answers (its best's or auto's), then ``ranking``'s rules: the lower q3 of that timing, then
+    config order (a "use auto" entry first); then its implementation and tag by name, so that no
+    tie goes by the order of the records."""
+    t = min(x for x in (e["median_ms"], e["auto_ms"], float("inf")) if x is not None)
+    q3 = s.best_q3_ms if e["config"] is not None and t == s.best_ms else s.auto_q3_ms
+    return t, t if q3 is None else q3, config_order(e["config"]), str(e["impl"] or ""), str(s.key.tag or "")
 
 
 @dataclass(frozen=True)

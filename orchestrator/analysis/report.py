@@ -2,8 +2,9 @@
 
 A *problem* is one (dtype, head_dim, seq, batch, heads, mode, tag) plus, where a record has
 them, causal, kv_heads and the kernel implementation (``orchestrator.spec.records.problem_key``).
-Per problem the best config is the forced config with the lowest median (a halving sweep's ``"screened":
-true`` records are screens, never candidates: counted as *screened out*); ``auto`` is the implementation's
+Per problem the best config is the forced config with the lowest median, a tie broken by ``ranking``'s
+rules, never by record order (a halving sweep's ``"screened": true`` records are screens, never
+candidates: counted as *screened out*); ``auto`` is the implementation's
 own choice and is the baseline, never a candidate, so ``speedup = auto_ms / best_ms`` (above 1: tuning pays).
 
 Throughput uses the attention FLOP count (``kernels.config.attention_flops``):
@@ -39,7 +40,6 @@ into text or a GitHub table. The CLI (and ``tilesweep run`` at the end of a swee
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +50,8 @@ from orchestrator.analysis.coverage import Coverage, Plans, plans_of
 from orchestrator.analysis.labels import config_label
 from orchestrator.analysis.legend import REPLAYED_LEGEND, table_legend
 from orchestrator.analysis.problems import ProblemKey, astuple_key, axis_cells, axis_columns
-from orchestrator.analysis.scan import INF, ProblemScan, scan
+from orchestrator.analysis.ranking import quartiles, rank
+from orchestrator.analysis.scan import ProblemScan, scan
 from orchestrator.analysis.screens import Survivors, survivors_of
 from orchestrator.analysis.summary import (
     CAUSAL_FLOPS_FORMULAS,
@@ -149,7 +150,7 @@ def _summary(
     ok = [r for r in per_config.values() if r is not None]
     n_failed = len(per_config) - len(ok)
     n_pruned = sum(1 for cid in sc.pruned if per_config.get(cid) is None)
-    best, runner = _two_fastest(ok)
+    best, runner = _two_fastest(ok, fields)
 
     auto = about.auto_of(key)
     best_config = best_label = best_ms = q1 = q3 = speedup = tflops = None
@@ -158,7 +159,7 @@ def _summary(
         best_config = {f: best.get(f) for f in fields}
         best_label = config_label(best_config, key.mode)
         best_ms = float(best["median_ms"])
-        q1, q3 = _quartiles(best)
+        q1, q3 = quartiles(best)
         is_auto = same_config(best_config, auto)  # two timings of one kernel: no speedup
         if auto_ms is not None and best_ms > 0:
             speedup = 1.0 if is_auto else auto_ms / best_ms
@@ -199,41 +200,27 @@ def _summary(
     )
 
 
-def _two_fastest(records: list[dict[str, Any]]) -> tuple[dict | None, dict | None]:
-    """Fastest and second fastest by median; first seen wins a tie (document order)."""
-    best = runner = None
-    bm = rm = INF
-    for r in records:
-        m = r["median_ms"]
-        if m < bm:
-            best, runner, bm, rm = r, best, m, bm
-        elif m < rm:
-            runner, rm = r, m
-    return best, runner
+def _two_fastest(records: list[dict[str, Any]], fields: Iterable[str]) -> tuple[dict | None, dict | None]:
+    """Fastest and second fastest, as ``ranking`` ranks them (``fields``: the config fields): a tie
+    on the median never goes by document order."""
+    names = list(fields)
+    ranked = sorted(records, key=lambda r: rank(r, {f: r.get(f) for f in names}))
+    return (ranked[0] if ranked else None), (ranked[1] if len(ranked) > 1 else None)
 
 
 def _within_noise(best: dict[str, Any] | None, runner: dict[str, Any] | None) -> bool:
     """Whether the best's q1-q3 range overlaps the runner-up's: the sweep has not separated them."""
     if best is None or runner is None:
         return False
-    return within_noise(_quartiles(best), _quartiles(runner))
+    return within_noise(quartiles(best), quartiles(runner))
 
 
 def _auto_spread(sc: ProblemScan) -> dict[str, float]:
     """auto's q1 and q3 as ``ProblemSummary`` fields, where auto has a timing."""
     if sc.auto_ms is None or sc.auto_rec is None:
         return {}
-    q1, q3 = _quartiles(sc.auto_rec)
+    q1, q3 = quartiles(sc.auto_rec)
     return {"auto_q1_ms": q1, "auto_q3_ms": q3}
-
-
-def _quartiles(rec: dict[str, Any]) -> tuple[float, float]:
-    """q1/q3 of a record, falling back to the median where a quartile is missing."""
-    m = float(rec["median_ms"])
-    q1, q3 = rec.get("q1_ms"), rec.get("q3_ms")
-    q1 = float(q1) if isinstance(q1, (int, float)) and math.isfinite(q1) else m
-    q3 = float(q3) if isinstance(q3, (int, float)) and math.isfinite(q3) else m
-    return min(q1, m), max(q3, m)
 
 
 # --------------------------------------------------------------------------- formatting

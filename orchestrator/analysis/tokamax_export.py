@@ -20,7 +20,8 @@ holds the measured configs, each with:
 
 - ``evaluation_times_ms``: the record's raw samples (``samples_ms``); a record from before
   tilesweep kept them gives ``[q1_ms, median_ms, q3_ms]``, whose median is its median. tokamax
-  runs the config of least median, so it runs tilesweep's best;
+  runs the config of least median, so it runs tilesweep's best (the configs are written best first,
+  as ``analysis.ranking`` ranks them, a tie on the median broken as the tuned table breaks it);
 - ``compile_time_ms``: the record's ``compile_s`` (tilesweep times lowering and compiling
   together, so ``lower_time_ms`` is 0 and the metadata says so);
 - ``metadata``: the record's id, mode, timer, ``inner``, ``rel_err`` and where the samples come from.
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernels import tokamax_meta as meta
+from orchestrator.analysis.ranking import rank
 from orchestrator.analysis.screens import Survivors, survivors_of
 from orchestrator.spec import tolerance
 from orchestrator.spec.records import DEFAULT_IMPL, item_id
@@ -120,9 +122,11 @@ def _id(rec: Mapping[str, Any]) -> str | None:
 
 
 def _fastest(recs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """One record per config (the fastest, where several tags measured it), fastest first."""
+    """One record per config (the fastest, where several tags measured it), fastest first as
+    ``ranking`` ranks them (a tie on the median: the lower q3, then config order), so that the first
+    is the tuned table's best, whatever the order of the records."""
     by_config: dict[str, Mapping[str, Any]] = {}
-    for r in sorted(recs, key=lambda r: float(r["median_ms"])):
+    for r in sorted(recs, key=lambda r: rank(r, _fields(r))):
         by_config.setdefault(repr(sorted(_fields(r).items())), r)
     return list(by_config.values())
 
