@@ -211,18 +211,27 @@ def test_ctrl_c_of_submit_before_sbatch_took_anything_says_nothing_was_submitted
     assert said == ["tilesweep: interrupted; nothing was submitted"]
 
 
-def test_status_of_a_plan_cut_short_before_its_sweep_file_says_so_and_the_command_finishes_it(
+def test_status_and_ls_of_a_plan_cut_short_before_its_sweep_file_say_so_and_the_command_finishes_it(
     tmp_path: Path, write_spec: Any
 ) -> None:
     """A Ctrl-C of ``run`` while it writes a new sweep directory, after its folders and empty
     unit index and before ``sweep.json`` (which it writes last): ``status`` says the plan was
-    interrupted and names the command that finishes it, and that command does."""
-    spec, sweep = write_spec(), tmp_path / "sweep"
+    interrupted and names the command that finishes it, ``ls`` lists it saying the same (and not a
+    folder that merely holds an empty ``logs``), and that command finishes it."""
+    spec, sweeps = write_spec(), tmp_path / "sweeps"
+    sweep = sweeps / "sweep"
     for folder in ("units", "partials", "done", "logs"):
         (sweep / folder).mkdir(parents=True)
     (sweep / "units.json").write_text("[]\n")
+    (sweeps / "other" / "logs").mkdir(parents=True)
     said = assert_one_line_error(run_cli("status", str(sweep)), str(sweep), "interrupted before it was written whole")
     assert f"tilesweep run SPEC --sweep-dir {sweep}" in said and "not a sweep directory" not in said, said
+    listed = run_cli("ls", str(sweeps))
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 1, listed
+    assert listed.stdout.startswith(f"{sweep}  a plan cut short before it was written whole (no sweep.json yet)")
+    assert f"`tilesweep run SPEC --sweep-dir {sweep}` (or `tilesweep plan` or" in listed.stdout, listed.stdout
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     after = run_cli("status", str(sweep))
     assert f"{sweep}: 0/" in after.stdout and "pending" in after.stdout and not after.stderr, after
+    listed = run_cli("ls", str(sweeps))
+    assert listed.stdout.startswith(f"{sweep}  ") and "0/" in listed.stdout and "cut short" not in listed.stdout

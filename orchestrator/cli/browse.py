@@ -18,6 +18,9 @@ from orchestrator.cli.common import PROG, Subparsers
 _STATE_WIDTH = 54  # items and a state such as "incomplete, 12 units to resume"
 
 
+CUT_SHORT = "a plan cut short before it was written whole (no sweep.json yet)"
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     from orchestrator.control.listing import list_sweeps
     from orchestrator.control.status_text import rounds_summary, sweep_state
@@ -31,6 +34,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     rows: list[tuple[str, str, str | None]] = []
     for x in listed:
         st = x.status
+        if x.finish is not None:
+            rows.append((str(x.path), f"{CUT_SHORT}; run again, {x.finish} finishes it", None))
+            continue
         if st is None:
             rows.append((str(x.path), f"unreadable: {x.error}", None))
             continue

@@ -1,7 +1,8 @@
 """Sweeps under a folder, and a unit's log: what ``tilesweep ls`` and ``tilesweep logs`` read.
 
 ``ls`` finds every sweep directory under a folder (a directory holding ``sweep.json``; the
-search does not descend into a sweep directory) and asks SLURM once for all of them (one
+search does not descend into a sweep directory), and every plan cut short before its
+``sweep.json`` was written (``sweep_paths.cut_short``), and asks SLURM once for all of them (one
 squeue + one sacct over every sweep's arrays), so listing many sweeps costs what one
 ``status`` costs.
 """
@@ -23,6 +24,7 @@ from orchestrator.control.why import NOT_TAKEN
 from orchestrator.errors import SweepDirError, TilesweepError
 from orchestrator.store import carried
 from orchestrator.store.files import ACCESS_ERRNOS, cannot_access, misplaced
+from orchestrator.store.sweep_paths import cut_short, finish_command
 from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir
 
 MAX_DEPTH = 4
@@ -30,16 +32,19 @@ MAX_DEPTH = 4
 
 @dataclass
 class Listed:
-    """One sweep found by ``list_sweeps``: its status, or why it could not be read."""
+    """One sweep found by ``list_sweeps``: its status, or why it could not be read, or, for a plan
+    cut short before its ``sweep.json`` was written, the commands that finish it."""
 
     path: Path
     status: SweepStatus | None = None
     error: str | None = None
+    finish: str | None = None
 
 
 def find_sweeps(folder: Path, max_depth: int = MAX_DEPTH, unreadable: list[Listed] | None = None) -> list[Path]:
     """Sweep directories under ``folder`` (itself included), sorted, at most ``max_depth`` deep;
-    a folder this user may not read (which may be a sweep directory) goes to ``unreadable``."""
+    a folder this user may not read (which may be a sweep directory), and a plan cut short before
+    its ``sweep.json`` was written, go to ``unreadable``."""
     if not folder.is_dir():
         what = "is not a directory" if folder.exists() else "does not exist"
         raise SweepDirError(f"{folder} {what}; pass the folder that holds your sweep directories")
@@ -55,6 +60,10 @@ def find_sweeps(folder: Path, max_depth: int = MAX_DEPTH, unreadable: list[Liste
         if SWEEP_FILE in files:
             found.append(path)
             dirs[:] = []  # a sweep's own folders hold no sweeps
+            continue
+        if unreadable is not None and cut_short(path):
+            unreadable.append(Listed(path=path, finish=finish_command(path)))
+            dirs[:] = []
             continue
         if len(path.parts) - base >= max_depth:
             dirs[:] = []

@@ -70,9 +70,11 @@ def _merged_from(path: Path) -> str | None:
     return str(where) if where else "(its tilesweep block names none)"
 
 
-# What ``SweepDir.create`` writes before ``sweep.json``, which it writes last: empty folders and
-# an empty unit index (``.keep``: a folder kept in version control)
-_SKELETON = {"units", "partials", "done", "logs", "units.json", ".keep"}
+# The folders ``SweepDir.create`` makes first, then an empty unit index, then ``sweep.json``, last
+FOLDERS = ("units", "partials", "done", "logs")
+# What it writes before ``sweep.json``: those folders, empty, and the index (``.keep``: a folder kept
+# in version control)
+_SKELETON = {*FOLDERS, "units.json", ".keep"}
 
 
 def unused(root: Path) -> bool:
@@ -86,15 +88,26 @@ def unused(root: Path) -> bool:
     return True
 
 
+def cut_short(root: Path) -> bool:
+    """Whether the folder ``root`` holds a plan cut short (a Ctrl-C of ``run``, ``plan`` or
+    ``submit`` while it planned) before its ``sweep.json`` was written: no ``sweep.json``, the
+    folders a plan makes first, empty, and nothing but an empty unit index beside them."""
+    return not (root / "sweep.json").exists() and all((root / f).is_dir() for f in FOLDERS) and unused(root)
+
+
+def finish_command(root: Path) -> str:
+    """The commands that finish the plan cut short in ``root`` (the one that started it, run again)."""
+    return f"`{PROG} run SPEC --sweep-dir {word(root)}` (or `{PROG} plan` or `{PROG} submit` with that --sweep-dir)"
+
+
 def no_sweep_file(root: Path) -> str:
     """Why the folder ``root``, which holds no ``sweep.json``, is read as no sweep: a plan cut short
-    (a Ctrl-C of ``run``, ``plan`` or ``submit`` while it planned) before it was written whole,
-    which that command run again finishes, or a folder no command made."""
-    if any(root.iterdir()) and unused(root):
+    before it was written whole (``cut_short``), which the command that started it, run again,
+    finishes, or a folder no command made."""
+    if cut_short(root):
         return (
             f"{root} holds a plan that was interrupted before it was written whole (no sweep.json yet); "
-            f"run the command that started it again to finish it: `{PROG} run SPEC --sweep-dir {word(root)}` "
-            f"(or `{PROG} plan` or `{PROG} submit` with that --sweep-dir)"
+            f"run the command that started it again to finish it: {finish_command(root)}"
         )
     return f"{root} is not a sweep directory (no sweep.json); {NAME_ONE}"
 

@@ -53,7 +53,7 @@ from orchestrator.store.files import (
     temp_path,
     write_advice,
 )
-from orchestrator.store.sweep_paths import NAME_ONE, file_given, no_sweep_file, unused
+from orchestrator.store.sweep_paths import FOLDERS, NAME_ONE, file_given, no_sweep_file, unused
 
 if TYPE_CHECKING:  # the planner loads when the items are first expanded (status never expands them)
     from orchestrator.planning import Unit, WorkItem
@@ -214,7 +214,7 @@ class SweepDir:
 
     @classmethod
     def _make(cls, root: Path, spec: SweepSpec, *, output: Path, spec_source: str | None, planned: int) -> SweepDir:
-        for sub in ("units", "partials", "done", "logs"):
+        for sub in FOLDERS:
             (root / sub).mkdir(parents=True, exist_ok=True)
         meta: SweepFile = {
             "format": FORMAT,
