@@ -179,3 +179,27 @@ def test_a_document_another_sweeps_merge_replaced_is_not_this_sweeps_merge(tmp_p
     assert f"not merged: {out} holds another sweep's records" in said.stdout, said.stdout
     assert f"tilesweep merge {first.root} --output FILE" in said.stdout, said.stdout
     assert f"{first.root}" in listed and "holds another sweep's records" in listed, listed
+
+
+def test_a_sweep_that_carried_its_outputs_records_says_so_not_that_another_sweeps_replaced_it(tmp_path: Path) -> None:
+    """A second sweep of a spec whose output document a first sweep wrote carries every record
+    from it (the output is searched for reuse): complete, its document not merged yet. The output
+    holds those records as the first sweep wrote them, which is no other sweep's merge in this
+    one's place: status and ``ls`` say so and that ``merge`` writes this sweep's (not ``--output``),
+    and it does; once another sweep's merge changed the document, it holds another sweep's records."""
+    from tests.test_plan import _replay_spec
+
+    spec, first, second = _replay_spec(tmp_path), tmp_path / "sweeps" / "first", tmp_path / "sweeps" / "second"
+    out = tmp_path / "r.json"
+    assert run_cli("run", str(spec), "--sweep-dir", str(first)).returncode == 0 and out.is_file()
+    assert "every item is carried" in run_cli("plan", str(spec), "--sweep-dir", str(second)).stdout
+    said, data = run_cli("status", str(second)), json.loads(run_cli("status", str(second), "--json").stdout)
+    carried = f"complete, not merged: {out} is the document this sweep carried records from, as its sweep wrote it"
+    assert said.returncode == 1 and f"{carried}; `tilesweep merge {second}` writes this sweep's" in said.stdout, said
+    assert "another sweep's" not in said.stdout and "--output" not in said.stdout, said.stdout
+    assert (data["output_carried"], data["output_foreign"], data["merged"]) == (True, False, False), data
+    listed = [line for line in run_cli("ls", str(tmp_path / "sweeps")).stdout.splitlines() if str(second) in line]
+    assert carried in listed[0], listed
+    assert run_cli("merge", str(second)).returncode == 0
+    assert run_cli("status", str(second)).returncode == 0
+    assert f"{out} holds another sweep's records" in run_cli("status", str(first)).stdout

@@ -13,6 +13,7 @@ from orchestrator import PROG
 from orchestrator.control.history import History
 from orchestrator.control.scheduler import SchedulerView
 from orchestrator.control.status_model import SweepStatus
+from orchestrator.store.carried import carried_from_output
 from orchestrator.store.final_merge import final_merge
 from orchestrator.store.merged import document_current, output_of
 from orchestrator.store.sweepdir import SweepDir
@@ -29,8 +30,11 @@ def document(sd: SweepDir, st: SweepStatus, partials: dict[str, tuple[int, int]]
     hold now, and where it does not, why its final merge job wrote none or what will write it."""
     st.output, st.merged = str(output_of(sd)), document_current(sd, partials)
     st.output_exists = os.path.exists(st.output)
-    # a complete sweep's document that another sweep's merge of the same output replaced
-    st.output_foreign = st.complete and st.output_exists and not st.merged and not holds_sweep(sd, output_of(sd))
+    # a complete sweep's document that another sweep's merge of the same output replaced; not the
+    # document this sweep's plan carried records from, as it was then (its records are those carried)
+    unmerged = st.complete and st.output_exists and not st.merged and not holds_sweep(sd, output_of(sd))
+    st.output_carried = unmerged and carried_from_output(sd, output_of(sd))
+    st.output_foreign = unmerged and not st.output_carried
     last = st.merge_jobs[-1] if st.merge_jobs and st.merge_refused is None else None
     ended = last is not None and (bool(last["error"]) or last["state"] in _MERGE_ENDED)
     st.no_merge_follows = not st.settled and (ended or st.merge_refused is not None)

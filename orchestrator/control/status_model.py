@@ -127,6 +127,9 @@ class SweepStatus:
     output_exists: bool = False  # whether it is there (not merged: since its last records, or ever)
     # it is there and holds none of the sweep's records: another sweep's merge of the same output replaced it
     output_foreign: bool = False
+    # it is there and holds, as the sweep that measured them merged them, the records this sweep's plan
+    # carried from it (the output was a reuse source): this sweep's merge writes them as its own
+    output_carried: bool = False
     # the document exists and holds every record the partials hold now (``store.merged``)
     merged: bool = False
     merging: str | None = None  # what writes it without a user's word, where it is not merged
@@ -331,6 +334,7 @@ class SweepStatus:
             "output": self.output,
             "output_exists": self.output_exists,
             "output_foreign": self.output_foreign,
+            "output_carried": self.output_carried,
             "merged": self.merged,
             "merging": self.merging,
             "settled": self.settled,

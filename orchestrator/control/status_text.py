@@ -131,6 +131,10 @@ def _not_merged(st: SweepStatus, advice: bool) -> str:
         return f"not merged: {st.output} holds another sweep's records" + (
             f", not this one's; {elsewhere} writes this sweep's" if advice else ""
         )
+    if st.output_carried:  # its plan carried records from the document, which no merge of it wrote since
+        return f"not merged: {st.output} is the document this sweep carried records from, as its sweep wrote it" + (
+            f"; {merge} writes this sweep's" if advice else ""
+        )
     if st.output_exists:
         return "not merged since its last records" + (f": {merge} updates {st.output}" if advice else "")
     return "not merged" + (f": {merge} writes {st.output}" if advice else "")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from orchestrator.planning import Unit, WorkItem
@@ -85,6 +86,23 @@ def read_summary(sd: SweepDir) -> dict[str, Any] | None:
         return None
     data = read_json(path, "reuse summary")
     return data if isinstance(data, dict) else None
+
+
+def carried_from_output(sd: SweepDir, out: Path) -> bool:
+    """Whether the sweep's plan carried records from its own output document ``out`` (``reuse.json``
+    names it among the sources it reused from) and that document is still as the plan read it
+    (not changed since ``reuse.json`` was written): the records it holds are those this sweep
+    carried, as the sweep that measured them merged them, not another sweep's in this sweep's place."""
+    summary = read_summary(sd)
+    sources = summary.get("sources") if summary is not None else None
+    if not isinstance(sources, list):
+        return False
+    named = [s for s in sources if isinstance(s, dict) and s.get("reused")]
+    try:
+        same = any(os.path.samefile(str(s.get("path")), out) for s in named)
+        return same and out.stat().st_mtime_ns <= (sd.root / REUSE_FILE).stat().st_mtime_ns
+    except OSError:
+        return False
 
 
 def carried_ids(sd: SweepDir) -> set[str]:
