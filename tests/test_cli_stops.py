@@ -123,6 +123,47 @@ def test_a_ctrl_c_taken_again_that_lands_in_the_hook_itself_still_stops_the_comm
     assert r.returncode == 130
 
 
+_CTRL_C_WHILE_SBATCH_REFUSES = """
+import gc, logging, signal, sys
+from orchestrator.cli.main import _interrupted, _swallowed
+from orchestrator.control.dispatch.sbatch import held_signals
+from orchestrator.errors import DispatchError
+signal.signal(signal.SIGINT, _interrupted)
+sys.unraisablehook = _swallowed(sys.unraisablehook)
+class Cycle:
+    def __init__(self):
+        self.me = self
+    def __del__(self):
+        pass
+class CollectionDue(logging.Handler):
+    def emit(self, record):
+        if "came while sbatch ran" in record.getMessage():  # its last word before it delivers the stop
+            gc.set_threshold(1)
+            for _ in range(10):
+                Cycle()
+logging.getLogger("orchestrator.control.dispatch.sbatch").addHandler(CollectionDue())
+try:
+    with held_signals():
+        signal.raise_signal(signal.SIGINT)
+        raise DispatchError("sbatch refused the job")
+except KeyboardInterrupt:
+    sys.exit(130)
+except DispatchError:
+    for taken in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # as the command ends: a stop now stops nothing
+        signal.signal(taken, signal.SIG_IGN)
+    print("ended on the refusal", flush=True)
+    sys.exit(2)
+"""
+
+
+def test_a_ctrl_c_held_while_sbatch_ran_wins_over_its_refusal_when_a_collection_is_due(tmp_path: Path) -> None:
+    """A Ctrl-C held while sbatch ran, which then refused: the stop is delivered over the refusal
+    (exit 130), also where a garbage collection is due just then, whose finalizers' code would
+    have taken a signal raised again (Python runs the collection first) and lost the stop."""
+    r = _run_module(tmp_path, "ctrl_c_while_sbatch_refuses", _CTRL_C_WHILE_SBATCH_REFUSES)
+    assert r.returncode == 130 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+
+
 def test_a_ctrl_c_in_code_run_from_a_string_is_taken_after_it_and_the_exit_code_is_130(tmp_path: Path) -> None:
     """A Ctrl-C that lands in code ``exec`` runs from text (a dataclass's methods being made while
     a module loads) is taken once that code has ended: CPython ends a ``python -m`` process

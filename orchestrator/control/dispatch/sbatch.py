@@ -10,7 +10,8 @@
   neither it nor sbatch half-way: ``timeout`` would move itself there only once started.
 - **Never half-undone.** SIGINT, SIGTERM and SIGHUP that arrive between the call of sbatch
   and the moment its jobs are recorded in ``jobs.jsonl`` are held and delivered once the
-  jobs are recorded (``held_signals``): an accepted array is always recorded.
+  jobs are recorded (``held_signals``): an accepted array is always recorded, and the stop,
+  delivered by calling its handler (``_deliver``), wins over a refusal sbatch answered meanwhile.
 - **Refused in one line.** sbatch's own words and the spec field they point at
   (``submission_error``), and none of submitit's temp files left behind (``sbatch_call``).
 - **Shown, not submitted.** ``render_script`` is the text submitit writes for an array of
@@ -26,6 +27,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,7 +85,20 @@ def held_signals(accepted: Callable[[], str] | None = None) -> Iterator[None]:
             names = " and ".join(signal.Signals(s).name for s in dict.fromkeys(caught))
             log.warning("%s came while sbatch ran; %s", names, said)
         for signum in dict.fromkeys(caught):
-            signal.raise_signal(signum)
+            _deliver(signum, previous[signal.Signals(signum)])
+
+
+def _deliver(signum: int, handler: Any) -> None:
+    """A held signal, to the handler the block restored: a Python handler is called here, in this
+    frame, so that its stop (the CLI's KeyboardInterrupt) is raised over whatever the block raised
+    (sbatch's refusal), never taken elsewhere first: ``signal.raise_signal`` lets Python run a
+    garbage collection that is due before the handler, and a finalizer's code would take the signal,
+    where a KeyboardInterrupt has no place to go (``cli.main`` sends it again, too late: the refusal
+    ended the command). The default action is the kernel's; an ignored signal stays ignored."""
+    if callable(handler):
+        handler(signum, sys._getframe())
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)
 
 
 class _OwnGroupSubprocess:
