@@ -220,6 +220,23 @@ def test_tokamax_tables_go_to_a_folder_named_by_out(results: Path, tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
 
 
+def test_tokamax_tables_never_go_into_a_device_kinds_folder(results: Path, tmp_path: Path) -> None:
+    """tokamax reads ``DIR/<device dir>/<op>.json``: an ``--out`` that is one device kind's folder
+    (one an export wrote, or tokamax's own ``data/autotuning/nvidia_h200``) would put the tables one
+    folder too deep, where nothing reads them. Refused in one line naming the folder to give
+    instead; nothing is written."""
+    kind = tmp_path / "out" / "nvidia_h200"
+    kind.mkdir(parents=True)
+    (kind / "pallas_mosaic_gpu_flash_attention.json").write_text("{}")  # an earlier export's table
+    empty = tmp_path / "autotuning" / "nvidia_h100"  # where tokamax keeps a kind's tables, empty as yet
+    empty.mkdir(parents=True)
+    for folder, why in ((kind, "it holds pallas_mosaic_gpu_flash_attention.json"), (empty, "nvidia_h100 is how")):
+        done = run_cli("export", str(results), "--format", "tokamax", "--out", str(folder))
+        said = assert_one_line_error(done, f"--out {folder} is a device kind's folder", why, f"--out {folder.parent}")
+        assert not any(p.is_dir() for p in folder.iterdir()), said  # no nvidia_h200/nvidia_h200
+    assert [p.name for p in kind.iterdir()] == ["pallas_mosaic_gpu_flash_attention.json"]
+
+
 def test_a_link_as_output_writes_the_file_it_points_to_and_stays_a_link(results: Path, tmp_path: Path) -> None:
     (tmp_path / "tables").mkdir()
     link = tmp_path / "tuned.json"

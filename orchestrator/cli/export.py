@@ -190,6 +190,9 @@ def _export_target(args: argparse.Namespace) -> str:
                 f"--format tokamax writes a folder of tables; --out names that folder, and {args.out} is "
                 f"{'standard output' if args.out == '-' else 'a file' if out.is_file() else 'not a folder'}"
             )
+        from orchestrator.cli.tokamax import refuse_kind_folder
+
+        refuse_kind_folder(args.out)
         where = out / "device" / "table.json"  # a table's place: said before anything is read or printed
         sweep = sweep_holding(where)
         if sweep is not None:

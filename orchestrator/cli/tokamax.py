@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from kernels import devices
 from kernels import tokamax_meta as meta
 from kernels.spelling import as_json
 from orchestrator.analysis import tokamax_export
@@ -83,6 +84,22 @@ def _chosen(
             f"kernel.impl {' and '.join(meta.KERNELS)} (tokamax's kernels) only"
         )
     return out
+
+
+def refuse_kind_folder(given: str) -> None:
+    """Refuse an ``--out`` that is one device kind's folder of tables (it holds one of tokamax's
+    attention tables, or is named as tokamax names a kind's folder, as ``data/autotuning/nvidia_h200``):
+    the export makes that folder itself, so its tables would go one folder too deep, where tokamax
+    and ``kernels.tokamax_cache`` never look."""
+    out = Path(given)
+    held = sorted(p.name for p in out.glob("*.json") if meta.by_stem(p.stem)) if out.is_dir() else []
+    if not held and out.name not in {meta.device_dir(kind) for kind in devices.KINDS}:
+        return
+    what = f"it holds {held[0]}" if held else f"{out.name} is how tokamax names one"
+    raise TilesweepError(
+        f"--out {given} is a device kind's folder of tokamax's tables ({what}); the export makes that folder "
+        f"itself (DIR/<device dir>/<op>.json, where tokamax reads them): pass --out {out.parent}"
+    )
 
 
 # records that name no device kind (``combine.describe``): tokamax files its tables by device kind
