@@ -127,8 +127,16 @@ def _found(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         what = "is a file" if folder.exists() else "does not exist"
+        if folder.is_file() and meta.by_stem(folder.stem) is not None:
+            what = f"is one of tokamax's tables (give {folder.parent.parent}, the folder above its device kind's)"
         raise ValueError(f"{folder} {what}: give {where}")
     found = sorted(p for p in folder.glob("*/*.json") if meta.by_stem(p.stem) is not None)
+    held = sorted(p.name for p in folder.glob("*.json") if meta.by_stem(p.stem) is not None)
+    if not found and held:  # a device kind's folder: tokamax's tables are found one folder below DIR
+        raise ValueError(
+            f"{folder} is one device kind's folder (it holds {held[0]}): give {folder.parent}, the folder above it, "
+            f"{where}"
+        )
     if not found:
         raise ValueError(f"{folder} holds no tokamax table (<device dir>/<op>.json): give {where}")
     return found

@@ -218,10 +218,16 @@ def test_records_of_other_kernels_and_damaged_tables_are_one_line(
     with pytest.raises(ValueError, match="damaged tokamax autotuning table"), tokamax_cache.overlay(tmp_path):
         pass
     # a path that holds no tables leaves tokamax untuned: said, not silently done
-    for wrong, said in ((tmp_path / "typo", "does not exist"), (plain, "is a file"), (out.parent, "holds no")):
-        with pytest.raises(ValueError, match=said):
+    kind = out / "nvidia_h200"  # a device kind's folder, or a table in it: the folder above is named
+    wrong_paths = [(tmp_path / "typo", "does not exist"), (plain, "is a file"), (out.parent, "holds no")]
+    wrong_paths += [
+        (kind, f"give {out}, the folder above it"),
+        (kind / table.name, f"is one of tokamax's tables (give {out}, the folder above"),
+    ]
+    for wrong, said in wrong_paths:
+        with pytest.raises(ValueError, match=re.escape(said)):
             tokamax_cache.install(wrong)
-        with pytest.raises(ValueError, match=said), tokamax_cache.overlay(wrong):
+        with pytest.raises(ValueError, match=re.escape(said)), tokamax_cache.overlay(wrong):
             pass
 
 
