@@ -70,6 +70,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from kernels import tokamax_meta
 from kernels.config import AttentionConfig
 from kernels.impls import DEFAULT_IMPL
 from kernels.smem import dtype_name
@@ -174,7 +175,7 @@ class TunedTable:
     @classmethod
     def from_obj(cls, obj: Any, *, name: str = "<tuned table>") -> TunedTable:
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-            raise TunedTableError(f"{name}: not a tilesweep tuned table (want format {as_json(FORMAT)})")
+            raise TunedTableError(f"{name}: {_what_else(obj, name)}")
         version = obj.get("version")
         if version not in READS_VERSIONS:
             raise TunedTableError(
@@ -316,3 +317,20 @@ def config_for(table: TunedTable | str | os.PathLike[str], **kwargs: Any) -> Att
 
 def to_attention_config(cfg: dict[str, int]) -> AttentionConfig:
     return AttentionConfig(**cfg)
+
+
+def _what_else(obj: Any, name: str) -> str:
+    """What a file loaded as a tuned table is instead, in one line: a results document (the
+    export's input: the command that makes its table), one of tokamax's tables (what reads it),
+    or anything else (the format a table names)."""
+    if isinstance(obj, dict) and "results" in obj and "format" not in obj:
+        return (
+            f"is a results document, not a tuned table: `tilesweep export {name} --out tuned.json` writes the tuned "
+            "table of its best configs, which TunedTable.load reads"
+        )
+    if tokamax_meta.holds_table(obj):
+        return (
+            "is one of tokamax's tables, not a tuned table: kernels.tokamax_cache.overlay (or install) hands its "
+            "folder to tokamax"
+        )
+    return f"not a tilesweep tuned table (want format {as_json(FORMAT)})"

@@ -170,3 +170,25 @@ def test_a_hand_edited_config_past_the_kernels_limits_is_refused_at_load(
         config_for(path, dtype="bfloat16", head_dim=64, seq=2048, mode="fwd")
     assert str(err.value).startswith(f"{path}: entries[0]: config.{field}={value} is not a value the tilesweep kernel")
     assert limit in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("what", "said"),
+    [
+        ({"device": {}, "config": {}, "results": []}, "is a results document, not a tuned table: `tilesweep export"),
+        ({'{"q": "bf16[1,256,2,64]"}': [{"config": {}}]}, "is one of tokamax's tables, not a tuned table"),
+        ({"entries": []}, 'not a tilesweep tuned table (want format "tilesweep-tuned")'),
+    ],
+)
+def test_a_file_of_another_kind_loaded_as_a_table_is_named_as_what_it_is(
+    tmp_path: Path, what: dict[str, Any], said: str
+) -> None:
+    """A results document (the export's input) or one of tokamax's tables handed to
+    ``TunedTable.load`` is named as what it is, with what reads it or makes the table from it."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(what))
+    with pytest.raises(TunedTableError, match=re.escape(f"{path}: ")) as e:
+        TunedTable.load(path)
+    assert said in str(e.value) and "\n" not in str(e.value), str(e.value)
+    if "export" in said:
+        assert f"`tilesweep export {path} --out " in str(e.value), str(e.value)
