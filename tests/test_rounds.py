@@ -91,3 +91,21 @@ def test_a_merge_job_of_0_1_0_still_finds_its_hook() -> None:
 
     old_reference = b"\x80\x04corchestrator.control.submit\nafter_merge\n."
     assert pickle.loads(old_reference) is rounds.after_merge
+
+
+def test_a_rounds_line_says_one_config_one_unit_and_one_round_in_the_singular() -> None:
+    """What ``run`` and ``resume`` say of a round they planned counts as a line says it:
+    "1 config", "1 unit", "1 round", never "1 configs"."""
+    from orchestrator.cli.common import round_note
+    from orchestrator.planning.items import expand
+    from orchestrator.spec.model import SweepSpec
+
+    spec = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [256], "modes": ["fwd"], "batch": 1, "heads": 2}
+    item = next(it for it in expand(SweepSpec.model_validate(spec)) if it.config == "forced")
+    one = [Unit(index=0, items=[item])]
+    search = rounds.NextRound(2, one, {"kind": "search", "searching": 1, "search_round": 2})
+    assert round_note(search) == "round 2: 1 problem still searches: 1 config not measured before, in 1 unit"
+    halving = rounds.NextRound(2, one, {"survivors": 1, "screened": 1})
+    assert round_note(halving) == "round 2: 1 of 1 screened config can still win; timing it in full in 1 unit"
+    ended = rounds.NextRound(2, [], {"kind": "end", "search_round": 1})
+    assert "the search ended after 1 round:" in round_note(ended)

@@ -294,19 +294,25 @@ def round_note(nxt: NextRound) -> str:
     kind = s.get("kind")
     if kind is None:
         return (
-            f"round {nxt.number}: {s['survivors']} of {s['screened']} screened configs can still win; "
-            f"timing them in full in {len(nxt.units)} units"
+            f"round {nxt.number}: {s['survivors']} of {counted(s['screened'], 'screened config')} can still win; "
+            f"timing {'it' if s['survivors'] == 1 else 'them'} in full in {counted(len(nxt.units), 'unit')}"
         )
     if kind == "end":
-        return f"the search ended after {s['search_round']} rounds: no problem has a config left worth measuring"
+        return (
+            f"the search ended after {counted(s['search_round'], 'round')}: no problem has a config left worth "
+            "measuring"
+        )
     items = sum(len(u.items) for u in nxt.units)
-    what = "survivors of its screen, timed in full" if kind == "survivors" else "configs not measured before"
+    if kind == "survivors":
+        what = f"{counted(items, 'survivor')} of its screen, timed in full"
+    else:
+        what = f"{counted(items, 'config')} not measured before"
     n = s["searching"]
     of_search = s.get("search_round", nxt.number)  # with search.screen, two rounds of units per round of the search
     which = f" (round {of_search} of the search: {'its survivors' if kind == 'survivors' else 'its screen'})"
     return (
         f"round {nxt.number}{which if of_search != nxt.number else ''}: {n} problem{'s' if n != 1 else ''} "
-        f"still search{'' if n != 1 else 'es'}: {items} {what}, in {counted(len(nxt.units), 'unit')}"
+        f"still search{'' if n != 1 else 'es'}: {what}, in {counted(len(nxt.units), 'unit')}"
     )
 
 
