@@ -29,6 +29,7 @@ from orchestrator.spec.model import SweepSpec
 from orchestrator.store import envfile, tokamax_lists, unitfile
 from orchestrator.store.files import folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
+from orchestrator.store.lowering_todo import lowered_already
 from orchestrator.store.sweep_paths import check_takes_files, is_spec_file, own_file
 from orchestrator.store.sweep_paths import default_root as default_sweep_dir
 from orchestrator.store.sweepdir import SweepDir, UnitEntry, now_iso
@@ -251,11 +252,17 @@ def check_runs_here(spec: SweepSpec, spec_file: str | Path | None, root: Path) -
             "kernel.interpret to auto (or true) to run the kernels in interpret mode on these CPUs, or run it on a GPU"
         )
     if jax.default_backend() != "gpu":
+        lowered = lowered_already(spec, root)
+        check = (
+            f"its configs are lowered already ({lowered}), so run it where jax sees a GPU (`{PROG} resume "
+            f"{word(root)}` there), or rehearse the sweep with kernel.impl replay"
+            if lowered
+            else f"check its configs here with `{PROG} plan {word(spec_file or 'SPEC')} --lower --sweep-dir "
+            f"{word(root)}` (pre-flight lowering), rehearse the sweep with kernel.impl replay, or run it on a GPU"
+        )
         raise PlanError(
             f"kernel.impl {as_json(impl.name)} does not run without a GPU and jax sees none here (backend "
-            f"{jax.default_backend()}): check its configs here with `{PROG} plan {word(spec_file or 'SPEC')} --lower "
-            f"--sweep-dir {word(root)}` (pre-flight lowering), rehearse the sweep with kernel.impl replay, or run it "
-            "on a GPU"
+            f"{jax.default_backend()}): {check}"
         )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.errors import TilesweepError
 from orchestrator.planning import RUN, Verdicts, WorkItem, prunes_by_lowering
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.carried import ORIGIN as REUSE_ORIGIN
@@ -87,6 +88,25 @@ def sweep_verdicts(sd: SweepDir, spec_file: str | Path) -> Verdicts | None:
         return None
     command = f"{PROG} plan {word(spec_file)} --lower --sweep-dir {word(sd.root)}"
     return verdicts_of(sd.spec, sd.items(), sd.root, carried_ids(sd), command)
+
+
+def lowered_already(spec: SweepSpec, root: Path) -> str | None:
+    """What the verdicts of the sweep directory ``root`` of ``spec`` say ("DIR/lowering.jsonl: 2
+    lower, 1 refused") where ``plan --lower`` has nothing left to lower there, for a refusal to run
+    it here; None where it has, or ``root`` is no planned sweep of ``spec``."""
+    if not (root / SWEEP_FILE).is_file():
+        return None
+    try:
+        sd = SweepDir.open(root)
+    except TilesweepError:  # the command that goes on says what is wrong with it
+        return None
+    verdicts = sweep_verdicts(sd, "SPEC") if sd.spec.fingerprint() == spec.fingerprint() else None
+    if verdicts is None or verdicts.unlowered or not (verdicts.lowered + verdicts.refused + verdicts.crashed):
+        return None
+    said = f"{verdicts.lowered} lower, {verdicts.refused} refused" + (
+        f", {verdicts.crashed} crashed" if verdicts.crashed else ""
+    )
+    return f"{root / 'lowering.jsonl'}: {said}"
 
 
 def _count(verdicts: list[Verdict], kind: str) -> int:

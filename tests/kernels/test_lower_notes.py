@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore:The Pallas Triton backend is deprecated")
 
@@ -111,6 +111,9 @@ def test_a_plan_of_a_lowered_sweep_says_its_verdicts_and_suggests_lower_only_for
     verdicts = [(line["lowering"]["verdict"], line["pruned"]) for line in lines if line["lowering"] is not None]
     assert sorted(verdicts) == [("lowered", False), ("lowered", False), ("refused", True)], shown.stdout
     assert said in _notes(shown.stderr), shown.stderr
+    for no_gpu in (["run", str(spec), "--sweep-dir", str(sweep)], ["resume", str(sweep)]):  # a lowering is no cure
+        refused = assert_one_line_error(run_cli(*no_gpu), "its configs are lowered already", "2 lower, 1 refused")
+        assert "where jax sees a GPU" in refused and "--lower" not in refused, refused
     # a lowering stopped before its last verdict: the plan names the one config left without one
     path = sweep / "lowering.jsonl"
     lines = path.read_text().splitlines()
