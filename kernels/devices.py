@@ -59,4 +59,12 @@ def get(name: str) -> DeviceKind:
         return KINDS[name]
     except KeyError:
         known = ", ".join(as_json(k) for k in KINDS)
-        raise ValueError(f"unknown device kind {as_json(name)}; known kinds: {known}") from None
+        meant = {_plain(k): k for k in KINDS}.get(_plain(name))
+        hint = f" (did you mean {as_json(meant)}? a kind is spelled as jax's device_kind spells it)" if meant else ""
+        raise ValueError(f"unknown device kind {as_json(name)}{hint}; known kinds: {known}") from None
+
+
+def _plain(name: str) -> str:
+    """A device kind's name as a near miss of it may spell it: in lower case, ``_`` or ``-`` for a
+    space (tokamax's folder of a kind, ``nvidia_h200``)."""
+    return " ".join(name.lower().replace("_", " ").replace("-", " ").split())

@@ -389,3 +389,11 @@ def test_a_device_kind_is_shown_as_json_writes_it(write_spec: Callable[..., Path
     r = run_cli("plan", str(write_spec()), "--dry-run", "--device-kind", "H100")
     line = assert_one_line_error(r, 'unknown device kind "H100"; known kinds: "NVIDIA H100", "NVIDIA H100 80GB HBM3"')
     assert "'" not in line.split("kernel.device_kind'")[-1] and "(got" not in line, line
+
+
+def test_a_device_kind_spelled_as_a_tokamax_folder_or_in_lower_case_names_the_kind_meant(
+    write_spec: Callable[..., Path],
+) -> None:
+    for typed in ("nvidia h200", "nvidia_h200", "NVIDIA-H200"):
+        r = run_cli("plan", str(write_spec()), "--dry-run", "--device-kind", typed)
+        assert_one_line_error(r, f'unknown device kind "{typed}" (did you mean "NVIDIA H200"?')
