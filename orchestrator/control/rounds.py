@@ -102,7 +102,9 @@ def group(sd: SweepDir, items: list[WorkItem], n_units: int, round_: int) -> lis
 
 def _plan(sd: SweepDir, planner: RoundPlanner) -> NextRound | None:
     """Under the sweep's lock: the strategy's next round as units in the index, as many as the
-    plan had, and the strategy's record of it last; None when no round can be planned now."""
+    plan had, and the strategy's record of it last (where that cannot be written, the units are
+    taken out of the index again: the round is planned whole or not at all); None when no round
+    can be planned now."""
     if planner.pending(sd) is None:
         return None
     choice = planner.choose(sd)
@@ -110,8 +112,13 @@ def _plan(sd: SweepDir, planner: RoundPlanner) -> NextRound | None:
         return None
     n_units = max(1, sum(1 for u in sd.unit_index() if u.get("origin") == "plan"))
     units = group(sd, choice.items, n_units, choice.number) if choice.items else []
+    rollback = UnitsRollback(sd)
     sd.add_units(units, origin=f"round{choice.number}")
-    planner.record(sd, choice, units)
+    try:
+        planner.record(sd, choice, units)
+    except BaseException:  # a full disk: units of a round not planned would be planned again beside it
+        rollback.undo([u.id for u in units])
+        raise
     return NextRound(number=choice.number, units=units, summary=choice.summary)
 
 
