@@ -321,3 +321,22 @@ def test_a_round_1_done_with_nothing_to_plan_round_2_says_resume_and_exits_1(tmp
     assert f"round 2 is still to plan: `tilesweep resume {sweep}` plans and runs it" in r.stdout, r.stdout
     assert run_cli("resume", str(sweep)).returncode == 0
     assert run_cli("status", str(sweep)).returncode == 0
+
+
+def test_a_keep_no_smaller_than_the_grid_is_noted_as_screening_nothing_out(tmp_path: Path) -> None:
+    """A ``timing.keep`` at or above every problem's grid keeps every config the screen screens:
+    halving then screens them all and times them all in full, more GPU time than ``full``. ``spec``
+    and ``plan`` say so; a keep below the grid gets no such note."""
+    grid = {"fwd": {"block_q": [64, 128], "block_k": [64], "num_stages": [2], "num_warps": [4]}}
+    for keep, noted in ((2, True), (8, True), (1, False)):
+        spec = tmp_path / f"keep{keep}.json"
+        data = {**HALVING_SPEC, "modes": ["fwd"], "grid": grid, "output": str(tmp_path / "o.json")}
+        spec.write_text(json.dumps({**data, "timing": {"strategy": "halving", "keep": keep}}))
+        for command in (["spec"], ["plan", "--dry-run"]):
+            r = run_cli(*command, str(spec))
+            assert r.returncode == 0, r.stderr
+            said = [line for line in r.stderr.splitlines() if "screens nothing out" in line]
+            assert len(said) == noted, r.stderr
+            if noted:
+                assert f"timing.keep ({keep}) is at least the 2 configs" in said[0], said
+                assert 'timing.strategy "full"' in said[0] and "set timing.keep below 2" in said[0], said

@@ -242,17 +242,19 @@ def print_plan_notes(
     """Say once what the plan does differently from the spec's lists because of the kernel
     implementation (a tunable it ignores is swept at the one value it runs), a search
     section that does nothing (no ``timing.strategy: search``), a search's screen that
-    keeps every config it screens (``timing.keep`` at or above ``search.per_round``), a strategy
+    keeps every config it screens (``timing.keep`` at or above ``search.per_round``), a halving
+    screen that does (``timing.keep`` at or above the grid), a strategy
     with no forced config to choose from (``auto_only``), and screen settings where nothing screens.
     ``lowering``: for ``plan --lower``, which lowers what the plan holds (``planning.notes``);
     ``verdicts``: what pre-flight lowering of the sweep directory said already
     (``store.lowering_todo``), for a kernel pruned by lowering."""
     from orchestrator.planning import notes
     from orchestrator.planning.grids import LOWER_COMMAND
+    from orchestrator.planning.halving import keeps_all
     from orchestrator.planning.search import idle_settings, screen_keeps_all
 
     said = notes(spec, lowering=lowering, verdicts=verdicts, command=command or LOWER_COMMAND)
-    idle = [idle_settings(spec), screen_keeps_all(spec), _nothing_to_choose(spec), _idle_screen(spec)]
+    idle = [idle_settings(spec), screen_keeps_all(spec), keeps_all(spec), _nothing_to_choose(spec), _idle_screen(spec)]
     for line in [*said, *filter(None, idle)]:
         warn(f"note: {line}")
 

@@ -108,3 +108,23 @@ def survivors(
         return []
     limit = ranked[0][1] * (1 + margin(noise, auto))
     return [iid for k, (iid, ms) in enumerate(ranked) if k < keep or ms <= limit]
+
+
+def keeps_all(spec: SweepSpec) -> str | None:
+    """The note a halving spec gets whose screen drops nothing: ``timing.keep`` at or above the
+    configs of every mode's grid keeps each config it screens, so round 2 times them all in full
+    after the screen, more GPU time than ``full`` spends on them."""
+    from orchestrator.planning.grids import mode_grid
+    from orchestrator.spec.grid import TOKAMAX_GRID
+
+    if spec.timing.strategy != HALVING or spec.auto_only or spec.grid == TOKAMAX_GRID:
+        return None
+    largest, keep = max(len(mode_grid(spec, mode)) for mode in spec.modes), spec.timing.keep
+    if keep < largest:
+        return None
+    return (
+        f"timing.keep ({keep}) is at least the {largest} configs of a problem's grid, so halving's screen screens "
+        "nothing out: round 2 times every config in full after screening it, more GPU time than "
+        f'timing.strategy "full"; set timing.keep below {largest} for the screen to drop the configs that cannot '
+        'win, or use "full"'
+    )
