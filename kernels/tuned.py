@@ -31,8 +31,11 @@ untuned run their auto, so their "use auto" entries need none.
 Answers, for either implementation: ``config_for`` gives our kernel's ``AttentionConfig``
 (``kernels.attention.flash_attention(q, k, v, cfg, causal=...)``), ``mha_kwargs`` the stock
 kernel's keyword arguments, ``BlockSizes`` included
-(``mha(q, k, v, None, causal=..., sm_scale=..., **kw)``). Each looks only at entries of its own
-implementation: the two kernels' best tiles differ.
+(``mha(q, k, v, None, causal=..., sm_scale=..., **kw)``), ``mosaic_config`` jax's Mosaic GPU
+kernel's ``TuningConfig``, ``causal`` as the call asks
+(``kernels.mosaic.mosaic_attention(q, k, v, fields, causal=...)`` runs it with the softmax scale
+jax's kernel does not apply). Each looks only at entries of its own implementation: the kernels'
+best tiles differ.
 
 Lookup rule (``TunedTable.lookup``), so a kernel asked for an unmeasured shape degrades to
 auto instead of to a config that would raise:
@@ -50,7 +53,7 @@ auto instead of to a config that would raise:
 
 An argument no call could mean (an unknown mode or implementation, a seq that is not a positive
 integer, kv_heads not dividing heads, a causal that is not a bool, a dtype name numpy does not
-know or no dtype at all; ``config_for`` or ``mha_kwargs`` asked for another implementation than
+know or no dtype at all; ``config_for``, ``mha_kwargs`` or ``mosaic_config`` asked for another implementation than
 theirs) raises ``ValueError``; an entry no export writes (a config field the kernel refuses, a
 head_dim no kernel runs, two entries for one problem) is refused at load
 (``kernels.tuned_entries``).
@@ -294,6 +297,18 @@ class TunedTable:
         from kernels.stock import mha_kwargs
 
         return mha_kwargs(to_attention_config(cfg))
+
+    def mosaic_config(self, **kwargs: Any) -> Any | None:
+        """jax's Mosaic GPU kernel's ``TuningConfig`` for this call, from the entries measured with
+        ``kernel.impl: "mosaic"``, its ``causal`` as the call asks (the ``TuningConfig`` field that
+        makes the kernel causal: built from ``lookup``'s tiles alone it is false); ``None``: no
+        answer (the kernel has no default config: tune the shape, or pick one). Imports jax."""
+        cfg = self.lookup(**_own(kwargs, "mosaic", "mosaic_config"))
+        if cfg is None:
+            return None
+        from kernels.mosaic import tuning_config
+
+        return tuning_config(cfg, causal=bool(kwargs.get("causal", False)))
 
 
 def _own(kwargs: dict[str, Any], impl: str, method: str) -> dict[str, Any]:

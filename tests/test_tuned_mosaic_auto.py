@@ -90,3 +90,21 @@ def test_an_export_that_cannot_lower_mosaics_auto_says_lookup_has_no_config_ther
     assert "TunedTable.lookup has no config there" in note and 'the device kind "Some GPU" is not one' in note, note
     assert note.endswith("--keep-slower exports the best forced config there instead"), note
     assert TunedTable.load(out, check_env=False).lookup(impl="mosaic", mode="fwd", **SHAPE) is None
+
+
+def test_a_causal_mosaic_entry_answers_jaxs_tuning_config_causal_as_asked(tmp_path: Path) -> None:
+    """jax's ``TuningConfig`` holds ``causal`` beside the tiles, default false: built from the
+    lookup's fields alone it runs a causal problem's tiles as full attention, without a word.
+    ``mosaic_config`` answers the ``TuningConfig`` of the call, ``causal`` as asked."""
+    path, out = tmp_path / "causal.json", tmp_path / "tuned.json"
+    spec = {**SPEC, "modes": ["fwd"], "causal": [True], "output": str(path)}
+    path.write_text(json.dumps(document(spec, seed=5)))
+    assert run_cli("export", str(path), "--out", str(out)).returncode == 0
+    table = TunedTable.load(out, check_env=False)
+    fields = table.lookup(impl="mosaic", mode="fwd", causal=True, **SHAPE)
+    cfg = table.mosaic_config(mode="fwd", causal=True, **SHAPE)
+    assert fields is not None and cfg is not None and cfg.causal is True
+    assert {k: getattr(cfg, k) for k in fields} == fields
+    assert table.mosaic_config(mode="fwd", causal=False, **SHAPE) is None  # no entry of that problem
+    with pytest.raises(ValueError, match='mosaic_config answers for impl="mosaic"'):
+        table.mosaic_config(impl="jax", mode="fwd", causal=True, **SHAPE)
