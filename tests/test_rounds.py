@@ -109,3 +109,13 @@ def test_a_rounds_line_says_one_config_one_unit_and_one_round_in_the_singular() 
     assert round_note(halving) == "round 2: 1 of 1 screened config can still win; timing it in full in 1 unit"
     ended = rounds.NextRound(2, [], {"kind": "end", "search_round": 1})
     assert "the search ended after 1 round:" in round_note(ended)
+
+
+def test_wait_says_a_search_of_one_round_ended_after_1_round(tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+
+    spec = spec_file(tmp_path, search={"max_rounds": 1})
+    sweep = tmp_path / "sweep"
+    assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    r = run_cli("wait", str(sweep))
+    assert r.returncode == 0 and "the search ended after 1 round\n" in r.stderr.replace("\r", "\n"), r.stderr

@@ -37,19 +37,21 @@ class _WaitDisplay:
                 self.progress.note(f"{PROG}: warning: unit {u.id} (job {u.job_id}) waits for {u.detail}")
         if st.round2 is not None and not self.announced and st.halving:
             self.announced = True
+            survivors, screened = st.round2.get("survivors", 0), st.round2.get("screened", 0)
             self.progress.note(
-                f"{PROG}: round 2: {st.round2.get('survivors')} of {st.round2.get('screened')} screened "
-                "configs are timed in full"
+                f"{PROG}: round 2 times in full the {survivors} of {counted(screened, 'screened config')} "
+                f"that can still win"
             )
         extra = "; units: " + ", ".join(f"{n} {s}" for s, n in st.counts().items())
         self.progress.sweep(st, extra)  # first: a search's round that ended shows its last count above the next's note
         for r in (st.search or [])[1:]:
             if r["round"] not in self.rounds:
                 self.rounds.add(r["round"])
-                self.progress.note(f"{PROG}: round {r['round']} of the search: {r['planned']} configs ({r['kind']})")
+                planned = counted(r["planned"], "config")
+                self.progress.note(f"{PROG}: round {r['round']} of the search: {planned} ({r['kind']})")
         if st.search_end is not None and not self.ended:
             self.ended = True
-            self.progress.note(f"{PROG}: the search ended after {st.search_end['search_round']} rounds")
+            self.progress.note(f"{PROG}: the search ended after {counted(st.search_end['search_round'], 'round')}")
 
     def lowering(self, root: Path) -> None:
         """Before a next round is submitted: wait for a ``plan --lower`` of the sweep, as ``submit``
