@@ -277,3 +277,15 @@ def test_checking_a_spec_names_the_plan_lower_of_that_file_and_its_default_sweep
     assert command in note, note
     assert "SPEC" not in note and " DIR" not in note, note
     assert note.split("` prunes")[0] in planned.stderr, planned.stderr  # the command plan names
+
+
+def test_a_mosaic_plan_counts_no_configs_of_a_shared_memory_model_it_has_not(tmp_path: Path) -> None:
+    """A kernel pruned by the compiler's verdict alone: its plan's first line counts the invalid
+    configs, and names no shared-memory model (its note says there is none, and how it prunes)."""
+    spec = tmp_path / "m.json"
+    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    r = run_cli("plan", str(spec), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert "shared-memory model" not in first and " invalid)" in first, first
+    assert "has no shared-memory model" in r.stderr, r.stderr

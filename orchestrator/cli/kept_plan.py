@@ -61,7 +61,7 @@ def _kept(root: Path, spec: SweepSpec) -> SweepDir | None:
 def _print_text(sd: SweepDir) -> None:
     index = sd.unit_index()
     units = counted(len(index), "unit")
-    kinds = plan_kinds(sd.items())
+    kinds = plan_kinds(sd.spec, sd.items())
     print(f"{sd.root} was planned before: {counted(sd.planned, 'item')} ({kinds}) in the {units} it was planned with")
     for k, entry in enumerate(index):
         print(f"  unit {k:>3} {entry['id']}: {unit_column(entry['n_items'])}  ({entry['origin']})")
@@ -95,14 +95,14 @@ def _write_json(sd: SweepDir) -> None:
         out.write(json.dumps(line) + "\n")
 
 
-def plan_kinds(items: list[WorkItem]) -> str:
-    """What of a plan's items no worker measures, by why: the shared-memory model, invalid at their
-    shape, refused by pre-flight lowering (where it refused any)."""
-    from orchestrator.planning import INVALID, PRUNED
+def plan_kinds(spec: SweepSpec, items: list[WorkItem]) -> str:
+    """What of a plan's items no worker measures, by why: the shared-memory model (of a kernel that
+    has one), invalid at their shape, refused by pre-flight lowering (where it refused any)."""
+    from orchestrator.planning import INVALID, PRUNED, prunes_by_lowering
     from orchestrator.store.lowering import REFUSED as LOWERING_REFUSED
 
     n_invalid = sum(it.kind == INVALID for it in items)
     n_lowered = sum(it.kind == PRUNED and (it.reason or "").startswith(LOWERING_REFUSED) for it in items)
     n_pruned = sum(it.kind == PRUNED for it in items) - n_lowered
-    kinds = f"{n_pruned} pruned by the shared-memory model, {n_invalid} invalid"
-    return kinds + (f", {n_lowered} refused by pre-flight lowering" if n_lowered else "")
+    model = "" if prunes_by_lowering(spec) and not n_pruned else f"{n_pruned} pruned by the shared-memory model, "
+    return f"{model}{n_invalid} invalid" + (f", {n_lowered} refused by pre-flight lowering" if n_lowered else "")

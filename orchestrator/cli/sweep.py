@@ -183,7 +183,7 @@ def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None, verd
 
     items, units = planned.items, planned.units
     n_units = len(units) + (planned.reused is not None)
-    kinds = plan_kinds(items)
+    kinds = plan_kinds(spec, items)
     if planned.search is None:
         print(f"{items_in_units(len(items), n_units)} ({kinds})")
     else:
