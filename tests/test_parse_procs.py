@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cpus import usable_cpus
+from orchestrator.pyproc import module_env
 from orchestrator.store import keyindex
 from orchestrator.store.parse_procs import ENV, MAX_PROCS, SHARES, _procs, parse_ahead
 from orchestrator.store.segments import CACHE_DIR, current
@@ -140,6 +141,37 @@ def test_a_stopped_parse_worker_is_named_and_its_partials_parsed_by_the_merge(da
     assert (tmp_path / "many.json").read_bytes().split(b'"tilesweep"')[0] == (tmp_path / "one.json").read_bytes().split(
         b'"tilesweep"'
     )[0]
+
+
+_WORKER_IMPORTS = """
+import sys
+from pathlib import Path
+from orchestrator.store.parse_procs import main
+root = Path(sys.argv[1])
+main([str(root), sys.argv[2], sys.argv[3]])
+print(sorted(m for m in ("pydantic", "orchestrator.spec.model") if m in sys.modules))
+"""
+
+
+def test_a_parse_worker_loads_no_spec_model(damaged: Path, tmp_path: Path) -> None:
+    """A worker parses partials without the spec model and pydantic, which would double the
+    time it takes to start."""
+    listing = tmp_path / "shares" / "units.json"
+    (listing.parent / "claims").mkdir(parents=True)
+    units = [e["id"] for e in json.loads((damaged / "units.json").read_text())]
+    listing.write_text(json.dumps(units))
+    r = subprocess.run(
+        [sys.executable, "-P", "-c", _WORKER_IMPORTS, str(damaged), str(listing), str(tmp_path / "said")],
+        cwd=REPO,
+        env=module_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    parsed, loaded = r.stdout.splitlines()[:-1], r.stdout.splitlines()[-1]
+    assert parsed and all(current(damaged, unit, damaged / "partials" / f"{unit}.jsonl") for unit in parsed)
+    assert loaded == "[]"
 
 
 def test_a_wrong_number_of_merge_processes_is_one_line(damaged: Path) -> None:

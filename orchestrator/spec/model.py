@@ -50,8 +50,6 @@ from orchestrator.spec.sections import (
     TimingSettings,
 )
 
-SCHEMA_VERSION = 1
-
 # The reference config block, in the reference document's key order.
 REFERENCE_CONFIG_FIELDS = (
     "output",

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, NotRequired, TypedDict, Unpack
 
-from orchestrator.spec.model import SCHEMA_VERSION
+from orchestrator.spec.schema import SCHEMA_VERSION
 from orchestrator.store.files import naming
 
 

@@ -47,7 +47,7 @@ from typing import Any, cast
 
 from kernels.spelling import as_json
 from orchestrator.errors import PartialError
-from orchestrator.spec.model import SCHEMA_VERSION
+from orchestrator.spec.schema import SCHEMA_VERSION
 from orchestrator.store import unitfile
 from orchestrator.store.envfile import measured_in
 from orchestrator.store.files import read_file

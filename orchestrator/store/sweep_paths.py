@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator import PROG, word
 from orchestrator.errors import SweepDirError, TilesweepError
-from orchestrator.spec.model import SweepSpec
 from orchestrator.store.files import read_file
+
+if TYPE_CHECKING:
+    from orchestrator.spec.model import SweepSpec
 
 
 def default_root(spec_path: str, spec: SweepSpec) -> Path:

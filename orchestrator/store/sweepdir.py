@@ -38,7 +38,7 @@ from kernels.spelling import as_json
 from orchestrator import PROG, word
 from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.differences import spec_differences
-from orchestrator.spec.model import SCHEMA_VERSION, SweepSpec
+from orchestrator.spec.schema import SCHEMA_VERSION
 from orchestrator.store import envfile, jobfile, unitfile
 from orchestrator.store.filekinds import refuse_odd_entries
 from orchestrator.store.files import (
@@ -57,6 +57,7 @@ from orchestrator.store.sweep_paths import FOLDERS, NAME_ONE, file_given, no_swe
 
 if TYPE_CHECKING:  # the planner loads when the items are first expanded (status never expands them)
     from orchestrator.planning import Unit, WorkItem
+    from orchestrator.spec.model import SweepSpec
 
 # the file helpers live in ``files``; importable from here too, where the rooms above have them
 __all__ = [
