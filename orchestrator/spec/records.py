@@ -209,34 +209,31 @@ def item_id(rec: Mapping[str, Any]) -> str:
     return _hash(prefix + id_suffix(names, [rec[n] for n in names]))
 
 
-def id_getter(mode: str, config: str) -> Callable[[Mapping[str, Any]], str]:
+def id_getter(mode: str, config: str, *, plain: bool = False) -> Callable[[Mapping[str, Any]], str]:
     """``item_id`` of records of one mode and config kind, fast (the merger checks a million
     ids): the fields read at C speed, spelled by one %-format (``%s`` spells ints and strings as
     ``id_prefix``'s f-string does), the identity part hashed once for all the configs of one
     problem (its hash state copied for each), the config part spelled once per config. Byte for
     byte ``item_id``'s for a record whose values are of the layout's types (``store.layouts``
     checks them first: a float 64.0 would share the prefix or the config part of 64 here); a
-    record that carries an optional identity field takes ``item_id``'s own path. Raises
-    ``KeyError`` for a record that lacks a field."""
+    record that carries an optional identity field takes ``item_id``'s own path, unless
+    ``plain``: the caller knows its records carry none (their key tuple lacks them), and none is
+    looked for. Raises ``KeyError`` for a record that lacks a field."""
     identity = operator.itemgetter(*IDENTITY_FIELDS)
     prefix = "|".join(f"{n}=%s" for n in IDENTITY_FIELDS)
     names = config_fields(mode, config)
     if not names:
 
         def get_auto(rec: Mapping[str, Any]) -> str:
-            if "causal" in rec or "kv_heads" in rec or "impl" in rec:
-                return item_id(rec)
             return _hash((prefix % identity(rec)).encode())
 
-        return get_auto
+        return get_auto if plain else _optional_first(get_auto)
     fields = operator.itemgetter(*names)
     suffix = "".join(f"|{n}=%s" for n in names)
     states: dict[tuple[Any, ...], hashlib.blake2b] = {}  # identity values -> the hash state of their prefix
     suffixes: dict[tuple[Any, ...], bytes] = {}  # config values -> their bytes (a grid's configs recur per problem)
 
     def get(rec: Mapping[str, Any]) -> str:
-        if "causal" in rec or "kv_heads" in rec or "impl" in rec:
-            return item_id(rec)
         key = identity(rec)
         state = states.get(key)
         if state is None:
@@ -253,7 +250,18 @@ def id_getter(mode: str, config: str) -> Callable[[Mapping[str, Any]], str]:
         h.update(tail)
         return h.hexdigest()
 
-    return get
+    return get if plain else _optional_first(get)
+
+
+def _optional_first(get: Callable[[Mapping[str, Any]], str]) -> Callable[[Mapping[str, Any]], str]:
+    """``get`` for records without an optional identity field, ``item_id`` for the others."""
+
+    def get_any(rec: Mapping[str, Any]) -> str:
+        if "causal" in rec or "kv_heads" in rec or "impl" in rec:
+            return item_id(rec)
+        return get(rec)
+
+    return get_any
 
 
 _STATES = 1 << 16  # prefix hash states an id getter keeps (one per problem and mode)
@@ -266,10 +274,12 @@ def record_id(rec: Mapping[str, Any]) -> str:
     """``item_id`` through the ``id_getter`` of the record's mode and config kind (made once
     each): what checks a million records' ids. The record's fields must be of the layout's
     types (``store.layouts`` checks); raises ``KeyError`` for one that lacks a field."""
+    if "causal" in rec or "kv_heads" in rec or "impl" in rec:
+        return item_id(rec)
     kind = (rec["mode"], rec["config"])
     get = _ID_GETTERS.get(kind)
     if get is None:
-        get = _ID_GETTERS[kind] = id_getter(*kind)
+        get = _ID_GETTERS[kind] = id_getter(*kind, plain=True)
     return get(rec)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.spec.records import id_getter
+from orchestrator.spec.records import OPTIONAL_DEFAULTS, id_getter
 from orchestrator.store import jsonline
 from orchestrator.store.layouts import CONTAINER_FIELDS, check_layout
 
@@ -61,7 +61,7 @@ class Taken:
 
 _BY_KEYS: dict[tuple[Any, ...], Any] = {}  # key tuple -> its _KeysLayout, None where never fast
 _UNSEEN: Any = object()
-_ID_GETTERS: dict[tuple[str, str], Callable[[Mapping[str, Any]], str]] = {}
+_ID_GETTERS: dict[tuple[str, str, bool], Callable[[Mapping[str, Any]], str]] = {}
 
 
 def _layout(keys: tuple[Any, ...]) -> _KeysLayout | None:
@@ -75,10 +75,11 @@ def _verdict(rec: dict[str, Any], lay: _KeysLayout, sig: tuple[tuple[type, ...],
     why, order = check_layout(rec)
     get = None
     if why is None and order is None:
-        kind = (rec["mode"], rec["config"])
+        plain = not any(k in rec for k in OPTIONAL_DEFAULTS)  # of the key tuple: the same for all of them
+        kind = (rec["mode"], rec["config"], plain)
         get = _ID_GETTERS.get(kind)
         if get is None:
-            get = _ID_GETTERS[kind] = id_getter(*kind)
+            get = _ID_GETTERS[kind] = id_getter(rec["mode"], rec["config"], plain=plain)
     lay.verdicts[sig] = get
     return get
 
