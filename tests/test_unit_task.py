@@ -1,11 +1,14 @@
 """What a SLURM task of units is given and does before any unit runs: the executor settings as
 submitit's parameters and the grace after the time-limit warning; the task's checkpoint (the
-same call again) and its requeue once its workers never reach a stop."""
+same call again) and its requeue once its workers never reach a stop; and how its process
+leaves once its units all ended."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 from orchestrator.spec.executor_section import ExecutorSettings
@@ -62,3 +65,27 @@ def test_unit_task_checkpoints_the_same_call_and_requeues_when_stuck() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         for s, h in old.items():
             signal.signal(s, h)
+
+
+LEAVES = """
+import atexit, sys
+from orchestrator.control.dispatch.tasks import leave_without_teardown
+
+class Module:
+    def __del__(self) -> None:
+        print("torn down", flush=True)
+
+kept = Module()  # freed by the interpreter's teardown, which prints it
+atexit.register(print, "atexit ran", flush=True)
+atexit.register(leave_without_teardown)  # what a task whose units all ended registers
+if sys.argv[1:] == ["fail"]:  # submitit could not write the result
+    raise RuntimeError("the result could not be written")
+"""
+
+
+def test_a_task_whose_units_ended_leaves_without_the_teardown_and_an_error_keeps_its_status() -> None:
+    done = subprocess.run([sys.executable, "-c", LEAVES], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "atexit ran\n"), done.stderr
+    failed = subprocess.run([sys.executable, "-c", LEAVES, "fail"], capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and "the result could not be written" in failed.stderr
+    assert failed.stdout.splitlines() == ["atexit ran", "torn down"]
