@@ -13,7 +13,8 @@ from pathlib import Path
 from kernels import tokamax_meta
 from kernels.spelling import as_json
 from orchestrator import PROG, word
-from orchestrator.errors import WorkerEnvironmentError
+from orchestrator.errors import SweepDirError, WorkerEnvironmentError
+from orchestrator.store.files import read_text
 from orchestrator.store.lines import DeviceBlock
 
 
@@ -100,8 +101,8 @@ def _planned_from(sweep_json: Path) -> str | None:
     """The spec file a sweep was planned from, as its ``sweep.json`` names it (None where it
     names none or cannot be read)."""
     try:
-        source = json.loads(sweep_json.read_text()).get("spec_source")
-    except (OSError, ValueError, AttributeError):
+        source = json.loads(read_text(sweep_json)).get("spec_source")
+    except (OSError, ValueError, AttributeError, SweepDirError):
         return None
     return source if isinstance(source, str) else None
 

@@ -210,18 +210,19 @@ def test_a_history_or_partial_that_is_no_file_is_named_and_never_read(tmp_path: 
         "units/{unit}.json",
         "done/{unit}.json",
         "leases/{unit}.lease",
-        "lowering.jsonl",
         "status-tally.json",
         "run.lease",
     ],
 )
 def test_any_file_of_a_sweep_that_is_a_pipe_is_named_by_status_and_ls(tmp_path: Path, name: str) -> None:
     """Any file a command reads of a sweep directory (its spec, index, environment, a unit file,
-    a marker, a lease, the lowering verdicts, the tally) made a named pipe: ``status`` says which
+    a marker, a lease of a unit not done, the tally) made a named pipe: ``status`` says which
     in one line instead of waiting for a writer for ever, and ``ls`` lists the other sweeps."""
     sd, units = build_sweep(tmp_path / "sweeps" / "damaged", small_spec(n_seqs=1), 2, output=tmp_path / "out.json")
     build_sweep(tmp_path / "sweeps" / "sound", small_spec(n_seqs=1), 2, output=tmp_path / "other.json")
     path = sd.root / name.format(unit=units[0].id)
+    if name.startswith("leases/"):  # status reads the lease of a unit not done yet, which a worker may hold
+        sd.partial_path(units[0].id).unlink()
     path.parent.mkdir(exist_ok=True)
     path.unlink(missing_ok=True)
     os.mkfifo(path)
@@ -231,3 +232,47 @@ def test_any_file_of_a_sweep_that_is_a_pipe_is_named_by_status_and_ls(tmp_path: 
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
     damaged, sound = listed.stdout.splitlines()
     assert f"unreadable: {said}" in damaged and "complete" in sound, listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "command"),
+    [
+        ("logs/units/{unit}.log", "logs"),  # the unit's log `logs` shows
+        ("sweep.lock", "cancel"),  # the sweep's lock, which filelock would take a pipe for
+        ("merge-cache/output-stamps.json", "status"),  # what the merge read, which says whether it is merged
+    ],
+)
+def test_a_file_a_command_reads_or_locks_that_is_a_pipe_is_named_by_it(tmp_path: Path, name: str, command: str) -> None:
+    """A unit's log, the sweep's lock or the merge's stamps made a named pipe: the command that
+    reads or locks it says which in one line instead of waiting for a writer for ever."""
+    sweep = _sweep(tmp_path / "sweep")
+    path = sweep / name.format(unit=_partial(sweep).stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    args = [command, str(sweep), *(["0"] if command == "logs" else [])]
+    assert_one_line_error(run_cli(*args, timeout=60), f"{path} is a named pipe, where a sweep directory holds a file")
+
+
+def test_lowering_verdicts_that_are_a_pipe_are_named_by_the_plan_that_reads_them(
+    tmp_path: Path, write_spec: Any
+) -> None:
+    """``lowering.jsonl`` made a named pipe: ``plan`` of the sweep planned before, which prunes
+    its items by the verdicts, names it in one line, as it would name a pipe at any file it reads."""
+    spec, sweep = write_spec(), tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    os.mkfifo(sweep / "lowering.jsonl")
+    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--dry-run", timeout=60)
+    assert_one_line_error(planned, f"{sweep / 'lowering.jsonl'} is a named pipe, where a sweep directory holds a file")
+
+
+def test_a_pipe_where_no_command_reads_leaves_status_and_merge_as_they_are(tmp_path: Path) -> None:
+    """Commands check the files they read as they open them, not the whole sweep directory (its
+    logs and compile cache grow with the sweep): a pipe left in the workers' compile cache, which
+    neither ``status`` nor ``merge`` reads, changes nothing they say."""
+    sweep = _sweep(tmp_path / "sweep")
+    before = [run_cli(command, str(sweep)) for command in ("status", "merge")]
+    (sweep / "compile-cache").mkdir()
+    os.mkfifo(sweep / "compile-cache" / "left-behind")
+    after = [run_cli(command, str(sweep), timeout=60) for command in ("status", "merge")]
+    assert [(r.returncode, r.stdout, r.stderr) for r in after] == [(r.returncode, r.stdout, r.stderr) for r in before]

@@ -64,10 +64,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from orchestrator.control.listing import log_of
+    from orchestrator.store.files import open_file
     from orchestrator.store.sweepdir import SweepDir
 
     path = log_of(SweepDir.open(args.sweep_dir), args.unit, task=args.task)
-    with open(path, "rb") as f:  # opened first: a log that cannot be read leaves no header behind
+    with open_file(path) as f:  # opened first: a log that cannot be read leaves no header behind
         print(f"==> {path} <==")  # on stdout with the log, as `tail -v` prints it: a capture keeps them together
         sys.stdout.flush()
         shutil.copyfileobj(f, sys.stdout.buffer)

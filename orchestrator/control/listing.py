@@ -23,6 +23,7 @@ from orchestrator.control.status_model import FAILED
 from orchestrator.control.why import NOT_TAKEN
 from orchestrator.errors import SweepDirError, TilesweepError
 from orchestrator.store import carried
+from orchestrator.store.filekinds import holds_file
 from orchestrator.store.files import ACCESS_ERRNOS, cannot_access, misplaced
 from orchestrator.store.sweep_paths import cut_short, finish_command
 from orchestrator.store.sweepdir import SWEEP_FILE, SweepDir
@@ -279,7 +280,7 @@ def unit_log(sd: SweepDir, unit_key: str, *, task: bool = False) -> Path:
     own = [sd.unit_log(uid), job.get("log")] + ([] if shared else [job.get("stderr")])
     candidates = [job.get("stderr"), job.get("log")] if task else own
     for path in candidates:
-        if path and Path(path).is_file():
+        if path and holds_file(Path(path)):  # a pipe there is named as what it is, not as a log that is gone
             return Path(path)
     what = "task log" if task else "log"
     status = f"`{PROG} status {word(sd.root)}` shows the unit"

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from orchestrator.control.scheduler import array_of, cancel, query
 from orchestrator.planning import WorkItem
+from orchestrator.store.filekinds import holds_file
+from orchestrator.store.files import open_file
 from orchestrator.store.lowering import Verdict, read_lines, task_file
 from orchestrator.store.sweepdir import SweepDir
 
@@ -116,9 +118,9 @@ def _read_task(
     """Hand on the verdicts of ``ids`` in the whole lines task ``index`` wrote since the last
     look (this array's task writes a header of this sweep first)."""
     path = root / task_file(index)
-    if not path.is_file():
+    if not holds_file(path):
         return
-    with open(path, "rb") as fh:
+    with open_file(path) as fh:
         fh.seek(run.offsets.get(index, 0))
         data = fh.read()
     whole = data[: data.rfind(b"\n") + 1]

@@ -27,6 +27,7 @@ from orchestrator.devicefiles import what_it_is
 from orchestrator.errors import DispatchError, LeaseHeld, MismatchError, PlanError
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store import envfile, tokamax_lists, unitfile
+from orchestrator.store.filekinds import refuse_odd
 from orchestrator.store.files import folder_refuses, same_file
 from orchestrator.store.leases import Holder, read_holder, run_lease, run_lease_path
 from orchestrator.store.lowering_todo import lowered_already
@@ -285,6 +286,7 @@ def sweep_lock(sd: SweepDir) -> Iterator[None]:
     """The sweep directory's lock: one command at a time plans, submits, resumes or cancels."""
     from filelock import FileLock, Timeout
 
+    refuse_odd(sd.lock_path)  # filelock would take a pipe or a device for its lock file
     try:
         with FileLock(str(sd.lock_path), timeout=LOCK_TIMEOUT_S):
             yield

@@ -74,8 +74,10 @@ def last_word(path: str | Path | None, unit: str) -> tuple[str, str] | None:
 
 
 def _tail(path: Path) -> list[str]:
+    from orchestrator.store.files import open_file
+
     try:
-        with open(path, "rb") as f:
+        with open_file(path) as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - _TAIL_BYTES))
             data = f.read()

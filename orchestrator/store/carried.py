@@ -23,6 +23,7 @@ from typing import Any
 
 from orchestrator.planning import Unit, WorkItem
 from orchestrator.store.carry import carried_records, flags_of, source_of
+from orchestrator.store.filekinds import holds_file
 from orchestrator.store.files import atomic_open, atomic_write_json, now_iso, read_json
 from orchestrator.store.lines import encode_line, header_line, partial_header, record_line
 from orchestrator.store.markers import reuse_summary, write_marker
@@ -82,7 +83,7 @@ def write_reuse_unit(sd: SweepDir, unit: Unit, found: Found) -> None:
 def read_summary(sd: SweepDir) -> dict[str, Any] | None:
     """What planning reused (``reuse.json``), or None where nothing was."""
     path = sd.root / REUSE_FILE
-    if not path.is_file():
+    if not holds_file(path):
         return None
     data = read_json(path, "reuse summary")
     return data if isinstance(data, dict) else None

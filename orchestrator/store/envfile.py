@@ -19,7 +19,7 @@ from kernels import tokamax_meta
 from kernels.spelling import as_json
 from orchestrator import word
 from orchestrator.errors import MismatchError, SweepDirError, TilesweepError
-from orchestrator.store.files import cannot_access, create_once, open_file, write_advice
+from orchestrator.store.files import cannot_access, create_once, open_file, read_text, write_advice
 
 ENV_FILE = "env.json"
 _FIX = "no partial of the sweep names the environment it was measured in: delete it (the next worker records its own)"
@@ -98,7 +98,7 @@ def recorded(root: Path) -> dict[str, Any] | None:
     path = root / ENV_FILE
     for _ in range(50):  # a first writer on a filesystem without hard links may not have filled it yet
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path)
         except FileNotFoundError:
             return None
         except PermissionError as exc:  # not damaged: this user may not read it

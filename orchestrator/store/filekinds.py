@@ -1,8 +1,10 @@
 """A sweep directory's entries that are no file and no folder: a named pipe (whose reading waits
 for a writer for ever), a device (/dev/zero: a reading that never ends), a socket, or a link to
-one. ``SweepDir.open`` looks through the whole directory for one before any command reads a file
-of it (``refuse_odd_entries``), and ``files.open_file`` refuses one at the read itself, so a
-``mkfifo`` in a sweep directory is one line naming it, never a command that hangs."""
+one. Every reader of a sweep directory's files opens them through ``files.open_file`` (every
+appender through ``files.open_append``), which opens without waiting and refuses one by
+``fstat`` at the read itself; a file opened by what does not check it (filelock's lock file) is
+``refuse_odd``-checked first. So a ``mkfifo`` in a sweep directory is one line naming it, never a
+command that hangs, at the cost of what a command reads, never of the directory's size."""
 
 from __future__ import annotations
 
@@ -26,26 +28,26 @@ def refusal(path: Path, what: str) -> SweepDirError:
     return SweepDirError(f"{path} is {what}, where a sweep directory holds a file: remove it (`rm {word(path)}`)")
 
 
-def refuse_odd_entries(root: Path) -> None:
-    """Raise ``refusal`` for the first entry under the sweep directory ``root`` (its folders
-    included, a link followed to what it names) that no reader may open: one ``scandir`` per
-    folder, which reads each entry's kind without opening or stat-ing it."""
-    pending = [root]
-    while pending:
-        folder = pending.pop()
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:  # not a folder, or not readable: the reader that needs it says why
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                pending.append(Path(entry.path))
-                continue
-            if entry.is_file(follow_symlinks=False):
-                continue
-            try:  # a link (to what it names) or an odd entry
-                what = odd_kind(os.stat(entry.path).st_mode)
-            except OSError:  # a link to nothing: its reader says it is missing
-                continue
-            if what is not None:
-                raise refusal(Path(entry.path), what)
+def holds_file(path: Path) -> bool:
+    """Whether ``path`` (a link followed) is a regular file to read: False where nothing, or a
+    folder, is there; ``refusal`` where it is a pipe, a device or a socket, which ``is_file()``
+    would pass over as if no file were there."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    what = odd_kind(mode)
+    if what is not None:
+        raise refusal(path, what)
+    return stat.S_ISREG(mode)
+
+
+def refuse_odd(path: Path) -> None:
+    """Raise ``refusal`` where ``path`` (a link followed) is a pipe, a device or a socket: one
+    ``stat``, for a file that is opened by what does not check it (filelock's lock file)."""
+    try:
+        what = odd_kind(os.stat(path).st_mode)
+    except OSError:  # not there (it is made), or a link to nothing: its opener says why
+        return
+    if what is not None:
+        raise refusal(path, what)

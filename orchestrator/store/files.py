@@ -155,6 +155,31 @@ def open_file(path: Path) -> IO[bytes]:
     pipe, a device or a socket (or a link to one), whose reading would never end or never
     come, and ``IsADirectoryError`` where it is a folder (``misplaced`` words that)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe's open would wait for a writer
+    return os.fdopen(_plain(fd, path), "rb")
+
+
+def open_append(path: str | os.PathLike[str], mode: str = "a") -> IO[Any]:
+    """``path``, a file of a sweep directory (a history, a log), open to append to in ``mode``
+    ("a" or "ab"), made where missing (``append_fd``)."""
+    return os.fdopen(append_fd(path), mode, encoding=None if "b" in mode else "utf-8")
+
+
+def append_fd(path: str | os.PathLike[str]) -> int:
+    """A descriptor appending to ``path``, made where missing; ``SweepDirError`` where it is a
+    pipe, a device or a socket (or a link to one), whose write would wait for a reader for ever
+    or go nowhere, as ``open_file`` says."""
+    try:  # a pipe's open would wait for a reader: without one, O_NONBLOCK makes it fail (ENXIO)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a pipe no process reads, or a socket
+            raise refusal(Path(path), odd_kind(os.stat(path).st_mode) or "no file") from None
+        raise
+    return _plain(fd, Path(path))
+
+
+def _plain(fd: int, path: Path) -> int:
+    """``fd``, open on ``path`` without waiting, made blocking once ``fstat`` says it is a
+    regular file; closed, and the error ``open_file`` names raised, where it is not one."""
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
@@ -163,7 +188,7 @@ def open_file(path: Path) -> IO[bytes]:
         if what is not None:
             raise refusal(path, what)
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
+        return fd
     except BaseException:
         os.close(fd)
         raise
@@ -173,6 +198,11 @@ def read_file(path: Path) -> bytes:
     """The bytes of ``path``, a file of a sweep directory (``open_file``)."""
     with open_file(path) as f:
         return f.read()
+
+
+def read_text(path: Path) -> str:
+    """The text of ``path``, a file of a sweep directory (``open_file``), as UTF-8."""
+    return read_file(path).decode("utf-8")
 
 
 def create_once(path: Path, payload: bytes) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrator.store.files import atomic_write_json, now_iso
+from orchestrator.store.files import atomic_write_json, now_iso, read_text
 from orchestrator.store.sweepdir import SweepDir
 
 FINAL_MERGE_FILE = "final-merge.json"
@@ -24,7 +24,7 @@ def record_final_merge(sd: SweepDir, result: dict[str, Any]) -> None:
 def final_merge(sd: SweepDir) -> dict[str, Any] | None:
     """What the final merge job wrote last; None where it has not written (or its file is damaged)."""
     try:
-        data = json.loads((sd.root / FINAL_MERGE_FILE).read_text(encoding="utf-8"))
+        data = json.loads(read_text(sd.root / FINAL_MERGE_FILE))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

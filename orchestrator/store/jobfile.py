@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store.files import naming, read_file
+from orchestrator.store.files import naming, open_append, read_file
 from orchestrator.store.jsonline import loads
 
 FILE = "jobs.jsonl"
@@ -22,7 +22,7 @@ _LOG_KEYS = ("log", "stderr", "stdout")
 def append(root: Path, entries: list[dict[str, Any]]) -> None:
     """Append ``entries`` to the sweep's history, one line each, fsynced."""
     path = root / FILE
-    with naming(path), open(path, "a", encoding="utf-8") as f:
+    with naming(path), open_append(path) as f:
         for e in entries:
             f.write(json.dumps(e) + "\n")
         f.flush()

@@ -68,7 +68,8 @@ from typing import TYPE_CHECKING, TypedDict, cast
 
 from orchestrator import PROG, word
 from orchestrator.errors import LockTimeout, ResultsError
-from orchestrator.store.files import beside, create_once
+from orchestrator.store.filekinds import refuse_odd
+from orchestrator.store.files import beside, create_once, read_text
 from orchestrator.store.pidspace import host_identity, in_this_pid_space, pid_alive, process_start
 
 if TYPE_CHECKING:  # loaded by the merge that takes a hard lock: readers of soft locks (status) never do
@@ -221,7 +222,7 @@ class SoftLock:
         None when there is no lock file (any more)."""
         try:
             st = os.stat(self.path)
-            text = self.path.read_text(encoding="utf-8")
+            text = read_text(self.path)
         except FileNotFoundError:
             return None, None
         except OSError:
@@ -250,7 +251,7 @@ class SoftLock:
         """Whether the lock file reads, and holds no holder record (one this user may not read
         names a holder it cannot see: not broken)."""
         try:
-            return _parse(self.path.read_text(encoding="utf-8")) is None
+            return _parse(read_text(self.path)) is None
         except (OSError, UnicodeDecodeError):
             return False
 
@@ -276,7 +277,7 @@ class SoftLock:
         except FileNotFoundError:
             return  # someone else broke it first
         try:
-            moved = _parse(aside.read_text(encoding="utf-8"))
+            moved = _parse(read_text(aside))
         except (OSError, ValueError):  # gone, or not text
             moved = None
         same = (moved is None and stale is None) or (
@@ -346,6 +347,7 @@ class MergeLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # filelock retries a lock file it cannot create (ENOENT in a folder like /proc) as if
         # another process held it, until the timeout: made once here, its OSError is raised at once
+        refuse_odd(self.path)  # filelock would take a pipe or a device for its lock file
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644))
         self._lock = filelock.FileLock(str(self.path), timeout=self.timeout)
         try:

@@ -29,6 +29,7 @@ error, so ``submit`` and the workers record them at once and never compile them 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 from collections.abc import Iterable
@@ -37,7 +38,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypedDict
 
 from orchestrator.planning import INVALID, PRUNED, RUN, WorkItem
-from orchestrator.store.files import naming, now_iso
+from orchestrator.store.filekinds import holds_file
+from orchestrator.store.files import naming, now_iso, open_append, open_file, read_text
 
 if TYPE_CHECKING:
     from orchestrator.spec.model import SweepSpec
@@ -164,7 +166,7 @@ class VerdictWriter:
         """Write ``obj``'s line; an OSError of it (a full disk) names this file, for its one line."""
         with naming(self._path):
             if self._fh is None:
-                self._fh = open(self._path, "a", encoding="utf-8")
+                self._fh = open_append(self._path)
             head = "\n" if self._torn else ""
             if self._header is not None:
                 head += json.dumps(self._header) + "\n"
@@ -191,7 +193,7 @@ def last_header(path: Path) -> dict[str, Any] | None:
     """The header the last lines of the verdict file ``path`` are under (None: no file, or none)."""
     found = None
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with io.TextIOWrapper(open_file(path), encoding="utf-8", errors="replace") as fh:
             for text in fh:
                 if text.startswith('{"lowering":'):
                     with contextlib.suppress(json.JSONDecodeError):
@@ -204,7 +206,7 @@ def last_header(path: Path) -> dict[str, Any] | None:
 def _torn_end(path: Path) -> bool:
     """Whether the file at ``path`` ends inside a line."""
     try:
-        with open(path, "rb") as fh:
+        with open_file(path) as fh:
             if fh.seek(0, os.SEEK_END) == 0:
                 return False
             fh.seek(-1, os.SEEK_END)
@@ -217,8 +219,8 @@ def read_verdicts(root: Path, sweep: str, device_kind: str) -> dict[str, Verdict
     """The last verdict per config under headers of this sweep and target (none: no file)."""
     out: dict[str, Verdict] = {}
     for path in verdict_files(root):
-        if path.is_file():
-            out.update(read_lines(path.read_text(encoding="utf-8").splitlines(), sweep, device_kind))
+        if holds_file(path):
+            out.update(read_lines(read_text(path).splitlines(), sweep, device_kind))
     return out
 
 

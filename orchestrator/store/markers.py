@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NotRequired, TypedDict, cast
 
-from orchestrator.store.files import atomic_write_json, now_iso
+from orchestrator.store.files import atomic_write_json, now_iso, open_file
 from orchestrator.store.partials import loads
 from orchestrator.store.sweepdir import SweepDir
 
@@ -169,7 +170,7 @@ def read_marker(path: os.PathLike[str] | str) -> CompletionMarker | None:
     """A marker as it was written, or None where there is none or it is not a JSON object
     (``trusted_block`` says whether it still vouches for its partial)."""
     try:
-        with open(path, "rb") as f:
+        with open_file(Path(path)) as f:
             m = loads(f.read())
     except (OSError, ValueError):
         return None

@@ -55,7 +55,7 @@ from kernels.spelling import as_json
 from orchestrator.cpus import usable_cpus
 from orchestrator.errors import ResultsError
 from orchestrator.pyproc import PipeLines, module_command, module_env
-from orchestrator.store.files import folder_refuses, remove_dead_temps
+from orchestrator.store.files import folder_refuses, read_text, remove_dead_temps
 from orchestrator.store.pidspace import STOPPED, pid_alive, process_state
 from orchestrator.store.segments import CACHE_DIR, UNCACHED, current, segment, uncached
 from orchestrator.store.sweepdir import SweepDir
@@ -206,7 +206,7 @@ def _say(said: Path, said_before: set[str]) -> None:
     """A worker's warnings (its listing's ``.said`` file), as the merge would have logged them;
     those another worker said (``said_before``, which grows) once."""
     try:
-        text = said.read_text(encoding="utf-8")
+        text = read_text(said)
     except OSError:  # it warned of nothing (or never started)
         return
     for line in text.splitlines():
@@ -278,7 +278,7 @@ def main(argv: list[str]) -> int:
     sd = SweepDir(root)
     claims = listing.parent / "claims"
     gc.disable()  # as in the merge (``document.paused_gc``): records make no cycles, and the worker ends soon
-    for unit in json.loads(listing.read_text()):
+    for unit in json.loads(read_text(listing)):
         if not claim(claims, unit):
             continue
         path = sd.partial_path(unit)

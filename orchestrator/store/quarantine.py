@@ -20,8 +20,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.errors import PartialError
-from orchestrator.store.files import now_iso
+from orchestrator.errors import PartialError, SweepDirError
+from orchestrator.store.files import now_iso, open_append
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,8 @@ def quarantine(sweep_root: Path, path: Path, reason: str) -> Quarantined | None:
         dest,
     )
     try:
-        with open(qdir / LOG_NAME, "a", encoding="utf-8") as f:
+        with open_append(qdir / LOG_NAME) as f:
             f.write(json.dumps({"time": now_iso(), "file": str(path), "moved_to": dest.name, "reason": reason}) + "\n")
-    except OSError:
+    except (OSError, SweepDirError):  # the log is a note beside the moved file: the move is what counts
         pass
     return Quarantined(path, dest, reason)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import PROG, word
-from orchestrator.store.files import atomic_open, now_iso
+from orchestrator.store.files import atomic_open, now_iso, read_file
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def read_stop(root: Path) -> RunStop | None:
     """The stop the last run here noted, where a full disk stopped it; None otherwise (no note,
     a run still running or killed before it could say, a damaged note)."""
     try:
-        data = json.loads((root / RUN_STOP_FILE).read_bytes())
+        data = json.loads(read_file(root / RUN_STOP_FILE))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("stopped") != DISK_FULL or not isinstance(data.get("at"), float):

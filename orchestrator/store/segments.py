@@ -26,7 +26,7 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store.files import atomic_open, open_file
+from orchestrator.store.files import atomic_open, open_file, read_file
 from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import (
     FOREIGN,
@@ -276,7 +276,7 @@ def current(sweep_root: Path, unit: str, path: Path) -> bool:
     """Whether the merge cache holds ``unit``'s partial at ``path`` as it is now, all of it
     parsed (its first line alone read: the payload's CRC is checked when it is loaded)."""
     try:
-        with open(_cache_path(sweep_root, unit), "rb") as f:
+        with open_file(_cache_path(sweep_root, unit)) as f:
             meta = loads(f.readline())
         st = os.stat(path)
     except (OSError, ValueError):
@@ -290,7 +290,7 @@ def current(sweep_root: Path, unit: str, path: Path) -> bool:
 def _load(sweep_root: Path, unit: str, path: Path) -> Segment | None:
     cpath = _cache_path(sweep_root, unit)
     try:
-        data = cpath.read_bytes()
+        data = read_file(cpath)
     except OSError:
         return None
     try:
@@ -375,7 +375,7 @@ def segment(
         if consumed >= _SIG_BYTES or start == 0:
             seg.sig = data[max(0, consumed - _SIG_BYTES) : consumed].hex()
         else:
-            with open(path, "rb") as g:
+            with open_file(path) as g:
                 g.seek(max(0, seg.parsed - _SIG_BYTES))
                 seg.sig = g.read(min(seg.parsed, _SIG_BYTES)).hex()
     if use_cache and seg.foreign is None and (start != seg.parsed or start == 0):

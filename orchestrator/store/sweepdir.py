@@ -40,7 +40,7 @@ from orchestrator.errors import MismatchError, SweepDirError
 from orchestrator.spec.differences import spec_differences
 from orchestrator.spec.schema import SCHEMA_VERSION
 from orchestrator.store import envfile, jobfile, unitfile
-from orchestrator.store.filekinds import refuse_odd_entries
+from orchestrator.store.filekinds import refuse_odd
 from orchestrator.store.files import (
     DAMAGED_FIX,
     WRITE_ERRNOS,
@@ -247,7 +247,7 @@ class SweepDir:
             raise SweepDirError(file_given(root))
         if not root.is_dir():
             raise SweepDirError(f"sweep directory {root} does not exist; {NAME_ONE}")
-        refuse_odd_entries(root)  # a pipe anywhere in it: one line now, not a reader that waits for ever
+        refuse_odd(root / SWEEP_FILE)  # a pipe there: named as one, not as a folder that holds no sweep
         if not (root / SWEEP_FILE).is_file():
             raise SweepDirError(no_sweep_file(root))
         sd = cls(root)

@@ -26,10 +26,11 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from orchestrator.errors import PartialError
 from orchestrator.store import tally_file
+from orchestrator.store.files import open_file
 from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import (
     FOREIGN,
@@ -160,7 +161,7 @@ def count_partial(path: str, sweep_root: Path, unit: str, book: Book | None = No
     this process holds no tally of it. A partial of another schema version raises
     ``PartialError``, as ``read_partial`` does."""
     try:
-        with open(path, "rb") as f:
+        with open_file(Path(path)) as f:
             st = os.fstat(f.fileno())  # the file opened, even where the path was replaced meanwhile
             tally = _still_valid(_TALLIES.get(path), f, st)
             if tally is None and book is not None:
@@ -198,7 +199,7 @@ def _counts(tally: Tally, tail: Line | None) -> Counts:
     return Counts(len(records), sum(records.values()), headers, None)
 
 
-def _still_valid(tally: Tally | None, f: BinaryIO, st: os.stat_result) -> Tally | None:
+def _still_valid(tally: Tally | None, f: IO[bytes], st: os.stat_result) -> Tally | None:
     """``tally`` where it still describes the first ``offset`` bytes of the open file ``f``."""
     if tally is None or tally.ino != (st.st_dev, st.st_ino) or st.st_size < tally.size:
         return None

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypedDict
 
-from orchestrator.store.files import atomic_open, remove_dead_temps
+from orchestrator.store.files import atomic_open, read_file, remove_dead_temps
 from orchestrator.store.lines import ReadHeader
 from orchestrator.store.partials import loads
 
@@ -63,7 +63,7 @@ def read(sweep_root: Path) -> dict[str, Entry]:
     or of another version (a warning for damage: the partials it describes are recounted)."""
     path = tally_path(sweep_root)
     try:
-        data = loads(path.read_bytes())
+        data = loads(read_file(path))
     except FileNotFoundError:
         return {}
     except OSError as exc:

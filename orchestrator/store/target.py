@@ -45,7 +45,7 @@ from orchestrator.errors import ResultsError
 from orchestrator.spec.records import item_id
 from orchestrator.store import keyindex
 from orchestrator.store.document import head_of, paused_gc, read_bytes, read_head, results_bounds, scan
-from orchestrator.store.files import atomic_write_json, beside, temp_path
+from orchestrator.store.files import atomic_write_json, beside, read_text, temp_path
 from orchestrator.store.partials import UnitItems
 from orchestrator.store.provenance import attempts_of, blocks
 from orchestrator.store.segments import CACHE_DIR
@@ -98,7 +98,7 @@ class OutputStamp(TypedDict):
 def _stamps(sd: SweepDir) -> dict[str, OutputStamp]:
     """The stamps as written (``inspect`` checks one before it trusts it)."""
     try:
-        data = json.loads((sd.root / CACHE_DIR / STAMP_FILE).read_text(encoding="utf-8"))
+        data = json.loads(read_text(sd.root / CACHE_DIR / STAMP_FILE))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

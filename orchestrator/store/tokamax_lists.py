@@ -19,6 +19,7 @@ from orchestrator.errors import SweepDirError
 from orchestrator.planning import tokamax_grid
 from orchestrator.spec.grid import TOKAMAX_GRID
 from orchestrator.spec.model import SweepSpec
+from orchestrator.store.filekinds import holds_file
 from orchestrator.store.files import atomic_write_json, read_json
 
 FILE = "tokamax-grid.json"
@@ -41,7 +42,7 @@ def load(root: Path, spec: SweepSpec) -> None:
     (``tokamax_grid.remember``); nothing where there are none. SweepDirError naming the file
     where it is damaged or of another sweep."""
     path = root / FILE
-    if spec.grid != TOKAMAX_GRID or not path.is_file():
+    if spec.grid != TOKAMAX_GRID or not holds_file(path):
         return
     data = read_json(path, "tokamax's planned configs")
     want = {"impl": spec.measured_impl, "device_kind": spec.kernel.target.name}

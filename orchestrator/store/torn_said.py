@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store.files import atomic_write_json
+from orchestrator.store.files import atomic_write_json, read_text
 from orchestrator.store.segments import CACHE_DIR, Segment
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class TornSaid:
 
     def _read(self) -> dict[str, list[list[int]]]:
         try:
-            data: Any = json.loads(self.path.read_text(encoding="utf-8"))
+            data: Any = json.loads(read_text(self.path))
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}

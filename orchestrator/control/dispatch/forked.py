@@ -37,6 +37,7 @@ from kernels import impls
 from orchestrator.control.dispatch.unit_worker import SIGNALS
 from orchestrator.pyproc import PipeLines
 from orchestrator.spec.sections import REPLAY
+from orchestrator.store.files import append_fd
 
 if TYPE_CHECKING:
     from orchestrator.spec.model import SweepSpec
@@ -176,7 +177,7 @@ def start_worker(
     (``jobs.compile_pool.share``)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    out = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    out = append_fd(log_path)
     to_child, from_child = os.pipe(), os.pipe()
     libc = _libc()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)

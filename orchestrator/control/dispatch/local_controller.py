@@ -28,6 +28,7 @@ from submitit.local.local import Controller, LocalExecutor, LocalJob
 from orchestrator.control.dispatch.nodelog import note_start
 from orchestrator.control.why import death_reason, failure_line, oom_kills
 from orchestrator.pyproc import module_command, module_env
+from orchestrator.store.files import open_append
 
 UNIT_ENV = "TILESWEEP_LOCAL_UNIT"  # the unit a controller's worker runs
 
@@ -85,7 +86,7 @@ def start_controller(folder: Path, command: str, *, unit: str, cuda_devices: str
     )
     env[UNIT_ENV] = unit
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{unit}.controller.log", "ab") as out:
+    with open_append(folder / f"{unit}.controller.log", "ab") as out:
         return subprocess.Popen(
             module_command(__name__, str(folder)),
             env=module_env(env),

@@ -37,6 +37,7 @@ from orchestrator.control.why import (
     read_failure,
 )
 from orchestrator.pyproc import module_command, module_env
+from orchestrator.store.files import open_append
 from orchestrator.store.markers import read_marker
 from orchestrator.store.sweep_paths import log_folder
 from orchestrator.store.sweepdir import SweepDir
@@ -115,7 +116,7 @@ class LocalWorker:
 
     def _say(self, line: str) -> None:
         try:
-            with open(self.log, "a") as out:
+            with open_append(self.log) as out:
                 out.write(f"{line}\n")
         except OSError:
             pass  # a log that cannot be written: status falls back on the process being gone

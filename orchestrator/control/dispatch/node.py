@@ -43,6 +43,7 @@ from orchestrator.control.why import death_reason, failure_line, oom_kills, read
 from orchestrator.cpus import usable_cpus
 from orchestrator.errors import TilesweepError
 from orchestrator.store.diskspace import FULL_ERRNOS, FullDisk
+from orchestrator.store.files import open_append
 from orchestrator.store.sweepdir import SweepDir, now_iso
 
 if TYPE_CHECKING:
@@ -208,7 +209,7 @@ class TaskWorkers:
         """``slot``'s unit on ``lane``: handed to its worker, or to a new one where it has none."""
         try:
             slot.log.parent.mkdir(parents=True, exist_ok=True)
-            with open(slot.log, "ab") as out:
+            with open_append(slot.log, "ab") as out:
                 where = f"GPU {lane.gpu or '-'}, CPUs {cpu_list(lane.cpus)}, SLURM task {self.task or '-'}"
                 out.write(starting_line(slot.unit, where))
                 out.flush()
@@ -359,7 +360,7 @@ class TaskWorkers:
     def _say_failed(self, slot: Slot) -> None:
         """Why ``slot``'s unit failed, as its log's last line, where the disk takes it."""
         try:
-            with open(slot.log, "ab") as out:
+            with open_append(slot.log, "ab") as out:
                 self._note(out, failure_line(slot.unit, slot.reason or "").removeprefix("tilesweep: "))
         except OSError as exc:  # a full disk: the task's log holds what it knows
             log.warning("unit %s: its log %s takes no line (%s)", slot.unit, slot.log, exc.strerror)

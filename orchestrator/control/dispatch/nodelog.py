@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.store.files import now_iso
+from orchestrator.store.files import now_iso, open_append
 
 NODE_LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
 
@@ -29,7 +29,7 @@ def note_start(log: str | Path, unit: str, where: str) -> int:
     line = starting_line(unit, where)
     try:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
+        with open_append(log, "ab") as out:
             out.write(line)
     except OSError:
         return 0

@@ -174,9 +174,11 @@ def serve(argv: list[str], recv_fd: int, send_fd: int) -> int:
 
 def _log_to(path: str) -> None:
     """The worker's output (and its compile processes') goes to ``path`` from here on."""
+    from orchestrator.store.files import append_fd
+
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = append_fd(path)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
