@@ -195,6 +195,24 @@ def replay_specs(tmp_path: Path, seconds: Callable[[int], float], kind: str) -> 
     return specs
 
 
+def sample_replay_spec(path: Path, output: Path, **over: Any) -> Path:
+    """Write at ``path`` a spec that replays the excerpt (``SAMPLE``: its config, its records)
+    in this process's debug executor, its results document ``output``, ``over`` on top."""
+    import json
+
+    config = json.loads(SAMPLE.read_text())["config"]
+    data = {
+        **config,
+        "output": str(output),
+        "kernel": {"impl": "replay"},
+        "replay": {"source": str(SAMPLE)},
+        "executor": {"kind": "debug"},
+        **over,
+    }
+    path.write_text(json.dumps(data))
+    return path
+
+
 def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
     """WCAG 2's contrast ratio of two sRGB colours (0-255 each): 1 (none) to 21 (black on white);
     small text needs 4.5 at least. Written here from the standard, apart from the page's own rule,

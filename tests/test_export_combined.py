@@ -14,23 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import REPO, SAMPLE, assert_one_line_error, run_cli
+from tests.helpers import REPO, SAMPLE, assert_one_line_error, run_cli, sample_replay_spec
 
 
 def _spec(tmp_path: Path, name: str, **over: Any) -> Path:
     """A replayed sweep of the excerpt's measurements, run here in-process."""
-    config = json.loads(SAMPLE.read_text())["config"]
-    data = {
-        **config,
-        "output": str(tmp_path / f"{name}.results.json"),
-        "kernel": {"impl": "replay"},
-        "replay": {"source": str(SAMPLE)},
-        "executor": {"kind": "debug"},
-        **over,
-    }
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(data))
-    return path
+    return sample_replay_spec(tmp_path / f"{name}.json", tmp_path / f"{name}.results.json", **over)
 
 
 def _auto_timed_alone(tmp_path: Path) -> Path:

@@ -12,30 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.spec.model import canonical_hash
-from tests.helpers import SAMPLE, run_cli
+from tests.helpers import run_cli, sample_replay_spec
 
 UNIT_LINE = re.compile(r"^\s+unit\s+\d+ ([0-9a-f]{12}):")
 
 
 def _spec(tmp_path: Path, name: str, **over: Any) -> Path:
     """bf16 d64 s2048 fwd (55 items: auto and 54 configs) replayed from the excerpt, in one unit, debug executor."""
-    config = json.loads(SAMPLE.read_text())["config"]
-    data = {
-        **config,
+    one_unit = {
         "dtypes": ["bfloat16"],
         "head_dims": [64],
         "seq_lens": [2048],
         "modes": ["fwd"],
         "sharding": {"units": 1},
-        "output": str(tmp_path / f"{name}.results.json"),
-        "kernel": {"impl": "replay"},
-        "replay": {"source": str(SAMPLE)},
-        "executor": {"kind": "debug"},
-        **over,
     }
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(data))
-    return path
+    return sample_replay_spec(tmp_path / f"{name}.json", tmp_path / f"{name}.results.json", **{**one_unit, **over})
 
 
 def _planned_ids(spec: Path) -> list[str]:
