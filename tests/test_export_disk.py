@@ -33,6 +33,22 @@ def _document(tmp_path: Path, name: str, seq_lens: list[int]) -> Path:
     return path
 
 
+def _tokamax_document(tmp_path: Path, mode: str) -> Path:
+    """A synthetic results document of tokamax's Triton kernel on an H100 (float16 d64 s1024,
+    ``mode``), written in ``tmp_path`` (not on the small disk)."""
+    doc = tmp_path / "tokamax.json"
+    spec = {
+        "output": str(doc),
+        "dtypes": ["float16"],
+        "head_dims": [64],
+        "seq_lens": [1024],
+        "modes": [mode],
+        "kernel": {"impl": "tokamax-triton", "device_kind": "NVIDIA H100"},
+    }
+    doc.write_text(json.dumps(synthetic.document(spec)))
+    return doc
+
+
 def _room_for_one_page(disk: SmallDisk) -> None:
     """Fill the disk, then give back one page: room for a small file (a ``.prev`` of a small
     table), none for a larger one."""
@@ -63,16 +79,7 @@ def test_an_export_onto_a_full_disk_says_to_free_space_keeps_the_table_there_and
 def test_a_tokamax_export_onto_a_full_disk_says_to_free_space_and_runs_once_freed(
     disk: SmallDisk, tmp_path: Path
 ) -> None:
-    doc = tmp_path / "tokamax.json"
-    spec = {
-        "output": str(doc),
-        "dtypes": ["float16"],
-        "head_dims": [64],
-        "seq_lens": [1024],
-        "modes": ["fwd"],
-        "kernel": {"impl": "tokamax-triton", "device_kind": "NVIDIA H100"},
-    }
-    doc.write_text(json.dumps(synthetic.document(spec)))
+    doc = _tokamax_document(tmp_path, "fwd")
     out = disk.root / "tables"
     disk.fill()
     said = assert_one_line_error(run_cli("export", str(doc), "--format", "tokamax", "--out", str(out)), FREE_SPACE)
@@ -105,16 +112,7 @@ def test_a_tokamax_export_whose_vjp_table_finds_the_disk_full_writes_neither_and
     forward's alone: the line names the table that could not be written and the one that was not
     written with it, neither is there (tokamax would run a forward ranked with a vjp it cannot
     find), and once space is freed the same export writes both."""
-    doc = tmp_path / "tokamax.json"
-    spec = {
-        "output": str(doc),
-        "dtypes": ["float16"],
-        "head_dims": [64],
-        "seq_lens": [1024],
-        "modes": ["fwd_bwd"],
-        "kernel": {"impl": "tokamax-triton", "device_kind": "NVIDIA H100"},
-    }
-    doc.write_text(json.dumps(synthetic.document(spec)))
+    doc = _tokamax_document(tmp_path, "fwd_bwd")
     elsewhere = tmp_path / "elsewhere"
     assert run_cli("export", str(doc), "--format", "tokamax", "--out", str(elsewhere)).returncode == 0
     fwd, vjp = (
