@@ -41,6 +41,27 @@ TINY_SPEC: dict[str, Any] = {
     # whose jax sees no GPU is otherwise refused
     "kernel": {"interpret": True},
 }
+# jax's Mosaic GPU kernel (``kernel.impl: mosaic``) at one small shape: float16 d64 s256, fwd and fwd_bwd
+MOSAIC_SPEC: dict[str, Any] = {
+    "dtypes": ["float16"],
+    "head_dims": [64],
+    "seq_lens": [256],
+    "modes": ["fwd", "fwd_bwd"],
+    "batch": 1,
+    "heads": 2,
+    "kernel": {"impl": "mosaic"},
+}
+# tokamax's Mosaic op on tokamax's own search (``"grid": "tokamax"``): bf16 d128 s2048, fwd and fwd_bwd
+TOKAMAX_SPEC: dict[str, Any] = {
+    "dtypes": ["bfloat16"],
+    "head_dims": [128],
+    "seq_lens": [2048],
+    "modes": ["fwd", "fwd_bwd"],
+    "batch": 4,
+    "heads": 8,
+    "grid": "tokamax",
+    "kernel": {"impl": "tokamax-mosaic"},
+}
 
 
 # ``python -c LAUNCH ARGS``: the CLI with SIGINT and SIGHUP at their defaults, so that a SIGINT

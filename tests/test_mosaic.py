@@ -16,21 +16,11 @@ from orchestrator.spec.files import spec_from_data
 from orchestrator.spec.model import SweepSpec
 from orchestrator.store.layouts import check_record
 from orchestrator.store.synthetic import document
-from tests.helpers import assert_one_line_error, run_cli
-
-MOSAIC: dict[str, Any] = {
-    "dtypes": ["float16"],
-    "head_dims": [64],
-    "seq_lens": [256],
-    "modes": ["fwd", "fwd_bwd"],
-    "batch": 1,
-    "heads": 2,
-    "kernel": {"impl": "mosaic"},
-}
+from tests.helpers import MOSAIC_SPEC, assert_one_line_error, run_cli
 
 
 def _spec(**over: Any) -> SweepSpec:
-    return spec_from_data({**MOSAIC, **over})
+    return spec_from_data({**MOSAIC_SPEC, **over})
 
 
 @pytest.mark.parametrize(
@@ -76,13 +66,13 @@ def test_a_spec_file_the_kernel_cannot_plan_is_named_with_the_fix_by_every_comma
     """spec, plan, plan --lower and run each refuse it in one line that names the file, what the
     kernel cannot do and what to write instead; a kind --device-kind gave is named as such."""
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({**MOSAIC, "head_dims": [96], "output": str(tmp_path / "out.json")}))
+    spec.write_text(json.dumps({**MOSAIC_SPEC, "head_dims": [96], "output": str(tmp_path / "out.json")}))
     fix = "head_dims [96] cannot be planned (jax: 'head_dim must be divisible by 64'); use head_dims of "
     fix += "[64, 128, 192, 256]"
     for command in (["spec"], ["plan", "--dry-run"], ["plan", "--lower", "--dry-run"], ["run"]):
         r = run_cli(command[0], str(spec), *command[1:])
         assert_one_line_error(r, f'error: {spec}: kernel.impl "mosaic": {fix}')
-    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    spec.write_text(json.dumps({**MOSAIC_SPEC, "output": str(tmp_path / "out.json")}))
     r = run_cli("plan", str(spec), "--dry-run", "--device-kind", "NVIDIA B200")
     assert_one_line_error(r, f"error: {spec} with --device-kind 'NVIDIA B200': kernel.impl \"mosaic\"", "sm_100")
 
@@ -91,7 +81,7 @@ def test_a_device_kind_given_over_a_planned_sweep_is_said_to_come_from_the_optio
     """``plan --lower --device-kind`` (and ``plan``) of a sweep planned from a spec file naming no
     device kind refuses it naming --device-kind as where the kind came from, not the spec file."""
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    spec.write_text(json.dumps({**MOSAIC_SPEC, "output": str(tmp_path / "out.json")}))
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     for lower in (["--lower"], []):
@@ -112,7 +102,7 @@ def test_records_carry_the_kernels_own_fields_and_ids_of_their_own() -> None:
     assert check_record(fwd[0].id, {**rec, "error": "x"}) == (None, None)
     why, _ = check_record(fwd[0].id, {**rec, "block_k": 64, "error": "x"})
     assert why is not None and "unknown field(s) block_k" in why
-    triton = {it.id for it in expand(SweepSpec(**{**MOSAIC, "kernel": {}}))}
+    triton = {it.id for it in expand(SweepSpec(**{**MOSAIC_SPEC, "kernel": {}}))}
     assert not triton & {it.id for it in items}
     # the reference config's own records and fingerprint are untouched by the new sections
     assert SweepSpec().fingerprint() == "c926b7436d2959d9"
@@ -144,7 +134,7 @@ def test_impls_lists_mosaic_with_its_tunables_and_auto() -> None:
 
 def test_a_mosaic_run_without_a_gpu_is_refused_in_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "m.json"
-    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    spec.write_text(json.dumps({**MOSAIC_SPEC, "output": str(tmp_path / "out.json")}))
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
     assert_one_line_error(r, 'kernel.impl "mosaic"', f"`tilesweep plan {spec} --lower --sweep-dir {sweep}`", "replay")
@@ -155,7 +145,7 @@ def test_a_mosaic_resume_without_a_gpu_names_the_lowering_of_its_spec_file_and_s
     """The refusal names the ``plan --lower`` the plan's note names: the sweep's spec file and
     directory, not placeholders; where that file is gone, SPEC stands for it."""
     spec, sweep = tmp_path / "m.json", tmp_path / "sweep"
-    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    spec.write_text(json.dumps({**MOSAIC_SPEC, "output": str(tmp_path / "out.json")}))
     planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
     note = f"`tilesweep plan {spec} --lower --sweep-dir {sweep}`"
     assert planned.returncode == 0 and note in planned.stderr, planned.stdout + planned.stderr
@@ -175,7 +165,7 @@ def test_a_mosaic_worker_on_a_node_without_a_gpu_names_the_kernel_as_json_spells
 
 def test_a_lowering_array_without_slurm_is_refused_in_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "m.json"
-    spec.write_text(json.dumps({**MOSAIC, "executor": {"lower_partition": "cpu"}}))
+    spec.write_text(json.dumps({**MOSAIC_SPEC, "executor": {"lower_partition": "cpu"}}))
     r = run_cli("plan", str(spec), "--lower", "--sweep-dir", str(tmp_path / "sweep"))
     assert_one_line_error(r, 'executor.lower_partition is "cpu"', 'executor.kind is "local"', "drop lower_partition")
     assert not (tmp_path / "sweep").exists()
@@ -183,11 +173,11 @@ def test_a_lowering_array_without_slurm_is_refused_in_one_line(tmp_path: Path) -
 
 def test_a_replayed_mosaic_sweep_runs_reports_exports_and_is_reused(tmp_path: Path) -> None:
     source = tmp_path / "source.json"
-    source.write_text(json.dumps(document({**MOSAIC, "output": "measured.json"}, seed=3)))
+    source.write_text(json.dumps(document({**MOSAIC_SPEC, "output": "measured.json"}, seed=3)))
     out = tmp_path / "replayed.json"
     spec = tmp_path / "replay.json"
     replay = {"source": str(source), "impl": "mosaic"}
-    spec.write_text(json.dumps({**MOSAIC, "output": str(out), "kernel": {"impl": "replay"}, "replay": replay}))
+    spec.write_text(json.dumps({**MOSAIC_SPEC, "output": str(out), "kernel": {"impl": "replay"}, "replay": replay}))
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--executor", "local", "--workers", "2")
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
@@ -206,8 +196,8 @@ def test_a_replayed_mosaic_sweep_runs_reports_exports_and_is_reused(tmp_path: Pa
 
 
 def test_report_says_which_implementation_wins_a_problem_both_measured(tmp_path: Path) -> None:
-    triton = document({**MOSAIC, "kernel": {}, "output": "x.json"}, seed=1)
-    triton["results"] += document({**MOSAIC, "output": "x.json"}, seed=2)["results"]
+    triton = document({**MOSAIC_SPEC, "kernel": {}, "output": "x.json"}, seed=1)
+    triton["results"] += document({**MOSAIC_SPEC, "output": "x.json"}, seed=2)["results"]
     path = tmp_path / "both.json"
     path.write_text(json.dumps(triton))
     r = run_cli("report", str(path), "--json")
@@ -241,7 +231,9 @@ def test_report_says_which_implementation_wins_a_problem_both_measured(tmp_path:
 def test_checking_a_spec_refuses_what_the_kernel_cannot_do_as_plan_does(tmp_path: Path) -> None:
     """``tilesweep spec FILE`` is how a user checks a spec: it refuses what ``plan`` would."""
     path = tmp_path / "spec.json"
-    path.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json"), "dtypes": ["bfloat16", "float16"]}))
+    path.write_text(
+        json.dumps({**MOSAIC_SPEC, "output": str(tmp_path / "out.json"), "dtypes": ["bfloat16", "float16"]})
+    )
     said = assert_one_line_error(run_cli("spec", str(path)), 'kernel.impl "mosaic"', 'dtypes ["bfloat16"]')
     assert said == assert_one_line_error(run_cli("plan", str(path), "--dry-run"))
 
@@ -251,14 +243,14 @@ def test_a_replay_source_whose_config_block_names_no_kernel_says_to_name_the_one
 ) -> None:
     """A hand-made source whose records are Mosaic GPU's but whose config block names no kernel
     (read as tilesweep's): the refusal names what to add, not the wrong replay.impl."""
-    data = document({**MOSAIC, "output": "measured.json"}, seed=3)
+    data = document({**MOSAIC_SPEC, "output": "measured.json"}, seed=3)
     data["config"].pop("kernel")
     source = tmp_path / "source.json"
     source.write_text(json.dumps(data))
     spec = tmp_path / "replay.json"
     replay = {"source": str(source), "impl": "mosaic"}
     spec.write_text(
-        json.dumps({**MOSAIC, "output": str(tmp_path / "o.json"), "kernel": {"impl": "replay"}, "replay": replay})
+        json.dumps({**MOSAIC_SPEC, "output": str(tmp_path / "o.json"), "kernel": {"impl": "replay"}, "replay": replay})
     )
     said = assert_one_line_error(run_cli("plan", str(spec), "--dry-run"), 'its records are of kernel.impl "mosaic"')
     assert 'add "kernel": {"impl": "mosaic"} to its config block' in said and '"replay": {"impl"' not in said
@@ -268,11 +260,11 @@ def test_checking_a_spec_names_the_plan_lower_of_that_file_and_its_default_sweep
     """`spec FILE` notes the pruning by lowering as `plan` does, with the command spelled for the
     file checked and the sweep directory plan would make, ready to paste, not SPEC and DIR."""
     spec = tmp_path / "my mosaic.json"
-    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    spec.write_text(json.dumps({**MOSAIC_SPEC, "output": str(tmp_path / "out.json")}))
     checked, planned = run_cli("spec", str(spec), cwd=tmp_path), run_cli("plan", str(spec), "--dry-run", cwd=tmp_path)
     assert checked.returncode == 0 and planned.returncode == 0, checked.stderr + planned.stderr
     (note,) = [line for line in checked.stderr.splitlines() if "no shared-memory model" in line]
-    fingerprint = spec_from_data({**MOSAIC, "output": str(tmp_path / "out.json")}).fingerprint()[:8]
+    fingerprint = spec_from_data({**MOSAIC_SPEC, "output": str(tmp_path / "out.json")}).fingerprint()[:8]
     command = f"`tilesweep plan '{spec}' --lower --sweep-dir 'sweeps/my mosaic-{fingerprint}'`"
     assert command in note, note
     assert "SPEC" not in note and " DIR" not in note, note

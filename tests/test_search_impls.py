@@ -14,27 +14,10 @@ import pytest
 from kernels import tokamax_meta as meta
 from orchestrator.spec.records import config_fields
 from orchestrator.store.synthetic import document
-from tests.helpers import run_cli
+from tests.helpers import MOSAIC_SPEC, TOKAMAX_SPEC, run_cli
 
-MOSAIC: dict[str, Any] = {
-    "dtypes": ["float16"],
-    "head_dims": [64],
-    "seq_lens": [256, 512],
-    "modes": ["fwd", "fwd_bwd"],
-    "batch": 1,
-    "heads": 2,
-    "kernel": {"impl": "mosaic"},
-}
-TOKAMAX: dict[str, Any] = {
-    "dtypes": ["bfloat16"],
-    "head_dims": [128],
-    "seq_lens": [2048],
-    "modes": ["fwd", "fwd_bwd"],
-    "batch": 4,
-    "heads": 8,
-    "grid": "tokamax",
-    "kernel": {"impl": "tokamax-mosaic", "device_kind": "NVIDIA H100"},
-}
+MOSAIC: dict[str, Any] = {**MOSAIC_SPEC, "seq_lens": [256, 512]}
+TOKAMAX: dict[str, Any] = {**TOKAMAX_SPEC, "kernel": {**TOKAMAX_SPEC["kernel"], "device_kind": "NVIDIA H100"}}
 
 
 def _search(tmp_path: Path, measured: dict[str, Any], impl: str) -> tuple[dict[str, Any], str]:

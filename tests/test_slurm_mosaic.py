@@ -15,9 +15,8 @@ from orchestrator.planning import PRUNED
 from orchestrator.store import lowering
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import document
-from tests.helpers import assert_one_line_error, run_cli
+from tests.helpers import MOSAIC_SPEC, assert_one_line_error, run_cli
 from tests.slurm_cluster import require_cluster
-from tests.test_mosaic import MOSAIC
 
 pytestmark = pytest.mark.slurm
 
@@ -27,11 +26,11 @@ EXECUTOR = {"kind": "slurm", "slurm_partition": "cpu", "cpus_per_task": 1, "time
 def test_a_replayed_mosaic_sweep_runs_on_the_cluster(tmp_path: Path) -> None:
     require_cluster()
     source = tmp_path / "measured.json"
-    source.write_text(json.dumps(document({**MOSAIC, "output": "measured.json"}, seed=5)))
+    source.write_text(json.dumps(document({**MOSAIC_SPEC, "output": "measured.json"}, seed=5)))
     out = tmp_path / "replayed.json"
     spec = tmp_path / "spec.json"
     replay = {"source": str(source), "impl": "mosaic"}
-    data = {**MOSAIC, "output": str(out), "kernel": {"impl": "replay"}, "replay": replay, "executor": EXECUTOR}
+    data = {**MOSAIC_SPEC, "output": str(out), "kernel": {"impl": "replay"}, "replay": replay, "executor": EXECUTOR}
     spec.write_text(json.dumps({**data, "sharding": {"units": 2}}))
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), timeout=300)
     assert r.returncode == 0, (r.stdout, r.stderr)
@@ -47,7 +46,7 @@ def test_a_replayed_mosaic_sweep_runs_on_the_cluster(tmp_path: Path) -> None:
 def test_lowering_runs_as_a_cpu_job_array_and_prunes_what_it_refused(tmp_path: Path) -> None:
     require_cluster()
     grid = {"fwd": {"block_q": [64], "block_kv": [64, 256], "max_concurrent_steps": [4]}}
-    data = {**MOSAIC, "modes": ["fwd"], "head_dims": [128], "seq_lens": [1024], "heads": 1, "grid": grid}
+    data = {**MOSAIC_SPEC, "modes": ["fwd"], "head_dims": [128], "seq_lens": [1024], "heads": 1, "grid": grid}
     executor = {**EXECUTOR, "slurm_partition": "gpu", "lower_partition": "cpu"}
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({**data, "output": str(tmp_path / "out.json"), "executor": executor}))
@@ -75,7 +74,7 @@ def test_a_spec_the_kernel_cannot_plan_is_named_by_submit_and_resume(tmp_path: P
     planned it) names the file that spec is kept in, the sweep's sweep.json."""
     require_cluster()
     spec = tmp_path / "spec.json"
-    data = {**MOSAIC, "output": str(tmp_path / "out.json"), "executor": EXECUTOR}
+    data = {**MOSAIC_SPEC, "output": str(tmp_path / "out.json"), "executor": EXECUTOR}
     spec.write_text(json.dumps({**data, "head_dims": [96]}))
     fix = 'kernel.impl "mosaic": head_dims [96] cannot be planned'
     assert_one_line_error(run_cli("submit", str(spec), "--sweep-dir", str(tmp_path / "no")), f"error: {spec}: {fix}")

@@ -18,7 +18,7 @@ from orchestrator.planning import RUN, expand
 from orchestrator.planning import tokamax_grid as grid
 from orchestrator.spec.files import spec_from_data
 from orchestrator.store.synthetic import document
-from tests.helpers import assert_one_line_error, run_cli
+from tests.helpers import TOKAMAX_SPEC, assert_one_line_error, run_cli
 
 pytest.importorskip("tokamax", reason=meta.missing("tests of tokamax's kernels"))
 
@@ -27,20 +27,9 @@ from tests.kernels.test_tokamax import _tokamax_list  # noqa: E402  (tokamax's o
 
 pytestmark = pytest.mark.filterwarnings("ignore:The Pallas Triton backend is deprecated")
 
-SPEC: dict[str, Any] = {
-    "dtypes": ["bfloat16"],
-    "head_dims": [128],
-    "seq_lens": [2048],
-    "modes": ["fwd", "fwd_bwd"],
-    "batch": 4,
-    "heads": 8,
-    "grid": "tokamax",
-    "kernel": {"impl": "tokamax-mosaic"},
-}
-
 
 def _spec(**over: Any) -> Any:
-    return spec_from_data({**SPEC, **over})
+    return spec_from_data({**TOKAMAX_SPEC, **over})
 
 
 @pytest.mark.parametrize(
@@ -56,7 +45,7 @@ def test_grid_tokamax_plans_tokamaxs_own_search_per_problem(kind: str, planned: 
     fam = meta.family(device.arch)  # B200: tokamax's sm100 config classes, and records named for them
     fwd_cls, vjp_cls = (tokamax_ops.config_class("tokamax-mosaic", h, fam) for h in ("fwd", "vjp"))
     assert {it.impl for it in items} == {"tokamax-mosaic-sm100" if fam == "sm100" else "tokamax-mosaic"}
-    by_mode = {m: [it for it in items if it.mode == m and it.config == "forced"] for m in SPEC["modes"]}
+    by_mode = {m: [it for it in items if it.mode == m and it.config == "forced"] for m in TOKAMAX_SPEC["modes"]}
     assert all(it.kind == RUN for it in items) and len(items) == planned
     assert all(tuple(it.fields() or {}) == meta.kernel("tokamax-mosaic").fields(it.mode, fam) for it in items[2:])
     assert {repr(fwd_cls(**it.fields())) for it in by_mode["fwd"]} == _tokamax_list(  # type: ignore[arg-type]
@@ -136,7 +125,7 @@ def test_a_b200_spec_takes_the_sm100_fields_and_a_missing_tokamax_is_one_line(mo
 
 def test_a_replayed_tokamax_sweep_runs_reports_exports_and_tokamax_chooses_its_best(tmp_path: Path) -> None:
     kind = "NVIDIA H100"  # the synthetic document's GPU: the tables are written for the records' device kind
-    spec_data = {**SPEC, "kernel": {"impl": "tokamax-mosaic", "device_kind": kind}}
+    spec_data = {**TOKAMAX_SPEC, "kernel": {"impl": "tokamax-mosaic", "device_kind": kind}}
     source = tmp_path / "source.json"
     source.write_text(json.dumps(document({**spec_data, "output": "measured.json"}, seed=5)))
     out = tmp_path / "replayed.json"
@@ -162,7 +151,7 @@ def test_a_replayed_tokamax_sweep_runs_reports_exports_and_tokamax_chooses_its_b
 
 def test_a_tokamax_run_without_a_gpu_is_refused_in_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "t.json"
-    spec.write_text(json.dumps({**SPEC, "modes": ["fwd"], "output": str(tmp_path / "out.json")}))
+    spec.write_text(json.dumps({**TOKAMAX_SPEC, "modes": ["fwd"], "output": str(tmp_path / "out.json")}))
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
     lower = f"`tilesweep plan {spec} --lower --sweep-dir {sweep}`"  # the spec and sweep the plan's note names
@@ -178,7 +167,9 @@ def test_the_planned_lists_are_kept_so_the_plan_is_reread_without_tokamax(
 
     spec = tmp_path / "t.json"
     kernel = {"impl": "tokamax-mosaic", "device_kind": "NVIDIA H200"}
-    spec.write_text(json.dumps({**SPEC, "modes": ["fwd"], "kernel": kernel, "output": str(tmp_path / "out.json")}))
+    spec.write_text(
+        json.dumps({**TOKAMAX_SPEC, "modes": ["fwd"], "kernel": kernel, "output": str(tmp_path / "out.json")})
+    )
     sweep = tmp_path / "sweep"
     r = run_cli("plan", str(spec), "--sweep-dir", str(sweep))  # another process plans, with tokamax
     assert r.returncode == 0, r.stderr

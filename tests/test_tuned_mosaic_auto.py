@@ -18,7 +18,7 @@ import pytest
 from kernels import devices, preflight
 from kernels.tuned import TunedTable
 from orchestrator.store.synthetic import document
-from tests.helpers import run_cli
+from tests.helpers import MOSAIC_SPEC, run_cli
 
 mosaic = pytest.importorskip("kernels.mosaic")
 try:
@@ -27,15 +27,7 @@ except mosaic.MosaicUnavailable as exc:  # scripts/setup-venv.sh installs both
     pytest.skip(f"cannot lower jax's Mosaic GPU kernel here: {exc}", allow_module_level=True)
 
 SHAPE: dict[str, Any] = {"dtype": "float16", "head_dim": 64, "seq": 256}
-SPEC: dict[str, Any] = {
-    "dtypes": ["float16"],
-    "head_dims": [64],
-    "seq_lens": [256],
-    "modes": ["fwd", "fwd_bwd"],
-    "batch": 1,
-    "heads": 2,
-    "kernel": {"impl": "mosaic", "device_kind": "NVIDIA H100"},
-}
+SPEC: dict[str, Any] = {**MOSAIC_SPEC, "kernel": {**MOSAIC_SPEC["kernel"], "device_kind": "NVIDIA H100"}}
 # what auto runs at float16 d64 s256 on an H100: block_kv 256 lowers within its shared memory
 FWD = {"block_q": 64, "block_kv": 256, "max_concurrent_steps": 2, "use_schedule_barrier": True}
 BWD = {"compute_wgs_bwd": 2, "block_q_dkv": 64, "block_kv_dkv": 64, "block_q_dq": 64, "block_kv_dq": 64}
