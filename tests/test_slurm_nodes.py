@@ -292,6 +292,21 @@ def test_a_failed_unit_says_why_in_its_workers_own_words(tmp_path: Path) -> None
     assert cli("cancel", str(other)).returncode == 0
 
 
+def _submit_finding_first(spec: Path, sweep: Path, commands: Path) -> subprocess.Popen[str]:
+    """``submit`` of ``spec`` into ``sweep``, started as a shell starts a command (a process group
+    of its own, the one a Ctrl-C at the terminal goes to), the commands in the folder ``commands``
+    found before the system's (a wrapped ``timeout``, an ``sbatch`` that does not answer)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "submit", str(spec), "--sweep-dir", str(sweep)],
+        cwd=REPO,
+        env={**os.environ, "PATH": f"{commands}:{os.environ['PATH']}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def test_sbatch_starts_in_a_process_group_of_its_own_so_a_ctrl_c_cannot_reach_it(tmp_path: Path) -> None:
     """A Ctrl-C at the terminal goes to the command's process group: sbatch (and its ``timeout``
     wrapper) must be outside it from the moment it starts, or the Ctrl-C that comes as the final
@@ -306,15 +321,7 @@ def test_sbatch_starts_in_a_process_group_of_its_own_so_a_ctrl_c_cannot_reach_it
         f"#!/bin/sh\nps -o pgid= -p $$ | tr -d ' ' >> {groups}\nexec {shutil.which('timeout')} \"$@\"\n"
     )
     (wrapped / "timeout").chmod(0o755)
-    submit = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "submit", str(spec), "--sweep-dir", str(tmp_path / "sweep")],
-        cwd=REPO,
-        env={**os.environ, "PATH": f"{wrapped}:{os.environ['PATH']}"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # as a shell starts a command: its own group, the one a Ctrl-C goes to
-    )
+    submit = _submit_finding_first(spec, tmp_path / "sweep", wrapped)
     out, err = submit.communicate(timeout=300)
     try:
         assert submit.returncode == 0, err
@@ -337,15 +344,7 @@ def test_a_ctrl_c_while_sbatch_does_not_answer_is_said_at_once_with_why_the_stop
         "echo 'sbatch: error: Socket timed out on send/recv operation' >&2; exit 1\n"
     )
     (busy / "sbatch").chmod(0o755)
-    submit = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "submit", str(spec), "--sweep-dir", str(tmp_path / "sweep")],
-        cwd=REPO,
-        env={**os.environ, "PATH": f"{busy}:{os.environ['PATH']}"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    submit = _submit_finding_first(spec, tmp_path / "sweep", busy)
     poll(lambda: called.exists() or submit.poll() is not None, 120, "submit to call sbatch")
     os.killpg(submit.pid, signal.SIGINT)
     assert submit.stderr is not None
