@@ -6,13 +6,15 @@ tests.helpers, so that nothing here leads back to conftest."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from orchestrator.store import synthetic
-from tests.helpers import TINY_SPEC, run_cli
+from tests.helpers import TINY_SPEC, replay_specs, run_cli
 
 SLURM = {
     "kind": "slurm",
@@ -108,6 +110,28 @@ def submit_time_limit_sweeps(folder: Path) -> dict[str, tuple[Path, Path]]:
 
 # 14 items in 4 units: two shapes, three fwd block sizes
 FOUR_UNITS: dict[str, Any] = {"seq_lens": [64, 128], "fwd_block_q": [16, 32, 64], "compile": {"workers": 1}}
+
+
+def held_replay_spec(folder: Path) -> Path:
+    """A replay of three configs on the cpu partition, its tasks submitted held (``sbatch --hold``
+    through ``executor.slurm_additional_parameters``): nothing runs while a test looks."""
+    spec = replay_specs(folder, lambda k: 0.0, "slurm")["instant"]
+    held = {"kind": "slurm", "slurm_partition": "cpu", "gpus_per_node": 0}
+    held["slurm_additional_parameters"] = {"hold": True}
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "executor": held}))
+    return spec
+
+
+@contextlib.contextmanager
+def submitted(spec: Path, sweep: Path, units: int) -> Iterator[None]:
+    """``submit`` of ``spec`` into ``sweep`` in ``units`` units, accepted, for the block; the
+    sweep is cancelled after it, whatever the block did, so no job outlives the test."""
+    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", str(units))
+    try:
+        assert r.returncode == 0, r.stderr
+        yield
+    finally:
+        cli("cancel", str(sweep))
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import LAUNCH, replay_specs, start_run
+from tests.helpers import LAUNCH, start_run
 from tests.slurm_cluster import poll, require_cluster
-from tests.slurm_sweeps import cli, unit_jobs
+from tests.slurm_sweeps import cli, held_replay_spec, submitted, unit_jobs
 
 pytestmark = pytest.mark.slurm
 
@@ -31,21 +31,10 @@ def _cluster() -> None:
     require_cluster()
 
 
-def _held_spec(tmp_path: Path) -> Path:
-    """A replay of three configs on the cpu partition, its tasks submitted held (``sbatch --hold``)."""
-    spec = replay_specs(tmp_path, lambda k: 0.0, "slurm")["instant"]
-    held = {"kind": "slurm", "slurm_partition": "cpu", "gpus_per_node": 0}
-    held["slurm_additional_parameters"] = {"hold": True}
-    spec.write_text(json.dumps({**json.loads(spec.read_text()), "executor": held}))
-    return spec
-
-
 def test_a_held_task_is_said_held_with_the_command_that_releases_it_and_wait_ends_once_it_is(tmp_path: Path) -> None:
-    spec = _held_spec(tmp_path)
+    spec = held_replay_spec(tmp_path)
     sweep = tmp_path / "sweep"
-    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "1")
-    try:
-        assert r.returncode == 0, r.stderr
+    with submitted(spec, sweep, units=1):
         (job,) = [e["job_id"] for e in unit_jobs(sweep).values()]
         said = f"JobHeldUser: it is held, and starts once released: `scontrol release {job}`"
         shown = cli("status", str(sweep))
@@ -60,18 +49,14 @@ def test_a_held_task_is_said_held_with_the_command_that_releases_it_and_wait_end
         _, err = wait.communicate(timeout=300)
         assert wait.returncode == 0 and "merged 3 records (0 errors, 0 of 3 planned missing)" in err, err
         assert "warning:" not in err, err  # warned once, above
-    finally:
-        cli("cancel", str(sweep))
 
 
 def test_wait_that_gives_up_on_held_tasks_says_they_are_held_and_the_release_that_starts_them(
     tmp_path: Path,
 ) -> None:
-    spec = _held_spec(tmp_path)
+    spec = held_replay_spec(tmp_path)
     sweep = tmp_path / "sweep"
-    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2")
-    try:
-        assert r.returncode == 0, r.stderr
+    with submitted(spec, sweep, units=2):
         held = ",".join(sorted(e["job_id"] for e in unit_jobs(sweep).values()))
         waited = cli("wait", str(sweep), "--timeout", "3")
         assert waited.returncode == 1, waited.stderr
@@ -80,18 +65,14 @@ def test_wait_that_gives_up_on_held_tasks_says_they_are_held_and_the_release_tha
             f"`tilesweep wait {sweep}` again once released"
         ), waited.stderr
         assert "still running" not in waited.stderr
-    finally:
-        cli("cancel", str(sweep))
 
 
 def test_wait_of_a_sweep_cancelled_before_anything_was_measured_writes_no_document_and_says_how_to_resume(
     tmp_path: Path,
 ) -> None:
-    spec = _held_spec(tmp_path)
+    spec = held_replay_spec(tmp_path)
     sweep, out = tmp_path / "sweep", tmp_path / "out.json"
-    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2")
-    try:
-        assert r.returncode == 0, r.stderr
+    with submitted(spec, sweep, units=2):
         assert cli("cancel", str(sweep)).returncode == 0
         waited = cli("wait", str(sweep))
         assert waited.returncode == 1, waited.stderr
@@ -102,18 +83,14 @@ def test_wait_of_a_sweep_cancelled_before_anything_was_measured_writes_no_docume
         # the final merge job the cancel let run wrote none either
         poll(lambda: (sweep / "final-merge.json").exists(), 300, "the final merge job to end")
         assert not out.exists() and json.loads((sweep / "final-merge.json").read_text())["written"] is False
-    finally:
-        cli("cancel", str(sweep))
 
 
 def test_a_ctrl_c_of_resume_once_sbatch_accepted_its_arrays_says_they_run_on_and_what_follows_them(
     tmp_path: Path,
 ) -> None:
-    spec = _held_spec(tmp_path)
+    spec = held_replay_spec(tmp_path)
     sweep = tmp_path / "sweep"
-    r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2")
-    try:
-        assert r.returncode == 0, r.stderr
+    with submitted(spec, sweep, units=2):
         assert cli("cancel", str(sweep)).returncode == 0
         known = len((sweep / "jobs.jsonl").read_text().splitlines())
         resume = subprocess.Popen(
@@ -135,8 +112,6 @@ def test_a_ctrl_c_of_resume_once_sbatch_accepted_its_arrays_says_they_run_on_and
             f"`tilesweep cancel {sweep}` stops it"
         ), err
         assert "rerun" not in err
-    finally:
-        cli("cancel", str(sweep))
 
 
 def test_a_ctrl_c_of_run_on_slurm_once_sbatch_accepted_its_array_says_it_runs_on_and_what_follows_it(
@@ -145,7 +120,7 @@ def test_a_ctrl_c_of_run_on_slurm_once_sbatch_accepted_its_array_says_it_runs_on
     """``run`` with the slurm executor submits, then waits: stopped as sbatch accepts the array, it
     says that the array runs on and what follows, shows or stops it (a rerun submits nothing again:
     it waits), not that a rerun continues."""
-    spec = _held_spec(tmp_path)
+    spec = held_replay_spec(tmp_path)
     sweep = tmp_path / "sweep"
     run = subprocess.Popen(
         [sys.executable, "-c", LAUNCH, "run", str(spec), "--sweep-dir", str(sweep)],
@@ -176,7 +151,7 @@ def test_a_task_whose_node_is_drained_is_said_to_wait_for_it_and_starts_once_it_
     """``ReqNodeNotAvail``: a task bound to a node that is drained waits for it, which no
     resubmission changes; status says so, with what a user can do, and ``wait`` ends merged once
     the node is back. The cluster's one node is drained for the few seconds that takes."""
-    spec = _held_spec(tmp_path)
+    spec = held_replay_spec(tmp_path)
     data = json.loads(spec.read_text())
     data["executor"]["slurm_additional_parameters"] = {"nodelist": "vm"}
     spec.write_text(json.dumps(data))
