@@ -275,7 +275,7 @@ def test_a_mosaic_plan_counts_no_configs_of_a_shared_memory_model_it_has_not(tmp
     """A kernel pruned by the compiler's verdict alone: its plan's first line counts the invalid
     configs, and names no shared-memory model (its note says there is none, and how it prunes)."""
     spec = tmp_path / "m.json"
-    spec.write_text(json.dumps({**MOSAIC, "output": str(tmp_path / "out.json")}))
+    spec.write_text(json.dumps({**MOSAIC_SPEC, "output": str(tmp_path / "out.json")}))
     r = run_cli("plan", str(spec), "--dry-run")
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
