@@ -5,6 +5,7 @@ its last line."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -276,3 +277,36 @@ def test_status_and_ls_of_a_plan_cut_short_before_its_sweep_file_say_so_and_the_
     assert f"{sweep}: 0/" in after.stdout and "pending" in after.stdout and not after.stderr, after
     listed = run_cli("ls", str(sweeps))
     assert listed.stdout.startswith(f"{sweep}  ") and "0/" in listed.stdout and "cut short" not in listed.stdout
+
+
+def test_status_and_ls_of_a_plan_cut_short_before_its_units_say_so_and_the_command_finishes_it(
+    tmp_path: Path, write_spec: Any
+) -> None:
+    """A Ctrl-C of ``plan`` after it wrote ``sweep.json`` and before it wrote its units (the empty
+    unit index it writes first, no unit file): ``status`` says the plan was cut short and names the
+    command that finishes it, with the spec file its sweep.json names (exit code 1: the sweep waits
+    for that command), ``ls`` says the same, and that command plans it, saying so."""
+    spec, sweeps = write_spec(), tmp_path / "sweeps"
+    sweep = sweeps / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    (sweep / "units.json").write_text("[]")
+    for unit in (sweep / "units").iterdir():
+        unit.unlink()
+    finish = f"`tilesweep run {spec} --sweep-dir {sweep}` (or `tilesweep plan` or `tilesweep submit` with that"
+    said = run_cli("status", str(sweep))
+    lines = said.stdout.splitlines()
+    assert said.returncode == 1 and not said.stderr, said
+    assert lines[0].endswith("a plan cut short before its units were written (units.json is empty)"), lines
+    assert lines[-1].startswith(f"to finish the plan, run the command that started it again: {finish}"), lines
+    assert "incomplete" not in said.stdout and "()" not in said.stdout, said.stdout
+    assert json.loads(run_cli("status", str(sweep), "--json").stdout)["plan_cut_short"] is True
+    listed = run_cli("ls", str(sweeps))
+    assert listed.returncode == 0 and listed.stdout.startswith(
+        f"{sweep}  a plan cut short before its units were written (units.json is empty); run again, {finish}"
+    ), listed.stdout
+    planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
+    assert planned.returncode == 0 and f"planned into {sweep} (1 unit)" in planned.stdout, planned
+    assert "planned before" not in planned.stdout, planned.stdout
+    after = run_cli("status", str(sweep))
+    assert f"{sweep}: 0/" in after.stdout and "pending" in after.stdout and "cut short" not in after.stdout, after
+    assert json.loads(run_cli("status", str(sweep), "--json").stdout)["plan_cut_short"] is False

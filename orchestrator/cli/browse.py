@@ -40,6 +40,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if st is None:
             rows.append((str(x.path), f"unreadable: {x.error}", None))
             continue
+        if st.plan_finish is not None:
+            rows.append((str(x.path), f"{sweep_state(st)}; run again, {st.plan_finish} finishes it", None))
+            continue
         state = sweep_state(st, advice=False)
         todo = len(st.ended_unfinished()) + len(st.never_started())
         if todo and st.settled and not st.complete:
@@ -97,7 +100,8 @@ STATUS_HELP = (
     "without finishing, or were never started (a plan never run, a run stopped before it started them, an "
     "array sbatch refused), and "
     f"nothing took their items over, or a round is still to plan and nothing running will (`{PROG} resume DIR` "
-    "does these); or, once the units ended, the final merge job refused, or ended before merging (scancel), or "
+    "does these); or its plan was cut short before its units were written (the command that started it, run "
+    "again, finishes it); or, once the units ended, the final merge job refused, or ended before merging (scancel), or "
     "sbatch refused it, and no merge wrote the document since, or every unit is done and the results document "
     "is missing or older than records written since "
     f'("complete, not merged": `{PROG} merge DIR` writes it); 2: the sweep directory cannot be read.'

@@ -27,16 +27,16 @@ if TYPE_CHECKING:
 def print_kept_plan(args: argparse.Namespace, spec: SweepSpec, root: Path) -> bool:
     """Show the plan the sweep directory ``root`` keeps (``--dry-run`` too, writing nothing; without
     it, the directory is reopened as ``plan`` writes it). One whose plan was interrupted before its
-    units were written is planned now, as the command line asks (by the caller where this says
-    False: ``--dry-run`` shows that plan)."""
+    units were written keeps none: this says False, and the caller plans it as the command line
+    asks, as it plans a new one (``--dry-run`` shows that plan)."""
     from orchestrator.cli.reusing import reuse_request
     from orchestrator.control.sweeps import prepare_sweep
     from orchestrator.store.lowering_todo import sweep_verdicts
 
-    sd = _kept(root, spec) if args.dry_run or args.json else None
-    if sd is None and (args.dry_run or args.json):
-        return False
+    sd = _kept(root, spec)
     if sd is None:
+        return False
+    if not (args.dry_run or args.json):
         sd = prepare_sweep(
             args.spec, args.sweep_dir, args.units, None, costs=args.costs, reuse=reuse_request(args), spec=spec
         ).sd

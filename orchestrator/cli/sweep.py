@@ -91,8 +91,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     root = Path(args.sweep_dir) if args.sweep_dir else default_sweep_dir(args.spec, spec)
     if args.sweep_dir and (root / "sweep.json").exists() and print_kept_plan(args, spec, root):
         return 0
-    if args.sweep_dir and not args.dry_run and not args.json:  # refused before the plan is shown
-        SweepDir.check_new(root)
+    if args.sweep_dir and not args.dry_run and not args.json and not (root / "sweep.json").exists():
+        SweepDir.check_new(root)  # refused before the plan is shown (one cut short before its units is finished)
     planned = plan_with_reuse(
         spec, root, Path(spec.output), args.units, load_costs(args.costs) if args.costs else None, reuse_request(args)
     )

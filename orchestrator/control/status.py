@@ -52,6 +52,7 @@ from orchestrator.store.progress import count_unit
 from orchestrator.store.round2 import read_round2
 from orchestrator.store.runstop import RunStop, read_stop
 from orchestrator.store.searchrounds import grid_size, read_end, read_rounds
+from orchestrator.store.sweep_paths import finish_command
 from orchestrator.store.sweepdir import SweepDir, UnitEntry
 from orchestrator.store.tally import Book
 from orchestrator.store.unitfile import read_items
@@ -105,6 +106,8 @@ def sweep_status(
     st.on_slurm = bool(hist.slurm_jobs)
     _runner(sd, st, hist)
     index = sd.unit_index()
+    if not index:
+        st.plan_finish = finish_command(sd.root, sd.meta.get("spec_source"))
     mtimes, notes, partials = _progress(sd, st, hist, index, keep_tally)
     st.later_rounds = later_rounds(index)
     merge_ids = [str(m["job_id"]) for m in hist.merge_jobs]

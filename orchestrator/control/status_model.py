@@ -140,6 +140,9 @@ class SweepStatus:
     runner_stopped: int | None = None  # that run's pid, where it is stopped (Ctrl-Z, SIGSTOP): it starts nothing
     # the last run here stopped on the sweep directory's full disk, and no job was submitted since
     run_stop: RunStop | None = None
+    # its plan was cut short before its units were written (its unit index is empty,
+    # ``sweep_paths.UNITS_CUT_SHORT``): the commands that finish it
+    plan_finish: str | None = None
 
     # round -> the timings planned for it, for each round after the first that is planned
     # (the units its strategy made of it: origin "round<N>"); round 1 times every planned item
@@ -230,10 +233,11 @@ class SweepStatus:
     def command_left(self) -> bool:
         """Whether the sweep waits for a user's command, nothing running doing it (``status``
         exits 1): units ended without finishing, or never started, whose items nothing took
-        over, or a round still to plan (``resume`` does them); its final merge job refused, or
+        over, or a round still to plan (``resume`` does them); its plan cut short before its units
+        were written (the command that started it does); its final merge job refused, or
         ended before merging, with no merge since, or it is complete and its document missing
         or short of records (``merge`` does)."""
-        left = self.ended_unfinished() or self.never_started() or self.round_stalled
+        left = self.ended_unfinished() or self.never_started() or self.round_stalled or self.plan_finish
         return bool(left or self.unmerged or self.merge_left)
 
     def _waits(self, u: UnitStatus) -> bool:
@@ -338,6 +342,7 @@ class SweepStatus:
             "merged": self.merged,
             "merging": self.merging,
             "settled": self.settled,
+            "plan_cut_short": self.plan_finish is not None,
             "states": self.counts(),
             "strategy": "halving" if self.halving else "search" if self.search is not None else "full",
             "round2": self.round2,

@@ -9,6 +9,7 @@ from typing import Any
 
 from orchestrator import PROG, counted, word
 from orchestrator.control.status_model import REPLACED, SweepStatus, UnitStatus
+from orchestrator.store.sweep_paths import UNITS_CUT_SHORT
 
 
 def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
@@ -19,7 +20,7 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         _head_line(st),
         *([replay_line(st.replay_of)] if st.replay_of else []),
         *rounds_lines(st),
-        f"units: {len(st.units)} ({counts})" + (f"; {st.scheduler}" if st.scheduler else ""),
+        f"units: {len(st.units)} ({counts or 'none written yet'})" + (f"; {st.scheduler}" if st.scheduler else ""),
     ]
     if st.gpu_hours is not None:
         lines.append(f"GPU-hours: {st.gpu_hours:.3f} (sacct: elapsed x allocated GPUs, every run of every task)")
@@ -49,6 +50,8 @@ def format_status(st: SweepStatus, *, max_lines: int = 40) -> str:
         lines.append(_while_others_run(st, len(ended), len(never)))
     if st.complete and st.unmerged:
         lines.append(f"to write the results document: {PROG} merge {word(st.sweep_dir)}")
+    if st.plan_finish is not None:
+        lines.append(f"to finish the plan, run the command that started it again: {st.plan_finish}")
     return "\n".join(lines)
 
 
@@ -104,6 +107,8 @@ def sweep_state(st: SweepStatus, *, advice: bool = True) -> str:
     """Where a sweep stands in a few words (``status``; ``ls``, one line per sweep, without
     ``advice``: what writes a complete sweep's missing document)."""
     state = "complete" if st.complete else "in progress" if not st.settled else "incomplete"
+    if st.plan_finish is not None:
+        return UNITS_CUT_SHORT
     if state == "complete" and not st.merged:
         state = f"complete, {_not_merged(st, advice)}"
     if state == "in progress" and (stopped := st.stopped()):

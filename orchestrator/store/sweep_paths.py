@@ -98,9 +98,20 @@ def cut_short(root: Path) -> bool:
     return not (root / "sweep.json").exists() and all((root / f).is_dir() for f in FOLDERS) and unused(root)
 
 
-def finish_command(root: Path) -> str:
-    """The commands that finish the plan cut short in ``root`` (the one that started it, run again)."""
-    return f"`{PROG} run SPEC --sweep-dir {word(root)}` (or `{PROG} plan` or `{PROG} submit` with that --sweep-dir)"
+def finish_command(root: Path, spec: str | None = None) -> str:
+    """The commands that finish the plan cut short in ``root`` (the one that started it, run again);
+    ``spec``: its spec file, where its ``sweep.json`` names it (SPEC otherwise)."""
+    spelled = word(spec) if spec else "SPEC"
+    return (
+        f"`{PROG} run {spelled} --sweep-dir {word(root)}` (or `{PROG} plan` or `{PROG} submit` with that --sweep-dir)"
+    )
+
+
+# A plan cut short after its ``sweep.json`` was written, before its units were: ``SweepDir.create``
+# writes the empty unit index first, and a plan's units are added to it last, so a sweep directory
+# whose index is empty is one, which the command that started it, run again, finishes (it plans the
+# units of a directory so reopened, as it would a new one's)
+UNITS_CUT_SHORT = "a plan cut short before its units were written (units.json is empty)"
 
 
 def no_sweep_file(root: Path) -> str:
