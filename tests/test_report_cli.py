@@ -373,3 +373,26 @@ def test_implementations_timed_equal_or_within_their_spread_are_a_tie_not_a_win(
         tied = p["seq"] in (2048, 4096)
         assert p["winner_impl"] == (None if tied else "tilesweep"), p
         assert p["impl_tie"] == (["tilesweep", "tokamax-mosaic"] if tied else []), p
+
+
+def test_implementations_tied_on_the_median_are_ranked_as_export_ranks_them_whatever_the_record_order(
+    tmp_path: Path,
+) -> None:
+    """Two implementations whose best times are equal: the report ranks them by the tuned table's
+    rule (``ranking.pick``), the lower q3 first, then config order, never by the order of the
+    records: its text, markdown and ``--json`` rank them the same in both orders."""
+    wide, steady = rec(ms=1.0, spread=0.05), _tokamax(1.0, 0.01)  # tilesweep's q3 is the higher
+    level = [rec(ms=2.0, seq=4096), _tokamax(2.0, 0.01, seq=4096)]  # equal q3: config order (block_k < block_kv)
+    said = []
+    for name, records in (("ab", [wide, steady, *level]), ("ba", [steady, wide, *level[::-1]])):
+        (tmp_path / name).mkdir()
+        results = write(tmp_path / name, make_doc(records))
+        text = run_cli("report", str(results)).stdout.split("implementations compared")[1]
+        markdown = [
+            row for row in run_cli("report", str(results), "--markdown").stdout.splitlines() if "| tie |" in row
+        ]
+        ties = {p["seq"]: p["impl_tie"] for p in json.loads(run_cli("report", str(results), "--json").stdout)}
+        said.append((text, markdown, ties))
+    assert said[0] == said[1], said
+    assert said[0][2] == {2048: ["tokamax-mosaic", "tilesweep"], 4096: ["tilesweep", "tokamax-mosaic"]}, said[0][2]
+    assert "tokamax-mosaic: 64/128/num_stages=2/persistent; tilesweep: bq128 bk128 s2 w4" in said[0][0], said[0][0]

@@ -55,7 +55,7 @@ from kernels import impl_triton, impls
 from kernels.tuned import CONFIG_FIELDS, FORMAT, VERSION
 from kernels.tuned_entries import TunedEntry, TunedTableError, read_entry
 from orchestrator.analysis.auto import LOWERED_AUTO, lowered_auto_config
-from orchestrator.analysis.ranking import config_order
+from orchestrator.analysis.ranking import pick
 from orchestrator.analysis.report import ProblemSummary, best_table
 from orchestrator.spec.records import kernel_kwargs
 from orchestrator.store.document import ResultsDoc
@@ -286,7 +286,7 @@ def _pick(e: dict[str, Any], s: ProblemSummary) -> tuple[Any, ...]:
     tie goes by the order of the records."""
     t = min(x for x in (e["median_ms"], e["auto_ms"], float("inf")) if x is not None)
     q3 = s.best_q3_ms if e["config"] is not None and t == s.best_ms else s.auto_q3_ms
-    return t, t if q3 is None else q3, config_order(e["config"]), str(e["impl"] or ""), str(s.key.tag or "")
+    return pick(t, q3, e["config"], str(e["impl"] or ""), str(s.key.tag or ""))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,10 @@ order of the records, which a merge, an append or a combination of documents may
    its median);
 3. then config order: the config whose fields, taken in the order of their names, come first,
    each value compared as a number where it is one (the smaller tile first; ``false`` before
-   ``true``), else as its JSON text, a missing value (``null``) before any.
+   ``true``), else as its JSON text, a missing value (``null``) before any;
+4. between implementations, or tags, answering one problem (the tuned table's ``wins`` and its
+   choice among tags, the report's winning implementation): then the implementation's name, then
+   the tag's.
 """
 
 from __future__ import annotations
@@ -52,3 +55,13 @@ def rank(rec: Mapping[str, Any], config: Mapping[str, Any]) -> tuple[float, floa
     """A timed record's place among its problem's, the best first (the module docstring's rules):
     ``config`` is its config fields."""
     return float(rec["median_ms"]), quartiles(rec)[1], config_order(config)
+
+
+PickKey = tuple[float, float, ConfigKey, str, str]
+
+
+def pick(ms: float, q3: float | None, config: Mapping[str, Any] | None, impl: str, tag: str = "") -> PickKey:
+    """Where one implementation's (or tag's) answer to a problem comes among the others' (rules 1
+    to 4, the best first): its time ``ms`` and that timing's ``q3`` (None: its median), its
+    ``config`` (None: auto's own choice), its implementation and tag."""
+    return ms, ms if q3 is None else q3, config_order(config), impl, tag

@@ -5,7 +5,9 @@ shape, dtype, mode, tag, causal and kv_heads measured by tilesweep's kernel, jax
 jax's Mosaic GPU one... Per problem each implementation measured is timed as the tuned table
 answers for it (``export``'s ``wins``, what a model calling it runs): its fastest forced config
 (``report.best_table``), or its ``auto`` where auto was faster (the table then says "use auto");
-the implementation fastest so wins; ``margin`` is the runner-up implementation's time over the
+the implementation fastest so wins (a tie on the time broken as the tuned table breaks it,
+``ranking.pick``: the lower q3, then config order, then the implementation's name, never the
+order of the records); ``margin`` is the runner-up implementation's time over the
 winner's (above 1). A problem only one implementation measured (or that every implementation but
 one failed) is not a contest and is left out.
 
@@ -22,6 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.analysis.ranking import pick
 from orchestrator.analysis.report import ProblemKey, ProblemSummary, axis_cells, axis_columns
 from orchestrator.analysis.summary import within_noise
 from orchestrator.analysis.tables import fmt_ms, fmt_ratio, render
@@ -87,7 +90,7 @@ def contests(summaries: list[ProblemSummary]) -> list[Contest]:
     out = []
     for key, bests in groups.items():
         if len({b.impl for b in bests}) > 1:
-            out.append(Contest(key, tuple(sorted(bests, key=lambda b: b.ms))))
+            out.append(Contest(key, tuple(sorted(bests, key=lambda b: pick(b.ms, b.q3_ms, b.config, b.impl)))))
     return out
 
 
