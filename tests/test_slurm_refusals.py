@@ -66,7 +66,7 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     # neither)
     bad = write_spec(tmp_path, "bad.json", {"slurm_partition": "nosuch"})
     unknown = 'executor.slurm_partition "nosuch" is not a partition of this cluster'
-    assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), unknown, "`sinfo -s`")
+    assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), f"{bad}: {unknown}", "`sinfo -s`")
     r = cli("resume", str(sweep), "--spec", str(bad))
     assert_one_line_error(r, unknown)
     assert not r.stdout, r.stdout  # nor a line telling of new units it did not submit
@@ -77,12 +77,14 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     # an unknown partition of the final merge job: refused before the arrays, not once they ran
     bad_merge = write_spec(tmp_path, "bad_merge.json", {"merge_partition": "nosuch"})
     r = cli("submit", str(bad_merge), "--sweep-dir", str(fresh))
-    assert_one_line_error(r, 'executor.merge_partition "nosuch" is not a partition', "sinfo -s")
+    assert_one_line_error(r, f'{bad_merge}: executor.merge_partition "nosuch" is not a partition', "sinfo -s")
     assert not fresh.exists()
     # a time limit over the partition's (the cluster's `short` allows 1 minute): named, before sbatch
     long = write_spec(tmp_path, "long.json", {"slurm_partition": "short", "timeout_min": 5})
     r = cli("submit", str(long), "--sweep-dir", str(fresh))
-    assert_one_line_error(r, "executor.timeout_min 5 is over the time limit of partition short (00:01:00, 1 min)")
+    assert_one_line_error(
+        r, f"{long}: executor.timeout_min 5 is over the time limit of partition short (00:01:00, 1 min)"
+    )
     assert not fresh.exists() and not r.stdout, r.stdout
     # a task larger than every node of its partition (the cluster's node: 4 GPUs, 8 CPUs, ~21 GB):
     # named, with the most a node has, before sbatch (whose words name neither)

@@ -78,11 +78,16 @@ def require_cluster_takes(
 ) -> None:
     """Refuse, before any sbatch, the arrays of ``settings`` that would time ``spec``'s kernels
     without a GPU by mistake (``require_gpus``), and the arrays and final merge job the cluster's
-    partitions would refuse (``partitions.require_partitions``)."""
+    partitions would refuse (``partitions.require_partitions``), naming the spec file submitted."""
     from orchestrator.control.dispatch.slurm import MERGE_TIMEOUT_MIN
 
     require_gpus(spec, settings, spec_file=spec_file, sweep=sweep)
-    require_partitions(settings, MERGE_TIMEOUT_MIN)
+    try:
+        require_partitions(settings, MERGE_TIMEOUT_MIN)
+    except DispatchError as exc:  # its fields are the spec file's, which a submit names
+        if spec_file is None or sweep is not None:
+            raise
+        raise DispatchError(f"{spec_file}: {exc.message}") from None
 
 
 def asks_no_gpu(spec: SweepSpec, settings: ExecutorSettings) -> bool:
