@@ -288,3 +288,23 @@ def test_the_features_of_a_constraint_are_read_from_its_operators() -> None:
     assert constraint_features("[h100|h200]*2&nvme") == ["h100", "h200", "nvme"]
     assert constraint_features("(a100,ib)") == ["a100", "ib"]
     assert constraint_features("h100@x") is None  # not read: sbatch judges
+
+
+def test_resume_with_a_spec_naming_an_unknown_partition_keeps_the_sweeps_settings_though_it_submits_nothing(
+    tmp_path: Path,
+) -> None:
+    """``resume --spec FILE`` makes FILE's executor settings the sweep's from now on. Where it has
+    nothing to submit (every item recorded), so that no submission checked them, settings the
+    cluster would refuse (an unknown partition) are refused in one line naming FILE, and the
+    sweep keeps its own."""
+    from orchestrator.store.synthetic import build_sweep
+
+    good = write_spec(tmp_path, "good.json")
+    sweep = tmp_path / "sweep"
+    build_sweep(sweep, json.loads(good.read_text()), 2)  # every item recorded: nothing to resubmit
+    (sweep / "env.json").unlink()  # its records' synthetic environment, which no resume here would match
+    before = (sweep / "sweep.json").read_bytes()
+    bad = write_spec(tmp_path, "bad.json", {"slurm_partition": "nosuch"})
+    r = cli("resume", str(sweep), "--spec", str(bad))
+    assert_one_line_error(r, f'{bad}: executor.slurm_partition "nosuch" is not a partition of this cluster')
+    assert (sweep / "sweep.json").read_bytes() == before

@@ -214,7 +214,7 @@ def settings_kept(sd: SweepDir, settings: ExecutorSettings, spec: str | None) ->
 
     if spec is None:
         return
-    if keep_settings(sd, settings):
+    if keep_settings(sd, settings, spec):
         print(f"{sd.root} runs with the executor settings of {spec} from now on (plain `{PROG} resume` too)")
     given = load_spec(spec).output
     if Path(given).resolve() != sd.output:  # the output moves with `run --output` or `merge --output`

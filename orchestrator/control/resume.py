@@ -81,12 +81,17 @@ def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
     return spec.executor
 
 
-def keep_settings(sd: SweepDir, settings: ExecutorSettings) -> bool:
-    """Make ``settings`` (those of the spec a resume was given, which resumed the sweep) the
-    sweep's own, for the resumes, rounds and merge jobs after it; whether they changed. Called
-    once the resume has submitted or run its units: a refused one changes nothing."""
+def keep_settings(sd: SweepDir, settings: ExecutorSettings, spec_path: str) -> bool:
+    """Make ``settings`` (those of the spec ``spec_path`` a resume was given, which resumed the
+    sweep) the sweep's own, for the resumes, rounds and merge jobs after it; whether they changed.
+    Called once the resume has submitted or run its units: a refused one changes nothing. SLURM
+    settings the cluster would refuse (an unknown partition: ``require_cluster_takes``) are refused
+    here too, naming the file, where the resume submitted nothing that checked them (its units
+    still pending or running)."""
     if settings == sd.spec.executor:
         return False
+    if settings.kind == "slurm":
+        require_cluster_takes(settings, sd.spec, spec_file=spec_path)
     with sweep_lock(sd):
         sd.rewrite_meta(spec={**sd.meta["spec"], "executor": settings.model_dump(mode="json")})
     return True
