@@ -178,6 +178,7 @@ def test_wait_submits_a_next_round_only_once_the_lowering_of_its_sweep_ends(tmp_
     out, err = waiting.communicate(timeout=600)
     assert waiting.returncode == 0, err
     round2 = json.loads((sweep / "round2.json").read_text())
-    assert round2["units"] and "tilesweep: round 2 times in full the 4 of 4 screened configs that can still win" in err, err
+    assert round2["units"], round2
+    assert "tilesweep: round 2 times in full the 4 of 4 screened configs that can still win" in err, err
     merged = json.loads((tmp_path / "spec.results.json").read_text())["results"]
     assert {rec["unit"] for rec in merged} >= set(round2["units"]) and "0 of 6 planned missing" in err, err
