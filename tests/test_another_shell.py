@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.store.pidspace import process_state
 from tests.helpers import REPO, records_written, run_cli, start_run, until
 
 # one shape, fwd only, 18 forced configs besides auto, compiled one at a time (about a second
@@ -242,10 +243,6 @@ def test_run_of_a_sweep_whose_unit_runs_detached_follows_that_worker_and_starts_
     assert "already held" not in logs and "LeaseHeld" not in logs
 
 
-def _process_state(pid: int) -> str:
-    return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-
-
 def test_status_from_another_shell_says_a_run_stopped_by_ctrl_z_is_stopped(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -258,7 +255,7 @@ def test_status_from_another_shell_says_a_run_stopped_by_ctrl_z_is_stopped(
     worker = _last_job_pid(sweep)
     os.killpg(run.pid, signal.SIGSTOP)
     try:
-        until(lambda: _process_state(worker) == "T", "the worker stopped")
+        until(lambda: process_state(worker) == "T", "the worker stopped")
         status = run_cli("status", str(sweep))
     finally:
         os.killpg(run.pid, signal.SIGCONT)
@@ -301,7 +298,7 @@ def test_status_says_a_stopped_worker_is_stopped_however_it_was_started(
     worker = _lease_pid(sweep)
     os.kill(worker, signal.SIGSTOP)
     try:
-        until(lambda: _process_state(worker) == "T", "the worker stopped")
+        until(lambda: process_state(worker) == "T", "the worker stopped")
         status = run_cli("status", str(sweep))
     finally:
         os.kill(worker, signal.SIGCONT)

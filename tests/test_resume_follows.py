@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.store.pidspace import process_state
 from tests.helpers import REPO, records_written, run_cli, start_run, until
 from tests.test_another_shell import SETTLE_S, SPEC
 
@@ -73,12 +74,6 @@ sys.exit(w.main(sys.argv[1:]))
 """
 
 
-def _stopped(pid: int) -> bool:
-    """Whether process ``pid`` is stopped (state ``T`` in /proc)."""
-    stat = (Path("/proc") / str(pid) / "stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
-
-
 @pytest.mark.parametrize("command", ["resume", "run"])
 def test_a_halving_sweep_whose_round_1_a_worker_by_hand_runs_gets_its_round_2_after_it(
     tmp_path: Path, command: str
@@ -96,7 +91,7 @@ def test_a_halving_sweep_whose_round_1_a_worker_by_hand_runs_gets_its_round_2_af
     worker = subprocess.Popen(
         [sys.executable, "-c", STOPS_ONCE_LEASED, str(sweep), "0"], cwd=REPO, stdout=subprocess.DEVNULL, text=True
     )
-    until(lambda: _stopped(worker.pid), "the worker to take its unit", worker)
+    until(lambda: process_state(worker.pid) == "T", "the worker to take its unit", worker)
     proc = start_run(spec, sweep, command=command)
     try:
         assert proc.stdout is not None and proc.stderr is not None

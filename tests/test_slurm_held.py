@@ -14,12 +14,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import LAUNCH, start_run
+from tests.helpers import start_run
 from tests.slurm_cluster import poll, require_cluster
 from tests.slurm_sweeps import cli, held_replay_spec, submitted, unit_jobs
 
@@ -93,14 +92,7 @@ def test_a_ctrl_c_of_resume_once_sbatch_accepted_its_arrays_says_they_run_on_and
     with submitted(spec, sweep, units=2):
         assert cli("cancel", str(sweep)).returncode == 0
         known = len((sweep / "jobs.jsonl").read_text().splitlines())
-        resume = subprocess.Popen(
-            [sys.executable, "-c", LAUNCH, "resume", str(sweep)],
-            cwd=Path(__file__).resolve().parent.parent,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        resume = start_run(spec, sweep, command="resume")
         accepted = lambda: len((sweep / "jobs.jsonl").read_text().splitlines()) > known  # noqa: E731
         poll(lambda: accepted() or resume.poll() is not None, 120, "sbatch to accept the resumed units", 0.001)
         os.killpg(resume.pid, signal.SIGINT)
@@ -122,14 +114,7 @@ def test_a_ctrl_c_of_run_on_slurm_once_sbatch_accepted_its_array_says_it_runs_on
     it waits), not that a rerun continues."""
     spec = held_replay_spec(tmp_path)
     sweep = tmp_path / "sweep"
-    run = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, "run", str(spec), "--sweep-dir", str(sweep)],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    run = start_run(spec, sweep)
     try:
         accepted = lambda: (sweep / "jobs.jsonl").exists() or run.poll() is not None  # noqa: E731
         poll(accepted, 120, "sbatch to accept the array", 0.001)

@@ -11,12 +11,9 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.store.pidspace import process_state
 from tests.helpers import records_written, run_cli, until
 from tests.test_another_shell import SETTLE_S, SPEC
-
-
-def _state(pid: int) -> str:
-    return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()[0]
 
 
 def test_a_stopped_controller_whose_worker_runs_on_is_no_stopped_unit(
@@ -31,7 +28,7 @@ def test_a_stopped_controller_whose_worker_runs_on_is_no_stopped_unit(
     worker = int(json.loads(lease.read_text())["pid"])
     os.kill(controller, signal.SIGSTOP)
     try:
-        until(lambda: _state(controller) == "T", "the controller stopped")
+        until(lambda: process_state(controller) == "T", "the controller stopped")
         status = run_cli("status", str(sweep))
     finally:
         os.kill(controller, signal.SIGCONT)
