@@ -97,11 +97,12 @@ def contests(summaries: list[ProblemSummary]) -> list[Contest]:
 def _impl_best(s: ProblemSummary) -> ImplBest | None:
     """How the tuned table runs ``s``'s implementation: its best config, or auto where faster."""
     impl = str(s.key.impl)
+    # auto where it alone was timed or was faster; on a tie with auto, the tuned config
     if s.auto_ms is not None and (s.best_ms is None or s.best_config is None or s.auto_ms < s.best_ms):
         q1, q3 = s.auto_q1_ms, s.auto_q3_ms
         return ImplBest(impl, "auto", None, s.auto_ms, s.auto_ms if q1 is None else q1, s.auto_ms if q3 is None else q3)
     if s.best_ms is None or s.best_config is None:
-        return None  # a tie with auto: the tuned config
+        return None  # neither a forced config nor auto timed
     q1, q3 = s.best_q1_ms, s.best_q3_ms
     return ImplBest(
         impl,
