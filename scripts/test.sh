@@ -10,9 +10,10 @@ bash scripts/setup-venv.sh
 .venv/bin/ruff format --check .
 # mypy checks the types beside the set-up below (its output waits in a file until pytest starts)
 types=$(mktemp)
-trap 'rm -f "$types"' EXIT
 .venv/bin/mypy > "$types" 2>&1 &
 mypy_pid=$!
+# a Ctrl-C during the set-up stops mypy too (a background job ignores SIGINT)
+trap '[ -z "$mypy_pid" ] || kill "$mypy_pid" 2>/dev/null || true; rm -f "$types"' EXIT
 if [ "$(id -u)" = 0 ]; then
   # the report page's tests open it in a real headless browser
   if bash scripts/install-browser.sh; then
@@ -31,7 +32,10 @@ else
   echo "test.sh: not root, so the local SLURM cluster cannot be started (nor chromium installed); SLURM tests" \
        "(and the browser tests, without chromium) will be skipped" >&2
 fi
-if ! wait "$mypy_pid"; then
+mypy_rc=0
+wait "$mypy_pid" || mypy_rc=$?
+mypy_pid=
+if [ "$mypy_rc" != 0 ]; then
   cat "$types" >&2
   exit 1
 fi
