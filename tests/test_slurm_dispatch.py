@@ -51,7 +51,7 @@ def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(
     assert f"{array}: {array}_0 .. {array}_3" in r.stdout and "final merge: job" in r.stdout
     assert "#SBATCH --array=0-3%4" in (sweep / "logs" / f"{array}_submission.sh").read_text()
     st = status(sweep)
-    assert not st["complete"] and st["planned"] == 14 and len(st["units"]) == 4
+    assert not st["complete"] and st["planned"] == 8 and len(st["units"]) == 4
     assert {u["state"] for u in st["units"]} <= {"pending", "running", "done"}
     # resume while the units run: says so, submits nothing
     n = len(jobs(sweep))
@@ -59,9 +59,9 @@ def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(
     assert r.returncode == 0 and "still pending or running" in r.stdout and len(jobs(sweep)) == n, r.stdout
     w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
     assert w.returncode == 0, w.stderr
-    assert "speedup" in w.stdout and "merged 14 records" in w.stderr
+    assert "speedup" in w.stdout and "merged 8 records" in w.stderr
     st = status(sweep)
-    assert st["complete"] and st["done"] == 14 and all(u["state"] == "done" for u in st["units"])
+    assert st["complete"] and st["done"] == 8 and all(u["state"] == "done" for u in st["units"])
     assert cli("merge", str(sweep)).returncode == 0
     check_document(sweep, spec)
     # the dependent merge job ran once the array ended
@@ -169,7 +169,7 @@ def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_complet
     doc = check_document(sweep, spec)
     crashed = [r for r in doc["results"] if "WorkerCrashed" in r.get("error", "")]
     assert len(crashed) == len(died)
-    assert sum("error" not in r for r in doc["results"]) == 14 - len(died)
+    assert sum("error" not in r for r in doc["results"]) == 8 - len(died)
 
 
 def test_run_with_the_slurm_executor_is_submit_then_wait(tmp_path: Path) -> None:
@@ -245,7 +245,7 @@ def test_a_ctrl_c_once_sbatch_took_an_array_still_submits_its_final_merge_job(tm
     submitted too (else status said complete and no document was ever written), and the
     warning names the array and the merge job (or, where sbatch refused that job, why, and
     what merges instead); ``wait`` then ends with the merged document."""
-    spec = write_spec(tmp_path, "spec.json")
+    spec = write_spec(tmp_path, "spec.json", modes=["fwd"])
     sweep = tmp_path / "sweep"
     proc, err = _submit_stopped_once(spec, sweep, "jobs.jsonl")
     assert proc.returncode in (0, 130) and "Traceback" not in err, err
@@ -270,7 +270,7 @@ def test_a_ctrl_c_once_sbatch_took_an_array_still_submits_its_final_merge_job(tm
 def test_a_ctrl_c_while_submit_plans_leaves_no_half_made_sweep_directory(tmp_path: Path) -> None:
     """Stopped as it writes the plan: the directory it made is removed (else a later
     ``submit --dry-run`` there said "nothing to submit"), unless sbatch took jobs first."""
-    spec = write_spec(tmp_path, "spec.json")
+    spec = write_spec(tmp_path, "spec.json", modes=["fwd"])
     sweep = tmp_path / "sweep"
     proc, err = _submit_stopped_once(spec, sweep, "sweep.json")
     assert "Traceback" not in err, err

@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import REPO
 from tests.helpers import assert_one_line_error, second_run_follows
 from tests.slurm_cluster import poll, require_cluster
-from tests.test_slurm_dispatch import FOUR_UNITS, check_document, cli, jobs, lines, status, unit_jobs, write_spec
+from tests.slurm_sweeps import FOUR_UNITS, check_document, cli, jobs, lines, status, unit_jobs, write_spec
 
 pytestmark = pytest.mark.slurm
 
@@ -239,7 +239,7 @@ def test_scancel_of_a_pending_task_is_cancelled_at_once_and_resume_piped_to_head
 
 
 def test_two_runs_of_one_sweep_submit_it_once(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "twice.json", compile={"workers": 1})
+    spec = write_spec(tmp_path, "twice.json", modes=["fwd"], compile={"workers": 1})
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep), "--units", "1"]
     first = subprocess.Popen(
