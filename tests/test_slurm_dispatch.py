@@ -78,7 +78,7 @@ def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(
 
 
 def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "split.json", **FOUR_UNITS)
+    spec = write_spec(tmp_path, "split.json", {"merge_job": False}, **FOUR_UNITS)
     sweep = tmp_path / "sweep"
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "3", "--max-array-size", "2")
     assert r.returncode == 0, r.stderr
@@ -98,7 +98,10 @@ def test_arrays_split_at_max_array_size_and_cancel_cancels_whole_arrays(tmp_path
 
 def test_scancel_one_task_mid_run_then_resume_submits_only_its_missing_items(tmp_path: Path) -> None:
     spec = write_spec(
-        tmp_path, "cancel.json", **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}}
+        tmp_path,
+        "cancel.json",
+        {"merge_job": False},
+        **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}},
     )
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
@@ -136,7 +139,7 @@ def test_worker_killed_with_sigkill_shows_failed_with_its_log_and_resume_complet
     spec = write_spec(
         tmp_path,
         "kill.json",
-        {"max_config_attempts": 1},
+        {"max_config_attempts": 1, "merge_job": False},
         **{**FOUR_UNITS, "timing": {"target_ms": 100, "max_inner": 1000, "warmup": 0}},
     )
     sweep = tmp_path / "sweep"
@@ -283,7 +286,7 @@ def test_a_ctrl_c_while_submit_plans_leaves_no_half_made_sweep_directory(tmp_pat
 
 
 def test_more_units_than_items_is_said_once_by_submit_its_dry_run_resume_and_run(tmp_path: Path) -> None:
-    held = {"slurm_additional_parameters": {"hold": True}}  # nothing needs to run: cancelled below
+    held = {"slurm_additional_parameters": {"hold": True}, "merge_job": False}  # nothing needs to run: cancelled below
     spec = write_spec(tmp_path, "three.json", held, modes=["fwd"])
     sweep = tmp_path / "sweep"
     note = "tilesweep: note: 20 units asked for, 3 made: a unit holds at least one item to measure"

@@ -110,7 +110,7 @@ def test_the_idle_gpu_note_of_a_sweep_with_fewer_items_than_a_task_has_gpus_asks
 ) -> None:
     """3 items on tasks of 4 GPUs: no count of units fills them (a unit holds at least one item),
     so the note of the dry run and of the submission asks for 3 GPUs a task instead."""
-    spec = write_spec(tmp_path, "three.json", {"gpus_per_node": 4}, modes=["fwd"])
+    spec = write_spec(tmp_path, "three.json", {"gpus_per_node": 4, "merge_job": False}, modes=["fwd"])
     sweep = tmp_path / "sweep"
     advice = (
         "there are only 3 items to run, one a GPU at most: set executor.gpus_per_node to 3 in the spec, "
@@ -133,7 +133,9 @@ def test_a_gpu_worker_killed_mid_unit_costs_only_that_unit_and_resume_completes_
     in status); the GPU's next unit runs in a new worker, every other unit finishes once, and
     `resume` then completes the killed one."""
     timing = {"target_ms": 100, "max_inner": 1000, "warmup": 0}
-    spec = write_spec(tmp_path, "kill.json", {"gpus_per_node": 4}, **{**FOUR_UNITS, "timing": timing})
+    spec = write_spec(
+        tmp_path, "kill.json", {"gpus_per_node": 4, "merge_job": False}, **{**FOUR_UNITS, "timing": timing}
+    )
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "8").returncode == 0
     entries = unit_jobs(sweep)
@@ -192,7 +194,7 @@ def test_a_whole_node_task_starts_its_longest_units_first(tmp_path: Path) -> Non
 
 
 def test_scancel_of_a_pending_task_is_cancelled_at_once_and_resume_piped_to_head_completes(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "cancel.json", {"slurm_array_parallelism": 1}, **FOUR_UNITS)
+    spec = write_spec(tmp_path, "cancel.json", {"slurm_array_parallelism": 1, "merge_job": False}, **FOUR_UNITS)
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "3").returncode == 0
     entries = unit_jobs(sweep)
@@ -261,7 +263,7 @@ def test_two_runs_of_one_sweep_submit_it_once(tmp_path: Path) -> None:
 
 def test_a_failed_unit_says_why_in_its_workers_own_words(tmp_path: Path) -> None:
     # a GPU task whose jax sees no GPU (the fake GPUs): the worker refuses to time interpret mode by accident
-    spec = write_spec(tmp_path, "gpu.json", kernel={"interpret": "auto"}, sharding={"units": 1})
+    spec = write_spec(tmp_path, "gpu.json", {"merge_job": False}, kernel={"interpret": "auto"}, sharding={"units": 1})
     sweep = tmp_path / "sweep"
     r = cli("run", str(spec), "--sweep-dir", str(sweep))
     assert r.returncode == 1

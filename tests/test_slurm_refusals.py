@@ -33,7 +33,7 @@ def test_a_spec_naming_no_executor_kind_is_submitted_and_resumed_on_slurm_and_on
         cli("submit", str(local), "--sweep-dir", str(tmp_path / "no")), 'executor.kind is "local"', "`tilesweep run "
     )
     assert not (tmp_path / "no").exists()
-    spec = write_spec(tmp_path, "default.json", **FOUR_UNITS)
+    spec = write_spec(tmp_path, "default.json", {"merge_job": False}, **FOUR_UNITS)
     data = json.loads(spec.read_text())
     del data["executor"]["kind"]
     spec.write_text(json.dumps(data))

@@ -53,7 +53,9 @@ def test_units_a_killed_whole_node_task_never_handed_a_gpu_say_none_of_them_ran_
     their first units; the units they took say the task died under them, the ones they never
     took say so too, and that `resume` runs them, not a bare exit code."""
     timing = {"target_ms": 100, "max_inner": 1000, "warmup": 0}
-    spec = write_spec(tmp_path, "kill.json", {"gpus_per_node": 4}, **{**FOUR_UNITS, "timing": timing})
+    spec = write_spec(
+        tmp_path, "kill.json", {"gpus_per_node": 4, "merge_job": False}, **{**FOUR_UNITS, "timing": timing}
+    )
     sweep = tmp_path / "sweep"
     assert cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "8").returncode == 0
     entries = unit_jobs(sweep)
