@@ -67,22 +67,22 @@ def status(sweep: Path) -> dict[str, Any]:
 
 
 def test_a_replayed_full_size_sweep_completes_merges_and_reports(tmp_path: Path) -> None:
-    """5,408 items (the reference grid at 13 seq lengths) in 16 units, 16 array tasks."""
+    """5,408 items (the reference grid at 13 seq lengths) in 4 units, 4 array tasks: 1,352 items a task."""
     seqs = [1024 * k for k in range(1, 14)]
     excerpt = load(SAMPLE)
     source = tmp_path / "source.json"
     source.write_text(json.dumps(scaled_document(spec_from_data({**excerpt.config, "seq_lens": seqs}), excerpt)))
-    spec = write(tmp_path, "big.json", source, {}, seq_lens=seqs, sharding={"units": 16})
+    spec = write(tmp_path, "big.json", source, {}, seq_lens=seqs, sharding={"units": 4})
     sweep = tmp_path / "sweep"
     dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")  # tasks on the cpu partition
-    assert "in 16 units, 16 tasks of up to 1 unit (no GPU asked for)" in dry.stdout, dry.stdout.splitlines()[0]
+    assert "in 4 units, 4 tasks of up to 1 unit (no GPU asked for)" in dry.stdout, dry.stdout.splitlines()[0]
     r = cli("run", str(spec), "--sweep-dir", str(sweep))
     assert "merged 5408 records" in r.stderr and "0 of 5408 planned missing" in r.stderr
     st = status(sweep)
-    assert st["complete"] and st["done"] == 5408 and len(st["units"]) == 16
+    assert st["complete"] and st["done"] == 5408 and len(st["units"]) == 4
     assert all(u["state"] == "done" and u["executor"] == "slurm" for u in st["units"])
     doc = json.loads((tmp_path / "big.results.json").read_text())
-    assert len(doc["results"]) == 5408 and len({r["unit"] for r in doc["results"]}) == 16
+    assert len(doc["results"]) == 5408 and len({r["unit"] for r in doc["results"]}) == 4
     assert sum("error" in rec for rec in doc["results"]) == sum(
         "error" in rec for rec in json.loads(source.read_text())["results"]
     )
