@@ -372,7 +372,7 @@ def test_final_merge_job_refuses_the_same_way_and_status_says_why(tmp_path: Path
         last = st["merge_jobs"][-1] if st["merge_jobs"] else {}
         return st if last.get("error") or last.get("state") == "COMPLETED" else None
 
-    st = poll(merge_job_ended, 400, "the final merge job to end", 3)
+    st = poll(merge_job_ended, 400, "the final merge job to end", 1)
     why = f"{out} holds 4 records that are not this sweep's (4 not written by tilesweep)"
     assert st["merge_jobs"][-1]["error"].startswith(why), st["merge_jobs"]
     assert f"failed: {why}" in run_cli("status", str(sweep)).stdout
