@@ -27,8 +27,8 @@ from orchestrator.store.lowering import Verdict, read_lines, task_file
 from orchestrator.store.sweepdir import SweepDir
 
 CONFIGS_PER_TASK = 64  # about a minute of fwd_bwd lowering on 2 CPUs
-POLL_S = 2.0  # between looks at the tasks' files; SLURM is asked every ASK_EVERY looks
-ASK_EVERY = 5
+POLL_S = 0.5  # between looks at the tasks' files (a stat and the new bytes each); SLURM is asked every ASK_EVERY looks
+ASK_EVERY = 20
 ACTIVE = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED")
 
 
