@@ -60,7 +60,8 @@ def _said_waiting(proc: subprocess.Popen[str]) -> str:
 
 def test_run_waits_for_the_lowering_of_its_sweep_directory_then_runs(tmp_path: Path) -> None:
     spec, sweep = tmp_path / "spec.json", tmp_path / "sweep"
-    spec.write_text(json.dumps({**TINY_SPEC, "kernel": H100, "output": str(tmp_path / "out.json")}))
+    fwd = {**TINY_SPEC, "modes": ["fwd"]}  # what it waits for is the same for both modes
+    spec.write_text(json.dumps({**fwd, "kernel": H100, "output": str(tmp_path / "out.json")}))
     lower = _lowering_held(spec, sweep)
     try:
         run = start_run(spec, sweep)
@@ -71,10 +72,10 @@ def test_run_waits_for_the_lowering_of_its_sweep_directory_then_runs(tmp_path: P
     assert said.startswith(f"tilesweep: {WAITING} {sweep} (pid {lower.pid} on "), said
     assert said.endswith("to end, so that no unit run here compiles a config it refuses"), said
     out, err = lower.communicate(timeout=600)
-    assert lower.returncode == 0 and "lowered 6 configs" in out, err
+    assert lower.returncode == 0 and "lowered 3 configs" in out, err
     out, err = run.communicate(timeout=600)
     assert run.returncode == 0, err
-    assert records_written(sweep) == 6 and (tmp_path / "out.json").exists()
+    assert records_written(sweep) == 3 and (tmp_path / "out.json").exists()
 
 
 def test_run_waits_for_a_lowering_begun_while_its_first_round_ran_before_it_plans_the_next(tmp_path: Path) -> None:
@@ -85,7 +86,8 @@ def test_run_waits_for_a_lowering_begun_while_its_first_round_ran_before_it_plan
 
     spec, sweep = tmp_path / "spec.json", tmp_path / "sweep"
     halving = {**TINY_SPEC["timing"], "strategy": "halving"}
-    spec.write_text(json.dumps({**TINY_SPEC, "timing": halving, "output": str(tmp_path / "out.json")}))
+    data = {**TINY_SPEC, "modes": ["fwd"], "timing": halving, "output": str(tmp_path / "out.json")}
+    spec.write_text(json.dumps(data))
     run = start_run(spec, sweep, "--executor", "local")
     jobs = sweep / "jobs.jsonl"
     until(lambda: jobs.exists() and '"unit"' in jobs.read_text(), "round 1's worker", run)
@@ -104,7 +106,7 @@ def test_run_waits_for_a_lowering_begun_while_its_first_round_ran_before_it_plan
     assert said.endswith("to end, so that no unit of its next round run here compiles a config it refuses"), said
     out, err = run.communicate(timeout=600)
     assert run.returncode == 0, err
-    assert (sweep / "round2.json").exists() and "round 2:" in err and "0 of 6 planned missing" in err, err
+    assert (sweep / "round2.json").exists() and "round 2:" in err and "0 of 3 planned missing" in err, err
 
 
 @pytest.mark.slurm
