@@ -21,6 +21,13 @@ def _notes(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("tilesweep: note:")]
 
 
+def _bar(stderr: str, configs: int) -> None:
+    """The bar counts verdicts: its first line, at 0, was drawn before the first of them."""
+    bar = [line for line in stderr.splitlines() if line.startswith("lowering for NVIDIA H100: ")]
+    assert len(bar) >= 2 and f"| 0/{configs} configs [00:00<?" in bar[0], stderr
+    assert f"| {configs}/{configs} configs [" in bar[-1], stderr
+
+
 def test_lower_notes_the_stock_backwards_num_stages_as_plan_does(tmp_path: Path) -> None:
     fwd_bwd = {"fwd_block_q": [64], "fwd_block_k": [64], "bwd_outer": [64], "bwd_inner": [32]}
     spec = tmp_path / "spec.json"
@@ -42,6 +49,7 @@ def test_lower_notes_the_stock_backwards_num_stages_as_plan_does(tmp_path: Path)
     assert 'kernel.impl "jax"' in note and "num_stages=2 only" in note and "[1, 2, 3] is not swept" in note
     assert _notes(lower.stderr) == [note]
     assert "lowered 2 configs" in lower.stdout  # auto, and the one config num_stages 2 leaves
+    _bar(lower.stderr, 2)  # a dry run's bar, as a lowering into a sweep directory's
 
 
 def _mosaic_spec(tmp_path: Path) -> Path:
@@ -70,21 +78,6 @@ def test_a_dry_runs_advice_to_keep_its_verdicts_fits_its_command_line(tmp_path: 
     assert bare.returncode == 0, bare.stderr
     (keep,) = [line for line in _notes(bare.stderr) if "--dry-run keeps no verdicts" in line]
     assert "--sweep-dir DIR" in keep
-
-
-@pytest.mark.parametrize("where", [["--sweep-dir", "{tmp}/sweep"], ["--dry-run"]])
-def test_the_bar_says_what_it_lowers_from_the_start_at_0(tmp_path: Path, where: list[str]) -> None:
-    """The bar counts verdicts: its first line, at 0, was drawn before the first of them."""
-    spec = tmp_path / "spec.json"
-    grid = {"block_q": [64, 128], "block_k": [64], "num_stages": [2], "num_warps": [4]}
-    kernel = {"impl": "jax", "device_kind": "NVIDIA H100"}
-    data = {**SHAPE, "modes": ["fwd"], "kernel": kernel, "grid": {"fwd": grid}, "output": str(tmp_path / "o.json")}
-    spec.write_text(json.dumps(data))
-    given = [w.format(tmp=tmp_path) for w in where]
-    r = run_cli("plan", str(spec), "--lower", *given, "--lower-workers", "1")
-    assert r.returncode == 0 and "lowered 3 configs" in r.stdout, r.stderr
-    bar = [line for line in r.stderr.splitlines() if line.startswith("lowering for NVIDIA H100: ")]
-    assert len(bar) >= 2 and "| 0/3 configs [00:00<?" in bar[0] and "| 3/3 configs [" in bar[-1], r.stderr
 
 
 def test_a_plan_of_a_lowered_sweep_says_its_verdicts_and_suggests_lower_only_for_configs_without_one(
@@ -125,8 +118,8 @@ def test_a_plan_of_a_lowered_sweep_says_its_verdicts_and_suggests_lower_only_for
 
 
 def test_a_lowering_into_a_sweep_directory_ends_with_the_command_that_runs_it(tmp_path: Path) -> None:
-    """The verdicts kept, what runs the sweep next: its last line, after a lowering and after a
-    rerun that had nothing left to lower alike."""
+    """The verdicts kept, what runs the sweep next: its last line, after a lowering (its bar drawn
+    from 0) and after a rerun that had nothing left to lower alike."""
     spec, sweep = tmp_path / "spec.json", tmp_path / "my sweep"
     grid = {"block_q": [64], "block_k": [64], "num_stages": [2], "num_warps": [4]}
     kernel = {"impl": "jax", "device_kind": "NVIDIA H100"}
@@ -137,3 +130,5 @@ def test_a_lowering_into_a_sweep_directory_ends_with_the_command_that_runs_it(tm
         r = run_cli("plan", str(spec), "--lower", "--sweep-dir", str(sweep), "--lower-workers", "1")
         assert r.returncode == 0 and said in r.stdout, r.stderr
         assert r.stdout.splitlines()[-1] == next_step, r.stdout
+        if said == "lowered 2 configs":
+            _bar(r.stderr, 2)
