@@ -196,6 +196,9 @@ def test_a_unit_left_running_whose_disk_fills_says_which_file_and_filesystem_not
     "[Errno 28] No space left on device: '...'"."""
     grid = {"seq_lens": [128], "fwd_block_q": [16, 32, 64, 128], "fwd_block_k": [16, 32, 64]}
     spec = _replay_spec(tmp_path, {"pace": "real"}, **grid)
+    source = tmp_path / "source.json"  # each record half a second of compile, waited out before it is written
+    data = json.loads(source.read_text())
+    source.write_text(json.dumps({**data, "results": [{**r, "compile_s": 0.5} for r in data["results"]]}))
     sweep = disk.root / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     started = run_cli("resume", str(sweep), "--no-wait")
