@@ -75,6 +75,8 @@ def test_a_problem_whose_screen_survivors_wait_for_round_2_is_left_out_as_the_tu
     from orchestrator.control.rounds import advance
     from orchestrator.control.sweeps import prepare_sweep
     from orchestrator.store import synthetic
+    from orchestrator.store.merge import merge
+    from orchestrator.store.sweepdir import SweepDir
 
     src, doc, spec = tmp_path / "src.json", tmp_path / "results.json", tmp_path / "spec.json"
     shape = {"dtypes": ["float16"], "head_dims": [64], "seq_lens": [1024], "modes": ["fwd"]}
@@ -90,7 +92,7 @@ def test_a_problem_whose_screen_survivors_wait_for_round_2_is_left_out_as_the_tu
     assert second is not None and len(second.units) > 1
     first, *rest = [u.id for u in second.units]
     assert all(o.ok for o in dispatch.run_units_locally(sd, [first], kind="debug"))
-    assert run_cli("merge", str(tmp_path / "sweep")).returncode == 0
+    merge(SweepDir.open(sd.root))  # merged here, as `tilesweep merge` merges it
     copy, out = tmp_path / "copy.json", tmp_path / "tables"
     copy.write_bytes(doc.read_bytes())
     tuned = assert_one_line_error(
@@ -106,6 +108,6 @@ def test_a_problem_whose_screen_survivors_wait_for_round_2_is_left_out_as_the_tu
         ), said
         assert not out.exists()
     assert all(o.ok for o in dispatch.run_units_locally(sd, rest, kind="debug"))
-    assert run_cli("merge", str(tmp_path / "sweep")).returncode == 0
+    merge(SweepDir.open(sd.root))  # merged here, as `tilesweep merge` merges it
     r = run_cli("export", str(doc), "--format", "tokamax", "--include-replays", "--out", str(out))
     assert r.returncode == 0 and r.stdout.startswith(f"wrote {out}/nvidia_h100/"), r.stdout + r.stderr
