@@ -37,6 +37,8 @@ def test_an_export_of_a_search_that_has_not_ended_says_its_entries_are_the_best_
     or combined (with another, or for a --device). Once resumed to its end, the export says nothing of it."""
     from orchestrator.control import dispatch
     from orchestrator.control.sweeps import prepare_sweep
+    from orchestrator.store.merge import merge
+    from orchestrator.store.sweepdir import SweepDir
 
     sweep, doc, out = tmp_path / "sweep", str(tmp_path / "results.json"), str(tmp_path / "tuned.json")
     spec = tmp_path / "measured.json"  # measured, not replayed: the export reads its one document as it is
@@ -44,7 +46,7 @@ def test_an_export_of_a_search_that_has_not_ended_says_its_entries_are_the_best_
     spec.write_text(json.dumps({**TINY_SPEC, **grid, "modes": ["fwd"], "output": doc, "timing": SEARCH_TIMING}))
     sd, unit_ids, _ = prepare_sweep(str(spec), str(sweep), None, None)
     assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
-    assert run_cli("merge", str(sweep)).returncode == 0
+    merge(SweepDir.open(sd.root))  # merged here, as `tilesweep merge` merges it
     kind = json.loads(Path(doc).read_text())["device"]["device_kind"]
     copy = tmp_path / "copy.json"  # another document of the same records: combined with it, as is --device
     copy.write_bytes(Path(doc).read_bytes())
@@ -76,6 +78,8 @@ def test_a_tokamax_export_of_a_search_that_has_not_ended_says_its_tables_hold_wh
     from orchestrator.control import dispatch
     from orchestrator.control.sweeps import prepare_sweep
     from orchestrator.store import synthetic
+    from orchestrator.store.merge import merge
+    from orchestrator.store.sweepdir import SweepDir
 
     problem = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [256], "modes": ["fwd"], "batch": 1, "heads": 2}
     measured = {**problem, "grid": "tokamax", "kernel": {"impl": "tokamax-mosaic", "device_kind": "NVIDIA H200"}}
@@ -98,7 +102,7 @@ def test_a_tokamax_export_of_a_search_that_has_not_ended_says_its_tables_hold_wh
     )
     sd, unit_ids, _ = prepare_sweep(str(spec), str(sweep), None, None)
     assert all(o.ok for o in dispatch.run_units_locally(sd, unit_ids, kind="debug"))
-    assert run_cli("merge", str(sweep)).returncode == 0
+    merge(SweepDir.open(sd.root))  # merged here, as `tilesweep merge` merges it
     export = ("export", str(doc), "--format", "tokamax", "--out", out, "--include-replays", "--keep-slower")
     r = run_cli(*export)
     assert r.returncode == 0 and "wrote " in r.stdout, r.stdout + r.stderr
