@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator.store.sweepdir import SweepDir
 from tests.helpers import REPO, SAMPLE, assert_one_line_error, run_cli, sample_replay_spec
 
 
@@ -31,9 +32,10 @@ def _auto_timed_alone(tmp_path: Path) -> Path:
     spec.write_text(json.dumps({**spec_data, "timing": {"strategy": "halving"}}))
     sweep = tmp_path / "halving-sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "104").returncode == 0
-    items = [json.loads(line) for line in run_cli("plan", str(spec), "--units", "104", "--json").stdout.splitlines()]
-    autos = sorted({i["unit"] for i in items if i["config"] == "auto"})
-    assert len(autos) == 2 and all(sum(i["unit"] == u for i in items) == 1 for u in autos), autos
+    sd = SweepDir.open(sweep)  # the units as `plan --dry-run --sweep-dir` lists them
+    units = {u["id"]: [it.config for it in sd.unit_items(u["id"])] for u in sd.unit_index()}
+    autos = sorted(uid for uid, configs in units.items() if "auto" in configs)
+    assert len(autos) == 2 and all(units[u] == ["auto"] for u in autos), units
     for unit in autos:
         worker = [sys.executable, "-m", "jobs.worker", str(sweep), str(unit)]
         assert subprocess.run(worker, cwd=REPO, capture_output=True).returncode == 0
