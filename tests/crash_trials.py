@@ -87,7 +87,7 @@ TINY_SPEC = {
     "sharding": {"units": 1},
     "kernel": {"interpret": True},
 }
-_PLANS: dict[str, list[dict[str, Any]]] = {}  # the tiny spec's plan, asked of the CLI once
+_PLANS: dict[str, list[dict[str, Any]]] = {}  # the worker's and the writer's spec's plans, each asked of the CLI once
 MergerSweep = tuple[SweepDir, list[dict[str, Any]]]  # the merger trials' sweep and its plan
 
 
@@ -202,7 +202,7 @@ def trial_writer(root: Path, rng: random.Random, how: str | None = None) -> dict
 
     data = small_spec(n_seqs=1)
     sd, _ = build_sweep(root / "sweep", data, 4, write_partials=False, output=root / "results.json")
-    plan = plan_of(data, root)
+    plan = _PLANS.get("writer") or _PLANS.setdefault("writer", plan_of(data, root))
     units = [u["id"] for u in sd.unit_index()]
     res: dict[str, Any] = {"kills": 0, "torn": 0, "problems": []}
     finished: dict = {}
