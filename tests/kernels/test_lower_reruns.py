@@ -96,23 +96,6 @@ def test_a_rerun_adds_its_verdicts_under_the_one_header_starting_a_lowering_proc
     assert {v.verdict for v in found.values()} == {"lowered"} and len(found) == 3
 
 
-def test_a_second_lowering_of_the_sweep_waits_for_the_first_and_lowers_nothing_twice(tmp_path: Path) -> None:
-    spec, sweep = _spec(tmp_path), tmp_path / "sweep"
-    first = _start_lowering(spec, sweep)
-    until(lambda: (sweep / "lowering.lease").exists(), "the first lowering holds the sweep's lowering lease", first)
-    second = second_while_first_stopped(
-        first, [sys.executable, "-m", "orchestrator", *_lower(spec, sweep)], "waiting for the other `plan --lower`"
-    )
-    out, err = first.communicate(timeout=600)
-    assert first.returncode == 0 and "lowered 3 configs" in out, err
-    assert second.returncode == 0, second.stderr
-    (said,) = [line for line in second.stderr.splitlines() if "waiting" in line]
-    assert f"pid {first.pid} " in said and str(sweep) in said and "without a verdict" in said
-    assert "nothing to lower" in second.stdout and "lowered before" in second.stdout
-    headers, verdicts = _verdict_lines(sweep)
-    assert len(headers) == 1 and sorted(v["id"] for v in verdicts) == _planned(spec)
-
-
 def _start_lowering(spec: Path, sweep: Path) -> subprocess.Popen[str]:
     """``plan --lower`` of ``sweep`` in its own process group, SIGINT at its default (a terminal's Ctrl-C)."""
     return subprocess.Popen(
@@ -195,12 +178,10 @@ def test_ctrl_c_once_every_config_has_its_verdict_says_a_rerun_lowers_nothing(tm
     assert sorted(v["id"] for v in _verdict_lines(sweep)[1]) == planned
 
 
-def test_ctrl_c_while_waiting_for_another_lowering_says_nothing_was_lowered_and_what_a_rerun_does(
-    tmp_path: Path,
-) -> None:
+def test_a_second_lowering_waits_for_the_first_says_so_on_ctrl_c_and_lowers_nothing_twice(tmp_path: Path) -> None:
     """A second ``plan --lower`` of the sweep waits for the first (stopped, as Ctrl-Z stops it);
     Ctrl-C of the second says it lowered nothing, that the first goes on, and what to run once
-    it ends. The first then lowers every config."""
+    it ends. A third waits for the first as well, then lowers nothing the first lowered."""
     spec, sweep = _spec(tmp_path), tmp_path / "sweep"
     first = _start_lowering(spec, sweep)
     until(lambda: (sweep / "lowering.lease").exists(), "the first lowering holds the sweep's lowering lease", first)
@@ -214,15 +195,26 @@ def test_ctrl_c_while_waiting_for_another_lowering_says_nothing_was_lowered_and_
             seen.append(line)
         os.killpg(second.pid, signal.SIGINT)
         _, err = second.communicate(timeout=600)
-    finally:
+        assert second.returncode == 130 and "Traceback" not in err, err
+        assert err.splitlines() == [
+            f"tilesweep: interrupted; nothing was lowered here, and the other `plan --lower` of {sweep} goes on; once "
+            f"it ends, `tilesweep plan {spec} --lower --sweep-dir {sweep}` lowers only the configs it left without a "
+            "verdict"
+        ], err
+    except BaseException:  # the first continued, never left stopped
         os.killpg(first.pid, signal.SIGCONT)
-    assert second.returncode == 130 and "Traceback" not in err, err
-    assert err.splitlines() == [
-        f"tilesweep: interrupted; nothing was lowered here, and the other `plan --lower` of {sweep} goes on; once it "
-        f"ends, `tilesweep plan {spec} --lower --sweep-dir {sweep}` lowers only the configs it left without a verdict"
-    ], err
+        raise
+    third = second_while_first_stopped(  # continues the first once the third says it waits
+        first, [sys.executable, "-m", "orchestrator", *_lower(spec, sweep)], "waiting for the other `plan --lower`"
+    )
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0 and "lowered 3 configs" in out, err
+    assert third.returncode == 0, third.stderr
+    (said,) = [line for line in third.stderr.splitlines() if "waiting" in line]
+    assert f"pid {first.pid} " in said and str(sweep) in said and "without a verdict" in said
+    assert "nothing to lower" in third.stdout and "lowered before" in third.stdout
+    headers, verdicts = _verdict_lines(sweep)
+    assert len(headers) == 1 and sorted(v["id"] for v in verdicts) == _planned(spec)
 
 
 def test_configs_the_output_document_holds_are_reused_not_lowered_and_the_summary_says_how_many(
