@@ -2,7 +2,11 @@
 matches its entry in ``units.json``: ``status``, ``merge``, ``resume``, ``run`` and a worker run by
 hand (``python -m jobs.worker``) each say in one line which unit file is damaged and how (exit 2,
 no traceback), and no record is lost: the partials and the document merged before stay as they
-were."""
+were.
+
+Every command reads a unit file through one reader (``store.unitfile``): each edit is held
+through ``status``, and every command for an edit that leaves no JSON and one that keeps the
+file's shape with another unit's item in it."""
 
 from __future__ import annotations
 
@@ -55,6 +59,9 @@ EDITS: dict[str, tuple[Callable[[dict[str, Any], dict[str, Any]], str], str]] = 
 }
 
 
+EVERY_COMMAND = ("truncated", "another unit's item")
+
+
 @pytest.mark.parametrize("edit", list(EDITS))
 def test_an_edited_unit_file_is_named_by_every_command_and_no_record_is_lost(tmp_path: Path, edit: str) -> None:
     spec = small_spec(n_seqs=2)
@@ -70,17 +77,19 @@ def test_an_edited_unit_file_is_named_by_every_command_and_no_record_is_lost(tmp
     before = {p: p.read_bytes() for p in [out, *sd.partials.iterdir()]}
     n = len(unit["items"])
     says = says.format(index=sd.root / "units.json", less=n - 1, n=n, other=other["id"])
-    for argv in (
+    commands = [
         ["status", str(sd.root)],
         ["merge", str(sd.root)],
         ["resume", str(sd.root)],
         ["run", str(spec_file), "--sweep-dir", str(sd.root), "--output", str(out)],
-    ):
+    ]
+    for argv in commands if edit in EVERY_COMMAND else commands[:1]:
         line = assert_one_line_error(run_cli(*argv), f"unit file {unit_file} ", says)
         assert "the sweep directory is damaged: restore the file from a copy" in line, line
-    worker = [sys.executable, "-m", "jobs.worker", str(sd.root), units[0].id]
-    line = assert_one_line_error(subprocess.run(worker, capture_output=True, text=True, cwd=REPO), says)
-    assert line.startswith(f"tilesweep worker: error: unit file {unit_file} "), line
+    if edit in EVERY_COMMAND:
+        worker = [sys.executable, "-m", "jobs.worker", str(sd.root), units[0].id]
+        line = assert_one_line_error(subprocess.run(worker, capture_output=True, text=True, cwd=REPO), says)
+        assert line.startswith(f"tilesweep worker: error: unit file {unit_file} "), line
     assert {p: p.read_bytes() for p in [out, *sd.partials.iterdir()]} == before
 
 
