@@ -23,43 +23,7 @@ import pytest
 
 from orchestrator.store.pidspace import process_state
 from tests.helpers import REPO, records_written, run_cli, start_run, until
-from tests.test_another_shell import SETTLE_S, SPEC
-
-
-@pytest.mark.parametrize("started", ["by hand", "by a run killed since"])
-def test_resume_here_follows_a_worker_another_process_runs(
-    write_spec: Callable[..., Path], tmp_path: Path, started: str
-) -> None:
-    spec, sweep = write_spec(**SPEC), tmp_path / "sweep"
-    if started == "by hand":
-        assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, stdout=subprocess.DEVNULL, text=True
-        )
-        until(lambda: records_written(sweep) > 0, "a record", worker)
-        ends: Callable[[], object] = worker.wait
-    else:
-        run = start_run(spec, sweep)
-        until(lambda: records_written(sweep) > 0, "a record", run)
-        jobs = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
-        orphan = Path("/proc") / str(jobs[-1]["job_id"])  # the unit's worker, which runs on alone
-        os.kill(run.pid, signal.SIGKILL)
-        run.communicate(timeout=SETTLE_S)
-
-        def ends() -> None:
-            until(lambda: not orphan.exists(), "the worker's end")
-
-    try:
-        resume = run_cli("resume", str(sweep), timeout=SETTLE_S)
-    finally:
-        ends()
-    assert resume.returncode == 0, resume.stdout + resume.stderr
-    assert "following it instead of starting a second worker on it" in resume.stdout, resume.stdout
-    assert "new unit" not in resume.stdout and "redoes" not in resume.stderr, resume.stdout + resume.stderr
-    units = json.loads((sweep / "units.json").read_text())
-    doc = json.loads((tmp_path / "results.json").read_text())
-    assert len(units) == 1 and len(doc["results"]) == doc["tilesweep"]["planned"] == records_written(sweep)
-
+from tests.test_local_lifecycle import SETTLE_S, SPEC, _has_lease, _worker_pid
 
 # ``python -m jobs.worker SWEEP UNIT`` that stops itself (SIGSTOP) once it holds its unit's lease
 STOPS_ONCE_LEASED = """
@@ -72,6 +36,60 @@ def stopped(*args, **kwargs):
 w._run_leased = stopped
 sys.exit(w.main(sys.argv[1:]))
 """
+
+
+@pytest.mark.parametrize("started", ["by hand", "by a run killed since"])
+def test_resume_here_follows_a_worker_another_process_runs(
+    write_spec: Callable[..., Path], tmp_path: Path, started: str
+) -> None:
+    """The worker is stopped (SIGSTOP, as Ctrl-Z stops it) while it holds its unit, until resume
+    says it follows it: however fast it would run its unit, it is running when resume looks."""
+    spec, sweep = write_spec(**{**SPEC, "fwd_block_q": [32]}), tmp_path / "sweep"  # two items
+    if started == "by hand":
+        assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+        worker = subprocess.Popen(
+            [sys.executable, "-c", STOPS_ONCE_LEASED, str(sweep), "0"], cwd=REPO, stdout=subprocess.DEVNULL, text=True
+        )
+        until(lambda: process_state(worker.pid) == "T", "the worker to take its unit", worker)
+        pid = worker.pid
+        ends: Callable[[], object] = worker.wait
+    else:
+        run = start_run(spec, sweep)
+        until(lambda: _has_lease(sweep), "the run's worker to take its unit", run)
+        pid = _worker_pid(sweep)  # the unit's worker, which runs on alone once the run is killed
+        os.kill(run.pid, signal.SIGKILL)
+        run.communicate(timeout=SETTLE_S)
+        os.kill(pid, signal.SIGSTOP)
+        orphan = Path("/proc") / str(pid)
+
+        def ends() -> None:
+            until(lambda: not orphan.exists(), "the worker's end")
+
+    try:
+        code, out, err = _resume_while_stopped(sweep, pid)
+    finally:
+        ends()
+    assert code == 0, out + err
+    assert "following it instead of starting a second worker on it" in out, out
+    assert "new unit" not in out and "redoes" not in err, out + err
+    units = json.loads((sweep / "units.json").read_text())
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert len(units) == 1 and len(doc["results"]) == doc["tilesweep"]["planned"] == records_written(sweep)
+
+
+def _resume_while_stopped(sweep: Path, worker: int) -> tuple[int, str, str]:
+    """``tilesweep resume SWEEP`` while the process ``worker`` is stopped, continued once resume
+    says it follows it (or ended without saying so): its exit code, stdout and stderr."""
+    resume = start_run(Path(), sweep, command="resume")
+    assert resume.stdout is not None
+    said = ""
+    try:
+        while "instead of starting a second worker" not in said and (line := resume.stdout.readline()):
+            said += line
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    out, err = resume.communicate(timeout=SETTLE_S)
+    return resume.returncode, said + out, err
 
 
 @pytest.mark.parametrize("command", ["resume", "run"])
