@@ -3,7 +3,7 @@ its merge: ``status`` (text, ``--json``, exit code) and ``ls`` say so, and what 
 
 Real processes: ``tilesweep run`` killed with SIGKILL while its worker goes on and finishes its
 unit, ``resume --no-wait`` leaving a worker that records after a merge; each step waits for an
-event (a record, a marker, a lease let go), never a guessed time.
+event (a worker started, a marker, a lease let go), never a guessed time.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.store.synthetic import build_sweep, small_spec
-from tests.helpers import REPO, TINY_SPEC, records_written, run_cli, start_run, until
-from tests.test_local_lifecycle import SETTLE_S, SPEC
+from tests.helpers import REPO, TINY_SPEC, run_cli, start_run, until
+from tests.test_local_lifecycle import SETTLE_S, SPEC, replay_source
 
 
 def _settled(sweep: Path, units: int) -> bool:
@@ -31,17 +31,30 @@ def _settled(sweep: Path, units: int) -> bool:
 
 
 def _killed_run(spec: Path, sweep: Path) -> None:
-    """``tilesweep run`` killed outright once a first record is written; its worker goes on."""
-    run = start_run(spec, sweep)
-    until(lambda: records_written(sweep) >= 1, "a first record", run)
+    """``tilesweep run`` (one worker at a time) killed outright once it started its first unit's
+    worker, which goes on, takes its unit and finishes it."""
+    run = start_run(spec, sweep, "--workers", "1")
+    until(lambda: any("unit" in entry for entry in _jobs(sweep)), "the first unit's worker", run)
     os.kill(run.pid, signal.SIGKILL)
     run.communicate(timeout=SETTLE_S)
+
+
+def _jobs(sweep: Path) -> list[dict[str, object]]:
+    history = sweep / "jobs.jsonl"
+    text = history.read_text() if history.is_file() else ""
+    return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
+
+
+def _replay_spec(write_spec: Callable[..., Path], tmp_path: Path, units: int) -> Path:
+    """``SPEC`` (four items) replayed, in ``units`` units: a worker takes moments to run one."""
+    replay = {"source": str(replay_source(tmp_path))}
+    return write_spec(**SPEC, kernel={"impl": "replay"}, replay=replay, sharding={"units": units})
 
 
 def test_a_killed_runs_finished_sweep_is_complete_not_merged_until_merge(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
-    spec = write_spec(**SPEC, sharding={"units": 1})
+    spec = _replay_spec(write_spec, tmp_path, 1)
     sweep, out = tmp_path / "sweep", tmp_path / "results.json"
     _killed_run(spec, sweep)
     until(lambda: _settled(sweep, 1), "the worker's marker")
@@ -66,7 +79,7 @@ def test_records_written_after_a_merge_leave_the_sweep_not_merged_since(
 ) -> None:
     """A merge of the killed run's first unit, then ``resume --no-wait`` runs the second unit
     and nothing merges its records: the document exists but lacks them."""
-    spec = write_spec(**SPEC, sharding={"units": 2})
+    spec = _replay_spec(write_spec, tmp_path, 2)
     sweep, out = tmp_path / "sweep", tmp_path / "results.json"
     _killed_run(spec, sweep)
     until(lambda: _settled(sweep, 1), "the first unit's marker")
