@@ -44,6 +44,15 @@ def spec_file(tmp_path: Path, executor: dict[str, Any] | None = None) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def halved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A halving sweep of ``spec_file`` run here to its end (both rounds, debug executor), for the
+    tests that only read it: its folder (the sweep directory ``sweep``, the document
+    ``results.json``) and how its ``run`` ended."""
+    folder = tmp_path_factory.mktemp("halved")
+    return folder, run_cli("run", str(spec_file(folder)), "--sweep-dir", str(folder / "sweep"))
+
+
 def test_survivors_keep_the_fastest_and_those_within_the_noise() -> None:
     screens = [("a", 1.00), ("b", 1.08), ("c", 1.30), ("d", 1.50), ("e", 2.0)]
     assert survivors(screens, keep=2, noise=0.1) == ["a", "b"]
@@ -134,9 +143,11 @@ def test_an_export_while_round_2_has_timed_some_survivors_writes_no_entry_for_th
     assert r.returncode == 0 and ": 2 entries (" in r.stdout and "skipped" not in r.stdout, r.stdout + r.stderr
 
 
-def test_two_rounds_run_here_and_the_best_is_timed_in_full(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    r = run_cli("run", str(spec_file(tmp_path)), "--sweep-dir", str(sweep))
+def test_two_rounds_run_here_and_the_best_is_timed_in_full(
+    halved: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    folder, r = halved
+    sweep = folder / "sweep"
     assert r.returncode == 0, r.stderr
     assert "round 2:" in r.stderr and "screened out" in r.stdout
     round2 = json.loads((sweep / "round2.json").read_text())
@@ -144,7 +155,7 @@ def test_two_rounds_run_here_and_the_best_is_timed_in_full(tmp_path: Path) -> No
     assert all(p["kept"] >= 4 for p in round2["problems"])
     units = json.loads((sweep / "units.json").read_text())
     assert [u.get("round", 1) for u in units] == [1] * 3 + [2] * len(round2["units"])
-    doc = json.loads((tmp_path / "results.json").read_text())
+    doc = json.loads((folder / "results.json").read_text())
     assert len(doc["results"]) == 104 and doc["tilesweep"]["rounds"]["survivors"] == round2["survivors"]
     full = [r for r in doc["results"] if r["config"] == "forced" and not r.get("screened")]
     assert len(full) == round2["survivors"]  # each survivor's newest record is its full one
@@ -206,17 +217,16 @@ def _screened_only_cells(doc: dict[str, Any], mode: str) -> set[tuple[int, int]]
     return {cell for cell, only in cells.items() if only}
 
 
-def test_a_halving_sweep_reads_the_same_everywhere_and_its_heatmaps_mark_the_screens(tmp_path: Path) -> None:
+def test_a_halving_sweep_reads_the_same_everywhere_and_its_heatmaps_mark_the_screens(
+    halved: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     """Screened configs are recorded, not missing, in the text, markdown and JSON reports, the
-    page, the merge line and status; the page's and the plots' heatmaps mark the cells timed by
-    a screening sample only, and a legend says what the mark means."""
-    from orchestrator.analysis import plots
-    from orchestrator.analysis.heatmap import heatmap_data
-    from orchestrator.analysis.report import ProblemKey, group_by_problem
+    page, the merge line and status; the page's heatmaps mark the cells timed by a screening
+    sample only, and a legend says what the mark means."""
     from tests.test_html import Page
 
-    sweep, out = tmp_path / "sweep", tmp_path / "results.json"
-    r = run_cli("run", str(spec_file(tmp_path)), "--sweep-dir", str(sweep))
+    folder, r = halved
+    sweep, out = folder / "sweep", folder / "results.json"
     assert r.returncode == 0, r.stderr
     assert "merged 104 records (0 errors, 0 of 104 planned missing)" in r.stderr
     rows = json.loads(run_cli("report", str(out), "--json").stdout)
@@ -255,8 +265,19 @@ def test_a_halving_sweep_reads_the_same_everywhere_and_its_heatmaps_mark_the_scr
     assert row["n_waiting"] == 1 and row["n_missing"] == 1 and row["n_screened"] == before["n_screened"]
     assert "1 survivor of the screen not timed in full yet" in row["note"], row["note"]
 
+
+def test_the_plots_heatmaps_of_a_halving_sweep_mark_the_screens(
+    halved: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """The plots' heatmaps mark the cells timed by a screening sample only, as the page's do, and
+    their legend says what the mark means."""
+    from orchestrator.analysis import plots
+    from orchestrator.analysis.heatmap import heatmap_data
+    from orchestrator.analysis.report import ProblemKey, group_by_problem
+
     if importlib.util.find_spec("matplotlib") is None:
-        return
+        pytest.skip("matplotlib is not installed (the plots extra)")
+    doc = json.loads((halved[0] / "results.json").read_text())
     mpl = plots._matplotlib()
     for key, recs in group_by_problem(doc["results"]).items():
         data = heatmap_data(ProblemKey(*key), recs)
@@ -268,11 +289,14 @@ def test_a_halving_sweep_reads_the_same_everywhere_and_its_heatmaps_mark_the_scr
         assert [t.get_text() for t in legend.get_texts()] == [plots.SCREENED_LEGEND]
 
 
-def test_items_are_counted_apart_from_the_timings_of_later_rounds(tmp_path: Path) -> None:
+def test_items_are_counted_apart_from_the_timings_of_later_rounds(
+    halved: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     """What a user planned (items) is one count, each later round's timings another: neither
     goes past 100%, in status, its JSON or ls."""
-    sweep = tmp_path / "sweep"
-    assert run_cli("run", str(spec_file(tmp_path)), "--sweep-dir", str(sweep)).returncode == 0
+    folder, r = halved
+    sweep = folder / "sweep"
+    assert r.returncode == 0, r.stderr
     n = json.loads((sweep / "round2.json").read_text())["survivors"]
     lines = run_cli("status", str(sweep)).stdout.splitlines()
     head, (rounds,) = lines[0], [line for line in lines if line.startswith("round 1")]
@@ -283,7 +307,7 @@ def test_items_are_counted_apart_from_the_timings_of_later_rounds(tmp_path: Path
     st = json.loads(run_cli("status", str(sweep), "--json").stdout)
     assert st["items_done"] == 104 and st["planned"] == 104
     assert st["rounds"] == [{"number": 1, "done": 104, "total": 104}, {"number": 2, "done": n, "total": n}]
-    (line,) = run_cli("ls", str(tmp_path)).stdout.splitlines()
+    (line,) = run_cli("ls", str(folder)).stdout.splitlines()
     assert line.split()[1:4] == ["104/104", "items", "complete"] and f"(round 2: {n}/{n} timings)" in line, line
 
 
