@@ -10,15 +10,27 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from orchestrator.planning import Unit
+from orchestrator.store import synthetic
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
 from tests.helpers import assert_one_line_error, run_cli
 
 
+def _replayed(write_spec: Callable[..., Path], tmp_path: Path, name: str = "spec.json", **over: Any) -> Path:
+    """A spec file of two fwd items replayed from a made-up document of them: its workers run as
+    a measuring sweep's do, and take moments."""
+    fields: dict[str, Any] = {"modes": ["fwd"], "fwd_block_q": [32], **over}
+    source = tmp_path / "source.json"
+    if not source.exists():
+        source.write_text(json.dumps(synthetic.document(json.loads(write_spec(name, **fields).read_text()))))
+    return write_spec(name, **fields, kernel={"impl": "replay"}, replay={"source": str(source)})
+
+
 def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "local"})
+    spec = _replayed(write_spec, tmp_path, executor={"kind": "local"})
     sweep = tmp_path / "sweep"
     assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     shutil.rmtree(sweep / "logs")
@@ -30,7 +42,7 @@ def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(write_spec: Callable[
 def test_logs_of_the_unit_of_carried_records_says_no_worker_ran_it(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
-    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+    spec = _replayed(write_spec, tmp_path, executor={"kind": "debug"})
     assert run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "first")).returncode == 0
     sweep = tmp_path / "again"  # the same spec planned again: its output document holds every item
     planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
@@ -146,10 +158,10 @@ def test_each_attempts_log_of_a_unit_run_here_opens_with_a_line_naming_the_unit(
 ) -> None:
     """Whoever starts a local worker writes the line first: a run that waits for its workers,
     and the controller of a worker ``resume --no-wait`` leaves running."""
-    spec = write_spec(modes=["fwd"], fwd_block_q=[32])
+    spec = _replayed(write_spec, tmp_path, executor={"kind": "local"})
     ran, left = tmp_path / "ran", tmp_path / "left"
     assert run_cli("run", str(spec), "--sweep-dir", str(ran)).returncode == 0
-    other = write_spec("other.json", modes=["fwd"], fwd_block_q=[32], output=str(tmp_path / "other-results.json"))
+    other = _replayed(write_spec, tmp_path, "other.json", executor={"kind": "local"}, output=str(tmp_path / "o.json"))
     assert run_cli("plan", str(other), "--sweep-dir", str(left)).returncode == 0  # its own output: nothing reused
     assert run_cli("resume", str(left), "--no-wait").returncode == 0
     assert run_cli("wait", str(left)).returncode == 0
