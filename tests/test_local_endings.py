@@ -57,7 +57,8 @@ def test_a_debug_run_says_only_what_tilesweep_says(write_spec: Callable[..., Pat
     """Submitit's debug jobs log a notice of where each job logs as it starts, succeeding or not:
     a debug run of two units says none of it, on its console or in a unit's log, and says on
     stderr only its own lines: the sweep, the bar, the merge."""
-    spec = write_spec(**{**SPEC, "executor": {"kind": "debug"}, "sharding": {"units": 2}})
+    replay = {"kernel": {"impl": "replay"}, "replay": {"source": str(replay_source(tmp_path))}}
+    spec = write_spec(**{**SPEC, **replay, "executor": {"kind": "debug"}, "sharding": {"units": 2}})
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep), timeout=SETTLE_S)
     assert r.returncode == 0, r.stderr
