@@ -16,7 +16,7 @@ NOTE = "side by side on this machine's CPUs"
 
 
 def test_several_workers_timing_on_the_cpu_are_said_once(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    spec = write_spec(modes=["fwd"], fwd_block_q=[32, 64], sharding={"units": 2})
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], sharding={"units": 2})  # two items: one a worker
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--workers", "2", env=NO_GPU)
     assert r.returncode == 0, r.stderr
     notes = [line for line in r.stderr.splitlines() if NOTE in line]
@@ -43,7 +43,7 @@ def test_a_waiting_resume_with_several_workers_timing_on_the_cpu_says_so_once(
     """A resume here runs its units as ``run`` does, ``executor.local_workers`` at a time: it says
     the same note once, naming how a resume times with one worker."""
     spec = write_spec(
-        modes=["fwd"], fwd_block_q=[32, 64], sharding={"units": 2}, executor={"kind": "local", "local_workers": 2}
+        modes=["fwd"], fwd_block_q=[32], sharding={"units": 2}, executor={"kind": "local", "local_workers": 2}
     )
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
