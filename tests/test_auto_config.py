@@ -50,15 +50,16 @@ def test_the_best_that_is_autos_own_config_is_no_speedup(tmp_path: Path) -> None
     assert row["note"] == "best is auto's config: its two timings 1.49x apart, noise"
     assert row["auto_config"] == {"block_q": 128, "block_k": 128, "num_stages": 2, "num_warps": 4}
     assert row["auto_config_from"] == "inferred"  # the reference run's document has no tilesweep block
-    text = run_cli("report", str(doc)).stdout.splitlines()
+    page = tmp_path / "page.html"
+    said = run_cli("report", str(doc), "--html", str(page))  # the text table, and the page beside it
+    assert said.returncode == 0, said.stderr
+    text = said.stdout.splitlines()
     header = text[0]
     line = next(x for x in text[1:] if x.startswith("bfloat16   64") and " fwd " in x)
     at = header.index("auto config")
     assert line[at : at + len(AUTO_FWD)] == AUTO_FWD and "1.00x" in line and "1.49x" not in line.split("best is")[0]
     md = run_cli("report", str(doc), "--markdown").stdout
     assert "| auto config |" in md and f"| {AUTO_FWD} | 1.00x |" in md
-    page = tmp_path / "page.html"
-    assert run_cli("report", str(doc), "--html", str(page)).returncode == 0
     html = page.read_text()
     assert f"(auto runs <b>{AUTO_FWD}</b>)" in html and "1.00x</b> over auto" in html
     assert "the best is auto's own config: its two timings 1.49x apart are noise" in html
@@ -79,10 +80,11 @@ def test_a_best_that_is_autos_config_and_within_noise_of_the_runner_up_says_nois
     assert row["best_is_auto"] is True and row["within_noise"] is True
     note = "noise: best is auto's config (its two timings 1.49x apart) and overlaps the runner-up"
     assert row["note"] == note
-    line = next(x for x in run_cli("report", str(doc)).stdout.splitlines() if x.startswith("bfloat16   64"))
-    assert line.endswith(note) and line.count("noise") == 1, line
     page = tmp_path / "page.html"
-    assert run_cli("report", str(doc), "--html", str(page)).returncode == 0
+    said = run_cli("report", str(doc), "--html", str(page))  # the text table, and the page beside it
+    assert said.returncode == 0, said.stderr
+    line = next(x for x in said.stdout.splitlines() if x.startswith("bfloat16   64"))
+    assert line.endswith(note) and line.count("noise") == 1, line
     html = page.read_text()
     facts = next(p for p in html.split('<p class="facts">') if "bq128 bk64 s2 w4 1.005 ms" in p).split("</p>")[0]
     assert facts.count("noise") == 1 and "its two timings 1.49x apart are noise" in facts, facts
@@ -141,11 +143,12 @@ def test_where_auto_beat_every_forced_config_the_report_says_use_auto_as_export_
     row = _row(rows, "bfloat16", "fwd")
     assert row["speedup"] < 1 and row["note"].endswith("auto faster: use auto")
     assert "auto faster" not in _row(rows, "bfloat16", "fwd_bwd")["note"]  # 1.12x over auto
-    text = run_cli("report", str(SAMPLE)).stdout
+    page = tmp_path / "page.html"
+    said = run_cli("report", str(SAMPLE), "--html", str(page))  # the text table, and the page beside it
+    assert said.returncode == 0, said.stderr
+    text = said.stdout
     line = next(x for x in text.splitlines() if x.startswith("bfloat16   64") and " fwd " in x)
     assert line.endswith("auto faster: use auto") and "`tilesweep export` writes config null there" in text
-    page = tmp_path / "page.html"
-    assert run_cli("report", str(SAMPLE), "--html", str(page)).returncode == 0
     html = page.read_text()
     assert f"<code>tilesweep export {SAMPLE} --out tuned.json</code>" in html
     assert '<b class="warn">auto faster: use auto</b>' in html
