@@ -25,7 +25,6 @@ import socket
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,21 +34,16 @@ import filelock
 import pytest
 
 from orchestrator.errors import LockTimeout
-from orchestrator.store.locks import SoftLock
 from tests.conftest import REPO
+from tests.lock_holder import LEASE, LIFETIME, OURS, STRICT, make_lock
 
 if TYPE_CHECKING:  # what pytest.param returns (pytest.ParameterSet from pytest 9.2 on)
     from _pytest.mark.structures import ParameterSet
 
-OURS = "ours"
-LEASE = "SoftFileLease"
-STRICT = "StrictSoftFileLock"
-LIFETIME = "SoftFileLock(lifetime)"
 ELSEWHERE = "node-elsewhere"
 SHORT_S = 0.5  # a staleness limit (ours: foreign_stale_s; filelock: lease_duration, lifetime) a test outwaits
 LONG_S = 600.0  # one it never reaches
 
-AnyLock = SoftLock | filelock.BaseFileLock
 # filelock releases that have the class (SoftFileLease came in 3.30); the pin admits older ones
 _INSTALLED = {
     OURS: True,
@@ -68,35 +62,10 @@ def _of(kind: str, lacks: str | None = None) -> ParameterSet:
     return pytest.param(kind, marks=marks)
 
 
-def make_lock(kind: str, path: Path, limit_s: float, timeout_s: float) -> AnyLock:
-    """One lock of ``kind`` on ``path``; ``limit_s``: how long its holder may stay silent
-    before a contender may take the lock (for ours: a holder on another host only)."""
-    if kind == OURS:
-        return SoftLock(path, timeout_s, extra={"gpu": "3", "job": "71_2"}, foreign_stale_s=limit_s)
-    if kind == LEASE:
-        return filelock.SoftFileLease(path, lease_duration=limit_s, timeout=timeout_s)
-    if kind == STRICT:
-        return filelock.StrictSoftFileLock(path, timeout=timeout_s)
-    if kind == LIFETIME:
-        with warnings.catch_warnings():  # that lifetime can overlap a live holder: a thing tested here
-            warnings.simplefilter("ignore", filelock.SoftFileLockLifetimeWarning)
-            return filelock.SoftFileLock(path, timeout=timeout_s, lifetime=limit_s)
-    raise ValueError(kind)
-
-
-def hold_main() -> None:
-    """The holder process: take the lock, say so, then hold it until killed."""
-    kind, path, limit_s = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
-    lock = make_lock(kind, path, limit_s, 5)  # kept: filelock lets go of a lock it collects
-    lock.acquire()
-    print("held", flush=True)
-    time.sleep(600)
-
-
 @contextmanager
 def holder(kind: str, path: Path, limit_s: float) -> Iterator[subprocess.Popen[str]]:
     """A live process holding the lock for the block (it is killed after it)."""
-    code = "from tests.test_lock_guarantees import hold_main; hold_main()"
+    code = "from tests.lock_holder import hold_main; hold_main()"
     argv = [sys.executable, "-c", code, kind, str(path), str(limit_s)]
     p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -188,7 +157,7 @@ def test_a_live_holder_on_this_host_is_never_broken_however_long_it_holds(tmp_pa
     with holder(kind, path, SHORT_S):
         if kind == OURS:
             age(path, 10 * SHORT_S)  # ours keys on the pid, not on the file's age
-        assert not take(kind, path, SHORT_S, timeout_s=4 * SHORT_S)
+        assert not take(kind, path, SHORT_S, timeout_s=2 * SHORT_S)
 
 
 @pytest.mark.parametrize(
@@ -207,7 +176,7 @@ def test_a_live_holder_whose_heartbeat_stalls_is_never_broken(tmp_path: Path, ki
     with holder(kind, path, SHORT_S) as p:
         os.kill(p.pid, signal.SIGSTOP)
         age(path, 10 * SHORT_S)
-        assert not take(kind, path, SHORT_S, timeout_s=4 * SHORT_S)
+        assert not take(kind, path, SHORT_S, timeout_s=2 * SHORT_S)
 
 
 @pytest.mark.parametrize("kind", [OURS, _of(LEASE), _of(LIFETIME)])
