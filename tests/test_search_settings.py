@@ -114,10 +114,9 @@ def test_a_strategy_that_chooses_among_forced_configs_with_auto_only_is_noted(tm
         f'note: auto_only: true times each problem\'s auto config alone, in full, so timing.strategy "{strategy}" '
         'has no forced config to choose from and runs as "full" does; set auto_only to false'
     )
-    for command in (["plan", str(spec), "--dry-run"], ["spec", str(spec)]):
-        r = run_cli(*command)
+    plan, checked = run_cli("plan", str(spec), "--dry-run"), run_cli("spec", str(spec))
+    for r in (plan, checked):
         assert r.returncode == 0 and note in r.stderr, r.stderr
-    plan = run_cli("plan", str(spec), "--dry-run")
     assert "screen every forced config" not in plan.stdout, plan.stdout
     full = spec_file(tmp_path, "full.json", auto_only=True, timing={"strategy": "full"})
     r = run_cli("plan", str(full), "--dry-run")
