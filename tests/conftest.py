@@ -65,6 +65,15 @@ def time_limit_sweeps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tup
     return submit_time_limit_sweeps(tmp_path_factory.mktemp("limits"))
 
 
+@pytest.fixture(scope="session")
+def first_doc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The document of reuse's first sweep (``tests.reuse_helpers.run_first``: a real two-config
+    sweep), run once per test process for the reuse tests, which read it or copy it."""
+    from tests.reuse_helpers import run_first
+
+    return run_first(tmp_path_factory.mktemp("first"))
+
+
 @pytest.fixture
 def write_spec(tmp_path: Path) -> Callable[..., Path]:
     """Write a spec file (TINY_SPEC updated with overrides) and return its path."""

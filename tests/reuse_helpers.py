@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestrator.control.reuseplan import ReuseRequest, plan_with_reuse
 from orchestrator.spec.files import load_spec
-from tests.conftest import TINY_SPEC, run_cli
+from tests.helpers import TINY_SPEC, run_cli
 
 # fwd only: auto plus one forced config (two compiles); the extension adds one block_q.
 FIRST = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [32], "append": True}

@@ -21,12 +21,7 @@ from orchestrator.spec.files import load_spec
 from orchestrator.store.sweepdir import SweepDir
 from tests.conftest import SAMPLE, TINY_SPEC, run_cli
 from tests.helpers import assert_one_line_error
-from tests.reuse_helpers import EXTENDED, FIRST, markers, plan_against, run_first, write
-
-
-@pytest.fixture(scope="module")
-def first_doc(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_first(tmp_path_factory.mktemp("first"))
+from tests.reuse_helpers import EXTENDED, FIRST, markers, plan_against, write
 
 
 def test_an_extended_grid_compiles_only_its_new_config(tmp_path: Path, first_doc: Path) -> None:

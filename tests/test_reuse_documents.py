@@ -14,12 +14,7 @@ import pytest
 from orchestrator.control.reuseplan import ReuseRequest
 from tests.conftest import run_cli
 from tests.helpers import assert_one_line_error
-from tests.reuse_helpers import EXTENDED, FIRST, plan_against, run_first, write
-
-
-@pytest.fixture(scope="module")
-def first_doc(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_first(tmp_path_factory.mktemp("first"))
+from tests.reuse_helpers import EXTENDED, FIRST, plan_against, write
 
 
 def test_damaged_records_are_measured_with_a_warning_naming_the_file(
