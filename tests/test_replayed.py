@@ -143,10 +143,10 @@ def test_a_measured_sweep_reuses_a_replay_only_when_asked(tmp_path: Path) -> Non
     assert "reused 55 items recorded before (not measured again; 55 of them replayed, not measured)" in r.stdout
     asked = tmp_path / "asked-spec.json"
     asked.write_text(json.dumps({**measured, "reuse": {"documents": [str(replay.doc)], "replays": True}}))
-    assert "55 of them replayed, not measured" in run_cli("plan", str(asked), "--dry-run").stdout
 
     r = run_cli("run", str(asked), "--sweep-dir", str(tmp_path / "sweep"))
     assert r.returncode == 0, r.stderr
+    assert "reused 55 items recorded before (not measured again; 55 of them replayed, not measured)" in r.stderr
     doc = json.loads((tmp_path / "measured.json").read_text())
     assert len(doc["results"]) == 55 and all(rec["timer"] == "virtual" for rec in doc["results"])
     assert all(rec["reused_from"].endswith("(replayed)") for rec in doc["results"])
