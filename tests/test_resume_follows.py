@@ -5,8 +5,8 @@ halving's round 2), as ``run`` does, then merges, instead of starting a second w
 items beside it, or merging half a sweep and sending the user to a resume that would say the same
 again.
 
-Real processes; each step waits for an event (a record written, a process gone), never for a
-guessed time.
+Real processes; each step waits for an event (a worker holding its unit, a process stopped, a
+line said, a process gone), never for a guessed time.
 """
 
 from __future__ import annotations
