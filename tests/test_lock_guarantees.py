@@ -157,7 +157,7 @@ def test_a_live_holder_on_this_host_is_never_broken_however_long_it_holds(tmp_pa
     with holder(kind, path, SHORT_S):
         if kind == OURS:
             age(path, 10 * SHORT_S)  # ours keys on the pid, not on the file's age
-        assert not take(kind, path, SHORT_S, timeout_s=2 * SHORT_S)
+        assert not take(kind, path, SHORT_S, timeout_s=4 * SHORT_S)
 
 
 @pytest.mark.parametrize(
@@ -176,7 +176,7 @@ def test_a_live_holder_whose_heartbeat_stalls_is_never_broken(tmp_path: Path, ki
     with holder(kind, path, SHORT_S) as p:
         os.kill(p.pid, signal.SIGSTOP)
         age(path, 10 * SHORT_S)
-        assert not take(kind, path, SHORT_S, timeout_s=2 * SHORT_S)
+        assert not take(kind, path, SHORT_S, timeout_s=4 * SHORT_S)
 
 
 @pytest.mark.parametrize("kind", [OURS, _of(LEASE), _of(LIFETIME)])
