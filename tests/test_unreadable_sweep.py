@@ -55,6 +55,13 @@ def _sweep(root: Path) -> Path:
     return root
 
 
+def _unmerged(root: Path) -> Path:
+    """A sweep of one unit with its partial written, never merged (what ``ls`` lists is its
+    partials and markers)."""
+    build_sweep(root, small_spec(1), 1, output=root.parent / f"{root.name}.json")
+    return root
+
+
 def _unreadable(path: Path) -> Path:
     path.chmod(0)
     probe = subprocess.run([*_setpriv(), "cat", str(path)], capture_output=True)
@@ -94,9 +101,7 @@ def test_an_unreadable_log_is_named_by_logs(tmp_path: Path) -> None:
 
 def test_ls_lists_a_sweep_it_may_not_read_beside_the_others(tmp_path: Path) -> None:
     parent = tmp_path / "sweeps"
-    good = _sweep(parent / "good")
-    bad = _sweep(parent / "bad")
-    closed = _sweep(parent / "nested" / "closed")
+    good, bad, closed = (_unmerged(parent / name) for name in ("good", "bad", "nested/closed"))
     partial = _unreadable(_partial(bad))
     closed.chmod(0)
     try:
@@ -118,7 +123,7 @@ def test_ls_lists_a_sweep_it_may_not_read_beside_the_others(tmp_path: Path) -> N
 )
 def test_a_unit_index_with_entries_of_the_wrong_shape_is_damaged(tmp_path: Path, index: list[object]) -> None:
     parent = tmp_path / "sweeps"
-    good = _sweep(parent / "good")
+    good = _unmerged(parent / "good")
     sweep = _sweep(parent / "bad")
     units = sweep / "units.json"
     units.write_text(json.dumps(index) + "\n")
