@@ -28,6 +28,15 @@ def results(tmp_path: Path, sample_doc: dict[str, object]) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sweep directory planned from ``examples/small.json``, shared by the tests that only
+    check that an output refused there leaves it byte for byte."""
+    sweep = tmp_path_factory.mktemp("planned") / "sweep"
+    assert run_cli("plan", str(REPO / "examples" / "small.json"), "--sweep-dir", str(sweep)).returncode == 0
+    return sweep
+
+
 def _commands(results: Path, out: Path) -> dict[str, list[str]]:
     return {
         "export": ["export", str(results), "--out", str(out)],
@@ -328,12 +337,11 @@ def test_an_output_that_is_the_spec_file_is_refused_even_with_overwrite(
     + [("tokamax", "."), ("tokamax", "logs")],
 )
 def test_an_output_in_a_sweep_directory_is_refused_and_the_sweep_kept(
-    results: Path, tmp_path: Path, command: str, name: str
+    results: Path, planned: Path, command: str, name: str
 ) -> None:
     """A sweep directory's own files (its lock, empty, or a file in one of its folders) are no
     place for an output: writing there would replace the sweep's file or be taken for one."""
-    sweep = tmp_path / "sweep"
-    assert run_cli("plan", str(REPO / "examples" / "small.json"), "--sweep-dir", str(sweep)).returncode == 0
+    sweep = planned
     before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
     out = sweep / name
     args = _commands(results, out).get(command) or ["export", str(results), "--format", "tokamax", "--out", str(out)]
