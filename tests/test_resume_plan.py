@@ -30,9 +30,17 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(
     from jobs.worker import run_unit
 
     # debug executor: resume runs the new units in its own process; a config that killed
-    # one worker is given up on (max_config_attempts 1) even though it moves to a new unit
+    # one worker is given up on (max_config_attempts 1) even though it moves to a new unit.
+    # fwd alone: 6 configs and auto, at least 3 items in each unit
     sd = _sweep(
-        tmp_path, write_spec, units=2, executor={"kind": "debug", "max_config_attempts": 1}, compile={"workers": 1}
+        tmp_path,
+        write_spec,
+        units=2,
+        executor={"kind": "debug", "max_config_attempts": 1},
+        compile={"workers": 1},
+        modes=["fwd"],
+        fwd_block_q=[16, 32, 64],
+        fwd_block_k=[16, 32],
     )
     first, second = [u["id"] for u in sd.unit_index()]
     items = [it.id for it in sd.unit_items(second)]
@@ -300,7 +308,7 @@ def test_resume_no_wait_starts_no_more_units_than_run_runs_at_a_time(
     are units of their own), it is refused in one line naming the resume that runs them in
     turn, nothing written: a second shell's status is as before. With room for them, it starts
     no more than that, and status shows them running."""
-    sd = _sweep(tmp_path, write_spec, executor={"local_workers": 1})
+    sd = _sweep(tmp_path, write_spec, executor={"local_workers": 1}, modes=["fwd"])
     done, never = [u["id"] for u in sd.unit_index()]
     _fake_partial(sd, done, len(sd.unit_items(done)), n_errors=1)
     index, before = (sd.root / "units.json").read_bytes(), run_cli("status", str(sd.root), "--json").stdout
@@ -313,7 +321,8 @@ def test_resume_no_wait_starts_no_more_units_than_run_runs_at_a_time(
     )
     assert (sd.root / "units.json").read_bytes() == index and not (sd.root / "jobs.jsonl").exists()
     assert run_cli("status", str(sd.root), "--json").stdout == before
-    wider = write_spec("wider.json", executor={"local_workers": 2})  # the executor section is not fingerprinted
+    # the executor section is not fingerprinted
+    wider = write_spec("wider.json", executor={"local_workers": 2}, modes=["fwd"])
     r = run_cli("resume", str(sd.root), "--spec", str(wider), "--no-wait", "--retry-errors", "all", "--units", "4")
     assert r.returncode == 0 and "2 new units" in r.stdout and "started 2 units here" in r.stdout, r.stdout + r.stderr
     st = json.loads(run_cli("status", str(sd.root), "--json").stdout)
