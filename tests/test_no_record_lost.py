@@ -278,25 +278,25 @@ def _status(sweep: Path, code: int = 0) -> dict:
 
 
 def test_status_counts_what_merge_accepts(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    spec = write_spec(modes=["fwd"], executor={"kind": "debug"})
+    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})  # the config and auto
     sweep = tmp_path / "sweep"
     assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     st = _status(sweep)
-    assert st["complete"] and st["done"] == st["planned"] == 3
+    assert st["complete"] and st["done"] == st["planned"] == 2
     partial = next((sweep / "partials").glob("*.jsonl"))
     whole = partial.read_bytes()
     # the partial is cut in the middle of its last record: the marker no longer vouches for it
     partial.write_bytes(whole[: whole.rstrip(b"\n").rfind(b"\n") + 40])
     st = _status(sweep, code=1)  # the run that ran it has ended: unfinished, for resume
-    assert not st["complete"] and st["done"] == 2 and "marker is stale" in st["units"][0]["detail"]
+    assert not st["complete"] and st["done"] == 1 and "marker is stale" in st["units"][0]["detail"]
     merged = run_cli("merge", str(sweep))
-    assert "merged 2 records (0 errors, 1 of 3 planned missing)" in merged.stdout and "incomplete" in merged.stderr
+    assert "merged 1 record (0 errors, 1 of 2 planned missing)" in merged.stdout and "incomplete" in merged.stderr
     # redone: complete again, and the torn line is no longer worth a warning
     assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     st = _status(sweep)
-    assert st["complete"] and st["done"] == 3
+    assert st["complete"] and st["done"] == 2
     merged = run_cli("merge", str(sweep))
-    assert "0 of 3 planned missing" in merged.stdout and merged.stderr == "", merged.stderr
+    assert "0 of 2 planned missing" in merged.stdout and merged.stderr == "", merged.stderr
     # a partial of another sweep copied under the unit's name counts for nothing, as in merge
     other, _ = build_sweep(tmp_path / "o", small_spec(n_seqs=1), 1, output=tmp_path / "o.json")
     shutil.copy(other.partial_path(other.unit_index()[0]["id"]), partial)
