@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.store.pidspace import process_state
-from tests.helpers import REPO, records_written, run_cli, start_run, until
+from tests.helpers import REPO, records_written, run_cli, second_while_first_stopped, start_run, until
 
 # one shape, fwd only, 18 forced configs besides auto, compiled one at a time (about a second
 # each here) before they are timed: a worker that wrote its unit's header has many seconds of
@@ -37,6 +37,9 @@ SPEC = {
     "compile": {"workers": 1},
     "executor": {"kind": "local"},
 }
+# what a test runs to its end: the same shape, 6 forced configs besides auto (the window a
+# test stops a worker in, right after it saw the event it waits for, is its unit's rest)
+SHORT = {**SPEC, "fwd_block_q": [16, 32, 64], "fwd_block_k": [16, 32], "fwd_warps": [4]}
 SETTLE_S = 120  # a guard, not a wait: each command returns as soon as it is done
 
 
@@ -72,10 +75,10 @@ def _states(sweep: Path) -> dict[str, str]:
     return {u["id"]: u["state"] for u in st["units"]}
 
 
-def _detached(write_spec: Callable[..., Path], tmp_path: Path) -> Path:
-    """A sweep planned into 2 units whose items ``resume --no-wait`` handed to one new unit,
-    left running under its local controller; returned once its worker began the unit."""
-    spec = write_spec(**SPEC)
+def _detached(write_spec: Callable[..., Path], tmp_path: Path, spec_data: dict = SPEC) -> Path:
+    """A sweep (``spec_data``) planned into 2 units whose items ``resume --no-wait`` handed to
+    one new unit, left running under its local controller; returned once its worker began the unit."""
+    spec = write_spec(**spec_data)
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
     resumed = run_cli("resume", str(sweep), "--no-wait")
@@ -145,19 +148,27 @@ def test_cancel_stops_a_detached_unit_and_wait_then_merges_what_it_wrote(
 
 
 def test_a_ctrl_c_of_wait_says_the_units_go_on_and_they_do(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    sweep = _detached(write_spec, tmp_path)
-    wait = start_run(Path(), sweep, "--interval", "0.2", command="wait")
-    assert wait.stderr is not None
-    ready, _, _ = select.select([wait.stderr], [], [], SETTLE_S)  # its first progress line: it is waiting
-    assert ready and wait.stderr.readline(), "wait printed nothing"
-    os.killpg(wait.pid, signal.SIGINT)  # Ctrl-C at wait's terminal (the unit runs in another session)
-    _, err = wait.communicate(timeout=SETTLE_S)
+    """The unit is stopped (as Ctrl-Z stops it) while wait starts and is interrupted, so that it
+    cannot end before wait and status have looked; continued, it goes on to its end."""
+    sweep = _detached(write_spec, tmp_path, SHORT)
+    group = os.getpgid(_last_job_pid(sweep))
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        wait = start_run(Path(), sweep, "--interval", "0.2", command="wait")
+        assert wait.stderr is not None
+        ready, _, _ = select.select([wait.stderr], [], [], SETTLE_S)  # its first progress line: it is waiting
+        assert ready and wait.stderr.readline(), "wait printed nothing"
+        os.killpg(wait.pid, signal.SIGINT)  # Ctrl-C at wait's terminal (the unit runs in another session)
+        _, err = wait.communicate(timeout=SETTLE_S)
+        states = _states(sweep)
+    finally:
+        os.killpg(group, signal.SIGCONT)
     assert wait.returncode == 130 and "Traceback" not in err, err
     assert err.splitlines()[-1] == (
         f"tilesweep: interrupted; the sweep's units go on: `tilesweep wait {sweep}` follows them again, "
         f"`tilesweep cancel {sweep}` stops them"
     )
-    assert "running" in _states(sweep).values()
+    assert "running" in states.values()
     until(lambda: "done" in _states(sweep).values(), "the unit done")  # it went on to its end
     assert records_written(sweep) == json.loads(run_cli("status", str(sweep), "--json").stdout)["planned"]
 
@@ -186,20 +197,26 @@ def test_resume_no_wait_captured_by_a_script_returns_before_its_unit_ends(
 def test_wait_follows_a_unit_run_by_hand_and_ends_at_once_on_units_resume_replaced(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
-    spec = write_spec(**SPEC)
+    spec = write_spec(**SHORT)
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
     worker = subprocess.Popen(  # as `plan` says: "run one with: python -m jobs.worker SWEEP 0"
-        [sys.executable, "-m", "jobs.worker", str(sweep), "0"], cwd=REPO, stderr=subprocess.DEVNULL, text=True
+        [sys.executable, "-m", "jobs.worker", str(sweep), "0"],
+        cwd=REPO,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
     )
     until(lambda: _in_unit(sweep), "the unit's header", worker)
-    wait = run_cli("wait", str(sweep), "--interval", "0.2", timeout=SETTLE_S)  # follows it to its end
+    # the worker stopped until wait said it is waiting, so that it cannot end before wait looks
+    args = [sys.executable, "-m", "orchestrator", "wait", str(sweep), "--interval", "0.2"]
+    wait = second_while_first_stopped(worker, args, "units: 1 running")  # follows it to its end
     assert worker.wait(timeout=SETTLE_S) == 0
-    assert wait.returncode == 0, wait.stderr
+    assert wait.returncode == 0 and "units: 1 running" in wait.stderr, wait.stderr
     planned = json.loads(run_cli("status", str(sweep), "--json").stdout)["planned"]
     assert len(json.loads((tmp_path / "results.json").read_text())["results"]) == planned
     # planned anew into 2 units that a resume run here replaced: wait merges, nothing to submit
-    small = write_spec("small.json", output=str(tmp_path / "small_results.json"))
+    small = write_spec("small.json", modes=["fwd"], output=str(tmp_path / "small_results.json"))
     again = tmp_path / "again"
     assert run_cli("plan", str(small), "--sweep-dir", str(again), "--units", "2").returncode == 0
     assert run_cli("resume", str(again), timeout=SETTLE_S).returncode == 0
@@ -217,9 +234,9 @@ def test_run_of_a_sweep_whose_unit_runs_detached_follows_that_worker_and_starts_
     run looks) instead of starting a second, which the unit's lease refused and whose job hid
     the first from ``cancel``."""
     if begun:
-        sweep = _detached(write_spec, tmp_path)
+        sweep = _detached(write_spec, tmp_path, SHORT)
     else:
-        spec, sweep = write_spec(**SPEC), tmp_path / "sweep"
+        spec, sweep = write_spec(**SHORT), tmp_path / "sweep"
         assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
         assert run_cli("resume", str(sweep), "--no-wait").returncode == 0
     group = os.getpgid(_last_job_pid(sweep))
@@ -248,7 +265,7 @@ def test_status_from_another_shell_says_a_run_stopped_by_ctrl_z_is_stopped(
 ) -> None:
     """A local run stopped as Ctrl-Z stops it (its process group, worker included): status from
     another shell says the unit's worker is stopped and how to continue it, and gives no ETA."""
-    spec = write_spec(**SPEC)
+    spec = write_spec(**SHORT)
     sweep = tmp_path / "sweep"
     run = start_run(spec, sweep)
     until(lambda: records_written(sweep) > 0, "a record", run)
@@ -351,7 +368,7 @@ def test_status_says_a_run_stopped_between_its_units_is_stopped(
     its unit, and the next unit waits for the run to start it. Status says the run is stopped
     and how to continue it, and gives no ETA, rather than that the running run starts it."""
     sweep = tmp_path / "sweep"
-    run = start_run(write_spec(**SPEC, sharding={"units": 2}), sweep)
+    run = start_run(write_spec(**SHORT, sharding={"units": 2}), sweep)
     until(lambda: records_written(sweep) > 0, "a record", run)
     os.kill(run.pid, signal.SIGSTOP)
     try:
