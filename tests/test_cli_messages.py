@@ -217,10 +217,9 @@ def test_a_spec_output_that_names_no_file_is_refused(
     assert_one_line_error(run_cli("spec", str(spec)), 'field "output"', "must name a file for the results document")
 
 
-def test_a_damaged_unit_index_says_how_to_go_on(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    spec = write_spec(modes=["fwd"], fwd_block_q=[32], executor={"kind": "debug"})
+def test_a_damaged_unit_index_says_how_to_go_on(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    build_sweep(sweep, small_spec(n_seqs=1), 1, write_partials=False, output=tmp_path / "results.json")
     (sweep / "units.json").write_text("[{")
     r = run_cli("status", str(sweep))
     assert_one_line_error(r, f"unit index {sweep / 'units.json'} is unreadable", "restore the file", "--reuse")
