@@ -368,7 +368,7 @@ def test_status_says_a_run_stopped_between_its_units_is_stopped(
     its unit, and the next unit waits for the run to start it. Status says the run is stopped
     and how to continue it, and gives no ETA, rather than that the running run starts it."""
     sweep = tmp_path / "sweep"
-    run = start_run(write_spec(**SHORT, sharding={"units": 2}), sweep)
+    run = start_run(write_spec(**SPEC, sharding={"units": 2}), sweep)
     until(lambda: records_written(sweep) > 0, "a record", run)
     os.kill(run.pid, signal.SIGSTOP)
     try:
