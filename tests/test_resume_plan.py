@@ -24,13 +24,12 @@ from tests.test_status import _fake_partial, _sweep, _three_units_on_slurm
 from .conftest import run_cli
 
 
-def test_resume_submits_only_missing_items_and_counts_deaths_across_units(
-    tmp_path: Path, write_spec: Callable[..., Path]
-) -> None:
+def _sweep_whose_worker_died_on_a_config(tmp_path: Path, write_spec: Callable[..., Path]) -> tuple[SweepDir, set[str]]:
+    """A sweep of two units (debug executor, a config that killed one worker given up on:
+    max_config_attempts 1) whose second unit recorded at least one item and then died with the
+    next one alone in flight; and the ids recorded."""
     from jobs.worker import run_unit
 
-    # debug executor: resume runs the new units in its own process; a config that killed
-    # one worker is given up on (max_config_attempts 1) even though it moves to a new unit.
     # fwd alone: 6 configs and auto, at least 3 items in each unit
     sd = _sweep(
         tmp_path,
@@ -42,17 +41,26 @@ def test_resume_submits_only_missing_items_and_counts_deaths_across_units(
         fwd_block_q=[16, 32, 64],
         fwd_block_k=[16, 32],
     )
-    first, second = [u["id"] for u in sd.unit_index()]
+    second = sd.unit_index()[1]["id"]
     items = [it.id for it in sd.unit_items(second)]
     assert len(items) >= 3
     partial = sd.partial_path(second)
     summary = run_unit(str(sd.root), second, stop_check=lambda: partial.read_text().count('"record"') >= 1)
     assert summary["stopped"] and summary["done"] >= 1
-    partial_lines = sd.partial_path(second).read_text().splitlines()
-    recorded = {json.loads(line)["id"] for line in partial_lines if '"record"' in line}
+    recorded = {json.loads(line)["id"] for line in partial.read_text().splitlines() if '"record"' in line}
     dead = next(i for i in items if i not in recorded)
-    with open(sd.partial_path(second), "a") as f:  # a worker that died with `dead` alone in flight
+    with open(partial, "a") as f:  # a worker that died with `dead` alone in flight
         f.write(json.dumps({"start": dead, "attempt": 1, "alone": True}) + "\n")
+    return sd, recorded
+
+
+def test_resume_submits_only_missing_items_and_counts_deaths_across_units(
+    tmp_path: Path, write_spec: Callable[..., Path]
+) -> None:
+    # debug executor: resume runs the new units in its own process; a config that killed
+    # one worker is given up on even though it moves to a new unit
+    sd, recorded = _sweep_whose_worker_died_on_a_config(tmp_path, write_spec)
+    first, second = [u["id"] for u in sd.unit_index()]
     # a partial of another environment is refused, naming the file
     foreign = tmp_path / "foreign"
     shutil.copytree(sd.root, foreign)
