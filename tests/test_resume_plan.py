@@ -227,19 +227,46 @@ def _replay_sweep(tmp_path: Path, write_spec: Callable[..., Path]) -> tuple[Swee
 
 
 def _resume_cut_short(tmp_path: Path, write_spec: Callable[..., Path]) -> tuple[SweepDir, str, str, str]:
-    """The replay sweep with its first unit run by hand, and the new unit of a resume cut short
-    once it wrote that unit into the index (what ``resume_sweep`` writes first), before it
-    recorded the resume: the sweep, its two planned units and the new one."""
+    """The replay sweep with its first unit run by hand, and the new unit of a ``resume --units 1``
+    (which regroups the items of the unit never started) cut short once it wrote that unit into
+    the index (what ``resume_sweep`` writes first), before it recorded the resume: the sweep, its
+    two planned units and the new one."""
     from orchestrator.control.resume import Resumed, _add_units, _new_units
 
     sd, _ = _replay_sweep(tmp_path, write_spec)
     first, second = [u["id"] for u in sd.unit_index()]
     _worker(sd.root, first)
-    result = Resumed(plan=plan_resume(sd, sweep_status(sd), force=False))
+    result = Resumed(plan=plan_resume(sd, sweep_status(sd), force=False, keep_planned=False))
     _new_units(sd, result, None, sd.spec.executor)
     _add_units(sd, result)
     (new,) = [u.id for u in result.new_units]
     return sd, first, second, new
+
+
+def test_resume_of_a_plan_never_run_runs_the_plans_own_units(tmp_path: Path, write_spec: Callable[..., Path]) -> None:
+    """``plan`` then ``resume``: the units the plan made run as it made them (status and their
+    logs name them), no new unit; ``--units`` asks for new units of the missing items instead."""
+    sd, _ = _replay_sweep(tmp_path, write_spec)
+    planned = [u["id"] for u in sd.unit_index()]
+    regrouped = tmp_path / "regrouped"
+    shutil.copytree(sd.root, regrouped)
+    r = run_cli("resume", str(sd.root))
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.splitlines()[0]
+    assert line == f"resuming {sd.root}: 6 of 6 items have no record; 2 units never started, taken as planned: " + (
+        ", ".join(planned)
+    ), r.stdout
+    assert [u["id"] for u in SweepDir.open(sd.root).unit_index()] == planned
+    status = run_cli("status", str(sd.root)).stdout.splitlines()
+    assert status[0] == f"{sd.root}: 6/6 items done (0 error records), complete" and status[2] == "units: 2 (2 done)"
+    assert sorted(e["unit"] for e in sd.job_history() if "unit" in e) == sorted(planned)
+    for uid in planned:
+        logged = run_cli("logs", str(sd.root), uid)
+        assert logged.returncode == 0 and uid in logged.stdout, logged.stdout + logged.stderr
+    again = run_cli("resume", str(regrouped), "--units", "1")
+    assert again.returncode == 0 and "; 1 new unit: " in again.stdout, again.stdout
+    (new,) = [u["id"] for u in SweepDir.open(regrouped).unit_index() if u["id"] not in planned]
+    assert [e["unit"] for e in SweepDir.open(regrouped).job_history() if "unit" in e] == [new]
 
 
 def test_a_logs_folder_that_is_a_file_is_refused_in_one_line_before_resume_writes_anything(

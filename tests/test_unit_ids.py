@@ -47,8 +47,8 @@ def test_a_resumed_unit_gets_a_new_id_its_records_name_it_and_the_span_runs_to_i
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     (old,) = [u["id"] for u in json.loads((sweep / "units.json").read_text())]
-    # nothing ran the unit: resume hands every one of its items to a new unit, with an id of its own
-    r = run_cli("resume", str(sweep))
+    # nothing ran the unit: resume --units 1 hands every one of its items to a new unit, with an id of its own
+    r = run_cli("resume", str(sweep), "--units", "1")
     assert r.returncode == 0, r.stderr
     index = json.loads((sweep / "units.json").read_text())
     assert [u["origin"] for u in index] == ["plan", "resume"]

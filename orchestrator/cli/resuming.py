@@ -57,7 +57,7 @@ def say_resume_plan(
                 f"{nxt.summary['survivors']} of {nxt.summary['screened']} screened configs in full, "
                 f"in {len(nxt.units)} new units"
             )
-    if not r.new_units:
+    if not r.unit_ids:
         if not plan.held and not quiet_when_done and r.next_round is None:
             redo = f" and no {'' if retry == 'all' else retry + ' '}error record to retry" if retry else ""
             left = _unmerged(sd, merges)
@@ -69,20 +69,29 @@ def say_resume_plan(
     redo = f"; {k} {kind}error record{' is' if k == 1 else 's are'} redone" if retry else ""
     halving = sd.spec.timing.strategy == "halving"
     later = sum(len(items) for number, items in plan.later.items() if not (halving and number == 2))
+    absent = len(plan.missing) + sum(plan.as_planned.values())
     print(
-        f"resuming {sd.root}: {len(plan.missing)} of {sd.planned} items "
-        f"{'has' if len(plan.missing) == 1 else 'have'} no record"
+        f"resuming {sd.root}: {absent} of {sd.planned} items {'has' if absent == 1 else 'have'} no record"
         + (
             f", {len(plan.missing2)} survivors of round 2 are not timed in full yet"
             if plan.missing2 and halving
             else ""
         )
         + (f", {later} items of later rounds have no record yet" if later else "")
-        + f"{redo}; {n} new unit{'s' if n != 1 else ''}"
-        + (f": {', '.join(u.id for u in r.new_units)}" if n <= 4 else "")
+        + redo
+        + _units_said(list(plan.as_planned), "", " never started, taken as planned")
+        + _units_said([u.id for u in r.new_units], "new ")
     )
-    if n == sum(len(u.items) for u in r.new_units):  # as many units as items: no more could be made
+    if n and n == sum(len(u.items) for u in r.new_units):  # as many units as items: no more could be made
         units_capped(units, n)
+
+
+def _units_said(ids: list[str], before: str, after: str = "") -> str:
+    """``; 2 new units: a, b`` (the ids where at most 4), or nothing where there are none."""
+    if not ids:
+        return ""
+    n = len(ids)
+    return f"; {n} {before}unit{'s' if n != 1 else ''}{after}" + (f": {', '.join(ids)}" if n <= 4 else "")
 
 
 def _held_line(sd: SweepDir, plan: ResumePlan, follows: bool) -> str:
@@ -155,7 +164,7 @@ def resume_saying(
         say_resume_plan(
             sd, r, retry=retry, quiet_when_done=quiet_when_done, units=units, merges=merges, follows=bool(merges)
         )
-        if r.new_units and settings.kind == "slurm":
+        if r.unit_ids and settings.kind == "slurm":
             say_no_gpu(sd.spec, settings)
         if settings.kind == "local" and not background:
             say_cpu_workers(sd, settings, r, progress)
@@ -195,7 +204,7 @@ def say_cpu_workers(sd: SweepDir, settings: ExecutorSettings, r: Resumed, progre
     machine's CPUs, says so once, as ``run`` does (``running.cpu_workers_note``), above its bar."""
     from orchestrator.cli.running import cpu_workers_note
 
-    units = len(r.new_units) or (len(r.next_round.units) if r.next_round is not None else 0)
+    units = len(r.unit_ids) or (len(r.next_round.units) if r.next_round is not None else 0)
     alone = "set executor.local_workers to 1 in the sweep's spec file and resume with --spec FILE"
     note = cpu_workers_note(sd.spec, units, settings.local_workers, alone)
     if note is None:

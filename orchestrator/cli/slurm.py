@@ -119,7 +119,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     settings_kept(sd, settings, args.spec)
     if result.items_submitted or result.next_round is not None:
         print(f"follow with: {PROG} status {word(sd.root)}   (or {PROG} wait {word(sd.root)})")
-    elif not result.new_units and not result.plan.held and merge_left(sd) is not None:
+    elif not result.unit_ids and not result.plan.held and merge_left(sd) is not None:
         return 1  # complete, and its document lacks records nothing will write: `merge` does (said above)
     return 0
 

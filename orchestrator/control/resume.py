@@ -4,7 +4,9 @@
 record, which of them still belong to a unit that is pending or running, and how often each
 item killed a worker so far. ``resume_sweep`` submits the missing items (SLURM) or runs them
 here (local, debug), each in new units of its own round, and records which ended units they
-replace. Nothing here prints; ``on_planned`` lets the caller speak before anything runs.
+replace; the units a plan made that nothing ever submitted or started (a plan never run) go
+as they are, so status and their logs name them as the plan did. Nothing here prints;
+``on_planned`` lets the caller speak before anything runs.
 
 A sweep whose last round is complete and whose next round nobody planned (the merge job
 could not submit it) gets that round planned and submitted (or run here) by resume.
@@ -39,8 +41,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Resumed:
-    """What ``resume_sweep`` did. ``new_units`` is empty when nothing was missing;
-    ``submission`` (SLURM) or ``outcomes`` (local, debug) say how the new units went."""
+    """What ``resume_sweep`` did. ``unit_ids`` is empty when nothing was missing; ``submission``
+    (SLURM) or ``outcomes`` (local, debug) say how its units went."""
 
     plan: ResumePlan
     new_units: list[Unit] = field(default_factory=list)
@@ -50,7 +52,13 @@ class Resumed:
     retry_ids: set[str] = field(default_factory=set)  # of the new units, those redoing error records
     next_round: NextRound | None = None  # the next round, planned (and submitted on SLURM) by this resume
     started: list[str] = field(default_factory=list)  # local jobs started and left to run (``background``)
-    prior: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # new unit -> deaths of its items elsewhere
+    prior: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # unit run -> deaths of its items elsewhere
+
+    @property
+    def unit_ids(self) -> list[str]:
+        """The units this resume runs or submits: the plan's own never started (``plan.as_planned``),
+        then the new ones."""
+        return [*self.plan.as_planned, *(u.id for u in self.new_units)]
 
 
 def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
@@ -157,7 +165,8 @@ def resume_sweep(
     wait_lowering: Callable[[Path], None] | None = None,
     on_round: Callable[[NextRound], None] | None = None,
 ) -> Resumed:
-    """Hand the missing items of a sweep to new units: submitted to SLURM (returns once
+    """Hand the missing items of a sweep to new units (the units a plan made that nothing ever
+    started go as they are, unless ``units`` asks for new ones): submitted to SLURM (returns once
     sbatch took them), or run here to completion (local, debug; ``on_poll`` is called whenever
     a unit may have moved on), or with ``background`` started here and left to run (local:
     at most one unit per worker slot; the rounds they make due are not run). ``retry``: also redo the
@@ -170,31 +179,23 @@ def resume_sweep(
     ``on_round`` once it is (``rounds.run_rounds_here``); the caller waited before this resume began."""
     slurm = settings.kind == "slurm"
     _refused_before(sd, slurm)
+    # all started at once: at most as many as run here at a time (``run``'s workers)
+    cap = dispatch.local_slots(sd.spec, settings.local_workers) if background and not slurm else None
     with sweep_lock(sd):
-        plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry)
+        plan = _plan(sd, force, retry, units, cap)
         if not include_missing:  # `run --retry-errors`: run itself redoes what is missing
-            plan.missing, plan.later, plan.missing_of, plan.unreplaced = [], {}, {}, []
+            plan.missing, plan.later, plan.missing_of, plan.unreplaced, plan.as_planned = [], {}, {}, [], {}
         result = Resumed(plan=plan)
-        # all started at once: at most as many as run here at a time (``run``'s workers)
-        cap = dispatch.local_slots(sd.spec, settings.local_workers) if background and not slurm else None
-        _new_units(sd, result, units, settings, cap)
-        if not result.new_units and plan.moot:  # nothing to submit: they are settled all the same
+        _new_units(sd, result, units, settings, None if cap is None else cap - len(plan.as_planned))
+        if not result.unit_ids and plan.moot:  # nothing to submit: they are settled all the same
             _record_resume(sd, plan, [], set(), force)
-        if result.new_units:
+        if result.unit_ids:
             if slurm:  # what the cluster would refuse, refused before the plan is said, as submit refuses it
                 require_cluster_takes(settings, sd.spec, sweep=sd)
             if on_planned is not None:
                 on_planned(result)
-            new_ids = [u.id for u in result.new_units]
-            result.prior = {u.id: plan.prior_starts(u.id, [it.id for it in u.items]) for u in result.new_units}
-            if slurm:
-                submitted = _submit_new_units(sd, result, settings, result.prior, max_array_size, force)
-            else:
-                _add_units(sd, result)
-                submitted = set(new_ids)
-                _record_resume(sd, plan, result.new_units, submitted, force)
-            result.items_submitted = sum(len(u.items) for u in result.new_units if u.id in submitted)
-    if not result.new_units:
+            _hand_over(sd, result, settings, max_array_size, force)
+    if not result.unit_ids:
         if not plan.held and include_missing:
             result.next_round = advance(sd, settings)
         if on_planned is not None:
@@ -202,6 +203,36 @@ def resume_sweep(
     if not slurm:
         _run_here(sd, settings, result, background, on_poll, wait_lowering, on_round)
     return result
+
+
+def _hand_over(
+    sd: SweepDir, result: Resumed, settings: ExecutorSettings, max_array_size: int | None, force: bool
+) -> None:
+    """The resume's units handed on, with the deaths of their items in other units: submitted
+    (SLURM) or put in the unit index to run here, and the resume recorded."""
+    plan = result.plan
+    result.prior = {uid: plan.prior_starts(uid, [it.id for it in sd.unit_items(uid)]) for uid in plan.as_planned}
+    result.prior |= {u.id: plan.prior_starts(u.id, [it.id for it in u.items]) for u in result.new_units}
+    if settings.kind == "slurm":
+        submitted = _submit_new_units(sd, result, settings, result.prior, max_array_size, force)
+    else:
+        _add_units(sd, result)
+        submitted = set(result.unit_ids)
+        _record_resume(sd, plan, result.new_units, submitted, force)
+    sizes = {**plan.as_planned, **{u.id: len(u.items) for u in result.new_units}}
+    result.items_submitted = sum(n for uid, n in sizes.items() if uid in submitted)
+
+
+def _plan(sd: SweepDir, force: bool, retry: str | None, units: int | None, cap: int | None) -> ResumePlan:
+    """What the resume redoes. The units a plan made that nothing ever started run as they are,
+    unless ``--units`` asks for new units of every missing item, or they and the units of the
+    other items it redoes would start more at once than ``cap`` (``resume --no-wait``): then
+    they are regrouped with the rest."""
+    plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry, keep_planned=units is None)
+    kinds = bool(plan.missing) + len(plan.later) + bool(plan.retry)
+    if plan.as_planned and cap is not None and len(plan.as_planned) + kinds > cap:
+        plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry, keep_planned=False)
+    return plan
 
 
 def _refused_before(sd: SweepDir, slurm: bool) -> None:
@@ -225,7 +256,7 @@ def _run_here(
 ) -> None:
     """The new units run here (local, debug), and the rounds they make due; with
     ``background`` started and left to run."""
-    ids = [u.id for u in result.new_units]
+    ids = result.unit_ids
     if background:
         result.started = dispatch.start_units_locally(sd, ids, prior_starts=result.prior)
         return
@@ -308,9 +339,9 @@ def _submit_new_units(
     """Add the new units and submit them. Never half-undone: whatever stops the submission
     (a refusal, Ctrl-C, a closed pipe) takes out of ``units.json`` only the units no
     accepted array runs; those that sbatch accepted stay, and are recorded as resumed."""
-    rollback = UnitsRollback(sd)
+    rollback = UnitsRollback(sd)  # undoes only the units it adds: the plan's own stay
     _add_units(sd, result)
-    new_ids = [u.id for u in result.new_units]
+    new_ids = result.unit_ids
     try:
         result.submission = submit_with_merge(
             sd, new_ids, settings, origin="resume", max_array_size=max_array_size, then=merge_hook(sd), prior=prior

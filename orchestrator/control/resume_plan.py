@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.spelling import as_json
-from orchestrator.control.status import ACTIVE, SweepStatus
+from orchestrator.control.status import ACTIVE, SweepStatus, UnitStatus
 from orchestrator.errors import MismatchError
 from orchestrator.planning import WorkItem
 from orchestrator.planning.search import SEARCH
@@ -41,6 +41,9 @@ class ResumePlan:
     unreplaced: list[str] = field(default_factory=list)
     # units never submitted whose every item has a record from another unit: nothing left to them
     moot: list[str] = field(default_factory=list)
+    # units nothing ever submitted or started (a plan never run): run as the plan made them, unit id ->
+    # its items; their items are in none of the lists above
+    as_planned: dict[str, int] = field(default_factory=dict)
     # item id -> [starts that died with it in flight, deaths while it was alone, of those hung],
     # over all partials and per unit
     died: dict[str, list[int]] = field(default_factory=dict)
@@ -126,12 +129,17 @@ def _read_partials(sd: SweepDir, plan: ResumePlan) -> dict[str, tuple[tuple[str,
     return recorded
 
 
-def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: str | None = None) -> ResumePlan:
+def plan_resume(
+    sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: str | None = None, keep_planned: bool = True
+) -> ResumePlan:
     """Every planned item without a record in any partial, and every survivor of round 2
     without a record timed in full, less those of units still pending or running (unless
     ``force``); with ``retry`` (``errorkinds.RETRY_KINDS``) also the measured
     items whose newest record is an error of that kind (``plan.retry``; never one the plan
-    decides: pruned or invalid). Refuses partials of another spec or environment."""
+    decides: pruned or invalid). With ``keep_planned``, the units nothing ever submitted or
+    started go as they are (``plan.as_planned``), not as missing items for new units: a plan never
+    run runs its own units, as status and their logs name them. Refuses partials of another spec
+    or environment."""
     from orchestrator.planning import RUN
     from orchestrator.spec.errorkinds import retried
 
@@ -148,11 +156,16 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: st
             held.update(it.id for it in sd.unit_items(uid))
     full = {iid for iid, (_, rec) in recorded.items() if not rec.get("screened")}  # newest: round 2's if done
     later = _later_rounds(sd, st)
+    kept: set[str] = set()  # the items of the units run as planned
     for u in st.units:
         if (u.id in active and not force) or u.complete or u.done >= u.total:
             continue
-        missing = {it.id for it in sd.unit_items(u.id)} - (full if _times_in_full(sd, u.round) else recorded.keys())
-        if missing:
+        own = {it.id for it in sd.unit_items(u.id)}
+        missing = own - (full if _times_in_full(sd, u.round) else recorded.keys())
+        if keep_planned and missing == own and _never_started(sd, u):
+            plan.as_planned[u.id] = len(own)
+            kept.update(own)
+        elif missing:
             plan.missing_of[u.id] = missing
             if not u.resumed:
                 plan.unreplaced.append(u.id)
@@ -164,6 +177,8 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: st
             if retry and it.kind == RUN and it.id not in held and retried(recorded[it.id][1], retry):
                 plan.retry.append(it)
             continue
+        if it.id in kept:
+            continue
         if it.id in held:
             plan.held += 1
         elif number == 1:
@@ -171,6 +186,15 @@ def plan_resume(sd: SweepDir, st: SweepStatus, *, force: bool = False, retry: st
         else:
             plan.later.setdefault(number, []).append(it)
     return plan
+
+
+def _never_started(sd: SweepDir, u: UnitStatus) -> bool:
+    """Whether nothing ever ran the unit, one of round 1's: never submitted or started here, no
+    worker on it (its partial is the first thing a worker writes), its items handed to no later
+    unit, and not a retry of other units' error records."""
+    if u.round != 1 or u.submitted or u.leased or u.resumed or u.covered or u.retry or u.carried:
+        return False
+    return not sd.partial_path(u.id).exists()
 
 
 def _later_rounds(sd: SweepDir, st: SweepStatus) -> dict[str, int]:
