@@ -105,6 +105,10 @@ def test_resume_refuses_another_spec(tmp_path: Path, write_spec: Callable[..., P
     other = write_spec("other.json", repeats=7)
     r = run_cli("resume", str(sd.root), "--spec", str(other))
     assert_one_line_error(r, "not the spec", "(repeats 7 in this spec, 2 in the sweep's)")
+    # a search's own section, left at its defaults, is no difference: the strategy is
+    search = write_spec("search.json", timing={**TINY_SPEC["timing"], "strategy": "search"})
+    line = assert_one_line_error(run_cli("resume", str(sd.root), "--spec", str(search)), "not the spec")
+    assert '(timing.strategy "search" in this spec, "full" in the sweep\'s);' in line, line
 
 
 def test_resume_given_a_sweep_directory_as_its_spec_says_what_spec_takes(
