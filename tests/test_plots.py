@@ -15,7 +15,7 @@ from orchestrator.errors import TilesweepError
 from orchestrator.store import document as results_doc
 from tests.conftest import SAMPLE, run_cli
 from tests.helpers import assert_one_line_error, contrast
-from tests.report_helpers import make_doc, rec, run_handler, write
+from tests.report_helpers import make_doc, merged_from_nothing, rec, run_handler, write
 
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 needs_mpl = pytest.mark.skipif(
@@ -111,6 +111,25 @@ def test_cli_report_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     rc, out, err = run_handler(["report", str(src), "--json", "--plots", str(tmp_path / "p")], capsys)
     assert rc == 0 and out.lstrip().startswith("[") and "wrote 2 plots" in err
     assert (tmp_path / "p" / "speedup_over_auto.png").exists()
+
+
+@needs_mpl
+def test_plots_of_a_document_with_no_record_say_why_none_was_drawn_and_what_measures_them(tmp_path: Path) -> None:
+    """A sweep planned and never run, merged: no plot, and the line says why and names the
+    commands of the sweep that wrote it; a document naming no sweep names `run`."""
+    doc = merged_from_nothing(tmp_path, ["fwd", "fwd_bwd"])
+    r = run_cli("report", str(doc), "--plots", str(tmp_path / "p"))
+    assert r.returncode == 0 and "wrote 0 plots" not in r.stderr, r.stderr
+    sweep = tmp_path / "sweep"
+    assert r.stderr.splitlines()[-1] == (
+        f"tilesweep: note: no plot written to {tmp_path / 'p'}: {doc} holds no record: none of its 2 planned "
+        f"problems was measured; `tilesweep status {sweep}` says why, `tilesweep resume {sweep}` measures them"
+    )
+    bare = write(tmp_path, make_doc([]), "bare.json")
+    r = run_cli("report", str(bare), "--plots", str(tmp_path / "q"))
+    assert r.returncode == 0 and r.stderr.splitlines()[-1].endswith(
+        "holds no record; measure its problems first (`tilesweep run SPEC`)"
+    ), r.stderr
 
 
 @needs_mpl

@@ -189,6 +189,9 @@ def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: b
         ) from None
     finally:
         progress.close()
+    if not written.files:
+        print(f"{PROG}: note: {_no_plots(doc, out_dir)}", file=sys.stderr)
+        return
     print(f"wrote {counted(len(written.files), 'plot')} to {out_dir}", file=sys.stderr)
     if written.folded:
         page = "the --html page has every problem" if html_given else "--html OUT.html shows every problem on one page"
@@ -198,6 +201,27 @@ def _write_plots(doc: ResultsDoc, out_dir: str, max_plots: int, *, html_given: b
             f"{page}",
             file=sys.stderr,
         )
+
+
+def _no_plots(doc: ResultsDoc, out_dir: str) -> str:
+    """Why ``--plots`` drew nothing (a document with no record: the plots draw records, failed
+    ones too), and what measures the problems: the sweep that wrote it, where it names one."""
+    from orchestrator import word
+    from orchestrator.analysis.report import best_table
+    from orchestrator.store.provenance import own_block
+
+    n = len(best_table(doc))
+    planned = f": none of its {n} planned problems was measured" if n > 1 else ""
+    if n == 1:
+        planned = ": its one planned problem was not measured"
+    block = own_block(doc.extra.get("tilesweep"))
+    sweep = word(str(block["sweep_dir"])) if block is not None and block.get("sweep_dir") else None
+    then = (
+        f"`{PROG} status {sweep}` says why, `{PROG} resume {sweep}` measures them"
+        if sweep
+        else f"measure its problems first (`{PROG} run SPEC`)"
+    )
+    return f"no plot written to {out_dir}: {doc.name} holds no record{planned}; {then}"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
