@@ -247,7 +247,7 @@ def test_a_ctrl_c_as_resume_no_wait_starts_a_controller_still_records_its_job(
     """A Ctrl-C that lands the moment ``resume --no-wait`` has started a unit's controller (a
     real SIGINT, sent as the controller is made) stops the command only once the controller is
     in jobs.jsonl: the unit it runs, left running by design, is one status and wait follow."""
-    from orchestrator.control.dispatch import local, local_controller
+    from orchestrator.control.dispatch import local_background, local_controller
     from orchestrator.control.sweeps import prepare_sweep
 
     spec = write_spec(**SPEC, kernel={"impl": "replay"}, replay={"source": str(replay_source(tmp_path))})
@@ -263,7 +263,7 @@ def test_a_ctrl_c_as_resume_no_wait_starts_a_controller_still_records_its_job(
 
     monkeypatch.setattr(local_controller, "start_controller", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        local.start_units_locally(sd, unit_ids[:1])
+        local_background.start_units_locally(sd, unit_ids[:1])
     (controller,) = started
     jobs = [json.loads(line) for line in (sd.root / "jobs.jsonl").read_text().splitlines()]
     assert [(e["unit"], e["job_id"]) for e in jobs if "unit" in e] == [(unit_ids[0], str(controller.pid))]

@@ -6,6 +6,8 @@ processes, really signalled."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ import pytest
 from orchestrator.control.dispatch.local_procs import LocalWorker, stop_workers
 from orchestrator.control.unit_state import local_state
 from orchestrator.control.why import interrupted_line, last_word
-from tests.helpers import TINY_SPEC, run_cli
+from tests.helpers import TINY_SPEC, replay_specs, run_cli, start_run, until
 
 # a worker still starting: no handler of its own yet, so TERM ends it without a word
 STARTING = "import time; time.sleep(60)"
@@ -113,3 +115,23 @@ def test_a_worker_that_does_not_stop_within_the_grace_is_killed_and_reads_as_int
     assert local_state(job, 0)[0] == "interrupted", stuck.log.read_text()
     state, why = last_word(stuck.log, stuck.unit) or ("", "")
     assert state == "interrupted" and "killed" in why and "finished records are kept" in why
+
+
+def test_a_ctrl_c_of_a_run_of_two_units_at_once_names_each_unit_it_interrupted(tmp_path: Path) -> None:
+    """Two units run side by side (a replay that waits out a long compile, taking no CPU); a
+    Ctrl-C stops both, and the run names each unit it interrupted, not only the first it saw end."""
+    spec = replay_specs(tmp_path, lambda k: 600.0, "local")["real"]
+    sweep = tmp_path / "sweep"
+    run = start_run(spec, sweep, "--units", "2", "--workers", "2")
+
+    def both_in_their_units() -> bool:
+        partials = list((sweep / "partials").glob("*.jsonl")) if (sweep / "partials").is_dir() else []
+        return len(partials) == 2 and all('"header"' in p.read_text() for p in partials)
+
+    until(both_in_their_units, "both units' headers", run)
+    os.killpg(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 130 and "Traceback" not in err, err
+    units = [u["id"] for u in json.loads((sweep / "units.json").read_text())]
+    for unit in units:
+        assert f"tilesweep: warning: unit {unit} interrupted" in err, err

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
         cpu_workers,
         local_slots,
         run_units_locally,
-        start_units_locally,
         visible_gpus,
     )
+    from orchestrator.control.dispatch.local_background import start_units_locally
     from orchestrator.control.dispatch.local_worker import run_unit_job
     from orchestrator.control.dispatch.slurm import (
         Submission,
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "UnitOutcome": "local",
     "run_units_locally": "local",
-    "start_units_locally": "local",
+    "start_units_locally": "local_background",
     "local_slots": "local",
     "cpu_workers": "local",
     "visible_gpus": "local",

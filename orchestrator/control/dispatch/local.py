@@ -3,8 +3,8 @@ machine without GPUs; a replay, which needs no GPU, one per CPU), each pinned to
 or, for tests and debugging, in this process (submitit's DebugExecutor).
 
 A run that waits for its units starts each unit's worker itself (``local_procs``); units left
-running when the command returns (``start_units_locally``) run under submitit's local
-controller (``local_controller``), which outlives the command. A unit whose worker fails
+running when the command returns (``local_background.start_units_locally``) run under
+submitit's local controller (``local_controller``), which outlives the command. A unit whose worker fails
 (crash, kill) is an outcome, not an exception: its finished records stay in its partial and
 ``resume`` redoes only the rest.
 """
@@ -19,7 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernels.spelling import as_json
 from orchestrator import PROG
@@ -40,9 +40,6 @@ from orchestrator.store.pidspace import host_identity, process_start
 from orchestrator.store.runstop import RunStop, StopNote
 from orchestrator.store.sweep_paths import log_folder
 from orchestrator.store.sweepdir import SweepDir, now_iso
-
-if TYPE_CHECKING:
-    from orchestrator.control.dispatch.local_controller import UnitExecutor
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +190,7 @@ def _run_subprocesses(
             wait_any(list(running.values()), POLL_S)
     except BaseException:  # Ctrl-C (or a bug) here: the workers stop too, cleanly
         stop_workers(list(running.values()))
+        _say_interrupted(list(running.values()))
         note.discard()
         raise
     if disk.full is not None:
@@ -201,6 +199,15 @@ def _run_subprocesses(
         raise SweepDirError(disk.stopped("the run", len(pending)))
     note.discard()
     return outcomes
+
+
+def _say_interrupted(workers: list[LocalWorker]) -> None:
+    """Each unit the stop of a run interrupted, named as a unit that ended interrupted while the
+    run went on is (``_ended``): every one of them, not only the one whose end the run saw first."""
+    for worker in workers:
+        end = worker.ended()
+        if end.interrupted:
+            log.warning("unit %s interrupted (process %s): %s", worker.unit, worker.job_id, end.error)
 
 
 def _ctrl_c_of_the_group(worker: LocalWorker) -> bool:
@@ -242,7 +249,7 @@ class _Disk(FullDisk):
 def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dict[str, dict[str, Any]]) -> LocalWorker:
     """Start one unit's worker on its slot's GPU (none without GPUs); record the job."""
     worker = start_worker(sd, uid, gpus[slot % len(gpus)] if gpus else None, prior.get(uid))
-    job = _local_job(uid, worker.job_id, worker.log)
+    job = local_job(uid, worker.job_id, worker.log)
     try:
         sd.record_jobs([job])
     except BaseException:  # a full disk: a worker no history names would run on, out of cancel's reach
@@ -252,7 +259,7 @@ def _start_worker(sd: SweepDir, uid: str, gpus: list[int], slot: int, prior: dic
     return worker
 
 
-def _local_job(uid: str, pid: str, log_path: Any) -> dict[str, Any]:
+def local_job(uid: str, pid: str, log_path: Any) -> dict[str, Any]:
     """The job entry of a unit started here as process ``pid`` (its worker, or the controller that
     runs it), naming that process as ``pidspace`` does (its start time, this host, boot and pid
     namespace): once it has ended its pid may be another process's, which status must not take
@@ -322,45 +329,6 @@ def cpu_workers(spec: SweepSpec, workers: int | None = None) -> int:
 
         return n if jax.default_backend() != "gpu" else 0
     return n
-
-
-def start_units_locally(
-    sd: SweepDir, unit_ids: list[str], *, prior_starts: dict[str, dict[str, Any]] | None = None
-) -> list[str]:
-    """Start each unit's worker here and leave it running (its controller outlives this
-    process, as a job's would); the job ids. ``tilesweep status`` and ``wait`` follow them."""
-    gpus = visible_gpus()
-    executor = _executor(sd)
-    prior = prior_starts or {}
-    return [str(_start_subprocess(sd, executor, uid, gpus, k, prior.get(uid)).job_id) for k, uid in enumerate(unit_ids)]
-
-
-def _executor(sd: SweepDir) -> UnitExecutor:
-    from orchestrator.control.dispatch.local_controller import UnitExecutor
-
-    executor = UnitExecutor(folder=str(log_folder(sd.logs)))
-    executor.update_parameters(timeout_min=sd.spec.executor.timeout_min)
-    return executor
-
-
-def _start_subprocess(
-    sd: SweepDir, executor: UnitExecutor, uid: str, gpus: list[int], slot: int, prior: dict[str, int] | None
-) -> Any:
-    """Start one unit's worker process on its slot's GPU (none without GPUs); record the job."""
-    if gpus:
-        executor.update_parameters(gpus_per_node=1, visible_gpus=[gpus[slot % len(gpus)]])
-    else:
-        executor.update_parameters(gpus_per_node=0)
-    from orchestrator.control.dispatch.local_worker import run_unit_job
-
-    executor.unit = uid
-    # a Ctrl-C meanwhile is taken once the job is in jobs.jsonl: a controller started and not
-    # recorded would run its unit unseen by status, wait and resume
-    with children_block_sigint():
-        job = executor.submit(run_unit_job, str(sd.root), uid, prior, True)
-        sd.record_jobs([_local_job(uid, str(job.job_id), job.paths.stderr)])
-    log.info("unit %s started as local job %s", uid, job.job_id)
-    return job
 
 
 def _outcome(uid: str, job: Any) -> UnitOutcome:
