@@ -68,7 +68,7 @@ def test_bad_input_gets_one_line_errors_and_changes_nothing(tmp_path: Path) -> N
     unknown = 'executor.slurm_partition "nosuch" is not a partition of this cluster'
     assert_one_line_error(cli("submit", str(bad), "--sweep-dir", str(sweep)), f"{bad}: {unknown}", "`sinfo -s`")
     r = cli("resume", str(sweep), "--spec", str(bad))
-    assert_one_line_error(r, unknown)
+    assert_one_line_error(r, f"{bad}: {unknown}")  # the spec file whose field it is
     assert not r.stdout, r.stdout  # nor a line telling of new units it did not submit
     fresh = tmp_path / "fresh"
     r = cli("submit", str(bad), "--sweep-dir", str(fresh))
@@ -252,7 +252,7 @@ def test_a_constraint_no_node_meets_and_an_exclude_of_every_node_are_refused_nam
             r = cli(*command)
             assert_one_line_error(r, refusal)
             assert not fresh.exists() and not r.stdout, r.stdout
-        assert_one_line_error(cli("resume", str(sweep), "--spec", str(spec)), refusal)
+        assert_one_line_error(cli("resume", str(sweep), "--spec", str(spec)), f"{spec}: {refusal}")
         assert snapshot(sweep) == before
 
 

@@ -150,6 +150,7 @@ def resume_saying(
     include_missing: bool = True,
     progress: Progress | None = None,
     background: bool = False,
+    spec_file: str | None = None,
 ) -> Resumed:
     """``resume_sweep``, saying what it plans before it submits or runs, and how its
     submissions went; ``progress`` is fed while units run here, and a wait for a ``plan
@@ -191,12 +192,18 @@ def resume_saying(
         background=background,
         wait_lowering=later_rounds_wait(progress) if progress is not None else None,
         on_round=announce,
+        spec_file=spec_file,
     )
+    _say_submissions(sd, result)
+    return result
+
+
+def _say_submissions(sd: SweepDir, result: Resumed) -> None:
+    """How a resume's submissions went (SLURM): its units', and a next round's it submitted."""
     if result.submission is not None:
         print_submission(sd, result.submission)
     if result.next_round is not None and result.next_round.outcome is not None:
         print_submission(sd, result.next_round.outcome)
-    return result
 
 
 def say_cpu_workers(sd: SweepDir, settings: ExecutorSettings, r: Resumed, progress: Progress | None) -> None:
@@ -262,6 +269,7 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
                 retry=args.retry_errors,
                 progress=progress,
                 background=args.no_wait,
+                spec_file=args.spec,
             )
         finally:
             if progress is not None:

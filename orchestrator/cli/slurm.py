@@ -114,7 +114,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if settings.kind != "slurm":
         return resume_here(sd, settings, args)
     result = resume_saying(
-        sd, settings, force=args.force, units=args.units, max_array_size=args.max_array_size, retry=args.retry_errors
+        sd,
+        settings,
+        force=args.force,
+        units=args.units,
+        max_array_size=args.max_array_size,
+        retry=args.retry_errors,
+        spec_file=args.spec,
     )
     settings_kept(sd, settings, args.spec)
     if result.items_submitted or result.next_round is not None:

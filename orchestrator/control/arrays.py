@@ -78,14 +78,15 @@ def require_cluster_takes(
 ) -> None:
     """Refuse, before any sbatch, the arrays of ``settings`` that would time ``spec``'s kernels
     without a GPU by mistake (``require_gpus``), and the arrays and final merge job the cluster's
-    partitions would refuse (``partitions.require_partitions``), naming the spec file submitted."""
+    partitions would refuse (``partitions.require_partitions``), naming the spec file whose
+    executor settings they are (``spec_file``: the spec submitted, or given to ``resume --spec``)."""
     from orchestrator.control.dispatch.slurm import MERGE_TIMEOUT_MIN
 
     require_gpus(spec, settings, spec_file=spec_file, sweep=sweep)
     try:
         require_partitions(settings, MERGE_TIMEOUT_MIN)
     except DispatchError as exc:  # its fields are the spec file's, which a submit names
-        if spec_file is None or sweep is not None:
+        if spec_file is None:
             raise
         raise DispatchError(f"{spec_file}: {exc.message}") from None
 
@@ -103,19 +104,18 @@ def require_gpus(
     """Refuse tasks that ask SLURM for no GPU for a sweep that measures kernels, unless the spec
     asks for interpret mode on purpose (``kernel.interpret: true``): they would time the kernels
     interpreted on CPUs, records that read as measurements of the GPU the sweep targets. A
-    kernel with no interpret mode has only the one way on. ``spec_file``: the spec submitted;
-    ``sweep``: a sweep submitted before (``resume``, a next round), which takes another
-    ``executor`` through ``resume --spec``, but another ``kernel.interpret`` only as another sweep
-    (it is part of the fingerprint)."""
+    kernel with no interpret mode has only the one way on. ``spec_file``: the spec submitted, or
+    given to ``resume --spec``; ``sweep``: a sweep submitted before (``resume``, a next round), which
+    takes another ``executor`` through ``resume --spec``, but another ``kernel.interpret`` only as
+    another sweep (it is part of the fingerprint)."""
     if not asks_no_gpu(spec, settings) or spec.kernel.interpret is True:
         return
-    if sweep is not None:
-        spec_file = sweep.meta.get("spec_source")
-    named = word(spec_file) if spec_file else "SPEC"
+    source = spec_file or (sweep.meta.get("spec_source") if sweep is not None else None)
+    named = word(source) if source else "SPEC"
     then = f", then `{PROG} resume {word(sweep.root)} --spec {named}`" if sweep is not None else ""
     what = "unset" if settings.gpus_per_node is None else "0"
     said = (
-        (f"{spec_file}: " if spec_file and sweep is None else "")
+        (f"{spec_file}: " if spec_file else "")
         + f"executor.gpus_per_node is {what}: the SLURM tasks would get no GPU and time the kernels in Pallas "
         f"interpret mode on their CPUs, not on the {spec.kernel.target.name} the sweep targets (kernel.device_kind); "
     )

@@ -164,6 +164,7 @@ def resume_sweep(
     background: bool = False,
     wait_lowering: Callable[[Path], None] | None = None,
     on_round: Callable[[NextRound], None] | None = None,
+    spec_file: str | None = None,
 ) -> Resumed:
     """Hand the missing items of a sweep to new units (the units a plan made that nothing ever
     started go as they are, unless ``units`` asks for new ones): submitted to SLURM (returns once
@@ -176,7 +177,9 @@ def resume_sweep(
     written or run, so a failing print there changes nothing. A halving sweep whose round 1
     is complete gets round 2 planned here if nobody has (``on_planned`` is then told of it).
     ``wait_lowering``: what a resume here does before a round its units make due is planned, and
-    ``on_round`` once it is (``rounds.run_rounds_here``); the caller waited before this resume began."""
+    ``on_round`` once it is (``rounds.run_rounds_here``); the caller waited before this resume began.
+    ``spec_file``: the spec given to ``resume --spec``, whose executor settings ``settings`` are, named
+    where the cluster would refuse them."""
     slurm = settings.kind == "slurm"
     _refused_before(sd, slurm)
     # all started at once: at most as many as run here at a time (``run``'s workers)
@@ -191,7 +194,7 @@ def resume_sweep(
             _record_resume(sd, plan, [], set(), force)
         if result.unit_ids:
             if slurm:  # what the cluster would refuse, refused before the plan is said, as submit refuses it
-                require_cluster_takes(settings, sd.spec, sweep=sd)
+                require_cluster_takes(settings, sd.spec, spec_file=spec_file, sweep=sd)
             if on_planned is not None:
                 on_planned(result)
             _hand_over(sd, result, settings, max_array_size, force)
