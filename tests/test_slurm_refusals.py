@@ -275,10 +275,23 @@ def test_what_sbatch_refuses_past_the_checks_names_the_field_not_a_removed_scrip
             "asks (gpus_per_node 1, slurm_additional_parameters)",
         ),
     ):
-        r = cli("submit", str(write_spec(tmp_path, f"{name}.json", executor)), "--sweep-dir", str(fresh))
+        spec = write_spec(tmp_path, f"{name}.json", executor)
+        r = cli("submit", str(spec), "--sweep-dir", str(fresh))
         line = assert_one_line_error(r, "sbatch refused the job: ", field)
         assert "submission_file" not in line and "command:" not in line, line
         assert not fresh.exists()
+        # the dry run asks sbatch too (--test-only, nothing submitted): refused alike, naming the spec
+        assert_one_line_error(cli("submit", str(spec), "--dry-run"), f"{spec}: sbatch refuses the job: ", field)
+
+
+def test_a_dry_run_refuses_an_sbatch_option_sbatch_does_not_know_naming_its_key(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "typo.json", {"slurm_additional_parameters": {"gpu_bnd": "closest"}})
+    assert_one_line_error(
+        cli("submit", str(spec), "--sweep-dir", str(tmp_path / "sweep"), "--dry-run"),
+        f"{spec}: sbatch refuses the job: sbatch: unrecognized option '--gpu-bnd=closest'",
+        "executor.slurm_additional_parameters.gpu_bnd is no option of sbatch",
+    )
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_the_features_of_a_constraint_are_read_from_its_operators() -> None:

@@ -226,6 +226,7 @@ def dry_run(
     groups = dispatch.tasks_of(list(sizes), settings.units_per_task(), unit_secs)
     arrays = [groups[i : i + size] for i in range(0, len(groups), size)]
     scripts, merge_script = dispatch.render_scripts(sd, settings, [len(a) for a in arrays])
+    _refused_by_sbatch(spec_path, scripts, settings)
     return DryRun(
         root=root,
         planned=planned,
@@ -240,3 +241,14 @@ def dry_run(
         gpus=settings.gpus_per_node or 0,
         asked=asked,
     )
+
+
+def _refused_by_sbatch(spec_path: str, scripts: list[str], settings: ExecutorSettings) -> None:
+    """What sbatch would refuse of the units' arrays (an option it does not know, a value it
+    cannot read), refused as ``submit`` would have it refused, naming the spec: each array's script
+    differs only in its size, so the first one is asked (``sbatch --test-only``, nothing submitted)."""
+    from orchestrator.control.dispatch.sbatch import test_only
+
+    refusal = test_only(scripts[0], settings) if scripts else None
+    if refusal is not None:
+        raise DispatchError(f"{spec_path}: {refusal}")

@@ -228,6 +228,44 @@ def _field_of(said: str, asked: ExecutorSettings) -> str | None:
     return None
 
 
+_UNKNOWN_OPTION = re.compile(r"unrecognized option '--([^=' ]+)")
+
+
+def test_only(script: str, asked: ExecutorSettings) -> str | None:
+    """sbatch's refusal of ``script`` (one line, with the spec field its words point at), where it
+    refuses it: ``sbatch --test-only`` parses every option as a submission does and asks the
+    controller whether the job could run, submitting nothing. None where it takes it, or does not
+    answer within ``executor.sbatch_timeout_s`` (a dry run then shows the script unchecked)."""
+    try:
+        done = subprocess.run(
+            ["sbatch", "--test-only"], input=script, capture_output=True, text=True, timeout=asked.sbatch_timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        log.warning("sbatch --test-only did not answer within %g s: the script is not checked", asked.sbatch_timeout_s)
+        return None
+    if done.returncode == 0:
+        return None
+    said = one_line(done.stderr) or f"exit {done.returncode}"
+    fix = _option_of(said, asked) or _field_of(said, asked) or "the spec's executor section sets its options"
+    return f"sbatch refuses the job: {said}; {fix}"
+
+
+def _option_of(said: str, asked: ExecutorSettings) -> str | None:
+    """The key of ``slurm_additional_parameters`` that names an option sbatch does not know, and
+    what to do."""
+    found = _UNKNOWN_OPTION.search(said)
+    if found is None:
+        return None
+    option = found.group(1)
+    key = next((k for k in asked.slurm_additional_parameters if k.replace("_", "-") == option), None)
+    if key is None:
+        return None
+    return (
+        f"executor.slurm_additional_parameters.{key} is no option of sbatch (`sbatch --help` lists them, as "
+        "--NAME; write NAME with _ for -): correct or remove it"
+    )
+
+
 def render_script(executor: Any, n_tasks: int) -> str:
     """The sbatch script submitit would write for ``n_tasks`` calls of ``executor``'s
     ``map_array`` (one call: ``submit``), made the way submitit's array path makes it."""
