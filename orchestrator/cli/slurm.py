@@ -261,10 +261,10 @@ def _wait_for_submission(sd: SweepDir) -> None:
 
 
 RESUME_UNITS_HELP = (
-    "number of new units (default: one per unit that ended unfinished, rounded up to fill whole SLURM tasks of "
-    "several GPUs; with --no-wait here, at most as many as run here at a time, since all of them start at once: "
-    "where the missing items and the error records to retry need more units of their own than that, --no-wait is "
-    "refused)"
+    "number of new units (default: a plan that never ran runs its own units; otherwise one per unit that "
+    "ended unfinished, rounded up to fill whole SLURM tasks of several GPUs; with --no-wait here, at most "
+    "as many as run here at a time, since all of them start at once: where the missing items and the error "
+    "records to retry need more units of their own than that, --no-wait is refused)"
 )
 
 
@@ -306,7 +306,8 @@ def _register_submit(sub: Subparsers) -> None:
 def _register_after_submit(sub: Subparsers) -> None:
     s = sub.add_parser(
         "resume",
-        help="redo the items of a sweep that have no record yet, as new units: on SLURM submitted, here run and merged",
+        help="redo the items of a sweep that have no record yet, as new units (a plan that never ran: its own units): "
+        "on SLURM submitted, here run and merged",
     )
     s.add_argument("sweep_dir")
     s.add_argument("--spec", help="the sweep's spec file (must match its fingerprint); its executor settings are used")
