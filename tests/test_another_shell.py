@@ -121,6 +121,7 @@ def test_a_ctrl_c_of_a_run_started_with_sigint_ignored_stops_the_run_not_only_it
     _, err = run.communicate(timeout=SETTLE_S)
     assert run.returncode == 130 and "Traceback" not in err, err
     assert err.splitlines()[-1] == "tilesweep: interrupted; finished records are kept, rerun to continue"
+    assert sum("interrupted" in line for line in err.splitlines()) == 1, err  # one line, as at a terminal
     assert _sweep_processes(sweep) == []
     assert sorted(_states(sweep).values()) == ["interrupted", "pending"]  # the second unit never started
 

@@ -117,9 +117,10 @@ def test_a_worker_that_does_not_stop_within_the_grace_is_killed_and_reads_as_int
     assert state == "interrupted" and "killed" in why and "finished records are kept" in why
 
 
-def test_a_ctrl_c_of_a_run_of_two_units_at_once_names_each_unit_it_interrupted(tmp_path: Path) -> None:
+def test_a_ctrl_c_of_a_run_of_two_units_at_once_is_one_line_and_status_names_each_unit(tmp_path: Path) -> None:
     """Two units run side by side (a replay that waits out a long compile, taking no CPU); a
-    Ctrl-C stops both, and the run names each unit it interrupted, not only the first it saw end."""
+    Ctrl-C stops both in one line, naming no unit (neither the first whose end it saw nor any
+    other), and ``status`` says each unit was interrupted."""
     spec = replay_specs(tmp_path, lambda k: 600.0, "local")["real"]
     sweep = tmp_path / "sweep"
     run = start_run(spec, sweep, "--units", "2", "--workers", "2")
@@ -132,6 +133,9 @@ def test_a_ctrl_c_of_a_run_of_two_units_at_once_names_each_unit_it_interrupted(t
     os.killpg(run.pid, signal.SIGINT)
     _, err = run.communicate(timeout=120)
     assert run.returncode == 130 and "Traceback" not in err, err
-    units = [u["id"] for u in json.loads((sweep / "units.json").read_text())]
-    for unit in units:
-        assert f"tilesweep: warning: unit {unit} interrupted" in err, err
+    assert err.splitlines()[-1] == "tilesweep: interrupted; finished records are kept, rerun to continue", err
+    assert sum("interrupted" in line for line in err.splitlines()) == 1, err
+    status = run_cli("status", str(sweep))
+    for unit in [u["id"] for u in json.loads((sweep / "units.json").read_text())]:
+        (row,) = [line for line in status.stdout.splitlines() if unit in line]
+        assert "interrupted" in row, status.stdout

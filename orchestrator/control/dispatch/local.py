@@ -190,7 +190,6 @@ def _run_subprocesses(
             wait_any(list(running.values()), POLL_S)
     except BaseException:  # Ctrl-C (or a bug) here: the workers stop too, cleanly
         stop_workers(list(running.values()))
-        _say_interrupted(list(running.values()))
         note.discard()
         raise
     if disk.full is not None:
@@ -199,15 +198,6 @@ def _run_subprocesses(
         raise SweepDirError(disk.stopped("the run", len(pending)))
     note.discard()
     return outcomes
-
-
-def _say_interrupted(workers: list[LocalWorker]) -> None:
-    """Each unit the stop of a run interrupted, named as a unit that ended interrupted while the
-    run went on is (``_ended``): every one of them, not only the one whose end the run saw first."""
-    for worker in workers:
-        end = worker.ended()
-        if end.interrupted:
-            log.warning("unit %s interrupted (process %s): %s", worker.unit, worker.job_id, end.error)
 
 
 def _ctrl_c_of_the_group(worker: LocalWorker) -> bool:
@@ -286,7 +276,10 @@ def _ended(sd: SweepDir, worker: LocalWorker, disk: _Disk) -> UnitOutcome:
         return UnitOutcome(worker.unit, ok=True, job_id=worker.job_id)
     out.log, out.interrupted = existing(str(worker.log)), end.interrupted
     if end.interrupted:
-        log.warning("unit %s interrupted (process %s): %s", worker.unit, worker.job_id, end.error)
+        # a unit stopped alone is named; one the user's Ctrl-C stopped is not: the run stops on
+        # it with the other units, in one line (``status`` names each unit it interrupted)
+        if not _ctrl_c_of_the_group(worker):
+            log.warning("unit %s interrupted (process %s): %s", worker.unit, worker.job_id, end.error)
         return out
     if disk.probe():
         out.error = disk.reason(worker, end.error)
