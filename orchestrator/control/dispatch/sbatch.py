@@ -190,7 +190,7 @@ def submission_error(
                 "`scontrol show config | grep MaxJobCount`); gave up; check `squeue --me` before submitting again, "
                 "or raise executor.sbatch_timeout_s"
             )
-        said = one_line(cause.stderr or str(exc) or stderr) or f"exit {cause.returncode}"
+        said = _sbatch_words(cause.stderr or str(exc) or stderr) or f"exit {cause.returncode}"
         if asked is None:
             return DispatchError(f"sbatch refused the job: {said}")
         fix = _field_of(said, asked) or (
@@ -228,6 +228,15 @@ def _field_of(said: str, asked: ExecutorSettings) -> str | None:
     return None
 
 
+_HELP_HINT = re.compile(r'^Try "sbatch --help" for more information\.?$')
+
+
+def _sbatch_words(stderr: object) -> str:
+    """sbatch's refusal in one line, without the hint to its ``--help`` that follows an option it
+    does not know (the message says what to do instead)."""
+    return one_line("\n".join(line for line in str(stderr).splitlines() if not _HELP_HINT.match(line.strip())))
+
+
 _UNKNOWN_OPTION = re.compile(r"unrecognized option '--([^=' ]+)")
 
 
@@ -245,7 +254,7 @@ def test_only(script: str, asked: ExecutorSettings) -> str | None:
         return None
     if done.returncode == 0:
         return None
-    said = one_line(done.stderr) or f"exit {done.returncode}"
+    said = _sbatch_words(done.stderr) or f"exit {done.returncode}"
     fix = _option_of(said, asked) or _field_of(said, asked) or "the spec's executor section sets its options"
     return f"sbatch refuses the job: {said}; {fix}"
 
