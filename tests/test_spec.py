@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.files import load_spec, spec_from_data
 from orchestrator.spec.model import REFERENCE_CONFIG_FIELDS, SweepSpec
 from orchestrator.spec.reference import COMMAND, sections, spec_reference
-from tests.helpers import assert_one_line_error, run_cli
+from orchestrator.store import synthetic
+from tests.helpers import TINY_SPEC, assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -373,3 +375,21 @@ def test_an_sbatch_option_a_setting_sets_is_refused_in_a_spec_file_and_kept_in_a
         spec_from_data(data, source="s.json")
     frozen = spec_from_data(data, source="sweep.json", frozen=True)
     assert frozen.executor.slurm_additional_parameters == {"partition": "gpu"}
+
+
+def test_spec_refuses_the_documents_it_names_as_plan_would(tmp_path: Path, write_spec: Callable[..., Path]) -> None:
+    """``tilesweep spec`` checks the files a spec names that ``plan`` reads: a replay source or
+    a reuse document that is missing, or a folder, is refused in one line naming the field and
+    the file, before a sweep is planned; a spec whose documents are there passes."""
+    missing = tmp_path / "nope.json"
+    reuse = write_spec("reuse.json", reuse={"documents": [str(missing)]})
+    assert_one_line_error(run_cli("spec", str(reuse)), f"reuse.documents {missing}: no such file")
+    folder = write_spec("folder.json", reuse={"documents": [str(tmp_path)]})
+    assert_one_line_error(run_cli("spec", str(folder)), f"reuse.documents {tmp_path}: is a directory")
+    replay = write_spec("replay.json", kernel={"impl": "replay"}, replay={"source": str(missing)})
+    assert_one_line_error(run_cli("spec", str(replay)), f"replay.source {missing}: no such file")
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps(synthetic.document(TINY_SPEC)))
+    good = write_spec("good.json", reuse={"documents": [str(source)]})
+    r = run_cli("spec", str(good))
+    assert r.returncode == 0, r.stderr

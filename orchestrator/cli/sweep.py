@@ -67,11 +67,24 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.file)
     check_supported(spec, args.file)  # what the kernel implementation cannot do, which `plan` refuses too
+    _check_named_files(spec)
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
     # what `plan` would note of it (stderr), its `plan --lower` spelled for this file and its default sweep directory
     lower = f"{PROG} plan {word(args.file)} --lower --sweep-dir {word(default_root(args.file, spec))}"
     print_plan_notes(spec, command=lower)
     return 0
+
+
+def _check_named_files(spec: SweepSpec) -> None:
+    """The files a spec names that ``plan`` reads, refused as ``plan`` refuses them: the replay's
+    source (read whole: it must hold this spec's records) and each of ``reuse.documents`` (only
+    opened: a large document is read when a plan reuses it)."""
+    from orchestrator.control.sweeps import check_replay_source
+    from orchestrator.store.document import check_openable
+
+    check_replay_source(spec)
+    for path in spec.reuse.documents:
+        check_openable(path, "reuse.documents")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any
+from typing import Any, BinaryIO
 
 from kernels.spelling import as_json
 from orchestrator import PROG, word
@@ -132,13 +132,26 @@ def parse_json(data: bytes, path: str) -> Any:
 
 def _read(path: str | os.PathLike[str], role: str | None) -> tuple[str, bytes]:
     """(the name messages give the file, its bytes)."""
+    name, fh = _open(path, role)
+    with fh:
+        return name, fh.read()
+
+
+def check_openable(path: str | os.PathLike[str], role: str | None) -> None:
+    """Refuse, as reading it would, a results document path that names no file this user can
+    read (``tilesweep spec`` checks the documents a spec names without reading them)."""
+    _open(path, role)[1].close()
+
+
+def _open(path: str | os.PathLike[str], role: str | None) -> tuple[str, BinaryIO]:
+    """(the name messages give the file, the file opened for reading); ``ResultsError`` in one
+    line where it is not one."""
     spath = os.fspath(path)
     name = f"{role} {spath}" if role else spath
     if not_a_file(spath):
         raise ResultsError(f"{name}: is a device, not a results document; pass the document's file")
     try:
-        with open(spath, "rb") as fh:
-            return name, fh.read()
+        return name, open(spath, "rb")  # noqa: SIM115 (the caller closes it)
     except FileNotFoundError:
         if spath == "-":  # no command reads a document from standard input
             raise ResultsError(
