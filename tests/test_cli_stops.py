@@ -174,6 +174,31 @@ def test_a_ctrl_c_in_code_run_from_a_string_is_taken_after_it_and_the_exit_code_
     assert r.returncode == 130
 
 
+_CTRL_C_IN_EXEC_THEN_REFUSED = """
+import argparse, sys
+import orchestrator.cli.main
+from orchestrator.errors import SpecError
+cli_main = sys.modules["orchestrator.cli.main"]  # the package's name ``main`` is the function
+def command(args):
+    exec("import os, signal\\nos.kill(os.getpid(), signal.SIGINT)")  # the stop lands in code run from text
+    raise SpecError("spec.json: refused right after the stop")  # before the stop is taken again
+class Parser(argparse.ArgumentParser):
+    def parse_args(self, argv=None, namespace=None):
+        return argparse.Namespace(command="spec", func=command, verbose=0)
+cli_main.build_parser = lambda: Parser()
+sys.exit(cli_main.main())
+"""
+
+
+def test_a_ctrl_c_taken_again_wins_over_an_error_that_came_before_it_was(tmp_path: Path) -> None:
+    """A Ctrl-C that landed where it could not be raised (code run from text) is sent again a
+    moment later; a command that ends on an error in that moment ends stopped all the same
+    (exit 130, the stop's one line), not on the error as if no stop had come."""
+    r = _run_module(tmp_path, "ctrl_c_then_refused", _CTRL_C_IN_EXEC_THEN_REFUSED)
+    assert r.returncode == 130, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.startswith("tilesweep: interrupted; ") and len(r.stderr.splitlines()) == 1, r.stderr
+
+
 def test_ctrl_c_of_a_command_that_measures_nothing_says_nothing_was_changed(tmp_path: Path) -> None:
     """``report`` blocked opening its input (a named pipe nobody writes): a Ctrl-C then says the
     command changed nothing, not that records are kept."""

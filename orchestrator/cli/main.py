@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _stopped_by: int = signal.SIGINT  # the stop signal ``_interrupted`` took
+_pending: int | None = None  # a stop sent again (``_again``) that no frame has taken yet
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,11 +205,11 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     SIGINT after it exits, whatever its exit code (130 here). One that Python swallows (raised in
     a garbage-collector callback or a ``__del__``) is taken again too (``_swallowed``), and so is
     one that lands in the hook doing that, where Python would drop it as well."""
-    global _stopped_by
+    global _stopped_by, _pending
     if _no_place_to_raise(frame):
         _again(signum)
         return
-    _stopped_by = signum
+    _stopped_by, _pending = signum, None
     for taken in STOP_SIGNALS:
         if signal.getsignal(taken) is _interrupted:
             signal.signal(taken, signal.SIG_IGN)
@@ -226,8 +227,12 @@ def _no_place_to_raise(frame: FrameType | None) -> bool:
 
 
 def _again(signum: int = signal.SIGINT) -> None:
-    """The signal to the main thread once more, in a moment, for ``_interrupted`` to take."""
+    """The signal to the main thread once more, in a moment, for ``_interrupted`` to take; until
+    it is taken, it is pending: a command that ends on an error meanwhile ends stopped (``_main``)."""
     import threading
+
+    global _pending
+    _pending = signum
 
     again = threading.Timer(0.005, signal.pthread_kill, (threading.main_thread().ident, signum))
     again.daemon = True
@@ -298,6 +303,20 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr, sys.unraisablehook = original, errors, hook
 
 
+def _stopped(signum: int, word: str | None, command: str, args: argparse.Namespace | None) -> int:
+    """A command stopped by ``signum``: later stops ignored, one line saying what was kept
+    (``word``: the command's own), the exit code of a process that signal ended."""
+    for taken in STOP_SIGNALS:
+        signal.signal(taken, signal.SIG_IGN)
+    how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    if word is None:
+        from orchestrator.cli.stop_notes import stop_note  # loaded once stopped: the top stays light
+
+        word = stop_note(command, args)
+    print(f"{PROG}: {how}; {word}", file=sys.stderr)
+    return 128 + signum
+
+
 def _command_word(argv: list[str] | None) -> str:
     """The command a command line names, for a stop that came before the parser said it."""
     words = sys.argv[1:] if argv is None else argv
@@ -313,20 +332,13 @@ def _main(argv: list[str] | None) -> int:
         configure_logging(args.verbose)
         return int(args.func(args) or 0)
     except TilesweepError as exc:
+        if _pending is not None:  # the stop came first, its exception had no place to go: it wins
+            return _stopped(_pending, None, command or _command_word(argv), args)
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        for taken in STOP_SIGNALS:
-            signal.signal(taken, signal.SIG_IGN)
-        how = "interrupted" if _stopped_by == signal.SIGINT else f"stopped by {signal.Signals(_stopped_by).name}"
-        if exc.args and isinstance(exc.args[0], str):  # the command's own word (``wait``)
-            note = exc.args[0]
-        else:
-            from orchestrator.cli.stop_notes import stop_note  # loaded once stopped: the top stays light
-
-            note = stop_note(command or _command_word(argv), args)
-        print(f"{PROG}: {how}; {note}", file=sys.stderr)
-        return 128 + _stopped_by
+        word = exc.args[0] if exc.args and isinstance(exc.args[0], str) else None  # the command's own (``wait``)
+        return _stopped(_stopped_by, word, command or _command_word(argv), args)
     except BrokenPipeError:  # a binary write (`logs | head`) to a reader that has gone
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
