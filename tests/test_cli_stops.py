@@ -175,7 +175,8 @@ def test_a_ctrl_c_in_code_run_from_a_string_is_taken_after_it_and_the_exit_code_
 
 
 _CTRL_C_IN_EXEC_THEN_REFUSED = """
-import argparse, sys
+import argparse, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal: a test runner's worker ignores it
 import orchestrator.cli.main
 from orchestrator.errors import SpecError
 cli_main = sys.modules["orchestrator.cli.main"]  # the package's name ``main`` is the function
