@@ -231,10 +231,11 @@ def _plan(sd: SweepDir, force: bool, retry: str | None, units: int | None, cap: 
     unless ``--units`` asks for new units of every missing item, or they and the units of the
     other items it redoes would start more at once than ``cap`` (``resume --no-wait``): then
     they are regrouped with the rest."""
-    plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry, keep_planned=units is None)
+    st = sweep_status(sd)  # read once: the second plan, if any, is of the same sweep at the same moment
+    plan = plan_resume(sd, st, force=force, retry=retry, keep_planned=units is None)
     kinds = bool(plan.missing) + len(plan.later) + bool(plan.retry)
     if plan.as_planned and cap is not None and len(plan.as_planned) + kinds > cap:
-        plan = plan_resume(sd, sweep_status(sd), force=force, retry=retry, keep_planned=False)
+        plan = plan_resume(sd, st, force=force, retry=retry, keep_planned=False)
     return plan
 
 
