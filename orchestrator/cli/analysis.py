@@ -211,9 +211,12 @@ def _no_plots(doc: ResultsDoc, out_dir: str) -> str:
     from orchestrator.store.provenance import own_block
 
     n = len(best_table(doc))
-    planned = f": none of its {n} planned problems was measured" if n > 1 else ""
-    if n == 1:
+    if n == 0:
+        planned = ""
+    elif n == 1:
         planned = ": its one planned problem was not measured"
+    else:
+        planned = f": none of its {n} planned problems was measured"
     block = own_block(doc.extra.get("tilesweep"))
     sweep = word(str(block["sweep_dir"])) if block is not None and block.get("sweep_dir") else None
     then = (
