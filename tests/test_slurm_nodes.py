@@ -176,23 +176,6 @@ def test_a_gpu_worker_killed_mid_unit_costs_only_that_unit_and_resume_completes_
     assert all("error" not in rec for rec in doc["results"])
 
 
-def test_a_whole_node_task_starts_its_longest_units_first(tmp_path: Path) -> None:
-    """Units of unequal cost in one 4-GPU task: its GPUs take the longest first, so the unit
-    left queued for the task's end is a short one (in plan order it would be one of 2 items)."""
-    over = {"seq_lens": [64, 1024], "modes": ["fwd"], "fwd_block_q": [16, 32, 64], "sharding": {"units": 5}}
-    spec = write_spec(tmp_path, "order.json", {"gpus_per_node": 4}, **over)
-    sweep = tmp_path / "sweep"
-    assert cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
-    planned = [u["n_items"] for u in json.loads((sweep / "units.json").read_text())]
-    assert planned[-1] == 2 and sorted(planned, reverse=True) == [2, 2, 2, 1, 1], planned
-    dry = cli("submit", str(spec), "--sweep-dir", str(sweep), "--dry-run")
-    assert dry.returncode == 0, dry.stderr
-    (task,) = [line for line in dry.stdout.splitlines() if line.strip().startswith("task 0:")]
-    turns = re.findall(r"\((\d+) items?, (GPU slot \d|queue #\d)\)", task)
-    assert [int(n) for n, _ in turns] == [2, 2, 2, 1, 1], task
-    assert turns[-1] == ("1", "queue #1"), task
-
-
 def test_scancel_of_a_pending_task_is_cancelled_at_once_and_resume_piped_to_head_completes(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, "cancel.json", {"slurm_array_parallelism": 1, "merge_job": False}, **FOUR_UNITS)
     sweep = tmp_path / "sweep"

@@ -125,8 +125,8 @@ def group_missing(
     """The missing items as units of round ``round_`` (``rounds.group``: ``plan.shard`` with the
     cost model of the spec and round); by default as many as ``default``, rounded up to fill
     whole SLURM tasks (a unit per GPU)."""
-    n = n_units or (settings or sd.spec.executor).fill_tasks(max(1, default))
-    return group(sd, missing, n, round_)
+    settings = settings or sd.spec.executor
+    return group(sd, missing, n_units or settings.fill_tasks(max(1, default)), round_, settings)
 
 
 def _record_resume(sd: SweepDir, plan: ResumePlan, new_units: list[Unit], submitted: set[str], force: bool) -> None:

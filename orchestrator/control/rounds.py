@@ -80,9 +80,12 @@ def merge_hook(sd: SweepDir) -> MergeHook | None:
     return after_merge if pending_round(sd) is not None else None
 
 
-def group(sd: SweepDir, items: list[WorkItem], n_units: int, round_: int) -> list[Unit]:
+def group(
+    sd: SweepDir, items: list[WorkItem], n_units: int, round_: int, settings: ExecutorSettings | None = None
+) -> list[Unit]:
     """Items as at most ``n_units`` units of ``round_``, packed by that round's cost model
-    (resume regroups missing items with it too)."""
+    (resume regroups missing items with it too), tapered for the tasks of ``settings`` (default:
+    the sweep's executor; ``ExecutorSettings.unit_shares``)."""
     from orchestrator.planning import shard
     from orchestrator.planning.costs import item_costs, setup_estimate
 
@@ -97,6 +100,7 @@ def group(sd: SweepDir, items: list[WorkItem], n_units: int, round_: int) -> lis
         strategy=spec.sharding.strategy,
         round_=round_,
         sweep=spec.fingerprint(),
+        shares=(settings or spec.executor).unit_shares(),
     )
 
 

@@ -73,5 +73,11 @@ def shard_items(
         setups = {sh: setup_estimate(sh, spec.modes, spec.causal) * scale for sh in shapes}
         n = units if units is not None else default_units(spec, len(shapes))
         return shard(
-            items, n, costs=item_cost, setups=setups, strategy=spec.sharding.strategy, sweep=spec.fingerprint()
+            items,
+            n,
+            costs=item_cost,
+            setups=setups,
+            strategy=spec.sharding.strategy,
+            sweep=spec.fingerprint(),
+            shares=spec.executor.unit_shares(),
         )

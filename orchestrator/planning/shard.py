@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kernels.spelling import as_json, one_of
@@ -66,6 +66,7 @@ def shard(
     strategy: str = "shape",
     round_: int = 1,
     sweep: str = "",
+    shares: Sequence[float] | None = None,
 ) -> list[Unit]:
     """Group items into at most ``n_units`` units so that the slowest unit is as short as
     the costs allow. Items keep plan order inside a unit.
@@ -73,7 +74,11 @@ def shard(
     ``costs`` are seconds per item (default: ``orchestrator.planning.costs``'s model with default
     timing), ``setups`` seconds per shape for each unit that holds any of its items
     (inputs and references are made once per shape per unit), ``sweep`` the sweep's
-    fingerprint the unit ids hash (``unit_id``). See ``pack`` for the two strategies."""
+    fingerprint the unit ids hash (``unit_id``). See ``pack`` for the two strategies.
+
+    ``shares`` (``ExecutorSettings.unit_shares``: a whole-node task's units, largest first, as
+    shares of the task's work) tapers the units where ``n_units`` fills whole tasks: each block
+    of ``len(shares)`` consecutive units (a task, ``dispatch.slurm.tasks_of``) is cut to them."""
     if n_units < 1:
         raise PlanError(f"units must be at least 1, got {n_units}")
     if not items:
@@ -83,6 +88,31 @@ def shard(
     n_units = min(n_units, max(1, sum(it.kind == RUN for it in items)))  # a unit measures something
     if costs is None:
         costs = item_costs(items, SweepSpec())[0]
+    groups = _by_shape(items)
+    shapes = list(groups)
+    if setups is None:
+        setups = {sh: setup_estimate(sh, {items[p].mode for p in groups[sh]}) for sh in shapes}
+    per_task = len(shares) if shares and n_units % len(shares) == 0 else 0
+    weights = [shares[u % per_task] for u in range(n_units)] if shares and per_task else None
+    packing = [groups[sh] for sh in shapes], costs, [setups[sh] for sh in shapes], n_units, strategy
+    assignment = pack(*packing, weights)
+    busy = _busy(assignment, items)
+    tapered = weights is not None and len(busy) == n_units
+    if tapered:  # each task's block of units holds every share
+        busy = _blocks(assignment, per_task)
+    elif weights is not None:  # too few items for a unit of each share: equal units
+        busy = _busy(pack(*packing), items)
+    units = [Unit(i, [items[p] for p in positions], round=round_) for i, positions in enumerate(busy)]
+    if not tapered:
+        units.sort(key=lambda u: u.items[0].index)
+    for i, u in enumerate(units):
+        u.index = i
+        u.finalize(sweep)
+    return units
+
+
+def _by_shape(items: list[WorkItem]) -> dict[tuple, list[int]]:
+    """The positions of ``items`` per shape, shapes in plan order."""
     groups: dict[tuple, list[int]] = {}
     last: WorkItem | None = None
     members: list[int] = []
@@ -99,17 +129,15 @@ def shard(
             members = groups.setdefault(it.shape, [])
             last = it
         members.append(pos)
-    shapes = list(groups)
-    if setups is None:
-        setups = {sh: setup_estimate(sh, {items[p].mode for p in groups[sh]}) for sh in shapes}
-    assignment = pack([groups[sh] for sh in shapes], costs, [setups[sh] for sh in shapes], n_units, strategy)
-    busy = _busy(assignment, items)
-    units = [Unit(i, [items[p] for p in positions], round=round_) for i, positions in enumerate(busy)]
-    units.sort(key=lambda u: u.items[0].index)
-    for i, u in enumerate(units):
-        u.index = i
-        u.finalize(sweep)
-    return units
+    return groups
+
+
+def _blocks(assignment: list[list[int]], per_task: int) -> list[list[int]]:
+    """Packed units in blocks of ``per_task`` (``assignment``'s order: one task's shares), each
+    unit in plan order, the units of a block in plan order of their first item, and the blocks
+    in plan order of theirs."""
+    blocks = [sorted(sorted(g) for g in assignment[t : t + per_task]) for t in range(0, len(assignment), per_task)]
+    return [unit for block in sorted(blocks, key=lambda b: b[0][0]) for unit in block]
 
 
 def _busy(assignment: list[list[int]], items: list[WorkItem]) -> list[list[int]]:
@@ -141,9 +169,16 @@ KEEP_TOGETHER_SLACK = 0.02
 
 
 def pack(
-    groups: list[list[int]], costs: list[float], setups: list[float], n_units: int, strategy: str = "shape"
+    groups: list[list[int]],
+    costs: list[float],
+    setups: list[float],
+    n_units: int,
+    strategy: str = "shape",
+    weights: list[float] | None = None,
 ) -> list[list[int]]:
-    """Positions (into ``costs``) per unit, minimising the slowest unit's cost.
+    """Positions (into ``costs``) per unit, minimising the slowest unit's cost, or with
+    ``weights`` (one per unit, mean 1) its cost over its weight: a unit of weight 0.5 gets half
+    the work of one of weight 1.
 
     1. Split each group (a shape's items) into pieces of at most ``PIECE_OF_UNIT`` of the
        mean unit load; a group is dealt into its pieces in serpentine order of cost, so its
@@ -177,7 +212,7 @@ def pack(
         order = sorted(part, key=lambda p: -costs[p])
         halves = (order[0::2], order[1::2])
         pieces += [(sum(costs[p] for p in h), g, h) for h in halves]
-    state = _Units(n_units, costs, setups)
+    state = _Units(n_units, costs, setups, weights)
     pieces.sort(key=lambda x: (-x[0], x[1]))
     cap = share * (1 + KEEP_TOGETHER_SLACK) if strategy == "shape" else None
     for cost, g, part in pieces:
@@ -189,35 +224,41 @@ def pack(
 class _Units:
     """Loads and contents of units while packing: per unit, per group, costs kept sorted."""
 
-    def __init__(self, n: int, costs: list[float], setups: list[float]) -> None:
+    def __init__(self, n: int, costs: list[float], setups: list[float], weights: list[float] | None = None) -> None:
         self.n, self.costs, self.setups = n, costs, setups
+        self.weight = list(weights) if weights is not None else [1.0] * n
         self.load = [0.0] * n
         self.members: list[dict[int, list[tuple[float, int]]]] = [{} for _ in range(n)]
         self.holders: dict[int, set[int]] = {}
         self.heap = [(0.0, u) for u in range(n)]
 
+    def norm(self, u: int) -> float:
+        """Unit ``u``'s load over its weight: what packing evens out."""
+        return self.load[u] / self.weight[u]
+
     def _least(self) -> int:
         while True:
             load, u = self.heap[0]
-            if load == self.load[u]:
+            if load == self.norm(u):
                 return u
             heapq.heappop(self.heap)
 
     def _add_load(self, u: int, delta: float) -> None:
         self.load[u] += delta
-        heapq.heappush(self.heap, (self.load[u], u))
+        heapq.heappush(self.heap, (self.norm(u), u))
 
     def place(self, g: int, part: list[int], cost: float, cap: float | None = None) -> None:
         """Put a piece where it ends earliest; with ``cap``, first onto the fullest unit that
         already holds its group and stays under ``cap`` (keeping a shape together)."""
         holders = self.holders.get(g, set())
-        fits = [v for v in holders if self.load[v] + cost <= cap] if cap is not None else []
+        fits = [v for v in holders if self.load[v] + cost <= cap * self.weight[v]] if cap is not None else []
         if fits:
-            u = max(fits, key=lambda v: (self.load[v], -v))
+            u = max(fits, key=lambda v: (self.norm(v), -v))
         else:
+            w = self.weight
             u = min(
                 holders | {self._least()},
-                key=lambda v: (self.load[v] + cost + (0.0 if g in self.members[v] else self.setups[g]), v),
+                key=lambda v: ((self.load[v] + cost + (0.0 if g in self.members[v] else self.setups[g])) / w[v], v),
             )
         extra = 0.0 if g in self.members[u] else self.setups[g]
         bucket = self.members[u].setdefault(g, [])
@@ -242,16 +283,16 @@ class _Units:
         self._add_load(dst, delta_dst)
 
     def _best_move(self, u: int, v: int) -> tuple[float, int, int] | None:
-        """(new slower load of the pair, position, group) of the best single move u -> v."""
-        lu, lv = self.load[u], self.load[v]
+        """(new slower weighted load of the pair, position, group) of the best single move u -> v."""
+        lu, lv, wu, wv = self.load[u], self.load[v], self.weight[u], self.weight[v]
         best = None
         for g, bucket in self.members[u].items():
             save = self.setups[g] if len(bucket) == 1 else 0.0
             add = 0.0 if g in self.members[v] else self.setups[g]
-            want = (lu - lv - save - add) / 2
+            want = (wv * lu - wu * lv - wv * save - wu * add) / (wu + wv)  # the cost that evens the pair
             k = bisect.bisect_left(bucket, (want, -1))
             for c, p in bucket[max(0, k - 1) : k + 1]:
-                new = max(lu - c - save, lv + c + add)
+                new = max((lu - c - save) / wu, (lv + c + add) / wv)
                 if best is None or new < best[0]:
                     best = (new, p, g)
         return best
@@ -259,7 +300,7 @@ class _Units:
     def _best_swap(self, u: int, v: int) -> tuple[float, int, int, int, int] | None:
         """Best exchange of an item of u with a cheaper one of v, among groups both hold
         (so no setup changes hands)."""
-        lu, lv = self.load[u], self.load[v]
+        lu, lv, wu, wv = self.load[u], self.load[v], self.weight[u], self.weight[v]
         shared = [g for g in self.members[u] if g in self.members[v]]
         if not shared:
             return None
@@ -268,40 +309,41 @@ class _Units:
         best = None
         for g in shared:
             for c, p in self.members[u][g]:
-                k = bisect.bisect_left(keys, c - (lu - lv) / 2)
+                k = bisect.bisect_left(keys, c - (wv * lu - wu * lv) / (wu + wv))
                 for c2, p2, g2 in theirs[max(0, k - 1) : k + 1]:
                     d = c - c2
                     if d <= 0:
                         continue
-                    new = max(lu - d, lv + d)
+                    new = max((lu - d) / wu, (lv + d) / wv)
                     if best is None or new < best[0]:
                         best = (new, p, g, p2, g2)
         return best
 
     def improve(self, max_rounds: int | None = None, swap_items: int = 5000) -> None:
-        eps = 1e-9 * max(self.load)
+        norm = self.norm
+        eps = 1e-9 * max(map(norm, range(self.n)))
         rounds = max_rounds if max_rounds is not None else 50 * self.n + 100
         for _ in range(rounds):
-            u = max(range(self.n), key=lambda x: (self.load[x], -x))
-            others = sorted((v for v in range(self.n) if v != u), key=lambda v: self.load[v])[:16]
+            u = max(range(self.n), key=lambda x: (norm(x), -x))
+            others = sorted((v for v in range(self.n) if v != u), key=norm)[:16]
             done = False
             for v in others:
-                if self.load[u] - self.load[v] <= eps:
+                if norm(u) - norm(v) <= eps:
                     break
                 move = self._best_move(u, v)
-                if move is not None and move[0] < self.load[u] - eps:
+                if move is not None and move[0] < norm(u) - eps:
                     self._move(move[1], move[2], u, v)
                     done = True
                     break
             if done:
                 continue
             for v in others:
-                if self.load[u] - self.load[v] <= eps:
+                if norm(u) - norm(v) <= eps:
                     break
                 if sum(map(len, self.members[u].values())) > swap_items:
                     break
                 swap = self._best_swap(u, v)
-                if swap is not None and swap[0] < self.load[u] - eps:
+                if swap is not None and swap[0] < norm(u) - eps:
                     _, p, g, p2, g2 = swap
                     self._move(p, g, u, v)
                     self._move(p2, g2, v, u)

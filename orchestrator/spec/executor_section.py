@@ -16,6 +16,11 @@ EXECUTOR_KINDS = ("local", "slurm", "debug")
 # marker, its measurer, compiles its siblings in other units could have shared; each GPU's worker
 # runs its units one after another, so no process starts per unit) stays small beside its configs.
 UNITS_PER_GPU = 4
+# How much a whole-node task's units shrink towards its end (``ExecutorSettings.unit_shares``):
+# its last unit on each GPU gets 0.3 of a unit's mean share, its first 1.7. With units whose
+# times miss the plan by 15-30 % (the cost model's error, a shape kept whole), a simulation of 4
+# GPUs taking 16 units in turn leaves 40-60 % less idle GPU time at the task's end than equal units.
+TAPER = 0.7
 SUBMITIT_SIGNAL_DELAY_S = 90  # submitit's default --signal=USR2@90
 # SLURM sends the time-limit warning on its controller's 30 s tick once the time left is at most
 # the delay plus that tick (docs/slurm-notes.md, timeouts)
@@ -251,6 +256,17 @@ class ExecutorSettings(SpecModel):
         one for a task of one GPU, where there is nothing to balance."""
         gpus = self.gpus_per_task()
         return gpus if gpus == 1 else UNITS_PER_GPU * gpus
+
+    def unit_shares(self) -> tuple[float, ...] | None:
+        """A whole-node task's units as shares of its work, largest first (mean 1; None for a
+        task of one GPU): the units its GPUs take last are its smallest, so the GPUs end close
+        together even where units run longer or shorter than planned. Slot j (0 first) of a GPU's
+        ``UNITS_PER_GPU`` gets 1 + ``TAPER`` * (m - 1 - 2j) / (m - 1): 1.7, 1.23, 0.77 and 0.3."""
+        gpus = self.gpus_per_task()
+        if gpus == 1:
+            return None
+        m = UNITS_PER_GPU
+        return tuple(1 + TAPER * (m - 1 - 2 * j) / (m - 1) for j in range(m) for _ in range(gpus))
 
     def fill_tasks(self, n_units: int) -> int:
         """``n_units`` rounded up to whole tasks, so every task has its full share of units."""
