@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import heapq
 import random
+import re
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,8 @@ from orchestrator.control.dispatch.slurm import tasks_of
 from orchestrator.planning import Unit, WorkItem, expand, shard
 from orchestrator.spec.executor_section import ExecutorSettings
 from orchestrator.spec.model import SweepSpec
+from tests.helpers import run_cli
+from tests.slurm_sweeps import write_spec
 
 
 def _items() -> tuple[list[WorkItem], list[float]]:
@@ -96,3 +100,21 @@ def test_tapered_units_leave_a_4_gpu_task_less_idle_at_its_end_than_equal_ones()
         idle_t = statistics.mean(_idle_at_end(tapered, cost, 4, rnd_t, error) for _ in range(400))
         idle_e = statistics.mean(_idle_at_end(equal, cost, 4, rnd_e, error) for _ in range(400))
         assert idle_t < 0.7 * idle_e, (error, idle_t, idle_e)
+
+
+GRID = {"fwd_block_q": [16, 32, 64, 128], "fwd_block_k": [16, 32, 64, 128], "fwd_stages": [1, 2], "fwd_warps": [4, 8]}
+
+
+def test_plan_says_a_whole_node_tasks_units_shrink_and_not_where_they_are_equal(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "taper.json", {"gpus_per_node": 2}, modes=["fwd"], seq_lens=[256, 1024], **GRID)
+    r = run_cli("plan", str(spec), "--sweep-dir", str(tmp_path / "sweep"))
+    assert r.returncode == 0, r.stderr
+    note = "units: each task's 2 GPUs take its largest units first, and its units shrink towards its end"
+    assert note in r.stdout, r.stdout
+    sizes = sorted(int(n) for n in re.findall(r"^  unit +\d+ \w+: +(\d+) items?", r.stdout, re.M))
+    assert len(sizes) == 8 and sizes[-1] >= 5 * sizes[0], r.stdout
+    # 6 units are not whole tasks of 8: equal units, and no such note
+    r = run_cli("plan", str(spec), "--sweep-dir", str(tmp_path / "six"), "--units", "6")
+    assert r.returncode == 0 and "shrink" not in r.stdout, r.stdout
+    sizes = sorted(int(n) for n in re.findall(r"^  unit +\d+ \w+: +(\d+) items?", r.stdout, re.M))
+    assert len(sizes) == 6 and sizes[-1] <= 2 * sizes[0], r.stdout

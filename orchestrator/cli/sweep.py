@@ -203,6 +203,13 @@ def _print_plan(spec: SweepSpec, planned: Planned, units_asked: int | None, verd
         in_units = f"{planned.size} of them in the {counted(n_units, 'unit')} of the search's round 1"
         print(f"{counted(len(items), 'item')} ({kinds}), {in_units}")
     units_capped(units_asked, len(units))
+    shares = [u.share for u in units if u.share is not None]
+    if shares:
+        print(
+            f"units: each task's {spec.executor.gpus_per_task()} GPUs take its largest units first, and its units "
+            f"shrink towards its end ({max(shares):.2g} to {min(shares):.2g} of a unit's mean share of the work), "
+            "so its GPUs end close together"
+        )
     print_plan_notes(spec, verdicts=verdicts)
     for line in reuse_lines(planned.found.summary()):
         print(line)

@@ -40,6 +40,7 @@ class Unit:
     items: list[WorkItem] = field(default_factory=list)
     id: str = ""
     round: int = 1
+    share: float | None = None  # of its task's work, where a whole-node task's units are tapered
 
     def finalize(self, sweep: str = "", tag: str | None = None) -> None:
         """Set the id (``unit_id``; ``tag`` defaults to the round after the first) and number the items."""
@@ -97,13 +98,14 @@ def shard(
     packing = [groups[sh] for sh in shapes], costs, [setups[sh] for sh in shapes], n_units, strategy
     assignment = pack(*packing, weights)
     busy = _busy(assignment, items)
-    tapered = weights is not None and len(busy) == n_units
-    if tapered:  # each task's block of units holds every share
-        busy = _blocks(assignment, per_task)
-    elif weights is not None:  # too few items for a unit of each share: equal units
-        busy = _busy(pack(*packing), items)
-    units = [Unit(i, [items[p] for p in positions], round=round_) for i, positions in enumerate(busy)]
-    if not tapered:
+    if weights is not None and len(busy) == n_units:  # each task's block of units holds every share
+        units = [
+            Unit(i, [items[p] for p in positions], round=round_, share=w)
+            for i, (positions, w) in enumerate(_blocks(assignment, weights, per_task))
+        ]
+    else:  # equal units, also where there are too few items for a unit of each share
+        busy = _busy(pack(*packing), items) if weights is not None else busy
+        units = [Unit(i, [items[p] for p in positions], round=round_) for i, positions in enumerate(busy)]
         units.sort(key=lambda u: u.items[0].index)
     for i, u in enumerate(units):
         u.index = i
@@ -132,12 +134,15 @@ def _by_shape(items: list[WorkItem]) -> dict[tuple, list[int]]:
     return groups
 
 
-def _blocks(assignment: list[list[int]], per_task: int) -> list[list[int]]:
-    """Packed units in blocks of ``per_task`` (``assignment``'s order: one task's shares), each
-    unit in plan order, the units of a block in plan order of their first item, and the blocks
-    in plan order of theirs."""
-    blocks = [sorted(sorted(g) for g in assignment[t : t + per_task]) for t in range(0, len(assignment), per_task)]
-    return [unit for block in sorted(blocks, key=lambda b: b[0][0]) for unit in block]
+def _blocks(assignment: list[list[int]], weights: list[float], per_task: int) -> list[tuple[list[int], float]]:
+    """Packed units and their shares in blocks of ``per_task`` (``assignment``'s order: one
+    task's shares), each unit in plan order, the units of a block in plan order of their first
+    item, and the blocks in plan order of theirs."""
+    blocks = [
+        sorted((sorted(assignment[u]), weights[u]) for u in range(t, t + per_task))
+        for t in range(0, len(assignment), per_task)
+    ]
+    return [unit for block in sorted(blocks, key=lambda b: b[0][0][0]) for unit in block]
 
 
 def _busy(assignment: list[list[int]], items: list[WorkItem]) -> list[list[int]]:
