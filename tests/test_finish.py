@@ -50,7 +50,7 @@ def test_a_run_that_follows_another_ends_as_a_run_here_does(tmp_path: Path) -> N
     done = sd.unit_index()[0]["n_items"]
     spec = _replay_spec(tmp_path, html=True)
     args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--sweep-dir", str(sweep)]
-    with run_lease(sd.root):  # another `run` holds the sweep
+    with run_lease(sd.root, "run"):  # another `run` holds the sweep
         follower = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert follower.stderr is not None
         seen: list[str] = []
@@ -121,7 +121,7 @@ def test_a_ctrl_c_of_a_run_that_follows_another_says_that_run_goes_on(tmp_path: 
     sd, _, _ = prepare_sweep(str(_replay_spec(tmp_path, html=False)), str(sweep), None, None)
     # SIGINT at its default, as at a terminal (a test started in the background has it ignored)
     args = [sys.executable, "-c", LAUNCH, "run", str(_replay_spec(tmp_path, html=False)), "--sweep-dir"]
-    with run_lease(sd.root):  # another `run` holds the sweep
+    with run_lease(sd.root, "run"):  # another `run` holds the sweep
         follower = subprocess.Popen(
             [*args, str(sweep)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -145,7 +145,7 @@ def test_a_second_run_naming_another_output_while_a_run_runs_the_sweep_is_refuse
     sd, _, _ = prepare_sweep(str(spec), str(sweep), None, None)
     frozen = (sweep / "sweep.json").read_bytes()
     other = tmp_path / "other.json"
-    with run_lease(sd.root):  # another `run` holds the sweep
+    with run_lease(sd.root, "run"):  # another `run` holds the sweep
         r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(other))
     assert_one_line_error(r, "is being run by another `tilesweep run`", f"merges into {sd.output} when it ends")
     assert (sweep / "sweep.json").read_bytes() == frozen and not other.exists()

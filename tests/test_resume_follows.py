@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.store.leases import run_lease, run_lease_path
 from orchestrator.store.pidspace import process_state
-from tests.helpers import REPO, records_written, run_cli, start_run, until
+from tests.helpers import REPO, assert_one_line_error, records_written, run_cli, start_run, until
 from tests.test_local_lifecycle import SETTLE_S, SPEC, _has_lease, _worker_pid
 
 # ``python -m jobs.worker SWEEP UNIT`` that stops itself (SIGSTOP) once it holds its unit's lease
@@ -131,3 +132,59 @@ def test_a_halving_sweep_whose_round_1_a_worker_by_hand_runs_gets_its_round_2_af
     assert any(u.get("origin") == "round2" for u in units), units
     status = json.loads(run_cli("status", str(sweep), "--json").stdout)
     assert status["complete"] and status["merged"], status
+
+
+def test_the_commands_that_find_a_sweep_a_resume_runs_name_the_resume(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """While ``resume`` runs a sweep here (it follows the unit a worker run by hand holds, stopped
+    until the end: the resume holds the sweep all along), a second ``resume`` and a ``run`` into
+    another output are refused, and a ``run`` follows it, each naming the ``tilesweep resume`` that
+    holds the sweep (pid included), as its run lease says, not a ``tilesweep run``."""
+    spec, sweep = write_spec(**{**SPEC, "fwd_block_q": [32]}), tmp_path / "sweep"  # two items
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    worker = subprocess.Popen(
+        [sys.executable, "-c", STOPS_ONCE_LEASED, str(sweep), "0"], cwd=REPO, stdout=subprocess.DEVNULL, text=True
+    )
+    until(lambda: process_state(worker.pid) == "T", "the worker to take its unit", worker)
+    resume = start_run(Path(), sweep, command="resume")
+    held = f"{sweep} is being run by another `tilesweep resume` (pid {resume.pid} on "
+    try:
+        assert resume.stdout is not None
+        line = ""
+        while "instead of starting a second worker" not in line and (line := resume.stdout.readline()):
+            pass
+        assert line, "the resume never said it follows the worker"
+        assert_one_line_error(run_cli("resume", str(sweep)), held, "resume it once that run has ended")
+        moved = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--output", str(tmp_path / "other.json"))
+        assert_one_line_error(moved, f"{sweep} is being run by another `tilesweep resume`, which merges into")
+        follower = start_run(spec, sweep)
+        assert follower.stderr is not None
+        said = ""
+        while "following its progress" not in said and (line := follower.stderr.readline()):
+            said = line
+        assert said.startswith(f"tilesweep: note: {held}"), said
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+        worker.wait(timeout=SETTLE_S)
+    out, err = resume.communicate(timeout=SETTLE_S)
+    assert resume.returncode == 0, out + err
+    out, err = follower.communicate(timeout=SETTLE_S)
+    assert follower.returncode == 0, out + err
+    assert not (tmp_path / "other.json").exists()
+
+
+def test_a_run_lease_that_names_no_command_is_said_as_another_tilesweep_command(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The run lease of a tilesweep that wrote no command into it is still read: the sweep is
+    being run by another tilesweep command, said in the same one line, exit code 2."""
+    spec, sweep = write_spec(**SPEC), tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
+    path = run_lease_path(sweep)
+    with run_lease(sweep, "run"):  # this process holds the sweep, its lease rewritten as such a tilesweep's
+        fields = json.loads(path.read_text())
+        del fields["command"]
+        path.write_text(json.dumps(fields) + "\n")
+        r = run_cli("resume", str(sweep))
+    assert_one_line_error(r, f"{sweep} is being run by another tilesweep command (pid {os.getpid()} on ")

@@ -1,8 +1,8 @@
-"""Following a local sweep that other processes run: another ``tilesweep run`` (``run`` of the
-same sweep follows it instead of starting a second run beside it), or the workers that
-``resume --no-wait`` left running (``run`` follows them instead of starting a second worker on
-their units). The progress bar is the one of ``run`` and ``wait``; each look at the sweep
-directory is a second after the last.
+"""Following a local sweep that other processes run: another ``tilesweep run``, or a ``resume``
+that runs it here (``run`` of the same sweep follows it instead of starting a second run beside
+it), or the workers that ``resume --no-wait`` left running (``run`` follows them instead of
+starting a second worker on their units). The progress bar is the one of ``run`` and ``wait``;
+each look at the sweep directory is a second after the last.
 """
 
 from __future__ import annotations
@@ -56,13 +56,14 @@ def follow_units(sd: SweepDir, held: list[str]) -> SweepStatus:
 
 
 def follow_run(sd: SweepDir, other: Holder, *, redo: str, html: bool, overwrite: bool = False) -> int:
-    """Another ``tilesweep run`` runs this sweep: show its progress until it ends, then merge
-    and report (``redo``: the command that reruns what it left unfinished)."""
+    """Another command runs this sweep (``other``: a ``tilesweep run``, or a ``resume`` here): show
+    its progress until it ends, then merge and report (``redo``: the command that reruns what it
+    left unfinished)."""
     from orchestrator.control.sweeps import other_run_live
 
     said = (
-        f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its progress "
-        "instead of starting a second run beside it (Ctrl-C stops following, not that run)"
+        f"note: {sd.root} is being run by another {other.command()} ({other.describe()}); following its "
+        "progress instead of starting a second run beside it (Ctrl-C stops following, not that run)"
     )
     st = follow(sd, lambda _: other_run_live(sd), said)
     return finish_sweep(sd, overwrite=overwrite, html=html, failed=unfinished_unit_lines(st), redo=redo)

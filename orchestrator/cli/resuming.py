@@ -252,10 +252,10 @@ def resume_here(sd: SweepDir, settings: ExecutorSettings, args: argparse.Namespa
     check_runs_here(sd.spec, spec_file, sd.root)  # as `run` does: a kernel that cannot run here starts no worker
     if not args.overwrite and not args.no_wait:
         check_target(sd)  # refuse now, not after the units ran, to drop another sweep's records
-    with run_or_follow(sd) as other:
+    with run_or_follow(sd, "resume") as other:
         if other is not None:
             raise DispatchError(
-                f"{sd.root} is being run by another `{PROG} run` ({other.describe()}); "
+                f"{sd.root} is being run by another {other.command()} ({other.describe()}); "
                 f"resume it once that run has ended (`{PROG} wait {word(sd.root)}` follows it)"
             )
         progress = None if args.no_wait else Progress(sweep_status(sd, query_slurm=False).total)

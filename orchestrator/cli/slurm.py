@@ -196,11 +196,11 @@ def run_on_slurm(args: argparse.Namespace) -> int:
     try:
         if not args.overwrite:
             check_target(sd, elsewhere=ANOTHER_OUTPUT)  # refused now, not after the units ran
-        with run_or_follow(sd) as other:  # held while submitting and waiting: a second run follows
+        with run_or_follow(sd, "run") as other:  # held while submitting and waiting: a second run follows
             if other is not None:
                 warn(
-                    f"note: {sd.root} is being run by another `{PROG} run` ({other.describe()}); following its "
-                    "progress instead of submitting it a second time"
+                    f"note: {sd.root} is being run by another {other.command()} ({other.describe()}); following "
+                    "its progress instead of submitting it a second time"
                 )
                 _wait_for_submission(sd)
                 all_done = False

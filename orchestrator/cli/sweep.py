@@ -268,7 +268,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     # the spec file's report.html, not only the frozen spec's: it is not part of the fingerprint
     html = spec.report.html
-    with run_or_follow(sd) as other:
+    with run_or_follow(sd, "run") as other:
         if other is not None:
             return follow_run(sd, other, redo=rerun_command(args.spec, sd), html=html, overwrite=args.overwrite)
         return run_here(sd, unit_ids, existed, kind, args, html=html)

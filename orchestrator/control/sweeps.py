@@ -194,10 +194,11 @@ def _check_before_move(sd: SweepDir, out: Path, overwrite: bool, *, here: bool) 
     records."""
     from orchestrator.store.merge_output import ANOTHER_OUTPUT, check_target
 
-    if other_run_live(sd):
+    runner = live_runner(sd)
+    if runner is not None:
         raise DispatchError(
-            f"{sd.root} is being run by another `{PROG} run`, which merges into {sd.output} when it ends; move "
-            f"the output to {out} once it has (`{PROG} wait {word(sd.root)}` follows it)"
+            f"{sd.root} is being run by another {runner.command()}, which merges into {sd.output} when it ends; "
+            f"move the output to {out} once it has (`{PROG} wait {word(sd.root)}` follows it)"
         )
     st = sweep_status(sd, query_slurm=False)
     if here and any(u.to_run_here for u in st.units):
@@ -363,14 +364,15 @@ def merge_sweep(
 
 
 @contextlib.contextmanager
-def run_or_follow(sd: SweepDir) -> Iterator[Holder | None]:
-    """For ``tilesweep run``: hold the sweep's run lease for the block and yield None; or,
-    when another live ``run`` holds it, yield that holder and hold nothing (the caller then
-    follows its progress instead of starting work beside it)."""
+def run_or_follow(sd: SweepDir, command: str) -> Iterator[Holder | None]:
+    """For ``tilesweep run`` (and ``resume`` here), ``command``: hold the sweep's run lease for the
+    block, naming ``command``, and yield None; or, when another live command holds it, yield that
+    holder and hold nothing (the caller then follows its progress instead of starting work beside
+    it, or refuses)."""
     for _ in range(3):  # the holder may let go between our try and our look
         stack = contextlib.ExitStack()
         try:
-            stack.enter_context(run_lease(sd.root))
+            stack.enter_context(run_lease(sd.root, command))
         except LeaseHeld:
             holder = read_holder(run_lease_path(sd.root))
             if holder is None or not holder.live:
@@ -386,7 +388,12 @@ def run_or_follow(sd: SweepDir) -> Iterator[Holder | None]:
     raise DispatchError(f"{lease} changed hands three times in a row; retry")
 
 
-def other_run_live(sd: SweepDir) -> bool:
-    """Whether a live ``tilesweep run`` holds the sweep's run lease."""
+def live_runner(sd: SweepDir) -> Holder | None:
+    """The live command (``tilesweep run``, ``resume`` here) that holds the sweep's run lease, or None."""
     holder = read_holder(run_lease_path(sd.root))
-    return holder is not None and holder.live
+    return holder if holder is not None and holder.live else None
+
+
+def other_run_live(sd: SweepDir) -> bool:
+    """Whether a live command (``tilesweep run``, ``resume`` here) holds the sweep's run lease."""
+    return live_runner(sd) is not None

@@ -10,8 +10,9 @@ apart from a live one the same way as for the merge lock. Three kinds:
   requeue, a resumed unit whose old worker still runs, a unit started by hand) is refused
   before it writes anything. The lease names the worker's GPU and SLURM task, which
   ``status`` shows.
-- ``SWEEP/run.lease``: held by ``tilesweep run`` while it runs or waits; a second ``run`` of
-  the same sweep follows the first one's progress instead of starting work beside it.
+- ``SWEEP/run.lease``: held by ``tilesweep run`` while it runs or waits, or by ``resume`` while
+  it runs the sweep here, naming that command; a second ``run`` of the same sweep follows the
+  first one's progress instead of starting work beside it, a second ``resume`` is refused.
 - ``SWEEP/lowering.lease``: held by ``plan --lower --sweep-dir`` while it lowers; a second one
   waits for it, then lowers only the configs the first left without a verdict; ``run``,
   ``submit`` and ``resume`` wait for it before they start a unit (``wait_for_lowering``), and so
@@ -44,6 +45,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import PROG
 from orchestrator.errors import LeaseHeld, LockTimeout, SweepDirError
 from orchestrator.store.files import write_advice
 from orchestrator.store.locks import HEARTBEAT_S, HolderRecord, SoftLock, StaleIf
@@ -81,6 +83,12 @@ class Holder:
         if f.get("gpu") not in (None, ""):
             text += f", GPU {f['gpu']}"
         return text + f", since {f.get('created')}"
+
+    def command(self) -> str:
+        """The command that holds the lease, as a message names it (`` `tilesweep resume` ``), or
+        ``tilesweep command`` where the file names none (a lease of an older tilesweep)."""
+        named = self.fields.get("command")
+        return f"`{PROG} {named}`" if isinstance(named, str) and named.strip() else f"{PROG} command"
 
 
 def _same_job(job: str | None) -> StaleIf:
@@ -136,9 +144,10 @@ def unit_lease(root: Path, unit_id: str, *, gpu: str | None, job: str | None) ->
     )
 
 
-def run_lease(root: Path) -> AbstractContextManager[None]:
-    """The lease ``tilesweep run`` holds while it runs a sweep or waits for it."""
-    return lease(run_lease_path(root), f"the sweep in {root}", extra={"command": "run"})
+def run_lease(root: Path, command: str) -> AbstractContextManager[None]:
+    """The lease a command holds while it runs a sweep or waits for it: ``command``, which its
+    file names for whoever finds the sweep held (``run``, or ``resume`` here)."""
+    return lease(run_lease_path(root), f"the sweep in {root}", extra={"command": command})
 
 
 def lowering_lease_path(root: Path) -> Path:
