@@ -19,28 +19,16 @@ from kernels.impl_base import Value
 from kernels.spelling import as_json
 from orchestrator import PROG, counted
 from orchestrator.errors import PlanError
-from orchestrator.spec.grid import TOKAMAX_GRID
+from orchestrator.spec.grid import TOKAMAX_GRID, ungridded
 from orchestrator.spec.model import SweepSpec
-
-
-def _reference_values(spec: SweepSpec, path: str) -> list[Value]:
-    value: Any = spec
-    for part in path.split("."):
-        value = getattr(value, part)
-    return list(value) if isinstance(value, list) else [value]
 
 
 def axis_values(spec: SweepSpec, mode: str, name: str) -> tuple[list[Value], str]:
     """The values a tunable sweeps, and where they come from (for the plan's notes)."""
-    impl = impls.get(spec.measured_impl)
     given = spec.grid.get(mode, {}) if isinstance(spec.grid, dict) else {}
     if name in given:
         return list(given[name]), f"grid.{mode}.{name}"
-    path = impl.reference_grid(mode).get(name)
-    if path is not None:
-        return _reference_values(spec, path), path.split(".")[0].replace("forward_blocks", "bwd_fwd_config")
-    tunable = next(t for t in impl.tunables(mode) if t.name == name)
-    return list(tunable.default), f"{impl.name}'s default {name}"
+    return ungridded(spec, spec.measured_impl, mode, name)
 
 
 def mode_grid(spec: SweepSpec, mode: str) -> list[tuple[Value, ...]]:

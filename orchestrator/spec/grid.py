@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kernels import impls, tokamax_meta
-from kernels.impl_base import first_refusal
+from kernels.impl_base import Value, first_refusal
 from kernels.spelling import as_json
 
 TOKAMAX_GRID = "tokamax"
@@ -38,6 +38,42 @@ REFERENCE_GRID_FIELDS: dict[str, str] = {
     "bwd_warps": "bwd_warps",
     "bwd_fwd_config": "forward_blocks",
 }
+
+
+def ungridded(spec: object, impl_name: str, mode: str, name: str) -> tuple[list[Value], str]:
+    """The values a tunable of ``impl_name`` sweeps where the grid does not name it, and where they
+    come from (for the plan's notes): the reference config field it is read from
+    (``reference_grid``: the Triton kernels' ``fwd_block_q`` ...), else the tunable's default
+    values. ``spec``: the ``SweepSpec`` whose fields are read."""
+    impl = impls.get(impl_name)
+    path = impl.reference_grid(mode).get(name)
+    if path is not None:
+        value: Any = spec
+        for part in path.split("."):
+            value = getattr(value, part)
+        values = list(value) if isinstance(value, list) else [value]
+        return values, path.split(".")[0].replace("forward_blocks", "bwd_fwd_config")
+    tunable = next(t for t in impl.tunables(mode) if t.name == name)
+    return list(tunable.default), f"{impl.name}'s default {name}"
+
+
+def fingerprinted(spec: object, impl_name: str, grid: Grid | None) -> dict[str, dict[str, list[Value]]] | str | None:
+    """The grid as the sweep's fingerprint counts it: per mode, the tunables it gives other values
+    than they sweep without it (``ungridded``), a mode left with none dropped; None where none is
+    left (no grid, an empty one, one that writes those values out), so that it is the sweep of the
+    same spec without them. ``"tokamax"`` counts as it is."""
+    if grid is None or isinstance(grid, str):
+        return grid
+    counted = {}
+    for mode, tunables in grid.items():
+        kept = {
+            name: list(values)
+            for name, values in tunables.items()
+            if json.dumps(list(values)) != json.dumps(ungridded(spec, impl_name, mode, name)[0])
+        }
+        if kept:
+            counted[mode] = kept
+    return counted or None
 
 
 def check_shape(grid: Mapping[Any, Any]) -> None:

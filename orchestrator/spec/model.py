@@ -365,8 +365,9 @@ class SweepSpec(SpecModel):
         """Identity of what is measured: the problem and grid fields plus timing and kernel options. Executor,
         sharding, output and merge settings may change between submit and resume without invalidating records, so
         they are left out. The causal and kv_heads axes, the kernel implementation, its target device kind, the
-        check section and the grid section count only where they are not the default, so a config block that
-        lacks them (the reference's) and the same spec naming their defaults have one fingerprint."""
+        check section and the grid's tunables count only where they are not the default (for a tunable: what it
+        sweeps without the grid), so a config block that lacks them (the reference's) and the same spec naming
+        their defaults have one fingerprint."""
         dumped = self.model_dump(mode="json")
         measured = {k: dumped[k] for k in REFERENCE_CONFIG_FIELDS if k not in ("output", "append")}
         measured.update(self._axes(dumped))
@@ -374,8 +375,9 @@ class SweepSpec(SpecModel):
             measured[section] = {
                 k: v for k, v in dumped[section].items() if k not in added or v != model.model_fields[k].default
             }
-        if self.grid is not None:
-            measured["grid"] = dumped["grid"]
+        grid = grid_rules.fingerprinted(self, self.measured_impl, self.grid)
+        if grid is not None:
+            measured["grid"] = grid
         measured["kernel"] = {
             k: v for k, v in dumped["kernel"].items() if (k, v) not in (("impl", DEFAULT_IMPL), ("device_kind", None))
         }
