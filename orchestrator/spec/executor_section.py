@@ -18,8 +18,9 @@ EXECUTOR_KINDS = ("local", "slurm", "debug")
 UNITS_PER_GPU = 4
 # How much a whole-node task's units shrink towards its end (``ExecutorSettings.unit_shares``):
 # its last unit on each GPU gets 0.3 of a unit's mean share, its first 1.7. With units whose
-# times miss the plan by 15-30 % (the cost model's error, a shape kept whole), a simulation of 4
-# GPUs taking 16 units in turn leaves 40-60 % less idle GPU time at the task's end than equal units.
+# times miss the plan by 15-30 % (the cost model's error, a shape kept whole), a model of 4 GPUs
+# taking 16 units in turn (tests/test_taper.py) leaves about 60 % less idle GPU time at the task's
+# end than equal units.
 TAPER = 0.7
 SUBMITIT_SIGNAL_DELAY_S = 90  # submitit's default --signal=USR2@90
 # SLURM sends the time-limit warning on its controller's 30 s tick once the time left is at most
