@@ -188,3 +188,14 @@ def test_a_run_lease_that_names_no_command_is_said_as_another_tilesweep_command(
         path.write_text(json.dumps(fields) + "\n")
         r = run_cli("resume", str(sweep))
     assert_one_line_error(r, f"{sweep} is being run by another tilesweep command (pid {os.getpid()} on ")
+
+
+def test_status_of_a_sweep_a_resume_holds_names_the_resume(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    """A planned sweep whose run lease a ``tilesweep resume`` holds (this process, as that resume's
+    lease says): ``status`` says the resume starts its units, not a ``tilesweep run``."""
+    spec, sweep = write_spec(**SPEC), tmp_path / "sweep"
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
+    with run_lease(sweep, "resume"):
+        shown = run_cli("status", str(sweep))
+    assert "not submitted yet: the running `tilesweep resume` starts it" in shown.stdout, shown.stdout
+    assert "`tilesweep run`" not in shown.stdout, shown.stdout

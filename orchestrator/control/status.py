@@ -24,7 +24,6 @@ import os
 import time
 from typing import Any
 
-from orchestrator import PROG
 from orchestrator.control.history import History, read_history, submitted_ts
 from orchestrator.control.partitions import time_limit_of
 from orchestrator.control.scheduler import HELD_REASONS, SchedulerView, queries_disabled, query
@@ -148,6 +147,8 @@ def _runner(sd: SweepDir, st: SweepStatus, hist: History) -> None:
     or none, and then why the last run here stopped, if a full disk stopped it."""
     holder = read_holder(run_lease_path(sd.root))
     st.runner_live = holder is not None and holder.live
+    if holder is not None and st.runner_live:
+        st.runner = holder.command()
     st.runner_stopped = stopped_process(holder.fields) if holder is not None and st.runner_live else None
     st.run_stop = None if st.runner_live else _run_stop(sd, hist)
 
@@ -249,18 +250,16 @@ def _ran_out_of_time(u: UnitStatus, sd: SweepDir, job: dict[str, Any]) -> None:
 
 
 REUSED = "reused: records carried from earlier documents (reuse.json)"  # the reuse unit (store.carried)
-# a unit never submitted, by whether a live `tilesweep run` holds the sweep (it starts the unit)
-NOT_SUBMITTED = {True: "not submitted yet: the running `tilesweep run` starts it", False: "not submitted"}
 
 
 def not_submitted(st: SweepStatus) -> str:
     """What a unit never submitted waits for: the live run that starts it (stopped, and how to
     continue it, where it is), or nothing."""
     if st.runner_stopped is not None:
-        return f"not submitted yet: the `{PROG} run` that starts it (pid {st.runner_stopped}) is " + stopped_line(
+        return f"not submitted yet: the {st.runner} that starts it (pid {st.runner_stopped}) is " + stopped_line(
             st.runner_stopped
         )
-    return NOT_SUBMITTED[st.runner_live]
+    return f"not submitted yet: the running {st.runner} starts it" if st.runner_live else "not submitted"
 
 
 # a unit never submitted because the last run stopped on the full disk

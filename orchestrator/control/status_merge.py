@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from orchestrator import PROG
 from orchestrator.control.history import History
 from orchestrator.control.scheduler import SchedulerView
 from orchestrator.control.status_model import SweepStatus
@@ -65,8 +64,8 @@ def _merging(st: SweepStatus) -> str | None:
     if last is not None and last["state"] in ("PENDING", "RUNNING"):
         return f"its final merge job {last['job_id']} ({last['state'].lower()})"
     if st.runner_stopped is not None:
-        return f"the `{PROG} run` that runs it, once continued (pid {st.runner_stopped} is stopped: Ctrl-Z / SIGSTOP)"
-    return f"the `{PROG} run` that runs it (when it ends)" if st.runner_live else None
+        return f"the {st.runner} that runs it, once continued (pid {st.runner_stopped} is stopped: Ctrl-Z / SIGSTOP)"
+    return f"the {st.runner} that runs it (when it ends)" if st.runner_live else None
 
 
 def merge_jobs(sd: SweepDir, hist: History, view: SchedulerView | None) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import PROG
 from orchestrator.control.scheduler import SchedulerView
 from orchestrator.store.runstop import RunStop
 from orchestrator.store.searchrounds import SURVIVORS, SearchRound
@@ -137,6 +138,7 @@ class SweepStatus:
     # a live `tilesweep run` (or a resume run here) holds the sweep's run lease: it starts the
     # units not submitted yet, so they wait for it; without one nothing starts them
     runner_live: bool = False
+    runner: str = f"`{PROG} run`"  # the command that holds it, as a message names it (``Holder.command``)
     runner_stopped: int | None = None  # that run's pid, where it is stopped (Ctrl-Z, SIGSTOP): it starts nothing
     # the last run here stopped on the sweep directory's full disk, and no job was submitted since
     run_stop: RunStop | None = None

@@ -115,7 +115,7 @@ def sweep_state(st: SweepStatus, *, advice: bool = True) -> str:
         workers = "workers" if len(stopped) > 1 else "worker"
         state += f", the {workers} of {counted(len(stopped), 'unit')} stopped (Ctrl-Z / SIGSTOP)"
     elif state == "in progress" and st.runner_stopped is not None:
-        state += f", the `{PROG} run` that runs it stopped (Ctrl-Z / SIGSTOP)"
+        state += f", the {st.runner} that runs it stopped (Ctrl-Z / SIGSTOP)"
     if state == "incomplete" and st.round2_pending and st.items_done >= st.planned:
         state = "round 1 done, round 2 to plan"
     if state == "incomplete" and st.search_pending and st.done >= st.total:
