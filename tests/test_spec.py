@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 from orchestrator.errors import SpecError
 from orchestrator.spec.files import load_spec, spec_from_data
-from orchestrator.spec.model import REFERENCE_CONFIG_FIELDS, SweepSpec
+from orchestrator.spec.identity import REFERENCE_CONFIG_FIELDS
+from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.reference import COMMAND, sections, spec_reference
 from orchestrator.store import synthetic
 from tests.helpers import TINY_SPEC, assert_one_line_error, run_cli

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from orchestrator.spec.model import canonical_hash
+from orchestrator.spec.identity import canonical_hash
 from tests.helpers import run_cli, sample_replay_spec
 
 UNIT_LINE = re.compile(r"^\s+unit\s+\d+ ([0-9a-f]{12}):")

@@ -148,7 +148,8 @@ def _lower_into_sweep(args: argparse.Namespace, spec: SweepSpec) -> int:
             items = sd.items()
             plan = to_lower(items, before, carried_ids(sd), recorded_ids(sd.root, sd.spec.fingerprint()))
             lowering = sd, before, {it.id for it in plan.todo}
-            return _lower(args, spec, items, sd.root, plan)
+            # the spec file's settings; its verdicts name the fingerprint the sweep was planned with
+            return _lower(args, spec.model_copy().keep_fingerprint(sd.spec.fingerprint()), items, sd.root, plan)
     except OSError as exc:
         if lowering is None or exc.errno not in WRITE_ERRNOS:
             raise

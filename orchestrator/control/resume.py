@@ -79,7 +79,7 @@ def resume_settings(sd: SweepDir, spec_path: str | None) -> ExecutorSettings:
             "the sweep's own"
         )
     spec = load_spec(spec_path)
-    if spec.fingerprint() != sd.spec.fingerprint():
+    if not spec.same_sweep(sd.spec):
         raise MismatchError(
             f"{spec_path} is not the spec of the sweep in {sd.root} ({spec_differences(spec, sd.spec)}); "
             "resume without --spec, or submit that spec to a new --sweep-dir"

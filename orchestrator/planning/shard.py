@@ -18,7 +18,8 @@ from orchestrator.errors import PlanError
 from orchestrator.planning.classify import RUN
 from orchestrator.planning.costs import item_costs, setup_estimate
 from orchestrator.planning.items import WorkItem
-from orchestrator.spec.model import SweepSpec, canonical_hash
+from orchestrator.spec.identity import canonical_hash
+from orchestrator.spec.model import SweepSpec
 
 
 def unit_id(sweep: str, item_ids: Iterable[str], tag: str | None = None) -> str:

@@ -1,6 +1,6 @@
-"""What a sweep spec is: the reference config block plus tilesweep's sections, and its identity
-(the record layout is ``orchestrator.spec.records``; the sections ``orchestrator.spec.sections``;
-the value rules of its lists ``orchestrator.spec.lists``).
+"""What a sweep spec is: the reference config block plus tilesweep's sections (the record layout is
+``orchestrator.spec.records``; the sections ``orchestrator.spec.sections``; the value rules of its
+lists ``orchestrator.spec.lists``; its identity, the fingerprint, ``orchestrator.spec.identity``).
 
 The reference run's config block loads unchanged: every one of its fields keeps its name
 and meaning here. What the reference lacked (executor, sharding, timing, kernel, merge
@@ -11,7 +11,6 @@ the allowed ones, never silently dropped.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Annotated, Any, Literal
 
@@ -24,6 +23,7 @@ from kernels.smem import DTYPES, MODES, element_bytes
 from kernels.spelling import as_json
 from orchestrator.spec import grid as grid_rules
 from orchestrator.spec.executor_section import ExecutorSettings
+from orchestrator.spec.identity import REFERENCE_CONFIG_FIELDS, axes, canonical_hash, fingerprinted
 from orchestrator.spec.lists import (
     HeadDimList,
     NonEmpty,
@@ -50,38 +50,6 @@ from orchestrator.spec.sections import (
     TimingSettings,
 )
 
-# The reference config block, in the reference document's key order.
-REFERENCE_CONFIG_FIELDS = (
-    "output",
-    "append",
-    "dtypes",
-    "head_dims",
-    "seq_lens",
-    "modes",
-    "batch",
-    "heads",
-    "repeats",
-    "auto_only",
-    "tag",
-    "fwd_block_q",
-    "fwd_block_k",
-    "fwd_stages",
-    "fwd_warps",
-    "bwd_outer",
-    "bwd_inner",
-    "bwd_stages",
-    "bwd_warps",
-    "bwd_fwd_config",
-    "smem_limit_bytes",
-)
-
-# Measurement options whose default leaves the fingerprint as it is without them: a spec that
-# leaves them at their defaults has the fingerprint of the same spec that does not name them.
-_ADDED_FIELDS: dict[str, tuple[type[SpecModel], tuple[str, ...]]] = {
-    "timing": (TimingSettings, ("strategy", "screen_ms", "keep", "noise", "timer", "flush_l2"))
-}
-
-
 # more memory than any one GPU has (H200: 141 GB, B200: 180 GB): a problem whose tensors alone
 # need more can run on none
 GPU_MEMORY_BOUND_BYTES = 256 * 10**9
@@ -106,6 +74,9 @@ class SweepSpec(SpecModel):
     # fields a command-line option set over the file's (dotted name: the option, ``--device-kind``)
     _source: str | None = PrivateAttr(default=None)
     _options: dict[str, str] = PrivateAttr(default_factory=dict)
+    # the fingerprint of the sweep directory it was loaded from (``keep_fingerprint``): (this rule's
+    # hash of it when loaded, the fingerprint that sweep was planned with)
+    _planned_as: tuple[str, str] | None = PrivateAttr(default=None)
 
     output: str = Field(
         default="attention_tiles.json",
@@ -344,7 +315,7 @@ class SweepSpec(SpecModel):
         for name in REFERENCE_CONFIG_FIELDS:
             out[name] = dumped[name]
             if name == "heads":
-                out.update(self._axes(dumped))
+                out.update(axes(self, dumped))
         if self.grid is not None:
             out["grid"] = dumped["grid"]
         if self.measured_impl != DEFAULT_IMPL or self.kernel.device_kind is not None:
@@ -352,46 +323,27 @@ class SweepSpec(SpecModel):
             out["kernel"] = {**dumped["kernel"], "impl": self.named_impl}
         return out
 
-    def _axes(self, dumped: dict[str, Any]) -> dict[str, Any]:
-        """The grouped-query and causal axes where they are not the default."""
-        swept = (("causal", self.sweeps_causal), ("kv_heads", self.sweeps_kv_heads))
-        return {k: dumped[k] for k, on in swept if on}
-
     def fingerprint(self) -> str:
-        """Identity of what is measured (``fingerprinted``, hashed)."""
-        return canonical_hash(self.fingerprinted())
+        """The sweep's identity: ``fingerprinted`` hashed, or the fingerprint its sweep directory was
+        planned with, for the spec loaded from one while it measures what it measured then
+        (``keep_fingerprint``; ``spec.identity``)."""
+        hashed = canonical_hash(self.fingerprinted())
+        kept = self._planned_as
+        return kept[1] if kept is not None and kept[0] == hashed else hashed
+
+    def keep_fingerprint(self, planned: str) -> SweepSpec:
+        """This spec, answering ``planned`` (its sweep's fingerprint, which an earlier rule may have
+        hashed) for ``fingerprint`` while it measures what it measures now: a copy that changes what
+        is measured is another sweep, and one that changes only an unmeasured field (its executor)
+        the same sweep."""
+        self._planned_as = (canonical_hash(self.fingerprinted()), planned)
+        return self
+
+    def same_sweep(self, other: SweepSpec) -> bool:
+        """Whether ``other`` measures what this spec measures, both hashed by this release's rule
+        (whatever fingerprint a sweep directory keeps): a spec file held to a sweep's spec."""
+        return canonical_hash(self.fingerprinted()) == canonical_hash(other.fingerprinted())
 
     def fingerprinted(self) -> dict[str, Any]:
-        """Identity of what is measured: the problem and grid fields plus timing and kernel options. Executor,
-        sharding, output and merge settings may change between submit and resume without invalidating records, so
-        they are left out. The causal and kv_heads axes, the kernel implementation, its target device kind, the
-        check section and the grid's tunables count only where they are not the default (for a tunable: what it
-        sweeps without the grid), so a config block that lacks them (the reference's) and the same spec naming
-        their defaults have one fingerprint."""
-        dumped = self.model_dump(mode="json")
-        measured = {k: dumped[k] for k in REFERENCE_CONFIG_FIELDS if k not in ("output", "append")}
-        measured.update(self._axes(dumped))
-        for section, (model, added) in _ADDED_FIELDS.items():
-            measured[section] = {
-                k: v for k, v in dumped[section].items() if k not in added or v != model.model_fields[k].default
-            }
-        grid = grid_rules.fingerprinted(self, self.measured_impl, self.grid)
-        if grid is not None:
-            measured["grid"] = grid
-        measured["kernel"] = {
-            k: v for k, v in dumped["kernel"].items() if (k, v) not in (("impl", DEFAULT_IMPL), ("device_kind", None))
-        }
-        if self.check != CheckSettings():  # a limit of its own: other configs are wrong results
-            measured["check"] = dumped["check"]
-        if self.timing.strategy == "search":  # which configs a search measures: only a search has them
-            measured["search"] = dumped["search"]
-        if self.replay is not None:  # the pace changes no record
-            measured["replay"] = {k: v for k, v in dumped["replay"].items() if (k, v) != ("impl", DEFAULT_IMPL)}
-            measured["replay"].pop("pace")
-        return measured
-
-
-def canonical_hash(obj: Any, length: int = 16) -> str:  # of the canonical JSON: sorted keys, no spaces, ASCII
-    return hashlib.sha256(
-        json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-    ).hexdigest()[:length]
+        """Identity of what is measured (``spec.identity.fingerprinted``)."""
+        return fingerprinted(self)

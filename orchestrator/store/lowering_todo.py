@@ -100,7 +100,7 @@ def lowered_already(spec: SweepSpec, root: Path) -> str | None:
         sd = SweepDir.open(root)
     except TilesweepError:  # the command that goes on says what is wrong with it
         return None
-    verdicts = sweep_verdicts(sd, "SPEC") if sd.spec.fingerprint() == spec.fingerprint() else None
+    verdicts = sweep_verdicts(sd, "SPEC") if sd.spec.same_sweep(spec) else None
     if verdicts is None or verdicts.unlowered or not (verdicts.lowered + verdicts.refused + verdicts.crashed):
         return None
     said = f"{verdicts.lowered} lower, {verdicts.refused} refused" + (

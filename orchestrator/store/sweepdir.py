@@ -206,7 +206,7 @@ class SweepDir:
         """The planned sweep directory ``root`` opened for ``spec``, writing nothing; refused where it
         holds a sweep of another spec."""
         existing = cls.open(root)
-        if existing.spec.fingerprint() != spec.fingerprint():
+        if not existing.spec.same_sweep(spec):
             raise MismatchError(
                 f"{root} already holds a sweep of another spec ({spec_differences(spec, existing.spec)}); "
                 f"use a new --sweep-dir, or `tilesweep resume {word(root)}`"
@@ -279,10 +279,14 @@ class SweepDir:
 
     @property
     def spec(self) -> SweepSpec:
+        """The frozen spec, whose ``fingerprint`` is the one the sweep was planned with
+        (``SweepSpec.keep_fingerprint``), whatever rule hashes the spec now."""
         if self._spec is None:
             from orchestrator.spec.files import spec_from_data
 
-            self._spec = spec_from_data(self.meta["spec"], source=str(self.root / SWEEP_FILE), frozen=True)
+            spec = spec_from_data(self.meta["spec"], source=str(self.root / SWEEP_FILE), frozen=True)
+            planned = self.meta.get("fingerprint")  # whatever rule hashed it (none in a very old sweep.json)
+            self._spec = spec.keep_fingerprint(planned) if isinstance(planned, str) else spec
         return self._spec
 
     @property
