@@ -1,14 +1,16 @@
 """What several test files share and is not a fixture (those are in conftest.py): the
-repository's paths, the tiny spec, running the CLI as a user would, assertions."""
+repository's paths, the tiny spec, replay specs (a sweep that compiles nothing), running the CLI
+as a user would, assertions."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -193,45 +195,84 @@ def scheduler_view(**states: Any) -> Any:
     )
 
 
+def replay_spec(
+    path: Path,
+    grid: Mapping[str, Any],
+    source: Path,
+    output: Path,
+    /,
+    *,
+    replay: Mapping[str, Any] | None = None,
+    kernel: Mapping[str, Any] | None = None,
+    **over: Any,
+) -> Path:
+    """Write at ``path`` a spec of ``grid`` that replays the results document ``source``
+    (``kernel.impl: replay``: its workers compile and time nothing, and take moments), its own
+    results document ``output``. ``replay``, ``kernel``: fields added to those sections (a pace,
+    the source's impl, prune_smem); ``over``: fields on top of all (an ``output`` there wins)."""
+    data = {
+        **grid,
+        "output": str(output),
+        "kernel": {"impl": "replay", **(kernel or {})},
+        "replay": {"source": str(source), **(replay or {})},
+        **over,
+    }
+    path.write_text(json.dumps(data))
+    return path
+
+
+def synthetic_source(
+    path: Path, grid: Mapping[str, Any], fields: Callable[[int], Mapping[str, Any]] | None = None
+) -> Path:
+    """Write at ``path`` a made-up results document of every item of ``grid``, a replay's source
+    (a real run of ``grid`` would cost its compiles); ``fields(k)``: what the k-th record has in
+    place of the made-up values."""
+    from orchestrator.store import synthetic
+
+    doc = synthetic.document({"output": str(path), **grid})
+    for k, rec in enumerate(doc["results"]):
+        rec.update(fields(k) if fields else {})
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def fwd_replay_spec(folder: Path, **over: Any) -> Path:
+    """In ``folder``: a spec of the three fwd items of ``TINY_SPEC`` (``spec.json``, its results
+    ``r.json``) replayed from a made-up document of them (``source.json``), ``over`` on top."""
+    fwd = {**TINY_SPEC, "modes": ["fwd"]}
+    source = synthetic_source(folder / "source.json", fwd)
+    return replay_spec(folder / "spec.json", fwd, source, folder / "r.json", **over)
+
+
 def replay_specs(tmp_path: Path, seconds: Callable[[int], float], kind: str) -> dict[str, Path]:
     """A replay of three fwd configs of ``TINY_SPEC`` (a synthetic source document written in
     ``tmp_path``) as two spec files, one per pace ("real", "instant"), run by the ``kind``
     executor; ``seconds(k)``: the k-th record's compile seconds, which the real pace waits out
     before it writes that record."""
-    import json
-
-    from orchestrator.store import synthetic
-
     grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32]}
-    source = synthetic.document(grid)
-    for k, rec in enumerate(source["results"]):
-        rec.update(compile_s=seconds(k))
-    (tmp_path / "source.json").write_text(json.dumps(source))
-    specs = {}
+    source = synthetic_source(tmp_path / "source.json", grid, lambda k: {"compile_s": seconds(k)})
+    out, specs = tmp_path / "out.json", {}
     for pace in ("real", "instant"):
-        replay = {"source": str(tmp_path / "source.json"), "pace": pace}
-        data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
-        specs[pace] = tmp_path / f"{pace}.json"
-        specs[pace].write_text(json.dumps({**data, "executor": {"kind": kind}}))
+        specs[pace] = replay_spec(
+            tmp_path / f"{pace}.json", grid, source, out, replay={"pace": pace}, executor={"kind": kind}
+        )
     return specs
 
 
-def sample_replay_spec(path: Path, output: Path, **over: Any) -> Path:
+# the excerpt's (``SAMPLE``'s) one problem shape at seq 2048, bf16 d64: with its fwd and fwd_bwd configs, 104 items
+EXCERPT_BF16_D64: dict[str, Any] = {"dtypes": ["bfloat16"], "head_dims": [64], "seq_lens": [2048]}
+
+
+def sample_config() -> dict[str, Any]:
+    """The excerpt's config block: the spec of the sweep it holds records of."""
+    config: dict[str, Any] = json.loads(SAMPLE.read_text())["config"]
+    return config
+
+
+def sample_replay_spec(path: Path, output: Path, /, **over: Any) -> Path:
     """Write at ``path`` a spec that replays the excerpt (``SAMPLE``: its config, its records)
     in this process's debug executor, its results document ``output``, ``over`` on top."""
-    import json
-
-    config = json.loads(SAMPLE.read_text())["config"]
-    data = {
-        **config,
-        "output": str(output),
-        "kernel": {"impl": "replay"},
-        "replay": {"source": str(SAMPLE)},
-        "executor": {"kind": "debug"},
-        **over,
-    }
-    path.write_text(json.dumps(data))
-    return path
+    return replay_spec(path, sample_config(), SAMPLE, output, **{"executor": {"kind": "debug"}, **over})
 
 
 def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:

@@ -3,7 +3,6 @@ saw it finish: a ``run`` that followed another one ends as a ``run`` here does."
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -16,29 +15,14 @@ from orchestrator.cli.finish import finish_sweep
 from orchestrator.control import dispatch
 from orchestrator.control.sweeps import prepare_sweep
 from orchestrator.store.leases import run_lease
-from tests.conftest import REPO, SAMPLE, run_cli
-from tests.helpers import LAUNCH, assert_one_line_error
+from tests.conftest import REPO, run_cli
+from tests.helpers import EXCERPT_BF16_D64, LAUNCH, assert_one_line_error, sample_replay_spec
 
 
 def _replay_spec(tmp_path: Path, *, html: bool, **over: object) -> Path:
     """bf16 d64 s2048, fwd and fwd_bwd (104 items) in 3 units, replayed from the excerpt."""
-    config = json.loads(SAMPLE.read_text())["config"]
-    data = {
-        **config,
-        "dtypes": ["bfloat16"],
-        "head_dims": [64],
-        "seq_lens": [2048],
-        "sharding": {"units": 3},
-        "output": str(tmp_path / "results.json"),
-        "kernel": {"impl": "replay"},
-        "replay": {"source": str(SAMPLE)},
-        "executor": {"kind": "debug"},
-        "report": {"html": html},
-        **over,
-    }
-    path = tmp_path / "finish.json"
-    path.write_text(json.dumps(data))
-    return path
+    data = {**EXCERPT_BF16_D64, "sharding": {"units": 3}, "report": {"html": html}, **over}
+    return sample_replay_spec(tmp_path / "finish.json", tmp_path / "results.json", **data)
 
 
 def test_a_run_that_follows_another_ends_as_a_run_here_does(tmp_path: Path) -> None:

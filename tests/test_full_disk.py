@@ -23,7 +23,18 @@ import pytest
 from orchestrator.errors import SweepDirError
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
-from tests.helpers import REPO, SAMPLE, TINY_SPEC, assert_one_line_error, records_written, run_cli, start_run, until
+from tests.helpers import (
+    REPO,
+    SAMPLE,
+    TINY_SPEC,
+    assert_one_line_error,
+    records_written,
+    replay_spec,
+    run_cli,
+    start_run,
+    synthetic_source,
+    until,
+)
 
 FREE_SPACE = "free space on its disk"
 
@@ -70,15 +81,9 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
 def _replay_spec(tmp_path: Path, replay: dict[str, Any] | None = None, **more: Any) -> Path:
     """A replay spec (``more``: its fields over the tiny one's, the source's too; ``replay``:
     its replay section's, over the source): its units take no compile and no GPU."""
-    from orchestrator.store import synthetic
-
-    fwd = {"modes": ["fwd"], "fwd_block_q": [16, 32, 64], "fwd_block_k": [32], **more}
-    source = tmp_path / "source.json"
-    source.write_text(json.dumps(synthetic.document({**TINY_SPEC, **fwd, "output": str(source)})))
-    spec = tmp_path / "spec.json"
-    data = {**TINY_SPEC, **fwd, "output": str(tmp_path / "results.json"), "kernel": {"impl": "replay"}}
-    spec.write_text(json.dumps({**data, "replay": {"source": str(source), **(replay or {})}}))
-    return spec
+    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32, 64], "fwd_block_k": [32], **more}
+    source = synthetic_source(tmp_path / "source.json", grid)
+    return replay_spec(tmp_path / "spec.json", grid, source, tmp_path / "results.json", replay=replay)
 
 
 def _replay_sweep(tmp_path: Path, root: Path) -> Path:

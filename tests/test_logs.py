@@ -8,29 +8,25 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.planning import Unit
-from orchestrator.store import synthetic
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep, small_spec
-from tests.helpers import assert_one_line_error, run_cli
+from tests.helpers import TINY_SPEC, assert_one_line_error, replay_spec, run_cli, synthetic_source
 
 
-def _replayed(write_spec: Callable[..., Path], tmp_path: Path, name: str = "spec.json", **over: Any) -> Path:
+def _replayed(tmp_path: Path, name: str = "spec.json", **over: Any) -> Path:
     """A spec file of two fwd items replayed from a made-up document of them: its workers run as
     a measuring sweep's do, and take moments."""
-    fields: dict[str, Any] = {"modes": ["fwd"], "fwd_block_q": [32], **over}
-    source = tmp_path / "source.json"
-    if not source.exists():
-        source.write_text(json.dumps(synthetic.document(json.loads(write_spec(name, **fields).read_text()))))
-    return write_spec(name, **fields, kernel={"impl": "replay"}, replay={"source": str(source)})
+    grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [32]}
+    source = synthetic_source(tmp_path / "source.json", grid)
+    return replay_spec(tmp_path / name, grid, source, tmp_path / "results.json", **over)
 
 
-def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    spec = _replayed(write_spec, tmp_path, executor={"kind": "local"})
+def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(tmp_path: Path) -> None:
+    spec = _replayed(tmp_path, executor={"kind": "local"})
     sweep = tmp_path / "sweep"
     assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     shutil.rmtree(sweep / "logs")
@@ -39,10 +35,8 @@ def test_logs_of_a_unit_that_ran_whose_log_is_gone_says_so(write_spec: Callable[
     assert "has not started" not in r.stderr and "never submitted" not in r.stderr
 
 
-def test_logs_of_the_unit_of_carried_records_says_no_worker_ran_it(
-    write_spec: Callable[..., Path], tmp_path: Path
-) -> None:
-    spec = _replayed(write_spec, tmp_path, executor={"kind": "debug"})
+def test_logs_of_the_unit_of_carried_records_says_no_worker_ran_it(tmp_path: Path) -> None:
+    spec = _replayed(tmp_path, executor={"kind": "debug"})
     assert run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "first")).returncode == 0
     sweep = tmp_path / "again"  # the same spec planned again: its output document holds every item
     planned = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
@@ -153,15 +147,13 @@ def test_logs_of_a_slurm_task_id_prints_the_log_of_the_unit_it_ran_or_the_tasks_
     assert "units.json" not in line, line
 
 
-def test_each_attempts_log_of_a_unit_run_here_opens_with_a_line_naming_the_unit(
-    write_spec: Callable[..., Path], tmp_path: Path
-) -> None:
+def test_each_attempts_log_of_a_unit_run_here_opens_with_a_line_naming_the_unit(tmp_path: Path) -> None:
     """Whoever starts a local worker writes the line first: a run that waits for its workers,
     and the controller of a worker ``resume --no-wait`` leaves running."""
-    spec = _replayed(write_spec, tmp_path, executor={"kind": "local"})
+    spec = _replayed(tmp_path, executor={"kind": "local"})
     ran, left = tmp_path / "ran", tmp_path / "left"
     assert run_cli("run", str(spec), "--sweep-dir", str(ran)).returncode == 0
-    other = _replayed(write_spec, tmp_path, "other.json", executor={"kind": "local"}, output=str(tmp_path / "o.json"))
+    other = _replayed(tmp_path, "other.json", executor={"kind": "local"}, output=str(tmp_path / "o.json"))
     assert run_cli("plan", str(other), "--sweep-dir", str(left)).returncode == 0  # its own output: nothing reused
     assert run_cli("resume", str(left), "--no-wait").returncode == 0
     assert run_cli("wait", str(left)).returncode == 0

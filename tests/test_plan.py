@@ -17,8 +17,8 @@ from orchestrator.planning import INVALID, PRUNED, RUN, WorkItem, costs, expand,
 from orchestrator.spec import records
 from orchestrator.spec.model import SweepSpec
 from orchestrator.spec.records import item_id
-from orchestrator.store import document, synthetic
-from tests.helpers import TINY_SPEC, assert_one_line_error
+from orchestrator.store import document
+from tests.helpers import TINY_SPEC, assert_one_line_error, fwd_replay_spec
 
 from .conftest import SAMPLE, run_cli
 
@@ -312,25 +312,14 @@ def test_plan_memory_grows_in_proportion_to_items() -> None:
     assert per_item < 1000, f"{per_item:.0f} bytes per item"
 
 
-def _replay_spec(folder: Path, **over: Any) -> Path:
-    """A spec of three fwd items, replayed from a synthetic document (no CPU spent timing)."""
-    fwd = {**TINY_SPEC, "modes": ["fwd"]}
-    source = folder / "source.json"
-    source.write_text(json.dumps(synthetic.document({**fwd, "output": str(source)})))
-    spec = folder / "spec.json"
-    data = {**fwd, "output": str(folder / "r.json"), "kernel": {"impl": "replay"}, "replay": {"source": str(source)}}
-    spec.write_text(json.dumps({**data, **over}))
-    return spec
-
-
 def test_more_units_asked_for_than_items_is_said_where_a_plan_is_made(tmp_path: Path) -> None:
-    spec = _replay_spec(tmp_path, executor={"kind": "slurm", "slurm_partition": "gpu"})
+    spec = fwd_replay_spec(tmp_path, executor={"kind": "slurm", "slurm_partition": "gpu"})
     note = "tilesweep: note: 20 units asked for, 3 made: a unit holds at least one item to measure"
     plan = run_cli("plan", str(spec), "--units", "20", "--dry-run")
     assert plan.returncode == 0 and note in plan.stderr.splitlines(), plan.stderr
     assert plan.stdout.startswith("3 items in 3 units") and plan.stdout.count(":     1 item   float32/d16/s64") == 3
     (tmp_path / "local").mkdir()
-    local = _replay_spec(tmp_path / "local", sharding={"units": 20})
+    local = fwd_replay_spec(tmp_path / "local", sharding={"units": 20})
     run = run_cli("run", str(local), "--sweep-dir", str(tmp_path / "sweep"))
     assert run.returncode == 0 and note in run.stderr.splitlines() and "3 items in 3 units" in run.stderr, run.stderr
     again = run_cli("run", str(local), "--sweep-dir", str(tmp_path / "sweep"))  # the plan is kept: nothing to say
@@ -343,7 +332,7 @@ def test_more_units_asked_for_than_items_is_said_where_a_plan_is_made(tmp_path: 
 
 @pytest.mark.parametrize("command", ["plan", "run"])
 def test_a_sweep_directory_that_is_a_file_is_refused_before_the_plan_is_shown(tmp_path: Path, command: str) -> None:
-    spec = _replay_spec(tmp_path)
+    spec = fwd_replay_spec(tmp_path)
     (tmp_path / "a-file").write_text("")
     r = run_cli(command, str(spec), "--sweep-dir", str(tmp_path / "a-file"))
     assert_one_line_error(r, f"sweep directory {tmp_path / 'a-file'} exists and is not a directory")
@@ -381,7 +370,7 @@ def test_a_large_grid_is_said_before_a_plan_expands_it_and_only_then(
 def test_units_asked_of_a_sweep_planned_before_are_said_not_to_be_used(tmp_path: Path) -> None:
     """A sweep directory keeps the units it was planned with: ``--units`` of another count on
     ``plan`` or ``run`` into it says it is not used, where it had been dropped without a word."""
-    spec = _replay_spec(tmp_path, sharding={"units": 3})
+    spec = fwd_replay_spec(tmp_path, sharding={"units": 3})
     sweep = tmp_path / "sweep"
     assert run_cli("run", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     note = f"tilesweep: note: --units 1 is not used: {sweep} keeps the 3 units it was planned with"

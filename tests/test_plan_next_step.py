@@ -8,12 +8,11 @@ import json
 import os
 from pathlib import Path
 
-from tests.helpers import assert_one_line_error, run_cli
-from tests.test_plan import _replay_spec
+from tests.helpers import assert_one_line_error, fwd_replay_spec, run_cli
 
 
 def test_plan_into_a_sweep_directory_says_where_and_how_many_units(tmp_path: Path) -> None:
-    spec, sweep, again = _replay_spec(tmp_path, sharding={"units": 1}), tmp_path / "sweep", tmp_path / "again"
+    spec, sweep, again = fwd_replay_spec(tmp_path, sharding={"units": 1}), tmp_path / "sweep", tmp_path / "again"
     r = run_cli("plan", str(spec), "--sweep-dir", str(sweep))
     said = f"planned into {sweep} (1 unit); `tilesweep resume {sweep}` runs them"
     assert r.returncode == 0 and said in r.stdout and "run one with: python -m jobs.worker" in r.stdout, r.stdout
@@ -27,7 +26,7 @@ def test_plan_into_a_sweep_directory_says_where_and_how_many_units(tmp_path: Pat
 def test_plan_json_with_a_sweep_directory_and_no_dry_run_is_refused_not_silently_unwritten(tmp_path: Path) -> None:
     """--json shows the plan and writes nothing: with --sweep-dir, where plan writes the plan,
     it is refused in one line naming both ways out, and no directory is made; --dry-run shows it."""
-    spec, sweep = _replay_spec(tmp_path, sharding={"units": 1}), tmp_path / "sweep"
+    spec, sweep = fwd_replay_spec(tmp_path, sharding={"units": 1}), tmp_path / "sweep"
     r = run_cli("plan", str(spec), "--json", "--sweep-dir", str(sweep))
     assert_one_line_error(r, f"--json prints the plan and writes nothing into {sweep}", "add --dry-run", "drop --json")
     assert not sweep.exists()
@@ -42,7 +41,7 @@ def test_a_plan_whose_disk_fills_says_to_free_space_then_plan_again_which_writes
     The one line names the file, the filesystem and the plan to run again, which writes the rest."""
     from tests.test_full_disk import SmallDisk, tmpfs
 
-    spec = _replay_spec(tmp_path, sharding={"units": 1})
+    spec = fwd_replay_spec(tmp_path, sharding={"units": 1})
     with tmpfs(tmp_path / "disk", "size=2m") as root:
         disk, sweep = SmallDisk(root), root / "sweep"
         disk.fill()
@@ -63,7 +62,7 @@ def test_a_dry_run_of_a_sweep_planned_before_shows_the_units_it_keeps(tmp_path: 
     ``resume`` runs, not a plan made anew (which, its document written, would carry every item in a
     unit of its own); it writes nothing, and ``--json`` shows the same units. A spec of another
     sweep is refused as ``plan`` refuses it."""
-    spec, sweep = _replay_spec(tmp_path, sharding={"units": 2}), tmp_path / "sweep"
+    spec, sweep = fwd_replay_spec(tmp_path, sharding={"units": 2}), tmp_path / "sweep"
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     assert run_cli("resume", str(sweep)).returncode == 0  # its document holds every record now
     kept = [entry["id"] for entry in json.loads((sweep / "units.json").read_text())]
@@ -86,6 +85,6 @@ def test_a_dry_run_of_a_sweep_planned_before_shows_the_units_it_keeps(tmp_path: 
     assert not any("reused_from" in line for line in lines) and "planned anew" not in shown.stderr, shown
     assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
     (tmp_path / "other").mkdir()
-    other = _replay_spec(tmp_path / "other", repeats=4)
+    other = fwd_replay_spec(tmp_path / "other", repeats=4)
     r = run_cli("plan", str(other), "--dry-run", "--sweep-dir", str(sweep))
     assert_one_line_error(r, f"{sweep} already holds a sweep of another spec (repeats 4 in this spec")

@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.store import synthetic
 from orchestrator.store.parse_procs import ENV
-from tests.helpers import TINY_SPEC
+from tests.helpers import fwd_replay_spec
 
 TILESWEEP = Path(sys.executable).with_name("tilesweep")  # the command a user types, not `python -m`
 
@@ -38,12 +37,7 @@ def test_a_run_and_its_merge_in_a_folder_holding_other_packages_of_those_names_r
 ) -> None:
     here = tmp_path / "checkout"
     imported = _impostors(here)
-    fwd = {**TINY_SPEC, "modes": ["fwd"]}
-    source = tmp_path / "source.json"
-    source.write_text(json.dumps(synthetic.document({**fwd, "output": str(source)})))
-    spec = tmp_path / "spec.json"
-    data = {**fwd, "output": str(tmp_path / "r.json"), "kernel": {"impl": "replay"}, "replay": {"source": str(source)}}
-    spec.write_text(json.dumps(data))
+    spec = fwd_replay_spec(tmp_path)
     sweep = tmp_path / "sweep"
     run = _tilesweep(here, "run", str(spec), "--sweep-dir", str(sweep))  # each unit's worker a process of its own
     assert run.returncode == 0, run.stderr

@@ -13,24 +13,15 @@ import pytest
 from jobs.replay import draw
 from orchestrator.spec.records import record_key
 from tests.conftest import SAMPLE, run_cli
-from tests.helpers import assert_one_line_error
+from tests.helpers import assert_one_line_error, replay_spec, replay_specs, sample_config, synthetic_source
 
 
-def replay_spec(tmp_path: Path, name: str = "replay.json", source: Path = SAMPLE, **over: Any) -> Path:
+def excerpt_spec(tmp_path: Path, name: str = "replay.json", source: Path = SAMPLE, **over: Any) -> Path:
     """The excerpt's own config at its seq, replayed from ``source``; prune_smem off, so the
     source's shared-memory failures replay as they were recorded."""
-    config = json.loads(SAMPLE.read_text())["config"]
-    data = {
-        **config,
-        "seq_lens": [2048],
-        "output": str(tmp_path / f"{Path(name).stem}.results.json"),
-        "kernel": {"impl": "replay", "prune_smem": "off"},
-        "replay": {"source": str(source)},
-        **over,
-    }
-    path = tmp_path / name
-    path.write_text(json.dumps(data))
-    return path
+    output = tmp_path / f"{Path(name).stem}.results.json"
+    grid = {**sample_config(), "seq_lens": [2048]}
+    return replay_spec(tmp_path / name, grid, source, output, kernel={"prune_smem": "off"}, **over)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
@@ -44,7 +35,7 @@ def test_replayed_median_lies_within_the_records_quartiles(n: int) -> None:
 
 
 def test_replay_of_the_excerpt_through_run_reproduces_every_median(tmp_path: Path, sample_doc: dict[str, Any]) -> None:
-    spec = replay_spec(tmp_path)
+    spec = excerpt_spec(tmp_path)
     sweep = tmp_path / "sweep"
     r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
     assert r.returncode == 0, r.stderr
@@ -77,7 +68,7 @@ def test_a_full_replay_takes_no_screened_record_for_a_full_timing(tmp_path: Path
     source = tmp_path / "halving.json"
     source.write_text(json.dumps(sample_doc))
     r = run_cli(
-        "run", str(replay_spec(tmp_path, source=source)), "--sweep-dir", str(tmp_path / "s"), "--executor", "debug"
+        "run", str(excerpt_spec(tmp_path, source=source)), "--sweep-dir", str(tmp_path / "s"), "--executor", "debug"
     )
     assert r.returncode == 0, r.stderr
     replayed = {record_key(rec): rec for rec in json.loads((tmp_path / "replay.results.json").read_text())["results"]}
@@ -89,10 +80,10 @@ def test_a_full_replay_takes_no_screened_record_for_a_full_timing(tmp_path: Path
 def test_bad_replay_sources_are_one_line_errors(tmp_path: Path) -> None:
     not_a_doc = tmp_path / "list.json"
     not_a_doc.write_text("[1, 2]")
-    r = run_cli("plan", str(replay_spec(tmp_path, "a.json", source=not_a_doc)), "--dry-run")
+    r = run_cli("plan", str(excerpt_spec(tmp_path, "a.json", source=not_a_doc)), "--dry-run")
     assert_one_line_error(r, "replay.source", str(not_a_doc), "not a results document")
 
-    r = run_cli("run", str(replay_spec(tmp_path, "b.json", heads=4)), "--sweep-dir", str(tmp_path / "b"))
+    r = run_cli("run", str(excerpt_spec(tmp_path, "b.json", heads=4)), "--sweep-dir", str(tmp_path / "b"))
     assert_one_line_error(r, "another spec", "heads=8", "heads=4")
     assert not (tmp_path / "b").exists()  # refused before anything was planned
     # the excerpt measured our kernel, non-causal, multi-head: a replay of jax's kernel, of causal
@@ -107,7 +98,7 @@ def test_bad_replay_sources_are_one_line_errors(tmp_path: Path) -> None:
         ("e.json", {"kv_heads": [2]}, ["kv_heads [2] were not measured", "its kv_heads: [8]"]),
     ]
     for name, over, needles in other_problems:
-        r = run_cli("plan", str(replay_spec(tmp_path, name, **over)), "--dry-run")
+        r = run_cli("plan", str(excerpt_spec(tmp_path, name, **over)), "--dry-run")
         assert_one_line_error(r, "another spec", *needles)
 
 
@@ -115,7 +106,7 @@ def test_a_replay_into_its_own_source_is_refused_before_anything_is_written(tmp_
     """Its merge would replace the measurements it replays with replayed ones."""
     source = tmp_path / "measured.json"
     source.write_bytes(SAMPLE.read_bytes())
-    spec = replay_spec(tmp_path, "self.json", source=source, output=str(tmp_path / "." / "measured.json"))
+    spec = excerpt_spec(tmp_path, "self.json", source=source, output=str(tmp_path / "." / "measured.json"))
     r = run_cli("run", str(spec), "--sweep-dir", str(tmp_path / "self"))
     assert_one_line_error(r, "replay.source", "this sweep's output", "set output to another file")
     assert source.read_bytes() == SAMPLE.read_bytes() and not (tmp_path / "self").exists()
@@ -161,26 +152,19 @@ def test_replay_at_the_real_pace_waits_out_each_records_seconds(tmp_path: Path) 
     instant replay, the same sweep (fingerprint: a sweep may be resumed at either pace), but the
     unit lasts the virtual seconds it replays."""
     from orchestrator.spec.files import spec_from_data
-    from orchestrator.store import synthetic
     from tests.conftest import TINY_SPEC
 
     grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32], "timing": {"target_ms": 200, "warmup": 0}}
-    source = synthetic.document(grid)
-    for rec in source["results"]:
-        rec.update(compile_s=0.2, median_ms=2.0, q1_ms=1.9, q3_ms=2.1)
-    (tmp_path / "source.json").write_text(json.dumps(source))
+    timed = {"compile_s": 0.2, "median_ms": 2.0, "q1_ms": 1.9, "q3_ms": 2.1}
+    source = synthetic_source(tmp_path / "source.json", grid, lambda k: timed)
     docs = {}
     markers = {}
     for pace in ("instant", "real"):
-        data = {
-            **grid,
-            "output": str(tmp_path / f"{pace}.json"),
-            "kernel": {"impl": "replay"},
-            "replay": {"source": str(tmp_path / "source.json"), "pace": pace},
-        }
-        (tmp_path / f"{pace}.spec.json").write_text(json.dumps(data))
+        spec = replay_spec(
+            tmp_path / f"{pace}.spec.json", grid, source, tmp_path / f"{pace}.json", replay={"pace": pace}
+        )
         sweep = tmp_path / f"sweep-{pace}"
-        r = run_cli("run", str(tmp_path / f"{pace}.spec.json"), "--sweep-dir", str(sweep), "--executor", "debug")
+        r = run_cli("run", str(spec), "--sweep-dir", str(sweep), "--executor", "debug")
         assert r.returncode == 0, r.stderr
         docs[pace] = json.loads((tmp_path / f"{pace}.json").read_text())["results"]
         (markers[pace],) = [json.loads(p.read_text()) for p in (sweep / "done").glob("*.json")]
@@ -196,21 +180,16 @@ def test_a_stop_that_ends_a_paced_wait_leaves_that_record_unwritten(tmp_path: Pa
     worker's stop_check) ends the wait for a record's seconds: that record is not written, so a
     rehearsal of time limits gets no record its seconds were not spent on."""
     from jobs.worker import run_unit
-    from orchestrator.store import synthetic
     from orchestrator.store.partials import read_partial
     from orchestrator.store.sweepdir import SweepDir
     from tests.conftest import TINY_SPEC
 
     grid = {**TINY_SPEC, "modes": ["fwd"], "fwd_block_q": [16, 32]}
-    source = synthetic.document(grid)
-    for rec in source["results"]:
-        rec.update(compile_s=60.0)  # a minute per record: only the stop ends the wait
-    (tmp_path / "source.json").write_text(json.dumps(source))
-    replay = {"source": str(tmp_path / "source.json"), "pace": "real"}
-    data = {**grid, "output": str(tmp_path / "out.json"), "kernel": {"impl": "replay"}, "replay": replay}
-    (tmp_path / "spec.json").write_text(json.dumps(data))
+    # a minute per record: only the stop ends the wait
+    source = synthetic_source(tmp_path / "source.json", grid, lambda k: {"compile_s": 60.0})
+    spec = replay_spec(tmp_path / "spec.json", grid, source, tmp_path / "out.json", replay={"pace": "real"})
     sweep = tmp_path / "sweep"
-    assert run_cli("plan", str(tmp_path / "spec.json"), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
+    assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "1").returncode == 0
     checks = []
 
     def stop_check() -> bool:  # False before the first record, True once its wait has begun
@@ -224,8 +203,6 @@ def test_a_stop_that_ends_a_paced_wait_leaves_that_record_unwritten(tmp_path: Pa
 
 
 def test_a_replay_resumed_with_a_spec_of_the_other_pace_replays_at_that_pace(tmp_path: Path) -> None:
-    from tests.helpers import replay_specs
-
     specs = replay_specs(tmp_path, lambda k: 60.0, "debug")  # a minute per record at the real pace
     sweep = tmp_path / "sweep"
     assert run_cli("plan", str(specs["real"]), "--sweep-dir", str(sweep)).returncode == 0

@@ -51,14 +51,10 @@ class ThreeRounds:
         (sd.root / RECORD).write_text(json.dumps([n for n in self._planned(sd) if n != number]))
 
 
-def _replay_spec(tmp_path: Path) -> Path:
-    """bf16 d64 s2048, fwd and fwd_bwd (104 items) in 2 units, replayed from the excerpt."""
-    return spec_file(tmp_path, "three.json", timing={})  # the search's spec, timed in full
-
-
 def test_a_strategy_of_three_rounds_is_advanced_round_by_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(rounds.PLANNERS, "full", ThreeRounds())
-    sd, unit_ids, _ = prepare_sweep(str(_replay_spec(tmp_path)), str(tmp_path / "sweep"), None, None)
+    spec = spec_file(tmp_path, "three.json", timing={})  # the search's spec (2 units), timed in full
+    sd, unit_ids, _ = prepare_sweep(str(spec), str(tmp_path / "sweep"), None, None)
     settings = sd.spec.executor
     # a round is to come, so a merge job submitted now would advance the sweep
     assert rounds.pending_round(sd) == 2 and rounds.merge_hook(sd) is rounds.after_merge

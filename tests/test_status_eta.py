@@ -8,6 +8,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,21 +17,18 @@ from orchestrator.control.status import format_status, sweep_status
 from orchestrator.store import synthetic
 from orchestrator.store.sweepdir import SweepDir
 from orchestrator.store.synthetic import build_sweep
-from tests.helpers import TINY_SPEC, run_cli, scheduler_view
+from tests.helpers import TINY_SPEC, replay_spec, run_cli, scheduler_view, synthetic_source
 
 GRID = {**TINY_SPEC, "modes": ["fwd"], "seq_lens": [64, 128], "fwd_block_q": [16, 32, 64]}
 
 
-def _replay_spec(folder: Path, name: str, **over: object) -> Path:
-    replay = {"source": str(folder / "source.json"), "pace": "instant"}
-    data = {**GRID, "output": str(folder / "out.json"), "kernel": {"impl": "replay"}, "replay": replay, **over}
-    path = folder / name
-    path.write_text(json.dumps(data))
-    return path
+def _replay_spec(folder: Path, name: str, **over: Any) -> Path:
+    source, output = folder / "source.json", folder / "out.json"
+    return replay_spec(folder / name, GRID, source, output, replay={"pace": "instant"}, **over)
 
 
 def test_the_eta_of_a_sweep_that_reused_records_is_the_pace_of_its_jobs_alone(tmp_path: Path) -> None:
-    (tmp_path / "source.json").write_text(json.dumps(synthetic.document(GRID)))
+    synthetic_source(tmp_path / "source.json", GRID)
     first = _replay_spec(tmp_path, "first.json", fwd_block_q=[16], executor={"kind": "local"})
     assert run_cli("run", str(first), "--sweep-dir", str(tmp_path / "first")).returncode == 0
     spec = _replay_spec(tmp_path, "all.json", executor={"kind": "slurm"})

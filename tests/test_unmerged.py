@@ -14,13 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from orchestrator.store.synthetic import build_sweep, small_spec
-from tests.helpers import REPO, TINY_SPEC, run_cli, start_run, until
+from tests.helpers import REPO, TINY_SPEC, fwd_replay_spec, replay_spec, run_cli, start_run, synthetic_source, until
 from tests.test_local_lifecycle import SETTLE_S, SPEC, replay_source
 
 
@@ -45,16 +44,14 @@ def _jobs(sweep: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
 
 
-def _replay_spec(write_spec: Callable[..., Path], tmp_path: Path, units: int) -> Path:
+def _replay_spec(tmp_path: Path, units: int) -> Path:
     """``SPEC`` (four items) replayed, in ``units`` units: a worker takes moments to run one."""
-    replay = {"source": str(replay_source(tmp_path))}
-    return write_spec(**SPEC, kernel={"impl": "replay"}, replay=replay, sharding={"units": units})
+    source, output = replay_source(tmp_path), tmp_path / "results.json"
+    return replay_spec(tmp_path / "spec.json", {**TINY_SPEC, **SPEC}, source, output, sharding={"units": units})
 
 
-def test_a_killed_runs_finished_sweep_is_complete_not_merged_until_merge(
-    write_spec: Callable[..., Path], tmp_path: Path
-) -> None:
-    spec = _replay_spec(write_spec, tmp_path, 1)
+def test_a_killed_runs_finished_sweep_is_complete_not_merged_until_merge(tmp_path: Path) -> None:
+    spec = _replay_spec(tmp_path, 1)
     sweep, out = tmp_path / "sweep", tmp_path / "results.json"
     _killed_run(spec, sweep)
     until(lambda: _settled(sweep, 1), "the worker's marker")
@@ -74,12 +71,10 @@ def test_a_killed_runs_finished_sweep_is_complete_not_merged_until_merge(
     assert json.loads(run_cli("status", str(sweep), "--json").stdout)["merged"] is True
 
 
-def test_records_written_after_a_merge_leave_the_sweep_not_merged_since(
-    write_spec: Callable[..., Path], tmp_path: Path
-) -> None:
+def test_records_written_after_a_merge_leave_the_sweep_not_merged_since(tmp_path: Path) -> None:
     """A merge of the killed run's first unit, then ``resume --no-wait`` runs the second unit
     and nothing merges its records: the document exists but lacks them."""
-    spec = _replay_spec(write_spec, tmp_path, 2)
+    spec = _replay_spec(tmp_path, 2)
     sweep, out = tmp_path / "sweep", tmp_path / "results.json"
     _killed_run(spec, sweep)
     until(lambda: _settled(sweep, 1), "the first unit's marker")
@@ -124,14 +119,10 @@ def test_status_text_and_json_say_whether_the_document_is_there_from_one_fact(tm
 def _recorded_by_hand(tmp_path: Path, kind: str) -> tuple[Path, Path]:
     """A replay sweep of two units for the ``kind`` executor, each unit run by hand
     (``python -m jobs.worker``): complete, its document never written."""
-    from orchestrator.store import synthetic
-
-    fwd = {"modes": ["fwd"], "seq_lens": [64, 128]}
-    source, spec = tmp_path / "source.json", tmp_path / f"{kind}.json"
-    source.write_text(json.dumps(synthetic.document({**TINY_SPEC, **fwd, "output": str(source)})))
+    grid = {**TINY_SPEC, "modes": ["fwd"], "seq_lens": [64, 128]}
+    source = synthetic_source(tmp_path / "source.json", grid)
     out, sweep = tmp_path / f"{kind}-results.json", tmp_path / f"{kind}-sweep"
-    data = {**TINY_SPEC, **fwd, "output": str(out), "kernel": {"impl": "replay"}, "executor": {"kind": kind}}
-    spec.write_text(json.dumps({**data, "replay": {"source": str(source)}, "sharding": {"units": 2}}))
+    spec = replay_spec(tmp_path / f"{kind}.json", grid, source, out, executor={"kind": kind}, sharding={"units": 2})
     assert run_cli("plan", str(spec), "--sweep-dir", str(sweep)).returncode == 0
     for unit in json.loads((sweep / "units.json").read_text()):
         done = subprocess.run([sys.executable, "-m", "jobs.worker", str(sweep), unit["id"]], cwd=REPO)
@@ -200,9 +191,7 @@ def test_a_sweep_that_carried_its_outputs_records_says_so_not_that_another_sweep
     holds those records as the first sweep wrote them, which is no other sweep's merge in this
     one's place: status and ``ls`` say so and that ``merge`` writes this sweep's (not ``--output``),
     and it does; once another sweep's merge changed the document, it holds another sweep's records."""
-    from tests.test_plan import _replay_spec
-
-    spec, first, second = _replay_spec(tmp_path), tmp_path / "sweeps" / "first", tmp_path / "sweeps" / "second"
+    spec, first, second = fwd_replay_spec(tmp_path), tmp_path / "sweeps" / "first", tmp_path / "sweeps" / "second"
     out = tmp_path / "r.json"
     assert run_cli("run", str(spec), "--sweep-dir", str(first)).returncode == 0 and out.is_file()
     assert "every item is carried" in run_cli("plan", str(spec), "--sweep-dir", str(second)).stdout
