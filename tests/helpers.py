@@ -1,6 +1,6 @@
 """What several test files share and is not a fixture (those are in conftest.py): the
 repository's paths, the tiny spec, replay specs (a sweep that compiles nothing), running the CLI
-as a user would, assertions."""
+as a user would, stopping it as Ctrl-Z does, assertions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,28 @@ def run_cli(
     )
 
 
+@contextmanager
+def stopped(pid: int, *, group: bool = False) -> Iterator[None]:
+    """The process ``pid`` (``group``: its process group, as Ctrl-Z stops a command in its shell)
+    stopped with SIGSTOP for the block, and continued with SIGCONT after it, whatever happened."""
+    signal_it = os.killpg if group else os.kill
+    signal_it(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        signal_it(pid, signal.SIGCONT)
+
+
+def status_while_stopped(
+    sweep: Path, pid: int, event: Callable[[], bool], what: str, *, group: bool = False
+) -> subprocess.CompletedProcess:
+    """``tilesweep status SWEEP``, as from another shell, while ``pid`` (``group``: its process
+    group) is ``stopped``, once ``event`` (``what``) has happened; continued after it."""
+    with stopped(pid, group=group):
+        until(event, what)
+        return run_cli("status", str(sweep))
+
+
 def second_run_follows(first: subprocess.Popen[str], args: list[str]) -> subprocess.CompletedProcess[str]:
     """Run ``args`` (a second ``tilesweep run`` of the sweep ``first`` runs, which holds its run
     lease already) while ``first`` is stopped (``second_while_first_stopped``), until the second
@@ -112,8 +135,7 @@ def second_while_first_stopped(
     """Run ``args`` while ``first``'s process group (``start_new_session``) is stopped, as Ctrl-Z
     stops a command in its shell, until the second command's stderr says ``says``; then continue
     ``first``. However fast ``first`` would be, it cannot finish before the second has looked."""
-    os.killpg(first.pid, signal.SIGSTOP)
-    try:
+    with stopped(first.pid, group=True):
         second = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert second.stderr is not None
         seen: list[str] = []
@@ -122,8 +144,6 @@ def second_while_first_stopped(
                 break
             seen.append(line)
         seen.append(line)
-    finally:
-        os.killpg(first.pid, signal.SIGCONT)
     out, err = second.communicate(timeout=600)
     return subprocess.CompletedProcess(args, second.returncode, out, "".join(seen) + err)
 

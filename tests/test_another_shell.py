@@ -22,7 +22,16 @@ from pathlib import Path
 import pytest
 
 from orchestrator.store.pidspace import process_state
-from tests.helpers import REPO, records_written, run_cli, second_while_first_stopped, start_run, until
+from tests.helpers import (
+    REPO,
+    records_written,
+    run_cli,
+    second_while_first_stopped,
+    start_run,
+    status_while_stopped,
+    stopped,
+    until,
+)
 
 # one shape, fwd only, 18 forced configs besides auto, compiled one at a time (about a second
 # each here) before they are timed: a worker that wrote its unit's header has many seconds of
@@ -153,8 +162,7 @@ def test_a_ctrl_c_of_wait_says_the_units_go_on_and_they_do(write_spec: Callable[
     cannot end before wait and status have looked; continued, it goes on to its end."""
     sweep = _detached(write_spec, tmp_path, SHORT)
     group = os.getpgid(_last_job_pid(sweep))
-    os.killpg(group, signal.SIGSTOP)
-    try:
+    with stopped(group, group=True):
         wait = start_run(Path(), sweep, "--interval", "0.2", command="wait")
         assert wait.stderr is not None
         ready, _, _ = select.select([wait.stderr], [], [], SETTLE_S)  # its first progress line: it is waiting
@@ -162,8 +170,6 @@ def test_a_ctrl_c_of_wait_says_the_units_go_on_and_they_do(write_spec: Callable[
         os.killpg(wait.pid, signal.SIGINT)  # Ctrl-C at wait's terminal (the unit runs in another session)
         _, err = wait.communicate(timeout=SETTLE_S)
         states = _states(sweep)
-    finally:
-        os.killpg(group, signal.SIGCONT)
     assert wait.returncode == 130 and "Traceback" not in err, err
     assert err.splitlines()[-1] == (
         f"tilesweep: interrupted; the sweep's units go on: `tilesweep wait {sweep}` follows them again, "
@@ -241,8 +247,7 @@ def test_run_of_a_sweep_whose_unit_runs_detached_follows_that_worker_and_starts_
         assert run_cli("plan", str(spec), "--sweep-dir", str(sweep), "--units", "2").returncode == 0
         assert run_cli("resume", str(sweep), "--no-wait").returncode == 0
     group = os.getpgid(_last_job_pid(sweep))
-    os.killpg(group, signal.SIGSTOP)
-    try:
+    with stopped(group, group=True):
         args = [sys.executable, "-m", "orchestrator", "run", str(tmp_path / "spec.json"), "--sweep-dir", str(sweep)]
         run = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert run.stderr is not None
@@ -251,8 +256,6 @@ def test_run_of_a_sweep_whose_unit_runs_detached_follows_that_worker_and_starts_
             seen.append(line)
             if "instead of starting a second worker" in line:
                 break
-    finally:
-        os.killpg(group, signal.SIGCONT)
     out, err = run.communicate(timeout=SETTLE_S)
     assert run.returncode == 0 and "instead of starting a second worker" in "".join(seen), seen + [err]
     doc = json.loads((tmp_path / "results.json").read_text())
@@ -271,12 +274,9 @@ def test_status_from_another_shell_says_a_run_stopped_by_ctrl_z_is_stopped(
     run = start_run(spec, sweep)
     until(lambda: records_written(sweep) > 0, "a record", run)
     worker = _last_job_pid(sweep)
-    os.killpg(run.pid, signal.SIGSTOP)
-    try:
-        until(lambda: process_state(worker) == "T", "the worker stopped")
-        status = run_cli("status", str(sweep))
-    finally:
-        os.killpg(run.pid, signal.SIGCONT)
+    status = status_while_stopped(
+        sweep, run.pid, lambda: process_state(worker) == "T", "the worker stopped", group=True
+    )
     head, units = status.stdout.splitlines()[0], status.stdout.splitlines()[2:]
     assert head.endswith("in progress, the worker of 1 unit stopped (Ctrl-Z / SIGSTOP)"), status.stdout
     assert "ETA" not in head, head
@@ -314,12 +314,7 @@ def test_status_says_a_stopped_worker_is_stopped_however_it_was_started(
     else:
         sweep = _detached(write_spec, tmp_path)
     worker = _lease_pid(sweep)
-    os.kill(worker, signal.SIGSTOP)
-    try:
-        until(lambda: process_state(worker) == "T", "the worker stopped")
-        status = run_cli("status", str(sweep))
-    finally:
-        os.kill(worker, signal.SIGCONT)
+    status = status_while_stopped(sweep, worker, lambda: process_state(worker) == "T", "the worker stopped")
     head = status.stdout.splitlines()[0]
     assert head.endswith("in progress, the worker of 1 unit stopped (Ctrl-Z / SIGSTOP)"), status.stdout
     assert "ETA" not in head and status.returncode == 0, status.stdout
@@ -371,12 +366,7 @@ def test_status_says_a_run_stopped_between_its_units_is_stopped(
     sweep = tmp_path / "sweep"
     run = start_run(write_spec(**SPEC, sharding={"units": 2}), sweep)
     until(lambda: records_written(sweep) > 0, "a record", run)
-    os.kill(run.pid, signal.SIGSTOP)
-    try:
-        until(lambda: any((sweep / "done").glob("*.json")), "the first unit done")
-        status = run_cli("status", str(sweep))
-    finally:
-        os.kill(run.pid, signal.SIGCONT)
+    status = status_while_stopped(sweep, run.pid, lambda: any((sweep / "done").glob("*.json")), "the first unit done")
     head, units = status.stdout.splitlines()[0], status.stdout.splitlines()[2:]
     assert head.endswith("in progress, the `tilesweep run` that runs it stopped (Ctrl-Z / SIGSTOP)"), status.stdout
     assert "ETA" not in head, head

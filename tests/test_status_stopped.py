@@ -6,13 +6,11 @@ processes, really signalled; each step waits for an event, never for a guessed t
 from __future__ import annotations
 
 import json
-import os
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.store.pidspace import process_state
-from tests.helpers import records_written, run_cli, until
+from tests.helpers import records_written, run_cli, status_while_stopped, until
 from tests.test_another_shell import SETTLE_S, SPEC
 
 
@@ -26,12 +24,11 @@ def test_a_stopped_controller_whose_worker_runs_on_is_no_stopped_unit(
     controller = int(json.loads((sweep / "jobs.jsonl").read_text().splitlines()[-1])["job_id"])
     (lease,) = (sweep / "leases").glob("*.lease")
     worker = int(json.loads(lease.read_text())["pid"])
-    os.kill(controller, signal.SIGSTOP)
     try:
-        until(lambda: process_state(controller) == "T", "the controller stopped")
-        status = run_cli("status", str(sweep))
+        status = status_while_stopped(
+            sweep, controller, lambda: process_state(controller) == "T", "the controller stopped"
+        )
     finally:
-        os.kill(controller, signal.SIGCONT)
         cancel = run_cli("cancel", str(sweep), timeout=SETTLE_S)  # the unit is not left running, whatever follows
     assert "SIGSTOP" not in status.stdout.splitlines()[0], status.stdout
     (unit,) = [line for line in status.stdout.splitlines() if " running " in line]
