@@ -35,8 +35,10 @@ def _cluster() -> None:
 def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(
     slow_slurm_sweep: tuple[Path, Path], time_limit_sweeps: dict[str, tuple[Path, Path]], tmp_path: Path
 ) -> None:
-    """(The first SLURM test: it has the slow sweeps the ``last`` tests check submitted first.)"""
-    spec = write_spec(tmp_path, "four.json", **FOUR_UNITS)
+    """(The first SLURM test: it has the slow sweeps the ``last`` tests check submitted first.)
+    Its array is submitted held, so that its units are still pending when ``status`` and ``resume``
+    look, however fast the machine, and released once they have looked."""
+    spec = write_spec(tmp_path, "four.json", {"slurm_additional_parameters": {"hold": True}}, **FOUR_UNITS)
     sweep = tmp_path / "sweep"
     t0 = time.monotonic()
     r = cli("submit", str(spec), "--sweep-dir", str(sweep), "--units", "4")
@@ -57,6 +59,7 @@ def test_submit_returns_at_once_then_status_wait_and_merge_from_new_processes(
     n = len(jobs(sweep))
     r = cli("resume", str(sweep))
     assert r.returncode == 0 and "still pending or running" in r.stdout and len(jobs(sweep)) == n, r.stdout
+    subprocess.run(["scontrol", "release", str(array)], check=True)
     w = cli("wait", str(sweep), "--interval", "0.5", "--slurm-interval", "2")
     assert w.returncode == 0, w.stderr
     assert "speedup" in w.stdout and "merged 8 records" in w.stderr
