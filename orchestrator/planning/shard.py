@@ -99,13 +99,15 @@ def shard(
     packing = [groups[sh] for sh in shapes], costs, [setups[sh] for sh in shapes], n_units, strategy
     assignment = pack(*packing, weights)
     busy = _busy(assignment, items)
-    if weights is not None and len(busy) == n_units:  # each task's block of units holds every share
+    if weights is not None and len(busy) < n_units:  # too few items for a unit of each share: equal units
+        weights, assignment = None, pack(*packing)
+        busy = _busy(assignment, items)
+    if weights is not None:  # each task's block of units holds every share
         units = [
             Unit(i, [items[p] for p in positions], round=round_, share=w)
             for i, (positions, w) in enumerate(_blocks(assignment, weights, per_task))
         ]
-    else:  # equal units, also where there are too few items for a unit of each share
-        busy = _busy(pack(*packing), items) if weights is not None else busy
+    else:
         units = [Unit(i, [items[p] for p in positions], round=round_) for i, positions in enumerate(busy)]
         units.sort(key=lambda u: u.items[0].index)
     for i, u in enumerate(units):
